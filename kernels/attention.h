@@ -1,0 +1,41 @@
+/* attention.h - softmax attention over one block of keys, its backward given
+ * the global output and log-normaliser, and the partial-attention merge.
+ * MODEL.md §0.  This is what paged KV and context parallelism are built on.
+ *
+ * Layouts: q [Tq, H, hd]; k, v [Tk, Hkv, hd]; o [Tq, H, hd]; lse [Tq, H].
+ * Query head h uses kv head h / (H/Hkv).  Query t sits at absolute position
+ * q_pos0 + t, key s at k_pos0 + s; with causal != 0 key s is visible to query
+ * t iff k_pos0 + s <= q_pos0 + t.  A row that sees no key gets o = 0 and
+ * lse = -INFINITY. */
+#ifndef LS_KERNELS_ATTENTION_H
+#define LS_KERNELS_ATTENTION_H
+#include "kernels/real.h"
+
+void LS_K(ls_attn_block_forward)(ls_real *o, ls_real *lse, const ls_real *q,
+                                 const ls_real *k, const ls_real *v,
+                                 size_t Tq, size_t Tk, size_t H, size_t Hkv, size_t hd,
+                                 int64_t q_pos0, int64_t k_pos0, int causal, ls_real tau);
+
+/* Backward over one block, given the GLOBAL output o and log-normaliser lse
+ * (over all blocks) and the output gradient do_.  Accumulates (+=) into dq,
+ * dk, dv (each may be NULL), so the caller zeroes them and sums over blocks. */
+void LS_K(ls_attn_block_backward)(ls_real *dq, ls_real *dk, ls_real *dv,
+                                  const ls_real *do_, const ls_real *q,
+                                  const ls_real *k, const ls_real *v,
+                                  const ls_real *o, const ls_real *lse,
+                                  size_t Tq, size_t Tk, size_t H, size_t Hkv, size_t hd,
+                                  int64_t q_pos0, int64_t k_pos0, int causal, ls_real tau);
+
+/* Merge a part (o_p, lse_p) into an accumulator (o, lse) in place; rows [n],
+ * each of width hd.  An accumulator row with lse = -INF takes the part. */
+void LS_K(ls_attn_merge_into)(ls_real *o, ls_real *lse, const ls_real *o_p,
+                              const ls_real *lse_p, size_t n, size_t hd);
+
+/* Backward of the merge for one part: given the merged (o, lse) and its
+ * gradients (do_, dlse; dlse may be NULL = zero), the part's gradients:
+ * do_p = w do_, dlse_p = w (do_ . (o_p - o) + dlse) with w = exp(lse_p - lse). */
+void LS_K(ls_attn_merge_backward)(ls_real *do_p, ls_real *dlse_p, const ls_real *do_,
+                                  const ls_real *dlse, const ls_real *o_p,
+                                  const ls_real *lse_p, const ls_real *o,
+                                  const ls_real *lse, size_t n, size_t hd);
+#endif

@@ -1,0 +1,43 @@
+/* gdn.h - the Gated DeltaNet recurrence and its gates.  MODEL.md §1.1.
+ *
+ * Layouts (token-major): q, k [T, Hk, dk]; v [T, Hv, dv]; g, beta [T, Hv];
+ * state S [Hv, dk, dv]; o [T, Hv, dv].  Value head j uses key head
+ * j / (Hv/Hk).  q here is already normalised and scaled (q~ of step 4).
+ * S_in may be NULL (zero state).  Nothing in this module allocates: callers
+ * pass workspace sized by the *_workspace functions. */
+#ifndef LS_KERNELS_GDN_H
+#define LS_KERNELS_GDN_H
+#include "kernels/real.h"
+
+/* beta = sigmoid(b); g = -exp(A_log) * softplus(a + dt_bias).  b, a [T, Hv]. */
+void LS_K(ls_gdn_gates_forward)(ls_real *g, ls_real *beta, const ls_real *a,
+                                const ls_real *b, const ls_real *A_log,
+                                const ls_real *dt_bias, size_t T, size_t Hv);
+/* da, db [T,Hv] assigned; dA_log, ddt_bias [Hv] += (NULL allowed). */
+void LS_K(ls_gdn_gates_backward)(ls_real *da, ls_real *db, ls_real *dA_log,
+                                 ls_real *ddt_bias, const ls_real *dg,
+                                 const ls_real *dbeta, const ls_real *a,
+                                 const ls_real *b, const ls_real *A_log,
+                                 const ls_real *dt_bias, size_t T, size_t Hv);
+
+/* Forward recurrence: o [T,Hv,dv]; S_out [Hv,dk,dv] final state (may alias
+ * nothing; may be NULL). */
+void LS_K(ls_gdn_forward)(ls_real *o, ls_real *S_out, const ls_real *q,
+                          const ls_real *k, const ls_real *v, const ls_real *g,
+                          const ls_real *beta, const ls_real *S_in,
+                          size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv);
+
+/* Reals of workspace ls_gdn_backward needs (it recomputes states in chunks
+ * from checkpoints, so this grows like T/chunk + chunk states, not T). */
+size_t LS_K(ls_gdn_backward_workspace)(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv);
+
+/* Backward.  dS_out [Hv,dk,dv] gradient arriving for the final state (NULL: zero).
+ * dq, dk [T,Hk,dk], dv [T,Hv,dv], dg, dbeta [T,Hv] assigned;
+ * dS_in [Hv,dk,dv] assigned (NULL: not wanted). */
+void LS_K(ls_gdn_backward)(ls_real *dq, ls_real *dk, ls_real *dv, ls_real *dg,
+                           ls_real *dbeta, ls_real *dS_in, const ls_real *do_,
+                           const ls_real *dS_out, const ls_real *q, const ls_real *k,
+                           const ls_real *v, const ls_real *g, const ls_real *beta,
+                           const ls_real *S_in, size_t T, size_t Hk, size_t Hv,
+                           size_t dk_, size_t dv_, ls_real *workspace);
+#endif

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# setup.sh - install the Debian packages LongStraw needs (only those missing),
+# then configure and build into build/ (or $LS_BUILD_DIR).  Idempotent: on a
+# machine that has everything it only runs an incremental build.
+#   LS_CMAKE_ARGS   extra arguments for cmake (e.g. -DLS_SANITIZE=ON)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(build-essential cmake pkg-config git libcjson-dev libzstd-dev zstd
+          libcriterion-dev libopenblas-dev libopenmpi-dev openmpi-bin libssl-dev
+          clang python3 python3-jsonschema)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi
+
+BUILD_DIR=${LS_BUILD_DIR:-build}
+if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
+  # shellcheck disable=SC2086
+  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo ${LS_CMAKE_ARGS:-} >&2
+fi
+cmake --build "$BUILD_DIR" -j "$(nproc)" >&2
