@@ -1,0 +1,84 @@
+/* linear.c - dense linear layers and LoRA adapters on the CPU, through CBLAS
+ * (row-major GEMMs; sgemm or dgemm chosen by the real type).  See linear.h. */
+#include "kernels/linear.h"
+
+#include <cblas.h>
+#include <string.h>
+
+#if LS_REAL_IS_F64
+#define GEMM cblas_dgemm
+#else
+#define GEMM cblas_sgemm
+#endif
+
+/* C[M,N] = alpha op(A) op(B) + beta C, all row-major and densely packed. */
+static void gemm(int trans_a, int trans_b, size_t M, size_t N, size_t K, ls_real alpha,
+                 const ls_real *A, const ls_real *B, ls_real beta, ls_real *C)
+{
+    if (M == 0 || N == 0)
+        return;
+    if (K == 0) {
+        /* op(A) op(B) is the zero matrix: C = beta C (BLAS leaves this to us). */
+        size_t n = M * N;
+        if (beta == (ls_real)0)
+            memset(C, 0, n * sizeof *C);
+        else
+            for (size_t i = 0; i < n; i++)
+                C[i] *= beta;
+        return;
+    }
+    size_t lda = trans_a ? M : K;
+    size_t ldb = trans_b ? K : N;
+    GEMM(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+         (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)N);
+}
+
+void LS_K(ls_linear_forward)(ls_real *y /* [T,out] */, const ls_real *x /* [T,in] */,
+                             const ls_real *W /* [out,in] */, size_t T, size_t in, size_t out,
+                             int accumulate)
+{
+    gemm(0, 1, T, out, in, 1, x, W, accumulate ? 1 : 0, y);
+}
+
+void LS_K(ls_linear_backward)(ls_real *dx /* [T,in] or NULL */, ls_real *dW /* [out,in] or NULL */,
+                              const ls_real *dy /* [T,out] */, const ls_real *x /* [T,in] */,
+                              const ls_real *W /* [out,in] */, size_t T, size_t in, size_t out,
+                              int accumulate_dx)
+{
+    if (dx)
+        gemm(0, 0, T, in, out, 1, dy, W, accumulate_dx ? 1 : 0, dx);
+    if (dW)
+        gemm(1, 0, out, in, T, 1, dy, x, 1, dW);
+}
+
+void LS_K(ls_lora_forward)(ls_real *y /* [T,out] */, ls_real *xa /* [T,r] */,
+                           const ls_real *x /* [T,in] */, const ls_real *W /* [out,in] */,
+                           const ls_real *A /* [r,in] */, const ls_real *B /* [out,r] */,
+                           ls_real s, size_t T, size_t in, size_t out, size_t r)
+{
+    gemm(0, 1, T, out, in, 1, x, W, 0, y);
+    gemm(0, 1, T, r, in, 1, x, A, 0, xa);
+    gemm(0, 1, T, out, r, s, xa, B, 1, y);
+}
+
+void LS_K(ls_lora_backward)(ls_real *dx /* [T,in] or NULL */, ls_real *dW /* [out,in] or NULL */,
+                            ls_real *dA /* [r,in] or NULL */, ls_real *dB /* [out,r] or NULL */,
+                            const ls_real *dy /* [T,out] */, const ls_real *x /* [T,in] */,
+                            const ls_real *xa /* [T,r] */, const ls_real *W /* [out,in] */,
+                            const ls_real *A /* [r,in] */, const ls_real *B /* [out,r] */,
+                            ls_real s, size_t T, size_t in, size_t out, size_t r,
+                            ls_real *scratch /* [T,r] */, int accumulate_dx)
+{
+    if (dx || dA)
+        gemm(0, 0, T, r, out, 1, dy, B, 0, scratch); /* dy B */
+    if (dx) {
+        gemm(0, 0, T, in, out, 1, dy, W, accumulate_dx ? 1 : 0, dx);
+        gemm(0, 0, T, in, r, s, scratch, A, 1, dx);
+    }
+    if (dW)
+        gemm(1, 0, out, in, T, 1, dy, x, 1, dW);
+    if (dA)
+        gemm(1, 0, r, in, T, s, scratch, x, 1, dA);
+    if (dB)
+        gemm(1, 0, out, r, T, s, dy, xa, 1, dB);
+}
