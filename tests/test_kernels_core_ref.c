@@ -392,3 +392,131 @@ Test(kernels_core_ref, adamw_two_steps)
     check("adamw step 2 v by hand", v, wantv, 2, 1e-14);
     check("adamw step 2 p by hand", p, want2, 2, 1e-14);
 }
+
+/* ---------------------------------------------------------------- parallel paths */
+
+/* The kernels parallelise (OpenMP) only above a size threshold, which the small cases
+ * above stay under.  Here each op runs once on a large input (parallel path) and again
+ * one row (token, block) at a time (serial path); the two must agree. */
+Test(kernels_core_ref, parallel_paths_match_row_by_row)
+{
+    uint64_t s = 108;
+    size_t rows = 128, n = 320, N = rows * n; /* n not a multiple of the 64-column blocks */
+    double *x = kc_rand(&s, N, -2, 2), *z = kc_rand(&s, N, -3, 3), *w = kc_rand(&s, n, -1, 1);
+    double *b = kc_rand(&s, n, -1, 1), *dy = kc_rand(&s, N, -1, 1);
+    double *yA = kc_fill(N, 0), *yB = kc_fill(N, 0), *rA = kc_fill(rows, 0), *rB = kc_fill(rows, 0);
+    double *dzA = kc_fill(N, 0), *dzB = kc_fill(N, 0);
+    double *dwA = kc_fill(n, 0), *dwB = kc_fill(n, 0);
+
+    ls_rmsnorm_forward_f64(yA, rA, x, w, 1, 1e-6, rows, n);
+    for (size_t t = 0; t < rows; t++)
+        ls_rmsnorm_forward_f64(yB + t * n, rB + t, x + t * n, w, 1, 1e-6, 1, n);
+    check("parallel rmsnorm forward", yA, yB, N, 0);
+    ls_rmsnorm_backward_f64(yA, dwA, dy, x, rA, w, 1, rows, n);
+    for (size_t t = 0; t < rows; t++)
+        ls_rmsnorm_backward_f64(yB + t * n, dwB, dy + t * n, x + t * n, rA + t, w, 1, 1, n);
+    check("parallel rmsnorm backward dx", yA, yB, N, 0);
+    check("parallel rmsnorm backward dw", dwA, dwB, n, 1e-13);
+
+    ls_gated_rmsnorm_forward_f64(yA, rA, x, z, w, 1e-6, rows, n);
+    for (size_t t = 0; t < rows; t++)
+        ls_gated_rmsnorm_forward_f64(yB + t * n, rB + t, x + t * n, z + t * n, w, 1e-6, 1, n);
+    check("parallel gated rmsnorm forward", yA, yB, N, 0);
+    memset(dwA, 0, n * sizeof *dwA);
+    memset(dwB, 0, n * sizeof *dwB);
+    ls_gated_rmsnorm_backward_f64(yA, dzA, dwA, dy, x, z, rA, w, rows, n);
+    for (size_t t = 0; t < rows; t++)
+        ls_gated_rmsnorm_backward_f64(yB + t * n, dzB + t * n, dwB, dy + t * n, x + t * n,
+                                      z + t * n, rA + t, w, 1, n);
+    check("parallel gated rmsnorm backward dx", yA, yB, N, 0);
+    check("parallel gated rmsnorm backward dz", dzA, dzB, N, 0);
+    check("parallel gated rmsnorm backward dw", dwA, dwB, n, 1e-13);
+
+    ls_layernorm_forward_f64(yA, x, w, b, 1e-6, rows, n);
+    for (size_t t = 0; t < rows; t++)
+        ls_layernorm_forward_f64(yB + t * n, x + t * n, w, b, 1e-6, 1, n);
+    check("parallel layernorm forward", yA, yB, N, 0);
+
+    ls_l2norm_forward_f64(yA, rA, x, 1e-6, 0.5, rows, n);
+    for (size_t t = 0; t < rows; t++)
+        ls_l2norm_forward_f64(yB + t * n, rB + t, x + t * n, 1e-6, 0.5, 1, n);
+    check("parallel l2norm forward", yA, yB, N, 0);
+    ls_l2norm_backward_f64(yA, dy, x, rA, 0.5, rows, n);
+    for (size_t t = 0; t < rows; t++)
+        ls_l2norm_backward_f64(yB + t * n, dy + t * n, x + t * n, rA + t, 0.5, 1, n);
+    check("parallel l2norm backward", yA, yB, N, 0);
+
+    ls_swiglu_forward_f64(yA, x, z, N);
+    for (size_t t = 0; t < rows; t++)
+        ls_swiglu_forward_f64(yB + t * n, x + t * n, z + t * n, n);
+    check("parallel swiglu forward", yA, yB, N, 0);
+    ls_swiglu_backward_f64(yA, dzA, dy, x, z, N);
+    for (size_t t = 0; t < rows; t++)
+        ls_swiglu_backward_f64(yB + t * n, dzB + t * n, dy + t * n, x + t * n, z + t * n, n);
+    check("parallel swiglu backward dg", yA, yB, N, 0);
+    check("parallel swiglu backward du", dzA, dzB, N, 0);
+
+    /* sigmoid gate with the gate as the second half of rows of width 2n */
+    double *gate = kc_rand(&s, 2 * N, -4, 4), *dgA = kc_fill(2 * N, 0), *dgB = kc_fill(2 * N, 0);
+    ls_sigmoid_gate_forward_f64(yA, x, gate + n, rows, n, 2 * n);
+    for (size_t t = 0; t < rows; t++)
+        ls_sigmoid_gate_forward_f64(yB + t * n, x + t * n, gate + n + 2 * n * t, 1, n, 2 * n);
+    check("parallel sigmoid gate forward", yA, yB, N, 0);
+    ls_sigmoid_gate_backward_f64(yA, dgA + n, dy, x, gate + n, rows, n, 2 * n);
+    for (size_t t = 0; t < rows; t++)
+        ls_sigmoid_gate_backward_f64(yB + t * n, dgB + n + 2 * n * t, dy + t * n, x + t * n,
+                                     gate + n + 2 * n * t, 1, n, 2 * n);
+    check("parallel sigmoid gate backward dx", yA, yB, N, 0);
+    check("parallel sigmoid gate backward dgate", dgA, dgB, 2 * N, 0);
+
+    /* RoPE: [T=128, H=4, hd=80] with d_r = 40 */
+    size_t T = 128, H = 4, hd = 80, d_r = 40;
+    memcpy(yA, x, N * sizeof *x);
+    memcpy(yB, x, N * sizeof *x);
+    ls_rope_apply_f64(yA, LS_ROPE_NEOX, T, H, hd, d_r, 777, 10000.0, 0);
+    for (size_t t = 0; t < T; t++)
+        ls_rope_apply_f64(yB + t * H * hd, LS_ROPE_NEOX, 1, H, hd, d_r, 777 + (int64_t)t, 10000.0,
+                          0);
+    check("parallel rope forward", yA, yB, N, 0);
+
+    /* AdamW over N parameters vs 128 slices */
+    double *pA = kc_copy(x, N), *pB = kc_copy(x, N), *mA = kc_copy(z, N), *mB = kc_copy(z, N);
+    double *vA = kc_fill(N, 0.01), *vB = kc_fill(N, 0.01);
+    ls_adamw_step_f64(pA, mA, vA, dy, N, 1e-3, 0.9, 0.95, 1e-8, 0.1, 7);
+    for (size_t t = 0; t < rows; t++)
+        ls_adamw_step_f64(pB + t * n, mB + t * n, vB + t * n, dy + t * n, n, 1e-3, 0.9, 0.95, 1e-8,
+                          0.1, 7);
+    check("parallel adamw p", pA, pB, N, 0);
+
+    free(x); free(z); free(w); free(b); free(dy); free(yA); free(yB); free(rA); free(rB);
+    free(dzA); free(dzB); free(dwA); free(dwB); free(gate); free(dgA); free(dgB);
+    free(pA); free(pB); free(mA); free(mB); free(vA); free(vB);
+}
+
+Test(kernels_core_ref, parallel_logprob_match_row_by_row)
+{
+    uint64_t s = 109;
+    size_t T = 64, d = 32, V = 1000, chunk = 300; /* T * chunk above the threshold */
+    double temp = 1.3;
+    double *h = kc_rand(&s, T * d, -1, 1), *W = kc_rand(&s, V * d, -1, 1), *dl = kc_rand(&s, T, -1, 1);
+    int32_t y[64];
+    for (size_t t = 0; t < T; t++)
+        y[t] = (int32_t)(kc_next(&s) % V);
+    double *ws = kc_fill(ls_logprob_workspace_f64(T, chunk), 0);
+    double *lA = kc_fill(T, 0), *lB = kc_fill(T, 0), *sA = kc_fill(T, 0), *sB = kc_fill(T, 0);
+    ls_logprob_forward_f64(lA, sA, h, W, y, temp, T, d, V, chunk, ws);
+    for (size_t t = 0; t < T; t++)
+        ls_logprob_forward_f64(lB + t, sB + t, h + t * d, W, y + t, temp, 1, d, V, chunk, ws);
+    check("parallel logprob forward", lA, lB, T, 1e-14);
+    check("parallel logprob lse", sA, sB, T, 1e-14);
+    double *dhA = kc_fill(T * d, 0), *dhB = kc_fill(T * d, 0);
+    double *dWA = kc_fill(V * d, 0), *dWB = kc_fill(V * d, 0);
+    ls_logprob_backward_f64(dhA, dWA, dl, h, W, y, sA, temp, T, d, V, chunk, ws);
+    for (size_t t = 0; t < T; t++)
+        ls_logprob_backward_f64(dhB + t * d, dWB, dl + t, h + t * d, W, y + t, sA + t, temp, 1, d, V,
+                                chunk, ws);
+    check("parallel logprob backward dh", dhA, dhB, T * d, 1e-13);
+    check("parallel logprob backward dW", dWA, dWB, V * d, 1e-13);
+    free(h); free(W); free(dl); free(ws); free(lA); free(lB); free(sA); free(sB);
+    free(dhA); free(dhB); free(dWA); free(dWB);
+}

@@ -2,7 +2,9 @@
  * (row-major GEMMs; sgemm or dgemm chosen by the real type).  See linear.h. */
 #include "kernels/linear.h"
 
+#include <assert.h>
 #include <cblas.h>
+#include <limits.h>
 #include <string.h>
 
 #if LS_REAL_IS_F64
@@ -27,6 +29,7 @@ static void gemm(int trans_a, int trans_b, size_t M, size_t N, size_t K, ls_real
                 C[i] *= beta;
         return;
     }
+    assert(M <= INT_MAX && N <= INT_MAX && K <= INT_MAX); /* CBLAS takes int dimensions */
     size_t lda = trans_a ? M : K;
     size_t ldb = trans_b ? K : N;
     GEMM(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
