@@ -15,7 +15,7 @@
 #include "test_kernels_core_util.h"
 
 #define FD_H 1e-5
-#define FD_BOUND 1e-6
+#define FD_BOUND 1e-8
 
 typedef double (*loss_fn)(void *ctx);
 
