@@ -424,3 +424,34 @@ Test(kernels_mla_attn, backward_accumulates_and_accepts_null)
         prob_free(&p);
     }
 }
+
+Test(kernels_mla_attn, full_topk_selection_equals_causal)
+{
+    /* indexer top-k with k_top >= every query's visible count selects every
+     * visible key, so the sparse attention must equal the causal one */
+    enum { HI = 2, DI = 3 };
+    for (int f = 0; f < 2; f++) {
+        prob p = prob_make(61, 0, 4, 2, (ls_mla_form)f);
+        const size_t no = p.Tq * p.d.H * p.d.d_v, nl = p.Tq * p.d.H;
+        double qI[TQ * HI * DI], wI[TQ * HI], kI[TK * DI], sc[TQ * TK], ws[TK];
+        int64_t glob[TQ * TK], loc[TQ * TK];
+        mla_test_fill(qI, TQ * HI * DI, 1);
+        mla_test_fill(wI, TQ * HI, 1);
+        mla_test_fill(kI, TK * DI, 1);
+        ls_dsa_topk_f64(glob, sc, qI, wI, kI, TQ, TK, HI, DI, p.q_pos0, p.k_pos0, TK, ws);
+        ls_dsa_localize_f64(loc, glob, TQ, TK, p.k_pos0, TK);
+        forward(&p);
+        double *o = malloc(no * sizeof *o), *lse = malloc(nl * sizeof *lse);
+        memcpy(o, p.o, no * sizeof *o);
+        memcpy(lse, p.lse, nl * sizeof *lse);
+        p.sel = loc;
+        p.k_sel = TK;
+        forward(&p);
+        double e = fmax(mla_test_rel_err(p.o, o, no), lse_err(p.lse, lse, nl));
+        cr_expect(e < 1e-13, "%s: dense top-k vs causal %.3e", form_name(p.form), e);
+        p.sel = NULL;
+        free(o);
+        free(lse);
+        prob_free(&p);
+    }
+}

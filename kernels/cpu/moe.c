@@ -48,6 +48,7 @@ void LS_K(ls_moe_route_forward)(int32_t *idx, ls_real *w, ls_real *s,
         for (size_t g = 0; g < n_group; g++) {
             const ls_real *v = sp + g * gs;
             size_t a = argbest(v, gs);
+            assert(a < gs);
             ls_real sum = v[a];
             if (gs > 1) {
                 size_t b = (a == 0) ? 1 : 0;
