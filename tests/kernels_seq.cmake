@@ -6,3 +6,12 @@ set(LS_KSEQ_DIR ${CMAKE_CURRENT_LIST_DIR})
 ls_add_criterion_test(kernels_seq_fd
   SOURCES ${LS_KSEQ_DIR}/test_kernels_seq_fd.c
   LIBS ls_kernels_f64 DEFS LS_REAL_F64 TIMEOUT 60)
+ls_add_criterion_test(kernels_seq_pieces
+  SOURCES ${LS_KSEQ_DIR}/test_kernels_seq_pieces.c
+  LIBS ls_kernels_f64 DEFS LS_REAL_F64 TIMEOUT 60)
+add_library(kernels_seq_f32_wrap STATIC ${LS_KSEQ_DIR}/kernels_seq_f32_wrap.c)
+target_include_directories(kernels_seq_f32_wrap PRIVATE ${CMAKE_SOURCE_DIR} ${LS_KSEQ_DIR})
+target_link_libraries(kernels_seq_f32_wrap PUBLIC ls_kernels_f32)
+ls_add_criterion_test(kernels_seq_f32
+  SOURCES ${LS_KSEQ_DIR}/test_kernels_seq_f32.c
+  LIBS kernels_seq_f32_wrap ls_kernels_f64 DEFS LS_REAL_F64 TIMEOUT 60)
