@@ -1,0 +1,299 @@
+/* hybrid.c - segments of the hybrid family: embedding, the layer stack with
+ * carried state in and out, final norm and the fused log-prob head; their
+ * backward; and the `full`-mode backward through the prompt computation. */
+#include "trainer/hybrid.h"
+
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/embedding.h"
+#include "kernels/logprob.h"
+#include "kernels/norm.h"
+#include "trainer/hybrid_layer.h"
+
+#define R(n) ((n) * sizeof(ls_real))
+#define VOCAB_CHUNK 128
+
+struct ls_seg_tape {
+    ls_arena arena;
+    size_t T, score_from, n_sc;
+    int64_t pos0;
+    const ls_hstate *ctx;
+    int32_t *tokens, *targets;
+    ls_layer_tape *ly;
+    ls_real *xf, *rstd_f, *xn_f, *lse; /* final norm input/outputs over scored rows */
+};
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static double l2(const ls_real *x, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return sqrt(s);
+}
+
+static ls_status append_pages(ls_hstate *s, int l, const ls_real *k, const ls_real *v, size_t T,
+                              int64_t pos0, size_t row) {
+    ls_layer_state *ly = &s->ly[l];
+    for (size_t t0 = 0; t0 < T; t0 += s->page_size) {
+        size_t n = T - t0 < s->page_size ? T - t0 : s->page_size;
+        if (ly->n_pages == ly->cap_pages) {
+            size_t cap = ly->cap_pages ? 2 * ly->cap_pages : 16;
+            ls_kv_page *np = ls_mem_realloc(LS_MEM_SCRATCH, ly->pages, cap * sizeof *np);
+            if (!np) return LS_ERR_NOMEM;
+            ly->pages = np;
+            ly->cap_pages = cap;
+        }
+        ls_kv_page *pg = &ly->pages[ly->n_pages];
+        pg->k = ls_mem_alloc(s->cat, R(n * row)); /* right-sized, never a view into a parent */
+        pg->v = ls_mem_alloc(s->cat, R(n * row));
+        if (!pg->k || !pg->v) {
+            ls_mem_free(pg->k);
+            ls_mem_free(pg->v);
+            return LS_ERR_NOMEM;
+        }
+        memcpy(pg->k, k + t0 * row, R(n * row));
+        memcpy(pg->v, v + t0 * row, R(n * row));
+        pg->n = n;
+        pg->pos0 = pos0 + (int64_t)t0;
+        ly->n_pages++;
+    }
+    return LS_OK;
+}
+
+void LS_K(ls_seg_tape_free)(ls_seg_tape *t) {
+    if (!t) return;
+    ls_arena a = t->arena;
+    ls_arena_free(&a); /* the tape struct lives in its own arena */
+}
+
+size_t LS_K(ls_seg_tape_bytes)(const ls_seg_tape *t) { return t ? t->arena.used_bytes : 0; }
+
+static ls_status layers_forward(const ls_params *p, ls_seg_io *io, ls_real *h, ls_seg_tape *tp) {
+    const ls_model_config *c = &p->cfg;
+    size_t T = io->T, d = (size_t)c->d_model;
+    size_t row = (size_t)c->attn_kv_heads * (size_t)c->head_dim;
+    size_t C = 2 * (size_t)c->gdn_hk * (size_t)c->gdn_dk + (size_t)c->gdn_hv * (size_t)c->gdn_dv;
+    size_t tail_n = (size_t)(c->conv_kernel - 1) * C;
+    size_t S_n = (size_t)c->gdn_hv * (size_t)c->gdn_dk * (size_t)c->gdn_dv;
+    ls_status st = LS_OK;
+    for (int l = 0; l < c->n_layers && st == LS_OK; l++) {
+        int64_t t0 = now_ns();
+        ls_arena scr;
+        ls_arena_init(&scr, LS_MEM_SCRATCH, 0);
+        if (io->checkpoints) memcpy(io->checkpoints[l], h, R(T * d));
+        const ls_layer_state *ctx = io->ctx ? &io->ctx->ly[l] : NULL;
+        ls_real *own_k = NULL, *own_v = NULL, *tail = NULL, *S = NULL;
+        if (io->state_out) {
+            if (p->layers[l].is_attn) {
+                own_k = ls_arena_alloc(&scr, R(T * row));
+                own_v = ls_arena_alloc(&scr, R(T * row));
+            } else {
+                tail = ls_arena_alloc(&scr, R(tail_n));
+                S = ls_arena_alloc(&scr, R(S_n));
+            }
+            if (scr.failed) st = LS_ERR_NOMEM;
+        }
+        if (st == LS_OK)
+            st = LS_K(ls_layer_forward)(p, l, h, T, io->pos0, ctx, own_k, own_v, tail, S,
+                                        tp ? &tp->ly[l] : NULL, tp ? &tp->arena : NULL, &scr);
+        if (st == LS_OK && io->state_out) {
+            if (p->layers[l].is_attn) {
+                st = append_pages(io->state_out, l, own_k, own_v, T, io->pos0, row);
+            } else {
+                memcpy(io->state_out->ly[l].tail, tail, R(tail_n));
+                memcpy(io->state_out->ly[l].S, S, R(S_n));
+            }
+        }
+        ls_arena_free(&scr);
+        if (st == LS_OK && io->hook)
+            io->hook(io->hook_user, l, 0, T, now_ns() - t0, l2(h, T * d));
+    }
+    return st;
+}
+
+ls_status LS_K(ls_segment_forward)(const ls_params *p, ls_seg_io *io) {
+    const ls_model_config *c = &p->cfg;
+    size_t T = io->T, d = (size_t)c->d_model, V = (size_t)c->vocab;
+    ls_real eps = (ls_real)c->rms_eps, temp = (ls_real)p->obj.temperature;
+    if (T == 0 || (io->targets && io->score_from >= T)) return LS_ERR_ARG;
+    for (size_t t = 0; t < T; t++)
+        if (io->tokens[t] < 0 || (size_t)io->tokens[t] >= V) return LS_ERR_ARG;
+    ls_seg_tape *tp = NULL;
+    ls_arena work; /* h and the head when not taping */
+    ls_arena_init(&work, LS_MEM_SCRATCH, 0);
+    ls_status st = LS_ERR_NOMEM;
+    if (io->tape) {
+        ls_arena a;
+        ls_arena_init(&a, io->tape_cat, 1u << 20);
+        tp = ls_arena_alloc(&a, sizeof *tp);
+        if (!tp) {
+            ls_arena_free(&a);
+            return LS_ERR_NOMEM;
+        }
+        tp->arena = a;
+        tp->ly = ls_arena_alloc(&tp->arena, (size_t)c->n_layers * sizeof *tp->ly);
+        tp->tokens = ls_arena_alloc(&tp->arena, T * sizeof(int32_t));
+        if (!tp->ly || !tp->tokens) goto cleanup;
+        memcpy(tp->tokens, io->tokens, T * sizeof(int32_t));
+        tp->T = T;
+        tp->pos0 = io->pos0;
+        tp->ctx = io->ctx;
+    }
+    ls_real *h = ls_arena_alloc(&work, R(T * d));
+    if (!h) goto cleanup;
+    int64_t t0 = now_ns();
+    LS_K(ls_embedding_forward)(h, io->tokens, p->embed->w, T, d);
+    if (io->hook) io->hook(io->hook_user, -1, 0, T, now_ns() - t0, l2(h, T * d));
+    st = layers_forward(p, io, h, tp);
+    if (st != LS_OK) goto cleanup;
+    if (io->state_out) io->state_out->n_pos = io->pos0 + (int64_t)T;
+
+    if (io->targets || io->last_hidden) {
+        t0 = now_ns();
+        size_t r0 = io->targets ? io->score_from : T - 1, n = T - r0;
+        ls_arena *ha = tp ? &tp->arena : &work;
+        ls_real *xf = ls_arena_alloc(ha, R(n * d)), *rstd = ls_arena_alloc(ha, R(n));
+        ls_real *xn = ls_arena_alloc(ha, R(n * d)), *lse = ls_arena_alloc(ha, R(n));
+        int32_t *tg = io->targets ? ls_arena_alloc(ha, n * sizeof(int32_t)) : NULL;
+        st = LS_ERR_NOMEM;
+        if (!xf || !rstd || !xn || !lse || (io->targets && !tg)) goto cleanup;
+        memcpy(xf, h + r0 * d, R(n * d));
+        LS_K(ls_rmsnorm_forward)(xn, rstd, xf, p->norm->w, 1, eps, n, d);
+        if (io->targets) {
+            for (size_t t = 0; t < n; t++) {
+                if (io->targets[t] < 0 || (size_t)io->targets[t] >= V) {
+                    st = LS_ERR_ARG;
+                    goto cleanup;
+                }
+            }
+            memcpy(tg, io->targets, n * sizeof(int32_t));
+            ls_real *ws = ls_arena_alloc(&work, R(LS_K(ls_logprob_workspace)(n, VOCAB_CHUNK)));
+            if (!ws) goto cleanup;
+            LS_K(ls_logprob_forward)(io->logp, lse, xn, p->lm_head->w, tg, temp, n, d, V, VOCAB_CHUNK, ws);
+        }
+        if (io->last_hidden) memcpy(io->last_hidden, xn + (n - 1) * d, R(d));
+        if (tp) {
+            tp->score_from = r0;
+            tp->n_sc = io->targets ? n : 0;
+            tp->targets = tg;
+            tp->xf = xf;
+            tp->rstd_f = rstd;
+            tp->xn_f = xn;
+            tp->lse = lse;
+        }
+        if (io->hook) io->hook(io->hook_user, c->n_layers, 0, n, now_ns() - t0, l2(xn, n * d));
+    }
+    st = LS_OK;
+    if (io->tape) {
+        *io->tape = tp;
+        tp = NULL;
+    }
+cleanup:
+    ls_arena_free(&work);
+    if (tp) LS_K(ls_seg_tape_free)(tp);
+    return st;
+}
+
+ls_status LS_K(ls_segment_backward)(const ls_params *p, ls_seg_tape *tp, const ls_real *dlogp,
+                                    ls_hstate *dctx, ls_layer_hook hook, void *hook_user) {
+    const ls_model_config *c = &p->cfg;
+    size_t T = tp->T, d = (size_t)c->d_model, V = (size_t)c->vocab;
+    ls_arena work;
+    ls_arena_init(&work, tp->arena.cat, 0);
+    ls_status st = LS_ERR_NOMEM;
+    ls_real *dh = ls_arena_alloc(&work, R(T * d));
+    if (!dh) goto cleanup;
+    int64_t t0 = now_ns();
+    if (dlogp && tp->n_sc) {
+        size_t n = tp->n_sc;
+        ls_real *dxn = ls_arena_alloc(&work, R(n * d));
+        ls_real *ws = ls_arena_alloc(&work, R(LS_K(ls_logprob_workspace)(n, VOCAB_CHUNK)));
+        if (!dxn || !ws) goto cleanup;
+        LS_K(ls_logprob_backward)(dxn, p->lm_head->g, dlogp, tp->xn_f, p->lm_head->w, tp->targets, tp->lse,
+                                  (ls_real)p->obj.temperature, n, d, V, VOCAB_CHUNK, ws);
+        LS_K(ls_rmsnorm_backward)(dh + tp->score_from * d, p->norm->g, dxn, tp->xf, tp->rstd_f, p->norm->w,
+                                  1, n, d);
+        if (hook) hook(hook_user, c->n_layers, 1, n, now_ns() - t0, l2(dh, T * d));
+    }
+    for (int l = c->n_layers - 1; l >= 0; l--) {
+        t0 = now_ns();
+        ls_arena scr;
+        ls_arena_init(&scr, tp->arena.cat, 0);
+        st = LS_K(ls_layer_backward)(p, l, &tp->ly[l], dh, tp->ctx ? &tp->ctx->ly[l] : NULL,
+                                     dctx ? &dctx->ly[l] : NULL, NULL, NULL, NULL, NULL, &scr);
+        ls_arena_free(&scr);
+        if (st != LS_OK) goto cleanup;
+        if (hook) hook(hook_user, l, 1, T, now_ns() - t0, l2(dh, T * d));
+    }
+    t0 = now_ns();
+    if (p->embed->g) LS_K(ls_embedding_backward)(p->embed->g, dh, tp->tokens, T, d);
+    if (hook) hook(hook_user, -1, 1, T, now_ns() - t0, l2(dh, T * d));
+    st = LS_OK;
+cleanup:
+    ls_arena_free(&work);
+    return st;
+}
+
+/* Gather a layer's per-page gradient into one contiguous [T, row] buffer. */
+static void gather_pages(ls_real *dst, const ls_layer_state *s, size_t row, int want_v) {
+    size_t off = 0;
+    for (size_t i = 0; i < s->n_pages; i++) {
+        const ls_kv_page *pg = &s->pages[i];
+        memcpy(dst + off * row, want_v ? pg->v : pg->k, R(pg->n * row));
+        off += pg->n;
+    }
+}
+
+ls_status LS_K(ls_prompt_backward)(const ls_params *p, const int32_t *tokens, size_t T,
+                                   ls_real *const *checkpoints, const ls_hstate *dstate,
+                                   ls_mem_cat win_cat, ls_layer_hook hook, void *hook_user) {
+    const ls_model_config *c = &p->cfg;
+    size_t d = (size_t)c->d_model, row = (size_t)c->attn_kv_heads * (size_t)c->head_dim;
+    ls_arena keep;
+    ls_arena_init(&keep, win_cat, 0);
+    ls_status st = LS_ERR_NOMEM;
+    ls_real *dh = ls_arena_alloc(&keep, R(T * d)); /* the prompt's output gets no gradient */
+    ls_real *h = ls_arena_alloc(&keep, R(T * d));
+    if (!dh || !h) goto cleanup;
+    for (int l = c->n_layers - 1; l >= 0; l--) {
+        int64_t t0 = now_ns();
+        ls_arena win, scr;
+        ls_arena_init(&win, win_cat, 1u << 20);
+        ls_arena_init(&scr, win_cat, 0);
+        ls_layer_tape tape;
+        memcpy(h, checkpoints[l], R(T * d));
+        st = LS_K(ls_layer_forward)(p, l, h, T, 0, NULL, NULL, NULL, NULL, NULL, &tape, &win, &scr);
+        ls_arena_free(&scr);
+        const ls_layer_state *ds = &dstate->ly[l];
+        ls_real *dk = NULL, *dv = NULL;
+        if (st == LS_OK && p->layers[l].is_attn) {
+            dk = ls_arena_alloc(&win, R(T * row));
+            dv = ls_arena_alloc(&win, R(T * row));
+            if (!dk || !dv) st = LS_ERR_NOMEM;
+            else {
+                gather_pages(dk, ds, row, 0);
+                gather_pages(dv, ds, row, 1);
+            }
+        }
+        if (st == LS_OK) {
+            ls_arena_init(&scr, win_cat, 0);
+            st = LS_K(ls_layer_backward)(p, l, &tape, dh, NULL, NULL, dk, dv, ds->tail, ds->S, &scr);
+            ls_arena_free(&scr);
+        }
+        ls_arena_free(&win);
+        if (st != LS_OK) goto cleanup;
+        if (hook) hook(hook_user, l, 1, T, now_ns() - t0, l2(dh, T * d));
+    }
+    if (p->embed->g) LS_K(ls_embedding_backward)(p->embed->g, dh, tokens, T, d);
+    if (hook) hook(hook_user, -1, 1, T, 0, l2(dh, T * d));
+    st = LS_OK;
+cleanup:
+    ls_arena_free(&keep);
+    return st;
+}

@@ -1,0 +1,107 @@
+/* hybrid.h - the hybrid family (MODEL.md §1): carried state, one layer's
+ * forward/backward with an explicit tape, and whole segments.  Numeric
+ * (compiled per real type).
+ *
+ * A *segment* is a run of consecutive positions [pos0, pos0+T) processed
+ * through every layer.  It starts from a carried *context* state (the KV
+ * pages of the attention layers and the conv tail + recurrent state S of the
+ * GDN layers of all positions before pos0; NULL = sequence start) and can
+ * hand on its own carried state.  The prompt capture, each response branch,
+ * the token-by-token decode and the naive full sequence are all segments;
+ * only what they keep differs.
+ *
+ * Gradients: a segment backward consumes the gradient of its scored
+ * log-probs and, optionally, the gradient arriving for the state it handed
+ * on, and produces parameter gradients plus, optionally, the gradient of
+ * the context state it read (DESIGN.md §3 `full` mode). */
+#ifndef LS_TRAINER_HYBRID_H
+#define LS_TRAINER_HYBRID_H
+#include "trainer/arena.h"
+#include "trainer/params.h"
+
+/* One block of keys: K and V of n consecutive positions from pos0,
+ * each [n, Hkv, hd], token-major. */
+typedef struct {
+    ls_real *k, *v;
+    size_t n;
+    int64_t pos0;
+} ls_kv_page;
+
+typedef struct {
+    ls_kv_page *pages; /* attention layers */
+    size_t n_pages, cap_pages;
+    ls_real *tail;     /* GDN: [K-1, C] */
+    ls_real *S;        /* GDN: [Hv, dk, dv] */
+} ls_layer_state;
+
+/* Carried state of all layers.  Pages [0, n_borrowed) of every attention
+ * layer belong to another state (a member's decode state borrows the
+ * prompt's pages); the rest, and tail/S, are owned and tracked under cat. */
+typedef struct {
+    int n_layers;
+    ls_layer_state *ly;
+    int64_t n_pos;
+    size_t page_size;
+    size_t n_borrowed;
+    ls_mem_cat cat;
+} ls_hstate;
+
+/* Empty state (position 0): zero GDN tails and states, no pages. */
+ls_status LS_K(ls_hstate_init)(ls_hstate *s, const ls_params *p, size_t page_size, ls_mem_cat cat);
+/* A state that borrows src's pages and owns copies of its GDN tails/states. */
+ls_status LS_K(ls_hstate_fork)(ls_hstate *dst, const ls_hstate *src, ls_mem_cat cat);
+/* Zeroed gradient of src: same pages (owned, sizes equal) and GDN shapes. */
+ls_status LS_K(ls_hstate_grad_like)(ls_hstate *dst, const ls_hstate *src, ls_mem_cat cat);
+void LS_K(ls_hstate_free)(ls_hstate *s);
+/* Bytes the state owns (pages + tails + states), counted from its buffers. */
+size_t LS_K(ls_hstate_bytes)(const ls_hstate *s, const ls_params *p);
+/* Analytical carried-state bytes for n_pos prompt positions (MODEL.md §1). */
+size_t LS_K(ls_hstate_analytical_bytes)(const ls_params *p, int64_t n_pos);
+
+typedef struct ls_seg_tape ls_seg_tape;
+
+/* Per-layer observation hook (trace layer_end events): called after each
+ * layer's forward or backward with the layer index (-1 embedding, n_layers
+ * head), direction (0 fwd, 1 bwd), token count, wall ns and output norm. */
+typedef void (*ls_layer_hook)(void *user, int layer, int dir, size_t tokens, int64_t wall_ns,
+                              double out_norm);
+
+typedef struct {
+    const int32_t *tokens;   /* [T] input ids */
+    size_t T;
+    int64_t pos0;
+    const ls_hstate *ctx;    /* context state (NULL: sequence start) */
+    ls_hstate *state_out;    /* appends this segment's K/V pages and sets the GDN state (may equal
+                                ctx for in-place decode) (NULL: not kept) */
+    ls_real **checkpoints;   /* [n_layers] arrays [T, d]: each layer's input (NULL: not kept) */
+    const int32_t *targets;  /* [T - score_from] scored tokens (NULL: no scoring) */
+    size_t score_from;
+    ls_real *logp;           /* [T - score_from] log-probs out */
+    ls_real *last_hidden;    /* [d] normed final hidden state of the last position (NULL: no) */
+    ls_seg_tape **tape;      /* autograd tape out (NULL: no autograd); free with ls_seg_tape_free */
+    ls_mem_cat tape_cat;     /* category of the tape (branch_graph, scratch ...) */
+    ls_layer_hook hook;
+    void *hook_user;
+} ls_seg_io;
+
+ls_status LS_K(ls_segment_forward)(const ls_params *p, ls_seg_io *io);
+
+/* Backward of a taped segment.  dlogp [T - score_from] (NULL: zero).
+ * The state the segment handed on gets no gradient (branches and the naive
+ * sequence are last; the prompt's own backward is ls_prompt_backward).
+ * dctx: receives (+=) the gradient of the context state (NULL: detached);
+ * its pages must mirror the context's pages.
+ * Parameter gradients accumulate into p's trainable tensors. */
+ls_status LS_K(ls_segment_backward)(const ls_params *p, ls_seg_tape *tape, const ls_real *dlogp,
+                                    ls_hstate *dctx, ls_layer_hook hook, void *hook_user);
+void LS_K(ls_seg_tape_free)(ls_seg_tape *t);
+size_t LS_K(ls_seg_tape_bytes)(const ls_seg_tape *t);
+
+/* full mode: back-propagate the accumulated prompt-state gradient dstate
+ * through the prompt computation, recomputing one layer at a time from the
+ * checkpoints the capture kept (window arena in category win_cat).
+ * tokens [T] are the prompt positions [0, T). */
+ls_status LS_K(ls_prompt_backward)(const ls_params *p, const int32_t *tokens, size_t T,
+                                   ls_real *const *checkpoints, const ls_hstate *dstate,
+                                   ls_mem_cat win_cat, ls_layer_hook hook, void *hook_user);
+#endif

@@ -1,0 +1,132 @@
+/* hybrid_state.c - carried state of the hybrid family: KV pages of the
+ * attention layers, conv tail and recurrent state of the GDN layers. */
+#include <string.h>
+
+#include "trainer/hybrid.h"
+
+static size_t gdn_C(const ls_model_config *c) {
+    return 2 * (size_t)c->gdn_hk * (size_t)c->gdn_dk + (size_t)c->gdn_hv * (size_t)c->gdn_dv;
+}
+static size_t tail_len(const ls_model_config *c) {
+    return (size_t)(c->conv_kernel - 1) * gdn_C(c);
+}
+static size_t S_len(const ls_model_config *c) {
+    return (size_t)c->gdn_hv * (size_t)c->gdn_dk * (size_t)c->gdn_dv;
+}
+
+ls_status LS_K(ls_hstate_init)(ls_hstate *s, const ls_params *p, size_t page_size, ls_mem_cat cat) {
+    memset(s, 0, sizeof *s);
+    s->n_layers = p->cfg.n_layers;
+    s->page_size = page_size ? page_size : 64;
+    s->cat = cat;
+    s->ly = ls_mem_alloc(LS_MEM_SCRATCH, (size_t)s->n_layers * sizeof *s->ly); /* metadata: not state bytes */
+    if (!s->ly) return LS_ERR_NOMEM;
+    for (int l = 0; l < s->n_layers; l++) {
+        if (p->layers[l].is_attn) continue;
+        s->ly[l].tail = ls_mem_alloc(cat, tail_len(&p->cfg) * sizeof(ls_real));
+        s->ly[l].S = ls_mem_alloc(cat, S_len(&p->cfg) * sizeof(ls_real));
+        if (!s->ly[l].tail || !s->ly[l].S) {
+            LS_K(ls_hstate_free)(s);
+            return LS_ERR_NOMEM;
+        }
+    }
+    return LS_OK;
+}
+
+static ls_status copy_pages(ls_layer_state *d, const ls_layer_state *s, ls_mem_cat cat, int borrow,
+                            int zero) {
+    if (!s->n_pages) return LS_OK;
+    d->pages = ls_mem_alloc(LS_MEM_SCRATCH, s->n_pages * sizeof *d->pages);
+    if (!d->pages) return LS_ERR_NOMEM;
+    d->cap_pages = d->n_pages = s->n_pages;
+    for (size_t i = 0; i < s->n_pages; i++) {
+        d->pages[i] = s->pages[i];
+        if (borrow) continue;
+        size_t bytes = ls_mem_size(s->pages[i].k);
+        d->pages[i].k = ls_mem_alloc(cat, bytes);
+        d->pages[i].v = ls_mem_alloc(cat, bytes);
+        if (!d->pages[i].k || !d->pages[i].v) return LS_ERR_NOMEM;
+        if (!zero) {
+            memcpy(d->pages[i].k, s->pages[i].k, bytes);
+            memcpy(d->pages[i].v, s->pages[i].v, bytes);
+        }
+    }
+    return LS_OK;
+}
+
+static ls_status derive(ls_hstate *d, const ls_hstate *s, ls_mem_cat cat, int borrow, int zero) {
+    memset(d, 0, sizeof *d);
+    d->n_layers = s->n_layers;
+    d->n_pos = s->n_pos;
+    d->page_size = s->page_size;
+    d->cat = cat;
+    d->ly = ls_mem_alloc(LS_MEM_SCRATCH, (size_t)d->n_layers * sizeof *d->ly);
+    if (!d->ly) return LS_ERR_NOMEM;
+    ls_status st = LS_OK;
+    for (int l = 0; l < d->n_layers && st == LS_OK; l++) {
+        const ls_layer_state *sl = &s->ly[l];
+        ls_layer_state *dl = &d->ly[l];
+        st = copy_pages(dl, sl, cat, borrow, zero);
+        if (borrow && sl->n_pages > d->n_borrowed) d->n_borrowed = sl->n_pages;
+        if (sl->tail) {
+            size_t tb = ls_mem_size(sl->tail), sb = ls_mem_size(sl->S);
+            dl->tail = ls_mem_alloc(cat, tb);
+            dl->S = ls_mem_alloc(cat, sb);
+            if (!dl->tail || !dl->S) st = LS_ERR_NOMEM;
+            else if (!zero) {
+                memcpy(dl->tail, sl->tail, tb);
+                memcpy(dl->S, sl->S, sb);
+            }
+        }
+    }
+    if (st != LS_OK) LS_K(ls_hstate_free)(d);
+    return st;
+}
+
+ls_status LS_K(ls_hstate_fork)(ls_hstate *dst, const ls_hstate *src, ls_mem_cat cat) {
+    return derive(dst, src, cat, 1, 0);
+}
+
+ls_status LS_K(ls_hstate_grad_like)(ls_hstate *dst, const ls_hstate *src, ls_mem_cat cat) {
+    return derive(dst, src, cat, 0, 1);
+}
+
+void LS_K(ls_hstate_free)(ls_hstate *s) {
+    if (!s || !s->ly) return;
+    for (int l = 0; l < s->n_layers; l++) {
+        ls_layer_state *ly = &s->ly[l];
+        for (size_t i = s->n_borrowed < ly->n_pages ? s->n_borrowed : ly->n_pages; i < ly->n_pages; i++) {
+            ls_mem_free(ly->pages[i].k);
+            ls_mem_free(ly->pages[i].v);
+        }
+        ls_mem_free(ly->pages);
+        ls_mem_free(ly->tail);
+        ls_mem_free(ly->S);
+    }
+    ls_mem_free(s->ly);
+    memset(s, 0, sizeof *s);
+}
+
+size_t LS_K(ls_hstate_bytes)(const ls_hstate *s, const ls_params *p) {
+    (void)p;
+    size_t b = 0;
+    for (int l = 0; l < s->n_layers; l++) {
+        const ls_layer_state *ly = &s->ly[l];
+        for (size_t i = s->n_borrowed < ly->n_pages ? s->n_borrowed : ly->n_pages; i < ly->n_pages; i++)
+            b += ls_mem_size(ly->pages[i].k) + ls_mem_size(ly->pages[i].v);
+        b += ls_mem_size(ly->tail) + ls_mem_size(ly->S);
+    }
+    return b;
+}
+
+size_t LS_K(ls_hstate_analytical_bytes)(const ls_params *p, int64_t n_pos) {
+    const ls_model_config *c = &p->cfg;
+    size_t b = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (p->layers[l].is_attn)
+            b += 2 * (size_t)n_pos * (size_t)c->attn_kv_heads * (size_t)c->head_dim;
+        else
+            b += tail_len(c) + S_len(c);
+    }
+    return b * sizeof(ls_real);
+}

@@ -1,0 +1,322 @@
+/* params.c - parameter table construction, deterministic initialisation and
+ * the reference-policy view. */
+#include "trainer/params.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainer/mem_tracker.h"
+#include "trainer/rng.h"
+
+enum { BLK_BASE = 0, BLK_ADAPT, BLK_GRAD, BLK_M, BLK_V, BLK_REF };
+
+typedef enum { INIT_NORMAL, INIT_ZERO, INIT_ONE, INIT_ALOG, INIT_DTBIAS } init_kind;
+
+typedef struct {
+    ls_params *p;
+    size_t cap;
+    int counting;
+    init_kind *kinds;
+    double *stds;
+} builder;
+
+static ls_tensor *add(builder *b, const char *name, size_t d0, size_t d1, init_kind kind,
+                      double std, int adapter) {
+    if (b->p->n == b->cap) return NULL; /* sized by the counting pass */
+    ls_tensor *t = &b->p->t[b->p->n];
+    b->kinds[b->p->n] = kind;
+    b->stds[b->p->n] = std;
+    b->p->n++;
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = d1 ? 2 : 1;
+    t->shape[0] = d0;
+    t->shape[1] = d1;
+    t->numel = d1 ? d0 * d1 : d0;
+    t->is_adapter = adapter;
+    return t;
+}
+
+/* A linear with its LoRA pair when the target is adapted in lora mode. */
+static ls_lin add_lin(builder *b, const char *prefix, size_t out, size_t in, double std, int lora) {
+    char nm[96];
+    ls_lin l = {0};
+    l.in = in;
+    l.out = out;
+    snprintf(nm, sizeof nm, "%s.weight", prefix);
+    l.W = add(b, nm, out, in, INIT_NORMAL, std, 0);
+    if (lora && b->p->obj.train_mode == LS_TRAIN_LORA) {
+        size_t r = (size_t)b->p->obj.lora_r;
+        snprintf(nm, sizeof nm, "%s.lora_A", prefix);
+        l.A = add(b, nm, r, in, INIT_NORMAL, 1.0 / sqrt((double)in), 1);
+        snprintf(nm, sizeof nm, "%s.lora_B", prefix);
+        l.B = add(b, nm, out, r, b->p->obj.lora_init_random ? INIT_NORMAL : INIT_ZERO,
+                  0.5 / sqrt((double)r), 1);
+    }
+    return l;
+}
+
+static void build_hybrid(builder *b) {
+    const ls_model_config *c = &b->p->cfg;
+    size_t d = (size_t)c->d_model, V = (size_t)c->vocab, I = (size_t)c->ffn_dim;
+    size_t L = (size_t)c->n_layers;
+    double sd = 1.0 / sqrt((double)d), so = 0.5 / sqrt((double)d);
+    char nm[96];
+    b->p->embed = add(b, "embed.weight", V, d, INIT_NORMAL, 1.0, 0);
+    for (size_t i = 0; i < L; i++) {
+        ls_hybrid_layer *ly = &b->p->layers[i];
+        ly->is_attn = ((i + 1) % 4 == 0);
+        snprintf(nm, sizeof nm, "layers.%zu.norm1.weight", i);
+        ly->norm1 = add(b, nm, d, 0, INIT_ZERO, 0, 0);
+        if (ly->is_attn) {
+            size_t H = (size_t)c->attn_heads, Hkv = (size_t)c->attn_kv_heads, hd = (size_t)c->head_dim;
+            char pre[80];
+            snprintf(pre, sizeof pre, "layers.%zu.attn.q", i);
+            ly->q = add_lin(b, pre, H * 2 * hd, d, sd, 1);
+            snprintf(pre, sizeof pre, "layers.%zu.attn.k", i);
+            ly->k = add_lin(b, pre, Hkv * hd, d, sd, 1);
+            snprintf(pre, sizeof pre, "layers.%zu.attn.v", i);
+            ly->v = add_lin(b, pre, Hkv * hd, d, sd, 1);
+            snprintf(pre, sizeof pre, "layers.%zu.attn.o", i);
+            ly->o = add_lin(b, pre, d, H * hd, 0.5 / sqrt((double)(H * hd)), 1);
+            snprintf(nm, sizeof nm, "layers.%zu.attn.q_norm.weight", i);
+            ly->q_norm = add(b, nm, hd, 0, INIT_ZERO, 0, 0);
+            snprintf(nm, sizeof nm, "layers.%zu.attn.k_norm.weight", i);
+            ly->k_norm = add(b, nm, hd, 0, INIT_ZERO, 0, 0);
+        } else {
+            size_t Hk = (size_t)c->gdn_hk, Hv = (size_t)c->gdn_hv, dk = (size_t)c->gdn_dk,
+                   dv = (size_t)c->gdn_dv, K = (size_t)c->conv_kernel;
+            size_t C = 2 * Hk * dk + Hv * dv;
+            char pre[80];
+            snprintf(pre, sizeof pre, "layers.%zu.gdn.in_qkv", i);
+            ly->in_qkv = add_lin(b, pre, C, d, sd, 1);
+            snprintf(pre, sizeof pre, "layers.%zu.gdn.in_z", i);
+            ly->in_z = add_lin(b, pre, Hv * dv, d, sd, 1);
+            snprintf(pre, sizeof pre, "layers.%zu.gdn.in_b", i);
+            ly->in_b = add_lin(b, pre, Hv, d, sd, 0);
+            snprintf(pre, sizeof pre, "layers.%zu.gdn.in_a", i);
+            ly->in_a = add_lin(b, pre, Hv, d, sd, 0);
+            snprintf(nm, sizeof nm, "layers.%zu.gdn.conv.weight", i);
+            ly->conv = add(b, nm, C, K, INIT_NORMAL, 1.0 / sqrt((double)K), 0);
+            snprintf(nm, sizeof nm, "layers.%zu.gdn.A_log", i);
+            ly->A_log = add(b, nm, Hv, 0, INIT_ALOG, 0, 0);
+            snprintf(nm, sizeof nm, "layers.%zu.gdn.dt_bias", i);
+            ly->dt_bias = add(b, nm, Hv, 0, INIT_DTBIAS, 0, 0);
+            snprintf(nm, sizeof nm, "layers.%zu.gdn.norm.weight", i);
+            ly->gnorm = add(b, nm, dv, 0, INIT_ONE, 0, 0);
+            snprintf(pre, sizeof pre, "layers.%zu.gdn.out", i);
+            ly->out = add_lin(b, pre, d, Hv * dv, 0.5 / sqrt((double)(Hv * dv)), 1);
+        }
+        snprintf(nm, sizeof nm, "layers.%zu.norm2.weight", i);
+        ly->norm2 = add(b, nm, d, 0, INIT_ZERO, 0, 0);
+        char pre[80];
+        snprintf(pre, sizeof pre, "layers.%zu.mlp.gate", i);
+        ly->gate = add_lin(b, pre, I, d, sd, 1);
+        snprintf(pre, sizeof pre, "layers.%zu.mlp.up", i);
+        ly->up = add_lin(b, pre, I, d, sd, 1);
+        snprintf(pre, sizeof pre, "layers.%zu.mlp.down", i);
+        ly->down = add_lin(b, pre, d, I, 0.5 / sqrt((double)I), 1);
+    }
+    b->p->norm = add(b, "norm.weight", d, 0, INIT_ZERO, 0, 0);
+    b->p->lm_head = add(b, "lm_head.weight", V, d, INIT_NORMAL, so, 0);
+}
+
+static void init_tensor(ls_tensor *t, init_kind kind, double std, uint64_t seed) {
+    ls_rng r;
+    ls_rng_seed(&r, ls_rng_derive(seed, t->name));
+    for (size_t i = 0; i < t->numel; i++) {
+        double x = 0;
+        switch (kind) {
+        case INIT_NORMAL: x = std * ls_rng_normal(&r); break;
+        case INIT_ZERO: x = 0; break;
+        case INIT_ONE: x = 1; break;
+        case INIT_ALOG: x = log(1.0 + 15.0 * ls_rng_uniform(&r)); break; /* A in [1, 16] */
+        case INIT_DTBIAS: {
+            double dt = exp(log(1e-3) + (log(0.1) - log(1e-3)) * ls_rng_uniform(&r));
+            x = dt + log(-expm1(-dt)); /* inverse softplus */
+            break;
+        }
+        }
+        t->w[i] = (ls_real)x;
+    }
+}
+
+ls_status LS_K(ls_params_init)(ls_params **out, const ls_model_config *cfg,
+                               const ls_objective *obj, uint64_t seed, char *err, size_t err_len) {
+    *out = NULL;
+    if (cfg->family != LS_FAMILY_HYBRID) {
+        snprintf(err, err_len, "--config: family '%s' is not supported by this trainer yet",
+                 ls_family_name(cfg->family));
+        return LS_ERR_UNSUPPORTED;
+    }
+    if (obj->lora_r < 1) {
+        snprintf(err, err_len, "lora_r: must be >= 1");
+        return LS_ERR_ARG;
+    }
+    ls_params *p = calloc(1, sizeof *p);
+    builder b = {0};
+    ls_status st = LS_ERR_NOMEM;
+    if (!p) return LS_ERR_NOMEM;
+    p->cfg = *cfg;
+    p->obj = *obj;
+    p->lora_scale = (ls_real)(obj->lora_alpha / obj->lora_r);
+    p->layers = calloc((size_t)cfg->n_layers, sizeof *p->layers);
+    b.p = p;
+    b.cap = 64 + 40 * (size_t)cfg->n_layers;
+    p->t = calloc(b.cap, sizeof *p->t);
+    b.kinds = calloc(b.cap, sizeof *b.kinds);
+    b.stds = calloc(b.cap, sizeof *b.stds);
+    if (!p->layers || !p->t || !b.kinds || !b.stds) goto cleanup;
+    build_hybrid(&b);
+
+    size_t nb[6] = {0};
+    for (size_t i = 0; i < p->n; i++) {
+        ls_tensor *t = &p->t[i];
+        t->trainable = obj->train_mode == LS_TRAIN_LORA ? t->is_adapter : 1;
+        nb[t->is_adapter ? BLK_ADAPT : BLK_BASE] += t->numel;
+        if (t->trainable) p->n_trainable += t->numel;
+    }
+    nb[BLK_GRAD] = nb[BLK_M] = nb[BLK_V] = p->n_trainable;
+    nb[BLK_REF] = obj->train_mode == LS_TRAIN_FULL ? nb[BLK_BASE] : 0;
+    static const ls_mem_cat cats[6] = {LS_MEM_WEIGHTS, LS_MEM_ADAPTERS, LS_MEM_GRADS,
+                                       LS_MEM_OPTIMIZER, LS_MEM_OPTIMIZER, LS_MEM_WEIGHTS};
+    for (int k = 0; k < 6; k++) {
+        if (!nb[k]) continue;
+        p->blocks[k] = ls_mem_alloc(cats[k], nb[k] * sizeof(ls_real));
+        if (!p->blocks[k]) {
+            snprintf(err, err_len, "cannot allocate %zu bytes of %s", nb[k] * sizeof(ls_real),
+                     ls_mem_cat_name(cats[k]));
+            goto cleanup;
+        }
+    }
+    size_t off[6] = {0};
+    for (size_t i = 0; i < p->n; i++) {
+        ls_tensor *t = &p->t[i];
+        int k = t->is_adapter ? BLK_ADAPT : BLK_BASE;
+        t->w = p->blocks[k] + off[k];
+        off[k] += t->numel;
+        if (t->trainable) {
+            t->g = p->blocks[BLK_GRAD] + off[BLK_GRAD];
+            t->m = p->blocks[BLK_M] + off[BLK_GRAD];
+            t->v = p->blocks[BLK_V] + off[BLK_GRAD];
+            off[BLK_GRAD] += t->numel;
+        }
+        init_tensor(t, b.kinds[i], b.stds[i], seed);
+    }
+    LS_K(ls_params_snapshot_ref)(p);
+    *out = p;
+    p = NULL;
+    st = LS_OK;
+cleanup:
+    free(b.kinds);
+    free(b.stds);
+    if (p) LS_K(ls_params_free)(p);
+    return st;
+}
+
+void LS_K(ls_params_free)(ls_params *p) {
+    if (!p) return;
+    if (!p->is_view)
+        for (int k = 0; k < 6; k++) ls_mem_free(p->blocks[k]);
+    free(p->t);
+    free(p->layers);
+    free(p);
+}
+
+void LS_K(ls_params_snapshot_ref)(ls_params *p) {
+    if (!p->blocks[BLK_REF]) return;
+    size_t nbase = 0;
+    for (size_t i = 0; i < p->n; i++)
+        if (!p->t[i].is_adapter) nbase += p->t[i].numel;
+    memcpy(p->blocks[BLK_REF], p->blocks[BLK_BASE], nbase * sizeof(ls_real));
+}
+
+static ls_tensor *remap(const ls_params *src, ls_params *dst, const ls_tensor *t) {
+    return t ? dst->t + (t - src->t) : NULL;
+}
+
+static ls_lin remap_lin(const ls_params *src, ls_params *dst, ls_lin l) {
+    ls_lin r = l;
+    r.W = remap(src, dst, l.W);
+    r.A = r.B = NULL; /* the reference policy never uses adapters */
+    return r;
+}
+
+ls_status LS_K(ls_params_ref_view)(ls_params **out, const ls_params *p) {
+    ls_params *v = calloc(1, sizeof *v);
+    if (!v) return LS_ERR_NOMEM;
+    *v = *p;
+    v->is_view = 1;
+    v->t = calloc(p->n, sizeof *v->t);
+    v->layers = calloc((size_t)p->cfg.n_layers, sizeof *v->layers);
+    if (!v->t || !v->layers) {
+        free(v->t);
+        free(v->layers);
+        free(v);
+        return LS_ERR_NOMEM;
+    }
+    memcpy(v->t, p->t, p->n * sizeof *v->t);
+    size_t off = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        ls_tensor *t = &v->t[i];
+        t->g = t->m = t->v = NULL;
+        t->trainable = 0;
+        if (!t->is_adapter && p->blocks[BLK_REF]) {
+            t->w = p->blocks[BLK_REF] + off;
+            off += t->numel;
+        }
+    }
+    v->embed = remap(p, v, p->embed);
+    v->norm = remap(p, v, p->norm);
+    v->lm_head = remap(p, v, p->lm_head);
+    for (int i = 0; i < p->cfg.n_layers; i++) {
+        const ls_hybrid_layer *s = &p->layers[i];
+        ls_hybrid_layer *d = &v->layers[i];
+        d->is_attn = s->is_attn;
+        d->norm1 = remap(p, v, s->norm1);
+        d->norm2 = remap(p, v, s->norm2);
+        d->in_qkv = remap_lin(p, v, s->in_qkv);
+        d->in_z = remap_lin(p, v, s->in_z);
+        d->in_b = remap_lin(p, v, s->in_b);
+        d->in_a = remap_lin(p, v, s->in_a);
+        d->out = remap_lin(p, v, s->out);
+        d->conv = remap(p, v, s->conv);
+        d->A_log = remap(p, v, s->A_log);
+        d->dt_bias = remap(p, v, s->dt_bias);
+        d->gnorm = remap(p, v, s->gnorm);
+        d->q = remap_lin(p, v, s->q);
+        d->k = remap_lin(p, v, s->k);
+        d->v = remap_lin(p, v, s->v);
+        d->o = remap_lin(p, v, s->o);
+        d->q_norm = remap(p, v, s->q_norm);
+        d->k_norm = remap(p, v, s->k_norm);
+        d->gate = remap_lin(p, v, s->gate);
+        d->up = remap_lin(p, v, s->up);
+        d->down = remap_lin(p, v, s->down);
+    }
+    *out = v;
+    return LS_OK;
+}
+
+ls_tensor *LS_K(ls_params_find)(const ls_params *p, const char *name) {
+    for (size_t i = 0; i < p->n; i++)
+        if (strcmp(p->t[i].name, name) == 0) return &p->t[i];
+    return NULL;
+}
+
+void LS_K(ls_params_zero_grads)(ls_params *p) {
+    if (p->blocks[BLK_GRAD]) memset(p->blocks[BLK_GRAD], 0, p->n_trainable * sizeof(ls_real));
+}
+
+double LS_K(ls_params_grad_sumsq)(const ls_params *p) {
+    double s = 0;
+    for (size_t i = 0; i < p->n_trainable; i++) s += (double)p->blocks[BLK_GRAD][i] * p->blocks[BLK_GRAD][i];
+    return s;
+}
+
+int LS_K(ls_params_grads_finite)(const ls_params *p) {
+    for (size_t i = 0; i < p->n_trainable; i++)
+        if (!isfinite(p->blocks[BLK_GRAD][i])) return 0;
+    return 1;
+}

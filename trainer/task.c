@@ -1,0 +1,62 @@
+/* task.c - key/value retrieval prompts and their reward. */
+#include "trainer/task.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainer/rng.h"
+
+ls_status ls_task_make(ls_task *t, size_t P, size_t value_len, uint64_t seed) {
+    memset(t, 0, sizeof *t);
+    if (P < 64 || value_len < 1 || value_len > 16) return LS_ERR_ARG;
+    ls_rng r;
+    ls_rng_seed(&r, ls_rng_derive(seed, "task"));
+    t->prompt = malloc(P * sizeof *t->prompt);
+    t->answer = malloc(value_len * sizeof *t->answer);
+    if (!t->prompt || !t->answer) {
+        ls_task_free(t);
+        return LS_ERR_NOMEM;
+    }
+    t->P = P;
+    t->value_len = value_len;
+    for (size_t i = 0; i < P; i++) t->prompt[i] = 'a' + (int32_t)ls_rng_below(&r, 26);
+    size_t rec = 1 + 4 + 1 + value_len + 1, qlen = 1 + 4 + 1;
+    size_t body = P - qlen, n_pairs = body / (rec * 8) + 1;
+    size_t slot = body / n_pairs, chosen = (size_t)ls_rng_below(&r, n_pairs);
+    int32_t key[4] = {'A', 'A', 'A', 'A'};
+    for (size_t k = 0; k < n_pairs; k++) {
+        if (slot < rec) break;
+        size_t at = k * slot + (size_t)ls_rng_below(&r, slot - rec + 1);
+        int32_t *q = t->prompt + at;
+        q[0] = '#';
+        for (int j = 0; j < 4; j++) q[1 + j] = 'A' + (int32_t)ls_rng_below(&r, 26);
+        q[5] = '=';
+        for (size_t j = 0; j < value_len; j++) q[6 + j] = '0' + (int32_t)ls_rng_below(&r, 10);
+        q[6 + value_len] = ';';
+        if (k == chosen) {
+            memcpy(key, q + 1, sizeof key);
+            memcpy(t->answer, q + 6, value_len * sizeof *t->answer);
+        }
+    }
+    int32_t *q = t->prompt + body;
+    q[0] = '?';
+    memcpy(q + 1, key, sizeof key);
+    q[5] = '=';
+    return LS_OK;
+}
+
+double ls_task_reward(const ls_task *t, const int32_t *resp, size_t R) {
+    if (R == 0) return 0;
+    size_t hit = 0, digits = 0;
+    for (size_t i = 0; i < R; i++) {
+        if (i < t->value_len && resp[i] == t->answer[i]) hit++;
+        if (resp[i] >= '0' && resp[i] <= '9') digits++;
+    }
+    return 0.8 * (double)hit / (double)t->value_len + 0.2 * (double)digits / (double)R;
+}
+
+void ls_task_free(ls_task *t) {
+    free(t->prompt);
+    free(t->answer);
+    memset(t, 0, sizeof *t);
+}

@@ -1,0 +1,28 @@
+/* task.h - the built-in synthetic long-context task: key/value retrieval.
+ *
+ * The prompt is P bytes of lowercase filler with n_pairs records
+ * "#KEY=VALUE;" scattered through it (KEY 4 uppercase letters, VALUE
+ * `value_len` digits), and ends with the query "?KEY=" for one of them.
+ * The correct response is that key's VALUE.  The reward of a response is
+ * 0.8 x (fraction of the value's bytes produced at their position) + 0.2 x
+ * (fraction of response bytes that are digits): the first term is the task,
+ * the second a format term that gives an untrained model's group some
+ * reward variance, so advantages are not all zero.  dtype-independent. */
+#ifndef LS_TRAINER_TASK_H
+#define LS_TRAINER_TASK_H
+#include <stddef.h>
+#include <stdint.h>
+#include "common/status.h"
+
+typedef struct {
+    int32_t *prompt;   /* [P] byte tokens */
+    size_t P;
+    int32_t *answer;   /* [value_len] */
+    size_t value_len;
+} ls_task;
+
+/* Build a prompt of exactly P tokens (P >= 64).  Free with ls_task_free. */
+ls_status ls_task_make(ls_task *t, size_t P, size_t value_len, uint64_t seed);
+double ls_task_reward(const ls_task *t, const int32_t *resp, size_t R);
+void ls_task_free(ls_task *t);
+#endif

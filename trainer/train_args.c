@@ -1,0 +1,166 @@
+/* train_args.c - longstraw-train argument parsing and usage text. */
+#include "trainer/train_args.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void ls_train_usage(FILE *f) {
+    fputs(
+        "usage: longstraw-train --config FILE --out RUN [options]\n"
+        "\n"
+        "One or more GRPO steps of the hybrid family on one rank: capture the prompt\n"
+        "state without autograd, roll out G responses, score them, replay each member\n"
+        "under autograd, (full mode) back-propagate through the prompt, AdamW.\n"
+        "Writes RUN/rank-0000/events.jsonl.zst, RUN/rank-0000/receipt.json, RUN/manifest.json.\n"
+        "\n"
+        "  --config FILE           model config (configs/hybrid-tiny.json, ...)\n"
+        "  --out RUN               run directory (must not exist or be empty)\n"
+        "  --prompt-len P          prompt tokens of the synthetic key/value task (>= 64) [4096]\n"
+        "  --response-len R        response tokens per member [8]\n"
+        "  --group G               group size [4]\n"
+        "  --steps S               optimizer steps [1]\n"
+        "  --seed N                seed of weights, task and sampling [1]\n"
+        "  --dtype f32|f64         compute dtype [f32]\n"
+        "  --grad-mode detached|full   detached prompt state, or the full gradient [detached]\n"
+        "  --strategy longstraw|naive  LongStraw transaction, or one full sequence per member [longstraw]\n"
+        "  --train-mode lora|full  trainable set (MODEL.md §3) [lora]\n"
+        "  --lora-init zero|random lora_B initialisation [zero]\n"
+        "  --lora-r R --lora-alpha A   adapter rank and alpha [4, 8]\n"
+        "  --lr X                  AdamW learning rate [1e-3]\n"
+        "  --temperature X --top-p X   sampling (temperature also scales scored logits) [1, 0.95]\n"
+        "  --epsilon X --beta X    clip range and KL weight [0.2, 0.04]\n"
+        "  --page-size N           KV page length in tokens [64]\n"
+        "  --rollouts FILE         JSONL: prompt, responses, rewards, optional old_logprobs\n"
+        "  --save-init FILE        all weights at the start of step 1 (safetensors)\n"
+        "  --dump-batch FILE       step 1 inputs (MODEL.md §6 JSON)\n"
+        "  --dump-grads FILE       finalised step-1 gradients of the trainable tensors (safetensors)\n"
+        "  --memory-budget BYTES   refuse plans above this (default 90% of MemAvailable)\n"
+        "  --fault nan-grad        fault injection: poison a gradient (the step must refuse)\n"
+        "  --quiet                 no progress on stderr\n"
+        "  --help                  this text\n"
+        "Exit: 0 success, 1 the step failed (error event written), 2 bad usage or input.\n",
+        f);
+}
+
+static int parse_size(const char *s, size_t lo, size_t hi, size_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-' || v < lo || v > hi) return -1;
+    *out = (size_t)v;
+    return 0;
+}
+
+static int parse_real(const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+#define BAD(...)                                  \
+    do {                                          \
+        snprintf(err, err_len, __VA_ARGS__);      \
+        return 2;                                 \
+    } while (0)
+
+int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size_t err_len) {
+    memset(a, 0, sizeof *a);
+    ls_objective_defaults(&a->obj);
+    ls_step_options_defaults(&a->step);
+    a->P = 4096;
+    a->steps = 1;
+    size_t v;
+    int have_P = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *k = argv[i];
+        if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
+            a->help = 1;
+            return 0;
+        }
+        if (!strcmp(k, "--quiet")) {
+            a->quiet = 1;
+            continue;
+        }
+        if (strncmp(k, "--", 2) != 0) BAD("unexpected argument '%s' (options start with --)", k);
+        if (i + 1 >= argc) BAD("%s: missing value", k);
+        const char *val = argv[++i];
+        if (!strcmp(k, "--config")) a->config_path = val;
+        else if (!strcmp(k, "--out")) a->out = val;
+        else if (!strcmp(k, "--prompt-len")) {
+            if (parse_size(val, 2, (size_t)1 << 31, &a->P)) BAD("--prompt-len: '%s' is not an integer in [2, 2^31]", val);
+            have_P = 1;
+        } else if (!strcmp(k, "--response-len")) {
+            if (parse_size(val, 1, 1 << 16, &a->step.R)) BAD("--response-len: '%s' is not an integer in [1, 65536]", val);
+        } else if (!strcmp(k, "--group")) {
+            if (parse_size(val, 1, 4096, &a->step.G)) BAD("--group: '%s' is not an integer in [1, 4096]", val);
+        } else if (!strcmp(k, "--steps")) {
+            if (parse_size(val, 1, 1000000, &v)) BAD("--steps: '%s' is not an integer in [1, 1000000]", val);
+            a->steps = (int)v;
+        } else if (!strcmp(k, "--seed")) {
+            if (parse_size(val, 0, SIZE_MAX, &v)) BAD("--seed: '%s' is not a non-negative integer", val);
+            a->step.seed = v;
+        } else if (!strcmp(k, "--dtype")) {
+            if (!strcmp(val, "f32")) a->f64 = 0;
+            else if (!strcmp(val, "f64")) a->f64 = 1;
+            else BAD("--dtype: '%s' is not f32 or f64", val);
+        } else if (!strcmp(k, "--grad-mode")) {
+            if (!strcmp(val, "detached")) a->obj.grad_mode = LS_GRAD_DETACHED;
+            else if (!strcmp(val, "full")) a->obj.grad_mode = LS_GRAD_FULL;
+            else BAD("--grad-mode: '%s' is not detached or full", val);
+        } else if (!strcmp(k, "--strategy")) {
+            if (!strcmp(val, "longstraw")) a->step.strategy = LS_STRATEGY_LONGSTRAW;
+            else if (!strcmp(val, "naive")) a->step.strategy = LS_STRATEGY_NAIVE;
+            else BAD("--strategy: '%s' is not longstraw or naive", val);
+        } else if (!strcmp(k, "--train-mode")) {
+            if (!strcmp(val, "lora")) a->obj.train_mode = LS_TRAIN_LORA;
+            else if (!strcmp(val, "full")) a->obj.train_mode = LS_TRAIN_FULL;
+            else BAD("--train-mode: '%s' is not lora or full", val);
+        } else if (!strcmp(k, "--lora-init")) {
+            if (!strcmp(val, "zero")) a->obj.lora_init_random = 0;
+            else if (!strcmp(val, "random")) a->obj.lora_init_random = 1;
+            else BAD("--lora-init: '%s' is not zero or random", val);
+        } else if (!strcmp(k, "--lora-r")) {
+            if (parse_size(val, 1, 1024, &v)) BAD("--lora-r: '%s' is not an integer in [1, 1024]", val);
+            a->obj.lora_r = (int)v;
+        } else if (!strcmp(k, "--lora-alpha")) {
+            if (parse_real(val, 1e-6, 1e6, &a->obj.lora_alpha)) BAD("--lora-alpha: '%s' is not a positive number", val);
+        } else if (!strcmp(k, "--lr")) {
+            if (parse_real(val, 0, 10, &a->step.lr)) BAD("--lr: '%s' is not a number in [0, 10]", val);
+        } else if (!strcmp(k, "--temperature")) {
+            if (parse_real(val, 1e-3, 1e3, &a->obj.temperature)) BAD("--temperature: '%s' is not in [1e-3, 1e3]", val);
+        } else if (!strcmp(k, "--top-p")) {
+            if (parse_real(val, 1e-6, 1, &a->step.top_p)) BAD("--top-p: '%s' is not in (0, 1]", val);
+        } else if (!strcmp(k, "--epsilon")) {
+            if (parse_real(val, 0, 1, &a->obj.epsilon)) BAD("--epsilon: '%s' is not in [0, 1]", val);
+        } else if (!strcmp(k, "--beta")) {
+            if (parse_real(val, 0, 100, &a->obj.beta)) BAD("--beta: '%s' is not in [0, 100]", val);
+        } else if (!strcmp(k, "--page-size")) {
+            if (parse_size(val, 1, 1 << 20, &a->step.page_size)) BAD("--page-size: '%s' is not an integer in [1, 2^20]", val);
+        } else if (!strcmp(k, "--memory-budget")) {
+            if (parse_size(val, 1 << 20, SIZE_MAX, &a->memory_budget)) BAD("--memory-budget: '%s' is not a byte count >= 1 MiB", val);
+        } else if (!strcmp(k, "--rollouts")) a->rollouts = val;
+        else if (!strcmp(k, "--save-init")) a->save_init = val;
+        else if (!strcmp(k, "--dump-batch")) a->dump_batch = val;
+        else if (!strcmp(k, "--dump-grads")) a->dump_grads = val;
+        else if (!strcmp(k, "--fault")) {
+            if (!strcmp(val, "nan-grad")) a->step.fault_nan_grad = 1;
+            else BAD("--fault: '%s' is not a fault this trainer injects (nan-grad)", val);
+        } else BAD("unknown option '%s' (see --help)", k);
+    }
+    if (!a->config_path) BAD("--config: required");
+    if (!a->out) BAD("--out: required");
+    if (a->rollouts && have_P) BAD("--prompt-len: not allowed with --rollouts (the file holds the prompt)");
+    if (!a->rollouts && a->P < 64) BAD("--prompt-len: the synthetic task needs at least 64 tokens");
+    char cerr[512];
+    ls_status st = ls_config_load(&a->cfg, a->config_path, cerr, sizeof cerr);
+    if (st != LS_OK) BAD("--config: %s", cerr);
+    if (a->cfg.family != LS_FAMILY_HYBRID)
+        BAD("--config: %s: family '%s' is not implemented by this trainer yet (hybrid only)", a->config_path,
+            ls_family_name(a->cfg.family));
+    return 0;
+}

@@ -1,0 +1,30 @@
+/* train_args.h - the longstraw-train command line (DESIGN.md §7).  Parsing
+ * validates every argument and names the bad one; it never exits.
+ * dtype-independent. */
+#ifndef LS_TRAINER_TRAIN_ARGS_H
+#define LS_TRAINER_TRAIN_ARGS_H
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "trainer/config.h"
+#include "trainer/step.h"
+
+typedef struct {
+    const char *config_path;
+    ls_model_config cfg;
+    ls_objective obj;
+    ls_step_options step;
+    size_t P;               /* prompt length (synthetic task); 0 with --rollouts */
+    int steps;
+    int f64;
+    const char *out;
+    const char *save_init, *dump_batch, *dump_grads, *rollouts;
+    size_t memory_budget;   /* bytes; 0 = 90% of MemAvailable */
+    int quiet;
+    int help;
+} ls_train_args;
+
+/* 0 on success; 2 with a message naming the argument in err. */
+int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size_t err_len);
+void ls_train_usage(FILE *f);
+#endif
