@@ -1,0 +1,334 @@
+/* trace_event.c - names of trace kinds and enumerated values, and the field
+ * table every event kind is checked against (see trace_event.h). */
+#include "receipts/trace_event.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *const KIND_NAMES[LS_TRACE_KIND_COUNT] = {
+    "phase_begin", "phase_end", "layer_end", "collective", "optimizer_step",
+    "param_digest", "memory", "error", "rank_complete",
+};
+static const char *const PHASE_NAMES[] = {
+    "capture", "rollout", "score", "replay", "prompt_bwd", "finalize", "optimizer", NULL,
+};
+static const char *const LAYER_KIND_NAMES[] = {"gdn", "attn", "mla", "embed", "head", NULL};
+static const char *const DIR_NAMES[] = {"fwd", "bwd", NULL};
+static const char *const OP_NAMES[] = {
+    "allreduce", "broadcast", "allgather", "sendrecv", "reduce_scatter", "barrier", NULL,
+};
+static const char *const RED_NAMES[] = {"sum", "max", "none", NULL};
+static const char *const DTYPE_NAMES[] = {"f32", "f64", "i64", "u8", NULL};
+
+static const char *name_at(const char *const *table, size_t count, int v) {
+    if (v < 0 || (size_t)v >= count) return "unknown";
+    return table[v];
+}
+
+const char *ls_trace_kind_name(ls_trace_kind k) { return name_at(KIND_NAMES, LS_TRACE_KIND_COUNT, (int)k); }
+const char *ls_trace_phase_name(ls_trace_phase p) { return name_at(PHASE_NAMES, LS_PHASE_COUNT, (int)p); }
+const char *ls_trace_layer_kind_name(ls_trace_layer_kind k) {
+    return name_at(LAYER_KIND_NAMES, LS_TRACE_LAYER_KIND_COUNT, (int)k);
+}
+const char *ls_trace_dir_name(ls_trace_dir d) { return name_at(DIR_NAMES, LS_TRACE_DIR_COUNT, (int)d); }
+const char *ls_trace_op_name(ls_trace_op o) { return name_at(OP_NAMES, LS_TRACE_OP_COUNT, (int)o); }
+const char *ls_trace_red_name(ls_trace_red r) { return name_at(RED_NAMES, LS_TRACE_RED_COUNT, (int)r); }
+const char *ls_trace_dtype_name(ls_trace_dtype d) { return name_at(DTYPE_NAMES, LS_TRACE_DTYPE_COUNT, (int)d); }
+
+ls_trace_kind ls_trace_kind_from_name(const char *name) {
+    if (name == NULL) return LS_TRACE_KIND_UNKNOWN;
+    for (int k = 0; k < LS_TRACE_KIND_COUNT; k++)
+        if (strcmp(KIND_NAMES[k], name) == 0) return (ls_trace_kind)k;
+    return LS_TRACE_KIND_UNKNOWN;
+}
+
+static int index_in(const char *const *table, const char *name) {
+    if (name == NULL) return -1;
+    for (int i = 0; table[i] != NULL; i++)
+        if (strcmp(table[i], name) == 0) return i;
+    return -1;
+}
+
+int ls_trace_enum_from_name(const char *table, const char *name) {
+    if (table == NULL) return -1;
+    if (strcmp(table, "layer_kind") == 0) return index_in(LAYER_KIND_NAMES, name);
+    if (strcmp(table, "dir") == 0) return index_in(DIR_NAMES, name);
+    if (strcmp(table, "op") == 0) return index_in(OP_NAMES, name);
+    if (strcmp(table, "red") == 0) return index_in(RED_NAMES, name);
+    if (strcmp(table, "dtype") == 0) return index_in(DTYPE_NAMES, name);
+    if (strcmp(table, "phase") == 0) return index_in(PHASE_NAMES, name);
+    return -1;
+}
+
+bool ls_trace_is_ident(const char *s) {
+    if (s == NULL || !(s[0] >= 'a' && s[0] <= 'z')) return false;
+    for (const char *p = s + 1; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_')) return false;
+    return true;
+}
+
+bool ls_trace_is_token(const char *s) {
+    if (s == NULL || s[0] == '\0') return false;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if (*p < '!' || *p > '~') return false;
+    return true;
+}
+
+static bool is_hex64(const char *s) {
+    size_t n = 0;
+    for (; s[n]; n++)
+        if (!((s[n] >= '0' && s[n] <= '9') || (s[n] >= 'a' && s[n] <= 'f'))) return false;
+    return n == 64;
+}
+
+size_t ls_trace_utf8_len(const unsigned char *p, size_t n) {
+    unsigned c = p[0];
+    size_t len;
+    unsigned cp;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) {
+        len = 2;
+        cp = c & 0x1F;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3;
+        cp = c & 0x0F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4;
+        cp = c & 0x07;
+    } else {
+        return 0;
+    }
+    if (n < len) return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((p[i] & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (p[i] & 0x3F);
+    }
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF))) return 0;
+    if (cp >= 0xD800 && cp <= 0xDFFF) return 0;
+    return len;
+}
+
+bool ls_trace_json_int(const cJSON *item, int64_t *out) {
+    if (!cJSON_IsNumber(item)) return false;
+    double v = item->valuedouble;
+    if (!isfinite(v) || v != floor(v) || fabs(v) > (double)LS_TRACE_MAX_INT) return false;
+    if (out) *out = (int64_t)v;
+    return true;
+}
+
+/* ---- the field table ---------------------------------------------------- */
+
+typedef enum {
+    FT_UINT,    /* integer >= 0 */
+    FT_INT_M1,  /* integer >= -1 */
+    FT_NUM0,    /* finite number >= 0 */
+    FT_BOOL,
+    FT_IDENT,   /* ls_trace_is_ident */
+    FT_TOKEN,   /* ls_trace_is_token */
+    FT_TEXT,    /* any string */
+    FT_ENUM,    /* one of `values` */
+    FT_HEX64,   /* 64 lowercase hex digits */
+    FT_MEMCATS  /* {ident: {"live": uint, "peak": uint}} */
+} field_type;
+
+typedef struct {
+    const char *name;
+    field_type type;
+    const char *const *values; /* FT_ENUM only */
+    bool optional;
+} field_spec;
+
+#define F(n, t) {n, t, NULL, false}
+#define FE(n, v) {n, FT_ENUM, v, false}
+
+static const field_spec PHASE_BEGIN_F[] = {F("phase", FT_IDENT), F("step", FT_UINT)};
+static const field_spec PHASE_END_F[] = {F("phase", FT_IDENT), F("step", FT_UINT),
+                                         F("wall_ns", FT_UINT), F("ok", FT_BOOL)};
+static const field_spec LAYER_END_F[] = {
+    F("phase", FT_IDENT),        F("step", FT_UINT),       F("member", FT_INT_M1),
+    F("layer", FT_INT_M1),       FE("kind", LAYER_KIND_NAMES), FE("dir", DIR_NAMES),
+    F("tokens", FT_UINT),        F("live_bytes", FT_UINT), F("peak_bytes", FT_UINT),
+    F("wall_ns", FT_UINT),       F("out_norm", FT_NUM0),
+};
+static const field_spec COLLECTIVE_F[] = {
+    F("group", FT_TOKEN), F("gseq", FT_UINT),  FE("op", OP_NAMES),       FE("red", RED_NAMES),
+    F("count", FT_UINT),  FE("dtype", DTYPE_NAMES), F("bytes", FT_UINT), F("purpose", FT_IDENT),
+    {"layer", FT_INT_M1, NULL, true},
+};
+static const field_spec OPTIMIZER_STEP_F[] = {F("step", FT_UINT), F("n_params", FT_UINT),
+                                              F("lr", FT_NUM0), F("grad_norm", FT_NUM0)};
+static const field_spec PARAM_DIGEST_F[] = {F("step", FT_UINT), F("target", FT_TOKEN),
+                                            F("sha256", FT_HEX64)};
+static const field_spec MEMORY_F[] = {F("step", FT_UINT),       F("phase", FT_IDENT),
+                                      F("categories", FT_MEMCATS), F("total_live", FT_UINT),
+                                      F("total_peak", FT_UINT), F("rss_peak", FT_UINT)};
+static const field_spec ERROR_F[] = {F("code", FT_UINT), F("status", FT_TEXT), F("message", FT_TEXT)};
+static const field_spec RANK_COMPLETE_F[] = {F("steps", FT_UINT), F("events", FT_UINT)};
+
+#undef F
+#undef FE
+
+typedef struct {
+    const field_spec *fields;
+    size_t n;
+} kind_spec;
+
+#define KS(a) {a, sizeof(a) / sizeof(a[0])}
+static const kind_spec KINDS[LS_TRACE_KIND_COUNT] = {
+    KS(PHASE_BEGIN_F),    KS(PHASE_END_F),    KS(LAYER_END_F),
+    KS(COLLECTIVE_F),     KS(OPTIMIZER_STEP_F), KS(PARAM_DIGEST_F),
+    KS(MEMORY_F),         KS(ERROR_F),        KS(RANK_COMPLETE_F),
+};
+#undef KS
+
+static const char *const ENVELOPE_KEYS[] = {"v", "rank", "seq", "ts_ns", "ev", NULL};
+
+size_t ls_trace_kind_field_count(ls_trace_kind kind) {
+    if ((int)kind < 0 || kind >= LS_TRACE_KIND_COUNT) return 0;
+    return KINDS[kind].n;
+}
+
+const char *ls_trace_kind_field(ls_trace_kind kind, size_t i, bool *required) {
+    if (i >= ls_trace_kind_field_count(kind)) return NULL;
+    if (required) *required = !KINDS[kind].fields[i].optional;
+    return KINDS[kind].fields[i].name;
+}
+
+static ls_status fail(char *why, size_t why_len, const char *kind, const char *field,
+                      const char *what) {
+    if (why && why_len) snprintf(why, why_len, "%s.%s: %s", kind, field, what);
+    return LS_ERR_SCHEMA;
+}
+
+static bool check_uint(const cJSON *it) {
+    int64_t v;
+    return ls_trace_json_int(it, &v) && v >= 0;
+}
+
+/* NULL when item satisfies spec, else a short reason. */
+static const char *check_value(const field_spec *spec, const cJSON *it) {
+    int64_t iv;
+    switch (spec->type) {
+    case FT_UINT:
+        return check_uint(it) ? NULL : "must be an integer >= 0 (at most 2^53-1)";
+    case FT_INT_M1:
+        return ls_trace_json_int(it, &iv) && iv >= -1 ? NULL
+                                                     : "must be an integer >= -1 (at most 2^53-1)";
+    case FT_NUM0:
+        return cJSON_IsNumber(it) && isfinite(it->valuedouble) && it->valuedouble >= 0
+                   ? NULL
+                   : "must be a finite number >= 0";
+    case FT_BOOL:
+        return cJSON_IsBool(it) ? NULL : "must be true or false";
+    case FT_IDENT:
+        return cJSON_IsString(it) && ls_trace_is_ident(it->valuestring)
+                   ? NULL
+                   : "must be a string matching ^[a-z][a-z0-9_]*$";
+    case FT_TOKEN:
+        return cJSON_IsString(it) && ls_trace_is_token(it->valuestring)
+                   ? NULL
+                   : "must be a non-empty printable ASCII string without spaces";
+    case FT_TEXT:
+        return cJSON_IsString(it) ? NULL : "must be a string";
+    case FT_ENUM:
+        return cJSON_IsString(it) && index_in(spec->values, it->valuestring) >= 0
+                   ? NULL
+                   : "must be one of the enumerated names";
+    case FT_HEX64:
+        return cJSON_IsString(it) && is_hex64(it->valuestring)
+                   ? NULL
+                   : "must be 64 lowercase hex digits";
+    case FT_MEMCATS:
+        if (!cJSON_IsObject(it)) return "must be an object";
+        for (const cJSON *c = it->child; c; c = c->next) {
+            if (!ls_trace_is_ident(c->string)) return "category names must match ^[a-z][a-z0-9_]*$";
+            if (!cJSON_IsObject(c)) return "each category must be an object {live, peak}";
+            int n = 0;
+            for (const cJSON *m = c->child; m; m = m->next) {
+                if (m->string == NULL ||
+                    (strcmp(m->string, "live") != 0 && strcmp(m->string, "peak") != 0))
+                    return "a category has a property other than live and peak";
+                if (!check_uint(m)) return "category live/peak must be integers >= 0";
+                n++;
+            }
+            if (n != 2) return "each category needs exactly live and peak";
+        }
+        return NULL;
+    }
+    return "unknown field type";
+}
+
+ls_status ls_trace_event_check(ls_trace_kind kind, const cJSON *event, char *why, size_t why_len) {
+    if (why && why_len) why[0] = '\0';
+    if (event == NULL || (int)kind < 0 || kind >= LS_TRACE_KIND_COUNT) {
+        if (why && why_len) snprintf(why, why_len, "no event or unknown kind");
+        return LS_ERR_ARG;
+    }
+    const char *kname = KIND_NAMES[kind];
+    if (!cJSON_IsObject(event)) return fail(why, why_len, kname, "(event)", "must be an object");
+    const kind_spec *ks = &KINDS[kind];
+    for (size_t i = 0; i < ks->n; i++) {
+        const field_spec *f = &ks->fields[i];
+        const cJSON *it = cJSON_GetObjectItemCaseSensitive(event, f->name);
+        if (it == NULL) {
+            if (f->optional) continue;
+            return fail(why, why_len, kname, f->name, "missing");
+        }
+        const char *bad = check_value(f, it);
+        if (bad) return fail(why, why_len, kname, f->name, bad);
+    }
+    for (const cJSON *c = event->child; c; c = c->next) {
+        const char *key = c->string ? c->string : "";
+        bool known = index_in(ENVELOPE_KEYS, key) >= 0;
+        for (size_t i = 0; !known && i < ks->n; i++) known = strcmp(ks->fields[i].name, key) == 0;
+        if (!known) return fail(why, why_len, kname, key, "not a field of this kind");
+    }
+    return LS_OK;
+}
+
+/* ---- typed views ---------------------------------------------------------- */
+
+static int64_t get_int(const cJSON *ev, const char *k) {
+    int64_t v = 0;
+    ls_trace_json_int(cJSON_GetObjectItemCaseSensitive(ev, k), &v);
+    return v;
+}
+
+static const char *get_str(const cJSON *ev, const char *k) {
+    return cJSON_GetObjectItemCaseSensitive(ev, k)->valuestring;
+}
+
+ls_status ls_trace_decode_layer_end(const cJSON *ev, ls_trace_layer_end *out) {
+    if (ev == NULL || out == NULL) return LS_ERR_ARG;
+    if (ls_trace_event_check(LS_TRACE_LAYER_END, ev, NULL, 0) != LS_OK) return LS_ERR_SCHEMA;
+    out->phase = get_str(ev, "phase");
+    out->step = get_int(ev, "step");
+    out->member = get_int(ev, "member");
+    out->layer = get_int(ev, "layer");
+    out->kind = (ls_trace_layer_kind)index_in(LAYER_KIND_NAMES, get_str(ev, "kind"));
+    out->dir = (ls_trace_dir)index_in(DIR_NAMES, get_str(ev, "dir"));
+    out->tokens = get_int(ev, "tokens");
+    out->live_bytes = get_int(ev, "live_bytes");
+    out->peak_bytes = get_int(ev, "peak_bytes");
+    out->wall_ns = get_int(ev, "wall_ns");
+    out->out_norm = cJSON_GetObjectItemCaseSensitive(ev, "out_norm")->valuedouble;
+    return LS_OK;
+}
+
+ls_status ls_trace_decode_collective(const cJSON *ev, ls_trace_collective *out) {
+    if (ev == NULL || out == NULL) return LS_ERR_ARG;
+    if (ls_trace_event_check(LS_TRACE_COLLECTIVE, ev, NULL, 0) != LS_OK) return LS_ERR_SCHEMA;
+    out->group = get_str(ev, "group");
+    out->gseq = get_int(ev, "gseq");
+    out->op = (ls_trace_op)index_in(OP_NAMES, get_str(ev, "op"));
+    out->red = (ls_trace_red)index_in(RED_NAMES, get_str(ev, "red"));
+    out->count = get_int(ev, "count");
+    out->dtype = (ls_trace_dtype)index_in(DTYPE_NAMES, get_str(ev, "dtype"));
+    out->bytes = get_int(ev, "bytes");
+    out->purpose = get_str(ev, "purpose");
+    const cJSON *layer = cJSON_GetObjectItemCaseSensitive(ev, "layer");
+    out->has_layer = layer != NULL;
+    out->layer = layer ? get_int(ev, "layer") : 0;
+    return LS_OK;
+}

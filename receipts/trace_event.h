@@ -1,0 +1,210 @@
+/* trace_event.h - the vocabulary of LongStraw trace events (DESIGN.md §6).
+ *
+ * A per-rank trace is JSON Lines: a header object on line 1, then one event
+ * per line with the fixed envelope "v", "rank", "seq", "ts_ns", "ev" (in that
+ * order) followed by the fields of the event's kind.  This module names the
+ * kinds and the enumerated values the writer (trace_writer.h) produces and the
+ * reader (trace_reader.h) accepts, and holds the one table of every kind's
+ * fields: the writer validates its generic events against it, the reader
+ * checks every event it delivers against it, and a test checks that
+ * schemas/event-<kind>.schema.json says the same.
+ *
+ * Everything here is static data or pure functions: thread-safe, no
+ * allocation.  Name functions return static strings and never NULL. */
+#ifndef LS_RECEIPTS_TRACE_EVENT_H
+#define LS_RECEIPTS_TRACE_EVENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "common/status.h"
+
+/* Format version written as "v" in the header and in every event. */
+#define LS_TRACE_VERSION 1
+/* Header "kind" and "schema" values. */
+#define LS_TRACE_HEADER_KIND "longstraw.trace.header"
+#define LS_TRACE_HEADER_SCHEMA "urn:longstraw:schema:event-header:v1"
+/* Longest line (JSON text plus its '\n') the writer writes and the reader
+ * accepts. */
+#define LS_TRACE_MAX_LINE ((size_t)1 << 20)
+/* Largest integer magnitude an event field may carry: every JSON reader that
+ * stores numbers as doubles holds it exactly.  (The header's start_unix_ns
+ * is the one exception: wall-clock nanoseconds exceed it, and a double
+ * reader sees them to ~0.25 µs.) */
+#define LS_TRACE_MAX_INT INT64_C(9007199254740991)
+
+/* Event kinds.  The numbering is internal (files carry the names). */
+typedef enum {
+    LS_TRACE_PHASE_BEGIN = 0,
+    LS_TRACE_PHASE_END,
+    LS_TRACE_LAYER_END,
+    LS_TRACE_COLLECTIVE,
+    LS_TRACE_OPTIMIZER_STEP,
+    LS_TRACE_PARAM_DIGEST,
+    LS_TRACE_MEMORY,
+    LS_TRACE_ERROR,
+    LS_TRACE_RANK_COMPLETE,
+    LS_TRACE_KIND_COUNT,
+    LS_TRACE_KIND_UNKNOWN = LS_TRACE_KIND_COUNT /* a kind outside this list */
+} ls_trace_kind;
+
+/* The phases of one training step (DESIGN.md §3).  Events carry phases as
+ * strings; other identifiers ([a-z][a-z0-9_]*) are allowed too. */
+typedef enum {
+    LS_PHASE_CAPTURE = 0,
+    LS_PHASE_ROLLOUT,
+    LS_PHASE_SCORE,
+    LS_PHASE_REPLAY,
+    LS_PHASE_PROMPT_BWD,
+    LS_PHASE_FINALIZE,
+    LS_PHASE_OPTIMIZER,
+    LS_PHASE_COUNT
+} ls_trace_phase;
+
+/* layer_end "kind". */
+typedef enum {
+    LS_TRACE_LAYER_GDN = 0,
+    LS_TRACE_LAYER_ATTN,
+    LS_TRACE_LAYER_MLA,
+    LS_TRACE_LAYER_EMBED,
+    LS_TRACE_LAYER_HEAD,
+    LS_TRACE_LAYER_KIND_COUNT
+} ls_trace_layer_kind;
+
+/* layer_end "dir". */
+typedef enum { LS_TRACE_DIR_FWD = 0, LS_TRACE_DIR_BWD, LS_TRACE_DIR_COUNT } ls_trace_dir;
+
+/* collective "op". */
+typedef enum {
+    LS_TRACE_OP_ALLREDUCE = 0,
+    LS_TRACE_OP_BROADCAST,
+    LS_TRACE_OP_ALLGATHER,
+    LS_TRACE_OP_SENDRECV,
+    LS_TRACE_OP_REDUCE_SCATTER,
+    LS_TRACE_OP_BARRIER,
+    LS_TRACE_OP_COUNT
+} ls_trace_op;
+
+/* collective "red". */
+typedef enum { LS_TRACE_RED_SUM = 0, LS_TRACE_RED_MAX, LS_TRACE_RED_NONE, LS_TRACE_RED_COUNT } ls_trace_red;
+
+/* collective "dtype". */
+typedef enum {
+    LS_TRACE_DTYPE_F32 = 0,
+    LS_TRACE_DTYPE_F64,
+    LS_TRACE_DTYPE_I64,
+    LS_TRACE_DTYPE_U8,
+    LS_TRACE_DTYPE_COUNT
+} ls_trace_dtype;
+
+/* Typed forms of the kinds with many fields, used by the writer's emitters
+ * (strings borrowed during the call) and filled by the decoders below
+ * (strings pointing into the decoded cJSON object). */
+
+/* layer_end: one layer finished its forward or backward pass. */
+typedef struct {
+    const char *phase;        /* ident, e.g. ls_trace_phase_name(LS_PHASE_REPLAY) */
+    int64_t step;             /* >= 0 */
+    int64_t member;           /* group member, -1 when the phase has none */
+    int64_t layer;            /* -1 embedding, 0..n_layers-1, n_layers = head */
+    ls_trace_layer_kind kind;
+    ls_trace_dir dir;
+    int64_t tokens;           /* >= 0 */
+    int64_t live_bytes;       /* >= 0 */
+    int64_t peak_bytes;       /* >= 0 */
+    int64_t wall_ns;          /* >= 0 */
+    double out_norm;          /* finite, >= 0 */
+} ls_trace_layer_end;
+
+/* collective: one communication call. */
+typedef struct {
+    const char *group;        /* token, a group of the header */
+    int64_t gseq;             /* per-group sequence number from 0 */
+    ls_trace_op op;
+    ls_trace_red red;
+    int64_t count;            /* elements, >= 0 */
+    ls_trace_dtype dtype;
+    int64_t bytes;            /* >= 0 */
+    const char *purpose;      /* ident: "attn_merge_max", "dkv_reduce", ... */
+    bool has_layer;           /* write "layer" only when true */
+    int64_t layer;            /* >= -1 */
+} ls_trace_collective;
+
+/* One memory category's figures. */
+typedef struct {
+    const char *name;         /* ident, distinct within the event */
+    int64_t live;             /* >= 0 */
+    int64_t peak;             /* >= 0 */
+} ls_trace_mem_category;
+
+/* memory: per-category and total figures at the end of a phase. */
+typedef struct {
+    int64_t step;
+    const char *phase;
+    const ls_trace_mem_category *categories; /* may be NULL when n_categories is 0 */
+    size_t n_categories;
+    int64_t total_live, total_peak, rss_peak; /* >= 0 */
+} ls_trace_memory;
+
+/* Names as written in files ("phase_begin", "replay", "gdn", "fwd",
+ * "allreduce", "sum", "f32"); "unknown" for a value out of range. */
+const char *ls_trace_kind_name(ls_trace_kind kind);
+const char *ls_trace_phase_name(ls_trace_phase phase);
+const char *ls_trace_layer_kind_name(ls_trace_layer_kind kind);
+const char *ls_trace_dir_name(ls_trace_dir dir);
+const char *ls_trace_op_name(ls_trace_op op);
+const char *ls_trace_red_name(ls_trace_red red);
+const char *ls_trace_dtype_name(ls_trace_dtype dtype);
+
+/* Kind from its name; LS_TRACE_KIND_UNKNOWN for NULL or any other string. */
+ls_trace_kind ls_trace_kind_from_name(const char *name);
+
+/* Enumerated value from its name: the value's index, or -1 when name is NULL
+ * or not one of the names.  `table` is one of "layer_kind", "dir", "op",
+ * "red", "dtype", "phase" (-1 for any other table). */
+int ls_trace_enum_from_name(const char *table, const char *name);
+
+/* String classes the format uses (each also a "pattern" in the schemas).
+ * ident: ^[a-z][a-z0-9_]*$ (phases, purposes, memory categories, kinds);
+ * token: ^[!-~]+$ (printable ASCII, no space: groups, tensor names, run ids,
+ * hosts).  NULL is neither. */
+bool ls_trace_is_ident(const char *s);
+bool ls_trace_is_token(const char *s);
+
+/* Field table: the number of fields kind has (envelope excluded; 0 for
+ * LS_TRACE_KIND_UNKNOWN), and field i's name (NULL when i is out of range)
+ * and whether it is required. */
+size_t ls_trace_kind_field_count(ls_trace_kind kind);
+const char *ls_trace_kind_field(ls_trace_kind kind, size_t i, bool *required);
+
+/* Checks the kind-specific fields of an event object against the table:
+ * every required field present with the right JSON type, integers integral
+ * and within [min, LS_TRACE_MAX_INT], numbers finite and >= their minimum,
+ * strings of their class, enum values from their list, and no property
+ * other than the kind's fields and the five envelope keys (whose values are
+ * not checked here).  LS_OK, or LS_ERR_SCHEMA with one line naming the field
+ * in why[why_len] (why may be NULL).  LS_ERR_ARG for a NULL event or an
+ * unknown kind. */
+ls_status ls_trace_event_check(ls_trace_kind kind, const cJSON *event, char *why, size_t why_len);
+
+/* Length (1..4) of the valid UTF-8 sequence starting at p[0] (n bytes
+ * available, n >= 1), or 0 when it is not valid UTF-8 (overlong forms,
+ * surrogates and code points above U+10FFFF are invalid). */
+size_t ls_trace_utf8_len(const unsigned char *p, size_t n);
+
+/* Integer value of a JSON number that is integral and within
+ * [-LS_TRACE_MAX_INT, LS_TRACE_MAX_INT]; false for anything else
+ * (NULL, non-number, fractional, non-finite, out of range). */
+bool ls_trace_json_int(const cJSON *item, int64_t *out);
+
+/* Typed views of a layer_end / collective event object (as delivered by the
+ * reader).  The event must pass ls_trace_event_check for its kind (checked
+ * again here); LS_ERR_SCHEMA otherwise, LS_ERR_ARG for NULL.  String
+ * members of *out point into `event` and live as long as it does. */
+ls_status ls_trace_decode_layer_end(const cJSON *event, ls_trace_layer_end *out);
+ls_status ls_trace_decode_collective(const cJSON *event, ls_trace_collective *out);
+
+#endif

@@ -1,0 +1,916 @@
+/* trace_reader.c - streaming, reporting reader of one rank's trace (see
+ * trace_reader.h).
+ *
+ * Three layers, each bounded in memory:
+ *  source  - the file or memory, read into `in` (ZSTD_DStreamInSize bytes);
+ *  decode  - plain bytes copied, or zstd frames decompressed, into the text
+ *            window `win`; [0, ver) of the window is verified text (plain, or
+ *            zstd whose frame checksum has passed), [ver, end) is not yet;
+ *  lines   - complete lines are cut from the verified text, lexed, parsed
+ *            with cJSON and checked; problems become diagnostics.
+ * The window grows from 64 KiB to at most WIN_MAX; a frame whose content
+ * cannot be held until its checksum is reached is delivered unverified. */
+#include "receipts/trace_reader.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <zstd.h>
+
+#define WIN_INIT ((size_t)64 << 10)
+#define WIN_MAX ((size_t)4 << 20)
+#define WINDOW_LOG_MAX 23 /* zstd frames needing more than 8 MiB of history are refused */
+
+struct ls_trace_reader {
+    ls_trace_report rep;
+    size_t diag_cap;                 /* allocated entries of rep.diags */
+    /* source */
+    int fd;                          /* -1 for memory */
+    const unsigned char *mem;
+    size_t mem_len, mem_pos;
+    bool src_eof;
+    bool detected;                   /* magic bytes looked at */
+    unsigned char *in;
+    size_t in_cap, in_pos, in_len;   /* unread input is in[in_pos, in_len) */
+    uint64_t in_base;                /* file offset of in[0] */
+    /* zstd */
+    ZSTD_DCtx *dctx;
+    bool in_frame;                   /* input of the current frame consumed */
+    uint64_t frame_start;            /* file offset of the current frame */
+    uint64_t ver_frame_start;        /* file offset of the last verified frame */
+    bool unverified;                 /* current frame delivered before verification */
+    bool warned_checksum;
+    /* text window */
+    char *win;
+    size_t win_cap, start, scan, end, ver;
+    uint64_t win_base;               /* text offset of win[0] */
+    bool discarding;                 /* skipping the rest of an overlong line */
+    int64_t line_no;                 /* number of the line starting at `start` */
+    bool decode_done;                /* no more text will come */
+    ls_trace_end stop;               /* CORRUPT or FAILED once a fatal problem is found */
+    /* event state */
+    bool header_done;
+    int64_t expect_seq, prev_seq, prev_ts;
+    bool have_prev;
+    const cJSON *groups;             /* the header's groups array */
+    cJSON *cur;
+    ls_trace_event evt;
+};
+
+typedef struct {
+    int64_t line;
+    uint64_t byte_offset, text_offset;
+} loc;
+
+static const char *const DIAG_NAMES[LS_TRACE_DIAG_CODE_COUNT] = {
+    "io",          "header",        "corrupt_frame", "truncated",      "incomplete",
+    "overlong_line", "malformed_line", "envelope",   "key_order",      "rank_mismatch",
+    "seq_gap",     "seq_duplicate", "seq_order",     "ts_backwards",   "field",
+    "unknown_kind", "after_complete", "count_mismatch", "no_checksum", "unverified",
+};
+
+const char *ls_trace_diag_name(ls_trace_diag_code c) {
+    return (int)c >= 0 && c < LS_TRACE_DIAG_CODE_COUNT ? DIAG_NAMES[c] : "unknown";
+}
+
+bool ls_trace_diag_is_error(ls_trace_diag_code c) {
+    return !(c == LS_TRACE_DIAG_UNKNOWN_KIND || c == LS_TRACE_DIAG_NO_CHECKSUM ||
+             c == LS_TRACE_DIAG_UNVERIFIED);
+}
+
+const char *ls_trace_end_name(ls_trace_end e) {
+    static const char *const N[] = {"none", "clean", "incomplete", "truncated", "corrupt", "failed",
+                                    "stopped"};
+    return (int)e >= 0 && e <= LS_TRACE_END_STOPPED ? N[e] : "unknown";
+}
+
+void ls_trace_report_free(ls_trace_report *rep) {
+    if (rep == NULL) return;
+    free(rep->path);
+    cJSON_Delete(rep->header);
+    free(rep->diags);
+    memset(rep, 0, sizeof *rep);
+}
+
+ls_status ls_trace_report_status(const ls_trace_report *rep) {
+    if (rep == NULL) return LS_ERR_ARG;
+    if (rep->end == LS_TRACE_END_FAILED || rep->counts[LS_TRACE_DIAG_IO]) return LS_ERR_IO;
+    if (rep->end == LS_TRACE_END_CORRUPT) return LS_ERR_CORRUPT;
+    if (rep->end == LS_TRACE_END_TRUNCATED || rep->end == LS_TRACE_END_INCOMPLETE ||
+        rep->end == LS_TRACE_END_NONE)
+        return LS_ERR_TRUNCATED;
+    for (int c = 0; c < LS_TRACE_DIAG_CODE_COUNT; c++)
+        if (rep->counts[c] && ls_trace_diag_is_error((ls_trace_diag_code)c)) return LS_ERR_FORMAT;
+    return LS_OK;
+}
+
+/* ---- diagnostics ---------------------------------------------------------- */
+
+static void diag(ls_trace_reader *r, ls_trace_diag_code code, const loc *at, int64_t seq,
+                 int64_t expected, int64_t got, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 7, 8)))
+#endif
+    ;
+static void diag(ls_trace_reader *r, ls_trace_diag_code code, const loc *at, int64_t seq,
+                 int64_t expected, int64_t got, const char *fmt, ...) {
+    ls_trace_report *rep = &r->rep;
+    rep->counts[code]++;
+    if (rep->n_diags >= LS_TRACE_MAX_DIAGS) {
+        rep->n_diags_dropped++;
+        return;
+    }
+    if (rep->n_diags == r->diag_cap) {
+        size_t ncap = r->diag_cap ? 2 * r->diag_cap : 8;
+        if (ncap > LS_TRACE_MAX_DIAGS) ncap = LS_TRACE_MAX_DIAGS;
+        ls_trace_diag *nd = realloc(rep->diags, ncap * sizeof *nd);
+        if (nd == NULL) {
+            rep->n_diags_dropped++;
+            return;
+        }
+        rep->diags = nd;
+        r->diag_cap = ncap;
+    }
+    ls_trace_diag *d = &rep->diags[rep->n_diags++];
+    d->code = code;
+    d->line = at ? at->line : -1;
+    d->byte_offset = at ? at->byte_offset : rep->file_bytes;
+    d->text_offset = at ? at->text_offset : rep->text_bytes;
+    d->seq = seq;
+    d->expected = expected;
+    d->got = got;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d->message, sizeof d->message, fmt, ap);
+    va_end(ap);
+}
+
+static void note_memory(ls_trace_reader *r) {
+    size_t m = r->win_cap + r->in_cap + (r->dctx ? ZSTD_sizeof_DCtx(r->dctx) : 0) +
+               r->diag_cap * sizeof(ls_trace_diag);
+    if (m > r->rep.max_buffer_bytes) r->rep.max_buffer_bytes = m;
+}
+
+static void fatal(ls_trace_reader *r, ls_trace_end how) {
+    if (r->stop == LS_TRACE_END_NONE) r->stop = how;
+}
+
+/* ---- source --------------------------------------------------------------- */
+
+/* Moves unread input to the front of `in` and reads more (sets src_eof). */
+static void src_read(ls_trace_reader *r) {
+    if (r->src_eof || r->stop) return;
+    if (r->in_pos > 0) {
+        memmove(r->in, r->in + r->in_pos, r->in_len - r->in_pos);
+        r->in_base += r->in_pos;
+        r->in_len -= r->in_pos;
+        r->in_pos = 0;
+    }
+    size_t room = r->in_cap - r->in_len;
+    if (room == 0) return;
+    size_t got;
+    if (r->fd < 0) {
+        got = r->mem_len - r->mem_pos < room ? r->mem_len - r->mem_pos : room;
+        if (got) memcpy(r->in + r->in_len, r->mem + r->mem_pos, got);
+        r->mem_pos += got;
+    } else {
+        ssize_t k;
+        do k = read(r->fd, r->in + r->in_len, room);
+        while (k < 0 && errno == EINTR);
+        if (k < 0) {
+            diag(r, LS_TRACE_DIAG_IO, NULL, r->rep.last_seq, -1, -1, "%s: read failed at byte %llu: %s",
+                 r->rep.path, (unsigned long long)(r->in_base + r->in_len), strerror(errno));
+            fatal(r, LS_TRACE_END_FAILED);
+            return;
+        }
+        got = (size_t)k;
+    }
+    if (got == 0) r->src_eof = true;
+    r->in_len += got;
+    r->rep.file_bytes += got;
+}
+
+static bool is_zstd_magic(const unsigned char *p) {
+    uint32_t m = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    return m == ZSTD_MAGICNUMBER || (m & ZSTD_MAGIC_SKIPPABLE_MASK) == ZSTD_MAGIC_SKIPPABLE_START;
+}
+
+static void detect(ls_trace_reader *r) {
+    while (r->in_len - r->in_pos < 4 && !r->src_eof && !r->stop) src_read(r);
+    r->detected = true;
+    if (r->in_len - r->in_pos >= 4 && is_zstd_magic(r->in + r->in_pos)) {
+        r->rep.compressed = true;
+        r->dctx = ZSTD_createDCtx();
+        if (r->dctx == NULL ||
+            ZSTD_isError(ZSTD_DCtx_setParameter(r->dctx, ZSTD_d_windowLogMax, WINDOW_LOG_MAX))) {
+            diag(r, LS_TRACE_DIAG_IO, NULL, -1, -1, -1, "%s: cannot create a zstd context", r->rep.path);
+            fatal(r, LS_TRACE_END_FAILED);
+        }
+    }
+    note_memory(r);
+}
+
+/* ---- decode: one step of progress into the window ------------------------- */
+
+static void fill_plain(ls_trace_reader *r) {
+    if (r->in_pos == r->in_len) src_read(r);
+    if (r->in_pos == r->in_len) {
+        if (r->src_eof) r->decode_done = true;
+        return;
+    }
+    size_t n = r->in_len - r->in_pos;
+    if (n > r->win_cap - r->end) n = r->win_cap - r->end;
+    memcpy(r->win + r->end, r->in + r->in_pos, n);
+    r->in_pos += n;
+    r->end += n;
+    r->ver = r->end;
+    r->rep.text_bytes += n;
+}
+
+static void fill_zstd(ls_trace_reader *r) {
+    if (!r->in_frame) {
+        /* at a frame boundary: want the whole frame header in view */
+        if (r->in_len - r->in_pos < 5 && !r->src_eof) src_read(r);
+        if (r->stop) return;
+        if (r->in_pos == r->in_len && r->src_eof) {
+            r->decode_done = true; /* ended at a frame boundary */
+            return;
+        }
+        r->frame_start = r->in_base + r->in_pos;
+        /* RFC 8878 §3.1.1: magic, then the frame header descriptor, whose
+         * bit 2 is the content checksum flag */
+        const unsigned char *f = r->in + r->in_pos;
+        if (!r->warned_checksum && r->in_len - r->in_pos >= 5 && is_zstd_magic(f) &&
+            (f[0] & 0xF0) != 0x50 && !(f[4] & 0x04)) {
+            loc at = {-1, r->frame_start, r->rep.text_bytes};
+            diag(r, LS_TRACE_DIAG_NO_CHECKSUM, &at, r->rep.last_seq, -1, -1,
+                 "zstd frame at byte %llu has no content checksum: its content is not verified "
+                 "(reported once)",
+                 (unsigned long long)r->frame_start);
+            r->warned_checksum = true;
+        }
+    } else if (r->in_pos == r->in_len) {
+        src_read(r);
+        if (r->stop) return;
+    }
+    ZSTD_inBuffer zin = {r->in + r->in_pos, r->in_len - r->in_pos, 0};
+    ZSTD_outBuffer zout = {r->win + r->end, r->win_cap - r->end, 0};
+    size_t ret = ZSTD_decompressStream(r->dctx, &zout, &zin);
+    r->in_pos += zin.pos;
+    r->end += zout.pos;
+    r->rep.text_bytes += zout.pos;
+    if (zin.pos > 0) r->in_frame = true;
+    note_memory(r);
+    if (ZSTD_isError(ret)) {
+        uint64_t at_byte = r->in_base + r->in_pos;
+        loc at = {-1, r->frame_start, r->win_base + r->ver};
+        diag(r, LS_TRACE_DIAG_CORRUPT_FRAME, &at, r->rep.last_seq, -1, -1,
+             "zstd frame starting at byte %llu is corrupt (%s, detected by byte %llu); its "
+             "%zu decoded bytes are discarded and reading stops",
+             (unsigned long long)r->frame_start, ZSTD_getErrorName(ret),
+             (unsigned long long)at_byte, r->end - r->ver);
+        r->end = r->ver; /* never deliver the rejected frame's text */
+        r->unverified = false;
+        fatal(r, LS_TRACE_END_CORRUPT);
+        return;
+    }
+    if (ret == 0) { /* frame complete, checksum verified */
+        r->in_frame = false;
+        r->ver = r->end;
+        r->ver_frame_start = r->frame_start;
+        r->unverified = false;
+        r->rep.frames++;
+        return;
+    }
+    if (zin.pos == 0 && zout.pos == 0 && r->in_pos == r->in_len && r->src_eof) {
+        r->decode_done = true; /* input ends inside the frame */
+        r->rep.truncated_in_frame = true;
+    }
+}
+
+/* Makes room at the window's end: compact, grow, or (window full of one
+ * frame's unverified text) deliver that frame unverified. */
+static void make_space(ls_trace_reader *r) {
+    if (r->end < r->win_cap) return;
+    if (r->start > 0) {
+        memmove(r->win, r->win + r->start, r->end - r->start);
+        r->win_base += r->start;
+        r->end -= r->start;
+        r->ver -= r->start;
+        r->scan -= r->start;
+        r->start = 0;
+        return;
+    }
+    if (r->win_cap < WIN_MAX) {
+        char *nw = realloc(r->win, 2 * r->win_cap);
+        if (nw == NULL) {
+            diag(r, LS_TRACE_DIAG_IO, NULL, r->rep.last_seq, -1, -1, "%s: out of memory", r->rep.path);
+            fatal(r, LS_TRACE_END_FAILED);
+            return;
+        }
+        r->win = nw;
+        r->win_cap *= 2;
+        note_memory(r);
+        return;
+    }
+    if (!r->unverified) {
+        r->unverified = true;
+        loc at = {-1, r->frame_start, r->win_base + r->ver};
+        diag(r, LS_TRACE_DIAG_UNVERIFIED, &at, r->rep.last_seq, -1, -1,
+             "zstd frame at byte %llu holds more than %zu bytes: its events are delivered before "
+             "its checksum is checked (flagged unverified)",
+             (unsigned long long)r->frame_start, (size_t)WIN_MAX - LS_TRACE_MAX_LINE);
+    }
+}
+
+/* ---- lines ---------------------------------------------------------------- */
+
+static loc line_loc(const ls_trace_reader *r, size_t line_end) {
+    loc at;
+    at.line = r->line_no;
+    at.text_offset = r->win_base + r->start;
+    if (!r->rep.compressed) at.byte_offset = at.text_offset;
+    else at.byte_offset = line_end >= r->ver ? r->frame_start : r->ver_frame_start;
+    return at;
+}
+
+/* Finds the next complete line [start, *nl); false when no more will come. */
+static bool next_line(ls_trace_reader *r, size_t *nl) {
+    for (;;) {
+        size_t limit = r->unverified ? r->end : r->ver;
+        if (r->scan < r->start) r->scan = r->start;
+        const char *p = r->scan < limit ? memchr(r->win + r->scan, '\n', limit - r->scan) : NULL;
+        if (p != NULL) {
+            size_t pos = (size_t)(p - r->win);
+            if (r->discarding || pos - r->start >= LS_TRACE_MAX_LINE) {
+                if (!r->discarding) {
+                    loc at = line_loc(r, pos);
+                    diag(r, LS_TRACE_DIAG_OVERLONG_LINE, &at, r->rep.last_seq, -1, -1,
+                         "line %lld is longer than %zu bytes: skipped", (long long)r->line_no,
+                         LS_TRACE_MAX_LINE);
+                }
+                r->discarding = false;
+                r->rep.n_lines++;
+                r->line_no++;
+                r->start = r->scan = pos + 1;
+                continue;
+            }
+            *nl = pos;
+            return true;
+        }
+        r->scan = limit;
+        if (!r->discarding && limit - r->start >= LS_TRACE_MAX_LINE) {
+            loc at = line_loc(r, limit);
+            diag(r, LS_TRACE_DIAG_OVERLONG_LINE, &at, r->rep.last_seq, -1, -1,
+                 "line %lld is longer than %zu bytes: skipped", (long long)r->line_no,
+                 LS_TRACE_MAX_LINE);
+            r->discarding = true;
+        }
+        if (r->discarding) r->start = r->scan; /* drop what was scanned */
+        if (r->decode_done || r->stop) return false;
+        make_space(r);
+        if (r->stop) return false;
+        if (r->end == r->win_cap) continue; /* unverified mode: rescan the full window */
+        if (r->rep.compressed) fill_zstd(r);
+        else fill_plain(r);
+    }
+}
+
+/* NULL when p[0..n) is made of valid JSON tokens (RFC 8259: strict
+ * numbers, escapes and literals, UTF-8, no raw control characters), else
+ * the reason, with *at the offending column. */
+static const char *lex_json(const unsigned char *p, size_t n, size_t *at) {
+    static const char *const LITS[] = {"true", "false", "null"};
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = p[i];
+        *at = i;
+        if (c == ' ' || c == '\t' || c == '\r' || c == '{' || c == '}' || c == '[' || c == ']' ||
+            c == ',' || c == ':') {
+            i++;
+        } else if (c == '"') {
+            for (i++;; ) {
+                if (i >= n) return "unterminated string";
+                c = p[i];
+                *at = i;
+                if (c == '"') break;
+                if (c < 0x20) return "control character inside a string";
+                if (c == '\\') {
+                    unsigned e = i + 1 < n ? p[i + 1] : 0;
+                    if (e && strchr("\"\\/bfnrt", (int)e)) {
+                        i += 2;
+                    } else if (e == 'u' && i + 5 < n) {
+                        for (size_t k = i + 2; k < i + 6; k++)
+                            if (!strchr("0123456789abcdefABCDEF", p[k]) || p[k] == 0)
+                                return "bad \\u escape";
+                        i += 6;
+                    } else {
+                        return "bad escape";
+                    }
+                } else if (c >= 0x80) {
+                    size_t l = ls_trace_utf8_len(p + i, n - i);
+                    if (l == 0) return "invalid UTF-8";
+                    i += l;
+                } else {
+                    i++;
+                }
+            }
+            i++;
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+#define DIGIT(j) ((j) < n && p[j] >= '0' && p[j] <= '9')
+            size_t j = i + (c == '-');
+            if (!DIGIT(j)) return "bad number";
+            if (p[j] == '0') j++;
+            else while (DIGIT(j)) j++;
+            if (j < n && p[j] == '.') {
+                j++;
+                if (!DIGIT(j)) return "bad number";
+                while (DIGIT(j)) j++;
+            }
+            if (j < n && (p[j] == 'e' || p[j] == 'E')) {
+                j++;
+                if (j < n && (p[j] == '+' || p[j] == '-')) j++;
+                if (!DIGIT(j)) return "bad number";
+                while (DIGIT(j)) j++;
+            }
+            if (j < n && (DIGIT(j) || p[j] == '.' || p[j] == '+' || p[j] == '-' || p[j] == 'e' ||
+                          p[j] == 'E' || (p[j] >= 'a' && p[j] <= 'z') || (p[j] >= 'A' && p[j] <= 'Z')))
+                return "bad number";
+#undef DIGIT
+            i = j;
+        } else {
+            size_t k = 0;
+            while (k < 3 && LITS[k][0] != (char)c) k++;
+            if (k == 3) return "unexpected character";
+            size_t l = strlen(LITS[k]);
+            if (n - i < l || memcmp(p + i, LITS[k], l) != 0) return "bad literal";
+            i += l;
+            if (i < n && ((p[i] >= 'a' && p[i] <= 'z') || (p[i] >= 'A' && p[i] <= 'Z') ||
+                          (p[i] >= '0' && p[i] <= '9')))
+                return "bad literal";
+        }
+    }
+    return NULL;
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The first key repeated within one object anywhere in v, or NULL. */
+static const char *repeated_key(const cJSON *v) {
+    if (!cJSON_IsObject(v) && !cJSON_IsArray(v)) return NULL;
+    size_t n = 0;
+    for (const cJSON *c = v->child; c; c = c->next) {
+        const char *k = repeated_key(c);
+        if (k) return k;
+        n++;
+    }
+    if (!cJSON_IsObject(v) || n < 2) return NULL;
+    if (n <= 16) {
+        for (const cJSON *c = v->child; c; c = c->next)
+            for (const cJSON *d = c->next; d; d = d->next)
+                if (strcmp(c->string, d->string) == 0) return c->string;
+        return NULL;
+    }
+    const char **keys = malloc(n * sizeof *keys);
+    if (keys == NULL) return NULL;
+    size_t i = 0;
+    for (const cJSON *c = v->child; c; c = c->next) keys[i++] = c->string;
+    qsort(keys, n, sizeof *keys, cmp_str);
+    const char *dup = NULL;
+    for (i = 1; i < n && !dup; i++)
+        if (strcmp(keys[i - 1], keys[i]) == 0) dup = keys[i];
+    free(keys);
+    return dup;
+}
+
+/* Parses one line strictly; NULL (after a diagnostic of `code`) if it is not
+ * one JSON object. */
+static cJSON *parse_line(ls_trace_reader *r, char *p, size_t n, const loc *at,
+                         ls_trace_diag_code code, const char *what) {
+    size_t col = 0;
+    const char *why = lex_json((const unsigned char *)p, n, &col);
+    cJSON *j = NULL;
+    if (why == NULL) {
+        const char *endp = NULL;
+        j = cJSON_ParseWithLengthOpts(p, n, &endp, 0);
+        if (j == NULL) {
+            why = "not valid JSON";
+            col = endp && endp >= p && endp <= p + n ? (size_t)(endp - p) : 0;
+        } else {
+            while (endp < p + n && (*endp == ' ' || *endp == '\t' || *endp == '\r')) endp++;
+            if (endp != p + n) {
+                why = "text after the JSON value";
+                col = (size_t)(endp - p);
+            } else if (!cJSON_IsObject(j)) {
+                why = "not a JSON object";
+            } else {
+                const char *k = repeated_key(j);
+                if (k) {
+                    diag(r, code, at, r->rep.last_seq, -1, -1, "line %lld: %skey \"%.60s\" repeats",
+                         (long long)at->line, what, k);
+                    cJSON_Delete(j);
+                    return NULL;
+                }
+                return j;
+            }
+        }
+    }
+    cJSON_Delete(j);
+    diag(r, code, at, r->rep.last_seq, -1, -1, "line %lld: %s%s at column %zu", (long long)at->line,
+         what, why, col + 1);
+    return NULL;
+}
+
+/* ---- header --------------------------------------------------------------- */
+
+static void header_bad(ls_trace_reader *r, const loc *at, const char *field, const char *why) {
+    diag(r, LS_TRACE_DIAG_HEADER, at, -1, -1, -1, "header (line 1).%s: %s", field, why);
+}
+
+static bool check_members(const cJSON *members, int64_t world) {
+    if (!cJSON_IsArray(members) || members->child == NULL) return false;
+    for (const cJSON *m = members->child; m; m = m->next) {
+        int64_t v;
+        if (!ls_trace_json_int(m, &v) || v < 0 || (world > 0 && v >= world)) return false;
+        for (const cJSON *o = members->child; o != m; o = o->next)
+            if (o->valuedouble == m->valuedouble) return false;
+    }
+    return true;
+}
+
+/* Checks the header object; keeps it in the report. */
+static void take_header(ls_trace_reader *r, cJSON *h, const loc *at) {
+    static const char *const KEYS[] = {"v",   "kind", "schema",        "run_id", "rank", "world",
+                                       "host", "pid", "start_unix_ns", "groups", "tool", NULL};
+    ls_trace_report *rep = &r->rep;
+    uint64_t before = rep->counts[LS_TRACE_DIAG_HEADER];
+    rep->header = h;
+    int64_t v, rank = -1, world = -1;
+    const cJSON *it;
+    if (!ls_trace_json_int(cJSON_GetObjectItemCaseSensitive(h, "v"), &v) || v != LS_TRACE_VERSION)
+        header_bad(r, at, "v", "must be 1");
+    it = cJSON_GetObjectItemCaseSensitive(h, "schema");
+    if (!cJSON_IsString(it) || strcmp(it->valuestring, LS_TRACE_HEADER_SCHEMA) != 0)
+        header_bad(r, at, "schema", "must be \"" LS_TRACE_HEADER_SCHEMA "\"");
+    it = cJSON_GetObjectItemCaseSensitive(h, "run_id");
+    if (!cJSON_IsString(it) || !ls_trace_is_token(it->valuestring))
+        header_bad(r, at, "run_id", "missing or not a printable ASCII token");
+    it = cJSON_GetObjectItemCaseSensitive(h, "host");
+    if (!cJSON_IsString(it) || !ls_trace_is_token(it->valuestring))
+        header_bad(r, at, "host", "missing or not a printable ASCII token");
+    if (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(h, "tool")))
+        header_bad(r, at, "tool", "missing or not a string");
+    if (!ls_trace_json_int(cJSON_GetObjectItemCaseSensitive(h, "world"), &world) || world < 1) {
+        header_bad(r, at, "world", "missing or not an integer >= 1");
+        world = -1;
+    }
+    if (!ls_trace_json_int(cJSON_GetObjectItemCaseSensitive(h, "rank"), &rank) || rank < 0 ||
+        (world > 0 && rank >= world)) {
+        header_bad(r, at, "rank", "missing or not an integer in [0, world)");
+        rank = -1;
+    }
+    if (!ls_trace_json_int(cJSON_GetObjectItemCaseSensitive(h, "pid"), &v) || v < 0)
+        header_bad(r, at, "pid", "missing or not an integer >= 0");
+    it = cJSON_GetObjectItemCaseSensitive(h, "start_unix_ns");
+    if (!cJSON_IsNumber(it) || !(it->valuedouble >= 0) || it->valuedouble > 9.3e18 ||
+        it->valuedouble != (double)(int64_t)it->valuedouble)
+        header_bad(r, at, "start_unix_ns", "missing or not an integer >= 0");
+    it = cJSON_GetObjectItemCaseSensitive(h, "groups");
+    if (!cJSON_IsArray(it)) {
+        header_bad(r, at, "groups", "missing or not an array");
+    } else {
+        int gi = 0;
+        for (const cJSON *g = it->child; g; g = g->next, gi++) {
+            char field[48];
+            snprintf(field, sizeof field, "groups[%d]", gi);
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(g, "name");
+            if (!cJSON_IsObject(g) || cJSON_GetArraySize(g) != 2 || !cJSON_IsString(name) ||
+                !ls_trace_is_token(name->valuestring) ||
+                !check_members(cJSON_GetObjectItemCaseSensitive(g, "members"), world)) {
+                header_bad(r, at, field,
+                           "must be {name: token, members: [distinct ranks of world], non-empty}");
+                continue;
+            }
+            for (const cJSON *o = it->child; o != g; o = o->next) {
+                const cJSON *on = cJSON_GetObjectItemCaseSensitive(o, "name");
+                if (cJSON_IsString(on) && strcmp(on->valuestring, name->valuestring) == 0)
+                    header_bad(r, at, field, "repeats an earlier group name");
+            }
+        }
+        r->groups = it;
+    }
+    for (const cJSON *c = h->child; c; c = c->next) {
+        size_t k = 0;
+        while (KEYS[k] && strcmp(KEYS[k], c->string) != 0) k++;
+        if (KEYS[k] == NULL) header_bad(r, at, c->string, "not a header field");
+    }
+    rep->rank = rank;
+    rep->world = world;
+    rep->header_ok = rep->counts[LS_TRACE_DIAG_HEADER] == before;
+}
+
+/* ---- events --------------------------------------------------------------- */
+
+static bool group_declared(const ls_trace_reader *r, const char *name) {
+    if (r->groups == NULL) return false;
+    for (const cJSON *g = r->groups->child; g; g = g->next) {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(g, "name");
+        if (cJSON_IsString(n) && strcmp(n->valuestring, name) == 0) return true;
+    }
+    return false;
+}
+
+/* Checks the envelope and sequence of one parsed event; true when it is
+ * delivered (r->evt filled, r->cur owns j), false when dropped. */
+static bool take_event(ls_trace_reader *r, cJSON *j, const loc *at, bool unverified) {
+    static const char *const ENV[] = {"v", "rank", "seq", "ts_ns", "ev"};
+    ls_trace_report *rep = &r->rep;
+    int64_t v, rank, seq, ts;
+    const cJSON *evj = cJSON_GetObjectItemCaseSensitive(j, "ev");
+    const char *bad = NULL;
+    if (!ls_trace_json_int(cJSON_GetObjectItemCaseSensitive(j, "v"), &v)) bad = "v missing or not an integer";
+    else if (v != LS_TRACE_VERSION) bad = "v is not 1 (unsupported version)";
+    else if (!ls_trace_json_int(cJSON_GetObjectItemCaseSensitive(j, "rank"), &rank) || rank < 0)
+        bad = "rank missing or not an integer >= 0";
+    else if (!ls_trace_json_int(cJSON_GetObjectItemCaseSensitive(j, "seq"), &seq) || seq < 0)
+        bad = "seq missing or not an integer >= 0";
+    else if (!ls_trace_json_int(cJSON_GetObjectItemCaseSensitive(j, "ts_ns"), &ts) || ts < 0)
+        bad = "ts_ns missing or not an integer >= 0";
+    else if (!cJSON_IsString(evj) || !ls_trace_is_ident(evj->valuestring))
+        bad = "ev missing or not an identifier";
+    if (bad) {
+        diag(r, LS_TRACE_DIAG_ENVELOPE, at, rep->last_seq, -1, -1, "line %lld: %s; event skipped",
+             (long long)at->line, bad);
+        cJSON_Delete(j);
+        return false;
+    }
+    ls_trace_event *e = &r->evt;
+    memset(e, 0, sizeof *e);
+    e->flags = unverified ? LS_TRACE_EVF_UNVERIFIED : 0;
+    const cJSON *c = j->child;
+    for (size_t i = 0; i < 5; i++, c = c ? c->next : NULL)
+        if (c == NULL || strcmp(c->string, ENV[i]) != 0) {
+            diag(r, LS_TRACE_DIAG_KEY_ORDER, at, seq, -1, -1,
+                 "line %lld (seq %lld): envelope keys are not first in the order v,rank,seq,ts_ns,ev",
+                 (long long)at->line, (long long)seq);
+            e->flags |= LS_TRACE_EVF_KEY_ORDER;
+            break;
+        }
+    if (rep->rank >= 0 && rank != rep->rank) {
+        diag(r, LS_TRACE_DIAG_RANK_MISMATCH, at, seq, rep->rank, rank,
+             "line %lld (seq %lld): rank %lld but the header says %lld", (long long)at->line,
+             (long long)seq, (long long)rank, (long long)rep->rank);
+        e->flags |= LS_TRACE_EVF_RANK;
+    }
+    if (seq != r->expect_seq) {
+        ls_trace_diag_code code = seq > r->expect_seq ? LS_TRACE_DIAG_SEQ_GAP
+                                  : (r->have_prev && seq == r->prev_seq) ? LS_TRACE_DIAG_SEQ_DUPLICATE
+                                                                         : LS_TRACE_DIAG_SEQ_ORDER;
+        diag(r, code, at, seq, r->expect_seq, seq, "line %lld: seq %lld where %lld was expected (%s)",
+             (long long)at->line, (long long)seq, (long long)r->expect_seq,
+             code == LS_TRACE_DIAG_SEQ_GAP ? "events missing"
+             : code == LS_TRACE_DIAG_SEQ_DUPLICATE ? "repeats the previous event"
+                                                   : "out of order");
+        e->flags |= LS_TRACE_EVF_SEQ;
+    }
+    if (seq + 1 > r->expect_seq) r->expect_seq = seq + 1;
+    if (r->have_prev && ts < r->prev_ts) {
+        diag(r, LS_TRACE_DIAG_TS_BACKWARDS, at, seq, r->prev_ts, ts,
+             "line %lld (seq %lld): ts_ns %lld is before the previous event's %lld",
+             (long long)at->line, (long long)seq, (long long)ts, (long long)r->prev_ts);
+        e->flags |= LS_TRACE_EVF_TS;
+    }
+    r->have_prev = true;
+    r->prev_seq = seq;
+    r->prev_ts = ts;
+    if (rep->saw_rank_complete) {
+        diag(r, LS_TRACE_DIAG_AFTER_COMPLETE, at, seq, -1, -1,
+             "line %lld (seq %lld): event after rank_complete", (long long)at->line, (long long)seq);
+        e->flags |= LS_TRACE_EVF_AFTER_COMPLETE;
+    }
+    ls_trace_kind kind = ls_trace_kind_from_name(evj->valuestring);
+    if (kind == LS_TRACE_KIND_UNKNOWN) {
+        diag(r, LS_TRACE_DIAG_UNKNOWN_KIND, at, seq, -1, -1,
+             "line %lld (seq %lld): unknown event kind \"%.40s\"", (long long)at->line, (long long)seq,
+             evj->valuestring);
+        e->flags |= LS_TRACE_EVF_UNKNOWN_KIND;
+    } else {
+        char why[160];
+        if (ls_trace_event_check(kind, j, why, sizeof why) != LS_OK) {
+            diag(r, LS_TRACE_DIAG_FIELD, at, seq, -1, -1, "line %lld (seq %lld): %s",
+                 (long long)at->line, (long long)seq, why);
+            e->flags |= LS_TRACE_EVF_FIELDS;
+        } else if (kind == LS_TRACE_COLLECTIVE && rep->header_ok) {
+            const char *g = cJSON_GetObjectItemCaseSensitive(j, "group")->valuestring;
+            if (!group_declared(r, g)) {
+                diag(r, LS_TRACE_DIAG_FIELD, at, seq, -1, -1,
+                     "line %lld (seq %lld): collective.group \"%.60s\" is not a group of the header",
+                     (long long)at->line, (long long)seq, g);
+                e->flags |= LS_TRACE_EVF_FIELDS;
+            }
+        } else if (kind == LS_TRACE_RANK_COMPLETE) {
+            int64_t n = 0;
+            ls_trace_json_int(cJSON_GetObjectItemCaseSensitive(j, "events"), &n);
+            if (n != rep->n_events)
+                diag(r, LS_TRACE_DIAG_COUNT_MISMATCH, at, seq, rep->n_events, n,
+                     "line %lld (seq %lld): rank_complete says %lld events, %lld were read",
+                     (long long)at->line, (long long)seq, (long long)n, (long long)rep->n_events);
+        }
+        if (kind == LS_TRACE_RANK_COMPLETE) rep->saw_rank_complete = true;
+    }
+    r->cur = j;
+    e->json = j;
+    e->ev = evj->valuestring;
+    e->kind = kind;
+    e->rank = rank;
+    e->seq = seq;
+    e->ts_ns = ts;
+    e->line = at->line;
+    e->byte_offset = at->byte_offset;
+    e->text_offset = at->text_offset;
+    rep->n_events++;
+    rep->last_seq = seq;
+    return true;
+}
+
+/* Handles the complete line [start, nl); true when it produced an event. */
+static bool process_line(ls_trace_reader *r, size_t nl) {
+    loc at = line_loc(r, nl);
+    bool unverified = nl >= r->ver;
+    char *p = r->win + r->start;
+    size_t n = nl - r->start;
+    p[n] = '\0';
+    r->start = r->scan = nl + 1;
+    r->line_no++;
+    r->rep.n_lines++;
+    bool first = !r->header_done;
+    r->header_done = true;
+    cJSON *j = parse_line(r, p, n, &at, first ? LS_TRACE_DIAG_HEADER : LS_TRACE_DIAG_MALFORMED_LINE,
+                          first ? "header: " : "");
+    if (j == NULL) return false;
+    if (first) {
+        const cJSON *kind = cJSON_GetObjectItemCaseSensitive(j, "kind");
+        if (cJSON_IsString(kind) && strcmp(kind->valuestring, LS_TRACE_HEADER_KIND) == 0) {
+            take_header(r, j, &at);
+            return false;
+        }
+        diag(r, LS_TRACE_DIAG_HEADER, &at, -1, -1, -1,
+             "line 1 is not a header (no \"kind\":\"" LS_TRACE_HEADER_KIND "\"): header missing%s",
+             cJSON_GetObjectItemCaseSensitive(j, "ev") ? "; read as an event" : "");
+        if (cJSON_GetObjectItemCaseSensitive(j, "ev") == NULL) {
+            cJSON_Delete(j);
+            return false;
+        }
+    }
+    if (!take_event(r, j, &at, unverified)) return false;
+    r->rep.good_text_offset = at.text_offset + n + 1;
+    return true;
+}
+
+static void finish(ls_trace_reader *r) {
+    ls_trace_report *rep = &r->rep;
+    if (rep->end != LS_TRACE_END_NONE) return;
+    loc at = {-1, rep->file_bytes, r->win_base + r->start};
+    if (!r->header_done && r->stop == LS_TRACE_END_NONE)
+        diag(r, LS_TRACE_DIAG_HEADER, &at, -1, -1, -1, "%s: no complete header line",
+             rep->compressed ? "decoded stream" : "file");
+    if (r->stop != LS_TRACE_END_NONE) {
+        rep->end = r->stop;
+    } else if (rep->truncated_in_frame) {
+        at.byte_offset = r->frame_start;
+        diag(r, LS_TRACE_DIAG_TRUNCATED, &at, rep->last_seq, -1, -1,
+             "input ends inside the zstd frame starting at byte %llu (file has %llu bytes): %zu "
+             "decoded bytes of it are unverified and not delivered; last delivered seq %lld",
+             (unsigned long long)r->frame_start, (unsigned long long)rep->file_bytes,
+             r->end - r->ver, (long long)rep->last_seq);
+        rep->end = LS_TRACE_END_TRUNCATED;
+    } else if (r->end > r->start || r->discarding) {
+        at.line = r->line_no;
+        rep->n_lines++;
+        diag(r, LS_TRACE_DIAG_TRUNCATED, &at, rep->last_seq, -1, -1,
+             "input ends inside line %lld (%zu bytes from text offset %llu, no newline); last "
+             "delivered seq %lld",
+             (long long)r->line_no, r->end - r->start, (unsigned long long)at.text_offset,
+             (long long)rep->last_seq);
+        rep->end = LS_TRACE_END_TRUNCATED;
+    } else if (!rep->saw_rank_complete) {
+        diag(r, LS_TRACE_DIAG_INCOMPLETE, &at, rep->last_seq, -1, -1,
+             "input ends after line %lld without a rank_complete event (run incomplete or file "
+             "cut at a line boundary); last delivered seq %lld",
+             (long long)(r->line_no - 1), (long long)rep->last_seq);
+        rep->end = LS_TRACE_END_INCOMPLETE;
+    } else {
+        rep->end = LS_TRACE_END_CLEAN;
+    }
+}
+
+/* ---- public API ----------------------------------------------------------- */
+
+static ls_status reader_new(ls_trace_reader **out, const char *name) {
+    ls_trace_reader *r = calloc(1, sizeof *r);
+    if (r == NULL) return LS_ERR_NOMEM;
+    r->fd = -1;
+    r->rep.path = strdup(name);
+    r->rep.rank = r->rep.world = -1;
+    r->rep.last_seq = -1;
+    r->line_no = 1;
+    r->in_cap = ZSTD_DStreamInSize();
+    r->in = malloc(r->in_cap);
+    r->win_cap = WIN_INIT;
+    r->win = malloc(r->win_cap);
+    if (r->rep.path == NULL || r->in == NULL || r->win == NULL) {
+        ls_trace_reader_close(r);
+        return LS_ERR_NOMEM;
+    }
+    note_memory(r);
+    *out = r;
+    return LS_OK;
+}
+
+ls_status ls_trace_reader_open(ls_trace_reader **out, const char *path) {
+    if (out) *out = NULL;
+    if (out == NULL || path == NULL) return LS_ERR_ARG;
+    ls_status st = reader_new(out, path);
+    if (st != LS_OK) return st;
+    ls_trace_reader *r = *out;
+    r->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (r->fd < 0) {
+        diag(r, LS_TRACE_DIAG_IO, NULL, -1, -1, -1, "%s: cannot open: %s", path, strerror(errno));
+        fatal(r, LS_TRACE_END_FAILED);
+        r->decode_done = true;
+    }
+    return LS_OK;
+}
+
+ls_status ls_trace_reader_open_mem(ls_trace_reader **out, const void *data, size_t len,
+                                   const char *name) {
+    if (out) *out = NULL;
+    if (out == NULL || (data == NULL && len > 0)) return LS_ERR_ARG;
+    ls_status st = reader_new(out, name ? name : "<memory>");
+    if (st != LS_OK) return st;
+    (*out)->mem = data;
+    (*out)->mem_len = len;
+    return LS_OK;
+}
+
+ls_status ls_trace_reader_next(ls_trace_reader *r, const ls_trace_event **ev) {
+    if (ev) *ev = NULL;
+    if (r == NULL || ev == NULL) return LS_ERR_ARG;
+    cJSON_Delete(r->cur);
+    r->cur = NULL;
+    if (r->rep.end != LS_TRACE_END_NONE) return LS_OK;
+    if (!r->detected && !r->stop) detect(r);
+    size_t nl;
+    while (next_line(r, &nl))
+        if (process_line(r, nl)) {
+            *ev = &r->evt;
+            return LS_OK;
+        }
+    finish(r);
+    return LS_OK;
+}
+
+void ls_trace_reader_stop(ls_trace_reader *r) {
+    if (r == NULL) return;
+    cJSON_Delete(r->cur);
+    r->cur = NULL;
+    if (r->rep.end == LS_TRACE_END_NONE) r->rep.end = LS_TRACE_END_STOPPED;
+}
+
+const ls_trace_report *ls_trace_reader_report(const ls_trace_reader *r) { return r ? &r->rep : NULL; }
+
+void ls_trace_reader_close(ls_trace_reader *r) {
+    if (r == NULL) return;
+    if (r->fd >= 0) close(r->fd);
+    cJSON_Delete(r->cur);
+    ZSTD_freeDCtx(r->dctx);
+    free(r->in);
+    free(r->win);
+    ls_trace_report_free(&r->rep);
+    free(r);
+}
+
+ls_status ls_trace_read_file(const char *path, ls_trace_event_fn fn, void *user,
+                             ls_trace_report *report) {
+    if (path == NULL || report == NULL) return LS_ERR_ARG;
+    ls_trace_reader *r = NULL;
+    ls_status st = ls_trace_reader_open(&r, path);
+    if (st != LS_OK) return st;
+    const ls_trace_event *ev;
+    while (ls_trace_reader_next(r, &ev) == LS_OK && ev != NULL)
+        if (fn && fn(ev, user) != 0) {
+            ls_trace_reader_stop(r);
+            break;
+        }
+    *report = r->rep;
+    memset(&r->rep, 0, sizeof r->rep);
+    ls_trace_reader_close(r);
+    return ls_trace_report_status(report);
+}
