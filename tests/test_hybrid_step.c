@@ -210,7 +210,7 @@ Test(hybrid_step, scoring_equals_full_sequence_and_decode_equals_forward) {
     ls_hstate ps;
     cr_assert_eq(K(ls_capture)(p, b, 16, &ps, NULL, LS_MEM_PROMPT_STATE, NULL, NULL), LS_OK);
     double lp_branch[6], lp_full[6];
-    cr_assert_eq(K(ls_score_member)(p, &ps, b, 0, lp_branch), LS_OK);
+    cr_assert_eq(K(ls_score_member)(p, &ps, b, 0, lp_branch, NULL, NULL), LS_OK);
     /* full sequence forward, scoring the last R positions */
     int32_t seq[64];
     memcpy(seq, b->prompt, 50 * sizeof *seq);
@@ -231,7 +231,7 @@ Test(hybrid_step, scoring_equals_full_sequence_and_decode_equals_forward) {
     size_t R8[] = {8};
     ls_batch *b2 = make_batch(50, 1, R8, 77);
     cr_assert_eq(ls_batch_set_response(b2, 0, out, 8), LS_OK);
-    cr_assert_eq(K(ls_score_member)(p, &ps, b2, 0, lp_sc), LS_OK);
+    cr_assert_eq(K(ls_score_member)(p, &ps, b2, 0, lp_sc, NULL, NULL), LS_OK);
     double wd = 0;
     for (int t = 0; t < 8; t++) wd = fmax(wd, fabs(lp_dec[t] - lp_sc[t]));
     cr_log_info("score vs full sequence %.3e, decode vs forward %.3e", worst, wd);

@@ -74,14 +74,15 @@ static int32_t *branch_inputs(const ls_batch *b, size_t i) {
 }
 
 ls_status LS_K(ls_score_member)(const ls_params *p, const ls_hstate *ps, const ls_batch *b, size_t i,
-                                double *logp) {
+                                double *logp, ls_layer_hook hook, void *hook_user) {
     size_t R = b->R[i];
     int32_t *in = branch_inputs(b, i);
     ls_real *lp = ls_mem_alloc(LS_MEM_SCORE, R_(R));
     ls_status st = LS_ERR_NOMEM;
     if (in && lp) {
         ls_seg_io io = {.tokens = in, .T = R, .pos0 = (int64_t)b->P - 1, .ctx = ps,
-                        .targets = b->resp[i], .score_from = 0, .logp = lp};
+                        .targets = b->resp[i], .score_from = 0, .logp = lp, .hook = hook,
+                        .hook_user = hook_user};
         st = LS_K(ls_segment_forward)(p, &io);
         for (size_t t = 0; st == LS_OK && t < R; t++) logp[t] = (double)lp[t];
     }
@@ -217,8 +218,10 @@ static ls_status do_score(ls_params *p, ls_batch *b, const ls_hstate *ps, const 
         ps = &own;
         have_own = 1;
     }
-    for (size_t i = 0; st == LS_OK && !b->old_supplied && i < b->G; i++)
-        st = LS_K(ls_score_member)(p, ps, b, i, b->old_lp[i]);
+    for (size_t i = 0; st == LS_OK && !b->old_supplied && i < b->G; i++) {
+        hook_ctx hm = {obs, "score", (int)i};
+        st = LS_K(ls_score_member)(p, ps, b, i, b->old_lp[i], hook_fn, &hm);
+    }
     if (have_own) LS_K(ls_hstate_free)(&own);
     if (st != LS_OK) return st;
     ls_params *ref = NULL;
@@ -226,7 +229,10 @@ static ls_status do_score(ls_params *p, ls_batch *b, const ls_hstate *ps, const 
     st = LS_K(ls_params_ref_view)(&ref, p);
     if (st == LS_OK) st = LS_K(ls_capture)(ref, b, o->page_size, &rps, NULL, LS_MEM_SCORE, hook_fn, &hk);
     if (st == LS_OK) {
-        for (size_t i = 0; st == LS_OK && i < b->G; i++) st = LS_K(ls_score_member)(ref, &rps, b, i, b->ref_lp[i]);
+        for (size_t i = 0; st == LS_OK && i < b->G; i++) {
+            hook_ctx hm = {obs, "score", (int)i};
+            st = LS_K(ls_score_member)(ref, &rps, b, i, b->ref_lp[i], hook_fn, &hm);
+        }
         LS_K(ls_hstate_free)(&rps);
     }
     LS_K(ls_params_free)(ref);

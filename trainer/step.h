@@ -58,7 +58,7 @@ void LS_K(ls_step_optimizer)(ls_params *p, const ls_step_options *o, int64_t ste
 /* Building blocks exposed for tests and tools. */
 /* Log-probs of response i from a captured prompt state (no autograd). */
 ls_status LS_K(ls_score_member)(const ls_params *p, const ls_hstate *ps, const ls_batch *b, size_t i,
-                                double *logp);
+                                double *logp, ls_layer_hook hook, void *hook_user);
 /* Capture: prompt positions [0, P-1) into *ps (prompt_state category);
  * checkpoints (NULL: none) receive each layer's input. */
 ls_status LS_K(ls_capture)(const ls_params *p, const ls_batch *b, size_t page_size, ls_hstate *ps,

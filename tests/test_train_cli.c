@@ -1,0 +1,277 @@
+/* test_train_cli.c - longstraw-train as a user runs it: bad arguments exit 2
+ * naming the argument; a run writes a trace whose events cover every layer,
+ * member, direction and phase, a receipt and a manifest that verifies; the
+ * fault injection `nan-grad` yields an error event, no optimizer step and
+ * exit 1; a prompt too long for the memory budget is refused before anything
+ * is allocated; external rollouts are read; dumps are written. */
+/* paths here are short temporary names: truncation cannot happen */
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "receipts/manifest.h"
+#include "receipts/receipt.h"
+#include "receipts/trace_reader.h"
+#include "trainer/safetensors.h"
+
+#define TRAIN LS_BINARY_DIR "/trainer/longstraw-train"
+#define CFG LS_SOURCE_DIR "/configs/hybrid-tiny.json"
+
+static char tmpdir[256];
+
+static void setup(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/ls-cli-XXXXXX");
+    cr_assert_not_null(mkdtemp(tmpdir));
+}
+
+static void teardown(void) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    cr_expect_eq(system(cmd), 0);
+}
+
+/* Run a command line with stdout/stderr into tmpdir/out.txt and err.txt;
+ * returns the exit status. */
+static int run(const char *args) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s %s >%s/out.txt 2>%s/err.txt", TRAIN, args, tmpdir, tmpdir);
+    int st = system(cmd);
+    cr_assert(WIFEXITED(st), "%s did not exit normally", cmd);
+    return WEXITSTATUS(st);
+}
+
+static char *slurp(const char *name) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "rb");
+    if (!f) return strdup("");
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return strdup(buf);
+}
+
+static void expect_usage_error(const char *args, const char *names) {
+    int rc = run(args);
+    char *e = slurp("err.txt");
+    cr_expect_eq(rc, 2, "'%s': exit %d, want 2", args, rc);
+    cr_expect(strstr(e, names) != NULL, "'%s': stderr does not name %s: %s", args, names, e);
+    free(e);
+}
+
+TestSuite(train_cli, .init = setup, .fini = teardown, .timeout = 300);
+
+Test(train_cli, bad_arguments_exit_2_naming_the_argument) {
+    char a[1024];
+    snprintf(a, sizeof a, "--config %s --out %s/r --group 0", CFG, tmpdir);
+    expect_usage_error(a, "--group");
+    snprintf(a, sizeof a, "--config %s --out %s/r --dtype f16", CFG, tmpdir);
+    expect_usage_error(a, "--dtype");
+    snprintf(a, sizeof a, "--config %s --out %s/r --grad-mode sideways", CFG, tmpdir);
+    expect_usage_error(a, "--grad-mode");
+    snprintf(a, sizeof a, "--config /nonexistent.json --out %s/r", tmpdir);
+    expect_usage_error(a, "/nonexistent.json");
+    snprintf(a, sizeof a, "--config %s --out %s/r --prompt-len 12x", CFG, tmpdir);
+    expect_usage_error(a, "--prompt-len");
+    snprintf(a, sizeof a, "--config %s --out %s/r --frobnicate 1", CFG, tmpdir);
+    expect_usage_error(a, "--frobnicate");
+    snprintf(a, sizeof a, "--config %s", CFG);
+    expect_usage_error(a, "--out");
+    /* a config missing a key names the file and the key */
+    char bad[512];
+    snprintf(bad, sizeof bad, "%s/bad.json", tmpdir);
+    FILE *f = fopen(bad, "w");
+    fputs("{\"family\":\"hybrid\",\"vocab\":256,\"d_model\":64}", f);
+    fclose(f);
+    snprintf(a, sizeof a, "--config %s --out %s/r", bad, tmpdir);
+    expect_usage_error(a, "n_layers");
+    /* nothing was created for any of these */
+    char r[512];
+    struct stat sb;
+    snprintf(r, sizeof r, "%s/r", tmpdir);
+    cr_expect_neq(stat(r, &sb), 0, "a failed invocation created the run directory");
+    cr_expect_eq(run("--help"), 0);
+}
+
+typedef struct {
+    int n_layers, steps;
+    int fwd[4][8][12], bwd[4][8][12]; /* [phase][member+1][layer+1] */
+    int optimizer, digests, errors, complete;
+} tally;
+
+static int phase_id(const char *p) {
+    if (!strcmp(p, "capture")) return 0;
+    if (!strcmp(p, "score")) return 1;
+    if (!strcmp(p, "replay")) return 2;
+    if (!strcmp(p, "prompt_bwd")) return 3;
+    return -1;
+}
+
+static int count_event(const ls_trace_event *ev, void *user) {
+    tally *t = user;
+    const cJSON *j = ev->json;
+    if (!strcmp(ev->ev, "layer_end")) {
+        int ph = phase_id(cJSON_GetObjectItem(j, "phase")->valuestring);
+        int m = (int)cJSON_GetObjectItem(j, "member")->valuedouble + 1;
+        int l = (int)cJSON_GetObjectItem(j, "layer")->valuedouble + 1;
+        int bwd = !strcmp(cJSON_GetObjectItem(j, "dir")->valuestring, "bwd");
+        if (ph >= 0 && m >= 0 && m < 8 && l >= 0 && l < 12) (bwd ? t->bwd : t->fwd)[ph][m][l]++;
+    } else if (!strcmp(ev->ev, "optimizer_step")) t->optimizer++;
+    else if (!strcmp(ev->ev, "param_digest")) t->digests++;
+    else if (!strcmp(ev->ev, "error")) t->errors++;
+    else if (!strcmp(ev->ev, "rank_complete")) t->complete++;
+    return 0;
+}
+
+static ls_trace_report *read_trace(const char *run_dir, tally *t) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/rank-0000/events.jsonl.zst", run_dir);
+    ls_trace_report *rep = calloc(1, sizeof *rep);
+    ls_status st = ls_trace_read_file(p, count_event, t, rep);
+    (void)st; /* the callers look at the report */
+    return rep;
+}
+
+Test(train_cli, full_run_writes_complete_trace_receipt_and_manifest) {
+    char a[2048], rd[512], grads[512], batch[512], init[512];
+    snprintf(rd, sizeof rd, "%s/run", tmpdir);
+    snprintf(grads, sizeof grads, "%s/grads.safetensors", tmpdir);
+    snprintf(batch, sizeof batch, "%s/batch.json", tmpdir);
+    snprintf(init, sizeof init, "%s/init.safetensors", tmpdir);
+    snprintf(a, sizeof a, "--config %s --prompt-len 300 --response-len 5 --group 3 --steps 2 --dtype f64 "
+             "--grad-mode full --out %s --dump-grads %s --dump-batch %s --save-init %s --quiet",
+             CFG, rd, grads, batch, init);
+    int rc = run(a);
+    char *e = slurp("err.txt");
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, e);
+    free(e);
+    tally t = {0};
+    ls_trace_report *rep = read_trace(rd, &t);
+    cr_expect_eq(rep->end, LS_TRACE_END_CLEAN, "trace ended %s", ls_trace_end_name(rep->end));
+    cr_expect_eq(rep->n_diags, 0);
+    /* every layer (embedding -1 .. head 8) forward in capture; every member's
+     * forward and backward in replay; backward of every layer in prompt_bwd */
+    for (int l = 0; l <= 9; l++) {
+        cr_expect_eq(t.fwd[0][0][l], l == 9 ? 0 : 2, "capture fwd layer %d: %d", l - 1, t.fwd[0][0][l]);
+        for (int m = 1; m <= 3; m++) {
+            cr_expect_eq(t.fwd[2][m][l], 2, "replay fwd member %d layer %d", m - 1, l - 1);
+            cr_expect_eq(t.bwd[2][m][l], 2, "replay bwd member %d layer %d", m - 1, l - 1);
+            cr_expect_eq(t.fwd[1][m][l], 4, "score fwd member %d layer %d (old + ref)", m - 1, l - 1);
+        }
+        if (l <= 8) cr_expect_eq(t.bwd[3][0][l], 2, "prompt_bwd layer %d", l - 1);
+    }
+    cr_expect_eq(t.optimizer, 2);
+    cr_expect_gt(t.digests, 2);
+    cr_expect_eq(t.errors, 0);
+    cr_expect_eq(t.complete, 1);
+    ls_trace_report_free(rep);
+    free(rep);
+    /* receipt and manifest */
+    char rp[512], err[512];
+    snprintf(rp, sizeof rp, "%s/rank-0000/receipt.json", rd);
+    ls_receipt *r = NULL;
+    cr_assert_eq(ls_receipt_read(rp, &r, err, sizeof err), LS_OK, "%s", err);
+    cr_expect_eq(r->status, LS_RECEIPT_COMPLETE);
+    cr_expect_eq(r->steps, 2);
+    int saw_prompt_state = 0;
+    for (size_t i = 0; i < r->n_memory; i++)
+        if (!strcmp(r->memory[i].name, "prompt_state") && r->memory[i].peak_bytes > 0) saw_prompt_state = 1;
+    cr_expect(saw_prompt_state);
+    ls_receipt_free(r);
+    ls_verify_report vr = {0};
+    cr_expect_eq(ls_manifest_verify(rd, &vr, err, sizeof err), LS_OK, "%s", err);
+    ls_verify_report_free(&vr);
+    /* dumps */
+    ls_safetensors *st = NULL;
+    cr_assert_eq(ls_safetensors_open(&st, grads, err, sizeof err), LS_OK, "%s", err);
+    cr_expect_not_null(ls_safetensors_find(st, "layers.3.attn.k.lora_A"));
+    cr_expect_null(ls_safetensors_find(st, "layers.3.attn.k.weight"), "frozen tensor in the gradient dump");
+    ls_safetensors_free(st);
+    cr_assert_eq(ls_safetensors_open(&st, init, err, sizeof err), LS_OK, "%s", err);
+    cr_expect_not_null(ls_safetensors_find(st, "layers.3.attn.k.weight"));
+    ls_safetensors_free(st);
+    char *bj = slurp("batch.json");
+    cr_expect(strstr(bj, "\"ref_logprobs\"") && strstr(bj, "\"grad_mode\":\"full\""), "batch dump: %.200s", bj);
+    free(bj);
+    /* tampering with the trace is caught by the manifest */
+    char ev[512];
+    snprintf(ev, sizeof ev, "%s/rank-0000/events.jsonl.zst", rd);
+    FILE *f = fopen(ev, "r+b");
+    fseek(f, 40, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, 40, SEEK_SET);
+    fputc(c ^ 0x20, f);
+    fclose(f);
+    ls_verify_report vr2 = {0};
+    cr_expect_eq(ls_manifest_verify(rd, &vr2, err, sizeof err), LS_ERR_CORRUPT);
+    ls_verify_report_free(&vr2);
+}
+
+Test(train_cli, nan_gradient_is_an_error_event_without_optimizer_step) {
+    char a[1024], rd[512];
+    snprintf(rd, sizeof rd, "%s/run", tmpdir);
+    snprintf(a, sizeof a, "--config %s --prompt-len 128 --response-len 4 --group 2 --fault nan-grad --out %s --quiet", CFG, rd);
+    int rc = run(a);
+    char *e = slurp("err.txt");
+    cr_expect_eq(rc, 1, "exit %d: %s", rc, e);
+    cr_expect(strstr(e, "non-finite") != NULL, "stderr: %s", e);
+    free(e);
+    tally t = {0};
+    ls_trace_report *rep = read_trace(rd, &t);
+    cr_expect_eq(t.errors, 1);
+    cr_expect_eq(t.optimizer, 0, "an optimizer step ran after a non-finite gradient");
+    cr_expect_eq(t.digests, 0);
+    cr_expect_eq(t.complete, 0);
+    ls_trace_report_free(rep);
+    free(rep);
+    char rp[512], err[512];
+    snprintf(rp, sizeof rp, "%s/rank-0000/receipt.json", rd);
+    ls_receipt *r = NULL;
+    cr_assert_eq(ls_receipt_read(rp, &r, err, sizeof err), LS_OK, "%s", err);
+    cr_expect_eq(r->status, LS_RECEIPT_ERROR);
+    ls_receipt_free(r);
+}
+
+Test(train_cli, prompt_too_long_is_refused_before_allocating) {
+    char a[1024], rd[512];
+    snprintf(rd, sizeof rd, "%s/run", tmpdir);
+    snprintf(a, sizeof a, "--config %s --prompt-len 2000000 --grad-mode full --memory-budget 268435456 --out %s", CFG, rd);
+    int rc = run(a);
+    char *e = slurp("err.txt");
+    cr_expect_eq(rc, 2, "exit %d: %s", rc, e);
+    cr_expect(strstr(e, "--prompt-len") && strstr(e, "prompt_state") && strstr(e, "recompute_checkpoints"),
+              "the refusal does not name the argument and the planned categories: %s", e);
+    free(e);
+    struct stat sb;
+    cr_expect_neq(stat(rd, &sb), 0, "the refused run created its directory");
+}
+
+Test(train_cli, external_rollouts_are_trained_on) {
+    char path[512], a[1024], rd[512];
+    snprintf(path, sizeof path, "%s/rollouts.jsonl", tmpdir);
+    FILE *f = fopen(path, "w");
+    fputs("{\"prompt\":[10,20,30,40,50,60,70,80],\"responses\":[[1,2,3],[4,5],[6,7,8,9]],"
+          "\"rewards\":[1,0,0.5],\"old_logprobs\":[[-5,-5,-5],[-5.5,-5.5],[-6,-6,-6,-6]]}\n", f);
+    fclose(f);
+    snprintf(rd, sizeof rd, "%s/run", tmpdir);
+    snprintf(a, sizeof a, "--config %s --rollouts %s --out %s --quiet", CFG, path, rd);
+    int rc = run(a);
+    char *e = slurp("err.txt"), *o = slurp("out.txt");
+    cr_expect_eq(rc, 0, "exit %d: %s", rc, e);
+    cr_expect(strstr(o, "G=3") != NULL, "%s", o);
+    free(e);
+    free(o);
+    /* a malformed rollouts file names the file, line and field */
+    f = fopen(path, "w");
+    fputs("{\"prompt\":[10,20],\"responses\":[[1,2,999]],\"rewards\":[1]}\n", f);
+    fclose(f);
+    snprintf(rd, sizeof rd, "%s/run2", tmpdir);
+    snprintf(a, sizeof a, "--config %s --rollouts %s --out %s --quiet", CFG, path, rd);
+    expect_usage_error(a, "responses[0]");
+}
