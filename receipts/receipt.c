@@ -1,0 +1,340 @@
+/* receipt.c - building, writing, reading and checking per-rank receipts
+ * (contract in receipt.h). */
+#include "receipts/receipt.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "receipts/atomic_file.h"
+#include "receipts/build_info.h"
+#include "receipts/json_util.h"
+#include "receipts/schema.h"
+
+ls_status ls_receipt_rank_dir(uint32_t rank, char *buf, size_t cap) {
+    int n = snprintf(buf, cap, "rank-%04u", (unsigned)rank);
+    return n < 0 || (size_t)n >= cap ? LS_ERR_ARG : LS_OK;
+}
+
+ls_status ls_receipt_path(const char *run_dir, uint32_t rank, char *buf, size_t cap) {
+    int n = snprintf(buf, cap, "%s/rank-%04u/receipt.json", run_dir, (unsigned)rank);
+    return n < 0 || (size_t)n >= cap ? LS_ERR_ARG : LS_OK;
+}
+
+int ls_receipt_relpath_ok(const char *rel) {
+    static const char allowed[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._+@=-";
+    if (rel == NULL) return 0;
+    size_t len = strlen(rel);
+    if (len == 0 || len > 1024) return 0;
+    const char *p = rel;
+    for (;;) {
+        size_t n = strspn(p, allowed);
+        if (n == 0) return 0; /* empty component or a forbidden byte */
+        if ((n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.')) return 0;
+        p += n;
+        if (*p == '\0') return 1;
+        if (*p != '/') return 0;
+        p++;
+    }
+}
+
+static const char *status_name(ls_receipt_status s) {
+    return s == LS_RECEIPT_COMPLETE ? "complete" : "error";
+}
+
+ls_status ls_receipt_to_json(const ls_receipt *r, const char *events_sha256, cJSON **out,
+                             char *err, size_t errlen) {
+    *out = NULL;
+    const char *missing = r->run_id == NULL        ? "run_id"
+                          : r->host == NULL        ? "host"
+                          : r->build == NULL       ? "build"
+                          : r->config == NULL      ? "config"
+                          : r->events_file == NULL ? "events_file"
+                          : events_sha256 == NULL  ? "events digest"
+                          : (r->phases == NULL && r->n_phases > 0) ? "phases"
+                          : (r->memory == NULL && r->n_memory > 0) ? "memory"
+                                                                   : NULL;
+    for (size_t i = 0; missing == NULL && i < r->n_phases; i++)
+        if (r->phases[i].phase == NULL) missing = "a phase name";
+    for (size_t i = 0; missing == NULL && i < r->n_memory; i++)
+        if (r->memory[i].name == NULL) missing = "a memory category name";
+    if (missing != NULL) {
+        ls_json_errf(err, errlen, "receipt: %s is NULL", missing);
+        return LS_ERR_ARG;
+    }
+    ls_status st = LS_ERR_NOMEM;
+    cJSON *doc = cJSON_CreateObject();
+    if (doc == NULL) goto cleanup;
+    cJSON_AddStringToObject(doc, "_type", LS_RECEIPT_STATEMENT_TYPE);
+    cJSON *subjects = cJSON_AddArrayToObject(doc, "subject");
+    cJSON *subject = cJSON_CreateObject();
+    cJSON_AddItemToArray(subjects, subject);
+    cJSON_AddStringToObject(subject, "name", r->events_file);
+    cJSON *digest = cJSON_AddObjectToObject(subject, "digest");
+    cJSON_AddStringToObject(digest, "sha256", events_sha256);
+    cJSON_AddStringToObject(doc, "predicateType", LS_RECEIPT_PREDICATE_TYPE);
+
+    cJSON *p = cJSON_AddObjectToObject(doc, "predicate");
+    cJSON_AddStringToObject(p, "run_id", r->run_id);
+    ls_json_add_u64(p, "rank", r->rank);
+    ls_json_add_u64(p, "world", r->world);
+    cJSON_AddStringToObject(p, "host", r->host);
+    cJSON_AddItemToObject(p, "build", cJSON_Duplicate(r->build, 1));
+    cJSON_AddItemToObject(p, "config", cJSON_Duplicate(r->config, 1));
+    ls_json_add_u64(p, "steps", r->steps);
+    cJSON *phases = cJSON_AddArrayToObject(p, "phases");
+    for (size_t i = 0; i < r->n_phases; i++) {
+        cJSON *ph = cJSON_CreateObject();
+        cJSON_AddItemToArray(phases, ph);
+        cJSON_AddStringToObject(ph, "phase", r->phases[i].phase);
+        ls_json_add_u64(ph, "count", r->phases[i].count);
+        ls_json_add_u64(ph, "wall_ns_total", r->phases[i].wall_ns_total);
+    }
+    cJSON *mem = cJSON_AddObjectToObject(p, "memory");
+    cJSON *cats = cJSON_AddObjectToObject(mem, "categories");
+    for (size_t i = 0; i < r->n_memory; i++) {
+        cJSON *cat = cJSON_AddObjectToObject(cats, r->memory[i].name);
+        ls_json_add_u64(cat, "peak_bytes", r->memory[i].peak_bytes);
+    }
+    ls_json_add_u64(mem, "total_peak_bytes", r->total_peak_bytes);
+    ls_json_add_u64(mem, "rss_peak_bytes", r->rss_peak_bytes);
+    cJSON *ev = cJSON_AddObjectToObject(p, "events");
+    cJSON_AddStringToObject(ev, "file", r->events_file);
+    ls_json_add_u64(ev, "count", r->events_count);
+    if (r->events_last_seq < 0) cJSON_AddNullToObject(ev, "last_seq");
+    else ls_json_add_u64(ev, "last_seq", (uint64_t)r->events_last_seq);
+    cJSON_AddStringToObject(p, "status", status_name(r->status));
+    if (r->error_message != NULL) {
+        cJSON *e = cJSON_AddObjectToObject(p, "error");
+        cJSON_AddNumberToObject(e, "code", r->error_code);
+        cJSON_AddStringToObject(e, "message", r->error_message);
+    }
+    cJSON *t = cJSON_AddObjectToObject(p, "timing");
+    ls_json_add_u64(t, "start_unix_ns", r->start_unix_ns);
+    ls_json_add_u64(t, "end_unix_ns", r->end_unix_ns);
+    /* cJSON's Add* functions return NULL on allocation failure and leave the
+     * document short; the schema check of the printed text catches any
+     * member that went missing, so only the containers are checked here. */
+    if (subjects == NULL || subject == NULL || digest == NULL || p == NULL || phases == NULL ||
+        mem == NULL || cats == NULL || ev == NULL || t == NULL)
+        goto cleanup;
+    *out = doc;
+    doc = NULL;
+    st = LS_OK;
+cleanup:
+    cJSON_Delete(doc);
+    return st;
+}
+
+/* Memory-category names are object keys, which the schema subset cannot
+ * constrain: same class as the trace's identifiers. */
+static int is_ident(const char *s) {
+    size_t n = strlen(s);
+    return n >= 1 && n <= 64 && s[0] >= 'a' && s[0] <= 'z' &&
+           strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789_") == n;
+}
+
+/* Fills r from a schema-valid document; structural checks the schema
+ * cannot express. */
+static ls_status extract(ls_receipt *r, const char *what, char *err, size_t errlen) {
+    const cJSON *doc = r->priv_doc;
+    const cJSON *subject = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(doc, "subject"), 0);
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(doc, "predicate");
+    uint64_t rank = 0, world = 0;
+    ls_json_get_u64(p, "rank", &rank);
+    ls_json_get_u64(p, "world", &world);
+    if (rank >= world) {
+        ls_json_errf(err, errlen, "%s: /predicate/rank %llu is not below world %llu", what,
+                     (unsigned long long)rank, (unsigned long long)world);
+        return LS_ERR_FORMAT;
+    }
+    r->rank = (uint32_t)rank;
+    r->world = (uint32_t)world;
+    r->run_id = cJSON_GetObjectItemCaseSensitive(p, "run_id")->valuestring;
+    r->host = cJSON_GetObjectItemCaseSensitive(p, "host")->valuestring;
+    r->build = cJSON_GetObjectItemCaseSensitive(p, "build");
+    r->config = cJSON_GetObjectItemCaseSensitive(p, "config");
+    char why[256];
+    ls_status st = ls_build_info_check(r->build, why, sizeof why);
+    if (st != LS_OK) {
+        ls_json_errf(err, errlen, "%s: /predicate/build: %s", what, why);
+        return st;
+    }
+    ls_json_get_u64(p, "steps", &r->steps);
+
+    const cJSON *phases = cJSON_GetObjectItemCaseSensitive(p, "phases");
+    const cJSON *cats = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(p, "memory"), "categories");
+    size_t np = (size_t)cJSON_GetArraySize(phases), nm = (size_t)cJSON_GetArraySize(cats);
+    r->priv_arrays = calloc(np * sizeof(ls_receipt_phase) + nm * sizeof(ls_receipt_memory) + 1, 1);
+    if (r->priv_arrays == NULL) return LS_ERR_NOMEM;
+    ls_receipt_phase *ph = r->priv_arrays;
+    ls_receipt_memory *mem = (ls_receipt_memory *)(ph + np);
+    size_t i = 0;
+    for (const cJSON *e = phases->child; e != NULL; e = e->next, i++) {
+        ph[i].phase = cJSON_GetObjectItemCaseSensitive(e, "phase")->valuestring;
+        ls_json_get_u64(e, "count", &ph[i].count);
+        ls_json_get_u64(e, "wall_ns_total", &ph[i].wall_ns_total);
+        for (size_t j = 0; j < i; j++) {
+            if (strcmp(ph[j].phase, ph[i].phase) == 0) {
+                ls_json_errf(err, errlen, "%s: /predicate/phases/%zu: phase \"%s\" listed twice",
+                             what, i, ph[i].phase);
+                return LS_ERR_FORMAT;
+            }
+        }
+    }
+    i = 0;
+    for (const cJSON *e = cats->child; e != NULL; e = e->next, i++) {
+        if (!is_ident(e->string)) {
+            ls_json_errf(err, errlen,
+                         "%s: /predicate/memory/categories: name \"%s\" is not an identifier",
+                         what, e->string);
+            return LS_ERR_FORMAT;
+        }
+        mem[i].name = e->string;
+        ls_json_get_u64(e, "peak_bytes", &mem[i].peak_bytes);
+    }
+    r->phases = ph;
+    r->n_phases = np;
+    r->memory = mem;
+    r->n_memory = nm;
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(p, "memory");
+    ls_json_get_u64(m, "total_peak_bytes", &r->total_peak_bytes);
+    ls_json_get_u64(m, "rss_peak_bytes", &r->rss_peak_bytes);
+
+    const cJSON *ev = cJSON_GetObjectItemCaseSensitive(p, "events");
+    r->events_file = cJSON_GetObjectItemCaseSensitive(ev, "file")->valuestring;
+    ls_json_get_u64(ev, "count", &r->events_count);
+    uint64_t last = 0;
+    r->events_last_seq = ls_json_get_u64(ev, "last_seq", &last) == 0 ? (int64_t)last : -1;
+    const char *sname = cJSON_GetObjectItemCaseSensitive(subject, "name")->valuestring;
+    if (strcmp(sname, r->events_file) != 0) {
+        ls_json_errf(err, errlen, "%s: /subject/0/name \"%s\" is not the events file \"%s\"",
+                     what, sname, r->events_file);
+        return LS_ERR_FORMAT;
+    }
+    const cJSON *dg = cJSON_GetObjectItemCaseSensitive(subject, "digest");
+    snprintf(r->events_sha256, sizeof r->events_sha256, "%s",
+             cJSON_GetObjectItemCaseSensitive(dg, "sha256")->valuestring);
+
+    r->status = strcmp(cJSON_GetObjectItemCaseSensitive(p, "status")->valuestring, "complete") == 0
+                    ? LS_RECEIPT_COMPLETE
+                    : LS_RECEIPT_ERROR;
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(p, "error");
+    if (e != NULL) {
+        r->error_code = (int)cJSON_GetObjectItemCaseSensitive(e, "code")->valuedouble;
+        r->error_message = cJSON_GetObjectItemCaseSensitive(e, "message")->valuestring;
+    }
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(p, "timing");
+    ls_json_get_u64(t, "start_unix_ns", &r->start_unix_ns);
+    ls_json_get_u64(t, "end_unix_ns", &r->end_unix_ns);
+    if (r->end_unix_ns < r->start_unix_ns) {
+        ls_json_errf(err, errlen, "%s: /predicate/timing: end_unix_ns is before start_unix_ns",
+                     what);
+        return LS_ERR_FORMAT;
+    }
+    return LS_OK;
+}
+
+ls_status ls_receipt_parse(const char *bytes, size_t len, const char *what, ls_receipt **out,
+                           char *err, size_t errlen) {
+    *out = NULL;
+    if (what == NULL) what = "receipt";
+    cJSON *doc = NULL;
+    ls_status st = ls_json_parse(bytes, len, what, &doc, err, errlen);
+    if (st != LS_OK) return st;
+    ls_receipt *r = NULL;
+    const ls_schema *schema = NULL;
+    ls_schema_errors errs = {0};
+    st = ls_schema_get("receipt", &schema, err, errlen);
+    if (st != LS_OK) goto cleanup;
+    st = ls_schema_validate(schema, doc, &errs);
+    if (st != LS_OK) {
+        char first[600];
+        ls_schema_errors_first(&errs, first, sizeof first);
+        ls_json_errf(err, errlen, "%s: not a valid receipt: %s", what, first);
+        goto cleanup;
+    }
+    r = calloc(1, sizeof *r);
+    if (r == NULL) {
+        st = LS_ERR_NOMEM;
+        goto cleanup;
+    }
+    r->priv_doc = doc;
+    doc = NULL;
+    st = extract(r, what, err, errlen);
+    if (st != LS_OK) goto cleanup;
+    *out = r;
+    r = NULL;
+cleanup:
+    ls_schema_errors_free(&errs);
+    ls_receipt_free(r);
+    cJSON_Delete(doc);
+    return st;
+}
+
+ls_status ls_receipt_read(const char *path, ls_receipt **out, char *err, size_t errlen) {
+    *out = NULL;
+    char *raw = NULL;
+    size_t len = 0;
+    ls_status st = ls_json_read_bytes(path, &raw, &len, err, errlen);
+    if (st == LS_OK) st = ls_receipt_parse(raw, len, path, out, err, errlen);
+    free(raw);
+    return st;
+}
+
+void ls_receipt_free(ls_receipt *r) {
+    if (r == NULL) return;
+    cJSON_Delete(r->priv_doc);
+    free(r->priv_arrays);
+    free(r);
+}
+
+ls_status ls_receipt_write(const char *run_dir, const ls_receipt *r, char *err, size_t errlen) {
+    if (run_dir == NULL || r == NULL) return LS_ERR_ARG;
+    if (!ls_receipt_relpath_ok(r->events_file)) {
+        ls_json_errf(err, errlen, "receipt: events_file \"%s\" is not a path inside the run "
+                     "directory", r->events_file != NULL ? r->events_file : "(null)");
+        return LS_ERR_ARG;
+    }
+    char events[4096], dir[4096], path[4096], rankdir[32];
+    if (snprintf(events, sizeof events, "%s/%s", run_dir, r->events_file) >= (int)sizeof events ||
+        ls_receipt_rank_dir(r->rank, rankdir, sizeof rankdir) != LS_OK ||
+        snprintf(dir, sizeof dir, "%s/%s", run_dir, rankdir) >= (int)sizeof dir ||
+        ls_receipt_path(run_dir, r->rank, path, sizeof path) != LS_OK) {
+        ls_json_errf(err, errlen, "receipt: path under %s too long", run_dir);
+        return LS_ERR_ARG;
+    }
+    char hex[LS_DIGEST_HEX_SIZE];
+    ls_status st = ls_digest_sha256_file_hex(events, hex, err, errlen);
+    if (st != LS_OK) return st;
+
+    cJSON *doc = NULL;
+    char *text = NULL;
+    size_t len = 0;
+    ls_receipt *check = NULL;
+    char inner[512];
+    st = ls_receipt_to_json(r, hex, &doc, inner, sizeof inner);
+    if (st == LS_OK) st = ls_json_print(doc, &text, &len, inner, sizeof inner);
+    /* the reader's own checks on the exact bytes about to be written */
+    if (st == LS_OK) st = ls_receipt_parse(text, len, "receipt", &check, inner, sizeof inner);
+    if (st != LS_OK) {
+        ls_json_errf(err, errlen, "%s: not written: %s", path,
+                     st == LS_ERR_NOMEM ? "out of memory" : inner);
+        goto cleanup;
+    }
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        ls_json_errf(err, errlen, "%s: cannot create directory: %s", dir, strerror(errno));
+        st = LS_ERR_IO;
+        goto cleanup;
+    }
+    st = ls_atomic_write(path, text, len, err, errlen);
+cleanup:
+    ls_receipt_free(check);
+    free(text);
+    cJSON_Delete(doc);
+    return st;
+}

@@ -1,0 +1,119 @@
+/* receipt.h - the per-rank receipt, RUN/rank-NNNN/receipt.json.
+ *
+ * A receipt says what one rank executed: phase counts and times, memory
+ * peaks per category, its trace file and how the rank ended.  It is an
+ * in-toto Statement v1 (schemas/receipt.schema.json):
+ *   {"_type": "https://in-toto.io/Statement/v1",
+ *    "subject": [{"name": "rank-0000/events.jsonl.zst", "digest": {"sha256": hex}}],
+ *    "predicateType": "urn:longstraw:predicate:rank-receipt:v1",
+ *    "predicate": {run_id, rank, world, host, build, config, steps, phases,
+ *                  memory, events, status, error?, timing}}
+ * The one subject is the rank's events file, digested when the receipt is
+ * written (so the trace must be closed first).
+ *
+ * Writing: the trainer fills an ls_receipt on the stack (every pointer
+ * borrowed, nothing freed by this module) and calls ls_receipt_write.  The
+ * writer refuses NaN/Inf anywhere (LS_ERR_NONFINITE), integers above 2^53-1
+ * (except timestamps) and anything else the schema rejects (LS_ERR_SCHEMA),
+ * checking the exact text it is about to write; a refused receipt leaves
+ * no file and an existing receipt untouched.
+ *
+ * Reading: ls_receipt_read/ls_receipt_parse return a heap ls_receipt whose
+ * pointers all point into memory it owns; release it with ls_receipt_free.
+ * A read receipt has passed the schema and the structural checks (rank <
+ * world, build digest matches the build object, the subject is the events
+ * file, phase names unique, memory category names are identifiers, end >=
+ * start). */
+#ifndef LS_RECEIPTS_RECEIPT_H
+#define LS_RECEIPTS_RECEIPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "common/status.h"
+#include "receipts/digest.h"
+
+#define LS_RECEIPT_STATEMENT_TYPE "https://in-toto.io/Statement/v1"
+#define LS_RECEIPT_PREDICATE_TYPE "urn:longstraw:predicate:rank-receipt:v1"
+
+typedef enum { LS_RECEIPT_COMPLETE = 0, LS_RECEIPT_ERROR = 1 } ls_receipt_status;
+
+typedef struct {
+    const char *phase;      /* identifier, e.g. "replay" (unique in a receipt) */
+    uint64_t count;         /* times the phase ran on this rank */
+    uint64_t wall_ns_total; /* summed wall time of those runs */
+} ls_receipt_phase;
+
+typedef struct {
+    const char *name;    /* memory category, e.g. "prompt_state" (unique) */
+    uint64_t peak_bytes; /* the category's peak live bytes */
+} ls_receipt_memory;
+
+typedef struct {
+    /* --- filled by the writer's caller (borrowed) or by the reader --- */
+    const char *run_id;  /* printable ASCII without spaces */
+    uint32_t rank;       /* < world */
+    uint32_t world;      /* >= 1 */
+    const char *host;    /* printable ASCII without spaces */
+    const cJSON *build;  /* from ls_build_info_create (with build_digest) */
+    const cJSON *config; /* object with the MODEL.md section 6 keys */
+    uint64_t steps;      /* optimizer steps completed */
+    const ls_receipt_phase *phases;
+    size_t n_phases;
+    const ls_receipt_memory *memory;
+    size_t n_memory;
+    uint64_t total_peak_bytes; /* peak of the tracked total */
+    uint64_t rss_peak_bytes;   /* peak resident set size of the process */
+    const char *events_file;   /* relative to the run dir: "rank-0000/events.jsonl.zst" */
+    uint64_t events_count;     /* events in the trace (header line excluded) */
+    int64_t events_last_seq;   /* seq of the last event; -1 when there is none */
+    ls_receipt_status status;
+    int error_code;            /* ls_status of the failure; used when error_message != NULL */
+    const char *error_message; /* required when status is ERROR, NULL when COMPLETE */
+    uint64_t start_unix_ns;    /* see LS_JSON_MAX_EXACT_INT: read back to ~0.25 us */
+    uint64_t end_unix_ns;
+    /* --- filled by the reader only --- */
+    char events_sha256[LS_DIGEST_HEX_SIZE]; /* the subject digest */
+    cJSON *priv_doc;  /* the parsed document the pointers above point into */
+    void *priv_arrays; /* phases and memory arrays */
+} ls_receipt;
+
+/* "rank-NNNN" (at least 4 digits) into buf; LS_ERR_ARG if it does not fit. */
+ls_status ls_receipt_rank_dir(uint32_t rank, char *buf, size_t cap);
+
+/* RUN/rank-NNNN/receipt.json into buf; LS_ERR_ARG if it does not fit. */
+ls_status ls_receipt_path(const char *run_dir, uint32_t rank, char *buf, size_t cap);
+
+/* 1 when rel is a safe path relative to a run directory: '/'-separated,
+ * non-empty components of [A-Za-z0-9._+@=-], none "." or "..", at most
+ * 1024 bytes (the schemas' "relpath").  0 otherwise (and for NULL). */
+int ls_receipt_relpath_ok(const char *rel);
+
+/* The receipt document for r, with events_sha256 as the subject digest.
+ * *out is the caller's (cJSON_Delete).  LS_ERR_ARG for NULL members the
+ * receipt needs (named in err). */
+ls_status ls_receipt_to_json(const ls_receipt *r, const char *events_sha256, cJSON **out,
+                             char *err, size_t errlen);
+
+/* Digests run_dir/r->events_file and writes run_dir/rank-NNNN/receipt.json
+ * atomically (creating rank-NNNN/ when needed).  Errors name the file or
+ * the field: LS_ERR_IO (events file unreadable, write failed),
+ * LS_ERR_NONFINITE, LS_ERR_SCHEMA, LS_ERR_ARG. */
+ls_status ls_receipt_write(const char *run_dir, const ls_receipt *r, char *err, size_t errlen);
+
+/* Parses and checks a receipt from bytes; `what` names it in errors.
+ * LS_ERR_FORMAT (not JSON / structure), LS_ERR_SCHEMA, LS_ERR_CORRUPT
+ * (build digest mismatch).  *out is the caller's (ls_receipt_free). */
+ls_status ls_receipt_parse(const char *bytes, size_t len, const char *what, ls_receipt **out,
+                           char *err, size_t errlen);
+
+/* ls_receipt_parse of a file (LS_ERR_IO when unreadable). */
+ls_status ls_receipt_read(const char *path, ls_receipt **out, char *err, size_t errlen);
+
+/* Frees a receipt from ls_receipt_read/parse; NULL is a no-op.  Never call
+ * it on a caller-filled struct. */
+void ls_receipt_free(ls_receipt *r);
+
+#endif

@@ -1,0 +1,21 @@
+# receipts.cmake - tests of the receipts layer (atomic files, digests, build
+# info, receipts, manifests, DSSE, the schema validator and the agreement of
+# every schema in schemas/ with its fixtures under both validators).
+set(LS_RECEIPTS_TEST_SUPPORT ${CMAKE_CURRENT_SOURCE_DIR}/test_receipts_support.c)
+
+ls_add_criterion_test(test_receipts
+  SOURCES test_receipts.c ${LS_RECEIPTS_TEST_SUPPORT}
+  LIBS ls_receipts
+  TIMEOUT 120)
+
+ls_add_criterion_test(test_receipts_dsse
+  SOURCES test_receipts_dsse.c ${LS_RECEIPTS_TEST_SUPPORT}
+  LIBS ls_receipts
+  TIMEOUT 120)
+# the tool tests run the executables
+add_dependencies(test_receipts_dsse longstraw-sign longstraw-validate)
+
+ls_add_criterion_test(test_schema
+  SOURCES test_schema.c ${LS_RECEIPTS_TEST_SUPPORT}
+  LIBS ls_receipts
+  TIMEOUT 180)
