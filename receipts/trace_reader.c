@@ -268,13 +268,16 @@ static void fill_zstd(ls_trace_reader *r) {
     note_memory(r);
     if (ZSTD_isError(ret)) {
         uint64_t at_byte = r->in_base + r->in_pos;
+        /* text after `keep` is the rejected frame's, not yet delivered */
+        size_t keep = r->ver > r->start ? r->ver : r->start;
         loc at = {-1, r->frame_start, r->win_base + r->ver};
         diag(r, LS_TRACE_DIAG_CORRUPT_FRAME, &at, r->rep.last_seq, -1, -1,
-             "zstd frame starting at byte %llu is corrupt (%s, detected by byte %llu); its "
-             "%zu decoded bytes are discarded and reading stops",
+             "zstd frame starting at byte %llu is corrupt (%s, detected by byte %llu); "
+             "%zu decoded bytes of it are discarded and reading stops",
              (unsigned long long)r->frame_start, ZSTD_getErrorName(ret),
-             (unsigned long long)at_byte, r->end - r->ver);
-        r->end = r->ver; /* never deliver the rejected frame's text */
+             (unsigned long long)at_byte, r->end - keep);
+        r->end = r->ver = keep; /* never deliver the rejected frame's text */
+        if (r->scan > keep) r->scan = keep;
         r->unverified = false;
         fatal(r, LS_TRACE_END_CORRUPT);
         return;
@@ -301,7 +304,8 @@ static void make_space(ls_trace_reader *r) {
         memmove(r->win, r->win + r->start, r->end - r->start);
         r->win_base += r->start;
         r->end -= r->start;
-        r->ver -= r->start;
+        /* in unverified mode delivered lines may lie past ver */
+        r->ver = r->ver > r->start ? r->ver - r->start : 0;
         r->scan -= r->start;
         r->start = 0;
         return;
@@ -343,6 +347,7 @@ static loc line_loc(const ls_trace_reader *r, size_t line_end) {
 static bool next_line(ls_trace_reader *r, size_t *nl) {
     for (;;) {
         size_t limit = r->unverified ? r->end : r->ver;
+        if (limit < r->start) limit = r->start; /* delivered unverified past ver */
         if (r->scan < r->start) r->scan = r->start;
         const char *p = r->scan < limit ? memchr(r->win + r->scan, '\n', limit - r->scan) : NULL;
         if (p != NULL) {
@@ -789,7 +794,7 @@ static void finish(ls_trace_reader *r) {
              "input ends inside the zstd frame starting at byte %llu (file has %llu bytes): %zu "
              "decoded bytes of it are unverified and not delivered; last delivered seq %lld",
              (unsigned long long)r->frame_start, (unsigned long long)rep->file_bytes,
-             r->end - r->ver, (long long)rep->last_seq);
+             r->end - (r->ver > r->start ? r->ver : r->start), (long long)rep->last_seq);
         rep->end = LS_TRACE_END_TRUNCATED;
     } else if (r->end > r->start || r->discarding) {
         at.line = r->line_no;
