@@ -6,6 +6,7 @@
  * naive per-token / O(T^2) references written plainly here from MODEL.md. */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
+#include <omp.h>
 
 #include "kernels/attention.h"
 #include "kernels/conv1d.h"
@@ -23,17 +24,17 @@ static void check(const char *what, double err, double tol)
 
 /* ----------------------------------------------------------- GDN pieces */
 
-Test(kernels_seq_pieces, gdn_three_pieces)
+static void gdn_pieces_case(size_t T, const size_t pieces[3], const char *label)
 {
-    const size_t T = 150, Hk = 2, Hv = 4, dk = 6, dv = 5;
-    const size_t pieces[3] = {70, 1, 79};
+    const size_t Hk = 2, Hv = 4, dk = 6, dv = 5;
     const size_t nq = T * Hk * dk, nv = T * Hv * dv, ng = T * Hv, nS = Hv * dk * dv;
-    uint64_t s = 41;
+    uint64_t s = 41 + T;
     const double sc = 1.0 / sqrt((double)dk);
     double *q = ks_rand(&s, nq, -sc, sc), *k = ks_rand(&s, nq, -sc, sc);
     double *v = ks_rand(&s, nv, -1, 1), *g = ks_rand(&s, ng, -0.5, 0);
     double *beta = ks_rand(&s, ng, 0, 1), *S0 = ks_rand(&s, nS, -1, 1);
     double *dO = ks_rand(&s, nv, -1, 1), *dSf = ks_rand(&s, nS, -1, 1);
+    char name[96];
 
     /* one pass */
     double *o1 = ks_alloc(nv), *S1 = ks_alloc(nS);
@@ -61,8 +62,10 @@ Test(kernels_seq_pieces, gdn_three_pieces)
                            v + t0 * Hv * dv, g + t0 * Hv, beta + t0 * Hv, Sp[p], n, Hk, Hv, dk,
                            dv);
     }
-    check("gdn 3 pieces forward o", ks_relerr(o3, o1, nv), EQ_TOL);
-    check("gdn 3 pieces forward S_out", ks_relerr(Sp[3], S1, nS), EQ_TOL);
+    snprintf(name, sizeof name, "%s forward o", label);
+    check(name, ks_relerr(o3, o1, nv), EQ_TOL);
+    snprintf(name, sizeof name, "%s forward S_out", label);
+    check(name, ks_relerr(Sp[3], S1, nS), EQ_TOL);
     for (int p = 2; p >= 0; p--) {
         size_t t0 = off[p], n = pieces[p];
         double *wsp = ks_alloc(ls_gdn_backward_workspace_f64(n, Hk, Hv, dk, dv));
@@ -73,12 +76,18 @@ Test(kernels_seq_pieces, gdn_three_pieces)
         memcpy(dSc, dS3, nS * sizeof *dSc); /* the gradient handed to the piece before */
         free(wsp);
     }
-    check("gdn 3 pieces backward dq", ks_relerr(dq3, dq1, nq), EQ_TOL);
-    check("gdn 3 pieces backward dk", ks_relerr(dk3, dk1, nq), EQ_TOL);
-    check("gdn 3 pieces backward dv", ks_relerr(dv3, dv1, nv), EQ_TOL);
-    check("gdn 3 pieces backward dg", ks_relerr(dg3, dg1, ng), EQ_TOL);
-    check("gdn 3 pieces backward dbeta", ks_relerr(db3, db1, ng), EQ_TOL);
-    check("gdn 3 pieces backward dS_in", ks_relerr(dS3, dS1, nS), EQ_TOL);
+    snprintf(name, sizeof name, "%s backward dq", label);
+    check(name, ks_relerr(dq3, dq1, nq), EQ_TOL);
+    snprintf(name, sizeof name, "%s backward dk", label);
+    check(name, ks_relerr(dk3, dk1, nq), EQ_TOL);
+    snprintf(name, sizeof name, "%s backward dv", label);
+    check(name, ks_relerr(dv3, dv1, nv), EQ_TOL);
+    snprintf(name, sizeof name, "%s backward dg", label);
+    check(name, ks_relerr(dg3, dg1, ng), EQ_TOL);
+    snprintf(name, sizeof name, "%s backward dbeta", label);
+    check(name, ks_relerr(db3, db1, ng), EQ_TOL);
+    snprintf(name, sizeof name, "%s backward dS_in", label);
+    check(name, ks_relerr(dS3, dS1, nS), EQ_TOL);
 
     /* in place: S_in == S_out carries the state through one buffer */
     double *Sc = ks_copy(S0, nS), *o4 = ks_alloc(nv);
@@ -88,24 +97,43 @@ Test(kernels_seq_pieces, gdn_three_pieces)
                            v + t0 * Hv * dv, g + t0 * Hv, beta + t0 * Hv, Sc, pieces[p], Hk, Hv,
                            dk, dv);
     }
-    check("gdn 3 pieces in-place state o", ks_relerr(o4, o1, nv), EQ_TOL);
-    check("gdn 3 pieces in-place state S_out", ks_relerr(Sc, S1, nS), EQ_TOL);
+    snprintf(name, sizeof name, "%s in-place state o", label);
+    check(name, ks_relerr(o4, o1, nv), EQ_TOL);
+    snprintf(name, sizeof name, "%s in-place state S_out", label);
+    check(name, ks_relerr(Sc, S1, nS), EQ_TOL);
 
-    /* T = 0 hands the state and its gradient through unchanged */
+    free(q); free(k); free(v); free(g); free(beta); free(S0); free(dO); free(dSf);
+    free(o1); free(S1); free(dq1); free(dk1); free(dv1); free(dg1); free(db1); free(dS1);
+    free(ws); free(o3); free(dq3); free(dk3); free(dv3); free(dg3); free(db3); free(dS3);
+    free(dSc); free(Sc); free(o4);
+    for (int p = 0; p < 4; p++) {
+        free(Sp[p]);
+    }
+}
+
+/* T = 150: checkpoint chunks of 64 (three, recomputed); T = 5000: chunks of
+ * 128 in one pass, of 64 (and 1) in the pieces. */
+Test(kernels_seq_pieces, gdn_three_pieces)
+{
+    const size_t p150[3] = {70, 1, 79}, p5000[3] = {2000, 1, 2999};
+    gdn_pieces_case(150, p150, "gdn T=150 pieces 70+1+79");
+    gdn_pieces_case(5000, p5000, "gdn T=5000 pieces 2000+1+2999");
+}
+
+/* T = 0 hands the state and its gradient through unchanged */
+Test(kernels_seq_pieces, gdn_empty)
+{
+    const size_t Hk = 2, Hv = 4, dk = 6, dv = 5, nS = Hv * dk * dv;
+    uint64_t s = 49;
+    double *S0 = ks_rand(&s, nS, -1, 1), *dSf = ks_rand(&s, nS, -1, 1), x = 0;
+    const double *q = &x, *k = &x, *v = &x, *g = &x, *beta = &x;
     double *Sz = ks_alloc(nS), *dSz = ks_alloc(nS);
     ls_gdn_forward_f64(NULL, Sz, q, k, v, g, beta, S0, 0, Hk, Hv, dk, dv);
     ls_gdn_backward_f64(NULL, NULL, NULL, NULL, NULL, dSz, NULL, dSf, q, k, v, g, beta, S0, 0,
                         Hk, Hv, dk, dv, NULL);
     check("gdn T=0 S_out == S_in", ks_maxdiff(Sz, S0, nS), 1e-300);
     check("gdn T=0 dS_in == dS_out", ks_maxdiff(dSz, dSf, nS), 1e-300);
-
-    free(q); free(k); free(v); free(g); free(beta); free(S0); free(dO); free(dSf);
-    free(o1); free(S1); free(dq1); free(dk1); free(dv1); free(dg1); free(db1); free(dS1);
-    free(ws); free(o3); free(dq3); free(dk3); free(dv3); free(dg3); free(db3); free(dS3);
-    free(dSc); free(Sc); free(o4); free(Sz); free(dSz);
-    for (int p = 0; p < 4; p++) {
-        free(Sp[p]);
-    }
+    free(S0); free(dSf); free(Sz); free(dSz);
 }
 
 /* S_out = NULL runs the state in column blocks on the stack: same o. */
@@ -456,4 +484,65 @@ Test(kernels_seq_pieces, attn_blocks_prompt)
     attn_dims e = d;
     e.qp = -3;
     attn_blocks_case(&e, bounds, 4, 84, "prompt, queries 3 before keys");
+}
+
+/* ------------------------------------------------- threads: same bits */
+
+/* The threaded paths (value heads, query/key tiles) against one thread: the
+ * kernels are written to be race-free and deterministic, so the results
+ * must be identical bit for bit. */
+Test(kernels_seq_pieces, threads_bitwise)
+{
+    const size_t T = 3000, Hk = 2, Hv = 4, dk = 16, dv = 16;
+    const size_t nq = T * Hk * dk, nv = T * Hv * dv, ng = T * Hv, nS = Hv * dk * dv;
+    uint64_t s = 91;
+    const double sc = 1.0 / sqrt((double)dk);
+    double *q = ks_rand(&s, nq, -sc, sc), *k = ks_rand(&s, nq, -sc, sc);
+    double *v = ks_rand(&s, nv, -1, 1), *g = ks_rand(&s, ng, -0.5, 0);
+    double *beta = ks_rand(&s, ng, 0, 1), *S0 = ks_rand(&s, nS, -1, 1);
+    double *dO = ks_rand(&s, nv, -1, 1), *dSf = ks_rand(&s, nS, -1, 1);
+    double *ws = ks_alloc(ls_gdn_backward_workspace_f64(T, Hk, Hv, dk, dv));
+    double *out[2][8];
+    const size_t sz[8] = {nv, nS, nq, nq, nv, ng, ng, nS};
+    for (int r = 0; r < 2; r++) {
+        omp_set_num_threads(r == 0 ? 1 : 3);
+        for (int i = 0; i < 8; i++) {
+            out[r][i] = ks_alloc(sz[i]);
+        }
+        ls_gdn_forward_f64(out[r][0], out[r][1], q, k, v, g, beta, S0, T, Hk, Hv, dk, dv);
+        ls_gdn_backward_f64(out[r][2], out[r][3], out[r][4], out[r][5], out[r][6], out[r][7], dO,
+                            dSf, q, k, v, g, beta, S0, T, Hk, Hv, dk, dv, ws);
+    }
+    const char *names[8] = {"o", "S_out", "dq", "dk", "dv", "dg", "dbeta", "dS_in"};
+    char name[64];
+    for (int i = 0; i < 8; i++) {
+        snprintf(name, sizeof name, "gdn 3 threads vs 1: %s", names[i]);
+        check(name, ks_maxdiff(out[1][i], out[0][i], sz[i]), 1e-300);
+        free(out[0][i]);
+        free(out[1][i]);
+    }
+    free(q); free(k); free(v); free(g); free(beta); free(S0); free(dO); free(dSf); free(ws);
+
+    const size_t Ta = 300, H = 4, Hkv = 2, hd = 32, aq = Ta * H * hd, ak = Ta * Hkv * hd;
+    double *qa = ks_rand(&s, aq, -2, 2), *ka = ks_rand(&s, ak, -2, 2), *va = ks_rand(&s, ak, -1, 1);
+    double *da = ks_rand(&s, aq, -1, 1), *res[2][5];
+    const size_t asz[5] = {aq, Ta * H, aq, ak, ak};
+    for (int r = 0; r < 2; r++) {
+        omp_set_num_threads(r == 0 ? 1 : 3);
+        for (int i = 0; i < 5; i++) {
+            res[r][i] = ks_alloc(asz[i]);
+        }
+        ls_attn_block_forward_f64(res[r][0], res[r][1], qa, ka, va, Ta, Ta, H, Hkv, hd, 0, 0, 1,
+                                  1 / sqrt((double)hd));
+        ls_attn_block_backward_f64(res[r][2], res[r][3], res[r][4], da, qa, ka, va, res[r][0],
+                                   res[r][1], Ta, Ta, H, Hkv, hd, 0, 0, 1, 1 / sqrt((double)hd));
+    }
+    const char *anames[5] = {"o", "lse", "dq", "dk", "dv"};
+    for (int i = 0; i < 5; i++) {
+        snprintf(name, sizeof name, "attn 3 threads vs 1: %s", anames[i]);
+        check(name, ks_maxdiff(res[1][i], res[0][i], asz[i]), 1e-300);
+        free(res[0][i]);
+        free(res[1][i]);
+    }
+    free(qa); free(ka); free(va); free(da);
 }

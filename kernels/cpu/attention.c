@@ -24,6 +24,7 @@
 
 #define QT 16 /* queries per tile */
 #define KT 64 /* keys per tile */
+#define PAR_MIN 131072 /* Tq Tk H hd below which one thread does the work */
 
 static ls_real dot(const ls_real *a, const ls_real *b, size_t n)
 {
@@ -72,9 +73,11 @@ void LS_K(ls_attn_block_forward)(ls_real *o, ls_real *lse, const ls_real *q,
     assert(Hkv > 0 && H % Hkv == 0);
     const size_t grp = H / Hkv;
     const size_t nqt = (Tq + QT - 1) / QT;
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) if (Tq * Tk * H * hd >= PAR_MIN)
     for (size_t u = 0; u < nqt * H; u++) {
-        const size_t qt = u / H, h = u % H, kh = h / grp;
+        /* head-major, heaviest (latest) query tile first: concurrent units
+         * write rows far apart (no false sharing) and balance well */
+        const size_t h = u / nqt, qt = nqt - 1 - u % nqt, kh = h / grp;
         const size_t t0 = qt * QT, t1 = t0 + QT < Tq ? t0 + QT : Tq;
         ls_real mx[QT], l[QT], z[KT];
         for (size_t t = t0; t < t1; t++) {
@@ -145,9 +148,11 @@ static void attn_backward_dq(ls_real *dq, const ls_real *do_, const ls_real *q,
 {
     const size_t grp = H / Hkv;
     const size_t nqt = (Tq + QT - 1) / QT;
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) if (Tq * Tk * H * hd >= PAR_MIN)
     for (size_t u = 0; u < nqt * H; u++) {
-        const size_t qt = u / H, h = u % H, kh = h / grp;
+        /* head-major, heaviest (latest) query tile first: concurrent units
+         * write rows far apart (no false sharing) and balance well */
+        const size_t h = u / nqt, qt = nqt - 1 - u % nqt, kh = h / grp;
         const size_t t0 = qt * QT, t1 = t0 + QT < Tq ? t0 + QT : Tq;
         ls_real D[QT];
         for (size_t t = t0; t < t1; t++) {
@@ -184,9 +189,10 @@ static void attn_backward_dkv(ls_real *dk, ls_real *dv, const ls_real *do_,
 {
     const size_t grp = H / Hkv;
     const size_t nkt = (Tk + KT - 1) / KT;
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) if (Tq * Tk * H * hd >= PAR_MIN)
     for (size_t u = 0; u < nkt * Hkv; u++) {
-        const size_t kt = u / Hkv, kh = u % Hkv;
+        /* kv-head-major, heaviest (earliest) key tile first */
+        const size_t kh = u / nkt, kt = u % nkt;
         const size_t s0 = kt * KT, nk = Tk - s0 < KT ? Tk - s0 : KT;
         /* first query that sees key s0: q_pos0 + t >= k_pos0 + s0 */
         size_t tstart = 0;

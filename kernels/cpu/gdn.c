@@ -3,10 +3,12 @@
  *
  * Value heads are independent and run in parallel (OpenMP).  The backward
  * keeps no T states: a forward pass saves the state at the start of every
- * chunk of GDN_CHUNK tokens (checkpoints), then the chunks are walked in
- * reverse, each one's states recomputed from its checkpoint.  Value heads
- * that share a key head write their dq/dk into per-head chunk buffers which
- * are summed in a fixed order after each chunk (race-free, deterministic).
+ * chunk (checkpoints), then the chunks are walked in reverse, each one's
+ * states recomputed from its checkpoint.  The chunk is GDN_CHUNK tokens,
+ * doubled while chunk^2 < T, so memory grows like sqrt(T).  Value heads that
+ * share a key head write their dq/dk into per-head chunk buffers (two, used
+ * alternately) that are summed in a fixed order while the next chunk is
+ * computed: race-free, deterministic, one barrier per chunk.
  *
  * The dv-length vectors of one token (u, delta, ...) are handled in column
  * blocks of GDN_CB so that they live on the stack for any dv: the recurrence
@@ -26,9 +28,10 @@
 #define R_LOG1P log1pf
 #endif
 
-#define GDN_CHUNK 64          /* tokens per checkpointed chunk in backward */
+#define GDN_CHUNK 64          /* least tokens per checkpointed chunk in backward */
 #define GDN_CB 64             /* column block of the per-token dv vectors */
 #define GDN_STACK_STATE 4096  /* reals of state kept on the stack when S_out is NULL */
+#define GDN_PAR_MIN 65536     /* state-element updates (T Hv dk dv) worth a thread team */
 
 static ls_real sigmoid(ls_real x)
 {
@@ -167,7 +170,7 @@ void LS_K(ls_gdn_forward)(ls_real *o, ls_real *S_out, const ls_real *q,
         }
         return;
     }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (T * Hv * dkdv >= GDN_PAR_MIN)
     for (size_t j = 0; j < Hv; j++) {
         const size_t kh = j / grp;
         if (S_out != NULL) {
@@ -201,19 +204,56 @@ void LS_K(ls_gdn_forward)(ls_real *o, ls_real *S_out, const ls_real *q,
     }
 }
 
-static size_t gdn_nchunks(size_t T)
+/* Tokens per backward chunk for a sequence of T > 0 tokens. */
+static size_t gdn_chunk(size_t T)
 {
-    return (T + GDN_CHUNK - 1) / GDN_CHUNK;
+    size_t ch = GDN_CHUNK;
+    while (ch * ch < T) {
+        ch *= 2;
+    }
+    return ch < T ? ch : T;
 }
 
 /* Workspace of one value head: checkpoints [nc, dk, dv], chunk states
- * [ch, dk, dv], G [dk, dv], dq and dk chunk buffers [ch, dk] each, v - u of
- * the chunk [ch, dv]. */
+ * [ch, dk, dv], G [dk, dv], two dq and two dk chunk buffers [ch, dk] each,
+ * v - u of the chunk [ch, dv]. */
 static size_t gdn_head_workspace(size_t T, size_t dk, size_t dv)
 {
-    const size_t nc = gdn_nchunks(T);
-    const size_t ch = T < GDN_CHUNK ? T : GDN_CHUNK;
-    return (nc + ch + 1) * dk * dv + 2 * ch * dk + ch * dv;
+    const size_t ch = gdn_chunk(T);
+    const size_t nc = (T + ch - 1) / ch;
+    return (nc + ch + 1) * dk * dv + 4 * ch * dk + ch * dv;
+}
+
+/* The backward's view of the workspace (layout above, head after head). */
+typedef struct {
+    ls_real *base;
+    size_t hw, dkdv, ch, nc, dk;
+} gdn_ws;
+
+static ls_real *ws_ckpt(const gdn_ws *w, size_t j)
+{
+    return w->base + j * w->hw;
+}
+static ls_real *ws_states(const gdn_ws *w, size_t j)
+{
+    return ws_ckpt(w, j) + w->nc * w->dkdv;
+}
+static ls_real *ws_G(const gdn_ws *w, size_t j)
+{
+    return ws_states(w, j) + w->ch * w->dkdv;
+}
+/* chunk buffer b (= chunk index & 1) of dq~ / dk contributions */
+static ls_real *ws_dq(const gdn_ws *w, size_t j, size_t b)
+{
+    return ws_G(w, j) + w->dkdv + b * w->ch * w->dk;
+}
+static ls_real *ws_dk(const gdn_ws *w, size_t j, size_t b)
+{
+    return ws_G(w, j) + w->dkdv + (2 + b) * w->ch * w->dk;
+}
+static ls_real *ws_vmu(const gdn_ws *w, size_t j)
+{
+    return ws_G(w, j) + w->dkdv + 4 * w->ch * w->dk;
 }
 
 size_t LS_K(ls_gdn_backward_workspace)(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv)
@@ -289,6 +329,33 @@ static void gdn_bstep(ls_real *G, ls_real *dq, ls_real *dk_, ls_real *dv_,
     *dbeta = db;
 }
 
+/* dq, dk rows of chunk c = the sum of its value heads' chunk buffers, in
+ * head order.  A worksharing loop without a barrier: every thread of the
+ * team calls it. */
+static void gdn_reduce_chunk(ls_real *dq, ls_real *dk, const gdn_ws *w, size_t c, size_t T,
+                             size_t Hk, size_t grp)
+{
+    const size_t dk_ = w->dk, t0 = c * w->ch, b = c & 1;
+    const size_t n = (t0 + w->ch < T ? t0 + w->ch : T) - t0;
+#pragma omp for schedule(static) nowait
+    for (size_t idx = 0; idx < n * Hk; idx++) {
+        const size_t i = idx / Hk, kh = idx % Hk;
+        ls_real *dqr = dq + ((t0 + i) * Hk + kh) * dk_;
+        ls_real *dkr = dk + ((t0 + i) * Hk + kh) * dk_;
+        for (size_t e = 0; e < dk_; e++) {
+            dqr[e] = 0;
+            dkr[e] = 0;
+        }
+        for (size_t j = kh * grp; j < (kh + 1) * grp; j++) {
+            const ls_real *x = ws_dq(w, j, b) + i * dk_, *y = ws_dk(w, j, b) + i * dk_;
+            for (size_t e = 0; e < dk_; e++) {
+                dqr[e] += x[e];
+                dkr[e] += y[e];
+            }
+        }
+    }
+}
+
 void LS_K(ls_gdn_backward)(ls_real *dq, ls_real *dk, ls_real *dv, ls_real *dg,
                            ls_real *dbeta, ls_real *dS_in, const ls_real *do_,
                            const ls_real *dS_out, const ls_real *q, const ls_real *k,
@@ -310,22 +377,17 @@ void LS_K(ls_gdn_backward)(ls_real *dq, ls_real *dk, ls_real *dv, ls_real *dg,
         return;
     }
     assert(workspace != NULL);
-    const size_t nc = gdn_nchunks(T);
-    const size_t ch = T < GDN_CHUNK ? T : GDN_CHUNK;
-    const size_t hw = gdn_head_workspace(T, dk_, dv_);
-#define WS_CKPT(j) (workspace + (j) * hw)
-#define WS_ST(j) (WS_CKPT(j) + nc * dkdv)
-#define WS_G(j) (WS_ST(j) + ch * dkdv)
-#define WS_DQ(j) (WS_G(j) + dkdv)
-#define WS_DK(j) (WS_DQ(j) + ch * dk_)
-#define WS_VMU(j) (WS_DK(j) + ch * dk_)
+    const size_t ch = gdn_chunk(T);
+    const size_t nc = (T + ch - 1) / ch;
+    const gdn_ws w = {.base = workspace, .hw = gdn_head_workspace(T, dk_, dv_), .dkdv = dkdv,
+                      .ch = ch, .nc = nc, .dk = dk_};
 
-#pragma omp parallel
+#pragma omp parallel if (T * Hv * dkdv >= GDN_PAR_MIN)
     {
         /* checkpoints: the state before each chunk */
 #pragma omp for schedule(static)
         for (size_t j = 0; j < Hv; j++) {
-            ls_real *ck = WS_CKPT(j);
+            ls_real *ck = ws_ckpt(&w, j);
             if (S_in != NULL) {
                 memcpy(ck, S_in + j * dkdv, dkdv * sizeof *ck);
             } else {
@@ -334,23 +396,29 @@ void LS_K(ls_gdn_backward)(ls_real *dq, ls_real *dk, ls_real *dv, ls_real *dg,
             for (size_t c = 0; c + 1 < nc; c++) {
                 memcpy(ck + (c + 1) * dkdv, ck + c * dkdv, dkdv * sizeof *ck);
                 gdn_head_run(ck + (c + 1) * dkdv, dv_, dv_, 0, NULL, NULL, q, k, v, g, beta,
-                             c * GDN_CHUNK, (c + 1) * GDN_CHUNK, j, j / grp, Hk, Hv, dk_, dv_);
+                             c * ch, (c + 1) * ch, j, j / grp, Hk, Hv, dk_, dv_);
             }
             if (dS_out != NULL) {
-                memcpy(WS_G(j), dS_out + j * dkdv, dkdv * sizeof(ls_real));
+                memcpy(ws_G(&w, j), dS_out + j * dkdv, dkdv * sizeof(ls_real));
             } else {
-                memset(WS_G(j), 0, dkdv * sizeof(ls_real));
+                memset(ws_G(&w, j), 0, dkdv * sizeof(ls_real));
             }
         }
         for (size_t c = nc; c-- > 0;) {
-            const size_t t0 = c * GDN_CHUNK;
-            const size_t t1 = t0 + GDN_CHUNK < T ? t0 + GDN_CHUNK : T;
+            const size_t t0 = c * ch;
+            const size_t t1 = t0 + ch < T ? t0 + ch : T;
             const size_t n = t1 - t0;
+            const size_t buf = c & 1;
+            if (c + 1 < nc) {
+                /* chunk c+1 finished at the last barrier; its buffers are
+                 * not the ones chunk c writes */
+                gdn_reduce_chunk(dq, dk, &w, c + 1, T, Hk, grp);
+            }
 #pragma omp for schedule(static)
             for (size_t j = 0; j < Hv; j++) {
                 const size_t kh = j / grp;
-                const ls_real *ck = WS_CKPT(j) + c * dkdv;
-                ls_real *st = WS_ST(j), *G = WS_G(j), *vmu = WS_VMU(j);
+                const ls_real *ck = ws_ckpt(&w, j) + c * dkdv;
+                ls_real *st = ws_states(&w, j), *G = ws_G(&w, j), *vmu = ws_vmu(&w, j);
                 /* recompute S_t for the chunk and v - u of each token */
                 for (size_t i = 0; i < n; i++) {
                     const ls_real *prev = i == 0 ? ck : st + (i - 1) * dkdv;
@@ -363,42 +431,19 @@ void LS_K(ls_gdn_backward)(ls_real *dq, ls_real *dk, ls_real *dv, ls_real *dg,
                     const size_t qk = (t * Hk + kh) * dk_;
                     const size_t vo = (t * Hv + j) * dv_;
                     const ls_real *Sp = i == 0 ? ck : st + (i - 1) * dkdv;
-                    gdn_bstep(G, WS_DQ(j) + i * dk_, WS_DK(j) + i * dk_, dv + vo,
+                    gdn_bstep(G, ws_dq(&w, j, buf) + i * dk_, ws_dk(&w, j, buf) + i * dk_, dv + vo,
                               dg + t * Hv + j, dbeta + t * Hv + j, st + i * dkdv, Sp,
                               q + qk, k + qk, do_ + vo, vmu + i * dv_, g[t * Hv + j],
                               beta[t * Hv + j], dk_, dv_);
                 }
             }
-            /* sum the value heads of each key head, in head order */
-#pragma omp for schedule(static)
-            for (size_t idx = 0; idx < n * Hk; idx++) {
-                const size_t i = idx / Hk, kh = idx % Hk;
-                ls_real *dqr = dq + ((t0 + i) * Hk + kh) * dk_;
-                ls_real *dkr = dk + ((t0 + i) * Hk + kh) * dk_;
-                for (size_t e = 0; e < dk_; e++) {
-                    dqr[e] = 0;
-                    dkr[e] = 0;
-                }
-                for (size_t j = kh * grp; j < (kh + 1) * grp; j++) {
-                    const ls_real *a = WS_DQ(j) + i * dk_, *b = WS_DK(j) + i * dk_;
-                    for (size_t e = 0; e < dk_; e++) {
-                        dqr[e] += a[e];
-                        dkr[e] += b[e];
-                    }
-                }
-            }
         }
+        gdn_reduce_chunk(dq, dk, &w, 0, T, Hk, grp);
         if (dS_in != NULL) {
 #pragma omp for schedule(static)
             for (size_t j = 0; j < Hv; j++) {
-                memcpy(dS_in + j * dkdv, WS_G(j), dkdv * sizeof *dS_in);
+                memcpy(dS_in + j * dkdv, ws_G(&w, j), dkdv * sizeof *dS_in);
             }
         }
     }
-#undef WS_CKPT
-#undef WS_ST
-#undef WS_G
-#undef WS_DQ
-#undef WS_DK
-#undef WS_VMU
 }

@@ -1,0 +1,183 @@
+/* bench_seq.c - throughput of the CPU sequence kernels (float32): causal
+ * prompt-style attention (Tq = Tk, one block) and the GDN recurrence, forward
+ * and backward, at 1K/4K/16K tokens for the hybrid-tiny and hybrid-small
+ * dims (MODEL.md §1.4).  Prints a table; asserts nothing.  Cells predicted to
+ * take longer than the per-cell budget (from the cell one size down), or
+ * that would push the run past the total budget, are skipped with the
+ * reason printed.  Short cells are repeated and averaged. */
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "kernels/attention.h"
+#include "kernels/gdn.h"
+
+#define CELL_BUDGET_S 15.0 /* skip a cell predicted to take longer */
+#define TOTAL_BUDGET_S 50.0 /* ... or to end the run after this */
+#define MIN_TIME_S 0.2     /* repeat a short cell until this much time */
+#define MAX_REPS 50
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static float *rand_buf(size_t n, uint64_t *s, float lo, float hi)
+{
+    float *a = malloc((n ? n : 1) * sizeof *a);
+    if (a == NULL) {
+        fprintf(stderr, "bench_seq: out of memory (%zu floats)\n", n);
+        exit(1);
+    }
+    for (size_t i = 0; i < n; i++) {
+        *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+        a[i] = lo + (hi - lo) * (float)((*s >> 40) * 0x1.0p-24);
+    }
+    return a;
+}
+
+typedef struct {
+    const char *name;
+    size_t H, Hkv, hd;     /* attention */
+    size_t Hk, Hv, dk, dv; /* GDN */
+} dims;
+
+/* Seconds of one attention forward and one backward at T tokens.  The
+ * backward runs only when its predicted time pb fits the cell budget and
+ * ends before deadline; otherwise *tb = -1. */
+static void bench_attn(const dims *d, size_t T, double pb, double deadline, double *tf,
+                       double *tb)
+{
+    uint64_t s = 1;
+    const size_t nq = T * d->H * d->hd, nk = T * d->Hkv * d->hd;
+    float *q = rand_buf(nq, &s, -1.7f, 1.7f), *k = rand_buf(nk, &s, -1.7f, 1.7f);
+    float *v = rand_buf(nk, &s, -1, 1), *dO = rand_buf(nq, &s, -1, 1);
+    float *o = rand_buf(nq, &s, 0, 0), *lse = rand_buf(T * d->H, &s, 0, 0);
+    float *dq = rand_buf(nq, &s, 0, 0), *dk = rand_buf(nk, &s, 0, 0), *dv = rand_buf(nk, &s, 0, 0);
+    const float tau = 1.0f / sqrtf((float)d->hd);
+    int n = 0;
+    double t0 = now_s(), t1;
+    do {
+        ls_attn_block_forward_f32(o, lse, q, k, v, T, T, d->H, d->Hkv, d->hd, 0, 0, 1, tau);
+        n++;
+        t1 = now_s();
+    } while (t1 - t0 < MIN_TIME_S && n < MAX_REPS);
+    *tf = (t1 - t0) / n;
+    *tb = -1;
+    if (pb <= CELL_BUDGET_S && t1 + pb <= deadline) {
+        n = 0;
+        double t2;
+        do {
+            ls_attn_block_backward_f32(dq, dk, dv, dO, q, k, v, o, lse, T, T, d->H, d->Hkv,
+                                       d->hd, 0, 0, 1, tau);
+            n++;
+            t2 = now_s();
+        } while (t2 - t1 < MIN_TIME_S && n < MAX_REPS);
+        *tb = (t2 - t1) / n;
+    }
+    free(q); free(k); free(v); free(dO); free(o); free(lse); free(dq); free(dk); free(dv);
+}
+
+/* Seconds of one GDN forward and one backward at T tokens. */
+static void bench_gdn(const dims *d, size_t T, double *tf, double *tb)
+{
+    uint64_t s = 2;
+    const size_t nq = T * d->Hk * d->dk, nv = T * d->Hv * d->dv, ng = T * d->Hv;
+    const size_t nS = d->Hv * d->dk * d->dv;
+    const float sc = 1.0f / sqrtf((float)d->dk);
+    float *q = rand_buf(nq, &s, -sc, sc), *k = rand_buf(nq, &s, -sc, sc);
+    float *v = rand_buf(nv, &s, -1, 1), *g = rand_buf(ng, &s, -0.3f, 0);
+    float *beta = rand_buf(ng, &s, 0, 1), *dO = rand_buf(nv, &s, -1, 1);
+    float *o = rand_buf(nv, &s, 0, 0), *S = rand_buf(nS, &s, 0, 0);
+    float *dq = rand_buf(nq, &s, 0, 0), *dk = rand_buf(nq, &s, 0, 0), *dv = rand_buf(nv, &s, 0, 0);
+    float *dg = rand_buf(ng, &s, 0, 0), *db = rand_buf(ng, &s, 0, 0);
+    float *ws = rand_buf(ls_gdn_backward_workspace_f32(T, d->Hk, d->Hv, d->dk, d->dv), &s, 0, 0);
+    int n = 0;
+    double t0 = now_s(), t1, t2;
+    do {
+        ls_gdn_forward_f32(o, S, q, k, v, g, beta, NULL, T, d->Hk, d->Hv, d->dk, d->dv);
+        n++;
+        t1 = now_s();
+    } while (t1 - t0 < MIN_TIME_S && n < MAX_REPS);
+    *tf = (t1 - t0) / n;
+    n = 0;
+    do {
+        ls_gdn_backward_f32(dq, dk, dv, dg, db, NULL, dO, NULL, q, k, v, g, beta, NULL, T, d->Hk,
+                            d->Hv, d->dk, d->dv, ws);
+        n++;
+        t2 = now_s();
+    } while (t2 - t1 < MIN_TIME_S && n < MAX_REPS);
+    *tb = (t2 - t1) / n;
+    free(q); free(k); free(v); free(g); free(beta); free(dO); free(o); free(S); free(dq);
+    free(dk); free(dv); free(dg); free(db); free(ws);
+}
+
+int main(void)
+{
+    const dims cfg[2] = {
+        {"hybrid-tiny", 4, 2, 32, 2, 4, 16, 16},
+        {"hybrid-small", 8, 2, 64, 4, 8, 32, 32},
+    };
+    const size_t lens[3] = {1024, 4096, 16384};
+    const double start = now_s();
+    printf("bench_seq: float32 CPU kernels, %d OpenMP threads\n", omp_get_max_threads());
+    printf("attention: causal, Tq = Tk = T, one block; GDN: recurrence only\n");
+    FILE *la = fopen("/proc/loadavg", "r"); /* other load makes the numbers noisy */
+    double l1;
+    if (la != NULL && fscanf(la, "%lf", &l1) == 1) {
+        printf("1-minute load average at start: %.2f\n", l1);
+    }
+    if (la != NULL) {
+        fclose(la);
+    }
+    printf("\n");
+    printf("%-10s %-13s %-22s %7s %12s %12s %9s %9s\n", "op", "config", "dims", "T",
+           "fwd tok/s", "bwd tok/s", "fwd s", "bwd s");
+    for (int c = 0; c < 2; c++) {
+        const dims *d = &cfg[c];
+        char dd[64];
+        double prev_f = 0, prev_b = 0; /* seconds of the previous length */
+        snprintf(dd, sizeof dd, "H=%zu Hkv=%zu hd=%zu", d->H, d->Hkv, d->hd);
+        for (int l = 0; l < 3; l++) {
+            size_t T = lens[l];
+            double pf = prev_f * 16, pb = prev_b * 16; /* quadratic in T */
+            double left = TOTAL_BUDGET_S - (now_s() - start);
+            if (l > 0 && (pf > CELL_BUDGET_S || pf > left)) {
+                printf("%-10s %-13s %-22s %7zu   skipped: forward predicted %.0f s (cell budget "
+                       "%.0f s, %.0f s left)\n",
+                       "attention", d->name, dd, T, pf, CELL_BUDGET_S, left);
+                continue;
+            }
+            double tf, tb;
+            bench_attn(d, T, l > 0 ? pb : 0, start + TOTAL_BUDGET_S, &tf, &tb);
+            if (tb >= 0) {
+                printf("%-10s %-13s %-22s %7zu %12.0f %12.0f %9.3f %9.3f\n", "attention",
+                       d->name, dd, T, T / tf, T / tb, tf, tb);
+            } else {
+                printf("%-10s %-13s %-22s %7zu %12.0f %12s %9.3f   backward skipped: predicted "
+                       "%.0f s (cell budget %.0f s, run budget %.0f s)\n",
+                       "attention", d->name, dd, T, T / tf, "-", tf, pb, CELL_BUDGET_S,
+                       TOTAL_BUDGET_S);
+            }
+            prev_f = tf;
+            prev_b = tb >= 0 ? tb : pb;
+            fflush(stdout);
+        }
+        snprintf(dd, sizeof dd, "Hk=%zu Hv=%zu dk=dv=%zu", d->Hk, d->Hv, d->dk);
+        for (int l = 0; l < 3; l++) {
+            size_t T = lens[l];
+            double tf, tb;
+            bench_gdn(d, T, &tf, &tb);
+            printf("%-10s %-13s %-22s %7zu %12.0f %12.0f %9.3f %9.3f\n", "gdn", d->name, dd, T,
+                   T / tf, T / tb, tf, tb);
+            fflush(stdout);
+        }
+    }
+    printf("\ntotal %.1f s\n", now_s() - start);
+    return 0;
+}
