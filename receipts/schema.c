@@ -292,8 +292,8 @@ ls_status ls_schema_load_file(const char *path, ls_schema **out, char *err, size
 ls_status ls_schema_load(const char *name, ls_schema **out, char *err, size_t errlen) {
     *out = NULL;
     size_t n = strlen(name);
-    if (n == 0 || n > 64 || strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789-") != n) {
-        ls_json_errf(err, errlen, "schema name \"%s\": expected [a-z0-9-]+", name);
+    if (n == 0 || n > 64 || strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789_-") != n) {
+        ls_json_errf(err, errlen, "schema name \"%s\": expected [a-z0-9_-]+", name);
         return LS_ERR_ARG;
     }
     char path[4096];

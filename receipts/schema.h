@@ -58,7 +58,7 @@ ls_status ls_schema_load_file(const char *path, ls_schema **out, char *err, size
 ls_status ls_schema_load_json(cJSON *doc, const char *what, ls_schema **out, char *err,
                               size_t errlen);
 
-/* Loads ls_schema_dir()/<name>.schema.json; name is [a-z0-9-]+. */
+/* Loads ls_schema_dir()/<name>.schema.json; name is [a-z0-9_-]+. */
 ls_status ls_schema_load(const char *name, ls_schema **out, char *err, size_t errlen);
 
 /* Process-lifetime cache over ls_schema_load: the same pointer for the same

@@ -118,6 +118,12 @@ Test(receipts_dsse, sign_verify_and_rejections) {
     free(body);
     free(text);
 
+    /* an empty payload round-trips too */
+    cJSON *empty = signed_envelope(key, "", LS_DSSE_PAYLOAD_TYPE);
+    cr_assert_str_eq(cJSON_GetObjectItem(empty, "payload")->valuestring, "");
+    cr_assert_eq(verify_doc(empty, LS_DSSE_PAYLOAD_TYPE, key, err, sizeof err), LS_OK, "%s", err);
+    cJSON_Delete(empty);
+
     /* wrong key */
     cr_assert_eq(verify_doc(good, LS_DSSE_PAYLOAD_TYPE, other, err, sizeof err), LS_ERR_SIGNATURE);
     cr_assert_not_null(strstr(err, "no signature by key"), "%s", err);

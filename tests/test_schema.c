@@ -238,6 +238,19 @@ Test(schema_subset, load_by_name_and_cache) {
     cr_assert_eq(ls_schema_load("../secret", &s, err, sizeof err), LS_ERR_ARG);
     cr_assert_eq(ls_schema_load("absent", &s, err, sizeof err), LS_ERR_IO);
     cr_assert_not_null(strstr(err, "absent.schema.json"), "%s", err);
+    /* every schema in the directory loads by its name */
+    glob_t g;
+    char pattern[4096];
+    snprintf(pattern, sizeof pattern, "%s/*.schema.json", ls_schema_dir());
+    cr_assert_eq(glob(pattern, 0, NULL, &g), 0);
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        const char *base = strrchr(g.gl_pathv[i], '/') + 1;
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)(strlen(base) - strlen(".schema.json")), base);
+        cr_expect_eq(ls_schema_load(name, &s, err, sizeof err), LS_OK, "%s: %s", name, err);
+        ls_schema_free(s);
+    }
+    globfree(&g);
     const ls_schema *a = NULL, *b = NULL;
     cr_assert_eq(ls_schema_get("manifest", &a, err, sizeof err), LS_OK, "%s", err);
     cr_assert_eq(ls_schema_get("manifest", &b, err, sizeof err), LS_OK, "%s", err);
