@@ -322,7 +322,7 @@ static ls_status build_doc(const ls_manifest *m, const entry_list *files, char (
         ls_json_add_u64(r, "rank", m->ranks[i].rank);
         if (m->ranks[i].receipt != NULL) cJSON_AddStringToObject(r, "receipt", m->ranks[i].receipt);
         else cJSON_AddNullToObject(r, "receipt");
-        cJSON_AddStringToObject(r, "status", RANK_STATUS[m->ranks[i].status % 3]);
+        cJSON_AddStringToObject(r, "status", RANK_STATUS[m->ranks[i].status]);
     }
     ls_json_add_u64(p, "files", files->count);
     /* Add* failures leave members out; the schema check of the printed text
@@ -343,6 +343,8 @@ ls_status ls_manifest_write(const char *run_dir, const ls_manifest *m, char *err
                           : m->config == NULL ? "config"
                           : m->world == 0    ? "world (0)"
                                              : NULL;
+    for (size_t i = 0; missing == NULL && m->ranks != NULL && i < m->n_ranks; i++)
+        if ((unsigned)m->ranks[i].status > LS_MANIFEST_RANK_MISSING) missing = "a valid rank status";
     if (missing != NULL) {
         ls_json_errf(err, errlen, "manifest: %s missing", missing);
         return LS_ERR_ARG;

@@ -12,6 +12,7 @@
 #include "receipts/build_info.h"
 #include "receipts/json_util.h"
 #include "receipts/schema.h"
+#include "receipts/trace_event.h"
 
 ls_status ls_receipt_rank_dir(uint32_t rank, char *buf, size_t cap) {
     int n = snprintf(buf, cap, "rank-%04u", (unsigned)rank);
@@ -130,11 +131,10 @@ cleanup:
 }
 
 /* Memory-category names are object keys, which the schema subset cannot
- * constrain: same class as the trace's identifiers. */
-static int is_ident(const char *s) {
-    size_t n = strlen(s);
-    return n >= 1 && n <= 64 && s[0] >= 'a' && s[0] <= 'z' &&
-           strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789_") == n;
+ * constrain: the trace's identifier class, at most 64 bytes like the
+ * schema's "ident". */
+static int is_category_name(const char *s) {
+    return ls_trace_is_ident(s) && strlen(s) <= 64;
 }
 
 /* Fills r from a schema-valid document; structural checks the schema
@@ -188,7 +188,7 @@ static ls_status extract(ls_receipt *r, const char *what, char *err, size_t errl
     }
     i = 0;
     for (const cJSON *e = cats->child; e != NULL; e = e->next, i++) {
-        if (!is_ident(e->string)) {
+        if (!is_category_name(e->string)) {
             ls_json_errf(err, errlen,
                          "%s: /predicate/memory/categories: name \"%s\" is not an identifier",
                          what, e->string);

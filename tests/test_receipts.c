@@ -344,6 +344,12 @@ Test(receipts_receipt, schema_violations_refused, .init = setup, .fini = teardow
     w.events_file = "rank-0000/absent.jsonl.zst";
     cr_assert_eq(ls_receipt_write(tmp, &w, err, sizeof err), LS_ERR_IO);
     cr_assert_not_null(strstr(err, "absent.jsonl.zst"), "%s", err);
+    w = ls_test_receipt(0, 1, build, config);
+    const ls_receipt_memory bad_cat[] = {{"Prompt State", 1}}; /* not an identifier */
+    w.memory = bad_cat;
+    w.n_memory = 1;
+    cr_assert_eq(ls_receipt_write(tmp, &w, err, sizeof err), LS_ERR_FORMAT, "%s", err);
+    cr_assert_not_null(strstr(err, "Prompt State"), "%s", err);
     cJSON_DeleteItemFromObject(config, "gdn_hk"); /* hybrid config without a hybrid key */
     w = ls_test_receipt(0, 1, build, config);
     cr_assert_eq(ls_receipt_write(tmp, &w, err, sizeof err), LS_ERR_SCHEMA, "%s", err);
