@@ -10,7 +10,7 @@
 #include "test_kernels_seq_util.h"
 
 #define FD_H 1e-5
-#define FD_TOL 1e-6
+#define FD_TOL 1e-7
 
 static void report(const char *what, double err)
 {
