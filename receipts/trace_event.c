@@ -259,6 +259,15 @@ static const char *check_value(const field_spec *spec, const cJSON *it) {
     return "unknown field type";
 }
 
+/* Index of key in the kind's table, trying `hint` first (events list their
+ * fields in table order, so the hint nearly always hits); -1 if absent. */
+static int field_index(const kind_spec *ks, const char *key, size_t hint) {
+    if (hint < ks->n && strcmp(ks->fields[hint].name, key) == 0) return (int)hint;
+    for (size_t i = 0; i < ks->n; i++)
+        if (ks->fields[i].name[0] == key[0] && strcmp(ks->fields[i].name, key) == 0) return (int)i;
+    return -1;
+}
+
 ls_status ls_trace_event_check(ls_trace_kind kind, const cJSON *event, char *why, size_t why_len) {
     if (why && why_len) why[0] = '\0';
     if (event == NULL || (int)kind < 0 || kind >= LS_TRACE_KIND_COUNT) {
@@ -268,22 +277,24 @@ ls_status ls_trace_event_check(ls_trace_kind kind, const cJSON *event, char *why
     const char *kname = KIND_NAMES[kind];
     if (!cJSON_IsObject(event)) return fail(why, why_len, kname, "(event)", "must be an object");
     const kind_spec *ks = &KINDS[kind];
-    for (size_t i = 0; i < ks->n; i++) {
-        const field_spec *f = &ks->fields[i];
-        const cJSON *it = cJSON_GetObjectItemCaseSensitive(event, f->name);
-        if (it == NULL) {
-            if (f->optional) continue;
-            return fail(why, why_len, kname, f->name, "missing");
-        }
-        const char *bad = check_value(f, it);
-        if (bad) return fail(why, why_len, kname, f->name, bad);
-    }
+    uint32_t seen = 0; /* tables have at most 32 fields */
+    size_t hint = 0;
     for (const cJSON *c = event->child; c; c = c->next) {
         const char *key = c->string ? c->string : "";
-        bool known = index_in(ENVELOPE_KEYS, key) >= 0;
-        for (size_t i = 0; !known && i < ks->n; i++) known = strcmp(ks->fields[i].name, key) == 0;
-        if (!known) return fail(why, why_len, kname, key, "not a field of this kind");
+        int i = field_index(ks, key, hint);
+        if (i < 0) {
+            if (index_in(ENVELOPE_KEYS, key) >= 0) continue;
+            return fail(why, why_len, kname, key, "not a field of this kind");
+        }
+        if (seen & (UINT32_C(1) << i)) return fail(why, why_len, kname, key, "repeated");
+        seen |= UINT32_C(1) << i;
+        hint = (size_t)i + 1;
+        const char *bad = check_value(&ks->fields[i], c);
+        if (bad) return fail(why, why_len, kname, key, bad);
     }
+    for (size_t i = 0; i < ks->n; i++)
+        if (!(seen & (UINT32_C(1) << i)) && !ks->fields[i].optional)
+            return fail(why, why_len, kname, ks->fields[i].name, "missing");
     return LS_OK;
 }
 

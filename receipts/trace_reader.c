@@ -480,7 +480,7 @@ static const char *repeated_key(const cJSON *v) {
     if (n <= 16) {
         for (const cJSON *c = v->child; c; c = c->next)
             for (const cJSON *d = c->next; d; d = d->next)
-                if (strcmp(c->string, d->string) == 0) return c->string;
+                if (c->string[0] == d->string[0] && strcmp(c->string, d->string) == 0) return c->string;
         return NULL;
     }
     const char **keys = malloc(n * sizeof *keys);

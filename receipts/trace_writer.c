@@ -119,15 +119,14 @@ static void put_i64(ls_trace_writer *w, int64_t v) {
     put_raw(w, tmp + sizeof tmp - n, n);
 }
 
-/* Finite doubles only (callers check): the shortest of %.15g/%.16g/%.17g that
- * strtod reads back exactly, formatted and parsed in the "C" locale. */
+/* Finite doubles only (callers check): %.15g when strtod reads that back
+ * exactly (short text for "round" values such as 0.1 or 3e-4), else %.17g
+ * (always exact); formatted and parsed in the "C" locale. */
 static void put_f64(ls_trace_writer *w, double v) {
     char tmp[40];
     locale_t old = uselocale(w->c_locale);
-    for (int prec = 15; prec <= 17; prec++) {
-        snprintf(tmp, sizeof tmp, "%.*g", prec, v);
-        if (prec == 17 || strtod(tmp, NULL) == v) break;
-    }
+    snprintf(tmp, sizeof tmp, "%.15g", v);
+    if (strtod(tmp, NULL) != v) snprintf(tmp, sizeof tmp, "%.17g", v);
     uselocale(old);
     put_lit(w, tmp);
 }

@@ -5,8 +5,8 @@
  * seq counts 0,1,2,... with no gap (a refused event consumes no number);
  * ts_ns is CLOCK_MONOTONIC nanoseconds since the writer was opened and never
  * decreases.  Numbers are formatted in the "C" locale, integers exactly
- * (magnitude at most LS_TRACE_MAX_INT), doubles with the fewest of 15..17
- * significant digits that read back to the same double.
+ * (magnitude at most LS_TRACE_MAX_INT), doubles with 15 significant digits
+ * when those read back to the same double, else 17 (always exact).
  *
  * Buffering and durability.  Events collect in memory and go to the file at
  * a flush: on every phase_begin, phase_end, error and rank_complete, when the
