@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "trainer/params_io.h"
 #include "trainer/rng.h"
+#include <unistd.h>
 #include "trainer/step.h"
 
 #define K(x) LS_K(x)
@@ -290,4 +292,30 @@ Test(hybrid_step, branch_peak_independent_of_group_and_state_bytes_analytical) {
     cr_log_info("branch_graph peak: G=2 %zu B, G=8 %zu B", p2, p8);
     cr_expect_gt(p2, 0);
     cr_expect_eq(p2, p8, "branch graph peak grows with G: %zu -> %zu", p2, p8);
+}
+
+Test(hybrid_step, checkpoint_save_and_load_round_trip) {
+    ls_params *a = make_params(LS_TRAIN_LORA, LS_GRAD_FULL, 1), *b = make_params(LS_TRAIN_LORA, LS_GRAD_FULL, 2);
+    char path[] = "/tmp/ls-ckpt-XXXXXX", err[512];
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    cr_assert_eq(K(ls_params_save)(a, LS_PARAMS_WEIGHTS, path, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_eq(K(ls_params_load)(b, path, err, sizeof err), LS_OK, "%s", err);
+    for (size_t i = 0; i < a->n; i++)
+        cr_expect_eq(memcmp(a->t[i].w, b->t[i].w, a->t[i].numel * sizeof(ls_real)), 0, "%s differs", a->t[i].name);
+    /* a checkpoint of another config is refused, naming a tensor */
+    ls_model_config c = tiny_cfg();
+    c.ffn_dim = 96;
+    ls_objective o;
+    ls_objective_defaults(&o);
+    ls_params *other = NULL;
+    cr_assert_eq(K(ls_params_init)(&other, &c, &o, 1, err, sizeof err), LS_OK);
+    ls_status st = K(ls_params_load)(other, path, err, sizeof err);
+    cr_expect_eq(st, LS_ERR_FORMAT);
+    cr_expect(strstr(err, "mlp") != NULL, "error does not name the tensor: %s", err);
+    unlink(path);
+    K(ls_params_free)(a);
+    K(ls_params_free)(b);
+    K(ls_params_free)(other);
 }

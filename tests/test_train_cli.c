@@ -83,6 +83,8 @@ Test(train_cli, bad_arguments_exit_2_naming_the_argument) {
     expect_usage_error(a, "--frobnicate");
     snprintf(a, sizeof a, "--config %s", CFG);
     expect_usage_error(a, "--out");
+    snprintf(a, sizeof a, "--config %s --out %s/r --load %s/none.safetensors", CFG, tmpdir, tmpdir);
+    expect_usage_error(a, "--load");
     /* a config missing a key names the file and the key */
     char bad[512];
     snprintf(bad, sizeof bad, "%s/bad.json", tmpdir);

@@ -33,6 +33,7 @@ void ls_train_usage(FILE *f) {
         "  --epsilon X --beta X    clip range and KL weight [0.2, 0.04]\n"
         "  --page-size N           KV page length in tokens [64]\n"
         "  --rollouts FILE         JSONL: prompt, responses, rewards, optional old_logprobs\n"
+        "  --load FILE             initial weights from a safetensors checkpoint (MODEL.md §5 names)\n"
         "  --save-init FILE        all weights at the start of step 1 (safetensors)\n"
         "  --dump-batch FILE       step 1 inputs (MODEL.md §6 JSON)\n"
         "  --dump-grads FILE       finalised step-1 gradients of the trainable tensors (safetensors)\n"
@@ -145,6 +146,7 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
             if (parse_size(val, 1 << 20, SIZE_MAX, &a->memory_budget)) BAD("--memory-budget: '%s' is not a byte count >= 1 MiB", val);
         } else if (!strcmp(k, "--rollouts")) a->rollouts = val;
         else if (!strcmp(k, "--save-init")) a->save_init = val;
+        else if (!strcmp(k, "--load")) a->load = val;
         else if (!strcmp(k, "--dump-batch")) a->dump_batch = val;
         else if (!strcmp(k, "--dump-grads")) a->dump_grads = val;
         else if (!strcmp(k, "--fault")) {

@@ -18,7 +18,7 @@ typedef struct {
     int steps;
     int f64;
     const char *out;
-    const char *save_init, *dump_batch, *dump_grads, *rollouts;
+    const char *save_init, *dump_batch, *dump_grads, *rollouts, *load;
     size_t memory_budget;   /* bytes; 0 = 90% of MemAvailable */
     int quiet;
     int help;

@@ -20,7 +20,7 @@
 #include "receipts/receipt.h"
 #include "receipts/trace_writer.h"
 #include "trainer/mem_tracker.h"
-#include "trainer/safetensors.h"
+#include "trainer/params_io.h"
 #include "trainer/step.h"
 
 #define N_PHASES 7
@@ -205,32 +205,6 @@ static int prepare_run_dir(const char *out, char *err, size_t err_len) {
     return 0;
 }
 
-static ls_status add_tensor(ls_safetensors_writer *w, const ls_tensor *t, const ls_real *data) {
-    uint64_t shape[2] = {t->shape[0], t->shape[1]};
-#if LS_REAL_IS_F64
-    return ls_safetensors_writer_add_f64(w, t->name, LS_SAFETENSORS_F64, shape, (size_t)t->ndim, data);
-#else
-    return ls_safetensors_writer_add_f32(w, t->name, LS_SAFETENSORS_F32, shape, (size_t)t->ndim, data);
-#endif
-}
-
-/* which: 0 all weights, 1 trainable gradients */
-static ls_status write_tensors(const ls_params *p, int which, const char *path, char *err, size_t err_len) {
-    ls_safetensors_writer *w = NULL;
-    ls_status st = ls_safetensors_writer_init(&w);
-    for (size_t i = 0; st == LS_OK && i < p->n; i++) {
-        const ls_tensor *t = &p->t[i];
-        if (which == 1 && !t->trainable) continue;
-        st = add_tensor(w, t, which ? t->g : t->w);
-    }
-    if (st == LS_OK) st = ls_safetensors_writer_set_metadata(w, "format", "longstraw");
-    if (st == LS_OK) st = ls_safetensors_writer_set_metadata(w, "dtype", LS_REAL_NAME);
-    if (st == LS_OK) st = ls_safetensors_writer_write(w, path, err, err_len);
-    else snprintf(err, err_len, "%s: cannot build the tensor list: %s", path, ls_status_str(st));
-    ls_safetensors_writer_free(w);
-    return st;
-}
-
 static void emit_digests(run_obs *o, const ls_params *p) {
     char all_hex[LS_DIGEST_HEX_SIZE];
     size_t cap = 0, n = 0;
@@ -279,6 +253,11 @@ int LS_K(ls_train_run)(const ls_train_args *a) {
         fprintf(stderr, "longstraw-train: %s\n", err);
         return st == LS_ERR_NOMEM ? 1 : 2;
     }
+    if (a->load && (st = LS_K(ls_params_load)(p, a->load, err, sizeof err)) != LS_OK) {
+        fprintf(stderr, "longstraw-train: --load: %s\n", err);
+        rc = 2;
+        goto done;
+    }
     /* the batch: an external rollouts file or the synthetic task */
     if (a->rollouts) {
         st = ls_batch_read_rollouts(&b, a->rollouts, a->cfg.vocab, err, sizeof err);
@@ -326,7 +305,7 @@ int LS_K(ls_train_run)(const ls_train_args *a) {
     ls_step_observer obs = {.user = &ob, .phase_begin = on_begin, .phase_end = on_end, .layer_end = on_layer,
                             .progress = on_progress};
     if (a->save_init) {
-        st = write_tensors(p, 0, a->save_init, err, sizeof err);
+        st = LS_K(ls_params_save)(p, LS_PARAMS_WEIGHTS, a->save_init, err, sizeof err);
         if (st != LS_OK) {
             fprintf(stderr, "longstraw-train: --save-init: %s\n", err);
             ls_trace_emit_error(ob.w, st, err);
@@ -366,7 +345,7 @@ int LS_K(ls_train_run)(const ls_train_args *a) {
             ls_trace_emit_error(ob.w, st, err);
             goto finish;
         }
-        if (s == 0 && a->dump_grads && (st = write_tensors(p, 1, a->dump_grads, err, sizeof err)) != LS_OK) {
+        if (s == 0 && a->dump_grads && (st = LS_K(ls_params_save)(p, LS_PARAMS_TRAINABLE_GRADS, a->dump_grads, err, sizeof err)) != LS_OK) {
             fprintf(stderr, "longstraw-train: --dump-grads: %s\n", err);
             ls_trace_emit_error(ob.w, st, err);
             goto finish;
