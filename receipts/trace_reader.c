@@ -343,6 +343,18 @@ static loc line_loc(const ls_trace_reader *r, size_t line_end) {
     return at;
 }
 
+/* Reports the line at `start` as overlong (it is then skipped); line 1 is
+ * the header, which is then missing. */
+static void overlong(ls_trace_reader *r, size_t line_end) {
+    loc at = line_loc(r, line_end);
+    diag(r, LS_TRACE_DIAG_OVERLONG_LINE, &at, r->rep.last_seq, -1, -1,
+         "line %lld is longer than %zu bytes: skipped", (long long)r->line_no, LS_TRACE_MAX_LINE);
+    if (r->line_no == 1) {
+        r->header_done = true;
+        diag(r, LS_TRACE_DIAG_HEADER, &at, -1, -1, -1, "line 1 (the header) is overlong: header missing");
+    }
+}
+
 /* Finds the next complete line [start, *nl); false when no more will come. */
 static bool next_line(ls_trace_reader *r, size_t *nl) {
     for (;;) {
@@ -353,12 +365,7 @@ static bool next_line(ls_trace_reader *r, size_t *nl) {
         if (p != NULL) {
             size_t pos = (size_t)(p - r->win);
             if (r->discarding || pos - r->start >= LS_TRACE_MAX_LINE) {
-                if (!r->discarding) {
-                    loc at = line_loc(r, pos);
-                    diag(r, LS_TRACE_DIAG_OVERLONG_LINE, &at, r->rep.last_seq, -1, -1,
-                         "line %lld is longer than %zu bytes: skipped", (long long)r->line_no,
-                         LS_TRACE_MAX_LINE);
-                }
+                if (!r->discarding) overlong(r, pos);
                 r->discarding = false;
                 r->rep.n_lines++;
                 r->line_no++;
@@ -370,10 +377,7 @@ static bool next_line(ls_trace_reader *r, size_t *nl) {
         }
         r->scan = limit;
         if (!r->discarding && limit - r->start >= LS_TRACE_MAX_LINE) {
-            loc at = line_loc(r, limit);
-            diag(r, LS_TRACE_DIAG_OVERLONG_LINE, &at, r->rep.last_seq, -1, -1,
-                 "line %lld is longer than %zu bytes: skipped", (long long)r->line_no,
-                 LS_TRACE_MAX_LINE);
+            overlong(r, limit);
             r->discarding = true;
         }
         if (r->discarding) r->start = r->scan; /* drop what was scanned */
@@ -755,7 +759,7 @@ static bool process_line(ls_trace_reader *r, size_t nl) {
     r->start = r->scan = nl + 1;
     r->line_no++;
     r->rep.n_lines++;
-    bool first = !r->header_done;
+    bool first = at.line == 1;
     r->header_done = true;
     cJSON *j = parse_line(r, p, n, &at, first ? LS_TRACE_DIAG_HEADER : LS_TRACE_DIAG_MALFORMED_LINE,
                           first ? "header: " : "");

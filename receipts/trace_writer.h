@@ -20,8 +20,9 @@
  * Refusals.  An event with a NaN/Inf number is refused with LS_ERR_NONFINITE
  * and nothing is written (the caller should emit an `error` event instead).
  * Bad arguments (NULL or ill-formed strings, enum values out of range,
- * integers below their minimum or above LS_TRACE_MAX_INT, a line longer than
- * LS_TRACE_MAX_LINE, any event after rank_complete) give LS_ERR_ARG.  A
+ * integers below their minimum or above LS_TRACE_MAX_INT, a collective whose
+ * group the header does not declare, a line longer than LS_TRACE_MAX_LINE,
+ * any event after rank_complete) give LS_ERR_ARG.  A
  * refusal leaves the writer usable; ls_trace_writer_last_error names the
  * field.  An I/O or compression failure is sticky: that call and every later
  * one return the same error, and close reports it.

@@ -601,6 +601,26 @@ Test(trace_reader, overlong_line_boundary) {
     }
 }
 
+Test(trace_reader, overlong_header_line) {
+    buf b = {0};
+    char *pad = malloc((size_t)2 << 20);
+    memset(pad, 'h', ((size_t)2 << 20) - 1);
+    pad[((size_t)2 << 20) - 1] = 0;
+    add(&b, "%s\n", pad);
+    free(pad);
+    ev(&b, 0, 1);
+    complete(&b, 1, 1);
+    tt_run run;
+    tt_read_mem(b.p, b.n, &run);
+    expect_diag(&run, 0, LS_TRACE_DIAG_OVERLONG_LINE, 1);
+    expect_diag(&run, 1, LS_TRACE_DIAG_HEADER, 1);
+    cr_assert_eq(run.rep.n_diags, 2u, "line 2 is read as an event, not as a header");
+    cr_assert_eq(run.n, 2u);
+    cr_assert(!run.rep.header_ok);
+    tt_run_free(&run);
+    free(b.p);
+}
+
 Test(trace_reader, overlong_unterminated_tail_is_truncation) {
     buf b = {0};
     add(&b, "%s", HDR);
