@@ -183,9 +183,9 @@ const char *ls_trace_kind_field(ls_trace_kind kind, size_t i, bool *required);
 /* Checks the kind-specific fields of an event object against the table:
  * every required field present with the right JSON type, integers integral
  * and within [min, LS_TRACE_MAX_INT], numbers finite and >= their minimum,
- * strings of their class, enum values from their list, and no property
- * other than the kind's fields and the five envelope keys (whose values are
- * not checked here).  LS_OK, or LS_ERR_SCHEMA with one line naming the field
+ * strings of their class, enum values from their list, no field twice, and
+ * no property other than the kind's fields and the five envelope keys
+ * (whose values are not checked here).  LS_OK, or LS_ERR_SCHEMA with one line naming the field
  * in why[why_len] (why may be NULL).  LS_ERR_ARG for a NULL event or an
  * unknown kind. */
 ls_status ls_trace_event_check(ls_trace_kind kind, const cJSON *event, char *why, size_t why_len);
