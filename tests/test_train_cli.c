@@ -9,6 +9,7 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -278,4 +279,67 @@ Test(train_cli, external_rollouts_are_trained_on) {
     snprintf(rd, sizeof rd, "%s/run2", tmpdir);
     snprintf(a, sizeof a, "--config %s --rollouts %s --out %s --quiet", CFG, path, rd);
     expect_usage_error(a, "responses[0]");
+}
+
+/* float32 against float64 on one fixed batch: the documented float32
+ * tolerance of the full gradient (README: relative error below 1e-3). */
+static double *load_all(const char *path, size_t *n_out, char ***names_out) {
+    ls_safetensors *st = NULL;
+    char err[512];
+    cr_assert_eq(ls_safetensors_open(&st, path, err, sizeof err), LS_OK, "%s", err);
+    size_t n = ls_safetensors_count(st), total = 0;
+    for (size_t i = 0; i < n; i++) total += ls_safetensors_at(st, i)->numel;
+    double *v = malloc(total * sizeof *v);
+    char **names = calloc(n + 1, sizeof *names);
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        const ls_safetensors_tensor *t = ls_safetensors_at(st, i);
+        cr_assert_eq(ls_safetensors_read_f64(t, v + off, t->numel), LS_OK);
+        names[i] = strdup(t->name);
+        off += t->numel;
+    }
+    ls_safetensors_free(st);
+    *n_out = total;
+    *names_out = names;
+    return v;
+}
+
+Test(train_cli, float32_full_gradient_within_tolerance_of_float64) {
+    char path[512], a[2048], g32[512], g64[512];
+    snprintf(path, sizeof path, "%s/rollouts.jsonl", tmpdir);
+    FILE *f = fopen(path, "w");
+    fputs("{\"prompt\":[", f);
+    for (int i = 0; i < 200; i++) fprintf(f, "%s%d", i ? "," : "", (i * 37 + 11) % 256);
+    fputs("],\"responses\":[[1,2,3,4],[5,6],[7,8,9,10,11]],\"rewards\":[1,0,0.25]}\n", f);
+    fclose(f);
+    snprintf(g32, sizeof g32, "%s/g32.safetensors", tmpdir);
+    snprintf(g64, sizeof g64, "%s/g64.safetensors", tmpdir);
+    const char *common = "--grad-mode full --lora-init random --quiet";
+    snprintf(a, sizeof a, "--config %s --rollouts %s --dtype f32 %s --out %s/r32 --dump-grads %s", CFG, path, common,
+             tmpdir, g32);
+    cr_assert_eq(run(a), 0);
+    snprintf(a, sizeof a, "--config %s --rollouts %s --dtype f64 %s --out %s/r64 --dump-grads %s", CFG, path, common,
+             tmpdir, g64);
+    cr_assert_eq(run(a), 0);
+    size_t n32, n64;
+    char **nm32, **nm64;
+    double *x = load_all(g32, &n32, &nm32), *y = load_all(g64, &n64, &nm64);
+    cr_assert_eq(n32, n64);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n32; i++) {
+        num = fmax(num, fabs(x[i] - y[i]));
+        den = fmax(den, fabs(y[i]));
+    }
+    cr_log_info("float32 vs float64 full gradient: max abs err %.3e, max |g| %.3e, relative %.3e", num, den, num / den);
+    cr_expect_gt(den, 0);
+    cr_expect_lt(num / den, 1e-3, "float32 gradient off by %.3e relative", num / den);
+    for (size_t i = 0; nm32[i]; i++) {
+        cr_expect_str_eq(nm32[i], nm64[i]);
+        free(nm32[i]);
+        free(nm64[i]);
+    }
+    free(nm32);
+    free(nm64);
+    free(x);
+    free(y);
 }
