@@ -22,7 +22,9 @@
 #include <zstd.h>
 
 #define DEFAULT_FLUSH_BYTES ((size_t)1 << 20)
-#define MAX_FLUSH_BYTES ((size_t)64 << 20)
+/* Frames stay small enough (flush_bytes + one line <= 3 MiB) for the reader
+ * to hold a whole frame until its checksum verifies (trace_reader.h). */
+#define MAX_FLUSH_BYTES ((size_t)2 << 20)
 #define DEFAULT_LEVEL 3
 #define MAX_JSON_DEPTH 512
 
@@ -435,7 +437,7 @@ ls_status ls_trace_writer_open_opts(ls_trace_writer **out, const char *path,
     int level = opts && opts->zstd_level ? opts->zstd_level : DEFAULT_LEVEL;
     size_t flush_bytes = opts && opts->flush_bytes ? opts->flush_bytes : DEFAULT_FLUSH_BYTES;
     if (level < 1 || level > 19 || flush_bytes > MAX_FLUSH_BYTES) {
-        fprintf(stderr, "%s: trace writer: zstd_level must be 1..19 and flush_bytes <= 64 MiB\n", path);
+        fprintf(stderr, "%s: trace writer: zstd_level must be 1..19 and flush_bytes <= 2 MiB\n", path);
         return LS_ERR_ARG;
     }
     char hostbuf[256];

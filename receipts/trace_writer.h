@@ -74,7 +74,8 @@ typedef struct {
 /* Tuning; pass NULL to ls_trace_writer_open_opts for the defaults. */
 typedef struct {
     int zstd_level;     /* 1..19; 0 = default (3) */
-    size_t flush_bytes; /* flush when this much text is buffered; 0 = 1 MiB; at most 64 MiB */
+    size_t flush_bytes; /* flush when this much text is buffered; 0 = 1 MiB; at most 2 MiB,
+                           so that the reader can verify every frame before delivering it */
 } ls_trace_writer_opts;
 
 /* Creates the file at path (which must not exist: O_EXCL, so an earlier

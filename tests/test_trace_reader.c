@@ -307,6 +307,39 @@ Test(trace_reader, huge_frame_unverified_then_corrupt) {
     free(b.p);
 }
 
+/* The writer's largest frames (flush threshold at its 2 MiB maximum, events
+ * near the line cap) are still verified before any event is delivered. */
+Test(trace_reader, writer_frames_always_verified_first) {
+    char dir[64], path[128];
+    tt_mkdtemp(dir);
+    snprintf(path, sizeof path, "%s/events.jsonl.zst", dir);
+    ls_trace_header h = tt_header();
+    ls_trace_writer_opts o = {1, (size_t)2 << 20};
+    ls_trace_writer *w;
+    cr_assert_eq(ls_trace_writer_open_opts(&w, path, &h, &o), LS_OK);
+    size_t big = LS_TRACE_MAX_LINE - 200;
+    char *blob = malloc(big + 1);
+    memset(blob, 'b', big);
+    blob[big] = 0;
+    for (int i = 0; i < 12; i++) {
+        cJSON *f = cJSON_CreateObject();
+        blob[i] = 'a'; /* vary the lines a little */
+        cJSON_AddStringToObject(f, "blob", i % 3 == 2 ? "small" : blob);
+        cr_assert_eq(ls_trace_emit_json(w, "bulk", f), LS_OK, "%s", ls_trace_writer_last_error(w));
+        cJSON_Delete(f);
+    }
+    free(blob);
+    cr_assert_eq(ls_trace_emit_rank_complete(w, 0), LS_OK);
+    cr_assert_eq(ls_trace_writer_close(w), LS_OK);
+    ls_trace_report rep;
+    cr_assert_eq(ls_trace_read_file(path, NULL, NULL, &rep), LS_OK);
+    cr_assert_eq(rep.n_events, 13);
+    cr_assert_eq(rep.counts[LS_TRACE_DIAG_UNVERIFIED], 0u);
+    cr_assert_geq(rep.frames, 4u, "frames of up to 3 MiB: %llu", (unsigned long long)rep.frames);
+    ls_trace_report_free(&rep);
+    tt_rmdir(dir);
+}
+
 /* Flips inside a frame too big to verify first: whatever was delivered
  * before zstd noticed is flagged unverified, and the end is CORRUPT. */
 Test(trace_reader, huge_frame_flipped_inside) {

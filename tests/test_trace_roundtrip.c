@@ -367,6 +367,8 @@ Test(trace_roundtrip, invalid_header_or_existing_file_refused) {
     ls_trace_writer_opts o = {25, 0};
     h = tt_header();
     cr_assert_eq(ls_trace_writer_open_opts(&w, path, &h, &o), LS_ERR_ARG);
+    o = (ls_trace_writer_opts){3, ((size_t)2 << 20) + 1};
+    cr_assert_eq(ls_trace_writer_open_opts(&w, path, &h, &o), LS_ERR_ARG, "frames would outgrow the reader");
     /* defaults: host/pid/start/tool filled in */
     h.host = NULL;
     h.pid = 0;
