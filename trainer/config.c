@@ -1,6 +1,8 @@
 /* config.c - model config loading/validation and serialisation (MODEL.md §6). */
 #include "trainer/config.h"
 
+#include "receipts/json_util.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -144,39 +146,10 @@ ls_status ls_config_check(const ls_model_config *c, char *err, size_t err_len) {
 #undef REQUIRE
 
 ls_status ls_config_load(ls_model_config *out, const char *path, char *err, size_t err_len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, err_len, "%s: cannot open: %s", path, strerror(errno));
-        return LS_ERR_IO;
-    }
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 4096 + 1 > cap) {
-            cap = cap ? cap * 2 : 8192;
-            if (cap > (64u << 20)) {
-                free(buf);
-                fclose(f);
-                snprintf(err, err_len, "%s: config file larger than 64 MiB", path);
-                return LS_ERR_FORMAT;
-            }
-            char *nb = realloc(buf, cap);
-            if (!nb) { free(buf); fclose(f); return LS_ERR_NOMEM; }
-            buf = nb;
-        }
-        size_t n = fread(buf + len, 1, 4096, f);
-        len += n;
-        if (n < 4096) break;
-    }
-    fclose(f);
-    buf[len] = 0;
-    cJSON *obj = cJSON_ParseWithLength(buf, len);
-    free(buf);
-    if (!obj) {
-        snprintf(err, err_len, "%s: not valid JSON", path);
-        return LS_ERR_FORMAT;
-    }
-    ls_status st = ls_config_from_json(out, obj, path, err, err_len);
+    cJSON *obj = NULL;
+    ls_status st = ls_json_read_file(path, &obj, err, err_len); /* errors name the file */
+    if (st != LS_OK) return st;
+    st = ls_config_from_json(out, obj, path, err, err_len);
     cJSON_Delete(obj);
     return st;
 }
