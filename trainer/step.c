@@ -10,12 +10,16 @@
 
 #include "kernels/grpo.h"
 #include "kernels/logprob.h"
+#include "receipts/trace_event.h"
 #include "trainer/rng.h"
 
 #define R_(n) ((n) * sizeof(ls_real))
-enum { PH_CAPTURE, PH_ROLLOUT, PH_SCORE, PH_REPLAY, PH_PROMPT_BWD, PH_FINALIZE, PH_OPTIMIZER };
-static const char *const PHASE[] = {"capture", "rollout", "score", "replay", "prompt_bwd", "finalize",
-                                    "optimizer"};
+/* phase indices are the trace vocabulary's (receipts/trace_event.h) */
+enum {
+    PH_CAPTURE = LS_PHASE_CAPTURE, PH_ROLLOUT = LS_PHASE_ROLLOUT, PH_SCORE = LS_PHASE_SCORE,
+    PH_REPLAY = LS_PHASE_REPLAY, PH_PROMPT_BWD = LS_PHASE_PROMPT_BWD, PH_FINALIZE = LS_PHASE_FINALIZE
+};
+#define PHASE_NAME(ph) ls_trace_phase_name((ls_trace_phase)(ph))
 
 
 static int64_t now_ns(void) {
@@ -38,17 +42,17 @@ static void hook_fn(void *user, int layer, int dir, size_t tokens, int64_t wall_
 
 static void begin(const ls_step_observer *obs, int ph, int64_t *t0) {
     *t0 = now_ns();
-    if (obs && obs->phase_begin) obs->phase_begin(obs->user, PHASE[ph]);
+    if (obs && obs->phase_begin) obs->phase_begin(obs->user, PHASE_NAME(ph));
 }
 
 static void end(const ls_step_observer *obs, int ph, int64_t t0, int ok, ls_step_result *res) {
     int64_t dt = now_ns() - t0;
     if (res) res->phase_ns[ph] += dt;
-    if (obs && obs->phase_end) obs->phase_end(obs->user, PHASE[ph], dt, ok);
+    if (obs && obs->phase_end) obs->phase_end(obs->user, PHASE_NAME(ph), dt, ok);
 }
 
 static void progress(const ls_step_observer *obs, int ph, size_t done, size_t total) {
-    if (obs && obs->progress) obs->progress(obs->user, PHASE[ph], done, total);
+    if (obs && obs->progress) obs->progress(obs->user, PHASE_NAME(ph), done, total);
 }
 
 ls_status LS_K(ls_capture)(const ls_params *p, const ls_batch *b, size_t page_size, ls_hstate *ps,

@@ -23,9 +23,7 @@
 #include "trainer/params_io.h"
 #include "trainer/step.h"
 
-#define N_PHASES 7
-static const char *const PHASES[N_PHASES] = {"capture", "rollout", "score", "replay", "prompt_bwd",
-                                              "finalize", "optimizer"};
+#define N_PHASES LS_PHASE_COUNT
 
 typedef struct {
     ls_trace_writer *w;
@@ -46,7 +44,7 @@ static int64_t now_ns(void) {
 
 static int phase_index(const char *ph) {
     for (int i = 0; i < N_PHASES; i++)
-        if (!strcmp(PHASES[i], ph)) return i;
+        if (!strcmp(ls_trace_phase_name((ls_trace_phase)i), ph)) return i;
     return -1;
 }
 
@@ -206,7 +204,6 @@ static int prepare_run_dir(const char *out, char *err, size_t err_len) {
 }
 
 static void emit_digests(run_obs *o, const ls_params *p) {
-    char all_hex[LS_DIGEST_HEX_SIZE];
     size_t cap = 0, n = 0;
     for (size_t i = 0; i < p->n; i++)
         if (p->t[i].trainable) cap += LS_DIGEST_HEX_SIZE + sizeof p->t[i].name;
@@ -226,7 +223,6 @@ static void emit_digests(run_obs *o, const ls_params *p) {
     if (cat) { /* group digest: sha256 over "name hex\n" lines in table order */
         uint8_t dg[LS_DIGEST_SIZE];
         ls_digest_sha256(cat, n, dg);
-        ls_digest_hex(dg, LS_DIGEST_SIZE, all_hex);
         note(o, ls_trace_emit_param_digest(o->w, o->step, "trainable", dg));
     }
     free(cat);
@@ -241,7 +237,7 @@ int LS_K(ls_train_run)(const ls_train_args *a) {
     cJSON *build = NULL, *config = NULL;
     run_obs ob = {0};
     ls_step_result res = {0};
-    ls_status st;
+    ls_status st, fail_st = LS_ERR_INTERNAL;
     int steps_done = 0;
     uint64_t start_unix = (uint64_t)time(NULL) * 1000000000ull;
     char run_id[64], events_rel[64] = "rank-0000/events.jsonl.zst", path[4096];
@@ -363,6 +359,7 @@ int LS_K(ls_train_run)(const ls_train_args *a) {
     }
     rc = 0;
 finish:
+    if (rc != 0 && st != LS_OK) fail_st = st;
     if (ob.emit_err != LS_OK) {
         fprintf(stderr, "longstraw-train: trace: %s\n", ls_trace_writer_last_error(ob.w));
         rc = 1;
@@ -381,7 +378,7 @@ finish:
         ls_receipt_phase ph[N_PHASES];
         size_t nph = 0;
         for (int i = 0; i < N_PHASES; i++)
-            if (ob.count[i]) ph[nph++] = (ls_receipt_phase){PHASES[i], ob.count[i], ob.ns[i]};
+            if (ob.count[i]) ph[nph++] = (ls_receipt_phase){ls_trace_phase_name((ls_trace_phase)i), ob.count[i], ob.ns[i]};
         ls_receipt_memory mem[LS_MEM_COUNT];
         for (int k = 0; k < LS_MEM_COUNT; k++) mem[k] = (ls_receipt_memory){ls_mem_cat_name((ls_mem_cat)k), ms.peak_bytes[k]};
         char blas[128];
@@ -394,7 +391,7 @@ finish:
                         .rss_peak_bytes = ls_mem_peak_rss_bytes(), .events_file = events_rel,
                         .events_count = (uint64_t)n_events, .events_last_seq = n_events - 1,
                         .status = rc == 0 ? LS_RECEIPT_COMPLETE : LS_RECEIPT_ERROR,
-                        .error_code = rc == 0 ? 0 : (int)LS_ERR_INTERNAL,
+                        .error_code = rc == 0 ? 0 : (int)fail_st,
                         .error_message = rc == 0 ? NULL : (err[0] ? err : "the step failed"),
                         .start_unix_ns = start_unix, .end_unix_ns = (uint64_t)time(NULL) * 1000000000ull};
         char host[256] = "localhost";
@@ -430,7 +427,7 @@ finish:
         printf(" total=%zu rss=%zu\n", ms.peak_total, ls_mem_peak_rss_bytes());
         printf("  phases:");
         for (int i = 0; i < N_PHASES; i++)
-            if (ob.count[i]) printf(" %s=%.3fs", PHASES[i], ob.ns[i] * 1e-9);
+            if (ob.count[i]) printf(" %s=%.3fs", ls_trace_phase_name((ls_trace_phase)i), ob.ns[i] * 1e-9);
         printf("\n  run: %s (trace, receipt, manifest)\n", a->out);
     }
 done:
