@@ -55,14 +55,24 @@ static void progress(const ls_step_observer *obs, int ph, size_t done, size_t to
     if (obs && obs->progress) obs->progress(obs->user, PHASE_NAME(ph), done, total);
 }
 
-ls_status LS_K(ls_capture)(const ls_params *p, const ls_batch *b, size_t page_size, ls_hstate *ps,
+ls_status LS_K(ls_capture)(const ls_params *p, const ls_batch *b, size_t page_size, size_t chunk, ls_hstate *ps,
                            ls_real **checkpoints, ls_mem_cat cat, ls_layer_hook hook, void *hook_user) {
     if (b->P < 2) return LS_ERR_ARG;
+    size_t T = b->P - 1, L = (size_t)p->cfg.n_layers, d = (size_t)p->cfg.d_model;
+    if (chunk == 0 || chunk > T) chunk = T;
     ls_status st = LS_K(ls_hstate_init)(ps, p, page_size, cat);
     if (st != LS_OK) return st;
-    ls_seg_io io = {.tokens = b->prompt, .T = b->P - 1, .pos0 = 0, .state_out = ps,
-                    .checkpoints = checkpoints, .hook = hook, .hook_user = hook_user};
-    st = LS_K(ls_segment_forward)(p, &io);
+    ls_real **ck = checkpoints ? calloc(L, sizeof *ck) : NULL;
+    if (checkpoints && !ck) st = LS_ERR_NOMEM;
+    /* each chunk is a segment that reads the state so far and appends to it */
+    for (size_t t0 = 0; st == LS_OK && t0 < T; t0 += chunk) {
+        size_t n = T - t0 < chunk ? T - t0 : chunk;
+        for (size_t l = 0; ck && l < L; l++) ck[l] = checkpoints[l] + t0 * d;
+        ls_seg_io io = {.tokens = b->prompt + t0, .T = n, .pos0 = (int64_t)t0, .ctx = t0 ? ps : NULL,
+                        .state_out = ps, .checkpoints = ck, .hook = hook, .hook_user = hook_user};
+        st = LS_K(ls_segment_forward)(p, &io);
+    }
+    free(ck);
     if (st != LS_OK) LS_K(ls_hstate_free)(ps);
     return st;
 }
@@ -217,7 +227,7 @@ static ls_status do_score(ls_params *p, ls_batch *b, const ls_hstate *ps, const 
     int have_own = 0;
     hook_ctx hk = {obs, "score", -1};
     if (!ps) { /* naive: score each member as a full sequence from an untaped prompt */
-        st = LS_K(ls_capture)(p, b, o->page_size, &own, NULL, LS_MEM_SCORE, hook_fn, &hk);
+        st = LS_K(ls_capture)(p, b, o->page_size, o->capture_chunk, &own, NULL, LS_MEM_SCORE, hook_fn, &hk);
         if (st != LS_OK) return st;
         ps = &own;
         have_own = 1;
@@ -231,7 +241,7 @@ static ls_status do_score(ls_params *p, ls_batch *b, const ls_hstate *ps, const 
     ls_params *ref = NULL;
     ls_hstate rps;
     st = LS_K(ls_params_ref_view)(&ref, p);
-    if (st == LS_OK) st = LS_K(ls_capture)(ref, b, o->page_size, &rps, NULL, LS_MEM_SCORE, hook_fn, &hk);
+    if (st == LS_OK) st = LS_K(ls_capture)(ref, b, o->page_size, o->capture_chunk, &rps, NULL, LS_MEM_SCORE, hook_fn, &hk);
     if (st == LS_OK) {
         for (size_t i = 0; st == LS_OK && i < b->G; i++) {
             hook_ctx hm = {obs, "score", (int)i};
@@ -268,7 +278,7 @@ ls_status LS_K(ls_step_grads)(ls_params *p, ls_batch *b, const ls_task *task, co
             for (size_t l = 0; st == LS_OK && l < L; l++)
                 if (!(ckpt[l] = ls_mem_alloc(LS_MEM_CHECKPOINT, R_((b->P - 1) * d)))) st = LS_ERR_NOMEM;
         }
-        if (st == LS_OK) st = LS_K(ls_capture)(p, b, o->page_size, &ps, ckpt, LS_MEM_PROMPT_STATE, hook_fn, &hk);
+        if (st == LS_OK) st = LS_K(ls_capture)(p, b, o->page_size, o->capture_chunk, &ps, ckpt, LS_MEM_PROMPT_STATE, hook_fn, &hk);
         end(obs, PH_CAPTURE, t0, st == LS_OK, res);
         if (st != LS_OK) {
             snprintf(err, err_len, "capture failed: %s", ls_status_str(st));

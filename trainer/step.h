@@ -26,6 +26,7 @@ typedef struct {
 typedef struct {
     ls_strategy strategy;
     size_t page_size;          /* KV page length in tokens */
+    size_t capture_chunk;      /* prompt tokens per capture segment (0: the whole prompt at once) */
     size_t G;                  /* group size (rollout) */
     size_t R;                  /* response length (rollout) */
     double top_p;              /* rollout nucleus */
@@ -59,9 +60,10 @@ void LS_K(ls_step_optimizer)(ls_params *p, const ls_step_options *o, int64_t ste
 /* Log-probs of response i from a captured prompt state (no autograd). */
 ls_status LS_K(ls_score_member)(const ls_params *p, const ls_hstate *ps, const ls_batch *b, size_t i,
                                 double *logp, ls_layer_hook hook, void *hook_user);
-/* Capture: prompt positions [0, P-1) into *ps (prompt_state category);
- * checkpoints (NULL: none) receive each layer's input. */
-ls_status LS_K(ls_capture)(const ls_params *p, const ls_batch *b, size_t page_size, ls_hstate *ps,
+/* Capture: prompt positions [0, P-1) into *ps (prompt_state category), in
+ * segments of `chunk` tokens (0: one segment) so that transient buffers stay
+ * chunk-sized; checkpoints (NULL: none) receive each layer's input. */
+ls_status LS_K(ls_capture)(const ls_params *p, const ls_batch *b, size_t page_size, size_t chunk, ls_hstate *ps,
                            ls_real **checkpoints, ls_mem_cat cat, ls_layer_hook hook, void *hook_user);
 /* Sample R tokens by token-by-token decode from ps; logp_out[R] (may be
  * NULL) receives each sampled token's log-prob under the policy. */

@@ -4,6 +4,7 @@
 void ls_step_options_defaults(ls_step_options *o) {
     o->strategy = LS_STRATEGY_LONGSTRAW;
     o->page_size = 64;
+    o->capture_chunk = 2048;
     o->G = 4;
     o->R = 8;
     o->top_p = 0.95;

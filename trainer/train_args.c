@@ -32,6 +32,7 @@ void ls_train_usage(FILE *f) {
         "  --temperature X --top-p X   sampling (temperature also scales scored logits) [1, 0.95]\n"
         "  --epsilon X --beta X    clip range and KL weight [0.2, 0.04]\n"
         "  --page-size N           KV page length in tokens [64]\n"
+        "  --capture-chunk N       prompt tokens per capture segment; 0 = all at once [2048]\n"
         "  --rollouts FILE         JSONL: prompt, responses, rewards, optional old_logprobs\n"
         "  --load FILE             initial weights from a safetensors checkpoint (MODEL.md §5 names)\n"
         "  --save-init FILE        all weights at the start of step 1 (safetensors)\n"
@@ -142,6 +143,9 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
             if (parse_real(val, 0, 100, &a->obj.beta)) BAD("--beta: '%s' is not in [0, 100]", val);
         } else if (!strcmp(k, "--page-size")) {
             if (parse_size(val, 1, 1 << 20, &a->step.page_size)) BAD("--page-size: '%s' is not an integer in [1, 2^20]", val);
+        } else if (!strcmp(k, "--capture-chunk")) {
+            if (parse_size(val, 0, (size_t)1 << 31, &a->step.capture_chunk))
+                BAD("--capture-chunk: '%s' is not a token count (0: the whole prompt at once)", val);
         } else if (!strcmp(k, "--memory-budget")) {
             if (parse_size(val, 1 << 20, SIZE_MAX, &a->memory_budget)) BAD("--memory-budget: '%s' is not a byte count >= 1 MiB", val);
         } else if (!strcmp(k, "--rollouts")) a->rollouts = val;

@@ -158,7 +158,8 @@ static void plan(const ls_train_args *a, const ls_params *p, size_t P, size_t Rm
         plan_b[LS_MEM_PROMPT_STATE] += state;
         plan_b[LS_MEM_SCORE] += state; /* the reference policy's capture */
         plan_b[LS_MEM_BRANCH] += L * Rmax * lpt;
-        plan_b[LS_MEM_SCRATCH] += 2 * P * d * sz + P * lpt; /* one layer of the capture */
+        size_t cc = a->step.capture_chunk && a->step.capture_chunk < P ? a->step.capture_chunk : P;
+        plan_b[LS_MEM_SCRATCH] += 2 * cc * d * sz + cc * lpt; /* one layer of one capture segment */
         if (full) {
             plan_b[LS_MEM_PROMPT_GRAD] += state;
             plan_b[LS_MEM_CHECKPOINT] += L * (P - 1) * d * sz;
