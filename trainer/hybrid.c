@@ -240,59 +240,145 @@ cleanup:
     return st;
 }
 
-/* Gather a layer's per-page gradient into one contiguous [T, row] buffer. */
-static void gather_pages(ls_real *dst, const ls_layer_state *s, size_t row, int want_v) {
+/* Gather the per-page gradients of pages [i0, i1) into one contiguous
+ * [tokens, row] buffer. */
+static void gather_pages(ls_real *dst, const ls_layer_state *s, size_t i0, size_t i1, size_t row, int want_v) {
     size_t off = 0;
-    for (size_t i = 0; i < s->n_pages; i++) {
+    for (size_t i = i0; i < i1; i++) {
         const ls_kv_page *pg = &s->pages[i];
         memcpy(dst + off * row, want_v ? pg->v : pg->k, R(pg->n * row));
         off += pg->n;
     }
 }
 
-ls_status LS_K(ls_prompt_backward)(const ls_params *p, const int32_t *tokens, size_t T,
-                                   ls_real *const *checkpoints, const ls_hstate *dstate,
+/* Index of the first page at or after position t (pages are in order). */
+static size_t page_at(const ls_layer_state *s, int64_t t) {
+    size_t i = 0;
+    while (i < s->n_pages && s->pages[i].pos0 < t) i++;
+    return i;
+}
+
+/* One attention layer's backward over the prompt, chunk by chunk from the
+ * last: chunk c attends to the pages before it (a prefix view of ps) and
+ * adds its key/value gradients into those pages of dstate. */
+static ls_status attn_prompt_backward(const ls_params *p, int l, size_t T, size_t chunk, const ls_real *ckpt,
+                                      const ls_hstate *ps, ls_hstate *dstate, ls_real *dh, ls_mem_cat cat) {
+    size_t d = (size_t)p->cfg.d_model, row = (size_t)p->cfg.attn_kv_heads * (size_t)p->cfg.head_dim;
+    const ls_layer_state *sl = &ps->ly[l];
+    ls_layer_state *dl = &dstate->ly[l];
+    ls_status st = LS_OK;
+    size_t n_chunks = (T + chunk - 1) / chunk;
+    for (size_t c = n_chunks; st == LS_OK && c-- > 0;) {
+        size_t t0 = c * chunk, n = T - t0 < chunk ? T - t0 : chunk;
+        size_t i0 = page_at(sl, (int64_t)t0), i1 = page_at(sl, (int64_t)(t0 + n));
+        if ((i0 < sl->n_pages && sl->pages[i0].pos0 != (int64_t)t0) || dl->n_pages != sl->n_pages)
+            return LS_ERR_INTERNAL; /* pages must start at chunk boundaries */
+        ls_layer_state view = {.pages = sl->pages, .n_pages = i0}, dview = {.pages = dl->pages, .n_pages = i0};
+        ls_arena win, scr;
+        ls_arena_init(&win, cat, 1u << 20);
+        ls_arena_init(&scr, cat, 0);
+        ls_layer_tape tape;
+        ls_real *h = ls_arena_alloc(&win, R(n * d)), *dk = ls_arena_alloc(&win, R(n * row));
+        ls_real *dv = ls_arena_alloc(&win, R(n * row));
+        if (!h || !dk || !dv) st = LS_ERR_NOMEM;
+        if (st == LS_OK) {
+            memcpy(h, ckpt + t0 * d, R(n * d));
+            gather_pages(dk, dl, i0, i1, row, 0);
+            gather_pages(dv, dl, i0, i1, row, 1);
+            st = LS_K(ls_layer_forward)(p, l, h, n, (int64_t)t0, &view, NULL, NULL, NULL, NULL, &tape, &win, &scr);
+        }
+        ls_arena_free(&scr);
+        if (st == LS_OK) {
+            ls_arena_init(&scr, cat, 0);
+            st = LS_K(ls_layer_backward)(p, l, &tape, dh + t0 * d, &view, &dview, dk, dv, NULL, NULL, &scr);
+            ls_arena_free(&scr);
+        }
+        ls_arena_free(&win);
+    }
+    return st;
+}
+
+/* One GDN layer's backward over the prompt: a forward pass records the
+ * carried state at every chunk start, then the chunks run backward from
+ * the last with the state gradient handed from chunk to chunk. */
+static ls_status gdn_prompt_backward(const ls_params *p, int l, size_t T, size_t chunk, const ls_real *ckpt,
+                                     ls_hstate *dstate, ls_real *dh, ls_mem_cat cat) {
+    const ls_model_config *c = &p->cfg;
+    size_t d = (size_t)c->d_model;
+    size_t C = 2 * (size_t)c->gdn_hk * (size_t)c->gdn_dk + (size_t)c->gdn_hv * (size_t)c->gdn_dv;
+    size_t tail_n = (size_t)(c->conv_kernel - 1) * C, S_n = (size_t)c->gdn_hv * (size_t)c->gdn_dk * (size_t)c->gdn_dv;
+    size_t n_chunks = (T + chunk - 1) / chunk;
+    ls_arena keep;
+    ls_arena_init(&keep, cat, 0);
+    /* states[k] = (tail, S) before chunk k; states[0] = zeros */
+    ls_real *states = ls_arena_alloc(&keep, R(n_chunks * (tail_n + S_n)));
+    ls_real *g_tail = ls_arena_alloc(&keep, R(tail_n)), *g_S = ls_arena_alloc(&keep, R(S_n));
+    ls_real *h = ls_arena_alloc(&keep, R(chunk * d));
+    ls_status st = (states && g_tail && g_S && h) ? LS_OK : LS_ERR_NOMEM;
+    for (size_t k = 0; st == LS_OK && k + 1 < n_chunks; k++) {
+        size_t t0 = k * chunk;
+        ls_real *cur = states + k * (tail_n + S_n), *next = cur + tail_n + S_n;
+        ls_layer_state ctx = {.tail = cur, .S = cur + tail_n};
+        ls_arena scr;
+        ls_arena_init(&scr, cat, 0);
+        memcpy(h, ckpt + t0 * d, R(chunk * d));
+        st = LS_K(ls_layer_forward)(p, l, h, chunk, (int64_t)t0, &ctx, NULL, NULL, next, next + tail_n, NULL, NULL, &scr);
+        ls_arena_free(&scr);
+    }
+    if (st == LS_OK) {
+        memcpy(g_tail, dstate->ly[l].tail, R(tail_n));
+        memcpy(g_S, dstate->ly[l].S, R(S_n));
+    }
+    for (size_t k = n_chunks; st == LS_OK && k-- > 0;) {
+        size_t t0 = k * chunk, n = T - t0 < chunk ? T - t0 : chunk;
+        ls_real *cur = states + k * (tail_n + S_n);
+        ls_layer_state ctx = {.tail = cur, .S = cur + tail_n};
+        ls_arena win, scr;
+        ls_arena_init(&win, cat, 1u << 20);
+        ls_arena_init(&scr, cat, 0);
+        ls_layer_tape tape;
+        ls_real *dprev = ls_arena_alloc(&win, R(tail_n + S_n)); /* gradient of the state before chunk k */
+        if (!dprev) st = LS_ERR_NOMEM;
+        if (st == LS_OK) {
+            memcpy(h, ckpt + t0 * d, R(n * d));
+            st = LS_K(ls_layer_forward)(p, l, h, n, (int64_t)t0, &ctx, NULL, NULL, NULL, NULL, &tape, &win, &scr);
+        }
+        ls_arena_free(&scr);
+        if (st == LS_OK) {
+            ls_layer_state dctx = {.tail = dprev, .S = dprev + tail_n};
+            ls_arena_init(&scr, cat, 0);
+            st = LS_K(ls_layer_backward)(p, l, &tape, dh + t0 * d, &ctx, &dctx, NULL, NULL, g_tail, g_S, &scr);
+            ls_arena_free(&scr);
+            memcpy(g_tail, dprev, R(tail_n));
+            memcpy(g_S, dprev + tail_n, R(S_n));
+        }
+        ls_arena_free(&win);
+    }
+    ls_arena_free(&keep);
+    return st;
+}
+
+ls_status LS_K(ls_prompt_backward)(const ls_params *p, const int32_t *tokens, size_t T, size_t chunk,
+                                   ls_real *const *checkpoints, const ls_hstate *ps, ls_hstate *dstate,
                                    ls_mem_cat win_cat, ls_layer_hook hook, void *hook_user) {
     const ls_model_config *c = &p->cfg;
-    size_t d = (size_t)c->d_model, row = (size_t)c->attn_kv_heads * (size_t)c->head_dim;
+    size_t d = (size_t)c->d_model;
+    if (chunk == 0 || chunk > T) chunk = T;
     ls_arena keep;
     ls_arena_init(&keep, win_cat, 0);
     ls_status st = LS_ERR_NOMEM;
     ls_real *dh = ls_arena_alloc(&keep, R(T * d)); /* the prompt's output gets no gradient */
-    ls_real *h = ls_arena_alloc(&keep, R(T * d));
-    if (!dh || !h) goto cleanup;
-    for (int l = c->n_layers - 1; l >= 0; l--) {
+    if (!dh) goto cleanup;
+    st = LS_OK;
+    for (int l = c->n_layers - 1; st == LS_OK && l >= 0; l--) {
         int64_t t0 = now_ns();
-        ls_arena win, scr;
-        ls_arena_init(&win, win_cat, 1u << 20);
-        ls_arena_init(&scr, win_cat, 0);
-        ls_layer_tape tape;
-        memcpy(h, checkpoints[l], R(T * d));
-        st = LS_K(ls_layer_forward)(p, l, h, T, 0, NULL, NULL, NULL, NULL, NULL, &tape, &win, &scr);
-        ls_arena_free(&scr);
-        const ls_layer_state *ds = &dstate->ly[l];
-        ls_real *dk = NULL, *dv = NULL;
-        if (st == LS_OK && p->layers[l].is_attn) {
-            dk = ls_arena_alloc(&win, R(T * row));
-            dv = ls_arena_alloc(&win, R(T * row));
-            if (!dk || !dv) st = LS_ERR_NOMEM;
-            else {
-                gather_pages(dk, ds, row, 0);
-                gather_pages(dv, ds, row, 1);
-            }
-        }
-        if (st == LS_OK) {
-            ls_arena_init(&scr, win_cat, 0);
-            st = LS_K(ls_layer_backward)(p, l, &tape, dh, NULL, NULL, dk, dv, ds->tail, ds->S, &scr);
-            ls_arena_free(&scr);
-        }
-        ls_arena_free(&win);
-        if (st != LS_OK) goto cleanup;
-        if (hook) hook(hook_user, l, 1, T, now_ns() - t0, l2(dh, T * d));
+        st = p->layers[l].is_attn ? attn_prompt_backward(p, l, T, chunk, checkpoints[l], ps, dstate, dh, win_cat)
+                                  : gdn_prompt_backward(p, l, T, chunk, checkpoints[l], dstate, dh, win_cat);
+        if (st == LS_OK && hook) hook(hook_user, l, 1, T, now_ns() - t0, l2(dh, T * d));
     }
+    if (st != LS_OK) goto cleanup;
     if (p->embed->g) LS_K(ls_embedding_backward)(p->embed->g, dh, tokens, T, d);
     if (hook) hook(hook_user, -1, 1, T, 0, l2(dh, T * d));
-    st = LS_OK;
 cleanup:
     ls_arena_free(&keep);
     return st;

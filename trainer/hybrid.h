@@ -98,10 +98,15 @@ void LS_K(ls_seg_tape_free)(ls_seg_tape *t);
 size_t LS_K(ls_seg_tape_bytes)(const ls_seg_tape *t);
 
 /* full mode: back-propagate the accumulated prompt-state gradient dstate
- * through the prompt computation, recomputing one layer at a time from the
- * checkpoints the capture kept (window arena in category win_cat).
- * tokens [T] are the prompt positions [0, T). */
-ls_status LS_K(ls_prompt_backward)(const ls_params *p, const int32_t *tokens, size_t T,
-                                   ls_real *const *checkpoints, const ls_hstate *dstate,
+ * through the prompt computation, one layer at a time from the top, and
+ * within a layer one chunk of `chunk` tokens at a time from the last, each
+ * recomputed from the checkpoints the capture kept (window arena in category
+ * win_cat).  ps is the captured state (its pages are the keys earlier
+ * chunks offer; they must start at chunk boundaries, as a capture with the
+ * same chunk leaves them); dstate mirrors it and is consumed (later chunks'
+ * contributions are added into earlier pages).  tokens [T] are positions
+ * [0, T); chunk 0 means one chunk. */
+ls_status LS_K(ls_prompt_backward)(const ls_params *p, const int32_t *tokens, size_t T, size_t chunk,
+                                   ls_real *const *checkpoints, const ls_hstate *ps, ls_hstate *dstate,
                                    ls_mem_cat win_cat, ls_layer_hook hook, void *hook_user);
 #endif

@@ -354,7 +354,8 @@ ls_status LS_K(ls_step_grads)(ls_params *p, ls_batch *b, const ls_task *task, co
     if (full && !naive) {
         begin(obs, PH_PROMPT_BWD, &t0);
         hook_ctx hk = {obs, "prompt_bwd", -1};
-        st = LS_K(ls_prompt_backward)(p, b->prompt, b->P - 1, ckpt, &dps, LS_MEM_SCRATCH, hook_fn, &hk);
+        st = LS_K(ls_prompt_backward)(p, b->prompt, b->P - 1, o->capture_chunk, ckpt, &ps, &dps, LS_MEM_SCRATCH,
+                                      hook_fn, &hk);
         end(obs, PH_PROMPT_BWD, t0, st == LS_OK, res);
         if (st != LS_OK) {
             snprintf(err, err_len, "prompt backward failed: %s", ls_status_str(st));

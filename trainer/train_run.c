@@ -163,7 +163,7 @@ static void plan(const ls_train_args *a, const ls_params *p, size_t P, size_t Rm
         if (full) {
             plan_b[LS_MEM_PROMPT_GRAD] += state;
             plan_b[LS_MEM_CHECKPOINT] += L * (P - 1) * d * sz;
-            plan_b[LS_MEM_SCRATCH] += 2 * P * lpt; /* one recompute window and its backward */
+            plan_b[LS_MEM_SCRATCH] += 2 * cc * lpt + P * d * sz; /* one chunk's recompute window, dh */
         }
     } else {
         plan_b[LS_MEM_SCORE] += state;
