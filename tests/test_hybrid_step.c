@@ -320,3 +320,39 @@ Test(hybrid_step, checkpoint_save_and_load_round_trip) {
     K(ls_params_free)(b);
     K(ls_params_free)(other);
 }
+
+/* full mode adds the state gradient, the checkpoints and one chunk's window —
+ * not the prompt's graph: doubling P must grow the transient (scratch) peak
+ * by about the P x d gradient buffer only, and the checkpoints exactly by
+ * n_layers x P x d. */
+static void full_mode_peaks(size_t P, size_t *scratch, size_t *ckpt) {
+    size_t R[] = {4, 4};
+    ls_params *p = make_params(LS_TRAIN_LORA, LS_GRAD_FULL, 2);
+    ls_batch *b = make_batch(P, 2, R, 3);
+    ls_step_options o;
+    ls_step_options_defaults(&o);
+    o.page_size = 16;
+    o.capture_chunk = 64;
+    ls_step_result res;
+    char err[256];
+    ls_mem_reset_peaks();
+    cr_assert_eq(K(ls_step_grads)(p, b, NULL, &o, NULL, &res, err, sizeof err), LS_OK, "%s", err);
+    ls_mem_stats s;
+    ls_mem_snapshot(&s);
+    *scratch = s.peak_bytes[LS_MEM_SCRATCH];
+    *ckpt = s.peak_bytes[LS_MEM_CHECKPOINT];
+    ls_batch_free(b);
+    K(ls_params_free)(p);
+}
+
+Test(hybrid_step, full_mode_window_is_chunk_sized) {
+    size_t s1, c1, s2, c2;
+    full_mode_peaks(257, &s1, &c1);
+    full_mode_peaks(513, &s2, &c2);
+    ls_model_config c = tiny_cfg();
+    size_t row = (size_t)c.d_model * sizeof(ls_real);
+    cr_log_info("scratch peak %zu -> %zu B, checkpoints %zu -> %zu B (P 257 -> 513)", s1, s2, c1, c2);
+    cr_expect_eq(c2 - c1, (size_t)c.n_layers * 256 * row, "checkpoints are not n_layers x P x d");
+    /* the dh buffer grows by 256 rows; allow as much again for bookkeeping */
+    cr_expect_lt(s2 - s1, 2 * 256 * row + 65536, "transient memory grows with the prompt: %zu -> %zu", s1, s2);
+}
