@@ -356,7 +356,7 @@ int LS_K(ls_train_run)(const ls_train_args *a) {
         steps_done++;
         if (!a->quiet)
             fprintf(stderr, "[step %d] loss %.6f  grad-norm %.4e  mean reward %.4f  prompt state %zu B (analytical %zu B)\n",
-                    s + 1, res.loss, res.grad_norm, res.mean_reward, res.prompt_state_bytes, res.prompt_state_analytical);
+                    s + 1, res.loss + 0.0, res.grad_norm, res.mean_reward, res.prompt_state_bytes, res.prompt_state_analytical);
     }
     rc = 0;
 finish:
@@ -418,7 +418,7 @@ finish:
         printf("longstraw-train: %d step(s) of %s (%s, %s, %s) P=%zu G=%zu: loss %.6f, grad-norm %.4e, "
                "mean reward %.4f\n",
                steps_done, a->config_path, LS_REAL_NAME, a->obj.grad_mode == LS_GRAD_FULL ? "full" : "detached",
-               a->step.strategy == LS_STRATEGY_NAIVE ? "naive" : "longstraw", P, b ? b->G : a->step.G, res.loss,
+               a->step.strategy == LS_STRATEGY_NAIVE ? "naive" : "longstraw", P, b ? b->G : a->step.G, res.loss + 0.0 /* no "-0" */,
                res.grad_norm, res.mean_reward);
         printf("  prompt state %zu B (analytical %zu B), largest branch tape %zu B\n", res.prompt_state_bytes,
                res.prompt_state_analytical, res.max_branch_bytes);
