@@ -5,7 +5,7 @@ if(EXISTS ${CMAKE_SOURCE_DIR}/trainer/mem_tracker.c)
     LIBS ls_trainer_base Threads::Threads
     TIMEOUT 120)
 endif()
-if(EXISTS ${CMAKE_SOURCE_DIR}/trainer/safetensors.c)
+if(EXISTS ${CMAKE_SOURCE_DIR}/trainer/safetensors_read.c)
   ls_add_criterion_test(test_safetensors
     SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_safetensors.c
     LIBS ls_trainer_base

@@ -1,11 +1,13 @@
-/* safetensors.c - see safetensors.h. */
+/* safetensors_read.c - see safetensors.h: the dtype table, BF16 rounding,
+ * and the reader (header validation, lookup, conversion to float/double).
+ * The writer is in safetensors_write.c; helpers both use are in
+ * safetensors_internal.h. */
 #include "trainer/safetensors.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,9 +15,7 @@
 #include <unistd.h>
 
 #include "trainer/mem_tracker.h"
-
-#define META_KEY "__metadata__"
-#define MAX_JSON_INT 9007199254740992.0 /* 2^53: largest exactly held by cJSON */
+#include "trainer/safetensors_internal.h"
 
 /* ---- dtypes ---------------------------------------------------------------- */
 
@@ -38,11 +38,6 @@ static int dtype_valid(ls_safetensors_dtype d)
     return (int)d >= 0 && d < LS_SAFETENSORS_DTYPE_COUNT;
 }
 
-static int dtype_convertible(ls_safetensors_dtype d)
-{
-    return d == LS_SAFETENSORS_F32 || d == LS_SAFETENSORS_F64 || d == LS_SAFETENSORS_BF16;
-}
-
 const char *ls_safetensors_dtype_name(ls_safetensors_dtype dtype)
 {
     return dtype_valid(dtype) ? dtypes[dtype].name : "unknown";
@@ -53,40 +48,7 @@ size_t ls_safetensors_dtype_size(ls_safetensors_dtype dtype)
     return dtype_valid(dtype) ? dtypes[dtype].size : 0;
 }
 
-/* ---- small helpers ------------------------------------------------------- */
-
-static void set_err(char *err, size_t err_len, const char *fmt, ...)
-{
-    if (err == NULL || err_len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-}
-
-static char *dup_str(const char *s)
-{
-    size_t n = strlen(s);
-    char *d = ls_mem_alloc(LS_MEM_SCRATCH, n + 1);
-    if (d != NULL)
-        memcpy(d, s, n + 1);
-    return d;
-}
-
-static uint64_t load_le64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static void store_le(unsigned char *p, uint64_t v, size_t bytes)
-{
-    for (size_t i = 0; i < bytes; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
+/* ---- byte order ---------------------------------------------------------- */
 
 static uint64_t load_le(const unsigned char *p, size_t bytes)
 {
@@ -94,34 +56,6 @@ static uint64_t load_le(const unsigned char *p, size_t bytes)
     for (size_t i = bytes; i-- > 0;)
         v = (v << 8) | p[i];
     return v;
-}
-
-static float f32_from_bits(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static uint32_t bits_from_f32(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static double f64_from_bits(uint64_t u)
-{
-    double d;
-    memcpy(&d, &u, sizeof d);
-    return d;
-}
-
-static uint64_t bits_from_f64(double d)
-{
-    uint64_t u;
-    memcpy(&u, &d, sizeof u);
-    return u;
 }
 
 /* ---- BF16 ---------------------------------------------------------------- */
@@ -332,7 +266,6 @@ static ls_status parse_tensor(const cJSON *e, const unsigned char *data, size_t 
     }
     t->shape = dims;
     t->ndim = ndim;
-    int has_zero = 0;
     size_t i = 0;
     for (const cJSON *v = shape->child; v != NULL; v = v->next, i++) {
         if (!json_uint(v, &dims[i])) {
@@ -340,19 +273,11 @@ static ls_status parse_tensor(const cJSON *e, const unsigned char *data, size_t 
                     "tensor '%s': shape[%zu] is not a non-negative integer <= 2^53", name, i);
             return LS_ERR_FORMAT;
         }
-        has_zero |= dims[i] == 0;
     }
-    uint64_t numel = 1;
-    if (has_zero) {
-        numel = 0;
-    } else {
-        for (i = 0; i < ndim; i++) {
-            if (numel > UINT64_MAX / dims[i]) {
-                set_err(err, err_len, "tensor '%s': element count overflows", name);
-                return LS_ERR_FORMAT;
-            }
-            numel *= dims[i];
-        }
+    uint64_t numel;
+    if (!shape_numel(dims, ndim, &numel)) {
+        set_err(err, err_len, "tensor '%s': element count overflows", name);
+        return LS_ERR_FORMAT;
     }
     size_t esize = dtypes[d].size;
     if (numel > SIZE_MAX / esize) {
@@ -502,7 +427,7 @@ static ls_status parse(ls_safetensors **out, const unsigned char *buf, size_t le
         rc = LS_ERR_TRUNCATED;
         goto cleanup;
     }
-    uint64_t hlen = load_le64(buf);
+    uint64_t hlen = load_le(buf, 8);
     if (hlen > len - 8) {
         set_err(err, err_len, "header: length %" PRIu64 " exceeds the %zu bytes after the prefix",
                 hlen, len - 8);
@@ -830,370 +755,4 @@ ls_status ls_safetensors_load_f32(const ls_safetensors *st, const char *name,
     const ls_safetensors_tensor *t = NULL;
     ls_status rc = load_check(st, name, shape, ndim, &t, err, err_len);
     return rc != LS_OK ? rc : ls_safetensors_read_f32(t, out, (size_t)t->numel);
-}
-
-/* ---- writer -------------------------------------------------------------- */
-
-typedef struct {
-    char *name;
-    ls_safetensors_dtype dtype;
-    uint64_t *shape; /* [ndim] */
-    size_t ndim;
-    uint64_t numel;
-    const void *data; /* borrowed */
-    int src_f64;      /* data is double (else float) */
-} writer_entry;
-
-struct ls_safetensors_writer {
-    writer_entry *e;
-    size_t n, cap;
-    char **meta_key, **meta_val;
-    size_t n_meta, cap_meta;
-};
-
-ls_status ls_safetensors_writer_init(ls_safetensors_writer **out)
-{
-    if (out == NULL)
-        return LS_ERR_ARG;
-    *out = ls_mem_alloc(LS_MEM_SCRATCH, sizeof **out);
-    return *out == NULL ? LS_ERR_NOMEM : LS_OK;
-}
-
-void ls_safetensors_writer_free(ls_safetensors_writer *w)
-{
-    if (w == NULL)
-        return;
-    for (size_t i = 0; i < w->n; i++) {
-        ls_mem_free(w->e[i].name);
-        ls_mem_free(w->e[i].shape);
-    }
-    ls_mem_free(w->e);
-    for (size_t i = 0; i < w->n_meta; i++) {
-        ls_mem_free(w->meta_key[i]);
-        ls_mem_free(w->meta_val[i]);
-    }
-    ls_mem_free(w->meta_key);
-    ls_mem_free(w->meta_val);
-    ls_mem_free(w);
-}
-
-/* Grow *arr (elements of `size` bytes) so that it holds at least need. */
-static int grow(void **arr, size_t *cap, size_t need, size_t size)
-{
-    if (need <= *cap)
-        return 1;
-    size_t ncap = *cap ? *cap * 2 : 16;
-    if (ncap < need)
-        ncap = need;
-    if (ncap > SIZE_MAX / size)
-        return 0;
-    void *p = ls_mem_realloc(LS_MEM_SCRATCH, *arr, ncap * size);
-    if (p == NULL)
-        return 0;
-    *arr = p;
-    *cap = ncap;
-    return 1;
-}
-
-static ls_status writer_add(ls_safetensors_writer *w, const char *name,
-                            ls_safetensors_dtype dtype, const uint64_t *shape, size_t ndim,
-                            const void *data, int src_f64)
-{
-    if (w == NULL || name == NULL || name[0] == '\0' || strcmp(name, META_KEY) == 0
-        || (shape == NULL && ndim != 0))
-        return LS_ERR_ARG;
-    if (!dtype_convertible(dtype))
-        return LS_ERR_UNSUPPORTED;
-    for (size_t i = 0; i < w->n; i++)
-        if (strcmp(w->e[i].name, name) == 0)
-            return LS_ERR_ARG;
-    /* the same limits the reader enforces: dims and byte offsets <= 2^53 */
-    uint64_t numel = 1;
-    int has_zero = 0;
-    for (size_t i = 0; i < ndim; i++) {
-        if (shape[i] > (uint64_t)MAX_JSON_INT)
-            return LS_ERR_ARG;
-        has_zero |= shape[i] == 0;
-    }
-    for (size_t i = 0; i < ndim && !has_zero; i++) {
-        if (numel > UINT64_MAX / shape[i])
-            return LS_ERR_ARG;
-        numel *= shape[i];
-    }
-    if (has_zero)
-        numel = 0;
-    if (numel > (uint64_t)MAX_JSON_INT / 8 || (data == NULL && numel != 0))
-        return LS_ERR_ARG;
-    if (!grow((void **)&w->e, &w->cap, w->n + 1, sizeof *w->e))
-        return LS_ERR_NOMEM;
-    writer_entry *e = &w->e[w->n];
-    memset(e, 0, sizeof *e);
-    e->name = dup_str(name);
-    if (ndim > 0)
-        e->shape = ls_mem_alloc(LS_MEM_SCRATCH, ndim * sizeof *shape);
-    if (e->name == NULL || (ndim > 0 && e->shape == NULL)) {
-        ls_mem_free(e->name);
-        ls_mem_free(e->shape);
-        return LS_ERR_NOMEM;
-    }
-    if (ndim > 0)
-        memcpy(e->shape, shape, ndim * sizeof *shape);
-    e->ndim = ndim;
-    e->dtype = dtype;
-    e->numel = numel;
-    e->data = data;
-    e->src_f64 = src_f64;
-    w->n++;
-    return LS_OK;
-}
-
-ls_status ls_safetensors_writer_add_f64(ls_safetensors_writer *w, const char *name,
-                                        ls_safetensors_dtype dtype, const uint64_t *shape,
-                                        size_t ndim, const double *data)
-{
-    return writer_add(w, name, dtype, shape, ndim, data, 1);
-}
-
-ls_status ls_safetensors_writer_add_f32(ls_safetensors_writer *w, const char *name,
-                                        ls_safetensors_dtype dtype, const uint64_t *shape,
-                                        size_t ndim, const float *data)
-{
-    return writer_add(w, name, dtype, shape, ndim, data, 0);
-}
-
-ls_status ls_safetensors_writer_set_metadata(ls_safetensors_writer *w, const char *key,
-                                             const char *value)
-{
-    if (w == NULL || key == NULL || value == NULL)
-        return LS_ERR_ARG;
-    char *v = dup_str(value);
-    if (v == NULL)
-        return LS_ERR_NOMEM;
-    for (size_t i = 0; i < w->n_meta; i++) {
-        if (strcmp(w->meta_key[i], key) == 0) {
-            ls_mem_free(w->meta_val[i]);
-            w->meta_val[i] = v;
-            return LS_OK;
-        }
-    }
-    size_t cap_key = w->cap_meta;
-    char *k = dup_str(key);
-    if (k == NULL || !grow((void **)&w->meta_key, &cap_key, w->n_meta + 1, sizeof(char *))
-        || !grow((void **)&w->meta_val, &w->cap_meta, w->n_meta + 1, sizeof(char *))) {
-        ls_mem_free(k);
-        ls_mem_free(v);
-        return LS_ERR_NOMEM;
-    }
-    w->meta_key[w->n_meta] = k;
-    w->meta_val[w->n_meta] = v;
-    w->n_meta++;
-    return LS_OK;
-}
-
-static int entry_ptr_cmp(const void *a, const void *b)
-{
-    const writer_entry *x = *(const writer_entry *const *)a;
-    const writer_entry *y = *(const writer_entry *const *)b;
-    return strcmp(x->name, y->name);
-}
-
-static int str_ptr_cmp(const void *a, const void *b)
-{
-    return strcmp(**(const char *const *const *)a, **(const char *const *const *)b);
-}
-
-static cJSON *json_uint_raw(uint64_t v)
-{
-    char buf[24];
-    snprintf(buf, sizeof buf, "%" PRIu64, v);
-    return cJSON_CreateRaw(buf); /* integers printed exactly, never as 1e+15 */
-}
-
-/* Header JSON (unpadded) for the entries in `order`; NULL on out of memory. */
-static char *build_header(const ls_safetensors_writer *w, writer_entry *const *order)
-{
-    char *text = NULL;
-    char **keys = NULL;
-    cJSON *root = cJSON_CreateObject();
-    if (root == NULL)
-        goto cleanup;
-    if (w->n_meta > 0) {
-        /* sort pointers to the keys; a key's index gives its value */
-        cJSON *m = cJSON_AddObjectToObject(root, META_KEY);
-        keys = ls_mem_alloc(LS_MEM_SCRATCH, w->n_meta * sizeof *keys);
-        if (m == NULL || keys == NULL)
-            goto cleanup;
-        for (size_t i = 0; i < w->n_meta; i++)
-            keys[i] = (char *)&w->meta_key[i];
-        qsort(keys, w->n_meta, sizeof *keys, str_ptr_cmp);
-        for (size_t i = 0; i < w->n_meta; i++) {
-            size_t idx = (size_t)((char **)keys[i] - w->meta_key);
-            if (cJSON_AddStringToObject(m, w->meta_key[idx], w->meta_val[idx]) == NULL)
-                goto cleanup;
-        }
-    }
-    uint64_t off = 0;
-    for (size_t i = 0; i < w->n; i++) {
-        const writer_entry *e = order[i];
-        uint64_t nbytes = e->numel * dtypes[e->dtype].size;
-        /* key order as the reference writer: dtype, shape, data_offsets */
-        cJSON *t = cJSON_AddObjectToObject(root, e->name);
-        if (t == NULL || cJSON_AddStringToObject(t, "dtype", dtypes[e->dtype].name) == NULL)
-            goto cleanup;
-        cJSON *shape = cJSON_AddArrayToObject(t, "shape");
-        cJSON *offs = cJSON_AddArrayToObject(t, "data_offsets");
-        if (shape == NULL || offs == NULL)
-            goto cleanup;
-        for (size_t d = 0; d < e->ndim; d++) {
-            cJSON *v = json_uint_raw(e->shape[d]);
-            if (v == NULL || !cJSON_AddItemToArray(shape, v))
-                goto cleanup;
-        }
-        cJSON *b = json_uint_raw(off), *x = json_uint_raw(off + nbytes);
-        if (b == NULL || !cJSON_AddItemToArray(offs, b) || x == NULL
-            || !cJSON_AddItemToArray(offs, x)) {
-            cJSON_Delete(x);
-            goto cleanup;
-        }
-        off += nbytes;
-    }
-    text = cJSON_PrintUnformatted(root);
-cleanup:
-    ls_mem_free(keys);
-    cJSON_Delete(root);
-    return text;
-}
-
-/* Convert entry e into its stored little-endian bytes, chunk by chunk. */
-static int write_entry(FILE *f, const writer_entry *e, unsigned char *buf, size_t buf_elems)
-{
-    size_t es = dtypes[e->dtype].size;
-    for (uint64_t i0 = 0; i0 < e->numel; i0 += buf_elems) {
-        size_t m = (size_t)(e->numel - i0 < buf_elems ? e->numel - i0 : buf_elems);
-        for (size_t j = 0; j < m; j++) {
-            size_t i = (size_t)i0 + j;
-            double d = e->src_f64 ? ((const double *)e->data)[i] : 0.0;
-            float s = e->src_f64 ? 0.0f : ((const float *)e->data)[i];
-            unsigned char *p = buf + j * es;
-            switch (e->dtype) {
-            case LS_SAFETENSORS_F64:
-                store_le(p, bits_from_f64(e->src_f64 ? d : (double)s), 8);
-                break;
-            case LS_SAFETENSORS_F32:
-                store_le(p, bits_from_f32(e->src_f64 ? (float)d : s), 4);
-                break;
-            default: /* BF16 */
-                store_le(p, e->src_f64 ? ls_safetensors_bf16_from_f64(d)
-                                       : ls_safetensors_bf16_from_f32(s), 2);
-                break;
-            }
-        }
-        if (fwrite(buf, es, m, f) != m)
-            return 0;
-    }
-    return 1;
-}
-
-/* fsync the directory holding `path` so the rename is durable; best effort. */
-static void sync_parent_dir(const char *path)
-{
-    char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (slash == NULL) {
-        snprintf(dir, sizeof dir, ".");
-    } else if (slash == path) {
-        snprintf(dir, sizeof dir, "/");
-    } else {
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-    }
-    int fd = open(dir, O_RDONLY);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
-    }
-}
-
-ls_status ls_safetensors_writer_write(const ls_safetensors_writer *w, const char *path,
-                                      char *err, size_t err_len)
-{
-    set_err(err, err_len, "%s", "");
-    if (w == NULL || path == NULL) {
-        set_err(err, err_len, "ls_safetensors_writer_write: NULL %s", w == NULL ? "w" : "path");
-        return LS_ERR_ARG;
-    }
-    ls_status rc = LS_OK;
-    writer_entry **order = NULL;
-    char *json = NULL, *tmp = NULL;
-    unsigned char *buf = NULL;
-    FILE *f = NULL;
-    int tmp_exists = 0;
-    const size_t buf_elems = 8192;
-
-    if (w->n > 0) {
-        order = ls_mem_alloc(LS_MEM_SCRATCH, w->n * sizeof *order);
-        if (order == NULL)
-            goto nomem;
-        for (size_t i = 0; i < w->n; i++)
-            order[i] = &w->e[i];
-        qsort(order, w->n, sizeof *order, entry_ptr_cmp);
-    }
-    json = build_header(w, order);
-    size_t tmp_len = strlen(path) + 32;
-    tmp = ls_mem_alloc(LS_MEM_SCRATCH, tmp_len);
-    buf = ls_mem_alloc(LS_MEM_SCRATCH, buf_elems * 8);
-    if (json == NULL || tmp == NULL || buf == NULL)
-        goto nomem;
-    size_t jlen = strlen(json);
-    size_t pad = (8 - jlen % 8) % 8;
-    unsigned char prefix[8];
-    store_le(prefix, (uint64_t)(jlen + pad), 8);
-    snprintf(tmp, tmp_len, "%s.tmp.%ld", path, (long)getpid());
-
-    const char *step = "open";
-    f = fopen(tmp, "wb");
-    if (f == NULL)
-        goto io;
-    tmp_exists = 1;
-    step = "write";
-    if (fwrite(prefix, 1, 8, f) != 8 || fwrite(json, 1, jlen, f) != jlen
-        || fwrite("        ", 1, pad, f) != pad)
-        goto io;
-    for (size_t i = 0; i < w->n; i++)
-        if (!write_entry(f, order[i], buf, buf_elems))
-            goto io;
-    step = "flush";
-    if (fflush(f) != 0)
-        goto io;
-    step = "fsync";
-    if (fsync(fileno(f)) != 0)
-        goto io;
-    step = "close";
-    int cr = fclose(f);
-    f = NULL;
-    if (cr != 0)
-        goto io;
-    step = "rename";
-    if (rename(tmp, path) != 0)
-        goto io;
-    tmp_exists = 0;
-    sync_parent_dir(path);
-    goto cleanup;
-
-io:
-    set_err(err, err_len, "%s: %s of %s failed: %s", path, step, tmp, strerror(errno));
-    rc = LS_ERR_IO;
-    goto cleanup;
-nomem:
-    set_err(err, err_len, "%s: out of memory building the file", path);
-    rc = LS_ERR_NOMEM;
-cleanup:
-    if (f != NULL)
-        fclose(f);
-    if (tmp_exists)
-        unlink(tmp);
-    cJSON_free(json);
-    ls_mem_free(tmp);
-    ls_mem_free(buf);
-    ls_mem_free(order);
-    return rc;
 }
