@@ -12,34 +12,22 @@
 #include "kernels/logprob.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
-#include "test_kernels_core_util.h"
+#include "test_util.h"
 
 #define FD_H 1e-5
 #define FD_BOUND 1e-8
 
-typedef double (*loss_fn)(void *ctx);
-
 /* Central differences of loss() with respect to p[0..n), compared with analytic[0..n).
  * Returns the normwise relative error and fails the test when it exceeds FD_BOUND
  * or when the finite-difference gradient is identically zero. */
-static double fd_check(const char *what, double *p, size_t n, const double *analytic, loss_fn loss,
-                       void *ctx)
+static double fd_check(const char *what, double *p, size_t n, const double *analytic,
+                       tu_loss_fn loss, void *ctx)
 {
-    double *fd = kc_fill(n, 0);
-    for (size_t i = 0; i < n; i++) {
-        double keep = p[i];
-        p[i] = keep + FD_H;
-        double lp = loss(ctx);
-        p[i] = keep - FD_H;
-        double lm = loss(ctx);
-        p[i] = keep;
-        fd[i] = (lp - lm) / (2 * FD_H);
-    }
-    double err = kc_rel_err(analytic, fd, n);
-    kc_report(what, err, FD_BOUND);
-    cr_expect(kc_max_abs(fd, n) > 1e-8, "%s: finite-difference gradient is zero", what);
+    double fd_max = 0;
+    double err = tu_fd_check(loss, ctx, p, analytic, n, 1, FD_H, &fd_max);
+    tu_report(what, err, FD_BOUND);
+    cr_expect(fd_max > 1e-8, "%s: finite-difference gradient is zero", what);
     cr_expect(err <= FD_BOUND, "%s: rel err %.3e", what, err);
-    free(fd);
     return err;
 }
 
@@ -61,7 +49,7 @@ static double lin_loss(void *c_)
 {
     lin_ctx *c = c_;
     ls_linear_forward_f64(c->y, c->x, c->W, c->T, c->in, c->out, 0);
-    return kc_dot(c->w, c->y, c->T * c->out);
+    return tu_dot(c->w, c->y, c->T * c->out);
 }
 
 Test(kernels_core_fd, linear)
@@ -69,29 +57,29 @@ Test(kernels_core_fd, linear)
     uint64_t s = 11;
     lin_ctx c = {.T = 5, .in = 7, .out = 6};
     size_t nx = c.T * c.in, nW = c.out * c.in, ny = c.T * c.out;
-    c.x = kc_rand(&s, nx, -1, 1);
-    c.W = kc_rand(&s, nW, -1, 1);
-    c.y = kc_fill(ny, 0);
-    c.w = kc_rand(&s, ny, -1, 1);
+    c.x = tu_rand(&s, nx, -1, 1);
+    c.W = tu_rand(&s, nW, -1, 1);
+    c.y = tu_fill(ny, 0);
+    c.w = tu_rand(&s, ny, -1, 1);
 
     /* dx assigned (pre-filled with garbage), dW accumulated onto random values */
-    double *dx = kc_fill(nx, 1e30);
-    double *dW0 = kc_rand(&s, nW, -1, 1), *dW = kc_copy(dW0, nW);
+    double *dx = tu_fill(nx, 1e30);
+    double *dW0 = tu_rand(&s, nW, -1, 1), *dW = tu_copy(dW0, nW);
     ls_linear_backward_f64(dx, dW, c.w, c.x, c.W, c.T, c.in, c.out, 0);
     sub_inplace(dW, dW0, nW);
     fd_check("linear dx", c.x, nx, dx, lin_loss, &c);
     fd_check("linear dW (+=)", c.W, nW, dW, lin_loss, &c);
 
     /* accumulate_dx = 1 adds onto dx */
-    double *dx0 = kc_rand(&s, nx, -1, 1), *dxa = kc_copy(dx0, nx);
+    double *dx0 = tu_rand(&s, nx, -1, 1), *dxa = tu_copy(dx0, nx);
     ls_linear_backward_f64(dxa, NULL, c.w, c.x, c.W, c.T, c.in, c.out, 1);
     sub_inplace(dxa, dx0, nx);
     fd_check("linear dx (accumulate_dx)", c.x, nx, dxa, lin_loss, &c);
 
     /* NULL gradients: the other output is unchanged by the omission */
-    double *dW2 = kc_fill(nW, 0);
+    double *dW2 = tu_fill(nW, 0);
     ls_linear_backward_f64(NULL, dW2, c.w, c.x, c.W, c.T, c.in, c.out, 0);
-    cr_expect(kc_rel_err(dW2, dW, nW) < 1e-14, "dW with dx = NULL differs");
+    cr_expect(tu_rel_err(dW2, dW, nW) < 1e-14, "dW with dx = NULL differs");
 
     free(c.x); free(c.W); free(c.y); free(c.w);
     free(dx); free(dW0); free(dW); free(dx0); free(dxa); free(dW2);
@@ -108,7 +96,7 @@ static double lora_loss(void *c_)
 {
     lora_ctx *c = c_;
     ls_lora_forward_f64(c->y, c->xa, c->x, c->W, c->A, c->B, c->s, c->T, c->in, c->out, c->r);
-    return kc_dot(c->w, c->y, c->T * c->out);
+    return tu_dot(c->w, c->y, c->T * c->out);
 }
 
 Test(kernels_core_fd, lora)
@@ -117,19 +105,19 @@ Test(kernels_core_fd, lora)
     lora_ctx c = {.T = 6, .in = 8, .out = 5, .r = 3, .s = 8.0 / 3.0};
     size_t nx = c.T * c.in, nW = c.out * c.in, nA = c.r * c.in, nB = c.out * c.r;
     size_t ny = c.T * c.out;
-    c.x = kc_rand(&s, nx, -1, 1);
-    c.W = kc_rand(&s, nW, -1, 1);
-    c.A = kc_rand(&s, nA, -1, 1);
-    c.B = kc_rand(&s, nB, -1, 1);
-    c.y = kc_fill(ny, 0);
-    c.xa = kc_fill(c.T * c.r, 0);
-    c.w = kc_rand(&s, ny, -1, 1);
+    c.x = tu_rand(&s, nx, -1, 1);
+    c.W = tu_rand(&s, nW, -1, 1);
+    c.A = tu_rand(&s, nA, -1, 1);
+    c.B = tu_rand(&s, nB, -1, 1);
+    c.y = tu_fill(ny, 0);
+    c.xa = tu_fill(c.T * c.r, 0);
+    c.w = tu_rand(&s, ny, -1, 1);
     lora_loss(&c); /* fills xa */
 
-    double *dx = kc_fill(nx, 1e30), *scratch = kc_fill(c.T * c.r, 1e30);
-    double *dW0 = kc_rand(&s, nW, -1, 1), *dW = kc_copy(dW0, nW);
-    double *dA0 = kc_rand(&s, nA, -1, 1), *dA = kc_copy(dA0, nA);
-    double *dB0 = kc_rand(&s, nB, -1, 1), *dB = kc_copy(dB0, nB);
+    double *dx = tu_fill(nx, 1e30), *scratch = tu_fill(c.T * c.r, 1e30);
+    double *dW0 = tu_rand(&s, nW, -1, 1), *dW = tu_copy(dW0, nW);
+    double *dA0 = tu_rand(&s, nA, -1, 1), *dA = tu_copy(dA0, nA);
+    double *dB0 = tu_rand(&s, nB, -1, 1), *dB = tu_copy(dB0, nB);
     ls_lora_backward_f64(dx, dW, dA, dB, c.w, c.x, c.xa, c.W, c.A, c.B, c.s, c.T, c.in, c.out,
                          c.r, scratch, 0);
     sub_inplace(dW, dW0, nW);
@@ -142,15 +130,15 @@ Test(kernels_core_fd, lora)
 
     /* accumulate_dx and frozen (NULL) parameter gradients */
     lora_loss(&c);
-    double *dx0 = kc_rand(&s, nx, -1, 1), *dxa = kc_copy(dx0, nx);
+    double *dx0 = tu_rand(&s, nx, -1, 1), *dxa = tu_copy(dx0, nx);
     ls_lora_backward_f64(dxa, NULL, NULL, NULL, c.w, c.x, c.xa, c.W, c.A, c.B, c.s, c.T, c.in,
                          c.out, c.r, scratch, 1);
     sub_inplace(dxa, dx0, nx);
     fd_check("lora dx (accumulate_dx, params NULL)", c.x, nx, dxa, lora_loss, &c);
-    double *dA2 = kc_fill(nA, 0);
+    double *dA2 = tu_fill(nA, 0);
     ls_lora_backward_f64(NULL, NULL, dA2, NULL, c.w, c.x, c.xa, c.W, c.A, c.B, c.s, c.T, c.in,
                          c.out, c.r, scratch, 0);
-    cr_expect(kc_rel_err(dA2, dA, nA) < 1e-14, "dA alone differs");
+    cr_expect(tu_rel_err(dA2, dA, nA) < 1e-14, "dA alone differs");
 
     free(c.x); free(c.W); free(c.A); free(c.B); free(c.y); free(c.xa); free(c.w);
     free(dx); free(scratch); free(dW0); free(dW); free(dA0); free(dA); free(dB0); free(dB);
@@ -169,7 +157,7 @@ static double emb_loss(void *c_)
 {
     emb_ctx *c = c_;
     ls_embedding_forward_f64(c->h, c->ids, c->E, c->T, c->d);
-    return kc_dot(c->w, c->h, c->T * c->d);
+    return tu_dot(c->w, c->h, c->T * c->d);
 }
 
 Test(kernels_core_fd, embedding)
@@ -178,10 +166,10 @@ Test(kernels_core_fd, embedding)
     static const int32_t ids[] = {3, 0, 3, 5, 1, 3, 0}; /* 3 and 0 repeat; 2, 4 unused */
     size_t V = 6;
     emb_ctx c = {.ids = ids, .T = 7, .d = 4};
-    c.E = kc_rand(&s, V * c.d, -1, 1);
-    c.h = kc_fill(c.T * c.d, 0);
-    c.w = kc_rand(&s, c.T * c.d, -1, 1);
-    double *dE0 = kc_rand(&s, V * c.d, -1, 1), *dE = kc_copy(dE0, V * c.d);
+    c.E = tu_rand(&s, V * c.d, -1, 1);
+    c.h = tu_fill(c.T * c.d, 0);
+    c.w = tu_rand(&s, c.T * c.d, -1, 1);
+    double *dE0 = tu_rand(&s, V * c.d, -1, 1), *dE = tu_copy(dE0, V * c.d);
     ls_embedding_backward_f64(dE, c.w, ids, c.T, c.d);
     sub_inplace(dE, dE0, V * c.d);
     fd_check("embedding dE (+=, repeated ids)", c.E, V * c.d, dE, emb_loss, &c);
@@ -200,7 +188,7 @@ static double rms_loss(void *c_)
 {
     rms_ctx *c = c_;
     ls_rmsnorm_forward_f64(c->y, c->rstd, c->x, c->wt, c->zc, c->eps, c->rows, c->n);
-    return kc_dot(c->w, c->y, c->rows * c->n);
+    return tu_dot(c->w, c->y, c->rows * c->n);
 }
 
 static void rms_case(int zc, uint64_t seed)
@@ -208,13 +196,13 @@ static void rms_case(int zc, uint64_t seed)
     uint64_t s = seed;
     rms_ctx c = {.rows = 4, .n = 9, .eps = 1e-6, .zc = zc};
     size_t N = c.rows * c.n;
-    c.x = kc_rand(&s, N, -1, 1);
-    c.wt = zc ? kc_rand(&s, c.n, -0.5, 0.5) : kc_rand(&s, c.n, 0.5, 1.5);
-    c.y = kc_fill(N, 0);
-    c.rstd = kc_fill(c.rows, 0);
-    c.w = kc_rand(&s, N, -1, 1);
+    c.x = tu_rand(&s, N, -1, 1);
+    c.wt = zc ? tu_rand(&s, c.n, -0.5, 0.5) : tu_rand(&s, c.n, 0.5, 1.5);
+    c.y = tu_fill(N, 0);
+    c.rstd = tu_fill(c.rows, 0);
+    c.w = tu_rand(&s, N, -1, 1);
     rms_loss(&c);
-    double *dx = kc_fill(N, 1e30), *dw0 = kc_rand(&s, c.n, -1, 1), *dw = kc_copy(dw0, c.n);
+    double *dx = tu_fill(N, 1e30), *dw0 = tu_rand(&s, c.n, -1, 1), *dw = tu_copy(dw0, c.n);
     ls_rmsnorm_backward_f64(dx, dw, c.w, c.x, c.rstd, c.wt, zc, c.rows, c.n);
     sub_inplace(dw, dw0, c.n);
     fd_check(zc ? "rmsnorm zero-centred dx" : "rmsnorm standard dx", c.x, N, dx, rms_loss, &c);
@@ -230,7 +218,7 @@ static double grms_loss(void *c_)
 {
     rms_ctx *c = c_;
     ls_gated_rmsnorm_forward_f64(c->y, c->rstd, c->x, c->z, c->wt, c->eps, c->rows, c->n);
-    return kc_dot(c->w, c->y, c->rows * c->n);
+    return tu_dot(c->w, c->y, c->rows * c->n);
 }
 
 Test(kernels_core_fd, gated_rmsnorm)
@@ -238,15 +226,15 @@ Test(kernels_core_fd, gated_rmsnorm)
     uint64_t s = 16;
     rms_ctx c = {.rows = 5, .n = 8, .eps = 1e-6};
     size_t N = c.rows * c.n;
-    c.x = kc_rand(&s, N, -1, 1);
-    c.z = kc_rand(&s, N, -3, 3);
-    c.wt = kc_rand(&s, c.n, 0.5, 1.5);
-    c.y = kc_fill(N, 0);
-    c.rstd = kc_fill(c.rows, 0);
-    c.w = kc_rand(&s, N, -1, 1);
+    c.x = tu_rand(&s, N, -1, 1);
+    c.z = tu_rand(&s, N, -3, 3);
+    c.wt = tu_rand(&s, c.n, 0.5, 1.5);
+    c.y = tu_fill(N, 0);
+    c.rstd = tu_fill(c.rows, 0);
+    c.w = tu_rand(&s, N, -1, 1);
     grms_loss(&c);
-    double *dx = kc_fill(N, 1e30), *dz = kc_fill(N, 1e30);
-    double *dw0 = kc_rand(&s, c.n, -1, 1), *dw = kc_copy(dw0, c.n);
+    double *dx = tu_fill(N, 1e30), *dz = tu_fill(N, 1e30);
+    double *dw0 = tu_rand(&s, c.n, -1, 1), *dw = tu_copy(dw0, c.n);
     ls_gated_rmsnorm_backward_f64(dx, dz, dw, c.w, c.x, c.z, c.rstd, c.wt, c.rows, c.n);
     sub_inplace(dw, dw0, c.n);
     fd_check("gated rmsnorm dx", c.x, N, dx, grms_loss, &c);
@@ -262,7 +250,7 @@ static double l2_loss(void *c_)
 {
     rms_ctx *c = c_; /* eps, rstd (= rinv); wt[0] holds the scale */
     ls_l2norm_forward_f64(c->y, c->rstd, c->x, c->eps, c->wt[0], c->rows, c->n);
-    return kc_dot(c->w, c->y, c->rows * c->n);
+    return tu_dot(c->w, c->y, c->rows * c->n);
 }
 
 Test(kernels_core_fd, l2norm)
@@ -271,12 +259,12 @@ Test(kernels_core_fd, l2norm)
     double scale = 0.25; /* dk^(-1/2) for dk = 16 */
     rms_ctx c = {.rows = 6, .n = 16, .eps = 1e-6, .wt = &scale};
     size_t N = c.rows * c.n;
-    c.x = kc_rand(&s, N, -1, 1);
-    c.y = kc_fill(N, 0);
-    c.rstd = kc_fill(c.rows, 0);
-    c.w = kc_rand(&s, N, -1, 1);
+    c.x = tu_rand(&s, N, -1, 1);
+    c.y = tu_fill(N, 0);
+    c.rstd = tu_fill(c.rows, 0);
+    c.w = tu_rand(&s, N, -1, 1);
     l2_loss(&c);
-    double *dx = kc_fill(N, 1e30);
+    double *dx = tu_fill(N, 1e30);
     ls_l2norm_backward_f64(dx, c.w, c.x, c.rstd, scale, c.rows, c.n);
     fd_check("l2norm dx", c.x, N, dx, l2_loss, &c);
     free(c.x); free(c.y); free(c.rstd); free(c.w); free(dx);
@@ -297,7 +285,7 @@ static double rope_loss(void *c_)
     size_t N = c->T * c->H * c->hd;
     memcpy(c->y, c->x, N * sizeof *c->y);
     ls_rope_apply_f64(c->y, c->kind, c->T, c->H, c->hd, c->d_r, c->pos0, 10000.0, 0);
-    return kc_dot(c->w, c->y, N);
+    return tu_dot(c->w, c->y, N);
 }
 
 static void rope_case(ls_rope_kind kind, uint64_t seed)
@@ -305,10 +293,10 @@ static void rope_case(ls_rope_kind kind, uint64_t seed)
     uint64_t s = seed;
     rope_ctx c = {.kind = kind, .T = 5, .H = 3, .hd = 10, .d_r = 6, .pos0 = 1021};
     size_t N = c.T * c.H * c.hd;
-    c.x = kc_rand(&s, N, -1, 1);
-    c.y = kc_fill(N, 0);
-    c.w = kc_rand(&s, N, -1, 1);
-    double *dx = kc_copy(c.w, N); /* backward = rotation of the gradient by -phi */
+    c.x = tu_rand(&s, N, -1, 1);
+    c.y = tu_fill(N, 0);
+    c.w = tu_rand(&s, N, -1, 1);
+    double *dx = tu_copy(c.w, N); /* backward = rotation of the gradient by -phi */
     ls_rope_apply_f64(dx, kind, c.T, c.H, c.hd, c.d_r, c.pos0, 10000.0, 1);
     fd_check(kind == LS_ROPE_NEOX ? "rope neox dx (inverse)" : "rope interleaved dx (inverse)",
              c.x, N, dx, rope_loss, &c);
@@ -329,18 +317,18 @@ static double swiglu_loss(void *c_)
 {
     act_ctx *c = c_;
     ls_swiglu_forward_f64(c->y, c->a, c->b, c->n);
-    return kc_dot(c->w, c->y, c->n);
+    return tu_dot(c->w, c->y, c->n);
 }
 
 Test(kernels_core_fd, swiglu)
 {
     uint64_t s = 20;
     act_ctx c = {.n = 40};
-    c.a = kc_rand(&s, c.n, -4, 4);
-    c.b = kc_rand(&s, c.n, -1, 1);
-    c.y = kc_fill(c.n, 0);
-    c.w = kc_rand(&s, c.n, -1, 1);
-    double *dg = kc_fill(c.n, 1e30), *du = kc_fill(c.n, 1e30);
+    c.a = tu_rand(&s, c.n, -4, 4);
+    c.b = tu_rand(&s, c.n, -1, 1);
+    c.y = tu_fill(c.n, 0);
+    c.w = tu_rand(&s, c.n, -1, 1);
+    double *dg = tu_fill(c.n, 1e30), *du = tu_fill(c.n, 1e30);
     ls_swiglu_backward_f64(dg, du, c.w, c.a, c.b, c.n);
     fd_check("swiglu dg", c.a, c.n, dg, swiglu_loss, &c);
     fd_check("swiglu du", c.b, c.n, du, swiglu_loss, &c);
@@ -351,7 +339,7 @@ static double sgate_loss(void *c_)
 {
     act_ctx *c = c_;
     ls_sigmoid_gate_forward_f64(c->y, c->a, c->b, c->rows, c->n, c->stride);
-    return kc_dot(c->w, c->y, c->rows * c->n);
+    return tu_dot(c->w, c->y, c->rows * c->n);
 }
 
 Test(kernels_core_fd, sigmoid_gate_strided)
@@ -359,11 +347,11 @@ Test(kernels_core_fd, sigmoid_gate_strided)
     uint64_t s = 21;
     act_ctx c = {.rows = 4, .n = 5, .stride = 11};
     size_t N = c.rows * c.n, NG = c.rows * c.stride;
-    c.a = kc_rand(&s, N, -1, 1);
-    c.b = kc_rand(&s, NG, -4, 4);
-    c.y = kc_fill(N, 0);
-    c.w = kc_rand(&s, N, -1, 1);
-    double *dx = kc_fill(N, 1e30), *dgate = kc_fill(NG, 0.0);
+    c.a = tu_rand(&s, N, -1, 1);
+    c.b = tu_rand(&s, NG, -4, 4);
+    c.y = tu_fill(N, 0);
+    c.w = tu_rand(&s, N, -1, 1);
+    double *dx = tu_fill(N, 1e30), *dgate = tu_fill(NG, 0.0);
     ls_sigmoid_gate_backward_f64(dx, dgate, c.w, c.a, c.b, c.rows, c.n, c.stride);
     fd_check("sigmoid gate dx", c.a, N, dx, sgate_loss, &c);
     /* over the whole strided gate array: the unused columns must get exactly 0 from FD,
@@ -385,7 +373,7 @@ static double lp_loss(void *c_)
     lp_ctx *c = c_;
     ls_logprob_forward_f64(c->logp, c->lse, c->h, c->W, c->y, c->temp, c->T, c->d, c->V, c->chunk,
                            c->ws);
-    return kc_dot(c->w, c->logp, c->T);
+    return tu_dot(c->w, c->logp, c->T);
 }
 
 Test(kernels_core_fd, logprob)
@@ -394,14 +382,14 @@ Test(kernels_core_fd, logprob)
     static const int32_t y[] = {0, 22, 7, 12, 7}; /* first, last, repeated, chunk boundary */
     lp_ctx c = {.T = 5, .d = 7, .V = 23, .chunk = 6, .temp = 0.7, .y = y};
     size_t nh = c.T * c.d, nW = c.V * c.d;
-    c.h = kc_rand(&s, nh, -1, 1);
-    c.W = kc_rand(&s, nW, -1, 1);
-    c.logp = kc_fill(c.T, 0);
-    c.lse = kc_fill(c.T, 0);
-    c.w = kc_rand(&s, c.T, -1, 1);
-    c.ws = kc_fill(ls_logprob_workspace_f64(c.T, c.chunk), 0);
+    c.h = tu_rand(&s, nh, -1, 1);
+    c.W = tu_rand(&s, nW, -1, 1);
+    c.logp = tu_fill(c.T, 0);
+    c.lse = tu_fill(c.T, 0);
+    c.w = tu_rand(&s, c.T, -1, 1);
+    c.ws = tu_fill(ls_logprob_workspace_f64(c.T, c.chunk), 0);
     lp_loss(&c);
-    double *dh = kc_fill(nh, 1e30), *dW0 = kc_rand(&s, nW, -1, 1), *dW = kc_copy(dW0, nW);
+    double *dh = tu_fill(nh, 1e30), *dW0 = tu_rand(&s, nW, -1, 1), *dW = tu_copy(dW0, nW);
     ls_logprob_backward_f64(dh, dW, c.w, c.h, c.W, c.y, c.lse, c.temp, c.T, c.d, c.V, c.chunk,
                             c.ws);
     sub_inplace(dW, dW0, nW);
@@ -409,10 +397,10 @@ Test(kernels_core_fd, logprob)
     fd_check("logprob dW (+=)", c.W, nW, dW, lp_loss, &c);
 
     lp_loss(&c); /* the finite differences left lse from a perturbed W */
-    double *dh2 = kc_fill(nh, 1e30);
+    double *dh2 = tu_fill(nh, 1e30);
     ls_logprob_backward_f64(dh2, NULL, c.w, c.h, c.W, c.y, c.lse, c.temp, c.T, c.d, c.V, c.chunk,
                             c.ws);
-    cr_expect(kc_rel_err(dh2, dh, nh) < 1e-14, "dh with dW = NULL differs");
+    cr_expect(tu_rel_err(dh2, dh, nh) < 1e-14, "dh with dW = NULL differs");
     free(c.h); free(c.W); free(c.logp); free(c.lse); free(c.w); free(c.ws);
     free(dh); free(dW0); free(dW); free(dh2);
 }
@@ -438,14 +426,14 @@ static void grpo_case(const char *what, double A, double beta, uint64_t seed)
     static const double delta[] = {0.5, 0.3, 0.05, -0.1, -0.3, -0.5, 0.0, 0.12};
     uint64_t s = seed;
     grpo_ctx c = {.A = A, .eps = 0.2, .beta = beta, .G = 3, .R = 8};
-    c.logp = kc_rand(&s, c.R, -3, -0.1);
-    c.old = kc_fill(c.R, 0);
-    c.ref = kc_fill(c.R, 0);
+    c.logp = tu_rand(&s, c.R, -3, -0.1);
+    c.old = tu_fill(c.R, 0);
+    c.ref = tu_fill(c.R, 0);
     for (size_t t = 0; t < c.R; t++) {
         c.old[t] = c.logp[t] - delta[t];
-        c.ref[t] = c.logp[t] + kc_unif(&s, -0.5, 0.5);
+        c.ref[t] = c.logp[t] + tu_unif(&s, -0.5, 0.5);
     }
-    double *g = kc_fill(c.R, 1e30);
+    double *g = tu_fill(c.R, 1e30);
     double L = ls_grpo_member_loss_f64(g, c.logp, c.old, c.ref, c.A, c.eps, c.beta, c.G, c.R);
     cr_expect(fabs(L - grpo_loss(&c)) == 0, "loss differs with dlogp = NULL");
     fd_check(what, c.logp, c.R, g, grpo_loss, &c);

@@ -11,14 +11,14 @@
 #include "kernels/logprob.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
-#include "test_kernels_core_util.h"
+#include "test_util.h"
 
 #define REF_BOUND 1e-13
 
 static void check(const char *what, const double *got, const double *want, size_t n, double bound)
 {
-    double err = kc_rel_err(got, want, n);
-    kc_report(what, err, bound);
+    double err = tu_rel_err(got, want, n);
+    tu_report(what, err, bound);
     cr_expect(err <= bound, "%s: rel err %.3e", what, err);
 }
 
@@ -43,12 +43,12 @@ Test(kernels_core_ref, linear_forward)
 {
     uint64_t s = 101;
     size_t T = 9, in = 13, out = 11;
-    double *x = kc_rand(&s, T * in, -1, 1), *W = kc_rand(&s, out * in, -1, 1);
-    double *y = kc_fill(T * out, 1e30), *want = kc_fill(T * out, 0);
+    double *x = tu_rand(&s, T * in, -1, 1), *W = tu_rand(&s, out * in, -1, 1);
+    double *y = tu_fill(T * out, 1e30), *want = tu_fill(T * out, 0);
     ls_linear_forward_f64(y, x, W, T, in, out, 0);
     naive_linear(want, x, W, T, in, out, 0);
     check("linear forward", y, want, T * out, REF_BOUND);
-    double *y0 = kc_rand(&s, T * out, -1, 1);
+    double *y0 = tu_rand(&s, T * out, -1, 1);
     memcpy(y, y0, T * out * sizeof *y);
     memcpy(want, y0, T * out * sizeof *y);
     ls_linear_forward_f64(y, x, W, T, in, out, 1);
@@ -62,16 +62,16 @@ Test(kernels_core_ref, lora_forward)
     uint64_t s = 102;
     size_t T = 7, in = 10, out = 6, r = 4;
     double sc = 8.0 / 4.0;
-    double *x = kc_rand(&s, T * in, -1, 1), *W = kc_rand(&s, out * in, -1, 1);
-    double *A = kc_rand(&s, r * in, -1, 1), *B = kc_rand(&s, out * r, -1, 1);
+    double *x = tu_rand(&s, T * in, -1, 1), *W = tu_rand(&s, out * in, -1, 1);
+    double *A = tu_rand(&s, r * in, -1, 1), *B = tu_rand(&s, out * r, -1, 1);
     /* W_eff = W + s B A (MODEL.md §3) */
-    double *Weff = kc_copy(W, out * in);
+    double *Weff = tu_copy(W, out * in);
     for (size_t o = 0; o < out; o++)
         for (size_t i = 0; i < in; i++)
             for (size_t k = 0; k < r; k++)
                 Weff[o * in + i] += sc * B[o * r + k] * A[k * in + i];
-    double *y = kc_fill(T * out, 1e30), *xa = kc_fill(T * r, 1e30);
-    double *want = kc_fill(T * out, 0), *want_xa = kc_fill(T * r, 0);
+    double *y = tu_fill(T * out, 1e30), *xa = tu_fill(T * r, 1e30);
+    double *want = tu_fill(T * out, 0), *want_xa = tu_fill(T * r, 0);
     ls_lora_forward_f64(y, xa, x, W, A, B, sc, T, in, out, r);
     naive_linear(want, x, Weff, T, in, out, 0);
     naive_linear(want_xa, x, A, T, in, r, 0);
@@ -85,7 +85,7 @@ Test(kernels_core_ref, embedding_forward)
     uint64_t s = 103;
     static const int32_t ids[] = {4, 0, 4, 2};
     size_t V = 5, d = 3, T = 4;
-    double *E = kc_rand(&s, V * d, -1, 1), *h = kc_fill(T * d, 1e30);
+    double *E = tu_rand(&s, V * d, -1, 1), *h = tu_fill(T * d, 1e30);
     ls_embedding_forward_f64(h, ids, E, T, d);
     for (size_t t = 0; t < T; t++)
         for (size_t j = 0; j < d; j++)
@@ -101,10 +101,10 @@ Test(kernels_core_ref, norms_forward)
     size_t rows = 5, n = 12;
     size_t N = rows * n;
     double eps = 1e-6;
-    double *x = kc_rand(&s, N, -2, 2), *z = kc_rand(&s, N, -3, 3), *w = kc_rand(&s, n, -1, 1);
-    double *b = kc_rand(&s, n, -1, 1);
-    double *y = kc_fill(N, 1e30), *st = kc_fill(rows, 1e30), *want = kc_fill(N, 0);
-    double *want_st = kc_fill(rows, 0);
+    double *x = tu_rand(&s, N, -2, 2), *z = tu_rand(&s, N, -3, 3), *w = tu_rand(&s, n, -1, 1);
+    double *b = tu_rand(&s, n, -1, 1);
+    double *y = tu_fill(N, 1e30), *st = tu_fill(rows, 1e30), *want = tu_fill(N, 0);
+    double *want_st = tu_fill(rows, 0);
     for (int zc = 0; zc <= 1; zc++) {
         ls_rmsnorm_forward_f64(y, st, x, w, zc, eps, rows, n);
         for (size_t t = 0; t < rows; t++) {
@@ -187,7 +187,7 @@ Test(kernels_core_ref, rope)
     size_t T = 6, H = 3, hd = 12, d_r = 8;
     size_t N = T * H * hd;
     int64_t pos0 = 4093;
-    double *x = kc_rand(&s, N, -1, 1), *y = kc_fill(N, 0), *want = kc_fill(N, 0);
+    double *x = tu_rand(&s, N, -1, 1), *y = tu_fill(N, 0), *want = tu_fill(N, 0);
     for (int k = 0; k <= 1; k++) {
         ls_rope_kind kind = k ? LS_ROPE_INTERLEAVED : LS_ROPE_NEOX;
         memcpy(y, x, N * sizeof *y);
@@ -215,14 +215,14 @@ Test(kernels_core_ref, activations_forward)
 {
     uint64_t s = 106;
     size_t rows = 3, n = 7, stride = 16, N = rows * n;
-    double *g = kc_rand(&s, N, -30, 30), *u = kc_rand(&s, N, -1, 1);
-    double *h = kc_fill(N, 1e30), *want = kc_fill(N, 0);
+    double *g = tu_rand(&s, N, -30, 30), *u = tu_rand(&s, N, -1, 1);
+    double *h = tu_fill(N, 1e30), *want = tu_fill(N, 0);
     ls_swiglu_forward_f64(h, g, u, N);
     for (size_t i = 0; i < N; i++)
         want[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
     check("swiglu forward (|g| up to 30)", h, want, N, REF_BOUND);
 
-    double *gate = kc_rand(&s, rows * stride, -5, 5);
+    double *gate = tu_rand(&s, rows * stride, -5, 5);
     ls_sigmoid_gate_forward_f64(h, u, gate, rows, n, stride);
     for (size_t t = 0; t < rows; t++)
         for (size_t j = 0; j < n; j++)
@@ -230,7 +230,7 @@ Test(kernels_core_ref, activations_forward)
     check("sigmoid gate forward (stride 16, n 7)", h, want, N, REF_BOUND);
 
     /* the backward writes only the n gate columns of each row */
-    double *dx = kc_fill(N, 0), *dgate = kc_fill(rows * stride, 12345.0);
+    double *dx = tu_fill(N, 0), *dgate = tu_fill(rows * stride, 12345.0);
     ls_sigmoid_gate_backward_f64(dx, dgate, u, u, gate, rows, n, stride);
     for (size_t t = 0; t < rows; t++)
         for (size_t j = n; j < stride; j++)
@@ -263,13 +263,13 @@ Test(kernels_core_ref, logprob_vs_full_log_softmax)
     uint64_t s = 107;
     size_t T = 6, d = 16, V = 97;
     double temp = 0.6;
-    double *h = kc_rand(&s, T * d, -2, 2), *W = kc_rand(&s, V * d, -1, 1);
+    double *h = tu_rand(&s, T * d, -2, 2), *W = tu_rand(&s, V * d, -1, 1);
     int32_t y[6];
     for (size_t t = 0; t < T; t++)
-        y[t] = (int32_t)(kc_next(&s) % V);
+        y[t] = (int32_t)(tu_next(&s) % V);
     y[1] = 0;
     y[2] = (int32_t)V - 1;
-    double *full = kc_fill(T * V, 0), *want = kc_fill(T, 0), *want_lse = kc_fill(T, 0);
+    double *full = tu_fill(T * V, 0), *want = tu_fill(T, 0), *want_lse = tu_fill(T, 0);
     naive_logsoftmax(full, h, W, temp, T, d, V);
     for (size_t t = 0; t < T; t++) {
         want[t] = full[t * V + (size_t)y[t]];
@@ -282,8 +282,8 @@ Test(kernels_core_ref, logprob_vs_full_log_softmax)
     static const size_t chunks[] = {1, 10, 32, 96, 97, 200};
     for (size_t k = 0; k < sizeof chunks / sizeof chunks[0]; k++) {
         size_t c = chunks[k];
-        double *ws = kc_fill(ls_logprob_workspace_f64(T, c), 1e30);
-        double *lp = kc_fill(T, 1e30), *lse = kc_fill(T, 1e30);
+        double *ws = tu_fill(ls_logprob_workspace_f64(T, c), 1e30);
+        double *lp = tu_fill(T, 1e30), *lse = tu_fill(T, 1e30);
         ls_logprob_forward_f64(lp, lse, h, W, y, temp, T, d, V, c, ws);
         char what[64];
         snprintf(what, sizeof what, "logprob vs full log-softmax, chunk %zu", c);
@@ -294,7 +294,7 @@ Test(kernels_core_ref, logprob_vs_full_log_softmax)
     /* the workspace holds at most T x chunk logits (+ T running sums) */
     cr_expect(ls_logprob_workspace_f64(T, 10) <= T * 10 + T);
 
-    double *row = kc_fill(V, 1e30);
+    double *row = tu_fill(V, 1e30);
     ls_logprob_row_f64(row, h + 3 * d, W, temp, d, V);
     check("logprob_row vs full log-softmax", row, full + 3 * V, V, 1e-13);
     free(h); free(W); free(full); free(want); free(want_lse); free(row);
@@ -402,11 +402,11 @@ Test(kernels_core_ref, parallel_paths_match_row_by_row)
 {
     uint64_t s = 108;
     size_t rows = 128, n = 320, N = rows * n; /* n not a multiple of the 64-column blocks */
-    double *x = kc_rand(&s, N, -2, 2), *z = kc_rand(&s, N, -3, 3), *w = kc_rand(&s, n, -1, 1);
-    double *b = kc_rand(&s, n, -1, 1), *dy = kc_rand(&s, N, -1, 1);
-    double *yA = kc_fill(N, 0), *yB = kc_fill(N, 0), *rA = kc_fill(rows, 0), *rB = kc_fill(rows, 0);
-    double *dzA = kc_fill(N, 0), *dzB = kc_fill(N, 0);
-    double *dwA = kc_fill(n, 0), *dwB = kc_fill(n, 0);
+    double *x = tu_rand(&s, N, -2, 2), *z = tu_rand(&s, N, -3, 3), *w = tu_rand(&s, n, -1, 1);
+    double *b = tu_rand(&s, n, -1, 1), *dy = tu_rand(&s, N, -1, 1);
+    double *yA = tu_fill(N, 0), *yB = tu_fill(N, 0), *rA = tu_fill(rows, 0), *rB = tu_fill(rows, 0);
+    double *dzA = tu_fill(N, 0), *dzB = tu_fill(N, 0);
+    double *dwA = tu_fill(n, 0), *dwB = tu_fill(n, 0);
 
     ls_rmsnorm_forward_f64(yA, rA, x, w, 1, 1e-6, rows, n);
     for (size_t t = 0; t < rows; t++)
@@ -457,7 +457,7 @@ Test(kernels_core_ref, parallel_paths_match_row_by_row)
     check("parallel swiglu backward du", dzA, dzB, N, 0);
 
     /* sigmoid gate with the gate as the second half of rows of width 2n */
-    double *gate = kc_rand(&s, 2 * N, -4, 4), *dgA = kc_fill(2 * N, 0), *dgB = kc_fill(2 * N, 0);
+    double *gate = tu_rand(&s, 2 * N, -4, 4), *dgA = tu_fill(2 * N, 0), *dgB = tu_fill(2 * N, 0);
     ls_sigmoid_gate_forward_f64(yA, x, gate + n, rows, n, 2 * n);
     for (size_t t = 0; t < rows; t++)
         ls_sigmoid_gate_forward_f64(yB + t * n, x + t * n, gate + n + 2 * n * t, 1, n, 2 * n);
@@ -480,8 +480,8 @@ Test(kernels_core_ref, parallel_paths_match_row_by_row)
     check("parallel rope forward", yA, yB, N, 0);
 
     /* AdamW over N parameters vs 128 slices */
-    double *pA = kc_copy(x, N), *pB = kc_copy(x, N), *mA = kc_copy(z, N), *mB = kc_copy(z, N);
-    double *vA = kc_fill(N, 0.01), *vB = kc_fill(N, 0.01);
+    double *pA = tu_copy(x, N), *pB = tu_copy(x, N), *mA = tu_copy(z, N), *mB = tu_copy(z, N);
+    double *vA = tu_fill(N, 0.01), *vB = tu_fill(N, 0.01);
     ls_adamw_step_f64(pA, mA, vA, dy, N, 1e-3, 0.9, 0.95, 1e-8, 0.1, 7);
     for (size_t t = 0; t < rows; t++)
         ls_adamw_step_f64(pB + t * n, mB + t * n, vB + t * n, dy + t * n, n, 1e-3, 0.9, 0.95, 1e-8,
@@ -498,19 +498,19 @@ Test(kernels_core_ref, parallel_logprob_match_row_by_row)
     uint64_t s = 109;
     size_t T = 64, d = 32, V = 1000, chunk = 300; /* T * chunk above the threshold */
     double temp = 1.3;
-    double *h = kc_rand(&s, T * d, -1, 1), *W = kc_rand(&s, V * d, -1, 1), *dl = kc_rand(&s, T, -1, 1);
+    double *h = tu_rand(&s, T * d, -1, 1), *W = tu_rand(&s, V * d, -1, 1), *dl = tu_rand(&s, T, -1, 1);
     int32_t y[64];
     for (size_t t = 0; t < T; t++)
-        y[t] = (int32_t)(kc_next(&s) % V);
-    double *ws = kc_fill(ls_logprob_workspace_f64(T, chunk), 0);
-    double *lA = kc_fill(T, 0), *lB = kc_fill(T, 0), *sA = kc_fill(T, 0), *sB = kc_fill(T, 0);
+        y[t] = (int32_t)(tu_next(&s) % V);
+    double *ws = tu_fill(ls_logprob_workspace_f64(T, chunk), 0);
+    double *lA = tu_fill(T, 0), *lB = tu_fill(T, 0), *sA = tu_fill(T, 0), *sB = tu_fill(T, 0);
     ls_logprob_forward_f64(lA, sA, h, W, y, temp, T, d, V, chunk, ws);
     for (size_t t = 0; t < T; t++)
         ls_logprob_forward_f64(lB + t, sB + t, h + t * d, W, y + t, temp, 1, d, V, chunk, ws);
     check("parallel logprob forward", lA, lB, T, 1e-14);
     check("parallel logprob lse", sA, sB, T, 1e-14);
-    double *dhA = kc_fill(T * d, 0), *dhB = kc_fill(T * d, 0);
-    double *dWA = kc_fill(V * d, 0), *dWB = kc_fill(V * d, 0);
+    double *dhA = tu_fill(T * d, 0), *dhB = tu_fill(T * d, 0);
+    double *dWA = tu_fill(V * d, 0), *dWB = tu_fill(V * d, 0);
     ls_logprob_backward_f64(dhA, dWA, dl, h, W, y, sA, temp, T, d, V, chunk, ws);
     for (size_t t = 0; t < T; t++)
         ls_logprob_backward_f64(dhB + t * d, dWB, dl + t, h + t * d, W, y + t, sA + t, temp, 1, d, V,

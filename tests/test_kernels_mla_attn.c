@@ -10,15 +10,7 @@
 
 #include "kernels/dsa.h"
 #include "kernels/mla.h"
-
-/* test_kernels_mla_common.c */
-void mla_test_seed(uint64_t seed);
-double mla_test_uniform(void);
-void mla_test_fill(double *x, size_t n, double scale);
-double mla_test_rel_err(const double *a, const double *b, size_t n);
-double mla_test_fd(double (*loss)(void *), void *ctx, double *param, const double *grad,
-                   size_t n, double h, double *fd_scale);
-void mla_test_report(const char *what, double err);
+#include "test_kernels_mla.h"
 
 enum { TQ = 5, TK = 7, KSEL = 4, NPICK = 3 };
 
@@ -238,7 +230,7 @@ Test(kernels_mla_attn, forward_matches_plain_softmax)
                 double *o = malloc(no * sizeof *o), *lse = malloc(nl * sizeof *lse);
                 reference_forward(o, lse, &p);
                 forward(&p);
-                double eo = mla_test_rel_err(p.o, o, no), el = lse_err(p.lse, lse, nl);
+                double eo = tu_rel_err(p.o, o, no), el = lse_err(p.lse, lse, nl);
                 cr_expect(eo < 1e-13 && el < 1e-13, "%s sel=%d layout %d: o %.3e lse %.3e",
                           form_name(p.form), with_sel, lay, eo, el);
                 if (lay == 1)
@@ -287,11 +279,11 @@ Test(kernels_mla_attn, absorbed_equals_naive)
         backward(&pn, &gn);
         backward(&pa, &ga);
         size_t no = pn.Tq * pn.d.H * pn.d.d_v, nl = pn.Tq * pn.d.H;
-        double e = fmax(mla_test_rel_err(pa.o, pn.o, no), lse_err(pa.lse, pn.lse, nl));
+        double e = fmax(tu_rel_err(pa.o, pn.o, no), lse_err(pa.lse, pn.lse, nl));
         cr_expect(e < 1e-12, "sel=%d forward: %.3e", with_sel, e);
         worst = fmax(worst, e);
         for (int i = 0; i < 5; i++) {
-            e = mla_test_rel_err(ga.t[i], gn.t[i], n_of(&pn, i));
+            e = tu_rel_err(ga.t[i], gn.t[i], n_of(&pn, i));
             cr_expect(e < 1e-12, "sel=%d d%s: %.3e", with_sel, input_name[i], e);
             worst = fmax(worst, e);
         }
@@ -355,7 +347,7 @@ Test(kernels_mla_attn, two_blocks_merged_equal_one)
                     o[i * dv + j] = (ea * A.o[i * dv + j] + eb * B.o[i * dv + j]) / a;
                 lse[i] = m + log(a);
             }
-            double e = fmax(mla_test_rel_err(o, p.o, no), lse_err(lse, p.lse, nl));
+            double e = fmax(tu_rel_err(o, p.o, no), lse_err(lse, p.lse, nl));
             cr_expect(e < 1e-13, "%s sel=%d merged forward: %.3e", form_name(p.form), with_sel, e);
             worst_f = fmax(worst_f, e);
 
@@ -376,7 +368,7 @@ Test(kernels_mla_attn, two_blocks_merged_equal_one)
                 free(ws);
             }
             for (int i = 0; i < 5; i++) {
-                e = mla_test_rel_err(g2.t[i], g1.t[i], n_of(&p, i));
+                e = tu_rel_err(g2.t[i], g1.t[i], n_of(&p, i));
                 cr_expect(e < 1e-13, "%s sel=%d blockwise d%s: %.3e", form_name(p.form),
                           with_sel, input_name[i], e);
                 worst_b = fmax(worst_b, e);
@@ -415,7 +407,7 @@ Test(kernels_mla_attn, backward_accumulates_and_accepts_null)
                             p.k_pos0, p.tau, p.form, ws);
         for (size_t i = 0; i < n4; i++) dkvb[i] -= 1;
         for (size_t i = 0; i < n3; i++) dkpe[i] -= 1;
-        double e = fmax(mla_test_rel_err(dkvb, g.t[4], n4), mla_test_rel_err(dkpe, g.t[3], n3));
+        double e = fmax(tu_rel_err(dkvb, g.t[4], n4), tu_rel_err(dkpe, g.t[3], n3));
         cr_expect(e < 1e-14, "%s: += with NULL siblings differs by %.3e", form_name(p.form), e);
         free(ws);
         free(dkvb);
@@ -447,7 +439,7 @@ Test(kernels_mla_attn, full_topk_selection_equals_causal)
         p.sel = loc;
         p.k_sel = TK;
         forward(&p);
-        double e = fmax(mla_test_rel_err(p.o, o, no), lse_err(p.lse, lse, nl));
+        double e = fmax(tu_rel_err(p.o, o, no), lse_err(p.lse, lse, nl));
         cr_expect(e < 1e-13, "%s: dense top-k vs causal %.3e", form_name(p.form), e);
         p.sel = NULL;
         free(o);

@@ -9,13 +9,7 @@
 #include <string.h>
 
 #include "kernels/dsa.h"
-
-/* test_kernels_mla_common.c */
-void mla_test_seed(uint64_t seed);
-double mla_test_uniform(void);
-void mla_test_fill(double *x, size_t n, double scale);
-double mla_test_rel_err(const double *a, const double *b, size_t n);
-void mla_test_report(const char *what, double err);
+#include "test_kernels_mla.h"
 
 Test(kernels_mla_dsa, score_by_hand)
 {

@@ -8,12 +8,7 @@
 #include "kernels/dsa.h"
 #include "kernels/mla.h"
 #include "kernels/moe.h"
-
-/* test_kernels_mla_common.c */
-void mla_test_seed(uint64_t seed);
-void mla_test_fill(double *x, size_t n, double scale);
-double mla_test_rel_err(const double *a, const double *b, size_t n);
-void mla_test_report(const char *what, double err);
+#include "test_kernels_mla.h"
 
 /* kernels_mla_f32_wrap.c */
 void kmla_f32_mla_forward(double *o, double *lse, const double *const in[5],
@@ -75,7 +70,7 @@ Test(kernels_mla_f32, mla_matches_f64)
                                q_pos0, k_pos0, tau, form, ws);
             kmla_f32_mla_forward(o32, l32, (const double *const *)in, sl, ks, TQ, TK, d, q_pos0,
                                  k_pos0, tau, form);
-            double eo = mla_test_rel_err(o32, o64, no), el = mla_test_rel_err(l32, l64, nl);
+            double eo = tu_rel_err(o32, o64, no), el = tu_rel_err(l32, l64, nl);
             cr_expect(eo < 1e-5 && el < 1e-5, "form %d sel=%d: o %.3e lse %.3e", f, with_sel, eo,
                       el);
             worst_f = fmax(worst_f, fmax(eo, el));
@@ -88,7 +83,7 @@ Test(kernels_mla_f32, mla_matches_f64)
             kmla_f32_mla_grads(g32, G, (const double *const *)in, sl, ks, TQ, TK, d, q_pos0,
                                k_pos0, tau, form);
             for (int i = 0; i < 5; i++) {
-                double e = mla_test_rel_err(g32[i], g64[i], n[i]);
+                double e = tu_rel_err(g32[i], g64[i], n[i]);
                 cr_expect(e < 1e-4, "form %d sel=%d grad %d: %.3e", f, with_sel, i, e);
                 worst_g = fmax(worst_g, e);
             }
@@ -139,7 +134,7 @@ Test(kernels_mla_f32, indexer_and_routing_match_f64)
     ls_moe_route_forward_f64(i64, w64, s, lg, bias, T, E, NG, TG, K, 2.5, ws);
     kmla_f32_moe_route(i32, w32, lg, bias, T, E, NG, TG, K, 2.5);
     for (size_t i = 0; i < T * K; i++) cr_expect(i32[i] == i64[i], "routing idx %zu differs", i);
-    double ew = mla_test_rel_err(w32, w64, T * K);
+    double ew = tu_rel_err(w32, w64, T * K);
     cr_expect(ew < 1e-6, "routing weights %.3e", ew);
     mla_test_report("f32 vs f64: routing weights", ew);
 }

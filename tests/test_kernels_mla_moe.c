@@ -8,15 +8,7 @@
 #include <string.h>
 
 #include "kernels/moe.h"
-
-/* test_kernels_mla_common.c */
-void mla_test_seed(uint64_t seed);
-double mla_test_uniform(void);
-void mla_test_fill(double *x, size_t n, double scale);
-double mla_test_rel_err(const double *a, const double *b, size_t n);
-double mla_test_fd(double (*loss)(void *), void *ctx, double *param, const double *grad,
-                   size_t n, double h, double *fd_scale);
-void mla_test_report(const char *what, double err);
+#include "test_kernels_mla.h"
 
 static double logit(double s) { return log(s / (1 - s)); }
 
@@ -116,7 +108,7 @@ Test(kernels_mla_moe, routing_matches_sort_reference)
         for (size_t j = 0; j < K; j++)
             cr_expect(idx[t * K + j] == ridx[j], "token %zu slot %zu: %d vs %d", t, j,
                       idx[t * K + j], ridx[j]);
-        worst = fmax(worst, mla_test_rel_err(w + t * K, rw, K));
+        worst = fmax(worst, tu_rel_err(w + t * K, rw, K));
         for (size_t e = 0; e < E; e++)
             cr_expect(fabs(s[t * E + e] - 1 / (1 + exp(-lg[t * E + e]))) < 1e-15, "saved s");
     }

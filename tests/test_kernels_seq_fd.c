@@ -7,7 +7,7 @@
 #include "kernels/attention.h"
 #include "kernels/conv1d.h"
 #include "kernels/gdn.h"
-#include "test_kernels_seq_util.h"
+#include "test_util.h"
 
 #define FD_H 1e-5
 #define FD_TOL 1e-7
@@ -29,7 +29,7 @@ static double conv_loss(void *p)
 {
     conv_ctx *x = p;
     ls_conv1d_forward_f64(x->c, NULL, x->tail_out, x->m, x->tail_in, x->w, x->T, x->C, x->K);
-    return ks_dot(x->Rc, x->c, x->T * x->C) + ks_dot(x->Rt, x->tail_out, (x->K - 1) * x->C);
+    return tu_dot(x->Rc, x->c, x->T * x->C) + tu_dot(x->Rt, x->tail_out, (x->K - 1) * x->C);
 }
 
 static void conv_fd_case(size_t T, uint64_t seed)
@@ -37,16 +37,16 @@ static void conv_fd_case(size_t T, uint64_t seed)
     const size_t C = 3, K = 4;
     uint64_t s = seed;
     conv_ctx x = {.T = T, .C = C, .K = K};
-    x.m = ks_rand(&s, T * C, -2, 2);
-    x.tail_in = ks_rand(&s, (K - 1) * C, -2, 2);
-    x.w = ks_rand(&s, C * K, -1, 1);
-    x.Rc = ks_rand(&s, T * C, -1, 1);
-    x.Rt = ks_rand(&s, (K - 1) * C, -1, 1);
-    x.c = ks_alloc(T * C);
-    x.tail_out = ks_alloc((K - 1) * C);
-    double *pre = ks_alloc(T * C);
-    double *dm = ks_alloc(T * C), *dti = ks_alloc((K - 1) * C);
-    double *dw0 = ks_rand(&s, C * K, -1, 1), *dw = ks_copy(dw0, C * K);
+    x.m = tu_rand(&s, T * C, -2, 2);
+    x.tail_in = tu_rand(&s, (K - 1) * C, -2, 2);
+    x.w = tu_rand(&s, C * K, -1, 1);
+    x.Rc = tu_rand(&s, T * C, -1, 1);
+    x.Rt = tu_rand(&s, (K - 1) * C, -1, 1);
+    x.c = tu_alloc(T * C);
+    x.tail_out = tu_alloc((K - 1) * C);
+    double *pre = tu_alloc(T * C);
+    double *dm = tu_alloc(T * C), *dti = tu_alloc((K - 1) * C);
+    double *dw0 = tu_rand(&s, C * K, -1, 1), *dw = tu_copy(dw0, C * K);
 
     ls_conv1d_forward_f64(x.c, pre, x.tail_out, x.m, x.tail_in, x.w, T, C, K);
     ls_conv1d_backward_f64(dm, dw, dti, x.Rc, x.Rt, pre, x.m, x.tail_in, x.w, T, C, K);
@@ -55,16 +55,16 @@ static void conv_fd_case(size_t T, uint64_t seed)
     }
     char name[64];
     snprintf(name, sizeof name, "conv1d T=%zu dm", T);
-    report(name, ks_fd_check(conv_loss, &x, x.m, dm, T * C, 1, FD_H));
+    report(name, tu_fd_check(conv_loss, &x, x.m, dm, T * C, 1, FD_H, NULL));
     snprintf(name, sizeof name, "conv1d T=%zu dw", T);
-    report(name, ks_fd_check(conv_loss, &x, x.w, dw, C * K, 1, FD_H));
+    report(name, tu_fd_check(conv_loss, &x, x.w, dw, C * K, 1, FD_H, NULL));
     snprintf(name, sizeof name, "conv1d T=%zu dtail_in", T);
-    report(name, ks_fd_check(conv_loss, &x, x.tail_in, dti, (K - 1) * C, 1, FD_H));
+    report(name, tu_fd_check(conv_loss, &x, x.tail_in, dti, (K - 1) * C, 1, FD_H, NULL));
 
     /* pre = NULL in backward recomputes it: same result */
-    double *dm2 = ks_alloc(T * C), *dti2 = ks_alloc((K - 1) * C);
+    double *dm2 = tu_alloc(T * C), *dti2 = tu_alloc((K - 1) * C);
     ls_conv1d_backward_f64(dm2, NULL, dti2, x.Rc, x.Rt, NULL, x.m, x.tail_in, x.w, T, C, K);
-    cr_expect(ks_maxdiff(dm2, dm, T * C) < 1e-14 && ks_maxdiff(dti2, dti, (K - 1) * C) < 1e-14,
+    cr_expect(tu_max_diff(dm2, dm, T * C) < 1e-14 && tu_max_diff(dti2, dti, (K - 1) * C) < 1e-14,
               "conv1d backward without pre differs");
 
     free(x.m); free(x.tail_in); free(x.w); free(x.Rc); free(x.Rt); free(x.c);
@@ -91,7 +91,7 @@ static double gates_loss(void *p)
 {
     gates_ctx *x = p;
     ls_gdn_gates_forward_f64(x->g, x->beta, x->a, x->b, x->A_log, x->dt_bias, x->T, x->Hv);
-    return ks_dot(x->Rg, x->g, x->T * x->Hv) + ks_dot(x->Rb, x->beta, x->T * x->Hv);
+    return tu_dot(x->Rg, x->g, x->T * x->Hv) + tu_dot(x->Rb, x->beta, x->T * x->Hv);
 }
 
 Test(kernels_seq_fd, gates)
@@ -99,22 +99,22 @@ Test(kernels_seq_fd, gates)
     const size_t T = 6, Hv = 3, n = T * Hv;
     uint64_t s = 7;
     gates_ctx x = {.T = T, .Hv = Hv};
-    x.a = ks_rand(&s, n, -4, 4);
-    x.b = ks_rand(&s, n, -4, 4);
+    x.a = tu_rand(&s, n, -4, 4);
+    x.b = tu_rand(&s, n, -4, 4);
     /* extremes: softplus and sigmoid far out on both sides */
     x.a[0] = 40;
     x.a[1] = -40;
     x.b[2] = 30;
     x.b[3] = -30;
-    x.A_log = ks_rand(&s, Hv, -1, 1);
-    x.dt_bias = ks_rand(&s, Hv, -1, 1);
-    x.Rg = ks_rand(&s, n, -1, 1);
-    x.Rb = ks_rand(&s, n, -1, 1);
-    x.g = ks_alloc(n);
-    x.beta = ks_alloc(n);
-    double *da = ks_alloc(n), *db = ks_alloc(n);
-    double *dA = ks_rand(&s, Hv, -1, 1), *ddt = ks_rand(&s, Hv, -1, 1);
-    double *dA0 = ks_copy(dA, Hv), *ddt0 = ks_copy(ddt, Hv);
+    x.A_log = tu_rand(&s, Hv, -1, 1);
+    x.dt_bias = tu_rand(&s, Hv, -1, 1);
+    x.Rg = tu_rand(&s, n, -1, 1);
+    x.Rb = tu_rand(&s, n, -1, 1);
+    x.g = tu_alloc(n);
+    x.beta = tu_alloc(n);
+    double *da = tu_alloc(n), *db = tu_alloc(n);
+    double *dA = tu_rand(&s, Hv, -1, 1), *ddt = tu_rand(&s, Hv, -1, 1);
+    double *dA0 = tu_copy(dA, Hv), *ddt0 = tu_copy(ddt, Hv);
 
     gates_loss(&x);
     for (size_t i = 0; i < n; i++) {
@@ -126,10 +126,10 @@ Test(kernels_seq_fd, gates)
         dA[j] -= dA0[j];
         ddt[j] -= ddt0[j];
     }
-    report("gates da", ks_fd_check(gates_loss, &x, x.a, da, n, 1, FD_H));
-    report("gates db", ks_fd_check(gates_loss, &x, x.b, db, n, 1, FD_H));
-    report("gates dA_log", ks_fd_check(gates_loss, &x, x.A_log, dA, Hv, 1, FD_H));
-    report("gates ddt_bias", ks_fd_check(gates_loss, &x, x.dt_bias, ddt, Hv, 1, FD_H));
+    report("gates da", tu_fd_check(gates_loss, &x, x.a, da, n, 1, FD_H, NULL));
+    report("gates db", tu_fd_check(gates_loss, &x, x.b, db, n, 1, FD_H, NULL));
+    report("gates dA_log", tu_fd_check(gates_loss, &x, x.A_log, dA, Hv, 1, FD_H, NULL));
+    report("gates ddt_bias", tu_fd_check(gates_loss, &x, x.dt_bias, ddt, Hv, 1, FD_H, NULL));
     free(x.a); free(x.b); free(x.A_log); free(x.dt_bias); free(x.Rg); free(x.Rb);
     free(x.g); free(x.beta); free(da); free(db); free(dA); free(ddt); free(dA0); free(ddt0);
 }
@@ -146,8 +146,8 @@ static double gdn_loss(void *p)
     gdn_ctx *x = p;
     ls_gdn_forward_f64(x->o, x->S_out, x->q, x->k, x->v, x->g, x->beta, x->S_in, x->T, x->Hk,
                        x->Hv, x->dk, x->dv);
-    return ks_dot(x->Ro, x->o, x->T * x->Hv * x->dv) +
-           ks_dot(x->RS, x->S_out, x->Hv * x->dk * x->dv);
+    return tu_dot(x->Ro, x->o, x->T * x->Hv * x->dv) +
+           tu_dot(x->RS, x->S_out, x->Hv * x->dk * x->dv);
 }
 
 /* q, k rows scaled to unit-ish norm like the model's normalised inputs. */
@@ -158,19 +158,19 @@ static void gdn_fd_case(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv, si
     gdn_ctx x = {.T = T, .Hk = Hk, .Hv = Hv, .dk = dk, .dv = dv};
     const size_t nq = T * Hk * dk, nv = T * Hv * dv, ng = T * Hv, nS = Hv * dk * dv;
     const double sc = 1.0 / sqrt((double)dk);
-    x.q = ks_rand(&s, nq, -sc, sc);
-    x.k = ks_rand(&s, nq, -1.7 * sc, 1.7 * sc);
-    x.v = ks_rand(&s, nv, -1, 1);
-    x.g = ks_rand(&s, ng, -0.6, -0.01);
-    x.beta = ks_rand(&s, ng, 0.05, 0.95);
-    x.S_in = ks_rand(&s, nS, -0.5, 0.5);
-    x.Ro = ks_rand(&s, nv, -1, 1);
-    x.RS = ks_rand(&s, nS, -1, 1);
-    x.o = ks_alloc(nv);
-    x.S_out = ks_alloc(nS);
-    double *dq = ks_alloc(nq), *dk_ = ks_alloc(nq), *dv_ = ks_alloc(nv);
-    double *dg = ks_alloc(ng), *db = ks_alloc(ng), *dS = ks_alloc(nS);
-    double *ws = ks_alloc(ls_gdn_backward_workspace_f64(T, Hk, Hv, dk, dv));
+    x.q = tu_rand(&s, nq, -sc, sc);
+    x.k = tu_rand(&s, nq, -1.7 * sc, 1.7 * sc);
+    x.v = tu_rand(&s, nv, -1, 1);
+    x.g = tu_rand(&s, ng, -0.6, -0.01);
+    x.beta = tu_rand(&s, ng, 0.05, 0.95);
+    x.S_in = tu_rand(&s, nS, -0.5, 0.5);
+    x.Ro = tu_rand(&s, nv, -1, 1);
+    x.RS = tu_rand(&s, nS, -1, 1);
+    x.o = tu_alloc(nv);
+    x.S_out = tu_alloc(nS);
+    double *dq = tu_alloc(nq), *dk_ = tu_alloc(nq), *dv_ = tu_alloc(nv);
+    double *dg = tu_alloc(ng), *db = tu_alloc(ng), *dS = tu_alloc(nS);
+    double *ws = tu_alloc(ls_gdn_backward_workspace_f64(T, Hk, Hv, dk, dv));
 
     ls_gdn_backward_f64(dq, dk_, dv_, dg, db, dS, x.Ro, x.RS, x.q, x.k, x.v, x.g, x.beta,
                         x.S_in, T, Hk, Hv, dk, dv, ws);
@@ -178,7 +178,7 @@ static void gdn_fd_case(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv, si
 #define GDN_REPORT(label, arr, grad, n)                                                      \
     snprintf(name, sizeof name, "gdn T=%zu Hk=%zu Hv=%zu dk=%zu dv=%zu " label, T, Hk, Hv,  \
              dk, dv);                                                                        \
-    report(name, ks_fd_check(gdn_loss, &x, arr, grad, n, stride, FD_H))
+    report(name, tu_fd_check(gdn_loss, &x, arr, grad, n, stride, FD_H, NULL))
     GDN_REPORT("dq", x.q, dq, nq);
     GDN_REPORT("dk", x.k, dk_, nq);
     GDN_REPORT("dv", x.v, dv_, nv);
@@ -218,7 +218,7 @@ static double attn_loss(void *p)
     attn_ctx *x = p;
     ls_attn_block_forward_f64(x->o, x->lse, x->q, x->k, x->v, x->Tq, x->Tk, x->H, x->Hkv,
                               x->hd, x->qp, x->kp, x->causal, x->tau);
-    return ks_dot(x->R, x->o, x->Tq * x->H * x->hd);
+    return tu_dot(x->R, x->o, x->Tq * x->H * x->hd);
 }
 
 static void attn_fd_case(size_t Tq, size_t Tk, int64_t qp, int64_t kp, int causal,
@@ -229,26 +229,26 @@ static void attn_fd_case(size_t Tq, size_t Tk, int64_t qp, int64_t kp, int causa
     attn_ctx x = {.Tq = Tq, .Tk = Tk, .H = H, .Hkv = Hkv, .hd = hd, .qp = qp, .kp = kp,
                   .causal = causal, .tau = 1.0 / sqrt((double)hd)};
     const size_t nq = Tq * H * hd, nk = Tk * Hkv * hd;
-    x.q = ks_rand(&s, nq, -1.5, 1.5);
-    x.k = ks_rand(&s, nk, -1.5, 1.5);
-    x.v = ks_rand(&s, nk, -1, 1);
-    x.R = ks_rand(&s, nq, -1, 1);
-    x.o = ks_alloc(nq);
-    x.lse = ks_alloc(Tq * H);
-    double *dq = ks_alloc(nq), *dk = ks_alloc(nk), *dv = ks_alloc(nk);
+    x.q = tu_rand(&s, nq, -1.5, 1.5);
+    x.k = tu_rand(&s, nk, -1.5, 1.5);
+    x.v = tu_rand(&s, nk, -1, 1);
+    x.R = tu_rand(&s, nq, -1, 1);
+    x.o = tu_alloc(nq);
+    x.lse = tu_alloc(Tq * H);
+    double *dq = tu_alloc(nq), *dk = tu_alloc(nk), *dv = tu_alloc(nk);
     attn_loss(&x);
     ls_attn_block_backward_f64(dq, dk, dv, x.R, x.q, x.k, x.v, x.o, x.lse, Tq, Tk, H, Hkv, hd,
                                qp, kp, causal, x.tau);
     char name[96];
     snprintf(name, sizeof name, "attn %s qp=%lld kp=%lld dq", causal ? "causal" : "full",
              (long long)qp, (long long)kp);
-    report(name, ks_fd_check(attn_loss, &x, x.q, dq, nq, stride, FD_H));
+    report(name, tu_fd_check(attn_loss, &x, x.q, dq, nq, stride, FD_H, NULL));
     snprintf(name, sizeof name, "attn %s qp=%lld kp=%lld dk", causal ? "causal" : "full",
              (long long)qp, (long long)kp);
-    report(name, ks_fd_check(attn_loss, &x, x.k, dk, nk, stride, FD_H));
+    report(name, tu_fd_check(attn_loss, &x, x.k, dk, nk, stride, FD_H, NULL));
     snprintf(name, sizeof name, "attn %s qp=%lld kp=%lld dv", causal ? "causal" : "full",
              (long long)qp, (long long)kp);
-    report(name, ks_fd_check(attn_loss, &x, x.v, dv, nk, stride, FD_H));
+    report(name, tu_fd_check(attn_loss, &x, x.v, dv, nk, stride, FD_H, NULL));
     free(x.q); free(x.k); free(x.v); free(x.R); free(x.o); free(x.lse);
     free(dq); free(dk); free(dv);
 }
@@ -288,7 +288,7 @@ static double merge_loss(void *p)
         ls_attn_merge_into_f64(x->o, x->lse, x->op + pp * x->n * x->hd, x->lp + pp * x->n,
                                x->n, x->hd);
     }
-    double L = ks_dot(x->R, x->o, x->n * x->hd);
+    double L = tu_dot(x->R, x->o, x->n * x->hd);
     for (size_t i = 0; i < x->n; i++) {
         if (isfinite(x->lse[i])) {
             L += x->r[i] * x->lse[i];
@@ -302,22 +302,22 @@ Test(kernels_seq_fd, merge_backward)
     const size_t P = 3, n = 5, hd = 4;
     uint64_t s = 31;
     merge_ctx x = {.P = P, .n = n, .hd = hd};
-    x.op = ks_rand(&s, P * n * hd, -1, 1);
-    x.lp = ks_rand(&s, P * n, -3, 3);
+    x.op = tu_rand(&s, P * n * hd, -1, 1);
+    x.lp = tu_rand(&s, P * n, -3, 3);
     x.lp[0 * n + 1] = -INFINITY; /* part 0 saw no key in row 1 */
     x.lp[2 * n + 3] = -INFINITY;
     x.lp[1 * n + 3] = -INFINITY; /* row 3: only part 0 */
-    x.R = ks_rand(&s, n * hd, -1, 1);
-    x.r = ks_rand(&s, n, -1, 1);
-    x.o = ks_alloc(n * hd);
-    x.lse = ks_alloc(n);
+    x.R = tu_rand(&s, n * hd, -1, 1);
+    x.r = tu_rand(&s, n, -1, 1);
+    x.o = tu_alloc(n * hd);
+    x.lse = tu_alloc(n);
     merge_loss(&x);
-    double *dop = ks_alloc(P * n * hd), *dlp = ks_alloc(P * n);
+    double *dop = tu_alloc(P * n * hd), *dlp = tu_alloc(P * n);
     for (size_t pp = 0; pp < P; pp++) {
         ls_attn_merge_backward_f64(dop + pp * n * hd, dlp + pp * n, x.R, x.r,
                                    x.op + pp * n * hd, x.lp + pp * n, x.o, x.lse, n, hd);
     }
-    report("merge do_p", ks_fd_check(merge_loss, &x, x.op, dop, P * n * hd, 1, FD_H));
+    report("merge do_p", tu_fd_check(merge_loss, &x, x.op, dop, P * n * hd, 1, FD_H, NULL));
     /* finite lse_p only: -inf entries have no derivative (their gradient must be 0) */
     double maxd = 0, maxf = 0;
     for (size_t i = 0; i < P * n; i++) {
