@@ -50,6 +50,18 @@ static void complete(buf *b, long seq, long events) {
         seq, events);
 }
 
+/* b as one zstd frame with a content checksum (malloc'd); *zn its length. */
+static unsigned char *zframe_checksummed(const buf *b, size_t *zn) {
+    ZSTD_CCtx *c = ZSTD_createCCtx();
+    ZSTD_CCtx_setParameter(c, ZSTD_c_checksumFlag, 1);
+    size_t cap = ZSTD_compressBound(b->n);
+    unsigned char *z = malloc(cap);
+    *zn = ZSTD_compress2(c, z, cap, b->p, b->n);
+    cr_assert(!ZSTD_isError(*zn));
+    ZSTD_freeCCtx(c);
+    return z;
+}
+
 /* Diagnostic number i must have this code and line. */
 static void expect_diag(const tt_run *run, size_t i, ls_trace_diag_code code, int64_t line) {
     if (i >= run->rep.n_diags || run->rep.diags[i].code != code || run->rep.diags[i].line != line)
@@ -277,13 +289,8 @@ Test(trace_reader, huge_frame_unverified_then_corrupt) {
     long n = 0;
     while (b.n < ((size_t)5 << 20)) ev(&b, n, n), n++;
     complete(&b, n, n);
-    ZSTD_CCtx *c = ZSTD_createCCtx();
-    ZSTD_CCtx_setParameter(c, ZSTD_c_checksumFlag, 1);
-    size_t cap = ZSTD_compressBound(b.n);
-    unsigned char *z = malloc(cap);
-    size_t zn = ZSTD_compress2(c, z, cap, b.p, b.n);
-    cr_assert(!ZSTD_isError(zn));
-    ZSTD_freeCCtx(c);
+    size_t zn;
+    unsigned char *z = zframe_checksummed(&b, &zn);
     tt_run run;
     tt_read_mem(z, zn, &run);
     cr_assert_eq((long)run.n, n + 1);
@@ -347,13 +354,8 @@ Test(trace_reader, huge_frame_flipped_inside) {
     add(&b, "%s", HDR);
     long n = 0;
     while (b.n < ((size_t)6 << 20)) ev(&b, n, n), n++;
-    ZSTD_CCtx *c = ZSTD_createCCtx();
-    ZSTD_CCtx_setParameter(c, ZSTD_c_checksumFlag, 1);
-    size_t cap = ZSTD_compressBound(b.n);
-    unsigned char *z = malloc(cap);
-    size_t zn = ZSTD_compress2(c, z, cap, b.p, b.n);
-    cr_assert(!ZSTD_isError(zn));
-    ZSTD_freeCCtx(c);
+    size_t zn;
+    unsigned char *z = zframe_checksummed(&b, &zn);
     tt_run ref;
     tt_read_mem(z, zn, &ref);
     cr_assert_eq((long)ref.n, n);
