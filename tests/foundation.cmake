@@ -1,13 +1,9 @@
 # Foundation tests: memory tracker and safetensors (library ls_trainer_base).
-if(EXISTS ${CMAKE_SOURCE_DIR}/trainer/mem_tracker.c)
-  ls_add_criterion_test(test_mem_tracker
-    SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_mem_tracker.c
-    LIBS ls_trainer_base Threads::Threads
-    TIMEOUT 120)
-endif()
-if(EXISTS ${CMAKE_SOURCE_DIR}/trainer/safetensors_read.c)
-  ls_add_criterion_test(test_safetensors
-    SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_safetensors.c
-    LIBS ls_trainer_base
-    TIMEOUT 120)
-endif()
+ls_add_criterion_test(test_mem_tracker
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_mem_tracker.c
+  LIBS ls_trainer_base Threads::Threads
+  TIMEOUT 120)
+ls_add_criterion_test(test_safetensors
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_safetensors.c
+  LIBS ls_trainer_base
+  TIMEOUT 120)
