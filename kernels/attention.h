@@ -6,7 +6,14 @@
  * Query head h uses kv head h / (H/Hkv).  Query t sits at absolute position
  * q_pos0 + t, key s at k_pos0 + s; with causal != 0 key s is visible to query
  * t iff k_pos0 + s <= q_pos0 + t.  A row that sees no key gets o = 0 and
- * lse = -INFINITY. */
+ * lse = -INFINITY.
+ *
+ * The block forward and backward run OpenMP threads and CBLAS GEMMs (each
+ * small enough that OpenBLAS keeps it on the calling thread).  Each thread
+ * mallocs its scratch (tiles: under 400 KB for head dims of 16 or more) and
+ * frees it before the call returns; where that fails it falls back to a
+ * path that allocates nothing.  The results are the same bits for any
+ * number of threads. */
 #ifndef LS_KERNELS_ATTENTION_H
 #define LS_KERNELS_ATTENTION_H
 #include "kernels/real.h"
