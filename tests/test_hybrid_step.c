@@ -356,3 +356,40 @@ Test(hybrid_step, full_mode_window_is_chunk_sized) {
     /* the dh buffer grows by 256 rows; allow as much again for bookkeeping */
     cr_expect_lt(s2 - s1, 2 * 256 * row + 65536, "transient memory grows with the prompt: %zu -> %zu", s1, s2);
 }
+
+Test(hybrid_step, shipped_configs_load_and_name_their_tensors) {
+    const char *files[] = {"hybrid-tiny", "hybrid-small", "mla-tiny"};
+    for (int i = 0; i < 3; i++) {
+        char path[512], err[512];
+        snprintf(path, sizeof path, "%s/configs/%s.json", LS_SOURCE_DIR, files[i]);
+        ls_model_config c;
+        cr_assert_eq(ls_config_load(&c, path, err, sizeof err), LS_OK, "%s", err);
+        /* the JSON round trip keeps every key */
+        cJSON *j = ls_config_to_json(&c, NULL);
+        ls_model_config c2;
+        cr_assert_eq(ls_config_from_json(&c2, j, path, err, sizeof err), LS_OK, "%s", err);
+        cr_expect_eq(memcmp(&c, &c2, sizeof c), 0, "%s: config JSON round trip differs", files[i]);
+        cJSON_Delete(j);
+        ls_objective o;
+        ls_objective_defaults(&o);
+        o.train_mode = LS_TRAIN_FULL;
+        ls_params *p = NULL;
+        ls_status st = K(ls_params_init)(&p, &c, &o, 1, err, sizeof err);
+        if (c.family == LS_FAMILY_MLA) {
+            cr_expect_eq(st, LS_ERR_UNSUPPORTED, "mla family: %s", ls_status_str(st));
+            continue;
+        }
+        cr_assert_eq(st, LS_OK, "%s", err);
+        /* MODEL.md §5: per GDN layer 12 tensors + 3 norms/MLP..., count by layer kind */
+        size_t per_gdn = 2 + 9 + 3, per_attn = 2 + 6 + 3, expect = 3;
+        for (int l = 0; l < c.n_layers; l++) expect += ((l + 1) % 4 == 0) ? per_attn : per_gdn;
+        cr_expect_eq(p->n, expect, "%s: %zu tensors, MODEL.md names %zu", files[i], p->n, expect);
+        cr_expect_not_null(K(ls_params_find)(p, "layers.3.attn.q_norm.weight"));
+        cr_expect_not_null(K(ls_params_find)(p, "layers.0.gdn.dt_bias"));
+        cr_expect_null(K(ls_params_find)(p, "layers.3.gdn.dt_bias"), "layer 3 is attention");
+        ls_tensor *q = K(ls_params_find)(p, "layers.3.attn.q.weight");
+        cr_expect_eq(q->shape[0], (size_t)(c.attn_heads * 2 * c.head_dim));
+        cr_expect_eq(q->shape[1], (size_t)c.d_model);
+        K(ls_params_free)(p);
+    }
+}
