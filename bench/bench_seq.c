@@ -1,10 +1,12 @@
 /* bench_seq.c - throughput of the CPU sequence kernels (float32): causal
  * prompt-style attention (Tq = Tk, one block) and the GDN recurrence, forward
  * and backward, at 1K/4K/16K tokens for the hybrid-tiny and hybrid-small
- * dims (MODEL.md §1.4).  Prints a table; asserts nothing.  Cells predicted to
- * take longer than the per-cell budget (from the cell one size down), or
- * that would push the run past the total budget, are skipped with the
- * reason printed.  Short cells are repeated and averaged. */
+ * dims (MODEL.md §1.4); then attention blocks as the trainer calls them (a
+ * 2048-token capture chunk against one earlier 64-key KV page, and one
+ * decode query against a page).  Prints tables; asserts nothing.  Cells
+ * predicted to take longer than the per-cell budget (from the cell one size
+ * down), or that would push the run past the total budget, are skipped with
+ * the reason printed.  Short cells are repeated and averaged. */
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -47,40 +49,49 @@ typedef struct {
     size_t Hk, Hv, dk, dv; /* GDN */
 } dims;
 
-/* Seconds of one attention forward and one backward at T tokens.  The
- * backward runs only when its predicted time pb fits the cell budget and
- * ends before deadline; otherwise *tb = -1. */
-static void bench_attn(const dims *d, size_t T, double pb, double deadline, double *tf,
-                       double *tb)
+/* Seconds of one causal attention forward and one backward over a block of
+ * Tq queries at positions q_pos0.. and Tk keys at 0.., repeated up to reps
+ * times.  The backward runs only when its predicted time pb fits the cell
+ * budget and ends before deadline; otherwise *tb = -1. */
+static void bench_attn_block(const dims *d, size_t Tq, size_t Tk, int64_t q_pos0, int reps,
+                             double pb, double deadline, double *tf, double *tb)
 {
     uint64_t s = 1;
-    const size_t nq = T * d->H * d->hd, nk = T * d->Hkv * d->hd;
+    const size_t nq = Tq * d->H * d->hd, nk = Tk * d->Hkv * d->hd;
     float *q = rand_buf(nq, &s, -1.7f, 1.7f), *k = rand_buf(nk, &s, -1.7f, 1.7f);
     float *v = rand_buf(nk, &s, -1, 1), *dO = rand_buf(nq, &s, -1, 1);
-    float *o = rand_buf(nq, &s, 0, 0), *lse = rand_buf(T * d->H, &s, 0, 0);
+    float *o = rand_buf(nq, &s, 0, 0), *lse = rand_buf(Tq * d->H, &s, 0, 0);
     float *dq = rand_buf(nq, &s, 0, 0), *dk = rand_buf(nk, &s, 0, 0), *dv = rand_buf(nk, &s, 0, 0);
     const float tau = 1.0f / sqrtf((float)d->hd);
     int n = 0;
     double t0 = now_s(), t1;
     do {
-        ls_attn_block_forward_f32(o, lse, q, k, v, T, T, d->H, d->Hkv, d->hd, 0, 0, 1, tau);
+        ls_attn_block_forward_f32(o, lse, q, k, v, Tq, Tk, d->H, d->Hkv, d->hd, q_pos0, 0, 1,
+                                  tau);
         n++;
         t1 = now_s();
-    } while (t1 - t0 < MIN_TIME_S && n < MAX_REPS);
+    } while (t1 - t0 < MIN_TIME_S && n < reps);
     *tf = (t1 - t0) / n;
     *tb = -1;
     if (pb <= CELL_BUDGET_S && t1 + pb <= deadline) {
         n = 0;
         double t2;
         do {
-            ls_attn_block_backward_f32(dq, dk, dv, dO, q, k, v, o, lse, T, T, d->H, d->Hkv,
-                                       d->hd, 0, 0, 1, tau);
+            ls_attn_block_backward_f32(dq, dk, dv, dO, q, k, v, o, lse, Tq, Tk, d->H, d->Hkv,
+                                       d->hd, q_pos0, 0, 1, tau);
             n++;
             t2 = now_s();
-        } while (t2 - t1 < MIN_TIME_S && n < MAX_REPS);
+        } while (t2 - t1 < MIN_TIME_S && n < reps);
         *tb = (t2 - t1) / n;
     }
     free(q); free(k); free(v); free(dO); free(o); free(lse); free(dq); free(dk); free(dv);
+}
+
+/* Prompt style: Tq = Tk = T at the same positions. */
+static void bench_attn(const dims *d, size_t T, double pb, double deadline, double *tf,
+                       double *tb)
+{
+    bench_attn_block(d, T, T, 0, MAX_REPS, pb, deadline, tf, tb);
 }
 
 /* Seconds of one GDN forward and one backward at T tokens. */
@@ -175,6 +186,30 @@ int main(void)
             bench_gdn(d, T, &tf, &tb);
             printf("%-10s %-13s %-22s %7zu %12.0f %12.0f %9.3f %9.3f\n", "gdn", d->name, dd, T,
                    T / tf, T / tb, tf, tb);
+            fflush(stdout);
+        }
+    }
+    /* the blocks the trainer's paged attention calls most */
+    printf("\nattention blocks as the trainer calls them (causal, all keys visible):\n");
+    printf("%-13s %-22s %-30s %12s %12s %9s\n", "config", "dims", "block", "fwd us",
+           "bwd us", "GF/s f/b");
+    for (int c = 0; c < 2; c++) {
+        const dims *d = &cfg[c];
+        const struct {
+            const char *name;
+            size_t Tq, Tk;
+        } blk[2] = {{"chunk 2048 x page 64", 2048, 64}, {"decode 1 x page 64", 1, 64}};
+        char dd[64];
+        snprintf(dd, sizeof dd, "H=%zu Hkv=%zu hd=%zu", d->H, d->Hkv, d->hd);
+        for (int b = 0; b < 2; b++) {
+            double tf, tb;
+            /* queries after every key; thousands of reps for the small calls */
+            bench_attn_block(d, blk[b].Tq, blk[b].Tk, (int64_t)blk[b].Tk, 100000, 0,
+                             now_s() + CELL_BUDGET_S, &tf, &tb);
+            /* multiply-adds: q.k and p.v forward; q.k, do.v, ds k, ds q, p do backward */
+            const double mac = (double)blk[b].Tq * blk[b].Tk * d->H * d->hd;
+            printf("%-13s %-22s %-30s %12.1f %12.1f %4.0f/%-4.0f\n", d->name, dd, blk[b].name,
+                   tf * 1e6, tb * 1e6, 4 * mac / tf * 1e-9, 10 * mac / tb * 1e-9);
             fflush(stdout);
         }
     }

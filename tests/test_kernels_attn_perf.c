@@ -6,8 +6,9 @@
  * masked, GQA ratios 2 and 4, rows that see no key, keys no query sees.
  * Also: the backward accumulates (+=) and leaves unseen keys untouched; any
  * subset of dq/dk/dv gives the same bits as all three; 1..4 threads give the
- * same bits (fused and two-pass backward); the decode-style scalar path
- * (one query per call) agrees with the tiled one; float32 against float64.
+ * same bits (fused and two-pass backward); one query per call (decode) and
+ * blocks of 5 keys (the scalar path), merged, agree with one tiled call;
+ * float32 against float64.
  * float64 errors are relative to the tensor's largest element. */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -251,8 +252,8 @@ static void attn_case(const shape *d, uint64_t seed, const char *label)
         }
     }
 
-    /* one query per call (the scalar decode path) against the tiled call:
-     * forward rows, dq rows, and dk, dv summed over the calls */
+    /* one query per call (decode style: tiles of grp rows) against the
+     * tiled call: forward rows, dq rows, and dk, dv summed over the calls */
     double *dec_o = tu_alloc(in.nq), *dec_l = tu_alloc(in.nl), *dec_dq = tu_copy(in.dq0, in.nq);
     double *dec_dk = tu_copy(in.dk0, in.nk), *dec_dv = tu_copy(in.dv0, in.nk);
     const size_t w = d->H * d->hd;
@@ -272,6 +273,34 @@ static void attn_case(const shape *d, uint64_t seed, const char *label)
         check(label, what, tu_rel_err(dec[i], one[i], sz[i]), REF_TOL);
     }
     free_outputs(dec);
+
+    /* keys in blocks of 5 (too few for tiles: the scalar path), forward
+     * merged by log-sum-exp and backward summed, against the tiled call */
+    double *blk[5], *bo = tu_alloc(in.nq), *bl = tu_alloc(in.nl);
+    alloc_outputs(blk, &in);
+    memcpy(blk[2], in.dq0, in.nq * sizeof(double));
+    memcpy(blk[3], in.dk0, in.nk * sizeof(double));
+    memcpy(blk[4], in.dv0, in.nk * sizeof(double));
+    for (size_t i = 0; i < in.nl; i++) {
+        blk[1][i] = -INFINITY;
+    }
+    const size_t kw = d->Hkv * d->hd;
+    for (size_t s0 = 0; s0 < d->Tk; s0 += 5) {
+        const size_t n = d->Tk - s0 < 5 ? d->Tk - s0 : 5;
+        ls_attn_block_forward_f64(bo, bl, in.q, in.k + s0 * kw, in.v + s0 * kw, d->Tq, n, d->H,
+                                  d->Hkv, d->hd, d->qp, d->kp + (int64_t)s0, d->causal, d->tau);
+        ls_attn_merge_into_f64(blk[0], blk[1], bo, bl, in.nl, d->hd);
+        ls_attn_block_backward_f64(blk[2], blk[3] + s0 * kw, blk[4] + s0 * kw, in.dO, in.q,
+                                   in.k + s0 * kw, in.v + s0 * kw, one[0], one[1], d->Tq, n, d->H,
+                                   d->Hkv, d->hd, d->qp, d->kp + (int64_t)s0, d->causal, d->tau);
+    }
+    for (int i = 0; i < 5; i++) {
+        snprintf(what, sizeof what, "5-key blocks (scalar) vs tiled: %s", NAMES[i]);
+        check(label, what, tu_rel_err(blk[i], one[i], sz[i]), REF_TOL);
+    }
+    free_outputs(blk);
+    free(bo);
+    free(bl);
 
     /* float32 against float64 */
     double *o32 = tu_alloc(in.nq), *l32 = tu_alloc(in.nl), *dq32 = tu_alloc(in.nq);

@@ -20,12 +20,14 @@
  * threads idle, two passes, (kv head, query tile) for dq and (kv head, key
  * tile) for dk and dv.  Both compute every tile pair the same way and add the
  * pairs in the same order, so the result is the same bits for any number of
- * threads and either choice.  Scratch: one malloc per thread (a few hundred
- * KB at most, freed before return); where it fails, the thread computes its
- * units on the scalar path instead.
+ * threads and either choice.  Scratch: one malloc per thread (the tiles,
+ * freed before return); where it fails, the thread computes its units on the
+ * scalar path instead.
  *
- * The scalar path (decode-style calls: a few queries or keys) runs QT
- * queries of one head against KT keys at a time with vector dot products.
+ * The scalar path (blocks of fewer than GEMM_MIN_KEYS keys, and the
+ * fallback) runs QT queries of one head against KT keys at a time with
+ * vector dot products.  Decode calls (one query, a 64-key page) take the
+ * GEMM path: with its grp rows it still costs half the scalar path's time.
  */
 #include "kernels/attention.h"
 
@@ -59,8 +61,7 @@
  * GEMM_MULTITHREAD_THRESHOLD (4 by default) on the calling thread; larger
  * ones would start its own threads inside ours. */
 #define GEMM_MNK 262144
-#define GEMM_MIN_ROWS 8 /* query rows (tokens x heads per kv head) for the GEMM path */
-#define GEMM_MIN_KEYS 8 /* keys for the GEMM path */
+#define GEMM_MIN_KEYS 8 /* keys for the GEMM path (below: about even) */
 
 /* ------------------------------------------------------------- helpers */
 
@@ -128,14 +129,15 @@ static void gemm(int ta, int tb, size_t M, size_t N, size_t K, ls_real alpha, co
 
 /* The elementwise loops of the GEMM path (softmax and its gradient between
  * the GEMMs) are written once as always-inline bodies and compiled twice on
- * x86-64: for the baseline ISA and for AVX2, picked at run time. */
+ * x86-64: for the baseline ISA and for AVX2 with FMA, picked at run time.
+ * The bodies take fma as a constant: 1 only in the AVX2 clone. */
 #if defined(__x86_64__) && defined(__GNUC__)
 #define AVX2_CLONES 1
 #define INLINE_BODY static inline __attribute__((always_inline))
-#define TARGET_AVX2 __attribute__((target("avx2")))
+#define TARGET_AVX2 __attribute__((target("avx2,fma")))
 static int cpu_has_avx2(void)
 {
-    return __builtin_cpu_supports("avx2");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 #else
 #define INLINE_BODY static inline
@@ -157,19 +159,38 @@ INLINE_BODY real_bits order_key(real_bits b)
     return b ^ (real_bits)((real_ubits) - (real_ubits)(b < 0) >> 1);
 }
 
-/* max(m, p[0..n)); a NaN wins over numbers. */
+#define LANES 8 /* independent accumulators of the row reductions (as written below) */
+
+/* max(m, p[0..n)).  NaNs order beyond the infinities by their sign bit, so
+ * the result may be a NaN or ignore one; exp_shift passes NaN on either way. */
 INLINE_BODY ls_real row_max(const ls_real *p, size_t n, ls_real m)
 {
-    real_bits km;
+    real_bits km, acc[LANES];
     memcpy(&km, &m, sizeof km);
     km = order_key(km);
-#pragma omp simd reduction(max : km)
-    for (size_t j = 0; j < n; j++) {
+    for (size_t i = 0; i < LANES; i++) {
+        acc[i] = km;
+    }
+    size_t j = 0;
+    for (; j + LANES <= n; j += LANES) {
+#pragma omp simd
+        for (size_t i = 0; i < LANES; i++) {
+            real_bits b;
+            memcpy(&b, p + j + i, sizeof b);
+            b = order_key(b);
+            acc[i] = b > acc[i] ? b : acc[i];
+        }
+    }
+    for (; j < n; j++) {
         real_bits b;
         memcpy(&b, p + j, sizeof b);
         b = order_key(b);
-        km = b > km ? b : km;
+        acc[0] = b > acc[0] ? b : acc[0];
     }
+#define MAX2(a, b) ((b) > (a) ? (b) : (a))
+    km = MAX2(MAX2(MAX2(acc[0], acc[4]), MAX2(acc[2], acc[6])),
+              MAX2(MAX2(acc[1], acc[5]), MAX2(acc[3], acc[7])));
+#undef MAX2
     km = order_key(km);
     memcpy(&m, &km, sizeof m);
     return m;
@@ -177,8 +198,9 @@ INLINE_BODY ls_real row_max(const ls_real *p, size_t n, ls_real m)
 
 #if LS_REAL_IS_F64
 /* p[j] = exp(p[j] - m) for j < n; returns their sum. */
-INLINE_BODY ls_real exp_shift(ls_real *p, size_t n, ls_real m)
+INLINE_BODY ls_real exp_shift(ls_real *p, size_t n, ls_real m, int fma)
 {
+    (void)fma;
     ls_real sum = 0;
     for (size_t j = 0; j < n; j++) {
         p[j] = R_EXP(p[j] - m);
@@ -191,7 +213,7 @@ INLINE_BODY ls_real exp_shift(ls_real *p, size_t n, ls_real m)
  * +-inf give NaN).  Range reduction x = n ln2 + r, |r| <= ln2/2, a degree-7
  * Taylor polynomial, 2^n built in the exponent bits.  libm's expf does not
  * vectorise; this does (integer selects, as in order_key). */
-INLINE_BODY float exp_approx(float x)
+INLINE_BODY float exp_approx(float x, int fma)
 {
     uint32_t ux;
     memcpy(&ux, &x, sizeof ux);
@@ -205,14 +227,16 @@ INLINE_BODY float exp_approx(float x)
     const float n = xc * 1.44269504f + shift;
     const float nn = n - shift;
     const float r = (xc - nn * 0.693145751953125f) - nn * 1.428606765330187e-06f;
+#define MADD(a, b, c) (fma ? fmaf(a, b, c) : (a) * (b) + (c))
     float p = 1.0f / 5040;
-    p = p * r + 1.0f / 720;
-    p = p * r + 1.0f / 120;
-    p = p * r + 1.0f / 24;
-    p = p * r + 1.0f / 6;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
+    p = MADD(p, r, 1.0f / 720);
+    p = MADD(p, r, 1.0f / 120);
+    p = MADD(p, r, 1.0f / 24);
+    p = MADD(p, r, 1.0f / 6);
+    p = MADD(p, r, 0.5f);
+    p = MADD(p, r, 1.0f);
+    p = MADD(p, r, 1.0f);
+#undef MADD
     int32_t e;
     memcpy(&e, &n, sizeof e); /* low bits: n + 2^22 */
     e = (e - 0x4B400000 + 127) * (1 << 23);
@@ -222,15 +246,22 @@ INLINE_BODY float exp_approx(float x)
 }
 
 /* p[j] = exp(p[j] - m) for j < n; returns their sum. */
-INLINE_BODY ls_real exp_shift(ls_real *p, size_t n, ls_real m)
+INLINE_BODY ls_real exp_shift(ls_real *p, size_t n, ls_real m, int fma)
 {
-    ls_real sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (size_t j = 0; j < n; j++) {
-        p[j] = exp_approx(p[j] - m);
-        sum += p[j];
+    ls_real acc[LANES] = {0};
+    size_t j = 0;
+    for (; j + LANES <= n; j += LANES) {
+#pragma omp simd
+        for (size_t i = 0; i < LANES; i++) {
+            p[j + i] = exp_approx(p[j + i] - m, fma);
+            acc[i] += p[j + i];
+        }
     }
-    return sum;
+    for (; j < n; j++) {
+        p[j] = exp_approx(p[j] - m, fma);
+        acc[0] += p[j];
+    }
+    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
 }
 #endif
 
@@ -393,7 +424,7 @@ typedef struct {
 static int plan_tiles(plan *pl)
 {
     const size_t grp = pl->grp, hd = pl->hd;
-    if (pl->Tq * grp < GEMM_MIN_ROWS || pl->Tk < GEMM_MIN_KEYS || hd == 0 ||
+    if (pl->Tq == 0 || pl->Tk < GEMM_MIN_KEYS || hd == 0 ||
         pl->H * hd > INT_MAX || grp * hd > GEMM_MNK / GEMM_MIN_KEYS) {
         return 0;
     }
@@ -451,7 +482,7 @@ typedef struct {
  * max mx[r] becomes m; the running sum l[r] and the output accumulator O
  * (row r at r hd) are rescaled to m and l takes the new terms. */
 INLINE_BODY void fwd_rows_body(const plan *pl, const pair_span *g, ls_real *S, ls_real *O,
-                               ls_real *mx, ls_real *l)
+                               ls_real *mx, ls_real *l, int fma)
 {
     const size_t nc = g->nc, hd = pl->hd;
     for (size_t r = g->r0; r < g->R; r++) {
@@ -459,19 +490,23 @@ INLINE_BODY void fwd_rows_body(const plan *pl, const pair_span *g, ls_real *S, l
         const size_t nv =
             visible(g->t0 + r / pl->grp, g->s0, g->nkt, pl->q_pos0, pl->k_pos0, pl->causal);
         const ls_real m = row_max(z, nv, mx[r]);
-        /* m is finite here (finite inputs): the row sees a key of the tile */
-        const ls_real scale = R_EXP(mx[r] - m);
-        const ls_real sum = exp_shift(z, nv, m);
+        const ls_real sum = exp_shift(z, nv, m, fma);
         for (size_t j = nv; j < nc; j++) {
             z[j] = 0;
         }
-        if (scale != (ls_real)1) {
+        /* m is finite here (finite inputs): the row sees a key of the tile.
+         * Rescale by exp(mx - m), unless that is 1 (no new max) or the row
+         * has nothing yet (mx = -inf: l and the output row are 0). */
+        if (m == mx[r] || mx[r] == -INFINITY) {
+            l[r] += sum;
+        } else {
+            const ls_real scale = R_EXP(mx[r] - m);
 #pragma omp simd
             for (size_t e = 0; e < hd; e++) {
                 orow[e] *= scale;
             }
+            l[r] = l[r] * scale + sum;
         }
-        l[r] = l[r] * scale + sum;
         mx[r] = m;
     }
 }
@@ -481,7 +516,7 @@ INLINE_BODY void fwd_rows_body(const plan *pl, const pair_span *g, ls_real *S, l
  * with L = -inf: it sees no key, and contributes nothing); dS (NULL: skip)
  * holds dO.v and becomes P (dS - D). */
 INLINE_BODY void bwd_rows_body(const plan *pl, const pair_span *g, ls_real *P, ls_real *dS,
-                               const ls_real *L, const ls_real *D)
+                               const ls_real *L, const ls_real *D, int fma)
 {
     const size_t nc = g->nc;
     for (size_t r = g->r0; r < g->R; r++) {
@@ -490,7 +525,7 @@ INLINE_BODY void bwd_rows_body(const plan *pl, const pair_span *g, ls_real *P, l
             L[r] == -INFINITY
                 ? 0
                 : visible(g->t0 + r / pl->grp, g->s0, g->nkt, pl->q_pos0, pl->k_pos0, pl->causal);
-        exp_shift(p, nv, L[r]);
+        exp_shift(p, nv, L[r], fma);
         for (size_t j = nv; j < nc; j++) {
             p[j] = 0;
         }
@@ -508,26 +543,26 @@ INLINE_BODY void bwd_rows_body(const plan *pl, const pair_span *g, ls_real *P, l
 static void fwd_rows_base(const plan *pl, const pair_span *g, ls_real *S, ls_real *O,
                           ls_real *mx, ls_real *l)
 {
-    fwd_rows_body(pl, g, S, O, mx, l);
+    fwd_rows_body(pl, g, S, O, mx, l, 0);
 }
 
 static void bwd_rows_base(const plan *pl, const pair_span *g, ls_real *P, ls_real *dS,
                           const ls_real *L, const ls_real *D)
 {
-    bwd_rows_body(pl, g, P, dS, L, D);
+    bwd_rows_body(pl, g, P, dS, L, D, 0);
 }
 
 #ifdef AVX2_CLONES
 TARGET_AVX2 static void fwd_rows_avx2(const plan *pl, const pair_span *g, ls_real *S,
                                       ls_real *O, ls_real *mx, ls_real *l)
 {
-    fwd_rows_body(pl, g, S, O, mx, l);
+    fwd_rows_body(pl, g, S, O, mx, l, 1);
 }
 
 TARGET_AVX2 static void bwd_rows_avx2(const plan *pl, const pair_span *g, ls_real *P,
                                       ls_real *dS, const ls_real *L, const ls_real *D)
 {
-    bwd_rows_body(pl, g, P, dS, L, D);
+    bwd_rows_body(pl, g, P, dS, L, D, 1);
 }
 #endif
 
@@ -587,7 +622,7 @@ static void fwd_tile(ls_real *o, ls_real *lse, const ls_real *q, const ls_real *
         const size_t t = t0 + r / grp, h = kh * grp + r % grp;
         ls_real *ot = o + (t * pl->H + h) * hd;
         const ls_real *orow = O + r * hd;
-        if (l[r] > 0) {
+        if (l[r] != 0) { /* 0: no key (a NaN input passes on as NaN) */
             const ls_real inv = (ls_real)1 / l[r];
             for (size_t e = 0; e < hd; e++) {
                 ot[e] = orow[e] * inv;
