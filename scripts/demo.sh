@@ -6,6 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
+# idle OpenMP threads should sleep, not spin against OpenBLAS's (read at start-up)
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 RUN=${LS_DEMO_RUN:-runs/demo-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$(dirname "$RUN")"
 ./build/trainer/longstraw-train --config configs/hybrid-tiny.json --prompt-len 8192 \
