@@ -166,7 +166,7 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
     ls_status st = ls_config_load(&a->cfg, a->config_path, cerr, sizeof cerr);
     if (st != LS_OK) BAD("--config: %s", cerr);
     if (a->cfg.family != LS_FAMILY_HYBRID)
-        BAD("--config: %s: family '%s' is not implemented by this trainer yet (hybrid only)", a->config_path,
+        BAD("--config: %s: family '%s' has no model in this trainer yet (hybrid only; its kernels exist)", a->config_path,
             ls_family_name(a->cfg.family));
     return 0;
 }
