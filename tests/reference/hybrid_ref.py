@@ -1,0 +1,596 @@
+#!/usr/bin/python3
+"""Independent reference for the `hybrid` family and the GRPO step inputs.
+
+Written from /work/shared/MODEL.md (sections 0, 1, 3, 4, 5, 6) only, not from the
+trainer's code. Standard library only (json, struct, math), so that Debian's
+/usr/bin/python3 runs it on a fresh machine.
+
+usage:
+  hybrid_ref.py WEIGHTS.safetensors BATCH.json [--tol X] [--expect-loss S]
+                [--require-perturbed-norms]
+      WEIGHTS from `longstraw-train --save-init`, BATCH from `--dump-batch`.
+      Recomputes, one whole sequence per member (prompt + response, token by token
+      with a recurrent GDN state and a KV cache), the token log-probs under
+        (a) the policy: base weights + (alpha/r) B A on every LoRA target in the file,
+        (b) the reference policy: base weights with the adapters off (train_mode lora;
+            in train_mode full the reference is the step-0 weights, i.e. (a)),
+      and checks old_logprobs == (a), ref_logprobs == (b), the advantages against
+      MODEL.md section 4, and prints the GRPO loss at ratio 1. --expect-loss compares
+      that loss with the trainer's printed value to the printed precision.
+      --require-perturbed-norms fails unless some RMSNorm weight is off its initial
+      value (so a run that was meant to load perturbed norms really did).
+  hybrid_ref.py --perturb-norms IN.safetensors OUT.safetensors [SEED]
+      Writes a copy of IN with every RMSNorm weight (norm1, norm2, norm, q_norm,
+      k_norm, gdn.norm) moved off its initial value, for `longstraw-train --load`,
+      so that zero-centred (1+w) versus standard (w) gammas are actually exercised.
+
+exit: 0 everything agrees, 1 a mismatch or a contract violation (named), 2 bad usage
+or unreadable input.
+"""
+
+import json
+import math
+import struct
+import sys
+from operator import mul
+
+LORA_TARGETS = ("attn.q", "attn.k", "attn.v", "attn.o",
+                "gdn.in_qkv", "gdn.in_z", "gdn.out",
+                "mlp.gate", "mlp.up", "mlp.down")
+
+
+class Usage(Exception):
+    pass
+
+
+class Mismatch(Exception):
+    pass
+
+
+# ----------------------------------------------------------------------------- I/O
+
+def read_safetensors(path):
+    """Return (tensors, dtype) where tensors maps name -> (shape, flat list of floats)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise Usage("cannot read %s: %s" % (path, e))
+    if len(raw) < 8:
+        raise Usage("%s: too short for safetensors" % path)
+    (hlen,) = struct.unpack("<Q", raw[:8])
+    if 8 + hlen > len(raw):
+        raise Usage("%s: header length %d past end of file" % (path, hlen))
+    try:
+        header = json.loads(raw[8:8 + hlen].decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise Usage("%s: bad JSON header: %s" % (path, e))
+    base = 8 + hlen
+    tensors = {}
+    dtypes = set()
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dt = info.get("dtype")
+        if dt == "F64":
+            fmt, size = "d", 8
+        elif dt == "F32":
+            fmt, size = "f", 4
+        else:
+            raise Usage("%s: tensor %s has dtype %r (only F64/F32 supported)" % (path, name, dt))
+        dtypes.add(dt)
+        shape = [int(s) for s in info["shape"]]
+        a, b = info["data_offsets"]
+        n = 1
+        for s in shape:
+            n *= s
+        if b - a != n * size or base + b > len(raw):
+            raise Usage("%s: tensor %s: data_offsets %r do not fit shape %r" % (path, name, (a, b), shape))
+        vals = list(struct.unpack("<%d%s" % (n, fmt), raw[base + a:base + b]))
+        tensors[name] = (shape, vals)
+    return tensors, (dtypes.pop() if len(dtypes) == 1 else "mixed")
+
+
+def write_safetensors(path, tensors, dtype, metadata=None):
+    fmt, size = ("d", 8) if dtype == "F64" else ("f", 4)
+    header = {}
+    if metadata:
+        header["__metadata__"] = metadata
+    off = 0
+    names = sorted(tensors)
+    for name in names:
+        shape, vals = tensors[name]
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + len(vals) * size]}
+        off += len(vals) * size
+    hj = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    hj += b" " * ((8 - len(hj) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hj)))
+        f.write(hj)
+        for name in names:
+            vals = tensors[name][1]
+            f.write(struct.pack("<%d%s" % (len(vals), fmt), *vals))
+
+
+# ----------------------------------------------------------------------------- math
+
+def rows(shape, vals):
+    """[out, in] flat -> list of rows."""
+    o, i = shape
+    return [vals[r * i:(r + 1) * i] for r in range(o)]
+
+
+def matvec(W, x):
+    return [sum(map(mul, row, x)) for row in W]
+
+
+def sigmoid(x):
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
+def silu(x):
+    return x * sigmoid(x)
+
+
+def softplus(x):
+    # log(1 + e^x), stable
+    return max(x, 0.0) + math.log1p(math.exp(-abs(x)))
+
+
+def rmsnorm(x, gamma, eps):
+    """y = gamma * x * (mean x^2 + eps)^-1/2."""
+    r = (sum(v * v for v in x) / len(x) + eps) ** -0.5
+    return [g * v * r for g, v in zip(gamma, x)]
+
+
+def log_softmax_at(logits, idx):
+    m = max(logits)
+    return logits[idx] - m - math.log(sum(math.exp(v - m) for v in logits))
+
+
+# ----------------------------------------------------------------------------- model
+
+class Model:
+    def __init__(self, cfg, tensors, with_lora):
+        self.cfg = cfg
+        self.V = cfg["vocab"]
+        self.d = cfg["d_model"]
+        self.L = cfg["n_layers"]
+        self.I = cfg["ffn_dim"]
+        self.eps = float(cfg["rms_eps"])
+        self.theta = float(cfg["rope_theta"])
+        self.Hk, self.Hv = cfg["gdn_hk"], cfg["gdn_hv"]
+        self.dk, self.dv = cfg["gdn_dk"], cfg["gdn_dv"]
+        self.K = cfg["conv_kernel"]
+        self.H, self.Hkv = cfg["attn_heads"], cfg["attn_kv_heads"]
+        self.hd, self.dr = cfg["head_dim"], cfg["rope_dim"]
+        if self.Hv % self.Hk or self.H % self.Hkv or self.dr % 2 or self.dr > self.hd:
+            raise Mismatch("config: inconsistent head dims %r" % cfg)
+        self.C = 2 * self.Hk * self.dk + self.Hv * self.dv
+        r = cfg.get("lora_r")
+        alpha = cfg.get("lora_alpha")
+        self.t = tensors
+        self.with_lora = with_lora
+        self.scale = (float(alpha) / float(r)) if (with_lora and r) else 0.0
+        self.lora_r = r
+
+        d, I, C = self.d, self.I, self.C
+        shp, vals = self.need("embed.weight", [self.V, d])
+        self.embed = rows(shp, vals)
+        self.lm_head = self.linear("lm_head", [self.V, d], lora_ok=False)
+        self.final_g = self.gamma0("norm.weight", d)
+        self.layers = []
+        for i in range(self.L):
+            p = "layers.%d." % i
+            lay = {"attn": (i + 1) % 4 == 0,
+                   "g1": self.gamma0(p + "norm1.weight", d),
+                   "g2": self.gamma0(p + "norm2.weight", d),
+                   "gate": self.linear(p + "mlp.gate", [I, d]),
+                   "up": self.linear(p + "mlp.up", [I, d]),
+                   "down": self.linear(p + "mlp.down", [d, I])}
+            if lay["attn"]:
+                H, Hkv, hd = self.H, self.Hkv, self.hd
+                lay["q"] = self.linear(p + "attn.q", [H * 2 * hd, d])
+                lay["k"] = self.linear(p + "attn.k", [Hkv * hd, d])
+                lay["v"] = self.linear(p + "attn.v", [Hkv * hd, d])
+                lay["o"] = self.linear(p + "attn.o", [d, H * hd])
+                lay["qn"] = self.gamma0(p + "attn.q_norm.weight", hd)
+                lay["kn"] = self.gamma0(p + "attn.k_norm.weight", hd)
+            else:
+                Hv, dv = self.Hv, self.dv
+                lay["in_qkv"] = self.linear(p + "gdn.in_qkv", [C, d])
+                lay["in_z"] = self.linear(p + "gdn.in_z", [Hv * dv, d])
+                lay["in_b"] = self.linear(p + "gdn.in_b", [Hv, d], lora_ok=False)
+                lay["in_a"] = self.linear(p + "gdn.in_a", [Hv, d], lora_ok=False)
+                lay["out"] = self.linear(p + "gdn.out", [d, Hv * dv])
+                cs, cv = self.need(p + "gdn.conv.weight", [C, self.K])
+                lay["conv"] = rows(cs, cv)
+                A_log = self.need(p + "gdn.A_log", [Hv])[1]
+                lay["negA"] = [-math.exp(a) for a in A_log]
+                lay["dt_bias"] = self.need(p + "gdn.dt_bias", [Hv])[1]
+                lay["gn"] = list(self.need(p + "gdn.norm.weight", [dv])[1])  # standard gamma = w
+            self.layers.append(lay)
+
+    def need(self, name, shape):
+        if name not in self.t:
+            raise Mismatch("weights: tensor %s (MODEL.md section 5) missing" % name)
+        shp, vals = self.t[name]
+        if list(shp) != list(shape):
+            raise Mismatch("weights: tensor %s has shape %r, config implies %r" % (name, shp, shape))
+        return shp, vals
+
+    def gamma0(self, name, n):
+        """zero-centred RMSNorm gamma = 1 + w."""
+        return [1.0 + w for w in self.need(name, [n])[1]]
+
+    def linear(self, name, shape, lora_ok=True):
+        shp, vals = self.need(name + ".weight", shape)
+        W = rows(shp, vals)
+        an, bn = name + ".lora_A", name + ".lora_B"
+        has = (an in self.t, bn in self.t)
+        if has[0] != has[1]:
+            raise Mismatch("weights: %s present without its partner" % (an if has[0] else bn))
+        if not has[0]:
+            return W
+        if not lora_ok:
+            raise Mismatch("weights: %s is not a LoRA target of the hybrid family (MODEL.md section 3)" % name)
+        out, inn = shape
+        r = self.lora_r
+        As, Av = self.t[an]
+        Bs, Bv = self.t[bn]
+        if list(As) != [r, inn] or list(Bs) != [out, r]:
+            raise Mismatch("weights: %s %r / %s %r do not match lora_r=%r and [%d, %d]"
+                           % (an, As, bn, Bs, r, out, inn))
+        if not self.with_lora:
+            return W
+        s = self.scale
+        A = rows(As, Av)
+        Bm = rows(Bs, Bv)
+        Weff = []
+        for o in range(out):
+            brow = Bm[o]
+            row = list(W[o])
+            for k in range(r):
+                c = s * brow[k]
+                if c != 0.0:
+                    Ak = A[k]
+                    for j in range(inn):
+                        row[j] += c * Ak[j]
+            Weff.append(row)
+        return Weff
+
+    # -- one sequence, token by token ------------------------------------------------
+    def logprobs(self, tokens, P, temperature):
+        """log-probs of tokens[P:] given everything before; tokens = prompt + response."""
+        T = len(tokens)
+        state = []
+        for lay in self.layers:
+            if lay["attn"]:
+                state.append({"K": [[] for _ in range(self.Hkv)], "V": [[] for _ in range(self.Hkv)]})
+            else:
+                state.append({"hist": [[0.0] * self.C for _ in range(self.K - 1)],
+                              "S": [[[0.0] * self.dv for _ in range(self.dk)] for _ in range(self.Hv)]})
+        out = []
+        for pos in range(T - 1):
+            h = list(self.embed[tokens[pos]])
+            for lay, st in zip(self.layers, state):
+                x = rmsnorm(h, lay["g1"], self.eps)
+                y = self.attn_step(lay, st, x, pos) if lay["attn"] else self.gdn_step(lay, st, x)
+                h = [a + b for a, b in zip(h, y)]
+                x = rmsnorm(h, lay["g2"], self.eps)
+                g = matvec(lay["gate"], x)
+                u = matvec(lay["up"], x)
+                y = matvec(lay["down"], [silu(a) * b for a, b in zip(g, u)])
+                h = [a + b for a, b in zip(h, y)]
+            if pos >= P - 1:
+                hn = rmsnorm(h, self.final_g, self.eps)
+                logits = [v / temperature for v in matvec(self.lm_head, hn)]
+                out.append(log_softmax_at(logits, tokens[pos + 1]))
+        return out
+
+    def gdn_step(self, lay, st, x):
+        Hk, Hv, dk, dv, K = self.Hk, self.Hv, self.dk, self.dv, self.K
+        m = matvec(lay["in_qkv"], x)
+        z = matvec(lay["in_z"], x)
+        b = matvec(lay["in_b"], x)
+        a = matvec(lay["in_a"], x)
+        # 2. causal depthwise conv over [m_{t-K+1} .. m_t], then SiLU
+        window = st["hist"] + [m]
+        conv = lay["conv"]
+        c = [silu(sum(conv[ch][j] * window[j][ch] for j in range(K))) for ch in range(self.C)]
+        st["hist"] = window[1:]
+        # 3. split q | k | v, head-major
+        nq = Hk * dk
+        qs = [c[h * dk:(h + 1) * dk] for h in range(Hk)]
+        ks = [c[nq + h * dk:nq + (h + 1) * dk] for h in range(Hk)]
+        vs = [c[2 * nq + j * dv:2 * nq + (j + 1) * dv] for j in range(Hv)]
+        # 4. L2 normalise per head, scale q by dk^-1/2
+        qscale = dk ** -0.5
+        for h in range(Hk):
+            rq = (sum(v * v for v in qs[h]) + 1e-6) ** -0.5
+            rk = (sum(v * v for v in ks[h]) + 1e-6) ** -0.5
+            qs[h] = [v * rq * qscale for v in qs[h]]
+            ks[h] = [v * rk for v in ks[h]]
+        group = Hv // Hk
+        ys = []
+        for j in range(Hv):
+            # 5.
+            beta = sigmoid(b[j])
+            g = lay["negA"][j] * softplus(a[j] + lay["dt_bias"][j])
+            eg = math.exp(g)
+            kh = j // group
+            q, k, v = qs[kh], ks[kh], vs[j]
+            S = st["S"][j]
+            # 6. S^ = e^g S ; u = S^T k ; delta = beta (v - u) ; S = S^ + k delta^T ; o = S^T q~
+            S = [[eg * e for e in row] for row in S]
+            u = [0.0] * dv
+            for r in range(dk):
+                kr = k[r]
+                row = S[r]
+                u = [uu + kr * e for uu, e in zip(u, row)]
+            delta = [beta * (vv - uu) for vv, uu in zip(v, u)]
+            S = [[e + k[r] * dl for e, dl in zip(S[r], delta)] for r in range(dk)]
+            st["S"][j] = S
+            o = [0.0] * dv
+            for r in range(dk):
+                qr = q[r]
+                o = [oo + qr * e for oo, e in zip(o, S[r])]
+            # 7. gated norm: gamma * RMSNorm(o) * silu(z_j)
+            yn = rmsnorm(o, lay["gn"], self.eps)
+            zj = z[j * dv:(j + 1) * dv]
+            ys.extend(yy * silu(zz) for yy, zz in zip(yn, zj))
+        return matvec(lay["out"], ys)
+
+    def rope(self, x, pos):
+        dr = self.dr
+        half = dr // 2
+        y = list(x)
+        for i in range(half):
+            phi = pos * self.theta ** (-2.0 * i / dr)
+            cs, sn = math.cos(phi), math.sin(phi)
+            a, b = x[i], x[i + half]
+            y[i] = a * cs - b * sn
+            y[i + half] = b * cs + a * sn
+        return y
+
+    def attn_step(self, lay, st, x, pos):
+        H, Hkv, hd = self.H, self.Hkv, self.hd
+        qg = matvec(lay["q"], x)
+        kk = matvec(lay["k"], x)
+        vv = matvec(lay["v"], x)
+        for h in range(Hkv):
+            kh = rmsnorm(kk[h * hd:(h + 1) * hd], lay["kn"], self.eps)
+            st["K"][h].append(self.rope(kh, pos))
+            st["V"][h].append(vv[h * hd:(h + 1) * hd])
+        tau = hd ** -0.5
+        group = H // Hkv
+        cat = []
+        for h in range(H):
+            q = qg[h * 2 * hd:h * 2 * hd + hd]
+            gate = qg[h * 2 * hd + hd:(h + 1) * 2 * hd]
+            q = self.rope(rmsnorm(q, lay["qn"], self.eps), pos)
+            kvh = h // group
+            Ks, Vs = st["K"][kvh], st["V"][kvh]
+            zs = [tau * sum(map(mul, q, k)) for k in Ks]
+            mz = max(zs)
+            ps = [math.exp(z - mz) for z in zs]
+            tot = sum(ps)
+            o = [0.0] * hd
+            for p_, v in zip(ps, Vs):
+                w = p_ / tot
+                o = [oo + w * e for oo, e in zip(o, v)]
+            cat.extend(oo * sigmoid(gg) for oo, gg in zip(o, gate))
+        return matvec(lay["o"], cat)
+
+
+# ----------------------------------------------------------------------------- checks
+
+def advantages(rewards):
+    G = len(rewards)
+    if G == 1:
+        return [0.0]
+    mean = sum(rewards) / G
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (G - 1))
+    return [(r - mean) / (std + 1e-4) for r in rewards]
+
+
+def grpo_loss_ratio1(lp, ref, adv, eps, beta):
+    """MODEL.md section 4 loss with l^old = l (rho = 1)."""
+    G = len(lp)
+    total = 0.0
+    for i in range(G):
+        A = adv[i]
+        s = 0.0
+        for t in range(len(lp[i])):
+            rho = math.exp(lp[i][t] - lp[i][t])
+            clipped = min(max(rho, 1.0 - eps), 1.0 + eps)
+            d = ref[i][t] - lp[i][t]
+            kl = math.exp(d) - d - 1.0
+            s += -min(rho * A, clipped * A) + beta * kl
+        total += s / len(lp[i])
+    return total / G
+
+
+def printed_tolerance(s):
+    """Half a unit in the last printed digit of a decimal string, e.g. '0.004673' -> 5e-7."""
+    mant, _, exp = s.lower().partition("e")
+    dec = len(mant.split(".")[1]) if "." in mant else 0
+    return 0.5 * 10.0 ** (-dec + (int(exp) if exp else 0)) * 1.0001
+
+
+def check(weights_path, batch_path, tol, expect_loss, require_perturbed):
+    tensors, dtype = read_safetensors(weights_path)
+    try:
+        with open(batch_path) as f:
+            batch = json.load(f)
+    except (OSError, ValueError) as e:
+        raise Usage("cannot read batch %s: %s" % (batch_path, e))
+    for key in ("config", "prompt", "responses", "rewards", "advantages", "old_logprobs", "ref_logprobs"):
+        if key not in batch:
+            raise Mismatch("batch: key %r (MODEL.md section 6) missing" % key)
+    cfg = batch["config"]
+    for key in ("family", "vocab", "d_model", "n_layers", "ffn_dim", "rms_eps", "rope_theta",
+                "gdn_hk", "gdn_hv", "gdn_dk", "gdn_dv", "conv_kernel", "attn_heads",
+                "attn_kv_heads", "head_dim", "rope_dim", "train_mode", "lora_r", "lora_alpha",
+                "lora_experts", "grad_mode", "epsilon", "beta", "temperature"):
+        if key not in cfg:
+            raise Mismatch("batch config: key %r (MODEL.md section 6) missing" % key)
+    if cfg["family"] != "hybrid":
+        raise Usage("this reference covers family hybrid only, batch has %r" % cfg["family"])
+    if tol is None:
+        tol = 1e-9 if dtype == "F64" else 1e-4
+    prompt, responses, rewards = batch["prompt"], batch["responses"], batch["rewards"]
+    G = len(responses)
+    if G == 0 or len(rewards) != G or len(batch["advantages"]) != G \
+            or len(batch["old_logprobs"]) != G or len(batch["ref_logprobs"]) != G:
+        raise Mismatch("batch: %d responses but rewards/advantages/old/ref have %d/%d/%d/%d entries"
+                       % (G, len(rewards), len(batch["advantages"]), len(batch["old_logprobs"]),
+                          len(batch["ref_logprobs"])))
+    P = len(prompt)
+    if P < 1:
+        raise Mismatch("batch: empty prompt")
+    for i, y in enumerate(responses):
+        if len(y) < 1 or len(batch["old_logprobs"][i]) != len(y) or len(batch["ref_logprobs"][i]) != len(y):
+            raise Mismatch("batch: member %d has %d tokens, %d old and %d ref log-probs"
+                           % (i, len(y), len(batch["old_logprobs"][i]), len(batch["ref_logprobs"][i])))
+        for tok in list(prompt) + list(y):
+            if not (0 <= tok < cfg["vocab"]):
+                raise Mismatch("batch: member %d token %r outside the vocabulary" % (i, tok))
+
+    norm_names = [n for n in tensors if n == "norm.weight" or n.endswith(("norm1.weight", "norm2.weight",
+                  "q_norm.weight", "k_norm.weight"))]
+    gdn_norms = [n for n in tensors if n.endswith("gdn.norm.weight")]
+    perturbed = any(v != 0.0 for n in norm_names for v in tensors[n][1]) or \
+        any(v != 1.0 for n in gdn_norms for v in tensors[n][1])
+    lora_names = sorted(n[:-len(".lora_A")] for n in tensors if n.endswith(".lora_A"))
+    print("hybrid_ref: %s (%s, %d tensors, %d LoRA pairs), P=%d G=%d R=%s, train_mode %s, temperature %r, "
+          "norm weights %s" % (weights_path, dtype, len(tensors), len(lora_names), P, G,
+                               [len(y) for y in responses], cfg["train_mode"], cfg["temperature"],
+                               "perturbed" if perturbed else "at their initial values"))
+    if require_perturbed and not perturbed:
+        raise Mismatch("weights: every RMSNorm weight is at its initial value, but perturbed norms were "
+                       "required (did `--load` take effect?)")
+    temp = float(cfg["temperature"])
+    mode = cfg["train_mode"]
+    if mode not in ("lora", "full"):
+        raise Mismatch("batch config: train_mode %r" % mode)
+
+    policy = Model(cfg, tensors, with_lora=True)
+    reference = Model(cfg, tensors, with_lora=False) if (mode == "lora" and lora_names) else policy
+
+    failures = []
+    lp_all, ref_all = [], []
+    maxd = {"old": 0.0, "ref": 0.0}
+    for i, y in enumerate(responses):
+        seq = list(prompt) + list(y)
+        lp = policy.logprobs(seq, P, temp)
+        rf = lp if reference is policy else reference.logprobs(seq, P, temp)
+        lp_all.append(lp)
+        ref_all.append(rf)
+        for what, mine, theirs in (("old", lp, batch["old_logprobs"][i]), ("ref", rf, batch["ref_logprobs"][i])):
+            for t, (a, b) in enumerate(zip(mine, theirs)):
+                dlt = abs(a - float(b))
+                maxd[what] = max(maxd[what], dlt)
+                if not dlt <= tol:
+                    failures.append("member %d token %d (y=%d) %s_logprob: reference %.17g, dump %.17g, |diff| %.3g > %g"
+                                    % (i, t, y[t], what, a, float(b), dlt, tol))
+    pol_ref_gap = max(abs(a - b) for lp, rf in zip(lp_all, ref_all) for a, b in zip(lp, rf))
+    print("hybrid_ref: max |old - policy| = %.3g, max |ref - reference| = %.3g (tol %g); "
+          "max |policy - reference| = %.3g" % (maxd["old"], maxd["ref"], tol, pol_ref_gap))
+    if mode == "lora" and lora_names and pol_ref_gap == 0.0:
+        print("hybrid_ref: note: the adapters do not change any log-prob (lora_B zero?)")
+
+    adv = advantages([float(r) for r in rewards])
+    for i, (a, b) in enumerate(zip(adv, batch["advantages"])):
+        # float32 runs compute (and dump) the advantages in float32
+        if not abs(a - float(b)) <= (1e-9 if dtype == "F64" else 1e-6) * max(1.0, abs(a)):
+            failures.append("member %d advantage: reference %.17g, dump %.17g" % (i, a, float(b)))
+
+    loss = grpo_loss_ratio1(lp_all, ref_all, adv, float(cfg["epsilon"]), float(cfg["beta"]))
+    print("hybrid_ref: GRPO loss at ratio 1 = %.17g" % loss)
+    if expect_loss is not None:
+        ltol = printed_tolerance(expect_loss)
+        if not abs(loss - float(expect_loss)) <= ltol:
+            failures.append("loss: reference %.17g, trainer printed %s (tolerance %.2g)" % (loss, expect_loss, ltol))
+        else:
+            print("hybrid_ref: trainer's printed loss %s agrees" % expect_loss)
+    if failures:
+        shown = failures[:20]
+        msg = "\n".join(shown)
+        if len(failures) > len(shown):
+            msg += "\n... and %d more" % (len(failures) - len(shown))
+        raise Mismatch("%d mismatch(es):\n%s" % (len(failures), msg))
+    print("hybrid_ref: OK")
+
+
+def perturb_norms(src, dst, seed):
+    tensors, dtype = read_safetensors(src)
+    # small deterministic LCG so the output does not depend on the Python version
+    state = [seed & 0xFFFFFFFF or 1]
+
+    def rnd():
+        state[0] = (1664525 * state[0] + 1013904223) & 0xFFFFFFFF
+        return state[0] / 4294967296.0 - 0.5  # [-0.5, 0.5)
+    n = 0
+    for name in sorted(tensors):
+        if name.endswith("norm.weight") or name.endswith(("norm1.weight", "norm2.weight")):
+            shape, vals = tensors[name]
+            tensors[name] = (shape, [v + 0.6 * rnd() for v in vals])
+            n += 1
+    if n == 0:
+        raise Mismatch("%s: no RMSNorm weights found" % src)
+    write_safetensors(dst, tensors, dtype if dtype in ("F64", "F32") else "F64",
+                      {"content": "weights", "note": "hybrid_ref.py --perturb-norms"})
+    print("hybrid_ref: perturbed %d norm tensors -> %s" % (n, dst))
+
+
+def main(argv):
+    args = argv[1:]
+    try:
+        if args and args[0] == "--perturb-norms":
+            if len(args) not in (3, 4):
+                raise Usage("--perturb-norms IN OUT [SEED]")
+            perturb_norms(args[1], args[2], int(args[3]) if len(args) == 4 else 1)
+            return 0
+        pos, tol, expect_loss, req = [], None, None, False
+        i = 0
+        while i < len(args):
+            a = args[i]
+            if a in ("--tol", "--expect-loss") and i + 1 < len(args):
+                try:
+                    v = float(args[i + 1])
+                except ValueError:
+                    raise Usage("%s needs a number, got %r" % (a, args[i + 1]))
+                if a == "--tol":
+                    tol = v
+                else:
+                    expect_loss = args[i + 1]
+                i += 2
+            elif a == "--require-perturbed-norms":
+                req = True
+                i += 1
+            elif a in ("-h", "--help"):
+                print(__doc__)
+                return 0
+            elif a.startswith("--"):
+                raise Usage("unknown option %s" % a)
+            else:
+                pos.append(a)
+                i += 1
+        if len(pos) != 2:
+            raise Usage("expected WEIGHTS.safetensors BATCH.json")
+        check(pos[0], pos[1], tol, expect_loss, req)
+        return 0
+    except Usage as e:
+        sys.stderr.write("hybrid_ref: usage error: %s\n%s" % (e, __doc__))
+        return 2
+    except Mismatch as e:
+        sys.stderr.write("hybrid_ref: FAIL: %s\n" % e)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
