@@ -9,7 +9,10 @@
  *  lines   - complete lines are cut from the verified text, lexed, parsed
  *            with cJSON and checked; problems become diagnostics.
  * The window grows from 64 KiB to at most WIN_MAX; a frame whose content
- * cannot be held until its checksum is reached is delivered unverified. */
+ * cannot be held until its checksum is reached is delivered unverified.
+ * This file holds the lines and events layers and the API; the source and
+ * decode layers are in trace_reader_decode.c (the state both use is in
+ * trace_reader_internal.h), the strict lexer in trace_lex.c. */
 #include "receipts/trace_reader.h"
 
 #include <errno.h>
@@ -22,50 +25,8 @@
 
 #include <zstd.h>
 
-#define WIN_INIT ((size_t)64 << 10)
-#define WIN_MAX ((size_t)4 << 20)
-#define WINDOW_LOG_MAX 23 /* zstd frames needing more than 8 MiB of history are refused */
-
-struct ls_trace_reader {
-    ls_trace_report rep;
-    size_t diag_cap;                 /* allocated entries of rep.diags */
-    /* source */
-    int fd;                          /* -1 for memory */
-    const unsigned char *mem;
-    size_t mem_len, mem_pos;
-    bool src_eof;
-    bool detected;                   /* magic bytes looked at */
-    unsigned char *in;
-    size_t in_cap, in_pos, in_len;   /* unread input is in[in_pos, in_len) */
-    uint64_t in_base;                /* file offset of in[0] */
-    /* zstd */
-    ZSTD_DCtx *dctx;
-    bool in_frame;                   /* input of the current frame consumed */
-    uint64_t frame_start;            /* file offset of the current frame */
-    uint64_t ver_frame_start;        /* file offset of the last verified frame */
-    bool unverified;                 /* current frame delivered before verification */
-    bool warned_checksum;
-    /* text window */
-    char *win;
-    size_t win_cap, start, scan, end, ver;
-    uint64_t win_base;               /* text offset of win[0] */
-    bool discarding;                 /* skipping the rest of an overlong line */
-    int64_t line_no;                 /* number of the line starting at `start` */
-    bool decode_done;                /* no more text will come */
-    ls_trace_end stop;               /* CORRUPT or FAILED once a fatal problem is found */
-    /* event state */
-    bool header_done;
-    int64_t expect_seq, prev_seq, prev_ts;
-    bool have_prev;
-    const cJSON *groups;             /* the header's groups array */
-    cJSON *cur;
-    ls_trace_event evt;
-};
-
-typedef struct {
-    int64_t line;
-    uint64_t byte_offset, text_offset;
-} loc;
+#include "receipts/trace_lex.h"
+#include "receipts/trace_reader_internal.h"
 
 static const char *const DIAG_NAMES[LS_TRACE_DIAG_CODE_COUNT] = {
     "io",          "header",        "corrupt_frame", "truncated",      "incomplete",
@@ -111,14 +72,8 @@ ls_status ls_trace_report_status(const ls_trace_report *rep) {
 
 /* ---- diagnostics ---------------------------------------------------------- */
 
-static void diag(ls_trace_reader *r, ls_trace_diag_code code, const loc *at, int64_t seq,
-                 int64_t expected, int64_t got, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 7, 8)))
-#endif
-    ;
-static void diag(ls_trace_reader *r, ls_trace_diag_code code, const loc *at, int64_t seq,
-                 int64_t expected, int64_t got, const char *fmt, ...) {
+void ls_trace_reader_vdiag(ls_trace_reader *r, ls_trace_diag_code code, const loc *at, int64_t seq,
+                           int64_t expected, int64_t got, const char *fmt, va_list ap) {
     ls_trace_report *rep = &r->rep;
     rep->counts[code]++;
     if (rep->n_diags >= LS_TRACE_MAX_DIAGS) {
@@ -144,192 +99,7 @@ static void diag(ls_trace_reader *r, ls_trace_diag_code code, const loc *at, int
     d->seq = seq;
     d->expected = expected;
     d->got = got;
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(d->message, sizeof d->message, fmt, ap);
-    va_end(ap);
-}
-
-static void note_memory(ls_trace_reader *r) {
-    size_t m = r->win_cap + r->in_cap + (r->dctx ? ZSTD_sizeof_DCtx(r->dctx) : 0) +
-               r->diag_cap * sizeof(ls_trace_diag);
-    if (m > r->rep.max_buffer_bytes) r->rep.max_buffer_bytes = m;
-}
-
-static void fatal(ls_trace_reader *r, ls_trace_end how) {
-    if (r->stop == LS_TRACE_END_NONE) r->stop = how;
-}
-
-/* ---- source --------------------------------------------------------------- */
-
-/* Moves unread input to the front of `in` and reads more (sets src_eof). */
-static void src_read(ls_trace_reader *r) {
-    if (r->src_eof || r->stop) return;
-    if (r->in_pos > 0) {
-        memmove(r->in, r->in + r->in_pos, r->in_len - r->in_pos);
-        r->in_base += r->in_pos;
-        r->in_len -= r->in_pos;
-        r->in_pos = 0;
-    }
-    size_t room = r->in_cap - r->in_len;
-    if (room == 0) return;
-    size_t got;
-    if (r->fd < 0) {
-        got = r->mem_len - r->mem_pos < room ? r->mem_len - r->mem_pos : room;
-        if (got) memcpy(r->in + r->in_len, r->mem + r->mem_pos, got);
-        r->mem_pos += got;
-    } else {
-        ssize_t k;
-        do k = read(r->fd, r->in + r->in_len, room);
-        while (k < 0 && errno == EINTR);
-        if (k < 0) {
-            diag(r, LS_TRACE_DIAG_IO, NULL, r->rep.last_seq, -1, -1, "%s: read failed at byte %llu: %s",
-                 r->rep.path, (unsigned long long)(r->in_base + r->in_len), strerror(errno));
-            fatal(r, LS_TRACE_END_FAILED);
-            return;
-        }
-        got = (size_t)k;
-    }
-    if (got == 0) r->src_eof = true;
-    r->in_len += got;
-    r->rep.file_bytes += got;
-}
-
-static bool is_zstd_magic(const unsigned char *p) {
-    uint32_t m = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-    return m == ZSTD_MAGICNUMBER || (m & ZSTD_MAGIC_SKIPPABLE_MASK) == ZSTD_MAGIC_SKIPPABLE_START;
-}
-
-static void detect(ls_trace_reader *r) {
-    while (r->in_len - r->in_pos < 4 && !r->src_eof && !r->stop) src_read(r);
-    r->detected = true;
-    if (r->in_len - r->in_pos >= 4 && is_zstd_magic(r->in + r->in_pos)) {
-        r->rep.compressed = true;
-        r->dctx = ZSTD_createDCtx();
-        if (r->dctx == NULL ||
-            ZSTD_isError(ZSTD_DCtx_setParameter(r->dctx, ZSTD_d_windowLogMax, WINDOW_LOG_MAX))) {
-            diag(r, LS_TRACE_DIAG_IO, NULL, -1, -1, -1, "%s: cannot create a zstd context", r->rep.path);
-            fatal(r, LS_TRACE_END_FAILED);
-        }
-    }
-    note_memory(r);
-}
-
-/* ---- decode: one step of progress into the window ------------------------- */
-
-static void fill_plain(ls_trace_reader *r) {
-    if (r->in_pos == r->in_len) src_read(r);
-    if (r->in_pos == r->in_len) {
-        if (r->src_eof) r->decode_done = true;
-        return;
-    }
-    size_t n = r->in_len - r->in_pos;
-    if (n > r->win_cap - r->end) n = r->win_cap - r->end;
-    memcpy(r->win + r->end, r->in + r->in_pos, n);
-    r->in_pos += n;
-    r->end += n;
-    r->ver = r->end;
-    r->rep.text_bytes += n;
-}
-
-static void fill_zstd(ls_trace_reader *r) {
-    if (!r->in_frame) {
-        /* at a frame boundary: want the whole frame header in view */
-        if (r->in_len - r->in_pos < 5 && !r->src_eof) src_read(r);
-        if (r->stop) return;
-        if (r->in_pos == r->in_len && r->src_eof) {
-            r->decode_done = true; /* ended at a frame boundary */
-            return;
-        }
-        r->frame_start = r->in_base + r->in_pos;
-        /* RFC 8878 §3.1.1: magic, then the frame header descriptor, whose
-         * bit 2 is the content checksum flag */
-        const unsigned char *f = r->in + r->in_pos;
-        if (!r->warned_checksum && r->in_len - r->in_pos >= 5 && is_zstd_magic(f) &&
-            (f[0] & 0xF0) != 0x50 && !(f[4] & 0x04)) {
-            loc at = {-1, r->frame_start, r->rep.text_bytes};
-            diag(r, LS_TRACE_DIAG_NO_CHECKSUM, &at, r->rep.last_seq, -1, -1,
-                 "zstd frame at byte %llu has no content checksum: its content is not verified "
-                 "(reported once)",
-                 (unsigned long long)r->frame_start);
-            r->warned_checksum = true;
-        }
-    } else if (r->in_pos == r->in_len) {
-        src_read(r);
-        if (r->stop) return;
-    }
-    ZSTD_inBuffer zin = {r->in + r->in_pos, r->in_len - r->in_pos, 0};
-    ZSTD_outBuffer zout = {r->win + r->end, r->win_cap - r->end, 0};
-    size_t ret = ZSTD_decompressStream(r->dctx, &zout, &zin);
-    r->in_pos += zin.pos;
-    r->end += zout.pos;
-    r->rep.text_bytes += zout.pos;
-    if (zin.pos > 0) r->in_frame = true;
-    note_memory(r);
-    if (ZSTD_isError(ret)) {
-        uint64_t at_byte = r->in_base + r->in_pos;
-        /* text after `keep` is the rejected frame's, not yet delivered */
-        size_t keep = r->ver > r->start ? r->ver : r->start;
-        loc at = {-1, r->frame_start, r->win_base + r->ver};
-        diag(r, LS_TRACE_DIAG_CORRUPT_FRAME, &at, r->rep.last_seq, -1, -1,
-             "zstd frame starting at byte %llu is corrupt (%s, detected by byte %llu); "
-             "%zu decoded bytes of it are discarded and reading stops",
-             (unsigned long long)r->frame_start, ZSTD_getErrorName(ret),
-             (unsigned long long)at_byte, r->end - keep);
-        r->end = r->ver = keep; /* never deliver the rejected frame's text */
-        if (r->scan > keep) r->scan = keep;
-        r->unverified = false;
-        fatal(r, LS_TRACE_END_CORRUPT);
-        return;
-    }
-    if (ret == 0) { /* frame complete, checksum verified */
-        r->in_frame = false;
-        r->ver = r->end;
-        r->ver_frame_start = r->frame_start;
-        r->unverified = false;
-        r->rep.frames++;
-        return;
-    }
-    if (zin.pos == 0 && zout.pos == 0 && r->in_pos == r->in_len && r->src_eof) {
-        r->decode_done = true; /* input ends inside the frame */
-        r->rep.truncated_in_frame = true;
-    }
-}
-
-/* Makes room at the window's end: compact, grow, or (window full of one
- * frame's unverified text) deliver that frame unverified. */
-static void make_space(ls_trace_reader *r) {
-    if (r->end < r->win_cap) return;
-    if (r->start > 0) {
-        memmove(r->win, r->win + r->start, r->end - r->start);
-        r->win_base += r->start;
-        r->end -= r->start;
-        /* in unverified mode delivered lines may lie past ver */
-        r->ver = r->ver > r->start ? r->ver - r->start : 0;
-        r->scan -= r->start;
-        r->start = 0;
-        return;
-    }
-    if (r->win_cap < WIN_MAX) {
-        char *nw = realloc(r->win, 2 * r->win_cap);
-        if (nw == NULL) {
-            diag(r, LS_TRACE_DIAG_IO, NULL, r->rep.last_seq, -1, -1, "%s: out of memory", r->rep.path);
-            fatal(r, LS_TRACE_END_FAILED);
-            return;
-        }
-        r->win = nw;
-        r->win_cap *= 2;
-        note_memory(r);
-        return;
-    }
-    if (!r->unverified) {
-        r->unverified = true;
-        loc at = {-1, r->frame_start, r->win_base + r->ver};
-        diag(r, LS_TRACE_DIAG_UNVERIFIED, &at, r->rep.last_seq, -1, -1,
-             "zstd frame at byte %llu holds more than %zu bytes: its events are delivered before "
-             "its checksum is checked (flagged unverified)",
-             (unsigned long long)r->frame_start, (size_t)WIN_MAX - LS_TRACE_MAX_LINE);
-    }
 }
 
 /* ---- lines ---------------------------------------------------------------- */
@@ -382,121 +152,11 @@ static bool next_line(ls_trace_reader *r, size_t *nl) {
         }
         if (r->discarding) r->start = r->scan; /* drop what was scanned */
         if (r->decode_done || r->stop) return false;
-        make_space(r);
+        ls_trace_reader_make_space(r);
         if (r->stop) return false;
         if (r->end == r->win_cap) continue; /* unverified mode: rescan the full window */
-        if (r->rep.compressed) fill_zstd(r);
-        else fill_plain(r);
+        ls_trace_reader_fill(r);
     }
-}
-
-/* NULL when p[0..n) is made of valid JSON tokens (RFC 8259: strict
- * numbers, escapes and literals, UTF-8, no raw control characters), else
- * the reason, with *at the offending column. */
-static const char *lex_json(const unsigned char *p, size_t n, size_t *at) {
-    static const char *const LITS[] = {"true", "false", "null"};
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = p[i];
-        *at = i;
-        if (c == ' ' || c == '\t' || c == '\r' || c == '{' || c == '}' || c == '[' || c == ']' ||
-            c == ',' || c == ':') {
-            i++;
-        } else if (c == '"') {
-            for (i++;; ) {
-                if (i >= n) return "unterminated string";
-                c = p[i];
-                *at = i;
-                if (c == '"') break;
-                if (c < 0x20) return "control character inside a string";
-                if (c == '\\') {
-                    unsigned e = i + 1 < n ? p[i + 1] : 0;
-                    if (e && strchr("\"\\/bfnrt", (int)e)) {
-                        i += 2;
-                    } else if (e == 'u' && i + 5 < n) {
-                        for (size_t k = i + 2; k < i + 6; k++)
-                            if (!strchr("0123456789abcdefABCDEF", p[k]) || p[k] == 0)
-                                return "bad \\u escape";
-                        i += 6;
-                    } else {
-                        return "bad escape";
-                    }
-                } else if (c >= 0x80) {
-                    size_t l = ls_trace_utf8_len(p + i, n - i);
-                    if (l == 0) return "invalid UTF-8";
-                    i += l;
-                } else {
-                    i++;
-                }
-            }
-            i++;
-        } else if (c == '-' || (c >= '0' && c <= '9')) {
-#define DIGIT(j) ((j) < n && p[j] >= '0' && p[j] <= '9')
-            size_t j = i + (c == '-');
-            if (!DIGIT(j)) return "bad number";
-            if (p[j] == '0') j++;
-            else while (DIGIT(j)) j++;
-            if (j < n && p[j] == '.') {
-                j++;
-                if (!DIGIT(j)) return "bad number";
-                while (DIGIT(j)) j++;
-            }
-            if (j < n && (p[j] == 'e' || p[j] == 'E')) {
-                j++;
-                if (j < n && (p[j] == '+' || p[j] == '-')) j++;
-                if (!DIGIT(j)) return "bad number";
-                while (DIGIT(j)) j++;
-            }
-            if (j < n && (DIGIT(j) || p[j] == '.' || p[j] == '+' || p[j] == '-' || p[j] == 'e' ||
-                          p[j] == 'E' || (p[j] >= 'a' && p[j] <= 'z') || (p[j] >= 'A' && p[j] <= 'Z')))
-                return "bad number";
-#undef DIGIT
-            i = j;
-        } else {
-            size_t k = 0;
-            while (k < 3 && LITS[k][0] != (char)c) k++;
-            if (k == 3) return "unexpected character";
-            size_t l = strlen(LITS[k]);
-            if (n - i < l || memcmp(p + i, LITS[k], l) != 0) return "bad literal";
-            i += l;
-            if (i < n && ((p[i] >= 'a' && p[i] <= 'z') || (p[i] >= 'A' && p[i] <= 'Z') ||
-                          (p[i] >= '0' && p[i] <= '9')))
-                return "bad literal";
-        }
-    }
-    return NULL;
-}
-
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/* The first key repeated within one object anywhere in v, or NULL. */
-static const char *repeated_key(const cJSON *v) {
-    if (!cJSON_IsObject(v) && !cJSON_IsArray(v)) return NULL;
-    size_t n = 0;
-    for (const cJSON *c = v->child; c; c = c->next) {
-        const char *k = repeated_key(c);
-        if (k) return k;
-        n++;
-    }
-    if (!cJSON_IsObject(v) || n < 2) return NULL;
-    if (n <= 16) {
-        for (const cJSON *c = v->child; c; c = c->next)
-            for (const cJSON *d = c->next; d; d = d->next)
-                if (c->string[0] == d->string[0] && strcmp(c->string, d->string) == 0) return c->string;
-        return NULL;
-    }
-    const char **keys = malloc(n * sizeof *keys);
-    if (keys == NULL) return NULL;
-    size_t i = 0;
-    for (const cJSON *c = v->child; c; c = c->next) keys[i++] = c->string;
-    qsort(keys, n, sizeof *keys, cmp_str);
-    const char *dup = NULL;
-    for (i = 1; i < n && !dup; i++)
-        if (strcmp(keys[i - 1], keys[i]) == 0) dup = keys[i];
-    free(keys);
-    return dup;
 }
 
 /* Parses one line strictly; NULL (after a diagnostic of `code`) if it is not
@@ -504,7 +164,7 @@ static const char *repeated_key(const cJSON *v) {
 static cJSON *parse_line(ls_trace_reader *r, char *p, size_t n, const loc *at,
                          ls_trace_diag_code code, const char *what) {
     size_t col = 0;
-    const char *why = lex_json((const unsigned char *)p, n, &col);
+    const char *why = ls_trace_lex_json((const unsigned char *)p, n, &col);
     cJSON *j = NULL;
     if (why == NULL) {
         const char *endp = NULL;
@@ -520,7 +180,7 @@ static cJSON *parse_line(ls_trace_reader *r, char *p, size_t n, const loc *at,
             } else if (!cJSON_IsObject(j)) {
                 why = "not a JSON object";
             } else {
-                const char *k = repeated_key(j);
+                const char *k = ls_trace_lex_repeated_key(j);
                 if (k) {
                     diag(r, code, at, r->rep.last_seq, -1, -1, "line %lld: %skey \"%.60s\" repeats",
                          (long long)at->line, what, k);
@@ -875,7 +535,7 @@ ls_status ls_trace_reader_next(ls_trace_reader *r, const ls_trace_event **ev) {
     cJSON_Delete(r->cur);
     r->cur = NULL;
     if (r->rep.end != LS_TRACE_END_NONE) return LS_OK;
-    if (!r->detected && !r->stop) detect(r);
+    if (!r->detected && !r->stop) ls_trace_reader_detect(r);
     size_t nl;
     while (next_line(r, &nl))
         if (process_line(r, nl)) {

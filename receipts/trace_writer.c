@@ -4,12 +4,13 @@
  * Every event is built directly at the end of the text buffer between
  * begin_event() and end_event(); a refusal found while building rolls the
  * buffer back to where the event started, so a refused event leaves no
- * trace and consumes no seq. */
+ * trace and consumes no seq.  The text itself (buffer, number and string
+ * formatting, cJSON values) is built by trace_json.c, the header line by
+ * trace_header.c. */
 #include "receipts/trace_writer.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <locale.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -21,12 +22,14 @@
 
 #include <zstd.h>
 
+#include "receipts/trace_header.h"
+#include "receipts/trace_json.h"
+
 #define DEFAULT_FLUSH_BYTES ((size_t)1 << 20)
 /* Frames stay small enough (flush_bytes + one line <= 3 MiB) for the reader
  * to hold a whole frame until its checksum verifies (trace_reader.h). */
 #define MAX_FLUSH_BYTES ((size_t)2 << 20)
 #define DEFAULT_LEVEL 3
-#define MAX_JSON_DEPTH 512
 
 struct ls_trace_writer {
     pthread_mutex_t mu;
@@ -36,12 +39,8 @@ struct ls_trace_writer {
     ZSTD_CCtx *cctx;
     char *zbuf;              /* compressed output of one flush */
     size_t zcap;
-    char *buf;               /* pending text */
-    size_t len, cap;
+    ls_trace_json_buf text;  /* pending text; the event being built starts at text.mark */
     size_t flush_bytes;
-    size_t mark;             /* where the event being built starts */
-    bool overflow;           /* the event being built passed LS_TRACE_MAX_LINE */
-    bool nomem;              /* growing the buffer failed while building */
     int64_t rank;
     int64_t seq;             /* next seq */
     int64_t t0_ns;           /* CLOCK_MONOTONIC at open */
@@ -49,7 +48,6 @@ struct ls_trace_writer {
     int64_t pending_ts;
     bool complete;           /* rank_complete written */
     ls_status sticky;        /* first I/O or compression failure */
-    locale_t c_locale;
     char **groups;           /* header group names, for collective.group */
     size_t n_groups;
     char err[320];
@@ -79,115 +77,6 @@ static bool ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), m = strlen(suffix);
     return n >= m && strcmp(s + n - m, suffix) == 0;
 }
-
-/* Grows buf so that `extra` more bytes fit; false (and w->nomem or
- * w->overflow set) when the event would pass the line cap or memory ran out. */
-static bool reserve(ls_trace_writer *w, size_t extra) {
-    if (w->overflow || w->nomem) return false;
-    if (w->len - w->mark + extra > LS_TRACE_MAX_LINE) {
-        w->overflow = true;
-        return false;
-    }
-    if (w->len + extra <= w->cap) return true;
-    size_t ncap = w->cap ? w->cap : 4096;
-    while (ncap < w->len + extra) ncap *= 2;
-    char *nb = realloc(w->buf, ncap);
-    if (nb == NULL) {
-        w->nomem = true;
-        return false;
-    }
-    w->buf = nb;
-    w->cap = ncap;
-    return true;
-}
-
-static void put_raw(ls_trace_writer *w, const char *s, size_t n) {
-    if (!reserve(w, n)) return;
-    memcpy(w->buf + w->len, s, n);
-    w->len += n;
-}
-
-static void put_lit(ls_trace_writer *w, const char *s) { put_raw(w, s, strlen(s)); }
-
-static void put_i64(ls_trace_writer *w, int64_t v) {
-    char tmp[24];
-    size_t n = 0;
-    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-    do {
-        tmp[sizeof tmp - 1 - n++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    if (v < 0) tmp[sizeof tmp - 1 - n++] = '-';
-    put_raw(w, tmp + sizeof tmp - n, n);
-}
-
-/* Finite doubles only (callers check): %.15g when strtod reads that back
- * exactly (short text for "round" values such as 0.1 or 3e-4), else %.17g
- * (always exact); formatted and parsed in the "C" locale. */
-static void put_f64(ls_trace_writer *w, double v) {
-    char tmp[40];
-    locale_t old = uselocale(w->c_locale);
-    snprintf(tmp, sizeof tmp, "%.15g", v);
-    if (strtod(tmp, NULL) != v) snprintf(tmp, sizeof tmp, "%.17g", v);
-    uselocale(old);
-    put_lit(w, tmp);
-}
-
-/* A JSON string: escapes quotes, backslashes and control characters;
- * invalid UTF-8 bytes become U+FFFD. */
-static void put_str(ls_trace_writer *w, const char *s) {
-    static const char HEX[] = "0123456789abcdef";
-    const unsigned char *p = (const unsigned char *)s;
-    size_t n = strlen(s);
-    put_raw(w, "\"", 1);
-    size_t run = 0; /* bytes copied verbatim since the last escape */
-    for (size_t i = 0; i < n;) {
-        unsigned c = p[i];
-        if (c >= 0x20 && c != '"' && c != '\\' && c < 0x80) {
-            run++;
-            i++;
-            continue;
-        }
-        size_t ul = c >= 0x80 ? ls_trace_utf8_len(p + i, n - i) : 0;
-        if (ul > 0) {
-            run += ul;
-            i += ul;
-            continue;
-        }
-        put_raw(w, (const char *)p + i - run, run);
-        run = 0;
-        char esc[7];
-        switch (c) {
-        case '"': put_raw(w, "\\\"", 2); break;
-        case '\\': put_raw(w, "\\\\", 2); break;
-        case '\n': put_raw(w, "\\n", 2); break;
-        case '\t': put_raw(w, "\\t", 2); break;
-        case '\r': put_raw(w, "\\r", 2); break;
-        default:
-            if (c >= 0x80) {
-                put_raw(w, "\\ufffd", 6);
-            } else {
-                memcpy(esc, "\\u00", 4);
-                esc[4] = HEX[c >> 4];
-                esc[5] = HEX[c & 15];
-                put_raw(w, esc, 6);
-            }
-        }
-        i++;
-    }
-    put_raw(w, (const char *)p + n - run, run);
-    put_raw(w, "\"", 1);
-}
-
-static void key(ls_trace_writer *w, const char *k) {
-    put_raw(w, ",\"", 2);
-    put_lit(w, k);
-    put_raw(w, "\":", 2);
-}
-static void key_i64(ls_trace_writer *w, const char *k, int64_t v) { key(w, k); put_i64(w, v); }
-static void key_f64(ls_trace_writer *w, const char *k, double v) { key(w, k); put_f64(w, v); }
-static void key_str(ls_trace_writer *w, const char *k, const char *v) { key(w, k); put_str(w, v); }
-static void key_bool(ls_trace_writer *w, const char *k, bool v) { key(w, k); put_lit(w, v ? "true" : "false"); }
 
 /* ---- argument checks (set w->err naming the field) ---------------------- */
 
@@ -250,17 +139,17 @@ static ls_status write_all(ls_trace_writer *w, const char *p, size_t n) {
  * Caller holds the lock. */
 static ls_status do_flush(ls_trace_writer *w) {
     if (w->sticky != LS_OK) return w->sticky;
-    if (w->len == 0) return LS_OK;
+    if (w->text.len == 0) return LS_OK;
     ls_status st = LS_OK;
     if (!w->compressed) {
-        st = write_all(w, w->buf, w->len);
+        st = write_all(w, w->text.buf, w->text.len);
     } else {
-        size_t r = ZSTD_CCtx_setPledgedSrcSize(w->cctx, w->len);
+        size_t r = ZSTD_CCtx_setPledgedSrcSize(w->cctx, w->text.len);
         if (ZSTD_isError(r)) {
             seterr(w, "%s: zstd: %s", w->path, ZSTD_getErrorName(r));
             st = LS_ERR_INTERNAL;
         }
-        ZSTD_inBuffer in = {w->buf, w->len, 0};
+        ZSTD_inBuffer in = {w->text.buf, w->text.len, 0};
         while (st == LS_OK) {
             ZSTD_outBuffer out = {w->zbuf, w->zcap, 0};
             r = ZSTD_compressStream2(w->cctx, &out, &in, ZSTD_e_end);
@@ -273,7 +162,7 @@ static ls_status do_flush(ls_trace_writer *w) {
             if (r == 0) break;
         }
     }
-    w->len = 0;
+    w->text.len = 0;
     if (st != LS_OK) w->sticky = st;
     return st;
 }
@@ -295,29 +184,29 @@ static ls_status precheck(ls_trace_writer *w, const char *kind) {
 }
 
 static void begin_event(ls_trace_writer *w, const char *kind) {
-    w->mark = w->len;
-    w->overflow = w->nomem = false;
+    w->text.mark = w->text.len;
+    w->text.overflow = w->text.nomem = false;
     int64_t ts = mono_ns() - w->t0_ns;
     if (ts < w->last_ts) ts = w->last_ts;
     w->pending_ts = ts;
-    put_lit(w, "{\"v\":1,\"rank\":");
-    put_i64(w, w->rank);
-    put_lit(w, ",\"seq\":");
-    put_i64(w, w->seq);
-    put_lit(w, ",\"ts_ns\":");
-    put_i64(w, ts);
-    put_lit(w, ",\"ev\":");
-    put_str(w, kind);
+    ls_trace_json_put_lit(&w->text, "{\"v\":1,\"rank\":");
+    ls_trace_json_put_i64(&w->text, w->rank);
+    ls_trace_json_put_lit(&w->text, ",\"seq\":");
+    ls_trace_json_put_i64(&w->text, w->seq);
+    ls_trace_json_put_lit(&w->text, ",\"ts_ns\":");
+    ls_trace_json_put_i64(&w->text, ts);
+    ls_trace_json_put_lit(&w->text, ",\"ev\":");
+    ls_trace_json_put_str(&w->text, kind);
 }
 
 /* Closes the event: commits it (seq, ts) or rolls it back when it did not
  * fit; flushes when asked or when the buffer passed the threshold. */
 static ls_status end_event(ls_trace_writer *w, bool flush) {
-    put_raw(w, "}\n", 2);
-    if (w->overflow || w->nomem) {
-        w->len = w->mark;
-        bool over = w->overflow;
-        w->overflow = w->nomem = false;
+    ls_trace_json_put_raw(&w->text, "}\n", 2);
+    if (w->text.overflow || w->text.nomem) {
+        w->text.len = w->text.mark;
+        bool over = w->text.overflow;
+        w->text.overflow = w->text.nomem = false;
         if (over) {
             seterr(w, "%s: event %lld longer than %zu bytes refused", w->path, (long long)w->seq,
                    LS_TRACE_MAX_LINE);
@@ -328,7 +217,7 @@ static ls_status end_event(ls_trace_writer *w, bool flush) {
     }
     w->seq++;
     w->last_ts = w->pending_ts;
-    if (flush || w->len >= w->flush_bytes) return do_flush(w);
+    if (flush || w->text.len >= w->flush_bytes) return do_flush(w);
     return LS_OK;
 }
 
@@ -338,89 +227,13 @@ static void writer_free(ls_trace_writer *w) {
     if (w == NULL) return;
     if (w->fd >= 0) close(w->fd);
     ZSTD_freeCCtx(w->cctx);
-    if (w->c_locale != (locale_t)0) freelocale(w->c_locale);
     for (size_t i = 0; i < w->n_groups; i++) free(w->groups[i]);
     free(w->groups);
     free(w->zbuf);
-    free(w->buf);
+    ls_trace_json_buf_free(&w->text);
     free(w->path);
     pthread_mutex_destroy(&w->mu);
     free(w);
-}
-
-/* Header checks; prints the first problem to stderr. */
-static ls_status check_header(const char *path, const ls_trace_header *h, const char *host) {
-    const char *bad = NULL;
-    char tmp[160];
-    if (!ls_trace_is_token(h->run_id)) bad = "run_id must be a non-empty printable ASCII token";
-    else if (h->world < 1) bad = "world must be >= 1";
-    else if (h->rank < 0 || h->rank >= h->world) bad = "rank must be in [0, world)";
-    else if (!ls_trace_is_token(host)) bad = "host must be a non-empty printable ASCII token";
-    else if (h->pid < 0 || h->pid > LS_TRACE_MAX_INT) bad = "pid out of range";
-    else if (h->start_unix_ns < 0) bad = "start_unix_ns must be >= 0";
-    else if (h->n_groups > 0 && h->groups == NULL) bad = "groups is NULL but n_groups > 0";
-    for (size_t g = 0; bad == NULL && g < h->n_groups; g++) {
-        const ls_trace_group *gr = &h->groups[g];
-        if (!ls_trace_is_token(gr->name)) {
-            snprintf(tmp, sizeof tmp, "groups[%zu].name must be a printable ASCII token", g);
-            bad = tmp;
-            break;
-        }
-        for (size_t j = 0; j < g; j++)
-            if (strcmp(h->groups[j].name, gr->name) == 0) {
-                snprintf(tmp, sizeof tmp, "groups[%zu].name \"%s\" repeats groups[%zu]", g, gr->name, j);
-                bad = tmp;
-            }
-        if (bad == NULL && (gr->n_members == 0 || gr->members == NULL)) {
-            snprintf(tmp, sizeof tmp, "groups[%zu] (\"%s\") has no members", g, gr->name);
-            bad = tmp;
-        }
-        for (size_t m = 0; bad == NULL && m < gr->n_members; m++) {
-            if (gr->members[m] < 0 || gr->members[m] >= h->world) {
-                snprintf(tmp, sizeof tmp, "groups[%zu].members[%zu] = %d is not a rank of world %d", g,
-                         m, (int)gr->members[m], (int)h->world);
-                bad = tmp;
-            }
-            for (size_t j = 0; bad == NULL && j < m; j++)
-                if (gr->members[j] == gr->members[m]) {
-                    snprintf(tmp, sizeof tmp, "groups[%zu].members[%zu] repeats rank %d", g, m,
-                             (int)gr->members[m]);
-                    bad = tmp;
-                }
-        }
-    }
-    if (bad) {
-        fprintf(stderr, "%s: trace header: %s\n", path, bad);
-        return LS_ERR_ARG;
-    }
-    return LS_OK;
-}
-
-static void put_header(ls_trace_writer *w, const ls_trace_header *h, const char *host, int64_t pid,
-                       int64_t start_ns) {
-    w->mark = w->len;
-    put_lit(w, "{\"v\":1,\"kind\":\"" LS_TRACE_HEADER_KIND "\",\"schema\":\"" LS_TRACE_HEADER_SCHEMA "\"");
-    key_str(w, "run_id", h->run_id);
-    key_i64(w, "rank", h->rank);
-    key_i64(w, "world", h->world);
-    key_str(w, "host", host);
-    key_i64(w, "pid", pid);
-    key_i64(w, "start_unix_ns", start_ns);
-    key(w, "groups");
-    put_raw(w, "[", 1);
-    for (size_t g = 0; g < h->n_groups; g++) {
-        put_lit(w, g ? ",{\"name\":" : "{\"name\":");
-        put_str(w, h->groups[g].name);
-        put_lit(w, ",\"members\":[");
-        for (size_t m = 0; m < h->groups[g].n_members; m++) {
-            if (m) put_raw(w, ",", 1);
-            put_i64(w, h->groups[g].members[m]);
-        }
-        put_lit(w, "]}");
-    }
-    put_raw(w, "]", 1);
-    key_str(w, "tool", h->tool ? h->tool : "longstraw");
-    put_raw(w, "}\n", 2);
 }
 
 ls_status ls_trace_writer_open(ls_trace_writer **out, const char *path, const ls_trace_header *header) {
@@ -447,7 +260,7 @@ ls_status ls_trace_writer_open_opts(ls_trace_writer **out, const char *path,
         hostbuf[sizeof hostbuf - 1] = '\0';
         host = hostbuf;
     }
-    ls_status st = check_header(path, h, host);
+    ls_status st = ls_trace_header_check(path, h, host);
     if (st != LS_OK) return st;
     int64_t pid = h->pid ? h->pid : (int64_t)getpid();
     int64_t start_ns = h->start_unix_ns;
@@ -465,10 +278,10 @@ ls_status ls_trace_writer_open_opts(ls_trace_writer **out, const char *path,
     w->flush_bytes = flush_bytes;
     w->compressed = ends_with(path, ".zst");
     w->path = strdup(path);
-    w->c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+    bool text_ok = ls_trace_json_buf_init(&w->text);
     w->groups = h->n_groups ? calloc(h->n_groups, sizeof *w->groups) : NULL;
     st = LS_ERR_NOMEM;
-    if (w->path == NULL || w->c_locale == (locale_t)0 || (h->n_groups && w->groups == NULL)) goto cleanup;
+    if (w->path == NULL || !text_ok || (h->n_groups && w->groups == NULL)) goto cleanup;
     for (; w->n_groups < h->n_groups; w->n_groups++)
         if ((w->groups[w->n_groups] = strdup(h->groups[w->n_groups].name)) == NULL) goto cleanup;
     if (w->compressed) {
@@ -491,10 +304,11 @@ ls_status ls_trace_writer_open_opts(ls_trace_writer **out, const char *path,
         goto cleanup;
     }
     w->t0_ns = mono_ns();
-    put_header(w, h, host, pid, start_ns);
-    if (w->overflow || w->nomem) {
-        fprintf(stderr, "%s: trace header %s\n", path, w->overflow ? "longer than 1 MiB" : "out of memory");
-        st = w->overflow ? LS_ERR_ARG : LS_ERR_NOMEM;
+    ls_trace_header_put(&w->text, h, host, pid, start_ns);
+    if (w->text.overflow || w->text.nomem) {
+        fprintf(stderr, "%s: trace header %s\n", path,
+                w->text.overflow ? "longer than 1 MiB" : "out of memory");
+        st = w->text.overflow ? LS_ERR_ARG : LS_ERR_NOMEM;
         goto cleanup;
     }
     st = do_flush(w);
@@ -564,8 +378,8 @@ static ls_status phase_begin_locked(ls_trace_writer *w, const char *phase, int64
     if (st == LS_OK) st = chk_int(w, "phase_begin", "step", step, 0);
     if (st != LS_OK) return st;
     begin_event(w, "phase_begin");
-    key_str(w, "phase", phase);
-    key_i64(w, "step", step);
+    ls_trace_json_put_key_str(&w->text, "phase", phase);
+    ls_trace_json_put_key_i64(&w->text, "step", step);
     return end_event(w, true);
 }
 
@@ -580,10 +394,10 @@ static ls_status phase_end_locked(ls_trace_writer *w, const char *phase, int64_t
     if (st == LS_OK) st = chk_int(w, "phase_end", "wall_ns", wall_ns, 0);
     if (st != LS_OK) return st;
     begin_event(w, "phase_end");
-    key_str(w, "phase", phase);
-    key_i64(w, "step", step);
-    key_i64(w, "wall_ns", wall_ns);
-    key_bool(w, "ok", ok);
+    ls_trace_json_put_key_str(&w->text, "phase", phase);
+    ls_trace_json_put_key_i64(&w->text, "step", step);
+    ls_trace_json_put_key_i64(&w->text, "wall_ns", wall_ns);
+    ls_trace_json_put_key_bool(&w->text, "ok", ok);
     return end_event(w, true);
 }
 
@@ -611,17 +425,17 @@ static ls_status layer_end_locked(ls_trace_writer *w, const ls_trace_layer_end *
     if (st == LS_OK) st = chk_int(w, K, "wall_ns", e->wall_ns, 0);
     if (st != LS_OK) return st;
     begin_event(w, K);
-    key_str(w, "phase", e->phase);
-    key_i64(w, "step", e->step);
-    key_i64(w, "member", e->member);
-    key_i64(w, "layer", e->layer);
-    key_str(w, "kind", ls_trace_layer_kind_name(e->kind));
-    key_str(w, "dir", ls_trace_dir_name(e->dir));
-    key_i64(w, "tokens", e->tokens);
-    key_i64(w, "live_bytes", e->live_bytes);
-    key_i64(w, "peak_bytes", e->peak_bytes);
-    key_i64(w, "wall_ns", e->wall_ns);
-    key_f64(w, "out_norm", e->out_norm);
+    ls_trace_json_put_key_str(&w->text, "phase", e->phase);
+    ls_trace_json_put_key_i64(&w->text, "step", e->step);
+    ls_trace_json_put_key_i64(&w->text, "member", e->member);
+    ls_trace_json_put_key_i64(&w->text, "layer", e->layer);
+    ls_trace_json_put_key_str(&w->text, "kind", ls_trace_layer_kind_name(e->kind));
+    ls_trace_json_put_key_str(&w->text, "dir", ls_trace_dir_name(e->dir));
+    ls_trace_json_put_key_i64(&w->text, "tokens", e->tokens);
+    ls_trace_json_put_key_i64(&w->text, "live_bytes", e->live_bytes);
+    ls_trace_json_put_key_i64(&w->text, "peak_bytes", e->peak_bytes);
+    ls_trace_json_put_key_i64(&w->text, "wall_ns", e->wall_ns);
+    ls_trace_json_put_key_f64(&w->text, "out_norm", e->out_norm);
     return end_event(w, false);
 }
 
@@ -654,15 +468,15 @@ static ls_status collective_locked(ls_trace_writer *w, const ls_trace_collective
     if (st == LS_OK && c->has_layer) st = chk_int(w, K, "layer", c->layer, -1);
     if (st != LS_OK) return st;
     begin_event(w, K);
-    key_str(w, "group", c->group);
-    key_i64(w, "gseq", c->gseq);
-    key_str(w, "op", ls_trace_op_name(c->op));
-    key_str(w, "red", ls_trace_red_name(c->red));
-    key_i64(w, "count", c->count);
-    key_str(w, "dtype", ls_trace_dtype_name(c->dtype));
-    key_i64(w, "bytes", c->bytes);
-    key_str(w, "purpose", c->purpose);
-    if (c->has_layer) key_i64(w, "layer", c->layer);
+    ls_trace_json_put_key_str(&w->text, "group", c->group);
+    ls_trace_json_put_key_i64(&w->text, "gseq", c->gseq);
+    ls_trace_json_put_key_str(&w->text, "op", ls_trace_op_name(c->op));
+    ls_trace_json_put_key_str(&w->text, "red", ls_trace_red_name(c->red));
+    ls_trace_json_put_key_i64(&w->text, "count", c->count);
+    ls_trace_json_put_key_str(&w->text, "dtype", ls_trace_dtype_name(c->dtype));
+    ls_trace_json_put_key_i64(&w->text, "bytes", c->bytes);
+    ls_trace_json_put_key_str(&w->text, "purpose", c->purpose);
+    if (c->has_layer) ls_trace_json_put_key_i64(&w->text, "layer", c->layer);
     return end_event(w, false);
 }
 
@@ -679,10 +493,10 @@ static ls_status optimizer_locked(ls_trace_writer *w, int64_t step, int64_t n_pa
     if (st == LS_OK) st = chk_int(w, K, "n_params", n_params, 0);
     if (st != LS_OK) return st;
     begin_event(w, K);
-    key_i64(w, "step", step);
-    key_i64(w, "n_params", n_params);
-    key_f64(w, "lr", lr);
-    key_f64(w, "grad_norm", grad_norm);
+    ls_trace_json_put_key_i64(&w->text, "step", step);
+    ls_trace_json_put_key_i64(&w->text, "n_params", n_params);
+    ls_trace_json_put_key_f64(&w->text, "lr", lr);
+    ls_trace_json_put_key_f64(&w->text, "grad_norm", grad_norm);
     return end_event(w, false);
 }
 
@@ -709,9 +523,9 @@ static ls_status digest_locked(ls_trace_writer *w, int64_t step, const char *tar
     }
     hex[64] = '\0';
     begin_event(w, K);
-    key_i64(w, "step", step);
-    key_str(w, "target", target);
-    key_str(w, "sha256", hex);
+    ls_trace_json_put_key_i64(&w->text, "step", step);
+    ls_trace_json_put_key_str(&w->text, "target", target);
+    ls_trace_json_put_key_str(&w->text, "sha256", hex);
     return end_event(w, false);
 }
 
@@ -744,23 +558,23 @@ static ls_status memory_locked(ls_trace_writer *w, const ls_trace_memory *m) {
     }
     if (st != LS_OK) return st;
     begin_event(w, K);
-    key_i64(w, "step", m->step);
-    key_str(w, "phase", m->phase);
-    key(w, "categories");
-    put_raw(w, "{", 1);
+    ls_trace_json_put_key_i64(&w->text, "step", m->step);
+    ls_trace_json_put_key_str(&w->text, "phase", m->phase);
+    ls_trace_json_put_key(&w->text, "categories");
+    ls_trace_json_put_raw(&w->text, "{", 1);
     for (size_t i = 0; i < m->n_categories; i++) {
-        if (i) put_raw(w, ",", 1);
-        put_str(w, m->categories[i].name);
-        put_lit(w, ":{\"live\":");
-        put_i64(w, m->categories[i].live);
-        put_lit(w, ",\"peak\":");
-        put_i64(w, m->categories[i].peak);
-        put_raw(w, "}", 1);
+        if (i) ls_trace_json_put_raw(&w->text, ",", 1);
+        ls_trace_json_put_str(&w->text, m->categories[i].name);
+        ls_trace_json_put_lit(&w->text, ":{\"live\":");
+        ls_trace_json_put_i64(&w->text, m->categories[i].live);
+        ls_trace_json_put_lit(&w->text, ",\"peak\":");
+        ls_trace_json_put_i64(&w->text, m->categories[i].peak);
+        ls_trace_json_put_raw(&w->text, "}", 1);
     }
-    put_raw(w, "}", 1);
-    key_i64(w, "total_live", m->total_live);
-    key_i64(w, "total_peak", m->total_peak);
-    key_i64(w, "rss_peak", m->rss_peak);
+    ls_trace_json_put_raw(&w->text, "}", 1);
+    ls_trace_json_put_key_i64(&w->text, "total_live", m->total_live);
+    ls_trace_json_put_key_i64(&w->text, "total_peak", m->total_peak);
+    ls_trace_json_put_key_i64(&w->text, "rss_peak", m->rss_peak);
     return end_event(w, false);
 }
 
@@ -772,9 +586,9 @@ static ls_status error_locked(ls_trace_writer *w, ls_status code, const char *me
     ls_status st = chk_int(w, "error", "code", (int64_t)code, 0);
     if (st != LS_OK) return st;
     begin_event(w, "error");
-    key_i64(w, "code", (int64_t)code);
-    key_str(w, "status", ls_status_str(code));
-    key_str(w, "message", message ? message : "");
+    ls_trace_json_put_key_i64(&w->text, "code", (int64_t)code);
+    ls_trace_json_put_key_str(&w->text, "status", ls_status_str(code));
+    ls_trace_json_put_key_str(&w->text, "message", message ? message : "");
     return end_event(w, true);
 }
 
@@ -786,8 +600,8 @@ static ls_status complete_locked(ls_trace_writer *w, int64_t steps) {
     ls_status st = chk_int(w, "rank_complete", "steps", steps, 0);
     if (st != LS_OK) return st;
     begin_event(w, "rank_complete");
-    key_i64(w, "steps", steps);
-    key_i64(w, "events", w->seq);
+    ls_trace_json_put_key_i64(&w->text, "steps", steps);
+    ls_trace_json_put_key_i64(&w->text, "events", w->seq);
     st = end_event(w, true);
     if (st == LS_OK) w->complete = true;
     return st;
@@ -799,74 +613,6 @@ ls_status ls_trace_emit_rank_complete(ls_trace_writer *w, int64_t steps) {
 
 /* ---- generic emitter ------------------------------------------------------ */
 
-/* Checks a borrowed cJSON value before writing: finite numbers, no raw
- * items, no repeated keys, bounded depth.  `where` names the field. */
-static ls_status chk_json(ls_trace_writer *w, const char *kind, const char *where, const cJSON *v,
-                          int depth) {
-    if (depth > MAX_JSON_DEPTH) {
-        seterr(w, "%s.%s: nested deeper than %d", kind, where, MAX_JSON_DEPTH);
-        return LS_ERR_ARG;
-    }
-    if (cJSON_IsNumber(v)) {
-        if (isfinite(v->valuedouble)) return LS_OK;
-        seterr(w, "%s.%s: non-finite value refused", kind, where);
-        return LS_ERR_NONFINITE;
-    }
-    if (cJSON_IsRaw(v) || cJSON_IsInvalid(v)) {
-        seterr(w, "%s.%s: raw or invalid cJSON item refused", kind, where);
-        return LS_ERR_ARG;
-    }
-    if (cJSON_IsString(v) && v->valuestring == NULL) {
-        seterr(w, "%s.%s: string without value", kind, where);
-        return LS_ERR_ARG;
-    }
-    bool obj = cJSON_IsObject(v);
-    for (const cJSON *c = (obj || cJSON_IsArray(v)) ? v->child : NULL; c; c = c->next) {
-        if (obj) {
-            if (c->string == NULL) {
-                seterr(w, "%s.%s: object member without a key", kind, where);
-                return LS_ERR_ARG;
-            }
-            for (const cJSON *d = v->child; d != c; d = d->next)
-                if (strcmp(d->string, c->string) == 0) {
-                    seterr(w, "%s.%s: key \"%s\" repeats", kind, where, c->string);
-                    return LS_ERR_ARG;
-                }
-        }
-        ls_status st = chk_json(w, kind, obj ? c->string : where, c, depth + 1);
-        if (st != LS_OK) return st;
-    }
-    return LS_OK;
-}
-
-static void put_json(ls_trace_writer *w, const cJSON *v) {
-    if (cJSON_IsNumber(v)) {
-        double d = v->valuedouble;
-        if (d == floor(d) && fabs(d) <= (double)LS_TRACE_MAX_INT) put_i64(w, (int64_t)d);
-        else put_f64(w, d);
-    } else if (cJSON_IsString(v)) {
-        put_str(w, v->valuestring);
-    } else if (cJSON_IsTrue(v)) {
-        put_lit(w, "true");
-    } else if (cJSON_IsFalse(v)) {
-        put_lit(w, "false");
-    } else if (cJSON_IsNull(v)) {
-        put_lit(w, "null");
-    } else {
-        bool obj = cJSON_IsObject(v);
-        put_raw(w, obj ? "{" : "[", 1);
-        for (const cJSON *c = v->child; c; c = c->next) {
-            if (c != v->child) put_raw(w, ",", 1);
-            if (obj) {
-                put_str(w, c->string);
-                put_raw(w, ":", 1);
-            }
-            put_json(w, c);
-        }
-        put_raw(w, obj ? "}" : "]", 1);
-    }
-}
-
 static ls_status json_locked(ls_trace_writer *w, const char *kind, const cJSON *fields) {
     static const char *const ENVELOPE[] = {"v", "rank", "seq", "ts_ns", "ev"};
     if (!ls_trace_is_ident(kind)) {
@@ -877,7 +623,8 @@ static ls_status json_locked(ls_trace_writer *w, const char *kind, const cJSON *
         seterr(w, "%s: fields must be a JSON object", kind);
         return LS_ERR_ARG;
     }
-    ls_status st = fields ? chk_json(w, kind, "(fields)", fields, 1) : LS_OK;
+    ls_status st =
+        fields ? ls_trace_json_check_value(fields, kind, "(fields)", w->err, sizeof w->err) : LS_OK;
     if (st != LS_OK) return st;
     for (const cJSON *c = fields ? fields->child : NULL; c; c = c->next)
         for (size_t i = 0; i < sizeof ENVELOPE / sizeof ENVELOPE[0]; i++)
@@ -915,10 +662,10 @@ static ls_status json_locked(ls_trace_writer *w, const char *kind, const cJSON *
     }
     begin_event(w, kind);
     for (const cJSON *c = fields ? fields->child : NULL; c; c = c->next) {
-        put_raw(w, ",", 1);
-        put_str(w, c->string);
-        put_raw(w, ":", 1);
-        put_json(w, c);
+        ls_trace_json_put_raw(&w->text, ",", 1);
+        ls_trace_json_put_str(&w->text, c->string);
+        ls_trace_json_put_raw(&w->text, ":", 1);
+        ls_trace_json_put_value(&w->text, c);
     }
     bool flush = k == LS_TRACE_PHASE_BEGIN || k == LS_TRACE_PHASE_END || k == LS_TRACE_ERROR ||
                  k == LS_TRACE_RANK_COMPLETE;

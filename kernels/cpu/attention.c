@@ -1,6 +1,8 @@
 /* attention.c - CPU softmax attention over one block of keys (forward with
- * log-normaliser, backward given the global output and log-normaliser) and
- * the partial-attention merge (kernels/attention.h, MODEL.md §0).
+ * log-normaliser, backward given the global output and log-normaliser;
+ * kernels/attention.h, MODEL.md §0).  The softmax rows of the GEMM path are
+ * in attention_rows.c, the partial-attention merge in attention_merge.c;
+ * what they share is in attention_internal.h.
  *
  * Two paths compute the same function.
  *
@@ -41,19 +43,16 @@
 #include <omp.h>
 #endif
 
+#include "kernels/cpu/attention_internal.h"
+
 #if LS_REAL_IS_F64
-#define R_EXP exp
-#define R_LOG log
 #define GEMM cblas_dgemm
 #else
-#define R_EXP expf
-#define R_LOG logf
 #define GEMM cblas_sgemm
 #endif
 
 #define QT 16 /* scalar path: queries per tile */
 #define KT 64 /* scalar path: keys per tile */
-#define PAR_MIN 131072 /* Tq Tk H hd below which one thread does the work */
 
 #define GK 64 /* GEMM path: keys per tile (at most) */
 #define GQ 64 /* GEMM path: query tokens per tile (at most) */
@@ -81,21 +80,6 @@ static void axpy(ls_real *y, ls_real a, const ls_real *x, size_t n)
     for (size_t i = 0; i < n; i++) {
         y[i] += a * x[i];
     }
-}
-
-/* Number of keys among [s0, s0 + nk) visible to query t (a prefix). */
-static size_t visible(size_t t, size_t s0, size_t nk, int64_t q_pos0, int64_t k_pos0,
-                      int causal)
-{
-    if (!causal) {
-        return nk;
-    }
-    /* key s visible iff s <= q_pos0 + t - k_pos0 */
-    int64_t last = q_pos0 + (int64_t)t - k_pos0 - (int64_t)s0;
-    if (last < 0) {
-        return 0;
-    }
-    return (uint64_t)last + 1 < nk ? (size_t)last + 1 : nk;
 }
 
 /* Keys [0, end) of the block are the only ones any query in [0, t1) sees. */
@@ -126,144 +110,6 @@ static void gemm(int ta, int tb, size_t M, size_t N, size_t K, ls_real alpha, co
     GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M,
          (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }
-
-/* The elementwise loops of the GEMM path (softmax and its gradient between
- * the GEMMs) are written once as always-inline bodies and compiled twice on
- * x86-64: for the baseline ISA and for AVX2 with FMA, picked at run time.
- * The bodies take fma as a constant: 1 only in the AVX2 clone. */
-#if defined(__x86_64__) && defined(__GNUC__)
-#define AVX2_CLONES 1
-#define INLINE_BODY static inline __attribute__((always_inline))
-#define TARGET_AVX2 __attribute__((target("avx2,fma")))
-static int cpu_has_avx2(void)
-{
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
-#else
-#define INLINE_BODY static inline
-#endif
-
-#if LS_REAL_IS_F64
-typedef int64_t real_bits;
-typedef uint64_t real_ubits;
-#else
-typedef int32_t real_bits;
-typedef uint32_t real_ubits;
-#endif
-
-/* A real's bits as a signed integer with the same order (negative values
- * have their magnitude bits flipped); its own inverse.  Integer selects
- * vectorise where GCC keeps float ones as branches (-ftrapping-math). */
-INLINE_BODY real_bits order_key(real_bits b)
-{
-    return b ^ (real_bits)((real_ubits) - (real_ubits)(b < 0) >> 1);
-}
-
-#define LANES 8 /* independent accumulators of the row reductions (as written below) */
-
-/* max(m, p[0..n)).  NaNs order beyond the infinities by their sign bit, so
- * the result may be a NaN or ignore one; exp_shift passes NaN on either way. */
-INLINE_BODY ls_real row_max(const ls_real *p, size_t n, ls_real m)
-{
-    real_bits km, acc[LANES];
-    memcpy(&km, &m, sizeof km);
-    km = order_key(km);
-    for (size_t i = 0; i < LANES; i++) {
-        acc[i] = km;
-    }
-    size_t j = 0;
-    for (; j + LANES <= n; j += LANES) {
-#pragma omp simd
-        for (size_t i = 0; i < LANES; i++) {
-            real_bits b;
-            memcpy(&b, p + j + i, sizeof b);
-            b = order_key(b);
-            acc[i] = b > acc[i] ? b : acc[i];
-        }
-    }
-    for (; j < n; j++) {
-        real_bits b;
-        memcpy(&b, p + j, sizeof b);
-        b = order_key(b);
-        acc[0] = b > acc[0] ? b : acc[0];
-    }
-#define MAX2(a, b) ((b) > (a) ? (b) : (a))
-    km = MAX2(MAX2(MAX2(acc[0], acc[4]), MAX2(acc[2], acc[6])),
-              MAX2(MAX2(acc[1], acc[5]), MAX2(acc[3], acc[7])));
-#undef MAX2
-    km = order_key(km);
-    memcpy(&m, &km, sizeof m);
-    return m;
-}
-
-#if LS_REAL_IS_F64
-/* p[j] = exp(p[j] - m) for j < n; returns their sum. */
-INLINE_BODY ls_real exp_shift(ls_real *p, size_t n, ls_real m, int fma)
-{
-    (void)fma;
-    ls_real sum = 0;
-    for (size_t j = 0; j < n; j++) {
-        p[j] = R_EXP(p[j] - m);
-        sum += p[j];
-    }
-    return sum;
-}
-#else
-/* exp(x) within 1e-7 relative for x in [-87, 88] (clamped outside; NaN and
- * +-inf give NaN).  Range reduction x = n ln2 + r, |r| <= ln2/2, a degree-7
- * Taylor polynomial, 2^n built in the exponent bits.  libm's expf does not
- * vectorise; this does (integer selects, as in order_key). */
-INLINE_BODY float exp_approx(float x, int fma)
-{
-    uint32_t ux;
-    memcpy(&ux, &x, sizeof ux);
-    int32_t sx = (int32_t)ux; /* positive floats: the bits grow with the value */
-    sx = sx < 0x42B00000 ? sx : 0x42B00000; /* x <= 88 */
-    uint32_t uc = (uint32_t)sx; /* negative floats: the bits grow with |x| */
-    uc = uc < 0xC2AE0000u ? uc : 0xC2AE0000u; /* x >= -87 */
-    float xc;
-    memcpy(&xc, &uc, sizeof xc);
-    const float shift = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
-    const float n = xc * 1.44269504f + shift;
-    const float nn = n - shift;
-    const float r = (xc - nn * 0.693145751953125f) - nn * 1.428606765330187e-06f;
-#define MADD(a, b, c) (fma ? fmaf(a, b, c) : (a) * (b) + (c))
-    float p = 1.0f / 5040;
-    p = MADD(p, r, 1.0f / 720);
-    p = MADD(p, r, 1.0f / 120);
-    p = MADD(p, r, 1.0f / 24);
-    p = MADD(p, r, 1.0f / 6);
-    p = MADD(p, r, 0.5f);
-    p = MADD(p, r, 1.0f);
-    p = MADD(p, r, 1.0f);
-#undef MADD
-    int32_t e;
-    memcpy(&e, &n, sizeof e); /* low bits: n + 2^22 */
-    e = (e - 0x4B400000 + 127) * (1 << 23);
-    float s;
-    memcpy(&s, &e, sizeof s);
-    return p * s + (x - x); /* x - x: 0, or NaN for NaN and inf */
-}
-
-/* p[j] = exp(p[j] - m) for j < n; returns their sum. */
-INLINE_BODY ls_real exp_shift(ls_real *p, size_t n, ls_real m, int fma)
-{
-    ls_real acc[LANES] = {0};
-    size_t j = 0;
-    for (; j + LANES <= n; j += LANES) {
-#pragma omp simd
-        for (size_t i = 0; i < LANES; i++) {
-            p[j + i] = exp_approx(p[j + i] - m, fma);
-            acc[i] += p[j + i];
-        }
-    }
-    for (; j < n; j++) {
-        p[j] = exp_approx(p[j] - m, fma);
-        acc[0] += p[j];
-    }
-    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
-}
-#endif
 
 /* --------------------------------------------------------- scalar path */
 
@@ -408,17 +254,6 @@ static void dkv_scalar(ls_real *dk, ls_real *dv, const ls_real *do_, const ls_re
 
 /* ----------------------------------------------------------- GEMM path */
 
-/* One call's shapes and its tiling. */
-typedef struct {
-    size_t Tq, Tk, H, Hkv, hd, grp;
-    int64_t q_pos0, k_pos0;
-    int causal;
-    ls_real tau;
-    size_t nq; /* query tokens per tile: R = nq grp rows */
-    size_t nk; /* keys per tile */
-    size_t nqt, nkt; /* tile counts */
-} plan;
-
 /* Fills the tiling; 0 where the scalar path should run instead (a few
  * queries or keys, or shapes whose smallest tiles break the GEMM bound). */
 static int plan_tiles(plan *pl)
@@ -471,125 +306,6 @@ static void gather(ls_real *X, const ls_real *x, const plan *pl, size_t kh, size
     }
 }
 
-/* A (query tile, key tile) pair: queries from t0, keys [s0, s0 + nkt); rows
- * [r0, R) of the query tile see some of the keys, all within the first nc. */
-typedef struct {
-    size_t t0, s0, nkt, r0, R, nc;
-} pair_span;
-
-/* Online-softmax step of a forward pair: S (row r at (r - r0) nc) holds
- * tau q.k; becomes P = exp(S - m) with the masked keys 0, where the running
- * max mx[r] becomes m; the running sum l[r] and the output accumulator O
- * (row r at r hd) are rescaled to m and l takes the new terms. */
-INLINE_BODY void fwd_rows_body(const plan *pl, const pair_span *g, ls_real *S, ls_real *O,
-                               ls_real *mx, ls_real *l, int fma)
-{
-    const size_t nc = g->nc, hd = pl->hd;
-    for (size_t r = g->r0; r < g->R; r++) {
-        ls_real *z = S + (r - g->r0) * nc, *orow = O + r * hd;
-        const size_t nv =
-            visible(g->t0 + r / pl->grp, g->s0, g->nkt, pl->q_pos0, pl->k_pos0, pl->causal);
-        const ls_real m = row_max(z, nv, mx[r]);
-        const ls_real sum = exp_shift(z, nv, m, fma);
-        for (size_t j = nv; j < nc; j++) {
-            z[j] = 0;
-        }
-        /* m is finite here (finite inputs): the row sees a key of the tile.
-         * Rescale by exp(mx - m), unless that is 1 (no new max) or the row
-         * has nothing yet (mx = -inf: l and the output row are 0). */
-        if (m == mx[r] || mx[r] == -INFINITY) {
-            l[r] += sum;
-        } else {
-            const ls_real scale = R_EXP(mx[r] - m);
-#pragma omp simd
-            for (size_t e = 0; e < hd; e++) {
-                orow[e] *= scale;
-            }
-            l[r] = l[r] * scale + sum;
-        }
-        mx[r] = m;
-    }
-}
-
-/* Gradient step of a backward pair: P (rows as in fwd_rows_body) holds
- * tau q.k and becomes P = exp(P - L) with the masked keys 0 (all of a row
- * with L = -inf: it sees no key, and contributes nothing); dS (NULL: skip)
- * holds dO.v and becomes P (dS - D). */
-INLINE_BODY void bwd_rows_body(const plan *pl, const pair_span *g, ls_real *P, ls_real *dS,
-                               const ls_real *L, const ls_real *D, int fma)
-{
-    const size_t nc = g->nc;
-    for (size_t r = g->r0; r < g->R; r++) {
-        ls_real *p = P + (r - g->r0) * nc;
-        const size_t nv =
-            L[r] == -INFINITY
-                ? 0
-                : visible(g->t0 + r / pl->grp, g->s0, g->nkt, pl->q_pos0, pl->k_pos0, pl->causal);
-        exp_shift(p, nv, L[r], fma);
-        for (size_t j = nv; j < nc; j++) {
-            p[j] = 0;
-        }
-        if (dS != NULL) {
-            ls_real *ds = dS + (r - g->r0) * nc;
-            const ls_real Dr = D[r];
-#pragma omp simd
-            for (size_t j = 0; j < nc; j++) {
-                ds[j] = p[j] * (ds[j] - Dr);
-            }
-        }
-    }
-}
-
-static void fwd_rows_base(const plan *pl, const pair_span *g, ls_real *S, ls_real *O,
-                          ls_real *mx, ls_real *l)
-{
-    fwd_rows_body(pl, g, S, O, mx, l, 0);
-}
-
-static void bwd_rows_base(const plan *pl, const pair_span *g, ls_real *P, ls_real *dS,
-                          const ls_real *L, const ls_real *D)
-{
-    bwd_rows_body(pl, g, P, dS, L, D, 0);
-}
-
-#ifdef AVX2_CLONES
-TARGET_AVX2 static void fwd_rows_avx2(const plan *pl, const pair_span *g, ls_real *S,
-                                      ls_real *O, ls_real *mx, ls_real *l)
-{
-    fwd_rows_body(pl, g, S, O, mx, l, 1);
-}
-
-TARGET_AVX2 static void bwd_rows_avx2(const plan *pl, const pair_span *g, ls_real *P,
-                                      ls_real *dS, const ls_real *L, const ls_real *D)
-{
-    bwd_rows_body(pl, g, P, dS, L, D, 1);
-}
-#endif
-
-static void fwd_rows(const plan *pl, const pair_span *g, ls_real *S, ls_real *O, ls_real *mx,
-                     ls_real *l)
-{
-#ifdef AVX2_CLONES
-    if (cpu_has_avx2()) {
-        fwd_rows_avx2(pl, g, S, O, mx, l);
-        return;
-    }
-#endif
-    fwd_rows_base(pl, g, S, O, mx, l);
-}
-
-static void bwd_rows(const plan *pl, const pair_span *g, ls_real *P, ls_real *dS,
-                     const ls_real *L, const ls_real *D)
-{
-#ifdef AVX2_CLONES
-    if (cpu_has_avx2()) {
-        bwd_rows_avx2(pl, g, P, dS, L, D);
-        return;
-    }
-#endif
-    bwd_rows_base(pl, g, P, dS, L, D);
-}
-
 /* Forward of kv head kh, query tile qt. */
 static void fwd_tile(ls_real *o, ls_real *lse, const ls_real *q, const ls_real *k,
                      const ls_real *v, const plan *pl, size_t kh, size_t qt, ls_real *ws)
@@ -615,7 +331,7 @@ static void fwd_tile(ls_real *o, ls_real *lse, const ls_real *q, const ls_real *
         const ls_real *Kt = k + (s0 * pl->Hkv + kh) * hd, *Vt = v + (s0 * pl->Hkv + kh) * hd;
         const pair_span g = {t0, s0, nkt, r0, R, nc};
         gemm(0, 1, R - r0, nc, hd, pl->tau, Q + r0 * hd, hd, Kt, ldk, 0, S, nc);
-        fwd_rows(pl, &g, S, O, mx, l);
+        LS_K(ls_attn_rows_forward)(pl, &g, S, O, mx, l);
         gemm(0, 0, R - r0, hd, nc, 1, S, nc, Vt, ldk, 1, O + r0 * hd, hd);
     }
     for (size_t r = 0; r < R; r++) {
@@ -683,7 +399,7 @@ static void bwd_pair(ls_real *dQ, ls_real *dk, ls_real *dv, const qtile *qt_, co
         gemm(0, 1, nr, nc, hd, 1, dO, hd, Vt, ldk, 0, dS, nc);
     }
     const pair_span g = {t0, s0, nkt, r0, R, nc};
-    bwd_rows(pl, &g, P, need_ds ? dS : NULL, qt_->L, qt_->D);
+    LS_K(ls_attn_rows_backward)(pl, &g, P, need_ds ? dS : NULL, qt_->L, qt_->D);
     if (dQ != NULL) {
         gemm(0, 0, nr, hd, nc, pl->tau, dS, nc, Kt, ldk, 1, dQ + r0 * hd, hd);
     }
@@ -922,55 +638,6 @@ void LS_K(ls_attn_block_backward)(ls_real *dq, ls_real *dk, ls_real *dv,
                 }
             }
             free(ws);
-        }
-    }
-}
-
-void LS_K(ls_attn_merge_into)(ls_real *o, ls_real *lse, const ls_real *o_p,
-                              const ls_real *lse_p, size_t n, size_t hd)
-{
-#pragma omp parallel for schedule(static) if (n * hd >= PAR_MIN)
-    for (size_t r = 0; r < n; r++) {
-        const ls_real lp = lse_p[r], la = lse[r];
-        ls_real *orow = o + r * hd;
-        const ls_real *prow = o_p + r * hd;
-        if (lp == -INFINITY) {
-            continue; /* an empty part contributes nothing */
-        }
-        if (la == -INFINITY) {
-            for (size_t e = 0; e < hd; e++) {
-                orow[e] = prow[e];
-            }
-            lse[r] = lp;
-            continue;
-        }
-        const ls_real m = la > lp ? la : lp;
-        const ls_real wa = R_EXP(la - m), wp = R_EXP(lp - m);
-        const ls_real a = wa + wp;
-#pragma omp simd
-        for (size_t e = 0; e < hd; e++) {
-            orow[e] = (wa * orow[e] + wp * prow[e]) / a;
-        }
-        lse[r] = m + R_LOG(a);
-    }
-}
-
-void LS_K(ls_attn_merge_backward)(ls_real *do_p, ls_real *dlse_p, const ls_real *do_,
-                                  const ls_real *dlse, const ls_real *o_p,
-                                  const ls_real *lse_p, const ls_real *o,
-                                  const ls_real *lse, size_t n, size_t hd)
-{
-    for (size_t r = 0; r < n; r++) {
-        /* a part with no keys (or a merged row with none) has weight 0 */
-        const ls_real w = lse_p[r] == -INFINITY ? 0 : R_EXP(lse_p[r] - lse[r]);
-        const ls_real *dor = do_ + r * hd, *opr = o_p + r * hd, *orow = o + r * hd;
-        ls_real acc = 0;
-        for (size_t e = 0; e < hd; e++) {
-            do_p[r * hd + e] = w * dor[e];
-            acc += dor[e] * (opr[e] - orow[e]);
-        }
-        if (dlse_p != NULL) {
-            dlse_p[r] = w == 0 ? 0 : w * (acc + (dlse != NULL ? dlse[r] : 0));
         }
     }
 }

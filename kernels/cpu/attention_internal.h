@@ -1,0 +1,78 @@
+/* attention_internal.h - internal to kernels/cpu/attention.c,
+ * attention_rows.c and attention_merge.c: the few definitions they share.
+ * Not part of the contract (that is kernels/attention.h); include it from
+ * those three files only.
+ *
+ * Like them it is compiled once per real type, so the one function shared
+ * across files (the softmax rows, attention_rows.c) has LS_K names and the
+ * f32 and f64 builds link into one binary; the rest is macros, types and a
+ * static inline helper. */
+#ifndef LS_KERNELS_CPU_ATTENTION_INTERNAL_H
+#define LS_KERNELS_CPU_ATTENTION_INTERNAL_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/real.h"
+
+#if LS_REAL_IS_F64
+#define R_EXP exp
+#define R_LOG log
+#else
+#define R_EXP expf
+#define R_LOG logf
+#endif
+
+#define PAR_MIN 131072 /* Tq Tk H hd below which one thread does the work */
+
+/* Number of keys among [s0, s0 + nk) visible to query t (a prefix). */
+static inline size_t visible(size_t t, size_t s0, size_t nk, int64_t q_pos0,
+                             int64_t k_pos0, int causal)
+{
+    if (!causal) {
+        return nk;
+    }
+    /* key s visible iff s <= q_pos0 + t - k_pos0 */
+    int64_t last = q_pos0 + (int64_t)t - k_pos0 - (int64_t)s0;
+    if (last < 0) {
+        return 0;
+    }
+    return (uint64_t)last + 1 < nk ? (size_t)last + 1 : nk;
+}
+
+/* One call's shapes and its tiling (GEMM path). */
+typedef struct {
+    size_t Tq, Tk, H, Hkv, hd, grp;
+    int64_t q_pos0, k_pos0;
+    int causal;
+    ls_real tau;
+    size_t nq; /* query tokens per tile: R = nq grp rows */
+    size_t nk; /* keys per tile */
+    size_t nqt, nkt; /* tile counts */
+} plan;
+
+/* A (query tile, key tile) pair: queries from t0, keys [s0, s0 + nkt); rows
+ * [r0, R) of the query tile see some of the keys, all within the first nc. */
+typedef struct {
+    size_t t0, s0, nkt, r0, R, nc;
+} pair_span;
+
+/* The softmax between the GEMMs of one tile pair (attention_rows.c); each
+ * runs the AVX2-with-FMA build where the CPU has it.
+ *
+ * Online-softmax step of a forward pair: S (row r at (r - r0) nc) holds
+ * tau q.k; becomes P = exp(S - m) with the masked keys 0, where the running
+ * max mx[r] becomes m; the running sum l[r] and the output accumulator O
+ * (row r at r hd) are rescaled to m and l takes the new terms. */
+void LS_K(ls_attn_rows_forward)(const plan *pl, const pair_span *g, ls_real *S, ls_real *O,
+                                ls_real *mx, ls_real *l);
+
+/* Gradient step of a backward pair: P (rows as in the forward) holds tau q.k
+ * and becomes P = exp(P - L) with the masked keys 0 (all of a row with
+ * L = -inf: it sees no key, and contributes nothing); dS (NULL: skip) holds
+ * dO.v and becomes P (dS - D). */
+void LS_K(ls_attn_rows_backward)(const plan *pl, const pair_span *g, ls_real *P, ls_real *dS,
+                                 const ls_real *L, const ls_real *D);
+
+#endif
