@@ -143,6 +143,15 @@ static ls_trace_report *read_trace(const char *run_dir, tally *t) {
     return rep;
 }
 
+/* The rank-0 receipt of a run directory (asserts it reads and validates). */
+static ls_receipt *read_receipt(const char *run_dir) {
+    char rp[512], err[512];
+    snprintf(rp, sizeof rp, "%s/rank-0000/receipt.json", run_dir);
+    ls_receipt *r = NULL;
+    cr_assert_eq(ls_receipt_read(rp, &r, err, sizeof err), LS_OK, "%s", err);
+    return r;
+}
+
 Test(train_cli, full_run_writes_complete_trace_receipt_and_manifest) {
     char a[2048], rd[512], grads[512], batch[512], init[512];
     snprintf(rd, sizeof rd, "%s/run", tmpdir);
@@ -178,10 +187,8 @@ Test(train_cli, full_run_writes_complete_trace_receipt_and_manifest) {
     ls_trace_report_free(rep);
     free(rep);
     /* receipt and manifest */
-    char rp[512], err[512];
-    snprintf(rp, sizeof rp, "%s/rank-0000/receipt.json", rd);
-    ls_receipt *r = NULL;
-    cr_assert_eq(ls_receipt_read(rp, &r, err, sizeof err), LS_OK, "%s", err);
+    char err[512];
+    ls_receipt *r = read_receipt(rd);
     cr_expect_eq(r->status, LS_RECEIPT_COMPLETE);
     cr_expect_eq(r->steps, 2);
     int saw_prompt_state = 0;
@@ -235,10 +242,7 @@ Test(train_cli, nan_gradient_is_an_error_event_without_optimizer_step) {
     cr_expect_eq(t.complete, 0);
     ls_trace_report_free(rep);
     free(rep);
-    char rp[512], err[512];
-    snprintf(rp, sizeof rp, "%s/rank-0000/receipt.json", rd);
-    ls_receipt *r = NULL;
-    cr_assert_eq(ls_receipt_read(rp, &r, err, sizeof err), LS_OK, "%s", err);
+    ls_receipt *r = read_receipt(rd);
     cr_expect_eq(r->status, LS_RECEIPT_ERROR);
     ls_receipt_free(r);
 }

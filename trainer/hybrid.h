@@ -54,7 +54,7 @@ ls_status LS_K(ls_hstate_fork)(ls_hstate *dst, const ls_hstate *src, ls_mem_cat 
 ls_status LS_K(ls_hstate_grad_like)(ls_hstate *dst, const ls_hstate *src, ls_mem_cat cat);
 void LS_K(ls_hstate_free)(ls_hstate *s);
 /* Bytes the state owns (pages + tails + states), counted from its buffers. */
-size_t LS_K(ls_hstate_bytes)(const ls_hstate *s, const ls_params *p);
+size_t LS_K(ls_hstate_bytes)(const ls_hstate *s);
 /* Analytical carried-state bytes for n_pos prompt positions (MODEL.md §1). */
 size_t LS_K(ls_hstate_analytical_bytes)(const ls_params *p, int64_t n_pos);
 

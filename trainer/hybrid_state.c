@@ -107,8 +107,7 @@ void LS_K(ls_hstate_free)(ls_hstate *s) {
     memset(s, 0, sizeof *s);
 }
 
-size_t LS_K(ls_hstate_bytes)(const ls_hstate *s, const ls_params *p) {
-    (void)p;
+size_t LS_K(ls_hstate_bytes)(const ls_hstate *s) {
     size_t b = 0;
     for (int l = 0; l < s->n_layers; l++) {
         const ls_layer_state *ly = &s->ly[l];

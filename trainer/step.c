@@ -284,7 +284,7 @@ ls_status LS_K(ls_step_grads)(ls_params *p, ls_batch *b, const ls_task *task, co
             snprintf(err, err_len, "capture failed: %s", ls_status_str(st));
             goto cleanup;
         }
-        res->prompt_state_bytes = LS_K(ls_hstate_bytes)(&ps, p);
+        res->prompt_state_bytes = LS_K(ls_hstate_bytes)(&ps);
         res->prompt_state_analytical = LS_K(ls_hstate_analytical_bytes)(p, (int64_t)b->P - 1);
     }
     if (need_rollout) {
