@@ -16,7 +16,7 @@ static float *in_f(const double *a, size_t n)
     if (a == NULL) {
         return NULL;
     }
-    float *f = malloc((n ? n : 1) * sizeof *f);
+    float *f = calloc(n ? n : 1, sizeof *f); /* zeroed: n == 0 still gives an initialised element */
     if (f == NULL) {
         fprintf(stderr, "kernels_seq_f32_wrap: out of memory\n");
         abort();
