@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "receipts/atomic_file.h"
 
@@ -161,23 +162,42 @@ ls_status ls_json_parse(const char *bytes, size_t len, const char *what, cJSON *
     return LS_OK;
 }
 
-ls_status ls_json_read_bytes(const char *path, char **out, size_t *len, char *err,
-                             size_t errlen) {
+ls_status ls_json_read_bytes_capped(const char *path, size_t max_bytes, char **out, size_t *len,
+                                    char *err, size_t errlen) {
     *out = NULL;
     *len = 0;
     ls_status st = LS_OK;
     char *buf = NULL;
     size_t n = 0, cap = 0;
+    if (max_bytes >= SIZE_MAX - 1) max_bytes = SIZE_MAX - 2;
     FILE *f = fopen(path, "rb");
     if (f == NULL) {
         ls_json_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return LS_ERR_IO;
     }
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0) {
+        if (S_ISDIR(sb.st_mode)) {
+            ls_json_errf(err, errlen, "%s: is a directory, not a file", path);
+            st = LS_ERR_IO;
+            goto cleanup;
+        }
+        if (S_ISREG(sb.st_mode) && (uintmax_t)sb.st_size > (uintmax_t)max_bytes) {
+            ls_json_errf(err, errlen, "%s: %jd bytes, larger than the %zu-byte limit for this file", path,
+                         (intmax_t)sb.st_size, max_bytes);
+            st = LS_ERR_FORMAT;
+            goto cleanup;
+        }
+    }
     for (;;) {
-        if (n + 1 >= cap) {
-            size_t ncap = cap == 0 ? 8192 : cap * 2;
+        if (n + 1 >= cap) { /* room for one byte past the cap, to see that it is exceeded */
+            size_t limit = max_bytes + 2;
+            if (cap >= limit) break;
+            size_t ncap = cap == 0 ? 8192 : cap > limit / 2 ? limit : cap * 2;
+            if (ncap > limit) ncap = limit;
             char *nb = realloc(buf, ncap);
             if (nb == NULL) {
+                ls_json_errf(err, errlen, "%s: cannot allocate %zu bytes to read it", path, ncap);
                 st = LS_ERR_NOMEM;
                 goto cleanup;
             }
@@ -186,11 +206,17 @@ ls_status ls_json_read_bytes(const char *path, char **out, size_t *len, char *er
         }
         size_t got = fread(buf + n, 1, cap - n - 1, f);
         n += got;
-        if (got == 0) break;
+        if (got == 0 || n > max_bytes) break;
     }
     if (ferror(f)) {
-        ls_json_errf(err, errlen, "%s: read error", path);
+        ls_json_errf(err, errlen, "%s: read error: %s", path, strerror(errno));
         st = LS_ERR_IO;
+        goto cleanup;
+    }
+    if (n > max_bytes) {
+        ls_json_errf(err, errlen, "%s: more than the %zu-byte limit for this file (not a regular file, or it grew)",
+                     path, max_bytes);
+        st = LS_ERR_FORMAT;
         goto cleanup;
     }
     buf[n] = '\0';
@@ -203,14 +229,24 @@ cleanup:
     return st;
 }
 
-ls_status ls_json_read_file(const char *path, cJSON **out, char *err, size_t errlen) {
+ls_status ls_json_read_bytes(const char *path, char **out, size_t *len, char *err,
+                             size_t errlen) {
+    return ls_json_read_bytes_capped(path, LS_JSON_MAX_FILE_BYTES, out, len, err, errlen);
+}
+
+ls_status ls_json_read_file_capped(const char *path, size_t max_bytes, cJSON **out, char *err,
+                                   size_t errlen) {
     *out = NULL;
     char *buf = NULL;
     size_t len = 0;
-    ls_status st = ls_json_read_bytes(path, &buf, &len, err, errlen);
+    ls_status st = ls_json_read_bytes_capped(path, max_bytes, &buf, &len, err, errlen);
     if (st == LS_OK) st = ls_json_parse(buf, len, path, out, err, errlen);
     free(buf);
     return st;
+}
+
+ls_status ls_json_read_file(const char *path, cJSON **out, char *err, size_t errlen) {
+    return ls_json_read_file_capped(path, LS_JSON_MAX_FILE_BYTES, out, err, errlen);
 }
 
 ls_status ls_json_print(const cJSON *doc, char **out, size_t *out_len, char *err,

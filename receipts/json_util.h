@@ -44,12 +44,30 @@ void ls_json_errf(char *err, size_t errlen, const char *fmt, ...) LS_JSON_PRINTF
 ls_status ls_json_parse(const char *bytes, size_t len, const char *what, cJSON **out,
                         char *err, size_t errlen);
 
-/* Reads a whole file into *out (NUL-terminated, caller frees), its length
- * in *len.  LS_ERR_IO (naming the file) when it cannot be read. */
+/* Default cap of the whole-file readers below: no JSON document LongStraw
+ * writes or reads (receipts, manifests, envelopes, batch dumps) comes near
+ * it, and a hostile file or an endless stream (/dev/zero) is refused after
+ * reading at most this many bytes instead of being read forever. */
+#define LS_JSON_MAX_FILE_BYTES ((size_t)64 << 20)
+
+/* Reads a whole file of at most max_bytes bytes into *out (NUL-terminated,
+ * caller frees), its length in *len.  LS_ERR_IO (naming the file) when it
+ * cannot be opened or read or is a directory; LS_ERR_FORMAT (naming the file
+ * and the cap) when it holds more than max_bytes bytes: a regular file is
+ * refused from its size before reading, anything else (a pipe, a device)
+ * after max_bytes + 1 bytes.  Never allocates more than max_bytes + 1. */
+ls_status ls_json_read_bytes_capped(const char *path, size_t max_bytes, char **out, size_t *len,
+                                    char *err, size_t errlen);
+
+/* ls_json_read_bytes_capped with LS_JSON_MAX_FILE_BYTES. */
 ls_status ls_json_read_bytes(const char *path, char **out, size_t *len, char *err,
                              size_t errlen);
 
-/* ls_json_read_bytes + ls_json_parse, errors naming the file. */
+/* ls_json_read_bytes_capped + ls_json_parse, errors naming the file. */
+ls_status ls_json_read_file_capped(const char *path, size_t max_bytes, cJSON **out, char *err,
+                                   size_t errlen);
+
+/* ls_json_read_file_capped with LS_JSON_MAX_FILE_BYTES. */
 ls_status ls_json_read_file(const char *path, cJSON **out, char *err, size_t errlen);
 
 /* LS_OK when every number in doc is finite; otherwise LS_ERR_NONFINITE and,

@@ -1,6 +1,7 @@
 /* config.c - model config loading/validation and serialisation (MODEL.md §6). */
 #include "trainer/config.h"
 
+#include "common/checked.h"
 #include "receipts/json_util.h"
 
 #include <errno.h>
@@ -22,45 +23,171 @@ void ls_objective_defaults(ls_objective *o) {
     o->temperature = 1.0;
 }
 
-typedef struct { const char *key; size_t off; } int_key;
-#define IK(f) { #f, offsetof(ls_model_config, f) }
-static const int_key COMMON_INT[] = { IK(vocab), IK(d_model), IK(n_layers), IK(ffn_dim) };
+/* Integer keys with their sane ranges.  The upper bounds keep every
+ * product the trainer forms from them inside size_t on their own; the
+ * overflow check of the parameter count (ls_config_param_counts) and the
+ * memory plan catch what their combinations imply. */
+typedef struct {
+    const char *key;
+    size_t off;
+    int lo, hi;
+    const char *hi_name; /* the bound as a power of two, for messages */
+} int_key;
+#define DIM (1 << 20)
+#define HEADDIM (1 << 16)
+#define HEADS 4096
+#define IK(f, lo, hi, hn) { #f, offsetof(ls_model_config, f), lo, hi, hn }
+static const int_key COMMON_INT[] = {
+    IK(vocab, 2, 1 << 24, "2^24"), IK(d_model, 1, DIM, "2^20"), IK(n_layers, 1, HEADS, "4096"),
+    IK(ffn_dim, 1, DIM, "2^20") };
 static const int_key HYBRID_INT[] = {
-    {"gdn_hk", offsetof(ls_model_config, gdn_hk)}, {"gdn_hv", offsetof(ls_model_config, gdn_hv)},
-    {"gdn_dk", offsetof(ls_model_config, gdn_dk)}, {"gdn_dv", offsetof(ls_model_config, gdn_dv)},
-    IK(conv_kernel), {"attn_heads", offsetof(ls_model_config, attn_heads)},
-    {"attn_kv_heads", offsetof(ls_model_config, attn_kv_heads)}, IK(head_dim), IK(rope_dim) };
+    IK(gdn_hk, 1, HEADS, "4096"), IK(gdn_hv, 1, HEADS, "4096"), IK(gdn_dk, 1, HEADDIM, "2^16"),
+    IK(gdn_dv, 1, HEADDIM, "2^16"), IK(conv_kernel, 1, 256, "256"), IK(attn_heads, 1, HEADS, "4096"),
+    IK(attn_kv_heads, 1, HEADS, "4096"), IK(head_dim, 2, HEADDIM, "2^16"), IK(rope_dim, 0, HEADDIM, "2^16") };
 static const int_key MLA_INT[] = {
-    IK(first_dense), IK(heads), IK(q_rank), IK(kv_rank), IK(d_nope), IK(d_rope), IK(d_v),
-    IK(index_heads), IK(index_dim), IK(index_topk), IK(n_experts), IK(n_group), IK(topk_group),
-    IK(experts_per_token), IK(expert_dim) };
+    IK(first_dense, 0, HEADS, "4096"), IK(heads, 1, HEADS, "4096"), IK(q_rank, 1, DIM, "2^20"),
+    IK(kv_rank, 1, DIM, "2^20"), IK(d_nope, 0, HEADDIM, "2^16"), IK(d_rope, 0, HEADDIM, "2^16"),
+    IK(d_v, 1, HEADDIM, "2^16"), IK(index_heads, 0, HEADS, "4096"), IK(index_dim, 0, HEADDIM, "2^16"),
+    IK(index_topk, 0, 1 << 30, "2^30"), IK(n_experts, 1, 1 << 16, "2^16"), IK(n_group, 1, 1 << 16, "2^16"),
+    IK(topk_group, 0, 1 << 16, "2^16"), IK(experts_per_token, 1, 1 << 16, "2^16"),
+    IK(expert_dim, 1, DIM, "2^20") };
 #undef IK
+#define N_OF(a) (sizeof(a) / sizeof *(a))
 
-static ls_status get_int(const cJSON *obj, const char *key, int *out, const char *where,
-                         char *err, size_t err_len) {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!it) {
-        snprintf(err, err_len, "%s: key '%s': missing", where, key);
+static const char *const COMMON_REAL[] = {"family", "rms_eps", "rope_theta"};
+static const char *const MLA_REAL[] = {"routed_scale"};
+static const char *const OBJECTIVE_KEYS[] = {"train_mode", "lora_r",   "lora_alpha", "lora_experts",
+                                             "grad_mode",  "epsilon", "beta",       "temperature"};
+
+int ls_config_layer_is_attn(const ls_model_config *c, int layer) {
+    (void)c;
+    return (layer + 1) % 4 == 0;
+}
+
+/* ---- the parameter count in closed form ------------------------------------ */
+
+/* Accumulates a count exactly (saturating at SIZE_MAX) and approximately
+ * (double, for messages about configs whose counts do not fit), and
+ * remembers its largest term for those messages. */
+typedef struct {
+    size_t n;
+    double approx, big;
+    const char *big_name;
+} count;
+
+static void term(count *c, size_t a, size_t b, size_t m, const char *name) {
+    double x = (double)a * (double)b * (double)m;
+    c->n = ls_sat_add(c->n, ls_sat_mul3(a, b, m));
+    c->approx += x;
+    if (x > c->big) c->big = x, c->big_name = name;
+}
+
+/* A linear [out, in] repeated m times, with its LoRA pair (A [r, in],
+ * B [out, r]) when r > 0. */
+static void lin(count *base, count *adapt, size_t out, size_t in, size_t m, size_t r, const char *name) {
+    term(base, out, in, m, name);
+    if (r) {
+        term(adapt, r, in, m, "'lora_r' x the adapted dims x 'n_layers'");
+        term(adapt, out, r, m, "'lora_r' x the adapted dims x 'n_layers'");
+    }
+}
+
+/* Base and adapter scalars of the hybrid table, in params.c's build order
+ * (MODEL.md §5); r = 0 when there are no adapters.  Layer i is attention
+ * iff (i+1) % 4 == 0 (ls_config_layer_is_attn), so L/4 of them are. */
+static void hybrid_counts(const ls_model_config *c, size_t r, count *base, count *adapt) {
+    size_t d = (size_t)c->d_model, V = (size_t)c->vocab, I = (size_t)c->ffn_dim, L = (size_t)c->n_layers;
+    size_t n_attn = L / 4, n_gdn = L - n_attn;
+    size_t H = (size_t)c->attn_heads, Hkv = (size_t)c->attn_kv_heads, hd = (size_t)c->head_dim;
+    size_t Hk = (size_t)c->gdn_hk, Hv = (size_t)c->gdn_hv, dk = (size_t)c->gdn_dk, dv = (size_t)c->gdn_dv;
+    size_t K = (size_t)c->conv_kernel;
+    size_t C = ls_sat_add(ls_sat_mul3(2, Hk, dk), ls_sat_mul(Hv, dv));
+    memset(base, 0, sizeof *base);
+    memset(adapt, 0, sizeof *adapt);
+    term(base, V, d, 2, "'vocab' x 'd_model' (embed, lm_head)");
+    term(base, d, 1, 1, "'d_model' (final norm)");
+    term(base, d, 2, L, "'d_model' x 'n_layers' (norms)");
+    lin(base, adapt, I, d, 2 * L, r, "'ffn_dim' x 'd_model' x 'n_layers' (MLP)"); /* gate, up */
+    lin(base, adapt, d, I, L, r, "'ffn_dim' x 'd_model' x 'n_layers' (MLP)");     /* down */
+    lin(base, adapt, ls_sat_mul3(2, H, hd), d, n_attn, r,
+        "'attn_heads' x 'head_dim' x 'd_model' x 'n_layers' (attention q)");
+    lin(base, adapt, ls_sat_mul(Hkv, hd), d, 2 * n_attn, r,
+        "'attn_kv_heads' x 'head_dim' x 'd_model' x 'n_layers' (attention k, v)");
+    lin(base, adapt, d, ls_sat_mul(H, hd), n_attn, r, "'attn_heads' x 'head_dim' x 'd_model' x 'n_layers' (attention o)");
+    term(base, hd, 2, n_attn, "'head_dim' x 'n_layers' (q/k norms)");
+    lin(base, adapt, C, d, n_gdn, r, "'gdn_hk'/'gdn_hv' x 'gdn_dk'/'gdn_dv' x 'd_model' x 'n_layers' (GDN in_qkv)");
+    lin(base, adapt, ls_sat_mul(Hv, dv), d, n_gdn, r, "'gdn_hv' x 'gdn_dv' x 'd_model' x 'n_layers' (GDN in_z)");
+    lin(base, adapt, Hv, d, 2 * n_gdn, 0, "'gdn_hv' x 'd_model' x 'n_layers' (GDN in_b, in_a)");
+    term(base, C, K, n_gdn, "'conv_kernel' x the GDN channels x 'n_layers' (conv)");
+    term(base, ls_sat_add(ls_sat_mul(2, Hv), dv), 1, n_gdn, "'gdn_hv' x 'n_layers' (A_log, dt_bias, norm)");
+    lin(base, adapt, d, ls_sat_mul(Hv, dv), n_gdn, r, "'gdn_hv' x 'gdn_dv' x 'd_model' x 'n_layers' (GDN out)");
+}
+
+static ls_status counts_where(const ls_model_config *c, const ls_objective *obj, ls_param_counts *out,
+                              const char *where, char *err, size_t err_len) {
+    memset(out, 0, sizeof *out);
+    if (c->family != LS_FAMILY_HYBRID) {
+        snprintf(err, err_len, "%s: family '%s' has no parameter table in this trainer yet", where,
+                 ls_family_name(c->family));
+        return LS_ERR_UNSUPPORTED;
+    }
+    int lora = obj && obj->train_mode == LS_TRAIN_LORA;
+    if (lora && obj->lora_r < 1) {
+        snprintf(err, err_len, "lora_r: must be >= 1");
+        return LS_ERR_ARG;
+    }
+    count base, adapt;
+    hybrid_counts(c, lora ? (size_t)obj->lora_r : 0, &base, &adapt);
+    /* the byte count of every block must fit too: 8-byte reals, and the
+     * weights block holds the reference copy as well in full mode */
+    const count *bad = base.n > SIZE_MAX / 16 ? &base : adapt.n > SIZE_MAX / 16 ? &adapt : NULL;
+    if (bad) {
+        snprintf(err, err_len,
+                 "%s: %s implies %.3g parameters, %.3g bytes of float64 weights: more than size_t can count",
+                 where, bad->big_name, bad->approx, 8 * bad->approx);
         return LS_ERR_FORMAT;
     }
-    if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) ||
-        it->valuedouble < 0 || it->valuedouble > 1e9) {
-        snprintf(err, err_len, "%s: key '%s': must be a non-negative integer", where, key);
-        return LS_ERR_FORMAT;
-    }
-    *out = (int)it->valuedouble;
+    out->base = base.n;
+    out->adapters = lora ? adapt.n : 0;
+    out->trainable = lora ? adapt.n : base.n;
+    out->reference = obj && obj->train_mode == LS_TRAIN_FULL ? base.n : 0;
     return LS_OK;
 }
 
-static ls_status get_real(const cJSON *obj, const char *key, double *out, const char *where,
+ls_status ls_config_param_counts(const ls_model_config *c, const ls_objective *obj, ls_param_counts *out,
+                                 char *err, size_t err_len) {
+    return counts_where(c, obj, out, "config", err, err_len);
+}
+
+static ls_status check_where(const ls_model_config *c, const char *where, char *err, size_t err_len);
+
+/* ---- reading ------------------------------------------------------------------- */
+
+static ls_status get_int(const cJSON *obj, const int_key *k, ls_model_config *c, const char *where,
+                         char *err, size_t err_len) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, k->key);
+    if (!it) {
+        snprintf(err, err_len, "%s: key '%s': missing", where, k->key);
+        return LS_ERR_FORMAT;
+    }
+    if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) || it->valuedouble < 0 ||
+        it->valuedouble > 2147483647.0) {
+        snprintf(err, err_len, "%s: key '%s': must be an integer in [%d, %s]", where, k->key, k->lo, k->hi_name);
+        return LS_ERR_FORMAT;
+    }
+    *(int *)((char *)c + k->off) = (int)it->valuedouble;
+    return LS_OK;
+}
+
+static ls_status get_real(const cJSON *obj, const char *key, double hi, double *out, const char *where,
                           char *err, size_t err_len) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!it) {
         snprintf(err, err_len, "%s: key '%s': missing", where, key);
         return LS_ERR_FORMAT;
     }
-    if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || it->valuedouble <= 0) {
-        snprintf(err, err_len, "%s: key '%s': must be a positive number", where, key);
+    if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || it->valuedouble <= 0 || it->valuedouble > hi) {
+        snprintf(err, err_len, "%s: key '%s': must be a number in (0, %g]", where, key, hi);
         return LS_ERR_FORMAT;
     }
     *out = it->valuedouble;
@@ -70,14 +197,103 @@ static ls_status get_real(const cJSON *obj, const char *key, double *out, const 
 static ls_status get_ints(const cJSON *obj, const int_key *keys, size_t n, ls_model_config *c,
                           const char *where, char *err, size_t err_len) {
     for (size_t i = 0; i < n; i++) {
-        ls_status st = get_int(obj, keys[i].key, (int *)((char *)c + keys[i].off), where, err, err_len);
+        ls_status st = get_int(obj, &keys[i], c, where, err, err_len);
         if (st != LS_OK) return st;
     }
     return LS_OK;
 }
 
-ls_status ls_config_from_json(ls_model_config *c, const cJSON *obj, const char *where,
-                              char *err, size_t err_len) {
+static int in_ints(const int_key *keys, size_t n, const char *k) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(keys[i].key, k)) return 1;
+    return 0;
+}
+
+static int in_names(const char *const *names, size_t n, const char *k) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(names[i], k)) return 1;
+    return 0;
+}
+
+/* Edit distance of two short keys, capped at 3 (enough to spot a typo). */
+static int distance(const char *a, const char *b) {
+    size_t na = strlen(a), nb = strlen(b);
+    if (na > 63 || nb > 63) return 3;
+    int row[64];
+    for (size_t j = 0; j <= nb; j++) row[j] = (int)j;
+    for (size_t i = 1; i <= na; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= nb; j++) {
+            int up = row[j];
+            int best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[nb] < 3 ? row[nb] : 3;
+}
+
+/* The closest key of the family (and the objective keys when allowed)
+ * within edit distance 2, or NULL. */
+static const char *closest(ls_family f, int objective, const char *k) {
+    const char *best = NULL;
+    int bd = 3;
+#define TRY(name)                              \
+    do {                                       \
+        int d_ = distance(k, (name));          \
+        if (d_ < bd) bd = d_, best = (name);   \
+    } while (0)
+    for (size_t i = 0; i < N_OF(COMMON_INT); i++) TRY(COMMON_INT[i].key);
+    for (size_t i = 0; i < N_OF(COMMON_REAL); i++) TRY(COMMON_REAL[i]);
+    if (f == LS_FAMILY_HYBRID)
+        for (size_t i = 0; i < N_OF(HYBRID_INT); i++) TRY(HYBRID_INT[i].key);
+    else {
+        for (size_t i = 0; i < N_OF(MLA_INT); i++) TRY(MLA_INT[i].key);
+        TRY(MLA_REAL[0]);
+    }
+    if (objective)
+        for (size_t i = 0; i < N_OF(OBJECTIVE_KEYS); i++) TRY(OBJECTIVE_KEYS[i]);
+#undef TRY
+    return best;
+}
+
+/* Every key of obj must be one of the family's (MODEL.md §6). */
+static ls_status check_keys(const cJSON *obj, ls_family f, int objective, const char *where, char *err,
+                            size_t err_len) {
+    const char *fam = ls_family_name(f), *other = ls_family_name(f == LS_FAMILY_HYBRID ? LS_FAMILY_MLA
+                                                                                         : LS_FAMILY_HYBRID);
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        const char *k = it->string ? it->string : "";
+        int mine = in_ints(COMMON_INT, N_OF(COMMON_INT), k) || in_names(COMMON_REAL, N_OF(COMMON_REAL), k);
+        int hyb = in_ints(HYBRID_INT, N_OF(HYBRID_INT), k);
+        int mla = in_ints(MLA_INT, N_OF(MLA_INT), k) || in_names(MLA_REAL, N_OF(MLA_REAL), k);
+        int objk = in_names(OBJECTIVE_KEYS, N_OF(OBJECTIVE_KEYS), k);
+        if (mine || (f == LS_FAMILY_HYBRID ? hyb : mla) || (objective && objk)) continue;
+        if (hyb || mla) {
+            snprintf(err, err_len, "%s: key '%.64s': belongs to the %s family, not to this %s config", where, k,
+                     other, fam);
+        } else if (objk) {
+            snprintf(err, err_len,
+                     "%s: key '%.64s': an objective setting, not a model config key (give it on the command line)",
+                     where, k);
+        } else {
+            const char *near = closest(f, objective, k);
+            if (near)
+                snprintf(err, err_len, "%s: key '%.64s': unknown (did you mean '%s'?)", where, k, near);
+            else
+                snprintf(err, err_len, "%s: key '%.64s': unknown; a %s config has only the keys of MODEL.md section 6",
+                         where, k, fam);
+        }
+        return LS_ERR_FORMAT;
+    }
+    return LS_OK;
+}
+
+static ls_status parse_model(ls_model_config *c, const cJSON *obj, int objective, const char *where, char *err,
+                             size_t err_len) {
     memset(c, 0, sizeof *c);
     if (!cJSON_IsObject(obj)) {
         snprintf(err, err_len, "%s: not a JSON object", where);
@@ -91,63 +307,143 @@ ls_status ls_config_from_json(ls_model_config *c, const cJSON *obj, const char *
     if (strcmp(fam->valuestring, "hybrid") == 0) c->family = LS_FAMILY_HYBRID;
     else if (strcmp(fam->valuestring, "mla") == 0) c->family = LS_FAMILY_MLA;
     else {
-        snprintf(err, err_len, "%s: key 'family': '%s' is not \"hybrid\" or \"mla\"", where,
+        snprintf(err, err_len, "%s: key 'family': '%.64s' is not \"hybrid\" or \"mla\"", where,
                  fam->valuestring);
         return LS_ERR_FORMAT;
     }
-    ls_status st = get_ints(obj, COMMON_INT, sizeof COMMON_INT / sizeof *COMMON_INT, c, where, err, err_len);
-    if (st == LS_OK) st = get_real(obj, "rms_eps", &c->rms_eps, where, err, err_len);
-    if (st == LS_OK) st = get_real(obj, "rope_theta", &c->rope_theta, where, err, err_len);
+    ls_status st = check_keys(obj, c->family, objective, where, err, err_len);
+    if (st == LS_OK) st = get_ints(obj, COMMON_INT, N_OF(COMMON_INT), c, where, err, err_len);
+    if (st == LS_OK) st = get_real(obj, "rms_eps", 1.0, &c->rms_eps, where, err, err_len);
+    if (st == LS_OK) st = get_real(obj, "rope_theta", 1e12, &c->rope_theta, where, err, err_len);
     if (st != LS_OK) return st;
     if (c->family == LS_FAMILY_HYBRID)
-        st = get_ints(obj, HYBRID_INT, sizeof HYBRID_INT / sizeof *HYBRID_INT, c, where, err, err_len);
+        st = get_ints(obj, HYBRID_INT, N_OF(HYBRID_INT), c, where, err, err_len);
     else {
-        st = get_ints(obj, MLA_INT, sizeof MLA_INT / sizeof *MLA_INT, c, where, err, err_len);
-        if (st == LS_OK) st = get_real(obj, "routed_scale", &c->routed_scale, where, err, err_len);
+        st = get_ints(obj, MLA_INT, N_OF(MLA_INT), c, where, err, err_len);
+        if (st == LS_OK) st = get_real(obj, "routed_scale", 1e6, &c->routed_scale, where, err, err_len);
     }
     if (st != LS_OK) return st;
-    return ls_config_check(c, err, err_len);
+    return check_where(c, where, err, err_len);
 }
 
-#define REQUIRE(cond, ...)                         \
-    do {                                           \
-        if (!(cond)) {                             \
-            snprintf(err, err_len, __VA_ARGS__);   \
-            return LS_ERR_FORMAT;                  \
-        }                                          \
+ls_status ls_config_from_json(ls_model_config *c, const cJSON *obj, const char *where,
+                              char *err, size_t err_len) {
+    return parse_model(c, obj, 0, where, err, err_len);
+}
+
+static ls_status get_choice(const cJSON *obj, const char *key, const char *a, const char *b, int *out,
+                            const char *where, char *err, size_t err_len) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!cJSON_IsString(it) || (strcmp(it->valuestring, a) && strcmp(it->valuestring, b))) {
+        snprintf(err, err_len, "%s: key '%s': missing or not \"%s\" or \"%s\"", where, key, a, b);
+        return LS_ERR_FORMAT;
+    }
+    *out = strcmp(it->valuestring, a) != 0;
+    return LS_OK;
+}
+
+static ls_status get_range(const cJSON *obj, const char *key, double lo, double hi, int integer, double *out,
+                           const char *where, char *err, size_t err_len) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || it->valuedouble < lo || it->valuedouble > hi ||
+        (integer && it->valuedouble != floor(it->valuedouble))) {
+        snprintf(err, err_len, "%s: key '%s': missing or not %s in [%g, %g]", where, key,
+                 integer ? "an integer" : "a number", lo, hi);
+        return LS_ERR_FORMAT;
+    }
+    *out = it->valuedouble;
+    return LS_OK;
+}
+
+ls_status ls_config_from_json_with_objective(ls_model_config *c, ls_objective *o, const cJSON *obj,
+                                             const char *where, char *err, size_t err_len) {
+    ls_objective_defaults(o);
+    ls_status st = parse_model(c, obj, 1, where, err, err_len);
+    if (st != LS_OK) return st;
+    int tm = 0, gm = 0;
+    double r = 0;
+    const cJSON *le = cJSON_GetObjectItemCaseSensitive(obj, "lora_experts");
+    if ((st = get_choice(obj, "train_mode", "lora", "full", &tm, where, err, err_len)) != LS_OK ||
+        (st = get_choice(obj, "grad_mode", "detached", "full", &gm, where, err, err_len)) != LS_OK ||
+        (st = get_range(obj, "lora_r", 1, 1024, 1, &r, where, err, err_len)) != LS_OK ||
+        (st = get_range(obj, "lora_alpha", 1e-6, 1e6, 0, &o->lora_alpha, where, err, err_len)) != LS_OK ||
+        (st = get_range(obj, "epsilon", 0, 1, 0, &o->epsilon, where, err, err_len)) != LS_OK ||
+        (st = get_range(obj, "beta", 0, 100, 0, &o->beta, where, err, err_len)) != LS_OK ||
+        (st = get_range(obj, "temperature", 1e-3, 1e3, 0, &o->temperature, where, err, err_len)) != LS_OK)
+        return st;
+    if (!cJSON_IsBool(le)) {
+        snprintf(err, err_len, "%s: key 'lora_experts': missing or not a boolean", where);
+        return LS_ERR_FORMAT;
+    }
+    o->train_mode = tm ? LS_TRAIN_FULL : LS_TRAIN_LORA;
+    o->grad_mode = gm ? LS_GRAD_FULL : LS_GRAD_DETACHED;
+    o->lora_r = (int)r;
+    o->lora_experts = cJSON_IsTrue(le);
+    return LS_OK;
+}
+
+#define REQUIRE(cond, ...)                                     \
+    do {                                                       \
+        if (!(cond)) {                                         \
+            int n_ = snprintf(err, err_len, "%s: ", where);    \
+            if (n_ >= 0 && (size_t)n_ < err_len)               \
+                snprintf(err + n_, err_len - (size_t)n_, __VA_ARGS__); \
+            return LS_ERR_FORMAT;                              \
+        }                                                      \
     } while (0)
 
-ls_status ls_config_check(const ls_model_config *c, char *err, size_t err_len) {
-    REQUIRE(c->vocab >= 2, "config: key 'vocab': must be >= 2");
-    REQUIRE(c->d_model >= 1 && c->n_layers >= 1 && c->ffn_dim >= 1,
-            "config: keys 'd_model', 'n_layers', 'ffn_dim' must be >= 1");
+/* Each key within its range; for a value above its bound, the size the
+ * config implies (so "d_model 1e9" reads as the absurd model it is). */
+static ls_status check_ranges(const ls_model_config *c, const int_key *keys, size_t n, const char *where,
+                              char *err, size_t err_len) {
+    for (size_t i = 0; i < n; i++) {
+        int v = *(const int *)((const char *)c + keys[i].off);
+        REQUIRE(v >= keys[i].lo, "key '%s': %d is below the minimum %d", keys[i].key, v, keys[i].lo);
+        if (v > keys[i].hi) {
+            if (c->family == LS_FAMILY_HYBRID) {
+                count b, a;
+                hybrid_counts(c, 0, &b, &a);
+                REQUIRE(0, "key '%s': %d is above the limit %d (%s); this config implies %.3g parameters, "
+                           "%.3g bytes of weights as float32 (largest term %s: %.3g)",
+                        keys[i].key, v, keys[i].hi, keys[i].hi_name, b.approx, 4 * b.approx, b.big_name, b.big);
+            }
+            REQUIRE(0, "key '%s': %d is above the limit %d (%s)", keys[i].key, v, keys[i].hi, keys[i].hi_name);
+        }
+    }
+    return LS_OK;
+}
+
+static ls_status check_where(const ls_model_config *c, const char *where, char *err, size_t err_len) {
+    ls_status st = check_ranges(c, COMMON_INT, N_OF(COMMON_INT), where, err, err_len);
+    if (st != LS_OK) return st;
     if (c->family == LS_FAMILY_HYBRID) {
-        REQUIRE(c->gdn_hk >= 1 && c->gdn_hv >= 1 && c->gdn_hv % c->gdn_hk == 0,
-                "config: key 'gdn_hv': must be a positive multiple of 'gdn_hk'");
-        REQUIRE(c->gdn_dk >= 1 && c->gdn_dv >= 1, "config: keys 'gdn_dk', 'gdn_dv' must be >= 1");
-        REQUIRE(c->conv_kernel >= 1, "config: key 'conv_kernel': must be >= 1");
-        REQUIRE(c->attn_kv_heads >= 1 && c->attn_heads % c->attn_kv_heads == 0 && c->attn_heads >= 1,
-                "config: key 'attn_heads': must be a positive multiple of 'attn_kv_heads'");
-        REQUIRE(c->head_dim >= 2 && c->rope_dim % 2 == 0 && c->rope_dim <= c->head_dim,
-                "config: key 'rope_dim': must be even and <= 'head_dim'");
+        if ((st = check_ranges(c, HYBRID_INT, N_OF(HYBRID_INT), where, err, err_len)) != LS_OK) return st;
+        REQUIRE(c->gdn_hv % c->gdn_hk == 0, "key 'gdn_hv': must be a positive multiple of 'gdn_hk'");
+        REQUIRE(c->attn_heads % c->attn_kv_heads == 0,
+                "key 'attn_heads': must be a positive multiple of 'attn_kv_heads'");
+        REQUIRE(c->rope_dim % 2 == 0 && c->rope_dim <= c->head_dim, "key 'rope_dim': must be even and <= 'head_dim'");
+        ls_param_counts pc;
+        if ((st = counts_where(c, NULL, &pc, where, err, err_len)) != LS_OK) return st;
     } else {
-        REQUIRE(c->first_dense <= c->n_layers, "config: key 'first_dense': exceeds 'n_layers'");
-        REQUIRE(c->heads >= 1 && c->q_rank >= 1 && c->kv_rank >= 1 && c->d_v >= 1,
-                "config: keys 'heads', 'q_rank', 'kv_rank', 'd_v' must be >= 1");
-        REQUIRE(c->d_rope % 2 == 0 && c->d_rope <= c->index_dim,
-                "config: key 'd_rope': must be even and <= 'index_dim'");
-        REQUIRE(c->n_group >= 1 && c->n_experts % c->n_group == 0 && c->topk_group <= c->n_group,
-                "config: keys 'n_experts', 'n_group', 'topk_group' inconsistent");
-        REQUIRE(c->experts_per_token >= 1 && c->experts_per_token <= c->n_experts,
-                "config: key 'experts_per_token': must be in [1, n_experts]");
+        if ((st = check_ranges(c, MLA_INT, N_OF(MLA_INT), where, err, err_len)) != LS_OK) return st;
+        REQUIRE(c->first_dense <= c->n_layers, "key 'first_dense': exceeds 'n_layers'");
+        REQUIRE(c->d_rope % 2 == 0 && c->d_rope <= c->index_dim, "key 'd_rope': must be even and <= 'index_dim'");
+        REQUIRE(c->n_experts % c->n_group == 0 && c->topk_group <= c->n_group,
+                "keys 'n_experts', 'n_group', 'topk_group' inconsistent");
+        REQUIRE(c->experts_per_token <= c->n_experts, "key 'experts_per_token': must be in [1, n_experts]");
     }
     return LS_OK;
 }
 #undef REQUIRE
 
+ls_status ls_config_check(const ls_model_config *c, char *err, size_t err_len) {
+    return check_where(c, "config", err, err_len);
+}
+
 ls_status ls_config_load(ls_model_config *out, const char *path, char *err, size_t err_len) {
     cJSON *obj = NULL;
-    ls_status st = ls_json_read_file(path, &obj, err, err_len); /* errors name the file */
+    /* errors name the file; the cap refuses huge files and endless streams */
+    ls_status st = ls_json_read_file_capped(path, LS_CONFIG_MAX_FILE_BYTES, &obj, err, err_len);
     if (st != LS_OK) return st;
     st = ls_config_from_json(out, obj, path, err, err_len);
     cJSON_Delete(obj);
@@ -163,13 +459,13 @@ cJSON *ls_config_to_json(const ls_model_config *c, const ls_objective *ob) {
     cJSON *o = cJSON_CreateObject();
     if (!o) return NULL;
     cJSON_AddStringToObject(o, "family", ls_family_name(c->family));
-    add_ints(o, c, COMMON_INT, sizeof COMMON_INT / sizeof *COMMON_INT);
+    add_ints(o, c, COMMON_INT, N_OF(COMMON_INT));
     cJSON_AddNumberToObject(o, "rms_eps", c->rms_eps);
     cJSON_AddNumberToObject(o, "rope_theta", c->rope_theta);
     if (c->family == LS_FAMILY_HYBRID) {
-        add_ints(o, c, HYBRID_INT, sizeof HYBRID_INT / sizeof *HYBRID_INT);
+        add_ints(o, c, HYBRID_INT, N_OF(HYBRID_INT));
     } else {
-        add_ints(o, c, MLA_INT, sizeof MLA_INT / sizeof *MLA_INT);
+        add_ints(o, c, MLA_INT, N_OF(MLA_INT));
         cJSON_AddNumberToObject(o, "routed_scale", c->routed_scale);
     }
     if (ob) {

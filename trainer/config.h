@@ -39,17 +39,56 @@ typedef struct {
     double epsilon, beta, temperature;
 } ls_objective;
 
+/* Largest model config file ls_config_load reads (a config is < 1 KiB);
+ * a larger file, or a stream that does not end (/dev/zero), is refused. */
+#define LS_CONFIG_MAX_FILE_BYTES ((size_t)1 << 20)
+
 /* Load a model config from a JSON file.  On error returns LS_ERR_IO /
- * LS_ERR_FORMAT and writes "FILE: key 'x': problem" into err. */
+ * LS_ERR_FORMAT and writes "FILE: key 'x': problem" into err.  The file
+ * holds exactly the keys of its family (MODEL.md §6): a key that is
+ * unknown, misspelt, of the other family or an objective setting is
+ * refused by name (a typo must not silently change a model). */
 ls_status ls_config_load(ls_model_config *out, const char *path, char *err, size_t err_len);
-/* Parse from a cJSON object (what batch dumps embed); `where` names the source. */
+/* Parse from a cJSON object; `where` names the source.  Same strictness
+ * as ls_config_load (model keys only). */
 ls_status ls_config_from_json(ls_model_config *out, const cJSON *obj, const char *where,
                               char *err, size_t err_len);
-/* Check dims for consistency (divisibility, rope_dim <= head_dim, ...). */
+/* An embedded config (batch dumps, receipts: MODEL.md §6): the model keys
+ * plus every objective key (train_mode, lora_r, lora_alpha, lora_experts,
+ * grad_mode, epsilon, beta, temperature), each required and range-checked
+ * like the command line; parsed into *obj_out (lora_init_random, which is
+ * not a config key, is 0).  Any other key is refused by name. */
+ls_status ls_config_from_json_with_objective(ls_model_config *out, ls_objective *obj_out,
+                                             const cJSON *obj, const char *where,
+                                             char *err, size_t err_len);
+/* Check every key's range (dims <= 2^20, heads <= 4096, n_layers <= 4096,
+ * vocab <= 2^24; see config.c), the dims' consistency (divisibility,
+ * rope_dim <= head_dim, ...) and that the parameter count and its bytes
+ * cannot overflow.  A key out of range is named with the size the config
+ * implies ("... implies 3.8e+21 parameters, 1.5e+22 bytes as float32"). */
 ls_status ls_config_check(const ls_model_config *c, char *err, size_t err_len);
 /* New cJSON object with every MODEL.md §6 key of the family, plus the
  * objective keys when obj != NULL.  Caller owns it (cJSON_Delete). */
 cJSON *ls_config_to_json(const ls_model_config *c, const ls_objective *obj);
+
+/* Scalars of each storage block of the hybrid family's parameter table
+ * (MODEL.md §3, §5), in closed form from the config: base weights,
+ * adapters (lora mode), trainable scalars (adapters in lora mode, the base
+ * weights in full mode; each has a gradient and two AdamW moments) and the
+ * frozen reference copy (full mode: = base, else 0). */
+typedef struct {
+    size_t base, adapters, trainable, reference;
+} ls_param_counts;
+
+/* The closed form above, overflow-checked.  LS_ERR_FORMAT naming the
+ * product when a count overflows size_t, LS_ERR_UNSUPPORTED for the mla
+ * family (no model in this trainer), LS_ERR_ARG when obj->lora_r < 1 in
+ * lora mode.  obj NULL: base weights only (adapters 0, trainable = base). */
+ls_status ls_config_param_counts(const ls_model_config *c, const ls_objective *obj,
+                                 ls_param_counts *out, char *err, size_t err_len);
+/* 1 when layer `layer` of a hybrid model is a gated full-attention layer
+ * (every fourth: MODEL.md §1), 0 for GDN. */
+int ls_config_layer_is_attn(const ls_model_config *c, int layer);
 
 void ls_objective_defaults(ls_objective *o);
 const char *ls_family_name(ls_family f);

@@ -57,6 +57,9 @@ void LS_K(ls_hstate_free)(ls_hstate *s);
 size_t LS_K(ls_hstate_bytes)(const ls_hstate *s);
 /* Analytical carried-state bytes for n_pos prompt positions (MODEL.md §1). */
 size_t LS_K(ls_hstate_analytical_bytes)(const ls_params *p, int64_t n_pos);
+/* The same from the config alone (the memory plan, before any parameter
+ * is allocated); saturates at SIZE_MAX instead of overflowing. */
+size_t LS_K(ls_hstate_plan_bytes)(const ls_model_config *c, int64_t n_pos);
 
 typedef struct ls_seg_tape ls_seg_tape;
 

@@ -2,16 +2,21 @@
  * attention layers, conv tail and recurrent state of the GDN layers. */
 #include <string.h>
 
+#include "common/checked.h"
 #include "trainer/hybrid.h"
 
+/* Sizes saturate at SIZE_MAX (common/checked.h): a config whose state does
+ * not fit size_t plans SIZE_MAX bytes, which no budget admits, and the
+ * allocation of SIZE_MAX bytes is refused by the tracker. */
 static size_t gdn_C(const ls_model_config *c) {
-    return 2 * (size_t)c->gdn_hk * (size_t)c->gdn_dk + (size_t)c->gdn_hv * (size_t)c->gdn_dv;
+    return ls_sat_add(ls_sat_mul3(2, (size_t)c->gdn_hk, (size_t)c->gdn_dk),
+                      ls_sat_mul((size_t)c->gdn_hv, (size_t)c->gdn_dv));
 }
 static size_t tail_len(const ls_model_config *c) {
-    return (size_t)(c->conv_kernel - 1) * gdn_C(c);
+    return ls_sat_mul((size_t)(c->conv_kernel > 0 ? c->conv_kernel - 1 : 0), gdn_C(c));
 }
 static size_t S_len(const ls_model_config *c) {
-    return (size_t)c->gdn_hv * (size_t)c->gdn_dk * (size_t)c->gdn_dv;
+    return ls_sat_mul3((size_t)c->gdn_hv, (size_t)c->gdn_dk, (size_t)c->gdn_dv);
 }
 
 ls_status LS_K(ls_hstate_init)(ls_hstate *s, const ls_params *p, size_t page_size, ls_mem_cat cat) {
@@ -23,8 +28,8 @@ ls_status LS_K(ls_hstate_init)(ls_hstate *s, const ls_params *p, size_t page_siz
     if (!s->ly) return LS_ERR_NOMEM;
     for (int l = 0; l < s->n_layers; l++) {
         if (p->layers[l].is_attn) continue;
-        s->ly[l].tail = ls_mem_alloc(cat, tail_len(&p->cfg) * sizeof(ls_real));
-        s->ly[l].S = ls_mem_alloc(cat, S_len(&p->cfg) * sizeof(ls_real));
+        s->ly[l].tail = ls_mem_alloc(cat, ls_sat_mul(tail_len(&p->cfg), sizeof(ls_real)));
+        s->ly[l].S = ls_mem_alloc(cat, ls_sat_mul(S_len(&p->cfg), sizeof(ls_real)));
         if (!s->ly[l].tail || !s->ly[l].S) {
             LS_K(ls_hstate_free)(s);
             return LS_ERR_NOMEM;
@@ -118,14 +123,15 @@ size_t LS_K(ls_hstate_bytes)(const ls_hstate *s) {
     return b;
 }
 
+size_t LS_K(ls_hstate_plan_bytes)(const ls_model_config *c, int64_t n_pos) {
+    size_t b = 0, pos = n_pos > 0 ? (size_t)n_pos : 0;
+    size_t kv = ls_sat_mul3(2, pos, ls_sat_mul((size_t)c->attn_kv_heads, (size_t)c->head_dim));
+    size_t gdn = ls_sat_add(tail_len(c), S_len(c));
+    for (int l = 0; l < c->n_layers; l++)
+        b = ls_sat_add(b, ls_config_layer_is_attn(c, l) ? kv : gdn);
+    return ls_sat_mul(b, sizeof(ls_real));
+}
+
 size_t LS_K(ls_hstate_analytical_bytes)(const ls_params *p, int64_t n_pos) {
-    const ls_model_config *c = &p->cfg;
-    size_t b = 0;
-    for (int l = 0; l < c->n_layers; l++) {
-        if (p->layers[l].is_attn)
-            b += 2 * (size_t)n_pos * (size_t)c->attn_kv_heads * (size_t)c->head_dim;
-        else
-            b += tail_len(c) + S_len(c);
-    }
-    return b * sizeof(ls_real);
+    return LS_K(ls_hstate_plan_bytes)(&p->cfg, n_pos);
 }

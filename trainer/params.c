@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/checked.h"
 #include "trainer/mem_tracker.h"
 #include "trainer/rng.h"
 
@@ -17,14 +18,14 @@ typedef enum { INIT_NORMAL, INIT_ZERO, INIT_ONE, INIT_ALOG, INIT_DTBIAS } init_k
 typedef struct {
     ls_params *p;
     size_t cap;
-    int counting;
+    int overflow;
     init_kind *kinds;
     double *stds;
 } builder;
 
 static ls_tensor *add(builder *b, const char *name, size_t d0, size_t d1, init_kind kind,
                       double std, int adapter) {
-    if (b->p->n == b->cap) return NULL; /* sized by the counting pass */
+    if (b->p->n == b->cap) return NULL; /* cap: at most 26 tensors per layer + 3 (never reached) */
     ls_tensor *t = &b->p->t[b->p->n];
     b->kinds[b->p->n] = kind;
     b->stds[b->p->n] = std;
@@ -33,7 +34,7 @@ static ls_tensor *add(builder *b, const char *name, size_t d0, size_t d1, init_k
     t->ndim = d1 ? 2 : 1;
     t->shape[0] = d0;
     t->shape[1] = d1;
-    t->numel = d1 ? d0 * d1 : d0;
+    if (ls_mul_size(d0, d1 ? d1 : 1, &t->numel) != 0) b->overflow = 1;
     t->is_adapter = adapter;
     return t;
 }
@@ -66,7 +67,7 @@ static void build_hybrid(builder *b) {
     b->p->embed = add(b, "embed.weight", V, d, INIT_NORMAL, 1.0, 0);
     for (size_t i = 0; i < L; i++) {
         ls_hybrid_layer *ly = &b->p->layers[i];
-        ly->is_attn = ((i + 1) % 4 == 0);
+        ly->is_attn = ls_config_layer_is_attn(c, (int)i);
         snprintf(nm, sizeof nm, "layers.%zu.norm1.weight", i);
         ly->norm1 = add(b, nm, d, 0, INIT_ZERO, 0, 0);
         if (ly->is_attn) {
@@ -142,6 +143,36 @@ static void init_tensor(ls_tensor *t, init_kind kind, double std, uint64_t seed)
     }
 }
 
+static const ls_mem_cat BLK_CAT[6] = {LS_MEM_WEIGHTS, LS_MEM_ADAPTERS, LS_MEM_GRADS,
+                                      LS_MEM_OPTIMIZER, LS_MEM_OPTIMIZER, LS_MEM_WEIGHTS};
+
+/* Scalars of each block from the closed form. */
+static void block_scalars(const ls_param_counts *pc, size_t nb[6]) {
+    nb[BLK_BASE] = pc->base;
+    nb[BLK_ADAPT] = pc->adapters;
+    nb[BLK_GRAD] = nb[BLK_M] = nb[BLK_V] = pc->trainable;
+    nb[BLK_REF] = pc->reference;
+}
+
+ls_status LS_K(ls_params_plan)(const ls_model_config *cfg, const ls_objective *obj,
+                               size_t bytes[LS_MEM_COUNT], char *err, size_t err_len) {
+    memset(bytes, 0, LS_MEM_COUNT * sizeof *bytes);
+    ls_param_counts pc;
+    ls_status st = ls_config_param_counts(cfg, obj, &pc, err, err_len);
+    if (st != LS_OK) return st;
+    size_t nb[6];
+    block_scalars(&pc, nb);
+    for (int k = 0; k < 6; k++) {
+        size_t b;
+        /* cannot fail after ls_config_param_counts (counts < SIZE_MAX / 16), kept as a guard */
+        if (ls_mul_size(nb[k], sizeof(ls_real), &b) != 0 || ls_add_size(bytes[BLK_CAT[k]], b, &bytes[BLK_CAT[k]]) != 0) {
+            snprintf(err, err_len, "config: the %s block overflows size_t", ls_mem_cat_name(BLK_CAT[k]));
+            return LS_ERR_FORMAT;
+        }
+    }
+    return LS_OK;
+}
+
 ls_status LS_K(ls_params_init)(ls_params **out, const ls_model_config *cfg,
                                const ls_objective *obj, uint64_t seed, char *err, size_t err_len) {
     *out = NULL;
@@ -154,39 +185,62 @@ ls_status LS_K(ls_params_init)(ls_params **out, const ls_model_config *cfg,
         snprintf(err, err_len, "lora_r: must be >= 1");
         return LS_ERR_ARG;
     }
+    ls_param_counts pc;
+    ls_status st = ls_config_param_counts(cfg, obj, &pc, err, err_len);
+    if (st != LS_OK) return st;
+    size_t plan_nb[6];
+    block_scalars(&pc, plan_nb);
     ls_params *p = calloc(1, sizeof *p);
     builder b = {0};
-    ls_status st = LS_ERR_NOMEM;
-    if (!p) return LS_ERR_NOMEM;
+    st = LS_ERR_NOMEM;
+    if (!p) {
+        snprintf(err, err_len, "cannot allocate the parameter table header (%zu bytes)", sizeof *p);
+        return LS_ERR_NOMEM;
+    }
     p->cfg = *cfg;
     p->obj = *obj;
     p->lora_scale = (ls_real)(obj->lora_alpha / obj->lora_r);
+    /* n_layers <= 4096 (ls_config_check): the tables are small */
     p->layers = calloc((size_t)cfg->n_layers, sizeof *p->layers);
     b.p = p;
     b.cap = 64 + 40 * (size_t)cfg->n_layers;
     p->t = calloc(b.cap, sizeof *p->t);
     b.kinds = calloc(b.cap, sizeof *b.kinds);
     b.stds = calloc(b.cap, sizeof *b.stds);
-    if (!p->layers || !p->t || !b.kinds || !b.stds) goto cleanup;
+    if (!p->layers || !p->t || !b.kinds || !b.stds) {
+        snprintf(err, err_len, "cannot allocate the parameter table (%zu tensors, %d layers)", b.cap,
+                 cfg->n_layers);
+        goto cleanup;
+    }
     build_hybrid(&b);
 
     size_t nb[6] = {0};
     for (size_t i = 0; i < p->n; i++) {
         ls_tensor *t = &p->t[i];
         t->trainable = obj->train_mode == LS_TRAIN_LORA ? t->is_adapter : 1;
-        nb[t->is_adapter ? BLK_ADAPT : BLK_BASE] += t->numel;
-        if (t->trainable) p->n_trainable += t->numel;
+        if (ls_add_size(nb[t->is_adapter ? BLK_ADAPT : BLK_BASE], t->numel, &nb[t->is_adapter ? BLK_ADAPT : BLK_BASE]))
+            b.overflow = 1;
+        if (t->trainable && ls_add_size(p->n_trainable, t->numel, &p->n_trainable)) b.overflow = 1;
     }
     nb[BLK_GRAD] = nb[BLK_M] = nb[BLK_V] = p->n_trainable;
     nb[BLK_REF] = obj->train_mode == LS_TRAIN_FULL ? nb[BLK_BASE] : 0;
-    static const ls_mem_cat cats[6] = {LS_MEM_WEIGHTS, LS_MEM_ADAPTERS, LS_MEM_GRADS,
-                                       LS_MEM_OPTIMIZER, LS_MEM_OPTIMIZER, LS_MEM_WEIGHTS};
+    /* the table and the closed form of the plan must agree: the plan
+     * checked against the budget is what gets allocated */
+    if (b.overflow || p->n >= b.cap || memcmp(nb, plan_nb, sizeof nb) != 0) {
+        snprintf(err, err_len,
+                 "internal: the parameter table (%zu tensors; base %zu, adapters %zu, trainable %zu scalars%s) "
+                 "differs from the planned counts (base %zu, adapters %zu, trainable %zu)",
+                 p->n, nb[BLK_BASE], nb[BLK_ADAPT], p->n_trainable, b.overflow ? ", overflow" : "", pc.base,
+                 pc.adapters, pc.trainable);
+        st = LS_ERR_INTERNAL;
+        goto cleanup;
+    }
     for (int k = 0; k < 6; k++) {
         if (!nb[k]) continue;
-        p->blocks[k] = ls_mem_alloc(cats[k], nb[k] * sizeof(ls_real));
+        p->blocks[k] = ls_mem_alloc(BLK_CAT[k], nb[k] * sizeof(ls_real)); /* < SIZE_MAX / 2: counts checked */
         if (!p->blocks[k]) {
             snprintf(err, err_len, "cannot allocate %zu bytes of %s", nb[k] * sizeof(ls_real),
-                     ls_mem_cat_name(cats[k]));
+                     ls_mem_cat_name(BLK_CAT[k]));
             goto cleanup;
         }
     }

@@ -13,6 +13,7 @@
 #include "common/status.h"
 #include "kernels/real.h"
 #include "trainer/config.h"
+#include "trainer/mem_tracker.h"
 
 typedef struct {
     char name[96];
@@ -58,8 +59,19 @@ typedef struct ls_params {
     int is_view;              /* reference view: owns only its tables */
 } ls_params;
 
+/* The bytes ls_params_init will allocate, per memory category
+ * (fixed_weights: base weights + the full-mode reference copy; adapters;
+ * gradients; optimizer_state: both AdamW moments), from the closed form of
+ * ls_config_param_counts, overflow-checked; every other category 0.  What
+ * ls_params_init then allocates equals this exactly (it checks).  Errors as
+ * ls_config_param_counts, naming the key or product. */
+ls_status LS_K(ls_params_plan)(const ls_model_config *cfg, const ls_objective *obj,
+                               size_t bytes[LS_MEM_COUNT], char *err, size_t err_len);
+
 /* Build the table for cfg/obj, allocate through the memory tracker and
- * initialise deterministically from seed.  *out owned by the caller. */
+ * initialise deterministically from seed.  *out owned by the caller.
+ * Every failure writes err: LS_ERR_NOMEM names what could not be
+ * allocated; LS_ERR_INTERNAL when the table disagrees with the plan. */
 ls_status LS_K(ls_params_init)(ls_params **out, const ls_model_config *cfg,
                                const ls_objective *obj, uint64_t seed,
                                char *err, size_t err_len);

@@ -1,6 +1,7 @@
 /* train_args.c - longstraw-train argument parsing and usage text. */
 #include "trainer/train_args.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -46,16 +47,24 @@ void ls_train_usage(FILE *f) {
         f);
 }
 
+/* Numbers on the command line are plain decimal: digits only for counts
+ * (no sign, no spaces, no hex, no exponent), and for reals a digit or a
+ * '.' and a digit first, no hex, no inf/nan, nothing after the number.
+ * strtoull/strtod alone would skip leading spaces and read " -1" as 2^64-1,
+ * "+5" as 5 and "0x1p3" as 8. */
 static int parse_size(const char *s, size_t lo, size_t hi, size_t *out) {
+    if (!isdigit((unsigned char)s[0])) return -1;
     char *end;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || s[0] == '-' || v < lo || v > hi) return -1;
+    if (errno || end == s || *end || v < lo || v > hi || v > SIZE_MAX) return -1;
     *out = (size_t)v;
     return 0;
 }
 
 static int parse_real(const char *s, double lo, double hi, double *out) {
+    int lead = isdigit((unsigned char)s[0]) || (s[0] == '.' && isdigit((unsigned char)s[1]));
+    if (!lead || strpbrk(s, "xXpP") != NULL) return -1;
     char *end;
     errno = 0;
     double v = strtod(s, &end);
@@ -104,7 +113,7 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
             if (parse_size(val, 1, 1000000, &v)) BAD("--steps: '%s' is not an integer in [1, 1000000]", val);
             a->steps = (int)v;
         } else if (!strcmp(k, "--seed")) {
-            if (parse_size(val, 0, SIZE_MAX, &v)) BAD("--seed: '%s' is not a non-negative integer", val);
+            if (parse_size(val, 0, SIZE_MAX, &v)) BAD("--seed: '%s' is not a decimal integer in [0, 2^64)", val);
             a->step.seed = v;
         } else if (!strcmp(k, "--dtype")) {
             if (!strcmp(val, "f32")) a->f64 = 0;
@@ -147,7 +156,7 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
             if (parse_size(val, 0, (size_t)1 << 31, &a->step.capture_chunk))
                 BAD("--capture-chunk: '%s' is not a token count (0: the whole prompt at once)", val);
         } else if (!strcmp(k, "--memory-budget")) {
-            if (parse_size(val, 1 << 20, SIZE_MAX, &a->memory_budget)) BAD("--memory-budget: '%s' is not a byte count >= 1 MiB", val);
+            if (parse_size(val, 1 << 20, SIZE_MAX, &a->memory_budget)) BAD("--memory-budget: '%s' is not a decimal byte count >= 1 MiB", val);
         } else if (!strcmp(k, "--rollouts")) a->rollouts = val;
         else if (!strcmp(k, "--save-init")) a->save_init = val;
         else if (!strcmp(k, "--load")) a->load = val;

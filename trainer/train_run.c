@@ -14,6 +14,7 @@
 
 #include <cblas.h>
 
+#include "common/checked.h"
 #include "receipts/build_info.h"
 #include "receipts/digest.h"
 #include "receipts/manifest.h"
@@ -123,15 +124,18 @@ static void on_progress(void *u, const char *phase, size_t done, size_t total) {
 /* ---- memory plan ---------------------------------------------------------- */
 
 /* Reals one layer saves per token (the larger of the two mixers), an
- * over-estimate of the tape plus its backward transients. */
+ * over-estimate of the tape plus its backward transients.  Saturating. */
 static size_t layer_reals_per_token(const ls_model_config *c, int r) {
     size_t d = (size_t)c->d_model, ffn = (size_t)c->ffn_dim, H = (size_t)c->attn_heads;
     size_t Hkv = (size_t)c->attn_kv_heads, hd = (size_t)c->head_dim;
-    size_t C = 2 * (size_t)c->gdn_hk * (size_t)c->gdn_dk + (size_t)c->gdn_hv * (size_t)c->gdn_dv;
-    size_t Hv = (size_t)c->gdn_hv, dv = (size_t)c->gdn_dv;
-    size_t attn = 12 * H * hd + 8 * Hkv * hd + 2 * H;
-    size_t gdn = 4 * C + 6 * Hv * dv + 6 * (size_t)c->gdn_hk * (size_t)c->gdn_dk + 8 * Hv;
-    return 6 * d + 6 * ffn + (attn > gdn ? attn : gdn) + 16 * (size_t)r + 8;
+    size_t Hk = (size_t)c->gdn_hk, dk = (size_t)c->gdn_dk, Hv = (size_t)c->gdn_hv, dv = (size_t)c->gdn_dv;
+    size_t C = ls_sat_add(ls_sat_mul3(2, Hk, dk), ls_sat_mul(Hv, dv));
+    size_t attn = ls_sat_add(ls_sat_add(ls_sat_mul3(12, H, hd), ls_sat_mul3(8, Hkv, hd)), ls_sat_mul(2, H));
+    size_t gdn = ls_sat_add(ls_sat_add(ls_sat_mul(4, C), ls_sat_mul3(6, Hv, dv)),
+                            ls_sat_add(ls_sat_mul3(6, Hk, dk), ls_sat_mul(8, Hv)));
+    size_t n = ls_sat_add(ls_sat_mul(6, d), ls_sat_mul(6, ffn));
+    n = ls_sat_add(n, attn > gdn ? attn : gdn);
+    return ls_sat_add(n, ls_sat_add(ls_sat_mul(16, (size_t)r), 8));
 }
 
 static size_t mem_available(void) {
@@ -141,35 +145,49 @@ static size_t mem_available(void) {
     while (f && fgets(line, sizeof line, f))
         if (sscanf(line, "MemAvailable: %zu kB", &kb) == 1) break;
     if (f) fclose(f);
-    return kb * 1024;
+    return ls_sat_mul(kb, 1024);
 }
 
-static void plan(const ls_train_args *a, const ls_params *p, size_t P, size_t Rmax, size_t plan_b[LS_MEM_COUNT]) {
-    const ls_model_config *c = &p->cfg;
+/* The whole job's memory per category, from the config and the run's
+ * sizes alone, before anything model- or prompt-sized is allocated: the
+ * parameter blocks exactly as ls_params_init allocates them (weights, the
+ * full-mode reference copy, adapters, gradients, both AdamW moments), what
+ * is live already (the rollouts batch), and the step's prompt state, branch
+ * tapes, checkpoints and scratch.  Every product saturates at SIZE_MAX, so a
+ * plan that does not fit size_t exceeds any budget. */
+static ls_status plan(const ls_train_args *a, size_t P, size_t Rmax, size_t plan_b[LS_MEM_COUNT], char *err,
+                      size_t err_len) {
+    const ls_model_config *c = &a->cfg;
+    ls_status st = LS_K(ls_params_plan)(c, &a->obj, plan_b, err, err_len);
+    if (st != LS_OK) return st;
     ls_mem_stats s;
     ls_mem_snapshot(&s);
-    memset(plan_b, 0, LS_MEM_COUNT * sizeof *plan_b);
-    for (int k = 0; k < LS_MEM_COUNT; k++) plan_b[k] = s.live_bytes[k]; /* weights etc. are allocated */
+    for (int k = 0; k < LS_MEM_COUNT; k++) plan_b[k] = ls_sat_add(plan_b[k], s.live_bytes[k]);
     size_t L = (size_t)c->n_layers, d = (size_t)c->d_model, sz = sizeof(ls_real);
-    size_t lpt = layer_reals_per_token(c, a->obj.lora_r) * sz;
-    size_t state = LS_K(ls_hstate_analytical_bytes)(p, (int64_t)P - 1);
+    size_t lpt = ls_sat_mul(layer_reals_per_token(c, a->obj.lora_r), sz);
+    size_t state = LS_K(ls_hstate_plan_bytes)(c, (int64_t)P - 1);
+    size_t dsz = ls_sat_mul(d, sz);
     int full = a->obj.grad_mode == LS_GRAD_FULL;
+#define ADD(cat, x) (plan_b[cat] = ls_sat_add(plan_b[cat], (x)))
     if (a->step.strategy == LS_STRATEGY_LONGSTRAW) {
-        plan_b[LS_MEM_PROMPT_STATE] += state;
-        plan_b[LS_MEM_SCORE] += state; /* the reference policy's capture */
-        plan_b[LS_MEM_BRANCH] += L * Rmax * lpt;
+        ADD(LS_MEM_PROMPT_STATE, state);
+        ADD(LS_MEM_SCORE, state); /* the reference policy's capture */
+        ADD(LS_MEM_BRANCH, ls_sat_mul3(L, Rmax, lpt));
         size_t cc = a->step.capture_chunk && a->step.capture_chunk < P ? a->step.capture_chunk : P;
-        plan_b[LS_MEM_SCRATCH] += 2 * cc * d * sz + cc * lpt; /* one layer of one capture segment */
+        ADD(LS_MEM_SCRATCH, ls_sat_add(ls_sat_mul3(2, cc, dsz), ls_sat_mul(cc, lpt))); /* one layer of one segment */
         if (full) {
-            plan_b[LS_MEM_PROMPT_GRAD] += state;
-            plan_b[LS_MEM_CHECKPOINT] += L * (P - 1) * d * sz;
-            plan_b[LS_MEM_SCRATCH] += 2 * cc * lpt + P * d * sz; /* one chunk's recompute window, dh */
+            ADD(LS_MEM_PROMPT_GRAD, state);
+            ADD(LS_MEM_CHECKPOINT, ls_sat_mul3(L, P - 1, dsz));
+            ADD(LS_MEM_SCRATCH, ls_sat_add(ls_sat_mul3(2, cc, lpt), ls_sat_mul(P, dsz))); /* recompute window, dh */
         }
     } else {
-        plan_b[LS_MEM_SCORE] += state;
-        plan_b[LS_MEM_BRANCH] += L * (P + Rmax) * lpt;
-        plan_b[LS_MEM_SCRATCH] += (P + Rmax) * lpt;
+        size_t T = ls_sat_add(P, Rmax);
+        ADD(LS_MEM_SCORE, state);
+        ADD(LS_MEM_BRANCH, ls_sat_mul3(L, T, lpt));
+        ADD(LS_MEM_SCRATCH, ls_sat_mul(T, lpt));
     }
+#undef ADD
+    return LS_OK;
 }
 
 /* ---- files ------------------------------------------------------------------ */
@@ -245,17 +263,7 @@ int LS_K(ls_train_run)(const ls_train_args *a) {
     snprintf(run_id, sizeof run_id, "run-%llx-%x-%llu", (unsigned long long)time(NULL), (unsigned)getpid(),
              (unsigned long long)a->step.seed);
 
-    st = LS_K(ls_params_init)(&p, &a->cfg, &a->obj, a->step.seed, err, sizeof err);
-    if (st != LS_OK) {
-        fprintf(stderr, "longstraw-train: %s\n", err);
-        return st == LS_ERR_NOMEM ? 1 : 2;
-    }
-    if (a->load && (st = LS_K(ls_params_load)(p, a->load, err, sizeof err)) != LS_OK) {
-        fprintf(stderr, "longstraw-train: --load: %s\n", err);
-        rc = 2;
-        goto done;
-    }
-    /* the batch: an external rollouts file or the synthetic task */
+    /* the batch: an external rollouts file (read first: it sets P and R) or the synthetic task */
     if (a->rollouts) {
         st = ls_batch_read_rollouts(&b, a->rollouts, a->cfg.vocab, err, sizeof err);
         if (st != LS_OK) {
@@ -266,20 +274,46 @@ int LS_K(ls_train_run)(const ls_train_args *a) {
     }
     size_t P = b ? b->P : a->P, Rmax = a->step.R;
     for (size_t i = 0; b && i < b->G; i++) Rmax = b->R[i] > Rmax ? b->R[i] : Rmax;
+    /* the whole plan, parameters included, is checked before they are allocated */
     size_t pl[LS_MEM_COUNT], total = 0;
-    plan(a, p, P, Rmax, pl);
-    for (int k = 0; k < LS_MEM_COUNT; k++) total += pl[k];
+    if ((st = plan(a, P, Rmax, pl, err, sizeof err)) != LS_OK) {
+        fprintf(stderr, "longstraw-train: --config %s: %s\n", a->config_path, err);
+        rc = 2;
+        goto done;
+    }
+    for (int k = 0; k < LS_MEM_COUNT; k++) total = ls_sat_add(total, pl[k]);
     size_t budget = a->memory_budget ? a->memory_budget : mem_available() / 10 * 9;
     if (budget && total > budget) {
-        fprintf(stderr, "longstraw-train: --prompt-len %zu: the planned memory %.3f GiB exceeds the budget %.3f GiB; "
-                        "nothing was allocated for the prompt.  Planned bytes per category:\n",
-                P, total / 1073741824.0, budget / 1073741824.0);
-        for (int k = 0; k < LS_MEM_COUNT; k++)
-            if (pl[k]) fprintf(stderr, "  %-22s %15zu\n", ls_mem_cat_name((ls_mem_cat)k), pl[k]);
+        char need[64];
+        if (total == SIZE_MAX) snprintf(need, sizeof need, "more than 2^64 bytes");
+        else snprintf(need, sizeof need, "%.3f GiB", total / 1073741824.0);
+        fprintf(stderr,
+                "longstraw-train: the memory plan needs %s, above the budget %.3f GiB (%s); nothing was allocated.\n"
+                "  --config %s, %s %zu, --response-len %zu, --group %zu, --grad-mode %s, --train-mode %s.\n"
+                "  Planned bytes per category (weights, adapters, gradients and optimizer state included):\n",
+                need, budget / 1073741824.0, a->memory_budget ? "--memory-budget" : "90% of MemAvailable",
+                a->config_path, a->rollouts ? "prompt tokens of --rollouts" : "--prompt-len", P, Rmax,
+                b ? b->G : a->step.G, a->obj.grad_mode == LS_GRAD_FULL ? "full" : "detached",
+                a->obj.train_mode == LS_TRAIN_FULL ? "full" : "lora");
+        for (int k = 0; k < LS_MEM_COUNT; k++) {
+            if (pl[k] == SIZE_MAX) fprintf(stderr, "  %-22s  more than 2^64\n", ls_mem_cat_name((ls_mem_cat)k));
+            else if (pl[k]) fprintf(stderr, "  %-22s %15zu\n", ls_mem_cat_name((ls_mem_cat)k), pl[k]);
+        }
         rc = 2;
         goto done;
     }
     ls_mem_set_budget(budget);
+    st = LS_K(ls_params_init)(&p, &a->cfg, &a->obj, a->step.seed, err, sizeof err);
+    if (st != LS_OK) {
+        fprintf(stderr, "longstraw-train: %s\n", err);
+        rc = st == LS_ERR_NOMEM || st == LS_ERR_INTERNAL ? 1 : 2;
+        goto done;
+    }
+    if (a->load && (st = LS_K(ls_params_load)(p, a->load, err, sizeof err)) != LS_OK) {
+        fprintf(stderr, "longstraw-train: --load: %s\n", err);
+        rc = 2;
+        goto done;
+    }
     if (prepare_run_dir(a->out, err, sizeof err) != 0) {
         fprintf(stderr, "longstraw-train: %s\n", err);
         rc = 2;
