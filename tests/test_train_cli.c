@@ -3,7 +3,10 @@
  * member, direction and phase, a receipt and a manifest that verifies; the
  * fault injection `nan-grad` yields an error event, no optimizer step and
  * exit 1; a prompt too long for the memory budget is refused before anything
- * is allocated; external rollouts are read; dumps are written. */
+ * is allocated; external rollouts are read; dumps are written.  Hostile
+ * inputs (issue 7): absurd or unknown config keys, an endless config stream,
+ * weights beyond the budget (refused before allocating: the child's peak RSS
+ * stays small) and signed or spaced numbers exit 2 naming what is wrong. */
 /* paths here are short temporary names: truncation cannot happen */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"
@@ -13,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -102,6 +106,120 @@ Test(train_cli, bad_arguments_exit_2_naming_the_argument) {
     snprintf(r, sizeof r, "%s/r", tmpdir);
     cr_expect_neq(stat(r, &sb), 0, "a failed invocation created the run directory");
     cr_expect_eq(run("--help"), 0);
+}
+
+/* A copy of hybrid-tiny with some keys replaced ("\"d_model\": 1e9, ...")
+ * or added, written to tmpdir/name; returns its path (static). */
+static const char *write_config(const char *name, const char *dims, const char *extra) {
+    static char path[512];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f,
+            "{\"family\": \"hybrid\", \"vocab\": 256, %s, \"rms_eps\": 1e-6, \"rope_theta\": 10000,\n"
+            " \"gdn_hk\": 2, \"gdn_hv\": 4, \"gdn_dk\": 16, \"gdn_dv\": 16, \"conv_kernel\": 4,\n"
+            " \"attn_heads\": 4, \"attn_kv_heads\": 2, \"head_dim\": 32, \"rope_dim\": 8%s}\n",
+            dims, extra);
+    fclose(f);
+    return path;
+}
+
+/* The issue's table, row by row: each is refused with exit 2 naming the
+ * key, file or argument, and nothing is created. */
+Test(train_cli, hostile_configs_exit_2_naming_the_key) {
+    char a[2048];
+    /* d_model and n_layers = 1e9: was exit 1 with an empty message */
+    const char *c = write_config("big.json", "\"d_model\": 1000000000, \"n_layers\": 1000000000, \"ffn_dim\": 128", "");
+    snprintf(a, sizeof a, "--config %s --out %s/r", c, tmpdir);
+    expect_usage_error(a, "key 'd_model'");
+    expect_usage_error(a, "bytes of weights");
+    /* a misspelt or unknown key: was silently ignored */
+    c = write_config("extra.json", "\"d_model\": 64, \"n_layers\": 8, \"ffn_dim\": 128", ", \"extra_key\": 1");
+    snprintf(a, sizeof a, "--config %s --out %s/r --prompt-len 64 --group 2 --response-len 2", c, tmpdir);
+    expect_usage_error(a, "key 'extra_key'");
+    c = write_config("typo.json", "\"d_model\": 64, \"n_layers\": 8, \"ffn_dm\": 128", "");
+    snprintf(a, sizeof a, "--config %s --out %s/r", c, tmpdir);
+    expect_usage_error(a, "did you mean 'ffn_dim'");
+    /* a key of the other family */
+    c = write_config("mla.json", "\"d_model\": 64, \"n_layers\": 8, \"ffn_dim\": 128", ", \"n_experts\": 8");
+    snprintf(a, sizeof a, "--config %s --out %s/r", c, tmpdir);
+    expect_usage_error(a, "key 'n_experts'");
+    /* a product past size_t: every key within its bound */
+    char ov[512];
+    snprintf(ov, sizeof ov, "%s/overflow.json", tmpdir);
+    FILE *f = fopen(ov, "w");
+    cr_assert_not_null(f);
+    fputs("{\"family\": \"hybrid\", \"vocab\": 256, \"d_model\": 1048576, \"n_layers\": 4096, \"ffn_dim\": 128,"
+          " \"rms_eps\": 1e-6, \"rope_theta\": 10000, \"gdn_hk\": 2, \"gdn_hv\": 4, \"gdn_dk\": 16, \"gdn_dv\": 16,"
+          " \"conv_kernel\": 4, \"attn_heads\": 4096, \"attn_kv_heads\": 4096, \"head_dim\": 65536, \"rope_dim\": 8}", f);
+    fclose(f);
+    snprintf(a, sizeof a, "--config %s --out %s/r", ov, tmpdir);
+    expect_usage_error(a, "'attn_heads' x 'head_dim' x 'd_model' x 'n_layers'");
+    struct stat sb;
+    char r[512];
+    snprintf(r, sizeof r, "%s/r", tmpdir);
+    cr_expect_neq(stat(r, &sb), 0, "a refused invocation created the run directory");
+}
+
+Test(train_cli, endless_config_stream_exits_2_quickly) {
+    /* --config /dev/zero: was read forever; a hang fails here (timeout -> 124) */
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "timeout 30 %s --config /dev/zero --out %s/r >%s/out.txt 2>%s/err.txt", TRAIN, tmpdir,
+             tmpdir, tmpdir);
+    int st = system(cmd);
+    cr_assert(WIFEXITED(st));
+    char *e = slurp("err.txt");
+    cr_expect_eq(WEXITSTATUS(st), 2, "exit %d (124: it hung): %s", WEXITSTATUS(st), e);
+    cr_expect(strstr(e, "/dev/zero") && strstr(e, "limit"), "%s", e);
+    free(e);
+}
+
+Test(train_cli, weights_beyond_the_budget_are_refused_before_allocation) {
+    /* d_model = ffn_dim = 100000: was exit 1, "cannot allocate 961254813376
+     * bytes of fixed_weights"; now the plan names that same figure */
+    char a[2048];
+    const char *c = write_config("wide.json", "\"d_model\": 100000, \"n_layers\": 8, \"ffn_dim\": 100000", "");
+    snprintf(a, sizeof a, "--config %s --out %s/r", c, tmpdir);
+    int rc = run(a);
+    char *e = slurp("err.txt");
+    cr_expect_eq(rc, 2, "exit %d: %s", rc, e);
+    cr_expect(strstr(e, "nothing was allocated") && strstr(e, "fixed_weights") && strstr(e, "961254813376") &&
+              strstr(e, "optimizer_state") && strstr(e, "gradients"),
+              "the refusal does not print the plan with the weights: %s", e);
+    free(e);
+    /* weights that would fit in RAM but not in the budget: the process never
+     * grows to them (peak RSS of the child far below the 418 MB of float32
+     * weights; before, ls_params_init allocated and initialised them first) */
+    c = write_config("mid.json", "\"d_model\": 2048, \"n_layers\": 4, \"ffn_dim\": 4096", "");
+    snprintf(a, sizeof a, "--config %s --out %s/r --memory-budget 67108864", c, tmpdir);
+    rc = run(a);
+    e = slurp("err.txt");
+    cr_expect_eq(rc, 2, "exit %d: %s", rc, e);
+    cr_expect(strstr(e, "--memory-budget") && strstr(e, "fixed_weights"), "%s", e);
+    const char *w = strstr(e, "fixed_weights");
+    size_t planned = w ? strtoull(w + strlen("fixed_weights"), NULL, 10) : 0;
+    cr_expect_gt(planned, (size_t)300 << 20, "planned weights %zu", planned);
+    struct rusage ru;
+    cr_assert_eq(getrusage(RUSAGE_CHILDREN, &ru), 0);
+    size_t rss = (size_t)ru.ru_maxrss * 1024;
+    cr_log_info("refused plan %zu B of weights; the child's peak RSS %zu B\n", planned, rss);
+    cr_expect_lt(rss, planned / 3, "the refused run reached a peak RSS of %zu bytes (weights %zu)", rss, planned);
+    free(e);
+}
+
+Test(train_cli, numeric_options_refuse_signs_spaces_and_hex) {
+    char a[2048];
+    const char *opts[] = {"--seed", "--memory-budget", "--prompt-len", "--steps"};
+    const char *vals[] = {"' -1'", "-1", "+5", "' 5'", "0x10", "''", "18446744073709551616"};
+    for (size_t i = 0; i < sizeof opts / sizeof *opts; i++)
+        for (size_t v = 0; v < sizeof vals / sizeof *vals; v++) {
+            snprintf(a, sizeof a, "--config %s --out %s/r %s %s", CFG, tmpdir, opts[i], vals[v]);
+            expect_usage_error(a, opts[i]);
+        }
+    snprintf(a, sizeof a, "--config %s --out %s/r --lr ' 0.001'", CFG, tmpdir);
+    expect_usage_error(a, "--lr");
+    snprintf(a, sizeof a, "--config %s --out %s/r --top-p 0x1p-1", CFG, tmpdir);
+    expect_usage_error(a, "--top-p");
 }
 
 typedef struct {
