@@ -1,103 +1,17 @@
 /* test_hybrid_step.c - the hybrid family on one rank, float64:
  *  - LongStraw `full` gradient == naive full-sequence gradient (both trainable
  *    sets, several prompt lengths / group sizes / unequal response lengths);
- *  - `detached` == the stop-gradient naive variant, and != `full`;
- *  - whole-model gradient against central finite differences;
+ *  - `detached` == one full sequence under autograd with the gradient cut at
+ *    the carried state (and the naive detached strategy), != `full`, != a
+ *    wrong cut; the uncut sequence == `full`;
+ *  - at step start every replayed log-prob equals the scored one (token by
+ *    token) and the loss equals beta x KL recomputed independently;
  *  - scored log-probs == full-sequence log-probs; decode == one forward;
  *  - branch-graph peak independent of G; prompt-state bytes == analytical. */
-#include <criterion/criterion.h>
-#include <math.h>
-#include <stdio.h>
-#include <string.h>
-
-#include "trainer/params_io.h"
-#include "trainer/rng.h"
 #include <unistd.h>
-#include "trainer/step.h"
 
-#define K(x) LS_K(x)
-
-static ls_model_config tiny_cfg(void) {
-    ls_model_config c;
-    char err[256];
-    cr_assert_eq(ls_config_load(&c, LS_SOURCE_DIR "/configs/hybrid-tiny.json", err, sizeof err), LS_OK, "%s", err);
-    return c;
-}
-
-/* A batch with random prompt/responses (lengths given), rewards and, when
- * old_from != NULL, old log-probs copied from it. */
-static ls_batch *make_batch(size_t P, size_t G, const size_t *R, uint64_t seed) {
-    ls_batch *b = NULL;
-    cr_assert_eq(ls_batch_alloc(&b, G), LS_OK);
-    ls_rng r;
-    ls_rng_seed(&r, seed);
-    int32_t ids[4096];
-    for (size_t i = 0; i < P; i++) ids[i] = (int32_t)ls_rng_below(&r, 256);
-    cr_assert_eq(ls_batch_set_prompt(b, ids, P), LS_OK);
-    for (size_t g = 0; g < G; g++) {
-        for (size_t t = 0; t < R[g]; t++) ids[t] = (int32_t)ls_rng_below(&r, 256);
-        cr_assert_eq(ls_batch_set_response(b, g, ids, R[g]), LS_OK);
-        b->rewards[g] = ls_rng_uniform(&r);
-    }
-    return b;
-}
-
-static ls_params *make_params(ls_train_mode mode, ls_grad_mode gm, uint64_t seed) {
-    ls_model_config c = tiny_cfg();
-    ls_objective o;
-    ls_objective_defaults(&o);
-    o.train_mode = mode;
-    o.grad_mode = gm;
-    o.lora_init_random = 1;
-    ls_params *p = NULL;
-    char err[256];
-    cr_assert_eq(K(ls_params_init)(&p, &c, &o, seed, err, sizeof err), LS_OK, "%s", err);
-    return p;
-}
-
-/* Gradient of every trainable tensor, flattened. */
-static double *grads_of(const ls_params *p) {
-    double *g = malloc(p->n_trainable * sizeof *g);
-    size_t k = 0;
-    for (size_t i = 0; i < p->n; i++)
-        if (p->t[i].trainable)
-            for (size_t j = 0; j < p->t[i].numel; j++) g[k++] = p->t[i].g[j];
-    return g;
-}
-
-/* max_i |a-b| / max_i |b|, and per-tensor worst relative error. */
-static double rel_err(const ls_params *p, const double *a, const double *b, double *worst_tensor,
-                      char *worst_name) {
-    double num = 0, den = 0;
-    size_t k = 0;
-    *worst_tensor = 0;
-    for (size_t i = 0; i < p->n; i++) {
-        if (!p->t[i].trainable) continue;
-        double tn = 0, td = 0;
-        for (size_t j = 0; j < p->t[i].numel; j++, k++) {
-            tn = fmax(tn, fabs(a[k] - b[k]));
-            td = fmax(td, fabs(b[k]));
-        }
-        num = fmax(num, tn);
-        den = fmax(den, td);
-        if (td > 0 && tn / td > *worst_tensor) {
-            *worst_tensor = tn / td;
-            snprintf(worst_name, 96, "%s", p->t[i].name);
-        }
-    }
-    return num / den;
-}
-
-static double *run_grads(ls_params *p, ls_batch *b, ls_strategy s, ls_step_result *res) {
-    ls_step_options o;
-    ls_step_options_defaults(&o);
-    o.strategy = s;
-    o.page_size = 16;
-    o.capture_chunk = 13; /* several capture segments, not aligned with the pages */
-    char err[256] = "";
-    cr_assert_eq(K(ls_step_grads)(p, b, NULL, &o, NULL, res, err, sizeof err), LS_OK, "%s", err);
-    return grads_of(p);
-}
+#include "test_hybrid_util.h"
+#include "trainer/params_io.h"
 
 static void check_full_vs_naive(ls_train_mode mode, size_t P, size_t G, const size_t *R) {
     ls_params *p = make_params(mode, LS_GRAD_FULL, 7 + P);
@@ -138,72 +52,168 @@ Test(hybrid_step, full_equals_naive_fullmode) {
     check_full_vs_naive(LS_TRAIN_FULL, 19, 2, R2);
 }
 
-Test(hybrid_step, detached_equals_stopgrad_naive_and_differs_from_full) {
-    size_t R[] = {4, 6, 3};
-    ls_params *p = make_params(LS_TRAIN_LORA, LS_GRAD_DETACHED, 3);
-    ls_batch *b = make_batch(45, 3, R, 9);
-    ls_step_result r1, r2, r3;
-    double *gd = run_grads(p, b, LS_STRATEGY_LONGSTRAW, &r1);
-    b->old_supplied = 1;
-    double *gn = run_grads(p, b, LS_STRATEGY_NAIVE, &r2);
+/* The stop-gradient reference of `detached` mode, composed differently from
+ * the LongStraw path (capture, then a branch from the carried state): ONE
+ * full sequence per member (prompt + response, positions 0 .. P+R-2) under
+ * autograd with the gradient cut at `cut` (ls_seg_io.grad_cut; 0 = no cut),
+ * the loss derivative from this file's own GRPO formula.  Returns the
+ * flattened gradient; *loss the loss. */
+static double *cut_sequence_grads(ls_params *p, const ls_batch *b, size_t cut, double *loss) {
+    K(ls_params_zero_grads)(p);
+    *loss = 0;
+    for (size_t i = 0; i < b->G; i++) {
+        size_t P = b->P, R = b->R[i], T = P + R - 1;
+        int32_t seq[512];
+        ls_real lp[64], dlp[64];
+        double lpd[64], dd[64];
+        cr_assert(T <= 512 && R <= 64);
+        memcpy(seq, b->prompt, P * sizeof *seq);
+        memcpy(seq + P, b->resp[i], (R - 1) * sizeof *seq);
+        ls_seg_tape *tape = NULL;
+        ls_seg_io io = {.tokens = seq, .T = T, .targets = b->resp[i], .score_from = P - 1, .logp = lp,
+                        .tape = &tape, .tape_cat = LS_MEM_BRANCH, .grad_cut = cut};
+        cr_assert_eq(K(ls_segment_forward)(p, &io), LS_OK);
+        for (size_t t = 0; t < R; t++) lpd[t] = (double)lp[t];
+        *loss += grpo_member(lpd, b->old_lp[i], b->ref_lp[i], b->adv[i], p->obj.epsilon, p->obj.beta, b->G, R, dd,
+                             NULL);
+        for (size_t t = 0; t < R; t++) dlp[t] = (ls_real)dd[t];
+        cr_assert_eq(K(ls_segment_backward)(p, tape, dlp, NULL, NULL, NULL), LS_OK);
+        K(ls_seg_tape_free)(tape);
+    }
+    return grads_of(p);
+}
+
+static void check_detached(ls_train_mode mode) {
+    size_t R[] = {4, 6, 3}, P = 45;
+    const char *mn = mode == LS_TRAIN_LORA ? "lora" : "full";
+    ls_params *p = make_params(mode, LS_GRAD_DETACHED, 3);
+    if (mode == LS_TRAIN_FULL) jitter_trainable(p, 0.02, 5); /* policy != frozen reference */
+    ls_batch *b = make_batch(P, 3, R, 9);
+    ls_step_result rd, rn, rf;
+    double *gd = run_grads(p, b, LS_STRATEGY_LONGSTRAW, &rd);
+    b->old_supplied = 1; /* the same old log-probs for every run */
+    double *gn = run_grads(p, b, LS_STRATEGY_NAIVE, &rn);
+    double lc, lw, l0;
+    double *gc = cut_sequence_grads(p, b, P - 1, &lc); /* the cut at the carried state */
+    double *gw = cut_sequence_grads(p, b, P - 2, &lw); /* a wrong cut: one prompt position too early */
+    double *g0 = cut_sequence_grads(p, b, 0, &l0);     /* no cut */
     p->obj.grad_mode = LS_GRAD_FULL;
-    double *gf = run_grads(p, b, LS_STRATEGY_LONGSTRAW, &r3);
-    double wt;
-    char wn[96] = "";
-    double e = rel_err(p, gd, gn, &wt, wn);
-    double diff = rel_err(p, gd, gf, &wt, wn);
-    cr_log_info("detached vs stop-grad naive: %.3e; detached vs full: %.3e", e, diff);
-    cr_expect_lt(e, 1e-10, "detached differs from the stop-gradient naive gradient: %.3e", e);
-    cr_expect_gt(diff, 1e-3, "detached gradient equals the full gradient (%.3e): the prompt state "
-                 "gradient is not flowing", diff);
+    double *gf = run_grads(p, b, LS_STRATEGY_LONGSTRAW, &rf);
+    double w_cut, w_naive, w_full0, w_wrong, w_f, w_0;
+    char n_cut[96] = "", n_naive[96] = "", n_full0[96] = "", scratch[96];
+    double e_cut = rel_err(p, gd, gc, &w_cut, n_cut);
+    double e_naive = rel_err(p, gd, gn, &w_naive, n_naive);
+    double e_full0 = rel_err(p, gf, g0, &w_full0, n_full0);
+    double d_wrong = rel_err(p, gd, gw, &w_wrong, scratch), d_full = rel_err(p, gd, gf, &w_f, scratch);
+    double d_nocut = rel_err(p, gd, g0, &w_0, scratch);
+    cr_log_info("detached (%s): vs cut sequence %.3e (worst tensor %s %.3e), vs naive strategy %.3e (worst %s "
+                "%.3e); uncut sequence vs full %.3e (worst %s %.3e); detached vs full %.3e, vs cut at P-2 %.3e, "
+                "vs no cut %.3e; loss %.15f / %.15f / %.15f",
+                mn, e_cut, n_cut, w_cut, e_naive, n_naive, w_naive, e_full0, n_full0, w_full0, d_full, d_wrong,
+                d_nocut, rd.loss, lc, rn.loss);
+    cr_expect_lt(w_cut, 1e-11, "%s: detached differs from the cut full sequence: %s %.3e", mn, n_cut, w_cut);
+    cr_expect_lt(w_naive, 1e-11, "%s: detached differs from the naive detached strategy: %s %.3e", mn, n_naive,
+                 w_naive);
+    cr_expect_lt(w_full0, 1e-11, "%s: the uncut sequence differs from the full gradient: %s %.3e", mn, n_full0,
+                 w_full0);
+    cr_expect_lt(fabs(rd.loss - lc), 1e-13, "%s: loss %.15f vs %.15f", mn, rd.loss, lc);
+    cr_expect_lt(fabs(rn.loss - lc), 1e-13, "%s: loss %.15f vs %.15f", mn, rn.loss, lc);
+    /* the cut is active, and only the right cut matches */
+    cr_expect_gt(d_full, 1e-3, "%s: detached equals full (%.3e): the prompt-state gradient is not flowing", mn,
+                 d_full);
+    cr_expect_gt(d_nocut, 1e-3, "%s: the cut changes nothing (%.3e)", mn, d_nocut);
+    cr_expect_gt(d_wrong, 1e-6, "%s: a cut at P-2 matches detached (%.3e): the comparison cannot fail", mn, d_wrong);
     free(gd);
     free(gn);
+    free(gc);
+    free(gw);
+    free(g0);
     free(gf);
     ls_batch_free(b);
     K(ls_params_free)(p);
 }
 
-Test(hybrid_step, gradient_matches_finite_differences) {
-    size_t R[] = {3, 4};
-    ls_params *p = make_params(LS_TRAIN_LORA, LS_GRAD_FULL, 11);
-    ls_batch *b = make_batch(21, 2, R, 5);
-    ls_step_result res;
-    double *g = run_grads(p, b, LS_STRATEGY_LONGSTRAW, &res);
-    /* hold old log-probs fixed at slightly different values so ratios != 1 */
-    for (size_t i = 0; i < b->G; i++)
-        for (size_t t = 0; t < b->R[i]; t++) b->old_lp[i][t] += 0.05 * (double)((t + i) % 3) - 0.05;
-    b->old_supplied = 1;
-    free(g);
-    g = run_grads(p, b, LS_STRATEGY_LONGSTRAW, &res);
-    const char *names[] = {"layers.3.attn.k.lora_A", "layers.0.gdn.in_qkv.lora_B", "layers.7.mlp.down.lora_A",
-                           "layers.1.gdn.out.lora_B", "layers.7.attn.q.lora_B", "layers.4.gdn.in_z.lora_A"};
-    double worst = 0;
-    for (size_t n = 0; n < sizeof names / sizeof *names; n++) {
-        ls_tensor *t = K(ls_params_find)(p, names[n]);
-        cr_assert_not_null(t, "%s", names[n]);
-        size_t off = 0;
-        for (size_t i = 0; i < p->n && &p->t[i] != t; i++)
-            if (p->t[i].trainable) off += p->t[i].numel;
-        for (size_t j = 0; j < t->numel; j += t->numel / 3 + 1) {
-            double h = 1e-5, w0 = t->w[j], lp, lm;
-            ls_step_result r2;
-            t->w[j] = w0 + h;
-            free(run_grads(p, b, LS_STRATEGY_LONGSTRAW, &r2));
-            lp = r2.loss;
-            t->w[j] = w0 - h;
-            free(run_grads(p, b, LS_STRATEGY_LONGSTRAW, &r2));
-            lm = r2.loss;
-            t->w[j] = w0;
-            double fd = (lp - lm) / (2 * h), an = g[off + j];
-            double e = fabs(fd - an) / fmax(1e-6, fmax(fabs(fd), fabs(an)));
-            worst = fmax(worst, e);
-            cr_expect_lt(e, 1e-5, "%s[%zu]: analytic %.10e vs finite difference %.10e", names[n], j, an, fd);
-        }
+Test(hybrid_step, detached_equals_cut_full_sequence_and_differs_from_full) {
+    check_detached(LS_TRAIN_LORA);
+    check_detached(LS_TRAIN_FULL);
+}
+
+/* At step start the policy is the old policy: every replayed log-prob equals
+ * the scored old one (ratio 1), checked token by token through the trainer's
+ * own loss: shifting old_{i,t} by delta (inside the clip range) changes L by
+ * exactly -(A_i/(G R_i)) rho_{i,t} (e^{-delta} - 1).  And the loss has the
+ * closed form sum_i (1/(G R_i)) sum_t [-A_i + beta KL(ref, old)], where old
+ * and ref are recomputed here as one full sequence each from position 0 with
+ * the policy and with an independently built reference (lora: adapters
+ * zeroed; full: the weights before the jitter), and KL with this file's
+ * formula.  beta = 0.5 so that the KL term is far from zero. */
+static void check_old_equals_replay(ls_train_mode mode, ls_strategy s, ls_grad_mode gm, int per_token) {
+    size_t R[] = {3, 5, 4}, P = 30, G = 3;
+    const char *what = s == LS_STRATEGY_NAIVE ? "naive" : "longstraw";
+    const char *gmn = gm == LS_GRAD_FULL ? "full" : "detached", *mn = mode == LS_TRAIN_LORA ? "lora" : "full";
+    ls_params *p = make_params(mode, gm, 1), *ref = make_params(mode, gm, 1);
+    p->obj.beta = 0.5;
+    if (mode == LS_TRAIN_FULL) jitter_trainable(p, 0.02, 2);
+    for (size_t i = 0; mode == LS_TRAIN_LORA && i < ref->n; i++) {
+        size_t nl = strlen(ref->t[i].name);
+        if (nl > 7 && strcmp(ref->t[i].name + nl - 7, ".lora_B") == 0)
+            memset(ref->t[i].w, 0, ref->t[i].numel * sizeof(ls_real));
     }
-    cr_log_info("whole-model FD worst relative error %.3e", worst);
-    free(g);
+    ls_batch *b = make_batch(P, G, R, 4);
+    b->rewards[0] = 1.0;
+    b->rewards[1] = 0.0;
+    b->rewards[2] = 0.4;
+    ls_step_result res;
+    free(run_grads(p, b, s, &res));
+    double expect = 0, kl = 0, w_old = 0, w_ref = 0;
+    for (size_t i = 0; i < G; i++) {
+        double lp[8], lr[8];
+        full_sequence_logprobs(p, b, i, lp);
+        full_sequence_logprobs(ref, b, i, lr);
+        for (size_t t = 0; t < R[i]; t++) {
+            w_old = fmax(w_old, fabs(b->old_lp[i][t] - lp[t]));
+            w_ref = fmax(w_ref, fabs(b->ref_lp[i][t] - lr[t]));
+        }
+        expect += grpo_member(lp, lp, lr, b->adv[i], p->obj.epsilon, p->obj.beta, G, R[i], NULL, NULL);
+        kl += grpo_member(lp, lp, lr, 0, p->obj.epsilon, p->obj.beta, G, R[i], NULL, NULL);
+    }
+    /* per-token ratio from the trainer's loss */
+    b->old_supplied = 1;
+    double worst_rho = 0, delta = 0.1;
+    for (size_t i = 0; per_token && i < G; i++)
+        for (size_t t = 0; t < R[i]; t++) {
+            double keep = b->old_lp[i][t];
+            ls_step_result r2;
+            b->old_lp[i][t] = keep + delta;
+            free(run_grads(p, b, s, &r2));
+            b->old_lp[i][t] = keep;
+            double rho = (r2.loss - res.loss) / (-(b->adv[i] / (double)(G * R[i])) * (exp(-delta) - 1));
+            worst_rho = fmax(worst_rho, fabs(rho - 1));
+        }
+    cr_log_info("old == replay (%s, %s, train %s): |rho - 1| <= %.3e over %zu tokens; old vs full sequence "
+                "%.3e, ref %.3e; loss %.15f vs closed form %.15f (beta KL part %.3e)",
+                what, gmn, mn, worst_rho, per_token ? R[0] + R[1] + R[2] : 0, w_old, w_ref, res.loss, expect, kl);
+    cr_expect_lt(worst_rho, 1e-9, "%s/%s/%s: a replayed log-prob differs from the scored one: |rho-1| %.3e",
+                 what, gmn, mn, worst_rho);
+    cr_expect_lt(w_old, 1e-12, "%s/%s/%s: scored old log-probs vs full sequence %.3e", what, gmn, mn, w_old);
+    cr_expect_lt(w_ref, 1e-12, "%s/%s/%s: reference log-probs vs full sequence %.3e", what, gmn, mn, w_ref);
+    cr_expect_lt(fabs(res.loss - expect), 1e-13, "%s/%s/%s: loss %.15f vs closed form %.15f", what, gmn, mn,
+                 res.loss, expect);
+    cr_expect_gt(kl, 1e-3, "%s/%s/%s: the KL term is %.3e: the closed form would not test it", what, gmn, mn, kl);
     ls_batch_free(b);
     K(ls_params_free)(p);
+    K(ls_params_free)(ref);
+}
+
+Test(hybrid_step, old_logprobs_equal_replay_logprobs) {
+    /* token by token where the replay differs (LongStraw branch, naive cut
+     * sequence, full mode); the loss closed form in every combination */
+    check_old_equals_replay(LS_TRAIN_LORA, LS_STRATEGY_LONGSTRAW, LS_GRAD_DETACHED, 1);
+    check_old_equals_replay(LS_TRAIN_LORA, LS_STRATEGY_LONGSTRAW, LS_GRAD_FULL, 0);
+    check_old_equals_replay(LS_TRAIN_LORA, LS_STRATEGY_NAIVE, LS_GRAD_DETACHED, 1);
+    check_old_equals_replay(LS_TRAIN_LORA, LS_STRATEGY_NAIVE, LS_GRAD_FULL, 0);
+    check_old_equals_replay(LS_TRAIN_FULL, LS_STRATEGY_LONGSTRAW, LS_GRAD_FULL, 1);
+    check_old_equals_replay(LS_TRAIN_FULL, LS_STRATEGY_NAIVE, LS_GRAD_DETACHED, 0);
 }
 
 Test(hybrid_step, scoring_equals_full_sequence_and_decode_equals_forward) {
@@ -242,30 +252,6 @@ Test(hybrid_step, scoring_equals_full_sequence_and_decode_equals_forward) {
     K(ls_hstate_free)(&ps);
     ls_batch_free(b);
     ls_batch_free(b2);
-    K(ls_params_free)(p);
-}
-
-Test(hybrid_step, old_logprobs_equal_replay_logprobs) {
-    /* at step start the policy is the old policy: every ratio is exactly 1, so
-     * with A and beta known the loss has a closed form: sum_i -A_i/G (+0 KL
-     * when ref == policy, i.e. lora_B = 0). */
-    size_t R[] = {3, 5, 4};
-    ls_model_config c = tiny_cfg();
-    ls_objective o;
-    ls_objective_defaults(&o);
-    ls_params *p = NULL;
-    char err[256];
-    cr_assert_eq(K(ls_params_init)(&p, &c, &o, 1, err, sizeof err), LS_OK);
-    ls_batch *b = make_batch(30, 3, R, 4);
-    ls_step_result res;
-    free(run_grads(p, b, LS_STRATEGY_LONGSTRAW, &res));
-    double expect = 0;
-    for (size_t i = 0; i < 3; i++) expect += -b->adv[i] / 3.0;
-    cr_expect_lt(fabs(res.loss - expect), 1e-12, "loss %.15f vs closed form %.15f", res.loss, expect);
-    for (size_t i = 0; i < 3; i++)
-        for (size_t t = 0; t < R[i]; t++)
-            cr_expect_lt(fabs(b->old_lp[i][t] - b->ref_lp[i][t]), 1e-13);
-    ls_batch_free(b);
     K(ls_params_free)(p);
 }
 

@@ -17,7 +17,7 @@
 
 struct ls_seg_tape {
     ls_arena arena;
-    size_t T, score_from, n_sc;
+    size_t T, score_from, n_sc, grad_cut;
     int64_t pos0;
     const ls_hstate *ctx;
     int32_t *tokens, *targets;
@@ -102,6 +102,7 @@ static ls_status layers_forward(const ls_params *p, ls_seg_io *io, ls_real *h, l
         if (st == LS_OK)
             st = LS_K(ls_layer_forward)(p, l, h, T, io->pos0, ctx, own_k, own_v, tail, S,
                                         tp ? &tp->ly[l] : NULL, tp ? &tp->arena : NULL, &scr);
+        if (st == LS_OK && tp) tp->ly[l].cut = io->grad_cut;
         if (st == LS_OK && io->state_out) {
             if (p->layers[l].is_attn) {
                 st = append_pages(io->state_out, l, own_k, own_v, T, io->pos0, row);
@@ -122,6 +123,7 @@ ls_status LS_K(ls_segment_forward)(const ls_params *p, ls_seg_io *io) {
     size_t T = io->T, d = (size_t)c->d_model, V = (size_t)c->vocab;
     ls_real eps = (ls_real)c->rms_eps, temp = (ls_real)p->obj.temperature;
     if (T == 0 || (io->targets && io->score_from >= T)) return LS_ERR_ARG;
+    if (io->grad_cut && (!io->tape || io->grad_cut >= T)) return LS_ERR_ARG;
     for (size_t t = 0; t < T; t++)
         if (io->tokens[t] < 0 || (size_t)io->tokens[t] >= V) return LS_ERR_ARG;
     ls_seg_tape *tp = NULL;
@@ -144,6 +146,7 @@ ls_status LS_K(ls_segment_forward)(const ls_params *p, ls_seg_io *io) {
         tp->T = T;
         tp->pos0 = io->pos0;
         tp->ctx = io->ctx;
+        tp->grad_cut = io->grad_cut;
     }
     ls_real *h = ls_arena_alloc(&work, R(T * d));
     if (!h) goto cleanup;
@@ -204,6 +207,7 @@ ls_status LS_K(ls_segment_backward)(const ls_params *p, ls_seg_tape *tp, const l
                                     ls_hstate *dctx, ls_layer_hook hook, void *hook_user) {
     const ls_model_config *c = &p->cfg;
     size_t T = tp->T, d = (size_t)c->d_model, V = (size_t)c->vocab;
+    if (tp->grad_cut && dctx) return LS_ERR_ARG; /* the context is before the cut */
     ls_arena work;
     ls_arena_init(&work, tp->arena.cat, 0);
     ls_status st = LS_ERR_NOMEM;

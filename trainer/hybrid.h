@@ -83,6 +83,11 @@ typedef struct {
     ls_real *last_hidden;    /* [d] normed final hidden state of the last position (NULL: no) */
     ls_seg_tape **tape;      /* autograd tape out (NULL: no autograd); free with ls_seg_tape_free */
     ls_mem_cat tape_cat;     /* category of the tape (branch_graph, scratch ...) */
+    size_t grad_cut;         /* with a tape: in the backward no gradient flows from tokens [grad_cut, T)
+                                into tokens [0, grad_cut) through the mixers (attention keys' dK/dV, the
+                                GDN state and conv inputs); weight gradients at [grad_cut, T) are kept.
+                                The state at the cut is then a constant: the stop-gradient reference of
+                                `detached` mode.  0: no cut; else < T */
     ls_layer_hook hook;
     void *hook_user;
 } ls_seg_io;
@@ -93,7 +98,7 @@ ls_status LS_K(ls_segment_forward)(const ls_params *p, ls_seg_io *io);
  * The state the segment handed on gets no gradient (branches and the naive
  * sequence are last; the prompt's own backward is ls_prompt_backward).
  * dctx: receives (+=) the gradient of the context state (NULL: detached);
- * its pages must mirror the context's pages.
+ * its pages must mirror the context's pages; LS_ERR_ARG with a grad_cut.
  * Parameter gradients accumulate into p's trainable tensors. */
 ls_status LS_K(ls_segment_backward)(const ls_params *p, ls_seg_tape *tape, const ls_real *dlogp,
                                     ls_hstate *dctx, ls_layer_hook hook, void *hook_user);

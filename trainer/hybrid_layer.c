@@ -4,6 +4,7 @@
 #include "trainer/hybrid_layer.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "kernels/activation.h"
@@ -123,8 +124,22 @@ static ls_status attn_backward(const ls_params *p, const ls_hybrid_layer *ly, co
     LS_K(ls_sigmoid_gate_backward)(dout, dgate, dy, tp->o, tp->gate, T * H, hd, hd);
     if (d_own_k) memcpy(dk, d_own_k, R(T * Hkv * hd));
     if (d_own_v) memcpy(dv, d_own_v, R(T * Hkv * hd));
-    LS_K(ls_attn_block_backward)(dq, dk, dv, dout, tp->q_r, tp->k_r, tp->v, tp->o, tp->lse, T, T, H, Hkv,
-                                 hd, tp->pos0, tp->pos0, 1, tau);
+    size_t cut = tp->cut;
+    if (cut == 0) {
+        LS_K(ls_attn_block_backward)(dq, dk, dv, dout, tp->q_r, tp->k_r, tp->v, tp->o, tp->lse, T, T, H, Hkv,
+                                     hd, tp->pos0, tp->pos0, 1, tau);
+    } else { /* gradient cut: queries [cut, T) give no dK/dV to the keys before the cut */
+        size_t qr = H * hd, kr = Hkv * hd, n = T - cut;
+        int64_t pc = tp->pos0 + (int64_t)cut;
+        LS_K(ls_attn_block_backward)(dq, dk, dv, dout, tp->q_r, tp->k_r, tp->v, tp->o, tp->lse, cut, cut, H,
+                                     Hkv, hd, tp->pos0, tp->pos0, 1, tau);
+        LS_K(ls_attn_block_backward)(dq + cut * qr, NULL, NULL, dout + cut * qr, tp->q_r + cut * qr, tp->k_r,
+                                     tp->v, tp->o + cut * qr, tp->lse + cut * H, n, cut, H, Hkv, hd, pc,
+                                     tp->pos0, 1, tau);
+        LS_K(ls_attn_block_backward)(dq + cut * qr, dk + cut * kr, dv + cut * kr, dout + cut * qr,
+                                     tp->q_r + cut * qr, tp->k_r + cut * kr, tp->v + cut * kr, tp->o + cut * qr,
+                                     tp->lse + cut * H, n, n, H, Hkv, hd, pc, pc, 1, tau);
+    }
     size_t np = ctx ? ctx->n_pages : 0;
     for (size_t i = 0; i < np; i++) {
         const ls_kv_page *pg = &ctx->pages[i];
@@ -211,6 +226,56 @@ static void add_into(ls_real *dst, const ls_real *src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] += src[i];
 }
 
+/* GDN recurrence backward with a gradient cut at c = tp->cut: tokens [0, c)
+ * run backward with no gradient arriving for the state they hand on; tokens
+ * [c, T) run backward from the state at the cut (recomputed from the taped
+ * q, k, v, g, beta) and the state gradient they would hand back is dropped. */
+static ls_status gdn_cut_backward(const ls_params *p, const ls_layer_tape *tp, ls_real *dqn, ls_real *dkn,
+                                  ls_real *dvv, ls_real *dg, ls_real *dbeta, const ls_real *dgo,
+                                  const ls_real *dS_out, ls_arena *scr) {
+    const ls_model_config *c = &p->cfg;
+    size_t Hk = (size_t)c->gdn_hk, Hv = (size_t)c->gdn_hv, dk = (size_t)c->gdn_dk, dv = (size_t)c->gdn_dv;
+    size_t QK = Hk * dk, VD = Hv * dv, cut = tp->cut, n = tp->T - cut;
+    size_t w0 = LS_K(ls_gdn_backward_workspace)(cut, Hk, Hv, dk, dv);
+    size_t w1 = LS_K(ls_gdn_backward_workspace)(n, Hk, Hv, dk, dv);
+    ls_real *S_cut = ls_arena_alloc(scr, R(Hv * dk * dv)), *o_tmp = ls_arena_alloc(scr, R(cut * VD));
+    ls_real *ws = ls_arena_alloc(scr, R(w0 > w1 ? w0 : w1));
+    if (scr->failed) return LS_ERR_NOMEM;
+    LS_K(ls_gdn_forward)(o_tmp, S_cut, tp->qn, tp->kn, tp->vv, tp->g, tp->beta, tp->S_in, cut, Hk, Hv, dk, dv);
+    LS_K(ls_gdn_backward)(dqn, dkn, dvv, dg, dbeta, NULL, dgo, NULL, tp->qn, tp->kn, tp->vv, tp->g, tp->beta,
+                          tp->S_in, cut, Hk, Hv, dk, dv, ws);
+    LS_K(ls_gdn_backward)(dqn + cut * QK, dkn + cut * QK, dvv + cut * VD, dg + cut * Hv, dbeta + cut * Hv, NULL,
+                          dgo + cut * VD, dS_out, tp->qn + cut * QK, tp->kn + cut * QK, tp->vv + cut * VD,
+                          tp->g + cut * Hv, tp->beta + cut * Hv, S_cut, n, Hk, Hv, dk, dv, ws);
+    return LS_OK;
+}
+
+/* Conv backward with a gradient cut at c = tp->cut: tokens [0, c) get no
+ * gradient for the tail they hand on; tokens [c, T) read the K-1 pre-conv
+ * vectors before the cut as a constant tail (their conv-weight gradient is
+ * kept, their gradient into those inputs dropped). */
+static ls_status conv_cut_backward(const ls_params *p, const ls_hybrid_layer *ly, const ls_layer_tape *tp,
+                                   ls_real *dm, const ls_real *dc, const ls_real *dtail_out, ls_arena *scr) {
+    const ls_model_config *c = &p->cfg;
+    size_t K = (size_t)c->conv_kernel, C = 2 * (size_t)c->gdn_hk * (size_t)c->gdn_dk + (size_t)c->gdn_hv * (size_t)c->gdn_dv;
+    size_t cut = tp->cut, n = tp->T - cut;
+    const ls_real *tail_c = cut >= K - 1 ? tp->m + (cut - (K - 1)) * C : NULL;
+    if (!tail_c) { /* the tail before the cut reaches into the context's tail */
+        ls_real *t = ls_arena_alloc(scr, R((K - 1) * C));
+        if (!t) return LS_ERR_NOMEM;
+        for (size_t i = 0; i < K - 1; i++) {
+            ptrdiff_t pos = (ptrdiff_t)cut - (ptrdiff_t)(K - 1) + (ptrdiff_t)i;
+            if (pos >= 0) memcpy(t + i * C, tp->m + (size_t)pos * C, R(C));
+            else if (tp->tail_in) memcpy(t + i * C, tp->tail_in + (size_t)(pos + (ptrdiff_t)(K - 1)) * C, R(C));
+        }
+        tail_c = t;
+    }
+    LS_K(ls_conv1d_backward)(dm, ly->conv->g, NULL, dc, NULL, tp->pre, tp->m, tp->tail_in, ly->conv->w, cut, C, K);
+    LS_K(ls_conv1d_backward)(dm + cut * C, ly->conv->g, NULL, dc + cut * C, dtail_out, tp->pre + cut * C,
+                             tp->m + cut * C, tail_c, ly->conv->w, n, C, K);
+    return LS_OK;
+}
+
 static ls_status gdn_backward(const ls_params *p, const ls_hybrid_layer *ly, const ls_layer_tape *tp,
                               ls_real *dxn, const ls_real *dmix, ls_layer_state *dctx,
                               const ls_real *dtail_out, const ls_real *dS_out, ls_arena *scr) {
@@ -233,8 +298,11 @@ static ls_status gdn_backward(const ls_params *p, const ls_hybrid_layer *ly, con
     if (st != LS_OK) return st;
     LS_K(ls_gated_rmsnorm_backward)(dgo, dz, ly->gnorm->g, dygn, tp->go, tp->z, tp->rstd_g, ly->gnorm->w,
                                     T * Hv, dv);
-    LS_K(ls_gdn_backward)(dqn, dkn, dvv, dg, dbeta, dS_in, dgo, dS_out, tp->qn, tp->kn, tp->vv, tp->g,
-                          tp->beta, tp->S_in, T, Hk, Hv, dk, dv, ws);
+    if (tp->cut == 0)
+        LS_K(ls_gdn_backward)(dqn, dkn, dvv, dg, dbeta, dS_in, dgo, dS_out, tp->qn, tp->kn, tp->vv, tp->g,
+                              tp->beta, tp->S_in, T, Hk, Hv, dk, dv, ws);
+    else if ((st = gdn_cut_backward(p, tp, dqn, dkn, dvv, dg, dbeta, dgo, dS_out, scr)) != LS_OK)
+        return st;
     LS_K(ls_gdn_gates_backward)(da, db, ly->A_log->g, ly->dt_bias->g, dg, dbeta, tp->a, tp->b,
                                 ly->A_log->w, ly->dt_bias->w, T, Hv);
     LS_K(ls_l2norm_backward)(dqraw, dqn, tp->qraw, tp->rq, (ls_real)(1.0 / sqrt((double)dk)), T * Hk, dk);
@@ -244,8 +312,11 @@ static ls_status gdn_backward(const ls_params *p, const ls_hybrid_layer *ly, con
         memcpy(dc + t * C + QK, dkraw + t * QK, R(QK));
         memcpy(dc + t * C + 2 * QK, dvv + t * Hv * dv, R(Hv * dv));
     }
-    LS_K(ls_conv1d_backward)(dm, ly->conv->g, dtail_in, dc, dtail_out, tp->pre, tp->m, tp->tail_in,
-                             ly->conv->w, T, C, K);
+    if (tp->cut == 0)
+        LS_K(ls_conv1d_backward)(dm, ly->conv->g, dtail_in, dc, dtail_out, tp->pre, tp->m, tp->tail_in,
+                                 ly->conv->w, T, C, K);
+    else if ((st = conv_cut_backward(p, ly, tp, dm, dc, dtail_out, scr)) != LS_OK)
+        return st;
     if (dctx) {
         add_into(dctx->S, dS_in, Hv * dk * dv);
         add_into(dctx->tail, dtail_in, (K - 1) * C);

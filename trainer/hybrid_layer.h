@@ -10,6 +10,7 @@ typedef struct {
     int is_attn;
     size_t T;
     int64_t pos0;
+    size_t cut;                                              /* gradient cut (0: none), ls_seg_io.grad_cut */
     ls_real *x, *rstd1, *xn1;                                /* block input, norm1 */
     ls_real *xa_q, *xa_k, *xa_v, *xa_o;                      /* attention LoRA saves */
     ls_real *q_pre, *rstd_q, *q_r, *gate, *k_pre, *rstd_k, *k_r, *v, *o, *lse, *y;
@@ -33,7 +34,10 @@ ls_status LS_K(ls_layer_forward)(const ls_params *p, int l, ls_real *h, size_t T
  * gradient of the layer input.  ctx as in the forward.  dctx (NULL =
  * detached): += gradient of the context (page dK/dV; tail; S).  d_own_k/v,
  * dtail_out, dS_out: gradient arriving for what the layer handed on (NULL =
- * zero). */
+ * zero).  tp->cut = c > 0: the mixer hands no gradient from tokens [c, T)
+ * to tokens [0, c) (attention: their keys' dK/dV rows; GDN: the state
+ * gradient at the cut and the conv's gradient into their inputs); weight
+ * gradients at [c, T) are kept.  dctx must then be NULL. */
 ls_status LS_K(ls_layer_backward)(const ls_params *p, int l, const ls_layer_tape *tp, ls_real *dh,
                                   const ls_layer_state *ctx, ls_layer_state *dctx,
                                   const ls_real *d_own_k, const ls_real *d_own_v,

@@ -169,7 +169,9 @@ static double member_loss(const ls_params *p, const ls_batch *b, size_t i, const
 }
 
 /* Taped forward of one member (branch from ps, or the naive full sequence),
- * its loss and backward.  dps: prompt-state gradient (NULL: detached). */
+ * its loss and backward.  dps: prompt-state gradient (NULL: detached).  The
+ * naive sequence in `detached` mode cuts its gradient at the carried state
+ * (positions < P-1): the stop-gradient reference, one sequence under autograd. */
 static ls_status replay_member(const ls_params *p, const ls_batch *b, size_t i, const ls_hstate *ps,
                                ls_hstate *dps, const ls_step_options *o, hook_ctx *hk, double *loss,
                                size_t *tape_bytes) {
@@ -191,7 +193,8 @@ static ls_status replay_member(const ls_params *p, const ls_batch *b, size_t i, 
     }
     ls_seg_io io = {.tokens = in, .T = T, .pos0 = naive ? 0 : (int64_t)P - 1, .ctx = ps,
                     .targets = b->resp[i], .score_from = naive ? P - 1 : 0, .logp = lp, .tape = &tape,
-                    .tape_cat = LS_MEM_BRANCH, .hook = hook_fn, .hook_user = hk};
+                    .tape_cat = LS_MEM_BRANCH, .hook = hook_fn, .hook_user = hk,
+                    .grad_cut = naive && p->obj.grad_mode != LS_GRAD_FULL ? P - 1 : 0};
     st = LS_K(ls_segment_forward)(p, &io);
     if (st != LS_OK) goto cleanup;
     *loss += member_loss(p, b, i, lp, dlp, t_old, t_ref);
@@ -323,25 +326,7 @@ ls_status LS_K(ls_step_grads)(ls_params *p, ls_batch *b, const ls_task *task, co
     for (size_t i = 0; st == LS_OK && i < b->G; i++) {
         hook_ctx hk = {obs, "replay", (int)i};
         size_t tb = 0;
-        if (naive && !full) { /* stop-gradient reference: taped prompt, state gradient dropped */
-            ls_hstate nps, ndps;
-            ls_seg_tape *ptape = NULL;
-            st = LS_K(ls_hstate_init)(&nps, p, o->page_size, LS_MEM_BRANCH);
-            ls_seg_io io = {.tokens = b->prompt, .T = b->P - 1, .state_out = &nps, .tape = &ptape,
-                            .tape_cat = LS_MEM_BRANCH, .hook = hook_fn, .hook_user = &hk};
-            if (st == LS_OK) st = LS_K(ls_segment_forward)(p, &io);
-            if (st == LS_OK) st = LS_K(ls_hstate_grad_like)(&ndps, &nps, LS_MEM_BRANCH);
-            if (st == LS_OK) {
-                ls_step_options lo = *o;
-                lo.strategy = LS_STRATEGY_LONGSTRAW;
-                st = replay_member(p, b, i, &nps, &ndps, &lo, &hk, &res->loss, &tb);
-                LS_K(ls_hstate_free)(&ndps); /* held constant: its gradient stops here */
-            }
-            LS_K(ls_seg_tape_free)(ptape);
-            LS_K(ls_hstate_free)(&nps);
-        } else {
-            st = replay_member(p, b, i, naive ? NULL : &ps, full && !naive ? &dps : NULL, o, &hk, &res->loss, &tb);
-        }
+        st = replay_member(p, b, i, naive ? NULL : &ps, full && !naive ? &dps : NULL, o, &hk, &res->loss, &tb);
         if (tb > res->max_branch_bytes) res->max_branch_bytes = tb;
         progress(obs, PH_REPLAY, i + 1, b->G);
     }
