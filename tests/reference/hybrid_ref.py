@@ -506,7 +506,8 @@ class Checks:
         self.failures = []
 
     def values(self, name, mine, theirs, tol, relative=False, labels=None):
-        """Compare two equally shaped lists of lists (or flat lists) of numbers."""
+        """Compare two equally shaped lists of lists (or flat lists) of numbers; the error is
+        |diff|, or with relative |diff| / max(1, |reference|)."""
         def flat(x, where):
             if isinstance(x, (list, tuple)):
                 out = []
@@ -527,12 +528,12 @@ class Checks:
             err = abs(x - y) / (max(1.0, abs(x)) if relative else 1.0)
             if not err <= tol:  # NaN fails
                 bad.append("%s%s: reference %.17g, trainer %.17g, %s %.3g" % (
-                    name, w, x, y, "rel err" if relative else "|diff|", err))
+                    name, w, x, y, "|diff|/max(1,|x|)" if relative else "|diff|", err))
                 err = float("inf") if err != err else err
             worst = max(worst, err)
         self.ran += 1
         print("hybrid_ref: check %-34s max %s = %.3g over %d value(s) (tol %g)%s" % (
-            name, "rel err" if relative else "|diff|", worst, len(a), tol, "" if not bad else "  FAIL"))
+            name, "|diff|/max(1,|x|)" if relative else "|diff|", worst, len(a), tol, "" if not bad else "  FAIL"))
         if bad:
             self.failures.append("%s: %d value(s) off, first: %s" % (name, len(bad), "; ".join(bad[:3])))
         return worst
