@@ -454,6 +454,7 @@ finish:
                steps_done, a->config_path, LS_REAL_NAME, a->obj.grad_mode == LS_GRAD_FULL ? "full" : "detached",
                a->step.strategy == LS_STRATEGY_NAIVE ? "naive" : "longstraw", P, b ? b->G : a->step.G, res.loss + 0.0 /* no "-0" */,
                res.grad_norm, res.mean_reward);
+        printf("  exact loss %.17g (last step)\n", res.loss + 0.0); /* read by tests/reference/ */
         printf("  prompt state %zu B (analytical %zu B), largest branch tape %zu B\n", res.prompt_state_bytes,
                res.prompt_state_analytical, res.max_branch_bytes);
         printf("  peaks (last step):");

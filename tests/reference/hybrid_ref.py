@@ -1,22 +1,26 @@
 #!/usr/bin/python3
-"""Independent reference for the `hybrid` family and the GRPO step inputs.
+"""Independent reference for the `hybrid` family and the GRPO step.
 
 Written from /work/shared/MODEL.md (sections 0, 1, 3, 4, 5, 6) only, not from the
-trainer's code. Standard library only (json, struct, math), so that Debian's
-/usr/bin/python3 runs it on a fresh machine.
+trainer's code. Standard library only (json, struct, math, re), so that Debian's
+/usr/bin/python3 runs it on a fresh machine. run_hybrid_ref.py drives it (ctest
+hybrid_reference); it can also check one run by hand:
 
 usage:
-  hybrid_ref.py WEIGHTS.safetensors BATCH.json [--tol X] [--expect-loss S]
+  hybrid_ref.py WEIGHTS.safetensors BATCH.json --loss-from LOG [--old-from ROLLOUTS.jsonl]
                 [--require-perturbed-norms]
-      WEIGHTS from `longstraw-train --save-init`, BATCH from `--dump-batch`.
-      Recomputes, one whole sequence per member (prompt + response, token by token
-      with a recurrent GDN state and a KV cache), the token log-probs under
+      WEIGHTS from `longstraw-train --save-init`, BATCH from `--dump-batch`, LOG the
+      trainer's stdout (its "  exact loss X (last step)" line; run with --steps 1).
+      Recomputes, token by token with a recurrent GDN state and one growing KV list
+      (the prompt once, then every member from a copy of its state), the token log-probs
+      under
         (a) the policy: base weights + (alpha/r) B A on every LoRA target in the file,
         (b) the reference policy: base weights with the adapters off (train_mode lora;
             in train_mode full the reference is the step-0 weights, i.e. (a)),
-      and checks old_logprobs == (a), ref_logprobs == (b), the advantages against
-      MODEL.md section 4, and prints the GRPO loss at ratio 1. --expect-loss compares
-      that loss with the trainer's printed value to the printed precision.
+      and checks: old_logprobs == (a) (or, with --old-from, == the supplied ones),
+      ref_logprobs == (b), the advantages, and the loss of MODEL.md section 4 computed
+      from (a), the old and (b) log-probs against the trainer's. Every check runs and is
+      counted; an input that is missing fails the run.
       --require-perturbed-norms fails unless some RMSNorm weight is off its initial
       value (so a run that was meant to load perturbed norms really did).
   hybrid_ref.py --perturb-norms IN.safetensors OUT.safetensors [SEED]
@@ -24,12 +28,13 @@ usage:
       k_norm, gdn.norm) moved off its initial value, for `longstraw-train --load`,
       so that zero-centred (1+w) versus standard (w) gammas are actually exercised.
 
-exit: 0 everything agrees, 1 a mismatch or a contract violation (named), 2 bad usage
-or unreadable input.
+exit: 0 every check ran and agrees, 1 a mismatch, a missing input or a skipped check
+(named), 2 bad usage.
 """
 
 import json
 import math
+import re
 import struct
 import sys
 from operator import mul
@@ -262,10 +267,9 @@ class Model:
             Weff.append(row)
         return Weff
 
-    # -- one sequence, token by token ------------------------------------------------
-    def logprobs(self, tokens, P, temperature):
-        """log-probs of tokens[P:] given everything before; tokens = prompt + response."""
-        T = len(tokens)
+    # -- token by token ---------------------------------------------------------------
+    def new_state(self):
+        """Empty carried state: no keys/values, zero conv history, zero GDN state."""
         state = []
         for lay in self.layers:
             if lay["attn"]:
@@ -273,22 +277,57 @@ class Model:
             else:
                 state.append({"hist": [[0.0] * self.C for _ in range(self.K - 1)],
                               "S": [[[0.0] * self.dv for _ in range(self.dk)] for _ in range(self.Hv)]})
+        return state
+
+    @staticmethod
+    def copy_state(state):
         out = []
-        for pos in range(T - 1):
-            h = list(self.embed[tokens[pos]])
-            for lay, st in zip(self.layers, state):
-                x = rmsnorm(h, lay["g1"], self.eps)
-                y = self.attn_step(lay, st, x, pos) if lay["attn"] else self.gdn_step(lay, st, x)
-                h = [a + b for a, b in zip(h, y)]
-                x = rmsnorm(h, lay["g2"], self.eps)
-                g = matvec(lay["gate"], x)
-                u = matvec(lay["up"], x)
-                y = matvec(lay["down"], [silu(a) * b for a, b in zip(g, u)])
-                h = [a + b for a, b in zip(h, y)]
-            if pos >= P - 1:
-                hn = rmsnorm(h, self.final_g, self.eps)
-                logits = [v / temperature for v in matvec(self.lm_head, hn)]
-                out.append(log_softmax_at(logits, tokens[pos + 1]))
+        for st in state:
+            if "K" in st:
+                out.append({"K": [list(k) for k in st["K"]], "V": [list(v) for v in st["V"]]})
+            else:
+                out.append({"hist": [list(m) for m in st["hist"]],
+                            "S": [[list(r) for r in S] for S in st["S"]]})
+        return out
+
+    def step(self, state, tok, pos):
+        """Run token `tok` at absolute position `pos` through every block; returns the
+        final hidden vector (before the final norm) and extends `state`."""
+        h = list(self.embed[tok])
+        for lay, st in zip(self.layers, state):
+            x = rmsnorm(h, lay["g1"], self.eps)
+            y = self.attn_step(lay, st, x, pos) if lay["attn"] else self.gdn_step(lay, st, x)
+            h = [a + b for a, b in zip(h, y)]
+            x = rmsnorm(h, lay["g2"], self.eps)
+            g = matvec(lay["gate"], x)
+            u = matvec(lay["up"], x)
+            y = matvec(lay["down"], [silu(a) * b for a, b in zip(g, u)])
+            h = [a + b for a, b in zip(h, y)]
+        return h
+
+    def token_logprob(self, h, target, temperature):
+        hn = rmsnorm(h, self.final_g, self.eps)
+        logits = [v / temperature for v in matvec(self.lm_head, hn)]
+        return log_softmax_at(logits, target)
+
+    def group_logprobs(self, prompt, responses, temperature):
+        """log-probs of every response token given the prompt and the tokens before it.
+        The prompt x_0..x_{P-2} runs once, token by token; every member then continues
+        from its own copy of that state with x_{P-1}, y_0, ... (the Python has no pages,
+        no chunks and no attention merge: one growing KV list and one GDN state)."""
+        P = len(prompt)
+        state = self.new_state()
+        for pos in range(P - 1):
+            self.step(state, prompt[pos], pos)
+        out = []
+        for y in responses:
+            st = self.copy_state(state)
+            inputs = [prompt[P - 1]] + list(y[:-1])
+            lp = []
+            for t, tok in enumerate(inputs):
+                h = self.step(st, tok, P - 1 + t)
+                lp.append(self.token_logprob(h, y[t], temperature))
+            out.append(lp)
         return out
 
     def gdn_step(self, lay, st, x):
@@ -389,6 +428,7 @@ class Model:
 # ----------------------------------------------------------------------------- checks
 
 def advantages(rewards):
+    """MODEL.md section 4: (r - mean) / (std + 1e-4), std with Bessel's correction; G = 1 gives 0."""
     G = len(rewards)
     if G == 1:
         return [0.0]
@@ -397,133 +437,262 @@ def advantages(rewards):
     return [(r - mean) / (std + 1e-4) for r in rewards]
 
 
-def grpo_loss_ratio1(lp, ref, adv, eps, beta):
-    """MODEL.md section 4 loss with l^old = l (rho = 1)."""
+def grpo_loss(lp, old, ref, adv, eps, beta):
+    """MODEL.md section 4 loss. Returns (loss, census): census counts the tokens by which
+    branch of min(rho A, clip(rho) A) is taken:
+      clip_pos  A > 0, rho > 1+eps  (clipped value taken, zero ratio gradient)
+      clip_neg  A < 0, rho < 1-eps  (clipped value taken)
+      open_pos  A > 0, rho < 1-eps  (bound crossed but the unclipped value is the min)
+      open_neg  A < 0, rho > 1+eps  (same, other sign)
+      inside    1-eps <= rho <= 1+eps, or A = 0"""
+    census = {"clip_pos": 0, "clip_neg": 0, "open_pos": 0, "open_neg": 0, "inside": 0}
     G = len(lp)
     total = 0.0
+    max_kl = 0.0
     for i in range(G):
         A = adv[i]
         s = 0.0
         for t in range(len(lp[i])):
-            rho = math.exp(lp[i][t] - lp[i][t])
+            rho = math.exp(lp[i][t] - old[i][t])
             clipped = min(max(rho, 1.0 - eps), 1.0 + eps)
             d = ref[i][t] - lp[i][t]
             kl = math.exp(d) - d - 1.0
+            max_kl = max(max_kl, kl)
             s += -min(rho * A, clipped * A) + beta * kl
+            if A > 0 and rho > 1.0 + eps:
+                census["clip_pos"] += 1
+            elif A < 0 and rho < 1.0 - eps:
+                census["clip_neg"] += 1
+            elif A > 0 and rho < 1.0 - eps:
+                census["open_pos"] += 1
+            elif A < 0 and rho > 1.0 + eps:
+                census["open_neg"] += 1
+            else:
+                census["inside"] += 1
         total += s / len(lp[i])
-    return total / G
+    census["max_kl"] = max_kl
+    return total / G, census
 
 
-def printed_tolerance(s):
-    """Half a unit in the last printed digit of a decimal string, e.g. '0.004673' -> 5e-7."""
-    mant, _, exp = s.lower().partition("e")
-    dec = len(mant.split(".")[1]) if "." in mant else 0
-    return 0.5 * 10.0 ** (-dec + (int(exp) if exp else 0)) * 1.0001
+LOSS_LINE = re.compile(r"^  exact loss (\S+) \(last step\)$")
 
 
-def check(weights_path, batch_path, tol, expect_loss, require_perturbed):
-    tensors, dtype = read_safetensors(weights_path)
+def trainer_loss(log_path):
+    """The loss longstraw-train prints on its summary ("  exact loss %.17g (last step)")."""
+    try:
+        with open(log_path) as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        raise Mismatch("trainer loss: cannot read %s: %s" % (log_path, e))
+    found = [m.group(1) for m in map(LOSS_LINE.match, lines) if m]
+    if len(found) != 1:
+        raise Mismatch("trainer loss: %s has %d lines '  exact loss X (last step)', expected 1 "
+                       "(did the trainer's summary change?)" % (log_path, len(found)))
+    try:
+        v = float(found[0])
+    except ValueError:
+        raise Mismatch("trainer loss: %s: %r is not a number" % (log_path, found[0]))
+    if not math.isfinite(v):
+        raise Mismatch("trainer loss: %s: %r is not finite" % (log_path, found[0]))
+    return v
+
+
+class Checks:
+    """Every comparison made, counted. A check whose input is missing raises Mismatch
+    (never skipped); a check that runs and disagrees is recorded and reported at the end."""
+
+    def __init__(self):
+        self.ran = 0
+        self.failures = []
+
+    def values(self, name, mine, theirs, tol, relative=False, labels=None):
+        """Compare two equally shaped lists of lists (or flat lists) of numbers; the error is
+        |diff|, or with relative |diff| / max(1, |reference|)."""
+        def flat(x, where):
+            if isinstance(x, (list, tuple)):
+                out = []
+                for j, e in enumerate(x):
+                    out.extend(flat(e, where + [j]))
+                return out
+            try:
+                return [(where, float(x))]
+            except (TypeError, ValueError):
+                raise Mismatch("%s: element %r is %r, not a number" % (name, where, x))
+        a, b = flat(mine, []), flat(theirs, [])
+        if [w for w, _ in a] != [w for w, _ in b]:
+            raise Mismatch("%s: the shapes differ (%d vs %d values)" % (name, len(a), len(b)))
+        if not a:
+            raise Mismatch("%s: nothing to compare" % name)
+        worst, bad = 0.0, []
+        for (w, x), (_, y) in zip(a, b):
+            err = abs(x - y) / (max(1.0, abs(x)) if relative else 1.0)
+            if not err <= tol:  # NaN fails
+                bad.append("%s%s: reference %.17g, trainer %.17g, %s %.3g" % (
+                    name, w, x, y, "|diff|/max(1,|x|)" if relative else "|diff|", err))
+                err = float("inf") if err != err else err
+            worst = max(worst, err)
+        self.ran += 1
+        print("hybrid_ref: check %-34s max %s = %.3g over %d value(s) (tol %g)%s" % (
+            name, "|diff|/max(1,|x|)" if relative else "|diff|", worst, len(a), tol, "" if not bad else "  FAIL"))
+        if bad:
+            self.failures.append("%s: %d value(s) off, first: %s" % (name, len(bad), "; ".join(bad[:3])))
+        return worst
+
+    def condition(self, name, ok, detail):
+        self.ran += 1
+        print("hybrid_ref: check %-34s %s%s" % (name, detail, "" if ok else "  FAIL"))
+        if not ok:
+            self.failures.append("%s: %s" % (name, detail))
+
+    def finish(self, expected):
+        if self.ran != expected:
+            self.failures.append("%d checks ran, %d expected (a check was skipped or added)" % (self.ran, expected))
+        if self.failures:
+            raise Mismatch("%d of %d check(s) failed:\n  %s" % (len(self.failures), self.ran,
+                                                                  "\n  ".join(self.failures)))
+        print("hybrid_ref: OK, %d of %d checks passed" % (self.ran, expected))
+
+
+BATCH_KEYS = ("config", "prompt", "responses", "rewards", "advantages", "old_logprobs", "ref_logprobs")
+CONFIG_KEYS = ("family", "vocab", "d_model", "n_layers", "ffn_dim", "rms_eps", "rope_theta",
+               "gdn_hk", "gdn_hv", "gdn_dk", "gdn_dv", "conv_kernel", "attn_heads",
+               "attn_kv_heads", "head_dim", "rope_dim", "train_mode", "lora_r", "lora_alpha",
+               "lora_experts", "grad_mode", "epsilon", "beta", "temperature")
+
+
+def load_batch(batch_path):
+    """A --dump-batch file, every MODEL.md section 6 key present and consistently sized."""
     try:
         with open(batch_path) as f:
             batch = json.load(f)
     except (OSError, ValueError) as e:
-        raise Usage("cannot read batch %s: %s" % (batch_path, e))
-    for key in ("config", "prompt", "responses", "rewards", "advantages", "old_logprobs", "ref_logprobs"):
+        raise Mismatch("cannot read batch %s: %s" % (batch_path, e))
+    if not isinstance(batch, dict):
+        raise Mismatch("batch %s: not a JSON object" % batch_path)
+    for key in BATCH_KEYS:
         if key not in batch:
-            raise Mismatch("batch: key %r (MODEL.md section 6) missing" % key)
+            raise Mismatch("batch %s: key %r (MODEL.md section 6) missing" % (batch_path, key))
     cfg = batch["config"]
-    for key in ("family", "vocab", "d_model", "n_layers", "ffn_dim", "rms_eps", "rope_theta",
-                "gdn_hk", "gdn_hv", "gdn_dk", "gdn_dv", "conv_kernel", "attn_heads",
-                "attn_kv_heads", "head_dim", "rope_dim", "train_mode", "lora_r", "lora_alpha",
-                "lora_experts", "grad_mode", "epsilon", "beta", "temperature"):
+    for key in CONFIG_KEYS:
         if key not in cfg:
-            raise Mismatch("batch config: key %r (MODEL.md section 6) missing" % key)
+            raise Mismatch("batch %s config: key %r (MODEL.md section 6) missing" % (batch_path, key))
     if cfg["family"] != "hybrid":
         raise Usage("this reference covers family hybrid only, batch has %r" % cfg["family"])
-    if tol is None:
-        tol = 1e-9 if dtype == "F64" else 1e-4
-    prompt, responses, rewards = batch["prompt"], batch["responses"], batch["rewards"]
+    if cfg["train_mode"] not in ("lora", "full"):
+        raise Mismatch("batch %s config: train_mode %r" % (batch_path, cfg["train_mode"]))
+    prompt, responses = batch["prompt"], batch["responses"]
     G = len(responses)
-    if G == 0 or len(rewards) != G or len(batch["advantages"]) != G \
-            or len(batch["old_logprobs"]) != G or len(batch["ref_logprobs"]) != G:
-        raise Mismatch("batch: %d responses but rewards/advantages/old/ref have %d/%d/%d/%d entries"
-                       % (G, len(rewards), len(batch["advantages"]), len(batch["old_logprobs"]),
-                          len(batch["ref_logprobs"])))
-    P = len(prompt)
-    if P < 1:
-        raise Mismatch("batch: empty prompt")
+    if G == 0 or any(len(batch[k]) != G for k in ("rewards", "advantages", "old_logprobs", "ref_logprobs")):
+        raise Mismatch("batch %s: %d responses but rewards/advantages/old/ref have %s entries"
+                       % (batch_path, G, [len(batch[k]) for k in ("rewards", "advantages", "old_logprobs",
+                                                                  "ref_logprobs")]))
+    if len(prompt) < 1:
+        raise Mismatch("batch %s: empty prompt" % batch_path)
     for i, y in enumerate(responses):
         if len(y) < 1 or len(batch["old_logprobs"][i]) != len(y) or len(batch["ref_logprobs"][i]) != len(y):
-            raise Mismatch("batch: member %d has %d tokens, %d old and %d ref log-probs"
-                           % (i, len(y), len(batch["old_logprobs"][i]), len(batch["ref_logprobs"][i])))
+            raise Mismatch("batch %s: member %d has %d tokens, %d old and %d ref log-probs"
+                           % (batch_path, i, len(y), len(batch["old_logprobs"][i]), len(batch["ref_logprobs"][i])))
         for tok in list(prompt) + list(y):
-            if not (0 <= tok < cfg["vocab"]):
-                raise Mismatch("batch: member %d token %r outside the vocabulary" % (i, tok))
+            if not (isinstance(tok, int) and 0 <= tok < cfg["vocab"]):
+                raise Mismatch("batch %s: member %d token %r outside the vocabulary" % (batch_path, i, tok))
+    return batch
 
-    norm_names = [n for n in tensors if n == "norm.weight" or n.endswith(("norm1.weight", "norm2.weight",
-                  "q_norm.weight", "k_norm.weight"))]
-    gdn_norms = [n for n in tensors if n.endswith("gdn.norm.weight")]
-    perturbed = any(v != 0.0 for n in norm_names for v in tensors[n][1]) or \
-        any(v != 1.0 for n in gdn_norms for v in tensors[n][1])
-    lora_names = sorted(n[:-len(".lora_A")] for n in tensors if n.endswith(".lora_A"))
-    print("hybrid_ref: %s (%s, %d tensors, %d LoRA pairs), P=%d G=%d R=%s, train_mode %s, temperature %r, "
-          "norm weights %s" % (weights_path, dtype, len(tensors), len(lora_names), P, G,
-                               [len(y) for y in responses], cfg["train_mode"], cfg["temperature"],
-                               "perturbed" if perturbed else "at their initial values"))
-    if require_perturbed and not perturbed:
-        raise Mismatch("weights: every RMSNorm weight is at its initial value, but perturbed norms were "
-                       "required (did `--load` take effect?)")
-    temp = float(cfg["temperature"])
-    mode = cfg["train_mode"]
-    if mode not in ("lora", "full"):
-        raise Mismatch("batch config: train_mode %r" % mode)
 
-    policy = Model(cfg, tensors, with_lora=True)
-    reference = Model(cfg, tensors, with_lora=False) if (mode == "lora" and lora_names) else policy
+def norms_perturbed(tensors):
+    zero_centred = [n for n in tensors if n == "norm.weight" or n.endswith((
+        "norm1.weight", "norm2.weight", "q_norm.weight", "k_norm.weight"))]
+    standard = [n for n in tensors if n.endswith("gdn.norm.weight")]
+    return any(v != 0.0 for n in zero_centred for v in tensors[n][1]) or \
+        any(v != 1.0 for n in standard for v in tensors[n][1])
 
-    failures = []
-    lp_all, ref_all = [], []
-    maxd = {"old": 0.0, "ref": 0.0}
-    for i, y in enumerate(responses):
-        seq = list(prompt) + list(y)
-        lp = policy.logprobs(seq, P, temp)
-        rf = lp if reference is policy else reference.logprobs(seq, P, temp)
-        lp_all.append(lp)
-        ref_all.append(rf)
-        for what, mine, theirs in (("old", lp, batch["old_logprobs"][i]), ("ref", rf, batch["ref_logprobs"][i])):
-            for t, (a, b) in enumerate(zip(mine, theirs)):
-                dlt = abs(a - float(b))
-                maxd[what] = max(maxd[what], dlt)
-                if not dlt <= tol:
-                    failures.append("member %d token %d (y=%d) %s_logprob: reference %.17g, dump %.17g, |diff| %.3g > %g"
-                                    % (i, t, y[t], what, a, float(b), dlt, tol))
-    pol_ref_gap = max(abs(a - b) for lp, rf in zip(lp_all, ref_all) for a, b in zip(lp, rf))
-    print("hybrid_ref: max |old - policy| = %.3g, max |ref - reference| = %.3g (tol %g); "
-          "max |policy - reference| = %.3g" % (maxd["old"], maxd["ref"], tol, pol_ref_gap))
-    if mode == "lora" and lora_names and pol_ref_gap == 0.0:
-        print("hybrid_ref: note: the adapters do not change any log-prob (lora_B zero?)")
 
-    adv = advantages([float(r) for r in rewards])
-    for i, (a, b) in enumerate(zip(adv, batch["advantages"])):
-        # float32 runs compute (and dump) the advantages in float32
-        if not abs(a - float(b)) <= (1e-9 if dtype == "F64" else 1e-6) * max(1.0, abs(a)):
-            failures.append("member %d advantage: reference %.17g, dump %.17g" % (i, a, float(b)))
+class Reference:
+    """The policy and reference-policy log-probs of one batch's tokens under one weights file."""
 
-    loss = grpo_loss_ratio1(lp_all, ref_all, adv, float(cfg["epsilon"]), float(cfg["beta"]))
-    print("hybrid_ref: GRPO loss at ratio 1 = %.17g" % loss)
-    if expect_loss is not None:
-        ltol = printed_tolerance(expect_loss)
-        if not abs(loss - float(expect_loss)) <= ltol:
-            failures.append("loss: reference %.17g, trainer printed %s (tolerance %.2g)" % (loss, expect_loss, ltol))
+    def __init__(self, weights_path, batch):
+        self.tensors, self.dtype = read_safetensors(weights_path)
+        cfg = batch["config"]
+        self.cfg = cfg
+        self.prompt = list(batch["prompt"])
+        self.responses = [list(y) for y in batch["responses"]]
+        self.lora = sorted(n[:-len(".lora_A")] for n in self.tensors if n.endswith(".lora_A"))
+        self.perturbed = norms_perturbed(self.tensors)
+        temp = float(cfg["temperature"])
+        policy = Model(cfg, self.tensors, with_lora=True)
+        self.policy = policy.group_logprobs(self.prompt, self.responses, temp)
+        if cfg["train_mode"] == "lora" and self.lora:
+            self.ref = Model(cfg, self.tensors, with_lora=False).group_logprobs(self.prompt, self.responses, temp)
+        else:  # train_mode full: the reference is the step-0 weights, i.e. the policy at step 1
+            self.ref = self.policy
+        self.gap = max(abs(a - b) for lp, rf in zip(self.policy, self.ref) for a, b in zip(lp, rf))
+        self.lp_tol = 1e-9 if self.dtype == "F64" else 1e-4
+        self.adv_tol = 1e-9 if self.dtype == "F64" else 1e-6
+        self.loss_tol = 1e-9 if self.dtype == "F64" else 1e-4
+        print("hybrid_ref: %s (%s, %d tensors, %d LoRA pairs), P=%d G=%d R=%s, train_mode %s, "
+              "temperature %r, norm weights %s; max |policy - reference| log-prob = %.3g"
+              % (weights_path, self.dtype, len(self.tensors), len(self.lora), len(self.prompt),
+                 len(self.responses), [len(y) for y in self.responses], cfg["train_mode"], temp,
+                 "perturbed" if self.perturbed else "at their initial values", self.gap))
+
+    def same_tokens(self, batch, where):
+        if list(batch["prompt"]) != self.prompt or [list(y) for y in batch["responses"]] != self.responses:
+            raise Mismatch("%s: the batch's tokens are not the ones the reference scored" % where)
+
+    def check_run(self, checks, tag, batch, loss_log, old_expected=None, weights_path=None):
+        """The four checks of one trainer run: old log-probs (against the policy, or against
+        the supplied values when the run had external old log-probs), reference log-probs,
+        advantages, and the loss recomputed from MODEL.md section 4 against the trainer's.
+        With weights_path (the run's --save-init), a fifth: the run used these weights."""
+        self.same_tokens(batch, tag)
+        if weights_path is not None:
+            t2, _ = read_safetensors(weights_path)
+            same = sorted(t2) == sorted(self.tensors) and all(t2[n] == self.tensors[n] for n in t2)
+            checks.condition(tag + " weights", same, "the run's --save-init %s the scored weights"
+                             % ("equals" if same else "DIFFERS FROM"))
+        if old_expected is None:
+            checks.values(tag + " old_logprobs", self.policy, batch["old_logprobs"], self.lp_tol)
+            old = self.policy  # the trainer scored them: rho = 1 exactly in the reference
         else:
-            print("hybrid_ref: trainer's printed loss %s agrees" % expect_loss)
-    if failures:
-        shown = failures[:20]
-        msg = "\n".join(shown)
-        if len(failures) > len(shown):
-            msg += "\n... and %d more" % (len(failures) - len(shown))
-        raise Mismatch("%d mismatch(es):\n%s" % (len(failures), msg))
-    print("hybrid_ref: OK")
+            checks.values(tag + " old_logprobs (supplied)", old_expected, batch["old_logprobs"], self.lp_tol)
+            old = old_expected
+        checks.values(tag + " ref_logprobs", self.ref, batch["ref_logprobs"], self.lp_tol)
+        adv = advantages([float(r) for r in batch["rewards"]])
+        checks.values(tag + " advantages", adv, batch["advantages"], self.adv_tol, relative=True)
+        cfg = batch["config"]
+        loss, census = grpo_loss(self.policy, old, self.ref, adv, float(cfg["epsilon"]), float(cfg["beta"]))
+        checks.values(tag + " loss", [loss], [trainer_loss(loss_log)], self.loss_tol, relative=True)
+        return loss, census
+
+
+def check(weights_path, batch_path, loss_log, old_from, require_perturbed):
+    """Standalone mode: one weights file, one batch dump, the trainer's log."""
+    batch = load_batch(batch_path)
+    ref = Reference(weights_path, batch)
+    checks = Checks()
+    expected = 4
+    if require_perturbed:
+        expected += 1
+        checks.condition("norm weights perturbed", ref.perturbed,
+                         "some RMSNorm weight is off its initial value" if ref.perturbed else
+                         "every RMSNorm weight is at its initial value (did `--load` take effect?)")
+    old = None
+    if old_from is not None:
+        old = read_rollouts_old(old_from)
+    loss, census = ref.check_run(checks, "run", batch, loss_log, old)
+    print("hybrid_ref: loss %.17g; token branches %s" % (loss, census))
+    checks.finish(expected)
+
+
+def read_rollouts_old(path):
+    try:
+        with open(path) as f:
+            first = f.readline()
+        doc = json.loads(first)
+    except (OSError, ValueError) as e:
+        raise Mismatch("cannot read rollouts %s: %s" % (path, e))
+    if not isinstance(doc, dict) or "old_logprobs" not in doc:
+        raise Mismatch("rollouts %s: no 'old_logprobs' on the first line" % path)
+    return doc["old_logprobs"]
 
 
 def perturb_norms(src, dst, seed):
@@ -555,19 +724,14 @@ def main(argv):
                 raise Usage("--perturb-norms IN OUT [SEED]")
             perturb_norms(args[1], args[2], int(args[3]) if len(args) == 4 else 1)
             return 0
-        pos, tol, expect_loss, req = [], None, None, False
+        pos, opt, req = [], {"--loss-from": None, "--old-from": None}, False
         i = 0
         while i < len(args):
             a = args[i]
-            if a in ("--tol", "--expect-loss") and i + 1 < len(args):
-                try:
-                    v = float(args[i + 1])
-                except ValueError:
-                    raise Usage("%s needs a number, got %r" % (a, args[i + 1]))
-                if a == "--tol":
-                    tol = v
-                else:
-                    expect_loss = args[i + 1]
+            if a in opt:
+                if i + 1 >= len(args):
+                    raise Usage("%s needs a file" % a)
+                opt[a] = args[i + 1]
                 i += 2
             elif a == "--require-perturbed-norms":
                 req = True
@@ -582,7 +746,9 @@ def main(argv):
                 i += 1
         if len(pos) != 2:
             raise Usage("expected WEIGHTS.safetensors BATCH.json")
-        check(pos[0], pos[1], tol, expect_loss, req)
+        if opt["--loss-from"] is None:
+            raise Usage("--loss-from LOG is required: the loss check is never skipped")
+        check(pos[0], pos[1], opt["--loss-from"], opt["--old-from"], req)
         return 0
     except Usage as e:
         sys.stderr.write("hybrid_ref: usage error: %s\n%s" % (e, __doc__))
