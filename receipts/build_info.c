@@ -142,7 +142,7 @@ static ls_status add_binaries(cJSON *b) {
     st = LS_ERR_NOMEM;
     dl_iterate_phdr(collect_library, &l);
     if (l.failed) goto cleanup;
-    qsort(l.paths, l.n, sizeof *l.paths, by_name);
+    if (l.n > 1) qsort(l.paths, l.n, sizeof *l.paths, by_name); /* paths is NULL when n is 0 */
     libs = cJSON_CreateArray();
     if (libs == NULL) goto cleanup;
     for (size_t i = 0; i < l.n; i++) {
