@@ -1,23 +1,44 @@
 /* build_info.c - build object and build digest (contract in build_info.h). */
+#define _GNU_SOURCE /* dl_iterate_phdr */
 #include "receipts/build_info.h"
 
+#include <limits.h>
+#include <link.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <openssl/crypto.h>
 #include <zstd.h>
 
+#include "ls_source_state.h" /* generated on every build by cmake/source_state.cmake */
 #include "receipts/json_util.h"
 
-#ifndef LS_GIT_COMMIT
-#define LS_GIT_COMMIT "unknown"
-#endif
 #ifndef LS_C_COMPILER
 #define LS_C_COMPILER "unknown"
 #endif
 #ifndef LS_C_FLAGS
 #define LS_C_FLAGS ""
 #endif
+
+#define SELF_EXE "/proc/self/exe"
+
+/* file-name prefixes of the project's shared libraries (build_info.h) */
+static const char *const project_prefixes[] = {"libls_", "liblongstraw"};
+
+/* the members of the build object that are recorded but not digested */
+static void strip_undigested(cJSON *b) {
+    cJSON_DeleteItemFromObjectCaseSensitive(b, "build_digest");
+    cJSON *exe = cJSON_GetObjectItemCaseSensitive(b, "executable");
+    if (cJSON_IsObject(exe)) cJSON_DeleteItemFromObjectCaseSensitive(exe, "path");
+    cJSON *libs = cJSON_GetObjectItemCaseSensitive(b, "libraries");
+    cJSON *lib = NULL;
+    if (cJSON_IsArray(libs)) {
+        cJSON_ArrayForEach(lib, libs) {
+            if (cJSON_IsObject(lib)) cJSON_DeleteItemFromObjectCaseSensitive(lib, "path");
+        }
+    }
+}
 
 ls_status ls_build_info_digest(const cJSON *build, char hex[LS_DIGEST_HEX_SIZE], char *err,
                                size_t errlen) {
@@ -27,7 +48,7 @@ ls_status ls_build_info_digest(const cJSON *build, char hex[LS_DIGEST_HEX_SIZE],
     }
     cJSON *copy = cJSON_Duplicate(build, 1);
     if (copy == NULL) return LS_ERR_NOMEM;
-    cJSON_DeleteItemFromObjectCaseSensitive(copy, "build_digest");
+    strip_undigested(copy);
     char *text = NULL;
     size_t len = 0;
     ls_status st = ls_json_print_canonical(copy, &text, &len, err, errlen);
@@ -35,6 +56,128 @@ ls_status ls_build_info_digest(const cJSON *build, char hex[LS_DIGEST_HEX_SIZE],
     free(text);
     cJSON_Delete(copy);
     return st;
+}
+
+/* ---- loaded libraries -------------------------------------------------- */
+
+typedef struct {
+    char **paths;
+    size_t n, cap;
+    int failed; /* allocation failed in the callback */
+} lib_list;
+
+static const char *base_name(const char *path) {
+    const char *s = strrchr(path, '/');
+    return s != NULL ? s + 1 : path;
+}
+
+static int is_project_library(const char *path) {
+    const char *name = base_name(path);
+    for (size_t i = 0; i < sizeof project_prefixes / sizeof project_prefixes[0]; i++)
+        if (strncmp(name, project_prefixes[i], strlen(project_prefixes[i])) == 0) return 1;
+    return 0;
+}
+
+static int collect_library(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    lib_list *l = data;
+    const char *path = info->dlpi_name;
+    if (path == NULL || path[0] == '\0' || !is_project_library(path)) return 0;
+    for (size_t i = 0; i < l->n; i++)
+        if (strcmp(l->paths[i], path) == 0) return 0;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 8;
+        char **p = realloc(l->paths, cap * sizeof *p);
+        if (p == NULL) {
+            l->failed = 1;
+            return 1;
+        }
+        l->paths = p;
+        l->cap = cap;
+    }
+    l->paths[l->n] = strdup(path);
+    if (l->paths[l->n] == NULL) {
+        l->failed = 1;
+        return 1;
+    }
+    l->n++;
+    return 0;
+}
+
+static int by_name(const void *a, const void *b) {
+    const char *pa = *(const char *const *)a, *pb = *(const char *const *)b;
+    int c = strcmp(base_name(pa), base_name(pb));
+    return c != 0 ? c : strcmp(pa, pb);
+}
+
+/* {"path", "sha256"} of the file at path (hashed from hash_path), plus
+ * "name" when with_name. */
+static ls_status file_object(const char *path, const char *hash_path, int with_name, cJSON **out) {
+    *out = NULL;
+    char hex[LS_DIGEST_HEX_SIZE];
+    ls_status st = ls_digest_sha256_file_hex(hash_path, hex, NULL, 0);
+    if (st != LS_OK) return st;
+    cJSON *o = cJSON_CreateObject();
+    if (o == NULL || (with_name && !cJSON_AddStringToObject(o, "name", base_name(path))) ||
+        !cJSON_AddStringToObject(o, "path", path) || !cJSON_AddStringToObject(o, "sha256", hex)) {
+        cJSON_Delete(o);
+        return LS_ERR_NOMEM;
+    }
+    *out = o;
+    return LS_OK;
+}
+
+/* "executable" and "libraries" of the running process */
+static ls_status add_binaries(cJSON *b) {
+    ls_status st = LS_ERR_IO;
+    lib_list l = {0};
+    cJSON *exe = NULL, *libs = NULL;
+    char path[PATH_MAX];
+    ssize_t n = readlink(SELF_EXE, path, sizeof path - 1);
+    if (n < 0) goto cleanup;
+    path[n] = '\0';
+    /* hash the file the process runs (still right if the path was replaced since) */
+    st = file_object(path, SELF_EXE, 0, &exe);
+    if (st != LS_OK) goto cleanup;
+    st = LS_ERR_NOMEM;
+    dl_iterate_phdr(collect_library, &l);
+    if (l.failed) goto cleanup;
+    if (l.n > 1) qsort(l.paths, l.n, sizeof *l.paths, by_name); /* paths is NULL when n is 0 */
+    libs = cJSON_CreateArray();
+    if (libs == NULL) goto cleanup;
+    for (size_t i = 0; i < l.n; i++) {
+        cJSON *lib = NULL;
+        st = file_object(l.paths[i], l.paths[i], 1, &lib);
+        if (st != LS_OK) goto cleanup;
+        cJSON_AddItemToArray(libs, lib);
+    }
+    st = LS_ERR_NOMEM;
+    if (!cJSON_AddItemToObject(b, "executable", exe)) goto cleanup;
+    exe = NULL;
+    if (!cJSON_AddItemToObject(b, "libraries", libs)) goto cleanup;
+    libs = NULL;
+    st = LS_OK;
+cleanup:
+    for (size_t i = 0; i < l.n; i++) free(l.paths[i]);
+    free(l.paths);
+    cJSON_Delete(exe);
+    cJSON_Delete(libs);
+    return st;
+}
+
+/* "source": the state of the sources at build time */
+static ls_status add_source(cJSON *b) {
+    cJSON *s = cJSON_CreateObject();
+    const char *changes = LS_SOURCE_CHANGES_SHA256;
+    if (s == NULL || !cJSON_AddStringToObject(s, "commit", LS_SOURCE_COMMIT) ||
+        !cJSON_AddBoolToObject(s, "dirty", LS_SOURCE_DIRTY) ||
+        !(changes[0] != '\0' ? cJSON_AddStringToObject(s, "changes_sha256", changes)
+                             : cJSON_AddNullToObject(s, "changes_sha256")) ||
+        !cJSON_AddItemToObject(b, "source", s)) {
+        cJSON_Delete(s);
+        return LS_ERR_NOMEM;
+    }
+    return LS_OK;
 }
 
 ls_status ls_build_info_create(const char *openblas, const char *mpi, cJSON **out) {
@@ -51,7 +194,7 @@ ls_status ls_build_info_create(const char *openblas, const char *mpi, cJSON **ou
         !cJSON_AddStringToObject(deps, "openblas", openblas != NULL ? openblas : "unknown") ||
         !cJSON_AddStringToObject(deps, "mpi", mpi != NULL ? mpi : "unknown"))
         goto cleanup;
-    if (!cJSON_AddStringToObject(b, "git_commit", LS_GIT_COMMIT) ||
+    if (!cJSON_AddStringToObject(b, "git_commit", LS_SOURCE_COMMIT) ||
         !cJSON_AddStringToObject(b, "compiler", LS_C_COMPILER) ||
         !cJSON_AddStringToObject(b, "flags", LS_C_FLAGS))
         goto cleanup;
@@ -59,6 +202,9 @@ ls_status ls_build_info_create(const char *openblas, const char *mpi, cJSON **ou
     deps = NULL;
     cJSON_AddItemToObject(b, "dtype_builds", dt);
     dt = NULL;
+    st = add_binaries(b);
+    if (st == LS_OK) st = add_source(b);
+    if (st != LS_OK) goto cleanup;
     char hex[LS_DIGEST_HEX_SIZE];
     st = ls_build_info_digest(b, hex, NULL, 0);
     if (st != LS_OK) goto cleanup;

@@ -1,12 +1,41 @@
 /* build_info.h - what binary produced a file, and its build digest.
  *
- * A build object records the git commit, compiler and flags this library
- * was compiled with, the versions of its dependencies and the dtypes built:
+ * A build object records what ran: the executable and the project's shared
+ * libraries it loaded (by content), the state of the sources it was built
+ * from, and the compiler, flags and dependency versions:
  *   {"git_commit", "compiler", "flags",
  *    "dependencies": {"cjson", "zstd", "openssl", "openblas", "mpi"},
- *    "dtype_builds": ["f32", "f64"], "build_digest": hex}
+ *    "dtype_builds": ["f32", "f64"],
+ *    "executable": {"path", "sha256"},
+ *    "libraries": [{"name", "path", "sha256"}...],
+ *    "source": {"commit", "dirty", "changes_sha256"},
+ *    "build_digest": hex}
+ *
+ * executable: /proc/self/exe, the file of the running process, and the
+ *   SHA-256 of its bytes.
+ * libraries: every object the dynamic loader has mapped (dl_iterate_phdr)
+ *   whose file name starts with "libls_" or "liblongstraw" (the project's
+ *   CMake targets are all ls_*, so a shared build gives libls_*.so), sorted by
+ *   name; the SHA-256 of each file.  The rule is the file name, not "lies
+ *   under the build tree": recognising the build tree would embed its path in
+ *   the binary, and then the same sources built in two directories would never
+ *   give the same executable.  Today the project's libraries are static and
+ *   the list is empty.
+ * source: taken at BUILD time by cmake/source_state.cmake (every build; the
+ *   generated header changes only when the state does): HEAD's commit, dirty
+ *   (the working tree, untracked non-ignored files included, differs from
+ *   HEAD) and changes_sha256, the SHA-256 of the list of changed paths with
+ *   their old and new blob ids (the empty list when clean).  Outside a git
+ *   work tree: commit "unknown", dirty true, changes_sha256 null.
+ *   git_commit repeats source.commit (kept for existing readers).
+ *
  * build_digest is the SHA-256 of the canonical serialisation (json_util.h:
- * sorted keys, no whitespace) of the object without "build_digest".  Equal
+ * sorted keys, no whitespace) of the object without "build_digest" and
+ * without the "path" members of "executable" and of each "libraries" entry.
+ * The digest identifies WHAT ran, by content: a copy of the same binary run
+ * from another directory has the same digest; a binary differing in one byte,
+ * or built from different sources, has another.  The paths are recorded for
+ * the reader only, and ls_build_info_check does not protect them.  Equal
  * digests are what "same build" means to the audit (DESIGN.md section 5). */
 #ifndef LS_RECEIPTS_BUILD_INFO_H
 #define LS_RECEIPTS_BUILD_INFO_H
@@ -18,13 +47,15 @@
 #include "common/status.h"
 #include "receipts/digest.h"
 
-/* Builds the object for this build, including build_digest.  openblas and
- * mpi are version strings the caller knows (the receipts library links
- * neither); NULL is recorded as "unknown".  *out is the caller's
- * (cJSON_Delete). */
+/* Builds the object for this process, including build_digest, hashing the
+ * executable and the project's loaded libraries.  openblas and mpi are
+ * version strings the caller knows (the receipts library links neither);
+ * NULL is recorded as "unknown".  LS_ERR_IO when a file cannot be read,
+ * LS_ERR_NOMEM.  *out is the caller's (cJSON_Delete); NULL on failure. */
 ls_status ls_build_info_create(const char *openblas, const char *mpi, cJSON **out);
 
-/* Digest of a build object, ignoring any "build_digest" member in it. */
+/* Digest of a build object, ignoring any "build_digest" member in it and the
+ * "path" members named above. */
 ls_status ls_build_info_digest(const cJSON *build, char hex[LS_DIGEST_HEX_SIZE], char *err,
                                size_t errlen);
 
