@@ -154,19 +154,20 @@ ls_status LS_K(ls_params_init)(ls_params **out, const ls_model_config *cfg,
         snprintf(err, err_len, "lora_r: must be >= 1");
         return LS_ERR_ARG;
     }
-    ls_params *p = calloc(1, sizeof *p);
+    /* the tables are model-sized (64 + 40 n_layers tensors): fixed_weights */
+    ls_params *p = ls_mem_alloc(LS_MEM_WEIGHTS, sizeof *p);
     builder b = {0};
     ls_status st = LS_ERR_NOMEM;
     if (!p) return LS_ERR_NOMEM;
     p->cfg = *cfg;
     p->obj = *obj;
     p->lora_scale = (ls_real)(obj->lora_alpha / obj->lora_r);
-    p->layers = calloc((size_t)cfg->n_layers, sizeof *p->layers);
+    p->layers = ls_mem_alloc(LS_MEM_WEIGHTS, (size_t)cfg->n_layers * sizeof *p->layers);
     b.p = p;
     b.cap = 64 + 40 * (size_t)cfg->n_layers;
-    p->t = calloc(b.cap, sizeof *p->t);
-    b.kinds = calloc(b.cap, sizeof *b.kinds);
-    b.stds = calloc(b.cap, sizeof *b.stds);
+    p->t = ls_mem_alloc(LS_MEM_WEIGHTS, b.cap * sizeof *p->t);
+    b.kinds = ls_mem_alloc(LS_MEM_SCRATCH, b.cap * sizeof *b.kinds);
+    b.stds = ls_mem_alloc(LS_MEM_SCRATCH, b.cap * sizeof *b.stds);
     if (!p->layers || !p->t || !b.kinds || !b.stds) goto cleanup;
     build_hybrid(&b);
 
@@ -209,8 +210,8 @@ ls_status LS_K(ls_params_init)(ls_params **out, const ls_model_config *cfg,
     p = NULL;
     st = LS_OK;
 cleanup:
-    free(b.kinds);
-    free(b.stds);
+    ls_mem_free(b.kinds);
+    ls_mem_free(b.stds);
     if (p) LS_K(ls_params_free)(p);
     return st;
 }
@@ -219,9 +220,9 @@ void LS_K(ls_params_free)(ls_params *p) {
     if (!p) return;
     if (!p->is_view)
         for (int k = 0; k < 6; k++) ls_mem_free(p->blocks[k]);
-    free(p->t);
-    free(p->layers);
-    free(p);
+    ls_mem_free(p->t);
+    ls_mem_free(p->layers);
+    ls_mem_free(p);
 }
 
 void LS_K(ls_params_snapshot_ref)(ls_params *p) {
@@ -244,16 +245,17 @@ static ls_lin remap_lin(const ls_params *src, ls_params *dst, ls_lin l) {
 }
 
 ls_status LS_K(ls_params_ref_view)(ls_params **out, const ls_params *p) {
-    ls_params *v = calloc(1, sizeof *v);
+    /* live while the reference policy scores: scoring */
+    ls_params *v = ls_mem_alloc(LS_MEM_SCORE, sizeof *v);
     if (!v) return LS_ERR_NOMEM;
     *v = *p;
     v->is_view = 1;
-    v->t = calloc(p->n, sizeof *v->t);
-    v->layers = calloc((size_t)p->cfg.n_layers, sizeof *v->layers);
+    v->t = ls_mem_alloc(LS_MEM_SCORE, p->n * sizeof *v->t);
+    v->layers = ls_mem_alloc(LS_MEM_SCORE, (size_t)p->cfg.n_layers * sizeof *v->layers);
     if (!v->t || !v->layers) {
-        free(v->t);
-        free(v->layers);
-        free(v);
+        ls_mem_free(v->t);
+        ls_mem_free(v->layers);
+        ls_mem_free(v);
         return LS_ERR_NOMEM;
     }
     memcpy(v->t, p->t, p->n * sizeof *v->t);
