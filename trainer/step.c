@@ -262,6 +262,7 @@ ls_status LS_K(ls_step_grads)(ls_params *p, ls_batch *b, const ls_task *task, co
     int full = p->obj.grad_mode == LS_GRAD_FULL, naive = o->strategy == LS_STRATEGY_NAIVE;
     ls_hstate ps = {0}, dps = {0};
     ls_real **ckpt = NULL;
+    void *untracked = NULL; /* the untracked-alloc fault's buffer */
     ls_status st = LS_OK;
     int64_t t0;
     size_t L = (size_t)c->n_layers, d = (size_t)c->d_model;
@@ -284,6 +285,10 @@ ls_status LS_K(ls_step_grads)(ls_params *p, ls_batch *b, const ls_task *task, co
         if (st != LS_OK) {
             snprintf(err, err_len, "capture failed: %s", ls_status_str(st));
             goto cleanup;
+        }
+        if (o->fault_untracked_alloc) { /* deliberately outside the tracker, every page touched */
+            size_t n = (b->P - 1) * d * L * sizeof(ls_real);
+            if ((untracked = malloc(n)) != NULL) memset(untracked, 0x5a, n);
         }
         res->prompt_state_bytes = LS_K(ls_hstate_bytes)(&ps);
         res->prompt_state_analytical = LS_K(ls_hstate_analytical_bytes)(p, (int64_t)b->P - 1);
@@ -383,6 +388,7 @@ ls_status LS_K(ls_step_grads)(ls_params *p, ls_batch *b, const ls_task *task, co
         st = LS_ERR_NONFINITE;
     }
 cleanup:
+    free(untracked);
     LS_K(ls_hstate_free)(&dps);
     LS_K(ls_hstate_free)(&ps);
     if (ckpt) {
