@@ -10,10 +10,12 @@
  *
  * The block forward and backward run OpenMP threads and CBLAS GEMMs (each
  * small enough that OpenBLAS keeps it on the calling thread).  Each thread
- * mallocs its scratch (tiles: under 200 KB for the shipped float32 configs,
- * about 1 MB at most for head dims of 16 or more) and frees it before the
- * call returns; where that fails it falls back to a path that allocates
- * nothing.  The results are the same bits for any number of threads. */
+ * takes its scratch (tiles: under 200 KB for the shipped float32 configs,
+ * about 1 MB at most for head dims of 16 or more; independent of Tq and Tk)
+ * from the kernels' scratch allocator (kernels/scratch.h) and releases it
+ * before the call returns; where that fails it falls back to a path that
+ * allocates nothing.  The results are the same bits for any number of
+ * threads. */
 #ifndef LS_KERNELS_ATTENTION_H
 #define LS_KERNELS_ATTENTION_H
 #include "kernels/real.h"

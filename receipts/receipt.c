@@ -95,13 +95,22 @@ ls_status ls_receipt_to_json(const ls_receipt *r, const char *events_sha256, cJS
         ls_json_add_u64(ph, "wall_ns_total", r->phases[i].wall_ns_total);
     }
     cJSON *mem = cJSON_AddObjectToObject(p, "memory");
-    cJSON *cats = cJSON_AddObjectToObject(mem, "categories");
+    cJSON *run = cJSON_AddObjectToObject(mem, "run");
+    cJSON *step = cJSON_AddObjectToObject(mem, "per_step");
+    cJSON *run_cats = cJSON_AddObjectToObject(run, "categories");
+    ls_json_add_u64(step, "steps", r->steps_measured);
+    cJSON *step_cats = cJSON_AddObjectToObject(step, "categories");
     for (size_t i = 0; i < r->n_memory; i++) {
-        cJSON *cat = cJSON_AddObjectToObject(cats, r->memory[i].name);
-        ls_json_add_u64(cat, "peak_bytes", r->memory[i].peak_bytes);
+        cJSON *cat = cJSON_AddObjectToObject(run_cats, r->memory[i].name);
+        ls_json_add_u64(cat, "peak_bytes", r->memory[i].run_peak_bytes);
+        cat = cJSON_AddObjectToObject(step_cats, r->memory[i].name);
+        ls_json_add_u64(cat, "peak_bytes", r->memory[i].step_peak_bytes);
     }
-    ls_json_add_u64(mem, "total_peak_bytes", r->total_peak_bytes);
-    ls_json_add_u64(mem, "rss_peak_bytes", r->rss_peak_bytes);
+    ls_json_add_u64(run, "total_peak_bytes", r->run_total_peak_bytes);
+    ls_json_add_u64(run, "rss_peak_bytes", r->rss_peak_bytes);
+    ls_json_add_u64(step, "total_peak_bytes", r->step_total_peak_bytes);
+    if (r->step_total_peak_at < 0) cJSON_AddNullToObject(step, "total_peak_step");
+    else ls_json_add_u64(step, "total_peak_step", (uint64_t)r->step_total_peak_at);
     cJSON *ev = cJSON_AddObjectToObject(p, "events");
     cJSON_AddStringToObject(ev, "file", r->events_file);
     ls_json_add_u64(ev, "count", r->events_count);
@@ -120,7 +129,8 @@ ls_status ls_receipt_to_json(const ls_receipt *r, const char *events_sha256, cJS
      * document short; the schema check of the printed text catches any
      * member that went missing, so only the containers are checked here. */
     if (subjects == NULL || subject == NULL || digest == NULL || p == NULL || phases == NULL ||
-        mem == NULL || cats == NULL || ev == NULL || t == NULL)
+        mem == NULL || run == NULL || step == NULL || run_cats == NULL || step_cats == NULL ||
+        ev == NULL || t == NULL)
         goto cleanup;
     *out = doc;
     doc = NULL;
@@ -135,6 +145,67 @@ cleanup:
  * schema's "ident". */
 static int is_category_name(const char *s) {
     return ls_trace_is_ident(s) && strlen(s) <= 64;
+}
+
+/* The per-step scope of a schema-valid memory object into r (whose run
+ * scope is already filled), with the checks the schema cannot express: the
+ * same categories in both scopes, in the same order; no per-step peak above
+ * its run peak; no category above its scope's total; the step count and the
+ * step of the largest total consistent with the steps completed. */
+static ls_status extract_step_memory(ls_receipt *r, const cJSON *step, const cJSON *step_cats,
+                                     const char *what, char *err, size_t errlen) {
+    ls_receipt_memory *mem = (ls_receipt_memory *)r->memory;
+    size_t i = 0;
+    for (const cJSON *e = step_cats->child; e != NULL; e = e->next, i++) {
+        if (i >= r->n_memory || strcmp(e->string, mem[i].name) != 0) {
+            ls_json_errf(err, errlen, "%s: /predicate/memory/per_step/categories: \"%s\" is not "
+                         "category %zu of /predicate/memory/run/categories", what, e->string, i);
+            return LS_ERR_FORMAT;
+        }
+        ls_json_get_u64(e, "peak_bytes", &mem[i].step_peak_bytes);
+    }
+    if (i != r->n_memory) {
+        ls_json_errf(err, errlen, "%s: /predicate/memory/per_step/categories: %zu categories, "
+                     "the run scope has %zu", what, i, r->n_memory);
+        return LS_ERR_FORMAT;
+    }
+    ls_json_get_u64(step, "total_peak_bytes", &r->step_total_peak_bytes);
+    ls_json_get_u64(step, "steps", &r->steps_measured);
+    uint64_t at = 0;
+    r->step_total_peak_at = ls_json_get_u64(step, "total_peak_step", &at) == 0 ? (int64_t)at : -1;
+    for (i = 0; i < r->n_memory; i++) {
+        const char *scope = mem[i].step_peak_bytes > mem[i].run_peak_bytes ? "run peak"
+                            : mem[i].run_peak_bytes > r->run_total_peak_bytes ? "run total peak"
+                            : mem[i].step_peak_bytes > r->step_total_peak_bytes ? "per-step total peak"
+                                                                                 : NULL;
+        if (scope != NULL) {
+            ls_json_errf(err, errlen, "%s: /predicate/memory: category \"%s\" (run %llu, per "
+                         "step %llu bytes) is above its %s", what, mem[i].name,
+                         (unsigned long long)mem[i].run_peak_bytes,
+                         (unsigned long long)mem[i].step_peak_bytes, scope);
+            return LS_ERR_FORMAT;
+        }
+    }
+    if (r->step_total_peak_bytes > r->run_total_peak_bytes) {
+        ls_json_errf(err, errlen, "%s: /predicate/memory/per_step/total_peak_bytes %llu is above "
+                     "the run's %llu", what, (unsigned long long)r->step_total_peak_bytes,
+                     (unsigned long long)r->run_total_peak_bytes);
+        return LS_ERR_FORMAT;
+    }
+    if (r->steps_measured < r->steps || r->steps_measured - r->steps > 1) {
+        ls_json_errf(err, errlen, "%s: /predicate/memory/per_step/steps %llu: not /predicate/steps "
+                     "(%llu) or one more", what, (unsigned long long)r->steps_measured,
+                     (unsigned long long)r->steps);
+        return LS_ERR_FORMAT;
+    }
+    if ((r->steps_measured == 0) != (r->step_total_peak_at < 0) ||
+        (r->step_total_peak_at >= 0 && (uint64_t)r->step_total_peak_at >= r->steps_measured)) {
+        ls_json_errf(err, errlen, "%s: /predicate/memory/per_step/total_peak_step: must name one "
+                     "of the %llu steps measured (null when none)", what,
+                     (unsigned long long)r->steps_measured);
+        return LS_ERR_FORMAT;
+    }
+    return LS_OK;
 }
 
 /* Fills r from a schema-valid document; structural checks the schema
@@ -166,8 +237,11 @@ static ls_status extract(ls_receipt *r, const char *what, char *err, size_t errl
     ls_json_get_u64(p, "steps", &r->steps);
 
     const cJSON *phases = cJSON_GetObjectItemCaseSensitive(p, "phases");
-    const cJSON *cats = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(p, "memory"), "categories");
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(p, "memory");
+    const cJSON *run = cJSON_GetObjectItemCaseSensitive(m, "run");
+    const cJSON *step = cJSON_GetObjectItemCaseSensitive(m, "per_step");
+    const cJSON *cats = cJSON_GetObjectItemCaseSensitive(run, "categories");
+    const cJSON *step_cats = cJSON_GetObjectItemCaseSensitive(step, "categories");
     size_t np = (size_t)cJSON_GetArraySize(phases), nm = (size_t)cJSON_GetArraySize(cats);
     r->priv_arrays = calloc(np * sizeof(ls_receipt_phase) + nm * sizeof(ls_receipt_memory) + 1, 1);
     if (r->priv_arrays == NULL) return LS_ERR_NOMEM;
@@ -195,15 +269,16 @@ static ls_status extract(ls_receipt *r, const char *what, char *err, size_t errl
             return LS_ERR_FORMAT;
         }
         mem[i].name = e->string;
-        ls_json_get_u64(e, "peak_bytes", &mem[i].peak_bytes);
+        ls_json_get_u64(e, "peak_bytes", &mem[i].run_peak_bytes);
     }
     r->phases = ph;
     r->n_phases = np;
     r->memory = mem;
     r->n_memory = nm;
-    const cJSON *m = cJSON_GetObjectItemCaseSensitive(p, "memory");
-    ls_json_get_u64(m, "total_peak_bytes", &r->total_peak_bytes);
-    ls_json_get_u64(m, "rss_peak_bytes", &r->rss_peak_bytes);
+    ls_json_get_u64(run, "total_peak_bytes", &r->run_total_peak_bytes);
+    ls_json_get_u64(run, "rss_peak_bytes", &r->rss_peak_bytes);
+    st = extract_step_memory(r, step, step_cats, what, err, errlen);
+    if (st != LS_OK) return st;
 
     const cJSON *ev = cJSON_GetObjectItemCaseSensitive(p, "events");
     r->events_file = cJSON_GetObjectItemCaseSensitive(ev, "file")->valuestring;

@@ -1,7 +1,17 @@
 /* receipt.h - the per-rank receipt, RUN/rank-NNNN/receipt.json.
  *
  * A receipt says what one rank executed: phase counts and times, memory
- * peaks per category, its trace file and how the rank ended.  It is an
+ * peaks per category, its trace file and how the rank ended.
+ *
+ * Memory peaks come in two scopes, each named in the document:
+ *   memory.run       high-water marks over the whole run (the process
+ *                    lifetime: start-up, every step, the end), per category
+ *                    and of the tracked total, plus the peak RSS;
+ *   memory.per_step  for each category and the total, the largest of its
+ *                    per-step peaks (the tracker's peaks reset at the start
+ *                    of every step), the step that had the largest total and
+ *                    the number of steps measured.  The peaks of each single
+ *                    step are in the trace (memory events, one per phase end).  It is an
  * in-toto Statement v1 (schemas/receipt.schema.json):
  *   {"_type": "https://in-toto.io/Statement/v1",
  *    "subject": [{"name": "rank-0000/events.jsonl.zst", "digest": {"sha256": hex}}],
@@ -22,7 +32,9 @@
  * pointers all point into memory it owns; release it with ls_receipt_free.
  * A read receipt has passed the schema and the structural checks (rank <
  * world, build digest matches the build object, the subject is the events
- * file, phase names unique, memory category names are identifiers, end >=
+ * file, phase names unique, memory category names are identifiers and the
+ * same in both scopes, no per-step peak above its run peak, no category peak
+ * above its scope's total, steps <= steps_measured <= steps + 1, end >=
  * start). */
 #ifndef LS_RECEIPTS_RECEIPT_H
 #define LS_RECEIPTS_RECEIPT_H
@@ -47,8 +59,9 @@ typedef struct {
 } ls_receipt_phase;
 
 typedef struct {
-    const char *name;    /* memory category, e.g. "prompt_state" (unique) */
-    uint64_t peak_bytes; /* the category's peak live bytes */
+    const char *name;         /* memory category, e.g. "prompt_state" (unique) */
+    uint64_t run_peak_bytes;  /* peak live bytes over the run */
+    uint64_t step_peak_bytes; /* the largest of the category's per-step peaks (<= run) */
 } ls_receipt_memory;
 
 typedef struct {
@@ -64,8 +77,11 @@ typedef struct {
     size_t n_phases;
     const ls_receipt_memory *memory;
     size_t n_memory;
-    uint64_t total_peak_bytes; /* peak of the tracked total */
-    uint64_t rss_peak_bytes;   /* peak resident set size of the process */
+    uint64_t run_total_peak_bytes;  /* run scope: peak of the tracked total */
+    uint64_t rss_peak_bytes;        /* run scope: peak resident set size of the process */
+    uint64_t step_total_peak_bytes; /* step scope: the largest per-step peak of the total */
+    uint64_t steps_measured;        /* steps whose peaks were taken (begun): steps or steps + 1 */
+    int64_t step_total_peak_at;     /* 0-based step with that total; -1 iff steps_measured == 0 */
     const char *events_file;   /* relative to the run dir: "rank-0000/events.jsonl.zst" */
     uint64_t events_count;     /* events in the trace (header line excluded) */
     int64_t events_last_seq;   /* seq of the last event; -1 when there is none */

@@ -7,3 +7,7 @@ ls_add_criterion_test(test_safetensors
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_safetensors.c
   LIBS ls_trainer_base
   TIMEOUT 120)
+ls_add_criterion_test(test_kernel_scratch
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_kernel_scratch.c
+  LIBS ls_trainer_base ls_kernels_f64 DEFS LS_REAL_F64
+  TIMEOUT 120)

@@ -126,6 +126,24 @@ Test(mem_tracker, exact_live_and_peak_per_category)
     expect_cat(&s, LS_MEM_SCRATCH, 25, 25);
     cr_expect_eq(s.peak_total, 1325);
     cr_expect_eq(s.live_total, 1325);
+    /* ... while the run peaks keep the high-water marks of the whole run */
+    cr_expect_eq(s.run_peak_total, 11325);
+    cr_expect_eq(s.run_peak_bytes[LS_MEM_BRANCH], 10000);
+    cr_expect_eq(s.run_peak_bytes[LS_MEM_WEIGHTS], 1024);
+    void *b2 = ls_mem_alloc(LS_MEM_BRANCH, 4000); /* a smaller second window */
+    ls_mem_free(b2);
+    ls_mem_snapshot(&s);
+    expect_cat(&s, LS_MEM_BRANCH, 0, 4000);
+    cr_expect_eq(s.peak_total, 5325);
+    cr_expect_eq(s.run_peak_total, 11325);
+    cr_expect_eq(s.run_peak_bytes[LS_MEM_BRANCH], 10000);
+    b2 = ls_mem_alloc(LS_MEM_BRANCH, 20000); /* a larger one raises both */
+    ls_mem_free(b2);
+    ls_mem_reset_peaks();
+    ls_mem_snapshot(&s);
+    cr_expect_eq(s.run_peak_total, 21325);
+    cr_expect_eq(s.run_peak_bytes[LS_MEM_BRANCH], 20000);
+    cr_expect_eq(s.peak_total, 1325);
 
     ls_mem_free(w1);
     ls_mem_free(a1);
@@ -301,6 +319,13 @@ Test(mem_tracker, threads_end_balanced_with_consistent_peaks, .timeout = 60)
                   s.peak_total, sum_peaks);
     cr_expect_leq(s.peak_total, bound, "peak_total %zu > outstanding bound %zu",
                   s.peak_total, bound);
+    /* no reset happened: the run peaks are the window peaks, and they keep
+     * the same order under concurrency */
+    cr_expect_eq(s.run_peak_total, s.peak_total);
+    for (int c = 0; c < LS_MEM_COUNT; c++) {
+        cr_expect_eq(s.run_peak_bytes[c], s.peak_bytes[c], "%s", ls_mem_cat_name((ls_mem_cat)c));
+        cr_expect_geq(s.run_peak_total, s.run_peak_bytes[c]);
+    }
 }
 
 Test(mem_tracker, threads_respect_budget, .timeout = 60)

@@ -259,10 +259,14 @@ Test(receipts_receipt, round_trip, .init = setup, .fini = teardown) {
     cr_assert_eq(r->n_memory, w.n_memory);
     for (size_t i = 0; i < w.n_memory; i++) {
         cr_assert_str_eq(r->memory[i].name, w.memory[i].name);
-        cr_assert_eq(r->memory[i].peak_bytes, w.memory[i].peak_bytes);
+        cr_assert_eq(r->memory[i].run_peak_bytes, w.memory[i].run_peak_bytes);
+        cr_assert_eq(r->memory[i].step_peak_bytes, w.memory[i].step_peak_bytes);
     }
-    cr_assert_eq(r->total_peak_bytes, w.total_peak_bytes);
+    cr_assert_eq(r->run_total_peak_bytes, w.run_total_peak_bytes);
     cr_assert_eq(r->rss_peak_bytes, w.rss_peak_bytes);
+    cr_assert_eq(r->step_total_peak_bytes, w.step_total_peak_bytes);
+    cr_assert_eq(r->steps_measured, w.steps_measured);
+    cr_assert_eq(r->step_total_peak_at, w.step_total_peak_at);
     cr_assert_str_eq(r->events_file, w.events_file);
     cr_assert_eq(r->events_count, 0u);
     cr_assert_eq(r->events_last_seq, -1);
@@ -346,7 +350,7 @@ Test(receipts_receipt, schema_violations_refused, .init = setup, .fini = teardow
     cr_assert_eq(ls_receipt_write(tmp, &w, err, sizeof err), LS_ERR_IO);
     cr_assert_not_null(strstr(err, "absent.jsonl.zst"), "%s", err);
     w = ls_test_receipt(0, 1, build, config);
-    const ls_receipt_memory bad_cat[] = {{"Prompt State", 1}}; /* not an identifier */
+    const ls_receipt_memory bad_cat[] = {{"Prompt State", 1, 1}}; /* not an identifier */
     w.memory = bad_cat;
     w.n_memory = 1;
     cr_assert_eq(ls_receipt_write(tmp, &w, err, sizeof err), LS_ERR_FORMAT, "%s", err);
@@ -355,6 +359,79 @@ Test(receipts_receipt, schema_violations_refused, .init = setup, .fini = teardow
     w = ls_test_receipt(0, 1, build, config);
     cr_assert_eq(ls_receipt_write(tmp, &w, err, sizeof err), LS_ERR_SCHEMA, "%s", err);
     cr_assert(!ls_test_exists(p), "a refused receipt was written");
+    cJSON_Delete(build);
+    cJSON_Delete(config);
+}
+
+/* The two memory scopes are checked against each other: each injected
+ * inconsistency is refused by the writer (which runs the reader's checks)
+ * with a message naming the figure, and no file is written. */
+Test(receipts_receipt, memory_scopes_consistent, .init = setup, .fini = teardown) {
+    cJSON *build = NULL, *config = ls_test_config();
+    cr_assert_eq(ls_build_info_create("0.3.21", "x", &build), LS_OK);
+    make_events(0, "events\n");
+    char err[1024], p[4096];
+    ls_receipt_path(tmp, 0, p, sizeof p);
+    ls_receipt w = ls_test_receipt(0, 1, build, config);
+    ls_receipt_memory mem[5];
+    memcpy(mem, w.memory, sizeof mem);
+    const char *want[] = {"above its run peak", "above its run total peak",
+                          "above its per-step total peak", "above the run's",
+                          "per_step/steps", "per_step/steps", "total_peak_step",
+                          "total_peak_step"};
+    for (int k = 0; k < 8; k++) {
+        w = ls_test_receipt(0, 1, build, config);
+        memcpy(mem, ls_test_receipt(0, 1, build, config).memory, sizeof mem);
+        w.memory = mem;
+        switch (k) {
+        case 0: mem[3].step_peak_bytes = mem[3].run_peak_bytes + 1; break;
+        case 1: mem[0].run_peak_bytes = mem[0].step_peak_bytes = w.run_total_peak_bytes + 1; break;
+        case 2: mem[0].run_peak_bytes = mem[0].step_peak_bytes = w.step_total_peak_bytes + 1; break;
+        case 3: w.step_total_peak_bytes = w.run_total_peak_bytes + 1; break;
+        case 4: w.steps_measured = w.steps + 2; break;
+        case 5: w.steps = 3; break; /* more steps completed than measured */
+        case 6: w.step_total_peak_at = (int64_t)w.steps_measured; break;
+        case 7: w.step_total_peak_at = -1; break;
+        }
+        cr_expect_eq(ls_receipt_write(tmp, &w, err, sizeof err), LS_ERR_FORMAT, "case %d", k);
+        cr_expect_not_null(strstr(err, want[k]), "case %d: %s", k, err);
+        cr_expect(!ls_test_exists(p), "case %d: a refused receipt was written", k);
+    }
+    /* a step that failed: measured = completed + 1, and zero steps: null index */
+    w = ls_test_receipt(0, 1, build, config);
+    w.steps = 0;
+    cr_expect_eq(ls_receipt_write(tmp, &w, err, sizeof err), LS_OK, "%s", err);
+    w.steps_measured = 0;
+    w.step_total_peak_at = -1;
+    cr_expect_eq(ls_receipt_write(tmp, &w, err, sizeof err), LS_OK, "%s", err);
+    ls_receipt *r = NULL;
+    cr_assert_eq(ls_receipt_read(p, &r, err, sizeof err), LS_OK, "%s", err);
+    cr_expect_eq(r->step_total_peak_at, -1);
+    cr_expect_eq(r->steps_measured, 0u);
+    ls_receipt_free(r);
+    /* categories that differ between the scopes (only a hand-made document can) */
+    w = ls_test_receipt(0, 1, build, config);
+    cJSON *doc = NULL;
+    cr_assert_eq(ls_receipt_to_json(&w, "0000000000000000000000000000000000000000000000000000000000000000",
+                                    &doc, err, sizeof err), LS_OK, "%s", err);
+    cJSON *cats = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(
+        cJSON_GetObjectItem(doc, "predicate"), "memory"), "per_step"), "categories");
+    cJSON_DeleteItemFromObject(cats, "score");
+    char *text = cJSON_PrintUnformatted(doc);
+    cr_expect_eq(ls_receipt_parse(text, strlen(text), "hand.json", &r, err, sizeof err), LS_ERR_FORMAT);
+    cr_expect_not_null(strstr(err, "the run scope has 5"), "%s", err);
+    ls_receipt_free(r);
+    free(text);
+    cJSON_DeleteItemFromObject(cats, "fixed");
+    cJSON_AddItemToObject(cats, "fixed", cJSON_CreateObject()); /* now last, not first */
+    cJSON_AddNumberToObject(cJSON_GetObjectItem(cats, "fixed"), "peak_bytes", 1);
+    text = cJSON_PrintUnformatted(doc);
+    r = NULL;
+    cr_expect_eq(ls_receipt_parse(text, strlen(text), "hand.json", &r, err, sizeof err), LS_ERR_FORMAT);
+    cr_expect_not_null(strstr(err, "is not category 0"), "%s", err);
+    ls_receipt_free(r);
+    free(text);
+    cJSON_Delete(doc);
     cJSON_Delete(build);
     cJSON_Delete(config);
 }

@@ -73,9 +73,10 @@ static const ls_receipt_phase PHASES[] = {
     {"replay", 4, 9100000},   {"prompt_bwd", 1, 2500000}, {"finalize", 1, 80000},
     {"optimizer", 1, 40000},
 };
+/* run peak, and the largest per-step peak (each <= its run peak) */
 static const ls_receipt_memory MEMORY[] = {
-    {"fixed", 1048576}, {"prompt_state", 262144}, {"grad", 65536}, {"branch", 131072},
-    {"score", 4096},
+    {"fixed", 1048576, 1048576}, {"prompt_state", 262144, 262144}, {"grad", 65536, 65536},
+    {"branch", 131072, 120000},  {"score", 4096, 2048},
 };
 
 ls_receipt ls_test_receipt(uint32_t rank, uint32_t world, const cJSON *build,
@@ -95,8 +96,11 @@ ls_receipt ls_test_receipt(uint32_t rank, uint32_t world, const cJSON *build,
     r.n_phases = sizeof PHASES / sizeof *PHASES;
     r.memory = MEMORY;
     r.n_memory = sizeof MEMORY / sizeof *MEMORY;
-    r.total_peak_bytes = 1511424;
+    r.run_total_peak_bytes = 1511424;
     r.rss_peak_bytes = 52428800;
+    r.step_total_peak_bytes = 1500000;
+    r.steps_measured = 1;
+    r.step_total_peak_at = 0;
     r.events_file = events[rank];
     r.events_count = 420 + rank;
     r.events_last_seq = 419 + rank;

@@ -226,6 +226,8 @@ typedef struct {
     int n_layers, steps;
     int fwd[4][8][12], bwd[4][8][12]; /* [phase][member+1][layer+1] */
     int optimizer, digests, errors, complete;
+    int layer_ends, unmeasured; /* layer_end events, and those with wall_ns <= 0 */
+    char first_unmeasured[160];
 } tally;
 
 static int phase_id(const char *p) {
@@ -245,6 +247,10 @@ static int count_event(const ls_trace_event *ev, void *user) {
         int l = (int)cJSON_GetObjectItem(j, "layer")->valuedouble + 1;
         int bwd = !strcmp(cJSON_GetObjectItem(j, "dir")->valuestring, "bwd");
         if (ph >= 0 && m >= 0 && m < 8 && l >= 0 && l < 12) (bwd ? t->bwd : t->fwd)[ph][m][l]++;
+        t->layer_ends++;
+        if (cJSON_GetObjectItem(j, "wall_ns")->valuedouble <= 0 && t->unmeasured++ == 0)
+            snprintf(t->first_unmeasured, sizeof t->first_unmeasured, "phase %s member %d layer %d %s",
+                     cJSON_GetObjectItem(j, "phase")->valuestring, m - 1, l - 1, bwd ? "bwd" : "fwd");
     } else if (!strcmp(ev->ev, "optimizer_step")) t->optimizer++;
     else if (!strcmp(ev->ev, "param_digest")) t->digests++;
     else if (!strcmp(ev->ev, "error")) t->errors++;
@@ -298,6 +304,10 @@ Test(train_cli, full_run_writes_complete_trace_receipt_and_manifest) {
         }
         if (l <= 8) cr_expect_eq(t.bwd[3][0][l], 2, "prompt_bwd layer %d", l - 1);
     }
+    /* every layer_end (prompt_bwd's embedding included) carries a measured time */
+    cr_expect_gt(t.layer_ends, 0);
+    cr_expect_eq(t.unmeasured, 0, "%d of %d layer_end events have wall_ns <= 0, first: %s", t.unmeasured,
+                 t.layer_ends, t.first_unmeasured);
     cr_expect_eq(t.optimizer, 2);
     cr_expect_gt(t.digests, 2);
     cr_expect_eq(t.errors, 0);
@@ -311,8 +321,17 @@ Test(train_cli, full_run_writes_complete_trace_receipt_and_manifest) {
     cr_expect_eq(r->steps, 2);
     int saw_prompt_state = 0;
     for (size_t i = 0; i < r->n_memory; i++)
-        if (!strcmp(r->memory[i].name, "prompt_state") && r->memory[i].peak_bytes > 0) saw_prompt_state = 1;
+        if (!strcmp(r->memory[i].name, "prompt_state") && r->memory[i].step_peak_bytes > 0 &&
+            r->memory[i].run_peak_bytes >= r->memory[i].step_peak_bytes)
+            saw_prompt_state = 1;
     cr_expect(saw_prompt_state);
+    /* two steps measured, the run's peaks cover the steps' (the reader checks
+     * the per-category relations) and the weights are live in every step */
+    cr_expect_eq(r->steps_measured, 2u);
+    cr_expect(r->step_total_peak_at == 0 || r->step_total_peak_at == 1, "%lld", (long long)r->step_total_peak_at);
+    cr_expect_gt(r->step_total_peak_bytes, 0u);
+    cr_expect_geq(r->run_total_peak_bytes, r->step_total_peak_bytes);
+    cr_expect_gt(r->rss_peak_bytes, 0u);
     ls_receipt_free(r);
     ls_verify_report vr = {0};
     cr_expect_eq(ls_manifest_verify(rd, &vr, err, sizeof err), LS_OK, "%s", err);

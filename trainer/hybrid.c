@@ -381,8 +381,11 @@ ls_status LS_K(ls_prompt_backward)(const ls_params *p, const int32_t *tokens, si
         if (st == LS_OK && hook) hook(hook_user, l, 1, T, now_ns() - t0, l2(dh, T * d));
     }
     if (st != LS_OK) goto cleanup;
-    if (p->embed->g) LS_K(ls_embedding_backward)(p->embed->g, dh, tokens, T, d);
-    if (hook) hook(hook_user, -1, 1, T, 0, l2(dh, T * d));
+    {
+        int64_t t0 = now_ns(); /* the embedding's own backward, measured like every layer's */
+        if (p->embed->g) LS_K(ls_embedding_backward)(p->embed->g, dh, tokens, T, d);
+        if (hook) hook(hook_user, -1, 1, T, now_ns() - t0, l2(dh, T * d));
+    }
 cleanup:
     ls_arena_free(&keep);
     return st;

@@ -10,6 +10,8 @@
  * an allocation does not touch its pages until the caller does. */
 #include "trainer/mem_tracker.h"
 
+#include "kernels/scratch.h"
+
 #include <assert.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -49,11 +51,13 @@ static const char *const cat_names[LS_MEM_COUNT] = {
 /* The process-global tracker.  Static storage: zero-initialised. */
 static struct {
     _Atomic size_t live[LS_MEM_COUNT];
-    _Atomic size_t peak[LS_MEM_COUNT];
+    _Atomic size_t peak[LS_MEM_COUNT];     /* since the last reset_peaks */
+    _Atomic size_t run_peak[LS_MEM_COUNT]; /* never reset */
     _Atomic uint64_t allocs[LS_MEM_COUNT];
     _Atomic uint64_t frees[LS_MEM_COUNT];
     _Atomic size_t live_total;
     _Atomic size_t peak_total;
+    _Atomic size_t run_peak_total;
     _Atomic uint64_t refused;
     _Atomic size_t budget;
 } g;
@@ -88,6 +92,7 @@ static int reserve_total(size_t bytes)
             return 0;
     } while (!atomic_compare_exchange_weak(&g.live_total, &cur, next));
     raise_peak(&g.peak_total, next);
+    raise_peak(&g.run_peak_total, next);
     return 1;
 }
 
@@ -95,6 +100,7 @@ static void charge(ls_mem_cat cat, size_t bytes)
 {
     size_t now = atomic_fetch_add(&g.live[cat], bytes) + bytes;
     raise_peak(&g.peak[cat], now);
+    raise_peak(&g.run_peak[cat], now);
     atomic_fetch_add(&g.allocs[cat], 1);
 }
 
@@ -181,6 +187,7 @@ void ls_mem_snapshot(ls_mem_stats *out)
     for (int c = 0; c < LS_MEM_COUNT; c++) {
         out->live_bytes[c] = atomic_load(&g.live[c]);
         out->peak_bytes[c] = atomic_load(&g.peak[c]);
+        out->run_peak_bytes[c] = atomic_load(&g.run_peak[c]);
         out->allocs[c] = atomic_load(&g.allocs[c]);
         out->frees[c] = atomic_load(&g.frees[c]);
         out->allocs_total += out->allocs[c];
@@ -188,6 +195,7 @@ void ls_mem_snapshot(ls_mem_stats *out)
     }
     out->live_total = atomic_load(&g.live_total);
     out->peak_total = atomic_load(&g.peak_total);
+    out->run_peak_total = atomic_load(&g.run_peak_total);
     out->refused = atomic_load(&g.refused);
     out->budget_bytes = atomic_load(&g.budget);
 }
@@ -197,6 +205,18 @@ void ls_mem_reset_peaks(void)
     for (int c = 0; c < LS_MEM_COUNT; c++)
         atomic_store(&g.peak[c], atomic_load(&g.live[c]));
     atomic_store(&g.peak_total, atomic_load(&g.live_total));
+}
+
+static void *kernel_scratch_alloc(size_t bytes)
+{
+    return ls_mem_alloc(LS_MEM_SCRATCH, bytes);
+}
+
+static const ls_kernel_allocator tracked_kernel_scratch = {kernel_scratch_alloc, ls_mem_free};
+
+void ls_mem_track_kernel_scratch(void)
+{
+    ls_kernel_scratch_set(&tracked_kernel_scratch);
 }
 
 /* First unsigned number after `key` on its line in `path`, or 0. */

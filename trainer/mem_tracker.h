@@ -3,8 +3,14 @@
  * Every trainer allocation goes through ls_mem_alloc with one category
  * (DESIGN.md §3).  The tracker is process-global and thread-safe (C11
  * atomics, no locks): it keeps, per category and in total, the live bytes,
- * the peak live bytes and the allocation/free counts.  Receipts report these
- * figures under the names of ls_mem_cat_name().
+ * two peaks of the live bytes and the allocation/free counts.  Receipts
+ * report these figures under the names of ls_mem_cat_name().
+ *
+ * The two peaks differ in scope.  The window peaks (peak_bytes, peak_total)
+ * are high-water marks since the last ls_mem_reset_peaks (the trainer resets
+ * them at the start of every step, so they are that step's peaks).  The run
+ * peaks (run_peak_bytes, run_peak_total) are high-water marks over the whole
+ * process lifetime; nothing resets them.
  *
  * What is accounted: exactly the byte count the caller asked for.  The
  * hidden header and the alignment slack each block carries (under 128 bytes)
@@ -47,11 +53,13 @@ typedef enum {
  * so cross-field sums are exact only when the tracker is quiescent. */
 typedef struct {
     size_t live_bytes[LS_MEM_COUNT];   /* bytes currently allocated */
-    size_t peak_bytes[LS_MEM_COUNT];   /* high-water mark of live_bytes */
+    size_t peak_bytes[LS_MEM_COUNT];   /* high-water mark of live_bytes since the last reset_peaks */
+    size_t run_peak_bytes[LS_MEM_COUNT]; /* high-water mark of live_bytes over the process lifetime */
     uint64_t allocs[LS_MEM_COUNT];     /* successful allocations, cumulative */
     uint64_t frees[LS_MEM_COUNT];      /* frees of non-NULL blocks, cumulative */
     size_t live_total;                 /* all categories */
-    size_t peak_total;                 /* high-water mark of live_total */
+    size_t peak_total;                 /* high-water mark of live_total since the last reset_peaks */
+    size_t run_peak_total;             /* high-water mark of live_total over the process lifetime */
     uint64_t allocs_total;
     uint64_t frees_total;
     uint64_t refused;                  /* allocations refused: budget, OS, bad args */
@@ -93,9 +101,16 @@ void ls_mem_set_budget(size_t total_bytes);
 /* Copy the counters into *out (out must not be NULL). */
 void ls_mem_snapshot(ls_mem_stats *out);
 
-/* Set every peak (per category and total) to its current live value, e.g.
- * at the start of a training step so the next snapshot reports that step. */
+/* Set every window peak (per category and total) to its current live
+ * value, e.g. at the start of a training step so the next snapshot reports
+ * that step.  The run peaks are not touched. */
 void ls_mem_reset_peaks(void);
+
+/* Route the kernels' private scratch (kernels/scratch.h: attention tile
+ * workspaces) through this tracker under LS_MEM_SCRATCH.  Idempotent and
+ * safe to call while kernels run (each block is freed by the allocator that
+ * made it); the trainer calls it at start-up. */
+void ls_mem_track_kernel_scratch(void);
 
 /* Peak resident set size of the process in bytes (getrusage ru_maxrss,
  * falling back to VmHWM in /proc/self/status); 0 when unavailable. */

@@ -154,6 +154,14 @@ static void block_scalars(const ls_param_counts *pc, size_t nb[6]) {
     nb[BLK_REF] = pc->reference;
 }
 
+/* Capacity of the tensor table (at most 40 tensors a layer, 64 outside). */
+static size_t table_cap(const ls_model_config *cfg) { return 64 + 40 * (size_t)cfg->n_layers; }
+
+/* Bytes of the tables ls_params_init allocates under fixed_weights. */
+static size_t table_bytes(const ls_model_config *cfg) {
+    return sizeof(ls_params) + (size_t)cfg->n_layers * sizeof(ls_hybrid_layer) + table_cap(cfg) * sizeof(ls_tensor);
+}
+
 ls_status LS_K(ls_params_plan)(const ls_model_config *cfg, const ls_objective *obj,
                                size_t bytes[LS_MEM_COUNT], char *err, size_t err_len) {
     memset(bytes, 0, LS_MEM_COUNT * sizeof *bytes);
@@ -170,6 +178,7 @@ ls_status LS_K(ls_params_plan)(const ls_model_config *cfg, const ls_objective *o
             return LS_ERR_FORMAT;
         }
     }
+    bytes[LS_MEM_WEIGHTS] += table_bytes(cfg); /* n_layers <= 4096: cannot overflow */
     return LS_OK;
 }
 
@@ -190,7 +199,8 @@ ls_status LS_K(ls_params_init)(ls_params **out, const ls_model_config *cfg,
     if (st != LS_OK) return st;
     size_t plan_nb[6];
     block_scalars(&pc, plan_nb);
-    ls_params *p = calloc(1, sizeof *p);
+    /* the tables are model-sized (table_cap(cfg) tensors): fixed_weights, planned by ls_params_plan */
+    ls_params *p = ls_mem_alloc(LS_MEM_WEIGHTS, sizeof *p);
     builder b = {0};
     st = LS_ERR_NOMEM;
     if (!p) {
@@ -201,12 +211,12 @@ ls_status LS_K(ls_params_init)(ls_params **out, const ls_model_config *cfg,
     p->obj = *obj;
     p->lora_scale = (ls_real)(obj->lora_alpha / obj->lora_r);
     /* n_layers <= 4096 (ls_config_check): the tables are small */
-    p->layers = calloc((size_t)cfg->n_layers, sizeof *p->layers);
+    p->layers = ls_mem_alloc(LS_MEM_WEIGHTS, (size_t)cfg->n_layers * sizeof *p->layers);
     b.p = p;
-    b.cap = 64 + 40 * (size_t)cfg->n_layers;
-    p->t = calloc(b.cap, sizeof *p->t);
-    b.kinds = calloc(b.cap, sizeof *b.kinds);
-    b.stds = calloc(b.cap, sizeof *b.stds);
+    b.cap = table_cap(cfg);
+    p->t = ls_mem_alloc(LS_MEM_WEIGHTS, b.cap * sizeof *p->t);
+    b.kinds = ls_mem_alloc(LS_MEM_SCRATCH, b.cap * sizeof *b.kinds);
+    b.stds = ls_mem_alloc(LS_MEM_SCRATCH, b.cap * sizeof *b.stds);
     if (!p->layers || !p->t || !b.kinds || !b.stds) {
         snprintf(err, err_len, "cannot allocate the parameter table (%zu tensors, %d layers)", b.cap,
                  cfg->n_layers);
@@ -263,8 +273,8 @@ ls_status LS_K(ls_params_init)(ls_params **out, const ls_model_config *cfg,
     p = NULL;
     st = LS_OK;
 cleanup:
-    free(b.kinds);
-    free(b.stds);
+    ls_mem_free(b.kinds);
+    ls_mem_free(b.stds);
     if (p) LS_K(ls_params_free)(p);
     return st;
 }
@@ -273,9 +283,9 @@ void LS_K(ls_params_free)(ls_params *p) {
     if (!p) return;
     if (!p->is_view)
         for (int k = 0; k < 6; k++) ls_mem_free(p->blocks[k]);
-    free(p->t);
-    free(p->layers);
-    free(p);
+    ls_mem_free(p->t);
+    ls_mem_free(p->layers);
+    ls_mem_free(p);
 }
 
 void LS_K(ls_params_snapshot_ref)(ls_params *p) {
@@ -298,16 +308,17 @@ static ls_lin remap_lin(const ls_params *src, ls_params *dst, ls_lin l) {
 }
 
 ls_status LS_K(ls_params_ref_view)(ls_params **out, const ls_params *p) {
-    ls_params *v = calloc(1, sizeof *v);
+    /* live while the reference policy scores: scoring */
+    ls_params *v = ls_mem_alloc(LS_MEM_SCORE, sizeof *v);
     if (!v) return LS_ERR_NOMEM;
     *v = *p;
     v->is_view = 1;
-    v->t = calloc(p->n, sizeof *v->t);
-    v->layers = calloc((size_t)p->cfg.n_layers, sizeof *v->layers);
+    v->t = ls_mem_alloc(LS_MEM_SCORE, p->n * sizeof *v->t);
+    v->layers = ls_mem_alloc(LS_MEM_SCORE, (size_t)p->cfg.n_layers * sizeof *v->layers);
     if (!v->t || !v->layers) {
-        free(v->t);
-        free(v->layers);
-        free(v);
+        ls_mem_free(v->t);
+        ls_mem_free(v->layers);
+        ls_mem_free(v);
         return LS_ERR_NOMEM;
     }
     memcpy(v->t, p->t, p->n * sizeof *v->t);

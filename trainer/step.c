@@ -62,7 +62,7 @@ ls_status LS_K(ls_capture)(const ls_params *p, const ls_batch *b, size_t page_si
     if (chunk == 0 || chunk > T) chunk = T;
     ls_status st = LS_K(ls_hstate_init)(ps, p, page_size, cat);
     if (st != LS_OK) return st;
-    ls_real **ck = checkpoints ? calloc(L, sizeof *ck) : NULL;
+    ls_real **ck = checkpoints ? ls_mem_alloc(LS_MEM_SCRATCH, L * sizeof *ck) : NULL;
     if (checkpoints && !ck) st = LS_ERR_NOMEM;
     /* each chunk is a segment that reads the state so far and appends to it */
     for (size_t t0 = 0; st == LS_OK && t0 < T; t0 += chunk) {
@@ -72,15 +72,15 @@ ls_status LS_K(ls_capture)(const ls_params *p, const ls_batch *b, size_t page_si
                         .state_out = ps, .checkpoints = ck, .hook = hook, .hook_user = hook_user};
         st = LS_K(ls_segment_forward)(p, &io);
     }
-    free(ck);
+    ls_mem_free(ck);
     if (st != LS_OK) LS_K(ls_hstate_free)(ps);
     return st;
 }
 
 /* Branch i: inputs [x_{P-1}, y_0 .. y_{R-2}] at positions P-1 .. P+R-2. */
-static int32_t *branch_inputs(const ls_batch *b, size_t i) {
+static int32_t *branch_inputs(const ls_batch *b, size_t i, ls_mem_cat cat) {
     size_t R = b->R[i];
-    int32_t *in = malloc(R * sizeof *in);
+    int32_t *in = ls_mem_alloc(cat, R * sizeof *in);
     if (!in) return NULL;
     in[0] = b->prompt[b->P - 1];
     memcpy(in + 1, b->resp[i], (R - 1) * sizeof *in);
@@ -90,7 +90,7 @@ static int32_t *branch_inputs(const ls_batch *b, size_t i) {
 ls_status LS_K(ls_score_member)(const ls_params *p, const ls_hstate *ps, const ls_batch *b, size_t i,
                                 double *logp, ls_layer_hook hook, void *hook_user) {
     size_t R = b->R[i];
-    int32_t *in = branch_inputs(b, i);
+    int32_t *in = branch_inputs(b, i, LS_MEM_SCORE);
     ls_real *lp = ls_mem_alloc(LS_MEM_SCORE, R_(R));
     ls_status st = LS_ERR_NOMEM;
     if (in && lp) {
@@ -100,7 +100,7 @@ ls_status LS_K(ls_score_member)(const ls_params *p, const ls_hstate *ps, const l
         st = LS_K(ls_segment_forward)(p, &io);
         for (size_t t = 0; st == LS_OK && t < R; t++) logp[t] = (double)lp[t];
     }
-    free(in);
+    ls_mem_free(in);
     ls_mem_free(lp);
     return st;
 }
@@ -135,7 +135,7 @@ ls_status LS_K(ls_rollout_member)(const ls_params *p, const ls_hstate *ps, int32
     ls_status st = LS_K(ls_hstate_fork)(&st_m, ps, LS_MEM_SCORE);
     if (st != LS_OK) return st;
     ls_real *hrow = ls_mem_alloc(LS_MEM_SCORE, R_(d)), *row = ls_mem_alloc(LS_MEM_SCORE, R_(V));
-    size_t *order = malloc(V * sizeof *order);
+    size_t *order = ls_mem_alloc(LS_MEM_SCORE, V * sizeof *order);
     ls_rng rng;
     ls_rng_seed(&rng, seed);
     int32_t tok = first_token;
@@ -150,7 +150,7 @@ ls_status LS_K(ls_rollout_member)(const ls_params *p, const ls_hstate *ps, int32
         out[t] = tok;
         if (logp_out) logp_out[t] = (double)row[tok];
     }
-    free(order);
+    ls_mem_free(order);
     ls_mem_free(hrow);
     ls_mem_free(row);
     LS_K(ls_hstate_free)(&st_m);
@@ -178,7 +178,7 @@ static ls_status replay_member(const ls_params *p, const ls_batch *b, size_t i, 
     size_t R = b->R[i], P = b->P;
     int naive = o->strategy == LS_STRATEGY_NAIVE && ps == NULL;
     size_t T = naive ? P + R - 1 : R;
-    int32_t *in = malloc(T * sizeof *in);
+    int32_t *in = ls_mem_alloc(LS_MEM_BRANCH, T * sizeof *in);
     ls_real *lp = ls_mem_alloc(LS_MEM_BRANCH, R_(R) * 4);
     ls_seg_tape *tape = NULL;
     ls_status st = LS_ERR_NOMEM;
@@ -203,13 +203,13 @@ static ls_status replay_member(const ls_params *p, const ls_batch *b, size_t i, 
 cleanup:
     LS_K(ls_seg_tape_free)(tape);
     ls_mem_free(lp);
-    free(in);
+    ls_mem_free(in);
     return st;
 }
 
 static ls_status do_rollout(const ls_params *p, ls_batch *b, const ls_task *task, const ls_hstate *ps,
                             const ls_step_options *o, const ls_step_observer *obs) {
-    int32_t *buf = malloc(o->R * sizeof *buf);
+    int32_t *buf = ls_mem_alloc(LS_MEM_SCORE, o->R * sizeof *buf);
     ls_status st = buf ? LS_OK : LS_ERR_NOMEM;
     for (size_t i = 0; st == LS_OK && i < b->G; i++) {
         st = LS_K(ls_rollout_member)(p, ps, b->prompt[b->P - 1], o->R, p->obj.temperature, o->top_p,
@@ -218,7 +218,7 @@ static ls_status do_rollout(const ls_params *p, ls_batch *b, const ls_task *task
         if (st == LS_OK) b->rewards[i] = ls_task_reward(task, buf, o->R);
         progress(obs, PH_ROLLOUT, i + 1, b->G);
     }
-    free(buf);
+    ls_mem_free(buf);
     return st;
 }
 
@@ -265,9 +265,11 @@ ls_status LS_K(ls_step_grads)(ls_params *p, ls_batch *b, const ls_task *task, co
     int full = p->obj.grad_mode == LS_GRAD_FULL, naive = o->strategy == LS_STRATEGY_NAIVE;
     ls_hstate ps = {0}, dps = {0};
     ls_real **ckpt = NULL;
+    void *untracked = NULL; /* the untracked-alloc fault's buffer */
     ls_status st = LS_OK;
     int64_t t0;
     size_t L = (size_t)c->n_layers, d = (size_t)c->d_model;
+    ls_mem_track_kernel_scratch(); /* kernel tile scratch shows under "scratch" */
     LS_K(ls_params_zero_grads)(p);
 
     /* capture (LongStraw always; naive only needs it to roll out) */
@@ -276,7 +278,7 @@ ls_status LS_K(ls_step_grads)(ls_params *p, ls_batch *b, const ls_task *task, co
         begin(obs, PH_CAPTURE, &t0);
         hook_ctx hk = {obs, "capture", -1};
         if (full && !naive) {
-            ckpt = calloc(L, sizeof *ckpt);
+            ckpt = ls_mem_alloc(LS_MEM_CHECKPOINT, L * sizeof *ckpt);
             if (!ckpt) st = LS_ERR_NOMEM;
             for (size_t l = 0; st == LS_OK && l < L; l++)
                 if (!(ckpt[l] = ls_mem_alloc(LS_MEM_CHECKPOINT, R_((b->P - 1) * d)))) st = LS_ERR_NOMEM;
@@ -286,6 +288,10 @@ ls_status LS_K(ls_step_grads)(ls_params *p, ls_batch *b, const ls_task *task, co
         if (st != LS_OK) {
             snprintf(err, err_len, "capture failed: %s", ls_status_str(st));
             goto cleanup;
+        }
+        if (o->fault_untracked_alloc) { /* deliberately outside the tracker, every page touched */
+            size_t n = (b->P - 1) * d * L * sizeof(ls_real);
+            if ((untracked = malloc(n)) != NULL) memset(untracked, 0x5a, n);
         }
         res->prompt_state_bytes = LS_K(ls_hstate_bytes)(&ps);
         res->prompt_state_analytical = LS_K(ls_hstate_analytical_bytes)(p, (int64_t)b->P - 1);
@@ -305,15 +311,15 @@ ls_status LS_K(ls_step_grads)(ls_params *p, ls_batch *b, const ls_task *task, co
     begin(obs, PH_SCORE, &t0);
     st = do_score(p, b, naive ? NULL : &ps, o, obs);
     if (st == LS_OK) {
-        ls_real *A = calloc(b->G, sizeof *A), *rw = calloc(b->G, sizeof *rw);
+        ls_real *A = ls_mem_alloc(LS_MEM_SCORE, R_(b->G)), *rw = ls_mem_alloc(LS_MEM_SCORE, R_(b->G));
         if (!A || !rw) st = LS_ERR_NOMEM;
         else {
             for (size_t i = 0; i < b->G; i++) rw[i] = (ls_real)b->rewards[i];
             LS_K(ls_grpo_advantages)(A, rw, b->G);
             for (size_t i = 0; i < b->G; i++) b->adv[i] = (double)A[i];
         }
-        free(A);
-        free(rw);
+        ls_mem_free(A);
+        ls_mem_free(rw);
     }
     end(obs, PH_SCORE, t0, st == LS_OK, res);
     if (st != LS_OK) {
@@ -367,11 +373,12 @@ ls_status LS_K(ls_step_grads)(ls_params *p, ls_batch *b, const ls_task *task, co
         st = LS_ERR_NONFINITE;
     }
 cleanup:
+    free(untracked);
     LS_K(ls_hstate_free)(&dps);
     LS_K(ls_hstate_free)(&ps);
     if (ckpt) {
         for (size_t l = 0; l < L; l++) ls_mem_free(ckpt[l]);
-        free(ckpt);
+        ls_mem_free(ckpt);
     }
     return st;
 }

@@ -33,6 +33,7 @@ typedef struct {
     uint64_t seed;
     double lr, beta1, beta2, adam_eps, weight_decay;
     int fault_nan_grad;        /* fault injection: poison one gradient after replay */
+    int fault_untracked_alloc; /* fault injection: a prompt-sized buffer outside the tracker */
 } ls_step_options;
 
 typedef struct {

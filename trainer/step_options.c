@@ -15,4 +15,5 @@ void ls_step_options_defaults(ls_step_options *o) {
     o->adam_eps = 1e-8;
     o->weight_decay = 0.0;
     o->fault_nan_grad = 0;
+    o->fault_untracked_alloc = 0;
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trainer/mem_tracker.h"
 #include "trainer/rng.h"
 
 ls_status ls_task_make(ls_task *t, size_t P, size_t value_len, uint64_t seed) {
@@ -11,8 +12,9 @@ ls_status ls_task_make(ls_task *t, size_t P, size_t value_len, uint64_t seed) {
     if (P < 64 || value_len < 1 || value_len > 16) return LS_ERR_ARG;
     ls_rng r;
     ls_rng_seed(&r, ls_rng_derive(seed, "task"));
-    t->prompt = malloc(P * sizeof *t->prompt);
-    t->answer = malloc(value_len * sizeof *t->answer);
+    /* the prompt's tokens grow with P: tracked (scratch: the step copies them) */
+    t->prompt = ls_mem_alloc(LS_MEM_SCRATCH, P * sizeof *t->prompt);
+    t->answer = ls_mem_alloc(LS_MEM_SCRATCH, value_len * sizeof *t->answer);
     if (!t->prompt || !t->answer) {
         ls_task_free(t);
         return LS_ERR_NOMEM;
@@ -56,7 +58,7 @@ double ls_task_reward(const ls_task *t, const int32_t *resp, size_t R) {
 }
 
 void ls_task_free(ls_task *t) {
-    free(t->prompt);
-    free(t->answer);
+    ls_mem_free(t->prompt);
+    ls_mem_free(t->answer);
     memset(t, 0, sizeof *t);
 }

@@ -41,6 +41,8 @@ void ls_train_usage(FILE *f) {
         "  --dump-grads FILE       finalised step-1 gradients of the trainable tensors (safetensors)\n"
         "  --memory-budget BYTES   refuse plans above this (default 90% of MemAvailable)\n"
         "  --fault nan-grad        fault injection: poison a gradient (the step must refuse)\n"
+        "  --fault untracked-alloc fault injection: hold (P-1) x d_model x n_layers reals outside\n"
+        "                          the memory tracker during the step (the RSS check must see it)\n"
         "  --quiet                 no progress on stderr\n"
         "  --help                  this text\n"
         "Exit: 0 success, 1 the step failed (error event written), 2 bad usage or input.\n",
@@ -164,7 +166,8 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
         else if (!strcmp(k, "--dump-grads")) a->dump_grads = val;
         else if (!strcmp(k, "--fault")) {
             if (!strcmp(val, "nan-grad")) a->step.fault_nan_grad = 1;
-            else BAD("--fault: '%s' is not a fault this trainer injects (nan-grad)", val);
+            else if (!strcmp(val, "untracked-alloc")) a->step.fault_untracked_alloc = 1;
+            else BAD("--fault: '%s' is not a fault this trainer injects (nan-grad, untracked-alloc)", val);
         } else BAD("unknown option '%s' (see --help)", k);
     }
     if (!a->config_path) BAD("--config: required");

@@ -190,6 +190,28 @@ static ls_status plan(const ls_train_args *a, size_t P, size_t Rmax, size_t plan
     return LS_OK;
 }
 
+/* Per-step memory peaks: each figure's largest per-step peak so far.  A
+ * step's window runs from the peak reset before its capture to the reset
+ * before the next step (optimizer, digests and dumps included). */
+typedef struct {
+    size_t cat[LS_MEM_COUNT], total;
+    int64_t total_at; /* step with the largest total; -1 before any */
+    uint64_t steps;   /* windows folded in */
+} step_peaks;
+
+/* Fold the tracker's window peaks (those of step `step`) into *sp. */
+static void fold_step_peaks(step_peaks *sp, int64_t step) {
+    ls_mem_stats s;
+    ls_mem_snapshot(&s);
+    for (int k = 0; k < LS_MEM_COUNT; k++)
+        if (s.peak_bytes[k] > sp->cat[k]) sp->cat[k] = s.peak_bytes[k];
+    if (sp->steps == 0 || s.peak_total > sp->total) {
+        sp->total = s.peak_total;
+        sp->total_at = step;
+    }
+    sp->steps++;
+}
+
 /* ---- files ------------------------------------------------------------------ */
 
 static int prepare_run_dir(const char *out, char *err, size_t err_len) {
@@ -226,7 +248,7 @@ static void emit_digests(run_obs *o, const ls_params *p) {
     size_t cap = 0, n = 0;
     for (size_t i = 0; i < p->n; i++)
         if (p->t[i].trainable) cap += LS_DIGEST_HEX_SIZE + sizeof p->t[i].name;
-    char *cat = malloc(cap + 1);
+    char *cat = ls_mem_alloc(LS_MEM_SCRATCH, cap + 1); /* model-sized */
     for (size_t i = 0; i < p->n; i++) {
         const ls_tensor *t = &p->t[i];
         if (!t->trainable) continue;
@@ -244,7 +266,7 @@ static void emit_digests(run_obs *o, const ls_params *p) {
         ls_digest_sha256(cat, n, dg);
         note(o, ls_trace_emit_param_digest(o->w, o->step, "trainable", dg));
     }
-    free(cat);
+    ls_mem_free(cat);
 }
 
 int LS_K(ls_train_run)(const ls_train_args *a) {
@@ -257,7 +279,8 @@ int LS_K(ls_train_run)(const ls_train_args *a) {
     run_obs ob = {0};
     ls_step_result res = {0};
     ls_status st, fail_st = LS_ERR_INTERNAL;
-    int steps_done = 0;
+    int steps_done = 0, steps_begun = 0;
+    step_peaks sp = {.total_at = -1};
     uint64_t start_unix = (uint64_t)time(NULL) * 1000000000ull;
     char run_id[64], events_rel[64] = "rank-0000/events.jsonl.zst", path[4096];
     snprintf(run_id, sizeof run_id, "run-%llx-%x-%llu", (unsigned long long)time(NULL), (unsigned)getpid(),
@@ -363,7 +386,9 @@ int LS_K(ls_train_run)(const ls_train_args *a) {
         }
         ls_step_options so = a->step;
         so.seed = a->step.seed + 1000003ull * (uint64_t)s;
-        ls_mem_reset_peaks();
+        if (steps_begun > 0) fold_step_peaks(&sp, steps_begun - 1);
+        ls_mem_reset_peaks(); /* the window peaks are this step's from here */
+        steps_begun++;
         st = LS_K(ls_step_grads)(p, b, a->rollouts ? NULL : &task, &so, &obs, &res, err, sizeof err);
         if (st != LS_OK) {
             fprintf(stderr, "longstraw-train: step %d: %s\n", s + 1, err);
@@ -407,6 +432,7 @@ finish:
         fprintf(stderr, "longstraw-train: %s: closing the trace failed: %s\n", path, ls_status_str(st));
         rc = 1;
     }
+    if ((uint64_t)steps_begun > sp.steps) fold_step_peaks(&sp, steps_begun - 1); /* the last step */
     {
         ls_mem_stats ms;
         ls_mem_snapshot(&ms);
@@ -415,15 +441,17 @@ finish:
         for (int i = 0; i < N_PHASES; i++)
             if (ob.count[i]) ph[nph++] = (ls_receipt_phase){ls_trace_phase_name((ls_trace_phase)i), ob.count[i], ob.ns[i]};
         ls_receipt_memory mem[LS_MEM_COUNT];
-        for (int k = 0; k < LS_MEM_COUNT; k++) mem[k] = (ls_receipt_memory){ls_mem_cat_name((ls_mem_cat)k), ms.peak_bytes[k]};
+        for (int k = 0; k < LS_MEM_COUNT; k++)
+            mem[k] = (ls_receipt_memory){ls_mem_cat_name((ls_mem_cat)k), ms.run_peak_bytes[k], sp.cat[k]};
         char blas[128];
         snprintf(blas, sizeof blas, "%s", openblas_get_config());
         ls_build_info_create(blas, "none", &build);
         config = ls_config_to_json(&a->cfg, &a->obj);
         ls_receipt r = {.run_id = run_id, .rank = 0, .world = 1, .host = NULL, .build = build, .config = config,
                         .steps = (uint64_t)steps_done, .phases = ph, .n_phases = nph, .memory = mem,
-                        .n_memory = LS_MEM_COUNT, .total_peak_bytes = ms.peak_total,
-                        .rss_peak_bytes = ls_mem_peak_rss_bytes(), .events_file = events_rel,
+                        .n_memory = LS_MEM_COUNT, .run_total_peak_bytes = ms.run_peak_total,
+                        .rss_peak_bytes = ls_mem_peak_rss_bytes(), .step_total_peak_bytes = sp.total,
+                        .steps_measured = sp.steps, .step_total_peak_at = sp.total_at, .events_file = events_rel,
                         .events_count = (uint64_t)n_events, .events_last_seq = n_events - 1,
                         .status = rc == 0 ? LS_RECEIPT_COMPLETE : LS_RECEIPT_ERROR,
                         .error_code = rc == 0 ? 0 : (int)fail_st,
@@ -457,10 +485,14 @@ finish:
         printf("  exact loss %.17g (last step)\n", res.loss + 0.0); /* read by tests/reference/ */
         printf("  prompt state %zu B (analytical %zu B), largest branch tape %zu B\n", res.prompt_state_bytes,
                res.prompt_state_analytical, res.max_branch_bytes);
-        printf("  peaks (last step):");
+        printf("  memory peaks, run:");
         for (int k = 0; k < LS_MEM_COUNT; k++)
-            if (ms.peak_bytes[k]) printf(" %s=%zu", ls_mem_cat_name((ls_mem_cat)k), ms.peak_bytes[k]);
-        printf(" total=%zu rss=%zu\n", ms.peak_total, ls_mem_peak_rss_bytes());
+            if (ms.run_peak_bytes[k]) printf(" %s=%zu", ls_mem_cat_name((ls_mem_cat)k), ms.run_peak_bytes[k]);
+        printf(" total=%zu rss=%zu\n", ms.run_peak_total, ls_mem_peak_rss_bytes());
+        printf("  memory peaks, per step (largest of %llu):", (unsigned long long)sp.steps);
+        for (int k = 0; k < LS_MEM_COUNT; k++)
+            if (sp.cat[k]) printf(" %s=%zu", ls_mem_cat_name((ls_mem_cat)k), sp.cat[k]);
+        printf(" total=%zu (step %lld)\n", sp.total, (long long)sp.total_at + 1);
         printf("  phases:");
         for (int i = 0; i < N_PHASES; i++)
             if (ob.count[i]) printf(" %s=%.3fs", ls_trace_phase_name((ls_trace_phase)i), ob.ns[i] * 1e-9);

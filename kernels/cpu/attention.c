@@ -22,9 +22,10 @@
  * threads idle, two passes, (kv head, query tile) for dq and (kv head, key
  * tile) for dk and dv.  Both compute every tile pair the same way and add the
  * pairs in the same order, so the result is the same bits for any number of
- * threads and either choice.  Scratch: one malloc per thread (the tiles,
- * freed before return); where it fails, the thread computes its units on the
- * scalar path instead.
+ * threads and either choice.  Scratch: one block per thread (the tiles,
+ * freed before return) from the kernels' scratch allocator (kernels/scratch.h,
+ * the tracker's "scratch" category in the trainer); where it fails, the
+ * thread computes its units on the scalar path instead.
  *
  * The scalar path (blocks of fewer than GEMM_MIN_KEYS keys, and the
  * fallback) runs QT queries of one head against KT keys at a time with
@@ -44,6 +45,7 @@
 #endif
 
 #include "kernels/cpu/attention_internal.h"
+#include "kernels/scratch.h"
 
 #if LS_REAL_IS_F64
 #define GEMM cblas_dgemm
@@ -479,9 +481,10 @@ void LS_K(ls_attn_block_forward)(ls_real *o, ls_real *lse, const ls_real *q,
         return;
     }
     const size_t nu = pl.nqt * Hkv;
+    const ls_kernel_allocator *al = ls_kernel_scratch_get();
 #pragma omp parallel if (par)
     {
-        ls_real *ws = malloc(fwd_ws(&pl) * sizeof *ws);
+        ls_real *ws = al->alloc(fwd_ws(&pl) * sizeof *ws);
 #pragma omp for schedule(dynamic, 1)
         for (size_t u = 0; u < nu; u++) {
             /* kv-head-major, heaviest (latest) query tile first */
@@ -497,7 +500,7 @@ void LS_K(ls_attn_block_forward)(ls_real *o, ls_real *lse, const ls_real *q,
                 }
             }
         }
-        free(ws);
+        al->release(ws);
     }
 }
 
@@ -567,10 +570,11 @@ void LS_K(ls_attn_block_backward)(ls_real *dq, ls_real *dk, ls_real *dv,
     const size_t rounds = (Hkv + nth - 1) / nth;
     const int fused = dq != NULL && want_kv && 2 * rounds * nth <= 3 * Hkv;
     const size_t nws = bwd_ws(&pl);
+    const ls_kernel_allocator *al = ls_kernel_scratch_get();
     if (fused) {
 #pragma omp parallel if (par)
         {
-            ls_real *ws = malloc(nws * sizeof *ws);
+            ls_real *ws = al->alloc(nws * sizeof *ws);
 #pragma omp for schedule(dynamic, 1)
             for (size_t kh = 0; kh < Hkv; kh++) {
                 if (ws == NULL) {
@@ -587,7 +591,7 @@ void LS_K(ls_attn_block_backward)(ls_real *dq, ls_real *dk, ls_real *dv,
                               ws);
                 }
             }
-            free(ws);
+            al->release(ws);
         }
         return;
     }
@@ -595,7 +599,7 @@ void LS_K(ls_attn_block_backward)(ls_real *dq, ls_real *dk, ls_real *dv,
         const size_t nu = pl.nqt * Hkv;
 #pragma omp parallel if (par)
         {
-            ls_real *ws = malloc(nws * sizeof *ws);
+            ls_real *ws = al->alloc(nws * sizeof *ws);
 #pragma omp for schedule(dynamic, 1)
             for (size_t u = 0; u < nu; u++) {
                 /* kv-head-major, heaviest (latest) query tile first */
@@ -612,14 +616,14 @@ void LS_K(ls_attn_block_backward)(ls_real *dq, ls_real *dk, ls_real *dv,
                               tau, h, t0, t0 + n);
                 }
             }
-            free(ws);
+            al->release(ws);
         }
     }
     if (want_kv) {
         const size_t nu = pl.nkt * Hkv;
 #pragma omp parallel if (par)
         {
-            ls_real *ws = malloc(nws * sizeof *ws);
+            ls_real *ws = al->alloc(nws * sizeof *ws);
 #pragma omp for schedule(dynamic, 1)
             for (size_t u = 0; u < nu; u++) {
                 /* kv-head-major, heaviest (earliest) key tile first */
@@ -637,7 +641,7 @@ void LS_K(ls_attn_block_backward)(ls_real *dq, ls_real *dk, ls_real *dv,
                     bwd_qtile(NULL, dk, dv, do_, q, k, v, o, lse, &pl, kh, qt, kt, kt + 1, ws);
                 }
             }
-            free(ws);
+            al->release(ws);
         }
     }
 }
