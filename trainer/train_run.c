@@ -445,7 +445,10 @@ finish:
             mem[k] = (ls_receipt_memory){ls_mem_cat_name((ls_mem_cat)k), ms.run_peak_bytes[k], sp.cat[k]};
         char blas[128];
         snprintf(blas, sizeof blas, "%s", openblas_get_config());
-        ls_build_info_create(blas, "none", &build);
+        ls_status bst = ls_build_info_create(blas, "none", &build);
+        if (bst != LS_OK) /* the receipt writer then refuses the NULL build object */
+            fprintf(stderr, "longstraw-train: build info: cannot describe this build (reading /proc/self/exe): %s\n",
+                    ls_status_str(bst));
         config = ls_config_to_json(&a->cfg, &a->obj);
         ls_receipt r = {.run_id = run_id, .rank = 0, .world = 1, .host = NULL, .build = build, .config = config,
                         .steps = (uint64_t)steps_done, .phases = ph, .n_phases = nph, .memory = mem,
