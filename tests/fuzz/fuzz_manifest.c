@@ -1,7 +1,8 @@
 /* fuzz_manifest.c - libFuzzer target for the receipts readers: arbitrary
  * bytes parsed as a run manifest and as a per-rank receipt (strict JSON,
- * schema, structural checks), validated against every receipts schema with
- * error collection, and pushed through the canonical printer, whose output
+ * schema, structural checks), validated against one receipts schema (chosen
+ * by the input's size, so each execution stays cheap) with error collection,
+ * and pushed through the canonical printer, whose output
  * must parse back to the same document.  Traps when a reader accepts
  * something that breaks its own documented invariants. */
 #include <stddef.h>
@@ -42,7 +43,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     cJSON *doc = NULL;
     if (ls_json_parse(bytes, size, "fuzz", &doc, err, sizeof err) != LS_OK) return 0;
     static const char *const names[] = {"manifest", "receipt", "dsse", "parity", "audit-report"};
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+    {
+        size_t i = size % (sizeof names / sizeof *names);
         const ls_schema *s = NULL;
         if (ls_schema_get(names[i], &s, err, sizeof err) != LS_OK) __builtin_trap();
         ls_schema_errors errs = {0};
