@@ -314,11 +314,28 @@ ls_status ls_batch_read_rollouts(ls_batch **out, const char *path, int vocab, ch
     return ls_batch_read_rollouts_max(out, path, vocab, LS_BATCH_MAX_LINE, err, err_len);
 }
 
+/* A number item that reads back bit-exact: cJSON prints 15 significant
+ * digits whenever its tolerant comparison calls them close enough (losing
+ * up to an ulp), so dumps print the shortest of %.15g/%.16g/%.17g that
+ * strtod maps back to the same double, as a raw item.  NULL when x is not
+ * finite (the caller refuses the dump) or on allocation failure. */
+static cJSON *exact_number(double x) {
+    char buf[32];
+    if (!isfinite(x)) return NULL;
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, x);
+        double y = strtod(buf, NULL);
+        if (y == x && (signbit(y) != 0) == (signbit(x) != 0)) break;
+    }
+    return cJSON_CreateRaw(buf);
+}
+
 static cJSON *num_array(const double *x, size_t n, int *nonfinite) {
     cJSON *a = cJSON_CreateArray();
     for (size_t i = 0; a && i < n; i++) {
-        if (!isfinite(x[i])) *nonfinite = 1;
-        cJSON_AddItemToArray(a, cJSON_CreateNumber(x[i]));
+        cJSON *v = exact_number(x[i]);
+        if (!v) *nonfinite = 1;
+        else cJSON_AddItemToArray(a, v);
     }
     return a;
 }
@@ -327,6 +344,21 @@ static cJSON *id_array(const int32_t *x, size_t n) {
     cJSON *a = cJSON_CreateArray();
     for (size_t i = 0; a && i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(x[i]));
     return a;
+}
+
+/* ls_config_to_json's object with every number made exact (see above). */
+static cJSON *exact_config(const ls_model_config *cfg, const ls_objective *obj, int *nonfinite) {
+    cJSON *c = ls_config_to_json(cfg, obj), *it = c ? c->child : NULL;
+    while (it) {
+        cJSON *next = it->next;
+        if (cJSON_IsNumber(it)) {
+            cJSON *v = exact_number(it->valuedouble);
+            if (!v) *nonfinite = 1;
+            else cJSON_ReplaceItemInObjectCaseSensitive(c, it->string, v);
+        }
+        it = next;
+    }
+    return c;
 }
 
 ls_status ls_batch_format_dump(const ls_batch *b, const ls_model_config *cfg, const ls_objective *obj,
@@ -340,7 +372,7 @@ ls_status ls_batch_format_dump(const ls_batch *b, const ls_model_config *cfg, co
     }
     cJSON *doc = cJSON_CreateObject();
     if (!doc) return LS_ERR_NOMEM;
-    cJSON_AddItemToObject(doc, "config", ls_config_to_json(cfg, obj));
+    cJSON_AddItemToObject(doc, "config", exact_config(cfg, obj, &nonfinite));
     cJSON_AddItemToObject(doc, "prompt", id_array(b->prompt, b->P));
     cJSON *resp = cJSON_AddArrayToObject(doc, "responses");
     cJSON *old = cJSON_CreateArray(), *ref = cJSON_CreateArray();
