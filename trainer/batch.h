@@ -1,8 +1,9 @@
 /* batch.h - one GRPO step's inputs (MODEL.md §4, §6): prompt, G responses of
  * possibly different lengths, rewards, advantages, old- and reference-policy
  * log-probs.  Numbers are doubles whatever the compute dtype.  Also the
- * batch dump (--dump-batch, JSON) and the external rollouts file
- * (--rollouts, JSONL) formats.  dtype-independent. */
+ * batch dump (--dump-batch, JSON: writer and strict reader) and the
+ * external rollouts file (--rollouts, JSONL: reader from a path or from
+ * bytes, with a line limit) formats.  dtype-independent. */
 #ifndef LS_TRAINER_BATCH_H
 #define LS_TRAINER_BATCH_H
 #include <stddef.h>

@@ -5,7 +5,7 @@
 # a time, then print one table row per target:
 #   target | executions | crashes | exec/s | corpus files
 #
-# Usage: tests/fuzz/run_fuzz.sh [-n RUNS] [-j JOBS] [-a] [-b BUILD_DIR] [-m] [TARGET...]
+# Usage: tests/fuzz/run_fuzz.sh [-n RUNS] [-j JOBS] [-a] [-b BUILD_DIR] [-m] [-t] [TARGET...]
 #   -n RUNS   executions per target (default 10000000; libFuzzer -runs=RUNS)
 #   -j JOBS   run JOBS targets at the same time (default 1)
 #   -a        build with AddressSanitizer too (LS_FUZZ_ASAN=ON, build-fuzz;
@@ -13,7 +13,9 @@
 #             every corpus is replayed under ASan+UBSan by the ctests
 #             fuzz_replay_* of the sanitizer build.
 #   -b DIR    build directory
-#   -m        afterwards minimise each corpus in place (libFuzzer -merge=1)
+#   -m        afterwards minimise each corpus in place (libFuzzer -merge=1,
+#             keeping the hand-made seed-* inputs)
+#   -t        run nothing: print the table of the last run's logs
 #   TARGET    fuzz_json, fuzz_config, ... (default: every tests/fuzz/fuzz_*.c)
 # Environment: LS_FUZZ_NICE (default 10), LS_FUZZ_FLAGS (extra libFuzzer
 # flags).  Crash inputs land in BUILD_DIR/fuzz-out/<target>/; logs next to
@@ -25,14 +27,16 @@ JOBS=1
 ASAN=OFF
 BUILD=
 MERGE=0
-while getopts "n:j:ab:m" opt; do
+TABLE_ONLY=0
+while getopts "n:j:ab:mt" opt; do
   case $opt in
     n) RUNS=$OPTARG ;;
     j) JOBS=$OPTARG ;;
     a) ASAN=ON ;;
     b) BUILD=$OPTARG ;;
     m) MERGE=1 ;;
-    *) echo "usage: $0 [-n RUNS] [-j JOBS] [-a] [-b BUILD_DIR] [-m] [TARGET...]" >&2; exit 2 ;;
+    t) TABLE_ONLY=1 ;;
+    *) echo "usage: $0 [-n RUNS] [-j JOBS] [-a] [-b BUILD_DIR] [-m] [-t] [TARGET...]" >&2; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -56,13 +60,14 @@ flags_for() {
   esac
 }
 
+OUT=$BUILD/fuzz-out
+if [ "$TABLE_ONLY" = 0 ]; then
 if [ ! -f "$BUILD/CMakeCache.txt" ]; then
   CC=clang nice -n "$NICE" cmake -S . -B "$BUILD" -DLS_FUZZ=ON -DLS_FUZZ_ASAN="$ASAN" \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLS_CUDA=OFF >/dev/null
 fi
 nice -n "$NICE" cmake --build "$BUILD" -j 2 --target "${TARGETS[@]}" >/dev/null
 
-OUT=$BUILD/fuzz-out
 mkdir -p "$OUT"
 run_one() {
   local t=$1 dir=tests/fuzz/corpus/$1 o=$OUT/$1
@@ -73,10 +78,8 @@ run_one() {
     -print_final_stats=1 -artifact_prefix="$o/" ${LS_FUZZ_FLAGS:-} "$dir" >"$o/log" 2>&1 || true
 }
 
-pids=()
 for t in "${TARGETS[@]}"; do
   run_one "$t" &
-  pids+=($!)
   while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do sleep 1; done
 done
 wait
@@ -86,10 +89,13 @@ if [ "$MERGE" = 1 ]; then
     dir=tests/fuzz/corpus/$t
     tmp=$OUT/$t/merged
     rm -rf "$tmp" && mkdir -p "$tmp"
+    # hand-made seeds (seed-*) stay; the rest is what adds coverage to them
+    find "$dir" -maxdepth 1 -name 'seed-*' -exec cp {} "$tmp"/ \;
     nice -n "$NICE" "$BUILD/tests/$t" -merge=1 $(flags_for "$t") -timeout=25 "$tmp" "$dir" \
       >"$OUT/$t/merge.log" 2>&1
     rm -f "$dir"/* && cp "$tmp"/* "$dir"/
   done
+fi
 fi
 
 status=0
