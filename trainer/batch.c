@@ -1,13 +1,16 @@
-/* batch.c - GRPO step inputs, the rollouts reader and the batch dump. */
+/* batch.c - GRPO step inputs, the rollouts reader and the batch dump
+ * (writer and strict reader). */
 #include "trainer/batch.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "receipts/atomic_file.h"
+#include "receipts/json_util.h"
 
 ls_status ls_batch_alloc(ls_batch **out, size_t G) {
     ls_batch *b = calloc(1, sizeof *b);
@@ -74,10 +77,14 @@ void ls_batch_free(ls_batch *b) {
     free(b);
 }
 
-static ls_status read_ids(const cJSON *arr, int vocab, int32_t **out, size_t *n, const char *where,
-                          char *err, size_t err_len) {
-    if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) < 1) {
-        snprintf(err, err_len, "%s: must be a non-empty array of token ids", where);
+/* Errors are "WHERE: field 'NAME[i]': problem"; WHERE is cut to 400 bytes. */
+#define FIELD_ERR(...) snprintf(err, err_len, __VA_ARGS__)
+
+/* A non-empty array of token ids in [0, vocab), at least min_len long. */
+static ls_status read_ids(const cJSON *arr, int vocab, size_t min_len, const char *where, const char *field,
+                          int32_t **out, size_t *n, char *err, size_t err_len) {
+    if (!cJSON_IsArray(arr) || (size_t)cJSON_GetArraySize(arr) < min_len) {
+        FIELD_ERR("%.400s: field '%s': must be an array of at least %zu token ids", where, field, min_len);
         return LS_ERR_FORMAT;
     }
     size_t len = (size_t)cJSON_GetArraySize(arr), i = 0;
@@ -87,7 +94,7 @@ static ls_status read_ids(const cJSON *arr, int vocab, int32_t **out, size_t *n,
     cJSON_ArrayForEach(it, arr) {
         if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) || it->valuedouble < 0 ||
             it->valuedouble >= vocab) {
-            snprintf(err, err_len, "%s[%zu]: not a token id in [0, %d)", where, i, vocab);
+            FIELD_ERR("%.400s: field '%s[%zu]': not a token id in [0, %d)", where, field, i, vocab);
             free(ids);
             return LS_ERR_FORMAT;
         }
@@ -98,121 +105,237 @@ static ls_status read_ids(const cJSON *arr, int vocab, int32_t **out, size_t *n,
     return LS_OK;
 }
 
-static ls_status parse_rollout(ls_batch **out, const cJSON *doc, int vocab, const char *where /* < 480 chars */,
-                               char *err, size_t err_len) {
-    char at[1024];
-    ls_batch *b = NULL;
+/* An array of exactly n finite numbers (and <= 0 when logprob) into dst. */
+static ls_status read_reals(const cJSON *arr, size_t n, int logprob, const char *where, const char *field,
+                            double *dst, char *err, size_t err_len) {
+    if (!cJSON_IsArray(arr) || (size_t)cJSON_GetArraySize(arr) != n) {
+        FIELD_ERR("%.400s: field '%s': must be an array of %zu numbers", where, field, n);
+        return LS_ERR_FORMAT;
+    }
+    size_t i = 0;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, arr) {
+        if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || (logprob && x->valuedouble > 0)) {
+            FIELD_ERR("%.400s: field '%s[%zu]': not a finite %s", where, field, i,
+                      logprob ? "log-prob <= 0" : "number");
+            return LS_ERR_FORMAT;
+        }
+        dst[i++] = x->valuedouble;
+    }
+    return LS_OK;
+}
+
+/* Refuses any member of obj not named in keys[0..n). */
+static ls_status only_keys(const cJSON *obj, const char *const *keys, size_t n, const char *where,
+                           const char *what, char *err, size_t err_len) {
+    const cJSON *it;
+    cJSON_ArrayForEach(it, obj) {
+        size_t k = 0;
+        while (k < n && strcmp(it->string, keys[k]) != 0) k++;
+        if (k == n) {
+            FIELD_ERR("%.400s: %s '%.100s': unknown (a misspelt key is refused, not ignored)", where, what,
+                      it->string);
+            return LS_ERR_FORMAT;
+        }
+    }
+    return LS_OK;
+}
+
+/* prompt and responses (ids), shared by rollouts and dumps. */
+static ls_status read_tokens(const cJSON *doc, int vocab, const char *where, ls_batch **out, char *err,
+                             size_t err_len) {
+    const cJSON *resp = cJSON_GetObjectItemCaseSensitive(doc, "responses");
+    char field[64];
     int32_t *ids = NULL;
     size_t n = 0;
-    ls_status st;
-    if (!cJSON_IsObject(doc)) {
-        snprintf(err, err_len, "%s: not a JSON object", where);
-        return LS_ERR_FORMAT;
-    }
-    const cJSON *resp = cJSON_GetObjectItemCaseSensitive(doc, "responses");
-    const cJSON *rew = cJSON_GetObjectItemCaseSensitive(doc, "rewards");
-    const cJSON *old = cJSON_GetObjectItemCaseSensitive(doc, "old_logprobs");
+    ls_batch *b = NULL;
     if (!cJSON_IsArray(resp) || cJSON_GetArraySize(resp) < 1) {
-        snprintf(err, err_len, "%s: field 'responses': must be a non-empty array", where);
+        FIELD_ERR("%.400s: field 'responses': must be a non-empty array of token id arrays", where);
         return LS_ERR_FORMAT;
     }
-    size_t G = (size_t)cJSON_GetArraySize(resp);
-    if (!cJSON_IsArray(rew) || (size_t)cJSON_GetArraySize(rew) != G) {
-        snprintf(err, err_len, "%s: field 'rewards': must be an array of %zu numbers", where, G);
-        return LS_ERR_FORMAT;
-    }
-    if (old && (!cJSON_IsArray(old) || (size_t)cJSON_GetArraySize(old) != G)) {
-        snprintf(err, err_len, "%s: field 'old_logprobs': must be an array of %zu arrays", where, G);
-        return LS_ERR_FORMAT;
-    }
-    if ((st = ls_batch_alloc(&b, G)) != LS_OK) return st;
-    snprintf(at, sizeof at, "%.480s: field 'prompt'", where);
-    if ((st = read_ids(cJSON_GetObjectItemCaseSensitive(doc, "prompt"), vocab, &ids, &n, at, err, err_len)))
-        goto fail;
-    if (n < 2) {
-        snprintf(err, err_len, "%s: field 'prompt': needs at least 2 tokens", where);
-        st = LS_ERR_FORMAT;
-        goto fail;
-    }
-    st = ls_batch_set_prompt(b, ids, n);
+    ls_status st = ls_batch_alloc(&b, (size_t)cJSON_GetArraySize(resp));
+    if (st != LS_OK) return st;
+    st = read_ids(cJSON_GetObjectItemCaseSensitive(doc, "prompt"), vocab, 2, where, "prompt", &ids, &n, err,
+                  err_len);
+    if (st == LS_OK) st = ls_batch_set_prompt(b, ids, n);
     free(ids);
     ids = NULL;
-    if (st) goto fail;
-    for (size_t i = 0; i < G; i++) {
-        snprintf(at, sizeof at, "%.480s: field 'responses[%zu]'", where, i);
-        if ((st = read_ids(cJSON_GetArrayItem(resp, (int)i), vocab, &ids, &n, at, err, err_len))) goto fail;
-        st = ls_batch_set_response(b, i, ids, n);
+    size_t i = 0;
+    const cJSON *row;
+    cJSON_ArrayForEach(row, resp) {
+        if (st != LS_OK) break;
+        snprintf(field, sizeof field, "responses[%zu]", i);
+        st = read_ids(row, vocab, 1, where, field, &ids, &n, err, err_len);
+        if (st == LS_OK) st = ls_batch_set_response(b, i, ids, n);
         free(ids);
         ids = NULL;
-        if (st) goto fail;
-        const cJSON *r = cJSON_GetArrayItem(rew, (int)i);
-        if (!cJSON_IsNumber(r) || !isfinite(r->valuedouble)) {
-            snprintf(err, err_len, "%s: field 'rewards[%zu]': not a finite number", where, i);
-            st = LS_ERR_FORMAT;
-            goto fail;
-        }
-        b->rewards[i] = r->valuedouble;
-        if (old) {
-            const cJSON *row = cJSON_GetArrayItem(old, (int)i), *x;
-            if (!cJSON_IsArray(row) || (size_t)cJSON_GetArraySize(row) != n) {
-                snprintf(err, err_len, "%s: field 'old_logprobs[%zu]': must have %zu numbers", where, i, n);
-                st = LS_ERR_FORMAT;
-                goto fail;
-            }
-            size_t t = 0;
-            cJSON_ArrayForEach(x, row) {
-                if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || x->valuedouble > 0) {
-                    snprintf(err, err_len, "%s: field 'old_logprobs[%zu][%zu]': not a finite log-prob <= 0",
-                             where, i, t);
-                    st = LS_ERR_FORMAT;
-                    goto fail;
-                }
-                b->old_lp[i][t++] = x->valuedouble;
-            }
-        }
+        i++;
+    }
+    if (st != LS_OK) {
+        ls_batch_free(b);
+        return st;
+    }
+    *out = b;
+    return LS_OK;
+}
+
+/* G rows of log-probs of the response lengths into rows[i]. */
+static ls_status read_lp_rows(const cJSON *arr, const ls_batch *b, const char *where, const char *name,
+                              double **rows, char *err, size_t err_len) {
+    char field[64];
+    if (!cJSON_IsArray(arr) || (size_t)cJSON_GetArraySize(arr) != b->G) {
+        FIELD_ERR("%.400s: field '%s': must be an array of %zu arrays (one per response)", where, name, b->G);
+        return LS_ERR_FORMAT;
+    }
+    size_t i = 0;
+    const cJSON *row;
+    cJSON_ArrayForEach(row, arr) {
+        snprintf(field, sizeof field, "%s[%zu]", name, i);
+        ls_status st = read_reals(row, b->R[i], 1, where, field, rows[i], err, err_len);
+        if (st != LS_OK) return st;
+        i++;
+    }
+    return LS_OK;
+}
+
+static const char *const ROLLOUT_KEYS[] = {"prompt", "responses", "rewards", "old_logprobs"};
+
+static ls_status parse_rollout(ls_batch **out, const cJSON *doc, int vocab, const char *where, char *err,
+                               size_t err_len) {
+    ls_batch *b = NULL;
+    if (!cJSON_IsObject(doc)) {
+        FIELD_ERR("%.400s: not a JSON object", where);
+        return LS_ERR_FORMAT;
+    }
+    ls_status st = only_keys(doc, ROLLOUT_KEYS, 4, where, "field", err, err_len);
+    if (st == LS_OK) st = read_tokens(doc, vocab, where, &b, err, err_len);
+    if (st != LS_OK) return st;
+    st = read_reals(cJSON_GetObjectItemCaseSensitive(doc, "rewards"), b->G, 0, where, "rewards", b->rewards, err,
+                    err_len);
+    const cJSON *old = cJSON_GetObjectItemCaseSensitive(doc, "old_logprobs");
+    if (st == LS_OK && old) st = read_lp_rows(old, b, where, "old_logprobs", b->old_lp, err, err_len);
+    if (st != LS_OK) {
+        ls_batch_free(b);
+        return st;
     }
     b->old_supplied = old != NULL;
     *out = b;
     return LS_OK;
-fail:
-    free(ids);
-    ls_batch_free(b);
+}
+
+ls_status ls_batch_parse_rollouts(ls_batch **out, const char *buf, size_t len, const char *where, int vocab,
+                                  size_t max_line, char *err, size_t err_len) {
+    char at[480];
+    *out = NULL;
+    if (!where) where = "rollouts";
+    if (vocab < 1 || (!buf && len > 0)) {
+        FIELD_ERR("%.400s: bad arguments (vocab %d)", where, vocab);
+        return LS_ERR_ARG;
+    }
+    if (max_line == 0) max_line = LS_BATCH_MAX_LINE;
+    snprintf(at, sizeof at, "%.400s: line 1", where);
+    const char *nl = len ? memchr(buf, '\n', len) : NULL;
+    size_t line = nl ? (size_t)(nl - buf) : len;
+    if (line > max_line) {
+        FIELD_ERR("%s: longer than %zu bytes (the rollouts line limit)", at, max_line);
+        return LS_ERR_FORMAT;
+    }
+    if (line == 0) {
+        FIELD_ERR("%s: empty (a rollouts file starts with one JSON object)", at);
+        return LS_ERR_FORMAT;
+    }
+    cJSON *doc = NULL;
+    ls_status st = ls_json_parse(buf, line, at, &doc, err, err_len);
+    if (st != LS_OK) return st;
+    st = parse_rollout(out, doc, vocab, at, err, err_len);
+    cJSON_Delete(doc);
+    return st;
+}
+
+/* Reads the file up to its first newline, at most max_line + 1 bytes. */
+static ls_status read_first_line(const char *path, size_t max_line, char **out, size_t *len, char *err,
+                                 size_t err_len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        FIELD_ERR("%.400s: cannot open: %s", path, strerror(errno));
+        return LS_ERR_IO;
+    }
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    ls_status st = LS_OK;
+    for (;;) {
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 65536;
+            if (ncap > max_line + 1) ncap = max_line + 1;
+            char *nb = ncap > cap ? realloc(buf, ncap) : NULL;
+            if (!nb) {
+                st = ncap > cap ? LS_ERR_NOMEM : LS_OK; /* cap == max_line + 1: enough read */
+                break;
+            }
+            buf = nb;
+            cap = ncap;
+        }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        int found = got > 0 && memchr(buf + n, '\n', got) != NULL;
+        n += got;
+        if (found) break;
+        if (got == 0) {
+            if (ferror(f)) {
+                FIELD_ERR("%.400s: read error: %s", path, strerror(errno));
+                st = LS_ERR_IO;
+            }
+            break;
+        }
+    }
+    fclose(f);
+    if (st != LS_OK) {
+        free(buf);
+        return st;
+    }
+    *out = buf;
+    *len = n;
+    return LS_OK;
+}
+
+ls_status ls_batch_read_rollouts_max(ls_batch **out, const char *path, int vocab, size_t max_line, char *err,
+                                     size_t err_len) {
+    char *buf = NULL;
+    size_t len = 0;
+    *out = NULL;
+    if (max_line == 0 || max_line > SIZE_MAX / 4) max_line = LS_BATCH_MAX_LINE;
+    ls_status st = read_first_line(path, max_line, &buf, &len, err, err_len);
+    if (st != LS_OK) return st;
+    st = ls_batch_parse_rollouts(out, buf, len, path, vocab, max_line, err, err_len);
+    free(buf);
     return st;
 }
 
 ls_status ls_batch_read_rollouts(ls_batch **out, const char *path, int vocab, char *err, size_t err_len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, err_len, "%s: cannot open: %s", path, strerror(errno));
-        return LS_ERR_IO;
+    return ls_batch_read_rollouts_max(out, path, vocab, LS_BATCH_MAX_LINE, err, err_len);
+}
+
+/* A number item that reads back bit-exact: cJSON prints 15 significant
+ * digits whenever its tolerant comparison calls them close enough (losing
+ * up to an ulp), so dumps print the shortest of %.15g/%.16g/%.17g that
+ * strtod maps back to the same double, as a raw item.  NULL when x is not
+ * finite (the caller refuses the dump) or on allocation failure. */
+static cJSON *exact_number(double x) {
+    char buf[32];
+    if (!isfinite(x)) return NULL;
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, x);
+        double y = strtod(buf, NULL);
+        if (y == x && (signbit(y) != 0) == (signbit(x) != 0)) break;
     }
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len = getline(&line, &cap, f);
-    fclose(f);
-    if (len <= 0) {
-        free(line);
-        snprintf(err, err_len, "%s: line 1: empty file", path);
-        return LS_ERR_FORMAT;
-    }
-    cJSON *doc = cJSON_ParseWithLength(line, (size_t)len);
-    free(line);
-    char where[480];
-    snprintf(where, sizeof where, "%.400s: line 1", path);
-    if (!doc) {
-        snprintf(err, err_len, "%s: not valid JSON", where);
-        return LS_ERR_FORMAT;
-    }
-    ls_status st = parse_rollout(out, doc, vocab, where, err, err_len);
-    cJSON_Delete(doc);
-    return st;
+    return cJSON_CreateRaw(buf);
 }
 
 static cJSON *num_array(const double *x, size_t n, int *nonfinite) {
     cJSON *a = cJSON_CreateArray();
     for (size_t i = 0; a && i < n; i++) {
-        if (!isfinite(x[i])) *nonfinite = 1;
-        cJSON_AddItemToArray(a, cJSON_CreateNumber(x[i]));
+        cJSON *v = exact_number(x[i]);
+        if (!v) *nonfinite = 1;
+        else cJSON_AddItemToArray(a, v);
     }
     return a;
 }
@@ -223,11 +346,33 @@ static cJSON *id_array(const int32_t *x, size_t n) {
     return a;
 }
 
-ls_status ls_batch_write_dump(const ls_batch *b, const ls_model_config *cfg, const ls_objective *obj,
-                              const char *path, char *err, size_t err_len) {
+/* ls_config_to_json's object with every number made exact (see above). */
+static cJSON *exact_config(const ls_model_config *cfg, const ls_objective *obj, int *nonfinite) {
+    cJSON *c = ls_config_to_json(cfg, obj), *it = c ? c->child : NULL;
+    while (it) {
+        cJSON *next = it->next;
+        if (cJSON_IsNumber(it)) {
+            cJSON *v = exact_number(it->valuedouble);
+            if (!v) *nonfinite = 1;
+            else cJSON_ReplaceItemInObjectCaseSensitive(c, it->string, v);
+        }
+        it = next;
+    }
+    return c;
+}
+
+ls_status ls_batch_format_dump(const ls_batch *b, const ls_model_config *cfg, const ls_objective *obj,
+                               char **text, size_t *len, char *err, size_t err_len) {
     int nonfinite = 0;
+    *text = NULL;
+    *len = 0;
+    if (!b || !cfg || !obj) {
+        FIELD_ERR("batch dump: batch, config and objective are required");
+        return LS_ERR_ARG;
+    }
     cJSON *doc = cJSON_CreateObject();
-    cJSON_AddItemToObject(doc, "config", ls_config_to_json(cfg, obj));
+    if (!doc) return LS_ERR_NOMEM;
+    cJSON_AddItemToObject(doc, "config", exact_config(cfg, obj, &nonfinite));
     cJSON_AddItemToObject(doc, "prompt", id_array(b->prompt, b->P));
     cJSON *resp = cJSON_AddArrayToObject(doc, "responses");
     cJSON *old = cJSON_CreateArray(), *ref = cJSON_CreateArray();
@@ -241,16 +386,174 @@ ls_status ls_batch_write_dump(const ls_batch *b, const ls_model_config *cfg, con
     cJSON_AddItemToObject(doc, "old_logprobs", old);
     cJSON_AddItemToObject(doc, "ref_logprobs", ref);
     ls_status st = LS_OK;
-    char *text = NULL;
     if (nonfinite) {
-        snprintf(err, err_len, "%s: batch holds a non-finite number; not written", path);
+        FIELD_ERR("batch dump: the batch holds a non-finite number; not written");
         st = LS_ERR_NONFINITE;
-    } else if (!(text = cJSON_PrintUnformatted(doc))) {
+    } else if (!(*text = cJSON_PrintUnformatted(doc))) {
         st = LS_ERR_NOMEM;
     } else {
-        st = ls_atomic_write(path, text, strlen(text), err, err_len);
+        *len = strlen(*text);
     }
-    free(text);
     cJSON_Delete(doc);
+    return st;
+}
+
+ls_status ls_batch_write_dump(const ls_batch *b, const ls_model_config *cfg, const ls_objective *obj,
+                              const char *path, char *err, size_t err_len) {
+    char *text = NULL;
+    size_t len = 0;
+    ls_status st = ls_batch_format_dump(b, cfg, obj, &text, &len, err, err_len);
+    if (st == LS_ERR_NONFINITE) FIELD_ERR("%.400s: batch holds a non-finite number; not written", path);
+    if (st == LS_OK) st = ls_atomic_write(path, text, len, err, err_len);
+    free(text);
+    return st;
+}
+
+static const char *const DUMP_KEYS[] = {"config",     "prompt",       "responses",   "rewards",
+                                        "advantages", "old_logprobs", "ref_logprobs"};
+static const char *const OBJECTIVE_KEYS[] = {"train_mode", "lora_r",  "lora_alpha", "lora_experts",
+                                             "grad_mode",  "epsilon", "beta",       "temperature"};
+
+static ls_status obj_real(const cJSON *c, const char *key, double lo, double hi, double *out, const char *where,
+                          char *err, size_t err_len) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(c, key);
+    if (!cJSON_IsNumber(it) || !(it->valuedouble >= lo && it->valuedouble <= hi)) {
+        FIELD_ERR("%.400s: config: key '%s': %s; must be a number in [%g, %g]", where, key,
+                  it ? "out of range or not a number" : "missing", lo, hi);
+        return LS_ERR_FORMAT;
+    }
+    *out = it->valuedouble;
+    return LS_OK;
+}
+
+static ls_status obj_choice(const cJSON *c, const char *key, const char *a, const char *b, int *out,
+                            const char *where, char *err, size_t err_len) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(c, key);
+    if (!cJSON_IsString(it) || (strcmp(it->valuestring, a) != 0 && strcmp(it->valuestring, b) != 0)) {
+        FIELD_ERR("%.400s: config: key '%s': must be \"%s\" or \"%s\"", where, key, a, b);
+        return LS_ERR_FORMAT;
+    }
+    *out = strcmp(it->valuestring, b) == 0;
+    return LS_OK;
+}
+
+/* The objective keys of a dump's config (ranges as longstraw-train's). */
+static ls_status parse_objective(const cJSON *c, ls_objective *o, const char *where, char *err, size_t err_len) {
+    int full = 0, gfull = 0;
+    double r = 0;
+    ls_objective_defaults(o);
+    ls_status st = obj_choice(c, "train_mode", "lora", "full", &full, where, err, err_len);
+    if (st == LS_OK) st = obj_real(c, "lora_r", 1, 1024, &r, where, err, err_len);
+    if (st == LS_OK && r != floor(r)) {
+        FIELD_ERR("%.400s: config: key 'lora_r': must be an integer in [1, 1024]", where);
+        st = LS_ERR_FORMAT;
+    }
+    if (st == LS_OK) st = obj_real(c, "lora_alpha", 1e-6, 1e6, &o->lora_alpha, where, err, err_len);
+    const cJSON *le = cJSON_GetObjectItemCaseSensitive(c, "lora_experts");
+    if (st == LS_OK && !cJSON_IsBool(le)) {
+        FIELD_ERR("%.400s: config: key 'lora_experts': must be true or false", where);
+        st = LS_ERR_FORMAT;
+    }
+    if (st == LS_OK) st = obj_choice(c, "grad_mode", "detached", "full", &gfull, where, err, err_len);
+    if (st == LS_OK) st = obj_real(c, "epsilon", 0, 1, &o->epsilon, where, err, err_len);
+    if (st == LS_OK) st = obj_real(c, "beta", 0, 100, &o->beta, where, err, err_len);
+    if (st == LS_OK) st = obj_real(c, "temperature", 1e-3, 1e3, &o->temperature, where, err, err_len);
+    if (st != LS_OK) return st;
+    o->train_mode = full ? LS_TRAIN_FULL : LS_TRAIN_LORA;
+    o->lora_r = (int)r;
+    o->lora_experts = cJSON_IsTrue(le);
+    o->grad_mode = gfull ? LS_GRAD_FULL : LS_GRAD_DETACHED;
+    return LS_OK;
+}
+
+/* The embedded config: objective keys here, the model keys through
+ * ls_config_from_json, then no key but those ls_config_to_json writes. */
+static ls_status parse_dump_config(const cJSON *c, ls_model_config *cfg, ls_objective *obj, const char *where,
+                                   char *err, size_t err_len) {
+    char inner[512];
+    if (!cJSON_IsObject(c)) {
+        FIELD_ERR("%.400s: field 'config': must be an object", where);
+        return LS_ERR_FORMAT;
+    }
+    ls_status st = parse_objective(c, obj, where, err, err_len);
+    if (st != LS_OK) return st;
+    cJSON *model = cJSON_Duplicate(c, 1), *back = NULL;
+    if (!model) return LS_ERR_NOMEM;
+    for (size_t k = 0; k < sizeof OBJECTIVE_KEYS / sizeof *OBJECTIVE_KEYS; k++)
+        cJSON_DeleteItemFromObjectCaseSensitive(model, OBJECTIVE_KEYS[k]);
+    st = ls_config_from_json(cfg, model, "config", inner, sizeof inner);
+    if (st == LS_OK) st = ls_config_check(cfg, inner, sizeof inner);
+    if (st != LS_OK) {
+        FIELD_ERR("%.400s: %s", where, inner);
+    } else if (!(back = ls_config_to_json(cfg, obj))) {
+        st = LS_ERR_NOMEM;
+    } else {
+        const cJSON *it;
+        cJSON_ArrayForEach(it, c) {
+            if (!cJSON_GetObjectItemCaseSensitive(back, it->string)) {
+                FIELD_ERR("%.400s: config: key '%.100s': unknown for family '%s' (a misspelt key is refused)",
+                          where, it->string, ls_family_name(cfg->family));
+                st = LS_ERR_FORMAT;
+                break;
+            }
+        }
+    }
+    cJSON_Delete(back);
+    cJSON_Delete(model);
+    return st;
+}
+
+ls_status ls_batch_parse_dump(ls_batch **out, ls_model_config *cfg, ls_objective *obj, const char *buf,
+                              size_t len, const char *where, char *err, size_t err_len) {
+    cJSON *doc = NULL;
+    ls_batch *b = NULL;
+    ls_model_config c;
+    ls_objective o;
+    *out = NULL;
+    if (!where) where = "batch dump";
+    ls_status st = ls_json_parse(buf, len, where, &doc, err, err_len);
+    if (st != LS_OK) return st;
+    if (!cJSON_IsObject(doc)) {
+        FIELD_ERR("%.400s: not a JSON object", where);
+        st = LS_ERR_FORMAT;
+        goto cleanup;
+    }
+    st = only_keys(doc, DUMP_KEYS, sizeof DUMP_KEYS / sizeof *DUMP_KEYS, where, "field", err, err_len);
+    if (st == LS_OK) st = parse_dump_config(cJSON_GetObjectItemCaseSensitive(doc, "config"), &c, &o, where, err,
+                                            err_len);
+    if (st == LS_OK) st = read_tokens(doc, c.vocab, where, &b, err, err_len);
+    if (st != LS_OK) goto cleanup;
+    st = read_reals(cJSON_GetObjectItemCaseSensitive(doc, "rewards"), b->G, 0, where, "rewards", b->rewards, err,
+                    err_len);
+    if (st == LS_OK)
+        st = read_reals(cJSON_GetObjectItemCaseSensitive(doc, "advantages"), b->G, 0, where, "advantages", b->adv,
+                        err, err_len);
+    if (st == LS_OK)
+        st = read_lp_rows(cJSON_GetObjectItemCaseSensitive(doc, "old_logprobs"), b, where, "old_logprobs",
+                          b->old_lp, err, err_len);
+    if (st == LS_OK)
+        st = read_lp_rows(cJSON_GetObjectItemCaseSensitive(doc, "ref_logprobs"), b, where, "ref_logprobs",
+                          b->ref_lp, err, err_len);
+    if (st != LS_OK) goto cleanup;
+    b->old_supplied = 1;
+    *out = b;
+    b = NULL;
+    *cfg = c;
+    *obj = o;
+cleanup:
+    ls_batch_free(b);
+    cJSON_Delete(doc);
+    return st;
+}
+
+ls_status ls_batch_read_dump(ls_batch **out, ls_model_config *cfg, ls_objective *obj, const char *path,
+                             char *err, size_t err_len) {
+    char *buf = NULL;
+    size_t len = 0;
+    *out = NULL;
+    ls_status st = ls_json_read_bytes(path, &buf, &len, err, err_len);
+    if (st != LS_OK) return st;
+    st = ls_batch_parse_dump(out, cfg, obj, buf, len, path, err, err_len);
+    free(buf);
     return st;
 }
