@@ -216,7 +216,7 @@ Test(batch, corrupt_dump_fields_are_refused_by_name) {
         {"\"vocab\":256", "\"vocab\":1", "key 'vocab'"},
         {"\"rope_dim\":8", "\"rope_dim\":7", "key 'rope_dim'"},
         {"\"d_model\":64,", "", "key 'd_model'"},
-        {"\"family\":\"hybrid\"", "\"family\":\"mla\"", "key 'first_dense'"},
+        {"\"family\":\"hybrid\"", "\"family\":\"mla\"", "belongs to the hybrid family"},
         {"\"prompt\":[", "\"prompt\":[1],\"x\":[", "'x'"},
         {"\"ref_logprobs\":", "\"ref_logprobs\":[],\"y\":", "'y'"},
     };
