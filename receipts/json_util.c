@@ -249,6 +249,46 @@ ls_status ls_json_read_file(const char *path, cJSON **out, char *err, size_t err
     return ls_json_read_file_capped(path, LS_JSON_MAX_FILE_BYTES, out, err, errlen);
 }
 
+size_t ls_json_format_number(double d, char buf[LS_JSON_NUMBER_MAX]) {
+    buf[0] = '\0';
+    if (!isfinite(d)) return 0;
+    int n = 0;
+    if (d == floor(d) && fabs(d) < 9007199254740992.0) {
+        n = snprintf(buf, LS_JSON_NUMBER_MAX, "%.0f", d); /* "-0" keeps the sign of zero */
+    } else {
+        for (int prec = 15; prec <= 17; prec++) {
+            n = snprintf(buf, LS_JSON_NUMBER_MAX, "%.*g", prec, d);
+            if (strtod(buf, NULL) == d) break; /* nonzero here: no sign-of-zero question */
+        }
+    }
+    return n > 0 ? (size_t)n : 0;
+}
+
+cJSON *ls_json_create_exact_number(double d) {
+    char buf[LS_JSON_NUMBER_MAX];
+    if (ls_json_format_number(d, buf) == 0) return NULL;
+    return cJSON_CreateRaw(buf);
+}
+
+/* Replaces every number item under it with its exact raw form (a copy
+ * being prepared for cJSON's printer).  -1 on allocation failure. */
+static int exact_numbers(cJSON *it) {
+    for (cJSON *c = it->child; c != NULL; c = c->next) {
+        if (cJSON_IsNumber(c)) {
+            char buf[LS_JSON_NUMBER_MAX];
+            if (ls_json_format_number(c->valuedouble, buf) == 0) return -1;
+            char *raw = cJSON_malloc(strlen(buf) + 1);
+            if (raw == NULL) return -1;
+            memcpy(raw, buf, strlen(buf) + 1);
+            c->type = cJSON_Raw | (c->type & cJSON_StringIsConst);
+            c->valuestring = raw;
+        } else if (c->child != NULL && exact_numbers(c) != 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
 ls_status ls_json_print(const cJSON *doc, char **out, size_t *out_len, char *err,
                         size_t errlen) {
     *out = NULL;
@@ -257,7 +297,17 @@ ls_status ls_json_print(const cJSON *doc, char **out, size_t *out_len, char *err
         ls_json_errf(err, errlen, "non-finite number at %s", ptr);
         return LS_ERR_NONFINITE;
     }
-    char *text = cJSON_Print(doc);
+    cJSON *copy = cJSON_Duplicate(doc, 1);
+    char *text = NULL;
+    if (copy != NULL && cJSON_IsNumber(copy)) { /* a bare number document */
+        char buf[LS_JSON_NUMBER_MAX];
+        ls_json_format_number(copy->valuedouble, buf);
+        text = cJSON_malloc(strlen(buf) + 1);
+        if (text != NULL) memcpy(text, buf, strlen(buf) + 1);
+    } else if (copy != NULL && exact_numbers(copy) == 0) {
+        text = cJSON_Print(copy);
+    }
+    cJSON_Delete(copy);
     if (text == NULL) return LS_ERR_NOMEM;
     size_t n = strlen(text);
     char *withnl = realloc(text, n + 2);
@@ -297,8 +347,13 @@ static void sb_put(strbuf *b, const char *s, size_t n) {
     b->p[b->len] = '\0';
 }
 
-/* Prints a leaf (string, number, bool, null) exactly as cJSON does. */
+/* Prints a leaf (string, bool, null) as cJSON does, a number exactly. */
 static void put_leaf(strbuf *b, const cJSON *leaf) {
+    if (cJSON_IsNumber(leaf)) {
+        char num[LS_JSON_NUMBER_MAX];
+        sb_put(b, num, ls_json_format_number(leaf->valuedouble, num)); /* finite: checked first */
+        return;
+    }
     char *s = cJSON_PrintUnformatted(leaf);
     if (s == NULL) {
         b->nomem = 1;
@@ -389,7 +444,7 @@ ls_status ls_json_write_file(const char *path, const cJSON *doc, char *err, size
 }
 
 int ls_json_add_u64(cJSON *obj, const char *key, uint64_t v) {
-    if ((double)v <= LS_JSON_MAX_EXACT_INT && v <= (uint64_t)LS_JSON_MAX_EXACT_INT)
+    if (v < UINT64_C(1000000000000000)) /* cJSON prints these exactly */
         return cJSON_AddNumberToObject(obj, key, (double)v) != NULL ? 0 : -1;
     char digits[24];
     snprintf(digits, sizeof digits, "%" PRIu64, v);

@@ -74,13 +74,30 @@ ls_status ls_json_read_file(const char *path, cJSON **out, char *err, size_t err
  * when ptr != NULL, the JSON pointer of the first offender in ptr[ptrlen]. */
 ls_status ls_json_check_finite(const cJSON *doc, char *ptr, size_t ptrlen);
 
+/* Longest text ls_json_format_number writes, NUL included. */
+#define LS_JSON_NUMBER_MAX 32
+
+/* Writes a finite d as the JSON number text that reads back (strtod) as
+ * exactly d, sign of zero included: integral values below 2^53 as plain
+ * digits, others as the shortest of %.15g, %.16g, %.17g that round-trips.
+ * cJSON's own printer stops at 15 digits whenever its tolerant comparison
+ * calls them close enough, losing up to an ulp; every printer here uses
+ * this one instead.  Returns the length (0 when d is not finite). */
+size_t ls_json_format_number(double d, char buf[LS_JSON_NUMBER_MAX]);
+
+/* A raw cJSON item holding ls_json_format_number(d): it prints exactly and
+ * parses back as the same double.  NULL when d is not finite or on
+ * allocation failure.  The caller owns it (or adds it to a document). */
+cJSON *ls_json_create_exact_number(double d);
+
 /* Formatted (tab-indented, trailing newline) serialisation after the
- * finite check.  *out is the caller's (free()), *out_len its length. */
+ * finite check, every number printed exactly (ls_json_format_number).
+ * *out is the caller's (free()), *out_len its length. */
 ls_status ls_json_print(const cJSON *doc, char **out, size_t *out_len, char *err,
                         size_t errlen);
 
 /* Canonical serialisation: object keys sorted bytewise, no whitespace,
- * numbers and strings as cJSON prints them.  Refuses non-finite numbers
+ * strings as cJSON prints them, numbers exactly (ls_json_format_number).  Refuses non-finite numbers
  * (LS_ERR_NONFINITE) and duplicate keys (LS_ERR_ARG). */
 ls_status ls_json_print_canonical(const cJSON *doc, char **out, size_t *out_len,
                                   char *err, size_t errlen);
@@ -94,9 +111,9 @@ ls_status ls_json_write_file(const char *path, const cJSON *doc, char *err, size
 void ls_json_pointer_push_key(char *buf, size_t cap, const char *key);
 void ls_json_pointer_push_index(char *buf, size_t cap, size_t index);
 
-/* Adds a non-negative integer member.  Values up to 2^53 - 1 become cJSON
- * numbers; larger ones (wall-clock nanoseconds) are written as their exact
- * decimal digits (a cJSON raw item), which every JSON reader parses as a
+/* Adds a non-negative integer member.  Values below 10^15 become cJSON
+ * numbers (cJSON prints them exactly); larger ones (wall-clock nanoseconds)
+ * are written as their exact decimal digits (a cJSON raw item), which every JSON reader parses as a
  * number (double-based readers to ~0.25 us at 2^61).  0 on success, -1 on
  * allocation failure. */
 int ls_json_add_u64(cJSON *obj, const char *key, uint64_t v);

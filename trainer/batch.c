@@ -314,21 +314,9 @@ ls_status ls_batch_read_rollouts(ls_batch **out, const char *path, int vocab, ch
     return ls_batch_read_rollouts_max(out, path, vocab, LS_BATCH_MAX_LINE, err, err_len);
 }
 
-/* A number item that reads back bit-exact: cJSON prints 15 significant
- * digits whenever its tolerant comparison calls them close enough (losing
- * up to an ulp), so dumps print the shortest of %.15g/%.16g/%.17g that
- * strtod maps back to the same double, as a raw item.  NULL when x is not
- * finite (the caller refuses the dump) or on allocation failure. */
-static cJSON *exact_number(double x) {
-    char buf[32];
-    if (!isfinite(x)) return NULL;
-    for (int prec = 15; prec <= 17; prec++) {
-        snprintf(buf, sizeof buf, "%.*g", prec, x);
-        double y = strtod(buf, NULL);
-        if (y == x && (signbit(y) != 0) == (signbit(x) != 0)) break;
-    }
-    return cJSON_CreateRaw(buf);
-}
+/* Numbers read back bit-exact (receipts/json_util.h): cJSON's own printer
+ * can lose an ulp. */
+static cJSON *exact_number(double x) { return ls_json_create_exact_number(x); }
 
 static cJSON *num_array(const double *x, size_t n, int *nonfinite) {
     cJSON *a = cJSON_CreateArray();
