@@ -11,17 +11,18 @@
 
 #include "receipts/atomic_file.h"
 #include "receipts/json_util.h"
+#include "trainer/mem_tracker.h"
 
 ls_status ls_batch_alloc(ls_batch **out, size_t G) {
-    ls_batch *b = calloc(1, sizeof *b);
+    ls_batch *b = ls_mem_alloc(LS_MEM_SCRATCH, sizeof *b);
     if (!b) return LS_ERR_NOMEM;
     b->G = G;
-    b->resp = calloc(G, sizeof *b->resp);
-    b->R = calloc(G, sizeof *b->R);
-    b->rewards = calloc(G, sizeof *b->rewards);
-    b->adv = calloc(G, sizeof *b->adv);
-    b->old_lp = calloc(G, sizeof *b->old_lp);
-    b->ref_lp = calloc(G, sizeof *b->ref_lp);
+    b->resp = ls_mem_alloc(LS_MEM_SCRATCH, G * sizeof *b->resp);
+    b->R = ls_mem_alloc(LS_MEM_SCRATCH, G * sizeof *b->R);
+    b->rewards = ls_mem_alloc(LS_MEM_SCRATCH, G * sizeof *b->rewards);
+    b->adv = ls_mem_alloc(LS_MEM_SCRATCH, G * sizeof *b->adv);
+    b->old_lp = ls_mem_alloc(LS_MEM_SCRATCH, G * sizeof *b->old_lp);
+    b->ref_lp = ls_mem_alloc(LS_MEM_SCRATCH, G * sizeof *b->ref_lp);
     if (!b->resp || !b->R || !b->rewards || !b->adv || !b->old_lp || !b->ref_lp) {
         ls_batch_free(b);
         return LS_ERR_NOMEM;
@@ -31,28 +32,28 @@ ls_status ls_batch_alloc(ls_batch **out, size_t G) {
 }
 
 ls_status ls_batch_set_prompt(ls_batch *b, const int32_t *ids, size_t P) {
-    int32_t *np = malloc(P * sizeof *np);
+    int32_t *np = ls_mem_alloc(LS_MEM_SCRATCH, P * sizeof *np);
     if (!np) return LS_ERR_NOMEM;
     memcpy(np, ids, P * sizeof *np);
-    free(b->prompt);
+    ls_mem_free(b->prompt);
     b->prompt = np;
     b->P = P;
     return LS_OK;
 }
 
 ls_status ls_batch_set_response(ls_batch *b, size_t i, const int32_t *ids, size_t R) {
-    int32_t *nr = malloc(R * sizeof *nr);
-    double *o = calloc(R, sizeof *o), *r = calloc(R, sizeof *r);
+    int32_t *nr = ls_mem_alloc(LS_MEM_SCRATCH, R * sizeof *nr);
+    double *o = ls_mem_alloc(LS_MEM_SCRATCH, R * sizeof *o), *r = ls_mem_alloc(LS_MEM_SCRATCH, R * sizeof *r);
     if (!nr || !o || !r) {
-        free(nr);
-        free(o);
-        free(r);
+        ls_mem_free(nr);
+        ls_mem_free(o);
+        ls_mem_free(r);
         return LS_ERR_NOMEM;
     }
     memcpy(nr, ids, R * sizeof *nr);
-    free(b->resp[i]);
-    free(b->old_lp[i]);
-    free(b->ref_lp[i]);
+    ls_mem_free(b->resp[i]);
+    ls_mem_free(b->old_lp[i]);
+    ls_mem_free(b->ref_lp[i]);
     b->resp[i] = nr;
     b->old_lp[i] = o;
     b->ref_lp[i] = r;
@@ -63,18 +64,18 @@ ls_status ls_batch_set_response(ls_batch *b, size_t i, const int32_t *ids, size_
 void ls_batch_free(ls_batch *b) {
     if (!b) return;
     for (size_t i = 0; i < b->G; i++) {
-        if (b->resp) free(b->resp[i]);
-        if (b->old_lp) free(b->old_lp[i]);
-        if (b->ref_lp) free(b->ref_lp[i]);
+        if (b->resp) ls_mem_free(b->resp[i]);
+        if (b->old_lp) ls_mem_free(b->old_lp[i]);
+        if (b->ref_lp) ls_mem_free(b->ref_lp[i]);
     }
-    free(b->resp);
-    free(b->R);
-    free(b->rewards);
-    free(b->adv);
-    free(b->old_lp);
-    free(b->ref_lp);
-    free(b->prompt);
-    free(b);
+    ls_mem_free(b->resp);
+    ls_mem_free(b->R);
+    ls_mem_free(b->rewards);
+    ls_mem_free(b->adv);
+    ls_mem_free(b->old_lp);
+    ls_mem_free(b->ref_lp);
+    ls_mem_free(b->prompt);
+    ls_mem_free(b);
 }
 
 /* Errors are "WHERE: field 'NAME[i]': problem"; WHERE is cut to 400 bytes. */
@@ -267,7 +268,7 @@ static ls_status read_first_line(const char *path, size_t max_line, char **out, 
         if (n == cap) {
             size_t ncap = cap ? cap * 2 : 65536;
             if (ncap > max_line + 1) ncap = max_line + 1;
-            char *nb = ncap > cap ? realloc(buf, ncap) : NULL;
+            char *nb = ncap > cap ? ls_mem_realloc(LS_MEM_SCRATCH, buf, ncap) : NULL;
             if (!nb) {
                 st = ncap > cap ? LS_ERR_NOMEM : LS_OK; /* cap == max_line + 1: enough read */
                 break;
@@ -289,7 +290,7 @@ static ls_status read_first_line(const char *path, size_t max_line, char **out, 
     }
     fclose(f);
     if (st != LS_OK) {
-        free(buf);
+        ls_mem_free(buf);
         return st;
     }
     *out = buf;
@@ -306,7 +307,7 @@ ls_status ls_batch_read_rollouts_max(ls_batch **out, const char *path, int vocab
     ls_status st = read_first_line(path, max_line, &buf, &len, err, err_len);
     if (st != LS_OK) return st;
     st = ls_batch_parse_rollouts(out, buf, len, path, vocab, max_line, err, err_len);
-    free(buf);
+    ls_mem_free(buf);
     return st;
 }
 
