@@ -25,22 +25,16 @@
 #include "trainer/batch.h"
 #include "trainer/config.h"
 #include "test_util.h"
+#include "test_tmpdir.h"
 
 #define TRAIN LS_BINARY_DIR "/trainer/longstraw-train"
 #define CFG_DIR LS_SOURCE_DIR "/configs/"
 
 static char tmpdir[256];
 
-static void setup(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/ls-batch-XXXXXX");
-    cr_assert_not_null(mkdtemp(tmpdir));
-}
+static void setup(void) { ls_test_tmpdir_make(tmpdir, "batch"); }
 
-static void teardown(void) {
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    cr_expect_eq(system(cmd), 0);
-}
+static void teardown(void) { ls_test_tmpdir_remove(tmpdir); }
 
 TestSuite(batch, .init = setup, .fini = teardown);
 

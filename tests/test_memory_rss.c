@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "receipts/receipt.h"
+#include "test_tmpdir.h"
 
 #define TRAIN LS_BINARY_DIR "/trainer/longstraw-train"
 #define CFG LS_SOURCE_DIR "/configs/hybrid-tiny.json"
@@ -38,16 +39,9 @@ static const long long ABS_BOUND = 32ll << 20; /* untracked bytes allowed at all
 
 static char tmpdir[256];
 
-static void setup(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/ls-rss-XXXXXX");
-    cr_assert_not_null(mkdtemp(tmpdir));
-}
+static void setup(void) { ls_test_tmpdir_make(tmpdir, "rss"); }
 
-static void teardown(void) {
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    cr_expect_eq(system(cmd), 0);
-}
+static void teardown(void) { ls_test_tmpdir_remove(tmpdir); }
 
 typedef struct {
     long long rss, tracked, untracked; /* peak RSS, tracker run peak, their difference */

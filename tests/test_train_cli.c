@@ -25,22 +25,16 @@
 #include "receipts/receipt.h"
 #include "receipts/trace_reader.h"
 #include "trainer/safetensors.h"
+#include "test_tmpdir.h"
 
 #define TRAIN LS_BINARY_DIR "/trainer/longstraw-train"
 #define CFG LS_SOURCE_DIR "/configs/hybrid-tiny.json"
 
 static char tmpdir[256];
 
-static void setup(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/ls-cli-XXXXXX");
-    cr_assert_not_null(mkdtemp(tmpdir));
-}
+static void setup(void) { ls_test_tmpdir_make(tmpdir, "cli"); }
 
-static void teardown(void) {
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    cr_expect_eq(system(cmd), 0);
-}
+static void teardown(void) { ls_test_tmpdir_remove(tmpdir); }
 
 /* Run a command line with stdout/stderr into tmpdir/out.txt and err.txt;
  * returns the exit status. */
