@@ -400,63 +400,9 @@ ls_status ls_batch_write_dump(const ls_batch *b, const ls_model_config *cfg, con
 
 static const char *const DUMP_KEYS[] = {"config",     "prompt",       "responses",   "rewards",
                                         "advantages", "old_logprobs", "ref_logprobs"};
-static const char *const OBJECTIVE_KEYS[] = {"train_mode", "lora_r",  "lora_alpha", "lora_experts",
-                                             "grad_mode",  "epsilon", "beta",       "temperature"};
-
-static ls_status obj_real(const cJSON *c, const char *key, double lo, double hi, double *out, const char *where,
-                          char *err, size_t err_len) {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(c, key);
-    if (!cJSON_IsNumber(it) || !(it->valuedouble >= lo && it->valuedouble <= hi)) {
-        FIELD_ERR("%.400s: config: key '%s': %s; must be a number in [%g, %g]", where, key,
-                  it ? "out of range or not a number" : "missing", lo, hi);
-        return LS_ERR_FORMAT;
-    }
-    *out = it->valuedouble;
-    return LS_OK;
-}
-
-static ls_status obj_choice(const cJSON *c, const char *key, const char *a, const char *b, int *out,
-                            const char *where, char *err, size_t err_len) {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(c, key);
-    if (!cJSON_IsString(it) || (strcmp(it->valuestring, a) != 0 && strcmp(it->valuestring, b) != 0)) {
-        FIELD_ERR("%.400s: config: key '%s': must be \"%s\" or \"%s\"", where, key, a, b);
-        return LS_ERR_FORMAT;
-    }
-    *out = strcmp(it->valuestring, b) == 0;
-    return LS_OK;
-}
-
-/* The objective keys of a dump's config (ranges as longstraw-train's). */
-static ls_status parse_objective(const cJSON *c, ls_objective *o, const char *where, char *err, size_t err_len) {
-    int full = 0, gfull = 0;
-    double r = 0;
-    ls_objective_defaults(o);
-    ls_status st = obj_choice(c, "train_mode", "lora", "full", &full, where, err, err_len);
-    if (st == LS_OK) st = obj_real(c, "lora_r", 1, 1024, &r, where, err, err_len);
-    if (st == LS_OK && r != floor(r)) {
-        FIELD_ERR("%.400s: config: key 'lora_r': must be an integer in [1, 1024]", where);
-        st = LS_ERR_FORMAT;
-    }
-    if (st == LS_OK) st = obj_real(c, "lora_alpha", 1e-6, 1e6, &o->lora_alpha, where, err, err_len);
-    const cJSON *le = cJSON_GetObjectItemCaseSensitive(c, "lora_experts");
-    if (st == LS_OK && !cJSON_IsBool(le)) {
-        FIELD_ERR("%.400s: config: key 'lora_experts': must be true or false", where);
-        st = LS_ERR_FORMAT;
-    }
-    if (st == LS_OK) st = obj_choice(c, "grad_mode", "detached", "full", &gfull, where, err, err_len);
-    if (st == LS_OK) st = obj_real(c, "epsilon", 0, 1, &o->epsilon, where, err, err_len);
-    if (st == LS_OK) st = obj_real(c, "beta", 0, 100, &o->beta, where, err, err_len);
-    if (st == LS_OK) st = obj_real(c, "temperature", 1e-3, 1e3, &o->temperature, where, err, err_len);
-    if (st != LS_OK) return st;
-    o->train_mode = full ? LS_TRAIN_FULL : LS_TRAIN_LORA;
-    o->lora_r = (int)r;
-    o->lora_experts = cJSON_IsTrue(le);
-    o->grad_mode = gfull ? LS_GRAD_FULL : LS_GRAD_DETACHED;
-    return LS_OK;
-}
-
-/* The embedded config: objective keys here, the model keys through
- * ls_config_from_json, then no key but those ls_config_to_json writes. */
+/* The embedded config: the model keys and every objective key, nothing
+ * else (ls_config_from_json_with_objective: the same strictness and ranges
+ * as longstraw-train's config file and command line). */
 static ls_status parse_dump_config(const cJSON *c, ls_model_config *cfg, ls_objective *obj, const char *where,
                                    char *err, size_t err_len) {
     char inner[512];
@@ -464,31 +410,8 @@ static ls_status parse_dump_config(const cJSON *c, ls_model_config *cfg, ls_obje
         FIELD_ERR("%.400s: field 'config': must be an object", where);
         return LS_ERR_FORMAT;
     }
-    ls_status st = parse_objective(c, obj, where, err, err_len);
-    if (st != LS_OK) return st;
-    cJSON *model = cJSON_Duplicate(c, 1), *back = NULL;
-    if (!model) return LS_ERR_NOMEM;
-    for (size_t k = 0; k < sizeof OBJECTIVE_KEYS / sizeof *OBJECTIVE_KEYS; k++)
-        cJSON_DeleteItemFromObjectCaseSensitive(model, OBJECTIVE_KEYS[k]);
-    st = ls_config_from_json(cfg, model, "config", inner, sizeof inner);
-    if (st == LS_OK) st = ls_config_check(cfg, inner, sizeof inner);
-    if (st != LS_OK) {
-        FIELD_ERR("%.400s: %s", where, inner);
-    } else if (!(back = ls_config_to_json(cfg, obj))) {
-        st = LS_ERR_NOMEM;
-    } else {
-        const cJSON *it;
-        cJSON_ArrayForEach(it, c) {
-            if (!cJSON_GetObjectItemCaseSensitive(back, it->string)) {
-                FIELD_ERR("%.400s: config: key '%.100s': unknown for family '%s' (a misspelt key is refused)",
-                          where, it->string, ls_family_name(cfg->family));
-                st = LS_ERR_FORMAT;
-                break;
-            }
-        }
-    }
-    cJSON_Delete(back);
-    cJSON_Delete(model);
+    ls_status st = ls_config_from_json_with_objective(cfg, obj, c, "config", inner, sizeof inner);
+    if (st != LS_OK) FIELD_ERR("%.400s: %s", where, inner);
     return st;
 }
 
