@@ -229,17 +229,15 @@ static void add_into(ls_real *dst, const ls_real *src, size_t n) {
 /* GDN recurrence backward with a gradient cut at c = tp->cut: tokens [0, c)
  * run backward with no gradient arriving for the state they hand on; tokens
  * [c, T) run backward from the state at the cut (recomputed from the taped
- * q, k, v, g, beta) and the state gradient they would hand back is dropped. */
+ * q, k, v, g, beta) and the state gradient they would hand back is dropped.
+ * ws: a workspace for the longer of the two pieces. */
 static ls_status gdn_cut_backward(const ls_params *p, const ls_layer_tape *tp, ls_real *dqn, ls_real *dkn,
                                   ls_real *dvv, ls_real *dg, ls_real *dbeta, const ls_real *dgo,
-                                  const ls_real *dS_out, ls_arena *scr) {
+                                  const ls_real *dS_out, ls_real *ws, ls_arena *scr) {
     const ls_model_config *c = &p->cfg;
     size_t Hk = (size_t)c->gdn_hk, Hv = (size_t)c->gdn_hv, dk = (size_t)c->gdn_dk, dv = (size_t)c->gdn_dv;
     size_t QK = Hk * dk, VD = Hv * dv, cut = tp->cut, n = tp->T - cut;
-    size_t w0 = LS_K(ls_gdn_backward_workspace)(cut, Hk, Hv, dk, dv);
-    size_t w1 = LS_K(ls_gdn_backward_workspace)(n, Hk, Hv, dk, dv);
     ls_real *S_cut = ls_arena_alloc(scr, R(Hv * dk * dv)), *o_tmp = ls_arena_alloc(scr, R(cut * VD));
-    ls_real *ws = ls_arena_alloc(scr, R(w0 > w1 ? w0 : w1));
     if (scr->failed) return LS_ERR_NOMEM;
     LS_K(ls_gdn_forward)(o_tmp, S_cut, tp->qn, tp->kn, tp->vv, tp->g, tp->beta, tp->S_in, cut, Hk, Hv, dk, dv);
     LS_K(ls_gdn_backward)(dqn, dkn, dvv, dg, dbeta, NULL, dgo, NULL, tp->qn, tp->kn, tp->vv, tp->g, tp->beta,
@@ -290,7 +288,13 @@ static ls_status gdn_backward(const ls_params *p, const ls_hybrid_layer *ly, con
     ls_real *db = ls_arena_alloc(scr, R(T * Hv));
     ls_real *dqraw = ls_arena_alloc(scr, R(T * QK)), *dkraw = ls_arena_alloc(scr, R(T * QK));
     ls_real *dc = ls_arena_alloc(scr, R(T * C)), *dm = ls_arena_alloc(scr, R(T * C));
-    ls_real *ws = ls_arena_alloc(scr, R(LS_K(ls_gdn_backward_workspace)(T, Hk, Hv, dk, dv)));
+    /* the recurrence runs over [0, T), or over [0, cut) and [cut, T) apart */
+    size_t wsz = LS_K(ls_gdn_backward_workspace)(tp->cut ? tp->cut : T, Hk, Hv, dk, dv);
+    if (tp->cut) {
+        size_t w1 = LS_K(ls_gdn_backward_workspace)(T - tp->cut, Hk, Hv, dk, dv);
+        wsz = w1 > wsz ? w1 : wsz;
+    }
+    ls_real *ws = ls_arena_alloc(scr, R(wsz));
     ls_real *dS_in = dctx ? ls_arena_alloc(scr, R(Hv * dk * dv)) : NULL;
     ls_real *dtail_in = dctx ? ls_arena_alloc(scr, R((K - 1) * C)) : NULL;
     if (scr->failed) return LS_ERR_NOMEM;
@@ -301,7 +305,7 @@ static ls_status gdn_backward(const ls_params *p, const ls_hybrid_layer *ly, con
     if (tp->cut == 0)
         LS_K(ls_gdn_backward)(dqn, dkn, dvv, dg, dbeta, dS_in, dgo, dS_out, tp->qn, tp->kn, tp->vv, tp->g,
                               tp->beta, tp->S_in, T, Hk, Hv, dk, dv, ws);
-    else if ((st = gdn_cut_backward(p, tp, dqn, dkn, dvv, dg, dbeta, dgo, dS_out, scr)) != LS_OK)
+    else if ((st = gdn_cut_backward(p, tp, dqn, dkn, dvv, dg, dbeta, dgo, dS_out, ws, scr)) != LS_OK)
         return st;
     LS_K(ls_gdn_gates_backward)(da, db, ly->A_log->g, ly->dt_bias->g, dg, dbeta, tp->a, tp->b,
                                 ly->A_log->w, ly->dt_bias->w, T, Hv);
