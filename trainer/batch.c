@@ -317,12 +317,10 @@ ls_status ls_batch_read_rollouts(ls_batch **out, const char *path, int vocab, ch
 
 /* Numbers read back bit-exact (receipts/json_util.h): cJSON's own printer
  * can lose an ulp. */
-static cJSON *exact_number(double x) { return ls_json_create_exact_number(x); }
-
 static cJSON *num_array(const double *x, size_t n, int *nonfinite) {
     cJSON *a = cJSON_CreateArray();
     for (size_t i = 0; a && i < n; i++) {
-        cJSON *v = exact_number(x[i]);
+        cJSON *v = ls_json_create_exact_number(x[i]);
         if (!v) *nonfinite = 1;
         else cJSON_AddItemToArray(a, v);
     }
@@ -341,7 +339,7 @@ static cJSON *exact_config(const ls_model_config *cfg, const ls_objective *obj, 
     while (it) {
         cJSON *next = it->next;
         if (cJSON_IsNumber(it)) {
-            cJSON *v = exact_number(it->valuedouble);
+            cJSON *v = ls_json_create_exact_number(it->valuedouble);
             if (!v) *nonfinite = 1;
             else cJSON_ReplaceItemInObjectCaseSensitive(c, it->string, v);
         }
