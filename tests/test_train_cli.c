@@ -293,10 +293,12 @@ Test(train_cli, full_run_writes_complete_trace_receipt_and_manifest) {
     ls_trace_report *rep = read_trace(rd, &t);
     cr_expect_eq(rep->end, LS_TRACE_END_CLEAN, "trace ended %s", ls_trace_end_name(rep->end));
     cr_expect_eq(rep->n_diags, 0);
-    /* every layer (embedding -1 .. head 8) forward in capture; every member's
-     * forward and backward in replay; backward of every layer in prompt_bwd */
+    /* every layer (embedding -1 .. head 8) forward in capture, three captures
+     * a step (the policy for the rollout, the reference, the policy again:
+     * one prompt state at a time); every member's forward and backward in
+     * replay; backward of every layer in prompt_bwd */
     for (int l = 0; l <= 9; l++) {
-        cr_expect_eq(t.fwd[0][0][l], l == 9 ? 0 : 2, "capture fwd layer %d: %d", l - 1, t.fwd[0][0][l]);
+        cr_expect_eq(t.fwd[0][0][l], l == 9 ? 0 : 6, "capture fwd layer %d: %d", l - 1, t.fwd[0][0][l]);
         for (int m = 1; m <= 3; m++) {
             cr_expect_eq(t.fwd[2][m][l], 2, "replay fwd member %d layer %d", m - 1, l - 1);
             cr_expect_eq(t.bwd[2][m][l], 2, "replay bwd member %d layer %d", m - 1, l - 1);

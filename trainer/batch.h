@@ -22,6 +22,7 @@ typedef struct {
     double **old_lp;  /* [G][R[i]], NULL rows until scored or supplied */
     double **ref_lp;  /* [G][R[i]] */
     int old_supplied; /* old log-probs came from the rollouts file */
+    int ref_supplied; /* reference log-probs came from the rollouts file */
 } ls_batch;
 
 /* Allocate an empty batch for G members (prompt/responses set by the caller

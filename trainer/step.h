@@ -23,8 +23,14 @@ typedef struct {
     void (*progress)(void *user, const char *phase, size_t done, size_t total);
 } ls_step_observer;
 
+/* What the replay trains: the GRPO objective (MODEL.md §4), or supervised
+ * cross-entropy on the built-in task's reference answer (the warm start a
+ * GRPO run from random weights needs; same capture-and-replay path). */
+typedef enum { LS_OBJECTIVE_GRPO = 0, LS_OBJECTIVE_SFT = 1 } ls_objective_kind;
+
 typedef struct {
     ls_strategy strategy;
+    ls_objective_kind objective;
     size_t page_size;          /* KV page length in tokens */
     size_t capture_chunk;      /* prompt tokens per capture segment (0: the whole prompt at once) */
     size_t G;                  /* group size (rollout) */
@@ -44,7 +50,31 @@ typedef struct {
     size_t prompt_state_analytical;
     size_t max_branch_bytes;       /* largest member tape */
     int64_t phase_ns[8];           /* capture rollout score replay prompt_bwd finalize optimizer */
+    int64_t phase_tokens[8];       /* tokens each phase processed (captures: P-1 each) */
+    /* step metrics (the step_metrics event) */
+    double reward_mean, reward_std, reward_min, reward_max;
+    int has_reward_parts;          /* the built-in task rolled out: its two terms below */
+    double reward_retrieval, reward_format;
+    double adv_mean, adv_std;
+    double loss_policy, loss_kl;   /* GRPO: loss = loss_policy + loss_kl; SFT: loss_policy = loss */
+    double kl_mean, clip_fraction, ratio_min, ratio_mean, ratio_max;
+    double response_len_mean;
+    int64_t tokens;                /* response tokens trained */
+    int captures;                  /* prompt captures this step ran (policy and reference) */
+    int used_reference;            /* the reference policy was captured and scored */
+    int prefix_frozen;             /* the step reused a prompt state captured before an update */
 } ls_step_result;
+
+/* The prompt state kept across prefix-frozen steps (--prefix-frozen K):
+ * the first step captures into it, later steps reuse it although the
+ * parameters changed (stale: such steps are never exact).  rps is the
+ * reference policy's state, kept too when beta > 0.  Zero-initialise;
+ * free with ls_step_prefix_free. */
+typedef struct {
+    ls_hstate ps, rps;
+    int have_ps, have_rps;
+} ls_step_prefix;
+void LS_K(ls_step_prefix_free)(ls_step_prefix *f);
 
 void ls_step_options_defaults(ls_step_options *o);
 
@@ -54,6 +84,21 @@ void ls_step_options_defaults(ls_step_options *o);
  * Returns LS_ERR_NONFINITE when the loss or a gradient is not finite. */
 ls_status LS_K(ls_step_grads)(ls_params *p, ls_batch *b, const ls_task *task, const ls_step_options *o,
                               const ls_step_observer *obs, ls_step_result *res, char *err, size_t err_len);
+/* The same, with a prefix kept across steps (NULL: an ordinary step).
+ * LongStraw strategy, detached gradients only (a stale state has no exact
+ * prompt gradient); LS_ERR_ARG otherwise.
+ *
+ * The reference policy: skipped when beta = 0, for the SFT objective, and
+ * when the batch supplies ref log-probs.  Otherwise one prompt state is live
+ * at a time: with known responses the reference state is captured, scored
+ * and freed before the policy capture; when the step rolls out, the policy
+ * state serves rollout and old-policy scoring, is freed, the reference is
+ * captured, scored and freed, and the policy state is captured again for the
+ * replay (one more capture, half the prompt-state peak).  A prefix keeps both
+ * states instead. */
+ls_status LS_K(ls_step_grads_prefix)(ls_params *p, ls_batch *b, const ls_task *task, const ls_step_options *o,
+                                     const ls_step_observer *obs, ls_step_prefix *pf, ls_step_result *res,
+                                     char *err, size_t err_len);
 /* One AdamW step over every trainable tensor (step counts from 1). */
 void LS_K(ls_step_optimizer)(ls_params *p, const ls_step_options *o, int64_t step);
 

@@ -3,6 +3,7 @@
 
 void ls_step_options_defaults(ls_step_options *o) {
     o->strategy = LS_STRATEGY_LONGSTRAW;
+    o->objective = LS_OBJECTIVE_GRPO;
     o->page_size = 64;
     o->capture_chunk = 2048;
     o->G = 4;

@@ -47,14 +47,22 @@ ls_status ls_task_make(ls_task *t, size_t P, size_t value_len, uint64_t seed) {
     return LS_OK;
 }
 
-double ls_task_reward(const ls_task *t, const int32_t *resp, size_t R) {
-    if (R == 0) return 0;
+void ls_task_reward_parts(const ls_task *t, const int32_t *resp, size_t R, double *retrieval, double *format) {
+    *retrieval = *format = 0;
+    if (R == 0) return;
     size_t hit = 0, digits = 0;
     for (size_t i = 0; i < R; i++) {
         if (i < t->value_len && resp[i] == t->answer[i]) hit++;
         if (resp[i] >= '0' && resp[i] <= '9') digits++;
     }
-    return 0.8 * (double)hit / (double)t->value_len + 0.2 * (double)digits / (double)R;
+    *retrieval = 0.8 * (double)hit / (double)t->value_len;
+    *format = 0.2 * (double)digits / (double)R;
+}
+
+double ls_task_reward(const ls_task *t, const int32_t *resp, size_t R) {
+    double a, b;
+    ls_task_reward_parts(t, resp, R, &a, &b);
+    return a + b;
 }
 
 void ls_task_free(ls_task *t) {

@@ -24,5 +24,10 @@ typedef struct {
 /* Build a prompt of exactly P tokens (P >= 64).  Free with ls_task_free. */
 ls_status ls_task_make(ls_task *t, size_t P, size_t value_len, uint64_t seed);
 double ls_task_reward(const ls_task *t, const int32_t *resp, size_t R);
+/* The reward's two terms, each already weighted (reward = retrieval +
+ * format): retrieval = 0.8 x the fraction of the value's bytes produced at
+ * their position, format = 0.2 x the fraction of response bytes that are
+ * digits.  A random response of digits scores retrieval 0.08 on average. */
+void ls_task_reward_parts(const ls_task *t, const int32_t *resp, size_t R, double *retrieval, double *format);
 void ls_task_free(ls_task *t);
 #endif
