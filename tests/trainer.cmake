@@ -7,3 +7,5 @@ ls_add_criterion_test(test_config SOURCES test_config.c LIBS ls_trainer_f64 DEFS
 ls_add_criterion_test(test_hybrid_fd SOURCES test_hybrid_fd.c LIBS ls_trainer_f64 DEFS LS_REAL_F64 TIMEOUT 600)
 ls_add_criterion_test(test_batch SOURCES test_batch.c LIBS ls_trainer_core TIMEOUT 300)
 add_dependencies(test_batch longstraw-train)
+# the step: reference-policy order, beta 0, supplied ref, sft, prefix-frozen, metrics (float64)
+ls_add_criterion_test(test_step_features SOURCES test_step_features.c LIBS ls_trainer_f64 DEFS LS_REAL_F64 TIMEOUT 300)

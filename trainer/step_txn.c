@@ -216,10 +216,11 @@ static ls_status advantages(txn *x) {
  * naive full sequence), its loss and backward.  dps: prompt-state gradient
  * (NULL: detached).  The naive sequence in `detached` mode cuts its gradient
  * at the carried state (positions < P-1): the stop-gradient reference, one
- * sequence under autograd.  sft: cross-entropy -(1/R) sum_t logp instead of
- * GRPO.  have_ref: the batch holds reference log-probs (else KL is zero). */
-static ls_status replay_member(txn *x, const ls_batch *b, size_t i, int sft, int have_ref, double *loss,
-                               size_t *tape_bytes) {
+ * sequence under autograd.  sft_w [R] (NULL: GRPO): the weighted
+ * cross-entropy -sum_t w_t logp_t / sum_t w_t instead.  have_ref: the batch
+ * holds reference log-probs (else KL is zero). */
+static ls_status replay_member(txn *x, const ls_batch *b, size_t i, const double *sft_w, int have_ref,
+                               double *loss, size_t *tape_bytes) {
     const ls_params *p = x->p;
     size_t R = b->R[i], P = b->P;
     int naive = x->naive;
@@ -246,13 +247,15 @@ static ls_status replay_member(txn *x, const ls_batch *b, size_t i, int sft, int
     st = LS_K(ls_segment_forward)(p, &io);
     if (st != LS_OK) goto cleanup;
     for (size_t t = 0; t < R; t++) lpd[t] = (double)lp[t];
-    if (sft) {
-        double s = 0;
+    if (sft_w) {
+        double s = 0, wsum = 0;
+        for (size_t t = 0; t < R; t++) wsum += sft_w[t];
+        wsum = wsum > 0 ? wsum : 1;
         for (size_t t = 0; t < R; t++) {
-            s -= lpd[t];
-            dlp[t] = (ls_real)(-1.0 / (double)R);
+            s -= sft_w[t] * lpd[t];
+            dlp[t] = (ls_real)(-sft_w[t] / wsum);
         }
-        *loss += s / (double)R;
+        *loss += s / wsum;
     } else {
         for (size_t t = 0; t < R; t++) {
             t_old[t] = (ls_real)b->old_lp[i][t];
@@ -275,14 +278,21 @@ cleanup:
     return st;
 }
 
-/* The SFT replay: one teacher-forced sequence, the task's answer. */
+/* The SFT replay: one teacher-forced sequence, the task's answers
+ * (ls_task_sft_target), cross-entropy on the value bytes. */
 static ls_status replay_sft(txn *x, size_t *tape_bytes) {
     ls_batch *sb = NULL;
-    ls_status st = ls_batch_alloc(&sb, 1);
+    int32_t *seq = NULL;
+    double *w = NULL;
+    size_t n = 0;
+    ls_status st = ls_task_sft_target(x->task, &seq, &w, &n);
+    if (st == LS_OK) st = ls_batch_alloc(&sb, 1);
     if (st == LS_OK) st = ls_batch_set_prompt(sb, x->b->prompt, x->b->P);
-    if (st == LS_OK) st = ls_batch_set_response(sb, 0, x->task->answer, x->task->value_len);
-    if (st == LS_OK) st = replay_member(x, sb, 0, 1, 0, &x->res->loss, tape_bytes);
+    if (st == LS_OK) st = ls_batch_set_response(sb, 0, seq, n);
+    if (st == LS_OK) st = replay_member(x, sb, 0, w, 0, &x->res->loss, tape_bytes);
     ls_batch_free(sb);
+    ls_mem_free(seq);
+    ls_mem_free(w);
     return st;
 }
 
@@ -431,7 +441,7 @@ ls_status LS_K(ls_step_grads_prefix)(ls_params *p, ls_batch *b, const ls_task *t
         int have_ref = use_ref || b->ref_supplied;
         for (size_t i = 0; st == LS_OK && i < b->G; i++) {
             size_t tb = 0;
-            st = replay_member(&x, b, i, 0, have_ref, &res->loss, &tb);
+            st = replay_member(&x, b, i, NULL, have_ref, &res->loss, &tb);
             if (tb > res->max_branch_bytes) res->max_branch_bytes = tb;
             progress(obs, PH_REPLAY, i + 1, b->G);
         }

@@ -25,10 +25,17 @@ ls_status ls_task_make(ls_task *t, size_t P, size_t value_len, uint64_t seed) {
     size_t rec = 1 + 4 + 1 + value_len + 1, qlen = 1 + 4 + 1;
     size_t body = P - qlen, n_pairs = body / (rec * 8) + 1;
     size_t slot = body / n_pairs, chosen = (size_t)ls_rng_below(&r, n_pairs);
+    t->rec_at = ls_mem_alloc(LS_MEM_SCRATCH, n_pairs * sizeof *t->rec_at);
+    if (!t->rec_at) {
+        ls_task_free(t);
+        return LS_ERR_NOMEM;
+    }
+    t->chosen = chosen;
     int32_t key[4] = {'A', 'A', 'A', 'A'};
     for (size_t k = 0; k < n_pairs; k++) {
         if (slot < rec) break;
         size_t at = k * slot + (size_t)ls_rng_below(&r, slot - rec + 1);
+        t->rec_at[t->n_pairs++] = at;
         int32_t *q = t->prompt + at;
         q[0] = '#';
         for (int j = 0; j < 4; j++) q[1 + j] = 'A' + (int32_t)ls_rng_below(&r, 26);
@@ -65,7 +72,47 @@ double ls_task_reward(const ls_task *t, const int32_t *resp, size_t R) {
     return a + b;
 }
 
+size_t ls_task_sft_len(size_t P, size_t value_len) {
+    size_t rec = 1 + 4 + 1 + value_len + 1, body = P - (1 + 4 + 1), n_pairs = body / (rec * 8) + 1;
+    return value_len + (n_pairs - 1) * (7 + value_len);
+}
+
+ls_status ls_task_sft_target(const ls_task *t, int32_t **seq, double **weight, size_t *len) {
+    size_t vl = t->value_len, n = vl + (t->n_pairs ? t->n_pairs - 1 : 0) * (7 + vl);
+    *seq = ls_mem_alloc(LS_MEM_SCRATCH, n * sizeof **seq);
+    *weight = ls_mem_alloc(LS_MEM_SCRATCH, n * sizeof **weight);
+    if (!*seq || !*weight) {
+        ls_mem_free(*seq);
+        ls_mem_free(*weight);
+        *seq = NULL;
+        *weight = NULL;
+        return LS_ERR_NOMEM;
+    }
+    size_t o = 0;
+    for (size_t j = 0; j < vl; j++, o++) {
+        (*seq)[o] = t->answer[j];
+        (*weight)[o] = 1;
+    }
+    for (size_t k = 0; k < t->n_pairs; k++) {
+        if (k == t->chosen) continue;
+        const int32_t *q = t->prompt + t->rec_at[k]; /* "#KEY=VALUE;" */
+        (*seq)[o] = ';';
+        (*seq)[o + 1] = '?';
+        for (int j = 0; j < 4; j++) (*seq)[o + 2 + j] = q[1 + j];
+        (*seq)[o + 6] = '=';
+        for (size_t j = 0; j < 7; j++) (*weight)[o + j] = 0;
+        o += 7;
+        for (size_t j = 0; j < vl; j++, o++) {
+            (*seq)[o] = q[6 + j];
+            (*weight)[o] = 1;
+        }
+    }
+    *len = o;
+    return LS_OK;
+}
+
 void ls_task_free(ls_task *t) {
+    ls_mem_free(t->rec_at);
     ls_mem_free(t->prompt);
     ls_mem_free(t->answer);
     memset(t, 0, sizeof *t);

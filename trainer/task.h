@@ -19,6 +19,9 @@ typedef struct {
     size_t P;
     int32_t *answer;   /* [value_len] */
     size_t value_len;
+    size_t n_pairs;    /* records in the prompt */
+    size_t *rec_at;    /* [n_pairs] offset of each record's '#' */
+    size_t chosen;     /* the queried record */
 } ls_task;
 
 /* Build a prompt of exactly P tokens (P >= 64).  Free with ls_task_free. */
@@ -30,4 +33,15 @@ double ls_task_reward(const ls_task *t, const int32_t *resp, size_t R);
  * digits.  A random response of digits scores retrieval 0.08 on average. */
 void ls_task_reward_parts(const ls_task *t, const int32_t *resp, size_t R, double *retrieval, double *format);
 void ls_task_free(ls_task *t);
+
+/* The supervised target of the sft objective: the queried value, then every
+ * other record queried and answered in prompt order, as the prompt's own
+ * query is: VALUE (";?" KEY "=" VALUE)...  *seq [*len] and *weight [*len]
+ * (1 on value bytes, the answers; 0 on the query bytes, which are not
+ * predictable) are the caller's (ls_mem_free; scratch category).  Every
+ * record of the prompt is one retrieval example, so one step teaches
+ * n_pairs of them. */
+ls_status ls_task_sft_target(const ls_task *t, int32_t **seq, double **weight, size_t *len);
+/* The length of that target for a prompt of P tokens (for the memory plan). */
+size_t ls_task_sft_len(size_t P, size_t value_len);
 #endif

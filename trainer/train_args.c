@@ -21,7 +21,7 @@ void ls_train_usage(FILE *f) {
         "  --prompt-len P          prompt tokens of the synthetic key/value task (>= 64) [4096]\n"
         "  --response-len R        response tokens per member [8]\n"
         "  --group G               group size [4]\n"
-        "  --steps S               optimizer steps [1]\n"
+        "  --steps S               optimizer steps [1; with --rollouts FILE the number of its lines]\n"
         "  --seed N                seed of weights, task and sampling [1]\n"
         "  --dtype f32|f64         compute dtype [f32]\n"
         "  --grad-mode detached|full   detached prompt state, or the full gradient [detached]\n"
@@ -31,10 +31,20 @@ void ls_train_usage(FILE *f) {
         "  --lora-r R --lora-alpha A   adapter rank and alpha [4, 8]\n"
         "  --lr X                  AdamW learning rate [1e-3]\n"
         "  --temperature X --top-p X   sampling (temperature also scales scored logits) [1, 0.95]\n"
-        "  --epsilon X --beta X    clip range and KL weight [0.2, 0.04]\n"
+        "  --epsilon X --beta X    clip range and KL weight [0.2, 0.04]; beta 0 skips the\n"
+        "                          reference policy (no reference capture, no KL)\n"
         "  --page-size N           KV page length in tokens [64]\n"
         "  --capture-chunk N       prompt tokens per capture segment; 0 = all at once [2048]\n"
-        "  --rollouts FILE         JSONL: prompt, responses, rewards, optional old_logprobs\n"
+        "  --rollouts FILE|-       JSONL, one step's group per line: prompt, responses, rewards,\n"
+        "                          optional old_logprobs and ref_logprobs; - reads standard input\n"
+        "  --objective grpo|sft    GRPO, or supervised cross-entropy on the task's answers [grpo]\n"
+        "  --sft-steps N           the first N steps use the sft objective (warm start) [0]\n"
+        "  --prefix-frozen K       capture once per K steps and reuse the stale state (marked\n"
+        "                          prefix_frozen everywhere; never an exact step) [off]\n"
+        "  --save FILE             checkpoint at the end (weights, AdamW moments, step, RNG)\n"
+        "  --save-every N          also checkpoint every N steps to --save's file (atomic)\n"
+        "  --resume FILE           continue from a checkpoint (same config; --steps more steps)\n"
+        "  --metrics FILE          per-step metrics, JSONL (the step_metrics event's fields)\n"
         "  --load FILE             initial weights from a safetensors checkpoint (MODEL.md §5 names)\n"
         "  --save-init FILE        all weights at the start of step 1 (safetensors)\n"
         "  --dump-batch FILE       step 1 inputs (MODEL.md §6 JSON)\n"
@@ -114,9 +124,20 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
         } else if (!strcmp(k, "--steps")) {
             if (parse_size(val, 1, 1000000, &v)) BAD("--steps: '%s' is not an integer in [1, 1000000]", val);
             a->steps = (int)v;
+            a->have_steps = 1;
         } else if (!strcmp(k, "--seed")) {
             if (parse_size(val, 0, SIZE_MAX, &v)) BAD("--seed: '%s' is not a decimal integer in [0, 2^64)", val);
             a->step.seed = v;
+            a->have_seed = 1;
+        } else if (!strcmp(k, "--save-every")) {
+            if (parse_size(val, 1, 1000000, &v)) BAD("--save-every: '%s' is not an integer in [1, 1000000]", val);
+            a->save_every = (int)v;
+        } else if (!strcmp(k, "--prefix-frozen")) {
+            if (parse_size(val, 1, 1000000, &v)) BAD("--prefix-frozen: '%s' is not an integer in [1, 1000000]", val);
+            a->prefix_frozen = (int)v;
+        } else if (!strcmp(k, "--sft-steps")) {
+            if (parse_size(val, 0, 1000000, &v)) BAD("--sft-steps: '%s' is not an integer in [0, 1000000]", val);
+            a->sft_steps = (int)v;
         } else if (!strcmp(k, "--dtype")) {
             if (!strcmp(val, "f32")) a->f64 = 0;
             else if (!strcmp(val, "f64")) a->f64 = 1;
@@ -129,6 +150,10 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
             if (!strcmp(val, "longstraw")) a->step.strategy = LS_STRATEGY_LONGSTRAW;
             else if (!strcmp(val, "naive")) a->step.strategy = LS_STRATEGY_NAIVE;
             else BAD("--strategy: '%s' is not longstraw or naive", val);
+        } else if (!strcmp(k, "--objective")) {
+            if (!strcmp(val, "grpo")) a->step.objective = LS_OBJECTIVE_GRPO;
+            else if (!strcmp(val, "sft")) a->step.objective = LS_OBJECTIVE_SFT;
+            else BAD("--objective: '%s' is not grpo or sft", val);
         } else if (!strcmp(k, "--train-mode")) {
             if (!strcmp(val, "lora")) a->obj.train_mode = LS_TRAIN_LORA;
             else if (!strcmp(val, "full")) a->obj.train_mode = LS_TRAIN_FULL;
@@ -162,6 +187,9 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
         } else if (!strcmp(k, "--rollouts")) a->rollouts = val;
         else if (!strcmp(k, "--save-init")) a->save_init = val;
         else if (!strcmp(k, "--load")) a->load = val;
+        else if (!strcmp(k, "--save")) a->save = val;
+        else if (!strcmp(k, "--resume")) a->resume = val;
+        else if (!strcmp(k, "--metrics")) a->metrics = val;
         else if (!strcmp(k, "--dump-batch")) a->dump_batch = val;
         else if (!strcmp(k, "--dump-grads")) a->dump_grads = val;
         else if (!strcmp(k, "--fault")) {
@@ -174,6 +202,18 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
     if (!a->out) BAD("--out: required");
     if (a->rollouts && have_P) BAD("--prompt-len: not allowed with --rollouts (the file holds the prompt)");
     if (!a->rollouts && a->P < 64) BAD("--prompt-len: the synthetic task needs at least 64 tokens");
+    if (a->save_every && !a->save) BAD("--save-every: needs --save FILE (the checkpoint it rewrites)");
+    if (a->load && a->resume) BAD("--load: not with --resume (the checkpoint holds the weights)");
+    int sft = a->step.objective == LS_OBJECTIVE_SFT || a->sft_steps > 0;
+    if (sft && a->rollouts) BAD("--objective sft / --sft-steps: need the built-in task's answers, not --rollouts");
+    if (a->sft_steps && a->step.objective == LS_OBJECTIVE_SFT)
+        BAD("--sft-steps: only with --objective grpo (the steps after the warm start)");
+    if (a->prefix_frozen > 1) {
+        if (a->rollouts) BAD("--prefix-frozen: rolls out from the built-in task's prompt; not with --rollouts");
+        if (a->step.strategy != LS_STRATEGY_LONGSTRAW) BAD("--prefix-frozen: needs --strategy longstraw");
+        if (a->obj.grad_mode == LS_GRAD_FULL)
+            BAD("--prefix-frozen: needs --grad-mode detached (a stale state has no exact prompt gradient)");
+    }
     char cerr[512];
     ls_status st = ls_config_load(&a->cfg, a->config_path, cerr, sizeof cerr);
     if (st != LS_OK) BAD("--config: %s", cerr);

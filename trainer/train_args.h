@@ -19,6 +19,11 @@ typedef struct {
     int f64;
     const char *out;
     const char *save_init, *dump_batch, *dump_grads, *rollouts, *load;
+    const char *save, *resume, *metrics;
+    int save_every;         /* checkpoint every N steps (0: never) */
+    int prefix_frozen;      /* K: capture once per K steps (0 or 1: every step exact) */
+    int sft_steps;          /* the first N steps use the sft objective (a warm start) */
+    int have_steps, have_seed;
     size_t memory_budget;   /* bytes; 0 = 90% of MemAvailable */
     int quiet;
     int help;

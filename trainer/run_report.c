@@ -1,0 +1,116 @@
+/* run_report.c - peaks, receipt, manifest and summary of a run. */
+#include "trainer/run_report.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cblas.h>
+
+#include "receipts/build_info.h"
+#include "receipts/manifest.h"
+#include "receipts/receipt.h"
+
+void ls_run_peaks_fold(ls_run_peaks *sp, int64_t step) {
+    ls_mem_stats s;
+    ls_mem_snapshot(&s);
+    for (int k = 0; k < LS_MEM_COUNT; k++)
+        if (s.peak_bytes[k] > sp->cat[k]) sp->cat[k] = s.peak_bytes[k];
+    if (sp->steps == 0 || s.peak_total > sp->total) {
+        sp->total = s.peak_total;
+        sp->total_at = step;
+    }
+    sp->steps++;
+}
+
+int ls_run_write_receipts(const ls_train_args *a, const ls_run_outcome *oc) {
+    int rc = 0;
+    cJSON *build = NULL, *config = NULL;
+    const ls_run_peaks *sp = oc->sp;
+    ls_mem_stats ms;
+    ls_mem_snapshot(&ms);
+    ls_receipt_phase ph[LS_PHASE_COUNT];
+    size_t nph = 0;
+    for (int i = 0; i < LS_PHASE_COUNT; i++)
+        if (oc->ob->count[i])
+            ph[nph++] = (ls_receipt_phase){ls_trace_phase_name((ls_trace_phase)i), oc->ob->count[i], oc->ob->ns[i]};
+    ls_receipt_memory mem[LS_MEM_COUNT];
+    for (int k = 0; k < LS_MEM_COUNT; k++)
+        mem[k] = (ls_receipt_memory){ls_mem_cat_name((ls_mem_cat)k), ms.run_peak_bytes[k], sp->cat[k]};
+    char blas[128];
+    snprintf(blas, sizeof blas, "%s", openblas_get_config());
+    ls_status bst = ls_build_info_create(blas, "none", &build);
+    if (bst != LS_OK) /* the receipt writer then refuses the NULL build object */
+        fprintf(stderr, "longstraw-train: build info: cannot describe this build (reading /proc/self/exe): %s\n",
+                ls_status_str(bst));
+    config = ls_config_to_json(&a->cfg, &a->obj);
+    char host[256] = "localhost";
+    gethostname(host, sizeof host - 1);
+    for (char *c = host; *c; c++)
+        if (*c == ' ') *c = '-';
+    ls_receipt r = {.run_id = oc->run_id, .rank = 0, .world = 1, .host = host, .build = build, .config = config,
+                    .steps = oc->steps_done, .phases = ph, .n_phases = nph, .memory = mem,
+                    .n_memory = LS_MEM_COUNT, .run_total_peak_bytes = ms.run_peak_total,
+                    .rss_peak_bytes = ls_mem_peak_rss_bytes(), .step_total_peak_bytes = sp->total,
+                    .steps_measured = sp->steps, .step_total_peak_at = sp->total_at, .events_file = oc->events_rel,
+                    .events_count = (uint64_t)oc->n_events, .events_last_seq = oc->n_events - 1,
+                    .status = oc->ok ? LS_RECEIPT_COMPLETE : LS_RECEIPT_ERROR,
+                    .error_code = oc->ok ? 0 : (int)oc->fail_st,
+                    .error_message = oc->ok ? NULL : (oc->error_message && oc->error_message[0] ? oc->error_message
+                                                                                               : "the step failed"),
+                    .start_unix_ns = oc->start_unix_ns, .end_unix_ns = (uint64_t)time(NULL) * 1000000000ull};
+    char rerr[1024];
+    if (ls_receipt_write(a->out, &r, rerr, sizeof rerr) != LS_OK) {
+        fprintf(stderr, "longstraw-train: receipt: %s\n", rerr);
+        rc = 1;
+    } else {
+        ls_manifest m = {.run_id = oc->run_id, .world = 1, .build = build, .config = config};
+        if (ls_manifest_write(a->out, &m, rerr, sizeof rerr) != LS_OK) {
+            fprintf(stderr, "longstraw-train: manifest: %s\n", rerr);
+            rc = 1;
+        }
+    }
+    cJSON_Delete(build);
+    cJSON_Delete(config);
+    return rc;
+}
+
+/* "name 1.23 MiB, ..." of the nonzero categories into buf. */
+static void print_peaks(const char *title, const size_t cat[LS_MEM_COUNT], size_t total, const char *tail) {
+    char h[32];
+    printf("  %s:", title);
+    for (int k = 0; k < LS_MEM_COUNT; k++)
+        if (cat[k]) printf(" %s %s,", ls_mem_cat_name((ls_mem_cat)k), ls_run_human_bytes(h, sizeof h, (double)cat[k]));
+    printf(" total %s%s\n", ls_run_human_bytes(h, sizeof h, (double)total), tail);
+}
+
+void ls_run_print_summary(const ls_train_args *a, const ls_run_outcome *oc, const ls_step_result *res,
+                          const char *dtype, size_t P, size_t G) {
+    ls_mem_stats ms;
+    ls_mem_snapshot(&ms);
+    char h1[32], h2[32], h3[32], tail[96];
+    printf("longstraw-train: %llu step(s) of %s (%s, %s, %s) P=%zu G=%zu: loss %.6f, grad-norm %.4e, "
+           "mean reward %.4f\n",
+           (unsigned long long)oc->steps_done, a->config_path, dtype,
+           a->obj.grad_mode == LS_GRAD_FULL ? "full" : "detached",
+           a->step.strategy == LS_STRATEGY_NAIVE ? "naive" : "longstraw", P, G, res->loss + 0.0 /* no "-0" */,
+           res->grad_norm, res->mean_reward);
+    if (oc->prefix_frozen_steps)
+        printf("  %llu of them prefix-frozen (a stale prompt state; never exact)\n",
+               (unsigned long long)oc->prefix_frozen_steps);
+    printf("  exact loss %.17g (last step)\n", res->loss + 0.0); /* read by tests/reference/ */
+    printf("  prompt state %s (analytical %s), largest branch tape %s\n",
+           ls_run_human_bytes(h1, sizeof h1, (double)res->prompt_state_bytes),
+           ls_run_human_bytes(h2, sizeof h2, (double)res->prompt_state_analytical),
+           ls_run_human_bytes(h3, sizeof h3, (double)res->max_branch_bytes));
+    snprintf(tail, sizeof tail, ", rss %s", ls_run_human_bytes(h1, sizeof h1, (double)ls_mem_peak_rss_bytes()));
+    print_peaks("memory peaks, run", ms.run_peak_bytes, ms.run_peak_total, tail);
+    snprintf(tail, sizeof tail, " (step %lld, largest of %llu)", (long long)oc->sp->total_at + 1,
+             (unsigned long long)oc->sp->steps);
+    print_peaks("memory peaks, per step", oc->sp->cat, oc->sp->total, tail);
+    printf("  phases:");
+    for (int i = 0; i < LS_PHASE_COUNT; i++)
+        if (oc->ob->count[i]) printf(" %s %.3f s,", ls_trace_phase_name((ls_trace_phase)i), oc->ob->ns[i] * 1e-9);
+    printf("\n  run: %s (trace, receipt, manifest; byte-exact figures in the receipt)\n", a->out);
+}
