@@ -38,6 +38,7 @@
 
 #include "common/status.h"
 #include "receipts/trace_event.h"
+#include "receipts/trace_step_metrics.h" /* ls_trace_decode_step_metrics */
 
 /* Diagnostics kept in a report; later ones are only counted. */
 #define LS_TRACE_MAX_DIAGS 1000
