@@ -204,7 +204,8 @@ bool ls_trace_event_prefix_frozen(const cJSON *event);
  * and within [min, LS_TRACE_MAX_INT], numbers finite and >= their minimum,
  * strings of their class, enum values from their list, no field twice, and
  * no property other than the kind's fields and the five envelope keys
- * (whose values are not checked here).  LS_OK, or LS_ERR_SCHEMA with one line naming the field
+ * (whose values are not checked here); "prefix_frozen" only as true, and
+ * step_metrics' reward_retrieval and reward_format both or neither.  LS_OK, or LS_ERR_SCHEMA with one line naming the field
  * in why[why_len] (why may be NULL).  LS_ERR_ARG for a NULL event or an
  * unknown kind. */
 ls_status ls_trace_event_check(ls_trace_kind kind, const cJSON *event, char *why, size_t why_len);
