@@ -46,7 +46,7 @@ static int run(const char *path, long n, result *res) {
     ls_trace_writer *w;
     if (ls_trace_writer_open(&w, path, &h) != LS_OK) return 1;
     ls_trace_layer_end e = {"replay", 0, 0, 0, LS_TRACE_LAYER_GDN, LS_TRACE_DIR_FWD,
-                            8192, 0, 0, 0, 0.0};
+                            8192, 0, 0, 0, 0.0, false};
     unsigned long long x = 88172645463325252ULL; /* xorshift: varied, reproducible numbers */
     double t0 = now_s();
     for (long i = 0; i < n; i++) {

@@ -3,6 +3,7 @@
 #include "receipts/receipt.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,36 @@ int ls_receipt_relpath_ok(const char *rel) {
     }
 }
 
+/* An array element written like ls_json_add_u64 writes a member. */
+static int add_u64_item(cJSON *arr, uint64_t v) {
+    cJSON *it;
+    if (v < UINT64_C(1000000000000000)) {
+        it = cJSON_CreateNumber((double)v);
+    } else {
+        char digits[24];
+        snprintf(digits, sizeof digits, "%" PRIu64, v);
+        it = cJSON_CreateRaw(digits);
+    }
+    return it != NULL && cJSON_AddItemToArray(arr, it) ? 0 : -1;
+}
+
+/* steps_exact, steps_prefix_frozen, prefix_frozen_steps and the optional
+ * steps_by_objective into the predicate p; -1 on allocation failure. */
+static int add_step_kinds(cJSON *p, const ls_receipt *r) {
+    int bad = ls_json_add_u64(p, "steps_exact", r->steps - r->steps_prefix_frozen);
+    bad |= ls_json_add_u64(p, "steps_prefix_frozen", r->steps_prefix_frozen);
+    cJSON *list = cJSON_AddArrayToObject(p, "prefix_frozen_steps");
+    if (list == NULL) return -1;
+    for (uint64_t i = 0; i < r->steps_prefix_frozen; i++) bad |= add_u64_item(list, r->prefix_frozen_steps[i]);
+    if (r->n_objectives > 0) {
+        cJSON *obj = cJSON_AddObjectToObject(p, "steps_by_objective");
+        if (obj == NULL) return -1;
+        for (size_t i = 0; i < r->n_objectives; i++)
+            bad |= ls_json_add_u64(obj, r->objectives[i].objective, r->objectives[i].steps);
+    }
+    return bad;
+}
+
 static const char *status_name(ls_receipt_status s) {
     return s == LS_RECEIPT_COMPLETE ? "complete" : "error";
 }
@@ -57,13 +88,23 @@ ls_status ls_receipt_to_json(const ls_receipt *r, const char *events_sha256, cJS
                           : events_sha256 == NULL  ? "events digest"
                           : (r->phases == NULL && r->n_phases > 0) ? "phases"
                           : (r->memory == NULL && r->n_memory > 0) ? "memory"
-                                                                   : NULL;
+                          : (r->prefix_frozen_steps == NULL && r->steps_prefix_frozen > 0)
+                              ? "prefix_frozen_steps"
+                          : (r->objectives == NULL && r->n_objectives > 0) ? "objectives"
+                                                                           : NULL;
     for (size_t i = 0; missing == NULL && i < r->n_phases; i++)
         if (r->phases[i].phase == NULL) missing = "a phase name";
     for (size_t i = 0; missing == NULL && i < r->n_memory; i++)
         if (r->memory[i].name == NULL) missing = "a memory category name";
+    for (size_t i = 0; missing == NULL && i < r->n_objectives; i++)
+        if (r->objectives[i].objective == NULL) missing = "an objective name";
     if (missing != NULL) {
         ls_json_errf(err, errlen, "receipt: %s is NULL", missing);
+        return LS_ERR_ARG;
+    }
+    if (r->steps_prefix_frozen > r->steps) {
+        ls_json_errf(err, errlen, "receipt: steps_prefix_frozen %llu is above steps %llu",
+                     (unsigned long long)r->steps_prefix_frozen, (unsigned long long)r->steps);
         return LS_ERR_ARG;
     }
     ls_status st = LS_ERR_NOMEM;
@@ -86,6 +127,7 @@ ls_status ls_receipt_to_json(const ls_receipt *r, const char *events_sha256, cJS
     cJSON_AddItemToObject(p, "build", cJSON_Duplicate(r->build, 1));
     cJSON_AddItemToObject(p, "config", cJSON_Duplicate(r->config, 1));
     ls_json_add_u64(p, "steps", r->steps);
+    if (add_step_kinds(p, r) != 0) goto cleanup;
     cJSON *phases = cJSON_AddArrayToObject(p, "phases");
     for (size_t i = 0; i < r->n_phases; i++) {
         cJSON *ph = cJSON_CreateObject();
@@ -208,6 +250,64 @@ static ls_status extract_step_memory(ls_receipt *r, const cJSON *step, const cJS
     return LS_OK;
 }
 
+_Static_assert(sizeof(ls_receipt_phase) % 8 == 0 && sizeof(ls_receipt_memory) % 8 == 0 &&
+                   sizeof(ls_receipt_objective) % 8 == 0,
+               "extract() packs these arrays into one block");
+
+/* The exact / prefix-frozen split and the objective counts of a
+ * schema-valid predicate into r (steps already read), with the checks the
+ * schema cannot express: the counts add up to steps, the index list is as
+ * long as the prefix-frozen count and strictly increasing.  The arrays go
+ * to pf and objs (sized from the document by the caller). */
+static ls_status extract_step_kinds(ls_receipt *r, const cJSON *p, uint64_t *pf,
+                                    ls_receipt_objective *objs, const char *what, char *err,
+                                    size_t errlen) {
+    ls_json_get_u64(p, "steps_exact", &r->steps_exact);
+    ls_json_get_u64(p, "steps_prefix_frozen", &r->steps_prefix_frozen);
+    if (r->steps_exact + r->steps_prefix_frozen != r->steps) {
+        ls_json_errf(err, errlen, "%s: /predicate: steps_exact %llu + steps_prefix_frozen %llu is "
+                     "not steps %llu", what, (unsigned long long)r->steps_exact,
+                     (unsigned long long)r->steps_prefix_frozen, (unsigned long long)r->steps);
+        return LS_ERR_FORMAT;
+    }
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(p, "prefix_frozen_steps");
+    uint64_t n = 0;
+    for (const cJSON *e = list->child; e != NULL; e = e->next, n++) {
+        double d = e->valuedouble; /* schema: an integer in [0, 2^53-1] */
+        pf[n] = (uint64_t)d;
+        if (n > 0 && pf[n] <= pf[n - 1]) {
+            ls_json_errf(err, errlen, "%s: /predicate/prefix_frozen_steps/%llu: step %llu is not "
+                         "above the one before (%llu)", what, (unsigned long long)n,
+                         (unsigned long long)pf[n], (unsigned long long)pf[n - 1]);
+            return LS_ERR_FORMAT;
+        }
+    }
+    if (n != r->steps_prefix_frozen) {
+        ls_json_errf(err, errlen, "%s: /predicate/prefix_frozen_steps: %llu steps listed, "
+                     "steps_prefix_frozen is %llu", what, (unsigned long long)n,
+                     (unsigned long long)r->steps_prefix_frozen);
+        return LS_ERR_FORMAT;
+    }
+    r->prefix_frozen_steps = n > 0 ? pf : NULL;
+    const cJSON *by = cJSON_GetObjectItemCaseSensitive(p, "steps_by_objective");
+    if (by == NULL) return LS_OK;
+    size_t k = 0;
+    uint64_t sum = 0;
+    for (const cJSON *e = by->child; e != NULL; e = e->next, k++) {
+        objs[k].objective = e->string;
+        ls_json_get_u64(by, e->string, &objs[k].steps);
+        sum += objs[k].steps;
+    }
+    r->objectives = objs;
+    r->n_objectives = k;
+    if (sum != r->steps) {
+        ls_json_errf(err, errlen, "%s: /predicate/steps_by_objective: the counts add up to %llu, "
+                     "not steps %llu", what, (unsigned long long)sum, (unsigned long long)r->steps);
+        return LS_ERR_FORMAT;
+    }
+    return LS_OK;
+}
+
 /* Fills r from a schema-valid document; structural checks the schema
  * cannot express. */
 static ls_status extract(ls_receipt *r, const char *what, char *err, size_t errlen) {
@@ -243,10 +343,19 @@ static ls_status extract(ls_receipt *r, const char *what, char *err, size_t errl
     const cJSON *cats = cJSON_GetObjectItemCaseSensitive(run, "categories");
     const cJSON *step_cats = cJSON_GetObjectItemCaseSensitive(step, "categories");
     size_t np = (size_t)cJSON_GetArraySize(phases), nm = (size_t)cJSON_GetArraySize(cats);
-    r->priv_arrays = calloc(np * sizeof(ls_receipt_phase) + nm * sizeof(ls_receipt_memory) + 1, 1);
+    size_t nf = (size_t)cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(p, "prefix_frozen_steps"));
+    size_t no = (size_t)cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(p, "steps_by_objective"));
+    /* every element size is a multiple of 8: one block keeps them aligned */
+    r->priv_arrays = calloc(np * sizeof(ls_receipt_phase) + nm * sizeof(ls_receipt_memory) +
+                                nf * sizeof(uint64_t) + no * sizeof(ls_receipt_objective) + 1,
+                            1);
     if (r->priv_arrays == NULL) return LS_ERR_NOMEM;
     ls_receipt_phase *ph = r->priv_arrays;
     ls_receipt_memory *mem = (ls_receipt_memory *)(ph + np);
+    uint64_t *pf = (uint64_t *)(mem + nm);
+    ls_receipt_objective *objs = (ls_receipt_objective *)(pf + nf);
+    st = extract_step_kinds(r, p, pf, objs, what, err, errlen);
+    if (st != LS_OK) return st;
     size_t i = 0;
     for (const cJSON *e = phases->child; e != NULL; e = e->next, i++) {
         ph[i].phase = cJSON_GetObjectItemCaseSensitive(e, "phase")->valuestring;

@@ -16,8 +16,17 @@
  *   {"_type": "https://in-toto.io/Statement/v1",
  *    "subject": [{"name": "rank-0000/events.jsonl.zst", "digest": {"sha256": hex}}],
  *    "predicateType": "urn:longstraw:predicate:rank-receipt:v1",
- *    "predicate": {run_id, rank, world, host, build, config, steps, phases,
- *                  memory, events, status, error?, timing}}
+ *    "predicate": {run_id, rank, world, host, build, config, steps,
+ *                  steps_exact, steps_prefix_frozen, prefix_frozen_steps,
+ *                  steps_by_objective?, phases, memory, events, status,
+ *                  error?, timing}}
+ *
+ * Exact and prefix-frozen steps.  Of the `steps` completed, steps_exact ran
+ * against a prompt state captured for them and steps_prefix_frozen reused a
+ * state captured before an earlier update (--prefix-frozen K: stale, marked
+ * "prefix_frozen" in their trace events); prefix_frozen_steps lists the
+ * latter's step indices.  steps_by_objective (optional) counts the steps of
+ * each objective ("grpo", "sft").
  * The one subject is the rank's events file, digested when the receipt is
  * written (so the trace must be closed first).
  *
@@ -34,8 +43,10 @@
  * world, build digest matches the build object, the subject is the events
  * file, phase names unique, memory category names are identifiers and the
  * same in both scopes, no per-step peak above its run peak, no category peak
- * above its scope's total, steps <= steps_measured <= steps + 1, end >=
- * start). */
+ * above its scope's total, steps <= steps_measured <= steps + 1,
+ * steps_exact + steps_prefix_frozen = steps, prefix_frozen_steps holding
+ * steps_prefix_frozen strictly increasing indices, the objective counts
+ * adding up to steps, end >= start). */
 #ifndef LS_RECEIPTS_RECEIPT_H
 #define LS_RECEIPTS_RECEIPT_H
 
@@ -65,6 +76,11 @@ typedef struct {
 } ls_receipt_memory;
 
 typedef struct {
+    const char *objective;   /* "grpo" or "sft" (unique in a receipt) */
+    uint64_t steps;          /* completed steps of that objective */
+} ls_receipt_objective;
+
+typedef struct {
     /* --- filled by the writer's caller (borrowed) or by the reader --- */
     const char *run_id;  /* printable ASCII without spaces */
     uint32_t rank;       /* < world */
@@ -73,6 +89,16 @@ typedef struct {
     const cJSON *build;  /* from ls_build_info_create (with build_digest) */
     const cJSON *config; /* object with the MODEL.md section 6 keys */
     uint64_t steps;      /* optimizer steps completed */
+    /* Of those steps, the prefix-frozen ones (0, the default: all exact) and
+     * their step indices, strictly increasing (may be NULL when
+     * steps_prefix_frozen is 0).  The writer writes steps_exact = steps -
+     * steps_prefix_frozen. */
+    uint64_t steps_prefix_frozen;
+    const uint64_t *prefix_frozen_steps;
+    /* Optional steps per objective, adding up to steps; n_objectives 0 (the
+     * default) writes no steps_by_objective. */
+    const ls_receipt_objective *objectives;
+    size_t n_objectives;
     const ls_receipt_phase *phases;
     size_t n_phases;
     const ls_receipt_memory *memory;
@@ -91,6 +117,7 @@ typedef struct {
     uint64_t start_unix_ns;    /* see LS_JSON_MAX_EXACT_INT: read back to ~0.25 us */
     uint64_t end_unix_ns;
     /* --- filled by the reader only --- */
+    uint64_t steps_exact;                    /* steps - steps_prefix_frozen */
     char events_sha256[LS_DIGEST_HEX_SIZE]; /* the subject digest */
     cJSON *priv_doc;  /* the parsed document the pointers above point into */
     void *priv_arrays; /* phases and memory arrays */

@@ -8,7 +8,7 @@
 
 static const char *const KIND_NAMES[LS_TRACE_KIND_COUNT] = {
     "phase_begin", "phase_end", "layer_end", "collective", "optimizer_step",
-    "param_digest", "memory", "error", "rank_complete",
+    "param_digest", "memory", "error", "rank_complete", "step_metrics",
 };
 static const char *const PHASE_NAMES[] = {
     "capture", "rollout", "score", "replay", "prompt_bwd", "finalize", "optimizer", NULL,
@@ -20,6 +20,7 @@ static const char *const OP_NAMES[] = {
 };
 static const char *const RED_NAMES[] = {"sum", "max", "none", NULL};
 static const char *const DTYPE_NAMES[] = {"f32", "f64", "i64", "u8", NULL};
+static const char *const OBJECTIVE_NAMES[] = {"grpo", "sft", NULL};
 
 static const char *name_at(const char *const *table, size_t count, int v) {
     if (v < 0 || (size_t)v >= count) return "unknown";
@@ -35,6 +36,9 @@ const char *ls_trace_dir_name(ls_trace_dir d) { return name_at(DIR_NAMES, LS_TRA
 const char *ls_trace_op_name(ls_trace_op o) { return name_at(OP_NAMES, LS_TRACE_OP_COUNT, (int)o); }
 const char *ls_trace_red_name(ls_trace_red r) { return name_at(RED_NAMES, LS_TRACE_RED_COUNT, (int)r); }
 const char *ls_trace_dtype_name(ls_trace_dtype d) { return name_at(DTYPE_NAMES, LS_TRACE_DTYPE_COUNT, (int)d); }
+const char *ls_trace_objective_name(ls_trace_objective o) {
+    return name_at(OBJECTIVE_NAMES, LS_TRACE_OBJECTIVE_COUNT, (int)o);
+}
 
 ls_trace_kind ls_trace_kind_from_name(const char *name) {
     if (name == NULL) return LS_TRACE_KIND_UNKNOWN;
@@ -58,6 +62,7 @@ int ls_trace_enum_from_name(const char *table, const char *name) {
     if (strcmp(table, "red") == 0) return index_in(RED_NAMES, name);
     if (strcmp(table, "dtype") == 0) return index_in(DTYPE_NAMES, name);
     if (strcmp(table, "phase") == 0) return index_in(PHASE_NAMES, name);
+    if (strcmp(table, "objective") == 0) return index_in(OBJECTIVE_NAMES, name);
     return -1;
 }
 
@@ -123,6 +128,11 @@ typedef enum {
     FT_UINT,    /* integer >= 0 */
     FT_INT_M1,  /* integer >= -1 */
     FT_NUM0,    /* finite number >= 0 */
+    FT_NUM,     /* finite number */
+    FT_POS,     /* finite number > 0 */
+    FT_UNIT,    /* finite number in [0, 1] */
+    FT_TRUE,    /* the literal true (prefix_frozen) */
+    FT_RATES,   /* {phase: finite >= 0} for phases capture..prompt_bwd (tokens_per_s) */
     FT_BOOL,
     FT_IDENT,   /* ls_trace_is_ident */
     FT_TOKEN,   /* ls_trace_is_token */
@@ -140,16 +150,18 @@ typedef struct {
 } field_spec;
 
 #define F(n, t) {n, t, NULL, false}
+#define FO(n, t) {n, t, NULL, true}
 #define FE(n, v) {n, FT_ENUM, v, false}
+#define PF FO("prefix_frozen", FT_TRUE)
 
-static const field_spec PHASE_BEGIN_F[] = {F("phase", FT_IDENT), F("step", FT_UINT)};
+static const field_spec PHASE_BEGIN_F[] = {F("phase", FT_IDENT), F("step", FT_UINT), PF};
 static const field_spec PHASE_END_F[] = {F("phase", FT_IDENT), F("step", FT_UINT),
-                                         F("wall_ns", FT_UINT), F("ok", FT_BOOL)};
+                                         F("wall_ns", FT_UINT), F("ok", FT_BOOL), PF};
 static const field_spec LAYER_END_F[] = {
     F("phase", FT_IDENT),        F("step", FT_UINT),       F("member", FT_INT_M1),
     F("layer", FT_INT_M1),       FE("kind", LAYER_KIND_NAMES), FE("dir", DIR_NAMES),
     F("tokens", FT_UINT),        F("live_bytes", FT_UINT), F("peak_bytes", FT_UINT),
-    F("wall_ns", FT_UINT),       F("out_norm", FT_NUM0),
+    F("wall_ns", FT_UINT),       F("out_norm", FT_NUM0),   PF,
 };
 static const field_spec COLLECTIVE_F[] = {
     F("group", FT_TOKEN), F("gseq", FT_UINT),  FE("op", OP_NAMES),       FE("red", RED_NAMES),
@@ -157,17 +169,49 @@ static const field_spec COLLECTIVE_F[] = {
     {"layer", FT_INT_M1, NULL, true},
 };
 static const field_spec OPTIMIZER_STEP_F[] = {F("step", FT_UINT), F("n_params", FT_UINT),
-                                              F("lr", FT_NUM0), F("grad_norm", FT_NUM0)};
+                                              F("lr", FT_NUM0), F("grad_norm", FT_NUM0), PF};
 static const field_spec PARAM_DIGEST_F[] = {F("step", FT_UINT), F("target", FT_TOKEN),
-                                            F("sha256", FT_HEX64)};
+                                            F("sha256", FT_HEX64), PF};
 static const field_spec MEMORY_F[] = {F("step", FT_UINT),       F("phase", FT_IDENT),
                                       F("categories", FT_MEMCATS), F("total_live", FT_UINT),
-                                      F("total_peak", FT_UINT), F("rss_peak", FT_UINT)};
+                                      F("total_peak", FT_UINT), F("rss_peak", FT_UINT), PF};
 static const field_spec ERROR_F[] = {F("code", FT_UINT), F("status", FT_TEXT), F("message", FT_TEXT)};
 static const field_spec RANK_COMPLETE_F[] = {F("steps", FT_UINT), F("events", FT_UINT)};
+/* In the order trace_step_metrics.c writes them. */
+static const field_spec STEP_METRICS_F[] = {
+    F("step", FT_UINT),
+    PF,
+    FE("objective", OBJECTIVE_NAMES),
+    F("reward_mean", FT_NUM),
+    F("reward_std", FT_NUM0),
+    F("reward_min", FT_NUM),
+    F("reward_max", FT_NUM),
+    FO("reward_retrieval", FT_NUM), /* both or neither (checked below) */
+    FO("reward_format", FT_NUM),
+    F("adv_mean", FT_NUM),
+    F("adv_std", FT_NUM0),
+    F("loss", FT_NUM),
+    F("loss_policy", FT_NUM),
+    F("loss_kl", FT_NUM),
+    F("kl_mean", FT_NUM),
+    F("clip_fraction", FT_UNIT),
+    F("ratio_min", FT_POS),
+    F("ratio_mean", FT_POS),
+    F("ratio_max", FT_POS),
+    F("response_len_mean", FT_NUM0),
+    F("tokens", FT_UINT),
+    F("grad_norm", FT_NUM0),
+    F("lr", FT_NUM0),
+    F("tokens_per_s", FT_RATES),
+    F("step_wall_s", FT_NUM0),
+};
 
 #undef F
+#undef FO
 #undef FE
+#undef PF
+_Static_assert(sizeof STEP_METRICS_F / sizeof STEP_METRICS_F[0] <= 32,
+               "ls_trace_event_check keeps a 32-bit mask of the fields seen");
 
 typedef struct {
     const field_spec *fields;
@@ -179,6 +223,7 @@ static const kind_spec KINDS[LS_TRACE_KIND_COUNT] = {
     KS(PHASE_BEGIN_F),    KS(PHASE_END_F),    KS(LAYER_END_F),
     KS(COLLECTIVE_F),     KS(OPTIMIZER_STEP_F), KS(PARAM_DIGEST_F),
     KS(MEMORY_F),         KS(ERROR_F),        KS(RANK_COMPLETE_F),
+    KS(STEP_METRICS_F),
 };
 #undef KS
 
@@ -195,6 +240,25 @@ const char *ls_trace_kind_field(ls_trace_kind kind, size_t i, bool *required) {
     return KINDS[kind].fields[i].name;
 }
 
+bool ls_trace_kind_has_step(ls_trace_kind kind) {
+    switch (kind) {
+    case LS_TRACE_PHASE_BEGIN:
+    case LS_TRACE_PHASE_END:
+    case LS_TRACE_LAYER_END:
+    case LS_TRACE_OPTIMIZER_STEP:
+    case LS_TRACE_PARAM_DIGEST:
+    case LS_TRACE_MEMORY:
+    case LS_TRACE_STEP_METRICS:
+        return true;
+    default:
+        return false;
+    }
+}
+
+bool ls_trace_event_prefix_frozen(const cJSON *event) {
+    return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(event, "prefix_frozen"));
+}
+
 static ls_status fail(char *why, size_t why_len, const char *kind, const char *field,
                       const char *what) {
     if (why && why_len) snprintf(why, why_len, "%s.%s: %s", kind, field, what);
@@ -206,10 +270,39 @@ static bool check_uint(const cJSON *it) {
     return ls_trace_json_int(it, &v) && v >= 0;
 }
 
+static bool finite_num(const cJSON *it) { return cJSON_IsNumber(it) && isfinite(it->valuedouble); }
+
+/* tokens_per_s: members named after the phases that process tokens. */
+static const char *check_rates(const cJSON *it) {
+    if (!cJSON_IsObject(it)) return "must be an object";
+    unsigned seen = 0;
+    for (const cJSON *c = it->child; c; c = c->next) {
+        int p = index_in(PHASE_NAMES, c->string);
+        if (p < 0 || p > LS_PHASE_PROMPT_BWD)
+            return "members must be capture, rollout, score, replay or prompt_bwd";
+        if (seen & (1u << p)) return "a phase appears twice";
+        seen |= 1u << p;
+        if (!finite_num(c) || c->valuedouble < 0) return "rates must be finite numbers >= 0";
+    }
+    return NULL;
+}
+
 /* NULL when item satisfies spec, else a short reason. */
 static const char *check_value(const field_spec *spec, const cJSON *it) {
     int64_t iv;
     switch (spec->type) {
+    case FT_NUM:
+        return finite_num(it) ? NULL : "must be a finite number";
+    case FT_POS:
+        return finite_num(it) && it->valuedouble > 0 ? NULL : "must be a finite number > 0";
+    case FT_UNIT:
+        return finite_num(it) && it->valuedouble >= 0 && it->valuedouble <= 1
+                   ? NULL
+                   : "must be a finite number in [0, 1]";
+    case FT_TRUE:
+        return cJSON_IsTrue(it) ? NULL : "must be true (absent when false)";
+    case FT_RATES:
+        return check_rates(it);
     case FT_UINT:
         return check_uint(it) ? NULL : "must be an integer >= 0 (at most 2^53-1)";
     case FT_INT_M1:
@@ -295,6 +388,13 @@ ls_status ls_trace_event_check(ls_trace_kind kind, const cJSON *event, char *why
     for (size_t i = 0; i < ks->n; i++)
         if (!(seen & (UINT32_C(1) << i)) && !ks->fields[i].optional)
             return fail(why, why_len, kname, ks->fields[i].name, "missing");
+    if (kind == LS_TRACE_STEP_METRICS) {
+        bool r = cJSON_GetObjectItemCaseSensitive(event, "reward_retrieval") != NULL;
+        bool f = cJSON_GetObjectItemCaseSensitive(event, "reward_format") != NULL;
+        if (r != f)
+            return fail(why, why_len, kname, r ? "reward_format" : "reward_retrieval",
+                        "missing (the reward parts come together)");
+    }
     return LS_OK;
 }
 
@@ -324,6 +424,7 @@ ls_status ls_trace_decode_layer_end(const cJSON *ev, ls_trace_layer_end *out) {
     out->peak_bytes = get_int(ev, "peak_bytes");
     out->wall_ns = get_int(ev, "wall_ns");
     out->out_norm = cJSON_GetObjectItemCaseSensitive(ev, "out_norm")->valuedouble;
+    out->prefix_frozen = ls_trace_event_prefix_frozen(ev);
     return LS_OK;
 }
 

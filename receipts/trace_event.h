@@ -36,7 +36,8 @@
  * reader sees them to ~0.25 µs.) */
 #define LS_TRACE_MAX_INT INT64_C(9007199254740991)
 
-/* Event kinds.  The numbering is internal (files carry the names). */
+/* Event kinds.  The numbering is internal (files carry the names); only
+ * tables in trace_event.c are indexed by it. */
 typedef enum {
     LS_TRACE_PHASE_BEGIN = 0,
     LS_TRACE_PHASE_END,
@@ -47,6 +48,7 @@ typedef enum {
     LS_TRACE_MEMORY,
     LS_TRACE_ERROR,
     LS_TRACE_RANK_COMPLETE,
+    LS_TRACE_STEP_METRICS, /* receipts/trace_step_metrics.h */
     LS_TRACE_KIND_COUNT,
     LS_TRACE_KIND_UNKNOWN = LS_TRACE_KIND_COUNT /* a kind outside this list */
 } ls_trace_kind;
@@ -63,6 +65,9 @@ typedef enum {
     LS_PHASE_OPTIMIZER,
     LS_PHASE_COUNT
 } ls_trace_phase;
+
+/* step_metrics "objective". */
+typedef enum { LS_TRACE_OBJECTIVE_GRPO = 0, LS_TRACE_OBJECTIVE_SFT, LS_TRACE_OBJECTIVE_COUNT } ls_trace_objective;
 
 /* layer_end "kind". */
 typedef enum {
@@ -117,6 +122,9 @@ typedef struct {
     int64_t peak_bytes;       /* >= 0 */
     int64_t wall_ns;          /* >= 0 */
     double out_norm;          /* finite, >= 0 */
+    bool prefix_frozen;       /* the step reused a stale prompt state (see
+                                 ls_trace_writer_set_prefix_frozen); written
+                                 as "prefix_frozen":true only when true */
 } ls_trace_layer_end;
 
 /* collective: one communication call. */
@@ -158,13 +166,14 @@ const char *ls_trace_dir_name(ls_trace_dir dir);
 const char *ls_trace_op_name(ls_trace_op op);
 const char *ls_trace_red_name(ls_trace_red red);
 const char *ls_trace_dtype_name(ls_trace_dtype dtype);
+const char *ls_trace_objective_name(ls_trace_objective objective);
 
 /* Kind from its name; LS_TRACE_KIND_UNKNOWN for NULL or any other string. */
 ls_trace_kind ls_trace_kind_from_name(const char *name);
 
 /* Enumerated value from its name: the value's index, or -1 when name is NULL
  * or not one of the names.  `table` is one of "layer_kind", "dir", "op",
- * "red", "dtype", "phase" (-1 for any other table). */
+ * "red", "dtype", "phase", "objective" (-1 for any other table). */
 int ls_trace_enum_from_name(const char *table, const char *name);
 
 /* String classes the format uses (each also a "pattern" in the schemas).
@@ -180,12 +189,23 @@ bool ls_trace_is_token(const char *s);
 size_t ls_trace_kind_field_count(ls_trace_kind kind);
 const char *ls_trace_kind_field(ls_trace_kind kind, size_t i, bool *required);
 
+/* Prefix-frozen marking.  Every kind with a "step" field (phase_begin,
+ * phase_end, layer_end, optimizer_step, param_digest, memory, step_metrics)
+ * has the optional field "prefix_frozen", which is either absent (the step
+ * is exact) or the literal true (the step ran against a prompt state
+ * captured before an earlier update: stale).  true for those kinds. */
+bool ls_trace_kind_has_step(ls_trace_kind kind);
+
+/* true when event (an object, may be NULL) has "prefix_frozen": true. */
+bool ls_trace_event_prefix_frozen(const cJSON *event);
+
 /* Checks the kind-specific fields of an event object against the table:
  * every required field present with the right JSON type, integers integral
  * and within [min, LS_TRACE_MAX_INT], numbers finite and >= their minimum,
  * strings of their class, enum values from their list, no field twice, and
  * no property other than the kind's fields and the five envelope keys
- * (whose values are not checked here).  LS_OK, or LS_ERR_SCHEMA with one line naming the field
+ * (whose values are not checked here); "prefix_frozen" only as true, and
+ * step_metrics' reward_retrieval and reward_format both or neither.  LS_OK, or LS_ERR_SCHEMA with one line naming the field
  * in why[why_len] (why may be NULL).  LS_ERR_ARG for a NULL event or an
  * unknown kind. */
 ls_status ls_trace_event_check(ls_trace_kind kind, const cJSON *event, char *why, size_t why_len);

@@ -404,6 +404,7 @@ static bool take_event(ls_trace_reader *r, cJSON *j, const loc *at, bool unverif
     e->line = at->line;
     e->byte_offset = at->byte_offset;
     e->text_offset = at->text_offset;
+    e->prefix_frozen = ls_trace_event_prefix_frozen(j);
     rep->n_events++;
     rep->last_seq = seq;
     return true;

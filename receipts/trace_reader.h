@@ -38,6 +38,7 @@
 
 #include "common/status.h"
 #include "receipts/trace_event.h"
+#include "receipts/trace_step_metrics.h" /* ls_trace_decode_step_metrics */
 
 /* Diagnostics kept in a report; later ones are only counted. */
 #define LS_TRACE_MAX_DIAGS 1000
@@ -151,6 +152,8 @@ typedef struct {
     uint64_t byte_offset;  /* as in ls_trace_diag */
     uint64_t text_offset;
     unsigned flags;        /* LS_TRACE_EVF_* */
+    bool prefix_frozen;    /* the event has "prefix_frozen": true: its step ran
+                              against a stale prompt state (trace_event.h) */
 } ls_trace_event;
 
 typedef struct ls_trace_reader ls_trace_reader;

@@ -47,6 +47,7 @@ struct ls_trace_writer {
     int64_t last_ts;
     int64_t pending_ts;
     bool complete;           /* rank_complete written */
+    bool prefix_frozen;      /* mark every event with a step as prefix_frozen */
     ls_status sticky;        /* first I/O or compression failure */
     char **groups;           /* header group names, for collective.group */
     size_t n_groups;
@@ -221,6 +222,12 @@ static ls_status end_event(ls_trace_writer *w, bool flush) {
     return LS_OK;
 }
 
+/* The prefix_frozen mark of an event with a step: written when the writer
+ * is in prefix-frozen mode or the event says so itself. */
+static void mark_prefix_frozen(ls_trace_writer *w, bool event_says) {
+    if (w->prefix_frozen || event_says) ls_trace_json_put_key_bool(&w->text, "prefix_frozen", true);
+}
+
 /* ---- open / close --------------------------------------------------------- */
 
 static void writer_free(ls_trace_writer *w) {
@@ -380,6 +387,7 @@ static ls_status phase_begin_locked(ls_trace_writer *w, const char *phase, int64
     begin_event(w, "phase_begin");
     ls_trace_json_put_key_str(&w->text, "phase", phase);
     ls_trace_json_put_key_i64(&w->text, "step", step);
+    mark_prefix_frozen(w, false);
     return end_event(w, true);
 }
 
@@ -398,6 +406,7 @@ static ls_status phase_end_locked(ls_trace_writer *w, const char *phase, int64_t
     ls_trace_json_put_key_i64(&w->text, "step", step);
     ls_trace_json_put_key_i64(&w->text, "wall_ns", wall_ns);
     ls_trace_json_put_key_bool(&w->text, "ok", ok);
+    mark_prefix_frozen(w, false);
     return end_event(w, true);
 }
 
@@ -436,6 +445,7 @@ static ls_status layer_end_locked(ls_trace_writer *w, const ls_trace_layer_end *
     ls_trace_json_put_key_i64(&w->text, "peak_bytes", e->peak_bytes);
     ls_trace_json_put_key_i64(&w->text, "wall_ns", e->wall_ns);
     ls_trace_json_put_key_f64(&w->text, "out_norm", e->out_norm);
+    mark_prefix_frozen(w, e->prefix_frozen);
     return end_event(w, false);
 }
 
@@ -497,6 +507,7 @@ static ls_status optimizer_locked(ls_trace_writer *w, int64_t step, int64_t n_pa
     ls_trace_json_put_key_i64(&w->text, "n_params", n_params);
     ls_trace_json_put_key_f64(&w->text, "lr", lr);
     ls_trace_json_put_key_f64(&w->text, "grad_norm", grad_norm);
+    mark_prefix_frozen(w, false);
     return end_event(w, false);
 }
 
@@ -526,6 +537,7 @@ static ls_status digest_locked(ls_trace_writer *w, int64_t step, const char *tar
     ls_trace_json_put_key_i64(&w->text, "step", step);
     ls_trace_json_put_key_str(&w->text, "target", target);
     ls_trace_json_put_key_str(&w->text, "sha256", hex);
+    mark_prefix_frozen(w, false);
     return end_event(w, false);
 }
 
@@ -575,6 +587,7 @@ static ls_status memory_locked(ls_trace_writer *w, const ls_trace_memory *m) {
     ls_trace_json_put_key_i64(&w->text, "total_live", m->total_live);
     ls_trace_json_put_key_i64(&w->text, "total_peak", m->total_peak);
     ls_trace_json_put_key_i64(&w->text, "rss_peak", m->rss_peak);
+    mark_prefix_frozen(w, false);
     return end_event(w, false);
 }
 
@@ -667,6 +680,10 @@ static ls_status json_locked(ls_trace_writer *w, const char *kind, const cJSON *
         ls_trace_json_put_raw(&w->text, ":", 1);
         ls_trace_json_put_value(&w->text, c);
     }
+    /* any event carrying a step, of a known kind or not */
+    if (w->prefix_frozen && cJSON_GetObjectItemCaseSensitive(fields, "step") != NULL &&
+        cJSON_GetObjectItemCaseSensitive(fields, "prefix_frozen") == NULL)
+        mark_prefix_frozen(w, false);
     bool flush = k == LS_TRACE_PHASE_BEGIN || k == LS_TRACE_PHASE_END || k == LS_TRACE_ERROR ||
                  k == LS_TRACE_RANK_COMPLETE;
     st = end_event(w, flush);
@@ -676,4 +693,39 @@ static ls_status json_locked(ls_trace_writer *w, const char *kind, const cJSON *
 
 ls_status ls_trace_emit_json(ls_trace_writer *w, const char *kind, const cJSON *fields) {
     LOCKED_EMIT(w, "event", json_locked(w, kind, fields));
+}
+
+/* ---- step metrics and prefix-frozen mode ----------------------------------- */
+
+static ls_status step_metrics_locked(ls_trace_writer *w, const ls_trace_step_metrics *m) {
+    ls_status st = ls_trace_step_metrics_check(m, w->err, sizeof w->err);
+    if (st != LS_OK) return st;
+    ls_trace_step_metrics marked = *m;
+    marked.prefix_frozen = m->prefix_frozen || w->prefix_frozen; /* in its place, after step */
+    cJSON *fields = NULL;
+    st = ls_trace_step_metrics_to_json(&marked, &fields);
+    if (st == LS_OK) st = json_locked(w, "step_metrics", fields);
+    else seterr(w, "step_metrics: out of memory building the event");
+    cJSON_Delete(fields);
+    return st;
+}
+
+ls_status ls_trace_emit_step_metrics(ls_trace_writer *w, const ls_trace_step_metrics *m) {
+    LOCKED_EMIT(w, "step_metrics", step_metrics_locked(w, m));
+}
+
+ls_status ls_trace_writer_set_prefix_frozen(ls_trace_writer *w, bool on) {
+    if (w == NULL) return LS_ERR_ARG;
+    pthread_mutex_lock(&w->mu);
+    w->prefix_frozen = on;
+    pthread_mutex_unlock(&w->mu);
+    return LS_OK;
+}
+
+bool ls_trace_writer_prefix_frozen(ls_trace_writer *w) {
+    if (w == NULL) return false;
+    pthread_mutex_lock(&w->mu);
+    bool on = w->prefix_frozen;
+    pthread_mutex_unlock(&w->mu);
+    return on;
 }

@@ -27,6 +27,15 @@
  * field.  An I/O or compression failure is sticky: that call and every later
  * one return the same error, and close reports it.
  *
+ * Prefix-frozen mode (ls_trace_writer_set_prefix_frozen).  While it is on,
+ * every event that carries a "step" (phase_begin, phase_end, layer_end,
+ * optimizer_step, param_digest, memory, step_metrics, and generic events
+ * whose fields have a "step") is written with "prefix_frozen":true; the
+ * field is absent otherwise, and absent means the step is exact.  The
+ * trainer turns it on before the first event of a step that reuses a
+ * prompt state captured before an earlier update, and off before the
+ * first event of the next exact step.
+ *
  * Threads: every function may be called from any thread; emits are
  * serialised by a mutex inside the writer.
  *
@@ -43,6 +52,7 @@
 
 #include "common/status.h"
 #include "receipts/trace_event.h"
+#include "receipts/trace_step_metrics.h"
 
 typedef struct ls_trace_writer ls_trace_writer;
 
@@ -105,6 +115,11 @@ ls_status ls_trace_emit_memory(ls_trace_writer *w, const ls_trace_memory *m);
 /* error: "code" is the numeric status, "status" its ls_status_str, message
  * any string (NULL gives ""). */
 ls_status ls_trace_emit_error(ls_trace_writer *w, ls_status code, const char *message);
+/* step_metrics: one per optimizer step (trace_step_metrics.h).  Refusals
+ * as ls_trace_step_metrics_check (LS_ERR_NONFINITE naming the field for a
+ * NaN/Inf); "prefix_frozen" is written when m->prefix_frozen or the
+ * writer's prefix-frozen mode is on. */
+ls_status ls_trace_emit_step_metrics(ls_trace_writer *w, const ls_trace_step_metrics *m);
 /* rank_complete: the last event; "events" is the number of events before it.
  * Every later emit is refused. */
 ls_status ls_trace_emit_rank_complete(ls_trace_writer *w, int64_t steps);
@@ -118,6 +133,12 @@ ls_status ls_trace_emit_rank_complete(ls_trace_writer *w, int64_t steps);
  * number anywhere gives LS_ERR_NONFINITE.  Flushes when kind is one of the
  * flushing kinds. */
 ls_status ls_trace_emit_json(ls_trace_writer *w, const char *kind, const cJSON *fields);
+
+/* Turns prefix-frozen mode on or off (see above) for the events emitted
+ * after the call.  LS_ERR_ARG for NULL.  ls_trace_writer_prefix_frozen
+ * tells whether it is on (false for NULL). */
+ls_status ls_trace_writer_set_prefix_frozen(ls_trace_writer *w, bool on);
+bool ls_trace_writer_prefix_frozen(ls_trace_writer *w);
 
 /* Writes buffered events to the file (one zstd frame when compressed). */
 ls_status ls_trace_writer_flush(ls_trace_writer *w);

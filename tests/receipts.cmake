@@ -8,6 +8,11 @@ ls_add_criterion_test(test_receipts
   LIBS ls_receipts
   TIMEOUT 120)
 
+ls_add_criterion_test(test_receipts_steps
+  SOURCES test_receipts_steps.c ${LS_RECEIPTS_TEST_SUPPORT}
+  LIBS ls_receipts
+  TIMEOUT 120)
+
 ls_add_criterion_test(test_receipts_dsse
   SOURCES test_receipts_dsse.c ${LS_RECEIPTS_TEST_SUPPORT}
   LIBS ls_receipts

@@ -693,7 +693,8 @@ Test(receipts_manifest, samples_valid_for_python_and_c, .init = setup, .fini = t
  * checks (build digest, rank order, subject order), so the schema fixtures
  * describe files the readers accept. */
 Test(receipts_manifest, valid_fixtures_pass_the_readers) {
-    const char *const receipts[] = {"complete-hybrid", "error-no-events", "mla-config-extra-key"};
+    const char *const receipts[] = {"complete-hybrid", "error-no-events", "mla-config-extra-key",
+                                    "prefix-frozen-steps"};
     const char *const manifests[] = {"two-ranks", "rank-missing"};
     char p[4096], err[1024];
     for (size_t i = 0; i < sizeof receipts / sizeof *receipts; i++) {

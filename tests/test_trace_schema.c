@@ -89,6 +89,13 @@ static const fixture FIXTURES[] = {
     {"event-memory", "categories.json"},      {"event-memory", "no-categories.json"},
     {"event-optimizer_step", "step.json"},    {"event-param_digest", "digest.json"},
     {"event-error", "escapes.json"},          {"event-phase_end", "failed.json"},
+    /* a prefix-frozen step: every event with a step is marked */
+    {"event-phase_begin", "prefix-frozen.json"}, {"event-layer_end", "prefix-frozen.json"},
+    {"event-memory", "prefix-frozen.json"},    {"event-step_metrics", "sft-prefix-frozen-no-parts.json"},
+    {"event-optimizer_step", "prefix-frozen.json"}, {"event-param_digest", "prefix-frozen.json"},
+    {"event-phase_end", "prefix-frozen.json"},
+    /* mode off again: an exact step */
+    {"event-step_metrics", "grpo-exact.json"},
     {"event-rank_complete", "complete.json"},
 };
 #define N_FIXTURES (sizeof FIXTURES / sizeof FIXTURES[0])
@@ -111,7 +118,28 @@ static void emit_fixtures(ls_trace_writer *w) {
     cr_assert_eq(ls_trace_emit_param_digest(w, 3, "model.layers.0.attn.wq", sha), LS_OK);
     cr_assert_eq(ls_trace_emit_error(w, LS_ERR_NONFINITE, TT_ERR_MSG), LS_OK);
     cr_assert_eq(ls_trace_emit_phase_end(w, "optimizer", 3, 999, false), LS_OK);
-    cr_assert_eq(ls_trace_emit_rank_complete(w, 4), LS_OK);
+    cr_assert_eq(ls_trace_writer_set_prefix_frozen(w, true), LS_OK);
+    ls_trace_layer_end l = TT_L1;
+    l.phase = "rollout";
+    l.step = 4;
+    ls_trace_memory mem = TT_MEM;
+    mem.step = 4;
+    ls_trace_step_metrics sft = tt_step_metrics(4, LS_TRACE_OBJECTIVE_SFT, false);
+    sft.clip_fraction = 1;
+    sft.reward_mean = sft.reward_min = sft.reward_max = -0.5;
+    sft.reward_std = sft.adv_mean = sft.adv_std = 0;
+    sft.tokens_per_s_mask = 1u << LS_PHASE_CAPTURE | 1u << LS_PHASE_REPLAY;
+    cr_assert_eq(ls_trace_emit_phase_begin(w, "rollout", 4), LS_OK);
+    cr_assert_eq(ls_trace_emit_layer_end(w, &l), LS_OK);
+    cr_assert_eq(ls_trace_emit_memory(w, &mem), LS_OK);
+    cr_assert_eq(ls_trace_emit_step_metrics(w, &sft), LS_OK);
+    cr_assert_eq(ls_trace_emit_optimizer_step(w, 4, 123456789, 3e-4, 0.5), LS_OK);
+    cr_assert_eq(ls_trace_emit_param_digest(w, 4, "trainable", sha), LS_OK);
+    cr_assert_eq(ls_trace_emit_phase_end(w, "optimizer", 4, 1000, true), LS_OK);
+    cr_assert_eq(ls_trace_writer_set_prefix_frozen(w, false), LS_OK);
+    ls_trace_step_metrics grpo = tt_step_metrics(5, LS_TRACE_OBJECTIVE_GRPO, true);
+    cr_assert_eq(ls_trace_emit_step_metrics(w, &grpo), LS_OK);
+    cr_assert_eq(ls_trace_emit_rank_complete(w, 6), LS_OK);
 }
 
 /* Writes a trace; returns its lines (header first) as NUL-terminated
@@ -241,7 +269,7 @@ Test(trace_schema, reader_agrees_with_fixtures) {
     static const char *const SCHEMAS[] = {
         "event-header",    "event-phase_begin",    "event-phase_end",    "event-layer_end",
         "event-collective", "event-optimizer_step", "event-param_digest", "event-memory",
-        "event-error",     "event-rank_complete",
+        "event-error",     "event-rank_complete",  "event-step_metrics",
     };
     size_t checked = 0;
     for (size_t s = 0; s < sizeof SCHEMAS / sizeof SCHEMAS[0]; s++)

@@ -85,11 +85,11 @@ static inline ls_trace_header tt_header(void) {
 #define TT_SAMPLE_EVENTS 14
 
 static const ls_trace_layer_end TT_L0 = {"capture", 0, -1, -1, LS_TRACE_LAYER_EMBED, LS_TRACE_DIR_FWD,
-                                         1024, 100, 200, 5000, 1.5};
+                                         1024, 100, 200, 5000, 1.5, false};
 static const ls_trace_layer_end TT_L1 = {"capture", 0, -1, 0, LS_TRACE_LAYER_GDN, LS_TRACE_DIR_FWD,
-                                         1024, 4096, 8192, 77, 0.1};
+                                         1024, 4096, 8192, 77, 0.1, false};
 static const ls_trace_layer_end TT_L2 = {"replay", 3, 2, 3, LS_TRACE_LAYER_HEAD, LS_TRACE_DIR_BWD,
-                                         17, INT64_C(9007199254740991), 0, 1, 1e-300};
+                                         17, INT64_C(9007199254740991), 0, 1, 1e-300, false};
 static const ls_trace_collective TT_C0 = {"world", 0, LS_TRACE_OP_ALLREDUCE, LS_TRACE_RED_MAX, 64,
                                           LS_TRACE_DTYPE_F32, 256, "attn_merge_max", true, 1};
 static const ls_trace_collective TT_C1 = {"pair", 0, LS_TRACE_OP_SENDRECV, LS_TRACE_RED_NONE, 10,
@@ -97,6 +97,39 @@ static const ls_trace_collective TT_C1 = {"pair", 0, LS_TRACE_OP_SENDRECV, LS_TR
 static const ls_trace_mem_category TT_CATS[] = {
     {"fixed_weights", 1000, 1000}, {"branch_graph", 0, 123456}, {"scoring", 7, 9}};
 static const ls_trace_memory TT_MEM = {3, "replay", TT_CATS, 3, 1007, 124463, 99999999};
+/* A step_metrics sample whose every field differs from its neighbours (so
+ * a field written under another's name is caught); all five rates. */
+static inline ls_trace_step_metrics tt_step_metrics(int64_t step, ls_trace_objective obj, bool parts) {
+    ls_trace_step_metrics m = {0};
+    m.step = step;
+    m.objective = obj;
+    m.reward_mean = 0.3125;
+    m.reward_std = 0.21;
+    m.reward_min = -0.25;
+    m.reward_max = 1.0;
+    m.has_reward_parts = parts;
+    m.reward_retrieval = 0.1875;
+    m.reward_format = 0.125;
+    m.adv_mean = -1.5e-17;
+    m.adv_std = 0.97;
+    m.loss = 0.0123456789012345678;
+    m.loss_policy = 0.0113;
+    m.loss_kl = 1e-3;
+    m.kl_mean = 0.025;
+    m.clip_fraction = 0.0625;
+    m.ratio_min = 0.81;
+    m.ratio_mean = 1.0001;
+    m.ratio_max = 1.27;
+    m.response_len_mean = 17.75;
+    m.tokens = 142;
+    m.grad_norm = 3.5;
+    m.lr = 3e-4;
+    for (int p = 0; p <= LS_PHASE_PROMPT_BWD; p++) m.tokens_per_s[p] = 1000.5 * (p + 1);
+    m.tokens_per_s_mask = LS_TRACE_RATE_PHASE_MASK;
+    m.step_wall_s = 2.75;
+    return m;
+}
+
 static const char TT_ERR_MSG[] = "collective \"x\" failed\n\ttab \xc3\xa9 \x01";
 
 /* Writes the sample trace (TT_SAMPLE_EVENTS events, every kind, several

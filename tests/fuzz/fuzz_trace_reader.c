@@ -38,6 +38,12 @@ static void read_all(const uint8_t *data, size_t size) {
             ls_trace_collective c;
             CHECK(ls_trace_decode_collective(ev->json, &c) == LS_OK);
         }
+        if (ev->kind == LS_TRACE_STEP_METRICS && !(ev->flags & LS_TRACE_EVF_FIELDS)) {
+            ls_trace_step_metrics m;
+            CHECK(ls_trace_decode_step_metrics(ev->json, &m) == LS_OK);
+            CHECK(ls_trace_step_metrics_check(&m, NULL, 0) == LS_OK);
+            CHECK(m.prefix_frozen == ev->prefix_frozen);
+        }
         delivered++;
         last = ev->seq;
     }
