@@ -59,7 +59,11 @@ int ls_run_write_receipts(const ls_train_args *a, const ls_run_outcome *oc) {
                     .error_code = oc->ok ? 0 : (int)oc->fail_st,
                     .error_message = oc->ok ? NULL : (oc->error_message && oc->error_message[0] ? oc->error_message
                                                                                                : "the step failed"),
-                    .start_unix_ns = oc->start_unix_ns, .end_unix_ns = (uint64_t)time(NULL) * 1000000000ull};
+                    .start_unix_ns = oc->start_unix_ns, .end_unix_ns = (uint64_t)time(NULL) * 1000000000ull,
+                    .steps_prefix_frozen = oc->prefix_frozen_steps, .prefix_frozen_steps = oc->frozen_idx};
+    ls_receipt_objective objs[2] = {{"grpo", oc->steps_done - oc->sft_steps}, {"sft", oc->sft_steps}};
+    r.objectives = objs;
+    r.n_objectives = oc->sft_steps ? 2 : 1;
     char rerr[1024];
     if (ls_receipt_write(a->out, &r, rerr, sizeof rerr) != LS_OK) {
         fprintf(stderr, "longstraw-train: receipt: %s\n", rerr);

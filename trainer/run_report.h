@@ -27,7 +27,8 @@ typedef struct {
     int ok;                   /* every asked step completed */
     ls_status fail_st;
     const char *error_message;
-    uint64_t steps_done, prefix_frozen_steps;
+    uint64_t steps_done, prefix_frozen_steps, sft_steps;
+    const uint64_t *frozen_idx; /* [prefix_frozen_steps] their global step indices */
     int64_t n_events;
     uint64_t start_unix_ns;
     const ls_run_peaks *sp;

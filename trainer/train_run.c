@@ -38,7 +38,9 @@ typedef struct {
     ls_run_metrics_sink ms;
     int64_t step0;          /* the first step's global index (a resumed run's checkpoint step) */
     uint64_t seed;          /* --seed, or the resumed checkpoint's */
-    uint64_t steps_done, steps_begun, frozen_steps;
+    uint64_t steps_done, steps_begun, frozen_steps, sft_steps;
+    uint64_t *frozen_idx;   /* the prefix-frozen steps' indices (tracked) */
+    size_t frozen_cap;
     ls_status fail_st;
     char err[2048], run_id[64], trace_path[4096];
 } run;
@@ -146,6 +148,20 @@ static int next_input(run *r, int64_t s, int64_t asked, int *end) {
     return fail(r, 2, st, "", r->err);
 }
 
+static ls_status note_frozen(run *r, int64_t s) {
+    if (r->frozen_steps == r->frozen_cap) {
+        size_t cap = r->frozen_cap ? 2 * r->frozen_cap : 64;
+        uint64_t *n = ls_mem_alloc(LS_MEM_SCRATCH, cap * sizeof *n);
+        if (!n) return LS_ERR_NOMEM;
+        if (r->frozen_idx) memcpy(n, r->frozen_idx, r->frozen_steps * sizeof *n);
+        ls_mem_free(r->frozen_idx);
+        r->frozen_idx = n;
+        r->frozen_cap = cap;
+    }
+    r->frozen_idx[r->frozen_steps++] = (uint64_t)s;
+    return LS_OK;
+}
+
 /* One step, global index s: its gradients, dumps, update, metrics and
  * checkpoint.  0, 1 (the step failed) or 2 (its memory plan is above the
  * budget). */
@@ -194,7 +210,11 @@ static int one_step(run *r, int64_t s, int first) {
     ls_run_obs_end(&r->ob, "optimizer", ls_run_now_ns() - t0, 1);
     r->res.phase_ns[LS_PHASE_OPTIMIZER] = ls_run_now_ns() - t0;
     r->steps_done++;
-    r->frozen_steps += (uint64_t)r->res.prefix_frozen;
+    r->sft_steps += so.objective == LS_OBJECTIVE_SFT;
+    if (r->res.prefix_frozen && note_frozen(r, s) != LS_OK) {
+        snprintf(r->err, sizeof r->err, "cannot record the prefix-frozen steps: %s", ls_status_str(LS_ERR_NOMEM));
+        return fail(r, 1, LS_ERR_NOMEM, "", r->err);
+    }
     ls_run_metrics_emit(&r->ms, &r->ob, a, s, so.objective, &r->res, ls_run_now_ns() - t_step);
     ls_trace_writer_set_prefix_frozen(w, 0);
     if (a->save_every && (s + 1 - r->step0) % a->save_every == 0 && (st = save_checkpoint(r, s + 1)) != LS_OK) {
@@ -223,6 +243,7 @@ static int close_run(run *r, int rc, uint64_t start_unix) {
     ls_run_outcome oc = {.run_id = r->run_id, .events_rel = EVENTS_REL, .ok = rc == 0,
                          .fail_st = r->fail_st ? r->fail_st : LS_ERR_INTERNAL, .error_message = r->err,
                          .steps_done = r->steps_done, .prefix_frozen_steps = r->frozen_steps,
+                         .sft_steps = r->sft_steps, .frozen_idx = r->frozen_idx,
                          .n_events = n_events, .start_unix_ns = start_unix, .sp = &r->sp, .ob = &r->ob};
     if (ls_run_write_receipts(r->a, &oc) != 0) rc = rc ? rc : 1;
     if (rc == 0)
@@ -255,6 +276,7 @@ int LS_K(ls_train_run)(const ls_train_args *a) {
     rc = close_run(&r, rc, start_unix);
 done:
     ls_run_metrics_close(&r.ms);
+    ls_mem_free(r.frozen_idx);
     LS_K(ls_step_prefix_free)(&r.pf);
     ls_run_input_close(&r.in);
     LS_K(ls_params_free)(r.p);
