@@ -112,6 +112,18 @@ for name, r in bad_rollouts.items():
 put("fuzz_rollouts", "empty-line.jsonl", "\n" + compact(r1))
 put("fuzz_rollouts", "too-long.jsonl", '{"prompt":[' + ",".join(["1"] * 1600) + '],"responses":[[1]],"rewards":[0]}\n')
 put("fuzz_rollouts", "trailing.jsonl", compact(r1) + " x\n")
+# multi-line streams for the streaming reader (one group per line)
+r3 = dict(r2, ref_logprobs=[[-1, -2, -3, -4], [-0.5, 0], [-1, -1, -1, -1, -1]])
+put("fuzz_rollouts", "multi-three.jsonl", compact(r1) + "\n" + compact(r2) + "\n" + compact(r3) + "\n")
+put("fuzz_rollouts", "multi-blank-crlf.jsonl",
+    compact(r3) + "\r\n\r\n \t\n" + compact(r1) + "\r\n\n" + compact(r2))
+put("fuzz_rollouts", "multi-bad-second.jsonl",
+    compact(r1) + "\n" + compact(dict(r3, ref_logprobs=[[-1], [-0.5, 0], [-1]])) + "\n" + compact(r2) + "\n")
+put("fuzz_rollouts", "multi-long-second.jsonl",
+    compact(r1) + "\n" + '{"prompt":[' + ",".join(["7"] * 1600) + '],"responses":[[1]],"rewards":[0]}\n'
+    + compact(r1) + "\n")
+put("fuzz_rollouts", "multi-small.jsonl",
+    "\n".join(compact({"prompt": [i, i + 1], "responses": [[i]], "rewards": [i / 4]}) for i in range(12)))
 
 json_edge = {
     "escapes.json": r'{"a\u0000b":"\ud83d\ude00\n\t\"\\\/","b":[true,false,null]}',
