@@ -9,7 +9,8 @@
  * zeroed) must differ from it, so the comparison can fail.  Every refusal
  * is made by rewriting a real checkpoint with the safetensors writer (a
  * tensor dropped, added or reshaped, a metadata value changed), or by a
- * real file of another config, objective or dtype. */
+ * real file of another config, objective or dtype.  LS_SHOW=1 prints every
+ * refusal message. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
@@ -22,6 +23,7 @@
 #include <unistd.h>
 
 #include "receipts/digest.h"
+#include "receipts/schema.h"
 #include "test_hybrid_util.h"
 #include "test_tmpdir.h"
 #include "trainer/checkpoint.h"
@@ -246,6 +248,22 @@ static void round_trip(ls_train_mode mode) {
     cr_assert_str_eq(ls_safetensors_metadata_get(sf, "seed"), "12345678901234567890");
     cr_assert_str_eq(ls_safetensors_metadata_get(sf, "dtype"), LS_REAL_NAME);
     cr_assert_str_eq(ls_safetensors_metadata_get(sf, "lr"), "0.30000000000000004");
+    /* the metadata satisfies its schema */
+    cJSON *meta = cJSON_CreateObject();
+    for (size_t i = 0; i < ls_safetensors_metadata_count(sf); i++) {
+        const char *k, *v;
+        cr_assert_eq(ls_safetensors_metadata_at(sf, i, &k, &v), LS_OK);
+        cJSON_AddStringToObject(meta, k, v);
+    }
+    const ls_schema *schema = NULL;
+    cr_assert_eq(ls_schema_get("checkpoint-metadata", &schema, err, sizeof err), LS_OK, "%s", err);
+    ls_schema_errors se = {0};
+    char first[512];
+    ls_status vs = ls_schema_validate(schema, meta, &se);
+    ls_schema_errors_first(&se, first, sizeof first);
+    cr_assert_eq(vs, LS_OK, "checkpoint metadata against schemas/checkpoint-metadata.schema.json: %s", first);
+    ls_schema_errors_free(&se);
+    cJSON_Delete(meta);
     fprintf(stderr, "test_checkpoint (%s): hybrid-tiny %s-mode checkpoint: %zu bytes, %zu tensors\n", LS_REAL_NAME,
             mode == LS_TRAIN_FULL ? "full" : "lora", file_size(path), nb);
     ls_safetensors_free(sf);
