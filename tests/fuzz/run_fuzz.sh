@@ -56,6 +56,7 @@ fi
 flags_for() {
   case $1 in
     fuzz_safetensors|fuzz_trace_reader) echo "-max_len=8192" ;;
+    fuzz_checkpoint) echo "-max_len=16384" ;; # valid micro checkpoints are 6-9 KiB
     *) echo "-max_len=4096" ;;
   esac
 }
