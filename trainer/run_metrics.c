@@ -49,8 +49,10 @@ static void fill(ls_trace_step_metrics *t, const ls_train_args *a, int64_t s, ls
 
 static void stderr_line(ls_run_obs *ob, const ls_trace_step_metrics *t, int64_t steps_total) {
     char line[512];
-    int n = snprintf(line, sizeof line, "[step %lld/%lld] %s%s reward %.4f", (long long)t->step + 1,
-                     (long long)steps_total, t->objective == LS_TRACE_OBJECTIVE_SFT ? "sft" : "grpo",
+    char of[32] = "";
+    if (steps_total > 0) snprintf(of, sizeof of, "/%lld", (long long)steps_total);
+    int n = snprintf(line, sizeof line, "[step %lld%s] %s%s reward %.4f", (long long)t->step + 1, of,
+                     t->objective == LS_TRACE_OBJECTIVE_SFT ? "sft" : "grpo",
                      t->prefix_frozen ? " (prefix-frozen)" : "", t->reward_mean);
     if (t->has_reward_parts && n > 0 && (size_t)n < sizeof line)
         n += snprintf(line + n, sizeof line - (size_t)n, " (retrieval %.4f, format %.4f)", t->reward_retrieval,

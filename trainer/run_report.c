@@ -80,7 +80,7 @@ int ls_run_write_receipts(const ls_train_args *a, const ls_run_outcome *oc) {
     return rc;
 }
 
-/* "name 1.23 MiB, ..." of the nonzero categories into buf. */
+/* "title: name 1.23 MiB, ..., total X" of the nonzero categories. */
 static void print_peaks(const char *title, const size_t cat[LS_MEM_COUNT], size_t total, const char *tail) {
     char h[32];
     printf("  %s:", title);
@@ -114,7 +114,11 @@ void ls_run_print_summary(const ls_train_args *a, const ls_run_outcome *oc, cons
              (unsigned long long)oc->sp->steps);
     print_peaks("memory peaks, per step", oc->sp->cat, oc->sp->total, tail);
     printf("  phases:");
+    const char *sep = " ";
     for (int i = 0; i < LS_PHASE_COUNT; i++)
-        if (oc->ob->count[i]) printf(" %s %.3f s,", ls_trace_phase_name((ls_trace_phase)i), oc->ob->ns[i] * 1e-9);
+        if (oc->ob->count[i]) {
+            printf("%s%s %.3f s", sep, ls_trace_phase_name((ls_trace_phase)i), oc->ob->ns[i] * 1e-9);
+            sep = ", ";
+        }
     printf("\n  run: %s (trace, receipt, manifest; byte-exact figures in the receipt)\n", a->out);
 }

@@ -97,7 +97,7 @@ static int open_outputs(run *r) {
     ls_trace_writer *w = NULL;
     ls_status st = ls_trace_writer_open(&w, r->trace_path, &hdr);
     if (st != LS_OK) {
-        snprintf(r->err, sizeof r->err, "%s: cannot open the trace: %s", r->trace_path, ls_status_str(st));
+        snprintf(r->err, sizeof r->err, "%.1500s: cannot open the trace: %s", r->trace_path, ls_status_str(st));
         return fail(r, 2, st, "", r->err);
     }
     ls_run_obs_init(&r->ob, w, &a->cfg, a->quiet);
