@@ -31,40 +31,11 @@
 #define CFG LS_SOURCE_DIR "/configs/hybrid-tiny.json"
 
 static char tmpdir[256];
+#include "test_cli_util.h"
 
 static void setup(void) { ls_test_tmpdir_make(tmpdir, "cli"); }
 
 static void teardown(void) { ls_test_tmpdir_remove(tmpdir); }
-
-/* Run a command line with stdout/stderr into tmpdir/out.txt and err.txt;
- * returns the exit status. */
-static int run(const char *args) {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "%s %s >%s/out.txt 2>%s/err.txt", TRAIN, args, tmpdir, tmpdir);
-    int st = system(cmd);
-    cr_assert(WIFEXITED(st), "%s did not exit normally", cmd);
-    return WEXITSTATUS(st);
-}
-
-static char *slurp(const char *name) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
-    FILE *f = fopen(path, "rb");
-    if (!f) return strdup("");
-    static char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    return strdup(buf);
-}
-
-static void expect_usage_error(const char *args, const char *names) {
-    int rc = run(args);
-    char *e = slurp("err.txt");
-    cr_expect_eq(rc, 2, "'%s': exit %d, want 2", args, rc);
-    cr_expect(strstr(e, names) != NULL, "'%s': stderr does not name %s: %s", args, names, e);
-    free(e);
-}
 
 TestSuite(train_cli, .init = setup, .fini = teardown, .timeout = 300);
 

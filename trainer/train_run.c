@@ -185,7 +185,7 @@ static int one_step(run *r, int64_t s, int first) {
     ls_step_options so = a->step;
     so.seed = r->seed + 1000003ull * (uint64_t)s;
     if (s - r->step0 < a->sft_steps) so.objective = LS_OBJECTIVE_SFT;
-    if (r->steps_begun > 0) ls_run_peaks_fold(&r->sp, s - 1);
+    if (r->steps_begun > 0) ls_run_peaks_fold(&r->sp, s - 1 - r->step0); /* run-local: the receipt's index */
     ls_mem_reset_peaks(); /* the window peaks are this step's from here */
     r->steps_begun++;
     int frozen = K > 1 && !block_start;
@@ -239,7 +239,7 @@ static int close_run(run *r, int rc, uint64_t start_unix) {
         fprintf(stderr, "longstraw-train: %s: closing the trace failed: %s\n", r->trace_path, ls_status_str(st));
         rc = rc ? rc : 1;
     }
-    if (r->steps_begun > r->sp.steps) ls_run_peaks_fold(&r->sp, r->step0 + (int64_t)r->steps_begun - 1);
+    if (r->steps_begun > r->sp.steps) ls_run_peaks_fold(&r->sp, (int64_t)r->steps_begun - 1);
     ls_run_outcome oc = {.run_id = r->run_id, .events_rel = EVENTS_REL, .ok = rc == 0,
                          .fail_st = r->fail_st ? r->fail_st : LS_ERR_INTERNAL, .error_message = r->err,
                          .steps_done = r->steps_done, .prefix_frozen_steps = r->frozen_steps,

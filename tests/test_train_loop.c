@@ -1,0 +1,336 @@
+/* test_train_loop.c - longstraw-train as a trainer (issue 8): 2N steps equal
+ * N steps, a checkpoint and N resumed steps, bit for bit (the checkpoint
+ * files byte for byte and the trainable-parameter digests of the trace); a
+ * checkpoint of another config is refused naming the key; rollouts one group
+ * per line (the step count is the line count, a bad line stops the run before
+ * its step and leaves the earlier steps' metrics and checkpoint valid, standard
+ * input streams); per-step metrics agree with the trace; beta 0 skips the
+ * reference; prefix-frozen steps are marked in every event and counted in
+ * the receipt. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "receipts/json_util.h"
+#include "receipts/receipt.h"
+#include "receipts/trace_reader.h"
+#include "receipts/trace_step_metrics.h"
+#include "test_tmpdir.h"
+
+#define TRAIN LS_BINARY_DIR "/trainer/longstraw-train"
+#define CFG LS_SOURCE_DIR "/configs/hybrid-tiny.json"
+
+static char tmpdir[256];
+#include "test_cli_util.h"
+
+static void setup(void) { ls_test_tmpdir_make(tmpdir, "loop"); }
+static void teardown(void) { ls_test_tmpdir_remove(tmpdir); }
+TestSuite(train_loop, .init = setup, .fini = teardown, .timeout = 300);
+
+/* What a trace says per step. */
+typedef struct {
+    char digest[64][65];       /* "trainable" param_digest by step (< 64) */
+    int optimizer, metrics, captures, frozen_events, exact_events_of_frozen_steps;
+    int frozen_step[64];       /* 1: the step's step_metrics says prefix_frozen */
+    int64_t last_step;
+} steps_seen;
+
+static int on_event(const ls_trace_event *ev, void *user) {
+    steps_seen *s = user;
+    const cJSON *j = ev->json, *st = cJSON_GetObjectItem(j, "step");
+    int64_t step = cJSON_IsNumber(st) ? (int64_t)st->valuedouble : -1;
+    if (!strcmp(ev->ev, "param_digest") && !strcmp(cJSON_GetObjectItem(j, "target")->valuestring, "trainable") &&
+        step >= 0 && step < 64)
+        snprintf(s->digest[step], 65, "%s", cJSON_GetObjectItem(j, "sha256")->valuestring);
+    if (!strcmp(ev->ev, "optimizer_step")) s->optimizer++;
+    if (!strcmp(ev->ev, "phase_begin") && !strcmp(cJSON_GetObjectItem(j, "phase")->valuestring, "capture"))
+        s->captures++;
+    if (!strcmp(ev->ev, "step_metrics")) {
+        s->metrics++;
+        if (step >= 0 && step < 64) s->frozen_step[step] = ev->prefix_frozen;
+    }
+    if (ev->prefix_frozen) s->frozen_events++;
+    if (step > s->last_step) s->last_step = step;
+    return 0;
+}
+
+static void read_steps(const char *run_dir, steps_seen *s) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/rank-0000/events.jsonl.zst", run_dir);
+    memset(s, 0, sizeof *s);
+    s->last_step = -1;
+    ls_trace_report rep = {0};
+    ls_status st = ls_trace_read_file(p, on_event, s, &rep);
+    /* a run that stopped on a bad input ends without rank_complete: the reader says so */
+    cr_assert(st == LS_OK || rep.end != LS_TRACE_END_CLEAN, "%s: %s", p, ls_status_str(st));
+    cr_assert_eq(rep.n_diags, rep.saw_rank_complete ? 0 : 1, "%s: %zu diagnostics, first: %s", p, (size_t)rep.n_diags,
+                 rep.n_diags ? rep.diags[0].message : "");
+    ls_trace_report_free(&rep);
+}
+
+/* Every event of a frozen step carries the mark; no event of another step
+ * does.  Checked in a second pass once the frozen steps are known. */
+typedef struct {
+    const int *frozen;
+    int wrong;
+    char first[160];
+} mark_check;
+
+static int on_mark(const ls_trace_event *ev, void *user) {
+    mark_check *m = user;
+    const cJSON *st = cJSON_GetObjectItem(ev->json, "step");
+    if (!cJSON_IsNumber(st) || strcmp(ev->ev, "collective") == 0) return 0;
+    int64_t step = (int64_t)st->valuedouble;
+    if (step < 0 || step >= 64) return 0;
+    if (ev->prefix_frozen != (m->frozen[step] != 0) && m->wrong++ == 0)
+        snprintf(m->first, sizeof m->first, "%s of step %lld marked %d", ev->ev, (long long)step, ev->prefix_frozen);
+    return 0;
+}
+
+static ls_receipt *receipt_of(const char *run_dir) {
+    char rp[512], err[512];
+    snprintf(rp, sizeof rp, "%s/rank-0000/receipt.json", run_dir);
+    ls_receipt *r = NULL;
+    cr_assert_eq(ls_receipt_read(rp, &r, err, sizeof err), LS_OK, "%s", err);
+    return r;
+}
+
+static int files_equal(const char *a, const char *b) {
+    char *x = NULL, *y = NULL, err[256];
+    size_t nx = 0, ny = 0;
+    cr_assert_eq(ls_json_read_bytes_capped(a, 64 << 20, &x, &nx, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_eq(ls_json_read_bytes_capped(b, 64 << 20, &y, &ny, err, sizeof err), LS_OK, "%s", err);
+    int eq = nx == ny && memcmp(x, y, nx) == 0;
+    free(x);
+    free(y);
+    return eq;
+}
+
+#define COMMON "--config " CFG " --prompt-len 96 --response-len 5 --group 3 --train-mode full --lr 0.01 --quiet"
+
+Test(train_loop, resume_continues_bit_for_bit) {
+    char a[2048], ra[300], rb[300], rc_[300], ca[300], cb[300], cc[300], cd[300], rd[300];
+    snprintf(ra, sizeof ra, "%s/a", tmpdir);
+    snprintf(rb, sizeof rb, "%s/b", tmpdir);
+    snprintf(rc_, sizeof rc_, "%s/c", tmpdir);
+    snprintf(rd, sizeof rd, "%s/d", tmpdir);
+    snprintf(ca, sizeof ca, "%s/a.safetensors", tmpdir);
+    snprintf(cb, sizeof cb, "%s/b.safetensors", tmpdir);
+    snprintf(cc, sizeof cc, "%s/c.safetensors", tmpdir);
+    snprintf(cd, sizeof cd, "%s/d.safetensors", tmpdir);
+    /* A: 4 steps.  B: 2 steps, saved.  C: B resumed for 2 more.  D: 4 steps saving every 2 */
+    snprintf(a, sizeof a, COMMON " --steps 4 --out %s --save %s", ra, ca);
+    cr_assert_eq(run(a), 0, "A: %s", slurp("err.txt"));
+    snprintf(a, sizeof a, COMMON " --steps 2 --out %s --save %s", rb, cb);
+    cr_assert_eq(run(a), 0, "B: %s", slurp("err.txt"));
+    snprintf(a, sizeof a, COMMON " --steps 2 --out %s --resume %s --save %s", rc_, cb, cc);
+    cr_assert_eq(run(a), 0, "C: %s", slurp("err.txt"));
+    cr_expect(files_equal(ca, cc), "4 steps and 2 + 2 resumed steps give different checkpoints");
+    steps_seen A, C;
+    read_steps(ra, &A);
+    read_steps(rc_, &C);
+    cr_expect_eq(C.optimizer, 2);
+    cr_expect_eq(C.last_step, 3, "the resumed run numbers its steps on from the checkpoint's");
+    for (int s = 2; s < 4; s++)
+        cr_expect_str_eq(A.digest[s], C.digest[s], "step %d: trainable digest %s vs resumed %s", s, A.digest[s],
+                         C.digest[s]);
+    cr_expect_str_neq(A.digest[1], A.digest[3], "the parameters moved");
+    /* --save-every 2 rewrites the checkpoint after steps 2 and 4: it ends equal to A's */
+    snprintf(a, sizeof a, COMMON " --steps 4 --out %s --save %s --save-every 2", rd, cd);
+    cr_assert_eq(run(a), 0, "D: %s", slurp("err.txt"));
+    cr_expect(files_equal(ca, cd));
+    ls_receipt *r = receipt_of(rc_);
+    cr_expect_eq(r->steps, 2);
+    ls_receipt_free(r);
+    /* a checkpoint of another config or objective is refused, naming the first mismatch */
+    char cfg2[300];
+    snprintf(cfg2, sizeof cfg2, "%s/wide.json", tmpdir);
+    FILE *f = fopen(cfg2, "w");
+    fputs("{\"family\":\"hybrid\",\"vocab\":256,\"d_model\":96,\"n_layers\":8,\"ffn_dim\":128,\"rms_eps\":1e-6,"
+          "\"rope_theta\":10000,\"gdn_hk\":2,\"gdn_hv\":4,\"gdn_dk\":16,\"gdn_dv\":16,\"conv_kernel\":4,"
+          "\"attn_heads\":4,\"attn_kv_heads\":2,\"head_dim\":32,\"rope_dim\":8}",
+          f);
+    fclose(f);
+    snprintf(a, sizeof a, "--config %s --prompt-len 96 --train-mode full --out %s/e --resume %s --quiet", cfg2, tmpdir,
+             cb);
+    expect_usage_error(a, "d_model");
+    snprintf(a, sizeof a, "--config %s --prompt-len 96 --train-mode lora --out %s/e2 --resume %s --quiet", CFG, tmpdir,
+             cb);
+    expect_usage_error(a, "train_mode");
+    /* the weights-only --save-init file is for --load, not --resume */
+    char init[300];
+    snprintf(init, sizeof init, "%s/init.safetensors", tmpdir);
+    snprintf(a, sizeof a, COMMON " --out %s/e3 --save-init %s", tmpdir, init);
+    cr_assert_eq(run(a), 0);
+    snprintf(a, sizeof a, COMMON " --out %s/e4 --resume %s", tmpdir, init);
+    expect_usage_error(a, "--load");
+    snprintf(a, sizeof a, COMMON " --out %s/e5 --resume %s --load %s", tmpdir, cb, init);
+    expect_usage_error(a, "--load");
+    snprintf(a, sizeof a, COMMON " --out %s/e6 --save-every 2", tmpdir);
+    expect_usage_error(a, "--save-every");
+}
+
+/* Three groups, each its own prompt and lengths; the second supplies
+ * off-policy old log-probs (ratio != 1), the third reference log-probs. */
+static const char *LINES[3] = {
+    "{\"prompt\":[10,20,30,40,50,60,70,80],\"responses\":[[1,2,3],[4,5],[6,7,8,9]],\"rewards\":[1,0,0.5]}\n",
+    "{\"prompt\":[11,21,31,41,51,61],\"responses\":[[9,9],[8,8]],\"rewards\":[0,1],"
+    "\"old_logprobs\":[[-4,-4],[-7,-7]]}\n",
+    "{\"prompt\":[5,6,7,8,9,10,11,12,13,14],\"responses\":[[3,3,3,3,3]],\"rewards\":[0.25],"
+    "\"ref_logprobs\":[[-1,-1,-1,-1,-1]]}\n"};
+
+static void write_lines(const char *path, int n, const char *bad) {
+    FILE *f = fopen(path, "w");
+    for (int i = 0; i < n; i++) fputs(LINES[i], f);
+    if (bad) fputs(bad, f);
+    fclose(f);
+}
+
+/* The metrics file's lines, decoded (asserts each is a valid step_metrics object). */
+static int read_metrics(const char *path, ls_trace_step_metrics *out, int cap) {
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "%s missing", path);
+    char line[8192];
+    int n = 0;
+    while (fgets(line, sizeof line, f) && n < cap) {
+        cJSON *j = cJSON_Parse(line);
+        cr_assert(j, "metrics line %d is not JSON: %s", n + 1, line);
+        cr_assert_eq(ls_trace_decode_step_metrics(j, &out[n]), LS_OK, "metrics line %d: %s", n + 1, line);
+        cJSON_Delete(j);
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+Test(train_loop, rollouts_one_group_per_line) {
+    char a[2048], path[300], rd[300], mp[300];
+    snprintf(path, sizeof path, "%s/r.jsonl", tmpdir);
+    snprintf(rd, sizeof rd, "%s/run", tmpdir);
+    snprintf(mp, sizeof mp, "%s/m.jsonl", tmpdir);
+    write_lines(path, 3, NULL);
+    /* no --steps: one step per line */
+    snprintf(a, sizeof a, "--config %s --rollouts %s --out %s --metrics %s --quiet", CFG, path, rd, mp);
+    cr_assert_eq(run(a), 0, "%s", slurp("err.txt"));
+    ls_receipt *r = receipt_of(rd);
+    cr_expect_eq(r->steps, 3);
+    ls_receipt_free(r);
+    ls_trace_step_metrics m[8];
+    cr_assert_eq(read_metrics(mp, m, 8), 3);
+    cr_expect(fabs(m[0].response_len_mean - 3) < 1e-12 && fabs(m[1].response_len_mean - 2) < 1e-12 &&
+                  fabs(m[2].response_len_mean - 5) < 1e-12,
+              "each step trains its own line: lengths %g %g %g", m[0].response_len_mean, m[1].response_len_mean,
+              m[2].response_len_mean);
+    cr_expect(m[0].ratio_min == 1 && m[0].ratio_max == 1, "line 1 is on-policy");
+    cr_expect(m[1].ratio_max > 1.01 || m[1].ratio_min < 0.99, "line 2's old log-probs are used: ratio %g..%g",
+              m[1].ratio_min, m[1].ratio_max);
+    cr_expect_gt(m[2].kl_mean, 0, "line 3's reference log-probs are used");
+    for (int i = 0; i < 3; i++) {
+        cr_expect_eq(m[i].step, i);
+        cr_expect(fabs(m[i].loss - (m[i].loss_policy + m[i].loss_kl)) < 1e-6 * (1 + fabs(m[i].loss)));
+        cr_expect(!m[i].has_reward_parts, "external rewards have no task parts");
+    }
+    steps_seen S;
+    read_steps(rd, &S);
+    cr_expect_eq(S.metrics, 3);
+    /* a metrics file that exists is never overwritten */
+    snprintf(a, sizeof a, "--config %s --rollouts %s --out %s/run1 --metrics %s --quiet", CFG, path, tmpdir, mp);
+    expect_usage_error(a, "--metrics");
+    /* standard input streams the same groups */
+    snprintf(a, sizeof a, "--config %s --rollouts - --out %s/run2 --quiet < %s", CFG, tmpdir, path);
+    cr_assert_eq(run(a), 0, "%s", slurp("err.txt"));
+    snprintf(rd, sizeof rd, "%s/run2", tmpdir);
+    r = receipt_of(rd);
+    cr_expect_eq(r->steps, 3);
+    ls_receipt_free(r);
+    /* --steps asks for more lines than there are: the run says so */
+    snprintf(a, sizeof a, "--config %s --rollouts %s --out %s/run3 --steps 5 --quiet", CFG, path, tmpdir);
+    expect_usage_error(a, "ended after");
+}
+
+Test(train_loop, bad_rollouts_line_stops_before_its_step) {
+    char a[2048], path[300], rd[300], mp[300], ck[300];
+    snprintf(path, sizeof path, "%s/r.jsonl", tmpdir);
+    snprintf(rd, sizeof rd, "%s/run", tmpdir);
+    snprintf(mp, sizeof mp, "%s/m.jsonl", tmpdir);
+    snprintf(ck, sizeof ck, "%s/c.safetensors", tmpdir);
+    write_lines(path, 2, "{\"prompt\":[1,2,3],\"responses\":[[4,5]],\"rewards\":[0],\"old_logprobs\":[[-1]]}\n");
+    snprintf(a, sizeof a, "--config %s --rollouts %s --out %s --metrics %s --save %s --save-every 1 --quiet", CFG,
+             path, rd, mp, ck);
+    int rc = run(a);
+    char *e = slurp("err.txt");
+    cr_expect_eq(rc, 2, "exit %d: %s", rc, e);
+    cr_expect(strstr(e, "line 3") && strstr(e, "old_logprobs[0]"), "stderr names the line and field: %s", e);
+    free(e);
+    ls_receipt *r = receipt_of(rd);
+    cr_expect_eq(r->status, LS_RECEIPT_ERROR);
+    cr_expect_eq(r->steps, 2, "the two good steps completed");
+    ls_receipt_free(r);
+    ls_trace_step_metrics m[8];
+    cr_expect_eq(read_metrics(mp, m, 8), 2);
+    steps_seen S;
+    read_steps(rd, &S);
+    cr_expect_eq(S.optimizer, 2, "no step began for line 3");
+    /* the checkpoint of step 2 is whole: a run resumes from it */
+    snprintf(a, sizeof a, "--config %s --rollouts %s --steps 1 --out %s/run2 --resume %s --quiet", CFG, path, tmpdir,
+             ck);
+    cr_expect_eq(run(a), 0, "%s", slurp("err.txt"));
+}
+
+Test(train_loop, beta_zero_skips_the_reference_and_metrics_match) {
+    char a[2048], rd[300], mp[300];
+    snprintf(rd, sizeof rd, "%s/b0", tmpdir);
+    snprintf(mp, sizeof mp, "%s/m.jsonl", tmpdir);
+    snprintf(a, sizeof a, COMMON " --steps 2 --beta 0 --out %s --metrics %s", rd, mp);
+    cr_assert_eq(run(a), 0, "%s", slurp("err.txt"));
+    steps_seen S;
+    read_steps(rd, &S);
+    cr_expect_eq(S.captures, 2, "beta 0: one capture a step, no reference");
+    ls_trace_step_metrics m[4];
+    cr_assert_eq(read_metrics(mp, m, 4), 2);
+    for (int i = 0; i < 2; i++) {
+        cr_expect_eq(m[i].kl_mean, 0);
+        cr_expect_eq(m[i].loss_kl, 0);
+        cr_expect(m[i].has_reward_parts);
+        cr_expect(fabs(m[i].reward_retrieval + m[i].reward_format - m[i].reward_mean) < 1e-12);
+        cr_expect(m[i].tokens_per_s_mask & (1u << LS_PHASE_CAPTURE));
+    }
+    snprintf(rd, sizeof rd, "%s/b1", tmpdir);
+    snprintf(a, sizeof a, COMMON " --steps 2 --out %s", rd);
+    cr_assert_eq(run(a), 0, "%s", slurp("err.txt"));
+    read_steps(rd, &S);
+    cr_expect_eq(S.captures, 6, "beta > 0 with a rollout: policy, reference, policy again");
+}
+
+Test(train_loop, prefix_frozen_steps_are_marked_everywhere) {
+    char a[2048], rd[300];
+    snprintf(rd, sizeof rd, "%s/pf", tmpdir);
+    snprintf(a, sizeof a, COMMON " --steps 8 --prefix-frozen 4 --beta 0 --out %s", rd);
+    cr_assert_eq(run(a), 0, "%s", slurp("err.txt"));
+    steps_seen S;
+    read_steps(rd, &S);
+    cr_expect_eq(S.captures, 2, "one capture per block of 4");
+    int want[8] = {0, 1, 1, 1, 0, 1, 1, 1};
+    for (int s = 0; s < 8; s++) cr_expect_eq(S.frozen_step[s], want[s], "step %d", s);
+    mark_check mc = {.frozen = S.frozen_step};
+    char p[512];
+    snprintf(p, sizeof p, "%s/rank-0000/events.jsonl.zst", rd);
+    ls_trace_report rep = {0};
+    cr_assert_eq(ls_trace_read_file(p, on_mark, &mc, &rep), LS_OK);
+    ls_trace_report_free(&rep);
+    cr_expect_eq(mc.wrong, 0, "%d events with the wrong mark, first: %s", mc.wrong, mc.first);
+    cr_expect_gt(S.frozen_events, 6 * 5, "every event of the frozen steps is marked");
+    ls_receipt *r = receipt_of(rd);
+    cr_expect_eq(r->steps, 8);
+    cr_expect_eq(r->steps_exact, 2);
+    cr_expect_eq(r->steps_prefix_frozen, 6);
+    ls_receipt_free(r);
+    /* refused where a stale state has no meaning */
+    snprintf(a, sizeof a, COMMON " --prefix-frozen 2 --grad-mode full --out %s/x", tmpdir);
+    expect_usage_error(a, "--prefix-frozen");
+}
