@@ -383,7 +383,7 @@ static int blank(const char *s, size_t n) {
 static ls_status next_line(ls_rollouts_reader *r, const char **line, size_t *len, char *err, size_t err_len) {
     for (;;) {
         size_t held = r->end - r->start;
-        const char *from = r->buf + r->start;
+        const char *from = r->buf ? r->buf + r->start : NULL; /* NULL before the first read */
         const char *nl = held > r->scanned ? memchr(from + r->scanned, '\n', held - r->scanned) : NULL;
         if (nl || (r->eof && held <= r->max_line)) {
             size_t n = nl ? (size_t)(nl - from) : held;

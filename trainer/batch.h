@@ -59,7 +59,7 @@ ls_status ls_batch_parse_rollouts(ls_batch **out, const char *buf, size_t len, c
  * seeking and never holding more than max_line + 1 bytes (its one buffer:
  * the current line and what was read after it).  Lines are numbered from 1,
  * every line counted.  A line holding only spaces, tabs and CRs is skipped
- * (still counted); a final line without a newline is read like any other;
+ * (still counted) unless it is over the limit; a final line without a newline is read like any other;
  * each other line goes through the checks of ls_batch_parse_rollouts.  The
  * reader stops at the first bad line: that ls_rollouts_next and every later
  * one return its error status. */

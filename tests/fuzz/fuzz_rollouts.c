@@ -13,7 +13,7 @@
  *    in order, what the one-line parser gives for that line alone (equal
  *    batch and flags, or the same status with the error naming "fuzz: line
  *    N" for the line's 1-based number), a line over the limit is refused
- *    as such, the reader stops at the first refusal, and it never holds
+ *    as such (even a blank one), the reader stops at the first refusal, and it never holds
  *    more than limit + 1 bytes past what it returned.  The read(2) size and
  *    the limit vary with the input's length (1, 2, 7, 64 bytes or 64 KiB a
  *    read; limit 3000 or 97) so that lines are split across reads.
@@ -126,7 +126,7 @@ static void stream(const uint8_t *data, size_t size) {
         const uint8_t *nl = memchr(data + off, '\n', size - off);
         size_t len = nl ? (size_t)(nl - (data + off)) : size - off, next = off + len + (nl != NULL);
         line++;
-        if (blank(data + off, len)) {
+        if (len <= cap && blank(data + off, len)) { /* an over-long line is refused, blank or not */
             off = next;
             continue;
         }

@@ -122,6 +122,12 @@ put("fuzz_rollouts", "multi-bad-second.jsonl",
 put("fuzz_rollouts", "multi-long-second.jsonl",
     compact(r1) + "\n" + '{"prompt":[' + ",".join(["7"] * 1600) + '],"responses":[[1]],"rewards":[0]}\n'
     + compact(r1) + "\n")
+# found by fuzzing the streaming reader: the empty input (no read yet: no
+# pointer arithmetic on the NULL buffer) and a blank line over the limit
+# (refused as too long, not skipped; 194 bytes: the limit is 97)
+put("fuzz_rollouts", "found-empty", "")
+put("fuzz_rollouts", "found-long-blank-line.jsonl",
+    "\n" * 4 + " " * 152 + "\n" * 3 + '{"":[{"":[":[{"":[true?]}]}]}]}\n{]}')
 put("fuzz_rollouts", "multi-small.jsonl",
     "\n".join(compact({"prompt": [i, i + 1], "responses": [[i]], "rewards": [i / 4]}) for i in range(12)))
 
