@@ -10,15 +10,19 @@
  *      top_p; when the whole order never reaches it, the nucleus is all V;
  *   3. u = ls_rng_uniform() * mass; the token is the first in the nucleus
  *      whose running sum exceeds u (the last one of the nucleus if none).
- * Instead of sorting the vocabulary, a histogram of the log-probs in
- * quarter-nat buckets below the maximum bounds the mass from below; only the
- * tokens above the bucket where that bound reaches top_p are gathered and
- * sorted (insertion sort when few, an LSD radix sort otherwise), and only
- * the nucleus's exp() are taken.  The running sums are the same additions
- * in the same order as the simple algorithm's, so the nucleus, the mass and
- * the draw are bit for bit its own.  Cost: O(V) passes plus the sort of the
- * gathered tokens, O(V) in the worst case (top_p = 1, a flat distribution);
- * exactly one uniform is consumed per call, whatever the path. */
+ * Instead of sorting the vocabulary: a histogram of the log-probs in
+ * quarter-nat buckets below the maximum (a bucket order is a coarse prefix
+ * of the order above) bounds the mass from below; only the tokens of the
+ * buckets up to the one where that bound reaches top_p are scattered, by
+ * bucket, and the buckets are then sorted one at a time (insertion sort
+ * when small, an LSD radix sort otherwise), from the top, while the running
+ * sum goes on, until it reaches top_p: the tokens past the nucleus's last
+ * bucket are never sorted, and only the nucleus's exp() are taken.  The
+ * running sums are the same additions in the same order as the simple
+ * algorithm's, so the nucleus, the mass and the draw are bit for bit its
+ * own.  Cost: three O(V) passes plus the sort of the nucleus's buckets,
+ * O(V) in the worst case (a flat row, top_p = 1); exactly one uniform is
+ * consumed per call, whatever the path. */
 #ifndef LS_TRAINER_SAMPLER_H
 #define LS_TRAINER_SAMPLER_H
 #include <stddef.h>
@@ -29,21 +33,14 @@
 #include "trainer/mem_tracker.h"
 #include "trainer/rng.h"
 
-/* One gathered token: its sort key, then (after sorting) its probability. */
-typedef struct {
-    union {
-        uint64_t key; /* order-preserving bits of -logp: ascending = the order above */
-        double p;     /* exp(logp), once sorted */
-    } u;
-    int32_t id;
-} ls_sampler_rec;
-
 /* Buffers of one sampler, sized for a vocabulary: allocate once, reuse for
- * every token (no allocation per call).  Fields are private. */
+ * every token (no allocation per call).  Fields are private (the records'
+ * layout depends on the real type; this struct's does not). */
 typedef struct {
-    size_t V;                  /* capacity in tokens */
-    ls_sampler_rec *rec, *tmp; /* [V] each: gathered tokens, radix scratch */
-    uint32_t *count;           /* histogram and radix digit counts */
+    size_t V;        /* capacity in tokens */
+    void *rec, *tmp; /* [V] records each: gathered tokens, radix scratch */
+    double *p;       /* [V] the nucleus's probabilities, in order */
+    uint32_t *count; /* bucket and radix digit counts */
 } ls_sampler_ws;
 
 /* Allocates ws for vocabularies up to V tokens (1 <= V <= 2^31 - 1) through
