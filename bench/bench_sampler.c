@@ -2,10 +2,12 @@
  *
  * Table 1: tokens/s of the sampler alone, the old algorithm (insertion sort
  * of the whole vocabulary, O(V^2); copied here as it was in trainer/step.c)
- * against trainer/sampler.h, at V = 256, 32,000 and 151,936, on two row
+ * against trainer/sampler.h, at V = 256, 32,000 and 151,936, on three row
  * shapes: "gauss" (logits ~ N(0,1): nearly flat, the nucleus at 0.95 holds
- * most of the vocabulary, the worst case) and "zipf" (p ~ 1/rank^1.1 over a
- * shuffled vocabulary, the shape of a trained LM's rows), top_p 0.95 and 1.
+ * most of the vocabulary, the worst case; a random-init model's rows look
+ * like this), "zipf" (p ~ 1/rank^1.1 over a shuffled vocabulary: a heavy
+ * tail) and "peaked" (logits ~ N(0, 4^2): a few hundred tokens carry the
+ * mass, as in a trained model's rows), top_p 0.95 and 1.
  * The old algorithm runs for at least one draw and at most --old-seconds.
  * Every timed draw of both is also compared (same rng seed): a mismatch is
  * reported and makes the exit status 1.
@@ -57,13 +59,16 @@ static int32_t old_sample_row(const float *logp, size_t V, double top_p, ls_rng 
     return (int32_t)order[n - 1];
 }
 
-static void make_row(float *lp, size_t V, int zipf, uint64_t seed) {
+static const char *const shape_name[3] = {"gauss", "zipf", "peaked"};
+
+static void make_row(float *lp, size_t V, int shape, uint64_t seed) {
     ls_rng g;
     ls_rng_seed(&g, seed);
     double *z = malloc(V * sizeof *z), m = -INFINITY, s = 0;
     if (!z) exit(1);
-    for (size_t i = 0; i < V; i++) z[i] = zipf ? -1.1 * log((double)(i + 1)) : ls_rng_normal(&g);
-    for (size_t i = V; zipf && i > 1; i--) { /* shuffle the ranks over the ids */
+    for (size_t i = 0; i < V; i++)
+        z[i] = shape == 1 ? -1.1 * log((double)(i + 1)) : (shape == 2 ? 4 : 1) * ls_rng_normal(&g);
+    for (size_t i = V; shape == 1 && i > 1; i--) { /* shuffle the ranks over the ids */
         size_t j = (size_t)ls_rng_below(&g, i);
         double t = z[i - 1];
         z[i - 1] = z[j];
@@ -79,14 +84,14 @@ static int mismatches;
 
 /* tokens/s of the new sampler (>= min_s seconds) and of the old one (at
  * most old_s seconds, >= 1 draw), comparing tokens draw by draw */
-static void bench_alone(size_t V, int zipf, double top_p, double old_s, double *new_tps, double *old_tps,
+static void bench_alone(size_t V, int shape, double top_p, double old_s, double *new_tps, double *old_tps,
                         size_t *old_draws) {
     float *lp = malloc(V * sizeof *lp);
     size_t *order = malloc(V * sizeof *order);
     int32_t *tok = malloc(4096 * sizeof *tok);
     ls_sampler_ws ws;
     if (!lp || !order || !tok || ls_sampler_ws_init_f32(&ws, V, LS_MEM_SCORE) != LS_OK) exit(1);
-    make_row(lp, V, zipf, 7 + V);
+    make_row(lp, V, shape, 7 + V);
     ls_rng r;
     ls_rng_seed(&r, 11);
     size_t n = 0;
@@ -106,7 +111,7 @@ static void bench_alone(size_t V, int zipf, double top_p, double old_s, double *
         int32_t t = old_sample_row(lp, V, top_p, &r, order);
         if (m < 4096 && t != tok[m]) {
             if (mismatches++ == 0)
-                fprintf(stderr, "MISMATCH V=%zu %s top_p=%g draw %zu: old %d, new %d\n", V, zipf ? "zipf" : "gauss",
+                fprintf(stderr, "MISMATCH V=%zu %s top_p=%g draw %zu: old %d, new %d\n", V, shape_name[shape],
                         top_p, m, (int)t, (int)tok[m]);
         }
         m++;
@@ -215,12 +220,12 @@ int main(int argc, char **argv) {
     printf("# bench_sampler: the sampler alone, float32 rows (tokens/s; old: insertion sort, at most %.1f s)\n", old_s);
     printf("%8s %6s %6s %14s %14s %10s %9s\n", "V", "row", "top_p", "old tok/s", "new tok/s", "speedup", "old draws");
     for (size_t v = 0; v < 3; v++)
-        for (int zipf = 0; zipf < 2; zipf++)
+        for (int shape = 0; shape < 3; shape++)
             for (int q = 0; q < 2; q++) {
                 double tp = q ? 1.0 : 0.95, nt, ot;
                 size_t od;
-                bench_alone(Vs[v], zipf, tp, old_s, &nt, &ot, &od);
-                printf("%8zu %6s %6.2f %14.1f %14.1f %9.0fx %9zu\n", Vs[v], zipf ? "zipf" : "gauss", tp, ot, nt,
+                bench_alone(Vs[v], shape, tp, old_s, &nt, &ot, &od);
+                printf("%8zu %6s %6.2f %14.1f %14.1f %9.1fx %9zu\n", Vs[v], shape_name[shape], tp, ot, nt,
                        nt / ot, od);
                 fflush(stdout);
             }
@@ -237,7 +242,7 @@ int main(int argc, char **argv) {
             mismatches++;
             continue;
         }
-        printf("%8zu %14.1f %14.1f %9.0fx %11zu %13.1f%%%s\n", Vs[v], c.old_tps, c.tps, c.tps / c.old_tps,
+        printf("%8zu %14.1f %14.1f %9.1fx %11zu %13.1f%%%s\n", Vs[v], c.old_tps, c.tps, c.tps / c.old_tps,
                c.old_tokens, 100 * c.sampler_frac, c.same ? "" : "  TOKENS DIFFER");
         fflush(stdout);
     }
