@@ -13,6 +13,7 @@
 #include "kernels/logprob.h"
 #include "receipts/trace_event.h"
 #include "trainer/rng.h"
+#include "trainer/sampler.h"
 
 #define R_(n) ((n) * sizeof(ls_real))
 
@@ -66,28 +67,6 @@ ls_status LS_K(ls_score_member)(const ls_params *p, const ls_hstate *ps, const l
     return st;
 }
 
-static int32_t sample_row(const ls_real *logp, size_t V, double top_p, ls_rng *r, size_t *order) {
-    for (size_t i = 0; i < V; i++) order[i] = i;
-    /* insertion sort by probability, descending (V is small; ties by id) */
-    for (size_t i = 1; i < V; i++) {
-        size_t x = order[i], j = i;
-        while (j > 0 && logp[order[j - 1]] < logp[x]) {
-            order[j] = order[j - 1];
-            j--;
-        }
-        order[j] = x;
-    }
-    double mass = 0;
-    size_t n = 0;
-    while (n < V && (n == 0 || mass < top_p)) mass += exp((double)logp[order[n++]]);
-    double u = ls_rng_uniform(r) * mass, acc = 0;
-    for (size_t i = 0; i < n; i++) {
-        acc += exp((double)logp[order[i]]);
-        if (u < acc) return (int32_t)order[i];
-    }
-    return (int32_t)order[n - 1];
-}
-
 ls_status LS_K(ls_rollout_member)(const ls_params *p, const ls_hstate *ps, int32_t first_token,
                                   size_t R, double temperature, double top_p, uint64_t seed,
                                   int32_t *out, double *logp_out) {
@@ -96,22 +75,23 @@ ls_status LS_K(ls_rollout_member)(const ls_params *p, const ls_hstate *ps, int32
     ls_status st = LS_K(ls_hstate_fork)(&st_m, ps, LS_MEM_SCORE);
     if (st != LS_OK) return st;
     ls_real *hrow = ls_mem_alloc(LS_MEM_SCORE, R_(d)), *row = ls_mem_alloc(LS_MEM_SCORE, R_(V));
-    size_t *order = ls_mem_alloc(LS_MEM_SCORE, V * sizeof *order);
+    ls_sampler_ws ws;
+    ls_status wst = LS_K(ls_sampler_ws_init)(&ws, V, LS_MEM_SCORE);
     ls_rng rng;
     ls_rng_seed(&rng, seed);
     int32_t tok = first_token;
-    st = (hrow && row && order) ? LS_OK : LS_ERR_NOMEM;
+    st = (hrow && row) ? wst : LS_ERR_NOMEM;
     for (size_t t = 0; st == LS_OK && t < R; t++) {
         ls_seg_io io = {.tokens = &tok, .T = 1, .pos0 = st_m.n_pos, .ctx = &st_m, .state_out = &st_m,
                         .last_hidden = hrow};
         st = LS_K(ls_segment_forward)(p, &io);
         if (st != LS_OK) break;
         LS_K(ls_logprob_row)(row, hrow, p->lm_head->w, (ls_real)temperature, d, V);
-        tok = sample_row(row, V, top_p, &rng, order);
+        tok = LS_K(ls_sampler_top_p)(row, V, top_p, &rng, &ws);
         out[t] = tok;
         if (logp_out) logp_out[t] = (double)row[tok];
     }
-    ls_mem_free(order);
+    LS_K(ls_sampler_ws_free)(&ws);
     ls_mem_free(hrow);
     ls_mem_free(row);
     LS_K(ls_hstate_free)(&st_m);
