@@ -7,8 +7,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "receipts/atomic_file.h"
 #include "receipts/json_util.h"
 #include "receipts/trace_writer.h"
+#include "trainer/mem_tracker.h"
+#include "trainer/metrics_plot.h"
 
 ls_status ls_run_metrics_open(ls_run_metrics_sink *m, const char *path, char *err, size_t err_len) {
     m->path = path;
@@ -87,4 +90,23 @@ void ls_run_metrics_emit(ls_run_metrics_sink *m, ls_run_obs *ob, const ls_train_
     }
     free(text);
     cJSON_Delete(o);
+}
+
+int ls_run_metrics_plot(const char *metrics_path, const char *svg_path, int has_parts, const char *title) {
+    const char *all[4] = {"reward_mean", "reward_retrieval", "reward_format", "kl_mean"};
+    const char *few[2] = {"reward_mean", "kl_mean"};
+    const char *const *names = has_parts ? all : few;
+    size_t n = has_parts ? 4 : 2;
+    unsigned char right[4] = {0, 0, 0, 0};
+    right[n - 1] = 1;
+    ls_metrics_table t = {0};
+    char err[1024], *svg = NULL;
+    size_t len = 0;
+    ls_status st = ls_metrics_read(&t, metrics_path, 0, names, n, err, sizeof err);
+    if (st == LS_OK) st = ls_plot_svg(&t, names, right, title, &svg, &len, err, sizeof err);
+    if (st == LS_OK) st = ls_atomic_write(svg_path, svg, len, err, sizeof err);
+    if (st != LS_OK) fprintf(stderr, "longstraw-train: --plot: %s\n", err);
+    ls_mem_free(svg);
+    ls_metrics_table_free(&t);
+    return st == LS_OK ? 0 : 1;
 }

@@ -22,4 +22,9 @@ ls_status ls_run_metrics_open(ls_run_metrics_sink *m, const char *path, char *er
 void ls_run_metrics_emit(ls_run_metrics_sink *m, ls_run_obs *ob, const ls_train_args *a, int64_t s,
                          ls_objective_kind objective, const ls_step_result *res, int64_t step_wall_ns);
 void ls_run_metrics_close(ls_run_metrics_sink *m);
+/* --plot: the metrics file drawn as an SVG chart at svg_path (atomic):
+ * reward_mean and, when the task's parts are there, reward_retrieval and
+ * reward_format, against the step; kl_mean on the right-hand axis.  0, or
+ * 1 with the failure on stderr. */
+int ls_run_metrics_plot(const char *metrics_path, const char *svg_path, int has_parts, const char *title);
 #endif

@@ -45,6 +45,8 @@ void ls_train_usage(FILE *f) {
         "  --save-every N          also checkpoint every N steps to --save's file (atomic)\n"
         "  --resume FILE           continue from a checkpoint (same config; --steps more steps)\n"
         "  --metrics FILE          per-step metrics, JSONL (the step_metrics event's fields)\n"
+        "  --plot FILE.svg         at the end, the metrics drawn: reward (and its retrieval and\n"
+        "                          format parts) and KL per step (needs --metrics)\n"
         "  --load FILE             initial weights from a safetensors checkpoint (MODEL.md §5 names)\n"
         "  --save-init FILE        all weights at the start of step 1 (safetensors)\n"
         "  --dump-batch FILE       step 1 inputs (MODEL.md §6 JSON)\n"
@@ -190,6 +192,7 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
         else if (!strcmp(k, "--save")) a->save = val;
         else if (!strcmp(k, "--resume")) a->resume = val;
         else if (!strcmp(k, "--metrics")) a->metrics = val;
+        else if (!strcmp(k, "--plot")) a->plot = val;
         else if (!strcmp(k, "--dump-batch")) a->dump_batch = val;
         else if (!strcmp(k, "--dump-grads")) a->dump_grads = val;
         else if (!strcmp(k, "--fault")) {
@@ -203,6 +206,7 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
     if (a->rollouts && have_P) BAD("--prompt-len: not allowed with --rollouts (the file holds the prompt)");
     if (!a->rollouts && a->P < 64) BAD("--prompt-len: the synthetic task needs at least 64 tokens");
     if (a->save_every && !a->save) BAD("--save-every: needs --save FILE (the checkpoint it rewrites)");
+    if (a->plot && !a->metrics) BAD("--plot: needs --metrics FILE (the figures it draws)");
     if (a->load && a->resume) BAD("--load: not with --resume (the checkpoint holds the weights)");
     int sft = a->step.objective == LS_OBJECTIVE_SFT || a->sft_steps > 0;
     if (sft && a->rollouts) BAD("--objective sft / --sft-steps: need the built-in task's answers, not --rollouts");

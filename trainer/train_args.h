@@ -19,7 +19,7 @@ typedef struct {
     int f64;
     const char *out;
     const char *save_init, *dump_batch, *dump_grads, *rollouts, *load;
-    const char *save, *resume, *metrics;
+    const char *save, *resume, *metrics, *plot;
     int save_every;         /* checkpoint every N steps (0: never) */
     int prefix_frozen;      /* K: capture once per K steps (0 or 1: every step exact) */
     int sft_steps;          /* the first N steps use the sft objective (a warm start) */

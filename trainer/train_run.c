@@ -273,6 +273,12 @@ int LS_K(ls_train_run)(const ls_train_args *a) {
         rc = one_step(&r, r.step0 + i, i == 0);
     }
     if (rc == 0 && a->save && save_checkpoint(&r, r.step0 + (int64_t)r.steps_done) != LS_OK) rc = 1;
+    ls_run_metrics_close(&r.ms); /* complete before it is drawn and digested */
+    if (rc == 0 && a->plot) {
+        char title[256];
+        snprintf(title, sizeof title, "%.100s, P=%zu, G=%zu: reward and KL per step", a->config_path, r.in.P, r.in.G);
+        rc = ls_run_metrics_plot(a->metrics, a->plot, !a->rollouts, title);
+    }
     rc = close_run(&r, rc, start_unix);
 done:
     ls_run_metrics_close(&r.ms);
