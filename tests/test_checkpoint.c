@@ -350,6 +350,8 @@ typedef struct {
     const char *drop, *extra, *reshape; /* tensor names */
     const char *meta_key, *meta_value;  /* set key (value NULL: remove it) */
     const char *retype;                 /* tensor stored in the other float dtype */
+    const char *poison;                 /* tensor whose element 1 becomes poison_value */
+    double poison_value;
 } mods;
 
 /* Rewrite checkpoint src into dst with the safetensors writer, changed by m. */
@@ -367,6 +369,7 @@ static void rewrite(const char *src, const char *dst, const mods *m) {
         if (m->drop && !strcmp(t->name, m->drop)) continue;
         keep[i] = malloc((size_t)t->numel * sizeof **keep + 1);
         cr_assert_eq(ls_safetensors_read_f64(t, keep[i], (size_t)t->numel), LS_OK);
+        if (m->poison && !strcmp(t->name, m->poison)) keep[i][1] = m->poison_value;
         uint64_t flat[1] = {t->numel};
         int re = m->reshape && !strcmp(t->name, m->reshape);
         int rt = m->retype && !strcmp(t->name, m->retype);
@@ -516,6 +519,9 @@ Test(checkpoint, refuses_missing_extra_and_reshaped_tensors) {
         {gf, fu, {.extra = "reference.layers.0.mlp.gate.lora_A"}, "'reference.layers.0.mlp.gate.lora_A' is not part", NULL},
         {gl, lo, {.reshape = "embed.weight"}, "embed.weight", "shape"},
         {gf, fu, {.reshape = "optimizer.m.lm_head.weight"}, "optimizer.m.lm_head.weight", "shape"},
+        {gl, lo, {.poison = "optimizer.v.layers.0.mlp.down.lora_B", .poison_value = -1e-3},
+         "tensor 'optimizer.v.layers.0.mlp.down.lora_B' element 1 is -0.001", "never negative"},
+        {gf, fu, {.poison = "optimizer.v.embed.weight", .poison_value = -0.0}, NULL, NULL}, /* -0 is fine */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         if (!cases[i].n1) { /* dropping a name the checkpoint does not have leaves it valid */
@@ -527,6 +533,16 @@ Test(checkpoint, refuses_missing_extra_and_reshaped_tensors) {
         rewrite(cases[i].good, bad, &cases[i].m);
         expect_refused(cases[i].p, bad, LS_ERR_FORMAT, cases[i].n1, cases[i].n2);
     }
+    /* non-finite values, in weights, moments and the reference copy */
+    const char *nf[] = {"embed.weight", "optimizer.m.norm.weight", "reference.lm_head.weight"};
+    for (size_t i = 0; i < 3; i++)
+        for (int inf = 0; inf < 2; inf++) {
+            mods m = {.poison = nf[i], .poison_value = inf ? -INFINITY : NAN};
+            rewrite(gf, bad, &m);
+            char want[160];
+            snprintf(want, sizeof want, "tensor '%s' element 1 is %s", nf[i], inf ? "infinite" : "NaN");
+            expect_refused(fu, bad, LS_ERR_NONFINITE, want, "finite values only");
+        }
     K(ls_params_free)(lo);
     K(ls_params_free)(fu);
 }
@@ -649,6 +665,11 @@ Test(checkpoint, save_refuses_bad_info_and_unwritable_paths) {
     in = test_info(1);
     cr_assert_eq(K(ls_checkpoint_save)(p, &in, tmp("no/such/dir/x"), err, sizeof err), LS_ERR_IO);
     cr_assert(strstr(err, "no/such/dir/x"), "%s", err);
+    size_t ti = 0;
+    while (!p->t[ti].trainable) ti++;
+    p->t[ti].m[3] = NAN; /* a checkpoint that could not be loaded is not written */
+    cr_assert_eq(K(ls_checkpoint_save)(p, &in, tmp("x"), err, sizeof err), LS_ERR_NONFINITE);
+    cr_assert(strstr(err, "optimizer.m.") && strstr(err, "element 3 is NaN"), "%s", err);
     cr_assert_neq(access(tmp("x"), F_OK), 0, "nothing written on refusal");
     K(ls_params_free)(p);
 }

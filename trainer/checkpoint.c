@@ -261,6 +261,27 @@ static ls_status check_metadata(const ls_params *p, const ls_safetensors *sf, co
 
 /* ---- load -------------------------------------------------------------------- */
 
+/* Every value finite, and second moments >= 0 (AdamW divides by their
+ * square root): a healthy run never holds anything else (a non-finite
+ * gradient stops it before the optimizer), and a NaN would also not keep its
+ * bits through the reader's conversion. */
+static ls_status check_values(const ls_real *x, size_t n, slot_kind k, const char *name, const char *where, char *err,
+                              size_t err_len) {
+    for (size_t j = 0; j < n; j++) {
+        if (!isfinite(x[j])) {
+            snprintf(err, err_len, "checkpoint %s: tensor '%s' element %zu is %s: a checkpoint holds finite values only",
+                     where, name, j, isnan(x[j]) ? "NaN" : "infinite");
+            return LS_ERR_NONFINITE;
+        }
+        if (k == SLOT_V && x[j] < 0) {
+            snprintf(err, err_len, "checkpoint %s: tensor '%s' element %zu is %.9g: an AdamW second moment is never negative",
+                     where, name, j, (double)x[j]);
+            return LS_ERR_FORMAT;
+        }
+    }
+    return LS_OK;
+}
+
 static ls_status load_tensors(ls_params *p, const ls_params *ref, const ls_safetensors *sf, const char *where,
                               char *err, size_t err_len) {
     char name[128], e2[512];
@@ -294,6 +315,7 @@ static ls_status load_tensors(ls_params *p, const ls_params *ref, const ls_safet
                 snprintf(err, err_len, "checkpoint %s: %s", where, e2);
                 return LS_ERR_FORMAT;
             }
+            if ((st = check_values(dst, t->numel, (slot_kind)k, name, where, err, err_len)) != LS_OK) return st;
         }
     }
     if (ls_safetensors_count(sf) == expected) return LS_OK;
@@ -486,6 +508,7 @@ ls_status LS_K(ls_checkpoint_save)(const ls_params *p, const ls_checkpoint_info 
             const ls_real *data = slot_data(p, ref, i, (slot_kind)k);
             if (!data) continue;
             slot_name(p, i, (slot_kind)k, name);
+            if ((st = check_values(data, p->t[i].numel, (slot_kind)k, name, path, err, err_len)) != LS_OK) break;
 #if LS_REAL_IS_F64
             st = ls_safetensors_writer_add_f64(w, name, ST_DTYPE, shape, (size_t)p->t[i].ndim, data);
 #else

@@ -34,7 +34,8 @@
  * keys, malformed numbers, another dtype, another family, config or
  * objective (the stored config is compared with p's key by key in
  * ls_config_to_json order, naming the key and both values), a missing or
- * extra tensor, a wrong dtype or shape. */
+ * extra tensor, a wrong dtype or shape, a value that is not finite or a
+ * negative second moment. */
 #ifndef LS_TRAINER_CHECKPOINT_H
 #define LS_TRAINER_CHECKPOINT_H
 #include <stddef.h>
@@ -64,7 +65,9 @@ typedef struct {
 
 /* Write p (weights, moments, reference copy) and info to path atomically
  * (temp file + rename: an existing path is intact on failure).  p must not be
- * a reference view.  Returns LS_ERR_ARG (bad info field, named), LS_ERR_IO
+ * a reference view.  Returns LS_ERR_ARG (bad info field, named),
+ * LS_ERR_NONFINITE (a weight or moment is NaN or infinite: named, nothing
+ * written, since no checkpoint holding it would load), LS_ERR_IO
  * (naming the path and the failing step), LS_ERR_NOMEM.  Memory: the
  * reference view's tables (scoring category) and the writer's buffers
  * (scratch), freed before it returns. */
@@ -79,7 +82,8 @@ ls_status LS_K(ls_checkpoint_save)(const ls_params *p, const ls_checkpoint_info 
  * is, to name the first config key that differs when it has one); otherwise
  * the whole file is held in memory (scratch category) while it loads.  Returns LS_ERR_IO (cannot open
  * or read, naming the path), LS_ERR_TRUNCATED, LS_ERR_FORMAT (every refusal
- * above, the message naming the path and the first mismatch), LS_ERR_NOMEM,
+ * above, the message naming the path and the first mismatch),
+ * LS_ERR_NONFINITE (a NaN or infinite value, named), LS_ERR_NOMEM,
  * LS_ERR_ARG (p is a view).  On error p's weights and moments may be partly
  * overwritten (discard p) and *info is untouched. */
 ls_status LS_K(ls_checkpoint_load)(ls_params *p, const char *path, ls_checkpoint_info *info, char *err,
