@@ -201,9 +201,27 @@ Test(step_features, sft_loss_is_the_weighted_cross_entropy_of_the_answers) {
     int32_t *seq;
     double *w;
     size_t n;
-    cr_assert_eq(ls_task_sft_target(&t, &seq, &w, &n), LS_OK);
+    cr_assert_eq(ls_task_sft_target(&t, 0, &seq, &w, &n), LS_OK);
     cr_expect_eq(n, ls_task_sft_len(400, 6));
     cr_expect_arr_eq(seq, t.answer, 6 * sizeof *seq, "the target starts with the queried answer");
+    /* another order holds the same queries and answers, each once, the queried one first */
+    int32_t *seq2;
+    double *w2;
+    size_t n2;
+    cr_assert_eq(ls_task_sft_target(&t, 12345, &seq2, &w2, &n2), LS_OK);
+    cr_assert_eq(n2, n);
+    cr_expect_arr_eq(seq2, t.answer, 6 * sizeof *seq2);
+    long sum1 = 0, sum2 = 0;
+    int same_order = 1;
+    for (size_t i = 0; i < n; i++) {
+        sum1 += (long)seq[i] * (long)seq[i];
+        sum2 += (long)seq2[i] * (long)seq2[i];
+        same_order &= seq[i] == seq2[i];
+    }
+    cr_expect_eq(sum1, sum2, "the same bytes");
+    cr_expect(!same_order, "another order");
+    ls_mem_free(seq2);
+    ls_mem_free(w2);
     /* independently: the full sequence prompt + target from position 0 */
     ls_batch *fb = NULL;
     cr_assert_eq(ls_batch_alloc(&fb, 1), LS_OK);
@@ -218,12 +236,12 @@ Test(step_features, sft_loss_is_the_weighted_cross_entropy_of_the_answers) {
         cr_expect_eq(w[i] == 1, seq[i] >= '0' && seq[i] <= '9', "weight %g on byte %d at %zu", w[i], seq[i], i);
     }
     cr_expect_eq(wsum, (double)(6 * t.n_pairs));
-    ls_batch *b = NULL;
-    cr_assert_eq(ls_batch_alloc(&b, 2), LS_OK);
+    ls_batch *b = NULL; /* G = 1: one branch, in prompt order */
+    cr_assert_eq(ls_batch_alloc(&b, 1), LS_OK);
     cr_assert_eq(ls_batch_set_prompt(b, t.prompt, t.P), LS_OK);
     ls_step_options o = opts();
     o.objective = LS_OBJECTIVE_SFT;
-    o.G = 2;
+    o.G = 1;
     ls_step_result r;
     step(p, b, &t, &o, NULL, &r);
     cr_expect(fabs(r.loss - ce / wsum) < 1e-10, "sft loss %.15g, full sequence %.15g", r.loss, ce / wsum);

@@ -247,10 +247,14 @@ static ls_status replay_member(txn *x, const ls_batch *b, size_t i, const double
     st = LS_K(ls_segment_forward)(p, &io);
     if (st != LS_OK) goto cleanup;
     for (size_t t = 0; t < R; t++) lpd[t] = (double)lp[t];
-    if (sft_w) {
+    if (sft_w) { /* the weights' sum is the branch's share of the loss times its value bytes */
         double s = 0, wsum = 0;
-        for (size_t t = 0; t < R; t++) wsum += sft_w[t];
-        wsum = wsum > 0 ? wsum : 1;
+        size_t nv = 0;
+        for (size_t t = 0; t < R; t++) {
+            wsum += sft_w[t];
+            nv += sft_w[t] > 0;
+        }
+        wsum = nv ? (double)nv : 1;
         for (size_t t = 0; t < R; t++) {
             s -= sft_w[t] * lpd[t];
             dlp[t] = (ls_real)(-sft_w[t] / wsum);
@@ -278,21 +282,30 @@ cleanup:
     return st;
 }
 
-/* The SFT replay: one teacher-forced sequence, the task's answers
- * (ls_task_sft_target), cross-entropy on the value bytes. */
+/* The SFT replay: G teacher-forced branches from the one captured state,
+ * each the task's answers (ls_task_sft_target) in its own order, the
+ * cross-entropy on the value bytes averaged over the branches. */
 static ls_status replay_sft(txn *x, size_t *tape_bytes) {
     ls_batch *sb = NULL;
-    int32_t *seq = NULL;
-    double *w = NULL;
-    size_t n = 0;
-    ls_status st = ls_task_sft_target(x->task, &seq, &w, &n);
-    if (st == LS_OK) st = ls_batch_alloc(&sb, 1);
+    ls_status st = ls_batch_alloc(&sb, 1);
     if (st == LS_OK) st = ls_batch_set_prompt(sb, x->b->prompt, x->b->P);
-    if (st == LS_OK) st = ls_batch_set_response(sb, 0, seq, n);
-    if (st == LS_OK) st = replay_member(x, sb, 0, w, 0, &x->res->loss, tape_bytes);
+    size_t G = x->b->G;
+    for (size_t i = 0; st == LS_OK && i < G; i++) {
+        int32_t *seq = NULL;
+        double *w = NULL;
+        size_t n = 0, tb = 0;
+        st = ls_task_sft_target(x->task, i ? ls_rng_derive(x->o->seed, "sft") + i : 0, &seq, &w, &n);
+        for (size_t t = 0; st == LS_OK && t < n; t++) w[t] /= (double)G;
+        double loss = 0;
+        if (st == LS_OK) st = ls_batch_set_response(sb, 0, seq, n);
+        if (st == LS_OK) st = replay_member(x, sb, 0, w, 0, &loss, &tb);
+        x->res->loss += loss;
+        if (tb > *tape_bytes) *tape_bytes = tb;
+        ls_mem_free(seq);
+        ls_mem_free(w);
+        progress(x->obs, PH_REPLAY, i + 1, G);
+    }
     ls_batch_free(sb);
-    ls_mem_free(seq);
-    ls_mem_free(w);
     return st;
 }
 

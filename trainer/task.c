@@ -72,12 +72,21 @@ double ls_task_reward(const ls_task *t, const int32_t *resp, size_t R) {
     return a + b;
 }
 
+static size_t gcd(size_t a, size_t b) {
+    while (b) {
+        size_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
 size_t ls_task_sft_len(size_t P, size_t value_len) {
     size_t rec = 1 + 4 + 1 + value_len + 1, body = P - (1 + 4 + 1), n_pairs = body / (rec * 8) + 1;
     return value_len + (n_pairs - 1) * (7 + value_len);
 }
 
-ls_status ls_task_sft_target(const ls_task *t, int32_t **seq, double **weight, size_t *len) {
+ls_status ls_task_sft_target(const ls_task *t, uint64_t order_seed, int32_t **seq, double **weight, size_t *len) {
     size_t vl = t->value_len, n = vl + (t->n_pairs ? t->n_pairs - 1 : 0) * (7 + vl);
     *seq = ls_mem_alloc(LS_MEM_SCRATCH, n * sizeof **seq);
     *weight = ls_mem_alloc(LS_MEM_SCRATCH, n * sizeof **weight);
@@ -93,7 +102,17 @@ ls_status ls_task_sft_target(const ls_task *t, int32_t **seq, double **weight, s
         (*seq)[o] = t->answer[j];
         (*weight)[o] = 1;
     }
-    for (size_t k = 0; k < t->n_pairs; k++) {
+    ls_rng r;
+    ls_rng_seed(&r, ls_rng_derive(order_seed, "sft-order"));
+    size_t pos = 0; /* a random cyclic start and stride over the records: a permutation when coprime */
+    size_t np = t->n_pairs, step = 1;
+    if (order_seed && np > 1) {
+        pos = (size_t)ls_rng_below(&r, np);
+        do step = 1 + (size_t)ls_rng_below(&r, np - 1);
+        while (gcd(step, np) != 1);
+    }
+    for (size_t i = 0; i < np; i++, pos = (pos + step) % np) {
+        size_t k = pos;
         if (k == t->chosen) continue;
         const int32_t *q = t->prompt + t->rec_at[k]; /* "#KEY=VALUE;" */
         (*seq)[o] = ';';

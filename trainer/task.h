@@ -35,13 +35,13 @@ void ls_task_reward_parts(const ls_task *t, const int32_t *resp, size_t R, doubl
 void ls_task_free(ls_task *t);
 
 /* The supervised target of the sft objective: the queried value, then every
- * other record queried and answered in prompt order, as the prompt's own
- * query is: VALUE (";?" KEY "=" VALUE)...  *seq [*len] and *weight [*len]
+ * other record queried and answered the way the prompt's own query is, in
+ * an order drawn from `order_seed` (0: prompt order): VALUE (";?" KEY "=" VALUE)...  *seq [*len] and *weight [*len]
  * (1 on value bytes, the answers; 0 on the query bytes, which are not
  * predictable) are the caller's (ls_mem_free; scratch category).  Every
  * record of the prompt is one retrieval example, so one step teaches
  * n_pairs of them. */
-ls_status ls_task_sft_target(const ls_task *t, int32_t **seq, double **weight, size_t *len);
+ls_status ls_task_sft_target(const ls_task *t, uint64_t order_seed, int32_t **seq, double **weight, size_t *len);
 /* The length of that target for a prompt of P tokens (for the memory plan). */
 size_t ls_task_sft_len(size_t P, size_t value_len);
 #endif
