@@ -64,7 +64,8 @@ typedef struct {
     const ls_step_options *o;
     const ls_step_observer *obs;
     ls_step_result *res;
-    int full, naive, sft;
+    int full, naive, sft, need_rollout, use_ref;
+    void *untracked;        /* the untracked-alloc fault's buffer */
     ls_hstate own_ps, dps;  /* the policy prompt state (unless a prefix holds it) and its gradient */
     ls_hstate *ps;          /* &own_ps or &prefix->ps; NULL while none is captured */
     ls_real **ckpt;         /* full mode: each layer's input over the prompt */
@@ -351,6 +352,128 @@ ls_status LS_K(ls_step_grads)(ls_params *p, ls_batch *b, const ls_task *task, co
     return LS_K(ls_step_grads_prefix)(p, b, task, o, obs, NULL, res, err, err_len);
 }
 
+/* Capture (LongStraw always; naive only to roll out) and rollout.  The
+ * reference goes first when the responses are known, so that its state is
+ * gone before the policy's; a rollout that the reference must follow
+ * captures without checkpoints (the policy is captured again after it). */
+static ls_status phase_capture_rollout(txn *x, ls_step_prefix *pf, const char **what) {
+    ls_batch *b = x->b;
+    ls_status st = LS_OK;
+    int64_t t0;
+    *what = "reference scoring";
+    if (x->use_ref && !x->need_rollout && !x->naive && !pf && (st = score_reference(x, NULL, NULL)) != LS_OK)
+        return st;
+    *what = "capture";
+    int recapture = x->use_ref && x->need_rollout && !x->naive && !pf;
+    if (pf && pf->have_ps) { /* stale: captured before an update */
+        x->ps = &pf->ps;
+        x->res->prefix_frozen = 1;
+        x->res->prompt_state_bytes = LS_K(ls_hstate_bytes)(x->ps);
+        x->res->prompt_state_analytical = LS_K(ls_hstate_analytical_bytes)(x->p, (int64_t)b->P - 1);
+    } else if (!x->naive || x->need_rollout) {
+        if ((st = capture_policy(x, x->full && !x->naive && !recapture)) != LS_OK) return st;
+        if (pf) { /* the prefix owns it from here */
+            pf->ps = x->own_ps;
+            pf->have_ps = 1;
+            memset(&x->own_ps, 0, sizeof x->own_ps);
+            x->ps = &pf->ps;
+        }
+        if (x->o->fault_untracked_alloc) { /* deliberately outside the tracker, every page touched */
+            size_t n = (b->P - 1) * (size_t)x->p->cfg.d_model * (size_t)x->p->cfg.n_layers * sizeof(ls_real);
+            if ((x->untracked = malloc(n)) != NULL) memset(x->untracked, 0x5a, n);
+        }
+    }
+    if (x->need_rollout) {
+        *what = "rollout";
+        begin(x->obs, PH_ROLLOUT, &t0);
+        st = do_rollout(x);
+        end(x->obs, PH_ROLLOUT, t0, st == LS_OK, x->res);
+    }
+    if (x->naive) release_policy(x); /* the naive strategy keeps no prompt state */
+    for (size_t i = 0; i < b->G; i++) x->res->mean_reward += b->rewards[i] / (double)b->G;
+    return st;
+}
+
+/* Old-policy scores (unless supplied), the reference's when it follows a
+ * rollout, advantages. */
+static ls_status phase_score(txn *x, ls_step_prefix *pf) {
+    ls_batch *b = x->b;
+    ls_status st = LS_OK;
+    int64_t t0;
+    if (x->naive) {
+        st = score_naive(x, x->use_ref);
+    } else if (!b->old_supplied) {
+        begin(x->obs, PH_SCORE, &t0);
+        st = score_all(x, x->p, x->ps, b->old_lp);
+        end(x->obs, PH_SCORE, t0, st == LS_OK, x->res);
+    }
+    if (st == LS_OK && x->use_ref && x->need_rollout && !x->naive) {
+        if (pf) {
+            st = score_reference(x, &pf->rps, &pf->have_rps);
+        } else { /* one prompt state at a time: policy off, reference, policy again */
+            release_policy(x);
+            st = score_reference(x, NULL, NULL);
+            if (st == LS_OK) st = capture_policy(x, x->full);
+        }
+    }
+    if (st == LS_OK) st = advantages(x);
+    if (!x->use_ref && !b->ref_supplied) /* no reference: the dump's ref rows are the old policy's */
+        for (size_t i = 0; i < b->G; i++) memcpy(b->ref_lp[i], b->old_lp[i], b->R[i] * sizeof(double));
+    return st;
+}
+
+/* Replay every member (or the SFT branches), then the prompt backward. */
+static ls_status phase_replay(txn *x, const char **what) {
+    ls_batch *b = x->b;
+    ls_step_result *res = x->res;
+    ls_status st = LS_OK;
+    int64_t t0;
+    *what = "replay";
+    begin(x->obs, PH_REPLAY, &t0);
+    if (x->full && !x->naive) st = LS_K(ls_hstate_grad_like)(&x->dps, x->ps, LS_MEM_PROMPT_GRAD);
+    if (x->sft && st == LS_OK) {
+        st = replay_sft(x, &res->max_branch_bytes);
+    } else {
+        int have_ref = x->use_ref || b->ref_supplied;
+        for (size_t i = 0; st == LS_OK && i < b->G; i++) {
+            size_t tb = 0;
+            st = replay_member(x, b, i, NULL, have_ref, &res->loss, &tb);
+            if (tb > res->max_branch_bytes) res->max_branch_bytes = tb;
+            progress(x->obs, PH_REPLAY, i + 1, b->G);
+        }
+    }
+    end(x->obs, PH_REPLAY, t0, st == LS_OK, res);
+    if (st != LS_OK || !x->full || x->naive) return st;
+    *what = "prompt backward";
+    begin(x->obs, PH_PROMPT_BWD, &t0);
+    hook_ctx hk = {x->obs, "prompt_bwd", -1};
+    st = LS_K(ls_prompt_backward)(x->p, b->prompt, b->P - 1, x->o->capture_chunk, x->ckpt, x->ps, &x->dps,
+                                  LS_MEM_SCRATCH, hook_fn, &hk);
+    end(x->obs, PH_PROMPT_BWD, t0, st == LS_OK, res);
+    res->phase_tokens[PH_PROMPT_BWD] += (int64_t)(b->P - 1);
+    return st;
+}
+
+/* Finalize: one rank holds every gradient; what remains is the check. */
+static ls_status phase_finalize(txn *x, char *err, size_t err_len) {
+    ls_params *p = x->p;
+    int64_t t0;
+    if (x->o->fault_nan_grad)
+        for (size_t i = 0; i < p->n; i++)
+            if (p->t[i].trainable) {
+                p->t[i].g[0] = (ls_real)NAN;
+                break;
+            }
+    begin(x->obs, PH_FINALIZE, &t0);
+    x->res->grad_norm = sqrt(LS_K(ls_params_grad_sumsq)(p));
+    int finite = isfinite(x->res->loss) && LS_K(ls_params_grads_finite)(p);
+    end(x->obs, PH_FINALIZE, t0, finite, x->res);
+    if (finite) return LS_OK;
+    snprintf(err, err_len, "non-finite %s (loss %g): no optimizer step", isfinite(x->res->loss) ? "gradient" : "loss",
+             x->res->loss);
+    return LS_ERR_NONFINITE;
+}
+
 ls_status LS_K(ls_step_grads_prefix)(ls_params *p, ls_batch *b, const ls_task *task, const ls_step_options *o,
                                      const ls_step_observer *obs, ls_step_prefix *pf, ls_step_result *res,
                                      char *err, size_t err_len) {
@@ -359,146 +482,32 @@ ls_status LS_K(ls_step_grads_prefix)(ls_params *p, ls_batch *b, const ls_task *t
     memset(res, 0, sizeof *res);
     txn x = {.p = p, .b = b, .task = task, .o = o, .obs = obs, .res = res,
              .full = p->obj.grad_mode == LS_GRAD_FULL, .naive = o->strategy == LS_STRATEGY_NAIVE,
-             .sft = o->objective == LS_OBJECTIVE_SFT};
+             .sft = o->objective == LS_OBJECTIVE_SFT, .need_rollout = b->resp[0] == NULL};
+    x.use_ref = !x.sft && p->obj.beta > 0 && !b->ref_supplied;
     ls_grpo_stats_init(&x.gs);
-    void *untracked = NULL; /* the untracked-alloc fault's buffer */
-    ls_status st = LS_OK;
-    int64_t t0;
-    int need_rollout = b->resp[0] == NULL;
-    int use_ref = !x.sft && p->obj.beta > 0 && !b->ref_supplied;
-    int stale = pf && pf->have_ps;
     if (pf && (x.naive || x.full)) {
         snprintf(err, err_len, "a prefix-frozen step needs the longstraw strategy and detached gradients");
         return LS_ERR_ARG;
     }
-    if ((x.sft || need_rollout) && !task) {
+    if ((x.sft || x.need_rollout) && !task) {
         snprintf(err, err_len, "%s needs the built-in task", x.sft ? "the sft objective" : "a rollout");
         return LS_ERR_ARG;
     }
     ls_mem_track_kernel_scratch(); /* kernel tile scratch shows under "scratch" */
     LS_K(ls_params_zero_grads)(p);
-
-    /* the reference first when the responses are known: its state is gone before the policy's */
-    if (use_ref && !need_rollout && !x.naive && !pf && (st = score_reference(&x, NULL, NULL)) != LS_OK) {
-        fail(st, err, err_len, "reference scoring");
-        goto cleanup;
-    }
-    /* the policy capture (LongStraw always; naive only to roll out); a rollout
-     * that the reference must follow captures without checkpoints: it is taken again */
-    int recapture = use_ref && need_rollout && !x.naive && !pf;
-    if (stale) {
-        x.ps = &pf->ps;
-        res->prefix_frozen = 1;
-        res->prompt_state_bytes = LS_K(ls_hstate_bytes)(x.ps);
-        res->prompt_state_analytical = LS_K(ls_hstate_analytical_bytes)(p, (int64_t)b->P - 1);
-    } else if (!x.naive || need_rollout) {
-        st = capture_policy(&x, x.full && !x.naive && !recapture);
-        if (st != LS_OK) {
-            fail(st, err, err_len, "capture");
-            goto cleanup;
-        }
-        if (pf) { /* the prefix owns it from here */
-            pf->ps = x.own_ps;
-            pf->have_ps = 1;
-            memset(&x.own_ps, 0, sizeof x.own_ps);
-            x.ps = &pf->ps;
-        }
-        if (o->fault_untracked_alloc) { /* deliberately outside the tracker, every page touched */
-            size_t n = (b->P - 1) * (size_t)p->cfg.d_model * (size_t)p->cfg.n_layers * sizeof(ls_real);
-            if ((untracked = malloc(n)) != NULL) memset(untracked, 0x5a, n);
-        }
-    }
-    if (need_rollout) {
-        begin(obs, PH_ROLLOUT, &t0);
-        st = do_rollout(&x);
-        end(obs, PH_ROLLOUT, t0, st == LS_OK, res);
-        if (st != LS_OK) {
-            fail(st, err, err_len, "rollout");
-            goto cleanup;
-        }
-    }
-    if (x.naive) release_policy(&x); /* the naive strategy keeps no prompt state */
-    for (size_t i = 0; i < b->G; i++) res->mean_reward += b->rewards[i] / (double)b->G;
-
-    if (!x.sft) {
-        if (x.naive) {
-            st = score_naive(&x, use_ref);
-        } else if (!b->old_supplied) {
-            begin(obs, PH_SCORE, &t0);
-            st = score_all(&x, p, x.ps, b->old_lp);
-            end(obs, PH_SCORE, t0, st == LS_OK, res);
-        }
-        if (st == LS_OK && use_ref && need_rollout && !x.naive) {
-            if (pf) {
-                st = score_reference(&x, &pf->rps, &pf->have_rps);
-            } else { /* one prompt state at a time: policy off, reference, policy again */
-                release_policy(&x);
-                st = score_reference(&x, NULL, NULL);
-                if (st == LS_OK) st = capture_policy(&x, x.full);
-            }
-        }
-        if (st == LS_OK) st = advantages(&x);
-        if (!use_ref && !b->ref_supplied) /* no reference: the dump's ref rows are the old policy's */
-            for (size_t i = 0; i < b->G; i++) memcpy(b->ref_lp[i], b->old_lp[i], b->R[i] * sizeof(double));
-        if (st != LS_OK) {
-            fail(st, err, err_len, "score");
-            goto cleanup;
-        }
-    }
-
-    begin(obs, PH_REPLAY, &t0);
-    if (x.full && !x.naive) st = LS_K(ls_hstate_grad_like)(&x.dps, x.ps, LS_MEM_PROMPT_GRAD);
-    if (x.sft && st == LS_OK) {
-        st = replay_sft(&x, &res->max_branch_bytes);
-    } else {
-        int have_ref = use_ref || b->ref_supplied;
-        for (size_t i = 0; st == LS_OK && i < b->G; i++) {
-            size_t tb = 0;
-            st = replay_member(&x, b, i, NULL, have_ref, &res->loss, &tb);
-            if (tb > res->max_branch_bytes) res->max_branch_bytes = tb;
-            progress(obs, PH_REPLAY, i + 1, b->G);
-        }
-    }
-    end(obs, PH_REPLAY, t0, st == LS_OK, res);
+    const char *what = "capture";
+    ls_status st = phase_capture_rollout(&x, pf, &what);
+    if (st == LS_OK && !x.sft && (st = phase_score(&x, pf)) != LS_OK) what = "score";
+    if (st == LS_OK) st = phase_replay(&x, &what);
     if (st != LS_OK) {
-        fail(st, err, err_len, "replay");
-        goto cleanup;
+        fail(st, err, err_len, what);
+    } else {
+        LS_K(ls_hstate_free)(&x.dps);
+        release_policy(&x);
+        st = phase_finalize(&x, err, err_len);
+        finish_metrics(&x);
     }
-
-    if (x.full && !x.naive) {
-        begin(obs, PH_PROMPT_BWD, &t0);
-        hook_ctx hk = {obs, "prompt_bwd", -1};
-        st = LS_K(ls_prompt_backward)(p, b->prompt, b->P - 1, o->capture_chunk, x.ckpt, x.ps, &x.dps,
-                                      LS_MEM_SCRATCH, hook_fn, &hk);
-        end(obs, PH_PROMPT_BWD, t0, st == LS_OK, res);
-        res->phase_tokens[PH_PROMPT_BWD] += (int64_t)(b->P - 1);
-        if (st != LS_OK) {
-            fail(st, err, err_len, "prompt backward");
-            goto cleanup;
-        }
-    }
-    LS_K(ls_hstate_free)(&x.dps);
-    release_policy(&x);
-
-    if (o->fault_nan_grad)
-        for (size_t i = 0; i < p->n; i++)
-            if (p->t[i].trainable) {
-                p->t[i].g[0] = (ls_real)NAN;
-                break;
-            }
-    /* finalize: one rank holds every gradient; what remains is the check */
-    begin(obs, PH_FINALIZE, &t0);
-    res->grad_norm = sqrt(LS_K(ls_params_grad_sumsq)(p));
-    int finite = isfinite(res->loss) && LS_K(ls_params_grads_finite)(p);
-    end(obs, PH_FINALIZE, t0, finite, res);
-    if (!finite) {
-        snprintf(err, err_len, "non-finite %s (loss %g): no optimizer step", isfinite(res->loss) ? "gradient" : "loss",
-                 res->loss);
-        st = LS_ERR_NONFINITE;
-    }
-    finish_metrics(&x);
-cleanup:
-    free(untracked);
+    free(x.untracked);
     LS_K(ls_hstate_free)(&x.dps);
     release_policy(&x);
     return st;
