@@ -18,6 +18,7 @@
 
 #include "receipts/json_util.h"
 #include "receipts/receipt.h"
+#include "receipts/schema.h"
 #include "receipts/trace_reader.h"
 #include "receipts/trace_step_metrics.h"
 #include "test_tmpdir.h"
@@ -195,16 +196,24 @@ static void write_lines(const char *path, int n, const char *bad) {
 static int read_metrics(const char *path, ls_trace_step_metrics *out, int cap) {
     FILE *f = fopen(path, "r");
     cr_assert(f, "%s missing", path);
-    char line[8192];
+    char line[8192], err[512];
+    ls_schema *sch = NULL;
+    cr_assert_eq(ls_schema_load_file(LS_SOURCE_DIR "/schemas/metrics-line.schema.json", &sch, err, sizeof err), LS_OK,
+                 "%s", err);
     int n = 0;
     while (fgets(line, sizeof line, f) && n < cap) {
         cJSON *j = cJSON_Parse(line);
         cr_assert(j, "metrics line %d is not JSON: %s", n + 1, line);
+        ls_schema_errors es = {0};
+        cr_expect_eq(ls_schema_validate(sch, j, &es), LS_OK, "metrics line %d against its schema (%zu errors): %s",
+                     n + 1, es.count, line);
+        ls_schema_errors_free(&es);
         cr_assert_eq(ls_trace_decode_step_metrics(j, &out[n]), LS_OK, "metrics line %d: %s", n + 1, line);
         cJSON_Delete(j);
         n++;
     }
     fclose(f);
+    ls_schema_free(sch);
     return n;
 }
 
