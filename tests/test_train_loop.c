@@ -172,6 +172,9 @@ Test(train_loop, resume_continues_bit_for_bit) {
     expect_usage_error(a, "--load");
     snprintf(a, sizeof a, COMMON " --out %s/e5 --resume %s --load %s", tmpdir, cb, init);
     expect_usage_error(a, "--load");
+    /* --load takes a checkpoint's weights (a new run: fresh moments, the weights as reference) */
+    snprintf(a, sizeof a, COMMON " --out %s/e7 --load %s --save-init %s/e7.safetensors", tmpdir, cb, tmpdir);
+    cr_expect_eq(run(a), 0, "--load of a checkpoint: %s", slurp("err.txt"));
     snprintf(a, sizeof a, COMMON " --out %s/e6 --save-every 2", tmpdir);
     expect_usage_error(a, "--save-every");
 }

@@ -36,8 +36,13 @@ ls_status LS_K(ls_params_load)(ls_params *p, const char *path, char *err, size_t
     ls_safetensors *sf = NULL;
     ls_status st = ls_safetensors_open(&sf, path, err, err_len);
     if (st != LS_OK) return st;
+    /* a training checkpoint (checkpoint.h) gives its weights; its moments and
+     * reference copy are for --resume */
+    const char *fmt = ls_safetensors_metadata_get(sf, "format");
+    int ckpt = fmt && !strcmp(fmt, "longstraw.checkpoint.v1");
     for (size_t i = 0; st == LS_OK && i < ls_safetensors_count(sf); i++) {
         const ls_safetensors_tensor *t = ls_safetensors_at(sf, i);
+        if (ckpt && (!strncmp(t->name, "optimizer.", 10) || !strncmp(t->name, "reference.", 10))) continue;
         if (!LS_K(ls_params_find)(p, t->name)) {
             snprintf(err, err_len, "%s: tensor '%s' is not a parameter of this model (another config?)", path,
                      t->name);
