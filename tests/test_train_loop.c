@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "receipts/json_util.h"
+#include "receipts/manifest.h"
 #include "receipts/receipt.h"
 #include "receipts/schema.h"
 #include "receipts/trace_reader.h"
@@ -177,6 +178,9 @@ Test(train_loop, resume_continues_bit_for_bit) {
     cr_expect_eq(run(a), 0, "--load of a checkpoint: %s", slurp("err.txt"));
     snprintf(a, sizeof a, COMMON " --out %s/e6 --save-every 2", tmpdir);
     expect_usage_error(a, "--save-every");
+    /* a checkpoint that could not be written is refused before the steps, not after them */
+    snprintf(a, sizeof a, COMMON " --out %s/e8 --save %s/no/such/dir/c.safetensors", tmpdir, tmpdir);
+    expect_usage_error(a, "--save");
 }
 
 /* Three groups, each its own prompt and lengths; the second supplies
@@ -296,10 +300,24 @@ Test(train_loop, bad_rollouts_line_stops_before_its_step) {
 
 Test(train_loop, beta_zero_skips_the_reference_and_metrics_match) {
     char a[2048], rd[300], mp[300];
+    /* metrics and plot inside the run directory: written before the manifest, digested by it */
     snprintf(rd, sizeof rd, "%s/b0", tmpdir);
-    snprintf(mp, sizeof mp, "%s/m.jsonl", tmpdir);
-    snprintf(a, sizeof a, COMMON " --steps 2 --beta 0 --out %s --metrics %s", rd, mp);
+    snprintf(mp, sizeof mp, "%s/b0/metrics.jsonl", tmpdir);
+    snprintf(a, sizeof a, COMMON " --steps 2 --beta 0 --out %s --metrics %s --plot %s/learning.svg", rd, mp, rd);
     cr_assert_eq(run(a), 0, "%s", slurp("err.txt"));
+    char err[512], svg[320];
+    ls_verify_report vr = {0};
+    cr_expect_eq(ls_manifest_verify(rd, &vr, err, sizeof err), LS_OK, "%s: %zu problems, first %s", err, vr.count,
+                 vr.count ? vr.items[0].name : "");
+    ls_verify_report_free(&vr);
+    snprintf(svg, sizeof svg, "%s/learning.svg", rd);
+    FILE *sf = fopen(svg, "r");
+    cr_assert(sf, "no plot at %s", svg);
+    char head[64] = "";
+    cr_expect(fgets(head, sizeof head, sf) && strstr(head, "<?xml"), "the plot is SVG: %s", head);
+    fclose(sf);
+    snprintf(a, sizeof a, COMMON " --out %s/x --plot %s/x.svg", tmpdir, tmpdir);
+    expect_usage_error(a, "--plot");
     steps_seen S;
     read_steps(rd, &S);
     cr_expect_eq(S.captures, 2, "beta 0: one capture a step, no reference");

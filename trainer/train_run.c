@@ -85,9 +85,29 @@ static int open_params(run *r) {
     return 0;
 }
 
+/* 0 when the directory that will hold path is writable (checked before the
+ * steps, so that a long run does not fail at its end). */
+static int dir_writable(const char *opt, const char *path, const char *out, char *err, size_t err_len) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    size_t n = strlen(out);
+    while (n > 1 && out[n - 1] == '/') n--;
+    if (strlen(dir) == n && !strncmp(dir, out, n)) return 0; /* inside the run directory, made next */
+    if (access(dir, W_OK | X_OK) == 0) return 0;
+    snprintf(err, err_len, "%s %.900s: cannot write into '%.900s': %s", opt, path, dir, strerror(errno));
+    return -1;
+}
+
 /* Run directory, trace and metrics file; --save-init. */
 static int open_outputs(run *r) {
     const ls_train_args *a = r->a;
+    if ((a->save && dir_writable("--save", a->save, a->out, r->err, sizeof r->err) != 0) ||
+        (a->plot && dir_writable("--plot", a->plot, a->out, r->err, sizeof r->err) != 0))
+        return fail(r, 2, LS_ERR_IO, "", r->err);
     if (ls_run_dir_prepare(a->out, r->err, sizeof r->err) != 0) return fail(r, 2, LS_ERR_IO, "", r->err);
     snprintf(r->trace_path, sizeof r->trace_path, "%s/%s", a->out, EVENTS_REL);
     int32_t members[1] = {0};
