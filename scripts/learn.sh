@@ -68,7 +68,7 @@ summary() { # FILE TITLE MINUTES
     function num(k) { if (match($0, "\"" k "\":[-0-9.eE+]+")) return substr($0, RSTART + length(k) + 3, RLENGTH - length(k) - 3) + 0; return 0 }
     { r[NR] = num("reward_retrieval"); f[NR] = num("reward_format"); k[NR] = num("kl_mean") }
     END {
-      n = NR < 200 ? int(NR / 4) : 200; if (n < 1) n = 1
+      n = NR < 800 ? int(NR / 4) : 200; if (n < 1) n = 1
       for (i = 1; i <= n; i++) { r0 += r[i]; f0 += f[i] }
       for (i = NR - n + 1; i <= NR; i++) { r1 += r[i]; f1 += f[i]; k1 += k[i] }
       printf "learn: %s: %d steps, %.1f min; means over the first / last %d steps:\n", title, NR, mins, n
