@@ -178,6 +178,16 @@ Test(train_loop, resume_continues_bit_for_bit) {
     cr_expect_eq(run(a), 0, "--load of a checkpoint: %s", slurp("err.txt"));
     snprintf(a, sizeof a, COMMON " --out %s/e6 --save-every 2", tmpdir);
     expect_usage_error(a, "--save-every");
+    /* hostile --load files: a device, a sparse file far larger than any checkpoint of the model */
+    snprintf(a, sizeof a, COMMON " --out %s/e9 --load /dev/zero", tmpdir);
+    expect_usage_error(a, "/dev/zero");
+    char big[300];
+    snprintf(big, sizeof big, "%s/big.safetensors", tmpdir);
+    FILE *bf = fopen(big, "w");
+    cr_assert(bf && fseek(bf, 200L << 20, SEEK_SET) == 0 && fputc(0, bf) != EOF);
+    fclose(bf);
+    snprintf(a, sizeof a, COMMON " --out %s/e10 --load %s", tmpdir, big);
+    expect_usage_error(a, "more than any checkpoint");
     /* a checkpoint that could not be written is refused before the steps, not after them */
     snprintf(a, sizeof a, COMMON " --out %s/e8 --save %s/no/such/dir/c.safetensors", tmpdir, tmpdir);
     expect_usage_error(a, "--save");

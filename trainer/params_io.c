@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
+#include "common/checked.h"
 #include "trainer/safetensors.h"
 
 ls_status LS_K(ls_params_save)(const ls_params *p, ls_params_what what, const char *path, char *err,
@@ -33,6 +36,21 @@ ls_status LS_K(ls_params_save)(const ls_params *p, ls_params_what what, const ch
 }
 
 ls_status LS_K(ls_params_load)(ls_params *p, const char *path, char *err, size_t err_len) {
+    /* hostile files: a regular file no larger than a float64 training checkpoint
+     * of this model in any train mode (weights, two moments, reference copy) */
+    struct stat sb;
+    size_t numel = 0;
+    for (size_t i = 0; i < p->n; i++) numel = ls_sat_add(numel, p->t[i].numel);
+    size_t cap = ls_sat_add(ls_sat_mul3(numel, 4, sizeof(double)), ls_sat_add((size_t)16 << 20, ls_sat_mul(p->n, 2048)));
+    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        snprintf(err, err_len, "%s: not a readable regular file", path);
+        return LS_ERR_IO;
+    }
+    if ((uint64_t)sb.st_size > (uint64_t)cap) {
+        snprintf(err, err_len, "%s: %lld bytes, more than any checkpoint of this model can hold (%zu): another config?",
+                 path, (long long)sb.st_size, cap);
+        return LS_ERR_FORMAT;
+    }
     ls_safetensors *sf = NULL;
     ls_status st = ls_safetensors_open(&sf, path, err, err_len);
     if (st != LS_OK) return st;
