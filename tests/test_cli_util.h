@@ -9,6 +9,8 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "receipts/receipt.h"
+
 /* Run a command line with stdout/stderr into tmpdir/out.txt and err.txt;
  * returns the exit status. */
 static int run(const char *args) {
@@ -37,6 +39,15 @@ static void expect_usage_error(const char *args, const char *names) {
     cr_expect_eq(rc, 2, "'%s': exit %d, want 2", args, rc);
     cr_expect(strstr(e, names) != NULL, "'%s': stderr does not name %s: %s", args, names, e);
     free(e);
+}
+
+/* The rank-0 receipt of a run directory (asserts it reads and validates). */
+static ls_receipt *read_receipt(const char *run_dir) {
+    char rp[512], err[512];
+    snprintf(rp, sizeof rp, "%s/rank-0000/receipt.json", run_dir);
+    ls_receipt *r = NULL;
+    cr_assert_eq(ls_receipt_read(rp, &r, err, sizeof err), LS_OK, "%s", err);
+    return r;
 }
 
 #endif

@@ -238,15 +238,6 @@ static ls_trace_report *read_trace(const char *run_dir, tally *t) {
     return rep;
 }
 
-/* The rank-0 receipt of a run directory (asserts it reads and validates). */
-static ls_receipt *read_receipt(const char *run_dir) {
-    char rp[512], err[512];
-    snprintf(rp, sizeof rp, "%s/rank-0000/receipt.json", run_dir);
-    ls_receipt *r = NULL;
-    cr_assert_eq(ls_receipt_read(rp, &r, err, sizeof err), LS_OK, "%s", err);
-    return r;
-}
-
 Test(train_cli, full_run_writes_complete_trace_receipt_and_manifest) {
     char a[2048], rd[512], grads[512], batch[512], init[512];
     snprintf(rd, sizeof rd, "%s/run", tmpdir);

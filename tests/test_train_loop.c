@@ -94,14 +94,6 @@ static int on_mark(const ls_trace_event *ev, void *user) {
     return 0;
 }
 
-static ls_receipt *receipt_of(const char *run_dir) {
-    char rp[512], err[512];
-    snprintf(rp, sizeof rp, "%s/rank-0000/receipt.json", run_dir);
-    ls_receipt *r = NULL;
-    cr_assert_eq(ls_receipt_read(rp, &r, err, sizeof err), LS_OK, "%s", err);
-    return r;
-}
-
 static int files_equal(const char *a, const char *b) {
     char *x = NULL, *y = NULL, err[256];
     size_t nx = 0, ny = 0;
@@ -146,7 +138,7 @@ Test(train_loop, resume_continues_bit_for_bit) {
     snprintf(a, sizeof a, COMMON " --steps 4 --out %s --save %s --save-every 2", rd, cd);
     cr_assert_eq(run(a), 0, "D: %s", slurp("err.txt"));
     cr_expect(files_equal(ca, cd));
-    ls_receipt *r = receipt_of(rc_);
+    ls_receipt *r = read_receipt(rc_);
     cr_expect_eq(r->steps, 2);
     ls_receipt_free(r);
     /* a checkpoint of another config or objective is refused, naming the first mismatch */
@@ -243,7 +235,7 @@ Test(train_loop, rollouts_one_group_per_line) {
     /* no --steps: one step per line */
     snprintf(a, sizeof a, "--config %s --rollouts %s --out %s --metrics %s --quiet", CFG, path, rd, mp);
     cr_assert_eq(run(a), 0, "%s", slurp("err.txt"));
-    ls_receipt *r = receipt_of(rd);
+    ls_receipt *r = read_receipt(rd);
     cr_expect_eq(r->steps, 3);
     ls_receipt_free(r);
     ls_trace_step_metrics m[8];
@@ -271,7 +263,7 @@ Test(train_loop, rollouts_one_group_per_line) {
     snprintf(a, sizeof a, "--config %s --rollouts - --out %s/run2 --quiet < %s", CFG, tmpdir, path);
     cr_assert_eq(run(a), 0, "%s", slurp("err.txt"));
     snprintf(rd, sizeof rd, "%s/run2", tmpdir);
-    r = receipt_of(rd);
+    r = read_receipt(rd);
     cr_expect_eq(r->steps, 3);
     ls_receipt_free(r);
     /* --steps asks for more lines than there are: the run says so */
@@ -293,7 +285,7 @@ Test(train_loop, bad_rollouts_line_stops_before_its_step) {
     cr_expect_eq(rc, 2, "exit %d: %s", rc, e);
     cr_expect(strstr(e, "line 3") && strstr(e, "old_logprobs[0]"), "stderr names the line and field: %s", e);
     free(e);
-    ls_receipt *r = receipt_of(rd);
+    ls_receipt *r = read_receipt(rd);
     cr_expect_eq(r->status, LS_RECEIPT_ERROR);
     cr_expect_eq(r->steps, 2, "the two good steps completed");
     ls_receipt_free(r);
@@ -365,7 +357,7 @@ Test(train_loop, prefix_frozen_steps_are_marked_everywhere) {
     ls_trace_report_free(&rep);
     cr_expect_eq(mc.wrong, 0, "%d events with the wrong mark, first: %s", mc.wrong, mc.first);
     cr_expect_gt(S.frozen_events, 6 * 5, "every event of the frozen steps is marked");
-    ls_receipt *r = receipt_of(rd);
+    ls_receipt *r = read_receipt(rd);
     cr_expect_eq(r->steps, 8);
     cr_expect_eq(r->steps_exact, 2);
     cr_expect_eq(r->steps_prefix_frozen, 6);

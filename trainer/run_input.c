@@ -4,9 +4,9 @@
 #include <stdio.h>
 #include <string.h>
 
-static void set_shape(ls_run_input *in, const ls_batch *b, size_t R_task) {
-    size_t Rmax = R_task;
-    for (size_t i = 0; i < b->G; i++) Rmax = b->R && b->R[i] > Rmax ? b->R[i] : Rmax;
+static void set_shape(ls_run_input *in, const ls_batch *b) {
+    size_t Rmax = 0;
+    for (size_t i = 0; i < b->G; i++) Rmax = b->R[i] > Rmax ? b->R[i] : Rmax;
     in->shape_changed = in->P != b->P || in->Rmax != Rmax || in->G != b->G;
     in->P = b->P;
     in->Rmax = Rmax;
@@ -35,7 +35,7 @@ ls_status ls_run_input_open(ls_run_input *in, const ls_train_args *a, char *err,
     if (st != LS_OK) return st;
     in->line = ls_rollouts_line(in->rr);
     snprintf(in->where, sizeof in->where, "%s: line %zu", a->rollouts, in->line);
-    set_shape(in, in->pending, 0);
+    set_shape(in, in->pending);
     in->shape_changed = 0; /* the opening plan covers it */
     return LS_OK;
 }
@@ -65,7 +65,7 @@ ls_status ls_run_input_next(ls_run_input *in, const ls_train_args *a, uint64_t s
         }
         in->line = ls_rollouts_line(in->rr);
         snprintf(in->where, sizeof in->where, "%s: line %zu", a->rollouts, in->line);
-        set_shape(in, in->b, 0);
+        set_shape(in, in->b);
         return LS_OK;
     }
     ls_task_free(&in->task);

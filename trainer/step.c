@@ -3,15 +3,10 @@
  * is step_txn.c. */
 #include "trainer/step.h"
 
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "kernels/grpo.h"
 #include "kernels/logprob.h"
-#include "receipts/trace_event.h"
 #include "trainer/rng.h"
 #include "trainer/sampler.h"
 

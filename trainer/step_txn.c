@@ -191,7 +191,10 @@ static ls_status score_naive(txn *x, int use_ref) {
     if (!x->b->old_supplied) {
         st = capture_into(x, x->p, &own, 0);
         if (st == LS_OK) {
+            int64_t t0;
+            begin(x->obs, PH_SCORE, &t0);
             st = score_all(x, x->p, &own, x->b->old_lp);
+            end(x->obs, PH_SCORE, t0, st == LS_OK, x->res);
             LS_K(ls_hstate_free)(&own);
         }
     }
@@ -218,7 +221,8 @@ static ls_status advantages(txn *x) {
  * (NULL: detached).  The naive sequence in `detached` mode cuts its gradient
  * at the carried state (positions < P-1): the stop-gradient reference, one
  * sequence under autograd.  sft_w [R] (NULL: GRPO): the weighted
- * cross-entropy -sum_t w_t logp_t / sum_t w_t instead.  have_ref: the batch
+ * cross-entropy -sum_t w_t logp_t / n instead, n the tokens with w_t > 0
+ * (the weights carry the branch's share of the loss).  have_ref: the batch
  * holds reference log-probs (else KL is zero). */
 static ls_status replay_member(txn *x, const ls_batch *b, size_t i, const double *sft_w, int have_ref,
                                double *loss, size_t *tape_bytes) {
@@ -248,19 +252,15 @@ static ls_status replay_member(txn *x, const ls_batch *b, size_t i, const double
     st = LS_K(ls_segment_forward)(p, &io);
     if (st != LS_OK) goto cleanup;
     for (size_t t = 0; t < R; t++) lpd[t] = (double)lp[t];
-    if (sft_w) { /* the weights' sum is the branch's share of the loss times its value bytes */
-        double s = 0, wsum = 0;
+    if (sft_w) {
         size_t nv = 0;
-        for (size_t t = 0; t < R; t++) {
-            wsum += sft_w[t];
-            nv += sft_w[t] > 0;
-        }
-        wsum = nv ? (double)nv : 1;
+        for (size_t t = 0; t < R; t++) nv += sft_w[t] > 0;
+        double n = nv ? (double)nv : 1, s = 0;
         for (size_t t = 0; t < R; t++) {
             s -= sft_w[t] * lpd[t];
-            dlp[t] = (ls_real)(-sft_w[t] / wsum);
+            dlp[t] = (ls_real)(-sft_w[t] / n);
         }
-        *loss += s / wsum;
+        *loss += s / n;
     } else {
         for (size_t t = 0; t < R; t++) {
             t_old[t] = (ls_real)b->old_lp[i][t];

@@ -7,6 +7,12 @@
 #include "trainer/mem_tracker.h"
 #include "trainer/rng.h"
 
+/* Record bytes "#KEY=VALUE;", query bytes "?KEY=", and records per prompt
+ * (about one eighth of the prompt is records). */
+#define REC_LEN(vl) (1 + 4 + 1 + (vl) + 1)
+#define QUERY_LEN (1 + 4 + 1)
+static size_t task_pairs(size_t P, size_t value_len) { return (P - QUERY_LEN) / (REC_LEN(value_len) * 8) + 1; }
+
 ls_status ls_task_make(ls_task *t, size_t P, size_t value_len, uint64_t seed) {
     memset(t, 0, sizeof *t);
     if (P < 64 || value_len < 1 || value_len > 16) return LS_ERR_ARG;
@@ -22,8 +28,7 @@ ls_status ls_task_make(ls_task *t, size_t P, size_t value_len, uint64_t seed) {
     t->P = P;
     t->value_len = value_len;
     for (size_t i = 0; i < P; i++) t->prompt[i] = 'a' + (int32_t)ls_rng_below(&r, 26);
-    size_t rec = 1 + 4 + 1 + value_len + 1, qlen = 1 + 4 + 1;
-    size_t body = P - qlen, n_pairs = body / (rec * 8) + 1;
+    size_t rec = REC_LEN(value_len), body = P - QUERY_LEN, n_pairs = task_pairs(P, value_len);
     size_t slot = body / n_pairs, chosen = (size_t)ls_rng_below(&r, n_pairs);
     t->rec_at = ls_mem_alloc(LS_MEM_SCRATCH, n_pairs * sizeof *t->rec_at);
     if (!t->rec_at) {
@@ -82,8 +87,7 @@ static size_t gcd(size_t a, size_t b) {
 }
 
 size_t ls_task_sft_len(size_t P, size_t value_len) {
-    size_t rec = 1 + 4 + 1 + value_len + 1, body = P - (1 + 4 + 1), n_pairs = body / (rec * 8) + 1;
-    return value_len + (n_pairs - 1) * (7 + value_len);
+    return value_len + (task_pairs(P, value_len) - 1) * (7 + value_len);
 }
 
 ls_status ls_task_sft_target(const ls_task *t, uint64_t order_seed, int32_t **seq, double **weight, size_t *len) {
