@@ -164,6 +164,7 @@ ls_status ls_receipt_to_json(const ls_receipt *r, const char *events_sha256, cJS
         cJSON_AddNumberToObject(e, "code", r->error_code);
         cJSON_AddStringToObject(e, "message", r->error_message);
     }
+    if (r->rank_state) cJSON_AddItemToObject(p, "rank_state", cJSON_Duplicate(r->rank_state, 1));
     cJSON *t = cJSON_AddObjectToObject(p, "timing");
     ls_json_add_u64(t, "start_unix_ns", r->start_unix_ns);
     ls_json_add_u64(t, "end_unix_ns", r->end_unix_ns);

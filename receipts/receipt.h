@@ -114,6 +114,11 @@ typedef struct {
     ls_receipt_status status;
     int error_code;            /* ls_status of the failure; used when error_message != NULL */
     const char *error_message; /* required when status is ERROR, NULL when COMPLETE */
+    /* Optional (NULL: absent): what the rank held and moved, written as
+     * predicate.rank_state (schemas/receipt.schema.json): its prompt shard and
+     * prompt-state bytes (measured and analytical), and its communication per
+     * purpose. */
+    const cJSON *rank_state;
     uint64_t start_unix_ns;    /* see LS_JSON_MAX_EXACT_INT: read back to ~0.25 us */
     uint64_t end_unix_ns;
     /* --- filled by the reader only --- */

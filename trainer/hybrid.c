@@ -87,9 +87,11 @@ static ls_status layers_forward(const ls_params *p, ls_seg_io *io, ls_real *h, l
         ls_arena scr;
         ls_arena_init(&scr, LS_MEM_SCRATCH, 0);
         if (io->checkpoints) memcpy(io->checkpoints[l], h, R(T * d));
+        if (io->cp && io->cp->pre && (st = io->cp->pre(io->cp->user, l)) != LS_OK) break;
         const ls_layer_state *ctx = io->ctx ? &io->ctx->ly[l] : NULL;
+        int keep_kv = !(ctx && ctx->cp && !ctx->cp->own_keys); /* another rank owns the keys */
         ls_real *own_k = NULL, *own_v = NULL, *tail = NULL, *S = NULL;
-        if (io->state_out) {
+        if (io->state_out && (keep_kv || !p->layers[l].is_attn)) {
             if (p->layers[l].is_attn) {
                 own_k = ls_arena_alloc(&scr, R(T * row));
                 own_v = ls_arena_alloc(&scr, R(T * row));
@@ -105,13 +107,14 @@ static ls_status layers_forward(const ls_params *p, ls_seg_io *io, ls_real *h, l
         if (st == LS_OK && tp) tp->ly[l].cut = io->grad_cut;
         if (st == LS_OK && io->state_out) {
             if (p->layers[l].is_attn) {
-                st = append_pages(io->state_out, l, own_k, own_v, T, io->pos0, row);
+                if (keep_kv) st = append_pages(io->state_out, l, own_k, own_v, T, io->pos0, row);
             } else {
                 memcpy(io->state_out->ly[l].tail, tail, R(tail_n));
                 memcpy(io->state_out->ly[l].S, S, R(S_n));
             }
         }
         ls_arena_free(&scr);
+        if (st == LS_OK && io->cp && io->cp->post) st = io->cp->post(io->cp->user, l);
         if (st == LS_OK && io->hook)
             io->hook(io->hook_user, l, 0, T, now_ns() - t0, l2(h, T * d));
     }
@@ -265,8 +268,9 @@ static size_t page_at(const ls_layer_state *s, int64_t t) {
 /* One attention layer's backward over the prompt, chunk by chunk from the
  * last: chunk c attends to the pages before it (a prefix view of ps) and
  * adds its key/value gradients into those pages of dstate. */
-static ls_status attn_prompt_backward(const ls_params *p, int l, size_t T, size_t chunk, const ls_real *ckpt,
-                                      const ls_hstate *ps, ls_hstate *dstate, ls_real *dh, ls_mem_cat cat) {
+static ls_status attn_prompt_backward(const ls_params *p, int l, size_t T, size_t chunk, int64_t pos0,
+                                      const ls_cp_attn *cp, const ls_real *ckpt, const ls_hstate *ps,
+                                      ls_hstate *dstate, ls_real *dh, ls_mem_cat cat) {
     size_t d = (size_t)p->cfg.d_model, row = (size_t)p->cfg.attn_kv_heads * (size_t)p->cfg.head_dim;
     const ls_layer_state *sl = &ps->ly[l];
     ls_layer_state *dl = &dstate->ly[l];
@@ -274,10 +278,12 @@ static ls_status attn_prompt_backward(const ls_params *p, int l, size_t T, size_
     size_t n_chunks = (T + chunk - 1) / chunk;
     for (size_t c = n_chunks; st == LS_OK && c-- > 0;) {
         size_t t0 = c * chunk, n = T - t0 < chunk ? T - t0 : chunk;
-        size_t i0 = page_at(sl, (int64_t)t0), i1 = page_at(sl, (int64_t)(t0 + n));
-        if ((i0 < sl->n_pages && sl->pages[i0].pos0 != (int64_t)t0) || dl->n_pages != sl->n_pages)
+        int64_t a0 = pos0 + (int64_t)t0; /* the chunk's absolute first position */
+        size_t i0 = page_at(sl, a0), i1 = page_at(sl, a0 + (int64_t)n);
+        if ((i0 < sl->n_pages && sl->pages[i0].pos0 != a0) || dl->n_pages != sl->n_pages)
             return LS_ERR_INTERNAL; /* pages must start at chunk boundaries */
-        ls_layer_state view = {.pages = sl->pages, .n_pages = i0}, dview = {.pages = dl->pages, .n_pages = i0};
+        ls_layer_state view = {.pages = sl->pages, .n_pages = i0, .cp = cp};
+        ls_layer_state dview = {.pages = dl->pages, .n_pages = i0};
         ls_arena win, scr;
         ls_arena_init(&win, cat, 1u << 20);
         ls_arena_init(&scr, cat, 0);
@@ -289,7 +295,7 @@ static ls_status attn_prompt_backward(const ls_params *p, int l, size_t T, size_
             memcpy(h, ckpt + t0 * d, R(n * d));
             gather_pages(dk, dl, i0, i1, row, 0);
             gather_pages(dv, dl, i0, i1, row, 1);
-            st = LS_K(ls_layer_forward)(p, l, h, n, (int64_t)t0, &view, NULL, NULL, NULL, NULL, &tape, &win, &scr);
+            st = LS_K(ls_layer_forward)(p, l, h, n, a0, &view, NULL, NULL, NULL, NULL, &tape, &win, &scr);
         }
         ls_arena_free(&scr);
         if (st == LS_OK) {
@@ -303,10 +309,13 @@ static ls_status attn_prompt_backward(const ls_params *p, int l, size_t T, size_
 }
 
 /* One GDN layer's backward over the prompt: a forward pass records the
- * carried state at every chunk start, then the chunks run backward from
- * the last with the state gradient handed from chunk to chunk. */
+ * carried state at every chunk start (the first: start0, or zeros), then
+ * the chunks run backward from the last with the state gradient handed
+ * from chunk to chunk; dstart0 (NULL: dropped) receives the gradient of
+ * the state before the first chunk. */
 static ls_status gdn_prompt_backward(const ls_params *p, int l, size_t T, size_t chunk, const ls_real *ckpt,
-                                     ls_hstate *dstate, ls_real *dh, ls_mem_cat cat) {
+                                     const ls_layer_state *start0, ls_layer_state *dstart0, ls_hstate *dstate,
+                                     ls_real *dh, ls_mem_cat cat) {
     const ls_model_config *c = &p->cfg;
     size_t d = (size_t)c->d_model;
     size_t C = 2 * (size_t)c->gdn_hk * (size_t)c->gdn_dk + (size_t)c->gdn_hv * (size_t)c->gdn_dv;
@@ -319,6 +328,10 @@ static ls_status gdn_prompt_backward(const ls_params *p, int l, size_t T, size_t
     ls_real *g_tail = ls_arena_alloc(&keep, R(tail_n)), *g_S = ls_arena_alloc(&keep, R(S_n));
     ls_real *h = ls_arena_alloc(&keep, R(chunk * d));
     ls_status st = (states && g_tail && g_S && h) ? LS_OK : LS_ERR_NOMEM;
+    if (st == LS_OK && start0 && start0->tail) {
+        memcpy(states, start0->tail, R(tail_n));
+        memcpy(states + tail_n, start0->S, R(S_n));
+    }
     for (size_t k = 0; st == LS_OK && k + 1 < n_chunks; k++) {
         size_t t0 = k * chunk;
         ls_real *cur = states + k * (tail_n + S_n), *next = cur + tail_n + S_n;
@@ -358,16 +371,23 @@ static ls_status gdn_prompt_backward(const ls_params *p, int l, size_t T, size_t
         }
         ls_arena_free(&win);
     }
+    if (st == LS_OK && dstart0 && dstart0->tail) {
+        memcpy(dstart0->tail, g_tail, R(tail_n));
+        memcpy(dstart0->S, g_S, R(S_n));
+    }
     ls_arena_free(&keep);
     return st;
 }
 
 ls_status LS_K(ls_prompt_backward)(const ls_params *p, const int32_t *tokens, size_t T, size_t chunk,
                                    ls_real *const *checkpoints, const ls_hstate *ps, ls_hstate *dstate,
-                                   ls_mem_cat win_cat, ls_layer_hook hook, void *hook_user) {
+                                   ls_mem_cat win_cat, ls_layer_hook hook, void *hook_user,
+                                   const ls_prompt_cp *cp) {
     const ls_model_config *c = &p->cfg;
     size_t d = (size_t)c->d_model;
     if (chunk == 0 || chunk > T) chunk = T;
+    int64_t pos0 = cp ? cp->pos0 : 0;
+    const ls_cp_hooks *hk = cp ? cp->hooks : NULL;
     ls_arena keep;
     ls_arena_init(&keep, win_cat, 0);
     ls_status st = LS_ERR_NOMEM;
@@ -376,8 +396,15 @@ ls_status LS_K(ls_prompt_backward)(const ls_params *p, const int32_t *tokens, si
     st = LS_OK;
     for (int l = c->n_layers - 1; st == LS_OK && l >= 0; l--) {
         int64_t t0 = now_ns();
-        st = p->layers[l].is_attn ? attn_prompt_backward(p, l, T, chunk, checkpoints[l], ps, dstate, dh, win_cat)
-                                  : gdn_prompt_backward(p, l, T, chunk, checkpoints[l], dstate, dh, win_cat);
+        if (hk && hk->pre && (st = hk->pre(hk->user, l)) != LS_OK) break;
+        const ls_layer_state *s0 = cp && cp->start ? &cp->start->ly[l] : NULL;
+        ls_layer_state *ds0 = cp && cp->dstart ? &cp->dstart->ly[l] : NULL;
+        if (p->layers[l].is_attn) /* the remote context's ring needs every rank at once: one chunk */
+            st = attn_prompt_backward(p, l, T, s0 && s0->cp ? T : chunk, pos0, s0 ? s0->cp : NULL, checkpoints[l],
+                                      ps, dstate, dh, win_cat);
+        else
+            st = gdn_prompt_backward(p, l, T, chunk, checkpoints[l], s0, ds0, dstate, dh, win_cat);
+        if (st == LS_OK && hk && hk->post) st = hk->post(hk->user, l);
         if (st == LS_OK && hook) hook(hook_user, l, 1, T, now_ns() - t0, l2(dh, T * d));
     }
     if (st != LS_OK) goto cleanup;

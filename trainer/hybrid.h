@@ -27,8 +27,41 @@ typedef struct {
     int64_t pos0;
 } ls_kv_page;
 
+/* Context parallelism (DESIGN.md §4): the part of an attention layer's
+ * context that lives on other ranks, reached through collectives (cp.c).
+ * A layer whose context has one calls fwd after attending its queries to
+ * the local keys, with (o, lse) [T,H,hd]/[T,H] holding that local partial,
+ * and fwd merges the remote part in place (a ring over the earlier ranks'
+ * K/V in the prompt; the global MAX/SUM composition for a response).  The
+ * backward calls bwd with the global (o, lse) and the output gradient dout
+ * after the local blocks' backward: bwd adds the remote part of dq and of
+ * the segment's own dK/dV (reductions, or the reverse ring in the prompt).
+ * own_keys 0: this rank does not attend the segment's own keys (a
+ * response's keys are owned by one rank) and keeps no pages of them. */
+typedef struct ls_cp_attn {
+    void *user;
+    int own_keys;
+    ls_status (*fwd)(void *user, int layer, const ls_real *q, const ls_real *k_own, const ls_real *v_own,
+                     size_t T, int64_t pos0, ls_real *o, ls_real *lse);
+    ls_status (*bwd)(void *user, int layer, const ls_real *q, const ls_real *k_own, const ls_real *v_own,
+                     const ls_real *o, const ls_real *lse, const ls_real *dout, size_t T, int64_t pos0,
+                     ls_real *dq, ls_real *dk_own, ls_real *dv_own);
+} ls_cp_attn;
+
+/* Per-layer hooks of a context-parallel segment (a rank's prompt shard):
+ * pre runs before layer l (it may fill the context's GDN tail/S: the state
+ * handed from the previous rank), post after it (it may hand the segment's
+ * state_out on).  In the prompt backward: pre before layer l's backward
+ * (the state gradient from the next rank), post after it. */
+typedef struct {
+    void *user;
+    ls_status (*pre)(void *user, int layer);
+    ls_status (*post)(void *user, int layer);
+} ls_cp_hooks;
+
 typedef struct {
     ls_kv_page *pages; /* attention layers */
+    const ls_cp_attn *cp; /* context on other ranks (NULL: none) */
     size_t n_pages, cap_pages;
     ls_real *tail;     /* GDN: [K-1, C] */
     ls_real *S;        /* GDN: [Hv, dk, dv] */
@@ -90,6 +123,7 @@ typedef struct {
                                 `detached` mode.  0: no cut; else < T */
     ls_layer_hook hook;
     void *hook_user;
+    const ls_cp_hooks *cp;   /* context parallelism: per-layer hand-offs (NULL: none) */
 } ls_seg_io;
 
 ls_status LS_K(ls_segment_forward)(const ls_params *p, ls_seg_io *io);
@@ -113,8 +147,21 @@ size_t LS_K(ls_seg_tape_bytes)(const ls_seg_tape *t);
  * chunks offer; they must start at chunk boundaries, as a capture with the
  * same chunk leaves them); dstate mirrors it and is consumed (later chunks'
  * contributions are added into earlier pages).  tokens [T] are positions
- * [0, T); chunk 0 means one chunk. */
+ * [0, T) (cp NULL) or cp->pos0 + [0, T); chunk 0 means one chunk. */
+/* A prompt that is one rank's shard of a context-parallel prompt: its first
+ * position, the context state it started from (GDN tails/S handed from the
+ * previous rank; attention layers with their ls_cp_attn ring), where the
+ * gradient of that start state goes (GDN tails/S, handed back), and the
+ * per-layer hooks.  Attention layers run the shard as one chunk. */
+typedef struct {
+    int64_t pos0;
+    const ls_hstate *start;
+    ls_hstate *dstart;
+    const ls_cp_hooks *hooks;
+} ls_prompt_cp;
+
 ls_status LS_K(ls_prompt_backward)(const ls_params *p, const int32_t *tokens, size_t T, size_t chunk,
                                    ls_real *const *checkpoints, const ls_hstate *ps, ls_hstate *dstate,
-                                   ls_mem_cat win_cat, ls_layer_hook hook, void *hook_user);
+                                   ls_mem_cat win_cat, ls_layer_hook hook, void *hook_user,
+                                   const ls_prompt_cp *cp);
 #endif

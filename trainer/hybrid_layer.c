@@ -52,7 +52,7 @@ static ls_real *lora_save(ls_arena *ta, ls_arena *scr, const ls_lin *l, size_t T
 
 /* ---- attention mixer ---------------------------------------------------- */
 
-static ls_status attn_forward(const ls_params *p, const ls_hybrid_layer *ly, ls_real *mix_out,
+static ls_status attn_forward(const ls_params *p, int l, const ls_hybrid_layer *ly, ls_real *mix_out,
                               const ls_real *xn, size_t T, int64_t pos0, const ls_layer_state *ctx,
                               ls_real *own_k, ls_real *own_v, ls_layer_tape *tp, ls_arena *ta,
                               ls_arena *scr) {
@@ -84,14 +84,25 @@ static ls_status attn_forward(const ls_params *p, const ls_hybrid_layer *ly, ls_
     LS_K(ls_rope_apply)(q_r, LS_ROPE_NEOX, T, H, hd, (size_t)c->rope_dim, pos0, c->rope_theta, 0);
     LS_K(ls_rope_apply)(k_r, LS_ROPE_NEOX, T, Hkv, hd, (size_t)c->rope_dim, pos0, c->rope_theta, 0);
 
-    /* global softmax over the context pages and the segment's own keys */
+    /* global softmax over the context pages and the segment's own keys (and,
+     * under context parallelism, the context on other ranks) */
     size_t np = ctx ? ctx->n_pages : 0;
-    LS_K(ls_attn_block_forward)(o, lse, q_r, k_r, v, T, T, H, Hkv, hd, pos0, pos0, 1, tau);
+    const ls_cp_attn *cp = ctx ? ctx->cp : NULL;
+    if (!cp || cp->own_keys) {
+        LS_K(ls_attn_block_forward)(o, lse, q_r, k_r, v, T, T, H, Hkv, hd, pos0, pos0, 1, tau);
+    } else { /* another rank owns the segment's keys: an empty partial */
+        memset(o, 0, R(T * H * hd));
+        for (size_t i = 0; i < T * H; i++) lse[i] = (ls_real)-INFINITY;
+    }
     for (size_t i = 0; i < np; i++) {
         const ls_kv_page *pg = &ctx->pages[i];
         LS_K(ls_attn_block_forward)(o_tmp, lse_tmp, q_r, pg->k, pg->v, T, pg->n, H, Hkv, hd, pos0,
                                     pg->pos0, 1, tau);
         LS_K(ls_attn_merge_into)(o, lse, o_tmp, lse_tmp, T * H, hd);
+    }
+    if (cp && cp->fwd) {
+        ls_status st = cp->fwd(cp->user, l, q_r, k_r, v, T, pos0, o, lse);
+        if (st != LS_OK) return st;
     }
     LS_K(ls_sigmoid_gate_forward)(y, o, gate, T * H, hd, hd);
     lin_f(p, &ly->o, mix_out, xa_o, y, T);
@@ -106,7 +117,7 @@ static ls_status attn_forward(const ls_params *p, const ls_hybrid_layer *ly, ls_
     return LS_OK;
 }
 
-static ls_status attn_backward(const ls_params *p, const ls_hybrid_layer *ly, const ls_layer_tape *tp,
+static ls_status attn_backward(const ls_params *p, int l, const ls_hybrid_layer *ly, const ls_layer_tape *tp,
                                ls_real *dxn, const ls_real *dmix, const ls_layer_state *ctx,
                                ls_layer_state *dctx, const ls_real *d_own_k, const ls_real *d_own_v,
                                ls_arena *scr) {
@@ -125,7 +136,11 @@ static ls_status attn_backward(const ls_params *p, const ls_hybrid_layer *ly, co
     if (d_own_k) memcpy(dk, d_own_k, R(T * Hkv * hd));
     if (d_own_v) memcpy(dv, d_own_v, R(T * Hkv * hd));
     size_t cut = tp->cut;
-    if (cut == 0) {
+    const ls_cp_attn *cp = ctx ? ctx->cp : NULL;
+    if (cp && cut) return LS_ERR_ARG; /* a gradient cut is the single-rank naive reference's */
+    if (cp && !cp->own_keys) {
+        /* another rank owns the segment's keys: no local part of their dK/dV */
+    } else if (cut == 0) {
         LS_K(ls_attn_block_backward)(dq, dk, dv, dout, tp->q_r, tp->k_r, tp->v, tp->o, tp->lse, T, T, H, Hkv,
                                      hd, tp->pos0, tp->pos0, 1, tau);
     } else { /* gradient cut: queries [cut, T) give no dK/dV to the keys before the cut */
@@ -147,6 +162,9 @@ static ls_status attn_backward(const ls_params *p, const ls_hybrid_layer *ly, co
         LS_K(ls_attn_block_backward)(dq, gk, gv, dout, tp->q_r, pg->k, pg->v, tp->o, tp->lse, T, pg->n,
                                      H, Hkv, hd, tp->pos0, pg->pos0, 1, tau);
     }
+    if (cp && cp->bwd &&
+        (st = cp->bwd(cp->user, l, tp->q_r, tp->k_r, tp->v, tp->o, tp->lse, dout, T, tp->pos0, dq, dk, dv)) != LS_OK)
+        return st;
     LS_K(ls_rope_apply)(dq, LS_ROPE_NEOX, T, H, hd, (size_t)c->rope_dim, tp->pos0, c->rope_theta, 1);
     LS_K(ls_rope_apply)(dk, LS_ROPE_NEOX, T, Hkv, hd, (size_t)c->rope_dim, tp->pos0, c->rope_theta, 1);
     LS_K(ls_rmsnorm_backward)(dq_pre, ly->q_norm->g, dq, tp->q_pre, tp->rstd_q, ly->q_norm->w, 1, T * H, hd);
@@ -359,7 +377,7 @@ ls_status LS_K(ls_layer_forward)(const ls_params *p, int l, ls_real *h, size_t T
         tape->xn1 = xn1;
     }
     ls_status st = ly->is_attn
-                       ? attn_forward(p, ly, mix, xn1, T, pos0, ctx, own_k, own_v, tape, ta, scratch)
+                       ? attn_forward(p, l, ly, mix, xn1, T, pos0, ctx, own_k, own_v, tape, ta, scratch)
                        : gdn_forward(p, ly, mix, xn1, T, ctx, tail_out, S_out, tape, ta, scratch);
     if (st != LS_OK) return st;
     for (size_t i = 0; i < T * d; i++) h[i] += mix[i];
@@ -406,7 +424,7 @@ ls_status LS_K(ls_layer_backward)(const ls_params *p, int l, const ls_layer_tape
     LS_K(ls_rmsnorm_backward)(dx, ly->norm2->g, dxn, tp->h_mid, tp->rstd2, ly->norm2->w, 1, T, d);
     for (size_t i = 0; i < T * d; i++) dh[i] += dx[i];
     /* mixer: h1 = h + mixer(n1 h) */
-    st = tp->is_attn ? attn_backward(p, ly, tp, dxn, dh, ctx, dctx, d_own_k, d_own_v, scr)
+    st = tp->is_attn ? attn_backward(p, l, ly, tp, dxn, dh, ctx, dctx, d_own_k, d_own_v, scr)
                      : gdn_backward(p, ly, tp, dxn, dh, dctx, dtail_out, dS_out, scr);
     if (st != LS_OK) return st;
     LS_K(ls_rmsnorm_backward)(dx, ly->norm1->g, dxn, tp->x, tp->rstd1, ly->norm1->w, 1, T, d);

@@ -72,6 +72,7 @@ static ls_status derive(ls_hstate *d, const ls_hstate *s, ls_mem_cat cat, int bo
         const ls_layer_state *sl = &s->ly[l];
         ls_layer_state *dl = &d->ly[l];
         st = copy_pages(dl, sl, cat, borrow, zero);
+        dl->cp = sl->cp; /* a fork reads the same remote context */
         if (borrow && sl->n_pages > d->n_borrowed) d->n_borrowed = sl->n_pages;
         if (sl->tail) {
             size_t tb = ls_mem_size(sl->tail), sb = ls_mem_size(sl->S);

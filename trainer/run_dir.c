@@ -28,8 +28,12 @@ int ls_run_dir_prepare(const char *out, char *err, size_t err_len) {
             return -1;
         }
     }
+    return 0;
+}
+
+int ls_run_dir_make_rank(const char *out, unsigned rank, char *err, size_t err_len) {
     char sub[4096];
-    snprintf(sub, sizeof sub, "%s/rank-0000", out);
+    snprintf(sub, sizeof sub, "%s/rank-%04u", out, rank);
     if (mkdir(sub, 0777) != 0 && errno != EEXIST) {
         snprintf(err, err_len, "--out: cannot create '%.1000s': %s", sub, strerror(errno));
         return -1;

@@ -24,7 +24,50 @@ void ls_run_peaks_fold(ls_run_peaks *sp, int64_t step) {
     sp->steps++;
 }
 
-int ls_run_write_receipts(const ls_train_args *a, const ls_run_outcome *oc) {
+cJSON *ls_run_config_json(const ls_train_args *a, uint32_t world) {
+    cJSON *c = ls_config_to_json(&a->cfg, &a->obj);
+    if (!c) return NULL;
+    cJSON *f = cJSON_AddArrayToObject(c, "faults");
+    const ls_step_options *o = &a->step;
+    const char *names[] = {"nan-grad", "untracked-alloc", "skip-dkv-reduce", "skip-grad-finalize",
+                           "cp-local-attention", "kill-rank"};
+    int on[] = {o->fault_nan_grad, o->fault_untracked_alloc, o->cp_faults.skip_dkv_reduce,
+                o->cp_faults.skip_grad_finalize, o->cp_faults.local_attention, o->fault_kill_rank};
+    for (size_t i = 0; f && i < sizeof on / sizeof on[0]; i++)
+        if (on[i]) cJSON_AddItemToArray(f, cJSON_CreateString(names[i]));
+    if (!f || !cJSON_AddNumberToObject(c, "cp_ranks", world)) {
+        cJSON_Delete(c);
+        return NULL;
+    }
+    return c;
+}
+
+static cJSON *build_json(void) {
+    char blas[128];
+    snprintf(blas, sizeof blas, "%s", openblas_get_config());
+    cJSON *build = NULL;
+    ls_status bst = ls_build_info_create(blas, "none", &build);
+    if (bst != LS_OK) /* the receipt writer then refuses the NULL build object */
+        fprintf(stderr, "longstraw-train: build info: cannot describe this build (reading /proc/self/exe): %s\n",
+                ls_status_str(bst));
+    return build;
+}
+
+int ls_run_write_manifest(const ls_train_args *a, const char *run_id, uint32_t world) {
+    cJSON *build = build_json(), *config = ls_run_config_json(a, world);
+    char rerr[1024];
+    int rc = 0;
+    ls_manifest m = {.run_id = run_id, .world = world, .build = build, .config = config};
+    if (ls_manifest_write(a->out, &m, rerr, sizeof rerr) != LS_OK) {
+        fprintf(stderr, "longstraw-train: manifest: %s\n", rerr);
+        rc = 1;
+    }
+    cJSON_Delete(build);
+    cJSON_Delete(config);
+    return rc;
+}
+
+int ls_run_write_receipt(const ls_train_args *a, const ls_run_outcome *oc) {
     int rc = 0;
     cJSON *build = NULL, *config = NULL;
     const ls_run_peaks *sp = oc->sp;
@@ -38,18 +81,14 @@ int ls_run_write_receipts(const ls_train_args *a, const ls_run_outcome *oc) {
     ls_receipt_memory mem[LS_MEM_COUNT];
     for (int k = 0; k < LS_MEM_COUNT; k++)
         mem[k] = (ls_receipt_memory){ls_mem_cat_name((ls_mem_cat)k), ms.run_peak_bytes[k], sp->cat[k]};
-    char blas[128];
-    snprintf(blas, sizeof blas, "%s", openblas_get_config());
-    ls_status bst = ls_build_info_create(blas, "none", &build);
-    if (bst != LS_OK) /* the receipt writer then refuses the NULL build object */
-        fprintf(stderr, "longstraw-train: build info: cannot describe this build (reading /proc/self/exe): %s\n",
-                ls_status_str(bst));
-    config = ls_config_to_json(&a->cfg, &a->obj);
+    build = build_json();
+    config = ls_run_config_json(a, oc->world);
     char host[256] = "localhost";
     gethostname(host, sizeof host - 1);
     for (char *c = host; *c; c++)
         if (*c == ' ') *c = '-';
-    ls_receipt r = {.run_id = oc->run_id, .rank = 0, .world = 1, .host = host, .build = build, .config = config,
+    ls_receipt r = {.run_id = oc->run_id, .rank = oc->rank, .world = oc->world, .host = host,
+                    .rank_state = oc->rank_state, .build = build, .config = config,
                     .steps = oc->steps_done, .phases = ph, .n_phases = nph, .memory = mem,
                     .n_memory = LS_MEM_COUNT, .run_total_peak_bytes = ms.run_peak_total,
                     .rss_peak_bytes = ls_mem_peak_rss_bytes(), .step_total_peak_bytes = sp->total,
@@ -68,12 +107,6 @@ int ls_run_write_receipts(const ls_train_args *a, const ls_run_outcome *oc) {
     if (ls_receipt_write(a->out, &r, rerr, sizeof rerr) != LS_OK) {
         fprintf(stderr, "longstraw-train: receipt: %s\n", rerr);
         rc = 1;
-    } else {
-        ls_manifest m = {.run_id = oc->run_id, .world = 1, .build = build, .config = config};
-        if (ls_manifest_write(a->out, &m, rerr, sizeof rerr) != LS_OK) {
-            fprintf(stderr, "longstraw-train: manifest: %s\n", rerr);
-            rc = 1;
-        }
     }
     cJSON_Delete(build);
     cJSON_Delete(config);

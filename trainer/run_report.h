@@ -33,11 +33,21 @@ typedef struct {
     uint64_t start_unix_ns;
     const ls_run_peaks *sp;
     const ls_run_obs *ob;
+    uint32_t rank, world;
+    const cJSON *rank_state; /* the receipt's rank_state (NULL: none) */
 } ls_run_outcome;
 
-/* Write RUN/rank-0000/receipt.json and RUN/manifest.json.  0, or 1 with
- * the failure on stderr. */
-int ls_run_write_receipts(const ls_train_args *a, const ls_run_outcome *oc);
+/* The config object of the receipts and the manifest: MODEL.md §6 keys plus
+ * the run settings "faults" (the fault flags, in a fixed order) and
+ * "cp_ranks".  NULL on allocation failure. */
+cJSON *ls_run_config_json(const ls_train_args *a, uint32_t world);
+
+/* Write RUN/rank-NNNN/receipt.json for oc->rank.  0, or 1 with the failure
+ * on stderr. */
+int ls_run_write_receipt(const ls_train_args *a, const ls_run_outcome *oc);
+/* Write RUN/manifest.json over every rank's files (rank 0, after every rank
+ * wrote its receipt).  0, or 1 with the failure on stderr. */
+int ls_run_write_manifest(const ls_train_args *a, const char *run_id, uint32_t world);
 
 /* The summary of a completed run on stdout (human units; exact bytes are
  * in the receipt).  dtype: "f32"/"f64"; P and G of the last step. */

@@ -9,6 +9,7 @@
 #ifndef LS_TRAINER_STEP_H
 #define LS_TRAINER_STEP_H
 #include "trainer/batch.h"
+#include "trainer/cp.h"
 #include "trainer/hybrid.h"
 #include "trainer/task.h"
 
@@ -40,6 +41,9 @@ typedef struct {
     double lr, beta1, beta2, adam_eps, weight_decay;
     int fault_nan_grad;        /* fault injection: poison one gradient after replay */
     int fault_untracked_alloc; /* fault injection: a prompt-sized buffer outside the tracker */
+    ls_comm_group *cp_group;   /* context parallelism over this group (NULL or size 1: one rank) */
+    ls_cp_faults cp_faults;    /* CP fault injection (cp.h) */
+    int fault_kill_rank;       /* fault injection: rank + 1 that SIGKILLs itself as its replay begins (0: none) */
 } ls_step_options;
 
 typedef struct {
@@ -63,6 +67,11 @@ typedef struct {
     int captures;                  /* prompt captures this step ran (policy and reference) */
     int used_reference;            /* the reference policy was captured and scored */
     int prefix_frozen;             /* the step reused a prompt state captured before an update */
+    /* context parallelism (cp_world > 1): this rank's shard of the captured prompt and whether every
+       rank's finalized gradients were bitwise equal (the digest check) */
+    int cp_world;
+    int64_t shard_begin, shard_end;
+    int grads_agree;
 } ls_step_result;
 
 /* The prompt state kept across prefix-frozen steps (--prefix-frozen K):

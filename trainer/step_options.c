@@ -1,7 +1,10 @@
 /* step_options.c - defaults of the step options (dtype-independent). */
 #include "trainer/step.h"
 
+#include <string.h>
+
 void ls_step_options_defaults(ls_step_options *o) {
+    memset(o, 0, sizeof *o); /* no CP group, no faults */
     o->strategy = LS_STRATEGY_LONGSTRAW;
     o->objective = LS_OBJECTIVE_GRPO;
     o->page_size = 64;

@@ -5,6 +5,7 @@
 #include "trainer/step.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,9 @@ typedef struct {
     ls_real **ckpt;         /* full mode: each layer's input over the prompt */
     ls_grpo_stats gs;
     double rr_sum, rf_sum;  /* the task reward's parts, summed over the group */
+    int use_cp;             /* context parallel over o->cp_group */
+    ls_cp cp;
+    ls_real *stash;         /* CP full mode: the replicated gradients while the prompt backward runs */
 } txn;
 
 static void free_ckpt(txn *x) {
@@ -90,20 +94,24 @@ static ls_status capture_into(txn *x, const ls_params *q, ls_hstate *dst, int wi
     int64_t t0;
     begin(x->obs, PH_CAPTURE, &t0);
     hook_ctx hk = {x->obs, "capture", -1};
+    size_t T = x->use_cp ? (size_t)(x->cp.s1 - x->cp.s0) : b->P - 1; /* this rank's positions */
     if (with_ckpt) {
         x->ckpt = ls_mem_alloc(LS_MEM_CHECKPOINT, L * sizeof *x->ckpt);
         if (!x->ckpt) st = LS_ERR_NOMEM;
         else memset(x->ckpt, 0, L * sizeof *x->ckpt);
         for (size_t l = 0; st == LS_OK && l < L; l++)
-            if (!(x->ckpt[l] = ls_mem_alloc(LS_MEM_CHECKPOINT, R_((b->P - 1) * d)))) st = LS_ERR_NOMEM;
+            if (!(x->ckpt[l] = ls_mem_alloc(LS_MEM_CHECKPOINT, R_(T * d)))) st = LS_ERR_NOMEM;
     }
-    if (st == LS_OK)
+    if (st == LS_OK && x->use_cp)
+        st = LS_K(ls_cp_capture)(&x->cp, q, b->prompt, x->o->page_size, dst, with_ckpt ? x->ckpt : NULL,
+                                 LS_MEM_PROMPT_STATE, hook_fn, &hk);
+    else if (st == LS_OK)
         st = LS_K(ls_capture)(q, b, x->o->page_size, x->o->capture_chunk, dst, with_ckpt ? x->ckpt : NULL,
                               LS_MEM_PROMPT_STATE, hook_fn, &hk);
     end(x->obs, PH_CAPTURE, t0, st == LS_OK, x->res);
     if (st == LS_OK) {
         x->res->captures++;
-        x->res->phase_tokens[PH_CAPTURE] += (int64_t)(b->P - 1);
+        x->res->phase_tokens[PH_CAPTURE] += (int64_t)T;
     } else {
         free_ckpt(x);
     }
@@ -115,7 +123,8 @@ static ls_status capture_policy(txn *x, int with_ckpt) {
     if (st != LS_OK) return st;
     x->ps = &x->own_ps;
     x->res->prompt_state_bytes = LS_K(ls_hstate_bytes)(x->ps);
-    x->res->prompt_state_analytical = LS_K(ls_hstate_analytical_bytes)(x->p, (int64_t)x->b->P - 1);
+    x->res->prompt_state_analytical = LS_K(ls_hstate_analytical_bytes)(
+        x->p, x->use_cp ? x->cp.s1 - x->cp.s0 : (int64_t)x->b->P - 1); /* the shard's, exactly */
     return LS_OK;
 }
 
@@ -430,6 +439,9 @@ static ls_status phase_replay(txn *x, const char **what) {
     int64_t t0;
     *what = "replay";
     begin(x->obs, PH_REPLAY, &t0);
+    if (x->o->fault_kill_rank &&
+        x->o->fault_kill_rank - 1 == (x->o->cp_group ? ls_group_rank(x->o->cp_group) : 0))
+        raise(SIGKILL); /* the rank dies mid-step: the others must not hang */
     if (x->full && !x->naive) st = LS_K(ls_hstate_grad_like)(&x->dps, x->ps, LS_MEM_PROMPT_GRAD);
     if (x->sft && st == LS_OK) {
         st = replay_sft(x, &res->max_branch_bytes);
@@ -447,17 +459,46 @@ static ls_status phase_replay(txn *x, const char **what) {
     *what = "prompt backward";
     begin(x->obs, PH_PROMPT_BWD, &t0);
     hook_ctx hk = {x->obs, "prompt_bwd", -1};
-    st = LS_K(ls_prompt_backward)(x->p, b->prompt, b->P - 1, x->o->capture_chunk, x->ckpt, x->ps, &x->dps,
-                                  LS_MEM_SCRATCH, hook_fn, &hk);
+    if (x->use_cp) { /* the replicated gradients aside: the prompt backward's are shard-local */
+        ls_params *p = x->p;
+        size_t n = 0, off = 0;
+        for (size_t i = 0; i < p->n; i++) n += p->t[i].trainable ? p->t[i].numel : 0;
+        if (!(x->stash = ls_mem_alloc(LS_MEM_GRADS, R_(n ? n : 1)))) st = LS_ERR_NOMEM;
+        for (size_t i = 0; st == LS_OK && i < p->n; i++) {
+            if (!p->t[i].trainable) continue;
+            memcpy(x->stash + off, p->t[i].g, R_(p->t[i].numel));
+            memset(p->t[i].g, 0, R_(p->t[i].numel));
+            off += p->t[i].numel;
+        }
+        if (st == LS_OK)
+            st = LS_K(ls_cp_prompt_backward)(&x->cp, x->p, b->prompt, x->o->capture_chunk, x->ckpt, x->ps, &x->dps,
+                                             hook_fn, &hk);
+        res->phase_tokens[PH_PROMPT_BWD] += x->cp.s1 - x->cp.s0;
+    } else {
+        st = LS_K(ls_prompt_backward)(x->p, b->prompt, b->P - 1, x->o->capture_chunk, x->ckpt, x->ps, &x->dps,
+                                      LS_MEM_SCRATCH, hook_fn, &hk, NULL);
+        res->phase_tokens[PH_PROMPT_BWD] += (int64_t)(b->P - 1);
+    }
     end(x->obs, PH_PROMPT_BWD, t0, st == LS_OK, res);
-    res->phase_tokens[PH_PROMPT_BWD] += (int64_t)(b->P - 1);
     return st;
 }
 
-/* Finalize: one rank holds every gradient; what remains is the check. */
+/* Finalize: under CP the cross-rank reductions (cp.h), then the check
+ * that every gradient is finite. */
 static ls_status phase_finalize(txn *x, char *err, size_t err_len) {
     ls_params *p = x->p;
     int64_t t0;
+    if (x->use_cp) {
+        begin(x->obs, PH_FINALIZE, &t0);
+        ls_status st = LS_K(ls_cp_finalize)(&x->cp, p, x->stash, &x->res->grads_agree);
+        end(x->obs, PH_FINALIZE, t0, st == LS_OK, x->res);
+        ls_mem_free(x->stash);
+        x->stash = NULL;
+        if (st != LS_OK) {
+            snprintf(err, err_len, "finalize failed: %s", ls_status_str(st));
+            return st;
+        }
+    }
     if (x->o->fault_nan_grad)
         for (size_t i = 0; i < p->n; i++)
             if (p->t[i].trainable) {
@@ -485,6 +526,19 @@ ls_status LS_K(ls_step_grads_prefix)(ls_params *p, ls_batch *b, const ls_task *t
              .sft = o->objective == LS_OBJECTIVE_SFT, .need_rollout = b->resp[0] == NULL};
     x.use_ref = !x.sft && p->obj.beta > 0 && !b->ref_supplied;
     ls_grpo_stats_init(&x.gs);
+    x.use_cp = o->cp_group && ls_group_size(o->cp_group) > 1;
+    if (x.use_cp && (x.naive || pf)) {
+        snprintf(err, err_len, "%s runs on one rank (start it without mpirun)",
+                 x.naive ? "the naive strategy" : "a prefix-frozen step");
+        return LS_ERR_ARG;
+    }
+    if (x.use_cp) {
+        ls_status cst = LS_K(ls_cp_init)(&x.cp, o->cp_group, p, (int64_t)b->P - 1, &o->cp_faults, err, err_len);
+        if (cst != LS_OK) return cst;
+        res->cp_world = x.cp.world;
+        res->shard_begin = x.cp.s0;
+        res->shard_end = x.cp.s1;
+    }
     if (pf && (x.naive || x.full)) {
         snprintf(err, err_len, "a prefix-frozen step needs the longstraw strategy and detached gradients");
         return LS_ERR_ARG;
@@ -510,6 +564,8 @@ ls_status LS_K(ls_step_grads_prefix)(ls_params *p, ls_batch *b, const ls_task *t
     free(x.untracked);
     LS_K(ls_hstate_free)(&x.dps);
     release_policy(&x);
+    ls_mem_free(x.stash);
+    if (x.use_cp) LS_K(ls_cp_free)(&x.cp);
     return st;
 }
 

@@ -56,6 +56,14 @@ void ls_train_usage(FILE *f) {
         "  --fault nan-grad        fault injection: poison a gradient (the step must refuse)\n"
         "  --fault untracked-alloc fault injection: hold (P-1) x d_model x n_layers reals outside\n"
         "                          the memory tracker during the step (the RSS check must see it)\n"
+        "  --fault skip-dkv-reduce   CP: drop the response dK/dV reduction (the original work's bug)\n"
+        "  --fault skip-grad-finalize CP: skip the sum of the shard-local gradients\n"
+        "  --fault cp-local-attention CP: each rank attends only to its own keys\n"
+        "  --fault kill-rank=R     rank R kills itself (SIGKILL) as its replay begins: every\n"
+        "                          other rank must end, not hang\n"
+        "                          (--fault may repeat; faults are recorded in the receipts' config)\n"
+        "Context parallelism: mpirun -np N longstraw-train ... shards the prompt over N ranks\n"
+        "(DESIGN.md §4); each rank writes RUN/rank-NNNN/, rank 0 the manifest and the outputs.\n"
         "  --quiet                 no progress on stderr\n"
         "  --help                  this text\n"
         "Exit: 0 success, 1 the step failed (error event written), 2 bad usage or input.\n",
@@ -199,7 +207,16 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
         else if (!strcmp(k, "--fault")) {
             if (!strcmp(val, "nan-grad")) a->step.fault_nan_grad = 1;
             else if (!strcmp(val, "untracked-alloc")) a->step.fault_untracked_alloc = 1;
-            else BAD("--fault: '%s' is not a fault this trainer injects (nan-grad, untracked-alloc)", val);
+            else if (!strcmp(val, "skip-dkv-reduce")) a->step.cp_faults.skip_dkv_reduce = 1;
+            else if (!strcmp(val, "skip-grad-finalize")) a->step.cp_faults.skip_grad_finalize = 1;
+            else if (!strcmp(val, "cp-local-attention")) a->step.cp_faults.local_attention = 1;
+            else if (!strncmp(val, "kill-rank=", 10)) {
+                size_t r;
+                if (parse_size(val + 10, 0, 1 << 20, &r) != 0) BAD("--fault kill-rank=R: '%s' is not a rank", val + 10);
+                a->step.fault_kill_rank = (int)r + 1;
+            }
+            else BAD("--fault: '%s' is not a fault this trainer injects (nan-grad, untracked-alloc, skip-dkv-reduce, "
+                     "skip-grad-finalize, cp-local-attention)", val);
         } else BAD("unknown option '%s' (see --help)", k);
     }
     if (!a->config_path) BAD("--config: required");

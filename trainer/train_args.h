@@ -27,6 +27,7 @@ typedef struct {
     size_t memory_budget;   /* bytes; 0 = 90% of MemAvailable */
     int quiet;
     int help;
+    struct ls_comm *comm;   /* the run's communicator (set by main, not parsed; NULL: one rank) */
 } ls_train_args;
 
 /* 0 on success; 2 with a message naming the argument in err. */

@@ -3,20 +3,33 @@
 #include <locale.h>
 #include <stdio.h>
 
+#include "trainer/comm.h"
 #include "trainer/train_run.h"
 
 int main(int argc, char **argv) {
     setlocale(LC_ALL, "C");
     ls_train_args a;
     char err[1024];
-    if (ls_train_args_parse(&a, argc, argv, err, sizeof err) != 0) {
+    ls_comm *comm = NULL; /* MPI when mpirun started this process (DESIGN.md §4) */
+    if (ls_comm_open(&comm, &argc, &argv, err, sizeof err) != LS_OK) {
         fprintf(stderr, "longstraw-train: %s\n", err);
-        fprintf(stderr, "usage: longstraw-train --config FILE --out RUN [options]; see --help\n");
         return 2;
     }
-    if (a.help) {
-        ls_train_usage(stdout);
-        return 0;
+    int rank = ls_comm_rank(comm), rc;
+    /* every rank parses the same command line and reaches the same verdict */
+    if (ls_train_args_parse(&a, argc, argv, err, sizeof err) != 0) {
+        if (rank == 0) {
+            fprintf(stderr, "longstraw-train: %s\n", err);
+            fprintf(stderr, "usage: longstraw-train --config FILE --out RUN [options]; see --help\n");
+        }
+        rc = 2;
+    } else if (a.help) {
+        if (rank == 0) ls_train_usage(stdout);
+        rc = 0;
+    } else {
+        a.comm = comm;
+        rc = a.f64 ? ls_train_run_f64(&a) : ls_train_run_f32(&a);
     }
-    return a.f64 ? ls_train_run_f64(&a) : ls_train_run_f32(&a);
+    ls_comm_close(comm);
+    return rc;
 }

@@ -14,8 +14,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "receipts/json_util.h"
 #include "receipts/trace_writer.h"
 #include "trainer/checkpoint.h"
+#include "trainer/comm.h"
 #include "trainer/mem_tracker.h"
 #include "trainer/params_io.h"
 #include "trainer/run_digests.h"
@@ -42,15 +44,35 @@ typedef struct {
     uint64_t *frozen_idx;   /* the prefix-frozen steps' indices (tracked) */
     size_t frozen_cap;
     ls_status fail_st;
-    char err[2048], run_id[64], trace_path[4096];
+    ls_comm *comm;          /* a->comm (single-rank when main gave none) */
+    int rank, world;
+    int in_step_failure;    /* a step failed inside its collectives: the job must be aborted */
+    uint64_t grad_disagreements; /* steps whose finalize digest check found ranks apart */
+    char err[2048], run_id[64], trace_path[4096], events_rel[64];
 } run;
 
-static const char *EVENTS_REL = "rank-0000/events.jsonl.zst";
-
 static int fail(run *r, int rc, ls_status st, const char *fmt, const char *what) {
-    fprintf(stderr, "longstraw-train: %s%s\n", fmt, what);
+    if (r->world > 1) fprintf(stderr, "longstraw-train: rank %d: %s%s\n", r->rank, fmt, what);
+    else fprintf(stderr, "longstraw-train: %s%s\n", fmt, what);
     r->fail_st = st;
     return rc;
+}
+
+/* Every rank's rc agreed (the largest wins): for failures outside a step's
+ * collectives, so that every rank stops at the same point. */
+static int agree_rc(run *r, int rc, const char *purpose) {
+    if (r->world < 2) return rc;
+    int64_t v = rc;
+    if (ls_group_allreduce_max(ls_comm_cp(r->comm), &v, 1, LS_TRACE_DTYPE_I64, purpose, -1) != LS_OK) {
+        fprintf(stderr, "longstraw-train: rank %d: %s\n", r->rank, ls_comm_last_error(r->comm));
+        r->in_step_failure = 1;
+        return rc ? rc : 1;
+    }
+    if (v != 0 && rc == 0) {
+        snprintf(r->err, sizeof r->err, "another rank failed (exit status %lld)", (long long)v);
+        r->fail_st = LS_ERR_ARG;
+    }
+    return (int)v;
 }
 
 /* Parameters: checked against the plan, initialised, then --load or --resume. */
@@ -108,22 +130,38 @@ static int open_outputs(run *r) {
     if ((a->save && dir_writable("--save", a->save, a->out, r->err, sizeof r->err) != 0) ||
         (a->plot && dir_writable("--plot", a->plot, a->out, r->err, sizeof r->err) != 0))
         return fail(r, 2, LS_ERR_IO, "", r->err);
-    if (ls_run_dir_prepare(a->out, r->err, sizeof r->err) != 0) return fail(r, 2, LS_ERR_IO, "", r->err);
-    snprintf(r->trace_path, sizeof r->trace_path, "%s/%s", a->out, EVENTS_REL);
-    int32_t members[1] = {0};
-    ls_trace_group grp = {.name = "world", .members = members, .n_members = 1};
-    ls_trace_header hdr = {.run_id = r->run_id, .rank = 0, .world = 1, .groups = &grp, .n_groups = 1,
-                           .tool = "longstraw-train"};
+    /* rank 0 makes the run directory; every rank learns its verdict, then makes its own rank-NNNN */
+    int made = r->rank == 0 ? ls_run_dir_prepare(a->out, r->err, sizeof r->err) : 0;
+    if (r->world > 1) {
+        int64_t v = made;
+        if (ls_group_broadcast(ls_comm_cp(r->comm), &v, 1, LS_TRACE_DTYPE_I64, 0, "run_dir", -1) != LS_OK) v = -1;
+        if (v != 0 && r->rank != 0)
+            snprintf(r->err, sizeof r->err, "--out %.1000s: rank 0 could not prepare the run directory", a->out);
+        made = (int)v;
+    }
+    if (made != 0 || ls_run_dir_make_rank(a->out, (unsigned)r->rank, r->err, sizeof r->err) != 0)
+        return fail(r, 2, LS_ERR_IO, "", r->err);
+    snprintf(r->events_rel, sizeof r->events_rel, "rank-%04d/events.jsonl.zst", r->rank);
+    snprintf(r->trace_path, sizeof r->trace_path, "%s/%s", a->out, r->events_rel);
+    int32_t members[4096];
+    if (r->world > 4096) return fail(r, 2, LS_ERR_ARG, "", "more than 4096 ranks");
+    for (int i = 0; i < r->world; i++) members[i] = i;
+    ls_trace_group grp[2] = {{.name = "world", .members = members, .n_members = (size_t)r->world},
+                             {.name = ls_group_name(ls_comm_cp(r->comm)), .members = members,
+                              .n_members = (size_t)r->world}};
+    ls_trace_header hdr = {.run_id = r->run_id, .rank = r->rank, .world = r->world, .groups = grp,
+                           .n_groups = r->world > 1 ? 2 : 1, .tool = "longstraw-train"};
     ls_trace_writer *w = NULL;
     ls_status st = ls_trace_writer_open(&w, r->trace_path, &hdr);
     if (st != LS_OK) {
         snprintf(r->err, sizeof r->err, "%.1500s: cannot open the trace: %s", r->trace_path, ls_status_str(st));
         return fail(r, 2, st, "", r->err);
     }
-    ls_run_obs_init(&r->ob, w, &a->cfg, a->quiet);
-    if (a->metrics && ls_run_metrics_open(&r->ms, a->metrics, r->err, sizeof r->err) != LS_OK)
-        return fail(r, 2, LS_ERR_IO, "--metrics: ", r->err);
-    if (a->save_init && (st = LS_K(ls_params_save)(r->p, LS_PARAMS_WEIGHTS, a->save_init, r->err, sizeof r->err)) != LS_OK) {
+    ls_run_obs_init(&r->ob, w, &a->cfg, a->quiet || r->rank > 0); /* progress from rank 0 */
+    if (r->world > 1) ls_comm_set_trace(r->comm, w);
+    int bad = a->metrics && r->rank == 0 && ls_run_metrics_open(&r->ms, a->metrics, r->err, sizeof r->err) != LS_OK;
+    if (agree_rc(r, bad ? 2 : 0, "open_outputs") != 0) return fail(r, 2, LS_ERR_IO, bad ? "--metrics: " : "", r->err);
+    if (r->rank == 0 && a->save_init && (st = LS_K(ls_params_save)(r->p, LS_PARAMS_WEIGHTS, a->save_init, r->err, sizeof r->err)) != LS_OK) {
         ls_trace_emit_error(w, st, r->err);
         return fail(r, 1, st, "--save-init: ", r->err);
     }
@@ -131,6 +169,7 @@ static int open_outputs(run *r) {
 }
 
 static ls_status save_checkpoint(run *r, int64_t steps_total) {
+    if (r->rank != 0) return LS_OK; /* every rank holds the same parameters (the digests say so) */
     ls_checkpoint_info info = {.step = steps_total, .seed = r->seed, .lr = r->a->step.lr,
                                .beta1 = r->a->step.beta1, .beta2 = r->a->step.beta2, .eps = r->a->step.adam_eps,
                                .weight_decay = r->a->step.weight_decay};
@@ -144,6 +183,7 @@ static ls_status save_checkpoint(run *r, int64_t steps_total) {
 static ls_status first_step_dumps(run *r) {
     const ls_train_args *a = r->a;
     ls_status st = LS_OK;
+    if (r->rank != 0) return LS_OK; /* rank 0's dumps: finalize leaves every rank the same gradients */
     if (a->dump_batch && (st = ls_batch_write_dump(r->in.b, &a->cfg, &a->obj, a->dump_batch, r->err, sizeof r->err)) != LS_OK)
         fprintf(stderr, "longstraw-train: --dump-batch: %s\n", r->err);
     else if (a->dump_grads &&
@@ -204,6 +244,7 @@ static int one_step(run *r, int64_t s, int first) {
     }
     ls_step_options so = a->step;
     so.seed = r->seed + 1000003ull * (uint64_t)s;
+    so.cp_group = r->world > 1 ? ls_comm_cp(r->comm) : NULL;
     if (s - r->step0 < a->sft_steps) so.objective = LS_OBJECTIVE_SFT;
     if (r->steps_begun > 0) ls_run_peaks_fold(&r->sp, s - 1 - r->step0); /* run-local: the receipt's index */
     ls_mem_reset_peaks(); /* the window peaks are this step's from here */
@@ -215,7 +256,14 @@ static int one_step(run *r, int64_t s, int first) {
                                     K > 1 ? &r->pf : NULL, &r->res, r->err, sizeof r->err);
     if (st != LS_OK) {
         ls_trace_emit_error(w, st, r->err);
+        r->in_step_failure = r->world > 1; /* the other ranks may wait in a collective */
         return fail(r, 1, st, "step: ", r->err);
+    }
+    if (r->res.cp_world > 1 && !r->res.grads_agree) {
+        r->grad_disagreements++;
+        if (r->rank == 0)
+            fprintf(stderr, "longstraw-train: step %lld: the ranks' finalized gradients differ (digest check)\n",
+                    (long long)s + 1);
     }
     if (first && (st = first_step_dumps(r)) != LS_OK) {
         ls_trace_emit_error(w, st, r->err);
@@ -245,7 +293,44 @@ static int one_step(run *r, int64_t s, int first) {
     return 0;
 }
 
-/* Trace end, receipt and manifest; the summary when everything worked. */
+/* The receipt's rank_state: the shard, its prompt-state bytes, the traffic. */
+static cJSON *rank_state_json(const run *r) {
+    const ls_step_result *res = &r->res;
+    int cp = res->cp_world > 1;
+    int64_t b = cp ? res->shard_begin : 0, e = cp ? res->shard_end : (r->in.P > 0 ? (int64_t)r->in.P - 1 : 0);
+    cJSON *o = cJSON_CreateObject(), *pos = cJSON_AddArrayToObject(o, "prompt_positions");
+    cJSON *c = cJSON_CreateObject(), *by = cJSON_AddArrayToObject(c, "by_purpose");
+    if (!o || !pos || !c || !by) {
+        cJSON_Delete(o);
+        cJSON_Delete(c);
+        return NULL;
+    }
+    ls_json_add_u64(o, "world", (uint64_t)r->world);
+    cJSON_AddItemToArray(pos, cJSON_CreateNumber((double)b));
+    cJSON_AddItemToArray(pos, cJSON_CreateNumber((double)e));
+    ls_json_add_u64(o, "prompt_state_bytes", res->prompt_state_bytes);
+    ls_json_add_u64(o, "prompt_state_analytical_bytes", res->prompt_state_analytical);
+    ls_json_add_u64(o, "grad_digest_disagreements", r->grad_disagreements);
+    ls_comm_stat st[64];
+    size_t n = ls_comm_stats(r->comm, st, 64), calls = 0;
+    for (size_t i = 0; i < n && i < 64; i++) {
+        cJSON *e1 = cJSON_CreateObject();
+        cJSON_AddStringToObject(e1, "purpose", st[i].purpose);
+        ls_json_add_u64(e1, "calls", st[i].calls);
+        ls_json_add_u64(e1, "bytes_sent", st[i].bytes);
+        cJSON_AddItemToArray(by, e1);
+        calls += st[i].calls;
+    }
+    cJSON_AddStringToObject(c, "backend", ls_comm_backend(r->comm));
+    ls_json_add_u64(c, "calls", calls);
+    ls_json_add_u64(c, "bytes_sent", ls_comm_bytes_sent(r->comm));
+    cJSON_AddItemToObject(o, "communication", c);
+    return o;
+}
+
+/* Trace end, this rank's receipt, then (every rank done) rank 0's manifest;
+ * the summary when everything worked.  After a failure inside a step's
+ * collectives only the receipt: the caller aborts the job. */
 static int close_run(run *r, int rc, uint64_t start_unix) {
     if (r->ob.emit_err != LS_OK) {
         fprintf(stderr, "longstraw-train: trace: %s\n", ls_trace_writer_last_error(r->ob.w));
@@ -253,6 +338,7 @@ static int close_run(run *r, int rc, uint64_t start_unix) {
     }
     int64_t n_events = ls_trace_writer_seq(r->ob.w);
     if (rc == 0) ls_run_obs_note(&r->ob, ls_trace_emit_rank_complete(r->ob.w, (int64_t)r->steps_done)), n_events++;
+    ls_comm_set_trace(r->comm, NULL);
     ls_status st = ls_trace_writer_close(r->ob.w);
     r->ob.w = NULL;
     if (st != LS_OK) {
@@ -260,25 +346,61 @@ static int close_run(run *r, int rc, uint64_t start_unix) {
         rc = rc ? rc : 1;
     }
     if (r->steps_begun > r->sp.steps) ls_run_peaks_fold(&r->sp, (int64_t)r->steps_begun - 1);
-    ls_run_outcome oc = {.run_id = r->run_id, .events_rel = EVENTS_REL, .ok = rc == 0,
+    cJSON *rs = rank_state_json(r);
+    ls_run_outcome oc = {.run_id = r->run_id, .events_rel = r->events_rel, .ok = rc == 0,
+                         .rank = (uint32_t)r->rank, .world = (uint32_t)r->world, .rank_state = rs,
                          .fail_st = r->fail_st ? r->fail_st : LS_ERR_INTERNAL, .error_message = r->err,
                          .steps_done = r->steps_done, .prefix_frozen_steps = r->frozen_steps,
                          .sft_steps = r->sft_steps, .frozen_idx = r->frozen_idx,
                          .n_events = n_events, .start_unix_ns = start_unix, .sp = &r->sp, .ob = &r->ob};
-    if (ls_run_write_receipts(r->a, &oc) != 0) rc = rc ? rc : 1;
-    if (rc == 0)
+    if (ls_run_write_receipt(r->a, &oc) != 0) rc = rc ? rc : 1;
+    cJSON_Delete(rs);
+    if (r->in_step_failure) return rc;
+    if (r->world > 1 && ls_group_barrier(ls_comm_cp(r->comm), "run_end") != LS_OK) {
+        fprintf(stderr, "longstraw-train: rank %d: %s\n", r->rank, ls_comm_last_error(r->comm));
+        return rc ? rc : 1;
+    }
+    if (r->rank == 0 && ls_run_write_manifest(r->a, r->run_id, (uint32_t)r->world) != 0) rc = rc ? rc : 1;
+    if (rc == 0 && r->rank == 0)
         ls_run_print_summary(r->a, &oc, &r->res, LS_REAL_NAME, r->in.P, r->in.b ? r->in.b->G : r->a->step.G);
     return rc;
 }
 
+/* What a multi-rank run cannot do (the same verdict on every rank). */
+static int cp_usage(run *r) {
+    const ls_train_args *a = r->a;
+    const char *why = NULL;
+    if (r->world < 2) return 0;
+    if (a->step.strategy == LS_STRATEGY_NAIVE) why = "--strategy naive is the single-rank reference: run it without mpirun";
+    else if (a->prefix_frozen > 1) why = "--prefix-frozen runs on one rank: run it without mpirun";
+    else if (a->rollouts && !strcmp(a->rollouts, "-")) why = "--rollouts -: under mpirun only rank 0 has standard input; give a file";
+    if (!why) return 0;
+    return r->rank == 0 ? fail(r, 2, LS_ERR_ARG, "", why) : 2;
+}
+
 int LS_K(ls_train_run)(const ls_train_args *a) {
-    run r = {.a = a, .sp = {.total_at = -1}, .seed = a->step.seed};
+    run r = {.a = a, .sp = {.total_at = -1}, .seed = a->step.seed, .comm = a->comm};
+    ls_comm *own_comm = NULL;
+    if (!r.comm) { /* a caller without main's communicator: one rank */
+        char cerr[256];
+        if (ls_comm_open(&own_comm, NULL, NULL, cerr, sizeof cerr) != LS_OK) return fail(&r, 2, LS_ERR_ARG, "", cerr);
+        r.comm = own_comm;
+    }
+    r.rank = ls_comm_rank(r.comm);
+    r.world = ls_comm_world(r.comm);
     uint64_t start_unix = (uint64_t)time(NULL) * 1000000000ull;
     snprintf(r.run_id, sizeof r.run_id, "run-%llx-%x-%llu", (unsigned long long)time(NULL), (unsigned)getpid(),
              (unsigned long long)a->step.seed);
+    int rc = 0;
+    if (r.world > 1 && ls_group_broadcast(ls_comm_cp(r.comm), r.run_id, sizeof r.run_id, LS_TRACE_DTYPE_U8, 0,
+                                          "run_id", -1) != LS_OK) /* one run id for every rank */
+        rc = fail(&r, 1, LS_ERR_IO, "", ls_comm_last_error(r.comm));
+    if (rc == 0) rc = cp_usage(&r);
+    if (rc != 0) goto done;
     /* the inputs first: an external rollouts file sets P and R */
-    int rc = ls_run_input_open(&r.in, a, r.err, sizeof r.err) == LS_OK ? 0 : fail(&r, 2, LS_ERR_FORMAT, "--rollouts: ", r.err);
-    if (rc == 0) rc = open_params(&r);
+    rc = ls_run_input_open(&r.in, a, r.err, sizeof r.err) == LS_OK ? 0 : fail(&r, 2, LS_ERR_FORMAT, "--rollouts: ", r.err);
+    rc = agree_rc(&r, rc, "open_input");
+    if (rc == 0) rc = agree_rc(&r, open_params(&r), "open_params");
     if (rc == 0) rc = open_outputs(&r);
     if (rc != 0) {
         if (r.ob.w) rc = close_run(&r, rc, start_unix);
@@ -289,22 +411,30 @@ int LS_K(ls_train_run)(const ls_train_args *a) {
     for (int64_t i = 0; rc == 0 && (n < 0 || i < n); i++) {
         int end = 0;
         rc = next_input(&r, r.step0 + i, a->have_steps ? n : -1, &end);
+        if (rc == 0 && !end) rc = one_step(&r, r.step0 + i, i == 0);
+        if (r.in_step_failure) break;
+        rc = agree_rc(&r, rc, "step_status"); /* every rank stops at the same step */
         if (rc != 0 || end) break;
-        rc = one_step(&r, r.step0 + i, i == 0);
     }
-    if (rc == 0 && a->save && save_checkpoint(&r, r.step0 + (int64_t)r.steps_done) != LS_OK) rc = 1;
+    if (!r.in_step_failure) {
+        if (rc == 0 && a->save && save_checkpoint(&r, r.step0 + (int64_t)r.steps_done) != LS_OK) rc = 1;
+        rc = agree_rc(&r, rc, "save_status");
+    }
     ls_run_metrics_close(&r.ms); /* complete before it is drawn and digested */
-    if (rc == 0 && a->plot) {
+    if (rc == 0 && a->plot && r.rank == 0) {
         char title[256];
         snprintf(title, sizeof title, "%.100s, P=%zu, G=%zu: reward and KL per step", a->config_path, r.in.P, r.in.G);
         rc = ls_run_metrics_plot(a->metrics, a->plot, !a->rollouts, title);
     }
     rc = close_run(&r, rc, start_unix);
+    if (r.in_step_failure) /* a rank failed inside a step: end every rank of the job, never a hang */
+        ls_comm_abort(r.comm, rc ? rc : 1);
 done:
     ls_run_metrics_close(&r.ms);
     ls_mem_free(r.frozen_idx);
     LS_K(ls_step_prefix_free)(&r.pf);
     ls_run_input_close(&r.in);
     LS_K(ls_params_free)(r.p);
+    if (own_comm) ls_comm_close(own_comm);
     return rc;
 }

@@ -1,0 +1,329 @@
+/* cp.c - context parallelism of the hybrid family: the attention ring and
+ * the global composition, the GDN state chains, the sharded capture and
+ * prompt backward, and finalize (cp.h says what crosses ranks when). */
+#include "trainer/cp.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/attention.h"
+#include "receipts/digest.h"
+#include "trainer/mem_tracker.h"
+
+#define R(n) ((n) * sizeof(ls_real))
+#ifdef LS_REAL_F64
+#define DT LS_TRACE_DTYPE_F64
+#else
+#define DT LS_TRACE_DTYPE_F32
+#endif
+
+static int64_t shard_len(const ls_cp *c, int r, int64_t *s0) {
+    int64_t a, b;
+    ls_cp_shard(c->T, c->world, r, &a, &b);
+    if (s0) *s0 = a;
+    return b - a;
+}
+
+/* ---- attention: the ring (prompt) -------------------------------------- */
+
+/* Pack this rank's K/V [T, row] into a message of nk blocks of max_shard
+ * rows (padding zero), the blocks after K and V zero. */
+static ls_real *ring_msg(const ls_cp *c, const ls_real *k, const ls_real *v, size_t T, size_t nk) {
+    size_t blk = (size_t)c->max_shard * c->row;
+    ls_real *m = ls_mem_alloc(LS_MEM_COMM, R(nk * blk));
+    if (!m) return NULL;
+    memcpy(m, k, R(T * c->row));
+    memcpy(m + blk, v, R(T * c->row));
+    return m;
+}
+
+static ls_status ring_fwd(void *user, int layer, const ls_real *q, const ls_real *k_own, const ls_real *v_own,
+                          size_t T, int64_t pos0, ls_real *o, ls_real *lse) {
+    ls_cp *c = user;
+    size_t blk = (size_t)c->max_shard * c->row, n = 2 * blk;
+    ls_real *snd = ring_msg(c, k_own, v_own, T, 2), *rcv = ls_mem_alloc(LS_MEM_COMM, R(n));
+    ls_real *o_p = ls_mem_alloc(LS_MEM_COMM, R(T * c->H * c->hd)), *l_p = ls_mem_alloc(LS_MEM_COMM, R(T * c->H));
+    ls_status st = snd && rcv && o_p && l_p ? LS_OK : LS_ERR_NOMEM;
+    int N = c->world, r = c->rank;
+    for (int step = 1; st == LS_OK && step < N; step++) {
+        st = ls_group_sendrecv(c->g, snd, (r + 1) % N, rcv, (r - 1 + N) % N, n, DT, "kv_ring", layer);
+        int src = (r - step + N) % N;
+        if (st == LS_OK && src < r) { /* causal: only earlier ranks' keys */
+            int64_t ks0, kn = shard_len(c, src, &ks0);
+            LS_K(ls_attn_block_forward)(o_p, l_p, q, rcv, rcv + blk, T, (size_t)kn, c->H, c->Hkv, c->hd, pos0, ks0,
+                                        1, c->tau);
+            LS_K(ls_attn_merge_into)(o, lse, o_p, l_p, T * c->H, c->hd);
+        }
+        ls_real *t = snd;
+        snd = rcv;
+        rcv = t;
+    }
+    ls_mem_free(snd);
+    ls_mem_free(rcv);
+    ls_mem_free(o_p);
+    ls_mem_free(l_p);
+    return st;
+}
+
+/* The reverse ring: K, V, dK, dV travel together; each rank adds its
+ * queries' part into the blocks of earlier ranks; after N hops every
+ * block is home and its accumulated dK/dV join the owner's. */
+static ls_status ring_bwd(void *user, int layer, const ls_real *q, const ls_real *k_own, const ls_real *v_own,
+                          const ls_real *o, const ls_real *lse, const ls_real *dout, size_t T, int64_t pos0,
+                          ls_real *dq, ls_real *dk_own, ls_real *dv_own) {
+    ls_cp *c = user;
+    size_t blk = (size_t)c->max_shard * c->row, n = 4 * blk;
+    ls_real *snd = ring_msg(c, k_own, v_own, T, 4), *rcv = ls_mem_alloc(LS_MEM_COMM, R(n));
+    ls_status st = snd && rcv ? LS_OK : LS_ERR_NOMEM;
+    int N = c->world, r = c->rank;
+    for (int step = 1; st == LS_OK && step <= N; step++) {
+        st = ls_group_sendrecv(c->g, snd, (r + 1) % N, rcv, (r - 1 + N) % N, n, DT, "dkv_ring", layer);
+        int src = (r - step + N) % N;
+        if (st == LS_OK && step < N && src < r) {
+            int64_t ks0, kn = shard_len(c, src, &ks0);
+            LS_K(ls_attn_block_backward)(dq, rcv + 2 * blk, rcv + 3 * blk, dout, q, rcv, rcv + blk, o, lse, T,
+                                         (size_t)kn, c->H, c->Hkv, c->hd, pos0, ks0, 1, c->tau);
+        }
+        ls_real *t = snd;
+        snd = rcv;
+        rcv = t;
+    }
+    if (st == LS_OK) /* home: the later ranks' part of this rank's dK/dV */
+        for (size_t i = 0; i < T * c->row; i++) {
+            dk_own[i] += snd[2 * blk + i];
+            dv_own[i] += snd[3 * blk + i];
+        }
+    ls_mem_free(snd);
+    ls_mem_free(rcv);
+    return st;
+}
+
+/* ---- attention: the global composition (responses) ---------------------- */
+
+static ls_status compose_fwd(void *user, int layer, const ls_real *q, const ls_real *k_own, const ls_real *v_own,
+                             size_t T, int64_t pos0, ls_real *o, ls_real *lse) {
+    (void)q, (void)k_own, (void)v_own, (void)pos0;
+    ls_cp *c = user;
+    size_t n = T * c->H, hd = c->hd;
+    ls_real *m = ls_mem_alloc(LS_MEM_COMM, R(n)), *a = ls_mem_alloc(LS_MEM_COMM, R(n));
+    ls_status st = m && a ? LS_OK : LS_ERR_NOMEM;
+    if (st == LS_OK) {
+        memcpy(m, lse, R(n));
+        st = ls_group_allreduce_max(c->g, m, n, DT, "lse_max", layer);
+    }
+    if (st == LS_OK) {
+        for (size_t i = 0; i < n; i++) { /* this rank's share e^{l_r - m} (0 without keys) */
+            ls_real w = isinf(lse[i]) ? 0 : (ls_real)exp((double)(lse[i] - m[i]));
+            a[i] = w;
+            for (size_t j = 0; j < hd; j++) o[i * hd + j] *= w;
+        }
+        st = ls_group_allreduce_sum(c->g, a, n, DT, "lse_sum", layer);
+    }
+    if (st == LS_OK) st = ls_group_allreduce_sum(c->g, o, n * hd, DT, "out_sum", layer);
+    if (st == LS_OK)
+        for (size_t i = 0; i < n; i++) {
+            for (size_t j = 0; j < hd; j++) o[i * hd + j] /= a[i];
+            lse[i] = m[i] + (ls_real)log((double)a[i]);
+        }
+    ls_mem_free(m);
+    ls_mem_free(a);
+    return st;
+}
+
+static ls_status compose_bwd(void *user, int layer, const ls_real *q, const ls_real *k_own, const ls_real *v_own,
+                             const ls_real *o, const ls_real *lse, const ls_real *dout, size_t T, int64_t pos0,
+                             ls_real *dq, ls_real *dk_own, ls_real *dv_own) {
+    (void)q, (void)k_own, (void)v_own, (void)o, (void)lse, (void)dout, (void)pos0;
+    ls_cp *c = user;
+    ls_status st = ls_group_allreduce_sum(c->g, dq, T * c->H * c->hd, DT, "dq_sum", layer);
+    if (st == LS_OK && !c->faults.skip_dkv_reduce) {
+        st = ls_group_allreduce_sum(c->g, dk_own, T * c->row, DT, "dkv_sum", layer);
+        if (st == LS_OK) st = ls_group_allreduce_sum(c->g, dv_own, T * c->row, DT, "dkv_sum", layer);
+    }
+    return st;
+}
+
+/* ---- GDN state chains ----------------------------------------------------- */
+
+static void pack_state(const ls_cp *c, ls_real *buf, const ls_layer_state *s) {
+    memcpy(buf, s->tail, R(c->tail_n));
+    memcpy(buf + c->tail_n, s->S, R(c->gdn_n - c->tail_n));
+}
+
+static void unpack_state(const ls_cp *c, ls_layer_state *s, const ls_real *buf) {
+    memcpy(s->tail, buf, R(c->tail_n));
+    memcpy(s->S, buf + c->tail_n, R(c->gdn_n - c->tail_n));
+}
+
+/* One hop of a chain: send s_from to rank `to`, receive into s_into from
+ * rank `from` (-1: none); s_into is written only when something arrived. */
+static ls_status chain(ls_cp *c, int layer, const ls_layer_state *s_from, int to, ls_layer_state *s_into, int from,
+                       const char *purpose) {
+    ls_real *snd = ls_mem_alloc(LS_MEM_COMM, R(c->gdn_n)), *rcv = ls_mem_alloc(LS_MEM_COMM, R(c->gdn_n));
+    ls_status st = snd && rcv ? LS_OK : LS_ERR_NOMEM;
+    if (st == LS_OK && to >= 0) pack_state(c, snd, s_from);
+    if (st == LS_OK) st = ls_group_sendrecv(c->g, snd, to, rcv, from, c->gdn_n, DT, purpose, layer);
+    if (st == LS_OK && from >= 0) unpack_state(c, s_into, rcv);
+    ls_mem_free(snd);
+    ls_mem_free(rcv);
+    return st;
+}
+
+static int is_gdn(const ls_cp *c, const ls_hstate *s, int l) {
+    (void)c;
+    return s->ly[l].tail != NULL;
+}
+
+static ls_status cap_pre(void *user, int l) { /* the state from rank r-1 */
+    ls_cp *c = user;
+    if (!is_gdn(c, &c->start, l)) return LS_OK;
+    return chain(c, l, NULL, -1, &c->start.ly[l], c->rank > 0 ? c->rank - 1 : -1, "state_handoff");
+}
+
+static ls_status cap_post(void *user, int l) { /* this shard's end state to rank r+1 */
+    ls_cp *c = user;
+    if (!is_gdn(c, &c->start, l)) return LS_OK;
+    return chain(c, l, &c->cap_out->ly[l], c->rank + 1 < c->world ? c->rank + 1 : -1, NULL, -1, "state_handoff");
+}
+
+static ls_status bwd_pre(void *user, int l) { /* the gradient of this shard's end state from rank r+1 */
+    ls_cp *c = user;
+    if (!is_gdn(c, &c->start, l)) return LS_OK;
+    return chain(c, l, NULL, -1, &c->bwd_dstate->ly[l], c->rank + 1 < c->world ? c->rank + 1 : -1,
+                 "state_grad_handoff");
+}
+
+static ls_status bwd_post(void *user, int l) { /* the gradient of its start state to rank r-1 */
+    ls_cp *c = user;
+    if (!is_gdn(c, &c->start, l)) return LS_OK;
+    return chain(c, l, &c->dstart.ly[l], c->rank > 0 ? c->rank - 1 : -1, NULL, -1, "state_grad_handoff");
+}
+
+/* ---- the context ---------------------------------------------------------- */
+
+ls_status LS_K(ls_cp_init)(ls_cp *c, ls_comm_group *g, const ls_params *p, int64_t T, const ls_cp_faults *f,
+                           char *err, size_t err_len) {
+    memset(c, 0, sizeof *c);
+    const ls_model_config *m = &p->cfg;
+    c->g = g;
+    c->rank = ls_group_rank(g);
+    c->world = ls_group_size(g);
+    c->T = T;
+    if (f) c->faults = *f;
+    if (T < c->world) {
+        snprintf(err, err_len, "the prompt's %lld captured position(s) cannot be split over %d ranks (at least one each)",
+                 (long long)T, c->world);
+        return LS_ERR_ARG;
+    }
+    ls_cp_shard(T, c->world, c->rank, &c->s0, &c->s1);
+    for (int r = 0; r < c->world; r++) {
+        int64_t n = shard_len(c, r, NULL);
+        if (n > c->max_shard) c->max_shard = n;
+    }
+    c->H = (size_t)m->attn_heads;
+    c->Hkv = (size_t)m->attn_kv_heads;
+    c->hd = (size_t)m->head_dim;
+    c->row = c->Hkv * c->hd;
+    c->tau = (ls_real)(1.0 / sqrt((double)c->hd));
+    size_t C = 2 * (size_t)m->gdn_hk * (size_t)m->gdn_dk + (size_t)m->gdn_hv * (size_t)m->gdn_dv;
+    c->tail_n = (size_t)(m->conv_kernel - 1) * C;
+    c->gdn_n = c->tail_n + (size_t)m->gdn_hv * (size_t)m->gdn_dk * (size_t)m->gdn_dv;
+    c->ring = (ls_cp_attn){.user = c, .own_keys = 1, .fwd = ring_fwd, .bwd = ring_bwd};
+    c->compose = (ls_cp_attn){.user = c, .own_keys = c->rank == c->world - 1, .fwd = compose_fwd, .bwd = compose_bwd};
+    c->cap_hooks = (ls_cp_hooks){.user = c, .pre = cap_pre, .post = cap_post};
+    c->bwd_hooks = (ls_cp_hooks){.user = c, .pre = bwd_pre, .post = bwd_post};
+    return LS_OK;
+}
+
+void LS_K(ls_cp_free)(ls_cp *c) {
+    if (!c) return;
+    LS_K(ls_hstate_free)(&c->start);
+    LS_K(ls_hstate_free)(&c->dstart);
+}
+
+ls_status LS_K(ls_cp_capture)(ls_cp *c, const ls_params *q, const int32_t *prompt, size_t page_size, ls_hstate *ps,
+                              ls_real **checkpoints, ls_mem_cat cat, ls_layer_hook hook, void *hook_user) {
+    int L = q->cfg.n_layers;
+    int local = c->faults.local_attention;
+    LS_K(ls_hstate_free)(&c->start); /* the start of the last capture only (the prompt backward's) */
+    ls_status st = LS_K(ls_hstate_init)(&c->start, q, page_size, LS_MEM_CHECKPOINT);
+    if (st == LS_OK) st = LS_K(ls_hstate_init)(ps, q, page_size, cat);
+    if (st != LS_OK) {
+        LS_K(ls_hstate_free)(&c->start);
+        return st;
+    }
+    for (int l = 0; l < L; l++)
+        if (!c->start.ly[l].tail) c->start.ly[l].cp = local ? NULL : &c->ring;
+    c->cap_out = ps;
+    ls_seg_io io = {.tokens = prompt + c->s0, .T = (size_t)(c->s1 - c->s0), .pos0 = c->s0, .ctx = &c->start,
+                    .state_out = ps, .checkpoints = checkpoints, .hook = hook, .hook_user = hook_user,
+                    .cp = &c->cap_hooks};
+    st = LS_K(ls_segment_forward)(q, &io);
+    /* every rank reads the global final GDN state: rank N-1's */
+    ls_real *buf = ls_mem_alloc(LS_MEM_COMM, R(c->gdn_n));
+    if (st == LS_OK && !buf) st = LS_ERR_NOMEM;
+    for (int l = 0; st == LS_OK && l < L; l++) {
+        if (!ps->ly[l].tail) {
+            ps->ly[l].cp = local ? NULL : &c->compose;
+            continue;
+        }
+        pack_state(c, buf, &ps->ly[l]);
+        st = ls_group_broadcast(c->g, buf, c->gdn_n, DT, c->world - 1, "state_broadcast", l);
+        if (st == LS_OK) unpack_state(c, &ps->ly[l], buf);
+    }
+    ls_mem_free(buf);
+    c->cap_out = NULL;
+    ps->n_pos = c->T; /* responses start after the whole prompt */
+    if (st != LS_OK) LS_K(ls_hstate_free)(ps);
+    return st;
+}
+
+ls_status LS_K(ls_cp_prompt_backward)(ls_cp *c, const ls_params *p, const int32_t *prompt, size_t chunk,
+                                      ls_real *const *checkpoints, const ls_hstate *ps, ls_hstate *dps,
+                                      ls_layer_hook hook, void *hook_user) {
+    LS_K(ls_hstate_free)(&c->dstart);
+    ls_status st = LS_K(ls_hstate_grad_like)(&c->dstart, &c->start, LS_MEM_PROMPT_GRAD);
+    if (st != LS_OK) return st;
+    c->bwd_dstate = dps;
+    ls_prompt_cp pc = {.pos0 = c->s0, .start = &c->start, .dstart = &c->dstart, .hooks = &c->bwd_hooks};
+    st = LS_K(ls_prompt_backward)(p, prompt + c->s0, (size_t)(c->s1 - c->s0), chunk, checkpoints, ps, dps,
+                                  LS_MEM_SCRATCH, hook, hook_user, &pc);
+    c->bwd_dstate = NULL;
+    LS_K(ls_hstate_free)(&c->dstart);
+    return st;
+}
+
+ls_status LS_K(ls_cp_finalize)(ls_cp *c, ls_params *p, const ls_real *stash, int *agree) {
+    ls_status st = LS_OK;
+    if (stash) { /* replicated part once, shard-local parts summed in rank order */
+        size_t off = 0;
+        for (size_t i = 0; st == LS_OK && i < p->n; i++) {
+            ls_tensor *t = &p->t[i];
+            if (!t->trainable) continue;
+            if (!c->faults.skip_grad_finalize)
+                st = ls_group_allreduce_sum(c->g, t->g, t->numel, DT, "grad_finalize", -1);
+            for (size_t j = 0; st == LS_OK && j < t->numel; j++) t->g[j] = stash[off + j] + t->g[j];
+            off += t->numel;
+        }
+    }
+    /* the check: one digest over every trainable gradient, gathered */
+    size_t n = 0;
+    for (size_t i = 0; i < p->n; i++) n += p->t[i].trainable;
+    uint8_t *dg = ls_mem_alloc(LS_MEM_COMM, (n ? n : 1) * LS_DIGEST_SIZE);
+    uint8_t *all = ls_mem_alloc(LS_MEM_COMM, (size_t)c->world * LS_DIGEST_SIZE), mine[LS_DIGEST_SIZE];
+    if (st == LS_OK && (!dg || !all)) st = LS_ERR_NOMEM;
+    size_t k = 0;
+    for (size_t i = 0; st == LS_OK && i < p->n; i++)
+        if (p->t[i].trainable) st = ls_digest_sha256(p->t[i].g, R(p->t[i].numel), dg + LS_DIGEST_SIZE * k++);
+    if (st == LS_OK) st = ls_digest_sha256(dg, k * LS_DIGEST_SIZE, mine);
+    if (st == LS_OK) st = ls_group_allgather(c->g, mine, all, LS_DIGEST_SIZE, LS_TRACE_DTYPE_U8, "digest_check", -1);
+    if (st == LS_OK) {
+        *agree = 1;
+        for (int r = 1; r < c->world; r++)
+            if (memcmp(all, all + (size_t)r * LS_DIGEST_SIZE, LS_DIGEST_SIZE)) *agree = 0;
+    }
+    ls_mem_free(dg);
+    ls_mem_free(all);
+    return st;
+}

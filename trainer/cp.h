@@ -1,0 +1,101 @@
+/* cp.h - context parallelism of the hybrid family over the ranks of a
+ * communicator group (DESIGN.md §4, MODEL.md §0's merge).  Numeric
+ * (compiled per real type).
+ *
+ * Shards: the T = P-1 captured prompt positions are split into N contiguous
+ * shards, rank r owning [floor(r·T/N), floor((r+1)·T/N)): lengths differ by
+ * at most one, the shorter ones first.  Each rank keeps only its shard's KV
+ * pages (right-sized copies) and, for every GDN layer, the global final
+ * state (broadcast from rank N-1).
+ *
+ * What each phase does across ranks (every transfer is a traced collective
+ * of the group, purposes in brackets):
+ *  - capture, per layer in order: a GDN layer receives the conv tail and
+ *    recurrent state from rank r-1 [state_handoff], runs its shard, hands its
+ *    state to r+1 [state_handoff]; an attention layer attends its shard's
+ *    queries to its own keys, then passes its K/V around the ring (N-1 hops,
+ *    blocks padded to the longest shard) merging the blocks of earlier ranks
+ *    [kv_ring].  Then each GDN layer's final state is broadcast from rank
+ *    N-1 [state_broadcast].  The attention layers run the shard as one
+ *    chunk (the ring needs every rank at once); the capture chunk applies to
+ *    single-rank runs.
+ *  - response (rollout, score, replay), replicated: an attention layer
+ *    attends the response queries to this rank's pages (and, on rank N-1,
+ *    the owner, to the response's own keys), and the global output is one
+ *    MAX [lse_max] and two SUM [lse_sum, out_sum] all-reduces.  Backward:
+ *    dQ summed [dq_sum]; the owner's dK/dV of the response keys summed
+ *    [dkv_sum] so that every rank continues identically.
+ *  - prompt backward (`full`), per layer from the top: a GDN layer receives
+ *    the gradient of its end state from rank r+1 [state_grad_handoff] (rank
+ *    N-1 keeps the replicated responses'), runs its shard backward from its
+ *    start state, and hands the gradient of that start state to r-1
+ *    [state_grad_handoff]; an attention layer recomputes its forward (ring)
+ *    and runs the reverse ring: K/V travel with dK/dV accumulators, each
+ *    later rank adds its queries' part, and after N hops the accumulators are
+ *    back with their owner [kv_ring, dkv_ring].
+ *  - finalize: replicated-path gradients are counted once; the shard-local
+ *    gradients of the prompt backward are summed in rank order
+ *    [grad_finalize]; then every rank's gradient digest is gathered and
+ *    compared [digest_check].
+ * Every sum is the communicator's fixed-order sum, so replicated values are
+ * bitwise identical on every rank and reruns are bitwise identical.
+ *
+ * Faults (reproducing known CP bugs; recorded in the receipts' config):
+ * skip_dkv_reduce drops [dkv_sum] (the original work's bug: every rank but
+ * the owner continues with zero response dK/dV); skip_grad_finalize drops
+ * [grad_finalize]; local_attention removes every cross-rank attention term
+ * (no ring, no composition: each rank attends only to its own keys). */
+#ifndef LS_TRAINER_CP_H
+#define LS_TRAINER_CP_H
+#include "trainer/comm.h"
+#include "trainer/hybrid.h"
+
+/* The shard rule above. */
+static inline void ls_cp_shard(int64_t T, int N, int r, int64_t *s0, int64_t *s1) {
+    /* floor(T·r/N) without forming T·r */
+    *s0 = (T / N) * r + ((T % N) * r) / N;
+    *s1 = (T / N) * (r + 1) + ((T % N) * (r + 1)) / N;
+}
+
+typedef struct {
+    int skip_dkv_reduce, skip_grad_finalize, local_attention;
+} ls_cp_faults;
+
+typedef struct {
+    ls_comm_group *g;
+    int rank, world;
+    int64_t T, s0, s1, max_shard;
+    ls_cp_faults faults;
+    size_t H, Hkv, hd, row, gdn_n, tail_n;
+    ls_real tau;
+    ls_cp_attn ring, compose;
+    ls_cp_hooks cap_hooks, bwd_hooks;
+    ls_hstate start;        /* the last capture's shard start state (GDN states received) */
+    ls_hstate dstart;       /* prompt backward: the gradient of start's GDN states */
+    ls_hstate *cap_out;     /* the capture being run: its state_out */
+    ls_hstate *bwd_dstate;  /* the prompt backward being run: its state gradient */
+    int64_t pages_moved;    /* diagnostics */
+} ls_cp;
+
+/* c for T captured positions on group g (size >= 2; T >= size).  Model
+ * dimensions from p.  LS_ERR_ARG (with err) when the prompt is shorter than
+ * the group. */
+ls_status LS_K(ls_cp_init)(ls_cp *c, ls_comm_group *g, const ls_params *p, int64_t T, const ls_cp_faults *f,
+                           char *err, size_t err_len);
+void LS_K(ls_cp_free)(ls_cp *c);
+
+/* Capture this rank's shard of b's prompt with params q into *ps (pages of
+ * the shard, global final GDN states; attention layers composed globally
+ * from here), checkpoints [n_layers][shard, d] when not NULL. */
+ls_status LS_K(ls_cp_capture)(ls_cp *c, const ls_params *q, const int32_t *prompt, size_t page_size, ls_hstate *ps,
+                              ls_real **checkpoints, ls_mem_cat cat, ls_layer_hook hook, void *hook_user);
+/* `full` mode: the shard's prompt backward driven by dps (consumed). */
+ls_status LS_K(ls_cp_prompt_backward)(ls_cp *c, const ls_params *p, const int32_t *prompt, size_t chunk,
+                                      ls_real *const *checkpoints, const ls_hstate *ps, ls_hstate *dps,
+                                      ls_layer_hook hook, void *hook_user);
+/* Finalize: p's trainable .g holds the shard-local part, stash (the
+ * trainable tensors' replicated gradients, concatenated in tensor order; NULL
+ * when there is no shard-local part) the rest: .g = stash + sum over ranks.
+ * Then the digest check: *agree = every rank's gradients are bitwise equal. */
+ls_status LS_K(ls_cp_finalize)(ls_cp *c, ls_params *p, const ls_real *stash, int *agree);
+#endif
