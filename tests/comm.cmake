@@ -1,0 +1,24 @@
+# The communicator (trainer/comm.h): a plain-main test program (Criterion
+# forks, which does not mix with MPI), run alone (single backend) and, when
+# the build has MPI, under mpirun with 1, 2 and 4 ranks.
+add_executable(test_comm ${CMAKE_CURRENT_SOURCE_DIR}/test_comm.c)
+target_include_directories(test_comm PRIVATE ${CMAKE_SOURCE_DIR})
+target_link_libraries(test_comm PRIVATE ls_trainer_core ls_receipts ${LIBM})
+add_test(NAME test_comm_single COMMAND test_comm single 1)
+set_tests_properties(test_comm_single PROPERTIES TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=1")
+if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
+  execute_process(COMMAND id -u OUTPUT_VARIABLE LS_UID OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  set(LS_MPIRUN_FLAGS --oversubscribe)
+  if(LS_UID STREQUAL "0")
+    list(APPEND LS_MPIRUN_FLAGS --allow-run-as-root)
+  endif()
+  # Open MPI's MPI_Init leaves allocations LeakSanitizer reports: leak
+  # detection is off for the mpirun entries only (ASan stays on).
+  foreach(np 1 2 4)
+    add_test(NAME test_comm_np${np}
+             COMMAND ${MPIEXEC_EXECUTABLE} ${LS_MPIRUN_FLAGS} ${MPIEXEC_NUMPROC_FLAG} ${np}
+                     $<TARGET_FILE:test_comm> mpi ${np})
+    set_tests_properties(test_comm_np${np} PROPERTIES TIMEOUT 120
+      ENVIRONMENT "OMP_NUM_THREADS=1;ASAN_OPTIONS=detect_leaks=0")
+  endforeach()
+endif()
