@@ -72,7 +72,7 @@ void ls_run_metrics_emit(ls_run_metrics_sink *m, ls_run_obs *ob, const ls_train_
     ls_trace_step_metrics t;
     fill(&t, a, s, objective, res, step_wall_ns);
     ls_run_obs_note(ob, ls_trace_emit_step_metrics(ob->w, &t));
-    if (!a->quiet) stderr_line(ob, &t, ob->steps_total);
+    if (!ob->quiet) stderr_line(ob, &t, ob->steps_total); /* quiet: --quiet, or a rank other than 0 */
     if (!m->f) return;
     cJSON *o = NULL;
     char *text = NULL, why[128];

@@ -488,17 +488,6 @@ static ls_status phase_replay(txn *x, const char **what) {
 static ls_status phase_finalize(txn *x, char *err, size_t err_len) {
     ls_params *p = x->p;
     int64_t t0;
-    if (x->use_cp) {
-        begin(x->obs, PH_FINALIZE, &t0);
-        ls_status st = LS_K(ls_cp_finalize)(&x->cp, p, x->stash, &x->res->grads_agree);
-        end(x->obs, PH_FINALIZE, t0, st == LS_OK, x->res);
-        ls_mem_free(x->stash);
-        x->stash = NULL;
-        if (st != LS_OK) {
-            snprintf(err, err_len, "finalize failed: %s", ls_status_str(st));
-            return st;
-        }
-    }
     if (x->o->fault_nan_grad)
         for (size_t i = 0; i < p->n; i++)
             if (p->t[i].trainable) {
@@ -506,6 +495,16 @@ static ls_status phase_finalize(txn *x, char *err, size_t err_len) {
                 break;
             }
     begin(x->obs, PH_FINALIZE, &t0);
+    if (x->use_cp) {
+        ls_status st = LS_K(ls_cp_finalize)(&x->cp, p, x->stash, &x->res->grads_agree);
+        ls_mem_free(x->stash);
+        x->stash = NULL;
+        if (st != LS_OK) {
+            end(x->obs, PH_FINALIZE, t0, 0, x->res);
+            snprintf(err, err_len, "finalize failed: %s", ls_status_str(st));
+            return st;
+        }
+    }
     x->res->grad_norm = sqrt(LS_K(ls_params_grad_sumsq)(p));
     int finite = isfinite(x->res->loss) && LS_K(ls_params_grads_finite)(p);
     end(x->obs, PH_FINALIZE, t0, finite, x->res);
