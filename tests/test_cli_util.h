@@ -13,7 +13,7 @@
 
 /* Run a command line with stdout/stderr into tmpdir/out.txt and err.txt;
  * returns the exit status. */
-static int run(const char *args) {
+static inline int run(const char *args) {
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "%s %s >%s/out.txt 2>%s/err.txt", TRAIN, args, tmpdir, tmpdir);
     int st = system(cmd);
@@ -21,7 +21,7 @@ static int run(const char *args) {
     return WEXITSTATUS(st);
 }
 
-static char *slurp(const char *name) {
+static inline char *slurp(const char *name) {
     char path[512];
     snprintf(path, sizeof path, "%s/%s", tmpdir, name);
     FILE *f = fopen(path, "rb");
@@ -33,7 +33,7 @@ static char *slurp(const char *name) {
     return strdup(buf);
 }
 
-static void expect_usage_error(const char *args, const char *names) {
+static inline void expect_usage_error(const char *args, const char *names) {
     int rc = run(args);
     char *e = slurp("err.txt");
     cr_expect_eq(rc, 2, "'%s': exit %d, want 2", args, rc);
@@ -42,7 +42,7 @@ static void expect_usage_error(const char *args, const char *names) {
 }
 
 /* The rank-0 receipt of a run directory (asserts it reads and validates). */
-static ls_receipt *read_receipt(const char *run_dir) {
+static inline ls_receipt *read_receipt(const char *run_dir) {
     char rp[512], err[512];
     snprintf(rp, sizeof rp, "%s/rank-0000/receipt.json", run_dir);
     ls_receipt *r = NULL;
