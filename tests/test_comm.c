@@ -2,6 +2,8 @@
  * started by mpirun (MPI backend, N ranks) or alone (single backend).
  *
  *   test_comm BACKEND WORLD      (BACKEND "single" or "mpi")
+ *   test_comm refused 1          (a build without MPI under OMPI_COMM_WORLD_SIZE:
+ *                                 ls_comm_open must refuse with LS_ERR_ARG)
  *
  * A plain main (Criterion forks, which does not mix with MPI).  Every rank
  * makes the same calls; each check compares with a value the test computes
@@ -391,7 +393,7 @@ static void check_stats(ls_comm *c) {
 
 int main(int argc, char **argv) {
     if (argc != 3) {
-        fprintf(stderr, "usage: test_comm single|mpi WORLD\n");
+        fprintf(stderr, "usage: test_comm single|mpi|refused WORLD\n");
         return 2;
     }
     const char *want_backend = argv[1];
@@ -399,6 +401,14 @@ int main(int argc, char **argv) {
     ls_comm *c = NULL;
     char err[256];
     ls_status st = ls_comm_open(&c, &argc, &argv, err, sizeof err);
+    if (strcmp(want_backend, "refused") == 0) {
+        /* a build without MPI, started as if by mpirun: open must refuse */
+        int ok = st == LS_ERR_ARG && c == NULL && strstr(err, "mpirun") != NULL;
+        if (!ok) fprintf(stderr, "test_comm: open gave %s (\"%s\"), want LS_ERR_ARG naming mpirun\n",
+                         ls_status_str(st), err);
+        ls_comm_close(c);
+        return ok ? 0 : 1;
+    }
     if (st != LS_OK) {
         fprintf(stderr, "test_comm: ls_comm_open: %s: %s\n", ls_status_str(st), err);
         return 1;
