@@ -27,4 +27,10 @@ elseif(MPIEXEC_EXECUTABLE)
     set_tests_properties(test_comm_np${np} PROPERTIES TIMEOUT 120
       ENVIRONMENT "OMP_NUM_THREADS=1;ASAN_OPTIONS=fast_unwind_on_malloc=0;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/comm_lsan.supp:print_suppressions=0")
   endforeach()
+  # ls_comm_abort(c, 3) on one rank ends every rank, mpirun exits 3, no hang
+  add_test(NAME test_comm_abort_np3
+           COMMAND sh -c "\"$0\" \"$@\" 2>/dev/null; test $? -eq 3" ${MPIEXEC_EXECUTABLE} ${LS_MPIRUN_FLAGS} ${MPIEXEC_NUMPROC_FLAG} 3
+                   $<TARGET_FILE:test_comm> abort 3)
+  set_tests_properties(test_comm_abort_np3 PROPERTIES TIMEOUT 60
+    ENVIRONMENT "OMP_NUM_THREADS=1;ASAN_OPTIONS=detect_leaks=0")
 endif()
