@@ -2,6 +2,10 @@
  * started by mpirun (MPI backend, N ranks) or alone (single backend).
  *
  *   test_comm BACKEND WORLD      (BACKEND "single" or "mpi")
+ *   test_comm abort N            (under mpirun: the last rank aborts while the
+ *                                 others wait in a barrier; the job must end)
+ *   test_comm refused 1          (a build without MPI under OMPI_COMM_WORLD_SIZE:
+ *                                 ls_comm_open must refuse with LS_ERR_ARG)
  *
  * A plain main (Criterion forks, which does not mix with MPI).  Every rank
  * makes the same calls; each check compares with a value the test computes
@@ -391,7 +395,7 @@ static void check_stats(ls_comm *c) {
 
 int main(int argc, char **argv) {
     if (argc != 3) {
-        fprintf(stderr, "usage: test_comm single|mpi WORLD\n");
+        fprintf(stderr, "usage: test_comm single|mpi|abort|refused WORLD\n");
         return 2;
     }
     const char *want_backend = argv[1];
@@ -399,11 +403,28 @@ int main(int argc, char **argv) {
     ls_comm *c = NULL;
     char err[256];
     ls_status st = ls_comm_open(&c, &argc, &argv, err, sizeof err);
+    if (strcmp(want_backend, "refused") == 0) {
+        /* a build without MPI, started as if by mpirun: open must refuse */
+        int ok = st == LS_ERR_ARG && c == NULL && strstr(err, "mpirun") != NULL;
+        if (!ok) fprintf(stderr, "test_comm: open gave %s (\"%s\"), want LS_ERR_ARG naming mpirun\n",
+                         ls_status_str(st), err);
+        ls_comm_close(c);
+        return ok ? 0 : 1;
+    }
     if (st != LS_OK) {
         fprintf(stderr, "test_comm: ls_comm_open: %s: %s\n", ls_status_str(st), err);
         return 1;
     }
     ls_comm_group *g = ls_comm_cp(c);
+    if (strcmp(want_backend, "abort") == 0) {
+        /* the last rank aborts while the others wait in a barrier: every
+         * rank must end (mpirun exits non-zero) rather than hang */
+        if (ls_comm_rank(c) == ls_comm_world(c) - 1) ls_comm_abort(c, 3);
+        ls_status bs = ls_group_barrier(g, "never_completes");
+        fprintf(stderr, "test_comm: rank %d left the barrier (%s)\n", ls_comm_rank(c), ls_status_str(bs));
+        ls_comm_close(c);
+        return 0;
+    }
     g_rank = ls_comm_rank(c);
     g_world = ls_comm_world(c);
     CHECK(strcmp(ls_comm_backend(c), want_backend) == 0, "backend %s, want %s", ls_comm_backend(c), want_backend);

@@ -8,7 +8,15 @@
  * sequence number gseq, op, reduction, element count, dtype, bytes the rank
  * sent, purpose, layer): one event per logical operation, whatever number of
  * library calls it took, so that the events of all ranks of a group match one
- * to one in gseq order (the audit's flight-recorder check).  Point-to-point
+ * to one in gseq order (the audit's flight-recorder check).  The event is
+ * written when the rank enters the operation (after its arguments passed),
+ * so the last event of a rank stuck in a collective names that collective;
+ * a refused call (LS_ERR_ARG) writes none and consumes no gseq.  "bytes" is
+ * the payload this rank hands to other ranks in the logical operation, not
+ * the library's wire traffic: n elements for an allreduce or an allgather,
+ * n on the root of a broadcast (0 elsewhere), n for a sendrecv whose dst is
+ * another rank, 0 for a barrier, and 0 for everything in a group of one.
+ * Point-to-point
  * chains (a state handed from rank r to r+1) are sendrecv operations that
  * every rank of the group calls, with -1 for "no peer", so they match too.
  *
@@ -16,7 +24,11 @@
  * 0, 1, ..., N-1 on every rank (the contributions are gathered, then summed
  * locally), so its result is bitwise identical on every rank and bitwise
  * reproducible across reruns, unlike a library allreduce whose association
- * depends on the algorithm and the message size.  MAX is exact.
+ * depends on the algorithm and the message size.  MAX is exact.  i64 sums
+ * wrap modulo 2^64; u8 buffers can be moved but not reduced (LS_ERR_ARG).
+ *
+ * Threads: one thread at a time per communicator (MPI_Init, not
+ * MPI_Init_thread). 
  *
  * Failure: a collective that fails returns LS_ERR_IO with the reason in
  * ls_comm_last_error.  A rank that cannot go on calls ls_comm_abort after
@@ -62,9 +74,14 @@ int ls_group_size(const ls_comm_group *g);
 const char *ls_group_name(const ls_comm_group *g);
 
 /* Collectives over g.  n elements of dtype dt (LS_TRACE_DTYPE_F32/F64/I64/
- * U8); purpose an identifier ("lse_max", "dq_sum", "kv_ring", ...); layer
- * -1 when none.  Every rank of g must make the same calls in the same order
- * with the same n, dt and purpose. */
+ * U8); purpose an identifier ("lse_max", "dq_sum", "kv_ring", ...:
+ * [a-z][a-z0-9_]*, under 32 characters); layer -1 when none.  Every rank of
+ * g must make the same calls in the same order with the same n, dt and
+ * purpose.  LS_ERR_ARG (nothing sent, no event) for a bad purpose, dtype,
+ * layer, root or peer, a NULL buffer with n > 0, overlapping send and recv,
+ * or n whose byte count overflows; LS_ERR_IO when the library call fails;
+ * LS_ERR_NOMEM when the sum's scratch cannot be allocated.  The reason is
+ * in ls_comm_last_error. */
 ls_status ls_group_allreduce_max(ls_comm_group *g, void *buf, size_t n, ls_trace_dtype dt,
                                  const char *purpose, int layer);
 /* In place, fixed rank order (above).  Temporary memory: at most
@@ -78,7 +95,8 @@ ls_status ls_group_broadcast(ls_comm_group *g, void *buf, size_t n, ls_trace_dty
 ls_status ls_group_allgather(ls_comm_group *g, const void *send, void *recv, size_t n, ls_trace_dtype dt,
                              const char *purpose, int layer);
 /* Sends n elements to group rank dst and receives n elements from src at
- * the same time (either peer -1: none), so that every rank of a ring or a
+ * the same time (either peer -1: none; a buffer without a peer may be NULL;
+ * a send to itself needs a receive from itself and copies), so that every rank of a ring or a
  * chain moves messages of one size and the events match (a ring whose
  * blocks differ in size pads them to the largest).  The event's count is n,
  * its bytes those this rank sent. */
@@ -91,8 +109,9 @@ typedef struct {
     char purpose[32];
     uint64_t calls, bytes;
 } ls_comm_stat;
-/* Copies up to cap entries (in first-use order) into out; returns how many
- * purposes there are. */
+/* Copies up to cap entries (in first-use order) into out (may be NULL);
+ * returns how many purposes there are.  At most 64 purposes are kept; the
+ * traffic of later ones counts only in ls_comm_bytes_sent. */
 size_t ls_comm_stats(const ls_comm *c, ls_comm_stat *out, size_t cap);
 /* Total bytes sent since open. */
 uint64_t ls_comm_bytes_sent(const ls_comm *c);
