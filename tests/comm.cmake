@@ -12,20 +12,13 @@ if(NOT MPI_C_FOUND)
   set_tests_properties(test_comm_nompi_refused PROPERTIES TIMEOUT 120
     ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_COMM_WORLD_SIZE=2")
 elseif(MPIEXEC_EXECUTABLE)
-  execute_process(COMMAND id -u OUTPUT_VARIABLE LS_UID OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-  set(LS_MPIRUN_FLAGS --oversubscribe)
-  if(LS_UID STREQUAL "0")
-    list(APPEND LS_MPIRUN_FLAGS --allow-run-as-root)
-  endif()
-  # Open MPI's MPI_Init leaves allocations LeakSanitizer reports: the mpirun
-  # entries suppress leaks whose full stack passes through Open MPI
-  # (comm_lsan.supp); leaks of our own code are still reported.
+  # LS_MPIRUN_FLAGS and LS_MPI_TEST_ENV: tests/CMakeLists.txt
   foreach(np 1 2 4)
     add_test(NAME test_comm_np${np}
              COMMAND ${MPIEXEC_EXECUTABLE} ${LS_MPIRUN_FLAGS} ${MPIEXEC_NUMPROC_FLAG} ${np}
                      $<TARGET_FILE:test_comm> mpi ${np})
     set_tests_properties(test_comm_np${np} PROPERTIES TIMEOUT 120
-      ENVIRONMENT "OMP_NUM_THREADS=1;ASAN_OPTIONS=fast_unwind_on_malloc=0;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/comm_lsan.supp:print_suppressions=0")
+      ENVIRONMENT "${LS_MPI_TEST_ENV}")
   endforeach()
   # ls_comm_abort(c, 3) on one rank ends every rank, mpirun exits 3, no hang
   add_test(NAME test_comm_abort_np3

@@ -1,7 +1,6 @@
 # Context parallelism of the hybrid family (trainer/cp.h), float64: a
 # plain-main program like test_comm, run alone (single backend: the CP-1
-# path) and under mpirun with 1, 2 and 4 ranks (uses LS_MPIRUN_FLAGS from
-# comm.cmake).
+# path) and under mpirun with 1, 2 and 4 ranks.
 add_executable(test_cp ${CMAKE_CURRENT_SOURCE_DIR}/test_cp.c)
 target_include_directories(test_cp PRIVATE ${CMAKE_SOURCE_DIR})
 target_compile_definitions(test_cp PRIVATE LS_REAL_F64 LS_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
@@ -9,15 +8,9 @@ target_link_libraries(test_cp PRIVATE ls_trainer_f64 ls_receipts ${LIBM})
 add_test(NAME test_cp_single COMMAND test_cp)
 set_tests_properties(test_cp_single PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1")
 if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
-  execute_process(COMMAND id -u OUTPUT_VARIABLE LS_CP_UID OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-  set(LS_CP_MPIRUN_FLAGS --oversubscribe)
-  if(LS_CP_UID STREQUAL "0")
-    list(APPEND LS_CP_MPIRUN_FLAGS --allow-run-as-root)
-  endif()
   foreach(np 1 2 4)
     add_test(NAME test_cp_np${np}
-             COMMAND ${MPIEXEC_EXECUTABLE} ${LS_CP_MPIRUN_FLAGS} ${MPIEXEC_NUMPROC_FLAG} ${np} $<TARGET_FILE:test_cp>)
-    set_tests_properties(test_cp_np${np} PROPERTIES TIMEOUT 600
-      ENVIRONMENT "OMP_NUM_THREADS=1;ASAN_OPTIONS=detect_leaks=0")
+             COMMAND ${MPIEXEC_EXECUTABLE} ${LS_MPIRUN_FLAGS} ${MPIEXEC_NUMPROC_FLAG} ${np} $<TARGET_FILE:test_cp>)
+    set_tests_properties(test_cp_np${np} PROPERTIES TIMEOUT 600 ENVIRONMENT "${LS_MPI_TEST_ENV}")
   endforeach()
 endif()

@@ -35,7 +35,8 @@ static void teardown(void) { ls_test_tmpdir_remove(tmpdir); }
 static int run_np(int np, const char *args) {
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
-             "OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 timeout 120 " LS_MPIEXEC " " LS_MPIRUN_FLAGS
+             "OMP_NUM_THREADS=1 ASAN_OPTIONS=fast_unwind_on_malloc=0 LSAN_OPTIONS=suppressions=" LS_LSAN_SUPP
+             ":print_suppressions=0 timeout 120 " LS_MPIEXEC " " LS_MPIRUN_FLAGS
              " -np %d %s %s >%s/out.txt 2>%s/err.txt",
              np, TRAIN, args, tmpdir, tmpdir);
     int st = system(cmd);
