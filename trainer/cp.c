@@ -27,33 +27,45 @@ static int64_t shard_len(const ls_cp *c, int r, int64_t *s0) {
 
 /* ---- attention: the ring (prompt) -------------------------------------- */
 
-/* Pack this rank's K/V [T, row] into a message of nk blocks of max_shard
- * rows (padding zero), the blocks after K and V zero. */
-static ls_real *ring_msg(const ls_cp *c, const ls_real *k, const ls_real *v, size_t T, size_t nk) {
-    size_t blk = (size_t)c->max_shard * c->row;
+/* A ring message: nk blocks of max_shard rows; the first two this rank's
+ * K and V (its layer-l pages, in position order; padding zero), the others
+ * zero (dK/dV accumulators). */
+static ls_real *ring_msg(const ls_cp *c, const ls_layer_state *own, size_t nk) {
+    size_t blk = (size_t)c->max_shard * c->row, off = 0;
     ls_real *m = ls_mem_alloc(LS_MEM_COMM, R(nk * blk));
     if (!m) return NULL;
-    memcpy(m, k, R(T * c->row));
-    memcpy(m + blk, v, R(T * c->row));
+    for (size_t i = 0; i < own->n_pages; i++) {
+        memcpy(m + off * c->row, own->pages[i].k, R(own->pages[i].n * c->row));
+        memcpy(m + blk + off * c->row, own->pages[i].v, R(own->pages[i].n * c->row));
+        off += own->pages[i].n;
+    }
     return m;
 }
 
-static ls_status ring_fwd(void *user, int layer, const ls_real *q, const ls_real *k_own, const ls_real *v_own,
-                          size_t T, int64_t pos0, ls_real *o, ls_real *lse) {
+/* The remote partial: the shard's queries against every earlier rank's K/V,
+ * passed around the ring (N-1 hops), merged chunk by chunk of queries. */
+static ls_status ring_fwd(void *user, int layer, const ls_real *q, size_t T, int64_t pos0, size_t chunk,
+                          const ls_hstate *own) {
     ls_cp *c = user;
-    size_t blk = (size_t)c->max_shard * c->row, n = 2 * blk;
-    ls_real *snd = ring_msg(c, k_own, v_own, T, 2), *rcv = ls_mem_alloc(LS_MEM_COMM, R(n));
-    ls_real *o_p = ls_mem_alloc(LS_MEM_COMM, R(T * c->H * c->hd)), *l_p = ls_mem_alloc(LS_MEM_COMM, R(T * c->H));
-    ls_status st = snd && rcv && o_p && l_p ? LS_OK : LS_ERR_NOMEM;
+    size_t blk = (size_t)c->max_shard * c->row, n = 2 * blk, H = c->H, hd = c->hd;
+    ls_mem_free(c->rem_o);
+    ls_mem_free(c->rem_lse);
+    c->rem_o = ls_mem_alloc(LS_MEM_COMM, R(T * H * hd));
+    c->rem_lse = ls_mem_alloc(LS_MEM_COMM, R(T * H));
+    ls_real *snd = ring_msg(c, &own->ly[layer], 2), *rcv = ls_mem_alloc(LS_MEM_COMM, R(n));
+    ls_real *o_p = ls_mem_alloc(LS_MEM_COMM, R(chunk * H * hd)), *l_p = ls_mem_alloc(LS_MEM_COMM, R(chunk * H));
+    ls_status st = snd && rcv && o_p && l_p && c->rem_o && c->rem_lse ? LS_OK : LS_ERR_NOMEM;
+    for (size_t i = 0; st == LS_OK && i < T * H; i++) c->rem_lse[i] = (ls_real)-INFINITY; /* no keys yet */
     int N = c->world, r = c->rank;
     for (int step = 1; st == LS_OK && step < N; step++) {
         st = ls_group_sendrecv(c->g, snd, (r + 1) % N, rcv, (r - 1 + N) % N, n, DT, "kv_ring", layer);
         int src = (r - step + N) % N;
-        if (st == LS_OK && src < r) { /* causal: only earlier ranks' keys */
+        for (size_t t0 = 0; st == LS_OK && src < r && t0 < T; t0 += chunk) { /* causal: earlier ranks only */
+            size_t m = T - t0 < chunk ? T - t0 : chunk;
             int64_t ks0, kn = shard_len(c, src, &ks0);
-            LS_K(ls_attn_block_forward)(o_p, l_p, q, rcv, rcv + blk, T, (size_t)kn, c->H, c->Hkv, c->hd, pos0, ks0,
-                                        1, c->tau);
-            LS_K(ls_attn_merge_into)(o, lse, o_p, l_p, T * c->H, c->hd);
+            LS_K(ls_attn_block_forward)(o_p, l_p, q + t0 * H * hd, rcv, rcv + blk, m, (size_t)kn, H, c->Hkv, hd,
+                                        pos0 + (int64_t)t0, ks0, 1, c->tau);
+            LS_K(ls_attn_merge_into)(c->rem_o + t0 * H * hd, c->rem_lse + t0 * H, o_p, l_p, m * H, hd);
         }
         ls_real *t = snd;
         snd = rcv;
@@ -66,24 +78,39 @@ static ls_status ring_fwd(void *user, int layer, const ls_real *q, const ls_real
     return st;
 }
 
-/* The reverse ring: K, V, dK, dV travel together; each rank adds its
- * queries' part into the blocks of earlier ranks; after N hops every
- * block is home and its accumulated dK/dV join the owner's. */
-static ls_status ring_bwd(void *user, int layer, const ls_real *q, const ls_real *k_own, const ls_real *v_own,
-                          const ls_real *o, const ls_real *lse, const ls_real *dout, size_t T, int64_t pos0,
+/* A chunk's attention takes in its rows of the remote partial. */
+static ls_status merge_fwd(void *user, int layer, const ls_real *q, const ls_real *k_own, const ls_real *v_own,
+                           size_t T, int64_t pos0, ls_real *o, ls_real *lse) {
+    (void)layer, (void)q, (void)k_own, (void)v_own;
+    ls_cp *c = user;
+    size_t r0 = (size_t)(pos0 - c->s0);
+    if (!c->rem_o || pos0 < c->s0 || pos0 + (int64_t)T > c->s1) return LS_ERR_INTERNAL;
+    LS_K(ls_attn_merge_into)(o, lse, c->rem_o + r0 * c->H * c->hd, c->rem_lse + r0 * c->H, T * c->H, c->hd);
+    return LS_OK;
+}
+
+/* The reverse ring: K, V, dK, dV travel together (N hops); each rank adds
+ * its queries' part (chunk by chunk) into the blocks of earlier ranks and
+ * the remote part of its dq; after N hops every block is home and its
+ * accumulated dK/dV join the owner's. */
+static ls_status ring_bwd(void *user, int layer, const ls_real *q, const ls_real *o, const ls_real *lse,
+                          const ls_real *dout, size_t T, int64_t pos0, size_t chunk, const ls_hstate *own,
                           ls_real *dq, ls_real *dk_own, ls_real *dv_own) {
     ls_cp *c = user;
-    size_t blk = (size_t)c->max_shard * c->row, n = 4 * blk;
-    ls_real *snd = ring_msg(c, k_own, v_own, T, 4), *rcv = ls_mem_alloc(LS_MEM_COMM, R(n));
+    size_t blk = (size_t)c->max_shard * c->row, n = 4 * blk, H = c->H, hd = c->hd;
+    ls_real *snd = ring_msg(c, &own->ly[layer], 4), *rcv = ls_mem_alloc(LS_MEM_COMM, R(n));
     ls_status st = snd && rcv ? LS_OK : LS_ERR_NOMEM;
     int N = c->world, r = c->rank;
+    if (st == LS_OK) memset(dq, 0, R(T * H * hd));
     for (int step = 1; st == LS_OK && step <= N; step++) {
         st = ls_group_sendrecv(c->g, snd, (r + 1) % N, rcv, (r - 1 + N) % N, n, DT, "dkv_ring", layer);
         int src = (r - step + N) % N;
-        if (st == LS_OK && step < N && src < r) {
+        for (size_t t0 = 0; st == LS_OK && step < N && src < r && t0 < T; t0 += chunk) {
+            size_t m = T - t0 < chunk ? T - t0 : chunk, qo = t0 * H * hd;
             int64_t ks0, kn = shard_len(c, src, &ks0);
-            LS_K(ls_attn_block_backward)(dq, rcv + 2 * blk, rcv + 3 * blk, dout, q, rcv, rcv + blk, o, lse, T,
-                                         (size_t)kn, c->H, c->Hkv, c->hd, pos0, ks0, 1, c->tau);
+            LS_K(ls_attn_block_backward)(dq + qo, rcv + 2 * blk, rcv + 3 * blk, dout + qo, q + qo, rcv, rcv + blk,
+                                         o + qo, lse + t0 * H, m, (size_t)kn, H, c->Hkv, hd, pos0 + (int64_t)t0, ks0,
+                                         1, c->tau);
         }
         ls_real *t = snd;
         snd = rcv;
@@ -229,7 +256,8 @@ ls_status LS_K(ls_cp_init)(ls_cp *c, ls_comm_group *g, const ls_params *p, int64
     size_t C = 2 * (size_t)m->gdn_hk * (size_t)m->gdn_dk + (size_t)m->gdn_hv * (size_t)m->gdn_dv;
     c->tail_n = (size_t)(m->conv_kernel - 1) * C;
     c->gdn_n = c->tail_n + (size_t)m->gdn_hv * (size_t)m->gdn_dk * (size_t)m->gdn_dv;
-    c->ring = (ls_cp_attn){.user = c, .own_keys = 1, .fwd = ring_fwd, .bwd = ring_bwd};
+    c->merge = (ls_cp_attn){.user = c, .own_keys = 1, .fwd = merge_fwd};
+    c->remote = (ls_cp_remote){.user = c, .merge = &c->merge, .fwd = ring_fwd, .bwd = ring_bwd};
     c->compose = (ls_cp_attn){.user = c, .own_keys = c->rank == c->world - 1, .fwd = compose_fwd, .bwd = compose_bwd};
     c->cap_hooks = (ls_cp_hooks){.user = c, .pre = cap_pre, .post = cap_post};
     c->bwd_hooks = (ls_cp_hooks){.user = c, .pre = bwd_pre, .post = bwd_post};
@@ -238,12 +266,16 @@ ls_status LS_K(ls_cp_init)(ls_cp *c, ls_comm_group *g, const ls_params *p, int64
 
 void LS_K(ls_cp_free)(ls_cp *c) {
     if (!c) return;
+    ls_mem_free(c->rem_o);
+    ls_mem_free(c->rem_lse);
+    c->rem_o = c->rem_lse = NULL;
     LS_K(ls_hstate_free)(&c->start);
     LS_K(ls_hstate_free)(&c->dstart);
 }
 
-ls_status LS_K(ls_cp_capture)(ls_cp *c, const ls_params *q, const int32_t *prompt, size_t page_size, ls_hstate *ps,
-                              ls_real **checkpoints, ls_mem_cat cat, ls_layer_hook hook, void *hook_user) {
+ls_status LS_K(ls_cp_capture)(ls_cp *c, const ls_params *q, const int32_t *prompt, size_t page_size, size_t chunk,
+                              ls_hstate *ps, ls_real **checkpoints, ls_mem_cat cat, ls_layer_hook hook,
+                              void *hook_user) {
     int L = q->cfg.n_layers;
     int local = c->faults.local_attention;
     LS_K(ls_hstate_free)(&c->start); /* the start of the last capture only (the prompt backward's) */
@@ -253,13 +285,9 @@ ls_status LS_K(ls_cp_capture)(ls_cp *c, const ls_params *q, const int32_t *promp
         LS_K(ls_hstate_free)(&c->start);
         return st;
     }
-    for (int l = 0; l < L; l++)
-        if (!c->start.ly[l].tail) c->start.ly[l].cp = local ? NULL : &c->ring;
     c->cap_out = ps;
-    ls_seg_io io = {.tokens = prompt + c->s0, .T = (size_t)(c->s1 - c->s0), .pos0 = c->s0, .ctx = &c->start,
-                    .state_out = ps, .checkpoints = checkpoints, .hook = hook, .hook_user = hook_user,
-                    .cp = &c->cap_hooks};
-    st = LS_K(ls_segment_forward)(q, &io);
+    st = LS_K(ls_shard_forward)(q, prompt + c->s0, (size_t)(c->s1 - c->s0), c->s0, chunk, &c->start, ps, checkpoints,
+                                local ? NULL : &c->remote, &c->cap_hooks, hook, hook_user);
     /* every rank reads the global final GDN state: rank N-1's */
     ls_real *buf = ls_mem_alloc(LS_MEM_COMM, R(c->gdn_n));
     if (st == LS_OK && !buf) st = LS_ERR_NOMEM;
@@ -286,7 +314,9 @@ ls_status LS_K(ls_cp_prompt_backward)(ls_cp *c, const ls_params *p, const int32_
     ls_status st = LS_K(ls_hstate_grad_like)(&c->dstart, &c->start, LS_MEM_PROMPT_GRAD);
     if (st != LS_OK) return st;
     c->bwd_dstate = dps;
-    ls_prompt_cp pc = {.pos0 = c->s0, .start = &c->start, .dstart = &c->dstart, .hooks = &c->bwd_hooks};
+    int remote = !c->faults.local_attention; /* rank 0 still sends its keys around the reverse ring */
+    ls_prompt_cp pc = {.pos0 = c->s0, .start = &c->start, .dstart = &c->dstart, .hooks = &c->bwd_hooks,
+                       .remote = remote ? &c->remote : NULL};
     st = LS_K(ls_prompt_backward)(p, prompt + c->s0, (size_t)(c->s1 - c->s0), chunk, checkpoints, ps, dps,
                                   LS_MEM_SCRATCH, hook, hook_user, &pc);
     c->bwd_dstate = NULL;

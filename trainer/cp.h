@@ -4,21 +4,21 @@
  *
  * Shards: the T = P-1 captured prompt positions are split into N contiguous
  * shards, rank r owning [floor(r·T/N), floor((r+1)·T/N)): lengths differ by
- * at most one, the shorter ones first.  Each rank keeps only its shard's KV
+ * at most one.  Each rank keeps only its shard's KV
  * pages (right-sized copies) and, for every GDN layer, the global final
  * state (broadcast from rank N-1).
  *
  * What each phase does across ranks (every transfer is a traced collective
  * of the group, purposes in brackets):
- *  - capture, per layer in order: a GDN layer receives the conv tail and
- *    recurrent state from rank r-1 [state_handoff], runs its shard, hands its
- *    state to r+1 [state_handoff]; an attention layer attends its shard's
- *    queries to its own keys, then passes its K/V around the ring (N-1 hops,
- *    blocks padded to the longest shard) merging the blocks of earlier ranks
- *    [kv_ring].  Then each GDN layer's final state is broadcast from rank
- *    N-1 [state_broadcast].  The attention layers run the shard as one
- *    chunk (the ring needs every rank at once); the capture chunk applies to
- *    single-rank runs.
+ *  - capture, layer by layer (every rank at the same layer), each layer in
+ *    chunks of the capture chunk: a GDN layer receives the conv tail and
+ *    recurrent state from rank r-1 [state_handoff], runs its shard chunk by
+ *    chunk, hands its end state to r+1 [state_handoff]; an attention layer
+ *    computes its shard's K/V pages and queries chunk by chunk, passes its
+ *    K/V around the ring (N-1 hops, blocks padded to the longest shard)
+ *    attending its queries to the earlier ranks' blocks [kv_ring], then runs
+ *    each chunk with that remote partial merged in.  Then each GDN layer's
+ *    final state is broadcast from rank N-1 [state_broadcast].
  *  - response (rollout, score, replay), replicated: an attention layer
  *    attends the response queries to this rank's pages (and, on rank N-1,
  *    the owner, to the response's own keys), and the global output is one
@@ -29,10 +29,12 @@
  *    the gradient of its end state from rank r+1 [state_grad_handoff] (rank
  *    N-1 keeps the replicated responses'), runs its shard backward from its
  *    start state, and hands the gradient of that start state to r-1
- *    [state_grad_handoff]; an attention layer recomputes its forward (ring)
- *    and runs the reverse ring: K/V travel with dK/dV accumulators, each
- *    later rank adds its queries' part, and after N hops the accumulators are
- *    back with their owner [kv_ring, dkv_ring].
+ *    [state_grad_handoff]; an attention layer recomputes its remote partial
+ *    [kv_ring], runs each chunk's backward up to the attention output's
+ *    gradient, then the reverse ring: K/V travel with dK/dV accumulators,
+ *    each later rank adds its queries' part and the remote part of its dQ,
+ *    and after N hops the accumulators are back with their owner
+ *    [dkv_ring]; then each chunk's backward is finished from the last.
  *  - finalize: replicated-path gradients are counted once; the shard-local
  *    gradients of the prompt backward are summed in rank order
  *    [grad_finalize]; then every rank's gradient digest is gathered and
@@ -68,7 +70,9 @@ typedef struct {
     ls_cp_faults faults;
     size_t H, Hkv, hd, row, gdn_n, tail_n;
     ls_real tau;
-    ls_cp_attn ring, compose;
+    ls_cp_attn merge, compose;
+    ls_cp_remote remote;    /* the prompt's ring: fwd partials, bwd reverse ring */
+    ls_real *rem_o, *rem_lse; /* the current attention layer's remote partial (the shard's rows) */
     ls_cp_hooks cap_hooks, bwd_hooks;
     ls_hstate start;        /* the last capture's shard start state (GDN states received) */
     ls_hstate dstart;       /* prompt backward: the gradient of start's GDN states */
@@ -87,8 +91,9 @@ void LS_K(ls_cp_free)(ls_cp *c);
 /* Capture this rank's shard of b's prompt with params q into *ps (pages of
  * the shard, global final GDN states; attention layers composed globally
  * from here), checkpoints [n_layers][shard, d] when not NULL. */
-ls_status LS_K(ls_cp_capture)(ls_cp *c, const ls_params *q, const int32_t *prompt, size_t page_size, ls_hstate *ps,
-                              ls_real **checkpoints, ls_mem_cat cat, ls_layer_hook hook, void *hook_user);
+ls_status LS_K(ls_cp_capture)(ls_cp *c, const ls_params *q, const int32_t *prompt, size_t page_size, size_t chunk,
+                              ls_hstate *ps, ls_real **checkpoints, ls_mem_cat cat, ls_layer_hook hook,
+                              void *hook_user);
 /* `full` mode: the shard's prompt backward driven by dps (consumed). */
 ls_status LS_K(ls_cp_prompt_backward)(ls_cp *c, const ls_params *p, const int32_t *prompt, size_t chunk,
                                       ls_real *const *checkpoints, const ls_hstate *ps, ls_hstate *dps,

@@ -31,11 +31,11 @@ typedef struct {
  * context that lives on other ranks, reached through collectives (cp.c).
  * A layer whose context has one calls fwd after attending its queries to
  * the local keys, with (o, lse) [T,H,hd]/[T,H] holding that local partial,
- * and fwd merges the remote part in place (a ring over the earlier ranks'
- * K/V in the prompt; the global MAX/SUM composition for a response).  The
- * backward calls bwd with the global (o, lse) and the output gradient dout
- * after the local blocks' backward: bwd adds the remote part of dq and of
- * the segment's own dK/dV (reductions, or the reverse ring in the prompt).
+ * and fwd merges the remote part in place (a response: the global MAX/SUM
+ * composition; a prompt chunk: the rows of the partial its ls_cp_remote
+ * computed).  The backward calls bwd (NULL: none) with the global (o, lse)
+ * and the output gradient dout after the local blocks' backward: bwd adds
+ * the remote part of dq and of the segment's own dK/dV (the reductions).
  * own_keys 0: this rank does not attend the segment's own keys (a
  * response's keys are owned by one rank) and keeps no pages of them. */
 typedef struct ls_cp_attn {
@@ -48,16 +48,36 @@ typedef struct ls_cp_attn {
                      ls_real *dq, ls_real *dk_own, ls_real *dv_own);
 } ls_cp_attn;
 
-/* Per-layer hooks of a context-parallel segment (a rank's prompt shard):
- * pre runs before layer l (it may fill the context's GDN tail/S: the state
- * handed from the previous rank), post after it (it may hand the segment's
- * state_out on).  In the prompt backward: pre before layer l's backward
- * (the state gradient from the next rank), post after it. */
+/* Per-layer hooks of a context-parallel shard (ls_shard_forward): pre runs
+ * before layer l (it may fill the start state's GDN tail/S: the state handed
+ * from the previous rank), post after it (it may hand the shard's end state
+ * on).  In the prompt backward: pre before layer l's backward (the state
+ * gradient from the next rank), post after it. */
 typedef struct {
     void *user;
     ls_status (*pre)(void *user, int layer);
     ls_status (*post)(void *user, int layer);
 } ls_cp_hooks;
+
+/* The part of a context-parallel shard's attention that lies on the other
+ * ranks (cp.c), driven once per attention layer by ls_shard_forward and
+ * the prompt backward while the layer runs its shard chunk by chunk:
+ * fwd attends the shard's queries q [T,H,hd] (positions pos0..) to the other
+ * ranks' keys (own: this rank's state, whose layer pages are the shard's
+ * K/V that the others need) and keeps the partial (o, lse) that merge->fwd
+ * then folds into each chunk's attention; bwd, given the shard's global
+ * o, lse and dout, adds the remote part of dq and adds the other ranks'
+ * queries' dK/dV into dk_own/dv_own [T,Hkv,hd] (this shard's keys). */
+struct ls_hstate_s;
+typedef struct ls_cp_remote {
+    void *user;
+    const struct ls_cp_attn *merge;
+    ls_status (*fwd)(void *user, int layer, const ls_real *q, size_t T, int64_t pos0, size_t chunk,
+                     const struct ls_hstate_s *own);
+    ls_status (*bwd)(void *user, int layer, const ls_real *q, const ls_real *o, const ls_real *lse,
+                     const ls_real *dout, size_t T, int64_t pos0, size_t chunk, const struct ls_hstate_s *own,
+                     ls_real *dq, ls_real *dk_own, ls_real *dv_own);
+} ls_cp_remote;
 
 typedef struct {
     ls_kv_page *pages; /* attention layers */
@@ -70,7 +90,7 @@ typedef struct {
 /* Carried state of all layers.  Pages [0, n_borrowed) of every attention
  * layer belong to another state (a member's decode state borrows the
  * prompt's pages); the rest, and tail/S, are owned and tracked under cat. */
-typedef struct {
+typedef struct ls_hstate_s {
     int n_layers;
     ls_layer_state *ly;
     int64_t n_pos;
@@ -123,7 +143,6 @@ typedef struct {
                                 `detached` mode.  0: no cut; else < T */
     ls_layer_hook hook;
     void *hook_user;
-    const ls_cp_hooks *cp;   /* context parallelism: per-layer hand-offs (NULL: none) */
 } ls_seg_io;
 
 ls_status LS_K(ls_segment_forward)(const ls_params *p, ls_seg_io *io);
@@ -152,13 +171,26 @@ size_t LS_K(ls_seg_tape_bytes)(const ls_seg_tape *t);
  * position, the context state it started from (GDN tails/S handed from the
  * previous rank; attention layers with their ls_cp_attn ring), where the
  * gradient of that start state goes (GDN tails/S, handed back), and the
- * per-layer hooks.  Attention layers run the shard as one chunk. */
+ * per-layer hooks, and the attention layers' remote keys. */
 typedef struct {
     int64_t pos0;
     const ls_hstate *start;
     ls_hstate *dstart;
     const ls_cp_hooks *hooks;
+    const ls_cp_remote *remote; /* the attention layers' keys elsewhere (NULL: none) */
 } ls_prompt_cp;
+
+/* A context-parallel rank's capture of its shard: tokens [T] at positions
+ * pos0.., layer by layer (so that the ring of each attention layer meets
+ * every rank at the same layer), each layer chunk by chunk (transient
+ * buffers stay chunk-sized; chunk 0: one chunk).  start holds the GDN
+ * states the shard starts from (hooks->pre fills them from the previous
+ * rank); ps (initialised) receives the shard's pages and its GDN end states
+ * (hooks->post hands them on); remote (NULL: none) the other ranks' keys;
+ * checkpoints [n_layers][T, d] (NULL: none) each layer's input. */
+ls_status LS_K(ls_shard_forward)(const ls_params *p, const int32_t *tokens, size_t T, int64_t pos0, size_t chunk,
+                                 ls_hstate *start, ls_hstate *ps, ls_real **checkpoints, const ls_cp_remote *remote,
+                                 const ls_cp_hooks *hooks, ls_layer_hook hook, void *hook_user);
 
 ls_status LS_K(ls_prompt_backward)(const ls_params *p, const int32_t *tokens, size_t T, size_t chunk,
                                    ls_real *const *checkpoints, const ls_hstate *ps, ls_hstate *dstate,

@@ -52,25 +52,14 @@ static ls_real *lora_save(ls_arena *ta, ls_arena *scr, const ls_lin *l, size_t T
 
 /* ---- attention mixer ---------------------------------------------------- */
 
-static ls_status attn_forward(const ls_params *p, int l, const ls_hybrid_layer *ly, ls_real *mix_out,
-                              const ls_real *xn, size_t T, int64_t pos0, const ls_layer_state *ctx,
-                              ls_real *own_k, ls_real *own_v, ls_layer_tape *tp, ls_arena *ta,
-                              ls_arena *scr) {
+/* Queries (and gate), keys and values of xn [T, d]: projections with their
+ * adapters, q/k RMSNorm, RoPE at positions pos0.. (MODEL.md §1.2). */
+static void attn_project(const ls_params *p, const ls_hybrid_layer *ly, const ls_real *xn, size_t T, int64_t pos0,
+                         ls_real *qg, ls_real *xa_q, ls_real *xa_k, ls_real *xa_v, ls_real *q_pre, ls_real *gate,
+                         ls_real *q_r, ls_real *rstd_q, ls_real *k_pre, ls_real *k_r, ls_real *rstd_k, ls_real *v) {
     const ls_model_config *c = &p->cfg;
     size_t H = (size_t)c->attn_heads, Hkv = (size_t)c->attn_kv_heads, hd = (size_t)c->head_dim;
-    ls_real eps = (ls_real)c->rms_eps, tau = (ls_real)(1.0 / sqrt((double)hd));
-    ls_real *xa_q = lora_save(ta, scr, &ly->q, T), *xa_k = lora_save(ta, scr, &ly->k, T);
-    ls_real *xa_v = lora_save(ta, scr, &ly->v, T), *xa_o = lora_save(ta, scr, &ly->o, T);
-    ls_real *qg = ls_arena_alloc(scr, R(T * H * 2 * hd));
-    ls_real *q_pre = buf(ta, scr, T * H * hd), *gate = buf(ta, scr, T * H * hd);
-    ls_real *q_r = buf(ta, scr, T * H * hd), *rstd_q = buf(ta, scr, T * H);
-    ls_real *k_pre = buf(ta, scr, T * Hkv * hd), *k_r = buf(ta, scr, T * Hkv * hd);
-    ls_real *rstd_k = buf(ta, scr, T * Hkv), *v = buf(ta, scr, T * Hkv * hd);
-    ls_real *o = buf(ta, scr, T * H * hd), *lse = buf(ta, scr, T * H);
-    ls_real *y = buf(ta, scr, T * H * hd);
-    ls_real *o_tmp = ls_arena_alloc(scr, R(T * H * hd)), *lse_tmp = ls_arena_alloc(scr, R(T * H));
-    if ((ta && ta->failed) || scr->failed) return LS_ERR_NOMEM;
-
+    ls_real eps = (ls_real)c->rms_eps;
     lin_f(p, &ly->q, qg, xa_q, xn, T);
     for (size_t t = 0; t < T; t++)
         for (size_t h = 0; h < H; h++) {
@@ -83,6 +72,28 @@ static ls_status attn_forward(const ls_params *p, int l, const ls_hybrid_layer *
     LS_K(ls_rmsnorm_forward)(k_r, rstd_k, k_pre, ly->k_norm->w, 1, eps, T * Hkv, hd);
     LS_K(ls_rope_apply)(q_r, LS_ROPE_NEOX, T, H, hd, (size_t)c->rope_dim, pos0, c->rope_theta, 0);
     LS_K(ls_rope_apply)(k_r, LS_ROPE_NEOX, T, Hkv, hd, (size_t)c->rope_dim, pos0, c->rope_theta, 0);
+}
+
+static ls_status attn_forward(const ls_params *p, int l, const ls_hybrid_layer *ly, ls_real *mix_out,
+                              const ls_real *xn, size_t T, int64_t pos0, const ls_layer_state *ctx,
+                              ls_real *own_k, ls_real *own_v, ls_layer_tape *tp, ls_arena *ta,
+                              ls_arena *scr) {
+    const ls_model_config *c = &p->cfg;
+    size_t H = (size_t)c->attn_heads, Hkv = (size_t)c->attn_kv_heads, hd = (size_t)c->head_dim;
+    ls_real tau = (ls_real)(1.0 / sqrt((double)hd));
+    ls_real *xa_q = lora_save(ta, scr, &ly->q, T), *xa_k = lora_save(ta, scr, &ly->k, T);
+    ls_real *xa_v = lora_save(ta, scr, &ly->v, T), *xa_o = lora_save(ta, scr, &ly->o, T);
+    ls_real *qg = ls_arena_alloc(scr, R(T * H * 2 * hd));
+    ls_real *q_pre = buf(ta, scr, T * H * hd), *gate = buf(ta, scr, T * H * hd);
+    ls_real *q_r = buf(ta, scr, T * H * hd), *rstd_q = buf(ta, scr, T * H);
+    ls_real *k_pre = buf(ta, scr, T * Hkv * hd), *k_r = buf(ta, scr, T * Hkv * hd);
+    ls_real *rstd_k = buf(ta, scr, T * Hkv), *v = buf(ta, scr, T * Hkv * hd);
+    ls_real *o = buf(ta, scr, T * H * hd), *lse = buf(ta, scr, T * H);
+    ls_real *y = buf(ta, scr, T * H * hd);
+    ls_real *o_tmp = ls_arena_alloc(scr, R(T * H * hd)), *lse_tmp = ls_arena_alloc(scr, R(T * H));
+    if ((ta && ta->failed) || scr->failed) return LS_ERR_NOMEM;
+
+    attn_project(p, ly, xn, T, pos0, qg, xa_q, xa_k, xa_v, q_pre, gate, q_r, rstd_q, k_pre, k_r, rstd_k, v);
 
     /* global softmax over the context pages and the segment's own keys (and,
      * under context parallelism, the context on other ranks) */
@@ -117,22 +128,37 @@ static ls_status attn_forward(const ls_params *p, int l, const ls_hybrid_layer *
     return LS_OK;
 }
 
-static ls_status attn_backward(const ls_params *p, int l, const ls_hybrid_layer *ly, const ls_layer_tape *tp,
-                               ls_real *dxn, const ls_real *dmix, const ls_layer_state *ctx,
-                               ls_layer_state *dctx, const ls_real *d_own_k, const ls_real *d_own_v,
-                               ls_arena *scr) {
+/* The output projection and the gate: dmix -> dout (gradient of the
+ * attention output o) and dgate. */
+static ls_status attn_backward_out(const ls_params *p, const ls_hybrid_layer *ly, const ls_layer_tape *tp,
+                                   const ls_real *dmix, ls_real *dout, ls_real *dgate, ls_arena *scr) {
+    const ls_model_config *c = &p->cfg;
+    size_t T = tp->T, H = (size_t)c->attn_heads, hd = (size_t)c->head_dim;
+    ls_real *dy = ls_arena_alloc(scr, R(T * H * hd));
+    if (!dy) return LS_ERR_NOMEM;
+    ls_status st = lin_b(p, &ly->o, dy, 0, dmix, tp->y, tp->xa_o, T, scr);
+    if (st == LS_OK) LS_K(ls_sigmoid_gate_backward)(dout, dgate, dy, tp->o, tp->gate, T * H, hd, hd);
+    return st;
+}
+
+/* The rest of the attention backward, from dout and dgate: the softmax over
+ * the segment's keys, the context pages and (extra_dq, NULL: none; and the
+ * context's cp->bwd) the context elsewhere, RoPE, the norms, the input
+ * projections -> dxn. */
+static ls_status attn_backward_in(const ls_params *p, int l, const ls_hybrid_layer *ly, const ls_layer_tape *tp,
+                                  ls_real *dxn, const ls_real *dout, const ls_real *dgate, const ls_real *extra_dq,
+                                  const ls_layer_state *ctx, ls_layer_state *dctx, const ls_real *d_own_k,
+                                  const ls_real *d_own_v, ls_arena *scr) {
     const ls_model_config *c = &p->cfg;
     size_t T = tp->T, H = (size_t)c->attn_heads, Hkv = (size_t)c->attn_kv_heads, hd = (size_t)c->head_dim;
     ls_real tau = (ls_real)(1.0 / sqrt((double)hd));
-    ls_real *dy = ls_arena_alloc(scr, R(T * H * hd)), *dout = ls_arena_alloc(scr, R(T * H * hd));
-    ls_real *dgate = ls_arena_alloc(scr, R(T * H * hd)), *dq = ls_arena_alloc(scr, R(T * H * hd));
+    ls_real *dq = ls_arena_alloc(scr, R(T * H * hd));
     ls_real *dk = ls_arena_alloc(scr, R(T * Hkv * hd)), *dv = ls_arena_alloc(scr, R(T * Hkv * hd));
     ls_real *dq_pre = ls_arena_alloc(scr, R(T * H * hd)), *dk_pre = ls_arena_alloc(scr, R(T * Hkv * hd));
     ls_real *dqg = ls_arena_alloc(scr, R(T * H * 2 * hd));
     if (scr->failed) return LS_ERR_NOMEM;
-    ls_status st = lin_b(p, &ly->o, dy, 0, dmix, tp->y, tp->xa_o, T, scr);
-    if (st != LS_OK) return st;
-    LS_K(ls_sigmoid_gate_backward)(dout, dgate, dy, tp->o, tp->gate, T * H, hd, hd);
+    ls_status st = LS_OK;
+    if (extra_dq) memcpy(dq, extra_dq, R(T * H * hd));
     if (d_own_k) memcpy(dk, d_own_k, R(T * Hkv * hd));
     if (d_own_v) memcpy(dv, d_own_v, R(T * Hkv * hd));
     size_t cut = tp->cut;
@@ -174,8 +200,8 @@ static ls_status attn_backward(const ls_params *p, int l, const ls_hybrid_layer 
             memcpy(dqg + (t * H + h) * 2 * hd, dq_pre + (t * H + h) * hd, R(hd));
             memcpy(dqg + (t * H + h) * 2 * hd + hd, dgate + (t * H + h) * hd, R(hd));
         }
-    st = lin_b(p, &ly->q, dxn, 0, dqg, tp->xn1, tp->xa_q, T, scr);
-    if (st == LS_OK) st = lin_b(p, &ly->k, dxn, 1, dk_pre, tp->xn1, tp->xa_k, T, scr);
+    if ((st = lin_b(p, &ly->q, dxn, 0, dqg, tp->xn1, tp->xa_q, T, scr)) != LS_OK) return st;
+    st = lin_b(p, &ly->k, dxn, 1, dk_pre, tp->xn1, tp->xa_k, T, scr);
     if (st == LS_OK) st = lin_b(p, &ly->v, dxn, 1, dv, tp->xn1, tp->xa_v, T, scr);
     return st;
 }
@@ -403,18 +429,15 @@ ls_status LS_K(ls_layer_forward)(const ls_params *p, int l, ls_real *h, size_t T
     return LS_OK;
 }
 
-ls_status LS_K(ls_layer_backward)(const ls_params *p, int l, const ls_layer_tape *tp, ls_real *dh,
-                                  const ls_layer_state *ctx, ls_layer_state *dctx,
-                                  const ls_real *d_own_k, const ls_real *d_own_v,
-                                  const ls_real *dtail_out, const ls_real *dS_out, ls_arena *scr) {
-    const ls_model_config *c = &p->cfg;
-    const ls_hybrid_layer *ly = &p->layers[l];
-    size_t T = tp->T, d = (size_t)c->d_model, I = (size_t)c->ffn_dim;
+/* MLP: h2 = h1 + down(swiglu(gate(n2 h1), up(n2 h1))): dh from the layer
+ * output's gradient to h1's (the mixer output's). */
+static ls_status mlp_backward(const ls_params *p, const ls_hybrid_layer *ly, const ls_layer_tape *tp, ls_real *dh,
+                              ls_arena *scr) {
+    size_t T = tp->T, d = (size_t)p->cfg.d_model, I = (size_t)p->cfg.ffn_dim;
     ls_real *dact = ls_arena_alloc(scr, R(T * I)), *dmg = ls_arena_alloc(scr, R(T * I));
     ls_real *dmu = ls_arena_alloc(scr, R(T * I)), *dxn = ls_arena_alloc(scr, R(T * d));
     ls_real *dx = ls_arena_alloc(scr, R(T * d));
     if (scr->failed) return LS_ERR_NOMEM;
-    /* MLP: h2 = h1 + down(swiglu(gate(n2 h1), up(n2 h1))) */
     ls_status st = lin_b(p, &ly->down, dact, 0, dh, tp->act, tp->xa_down, T, scr);
     if (st != LS_OK) return st;
     LS_K(ls_swiglu_backward)(dmg, dmu, dact, tp->mg, tp->mu, T * I);
@@ -423,11 +446,78 @@ ls_status LS_K(ls_layer_backward)(const ls_params *p, int l, const ls_layer_tape
     if (st != LS_OK) return st;
     LS_K(ls_rmsnorm_backward)(dx, ly->norm2->g, dxn, tp->h_mid, tp->rstd2, ly->norm2->w, 1, T, d);
     for (size_t i = 0; i < T * d; i++) dh[i] += dx[i];
-    /* mixer: h1 = h + mixer(n1 h) */
-    st = tp->is_attn ? attn_backward(p, l, ly, tp, dxn, dh, ctx, dctx, d_own_k, d_own_v, scr)
-                     : gdn_backward(p, ly, tp, dxn, dh, dctx, dtail_out, dS_out, scr);
-    if (st != LS_OK) return st;
+    return LS_OK;
+}
+
+/* h1 = h + mixer(n1 h): dh += the norm's backward of the mixer input's gradient dxn. */
+static ls_status norm1_backward(const ls_params *p, const ls_hybrid_layer *ly, const ls_layer_tape *tp, ls_real *dh,
+                                const ls_real *dxn, ls_arena *scr) {
+    size_t T = tp->T, d = (size_t)p->cfg.d_model;
+    ls_real *dx = ls_arena_alloc(scr, R(T * d));
+    if (!dx) return LS_ERR_NOMEM;
     LS_K(ls_rmsnorm_backward)(dx, ly->norm1->g, dxn, tp->x, tp->rstd1, ly->norm1->w, 1, T, d);
     for (size_t i = 0; i < T * d; i++) dh[i] += dx[i];
+    return LS_OK;
+}
+
+ls_status LS_K(ls_layer_backward)(const ls_params *p, int l, const ls_layer_tape *tp, ls_real *dh,
+                                  const ls_layer_state *ctx, ls_layer_state *dctx,
+                                  const ls_real *d_own_k, const ls_real *d_own_v,
+                                  const ls_real *dtail_out, const ls_real *dS_out, ls_arena *scr) {
+    const ls_hybrid_layer *ly = &p->layers[l];
+    if (tp->is_attn) {
+        size_t n = tp->T * (size_t)p->cfg.attn_heads * (size_t)p->cfg.head_dim;
+        ls_real *dout = ls_arena_alloc(scr, R(n)), *dgate = ls_arena_alloc(scr, R(n));
+        if (!dout || !dgate) return LS_ERR_NOMEM;
+        ls_status st = LS_K(ls_layer_backward_out)(p, l, tp, dh, dout, dgate, scr);
+        if (st != LS_OK) return st;
+        return LS_K(ls_layer_backward_in)(p, l, tp, dh, dout, dgate, NULL, ctx, dctx, d_own_k, d_own_v, scr);
+    }
+    ls_status st = mlp_backward(p, ly, tp, dh, scr);
+    if (st != LS_OK) return st;
+    ls_real *dxn = ls_arena_alloc(scr, R(tp->T * (size_t)p->cfg.d_model));
+    if (!dxn) return LS_ERR_NOMEM;
+    st = gdn_backward(p, ly, tp, dxn, dh, dctx, dtail_out, dS_out, scr);
+    return st == LS_OK ? norm1_backward(p, ly, tp, dh, dxn, scr) : st;
+}
+
+ls_status LS_K(ls_layer_backward_out)(const ls_params *p, int l, const ls_layer_tape *tp, ls_real *dh,
+                                      ls_real *dout, ls_real *dgate, ls_arena *scr) {
+    const ls_hybrid_layer *ly = &p->layers[l];
+    if (!tp->is_attn) return LS_ERR_ARG;
+    ls_status st = mlp_backward(p, ly, tp, dh, scr);
+    return st == LS_OK ? attn_backward_out(p, ly, tp, dh, dout, dgate, scr) : st;
+}
+
+ls_status LS_K(ls_layer_backward_in)(const ls_params *p, int l, const ls_layer_tape *tp, ls_real *dh,
+                                     const ls_real *dout, const ls_real *dgate, const ls_real *extra_dq,
+                                     const ls_layer_state *ctx, ls_layer_state *dctx, const ls_real *d_own_k,
+                                     const ls_real *d_own_v, ls_arena *scr) {
+    const ls_hybrid_layer *ly = &p->layers[l];
+    if (!tp->is_attn) return LS_ERR_ARG;
+    ls_real *dxn = ls_arena_alloc(scr, R(tp->T * (size_t)p->cfg.d_model));
+    if (!dxn) return LS_ERR_NOMEM;
+    ls_status st = attn_backward_in(p, l, ly, tp, dxn, dout, dgate, extra_dq, ctx, dctx, d_own_k, d_own_v, scr);
+    return st == LS_OK ? norm1_backward(p, ly, tp, dh, dxn, scr) : st;
+}
+
+ls_status LS_K(ls_layer_attn_qkv)(const ls_params *p, int l, const ls_real *h, size_t T, int64_t pos0, ls_real *q,
+                                  ls_real *k, ls_real *v, ls_arena *scr) {
+    const ls_model_config *c = &p->cfg;
+    const ls_hybrid_layer *ly = &p->layers[l];
+    if (!ly->is_attn) return LS_ERR_ARG;
+    size_t d = (size_t)c->d_model, H = (size_t)c->attn_heads, Hkv = (size_t)c->attn_kv_heads;
+    size_t hd = (size_t)c->head_dim;
+    ls_real *xn = ls_arena_alloc(scr, R(T * d)), *rstd = ls_arena_alloc(scr, R(T));
+    ls_real *qg = ls_arena_alloc(scr, R(T * H * 2 * hd)), *q_pre = ls_arena_alloc(scr, R(T * H * hd));
+    ls_real *gate = ls_arena_alloc(scr, R(T * H * hd)), *rstd_q = ls_arena_alloc(scr, R(T * H));
+    ls_real *k_pre = ls_arena_alloc(scr, R(T * Hkv * hd)), *rstd_k = ls_arena_alloc(scr, R(T * Hkv));
+    ls_real *qq = q ? q : ls_arena_alloc(scr, R(T * H * hd));
+    ls_real *kk = k ? k : ls_arena_alloc(scr, R(T * Hkv * hd)), *vv = v ? v : ls_arena_alloc(scr, R(T * Hkv * hd));
+    ls_real *xa_q = lora_save(NULL, scr, &ly->q, T), *xa_k = lora_save(NULL, scr, &ly->k, T);
+    ls_real *xa_v = lora_save(NULL, scr, &ly->v, T);
+    if (scr->failed) return LS_ERR_NOMEM;
+    LS_K(ls_rmsnorm_forward)(xn, rstd, h, ly->norm1->w, 1, (ls_real)c->rms_eps, T, d);
+    attn_project(p, ly, xn, T, pos0, qg, xa_q, xa_k, xa_v, q_pre, gate, qq, rstd_q, k_pre, kk, rstd_k, vv);
     return LS_OK;
 }

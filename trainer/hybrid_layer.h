@@ -43,4 +43,26 @@ ls_status LS_K(ls_layer_backward)(const ls_params *p, int l, const ls_layer_tape
                                   const ls_real *d_own_k, const ls_real *d_own_v,
                                   const ls_real *dtail_out, const ls_real *dS_out,
                                   ls_arena *scratch);
+
+/* An attention layer's backward in two parts (ls_layer_backward is out
+ * then in), so that a context-parallel prompt backward can gather every
+ * chunk's dout before the softmax backward needs the other ranks' keys:
+ * out: the MLP (dh becomes the gradient at the mixer's output) and the
+ * output projection and gate -> dout, dgate [T,H,hd]; in: the rest, from
+ * dout and dgate, extra_dq [T,H,hd] (NULL: none) added to dq before RoPE's
+ * backward (the part of dq from keys elsewhere); dh becomes the input's
+ * gradient.  LS_ERR_ARG for a GDN layer. */
+ls_status LS_K(ls_layer_backward_out)(const ls_params *p, int l, const ls_layer_tape *tp, ls_real *dh,
+                                      ls_real *dout, ls_real *dgate, ls_arena *scratch);
+ls_status LS_K(ls_layer_backward_in)(const ls_params *p, int l, const ls_layer_tape *tp, ls_real *dh,
+                                     const ls_real *dout, const ls_real *dgate, const ls_real *extra_dq,
+                                     const ls_layer_state *ctx, ls_layer_state *dctx, const ls_real *d_own_k,
+                                     const ls_real *d_own_v, ls_arena *scratch);
+
+/* Attention layer l's rotated queries q [T,H,hd], keys k and values v
+ * [T,Hkv,hd] (each NULL: not wanted) of its input h [T,d] at positions
+ * pos0.. (norm1, projections with adapters, q/k norms, RoPE), as its
+ * forward computes them. */
+ls_status LS_K(ls_layer_attn_qkv)(const ls_params *p, int l, const ls_real *h, size_t T, int64_t pos0, ls_real *q,
+                                  ls_real *k, ls_real *v, ls_arena *scratch);
 #endif

@@ -48,8 +48,8 @@ ls_status LS_K(ls_run_plan)(const ls_train_args *a, const ls_run_shape *sh, size
     ls_mem_snapshot(&s);
     for (int k = 0; k < LS_MEM_COUNT; k++) plan_b[k] = ls_sat_add(plan_b[k], s.live_bytes[k]);
     size_t P = sh->P, L = (size_t)c->n_layers, d = (size_t)c->d_model, sz = sizeof(ls_real);
-    /* context parallelism: this rank holds a shard (at most ceil((P-1)/N) positions, cp.h) and runs it
-       as one segment; its ring messages are the communication buffers */
+    /* context parallelism: this rank holds a shard (at most ceil((P-1)/N) positions, cp.h), runs it
+       layer by layer in chunks; its ring messages and the remote partial are communication buffers */
     int world = a->comm ? ls_comm_world(a->comm) : 1;
     size_t cpP = world > 1 ? (P - 1 + (size_t)world - 1) / (size_t)world + 1 : P;
     size_t lpt = ls_sat_mul(layer_reals_per_token(c, a->obj.lora_r), sz);
@@ -64,13 +64,17 @@ ls_status LS_K(ls_run_plan)(const ls_train_args *a, const ls_run_shape *sh, size
     if (world > 1) {
         size_t row = ls_sat_mul3((size_t)c->attn_kv_heads, (size_t)c->head_dim, sz);
         size_t qrow = ls_sat_mul3((size_t)c->attn_heads, (size_t)c->head_dim + 1, sz);
-        ADD(LS_MEM_COMM, ls_sat_add(ls_sat_mul3(8, cpP, row), ls_sat_mul(cpP, qrow))); /* ring messages, partials */
+        ADD(LS_MEM_COMM, ls_sat_add(ls_sat_mul3(8, cpP, row), ls_sat_mul(cpP, qrow))); /* ring messages, partial */
         ADD(LS_MEM_CHECKPOINT, LS_K(ls_hstate_plan_bytes)(c, 0));                       /* the shard's start state */
+        /* the shard's hidden state and queries between chunks; full mode: the attention layer's shard
+           rows (q, o, dout, dgate, dq, lse; dK, dV) */
+        ADD(LS_MEM_SCRATCH, ls_sat_add(ls_sat_mul(cpP, dsz), ls_sat_mul(cpP, qrow)));
+        if (full) ADD(LS_MEM_SCRATCH, ls_sat_add(ls_sat_mul3(5, cpP, qrow), ls_sat_mul3(2, cpP, row)));
         P = cpP; /* the rest of the plan is the shard's */
     }
     if (a->step.strategy == LS_STRATEGY_LONGSTRAW) {
         ADD(LS_MEM_BRANCH, ls_sat_mul3(L, sh->Rmax, lpt));
-        size_t cc = world == 1 && a->step.capture_chunk && a->step.capture_chunk < P ? a->step.capture_chunk : P;
+        size_t cc = a->step.capture_chunk && a->step.capture_chunk < P ? a->step.capture_chunk : P;
         ADD(LS_MEM_SCRATCH, ls_sat_add(ls_sat_mul3(2, cc, dsz), ls_sat_mul(cc, lpt))); /* one layer of one segment */
         if (full) {
             ADD(LS_MEM_PROMPT_GRAD, state);

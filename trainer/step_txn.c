@@ -103,7 +103,8 @@ static ls_status capture_into(txn *x, const ls_params *q, ls_hstate *dst, int wi
             if (!(x->ckpt[l] = ls_mem_alloc(LS_MEM_CHECKPOINT, R_(T * d)))) st = LS_ERR_NOMEM;
     }
     if (st == LS_OK && x->use_cp)
-        st = LS_K(ls_cp_capture)(&x->cp, q, b->prompt, x->o->page_size, dst, with_ckpt ? x->ckpt : NULL,
+        st = LS_K(ls_cp_capture)(&x->cp, q, b->prompt, x->o->page_size, x->o->capture_chunk, dst,
+                                 with_ckpt ? x->ckpt : NULL,
                                  LS_MEM_PROMPT_STATE, hook_fn, &hk);
     else if (st == LS_OK)
         st = LS_K(ls_capture)(q, b, x->o->page_size, x->o->capture_chunk, dst, with_ckpt ? x->ckpt : NULL,
