@@ -333,8 +333,8 @@ table(f"## 4. Largest prompt under a per-rank budget of {BUDGET} bytes ({BUDGET 
       "plan check: the largest --prompt-len that --memory-budget lets start (exact, binary search; trainer/run_plan.c);\n"
       "measured fit: the prompt length at which the largest rank's measured per-step peak (linear through the runs at\n"
       f"P={PFIT} and P={P}) reaches the budget, then run there without --memory-budget (peak there; fits: <= budget).\n"
-      "The plan check plans the whole prompt on every rank (ls_run_shape.P = the prompt length, not the shard), so its\n"
-      "limit does not grow with N, while the measured per-rank peak does shrink with N.")
+      "The plan check plans each rank's shard (trainer/run_plan.c) and is conservative (an upper bound on every\n"
+      "category), so its limit grows with N but stays below the measured fit.")
 if mismatch:
     print("\nanalytical mismatches:")
     for m in mismatch: print("  ", m)

@@ -334,6 +334,26 @@ int ls_comm_rank(const ls_comm *c) { return c ? c->rank : 0; }
 int ls_comm_world(const ls_comm *c) { return c ? c->world : 1; }
 const char *ls_comm_backend(const ls_comm *c) { return c && c->mpi ? "mpi" : "single"; }
 
+const char *ls_comm_mpi_library(void) {
+#ifdef LS_HAVE_MPI
+    static char v[256]; /* MPI_Get_library_version may be called before MPI_Init */
+    if (!v[0]) {
+        char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+        int n = 0;
+        if (MPI_Get_library_version(lib, &n) != MPI_SUCCESS) return "unknown";
+        size_t k = 0; /* its first line, without the build details */
+        while (lib[k] && lib[k] != ',' && lib[k] != '\n' && k + 1 < sizeof v) {
+            v[k] = lib[k];
+            k++;
+        }
+        v[k] = 0;
+    }
+    return v;
+#else
+    return "none";
+#endif
+}
+
 _Noreturn void ls_comm_abort(ls_comm *c, int code) {
     fflush(stdout);
     fflush(stderr);

@@ -56,6 +56,9 @@ void ls_comm_close(ls_comm *c);
 int ls_comm_rank(const ls_comm *c);
 int ls_comm_world(const ls_comm *c);
 const char *ls_comm_backend(const ls_comm *c); /* "single" or "mpi" */
+/* The MPI library this build links ("Open MPI v4.1.4"), "none" without MPI
+ * (the receipts' build.dependencies.mpi). */
+const char *ls_comm_mpi_library(void);
 /* Ends the job with exit status code: MPI_Abort on MPI (every rank), exit()
  * single-rank.  Does not return. */
 _Noreturn void ls_comm_abort(ls_comm *c, int code);

@@ -11,6 +11,7 @@
 #include "receipts/build_info.h"
 #include "receipts/manifest.h"
 #include "receipts/receipt.h"
+#include "trainer/comm.h"
 
 void ls_run_peaks_fold(ls_run_peaks *sp, int64_t step) {
     ls_mem_stats s;
@@ -46,7 +47,7 @@ static cJSON *build_json(void) {
     char blas[128];
     snprintf(blas, sizeof blas, "%s", openblas_get_config());
     cJSON *build = NULL;
-    ls_status bst = ls_build_info_create(blas, "none", &build);
+    ls_status bst = ls_build_info_create(blas, ls_comm_mpi_library(), &build);
     if (bst != LS_OK) /* the receipt writer then refuses the NULL build object */
         fprintf(stderr, "longstraw-train: build info: cannot describe this build (reading /proc/self/exe): %s\n",
                 ls_status_str(bst));
@@ -137,6 +138,9 @@ void ls_run_print_summary(const ls_train_args *a, const ls_run_outcome *oc, cons
         printf("  %llu of them prefix-frozen (a stale prompt state; never exact)\n",
                (unsigned long long)oc->prefix_frozen_steps);
     printf("  exact loss %.17g (last step)\n", res->loss + 0.0); /* read by tests/reference/ */
+    if (oc->world > 1)
+        printf("  context parallel over %u ranks: rank %u holds positions [%lld, %lld) of the prompt's %zu\n",
+               oc->world, oc->rank, (long long)res->shard_begin, (long long)res->shard_end, P ? P - 1 : 0);
     printf("  prompt state %s (analytical %s), largest branch tape %s\n",
            ls_run_human_bytes(h1, sizeof h1, (double)res->prompt_state_bytes),
            ls_run_human_bytes(h2, sizeof h2, (double)res->prompt_state_analytical),
