@@ -1,0 +1,37 @@
+/* run_files.h - reading the files of an untrusted run directory (DESIGN.md
+ * §2: the audit links receipts/ and schemas/ only).  A run directory is
+ * hostile input: a name with "..", an absolute path, a symbolic link
+ * anywhere on the way (leaving the run or not), anything that is not a
+ * regular file, or a file above the caller's cap is refused with a message
+ * naming the file; nothing outside the run directory is ever opened. */
+#ifndef LS_AUDIT_RUN_FILES_H
+#define LS_AUDIT_RUN_FILES_H
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common/status.h"
+
+/* Caps on what the audit reads whole into memory (traces are streamed). */
+#define LS_AUDIT_MAX_JSON_FILE ((uint64_t)64 << 20) /* receipts, manifest, parity, signature */
+
+/* 1 when rel is a safe relative path (ls_receipt_relpath_ok's rule). */
+int ls_audit_rel_ok(const char *rel);
+
+/* Checks run_dir/rel without following links: every component of rel is
+ * lstat'ed; each but the last must be a directory, the last a regular file
+ * of at most max_bytes (0: no cap).  LS_OK with *size (may be NULL);
+ * LS_ERR_IO (missing or unreadable), LS_ERR_FORMAT (an unsafe name, a link,
+ * not a regular file, above the cap).  err names rel. */
+ls_status ls_audit_stat(const char *run_dir, const char *rel, uint64_t max_bytes, uint64_t *size, char *err,
+                        size_t err_len);
+
+/* ls_audit_stat, then the whole file into a NUL-terminated heap buffer
+ * (free()); reads at most the checked size + 1 byte and fails if the file
+ * grew.  The file is opened with O_NOFOLLOW. */
+ls_status ls_audit_read(const char *run_dir, const char *rel, uint64_t max_bytes, char **out, size_t *len,
+                        char *err, size_t err_len);
+
+/* run_dir/rel into buf (LS_ERR_ARG when it does not fit). */
+ls_status ls_audit_path(const char *run_dir, const char *rel, char *buf, size_t cap);
+#endif
