@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "audit/run_files.h"
-#include "receipts/atomic_file.h"
 #include "receipts/digest.h"
 #include "receipts/manifest.h"
 #include "receipts/receipt.h"
