@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "audit/run_files.h"
 #include "receipts/digest.h"
@@ -65,6 +67,12 @@ static ls_status run_load(run_info *ri, const char *dir, const char *label, cJSO
     memset(ri, 0, sizeof *ri);
     ri->dir = dir;
     ri->world = -1;
+    struct stat st_dir;
+    if (lstat(dir, &st_dir) != 0 || !S_ISDIR(st_dir.st_mode)) {
+        snprintf(err, err_len, "%s %.200s: not a directory (%s)", label, dir,
+                 access(dir, F_OK) != 0 ? "missing" : "a file or a symbolic link");
+        return LS_ERR_IO;
+    }
     char e[1024] = "";
     char *bytes = NULL;
     size_t len = 0;
@@ -78,10 +86,6 @@ static ls_status run_load(run_info *ri, const char *dir, const char *label, cJSO
         ri->source = LS_MANIFEST_FILE;
     } else {
         add_note(notes, "%s: manifest not used: %.900s", label, e);
-        if (strstr(e, "the run directory is not a directory")) {
-            snprintf(err, err_len, "%s %.200s: not a directory", label, dir);
-            return LS_ERR_IO;
-        }
     }
     if (read_receipt(dir, 0, &ri->rec0, e, sizeof e) != LS_OK) {
         add_note(notes, "%s: rank 0 receipt not used: %.900s", label, e);
@@ -397,6 +401,7 @@ typedef struct {
     uint64_t steps_omitted;
     int metrics_rank;         /* -1: not chosen yet */
     cJSON *digest_div;        /* the lowest-step param digest divergence so far (owned) */
+    cJSON *notes;
     int64_t digest_div_step;
 } walk_state;
 
@@ -623,6 +628,14 @@ static ls_status walk_rank(walk_state *w, const run_info *A, const run_info *B, 
     const ls_trace_report *ra = ls_trace_reader_report(sa.rd), *rb = ls_trace_reader_report(sb.rd);
     if (!seq_div && (ra->end != rb->end || error_diags(ra) != error_diags(rb)))
         trace_div(w, "trace_end", (int)r, &sa, &sb, "the same events, but the traces end differently");
+    if (sa.npd || sb.npd || sa.dropped || sb.dropped) {
+        char line[512];
+        snprintf(line, sizeof line,
+                 "rank %u: param digests without a counterpart: %zu only in A, %zu only in B; %" PRIu64
+                 " unmatched records dropped (more than %u pending)",
+                 r, sa.npd, sb.npd, sa.dropped + sb.dropped, LS_AUDIT_DIFF_MAX_PENDING);
+        cJSON_AddItemToArray(w->notes, cJSON_CreateString(line));
+    }
 cleanup:
     side_close(&sa);
     side_close(&sb);
@@ -652,6 +665,7 @@ ls_status ls_audit_diff_runs(const char *run_a, const char *run_b, cJSON **doc, 
     memset(&w, 0, sizeof w);
     w.metrics_rank = -1;
     cJSON *d = cJSON_CreateObject(), *notes = cJSON_CreateArray(), *divs = cJSON_CreateArray();
+    w.notes = notes;
     w.divs = cJSON_CreateArray();
     w.steps = cJSON_CreateArray();
     w.maxabs = cJSON_CreateObject();

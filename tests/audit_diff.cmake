@@ -5,5 +5,5 @@ ls_add_criterion_test(test_audit_diff SOURCES test_audit_diff.c LIBS ls_audit TI
 add_dependencies(test_audit_diff longstraw-train)
 if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
   target_compile_definitions(test_audit_diff PRIVATE LS_MPIEXEC="${MPIEXEC_EXECUTABLE}"
-    LS_MPIRUN_FLAGS="${LS_MPIRUN_FLAGS_STR}")
+    LS_MPIRUN_FLAGS="${LS_MPIRUN_FLAGS_STR}" LS_LSAN_SUPP="${CMAKE_CURRENT_SOURCE_DIR}/comm_lsan.supp")
 endif()

@@ -435,7 +435,8 @@ Test(audit_diff, unusable_input_and_usage, .init = setup, .fini = teardown, .tim
 static void train_cp(const char *name, const char *extra) {
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
-             "OMP_NUM_THREADS=1 timeout 120 " LS_MPIEXEC " " LS_MPIRUN_FLAGS " -np 2 %s --config %s --prompt-len 67 "
+             "OMP_NUM_THREADS=1 ASAN_OPTIONS=fast_unwind_on_malloc=0 LSAN_OPTIONS=suppressions=" LS_LSAN_SUPP
+             ":print_suppressions=0 timeout 120 " LS_MPIEXEC " " LS_MPIRUN_FLAGS " -np 2 %s --config %s --prompt-len 67 "
              "--response-len 5 --group 2 --steps 2 --page-size 8 --beta 0.04 --lora-init random --grad-mode full "
              "--dtype f64 --quiet %s --out %s/%s >%s/train.out 2>&1",
              TRAIN, CFG, extra, tmpdir, name, tmpdir);
