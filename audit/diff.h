@@ -1,0 +1,66 @@
+/* diff.h - `longstraw-audit diff RUN_A RUN_B [--json FILE]`: what changed
+ * between two runs, and the first point where they part.
+ *
+ * Both run directories are untrusted input (audit/run_files.h: every file is
+ * checked with ls_audit_stat, nothing outside a run is opened, no link is
+ * followed).  The comparison, in this order:
+ *   1. configuration: the first differing key of the runs' config objects
+ *      (manifest.json, else rank 0's receipt), as a dotted path;
+ *   2. build: the build digest (and the first differing build key);
+ *   3. world size;
+ *   4. every rank's two traces, streamed side by side (memory bounded by the
+ *      trace reader's window plus LS_AUDIT_DIFF_MAX_PENDING records, never
+ *      the trace size):
+ *      - param digests, matched by (step, target): the first pair whose
+ *        sha256 differs (lowest step, then lowest rank);
+ *      - the event sequence: seq and kind of every event with its structural
+ *        fields (phase, step, member, layer, kind, dir, group, gseq, op, red,
+ *        count, dtype, purpose, target, n_params, prefix_frozen), times and
+ *        byte measurements ignored; the first event that differs, or where
+ *        one trace ends (clean, incomplete, truncated, corrupt: the last
+ *        seq, line and byte offset delivered) while the other goes on;
+ *      - a rank present in one run only (its trace missing or refused).
+ * Alongside (not divergences): per rank, each phase's wall_ns_total from the
+ * receipts (A, B, B - A, B / A) and each memory category's per-step peak
+ * (A, B, B - A); per step, every step_metrics figure of the lowest rank
+ * traced in both runs (A, B, B - A), at most LS_AUDIT_DIFF_MAX_STEPS steps
+ * listed (the largest |B - A| of each figure is kept over all steps).
+ *
+ * The result is one JSON document (schemas/audit-diff.schema.json); the
+ * human summary on stdout is printed from it, and --json FILE writes it
+ * atomically (receipts/atomic_file.h). */
+#ifndef LS_AUDIT_DIFF_H
+#define LS_AUDIT_DIFF_H
+
+#include <stdio.h>
+
+#include <cjson/cJSON.h>
+
+#include "common/status.h"
+
+#define LS_AUDIT_DIFF_SCHEMA "urn:longstraw:schema:audit-diff:v1"
+/* Ranks compared at most (a larger claimed world is unusable input). */
+#define LS_AUDIT_DIFF_MAX_WORLD 65536u
+/* Unmatched param digests / step metrics held per side of a rank. */
+#define LS_AUDIT_DIFF_MAX_PENDING 4096u
+/* Steps listed with their metric deltas. */
+#define LS_AUDIT_DIFF_MAX_STEPS 1000u
+
+/* Compares run_a with run_b.  LS_OK with *doc (the caller's, cJSON_Delete)
+ * and *differ (0: equivalent, 1: a divergence was found); LS_ERR_IO or
+ * LS_ERR_FORMAT when a run is unusable (not a directory, nothing readable
+ * to compare, a world above LS_AUDIT_DIFF_MAX_WORLD, a rank traced in
+ * neither run), with err naming the run and file; LS_ERR_NOMEM; LS_ERR_ARG
+ * for NULL arguments.  *doc is NULL on failure. */
+ls_status ls_audit_diff_runs(const char *run_a, const char *run_b, cJSON **doc, int *differ, char *err,
+                             size_t err_len);
+
+/* Writes the human summary of a document from ls_audit_diff_runs to out. */
+void ls_audit_diff_print(FILE *out, const cJSON *doc);
+
+/* The subcommand: argv[0] is "diff", then RUN_A RUN_B [--json FILE].
+ * Prints the summary on stdout, reasons on stderr.  Returns the exit
+ * status: 0 equivalent, 1 the runs differ, 2 bad usage or unusable input. */
+int ls_audit_diff_main(int argc, char **argv);
+
+#endif

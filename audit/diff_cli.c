@@ -1,0 +1,190 @@
+/* diff_cli.c - longstraw-audit diff: the human summary and the subcommand
+ * (the comparison itself is diff.c's). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "audit/diff.h"
+#include "receipts/atomic_file.h"
+
+/* ---- the human summary ------------------------------------------------- */
+
+static double num(const cJSON *o, const char *k, int *have) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    *have = cJSON_IsNumber(v);
+    return *have ? v->valuedouble : 0;
+}
+
+static void cell(char *buf, size_t cap, const cJSON *o, const char *k, double scale, const char *fmt) {
+    int h;
+    double v = num(o, k, &h);
+    if (h) snprintf(buf, cap, fmt, v * scale);
+    else snprintf(buf, cap, "-");
+}
+
+static const char *str_or(const cJSON *o, const char *k, const char *dflt) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : dflt;
+}
+
+void ls_audit_diff_print(FILE *out, const cJSON *doc) {
+    const cJSON *runs = cJSON_GetObjectItem(doc, "runs");
+    fprintf(out, "longstraw-audit diff\n  A %s\n  B %s\n", str_or(doc, "run_a", "?"), str_or(doc, "run_b", "?"));
+    for (int k = 0; k < 2; k++) {
+        const cJSON *r = cJSON_GetObjectItem(runs, k ? "b" : "a");
+        int h;
+        fprintf(out, "  %s: world %.0f, build %.16s, from %s\n", k ? "B" : "A", num(r, "world", &h),
+                str_or(r, "build_digest", "(unknown)"), str_or(r, "source", "?"));
+    }
+    const cJSON *rk;
+    cJSON_ArrayForEach(rk, cJSON_GetObjectItem(doc, "ranks")) {
+        int h;
+        fprintf(out, "\nrank %.0f: phase wall time (receipts)\n", num(rk, "rank", &h));
+        for (int k = 0; k < 2; k++) {
+            const char *p = str_or(rk, k ? "receipt_b" : "receipt_a", NULL);
+            if (p) fprintf(out, "  (no receipt in %s: %s)\n", k ? "B" : "A", p);
+        }
+        fprintf(out, "  %-16s %7s %7s %12s %12s %12s %8s\n", "phase", "n A", "n B", "A ms", "B ms", "B-A ms", "B/A");
+        const cJSON *row;
+        cJSON_ArrayForEach(row, cJSON_GetObjectItem(rk, "phases")) {
+            char c[6][32];
+            cell(c[0], 32, row, "count_a", 1, "%.0f");
+            cell(c[1], 32, row, "count_b", 1, "%.0f");
+            cell(c[2], 32, row, "wall_ns_a", 1e-6, "%.3f");
+            cell(c[3], 32, row, "wall_ns_b", 1e-6, "%.3f");
+            cell(c[4], 32, row, "delta_ns", 1e-6, "%+.3f");
+            cell(c[5], 32, row, "ratio", 1, "%.3f");
+            fprintf(out, "  %-16.64s %7s %7s %12s %12s %12s %8s\n", str_or(row, "phase", "?"), c[0], c[1], c[2], c[3],
+                    c[4], c[5]);
+        }
+        fprintf(out, "rank %.0f: per-step memory peak (bytes)\n", num(rk, "rank", &h));
+        fprintf(out, "  %-24s %14s %14s %14s\n", "category", "A", "B", "B-A");
+        cJSON_ArrayForEach(row, cJSON_GetObjectItem(rk, "memory")) {
+            char c[3][32];
+            cell(c[0], 32, row, "step_peak_a", 1, "%.0f");
+            cell(c[1], 32, row, "step_peak_b", 1, "%.0f");
+            cell(c[2], 32, row, "delta", 1, "%+.0f");
+            fprintf(out, "  %-24.64s %14s %14s %14s\n", str_or(row, "category", "?"), c[0], c[1], c[2]);
+        }
+    }
+    const cJSON *steps = cJSON_GetObjectItem(doc, "steps");
+    if (cJSON_GetArraySize(steps) > 0) {
+        int h;
+        fprintf(out, "\nper-step metrics (rank %.0f's step_metrics)\n", num(doc, "metrics_rank", &h));
+        fprintf(out, "  %5s %-22s %16s %16s %13s\n", "step", "metric", "A", "B", "B-A");
+        const cJSON *st;
+        cJSON_ArrayForEach(st, steps) {
+            const cJSON *m;
+            cJSON_ArrayForEach(m, cJSON_GetObjectItem(st, "metrics")) {
+                char c[3][32];
+                cell(c[0], 32, m, "a", 1, "%.9g");
+                cell(c[1], 32, m, "b", 1, "%.9g");
+                cell(c[2], 32, m, "delta", 1, "%+.3e");
+                fprintf(out, "  %5.0f %-22s %16s %16s %13s\n", num(st, "step", &h), str_or(m, "name", "?"), c[0], c[1],
+                        c[2]);
+            }
+        }
+        double om = num(doc, "steps_omitted", &h);
+        if (om > 0) fprintf(out, "  (%.0f more steps not listed; the largest |B-A| covers them)\n", om);
+        fprintf(out, "  largest |B-A| over all steps:");
+        const cJSON *m;
+        cJSON_ArrayForEach(m, cJSON_GetObjectItem(doc, "metric_max_abs_delta"))
+            if (strcmp(m->string, "step_wall_s") && strncmp(m->string, "tokens_per_s.", 13))
+                fprintf(out, " %s %.3g", m->string, m->valuedouble);
+        fprintf(out, "\n");
+    }
+    const cJSON *n;
+    cJSON_ArrayForEach(n, cJSON_GetObjectItem(doc, "notes")) fprintf(out, "note: %s\n", n->valuestring);
+    const cJSON *divs = cJSON_GetObjectItem(doc, "divergences");
+    fprintf(out, "\n");
+    if (cJSON_GetArraySize(divs) == 0) {
+        fprintf(out, "verdict: EQUIVALENT (same configuration, build, world, parameter digests and event sequence)\n");
+        return;
+    }
+    const cJSON *first = cJSON_GetObjectItem(doc, "first_divergence");
+    fprintf(out, "FIRST DIVERGENCE (%s): %s\n", str_or(first, "what", "?"), str_or(first, "detail", "?"));
+    if (cJSON_GetArraySize(divs) > 1) {
+        fprintf(out, "all divergences:\n");
+        const cJSON *x;
+        cJSON_ArrayForEach(x, divs) fprintf(out, "  %s: %s\n", str_or(x, "what", "?"), str_or(x, "detail", "?"));
+    }
+    fprintf(out, "verdict: DIFFERENT (%d divergence%s)\n", cJSON_GetArraySize(divs),
+            cJSON_GetArraySize(divs) == 1 ? "" : "s");
+}
+
+/* ---- the subcommand ---------------------------------------------------- */
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: longstraw-audit diff RUN_A RUN_B [--json FILE]\n"
+               "  exit 0: equivalent (configuration, build, world, parameter digests, event sequence)\n"
+               "  exit 1: the runs differ (the first divergence is named)\n"
+               "  exit 2: bad usage or an unusable run directory\n");
+}
+
+int ls_audit_diff_main(int argc, char **argv) {
+    const char *pos[2] = {NULL, NULL}, *json_path = NULL;
+    int npos = 0;
+    if (argc < 1 || !argv[0] || strcmp(argv[0], "diff")) {
+        fprintf(stderr, "longstraw-audit: the diff subcommand expects argv[0] \"diff\"\n");
+        return 2;
+    }
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--json")) {
+            if (i + 1 >= argc || !argv[i + 1][0]) {
+                fprintf(stderr, "longstraw-audit diff: --json needs a FILE\n");
+                return 2;
+            }
+            if (json_path) {
+                fprintf(stderr, "longstraw-audit diff: --json given twice\n");
+                return 2;
+            }
+            json_path = argv[++i];
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            fprintf(stderr, "longstraw-audit diff: unknown option %.200s\n", argv[i]);
+            usage(stderr);
+            return 2;
+        } else if (npos == 2) {
+            fprintf(stderr, "longstraw-audit diff: unexpected argument %.200s (two run directories expected)\n", argv[i]);
+            return 2;
+        } else {
+            pos[npos++] = argv[i];
+        }
+    }
+    if (npos != 2) {
+        fprintf(stderr, "longstraw-audit diff: %s missing\n", npos == 0 ? "RUN_A and RUN_B" : "RUN_B");
+        usage(stderr);
+        return 2;
+    }
+    char err[2048];
+    cJSON *doc = NULL;
+    int differ = 0;
+    ls_status st = ls_audit_diff_runs(pos[0], pos[1], &doc, &differ, err, sizeof err);
+    if (st != LS_OK) {
+        fprintf(stderr, "longstraw-audit diff: unusable input: %s\n", err);
+        return 2;
+    }
+    ls_audit_diff_print(stdout, doc);
+    fflush(stdout);
+    int rc = differ ? 1 : 0;
+    if (json_path) {
+        char *text = cJSON_Print(doc);
+        if (!text) {
+            fprintf(stderr, "longstraw-audit diff: --json %.200s: out of memory\n", json_path);
+            rc = 2;
+        } else {
+            size_t len = strlen(text);
+            char *nl = realloc(text, len + 2);
+            if (nl) text = nl, text[len++] = '\n', text[len] = 0;
+            if (ls_atomic_write(json_path, text, len, err, sizeof err) != LS_OK) {
+                fprintf(stderr, "longstraw-audit diff: --json %.200s: %s\n", json_path, err);
+                rc = 2;
+            }
+            free(text);
+        }
+    }
+    cJSON_Delete(doc);
+    return rc;
+}
