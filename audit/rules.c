@@ -327,5 +327,15 @@ ls_status ls_audit_rules_run(ls_audit_run *run) {
 ls_status ls_audit_evaluate(ls_audit_run *run) {
     ls_status st = ls_audit_rules_run(run);
     if (st == LS_OK) st = ls_audit_levels_run(run);
+    /* reports list the rules by level (stable: the order within a level kept) */
+    for (size_t i = 1; st == LS_OK && i < run->n_rules; i++) {
+        ls_audit_rule tmp = run->rules[i];
+        size_t j = i;
+        while (j > 0 && run->rules[j - 1].level > tmp.level) {
+            run->rules[j] = run->rules[j - 1];
+            j--;
+        }
+        run->rules[j] = tmp;
+    }
     return st;
 }
