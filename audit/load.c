@@ -373,7 +373,9 @@ static void on_collective(scan_ctx *c, const ls_trace_event *ev) {
     int64_t key[6] = {tc.gseq, tc.op, tc.red, tc.count, tc.dtype, p};
     r->group_hash[g] = fnv(r->group_hash[g] ? r->group_hash[g] : 1469598103934665603ull, key, sizeof key);
     r->group_count[g]++;
-    if (r->n_coll >= LS_AUDIT_MAX_COLL) return;
+    size_t cap = LS_AUDIT_MAX_COLL / (c->run->world ? c->run->world : 1);
+    if (cap < 4096) cap = 4096;
+    if (r->n_coll >= cap) return; /* beyond: the per-group fingerprints above */
     if (r->n_coll == r->coll_cap) {
         size_t ncap = r->coll_cap ? r->coll_cap * 2 : 256;
         ls_audit_coll *n = realloc(r->coll, ncap * sizeof *n);

@@ -234,7 +234,7 @@ static ls_status rule_match(ls_audit_run *run) {
                 ls_audit_rule_fail(m, r, b->trace_file, -1,
                                    "group %s: beyond the %zu collectives kept, %llu calls fingerprint differently from "
                                    "rank 0's %llu",
-                                   run->groups[g], (size_t)LS_AUDIT_MAX_COLL, (unsigned long long)b->group_count[g],
+                                   run->groups[g], b->n_coll, (unsigned long long)b->group_count[g],
                                    (unsigned long long)a->group_count[g]);
         }
     }
@@ -275,11 +275,13 @@ static void tables_free(rank_tables *t) {
 /* For every layer-event entry of (phase, dir, attn) on rank r: the purposes
  * need at least `per_event ? events : 1` collectives at the same step,
  * phase and layer. */
-static void require(ls_audit_run *run, ls_audit_rule *rule, const ls_audit_rank *r, const rank_tables *t, int phase,
+static uint64_t require(ls_audit_run *run, ls_audit_rule *rule, const ls_audit_rank *r, const rank_tables *t, int phase,
                     int dir, bool attn, const char *const *purposes, size_t np, bool per_event, uint64_t *shown) {
+    uint64_t entries = 0;
     for (size_t k = 0; k < t->layers.cap; k++) {
         const cnt_entry *e = &t->layers.e[k];
         if (!e->used || e->k[1] != phase || e->k[3] != dir * 2 + (attn ? 1 : 0)) continue;
+        entries++;
         for (size_t p = 0; p < np; p++) {
             rule->matched++;
             uint64_t want = per_event ? e->count : 1;
@@ -293,6 +295,7 @@ static void require(ls_audit_run *run, ls_audit_rule *rule, const ls_audit_rank 
                                    (unsigned long long)want);
         }
     }
+    return entries;
 }
 
 static ls_status rules_required(ls_audit_run *run) {
@@ -325,17 +328,22 @@ static ls_status rules_required(ls_audit_run *run) {
                 return st;
             }
             uint64_t s1 = 0, s2 = 0, s3 = 0;
-            require(run, cmp, r, &t, LS_PHASE_SCORE, LS_TRACE_DIR_FWD, true, merge, 3, true, &s1);
-            require(run, cmp, r, &t, LS_PHASE_REPLAY, LS_TRACE_DIR_FWD, true, merge, 3, true, &s1);
-            require(run, dkv, r, &t, LS_PHASE_REPLAY, LS_TRACE_DIR_BWD, true, back, 2, true, &s2);
+            uint64_t nf = require(run, cmp, r, &t, LS_PHASE_SCORE, LS_TRACE_DIR_FWD, true, merge, 3, true, &s1);
+            nf += require(run, cmp, r, &t, LS_PHASE_REPLAY, LS_TRACE_DIR_FWD, true, merge, 3, true, &s1);
+            if (nf == 0)
+                ls_audit_rule_fail(cmp, i, r->trace_file, r->last_seq, "rank %u traced no response attention forward",
+                                   (unsigned)i);
+            if (require(run, dkv, r, &t, LS_PHASE_REPLAY, LS_TRACE_DIR_BWD, true, back, 2, true, &s2) == 0)
+                ls_audit_rule_fail(dkv, i, r->trace_file, r->last_seq, "rank %u traced no response attention backward",
+                                   (unsigned)i);
             if (run->full_mode) {
                 require(run, dkv, r, &t, LS_PHASE_PROMPT_BWD, LS_TRACE_DIR_BWD, true, ring, 1, false, &s2);
                 require(run, dkv, r, &t, LS_PHASE_PROMPT_BWD, LS_TRACE_DIR_BWD, false, chain, 1, false, &s2);
             }
             for (int64_t s = 0; s < run->n_run_steps; s++) {
                 const char *const *fp = run->full_mode ? f_full : f_det;
-                size_t nf = run->full_mode ? 2 : 1;
-                for (size_t p = 0; p < nf; p++) {
+                size_t nfp = run->full_mode ? 2 : 1;
+                for (size_t p = 0; p < nfp; p++) {
                     fin->matched++;
                     if (cnt_get(&t.coll, s, LS_PHASE_FINALIZE, -2, purpose_index(run, fp[p])) > 0) continue;
                     if (s3++ < 4)
