@@ -1,0 +1,243 @@
+/* audit.h - longstraw-audit's model of a run and its verdicts (DESIGN.md §1,
+ * §5, §6).
+ *
+ * A run directory is untrusted input: every file is opened through
+ * audit/run_files.h (no links, nothing outside the run, caps), every trace is
+ * streamed once with receipts/trace_reader.h into compact per-rank facts
+ * (bounded memory: the tables below have fixed caps; what does not fit is
+ * counted, and a rule whose facts overflowed fails rather than guesses).
+ *
+ * Use: ls_audit_load (the model), ls_audit_evaluate (named rules, levels),
+ * then the reports (report_text.c, report_json.c, report_junit.c);
+ * ls_audit_free.  The model owns everything it points to.
+ *
+ * Rules (ls_audit_rule) have a stable id, the level they belong to, whether
+ * they apply to this run's configuration, a verdict and evidence (rank, file,
+ * event seq, one line of detail).  An applicable rule that matched zero
+ * events fails: nothing passes vacuously.  A level holds when every
+ * applicable rule of it passes and the level below holds. */
+#ifndef LS_AUDIT_AUDIT_H
+#define LS_AUDIT_AUDIT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <cjson/cJSON.h>
+
+#include "common/status.h"
+#include "receipts/manifest.h"
+#include "receipts/receipt.h"
+#include "receipts/trace_reader.h"
+
+#define LS_AUDIT_MAX_WORLD 4096           /* ranks the audit accepts */
+#define LS_AUDIT_MAX_COLL ((size_t)1 << 22) /* collectives kept over all ranks (then fingerprints) */
+#define LS_AUDIT_MAX_LAYER_KEYS ((size_t)1 << 20) /* distinct (step,phase,member,layer,dir) per rank */
+#define LS_AUDIT_MAX_STEPS 65536          /* steps with per-step facts */
+#define LS_AUDIT_MAX_NAMES 256            /* distinct groups / purposes / memory categories */
+#define LS_AUDIT_MAX_EVIDENCE 16          /* evidence items kept per rule (the rest counted) */
+#define LS_AUDIT_NPHASE 8                 /* the 7 phases of trace_event.h + "other" */
+
+typedef struct {
+    int64_t rank;      /* -1: not about one rank */
+    char file[160];    /* relative to the run directory */
+    int64_t seq;       /* event seq; -1 when not about one event */
+    char detail[320];
+} ls_audit_evidence;
+
+typedef struct {
+    const char *id;    /* static, e.g. "rank.layers" */
+    int level;         /* 1..4 */
+    const char *title; /* static, one line */
+    bool applicable;
+    bool pass;
+    uint64_t matched;  /* events / items the rule examined */
+    char message[320];
+    ls_audit_evidence ev[LS_AUDIT_MAX_EVIDENCE];
+    size_t n_ev;
+    uint64_t n_ev_dropped;
+} ls_audit_rule;
+
+/* One collective as a rank recorded it. */
+typedef struct {
+    int64_t seq, gseq, count, layer, step;
+    uint16_t group, purpose; /* indices into the run's name tables */
+    uint8_t op, red, dtype, phase; /* phase: LS_PHASE_* or 7 (none/other) */
+} ls_audit_coll;
+
+/* Layer events of one (step, phase, member, layer, dir). */
+typedef struct {
+    int64_t step;
+    int32_t member, layer;
+    uint8_t phase, dir, kind, used; /* kind: ls_trace_layer_kind */
+    uint32_t count;
+    int64_t first_seq;
+} ls_audit_layer_key;
+
+typedef struct {
+    uint32_t opt_count;        /* optimizer_step events */
+    int64_t opt_seq;           /* the first one's seq */
+    char digest[65];           /* the "trainable" param_digest ("" none) */
+    int64_t digest_seq;
+    uint8_t phase_mask;        /* bit p: phase p ended ok in the step */
+    uint8_t prefix_frozen;     /* 1: some event of the step was prefix_frozen */
+} ls_audit_step;
+
+typedef struct {
+    int64_t step, seq;
+    double loss, reward_mean, kl_mean, grad_norm, step_wall_s;
+    bool prefix_frozen, sft;
+} ls_audit_step_metric;
+
+typedef struct {
+    uint32_t rank;
+    bool dir_present;
+    /* receipt */
+    ls_receipt *receipt;       /* NULL when absent or invalid */
+    bool receipt_present;      /* the file exists */
+    char receipt_err[320];
+    /* trace */
+    bool trace_present;
+    char trace_file[64];       /* "rank-NNNN/events.jsonl.zst" */
+    char trace_err[320];       /* why it could not be opened */
+    ls_trace_report report;    /* the reader's report (zeroed when not read) */
+    uint64_t n_events;
+    uint64_t phase_begin[LS_AUDIT_NPHASE], phase_end[LS_AUDIT_NPHASE];
+    uint64_t phase_wall_ns[LS_AUDIT_NPHASE];
+    uint64_t layer_fwd, layer_bwd;
+    ls_audit_layer_key *lk;    /* open-addressing table */
+    size_t lk_cap, lk_used;
+    bool lk_overflow;
+    ls_audit_coll *coll;
+    size_t n_coll, coll_cap;
+    uint64_t n_coll_total;     /* including those beyond LS_AUDIT_MAX_COLL */
+    uint64_t group_hash[LS_AUDIT_MAX_NAMES], group_count[LS_AUDIT_MAX_NAMES];
+    /* per step (index = step, < LS_AUDIT_MAX_STEPS; grown on demand) */
+    int64_t n_steps_seen;      /* 1 + the largest step of any event */
+    ls_audit_step *steps;
+    size_t steps_cap;
+    bool steps_overflow;
+    uint64_t n_param_digests;
+    ls_audit_step_metric *metrics;
+    size_t n_metrics, metrics_cap;
+    /* errors, completion */
+    uint64_t n_errors;
+    int64_t first_error_seq;
+    char first_error[256];
+    bool rank_complete;
+    int64_t rank_complete_seq;
+    /* memory: max per category over the memory events */
+    uint64_t mem_peak[LS_AUDIT_MAX_NAMES];
+    uint64_t mem_total_peak, mem_rss_peak, n_memory;
+    uint64_t mem_bad;          /* memory events whose totals disagree with their categories */
+    int64_t mem_bad_seq;
+    char mem_bad_detail[200];
+    /* forensics */
+    int64_t last_seq;
+    char last_ev[32];
+    char last_phase[32];       /* the last phase begun ("" none) */
+    bool in_phase;             /* begun and not ended */
+    int64_t last_step, last_member, last_layer; /* of the last layer_end (-2 none) */
+    char last_layer_phase[32], last_layer_dir[8];
+    int64_t first_ts, last_ts;
+} ls_audit_rank;
+
+typedef struct {
+    const char *run_dir;       /* borrowed */
+    const char *key_path;      /* --key PUB (NULL: no signature check) */
+    const char *parity_path;   /* --parity FILE (NULL: RUN/parity.json when present) */
+} ls_audit_options;
+
+typedef struct {
+    char *run_dir;
+    const char *key_path, *parity_path_opt;
+    uint32_t world;            /* from the manifest, else receipts, else trace headers */
+    char world_source[32];
+    /* manifest */
+    ls_manifest *manifest;     /* NULL when absent or invalid */
+    bool manifest_present;
+    char manifest_err[320];
+    ls_verify_report verify;   /* digest problems (our own walk, see load.c) */
+    uint64_t verify_checked;   /* subjects digested */
+    bool verify_done;
+    /* signature */
+    bool dsse_present;
+    int dsse_status;           /* -1 not checked, else ls_status */
+    char dsse_err[320];
+    /* parity */
+    cJSON *parity;             /* NULL when absent or invalid */
+    char parity_file[256];
+    bool parity_present;
+    char parity_err[320];
+    /* configuration (from the first readable receipt, else the manifest) */
+    const cJSON *config;       /* borrowed from a receipt or the manifest */
+    const char *build_digest;  /* idem; NULL when none */
+    int64_t n_layers;
+    bool full_mode;
+    bool fault_local_attention, fault_skip_dkv, fault_skip_finalize, any_fault;
+    /* names */
+    char *groups[LS_AUDIT_MAX_NAMES];
+    size_t n_groups;
+    char *purposes[LS_AUDIT_MAX_NAMES];
+    size_t n_purposes;
+    char *mem_cats[LS_AUDIT_MAX_NAMES];
+    size_t n_mem_cats;
+    bool names_overflow;
+    ls_audit_rank *ranks;      /* world entries */
+    /* forensics filled by the rules */
+    char coll_divergence[480];  /* the first collective some ranks entered and others did not, or "" */
+    char digest_divergence[320];/* the first step whose replicated digests disagree, or "" */
+    int64_t n_run_steps;        /* steps the rules require (receipts and traces) */
+    /* verdicts */
+    ls_audit_rule *rules;
+    size_t n_rules, rules_cap;
+    int level;                 /* 0..4 */
+    bool level_holds[5];       /* [1..4] */
+    double load_seconds;
+} ls_audit_run;
+
+/* Loads the model of run_dir.  LS_OK with *out even when files are missing or
+ * broken (their rules fail); LS_ERR_IO / LS_ERR_FORMAT when the input is
+ * unusable (not a directory, nothing of a run in it: no manifest, no
+ * receipt, no trace), err says why; LS_ERR_NOMEM. */
+ls_status ls_audit_load(const ls_audit_options *opt, ls_audit_run **out, char *err, size_t errlen);
+
+/* Runs every rule and computes the level.  LS_OK or LS_ERR_NOMEM. */
+ls_status ls_audit_evaluate(ls_audit_run *run);
+
+/* NULL is a no-op. */
+void ls_audit_free(ls_audit_run *run);
+
+/* The layer key of a rank (NULL: none). */
+const ls_audit_layer_key *ls_audit_layer_find(const ls_audit_rank *r, int64_t step, int phase, int64_t member,
+                                              int64_t layer, int dir);
+
+/* Index of a phase name (LS_PHASE_*), LS_AUDIT_NPHASE - 1 for any other. */
+int ls_audit_phase_index(const char *phase);
+const char *ls_audit_phase_name(int index); /* "other" for the last */
+
+/* The rule with this id, NULL when absent. */
+const ls_audit_rule *ls_audit_find_rule(const ls_audit_run *run, const char *id);
+
+/* Rules (rules.c) and levels (levels.c); called by ls_audit_evaluate. */
+ls_status ls_audit_rules_run(ls_audit_run *run);
+ls_status ls_audit_levels_run(ls_audit_run *run);
+/* A new rule appended to run->rules (NULL: out of memory). */
+ls_audit_rule *ls_audit_rule_add(ls_audit_run *run, const char *id, int level, const char *title,
+                                 bool applicable);
+/* Appends evidence and marks the rule failed; file may be NULL (""). */
+void ls_audit_rule_fail(ls_audit_rule *r, int64_t rank, const char *file, int64_t seq, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* Sets pass from the evidence and matched (a rule with no evidence passes
+ * only when it matched something); fills a default message. */
+void ls_audit_rule_close(ls_audit_rule *r);
+
+/* Reports.  text: the human summary (stdout in the CLI).  json: a document
+ * of schemas/audit-report.schema.json (*out is the caller's).  junit: one
+ * testcase per rule, written atomically to path. */
+void ls_audit_report_text(const ls_audit_run *run, FILE *f);
+ls_status ls_audit_report_json(const ls_audit_run *run, cJSON **out);
+ls_status ls_audit_report_junit(const ls_audit_run *run, const char *path, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,153 @@
+/* audit_main.c - longstraw-audit: scores a run directory against the
+ * evidence levels of DESIGN.md §5 (exit 0 when it proves --require-level N,
+ * 1 when it does not, 2 for unusable input or bad usage). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "audit/audit.h"
+#include "receipts/json_util.h"
+#include "receipts/schema.h"
+
+#if defined(__has_include)
+#if __has_include("audit/timeline.h")
+#include "audit/timeline.h"
+#define LS_AUDIT_HAVE_TIMELINE 1
+#endif
+#if __has_include("audit/html.h")
+#include "audit/html.h"
+#define LS_AUDIT_HAVE_HTML 1
+#endif
+#if __has_include("audit/diff.h")
+#include "audit/diff.h"
+#define LS_AUDIT_HAVE_DIFF 1
+#endif
+#endif
+
+static void usage(FILE *f) {
+    fputs("usage: longstraw-audit RUN [--require-level N] [--json FILE] [--junit FILE] [--timeline FILE]\n"
+          "                       [--html FILE] [--key PUB] [--parity FILE] [--quiet]\n"
+          "       longstraw-audit diff RUN_A RUN_B\n"
+          "Scores the run directory RUN against the evidence levels (DESIGN.md section 5):\n"
+          "  1 execution capacity, 2 response-operator fidelity, 3 distributed-update consistency,\n"
+          "  4 full-gradient parity; a level holds only if the lower ones hold.  Levels 2-4 need a\n"
+          "  parity report from the same build (RUN/parity.json or --parity FILE).\n"
+          "  --require-level N  exit 0 when the run proves level >= N (0..4; default 1), else 1\n"
+          "  --json FILE        the audit report (schemas/audit-report.schema.json)\n"
+          "  --junit FILE       JUnit XML, one testcase per rule\n"
+          "  --timeline FILE    Chrome trace-event JSON (Perfetto, chrome://tracing)\n"
+          "  --html FILE        one self-contained HTML report\n"
+          "  --key PUB          verify RUN/manifest.dsse.json with this Ed25519 public key (PEM)\n"
+          "  --parity FILE      the parity report to use instead of RUN/parity.json\n"
+          "  --quiet            no summary on stdout\n"
+          "  --help             this text\n"
+          "Exit: 0 the run proves the required level, 1 it does not, 2 unusable input or bad usage.\n",
+          f);
+}
+
+static int bad(const char *fmt, const char *arg) {
+    fprintf(stderr, "longstraw-audit: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, " (--help for usage)\n");
+    return 2;
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 2 && strcmp(argv[1], "diff") == 0) {
+#ifdef LS_AUDIT_HAVE_DIFF
+        return ls_audit_diff_main(argc - 1, argv + 1);
+#else
+        fprintf(stderr, "longstraw-audit: diff is not built into this binary\n");
+        return 2;
+#endif
+    }
+    const char *run_dir = NULL, *json = NULL, *junit = NULL, *timeline = NULL, *html = NULL, *key = NULL,
+               *parity = NULL;
+    int require = 1, quiet = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char **slot = NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--quiet") == 0) {
+            quiet = 1;
+            continue;
+        } else if (strcmp(a, "--require-level") == 0) {
+            if (i + 1 >= argc) return bad("%s needs a level 0..4", a);
+            const char *v = argv[++i];
+            if (strlen(v) != 1 || v[0] < '0' || v[0] > '4') return bad("--require-level: '%s' is not a level 0..4", v);
+            require = v[0] - '0';
+            continue;
+        } else if (strcmp(a, "--json") == 0) slot = &json;
+        else if (strcmp(a, "--junit") == 0) slot = &junit;
+        else if (strcmp(a, "--timeline") == 0) slot = &timeline;
+        else if (strcmp(a, "--html") == 0) slot = &html;
+        else if (strcmp(a, "--key") == 0) slot = &key;
+        else if (strcmp(a, "--parity") == 0) slot = &parity;
+        else if (a[0] == '-' && a[1] != 0) return bad("unknown option '%s'", a);
+        else if (run_dir == NULL) {
+            run_dir = a;
+            continue;
+        } else return bad("one run directory only; extra argument '%s'", a);
+        if (i + 1 >= argc || argv[i + 1][0] == 0) return bad("%s needs a file", a);
+        if (*slot != NULL) return bad("%s given twice", a);
+        *slot = argv[++i];
+    }
+    if (run_dir == NULL) return bad("%s", "no run directory given");
+#ifndef LS_AUDIT_HAVE_TIMELINE
+    if (timeline) return bad("%s: --timeline is not built into this binary", timeline);
+#endif
+#ifndef LS_AUDIT_HAVE_HTML
+    if (html) return bad("%s: --html is not built into this binary", html);
+#endif
+    char err[512] = "";
+    ls_audit_options opt = {.run_dir = run_dir, .key_path = key, .parity_path = parity};
+    ls_audit_run *run = NULL;
+    ls_status st = ls_audit_load(&opt, &run, err, sizeof err);
+    if (st != LS_OK) {
+        fprintf(stderr, "longstraw-audit: unusable input: %s\n", err);
+        return 2;
+    }
+    int rc = 2;
+    cJSON *doc = NULL;
+    if (ls_audit_evaluate(run) != LS_OK) {
+        fprintf(stderr, "longstraw-audit: %s: out of memory while evaluating\n", run_dir);
+        goto cleanup;
+    }
+    if (!quiet) ls_audit_report_text(run, stdout);
+    if (json || html) {
+        if (ls_audit_report_json(run, &doc) != LS_OK) {
+            fprintf(stderr, "longstraw-audit: out of memory building the report\n");
+            goto cleanup;
+        }
+    }
+    if (json && ls_json_write_file(json, doc, err, sizeof err) != LS_OK) {
+        fprintf(stderr, "longstraw-audit: --json %s: %s\n", json, err);
+        goto cleanup;
+    }
+    if (junit && ls_audit_report_junit(run, junit, err, sizeof err) != LS_OK) {
+        fprintf(stderr, "longstraw-audit: --junit %s: %s\n", junit, err);
+        goto cleanup;
+    }
+#ifdef LS_AUDIT_HAVE_TIMELINE
+    if (timeline && ls_audit_timeline_write(run_dir, timeline, err, sizeof err) != 0) {
+        fprintf(stderr, "longstraw-audit: --timeline %s: %s\n", timeline, err);
+        goto cleanup;
+    }
+#endif
+#ifdef LS_AUDIT_HAVE_HTML
+    if (html && ls_audit_html_write(run_dir, doc, html, err, sizeof err) != 0) {
+        fprintf(stderr, "longstraw-audit: --html %s: %s\n", html, err);
+        goto cleanup;
+    }
+#endif
+    rc = run->level >= require ? 0 : 1;
+    if (!quiet)
+        printf("\nrequired level %d: %s (level %d proven)\n", require, rc == 0 ? "met" : "NOT met", run->level);
+cleanup:
+    cJSON_Delete(doc);
+    ls_audit_free(run);
+    return rc;
+}

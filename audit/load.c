@@ -1,0 +1,759 @@
+/* load.c - the audit's model of a run: manifest (and our own digest walk),
+ * signature, receipts, parity report, and every rank's trace streamed once
+ * into compact facts (audit.h).  Every file of the run is opened through
+ * audit/run_files.h. */
+/* Evidence and messages are one bounded line each: truncation is intended. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
+#include "audit/audit.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "audit/run_files.h"
+#include "receipts/digest.h"
+#include "receipts/dsse.h"
+#include "receipts/json_util.h"
+#include "receipts/schema.h"
+#include "receipts/trace_event.h"
+
+#define WALK_MAX_DEPTH 8
+#define WALK_MAX_ENTRIES 100000
+
+int ls_audit_phase_index(const char *phase) {
+    if (phase != NULL)
+        for (int p = 0; p < LS_PHASE_COUNT; p++)
+            if (strcmp(phase, ls_trace_phase_name((ls_trace_phase)p)) == 0) return p;
+    return LS_AUDIT_NPHASE - 1;
+}
+
+const char *ls_audit_phase_name(int index) {
+    return index >= 0 && index < LS_PHASE_COUNT ? ls_trace_phase_name((ls_trace_phase)index) : "other";
+}
+
+/* Index of name in a table (added when new); -1 when the table is full. */
+static int intern(char **tab, size_t *n, bool *overflow, const char *name) {
+    for (size_t i = 0; i < *n; i++)
+        if (strcmp(tab[i], name) == 0) return (int)i;
+    if (*n >= LS_AUDIT_MAX_NAMES - 1) {
+        *overflow = true;
+        return -1;
+    }
+    char *s = strdup(name);
+    if (s == NULL) return -1;
+    tab[*n] = s;
+    return (int)(*n)++;
+}
+
+/* ---- the digest walk: every subject digested, every extra file named ---- */
+
+static ls_status add_problem(ls_verify_report *rep, ls_verify_kind kind, const char *name, const char *detail) {
+    if (rep->count == rep->cap) {
+        size_t ncap = rep->cap ? rep->cap * 2 : 8;
+        ls_verify_problem *ni = realloc(rep->items, ncap * sizeof *ni);
+        if (ni == NULL) return LS_ERR_NOMEM;
+        rep->items = ni;
+        rep->cap = ncap;
+    }
+    ls_verify_problem *p = &rep->items[rep->count];
+    p->kind = kind;
+    p->name = strdup(name);
+    p->detail = strdup(detail);
+    if (p->name == NULL || p->detail == NULL) {
+        free(p->name);
+        free(p->detail);
+        return LS_ERR_NOMEM;
+    }
+    rep->count++;
+    return LS_OK;
+}
+
+static bool is_subject(const ls_manifest *m, const char *rel) {
+    size_t lo = 0, hi = m->n_subjects;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        int c = strcmp(m->subjects[mid].name, rel);
+        if (c == 0) return true;
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return false;
+}
+
+/* Files under run_dir/rel not listed in the manifest (links and other
+ * non-regular files included; never followed). */
+static ls_status walk_extras(ls_audit_run *run, const char *rel, int depth, size_t *seen) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s%s%s", run->run_dir, rel[0] ? "/" : "", rel) >= (int)sizeof path)
+        return add_problem(&run->verify, LS_VERIFY_EXTRA, rel, "path too long");
+    DIR *d = opendir(path);
+    if (d == NULL) return add_problem(&run->verify, LS_VERIFY_EXTRA, rel[0] ? rel : ".", "cannot list the directory");
+    ls_status st = LS_OK;
+    struct dirent *de;
+    while (st == LS_OK && (de = readdir(d)) != NULL) {
+        const char *n = de->d_name;
+        if (strcmp(n, ".") == 0 || strcmp(n, "..") == 0) continue;
+        if (rel[0] == 0 && (strcmp(n, LS_MANIFEST_FILE) == 0 || strcmp(n, LS_MANIFEST_DSSE_FILE) == 0 ||
+                            strcmp(n, "parity.json") == 0))
+            continue;
+        if (++*seen > WALK_MAX_ENTRIES) {
+            st = add_problem(&run->verify, LS_VERIFY_EXTRA, rel[0] ? rel : ".",
+                             "more than 100000 entries in the run directory (not listed further)");
+            break;
+        }
+        char child[1100], full[4096];
+        if (snprintf(child, sizeof child, "%s%s%s", rel, rel[0] ? "/" : "", n) >= (int)sizeof child ||
+            snprintf(full, sizeof full, "%s/%s", run->run_dir, child) >= (int)sizeof full) {
+            st = add_problem(&run->verify, LS_VERIFY_EXTRA, rel[0] ? rel : ".", "a name too long");
+            continue;
+        }
+        struct stat sb;
+        if (lstat(full, &sb) != 0) {
+            st = add_problem(&run->verify, LS_VERIFY_EXTRA, child, "cannot stat");
+        } else if (S_ISDIR(sb.st_mode)) {
+            if (depth >= WALK_MAX_DEPTH)
+                st = add_problem(&run->verify, LS_VERIFY_EXTRA, child, "directories nested too deep");
+            else
+                st = walk_extras(run, child, depth + 1, seen);
+        } else if (!S_ISREG(sb.st_mode)) {
+            st = add_problem(&run->verify, LS_VERIFY_EXTRA, child,
+                             S_ISLNK(sb.st_mode) ? "a symbolic link (never followed)" : "not a regular file");
+        } else if (run->manifest == NULL || !is_subject(run->manifest, child)) {
+            st = add_problem(&run->verify, LS_VERIFY_EXTRA, child, "not listed in the manifest");
+        }
+    }
+    closedir(d);
+    return st;
+}
+
+static ls_status verify_subjects(ls_audit_run *run) {
+    const ls_manifest *m = run->manifest;
+    ls_status st = LS_OK;
+    for (size_t i = 0; st == LS_OK && i < m->n_subjects; i++) {
+        const ls_manifest_subject *s = &m->subjects[i];
+        char why[320], hex[LS_DIGEST_HEX_SIZE], path[4096];
+        ls_status fs = ls_audit_stat(run->run_dir, s->name, 0, NULL, why, sizeof why);
+        run->verify_checked++;
+        if (fs == LS_ERR_IO) {
+            st = add_problem(&run->verify, LS_VERIFY_MISSING, s->name, "listed in the manifest, absent");
+            continue;
+        }
+        if (fs != LS_OK) {
+            st = add_problem(&run->verify, LS_VERIFY_MISMATCH, s->name, why);
+            continue;
+        }
+        ls_audit_path(run->run_dir, s->name, path, sizeof path);
+        if (ls_digest_sha256_file_hex(path, hex, why, sizeof why) != LS_OK) {
+            st = add_problem(&run->verify, LS_VERIFY_MISMATCH, s->name, why);
+        } else if (strcmp(hex, s->sha256) != 0) {
+            char d[200];
+            snprintf(d, sizeof d, "sha256 is %.64s, the manifest says %.64s", hex, s->sha256);
+            st = add_problem(&run->verify, LS_VERIFY_MISMATCH, s->name, d);
+        }
+    }
+    if (st == LS_OK) {
+        size_t seen = 0;
+        st = walk_extras(run, "", 0, &seen);
+    }
+    run->verify_done = true;
+    return st;
+}
+
+/* ---- the signature ------------------------------------------------------- */
+
+static void check_dsse(ls_audit_run *run, const char *manifest_bytes, size_t manifest_len) {
+    run->dsse_status = -1;
+    uint64_t sz = 0;
+    char why[320];
+    run->dsse_present = ls_audit_stat(run->run_dir, LS_MANIFEST_DSSE_FILE, 0, &sz, why, sizeof why) == LS_OK;
+    if (run->key_path == NULL) return;
+    EVP_PKEY *pub = NULL;
+    char *env = NULL;
+    uint8_t *payload = NULL;
+    size_t env_len = 0, payload_len = 0;
+    ls_status st = ls_dsse_load_public(run->key_path, &pub, run->dsse_err, sizeof run->dsse_err);
+    if (st != LS_OK) goto cleanup;
+    st = ls_audit_read(run->run_dir, LS_MANIFEST_DSSE_FILE, LS_AUDIT_MAX_JSON_FILE, &env, &env_len, run->dsse_err,
+                       sizeof run->dsse_err);
+    if (st != LS_OK) goto cleanup;
+    st = ls_dsse_verify(env, env_len, LS_DSSE_PAYLOAD_TYPE, pub, &payload, &payload_len, run->dsse_err,
+                        sizeof run->dsse_err);
+    if (st != LS_OK) goto cleanup;
+    if (manifest_bytes == NULL || payload_len != manifest_len || memcmp(payload, manifest_bytes, manifest_len) != 0) {
+        snprintf(run->dsse_err, sizeof run->dsse_err,
+                 "%s: the signed payload is not the bytes of %s", LS_MANIFEST_DSSE_FILE, LS_MANIFEST_FILE);
+        st = LS_ERR_SIGNATURE;
+    }
+cleanup:
+    run->dsse_status = (int)st;
+    EVP_PKEY_free(pub);
+    free(env);
+    free(payload);
+}
+
+/* ---- traces -------------------------------------------------------------- */
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static size_t lk_hash(int64_t step, int phase, int64_t member, int64_t layer, int dir) {
+    uint64_t h = 1469598103934665603ull;
+    int64_t k[5] = {step, phase, member, layer, dir};
+    return (size_t)fnv(h, k, sizeof k);
+}
+
+static ls_status lk_grow(ls_audit_rank *r) {
+    size_t ncap = r->lk_cap ? r->lk_cap * 2 : 1024;
+    ls_audit_layer_key *n = calloc(ncap, sizeof *n);
+    if (n == NULL) return LS_ERR_NOMEM;
+    for (size_t i = 0; i < r->lk_cap; i++) {
+        ls_audit_layer_key *k = &r->lk[i];
+        if (!k->used) continue;
+        size_t j = lk_hash(k->step, k->phase, k->member, k->layer, k->dir) & (ncap - 1);
+        while (n[j].used) j = (j + 1) & (ncap - 1);
+        n[j] = *k;
+    }
+    free(r->lk);
+    r->lk = n;
+    r->lk_cap = ncap;
+    return LS_OK;
+}
+
+const ls_audit_layer_key *ls_audit_layer_find(const ls_audit_rank *r, int64_t step, int phase, int64_t member,
+                                              int64_t layer, int dir) {
+    if (r->lk_cap == 0) return NULL;
+    size_t j = lk_hash(step, phase, member, layer, dir) & (r->lk_cap - 1);
+    while (r->lk[j].used) {
+        const ls_audit_layer_key *k = &r->lk[j];
+        if (k->step == step && k->phase == phase && k->member == member && k->layer == layer && k->dir == dir)
+            return k;
+        j = (j + 1) & (r->lk_cap - 1);
+    }
+    return NULL;
+}
+
+static ls_status lk_add(ls_audit_rank *r, int64_t step, int phase, int64_t member, int64_t layer, int dir,
+                        int kind, int64_t seq) {
+    if (member < INT32_MIN || member > INT32_MAX || layer < INT32_MIN || layer > INT32_MAX) {
+        r->lk_overflow = true;
+        return LS_OK;
+    }
+    if (r->lk_cap == 0 || (r->lk_used + 1) * 2 > r->lk_cap) {
+        if (r->lk_used >= LS_AUDIT_MAX_LAYER_KEYS) {
+            ls_audit_layer_key *k = (ls_audit_layer_key *)ls_audit_layer_find(r, step, phase, member, layer, dir);
+            if (k != NULL) k->count++;
+            else r->lk_overflow = true;
+            return LS_OK;
+        }
+        ls_status st = lk_grow(r);
+        if (st != LS_OK) return st;
+    }
+    size_t j = lk_hash(step, phase, member, layer, dir) & (r->lk_cap - 1);
+    while (r->lk[j].used) {
+        ls_audit_layer_key *k = &r->lk[j];
+        if (k->step == step && k->phase == phase && k->member == member && k->layer == layer && k->dir == dir) {
+            k->count++;
+            return LS_OK;
+        }
+        j = (j + 1) & (r->lk_cap - 1);
+    }
+    ls_audit_layer_key *k = &r->lk[j];
+    k->used = 1;
+    k->step = step;
+    k->phase = (uint8_t)phase;
+    k->member = (int32_t)member;
+    k->layer = (int32_t)layer;
+    k->dir = (uint8_t)dir;
+    k->kind = (uint8_t)kind;
+    k->count = 1;
+    k->first_seq = seq;
+    r->lk_used++;
+    return LS_OK;
+}
+
+typedef struct {
+    ls_audit_run *run;
+    ls_audit_rank *r;
+    int cur_phase;
+    int64_t cur_step;
+    ls_status st;
+} scan_ctx;
+
+static bool get_int(const cJSON *j, const char *key, int64_t *out) {
+    return ls_trace_json_int(cJSON_GetObjectItemCaseSensitive(j, key), out);
+}
+
+static const char *get_str(const cJSON *j, const char *key) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(j, key);
+    return cJSON_IsString(it) ? it->valuestring : NULL;
+}
+
+static double get_num(const cJSON *j, const char *key) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(j, key);
+    return cJSON_IsNumber(it) ? it->valuedouble : 0.0;
+}
+
+/* The facts of step s (grown on demand); NULL when s is out of range. */
+static ls_audit_step *step_at(scan_ctx *c, int64_t s) {
+    ls_audit_rank *r = c->r;
+    if (s < 0 || s >= LS_AUDIT_MAX_STEPS) {
+        r->steps_overflow = true;
+        return NULL;
+    }
+    if ((size_t)s >= r->steps_cap) {
+        size_t ncap = r->steps_cap ? r->steps_cap : 16;
+        while (ncap <= (size_t)s) ncap *= 2;
+        ls_audit_step *n = realloc(r->steps, ncap * sizeof *n);
+        if (n == NULL) {
+            c->st = LS_ERR_NOMEM;
+            return NULL;
+        }
+        memset(n + r->steps_cap, 0, (ncap - r->steps_cap) * sizeof *n);
+        r->steps = n;
+        r->steps_cap = ncap;
+    }
+    if (s + 1 > r->n_steps_seen) r->n_steps_seen = s + 1;
+    return &r->steps[s];
+}
+
+static void on_memory(scan_ctx *c, const ls_trace_event *ev) {
+    ls_audit_rank *r = c->r;
+    const cJSON *cats = cJSON_GetObjectItemCaseSensitive(ev->json, "categories");
+    int64_t tl = 0, tp = 0, rss = 0;
+    get_int(ev->json, "total_live", &tl);
+    get_int(ev->json, "total_peak", &tp);
+    get_int(ev->json, "rss_peak", &rss);
+    uint64_t sum_live = 0, sum_peak = 0, max_peak = 0;
+    const cJSON *cat;
+    cJSON_ArrayForEach(cat, cats) {
+        int64_t live = 0, peak = 0;
+        get_int(cat, "live", &live);
+        get_int(cat, "peak", &peak);
+        sum_live += (uint64_t)live;
+        sum_peak += (uint64_t)peak;
+        if ((uint64_t)peak > max_peak) max_peak = (uint64_t)peak;
+        int i = intern(c->run->mem_cats, &c->run->n_mem_cats, &c->run->names_overflow, cat->string);
+        if (i >= 0 && (uint64_t)peak > r->mem_peak[i]) r->mem_peak[i] = (uint64_t)peak;
+    }
+    r->n_memory++;
+    if ((uint64_t)tp > r->mem_total_peak) r->mem_total_peak = (uint64_t)tp;
+    if ((uint64_t)rss > r->mem_rss_peak) r->mem_rss_peak = (uint64_t)rss;
+    const char *why = NULL;
+    if (sum_live != (uint64_t)tl) why = "total_live is not the sum of the categories' live bytes";
+    else if ((uint64_t)tp < max_peak) why = "total_peak is below a category's peak";
+    else if ((uint64_t)tp > sum_peak) why = "total_peak is above the sum of the categories' peaks";
+    else if ((uint64_t)tp < (uint64_t)tl) why = "total_peak is below total_live";
+    if (why != NULL) {
+        if (r->mem_bad++ == 0) {
+            r->mem_bad_seq = ev->seq;
+            snprintf(r->mem_bad_detail, sizeof r->mem_bad_detail,
+                     "%s (total_live %lld, sum %llu; total_peak %lld, largest category %llu, sum %llu)", why,
+                     (long long)tl, (unsigned long long)sum_live, (long long)tp, (unsigned long long)max_peak,
+                     (unsigned long long)sum_peak);
+        }
+    }
+}
+
+static void on_collective(scan_ctx *c, const ls_trace_event *ev) {
+    ls_audit_rank *r = c->r;
+    ls_trace_collective tc;
+    if (ls_trace_decode_collective(ev->json, &tc) != LS_OK) return;
+    int g = intern(c->run->groups, &c->run->n_groups, &c->run->names_overflow, tc.group);
+    int p = intern(c->run->purposes, &c->run->n_purposes, &c->run->names_overflow, tc.purpose);
+    if (g < 0 || p < 0) return;
+    r->n_coll_total++;
+    int64_t key[6] = {tc.gseq, tc.op, tc.red, tc.count, tc.dtype, p};
+    r->group_hash[g] = fnv(r->group_hash[g] ? r->group_hash[g] : 1469598103934665603ull, key, sizeof key);
+    r->group_count[g]++;
+    size_t cap = LS_AUDIT_MAX_COLL / (c->run->world ? c->run->world : 1);
+    if (cap < 4096) cap = 4096;
+    if (r->n_coll >= cap) return; /* beyond: the per-group fingerprints above */
+    if (r->n_coll == r->coll_cap) {
+        size_t ncap = r->coll_cap ? r->coll_cap * 2 : 256;
+        ls_audit_coll *n = realloc(r->coll, ncap * sizeof *n);
+        if (n == NULL) {
+            c->st = LS_ERR_NOMEM;
+            return;
+        }
+        r->coll = n;
+        r->coll_cap = ncap;
+    }
+    ls_audit_coll *k = &r->coll[r->n_coll++];
+    k->seq = ev->seq;
+    k->gseq = tc.gseq;
+    k->count = tc.count;
+    k->layer = tc.has_layer ? tc.layer : -2;
+    k->step = c->cur_phase >= 0 ? c->cur_step : -1;
+    k->group = (uint16_t)g;
+    k->purpose = (uint16_t)p;
+    k->op = (uint8_t)tc.op;
+    k->red = (uint8_t)tc.red;
+    k->dtype = (uint8_t)tc.dtype;
+    k->phase = (uint8_t)(c->cur_phase >= 0 ? c->cur_phase : LS_AUDIT_NPHASE - 1);
+}
+
+static int on_event(const ls_trace_event *ev, void *user) {
+    scan_ctx *c = user;
+    ls_audit_rank *r = c->r;
+    r->n_events++;
+    r->last_seq = ev->seq;
+    snprintf(r->last_ev, sizeof r->last_ev, "%s", ev->ev);
+    if (r->n_events == 1) r->first_ts = ev->ts_ns;
+    r->last_ts = ev->ts_ns;
+    if (ev->flags & (LS_TRACE_EVF_FIELDS | LS_TRACE_EVF_UNKNOWN_KIND)) return 0; /* reported by the reader */
+    const cJSON *j = ev->json;
+    int64_t step = -1;
+    bool has_step = get_int(j, "step", &step);
+    ls_audit_step *sf = has_step ? step_at(c, step) : NULL;
+    if (sf != NULL && ev->prefix_frozen) sf->prefix_frozen = 1;
+    switch (ev->kind) {
+    case LS_TRACE_PHASE_BEGIN: {
+        const char *ph = get_str(j, "phase");
+        int p = ls_audit_phase_index(ph);
+        r->phase_begin[p]++;
+        c->cur_phase = p;
+        c->cur_step = step;
+        snprintf(r->last_phase, sizeof r->last_phase, "%s", ph ? ph : "?");
+        r->in_phase = true;
+        break;
+    }
+    case LS_TRACE_PHASE_END: {
+        int p = ls_audit_phase_index(get_str(j, "phase"));
+        r->phase_end[p]++;
+        int64_t w = 0;
+        if (get_int(j, "wall_ns", &w)) r->phase_wall_ns[p] += (uint64_t)w;
+        const cJSON *ok = cJSON_GetObjectItemCaseSensitive(j, "ok");
+        if (cJSON_IsTrue(ok) && sf != NULL) sf->phase_mask |= (uint8_t)(1u << p);
+        c->cur_phase = -1;
+        r->in_phase = false;
+        break;
+    }
+    case LS_TRACE_LAYER_END: {
+        ls_trace_layer_end le;
+        if (ls_trace_decode_layer_end(j, &le) != LS_OK) break;
+        int p = ls_audit_phase_index(le.phase);
+        if (le.dir == LS_TRACE_DIR_FWD) r->layer_fwd++;
+        else r->layer_bwd++;
+        r->last_step = le.step;
+        r->last_member = le.member;
+        r->last_layer = le.layer;
+        snprintf(r->last_layer_phase, sizeof r->last_layer_phase, "%s", le.phase);
+        snprintf(r->last_layer_dir, sizeof r->last_layer_dir, "%s", ls_trace_dir_name(le.dir));
+        c->st = lk_add(r, le.step, p, le.member, le.layer, (int)le.dir, (int)le.kind, ev->seq);
+        break;
+    }
+    case LS_TRACE_COLLECTIVE:
+        on_collective(c, ev);
+        break;
+    case LS_TRACE_OPTIMIZER_STEP:
+        if (sf != NULL && sf->opt_count++ == 0) sf->opt_seq = ev->seq;
+        break;
+    case LS_TRACE_PARAM_DIGEST: {
+        r->n_param_digests++;
+        const char *t = get_str(j, "target"), *h = get_str(j, "sha256");
+        if (t && h && strcmp(t, "trainable") == 0 && sf != NULL && sf->digest[0] == 0) {
+            snprintf(sf->digest, sizeof sf->digest, "%.64s", h);
+            sf->digest_seq = ev->seq;
+        }
+        break;
+    }
+    case LS_TRACE_MEMORY:
+        on_memory(c, ev);
+        break;
+    case LS_TRACE_ERROR:
+        if (r->n_errors++ == 0) {
+            r->first_error_seq = ev->seq;
+            const char *m = get_str(j, "message");
+            snprintf(r->first_error, sizeof r->first_error, "%.250s", m ? m : "(no message)");
+        }
+        break;
+    case LS_TRACE_RANK_COMPLETE:
+        r->rank_complete = true;
+        r->rank_complete_seq = ev->seq;
+        break;
+    case LS_TRACE_STEP_METRICS:
+        if (r->n_metrics < LS_AUDIT_MAX_STEPS) {
+            if (r->n_metrics == r->metrics_cap) {
+                size_t ncap = r->metrics_cap ? r->metrics_cap * 2 : 16;
+                ls_audit_step_metric *n = realloc(r->metrics, ncap * sizeof *n);
+                if (n == NULL) {
+                    c->st = LS_ERR_NOMEM;
+                    break;
+                }
+                r->metrics = n;
+                r->metrics_cap = ncap;
+            }
+            ls_audit_step_metric *m = &r->metrics[r->n_metrics++];
+            m->step = step;
+            m->seq = ev->seq;
+            m->loss = get_num(j, "loss");
+            m->reward_mean = get_num(j, "reward_mean");
+            m->kl_mean = get_num(j, "kl_mean");
+            m->grad_norm = get_num(j, "grad_norm");
+            m->step_wall_s = get_num(j, "step_wall_s");
+            m->prefix_frozen = ev->prefix_frozen;
+            const char *o = get_str(j, "objective");
+            m->sft = o != NULL && strcmp(o, "sft") == 0;
+        }
+        break;
+    default:
+        break;
+    }
+    return c->st != LS_OK;
+}
+
+static ls_status load_trace(ls_audit_run *run, ls_audit_rank *r) {
+    char dir[32];
+    ls_receipt_rank_dir(r->rank, dir, sizeof dir);
+    snprintf(r->trace_file, sizeof r->trace_file, "%s/events.jsonl.zst", dir);
+    r->last_step = r->last_member = r->last_layer = -2;
+    r->last_seq = r->first_error_seq = r->rank_complete_seq = r->mem_bad_seq = -1;
+    uint64_t sz = 0;
+    ls_status st = ls_audit_stat(run->run_dir, r->trace_file, 0, &sz, r->trace_err, sizeof r->trace_err);
+    if (st != LS_OK) return LS_OK; /* the rules name it */
+    r->trace_present = true;
+    char path[4096];
+    ls_audit_path(run->run_dir, r->trace_file, path, sizeof path);
+    scan_ctx c = {.run = run, .r = r, .cur_phase = -1, .cur_step = -1, .st = LS_OK};
+    st = ls_trace_read_file(path, on_event, &c, &r->report);
+    if (st == LS_ERR_NOMEM || st == LS_ERR_ARG || c.st == LS_ERR_NOMEM) return LS_ERR_NOMEM;
+    return LS_OK;
+}
+
+/* ---- receipts, world ----------------------------------------------------- */
+
+static void load_receipt(ls_audit_run *run, ls_audit_rank *r) {
+    char rel[64], dir[32];
+    ls_receipt_rank_dir(r->rank, dir, sizeof dir);
+    snprintf(rel, sizeof rel, "%s/receipt.json", dir);
+    struct stat sb;
+    char path[4096];
+    ls_audit_path(run->run_dir, dir, path, sizeof path);
+    r->dir_present = lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+    char *bytes = NULL;
+    size_t len = 0;
+    ls_status st = ls_audit_read(run->run_dir, rel, LS_AUDIT_MAX_JSON_FILE, &bytes, &len, r->receipt_err,
+                                 sizeof r->receipt_err);
+    if (st == LS_ERR_IO) {
+        uint64_t s = 0;
+        char why[64];
+        r->receipt_present = ls_audit_stat(run->run_dir, rel, 0, &s, why, sizeof why) != LS_ERR_IO;
+        return;
+    }
+    r->receipt_present = true;
+    if (st != LS_OK) return;
+    st = ls_receipt_parse(bytes, len, rel, &r->receipt, r->receipt_err, sizeof r->receipt_err);
+    free(bytes);
+    if (st != LS_OK) r->receipt = NULL;
+}
+
+/* Largest N+1 of rank-NNNN directories in the run directory (0: none). */
+static uint32_t scan_rank_dirs(const char *run_dir) {
+    DIR *d = opendir(run_dir);
+    if (d == NULL) return 0;
+    uint32_t w = 0;
+    struct dirent *de;
+    size_t n = 0;
+    while ((de = readdir(d)) != NULL && n++ < WALK_MAX_ENTRIES) {
+        const char *s = de->d_name;
+        if (strncmp(s, "rank-", 5) != 0 || strlen(s) < 9 || strlen(s) > 12) continue;
+        char *end = NULL;
+        unsigned long v = strtoul(s + 5, &end, 10);
+        if (*end != 0 || s[5] < '0' || s[5] > '9') continue;
+        if (v < LS_AUDIT_MAX_WORLD && v + 1 > w) w = (uint32_t)v + 1;
+    }
+    closedir(d);
+    return w;
+}
+
+static void derive_config(ls_audit_run *run) {
+    for (uint32_t i = 0; i < run->world && run->config == NULL; i++) {
+        const ls_receipt *rc = run->ranks[i].receipt;
+        if (rc == NULL) continue;
+        run->config = rc->config;
+        run->build_digest = get_str(rc->build, "build_digest");
+    }
+    if (run->config == NULL && run->manifest != NULL) {
+        run->config = run->manifest->config;
+        run->build_digest = get_str(run->manifest->build, "build_digest");
+    }
+    run->n_layers = -1;
+    if (run->config == NULL) return;
+    get_int(run->config, "n_layers", &run->n_layers);
+    const char *gm = get_str(run->config, "grad_mode");
+    run->full_mode = gm != NULL && strcmp(gm, "full") == 0;
+    const cJSON *f;
+    cJSON_ArrayForEach(f, cJSON_GetObjectItemCaseSensitive(run->config, "faults")) {
+        if (!cJSON_IsString(f)) continue;
+        run->any_fault = true;
+        if (strcmp(f->valuestring, "cp-local-attention") == 0) run->fault_local_attention = true;
+        if (strcmp(f->valuestring, "skip-dkv-reduce") == 0) run->fault_skip_dkv = true;
+        if (strcmp(f->valuestring, "skip-grad-finalize") == 0) run->fault_skip_finalize = true;
+    }
+}
+
+static void load_parity(ls_audit_run *run) {
+    char *bytes = NULL;
+    size_t len = 0;
+    ls_status st;
+    if (run->parity_path_opt != NULL) {
+        snprintf(run->parity_file, sizeof run->parity_file, "%.250s", run->parity_path_opt);
+        st = ls_json_read_bytes_capped(run->parity_path_opt, LS_AUDIT_MAX_JSON_FILE, &bytes, &len, run->parity_err,
+                                       sizeof run->parity_err);
+        run->parity_present = st != LS_ERR_IO;
+    } else {
+        snprintf(run->parity_file, sizeof run->parity_file, "parity.json");
+        st = ls_audit_read(run->run_dir, "parity.json", LS_AUDIT_MAX_JSON_FILE, &bytes, &len, run->parity_err,
+                           sizeof run->parity_err);
+        run->parity_present = st != LS_ERR_IO;
+    }
+    if (st != LS_OK) goto cleanup;
+    cJSON *doc = NULL;
+    st = ls_json_parse(bytes, len, run->parity_file, &doc, run->parity_err, sizeof run->parity_err);
+    if (st != LS_OK) goto cleanup;
+    const ls_schema *sc = NULL;
+    st = ls_schema_get("parity", &sc, run->parity_err, sizeof run->parity_err);
+    ls_schema_errors errs = {0};
+    if (st == LS_OK) st = ls_schema_validate(sc, doc, &errs);
+    if (st != LS_OK) {
+        char first[256];
+        ls_schema_errors_first(&errs, first, sizeof first);
+        snprintf(run->parity_err, sizeof run->parity_err, "%.100s: not a parity report: %.200s", run->parity_file, first);
+        cJSON_Delete(doc);
+    } else {
+        run->parity = doc;
+    }
+    ls_schema_errors_free(&errs);
+cleanup:
+    free(bytes);
+}
+
+ls_status ls_audit_load(const ls_audit_options *opt, ls_audit_run **out, char *err, size_t errlen) {
+    *out = NULL;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    struct stat sb;
+    if (opt == NULL || opt->run_dir == NULL) {
+        ls_json_errf(err, errlen, "no run directory given");
+        return LS_ERR_ARG;
+    }
+    if (stat(opt->run_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        ls_json_errf(err, errlen, "%s: not a run directory (%s)", opt->run_dir,
+                     errno ? strerror(errno) : "not a directory");
+        return LS_ERR_IO;
+    }
+    ls_audit_run *run = calloc(1, sizeof *run);
+    char *mbytes = NULL;
+    size_t mlen = 0;
+    ls_status st = LS_ERR_NOMEM;
+    if (run == NULL) goto cleanup;
+    run->run_dir = strdup(opt->run_dir);
+    if (run->run_dir == NULL) goto cleanup;
+    run->key_path = opt->key_path;
+    run->parity_path_opt = opt->parity_path;
+    /* the manifest */
+    st = ls_audit_read(run->run_dir, LS_MANIFEST_FILE, LS_AUDIT_MAX_JSON_FILE, &mbytes, &mlen, run->manifest_err,
+                       sizeof run->manifest_err);
+    run->manifest_present = st != LS_ERR_IO;
+    if (st == LS_OK) {
+        st = ls_manifest_parse(mbytes, mlen, LS_MANIFEST_FILE, &run->manifest, run->manifest_err,
+                               sizeof run->manifest_err);
+        if (st != LS_OK) run->manifest = NULL;
+    }
+    if (st == LS_ERR_NOMEM) goto cleanup;
+    /* the world */
+    uint32_t dirs = scan_rank_dirs(run->run_dir);
+    if (run->manifest != NULL && run->manifest->world <= LS_AUDIT_MAX_WORLD) {
+        run->world = run->manifest->world;
+        snprintf(run->world_source, sizeof run->world_source, "manifest");
+    } else {
+        run->world = dirs;
+        snprintf(run->world_source, sizeof run->world_source, "rank directories");
+    }
+    if (run->world == 0 && !run->manifest_present) {
+        ls_json_errf(err, errlen, "%s: not a run directory (no %s, no rank-NNNN directory)", opt->run_dir,
+                     LS_MANIFEST_FILE);
+        st = LS_ERR_FORMAT;
+        goto cleanup;
+    }
+    if (run->world < dirs) run->world = dirs; /* more rank dirs than the manifest says: audited too */
+    st = LS_ERR_NOMEM;
+    run->ranks = calloc(run->world ? run->world : 1, sizeof *run->ranks);
+    if (run->ranks == NULL) goto cleanup;
+    for (uint32_t i = 0; i < run->world; i++) {
+        run->ranks[i].rank = i;
+        load_receipt(run, &run->ranks[i]);
+    }
+    /* without a manifest the receipts or the trace headers may know a larger world */
+    if (run->manifest == NULL) {
+        uint32_t w = run->world;
+        for (uint32_t i = 0; i < run->world; i++)
+            if (run->ranks[i].receipt && run->ranks[i].receipt->world > w &&
+                run->ranks[i].receipt->world <= LS_AUDIT_MAX_WORLD)
+                w = run->ranks[i].receipt->world;
+        if (w > run->world) {
+            ls_audit_rank *n = realloc(run->ranks, w * sizeof *n);
+            if (n == NULL) goto cleanup;
+            memset(n + run->world, 0, (w - run->world) * sizeof *n);
+            run->ranks = n;
+            for (uint32_t i = run->world; i < w; i++) {
+                run->ranks[i].rank = i;
+                load_receipt(run, &run->ranks[i]);
+            }
+            run->world = w;
+            snprintf(run->world_source, sizeof run->world_source, "receipts");
+        }
+    }
+    for (uint32_t i = 0; i < run->world; i++) {
+        st = load_trace(run, &run->ranks[i]);
+        if (st != LS_OK) goto cleanup;
+    }
+    if (run->manifest != NULL) {
+        st = verify_subjects(run);
+        if (st != LS_OK) goto cleanup;
+    }
+    check_dsse(run, mbytes, mlen);
+    derive_config(run);
+    load_parity(run);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    run->load_seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    st = LS_OK;
+    *out = run;
+    run = NULL;
+cleanup:
+    if (st == LS_ERR_NOMEM) ls_json_errf(err, errlen, "%s: out of memory", opt->run_dir);
+    free(mbytes);
+    ls_audit_free(run);
+    return st;
+}
+
+void ls_audit_free(ls_audit_run *run) {
+    if (run == NULL) return;
+    for (uint32_t i = 0; run->ranks && i < run->world; i++) {
+        ls_audit_rank *r = &run->ranks[i];
+        ls_receipt_free(r->receipt);
+        ls_trace_report_free(&r->report);
+        free(r->lk);
+        free(r->coll);
+        free(r->steps);
+        free(r->metrics);
+    }
+    free(run->ranks);
+    for (size_t i = 0; i < run->n_groups; i++) free(run->groups[i]);
+    for (size_t i = 0; i < run->n_purposes; i++) free(run->purposes[i]);
+    for (size_t i = 0; i < run->n_mem_cats; i++) free(run->mem_cats[i]);
+    ls_manifest_free(run->manifest);
+    ls_verify_report_free(&run->verify);
+    cJSON_Delete(run->parity);
+    free(run->rules);
+    free(run->run_dir);
+    free(run);
+}

@@ -1,0 +1,150 @@
+/* report_json.c - the audit report document (schemas/audit-report.schema.json). */
+/* Evidence and messages are one bounded line each: truncation is intended. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
+#include "audit/audit.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "receipts/json_util.h"
+
+static const char *LEVEL_NAMES[5] = {"none", "execution capacity", "response-operator fidelity",
+                                     "distributed-update consistency", "full-gradient parity"};
+
+static int add_i64(cJSON *o, const char *k, int64_t v) {
+    return cJSON_AddNumberToObject(o, k, (double)v) ? 0 : -1;
+}
+
+static cJSON *rule_json(const ls_audit_rule *r) {
+    cJSON *c = cJSON_CreateObject();
+    if (c == NULL) return NULL;
+    cJSON_AddStringToObject(c, "id", r->id);
+    cJSON_AddStringToObject(c, "title", r->title);
+    cJSON_AddBoolToObject(c, "applicable", r->applicable);
+    cJSON_AddBoolToObject(c, "pass", r->pass);
+    ls_json_add_u64(c, "matched", r->matched);
+    cJSON *ev = cJSON_AddArrayToObject(c, "evidence");
+    for (size_t k = 0; ev && k < r->n_ev; k++) {
+        const ls_audit_evidence *e = &r->ev[k];
+        cJSON *o = cJSON_CreateObject();
+        if (o == NULL) break;
+        if (e->rank >= 0 && e->rank <= 65535) add_i64(o, "rank", e->rank);
+        cJSON_AddStringToObject(o, "file", e->file[0] ? e->file : ".");
+        if (e->seq >= 0) add_i64(o, "seq", e->seq);
+        cJSON_AddStringToObject(o, "detail", e->detail);
+        cJSON_AddItemToArray(ev, o);
+    }
+    ls_json_add_u64(c, "evidence_dropped", r->n_ev_dropped);
+    cJSON_AddStringToObject(c, "message", r->message);
+    return c;
+}
+
+static double fin(double d) { return isfinite(d) ? d : 0.0; }
+
+static cJSON *rank_json(const ls_audit_run *run, const ls_audit_rank *r) {
+    cJSON *o = cJSON_CreateObject();
+    if (o == NULL) return NULL;
+    add_i64(o, "rank", r->rank);
+    cJSON_AddBoolToObject(o, "receipt", r->receipt != NULL);
+    cJSON_AddStringToObject(o, "trace", r->trace_present ? ls_trace_end_name(r->report.end) : "missing");
+    ls_json_add_u64(o, "events", r->n_events);
+    cJSON *ph = cJSON_AddObjectToObject(o, "phases");
+    for (int p = 0; ph && p < LS_AUDIT_NPHASE; p++) {
+        if (r->phase_begin[p] == 0 && r->phase_end[p] == 0) continue;
+        cJSON *x = cJSON_AddObjectToObject(ph, ls_audit_phase_name(p));
+        if (x == NULL) continue;
+        ls_json_add_u64(x, "begun", r->phase_begin[p]);
+        ls_json_add_u64(x, "ended", r->phase_end[p]);
+        ls_json_add_u64(x, "wall_ns", r->phase_wall_ns[p]);
+    }
+    ls_json_add_u64(o, "layer_fwd", r->layer_fwd);
+    ls_json_add_u64(o, "layer_bwd", r->layer_bwd);
+    ls_json_add_u64(o, "collectives", r->n_coll_total);
+    uint64_t opt = 0;
+    for (size_t s = 0; s < r->steps_cap; s++) opt += r->steps[s].opt_count;
+    ls_json_add_u64(o, "optimizer_steps", opt);
+    ls_json_add_u64(o, "errors", r->n_errors);
+    cJSON_AddBoolToObject(o, "rank_complete", r->rank_complete);
+    cJSON *mem = cJSON_AddObjectToObject(o, "memory_peak_bytes");
+    for (size_t c = 0; mem && c < run->n_mem_cats; c++) ls_json_add_u64(mem, run->mem_cats[c], r->mem_peak[c]);
+    ls_json_add_u64(o, "total_peak_bytes", r->mem_total_peak);
+    ls_json_add_u64(o, "rss_peak_bytes", r->mem_rss_peak);
+    add_i64(o, "wall_ns", r->n_events > 1 ? r->last_ts - r->first_ts : 0);
+    cJSON *last = cJSON_AddObjectToObject(o, "last");
+    if (last) {
+        add_i64(last, "seq", r->last_seq);
+        cJSON_AddStringToObject(last, "event", r->last_ev);
+        cJSON_AddStringToObject(last, "phase", r->last_phase);
+        cJSON_AddBoolToObject(last, "in_phase", r->in_phase);
+        add_i64(last, "step", r->last_step);
+        add_i64(last, "member", r->last_member);
+        add_i64(last, "layer", r->last_layer);
+    }
+    cJSON *sm = cJSON_AddArrayToObject(o, "step_metrics");
+    for (size_t k = 0; sm && k < r->n_metrics; k++) {
+        const ls_audit_step_metric *m = &r->metrics[k];
+        cJSON *x = cJSON_CreateObject();
+        if (x == NULL) break;
+        add_i64(x, "step", m->step);
+        cJSON_AddNumberToObject(x, "loss", fin(m->loss));
+        cJSON_AddNumberToObject(x, "reward_mean", fin(m->reward_mean));
+        cJSON_AddNumberToObject(x, "kl_mean", fin(m->kl_mean));
+        cJSON_AddNumberToObject(x, "grad_norm", fin(m->grad_norm));
+        cJSON_AddNumberToObject(x, "step_wall_s", fin(m->step_wall_s));
+        cJSON_AddBoolToObject(x, "prefix_frozen", m->prefix_frozen);
+        cJSON_AddItemToArray(sm, x);
+    }
+    return o;
+}
+
+ls_status ls_audit_report_json(const ls_audit_run *run, cJSON **out) {
+    *out = NULL;
+    cJSON *doc = cJSON_CreateObject();
+    if (doc == NULL) return LS_ERR_NOMEM;
+    cJSON_AddStringToObject(doc, "schema", "urn:longstraw:schema:audit-report:v1");
+    cJSON_AddStringToObject(doc, "run", run->run_dir);
+    add_i64(doc, "level", run->level);
+    if (run->build_digest && strlen(run->build_digest) == 64)
+        cJSON_AddStringToObject(doc, "build_digest", run->build_digest);
+    else
+        cJSON_AddNullToObject(doc, "build_digest");
+    add_i64(doc, "world", run->world);
+    add_i64(doc, "steps", run->n_run_steps);
+    cJSON *levels = cJSON_AddArrayToObject(doc, "levels");
+    for (int l = 1; levels && l <= 4; l++) {
+        cJSON *lv = cJSON_CreateObject();
+        if (lv == NULL) break;
+        add_i64(lv, "level", l);
+        cJSON_AddStringToObject(lv, "name", LEVEL_NAMES[l]);
+        cJSON_AddBoolToObject(lv, "holds", run->level_holds[l]);
+        bool own = true;
+        cJSON *checks = cJSON_AddArrayToObject(lv, "checks");
+        for (size_t i = 0; checks && i < run->n_rules; i++) {
+            if (run->rules[i].level != l) continue;
+            if (run->rules[i].applicable && !run->rules[i].pass) own = false;
+            cJSON *c = rule_json(&run->rules[i]);
+            if (c) cJSON_AddItemToArray(checks, c);
+        }
+        cJSON_AddBoolToObject(lv, "rules_pass", own);
+        cJSON_AddItemToArray(levels, lv);
+    }
+    cJSON *ranks = cJSON_AddArrayToObject(doc, "ranks");
+    for (uint32_t i = 0; ranks && i < run->world; i++) {
+        cJSON *r = rank_json(run, &run->ranks[i]);
+        if (r) cJSON_AddItemToArray(ranks, r);
+    }
+    cJSON *fo = cJSON_AddObjectToObject(doc, "forensics");
+    if (fo) {
+        cJSON_AddStringToObject(fo, "first_divergent_collective", run->coll_divergence);
+        cJSON_AddStringToObject(fo, "first_digest_disagreement", run->digest_divergence);
+    }
+    /* a failed allocation anywhere above leaves a member out: refuse rather than write a partial report */
+    if (cJSON_GetArraySize(levels) != 4 || cJSON_GetArraySize(ranks) != (int)run->world || fo == NULL) {
+        cJSON_Delete(doc);
+        return LS_ERR_NOMEM;
+    }
+    *out = doc;
+    return LS_OK;
+}

@@ -1,0 +1,129 @@
+/* report_text.c - the human summary: the level, a table per rank, per-step
+ * metrics, forensics, then every failed rule with its evidence. */
+/* Evidence and messages are one bounded line each: truncation is intended. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
+#include "audit/audit.h"
+
+#include <string.h>
+
+static const char *LEVEL_NAMES[5] = {"none", "execution capacity", "response-operator fidelity",
+                                     "distributed-update consistency", "full-gradient parity"};
+
+static void mib(char *buf, size_t cap, uint64_t b) { snprintf(buf, cap, "%.2f MiB", (double)b / 1048576.0); }
+
+void ls_audit_report_text(const ls_audit_run *run, FILE *f) {
+    fprintf(f, "longstraw-audit %s: level %d (%s)\n", run->run_dir, run->level, LEVEL_NAMES[run->level]);
+    fprintf(f, "  world %u (from the %s), %lld step(s), build %.16s%s, grad_mode %s\n", (unsigned)run->world,
+            run->world_source, (long long)run->n_run_steps, run->build_digest ? run->build_digest : "(unknown)",
+            run->build_digest ? "..." : "", run->full_mode ? "full" : "detached");
+    for (int l = 1; l <= 4; l++) {
+        bool own = true;
+        for (size_t i = 0; i < run->n_rules; i++)
+            if (run->rules[i].level == l && run->rules[i].applicable && !run->rules[i].pass) own = false;
+        fprintf(f, "  L%d %-32s %s%s\n", l, LEVEL_NAMES[l], run->level_holds[l] ? "yes" : "no",
+                !run->level_holds[l] && own ? " (its own rules pass; a lower level does not hold)" : "");
+    }
+    /* per-rank table */
+    fprintf(f, "\n  rank  events  phases(b/e)  fwd   bwd   coll   opt  end         wall s\n");
+    for (uint32_t i = 0; i < run->world; i++) {
+        const ls_audit_rank *r = &run->ranks[i];
+        uint64_t pb = 0, pe = 0, opt = 0;
+        for (int p = 0; p < LS_AUDIT_NPHASE; p++) {
+            pb += r->phase_begin[p];
+            pe += r->phase_end[p];
+        }
+        for (size_t s = 0; s < r->steps_cap; s++) opt += r->steps[s].opt_count;
+        fprintf(f, "  %4u  %6llu  %5llu/%-5llu %5llu %5llu %6llu %4llu  %-10s %7.3f\n", (unsigned)i,
+                (unsigned long long)r->n_events, (unsigned long long)pb, (unsigned long long)pe,
+                (unsigned long long)r->layer_fwd, (unsigned long long)r->layer_bwd,
+                (unsigned long long)r->n_coll_total, (unsigned long long)opt,
+                r->trace_present ? ls_trace_end_name(r->report.end) : "no trace",
+                r->n_events > 1 ? (double)(r->last_ts - r->first_ts) * 1e-9 : 0.0);
+    }
+    fprintf(f, "\n  phase wall time per rank (s):\n  rank");
+    for (int p = 0; p < LS_AUDIT_NPHASE - 1; p++) fprintf(f, " %10s", ls_audit_phase_name(p));
+    fprintf(f, "\n");
+    for (uint32_t i = 0; i < run->world; i++) {
+        fprintf(f, "  %4u", (unsigned)i);
+        for (int p = 0; p < LS_AUDIT_NPHASE - 1; p++)
+            fprintf(f, " %10.3f", (double)run->ranks[i].phase_wall_ns[p] * 1e-9);
+        fprintf(f, "\n");
+    }
+    if (run->n_mem_cats > 0) {
+        fprintf(f, "\n  peak memory per category (trace memory events):\n");
+        for (size_t c = 0; c < run->n_mem_cats; c++) {
+            fprintf(f, "  %-22s", run->mem_cats[c]);
+            for (uint32_t i = 0; i < run->world && i < 8; i++) {
+                char b[32];
+                mib(b, sizeof b, run->ranks[i].mem_peak[c]);
+                fprintf(f, " %12s", b);
+            }
+            fprintf(f, "%s\n", run->world > 8 ? " ..." : "");
+        }
+        fprintf(f, "  %-22s", "total / rss");
+        for (uint32_t i = 0; i < run->world && i < 8; i++) {
+            char b[32], c2[32];
+            mib(b, sizeof b, run->ranks[i].mem_total_peak);
+            mib(c2, sizeof c2, run->ranks[i].mem_rss_peak);
+            fprintf(f, " %s/%s", b, c2);
+        }
+        fprintf(f, "\n");
+    }
+    /* per-step metrics of the first rank that has them */
+    for (uint32_t i = 0; i < run->world; i++) {
+        const ls_audit_rank *r = &run->ranks[i];
+        if (r->n_metrics == 0) continue;
+        fprintf(f, "\n  step metrics (rank %u):\n  step        loss  reward_mean     kl_mean   grad_norm   wall s\n",
+                (unsigned)i);
+        for (size_t k = 0; k < r->n_metrics; k++) {
+            const ls_audit_step_metric *m = &r->metrics[k];
+            fprintf(f, "  %4lld %11.4g %12.4g %11.4g %11.4g %8.3f%s\n", (long long)m->step, m->loss, m->reward_mean,
+                    m->kl_mean, m->grad_norm, m->step_wall_s, m->prefix_frozen ? " prefix_frozen" : "");
+        }
+        break;
+    }
+    /* forensics */
+    bool crashed = false;
+    for (uint32_t i = 0; i < run->world; i++)
+        if (!run->ranks[i].rank_complete) crashed = true;
+    if (crashed || run->coll_divergence[0] || run->digest_divergence[0]) {
+        fprintf(f, "\n  forensics:\n");
+        for (uint32_t i = 0; i < run->world; i++) {
+            const ls_audit_rank *r = &run->ranks[i];
+            if (r->rank_complete) continue;
+            if (!r->trace_present) {
+                fprintf(f, "  rank %u: no trace (%s)\n", (unsigned)i, r->trace_err);
+                continue;
+            }
+            fprintf(f,
+                    "  rank %u stopped: last phase %s%s, step %lld, member %lld, layer %lld (%s %s); last event seq %lld "
+                    "(%s); trace %s\n",
+                    (unsigned)i, r->last_phase[0] ? r->last_phase : "(none)", r->in_phase ? " (begun, not ended)" : "",
+                    (long long)r->last_step, (long long)r->last_member, (long long)r->last_layer, r->last_layer_phase,
+                    r->last_layer_dir, (long long)r->last_seq, r->last_ev, ls_trace_end_name(r->report.end));
+        }
+        if (run->coll_divergence[0]) fprintf(f, "  first divergent collective: %s\n", run->coll_divergence);
+        if (run->digest_divergence[0]) fprintf(f, "  replicated digests disagree first at %s\n", run->digest_divergence);
+    }
+    /* rules */
+    size_t failed = 0;
+    for (size_t i = 0; i < run->n_rules; i++)
+        if (run->rules[i].applicable && !run->rules[i].pass) failed++;
+    fprintf(f, "\n  rules: %zu, failed %zu\n", run->n_rules, failed);
+    for (size_t i = 0; i < run->n_rules; i++) {
+        const ls_audit_rule *r = &run->rules[i];
+        if (!r->applicable || r->pass) continue;
+        fprintf(f, "  FAIL L%d %s: %s\n", r->level, r->id, r->message);
+        for (size_t k = 0; k < r->n_ev; k++) {
+            const ls_audit_evidence *e = &r->ev[k];
+            fprintf(f, "       ");
+            if (e->rank >= 0) fprintf(f, "rank %lld ", (long long)e->rank);
+            fprintf(f, "%s", e->file);
+            if (e->seq >= 0) fprintf(f, " seq %lld", (long long)e->seq);
+            fprintf(f, ": %s\n", e->detail);
+        }
+        if (r->n_ev_dropped) fprintf(f, "       ... and %llu more\n", (unsigned long long)r->n_ev_dropped);
+    }
+}

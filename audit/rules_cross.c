@@ -1,0 +1,409 @@
+/* rules_cross.c - the cross-rank rules (world > 1): collectives matched like
+ * a flight recorder (per group, aligned by gseq: the same op, reduction,
+ * count, dtype and purpose on every member; missing ranks named; the first
+ * gseq where ranks diverge), the global composition collectives of every
+ * response attention layer (level 2), the dQ/dK/dV and finalize reductions
+ * and the identical replicated parameter digests (level 3). */
+/* Evidence and messages are one bounded line each: truncation is intended. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
+#include "audit/audit.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "receipts/trace_event.h"
+
+ls_status ls_audit_rules_cross(ls_audit_run *run);
+
+#define ADD(var, id, lvl, title, appl)                                  \
+    ls_audit_rule *var = ls_audit_rule_add(run, id, lvl, title, appl); \
+    if (var == NULL) return LS_ERR_NOMEM
+
+/* ---- a small counter table keyed by four integers ------------------------ */
+typedef struct {
+    int64_t k[4];
+    uint64_t count;
+    int64_t first_seq;
+    bool used;
+} cnt_entry;
+typedef struct {
+    cnt_entry *e;
+    size_t cap, used;
+} cnt_table;
+
+static size_t cnt_hash(const int64_t k[4]) {
+    uint64_t h = 1469598103934665603ull;
+    const unsigned char *b = (const unsigned char *)k;
+    for (size_t i = 0; i < 4 * sizeof(int64_t); i++) h = (h ^ b[i]) * 1099511628211ull;
+    return (size_t)h;
+}
+
+static ls_status cnt_add(cnt_table *t, int64_t a, int64_t b, int64_t c, int64_t d, uint64_t n, int64_t seq) {
+    if ((t->used + 1) * 2 > t->cap) {
+        size_t ncap = t->cap ? t->cap * 2 : 256;
+        cnt_entry *ne = calloc(ncap, sizeof *ne);
+        if (ne == NULL) return LS_ERR_NOMEM;
+        for (size_t i = 0; i < t->cap; i++) {
+            if (!t->e[i].used) continue;
+            size_t j = cnt_hash(t->e[i].k) & (ncap - 1);
+            while (ne[j].used) j = (j + 1) & (ncap - 1);
+            ne[j] = t->e[i];
+        }
+        free(t->e);
+        t->e = ne;
+        t->cap = ncap;
+    }
+    int64_t k[4] = {a, b, c, d};
+    size_t j = cnt_hash(k) & (t->cap - 1);
+    while (t->e[j].used && memcmp(t->e[j].k, k, sizeof k) != 0) j = (j + 1) & (t->cap - 1);
+    cnt_entry *e = &t->e[j];
+    if (!e->used) {
+        e->used = true;
+        memcpy(e->k, k, sizeof k);
+        e->first_seq = seq;
+        t->used++;
+    }
+    e->count += n;
+    if (seq >= 0 && (e->first_seq < 0 || seq < e->first_seq)) e->first_seq = seq;
+    return LS_OK;
+}
+
+static uint64_t cnt_get(const cnt_table *t, int64_t a, int64_t b, int64_t c, int64_t d) {
+    if (t->cap == 0) return 0;
+    int64_t k[4] = {a, b, c, d};
+    size_t j = cnt_hash(k) & (t->cap - 1);
+    while (t->e[j].used) {
+        if (memcmp(t->e[j].k, k, sizeof k) == 0) return t->e[j].count;
+        j = (j + 1) & (t->cap - 1);
+    }
+    return 0;
+}
+
+static int purpose_index(const ls_audit_run *run, const char *name) {
+    for (size_t i = 0; i < run->n_purposes; i++)
+        if (strcmp(run->purposes[i], name) == 0) return (int)i;
+    return -1000; /* never seen: its counts are 0 */
+}
+
+/* ---- flight-recorder matching -------------------------------------------- */
+
+/* Whether rank r is a member of group name (from any trace header; all ranks
+ * when no header names the group). */
+static bool group_member(const ls_audit_run *run, const char *name, uint32_t r) {
+    for (uint32_t i = 0; i < run->world; i++) {
+        const cJSON *h = run->ranks[i].report.header;
+        const cJSON *g;
+        cJSON_ArrayForEach(g, cJSON_GetObjectItemCaseSensitive(h, "groups")) {
+            const cJSON *n = cJSON_GetObjectItemCaseSensitive(g, "name");
+            if (!cJSON_IsString(n) || strcmp(n->valuestring, name) != 0) continue;
+            const cJSON *m;
+            cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(g, "members")) {
+                if (cJSON_IsNumber(m) && m->valuedouble == (double)r) return true;
+            }
+            return false;
+        }
+    }
+    return true;
+}
+
+static void coll_desc(const ls_audit_run *run, const ls_audit_coll *c, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s %s count %lld %s purpose %s%s", ls_trace_op_name((ls_trace_op)c->op),
+             ls_trace_red_name((ls_trace_red)c->red), (long long)c->count, ls_trace_dtype_name((ls_trace_dtype)c->dtype),
+             run->purposes[c->purpose], "");
+}
+
+static ls_status match_group(ls_audit_run *run, ls_audit_rule *rule, uint16_t g, bool *first_div) {
+    uint32_t W = run->world;
+    size_t **idx = calloc(W, sizeof *idx);
+    size_t *n = calloc(W, sizeof *n), *pos = calloc(W, sizeof *pos);
+    bool *member = calloc(W, sizeof *member);
+    ls_status st = LS_ERR_NOMEM;
+    if (!idx || !n || !pos || !member) goto cleanup;
+    for (uint32_t r = 0; r < W; r++) {
+        const ls_audit_rank *rk = &run->ranks[r];
+        member[r] = group_member(run, run->groups[g], r);
+        if (!member[r]) continue;
+        idx[r] = malloc((rk->n_coll ? rk->n_coll : 1) * sizeof **idx);
+        if (idx[r] == NULL) goto cleanup;
+        for (size_t k = 0; k < rk->n_coll; k++) {
+            if (rk->coll[k].group != g) continue;
+            if (n[r] > 0 && rk->coll[idx[r][n[r] - 1]].gseq >= rk->coll[k].gseq)
+                ls_audit_rule_fail(rule, r, rk->trace_file, rk->coll[k].seq,
+                                   "group %s: gseq %lld after gseq %lld (not increasing)", run->groups[g],
+                                   (long long)rk->coll[k].gseq, (long long)rk->coll[idx[r][n[r] - 1]].gseq);
+            idx[r][n[r]++] = k;
+        }
+    }
+    uint64_t diverged = 0;
+    for (;;) {
+        int64_t gmin = INT64_MAX;
+        for (uint32_t r = 0; r < W; r++)
+            if (member[r] && pos[r] < n[r] && run->ranks[r].coll[idx[r][pos[r]]].gseq < gmin)
+                gmin = run->ranks[r].coll[idx[r][pos[r]]].gseq;
+        if (gmin == INT64_MAX) break;
+        const ls_audit_coll *ref = NULL;
+        uint32_t ref_rank = 0;
+        char in[200] = "", out[200] = "";
+        size_t lin = 0, lout = 0;
+        bool missing = false, mismatch = false;
+        for (uint32_t r = 0; r < W; r++) {
+            if (!member[r]) continue;
+            const ls_audit_coll *c = pos[r] < n[r] ? &run->ranks[r].coll[idx[r][pos[r]]] : NULL;
+            if (c != NULL && c->gseq == gmin) {
+                rule->matched++;
+                if (lin < sizeof in) lin += (size_t)snprintf(in + lin, sizeof in - lin, "%s%u", lin ? "," : "", r);
+                if (ref == NULL) {
+                    ref = c;
+                    ref_rank = r;
+                } else if (c->op != ref->op || c->red != ref->red || c->count != ref->count ||
+                           c->dtype != ref->dtype || c->purpose != ref->purpose) {
+                    mismatch = true;
+                    if (diverged < 4) {
+                        char a[160], b[160];
+                        coll_desc(run, c, a, sizeof a);
+                        coll_desc(run, ref, b, sizeof b);
+                        ls_audit_rule_fail(rule, r, run->ranks[r].trace_file, c->seq,
+                                           "group %s gseq %lld: %s; rank %u has %s", run->groups[g], (long long)gmin,
+                                           a, (unsigned)ref_rank, b);
+                    }
+                }
+            } else {
+                missing = true;
+                if (lout < sizeof out) lout += (size_t)snprintf(out + lout, sizeof out - lout, "%s%u", lout ? "," : "", r);
+            }
+        }
+        if (missing) {
+            char a[160];
+            coll_desc(run, ref, a, sizeof a);
+            if (diverged < 4) {
+                for (uint32_t r = 0; r < W; r++) {
+                    if (!member[r]) continue;
+                    const ls_audit_coll *c = pos[r] < n[r] ? &run->ranks[r].coll[idx[r][pos[r]]] : NULL;
+                    if (c != NULL && c->gseq == gmin) continue;
+                    const ls_audit_coll *prev = pos[r] > 0 ? &run->ranks[r].coll[idx[r][pos[r] - 1]] : NULL;
+                    ls_audit_rule_fail(rule, r, run->ranks[r].trace_file, prev ? prev->seq : -1,
+                                       "group %s gseq %lld (%s, entered by ranks %s): missing on rank %u (its previous "
+                                       "collective in the group: gseq %lld, seq %lld)",
+                                       run->groups[g], (long long)gmin, a, in, (unsigned)r,
+                                       prev ? (long long)prev->gseq : -1LL, prev ? (long long)prev->seq : -1LL);
+                }
+            }
+            if (!*first_div) {
+                *first_div = true;
+                snprintf(run->coll_divergence, sizeof run->coll_divergence,
+                         "group %s gseq %lld (%s, step %lld, phase %s, layer %lld): entered by ranks %s, not by ranks %s",
+                         run->groups[g], (long long)gmin, a, (long long)ref->step, ls_audit_phase_name(ref->phase),
+                         (long long)ref->layer, in, out);
+            }
+        }
+        if (missing || mismatch) diverged++;
+        for (uint32_t r = 0; r < W; r++)
+            if (member[r] && pos[r] < n[r] && run->ranks[r].coll[idx[r][pos[r]]].gseq == gmin) pos[r]++;
+    }
+    if (diverged > 4)
+        ls_audit_rule_fail(rule, -1, ".", -1, "group %s: %llu gseq values diverge in all", run->groups[g],
+                           (unsigned long long)diverged);
+    st = LS_OK;
+cleanup:
+    for (uint32_t r = 0; idx && r < W; r++) free(idx[r]);
+    free(idx);
+    free(n);
+    free(pos);
+    free(member);
+    return st;
+}
+
+static ls_status rule_match(ls_audit_run *run) {
+    ADD(m, "collectives.match", 1, "every collective matched across the ranks of its group (flight recorder)",
+        run->world > 1);
+    if (!m->applicable) {
+        ls_audit_rule_close(m);
+        return LS_OK;
+    }
+    bool first_div = false;
+    for (size_t g = 0; g < run->n_groups; g++) {
+        ls_status st = match_group(run, m, (uint16_t)g, &first_div);
+        if (st != LS_OK) return st;
+        /* beyond the kept records: per-group fingerprints */
+        for (uint32_t r = 1; r < run->world; r++) {
+            const ls_audit_rank *a = &run->ranks[0], *b = &run->ranks[r];
+            if (a->n_coll_total == a->n_coll && b->n_coll_total == b->n_coll) continue;
+            if (a->group_count[g] != b->group_count[g] || a->group_hash[g] != b->group_hash[g])
+                ls_audit_rule_fail(m, r, b->trace_file, -1,
+                                   "group %s: beyond the %zu collectives kept, %llu calls fingerprint differently from "
+                                   "rank 0's %llu",
+                                   run->groups[g], b->n_coll, (unsigned long long)b->group_count[g],
+                                   (unsigned long long)a->group_count[g]);
+        }
+    }
+    if (run->names_overflow) ls_audit_rule_fail(m, -1, ".", -1, "more distinct groups or purposes than the audit holds");
+    ls_audit_rule_close(m);
+    return LS_OK;
+}
+
+/* ---- required collectives ------------------------------------------------ */
+
+typedef struct {
+    cnt_table layers; /* (step, phase, layer, dir) -> attention/gdn layer events (kind in d) */
+    cnt_table coll;   /* (step, phase, layer, purpose) -> collectives */
+} rank_tables;
+
+static ls_status build_tables(const ls_audit_rank *r, rank_tables *t) {
+    ls_status st = LS_OK;
+    for (size_t k = 0; st == LS_OK && k < r->lk_cap; k++) {
+        const ls_audit_layer_key *lk = &r->lk[k];
+        if (!lk->used) continue;
+        bool attn = lk->kind == LS_TRACE_LAYER_ATTN || lk->kind == LS_TRACE_LAYER_MLA;
+        bool gdn = lk->kind == LS_TRACE_LAYER_GDN;
+        if (!attn && !gdn) continue;
+        st = cnt_add(&t->layers, lk->step, lk->phase, lk->layer, lk->dir * 2 + (attn ? 1 : 0), lk->count, lk->first_seq);
+    }
+    for (size_t k = 0; st == LS_OK && k < r->n_coll; k++) {
+        const ls_audit_coll *c = &r->coll[k];
+        st = cnt_add(&t->coll, c->step, c->phase, c->layer, c->purpose, 1, c->seq);
+    }
+    return st;
+}
+
+static void tables_free(rank_tables *t) {
+    free(t->layers.e);
+    free(t->coll.e);
+}
+
+/* For every layer-event entry of (phase, dir, attn) on rank r: the purposes
+ * need at least `per_event ? events : 1` collectives at the same step,
+ * phase and layer. */
+static uint64_t require(ls_audit_run *run, ls_audit_rule *rule, const ls_audit_rank *r, const rank_tables *t, int phase,
+                    int dir, bool attn, const char *const *purposes, size_t np, bool per_event, uint64_t *shown) {
+    uint64_t entries = 0;
+    for (size_t k = 0; k < t->layers.cap; k++) {
+        const cnt_entry *e = &t->layers.e[k];
+        if (!e->used || e->k[1] != phase || e->k[3] != dir * 2 + (attn ? 1 : 0)) continue;
+        entries++;
+        for (size_t p = 0; p < np; p++) {
+            rule->matched++;
+            uint64_t want = per_event ? e->count : 1;
+            uint64_t got = cnt_get(&t->coll, e->k[0], phase, e->k[2], purpose_index(run, purposes[p]));
+            if (got >= want) continue;
+            if ((*shown)++ < 4)
+                ls_audit_rule_fail(rule, r->rank, r->trace_file, e->first_seq,
+                                   "step %lld %s layer %lld (%s %s): %llu %s collective(s), %llu required",
+                                   (long long)e->k[0], ls_audit_phase_name(phase), (long long)e->k[2],
+                                   attn ? "attention" : "gdn", dir ? "bwd" : "fwd", (unsigned long long)got, purposes[p],
+                                   (unsigned long long)want);
+        }
+    }
+    return entries;
+}
+
+static ls_status rules_required(ls_audit_run *run) {
+    bool multi = run->world > 1;
+    ADD(cmp, "collectives.composition", 2,
+        "global composition (lse_max, lse_sum, out_sum) for every response attention layer", multi);
+    ADD(dkv, "collectives.dkv", 3, "dQ and dK/dV reductions for every response attention backward (and the "
+        "reverse ring in full mode)", multi);
+    ADD(fin, "collectives.finalize", 3, "finalize reductions every step (grad_finalize in full mode, digest_check)",
+        multi);
+    if (multi) {
+        static const char *const merge[] = {"lse_max", "lse_sum", "out_sum"};
+        static const char *const back[] = {"dq_sum", "dkv_sum"};
+        static const char *const ring[] = {"dkv_ring"};
+        static const char *const chain[] = {"state_grad_handoff"};
+        static const char *const f_full[] = {"grad_finalize", "digest_check"};
+        static const char *const f_det[] = {"digest_check"};
+        for (uint32_t i = 0; i < run->world; i++) {
+            const ls_audit_rank *r = &run->ranks[i];
+            if (!r->trace_present) {
+                ls_audit_rule_fail(cmp, i, r->trace_file, -1, "rank %u: no trace", (unsigned)i);
+                ls_audit_rule_fail(dkv, i, r->trace_file, -1, "rank %u: no trace", (unsigned)i);
+                ls_audit_rule_fail(fin, i, r->trace_file, -1, "rank %u: no trace", (unsigned)i);
+                continue;
+            }
+            rank_tables t = {0};
+            ls_status st = build_tables(r, &t);
+            if (st != LS_OK) {
+                tables_free(&t);
+                return st;
+            }
+            uint64_t s1 = 0, s2 = 0, s3 = 0;
+            uint64_t nf = require(run, cmp, r, &t, LS_PHASE_SCORE, LS_TRACE_DIR_FWD, true, merge, 3, true, &s1);
+            nf += require(run, cmp, r, &t, LS_PHASE_REPLAY, LS_TRACE_DIR_FWD, true, merge, 3, true, &s1);
+            if (nf == 0)
+                ls_audit_rule_fail(cmp, i, r->trace_file, r->last_seq, "rank %u traced no response attention forward",
+                                   (unsigned)i);
+            if (require(run, dkv, r, &t, LS_PHASE_REPLAY, LS_TRACE_DIR_BWD, true, back, 2, true, &s2) == 0)
+                ls_audit_rule_fail(dkv, i, r->trace_file, r->last_seq, "rank %u traced no response attention backward",
+                                   (unsigned)i);
+            if (run->full_mode) {
+                require(run, dkv, r, &t, LS_PHASE_PROMPT_BWD, LS_TRACE_DIR_BWD, true, ring, 1, false, &s2);
+                require(run, dkv, r, &t, LS_PHASE_PROMPT_BWD, LS_TRACE_DIR_BWD, false, chain, 1, false, &s2);
+            }
+            for (int64_t s = 0; s < run->n_run_steps; s++) {
+                const char *const *fp = run->full_mode ? f_full : f_det;
+                size_t nfp = run->full_mode ? 2 : 1;
+                for (size_t p = 0; p < nfp; p++) {
+                    fin->matched++;
+                    if (cnt_get(&t.coll, s, LS_PHASE_FINALIZE, -2, purpose_index(run, fp[p])) > 0) continue;
+                    if (s3++ < 4)
+                        ls_audit_rule_fail(fin, i, r->trace_file, -1, "step %lld finalize: no %s collective",
+                                           (long long)s, fp[p]);
+                }
+            }
+            tables_free(&t);
+        }
+    }
+    ls_audit_rule_close(cmp);
+    ls_audit_rule_close(dkv);
+    ls_audit_rule_close(fin);
+    return LS_OK;
+}
+
+/* ---- replicated parameter digests ---------------------------------------- */
+
+static ls_status rule_digests(ls_audit_run *run) {
+    ADD(d, "digests.replicated", 3, "replicated parameter digests identical across ranks after every step",
+        run->world > 1);
+    if (d->applicable) {
+        uint64_t shown = 0;
+        for (int64_t s = 0; s < run->n_run_steps; s++) {
+            const char *ref = NULL;
+            uint32_t ref_rank = 0;
+            for (uint32_t i = 0; i < run->world; i++) {
+                const ls_audit_rank *r = &run->ranks[i];
+                const ls_audit_step *sf = (size_t)s < r->steps_cap ? &r->steps[s] : NULL;
+                if (sf == NULL || sf->digest[0] == 0) {
+                    if (shown++ < 4)
+                        ls_audit_rule_fail(d, i, r->trace_file, r->last_seq,
+                                           "step %lld: no \"trainable\" param_digest on rank %u", (long long)s,
+                                           (unsigned)i);
+                    continue;
+                }
+                d->matched++;
+                if (ref == NULL) {
+                    ref = sf->digest;
+                    ref_rank = i;
+                } else if (strcmp(ref, sf->digest) != 0) {
+                    if (!run->digest_divergence[0])
+                        snprintf(run->digest_divergence, sizeof run->digest_divergence,
+                                 "step %lld: rank %u has %.16s..., rank %u has %.16s...", (long long)s, (unsigned)i,
+                                 sf->digest, (unsigned)ref_rank, ref);
+                    if (shown++ < 4)
+                        ls_audit_rule_fail(d, i, r->trace_file, sf->digest_seq,
+                                           "step %lld: trainable digest %.16s... differs from rank %u's %.16s...",
+                                           (long long)s, sf->digest, (unsigned)ref_rank, ref);
+                }
+            }
+        }
+    }
+    ls_audit_rule_close(d);
+    return LS_OK;
+}
+
+ls_status ls_audit_rules_cross(ls_audit_run *run) {
+    ls_status st = rule_match(run);
+    if (st == LS_OK) st = rules_required(run);
+    if (st == LS_OK) st = rule_digests(run);
+    return st;
+}

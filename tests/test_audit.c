@@ -1,0 +1,594 @@
+/* test_audit.c - longstraw-audit against runs the trainer makes (single rank
+ * and, with MPI, CP-2 under mpirun) and against damaged copies of them: each
+ * damage is detected by the rule that owns it, with the rank, file and event
+ * seq as evidence; exit codes; the JSON report valid against its schema; the
+ * JUnit report one testcase per rule.
+ *
+ * Fixtures are made once per test binary run in /tmp/ls-audit-fix-PID (PID:
+ * the Criterion runner's) and removed by a POST_ALL hook; every test copies
+ * the fixture it damages into its own scratch directory. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
+#include <criterion/criterion.h>
+#include <criterion/hooks.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "receipts/json_util.h"
+#include "receipts/schema.h"
+#include "test_tmpdir.h"
+
+#define TRAIN LS_BINARY_DIR "/trainer/longstraw-train"
+#define AUDIT LS_BINARY_DIR "/audit/longstraw-audit"
+#define SIGN LS_BINARY_DIR "/receipts/longstraw-sign"
+#define CFG LS_SOURCE_DIR "/configs/hybrid-tiny.json"
+#define TRAIN_ARGS "--config " CFG " --prompt-len 64 --quiet"
+
+static char tmpdir[256];
+static void setup(void) { ls_test_tmpdir_make(tmpdir, "audit"); }
+static void teardown(void) { ls_test_tmpdir_remove(tmpdir); }
+
+static void fixture_root(char *buf, size_t cap, pid_t pid) { snprintf(buf, cap, "/tmp/ls-audit-fix-%d", (int)pid); }
+
+ReportHook(POST_ALL)(struct criterion_global_stats *stats) {
+    (void)stats;
+    char root[128], cmd[256];
+    fixture_root(root, sizeof root, getpid());
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", root);
+}
+
+static int sh(const char *cmd) {
+    int st = system(cmd);
+    cr_assert(WIFEXITED(st), "%s did not exit normally", cmd);
+    return WEXITSTATUS(st);
+}
+
+/* The fixture `name`, made with `train` (a trainer command line ending in
+ * --out) the first time it is asked for; its path into out.  want_rc < 0:
+ * any non-zero exit. */
+static void fixture(const char *name, const char *train, int want_rc, char *out, size_t cap) {
+    char root[128];
+    fixture_root(root, sizeof root, getppid());
+    mkdir(root, 0755);
+    snprintf(out, cap, "%s/%s", root, name);
+    struct stat sb;
+    if (stat(out, &sb) == 0) return;
+    char cmd[4096], tmp[600];
+    snprintf(tmp, sizeof tmp, "%s.tmp", out);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && %s '%s' >'%s.log' 2>&1", tmp, train, tmp, out);
+    int rc = sh(cmd);
+    if (want_rc < 0)
+        cr_assert_neq(rc, 0, "%s: exit 0, expected a failure", cmd);
+    else
+        cr_assert_eq(rc, want_rc, "%s: exit %d, expected %d", cmd, rc, want_rc);
+    cr_assert_eq(rename(tmp, out), 0, "rename %s", tmp);
+}
+
+static void single_run(char *out, size_t cap) {
+    fixture("single", TRAIN " " TRAIN_ARGS " --steps 2 --out", 0, out, cap);
+}
+
+#if defined(LS_MPIEXEC)
+#define MPI_PREFIX "OMP_NUM_THREADS=1 timeout 120 " LS_MPIEXEC " " LS_MPIRUN_FLAGS " -np 2 " TRAIN " " TRAIN_ARGS
+static void cp2_run(char *out, size_t cap) {
+    fixture("cp2", MPI_PREFIX " --steps 2 --grad-mode full --out", 0, out, cap);
+}
+#endif
+
+/* A copy of src in the test's scratch directory. */
+static void copy_run(const char *src, const char *name, char *out, size_t cap) {
+    snprintf(out, cap, "%s/%s", tmpdir, name);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "cp -a '%s' '%s'", src, out);
+    cr_assert_eq(sh(cmd), 0);
+}
+
+/* Runs the audit with --json into the scratch dir; returns the exit status
+ * and the parsed report (schema-checked) in *doc (NULL when none). */
+static int audit(const char *run, const char *extra, cJSON **doc) {
+    char cmd[4096], json[512];
+    snprintf(json, sizeof json, "%s/report.json", tmpdir);
+    unlink(json);
+    snprintf(cmd, sizeof cmd, "%s '%s' --json '%s' %s >'%s/audit.out' 2>'%s/audit.err'", AUDIT, run, json,
+             extra ? extra : "", tmpdir, tmpdir);
+    int rc = sh(cmd);
+    if (doc == NULL) return rc;
+    *doc = NULL;
+    char err[512];
+    if (rc == 2) return rc;
+    cr_assert_eq(ls_json_read_file(json, doc, err, sizeof err), LS_OK, "%s", err);
+    const ls_schema *s = NULL;
+    cr_assert_eq(ls_schema_get("audit-report", &s, err, sizeof err), LS_OK, "%s", err);
+    ls_schema_errors errs = {0};
+    ls_status st = ls_schema_validate(s, *doc, &errs);
+    char first[512];
+    ls_schema_errors_first(&errs, first, sizeof first);
+    ls_schema_errors_free(&errs);
+    cr_assert_eq(st, LS_OK, "the audit report fails its schema: %s", first);
+    return rc;
+}
+
+static const cJSON *rule(const cJSON *doc, const char *id) {
+    const cJSON *lv, *c;
+    cJSON_ArrayForEach(lv, cJSON_GetObjectItem(doc, "levels")) {
+        cJSON_ArrayForEach(c, cJSON_GetObjectItem(lv, "checks")) {
+            if (strcmp(cJSON_GetObjectItem(c, "id")->valuestring, id) == 0) return c;
+        }
+    }
+    cr_assert_fail("no rule %s in the report", id);
+    return NULL;
+}
+
+static bool passes(const cJSON *doc, const char *id) {
+    return cJSON_IsTrue(cJSON_GetObjectItem(rule(doc, id), "pass"));
+}
+
+static int level(const cJSON *doc) { return cJSON_GetObjectItem(doc, "level")->valueint; }
+
+/* The rule fails with an evidence item naming rank (-1: any), a file ending
+ * in file (NULL: any), seq (-2: any; -1: must have one) and containing text
+ * (NULL: any). */
+static void expect_fail(const cJSON *doc, const char *id, int rank, const char *file, long long seq,
+                        const char *text) {
+    const cJSON *r = rule(doc, id);
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(r, "pass")), "rule %s passes; expected it to fail", id);
+    const cJSON *e;
+    char seen[2048] = "";
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(r, "evidence")) {
+        const cJSON *er = cJSON_GetObjectItem(e, "rank"), *es = cJSON_GetObjectItem(e, "seq");
+        const char *ef = cJSON_GetObjectItem(e, "file")->valuestring;
+        const cJSON *ed = cJSON_GetObjectItem(e, "detail");
+        const char *d = ed ? ed->valuestring : "";
+        size_t l = strlen(seen);
+        snprintf(seen + l, sizeof seen - l, "[%d %s %lld %s] ", er ? er->valueint : -1, ef,
+                 es ? (long long)es->valuedouble : -1LL, d);
+        if (rank >= 0 && (!er || er->valueint != rank)) continue;
+        if (file && (strlen(ef) < strlen(file) || strcmp(ef + strlen(ef) - strlen(file), file) != 0)) continue;
+        if (seq == -1 && !es) continue;
+        if (seq >= 0 && (!es || (long long)es->valuedouble != seq)) continue;
+        if (text && !strstr(d, text)) continue;
+        return;
+    }
+    cr_assert_fail("rule %s: no evidence with rank %d, file %s, seq %lld, text '%s'; evidence: %s", id, rank,
+                   file ? file : "*", seq, text ? text : "*", seen);
+}
+
+/* Rewrites a trace: every line through fn (which may drop it: return 0, or
+ * write its own lines), seq renumbered when renumber. */
+typedef int (*line_fn)(const char *line, FILE *out, long idx, void *user);
+static void rewrite_trace(const char *path, line_fn fn, void *user, bool renumber) {
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "zstd -q -dc '%s'", path);
+    FILE *in = popen(cmd, "r");
+    cr_assert_not_null(in);
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s.plain", path);
+    FILE *out = fopen(tmp, "w");
+    cr_assert_not_null(out);
+    static char line[1 << 20];
+    long idx = 0, seq = 0;
+    while (fgets(line, sizeof line, in)) {
+        char buf[1 << 16];
+        FILE *mem = fmemopen(buf, sizeof buf, "w");
+        int keep = fn(line, mem, idx++, user);
+        if (keep) fputs(line, mem);
+        fclose(mem);
+        for (char *p = buf, *nl; *p; p = nl + 1) { /* renumber each line written */
+            nl = strchr(p, '\n');
+            if (!nl) break;
+            *nl = 0;
+            char *s = strstr(p, "\"seq\":");
+            if (renumber && s && strncmp(p, "{\"v\":1,\"rank\"", 13) == 0) {
+                char *e = s + 6;
+                while (*e >= '0' && *e <= '9') e++;
+                fprintf(out, "%.*s\"seq\":%ld%s\n", (int)(s - p), p, seq++, e);
+            } else {
+                fprintf(out, "%s\n", p);
+            }
+        }
+    }
+    cr_assert_eq(pclose(in), 0);
+    fclose(out);
+    snprintf(cmd, sizeof cmd, "zstd -q -f --rm '%s' -o '%s'", tmp, path);
+    cr_assert_eq(sh(cmd), 0);
+}
+
+/* ---- positive fixtures ---------------------------------------------------- */
+
+Test(audit, single_rank_run_proves_level_1, .init = setup, .fini = teardown, .timeout = 120) {
+    char run[512];
+    single_run(run, sizeof run);
+    cJSON *doc = NULL;
+    cr_assert_eq(audit(run, "--require-level 1", &doc), 0);
+    cr_expect_eq(level(doc), 1);
+    const cJSON *lv = cJSON_GetArrayItem(cJSON_GetObjectItem(doc, "levels"), 0);
+    const cJSON *c;
+    int n1 = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(lv, "checks")) {
+        n1++;
+        cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(c, "pass")), "level-1 rule %s fails: %s",
+                  cJSON_GetObjectItem(c, "id")->valuestring, cJSON_GetObjectItem(c, "message")->valuestring);
+    }
+    cr_expect_geq(n1, 14);
+    /* cross-rank rules do not apply to one rank */
+    cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(rule(doc, "collectives.match"), "applicable")));
+    expect_fail(doc, "parity.build", -1, "parity.json", -2, "no parity report");
+    cJSON_Delete(doc);
+    cr_expect_eq(audit(run, "--require-level 2", NULL), 1);
+    cr_expect_eq(audit(run, "--require-level 0 --quiet", NULL), 0);
+    /* JUnit: one testcase per rule, a failure per failed applicable rule */
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s '%s' --quiet --junit '%s/j.xml' --require-level 0", AUDIT, run, tmpdir);
+    cr_assert_eq(sh(cmd), 0);
+    snprintf(cmd, sizeof cmd, "test $(grep -c '<testcase ' '%s/j.xml') -eq 24 && test $(grep -c '<failure ' '%s/j.xml') -eq 5",
+             tmpdir, tmpdir);
+    cr_expect_eq(sh(cmd), 0, "JUnit: 24 testcases, 5 failures (4 parity rules, full mode) expected");
+    snprintf(cmd, sizeof cmd, "python3 -c \"import xml.dom.minidom,sys; xml.dom.minidom.parse(sys.argv[1])\" '%s/j.xml'",
+             tmpdir);
+    cr_expect_eq(sh(cmd), 0, "the JUnit file is not well-formed XML");
+}
+
+Test(audit, unusable_input_and_bad_usage_exit_2, .init = setup, .fini = teardown) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s %s/no-such-run 2>%s/e.txt", AUDIT, tmpdir, tmpdir);
+    cr_expect_eq(sh(cmd), 2);
+    snprintf(cmd, sizeof cmd, "grep -q 'no-such-run' %s/e.txt", tmpdir);
+    cr_expect_eq(sh(cmd), 0, "the reason names the directory");
+    snprintf(cmd, sizeof cmd, "%s %s 2>/dev/null", AUDIT, tmpdir); /* an empty directory */
+    cr_expect_eq(sh(cmd), 2);
+    cr_expect_eq(sh(AUDIT " 2>/dev/null"), 2);
+    cr_expect_eq(sh(AUDIT " /tmp --require-level 5 2>/dev/null"), 2);
+    cr_expect_eq(sh(AUDIT " /tmp --bogus 2>/dev/null"), 2);
+    cr_expect_eq(sh(AUDIT " --help >/dev/null"), 0);
+}
+
+/* ---- damage to a single-rank run ----------------------------------------- */
+
+static void flip_byte(const char *path, long off_from_end_or_start, bool from_end) {
+    FILE *f = fopen(path, "r+b");
+    cr_assert_not_null(f, "%s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    long off = from_end ? n - off_from_end_or_start : off_from_end_or_start;
+    fseek(f, off, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, off, SEEK_SET);
+    fputc(c ^ 0x01, f);
+    fclose(f);
+}
+
+Test(audit, flipped_byte_in_a_receipt, .init = setup, .fini = teardown, .timeout = 120) {
+    char src[512], run[600], p[800];
+    single_run(src, sizeof src);
+    copy_run(src, "r", run, sizeof run);
+    snprintf(p, sizeof p, "%s/rank-0000/receipt.json", run);
+    flip_byte(p, 40, false); /* inside the document */
+    cJSON *doc = NULL;
+    cr_expect_eq(audit(run, NULL, &doc), 1);
+    expect_fail(doc, "manifest.digests", 0, "rank-0000/receipt.json", -2, "sha256");
+    cr_expect_eq(level(doc), 0);
+    cJSON_Delete(doc);
+}
+
+Test(audit, tampered_receipt_value, .init = setup, .fini = teardown, .timeout = 120) {
+    char src[512], run[600], cmd[1600];
+    single_run(src, sizeof src);
+    copy_run(src, "r", run, sizeof run);
+    /* a schema-valid lie: one step fewer prefix-frozen... here: the events count */
+    snprintf(cmd, sizeof cmd,
+             "python3 -c \"import json,sys; p=sys.argv[1]; d=json.load(open(p)); d['predicate']['events']['count']-=1; "
+             "json.dump(d,open(p,'w'))\" '%s/rank-0000/receipt.json'",
+             run);
+    cr_assert_eq(sh(cmd), 0);
+    cJSON *doc = NULL;
+    cr_expect_eq(audit(run, NULL, &doc), 1);
+    expect_fail(doc, "manifest.digests", 0, "rank-0000/receipt.json", -2, "sha256");
+    expect_fail(doc, "trace.valid", 0, "rank-0000/events.jsonl.zst", -1, "the receipt says");
+    cJSON_Delete(doc);
+}
+
+Test(audit, flipped_byte_in_the_manifest, .init = setup, .fini = teardown, .timeout = 120) {
+    char src[512], run[600], cmd[1600];
+    single_run(src, sizeof src);
+    copy_run(src, "r", run, sizeof run);
+    /* a digest character changed: the manifest parses, the file no longer matches */
+    snprintf(cmd, sizeof cmd,
+             "python3 -c \"import sys; p=sys.argv[1]; b=bytearray(open(p,'rb').read()); i=b.index(b'sha256')+10; "
+             "b[i]=ord('0') if b[i]!=ord('0') else ord('1'); open(p,'wb').write(b)\" '%s/manifest.json'",
+             run);
+    cr_assert_eq(sh(cmd), 0);
+    cJSON *doc = NULL;
+    cr_expect_eq(audit(run, NULL, &doc), 1);
+    expect_fail(doc, "manifest.digests", 0, "rank-0000/events.jsonl.zst", -2, "the manifest says");
+    cJSON_Delete(doc);
+    /* a structural byte: the manifest is invalid */
+    char p[800];
+    snprintf(p, sizeof p, "%s/manifest.json", run);
+    flip_byte(p, 0, false); /* '{' -> 'z' */
+    cr_expect_eq(audit(run, NULL, &doc), 1);
+    expect_fail(doc, "manifest.valid", -1, "manifest.json", -2, NULL);
+    cJSON_Delete(doc);
+}
+
+Test(audit, flipped_byte_in_a_trace, .init = setup, .fini = teardown, .timeout = 120) {
+    char src[512], run[600], p[800];
+    single_run(src, sizeof src);
+    copy_run(src, "r", run, sizeof run);
+    snprintf(p, sizeof p, "%s/rank-0000/events.jsonl.zst", run);
+    flip_byte(p, 2000, true);
+    cJSON *doc = NULL;
+    cr_expect_eq(audit(run, NULL, &doc), 1);
+    expect_fail(doc, "manifest.digests", 0, "rank-0000/events.jsonl.zst", -2, "sha256");
+    expect_fail(doc, "trace.valid", 0, "rank-0000/events.jsonl.zst", -1, NULL);
+    cJSON_Delete(doc);
+}
+
+Test(audit, truncated_trace, .init = setup, .fini = teardown, .timeout = 120) {
+    char src[512], run[600], p[800];
+    single_run(src, sizeof src);
+    copy_run(src, "r", run, sizeof run);
+    snprintf(p, sizeof p, "%s/rank-0000/events.jsonl.zst", run);
+    struct stat sb;
+    cr_assert_eq(stat(p, &sb), 0);
+    cr_assert_eq(truncate(p, sb.st_size / 2), 0);
+    cJSON *doc = NULL;
+    cr_expect_eq(audit(run, NULL, &doc), 1);
+    expect_fail(doc, "trace.valid", 0, "rank-0000/events.jsonl.zst", -1, "truncated");
+    expect_fail(doc, "rank.complete", 0, "rank-0000/events.jsonl.zst", -1, "never completed");
+    cJSON_Delete(doc);
+}
+
+static int dup_line(const char *line, FILE *out, long idx, void *user) {
+    (void)user;
+    if (idx == 20) fputs(line, out); /* written twice */
+    return 1;
+}
+static int swap_lines(const char *line, FILE *out, long idx, void *user) {
+    static char held[1 << 16];
+    (void)user;
+    if (idx == 20) {
+        snprintf(held, sizeof held, "%s", line);
+        return 0;
+    }
+    fputs(line, out);
+    if (idx == 21) fputs(held, out);
+    return 0;
+}
+
+Test(audit, duplicated_and_reordered_events, .init = setup, .fini = teardown, .timeout = 120) {
+    char src[512], run[600], p[800];
+    single_run(src, sizeof src);
+    copy_run(src, "d", run, sizeof run);
+    snprintf(p, sizeof p, "%s/rank-0000/events.jsonl.zst", run);
+    rewrite_trace(p, dup_line, NULL, false);
+    cJSON *doc = NULL;
+    cr_expect_eq(audit(run, NULL, &doc), 1);
+    expect_fail(doc, "trace.valid", 0, "rank-0000/events.jsonl.zst", 19, "seq_duplicate");
+    cJSON_Delete(doc);
+    copy_run(src, "o", run, sizeof run);
+    snprintf(p, sizeof p, "%s/rank-0000/events.jsonl.zst", run);
+    rewrite_trace(p, swap_lines, NULL, false);
+    cr_expect_eq(audit(run, NULL, &doc), 1);
+    expect_fail(doc, "trace.valid", 0, "rank-0000/events.jsonl.zst", -1, "seq_");
+    cJSON_Delete(doc);
+}
+
+Test(audit, signature_checked_with_key, .init = setup, .fini = teardown, .timeout = 120) {
+    char src[512], run[600], cmd[2400];
+    single_run(src, sizeof src);
+    copy_run(src, "r", run, sizeof run);
+    snprintf(cmd, sizeof cmd,
+             "%s keygen --private %s/a.pem --public %s/a.pub >/dev/null && %s keygen --private %s/b.pem --public "
+             "%s/b.pub >/dev/null && %s sign %s --key %s/a.pem >/dev/null",
+             SIGN, tmpdir, tmpdir, SIGN, tmpdir, tmpdir, SIGN, run, tmpdir);
+    cr_assert_eq(sh(cmd), 0);
+    cJSON *doc = NULL;
+    snprintf(cmd, sizeof cmd, "--key %s/a.pub", tmpdir);
+    cr_expect_eq(audit(run, cmd, &doc), 0);
+    cr_expect(passes(doc, "manifest.signature"));
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(rule(doc, "manifest.signature"), "applicable")));
+    cJSON_Delete(doc);
+    snprintf(cmd, sizeof cmd, "--key %s/b.pub", tmpdir); /* the wrong key */
+    cr_expect_eq(audit(run, cmd, &doc), 1);
+    expect_fail(doc, "manifest.signature", -1, "manifest.dsse.json", -2, NULL);
+    cr_expect_eq(level(doc), 0);
+    cJSON_Delete(doc);
+}
+
+/* A parity report written by hand: a TEST FIXTURE for the level logic only
+ * (no parity tool exists yet), naming the given build digest. */
+static void write_parity_fixture(const char *path, const char *build, int world, const char *family) {
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f,
+            "{\"schema\":\"urn:longstraw:schema:parity:v1\",\"build_digest\":\"%s\",\"family\":\"%s\","
+            "\"dtype\":\"f64\",\"created_unix_ns\":0,\"pass\":true,\"checks\":["
+            "{\"name\":\"fixture-logprob\",\"kind\":\"logprob\",\"reference\":\"fixture\",\"candidate\":\"fixture\","
+            "\"world\":%d,\"max_abs_err\":0,\"max_rel_err\":0,\"tolerance\":1e-10,\"pass\":true},"
+            "{\"name\":\"fixture-cp-grad\",\"kind\":\"cp_grad\",\"reference\":\"fixture\",\"candidate\":\"fixture\","
+            "\"world\":%d,\"max_abs_err\":0,\"max_rel_err\":0,\"tolerance\":1e-10,\"pass\":true},"
+            "{\"name\":\"fixture-grad\",\"kind\":\"grad\",\"reference\":\"fixture\",\"candidate\":\"fixture\","
+            "\"world\":%d,\"max_abs_err\":0,\"max_rel_err\":0,\"tolerance\":1e-10,\"pass\":true}]}\n",
+            build, family, world, world, world);
+    fclose(f);
+}
+
+static const char *build_of(const cJSON *doc) { return cJSON_GetObjectItem(doc, "build_digest")->valuestring; }
+
+Test(audit, levels_with_a_parity_fixture, .init = setup, .fini = teardown, .timeout = 120) {
+    char run[512], par[600], args[800];
+    single_run(run, sizeof run);
+    cJSON *doc = NULL;
+    cr_assert_eq(audit(run, NULL, &doc), 0);
+    char build[65];
+    snprintf(build, sizeof build, "%s", build_of(doc));
+    cJSON_Delete(doc);
+    snprintf(par, sizeof par, "%s/parity.json", tmpdir);
+    snprintf(args, sizeof args, "--parity %s", par);
+    /* same build, all checks pass: levels 2 and 3 hold; 4 needs full mode (this run is detached) */
+    write_parity_fixture(par, build, 1, "hybrid");
+    cr_expect_eq(audit(run, args, &doc), 0);
+    cr_expect_eq(level(doc), 3);
+    expect_fail(doc, "config.full_mode", -1, NULL, -2, "detached");
+    cJSON_Delete(doc);
+    snprintf(args, sizeof args, "--parity %s --require-level 3", par);
+    cr_expect_eq(audit(run, args, NULL), 0);
+    snprintf(args, sizeof args, "--parity %s --require-level 4", par);
+    cr_expect_eq(audit(run, args, NULL), 1);
+    /* a parity report of another build proves nothing */
+    write_parity_fixture(par, "0000000000000000000000000000000000000000000000000000000000000000", 1, "hybrid");
+    snprintf(args, sizeof args, "--parity %s", par);
+    cr_expect_eq(audit(run, args, &doc), 0);
+    cr_expect_eq(level(doc), 1);
+    expect_fail(doc, "parity.build", -1, "parity.json", -2, "from build 0000");
+    cJSON_Delete(doc);
+}
+
+/* ---- CP-2 ------------------------------------------------------------------ */
+#if defined(LS_MPIEXEC)
+
+Test(audit, cp2_full_run_proves_level_1_with_every_cross_rank_rule, .init = setup, .fini = teardown, .timeout = 180) {
+    char run[512];
+    cp2_run(run, sizeof run);
+    cJSON *doc = NULL;
+    cr_assert_eq(audit(run, "--require-level 1", &doc), 0);
+    cr_expect_eq(level(doc), 1);
+    static const char *cross[] = {"collectives.match", "collectives.composition", "collectives.dkv",
+                                  "collectives.finalize", "digests.replicated"};
+    for (size_t i = 0; i < sizeof cross / sizeof *cross; i++) {
+        const cJSON *r = rule(doc, cross[i]);
+        cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(r, "applicable")), "%s does not apply", cross[i]);
+        cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(r, "pass")), "%s fails: %s", cross[i],
+                  cJSON_GetObjectItem(r, "message")->valuestring);
+        cr_expect_gt(cJSON_GetObjectItem(r, "matched")->valuedouble, 0);
+    }
+    cJSON_Delete(doc);
+    /* full mode with a same-build parity fixture for world 2: level 4 */
+    char par[600], args[800], build[65];
+    cr_assert_eq(audit(run, NULL, &doc), 0);
+    snprintf(build, sizeof build, "%s", build_of(doc));
+    cJSON_Delete(doc);
+    snprintf(par, sizeof par, "%s/parity.json", tmpdir);
+    write_parity_fixture(par, build, 2, "hybrid");
+    snprintf(args, sizeof args, "--parity %s --require-level 4", par);
+    cr_expect_eq(audit(run, args, &doc), 0);
+    cr_expect_eq(level(doc), 4);
+    cJSON_Delete(doc);
+    write_parity_fixture(par, build, 1, "hybrid"); /* parity of another world size: not CP-2's */
+    snprintf(args, sizeof args, "--parity %s", par);
+    cr_expect_eq(audit(run, args, &doc), 0);
+    cr_expect_eq(level(doc), 1);
+    expect_fail(doc, "parity.logprob", -1, "parity.json", -2, "world 2");
+    cJSON_Delete(doc);
+}
+
+Test(audit, cp2_deleted_rank_directory, .init = setup, .fini = teardown, .timeout = 180) {
+    char src[512], run[600], cmd[1400];
+    cp2_run(src, sizeof src);
+    copy_run(src, "r", run, sizeof run);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s/rank-0001'", run);
+    cr_assert_eq(sh(cmd), 0);
+    cJSON *doc = NULL;
+    cr_expect_eq(audit(run, NULL, &doc), 1);
+    expect_fail(doc, "receipts.valid", 1, "rank-0001/receipt.json", -2, "directory is missing");
+    expect_fail(doc, "manifest.digests", 1, "rank-0001/events.jsonl.zst", -2, "missing");
+    expect_fail(doc, "rank.complete", 1, "rank-0001/events.jsonl.zst", -2, "no trace");
+    expect_fail(doc, "collectives.match", 1, "rank-0001/events.jsonl.zst", -2, "missing on rank 1");
+    cJSON_Delete(doc);
+}
+
+typedef struct {
+    long dropped_idx;
+    char gseq[32];
+} drop_ctx;
+
+static int drop_first_lse(const char *line, FILE *out, long idx, void *user) {
+    drop_ctx *d = user;
+    (void)out;
+    if (d->dropped_idx < 0 && strstr(line, "\"purpose\":\"lse_max\"")) {
+        d->dropped_idx = idx;
+        const char *g = strstr(line, "\"gseq\":");
+        snprintf(d->gseq, sizeof d->gseq, "gseq %ld", strtol(g + 7, NULL, 10));
+        return 0;
+    }
+    return 1;
+}
+
+Test(audit, cp2_removed_collective_on_one_rank, .init = setup, .fini = teardown, .timeout = 180) {
+    char src[512], run[600], p[800];
+    cp2_run(src, sizeof src);
+    copy_run(src, "r", run, sizeof run);
+    snprintf(p, sizeof p, "%s/rank-0001/events.jsonl.zst", run);
+    drop_ctx d = {.dropped_idx = -1};
+    rewrite_trace(p, drop_first_lse, &d, true); /* seq renumbered: the gap is hidden from the reader */
+    cr_assert_geq(d.dropped_idx, 0);
+    cJSON *doc = NULL;
+    cr_expect_eq(audit(run, NULL, &doc), 1);
+    /* the flight recorder names rank 1, its file, the seq of its previous collective, and the gseq */
+    expect_fail(doc, "collectives.match", 1, "rank-0001/events.jsonl.zst", -1, d.gseq);
+    expect_fail(doc, "manifest.digests", 1, "rank-0001/events.jsonl.zst", -2, "sha256");
+    const char *fo = cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "forensics"), "first_divergent_collective")->valuestring;
+    cr_expect(strstr(fo, d.gseq) && strstr(fo, "not by ranks 1"), "forensics: %s", fo);
+    cJSON_Delete(doc);
+}
+
+static void fault_run(const char *fault, char *out, size_t cap) {
+    char name[64], cmd[2048];
+    snprintf(name, sizeof name, "fault-%s", fault);
+    snprintf(cmd, sizeof cmd, MPI_PREFIX " --steps 1 --grad-mode full --fault %s --out", fault);
+    fixture(name, cmd, 0, out, cap);
+}
+
+Test(audit, fault_skip_dkv_reduce, .init = setup, .fini = teardown, .timeout = 180) {
+    char run[512];
+    fault_run("skip-dkv-reduce", run, sizeof run);
+    cJSON *doc = NULL;
+    cr_expect_eq(audit(run, NULL, &doc), 0);
+    cr_expect_eq(level(doc), 1, "the faults leave level 1 (execution) intact");
+    expect_fail(doc, "collectives.dkv", -1, "events.jsonl.zst", -1, "dkv_sum");
+    expect_fail(doc, "digests.replicated", 1, "rank-0001/events.jsonl.zst", -1, "step 0");
+    cr_expect(passes(doc, "collectives.composition"));
+    cJSON_Delete(doc);
+}
+
+Test(audit, fault_skip_grad_finalize, .init = setup, .fini = teardown, .timeout = 180) {
+    char run[512];
+    fault_run("skip-grad-finalize", run, sizeof run);
+    cJSON *doc = NULL;
+    cr_expect_eq(audit(run, NULL, &doc), 0);
+    expect_fail(doc, "collectives.finalize", -1, "events.jsonl.zst", -2, "grad_finalize");
+    expect_fail(doc, "digests.replicated", 1, "rank-0001/events.jsonl.zst", -1, "step 0");
+    cr_expect(passes(doc, "collectives.dkv"));
+    cJSON_Delete(doc);
+}
+
+Test(audit, fault_cp_local_attention, .init = setup, .fini = teardown, .timeout = 180) {
+    char run[512];
+    fault_run("cp-local-attention", run, sizeof run);
+    cJSON *doc = NULL;
+    cr_expect_eq(audit(run, NULL, &doc), 0);
+    expect_fail(doc, "collectives.composition", -1, "events.jsonl.zst", -1, "lse_max");
+    cJSON_Delete(doc);
+}
+
+Test(audit, killed_rank_named_with_its_phase_and_layer, .init = setup, .fini = teardown, .timeout = 180) {
+    char run[512];
+    fixture("kill1", MPI_PREFIX " --steps 1 --grad-mode full --fault kill-rank=1 --out", -1, run, sizeof run);
+    cJSON *doc = NULL;
+    cr_expect_eq(audit(run, "--require-level 1", &doc), 1);
+    expect_fail(doc, "rank.complete", 1, "rank-0001/events.jsonl.zst", -1, "last phase replay");
+    expect_fail(doc, "rank.complete", 1, "rank-0001/events.jsonl.zst", -1, "layer 7");
+    expect_fail(doc, "receipts.valid", 1, "rank-0001/receipt.json", -2, "never finished");
+    const cJSON *r1 = cJSON_GetArrayItem(cJSON_GetObjectItem(doc, "ranks"), 1);
+    const cJSON *last = cJSON_GetObjectItem(r1, "last");
+    cr_expect_str_eq(cJSON_GetObjectItem(last, "phase")->valuestring, "replay");
+    cr_expect_eq(cJSON_GetObjectItem(last, "layer")->valueint, 7);
+    cJSON_Delete(doc);
+}
+#endif
