@@ -57,6 +57,7 @@ flags_for() {
   case $1 in
     fuzz_safetensors|fuzz_trace_reader) echo "-max_len=8192" ;;
     fuzz_checkpoint) echo "-max_len=16384" ;; # valid micro checkpoints are 6-9 KiB
+    fuzz_audit) echo "-max_len=65536" ;;       # packed run directories: a 1-step run is 18-58 KiB
     *) echo "-max_len=4096" ;;
   esac
 }
