@@ -1,0 +1,38 @@
+/* html.h - longstraw-audit --html: one self-contained HTML page of a run.
+ *
+ * The page needs nothing else: no script (a Content-Security-Policy meta
+ * forbids any), no external resource, styles inline.  It shows
+ *  - the verdict (section id="verdict"): the report's "level" and, per
+ *    level, its name and whether it holds; "no verdict" when the report is
+ *    NULL or has no usable level;
+ *  - the rule table (section id="rules"): every check of every level with
+ *    PASS/FAIL, its message and its evidence (rank, file, seq; the first 50
+ *    per check, then a count);
+ *  - memory over time (section id="memory"): one inline <svg> per rank
+ *    whose trace could be opened, plotting the live bytes of the total and
+ *    of each category (at most 23 categories, the rest noted) from the
+ *    rank's memory events against seconds since the rank's trace opened;
+ *    a rank without memory events gets an <svg> saying so, a missing or
+ *    refused rank a note and no <svg>.
+ * The report follows schemas/audit-report.schema.json; members this module
+ * does not know are ignored, members of the wrong type are skipped.
+ *
+ * Every string taken from the run or the report is HTML-escaped (& < > "
+ * ' become entities, control characters and invalid UTF-8 become U+FFFD):
+ * a hostile run cannot inject markup.  Memory is bounded per rank: a plot
+ * keeps at most 1024 points per series, merging neighbours (their maxima)
+ * as a trace grows; ranks are read one at a time.  The file is written with
+ * ls_atomic_write (temporary file + rename). */
+#ifndef LS_AUDIT_HTML_H
+#define LS_AUDIT_HTML_H
+#include <stddef.h>
+
+#include <cjson/cJSON.h>
+
+/* Writes the page for run_dir and report (borrowed; may be NULL) to
+ * out_path.  0 when written, 2 when run_dir is unusable (not a directory,
+ * no rank) or out_path cannot be written, with the reason in err[err_len]
+ * (err may be NULL).  Never reads outside run_dir. */
+int ls_audit_html_write(const char *run_dir, const cJSON *report, const char *out_path, char *err,
+                        size_t err_len);
+#endif
