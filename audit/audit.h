@@ -31,7 +31,7 @@
 #include "receipts/receipt.h"
 #include "receipts/trace_reader.h"
 
-#define LS_AUDIT_MAX_WORLD 4096           /* ranks the audit accepts */
+#include "audit/run_files.h" /* LS_AUDIT_MAX_WORLD: ranks the audit accepts */
 #define LS_AUDIT_MAX_COLL ((size_t)1 << 22) /* collectives kept over all ranks (then fingerprints) */
 #define LS_AUDIT_MAX_LAYER_KEYS ((size_t)1 << 20) /* distinct (step,phase,member,layer,dir) per rank */
 #define LS_AUDIT_MAX_STEPS 65536          /* steps with per-step facts */

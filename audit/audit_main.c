@@ -10,20 +10,9 @@
 #include "receipts/json_util.h"
 #include "receipts/schema.h"
 
-#if defined(__has_include)
-#if __has_include("audit/timeline.h")
-#include "audit/timeline.h"
-#define LS_AUDIT_HAVE_TIMELINE 1
-#endif
-#if __has_include("audit/html.h")
-#include "audit/html.h"
-#define LS_AUDIT_HAVE_HTML 1
-#endif
-#if __has_include("audit/diff.h")
 #include "audit/diff.h"
-#define LS_AUDIT_HAVE_DIFF 1
-#endif
-#endif
+#include "audit/html.h"
+#include "audit/timeline.h"
 
 static void usage(FILE *f) {
     fputs("usage: longstraw-audit RUN [--require-level N] [--json FILE] [--junit FILE] [--timeline FILE]\n"
@@ -55,12 +44,7 @@ static int bad(const char *fmt, const char *arg) {
 
 int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "diff") == 0) {
-#ifdef LS_AUDIT_HAVE_DIFF
         return ls_audit_diff_main(argc - 1, argv + 1);
-#else
-        fprintf(stderr, "longstraw-audit: diff is not built into this binary\n");
-        return 2;
-#endif
     }
     const char *run_dir = NULL, *json = NULL, *junit = NULL, *timeline = NULL, *html = NULL, *key = NULL,
                *parity = NULL;
@@ -96,12 +80,6 @@ int main(int argc, char **argv) {
         *slot = argv[++i];
     }
     if (run_dir == NULL) return bad("%s", "no run directory given");
-#ifndef LS_AUDIT_HAVE_TIMELINE
-    if (timeline) return bad("%s: --timeline is not built into this binary", timeline);
-#endif
-#ifndef LS_AUDIT_HAVE_HTML
-    if (html) return bad("%s: --html is not built into this binary", html);
-#endif
     char err[512] = "";
     ls_audit_options opt = {.run_dir = run_dir, .key_path = key, .parity_path = parity};
     ls_audit_run *run = NULL;
@@ -131,18 +109,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "longstraw-audit: --junit %s: %s\n", junit, err);
         goto cleanup;
     }
-#ifdef LS_AUDIT_HAVE_TIMELINE
     if (timeline && ls_audit_timeline_write(run_dir, timeline, err, sizeof err) != 0) {
         fprintf(stderr, "longstraw-audit: --timeline %s: %s\n", timeline, err);
         goto cleanup;
     }
-#endif
-#ifdef LS_AUDIT_HAVE_HTML
     if (html && ls_audit_html_write(run_dir, doc, html, err, sizeof err) != 0) {
         fprintf(stderr, "longstraw-audit: --html %s: %s\n", html, err);
         goto cleanup;
     }
-#endif
     rc = run->level >= require ? 0 : 1;
     if (!quiet)
         printf("\nrequired level %d: %s (level %d proven)\n", require, rc == 0 ? "met" : "NOT met", run->level);

@@ -36,11 +36,12 @@
 
 #include <cjson/cJSON.h>
 
+#include "audit/run_files.h"
 #include "common/status.h"
 
 #define LS_AUDIT_DIFF_SCHEMA "urn:longstraw:schema:audit-diff:v1"
 /* Ranks compared at most (a larger claimed world is unusable input). */
-#define LS_AUDIT_DIFF_MAX_WORLD 65536u
+#define LS_AUDIT_DIFF_MAX_WORLD ((unsigned)LS_AUDIT_MAX_WORLD)
 /* Unmatched param digests / step metrics held per side of a rank. */
 #define LS_AUDIT_DIFF_MAX_PENDING 4096u
 /* Steps listed with their metric deltas. */

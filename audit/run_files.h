@@ -12,6 +12,11 @@
 
 #include "common/status.h"
 
+/* The largest world any part of the audit accepts: the trainer's limit
+ * (trace header groups of at most 4096 ranks); a manifest or receipt that
+ * claims more is refused, never allocated for. */
+#define LS_AUDIT_MAX_WORLD 4096
+
 /* Caps on what the audit reads whole into memory (traces are streamed). */
 #define LS_AUDIT_MAX_JSON_FILE ((uint64_t)64 << 20) /* receipts, manifest, parity, signature */
 

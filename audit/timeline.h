@@ -39,10 +39,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "audit/run_files.h"
 #include "common/status.h"
-
-/* The largest world the audit's writers accept (ranks 0..65535). */
-#define LS_AUDIT_MAX_WORLD 65536
 
 /* The ranks of a run directory: the larger of the manifest's
  * predicate.world and 1 + the highest rank-NNNN directory present (a
