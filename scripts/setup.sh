@@ -3,12 +3,16 @@
 # then configure and build into build/ (or $LS_BUILD_DIR).  Idempotent: on a
 # machine that has everything it only runs an incremental build.
 #   LS_CMAKE_ARGS   extra arguments for cmake (e.g. -DLS_SANITIZE=ON)
+#   LS_EXTRA_PACKAGES  more Debian packages to install (space-separated)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(build-essential cmake pkg-config git libcjson-dev libzstd-dev zstd
           libcriterion-dev libopenblas-dev libopenmpi-dev openmpi-bin libssl-dev
           clang python3 python3-jsonschema)
+# extra packages a caller needs (scripts/test.sh: chromium, for the audit's HTML render check)
+# shellcheck disable=SC2206
+PACKAGES+=(${LS_EXTRA_PACKAGES:-})
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

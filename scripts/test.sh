@@ -12,7 +12,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 if [ -f build/CMakeCache.txt ]; then
   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 fi
-LS_CMAKE_ARGS="-DCMAKE_BUILD_TYPE=Release" ./scripts/setup.sh
+# chromium: the audit's HTML report is rendered in a real headless browser (audit_viz_chromium)
+LS_EXTRA_PACKAGES="chromium" LS_CMAKE_ARGS="-DCMAKE_BUILD_TYPE=Release" ./scripts/setup.sh
 (cd build && ctest --output-on-failure -j "$(nproc)")
 if [ "${LS_SKIP_BUILD_MATRIX:-0}" != 1 ]; then
   ./scripts/check_builds.sh
