@@ -38,8 +38,9 @@ typedef struct {
 } ls_run_outcome;
 
 /* The config object of the receipts and the manifest: MODEL.md §6 keys plus
- * the run settings "faults" (the fault flags, in a fixed order) and
- * "cp_ranks".  NULL on allocation failure. */
+ * the run settings "faults" (the fault flags, in a fixed order), "dtype",
+ * "group" (G of the built-in task), "steps_requested" (-1: until the
+ * rollouts input ends) and "cp_ranks".  NULL on allocation failure. */
 cJSON *ls_run_config_json(const ls_train_args *a, uint32_t world);
 
 /* Write RUN/rank-NNNN/receipt.json for oc->rank.  0, or 1 with the failure
