@@ -143,6 +143,43 @@ typedef struct {
     int64_t first_ts, last_ts;
 } ls_audit_rank;
 
+/* Forensics (rules_cross.c fills them; the reports print them). */
+#define LS_AUDIT_FORENSIC_RANKS 64        /* ranks listed per forensic item (the rest counted) */
+#define LS_AUDIT_MAX_MISMATCH 16          /* size mismatches kept (the rest counted) */
+
+/* A list of ranks, the first LS_AUDIT_FORENSIC_RANKS kept. */
+typedef struct {
+    uint32_t r[LS_AUDIT_FORENSIC_RANKS];
+    uint32_t n;                /* listed */
+    uint32_t total;            /* in all */
+} ls_audit_rank_list;
+
+/* The first collective some ranks of its group entered and others did not. */
+typedef struct {
+    bool found;
+    uint16_t group, purpose;
+    int64_t gseq, step, layer, count;
+    uint8_t op, phase;
+    uint32_t ref_rank;         /* the entering rank whose record is shown */
+    int64_t ref_seq;
+    ls_audit_rank_list entered, missing;
+} ls_audit_coll_split;
+
+/* One collective (same group and gseq) whose count differs between ranks. */
+typedef struct {
+    uint16_t group, purpose;
+    int64_t gseq, step;
+    uint32_t rank, ref_rank;
+    int64_t count, ref_count, seq, ref_seq;
+} ls_audit_size_mismatch;
+
+/* A rank whose replicated "trainable" digest differs from the reference
+ * rank's (the lowest rank with a digest that step). */
+typedef struct {
+    uint32_t rank;
+    int64_t first_step;        /* the first step it differs */
+} ls_audit_digest_split;
+
 typedef struct {
     const char *run_dir;       /* borrowed */
     const char *key_path;      /* --key PUB (NULL: no signature check) */
@@ -188,6 +225,14 @@ typedef struct {
     /* forensics filled by the rules */
     char coll_divergence[480];  /* the first collective some ranks entered and others did not, or "" */
     char digest_divergence[320];/* the first step whose replicated digests disagree, or "" */
+    ls_audit_coll_split split;  /* structured coll_divergence */
+    ls_audit_size_mismatch mism[LS_AUDIT_MAX_MISMATCH];
+    size_t n_mism;
+    uint64_t n_mism_total;
+    int64_t digest_first_step;  /* -1: the replicated digests agree */
+    uint32_t digest_ref_rank;
+    ls_audit_digest_split *digest_splits; /* world entries at most */
+    size_t n_digest_splits;
     int64_t n_run_steps;        /* steps the rules require (receipts and traces) */
     /* verdicts */
     ls_audit_rule *rules;

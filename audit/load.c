@@ -655,6 +655,7 @@ ls_status ls_audit_load(const ls_audit_options *opt, ls_audit_run **out, char *e
     size_t mlen = 0;
     ls_status st = LS_ERR_NOMEM;
     if (run == NULL) goto cleanup;
+    run->digest_first_step = -1;
     run->run_dir = strdup(opt->run_dir);
     if (run->run_dir == NULL) goto cleanup;
     run->key_path = opt->key_path;
@@ -754,6 +755,7 @@ void ls_audit_free(ls_audit_run *run) {
     ls_verify_report_free(&run->verify);
     cJSON_Delete(run->parity);
     free(run->rules);
+    free(run->digest_splits);
     free(run->run_dir);
     free(run);
 }

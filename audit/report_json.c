@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "receipts/json_util.h"
+#include "receipts/trace_event.h"
 
 static const char *LEVEL_NAMES[5] = {"none", "execution capacity", "response-operator fidelity",
                                      "distributed-update consistency", "full-gradient parity"};
@@ -81,6 +82,8 @@ static cJSON *rank_json(const ls_audit_run *run, const ls_audit_rank *r) {
         add_i64(last, "step", r->last_step);
         add_i64(last, "member", r->last_member);
         add_i64(last, "layer", r->last_layer);
+        cJSON_AddStringToObject(last, "layer_phase", r->last_layer_phase);
+        cJSON_AddStringToObject(last, "layer_dir", r->last_layer_dir);
     }
     cJSON *sm = cJSON_AddArrayToObject(o, "step_metrics");
     for (size_t k = 0; sm && k < r->n_metrics; k++) {
@@ -97,6 +100,115 @@ static cJSON *rank_json(const ls_audit_run *run, const ls_audit_rank *r) {
         cJSON_AddItemToArray(sm, x);
     }
     return o;
+}
+
+static cJSON *rank_list(const ls_audit_rank_list *l) {
+    cJSON *a = cJSON_CreateArray();
+    for (uint32_t k = 0; a && k < l->n; k++) cJSON_AddItemToArray(a, cJSON_CreateNumber(l->r[k]));
+    return a;
+}
+
+/* The forensics object; false when an allocation failed. */
+static bool forensics_json(const ls_audit_run *run, cJSON *fo) {
+    bool crashed = false;
+    for (uint32_t i = 0; i < run->world; i++)
+        if (!run->ranks[i].rank_complete) crashed = true;
+    bool ok = cJSON_AddBoolToObject(fo, "crashed", crashed) != NULL;
+    ok = ok && cJSON_AddStringToObject(fo, "first_divergent_collective", run->coll_divergence);
+    ok = ok && cJSON_AddStringToObject(fo, "first_digest_disagreement", run->digest_divergence);
+    cJSON *pos = cJSON_AddArrayToObject(fo, "positions");
+    for (uint32_t i = 0; pos && i < run->world; i++) {
+        const ls_audit_rank *r = &run->ranks[i];
+        cJSON *x = cJSON_CreateObject();
+        if (x == NULL || !cJSON_AddItemToArray(pos, x)) {
+            cJSON_Delete(x);
+            return false;
+        }
+        add_i64(x, "rank", i);
+        cJSON_AddBoolToObject(x, "trace", r->trace_present);
+        cJSON_AddBoolToObject(x, "complete", r->rank_complete);
+        add_i64(x, "seq", r->last_seq);
+        cJSON_AddStringToObject(x, "event", r->last_ev);
+        cJSON_AddStringToObject(x, "phase", r->last_phase);
+        cJSON_AddBoolToObject(x, "in_phase", r->in_phase);
+        add_i64(x, "step", r->last_step);
+        add_i64(x, "member", r->last_member);
+        add_i64(x, "layer", r->last_layer);
+        cJSON_AddStringToObject(x, "layer_phase", r->last_layer_phase);
+        cJSON_AddStringToObject(x, "layer_dir", r->last_layer_dir);
+    }
+    ok = ok && pos && cJSON_GetArraySize(pos) == (int)run->world;
+    const ls_audit_coll_split *sp = &run->split;
+    if (sp->found) {
+        cJSON *d = cJSON_AddObjectToObject(fo, "divergent_collective");
+        ok = ok && d;
+        if (d) {
+            cJSON_AddStringToObject(d, "group", run->groups[sp->group]);
+            add_i64(d, "gseq", sp->gseq);
+            cJSON_AddStringToObject(d, "purpose", run->purposes[sp->purpose]);
+            cJSON_AddStringToObject(d, "op", ls_trace_op_name((ls_trace_op)sp->op));
+            add_i64(d, "count", sp->count);
+            add_i64(d, "step", sp->step);
+            cJSON_AddStringToObject(d, "phase", ls_audit_phase_name(sp->phase));
+            add_i64(d, "layer", sp->layer);
+            cJSON *ea = rank_list(&sp->entered);
+            if (ea == NULL || !cJSON_AddItemToObject(d, "ranks_entered", ea)) {
+                cJSON_Delete(ea);
+                ok = false;
+            }
+            cJSON *ma = rank_list(&sp->missing);
+            if (ma == NULL || !cJSON_AddItemToObject(d, "ranks_missing", ma)) {
+                cJSON_Delete(ma);
+                ok = false;
+            }
+            add_i64(d, "n_entered", sp->entered.total);
+            add_i64(d, "n_missing", sp->missing.total);
+        }
+    } else {
+        ok = ok && cJSON_AddNullToObject(fo, "divergent_collective");
+    }
+    if (run->digest_first_step >= 0) {
+        cJSON *d = cJSON_AddObjectToObject(fo, "digest_disagreement");
+        cJSON *ra = d ? cJSON_AddArrayToObject(d, "ranks") : NULL;
+        ok = ok && ra;
+        if (d) {
+            add_i64(d, "first_step", run->digest_first_step);
+            add_i64(d, "reference_rank", run->digest_ref_rank);
+        }
+        for (size_t k = 0; ra && k < run->n_digest_splits; k++) {
+            cJSON *x = cJSON_CreateObject();
+            if (x == NULL || !cJSON_AddItemToArray(ra, x)) {
+                cJSON_Delete(x);
+                return false;
+            }
+            add_i64(x, "rank", run->digest_splits[k].rank);
+            add_i64(x, "first_step", run->digest_splits[k].first_step);
+        }
+    } else {
+        ok = ok && cJSON_AddNullToObject(fo, "digest_disagreement");
+    }
+    cJSON *ms = cJSON_AddArrayToObject(fo, "mismatched_sizes");
+    ok = ok && ms;
+    for (size_t k = 0; ms && k < run->n_mism; k++) {
+        const ls_audit_size_mismatch *m = &run->mism[k];
+        cJSON *x = cJSON_CreateObject();
+        if (x == NULL || !cJSON_AddItemToArray(ms, x)) {
+            cJSON_Delete(x);
+            return false;
+        }
+        cJSON_AddStringToObject(x, "group", run->groups[m->group]);
+        add_i64(x, "gseq", m->gseq);
+        cJSON_AddStringToObject(x, "purpose", run->purposes[m->purpose]);
+        add_i64(x, "step", m->step);
+        add_i64(x, "rank", m->rank);
+        add_i64(x, "count", m->count);
+        add_i64(x, "seq", m->seq);
+        add_i64(x, "reference_rank", m->ref_rank);
+        add_i64(x, "reference_count", m->ref_count);
+        add_i64(x, "reference_seq", m->ref_seq);
+    }
+    ok = ok && ls_json_add_u64(fo, "mismatched_sizes_total", run->n_mism_total) == 0;
+    return ok;
 }
 
 ls_status ls_audit_report_json(const ls_audit_run *run, cJSON **out) {
@@ -136,10 +248,7 @@ ls_status ls_audit_report_json(const ls_audit_run *run, cJSON **out) {
         if (r) cJSON_AddItemToArray(ranks, r);
     }
     cJSON *fo = cJSON_AddObjectToObject(doc, "forensics");
-    if (fo) {
-        cJSON_AddStringToObject(fo, "first_divergent_collective", run->coll_divergence);
-        cJSON_AddStringToObject(fo, "first_digest_disagreement", run->digest_divergence);
-    }
+    if (fo && !forensics_json(run, fo)) fo = NULL;
     /* a failed allocation anywhere above leaves a member out: refuse rather than write a partial report */
     if (cJSON_GetArraySize(levels) != 4 || cJSON_GetArraySize(ranks) != (int)run->world || fo == NULL) {
         cJSON_Delete(doc);

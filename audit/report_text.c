@@ -88,24 +88,55 @@ void ls_audit_report_text(const ls_audit_run *run, FILE *f) {
     bool crashed = false;
     for (uint32_t i = 0; i < run->world; i++)
         if (!run->ranks[i].rank_complete) crashed = true;
-    if (crashed || run->coll_divergence[0] || run->digest_divergence[0]) {
-        fprintf(f, "\n  forensics:\n");
-        for (uint32_t i = 0; i < run->world; i++) {
+    if (crashed || run->split.found || run->digest_first_step >= 0 || run->n_mism_total) {
+        fprintf(f, "\n  forensics:%s\n", crashed ? " (the run did not complete on every rank)" : "");
+        for (uint32_t i = 0; i < run->world && i < 64; i++) {
             const ls_audit_rank *r = &run->ranks[i];
-            if (r->rank_complete) continue;
             if (!r->trace_present) {
                 fprintf(f, "  rank %u: no trace (%s)\n", (unsigned)i, r->trace_err);
                 continue;
             }
-            fprintf(f,
-                    "  rank %u stopped: last phase %s%s, step %lld, member %lld, layer %lld (%s %s); last event seq %lld "
-                    "(%s); trace %s\n",
-                    (unsigned)i, r->last_phase[0] ? r->last_phase : "(none)", r->in_phase ? " (begun, not ended)" : "",
-                    (long long)r->last_step, (long long)r->last_member, (long long)r->last_layer, r->last_layer_phase,
-                    r->last_layer_dir, (long long)r->last_seq, r->last_ev, ls_trace_end_name(r->report.end));
+            fprintf(f, "  rank %u %s: last phase %s%s, step %lld, member %lld, layer %lld (%s %s); last event seq %lld "
+                       "(%s); trace %s\n",
+                    (unsigned)i, r->rank_complete ? "completed" : "stopped",
+                    r->last_phase[0] ? r->last_phase : "(none)", r->in_phase ? " (begun, not ended)" : "",
+                    (long long)r->last_step, (long long)r->last_member, (long long)r->last_layer,
+                    r->last_layer_phase[0] ? r->last_layer_phase : "-", r->last_layer_dir[0] ? r->last_layer_dir : "-",
+                    (long long)r->last_seq, r->last_ev, ls_trace_end_name(r->report.end));
         }
-        if (run->coll_divergence[0]) fprintf(f, "  first divergent collective: %s\n", run->coll_divergence);
-        if (run->digest_divergence[0]) fprintf(f, "  replicated digests disagree first at %s\n", run->digest_divergence);
+        if (run->world > 64) fprintf(f, "  ... and %u more ranks (see --json)\n", (unsigned)(run->world - 64));
+        const ls_audit_coll_split *sp = &run->split;
+        if (sp->found) {
+            fprintf(f, "  first collective some ranks entered and others did not: group %s gseq %lld purpose %s (%s "
+                       "count %lld, step %lld, phase %s, layer %lld)\n    entered by ranks",
+                    run->groups[sp->group], (long long)sp->gseq, run->purposes[sp->purpose],
+                    ls_trace_op_name((ls_trace_op)sp->op), (long long)sp->count, (long long)sp->step,
+                    ls_audit_phase_name(sp->phase), (long long)sp->layer);
+            for (uint32_t k = 0; k < sp->entered.n; k++) fprintf(f, " %u", (unsigned)sp->entered.r[k]);
+            if (sp->entered.total > sp->entered.n) fprintf(f, " ... (%u in all)", (unsigned)sp->entered.total);
+            fprintf(f, "; not by ranks");
+            for (uint32_t k = 0; k < sp->missing.n; k++) fprintf(f, " %u", (unsigned)sp->missing.r[k]);
+            if (sp->missing.total > sp->missing.n) fprintf(f, " ... (%u in all)", (unsigned)sp->missing.total);
+            fprintf(f, "\n");
+        }
+        if (run->digest_first_step >= 0) {
+            fprintf(f, "  replicated digests disagree first at step %lld (reference rank %u):",
+                    (long long)run->digest_first_step, (unsigned)run->digest_ref_rank);
+            for (size_t k = 0; k < run->n_digest_splits && k < 64; k++)
+                fprintf(f, " rank %u from step %lld%s", (unsigned)run->digest_splits[k].rank,
+                        (long long)run->digest_splits[k].first_step, k + 1 < run->n_digest_splits ? "," : "");
+            fprintf(f, "\n");
+        }
+        for (size_t k = 0; k < run->n_mism; k++) {
+            const ls_audit_size_mismatch *m = &run->mism[k];
+            fprintf(f, "  mismatched sizes: group %s gseq %lld purpose %s step %lld: rank %u count %lld (seq %lld), rank "
+                       "%u count %lld (seq %lld)\n",
+                    run->groups[m->group], (long long)m->gseq, run->purposes[m->purpose], (long long)m->step,
+                    (unsigned)m->rank, (long long)m->count, (long long)m->seq, (unsigned)m->ref_rank,
+                    (long long)m->ref_count, (long long)m->ref_seq);
+        }
+        if (run->n_mism_total > run->n_mism)
+            fprintf(f, "  ... and %llu more mismatched sizes\n", (unsigned long long)(run->n_mism_total - run->n_mism));
     }
     /* rules */
     size_t failed = 0;

@@ -114,7 +114,22 @@ static void coll_desc(const ls_audit_run *run, const ls_audit_coll *c, char *buf
              run->purposes[c->purpose], "");
 }
 
-static ls_status match_group(ls_audit_run *run, ls_audit_rule *rule, uint16_t g, bool *first_div) {
+static void list_add(ls_audit_rank_list *l, uint32_t r) {
+    if (l->n < LS_AUDIT_FORENSIC_RANKS) l->r[l->n++] = r;
+    l->total++;
+}
+
+/* Whether split a came before b: on the same entering rank by its event seq,
+ * else by step, then phase, then seq. */
+static bool split_before(const ls_audit_coll_split *a, const ls_audit_coll_split *b) {
+    if (!b->found) return true;
+    if (a->ref_rank == b->ref_rank) return a->ref_seq < b->ref_seq;
+    if (a->step != b->step) return a->step < b->step;
+    if (a->phase != b->phase) return a->phase < b->phase;
+    return a->ref_seq < b->ref_seq;
+}
+
+static ls_status match_group(ls_audit_run *run, ls_audit_rule *rule, uint16_t g, ls_audit_coll_split *first) {
     uint32_t W = run->world;
     size_t **idx = calloc(W, sizeof *idx);
     size_t *n = calloc(W, sizeof *n), *pos = calloc(W, sizeof *pos);
@@ -137,6 +152,7 @@ static ls_status match_group(ls_audit_run *run, ls_audit_rule *rule, uint16_t g,
         }
     }
     uint64_t diverged = 0;
+    ls_audit_coll_split split = {0}; /* this group's first */
     for (;;) {
         int64_t gmin = INT64_MAX;
         for (uint32_t r = 0; r < W; r++)
@@ -160,6 +176,14 @@ static ls_status match_group(ls_audit_run *run, ls_audit_rule *rule, uint16_t g,
                 } else if (c->op != ref->op || c->red != ref->red || c->count != ref->count ||
                            c->dtype != ref->dtype || c->purpose != ref->purpose) {
                     mismatch = true;
+                    if (c->count != ref->count) {
+                        if (run->n_mism < LS_AUDIT_MAX_MISMATCH)
+                            run->mism[run->n_mism++] = (ls_audit_size_mismatch){
+                                .group = g, .purpose = ref->purpose, .gseq = gmin, .step = ref->step, .rank = r,
+                                .ref_rank = ref_rank, .count = c->count, .ref_count = ref->count, .seq = c->seq,
+                                .ref_seq = ref->seq};
+                        run->n_mism_total++;
+                    }
                     if (diverged < 4) {
                         char a[160], b[160];
                         coll_desc(run, c, a, sizeof a);
@@ -190,12 +214,31 @@ static ls_status match_group(ls_audit_run *run, ls_audit_rule *rule, uint16_t g,
                                        prev ? (long long)prev->gseq : -1LL, prev ? (long long)prev->seq : -1LL);
                 }
             }
-            if (!*first_div) {
-                *first_div = true;
-                snprintf(run->coll_divergence, sizeof run->coll_divergence,
-                         "group %s gseq %lld (%s, step %lld, phase %s, layer %lld): entered by ranks %s, not by ranks %s",
-                         run->groups[g], (long long)gmin, a, (long long)ref->step, ls_audit_phase_name(ref->phase),
-                         (long long)ref->layer, in, out);
+            if (!split.found) {
+                split.found = true;
+                split.group = g;
+                split.purpose = ref->purpose;
+                split.gseq = gmin;
+                split.step = ref->step;
+                split.layer = ref->layer;
+                split.count = ref->count;
+                split.op = ref->op;
+                split.phase = ref->phase;
+                split.ref_rank = ref_rank;
+                split.ref_seq = ref->seq;
+                for (uint32_t r = 0; r < W; r++) {
+                    if (!member[r]) continue;
+                    const ls_audit_coll *c = pos[r] < n[r] ? &run->ranks[r].coll[idx[r][pos[r]]] : NULL;
+                    list_add(c != NULL && c->gseq == gmin ? &split.entered : &split.missing, r);
+                }
+                if (split_before(&split, first)) {
+                    *first = split;
+                    snprintf(run->coll_divergence, sizeof run->coll_divergence,
+                             "group %s gseq %lld (%s, step %lld, phase %s, layer %lld): entered by ranks %s, not by "
+                             "ranks %s",
+                             run->groups[g], (long long)gmin, a, (long long)ref->step, ls_audit_phase_name(ref->phase),
+                             (long long)ref->layer, in, out);
+                }
             }
         }
         if (missing || mismatch) diverged++;
@@ -222,9 +265,12 @@ static ls_status rule_match(ls_audit_run *run) {
         ls_audit_rule_close(m);
         return LS_OK;
     }
-    bool first_div = false;
+    memset(&run->split, 0, sizeof run->split);
+    run->coll_divergence[0] = 0;
+    run->n_mism = 0;
+    run->n_mism_total = 0;
     for (size_t g = 0; g < run->n_groups; g++) {
-        ls_status st = match_group(run, m, (uint16_t)g, &first_div);
+        ls_status st = match_group(run, m, (uint16_t)g, &run->split);
         if (st != LS_OK) return st;
         /* beyond the kept records: per-group fingerprints */
         for (uint32_t r = 1; r < run->world; r++) {
@@ -365,7 +411,14 @@ static ls_status rules_required(ls_audit_run *run) {
 static ls_status rule_digests(ls_audit_run *run) {
     ADD(d, "digests.replicated", 3, "replicated parameter digests identical across ranks after every step",
         run->world > 1);
+    free(run->digest_splits);
+    run->digest_splits = NULL;
+    run->n_digest_splits = 0;
+    run->digest_first_step = -1;
+    run->digest_divergence[0] = 0;
     if (d->applicable) {
+        run->digest_splits = calloc(run->world, sizeof *run->digest_splits);
+        if (run->digest_splits == NULL) return LS_ERR_NOMEM;
         uint64_t shown = 0;
         for (int64_t s = 0; s < run->n_run_steps; s++) {
             const char *ref = NULL;
@@ -385,6 +438,15 @@ static ls_status rule_digests(ls_audit_run *run) {
                     ref = sf->digest;
                     ref_rank = i;
                 } else if (strcmp(ref, sf->digest) != 0) {
+                    if (run->digest_first_step < 0) {
+                        run->digest_first_step = s;
+                        run->digest_ref_rank = ref_rank;
+                    }
+                    bool known = false;
+                    for (size_t k = 0; k < run->n_digest_splits; k++)
+                        if (run->digest_splits[k].rank == i) known = true;
+                    if (!known && run->n_digest_splits < run->world)
+                        run->digest_splits[run->n_digest_splits++] = (ls_audit_digest_split){.rank = i, .first_step = s};
                     if (!run->digest_divergence[0])
                         snprintf(run->digest_divergence, sizeof run->digest_divergence,
                                  "step %lld: rank %u has %.16s..., rank %u has %.16s...", (long long)s, (unsigned)i,

@@ -131,6 +131,9 @@ static void record(ls_comm_group *g, ls_trace_op op, ls_trace_red red, size_t n,
                                   .has_layer = layer >= 0,
                                   .layer = layer};
         ls_status st = ls_trace_emit_collective(c->w, &ev);
+        /* flight recorder: a rank that blocks here (a peer died) and is then
+         * killed still shows the collective it entered */
+        if (st == LS_OK && g->size > 1) st = ls_trace_writer_flush(c->w);
         if (st != LS_OK && c->trace_st == LS_OK) c->trace_st = st;
     }
     g->gseq++;

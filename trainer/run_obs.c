@@ -1,7 +1,9 @@
 /* run_obs.c - trace events, phase totals and progress of a run. */
 #include "trainer/run_obs.h"
 
+#include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -42,6 +44,22 @@ void ls_run_obs_init(ls_run_obs *o, ls_trace_writer *w, const ls_model_config *c
     o->cfg = cfg;
     o->quiet = quiet;
     o->tty = isatty(STDERR_FILENO);
+    o->kill_phase = -1;
+    o->kill_layer = INT_MIN;
+}
+
+void ls_run_obs_arm_kill(ls_run_obs *o, int phase, int at_layer, int layer) {
+    o->kill_phase = phase;
+    o->kill_layer = at_layer ? layer : INT_MIN;
+}
+
+/* The kill point reached: what the trace has is on disk, then the rank dies
+ * mid-step (the others must not hang). */
+static void maybe_kill(ls_run_obs *o, const char *phase, int at_layer, int layer) {
+    if (o->kill_phase < 0 || phase_index(phase) != o->kill_phase) return;
+    if (at_layer ? o->kill_layer != layer : o->kill_layer != INT_MIN) return;
+    ls_run_obs_note(o, ls_trace_writer_flush(o->w));
+    raise(SIGKILL);
 }
 
 void ls_run_obs_print(ls_run_obs *o, const char *line) {
@@ -84,6 +102,7 @@ void ls_run_obs_begin(ls_run_obs *o, const char *phase) {
     ls_run_obs_note(o, ls_trace_emit_phase_begin(o->w, phase, o->step));
     o->phase_t0 = ls_run_now_ns();
     o->last_print = o->phase_t0;
+    maybe_kill(o, phase, 0, 0);
 }
 
 void ls_run_obs_end(ls_run_obs *o, const char *phase, int64_t wall_ns, int ok) {
@@ -123,6 +142,7 @@ static void on_layer(void *u, const char *phase, int member, int layer, int dir,
                             .wall_ns = wall_ns, .out_norm = isfinite(norm) ? norm : 0};
     if (!isfinite(norm)) ls_run_obs_note(o, ls_trace_emit_error(o->w, LS_ERR_NONFINITE, "non-finite activation norm"));
     ls_run_obs_note(o, ls_trace_emit_layer_end(o->w, &e));
+    maybe_kill(o, phase, 1, layer);
     /* progress for long layer-by-layer phases */
     if (tokens >= 2048 && layer >= 0 && layer < L && member < 0) {
         int done = dir ? L - layer : layer + 1;

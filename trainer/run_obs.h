@@ -21,10 +21,17 @@ typedef struct {
     int64_t phase_t0, last_print;
     int line_open;            /* a progress line without its newline is on the terminal */
     ls_status emit_err;       /* the first trace write failure */
+    int kill_phase;           /* fault injection: LS_PHASE_* where this rank SIGKILLs itself (-1: never) */
+    int kill_layer;           /* ... after its first layer_end of this layer in that phase (INT_MIN: as it begins) */
 } ls_run_obs;
 
 /* Set up o for writer w (stderr's terminal-ness is read here). */
 void ls_run_obs_init(ls_run_obs *o, ls_trace_writer *w, const ls_model_config *cfg, int quiet);
+/* Fault injection (--fault kill-rank=R@PHASE[:L]): this rank raises SIGKILL
+ * as `phase` (LS_PHASE_*) begins, or, when at_layer, right after the first
+ * layer_end of `layer` in that phase; the trace is flushed first so that it
+ * ends with that event. */
+void ls_run_obs_arm_kill(ls_run_obs *o, int phase, int at_layer, int layer);
 /* The step observer whose user is o. */
 ls_step_observer ls_run_obs_observer(ls_run_obs *o);
 /* Phase bracket for phases the trainer runs itself (the optimizer). */

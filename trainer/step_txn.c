@@ -5,7 +5,6 @@
 #include "trainer/step.h"
 
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -440,9 +439,6 @@ static ls_status phase_replay(txn *x, const char **what) {
     int64_t t0;
     *what = "replay";
     begin(x->obs, PH_REPLAY, &t0);
-    if (x->o->fault_kill_rank &&
-        x->o->fault_kill_rank - 1 == (x->o->cp_group ? ls_group_rank(x->o->cp_group) : 0))
-        raise(SIGKILL); /* the rank dies mid-step: the others must not hang */
     if (x->full && !x->naive) st = LS_K(ls_hstate_grad_like)(&x->dps, x->ps, LS_MEM_PROMPT_GRAD);
     if (x->sft && st == LS_OK) {
         st = replay_sft(x, &res->max_branch_bytes);

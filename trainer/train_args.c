@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "receipts/trace_event.h"
 
 void ls_train_usage(FILE *f) {
     fputs(
@@ -60,7 +61,10 @@ void ls_train_usage(FILE *f) {
         "  --fault skip-dkv-reduce   CP: drop the response dK/dV reduction (the original work's bug)\n"
         "  --fault skip-grad-finalize CP: skip the sum of the shard-local gradients\n"
         "  --fault cp-local-attention CP: each rank attends only to its own keys\n"
-        "  --fault kill-rank=R     rank R kills itself (SIGKILL) as its replay begins: every\n"
+        "  --fault kill-rank=R[@PHASE[:L]]  rank R kills itself (SIGKILL) as PHASE begins (default\n"
+        "                          replay; capture, rollout, score, replay, prompt_bwd, finalize,\n"
+        "                          optimizer), or with :L right after its first layer L layer_end\n"
+        "                          in that phase (the trace is flushed first): every\n"
         "                          other rank must end, not hang\n"
         "                          (--fault may repeat; faults are recorded in the receipts' config)\n"
         "Context parallelism: mpirun -np N longstraw-train ... shards the prompt over N ranks\n"
@@ -102,6 +106,48 @@ static int parse_real(const char *s, double lo, double hi, double *out) {
         snprintf(err, err_len, __VA_ARGS__);      \
         return 2;                                 \
     } while (0)
+
+/* R[@PHASE[:L]] of --fault kill-rank= into a. */
+static int parse_kill(ls_train_args *a, const char *spec, char *err, size_t err_len) {
+    char rank[32], point[64] = "replay", layer[32] = "";
+    const char *at = strchr(spec, '@');
+    size_t rl = at ? (size_t)(at - spec) : strlen(spec);
+    if (rl == 0 || rl >= sizeof rank) BAD("--fault kill-rank=R: '%s' is not a rank", spec);
+    memcpy(rank, spec, rl);
+    rank[rl] = 0;
+    size_t r;
+    if (parse_size(rank, 0, 1 << 20, &r) != 0) BAD("--fault kill-rank=R: '%s' is not a rank", rank);
+    if (at) {
+        const char *colon = strchr(at + 1, ':');
+        size_t pl = colon ? (size_t)(colon - at - 1) : strlen(at + 1);
+        if (pl == 0 || pl >= sizeof point) BAD("--fault kill-rank=R@POINT: '%s' is not a point", at + 1);
+        memcpy(point, at + 1, pl);
+        point[pl] = 0;
+        if (colon) {
+            if (strlen(colon + 1) == 0 || strlen(colon + 1) >= sizeof layer)
+                BAD("--fault kill-rank=R@PHASE:L: '%s' is not a layer", colon + 1);
+            snprintf(layer, sizeof layer, "%s", colon + 1);
+        }
+    }
+    int ph = -1;
+    for (int i = 0; i < LS_PHASE_COUNT; i++)
+        if (!strcmp(point, ls_trace_phase_name((ls_trace_phase)i))) ph = i;
+    if (ph < 0)
+        BAD("--fault kill-rank=R@POINT: '%s' is not a phase (capture, rollout, score, replay, prompt_bwd, finalize, "
+            "optimizer)", point);
+    a->fault_kill_at_layer = layer[0] != 0;
+    a->fault_kill_layer = 0;
+    if (layer[0]) {
+        char *end = NULL;
+        long L = strtol(layer, &end, 10);
+        if (end == layer || *end || L < -1 || L > 1 << 20)
+            BAD("--fault kill-rank=R@PHASE:L: '%s' is not a layer (-1 the embedding .. n_layers the head)", layer);
+        a->fault_kill_layer = (int)L;
+    }
+    a->fault_kill_phase = ph;
+    a->step.fault_kill_rank = (int)r + 1;
+    return 0;
+}
 
 int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size_t err_len) {
     memset(a, 0, sizeof *a);
@@ -212,12 +258,10 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
             else if (!strcmp(val, "skip-grad-finalize")) a->step.cp_faults.skip_grad_finalize = 1;
             else if (!strcmp(val, "cp-local-attention")) a->step.cp_faults.local_attention = 1;
             else if (!strncmp(val, "kill-rank=", 10)) {
-                size_t r;
-                if (parse_size(val + 10, 0, 1 << 20, &r) != 0) BAD("--fault kill-rank=R: '%s' is not a rank", val + 10);
-                a->step.fault_kill_rank = (int)r + 1;
+                if (parse_kill(a, val + 10, err, err_len) != 0) return 2;
             }
             else BAD("--fault: '%s' is not a fault this trainer injects (nan-grad, untracked-alloc, skip-dkv-reduce, "
-                     "skip-grad-finalize, cp-local-attention)", val);
+                     "skip-grad-finalize, cp-local-attention, kill-rank=R[@PHASE[:L]])", val);
         } else BAD("unknown option '%s' (see --help)", k);
     }
     if (!a->config_path) BAD("--config: required");
@@ -243,5 +287,8 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
     if (a->cfg.family != LS_FAMILY_HYBRID)
         BAD("--config: %s: family '%s' has no model in this trainer yet (hybrid only; its kernels exist)", a->config_path,
             ls_family_name(a->cfg.family));
+    if (a->step.fault_kill_rank && a->fault_kill_at_layer && a->fault_kill_layer > (int)a->cfg.n_layers)
+        BAD("--fault kill-rank=R@PHASE:L: layer %d is beyond the model's %d layers (-1 the embedding .. %d the head)",
+            a->fault_kill_layer, (int)a->cfg.n_layers, (int)a->cfg.n_layers);
     return 0;
 }
