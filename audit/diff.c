@@ -49,11 +49,11 @@ static ls_status read_receipt(const char *dir, uint32_t rank, ls_receipt **out, 
 /* World from rank 0's trace header (a run killed before its receipts). */
 static int64_t header_world(const char *dir) {
     const char *rel = "rank-0000/events.jsonl.zst";
-    char err[512], path[4096];
-    if (ls_audit_stat(dir, rel, 0, NULL, err, sizeof err) != LS_OK) return -1;
-    if (ls_audit_path(dir, rel, path, sizeof path) != LS_OK) return -1;
+    char err[512];
+    int fd = ls_audit_open(dir, rel, 0, NULL, NULL, err, sizeof err);
+    if (fd < 0) return -1;
     ls_trace_reader *rd = NULL;
-    if (ls_trace_reader_open(&rd, path) != LS_OK) return -1;
+    if (ls_trace_reader_open_fd(&rd, fd, rel) != LS_OK) return -1;
     const ls_trace_event *ev = NULL;
     ls_trace_reader_next(rd, &ev);
     const ls_trace_report *rep = ls_trace_reader_report(rd);
@@ -545,7 +545,9 @@ static ls_status side_open(side *s, const char *label, const run_info *ri, uint3
     s->pd = malloc(LS_AUDIT_DIFF_MAX_PENDING * sizeof *s->pd);
     s->pm = malloc(LS_AUDIT_DIFF_MAX_PENDING * sizeof *s->pm);
     if (!s->pd || !s->pm) return LS_ERR_NOMEM;
-    st = ls_trace_reader_open(&s->rd, s->path);
+    int fd = ls_audit_open(ri->dir, s->rel, 0, NULL, &st, why, why_len);
+    if (fd < 0) return st;
+    st = ls_trace_reader_open_fd(&s->rd, fd, s->path);
     if (st != LS_OK) return st;
     s->ended = 0;
     return LS_OK;

@@ -319,7 +319,17 @@ static void put_rank(sbuf *b, const char *run_dir, int64_t rank, mem_series *m, 
     snprintf(m->names[0], SERIES_NAME, "total");
     m->n_series = 1;
     ls_trace_report rep = {0};
-    ls_status st = ls_trace_read_file(path, on_memory, m, &rep);
+    char rel[64];
+    snprintf(rel, sizeof rel, "rank-%04lld/events.jsonl.zst", (long long)rank);
+    ls_status st = LS_OK;
+    int fd = ls_audit_open(run_dir, rel, 0, NULL, &st, why, sizeof why);
+    if (fd < 0) {
+        sb_raw(b, "<p class=\"note\">trace skipped: ");
+        sb_esc(b, why);
+        sb_raw(b, "</p></div>\n");
+        return;
+    }
+    st = ls_trace_read_fd(fd, rel, on_memory, m, &rep);
     bucket_flush(m);
     if (st == LS_ERR_NOMEM || st == LS_ERR_ARG) {
         sb_raw(b, "<p class=\"note\">trace skipped: out of memory</p></div>\n");

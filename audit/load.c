@@ -136,7 +136,7 @@ static ls_status verify_subjects(ls_audit_run *run) {
     ls_status st = LS_OK;
     for (size_t i = 0; st == LS_OK && i < m->n_subjects; i++) {
         const ls_manifest_subject *s = &m->subjects[i];
-        char why[320], hex[LS_DIGEST_HEX_SIZE], path[4096];
+        char why[320], hex[LS_DIGEST_HEX_SIZE];
         ls_status fs = ls_audit_stat(run->run_dir, s->name, 0, NULL, why, sizeof why);
         run->verify_checked++;
         if (fs == LS_ERR_IO) {
@@ -147,8 +147,7 @@ static ls_status verify_subjects(ls_audit_run *run) {
             st = add_problem(&run->verify, LS_VERIFY_MISMATCH, s->name, why);
             continue;
         }
-        ls_audit_path(run->run_dir, s->name, path, sizeof path);
-        if (ls_digest_sha256_file_hex(path, hex, why, sizeof why) != LS_OK) {
+        if (ls_audit_digest(run->run_dir, s->name, hex, why, sizeof why) != LS_OK) {
             st = add_problem(&run->verify, LS_VERIFY_MISMATCH, s->name, why);
         } else if (strcmp(hex, s->sha256) != 0) {
             char d[200];
@@ -517,13 +516,12 @@ static ls_status load_trace(ls_audit_run *run, ls_audit_rank *r) {
     r->last_step = r->last_member = r->last_layer = -2;
     r->last_seq = r->first_error_seq = r->rank_complete_seq = r->mem_bad_seq = -1;
     uint64_t sz = 0;
-    ls_status st = ls_audit_stat(run->run_dir, r->trace_file, 0, &sz, r->trace_err, sizeof r->trace_err);
-    if (st != LS_OK) return LS_OK; /* the rules name it */
+    ls_status st = LS_OK;
+    int fd = ls_audit_open(run->run_dir, r->trace_file, 0, &sz, &st, r->trace_err, sizeof r->trace_err);
+    if (fd < 0) return LS_OK; /* the rules name it */
     r->trace_present = true;
-    char path[4096];
-    ls_audit_path(run->run_dir, r->trace_file, path, sizeof path);
     scan_ctx c = {.run = run, .r = r, .cur_phase = -1, .cur_step = -1, .st = LS_OK};
-    st = ls_trace_read_file(path, on_event, &c, &r->report);
+    st = ls_trace_read_fd(fd, r->trace_file, on_event, &c, &r->report);
     if (st == LS_ERR_NOMEM || st == LS_ERR_ARG || c.st == LS_ERR_NOMEM) return LS_ERR_NOMEM;
     return LS_OK;
 }
@@ -645,10 +643,13 @@ ls_status ls_audit_load(const ls_audit_options *opt, ls_audit_run **out, char *e
         ls_json_errf(err, errlen, "no run directory given");
         return LS_ERR_ARG;
     }
-    if (stat(opt->run_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+    errno = 0;
+    if (lstat(opt->run_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
         ls_json_errf(err, errlen, "%s: not a run directory (%s)", opt->run_dir,
-                     errno ? strerror(errno) : "not a directory");
-        return LS_ERR_IO;
+                     errno               ? strerror(errno)
+                     : S_ISLNK(sb.st_mode) ? "a symbolic link: links are never followed; give the real directory"
+                                         : "not a directory");
+        return S_ISLNK(sb.st_mode) ? LS_ERR_FORMAT : LS_ERR_IO;
     }
     ls_audit_run *run = calloc(1, sizeof *run);
     char *mbytes = NULL;

@@ -8,6 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+
+#include "receipts/digest.h"
 #include "receipts/receipt.h"
 
 int ls_audit_rel_ok(const char *rel) { return ls_receipt_relpath_ok(rel); }
@@ -67,20 +70,116 @@ ls_status ls_audit_stat(const char *run_dir, const char *rel, uint64_t max_bytes
     return LS_OK;
 }
 
+int ls_audit_dir_ok(const char *run_dir) {
+    struct stat st;
+    return run_dir != NULL && lstat(run_dir, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int ls_audit_open(const char *run_dir, const char *rel, uint64_t max_bytes, uint64_t *size, ls_status *status,
+                  char *err, size_t err_len) {
+    ls_status dummy;
+    if (status == NULL) status = &dummy;
+    *status = LS_ERR_FORMAT;
+    if (!ls_audit_rel_ok(rel)) {
+        snprintf(err, err_len, "%.200s: not a safe path inside the run directory", rel ? rel : "(null)");
+        return -1;
+    }
+    char comp[4096];
+    if (strlen(rel) >= sizeof comp) {
+        snprintf(err, err_len, "%.200s: path too long", rel);
+        return -1;
+    }
+    int dfd = open(run_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0) {
+        snprintf(err, err_len, "%.200s: the run directory is not a directory (%s)", run_dir, strerror(errno));
+        *status = LS_ERR_IO;
+        return -1;
+    }
+    const char *p = rel;
+    for (;;) {
+        const char *slash = strchr(p, '/');
+        size_t n = slash ? (size_t)(slash - p) : strlen(p);
+        memcpy(comp, p, n);
+        comp[n] = 0;
+        int flags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (slash ? O_DIRECTORY : O_NONBLOCK | O_NOCTTY);
+        int fd = openat(dfd, comp, flags);
+        int e = errno;
+        close(dfd);
+        if (fd < 0) {
+            if (e == ELOOP) snprintf(err, err_len, "%.200s: a symbolic link (never followed)", rel);
+            else if (e == ENOTDIR) snprintf(err, err_len, "%.200s: a component is not a directory", rel);
+            else snprintf(err, err_len, "%.200s: %s", rel, strerror(e));
+            *status = e == ENOENT || e == EACCES ? LS_ERR_IO : LS_ERR_FORMAT;
+            return -1;
+        }
+        if (slash == NULL) {
+            dfd = fd;
+            break;
+        }
+        dfd = fd;
+        p = slash + 1;
+    }
+    struct stat st;
+    if (fstat(dfd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(err, err_len, "%.200s: not a regular file", rel);
+        close(dfd);
+        return -1;
+    }
+    if (max_bytes && (uint64_t)st.st_size > max_bytes) {
+        snprintf(err, err_len, "%.200s: %llu bytes, above the cap of %llu", rel, (unsigned long long)st.st_size,
+                 (unsigned long long)max_bytes);
+        close(dfd);
+        return -1;
+    }
+    int fl = fcntl(dfd, F_GETFL);
+    if (fl >= 0) fcntl(dfd, F_SETFL, fl & ~O_NONBLOCK);
+    if (size) *size = (uint64_t)st.st_size;
+    *status = LS_OK;
+    return dfd;
+}
+
+ls_status ls_audit_digest(const char *run_dir, const char *rel, char hex[65], char *err, size_t err_len) {
+    ls_status st = LS_OK;
+    int fd = ls_audit_open(run_dir, rel, 0, NULL, &st, err, err_len);
+    if (fd < 0) return st;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    unsigned char *buf = malloc((size_t)64 << 10);
+    st = LS_ERR_NOMEM;
+    if (ctx == NULL || buf == NULL) goto cleanup;
+    st = LS_ERR_INTERNAL;
+    if (EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) goto cleanup;
+    for (;;) {
+        ssize_t n = read(fd, buf, (size_t)64 << 10);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            snprintf(err, err_len, "%.200s: %s", rel, strerror(errno));
+            st = LS_ERR_IO;
+            goto cleanup;
+        }
+        if (n == 0) break;
+        if (EVP_DigestUpdate(ctx, buf, (size_t)n) != 1) goto cleanup;
+    }
+    unsigned char md[32];
+    unsigned int mdlen = 0;
+    if (EVP_DigestFinal_ex(ctx, md, &mdlen) != 1 || mdlen != 32) goto cleanup;
+    ls_digest_hex(md, 32, hex);
+    st = LS_OK;
+cleanup:
+    if (st == LS_ERR_INTERNAL) snprintf(err, err_len, "%.200s: sha256 failed", rel);
+    EVP_MD_CTX_free(ctx);
+    free(buf);
+    close(fd);
+    return st;
+}
+
 ls_status ls_audit_read(const char *run_dir, const char *rel, uint64_t max_bytes, char **out, size_t *len,
                         char *err, size_t err_len) {
     *out = NULL;
     if (len) *len = 0;
     uint64_t size = 0;
-    ls_status s = ls_audit_stat(run_dir, rel, max_bytes, &size, err, err_len);
-    if (s != LS_OK) return s;
-    char path[4096];
-    ls_audit_path(run_dir, rel, path, sizeof path);
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) {
-        snprintf(err, err_len, "%.200s: %s", rel, strerror(errno));
-        return LS_ERR_IO;
-    }
+    ls_status s = LS_OK;
+    int fd = ls_audit_open(run_dir, rel, max_bytes, &size, &s, err, err_len);
+    if (fd < 0) return s;
     char *buf = malloc((size_t)size + 2);
     if (!buf) {
         close(fd);

@@ -31,11 +31,27 @@ int ls_audit_rel_ok(const char *rel);
 ls_status ls_audit_stat(const char *run_dir, const char *rel, uint64_t max_bytes, uint64_t *size, char *err,
                         size_t err_len);
 
-/* ls_audit_stat, then the whole file into a NUL-terminated heap buffer
+/* ls_audit_open, then the whole file into a NUL-terminated heap buffer
  * (free()); reads at most the checked size + 1 byte and fails if the file
- * grew.  The file is opened with O_NOFOLLOW. */
+ * grew. */
 ls_status ls_audit_read(const char *run_dir, const char *rel, uint64_t max_bytes, char **out, size_t *len,
                         char *err, size_t err_len);
+
+/* Opens run_dir/rel for reading without a window between check and open:
+ * run_dir is opened with O_NOFOLLOW | O_DIRECTORY, then every component of
+ * rel with openat(O_NOFOLLOW) (directories O_DIRECTORY, the last O_NONBLOCK
+ * so that a FIFO swapped in never blocks), and the opened file must be a
+ * regular file of at most max_bytes (0: no cap) by fstat.  The fd (>= 0,
+ * the caller closes it) with *size (may be NULL); -1 with *status
+ * (may be NULL: LS_ERR_IO missing, LS_ERR_FORMAT unsafe) and err naming rel. */
+int ls_audit_open(const char *run_dir, const char *rel, uint64_t max_bytes, uint64_t *size, ls_status *status,
+                  char *err, size_t err_len);
+
+/* SHA-256 (lowercase hex) of run_dir/rel opened with ls_audit_open. */
+ls_status ls_audit_digest(const char *run_dir, const char *rel, char hex[65], char *err, size_t err_len);
+
+/* 1 when run_dir itself is a directory and not a symbolic link. */
+int ls_audit_dir_ok(const char *run_dir);
 
 /* run_dir/rel into buf (LS_ERR_ARG when it does not fit). */
 ls_status ls_audit_path(const char *run_dir, const char *rel, char *buf, size_t cap);

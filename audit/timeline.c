@@ -265,6 +265,19 @@ ls_status ls_audit_timeline_trace_path(const char *run_dir, int64_t rank, char *
     return LS_OK;
 }
 
+ls_status ls_audit_timeline_trace_open(const char *run_dir, int64_t rank, ls_trace_reader **out, char *err,
+                                       size_t err_len) {
+    char rel[64];
+    *out = NULL;
+    snprintf(rel, sizeof rel, "rank-%04lld/events.jsonl.zst", (long long)rank);
+    ls_status s = LS_OK;
+    int fd = ls_audit_open(run_dir, rel, 0, NULL, &s, err, err_len);
+    if (fd < 0) return s;
+    s = ls_trace_reader_open_fd(out, fd, rel);
+    if (s != LS_OK) snprintf(err, err_len, "%s: out of memory", rel);
+    return s;
+}
+
 /* ---- per rank ---- */
 
 typedef struct {
@@ -485,9 +498,10 @@ static void out_meta(out_stream *o, int64_t pid, int tid, const char *what, cons
 
 /* Header start_unix_ns of rank's trace (first line only); false when it
  * has none. */
-static bool rank_start(const char *path, int64_t *start, int64_t *world_hdr) {
+static bool rank_start(const char *run_dir, int64_t rank, int64_t *start, int64_t *world_hdr) {
     ls_trace_reader *r = NULL;
-    if (ls_trace_reader_open(&r, path) != LS_OK) return false;
+    char why[512];
+    if (ls_audit_timeline_trace_open(run_dir, rank, &r, why, sizeof why) != LS_OK) return false;
     const ls_trace_event *ev = NULL;
     ls_trace_reader_next(r, &ev);
     const ls_trace_report *rep = ls_trace_reader_report(r);
@@ -530,8 +544,8 @@ static int64_t write_rank(out_stream *o, note_list *nl, const char *run_dir, int
 
     ls_trace_reader *r = NULL;
     int64_t n = -1;
-    if (ls_trace_reader_open(&r, path) != LS_OK) {
-        note(o, nl, rank, offset, "rank %lld skipped: cannot open its trace (out of memory)", (long long)rank);
+    if (ls_audit_timeline_trace_open(run_dir, rank, &r, why, sizeof why) != LS_OK) {
+        note(o, nl, rank, offset, "rank %lld skipped: %s", (long long)rank, why);
         goto cleanup;
     }
     for (;;) {
@@ -612,11 +626,9 @@ int ls_audit_timeline_write(const char *run_dir, const char *out_path, char *err
     /* pass 1: every rank's header start, for the base of the time axis */
     int64_t base = INT64_MAX;
     for (int64_t r = 0; r < world; r++) {
-        char path[4200], why[512];
         int64_t hw;
         starts[r] = -1;
-        if (ls_audit_timeline_trace_path(run_dir, r, path, sizeof path, why, sizeof why) == LS_OK &&
-            rank_start(path, &starts[r], &hw) && starts[r] < base)
+        if (rank_start(run_dir, r, &starts[r], &hw) && starts[r] < base)
             base = starts[r];
     }
     if (out_open(&o, out_path, err, err_len) != 0) goto cleanup;

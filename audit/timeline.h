@@ -41,6 +41,7 @@
 
 #include "audit/run_files.h"
 #include "common/status.h"
+#include "receipts/trace_reader.h"
 
 /* The ranks of a run directory: the larger of the manifest's
  * predicate.world and 1 + the highest rank-NNNN directory present (a
@@ -56,6 +57,12 @@ ls_status ls_audit_timeline_world(const char *run_dir, int64_t *world, char *not
  * path[cap], after ls_audit_stat accepted it (no cap on the size: traces
  * are streamed).  LS_OK, or ls_audit_stat's status with err naming the
  * file. */
+/* A reader over rank's trace opened with ls_audit_open (no links, a
+ * regular file; nothing reopened by path).  LS_OK with *out (the caller
+ * closes it), else the ls_audit_open status with err naming the file. */
+ls_status ls_audit_timeline_trace_open(const char *run_dir, int64_t rank, ls_trace_reader **out, char *err,
+                                       size_t err_len);
+
 ls_status ls_audit_timeline_trace_path(const char *run_dir, int64_t rank, char *path, size_t cap, char *err,
                                        size_t err_len);
 

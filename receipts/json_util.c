@@ -115,6 +115,18 @@ static const char *find_duplicate_key(const cJSON *item, int *nomem) {
     return NULL;
 }
 
+/* Offset of the first \u0000 escape (a backslash preceded by an even run of
+ * backslashes), SIZE_MAX when none: cJSON would cut the string there, so a
+ * name "a\u0000b" would silently read as "a". */
+static size_t escaped_nul(const char *b, size_t len) {
+    for (size_t i = 0; i + 6 <= len; i++) {
+        if (b[i] != '\\') continue;
+        if (memcmp(b + i, "\\u0000", 6) == 0) return i;
+        i++; /* skip the escaped character (a second backslash included) */
+    }
+    return SIZE_MAX;
+}
+
 ls_status ls_json_parse(const char *bytes, size_t len, const char *what, cJSON **out,
                         char *err, size_t errlen) {
     if (what == NULL) what = "input";
@@ -122,6 +134,11 @@ ls_status ls_json_parse(const char *bytes, size_t len, const char *what, cJSON *
     if (bytes == NULL && len > 0) return LS_ERR_ARG;
     if (len == 0) {
         ls_json_errf(err, errlen, "%s: empty, expected a JSON document", what);
+        return LS_ERR_FORMAT;
+    }
+    size_t nul = escaped_nul(bytes, len);
+    if (nul != SIZE_MAX) {
+        ls_json_errf(err, errlen, "%s: a \\u0000 escape (NUL inside a string) at byte %zu", what, nul);
         return LS_ERR_FORMAT;
     }
     const char *end = NULL;

@@ -38,8 +38,8 @@ void ls_json_errf(char *err, size_t errlen, const char *fmt, ...) LS_JSON_PRINTF
 
 /* Parses exactly one JSON value from bytes[0..len) (need not be
  * NUL-terminated).  `what` names the input in errors (a path; NULL gives
- * "input").  LS_ERR_FORMAT on syntax errors, trailing bytes or duplicate
- * keys; LS_ERR_NONFINITE on a number outside the double range.  *out is
+ * "input").  LS_ERR_FORMAT on syntax errors, trailing bytes, duplicate
+ * keys or a \u0000 escape (cJSON would cut the string there); LS_ERR_NONFINITE on a number outside the double range.  *out is
  * the caller's (cJSON_Delete), NULL on failure. */
 ls_status ls_json_parse(const char *bytes, size_t len, const char *what, cJSON **out,
                         char *err, size_t errlen);

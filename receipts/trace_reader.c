@@ -519,6 +519,27 @@ ls_status ls_trace_reader_open(ls_trace_reader **out, const char *path) {
     return LS_OK;
 }
 
+ls_status ls_trace_reader_open_fd(ls_trace_reader **out, int fd, const char *name) {
+    if (out) *out = NULL;
+    if (out == NULL || name == NULL) {
+        if (fd >= 0) close(fd);
+        return LS_ERR_ARG;
+    }
+    ls_status st = reader_new(out, name);
+    if (st != LS_OK) {
+        if (fd >= 0) close(fd);
+        return st;
+    }
+    ls_trace_reader *r = *out;
+    r->fd = fd;
+    if (fd < 0) {
+        diag(r, LS_TRACE_DIAG_IO, NULL, -1, -1, -1, "%s: cannot open", name);
+        fatal(r, LS_TRACE_END_FAILED);
+        r->decode_done = true;
+    }
+    return LS_OK;
+}
+
 ls_status ls_trace_reader_open_mem(ls_trace_reader **out, const void *data, size_t len,
                                    const char *name) {
     if (out) *out = NULL;
@@ -567,12 +588,7 @@ void ls_trace_reader_close(ls_trace_reader *r) {
     free(r);
 }
 
-ls_status ls_trace_read_file(const char *path, ls_trace_event_fn fn, void *user,
-                             ls_trace_report *report) {
-    if (path == NULL || report == NULL) return LS_ERR_ARG;
-    ls_trace_reader *r = NULL;
-    ls_status st = ls_trace_reader_open(&r, path);
-    if (st != LS_OK) return st;
+static ls_status read_all(ls_trace_reader *r, ls_trace_event_fn fn, void *user, ls_trace_report *report) {
     const ls_trace_event *ev;
     while (ls_trace_reader_next(r, &ev) == LS_OK && ev != NULL)
         if (fn && fn(ev, user) != 0) {
@@ -583,4 +599,25 @@ ls_status ls_trace_read_file(const char *path, ls_trace_event_fn fn, void *user,
     memset(&r->rep, 0, sizeof r->rep);
     ls_trace_reader_close(r);
     return ls_trace_report_status(report);
+}
+
+ls_status ls_trace_read_file(const char *path, ls_trace_event_fn fn, void *user,
+                             ls_trace_report *report) {
+    if (path == NULL || report == NULL) return LS_ERR_ARG;
+    ls_trace_reader *r = NULL;
+    ls_status st = ls_trace_reader_open(&r, path);
+    if (st != LS_OK) return st;
+    return read_all(r, fn, user, report);
+}
+
+ls_status ls_trace_read_fd(int fd, const char *name, ls_trace_event_fn fn, void *user,
+                           ls_trace_report *report) {
+    if (report == NULL) {
+        if (fd >= 0) close(fd);
+        return LS_ERR_ARG;
+    }
+    ls_trace_reader *r = NULL;
+    ls_status st = ls_trace_reader_open_fd(&r, fd, name);
+    if (st != LS_OK) return st;
+    return read_all(r, fn, user, report);
 }

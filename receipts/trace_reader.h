@@ -164,6 +164,13 @@ typedef struct ls_trace_reader ls_trace_reader;
  * problem through the report.  *out is the caller's (ls_trace_reader_close). */
 ls_status ls_trace_reader_open(ls_trace_reader **out, const char *path);
 
+/* Reads from an open file descriptor, which the reader then owns (closed by
+ * ls_trace_reader_close, also on LS_ERR_NOMEM); name labels the report.  The
+ * audit opens its files itself (no links followed, audit/run_files.h) and
+ * hands the descriptor over, so nothing is reopened by path.  fd < 0 is
+ * reported as LS_TRACE_DIAG_IO like an unopenable path. */
+ls_status ls_trace_reader_open_fd(ls_trace_reader **out, int fd, const char *name);
+
 /* Reads from memory (borrowed: data must outlive the reader); name labels
  * the report (NULL gives "<memory>"). */
 ls_status ls_trace_reader_open_mem(ls_trace_reader **out, const void *data, size_t len,
@@ -193,5 +200,10 @@ typedef int (*ls_trace_event_fn)(const ls_trace_event *ev, void *user);
  * LS_ERR_ARG (path or report NULL; *report untouched) / LS_ERR_NOMEM. */
 ls_status ls_trace_read_file(const char *path, ls_trace_event_fn fn, void *user,
                              ls_trace_report *report);
+
+/* ls_trace_read_file over an open descriptor (owned, closed; see
+ * ls_trace_reader_open_fd). */
+ls_status ls_trace_read_fd(int fd, const char *name, ls_trace_event_fn fn, void *user,
+                           ls_trace_report *report);
 
 #endif
