@@ -400,23 +400,84 @@ static void on_collective(scan_ctx *c, const ls_trace_event *ev) {
     k->phase = (uint8_t)(c->cur_phase >= 0 ? c->cur_phase : LS_AUDIT_NPHASE - 1);
 }
 
+/* The members on_event reads, found in one pass over the event (keys never
+ * repeat: the reader refuses such lines); NULL when absent. */
+typedef struct {
+    const cJSON *step, *phase, *member, *layer, *kind, *dir, *wall_ns, *ok, *target, *sha256;
+} ev_fields;
+
+static bool key_is(const char *k, const char *name) {
+    while (*k && *k == *name) k++, name++;
+    return *k == *name;
+}
+
+static void scan_fields(const cJSON *j, ev_fields *f) {
+    memset(f, 0, sizeof *f);
+    for (const cJSON *m = j->child; m; m = m->next) {
+        const char *k = m->string;
+        if (k == NULL) continue;
+        const cJSON **slot = NULL;
+        switch (k[0]) {
+        case 's': slot = key_is(k, "step") ? &f->step : key_is(k, "sha256") ? &f->sha256 : NULL; break;
+        case 'p': slot = key_is(k, "phase") ? &f->phase : NULL; break;
+        case 'm': slot = key_is(k, "member") ? &f->member : NULL; break;
+        case 'l': slot = key_is(k, "layer") ? &f->layer : NULL; break;
+        case 'k': slot = key_is(k, "kind") ? &f->kind : NULL; break;
+        case 'd': slot = key_is(k, "dir") ? &f->dir : NULL; break;
+        case 'w': slot = key_is(k, "wall_ns") ? &f->wall_ns : NULL; break;
+        case 'o': slot = key_is(k, "ok") ? &f->ok : NULL; break;
+        case 't': slot = key_is(k, "target") ? &f->target : NULL; break;
+        default: break;
+        }
+        if (slot != NULL && *slot == NULL) *slot = m;
+    }
+}
+
+static const char *str_of(const cJSON *it) { return cJSON_IsString(it) ? it->valuestring : NULL; }
+
+/* Copies src into dst[cap] (cut to fit), as snprintf "%s" would. */
+static void copy_name(char *dst, size_t cap, const char *src) {
+    size_t n = strlen(src);
+    if (n >= cap) n = cap - 1;
+    memcpy(dst, src, n);
+    dst[n] = 0;
+}
+
+/* layer_end's fields, from an event the reader found valid (its fields
+ * passed ls_trace_event_check: not flagged LS_TRACE_EVF_FIELDS), so
+ * without checking them again as ls_trace_decode_layer_end does. */
+static bool decode_layer_end(const ev_fields *f, ls_trace_layer_end *le) {
+    const char *ph = str_of(f->phase), *kind = str_of(f->kind), *dir = str_of(f->dir);
+    if (ph == NULL || kind == NULL || dir == NULL || !ls_trace_json_int(f->step, &le->step) ||
+        !ls_trace_json_int(f->member, &le->member) || !ls_trace_json_int(f->layer, &le->layer))
+        return false;
+    int k = ls_trace_enum_from_name("layer_kind", kind), d = ls_trace_enum_from_name("dir", dir);
+    if (k < 0 || d < 0) return false;
+    le->phase = ph;
+    le->kind = (ls_trace_layer_kind)k;
+    le->dir = (ls_trace_dir)d;
+    return true;
+}
+
 static int on_event(const ls_trace_event *ev, void *user) {
     scan_ctx *c = user;
     ls_audit_rank *r = c->r;
     r->n_events++;
     r->last_seq = ev->seq;
-    snprintf(r->last_ev, sizeof r->last_ev, "%s", ev->ev);
+    copy_name(r->last_ev, sizeof r->last_ev, ev->ev);
     if (r->n_events == 1) r->first_ts = ev->ts_ns;
     r->last_ts = ev->ts_ns;
     if (ev->flags & (LS_TRACE_EVF_FIELDS | LS_TRACE_EVF_UNKNOWN_KIND)) return 0; /* reported by the reader */
     const cJSON *j = ev->json;
+    ev_fields f;
+    scan_fields(j, &f);
     int64_t step = -1;
-    bool has_step = get_int(j, "step", &step);
+    bool has_step = ls_trace_json_int(f.step, &step);
     ls_audit_step *sf = has_step ? step_at(c, step) : NULL;
     if (sf != NULL && ev->prefix_frozen) sf->prefix_frozen = 1;
     switch (ev->kind) {
     case LS_TRACE_PHASE_BEGIN: {
-        const char *ph = get_str(j, "phase");
+        const char *ph = str_of(f.phase);
         int p = ls_audit_phase_index(ph);
         r->phase_begin[p]++;
         c->cur_phase = p;
@@ -426,27 +487,26 @@ static int on_event(const ls_trace_event *ev, void *user) {
         break;
     }
     case LS_TRACE_PHASE_END: {
-        int p = ls_audit_phase_index(get_str(j, "phase"));
+        int p = ls_audit_phase_index(str_of(f.phase));
         r->phase_end[p]++;
         int64_t w = 0;
-        if (get_int(j, "wall_ns", &w)) r->phase_wall_ns[p] += (uint64_t)w;
-        const cJSON *ok = cJSON_GetObjectItemCaseSensitive(j, "ok");
-        if (cJSON_IsTrue(ok) && sf != NULL) sf->phase_mask |= (uint8_t)(1u << p);
+        if (ls_trace_json_int(f.wall_ns, &w)) r->phase_wall_ns[p] += (uint64_t)w;
+        if (cJSON_IsTrue(f.ok) && sf != NULL) sf->phase_mask |= (uint8_t)(1u << p);
         c->cur_phase = -1;
         r->in_phase = false;
         break;
     }
     case LS_TRACE_LAYER_END: {
         ls_trace_layer_end le;
-        if (ls_trace_decode_layer_end(j, &le) != LS_OK) break;
+        if (!decode_layer_end(&f, &le)) break;
         int p = ls_audit_phase_index(le.phase);
         if (le.dir == LS_TRACE_DIR_FWD) r->layer_fwd++;
         else r->layer_bwd++;
         r->last_step = le.step;
         r->last_member = le.member;
         r->last_layer = le.layer;
-        snprintf(r->last_layer_phase, sizeof r->last_layer_phase, "%s", le.phase);
-        snprintf(r->last_layer_dir, sizeof r->last_layer_dir, "%s", ls_trace_dir_name(le.dir));
+        copy_name(r->last_layer_phase, sizeof r->last_layer_phase, le.phase);
+        copy_name(r->last_layer_dir, sizeof r->last_layer_dir, ls_trace_dir_name(le.dir));
         c->st = lk_add(r, le.step, p, le.member, le.layer, (int)le.dir, (int)le.kind, ev->seq);
         break;
     }
@@ -458,7 +518,7 @@ static int on_event(const ls_trace_event *ev, void *user) {
         break;
     case LS_TRACE_PARAM_DIGEST: {
         r->n_param_digests++;
-        const char *t = get_str(j, "target"), *h = get_str(j, "sha256");
+        const char *t = str_of(f.target), *h = str_of(f.sha256);
         if (t && h && strcmp(t, "trainable") == 0 && sf != NULL && sf->digest[0] == 0) {
             snprintf(sf->digest, sizeof sf->digest, "%.64s", h);
             sf->digest_seq = ev->seq;
