@@ -362,10 +362,95 @@ static void on_memory(scan_ctx *c, const ls_trace_event *ev) {
     }
 }
 
-static void on_collective(scan_ctx *c, const ls_trace_event *ev) {
+/* The members on_event reads, found in one pass over the event (keys never
+ * repeat: the reader refuses such lines); NULL when absent. */
+typedef struct {
+    const cJSON *step, *phase, *member, *layer, *kind, *dir, *wall_ns, *ok, *target, *sha256;
+    const cJSON *group, *gseq, *op, *red, *count, *dtype, *purpose; /* collective */
+} ev_fields;
+
+static bool key_is(const char *k, const char *name) {
+    while (*k && *k == *name) k++, name++;
+    return *k == *name;
+}
+
+static void scan_fields(const cJSON *j, ev_fields *f) {
+    memset(f, 0, sizeof *f);
+    for (const cJSON *m = j->child; m; m = m->next) {
+        const char *k = m->string;
+        if (k == NULL) continue;
+        const cJSON **slot = NULL;
+        switch (k[0]) {
+        case 's': slot = key_is(k, "step") ? &f->step : key_is(k, "sha256") ? &f->sha256 : NULL; break;
+        case 'p': slot = key_is(k, "phase") ? &f->phase : key_is(k, "purpose") ? &f->purpose : NULL; break;
+        case 'm': slot = key_is(k, "member") ? &f->member : NULL; break;
+        case 'l': slot = key_is(k, "layer") ? &f->layer : NULL; break;
+        case 'k': slot = key_is(k, "kind") ? &f->kind : NULL; break;
+        case 'd': slot = key_is(k, "dir") ? &f->dir : key_is(k, "dtype") ? &f->dtype : NULL; break;
+        case 'w': slot = key_is(k, "wall_ns") ? &f->wall_ns : NULL; break;
+        case 'o': slot = key_is(k, "ok") ? &f->ok : key_is(k, "op") ? &f->op : NULL; break;
+        case 'g': slot = key_is(k, "group") ? &f->group : key_is(k, "gseq") ? &f->gseq : NULL; break;
+        case 'r': slot = key_is(k, "red") ? &f->red : NULL; break;
+        case 'c': slot = key_is(k, "count") ? &f->count : NULL; break;
+        case 't': slot = key_is(k, "target") ? &f->target : NULL; break;
+        default: break;
+        }
+        if (slot != NULL && *slot == NULL) *slot = m;
+    }
+}
+
+static const char *str_of(const cJSON *it) { return cJSON_IsString(it) ? it->valuestring : NULL; }
+
+/* Copies src into dst[cap] (cut to fit), as snprintf "%s" would. */
+static void copy_name(char *dst, size_t cap, const char *src) {
+    size_t n = strlen(src);
+    if (n >= cap) n = cap - 1;
+    memcpy(dst, src, n);
+    dst[n] = 0;
+}
+
+/* layer_end's fields, from an event the reader found valid (its fields
+ * passed ls_trace_event_check: not flagged LS_TRACE_EVF_FIELDS), so
+ * without checking them again as ls_trace_decode_layer_end does. */
+static bool decode_layer_end(const ev_fields *f, ls_trace_layer_end *le) {
+    const char *ph = str_of(f->phase), *kind = str_of(f->kind), *dir = str_of(f->dir);
+    if (ph == NULL || kind == NULL || dir == NULL || !ls_trace_json_int(f->step, &le->step) ||
+        !ls_trace_json_int(f->member, &le->member) || !ls_trace_json_int(f->layer, &le->layer))
+        return false;
+    int k = ls_trace_enum_from_name("layer_kind", kind), d = ls_trace_enum_from_name("dir", dir);
+    if (k < 0 || d < 0) return false;
+    le->phase = ph;
+    le->kind = (ls_trace_layer_kind)k;
+    le->dir = (ls_trace_dir)d;
+    return true;
+}
+
+/* collective's fields, as decode_layer_end (and ls_trace_decode_collective,
+ * less its second check); bytes is not read by the audit. */
+static bool decode_collective(const ev_fields *f, ls_trace_collective *tc) {
+    const char *g = str_of(f->group), *op = str_of(f->op), *red = str_of(f->red), *dt = str_of(f->dtype);
+    tc->purpose = str_of(f->purpose);
+    if (g == NULL || op == NULL || red == NULL || dt == NULL || tc->purpose == NULL ||
+        !ls_trace_json_int(f->gseq, &tc->gseq) || !ls_trace_json_int(f->count, &tc->count))
+        return false;
+    int o = ls_trace_enum_from_name("op", op), r = ls_trace_enum_from_name("red", red),
+        d = ls_trace_enum_from_name("dtype", dt);
+    if (o < 0 || r < 0 || d < 0) return false;
+    tc->group = g;
+    tc->op = (ls_trace_op)o;
+    tc->red = (ls_trace_red)r;
+    tc->dtype = (ls_trace_dtype)d;
+    tc->bytes = 0;
+    tc->has_layer = f->layer != NULL;
+    tc->layer = 0;
+    if (tc->has_layer && !ls_trace_json_int(f->layer, &tc->layer)) return false;
+    return true;
+}
+
+static void on_collective(scan_ctx *c, const ls_trace_event *ev, const ev_fields *f) {
     ls_audit_rank *r = c->r;
     ls_trace_collective tc;
-    if (ls_trace_decode_collective(ev->json, &tc) != LS_OK) return;
+    if (!decode_collective(f, &tc)) return;
     int g = intern(c->run->groups, &c->run->n_groups, &c->run->names_overflow, tc.group);
     int p = intern(c->run->purposes, &c->run->n_purposes, &c->run->names_overflow, tc.purpose);
     if (g < 0 || p < 0) return;
@@ -398,65 +483,6 @@ static void on_collective(scan_ctx *c, const ls_trace_event *ev) {
     k->red = (uint8_t)tc.red;
     k->dtype = (uint8_t)tc.dtype;
     k->phase = (uint8_t)(c->cur_phase >= 0 ? c->cur_phase : LS_AUDIT_NPHASE - 1);
-}
-
-/* The members on_event reads, found in one pass over the event (keys never
- * repeat: the reader refuses such lines); NULL when absent. */
-typedef struct {
-    const cJSON *step, *phase, *member, *layer, *kind, *dir, *wall_ns, *ok, *target, *sha256;
-} ev_fields;
-
-static bool key_is(const char *k, const char *name) {
-    while (*k && *k == *name) k++, name++;
-    return *k == *name;
-}
-
-static void scan_fields(const cJSON *j, ev_fields *f) {
-    memset(f, 0, sizeof *f);
-    for (const cJSON *m = j->child; m; m = m->next) {
-        const char *k = m->string;
-        if (k == NULL) continue;
-        const cJSON **slot = NULL;
-        switch (k[0]) {
-        case 's': slot = key_is(k, "step") ? &f->step : key_is(k, "sha256") ? &f->sha256 : NULL; break;
-        case 'p': slot = key_is(k, "phase") ? &f->phase : NULL; break;
-        case 'm': slot = key_is(k, "member") ? &f->member : NULL; break;
-        case 'l': slot = key_is(k, "layer") ? &f->layer : NULL; break;
-        case 'k': slot = key_is(k, "kind") ? &f->kind : NULL; break;
-        case 'd': slot = key_is(k, "dir") ? &f->dir : NULL; break;
-        case 'w': slot = key_is(k, "wall_ns") ? &f->wall_ns : NULL; break;
-        case 'o': slot = key_is(k, "ok") ? &f->ok : NULL; break;
-        case 't': slot = key_is(k, "target") ? &f->target : NULL; break;
-        default: break;
-        }
-        if (slot != NULL && *slot == NULL) *slot = m;
-    }
-}
-
-static const char *str_of(const cJSON *it) { return cJSON_IsString(it) ? it->valuestring : NULL; }
-
-/* Copies src into dst[cap] (cut to fit), as snprintf "%s" would. */
-static void copy_name(char *dst, size_t cap, const char *src) {
-    size_t n = strlen(src);
-    if (n >= cap) n = cap - 1;
-    memcpy(dst, src, n);
-    dst[n] = 0;
-}
-
-/* layer_end's fields, from an event the reader found valid (its fields
- * passed ls_trace_event_check: not flagged LS_TRACE_EVF_FIELDS), so
- * without checking them again as ls_trace_decode_layer_end does. */
-static bool decode_layer_end(const ev_fields *f, ls_trace_layer_end *le) {
-    const char *ph = str_of(f->phase), *kind = str_of(f->kind), *dir = str_of(f->dir);
-    if (ph == NULL || kind == NULL || dir == NULL || !ls_trace_json_int(f->step, &le->step) ||
-        !ls_trace_json_int(f->member, &le->member) || !ls_trace_json_int(f->layer, &le->layer))
-        return false;
-    int k = ls_trace_enum_from_name("layer_kind", kind), d = ls_trace_enum_from_name("dir", dir);
-    if (k < 0 || d < 0) return false;
-    le->phase = ph;
-    le->kind = (ls_trace_layer_kind)k;
-    le->dir = (ls_trace_dir)d;
-    return true;
 }
 
 static int on_event(const ls_trace_event *ev, void *user) {
@@ -511,7 +537,7 @@ static int on_event(const ls_trace_event *ev, void *user) {
         break;
     }
     case LS_TRACE_COLLECTIVE:
-        on_collective(c, ev);
+        on_collective(c, ev, &f);
         break;
     case LS_TRACE_OPTIMIZER_STEP:
         if (sf != NULL && sf->opt_count++ == 0) sf->opt_seq = ev->seq;

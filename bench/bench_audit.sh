@@ -58,23 +58,30 @@ if [ -z "$WORK" ]; then WORK=$(mktemp -d "${TMPDIR:-/tmp}/bench_audit.XXXXXX"); 
 [ "$KEEP" = 1 ] || trap 'rm -rf "$WORK"' EXIT
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 
-# measure N CMD...: runs CMD N times; prints "median_s peak_rss_kib rc" (the
-# peak RSS of one more run, from /usr/bin/time: a child's getrusage would
-# count the forking interpreter too)
+# measure N CMD...: runs CMD N times under /usr/bin/time; prints "median wall
+# s, median CPU s (user + sys, from wait4), peak RSS KiB (from /usr/bin/time:
+# a child's own getrusage would count the forking interpreter too), exit
+# status".  CPU time is the figure to trust on a machine shared with other
+# work: wall time then includes waiting for a core.
 measure() {
     python3 - "$@" <<'PY'
 import os, subprocess, sys, tempfile, time
 n = int(sys.argv[1]); cmd = sys.argv[2:]
-ts = []; rc = 0
+walls, cpus, rss, rc = [], [], 0, 0
+fd, tmp = tempfile.mkstemp(); os.close(fd)
 for _ in range(n):
     t0 = time.perf_counter()
-    rc = subprocess.call(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    ts.append(time.perf_counter() - t0)
-ts.sort()
-fd, tmp = tempfile.mkstemp(); os.close(fd)
-subprocess.call(["/usr/bin/time", "-f", "%M", "-o", tmp] + cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-rss = int(open(tmp).read().split()[-1]); os.unlink(tmp)
-print("%.4f %d %d" % (ts[len(ts) // 2], rss, rc))
+    p = subprocess.Popen(["/usr/bin/time", "-f", "%M", "-o", tmp] + cmd,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    walls.append(time.perf_counter() - t0)
+    cpus.append(ru.ru_utime + ru.ru_stime)
+    rss = max(rss, int(open(tmp).read().split()[-1]))
+    rc = p.returncode
+os.unlink(tmp)
+walls.sort(); cpus.sort()
+print("%.4f %.4f %d %d" % (walls[n // 2], cpus[n // 2], rss, rc))
 PY
 }
 count_events() { # RUN: events in all (every line of every trace but the header)
@@ -95,14 +102,15 @@ echo "  ($(( $(date +%s) - T0 )) s)" >&2
 EV=$(count_events "$RUN")
 BYTES=$(du -sb "$RUN" | cut -f1)
 "$AUDIT" "$RUN" --quiet --require-level 1 && VERDICT="level 1 proven" || VERDICT="level 1 NOT proven (rc $?)"
-read -r T RSS RC < <(measure "$REPEAT" "$AUDIT" "$RUN" --quiet)
+read -r T CPU RSS RC < <(measure "$REPEAT" "$AUDIT" "$RUN" --quiet)
 echo
-echo "### 1. $RANKS-rank CP run (hybrid-tiny, P=64, G=2, R=2, 2 steps; $VERDICT)"
+echo "### 1. $RANKS-rank CP run (hybrid-tiny, P=64, G=2, R=2, 2 steps; $VERDICT; load $(cut -d' ' -f1 /proc/loadavg))"
 echo
-echo "| ranks | events in all | run bytes | audit wall s (median of $REPEAT) | events/s | peak RSS MiB | target |"
-echo "|------:|------:|------:|------:|------:|------:|:------|"
-python3 -c "import sys; n,t,r=int(sys.argv[1]),float(sys.argv[2]),int(sys.argv[3]); print('| %s | %d | %s | %.3f | %.2fM | %.1f | %s |' % (sys.argv[4], n, sys.argv[5], t, n/t/1e6, r/1024, '< 0.1 s: ' + ('met' if t < 0.1 else 'NOT met')))" \
-    "$EV" "$T" "$RSS" "$RANKS" "$BYTES"
+echo "| ranks | events in all | run bytes | audit wall s | audit CPU s | events/CPU s | peak RSS MiB | target < 0.1 s |"
+echo "|------:|------:|------:|------:|------:|------:|------:|:------|"
+python3 -c "import sys; n,t,c,r=int(sys.argv[1]),float(sys.argv[2]),float(sys.argv[3]),int(sys.argv[4]); print('| %s | %d | %s | %.3f | %.3f | %.2fM | %.1f | %s |' % (sys.argv[5], n, sys.argv[6], t, c, n/c/1e6, r/1024, ('met' if t < 0.1 else 'NOT met') + ' (wall), ' + ('met' if c < 0.1 else 'NOT met') + ' (CPU)'))" \
+    "$EV" "$T" "$CPU" "$RSS" "$RANKS" "$BYTES"
+echo "(medians of $REPEAT runs; RSS the largest)"
 
 # ---- 2. long traces -----------------------------------------------------------
 SRC=$WORK/one
@@ -110,10 +118,10 @@ echo "  run: 1 rank, P=64 G=2 R=4, 1 step (the pattern)" >&2
 "$TRAIN" --config "$CONFIG" --out "$SRC" --prompt-len 64 --steps 1 --group 2 --response-len 4 --quiet > "$WORK/one.log" 2>&1 ||
     { echo "bench_audit.sh: the pattern run failed:" >&2; tail -20 "$WORK/one.log" >&2; exit 1; }
 echo
-echo "### 2. Long single-rank traces (a real 1-step run's $(( $(count_events "$SRC") - 1 )) events repeated; zstd, writer frames)"
+echo "### 2. Long single-rank traces (a real 1-step run's $(( $(count_events "$SRC") - 1 )) events repeated; zstd, writer frames; load $(cut -d' ' -f1 /proc/loadavg))"
 echo
-echo "| events | trace MiB | reader s | reader events/s | reader peak RSS MiB | audit s | audit events/s | audit peak RSS MiB |"
-echo "|------:|------:|------:|------:|------:|------:|------:|------:|"
+echo "| events | trace MiB | reader wall s | reader CPU s | reader events/CPU s | reader RSS MiB | audit wall s | audit CPU s | audit events/CPU s | audit RSS MiB |"
+echo "|------:|------:|------:|------:|------:|------:|------:|------:|------:|------:|"
 for N in $SIZES; do
     D=$WORK/syn$N
     rm -rf "$D"
@@ -123,9 +131,9 @@ for N in $SIZES; do
     "$READER" gen "$SRC/rank-0000/events.jsonl.zst" "$D/rank-0000/events.jsonl.zst" "$N" >/dev/null
     R_REP=$(( REPEAT < 3 ? REPEAT : 3 ))
     [ "$N" -le 3000000 ] || R_REP=1
-    read -r RT RRSS _ < <(measure "$R_REP" "$READER" read "$D/rank-0000/events.jsonl.zst")
-    read -r AT ARSS _ < <(measure "$R_REP" "$AUDIT" "$D" --quiet)
-    python3 -c "import sys; n=int(sys.argv[1]); b=int(sys.argv[2]); rt,at=float(sys.argv[3]),float(sys.argv[5]); print('| %d | %.1f | %.2f | %.2fM | %.1f | %.2f | %.2fM | %.1f |' % (n, b/2**20, rt, n/rt/1e6, int(sys.argv[4])/1024, at, n/at/1e6, int(sys.argv[6])/1024))" \
-        "$N" "$(stat -c %s "$D/rank-0000/events.jsonl.zst")" "$RT" "$RRSS" "$AT" "$ARSS"
+    read -r RT RC_ RRSS _ < <(measure "$R_REP" "$READER" read "$D/rank-0000/events.jsonl.zst")
+    read -r AT AC ARSS _ < <(measure "$R_REP" "$AUDIT" "$D" --quiet)
+    python3 -c "import sys; n=int(sys.argv[1]); b=int(sys.argv[2]); rt,rc,at,ac=map(float,(sys.argv[3],sys.argv[4],sys.argv[6],sys.argv[7])); print('| %d | %.1f | %.2f | %.2f | %.2fM | %.1f | %.2f | %.2f | %.2fM | %.1f |' % (n, b/2**20, rt, rc, n/rc/1e6, int(sys.argv[5])/1024, at, ac, n/ac/1e6, int(sys.argv[8])/1024))" \
+        "$N" "$(stat -c %s "$D/rank-0000/events.jsonl.zst")" "$RT" "$RC_" "$RRSS" "$AT" "$AC" "$ARSS"
     rm -rf "$D"
 done
