@@ -102,15 +102,18 @@ static const char *object_repeated_key(const cJSON *v, size_t n, bool *nomem) {
                 if (c->string[0] == d->string[0] && strcmp(c->string, d->string) == 0) return c->string;
         return NULL;
     }
-    if (n <= 64) { /* open addressing over 128 slots on the stack: one pass */
-        const char *slot[128] = {NULL};
+    if (n <= 64) { /* open addressing on the stack, at most half full: one pass */
+        const char *slot[128];
+        size_t mask = 15;
+        while (mask + 1 < 2 * n) mask = 2 * mask + 1;
+        memset(slot, 0, (mask + 1) * sizeof slot[0]);
         for (const cJSON *c = v->child; c; c = c->next) {
             uint32_t h = 2166136261u;
             for (const unsigned char *k = (const unsigned char *)c->string; *k; k++) h = (h ^ *k) * 16777619u;
-            size_t j = h & 127;
+            size_t j = h & mask;
             while (slot[j] != NULL) {
                 if (strcmp(slot[j], c->string) == 0) return slot[j];
-                j = (j + 1) & 127;
+                j = (j + 1) & mask;
             }
             slot[j] = c->string;
         }
@@ -237,12 +240,19 @@ static int hex4(const unsigned char *p) {
     return v;
 }
 
-/* The string at p[i] == '"', decoded in place from p[i] on (never longer
- * than its source, so the write never passes the read); *out its start. */
+/* A byte that stands for itself inside a string: printable ASCII (and
+ * DEL) but '"' and '\\'. */
+static inline bool plain_byte(unsigned c) { return c - 0x20u < 0x60u && c != '"' && c != '\\'; }
+
+/* The string at p[i] == '"', decoded in place from p[i + 1] on (never
+ * longer than its source, so the write never passes the read; a string
+ * without escapes is not moved at all); *out its start. */
 static bool parse_string(parser *s, char **out) {
     unsigned char *p = s->p;
-    size_t n = s->n, r = s->i + 1, w = s->i;
-    *out = (char *)p + w;
+    size_t n = s->n, r = s->i + 1;
+    *out = (char *)p + r;
+    while (r < n && plain_byte(p[r])) r++;
+    size_t w = r;
     for (;;) {
         if (r >= n) return bad(s, r, "unterminated string");
         unsigned c = p[r];
