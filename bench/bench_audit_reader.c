@@ -13,7 +13,6 @@
  *     buffer high-water mark, this process's peak RSS, the report's status.
  *
  * Exit 0 on success, 1 when reading or writing fails, 2 for usage. */
-#define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -106,8 +106,8 @@ Test(trace_parse, edge_cases) {
         "\"\xf4\x90\x80\x80\"", "\"\xe0\x80\x80\"", "\"\x01\"", "\"abc", "\"\\", "\xef\xbb\xbf{}",
         "{\"k\xc3\xa9y\":\"v\\u20ac\"}", "{\"\":1}", "{\"a\":1}\n", "[1 2]", "{\"a\" 1}", "{1:2}",
         "[\"a\",{\"b\":[1,{\"c\":null}]},-1.5e-3]",
-        "{\"v\":1,\"rank\":0,\"seq\":7,\"ts_ns\":123,\"ev\":\"layer_end\",\"phase\":\"capture\","
-        "\"out_norm\":31.79800233791704}",
+        ("{\"v\":1,\"rank\":0,\"seq\":7,\"ts_ns\":123,\"ev\":\"layer_end\",\"phase\":\"capture\","
+         "\"out_norm\":31.79800233791704}"),
     };
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) EXPECT_SAME(CASES[i]);
     ls_trace_pool_free(&pool);
