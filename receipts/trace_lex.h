@@ -1,5 +1,7 @@
 /* trace_lex.h - internal to receipts/: the strict checks the trace reader
- * makes on each line around cJSON's parse (trace_reader.c).  Not part of
+ * makes on each line: the token lexer and repeated-key search around
+ * cJSON's parse (the header line), and the one-pass strict parser that
+ * does both for every other line (trace_reader.c).  Not part of
  * the contract; trace_reader.h is and says what a line must be. */
 #ifndef LS_RECEIPTS_TRACE_LEX_H
 #define LS_RECEIPTS_TRACE_LEX_H

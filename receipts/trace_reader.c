@@ -6,8 +6,10 @@
  *  decode  - plain bytes copied, or zstd frames decompressed, into the text
  *            window `win`; [0, ver) of the window is verified text (plain, or
  *            zstd whose frame checksum has passed), [ver, end) is not yet;
- *  lines   - complete lines are cut from the verified text, lexed, parsed
- *            with cJSON and checked; problems become diagnostics.
+ *  lines   - complete lines are cut from the verified text, parsed strictly
+ *            (the header by the lexer and cJSON, every other line by
+ *            trace_lex.c's one-pass parser into pooled nodes) and checked;
+ *            problems become diagnostics.
  * The window grows from 64 KiB to at most WIN_MAX; a frame whose content
  * cannot be held until its checksum is reached is delivered unverified.
  * This file holds the lines and events layers and the API; the source and
