@@ -361,10 +361,95 @@ static void on_memory(scan_ctx *c, const ls_trace_event *ev) {
     }
 }
 
-static void on_collective(scan_ctx *c, const ls_trace_event *ev) {
+/* The members on_event reads, found in one pass over the event (keys never
+ * repeat: the reader refuses such lines); NULL when absent. */
+typedef struct {
+    const cJSON *step, *phase, *member, *layer, *kind, *dir, *wall_ns, *ok, *target, *sha256;
+    const cJSON *group, *gseq, *op, *red, *count, *dtype, *purpose; /* collective */
+} ev_fields;
+
+static bool key_is(const char *k, const char *name) {
+    while (*k && *k == *name) k++, name++;
+    return *k == *name;
+}
+
+static void scan_fields(const cJSON *j, ev_fields *f) {
+    memset(f, 0, sizeof *f);
+    for (const cJSON *m = j->child; m; m = m->next) {
+        const char *k = m->string;
+        if (k == NULL) continue;
+        const cJSON **slot = NULL;
+        switch (k[0]) {
+        case 's': slot = key_is(k, "step") ? &f->step : key_is(k, "sha256") ? &f->sha256 : NULL; break;
+        case 'p': slot = key_is(k, "phase") ? &f->phase : key_is(k, "purpose") ? &f->purpose : NULL; break;
+        case 'm': slot = key_is(k, "member") ? &f->member : NULL; break;
+        case 'l': slot = key_is(k, "layer") ? &f->layer : NULL; break;
+        case 'k': slot = key_is(k, "kind") ? &f->kind : NULL; break;
+        case 'd': slot = key_is(k, "dir") ? &f->dir : key_is(k, "dtype") ? &f->dtype : NULL; break;
+        case 'w': slot = key_is(k, "wall_ns") ? &f->wall_ns : NULL; break;
+        case 'o': slot = key_is(k, "ok") ? &f->ok : key_is(k, "op") ? &f->op : NULL; break;
+        case 'g': slot = key_is(k, "group") ? &f->group : key_is(k, "gseq") ? &f->gseq : NULL; break;
+        case 'r': slot = key_is(k, "red") ? &f->red : NULL; break;
+        case 'c': slot = key_is(k, "count") ? &f->count : NULL; break;
+        case 't': slot = key_is(k, "target") ? &f->target : NULL; break;
+        default: break;
+        }
+        if (slot != NULL && *slot == NULL) *slot = m;
+    }
+}
+
+static const char *str_of(const cJSON *it) { return cJSON_IsString(it) ? it->valuestring : NULL; }
+
+/* Copies src into dst[cap] (cut to fit), as snprintf "%s" would. */
+static void copy_name(char *dst, size_t cap, const char *src) {
+    size_t n = strlen(src);
+    if (n >= cap) n = cap - 1;
+    memcpy(dst, src, n);
+    dst[n] = 0;
+}
+
+/* layer_end's fields, from an event the reader found valid (its fields
+ * passed ls_trace_event_check: not flagged LS_TRACE_EVF_FIELDS), so
+ * without checking them again as ls_trace_decode_layer_end does. */
+static bool decode_layer_end(const ev_fields *f, ls_trace_layer_end *le) {
+    const char *ph = str_of(f->phase), *kind = str_of(f->kind), *dir = str_of(f->dir);
+    if (ph == NULL || kind == NULL || dir == NULL || !ls_trace_json_int(f->step, &le->step) ||
+        !ls_trace_json_int(f->member, &le->member) || !ls_trace_json_int(f->layer, &le->layer))
+        return false;
+    int k = ls_trace_enum_from_name("layer_kind", kind), d = ls_trace_enum_from_name("dir", dir);
+    if (k < 0 || d < 0) return false;
+    le->phase = ph;
+    le->kind = (ls_trace_layer_kind)k;
+    le->dir = (ls_trace_dir)d;
+    return true;
+}
+
+/* collective's fields, as decode_layer_end (and ls_trace_decode_collective,
+ * less its second check); bytes is not read by the audit. */
+static bool decode_collective(const ev_fields *f, ls_trace_collective *tc) {
+    const char *g = str_of(f->group), *op = str_of(f->op), *red = str_of(f->red), *dt = str_of(f->dtype);
+    tc->purpose = str_of(f->purpose);
+    if (g == NULL || op == NULL || red == NULL || dt == NULL || tc->purpose == NULL ||
+        !ls_trace_json_int(f->gseq, &tc->gseq) || !ls_trace_json_int(f->count, &tc->count))
+        return false;
+    int o = ls_trace_enum_from_name("op", op), r = ls_trace_enum_from_name("red", red),
+        d = ls_trace_enum_from_name("dtype", dt);
+    if (o < 0 || r < 0 || d < 0) return false;
+    tc->group = g;
+    tc->op = (ls_trace_op)o;
+    tc->red = (ls_trace_red)r;
+    tc->dtype = (ls_trace_dtype)d;
+    tc->bytes = 0;
+    tc->has_layer = f->layer != NULL;
+    tc->layer = 0;
+    if (tc->has_layer && !ls_trace_json_int(f->layer, &tc->layer)) return false;
+    return true;
+}
+
+static void on_collective(scan_ctx *c, const ls_trace_event *ev, const ev_fields *f) {
     ls_audit_rank *r = c->r;
     ls_trace_collective tc;
-    if (ls_trace_decode_collective(ev->json, &tc) != LS_OK) return;
+    if (!decode_collective(f, &tc)) return;
     int g = intern(c->run->groups, &c->run->n_groups, &c->run->names_overflow, tc.group);
     int p = intern(c->run->purposes, &c->run->n_purposes, &c->run->names_overflow, tc.purpose);
     if (g < 0 || p < 0) return;
@@ -404,18 +489,20 @@ static int on_event(const ls_trace_event *ev, void *user) {
     ls_audit_rank *r = c->r;
     r->n_events++;
     r->last_seq = ev->seq;
-    snprintf(r->last_ev, sizeof r->last_ev, "%s", ev->ev);
+    copy_name(r->last_ev, sizeof r->last_ev, ev->ev);
     if (r->n_events == 1) r->first_ts = ev->ts_ns;
     r->last_ts = ev->ts_ns;
     if (ev->flags & (LS_TRACE_EVF_FIELDS | LS_TRACE_EVF_UNKNOWN_KIND)) return 0; /* reported by the reader */
     const cJSON *j = ev->json;
+    ev_fields f;
+    scan_fields(j, &f);
     int64_t step = -1;
-    bool has_step = get_int(j, "step", &step);
+    bool has_step = ls_trace_json_int(f.step, &step);
     ls_audit_step *sf = has_step ? step_at(c, step) : NULL;
     if (sf != NULL && ev->prefix_frozen) sf->prefix_frozen = 1;
     switch (ev->kind) {
     case LS_TRACE_PHASE_BEGIN: {
-        const char *ph = get_str(j, "phase");
+        const char *ph = str_of(f.phase);
         int p = ls_audit_phase_index(ph);
         r->phase_begin[p]++;
         c->cur_phase = p;
@@ -425,39 +512,38 @@ static int on_event(const ls_trace_event *ev, void *user) {
         break;
     }
     case LS_TRACE_PHASE_END: {
-        int p = ls_audit_phase_index(get_str(j, "phase"));
+        int p = ls_audit_phase_index(str_of(f.phase));
         r->phase_end[p]++;
         int64_t w = 0;
-        if (get_int(j, "wall_ns", &w)) r->phase_wall_ns[p] += (uint64_t)w;
-        const cJSON *ok = cJSON_GetObjectItemCaseSensitive(j, "ok");
-        if (cJSON_IsTrue(ok) && sf != NULL) sf->phase_mask |= (uint8_t)(1u << p);
+        if (ls_trace_json_int(f.wall_ns, &w)) r->phase_wall_ns[p] += (uint64_t)w;
+        if (cJSON_IsTrue(f.ok) && sf != NULL) sf->phase_mask |= (uint8_t)(1u << p);
         c->cur_phase = -1;
         r->in_phase = false;
         break;
     }
     case LS_TRACE_LAYER_END: {
         ls_trace_layer_end le;
-        if (ls_trace_decode_layer_end(j, &le) != LS_OK) break;
+        if (!decode_layer_end(&f, &le)) break;
         int p = ls_audit_phase_index(le.phase);
         if (le.dir == LS_TRACE_DIR_FWD) r->layer_fwd++;
         else r->layer_bwd++;
         r->last_step = le.step;
         r->last_member = le.member;
         r->last_layer = le.layer;
-        snprintf(r->last_layer_phase, sizeof r->last_layer_phase, "%s", le.phase);
-        snprintf(r->last_layer_dir, sizeof r->last_layer_dir, "%s", ls_trace_dir_name(le.dir));
+        copy_name(r->last_layer_phase, sizeof r->last_layer_phase, le.phase);
+        copy_name(r->last_layer_dir, sizeof r->last_layer_dir, ls_trace_dir_name(le.dir));
         c->st = lk_add(r, le.step, p, le.member, le.layer, (int)le.dir, (int)le.kind, ev->seq);
         break;
     }
     case LS_TRACE_COLLECTIVE:
-        on_collective(c, ev);
+        on_collective(c, ev, &f);
         break;
     case LS_TRACE_OPTIMIZER_STEP:
         if (sf != NULL && sf->opt_count++ == 0) sf->opt_seq = ev->seq;
         break;
     case LS_TRACE_PARAM_DIGEST: {
         r->n_param_digests++;
-        const char *t = get_str(j, "target"), *h = get_str(j, "sha256");
+        const char *t = str_of(f.target), *h = str_of(f.sha256);
         if (t && h && strcmp(t, "trainable") == 0 && sf != NULL && sf->digest[0] == 0) {
             snprintf(sf->digest, sizeof sf->digest, "%.64s", h);
             sf->digest_seq = ev->seq;

@@ -22,6 +22,12 @@ static const char *const RED_NAMES[] = {"sum", "max", "none", NULL};
 static const char *const DTYPE_NAMES[] = {"f32", "f64", "i64", "u8", NULL};
 static const char *const OBJECTIVE_NAMES[] = {"grpo", "sft", NULL};
 
+/* strcmp(a, b) == 0 for the short names of the tables, inline. */
+static inline bool name_eq(const char *a, const char *b) {
+    while (*a && *a == *b) a++, b++;
+    return *a == *b;
+}
+
 static const char *name_at(const char *const *table, size_t count, int v) {
     if (v < 0 || (size_t)v >= count) return "unknown";
     return table[v];
@@ -43,14 +49,14 @@ const char *ls_trace_objective_name(ls_trace_objective o) {
 ls_trace_kind ls_trace_kind_from_name(const char *name) {
     if (name == NULL) return LS_TRACE_KIND_UNKNOWN;
     for (int k = 0; k < LS_TRACE_KIND_COUNT; k++)
-        if (strcmp(KIND_NAMES[k], name) == 0) return (ls_trace_kind)k;
+        if (name_eq(KIND_NAMES[k], name)) return (ls_trace_kind)k;
     return LS_TRACE_KIND_UNKNOWN;
 }
 
 static int index_in(const char *const *table, const char *name) {
     if (name == NULL) return -1;
     for (int i = 0; table[i] != NULL; i++)
-        if (strcmp(table[i], name) == 0) return i;
+        if (name_eq(table[i], name)) return i;
     return -1;
 }
 
@@ -81,10 +87,14 @@ bool ls_trace_is_token(const char *s) {
 }
 
 static bool is_hex64(const char *s) {
+    static const unsigned char LOWER_HEX[256] = {
+        ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1,
+        ['8'] = 1, ['9'] = 1, ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1,
+    };
+    const unsigned char *u = (const unsigned char *)s;
     size_t n = 0;
-    for (; s[n]; n++)
-        if (!((s[n] >= '0' && s[n] <= '9') || (s[n] >= 'a' && s[n] <= 'f'))) return false;
-    return n == 64;
+    while (n < 64 && LOWER_HEX[u[n]]) n++; /* stops at the NUL at the latest */
+    return n == 64 && u[64] == 0;
 }
 
 size_t ls_trace_utf8_len(const unsigned char *p, size_t n) {
@@ -229,6 +239,12 @@ static const kind_spec KINDS[LS_TRACE_KIND_COUNT] = {
 
 static const char *const ENVELOPE_KEYS[] = {"v", "rank", "seq", "ts_ns", "ev", NULL};
 
+static bool is_envelope_key(const char *key) {
+    for (int i = 0; ENVELOPE_KEYS[i] != NULL; i++)
+        if (name_eq(ENVELOPE_KEYS[i], key)) return true;
+    return false;
+}
+
 size_t ls_trace_kind_field_count(ls_trace_kind kind) {
     if ((int)kind < 0 || kind >= LS_TRACE_KIND_COUNT) return 0;
     return KINDS[kind].n;
@@ -256,7 +272,10 @@ bool ls_trace_kind_has_step(ls_trace_kind kind) {
 }
 
 bool ls_trace_event_prefix_frozen(const cJSON *event) {
-    return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(event, "prefix_frozen"));
+    if (!cJSON_IsObject(event)) return false;
+    for (const cJSON *c = event->child; c; c = c->next) /* first character first: the hot path */
+        if (c->string && c->string[0] == 'p' && strcmp(c->string, "prefix_frozen") == 0) return cJSON_IsTrue(c);
+    return false;
 }
 
 static ls_status fail(char *why, size_t why_len, const char *kind, const char *field,
@@ -340,7 +359,7 @@ static const char *check_value(const field_spec *spec, const cJSON *it) {
             int n = 0;
             for (const cJSON *m = c->child; m; m = m->next) {
                 if (m->string == NULL ||
-                    (strcmp(m->string, "live") != 0 && strcmp(m->string, "peak") != 0))
+                    (!name_eq(m->string, "live") && !name_eq(m->string, "peak")))
                     return "a category has a property other than live and peak";
                 if (!check_uint(m)) return "category live/peak must be integers >= 0";
                 n++;
@@ -355,9 +374,10 @@ static const char *check_value(const field_spec *spec, const cJSON *it) {
 /* Index of key in the kind's table, trying `hint` first (events list their
  * fields in table order, so the hint nearly always hits); -1 if absent. */
 static int field_index(const kind_spec *ks, const char *key, size_t hint) {
-    if (hint < ks->n && strcmp(ks->fields[hint].name, key) == 0) return (int)hint;
+    if (hint < ks->n && name_eq(ks->fields[hint].name, key)) return (int)hint;
+    if (hint == 0 && is_envelope_key(key)) return -1; /* the envelope comes first */
     for (size_t i = 0; i < ks->n; i++)
-        if (ks->fields[i].name[0] == key[0] && strcmp(ks->fields[i].name, key) == 0) return (int)i;
+        if (name_eq(ks->fields[i].name, key)) return (int)i;
     return -1;
 }
 
@@ -376,7 +396,7 @@ ls_status ls_trace_event_check(ls_trace_kind kind, const cJSON *event, char *why
         const char *key = c->string ? c->string : "";
         int i = field_index(ks, key, hint);
         if (i < 0) {
-            if (index_in(ENVELOPE_KEYS, key) >= 0) continue;
+            if (is_envelope_key(key)) continue;
             return fail(why, why_len, kname, key, "not a field of this kind");
         }
         if (seen & (UINT32_C(1) << i)) return fail(why, why_len, kname, key, "repeated");

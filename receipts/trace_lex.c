@@ -1,8 +1,14 @@
 /* trace_lex.c - the strict part of reading one trace line (trace_lex.h):
- * a lexer that accepts only RFC 8259 tokens, and the search for a key
- * repeated within an object, which cJSON's parser does not refuse. */
+ * a lexer that accepts only RFC 8259 tokens, the search for a key repeated
+ * within an object, which cJSON's parser does not refuse, and the reader's
+ * own strict parser (tokens, grammar and keys in one pass, nodes from a
+ * pool, strings decoded in place: no allocation per line). */
 #include "receipts/trace_lex.h"
 
+#include <limits.h>
+#include <locale.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,23 +92,38 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-const char *ls_trace_lex_repeated_key(const cJSON *v) {
-    if (!cJSON_IsObject(v) && !cJSON_IsArray(v)) return NULL;
-    size_t n = 0;
-    for (const cJSON *c = v->child; c; c = c->next) {
-        const char *k = ls_trace_lex_repeated_key(c);
-        if (k) return k;
-        n++;
-    }
-    if (!cJSON_IsObject(v) || n < 2) return NULL;
-    if (n <= 16) {
+/* The first repeated key among the n members of the object v, or NULL;
+ * *nomem set when the scratch allocation fails. */
+static const char *object_repeated_key(const cJSON *v, size_t n, bool *nomem) {
+    if (n < 2) return NULL;
+    if (n <= 8) {
         for (const cJSON *c = v->child; c; c = c->next)
             for (const cJSON *d = c->next; d; d = d->next)
                 if (c->string[0] == d->string[0] && strcmp(c->string, d->string) == 0) return c->string;
         return NULL;
     }
+    if (n <= 64) { /* open addressing on the stack, at most half full: one pass */
+        const char *slot[128];
+        size_t mask = 15;
+        while (mask + 1 < 2 * n) mask = 2 * mask + 1;
+        memset(slot, 0, (mask + 1) * sizeof slot[0]);
+        for (const cJSON *c = v->child; c; c = c->next) {
+            uint32_t h = 2166136261u;
+            for (const unsigned char *k = (const unsigned char *)c->string; *k; k++) h = (h ^ *k) * 16777619u;
+            size_t j = h & mask;
+            while (slot[j] != NULL) {
+                if (strcmp(slot[j], c->string) == 0) return slot[j];
+                j = (j + 1) & mask;
+            }
+            slot[j] = c->string;
+        }
+        return NULL;
+    }
     const char **keys = malloc(n * sizeof *keys);
-    if (keys == NULL) return NULL;
+    if (keys == NULL) {
+        *nomem = true;
+        return NULL;
+    }
     size_t i = 0;
     for (const cJSON *c = v->child; c; c = c->next) keys[i++] = c->string;
     qsort(keys, n, sizeof *keys, cmp_str);
@@ -111,4 +132,339 @@ const char *ls_trace_lex_repeated_key(const cJSON *v) {
         if (strcmp(keys[i - 1], keys[i]) == 0) dup = keys[i];
     free(keys);
     return dup;
+}
+
+const char *ls_trace_lex_repeated_key(const cJSON *v) {
+    if (!cJSON_IsObject(v) && !cJSON_IsArray(v)) return NULL;
+    size_t n = 0;
+    for (const cJSON *c = v->child; c; c = c->next) {
+        const char *k = ls_trace_lex_repeated_key(c);
+        if (k) return k;
+        n++;
+    }
+    bool nomem = false;
+    return cJSON_IsObject(v) ? object_repeated_key(v, n, &nomem) : NULL;
+}
+
+/* ---- the pool ------------------------------------------------------------- */
+
+#define POOL_BLOCK_NODES 1024
+#define POOL_KEEP_BLOCKS 4 /* blocks kept across a reset (the rest freed) */
+
+struct ls_trace_pool_block {
+    ls_trace_pool_block *next;
+    cJSON nodes[POOL_BLOCK_NODES];
+};
+
+void ls_trace_pool_reset(ls_trace_pool *pool) {
+    ls_trace_pool_block *b = pool->head;
+    for (int k = 1; b && k < POOL_KEEP_BLOCKS; k++) b = b->next;
+    if (b != NULL) {
+        ls_trace_pool_block *x = b->next;
+        b->next = NULL;
+        while (x) {
+            ls_trace_pool_block *nx = x->next;
+            free(x);
+            pool->bytes -= sizeof *x;
+            x = nx;
+        }
+    }
+    pool->cur = pool->head;
+    pool->used = 0;
+}
+
+void ls_trace_pool_free(ls_trace_pool *pool) {
+    while (pool->head) {
+        ls_trace_pool_block *nx = pool->head->next;
+        free(pool->head);
+        pool->head = nx;
+    }
+    memset(pool, 0, sizeof *pool);
+}
+
+static cJSON *pool_node(ls_trace_pool *pool) {
+    if (pool->cur == NULL || pool->used == POOL_BLOCK_NODES) {
+        ls_trace_pool_block *nb = pool->cur ? pool->cur->next : pool->head;
+        if (nb == NULL) {
+            nb = malloc(sizeof *nb);
+            if (nb == NULL) return NULL;
+            nb->next = NULL;
+            pool->bytes += sizeof *nb;
+            if (pool->cur) pool->cur->next = nb;
+            else pool->head = nb;
+        }
+        pool->cur = nb;
+        pool->used = 0;
+    }
+    cJSON *c = &pool->cur->nodes[pool->used++];
+    memset(c, 0, sizeof *c);
+    return c;
+}
+
+/* ---- the parser ----------------------------------------------------------- */
+
+#define NEST_MAX 1000 /* cJSON's CJSON_NESTING_LIMIT */
+#define NUMBER_SMALL 63 /* numbers up to this long are converted from the stack */
+
+typedef struct {
+    ls_trace_pool *pool;
+    unsigned char *p;
+    size_t n, i;
+    int depth;
+    const char *why;
+    size_t at;
+    const char *dup; /* the repeated key ("a key repeats") */
+} parser;
+
+static bool bad(parser *s, size_t at, const char *why) {
+    s->why = why;
+    s->at = at;
+    return false;
+}
+
+static void skip_ws(parser *s) {
+    while (s->i < s->n && (s->p[s->i] == ' ' || s->p[s->i] == '\t' || s->p[s->i] == '\r')) s->i++;
+}
+
+static int hex4(const unsigned char *p) {
+    int v = 0;
+    for (int k = 0; k < 4; k++) {
+        unsigned c = p[k];
+        int d = c >= '0' && c <= '9' ? (int)c - '0'
+                : c >= 'a' && c <= 'f' ? (int)c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? (int)c - 'A' + 10
+                                       : -1;
+        if (d < 0) return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+/* A byte that stands for itself inside a string: printable ASCII (and
+ * DEL) but '"' and '\\'. */
+static inline bool plain_byte(unsigned c) { return c - 0x20u < 0x60u && c != '"' && c != '\\'; }
+
+/* The string at p[i] == '"', decoded in place from p[i + 1] on (never
+ * longer than its source, so the write never passes the read; a string
+ * without escapes is not moved at all); *out its start. */
+static bool parse_string(parser *s, char **out) {
+    unsigned char *p = s->p;
+    size_t n = s->n, r = s->i + 1;
+    *out = (char *)p + r;
+    while (r < n && plain_byte(p[r])) r++;
+    size_t w = r;
+    for (;;) {
+        if (r >= n) return bad(s, r, "unterminated string");
+        unsigned c = p[r];
+        if (c == '"') break;
+        if (c < 0x20) return bad(s, r, "control character inside a string");
+        if (c == '\\') {
+            unsigned e = r + 1 < n ? p[r + 1] : 0;
+            const char *simple = e ? strchr("\"\\/bfnrt", (int)e) : NULL;
+            if (simple) {
+                static const char MAP[] = "\"\\/\b\f\n\r\t";
+                p[w++] = (unsigned char)MAP[simple - "\"\\/bfnrt"];
+                r += 2;
+                continue;
+            }
+            if (e != 'u' || r + 5 >= n) return bad(s, r, "bad escape");
+            int cp = hex4(p + r + 2);
+            if (cp < 0) return bad(s, r, "bad \\u escape");
+            r += 6;
+            if (cp >= 0xDC00 && cp <= 0xDFFF) return bad(s, r - 6, "bad \\u escape (lone low surrogate)");
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                int lo = r + 5 < n && p[r] == '\\' && p[r + 1] == 'u' ? hex4(p + r + 2) : -1;
+                if (lo < 0xDC00 || lo > 0xDFFF) return bad(s, r - 6, "bad \\u escape (unpaired surrogate)");
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                r += 6;
+            }
+            /* \u0000 decodes to a NUL byte, as cJSON does (the string ends there) */
+            if (cp < 0x80) {
+                p[w++] = (unsigned char)cp;
+            } else if (cp < 0x800) {
+                p[w++] = (unsigned char)(0xC0 | (cp >> 6));
+                p[w++] = (unsigned char)(0x80 | (cp & 0x3F));
+            } else if (cp < 0x10000) {
+                p[w++] = (unsigned char)(0xE0 | (cp >> 12));
+                p[w++] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+                p[w++] = (unsigned char)(0x80 | (cp & 0x3F));
+            } else {
+                p[w++] = (unsigned char)(0xF0 | (cp >> 18));
+                p[w++] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
+                p[w++] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+                p[w++] = (unsigned char)(0x80 | (cp & 0x3F));
+            }
+        } else if (c >= 0x80) {
+            size_t l = ls_trace_utf8_len(p + r, n - r);
+            if (l == 0) return bad(s, r, "invalid UTF-8");
+            for (size_t k = 0; k < l; k++) p[w++] = p[r++];
+        } else {
+            p[w++] = (unsigned char)c;
+            r++;
+        }
+    }
+    p[w] = 0;
+    s->i = r + 1;
+    return true;
+}
+
+static bool parse_number(parser *s, cJSON *node) {
+    const unsigned char *p = s->p;
+    size_t n = s->n, i = s->i;
+#define DIGIT(j) ((j) < n && p[j] >= '0' && p[j] <= '9')
+    bool neg = p[i] == '-', simple = true;
+    size_t j = i + neg;
+    if (!DIGIT(j)) return bad(s, i, "bad number");
+    if (p[j] == '0') j++;
+    else while (DIGIT(j)) j++;
+    size_t int_end = j;
+    if (j < n && p[j] == '.') {
+        j++;
+        simple = false;
+        if (!DIGIT(j)) return bad(s, i, "bad number");
+        while (DIGIT(j)) j++;
+    }
+    if (j < n && (p[j] == 'e' || p[j] == 'E')) {
+        j++;
+        simple = false;
+        if (j < n && (p[j] == '+' || p[j] == '-')) j++;
+        if (!DIGIT(j)) return bad(s, i, "bad number");
+        while (DIGIT(j)) j++;
+    }
+    if (j < n && (DIGIT(j) || p[j] == '.' || p[j] == '+' || p[j] == '-' || p[j] == 'e' || p[j] == 'E' ||
+                  (p[j] >= 'a' && p[j] <= 'z') || (p[j] >= 'A' && p[j] <= 'Z')))
+        return bad(s, i, "bad number");
+#undef DIGIT
+    double v;
+    if (simple && int_end - (i + neg) <= 15) { /* exact in a double: no rounding to do */
+        int64_t a = 0;
+        for (size_t k = i + neg; k < int_end; k++) a = a * 10 + (p[k] - '0');
+        v = (double)a;
+        if (neg) v = -v;
+    } else { /* as cJSON: strtod on a copy, with the locale's decimal point */
+        char small[NUMBER_SMALL + 1];
+        size_t len = j - i;
+        char *buf = len <= NUMBER_SMALL ? small : malloc(len + 1); /* len < the line's length */
+        if (buf == NULL) return bad(s, i, "out of memory");
+        const struct lconv *lc = localeconv();
+        char dp = lc && lc->decimal_point && lc->decimal_point[0] ? lc->decimal_point[0] : '.';
+        for (size_t k = 0; k < len; k++) buf[k] = p[i + k] == '.' ? dp : (char)p[i + k];
+        buf[len] = 0;
+        v = strtod(buf, NULL);
+        if (buf != small) free(buf);
+    }
+    node->type = cJSON_Number;
+    node->valuedouble = v;
+    node->valueint = v >= INT_MAX ? INT_MAX : v <= (double)INT_MIN ? INT_MIN : (int)v;
+    s->i = j;
+    return true;
+}
+
+static bool parse_value(parser *s, cJSON *node);
+
+/* An object or array at p[i] ('{' or '['); members become node's children. */
+static bool parse_container(parser *s, cJSON *node, bool object) {
+    if (s->depth >= NEST_MAX) return bad(s, s->i, "nested too deep");
+    s->depth++;
+    node->type = object ? cJSON_Object : cJSON_Array;
+    unsigned char close = object ? '}' : ']';
+    s->i++;
+    skip_ws(s);
+    cJSON *last = NULL;
+    size_t count = 0;
+    if (s->i < s->n && s->p[s->i] == close) {
+        s->i++;
+        s->depth--;
+        return true;
+    }
+    for (;;) {
+        cJSON *c = pool_node(s->pool);
+        if (c == NULL) return bad(s, s->i, "out of memory");
+        if (object) {
+            if (s->i >= s->n || s->p[s->i] != '"') return bad(s, s->i, "expected a string key");
+            if (!parse_string(s, &c->string)) return false;
+            skip_ws(s);
+            if (s->i >= s->n || s->p[s->i] != ':') return bad(s, s->i, "expected ':'");
+            s->i++;
+            skip_ws(s);
+        }
+        if (!parse_value(s, c)) return false;
+        if (last) {
+            last->next = c;
+            c->prev = last;
+        } else {
+            node->child = c;
+        }
+        last = c;
+        count++;
+        skip_ws(s);
+        if (s->i < s->n && s->p[s->i] == ',') {
+            s->i++;
+            skip_ws(s);
+            continue;
+        }
+        if (s->i < s->n && s->p[s->i] == close) break;
+        return bad(s, s->i, object ? "expected ',' or '}'" : "expected ',' or ']'");
+    }
+    node->child->prev = last; /* as cJSON: the first child's prev is the last */
+    if (object) {
+        bool nomem = false;
+        s->dup = object_repeated_key(node, count, &nomem);
+        if (s->dup != NULL) return bad(s, s->i, "a key repeats");
+        if (nomem) return bad(s, s->i, "out of memory");
+    }
+    s->i++;
+    s->depth--;
+    return true;
+}
+
+static bool parse_value(parser *s, cJSON *node) {
+    if (s->i >= s->n) return bad(s, s->i, "expected a value");
+    unsigned c = s->p[s->i];
+    if (c == '{' || c == '[') return parse_container(s, node, c == '{');
+    if (c == '"') {
+        node->type = cJSON_String;
+        return parse_string(s, &node->valuestring);
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) return parse_number(s, node);
+    static const char *const LITS[] = {"true", "false", "null"};
+    static const int TYPES[] = {cJSON_True, cJSON_False, cJSON_NULL};
+    for (int k = 0; k < 3; k++) {
+        if (LITS[k][0] != (char)c) continue;
+        size_t l = strlen(LITS[k]), e = s->i + l;
+        if (s->n - s->i < l || memcmp(s->p + s->i, LITS[k], l) != 0) return bad(s, s->i, "bad literal");
+        if (e < s->n && ((s->p[e] >= 'a' && s->p[e] <= 'z') || (s->p[e] >= 'A' && s->p[e] <= 'Z') ||
+                         (s->p[e] >= '0' && s->p[e] <= '9')))
+            return bad(s, s->i, "bad literal");
+        node->type = TYPES[k];
+        node->valueint = TYPES[k] == cJSON_True;
+        s->i = e;
+        return true;
+    }
+    return bad(s, s->i, "unexpected character");
+}
+
+const char *ls_trace_lex_parse(ls_trace_pool *pool, char *p, size_t n, size_t *at, cJSON **out,
+                               const char **dup) {
+    *out = NULL;
+    *dup = NULL;
+    parser s = {pool, (unsigned char *)p, n, 0, 0, NULL, 0, NULL};
+    skip_ws(&s);
+    cJSON *root = pool_node(pool);
+    if (root == NULL) {
+        *at = 0;
+        return "out of memory";
+    }
+    if (!parse_value(&s, root)) {
+        *at = s.at;
+        *dup = s.dup;
+        return s.why;
+    }
+    skip_ws(&s);
+    if (s.i != n) {
+        *at = s.i;
+        return "text after the JSON value";
+    }
+    *out = root;
+    return NULL;
 }

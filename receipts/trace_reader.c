@@ -6,8 +6,10 @@
  *  decode  - plain bytes copied, or zstd frames decompressed, into the text
  *            window `win`; [0, ver) of the window is verified text (plain, or
  *            zstd whose frame checksum has passed), [ver, end) is not yet;
- *  lines   - complete lines are cut from the verified text, lexed, parsed
- *            with cJSON and checked; problems become diagnostics.
+ *  lines   - complete lines are cut from the verified text, parsed strictly
+ *            (the header by the lexer and cJSON, every other line by
+ *            trace_lex.c's one-pass parser into pooled nodes) and checked;
+ *            problems become diagnostics.
  * The window grows from 64 KiB to at most WIN_MAX; a frame whose content
  * cannot be held until its checksum is reached is delivered unverified.
  * This file holds the lines and events layers and the API; the source and
@@ -159,13 +161,46 @@ static bool next_line(ls_trace_reader *r, size_t *nl) {
     }
 }
 
+/* Releases a parsed line: a pool tree (r->pool_tree) by resetting the
+ * pool, a cJSON tree (line 1) by cJSON_Delete.  NULL is a no-op. */
+static void drop_json(ls_trace_reader *r, cJSON *j) {
+    if (j == NULL) return;
+    if (j == r->pool_tree) {
+        r->pool_tree = NULL;
+        ls_trace_pool_reset(&r->pool);
+    } else {
+        cJSON_Delete(j);
+    }
+}
+
 /* Parses one line strictly; NULL (after a diagnostic of `code`) if it is not
- * one JSON object. */
+ * one JSON object.  Line 1 (the header, kept in the report) goes through
+ * ls_trace_lex_json and cJSON; every other line through ls_trace_lex_parse
+ * (the same strictness, nodes from the reader's pool). */
 static cJSON *parse_line(ls_trace_reader *r, char *p, size_t n, const loc *at,
                          ls_trace_diag_code code, const char *what) {
     size_t col = 0;
-    const char *why = ls_trace_lex_json((const unsigned char *)p, n, &col);
+    const char *why;
     cJSON *j = NULL;
+    if (at->line != 1) {
+        ls_trace_pool_reset(&r->pool);
+        const char *dup = NULL;
+        why = ls_trace_lex_parse(&r->pool, p, n, &col, &j, &dup);
+        note_memory(r);
+        if (why == NULL && !cJSON_IsObject(j)) why = "not a JSON object";
+        if (why == NULL) {
+            r->pool_tree = j;
+            return j;
+        }
+        if (dup != NULL) {
+            diag(r, code, at, r->rep.last_seq, -1, -1, "line %lld: %skey \"%.60s\" repeats",
+                 (long long)at->line, what, dup);
+            return NULL;
+        }
+        j = NULL;
+        goto bad_line;
+    }
+    why = ls_trace_lex_json((const unsigned char *)p, n, &col);
     if (why == NULL) {
         const char *endp = NULL;
         j = cJSON_ParseWithLengthOpts(p, n, &endp, 0);
@@ -192,6 +227,7 @@ static cJSON *parse_line(ls_trace_reader *r, char *p, size_t n, const loc *at,
         }
     }
     cJSON_Delete(j);
+bad_line:
     diag(r, code, at, r->rep.last_seq, -1, -1, "line %lld: %s%s at column %zu", (long long)at->line,
          what, why, col + 1);
     return NULL;
@@ -302,36 +338,47 @@ static bool take_event(ls_trace_reader *r, cJSON *j, const loc *at, bool unverif
     static const char *const ENV[] = {"v", "rank", "seq", "ts_ns", "ev"};
     ls_trace_report *rep = &r->rep;
     int64_t v, rank, seq, ts;
-    const cJSON *evj = cJSON_GetObjectItemCaseSensitive(j, "ev");
+    /* the envelope: the first five members when in order (the writer's
+     * layout), else looked up by name (and flagged below) */
+    const cJSON *envj[5];
+    bool in_order = true;
+    const cJSON *c = j->child;
+    for (size_t i = 0; i < 5; i++, c = c ? c->next : NULL) {
+        if (c == NULL || strcmp(c->string, ENV[i]) != 0) {
+            in_order = false;
+            break;
+        }
+        envj[i] = c;
+    }
+    if (!in_order)
+        for (size_t i = 0; i < 5; i++) envj[i] = cJSON_GetObjectItemCaseSensitive(j, ENV[i]);
+    const cJSON *evj = envj[4];
     const char *bad = NULL;
-    if (!ls_trace_json_int(cJSON_GetObjectItemCaseSensitive(j, "v"), &v)) bad = "v missing or not an integer";
+    if (!ls_trace_json_int(envj[0], &v)) bad = "v missing or not an integer";
     else if (v != LS_TRACE_VERSION) bad = "v is not 1 (unsupported version)";
-    else if (!ls_trace_json_int(cJSON_GetObjectItemCaseSensitive(j, "rank"), &rank) || rank < 0)
+    else if (!ls_trace_json_int(envj[1], &rank) || rank < 0)
         bad = "rank missing or not an integer >= 0";
-    else if (!ls_trace_json_int(cJSON_GetObjectItemCaseSensitive(j, "seq"), &seq) || seq < 0)
+    else if (!ls_trace_json_int(envj[2], &seq) || seq < 0)
         bad = "seq missing or not an integer >= 0";
-    else if (!ls_trace_json_int(cJSON_GetObjectItemCaseSensitive(j, "ts_ns"), &ts) || ts < 0)
+    else if (!ls_trace_json_int(envj[3], &ts) || ts < 0)
         bad = "ts_ns missing or not an integer >= 0";
     else if (!cJSON_IsString(evj) || !ls_trace_is_ident(evj->valuestring))
         bad = "ev missing or not an identifier";
     if (bad) {
         diag(r, LS_TRACE_DIAG_ENVELOPE, at, rep->last_seq, -1, -1, "line %lld: %s; event skipped",
              (long long)at->line, bad);
-        cJSON_Delete(j);
+        drop_json(r, j);
         return false;
     }
     ls_trace_event *e = &r->evt;
     memset(e, 0, sizeof *e);
     e->flags = unverified ? LS_TRACE_EVF_UNVERIFIED : 0;
-    const cJSON *c = j->child;
-    for (size_t i = 0; i < 5; i++, c = c ? c->next : NULL)
-        if (c == NULL || strcmp(c->string, ENV[i]) != 0) {
-            diag(r, LS_TRACE_DIAG_KEY_ORDER, at, seq, -1, -1,
-                 "line %lld (seq %lld): envelope keys are not first in the order v,rank,seq,ts_ns,ev",
-                 (long long)at->line, (long long)seq);
-            e->flags |= LS_TRACE_EVF_KEY_ORDER;
-            break;
-        }
+    if (!in_order) {
+        diag(r, LS_TRACE_DIAG_KEY_ORDER, at, seq, -1, -1,
+             "line %lld (seq %lld): envelope keys are not first in the order v,rank,seq,ts_ns,ev",
+             (long long)at->line, (long long)seq);
+        e->flags |= LS_TRACE_EVF_KEY_ORDER;
+    }
     if (rep->rank >= 0 && rank != rep->rank) {
         diag(r, LS_TRACE_DIAG_RANK_MISMATCH, at, seq, rep->rank, rank,
              "line %lld (seq %lld): rank %lld but the header says %lld", (long long)at->line,
@@ -435,7 +482,7 @@ static bool process_line(ls_trace_reader *r, size_t nl) {
              "line 1 is not a header (no \"kind\":\"" LS_TRACE_HEADER_KIND "\"): header missing%s",
              cJSON_GetObjectItemCaseSensitive(j, "ev") ? "; read as an event" : "");
         if (cJSON_GetObjectItemCaseSensitive(j, "ev") == NULL) {
-            cJSON_Delete(j);
+            drop_json(r, j);
             return false;
         }
     }
@@ -554,7 +601,7 @@ ls_status ls_trace_reader_open_mem(ls_trace_reader **out, const void *data, size
 ls_status ls_trace_reader_next(ls_trace_reader *r, const ls_trace_event **ev) {
     if (ev) *ev = NULL;
     if (r == NULL || ev == NULL) return LS_ERR_ARG;
-    cJSON_Delete(r->cur);
+    drop_json(r, r->cur);
     r->cur = NULL;
     if (r->rep.end != LS_TRACE_END_NONE) return LS_OK;
     if (!r->detected && !r->stop) ls_trace_reader_detect(r);
@@ -570,7 +617,7 @@ ls_status ls_trace_reader_next(ls_trace_reader *r, const ls_trace_event **ev) {
 
 void ls_trace_reader_stop(ls_trace_reader *r) {
     if (r == NULL) return;
-    cJSON_Delete(r->cur);
+    drop_json(r, r->cur);
     r->cur = NULL;
     if (r->rep.end == LS_TRACE_END_NONE) r->rep.end = LS_TRACE_END_STOPPED;
 }
@@ -580,7 +627,8 @@ const ls_trace_report *ls_trace_reader_report(const ls_trace_reader *r) { return
 void ls_trace_reader_close(ls_trace_reader *r) {
     if (r == NULL) return;
     if (r->fd >= 0) close(r->fd);
-    cJSON_Delete(r->cur);
+    drop_json(r, r->cur);
+    ls_trace_pool_free(&r->pool);
     ZSTD_freeDCtx(r->dctx);
     free(r->in);
     free(r->win);

@@ -16,6 +16,7 @@
 
 #include <zstd.h>
 
+#include "receipts/trace_lex.h"
 #include "receipts/trace_reader.h"
 
 #define WIN_INIT ((size_t)64 << 10)
@@ -53,7 +54,9 @@ struct ls_trace_reader {
     int64_t expect_seq, prev_seq, prev_ts;
     bool have_prev;
     const cJSON *groups;             /* the header's groups array */
-    cJSON *cur;
+    cJSON *cur;                      /* the delivered event's tree */
+    ls_trace_pool pool;              /* nodes of the lines after the header */
+    cJSON *pool_tree;                /* the tree built of them, NULL none */
     ls_trace_event evt;
 };
 
@@ -88,7 +91,7 @@ static inline void diag(ls_trace_reader *r, ls_trace_diag_code code, const loc *
 
 /* Records the buffers' current size in the report's high-water mark. */
 static inline void note_memory(ls_trace_reader *r) {
-    size_t m = r->win_cap + r->in_cap + (r->dctx ? ZSTD_sizeof_DCtx(r->dctx) : 0) +
+    size_t m = r->win_cap + r->in_cap + r->pool.bytes + (r->dctx ? ZSTD_sizeof_DCtx(r->dctx) : 0) +
                r->diag_cap * sizeof(ls_trace_diag);
     if (m > r->rep.max_buffer_bytes) r->rep.max_buffer_bytes = m;
 }
