@@ -323,19 +323,27 @@ static ls_audit_step *step_at(scan_ctx *c, int64_t s) {
     return &r->steps[s];
 }
 
+/* A byte count of a memory event: 0 <= v <= LS_TRACE_MAX_INT, else 0 and
+ * *bad set (a hostile trace's -1 or 2^63 must not become a huge figure). */
+static int64_t get_bytes(const cJSON *j, const char *key, int *bad) {
+    int64_t v = 0;
+    if (!get_int(j, key, &v) || v < 0 || v > LS_TRACE_MAX_INT) {
+        *bad = 1;
+        return 0;
+    }
+    return v;
+}
+
 static void on_memory(scan_ctx *c, const ls_trace_event *ev) {
     ls_audit_rank *r = c->r;
     const cJSON *cats = cJSON_GetObjectItemCaseSensitive(ev->json, "categories");
-    int64_t tl = 0, tp = 0, rss = 0;
-    get_int(ev->json, "total_live", &tl);
-    get_int(ev->json, "total_peak", &tp);
-    get_int(ev->json, "rss_peak", &rss);
+    int bad = 0;
+    int64_t tl = get_bytes(ev->json, "total_live", &bad), tp = get_bytes(ev->json, "total_peak", &bad);
+    int64_t rss = get_bytes(ev->json, "rss_peak", &bad);
     uint64_t sum_live = 0, sum_peak = 0, max_peak = 0;
     const cJSON *cat;
     cJSON_ArrayForEach(cat, cats) {
-        int64_t live = 0, peak = 0;
-        get_int(cat, "live", &live);
-        get_int(cat, "peak", &peak);
+        int64_t live = get_bytes(cat, "live", &bad), peak = get_bytes(cat, "peak", &bad);
         sum_live += (uint64_t)live;
         sum_peak += (uint64_t)peak;
         if ((uint64_t)peak > max_peak) max_peak = (uint64_t)peak;
@@ -346,7 +354,8 @@ static void on_memory(scan_ctx *c, const ls_trace_event *ev) {
     if ((uint64_t)tp > r->mem_total_peak) r->mem_total_peak = (uint64_t)tp;
     if ((uint64_t)rss > r->mem_rss_peak) r->mem_rss_peak = (uint64_t)rss;
     const char *why = NULL;
-    if (sum_live != (uint64_t)tl) why = "total_live is not the sum of the categories' live bytes";
+    if (bad) why = "a byte count is missing, negative or above 2^53-1";
+    else if (sum_live != (uint64_t)tl) why = "total_live is not the sum of the categories' live bytes";
     else if ((uint64_t)tp < max_peak) why = "total_peak is below a category's peak";
     else if ((uint64_t)tp > sum_peak) why = "total_peak is above the sum of the categories' peaks";
     else if ((uint64_t)tp < (uint64_t)tl) why = "total_peak is below total_live";
