@@ -379,20 +379,28 @@ int ls_group_rank(const ls_comm_group *g) { return g ? g->rank : 0; }
 int ls_group_size(const ls_comm_group *g) { return g ? g->size : 1; }
 const char *ls_group_name(const ls_comm_group *g) { return g ? "cp" : ""; }
 
+/* The arguments of a reduction: check_common's, a reducible dtype, a buffer. */
+static ls_status check_reduce(ls_comm_group *g, const char *op, const void *buf, size_t n, ls_trace_dtype dt,
+                              const char *purpose, int layer, size_t *bytes) {
+    if (!g) return LS_ERR_ARG;
+    ls_status st = check_common(g, op, n, dt, purpose, layer, bytes);
+    if (st != LS_OK) return st;
+    if (dt == LS_TRACE_DTYPE_U8) {
+        set_err(g->c, "comm: %s '%s': dtype u8 cannot be reduced (f32, f64 or i64)", op, purpose);
+        return LS_ERR_ARG;
+    }
+    if (n && !buf) return null_buf(g->c, op, purpose, "buf");
+    return LS_OK;
+}
+
 /* ---- collectives ------------------------------------------------------------ */
 
 ls_status ls_group_allreduce_max(ls_comm_group *g, void *buf, size_t n, ls_trace_dtype dt, const char *purpose,
                                  int layer) {
     static const char OP[] = "allreduce_max";
-    if (!g) return LS_ERR_ARG;
     size_t bytes = 0;
-    ls_status st = check_common(g, OP, n, dt, purpose, layer, &bytes);
+    ls_status st = check_reduce(g, OP, buf, n, dt, purpose, layer, &bytes);
     if (st != LS_OK) return st;
-    if (dt == LS_TRACE_DTYPE_U8) {
-        set_err(g->c, "comm: %s '%s': dtype u8 cannot be reduced (f32, f64 or i64)", OP, purpose);
-        return LS_ERR_ARG;
-    }
-    if (n && !buf) return null_buf(g->c, OP, purpose, "buf");
     record(g, LS_TRACE_OP_ALLREDUCE, LS_TRACE_RED_MAX, n, dt, bytes, purpose, layer);
 #ifdef LS_HAVE_MPI
     if (g->c->mpi) {
@@ -412,15 +420,9 @@ ls_status ls_group_allreduce_max(ls_comm_group *g, void *buf, size_t n, ls_trace
 ls_status ls_group_allreduce_sum(ls_comm_group *g, void *buf, size_t n, ls_trace_dtype dt, const char *purpose,
                                  int layer) {
     static const char OP[] = "allreduce_sum";
-    if (!g) return LS_ERR_ARG;
     size_t bytes = 0;
-    ls_status st = check_common(g, OP, n, dt, purpose, layer, &bytes);
+    ls_status st = check_reduce(g, OP, buf, n, dt, purpose, layer, &bytes);
     if (st != LS_OK) return st;
-    if (dt == LS_TRACE_DTYPE_U8) {
-        set_err(g->c, "comm: %s '%s': dtype u8 cannot be reduced (f32, f64 or i64)", OP, purpose);
-        return LS_ERR_ARG;
-    }
-    if (n && !buf) return null_buf(g->c, OP, purpose, "buf");
     record(g, LS_TRACE_OP_ALLREDUCE, LS_TRACE_RED_SUM, n, dt, bytes, purpose, layer);
     if (g->size == 1) return LS_OK; /* the sum of one contribution */
     size_t es = dtype_size(dt);

@@ -197,33 +197,31 @@ static ls_status chain(ls_cp *c, int layer, const ls_layer_state *s_from, int to
     return st;
 }
 
-static int is_gdn(const ls_cp *c, const ls_hstate *s, int l) {
-    (void)c;
-    return s->ly[l].tail != NULL;
-}
+/* GDN layers carry a tail and a state; attention layers pass no chain. */
+static int is_gdn(const ls_cp *c, int l) { return c->start.ly[l].tail != NULL; }
 
 static ls_status cap_pre(void *user, int l) { /* the state from rank r-1 */
     ls_cp *c = user;
-    if (!is_gdn(c, &c->start, l)) return LS_OK;
+    if (!is_gdn(c, l)) return LS_OK;
     return chain(c, l, NULL, -1, &c->start.ly[l], c->rank > 0 ? c->rank - 1 : -1, "state_handoff");
 }
 
 static ls_status cap_post(void *user, int l) { /* this shard's end state to rank r+1 */
     ls_cp *c = user;
-    if (!is_gdn(c, &c->start, l)) return LS_OK;
+    if (!is_gdn(c, l)) return LS_OK;
     return chain(c, l, &c->cap_out->ly[l], c->rank + 1 < c->world ? c->rank + 1 : -1, NULL, -1, "state_handoff");
 }
 
 static ls_status bwd_pre(void *user, int l) { /* the gradient of this shard's end state from rank r+1 */
     ls_cp *c = user;
-    if (!is_gdn(c, &c->start, l)) return LS_OK;
+    if (!is_gdn(c, l)) return LS_OK;
     return chain(c, l, NULL, -1, &c->bwd_dstate->ly[l], c->rank + 1 < c->world ? c->rank + 1 : -1,
                  "state_grad_handoff");
 }
 
 static ls_status bwd_post(void *user, int l) { /* the gradient of its start state to rank r-1 */
     ls_cp *c = user;
-    if (!is_gdn(c, &c->start, l)) return LS_OK;
+    if (!is_gdn(c, l)) return LS_OK;
     return chain(c, l, &c->dstart.ly[l], c->rank > 0 ? c->rank - 1 : -1, NULL, -1, "state_grad_handoff");
 }
 

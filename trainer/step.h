@@ -43,7 +43,6 @@ typedef struct {
     int fault_untracked_alloc; /* fault injection: a prompt-sized buffer outside the tracker */
     ls_comm_group *cp_group;   /* context parallelism over this group (NULL or size 1: one rank) */
     ls_cp_faults cp_faults;    /* CP fault injection (cp.h) */
-    int fault_kill_rank;       /* fault injection: rank + 1 that SIGKILLs itself (0: none; where: train_args, run_obs) */
 } ls_step_options;
 
 typedef struct {

@@ -145,7 +145,7 @@ static int parse_kill(ls_train_args *a, const char *spec, char *err, size_t err_
         a->fault_kill_layer = (int)L;
     }
     a->fault_kill_phase = ph;
-    a->step.fault_kill_rank = (int)r + 1;
+    a->fault_kill_rank = (int)r + 1;
     return 0;
 }
 
@@ -287,7 +287,7 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
     if (a->cfg.family != LS_FAMILY_HYBRID)
         BAD("--config: %s: family '%s' has no model in this trainer yet (hybrid only; its kernels exist)", a->config_path,
             ls_family_name(a->cfg.family));
-    if (a->step.fault_kill_rank && a->fault_kill_at_layer && a->fault_kill_layer > (int)a->cfg.n_layers)
+    if (a->fault_kill_rank && a->fault_kill_at_layer && a->fault_kill_layer > (int)a->cfg.n_layers)
         BAD("--fault kill-rank=R@PHASE:L: layer %d is beyond the model's %d layers (-1 the embedding .. %d the head)",
             a->fault_kill_layer, (int)a->cfg.n_layers, (int)a->cfg.n_layers);
     return 0;

@@ -27,11 +27,11 @@ typedef struct {
     size_t memory_budget;   /* bytes; 0 = 90% of MemAvailable */
     int quiet;
     int help;
-    /* --fault kill-rank=R@POINT (step.fault_kill_rank = R + 1): the phase
+    /* --fault kill-rank=R@POINT: fault_kill_rank = R + 1 (0: none), the phase
      * (LS_PHASE_*) and, when kill_at_layer, the layer whose first layer_end in
      * that phase is the last thing the rank writes; otherwise it dies as the
      * phase begins.  Plain kill-rank=R is @replay. */
-    int fault_kill_phase, fault_kill_layer, fault_kill_at_layer;
+    int fault_kill_rank, fault_kill_phase, fault_kill_layer, fault_kill_at_layer;
     struct ls_comm *comm;   /* the run's communicator (set by main, not parsed; NULL: one rank) */
 } ls_train_args;
 

@@ -158,7 +158,7 @@ static int open_outputs(run *r) {
         return fail(r, 2, st, "", r->err);
     }
     ls_run_obs_init(&r->ob, w, &a->cfg, a->quiet || r->rank > 0); /* progress from rank 0 */
-    if (a->step.fault_kill_rank && a->step.fault_kill_rank - 1 == r->rank)
+    if (a->fault_kill_rank && a->fault_kill_rank - 1 == r->rank)
         ls_run_obs_arm_kill(&r->ob, a->fault_kill_phase, a->fault_kill_at_layer, a->fault_kill_layer);
     if (r->world > 1) ls_comm_set_trace(r->comm, w);
     int bad = a->metrics && r->rank == 0 && ls_run_metrics_open(&r->ms, a->metrics, r->err, sizeof r->err) != LS_OK;
