@@ -1,9 +1,12 @@
 /* levels.c - the parity rules and the evidence levels of DESIGN.md §5.
  *
- * Levels 2-4 need a parity report (schemas/parity.schema.json) naming the
- * run's build digest: level 2 a passing "logprob" check, level 3 a passing
- * "cp_grad" check, level 4 `full` gradient mode and a passing "grad" check,
- * each for the run's world size.  A level holds when every applicable rule
+ * Levels 2-4 need a parity report (schemas/parity.schema.json, written by
+ * longstraw-parity) naming the run's build digest and family, whose negative
+ * controls all failed their comparisons (parity.controls): level 2 passing
+ * "logprob" checks for the run's world and dtype and passing "ref_logprob"
+ * checks (the independent forward), level 3 "cp_grad" and "cp_params",
+ * level 4 `full` gradient mode and "grad" for the run's world and dtype,
+ * "fd_grad" (finite differences) and "ref_loss".  A level holds when every applicable rule
  * of it passes and the level below holds. */
 /* Evidence and messages are one bounded line each: truncation is intended. */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -22,35 +25,82 @@ static const char *str_of(const cJSON *o, const char *k) {
     return cJSON_IsString(it) ? it->valuestring : NULL;
 }
 
-/* A passing check of this kind for the run's world in the parity report. */
-static void parity_kind(ls_audit_run *run, ls_audit_rule *r, const char *kind, bool usable) {
+/* The checks of one kind that speak for this run: for the kinds that
+ * compare the run's computation (per_world: CP-N against references), its
+ * dtype and world (a one-rank run takes any world's); the links of the
+ * proof itself (independent reference, finite differences) are float64 and
+ * speak for every run.  The rule fails on any such check that fails, and when none
+ * passes. */
+static void parity_kind(ls_audit_run *run, ls_audit_rule *r, const char *kind, bool per_world, bool usable) {
+    const char *pf = run->parity_file[0] ? run->parity_file : "parity.json";
     if (!usable) {
-        ls_audit_rule_fail(r, -1, run->parity_file[0] ? run->parity_file : "parity.json", -1,
-                           "not proven: %s", run->parity == NULL ? "no parity report" : "the parity report is not this build's");
+        ls_audit_rule_fail(r, -1, pf, -1, "not proven: %s",
+                           run->parity == NULL ? "no usable parity report" : "the parity report is not valid evidence for this run");
         return;
     }
-    bool found = false;
+    const char *dtype = run->config ? str_of(run->config, "dtype") : NULL;
+    int passing = 0;
     const cJSON *c;
     cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(run->parity, "checks")) {
-        const char *k = str_of(c, "kind");
+        const char *k = str_of(c, "kind"), *dt = str_of(c, "dtype");
         if (k == NULL || strcmp(k, kind) != 0) continue;
+        if (per_world && dtype && dt && strcmp(dt, dtype) != 0) continue; /* the proof's own links are float64 */
         const cJSON *w = cJSON_GetObjectItemCaseSensitive(c, "world");
-        const char *name = str_of(c, "name");
+        if (!cJSON_IsNumber(w) || (per_world && run->world > 1 && w->valuedouble != (double)run->world)) continue;
         r->matched++;
-        if (!cJSON_IsNumber(w) || (run->world > 1 && w->valuedouble != (double)run->world)) continue;
+        const char *name = str_of(c, "name");
         if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "pass"))) {
             const cJSON *e = cJSON_GetObjectItemCaseSensitive(c, "max_rel_err");
             const cJSON *t = cJSON_GetObjectItemCaseSensitive(c, "tolerance");
-            ls_audit_rule_fail(r, -1, run->parity_file, -1, "check %s (%s, world %d) fails: max_rel_err %g, tolerance %g",
+            ls_audit_rule_fail(r, -1, pf, -1, "check %s (%s, world %d) fails: max_rel_err %g, tolerance %g (worst: %.100s)",
                                name ? name : "?", kind, (int)w->valuedouble, cJSON_IsNumber(e) ? e->valuedouble : -1.0,
-                               cJSON_IsNumber(t) ? t->valuedouble : -1.0);
+                               cJSON_IsNumber(t) ? t->valuedouble : -1.0, str_of(c, "worst") ? str_of(c, "worst") : "?");
             continue;
         }
-        found = true;
+        passing++;
     }
-    if (!found && r->n_ev == 0)
-        ls_audit_rule_fail(r, -1, run->parity_file, -1, "not proven: the parity report has no passing %s check for world %u",
-                           kind, (unsigned)run->world);
+    if (passing == 0 && r->n_ev == 0) {
+        char where[64] = "";
+        if (per_world && run->world > 1) snprintf(where, sizeof where, " for world %u", (unsigned)run->world);
+        ls_audit_rule_fail(r, -1, pf, -1, "not proven: the parity report has no passing %s check%s%s%s", kind, where,
+                           per_world && dtype ? " in " : "", per_world && dtype ? dtype : "");
+    }
+}
+
+/* The faults whose runs a valid report shows failing their comparison. */
+static const char *const CONTROLS[] = {"cp-local-attention", "skip-dkv-reduce", "skip-grad-finalize", "detached"};
+
+/* A report whose controls did not fail is no evidence: every control of
+ * CONTROLS present, every control in it detected. */
+static bool parity_controls(ls_audit_run *run, ls_audit_rule *r) {
+    const char *pf = run->parity_file[0] ? run->parity_file : "parity.json";
+    const cJSON *controls = cJSON_GetObjectItemCaseSensitive(run->parity, "controls"), *c;
+    bool ok = true;
+    cJSON_ArrayForEach(c, controls) {
+        r->matched++;
+        if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "detected"))) {
+            const cJSON *w = cJSON_GetObjectItemCaseSensitive(c, "world");
+            ls_audit_rule_fail(r, -1, pf, -1, "control %s (%s, world %d, %s) was not detected: its comparison %s passed, "
+                               "so the report cannot tell a faulty run from a correct one",
+                               str_of(c, "fault") ? str_of(c, "fault") : "?", str_of(c, "dtype") ? str_of(c, "dtype") : "?",
+                               cJSON_IsNumber(w) ? (int)w->valuedouble : -1, str_of(c, "configuration") ? str_of(c, "configuration") : "?",
+                               str_of(c, "check") ? str_of(c, "check") : "?");
+            ok = false;
+        }
+    }
+    for (size_t i = 0; i < sizeof CONTROLS / sizeof CONTROLS[0]; i++) {
+        bool seen = false;
+        cJSON_ArrayForEach(c, controls) {
+            const char *f = str_of(c, "fault");
+            if (f && strcmp(f, CONTROLS[i]) == 0) seen = true;
+        }
+        if (!seen) {
+            ls_audit_rule_fail(r, -1, pf, -1, "the parity report has no %s control (a negative control that must fail)",
+                               CONTROLS[i]);
+            ok = false;
+        }
+    }
+    return ok;
 }
 
 ls_status ls_audit_levels_run(ls_audit_run *run) {
@@ -78,12 +128,24 @@ ls_status ls_audit_levels_run(ls_audit_run *run) {
     }
     ls_audit_rule_close(pb);
 
+    ADD(pk, "parity.controls", 2, "parity: every negative control failed its comparison (the report can fail)", true);
+    if (usable) usable = parity_controls(run, pk);
+    else ls_audit_rule_fail(pk, -1, pf, -1, "not proven: no usable parity report");
+    pk->matched = pk->matched ? pk->matched : 1;
+    ls_audit_rule_close(pk);
+
     ADD(pl, "parity.logprob", 2, "parity: CP-N response log-probs equal the single-rank reference", true);
-    parity_kind(run, pl, "logprob", usable);
+    parity_kind(run, pl, "logprob", true, usable);
     ls_audit_rule_close(pl);
+    ADD(pr, "parity.forward", 2, "parity: the float64 log-probs equal the independent reference's (tests/reference)", true);
+    parity_kind(run, pr, "ref_logprob", false, usable);
+    ls_audit_rule_close(pr);
     ADD(pc, "parity.cp_grad", 3, "parity: CP-N gradients equal CP-1 gradients", true);
-    parity_kind(run, pc, "cp_grad", usable);
+    parity_kind(run, pc, "cp_grad", true, usable);
     ls_audit_rule_close(pc);
+    ADD(pp, "parity.cp_params", 3, "parity: CP-N parameters after the step equal CP-1 parameters", true);
+    parity_kind(run, pp, "cp_params", true, usable);
+    ls_audit_rule_close(pp);
     ADD(fm, "config.full_mode", 4, "the run used full gradient mode", true);
     fm->matched = 1;
     if (!run->full_mode)
@@ -93,8 +155,15 @@ ls_status ls_audit_levels_run(ls_audit_run *run) {
     ls_audit_rule_close(fm);
     ADD(pg, "parity.grad", 4, "parity: the gradient equals the full-sequence reference for every trainable tensor",
         true);
-    parity_kind(run, pg, "grad", usable);
+    parity_kind(run, pg, "grad", true, usable);
     ls_audit_rule_close(pg);
+    ADD(pf2, "parity.fd_grad", 4, "parity: the float64 gradient equals directional finite differences of the loss",
+        true);
+    parity_kind(run, pf2, "fd_grad", false, usable);
+    ls_audit_rule_close(pf2);
+    ADD(pl2, "parity.loss", 4, "parity: the float64 loss equals the independent reference's", true);
+    parity_kind(run, pl2, "ref_loss", false, usable);
+    ls_audit_rule_close(pl2);
 
     run->level = 0;
     bool below = true;

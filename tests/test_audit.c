@@ -226,9 +226,9 @@ Test(audit, single_rank_run_proves_level_1, .init = setup, .fini = teardown, .ti
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s '%s' --quiet --junit '%s/j.xml' --require-level 0", AUDIT, run, tmpdir);
     cr_assert_eq(sh(cmd), 0);
-    snprintf(cmd, sizeof cmd, "test $(grep -c '<testcase ' '%s/j.xml') -eq 24 && test $(grep -c '<failure ' '%s/j.xml') -eq 5",
+    snprintf(cmd, sizeof cmd, "test $(grep -c '<testcase ' '%s/j.xml') -eq 29 && test $(grep -c '<failure ' '%s/j.xml') -eq 10",
              tmpdir, tmpdir);
-    cr_expect_eq(sh(cmd), 0, "JUnit: 24 testcases, 5 failures (4 parity rules, full mode) expected");
+    cr_expect_eq(sh(cmd), 0, "JUnit: 29 testcases, 10 failures (9 parity rules, full mode) expected");
     snprintf(cmd, sizeof cmd, "python3 -c \"import xml.dom.minidom,sys; xml.dom.minidom.parse(sys.argv[1])\" '%s/j.xml'",
              tmpdir);
     cr_expect_eq(sh(cmd), 0, "the JUnit file is not well-formed XML");
@@ -402,21 +402,75 @@ Test(audit, signature_checked_with_key, .init = setup, .fini = teardown, .timeou
 }
 
 /* A parity report written by hand: a TEST FIXTURE for the level logic only
- * (no parity tool exists yet), naming the given build digest. */
+ * (longstraw-parity's own reports are test_parity's and test_parity_table's),
+ * naming the given build digest: every kind of check passing for world and
+ * the run's dtype (f32), the float64 links at world 1, every control
+ * detected. */
 static void write_parity_fixture(const char *path, const char *build, int world, const char *family) {
+    cJSON *d = cJSON_CreateObject();
+    cJSON_AddStringToObject(d, "schema", "urn:longstraw:schema:parity:v2");
+    cJSON_AddStringToObject(d, "build_digest", build);
+    cJSON_AddStringToObject(d, "family", family);
+    cJSON_AddItemToObject(d, "dtypes", cJSON_CreateStringArray((const char *[]){"f64", "f32"}, 2));
+    cJSON_AddItemToObject(d, "worlds", cJSON_CreateIntArray((const int[]){1, world}, world > 1 ? 2 : 1));
+    cJSON_AddStringToObject(d, "trainer", "fixture");
+    cJSON_AddStringToObject(d, "model_config", "fixture");
+    cJSON_AddNumberToObject(d, "fd_step", 1e-4);
+    cJSON_AddNumberToObject(d, "created_unix_ns", 0);
+    cJSON *cfg = cJSON_Parse("[{\"name\":\"fixture\",\"what\":\"\",\"prompt_len\":30,\"group\":2,"
+                             "\"response_lens\":[3,5],\"train_mode\":\"lora\",\"page_size\":8,\"capture_chunk\":12}]");
+    cJSON_AddItemToObject(d, "configurations", cfg);
+    cJSON *checks = cJSON_AddArrayToObject(d, "checks"), *controls = cJSON_AddArrayToObject(d, "controls");
+    static const char *const kinds[] = {"logprob", "cp_grad", "cp_params", "grad", "ref_logprob", "fd_grad", "ref_loss"};
+    for (int k = 0; k < 7; k++) {
+        bool link = k >= 4;
+        cJSON *c = cJSON_CreateObject();
+        char name[64];
+        snprintf(name, sizeof name, "fixture-%s", kinds[k]);
+        cJSON_AddStringToObject(c, "name", name);
+        cJSON_AddStringToObject(c, "kind", kinds[k]);
+        cJSON_AddStringToObject(c, "dtype", link ? "f64" : "f32");
+        cJSON_AddNumberToObject(c, "world", link ? 1 : world);
+        cJSON_AddStringToObject(c, "configuration", "fixture");
+        cJSON_AddStringToObject(c, "reference", "fixture");
+        cJSON_AddStringToObject(c, "candidate", "fixture");
+        cJSON_AddNumberToObject(c, "max_abs_err", 0);
+        cJSON_AddNumberToObject(c, "max_rel_err", 0);
+        cJSON_AddNumberToObject(c, "tolerance", 1e-10);
+        cJSON_AddStringToObject(c, "worst", "t");
+        cJSON_AddBoolToObject(c, "pass", 1);
+        cJSON_AddItemToArray(checks, c);
+    }
+    static const char *const faults[][2] = {{"cp-local-attention", "logprob"}, {"skip-dkv-reduce", "cp_grad"},
+                                            {"skip-grad-finalize", "cp_grad"}, {"detached", "grad"}};
+    for (int k = 0; k < 4; k++) {
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddStringToObject(c, "fault", faults[k][0]);
+        cJSON_AddStringToObject(c, "breaks", faults[k][1]);
+        cJSON_AddStringToObject(c, "dtype", "f32");
+        cJSON_AddNumberToObject(c, "world", 2);
+        cJSON_AddStringToObject(c, "configuration", "fixture");
+        cJSON_AddStringToObject(c, "check", "fixture");
+        cJSON_AddNumberToObject(c, "max_rel_err", 0.1);
+        cJSON_AddNumberToObject(c, "tolerance", 1e-10);
+        cJSON_AddBoolToObject(c, "detected", 1);
+        cJSON *cmp = cJSON_Duplicate(cJSON_GetArrayItem(checks, 0), 1);
+        cJSON_ReplaceItemInObject(cmp, "pass", cJSON_CreateFalse());
+        cJSON_AddItemToObject(c, "comparison", cmp);
+        cJSON_AddItemToArray(controls, c);
+    }
+    cJSON_AddArrayToObject(d, "links");
+    cJSON_AddArrayToObject(d, "levels");
+    cJSON_AddArrayToObject(d, "timings");
+    cJSON_AddArrayToObject(d, "notes");
+    cJSON_AddBoolToObject(d, "pass", 1);
+    char *txt = cJSON_Print(d);
     FILE *f = fopen(path, "w");
     cr_assert_not_null(f);
-    fprintf(f,
-            "{\"schema\":\"urn:longstraw:schema:parity:v1\",\"build_digest\":\"%s\",\"family\":\"%s\","
-            "\"dtype\":\"f64\",\"created_unix_ns\":0,\"pass\":true,\"checks\":["
-            "{\"name\":\"fixture-logprob\",\"kind\":\"logprob\",\"reference\":\"fixture\",\"candidate\":\"fixture\","
-            "\"world\":%d,\"max_abs_err\":0,\"max_rel_err\":0,\"tolerance\":1e-10,\"pass\":true},"
-            "{\"name\":\"fixture-cp-grad\",\"kind\":\"cp_grad\",\"reference\":\"fixture\",\"candidate\":\"fixture\","
-            "\"world\":%d,\"max_abs_err\":0,\"max_rel_err\":0,\"tolerance\":1e-10,\"pass\":true},"
-            "{\"name\":\"fixture-grad\",\"kind\":\"grad\",\"reference\":\"fixture\",\"candidate\":\"fixture\","
-            "\"world\":%d,\"max_abs_err\":0,\"max_rel_err\":0,\"tolerance\":1e-10,\"pass\":true}]}\n",
-            build, family, world, world, world);
+    fputs(txt, f);
     fclose(f);
+    free(txt);
+    cJSON_Delete(d);
 }
 
 static const char *build_of(const cJSON *doc) { return cJSON_GetObjectItem(doc, "build_digest")->valuestring; }

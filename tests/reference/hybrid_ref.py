@@ -23,6 +23,13 @@ usage:
       counted; an input that is missing fails the run.
       --require-perturbed-norms fails unless some RMSNorm weight is off its initial
       value (so a run that was meant to load perturbed norms really did).
+  hybrid_ref.py WEIGHTS.safetensors BATCH.json --json OUT.json
+      Compares nothing: writes what the reference computes for longstraw-parity to
+      compare, {"policy": [[...]], "ref_policy": [[...]], "advantages": [...],
+      "loss": X}, the log-probs (a) and (b) above per member and token, the advantages
+      of the batch's rewards, and the loss of MODEL.md section 4 from (a) and the
+      batch's old_logprobs and ref_logprobs (as supplied to the run: the parity runs
+      supply both). Floats are repr-exact.
   hybrid_ref.py --perturb-norms IN.safetensors OUT.safetensors [SEED]
       Writes a copy of IN with every RMSNorm weight (norm1, norm2, norm, q_norm,
       k_norm, gdn.norm) moved off its initial value, for `longstraw-train --load`,
@@ -34,6 +41,7 @@ exit: 0 every check ran and agrees, 1 a mismatch, a missing input or a skipped c
 
 import json
 import math
+import os
 import re
 import struct
 import sys
@@ -683,6 +691,21 @@ def check(weights_path, batch_path, loss_log, old_from, require_perturbed):
     checks.finish(expected)
 
 
+def write_json(weights_path, batch_path, out_path):
+    """The --json mode: the reference's log-probs, advantages and loss, for longstraw-parity."""
+    batch = load_batch(batch_path)
+    ref = Reference(weights_path, batch)
+    cfg = batch["config"]
+    adv = advantages([float(r) for r in batch["rewards"]])
+    loss, _ = grpo_loss(ref.policy, batch["old_logprobs"], batch["ref_logprobs"], adv,
+                        float(cfg["epsilon"]), float(cfg["beta"]))
+    doc = {"policy": ref.policy, "ref_policy": ref.ref, "advantages": adv, "loss": loss}
+    tmp = out_path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, separators=(",", ":"))
+    os.replace(tmp, out_path)
+
+
 def read_rollouts_old(path):
     try:
         with open(path) as f:
@@ -724,7 +747,7 @@ def main(argv):
                 raise Usage("--perturb-norms IN OUT [SEED]")
             perturb_norms(args[1], args[2], int(args[3]) if len(args) == 4 else 1)
             return 0
-        pos, opt, req = [], {"--loss-from": None, "--old-from": None}, False
+        pos, opt, req = [], {"--loss-from": None, "--old-from": None, "--json": None}, False
         i = 0
         while i < len(args):
             a = args[i]
@@ -746,6 +769,9 @@ def main(argv):
                 i += 1
         if len(pos) != 2:
             raise Usage("expected WEIGHTS.safetensors BATCH.json")
+        if opt["--json"] is not None:
+            write_json(pos[0], pos[1], opt["--json"])
+            return 0
         if opt["--loss-from"] is None:
             raise Usage("--loss-from LOG is required: the loss check is never skipped")
         check(pos[0], pos[1], opt["--loss-from"], opt["--old-from"], req)

@@ -1,0 +1,192 @@
+/* parity.h - longstraw-parity (DESIGN.md §5, issue 11): reduced-size runs of
+ * the trainer against references, and the parity report the audit consumes.
+ *
+ * The tool drives the trainer executable, never its library: every number
+ * it compares comes from a longstraw-train run (through mpirun for CP > 1),
+ * so the report's build digest is the digest those runs' receipts carry,
+ * and a run of the same binary is "the same build" to the audit.
+ *
+ * Per model configuration of the matrix (parity_matrix.c) and dtype:
+ *   score runs  old log-probs scored by the run itself (ratio 1): naive
+ *               full sequence, LongStraw CP-N; the cp-local-attention
+ *               control at every N > 1
+ *   grad runs   old and reference log-probs supplied (ratios far from 1,
+ *               so the clip engages): naive, LongStraw CP-N in full and
+ *               detached mode; skip-dkv-reduce and skip-grad-finalize
+ *               controls at every N > 1; gradients (--dump-grads) and the
+ *               updated weights (--save)
+ *   (f64)       the independent reference (tests/reference/, Python from
+ *               MODEL.md) on the same weights and batches, and directional
+ *               finite differences of the loss for every trainable tensor
+ *               (parity_fd.c)
+ * and the comparisons of parity_checks.c turn them into checks, controls
+ * and a verdict per level (parity_report.c). */
+#ifndef LS_PARITY_PARITY_H
+#define LS_PARITY_PARITY_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "common/status.h"
+
+#define LS_PARITY_MAX_G 8
+#define LS_PARITY_MAX_CP 8
+#define LS_PARITY_PATH 1024
+#define LS_PARITY_OUT_MAX 512
+
+enum { LS_PARITY_F64 = 0, LS_PARITY_F32 = 1 };
+
+/* One model/batch configuration of the matrix. */
+typedef struct {
+    const char *name;
+    const char *what;       /* one line for the report and --help */
+    int prompt_len;         /* P: P-1 captured positions */
+    int group;
+    int response_lens[LS_PARITY_MAX_G];
+    double rewards[LS_PARITY_MAX_G];
+    const char *train_mode; /* "lora" | "full" */
+    int page_size, capture_chunk;
+    uint32_t token_seed;
+} ls_parity_config;
+
+/* The matrix's configurations for a family; *n their count. */
+const ls_parity_config *ls_parity_matrix(const char *family, size_t *n);
+
+typedef struct {
+    const char *family;
+    int cps[LS_PARITY_MAX_CP];
+    size_t n_cps;
+    bool dtype[2];            /* [LS_PARITY_F64], [LS_PARITY_F32] */
+    bool config_on[16];       /* which matrix entries run */
+    const char *out;          /* the output directory */
+    const char *trainer, *mpirun, *python, *reference, *model_config;
+    int jobs;                 /* concurrent trainer runs */
+    int timeout_s;            /* per trainer run */
+    double fd_step;           /* the larger finite-difference step */
+    size_t fd_max;            /* at most this many tensors get finite differences (0: all) */
+    uint64_t seed;
+    bool keep_fd, quiet;
+} ls_parity_opts;
+
+/* ---- processes (parity_proc.c) -------------------------------------------- */
+
+typedef struct {
+    char *argv[96];
+    int argc;
+    char log[LS_PARITY_PATH]; /* stdout and stderr */
+    int rc;                   /* exit status; 128 + signal; -1 not run / timed out */
+    double secs;
+    int pid;
+    double t0;
+} ls_parity_job;
+
+/* Append one argument (printf-formatted, copied). */
+void ls_parity_job_arg(ls_parity_job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void ls_parity_job_free(ls_parity_job *j);
+/* Runs jobs[0..n) with at most `parallel` at a time (each in its own process
+ * group, stdout and stderr to its log, OMP_NUM_THREADS=1 unless set),
+ * killing any that runs past timeout_s.  LS_ERR_IO when one cannot start. */
+ls_status ls_parity_jobs_run(ls_parity_job *jobs, size_t n, int parallel, int timeout_s, char *err,
+                             size_t errlen);
+
+/* ---- one configuration's runs and their outputs (parity_runs.c) ------------ */
+
+/* A tensor set read from a safetensors file, every value as a double, in
+ * the file's (name) order. */
+typedef struct {
+    size_t n;
+    char **name;
+    double **v;
+    size_t *numel;
+    uint64_t (*shape)[4];
+    size_t *ndim;
+} ls_parity_tensors;
+
+ls_status ls_parity_tensors_read(const char *path, ls_parity_tensors *out, char *err, size_t errlen);
+void ls_parity_tensors_free(ls_parity_tensors *t);
+/* index of name in t, or -1 */
+long ls_parity_tensors_find(const ls_parity_tensors *t, const char *name);
+
+/* Per-member token log-probs. */
+typedef struct {
+    int g;
+    int len[LS_PARITY_MAX_G];
+    double *lp[LS_PARITY_MAX_G];
+} ls_parity_logprobs;
+
+void ls_parity_logprobs_free(ls_parity_logprobs *l);
+/* old_logprobs (or ref_logprobs when ref) of a --dump-batch file. */
+ls_status ls_parity_batch_logprobs(const char *path, bool ref, ls_parity_logprobs *out, char *err, size_t errlen);
+/* The "  exact loss X (last step)" line of a trainer log. */
+ls_status ls_parity_log_loss(const char *log, double *loss, char *err, size_t errlen);
+/* The build digest of a run directory's manifest. */
+ls_status ls_parity_run_build(const char *run_dir, char hex[65], char *err, size_t errlen);
+
+/* ---- the comparisons (parity_checks.c) ------------------------------------- */
+
+typedef struct {
+    double max_abs, max_rel;
+} ls_parity_err;
+
+/* max |a - b| and max |a - b| / max |b| over n values (0 when both are 0). */
+ls_parity_err ls_parity_err_of(const double *a, const double *b, size_t n);
+
+/* ---- the report (parity_report.c) ------------------------------------------ */
+
+typedef struct ls_parity_report ls_parity_report;
+
+ls_status ls_parity_report_new(const ls_parity_opts *o, ls_parity_report **out);
+void ls_parity_report_free(ls_parity_report *r);
+/* The trainer build every run must share: the first call sets it, a later
+ * different one is an error naming the run. */
+ls_status ls_parity_report_build(ls_parity_report *r, const char *run_dir, char *err, size_t errlen);
+void ls_parity_report_config(ls_parity_report *r, const ls_parity_config *c);
+/* A check of the given kind over entries (a "tensors" or "members" array,
+ * owned by the check afterwards); pass when it has entries and every one
+ * passes.  Not yet in any report. */
+cJSON *ls_parity_check_new(const char *kind, const char *name, int dtype, int world, const char *config,
+                           const char *grad_mode, const char *reference, const char *candidate, cJSON *entries,
+                           const char *entries_key);
+/* The report takes the check as evidence for its level. */
+void ls_parity_report_add(ls_parity_report *r, cJSON *check);
+/* Or as a negative control: a fault run whose comparison must fail. */
+void ls_parity_report_control(ls_parity_report *r, const char *fault, cJSON *check);
+void ls_parity_report_timing(ls_parity_report *r, const char *part, double secs, int runs);
+void ls_parity_report_note(ls_parity_report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Verdicts, the table on stdout, parity.json (schema-checked, atomic).
+ * *all_pass: every level holds and every control failed as it should. */
+ls_status ls_parity_report_finish(ls_parity_report *r, const char *path, bool print, bool *all_pass, char *err,
+                                  size_t errlen);
+
+/* One entry of a "tensors" / "members" array: its error against a tolerance. */
+cJSON *ls_parity_entry(const char *name, ls_parity_err e, double tol, double noise_floor);
+
+/* ---- trainer runs (parity_run.c) and finite differences (parity_fd.c) ------ */
+
+/* One longstraw-train run of a configuration (NULL members: not passed). */
+typedef struct {
+    int dt, world;
+    const char *out, *log, *rollouts, *load, *save_init, *dump_batch, *dump_grads, *save;
+    const char *strategy, *grad_mode, *fault;
+} ls_parity_train;
+
+void ls_parity_train_job(const ls_parity_opts *o, const ls_parity_config *c, const ls_parity_train *t,
+                         ls_parity_job *j);
+void ls_parity_remove_tree(const char *path);
+
+/* Directional finite differences of the float64 loss (naive runs at the
+ * weights moved along a random unit direction per trainable tensor) against
+ * g_naive's and g_ls's directional derivatives: two fd_grad checks. */
+ls_status ls_parity_fd(const ls_parity_opts *o, const ls_parity_config *c, ls_parity_report *rep, const char *dir,
+                       const char *weights, const char *rollouts, const ls_parity_tensors *g_naive,
+                       const ls_parity_tensors *g_ls, char *err, size_t errlen);
+
+/* ---- the driver (parity_run.c) --------------------------------------------- */
+
+ls_status ls_parity_run(const ls_parity_opts *o, bool *all_pass, char *err, size_t errlen);
+
+double ls_parity_now(void);
+
+#endif

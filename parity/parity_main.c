@@ -1,0 +1,223 @@
+/* parity_main.c - longstraw-parity: the reduced-size comparisons that levels
+ * 2-4 of DESIGN.md §5 need, written to DIR/parity.json (exit 0 when every
+ * level holds and every control failed as it should, 1 when not, 2 for bad
+ * usage or a matrix that could not run). */
+/* Paths are bounded: --out is at most LS_PARITY_OUT_MAX characters, so that
+ * every path derived from it fits LS_PARITY_PATH. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "parity/parity.h"
+
+#ifndef LS_PARITY_TRAINER
+#define LS_PARITY_TRAINER "longstraw-train"
+#endif
+#ifndef LS_PARITY_SOURCE_DIR
+#define LS_PARITY_SOURCE_DIR "."
+#endif
+
+static void usage(FILE *f) {
+    fputs("usage: longstraw-parity --family hybrid --out DIR [--cp 1,2,4] [--dtype f64,f32]\n"
+          "                        [--configs NAME,...] [--jobs N] [options]\n"
+          "Runs the trainer at reduced sizes against references and writes DIR/parity.json\n"
+          "(schemas/parity.schema.json), the evidence levels 2-4 of the audit need:\n"
+          "  fidelity      LongStraw CP-N response log-probs = the naive full-sequence run's, and the\n"
+          "                naive float64 log-probs and loss = the independent reference's\n"
+          "                (tests/reference/, Python written from MODEL.md)\n"
+          "  consistency   CP-N gradients and updated parameters = CP-1's (full and detached)\n"
+          "  full gradient LongStraw full-mode CP-N gradient = the naive gradient, and the float64\n"
+          "                gradient = directional finite differences of the loss, per tensor\n"
+          "and the negative controls, each of which must fail its comparison: cp-local-attention\n"
+          "(log-probs), skip-dkv-reduce and skip-grad-finalize (CP-N gradients), detached (the\n"
+          "full-gradient comparison).  float64 is the proof (tolerance 1e-10 relative; finite\n"
+          "differences 1e-7); float32 uses, per tensor, 10x its measured float32-vs-float64 noise\n"
+          "floor (at least 4 float32 epsilons).  Runs go to DIR/runs/ (kept; the finite-difference\n"
+          "runs are removed unless --keep-fd); parity.json is replaced only when complete.\n"
+          "  --family F        hybrid (mla once that family exists)\n"
+          "  --out DIR         output directory (created; an existing one is reused)\n"
+          "  --cp LIST         context-parallel sizes, 1 included [1,2,4]; N > 1 runs under mpirun\n"
+          "  --dtype LIST      f64 and optionally f32 [f64,f32] (f32's noise floor needs f64)\n"
+          "  --configs LIST    matrix entries to run [all]; --list prints them\n"
+          "  --jobs N          trainer runs at a time [online CPUs, at most 16]\n"
+          "  --timeout S       seconds per trainer run before it is killed [600]\n"
+          "  --fd-step H       the larger finite-difference step (the other is H/2) [1e-4]\n"
+          "  --fd-max N        finite differences for only N evenly spaced trainable tensors (a quick\n"
+          "                    look: level 4 then does not hold) [all]\n"
+          "  --seed N          weights, directions [1]\n"
+          "  --trainer PATH    longstraw-train [" LS_PARITY_TRAINER "]\n"
+          "  --mpirun PATH     [mpirun]\n"
+          "  --python PATH     [python3]\n"
+          "  --reference PATH  the independent reference [" LS_PARITY_SOURCE_DIR "/tests/reference/hybrid_ref.py]\n"
+          "  --model-config F  [" LS_PARITY_SOURCE_DIR "/configs/hybrid-tiny.json]\n"
+          "  --keep-fd         keep the finite-difference runs\n"
+          "  --quiet           no progress on stderr, no table on stdout\n"
+          "  --list            print the matrix and exit\n"
+          "  --help            this text\n"
+          "Exit: 0 every level holds and every control was detected, 1 not (the report says why),\n"
+          "2 bad usage or a run that failed (nothing written).\n",
+          f);
+}
+
+static int bad(const char *fmt, const char *arg) {
+    fprintf(stderr, "longstraw-parity: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, " (--help for usage)\n");
+    return 2;
+}
+
+static int parse_long(const char *s, long lo, long hi, long *out) {
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_cps(const char *s, ls_parity_opts *o) {
+    bool seen[LS_PARITY_MAX_CP + 1] = {false};
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        long v;
+        if (parse_long(t, 1, LS_PARITY_MAX_CP, &v) != 0 || seen[v]) return -1;
+        seen[v] = true;
+    }
+    o->n_cps = 0;
+    for (int v = 1; v <= LS_PARITY_MAX_CP; v++)
+        if (seen[v]) o->cps[o->n_cps++] = v;
+    return o->n_cps > 0 && o->cps[0] == 1 ? 0 : -1;
+}
+
+static int parse_dtypes(const char *s, ls_parity_opts *o) {
+    o->dtype[0] = o->dtype[1] = false;
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (strcmp(t, "f64") == 0) o->dtype[LS_PARITY_F64] = true;
+        else if (strcmp(t, "f32") == 0) o->dtype[LS_PARITY_F32] = true;
+        else return -1;
+    }
+    return o->dtype[LS_PARITY_F64] ? 0 : -1;
+}
+
+static int parse_configs(const char *s, ls_parity_opts *o, const ls_parity_config *cs, size_t n) {
+    for (size_t i = 0; i < n; i++) o->config_on[i] = false;
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        size_t i = 0;
+        while (i < n && strcmp(cs[i].name, t) != 0) i++;
+        if (i == n) return bad("--configs: no matrix entry '%s' (--list names them)", t);
+        o->config_on[i] = true;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    static char reference[LS_PARITY_PATH], model[LS_PARITY_PATH];
+    snprintf(reference, sizeof reference, "%s/tests/reference/hybrid_ref.py", LS_PARITY_SOURCE_DIR);
+    snprintf(model, sizeof model, "%s/configs/hybrid-tiny.json", LS_PARITY_SOURCE_DIR);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    ls_parity_opts o = {.trainer = LS_PARITY_TRAINER, .mpirun = "mpirun", .python = "python3",
+                        .reference = reference, .model_config = model, .jobs = ncpu < 1 ? 1 : ncpu > 16 ? 16 : (int)ncpu,
+                        .timeout_s = 600, .fd_step = 1e-4, .seed = 1};
+    parse_cps("1,2,4", &o);
+    parse_dtypes("f64,f32", &o);
+    const char *cps = NULL, *dtypes = NULL, *configs = NULL;
+    bool list = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char **slot = NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--keep-fd")) {
+            o.keep_fd = true;
+            continue;
+        } else if (!strcmp(a, "--quiet")) {
+            o.quiet = true;
+            continue;
+        } else if (!strcmp(a, "--list")) {
+            list = true;
+            continue;
+        } else if (!strcmp(a, "--family")) slot = &o.family;
+        else if (!strcmp(a, "--out")) slot = &o.out;
+        else if (!strcmp(a, "--cp")) slot = &cps;
+        else if (!strcmp(a, "--dtype")) slot = &dtypes;
+        else if (!strcmp(a, "--configs")) slot = &configs;
+        else if (!strcmp(a, "--trainer")) slot = &o.trainer;
+        else if (!strcmp(a, "--mpirun")) slot = &o.mpirun;
+        else if (!strcmp(a, "--python")) slot = &o.python;
+        else if (!strcmp(a, "--reference")) slot = &o.reference;
+        else if (!strcmp(a, "--model-config")) slot = &o.model_config;
+        else if (!strcmp(a, "--jobs") || !strcmp(a, "--timeout") || !strcmp(a, "--seed") || !strcmp(a, "--fd-step") ||
+                   !strcmp(a, "--fd-max")) {
+            if (v == NULL) return bad("%s needs a value", a);
+            long x;
+            if (!strcmp(a, "--jobs")) {
+                if (parse_long(v, 1, 64, &x)) return bad("--jobs: '%s' is not an integer in 1..64", v);
+                o.jobs = (int)x;
+            } else if (!strcmp(a, "--timeout")) {
+                if (parse_long(v, 1, 86400, &x)) return bad("--timeout: '%s' is not a number of seconds in 1..86400", v);
+                o.timeout_s = (int)x;
+            } else if (!strcmp(a, "--fd-max")) {
+                if (parse_long(v, 1, 1L << 20, &x)) return bad("--fd-max: '%s' is not a positive integer", v);
+                o.fd_max = (size_t)x;
+            } else if (!strcmp(a, "--seed")) {
+                if (parse_long(v, 0, 1L << 30, &x)) return bad("--seed: '%s' is not an integer in 0..2^30", v);
+                o.seed = (uint64_t)x;
+            } else {
+                char *end = NULL;
+                double h = strtod(v, &end);
+                if (end == v || *end || !(h >= 1e-6 && h <= 1e-1)) return bad("--fd-step: '%s' is not in 1e-6..0.1", v);
+                o.fd_step = h;
+            }
+            i++;
+            continue;
+        } else {
+            return bad("unknown argument '%s'", a);
+        }
+        if (v == NULL) return bad("%s needs a value", a);
+        *slot = v;
+        i++;
+    }
+    if (o.family == NULL) return bad("%s", "--family is required (hybrid)");
+    size_t n = 0;
+    const ls_parity_config *cs = ls_parity_matrix(o.family, &n);
+    if (cs == NULL) {
+        if (!strcmp(o.family, "mla")) return bad("--family %s: the mla family does not exist yet", o.family);
+        return bad("--family: '%s' is not a family (hybrid)", o.family);
+    }
+    if (list) {
+        for (size_t i = 0; i < n; i++) printf("%-14s %s\n", cs[i].name, cs[i].what);
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) o.config_on[i] = true;
+    if (configs && parse_configs(configs, &o, cs, n) != 0) return 2;
+    if (cps && parse_cps(cps, &o) != 0)
+        return bad("--cp: '%s' is not a list of distinct sizes in 1..8 that includes 1", cps);
+    if (dtypes && parse_dtypes(dtypes, &o) != 0)
+        return bad("--dtype: '%s' is not f64 or f64,f32 (float32's tolerance is measured against float64)", dtypes);
+    if (o.out == NULL) return bad("%s", "--out DIR is required");
+    if (strlen(o.out) > LS_PARITY_OUT_MAX) return bad("--out: '%.40s...' is longer than 512 characters", o.out);
+    for (const char **p = (const char *[]){o.trainer, o.mpirun, o.python, o.reference, o.model_config, NULL}; *p; p++)
+        if (strlen(*p) > LS_PARITY_OUT_MAX) return bad("a path is longer than 512 characters: '%.40s...'", *p);
+    if (access(o.trainer, X_OK) != 0) return bad("--trainer: %s is not an executable (build longstraw-train)", o.trainer);
+    if (access(o.reference, R_OK) != 0) return bad("--reference: cannot read %s", o.reference);
+    if (access(o.model_config, R_OK) != 0) return bad("--model-config: cannot read %s", o.model_config);
+    bool pass = false;
+    char err[2048] = "";
+    ls_status s = ls_parity_run(&o, &pass, err, sizeof err);
+    if (s != LS_OK) {
+        fprintf(stderr, "longstraw-parity: %s (%s); no report written\n", err[0] ? err : "failed", ls_status_str(s));
+        return 2;
+    }
+    return pass ? 0 : 1;
+}

@@ -1,0 +1,120 @@
+/* parity_proc.c - trainer runs as child processes (parity.h): a small pool
+ * that keeps at most `parallel` running, each in its own process group (so
+ * that a timeout kills mpirun and every rank), output to its log. */
+/* Paths are bounded: --out is at most LS_PARITY_OUT_MAX characters, so that
+ * every path derived from it fits LS_PARITY_PATH. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "parity/parity.h"
+
+double ls_parity_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void ls_parity_job_arg(ls_parity_job *j, const char *fmt, ...) {
+    if (j->argc >= (int)(sizeof j->argv / sizeof j->argv[0]) - 1) return; /* the runs use < 60 */
+    char buf[LS_PARITY_PATH + 64];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    j->argv[j->argc] = strdup(buf);
+    if (j->argv[j->argc] != NULL) j->argc++;
+    j->argv[j->argc] = NULL;
+}
+
+void ls_parity_job_free(ls_parity_job *j) {
+    for (int i = 0; i < j->argc; i++) free(j->argv[i]);
+    j->argc = 0;
+    j->argv[0] = NULL;
+}
+
+static int start(ls_parity_job *j) {
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        setpgid(0, 0);
+        int fd = open(j->log, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        int nul = open("/dev/null", O_RDONLY);
+        if (nul >= 0) {
+            dup2(nul, 0);
+            close(nul);
+        }
+        if (getenv("OMP_NUM_THREADS") == NULL) setenv("OMP_NUM_THREADS", "1", 1);
+        execvp(j->argv[0], j->argv);
+        fprintf(stderr, "longstraw-parity: cannot run %s: %s\n", j->argv[0], strerror(errno));
+        _exit(127);
+    }
+    setpgid(pid, pid); /* both sides: whichever runs first */
+    j->pid = (int)pid;
+    j->t0 = ls_parity_now();
+    return 0;
+}
+
+ls_status ls_parity_jobs_run(ls_parity_job *jobs, size_t n, int parallel, int timeout_s, char *err,
+                             size_t errlen) {
+    if (parallel < 1) parallel = 1;
+    size_t next = 0, done = 0;
+    int running = 0;
+    for (size_t i = 0; i < n; i++) {
+        jobs[i].rc = -1;
+        jobs[i].pid = 0;
+    }
+    while (done < n) {
+        while (running < parallel && next < n) {
+            if (start(&jobs[next]) != 0) {
+                snprintf(err, errlen, "cannot fork for %s: %s", jobs[next].argv[0], strerror(errno));
+                for (size_t k = 0; k < next; k++)
+                    if (jobs[k].pid > 0) kill(-jobs[k].pid, SIGKILL);
+                while (wait(NULL) > 0) {}
+                return LS_ERR_IO;
+            }
+            running++;
+            next++;
+        }
+        int status = 0;
+        pid_t w = waitpid(-1, &status, WNOHANG);
+        if (w > 0) {
+            for (size_t k = 0; k < next; k++) {
+                if (jobs[k].pid != (int)w) continue;
+                jobs[k].rc = WIFEXITED(status) ? WEXITSTATUS(status)
+                             : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : -1;
+                jobs[k].secs = ls_parity_now() - jobs[k].t0;
+                jobs[k].pid = -jobs[k].pid; /* finished */
+                running--;
+                done++;
+                break;
+            }
+            continue;
+        }
+        double now = ls_parity_now();
+        for (size_t k = 0; k < next; k++) {
+            if (jobs[k].pid > 0 && timeout_s > 0 && now - jobs[k].t0 > timeout_s) {
+                kill(-jobs[k].pid, SIGKILL); /* reaped above, rc 128 + 9 */
+                jobs[k].t0 = now + 1e9;       /* once */
+            }
+        }
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+    return LS_OK;
+}

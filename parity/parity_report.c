@@ -1,0 +1,378 @@
+/* parity_report.c - parity.json (schemas/parity.schema.json) and the table
+ * on stdout (parity.h).
+ *
+ * A check's entries (tensors or members) each carry an error and their own
+ * tolerance; the check passes when every entry does, and its max_rel_err
+ * and tolerance are those of its worst entry (largest error / tolerance),
+ * so that "pass" always reads as max_rel_err <= tolerance.  A control is a
+ * fault run whose comparison must fail ("detected").  A level holds when
+ * every kind of check it needs is present and passes, every control it
+ * needs is present and detected, and the level below holds. */
+/* Paths are bounded: --out is at most LS_PARITY_OUT_MAX characters, so that
+ * every path derived from it fits LS_PARITY_PATH. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
+#include <float.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "parity/parity.h"
+#include "receipts/atomic_file.h"
+#include "receipts/json_util.h"
+#include "receipts/schema.h"
+
+struct ls_parity_report {
+    cJSON *doc, *checks, *controls, *configs, *timings, *notes;
+    char build[65];
+    char build_from[LS_PARITY_PATH];
+};
+
+static const char *const DTYPE[] = {"f64", "f32"};
+
+/* What each level needs (DESIGN.md §5). */
+static const struct {
+    int level;
+    const char *name;
+    const char *kinds[3];
+    const char *controls[2];
+} LEVELS[] = {
+    {2, "response-operator fidelity", {"logprob", "ref_logprob", NULL}, {"cp-local-attention", NULL}},
+    {3, "distributed-update consistency", {"cp_grad", "cp_params", NULL}, {"skip-dkv-reduce", "skip-grad-finalize"}},
+    {4, "full-gradient parity", {"grad", "fd_grad", "ref_loss"}, {"detached", NULL}},
+};
+
+/* The chain of proof: which links the checks establish. */
+static const struct {
+    const char *kind, *link;
+} LINKS[] = {
+    {"ref_logprob", "forward: the trainer's float64 log-probs equal the independent reference's "
+                    "(tests/reference/, written from MODEL.md, no shared code)"},
+    {"ref_loss", "loss: the trainer's float64 loss equals the independent reference's MODEL.md section 4 loss"},
+    {"logprob", "forward: LongStraw CP-N response log-probs equal the naive full-sequence run's"},
+    {"fd_grad", "gradient: the float64 gradient equals directional finite differences of the loss "
+                "(Richardson-extrapolated central differences; depends on the forward only)"},
+    {"grad", "gradient: the LongStraw full-mode CP-N gradient equals the naive full-sequence gradient"},
+    {"cp_grad", "update: CP-N gradients equal CP-1 gradients"},
+    {"cp_params", "update: CP-N parameters after the optimizer step equal CP-1 parameters"},
+};
+
+static double finite_or_max(double v) { return isfinite(v) ? v : DBL_MAX; }
+
+static void add_num(cJSON *o, const char *k, double v) {
+    cJSON *n = cJSON_CreateNumber(finite_or_max(v)); /* cJSON prints doubles round-trip exact */
+    if (n) cJSON_AddItemToObject(o, k, n);
+}
+
+ls_status ls_parity_report_new(const ls_parity_opts *o, ls_parity_report **out) {
+    ls_parity_report *r = calloc(1, sizeof *r);
+    if (r == NULL) return LS_ERR_NOMEM;
+    r->doc = cJSON_CreateObject();
+    if (r->doc == NULL) {
+        free(r);
+        return LS_ERR_NOMEM;
+    }
+    cJSON_AddStringToObject(r->doc, "schema", "urn:longstraw:schema:parity:v2");
+    cJSON_AddStringToObject(r->doc, "family", o->family);
+    cJSON *d = cJSON_AddArrayToObject(r->doc, "dtypes");
+    for (int k = 0; k < 2; k++)
+        if (o->dtype[k]) cJSON_AddItemToArray(d, cJSON_CreateString(DTYPE[k]));
+    cJSON *w = cJSON_AddArrayToObject(r->doc, "worlds");
+    for (size_t i = 0; i < o->n_cps; i++) cJSON_AddItemToArray(w, cJSON_CreateNumber(o->cps[i]));
+    cJSON_AddStringToObject(r->doc, "trainer", o->trainer);
+    cJSON_AddStringToObject(r->doc, "model_config", o->model_config);
+    add_num(r->doc, "fd_step", o->fd_step);
+    r->configs = cJSON_AddArrayToObject(r->doc, "configurations");
+    r->checks = cJSON_AddArrayToObject(r->doc, "checks");
+    r->controls = cJSON_AddArrayToObject(r->doc, "controls");
+    r->timings = cJSON_AddArrayToObject(r->doc, "timings");
+    r->notes = cJSON_AddArrayToObject(r->doc, "notes");
+    *out = r;
+    return LS_OK;
+}
+
+void ls_parity_report_free(ls_parity_report *r) {
+    if (r == NULL) return;
+    cJSON_Delete(r->doc);
+    free(r);
+}
+
+ls_status ls_parity_report_build(ls_parity_report *r, const char *run_dir, char *err, size_t errlen) {
+    char hex[65];
+    ls_status s = ls_parity_run_build(run_dir, hex, err, errlen);
+    if (s != LS_OK) return s;
+    if (r->build[0] == 0) {
+        memcpy(r->build, hex, sizeof hex);
+        snprintf(r->build_from, sizeof r->build_from, "%s", run_dir);
+        return LS_OK;
+    }
+    if (strcmp(r->build, hex) != 0) {
+        snprintf(err, errlen, "%s ran build %.64s, %s ran build %.64s: one report is one build", run_dir, hex,
+                 r->build_from, r->build);
+        return LS_ERR_FORMAT;
+    }
+    return LS_OK;
+}
+
+void ls_parity_report_config(ls_parity_report *r, const ls_parity_config *c) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", c->name);
+    cJSON_AddStringToObject(o, "what", c->what);
+    cJSON_AddNumberToObject(o, "prompt_len", c->prompt_len);
+    cJSON_AddNumberToObject(o, "group", c->group);
+    cJSON *rl = cJSON_AddArrayToObject(o, "response_lens");
+    for (int i = 0; i < c->group; i++) cJSON_AddItemToArray(rl, cJSON_CreateNumber(c->response_lens[i]));
+    cJSON_AddStringToObject(o, "train_mode", c->train_mode);
+    cJSON_AddNumberToObject(o, "page_size", c->page_size);
+    cJSON_AddNumberToObject(o, "capture_chunk", c->capture_chunk);
+    cJSON_AddItemToArray(r->configs, o);
+}
+
+cJSON *ls_parity_entry(const char *name, ls_parity_err e, double tol, double noise_floor) {
+    cJSON *o = cJSON_CreateObject();
+    if (o == NULL) return NULL;
+    cJSON_AddStringToObject(o, "name", name);
+    add_num(o, "max_abs_err", e.max_abs);
+    add_num(o, "max_rel_err", e.max_rel);
+    add_num(o, "tolerance", tol);
+    if (noise_floor >= 0) add_num(o, "noise_floor", noise_floor);
+    cJSON_AddBoolToObject(o, "pass", e.max_rel <= tol);
+    return o;
+}
+
+static double num(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+static const char *str(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+cJSON *ls_parity_check_new(const char *kind, const char *name, int dtype, int world, const char *config,
+                           const char *grad_mode, const char *reference, const char *candidate, cJSON *entries,
+                           const char *entries_key) {
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddStringToObject(c, "name", name);
+    cJSON_AddStringToObject(c, "kind", kind);
+    cJSON_AddStringToObject(c, "dtype", DTYPE[dtype]);
+    cJSON_AddNumberToObject(c, "world", world);
+    cJSON_AddStringToObject(c, "configuration", config);
+    if (grad_mode) cJSON_AddStringToObject(c, "grad_mode", grad_mode);
+    cJSON_AddStringToObject(c, "reference", reference);
+    cJSON_AddStringToObject(c, "candidate", candidate);
+    double max_abs = 0, worst_ratio = -1, worst_rel = 0, worst_tol = 1;
+    const char *worst = "";
+    bool pass = entries != NULL && cJSON_GetArraySize(entries) > 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, entries) {
+        double a = num(e, "max_abs_err"), rel = num(e, "max_rel_err"), tol = num(e, "tolerance");
+        if (a > max_abs) max_abs = a;
+        double ratio = rel / tol;
+        if (ratio > worst_ratio) {
+            worst_ratio = ratio;
+            worst_rel = rel;
+            worst_tol = tol;
+            worst = str(e, "name");
+        }
+        if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "pass"))) pass = false;
+    }
+    add_num(c, "max_abs_err", max_abs);
+    add_num(c, "max_rel_err", worst_rel);
+    add_num(c, "tolerance", worst_tol);
+    cJSON_AddStringToObject(c, "worst", worst);
+    cJSON_AddBoolToObject(c, "pass", pass);
+    if (entries) cJSON_AddItemToObject(c, entries_key, entries);
+    return c;
+}
+
+void ls_parity_report_add(ls_parity_report *r, cJSON *check) { cJSON_AddItemToArray(r->checks, check); }
+
+void ls_parity_report_control(ls_parity_report *r, const char *fault, cJSON *check) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "fault", fault);
+    cJSON_AddStringToObject(o, "breaks", str(check, "kind"));
+    cJSON_AddStringToObject(o, "dtype", str(check, "dtype"));
+    cJSON_AddNumberToObject(o, "world", num(check, "world"));
+    cJSON_AddStringToObject(o, "configuration", str(check, "configuration"));
+    cJSON_AddStringToObject(o, "check", str(check, "name"));
+    add_num(o, "max_rel_err", num(check, "max_rel_err"));
+    add_num(o, "tolerance", num(check, "tolerance"));
+    cJSON_AddBoolToObject(o, "detected", !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(check, "pass")));
+    cJSON_AddItemToObject(o, "comparison", check);
+    cJSON_AddItemToArray(r->controls, o);
+}
+
+void ls_parity_report_timing(ls_parity_report *r, const char *part, double secs, int runs) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "part", part);
+    add_num(o, "seconds", secs);
+    cJSON_AddNumberToObject(o, "runs", runs);
+    cJSON_AddItemToArray(r->timings, o);
+}
+
+void ls_parity_report_note(ls_parity_report *r, const char *fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    cJSON_AddItemToArray(r->notes, cJSON_CreateString(buf));
+}
+
+/* The verdict of one level (below: the level under it holds). */
+static cJSON *level_verdict(ls_parity_report *r, size_t li, bool below, bool *holds) {
+    cJSON *o = cJSON_CreateObject(), *failed = cJSON_CreateArray();
+    cJSON_AddNumberToObject(o, "level", LEVELS[li].level);
+    cJSON_AddStringToObject(o, "name", LEVELS[li].name);
+    bool ok = below;
+    int n_checks = 0, n_controls = 0;
+    char why[512];
+    for (int k = 0; k < 3 && LEVELS[li].kinds[k]; k++) {
+        int seen = 0;
+        const cJSON *c;
+        cJSON_ArrayForEach(c, r->checks) {
+            if (strcmp(str(c, "kind"), LEVELS[li].kinds[k]) != 0) continue;
+            seen++;
+            if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "pass"))) {
+                ok = false;
+                cJSON_AddItemToArray(failed, cJSON_CreateString(str(c, "name")));
+            }
+        }
+        n_checks += seen;
+        if (seen == 0) {
+            ok = false;
+            snprintf(why, sizeof why, "no %s check ran", LEVELS[li].kinds[k]);
+            cJSON_AddItemToArray(failed, cJSON_CreateString(why));
+        }
+    }
+    for (int k = 0; k < 2 && LEVELS[li].controls[k]; k++) {
+        int seen = 0;
+        const cJSON *c;
+        cJSON_ArrayForEach(c, r->controls) {
+            if (strcmp(str(c, "fault"), LEVELS[li].controls[k]) != 0) continue;
+            seen++;
+            if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "detected"))) {
+                ok = false;
+                snprintf(why, sizeof why, "control %s (%s, world %.0f, %s) was not detected by %s",
+                         LEVELS[li].controls[k], str(c, "dtype"), num(c, "world"), str(c, "configuration"),
+                         str(c, "check"));
+                cJSON_AddItemToArray(failed, cJSON_CreateString(why));
+            }
+        }
+        n_controls += seen;
+        if (seen == 0) {
+            ok = false;
+            snprintf(why, sizeof why, "control %s did not run%s", LEVELS[li].controls[k],
+                     strcmp(LEVELS[li].controls[k], "detached") ? " (it needs a world > 1)" : "");
+            cJSON_AddItemToArray(failed, cJSON_CreateString(why));
+        }
+    }
+    if (!below) cJSON_AddItemToArray(failed, cJSON_CreateString("the level below does not hold"));
+    cJSON_AddNumberToObject(o, "checks", n_checks);
+    cJSON_AddNumberToObject(o, "controls", n_controls);
+    cJSON_AddBoolToObject(o, "holds", ok);
+    cJSON_AddItemToObject(o, "failed", failed);
+    *holds = ok;
+    return o;
+}
+
+static void print_table(const ls_parity_report *r) {
+    printf("\nlongstraw-parity: build %.16s..., family %s\n", r->build, str(r->doc, "family"));
+    printf("\n| check | kind | dtype | world | max rel err | tolerance | worst | verdict |\n");
+    printf("|---|---|---|---:|---:|---:|---|---|\n");
+    const cJSON *c;
+    cJSON_ArrayForEach(c, r->checks)
+        printf("| %s | %s | %s | %.0f | %.3g | %.3g | %s | %s |\n", str(c, "name"), str(c, "kind"), str(c, "dtype"),
+               num(c, "world"), num(c, "max_rel_err"), num(c, "tolerance"), str(c, "worst"),
+               cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "pass")) ? "pass" : "FAIL");
+    printf("\n| control | breaks | dtype | world | configuration | max rel err | tolerance | detected |\n");
+    printf("|---|---|---|---:|---|---:|---:|---|\n");
+    cJSON_ArrayForEach(c, r->controls)
+        printf("| %s | %s | %s | %.0f | %s | %.3g | %.3g | %s |\n", str(c, "fault"), str(c, "breaks"),
+               str(c, "dtype"), num(c, "world"), str(c, "configuration"), num(c, "max_rel_err"),
+               num(c, "tolerance"), cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "detected")) ? "yes" : "NO");
+    printf("\n| link of the proof | checks | verdict |\n|---|---:|---|\n");
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(r->doc, "links"))
+        printf("| %s | %.0f | %s |\n", str(c, "link"), num(c, "checks"),
+               num(c, "checks") == 0 ? "not checked" : cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "pass")) ? "pass" : "FAIL");
+    printf("\n| level | name | verdict |\n|---:|---|---|\n");
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(r->doc, "levels")) {
+        printf("| %.0f | %s | %s", num(c, "level"), str(c, "name"),
+               cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "holds")) ? "holds" : "does NOT hold");
+        const cJSON *f;
+        int k = 0;
+        cJSON_ArrayForEach(f, cJSON_GetObjectItemCaseSensitive(c, "failed")) {
+            if (k++ < 3) printf("%s%s", k == 1 ? ": " : "; ", f->valuestring);
+        }
+        if (k > 3) printf("; and %d more", k - 3);
+        printf(" |\n");
+    }
+    printf("\n| part | runs | seconds |\n|---|---:|---:|\n");
+    cJSON_ArrayForEach(c, r->timings) printf("| %s | %.0f | %.1f |\n", str(c, "part"), num(c, "runs"), num(c, "seconds"));
+}
+
+ls_status ls_parity_report_finish(ls_parity_report *r, const char *path, bool print, bool *all_pass, char *err,
+                                  size_t errlen) {
+    if (r->build[0] == 0) {
+        snprintf(err, errlen, "no trainer run completed: no build digest to name");
+        return LS_ERR_FORMAT;
+    }
+    cJSON_AddStringToObject(r->doc, "build_digest", r->build);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ls_json_add_u64(r->doc, "created_unix_ns", (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec);
+    cJSON *links = cJSON_AddArrayToObject(r->doc, "links");
+    for (size_t i = 0; i < sizeof LINKS / sizeof LINKS[0]; i++) {
+        int n = 0;
+        bool pass = true;
+        const cJSON *c;
+        cJSON_ArrayForEach(c, r->checks) {
+            if (strcmp(str(c, "kind"), LINKS[i].kind) != 0) continue;
+            n++;
+            pass = pass && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "pass"));
+        }
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "kind", LINKS[i].kind);
+        cJSON_AddStringToObject(o, "link", LINKS[i].link);
+        cJSON_AddNumberToObject(o, "checks", n);
+        cJSON_AddBoolToObject(o, "pass", n > 0 && pass);
+        cJSON_AddItemToArray(links, o);
+    }
+    cJSON *levels = cJSON_AddArrayToObject(r->doc, "levels");
+    bool below = true;
+    for (size_t li = 0; li < sizeof LEVELS / sizeof LEVELS[0]; li++) {
+        bool holds = false;
+        cJSON_AddItemToArray(levels, level_verdict(r, li, below, &holds));
+        below = holds;
+    }
+    bool controls_ok = cJSON_GetArraySize(r->controls) > 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, r->controls) controls_ok = controls_ok && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "detected"));
+    *all_pass = below && controls_ok;
+    cJSON_AddBoolToObject(r->doc, "pass", *all_pass);
+
+    /* validated as a reader sees it: printed and parsed back (exact integers are raw text) */
+    const ls_schema *sch = NULL;
+    ls_schema_errors errs = {0};
+    char *txt = cJSON_PrintUnformatted(r->doc);
+    cJSON *back = txt ? cJSON_Parse(txt) : NULL;
+    free(txt);
+    if (back == NULL) return LS_ERR_NOMEM;
+    ls_status s = ls_schema_get("parity", &sch, err, errlen);
+    if (s == LS_OK && (s = ls_schema_validate(sch, back, &errs)) != LS_OK) {
+        char first[512];
+        ls_schema_errors_first(&errs, first, sizeof first);
+        snprintf(err, errlen, "the report fails its own schema (a bug): %s", first);
+    }
+    ls_schema_errors_free(&errs);
+    cJSON_Delete(back);
+    if (s != LS_OK) return s;
+    if (print) print_table(r);
+    return ls_json_write_file(path, r->doc, err, errlen);
+}

@@ -1,0 +1,661 @@
+/* parity_run.c - the runs of one parity matrix and their comparisons
+ * (parity.h).  For every configuration: an init run writes the weights
+ * every later run loads (float32 runs round them); the score and grad runs
+ * of each dtype; the independent reference on the float64 batches; the
+ * finite differences; then the checks and controls. */
+/* Paths are bounded: --out is at most LS_PARITY_OUT_MAX characters, so that
+ * every path derived from it fits LS_PARITY_PATH. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
+#define _XOPEN_SOURCE 700 /* nftw */
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ftw.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "parity/parity.h"
+#include "receipts/atomic_file.h"
+#include "receipts/json_util.h"
+
+#define F64_TOL 1e-10
+#define F32_FACTOR 10.0
+#define F32_MIN_TOL (4.0 * FLT_EPSILON)
+#define TEMPERATURE "0.9"
+
+static const char *const DT[] = {"f64", "f32"};
+enum { DETACHED = 0, FULL = 1 };
+static const char *const MODE[] = {"detached", "full"};
+enum { SKIP_DKV = 0, SKIP_FIN = 1 };
+static const char *const GFAULT[] = {"skip-dkv-reduce", "skip-grad-finalize"};
+
+typedef struct {
+    ls_parity_logprobs naive, ls[LS_PARITY_MAX_CP], local[LS_PARITY_MAX_CP];
+    ls_parity_tensors gnaive, gls[2][LS_PARITY_MAX_CP], gfault[2][LS_PARITY_MAX_CP];
+    ls_parity_tensors pnaive, pnaive_det, pls[2][LS_PARITY_MAX_CP];
+    double loss_naive;
+} dtype_out;
+
+typedef struct {
+    const ls_parity_opts *o;
+    const ls_parity_config *c;
+    ls_parity_report *rep;
+    char dir[LS_PARITY_PATH], weights[LS_PARITY_PATH], roll_score[LS_PARITY_PATH], roll_grad[LS_PARITY_PATH];
+    dtype_out d[2];
+    ls_parity_logprobs ref_policy;
+    double ref_loss;
+    char *err;
+    size_t errlen;
+} cfg_run;
+
+static int mkdirs(const char *path) {
+    char p[LS_PARITY_PATH];
+    snprintf(p, sizeof p, "%s", path);
+    for (char *s = p + 1; *s; s++)
+        if (*s == '/') {
+            *s = 0;
+            if (mkdir(p, 0777) != 0 && errno != EEXIST) return -1;
+            *s = '/';
+        }
+    return mkdir(p, 0777) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+static void run_path(const cfg_run *r, int dt, const char *label, const char *file, char *out) {
+    snprintf(out, LS_PARITY_PATH, "%s/%s/%s/%s", r->dir, DT[dt], label, file);
+}
+
+/* ---- trainer command lines ------------------------------------------------ */
+
+typedef struct {
+    int dt, world;
+    const char *label;
+    const char *strategy;  /* "naive" or NULL */
+    const char *grad_mode; /* NULL: detached */
+    const char *fault;
+    bool grad;             /* grad run: supplied log-probs, dumps gradients and weights */
+} run_spec;
+
+/* rm -rf path (no links followed), for a run directory the trainer must
+ * find fresh. */
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p);
+}
+
+void ls_parity_remove_tree(const char *path) { nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+
+void ls_parity_train_job(const ls_parity_opts *o, const ls_parity_config *c, const ls_parity_train *t,
+                         ls_parity_job *j) {
+    memset(j, 0, sizeof *j);
+    snprintf(j->log, sizeof j->log, "%s", t->log);
+    if (t->world > 1) {
+        ls_parity_job_arg(j, "%s", o->mpirun);
+        ls_parity_job_arg(j, "--oversubscribe");
+        ls_parity_job_arg(j, "--bind-to");
+        ls_parity_job_arg(j, "none");
+        if (geteuid() == 0) ls_parity_job_arg(j, "--allow-run-as-root");
+        ls_parity_job_arg(j, "-np");
+        ls_parity_job_arg(j, "%d", t->world);
+    }
+    ls_parity_job_arg(j, "%s", o->trainer);
+    const char *kv[][2] = {
+        {"--config", o->model_config}, {"--out", t->out},           {"--rollouts", t->rollouts},
+        {"--dtype", DT[t->dt]},        {"--steps", "1"},            {"--train-mode", c->train_mode},
+        {"--lora-init", "random"},     {"--temperature", TEMPERATURE}, {"--load", t->load},
+        {"--save-init", t->save_init}, {"--dump-batch", t->dump_batch}, {"--dump-grads", t->dump_grads},
+        {"--save", t->save},           {"--strategy", t->strategy}, {"--grad-mode", t->grad_mode},
+        {"--fault", t->fault},
+    };
+    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) {
+        if (kv[i][1] == NULL) continue;
+        ls_parity_job_arg(j, "%s", kv[i][0]);
+        ls_parity_job_arg(j, "%s", kv[i][1]);
+    }
+    ls_parity_job_arg(j, "--seed");
+    ls_parity_job_arg(j, "%llu", (unsigned long long)o->seed);
+    ls_parity_job_arg(j, "--page-size");
+    ls_parity_job_arg(j, "%d", c->page_size);
+    ls_parity_job_arg(j, "--capture-chunk");
+    ls_parity_job_arg(j, "%d", c->capture_chunk);
+    ls_parity_job_arg(j, "--quiet");
+}
+
+static ls_status job_for(const cfg_run *r, const run_spec *s, ls_parity_job *j) {
+    char base[LS_PARITY_PATH], out[LS_PARITY_PATH], log[LS_PARITY_PATH], batch[LS_PARITY_PATH],
+        grads[LS_PARITY_PATH], save[LS_PARITY_PATH];
+    snprintf(base, sizeof base, "%s/%s/%s", r->dir, DT[s->dt], s->label);
+    if (mkdirs(base) != 0) {
+        snprintf(r->err, r->errlen, "cannot create %s: %s", base, strerror(errno));
+        return LS_ERR_IO;
+    }
+    snprintf(out, sizeof out, "%s/run", base);
+    ls_parity_remove_tree(out);
+    snprintf(log, sizeof log, "%s/log", base);
+    snprintf(batch, sizeof batch, "%s/batch.json", base);
+    snprintf(grads, sizeof grads, "%s/grads.safetensors", base);
+    snprintf(save, sizeof save, "%s/final.safetensors", base);
+    bool init = strcmp(s->label, "init") == 0;
+    ls_parity_train t = {.dt = s->dt, .world = s->world, .out = out, .log = log,
+                         .rollouts = s->grad ? r->roll_grad : r->roll_score,
+                         .load = init ? NULL : r->weights, .save_init = init ? r->weights : NULL,
+                         .dump_batch = batch, .dump_grads = s->grad ? grads : NULL, .save = s->grad ? save : NULL,
+                         .strategy = s->strategy, .grad_mode = s->grad_mode, .fault = s->fault};
+    ls_parity_train_job(r->o, r->c, &t, j);
+    return LS_OK;
+}
+
+/* Runs the specs; every run must succeed and name the same build. */
+static ls_status run_specs(cfg_run *r, const run_spec *specs, size_t n, const char *part) {
+    ls_parity_job *jobs = calloc(n, sizeof *jobs);
+    if (jobs == NULL) return LS_ERR_NOMEM;
+    ls_status s = LS_OK;
+    double t0 = ls_parity_now();
+    for (size_t i = 0; i < n && s == LS_OK; i++) s = job_for(r, &specs[i], &jobs[i]);
+    if (s == LS_OK) s = ls_parity_jobs_run(jobs, n, r->o->jobs, r->o->timeout_s, r->err, r->errlen);
+    for (size_t i = 0; i < n && s == LS_OK; i++) {
+        if (jobs[i].rc != 0) {
+            snprintf(r->err, r->errlen, "%s run %s/%s/%s exited %d%s (its output: %s)", r->c->name, DT[specs[i].dt],
+                     specs[i].label, part, jobs[i].rc, jobs[i].rc == 137 ? " (killed: timeout?)" : "", jobs[i].log);
+            s = LS_ERR_FORMAT;
+            break;
+        }
+        char run[LS_PARITY_PATH];
+        run_path(r, specs[i].dt, specs[i].label, "run", run);
+        s = ls_parity_report_build(r->rep, run, r->err, r->errlen);
+    }
+    if (s == LS_OK && !r->o->quiet)
+        fprintf(stderr, "longstraw-parity: %s %s: %zu runs, %.1f s\n", r->c->name, part, n, ls_parity_now() - t0);
+    char name[128];
+    snprintf(name, sizeof name, "%s %s", r->c->name, part);
+    if (s == LS_OK) ls_parity_report_timing(r->rep, name, ls_parity_now() - t0, (int)n);
+    for (size_t i = 0; i < n; i++) ls_parity_job_free(&jobs[i]);
+    free(jobs);
+    return s;
+}
+
+/* ---- rollouts files --------------------------------------------------------- */
+
+static uint32_t lcg_next(uint32_t *st) {
+    *st = (1103515245u * *st + 12345u) & 0x7FFFFFFFu;
+    return *st >> 8;
+}
+
+/* One line: prompt, responses, rewards; old and ref log-probs when given. */
+static ls_status write_rollouts(cfg_run *r, const char *path, const ls_parity_logprobs *old,
+                                const ls_parity_logprobs *ref) {
+    const ls_parity_config *c = r->c;
+    cJSON *doc = cJSON_CreateObject(), *pr = cJSON_AddArrayToObject(doc, "prompt");
+    cJSON *rs = cJSON_AddArrayToObject(doc, "responses"), *rw = cJSON_AddArrayToObject(doc, "rewards");
+    uint32_t st = c->token_seed;
+    int vocab = 256; /* the tokens stay below every config's vocab (hybrid-tiny: 256) */
+    for (int t = 0; t < c->prompt_len; t++) cJSON_AddItemToArray(pr, cJSON_CreateNumber((double)(lcg_next(&st) % (uint32_t)vocab)));
+    for (int i = 0; i < c->group; i++) {
+        cJSON *y = cJSON_CreateArray();
+        uint32_t sy = c->token_seed * 131u + 100u + (uint32_t)i;
+        for (int t = 0; t < c->response_lens[i]; t++) cJSON_AddItemToArray(y, cJSON_CreateNumber((double)(lcg_next(&sy) % (uint32_t)vocab)));
+        cJSON_AddItemToArray(rs, y);
+        cJSON_AddItemToArray(rw, ls_json_create_exact_number(c->rewards[i]));
+    }
+    static const double DELTAS[] = {-0.6, 0.6, 0.05, -0.4, 0.4, -0.1};
+    for (int which = 0; which < 2; which++) {
+        const ls_parity_logprobs *l = which == 0 ? old : ref;
+        if (l == NULL) continue;
+        cJSON *a = cJSON_AddArrayToObject(doc, which == 0 ? "old_logprobs" : "ref_logprobs");
+        for (int i = 0; i < l->g; i++) {
+            cJSON *m = cJSON_CreateArray();
+            for (int t = 0; t < l->len[i]; t++) {
+                double v = l->lp[i][t];
+                if (which == 0) { /* old = policy moved: ratios exp(-delta) far from 1, the clip engages */
+                    v += DELTAS[(t + 2 * i) % 6];
+                    if (!(v < 0)) v = -1e-3;
+                }
+                cJSON_AddItemToArray(m, ls_json_create_exact_number(v));
+            }
+            cJSON_AddItemToArray(a, m);
+        }
+    }
+    char *txt = NULL;
+    size_t len = 0;
+    ls_status s = ls_json_print(doc, &txt, &len, r->err, r->errlen);
+    cJSON_Delete(doc);
+    if (s != LS_OK) return s;
+    /* one line */
+    for (size_t i = 0; i < len; i++)
+        if (txt[i] == '\n') txt[i] = ' ';
+    char *line = malloc(len + 2);
+    if (line == NULL) {
+        free(txt);
+        return LS_ERR_NOMEM;
+    }
+    memcpy(line, txt, len);
+    line[len] = '\n';
+    s = ls_atomic_write(path, line, len + 1, r->err, r->errlen);
+    free(line);
+    free(txt);
+    return s;
+}
+
+/* ---- the independent reference --------------------------------------------- */
+
+static ls_status reference(cfg_run *r, const char *batch, const char *tag, cJSON **out) {
+    char json[LS_PARITY_PATH];
+    snprintf(json, sizeof json, "%s/reference-%s.json", r->dir, tag);
+    ls_parity_job j = {0};
+    snprintf(j.log, sizeof j.log, "%s/reference-%s.log", r->dir, tag);
+    ls_parity_job_arg(&j, "%s", r->o->python);
+    ls_parity_job_arg(&j, "%s", r->o->reference);
+    ls_parity_job_arg(&j, "%s", r->weights);
+    ls_parity_job_arg(&j, "%s", batch);
+    ls_parity_job_arg(&j, "--json");
+    ls_parity_job_arg(&j, "%s", json);
+    double t0 = ls_parity_now();
+    ls_status s = ls_parity_jobs_run(&j, 1, 1, r->o->timeout_s, r->err, r->errlen);
+    if (s == LS_OK && j.rc != 0) {
+        snprintf(r->err, r->errlen, "the independent reference %s exited %d on %s (its output: %s)", r->o->reference,
+                 j.rc, batch, j.log);
+        s = LS_ERR_FORMAT;
+    }
+    ls_parity_job_free(&j);
+    if (s == LS_OK) s = ls_json_read_file_capped(json, 64u << 20, out, r->err, r->errlen);
+    char part[128];
+    snprintf(part, sizeof part, "%s reference (%s)", r->c->name, tag);
+    if (s == LS_OK) ls_parity_report_timing(r->rep, part, ls_parity_now() - t0, 1);
+    return s;
+}
+
+static ls_status json_logprobs(cfg_run *r, const cJSON *doc, const char *key, ls_parity_logprobs *out) {
+    memset(out, 0, sizeof *out);
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(doc, key), *m;
+    cJSON_ArrayForEach(m, a) {
+        if (out->g >= LS_PARITY_MAX_G || !cJSON_IsArray(m)) break;
+        int n = cJSON_GetArraySize(m), t = 0;
+        out->lp[out->g] = malloc((size_t)(n ? n : 1) * sizeof(double));
+        if (out->lp[out->g] == NULL) return LS_ERR_NOMEM;
+        out->len[out->g] = n;
+        const cJSON *x;
+        cJSON_ArrayForEach(x, m) out->lp[out->g][t++] = cJSON_IsNumber(x) ? x->valuedouble : NAN;
+        out->g++;
+    }
+    if (out->g != r->c->group) {
+        snprintf(r->err, r->errlen, "the independent reference's '%s' has %d members, expected %d", key, out->g,
+                 r->c->group);
+        return LS_ERR_FORMAT;
+    }
+    return LS_OK;
+}
+
+/* ---- comparisons ------------------------------------------------------------- */
+
+static cJSON *members_entries(const ls_parity_logprobs *a, const ls_parity_logprobs *b, double tol, double nf) {
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; i < a->g && i < b->g; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "member %d (%d tokens)", i, a->len[i]);
+        ls_parity_err e = a->len[i] == b->len[i] ? ls_parity_err_of(a->lp[i], b->lp[i], (size_t)a->len[i])
+                                                 : (ls_parity_err){INFINITY, INFINITY};
+        cJSON_AddItemToArray(arr, ls_parity_entry(name, e, tol, nf));
+    }
+    if (a->g != b->g) cJSON_AddItemToArray(arr, ls_parity_entry("member count", (ls_parity_err){INFINITY, INFINITY}, tol, -1));
+    return arr;
+}
+
+static double logprob_noise(const ls_parity_logprobs *a, const ls_parity_logprobs *b) {
+    double m = 0;
+    for (int i = 0; i < a->g && i < b->g; i++) {
+        if (a->len[i] != b->len[i]) continue;
+        ls_parity_err e = ls_parity_err_of(a->lp[i], b->lp[i], (size_t)a->len[i]);
+        if (e.max_rel > m) m = e.max_rel;
+    }
+    return m;
+}
+
+static double f32_tol(double nf) {
+    double t = F32_FACTOR * nf;
+    return t > F32_MIN_TOL ? t : F32_MIN_TOL;
+}
+
+/* Per tensor of `want` (every name in it; params: the trainable ones, as
+ * named by `want`): a's values against b's. */
+static double tensor_err(const ls_parity_tensors *a, const ls_parity_tensors *b, const char *name) {
+    long x = ls_parity_tensors_find(a, name), y = ls_parity_tensors_find(b, name);
+    return x >= 0 && y >= 0 && a->numel[x] == b->numel[y] ? ls_parity_err_of(a->v[x], b->v[y], a->numel[x]).max_rel
+                                                           : INFINITY;
+}
+
+static cJSON *tensor_entries2(const ls_parity_tensors *want, const ls_parity_tensors *a, const ls_parity_tensors *b,
+                              const ls_parity_tensors *nf_a, const ls_parity_tensors *nf_b,
+                              const ls_parity_tensors *nf_c, const ls_parity_tensors *nf_d) {
+    cJSON *arr = cJSON_CreateArray();
+    for (size_t i = 0; i < want->n; i++) {
+        long ia = ls_parity_tensors_find(a, want->name[i]), ib = ls_parity_tensors_find(b, want->name[i]);
+        ls_parity_err e = {INFINITY, INFINITY};
+        if (ia >= 0 && ib >= 0 && a->numel[ia] == b->numel[ib]) e = ls_parity_err_of(a->v[ia], b->v[ib], a->numel[ia]);
+        double tol = F64_TOL, nf = -1;
+        if (nf_a != NULL) {
+            nf = tensor_err(nf_a, nf_b, want->name[i]);
+            if (nf_c != NULL) {
+                double nf2 = tensor_err(nf_c, nf_d, want->name[i]);
+                if (!(nf2 <= nf)) nf = nf2;
+            }
+            tol = f32_tol(nf);
+        }
+        cJSON_AddItemToArray(arr, ls_parity_entry(want->name[i], e, tol, nf));
+    }
+    return arr;
+}
+
+static cJSON *tensor_entries(const ls_parity_tensors *want, const ls_parity_tensors *a, const ls_parity_tensors *b,
+                             const ls_parity_tensors *nf_a, const ls_parity_tensors *nf_b) {
+    return tensor_entries2(want, a, b, nf_a, nf_b, NULL, NULL);
+}
+
+static void add(cfg_run *r, cJSON *check, const char *control) {
+    if (control) ls_parity_report_control(r->rep, control, check);
+    else ls_parity_report_add(r->rep, check);
+}
+
+static void check_name(char *buf, size_t cap, const char *kind, const cfg_run *r, int dt, int world, const char *extra) {
+    snprintf(buf, cap, "%s %s %s cp%d%s%s", kind, r->c->name, DT[dt], world, extra ? " " : "", extra ? extra : "");
+}
+
+static void logprob_checks(cfg_run *r, int dt) {
+    dtype_out *d = &r->d[dt];
+    double nf = -1, tol = F64_TOL;
+    if (dt == LS_PARITY_F32) {
+        nf = logprob_noise(&d->naive, &r->d[LS_PARITY_F64].naive);
+        tol = f32_tol(nf);
+    }
+    char name[256], cand[128];
+    for (size_t k = 0; k < r->o->n_cps; k++) {
+        int n = r->o->cps[k];
+        check_name(name, sizeof name, "logprob", r, dt, n, NULL);
+        snprintf(cand, sizeof cand, "longstraw cp%d", n);
+        add(r, ls_parity_check_new("logprob", name, dt, n, r->c->name, NULL, "naive full sequence", cand,
+                                   members_entries(&d->ls[k], &d->naive, tol, nf), "members"), NULL);
+        if (n > 1) {
+            check_name(name, sizeof name, "logprob", r, dt, n, "cp-local-attention");
+            snprintf(cand, sizeof cand, "longstraw cp%d --fault cp-local-attention", n);
+            add(r, ls_parity_check_new("logprob", name, dt, n, r->c->name, NULL, "naive full sequence", cand,
+                                       members_entries(&d->local[k], &d->naive, tol, nf), "members"),
+                "cp-local-attention");
+        }
+        if (dt == LS_PARITY_F64) {
+            check_name(name, sizeof name, "ref_logprob", r, dt, n, NULL);
+            add(r, ls_parity_check_new("ref_logprob", name, dt, n, r->c->name, NULL, "independent reference (Python, MODEL.md)",
+                                       cand, members_entries(&d->ls[k], &r->ref_policy, F64_TOL, -1), "members"), NULL);
+        }
+    }
+    if (dt == LS_PARITY_F64) {
+        check_name(name, sizeof name, "ref_logprob", r, dt, 1, "naive");
+        add(r, ls_parity_check_new("ref_logprob", name, dt, 1, r->c->name, NULL, "independent reference (Python, MODEL.md)",
+                                   "naive full sequence", members_entries(&d->naive, &r->ref_policy, F64_TOL, -1), "members"),
+            NULL);
+    }
+}
+
+static void grad_checks(cfg_run *r, int dt) {
+    dtype_out *d = &r->d[dt], *d64 = &r->d[LS_PARITY_F64];
+    bool f32 = dt == LS_PARITY_F32;
+    const ls_parity_tensors *want = &d->gnaive;
+    char name[256], cand[160], refn[160];
+    size_t k1 = 0; /* cps[0] == 1: checked by the option parser */
+    for (size_t k = 0; k < r->o->n_cps; k++) {
+        int n = r->o->cps[k];
+        for (int m = 0; m < 2; m++) {
+            if (n > 1) {
+                check_name(name, sizeof name, "cp_grad", r, dt, n, MODE[m]);
+                snprintf(cand, sizeof cand, "longstraw cp%d %s", n, MODE[m]);
+                snprintf(refn, sizeof refn, "longstraw cp1 %s", MODE[m]);
+                add(r, ls_parity_check_new("cp_grad", name, dt, n, r->c->name, MODE[m], refn, cand,
+                                           tensor_entries(want, &d->gls[m][k], &d->gls[m][k1],
+                                                          f32 ? &d->gls[m][k1] : NULL, f32 ? &d64->gls[m][k1] : NULL),
+                                           "tensors"), NULL);
+                check_name(name, sizeof name, "cp_params", r, dt, n, MODE[m]);
+                /* float32: the noise of the reference (CP-1 float32 against float64), or the spread of
+                 * two float32 compositions proven equal in float64 (CP-1 against the naive run),
+                 * whichever is larger: AdamW's first step, g / (|g| + eps), makes the updated
+                 * parameters far more sensitive to rounding than the gradients are */
+                add(r, ls_parity_check_new("cp_params", name, dt, n, r->c->name, MODE[m], refn, cand,
+                                           tensor_entries2(want, &d->pls[m][k], &d->pls[m][k1],
+                                                           f32 ? &d->pls[m][k1] : NULL, f32 ? &d64->pls[m][k1] : NULL,
+                                                           f32 ? &d->pls[m][k1] : NULL,
+                                                           f32 ? (m == FULL ? &d->pnaive : &d->pnaive_det) : NULL),
+                                           "tensors"), NULL);
+            }
+            if (m == FULL && n > 1) {
+                for (int f = 0; f < 2; f++) {
+                    check_name(name, sizeof name, "cp_grad", r, dt, n, GFAULT[f]);
+                    snprintf(cand, sizeof cand, "longstraw cp%d full --fault %s", n, GFAULT[f]);
+                    add(r, ls_parity_check_new("cp_grad", name, dt, n, r->c->name, "full", "longstraw cp1 full", cand,
+                                               tensor_entries(want, &d->gfault[f][k], &d->gls[FULL][k1],
+                                                              f32 ? &d->gls[FULL][k1] : NULL,
+                                                              f32 ? &d64->gls[FULL][k1] : NULL),
+                                               "tensors"), GFAULT[f]);
+                }
+            }
+            check_name(name, sizeof name, "grad", r, dt, n, MODE[m]);
+            snprintf(cand, sizeof cand, "longstraw cp%d %s", n, MODE[m]);
+            add(r, ls_parity_check_new("grad", name, dt, n, r->c->name, MODE[m], "naive full sequence", cand,
+                                       tensor_entries(want, &d->gls[m][k], &d->gnaive, f32 ? &d->gnaive : NULL,
+                                                      f32 ? &d64->gnaive : NULL), "tensors"),
+                m == DETACHED ? "detached" : NULL);
+        }
+    }
+    if (dt == LS_PARITY_F64) {
+        cJSON *arr = cJSON_CreateArray();
+        ls_parity_err e = {fabs(d->loss_naive - r->ref_loss), 0};
+        e.max_rel = r->ref_loss != 0 ? e.max_abs / fabs(r->ref_loss) : e.max_abs;
+        cJSON_AddItemToArray(arr, ls_parity_entry("loss", e, F64_TOL, -1));
+        check_name(name, sizeof name, "ref_loss", r, dt, 1, "naive");
+        add(r, ls_parity_check_new("ref_loss", name, dt, 1, r->c->name, NULL, "independent reference (Python, MODEL.md section 4)",
+                                   "naive full sequence", arr, "members"), NULL);
+    }
+}
+
+/* ---- the driver ---------------------------------------------------------------- */
+
+static ls_status read_outputs(cfg_run *r, int dt) {
+    dtype_out *d = &r->d[dt];
+    const ls_parity_opts *o = r->o;
+    char p[LS_PARITY_PATH], label[64];
+    ls_status s;
+    run_path(r, dt, "score-naive", "batch.json", p);
+    if ((s = ls_parity_batch_logprobs(p, false, &d->naive, r->err, r->errlen)) != LS_OK) return s;
+    for (size_t k = 0; k < o->n_cps; k++) {
+        snprintf(label, sizeof label, "score-cp%d", o->cps[k]);
+        run_path(r, dt, label, "batch.json", p);
+        if ((s = ls_parity_batch_logprobs(p, false, &d->ls[k], r->err, r->errlen)) != LS_OK) return s;
+        if (o->cps[k] > 1) {
+            snprintf(label, sizeof label, "score-cp%d-local", o->cps[k]);
+            run_path(r, dt, label, "batch.json", p);
+            if ((s = ls_parity_batch_logprobs(p, false, &d->local[k], r->err, r->errlen)) != LS_OK) return s;
+        }
+    }
+    return LS_OK;
+}
+
+static ls_status read_grads(cfg_run *r, int dt) {
+    dtype_out *d = &r->d[dt];
+    const ls_parity_opts *o = r->o;
+    char p[LS_PARITY_PATH], label[64];
+    ls_status s;
+    run_path(r, dt, "grad-naive", "grads.safetensors", p);
+    if ((s = ls_parity_tensors_read(p, &d->gnaive, r->err, r->errlen)) != LS_OK) return s;
+    run_path(r, dt, "grad-naive", "final.safetensors", p);
+    if ((s = ls_parity_tensors_read(p, &d->pnaive, r->err, r->errlen)) != LS_OK) return s;
+    run_path(r, dt, "grad-naive-detached", "final.safetensors", p);
+    if ((s = ls_parity_tensors_read(p, &d->pnaive_det, r->err, r->errlen)) != LS_OK) return s;
+    run_path(r, dt, "grad-naive", "log", p);
+    if ((s = ls_parity_log_loss(p, &d->loss_naive, r->err, r->errlen)) != LS_OK) return s;
+    for (size_t k = 0; k < o->n_cps; k++) {
+        for (int m = 0; m < 2; m++) {
+            snprintf(label, sizeof label, "grad-cp%d-%s", o->cps[k], MODE[m]);
+            run_path(r, dt, label, "grads.safetensors", p);
+            if ((s = ls_parity_tensors_read(p, &d->gls[m][k], r->err, r->errlen)) != LS_OK) return s;
+            run_path(r, dt, label, "final.safetensors", p);
+            if ((s = ls_parity_tensors_read(p, &d->pls[m][k], r->err, r->errlen)) != LS_OK) return s;
+        }
+        for (int f = 0; f < 2 && o->cps[k] > 1; f++) {
+            snprintf(label, sizeof label, "grad-cp%d-%s", o->cps[k], GFAULT[f]);
+            run_path(r, dt, label, "grads.safetensors", p);
+            if ((s = ls_parity_tensors_read(p, &d->gfault[f][k], r->err, r->errlen)) != LS_OK) return s;
+        }
+    }
+    return LS_OK;
+}
+
+static size_t score_specs(cfg_run *r, run_spec *sp, char labels[][64]) {
+    size_t n = 0;
+    for (int dt = 0; dt < 2; dt++) {
+        if (!r->o->dtype[dt]) continue;
+        sp[n++] = (run_spec){.dt = dt, .world = 1, .label = "score-naive", .strategy = "naive"};
+        for (size_t k = 0; k < r->o->n_cps; k++) {
+            int w = r->o->cps[k];
+            snprintf(labels[n], 64, "score-cp%d", w);
+            sp[n] = (run_spec){.dt = dt, .world = w, .label = labels[n]};
+            n++;
+            if (w > 1) {
+                snprintf(labels[n], 64, "score-cp%d-local", w);
+                sp[n] = (run_spec){.dt = dt, .world = w, .label = labels[n], .fault = "cp-local-attention"};
+                n++;
+            }
+        }
+    }
+    return n;
+}
+
+static size_t grad_specs(cfg_run *r, run_spec *sp, char labels[][64]) {
+    size_t n = 0;
+    for (int dt = 0; dt < 2; dt++) {
+        if (!r->o->dtype[dt]) continue;
+        sp[n++] = (run_spec){.dt = dt, .world = 1, .label = "grad-naive", .strategy = "naive", .grad_mode = "full",
+                             .grad = true}; /* the full-sequence gradient */
+        /* the stop-gradient composition: a second float32 composition of the detached update */
+        sp[n++] = (run_spec){.dt = dt, .world = 1, .label = "grad-naive-detached", .strategy = "naive",
+                             .grad_mode = "detached", .grad = true};
+        for (size_t k = 0; k < r->o->n_cps; k++) {
+            int w = r->o->cps[k];
+            for (int m = 0; m < 2; m++) {
+                snprintf(labels[n], 64, "grad-cp%d-%s", w, MODE[m]);
+                sp[n] = (run_spec){.dt = dt, .world = w, .label = labels[n], .grad_mode = MODE[m], .grad = true};
+                n++;
+            }
+            for (int f = 0; f < 2 && w > 1; f++) {
+                snprintf(labels[n], 64, "grad-cp%d-%s", w, GFAULT[f]);
+                sp[n] = (run_spec){.dt = dt, .world = w, .label = labels[n], .grad_mode = "full",
+                                   .fault = GFAULT[f], .grad = true};
+                n++;
+            }
+        }
+    }
+    return n;
+}
+
+static void free_outputs(cfg_run *r) {
+    for (int dt = 0; dt < 2; dt++) {
+        dtype_out *d = &r->d[dt];
+        ls_parity_logprobs_free(&d->naive);
+        ls_parity_tensors_free(&d->gnaive);
+        ls_parity_tensors_free(&d->pnaive);
+        ls_parity_tensors_free(&d->pnaive_det);
+        for (int k = 0; k < LS_PARITY_MAX_CP; k++) {
+            ls_parity_logprobs_free(&d->ls[k]);
+            ls_parity_logprobs_free(&d->local[k]);
+            for (int m = 0; m < 2; m++) {
+                ls_parity_tensors_free(&d->gls[m][k]);
+                ls_parity_tensors_free(&d->gfault[m][k]);
+                ls_parity_tensors_free(&d->pls[m][k]);
+            }
+        }
+    }
+    ls_parity_logprobs_free(&r->ref_policy);
+}
+
+static ls_status run_config(cfg_run *r) {
+    const ls_parity_opts *o = r->o;
+    ls_status s;
+    run_spec sp[64];
+    char labels[64][64];
+    snprintf(r->dir, sizeof r->dir, "%s/runs/%s", o->out, r->c->name);
+    snprintf(r->weights, sizeof r->weights, "%s/weights.safetensors", r->dir);
+    snprintf(r->roll_score, sizeof r->roll_score, "%s/rollouts-score.jsonl", r->dir);
+    snprintf(r->roll_grad, sizeof r->roll_grad, "%s/rollouts-grad.jsonl", r->dir);
+    if (mkdirs(r->dir) != 0) {
+        snprintf(r->err, r->errlen, "cannot create %s: %s", r->dir, strerror(errno));
+        return LS_ERR_IO;
+    }
+    ls_parity_report_config(r->rep, r->c);
+    if ((s = write_rollouts(r, r->roll_score, NULL, NULL)) != LS_OK) return s;
+    sp[0] = (run_spec){.dt = LS_PARITY_F64, .world = 1, .label = "init", .strategy = "naive"};
+    if ((s = run_specs(r, sp, 1, "init (weights)")) != LS_OK) return s;
+    if ((s = run_specs(r, sp, score_specs(r, sp, labels), "score runs")) != LS_OK) return s;
+    for (int dt = 0; dt < 2; dt++)
+        if (o->dtype[dt] && (s = read_outputs(r, dt)) != LS_OK) return s;
+
+    /* the independent forward, and the grad runs' supplied log-probs */
+    char p[LS_PARITY_PATH];
+    run_path(r, LS_PARITY_F64, "score-naive", "batch.json", p);
+    cJSON *ref = NULL;
+    if ((s = reference(r, p, "score", &ref)) != LS_OK) return s;
+    s = json_logprobs(r, ref, "policy", &r->ref_policy);
+    cJSON_Delete(ref);
+    if (s != LS_OK) return s;
+    ls_parity_logprobs refp;
+    if ((s = ls_parity_batch_logprobs(p, true, &refp, r->err, r->errlen)) != LS_OK) return s;
+    s = write_rollouts(r, r->roll_grad, &r->d[LS_PARITY_F64].naive, &refp);
+    ls_parity_logprobs_free(&refp);
+    if (s != LS_OK) return s;
+
+    if ((s = run_specs(r, sp, grad_specs(r, sp, labels), "grad runs")) != LS_OK) return s;
+    for (int dt = 0; dt < 2; dt++)
+        if (o->dtype[dt] && (s = read_grads(r, dt)) != LS_OK) return s;
+    run_path(r, LS_PARITY_F64, "grad-naive", "batch.json", p);
+    if ((s = reference(r, p, "grad", &ref)) != LS_OK) return s;
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(ref, "loss");
+    r->ref_loss = cJSON_IsNumber(l) ? l->valuedouble : NAN;
+    cJSON_Delete(ref);
+
+    if ((s = ls_parity_fd(o, r->c, r->rep, r->dir, r->weights, r->roll_grad, &r->d[LS_PARITY_F64].gnaive,
+                          &r->d[LS_PARITY_F64].gls[FULL][0], r->err, r->errlen)) != LS_OK)
+        return s;
+    for (int dt = 0; dt < 2; dt++) {
+        if (!o->dtype[dt]) continue;
+        logprob_checks(r, dt);
+        grad_checks(r, dt);
+    }
+    return LS_OK;
+}
+
+ls_status ls_parity_run(const ls_parity_opts *o, bool *all_pass, char *err, size_t errlen) {
+    *all_pass = false;
+    if (mkdirs(o->out) != 0) {
+        snprintf(err, errlen, "--out %s: cannot create: %s", o->out, strerror(errno));
+        return LS_ERR_IO;
+    }
+    ls_parity_report *rep = NULL;
+    ls_status s = ls_parity_report_new(o, &rep);
+    if (s != LS_OK) return s;
+    size_t n = 0;
+    const ls_parity_config *cs = ls_parity_matrix(o->family, &n);
+    double t0 = ls_parity_now();
+    for (size_t i = 0; i < n && s == LS_OK; i++) {
+        if (!o->config_on[i]) continue;
+        cfg_run r = {.o = o, .c = &cs[i], .rep = rep, .err = err, .errlen = errlen};
+        s = run_config(&r);
+        free_outputs(&r);
+    }
+    if (s == LS_OK) {
+        ls_parity_report_timing(rep, "total", ls_parity_now() - t0, 0);
+        char path[LS_PARITY_PATH];
+        snprintf(path, sizeof path, "%s/parity.json", o->out);
+        s = ls_parity_report_finish(rep, path, !o->quiet, all_pass, err, errlen);
+        if (s == LS_OK && !o->quiet) printf("\nlongstraw-parity: wrote %s: %s\n", path, *all_pass ? "PASS" : "FAIL");
+    }
+    ls_parity_report_free(rep);
+    return s;
+}

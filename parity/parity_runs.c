@@ -1,0 +1,187 @@
+/* parity_runs.c - reading what a trainer run wrote (parity.h): gradients and
+ * weights (safetensors), log-probs (--dump-batch), the exact loss (its
+ * summary line) and the build digest (its manifest).  Every file is the
+ * trainer's output, read with the same limits as any input. */
+/* Paths are bounded: --out is at most LS_PARITY_OUT_MAX characters, so that
+ * every path derived from it fits LS_PARITY_PATH. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parity/parity.h"
+#include "receipts/json_util.h"
+#include "receipts/manifest.h"
+#include "trainer/safetensors.h"
+
+#define MAX_BATCH_BYTES (64u << 20)
+#define MAX_LOG_BYTES (16u << 20)
+
+void ls_parity_tensors_free(ls_parity_tensors *t) {
+    for (size_t i = 0; i < t->n; i++) {
+        free(t->name[i]);
+        free(t->v[i]);
+    }
+    free(t->name);
+    free(t->v);
+    free(t->numel);
+    free(t->shape);
+    free(t->ndim);
+    memset(t, 0, sizeof *t);
+}
+
+ls_status ls_parity_tensors_read(const char *path, ls_parity_tensors *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    ls_safetensors *st = NULL;
+    ls_status s = ls_safetensors_open(&st, path, err, errlen);
+    if (s != LS_OK) return s;
+    size_t n = ls_safetensors_count(st);
+    out->name = calloc(n ? n : 1, sizeof *out->name);
+    out->v = calloc(n ? n : 1, sizeof *out->v);
+    out->numel = calloc(n ? n : 1, sizeof *out->numel);
+    out->shape = calloc(n ? n : 1, sizeof *out->shape);
+    out->ndim = calloc(n ? n : 1, sizeof *out->ndim);
+    if (!out->name || !out->v || !out->numel || !out->shape || !out->ndim) {
+        s = LS_ERR_NOMEM;
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const ls_safetensors_tensor *t = ls_safetensors_at(st, i);
+        if (t->ndim > 4) {
+            snprintf(err, errlen, "%s: tensor %s has %zu dimensions (at most 4 expected)", path, t->name, t->ndim);
+            s = LS_ERR_FORMAT;
+            goto done;
+        }
+        out->name[i] = strdup(t->name);
+        out->v[i] = malloc((t->numel ? t->numel : 1) * sizeof(double));
+        out->n = i + 1;
+        if (!out->name[i] || !out->v[i]) {
+            s = LS_ERR_NOMEM;
+            goto done;
+        }
+        if ((s = ls_safetensors_read_f64(t, out->v[i], t->numel)) != LS_OK) {
+            snprintf(err, errlen, "%s: tensor %s: %s", path, t->name, ls_status_str(s));
+            goto done;
+        }
+        out->numel[i] = t->numel;
+        out->ndim[i] = t->ndim;
+        for (size_t d = 0; d < t->ndim; d++) out->shape[i][d] = t->shape[d];
+    }
+done:
+    ls_safetensors_free(st);
+    if (s != LS_OK) ls_parity_tensors_free(out);
+    return s;
+}
+
+long ls_parity_tensors_find(const ls_parity_tensors *t, const char *name) {
+    for (size_t i = 0; i < t->n; i++)
+        if (strcmp(t->name[i], name) == 0) return (long)i;
+    return -1;
+}
+
+void ls_parity_logprobs_free(ls_parity_logprobs *l) {
+    for (int i = 0; i < l->g; i++) free(l->lp[i]);
+    memset(l, 0, sizeof *l);
+}
+
+ls_status ls_parity_batch_logprobs(const char *path, bool ref, ls_parity_logprobs *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    cJSON *doc = NULL;
+    ls_status s = ls_json_read_file_capped(path, MAX_BATCH_BYTES, &doc, err, errlen);
+    if (s != LS_OK) return s;
+    const char *key = ref ? "ref_logprobs" : "old_logprobs";
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(doc, key);
+    int g = cJSON_GetArraySize(a);
+    if (!cJSON_IsArray(a) || g < 1 || g > LS_PARITY_MAX_G) {
+        snprintf(err, errlen, "%s: field '%s': expected 1..%d members", path, key, LS_PARITY_MAX_G);
+        s = LS_ERR_FORMAT;
+        goto done;
+    }
+    const cJSON *m;
+    int i = 0;
+    cJSON_ArrayForEach(m, a) {
+        int len = cJSON_GetArraySize(m);
+        if (!cJSON_IsArray(m) || len < 1 || len > 1 << 20) {
+            snprintf(err, errlen, "%s: field '%s' member %d: not a non-empty array", path, key, i);
+            s = LS_ERR_FORMAT;
+            goto done;
+        }
+        out->lp[i] = malloc((size_t)len * sizeof(double));
+        out->g = i + 1;
+        if (out->lp[i] == NULL) {
+            s = LS_ERR_NOMEM;
+            goto done;
+        }
+        out->len[i] = len;
+        int t = 0;
+        const cJSON *x;
+        cJSON_ArrayForEach(x, m) {
+            if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble)) {
+                snprintf(err, errlen, "%s: field '%s' member %d token %d: not a finite number", path, key, i, t);
+                s = LS_ERR_FORMAT;
+                goto done;
+            }
+            out->lp[i][t++] = x->valuedouble;
+        }
+        i++;
+    }
+done:
+    cJSON_Delete(doc);
+    if (s != LS_OK) ls_parity_logprobs_free(out);
+    return s;
+}
+
+ls_status ls_parity_log_loss(const char *log, double *loss, char *err, size_t errlen) {
+    char *bytes = NULL;
+    size_t len = 0;
+    ls_status s = ls_json_read_bytes_capped(log, MAX_LOG_BYTES, &bytes, &len, err, errlen);
+    if (s != LS_OK) return s;
+    static const char KEY[] = "\n  exact loss ";
+    int found = 0;
+    for (char *p = strstr(bytes, KEY); p != NULL; p = strstr(p + 1, KEY)) {
+        char *end = NULL;
+        double v = strtod(p + sizeof KEY - 1, &end);
+        if (end == p + sizeof KEY - 1 || strncmp(end, " (last step)", 12) != 0 || !isfinite(v)) continue;
+        *loss = v;
+        found++;
+    }
+    free(bytes);
+    if (found != 1) {
+        snprintf(err, errlen, "%s: %d lines \"  exact loss X (last step)\", expected 1 (did the run fail?)", log, found);
+        return LS_ERR_FORMAT;
+    }
+    return LS_OK;
+}
+
+ls_status ls_parity_run_build(const char *run_dir, char hex[65], char *err, size_t errlen) {
+    char path[LS_PARITY_PATH];
+    snprintf(path, sizeof path, "%s/%s", run_dir, LS_MANIFEST_FILE);
+    cJSON *doc = NULL;
+    ls_status s = ls_json_read_file_capped(path, MAX_BATCH_BYTES, &doc, err, errlen);
+    if (s != LS_OK) return s;
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(doc, "predicate"), "build");
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(b, "build_digest");
+    if (!cJSON_IsString(d) || strlen(d->valuestring) != 64) {
+        snprintf(err, errlen, "%s: field 'predicate.build.build_digest' missing or not a sha256", path);
+        s = LS_ERR_FORMAT;
+    } else {
+        memcpy(hex, d->valuestring, 65);
+    }
+    cJSON_Delete(doc);
+    return s;
+}
+
+ls_parity_err ls_parity_err_of(const double *a, const double *b, size_t n) {
+    ls_parity_err e = {0, 0};
+    double scale = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs(a[i] - b[i]);
+        if (!(d <= e.max_abs)) e.max_abs = d; /* NaN wins */
+        if (fabs(b[i]) > scale) scale = fabs(b[i]);
+    }
+    e.max_rel = e.max_abs == 0 ? 0 : scale > 0 ? e.max_abs / scale : INFINITY;
+    return e;
+}

@@ -1,0 +1,243 @@
+/* test_parity.c - longstraw-parity as a user runs it.
+ *
+ *  - usage: every bad argument refused with exit 2, naming it;
+ *  - the matrix (one configuration, CP 1 and 2, float64 and float32) into
+ *    LS_BINARY_DIR/tests/parity-fixture (the report test_parity_table
+ *    audits runs with): exit 0, parity.json valid against its schema, one
+ *    build digest (the trainer's receipts'), every trainable tensor in every
+ *    gradient check, finite differences for every tensor within 1e-7 and
+ *    the float64 comparisons within 1e-10, every level holding, every
+ *    control present and detected;
+ *  - a faulty trainer (a wrapper that adds --fault cp-local-attention to
+ *    every multi-rank run) must fail the fidelity level: exit 1, level 2
+ *    not holding, named by its checks.  The evidence is independent of the
+ *    code it checks: the log-probs against tests/reference/hybrid_ref.py
+ *    (Python from MODEL.md), the gradients against finite differences of
+ *    the loss, which depend on the forward only. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "receipts/json_util.h"
+#include "receipts/schema.h"
+#include "test_tmpdir.h"
+
+#define PARITY LS_BINARY_DIR "/parity/longstraw-parity"
+#define TRAIN LS_BINARY_DIR "/trainer/longstraw-train"
+#define FIXTURE LS_BINARY_DIR "/tests/parity-fixture"
+
+static char tmpdir[256];
+
+static void setup(void) { ls_test_tmpdir_make(tmpdir, "parity"); }
+static void teardown(void) { ls_test_tmpdir_remove(tmpdir); }
+
+static int sh(const char *cmd) {
+    int st = system(cmd);
+    cr_assert(WIFEXITED(st), "%s did not exit normally", cmd);
+    return WEXITSTATUS(st);
+}
+
+static int parity(const char *args) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "LSAN_OPTIONS=suppressions=" LS_LSAN_SUPP ":print_suppressions=0 ASAN_OPTIONS=fast_unwind_on_malloc=0 "
+             PARITY " --mpirun " LS_MPIEXEC " %s >%s/out.txt 2>%s/err.txt", args, tmpdir, tmpdir);
+    return sh(cmd);
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return strdup("");
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return strdup(buf);
+}
+
+static void expect_usage(const char *args, const char *names) {
+    int rc = parity(args);
+    char p[512];
+    snprintf(p, sizeof p, "%s/err.txt", tmpdir);
+    char *e = slurp(p);
+    cr_expect_eq(rc, 2, "'%s': exit %d, want 2", args, rc);
+    cr_expect(strstr(e, names) != NULL, "'%s': stderr does not name %s: %s", args, names, e);
+    free(e);
+}
+
+Test(parity, usage_errors, .init = setup, .fini = teardown, .timeout = 60) {
+    char out[400], a[600];
+    snprintf(out, sizeof out, "--out %s/x", tmpdir);
+    snprintf(a, sizeof a, "%s", out);
+    expect_usage(a, "--family");
+    snprintf(a, sizeof a, "--family mla %s", out);
+    expect_usage(a, "mla");
+    snprintf(a, sizeof a, "--family gpt %s", out);
+    expect_usage(a, "gpt");
+    snprintf(a, sizeof a, "--family hybrid %s --cp 2,4", out);
+    expect_usage(a, "--cp");
+    snprintf(a, sizeof a, "--family hybrid %s --cp 1,1", out);
+    expect_usage(a, "--cp");
+    snprintf(a, sizeof a, "--family hybrid %s --cp 1,9", out);
+    expect_usage(a, "--cp");
+    snprintf(a, sizeof a, "--family hybrid %s --dtype f32", out);
+    expect_usage(a, "--dtype");
+    snprintf(a, sizeof a, "--family hybrid %s --dtype bf16", out);
+    expect_usage(a, "--dtype");
+    snprintf(a, sizeof a, "--family hybrid %s --configs nope", out);
+    expect_usage(a, "nope");
+    snprintf(a, sizeof a, "--family hybrid %s --jobs 0", out);
+    expect_usage(a, "--jobs");
+    snprintf(a, sizeof a, "--family hybrid %s --fd-step 2", out);
+    expect_usage(a, "--fd-step");
+    snprintf(a, sizeof a, "--family hybrid %s --fd-max x", out);
+    expect_usage(a, "--fd-max");
+    snprintf(a, sizeof a, "--family hybrid %s --trainer /nonexistent/train", out);
+    expect_usage(a, "--trainer");
+    snprintf(a, sizeof a, "--family hybrid %s --bogus", out);
+    expect_usage(a, "--bogus");
+    expect_usage("--family hybrid", "--out");
+    cr_expect_eq(parity("--help"), 0);
+    cr_expect_eq(parity("--family hybrid --list"), 0);
+}
+
+static cJSON *read_report(const char *path) {
+    cJSON *doc = NULL;
+    char err[512];
+    cr_assert_eq(ls_json_read_file(path, &doc, err, sizeof err), LS_OK, "%s", err);
+    const ls_schema *s = NULL;
+    cr_assert_eq(ls_schema_get("parity", &s, err, sizeof err), LS_OK, "%s", err);
+    ls_schema_errors errs = {0};
+    ls_status st = ls_schema_validate(s, doc, &errs);
+    char first[512];
+    ls_schema_errors_first(&errs, first, sizeof first);
+    cr_assert_eq(st, LS_OK, "%s: %s", path, first);
+    ls_schema_errors_free(&errs);
+    return doc;
+}
+
+static const char *jstr(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+static double jnum(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+static bool level_holds(const cJSON *doc, int level) {
+    const cJSON *l;
+    cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(doc, "levels"))
+        if ((int)jnum(l, "level") == level) return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "holds"));
+    cr_assert_fail("no level %d in the report", level);
+    return false;
+}
+
+/* The trainable tensors: the --dump-grads of the naive run. */
+static int count_trainable(void) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "python3 -c \"import sys; sys.path.insert(0,'" LS_SOURCE_DIR "/tests/reference'); import hybrid_ref as h; "
+             "t,_=h.read_safetensors('" FIXTURE "/runs/p30-g2-lora/f64/grad-naive/grads.safetensors'); print(len(t))\" > %s/n.txt",
+             tmpdir);
+    cr_assert_eq(sh(cmd), 0);
+    char p[512];
+    snprintf(p, sizeof p, "%s/n.txt", tmpdir);
+    char *s = slurp(p);
+    int n = atoi(s);
+    free(s);
+    return n;
+}
+
+Test(parity, matrix_proves_levels_2_to_4, .init = setup, .fini = teardown, .timeout = 1500) {
+    char a[1024];
+    snprintf(a, sizeof a, "rm -rf %s", FIXTURE);
+    sh(a);
+    snprintf(a, sizeof a, "--family hybrid --cp 1,2 --dtype f64,f32 --configs p30-g2-lora %s --out %s",
+             getenv("LS_TEST_PARITY_FD_MAX") ? getenv("LS_TEST_PARITY_FD_MAX") : "", FIXTURE);
+    int rc = parity(a);
+    char p[512];
+    snprintf(p, sizeof p, "%s/err.txt", tmpdir);
+    char *e = slurp(p);
+    cr_assert_eq(rc, 0, "longstraw-parity %s: exit %d: %s", a, rc, e);
+    free(e);
+    cJSON *doc = read_report(FIXTURE "/parity.json");
+    /* one build: the trainer's (its runs' manifests) */
+    char *m = slurp(FIXTURE "/runs/p30-g2-lora/f64/grad-cp2-full/run/manifest.json");
+    cr_expect(strstr(m, jstr(doc, "build_digest")) != NULL, "the report's build is not the runs' build");
+    free(m);
+    int trainable = count_trainable();
+    cr_expect_eq(trainable, 100, "hybrid-tiny lora: 100 trainable tensors, got %d", trainable);
+    int kinds[7] = {0};
+    static const char *const K[] = {"logprob", "ref_logprob", "cp_grad", "cp_params", "grad", "fd_grad", "ref_loss"};
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(doc, "checks")) {
+        const char *kind = jstr(c, "kind");
+        for (int k = 0; k < 7; k++)
+            if (!strcmp(kind, K[k])) kinds[k]++;
+        cr_expect(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "pass")), "check %s fails: %g > %g (%s)",
+                  jstr(c, "name"), jnum(c, "max_rel_err"), jnum(c, "tolerance"), jstr(c, "worst"));
+        bool f64 = !strcmp(jstr(c, "dtype"), "f64");
+        if (f64 && strcmp(kind, "fd_grad")) cr_expect_leq(jnum(c, "max_rel_err"), 1e-10, "%s", jstr(c, "name"));
+        if (!strcmp(kind, "fd_grad")) cr_expect_leq(jnum(c, "max_rel_err"), 1e-7, "%s", jstr(c, "name"));
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(c, "tensors");
+        if (t) cr_expect_eq(cJSON_GetArraySize(t), trainable, "%s: %d tensors", jstr(c, "name"), cJSON_GetArraySize(t));
+    }
+    for (int k = 0; k < 7; k++) cr_expect_gt(kinds[k], 0, "no %s check", K[k]);
+    for (int l = 2; l <= 4; l++) cr_expect(level_holds(doc, l), "level %d does not hold", l);
+    int controls = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(doc, "controls")) {
+        controls++;
+        cr_expect(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "detected")), "control %s (%s) not detected",
+                  jstr(c, "fault"), jstr(c, "dtype"));
+        /* a fault is far above the tolerance, not at its edge */
+        cr_expect_gt(jnum(c, "max_rel_err"), 100 * jnum(c, "tolerance"), "control %s (%s): %g vs tolerance %g",
+                     jstr(c, "fault"), jstr(c, "dtype"), jnum(c, "max_rel_err"), jnum(c, "tolerance"));
+    }
+    /* per dtype: cp-local-attention, skip-dkv-reduce, skip-grad-finalize at CP-2; detached at CP-1 and CP-2 */
+    cr_expect_eq(controls, 2 * 5, "%d controls", controls);
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(doc, "pass")));
+    cJSON_Delete(doc);
+}
+
+Test(parity, a_faulty_trainer_fails_fidelity, .init = setup, .fini = teardown, .timeout = 900) {
+    /* every multi-rank run attends to its own keys only: the log-probs are wrong */
+    char w[512], cmd[2048];
+    snprintf(w, sizeof w, "%s/faulty-train", tmpdir);
+    snprintf(cmd, sizeof cmd,
+             "printf '#!/bin/sh\\nif [ -n \"$OMPI_COMM_WORLD_SIZE\" ] && [ \"$OMPI_COMM_WORLD_SIZE\" -gt 1 ]; then "
+             "exec %s \"$@\" --fault cp-local-attention; fi\\nexec %s \"$@\"\\n' > %s && chmod +x %s",
+             TRAIN, TRAIN, w, w);
+    cr_assert_eq(sh(cmd), 0);
+    char a[1024];
+    snprintf(a, sizeof a, "--family hybrid --cp 1,2 --dtype f64 --configs p30-g2-lora --fd-max 2 --trainer %s --out %s/out",
+             w, tmpdir);
+    int rc = parity(a);
+    cr_assert_eq(rc, 1, "a trainer whose CP runs use local attention must fail parity: exit %d", rc);
+    char p[512];
+    snprintf(p, sizeof p, "%s/out/parity.json", tmpdir);
+    cJSON *doc = read_report(p);
+    cr_expect(!level_holds(doc, 2), "level 2 holds with local attention");
+    bool named = false;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(doc, "checks"))
+        if (!strcmp(jstr(c, "name"), "logprob p30-g2-lora f64 cp2")) {
+            named = true;
+            cr_expect(!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "pass")));
+            cr_expect_gt(jnum(c, "max_rel_err"), 1e-3);
+        }
+    cr_expect(named, "no logprob check for CP-2");
+    /* --fd-max: finite differences on 2 of 100 tensors cannot prove level 4 */
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(doc, "checks"))
+        if (!strcmp(jstr(c, "kind"), "fd_grad")) cr_expect(!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "pass")));
+    cr_expect(!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(doc, "pass")));
+    cJSON_Delete(doc);
+}

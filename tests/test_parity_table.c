@@ -1,0 +1,146 @@
+/* test_parity_table.c - the original work's table (DESIGN.md §5, issue 11),
+ * and the audit's use of a parity report.
+ *
+ * With the parity report test_parity wrote for this build
+ * (LS_BINARY_DIR/tests/parity-fixture, a ctest fixture):
+ *  - a hybrid CP-2 run with the original work's faults (the response dK/dV
+ *    reduction dropped, the prompt state detached) scores L1 yes, L2 yes,
+ *    L3 no, L4 no;
+ *  - the same run without faults in `full` mode scores L4;
+ *  - the audit refuses the report as evidence when one of its controls was
+ *    not detected, when a control is missing, when it is another build's,
+ *    and when it holds no check of the run's dtype. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "receipts/json_util.h"
+#include "test_tmpdir.h"
+
+#define TRAIN LS_BINARY_DIR "/trainer/longstraw-train"
+#define AUDIT LS_BINARY_DIR "/audit/longstraw-audit"
+#define CFG LS_SOURCE_DIR "/configs/hybrid-tiny.json"
+#define REPORT LS_BINARY_DIR "/tests/parity-fixture/parity.json"
+
+static char tmpdir[256];
+
+static void setup(void) { ls_test_tmpdir_make(tmpdir, "paritytable"); }
+static void teardown(void) { ls_test_tmpdir_remove(tmpdir); }
+
+static int sh(const char *cmd) {
+    int st = system(cmd);
+    cr_assert(WIFEXITED(st), "%s did not exit normally", cmd);
+    return WEXITSTATUS(st);
+}
+
+/* A hybrid CP-2 run (f32, the trainer's default dtype) with extra args. */
+static void train_cp2(const char *name, const char *args) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "OMP_NUM_THREADS=1 ASAN_OPTIONS=fast_unwind_on_malloc=0 LSAN_OPTIONS=suppressions=" LS_LSAN_SUPP
+             ":print_suppressions=0 timeout 300 " LS_MPIEXEC " " LS_MPIRUN_FLAGS
+             " -np 2 " TRAIN " --config " CFG " --out %s/%s --prompt-len 96 --steps 2 --group 2 --response-len 4 "
+             "--page-size 16 --capture-chunk 32 --quiet %s >%s/%s.log 2>&1",
+             tmpdir, name, args, tmpdir, name);
+    cr_assert_eq(sh(cmd), 0, "the CP-2 run %s failed (%s/%s.log)", name, tmpdir, name);
+}
+
+/* The audit's verdict per level (1..4) on run with the given report. */
+static void audit_levels(const char *run, const char *report, bool holds[5], int *rc) {
+    char cmd[2048], json[512];
+    snprintf(json, sizeof json, "%s/%s-audit.json", tmpdir, run);
+    snprintf(cmd, sizeof cmd, AUDIT " %s/%s --parity %s --json %s --require-level 4 > %s/%s-audit.txt 2>&1", tmpdir,
+             run, report, json, tmpdir, run);
+    *rc = sh(cmd);
+    cJSON *doc = NULL;
+    char err[512];
+    cr_assert_eq(ls_json_read_file(json, &doc, err, sizeof err), LS_OK, "%s", err);
+    for (int l = 0; l <= 4; l++) holds[l] = false;
+    const cJSON *lv;
+    cJSON_ArrayForEach(lv, cJSON_GetObjectItemCaseSensitive(doc, "levels")) {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(lv, "level");
+        if (cJSON_IsNumber(n) && n->valueint >= 1 && n->valueint <= 4)
+            holds[n->valueint] = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(lv, "holds"));
+    }
+    cJSON_Delete(doc);
+}
+
+static bool rule_fails(const char *run, const char *rule, const char *says) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s-audit.txt", tmpdir, run);
+    FILE *f = fopen(p, "r");
+    if (!f) return false;
+    static char buf[1 << 17];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *at = strstr(buf, rule);
+    return at != NULL && strstr(at, says) != NULL;
+}
+
+Test(parity_table, the_original_work_and_the_fixed_run, .init = setup, .fini = teardown, .timeout = 900) {
+    train_cp2("original", "--fault skip-dkv-reduce --grad-mode detached");
+    train_cp2("fixed", "--grad-mode full");
+    bool h[5];
+    int rc;
+    audit_levels("original", REPORT, h, &rc);
+    cr_expect(h[1] && h[2] && !h[3] && !h[4], "the original work's faults: L1 %d L2 %d L3 %d L4 %d, want 1 1 0 0",
+              h[1], h[2], h[3], h[4]);
+    cr_expect_eq(rc, 1, "--require-level 4 on the original: exit %d", rc);
+    audit_levels("fixed", REPORT, h, &rc);
+    cr_expect(h[1] && h[2] && h[3] && h[4], "full mode without faults: L1 %d L2 %d L3 %d L4 %d, want level 4", h[1],
+              h[2], h[3], h[4]);
+    cr_expect_eq(rc, 0, "--require-level 4 on the fixed run: exit %d (%s/fixed-audit.txt)", rc, tmpdir);
+}
+
+/* A copy of the fixture report with one change made by python3 (the
+ * expression runs with `d` the parsed report). */
+static void derive(const char *name, const char *expr) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "python3 -c \"import json; d=json.load(open('" REPORT "')); %s; json.dump(d, open('%s/%s','w'))\"", expr,
+             tmpdir, name);
+    cr_assert_eq(sh(cmd), 0, "%s", cmd);
+}
+
+Test(parity_table, reports_that_are_not_evidence, .init = setup, .fini = teardown, .timeout = 600) {
+    train_cp2("fixed", "--grad-mode full");
+    char rep[512];
+    bool h[5];
+    int rc;
+    /* a control that passed its comparison: the report cannot tell a faulty run from a correct one */
+    derive("undetected.json", "[c.update(detected=False) for c in d['controls'] if c['fault']=='skip-dkv-reduce']");
+    snprintf(rep, sizeof rep, "%s/undetected.json", tmpdir);
+    audit_levels("fixed", rep, h, &rc);
+    cr_expect(h[1] && !h[2] && !h[3] && !h[4], "undetected control: L1 %d L2 %d L3 %d L4 %d", h[1], h[2], h[3], h[4]);
+    cr_expect(rule_fails("fixed", "parity.controls", "skip-dkv-reduce"), "parity.controls does not name the control");
+    /* a control missing */
+    derive("nocontrol.json", "d['controls']=[c for c in d['controls'] if c['fault']!='detached']");
+    snprintf(rep, sizeof rep, "%s/nocontrol.json", tmpdir);
+    audit_levels("fixed", rep, h, &rc);
+    cr_expect(h[1] && !h[2], "missing control: L2 %d", h[2]);
+    cr_expect(rule_fails("fixed", "parity.controls", "no detached control"), "the missing control is not named");
+    /* another build */
+    derive("otherbuild.json", "d['build_digest']='0'*64");
+    snprintf(rep, sizeof rep, "%s/otherbuild.json", tmpdir);
+    audit_levels("fixed", rep, h, &rc);
+    cr_expect(h[1] && !h[2], "another build's report: L2 %d", h[2]);
+    cr_expect(rule_fails("fixed", "parity.build", "from build 0000"), "parity.build does not say so");
+    /* no check of the run's dtype (the run is f32) */
+    derive("f64only.json", "d['checks']=[c for c in d['checks'] if c['dtype']=='f64']");
+    snprintf(rep, sizeof rep, "%s/f64only.json", tmpdir);
+    audit_levels("fixed", rep, h, &rc);
+    cr_expect(h[1] && !h[2], "a float64-only report for a float32 run: L2 %d", h[2]);
+    cr_expect(rule_fails("fixed", "parity.logprob", "in f32"), "parity.logprob does not name the dtype");
+    /* one failing gradient check of the run's world and dtype */
+    derive("badgrad.json", "[c.update(**{'pass':False}) for c in d['checks'] if c['kind']=='grad' and c['world']==2 and c['dtype']=='f32']");
+    snprintf(rep, sizeof rep, "%s/badgrad.json", tmpdir);
+    audit_levels("fixed", rep, h, &rc);
+    cr_expect(h[3] && !h[4], "a failing grad check: L3 %d L4 %d", h[3], h[4]);
+    cr_expect(rule_fails("fixed", "parity.grad", "fails"), "parity.grad does not name the check");
+}
