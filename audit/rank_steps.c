@@ -28,6 +28,8 @@
 
 #include "receipts/trace_event.h"
 
+_Static_assert(sizeof(ls_audit_step) <= 64, "the per-step facts stay 64 bytes a step");
+
 bool ls_audit_have_layers(const ls_audit_run *run) {
     return run->config != NULL && run->n_layers > 0 && run->n_layers < 100000;
 }

@@ -47,11 +47,13 @@ ls_status ls_audit_rules_rank(ls_audit_run *run) {
     int64_t *G = calloc((size_t)(S > 0 ? S : 1), sizeof *G);
     if (G == NULL) return LS_ERR_NOMEM;
     for (int64_t s = 0; s < S; s++) {
-        G[s] = run->cfg_group > 0 ? run->cfg_group : 0;
+        bool sft = false; /* an SFT step replays its one answer: the group does not apply */
         for (uint32_t i = 0; i < run->world; i++) {
             const ls_audit_step *sf = ls_audit_step_of(&run->ranks[i], s);
             if (sf != NULL && sf->g_local > G[s]) G[s] = sf->g_local;
+            if (sf != NULL && sf->sft) sft = true;
         }
+        if (!sft && run->cfg_group > G[s]) G[s] = run->cfg_group;
     }
     bool have_cfg = ls_audit_have_layers(run);
 
@@ -163,12 +165,14 @@ ls_status ls_audit_rules_rank(ls_audit_run *run) {
     size_t l = strlen(ly->message);
     if (have_cfg && run->cfg_group < 0)
         snprintf(ly->message + l, sizeof ly->message - l,
-                 "; members per step inferred from the traces (no \"group\" in the configuration%s%s)",
-                 run->cfg_note[0] ? ": " : "", run->cfg_note);
+                 "; members per step inferred from the traces (%s%s%s)",
+                 run->config ? "no \"group\" in the configuration" : "no configuration", run->cfg_note[0] ? ": " : "",
+                 run->cfg_note);
     l = strlen(op->message);
     if (run->cfg_steps < 0)
         snprintf(op->message + l, sizeof op->message - l,
-                 "; steps from the receipts and traces (no \"steps_requested\" in the configuration%s%s)",
+                 "; steps from the receipts and traces (%s%s%s)",
+                 run->config ? "no \"steps_requested\" in the configuration" : "no configuration",
                  run->cfg_note[0] ? ": " : "", run->cfg_note);
     ls_audit_rule_close(rc);
     ls_audit_rule_close(ne);
