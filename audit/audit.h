@@ -32,8 +32,9 @@
 #include "receipts/trace_reader.h"
 
 #include "audit/run_files.h" /* LS_AUDIT_MAX_WORLD: ranks the audit accepts */
-#define LS_AUDIT_MAX_COLL ((size_t)1 << 22) /* collectives kept over all ranks (then fingerprints) */
-#define LS_AUDIT_MAX_LAYER_KEYS ((size_t)1 << 20) /* distinct (step,phase,member,layer,dir) per rank */
+#define LS_AUDIT_MAX_COLL ((size_t)1 << 22) /* collective records kept over all ranks, world > 1 (then fingerprints) */
+#define LS_AUDIT_MAX_LAYER_KEYS ((size_t)1 << 20) /* distinct (phase,member,layer,dir) per rank in one step */
+#define LS_AUDIT_MAX_MEMBER (1 << 20)     /* larger member indices (or config "group") are not audited */
 #define LS_AUDIT_MAX_STEPS 65536          /* steps with per-step facts */
 #define LS_AUDIT_MAX_NAMES 256            /* distinct groups / purposes / memory categories */
 #define LS_AUDIT_MAX_EVIDENCE 16          /* evidence items kept per rule (the rest counted) */
@@ -66,22 +67,69 @@ typedef struct {
     uint8_t op, red, dtype, phase; /* phase: LS_PHASE_* or 7 (none/other) */
 } ls_audit_coll;
 
-/* Layer events of one (step, phase, member, layer, dir). */
+/* Layer events of one (phase, member, layer, dir) of an open step. */
 typedef struct {
-    int64_t step;
     int32_t member, layer;
     uint8_t phase, dir, kind, used; /* kind: ls_trace_layer_kind */
     uint32_t count;
     int64_t first_seq;
 } ls_audit_layer_key;
 
+/* Collectives of one (phase, layer, purpose) of an open step. */
+typedef struct {
+    int64_t layer;             /* -2: none */
+    uint32_t count;
+    uint16_t purpose;
+    uint8_t phase, used;
+} ls_audit_coll_count;
+
+/* One open step of a rank: its layer keys and collective counts, checked
+ * and discarded when the step closes (load.c closes step s when an event of
+ * step s + 2 arrives, or the trace ends). */
+typedef struct {
+    int64_t step;              /* -1: free */
+    ls_audit_layer_key *lk;    /* open-addressing table */
+    size_t lk_cap, lk_used;
+    ls_audit_coll_count *cc;   /* idem */
+    size_t cc_cap, cc_used;
+} ls_audit_step_window;
+
+/* A layer_end a closed step lacked (rank.layers evidence). */
+typedef struct {
+    int64_t step, member, layer;
+    uint8_t phase, dir;
+} ls_audit_missing;
+
+/* A response layer whose required collectives fell short (collectives.*). */
+typedef struct {
+    int64_t step, layer, first_seq;
+    uint64_t got, want;
+    const char *purpose;       /* static */
+    uint8_t phase, dir, attn;
+} ls_audit_req_fail;
+
+/* What a closed step's required collectives showed, per rule. */
+typedef struct {
+    uint64_t entries;          /* layer entries of the rule's first kind (composition: response attention fwd;
+                                  dkv: response attention bwd) */
+    uint64_t matched, failed;
+    ls_audit_req_fail first[4];
+    size_t n_first;
+} ls_audit_req;
+
+/* Per-step facts of a rank (O(steps): 64 bytes a step). */
 typedef struct {
     uint32_t opt_count;        /* optimizer_step events */
+    int32_t g_local;           /* 1 + the largest member in the step's score/replay layer_end events */
     int64_t opt_seq;           /* the first one's seq */
-    char digest[65];           /* the "trainable" param_digest ("" none) */
     int64_t digest_seq;
+    uint8_t digest[32];        /* the "trainable" param_digest (has_digest) */
+    uint8_t has_digest;
     uint8_t phase_mask;        /* bit p: phase p ended ok in the step */
     uint8_t prefix_frozen;     /* 1: some event of the step was prefix_frozen */
+    uint8_t sft;               /* its (first) step_metrics said objective sft */
+    uint8_t metrics_seen;
+    uint8_t fin_mask;          /* finalize collectives without a layer: 1 grad_finalize, 2 digest_check */
 } ls_audit_step;
 
 typedef struct {
@@ -106,10 +154,17 @@ typedef struct {
     uint64_t phase_begin[LS_AUDIT_NPHASE], phase_end[LS_AUDIT_NPHASE];
     uint64_t phase_wall_ns[LS_AUDIT_NPHASE];
     uint64_t layer_fwd, layer_bwd;
-    ls_audit_layer_key *lk;    /* open-addressing table */
-    size_t lk_cap, lk_used;
+    /* per-step checks, step by step (rank_steps.c): two open steps at most */
+    ls_audit_step_window win[2];
+    int64_t steps_closed;      /* steps 0 .. steps_closed - 1 are checked and discarded */
     bool lk_overflow;
-    ls_audit_coll *coll;
+    uint64_t n_late;           /* layer_end / collective events of a step already closed */
+    int64_t late_seq, late_step;
+    uint64_t ly_missing;       /* layer_end events missing in closed steps (members < g_local) */
+    ls_audit_missing ly_first[3];
+    size_t n_ly_first;
+    ls_audit_req req_cmp, req_dkv;
+    ls_audit_coll *coll;       /* world > 1 only: the flight recorder's records */
     size_t n_coll, coll_cap;
     uint64_t n_coll_total;     /* including those beyond LS_AUDIT_MAX_COLL */
     uint64_t group_hash[LS_AUDIT_MAX_NAMES], group_count[LS_AUDIT_MAX_NAMES];
@@ -211,6 +266,9 @@ typedef struct {
     const cJSON *config;       /* borrowed from a receipt or the manifest */
     const char *build_digest;  /* idem; NULL when none */
     int64_t n_layers;
+    int64_t cfg_group;         /* config "group" (1..LS_AUDIT_MAX_MEMBER), -1: not recorded (inferred) */
+    int64_t cfg_steps;         /* config "steps_requested" (1..LS_AUDIT_MAX_STEPS), -1: not recorded */
+    char cfg_note[160];        /* why a recorded value was not used ("" none) */
     bool full_mode;
     bool fault_local_attention, fault_skip_dkv, fault_skip_finalize, any_fault;
     /* names */
@@ -254,9 +312,29 @@ ls_status ls_audit_evaluate(ls_audit_run *run);
 /* NULL is a no-op. */
 void ls_audit_free(ls_audit_run *run);
 
-/* The layer key of a rank (NULL: none). */
-const ls_audit_layer_key *ls_audit_layer_find(const ls_audit_rank *r, int64_t step, int phase, int64_t member,
-                                              int64_t layer, int dir);
+/* Per-step checks while a trace streams (rank_steps.c, called by load.c):
+ * ls_audit_steps_advance on every event of step s (closes the steps before
+ * s - 1), _layer and _coll for the step's keys, _finish when the trace
+ * ends (closes the rest), _close_empty for the run's steps a rank never
+ * reached (rules_rank.c), _free. */
+ls_status ls_audit_steps_advance(const ls_audit_run *run, ls_audit_rank *r, int64_t step);
+ls_status ls_audit_steps_layer(ls_audit_rank *r, int64_t step, int phase, int64_t member, int64_t layer, int dir,
+                               int kind, int64_t seq);
+ls_status ls_audit_steps_coll(ls_audit_rank *r, int64_t step, int phase, int64_t layer, uint16_t purpose,
+                              int64_t seq);
+ls_status ls_audit_steps_finish(const ls_audit_run *run, ls_audit_rank *r);
+void ls_audit_steps_close_empty(const ls_audit_run *run, ls_audit_rank *r, int64_t until);
+void ls_audit_steps_free(ls_audit_rank *r);
+/* rank.layers for rank r over the run's S steps, G[s] members required in
+ * step s: closes the steps r never reached, adds the first missing events
+ * (in step, phase, member, layer order) as evidence and the keys examined
+ * to rule->matched; returns the missing events in all. */
+uint64_t ls_audit_steps_layers_rule(const ls_audit_run *run, ls_audit_rule *rule, ls_audit_rank *r, int64_t S,
+                                    const int64_t *G);
+/* The step facts of rank r (NULL: none). */
+const ls_audit_step *ls_audit_step_of(const ls_audit_rank *r, int64_t step);
+/* Whether the configuration (n_layers) lets the layer rules run. */
+bool ls_audit_have_layers(const ls_audit_run *run);
 
 /* Index of a phase name (LS_PHASE_*), LS_AUDIT_NPHASE - 1 for any other. */
 int ls_audit_phase_index(const char *phase);

@@ -203,81 +203,6 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
     return h;
 }
 
-static size_t lk_hash(int64_t step, int phase, int64_t member, int64_t layer, int dir) {
-    uint64_t h = 1469598103934665603ull;
-    int64_t k[5] = {step, phase, member, layer, dir};
-    return (size_t)fnv(h, k, sizeof k);
-}
-
-static ls_status lk_grow(ls_audit_rank *r) {
-    size_t ncap = r->lk_cap ? r->lk_cap * 2 : 1024;
-    ls_audit_layer_key *n = calloc(ncap, sizeof *n);
-    if (n == NULL) return LS_ERR_NOMEM;
-    for (size_t i = 0; i < r->lk_cap; i++) {
-        ls_audit_layer_key *k = &r->lk[i];
-        if (!k->used) continue;
-        size_t j = lk_hash(k->step, k->phase, k->member, k->layer, k->dir) & (ncap - 1);
-        while (n[j].used) j = (j + 1) & (ncap - 1);
-        n[j] = *k;
-    }
-    free(r->lk);
-    r->lk = n;
-    r->lk_cap = ncap;
-    return LS_OK;
-}
-
-const ls_audit_layer_key *ls_audit_layer_find(const ls_audit_rank *r, int64_t step, int phase, int64_t member,
-                                              int64_t layer, int dir) {
-    if (r->lk_cap == 0) return NULL;
-    size_t j = lk_hash(step, phase, member, layer, dir) & (r->lk_cap - 1);
-    while (r->lk[j].used) {
-        const ls_audit_layer_key *k = &r->lk[j];
-        if (k->step == step && k->phase == phase && k->member == member && k->layer == layer && k->dir == dir)
-            return k;
-        j = (j + 1) & (r->lk_cap - 1);
-    }
-    return NULL;
-}
-
-static ls_status lk_add(ls_audit_rank *r, int64_t step, int phase, int64_t member, int64_t layer, int dir,
-                        int kind, int64_t seq) {
-    if (member < INT32_MIN || member > INT32_MAX || layer < INT32_MIN || layer > INT32_MAX) {
-        r->lk_overflow = true;
-        return LS_OK;
-    }
-    if (r->lk_cap == 0 || (r->lk_used + 1) * 2 > r->lk_cap) {
-        if (r->lk_used >= LS_AUDIT_MAX_LAYER_KEYS) {
-            ls_audit_layer_key *k = (ls_audit_layer_key *)ls_audit_layer_find(r, step, phase, member, layer, dir);
-            if (k != NULL) k->count++;
-            else r->lk_overflow = true;
-            return LS_OK;
-        }
-        ls_status st = lk_grow(r);
-        if (st != LS_OK) return st;
-    }
-    size_t j = lk_hash(step, phase, member, layer, dir) & (r->lk_cap - 1);
-    while (r->lk[j].used) {
-        ls_audit_layer_key *k = &r->lk[j];
-        if (k->step == step && k->phase == phase && k->member == member && k->layer == layer && k->dir == dir) {
-            k->count++;
-            return LS_OK;
-        }
-        j = (j + 1) & (r->lk_cap - 1);
-    }
-    ls_audit_layer_key *k = &r->lk[j];
-    k->used = 1;
-    k->step = step;
-    k->phase = (uint8_t)phase;
-    k->member = (int32_t)member;
-    k->layer = (int32_t)layer;
-    k->dir = (uint8_t)dir;
-    k->kind = (uint8_t)kind;
-    k->count = 1;
-    k->first_seq = seq;
-    r->lk_used++;
-    return LS_OK;
-}
-
 typedef struct {
     ls_audit_run *run;
     ls_audit_rank *r;
@@ -320,6 +245,13 @@ static ls_audit_step *step_at(scan_ctx *c, int64_t s) {
         r->steps_cap = ncap;
     }
     if (s + 1 > r->n_steps_seen) r->n_steps_seen = s + 1;
+    if (s - 1 > r->steps_closed) {
+        ls_status st = ls_audit_steps_advance(c->run, r, s);
+        if (st != LS_OK) {
+            c->st = st;
+            return NULL;
+        }
+    }
     return &r->steps[s];
 }
 
@@ -417,6 +349,17 @@ static void copy_name(char *dst, size_t cap, const char *src) {
     dst[n] = 0;
 }
 
+/* 64 lowercase hex digits into 32 bytes (the reader checked the form). */
+static bool hex32(const char *h, uint8_t out[32]) {
+    for (int i = 0; i < 64; i++) {
+        char ch = h[i];
+        int v = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+        if (v < 0) return false;
+        out[i / 2] = (uint8_t)(i % 2 ? (out[i / 2] | v) : v << 4);
+    }
+    return h[64] == 0;
+}
+
 /* layer_end's fields, from an event the reader found valid (its fields
  * passed ls_trace_event_check: not flagged LS_TRACE_EVF_FIELDS), so
  * without checking them again as ls_trace_decode_layer_end does. */
@@ -466,7 +409,21 @@ static void on_collective(scan_ctx *c, const ls_trace_event *ev, const ev_fields
     int64_t key[6] = {tc.gseq, tc.op, tc.red, tc.count, tc.dtype, p};
     r->group_hash[g] = fnv(r->group_hash[g] ? r->group_hash[g] : 1469598103934665603ull, key, sizeof key);
     r->group_count[g]++;
-    size_t cap = LS_AUDIT_MAX_COLL / (c->run->world ? c->run->world : 1);
+    bool in_step = c->cur_phase >= 0 && c->cur_step >= 0 && c->cur_step < LS_AUDIT_MAX_STEPS;
+    if (in_step) {
+        ls_status st = ls_audit_steps_coll(r, c->cur_step, c->cur_phase, tc.has_layer ? tc.layer : -2, (uint16_t)p,
+                                           ev->seq);
+        if (st != LS_OK) {
+            c->st = st;
+            return;
+        }
+        if (c->cur_phase == LS_PHASE_FINALIZE && !tc.has_layer && (size_t)c->cur_step < r->steps_cap) {
+            if (strcmp(tc.purpose, "grad_finalize") == 0) r->steps[c->cur_step].fin_mask |= 1;
+            if (strcmp(tc.purpose, "digest_check") == 0) r->steps[c->cur_step].fin_mask |= 2;
+        }
+    }
+    if (c->run->world <= 1) return; /* no flight recorder for one rank */
+    size_t cap = LS_AUDIT_MAX_COLL / c->run->world;
     if (cap < 4096) cap = 4096;
     if (r->n_coll >= cap) return; /* beyond: the per-group fingerprints above */
     if (r->n_coll == r->coll_cap) {
@@ -541,7 +498,8 @@ static int on_event(const ls_trace_event *ev, void *user) {
         r->last_layer = le.layer;
         copy_name(r->last_layer_phase, sizeof r->last_layer_phase, le.phase);
         copy_name(r->last_layer_dir, sizeof r->last_layer_dir, ls_trace_dir_name(le.dir));
-        c->st = lk_add(r, le.step, p, le.member, le.layer, (int)le.dir, (int)le.kind, ev->seq);
+        if (sf != NULL) /* else the step index is out of range: rank.phases names it */
+            c->st = ls_audit_steps_layer(r, le.step, p, le.member, le.layer, (int)le.dir, (int)le.kind, ev->seq);
         break;
     }
     case LS_TRACE_COLLECTIVE:
@@ -553,8 +511,8 @@ static int on_event(const ls_trace_event *ev, void *user) {
     case LS_TRACE_PARAM_DIGEST: {
         r->n_param_digests++;
         const char *t = str_of(f.target), *h = str_of(f.sha256);
-        if (t && h && strcmp(t, "trainable") == 0 && sf != NULL && sf->digest[0] == 0) {
-            snprintf(sf->digest, sizeof sf->digest, "%.64s", h);
+        if (t && h && strcmp(t, "trainable") == 0 && sf != NULL && !sf->has_digest && hex32(h, sf->digest)) {
+            sf->has_digest = 1;
             sf->digest_seq = ev->seq;
         }
         break;
@@ -597,6 +555,11 @@ static int on_event(const ls_trace_event *ev, void *user) {
             const char *o = get_str(j, "objective");
             m->sft = o != NULL && strcmp(o, "sft") == 0;
         }
+        if (sf != NULL && !sf->metrics_seen) { /* the step's first step_metrics decides */
+            const char *o = get_str(j, "objective");
+            sf->metrics_seen = 1;
+            sf->sft = o != NULL && strcmp(o, "sft") == 0;
+        }
         break;
     default:
         break;
@@ -609,7 +572,8 @@ static ls_status load_trace(ls_audit_run *run, ls_audit_rank *r) {
     ls_receipt_rank_dir(r->rank, dir, sizeof dir);
     snprintf(r->trace_file, sizeof r->trace_file, "%s/events.jsonl.zst", dir);
     r->last_step = r->last_member = r->last_layer = -2;
-    r->last_seq = r->first_error_seq = r->rank_complete_seq = r->mem_bad_seq = -1;
+    r->last_seq = r->first_error_seq = r->rank_complete_seq = r->mem_bad_seq = r->late_seq = -1;
+    r->win[0].step = r->win[1].step = -1;
     uint64_t sz = 0;
     ls_status st = LS_OK;
     int fd = ls_audit_open(run->run_dir, r->trace_file, 0, &sz, &st, r->trace_err, sizeof r->trace_err);
@@ -618,7 +582,7 @@ static ls_status load_trace(ls_audit_run *run, ls_audit_rank *r) {
     scan_ctx c = {.run = run, .r = r, .cur_phase = -1, .cur_step = -1, .st = LS_OK};
     st = ls_trace_read_fd(fd, r->trace_file, on_event, &c, &r->report);
     if (st == LS_ERR_NOMEM || st == LS_ERR_ARG || c.st == LS_ERR_NOMEM) return LS_ERR_NOMEM;
-    return LS_OK;
+    return ls_audit_steps_finish(run, r);
 }
 
 /* ---- receipts, world ----------------------------------------------------- */
@@ -679,8 +643,21 @@ static void derive_config(ls_audit_run *run) {
         run->build_digest = get_str(run->manifest->build, "build_digest");
     }
     run->n_layers = -1;
+    run->cfg_group = run->cfg_steps = -1;
     if (run->config == NULL) return;
     get_int(run->config, "n_layers", &run->n_layers);
+    /* what the trainer records it was asked for (older runs: absent, inferred from the traces) */
+    int64_t v = 0;
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(run->config, "group");
+    if (get_int(run->config, "group", &v) && v >= 1 && v <= LS_AUDIT_MAX_MEMBER) run->cfg_group = v;
+    else if (g != NULL)
+        snprintf(run->cfg_note, sizeof run->cfg_note, "config \"group\" is not an integer 1..%d: not used",
+                 LS_AUDIT_MAX_MEMBER);
+    const cJSON *sr = cJSON_GetObjectItemCaseSensitive(run->config, "steps_requested");
+    if (get_int(run->config, "steps_requested", &v) && v >= 1 && v <= LS_AUDIT_MAX_STEPS) run->cfg_steps = v;
+    else if (sr != NULL && !(get_int(run->config, "steps_requested", &v) && v == -1))
+        snprintf(run->cfg_note, sizeof run->cfg_note,
+                 "config \"steps_requested\" is not an integer 1..%d or -1: not used", LS_AUDIT_MAX_STEPS);
     const char *gm = get_str(run->config, "grad_mode");
     run->full_mode = gm != NULL && strcmp(gm, "full") == 0;
     const cJSON *f;
@@ -809,6 +786,7 @@ ls_status ls_audit_load(const ls_audit_options *opt, ls_audit_run **out, char *e
             snprintf(run->world_source, sizeof run->world_source, "receipts");
         }
     }
+    derive_config(run); /* the layer checks run while the traces stream */
     for (uint32_t i = 0; i < run->world; i++) {
         st = load_trace(run, &run->ranks[i]);
         if (st != LS_OK) goto cleanup;
@@ -818,7 +796,6 @@ ls_status ls_audit_load(const ls_audit_options *opt, ls_audit_run **out, char *e
         if (st != LS_OK) goto cleanup;
     }
     check_dsse(run, mbytes, mlen);
-    derive_config(run);
     load_parity(run);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     run->load_seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
@@ -838,7 +815,7 @@ void ls_audit_free(ls_audit_run *run) {
         ls_audit_rank *r = &run->ranks[i];
         ls_receipt_free(r->receipt);
         ls_trace_report_free(&r->report);
-        free(r->lk);
+        ls_audit_steps_free(r);
         free(r->coll);
         free(r->steps);
         free(r->metrics);

@@ -21,72 +21,6 @@ ls_status ls_audit_rules_cross(ls_audit_run *run);
     ls_audit_rule *var = ls_audit_rule_add(run, id, lvl, title, appl); \
     if (var == NULL) return LS_ERR_NOMEM
 
-/* ---- a small counter table keyed by four integers ------------------------ */
-typedef struct {
-    int64_t k[4];
-    uint64_t count;
-    int64_t first_seq;
-    bool used;
-} cnt_entry;
-typedef struct {
-    cnt_entry *e;
-    size_t cap, used;
-} cnt_table;
-
-static size_t cnt_hash(const int64_t k[4]) {
-    uint64_t h = 1469598103934665603ull;
-    const unsigned char *b = (const unsigned char *)k;
-    for (size_t i = 0; i < 4 * sizeof(int64_t); i++) h = (h ^ b[i]) * 1099511628211ull;
-    return (size_t)h;
-}
-
-static ls_status cnt_add(cnt_table *t, int64_t a, int64_t b, int64_t c, int64_t d, uint64_t n, int64_t seq) {
-    if ((t->used + 1) * 2 > t->cap) {
-        size_t ncap = t->cap ? t->cap * 2 : 256;
-        cnt_entry *ne = calloc(ncap, sizeof *ne);
-        if (ne == NULL) return LS_ERR_NOMEM;
-        for (size_t i = 0; i < t->cap; i++) {
-            if (!t->e[i].used) continue;
-            size_t j = cnt_hash(t->e[i].k) & (ncap - 1);
-            while (ne[j].used) j = (j + 1) & (ncap - 1);
-            ne[j] = t->e[i];
-        }
-        free(t->e);
-        t->e = ne;
-        t->cap = ncap;
-    }
-    int64_t k[4] = {a, b, c, d};
-    size_t j = cnt_hash(k) & (t->cap - 1);
-    while (t->e[j].used && memcmp(t->e[j].k, k, sizeof k) != 0) j = (j + 1) & (t->cap - 1);
-    cnt_entry *e = &t->e[j];
-    if (!e->used) {
-        e->used = true;
-        memcpy(e->k, k, sizeof k);
-        e->first_seq = seq;
-        t->used++;
-    }
-    e->count += n;
-    if (seq >= 0 && (e->first_seq < 0 || seq < e->first_seq)) e->first_seq = seq;
-    return LS_OK;
-}
-
-static uint64_t cnt_get(const cnt_table *t, int64_t a, int64_t b, int64_t c, int64_t d) {
-    if (t->cap == 0) return 0;
-    int64_t k[4] = {a, b, c, d};
-    size_t j = cnt_hash(k) & (t->cap - 1);
-    while (t->e[j].used) {
-        if (memcmp(t->e[j].k, k, sizeof k) == 0) return t->e[j].count;
-        j = (j + 1) & (t->cap - 1);
-    }
-    return 0;
-}
-
-static int purpose_index(const ls_audit_run *run, const char *name) {
-    for (size_t i = 0; i < run->n_purposes; i++)
-        if (strcmp(run->purposes[i], name) == 0) return (int)i;
-    return -1000; /* never seen: its counts are 0 */
-}
-
 /* ---- flight-recorder matching -------------------------------------------- */
 
 /* Whether rank r is a member of group name (from any trace header; all ranks
@@ -291,57 +225,19 @@ static ls_status rule_match(ls_audit_run *run) {
 
 /* ---- required collectives ------------------------------------------------ */
 
-typedef struct {
-    cnt_table layers; /* (step, phase, layer, dir) -> attention/gdn layer events (kind in d) */
-    cnt_table coll;   /* (step, phase, layer, purpose) -> collectives */
-} rank_tables;
-
-static ls_status build_tables(const ls_audit_rank *r, rank_tables *t) {
-    ls_status st = LS_OK;
-    for (size_t k = 0; st == LS_OK && k < r->lk_cap; k++) {
-        const ls_audit_layer_key *lk = &r->lk[k];
-        if (!lk->used) continue;
-        bool attn = lk->kind == LS_TRACE_LAYER_ATTN || lk->kind == LS_TRACE_LAYER_MLA;
-        bool gdn = lk->kind == LS_TRACE_LAYER_GDN;
-        if (!attn && !gdn) continue;
-        st = cnt_add(&t->layers, lk->step, lk->phase, lk->layer, lk->dir * 2 + (attn ? 1 : 0), lk->count, lk->first_seq);
+/* The first failures a rank's closed steps recorded (rank_steps.c), as
+ * evidence. */
+static void emit_req(ls_audit_rule *rule, const ls_audit_rank *r, const ls_audit_req *q, uint64_t *shown) {
+    rule->matched += q->matched;
+    for (size_t k = 0; k < q->n_first; k++) {
+        const ls_audit_req_fail *e = &q->first[k];
+        if ((*shown)++ < 4)
+            ls_audit_rule_fail(rule, r->rank, r->trace_file, e->first_seq,
+                               "step %lld %s layer %lld (%s %s): %llu %s collective(s), %llu required",
+                               (long long)e->step, ls_audit_phase_name(e->phase), (long long)e->layer,
+                               e->attn ? "attention" : "gdn", e->dir ? "bwd" : "fwd", (unsigned long long)e->got,
+                               e->purpose, (unsigned long long)e->want);
     }
-    for (size_t k = 0; st == LS_OK && k < r->n_coll; k++) {
-        const ls_audit_coll *c = &r->coll[k];
-        st = cnt_add(&t->coll, c->step, c->phase, c->layer, c->purpose, 1, c->seq);
-    }
-    return st;
-}
-
-static void tables_free(rank_tables *t) {
-    free(t->layers.e);
-    free(t->coll.e);
-}
-
-/* For every layer-event entry of (phase, dir, attn) on rank r: the purposes
- * need at least `per_event ? events : 1` collectives at the same step,
- * phase and layer. */
-static uint64_t require(ls_audit_run *run, ls_audit_rule *rule, const ls_audit_rank *r, const rank_tables *t, int phase,
-                    int dir, bool attn, const char *const *purposes, size_t np, bool per_event, uint64_t *shown) {
-    uint64_t entries = 0;
-    for (size_t k = 0; k < t->layers.cap; k++) {
-        const cnt_entry *e = &t->layers.e[k];
-        if (!e->used || e->k[1] != phase || e->k[3] != dir * 2 + (attn ? 1 : 0)) continue;
-        entries++;
-        for (size_t p = 0; p < np; p++) {
-            rule->matched++;
-            uint64_t want = per_event ? e->count : 1;
-            uint64_t got = cnt_get(&t->coll, e->k[0], phase, e->k[2], purpose_index(run, purposes[p]));
-            if (got >= want) continue;
-            if ((*shown)++ < 4)
-                ls_audit_rule_fail(rule, r->rank, r->trace_file, e->first_seq,
-                                   "step %lld %s layer %lld (%s %s): %llu %s collective(s), %llu required",
-                                   (long long)e->k[0], ls_audit_phase_name(phase), (long long)e->k[2],
-                                   attn ? "attention" : "gdn", dir ? "bwd" : "fwd", (unsigned long long)got, purposes[p],
-                                   (unsigned long long)want);
-        }
-    }
-    return entries;
 }
 
 static ls_status rules_required(ls_audit_run *run) {
@@ -353,10 +249,6 @@ static ls_status rules_required(ls_audit_run *run) {
     ADD(fin, "collectives.finalize", 3, "finalize reductions every step (grad_finalize in full mode, digest_check)",
         multi);
     if (multi) {
-        static const char *const merge[] = {"lse_max", "lse_sum", "out_sum"};
-        static const char *const back[] = {"dq_sum", "dkv_sum"};
-        static const char *const ring[] = {"dkv_ring"};
-        static const char *const chain[] = {"state_grad_handoff"};
         static const char *const f_full[] = {"grad_finalize", "digest_check"};
         static const char *const f_det[] = {"digest_check"};
         for (uint32_t i = 0; i < run->world; i++) {
@@ -367,37 +259,27 @@ static ls_status rules_required(ls_audit_run *run) {
                 ls_audit_rule_fail(fin, i, r->trace_file, -1, "rank %u: no trace", (unsigned)i);
                 continue;
             }
-            rank_tables t = {0};
-            ls_status st = build_tables(r, &t);
-            if (st != LS_OK) {
-                tables_free(&t);
-                return st;
-            }
             uint64_t s1 = 0, s2 = 0, s3 = 0;
-            uint64_t nf = require(run, cmp, r, &t, LS_PHASE_SCORE, LS_TRACE_DIR_FWD, true, merge, 3, true, &s1);
-            nf += require(run, cmp, r, &t, LS_PHASE_REPLAY, LS_TRACE_DIR_FWD, true, merge, 3, true, &s1);
-            if (nf == 0)
+            emit_req(cmp, r, &r->req_cmp, &s1);
+            if (r->req_cmp.entries == 0)
                 ls_audit_rule_fail(cmp, i, r->trace_file, r->last_seq, "rank %u traced no response attention forward",
                                    (unsigned)i);
-            if (require(run, dkv, r, &t, LS_PHASE_REPLAY, LS_TRACE_DIR_BWD, true, back, 2, true, &s2) == 0)
+            emit_req(dkv, r, &r->req_dkv, &s2);
+            if (r->req_dkv.entries == 0)
                 ls_audit_rule_fail(dkv, i, r->trace_file, r->last_seq, "rank %u traced no response attention backward",
                                    (unsigned)i);
-            if (run->full_mode) {
-                require(run, dkv, r, &t, LS_PHASE_PROMPT_BWD, LS_TRACE_DIR_BWD, true, ring, 1, false, &s2);
-                require(run, dkv, r, &t, LS_PHASE_PROMPT_BWD, LS_TRACE_DIR_BWD, false, chain, 1, false, &s2);
-            }
             for (int64_t s = 0; s < run->n_run_steps; s++) {
                 const char *const *fp = run->full_mode ? f_full : f_det;
                 size_t nfp = run->full_mode ? 2 : 1;
+                const ls_audit_step *sf = ls_audit_step_of(r, s);
                 for (size_t p = 0; p < nfp; p++) {
                     fin->matched++;
-                    if (cnt_get(&t.coll, s, LS_PHASE_FINALIZE, -2, purpose_index(run, fp[p])) > 0) continue;
+                    if (sf != NULL && (sf->fin_mask & (strcmp(fp[p], "grad_finalize") == 0 ? 1 : 2))) continue;
                     if (s3++ < 4)
                         ls_audit_rule_fail(fin, i, r->trace_file, -1, "step %lld finalize: no %s collective",
                                            (long long)s, fp[p]);
                 }
             }
-            tables_free(&t);
         }
     }
     ls_audit_rule_close(cmp);
@@ -407,6 +289,16 @@ static ls_status rules_required(ls_audit_run *run) {
 }
 
 /* ---- replicated parameter digests ---------------------------------------- */
+
+/* The first 8 bytes of a digest as 16 hex digits. */
+static void hex16(const uint8_t *d, char out[17]) {
+    static const char x[] = "0123456789abcdef";
+    for (int i = 0; i < 8; i++) {
+        out[2 * i] = x[d[i] >> 4];
+        out[2 * i + 1] = x[d[i] & 15];
+    }
+    out[16] = 0;
+}
 
 static ls_status rule_digests(ls_audit_run *run) {
     ADD(d, "digests.replicated", 3, "replicated parameter digests identical across ranks after every step",
@@ -421,12 +313,13 @@ static ls_status rule_digests(ls_audit_run *run) {
         if (run->digest_splits == NULL) return LS_ERR_NOMEM;
         uint64_t shown = 0;
         for (int64_t s = 0; s < run->n_run_steps; s++) {
-            const char *ref = NULL;
+            const uint8_t *ref = NULL;
+            char ref_hex[17] = "", hex[17];
             uint32_t ref_rank = 0;
             for (uint32_t i = 0; i < run->world; i++) {
                 const ls_audit_rank *r = &run->ranks[i];
-                const ls_audit_step *sf = (size_t)s < r->steps_cap ? &r->steps[s] : NULL;
-                if (sf == NULL || sf->digest[0] == 0) {
+                const ls_audit_step *sf = ls_audit_step_of(r, s);
+                if (sf == NULL || !sf->has_digest) {
                     if (shown++ < 4)
                         ls_audit_rule_fail(d, i, r->trace_file, r->last_seq,
                                            "step %lld: no \"trainable\" param_digest on rank %u", (long long)s,
@@ -437,7 +330,9 @@ static ls_status rule_digests(ls_audit_run *run) {
                 if (ref == NULL) {
                     ref = sf->digest;
                     ref_rank = i;
-                } else if (strcmp(ref, sf->digest) != 0) {
+                    hex16(ref, ref_hex);
+                } else if (memcmp(ref, sf->digest, sizeof sf->digest) != 0) {
+                    hex16(sf->digest, hex);
                     if (run->digest_first_step < 0) {
                         run->digest_first_step = s;
                         run->digest_ref_rank = ref_rank;
@@ -449,12 +344,12 @@ static ls_status rule_digests(ls_audit_run *run) {
                         run->digest_splits[run->n_digest_splits++] = (ls_audit_digest_split){.rank = i, .first_step = s};
                     if (!run->digest_divergence[0])
                         snprintf(run->digest_divergence, sizeof run->digest_divergence,
-                                 "step %lld: rank %u has %.16s..., rank %u has %.16s...", (long long)s, (unsigned)i,
-                                 sf->digest, (unsigned)ref_rank, ref);
+                                 "step %lld: rank %u has %s..., rank %u has %s...", (long long)s, (unsigned)i, hex,
+                                 (unsigned)ref_rank, ref_hex);
                     if (shown++ < 4)
                         ls_audit_rule_fail(d, i, r->trace_file, sf->digest_seq,
-                                           "step %lld: trainable digest %.16s... differs from rank %u's %.16s...",
-                                           (long long)s, sf->digest, (unsigned)ref_rank, ref);
+                                           "step %lld: trainable digest %s... differs from rank %u's %s...",
+                                           (long long)s, hex, (unsigned)ref_rank, ref_hex);
                 }
             }
         }

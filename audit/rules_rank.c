@@ -4,10 +4,15 @@
  * rank_complete, no error event.
  *
  * What is required comes from the configuration in the receipts (n_layers,
- * grad_mode) and from the run as a whole: the steps are the most any rank's
- * receipt or trace shows; the group size G of a step is one more than the
- * largest member any rank traced in that step's response phases (the
- * receipts do not record G); rollout is required when any rank ran it. */
+ * grad_mode, group, steps_requested) and from the run as a whole: the steps
+ * are the configuration's steps_requested (a run that stopped early is
+ * incomplete), or the most any rank's receipt or trace shows when larger or
+ * not recorded; the members of a step are 0 .. G-1, G the configuration's
+ * "group", or one more than the largest member any rank traced in that
+ * step's response phases when larger or not recorded (older runs: the
+ * rule's message says so); rollout is required when any rank ran it.  The
+ * layer events are checked step by step while the traces stream
+ * (rank_steps.c). */
 /* Evidence and messages are one bounded line each: truncation is intended. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"
@@ -25,30 +30,6 @@ ls_status ls_audit_rules_rank(ls_audit_run *run);
     ls_audit_rule *var = ls_audit_rule_add(run, id, lvl, title, appl); \
     if (var == NULL) return LS_ERR_NOMEM
 
-static bool step_is_sft(const ls_audit_rank *r, int64_t s) {
-    for (size_t k = 0; k < r->n_metrics; k++)
-        if (r->metrics[k].step == s) return r->metrics[k].sft;
-    return false;
-}
-
-/* One missing (phase, member, layer, dir) of a rank: evidence for the first
- * few, all counted. */
-typedef struct {
-    ls_audit_rule *rule;
-    uint64_t missing;
-} miss_ctx;
-
-static void need(miss_ctx *mc, const ls_audit_rank *r, int64_t step, int phase, int64_t member, int64_t layer,
-                 int dir) {
-    mc->rule->matched++;
-    if (ls_audit_layer_find(r, step, phase, member, layer, dir) != NULL) return;
-    if (mc->missing++ < 3)
-        ls_audit_rule_fail(mc->rule, r->rank, r->trace_file, -1,
-                           "step %lld %s: no %s layer_end for member %lld, layer %lld (last event seq %lld: %s)",
-                           (long long)step, ls_audit_phase_name(phase), dir == LS_TRACE_DIR_FWD ? "fwd" : "bwd",
-                           (long long)member, (long long)layer, (long long)r->last_seq, r->last_ev);
-}
-
 ls_status ls_audit_rules_rank(ls_audit_run *run) {
     /* steps and group sizes */
     int64_t S = 0;
@@ -60,20 +41,21 @@ ls_status ls_audit_rules_rank(ls_audit_run *run) {
         if (r->n_steps_seen > S) S = r->n_steps_seen;
         if (r->phase_begin[LS_PHASE_ROLLOUT] > 0) rollout_ran = true;
     }
+    if (run->cfg_steps > S) S = run->cfg_steps; /* a run that stopped early lacks the rest */
     run->n_run_steps = S;
+    /* members required per step: the recorded group, and any member a rank traced */
     int64_t *G = calloc((size_t)(S > 0 ? S : 1), sizeof *G);
     if (G == NULL) return LS_ERR_NOMEM;
-    for (uint32_t i = 0; i < run->world; i++) {
-        const ls_audit_rank *r = &run->ranks[i];
-        for (size_t k = 0; k < r->lk_cap; k++) {
-            const ls_audit_layer_key *lk = &r->lk[k];
-            if (!lk->used || lk->step < 0 || lk->step >= S) continue;
-            if ((lk->phase == LS_PHASE_SCORE || lk->phase == LS_PHASE_REPLAY) && lk->member + 1 > G[lk->step])
-                G[lk->step] = lk->member + 1;
+    for (int64_t s = 0; s < S; s++) {
+        bool sft = false; /* an SFT step replays its one answer: the group does not apply */
+        for (uint32_t i = 0; i < run->world; i++) {
+            const ls_audit_step *sf = ls_audit_step_of(&run->ranks[i], s);
+            if (sf != NULL && sf->g_local > G[s]) G[s] = sf->g_local;
+            if (sf != NULL && sf->sft) sft = true;
         }
+        if (!sft && run->cfg_group > G[s]) G[s] = run->cfg_group;
     }
-    int64_t L = run->n_layers;
-    bool have_cfg = run->config != NULL && L > 0 && L < 100000;
+    bool have_cfg = ls_audit_have_layers(run);
 
     ADD(ph, "rank.phases", 1, "every rank completed every requested phase of every step", true);
     ADD(ly, "rank.layers", 1, "forward and backward layer_end for every layer and member each phase requires", true);
@@ -85,7 +67,7 @@ ls_status ls_audit_rules_rank(ls_audit_run *run) {
         ls_audit_rule_fail(ly, -1, LS_MANIFEST_FILE, -1, "no configuration (n_layers) in any receipt or the manifest");
     }
     for (uint32_t i = 0; i < run->world; i++) {
-        const ls_audit_rank *r = &run->ranks[i];
+        ls_audit_rank *r = &run->ranks[i];
         char rf[64], d[32];
         ls_receipt_rank_dir(i, d, sizeof d);
         snprintf(rf, sizeof rf, "%s/receipt.json", d);
@@ -117,13 +99,31 @@ ls_status ls_audit_rules_rank(ls_audit_run *run) {
         if (r->steps_overflow)
             ls_audit_rule_fail(ph, i, r->trace_file, -1, "a step index beyond %d (not audited)", LS_AUDIT_MAX_STEPS);
         if (r->lk_overflow)
-            ls_audit_rule_fail(ly, i, r->trace_file, -1, "more distinct layer events than the audit holds (%zu)",
-                               (size_t)LS_AUDIT_MAX_LAYER_KEYS);
-        miss_ctx mc = {.rule = ly, .missing = 0};
-        uint64_t ph_missing = 0, op_bad = 0;
+            ls_audit_rule_fail(ly, i, r->trace_file, -1,
+                               "more distinct layer events in one step than the audit holds (%zu), or a member "
+                               "index beyond %d",
+                               (size_t)LS_AUDIT_MAX_LAYER_KEYS, LS_AUDIT_MAX_MEMBER);
+        if (r->n_late)
+            ls_audit_rule_fail(ly, i, r->trace_file, r->late_seq,
+                               "%llu layer_end/collective event(s) of a step already over (first: step %lld, seq "
+                               "%lld): out of order",
+                               (unsigned long long)r->n_late, (long long)r->late_step, (long long)r->late_seq);
+        uint64_t ph_missing = 0, op_bad = 0, op_done = 0;
+        if (run->cfg_steps > 0) {
+            for (int64_t s = 0; s < S; s++) {
+                const ls_audit_step *sf = ls_audit_step_of(r, s);
+                op_done += sf != NULL && sf->opt_count > 0;
+            }
+            op->matched++;
+            if (op_done < (uint64_t)run->cfg_steps)
+                ls_audit_rule_fail(op, i, r->trace_file, r->last_seq,
+                                   "rank %u stopped early: %llu optimizer step(s) of the %lld requested (config "
+                                   "steps_requested)",
+                                   (unsigned)i, (unsigned long long)op_done, (long long)run->cfg_steps);
+        }
         for (int64_t s = 0; s < S; s++) {
-            const ls_audit_step *sf = (size_t)s < r->steps_cap ? &r->steps[s] : NULL;
-            bool sft = step_is_sft(r, s);
+            const ls_audit_step *sf = ls_audit_step_of(r, s);
+            bool sft = sf != NULL && sf->sft;
             int req[LS_PHASE_COUNT], nreq = 0;
             req[nreq++] = LS_PHASE_CAPTURE;
             if (rollout_ran && !sft) req[nreq++] = LS_PHASE_ROLLOUT;
@@ -147,26 +147,11 @@ ls_status ls_audit_rules_rank(ls_audit_run *run) {
             if (oc != 1 && op_bad++ < 3)
                 ls_audit_rule_fail(op, i, r->trace_file, oc ? sf->opt_seq : r->last_seq,
                                    "step %lld: %u optimizer_step events (one required)", (long long)s, (unsigned)oc);
-            if (!have_cfg) continue;
-            for (int64_t l = -1; l < L; l++) need(&mc, r, s, LS_PHASE_CAPTURE, -1, l, LS_TRACE_DIR_FWD);
-            if (run->full_mode)
-                for (int64_t l = -1; l < L; l++) need(&mc, r, s, LS_PHASE_PROMPT_BWD, -1, l, LS_TRACE_DIR_BWD);
-            if (G[s] == 0 && !sft) {
-                if (mc.missing++ < 3)
-                    ls_audit_rule_fail(ly, i, r->trace_file, -1, "step %lld: no rank traced any response member",
-                                       (long long)s);
-                continue;
-            }
-            for (int64_t m = 0; m < G[s]; m++)
-                for (int64_t l = -1; l <= L; l++) {
-                    if (!sft) need(&mc, r, s, LS_PHASE_SCORE, m, l, LS_TRACE_DIR_FWD);
-                    need(&mc, r, s, LS_PHASE_REPLAY, m, l, LS_TRACE_DIR_FWD);
-                    need(&mc, r, s, LS_PHASE_REPLAY, m, l, LS_TRACE_DIR_BWD);
-                }
         }
-        if (mc.missing > 3)
+        uint64_t ly_missing = have_cfg ? ls_audit_steps_layers_rule(run, ly, r, S, G) : 0;
+        if (ly_missing > 3)
             ls_audit_rule_fail(ly, i, r->trace_file, -1, "%llu layer events missing in all on rank %u",
-                               (unsigned long long)mc.missing, (unsigned)i);
+                               (unsigned long long)ly_missing, (unsigned)i);
         if (ph_missing > 3)
             ls_audit_rule_fail(ph, i, r->trace_file, -1, "%llu phases missing in all on rank %u",
                                (unsigned long long)ph_missing, (unsigned)i);
@@ -176,6 +161,19 @@ ls_status ls_audit_rules_rank(ls_audit_run *run) {
     ls_audit_rule_close(ph);
     ls_audit_rule_close(ly);
     ls_audit_rule_close(op);
+    /* what was inferred rather than read from the configuration */
+    size_t l = strlen(ly->message);
+    if (have_cfg && run->cfg_group < 0)
+        snprintf(ly->message + l, sizeof ly->message - l,
+                 "; members per step inferred from the traces (%s%s%s)",
+                 run->config ? "no \"group\" in the configuration" : "no configuration", run->cfg_note[0] ? ": " : "",
+                 run->cfg_note);
+    l = strlen(op->message);
+    if (run->cfg_steps < 0)
+        snprintf(op->message + l, sizeof op->message - l,
+                 "; steps from the receipts and traces (%s%s%s)",
+                 run->config ? "no \"steps_requested\" in the configuration" : "no configuration",
+                 run->cfg_note[0] ? ": " : "", run->cfg_note);
     ls_audit_rule_close(rc);
     ls_audit_rule_close(ne);
     return LS_OK;

@@ -504,6 +504,150 @@ Test(audit, levels_with_a_parity_fixture, .init = setup, .fini = teardown, .time
     cJSON_Delete(doc);
 }
 
+/* ---- what the configuration records: group, steps_requested --------------- */
+
+/* Sets (value != NULL) or deletes key in predicate.config of rank 0's
+ * receipt and of the manifest. */
+static void edit_config(const char *run, const char *key, const char *value) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "python3 -c \"import json,sys\nfor p in sys.argv[1:3]:\n d=json.load(open(p)); c=d['predicate']['config']\n"
+             " if sys.argv[4]=='-': c.pop(sys.argv[3])\n else: c[sys.argv[3]]=json.loads(sys.argv[4])\n"
+             " json.dump(d,open(p,'w'))\" '%s/rank-0000/receipt.json' '%s/manifest.json' '%s' '%s'",
+             run, run, key, value ? value : "-");
+    cr_assert_eq(sh(cmd), 0, "%s", cmd);
+}
+
+/* The configuration's integer key from rank 0's receipt (read here, not by the audit). */
+static long config_int(const char *run, const char *key) {
+    char p[800], err[256];
+    snprintf(p, sizeof p, "%s/rank-0000/receipt.json", run);
+    cJSON *d = NULL;
+    cr_assert_eq(ls_json_read_file(p, &d, err, sizeof err), LS_OK, "%s", err);
+    const cJSON *v = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(d, "predicate"), "config"), key);
+    cr_assert(cJSON_IsNumber(v), "%s: no integer config.%s", p, key);
+    long n = (long)v->valuedouble;
+    cJSON_Delete(d);
+    return n;
+}
+
+/* Drops every score and replay layer_end of one member (*user): the trace
+ * then shows one member fewer, which inference from the events cannot see. */
+static int drop_member(const char *line, FILE *out, long idx, void *user) {
+    char m[32];
+    (void)out;
+    (void)idx;
+    snprintf(m, sizeof m, "\"member\":%ld,", *(const long *)user);
+    return !(strstr(line, "\"ev\":\"layer_end\"") && strstr(line, m) &&
+             (strstr(line, "\"phase\":\"replay\"") || strstr(line, "\"phase\":\"score\"")));
+}
+
+Test(audit, recorded_group_names_a_missing_member, .init = setup, .fini = teardown, .timeout = 120) {
+    char src[512], run[600], p[800], text[128];
+    single_run(src, sizeof src);
+    long G = config_int(src, "group");
+    cr_assert_geq(G, 2, "the fixture needs a group of two or more");
+    long last = G - 1;
+    copy_run(src, "g", run, sizeof run);
+    snprintf(p, sizeof p, "%s/rank-0000/events.jsonl.zst", run);
+    rewrite_trace(p, drop_member, &last, true);
+    cJSON *doc = NULL;
+    cr_expect_eq(audit(run, NULL, &doc), 1);
+    snprintf(text, sizeof text, "step 0 replay: no bwd layer_end for member %ld, layer -1", last);
+    expect_fail(doc, "rank.layers", 0, "rank-0000/events.jsonl.zst", -2, text);
+    snprintf(text, sizeof text, "step 0 score: no fwd layer_end for member %ld, layer -1", last);
+    expect_fail(doc, "rank.layers", 0, "rank-0000/events.jsonl.zst", -2, text);
+    cJSON_Delete(doc);
+    /* the same trace with no "group" recorded (an older run): the audit infers G - 1
+       members from the events, the rule passes and its message says it inferred */
+    edit_config(run, "group", NULL);
+    cr_expect_eq(audit(run, NULL, &doc), 1); /* the edited receipt fails its digest */
+    expect_fail(doc, "manifest.digests", 0, "rank-0000/receipt.json", -2, "sha256");
+    cr_expect(passes(doc, "rank.layers"));
+    const char *msg = cJSON_GetObjectItem(rule(doc, "rank.layers"), "message")->valuestring;
+    cr_expect(strstr(msg, "inferred from the traces") && strstr(msg, "no \"group\""), "message: %s", msg);
+    cJSON_Delete(doc);
+}
+
+Test(audit, fewer_steps_than_requested, .init = setup, .fini = teardown, .timeout = 120) {
+    char src[512], run[600], text[160];
+    single_run(src, sizeof src);
+    long steps = config_int(src, "steps_requested");
+    copy_run(src, "s", run, sizeof run);
+    /* the receipts say one step more was asked for than the (intact) trace ran */
+    snprintf(text, sizeof text, "%ld", steps + 1);
+    edit_config(run, "steps_requested", text);
+    cJSON *doc = NULL;
+    cr_expect_eq(audit(run, NULL, &doc), 1);
+    snprintf(text, sizeof text, "rank 0 stopped early: %ld optimizer step(s) of the %ld requested", steps, steps + 1);
+    expect_fail(doc, "rank.optimizer", 0, "rank-0000/events.jsonl.zst", -1, text);
+    snprintf(text, sizeof text, "step %ld: phase capture never ended ok", steps);
+    expect_fail(doc, "rank.phases", 0, "rank-0000/events.jsonl.zst", -1, text);
+    cr_expect(passes(doc, "trace.valid"));
+    cJSON_Delete(doc);
+    /* not recorded (an older run): the steps the run shows, and the message says so */
+    edit_config(run, "steps_requested", NULL);
+    cr_expect_eq(audit(run, NULL, &doc), 1);
+    cr_expect(passes(doc, "rank.optimizer"));
+    const char *msg = cJSON_GetObjectItem(rule(doc, "rank.optimizer"), "message")->valuestring;
+    cr_expect(strstr(msg, "no \"steps_requested\""), "message: %s", msg);
+    cJSON_Delete(doc);
+    /* a run the trainer stopped itself (a refused step: --fault nan-grad) */
+    char nan[512];
+    fixture("nan", TRAIN " " TRAIN_ARGS " --steps 3 --fault nan-grad --out", -1, nan, sizeof nan);
+    cr_expect_eq(audit(nan, NULL, &doc), 1);
+    expect_fail(doc, "rank.optimizer", 0, "rank-0000/events.jsonl.zst", -1,
+                "rank 0 stopped early: 0 optimizer step(s) of the 3 requested");
+    expect_fail(doc, "rank.no_error", 0, "rank-0000/events.jsonl.zst", -1, "non-finite");
+    cJSON_Delete(doc);
+}
+
+/* Moves the first step-0 replay layer_end to just before rank_complete. */
+static int move_late(const char *line, FILE *out, long idx, void *user) {
+    static char held[1 << 16];
+    int *state = user;
+    (void)idx;
+    if (*state == 0 && strstr(line, "\"ev\":\"layer_end\"") && strstr(line, "\"phase\":\"replay\"") &&
+        strstr(line, "\"step\":0,")) {
+        snprintf(held, sizeof held, "%s", line);
+        *state = 1;
+        return 0;
+    }
+    if (*state == 1 && strstr(line, "\"ev\":\"rank_complete\"")) {
+        fputs(held, out);
+        *state = 2;
+    }
+    return 1;
+}
+
+/* The layer checks run step by step while the trace streams (two steps
+ * open): an event within the window is still counted, one of a step
+ * already checked is named, never silently dropped. */
+Test(audit, layer_end_after_its_step_was_checked, .init = setup, .fini = teardown, .timeout = 120) {
+    char src[512], run[600], p[800];
+    fixture("steps3", TRAIN " " TRAIN_ARGS " --steps 3 --out", 0, src, sizeof src);
+    copy_run(src, "late", run, sizeof run);
+    snprintf(p, sizeof p, "%s/rank-0000/events.jsonl.zst", run);
+    int state = 0;
+    rewrite_trace(p, move_late, &state, true);
+    cr_assert_eq(state, 2);
+    cJSON *doc = NULL;
+    cr_expect_eq(audit(run, NULL, &doc), 1);
+    expect_fail(doc, "trace.valid", 0, "rank-0000/events.jsonl.zst", -1, "ts_backwards"); /* its time is old */
+    expect_fail(doc, "rank.layers", 0, "rank-0000/events.jsonl.zst", -1, "step already over (first: step 0");
+    cJSON_Delete(doc);
+    /* within the window (a 2-step run: step 0 is still open at the end): counted, the run passes */
+    single_run(src, sizeof src);
+    copy_run(src, "near", run, sizeof run);
+    snprintf(p, sizeof p, "%s/rank-0000/events.jsonl.zst", run);
+    state = 0;
+    rewrite_trace(p, move_late, &state, true);
+    cr_assert_eq(state, 2);
+    cr_expect_eq(audit(run, NULL, &doc), 1); /* the trace's digest changed */
+    cr_expect(passes(doc, "rank.layers"), "%s", cJSON_GetObjectItem(rule(doc, "rank.layers"), "message")->valuestring);
+    cJSON_Delete(doc);
+}
+
 /* ---- CP-2 ------------------------------------------------------------------ */
 #if defined(LS_MPIEXEC)
 
