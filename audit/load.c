@@ -650,8 +650,8 @@ static void derive_config(ls_audit_run *run) {
     int64_t v = 0;
     const cJSON *g = cJSON_GetObjectItemCaseSensitive(run->config, "group");
     if (get_int(run->config, "group", &v) && v >= 1 && v <= LS_AUDIT_MAX_MEMBER) run->cfg_group = v;
-    else if (g != NULL)
-        snprintf(run->cfg_note, sizeof run->cfg_note, "config \"group\" is not an integer 1..%d: not used",
+    else if (g != NULL && !(get_int(run->config, "group", &v) && v == -1)) /* -1: set by each rollouts line */
+        snprintf(run->cfg_note, sizeof run->cfg_note, "config \"group\" is not an integer 1..%d or -1: not used",
                  LS_AUDIT_MAX_MEMBER);
     const cJSON *sr = cJSON_GetObjectItemCaseSensitive(run->config, "steps_requested");
     if (get_int(run->config, "steps_requested", &v) && v >= 1 && v <= LS_AUDIT_MAX_STEPS) run->cfg_steps = v;

@@ -2,15 +2,33 @@
 # and 2, float64 and float32) whose report is the fixture the table test
 # audits runs with, a faulty trainer refused; then the original work's
 # table and reports the audit must not accept.  Needs MPI and python3.
+# Under the sanitizers every trainer run is several times slower (the
+# matrix alone took 500 s): that build runs the usage test and the faulty
+# trainer (the parity code's whole path: runs, reference, finite
+# differences, checks, controls, report) and leaves the matrix and the
+# table to the Release suite.
 if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
-  ls_add_criterion_test(test_parity SOURCES test_parity.c LIBS ls_receipts TIMEOUT 1800)
-  ls_add_criterion_test(test_parity_table SOURCES test_parity_table.c LIBS ls_receipts TIMEOUT 1200)
-  foreach(t test_parity test_parity_table)
+  set(LS_PARITY_TESTS test_parity)
+  if(LS_SANITIZE)
+    add_executable(test_parity test_parity.c)
+    target_include_directories(test_parity PRIVATE ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_SOURCE_DIR})
+    target_link_libraries(test_parity PRIVATE ls_receipts PkgConfig::CRITERION ${LIBM})
+    target_compile_definitions(test_parity PRIVATE LS_SOURCE_DIR="${CMAKE_SOURCE_DIR}" LS_BINARY_DIR="${CMAKE_BINARY_DIR}")
+    add_test(NAME test_parity_sanitized COMMAND test_parity --jobs 1 --filter "parity/[ua]*")
+    set_tests_properties(test_parity_sanitized PROPERTIES TIMEOUT 900 ENVIRONMENT "OMP_NUM_THREADS=1")
+  else()
+    ls_add_criterion_test(test_parity SOURCES test_parity.c LIBS ls_receipts TIMEOUT 1800)
+    ls_add_criterion_test(test_parity_table SOURCES test_parity_table.c LIBS ls_receipts TIMEOUT 1200)
+    list(APPEND LS_PARITY_TESTS test_parity_table)
+    set_tests_properties(test_parity PROPERTIES FIXTURES_SETUP parity_report)
+    set_tests_properties(test_parity_table PROPERTIES FIXTURES_REQUIRED parity_report)
+  endif()
+  foreach(t ${LS_PARITY_TESTS})
     target_compile_definitions(${t} PRIVATE LS_MPIEXEC="${MPIEXEC_EXECUTABLE}"
       LS_MPIRUN_FLAGS="${LS_MPIRUN_FLAGS_STR}" LS_LSAN_SUPP="${CMAKE_CURRENT_SOURCE_DIR}/comm_lsan.supp")
     add_dependencies(${t} longstraw-train longstraw-parity longstraw-audit)
-    set_tests_properties(${t} PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")
+    if(NOT LS_SANITIZE)
+      set_tests_properties(${t} PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")
+    endif()
   endforeach()
-  set_tests_properties(test_parity PROPERTIES FIXTURES_SETUP parity_report)
-  set_tests_properties(test_parity_table PROPERTIES FIXTURES_REQUIRED parity_report)
 endif()

@@ -542,6 +542,28 @@ static int drop_member(const char *line, FILE *out, long idx, void *user) {
              (strstr(line, "\"phase\":\"replay\"") || strstr(line, "\"phase\":\"score\"")));
 }
 
+/* A --rollouts run: each line sets its own group size (here 2, the
+ * trainer's --group default being 4), so the config records group -1 and
+ * the audit infers G, saying so: the run proves level 1. */
+Test(audit, rollouts_groups_are_their_lines, .init = setup, .fini = teardown, .timeout = 120) {
+    char roll[512], cmd[2048], run[600];
+    snprintf(roll, sizeof roll, "%s/r.jsonl", tmpdir);
+    FILE *f = fopen(roll, "w");
+    cr_assert_not_null(f);
+    fputs("{\"prompt\":[1,2,3,4,5,6,7,8,9,10,11,12],\"responses\":[[5,6,7],[8,9]],\"rewards\":[1,0]}\n", f);
+    fclose(f);
+    snprintf(run, sizeof run, "%s/rr", tmpdir);
+    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s --config %s --rollouts %s --out %s --quiet >/dev/null 2>&1", TRAIN,
+             LS_SOURCE_DIR "/configs/hybrid-tiny.json", roll, run);
+    cr_assert_eq(sh(cmd), 0);
+    cJSON *doc = NULL;
+    cr_expect_eq(audit(run, "--require-level 1", &doc), 0, "a rollouts run with G = 2 must prove level 1");
+    cr_expect_eq(level(doc), 1);
+    const cJSON *r = rule(doc, "rank.layers");
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(r, "pass")), "rank.layers: %s", cJSON_GetObjectItem(r, "message")->valuestring);
+    cJSON_Delete(doc);
+}
+
 Test(audit, recorded_group_names_a_missing_member, .init = setup, .fini = teardown, .timeout = 120) {
     char src[512], run[600], p[800], text[128];
     single_run(src, sizeof src);

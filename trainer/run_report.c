@@ -37,9 +37,9 @@ cJSON *ls_run_config_json(const ls_train_args *a, uint32_t world) {
     for (size_t i = 0; f && i < sizeof on / sizeof on[0]; i++)
         if (on[i]) cJSON_AddItemToArray(f, cJSON_CreateString(names[i]));
     /* what the audit needs to know was asked for: the dtype, the group size (of the built-in
-       task; a rollouts file's lines set their own), the steps asked (-1: until the input ends) */
+       task; -1: a rollouts file's lines set their own), the steps asked (-1: until the input ends) */
     cJSON_AddStringToObject(c, "dtype", a->f64 ? "f64" : "f32");
-    cJSON_AddNumberToObject(c, "group", (double)a->step.G);
+    cJSON_AddNumberToObject(c, "group", a->rollouts ? -1.0 : (double)a->step.G);
     cJSON_AddNumberToObject(c, "steps_requested", a->have_steps ? (double)a->steps : (a->rollouts ? -1.0 : 1.0));
     if (!f || !cJSON_AddNumberToObject(c, "cp_ranks", world)) {
         cJSON_Delete(c);
