@@ -49,6 +49,7 @@ typedef struct {
     dtype_out d[2];
     ls_parity_logprobs ref_policy;
     double ref_loss;
+    int vocab; /* the model config's: token ids are drawn below it */
     char *err;
     size_t errlen;
 } cfg_run;
@@ -192,7 +193,7 @@ static ls_status write_rollouts(cfg_run *r, const char *path, const ls_parity_lo
     cJSON *doc = cJSON_CreateObject(), *pr = cJSON_AddArrayToObject(doc, "prompt");
     cJSON *rs = cJSON_AddArrayToObject(doc, "responses"), *rw = cJSON_AddArrayToObject(doc, "rewards");
     uint32_t st = c->token_seed;
-    int vocab = 256; /* the tokens stay below every config's vocab (hybrid-tiny: 256) */
+    int vocab = r->vocab;
     for (int t = 0; t < c->prompt_len; t++) cJSON_AddItemToArray(pr, cJSON_CreateNumber((double)(lcg_next(&st) % (uint32_t)vocab)));
     for (int i = 0; i < c->group; i++) {
         cJSON *y = cJSON_CreateArray();
@@ -590,6 +591,15 @@ static ls_status run_config(cfg_run *r) {
         return LS_ERR_IO;
     }
     ls_parity_report_config(r->rep, r->c);
+    cJSON *mc = NULL;
+    if ((s = ls_json_read_file_capped(o->model_config, 1u << 20, &mc, r->err, r->errlen)) != LS_OK) return s;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(mc, "vocab");
+    r->vocab = cJSON_IsNumber(v) && v->valuedouble >= 2 && v->valuedouble <= (1 << 24) ? (int)v->valuedouble : 0;
+    cJSON_Delete(mc);
+    if (r->vocab == 0) {
+        snprintf(r->err, r->errlen, "%s: field 'vocab' is not an integer in 2..2^24", o->model_config);
+        return LS_ERR_FORMAT;
+    }
     if ((s = write_rollouts(r, r->roll_score, NULL, NULL)) != LS_OK) return s;
     sp[0] = (run_spec){.dt = LS_PARITY_F64, .world = 1, .label = "init", .strategy = "naive"};
     if ((s = run_specs(r, sp, 1, "init (weights)")) != LS_OK) return s;
