@@ -8,14 +8,12 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
-#define _XOPEN_SOURCE 700 /* nftw */
 #include <errno.h>
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -26,7 +24,6 @@
 #define F64_TOL 1e-10
 #define F32_FACTOR 10.0
 #define F32_MIN_TOL (4.0 * FLT_EPSILON)
-#define TEMPERATURE "0.9"
 
 static const char *const DT[] = {"f64", "f32"};
 enum { DETACHED = 0, FULL = 1 };
@@ -80,51 +77,6 @@ typedef struct {
     const char *fault;
     bool grad;             /* grad run: supplied log-probs, dumps gradients and weights */
 } run_spec;
-
-/* rm -rf path (no links followed), for a run directory the trainer must
- * find fresh. */
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
-}
-
-void ls_parity_remove_tree(const char *path) { nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
-
-void ls_parity_train_job(const ls_parity_opts *o, const ls_parity_config *c, const ls_parity_train *t,
-                         ls_parity_job *j) {
-    memset(j, 0, sizeof *j);
-    snprintf(j->log, sizeof j->log, "%s", t->log);
-    if (t->world > 1) {
-        ls_parity_job_arg(j, "%s", o->mpirun);
-        ls_parity_job_arg(j, "--oversubscribe");
-        ls_parity_job_arg(j, "--bind-to");
-        ls_parity_job_arg(j, "none");
-        if (geteuid() == 0) ls_parity_job_arg(j, "--allow-run-as-root");
-        ls_parity_job_arg(j, "-np");
-        ls_parity_job_arg(j, "%d", t->world);
-    }
-    ls_parity_job_arg(j, "%s", o->trainer);
-    const char *kv[][2] = {
-        {"--config", o->model_config}, {"--out", t->out},           {"--rollouts", t->rollouts},
-        {"--dtype", DT[t->dt]},        {"--steps", "1"},            {"--train-mode", c->train_mode},
-        {"--lora-init", "random"},     {"--temperature", TEMPERATURE}, {"--load", t->load},
-        {"--save-init", t->save_init}, {"--dump-batch", t->dump_batch}, {"--dump-grads", t->dump_grads},
-        {"--save", t->save},           {"--strategy", t->strategy}, {"--grad-mode", t->grad_mode},
-        {"--fault", t->fault},
-    };
-    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) {
-        if (kv[i][1] == NULL) continue;
-        ls_parity_job_arg(j, "%s", kv[i][0]);
-        ls_parity_job_arg(j, "%s", kv[i][1]);
-    }
-    ls_parity_job_arg(j, "--seed");
-    ls_parity_job_arg(j, "%llu", (unsigned long long)o->seed);
-    ls_parity_job_arg(j, "--page-size");
-    ls_parity_job_arg(j, "%d", c->page_size);
-    ls_parity_job_arg(j, "--capture-chunk");
-    ls_parity_job_arg(j, "%d", c->capture_chunk);
-    ls_parity_job_arg(j, "--quiet");
-}
 
 static ls_status job_for(const cfg_run *r, const run_spec *s, ls_parity_job *j) {
     char base[LS_PARITY_PATH], out[LS_PARITY_PATH], log[LS_PARITY_PATH], batch[LS_PARITY_PATH],

@@ -1,0 +1,61 @@
+/* parity_train.c - longstraw-train command lines for parity's runs
+ * (parity.h): the matrix entry's settings, the run's inputs and dumps, and
+ * mpirun for CP > 1; and the removal of a run directory. */
+#define _XOPEN_SOURCE 700 /* nftw */
+#include <ftw.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "parity/parity.h"
+
+#define TEMPERATURE "0.9"
+
+static const char *const DT[] = {"f64", "f32"};
+
+/* rm -rf path (no links followed), for a run directory the trainer must
+ * find fresh. */
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p);
+}
+
+void ls_parity_remove_tree(const char *path) { nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+
+void ls_parity_train_job(const ls_parity_opts *o, const ls_parity_config *c, const ls_parity_train *t,
+                         ls_parity_job *j) {
+    memset(j, 0, sizeof *j);
+    snprintf(j->log, sizeof j->log, "%s", t->log);
+    if (t->world > 1) {
+        ls_parity_job_arg(j, "%s", o->mpirun);
+        ls_parity_job_arg(j, "--oversubscribe");
+        ls_parity_job_arg(j, "--bind-to");
+        ls_parity_job_arg(j, "none");
+        if (geteuid() == 0) ls_parity_job_arg(j, "--allow-run-as-root");
+        ls_parity_job_arg(j, "-np");
+        ls_parity_job_arg(j, "%d", t->world);
+    }
+    ls_parity_job_arg(j, "%s", o->trainer);
+    const char *kv[][2] = {
+        {"--config", o->model_config}, {"--out", t->out},           {"--rollouts", t->rollouts},
+        {"--dtype", DT[t->dt]},        {"--steps", "1"},            {"--train-mode", c->train_mode},
+        {"--lora-init", "random"},     {"--temperature", TEMPERATURE}, {"--load", t->load},
+        {"--save-init", t->save_init}, {"--dump-batch", t->dump_batch}, {"--dump-grads", t->dump_grads},
+        {"--save", t->save},           {"--strategy", t->strategy}, {"--grad-mode", t->grad_mode},
+        {"--fault", t->fault},
+    };
+    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) {
+        if (kv[i][1] == NULL) continue;
+        ls_parity_job_arg(j, "%s", kv[i][0]);
+        ls_parity_job_arg(j, "%s", kv[i][1]);
+    }
+    ls_parity_job_arg(j, "--seed");
+    ls_parity_job_arg(j, "%llu", (unsigned long long)o->seed);
+    ls_parity_job_arg(j, "--page-size");
+    ls_parity_job_arg(j, "%d", c->page_size);
+    ls_parity_job_arg(j, "--capture-chunk");
+    ls_parity_job_arg(j, "%d", c->capture_chunk);
+    ls_parity_job_arg(j, "--quiet");
+}
+
