@@ -29,16 +29,17 @@ usage:
       for `longstraw-train --load`. With --lora-r R also every LoRA pair of section 3
       (lora_A random, lora_B random unless --lora-b-zero; routed experts' with
       --lora-experts).
-  mla_ref.py --self-test [CONFIG.json]
-      Proves internal properties on random weights of CONFIG (default
-      configs/mla-tiny.json, whose keys and section 2.4 values it checks first):
+  mla_ref.py --self-test
+      Proves internal properties on random weights of configs/mla-tiny.json (whose
+      keys and section 2.4 values it checks first):
+        (0) RoPE (interleaved, NeoX prefix), RMSNorm, LayerNorm, top-k: hand values;
         (a) absorbed and naive MLA agree (every layer's attention output and every
             log-probability, to 1e-12) with the top-k active;
         (b) DSA: with index_topk >= the sequence length the model equals dense causal
             attention; with the small top-k exactly min(k_top, t+1) positions s <= t are
             attended, the selection is ordered by score then index, attention depends on
-            the selected positions only (an unselected cache entry changed: output
-            bit-identical; a selected one: changed), constructed exact ties (one repeated
+            the selected positions only (every unselected cache entry changed: output
+            bit-identical; each selected one: changed), constructed exact ties (one repeated
             token, two alternating tokens, with the indexer key made position-independent)
             pick the lowest indices, and the small top-k differs from dense (control);
         (c) MoE routing: kept groups are the topk_group best by the sum of their top-2 s',
@@ -59,7 +60,6 @@ import json
 import math
 import os
 import random
-import struct
 import sys
 from operator import mul
 
