@@ -153,6 +153,16 @@ static long find_name(const snode *sn, const char *name) {
     }
 }
 
+/* find_name trying names[*hint] first: instances mostly list their members
+ * in the schema's order, so one strcmp usually finds it.  *hint moves past a
+ * hit. */
+static long find_name_hinted(const snode *sn, const char *name, size_t *hint) {
+    long i = *hint < sn->n_names && strcmp(sn->names[*hint].name, name) == 0 ? (long)*hint
+                                                                            : find_name(sn, name);
+    if (i >= 0) *hint = (size_t)i + 1;
+    return i;
+}
+
 /* Adds name (first occurrence wins); its index, or NO_NAME when out of memory. */
 static uint32_t add_name(snode *sn, const char *name, const snode *schema, size_t cap) {
     size_t j = hash_str(name) & sn->slot_mask;
@@ -503,8 +513,9 @@ static int validate_object(vctx *c, const snode *sn, const cJSON *inst, int dept
         uint64_t seen[REQ_BITMAP_WORDS] = {0};
         int bitmap = sn->n_names <= 64 * REQ_BITMAP_WORDS;
         /* as cJSON_GetObjectItemCaseSensitive: members up to the first unnamed one */
+        size_t hint = 0;
         for (const cJSON *m = bitmap ? inst->child : NULL; m != NULL && m->string != NULL; m = m->next) {
-            long i = find_name(sn, m->string);
+            long i = find_name_hinted(sn, m->string, &hint);
             if (i >= 0) seen[i / 64] |= UINT64_C(1) << (i % 64);
         }
         size_t k = 0;
@@ -518,8 +529,9 @@ static int validate_object(vctx *c, const snode *sn, const cJSON *inst, int dept
     if (!ok && c->errs == NULL) return 0;
     int props = sn->kw[KW_PROPERTIES] != NULL;
     if (!props && sn->addl == NULL) return ok;
+    size_t hint = 0;
     for (const cJSON *m = inst->child; m != NULL; m = m->next) {
-        long i = props && m->string != NULL ? find_name(sn, m->string) : -1;
+        long i = props && m->string != NULL ? find_name_hinted(sn, m->string, &hint) : -1;
         const snode *ps = i >= 0 ? sn->names[i].schema : NULL;
         if (ps != NULL) {
             if (!validate_at_key(c, ps, m, m->string, depth)) ok = 0;
