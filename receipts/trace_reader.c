@@ -332,6 +332,12 @@ static bool group_declared(const ls_trace_reader *r, const char *name) {
     return false;
 }
 
+/* strcmp(a, b) == 0 for short keys, inline. */
+static inline bool key_eq(const char *a, const char *b) {
+    while (*a && *a == *b) a++, b++;
+    return *a == *b;
+}
+
 /* Checks the envelope and sequence of one parsed event; true when it is
  * delivered (r->evt filled, r->cur owns j), false when dropped. */
 static bool take_event(ls_trace_reader *r, cJSON *j, const loc *at, bool unverified) {
@@ -344,7 +350,7 @@ static bool take_event(ls_trace_reader *r, cJSON *j, const loc *at, bool unverif
     bool in_order = true;
     const cJSON *c = j->child;
     for (size_t i = 0; i < 5; i++, c = c ? c->next : NULL) {
-        if (c == NULL || strcmp(c->string, ENV[i]) != 0) {
+        if (c == NULL || !key_eq(c->string, ENV[i])) {
             in_order = false;
             break;
         }
