@@ -8,6 +8,7 @@
 #include <float.h>
 #include <limits.h>
 #include <locale.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -365,6 +366,32 @@ static const double POW10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1
 
 static inline bool is_digit(unsigned c) { return c - '0' < 10u; }
 
+/* The double nearest m / 10^d (ties to even) for 2^53 < m < 2^64 and
+ * 1 <= d <= 19, the decimals Clinger's shortcut below cannot take (17
+ * significant digits, as %.17g writes them): the quotient to 55 bits and a
+ * sticky remainder in 128-bit integers, rounded once.  false when the value
+ * is too large for that (>= 2^54: strtod then). */
+static bool exact_quotient(uint64_t m, int d, double *out) {
+#if defined(__SIZEOF_INT128__)
+    uint64_t den = 1;
+    for (int i = 0; i < d; i++) den *= 10;
+    int k = 54 - ((64 - __builtin_clzll(m)) - (64 - __builtin_clzll(den)));
+    if (k < 0) return false;
+    unsigned __int128 q = ((unsigned __int128)m << k) / den;
+    if (q < ((unsigned __int128)1 << 54)) q = ((unsigned __int128)m << ++k) / den;
+    if (q >= ((unsigned __int128)1 << 55)) return false; /* cannot happen: m / den is within a factor 4 of 2^(54-k) */
+    bool rem = ((unsigned __int128)m << k) - q * den != 0;
+    uint64_t mant = (uint64_t)(q >> 2);
+    bool half = (q >> 1) & 1, sticky = (q & 1) || rem;
+    if (half && (sticky || (mant & 1))) mant++;
+    *out = ldexp((double)mant, 2 - k); /* exact: mant <= 2^53, the result a normal double */
+    return true;
+#else
+    (void)m, (void)d, (void)out;
+    return false;
+#endif
+}
+
 static bool parse_number(parser *s, cJSON *node) {
     const unsigned char *p = s->p;
     size_t i = s->i;
@@ -376,11 +403,17 @@ static bool parse_number(parser *s, cJSON *node) {
     size_t digits = 0, frac = 0;
     if (!is_digit(p[j])) return bad(s, i, "bad number");
     if (p[j] == '0') j++;
-    else for (; is_digit(p[j]); j++, digits++) m = m * 10 + (p[j] - '0');
+    else {
+        size_t d0 = j;
+        for (; is_digit(p[j]); j++) m = m * 10 + (p[j] - '0');
+        digits = j - d0;
+    }
     if (p[j] == '.') {
         j++;
         if (!is_digit(p[j])) return bad(s, i, "bad number");
-        for (; is_digit(p[j]); j++, frac++) m = m * 10 + (p[j] - '0');
+        size_t f0 = j;
+        for (; is_digit(p[j]); j++) m = m * 10 + (p[j] - '0');
+        frac = j - f0;
     }
     long e10 = 0;
     size_t exp_digits = 0;
@@ -408,6 +441,9 @@ static bool parse_number(parser *s, cJSON *node) {
          * rounds once, to nearest: the correctly rounded value, as strtod's */
         long e = e10 - (long)frac;
         v = e < 0 ? (double)m / POW10[-e] : (double)m * POW10[e];
+        if (neg) v = -v;
+    } else if (digits + frac <= 19 && exp_digits <= 6 && e10 - (long)frac >= -19 && e10 - (long)frac <= -1 &&
+               FLT_EVAL_METHOD == 0 && exact_quotient(m, (int)((long)frac - e10), &v)) {
         if (neg) v = -v;
     } else { /* as cJSON: strtod on a copy, with the locale's decimal point */
         char small[NUMBER_SMALL + 1];
