@@ -315,8 +315,37 @@ cleanup:
 typedef struct {
     ls_schema_errors *errs; /* NULL while probing inside anyOf/oneOf/not */
     int nomem;
+    size_t len;     /* strlen(ptr) */
     char ptr[1024]; /* JSON pointer of the current instance location */
 } vctx;
+
+/* ls_json_pointer_push_key / _index on c->ptr, keeping c->len; each returns
+ * the length to give ptr_pop to undo it.  A key without '~' or '/' that
+ * fits is copied whole. */
+static size_t ptr_push_key(vctx *c, const char *key) {
+    size_t keep = c->len, kl = strlen(key);
+    if (keep + 1 + kl < sizeof c->ptr && key[strcspn(key, "~/")] == '\0') {
+        c->ptr[keep] = '/';
+        memcpy(c->ptr + keep + 1, key, kl + 1);
+        c->len = keep + 1 + kl;
+    } else {
+        ls_json_pointer_push_key(c->ptr, sizeof c->ptr, key);
+        c->len = keep + strlen(c->ptr + keep);
+    }
+    return keep;
+}
+
+static size_t ptr_push_index(vctx *c, size_t index) {
+    size_t keep = c->len;
+    ls_json_pointer_push_index(c->ptr, sizeof c->ptr, index);
+    c->len = keep + strlen(c->ptr + keep);
+    return keep;
+}
+
+static void ptr_pop(vctx *c, size_t keep) {
+    c->ptr[keep] = '\0';
+    c->len = keep;
+}
 
 static char *dup_str(const char *s) {
     size_t n = strlen(s) + 1;
@@ -420,10 +449,9 @@ static int validate(vctx *c, const snode *sn, const cJSON *inst, int depth);
 
 static int validate_at_key(vctx *c, const snode *sn, const cJSON *inst, const char *key,
                            int depth) {
-    size_t keep = strlen(c->ptr);
-    ls_json_pointer_push_key(c->ptr, sizeof c->ptr, key);
+    size_t keep = ptr_push_key(c, key);
     int ok = validate(c, sn, inst, depth + 1);
-    c->ptr[keep] = '\0';
+    ptr_pop(c, keep);
     return ok;
 }
 
@@ -493,10 +521,9 @@ items:
     if (sn->items != NULL) {
         size_t i = 0;
         for (const cJSON *it = inst->child; it != NULL; it = it->next, i++) {
-            size_t keep = strlen(c->ptr);
-            ls_json_pointer_push_index(c->ptr, sizeof c->ptr, i);
+            size_t keep = ptr_push_index(c, i);
             if (!validate(c, sn->items, it, depth + 1)) ok = 0;
-            c->ptr[keep] = '\0';
+            ptr_pop(c, keep);
             if (!ok && c->errs == NULL) return 0;
         }
     }
@@ -506,9 +533,13 @@ items:
 /* Names a bitmap on the stack covers in the required check; a node with more
  * looks each required name up in the instance instead. */
 #define REQ_BITMAP_WORDS 8
+/* Members whose lookup the required check keeps for the properties pass. */
+#define CACHED_MEMBERS 64
 
 static int validate_object(vctx *c, const snode *sn, const cJSON *inst, int depth) {
     int ok = 1;
+    long found[CACHED_MEMBERS]; /* find_name of the first n_found members */
+    size_t n_found = 0;
     if (sn->kw[KW_REQUIRED] != NULL) {
         uint64_t seen[REQ_BITMAP_WORDS] = {0};
         int bitmap = sn->n_names <= 64 * REQ_BITMAP_WORDS;
@@ -517,6 +548,7 @@ static int validate_object(vctx *c, const snode *sn, const cJSON *inst, int dept
         for (const cJSON *m = bitmap ? inst->child : NULL; m != NULL && m->string != NULL; m = m->next) {
             long i = find_name_hinted(sn, m->string, &hint);
             if (i >= 0) seen[i / 64] |= UINT64_C(1) << (i % 64);
+            if (n_found < CACHED_MEMBERS) found[n_found++] = i;
         }
         size_t k = 0;
         for (const cJSON *r = sn->kw[KW_REQUIRED]->child; r != NULL; r = r->next, k++) {
@@ -529,18 +561,19 @@ static int validate_object(vctx *c, const snode *sn, const cJSON *inst, int dept
     if (!ok && c->errs == NULL) return 0;
     int props = sn->kw[KW_PROPERTIES] != NULL;
     if (!props && sn->addl == NULL) return ok;
-    size_t hint = 0;
-    for (const cJSON *m = inst->child; m != NULL; m = m->next) {
-        long i = props && m->string != NULL ? find_name_hinted(sn, m->string, &hint) : -1;
+    size_t hint = 0, mi = 0;
+    for (const cJSON *m = inst->child; m != NULL; m = m->next, mi++) {
+        long i = mi < n_found                   ? found[mi]
+                 : props && m->string != NULL ? find_name_hinted(sn, m->string, &hint)
+                                              : -1;
         const snode *ps = i >= 0 ? sn->names[i].schema : NULL;
         if (ps != NULL) {
             if (!validate_at_key(c, ps, m, m->string, depth)) ok = 0;
         } else if (sn->addl != NULL) {
             if (cJSON_IsFalse(sn->kw[KW_ADDITIONAL])) {
-                size_t keep = strlen(c->ptr);
-                ls_json_pointer_push_key(c->ptr, sizeof c->ptr, m->string);
+                size_t keep = ptr_push_key(c, m->string);
                 ok = fail(c, "additionalProperties", "property \"%s\" is not allowed", m->string);
-                c->ptr[keep] = '\0';
+                ptr_pop(c, keep);
             } else if (!validate_at_key(c, sn->addl, m, m->string, depth)) {
                 ok = 0;
             }
