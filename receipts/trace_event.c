@@ -48,9 +48,23 @@ const char *ls_trace_objective_name(ls_trace_objective o) {
 
 ls_trace_kind ls_trace_kind_from_name(const char *name) {
     if (name == NULL) return LS_TRACE_KIND_UNKNOWN;
-    for (int k = 0; k < LS_TRACE_KIND_COUNT; k++) /* the first character first: one call usually */
-        if (KIND_NAMES[k][0] == name[0] && name_eq(KIND_NAMES[k], name)) return (ls_trace_kind)k;
-    return LS_TRACE_KIND_UNKNOWN;
+    int k; /* the one candidate its first characters leave, then compared */
+    switch (name[0]) {
+    case 'p':
+        if (name_eq(KIND_NAMES[LS_TRACE_PHASE_BEGIN], name)) return LS_TRACE_PHASE_BEGIN;
+        if (name_eq(KIND_NAMES[LS_TRACE_PHASE_END], name)) return LS_TRACE_PHASE_END;
+        k = LS_TRACE_PARAM_DIGEST;
+        break;
+    case 'l': k = LS_TRACE_LAYER_END; break;
+    case 'c': k = LS_TRACE_COLLECTIVE; break;
+    case 'o': k = LS_TRACE_OPTIMIZER_STEP; break;
+    case 'm': k = LS_TRACE_MEMORY; break;
+    case 'e': k = LS_TRACE_ERROR; break;
+    case 'r': k = LS_TRACE_RANK_COMPLETE; break;
+    case 's': k = LS_TRACE_STEP_METRICS; break;
+    default: return LS_TRACE_KIND_UNKNOWN;
+    }
+    return name_eq(KIND_NAMES[k], name) ? (ls_trace_kind)k : LS_TRACE_KIND_UNKNOWN;
 }
 
 static int index_in(const char *const *table, const char *name) {
@@ -402,6 +416,11 @@ static int field_index(const kind_spec *ks, const char *key, size_t hint) {
 }
 
 ls_status ls_trace_event_check(ls_trace_kind kind, const cJSON *event, char *why, size_t why_len) {
+    return ls_trace_event_check_ex(kind, event, 0, why, why_len, NULL);
+}
+
+ls_status ls_trace_event_check_ex(ls_trace_kind kind, const cJSON *event, size_t skip, char *why,
+                                  size_t why_len, bool *prefix_frozen) {
     if (why && why_len) why[0] = '\0';
     if (event == NULL || (int)kind < 0 || kind >= LS_TRACE_KIND_COUNT) {
         if (why && why_len) snprintf(why, why_len, "no event or unknown kind");
@@ -412,7 +431,9 @@ ls_status ls_trace_event_check(ls_trace_kind kind, const cJSON *event, char *why
     const kind_spec *ks = &KINDS[kind];
     uint32_t seen = 0; /* tables have at most 32 fields */
     size_t hint = 0;
-    for (const cJSON *c = event->child; c; c = c->next) {
+    const cJSON *first = event->child;
+    for (size_t k = 0; k < skip && first; k++) first = first->next;
+    for (const cJSON *c = first; c; c = c->next) {
         const char *key = c->string ? c->string : "";
         int i = field_index(ks, key, hint);
         if (i == FIELD_ENVELOPE) continue;
@@ -426,6 +447,11 @@ ls_status ls_trace_event_check(ls_trace_kind kind, const cJSON *event, char *why
     for (size_t i = 0; i < ks->n; i++)
         if (!(seen & (UINT32_C(1) << i)) && !ks->fields[i].optional)
             return fail(why, why_len, kname, ks->fields[i].name, "missing");
+    if (prefix_frozen) { /* the kinds with "step" have it optional, as true only */
+        *prefix_frozen = false;
+        for (size_t i = 0; i < ks->n; i++)
+            if (ks->fields[i].type == FT_TRUE && (seen & (UINT32_C(1) << i))) *prefix_frozen = true;
+    }
     if (kind == LS_TRACE_STEP_METRICS) {
         bool r = cJSON_GetObjectItemCaseSensitive(event, "reward_retrieval") != NULL;
         bool f = cJSON_GetObjectItemCaseSensitive(event, "reward_format") != NULL;
