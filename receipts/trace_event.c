@@ -48,9 +48,23 @@ const char *ls_trace_objective_name(ls_trace_objective o) {
 
 ls_trace_kind ls_trace_kind_from_name(const char *name) {
     if (name == NULL) return LS_TRACE_KIND_UNKNOWN;
-    for (int k = 0; k < LS_TRACE_KIND_COUNT; k++)
-        if (name_eq(KIND_NAMES[k], name)) return (ls_trace_kind)k;
-    return LS_TRACE_KIND_UNKNOWN;
+    int k; /* the one candidate its first characters leave, then compared */
+    switch (name[0]) {
+    case 'p':
+        if (name_eq(KIND_NAMES[LS_TRACE_PHASE_BEGIN], name)) return LS_TRACE_PHASE_BEGIN;
+        if (name_eq(KIND_NAMES[LS_TRACE_PHASE_END], name)) return LS_TRACE_PHASE_END;
+        k = LS_TRACE_PARAM_DIGEST;
+        break;
+    case 'l': k = LS_TRACE_LAYER_END; break;
+    case 'c': k = LS_TRACE_COLLECTIVE; break;
+    case 'o': k = LS_TRACE_OPTIMIZER_STEP; break;
+    case 'm': k = LS_TRACE_MEMORY; break;
+    case 'e': k = LS_TRACE_ERROR; break;
+    case 'r': k = LS_TRACE_RANK_COMPLETE; break;
+    case 's': k = LS_TRACE_STEP_METRICS; break;
+    default: return LS_TRACE_KIND_UNKNOWN;
+    }
+    return name_eq(KIND_NAMES[k], name) ? (ls_trace_kind)k : LS_TRACE_KIND_UNKNOWN;
 }
 
 static int index_in(const char *const *table, const char *name) {
@@ -72,11 +86,20 @@ int ls_trace_enum_from_name(const char *table, const char *name) {
     return -1;
 }
 
+/* Bytes of an identifier after its first: a-z, 0-9, '_'. */
+static const unsigned char IDENT_REST[256] = {
+    ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1, ['8'] = 1,
+    ['9'] = 1, ['_'] = 1, ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1, ['g'] = 1,
+    ['h'] = 1, ['i'] = 1, ['j'] = 1, ['k'] = 1, ['l'] = 1, ['m'] = 1, ['n'] = 1, ['o'] = 1, ['p'] = 1,
+    ['q'] = 1, ['r'] = 1, ['s'] = 1, ['t'] = 1, ['u'] = 1, ['v'] = 1, ['w'] = 1, ['x'] = 1, ['y'] = 1,
+    ['z'] = 1,
+};
+
 bool ls_trace_is_ident(const char *s) {
     if (s == NULL || !(s[0] >= 'a' && s[0] <= 'z')) return false;
-    for (const char *p = s + 1; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_')) return false;
-    return true;
+    const unsigned char *p = (const unsigned char *)s + 1;
+    while (IDENT_REST[*p]) p++;
+    return *p == '\0';
 }
 
 bool ls_trace_is_token(const char *s) {
@@ -127,8 +150,11 @@ size_t ls_trace_utf8_len(const unsigned char *p, size_t n) {
 bool ls_trace_json_int(const cJSON *item, int64_t *out) {
     if (!cJSON_IsNumber(item)) return false;
     double v = item->valuedouble;
-    if (!isfinite(v) || v != floor(v) || fabs(v) > (double)LS_TRACE_MAX_INT) return false;
-    if (out) *out = (int64_t)v;
+    /* in range (NaN is not), then integral: exact through int64_t there */
+    if (!(v >= -(double)LS_TRACE_MAX_INT && v <= (double)LS_TRACE_MAX_INT)) return false;
+    int64_t i = (int64_t)v;
+    if ((double)i != v) return false;
+    if (out) *out = i;
     return true;
 }
 
@@ -237,12 +263,17 @@ static const kind_spec KINDS[LS_TRACE_KIND_COUNT] = {
 };
 #undef KS
 
-static const char *const ENVELOPE_KEYS[] = {"v", "rank", "seq", "ts_ns", "ev", NULL};
-
+/* One of the five envelope keys ("v", "rank", "seq", "ts_ns", "ev"): one
+ * comparison, chosen by the first character. */
 static bool is_envelope_key(const char *key) {
-    for (int i = 0; ENVELOPE_KEYS[i] != NULL; i++)
-        if (name_eq(ENVELOPE_KEYS[i], key)) return true;
-    return false;
+    switch (key[0]) {
+    case 'v': return key[1] == '\0';
+    case 'r': return name_eq(key, "rank");
+    case 's': return name_eq(key, "seq");
+    case 't': return name_eq(key, "ts_ns");
+    case 'e': return name_eq(key, "ev");
+    default: return false;
+    }
 }
 
 size_t ls_trace_kind_field_count(ls_trace_kind kind) {
@@ -371,17 +402,25 @@ static const char *check_value(const field_spec *spec, const cJSON *it) {
     return "unknown field type";
 }
 
+#define FIELD_ENVELOPE (-2)
+
 /* Index of key in the kind's table, trying `hint` first (events list their
- * fields in table order, so the hint nearly always hits); -1 if absent. */
+ * fields in table order, so the hint nearly always hits); FIELD_ENVELOPE for
+ * an envelope key that is no field of the kind, -1 for any other key. */
 static int field_index(const kind_spec *ks, const char *key, size_t hint) {
     if (hint < ks->n && name_eq(ks->fields[hint].name, key)) return (int)hint;
-    if (hint == 0 && is_envelope_key(key)) return -1; /* the envelope comes first */
+    if (hint == 0 && is_envelope_key(key)) return FIELD_ENVELOPE; /* the envelope comes first */
     for (size_t i = 0; i < ks->n; i++)
         if (name_eq(ks->fields[i].name, key)) return (int)i;
-    return -1;
+    return is_envelope_key(key) ? FIELD_ENVELOPE : -1;
 }
 
 ls_status ls_trace_event_check(ls_trace_kind kind, const cJSON *event, char *why, size_t why_len) {
+    return ls_trace_event_check_ex(kind, event, 0, why, why_len, NULL);
+}
+
+ls_status ls_trace_event_check_ex(ls_trace_kind kind, const cJSON *event, size_t skip, char *why,
+                                  size_t why_len, bool *prefix_frozen) {
     if (why && why_len) why[0] = '\0';
     if (event == NULL || (int)kind < 0 || kind >= LS_TRACE_KIND_COUNT) {
         if (why && why_len) snprintf(why, why_len, "no event or unknown kind");
@@ -392,13 +431,13 @@ ls_status ls_trace_event_check(ls_trace_kind kind, const cJSON *event, char *why
     const kind_spec *ks = &KINDS[kind];
     uint32_t seen = 0; /* tables have at most 32 fields */
     size_t hint = 0;
-    for (const cJSON *c = event->child; c; c = c->next) {
+    const cJSON *first = event->child;
+    for (size_t k = 0; k < skip && first; k++) first = first->next;
+    for (const cJSON *c = first; c; c = c->next) {
         const char *key = c->string ? c->string : "";
         int i = field_index(ks, key, hint);
-        if (i < 0) {
-            if (is_envelope_key(key)) continue;
-            return fail(why, why_len, kname, key, "not a field of this kind");
-        }
+        if (i == FIELD_ENVELOPE) continue;
+        if (i < 0) return fail(why, why_len, kname, key, "not a field of this kind");
         if (seen & (UINT32_C(1) << i)) return fail(why, why_len, kname, key, "repeated");
         seen |= UINT32_C(1) << i;
         hint = (size_t)i + 1;
@@ -408,6 +447,11 @@ ls_status ls_trace_event_check(ls_trace_kind kind, const cJSON *event, char *why
     for (size_t i = 0; i < ks->n; i++)
         if (!(seen & (UINT32_C(1) << i)) && !ks->fields[i].optional)
             return fail(why, why_len, kname, ks->fields[i].name, "missing");
+    if (prefix_frozen) { /* the kinds with "step" have it optional, as true only */
+        *prefix_frozen = false;
+        for (size_t i = 0; i < ks->n; i++)
+            if (ks->fields[i].type == FT_TRUE && (seen & (UINT32_C(1) << i))) *prefix_frozen = true;
+    }
     if (kind == LS_TRACE_STEP_METRICS) {
         bool r = cJSON_GetObjectItemCaseSensitive(event, "reward_retrieval") != NULL;
         bool f = cJSON_GetObjectItemCaseSensitive(event, "reward_format") != NULL;

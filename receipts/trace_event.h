@@ -210,6 +210,13 @@ bool ls_trace_event_prefix_frozen(const cJSON *event);
  * unknown kind. */
 ls_status ls_trace_event_check(ls_trace_kind kind, const cJSON *event, char *why, size_t why_len);
 
+/* ls_trace_event_check for the reader: the first `skip` members of event
+ * are not looked at (the reader passes 5 when they are the envelope keys in
+ * order, which it has checked), and on LS_OK *prefix_frozen (when not NULL)
+ * is ls_trace_event_prefix_frozen(event), found in the same pass. */
+ls_status ls_trace_event_check_ex(ls_trace_kind kind, const cJSON *event, size_t skip, char *why,
+                                  size_t why_len, bool *prefix_frozen);
+
 /* Length (1..4) of the valid UTF-8 sequence starting at p[0] (n bytes
  * available, n >= 1), or 0 when it is not valid UTF-8 (overlong forms,
  * surrogates and code points above U+10FFFF are invalid). */

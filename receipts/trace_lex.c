@@ -5,8 +5,10 @@
  * pool, strings decoded in place: no allocation per line). */
 #include "receipts/trace_lex.h"
 
+#include <float.h>
 #include <limits.h>
 #include <locale.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -222,8 +224,13 @@ static bool bad(parser *s, size_t at, const char *why) {
     return false;
 }
 
-static void skip_ws(parser *s) {
-    while (s->i < s->n && (s->p[s->i] == ' ' || s->p[s->i] == '\t' || s->p[s->i] == '\r')) s->i++;
+/* The line is NUL-terminated at p[n] (ls_trace_lex_parse makes sure), so
+ * the scans below stop there without a bound check: NUL is not whitespace,
+ * a digit or a plain string byte. */
+static inline void skip_ws(parser *s) {
+    unsigned c = s->p[s->i];
+    if (c > ' ') return; /* compact JSON: the usual case */
+    while (c == ' ' || c == '\t' || c == '\r') c = s->p[++s->i];
 }
 
 static int hex4(const unsigned char *p) {
@@ -244,15 +251,59 @@ static int hex4(const unsigned char *p) {
  * DEL) but '"' and '\\'. */
 static inline bool plain_byte(unsigned c) { return c - 0x20u < 0x60u && c != '"' && c != '\\'; }
 
+/* Bit 7 of each byte of x that is not a plain_byte (x holds 8 bytes of the
+ * line).  Bytes below the first such byte are computed exactly (no borrow
+ * reaches them), so the lowest bit set marks the first byte that is not
+ * plain; the bits above it may be false alarms. */
+static inline uint64_t nonplain_bits(uint64_t x) {
+    const uint64_t ones = UINT64_C(0x0101010101010101), high = UINT64_C(0x8080808080808080);
+    uint64_t q = x ^ (ones * '"'), b = x ^ (ones * '\\');
+    uint64_t low = (x - ones * 0x20) & ~x;                      /* bytes below 0x20 */
+    uint64_t quote = (q - ones) & ~q, bslash = (b - ones) & ~b; /* '"' and '\\' */
+    return (x | low | quote | bslash) & high;                   /* and bytes >= 0x80 */
+}
+
+/* Index of the first byte at or after r that is not a plain_byte (p[n] == 0
+ * is not, so at most n). */
+static inline size_t skip_plain(const unsigned char *p, size_t n, size_t r) {
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    for (; r + 8 <= n; r += 8) { /* 8 bytes at a time; the first one found by its bit */
+        uint64_t x;
+        memcpy(&x, p + r, 8);
+        uint64_t m = nonplain_bits(x);
+        if (m != 0) return r + (size_t)(__builtin_ctzll(m) >> 3);
+    }
+#else
+    (void)n;
+#endif
+    while (plain_byte(p[r])) r++;
+    return r;
+}
+
 /* The string at p[i] == '"', decoded in place from p[i + 1] on (never
  * longer than its source, so the write never passes the read; a string
- * without escapes is not moved at all); *out its start. */
-static bool parse_string(parser *s, char **out) {
+ * without escapes is not moved at all); *out its start, *len (when not
+ * NULL) its length as strlen sees it (a \u0000 ends it, as in cJSON). */
+static bool parse_string_rest(parser *s, size_t r, char **out, size_t *len);
+
+static inline bool parse_string(parser *s, char **out, size_t *len) {
     unsigned char *p = s->p;
     size_t n = s->n, r = s->i + 1;
     *out = (char *)p + r;
-    while (r < n && plain_byte(p[r])) r++;
-    size_t w = r;
+    r = skip_plain(p, n, r);
+    if (r < n && p[r] == '"') { /* no escapes: the common case */
+        p[r] = 0;
+        if (len) *len = (size_t)(p + r - (unsigned char *)*out);
+        s->i = r + 1;
+        return true;
+    }
+    return parse_string_rest(s, r, out, len);
+}
+
+/* parse_string from p[r] on, the first byte that is not plain. */
+static bool parse_string_rest(parser *s, size_t r, char **out, size_t *len) {
+    unsigned char *p = s->p;
+    size_t n = s->n, w = r;
     for (;;) {
         if (r >= n) return bad(s, r, "unterminated string");
         unsigned c = p[r];
@@ -304,42 +355,95 @@ static bool parse_string(parser *s, char **out) {
         }
     }
     p[w] = 0;
+    if (len) *len = strlen(*out);
     s->i = r + 1;
     return true;
 }
 
+/* Exact powers of ten as doubles (10^22 is the largest). */
+static const double POW10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                               1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+static inline bool is_digit(unsigned c) { return c - '0' < 10u; }
+
+/* The double nearest m / 10^d (ties to even) for 2^53 < m < 2^64 and
+ * 1 <= d <= 19, the decimals Clinger's shortcut below cannot take (17
+ * significant digits, as %.17g writes them): the quotient to 55 bits and a
+ * sticky remainder in 128-bit integers, rounded once.  false when the value
+ * is too large for that (>= 2^54: strtod then). */
+static bool exact_quotient(uint64_t m, int d, double *out) {
+#if defined(__SIZEOF_INT128__)
+    uint64_t den = 1;
+    for (int i = 0; i < d; i++) den *= 10;
+    int k = 54 - ((64 - __builtin_clzll(m)) - (64 - __builtin_clzll(den)));
+    if (k < 0) return false;
+    unsigned __int128 q = ((unsigned __int128)m << k) / den;
+    if (q < ((unsigned __int128)1 << 54)) q = ((unsigned __int128)m << ++k) / den;
+    if (q >= ((unsigned __int128)1 << 55)) return false; /* cannot happen: m / den is within a factor 4 of 2^(54-k) */
+    bool rem = ((unsigned __int128)m << k) - q * den != 0;
+    uint64_t mant = (uint64_t)(q >> 2);
+    bool half = (q >> 1) & 1, sticky = (q & 1) || rem;
+    if (half && (sticky || (mant & 1))) mant++;
+    *out = ldexp((double)mant, 2 - k); /* exact: mant <= 2^53, the result a normal double */
+    return true;
+#else
+    (void)m, (void)d, (void)out;
+    return false;
+#endif
+}
+
 static bool parse_number(parser *s, cJSON *node) {
     const unsigned char *p = s->p;
-    size_t n = s->n, i = s->i;
-#define DIGIT(j) ((j) < n && p[j] >= '0' && p[j] <= '9')
-    bool neg = p[i] == '-', simple = true;
+    size_t i = s->i;
+    bool neg = p[i] == '-';
     size_t j = i + neg;
-    if (!DIGIT(j)) return bad(s, i, "bad number");
+    /* the digits, integer and fraction, as one integer m (exact while at
+     * most 19 digits: the count decides below) */
+    uint64_t m = 0;
+    size_t digits = 0, frac = 0;
+    if (!is_digit(p[j])) return bad(s, i, "bad number");
     if (p[j] == '0') j++;
-    else while (DIGIT(j)) j++;
-    size_t int_end = j;
-    if (j < n && p[j] == '.') {
-        j++;
-        simple = false;
-        if (!DIGIT(j)) return bad(s, i, "bad number");
-        while (DIGIT(j)) j++;
+    else {
+        size_t d0 = j;
+        for (; is_digit(p[j]); j++) m = m * 10 + (p[j] - '0');
+        digits = j - d0;
     }
-    if (j < n && (p[j] == 'e' || p[j] == 'E')) {
+    if (p[j] == '.') {
         j++;
-        simple = false;
-        if (j < n && (p[j] == '+' || p[j] == '-')) j++;
-        if (!DIGIT(j)) return bad(s, i, "bad number");
-        while (DIGIT(j)) j++;
+        if (!is_digit(p[j])) return bad(s, i, "bad number");
+        size_t f0 = j;
+        for (; is_digit(p[j]); j++) m = m * 10 + (p[j] - '0');
+        frac = j - f0;
     }
-    if (j < n && (DIGIT(j) || p[j] == '.' || p[j] == '+' || p[j] == '-' || p[j] == 'e' || p[j] == 'E' ||
-                  (p[j] >= 'a' && p[j] <= 'z') || (p[j] >= 'A' && p[j] <= 'Z')))
+    long e10 = 0;
+    size_t exp_digits = 0;
+    bool has_exp = p[j] == 'e' || p[j] == 'E';
+    if (has_exp) {
+        j++;
+        bool eneg = p[j] == '-';
+        if (p[j] == '+' || p[j] == '-') j++;
+        if (!is_digit(p[j])) return bad(s, i, "bad number");
+        for (; is_digit(p[j]); j++, exp_digits++)
+            if (exp_digits < 6) e10 = e10 * 10 + (p[j] - '0');
+        if (eneg) e10 = -e10;
+    }
+    unsigned c = p[j]; /* p[n] == 0 ends the number at the end of the line */
+    if (is_digit(c) || c == '.' || c == '+' || c == '-' || c == 'e' || c == 'E' || (c >= 'a' && c <= 'z') ||
+        (c >= 'A' && c <= 'Z'))
         return bad(s, i, "bad number");
-#undef DIGIT
     double v;
-    if (simple && int_end - (i + neg) <= 15) { /* exact in a double: no rounding to do */
-        int64_t a = 0;
-        for (size_t k = i + neg; k < int_end; k++) a = a * 10 + (p[k] - '0');
-        v = (double)a;
+    if (frac == 0 && !has_exp && digits <= 15) { /* an integer exact in a double */
+        v = (double)m;
+        if (neg) v = -v;
+    } else if (digits + frac <= 19 && m <= (UINT64_C(1) << 53) && exp_digits <= 6 &&
+               e10 - (long)frac >= -22 && e10 - (long)frac <= 22 && FLT_EVAL_METHOD == 0) {
+        /* m and 10^|e| are exact doubles, so one multiplication or division
+         * rounds once, to nearest: the correctly rounded value, as strtod's */
+        long e = e10 - (long)frac;
+        v = e < 0 ? (double)m / POW10[-e] : (double)m * POW10[e];
+        if (neg) v = -v;
+    } else if (digits + frac <= 19 && exp_digits <= 6 && e10 - (long)frac >= -19 && e10 - (long)frac <= -1 &&
+               FLT_EVAL_METHOD == 0 && exact_quotient(m, (int)((long)frac - e10), &v)) {
         if (neg) v = -v;
     } else { /* as cJSON: strtod on a copy, with the locale's decimal point */
         char small[NUMBER_SMALL + 1];
@@ -362,6 +466,19 @@ static bool parse_number(parser *s, cJSON *node) {
 
 static bool parse_value(parser *s, cJSON *node);
 
+/* Objects with at most this many members are searched for a repeated key
+ * while they are parsed (below); larger ones by object_repeated_key after. */
+#define DUP_SCAN_MAX 64
+
+/* 7 bits of a key (its length, first, middle and last bytes): equal keys
+ * have equal signatures, so a key whose signature no earlier key of its
+ * object had is not a repeat. */
+static inline unsigned key_sig(const char *k, size_t len) {
+    const unsigned char *u = (const unsigned char *)k;
+    uint64_t w = len == 0 ? 0 : (uint64_t)len << 24 | (uint64_t)u[0] << 16 | (uint64_t)u[len / 2] << 8 | u[len - 1];
+    return (unsigned)((w * UINT64_C(0x9E3779B97F4A7C15)) >> 57);
+}
+
 /* An object or array at p[i] ('{' or '['); members become node's children. */
 static bool parse_container(parser *s, cJSON *node, bool object) {
     if (s->depth >= NEST_MAX) return bad(s, s->i, "nested too deep");
@@ -372,6 +489,8 @@ static bool parse_container(parser *s, cJSON *node, bool object) {
     skip_ws(s);
     cJSON *last = NULL;
     size_t count = 0;
+    uint64_t sigs[2] = {0, 0}; /* signatures of the keys so far */
+    bool repeats = false;      /* a key equals an earlier one */
     if (s->i < s->n && s->p[s->i] == close) {
         s->i++;
         s->depth--;
@@ -382,13 +501,29 @@ static bool parse_container(parser *s, cJSON *node, bool object) {
         if (c == NULL) return bad(s, s->i, "out of memory");
         if (object) {
             if (s->i >= s->n || s->p[s->i] != '"') return bad(s, s->i, "expected a string key");
-            if (!parse_string(s, &c->string)) return false;
+            size_t len;
+            if (!parse_string(s, &c->string, &len)) return false;
+            if (count < DUP_SCAN_MAX && !repeats) {
+                unsigned b = key_sig(c->string, len);
+                if (sigs[b >> 6] >> (b & 63) & 1) /* maybe: compare with the earlier keys */
+                    for (const cJSON *o = node->child; o != NULL && !repeats; o = o->next)
+                        repeats = strcmp(o->string, c->string) == 0;
+                sigs[b >> 6] |= UINT64_C(1) << (b & 63);
+            }
             skip_ws(s);
             if (s->i >= s->n || s->p[s->i] != ':') return bad(s, s->i, "expected ':'");
             s->i++;
             skip_ws(s);
         }
-        if (!parse_value(s, c)) return false;
+        unsigned vc = s->p[s->i]; /* numbers and strings straight away: most values */
+        if (is_digit(vc) || vc == '-') {
+            if (!parse_number(s, c)) return false;
+        } else if (vc == '"') {
+            c->type = cJSON_String;
+            if (!parse_string(s, &c->valuestring, NULL)) return false;
+        } else if (!parse_value(s, c)) {
+            return false;
+        }
         if (last) {
             last->next = c;
             c->prev = last;
@@ -407,7 +542,7 @@ static bool parse_container(parser *s, cJSON *node, bool object) {
         return bad(s, s->i, object ? "expected ',' or '}'" : "expected ',' or ']'");
     }
     node->child->prev = last; /* as cJSON: the first child's prev is the last */
-    if (object) {
+    if (object && (repeats || count > DUP_SCAN_MAX)) { /* which key: as the reference names it */
         bool nomem = false;
         s->dup = object_repeated_key(node, count, &nomem);
         if (s->dup != NULL) return bad(s, s->i, "a key repeats");
@@ -424,7 +559,7 @@ static bool parse_value(parser *s, cJSON *node) {
     if (c == '{' || c == '[') return parse_container(s, node, c == '{');
     if (c == '"') {
         node->type = cJSON_String;
-        return parse_string(s, &node->valuestring);
+        return parse_string(s, &node->valuestring, NULL);
     }
     if (c == '-' || (c >= '0' && c <= '9')) return parse_number(s, node);
     static const char *const LITS[] = {"true", "false", "null"};
@@ -448,6 +583,7 @@ const char *ls_trace_lex_parse(ls_trace_pool *pool, char *p, size_t n, size_t *a
                                const char **dup) {
     *out = NULL;
     *dup = NULL;
+    p[n] = '\0'; /* the scans' sentinel */
     parser s = {pool, (unsigned char *)p, n, 0, 0, NULL, 0, NULL};
     skip_ws(&s);
     cJSON *root = pool_node(pool);

@@ -332,6 +332,12 @@ static bool group_declared(const ls_trace_reader *r, const char *name) {
     return false;
 }
 
+/* strcmp(a, b) == 0 for short keys, inline. */
+static inline bool key_eq(const char *a, const char *b) {
+    while (*a && *a == *b) a++, b++;
+    return *a == *b;
+}
+
 /* Checks the envelope and sequence of one parsed event; true when it is
  * delivered (r->evt filled, r->cur owns j), false when dropped. */
 static bool take_event(ls_trace_reader *r, cJSON *j, const loc *at, bool unverified) {
@@ -344,7 +350,7 @@ static bool take_event(ls_trace_reader *r, cJSON *j, const loc *at, bool unverif
     bool in_order = true;
     const cJSON *c = j->child;
     for (size_t i = 0; i < 5; i++, c = c ? c->next : NULL) {
-        if (c == NULL || strcmp(c->string, ENV[i]) != 0) {
+        if (c == NULL || !key_eq(c->string, ENV[i])) {
             in_order = false;
             break;
         }
@@ -412,6 +418,7 @@ static bool take_event(ls_trace_reader *r, cJSON *j, const loc *at, bool unverif
         e->flags |= LS_TRACE_EVF_AFTER_COMPLETE;
     }
     ls_trace_kind kind = ls_trace_kind_from_name(evj->valuestring);
+    bool frozen = false, frozen_known = false; /* prefix_frozen, when the field check found it */
     if (kind == LS_TRACE_KIND_UNKNOWN) {
         diag(r, LS_TRACE_DIAG_UNKNOWN_KIND, at, seq, -1, -1,
              "line %lld (seq %lld): unknown event kind \"%.40s\"", (long long)at->line, (long long)seq,
@@ -419,7 +426,8 @@ static bool take_event(ls_trace_reader *r, cJSON *j, const loc *at, bool unverif
         e->flags |= LS_TRACE_EVF_UNKNOWN_KIND;
     } else {
         char why[160];
-        if (ls_trace_event_check(kind, j, why, sizeof why) != LS_OK) {
+        frozen_known = ls_trace_event_check_ex(kind, j, in_order ? 5 : 0, why, sizeof why, &frozen) == LS_OK;
+        if (!frozen_known) {
             diag(r, LS_TRACE_DIAG_FIELD, at, seq, -1, -1, "line %lld (seq %lld): %s",
                  (long long)at->line, (long long)seq, why);
             e->flags |= LS_TRACE_EVF_FIELDS;
@@ -451,7 +459,7 @@ static bool take_event(ls_trace_reader *r, cJSON *j, const loc *at, bool unverif
     e->line = at->line;
     e->byte_offset = at->byte_offset;
     e->text_offset = at->text_offset;
-    e->prefix_frozen = ls_trace_event_prefix_frozen(j);
+    e->prefix_frozen = frozen_known ? frozen : ls_trace_event_prefix_frozen(j);
     rep->n_events++;
     rep->last_seq = seq;
     return true;

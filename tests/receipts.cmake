@@ -21,6 +21,8 @@ ls_add_criterion_test(test_receipts_dsse
 add_dependencies(test_receipts_dsse longstraw-sign longstraw-validate)
 
 ls_add_criterion_test(test_schema
-  SOURCES test_schema.c ${LS_RECEIPTS_TEST_SUPPORT}
+  SOURCES test_schema.c schema_ref.c ${LS_RECEIPTS_TEST_SUPPORT}
   LIBS ls_receipts
-  TIMEOUT 180)
+  TIMEOUT 300)
+# the differential test validates a real trainer run
+add_dependencies(test_schema longstraw-train)

@@ -3,7 +3,8 @@
  * python3-jsonschema), error locations, refusal of anything outside the
  * subset, and the agreement test: every schema in schemas/ against its
  * fixtures in tests/fixtures/schema/<name>/{valid,invalid}, with both
- * validators, which must agree on every document. */
+ * validators, which must agree on every document; and the differential
+ * test of the compiled validator against the reference (schema_ref.c). */
 #include <dirent.h>
 #include <glob.h>
 #include <stdio.h>
@@ -15,6 +16,8 @@
 
 #include "receipts/json_util.h"
 #include "receipts/schema.h"
+#include "receipts/trace_reader.h"
+#include "schema_ref.h"
 #include "test_receipts_support.h"
 
 static ls_schema *load(const char *text) {
@@ -361,4 +364,302 @@ Test(schema_agreement, every_schema_every_fixture, .timeout = 120) {
     }
     globfree(&g);
     cr_log_info("schema agreement: %zu documents", total_docs);
+}
+
+/* ---- differential: the compiled validator against the reference ------ */
+
+/* tests/schema_ref.c is the validator as it was before schemas were
+ * compiled at load (every keyword looked up on every node).  Both must give
+ * the same status and the same errors (pointer, keyword, message, in order,
+ * and the dropped count), recording and verdict-only, on every document
+ * here: the fixtures against every schema, every fixture with each of its
+ * nodes replaced or deleted, the hand-derived cases, and a real trainer
+ * run's receipt, manifest and events. */
+
+static size_t diff_validations, diff_errors_seen;
+
+/* NULL when both validators agree on inst, else what differs (static). */
+static const char *diff_one(const ls_schema *s, const cJSON *sdoc, const cJSON *inst) {
+    static char why[1024];
+    ls_schema_errors a = {0}, b = {0};
+    ls_status sa = ls_schema_validate(s, inst, &a), sb = ls_schema_ref_validate(sdoc, inst, &b);
+    ls_status qa = ls_schema_validate(s, inst, NULL), qb = ls_schema_ref_validate(sdoc, inst, NULL);
+    const char *bad = NULL;
+    if (sa != sb || qa != qb || qa != sa) {
+        snprintf(why, sizeof why, "status %s / %s (verdict only %s / %s)", ls_status_str(sa),
+                 ls_status_str(sb), ls_status_str(qa), ls_status_str(qb));
+        bad = why;
+    } else if (a.count != b.count || a.dropped != b.dropped) {
+        snprintf(why, sizeof why, "%zu+%zu errors / %zu+%zu", a.count, a.dropped, b.count, b.dropped);
+        bad = why;
+    }
+    for (size_t i = 0; bad == NULL && i < a.count; i++) {
+        const ls_schema_error *x = &a.items[i], *y = &b.items[i];
+        if (strcmp(x->pointer, y->pointer) != 0 || strcmp(x->keyword, y->keyword) != 0 ||
+            strcmp(x->message, y->message) != 0) {
+            snprintf(why, sizeof why, "error %zu: \"%s: %s: %s\" / \"%s: %s: %s\"", i, x->pointer,
+                     x->keyword, x->message, y->pointer, y->keyword, y->message);
+            bad = why;
+        }
+    }
+    diff_validations++;
+    diff_errors_seen += a.count;
+    ls_schema_errors_free(&a);
+    ls_schema_errors_free(&b);
+    return bad;
+}
+
+static void expect_same(const ls_schema *s, const cJSON *sdoc, const cJSON *inst, const char *what) {
+    const char *bad = diff_one(s, sdoc, inst);
+    if (bad == NULL) return;
+    char text[301] = "?";
+    char *full = cJSON_PrintUnformatted(inst);
+    if (full != NULL) snprintf(text, sizeof text, "%s", full);
+    free(full);
+    cr_assert(0, "%s: compiled / reference validators differ: %s; document %s", what, bad, text);
+}
+
+static size_t count_nodes(const cJSON *v) {
+    size_t n = 1;
+    for (const cJSON *c = v->child; c != NULL; c = c->next) n += count_nodes(c);
+    return n;
+}
+
+/* The k-th node of v in preorder (k < count_nodes(v)); *parent its parent. */
+static cJSON *nth_node(cJSON *v, size_t *k, cJSON **parent) {
+    if (*k == 0) return v;
+    for (cJSON *c = v->child; c != NULL; c = c->next) {
+        --*k;
+        *parent = v;
+        cJSON *hit = nth_node(c, k, parent);
+        if (hit != NULL) return hit;
+    }
+    return NULL;
+}
+
+/* Values put in place of a node: each kind of JSON value, at and around the
+ * bounds the schemas use. */
+static const char *const REPLACEMENTS[] = {
+    "null", "true", "false", "0", "-1", "2.5", "1e300", "9007199254740993", "\"\"", "\"x\"",
+    "\"ABC def/~\"", "\"0000000000000000000000000000000000000000000000000000000000000000\"",
+    "[]", "[1,1]", "[\"a\",{}]", "{}", "{\"zz\":1,\"live\":0}",
+};
+#define N_REPLACEMENTS (sizeof REPLACEMENTS / sizeof *REPLACEMENTS)
+
+/* Nodes of one document mutated (evenly spaced when it has more). */
+#define MAX_MUTATED_NODES 64
+
+/* inst as it is, then with each node (up to MAX_MUTATED_NODES of them)
+ * replaced by three of REPLACEMENTS in turn, and deleted. */
+static void expect_same_mutated(const ls_schema *s, const cJSON *sdoc, const cJSON *inst,
+                                const char *what) {
+    expect_same(s, sdoc, inst, what);
+    size_t n = count_nodes(inst), m = n < MAX_MUTATED_NODES ? n : MAX_MUTATED_NODES;
+    for (size_t j = 0; j < m; j++) {
+        size_t k = j * n / m;
+        for (size_t r = 0; r < 4; r++) {
+            cJSON *copy = cJSON_Duplicate(inst, 1), *parent = NULL;
+            cr_assert_not_null(copy);
+            size_t left = k;
+            cJSON *node = nth_node(copy, &left, &parent);
+            cr_assert_not_null(node);
+            if (r < 3) {
+                cJSON *with = cJSON_Parse(REPLACEMENTS[(3 * k + r) % N_REPLACEMENTS]);
+                cr_assert_not_null(with);
+                if (parent == NULL) {
+                    cJSON_Delete(copy);
+                    copy = with;
+                } else {
+                    if (node->string != NULL) with->string = strdup(node->string); /* a member keeps its name */
+                    cJSON_ReplaceItemViaPointer(parent, node, with);
+                }
+            } else if (parent != NULL) {
+                cJSON_Delete(cJSON_DetachItemViaPointer(parent, node));
+            }
+            char where[600];
+            snprintf(where, sizeof where, "%.500s, node %zu %s", what, k, r < 3 ? "replaced" : "deleted");
+            expect_same(s, sdoc, copy, where);
+            cJSON_Delete(copy);
+        }
+    }
+}
+
+typedef struct {
+    char name[128];
+    ls_schema *s;
+    cJSON *doc; /* the schema document, for the reference */
+} diff_schema;
+
+static size_t load_all_schemas(diff_schema *out, size_t cap) {
+    glob_t g;
+    char pattern[4096];
+    snprintf(pattern, sizeof pattern, "%s/schemas/*.schema.json", LS_SOURCE_DIR);
+    cr_assert_eq(glob(pattern, 0, NULL, &g), 0);
+    size_t n = 0;
+    for (size_t i = 0; i < g.gl_pathc && n < cap; i++, n++) {
+        const char *base = strrchr(g.gl_pathv[i], '/') + 1;
+        snprintf(out[n].name, sizeof out[n].name, "%.*s",
+                 (int)(strlen(base) - strlen(".schema.json")), base);
+        char err[1024];
+        cr_assert_eq(ls_schema_load_file(g.gl_pathv[i], &out[n].s, err, sizeof err), LS_OK, "%s", err);
+        cr_assert_eq(ls_json_read_file(g.gl_pathv[i], &out[n].doc, err, sizeof err), LS_OK, "%s", err);
+    }
+    globfree(&g);
+    return n;
+}
+
+static void free_schemas(diff_schema *sc, size_t n) {
+    ls_schema_ref_forget();
+    for (size_t i = 0; i < n; i++) {
+        ls_schema_free(sc[i].s);
+        cJSON_Delete(sc[i].doc);
+    }
+}
+
+/* The documents of a fixture file (one, or one per line of a .jsonl);
+ * documents that do not parse are left out.  Returns their number. */
+static size_t fixture_docs(const char *path, cJSON **docs, size_t cap) {
+    size_t len = 0, n = 0;
+    char *bytes = ls_test_read_file(path, &len);
+    int lines = has_suffix(path, ".jsonl");
+    for (char *q = bytes; q < bytes + len && n < cap;) {
+        char *nl = lines ? memchr(q, '\n', (size_t)(bytes + len - q)) : NULL;
+        size_t l = nl != NULL ? (size_t)(nl - q) : (size_t)(bytes + len - q);
+        cJSON *d = NULL;
+        if (ls_json_parse(q, l, NULL, &d, NULL, 0) == LS_OK) docs[n++] = d;
+        q += l + 1;
+    }
+    free(bytes);
+    return n;
+}
+
+Test(schema_diff, detects_a_difference) {
+    /* the test can fail: a schema compiled from one document and the
+     * reference reading another are told apart */
+    ls_schema *s = load("{\"properties\":{\"a\":{\"minimum\":1}}}");
+    cJSON *other = cJSON_Parse("{\"properties\":{\"a\":{\"minimum\":2}}}");
+    cJSON *inst = cJSON_Parse("{\"a\":1.5}");
+    cr_assert_not_null(diff_one(s, other, inst));
+    cJSON *same = cJSON_Parse("{\"properties\":{\"a\":{\"minimum\":1}}}");
+    cr_assert_null(diff_one(s, same, inst));
+    ls_schema_ref_forget();
+    cJSON_Delete(same);
+    cJSON_Delete(other);
+    cJSON_Delete(inst);
+    ls_schema_free(s);
+}
+
+Test(schema_diff, hand_derived_cases) {
+    for (size_t c = 0; c < sizeof CASES / sizeof *CASES; c++) {
+        ls_schema *s = load(CASES[c].schema);
+        cJSON *sdoc = cJSON_Parse(CASES[c].schema);
+        for (size_t d = 0; d < 8 && CASES[c].docs[d] != NULL; d++) {
+            cJSON *inst = cJSON_Parse(CASES[c].docs[d]);
+            expect_same_mutated(s, sdoc, inst, CASES[c].schema);
+            cJSON_Delete(inst);
+        }
+        ls_schema_ref_forget();
+        cJSON_Delete(sdoc);
+        ls_schema_free(s);
+    }
+}
+
+enum { MAX_FIXTURE_DOCS = 64 };
+
+Test(schema_diff, fixtures, .timeout = 300) {
+    static diff_schema sc[64];
+    size_t ns = load_all_schemas(sc, 64);
+    diff_validations = diff_errors_seen = 0;
+    for (size_t own = 0; own < ns; own++) {
+        for (int valid = 1; valid >= 0; valid--) {
+            char dir[4096];
+            snprintf(dir, sizeof dir, "%s/tests/fixtures/schema/%s/%s", LS_SOURCE_DIR, sc[own].name,
+                     valid ? "valid" : "invalid");
+            char **files = NULL;
+            size_t nf = list_fixtures(dir, &files);
+            for (size_t f = 0; f < nf; f++) {
+                cJSON *docs[MAX_FIXTURE_DOCS];
+                size_t nd = fixture_docs(files[f], docs, MAX_FIXTURE_DOCS);
+                for (size_t d = 0; d < nd; d++) {
+                    for (size_t i = 0; i < ns; i++) { /* against every schema, as it is */
+                        char what[4400];
+                        snprintf(what, sizeof what, "%.3000s (document %zu) against %.100s", files[f], d, sc[i].name);
+                        if (i == own) expect_same_mutated(sc[i].s, sc[i].doc, docs[d], what);
+                        else expect_same(sc[i].s, sc[i].doc, docs[d], what);
+                    }
+                    cJSON_Delete(docs[d]);
+                }
+            }
+            free_list(files, nf);
+        }
+    }
+    cr_log_info("schema diff: %zu validations, %zu errors compared", diff_validations, diff_errors_seen);
+    cr_expect_gt(diff_validations, 10000u);
+    cr_expect_gt(diff_errors_seen, 10000u);
+    free_schemas(sc, ns);
+}
+
+typedef struct {
+    diff_schema *sc;
+    size_t ns;
+    size_t events;
+} diff_trace;
+
+static const diff_schema *schema_named(const diff_schema *sc, size_t ns, const char *name) {
+    for (size_t i = 0; i < ns; i++)
+        if (strcmp(sc[i].name, name) == 0) return &sc[i];
+    return NULL;
+}
+
+static int diff_event(const ls_trace_event *ev, void *user) {
+    diff_trace *t = user;
+    char name[128];
+    snprintf(name, sizeof name, "event-%s", ev->ev);
+    const diff_schema *d = schema_named(t->sc, t->ns, name);
+    cr_assert_not_null(d, "no schema %s", name);
+    char what[256];
+    snprintf(what, sizeof what, "trainer event seq %lld (%s)", (long long)ev->seq, ev->ev);
+    /* every event as it is; the first of each kind mutated as well */
+    if (t->events++ < 40) expect_same_mutated(d->s, d->doc, ev->json, what);
+    else expect_same(d->s, d->doc, ev->json, what);
+    cr_assert_eq(ls_schema_validate(d->s, ev->json, NULL), LS_OK, "%s", what);
+    return 0;
+}
+
+Test(schema_diff, trainer_run, .timeout = 300) {
+    char *dir = ls_test_mkdtemp();
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "%s/trainer/longstraw-train --config %s/configs/hybrid-tiny.json --out %s/run "
+             "--prompt-len 64 --steps 1 --group 2 --response-len 4 --quiet > %s/train.log 2>&1",
+             LS_BINARY_DIR, LS_SOURCE_DIR, dir, dir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    static diff_schema sc[64];
+    size_t ns = load_all_schemas(sc, 64);
+    static const char *const FILES[][2] = {{"rank-0000/receipt.json", "receipt"},
+                                           {"manifest.json", "manifest"}};
+    for (size_t i = 0; i < 2; i++) {
+        char path[4096], err[512];
+        snprintf(path, sizeof path, "%s/run/%s", dir, FILES[i][0]);
+        cJSON *doc = NULL;
+        cr_assert_eq(ls_json_read_file(path, &doc, err, sizeof err), LS_OK, "%s", err);
+        const diff_schema *d = schema_named(sc, ns, FILES[i][1]);
+        cr_assert_not_null(d);
+        cr_assert_eq(ls_schema_validate(d->s, doc, NULL), LS_OK, "%s", path);
+        expect_same_mutated(d->s, d->doc, doc, path);
+        cJSON_Delete(doc);
+    }
+    char trace[4096];
+    snprintf(trace, sizeof trace, "%s/run/rank-0000/events.jsonl.zst", dir);
+    diff_trace t = {sc, ns, 0};
+    ls_trace_report rep;
+    cr_assert_eq(ls_trace_read_file(trace, diff_event, &t, &rep), LS_OK);
+    const diff_schema *h = schema_named(sc, ns, "event-header");
+    cr_assert_not_null(h);
+    expect_same_mutated(h->s, h->doc, rep.header, "trainer trace header");
+    ls_trace_report_free(&rep);
+    cr_expect_gt(t.events, 100u);
+    free_schemas(sc, ns);
+    ls_test_rmtree(dir);
+    free(dir);
 }

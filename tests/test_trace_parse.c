@@ -8,6 +8,7 @@
  * disagreement is reported with its input. */
 #include <criterion/criterion.h>
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -212,4 +213,57 @@ Test(trace_parse, mutations_agree_with_the_reference, .timeout = 120) {
     cr_expect(n_accepted > 1000 && n_refused > 1000, "both verdicts exercised (%ld accepted, %ld refused)",
               n_accepted, n_refused);
     ls_trace_pool_free(&pool);
+}
+
+/* Numbers with many significant digits (as %.17g writes doubles) take the
+ * parser's exact integer paths instead of strtod: random decimals of 1 to
+ * 20 digits with the point anywhere and exponents, and every double's
+ * %.17g / %.16g / %.15g text, against strtod, bit for bit. */
+Test(trace_parse, long_decimals_as_strtod) {
+    uint64_t x = 88172645463325252u;
+    char in[64], *end;
+    long checked = 0, worst = 0;
+    for (long t = 0; t < 2000000; t++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int kind = (int)(x % 4);
+        if (kind == 0) { /* a random double's shortest-ish text */
+            uint64_t bits = x * 2862933555777941757u + 3037000493u;
+            double d;
+            memcpy(&d, &bits, sizeof d);
+            if (!isfinite(d)) continue;
+            snprintf(in, sizeof in, "%.*g", 15 + (int)(x >> 60) % 3, d);
+        } else { /* digits, a point, maybe an exponent */
+            int nd = 1 + (int)((x >> 8) % 20), point = (int)((x >> 16) % (unsigned)(nd + 1));
+            size_t k = 0;
+            if ((x >> 24) & 1) in[k++] = '-';
+            uint64_t y = x;
+            for (int i = 0; i < nd; i++) {
+                y = y * 6364136223846793005u + 1442695040888963407u;
+                char dg = (char)('0' + (y >> 60) % 10);
+                if (i == 0 && dg == '0' && point != 1) dg = '1'; /* no leading zero before more digits */
+                if (i == point && i > 0) in[k++] = '.';
+                in[k++] = dg;
+            }
+            if (kind == 3) k += (size_t)snprintf(in + k, sizeof in - k, "e%d", (int)((x >> 32) % 50) - 25);
+            in[k] = 0;
+        }
+        size_t n = strlen(in);
+        char buf[64];
+        memcpy(buf, in, n + 1);
+        ls_trace_pool_reset(&pool);
+        size_t at = 0;
+        cJSON *mine = NULL;
+        const char *dup = NULL;
+        const char *why = ls_trace_lex_parse(&pool, buf, n, &at, &mine, &dup);
+        if (why != NULL) continue; /* a form JSON refuses (e.g. "1." ): the mutation test covers those */
+        double want = strtod(in, &end);
+        cr_assert(cJSON_IsNumber(mine), "%s", in);
+        cr_assert(memcmp(&want, &mine->valuedouble, sizeof want) == 0, "%s: parsed %.17g, strtod %.17g", in,
+                  mine->valuedouble, want);
+        checked++;
+        if ((long)n > worst) worst = (long)n;
+    }
+    ls_trace_pool_free(&pool);
+    cr_log_info("long decimals: %ld numbers (up to %ld characters) equal to strtod's", checked, worst);
+    cr_assert_gt(checked, 1000000);
 }
