@@ -26,10 +26,8 @@
 #define WALK_MAX_ENTRIES 100000
 
 int ls_audit_phase_index(const char *phase) {
-    if (phase != NULL)
-        for (int p = 0; p < LS_PHASE_COUNT; p++)
-            if (strcmp(phase, ls_trace_phase_name((ls_trace_phase)p)) == 0) return p;
-    return LS_AUDIT_NPHASE - 1;
+    int p = ls_trace_enum_from_name("phase", phase);
+    return p >= 0 && p < LS_PHASE_COUNT ? p : LS_AUDIT_NPHASE - 1;
 }
 
 const char *ls_audit_phase_name(int index) {

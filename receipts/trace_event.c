@@ -76,14 +76,16 @@ static int index_in(const char *const *table, const char *name) {
 
 int ls_trace_enum_from_name(const char *table, const char *name) {
     if (table == NULL) return -1;
-    if (strcmp(table, "layer_kind") == 0) return index_in(LAYER_KIND_NAMES, name);
-    if (strcmp(table, "dir") == 0) return index_in(DIR_NAMES, name);
-    if (strcmp(table, "op") == 0) return index_in(OP_NAMES, name);
-    if (strcmp(table, "red") == 0) return index_in(RED_NAMES, name);
-    if (strcmp(table, "dtype") == 0) return index_in(DTYPE_NAMES, name);
-    if (strcmp(table, "phase") == 0) return index_in(PHASE_NAMES, name);
-    if (strcmp(table, "objective") == 0) return index_in(OBJECTIVE_NAMES, name);
-    return -1;
+    const char *const *t = NULL; /* the table by its first characters (called per event: no strcmp chain) */
+    switch (table[0]) {
+    case 'l': t = name_eq(table, "layer_kind") ? LAYER_KIND_NAMES : NULL; break;
+    case 'd': t = name_eq(table, "dir") ? DIR_NAMES : name_eq(table, "dtype") ? DTYPE_NAMES : NULL; break;
+    case 'o': t = name_eq(table, "op") ? OP_NAMES : name_eq(table, "objective") ? OBJECTIVE_NAMES : NULL; break;
+    case 'r': t = name_eq(table, "red") ? RED_NAMES : NULL; break;
+    case 'p': t = name_eq(table, "phase") ? PHASE_NAMES : NULL; break;
+    default: break;
+    }
+    return t ? index_in(t, name) : -1;
 }
 
 /* Bytes of an identifier after its first: a-z, 0-9, '_'. */
