@@ -216,7 +216,8 @@ int main(int argc, char **argv) {
     char err[2048] = "";
     ls_status s = ls_parity_run(&o, &pass, err, sizeof err);
     if (s != LS_OK) {
-        fprintf(stderr, "longstraw-parity: %s (%s); no report written\n", err[0] ? err : "failed", ls_status_str(s));
+        if (err[0]) fprintf(stderr, "longstraw-parity: %s; no report written\n", err);
+        else fprintf(stderr, "longstraw-parity: %s; no report written\n", ls_status_str(s));
         return 2;
     }
     return pass ? 0 : 1;

@@ -112,8 +112,8 @@ static ls_status run_specs(cfg_run *r, const run_spec *specs, size_t n, const ch
     if (s == LS_OK) s = ls_parity_jobs_run(jobs, n, r->o->jobs, r->o->timeout_s, r->err, r->errlen);
     for (size_t i = 0; i < n && s == LS_OK; i++) {
         if (jobs[i].rc != 0) {
-            snprintf(r->err, r->errlen, "%s run %s/%s/%s exited %d%s (its output: %s)", r->c->name, DT[specs[i].dt],
-                     specs[i].label, part, jobs[i].rc, jobs[i].rc == 137 ? " (killed: timeout?)" : "", jobs[i].log);
+            snprintf(r->err, r->errlen, "%s %s: the run %s/%s exited %d%s (its output: %s)", r->c->name, part, DT[specs[i].dt],
+                     specs[i].label, jobs[i].rc, jobs[i].rc == 137 ? " (killed: timeout?)" : "", jobs[i].log);
             s = LS_ERR_FORMAT;
             break;
         }
