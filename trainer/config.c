@@ -64,6 +64,11 @@ int ls_config_layer_is_attn(const ls_model_config *c, int layer) {
     return (layer + 1) % 4 == 0;
 }
 
+ls_layer_kind ls_config_layer_kind(const ls_model_config *c, int layer) {
+    if (c->family == LS_FAMILY_MLA) return LS_LAYER_MLA;
+    return ls_config_layer_is_attn(c, layer) ? LS_LAYER_ATTN : LS_LAYER_GDN;
+}
+
 /* ---- the parameter count in closed form ------------------------------------ */
 
 /* Accumulates a count exactly (saturating at SIZE_MAX) and approximately
