@@ -12,6 +12,8 @@
 
 const char *ls_family_name(ls_family f) { return f == LS_FAMILY_MLA ? "mla" : "hybrid"; }
 
+int ls_family_has_trainer(ls_family f) { return f == LS_FAMILY_HYBRID; }
+
 void ls_objective_defaults(ls_objective *o) {
     memset(o, 0, sizeof *o);
     o->train_mode = LS_TRAIN_LORA;

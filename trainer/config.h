@@ -97,4 +97,7 @@ ls_layer_kind ls_config_layer_kind(const ls_model_config *c, int layer);
 
 void ls_objective_defaults(ls_objective *o);
 const char *ls_family_name(ls_family f);
+/* 1 when this trainer implements family f (has its ls_family_ops, family.c:
+ * ls_family_ops_of returns non-NULL exactly for these; test_params checks). */
+int ls_family_has_trainer(ls_family f);
 #endif
