@@ -12,6 +12,8 @@
 
 const char *ls_family_name(ls_family f) { return f == LS_FAMILY_MLA ? "mla" : "hybrid"; }
 
+int ls_family_has_trainer(ls_family f) { return f == LS_FAMILY_HYBRID; }
+
 void ls_objective_defaults(ls_objective *o) {
     memset(o, 0, sizeof *o);
     o->train_mode = LS_TRAIN_LORA;
@@ -62,6 +64,11 @@ static const char *const OBJECTIVE_KEYS[] = {"train_mode", "lora_r",   "lora_alp
 int ls_config_layer_is_attn(const ls_model_config *c, int layer) {
     (void)c;
     return (layer + 1) % 4 == 0;
+}
+
+ls_layer_kind ls_config_layer_kind(const ls_model_config *c, int layer) {
+    if (c->family == LS_FAMILY_MLA) return LS_LAYER_MLA;
+    return ls_config_layer_is_attn(c, layer) ? LS_LAYER_ATTN : LS_LAYER_GDN;
 }
 
 /* ---- the parameter count in closed form ------------------------------------ */

@@ -89,7 +89,15 @@ ls_status ls_config_param_counts(const ls_model_config *c, const ls_objective *o
 /* 1 when layer `layer` of a hybrid model is a gated full-attention layer
  * (every fourth: MODEL.md §1), 0 for GDN. */
 int ls_config_layer_is_attn(const ls_model_config *c, int layer);
+/* The kind of mixer layer `layer` has in its family (the trace's
+ * layer_end kind): hybrid GDN or gated attention (ls_config_layer_is_attn),
+ * mla MLA. */
+typedef enum { LS_LAYER_GDN = 0, LS_LAYER_ATTN, LS_LAYER_MLA } ls_layer_kind;
+ls_layer_kind ls_config_layer_kind(const ls_model_config *c, int layer);
 
 void ls_objective_defaults(ls_objective *o);
 const char *ls_family_name(ls_family f);
+/* 1 when this trainer implements family f (has its ls_family_ops, family.c:
+ * ls_family_ops_of returns non-NULL exactly for these; test_params checks). */
+int ls_family_has_trainer(ls_family f);
 #endif

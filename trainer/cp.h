@@ -1,6 +1,8 @@
-/* cp.h - context parallelism of the hybrid family over the ranks of a
- * communicator group (DESIGN.md §4, MODEL.md §0's merge).  Numeric
- * (compiled per real type).
+/* cp.h - context parallelism over the ranks of a communicator group
+ * (DESIGN.md §4, MODEL.md §0's merge).  Numeric (compiled per real type).
+ * The driver here (cp.c) is shared: the shards, finalize and the digest
+ * check; the capture and the prompt backward are the family's (family.h
+ * cp_*; hybrid: hybrid_cp.c, described below).
  *
  * Shards: the T = P-1 captured prompt positions are split into N contiguous
  * shards, rank r owning [floor(r·T/N), floor((r+1)·T/N)): lengths differ by
@@ -50,7 +52,7 @@
 #ifndef LS_TRAINER_CP_H
 #define LS_TRAINER_CP_H
 #include "trainer/comm.h"
-#include "trainer/hybrid.h"
+#include "trainer/family.h"
 
 /* The shard rule above. */
 static inline void ls_cp_shard(int64_t T, int N, int r, int64_t *s0, int64_t *s1) {
@@ -63,26 +65,17 @@ typedef struct {
     int skip_dkv_reduce, skip_grad_finalize, local_attention;
 } ls_cp_faults;
 
-typedef struct {
+typedef struct ls_cp_s {
     ls_comm_group *g;
     int rank, world;
     int64_t T, s0, s1, max_shard;
     ls_cp_faults faults;
-    size_t H, Hkv, hd, row, gdn_n, tail_n;
-    ls_real tau;
-    ls_cp_attn merge, compose;
-    ls_cp_remote remote;    /* the prompt's ring: fwd partials, bwd reverse ring */
-    ls_real *rem_o, *rem_lse; /* the current attention layer's remote partial (the shard's rows) */
-    ls_cp_hooks cap_hooks, bwd_hooks;
-    ls_hstate start;        /* the last capture's shard start state (GDN states received) */
-    ls_hstate dstart;       /* prompt backward: the gradient of start's GDN states */
-    ls_hstate *cap_out;     /* the capture being run: its state_out */
-    ls_hstate *bwd_dstate;  /* the prompt backward being run: its state gradient */
-    int64_t pages_moved;    /* diagnostics */
+    const ls_family_ops *fam;
+    void *fam_ctx;          /* the family's part of the context (its cp_init allocates it) */
 } ls_cp;
 
-/* c for T captured positions on group g (size >= 2; T >= size).  Model
- * dimensions from p.  LS_ERR_ARG (with err) when the prompt is shorter than
+/* c for T captured positions on group g (size >= 2; T >= size); the
+ * family's part from p (p->fam->cp_init).  LS_ERR_ARG (with err) when the prompt is shorter than
  * the group. */
 ls_status LS_K(ls_cp_init)(ls_cp *c, ls_comm_group *g, const ls_params *p, int64_t T, const ls_cp_faults *f,
                            char *err, size_t err_len);
@@ -92,11 +85,11 @@ void LS_K(ls_cp_free)(ls_cp *c);
  * the shard, global final GDN states; attention layers composed globally
  * from here), checkpoints [n_layers][shard, d] when not NULL. */
 ls_status LS_K(ls_cp_capture)(ls_cp *c, const ls_params *q, const int32_t *prompt, size_t page_size, size_t chunk,
-                              ls_hstate *ps, ls_real **checkpoints, ls_mem_cat cat, ls_layer_hook hook,
+                              ls_state *ps, ls_real **checkpoints, ls_mem_cat cat, ls_layer_hook hook,
                               void *hook_user);
 /* `full` mode: the shard's prompt backward driven by dps (consumed). */
 ls_status LS_K(ls_cp_prompt_backward)(ls_cp *c, const ls_params *p, const int32_t *prompt, size_t chunk,
-                                      ls_real *const *checkpoints, const ls_hstate *ps, ls_hstate *dps,
+                                      ls_real *const *checkpoints, const ls_state *ps, ls_state *dps,
                                       ls_layer_hook hook, void *hook_user);
 /* Finalize: p's trainable .g holds the shard-local part, stash (the
  * trainable tensors' replicated gradients, concatenated in tensor order; NULL

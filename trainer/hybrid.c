@@ -90,8 +90,8 @@ static ls_status layers_forward(const ls_params *p, ls_seg_io *io, ls_real *h, l
         const ls_layer_state *ctx = io->ctx ? &io->ctx->ly[l] : NULL;
         int keep_kv = !(ctx && ctx->cp && !ctx->cp->own_keys); /* another rank owns the keys */
         ls_real *own_k = NULL, *own_v = NULL, *tail = NULL, *S = NULL;
-        if (io->state_out && (keep_kv || !p->layers[l].is_attn)) {
-            if (p->layers[l].is_attn) {
+        if (io->state_out && (keep_kv || !ls_hybrid_layers(p)[l].is_attn)) {
+            if (ls_hybrid_layers(p)[l].is_attn) {
                 own_k = ls_arena_alloc(&scr, R(T * row));
                 own_v = ls_arena_alloc(&scr, R(T * row));
             } else {
@@ -105,7 +105,7 @@ static ls_status layers_forward(const ls_params *p, ls_seg_io *io, ls_real *h, l
                                         tp ? &tp->ly[l] : NULL, tp ? &tp->arena : NULL, &scr);
         if (st == LS_OK && tp) tp->ly[l].cut = io->grad_cut;
         if (st == LS_OK && io->state_out) {
-            if (p->layers[l].is_attn) {
+            if (ls_hybrid_layers(p)[l].is_attn) {
                 if (keep_kv) st = append_pages(io->state_out, l, own_k, own_v, T, io->pos0, row);
             } else {
                 memcpy(io->state_out->ly[l].tail, tail, R(tail_n));
@@ -494,7 +494,7 @@ ls_status LS_K(ls_prompt_backward)(const ls_params *p, const int32_t *tokens, si
         if (hk && hk->pre && (st = hk->pre(hk->user, l)) != LS_OK) break;
         const ls_layer_state *s0 = cp && cp->start ? &cp->start->ly[l] : NULL;
         ls_layer_state *ds0 = cp && cp->dstart ? &cp->dstart->ly[l] : NULL;
-        if (p->layers[l].is_attn)
+        if (ls_hybrid_layers(p)[l].is_attn)
             st = attn_prompt_backward(p, l, T, chunk, pos0, cp ? cp->remote : NULL, checkpoints[l], ps, dstate, dh,
                                       win_cat);
         else
@@ -604,7 +604,7 @@ ls_status LS_K(ls_shard_forward)(const ls_params *p, const int32_t *tokens, size
         t0 = now_ns();
         if (hooks && hooks->pre && (st = hooks->pre(hooks->user, l)) != LS_OK) break;
         if (checkpoints) memcpy(checkpoints[l], h, R(T * d));
-        st = p->layers[l].is_attn ? attn_shard_forward(p, l, h, q_all, T, pos0, chunk, ps, remote)
+        st = ls_hybrid_layers(p)[l].is_attn ? attn_shard_forward(p, l, h, q_all, T, pos0, chunk, ps, remote)
                                   : gdn_shard_forward(p, l, h, T, pos0, chunk, start, ps);
         if (st == LS_OK && hooks && hooks->post) st = hooks->post(hooks->user, l);
         if (st == LS_OK && hook) hook(hook_user, l, 0, T, now_ns() - t0, l2(h, T * d));

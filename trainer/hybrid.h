@@ -17,15 +17,31 @@
 #ifndef LS_TRAINER_HYBRID_H
 #define LS_TRAINER_HYBRID_H
 #include "trainer/arena.h"
+#include "trainer/family.h"
 #include "trainer/params.h"
 
-/* One block of keys: K and V of n consecutive positions from pos0,
- * each [n, Hkv, hd], token-major. */
+/* The structured view of one hybrid layer over the parameter table
+ * (p->layers is an array of n_layers of them: ls_hybrid_layers). */
 typedef struct {
-    ls_real *k, *v;
-    size_t n;
-    int64_t pos0;
-} ls_kv_page;
+    int is_attn;
+    ls_tensor *norm1, *norm2;
+    /* GDN */
+    ls_lin in_qkv, in_z, in_b, in_a, out;
+    ls_tensor *conv, *A_log, *dt_bias, *gnorm;
+    /* attention */
+    ls_lin q, k, v, o;
+    ls_tensor *q_norm, *k_norm;
+    /* MLP */
+    ls_lin gate, up, down;
+} ls_hybrid_layer;
+
+static inline ls_hybrid_layer *ls_hybrid_layers(const ls_params *p) { return (ls_hybrid_layer *)p->layers; }
+
+/* The hybrid family's carried state is the shared container (family.h):
+ * one block of keys ls_kv_page is K and V of n consecutive positions from
+ * pos0, each [n, Hkv, hd], token-major; a GDN layer's fixed buffers are its
+ * conv tail and recurrent state. */
+typedef ls_state ls_hstate;
 
 /* Context parallelism (DESIGN.md §4): the part of an attention layer's
  * context that lives on other ranks, reached through collectives (cp.c).
@@ -79,26 +95,6 @@ typedef struct ls_cp_remote {
                      ls_real *dq, ls_real *dk_own, ls_real *dv_own);
 } ls_cp_remote;
 
-typedef struct {
-    ls_kv_page *pages; /* attention layers */
-    const ls_cp_attn *cp; /* context on other ranks (NULL: none) */
-    size_t n_pages, cap_pages;
-    ls_real *tail;     /* GDN: [K-1, C] */
-    ls_real *S;        /* GDN: [Hv, dk, dv] */
-} ls_layer_state;
-
-/* Carried state of all layers.  Pages [0, n_borrowed) of every attention
- * layer belong to another state (a member's decode state borrows the
- * prompt's pages); the rest, and tail/S, are owned and tracked under cat. */
-typedef struct ls_hstate_s {
-    int n_layers;
-    ls_layer_state *ly;
-    int64_t n_pos;
-    size_t page_size;
-    size_t n_borrowed;
-    ls_mem_cat cat;
-} ls_hstate;
-
 /* Empty state (position 0): zero GDN tails and states, no pages. */
 ls_status LS_K(ls_hstate_init)(ls_hstate *s, const ls_params *p, size_t page_size, ls_mem_cat cat);
 /* A state that borrows src's pages and owns copies of its GDN tails/states. */
@@ -114,37 +110,7 @@ size_t LS_K(ls_hstate_analytical_bytes)(const ls_params *p, int64_t n_pos);
  * is allocated); saturates at SIZE_MAX instead of overflowing. */
 size_t LS_K(ls_hstate_plan_bytes)(const ls_model_config *c, int64_t n_pos);
 
-typedef struct ls_seg_tape ls_seg_tape;
-
-/* Per-layer observation hook (trace layer_end events): called after each
- * layer's forward or backward with the layer index (-1 embedding, n_layers
- * head), direction (0 fwd, 1 bwd), token count, wall ns and output norm. */
-typedef void (*ls_layer_hook)(void *user, int layer, int dir, size_t tokens, int64_t wall_ns,
-                              double out_norm);
-
-typedef struct {
-    const int32_t *tokens;   /* [T] input ids */
-    size_t T;
-    int64_t pos0;
-    const ls_hstate *ctx;    /* context state (NULL: sequence start) */
-    ls_hstate *state_out;    /* appends this segment's K/V pages and sets the GDN state (may equal
-                                ctx for in-place decode) (NULL: not kept) */
-    ls_real **checkpoints;   /* [n_layers] arrays [T, d]: each layer's input (NULL: not kept) */
-    const int32_t *targets;  /* [T - score_from] scored tokens (NULL: no scoring) */
-    size_t score_from;
-    ls_real *logp;           /* [T - score_from] log-probs out */
-    ls_real *last_hidden;    /* [d] normed final hidden state of the last position (NULL: no) */
-    ls_seg_tape **tape;      /* autograd tape out (NULL: no autograd); free with ls_seg_tape_free */
-    ls_mem_cat tape_cat;     /* category of the tape (branch_graph, scratch ...) */
-    size_t grad_cut;         /* with a tape: in the backward no gradient flows from tokens [grad_cut, T)
-                                into tokens [0, grad_cut) through the mixers (attention keys' dK/dV, the
-                                GDN state and conv inputs); weight gradients at [grad_cut, T) are kept.
-                                The state at the cut is then a constant: the stop-gradient reference of
-                                `detached` mode.  0: no cut; else < T */
-    ls_layer_hook hook;
-    void *hook_user;
-} ls_seg_io;
-
+/* Segments (ls_seg_io, ls_seg_tape, ls_layer_hook: family.h). */
 ls_status LS_K(ls_segment_forward)(const ls_params *p, ls_seg_io *io);
 
 /* Backward of a taped segment.  dlogp [T - score_from] (NULL: zero).

@@ -383,7 +383,7 @@ ls_status LS_K(ls_layer_forward)(const ls_params *p, int l, ls_real *h, size_t T
                                  ls_real *tail_out, ls_real *S_out, ls_layer_tape *tape,
                                  ls_arena *tape_arena, ls_arena *scratch) {
     const ls_model_config *c = &p->cfg;
-    const ls_hybrid_layer *ly = &p->layers[l];
+    const ls_hybrid_layer *ly = &ls_hybrid_layers(p)[l];
     size_t d = (size_t)c->d_model, I = (size_t)c->ffn_dim;
     ls_real eps = (ls_real)c->rms_eps;
     ls_arena *ta = tape ? tape_arena : NULL;
@@ -464,7 +464,7 @@ ls_status LS_K(ls_layer_backward)(const ls_params *p, int l, const ls_layer_tape
                                   const ls_layer_state *ctx, ls_layer_state *dctx,
                                   const ls_real *d_own_k, const ls_real *d_own_v,
                                   const ls_real *dtail_out, const ls_real *dS_out, ls_arena *scr) {
-    const ls_hybrid_layer *ly = &p->layers[l];
+    const ls_hybrid_layer *ly = &ls_hybrid_layers(p)[l];
     if (tp->is_attn) {
         size_t n = tp->T * (size_t)p->cfg.attn_heads * (size_t)p->cfg.head_dim;
         ls_real *dout = ls_arena_alloc(scr, R(n)), *dgate = ls_arena_alloc(scr, R(n));
@@ -483,7 +483,7 @@ ls_status LS_K(ls_layer_backward)(const ls_params *p, int l, const ls_layer_tape
 
 ls_status LS_K(ls_layer_backward_out)(const ls_params *p, int l, const ls_layer_tape *tp, ls_real *dh,
                                       ls_real *dout, ls_real *dgate, ls_arena *scr) {
-    const ls_hybrid_layer *ly = &p->layers[l];
+    const ls_hybrid_layer *ly = &ls_hybrid_layers(p)[l];
     if (!tp->is_attn) return LS_ERR_ARG;
     ls_status st = mlp_backward(p, ly, tp, dh, scr);
     return st == LS_OK ? attn_backward_out(p, ly, tp, dh, dout, dgate, scr) : st;
@@ -493,7 +493,7 @@ ls_status LS_K(ls_layer_backward_in)(const ls_params *p, int l, const ls_layer_t
                                      const ls_real *dout, const ls_real *dgate, const ls_real *extra_dq,
                                      const ls_layer_state *ctx, ls_layer_state *dctx, const ls_real *d_own_k,
                                      const ls_real *d_own_v, ls_arena *scr) {
-    const ls_hybrid_layer *ly = &p->layers[l];
+    const ls_hybrid_layer *ly = &ls_hybrid_layers(p)[l];
     if (!tp->is_attn) return LS_ERR_ARG;
     ls_real *dxn = ls_arena_alloc(scr, R(tp->T * (size_t)p->cfg.d_model));
     if (!dxn) return LS_ERR_NOMEM;
@@ -504,7 +504,7 @@ ls_status LS_K(ls_layer_backward_in)(const ls_params *p, int l, const ls_layer_t
 ls_status LS_K(ls_layer_attn_qkv)(const ls_params *p, int l, const ls_real *h, size_t T, int64_t pos0, ls_real *q,
                                   ls_real *k, ls_real *v, ls_arena *scr) {
     const ls_model_config *c = &p->cfg;
-    const ls_hybrid_layer *ly = &p->layers[l];
+    const ls_hybrid_layer *ly = &ls_hybrid_layers(p)[l];
     if (!ly->is_attn) return LS_ERR_ARG;
     size_t d = (size_t)c->d_model, H = (size_t)c->attn_heads, Hkv = (size_t)c->attn_kv_heads;
     size_t hd = (size_t)c->head_dim;

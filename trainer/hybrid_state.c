@@ -21,13 +21,14 @@ static size_t S_len(const ls_model_config *c) {
 
 ls_status LS_K(ls_hstate_init)(ls_hstate *s, const ls_params *p, size_t page_size, ls_mem_cat cat) {
     memset(s, 0, sizeof *s);
+    s->fam = &LS_K(ls_family_hybrid);
     s->n_layers = p->cfg.n_layers;
     s->page_size = page_size ? page_size : 64;
     s->cat = cat;
     s->ly = ls_mem_alloc(LS_MEM_SCRATCH, (size_t)s->n_layers * sizeof *s->ly); /* metadata: not state bytes */
     if (!s->ly) return LS_ERR_NOMEM;
     for (int l = 0; l < s->n_layers; l++) {
-        if (p->layers[l].is_attn) continue;
+        if (ls_hybrid_layers(p)[l].is_attn) continue;
         s->ly[l].tail = ls_mem_alloc(cat, ls_sat_mul(tail_len(&p->cfg), sizeof(ls_real)));
         s->ly[l].S = ls_mem_alloc(cat, ls_sat_mul(S_len(&p->cfg), sizeof(ls_real)));
         if (!s->ly[l].tail || !s->ly[l].S) {
@@ -61,6 +62,7 @@ static ls_status copy_pages(ls_layer_state *d, const ls_layer_state *s, ls_mem_c
 
 static ls_status derive(ls_hstate *d, const ls_hstate *s, ls_mem_cat cat, int borrow, int zero) {
     memset(d, 0, sizeof *d);
+    d->fam = s->fam;
     d->n_layers = s->n_layers;
     d->n_pos = s->n_pos;
     d->page_size = s->page_size;

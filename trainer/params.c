@@ -8,28 +8,33 @@
 #include <string.h>
 
 #include "common/checked.h"
+#include "trainer/family.h"
 #include "trainer/mem_tracker.h"
 #include "trainer/rng.h"
 
 enum { BLK_BASE = 0, BLK_ADAPT, BLK_GRAD, BLK_M, BLK_V, BLK_REF };
 
-typedef enum { INIT_NORMAL, INIT_ZERO, INIT_ONE, INIT_ALOG, INIT_DTBIAS } init_kind;
-
-typedef struct {
-    ls_params *p;
-    size_t cap;
-    int overflow;
-    init_kind *kinds;
-    double *stds;
-} builder;
-
-static ls_tensor *add(builder *b, const char *name, size_t d0, size_t d1, init_kind kind,
-                      double std, int adapter) {
-    if (b->p->n == b->cap) return NULL; /* cap: at most 26 tensors per layer + 3 (never reached) */
-    ls_tensor *t = &b->p->t[b->p->n];
-    b->kinds[b->p->n] = kind;
-    b->stds[b->p->n] = std;
-    b->p->n++;
+/* A tensor of the family's list: counted (b->t NULL) or entered into the
+ * table; beyond the counted capacity an error, never a silent NULL. */
+ls_tensor *LS_K(ls_params_add)(ls_param_builder *b, const char *name, size_t d0, size_t d1, ls_init_kind kind,
+                               double std, int adapter) {
+    if (b->st != LS_OK) return NULL;
+    if (!b->t) { /* the counting pass */
+        b->n++;
+        return NULL;
+    }
+    if (b->n >= b->cap) {
+        snprintf(b->err, sizeof b->err,
+                 "internal: the parameter table holds %zu tensors (counted before allocation) but the %s "
+                 "family adds another, '%.96s'",
+                 b->cap, ls_family_name(b->cfg->family), name);
+        b->st = LS_ERR_INTERNAL;
+        return NULL;
+    }
+    ls_tensor *t = &b->t[b->n];
+    b->kinds[b->n] = kind;
+    b->stds[b->n] = std;
+    b->n++;
     snprintf(t->name, sizeof t->name, "%s", name);
     t->ndim = d1 ? 2 : 1;
     t->shape[0] = d0;
@@ -39,101 +44,47 @@ static ls_tensor *add(builder *b, const char *name, size_t d0, size_t d1, init_k
     return t;
 }
 
-/* A linear with its LoRA pair when the target is adapted in lora mode. */
-static ls_lin add_lin(builder *b, const char *prefix, size_t out, size_t in, double std, int lora) {
+ls_lin LS_K(ls_params_add_lin)(ls_param_builder *b, const char *prefix, size_t out, size_t in, double std,
+                               int lora) {
     char nm[96];
     ls_lin l = {0};
     l.in = in;
     l.out = out;
     snprintf(nm, sizeof nm, "%s.weight", prefix);
-    l.W = add(b, nm, out, in, INIT_NORMAL, std, 0);
-    if (lora && b->p->obj.train_mode == LS_TRAIN_LORA) {
-        size_t r = (size_t)b->p->obj.lora_r;
+    l.W = LS_K(ls_params_add)(b, nm, out, in, LS_INIT_NORMAL, std, 0);
+    if (lora && b->obj->train_mode == LS_TRAIN_LORA) {
+        size_t r = (size_t)b->obj->lora_r;
         snprintf(nm, sizeof nm, "%s.lora_A", prefix);
-        l.A = add(b, nm, r, in, INIT_NORMAL, 1.0 / sqrt((double)in), 1);
+        l.A = LS_K(ls_params_add)(b, nm, r, in, LS_INIT_NORMAL, 1.0 / sqrt((double)in), 1);
         snprintf(nm, sizeof nm, "%s.lora_B", prefix);
-        l.B = add(b, nm, out, r, b->p->obj.lora_init_random ? INIT_NORMAL : INIT_ZERO,
-                  0.5 / sqrt((double)r), 1);
+        l.B = LS_K(ls_params_add)(b, nm, out, r, b->obj->lora_init_random ? LS_INIT_NORMAL : LS_INIT_ZERO,
+                                  0.5 / sqrt((double)r), 1);
     }
     return l;
 }
 
-static void build_hybrid(builder *b) {
-    const ls_model_config *c = &b->p->cfg;
-    size_t d = (size_t)c->d_model, V = (size_t)c->vocab, I = (size_t)c->ffn_dim;
-    size_t L = (size_t)c->n_layers;
-    double sd = 1.0 / sqrt((double)d), so = 0.5 / sqrt((double)d);
-    char nm[96];
-    b->p->embed = add(b, "embed.weight", V, d, INIT_NORMAL, 1.0, 0);
-    for (size_t i = 0; i < L; i++) {
-        ls_hybrid_layer *ly = &b->p->layers[i];
-        ly->is_attn = ls_config_layer_is_attn(c, (int)i);
-        snprintf(nm, sizeof nm, "layers.%zu.norm1.weight", i);
-        ly->norm1 = add(b, nm, d, 0, INIT_ZERO, 0, 0);
-        if (ly->is_attn) {
-            size_t H = (size_t)c->attn_heads, Hkv = (size_t)c->attn_kv_heads, hd = (size_t)c->head_dim;
-            char pre[80];
-            snprintf(pre, sizeof pre, "layers.%zu.attn.q", i);
-            ly->q = add_lin(b, pre, H * 2 * hd, d, sd, 1);
-            snprintf(pre, sizeof pre, "layers.%zu.attn.k", i);
-            ly->k = add_lin(b, pre, Hkv * hd, d, sd, 1);
-            snprintf(pre, sizeof pre, "layers.%zu.attn.v", i);
-            ly->v = add_lin(b, pre, Hkv * hd, d, sd, 1);
-            snprintf(pre, sizeof pre, "layers.%zu.attn.o", i);
-            ly->o = add_lin(b, pre, d, H * hd, 0.5 / sqrt((double)(H * hd)), 1);
-            snprintf(nm, sizeof nm, "layers.%zu.attn.q_norm.weight", i);
-            ly->q_norm = add(b, nm, hd, 0, INIT_ZERO, 0, 0);
-            snprintf(nm, sizeof nm, "layers.%zu.attn.k_norm.weight", i);
-            ly->k_norm = add(b, nm, hd, 0, INIT_ZERO, 0, 0);
-        } else {
-            size_t Hk = (size_t)c->gdn_hk, Hv = (size_t)c->gdn_hv, dk = (size_t)c->gdn_dk,
-                   dv = (size_t)c->gdn_dv, K = (size_t)c->conv_kernel;
-            size_t C = 2 * Hk * dk + Hv * dv;
-            char pre[80];
-            snprintf(pre, sizeof pre, "layers.%zu.gdn.in_qkv", i);
-            ly->in_qkv = add_lin(b, pre, C, d, sd, 1);
-            snprintf(pre, sizeof pre, "layers.%zu.gdn.in_z", i);
-            ly->in_z = add_lin(b, pre, Hv * dv, d, sd, 1);
-            snprintf(pre, sizeof pre, "layers.%zu.gdn.in_b", i);
-            ly->in_b = add_lin(b, pre, Hv, d, sd, 0);
-            snprintf(pre, sizeof pre, "layers.%zu.gdn.in_a", i);
-            ly->in_a = add_lin(b, pre, Hv, d, sd, 0);
-            snprintf(nm, sizeof nm, "layers.%zu.gdn.conv.weight", i);
-            ly->conv = add(b, nm, C, K, INIT_NORMAL, 1.0 / sqrt((double)K), 0);
-            snprintf(nm, sizeof nm, "layers.%zu.gdn.A_log", i);
-            ly->A_log = add(b, nm, Hv, 0, INIT_ALOG, 0, 0);
-            snprintf(nm, sizeof nm, "layers.%zu.gdn.dt_bias", i);
-            ly->dt_bias = add(b, nm, Hv, 0, INIT_DTBIAS, 0, 0);
-            snprintf(nm, sizeof nm, "layers.%zu.gdn.norm.weight", i);
-            ly->gnorm = add(b, nm, dv, 0, INIT_ONE, 0, 0);
-            snprintf(pre, sizeof pre, "layers.%zu.gdn.out", i);
-            ly->out = add_lin(b, pre, d, Hv * dv, 0.5 / sqrt((double)(Hv * dv)), 1);
-        }
-        snprintf(nm, sizeof nm, "layers.%zu.norm2.weight", i);
-        ly->norm2 = add(b, nm, d, 0, INIT_ZERO, 0, 0);
-        char pre[80];
-        snprintf(pre, sizeof pre, "layers.%zu.mlp.gate", i);
-        ly->gate = add_lin(b, pre, I, d, sd, 1);
-        snprintf(pre, sizeof pre, "layers.%zu.mlp.up", i);
-        ly->up = add_lin(b, pre, I, d, sd, 1);
-        snprintf(pre, sizeof pre, "layers.%zu.mlp.down", i);
-        ly->down = add_lin(b, pre, d, I, 0.5 / sqrt((double)I), 1);
-    }
-    b->p->norm = add(b, "norm.weight", d, 0, INIT_ZERO, 0, 0);
-    b->p->lm_head = add(b, "lm_head.weight", V, d, INIT_NORMAL, so, 0);
+ls_status LS_K(ls_params_tensor_count)(const ls_model_config *cfg, const ls_objective *obj, size_t *n, char *err,
+                                       size_t err_len) {
+    *n = 0;
+    const ls_family_ops *fam = LS_K(ls_family_ops_of)(cfg->family, err, err_len);
+    if (!fam) return LS_ERR_UNSUPPORTED;
+    ls_param_builder b = {.cfg = cfg, .obj = obj};
+    fam->build(&b, NULL);
+    *n = b.n;
+    return LS_OK;
 }
 
-static void init_tensor(ls_tensor *t, init_kind kind, double std, uint64_t seed) {
+static void init_tensor(ls_tensor *t, ls_init_kind kind, double std, uint64_t seed) {
     ls_rng r;
     ls_rng_seed(&r, ls_rng_derive(seed, t->name));
     for (size_t i = 0; i < t->numel; i++) {
         double x = 0;
         switch (kind) {
-        case INIT_NORMAL: x = std * ls_rng_normal(&r); break;
-        case INIT_ZERO: x = 0; break;
-        case INIT_ONE: x = 1; break;
-        case INIT_ALOG: x = log(1.0 + 15.0 * ls_rng_uniform(&r)); break; /* A in [1, 16] */
-        case INIT_DTBIAS: {
+        case LS_INIT_NORMAL: x = std * ls_rng_normal(&r); break;
+        case LS_INIT_ZERO: x = 0; break;
+        case LS_INIT_ONE: x = 1; break;
+        case LS_INIT_ALOG: x = log(1.0 + 15.0 * ls_rng_uniform(&r)); break; /* A in [1, 16] */
+        case LS_INIT_DTBIAS: {
             double dt = exp(log(1e-3) + (log(0.1) - log(1e-3)) * ls_rng_uniform(&r));
             x = dt + log(-expm1(-dt)); /* inverse softplus */
             break;
@@ -154,12 +105,10 @@ static void block_scalars(const ls_param_counts *pc, size_t nb[6]) {
     nb[BLK_REF] = pc->reference;
 }
 
-/* Capacity of the tensor table (at most 40 tensors a layer, 64 outside). */
-static size_t table_cap(const ls_model_config *cfg) { return 64 + 40 * (size_t)cfg->n_layers; }
-
-/* Bytes of the tables ls_params_init allocates under fixed_weights. */
-static size_t table_bytes(const ls_model_config *cfg) {
-    return sizeof(ls_params) + (size_t)cfg->n_layers * sizeof(ls_hybrid_layer) + table_cap(cfg) * sizeof(ls_tensor);
+/* Bytes of the tables ls_params_init allocates under fixed_weights: the
+ * header, the family's layer views and the counted tensor table. */
+static size_t table_bytes(const ls_family_ops *fam, const ls_model_config *cfg, size_t n_tensors) {
+    return sizeof(ls_params) + (size_t)cfg->n_layers * fam->layer_view_size + n_tensors * sizeof(ls_tensor);
 }
 
 ls_status LS_K(ls_params_plan)(const ls_model_config *cfg, const ls_objective *obj,
@@ -168,6 +117,10 @@ ls_status LS_K(ls_params_plan)(const ls_model_config *cfg, const ls_objective *o
     ls_param_counts pc;
     ls_status st = ls_config_param_counts(cfg, obj, &pc, err, err_len);
     if (st != LS_OK) return st;
+    const ls_family_ops *fam = LS_K(ls_family_ops_of)(cfg->family, err, err_len);
+    if (!fam) return LS_ERR_UNSUPPORTED;
+    ls_param_builder cb = {.cfg = cfg, .obj = obj};
+    fam->build(&cb, NULL);
     size_t nb[6];
     block_scalars(&pc, nb);
     for (int k = 0; k < 6; k++) {
@@ -178,18 +131,15 @@ ls_status LS_K(ls_params_plan)(const ls_model_config *cfg, const ls_objective *o
             return LS_ERR_FORMAT;
         }
     }
-    bytes[LS_MEM_WEIGHTS] += table_bytes(cfg); /* n_layers <= 4096: cannot overflow */
+    bytes[LS_MEM_WEIGHTS] += table_bytes(fam, cfg, cb.n); /* n_layers <= 4096: cannot overflow */
     return LS_OK;
 }
 
 ls_status LS_K(ls_params_init)(ls_params **out, const ls_model_config *cfg,
                                const ls_objective *obj, uint64_t seed, char *err, size_t err_len) {
     *out = NULL;
-    if (cfg->family != LS_FAMILY_HYBRID) {
-        snprintf(err, err_len, "--config: family '%s' is not supported by this trainer yet",
-                 ls_family_name(cfg->family));
-        return LS_ERR_UNSUPPORTED;
-    }
+    const ls_family_ops *fam = LS_K(ls_family_ops_of)(cfg->family, err, err_len);
+    if (!fam) return LS_ERR_UNSUPPORTED;
     if (obj->lora_r < 1) {
         snprintf(err, err_len, "lora_r: must be >= 1");
         return LS_ERR_ARG;
@@ -199,21 +149,23 @@ ls_status LS_K(ls_params_init)(ls_params **out, const ls_model_config *cfg,
     if (st != LS_OK) return st;
     size_t plan_nb[6];
     block_scalars(&pc, plan_nb);
-    /* the tables are model-sized (table_cap(cfg) tensors): fixed_weights, planned by ls_params_plan */
+    /* the tables are model-sized (the counted tensors): fixed_weights, planned by ls_params_plan */
     ls_params *p = ls_mem_alloc(LS_MEM_WEIGHTS, sizeof *p);
-    builder b = {0};
+    ls_param_builder b = {.cfg = cfg, .obj = obj};
+    fam->build(&b, NULL); /* the count */
+    b.cap = b.n;
+    b.n = 0;
     st = LS_ERR_NOMEM;
     if (!p) {
         snprintf(err, err_len, "cannot allocate the parameter table header (%zu bytes)", sizeof *p);
         return LS_ERR_NOMEM;
     }
+    p->fam = fam;
     p->cfg = *cfg;
     p->obj = *obj;
     p->lora_scale = (ls_real)(obj->lora_alpha / obj->lora_r);
     /* n_layers <= 4096 (ls_config_check): the tables are small */
-    p->layers = ls_mem_alloc(LS_MEM_WEIGHTS, (size_t)cfg->n_layers * sizeof *p->layers);
-    b.p = p;
-    b.cap = table_cap(cfg);
+    p->layers = ls_mem_alloc(LS_MEM_WEIGHTS, (size_t)cfg->n_layers * fam->layer_view_size);
     p->t = ls_mem_alloc(LS_MEM_WEIGHTS, b.cap * sizeof *p->t);
     b.kinds = ls_mem_alloc(LS_MEM_SCRATCH, b.cap * sizeof *b.kinds);
     b.stds = ls_mem_alloc(LS_MEM_SCRATCH, b.cap * sizeof *b.stds);
@@ -222,7 +174,14 @@ ls_status LS_K(ls_params_init)(ls_params **out, const ls_model_config *cfg,
                  cfg->n_layers);
         goto cleanup;
     }
-    build_hybrid(&b);
+    b.t = p->t;
+    fam->build(&b, p);
+    p->n = b.n;
+    if (b.st != LS_OK) {
+        snprintf(err, err_len, "%s", b.err);
+        st = b.st;
+        goto cleanup;
+    }
 
     size_t nb[6] = {0};
     for (size_t i = 0; i < p->n; i++) {
@@ -236,7 +195,7 @@ ls_status LS_K(ls_params_init)(ls_params **out, const ls_model_config *cfg,
     nb[BLK_REF] = obj->train_mode == LS_TRAIN_FULL ? nb[BLK_BASE] : 0;
     /* the table and the closed form of the plan must agree: the plan
      * checked against the budget is what gets allocated */
-    if (b.overflow || p->n >= b.cap || memcmp(nb, plan_nb, sizeof nb) != 0) {
+    if (b.overflow || p->n != b.cap || memcmp(nb, plan_nb, sizeof nb) != 0) {
         snprintf(err, err_len,
                  "internal: the parameter table (%zu tensors; base %zu, adapters %zu, trainable %zu scalars%s) "
                  "differs from the planned counts (base %zu, adapters %zu, trainable %zu)",
@@ -296,13 +255,13 @@ void LS_K(ls_params_snapshot_ref)(ls_params *p) {
     memcpy(p->blocks[BLK_REF], p->blocks[BLK_BASE], nbase * sizeof(ls_real));
 }
 
-static ls_tensor *remap(const ls_params *src, ls_params *dst, const ls_tensor *t) {
+ls_tensor *LS_K(ls_params_remap)(const ls_params *src, ls_params *dst, const ls_tensor *t) {
     return t ? dst->t + (t - src->t) : NULL;
 }
 
-static ls_lin remap_lin(const ls_params *src, ls_params *dst, ls_lin l) {
+ls_lin LS_K(ls_params_remap_lin)(const ls_params *src, ls_params *dst, ls_lin l) {
     ls_lin r = l;
-    r.W = remap(src, dst, l.W);
+    r.W = LS_K(ls_params_remap)(src, dst, l.W);
     r.A = r.B = NULL; /* the reference policy never uses adapters */
     return r;
 }
@@ -314,7 +273,7 @@ ls_status LS_K(ls_params_ref_view)(ls_params **out, const ls_params *p) {
     *v = *p;
     v->is_view = 1;
     v->t = ls_mem_alloc(LS_MEM_SCORE, p->n * sizeof *v->t);
-    v->layers = ls_mem_alloc(LS_MEM_SCORE, (size_t)p->cfg.n_layers * sizeof *v->layers);
+    v->layers = ls_mem_alloc(LS_MEM_SCORE, (size_t)p->cfg.n_layers * p->fam->layer_view_size);
     if (!v->t || !v->layers) {
         ls_mem_free(v->t);
         ls_mem_free(v->layers);
@@ -332,34 +291,10 @@ ls_status LS_K(ls_params_ref_view)(ls_params **out, const ls_params *p) {
             off += t->numel;
         }
     }
-    v->embed = remap(p, v, p->embed);
-    v->norm = remap(p, v, p->norm);
-    v->lm_head = remap(p, v, p->lm_head);
-    for (int i = 0; i < p->cfg.n_layers; i++) {
-        const ls_hybrid_layer *s = &p->layers[i];
-        ls_hybrid_layer *d = &v->layers[i];
-        d->is_attn = s->is_attn;
-        d->norm1 = remap(p, v, s->norm1);
-        d->norm2 = remap(p, v, s->norm2);
-        d->in_qkv = remap_lin(p, v, s->in_qkv);
-        d->in_z = remap_lin(p, v, s->in_z);
-        d->in_b = remap_lin(p, v, s->in_b);
-        d->in_a = remap_lin(p, v, s->in_a);
-        d->out = remap_lin(p, v, s->out);
-        d->conv = remap(p, v, s->conv);
-        d->A_log = remap(p, v, s->A_log);
-        d->dt_bias = remap(p, v, s->dt_bias);
-        d->gnorm = remap(p, v, s->gnorm);
-        d->q = remap_lin(p, v, s->q);
-        d->k = remap_lin(p, v, s->k);
-        d->v = remap_lin(p, v, s->v);
-        d->o = remap_lin(p, v, s->o);
-        d->q_norm = remap(p, v, s->q_norm);
-        d->k_norm = remap(p, v, s->k_norm);
-        d->gate = remap_lin(p, v, s->gate);
-        d->up = remap_lin(p, v, s->up);
-        d->down = remap_lin(p, v, s->down);
-    }
+    v->embed = LS_K(ls_params_remap)(p, v, p->embed);
+    v->norm = LS_K(ls_params_remap)(p, v, p->norm);
+    v->lm_head = LS_K(ls_params_remap)(p, v, p->lm_head);
+    p->fam->ref_view(v, p);
     *out = v;
     return LS_OK;
 }

@@ -1,6 +1,6 @@
 /* params.h - the parameter table of a model: every tensor with its MODEL.md §5
  * name, shape, weights, gradient and AdamW moments, plus the structured views
- * the hybrid layers use.  Numeric (compiled per real type, LS_K names).
+ * the family's layers use.  Numeric (compiled per real type, LS_K names).
  *
  * Storage: one block per memory category — base weights (fixed_weights, or
  * counted as trainable in full mode), adapters, gradients, optimizer state,
@@ -33,31 +33,54 @@ typedef struct {
     size_t in, out;
 } ls_lin;
 
-typedef struct {
-    int is_attn;
-    ls_tensor *norm1, *norm2;
-    /* GDN */
-    ls_lin in_qkv, in_z, in_b, in_a, out;
-    ls_tensor *conv, *A_log, *dt_bias, *gnorm;
-    /* attention */
-    ls_lin q, k, v, o;
-    ls_tensor *q_norm, *k_norm;
-    /* MLP */
-    ls_lin gate, up, down;
-} ls_hybrid_layer;
 
+struct ls_family_ops;
 typedef struct ls_params {
+    const struct ls_family_ops *fam; /* the config's family (family.h) */
     ls_model_config cfg;
     ls_objective obj;
     ls_real lora_scale;       /* alpha / r */
     ls_tensor *t;
     size_t n;
     ls_tensor *embed, *norm, *lm_head;
-    ls_hybrid_layer *layers;  /* [n_layers] */
+    void *layers;             /* [n_layers] the family's structured layer views (hybrid: ls_hybrid_layer) */
     ls_real *blocks[6];       /* owned storage (see params.c) */
     size_t n_trainable;       /* trainable scalars */
     int is_view;              /* reference view: owns only its tables */
 } ls_params;
+
+/* ---- the parameter builder: a family's tensor list (family.h) -------------
+ * The family's build function adds its tensors in table order.  The table
+ * is counted before it is allocated: a first pass with t == NULL only
+ * counts (add returns NULL), the table is then allocated for exactly that
+ * many and the second pass fills it.  Adding beyond cap fails loudly: st
+ * becomes LS_ERR_INTERNAL with err naming the tensor, add returns NULL,
+ * and every later add is refused too. */
+typedef enum { LS_INIT_NORMAL, LS_INIT_ZERO, LS_INIT_ONE, LS_INIT_ALOG, LS_INIT_DTBIAS } ls_init_kind;
+
+typedef struct {
+    const ls_model_config *cfg;
+    const ls_objective *obj;
+    ls_tensor *t;          /* [cap] (NULL: count only) */
+    ls_init_kind *kinds;   /* [cap] */
+    double *stds;          /* [cap] */
+    size_t cap, n;
+    int overflow;          /* a shape's element count overflowed size_t */
+    ls_status st;
+    char err[320];
+} ls_param_builder;
+
+ls_tensor *LS_K(ls_params_add)(ls_param_builder *b, const char *name, size_t d0, size_t d1, ls_init_kind kind,
+                               double std, int adapter);
+/* A linear [out, in] named prefix.weight, with its LoRA pair (prefix.lora_A
+ * [r, in], prefix.lora_B [out, r]) when lora (a LoRA target) and the train
+ * mode is lora. */
+ls_lin LS_K(ls_params_add_lin)(ls_param_builder *b, const char *prefix, size_t out, size_t in, double std,
+                               int lora);
+/* The number of tensors cfg/obj's table has (the family's list, counted).
+ * LS_ERR_UNSUPPORTED naming the key 'family' for a family without a table. */
+ls_status LS_K(ls_params_tensor_count)(const ls_model_config *cfg, const ls_objective *obj, size_t *n, char *err,
+                                       size_t err_len);
 
 /* The bytes ls_params_init will allocate, per memory category
  * (fixed_weights: base weights + the full-mode reference copy; adapters;
@@ -79,6 +102,10 @@ void LS_K(ls_params_free)(ls_params *p);
 /* Reference policy view (MODEL.md §3): adapters off (lora mode) or the frozen
  * step-0 copy (full mode).  Free with ls_params_free. */
 ls_status LS_K(ls_params_ref_view)(ls_params **out, const ls_params *p);
+/* For a family's ref_view: the tensor of dst at t's index in src (NULL for
+ * NULL); a linear's weight remapped, its adapters off (NULL). */
+ls_tensor *LS_K(ls_params_remap)(const ls_params *src, ls_params *dst, const ls_tensor *t);
+ls_lin LS_K(ls_params_remap_lin)(const ls_params *src, ls_params *dst, ls_lin l);
 /* Snapshot the current weights as the reference (full mode; no-op in lora). */
 void LS_K(ls_params_snapshot_ref)(ls_params *p);
 ls_tensor *LS_K(ls_params_find)(const ls_params *p, const char *name);

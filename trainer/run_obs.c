@@ -132,10 +132,12 @@ static void on_layer(void *u, const char *phase, int member, int layer, int dir,
     int L = o->cfg->n_layers;
     ls_mem_stats s;
     ls_mem_snapshot(&s);
-    ls_trace_layer_kind kind = layer < 0                               ? LS_TRACE_LAYER_EMBED
-                               : layer >= L                            ? LS_TRACE_LAYER_HEAD
-                               : ls_config_layer_is_attn(o->cfg, layer) ? LS_TRACE_LAYER_ATTN
-                                                                        : LS_TRACE_LAYER_GDN;
+    static const ls_trace_layer_kind by_kind[] = {[LS_LAYER_GDN] = LS_TRACE_LAYER_GDN,
+                                                  [LS_LAYER_ATTN] = LS_TRACE_LAYER_ATTN,
+                                                  [LS_LAYER_MLA] = LS_TRACE_LAYER_MLA};
+    ls_trace_layer_kind kind = layer < 0    ? LS_TRACE_LAYER_EMBED
+                               : layer >= L ? LS_TRACE_LAYER_HEAD
+                                            : by_kind[ls_config_layer_kind(o->cfg, layer)];
     ls_trace_layer_end e = {.phase = phase, .step = o->step, .member = member, .layer = layer, .kind = kind,
                             .dir = dir ? LS_TRACE_DIR_BWD : LS_TRACE_DIR_FWD, .tokens = (int64_t)tokens,
                             .live_bytes = (int64_t)s.live_total, .peak_bytes = (int64_t)s.peak_total,

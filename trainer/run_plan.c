@@ -4,23 +4,8 @@
 #include <stdio.h>
 
 #include "common/checked.h"
-#include "trainer/hybrid.h"
+#include "trainer/family.h"
 #include "trainer/params.h"
-
-/* Reals one layer saves per token (the larger of the two mixers), an
- * over-estimate of the tape plus its backward transients.  Saturating. */
-static size_t layer_reals_per_token(const ls_model_config *c, int r) {
-    size_t d = (size_t)c->d_model, ffn = (size_t)c->ffn_dim, H = (size_t)c->attn_heads;
-    size_t Hkv = (size_t)c->attn_kv_heads, hd = (size_t)c->head_dim;
-    size_t Hk = (size_t)c->gdn_hk, dk = (size_t)c->gdn_dk, Hv = (size_t)c->gdn_hv, dv = (size_t)c->gdn_dv;
-    size_t C = ls_sat_add(ls_sat_mul3(2, Hk, dk), ls_sat_mul(Hv, dv));
-    size_t attn = ls_sat_add(ls_sat_add(ls_sat_mul3(12, H, hd), ls_sat_mul3(8, Hkv, hd)), ls_sat_mul(2, H));
-    size_t gdn = ls_sat_add(ls_sat_add(ls_sat_mul(4, C), ls_sat_mul3(6, Hv, dv)),
-                            ls_sat_add(ls_sat_mul3(6, Hk, dk), ls_sat_mul(8, Hv)));
-    size_t n = ls_sat_add(ls_sat_mul(6, d), ls_sat_mul(6, ffn));
-    n = ls_sat_add(n, attn > gdn ? attn : gdn);
-    return ls_sat_add(n, ls_sat_add(ls_sat_mul(16, (size_t)r), 8));
-}
 
 static size_t mem_available(void) {
     FILE *f = fopen("/proc/meminfo", "r");
@@ -48,12 +33,14 @@ ls_status LS_K(ls_run_plan)(const ls_train_args *a, const ls_run_shape *sh, size
     ls_mem_snapshot(&s);
     for (int k = 0; k < LS_MEM_COUNT; k++) plan_b[k] = ls_sat_add(plan_b[k], s.live_bytes[k]);
     size_t P = sh->P, L = (size_t)c->n_layers, d = (size_t)c->d_model, sz = sizeof(ls_real);
-    /* context parallelism: this rank holds a shard (at most ceil((P-1)/N) positions, cp.h), runs it
-       layer by layer in chunks; its ring messages and the remote partial are communication buffers */
+    const ls_family_ops *fam = LS_K(ls_family_ops_of)(c->family, err, err_len);
+    if (!fam) return LS_ERR_UNSUPPORTED;
+    /* context parallelism: this rank holds a shard (at most ceil((P-1)/N) positions, cp.h); what its
+       capture and prompt backward keep besides are the family's terms */
     int world = a->comm ? ls_comm_world(a->comm) : 1;
     size_t cpP = world > 1 ? (P - 1 + (size_t)world - 1) / (size_t)world + 1 : P;
-    size_t lpt = ls_sat_mul(layer_reals_per_token(c, a->obj.lora_r), sz);
-    size_t state = LS_K(ls_hstate_plan_bytes)(c, (int64_t)cpP - 1);
+    size_t lpt = fam->plan_layer_bytes_per_token(c, a->obj.lora_r);
+    size_t state = fam->state_plan_bytes(c, (int64_t)cpP - 1);
     size_t dsz = ls_sat_mul(d, sz);
     int full = a->obj.grad_mode == LS_GRAD_FULL;
     /* one prompt state at a time, the reference's included; a prefix-frozen
@@ -61,17 +48,9 @@ ls_status LS_K(ls_run_plan)(const ls_train_args *a, const ls_run_shape *sh, size
     int states = a->prefix_frozen > 0 && a->obj.beta > 0 ? 2 : 1;
 #define ADD(cat, x) (plan_b[cat] = ls_sat_add(plan_b[cat], (x)))
     ADD(LS_MEM_PROMPT_STATE, ls_sat_mul(states, state));
-    if (world > 1) {
-        size_t row = ls_sat_mul3((size_t)c->attn_kv_heads, (size_t)c->head_dim, sz);
-        size_t qrow = ls_sat_mul3((size_t)c->attn_heads, (size_t)c->head_dim + 1, sz);
-        ADD(LS_MEM_COMM, ls_sat_add(ls_sat_mul3(8, cpP, row), ls_sat_mul(cpP, qrow))); /* ring messages, partial */
-        ADD(LS_MEM_CHECKPOINT, LS_K(ls_hstate_plan_bytes)(c, 0));                       /* the shard's start state */
-        /* the shard's hidden state and queries between chunks; full mode: the attention layer's shard
-           rows (q, o, dout, dgate, dq, lse; dK, dV) */
-        ADD(LS_MEM_SCRATCH, ls_sat_add(ls_sat_mul(cpP, dsz), ls_sat_mul(cpP, qrow)));
-        if (full) ADD(LS_MEM_SCRATCH, ls_sat_add(ls_sat_mul3(5, cpP, qrow), ls_sat_mul3(2, cpP, row)));
-        P = cpP; /* the rest of the plan is the shard's */
-    }
+    ls_family_plan_in fin = {.cpP = cpP, .world = world, .full = full};
+    fam->plan_terms(c, &fin, plan_b);
+    if (world > 1) P = cpP; /* the rest of the plan is the shard's */
     if (a->step.strategy == LS_STRATEGY_LONGSTRAW) {
         ADD(LS_MEM_BRANCH, ls_sat_mul3(L, sh->Rmax, lpt));
         size_t cc = a->step.capture_chunk && a->step.capture_chunk < P ? a->step.capture_chunk : P;

@@ -12,12 +12,12 @@
 
 #define R_(n) ((n) * sizeof(ls_real))
 
-ls_status LS_K(ls_capture)(const ls_params *p, const ls_batch *b, size_t page_size, size_t chunk, ls_hstate *ps,
+ls_status LS_K(ls_capture)(const ls_params *p, const ls_batch *b, size_t page_size, size_t chunk, ls_state *ps,
                            ls_real **checkpoints, ls_mem_cat cat, ls_layer_hook hook, void *hook_user) {
     if (b->P < 2) return LS_ERR_ARG;
     size_t T = b->P - 1, L = (size_t)p->cfg.n_layers, d = (size_t)p->cfg.d_model;
     if (chunk == 0 || chunk > T) chunk = T;
-    ls_status st = LS_K(ls_hstate_init)(ps, p, page_size, cat);
+    ls_status st = p->fam->state_init(ps, p, page_size, cat);
     if (st != LS_OK) return st;
     ls_real **ck = checkpoints ? ls_mem_alloc(LS_MEM_SCRATCH, L * sizeof *ck) : NULL;
     if (checkpoints && !ck) st = LS_ERR_NOMEM;
@@ -27,10 +27,10 @@ ls_status LS_K(ls_capture)(const ls_params *p, const ls_batch *b, size_t page_si
         for (size_t l = 0; ck && l < L; l++) ck[l] = checkpoints[l] + t0 * d;
         ls_seg_io io = {.tokens = b->prompt + t0, .T = n, .pos0 = (int64_t)t0, .ctx = t0 ? ps : NULL,
                         .state_out = ps, .checkpoints = ck, .hook = hook, .hook_user = hook_user};
-        st = LS_K(ls_segment_forward)(p, &io);
+        st = p->fam->segment_forward(p, &io);
     }
     ls_mem_free(ck);
-    if (st != LS_OK) LS_K(ls_hstate_free)(ps);
+    if (st != LS_OK) p->fam->state_free(ps);
     return st;
 }
 
@@ -44,7 +44,7 @@ static int32_t *branch_inputs(const ls_batch *b, size_t i, ls_mem_cat cat) {
     return in;
 }
 
-ls_status LS_K(ls_score_member)(const ls_params *p, const ls_hstate *ps, const ls_batch *b, size_t i,
+ls_status LS_K(ls_score_member)(const ls_params *p, const ls_state *ps, const ls_batch *b, size_t i,
                                 double *logp, ls_layer_hook hook, void *hook_user) {
     size_t R = b->R[i];
     int32_t *in = branch_inputs(b, i, LS_MEM_SCORE);
@@ -54,7 +54,7 @@ ls_status LS_K(ls_score_member)(const ls_params *p, const ls_hstate *ps, const l
         ls_seg_io io = {.tokens = in, .T = R, .pos0 = (int64_t)b->P - 1, .ctx = ps,
                         .targets = b->resp[i], .score_from = 0, .logp = lp, .hook = hook,
                         .hook_user = hook_user};
-        st = LS_K(ls_segment_forward)(p, &io);
+        st = p->fam->segment_forward(p, &io);
         for (size_t t = 0; st == LS_OK && t < R; t++) logp[t] = (double)lp[t];
     }
     ls_mem_free(in);
@@ -62,12 +62,12 @@ ls_status LS_K(ls_score_member)(const ls_params *p, const ls_hstate *ps, const l
     return st;
 }
 
-ls_status LS_K(ls_rollout_member)(const ls_params *p, const ls_hstate *ps, int32_t first_token,
+ls_status LS_K(ls_rollout_member)(const ls_params *p, const ls_state *ps, int32_t first_token,
                                   size_t R, double temperature, double top_p, uint64_t seed,
                                   int32_t *out, double *logp_out) {
     size_t d = (size_t)p->cfg.d_model, V = (size_t)p->cfg.vocab;
-    ls_hstate st_m;
-    ls_status st = LS_K(ls_hstate_fork)(&st_m, ps, LS_MEM_SCORE);
+    ls_state st_m;
+    ls_status st = p->fam->state_fork(&st_m, ps, LS_MEM_SCORE);
     if (st != LS_OK) return st;
     ls_real *hrow = ls_mem_alloc(LS_MEM_SCORE, R_(d)), *row = ls_mem_alloc(LS_MEM_SCORE, R_(V));
     ls_sampler_ws ws;
@@ -79,7 +79,7 @@ ls_status LS_K(ls_rollout_member)(const ls_params *p, const ls_hstate *ps, int32
     for (size_t t = 0; st == LS_OK && t < R; t++) {
         ls_seg_io io = {.tokens = &tok, .T = 1, .pos0 = st_m.n_pos, .ctx = &st_m, .state_out = &st_m,
                         .last_hidden = hrow};
-        st = LS_K(ls_segment_forward)(p, &io);
+        st = p->fam->segment_forward(p, &io);
         if (st != LS_OK) break;
         LS_K(ls_logprob_row)(row, hrow, p->lm_head->w, (ls_real)temperature, d, V);
         tok = LS_K(ls_sampler_top_p)(row, V, top_p, &rng, &ws);
@@ -89,7 +89,7 @@ ls_status LS_K(ls_rollout_member)(const ls_params *p, const ls_hstate *ps, int32
     LS_K(ls_sampler_ws_free)(&ws);
     ls_mem_free(hrow);
     ls_mem_free(row);
-    LS_K(ls_hstate_free)(&st_m);
+    p->fam->state_free(&st_m);
     return st;
 }
 

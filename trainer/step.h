@@ -1,5 +1,6 @@
-/* step.h - one GRPO training step of the hybrid family on one rank: the
- * LongStraw transaction (DESIGN.md §3) and the naive reference strategy.
+/* step.h - one GRPO training step on one rank or context-parallel: the
+ * LongStraw transaction (DESIGN.md §3) and the naive reference strategy,
+ * for any family (the model is reached through p->fam, family.h).
  * Numeric (compiled per real type).
  *
  * ls_step_grads runs capture, rollout (when the batch has no responses),
@@ -10,7 +11,8 @@
 #define LS_TRAINER_STEP_H
 #include "trainer/batch.h"
 #include "trainer/cp.h"
-#include "trainer/hybrid.h"
+#include "trainer/family.h"
+#include "trainer/hybrid.h" /* the hybrid family's own API, for the tests and tools that drive it directly */
 #include "trainer/task.h"
 
 /* What a step reports as it goes (trace events).  Any callback may be NULL. */
@@ -79,7 +81,7 @@ typedef struct {
  * reference policy's state, kept too when beta > 0.  Zero-initialise;
  * free with ls_step_prefix_free. */
 typedef struct {
-    ls_hstate ps, rps;
+    ls_state ps, rps;
     int have_ps, have_rps;
 } ls_step_prefix;
 void LS_K(ls_step_prefix_free)(ls_step_prefix *f);
@@ -112,16 +114,16 @@ void LS_K(ls_step_optimizer)(ls_params *p, const ls_step_options *o, int64_t ste
 
 /* Building blocks exposed for tests and tools. */
 /* Log-probs of response i from a captured prompt state (no autograd). */
-ls_status LS_K(ls_score_member)(const ls_params *p, const ls_hstate *ps, const ls_batch *b, size_t i,
+ls_status LS_K(ls_score_member)(const ls_params *p, const ls_state *ps, const ls_batch *b, size_t i,
                                 double *logp, ls_layer_hook hook, void *hook_user);
 /* Capture: prompt positions [0, P-1) into *ps (prompt_state category), in
  * segments of `chunk` tokens (0: one segment) so that transient buffers stay
  * chunk-sized; checkpoints (NULL: none) receive each layer's input. */
-ls_status LS_K(ls_capture)(const ls_params *p, const ls_batch *b, size_t page_size, size_t chunk, ls_hstate *ps,
+ls_status LS_K(ls_capture)(const ls_params *p, const ls_batch *b, size_t page_size, size_t chunk, ls_state *ps,
                            ls_real **checkpoints, ls_mem_cat cat, ls_layer_hook hook, void *hook_user);
 /* Sample R tokens by token-by-token decode from ps; logp_out[R] (may be
  * NULL) receives each sampled token's log-prob under the policy. */
-ls_status LS_K(ls_rollout_member)(const ls_params *p, const ls_hstate *ps, int32_t first_token,
+ls_status LS_K(ls_rollout_member)(const ls_params *p, const ls_state *ps, int32_t first_token,
                                   size_t R, double temperature, double top_p, uint64_t seed,
                                   int32_t *out, double *logp_out);
 #endif

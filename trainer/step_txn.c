@@ -66,8 +66,8 @@ typedef struct {
     ls_step_result *res;
     int full, naive, sft, need_rollout, use_ref;
     void *untracked;        /* the untracked-alloc fault's buffer */
-    ls_hstate own_ps, dps;  /* the policy prompt state (unless a prefix holds it) and its gradient */
-    ls_hstate *ps;          /* &own_ps or &prefix->ps; NULL while none is captured */
+    ls_state own_ps, dps;  /* the policy prompt state (unless a prefix holds it) and its gradient */
+    ls_state *ps;          /* &own_ps or &prefix->ps; NULL while none is captured */
     ls_real **ckpt;         /* full mode: each layer's input over the prompt */
     ls_grpo_stats gs;
     double rr_sum, rf_sum;  /* the task reward's parts, summed over the group */
@@ -86,7 +86,7 @@ static void free_ckpt(txn *x) {
 /* Capture params q's prompt state into *dst (category prompt_state: a
  * reference state is a prompt state too, never beside the policy's), with
  * checkpoints when asked. */
-static ls_status capture_into(txn *x, const ls_params *q, ls_hstate *dst, int with_ckpt) {
+static ls_status capture_into(txn *x, const ls_params *q, ls_state *dst, int with_ckpt) {
     const ls_batch *b = x->b;
     size_t L = (size_t)x->p->cfg.n_layers, d = (size_t)x->p->cfg.d_model;
     ls_status st = LS_OK;
@@ -122,20 +122,20 @@ static ls_status capture_policy(txn *x, int with_ckpt) {
     ls_status st = capture_into(x, x->p, &x->own_ps, with_ckpt);
     if (st != LS_OK) return st;
     x->ps = &x->own_ps;
-    x->res->prompt_state_bytes = LS_K(ls_hstate_bytes)(x->ps);
-    x->res->prompt_state_analytical = LS_K(ls_hstate_analytical_bytes)(
-        x->p, x->use_cp ? x->cp.s1 - x->cp.s0 : (int64_t)x->b->P - 1); /* the shard's, exactly */
+    x->res->prompt_state_bytes = x->p->fam->state_bytes(x->ps);
+    x->res->prompt_state_analytical = x->p->fam->state_plan_bytes(
+        &x->p->cfg, x->use_cp ? x->cp.s1 - x->cp.s0 : (int64_t)x->b->P - 1); /* the shard's, exactly */
     return LS_OK;
 }
 
 static void release_policy(txn *x) {
-    if (x->ps == &x->own_ps) LS_K(ls_hstate_free)(&x->own_ps);
+    if (x->ps == &x->own_ps) x->p->fam->state_free(&x->own_ps);
     x->ps = NULL;
     free_ckpt(x);
 }
 
 /* Every member's log-probs under params q from the prompt state s. */
-static ls_status score_all(txn *x, const ls_params *q, const ls_hstate *s, double **out) {
+static ls_status score_all(txn *x, const ls_params *q, const ls_state *s, double **out) {
     ls_status st = LS_OK;
     for (size_t i = 0; st == LS_OK && i < x->b->G; i++) {
         hook_ctx hm = {x->obs, "score", (int)i};
@@ -147,10 +147,10 @@ static ls_status score_all(txn *x, const ls_params *q, const ls_hstate *s, doubl
 
 /* The reference policy's log-probs.  keep: a prefix's state to reuse (and
  * fill on first use), else NULL: capture, score and free. */
-static ls_status score_reference(txn *x, ls_hstate *keep, int *have_keep) {
+static ls_status score_reference(txn *x, ls_state *keep, int *have_keep) {
     ls_params *ref = NULL;
-    ls_hstate own;
-    ls_hstate *s = keep ? keep : &own;
+    ls_state own;
+    ls_state *s = keep ? keep : &own;
     ls_status st = LS_K(ls_params_ref_view)(&ref, x->p);
     if (st == LS_OK && !(keep && *have_keep)) {
         st = capture_into(x, ref, s, 0);
@@ -161,7 +161,7 @@ static ls_status score_reference(txn *x, ls_hstate *keep, int *have_keep) {
         begin(x->obs, PH_SCORE, &t0);
         st = score_all(x, ref, s, x->b->ref_lp);
         end(x->obs, PH_SCORE, t0, st == LS_OK, x->res);
-        if (!keep) LS_K(ls_hstate_free)(&own);
+        if (!keep) x->p->fam->state_free(&own);
     }
     LS_K(ls_params_free)(ref);
     if (st == LS_OK) x->res->used_reference = 1;
@@ -196,7 +196,7 @@ static ls_status do_rollout(txn *x) {
  * (freed before the reference's), then the reference. */
 static ls_status score_naive(txn *x, int use_ref) {
     ls_status st = LS_OK;
-    ls_hstate own;
+    ls_state own;
     if (!x->b->old_supplied) {
         st = capture_into(x, x->p, &own, 0);
         if (st == LS_OK) {
@@ -204,7 +204,7 @@ static ls_status score_naive(txn *x, int use_ref) {
             begin(x->obs, PH_SCORE, &t0);
             st = score_all(x, x->p, &own, x->b->old_lp);
             end(x->obs, PH_SCORE, t0, st == LS_OK, x->res);
-            LS_K(ls_hstate_free)(&own);
+            x->p->fam->state_free(&own);
         }
     }
     if (st == LS_OK && use_ref) st = score_reference(x, NULL, NULL);
@@ -258,7 +258,7 @@ static ls_status replay_member(txn *x, const ls_batch *b, size_t i, const double
                     .targets = b->resp[i], .score_from = naive ? P - 1 : 0, .logp = lp, .tape = &tape,
                     .tape_cat = LS_MEM_BRANCH, .hook = hook_fn, .hook_user = &hk,
                     .grad_cut = naive && !x->full ? P - 1 : 0};
-    st = LS_K(ls_segment_forward)(p, &io);
+    st = p->fam->segment_forward(p, &io);
     if (st != LS_OK) goto cleanup;
     for (size_t t = 0; t < R; t++) lpd[t] = (double)lp[t];
     if (sft_w) {
@@ -280,12 +280,12 @@ static ls_status replay_member(txn *x, const ls_batch *b, size_t i, const double
         ls_grpo_stats_add(&x->gs, lpd, b->old_lp[i], have_ref ? b->ref_lp[i] : lpd, b->adv[i], p->obj.epsilon,
                           p->obj.beta, b->G, R);
     }
-    st = LS_K(ls_segment_backward)(p, tape, dlp, x->full && !naive ? &x->dps : NULL, hook_fn, &hk);
-    if (tape_bytes) *tape_bytes = LS_K(ls_seg_tape_bytes)(tape);
+    st = p->fam->segment_backward(p, tape, dlp, x->full && !naive ? &x->dps : NULL, hook_fn, &hk);
+    if (tape_bytes) *tape_bytes = p->fam->tape_bytes(tape);
     x->res->phase_tokens[PH_REPLAY] += (int64_t)R;
     x->res->tokens += (int64_t)R;
 cleanup:
-    LS_K(ls_seg_tape_free)(tape);
+    if (tape) p->fam->tape_free(tape);
     ls_mem_free(lpd);
     ls_mem_free(lp);
     ls_mem_free(in);
@@ -377,8 +377,8 @@ static ls_status phase_capture_rollout(txn *x, ls_step_prefix *pf, const char **
     if (pf && pf->have_ps) { /* stale: captured before an update */
         x->ps = &pf->ps;
         x->res->prefix_frozen = 1;
-        x->res->prompt_state_bytes = LS_K(ls_hstate_bytes)(x->ps);
-        x->res->prompt_state_analytical = LS_K(ls_hstate_analytical_bytes)(x->p, (int64_t)b->P - 1);
+        x->res->prompt_state_bytes = x->p->fam->state_bytes(x->ps);
+        x->res->prompt_state_analytical = x->p->fam->state_plan_bytes(&x->p->cfg, (int64_t)b->P - 1);
     } else if (!x->naive || x->need_rollout) {
         if ((st = capture_policy(x, x->full && !x->naive && !recapture)) != LS_OK) return st;
         if (pf) { /* the prefix owns it from here */
@@ -439,7 +439,7 @@ static ls_status phase_replay(txn *x, const char **what) {
     int64_t t0;
     *what = "replay";
     begin(x->obs, PH_REPLAY, &t0);
-    if (x->full && !x->naive) st = LS_K(ls_hstate_grad_like)(&x->dps, x->ps, LS_MEM_PROMPT_GRAD);
+    if (x->full && !x->naive) st = x->p->fam->state_grad_like(&x->dps, x->ps, LS_MEM_PROMPT_GRAD);
     if (x->sft && st == LS_OK) {
         st = replay_sft(x, &res->max_branch_bytes);
     } else {
@@ -472,8 +472,8 @@ static ls_status phase_replay(txn *x, const char **what) {
                                              hook_fn, &hk);
         res->phase_tokens[PH_PROMPT_BWD] += x->cp.s1 - x->cp.s0;
     } else {
-        st = LS_K(ls_prompt_backward)(x->p, b->prompt, b->P - 1, x->o->capture_chunk, x->ckpt, x->ps, &x->dps,
-                                      LS_MEM_SCRATCH, hook_fn, &hk, NULL);
+        st = x->p->fam->prompt_backward(x->p, b->prompt, b->P - 1, x->o->capture_chunk, x->ckpt, x->ps, &x->dps,
+                                        LS_MEM_SCRATCH, hook_fn, &hk);
         res->phase_tokens[PH_PROMPT_BWD] += (int64_t)(b->P - 1);
     }
     end(x->obs, PH_PROMPT_BWD, t0, st == LS_OK, res);
@@ -552,13 +552,13 @@ ls_status LS_K(ls_step_grads_prefix)(ls_params *p, ls_batch *b, const ls_task *t
     if (st != LS_OK) {
         fail(st, err, err_len, what);
     } else {
-        LS_K(ls_hstate_free)(&x.dps);
+        p->fam->state_free(&x.dps);
         release_policy(&x);
         st = phase_finalize(&x, err, err_len);
         finish_metrics(&x);
     }
     free(x.untracked);
-    LS_K(ls_hstate_free)(&x.dps);
+    p->fam->state_free(&x.dps);
     release_policy(&x);
     ls_mem_free(x.stash);
     if (x.use_cp) LS_K(ls_cp_free)(&x.cp);
@@ -567,7 +567,7 @@ ls_status LS_K(ls_step_grads_prefix)(ls_params *p, ls_batch *b, const ls_task *t
 
 void LS_K(ls_step_prefix_free)(ls_step_prefix *f) {
     if (!f) return;
-    if (f->have_ps) LS_K(ls_hstate_free)(&f->ps);
-    if (f->have_rps) LS_K(ls_hstate_free)(&f->rps);
+    if (f->have_ps) LS_K(ls_state_free)(&f->ps);
+    if (f->have_rps) LS_K(ls_state_free)(&f->rps);
     memset(f, 0, sizeof *f);
 }

@@ -284,9 +284,9 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
     char cerr[512];
     ls_status st = ls_config_load(&a->cfg, a->config_path, cerr, sizeof cerr);
     if (st != LS_OK) BAD("--config: %s", cerr);
-    if (a->cfg.family != LS_FAMILY_HYBRID)
-        BAD("--config: %s: family '%s' has no model in this trainer yet (hybrid only; its kernels exist)", a->config_path,
-            ls_family_name(a->cfg.family));
+    if (!ls_family_has_trainer(a->cfg.family))
+        BAD("--config: %s: key 'family': '%s' has no model in this trainer yet (hybrid only; its kernels exist)",
+            a->config_path, ls_family_name(a->cfg.family));
     if (a->fault_kill_rank && a->fault_kill_at_layer && a->fault_kill_layer > (int)a->cfg.n_layers)
         BAD("--fault kill-rank=R@PHASE:L: layer %d is beyond the model's %d layers (-1 the embedding .. %d the head)",
             a->fault_kill_layer, (int)a->cfg.n_layers, (int)a->cfg.n_layers);
