@@ -25,14 +25,6 @@
 #define WALK_MAX_DEPTH 8
 #define WALK_MAX_ENTRIES 100000
 
-int ls_audit_phase_index(const char *phase) {
-    int p = ls_trace_enum_from_name("phase", phase);
-    return p >= 0 && p < LS_PHASE_COUNT ? p : LS_AUDIT_NPHASE - 1;
-}
-
-const char *ls_audit_phase_name(int index) {
-    return index >= 0 && index < LS_PHASE_COUNT ? ls_trace_phase_name((ls_trace_phase)index) : "other";
-}
 
 /* Index of name in a table (added when new); -1 when the table is full. */
 static int intern(char **tab, size_t *n, bool *overflow, const char *name) {
