@@ -130,21 +130,61 @@ static void hybrid_counts(const ls_model_config *c, size_t r, count *base, count
     lin(base, adapt, d, ls_sat_mul(Hv, dv), n_gdn, r, "'gdn_hv' x 'gdn_dv' x 'd_model' x 'n_layers' (GDN out)");
 }
 
+/* Base and adapter scalars of the mla table (mla_family.c's build order,
+ * MODEL.md §3, §5); r = 0 when there are no adapters; the routed experts
+ * are adapted only with lora_experts. */
+static void mla_counts(const ls_model_config *c, size_t r, int lora_experts, count *base, count *adapt,
+                       size_t *frozen) {
+    size_t d = (size_t)c->d_model, V = (size_t)c->vocab, I = (size_t)c->ffn_dim, L = (size_t)c->n_layers;
+    size_t nd = (size_t)c->first_dense <= L ? (size_t)c->first_dense : L, nm = L - nd;
+    size_t H = (size_t)c->heads, rq = (size_t)c->q_rank, rkv = (size_t)c->kv_rank, dn = (size_t)c->d_nope;
+    size_t dr = (size_t)c->d_rope, dv = (size_t)c->d_v, HI = (size_t)c->index_heads, dI = (size_t)c->index_dim;
+    size_t E = (size_t)c->n_experts, Ie = (size_t)c->expert_dim;
+    memset(base, 0, sizeof *base);
+    memset(adapt, 0, sizeof *adapt);
+    term(base, V, d, 2, "'vocab' x 'd_model' (embed, lm_head)");
+    term(base, d, 1, 1, "'d_model' (final norm)");
+    term(base, d, 2, L, "'d_model' x 'n_layers' (norms)");
+    lin(base, adapt, rq, d, L, r, "'q_rank' x 'd_model' x 'n_layers' (attention q_a)");
+    term(base, ls_sat_add(rq, rkv), 1, L, "'q_rank' + 'kv_rank' x 'n_layers' (q_a_norm, kv_a_norm)");
+    lin(base, adapt, ls_sat_mul(H, ls_sat_add(dn, dr)), rq, L, r,
+        "'heads' x ('d_nope' + 'd_rope') x 'q_rank' x 'n_layers' (attention q_b)");
+    lin(base, adapt, ls_sat_add(rkv, dr), d, L, r, "('kv_rank' + 'd_rope') x 'd_model' x 'n_layers' (attention kv_a)");
+    lin(base, adapt, ls_sat_mul(H, ls_sat_add(dn, dv)), rkv, L, r,
+        "'heads' x ('d_nope' + 'd_v') x 'kv_rank' x 'n_layers' (attention kv_b)");
+    lin(base, adapt, d, ls_sat_mul(H, dv), L, r, "'heads' x 'd_v' x 'd_model' x 'n_layers' (attention o)");
+    term(base, ls_sat_mul(HI, dI), rq, L, "'index_heads' x 'index_dim' x 'q_rank' x 'n_layers' (indexer q)");
+    term(base, ls_sat_add(ls_sat_mul(dI, d), ls_sat_mul(HI, d)), 1, L,
+         "'index_dim' + 'index_heads' x 'd_model' x 'n_layers' (indexer k, w)");
+    term(base, dI, 2, L, "'index_dim' x 'n_layers' (indexer k_norm)");
+    lin(base, adapt, I, d, 2 * nd, r, "'ffn_dim' x 'd_model' x 'first_dense' (dense MLP)"); /* gate, up */
+    lin(base, adapt, d, I, nd, r, "'ffn_dim' x 'd_model' x 'first_dense' (dense MLP)");     /* down */
+    term(base, ls_sat_add(ls_sat_mul(E, d), E), 1, nm, "'n_experts' x 'd_model' x 'n_layers' (router)");
+    lin(base, adapt, Ie, d, 2 * nm, r, "'expert_dim' x 'd_model' x 'n_layers' (shared expert)");
+    lin(base, adapt, d, Ie, nm, r, "'expert_dim' x 'd_model' x 'n_layers' (shared expert)");
+    size_t re = lora_experts ? r : 0, mE = ls_sat_mul(E, nm);
+    lin(base, adapt, Ie, d, ls_sat_mul(2, mE), re, "'n_experts' x 'expert_dim' x 'd_model' x 'n_layers' (experts)");
+    lin(base, adapt, d, Ie, mE, re, "'n_experts' x 'expert_dim' x 'd_model' x 'n_layers' (experts)");
+    /* never trained (MODEL.md §3): the indexer and router_bias */
+    size_t idx = ls_sat_add(ls_sat_add(ls_sat_mul3(HI, dI, rq), ls_sat_mul(dI, d)),
+                            ls_sat_add(ls_sat_mul(HI, d), ls_sat_mul(2, dI)));
+    *frozen = ls_sat_add(ls_sat_mul(idx, L), ls_sat_mul(E, nm));
+}
+
 static ls_status counts_where(const ls_model_config *c, const ls_objective *obj, ls_param_counts *out,
                               const char *where, char *err, size_t err_len) {
     memset(out, 0, sizeof *out);
-    if (c->family != LS_FAMILY_HYBRID) {
-        snprintf(err, err_len, "%s: family '%s' has no parameter table in this trainer yet", where,
-                 ls_family_name(c->family));
-        return LS_ERR_UNSUPPORTED;
-    }
     int lora = obj && obj->train_mode == LS_TRAIN_LORA;
     if (lora && obj->lora_r < 1) {
         snprintf(err, err_len, "lora_r: must be >= 1");
         return LS_ERR_ARG;
     }
     count base, adapt;
-    hybrid_counts(c, lora ? (size_t)obj->lora_r : 0, &base, &adapt);
+    size_t frozen = 0;
+    if (c->family == LS_FAMILY_MLA)
+        mla_counts(c, lora ? (size_t)obj->lora_r : 0, obj && obj->lora_experts, &base, &adapt, &frozen);
+    else
+        hybrid_counts(c, lora ? (size_t)obj->lora_r : 0, &base, &adapt);
     /* the byte count of every block must fit too: 8-byte reals, and the
      * weights block holds the reference copy as well in full mode */
     const count *bad = base.n > SIZE_MAX / 16 ? &base : adapt.n > SIZE_MAX / 16 ? &adapt : NULL;
@@ -156,7 +196,7 @@ static ls_status counts_where(const ls_model_config *c, const ls_objective *obj,
     }
     out->base = base.n;
     out->adapters = lora ? adapt.n : 0;
-    out->trainable = lora ? adapt.n : base.n;
+    out->trainable = lora ? adapt.n : base.n - (frozen < base.n ? frozen : base.n);
     out->reference = obj && obj->train_mode == LS_TRAIN_FULL ? base.n : 0;
     return LS_OK;
 }
@@ -438,6 +478,10 @@ static ls_status check_where(const ls_model_config *c, const char *where, char *
         REQUIRE(c->n_experts % c->n_group == 0 && c->topk_group <= c->n_group,
                 "keys 'n_experts', 'n_group', 'topk_group' inconsistent");
         REQUIRE(c->experts_per_token <= c->n_experts, "key 'experts_per_token': must be in [1, n_experts]");
+        REQUIRE(c->experts_per_token <= c->topk_group * (c->n_experts / c->n_group),
+                "key 'experts_per_token': must be <= 'topk_group' x 'n_experts' / 'n_group' (the kept groups' experts)");
+        ls_param_counts pc;
+        if ((st = counts_where(c, NULL, &pc, where, err, err_len)) != LS_OK) return st;
     }
     return LS_OK;
 }

@@ -71,19 +71,20 @@ ls_status ls_config_check(const ls_model_config *c, char *err, size_t err_len);
  * objective keys when obj != NULL.  Caller owns it (cJSON_Delete). */
 cJSON *ls_config_to_json(const ls_model_config *c, const ls_objective *obj);
 
-/* Scalars of each storage block of the hybrid family's parameter table
+/* Scalars of each storage block of the family's parameter table
  * (MODEL.md §3, §5), in closed form from the config: base weights,
  * adapters (lora mode), trainable scalars (adapters in lora mode, the base
- * weights in full mode; each has a gradient and two AdamW moments) and the
+ * weights less the frozen ones in full mode (mla: the indexer and
+ * router_bias); each has a gradient and two AdamW moments) and the
  * frozen reference copy (full mode: = base, else 0). */
 typedef struct {
     size_t base, adapters, trainable, reference;
 } ls_param_counts;
 
 /* The closed form above, overflow-checked.  LS_ERR_FORMAT naming the
- * product when a count overflows size_t, LS_ERR_UNSUPPORTED for the mla
- * family (no model in this trainer), LS_ERR_ARG when obj->lora_r < 1 in
- * lora mode.  obj NULL: base weights only (adapters 0, trainable = base). */
+ * product when a count overflows size_t, LS_ERR_ARG when obj->lora_r < 1 in
+ * lora mode.  obj NULL: base weights only (adapters 0, trainable = base).
+ * mla: the routed experts' adapters only with obj->lora_experts. */
 ls_status ls_config_param_counts(const ls_model_config *c, const ls_objective *obj,
                                  ls_param_counts *out, char *err, size_t err_len);
 /* 1 when layer `layer` of a hybrid model is a gated full-attention layer
@@ -97,7 +98,8 @@ ls_layer_kind ls_config_layer_kind(const ls_model_config *c, int layer);
 
 void ls_objective_defaults(ls_objective *o);
 const char *ls_family_name(ls_family f);
-/* 1 when this trainer implements family f (has its ls_family_ops, family.c:
- * ls_family_ops_of returns non-NULL exactly for these; test_params checks). */
+/* 1 when this trainer trains family f end to end (the CLI's question).
+ * ls_family_ops_of (family.c) also returns a table for mla, whose tensor
+ * list and single-rank forward exist but not yet its transaction. */
 int ls_family_has_trainer(ls_family f);
 #endif

@@ -19,9 +19,10 @@
  *  - its context parallelism (cp.h: init/free of its part of ls_cp, the
  *    sharded capture, the sharded prompt backward; finalize is shared);
  *  - its terms of the memory plan.
- * Hybrid: hybrid_family.c (the table), hybrid*.c (the math).  A family the
- * trainer does not implement yet (mla) has no table: ls_family_ops_of
- * returns NULL and names the config key. */
+ * Hybrid: hybrid_family.c (the table), hybrid*.c (the math).  Mla:
+ * mla_family.c (the tensor list and layer views; the transaction's parts
+ * refuse with LS_ERR_UNSUPPORTED until they exist, and the CLI refuses the
+ * family: ls_family_has_trainer), mla_forward.c (the single-rank forward). */
 #ifndef LS_TRAINER_FAMILY_H
 #define LS_TRAINER_FAMILY_H
 #include "trainer/arena.h"
@@ -150,6 +151,7 @@ typedef struct ls_family_ops {
  * (err: names the config key 'family' and the family). */
 const ls_family_ops *LS_K(ls_family_ops_of)(ls_family f, char *err, size_t err_len);
 extern const ls_family_ops LS_K(ls_family_hybrid);
+extern const ls_family_ops LS_K(ls_family_mla);
 
 /* The state's own family (an empty state: nothing to free, 0 bytes). */
 static inline void LS_K(ls_state_free)(ls_state *s) {

@@ -41,6 +41,7 @@ ls_tensor *LS_K(ls_params_add)(ls_param_builder *b, const char *name, size_t d0,
     t->shape[1] = d1;
     if (ls_mul_size(d0, d1 ? d1 : 1, &t->numel) != 0) b->overflow = 1;
     t->is_adapter = adapter;
+    t->frozen = 0;
     return t;
 }
 
@@ -186,7 +187,7 @@ ls_status LS_K(ls_params_init)(ls_params **out, const ls_model_config *cfg,
     size_t nb[6] = {0};
     for (size_t i = 0; i < p->n; i++) {
         ls_tensor *t = &p->t[i];
-        t->trainable = obj->train_mode == LS_TRAIN_LORA ? t->is_adapter : 1;
+        t->trainable = obj->train_mode == LS_TRAIN_LORA ? t->is_adapter : !t->frozen;
         if (ls_add_size(nb[t->is_adapter ? BLK_ADAPT : BLK_BASE], t->numel, &nb[t->is_adapter ? BLK_ADAPT : BLK_BASE]))
             b.overflow = 1;
         if (t->trainable && ls_add_size(p->n_trainable, t->numel, &p->n_trainable)) b.overflow = 1;

@@ -25,6 +25,7 @@ typedef struct {
     ls_real *m, *v;     /* AdamW moments (NULL when frozen) */
     int trainable;
     int is_adapter;
+    int frozen;         /* never trained, in either mode (mla: the indexer, router_bias); set by the family */
 } ls_tensor;
 
 /* A linear layer with optional LoRA (A [r,in], B [out,r]; NULL when off). */

@@ -1,0 +1,68 @@
+/* mla.h - the mla family (MLA + DeepSeek sparse attention + MoE, MODEL.md
+ * §2) in the trainer: its structured layer views over the parameter table
+ * (mla_family.c builds them) and the single-rank forward that scores a
+ * batch's responses (mla_forward.c).  Numeric (LS_K names).
+ *
+ * Not yet: the training transaction (segments with a tape, the backward,
+ * the carried state in ls_state, context parallelism); the CLI keeps
+ * refusing the family (ls_family_has_trainer). */
+#ifndef LS_TRAINER_MLA_H
+#define LS_TRAINER_MLA_H
+#include "kernels/mla.h"
+#include "trainer/family.h"
+
+/* A SwiGLU MLP (dense FFN, a routed expert or the shared expert). */
+typedef struct {
+    ls_lin gate, up, down;
+} ls_mla_mlp;
+
+/* One layer's views (MODEL.md §5 names).  Dense layers (i < first_dense)
+ * have mlp; MoE layers router, router_bias (a buffer, never trained),
+ * experts [n_experts] and shared.  The indexer is frozen. */
+typedef struct {
+    int is_moe;
+    ls_tensor *norm1, *norm2;
+    ls_lin q_a, q_b, kv_a, kv_b, o;
+    ls_tensor *q_a_norm, *kv_a_norm;
+    ls_lin iq, ik, iw;                   /* indexer.q, indexer.k, indexer.w */
+    ls_tensor *ik_norm_w, *ik_norm_b;    /* indexer.k_norm weight and bias */
+    ls_mla_mlp mlp;                      /* dense layers */
+    ls_lin router;
+    ls_tensor *router_bias;
+    ls_tensor *experts_t;                /* the routed experts' tensors, consecutive in the table:
+                                            expert e's gate, up, down weights (each followed by its
+                                            lora_A, lora_B when experts_tpl is 3) */
+    int experts_tpl;                     /* tensors per expert linear in the table (3 with adapters, 1) */
+    int experts_lora;                    /* the experts' adapters are applied (0 in a reference view) */
+    ls_mla_mlp shared;
+} ls_mla_layer;
+
+extern const ls_family_ops LS_K(ls_family_mla);
+
+static inline ls_mla_layer *LS_K(ls_mla_layers)(const ls_params *p) { return (ls_mla_layer *)p->layers; }
+/* Routed expert e of layer ly (an MoE layer) as three linears. */
+ls_mla_mlp LS_K(ls_mla_expert)(const ls_params *p, const ls_mla_layer *ly, size_t e);
+
+/* Options of the forward (zero-initialised: the model as specified). */
+typedef struct {
+    ls_mla_form form;      /* attention: LS_MLA_NAIVE or LS_MLA_ABSORBED (the same function) */
+    size_t moe_chunk;      /* tokens per MoE dispatch chunk (0: 256) */
+} ls_mla_fwd_opts;
+
+/* Per-member response log-probs of one GRPO group on one rank (MODEL.md §4
+ * branch split): the prompt x_0..x_{P-2} runs once and leaves each layer's
+ * carried state (c_kv after its norm, k_pe after RoPE, the indexer key);
+ * member i then runs [x_{P-1}, y_{i,0}, ..., y_{i,R_i-2}] at positions
+ * P-1 ... from that state and scores y_{i,0..R_i-1}.  Attention of every
+ * query uses exactly its DSA top-k positions (§2.2), the FFN of layers
+ * >= first_dense is the routed MoE (§2.3).  LoRA adapters present in p are
+ * applied (W + (alpha/r) B A); a reference view (adapters NULL) scores the
+ * reference policy.
+ * prompt [P] (P >= 1), responses[i] [lens[i]] (lens[i] >= 1), every id <
+ * vocab; out[i] [lens[i]] assigned.  Errors name the argument (LS_ERR_ARG)
+ * or what could not be allocated (LS_ERR_NOMEM). */
+ls_status LS_K(ls_mla_logprobs)(const ls_params *p, const int32_t *prompt, size_t P,
+                                const int32_t *const *responses, const size_t *lens, size_t G,
+                                double temperature, const ls_mla_fwd_opts *opts, ls_real *const *out,
+                                char *err, size_t err_len);
+#endif
