@@ -19,7 +19,7 @@
  *               MODEL.md) on the same weights and batches, and directional
  *               finite differences of the loss for every trainable tensor
  *               (parity_fd.c)
- * and the comparisons of parity_checks.c turn them into checks, controls
+ * and the comparisons of parity_run.c turn them into checks, controls
  * and a verdict per level (parity_report.c). */
 #ifndef LS_PARITY_PARITY_H
 #define LS_PARITY_PARITY_H
@@ -117,6 +117,10 @@ typedef struct {
 } ls_parity_logprobs;
 
 void ls_parity_logprobs_free(ls_parity_logprobs *l);
+/* doc[key]: per-member arrays of finite numbers (where names the source in
+ * errors). */
+ls_status ls_parity_json_logprobs(const cJSON *doc, const char *key, const char *where, ls_parity_logprobs *out,
+                                  char *err, size_t errlen);
 /* old_logprobs (or ref_logprobs when ref) of a --dump-batch file. */
 ls_status ls_parity_batch_logprobs(const char *path, bool ref, ls_parity_logprobs *out, char *err, size_t errlen);
 /* The "  exact loss X (last step)" line of a trainer log. */
@@ -124,7 +128,10 @@ ls_status ls_parity_log_loss(const char *log, double *loss, char *err, size_t er
 /* The build digest of a run directory's manifest. */
 ls_status ls_parity_run_build(const char *run_dir, char hex[65], char *err, size_t errlen);
 
-/* ---- the comparisons (parity_checks.c) ------------------------------------- */
+/* ---- the comparisons (parity_runs.c) ---------------------------------------- */
+
+/* "f64" / "f32" */
+const char *ls_parity_dtype_name(int dtype);
 
 typedef struct {
     double max_abs, max_rel;

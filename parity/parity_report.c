@@ -32,8 +32,6 @@ struct ls_parity_report {
     char build_from[LS_PARITY_PATH];
 };
 
-static const char *const DTYPE[] = {"f64", "f32"};
-
 /* What each level needs (DESIGN.md §5). */
 static const struct {
     int level;
@@ -80,7 +78,7 @@ ls_status ls_parity_report_new(const ls_parity_opts *o, ls_parity_report **out) 
     cJSON_AddStringToObject(r->doc, "family", o->family);
     cJSON *d = cJSON_AddArrayToObject(r->doc, "dtypes");
     for (int k = 0; k < 2; k++)
-        if (o->dtype[k]) cJSON_AddItemToArray(d, cJSON_CreateString(DTYPE[k]));
+        if (o->dtype[k]) cJSON_AddItemToArray(d, cJSON_CreateString(ls_parity_dtype_name(k)));
     cJSON *w = cJSON_AddArrayToObject(r->doc, "worlds");
     for (size_t i = 0; i < o->n_cps; i++) cJSON_AddItemToArray(w, cJSON_CreateNumber(o->cps[i]));
     cJSON_AddStringToObject(r->doc, "trainer", o->trainer);
@@ -160,7 +158,7 @@ cJSON *ls_parity_check_new(const char *kind, const char *name, int dtype, int wo
     cJSON *c = cJSON_CreateObject();
     cJSON_AddStringToObject(c, "name", name);
     cJSON_AddStringToObject(c, "kind", kind);
-    cJSON_AddStringToObject(c, "dtype", DTYPE[dtype]);
+    cJSON_AddStringToObject(c, "dtype", ls_parity_dtype_name(dtype));
     cJSON_AddNumberToObject(c, "world", world);
     cJSON_AddStringToObject(c, "configuration", config);
     if (grad_mode) cJSON_AddStringToObject(c, "grad_mode", grad_mode);

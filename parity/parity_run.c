@@ -25,7 +25,6 @@
 #define F32_FACTOR 10.0
 #define F32_MIN_TOL (4.0 * FLT_EPSILON)
 
-static const char *const DT[] = {"f64", "f32"};
 enum { DETACHED = 0, FULL = 1 };
 static const char *const MODE[] = {"detached", "full"};
 enum { SKIP_DKV = 0, SKIP_FIN = 1 };
@@ -64,7 +63,7 @@ static int mkdirs(const char *path) {
 }
 
 static void run_path(const cfg_run *r, int dt, const char *label, const char *file, char *out) {
-    snprintf(out, LS_PARITY_PATH, "%s/%s/%s/%s", r->dir, DT[dt], label, file);
+    snprintf(out, LS_PARITY_PATH, "%s/%s/%s/%s", r->dir, ls_parity_dtype_name(dt), label, file);
 }
 
 /* ---- trainer command lines ------------------------------------------------ */
@@ -81,7 +80,7 @@ typedef struct {
 static ls_status job_for(const cfg_run *r, const run_spec *s, ls_parity_job *j) {
     char base[LS_PARITY_PATH], out[LS_PARITY_PATH], log[LS_PARITY_PATH], batch[LS_PARITY_PATH],
         grads[LS_PARITY_PATH], save[LS_PARITY_PATH];
-    snprintf(base, sizeof base, "%s/%s/%s", r->dir, DT[s->dt], s->label);
+    snprintf(base, sizeof base, "%s/%s/%s", r->dir, ls_parity_dtype_name(s->dt), s->label);
     if (mkdirs(base) != 0) {
         snprintf(r->err, r->errlen, "cannot create %s: %s", base, strerror(errno));
         return LS_ERR_IO;
@@ -112,7 +111,7 @@ static ls_status run_specs(cfg_run *r, const run_spec *specs, size_t n, const ch
     if (s == LS_OK) s = ls_parity_jobs_run(jobs, n, r->o->jobs, r->o->timeout_s, r->err, r->errlen);
     for (size_t i = 0; i < n && s == LS_OK; i++) {
         if (jobs[i].rc != 0) {
-            snprintf(r->err, r->errlen, "%s %s: the run %s/%s exited %d%s (its output: %s)", r->c->name, part, DT[specs[i].dt],
+            snprintf(r->err, r->errlen, "%s %s: the run %s/%s exited %d%s (its output: %s)", r->c->name, part, ls_parity_dtype_name(specs[i].dt),
                      specs[i].label, jobs[i].rc, jobs[i].rc == 137 ? " (killed: timeout?)" : "", jobs[i].log);
             s = LS_ERR_FORMAT;
             break;
@@ -221,27 +220,6 @@ static ls_status reference(cfg_run *r, const char *batch, const char *tag, cJSON
     return s;
 }
 
-static ls_status json_logprobs(cfg_run *r, const cJSON *doc, const char *key, ls_parity_logprobs *out) {
-    memset(out, 0, sizeof *out);
-    const cJSON *a = cJSON_GetObjectItemCaseSensitive(doc, key), *m;
-    cJSON_ArrayForEach(m, a) {
-        if (out->g >= LS_PARITY_MAX_G || !cJSON_IsArray(m)) break;
-        int n = cJSON_GetArraySize(m), t = 0;
-        out->lp[out->g] = malloc((size_t)(n ? n : 1) * sizeof(double));
-        if (out->lp[out->g] == NULL) return LS_ERR_NOMEM;
-        out->len[out->g] = n;
-        const cJSON *x;
-        cJSON_ArrayForEach(x, m) out->lp[out->g][t++] = cJSON_IsNumber(x) ? x->valuedouble : NAN;
-        out->g++;
-    }
-    if (out->g != r->c->group) {
-        snprintf(r->err, r->errlen, "the independent reference's '%s' has %d members, expected %d", key, out->g,
-                 r->c->group);
-        return LS_ERR_FORMAT;
-    }
-    return LS_OK;
-}
-
 /* ---- comparisons ------------------------------------------------------------- */
 
 static cJSON *members_entries(const ls_parity_logprobs *a, const ls_parity_logprobs *b, double tol, double nf) {
@@ -313,7 +291,7 @@ static void add(cfg_run *r, cJSON *check, const char *control) {
 }
 
 static void check_name(char *buf, size_t cap, const char *kind, const cfg_run *r, int dt, int world, const char *extra) {
-    snprintf(buf, cap, "%s %s %s cp%d%s%s", kind, r->c->name, DT[dt], world, extra ? " " : "", extra ? extra : "");
+    snprintf(buf, cap, "%s %s %s cp%d%s%s", kind, r->c->name, ls_parity_dtype_name(dt), world, extra ? " " : "", extra ? extra : "");
 }
 
 static void logprob_checks(cfg_run *r, int dt) {
@@ -564,7 +542,12 @@ static ls_status run_config(cfg_run *r) {
     run_path(r, LS_PARITY_F64, "score-naive", "batch.json", p);
     cJSON *ref = NULL;
     if ((s = reference(r, p, "score", &ref)) != LS_OK) return s;
-    s = json_logprobs(r, ref, "policy", &r->ref_policy);
+    s = ls_parity_json_logprobs(ref, "policy", r->o->reference, &r->ref_policy, r->err, r->errlen);
+    if (s == LS_OK && r->ref_policy.g != r->c->group) {
+        snprintf(r->err, r->errlen, "the independent reference's 'policy' has %d members, expected %d",
+                 r->ref_policy.g, r->c->group);
+        s = LS_ERR_FORMAT;
+    }
     cJSON_Delete(ref);
     if (s != LS_OK) return s;
     ls_parity_logprobs refp;

@@ -87,25 +87,22 @@ void ls_parity_logprobs_free(ls_parity_logprobs *l) {
     memset(l, 0, sizeof *l);
 }
 
-ls_status ls_parity_batch_logprobs(const char *path, bool ref, ls_parity_logprobs *out, char *err, size_t errlen) {
+ls_status ls_parity_json_logprobs(const cJSON *doc, const char *key, const char *where, ls_parity_logprobs *out,
+                                  char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
-    cJSON *doc = NULL;
-    ls_status s = ls_json_read_file_capped(path, MAX_BATCH_BYTES, &doc, err, errlen);
-    if (s != LS_OK) return s;
-    const char *key = ref ? "ref_logprobs" : "old_logprobs";
+    ls_status s = LS_OK;
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(doc, key);
     int g = cJSON_GetArraySize(a);
     if (!cJSON_IsArray(a) || g < 1 || g > LS_PARITY_MAX_G) {
-        snprintf(err, errlen, "%s: field '%s': expected 1..%d members", path, key, LS_PARITY_MAX_G);
-        s = LS_ERR_FORMAT;
-        goto done;
+        snprintf(err, errlen, "%s: field '%s': expected 1..%d members", where, key, LS_PARITY_MAX_G);
+        return LS_ERR_FORMAT;
     }
     const cJSON *m;
     int i = 0;
     cJSON_ArrayForEach(m, a) {
         int len = cJSON_GetArraySize(m);
         if (!cJSON_IsArray(m) || len < 1 || len > 1 << 20) {
-            snprintf(err, errlen, "%s: field '%s' member %d: not a non-empty array", path, key, i);
+            snprintf(err, errlen, "%s: field '%s' member %d: not a non-empty array", where, key, i);
             s = LS_ERR_FORMAT;
             goto done;
         }
@@ -120,7 +117,7 @@ ls_status ls_parity_batch_logprobs(const char *path, bool ref, ls_parity_logprob
         const cJSON *x;
         cJSON_ArrayForEach(x, m) {
             if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble)) {
-                snprintf(err, errlen, "%s: field '%s' member %d token %d: not a finite number", path, key, i, t);
+                snprintf(err, errlen, "%s: field '%s' member %d token %d: not a finite number", where, key, i, t);
                 s = LS_ERR_FORMAT;
                 goto done;
             }
@@ -129,8 +126,17 @@ ls_status ls_parity_batch_logprobs(const char *path, bool ref, ls_parity_logprob
         i++;
     }
 done:
-    cJSON_Delete(doc);
     if (s != LS_OK) ls_parity_logprobs_free(out);
+    return s;
+}
+
+ls_status ls_parity_batch_logprobs(const char *path, bool ref, ls_parity_logprobs *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    cJSON *doc = NULL;
+    ls_status s = ls_json_read_file_capped(path, MAX_BATCH_BYTES, &doc, err, errlen);
+    if (s != LS_OK) return s;
+    s = ls_parity_json_logprobs(doc, ref ? "ref_logprobs" : "old_logprobs", path, out, err, errlen);
+    cJSON_Delete(doc);
     return s;
 }
 
@@ -173,6 +179,8 @@ ls_status ls_parity_run_build(const char *run_dir, char hex[65], char *err, size
     cJSON_Delete(doc);
     return s;
 }
+
+const char *ls_parity_dtype_name(int dtype) { return dtype == LS_PARITY_F32 ? "f32" : "f64"; }
 
 ls_parity_err ls_parity_err_of(const double *a, const double *b, size_t n) {
     ls_parity_err e = {0, 0};

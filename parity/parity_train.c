@@ -12,8 +12,6 @@
 
 #define TEMPERATURE "0.9"
 
-static const char *const DT[] = {"f64", "f32"};
-
 /* rm -rf path (no links followed), for a run directory the trainer must
  * find fresh. */
 static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
@@ -39,7 +37,7 @@ void ls_parity_train_job(const ls_parity_opts *o, const ls_parity_config *c, con
     ls_parity_job_arg(j, "%s", o->trainer);
     const char *kv[][2] = {
         {"--config", o->model_config}, {"--out", t->out},           {"--rollouts", t->rollouts},
-        {"--dtype", DT[t->dt]},        {"--steps", "1"},            {"--train-mode", c->train_mode},
+        {"--dtype", ls_parity_dtype_name(t->dt)},        {"--steps", "1"},            {"--train-mode", c->train_mode},
         {"--lora-init", "random"},     {"--temperature", TEMPERATURE}, {"--load", t->load},
         {"--save-init", t->save_init}, {"--dump-batch", t->dump_batch}, {"--dump-grads", t->dump_grads},
         {"--save", t->save},           {"--strategy", t->strategy}, {"--grad-mode", t->grad_mode},
