@@ -22,7 +22,7 @@ Test(mem_tracker, names_fixed_order)
     static const char *want[LS_MEM_COUNT] = {
         "fixed_weights", "adapters", "optimizer_state", "gradients",
         "prompt_state", "prompt_state_grad", "branch_graph", "scoring",
-        "scratch", "recompute_checkpoints", "communication"};
+        "scratch", "recompute_checkpoints", "communication", "moe_dispatch"};
     for (int c = 0; c < LS_MEM_COUNT; c++)
         cr_expect_str_eq(ls_mem_cat_name((ls_mem_cat)c), want[c]);
     cr_expect_str_eq(ls_mem_cat_name(LS_MEM_COUNT), "unknown");

@@ -46,6 +46,7 @@ static const char *const cat_names[LS_MEM_COUNT] = {
     [LS_MEM_SCRATCH] = "scratch",
     [LS_MEM_CHECKPOINT] = "recompute_checkpoints",
     [LS_MEM_COMM] = "communication",
+    [LS_MEM_DISPATCH] = "moe_dispatch",
 };
 
 /* The process-global tracker.  Static storage: zero-initialised. */

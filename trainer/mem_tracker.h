@@ -42,6 +42,7 @@ typedef enum {
     LS_MEM_SCRATCH,          /* "scratch": transient buffers, file I/O */
     LS_MEM_CHECKPOINT,       /* "recompute_checkpoints": prompt-bwd window */
     LS_MEM_COMM,             /* "communication": CP send/receive buffers */
+    LS_MEM_DISPATCH,         /* "moe_dispatch": MoE routed-token buffers (mla family), per chunk */
     LS_MEM_COUNT
 } ls_mem_cat;
 
