@@ -26,8 +26,19 @@
 #define WALK_MAX_ENTRIES 100000
 
 
-/* Index of name in a table (added when new); -1 when the table is full. */
-static int intern(char **tab, size_t *n, bool *overflow, const char *name) {
+static int intern_find(char **tab, size_t *n, bool *overflow, const char *name);
+
+/* Index of name in a table (added when new); -1 when the table is full.
+ * *hint: the index to try first (events repeat their names in the same
+ * order: a hit nearly always), set to the result. */
+static int intern(char **tab, size_t *n, bool *overflow, const char *name, int *hint) {
+    if (*hint >= 0 && (size_t)*hint < *n && strcmp(tab[*hint], name) == 0) return *hint;
+    int i = intern_find(tab, n, overflow, name);
+    *hint = i;
+    return i;
+}
+
+static int intern_find(char **tab, size_t *n, bool *overflow, const char *name) {
     for (size_t i = 0; i < *n; i++)
         if (strcmp(tab[i], name) == 0) return (int)i;
     if (*n >= LS_AUDIT_MAX_NAMES - 1) {
@@ -199,6 +210,7 @@ typedef struct {
     int cur_phase;
     int64_t cur_step;
     ls_status st;
+    int group_hint, purpose_hint; /* intern's hints */
 } scan_ctx;
 
 static bool get_int(const cJSON *j, const char *key, int64_t *out) {
@@ -207,12 +219,12 @@ static bool get_int(const cJSON *j, const char *key, int64_t *out) {
 
 static const char *get_str(const cJSON *j, const char *key) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(j, key);
-    return cJSON_IsString(it) ? it->valuestring : NULL;
+    return ls_json_is_string(it) ? it->valuestring : NULL;
 }
 
 static double get_num(const cJSON *j, const char *key) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(j, key);
-    return cJSON_IsNumber(it) ? it->valuedouble : 0.0;
+    return ls_json_is_number(it) ? it->valuedouble : 0.0;
 }
 
 /* The facts of step s (grown on demand); NULL when s is out of range. */
@@ -264,12 +276,14 @@ static void on_memory(scan_ctx *c, const ls_trace_event *ev) {
     int64_t rss = get_bytes(ev->json, "rss_peak", &bad);
     uint64_t sum_live = 0, sum_peak = 0, max_peak = 0;
     const cJSON *cat;
+    int hint = 0; /* the categories come in the same order in every event */
     cJSON_ArrayForEach(cat, cats) {
         int64_t live = get_bytes(cat, "live", &bad), peak = get_bytes(cat, "peak", &bad);
         sum_live += (uint64_t)live;
         sum_peak += (uint64_t)peak;
         if ((uint64_t)peak > max_peak) max_peak = (uint64_t)peak;
-        int i = intern(c->run->mem_cats, &c->run->n_mem_cats, &c->run->names_overflow, cat->string);
+        int i = intern(c->run->mem_cats, &c->run->n_mem_cats, &c->run->names_overflow, cat->string, &hint);
+        hint = i + 1;
         if (i >= 0 && (uint64_t)peak > r->mem_peak[i]) r->mem_peak[i] = (uint64_t)peak;
     }
     r->n_memory++;
@@ -329,7 +343,7 @@ static void scan_fields(const cJSON *j, ev_fields *f) {
     }
 }
 
-static const char *str_of(const cJSON *it) { return cJSON_IsString(it) ? it->valuestring : NULL; }
+static const char *str_of(const cJSON *it) { return ls_json_is_string(it) ? it->valuestring : NULL; }
 
 /* Copies src into dst[cap] (cut to fit), as snprintf "%s" would. */
 static void copy_name(char *dst, size_t cap, const char *src) {
@@ -392,8 +406,9 @@ static void on_collective(scan_ctx *c, const ls_trace_event *ev, const ev_fields
     ls_audit_rank *r = c->r;
     ls_trace_collective tc;
     if (!decode_collective(f, &tc)) return;
-    int g = intern(c->run->groups, &c->run->n_groups, &c->run->names_overflow, tc.group);
-    int p = intern(c->run->purposes, &c->run->n_purposes, &c->run->names_overflow, tc.purpose);
+    int g = intern(c->run->groups, &c->run->n_groups, &c->run->names_overflow, tc.group, &c->group_hint);
+    int p = intern(c->run->purposes, &c->run->n_purposes, &c->run->names_overflow, tc.purpose,
+                   &c->purpose_hint);
     if (g < 0 || p < 0) return;
     r->n_coll_total++;
     int64_t key[6] = {tc.gseq, tc.op, tc.red, tc.count, tc.dtype, p};
@@ -472,7 +487,7 @@ static int on_event(const ls_trace_event *ev, void *user) {
         r->phase_end[p]++;
         int64_t w = 0;
         if (ls_trace_json_int(f.wall_ns, &w)) r->phase_wall_ns[p] += (uint64_t)w;
-        if (cJSON_IsTrue(f.ok) && sf != NULL) sf->phase_mask |= (uint8_t)(1u << p);
+        if (ls_json_is_true(f.ok) && sf != NULL) sf->phase_mask |= (uint8_t)(1u << p);
         c->cur_phase = -1;
         r->in_phase = false;
         break;
@@ -652,7 +667,7 @@ static void derive_config(ls_audit_run *run) {
     run->full_mode = gm != NULL && strcmp(gm, "full") == 0;
     const cJSON *f;
     cJSON_ArrayForEach(f, cJSON_GetObjectItemCaseSensitive(run->config, "faults")) {
-        if (!cJSON_IsString(f)) continue;
+        if (!ls_json_is_string(f)) continue;
         run->any_fault = true;
         if (strcmp(f->valuestring, "cp-local-attention") == 0) run->fault_local_attention = true;
         if (strcmp(f->valuestring, "skip-dkv-reduce") == 0) run->fault_skip_dkv = true;

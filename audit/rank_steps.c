@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "receipts/json_util.h"
 #include "receipts/trace_event.h"
 
 _Static_assert(sizeof(ls_audit_step) <= 64, "the per-step facts stay 64 bytes a step");

@@ -33,6 +33,16 @@
 #define LS_JSON_PRINTF(f, a)
 #endif
 
+/* cJSON's type tests, inline (the trace reader and the audit test every
+ * field of every event: a call into the library each time shows in their
+ * profiles).  Equal to cJSON_IsNumber, cJSON_IsString, ... (NULL: false). */
+static inline int ls_json_type_is(const cJSON *it, int type) { return it != NULL && (it->type & 0xFF) == type; }
+#define ls_json_is_number(it) ls_json_type_is((it), cJSON_Number)
+#define ls_json_is_string(it) ls_json_type_is((it), cJSON_String)
+#define ls_json_is_object(it) ls_json_type_is((it), cJSON_Object)
+#define ls_json_is_array(it) ls_json_type_is((it), cJSON_Array)
+#define ls_json_is_true(it) ls_json_type_is((it), cJSON_True)
+
 /* Formats one line into err (when err != NULL and errlen > 0). */
 void ls_json_errf(char *err, size_t errlen, const char *fmt, ...) LS_JSON_PRINTF(3, 4);
 

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "receipts/json_util.h"
+
 static const char *const KIND_NAMES[LS_TRACE_KIND_COUNT] = {
     "phase_begin", "phase_end", "layer_end", "collective", "optimizer_step",
     "param_digest", "memory", "error", "rank_complete", "step_metrics",
@@ -150,7 +152,7 @@ size_t ls_trace_utf8_len(const unsigned char *p, size_t n) {
 }
 
 bool ls_trace_json_int(const cJSON *item, int64_t *out) {
-    if (!cJSON_IsNumber(item)) return false;
+    if (!ls_json_is_number(item)) return false;
     double v = item->valuedouble;
     /* in range (NaN is not), then integral: exact through int64_t there */
     if (!(v >= -(double)LS_TRACE_MAX_INT && v <= (double)LS_TRACE_MAX_INT)) return false;
@@ -305,9 +307,9 @@ bool ls_trace_kind_has_step(ls_trace_kind kind) {
 }
 
 bool ls_trace_event_prefix_frozen(const cJSON *event) {
-    if (!cJSON_IsObject(event)) return false;
+    if (!ls_json_is_object(event)) return false;
     for (const cJSON *c = event->child; c; c = c->next) /* first character first: the hot path */
-        if (c->string && c->string[0] == 'p' && strcmp(c->string, "prefix_frozen") == 0) return cJSON_IsTrue(c);
+        if (c->string && c->string[0] == 'p' && strcmp(c->string, "prefix_frozen") == 0) return ls_json_is_true(c);
     return false;
 }
 
@@ -322,11 +324,11 @@ static bool check_uint(const cJSON *it) {
     return ls_trace_json_int(it, &v) && v >= 0;
 }
 
-static bool finite_num(const cJSON *it) { return cJSON_IsNumber(it) && isfinite(it->valuedouble); }
+static bool finite_num(const cJSON *it) { return ls_json_is_number(it) && isfinite(it->valuedouble); }
 
 /* tokens_per_s: members named after the phases that process tokens. */
 static const char *check_rates(const cJSON *it) {
-    if (!cJSON_IsObject(it)) return "must be an object";
+    if (!ls_json_is_object(it)) return "must be an object";
     unsigned seen = 0;
     for (const cJSON *c = it->child; c; c = c->next) {
         int p = index_in(PHASE_NAMES, c->string);
@@ -352,7 +354,7 @@ static const char *check_value(const field_spec *spec, const cJSON *it) {
                    ? NULL
                    : "must be a finite number in [0, 1]";
     case FT_TRUE:
-        return cJSON_IsTrue(it) ? NULL : "must be true (absent when false)";
+        return ls_json_is_true(it) ? NULL : "must be true (absent when false)";
     case FT_RATES:
         return check_rates(it);
     case FT_UINT:
@@ -361,34 +363,34 @@ static const char *check_value(const field_spec *spec, const cJSON *it) {
         return ls_trace_json_int(it, &iv) && iv >= -1 ? NULL
                                                      : "must be an integer >= -1 (at most 2^53-1)";
     case FT_NUM0:
-        return cJSON_IsNumber(it) && isfinite(it->valuedouble) && it->valuedouble >= 0
+        return ls_json_is_number(it) && isfinite(it->valuedouble) && it->valuedouble >= 0
                    ? NULL
                    : "must be a finite number >= 0";
     case FT_BOOL:
         return cJSON_IsBool(it) ? NULL : "must be true or false";
     case FT_IDENT:
-        return cJSON_IsString(it) && ls_trace_is_ident(it->valuestring)
+        return ls_json_is_string(it) && ls_trace_is_ident(it->valuestring)
                    ? NULL
                    : "must be a string matching ^[a-z][a-z0-9_]*$";
     case FT_TOKEN:
-        return cJSON_IsString(it) && ls_trace_is_token(it->valuestring)
+        return ls_json_is_string(it) && ls_trace_is_token(it->valuestring)
                    ? NULL
                    : "must be a non-empty printable ASCII string without spaces";
     case FT_TEXT:
-        return cJSON_IsString(it) ? NULL : "must be a string";
+        return ls_json_is_string(it) ? NULL : "must be a string";
     case FT_ENUM:
-        return cJSON_IsString(it) && index_in(spec->values, it->valuestring) >= 0
+        return ls_json_is_string(it) && index_in(spec->values, it->valuestring) >= 0
                    ? NULL
                    : "must be one of the enumerated names";
     case FT_HEX64:
-        return cJSON_IsString(it) && is_hex64(it->valuestring)
+        return ls_json_is_string(it) && is_hex64(it->valuestring)
                    ? NULL
                    : "must be 64 lowercase hex digits";
     case FT_MEMCATS:
-        if (!cJSON_IsObject(it)) return "must be an object";
+        if (!ls_json_is_object(it)) return "must be an object";
         for (const cJSON *c = it->child; c; c = c->next) {
             if (!ls_trace_is_ident(c->string)) return "category names must match ^[a-z][a-z0-9_]*$";
-            if (!cJSON_IsObject(c)) return "each category must be an object {live, peak}";
+            if (!ls_json_is_object(c)) return "each category must be an object {live, peak}";
             int n = 0;
             for (const cJSON *m = c->child; m; m = m->next) {
                 if (m->string == NULL ||
@@ -429,7 +431,7 @@ ls_status ls_trace_event_check_ex(ls_trace_kind kind, const cJSON *event, size_t
         return LS_ERR_ARG;
     }
     const char *kname = KIND_NAMES[kind];
-    if (!cJSON_IsObject(event)) return fail(why, why_len, kname, "(event)", "must be an object");
+    if (!ls_json_is_object(event)) return fail(why, why_len, kname, "(event)", "must be an object");
     const kind_spec *ks = &KINDS[kind];
     uint32_t seen = 0; /* tables have at most 32 fields */
     size_t hint = 0;

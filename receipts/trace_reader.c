@@ -27,6 +27,7 @@
 
 #include <zstd.h>
 
+#include "receipts/json_util.h"
 #include "receipts/trace_lex.h"
 #include "receipts/trace_reader_internal.h"
 
@@ -187,7 +188,7 @@ static cJSON *parse_line(ls_trace_reader *r, char *p, size_t n, const loc *at,
         const char *dup = NULL;
         why = ls_trace_lex_parse(&r->pool, p, n, &col, &j, &dup);
         note_memory(r);
-        if (why == NULL && !cJSON_IsObject(j)) why = "not a JSON object";
+        if (why == NULL && !ls_json_is_object(j)) why = "not a JSON object";
         if (why == NULL) {
             r->pool_tree = j;
             return j;
@@ -212,7 +213,7 @@ static cJSON *parse_line(ls_trace_reader *r, char *p, size_t n, const loc *at,
             if (endp != p + n) {
                 why = "text after the JSON value";
                 col = (size_t)(endp - p);
-            } else if (!cJSON_IsObject(j)) {
+            } else if (!ls_json_is_object(j)) {
                 why = "not a JSON object";
             } else {
                 const char *k = ls_trace_lex_repeated_key(j);
@@ -240,7 +241,7 @@ static void header_bad(ls_trace_reader *r, const loc *at, const char *field, con
 }
 
 static bool check_members(const cJSON *members, int64_t world) {
-    if (!cJSON_IsArray(members) || members->child == NULL) return false;
+    if (!ls_json_is_array(members) || members->child == NULL) return false;
     for (const cJSON *m = members->child; m; m = m->next) {
         int64_t v;
         if (!ls_trace_json_int(m, &v) || v < 0 || (world > 0 && v >= world)) return false;
@@ -262,15 +263,15 @@ static void take_header(ls_trace_reader *r, cJSON *h, const loc *at) {
     if (!ls_trace_json_int(cJSON_GetObjectItemCaseSensitive(h, "v"), &v) || v != LS_TRACE_VERSION)
         header_bad(r, at, "v", "must be 1");
     it = cJSON_GetObjectItemCaseSensitive(h, "schema");
-    if (!cJSON_IsString(it) || strcmp(it->valuestring, LS_TRACE_HEADER_SCHEMA) != 0)
+    if (!ls_json_is_string(it) || strcmp(it->valuestring, LS_TRACE_HEADER_SCHEMA) != 0)
         header_bad(r, at, "schema", "must be \"" LS_TRACE_HEADER_SCHEMA "\"");
     it = cJSON_GetObjectItemCaseSensitive(h, "run_id");
-    if (!cJSON_IsString(it) || !ls_trace_is_token(it->valuestring))
+    if (!ls_json_is_string(it) || !ls_trace_is_token(it->valuestring))
         header_bad(r, at, "run_id", "missing or not a printable ASCII token");
     it = cJSON_GetObjectItemCaseSensitive(h, "host");
-    if (!cJSON_IsString(it) || !ls_trace_is_token(it->valuestring))
+    if (!ls_json_is_string(it) || !ls_trace_is_token(it->valuestring))
         header_bad(r, at, "host", "missing or not a printable ASCII token");
-    if (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(h, "tool")))
+    if (!ls_json_is_string(cJSON_GetObjectItemCaseSensitive(h, "tool")))
         header_bad(r, at, "tool", "missing or not a string");
     if (!ls_trace_json_int(cJSON_GetObjectItemCaseSensitive(h, "world"), &world) || world < 1) {
         header_bad(r, at, "world", "missing or not an integer >= 1");
@@ -284,11 +285,11 @@ static void take_header(ls_trace_reader *r, cJSON *h, const loc *at) {
     if (!ls_trace_json_int(cJSON_GetObjectItemCaseSensitive(h, "pid"), &v) || v < 0)
         header_bad(r, at, "pid", "missing or not an integer >= 0");
     it = cJSON_GetObjectItemCaseSensitive(h, "start_unix_ns");
-    if (!cJSON_IsNumber(it) || !(it->valuedouble >= 0) || it->valuedouble > 9.3e18 ||
+    if (!ls_json_is_number(it) || !(it->valuedouble >= 0) || it->valuedouble > 9.3e18 ||
         it->valuedouble != (double)(int64_t)it->valuedouble)
         header_bad(r, at, "start_unix_ns", "missing or not an integer >= 0");
     it = cJSON_GetObjectItemCaseSensitive(h, "groups");
-    if (!cJSON_IsArray(it)) {
+    if (!ls_json_is_array(it)) {
         header_bad(r, at, "groups", "missing or not an array");
     } else {
         int gi = 0;
@@ -296,7 +297,7 @@ static void take_header(ls_trace_reader *r, cJSON *h, const loc *at) {
             char field[48];
             snprintf(field, sizeof field, "groups[%d]", gi);
             const cJSON *name = cJSON_GetObjectItemCaseSensitive(g, "name");
-            if (!cJSON_IsObject(g) || cJSON_GetArraySize(g) != 2 || !cJSON_IsString(name) ||
+            if (!ls_json_is_object(g) || cJSON_GetArraySize(g) != 2 || !ls_json_is_string(name) ||
                 !ls_trace_is_token(name->valuestring) ||
                 !check_members(cJSON_GetObjectItemCaseSensitive(g, "members"), world)) {
                 header_bad(r, at, field,
@@ -305,7 +306,7 @@ static void take_header(ls_trace_reader *r, cJSON *h, const loc *at) {
             }
             for (const cJSON *o = it->child; o != g; o = o->next) {
                 const cJSON *on = cJSON_GetObjectItemCaseSensitive(o, "name");
-                if (cJSON_IsString(on) && strcmp(on->valuestring, name->valuestring) == 0)
+                if (ls_json_is_string(on) && strcmp(on->valuestring, name->valuestring) == 0)
                     header_bad(r, at, field, "repeats an earlier group name");
             }
         }
@@ -327,7 +328,7 @@ static bool group_declared(const ls_trace_reader *r, const char *name) {
     if (r->groups == NULL) return false;
     for (const cJSON *g = r->groups->child; g; g = g->next) {
         const cJSON *n = cJSON_GetObjectItemCaseSensitive(g, "name");
-        if (cJSON_IsString(n) && strcmp(n->valuestring, name) == 0) return true;
+        if (ls_json_is_string(n) && strcmp(n->valuestring, name) == 0) return true;
     }
     return false;
 }
@@ -368,7 +369,7 @@ static bool take_event(ls_trace_reader *r, cJSON *j, const loc *at, bool unverif
         bad = "seq missing or not an integer >= 0";
     else if (!ls_trace_json_int(envj[3], &ts) || ts < 0)
         bad = "ts_ns missing or not an integer >= 0";
-    else if (!cJSON_IsString(evj) || !ls_trace_is_ident(evj->valuestring))
+    else if (!ls_json_is_string(evj) || !ls_trace_is_ident(evj->valuestring))
         bad = "ev missing or not an identifier";
     if (bad) {
         diag(r, LS_TRACE_DIAG_ENVELOPE, at, rep->last_seq, -1, -1, "line %lld: %s; event skipped",
@@ -482,7 +483,7 @@ static bool process_line(ls_trace_reader *r, size_t nl) {
     if (j == NULL) return false;
     if (first) {
         const cJSON *kind = cJSON_GetObjectItemCaseSensitive(j, "kind");
-        if (cJSON_IsString(kind) && strcmp(kind->valuestring, LS_TRACE_HEADER_KIND) == 0) {
+        if (ls_json_is_string(kind) && strcmp(kind->valuestring, LS_TRACE_HEADER_KIND) == 0) {
             take_header(r, j, &at);
             return false;
         }
