@@ -67,8 +67,12 @@ static void parity_kind(ls_audit_run *run, ls_audit_rule *r, const char *kind, b
     }
 }
 
-/* The faults whose runs a valid report shows failing their comparison. */
-static const char *const CONTROLS[] = {"cp-local-attention", "skip-dkv-reduce", "skip-grad-finalize", "detached"};
+/* The faults whose runs a valid report shows failing their comparison, per
+ * family: the original work's gaps (mla: each rank's own DSA top-k instead
+ * of the global one, the skipped finalize, the detached prompt state). */
+static const char *const CONTROLS_HYBRID[] = {"cp-local-attention", "skip-dkv-reduce", "skip-grad-finalize",
+                                              "detached", NULL};
+static const char *const CONTROLS_MLA[] = {"cp-local-dsa", "skip-grad-finalize", "detached", NULL};
 
 /* A report whose controls did not fail is no evidence: every control of
  * CONTROLS present, every control in it detected. */
@@ -88,15 +92,17 @@ static bool parity_controls(ls_audit_run *run, ls_audit_rule *r) {
             ok = false;
         }
     }
-    for (size_t i = 0; i < sizeof CONTROLS / sizeof CONTROLS[0]; i++) {
+    const char *fam = str_of(run->parity, "family");
+    const char *const *want = fam && strcmp(fam, "mla") == 0 ? CONTROLS_MLA : CONTROLS_HYBRID;
+    for (size_t i = 0; want[i] != NULL; i++) {
         bool seen = false;
         cJSON_ArrayForEach(c, controls) {
             const char *f = str_of(c, "fault");
-            if (f && strcmp(f, CONTROLS[i]) == 0) seen = true;
+            if (f && strcmp(f, want[i]) == 0) seen = true;
         }
         if (!seen) {
             ls_audit_rule_fail(r, -1, pf, -1, "the parity report has no %s control (a negative control that must fail)",
-                               CONTROLS[i]);
+                               want[i]);
             ok = false;
         }
     }

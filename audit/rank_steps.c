@@ -272,7 +272,7 @@ static void check_layers(const ls_audit_run *run, ls_audit_rank *r, int64_t s, c
 typedef struct {
     int64_t layer, first_seq;
     uint64_t count;
-    uint8_t phase, dir, attn;
+    uint8_t phase, dir, attn, mla; /* attn: attention of either family; mla: an mla layer */
 } layer_entry;
 
 static int entry_cmp(const void *a, const void *b) {
@@ -306,6 +306,8 @@ static void require(const ls_audit_run *run, ls_audit_req *q, const ls_audit_ste
 static ls_status check_collectives(const ls_audit_run *run, ls_audit_rank *r, int64_t s,
                                    const ls_audit_step_window *w) {
     static const char *const merge[] = {"lse_max", "lse_sum", "out_sum"};
+    /* an mla layer first selects its DSA candidates globally: the ranks' local top-k gathered */
+    static const char *const merge_mla[] = {"dsa_topk_gather", "lse_max", "lse_sum", "out_sum"};
     static const char *const back[] = {"dq_sum", "dkv_sum"};
     static const char *const ring[] = {"dkv_ring"};
     static const char *const chain[] = {"state_grad_handoff"};
@@ -319,7 +321,7 @@ static ls_status check_collectives(const ls_audit_run *run, ls_audit_rank *r, in
         bool attn = k->kind == LS_TRACE_LAYER_ATTN || k->kind == LS_TRACE_LAYER_MLA;
         if (!attn && k->kind != LS_TRACE_LAYER_GDN) continue;
         e[n++] = (layer_entry){.layer = k->layer, .first_seq = k->first_seq, .count = k->count, .phase = k->phase,
-                               .dir = k->dir, .attn = attn};
+                               .dir = k->dir, .attn = attn, .mla = k->kind == LS_TRACE_LAYER_MLA};
     }
     qsort(e, n, sizeof *e, entry_cmp);
     size_t m = 0; /* merge the members of one (phase, layer, dir, attn) */
@@ -335,7 +337,8 @@ static ls_status check_collectives(const ls_audit_run *run, ls_audit_rank *r, in
         const layer_entry *x = &e[i];
         if (x->attn && x->dir == LS_TRACE_DIR_FWD && (x->phase == LS_PHASE_SCORE || x->phase == LS_PHASE_REPLAY)) {
             r->req_cmp.entries++;
-            require(run, &r->req_cmp, w, s, x, merge, 3, true);
+            if (x->mla) require(run, &r->req_cmp, w, s, x, merge_mla, 4, true);
+            else require(run, &r->req_cmp, w, s, x, merge, 3, true);
         }
         if (x->attn && x->dir == LS_TRACE_DIR_BWD && x->phase == LS_PHASE_REPLAY) {
             r->req_dkv.entries++;

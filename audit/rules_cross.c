@@ -243,7 +243,8 @@ static void emit_req(ls_audit_rule *rule, const ls_audit_rank *r, const ls_audit
 static ls_status rules_required(ls_audit_run *run) {
     bool multi = run->world > 1;
     ADD(cmp, "collectives.composition", 2,
-        "global composition (lse_max, lse_sum, out_sum) for every response attention layer", multi);
+        "global composition (lse_max, lse_sum, out_sum; an mla layer's global DSA top-k, dsa_topk_gather, first) "
+        "for every response attention layer", multi);
     ADD(dkv, "collectives.dkv", 3, "dQ and dK/dV reductions for every response attention backward (and the "
         "reverse ring in full mode)", multi);
     ADD(fin, "collectives.finalize", 3, "finalize reductions every step (grad_finalize in full mode, digest_check)",

@@ -441,9 +441,13 @@ static void write_parity_fixture(const char *path, const char *build, int world,
         cJSON_AddBoolToObject(c, "pass", 1);
         cJSON_AddItemToArray(checks, c);
     }
-    static const char *const faults[][2] = {{"cp-local-attention", "logprob"}, {"skip-dkv-reduce", "cp_grad"},
-                                            {"skip-grad-finalize", "cp_grad"}, {"detached", "grad"}};
-    for (int k = 0; k < 4; k++) {
+    static const char *const faults_hybrid[][2] = {{"cp-local-attention", "logprob"}, {"skip-dkv-reduce", "cp_grad"},
+                                                   {"skip-grad-finalize", "cp_grad"}, {"detached", "grad"}};
+    static const char *const faults_mla[][2] = {{"cp-local-dsa", "logprob"}, {"skip-grad-finalize", "cp_grad"},
+                                                {"detached", "grad"}};
+    bool mla = strcmp(family, "mla") == 0;
+    const char *const(*faults)[2] = mla ? faults_mla : faults_hybrid;
+    for (int k = 0; k < (mla ? 3 : 4); k++) {
         cJSON *c = cJSON_CreateObject();
         cJSON_AddStringToObject(c, "fault", faults[k][0]);
         cJSON_AddStringToObject(c, "breaks", faults[k][1]);
@@ -755,6 +759,40 @@ Test(audit, cp2_removed_collective_on_one_rank, .init = setup, .fini = teardown,
     expect_fail(doc, "manifest.digests", 1, "rank-0001/events.jsonl.zst", -2, "sha256");
     const char *fo = cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "forensics"), "first_divergent_collective")->valuestring;
     cr_expect(strstr(fo, d.gseq) && strstr(fo, "not by ranks 1"), "forensics: %s", fo);
+    cJSON_Delete(doc);
+}
+
+/* Relabels every attention layer_end as an mla layer's (the line is
+ * rewritten; its digest in the manifest no longer matches, a rule of its own). */
+static int attn_as_mla(const char *line, FILE *out, long idx, void *user) {
+    (void)idx, (void)user;
+    const char *k = strstr(line, "\"kind\":\"attn\"");
+    if (k == NULL || strstr(line, "\"ev\":\"layer_end\"") == NULL) return 1;
+    fprintf(out, "%.*s\"kind\":\"mla\"%s", (int)(k - line), line, k + strlen("\"kind\":\"attn\""));
+    return 0;
+}
+
+/* An mla layer's response attention is composed only after the ranks'
+ * local DSA top-k lists were gathered: the same collectives that prove a
+ * hybrid attention layer's composition leave an mla layer's unproven
+ * (the cp-local-dsa fault's signature: no dsa_topk_gather). */
+Test(audit, mla_layers_need_the_global_dsa_selection, .init = setup, .fini = teardown, .timeout = 180) {
+    char src[512], run[600], p[800];
+    cp2_run(src, sizeof src);
+    copy_run(src, "mla", run, sizeof run);
+    cJSON *doc = NULL;
+    cr_assert_eq(audit(run, NULL, &doc), 0);
+    cr_expect(passes(doc, "collectives.composition"), "the hybrid run's composition holds");
+    cJSON_Delete(doc);
+    for (int r = 0; r < 2; r++) {
+        snprintf(p, sizeof p, "%s/rank-%04d/events.jsonl.zst", run, r);
+        rewrite_trace(p, attn_as_mla, NULL, false);
+    }
+    cr_expect_eq(audit(run, NULL, &doc), 1);
+    expect_fail(doc, "collectives.composition", -1, "events.jsonl.zst", -1, "dsa_topk_gather");
+    char *txt = cJSON_PrintUnformatted(rule(doc, "collectives.composition"));
+    cr_expect(txt && !strstr(txt, "lse_max collective"), "lse_max is still there: only the DSA gather is missing");
+    free(txt);
     cJSON_Delete(doc);
 }
 
