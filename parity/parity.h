@@ -51,11 +51,27 @@ typedef struct {
     uint32_t token_seed;
 } ls_parity_config;
 
-/* The matrix's configurations for a family; *n their count. */
-const ls_parity_config *ls_parity_matrix(const char *family, size_t *n);
+/* What longstraw-parity needs to know of a family: its default model
+ * config and independent reference (paths under the source tree), the
+ * fault that breaks the CP-N log-probs (the score control), the faults
+ * that break the CP-N gradients, and its matrix. */
+typedef struct {
+    const char *name;
+    const char *model_config, *reference; /* relative to LS_PARITY_SOURCE_DIR */
+    const char *score_fault;              /* cp-local-attention | cp-local-dsa */
+    const char *grad_faults[2];
+    size_t n_grad_faults;
+    const ls_parity_config *configs;
+    size_t n_configs;
+} ls_parity_family;
+
+/* The family named name (NULL: none), and every name ("hybrid, mla"). */
+const ls_parity_family *ls_parity_family_of(const char *name);
+const char *ls_parity_family_names(void);
 
 typedef struct {
     const char *family;
+    const ls_parity_family *fam; /* the family's descriptor */
     int cps[LS_PARITY_MAX_CP];
     size_t n_cps;
     bool dtype[2];            /* [LS_PARITY_F64], [LS_PARITY_F32] */

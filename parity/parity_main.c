@@ -23,7 +23,7 @@
 #endif
 
 static void usage(FILE *f) {
-    fputs("usage: longstraw-parity --family hybrid --out DIR [--cp 1,2,4] [--dtype f64,f32]\n"
+    fputs("usage: longstraw-parity --family hybrid|mla --out DIR [--cp 1,2,4] [--dtype f64,f32]\n"
           "                        [--configs NAME,...] [--jobs N] [options]\n"
           "Runs the trainer at reduced sizes against references and writes DIR/parity.json\n"
           "(schemas/parity.schema.json), the evidence levels 2-4 of the audit need:\n"
@@ -34,12 +34,13 @@ static void usage(FILE *f) {
           "  full gradient LongStraw full-mode CP-N gradient = the naive gradient, and the float64\n"
           "                gradient = directional finite differences of the loss, per tensor\n"
           "and the negative controls, each of which must fail its comparison: cp-local-attention\n"
-          "(log-probs), skip-dkv-reduce and skip-grad-finalize (CP-N gradients), detached (the\n"
+          "(hybrid) or cp-local-dsa (mla: each rank's own DSA top-k) on the log-probs,\n"
+          "skip-dkv-reduce and skip-grad-finalize (CP-N gradients), detached (the\n"
           "full-gradient comparison).  float64 is the proof (tolerance 1e-10 relative; finite\n"
           "differences 1e-7); float32 uses, per tensor, 10x its measured float32-vs-float64 noise\n"
           "floor (at least 4 float32 epsilons).  Runs go to DIR/runs/ (kept; the finite-difference\n"
           "runs are removed unless --keep-fd); parity.json is replaced only when complete.\n"
-          "  --family F        hybrid (mla once that family exists)\n"
+          "  --family F        hybrid or mla (the model config, reference and faults follow)\n"
           "  --out DIR         output directory (created; an existing one is reused)\n"
           "  --cp LIST         context-parallel sizes, 1 included [1,2,4]; N > 1 runs under mpirun\n"
           "  --dtype LIST      f64 and optionally f32 [f64,f32] (f32's noise floor needs f64)\n"
@@ -53,8 +54,8 @@ static void usage(FILE *f) {
           "  --trainer PATH    longstraw-train [" LS_PARITY_TRAINER "]\n"
           "  --mpirun PATH     [mpirun]\n"
           "  --python PATH     [python3]\n"
-          "  --reference PATH  the independent reference [" LS_PARITY_SOURCE_DIR "/tests/reference/hybrid_ref.py]\n"
-          "  --model-config F  [" LS_PARITY_SOURCE_DIR "/configs/hybrid-tiny.json]\n"
+          "  --reference PATH  the independent reference [" LS_PARITY_SOURCE_DIR "/tests/reference/F_ref.py]\n"
+          "  --model-config F  [" LS_PARITY_SOURCE_DIR "/configs/F-tiny.json]\n"
           "  --keep-fd         keep the finite-difference runs\n"
           "  --quiet           no progress on stderr, no table on stdout\n"
           "  --list            print the matrix and exit\n"
@@ -122,11 +123,9 @@ static int parse_configs(const char *s, ls_parity_opts *o, const ls_parity_confi
 
 int main(int argc, char **argv) {
     static char reference[LS_PARITY_PATH], model[LS_PARITY_PATH];
-    snprintf(reference, sizeof reference, "%s/tests/reference/hybrid_ref.py", LS_PARITY_SOURCE_DIR);
-    snprintf(model, sizeof model, "%s/configs/hybrid-tiny.json", LS_PARITY_SOURCE_DIR);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     ls_parity_opts o = {.trainer = LS_PARITY_TRAINER, .mpirun = "mpirun", .python = "python3",
-                        .reference = reference, .model_config = model, .jobs = ncpu < 1 ? 1 : ncpu > 16 ? 16 : (int)ncpu,
+                        .jobs = ncpu < 1 ? 1 : ncpu > 16 ? 16 : (int)ncpu,
                         .timeout_s = 600, .fd_step = 1e-4, .seed = 1};
     parse_cps("1,2,4", &o);
     parse_dtypes("f64,f32", &o);
@@ -188,12 +187,22 @@ int main(int argc, char **argv) {
         *slot = v;
         i++;
     }
-    if (o.family == NULL) return bad("%s", "--family is required (hybrid)");
-    size_t n = 0;
-    const ls_parity_config *cs = ls_parity_matrix(o.family, &n);
-    if (cs == NULL) {
-        if (!strcmp(o.family, "mla")) return bad("--family %s: the mla family does not exist yet", o.family);
-        return bad("--family: '%s' is not a family (hybrid)", o.family);
+    if (o.family == NULL) return bad("--family is required (%s)", ls_parity_family_names());
+    o.fam = ls_parity_family_of(o.family);
+    if (o.fam == NULL) {
+        char what[160];
+        snprintf(what, sizeof what, "'%.40s' is not a family (%s)", o.family, ls_parity_family_names());
+        return bad("--family: %s", what);
+    }
+    size_t n = o.fam->n_configs;
+    const ls_parity_config *cs = o.fam->configs;
+    if (o.reference == NULL) {
+        snprintf(reference, sizeof reference, "%s/%s", LS_PARITY_SOURCE_DIR, o.fam->reference);
+        o.reference = reference;
+    }
+    if (o.model_config == NULL) {
+        snprintf(model, sizeof model, "%s/%s", LS_PARITY_SOURCE_DIR, o.fam->model_config);
+        o.model_config = model;
     }
     if (list) {
         for (size_t i = 0; i < n; i++) printf("%-14s %s\n", cs[i].name, cs[i].what);

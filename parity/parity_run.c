@@ -27,8 +27,9 @@
 
 enum { DETACHED = 0, FULL = 1 };
 static const char *const MODE[] = {"detached", "full"};
-enum { SKIP_DKV = 0, SKIP_FIN = 1 };
-static const char *const GFAULT[] = {"skip-dkv-reduce", "skip-grad-finalize"};
+/* the family's gradient faults: r->o->fam->grad_faults[0 .. NGF(r)) */
+#define NGF(r) ((int)(r)->o->fam->n_grad_faults)
+#define GFAULT(r, f) ((r)->o->fam->grad_faults[f])
 
 typedef struct {
     ls_parity_logprobs naive, ls[LS_PARITY_MAX_CP], local[LS_PARITY_MAX_CP];
@@ -309,11 +310,12 @@ static void logprob_checks(cfg_run *r, int dt) {
         add(r, ls_parity_check_new("logprob", name, dt, n, r->c->name, NULL, "naive full sequence", cand,
                                    members_entries(&d->ls[k], &d->naive, tol, nf), "members"), NULL);
         if (n > 1) {
-            check_name(name, sizeof name, "logprob", r, dt, n, "cp-local-attention");
-            snprintf(cand, sizeof cand, "longstraw cp%d --fault cp-local-attention", n);
+            const char *sf = r->o->fam->score_fault;
+            check_name(name, sizeof name, "logprob", r, dt, n, sf);
+            snprintf(cand, sizeof cand, "longstraw cp%d --fault %s", n, sf);
             add(r, ls_parity_check_new("logprob", name, dt, n, r->c->name, NULL, "naive full sequence", cand,
                                        members_entries(&d->local[k], &d->naive, tol, nf), "members"),
-                "cp-local-attention");
+                sf);
         }
         if (dt == LS_PARITY_F64) {
             check_name(name, sizeof name, "ref_logprob", r, dt, n, NULL);
@@ -359,14 +361,14 @@ static void grad_checks(cfg_run *r, int dt) {
                                            "tensors"), NULL);
             }
             if (m == FULL && n > 1) {
-                for (int f = 0; f < 2; f++) {
-                    check_name(name, sizeof name, "cp_grad", r, dt, n, GFAULT[f]);
-                    snprintf(cand, sizeof cand, "longstraw cp%d full --fault %s", n, GFAULT[f]);
+                for (int f = 0; f < NGF(r); f++) {
+                    check_name(name, sizeof name, "cp_grad", r, dt, n, GFAULT(r, f));
+                    snprintf(cand, sizeof cand, "longstraw cp%d full --fault %s", n, GFAULT(r, f));
                     add(r, ls_parity_check_new("cp_grad", name, dt, n, r->c->name, "full", "longstraw cp1 full", cand,
                                                tensor_entries(want, &d->gfault[f][k], &d->gls[FULL][k1],
                                                               f32 ? &d->gls[FULL][k1] : NULL,
                                                               f32 ? &d64->gls[FULL][k1] : NULL),
-                                               "tensors"), GFAULT[f]);
+                                               "tensors"), GFAULT(r, f));
                 }
             }
             check_name(name, sizeof name, "grad", r, dt, n, MODE[m]);
@@ -431,8 +433,8 @@ static ls_status read_grads(cfg_run *r, int dt) {
             run_path(r, dt, label, "final.safetensors", p);
             if ((s = ls_parity_tensors_read(p, &d->pls[m][k], r->err, r->errlen)) != LS_OK) return s;
         }
-        for (int f = 0; f < 2 && o->cps[k] > 1; f++) {
-            snprintf(label, sizeof label, "grad-cp%d-%s", o->cps[k], GFAULT[f]);
+        for (int f = 0; f < NGF(r) && o->cps[k] > 1; f++) {
+            snprintf(label, sizeof label, "grad-cp%d-%s", o->cps[k], GFAULT(r, f));
             run_path(r, dt, label, "grads.safetensors", p);
             if ((s = ls_parity_tensors_read(p, &d->gfault[f][k], r->err, r->errlen)) != LS_OK) return s;
         }
@@ -452,7 +454,7 @@ static size_t score_specs(cfg_run *r, run_spec *sp, char labels[][64]) {
             n++;
             if (w > 1) {
                 snprintf(labels[n], 64, "score-cp%d-local", w);
-                sp[n] = (run_spec){.dt = dt, .world = w, .label = labels[n], .fault = "cp-local-attention"};
+                sp[n] = (run_spec){.dt = dt, .world = w, .label = labels[n], .fault = r->o->fam->score_fault};
                 n++;
             }
         }
@@ -476,10 +478,10 @@ static size_t grad_specs(cfg_run *r, run_spec *sp, char labels[][64]) {
                 sp[n] = (run_spec){.dt = dt, .world = w, .label = labels[n], .grad_mode = MODE[m], .grad = true};
                 n++;
             }
-            for (int f = 0; f < 2 && w > 1; f++) {
-                snprintf(labels[n], 64, "grad-cp%d-%s", w, GFAULT[f]);
+            for (int f = 0; f < NGF(r) && w > 1; f++) {
+                snprintf(labels[n], 64, "grad-cp%d-%s", w, GFAULT(r, f));
                 sp[n] = (run_spec){.dt = dt, .world = w, .label = labels[n], .grad_mode = "full",
-                                   .fault = GFAULT[f], .grad = true};
+                                   .fault = GFAULT(r, f), .grad = true};
                 n++;
             }
         }
@@ -585,8 +587,8 @@ ls_status ls_parity_run(const ls_parity_opts *o, bool *all_pass, char *err, size
     ls_parity_report *rep = NULL;
     ls_status s = ls_parity_report_new(o, &rep);
     if (s != LS_OK) return s;
-    size_t n = 0;
-    const ls_parity_config *cs = ls_parity_matrix(o->family, &n);
+    size_t n = o->fam->n_configs;
+    const ls_parity_config *cs = o->fam->configs;
     double t0 = ls_parity_now();
     for (size_t i = 0; i < n && s == LS_OK; i++) {
         if (!o->config_on[i]) continue;

@@ -77,8 +77,6 @@ Test(parity, usage_errors, .init = setup, .fini = teardown, .timeout = 60) {
     snprintf(out, sizeof out, "--out %s/x", tmpdir);
     snprintf(a, sizeof a, "%s", out);
     expect_usage(a, "--family");
-    snprintf(a, sizeof a, "--family mla %s", out);
-    expect_usage(a, "mla");
     snprintf(a, sizeof a, "--family gpt %s", out);
     expect_usage(a, "gpt");
     snprintf(a, sizeof a, "--family hybrid %s --cp 2,4", out);
@@ -106,6 +104,9 @@ Test(parity, usage_errors, .init = setup, .fini = teardown, .timeout = 60) {
     expect_usage("--family hybrid", "--out");
     cr_expect_eq(parity("--help"), 0);
     cr_expect_eq(parity("--family hybrid --list"), 0);
+    cr_expect_eq(parity("--family mla --list"), 0); /* its matrix, model config and reference exist */
+    snprintf(a, sizeof a, "--family mla %s --configs p30-g2-lora", out);
+    expect_usage(a, "p30-g2-lora"); /* a hybrid entry is no mla entry */
 }
 
 static cJSON *read_report(const char *path) {
