@@ -83,6 +83,36 @@ static void fill_plain(ls_trace_reader *r) {
     r->rep.text_bytes += n;
 }
 
+/* Moves the window's undelivered text to its front. */
+static void win_compact(ls_trace_reader *r) {
+    memmove(r->win, r->win + r->start, r->end - r->start);
+    r->win_base += r->start;
+    r->end -= r->start;
+    /* in unverified mode delivered lines may lie past ver */
+    r->ver = r->ver > r->start ? r->ver - r->start : 0;
+    r->scan -= r->start;
+    r->start = 0;
+}
+
+/* At a frame boundary: zstd decodes a frame in one pass, straight into the
+ * window, when the whole frame is in `in` and its content fits the room
+ * left; else it goes through its own buffer (a copy more, and more calls).
+ * Traces are many small frames (a flush at every phase boundary), so this
+ * is most of the decoding time: read on and compact the window first. */
+static void prepare_frame(ls_trace_reader *r) {
+    size_t avail = r->in_len - r->in_pos;
+    size_t fsz = ZSTD_findFrameCompressedSize(r->in + r->in_pos, avail);
+    if (ZSTD_isError(fsz) && !r->src_eof && r->in_pos > 0) { /* incomplete here (or corrupt: decoding says) */
+        src_read(r);
+        if (r->stop) return;
+        avail = r->in_len - r->in_pos;
+    }
+    unsigned long long cs = ZSTD_getFrameContentSize(r->in + r->in_pos, avail);
+    if (cs != ZSTD_CONTENTSIZE_UNKNOWN && cs != ZSTD_CONTENTSIZE_ERROR && cs > r->win_cap - r->end && r->start > 0 &&
+        cs <= r->win_cap - (r->end - r->start))
+        win_compact(r);
+}
+
 static void fill_zstd(ls_trace_reader *r) {
     if (!r->in_frame) {
         /* at a frame boundary: want the whole frame header in view */
@@ -92,6 +122,8 @@ static void fill_zstd(ls_trace_reader *r) {
             r->decode_done = true; /* ended at a frame boundary */
             return;
         }
+        prepare_frame(r);
+        if (r->stop) return;
         r->frame_start = r->in_base + r->in_pos;
         /* RFC 8878 §3.1.1: magic, then the frame header descriptor, whose
          * bit 2 is the content checksum flag */
@@ -157,13 +189,7 @@ void ls_trace_reader_fill(ls_trace_reader *r) {
 void ls_trace_reader_make_space(ls_trace_reader *r) {
     if (r->end < r->win_cap) return;
     if (r->start > 0) {
-        memmove(r->win, r->win + r->start, r->end - r->start);
-        r->win_base += r->start;
-        r->end -= r->start;
-        /* in unverified mode delivered lines may lie past ver */
-        r->ver = r->ver > r->start ? r->ver - r->start : 0;
-        r->scan -= r->start;
-        r->start = 0;
+        win_compact(r);
         return;
     }
     if (r->win_cap < WIN_MAX) {
