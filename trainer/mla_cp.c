@@ -417,7 +417,7 @@ ls_status LS_K(ls_mla_cp_prompt_select)(ls_mla_cp *c, int64_t *sel, const ls_mla
     st = acc_init(&a, q->T, c->k_top, LS_K(ls_dsa_topk_workspace)(ms));
     if (st != LS_OK) goto cleanup;
     acc_block(c, &a, q, own->k_I, own->n, own->pos0);
-    if (!c->local_dsa && N > 1) { /* the fault: the own shard's keys only, no ring */
+    if (!c->local_dsa && N > 1) { /* (the fault: the own shard's keys only, no ring) */
         snd = ls_mem_alloc(LS_MEM_COMM, R(n));
         rcv = ls_mem_alloc(LS_MEM_COMM, R(n));
         if (!snd || !rcv) {

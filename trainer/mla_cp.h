@@ -63,9 +63,11 @@
  * padded row blocks for the rings; the kernels' workspaces (scratch).
  *
  * Errors: LS_ERR_ARG (ls_mla_cp.err names the argument) for a NULL or
- * inconsistent argument, LS_ERR_NOMEM, or the communicator's status (with
- * its ls_comm_last_error copied into err).  After an error the outputs are
- * unspecified; a rank that cannot go on aborts the job (comm.h). */
+ * inconsistent argument (refused before any collective, so every rank
+ * refuses alike), LS_ERR_NOMEM, or the communicator's status (err names the
+ * collective; the library's reason is in ls_comm_last_error).  After an
+ * error the outputs are unspecified; a rank that cannot go on aborts the
+ * job (comm.h). */
 #ifndef LS_TRAINER_MLA_CP_H
 #define LS_TRAINER_MLA_CP_H
 #include "common/status.h"
