@@ -342,6 +342,22 @@ static void check_config(const char *name, const problem *p, ls_mla_form form, i
     CHECK(!memcmp(o2, o, n * H * DIMS.d_v * 8) && !memcmp(l2, lse, n * H * 8),
           "%s: remote part + the caller's own part is not the same as with_own", what);
     free(o2), free(l2), free(op), free(lp), free(loc), free(ws);
+    /* the shard's queries in two chunks (every rank calls twice): the same selection and attention */
+    size_t h1 = n / 2;
+    int64_t *sel2 = malloc(n * k * sizeof *sel2);
+    o2 = vec(n * H * DIMS.d_v), l2 = vec(n * H);
+    for (size_t part = 0; part < 2; part++) {
+        size_t t0 = part ? h1 : 0, m = part ? n - h1 : h1, qc = (size_t)s0 * H + t0 * H;
+        ls_mla_cp_queries cq = {p->pqn + qc * DIMS.d_n, p->pqp + qc * DIMS.d_r, p->pqI + ((size_t)s0 + t0) * HI * DI,
+                                p->pw + ((size_t)s0 + t0) * HI, s0 + (int64_t)t0, m};
+        MUST(K(ls_mla_cp_prompt_select)(&c, sel2 + t0 * k, &cq, &own, layer));
+        MUST(K(ls_mla_cp_prompt_forward)(&c, o2 + t0 * H * DIMS.d_v, l2 + t0 * H, &cq, sel2 + t0 * k, &own, p->kv_b, 1,
+                                         layer));
+    }
+    CHECK(!memcmp(sel2, sel, n * k * sizeof *sel), "%s: chunked prompt selection differs", what);
+    CHECK(rel(o2, o, n * H * DIMS.d_v) <= TOL && rel(l2, lse, n * H) <= TOL, "%s: chunked prompt attention differs",
+          what);
+    free(sel2), free(o2), free(l2);
     dqn = vec(n * H * DIMS.d_n), dqp = vec(n * H * DIMS.d_r), dc = vec(n * rk), dp = vec(n * dr);
     dkvb = vec(nkvb);
     ls_mla_cp_drows down = {dc, dp};
@@ -416,6 +432,13 @@ static void check_refusals(const problem *p) {
     CHECK(K(ls_mla_cp_prompt_forward)(&c, o, lse, &q, sel, &own, p->kv_b, 1, 0) == LS_ERR_ARG &&
               strstr(c.err, "own"),
           "a wrong own block: %s", c.err);
+    int64_t s0, s1;
+    ls_cp_shard((int64_t)p->Tp, world_, rank_, &s0, &s1);
+    ls_mla_cp_rows mine = {p->c_kv + (size_t)s0 * DIMS.r_kv, p->k_pe + (size_t)s0 * DIMS.d_r,
+                           p->k_I + (size_t)s0 * DI, s0, (size_t)(s1 - s0)};
+    q.pos0 = s1; /* past the shard */
+    CHECK(K(ls_mla_cp_prompt_select)(&c, sel, &q, &mine, 0) == LS_ERR_ARG && strstr(c.err, "outside the shard"),
+          "queries past the shard: %s", c.err);
     c.k_top = 0;
     CHECK(K(ls_mla_cp_prompt_select)(&c, sel, &q, &own, 0) == LS_ERR_ARG && strstr(c.err, "k_top"), "k_top 0: %s",
           c.err);
@@ -469,12 +492,41 @@ static int on_event(const ls_trace_event *ev, void *user) {
     return 0;
 }
 
+/* One layer as the trainer runs it: the response's selection, attention and
+ * backward, the prompt's selection, attention and backward (no checks). */
+static void one_layer(const problem *p, int layer) {
+    size_t H = DIMS.H, Tp = p->Tp, Tr = p->Tr, k = p->k, rk = DIMS.r_kv, dr = DIMS.d_r;
+    size_t nkvb = H * (DIMS.d_n + DIMS.d_v) * rk;
+    int64_t s0, s1;
+    ls_cp_shard((int64_t)Tp, world_, rank_, &s0, &s1);
+    size_t n = (size_t)(s1 - s0), qo = (size_t)s0 * H, T = n > Tr ? n : Tr;
+    ls_mla_cp c = ctx(p, LS_MLA_NAIVE, 0);
+    ls_mla_cp_rows own = {p->c_kv + (size_t)s0 * rk, p->k_pe + (size_t)s0 * dr, p->k_I + (size_t)s0 * DI, s0, n};
+    ls_mla_cp_rows resp = {p->c_kv + Tp * rk, p->k_pe + Tp * dr, p->k_I + Tp * DI, (int64_t)Tp, Tr};
+    ls_mla_cp_queries q = {p->qn, p->qp, p->qI, p->w, (int64_t)Tp, Tr};
+    ls_mla_cp_queries pq = {p->pqn + qo * DIMS.d_n, p->pqp + qo * DIMS.d_r, p->pqI + (size_t)s0 * HI * DI,
+                            p->pw + (size_t)s0 * HI, s0, n};
+    int64_t *sel = malloc(T * k * sizeof *sel);
+    double *o = vec(T * H * DIMS.d_v), *lse = vec(T * H), *dqn = vec(T * H * DIMS.d_n), *dqp = vec(T * H * dr);
+    double *dc = vec((n + Tr) * rk), *dp = vec((n + Tr) * dr), *dkvb = vec(nkvb);
+    ls_mla_cp_drows dblk = {dc, dp}, dresp = {dc + n * rk, dp + n * dr};
+    MUST(K(ls_mla_cp_response_select)(&c, sel, &q, &own, 1, &resp, layer));
+    MUST(K(ls_mla_cp_response_forward)(&c, o, lse, &q, sel, &own, 1, &resp, p->kv_b, layer));
+    MUST(K(ls_mla_cp_response_backward)(&c, dqn, dqp, &dblk, &dresp, dkvb, o, lse, p->dout, &q, sel, &own, 1, &resp,
+                                        p->kv_b, layer));
+    MUST(K(ls_mla_cp_prompt_select)(&c, sel, &pq, &own, layer));
+    MUST(K(ls_mla_cp_prompt_forward)(&c, o, lse, &pq, sel, &own, p->kv_b, 1, layer));
+    MUST(K(ls_mla_cp_prompt_backward)(&c, dqn, dqp, &dblk, dkvb, o, lse, p->pdout + qo * DIMS.d_v, &pq, sel, &own,
+                                      p->kv_b, 1, layer));
+    free(sel), free(o), free(lse), free(dqn), free(dqp), free(dc), free(dp), free(dkvb);
+}
+
 /* Bytes per purpose of one layer (response + prompt, forward + backward)
  * for the sample shape, against the shapes. */
 static void measure_bytes(ls_comm *comm, const problem *p) {
     ls_comm_stat before[64], after[64];
     size_t nb = ls_comm_stats(comm, before, 64);
-    check_config("sample", p, LS_MLA_NAIVE, 9);
+    one_layer(p, 9);
     size_t na = ls_comm_stats(comm, after, 64);
     size_t H = DIMS.H, Tr = p->Tr, k = p->k, ms = 0;
     for (int r = 0; r < world_; r++) {
@@ -494,7 +546,7 @@ static void measure_bytes(ls_comm *comm, const problem *p) {
         {"dq_sum", Tr * H * (DIMS.d_n + DIMS.d_r) * 8},
         {"dkv_sum", Tr * (DIMS.r_kv + DIMS.d_r) * 8},
         {"dsa_ring", N ? (N - 1) * ms * DI * 8 : 0},
-        {"kv_ring", N ? 2 * (N - 1) * rows * 8 : 0}, /* with and without the own part */
+        {"kv_ring", N ? (N - 1) * rows * 8 : 0},
         {"dkv_ring", N * 2 * rows * 8},
     };
     if (rank_ == 0) printf("  bytes sent per rank for one layer (Tp=%zu Tr=%zu k=%zu, CP-%d):", p->Tp, Tr, k, world_);

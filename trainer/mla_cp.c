@@ -112,9 +112,9 @@ static ls_status check_own(ls_mla_cp *c, const ls_mla_cp_rows *own, const ls_mla
         return fail(c, LS_ERR_ARG, "mla_cp: argument own covers [%lld, %lld), the shard is [%lld, %lld)",
                     (long long)own->pos0, (long long)(own->pos0 + (int64_t)own->n), (long long)s0,
                     (long long)(s0 + n));
-    if (q->pos0 < s0)
-        return fail(c, LS_ERR_ARG, "mla_cp: argument q->pos0 = %lld lies before the shard (%lld)",
-                    (long long)q->pos0, (long long)s0);
+    if (q->pos0 < s0 || q->pos0 + (int64_t)q->T > s0 + n)
+        return fail(c, LS_ERR_ARG, "mla_cp: argument q covers [%lld, %lld), outside the shard [%lld, %lld)",
+                    (long long)q->pos0, (long long)(q->pos0 + (int64_t)q->T), (long long)s0, (long long)(s0 + n));
     return check_rows(c, own, "own", indexer);
 }
 

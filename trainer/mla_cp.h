@@ -148,9 +148,10 @@ ls_status LS_K(ls_mla_cp_response_backward)(ls_mla_cp *c, ls_real *dq_nope, ls_r
 
 /* ---- prompt capture ------------------------------------------------------- */
 
-/* The global top-k of this rank's shard queries q (q->pos0 = s0, q->T =
- * s1 - s0) over every visible position: own is the shard's rows (own->pos0
- * = s0, own->n = s1 - s0, k_I required).  sel [T, k_top] global positions. */
+/* The global top-k of this rank's shard queries q (positions inside the
+ * shard [s0, s1): all of them, or a chunk, every rank calling as often) over
+ * every visible position: own is the shard's rows (own->pos0 = s0, own->n =
+ * s1 - s0, k_I required).  sel [T, k_top] global positions. */
 ls_status LS_K(ls_mla_cp_prompt_select)(ls_mla_cp *c, int64_t *sel, const ls_mla_cp_queries *q,
                                         const ls_mla_cp_rows *own, int layer);
 
