@@ -308,7 +308,12 @@ static ls_status compose(ls_mla_cp *c, ls_real *o, ls_real *lse, size_t n, int l
     }
     if (st == LS_OK) st = coll(c, ls_group_allreduce_sum(c->g, o, n * d_v, DT, "out_sum", layer), "out_sum", layer);
     if (st == LS_OK)
-        for (size_t i = 0; i < n; i++) { /* every query has a candidate on some rank: a > 0 */
+        for (size_t i = 0; i < n; i++) {
+            if (!(a[i] > 0)) { /* no candidate on any rank (no rows at all): the empty part */
+                for (size_t j = 0; j < d_v; j++) o[i * d_v + j] = 0;
+                lse[i] = (ls_real)-INFINITY;
+                continue;
+            }
             for (size_t j = 0; j < d_v; j++) o[i * d_v + j] /= a[i];
             lse[i] = m[i] + (ls_real)log((double)a[i]);
         }

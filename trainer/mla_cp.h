@@ -58,9 +58,10 @@
  *
  * Every collective is a traced collective of ls_mla_cp.g with the layer
  * given; every rank of the group makes the same calls (the same counts), so
- * the events match one to one.  Temporary memory: the communication buffers
- * (category communication) are O(T·k + T·H·d_v) for the response and two
- * padded row blocks for the rings; the kernels' workspaces (scratch).
+ * the events match one to one.  Temporary memory (category communication):
+ * the gathered lists O(N·T·k) and O(T·H·(d_v + d_n + d_r)) for the
+ * response, two padded row blocks (with the reverse ring's accumulators)
+ * plus O(T·(k + H·d_v)) for the rings; the kernels' workspaces (scratch).
  *
  * Errors: LS_ERR_ARG (ls_mla_cp.err names the argument) for a NULL or
  * inconsistent argument (refused before any collective, so every rank
