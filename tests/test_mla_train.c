@@ -1,0 +1,381 @@
+/* test_mla_train.c - the mla family's training transaction on one rank
+ * (issue 12), at mla-tiny sizes with the DSA top-k active (23 prompt
+ * positions, index_topk 8) and the routed MoE in several chunks.  float64
+ * (test_mla_train) and float32 (test_mla_train_f32, looser bars; no finite
+ * differences).  Independent references:
+ *  - the naive gradient: one taped segment per member over prompt +
+ *    response (no carried state, no prompt backward), against LongStraw's
+ *    `full` gradient (capture in chunks, branches, prompt backward);
+ *  - `detached` against the naive segment with the stop-gradient at the
+ *    prompt/response cut, and not equal to `full`;
+ *  - directional central differences of the loss for every trainable
+ *    tensor, the loss from ls_mla_logprobs (mla_forward.c: a second forward
+ *    that shares no segment, tape or backward code), with a negative
+ *    control (the detached gradient fails the same check);
+ *  - absorbed and naive MLA forms: log-probs and gradients;
+ *  - the carried state's bytes against (kv_rank + d_rope + index_dim) reals
+ *    per token and layer; the moe_dispatch peak is one chunk's buffers
+ *    (ls_mla_dispatch_bytes), independent of the sequence length. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "trainer/mla.h"
+#include "trainer/mla_layer.h"
+
+#define K(x) LS_K(x)
+#define GTOL (LS_REAL_IS_F64 ? 1e-10 : 2e-4)
+
+enum { P = 24, G = 3, RMAX = 9, CHUNK = 7, PAGE = 4 };
+static const size_t RL[G] = {7, 4, 9};
+
+typedef struct {
+    int32_t prompt[P], resp[G][RMAX];
+    ls_real c[G][RMAX]; /* loss = sum c . logp */
+} fixture;
+
+static uint64_t lcg(uint64_t *s) {
+    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return *s >> 11;
+}
+static double unif(uint64_t *s) { return (double)lcg(s) / 9007199254740992.0 * 2 - 1; }
+
+static void make_fixture(fixture *f) {
+    uint64_t s = 99;
+    for (int t = 0; t < P; t++) f->prompt[t] = (int32_t)(lcg(&s) % 256);
+    for (int i = 0; i < G; i++)
+        for (size_t t = 0; t < RL[i]; t++) {
+            f->resp[i][t] = (int32_t)(lcg(&s) % 256);
+            f->c[i][t] = (ls_real)unif(&s);
+        }
+}
+
+static ls_params *make_params(ls_train_mode mode, int lora_experts) {
+    ls_model_config c;
+    char path[512], err[512] = "";
+    snprintf(path, sizeof path, "%s/configs/mla-tiny.json", LS_SOURCE_DIR);
+    cr_assert_eq(ls_config_load(&c, path, err, sizeof err), LS_OK, "%s", err);
+    ls_objective o;
+    ls_objective_defaults(&o);
+    o.train_mode = mode;
+    o.lora_experts = lora_experts;
+    o.lora_r = 4;
+    o.temperature = 0.8;
+    ls_params *p = NULL;
+    cr_assert_eq(K(ls_params_init)(&p, &c, &o, 3, err, sizeof err), LS_OK, "%s", err);
+    uint64_t s = 7;
+    for (size_t i = 0; i < p->n; i++) { /* adapters non-zero, so that every one of them matters */
+        ls_tensor *t = &p->t[i];
+        if (t->is_adapter)
+            for (size_t j = 0; j < t->numel; j++) t->w[j] = (ls_real)(0.2 * unif(&s));
+        if (strstr(t->name, "router_bias")) /* a non-trivial routing buffer */
+            for (size_t j = 0; j < t->numel; j++) t->w[j] = (ls_real)(0.05 * unif(&s));
+    }
+    cr_assert_lt(p->cfg.index_topk, P - 1, "the top-k must be active");
+    return p;
+}
+
+static size_t n_grad(const ls_params *p) {
+    size_t n = 0;
+    for (size_t i = 0; i < p->n; i++) n += p->t[i].trainable ? p->t[i].numel : 0;
+    return n;
+}
+static double *grab(const ls_params *p) {
+    double *g = malloc(n_grad(p) * sizeof *g);
+    cr_assert_not_null(g);
+    size_t o = 0;
+    for (size_t i = 0; i < p->n; i++)
+        if (p->t[i].trainable)
+            for (size_t j = 0; j < p->t[i].numel; j++) g[o++] = (double)p->t[i].g[j];
+    return g;
+}
+/* max |a - b| / max |b| */
+static double rel(const double *a, const double *b, size_t n) {
+    double m = 0, s = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(a[i] - b[i])), s = fmax(s, fabs(b[i]));
+    return s > 0 ? m / s : m;
+}
+
+/* Naive: one taped segment per member over prompt + response; cut: the stop-gradient at P-1. */
+static double *grad_naive(ls_params *p, const fixture *f, int cut, double *loss) {
+    K(ls_params_zero_grads)(p);
+    *loss = 0;
+    for (int i = 0; i < G; i++) {
+        size_t R = RL[i], T = P + R - 1;
+        int32_t in[P + RMAX];
+        ls_real lp[RMAX];
+        memcpy(in, f->prompt, sizeof f->prompt);
+        memcpy(in + P, f->resp[i], (R - 1) * sizeof *in);
+        ls_seg_tape *tape = NULL;
+        ls_seg_io io = {.tokens = in, .T = T, .targets = f->resp[i], .score_from = P - 1, .logp = lp, .tape = &tape,
+                        .tape_cat = LS_MEM_BRANCH, .grad_cut = cut ? P - 1 : 0};
+        cr_assert_eq(p->fam->segment_forward(p, &io), LS_OK);
+        for (size_t t = 0; t < R; t++) *loss += (double)(f->c[i][t] * lp[t]);
+        cr_assert_eq(p->fam->segment_backward(p, tape, f->c[i], NULL, NULL, NULL), LS_OK);
+        p->fam->tape_free(tape);
+    }
+    return grab(p);
+}
+
+/* LongStraw: the prompt captured in chunks (pages of PAGE), G branches from it, and in full mode the
+ * prompt backward from the accumulated state gradient.  ps_bytes (NULL: no) the state's bytes. */
+static double *grad_longstraw(ls_params *p, const fixture *f, int full, double *loss, size_t *ps_bytes) {
+    const ls_family_ops *F = p->fam;
+    size_t L = (size_t)p->cfg.n_layers, d = (size_t)p->cfg.d_model, T = P - 1;
+    K(ls_params_zero_grads)(p);
+    *loss = 0;
+    ls_state ps, dps;
+    memset(&dps, 0, sizeof dps);
+    cr_assert_eq(F->state_init(&ps, p, PAGE, LS_MEM_PROMPT_STATE), LS_OK);
+    ls_real *ck[8], *ckc[8];
+    cr_assert_leq(L, 8);
+    for (size_t l = 0; l < L; l++) ck[l] = calloc(T * d, sizeof(ls_real));
+    for (size_t t0 = 0; t0 < T; t0 += CHUNK) {
+        size_t n = T - t0 < CHUNK ? T - t0 : CHUNK;
+        for (size_t l = 0; l < L; l++) ckc[l] = ck[l] + t0 * d;
+        ls_seg_io io = {.tokens = f->prompt + t0, .T = n, .pos0 = (int64_t)t0, .ctx = t0 ? &ps : NULL,
+                        .state_out = &ps, .checkpoints = ckc};
+        cr_assert_eq(F->segment_forward(p, &io), LS_OK);
+    }
+    if (ps_bytes) *ps_bytes = F->state_bytes(&ps);
+    if (full) cr_assert_eq(F->state_grad_like(&dps, &ps, LS_MEM_PROMPT_GRAD), LS_OK);
+    for (int i = 0; i < G; i++) {
+        size_t R = RL[i];
+        int32_t in[RMAX];
+        ls_real lp[RMAX];
+        in[0] = f->prompt[P - 1];
+        memcpy(in + 1, f->resp[i], (R - 1) * sizeof *in);
+        ls_seg_tape *tape = NULL;
+        ls_seg_io io = {.tokens = in, .T = R, .pos0 = P - 1, .ctx = &ps, .targets = f->resp[i], .logp = lp,
+                        .tape = &tape, .tape_cat = LS_MEM_BRANCH};
+        cr_assert_eq(F->segment_forward(p, &io), LS_OK);
+        for (size_t t = 0; t < R; t++) *loss += (double)(f->c[i][t] * lp[t]);
+        cr_assert_eq(F->segment_backward(p, tape, f->c[i], full ? &dps : NULL, NULL, NULL), LS_OK);
+        F->tape_free(tape);
+    }
+    if (full)
+        cr_assert_eq(F->prompt_backward(p, f->prompt, T, CHUNK, ck, &ps, &dps, LS_MEM_SCRATCH, NULL, NULL), LS_OK);
+    F->state_free(&dps);
+    F->state_free(&ps);
+    for (size_t l = 0; l < L; l++) free(ck[l]);
+    return grab(p);
+}
+
+/* The loss by the second forward (mla_forward.c). */
+static double loss_fwd(const ls_params *p, const fixture *f) {
+    ls_real lp[G][RMAX];
+    ls_real *out[G];
+    const int32_t *resp[G];
+    for (int i = 0; i < G; i++) out[i] = lp[i], resp[i] = f->resp[i];
+    ls_mla_fwd_opts o = {.form = LS_MLA_NAIVE, .moe_chunk = 5};
+    char err[512] = "";
+    cr_assert_eq(K(ls_mla_logprobs)(p, f->prompt, P, resp, RL, G, p->obj.temperature, &o, out, err, sizeof err),
+                 LS_OK, "%s", err);
+    double s = 0;
+    for (int i = 0; i < G; i++)
+        for (size_t t = 0; t < RL[i]; t++) s += (double)(f->c[i][t] * lp[i][t]);
+    return s;
+}
+
+static void set_opts(ls_mla_form form, size_t chunk) {
+    ls_mla_seg_opts o = {.form = form, .moe_chunk = chunk};
+    K(ls_mla_set_seg_opts)(&o);
+}
+
+static void modes_case(ls_train_mode mode, int lora_experts) {
+    ls_params *p = make_params(mode, lora_experts);
+    fixture f;
+    make_fixture(&f);
+    set_opts(LS_MLA_NAIVE, 5);
+    size_t n = n_grad(p);
+    double ln, lf, ld, lc;
+    double *gn = grad_naive(p, &f, 0, &ln), *gf = grad_longstraw(p, &f, 1, &lf, NULL);
+    double *gd = grad_longstraw(p, &f, 0, &ld, NULL), *gc = grad_naive(p, &f, 1, &lc);
+    double e_full = rel(gf, gn, n), e_det = rel(gd, gc, n), d_fd = rel(gd, gf, n);
+    double lref = loss_fwd(p, &f);
+    fprintf(stderr,
+            "mla train (" LS_REAL_NAME ", %s%s): %zu trainable scalars; full vs naive %.3g, detached vs naive-cut "
+            "%.3g, detached vs full %.3g; loss %.12g (second forward %.12g)\n",
+            mode == LS_TRAIN_LORA ? "lora" : "full", lora_experts ? " +experts" : "", n, e_full, e_det, d_fd, ln,
+            lref);
+    cr_expect_leq(e_full, GTOL, "full vs naive: %.3g", e_full);
+    cr_expect_leq(e_det, GTOL, "detached vs naive with the cut: %.3g", e_det);
+    cr_expect_gt(d_fd, 1e-3, "the prompt-state path must matter (detached vs full %.3g)", d_fd);
+    cr_expect_leq(fabs(lf - ln), GTOL * (1 + fabs(ln)));
+    cr_expect_leq(fabs(ld - ln), GTOL * (1 + fabs(ln)));
+    cr_expect_leq(fabs(lref - ln), GTOL * (1 + fabs(ln)), "the second forward's loss %.12g vs %.12g", lref, ln);
+    /* several experts took part: with adapters on the experts, count those with a gradient */
+    if (lora_experts) {
+        int used = 0;
+        char nm[96];
+        for (int l = p->cfg.first_dense; l < p->cfg.n_layers; l++)
+            for (int e = 0; e < p->cfg.n_experts; e++) {
+                snprintf(nm, sizeof nm, "layers.%d.moe.experts.%d.down.lora_A", l, e);
+                ls_tensor *t = K(ls_params_find)(p, nm);
+                cr_assert_not_null(t, "%s", nm);
+                double s = 0;
+                for (size_t j = 0; j < t->numel; j++) s += fabs((double)t->g[j]);
+                used += s > 0;
+            }
+        fprintf(stderr, "  routed experts with a gradient: %d of %d\n", used,
+                p->cfg.n_experts * (p->cfg.n_layers - p->cfg.first_dense));
+        cr_expect_geq(used, 6, "several experts must be used (%d)", used);
+    }
+    free(gn), free(gf), free(gd), free(gc);
+    K(ls_params_free)(p);
+}
+
+Test(mla_train, full_equals_naive_detached_equals_the_cut) {
+    modes_case(LS_TRAIN_LORA, 1);
+    modes_case(LS_TRAIN_LORA, 0);
+    modes_case(LS_TRAIN_FULL, 0);
+}
+
+/* Directional central differences of the second forward's loss, one random direction per trainable tensor. */
+static void fd_case(ls_train_mode mode, int lora_experts) {
+    ls_params *p = make_params(mode, lora_experts);
+    fixture f;
+    make_fixture(&f);
+    set_opts(LS_MLA_NAIVE, 5);
+    double l0, ld;
+    double *g = grad_longstraw(p, &f, 1, &l0, NULL), *gd = grad_longstraw(p, &f, 0, &ld, NULL);
+    uint64_t s = 1234;
+    double worst = 0, worst_det = 0;
+    const char *wn = "";
+    size_t off = 0, nt = 0;
+    double eps = 1e-5;
+    for (size_t i = 0; i < p->n; i++) {
+        ls_tensor *t = &p->t[i];
+        if (!t->trainable) continue;
+        double *u = malloc(t->numel * sizeof *u), an = 0, ad = 0;
+        ls_real *w0 = malloc(t->numel * sizeof *w0);
+        memcpy(w0, t->w, t->numel * sizeof *w0);
+        for (size_t j = 0; j < t->numel; j++) {
+            u[j] = unif(&s);
+            an += u[j] * g[off + j];
+            ad += u[j] * gd[off + j];
+        }
+        for (size_t j = 0; j < t->numel; j++) t->w[j] = w0[j] + (ls_real)(eps * u[j]);
+        double lp = loss_fwd(p, &f);
+        for (size_t j = 0; j < t->numel; j++) t->w[j] = w0[j] - (ls_real)(eps * u[j]);
+        double lm = loss_fwd(p, &f);
+        memcpy(t->w, w0, t->numel * sizeof *w0);
+        double fd = (lp - lm) / (2 * eps);
+        double e = fabs(fd - an) / (fabs(fd) + fabs(an) + 1e-6);
+        double edet = fabs(fd - ad) / (fabs(fd) + fabs(ad) + 1e-6);
+        if (e > worst) worst = e, wn = t->name;
+        if (edet > worst_det) worst_det = edet;
+        off += t->numel;
+        nt++;
+        free(u);
+        free(w0);
+    }
+    fprintf(stderr,
+            "mla FD (%s%s): %zu trainable tensors, worst relative error of the full gradient %.3g (%s); "
+            "control: the detached gradient's worst %.3g\n",
+            mode == LS_TRAIN_LORA ? "lora" : "full", lora_experts ? " +experts" : "", nt, worst, wn, worst_det);
+    cr_expect_leq(worst, 1e-5, "%s: %.3g", wn, worst);
+    cr_expect_gt(worst_det, 1e-2, "the check must see a wrong gradient (detached: %.3g)", worst_det);
+    free(g), free(gd);
+    K(ls_params_free)(p);
+}
+
+Test(mla_train, finite_differences_for_every_trainable_tensor, .timeout = 600) {
+    if (!LS_REAL_IS_F64) cr_skip_test("finite differences: float64 only");
+    fd_case(LS_TRAIN_LORA, 1);
+    fd_case(LS_TRAIN_FULL, 0);
+}
+
+Test(mla_train, absorbed_equals_naive) {
+    ls_params *p = make_params(LS_TRAIN_LORA, 1);
+    fixture f;
+    make_fixture(&f);
+    double ln, la;
+    set_opts(LS_MLA_NAIVE, 5);
+    double *gn = grad_longstraw(p, &f, 1, &ln, NULL);
+    set_opts(LS_MLA_ABSORBED, 5);
+    double *ga = grad_longstraw(p, &f, 1, &la, NULL);
+    set_opts(LS_MLA_NAIVE, 0);
+    double e = rel(ga, gn, n_grad(p));
+    fprintf(stderr, "mla absorbed vs naive (" LS_REAL_NAME "): gradient %.3g, loss %.3g\n", e, fabs(la - ln));
+    cr_expect_leq(e, GTOL);
+    cr_expect_leq(fabs(la - ln), GTOL * (1 + fabs(ln)));
+    free(gn), free(ga);
+    K(ls_params_free)(p);
+}
+
+Test(mla_train, carried_state_bytes_are_the_analytical_rows) {
+    ls_params *p = make_params(LS_TRAIN_LORA, 0);
+    fixture f;
+    make_fixture(&f);
+    set_opts(LS_MLA_NAIVE, 5);
+    size_t bytes = 0;
+    double l;
+    free(grad_longstraw(p, &f, 0, &l, &bytes));
+    const ls_model_config *c = &p->cfg;
+    size_t row = ((size_t)c->kv_rank + (size_t)c->d_rope + (size_t)c->index_dim) * sizeof(ls_real);
+    double per = (double)bytes / (double)(P - 1) / (double)c->n_layers;
+    fprintf(stderr, "mla carried state (" LS_REAL_NAME "): %zu bytes for %d positions x %d layers = %.1f bytes per "
+                    "token per layer; analytical (kv_rank + d_rope + index_dim) * %zu = %zu\n",
+            bytes, P - 1, c->n_layers, per, sizeof(ls_real), row);
+    cr_expect_eq(bytes, row * (size_t)(P - 1) * (size_t)c->n_layers);
+    cr_expect_eq(bytes, p->fam->state_plan_bytes(c, P - 1));
+    /* a fork borrows (owns nothing), a gradient holds c_kv and k_pe rows only */
+    ls_state ps, fk, gl;
+    cr_assert_eq(p->fam->state_init(&ps, p, PAGE, LS_MEM_PROMPT_STATE), LS_OK);
+    ls_seg_io io = {.tokens = f.prompt, .T = P - 1, .state_out = &ps};
+    cr_assert_eq(p->fam->segment_forward(p, &io), LS_OK);
+    cr_assert_eq(p->fam->state_fork(&fk, &ps, LS_MEM_SCORE), LS_OK);
+    cr_assert_eq(p->fam->state_grad_like(&gl, &ps, LS_MEM_PROMPT_GRAD), LS_OK);
+    cr_expect_eq(p->fam->state_bytes(&ps), bytes);
+    cr_expect_eq(p->fam->state_bytes(&fk), 0);
+    cr_expect_eq(p->fam->state_bytes(&gl),
+                 ((size_t)c->kv_rank + (size_t)c->d_rope) * sizeof(ls_real) * (size_t)(P - 1) * (size_t)c->n_layers);
+    p->fam->state_free(&gl);
+    p->fam->state_free(&fk);
+    p->fam->state_free(&ps);
+    K(ls_params_free)(p);
+}
+
+/* The moe_dispatch peak of a taped segment's forward and backward over T tokens with chunk C. */
+static size_t dispatch_peak(ls_params *p, size_t T, size_t C) {
+    int32_t tok[256];
+    ls_real lp[1];
+    cr_assert_leq(T, 256);
+    for (size_t t = 0; t < T; t++) tok[t] = (int32_t)((t * 37 + 11) % 256);
+    set_opts(LS_MLA_NAIVE, C);
+    ls_mem_reset_peaks();
+    ls_seg_tape *tape = NULL;
+    ls_seg_io io = {.tokens = tok, .T = T, .targets = tok + T - 1, .score_from = T - 1, .logp = lp, .tape = &tape,
+                    .tape_cat = LS_MEM_BRANCH};
+    ls_real one = 1;
+    cr_assert_eq(p->fam->segment_forward(p, &io), LS_OK);
+    cr_assert_eq(p->fam->segment_backward(p, tape, &one, NULL, NULL, NULL), LS_OK);
+    p->fam->tape_free(tape);
+    ls_mem_stats s;
+    ls_mem_snapshot(&s);
+    cr_expect_eq(s.live_bytes[LS_MEM_DISPATCH], 0, "the routed buffers are freed");
+    return s.peak_bytes[LS_MEM_DISPATCH];
+}
+
+Test(mla_train, dispatch_peak_is_one_chunk) {
+    ls_params *p = make_params(LS_TRAIN_LORA, 1);
+    size_t Cs[] = {4, 8, 16, 32, 64};
+    for (size_t i = 0; i < sizeof Cs / sizeof *Cs; i++) {
+        size_t want = K(ls_mla_dispatch_bytes)(&p->cfg, Cs[i], p->obj.lora_r, 1);
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        size_t p64 = dispatch_peak(p, 64, Cs[i]), p200 = dispatch_peak(p, 200, Cs[i]);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        fprintf(stderr, "moe_dispatch peak (" LS_REAL_NAME "): chunk %3zu: %7zu bytes at T=64, %7zu at T=200 "
+                        "(one chunk's buffers: %zu; %.3f s)\n",
+                Cs[i], p64, p200, want, (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec));
+        cr_expect_eq(p64, want, "chunk %zu", Cs[i]);
+        cr_expect_eq(p200, want, "chunk %zu: independent of the sequence length", Cs[i]);
+    }
+    set_opts(LS_MLA_NAIVE, 0);
+    K(ls_params_free)(p);
+}
