@@ -21,3 +21,7 @@ ls_add_criterion_test(test_mla_f32 SOURCES test_mla.c LIBS ls_trainer_f32 TIMEOU
 # bytes, the moe_dispatch peak (float64; float32 with looser bars and no finite differences)
 ls_add_criterion_test(test_mla_train SOURCES test_mla_train.c LIBS ls_trainer_f64 DEFS LS_REAL_F64 TIMEOUT 600)
 ls_add_criterion_test(test_mla_train_f32 SOURCES test_mla_train.c LIBS ls_trainer_f32 TIMEOUT 600)
+add_dependencies(test_mla_train longstraw-train longstraw-audit)
+if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
+  target_compile_definitions(test_mla_train PRIVATE LS_MPIEXEC="${MPIEXEC_EXECUTABLE}" LS_MPIRUN_FLAGS="${LS_MPIRUN_FLAGS_STR}")
+endif()
