@@ -483,3 +483,36 @@ Test(mla_train, cli_refuses_mla_under_mpirun, .init = mk, .fini = rm_tmp, .timeo
     cr_expect(strstr(buf, "family 'mla'") && strstr(buf, "one rank"), "%s", buf);
 }
 #endif
+
+/* --lora-experts: the routed experts' adapters are trained (they appear in the dumped gradients); a
+ * family without routed experts, or full training, refuses the flag by name (exit 2). */
+Test(mla_train, cli_lora_experts, .init = mk, .fini = rm_tmp, .timeout = 300) {
+    if (!LS_REAL_IS_F64) cr_skip_test("the CLI test runs once (float64 build)");
+    char cmd[4096], path[600];
+    const char *with[2] = {"", "--lora-experts"};
+    for (int w = 0; w < 2; w++) {
+        snprintf(cmd, sizeof cmd,
+                 "%s --config %s --out %s/le%d --prompt-len 64 --response-len 4 --group 2 --steps 1 --sft-steps 1 "
+                 "%s --dump-grads %s/le%d.safetensors --quiet >%s/le%d.out 2>&1",
+                 TRAIN, MLA_CFG, tmpd, w, with[w], tmpd, w, tmpd, w);
+        cr_assert_eq(sh(cmd), 0, "%s", cmd);
+        snprintf(path, sizeof path, "%s/le%d.safetensors", tmpd, w);
+        FILE *f = fopen(path, "rb");
+        cr_assert_not_null(f);
+        static char hdr[1 << 16];
+        size_t n = fread(hdr, 1, sizeof hdr - 1, f);
+        fclose(f);
+        hdr[n] = 0;
+        int found = 0;
+        for (size_t i = 8; i + 32 < n && !found; i++) found = !strncmp(hdr + i, "moe.experts.7.down.lora_B", 25);
+        cr_expect_eq(found, w, "%s: the experts' adapters %s in the gradients", with[w], w ? "missing" : "present");
+    }
+    snprintf(cmd, sizeof cmd, "%s --config %s/configs/hybrid-tiny.json --out %s/h --lora-experts >%s/h.out 2>&1", TRAIN,
+             LS_SOURCE_DIR, tmpd, tmpd);
+    cr_expect_eq(sh(cmd), 2);
+    snprintf(cmd, sizeof cmd, "grep -q -- \"--lora-experts: .*family 'hybrid'\" %s/h.out", tmpd);
+    cr_expect_eq(sh(cmd), 0, "the refusal names the flag and the family");
+    snprintf(cmd, sizeof cmd, "%s --config %s --out %s/h --lora-experts --train-mode full >%s/h.out 2>&1", TRAIN,
+             MLA_CFG, tmpd, tmpd);
+    cr_expect_eq(sh(cmd), 2);
+}

@@ -32,6 +32,7 @@ void ls_train_usage(FILE *f) {
         "  --train-mode lora|full  trainable set (MODEL.md §3) [lora]\n"
         "  --lora-init zero|random lora_B initialisation [zero]\n"
         "  --lora-r R --lora-alpha A   adapter rank and alpha [4, 8]\n"
+        "  --lora-experts          mla: adapters on the routed experts too (MODEL.md §3) [off]\n"
         "  --lr X                  AdamW learning rate [1e-3]\n"
         "  --temperature X --top-p X   sampling (temperature also scales scored logits) [1, 0.95]\n"
         "  --epsilon X --beta X    clip range and KL weight [0.2, 0.04]; beta 0 skips the\n"
@@ -168,6 +169,10 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
             a->quiet = 1;
             continue;
         }
+        if (!strcmp(k, "--lora-experts")) {
+            a->obj.lora_experts = 1;
+            continue;
+        }
         if (strncmp(k, "--", 2) != 0) BAD("unexpected argument '%s' (options start with --)", k);
         if (i + 1 >= argc) BAD("%s: missing value", k);
         const char *val = argv[++i];
@@ -288,6 +293,11 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
     if (!ls_family_has_trainer(a->cfg.family))
         BAD("--config: %s: key 'family': '%s' has no model in this trainer yet (hybrid only; its kernels exist)",
             a->config_path, ls_family_name(a->cfg.family));
+    if (a->obj.lora_experts && a->cfg.family != LS_FAMILY_MLA)
+        BAD("--lora-experts: --config %s: family '%s' has no routed experts", a->config_path,
+            ls_family_name(a->cfg.family));
+    if (a->obj.lora_experts && a->obj.train_mode != LS_TRAIN_LORA)
+        BAD("--lora-experts: needs --train-mode lora (full training trains the experts' weights)");
     if (a->fault_kill_rank && a->fault_kill_at_layer && a->fault_kill_layer > (int)a->cfg.n_layers)
         BAD("--fault kill-rank=R@PHASE:L: layer %d is beyond the model's %d layers (-1 the embedding .. %d the head)",
             a->fault_kill_layer, (int)a->cfg.n_layers, (int)a->cfg.n_layers);
