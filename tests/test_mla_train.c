@@ -469,7 +469,8 @@ Test(mla_train, cli_refuses_mla_under_mpirun, .init = mk, .fini = rm_tmp, .timeo
     if (!LS_REAL_IS_F64) cr_skip_test("the CLI test runs once (float64 build)");
     char cmd[4096], path[600];
     snprintf(cmd, sizeof cmd,
-             "OMP_NUM_THREADS=1 timeout 120 " LS_MPIEXEC " " LS_MPIRUN_FLAGS " -np 2 %s --config %s --out %s/cp "
+             "OMP_NUM_THREADS=1 ASAN_OPTIONS=fast_unwind_on_malloc=0 LSAN_OPTIONS=suppressions=" LS_LSAN_SUPP
+             ":print_suppressions=0 timeout 120 " LS_MPIEXEC " " LS_MPIRUN_FLAGS " -np 2 %s --config %s --out %s/cp "
              "--prompt-len 64 --response-len 4 --group 2 --steps 1 >%s/cp.out 2>%s/cp.err",
              TRAIN, MLA_CFG, tmpd, tmpd, tmpd);
     cr_expect_eq(sh(cmd), 2, "%s", cmd);

@@ -23,5 +23,6 @@ ls_add_criterion_test(test_mla_train SOURCES test_mla_train.c LIBS ls_trainer_f6
 ls_add_criterion_test(test_mla_train_f32 SOURCES test_mla_train.c LIBS ls_trainer_f32 TIMEOUT 600)
 add_dependencies(test_mla_train longstraw-train longstraw-audit)
 if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
-  target_compile_definitions(test_mla_train PRIVATE LS_MPIEXEC="${MPIEXEC_EXECUTABLE}" LS_MPIRUN_FLAGS="${LS_MPIRUN_FLAGS_STR}")
+  target_compile_definitions(test_mla_train PRIVATE LS_MPIEXEC="${MPIEXEC_EXECUTABLE}" LS_MPIRUN_FLAGS="${LS_MPIRUN_FLAGS_STR}"
+    LS_LSAN_SUPP="${CMAKE_CURRENT_SOURCE_DIR}/comm_lsan.supp")
 endif()
