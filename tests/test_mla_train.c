@@ -186,6 +186,21 @@ static double loss_fwd(const ls_params *p, const fixture *f) {
     return s;
 }
 
+/* The worst over the trainable tensors of max |a - b| / max |b| within the tensor (tensors with a
+ * zero reference gradient: max |a|); name: that tensor. */
+static double rel_per_tensor(const ls_params *p, const double *a, const double *b, const char **name) {
+    double worst = 0;
+    size_t o = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        const ls_tensor *t = &p->t[i];
+        if (!t->trainable) continue;
+        double e = rel(a + o, b + o, t->numel);
+        if (e > worst) worst = e, *name = t->name;
+        o += t->numel;
+    }
+    return worst;
+}
+
 static void set_opts(ls_mla_form form, size_t chunk) {
     ls_mla_seg_opts o = {.form = form, .moe_chunk = chunk};
     K(ls_mla_set_seg_opts)(&o);
@@ -202,6 +217,12 @@ static void modes_case(ls_train_mode mode, int lora_experts) {
     double *gd = grad_longstraw(p, &f, 0, &ld, NULL), *gc = grad_naive(p, &f, 1, &lc);
     double e_full = rel(gf, gn, n), e_det = rel(gd, gc, n), d_fd = rel(gd, gf, n);
     double lref = loss_fwd(p, &f);
+    const char *wn = "", *wd = "";
+    double t_full = rel_per_tensor(p, gf, gn, &wn), t_det = rel_per_tensor(p, gd, gc, &wd);
+    fprintf(stderr, "  per tensor: full vs naive worst %.3g (%s), detached vs naive-cut worst %.3g (%s)\n", t_full, wn,
+            t_det, wd);
+    cr_expect_leq(t_full, 100 * GTOL, "%s: %.3g", wn, t_full);
+    cr_expect_leq(t_det, 100 * GTOL, "%s: %.3g", wd, t_det);
     fprintf(stderr,
             "mla train (" LS_REAL_NAME ", %s%s): %zu trainable scalars; full vs naive %.3g, detached vs naive-cut "
             "%.3g, detached vs full %.3g; loss %.12g (second forward %.12g)\n",
