@@ -13,6 +13,9 @@
  *    that shares no segment, tape or backward code), with a negative
  *    control (the detached gradient fails the same check);
  *  - absorbed and naive MLA forms: log-probs and gradients;
+ *  - the DSA selection over the carried pages is global: the same log-probs
+ *    for one page, pages of 1 and of 3, also when every key ties (the tie
+ *    rule across blocks), against the single-block second forward;
  *  - the carried state's bytes against (kv_rank + d_rope + index_dim) reals
  *    per token and layer; the moe_dispatch peak is one chunk's buffers
  *    (ls_mla_dispatch_bytes), independent of the sequence length;
@@ -537,4 +540,75 @@ Test(mla_train, cli_lora_experts, .init = mk, .fini = rm_tmp, .timeout = 300) {
     snprintf(cmd, sizeof cmd, "%s --config %s --out %s/h --lora-experts --train-mode full >%s/h.out 2>&1", TRAIN,
              MLA_CFG, tmpd, tmpd);
     cr_expect_eq(sh(cmd), 2);
+}
+
+/* Segment log-probs through the carried state: the prompt in chunks of `chunk` over pages of `page`. */
+static void seg_logp(ls_params *p, const fixture *f, size_t chunk, size_t page, ls_real out[G][RMAX]) {
+    ls_state ps;
+    cr_assert_eq(p->fam->state_init(&ps, p, page, LS_MEM_PROMPT_STATE), LS_OK);
+    for (size_t t0 = 0; t0 < P - 1; t0 += chunk) {
+        size_t n = P - 1 - t0 < chunk ? P - 1 - t0 : chunk;
+        ls_seg_io io = {.tokens = f->prompt + t0, .T = n, .pos0 = (int64_t)t0, .ctx = t0 ? &ps : NULL,
+                        .state_out = &ps};
+        cr_assert_eq(p->fam->segment_forward(p, &io), LS_OK);
+    }
+    for (int i = 0; i < G; i++) {
+        int32_t in[RMAX];
+        in[0] = f->prompt[P - 1];
+        memcpy(in + 1, f->resp[i], (RL[i] - 1) * sizeof *in);
+        ls_seg_io io = {.tokens = in, .T = RL[i], .pos0 = P - 1, .ctx = &ps, .targets = f->resp[i], .logp = out[i]};
+        cr_assert_eq(p->fam->segment_forward(p, &io), LS_OK);
+    }
+    p->fam->state_free(&ps);
+}
+
+static double logp_diff(ls_real a[G][RMAX], ls_real b[G][RMAX]) {
+    double m = 0;
+    for (int i = 0; i < G; i++)
+        for (size_t t = 0; t < RL[i]; t++) m = fmax(m, fabs((double)a[i][t] - (double)b[i][t]));
+    return m;
+}
+
+/* The global selection does not depend on how the keys are split into blocks, ties included: with
+ * the indexer keys all zero every visible key ties, and the rule of MODEL.md §0 (position
+ * ascending) must pick the same positions whether the prompt is one page or pages of 1 or 3; the
+ * single-block second forward (ls_mla_logprobs) is the reference.  Control: a dense top-k differs. */
+Test(mla_train, selection_is_global_ties_included) {
+    ls_params *p = make_params(LS_TRAIN_LORA, 0);
+    fixture f;
+    make_fixture(&f);
+    set_opts(LS_MLA_NAIVE, 5);
+    ls_real ref[G][RMAX], a[G][RMAX], b[G][RMAX], c1[G][RMAX];
+    ls_real *out[G];
+    const int32_t *resp[G];
+    for (int i = 0; i < G; i++) out[i] = ref[i], resp[i] = f.resp[i];
+    ls_mla_fwd_opts o = {.form = LS_MLA_NAIVE, .moe_chunk = 5};
+    char err[512] = "";
+    for (int tie = 0; tie < 2; tie++) {
+        if (tie)
+            for (int l = 0; l < p->cfg.n_layers; l++) { /* every indexer key zero: all scores tie */
+                char nm[96];
+                snprintf(nm, sizeof nm, "layers.%d.indexer.k.weight", l);
+                ls_tensor *t = K(ls_params_find)(p, nm);
+                cr_assert_not_null(t);
+                memset(t->w, 0, t->numel * sizeof *t->w);
+            }
+        cr_assert_eq(K(ls_mla_logprobs)(p, f.prompt, P, resp, RL, G, p->obj.temperature, &o, out, err, sizeof err),
+                     LS_OK, "%s", err);
+        seg_logp(p, &f, 23, 64, a);
+        seg_logp(p, &f, 5, 1, b);
+        seg_logp(p, &f, 9, 3, c1);
+        double da = logp_diff(a, ref), db = logp_diff(b, ref), dc = logp_diff(c1, ref);
+        fprintf(stderr, "mla selection (" LS_REAL_NAME ", %s): one page %.3g, pages of 1 %.3g, pages of 3 %.3g\n",
+                tie ? "every key tied" : "random keys", da, db, dc);
+        cr_expect_leq(fmax(da, fmax(db, dc)), GTOL, "%s", tie ? "ties" : "random");
+    }
+    int k0 = p->cfg.index_topk; /* control: the tied selection is not the dense one */
+    p->cfg.index_topk = 1 << 20;
+    seg_logp(p, &f, 5, 1, b);
+    p->cfg.index_topk = k0;
+    double dd = logp_diff(b, ref);
+    fprintf(stderr, "  control: dense top-k differs by %.3g\n", dd);
+    cr_expect_gt(dd, 1e-3);
+    K(ls_params_free)(p);
 }
