@@ -279,7 +279,7 @@ static double max_diff(const ls_params *p, const fixture *f, double (*want)[8], 
 /* The same through the training transaction's segments (mla_segment.c): the prompt captured in
  * chunks of 10 (pages of 4), each member a branch from it; MoE chunks of 5. */
 static double seg_max_diff(ls_params *p, const fixture *f, double (*want)[8], ls_mla_form form) {
-    ls_mla_seg_opts so = {.form = form, .moe_chunk = 5};
+    ls_mla_seg_opts so = {.fixed_form = 1, .form = form, .moe_chunk = 5};
     K(ls_mla_set_seg_opts)(&so);
     double temp0 = p->obj.temperature;
     p->obj.temperature = TEMP;

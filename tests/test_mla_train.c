@@ -205,7 +205,7 @@ static double rel_per_tensor(const ls_params *p, const double *a, const double *
 }
 
 static void set_opts(ls_mla_form form, size_t chunk) {
-    ls_mla_seg_opts o = {.form = form, .moe_chunk = chunk};
+    ls_mla_seg_opts o = {.fixed_form = 1, .form = form, .moe_chunk = chunk};
     K(ls_mla_set_seg_opts)(&o);
 }
 
@@ -328,12 +328,18 @@ Test(mla_train, absorbed_equals_naive) {
     double *gn = grad_longstraw(p, &f, 1, &ln, NULL);
     set_opts(LS_MLA_ABSORBED, 5);
     double *ga = grad_longstraw(p, &f, 1, &la, NULL);
+    ls_mla_seg_opts dflt = {.moe_chunk = 5}; /* the default: the form by shape (branches absorbed) */
+    K(ls_mla_set_seg_opts)(&dflt);
+    double lx, *gx = grad_longstraw(p, &f, 1, &lx, NULL);
     set_opts(LS_MLA_NAIVE, 0);
-    double e = rel(ga, gn, n_grad(p));
-    fprintf(stderr, "mla absorbed vs naive (" LS_REAL_NAME "): gradient %.3g, loss %.3g\n", e, fabs(la - ln));
+    double e = rel(ga, gn, n_grad(p)), ex = rel(gx, gn, n_grad(p));
+    fprintf(stderr, "mla absorbed vs naive (" LS_REAL_NAME "): gradient %.3g, loss %.3g; the default (by shape): %.3g\n",
+            e, fabs(la - ln), ex);
     cr_expect_leq(e, GTOL);
+    cr_expect_leq(ex, GTOL);
     cr_expect_leq(fabs(la - ln), GTOL * (1 + fabs(ln)));
-    free(gn), free(ga);
+    cr_expect_leq(fabs(lx - ln), GTOL * (1 + fabs(ln)));
+    free(gn), free(ga), free(gx);
     K(ls_params_free)(p);
 }
 

@@ -19,10 +19,16 @@
 #define R(n) ((n) * sizeof(ls_real))
 #define INDEXER_LN_EPS 1e-6 /* MODEL.md §2.2 */
 
-static ls_mla_seg_opts g_opts = {LS_MLA_NAIVE, 0};
+static ls_mla_seg_opts g_opts = {0, LS_MLA_NAIVE, 0};
 void LS_K(ls_mla_set_seg_opts)(const ls_mla_seg_opts *o) {
-    ls_mla_seg_opts z = {LS_MLA_NAIVE, 0};
+    ls_mla_seg_opts z = {0, LS_MLA_NAIVE, 0};
     g_opts = o ? *o : z;
+}
+
+/* The form of one attention call over T queries and Tk visible keys (ls_mla_seg_opts). */
+static ls_mla_form form_for(size_t T, size_t Tk) {
+    if (g_opts.fixed_form) return g_opts.form;
+    return 4 * T < Tk ? LS_MLA_ABSORBED : LS_MLA_NAIVE;
 }
 ls_mla_seg_opts LS_K(ls_mla_get_seg_opts)(void) { return g_opts; }
 
@@ -122,7 +128,7 @@ ls_status LS_K(ls_mla_attn_forward)(const ls_params *p, const ls_mla_attn_q *q, 
                                     int64_t *sel, ls_real *o, ls_real *lse) {
     const ls_model_config *c = &p->cfg;
     ls_mla_dims dm = dims_of(c);
-    ls_mla_form form = g_opts.form;
+    ls_mla_form form = form_for(q->T, (size_t)q->pos0 + q->T);
     size_t T = q->T, k = q->k_sel, H = dm.H, dv = dm.d_v, HI = (size_t)c->index_heads, dI = (size_t)c->index_dim;
     size_t maxn = 1;
     for (size_t b = 0; b < nb; b++)
@@ -178,7 +184,7 @@ ls_status LS_K(ls_mla_attn_backward)(const ls_params *p, const ls_mla_attn_q *q,
                                      const ls_real *dout, ls_real *dq_nope, ls_real *dq_pe, ls_real *dkv_b) {
     const ls_model_config *c = &p->cfg;
     ls_mla_dims dm = dims_of(c);
-    ls_mla_form form = g_opts.form;
+    ls_mla_form form = form_for(q->T, (size_t)q->pos0 + q->T);
     size_t T = q->T, k = q->k_sel, H = dm.H, dn = dm.d_n, dr = dm.d_r, dv = dm.d_v, maxn = 1;
     for (size_t b = 0; b < nb; b++)
         if (blk[b].n > maxn) maxn = blk[b].n;

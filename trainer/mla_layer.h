@@ -83,10 +83,15 @@ ls_status LS_K(ls_mla_layer_backward)(const ls_params *p, int l, const ls_mla_la
                                       const ls_layer_state *ctx, ls_layer_state *dctx, const ls_real *d_own_ckv,
                                       const ls_real *d_own_kpe, ls_arena *scratch);
 
-/* Options of the mla segments (process-wide; tests and benchmarks set them):
- * the MLA form (naive: the reference; absorbed: the same function) and the
- * MoE dispatch chunk in tokens (0: 256). */
+/* Options of the mla segments (process-wide; tests and benchmarks set them;
+ * zero-initialised: the defaults).  The MLA form: fixed_form 0 chooses per
+ * attention call by shape, absorbed when the queries are fewer than a
+ * quarter of the visible keys (responses, decode: no per-key expansion of
+ * the context), naive otherwise (prompt chunks); fixed_form 1 uses form
+ * (naive: the reference; absorbed: the same function).  moe_chunk: tokens
+ * per MoE dispatch chunk (0: 256). */
 typedef struct {
+    int fixed_form;
     ls_mla_form form;
     size_t moe_chunk;
 } ls_mla_seg_opts;
