@@ -10,7 +10,9 @@
  *    the reference's per-member log-probs (mla_ref.py --json, policy and
  *    reference policy) to 1e-10 with the DSA top-k active, and two
  *    negative controls (the top-k forced dense, a perturbed router bias)
- *    break the agreement. */
+ *    break the agreement;
+ *  - so do the training transaction's segments (a chunked prompt capture
+ *    into the carried state, one branch per member), both MLA forms. */
 #include <criterion/criterion.h>
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -20,6 +22,7 @@
 
 #include "test_tmpdir.h"
 #include "trainer/mla.h"
+#include "trainer/mla_layer.h"
 #include "trainer/params_io.h"
 
 #define K(x) LS_K(x)
@@ -273,6 +276,38 @@ static double max_diff(const ls_params *p, const fixture *f, double (*want)[8], 
     return m;
 }
 
+/* The same through the training transaction's segments (mla_segment.c): the prompt captured in
+ * chunks of 10 (pages of 4), each member a branch from it; MoE chunks of 5. */
+static double seg_max_diff(ls_params *p, const fixture *f, double (*want)[8], ls_mla_form form) {
+    ls_mla_seg_opts so = {.fixed_form = 1, .form = form, .moe_chunk = 5};
+    K(ls_mla_set_seg_opts)(&so);
+    double temp0 = p->obj.temperature;
+    p->obj.temperature = TEMP;
+    ls_state ps;
+    cr_assert_eq(p->fam->state_init(&ps, p, 4, LS_MEM_PROMPT_STATE), LS_OK);
+    for (size_t t0 = 0; t0 < P_LEN - 1; t0 += 10) {
+        size_t n = P_LEN - 1 - t0 < 10 ? P_LEN - 1 - t0 : 10;
+        ls_seg_io io = {.tokens = f->prompt + t0, .T = n, .pos0 = (int64_t)t0, .ctx = t0 ? &ps : NULL,
+                        .state_out = &ps};
+        cr_assert_eq(p->fam->segment_forward(p, &io), LS_OK);
+    }
+    double m = 0;
+    for (int i = 0; i < G_N; i++) {
+        int32_t in[8];
+        ls_real lp[8];
+        in[0] = f->prompt[P_LEN - 1];
+        memcpy(in + 1, f->resp[i], (R_LEN[i] - 1) * sizeof *in);
+        ls_seg_io io = {.tokens = in, .T = R_LEN[i], .pos0 = P_LEN - 1, .ctx = &ps, .targets = f->resp[i],
+                        .logp = lp};
+        cr_assert_eq(p->fam->segment_forward(p, &io), LS_OK);
+        for (size_t t = 0; t < R_LEN[i]; t++) m = fmax(m, fabs((double)lp[t] - want[i][t]));
+    }
+    p->fam->state_free(&ps);
+    p->obj.temperature = temp0;
+    K(ls_mla_set_seg_opts)(NULL);
+    return m;
+}
+
 Test(mla, forward_equals_the_reference, .init = mk, .fini = rm_tmp) {
     char path[320], err[512];
     snprintf(path, sizeof path, "%s/w.safetensors", tmp);
@@ -296,6 +331,13 @@ Test(mla, forward_equals_the_reference, .init = mk, .fini = rm_tmp) {
     cr_expect_leq(dn, TOL, "naive: %.3g", dn);
     cr_expect_leq(da, TOL, "absorbed: %.3g", da);
     cr_expect_leq(dr, TOL, "reference policy: %.3g", dr);
+    double sn = seg_max_diff(p, &f, f.policy, LS_MLA_NAIVE), sa = seg_max_diff(p, &f, f.policy, LS_MLA_ABSORBED);
+    double sr = seg_max_diff(v, &f, f.refpol, LS_MLA_NAIVE);
+    fprintf(stderr, "mla segments (" LS_REAL_NAME ") vs mla_ref.py: naive %.3g, absorbed %.3g, reference policy %.3g\n",
+            sn, sa, sr);
+    cr_expect_leq(sn, TOL, "segments, naive: %.3g", sn);
+    cr_expect_leq(sa, TOL, "segments, absorbed: %.3g", sa);
+    cr_expect_leq(sr, TOL, "segments, reference policy: %.3g", sr);
     cr_expect_gt(pol_ref, CONTROL_MIN, "the adapters must matter (%.3g)", pol_ref);
     /* negative control 1: the top-k forced dense */
     int k0 = p->cfg.index_topk;

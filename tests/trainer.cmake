@@ -17,3 +17,12 @@ ls_add_criterion_test(test_params_f32 SOURCES test_params.c LIBS ls_trainer_f32 
 # the mla family: its table by hand and by the reference's names, its forward vs mla_ref.py (float64)
 ls_add_criterion_test(test_mla SOURCES test_mla.c LIBS ls_trainer_f64 DEFS LS_REAL_F64 TIMEOUT 300)
 ls_add_criterion_test(test_mla_f32 SOURCES test_mla.c LIBS ls_trainer_f32 TIMEOUT 300)
+# the mla family's transaction on one rank: full = naive, detached = the cut, finite differences, forms, state
+# bytes, the moe_dispatch peak (float64; float32 with looser bars and no finite differences)
+ls_add_criterion_test(test_mla_train SOURCES test_mla_train.c LIBS ls_trainer_f64 DEFS LS_REAL_F64 TIMEOUT 600)
+ls_add_criterion_test(test_mla_train_f32 SOURCES test_mla_train.c LIBS ls_trainer_f32 TIMEOUT 600)
+add_dependencies(test_mla_train longstraw-train longstraw-audit)
+if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
+  target_compile_definitions(test_mla_train PRIVATE LS_MPIEXEC="${MPIEXEC_EXECUTABLE}" LS_MPIRUN_FLAGS="${LS_MPIRUN_FLAGS_STR}"
+    LS_LSAN_SUPP="${CMAKE_CURRENT_SOURCE_DIR}/comm_lsan.supp")
+endif()

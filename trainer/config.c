@@ -12,7 +12,7 @@
 
 const char *ls_family_name(ls_family f) { return f == LS_FAMILY_MLA ? "mla" : "hybrid"; }
 
-int ls_family_has_trainer(ls_family f) { return f == LS_FAMILY_HYBRID; }
+int ls_family_has_trainer(ls_family f) { return f == LS_FAMILY_HYBRID || f == LS_FAMILY_MLA; }
 
 void ls_objective_defaults(ls_objective *o) {
     memset(o, 0, sizeof *o);

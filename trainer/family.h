@@ -20,9 +20,10 @@
  *    sharded capture, the sharded prompt backward; finalize is shared);
  *  - its terms of the memory plan.
  * Hybrid: hybrid_family.c (the table), hybrid*.c (the math).  Mla:
- * mla_family.c (the tensor list and layer views; the transaction's parts
- * refuse with LS_ERR_UNSUPPORTED until they exist, and the CLI refuses the
- * family: ls_family_has_trainer), mla_forward.c (the single-rank forward). */
+ * mla_family.c (the tensor list, layer views, the table), mla_segment.c
+ * (carried state, segments, prompt backward), mla_layer.c (one block);
+ * one rank only (its CP parts refuse with LS_ERR_UNSUPPORTED);
+ * mla_forward.c (a second, tape-free forward: ls_mla_logprobs). */
 #ifndef LS_TRAINER_FAMILY_H
 #define LS_TRAINER_FAMILY_H
 #include "trainer/arena.h"
@@ -40,6 +41,7 @@
  * built the state (NULL: empty, zero-initialised). */
 typedef struct {
     ls_real *k, *v;
+    ls_real *x; /* a third row kind (mla: indexer keys [n, d_I]); NULL in hybrid pages and in gradients */
     size_t n;
     int64_t pos0;
 } ls_kv_page;
@@ -101,6 +103,7 @@ typedef struct {
     size_t cpP;      /* prompt positions this rank holds + 1 (the whole prompt P on one rank) */
     int world;       /* context-parallel ranks */
     int full;        /* `full` gradient mode */
+    int expert_lora_r; /* mla: the routed experts' adapter rank (0: none) */
 } ls_family_plan_in;
 
 struct ls_cp_s; /* cp.h */

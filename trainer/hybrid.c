@@ -59,6 +59,7 @@ static ls_status append_pages(ls_hstate *s, int l, const ls_real *k, const ls_re
         }
         memcpy(pg->k, k + t0 * row, R(n * row));
         memcpy(pg->v, v + t0 * row, R(n * row));
+        pg->x = NULL;
         pg->n = n;
         pg->pos0 = pos0 + (int64_t)t0;
         ly->n_pages++;

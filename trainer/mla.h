@@ -1,11 +1,12 @@
 /* mla.h - the mla family (MLA + DeepSeek sparse attention + MoE, MODEL.md
  * §2) in the trainer: its structured layer views over the parameter table
  * (mla_family.c builds them) and the single-rank forward that scores a
- * batch's responses (mla_forward.c).  Numeric (LS_K names).
- *
- * Not yet: the training transaction (segments with a tape, the backward,
- * the carried state in ls_state, context parallelism); the CLI keeps
- * refusing the family (ls_family_has_trainer). */
+ * batch's responses (mla_forward.c); the training transaction's parts on
+ * one rank (mla_segment.c, mla_layer.c): the carried state in ls_state,
+ * segments with a tape and their backward, the `full`-mode prompt
+ * backward.  Numeric (LS_K names).  Not yet: context parallelism (the
+ * family's CP parts refuse with LS_ERR_UNSUPPORTED, the CLI refuses mla
+ * with more than one rank). */
 #ifndef LS_TRAINER_MLA_H
 #define LS_TRAINER_MLA_H
 #include "kernels/mla.h"
@@ -42,6 +43,35 @@ extern const ls_family_ops LS_K(ls_family_mla);
 static inline ls_mla_layer *LS_K(ls_mla_layers)(const ls_params *p) { return (ls_mla_layer *)p->layers; }
 /* Routed expert e of layer ly (an MoE layer) as three linears. */
 ls_mla_mlp LS_K(ls_mla_expert)(const ls_params *p, const ls_mla_layer *ly, size_t e);
+
+/* The family's carried state (family.h's ls_state): per layer, pages of
+ * per-position rows, k = c_kv after its RMSNorm [n, kv_rank], v = k_pe
+ * after RoPE [n, d_rope], x = the indexer key [n, index_dim]; nothing per
+ * head, no fixed buffers.  A gradient (grad_like) holds k and v rows only
+ * (no gradient flows into the frozen indexer).  plan_bytes: (kv_rank +
+ * d_rope + index_dim) reals per position and layer. */
+ls_status LS_K(ls_mla_state_init)(ls_state *s, const ls_params *p, size_t page_size, ls_mem_cat cat);
+ls_status LS_K(ls_mla_state_fork)(ls_state *dst, const ls_state *src, ls_mem_cat cat);
+ls_status LS_K(ls_mla_state_grad_like)(ls_state *dst, const ls_state *src, ls_mem_cat cat);
+void LS_K(ls_mla_state_free)(ls_state *s);
+size_t LS_K(ls_mla_state_bytes)(const ls_state *s);
+size_t LS_K(ls_mla_state_plan_bytes)(const ls_model_config *c, int64_t n_pos);
+
+/* Segments (family.h: ls_seg_io).  The forward reads io->ctx's pages (the
+ * context must end at io->pos0), appends the segment's rows to
+ * io->state_out; the backward's dctx (NULL: detached) receives += the
+ * gradient of the context rows; a grad_cut stops the gradient into the
+ * segment's own rows before the cut (then dctx must be NULL). */
+ls_status LS_K(ls_mla_segment_forward)(const ls_params *p, ls_seg_io *io);
+ls_status LS_K(ls_mla_segment_backward)(const ls_params *p, ls_seg_tape *tape, const ls_real *dlogp, ls_state *dctx,
+                                        ls_layer_hook hook, void *hook_user);
+void LS_K(ls_mla_tape_free)(ls_seg_tape *t);
+size_t LS_K(ls_mla_tape_bytes)(const ls_seg_tape *t);
+/* `full` mode: the prompt backward (family.h), layer by layer from the top,
+ * chunk by chunk from the last, each chunk recomputed from checkpoints. */
+ls_status LS_K(ls_mla_prompt_backward)(const ls_params *p, const int32_t *tokens, size_t T, size_t chunk,
+                                       ls_real *const *checkpoints, const ls_state *ps, ls_state *dstate,
+                                       ls_mem_cat win_cat, ls_layer_hook hook, void *hook_user);
 
 /* Options of the forward (zero-initialised: the model as specified). */
 typedef struct {

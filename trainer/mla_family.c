@@ -1,13 +1,14 @@
 /* mla_family.c - the mla family's table of the trainer's family interface
  * (family.h): its tensor list (MODEL.md §5, the LoRA targets of §3) and
- * layer views, the reference view.  The forward is mla_forward.c; the
- * transaction's parts (carried state, segments, backward, context
- * parallelism) are not implemented yet and refuse by name. */
+ * layer views, the reference view, its memory-plan terms; the transaction's
+ * parts are mla_segment.c (state, segments, prompt backward) over
+ * mla_layer.c (one block); context parallelism refuses (LS_ERR_UNSUPPORTED). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "trainer/mla.h"
+#include "common/checked.h"
+#include "trainer/mla_layer.h"
 
 static ls_mla_mlp add_mlp(ls_param_builder *b, const char *pre, size_t I, size_t d, int lora) {
     char nm[88];
@@ -153,48 +154,7 @@ static void mla_ref_view(ls_params *v, const ls_params *p) {
     }
 }
 
-/* ---- the transaction's parts this family does not have yet ---------------- */
-static ls_status mla_state_init(ls_state *s, const ls_params *p, size_t page_size, ls_mem_cat cat) {
-    (void)s, (void)p, (void)page_size, (void)cat;
-    return LS_ERR_UNSUPPORTED;
-}
-static ls_status mla_state_copy(ls_state *dst, const ls_state *src, ls_mem_cat cat) {
-    (void)dst, (void)src, (void)cat;
-    return LS_ERR_UNSUPPORTED;
-}
-static void mla_state_free(ls_state *s) { (void)s; }
-static size_t mla_state_bytes(const ls_state *s) {
-    (void)s;
-    return 0;
-}
-/* MODEL.md §2: kv_rank + d_rope + index_dim reals per token and layer (saturating). */
-static size_t mla_state_plan_bytes(const ls_model_config *c, int64_t n_pos) {
-    size_t row = (size_t)c->kv_rank + (size_t)c->d_rope + (size_t)c->index_dim;
-    size_t n = n_pos > 0 ? (size_t)n_pos : 0;
-    size_t r = row * sizeof(ls_real) * (size_t)c->n_layers;
-    return n && r > SIZE_MAX / n ? SIZE_MAX : r * n;
-}
-static ls_status mla_segment_forward(const ls_params *p, ls_seg_io *io) {
-    (void)p, (void)io;
-    return LS_ERR_UNSUPPORTED;
-}
-static ls_status mla_segment_backward(const ls_params *p, ls_seg_tape *tape, const ls_real *dlogp, ls_state *dctx,
-                                      ls_layer_hook hook, void *hook_user) {
-    (void)p, (void)tape, (void)dlogp, (void)dctx, (void)hook, (void)hook_user;
-    return LS_ERR_UNSUPPORTED;
-}
-static void mla_tape_free(ls_seg_tape *t) { (void)t; }
-static size_t mla_tape_bytes(const ls_seg_tape *t) {
-    (void)t;
-    return 0;
-}
-static ls_status mla_prompt_backward(const ls_params *p, const int32_t *tokens, size_t T, size_t chunk,
-                                     ls_real *const *checkpoints, const ls_state *ps, ls_state *dstate,
-                                     ls_mem_cat win_cat, ls_layer_hook hook, void *hook_user) {
-    (void)p, (void)tokens, (void)T, (void)chunk, (void)checkpoints, (void)ps, (void)dstate, (void)win_cat;
-    (void)hook, (void)hook_user;
-    return LS_ERR_UNSUPPORTED;
-}
+/* ---- the transaction's parts (mla_segment.c); context parallelism refuses ---- */
 static ls_status mla_cp_init(struct ls_cp_s *c, const ls_params *p) {
     (void)c, (void)p;
     return LS_ERR_UNSUPPORTED;
@@ -214,12 +174,27 @@ static ls_status mla_cp_prompt_backward(struct ls_cp_s *c, const ls_params *p, c
     (void)hook_user;
     return LS_ERR_UNSUPPORTED;
 }
+/* Reals one layer's tape and backward transients take per token (an
+ * over-estimate: the tape's saves twice, for the backward's work buffers). */
 static size_t mla_plan_layer_bytes(const ls_model_config *c, int lora_r) {
-    (void)c, (void)lora_r;
-    return 0;
+    size_t d = (size_t)c->d_model, H = (size_t)c->heads, rq = (size_t)c->q_rank, rkv = (size_t)c->kv_rank;
+    size_t dqk = (size_t)c->d_nope + (size_t)c->d_rope, dv = (size_t)c->d_v, dr = (size_t)c->d_rope;
+    size_t k = (size_t)c->index_topk, I = (size_t)c->ffn_dim, r = lora_r > 0 ? (size_t)lora_r : 0;
+    size_t HI = (size_t)c->index_heads, dI = (size_t)c->index_dim;
+    size_t n = ls_sat_add(ls_sat_mul(6, d), ls_sat_mul(3, rq));
+    n = ls_sat_add(n, ls_sat_add(ls_sat_mul3(2, H, dqk), ls_sat_mul(3, rkv + dr)));
+    n = ls_sat_add(n, ls_sat_add(ls_sat_mul(k, sizeof(int64_t) / sizeof(ls_real) + 1), ls_sat_mul(H, dv + 1)));
+    n = ls_sat_add(n, ls_sat_add(ls_sat_mul(3, I), ls_sat_mul(8, r)));
+    n = ls_sat_add(ls_sat_mul(2, n), ls_sat_add(ls_sat_mul(HI, dI + 1), ls_sat_mul(2, dI))); /* + the indexer's */
+    return ls_sat_mul(ls_sat_add(n, 8), sizeof(ls_real));
 }
+
+/* The routed-token buffers of one MoE chunk (moe_dispatch): the forward's
+ * and the backward's, at the configured chunk (ls_mla_set_seg_opts). */
 static void mla_plan_terms(const ls_model_config *c, const ls_family_plan_in *in, size_t plan[LS_MEM_COUNT]) {
-    (void)c, (void)in, (void)plan;
+    ls_mla_seg_opts o = LS_K(ls_mla_get_seg_opts)();
+    size_t C = o.moe_chunk ? o.moe_chunk : 256;
+    plan[LS_MEM_DISPATCH] = ls_sat_add(plan[LS_MEM_DISPATCH], LS_K(ls_mla_dispatch_bytes)(c, C, in->expert_lora_r, 1));
 }
 
 const ls_family_ops LS_K(ls_family_mla) = {
@@ -228,17 +203,17 @@ const ls_family_ops LS_K(ls_family_mla) = {
     .layer_view_size = sizeof(ls_mla_layer),
     .build = mla_build,
     .ref_view = mla_ref_view,
-    .state_init = mla_state_init,
-    .state_fork = mla_state_copy,
-    .state_grad_like = mla_state_copy,
-    .state_free = mla_state_free,
-    .state_bytes = mla_state_bytes,
-    .state_plan_bytes = mla_state_plan_bytes,
-    .segment_forward = mla_segment_forward,
-    .segment_backward = mla_segment_backward,
-    .tape_free = mla_tape_free,
-    .tape_bytes = mla_tape_bytes,
-    .prompt_backward = mla_prompt_backward,
+    .state_init = LS_K(ls_mla_state_init),
+    .state_fork = LS_K(ls_mla_state_fork),
+    .state_grad_like = LS_K(ls_mla_state_grad_like),
+    .state_free = LS_K(ls_mla_state_free),
+    .state_bytes = LS_K(ls_mla_state_bytes),
+    .state_plan_bytes = LS_K(ls_mla_state_plan_bytes),
+    .segment_forward = LS_K(ls_mla_segment_forward),
+    .segment_backward = LS_K(ls_mla_segment_backward),
+    .tape_free = LS_K(ls_mla_tape_free),
+    .tape_bytes = LS_K(ls_mla_tape_bytes),
+    .prompt_backward = LS_K(ls_mla_prompt_backward),
     .cp_init = mla_cp_init,
     .cp_free = mla_cp_free,
     .cp_capture = mla_cp_capture,

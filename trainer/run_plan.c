@@ -48,7 +48,8 @@ ls_status LS_K(ls_run_plan)(const ls_train_args *a, const ls_run_shape *sh, size
     int states = a->prefix_frozen > 0 && a->obj.beta > 0 ? 2 : 1;
 #define ADD(cat, x) (plan_b[cat] = ls_sat_add(plan_b[cat], (x)))
     ADD(LS_MEM_PROMPT_STATE, ls_sat_mul(states, state));
-    ls_family_plan_in fin = {.cpP = cpP, .world = world, .full = full};
+    ls_family_plan_in fin = {.cpP = cpP, .world = world, .full = full,
+                             .expert_lora_r = a->obj.train_mode == LS_TRAIN_LORA && a->obj.lora_experts ? a->obj.lora_r : 0};
     fam->plan_terms(c, &fin, plan_b);
     if (world > 1) P = cpP; /* the rest of the plan is the shard's */
     if (a->step.strategy == LS_STRATEGY_LONGSTRAW) {

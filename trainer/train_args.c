@@ -12,11 +12,12 @@ void ls_train_usage(FILE *f) {
     fputs(
         "usage: longstraw-train --config FILE --out RUN [options]\n"
         "\n"
-        "One or more GRPO steps of the hybrid family, on one rank or context-parallel\n"
-        "under mpirun: capture the prompt state without autograd, roll out G responses,\n"
-        "score them, replay each member under autograd, (full mode) back-propagate\n"
-        "through the prompt, finalize, AdamW.  Writes RUN/rank-NNNN/events.jsonl.zst and\n"
-        "RUN/rank-NNNN/receipt.json per rank, RUN/manifest.json.\n"
+        "One or more GRPO steps of the hybrid family (on one rank or context-parallel\n"
+        "under mpirun) or the mla family (one rank): capture the prompt state without\n"
+        "autograd, roll out G responses, score them, replay each member under autograd,\n"
+        "(full mode) back-propagate through the prompt, finalize, AdamW.  Writes\n"
+        "RUN/rank-NNNN/events.jsonl.zst and RUN/rank-NNNN/receipt.json per rank,\n"
+        "RUN/manifest.json.\n"
         "\n"
         "  --config FILE           model config (configs/hybrid-tiny.json, ...)\n"
         "  --out RUN               run directory (must not exist or be empty)\n"
@@ -31,6 +32,7 @@ void ls_train_usage(FILE *f) {
         "  --train-mode lora|full  trainable set (MODEL.md §3) [lora]\n"
         "  --lora-init zero|random lora_B initialisation [zero]\n"
         "  --lora-r R --lora-alpha A   adapter rank and alpha [4, 8]\n"
+        "  --lora-experts          mla: adapters on the routed experts too (MODEL.md §3) [off]\n"
         "  --lr X                  AdamW learning rate [1e-3]\n"
         "  --temperature X --top-p X   sampling (temperature also scales scored logits) [1, 0.95]\n"
         "  --epsilon X --beta X    clip range and KL weight [0.2, 0.04]; beta 0 skips the\n"
@@ -167,6 +169,10 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
             a->quiet = 1;
             continue;
         }
+        if (!strcmp(k, "--lora-experts")) {
+            a->obj.lora_experts = 1;
+            continue;
+        }
         if (strncmp(k, "--", 2) != 0) BAD("unexpected argument '%s' (options start with --)", k);
         if (i + 1 >= argc) BAD("%s: missing value", k);
         const char *val = argv[++i];
@@ -287,6 +293,11 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
     if (!ls_family_has_trainer(a->cfg.family))
         BAD("--config: %s: key 'family': '%s' has no model in this trainer yet (hybrid only; its kernels exist)",
             a->config_path, ls_family_name(a->cfg.family));
+    if (a->obj.lora_experts && a->cfg.family != LS_FAMILY_MLA)
+        BAD("--lora-experts: --config %s: family '%s' has no routed experts", a->config_path,
+            ls_family_name(a->cfg.family));
+    if (a->obj.lora_experts && a->obj.train_mode != LS_TRAIN_LORA)
+        BAD("--lora-experts: needs --train-mode lora (full training trains the experts' weights)");
     if (a->fault_kill_rank && a->fault_kill_at_layer && a->fault_kill_layer > (int)a->cfg.n_layers)
         BAD("--fault kill-rank=R@PHASE:L: layer %d is beyond the model's %d layers (-1 the embedding .. %d the head)",
             a->fault_kill_layer, (int)a->cfg.n_layers, (int)a->cfg.n_layers);
