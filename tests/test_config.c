@@ -183,6 +183,33 @@ Test(config, every_integer_key_is_bounded_and_named) {
     cJSON_Delete(j);
 }
 
+/* The mla keys: an indexer needs heads, dims and a top-k of at least one
+ * (refused by name at load, not after training); d_nope and d_rope may be
+ * 0 (the receipt and manifest schemas accept what the loader accepts). */
+Test(config, mla_indexer_keys_are_at_least_one_and_rope_may_be_zero) {
+    cJSON *j = load_json(LS_SOURCE_DIR "/configs/mla-tiny.json");
+    static const char *const need_one[] = {"index_topk", "index_heads", "index_dim", "topk_group"};
+    for (size_t i = 0; i < sizeof need_one / sizeof *need_one; i++) {
+        cJSON *k = cJSON_Duplicate(j, 1);
+        set_num(k, need_one[i], 0);
+        char q[80];
+        snprintf(q, sizeof q, "key '%s'", need_one[i]);
+        const char *names[] = {q, NULL};
+        expect_refused(k, need_one[i], names);
+        cJSON_Delete(k);
+    }
+    static const char *const may_be_zero[] = {"d_nope", "d_rope"};
+    for (size_t i = 0; i < 2; i++) {
+        cJSON *k = cJSON_Duplicate(j, 1);
+        set_num(k, may_be_zero[i], 0);
+        ls_model_config c;
+        char err[512] = "";
+        cr_expect_eq(ls_config_from_json(&c, k, "cfg.json", err, sizeof err), LS_OK, "%s = 0: %s", may_be_zero[i], err);
+        cJSON_Delete(k);
+    }
+    cJSON_Delete(j);
+}
+
 Test(config, absurd_dims_name_the_key_and_the_size_they_imply) {
     /* the row: d_model = n_layers = 1e9 */
     cJSON *j = load_json(TINY);

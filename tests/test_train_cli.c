@@ -126,6 +126,44 @@ Test(train_cli, hostile_configs_exit_2_naming_the_key) {
     cr_expect_neq(stat(r, &sb), 0, "a refused invocation created the run directory");
 }
 
+/* A key at its documented minimum (hybrid rope_dim 0: no RoPE; mla d_nope
+ * 0) trains and is recorded: the receipt and manifest schemas take what
+ * the loader takes (they refused 0 after the run had trained). */
+Test(train_cli, keys_at_their_minimum_train_and_are_recorded) {
+    char a[2048], rd[512], cfg[512], path[600];
+    snprintf(cfg, sizeof cfg, "%s/rope0.json", tmpdir);
+    FILE *f = fopen(cfg, "w");
+    cr_assert_not_null(f);
+    fputs("{\"family\": \"hybrid\", \"vocab\": 256, \"d_model\": 64, \"n_layers\": 2, \"ffn_dim\": 128,"
+          " \"rms_eps\": 1e-6, \"rope_theta\": 10000, \"gdn_hk\": 2, \"gdn_hv\": 4, \"gdn_dk\": 16, \"gdn_dv\": 16,"
+          " \"conv_kernel\": 4, \"attn_heads\": 4, \"attn_kv_heads\": 2, \"head_dim\": 32, \"rope_dim\": 0}", f);
+    fclose(f);
+    const char *cfgs[] = {cfg, LS_SOURCE_DIR "/configs/mla-tiny.json"};
+    for (int i = 0; i < 2; i++) {
+        char mla_cfg[512];
+        if (i == 1) { /* mla-tiny with d_nope 0 */
+            snprintf(mla_cfg, sizeof mla_cfg, "%s/dnope0.json", tmpdir);
+            char cmd[1400];
+            snprintf(cmd, sizeof cmd, "sed 's/\"d_nope\": 16/\"d_nope\": 0/' %s > %s && grep -q '\"d_nope\": 0' %s",
+                     cfgs[1], mla_cfg, mla_cfg);
+            cr_assert_eq(system(cmd), 0, "%s", cmd);
+            cfgs[1] = mla_cfg;
+        }
+        snprintf(rd, sizeof rd, "%s/min%d", tmpdir, i);
+        snprintf(a, sizeof a, "--config %s --prompt-len 64 --response-len 2 --group 2 --steps 1 --out %s --quiet",
+                 cfgs[i], rd);
+        int rc = run(a);
+        char *e = slurp("err.txt");
+        cr_expect_eq(rc, 0, "%s: exit %d: %s", cfgs[i], rc, e);
+        free(e);
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/rank-0000/receipt.json", rd);
+        cr_expect_eq(stat(path, &sb), 0, "%s: no receipt", cfgs[i]);
+        snprintf(path, sizeof path, "%s/manifest.json", rd);
+        cr_expect_eq(stat(path, &sb), 0, "%s: no manifest", cfgs[i]);
+    }
+}
+
 Test(train_cli, endless_config_stream_exits_2_quickly) {
     /* --config /dev/zero: was read forever; a hang fails here (timeout -> 124) */
     char cmd[2048];

@@ -49,9 +49,9 @@ static const int_key HYBRID_INT[] = {
 static const int_key MLA_INT[] = {
     IK(first_dense, 0, HEADS, "4096"), IK(heads, 1, HEADS, "4096"), IK(q_rank, 1, DIM, "2^20"),
     IK(kv_rank, 1, DIM, "2^20"), IK(d_nope, 0, HEADDIM, "2^16"), IK(d_rope, 0, HEADDIM, "2^16"),
-    IK(d_v, 1, HEADDIM, "2^16"), IK(index_heads, 0, HEADS, "4096"), IK(index_dim, 0, HEADDIM, "2^16"),
-    IK(index_topk, 0, 1 << 30, "2^30"), IK(n_experts, 1, 1 << 16, "2^16"), IK(n_group, 1, 1 << 16, "2^16"),
-    IK(topk_group, 0, 1 << 16, "2^16"), IK(experts_per_token, 1, 1 << 16, "2^16"),
+    IK(d_v, 1, HEADDIM, "2^16"), IK(index_heads, 1, HEADS, "4096"), IK(index_dim, 1, HEADDIM, "2^16"),
+    IK(index_topk, 1, 1 << 30, "2^30"), IK(n_experts, 1, 1 << 16, "2^16"), IK(n_group, 1, 1 << 16, "2^16"),
+    IK(topk_group, 1, 1 << 16, "2^16"), IK(experts_per_token, 1, 1 << 16, "2^16"),
     IK(expert_dim, 1, DIM, "2^20") };
 #undef IK
 #define N_OF(a) (sizeof(a) / sizeof *(a))
