@@ -270,6 +270,7 @@ typedef struct {
     int64_t cfg_steps;         /* config "steps_requested" (1..LS_AUDIT_MAX_STEPS), -1: not recorded */
     char cfg_note[160];        /* why a recorded value was not used ("" none) */
     bool full_mode;
+    bool naive;                /* config "strategy" "naive": no prompt backward (absent: longstraw) */
     bool fault_local_attention, fault_skip_dkv, fault_skip_finalize, any_fault;
     /* names */
     char *groups[LS_AUDIT_MAX_NAMES];

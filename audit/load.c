@@ -665,6 +665,8 @@ static void derive_config(ls_audit_run *run) {
                  "config \"steps_requested\" is not an integer 1..%d or -1: not used", LS_AUDIT_MAX_STEPS);
     const char *gm = get_str(run->config, "grad_mode");
     run->full_mode = gm != NULL && strcmp(gm, "full") == 0;
+    const char *sg = get_str(run->config, "strategy");
+    run->naive = sg != NULL && strcmp(sg, "naive") == 0;
     const cJSON *f;
     cJSON_ArrayForEach(f, cJSON_GetObjectItemCaseSensitive(run->config, "faults")) {
         if (!ls_json_is_string(f)) continue;

@@ -218,19 +218,28 @@ static bool visit(walk_ctx *c, int64_t step, int phase, int64_t member, int64_t 
     return *c->n < c->cap && --c->left > 0;
 }
 
-/* Walks the expected keys of step: the prompt part (capture; prompt_bwd in
- * full mode) when prompt, then members m0 .. m1 - 1; records missing ones
- * until c is full or c->left are found. */
-static void walk(const ls_audit_run *run, walk_ctx *c, int64_t step, bool sft, bool prompt, int64_t m0, int64_t m1) {
+/* The prompt part a step has: its capture (not in a prefix_frozen step,
+ * which reuses an earlier one) and, in full mode, its prompt backward (not
+ * in the naive strategy, whose members each run the whole sequence). */
+enum { PROMPT_CAPTURE = 1, PROMPT_BWD = 2 };
+static unsigned prompt_part(const ls_audit_run *run, bool frozen) {
+    if (frozen) return 0;
+    return PROMPT_CAPTURE | (run->full_mode && !run->naive ? PROMPT_BWD : 0);
+}
+
+/* Walks the expected keys of step: the prompt part (the PROMPT_* bits of
+ * prompt), then members m0 .. m1 - 1; records missing ones until c is full
+ * or c->left are found. */
+static void walk(const ls_audit_run *run, walk_ctx *c, int64_t step, bool sft, unsigned prompt, int64_t m0,
+                 int64_t m1) {
     int64_t L = run->n_layers;
     if (*c->n >= c->cap || c->left == 0) return;
-    if (prompt) {
+    if (prompt & PROMPT_CAPTURE)
         for (int64_t l = -1; l < L; l++)
             if (!visit(c, step, LS_PHASE_CAPTURE, -1, l, LS_TRACE_DIR_FWD)) return;
-        if (run->full_mode)
-            for (int64_t l = -1; l < L; l++)
-                if (!visit(c, step, LS_PHASE_PROMPT_BWD, -1, l, LS_TRACE_DIR_BWD)) return;
-    }
+    if (prompt & PROMPT_BWD)
+        for (int64_t l = -1; l < L; l++)
+            if (!visit(c, step, LS_PHASE_PROMPT_BWD, -1, l, LS_TRACE_DIR_BWD)) return;
     for (int64_t m = m0; m < m1; m++)
         for (int64_t l = -1; l <= L; l++) {
             if (!sft && !visit(c, step, LS_PHASE_SCORE, m, l, LS_TRACE_DIR_FWD)) return;
@@ -241,20 +250,21 @@ static void walk(const ls_audit_run *run, walk_ctx *c, int64_t step, bool sft, b
 
 static uint64_t per_member(const ls_audit_run *run, bool sft) { return (uint64_t)(run->n_layers + 2) * (sft ? 2u : 3u); }
 
-static uint64_t prompt_keys(const ls_audit_run *run) {
-    return (uint64_t)(run->n_layers + 1) * (run->full_mode ? 2u : 1u);
+static uint64_t prompt_keys(const ls_audit_run *run, unsigned prompt) {
+    return (uint64_t)(run->n_layers + 1) * ((prompt & PROMPT_CAPTURE ? 1u : 0u) + (prompt & PROMPT_BWD ? 1u : 0u));
 }
 
 static void check_layers(const ls_audit_run *run, ls_audit_rank *r, int64_t s, const ls_audit_step_window *w,
-                         int64_t gl, bool sft) {
+                         int64_t gl, bool sft, bool frozen) {
     int64_t L = run->n_layers;
-    uint64_t expected = prompt_keys(run) + (uint64_t)gl * per_member(run, sft), present = 0;
+    unsigned pp = prompt_part(run, frozen);
+    uint64_t expected = prompt_keys(run, pp) + (uint64_t)gl * per_member(run, sft), present = 0;
     for (size_t i = 0; w != NULL && i < w->lk_cap; i++) {
         const ls_audit_layer_key *k = &w->lk[i];
         if (!k->used) continue;
         bool prompt = k->member == -1 && k->layer >= -1 && k->layer < L &&
-                      ((k->phase == LS_PHASE_CAPTURE && k->dir == LS_TRACE_DIR_FWD) ||
-                       (run->full_mode && k->phase == LS_PHASE_PROMPT_BWD && k->dir == LS_TRACE_DIR_BWD));
+                      (((pp & PROMPT_CAPTURE) && k->phase == LS_PHASE_CAPTURE && k->dir == LS_TRACE_DIR_FWD) ||
+                       ((pp & PROMPT_BWD) && k->phase == LS_PHASE_PROMPT_BWD && k->dir == LS_TRACE_DIR_BWD));
         bool member = k->member >= 0 && k->member < gl && k->layer >= -1 && k->layer <= L &&
                       ((!sft && k->phase == LS_PHASE_SCORE && k->dir == LS_TRACE_DIR_FWD) ||
                        k->phase == LS_PHASE_REPLAY);
@@ -264,7 +274,7 @@ static void check_layers(const ls_audit_run *run, ls_audit_rank *r, int64_t s, c
     r->ly_missing += missing;
     if (missing == 0 || r->n_ly_first >= 3) return;
     walk_ctx c = {.w = w, .out = r->ly_first, .n = &r->n_ly_first, .cap = 3, .left = missing};
-    walk(run, &c, s, sft, true, 0, gl);
+    walk(run, &c, s, sft, pp, 0, gl);
 }
 
 /* ---- collectives.composition / .dkv: a step's response layer entries ----- */
@@ -373,7 +383,7 @@ static ls_status close_step(const ls_audit_run *run, ls_audit_rank *r, int64_t s
     }
     if (sf != NULL) sf->g_local = (int32_t)gl;
     ls_status st = LS_OK;
-    if (ls_audit_have_layers(run)) check_layers(run, r, s, w, gl, sf != NULL && sf->sft);
+    if (ls_audit_have_layers(run)) check_layers(run, r, s, w, gl, sf != NULL && sf->sft, sf != NULL && sf->prefix_frozen);
     if (w != NULL && run->world > 1) st = check_collectives(run, r, s, w);
     if (w != NULL) window_clear(w);
     r->steps_closed = s + 1;
@@ -423,7 +433,8 @@ uint64_t ls_audit_steps_layers_rule(const ls_audit_run *run, ls_audit_rule *rule
         const ls_audit_step *sf = ls_audit_step_of(r, s);
         bool sft = sf != NULL && sf->sft;
         int64_t gl = sf != NULL ? sf->g_local : 0;
-        rule->matched += prompt_keys(run) + (uint64_t)G[s] * per_member(run, sft);
+        rule->matched += prompt_keys(run, prompt_part(run, sf != NULL && sf->prefix_frozen)) +
+                         (uint64_t)G[s] * per_member(run, sft);
         for (; k < r->n_ly_first && r->ly_first[k].step == s; k++)
             if (shown++ < 3) emit_missing(rule, r, &r->ly_first[k]);
         if (G[s] == 0 && !sft) {
@@ -439,7 +450,7 @@ uint64_t ls_audit_steps_layers_rule(const ls_audit_run *run, ls_audit_rule *rule
         ls_audit_missing tmp[3];
         size_t n = 0;
         walk_ctx c = {.w = NULL, .out = tmp, .n = &n, .cap = (size_t)(3 - shown), .left = extra};
-        walk(run, &c, s, sft, false, gl, G[s]);
+        walk(run, &c, s, sft, 0, gl, G[s]);
         for (size_t i = 0; i < n; i++) emit_missing(rule, r, &tmp[i]);
         shown += n;
     }

@@ -125,11 +125,12 @@ ls_status ls_audit_rules_rank(ls_audit_run *run) {
             const ls_audit_step *sf = ls_audit_step_of(r, s);
             bool sft = sf != NULL && sf->sft;
             int req[LS_PHASE_COUNT], nreq = 0;
-            req[nreq++] = LS_PHASE_CAPTURE;
+            bool frozen = sf != NULL && sf->prefix_frozen; /* reuses an earlier step's capture */
+            if (!frozen) req[nreq++] = LS_PHASE_CAPTURE;
             if (rollout_ran && !sft) req[nreq++] = LS_PHASE_ROLLOUT;
             if (!sft) req[nreq++] = LS_PHASE_SCORE;
             req[nreq++] = LS_PHASE_REPLAY;
-            if (run->full_mode) req[nreq++] = LS_PHASE_PROMPT_BWD;
+            if (run->full_mode && !run->naive && !frozen) req[nreq++] = LS_PHASE_PROMPT_BWD;
             req[nreq++] = LS_PHASE_FINALIZE;
             req[nreq++] = LS_PHASE_OPTIMIZER;
             for (int k = 0; k < nreq; k++) {

@@ -595,6 +595,30 @@ Test(audit, recorded_group_names_a_missing_member, .init = setup, .fini = teardo
     cJSON_Delete(doc);
 }
 
+/* The phases a step must have follow the recorded configuration: the
+ * naive strategy has no prompt backward (its members run the whole
+ * sequence), a prefix_frozen step no capture (it reuses an earlier one);
+ * both runs prove level 1.  The same naive trace recorded as a LongStraw
+ * run misses its prompt backward. */
+Test(audit, naive_and_prefix_frozen_runs_prove_level_1, .init = setup, .fini = teardown, .timeout = 180) {
+    char nv[512], pf[512], run[600];
+    fixture("naive-full", TRAIN " " TRAIN_ARGS " --steps 2 --strategy naive --grad-mode full --out", 0, nv, sizeof nv);
+    cJSON *doc = NULL;
+    cr_expect_eq(audit(nv, "--require-level 1", &doc), 0);
+    cr_expect(passes(doc, "rank.phases") && passes(doc, "rank.layers"));
+    cJSON_Delete(doc);
+    fixture("frozen", TRAIN " " TRAIN_ARGS " --steps 3 --prefix-frozen 2 --out", 0, pf, sizeof pf);
+    cr_expect_eq(audit(pf, "--require-level 1", &doc), 0);
+    cr_expect(passes(doc, "rank.phases") && passes(doc, "rank.layers") && passes(doc, "steps.prefix_frozen"));
+    cJSON_Delete(doc);
+    copy_run(nv, "as-longstraw", run, sizeof run);
+    edit_config(run, "strategy", "\"longstraw\"");
+    cr_expect_eq(audit(run, NULL, &doc), 1);
+    expect_fail(doc, "rank.phases", 0, "rank-0000/events.jsonl.zst", -2, "phase prompt_bwd never ended ok");
+    expect_fail(doc, "rank.layers", 0, "rank-0000/events.jsonl.zst", -2, "prompt_bwd: no bwd layer_end");
+    cJSON_Delete(doc);
+}
+
 Test(audit, fewer_steps_than_requested, .init = setup, .fini = teardown, .timeout = 120) {
     char src[512], run[600], text[160];
     single_run(src, sizeof src);

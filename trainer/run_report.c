@@ -41,6 +41,8 @@ cJSON *ls_run_config_json(const ls_train_args *a, uint32_t world) {
     cJSON_AddStringToObject(c, "dtype", a->f64 ? "f64" : "f32");
     cJSON_AddNumberToObject(c, "group", a->rollouts ? -1.0 : (double)a->step.G);
     cJSON_AddNumberToObject(c, "steps_requested", a->have_steps ? (double)a->steps : (a->rollouts ? -1.0 : 1.0));
+    /* the strategy decides which phases a step has (naive: no prompt backward) */
+    cJSON_AddStringToObject(c, "strategy", a->step.strategy == LS_STRATEGY_NAIVE ? "naive" : "longstraw");
     if (!f || !cJSON_AddNumberToObject(c, "cp_ranks", world)) {
         cJSON_Delete(c);
         return NULL;
