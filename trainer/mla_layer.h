@@ -20,6 +20,29 @@
 #ifndef LS_TRAINER_MLA_LAYER_H
 #define LS_TRAINER_MLA_LAYER_H
 #include "trainer/mla.h"
+#include "trainer/mla_cp.h"
+
+/* The CP context of one layer's attention (ls_layer_state.cp of an mla
+ * state under context parallelism; mla_cpfam.c owns it).  prompt 1: the
+ * capture (and its recompute in the prompt backward) of this rank's whole
+ * shard: the layer's own rows are the shard's, the context has no pages,
+ * the selection is the rings' global top-k (mla_cp.h prompt functions),
+ * the backward the reverse ring.  prompt 0: a response segment: the
+ * context's pages before cp->T are this rank's shard rows, later pages and
+ * the segment's own rows are the replicated response rows (the owner, the
+ * last rank, attends to them); the selection is the gathered global top-k,
+ * the output the MAX/SUM composition; the backward sums dq and the response
+ * rows' gradient.  dkvb_acc (response backward; NULL: into kv_b's .g):
+ * receives += the layer's shard-local gradient of the effective kv_b. */
+typedef struct {
+    const ls_mla_cp *cp; /* group, dims, T, faults (form and k_top are set per call) */
+    int prompt;
+    ls_real *dkvb_acc;   /* [H (d_n + d_v), r_kv] */
+} ls_mla_cp_layer;
+
+/* d(effective kv_b) [H (d_n + d_v), r_kv] into kv_b's trainable gradients
+ * (+=: W, or the adapter's A and B). */
+void LS_K(ls_mla_kv_b_grad)(const ls_params *p, const ls_lin *l, const ls_real *dwe);
 
 /* One block of keys: n consecutive positions from pos0.  Backward:
  * dckv/dkpe (NULL: no key gradient wanted) receive += the gradient of its
