@@ -12,6 +12,7 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +89,31 @@ Test(mla_cp_cli, cp_runs_score_level_1, .init = setup, .fini = teardown, .timeou
             cr_expect(bad == NULL, "np %d %s: a rule fails: %.200s", np, modes[m], bad ? bad : "");
             free(rep);
         }
+}
+
+/* The loss of line `step` (0-based) of a --metrics file. */
+static double metrics_loss(const char *name, int step) {
+    char *m = slurp(name);
+    double v = -1;
+    const char *l = m;
+    for (int i = 0; l && i < step; i++) l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL;
+    const char *k = l ? strstr(l, "\"loss\":") : NULL;
+    if (k) v = strtod(k + 7, NULL);
+    free(m);
+    return v;
+}
+
+/* Rollout (sampling from the composed logits), score and the update over 2 ranks give the single-rank
+ * run's step-2 loss (the same sampled responses; float64). */
+Test(mla_cp_cli, cp2_run_is_the_single_rank_run, .init = setup, .fini = teardown, .timeout = 300) {
+    char args[1024], cmd[4096];
+    snprintf(args, sizeof args, "%s --grad-mode full --metrics %s/cp2.metrics", BASE, tmpdir);
+    cr_assert_eq(run_np(2, "cp2", args), 0);
+    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s --config %s --out %s/one %s --grad-mode full --metrics %s/one.metrics",
+             TRAIN, CFG, tmpdir, BASE, tmpdir);
+    cr_assert_eq(sh(cmd), 0, "%s", cmd);
+    double a = metrics_loss("one.metrics", 1), b = metrics_loss("cp2.metrics", 1);
+    cr_expect(a > 0 && fabs(a - b) <= 1e-10 * a, "step-2 loss: one rank %.17g, CP-2 %.17g", a, b);
 }
 
 Test(mla_cp_cli, cp_local_dsa_is_recorded_and_seen, .init = setup, .fini = teardown, .timeout = 300) {

@@ -287,7 +287,6 @@ static ls_status cp_attn_forward(const ls_mla_cp_layer *L, int l, const ls_model
         if (st == LS_OK) st = LS_K(ls_mla_cp_prompt_forward)(&cp, o, lse, &cq, sel, &own, q->kvb, 1, l);
         return st;
     }
-    (void)c;
     size_t ns = cp_shard_pages(ctx, &cp);
     cp_resp r;
     ls_status st = cp_resp_rows(&r, c, ctx, ns, ckv, kpe, kI, q->T, q->pos0, scr);
