@@ -21,8 +21,8 @@
  *  - its terms of the memory plan.
  * Hybrid: hybrid_family.c (the table), hybrid*.c (the math).  Mla:
  * mla_family.c (the tensor list, layer views, the table), mla_segment.c
- * (carried state, segments, prompt backward), mla_layer.c (one block);
- * one rank only (its CP parts refuse with LS_ERR_UNSUPPORTED);
+ * (carried state, segments, prompt backward), mla_layer.c (one block),
+ * mla_cpfam.c (its context parallelism, over mla_cp.c);
  * mla_forward.c (a second, tape-free forward: ls_mla_logprobs). */
 #ifndef LS_TRAINER_FAMILY_H
 #define LS_TRAINER_FAMILY_H

@@ -12,11 +12,10 @@
  *   backward (ls_mla_attn_backward): per block ls_mla_backward with the
  *            GLOBAL o/lse -> dq_nope, dq_pe, dkv_b and each block's
  *            dc_kv/dk_pe.
- * Context parallelism plugs in HERE: a CP rank passes its local blocks,
- * replaces the selection's merge by the gather of every rank's local top-k
- * followed by the same ls_dsa_merge (global selection), and composes the
- * remote partials into (o, lse) with ls_attn_merge_into; the backward adds
- * the remote blocks' dq and returns their dc_kv/dk_pe the same way. */
+ * Context parallelism plugs in at the layer: a context whose layer state
+ * carries an ls_mla_cp_layer (below) replaces these two calls by mla_cp.h's
+ * (the gathered global selection and the MAX/SUM composition for
+ * responses, the rings for the prompt shard). */
 #ifndef LS_TRAINER_MLA_LAYER_H
 #define LS_TRAINER_MLA_LAYER_H
 #include "trainer/mla.h"
