@@ -6,7 +6,9 @@
  * backward's dq_sum, dkv_sum; full mode's dkv_ring), the replicated digests
  * agree; the fault cp-local-dsa is recorded in the receipts' config and the
  * audit sees it (collectives.composition fails, naming dsa_topk_gather);
- * cp-local-attention (the hybrid family's) is refused for mla by name.
+ * cp-local-attention (the hybrid family's) is refused for mla by name, and
+ * cp-local-dsa for hybrid.  A CP-2 run (rollout included) gives the
+ * single-rank run's loss.
  * The numerical checks (CP-N = CP-1 = naive) are test_mla_cp_train.c's. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"
@@ -134,11 +136,21 @@ Test(mla_cp_cli, cp_local_dsa_is_recorded_and_seen, .init = setup, .fini = teard
     free(rep);
 }
 
-Test(mla_cp_cli, cp_local_attention_refused_for_mla, .init = setup, .fini = teardown, .timeout = 120) {
+Test(mla_cp_cli, each_family_refuses_the_others_operator_fault, .init = setup, .fini = teardown, .timeout = 120) {
     char args[1024];
     snprintf(args, sizeof args, "%s --fault cp-local-attention", BASE);
     cr_expect_eq(run_np(2, "lattn", args), 2);
     char *e = slurp("lattn.err");
     cr_expect(strstr(e, "cp-local-attention") && strstr(e, "cp-local-dsa"), "%s", e);
+    free(e);
+    char cmd[4096]; /* the hybrid family has no DSA: cp-local-dsa is refused for it */
+    snprintf(cmd, sizeof cmd,
+             "OMP_NUM_THREADS=1 timeout 120 " LS_MPIEXEC " " LS_MPIRUN_FLAGS " -np 2 %s --config %s --out %s/hdsa "
+             "--prompt-len 64 --response-len 4 --group 2 --steps 1 --fault cp-local-dsa --quiet >%s/hdsa.out "
+             "2>%s/hdsa.err",
+             TRAIN, LS_SOURCE_DIR "/configs/hybrid-tiny.json", tmpdir, tmpdir, tmpdir);
+    cr_expect_eq(sh(cmd), 2, "%s", cmd);
+    e = slurp("hdsa.err");
+    cr_expect(strstr(e, "cp-local-dsa") && strstr(e, "'mla'"), "%s", e);
     free(e);
 }
