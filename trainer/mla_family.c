@@ -170,11 +170,20 @@ static size_t mla_plan_layer_bytes(const ls_model_config *c, int lora_r) {
 }
 
 /* The routed-token buffers of one MoE chunk (moe_dispatch): the forward's
- * and the backward's, at the configured chunk (ls_mla_set_seg_opts). */
+ * and the backward's, at the configured chunk (ls_mla_set_seg_opts); under
+ * CP the rings' buffers (communication). */
 static void mla_plan_terms(const ls_model_config *c, const ls_family_plan_in *in, size_t plan[LS_MEM_COUNT]) {
     ls_mla_seg_opts o = LS_K(ls_mla_get_seg_opts)();
     size_t C = o.moe_chunk ? o.moe_chunk : 256;
     plan[LS_MEM_DISPATCH] = ls_sat_add(plan[LS_MEM_DISPATCH], LS_K(ls_mla_dispatch_bytes)(c, C, in->expert_lora_r, 1));
+    if (in->world < 2) return;
+    /* context parallelism (mla_cp.h): a ring's send and receive blocks of the shard's rows with their
+       gradient accumulators, and the shard queries' remote partial and selections */
+    size_t row = ls_sat_add(ls_sat_add((size_t)c->kv_rank, (size_t)c->d_rope), (size_t)c->index_dim);
+    size_t q = ls_sat_add(ls_sat_mul((size_t)c->index_topk, 2 * sizeof(int64_t) + sizeof(ls_real)),
+                          ls_sat_mul3((size_t)c->heads, (size_t)c->d_v + 1, sizeof(ls_real)));
+    size_t comm = ls_sat_add(ls_sat_mul3(4, in->cpP, ls_sat_mul(row, sizeof(ls_real))), ls_sat_mul(in->cpP, q));
+    plan[LS_MEM_COMM] = ls_sat_add(plan[LS_MEM_COMM], comm);
 }
 
 const ls_family_ops LS_K(ls_family_mla) = {
