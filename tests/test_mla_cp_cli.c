@@ -111,8 +111,9 @@ Test(mla_cp_cli, cp2_run_is_the_single_rank_run, .init = setup, .fini = teardown
     char args[1024], cmd[4096];
     snprintf(args, sizeof args, "%s --grad-mode full --metrics %s/cp2.metrics", BASE, tmpdir);
     cr_assert_eq(run_np(2, "cp2", args), 0);
-    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s --config %s --out %s/one %s --grad-mode full --metrics %s/one.metrics",
-             TRAIN, CFG, tmpdir, BASE, tmpdir);
+    snprintf(cmd, sizeof cmd,
+             "OMP_NUM_THREADS=1 %s --config %s --out %s/one %s --grad-mode full --metrics %s/one.metrics >%s/one.out 2>&1",
+             TRAIN, CFG, tmpdir, BASE, tmpdir, tmpdir);
     cr_assert_eq(sh(cmd), 0, "%s", cmd);
     double a = metrics_loss("one.metrics", 1), b = metrics_loss("cp2.metrics", 1);
     cr_expect(a > 0 && fabs(a - b) <= 1e-10 * a, "step-2 loss: one rank %.17g, CP-2 %.17g", a, b);
@@ -145,7 +146,8 @@ Test(mla_cp_cli, each_family_refuses_the_others_operator_fault, .init = setup, .
     free(e);
     char cmd[4096]; /* the hybrid family has no DSA: cp-local-dsa is refused for it */
     snprintf(cmd, sizeof cmd,
-             "OMP_NUM_THREADS=1 timeout 120 " LS_MPIEXEC " " LS_MPIRUN_FLAGS " -np 2 %s --config %s --out %s/hdsa "
+             "OMP_NUM_THREADS=1 ASAN_OPTIONS=fast_unwind_on_malloc=0 LSAN_OPTIONS=suppressions=" LS_LSAN_SUPP
+             ":print_suppressions=0 timeout 120 " LS_MPIEXEC " " LS_MPIRUN_FLAGS " -np 2 %s --config %s --out %s/hdsa "
              "--prompt-len 64 --response-len 4 --group 2 --steps 1 --fault cp-local-dsa --quiet >%s/hdsa.out "
              "2>%s/hdsa.err",
              TRAIN, LS_SOURCE_DIR "/configs/hybrid-tiny.json", tmpdir, tmpdir, tmpdir);
