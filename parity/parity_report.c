@@ -223,6 +223,14 @@ void ls_parity_report_note(ls_parity_report *r, const char *fmt, ...) {
     cJSON_AddItemToArray(r->notes, cJSON_CreateString(buf));
 }
 
+/* Control k of level li for the report's family: level 2's operator control is
+ * cp-local-attention for hybrid, cp-local-dsa (each rank's own DSA top-k) for mla. */
+static const char *level_control(const ls_parity_report *r, size_t li, int k) {
+    const char *c = LEVELS[li].controls[k];
+    if (c && strcmp(c, "cp-local-attention") == 0 && strcmp(str(r->doc, "family"), "mla") == 0) return "cp-local-dsa";
+    return c;
+}
+
 /* The verdict of one level (below: the level under it holds). */
 static cJSON *level_verdict(ls_parity_report *r, size_t li, bool below, bool *holds) {
     cJSON *o = cJSON_CreateObject(), *failed = cJSON_CreateArray();
@@ -250,15 +258,16 @@ static cJSON *level_verdict(ls_parity_report *r, size_t li, bool below, bool *ho
         }
     }
     for (int k = 0; k < 2 && LEVELS[li].controls[k]; k++) {
+        const char *ctl = level_control(r, li, k);
         int seen = 0;
         const cJSON *c;
         cJSON_ArrayForEach(c, r->controls) {
-            if (strcmp(str(c, "fault"), LEVELS[li].controls[k]) != 0) continue;
+            if (strcmp(str(c, "fault"), ctl) != 0) continue;
             seen++;
             if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "detected"))) {
                 ok = false;
                 snprintf(why, sizeof why, "control %s (%s, world %.0f, %s) was not detected by %s",
-                         LEVELS[li].controls[k], str(c, "dtype"), num(c, "world"), str(c, "configuration"),
+                         ctl, str(c, "dtype"), num(c, "world"), str(c, "configuration"),
                          str(c, "check"));
                 cJSON_AddItemToArray(failed, cJSON_CreateString(why));
             }
@@ -266,8 +275,8 @@ static cJSON *level_verdict(ls_parity_report *r, size_t li, bool below, bool *ho
         n_controls += seen;
         if (seen == 0) {
             ok = false;
-            snprintf(why, sizeof why, "control %s did not run%s", LEVELS[li].controls[k],
-                     strcmp(LEVELS[li].controls[k], "detached") ? " (it needs a world > 1)" : "");
+            snprintf(why, sizeof why, "control %s did not run%s", ctl,
+                     strcmp(ctl, "detached") ? " (it needs a world > 1)" : "");
             cJSON_AddItemToArray(failed, cJSON_CreateString(why));
         }
     }

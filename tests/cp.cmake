@@ -31,3 +31,20 @@ if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
     set_tests_properties(test_mla_cp_np${np} PROPERTIES TIMEOUT 300 ENVIRONMENT "${LS_MPI_TEST_ENV}")
   endforeach()
 endif()
+
+# The mla family's training step under context parallelism (trainer/mla_cpfam.c),
+# float64: CP-N = CP-1 and = the naive gradient, the faults detected; alone and
+# under mpirun with 1, 2 and 4 ranks.
+add_executable(test_mla_cp_train ${CMAKE_CURRENT_SOURCE_DIR}/test_mla_cp_train.c)
+target_include_directories(test_mla_cp_train PRIVATE ${CMAKE_SOURCE_DIR})
+target_compile_definitions(test_mla_cp_train PRIVATE LS_REAL_F64 LS_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+target_link_libraries(test_mla_cp_train PRIVATE ls_trainer_f64 ls_receipts ${LIBM})
+add_test(NAME test_mla_cp_train_single COMMAND test_mla_cp_train)
+set_tests_properties(test_mla_cp_train_single PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1")
+if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
+  foreach(np 1 2 4)
+    add_test(NAME test_mla_cp_train_np${np}
+             COMMAND ${MPIEXEC_EXECUTABLE} ${LS_MPIRUN_FLAGS} ${MPIEXEC_NUMPROC_FLAG} ${np} $<TARGET_FILE:test_mla_cp_train>)
+    set_tests_properties(test_mla_cp_train_np${np} PROPERTIES TIMEOUT 600 ENVIRONMENT "${LS_MPI_TEST_ENV}")
+  endforeach()
+endif()

@@ -1,6 +1,7 @@
 # longstraw-parity (issue 11): usage, the matrix on one configuration (CP 1
 # and 2, float64 and float32) whose report is the fixture the table test
-# audits runs with, a faulty trainer refused; then the original work's
+# audits runs with (hybrid: p30-g2-lora; mla: m30-g2-lora, about 30 s), a
+# faulty trainer refused; then the original work's
 # table and reports the audit must not accept.  Needs MPI and python3.
 # Under the sanitizers every trainer run is several times slower (the
 # matrix alone took 500 s): that build runs the usage test and the faulty

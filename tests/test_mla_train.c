@@ -494,14 +494,15 @@ Test(mla_train, cli_trains_both_modes_and_audits_level_1, .init = mk, .fini = rm
 }
 
 #ifdef LS_MPIEXEC
-/* Context parallelism is not in this family yet: under mpirun the CLI refuses it, naming the family. */
-Test(mla_train, cli_refuses_mla_under_mpirun, .init = mk, .fini = rm_tmp, .timeout = 300) {
+/* Under mpirun the CLI trains this family (test_mla_cp_cli.c); the hybrid family's fault
+ * cp-local-attention is refused for it, naming the fault and the family's own, cp-local-dsa. */
+Test(mla_train, cli_refuses_cp_local_attention_under_mpirun, .init = mk, .fini = rm_tmp, .timeout = 300) {
     if (!LS_REAL_IS_F64) cr_skip_test("the CLI test runs once (float64 build)");
     char cmd[4096], path[600];
     snprintf(cmd, sizeof cmd,
              "OMP_NUM_THREADS=1 ASAN_OPTIONS=fast_unwind_on_malloc=0 LSAN_OPTIONS=suppressions=" LS_LSAN_SUPP
              ":print_suppressions=0 timeout 120 " LS_MPIEXEC " " LS_MPIRUN_FLAGS " -np 2 %s --config %s --out %s/cp "
-             "--prompt-len 64 --response-len 4 --group 2 --steps 1 >%s/cp.out 2>%s/cp.err",
+             "--prompt-len 64 --response-len 4 --group 2 --steps 1 --fault cp-local-attention >%s/cp.out 2>%s/cp.err",
              TRAIN, MLA_CFG, tmpd, tmpd, tmpd);
     cr_expect_eq(sh(cmd), 2, "%s", cmd);
     snprintf(path, sizeof path, "%s/cp.err", tmpd);
@@ -511,7 +512,7 @@ Test(mla_train, cli_refuses_mla_under_mpirun, .init = mk, .fini = rm_tmp, .timeo
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     buf[n] = 0;
     fclose(f);
-    cr_expect(strstr(buf, "family 'mla'") && strstr(buf, "one rank"), "%s", buf);
+    cr_expect(strstr(buf, "cp-local-attention") && strstr(buf, "cp-local-dsa"), "%s", buf);
 }
 #endif
 

@@ -32,6 +32,7 @@
 #define PARITY LS_BINARY_DIR "/parity/longstraw-parity"
 #define TRAIN LS_BINARY_DIR "/trainer/longstraw-train"
 #define FIXTURE LS_BINARY_DIR "/tests/parity-fixture"
+#define FIXTURE_MLA LS_BINARY_DIR "/tests/parity-fixture-mla"
 
 static char tmpdir[256];
 
@@ -205,6 +206,48 @@ Test(parity, matrix_proves_levels_2_to_4, .init = setup, .fini = teardown, .time
     }
     /* per dtype: cp-local-attention, skip-dkv-reduce, skip-grad-finalize at CP-2; detached at CP-1 and CP-2 */
     cr_expect_eq(controls, 2 * 5, "%d controls", controls);
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(doc, "pass")));
+    cJSON_Delete(doc);
+}
+
+/* The mla family's matrix on m30-g2-lora (CP 1 and 2, float64 and float32): its report is the
+ * fixture the table test audits the mla runs with (LS_BINARY_DIR/tests/parity-fixture-mla). */
+Test(parity, mla_matrix_proves_levels_2_to_4, .init = setup, .fini = teardown, .timeout = 900) {
+    char a[1024];
+    snprintf(a, sizeof a, "rm -rf %s", FIXTURE_MLA);
+    sh(a);
+    snprintf(a, sizeof a, "--family mla --cp 1,2 --dtype f64,f32 --configs m30-g2-lora --out %s", FIXTURE_MLA);
+    int rc = parity(a);
+    char p[512];
+    snprintf(p, sizeof p, "%s/err.txt", tmpdir);
+    char *e = slurp(p);
+    cr_assert_eq(rc, 0, "longstraw-parity %s: exit %d: %s", a, rc, e);
+    free(e);
+    cJSON *doc = read_report(FIXTURE_MLA "/parity.json");
+    cr_expect_str_eq(jstr(doc, "family"), "mla");
+    const cJSON *c;
+    int n = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(doc, "checks")) {
+        n++;
+        cr_expect(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "pass")), "check %s fails: %g > %g (%s)",
+                  jstr(c, "name"), jnum(c, "max_rel_err"), jnum(c, "tolerance"), jstr(c, "worst"));
+        bool f64 = !strcmp(jstr(c, "dtype"), "f64");
+        if (f64 && strcmp(jstr(c, "kind"), "fd_grad")) cr_expect_leq(jnum(c, "max_rel_err"), 1e-10, "%s", jstr(c, "name"));
+    }
+    cr_expect_gt(n, 0);
+    for (int l = 2; l <= 4; l++) cr_expect(level_holds(doc, l), "level %d does not hold", l);
+    int controls = 0, local_dsa = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(doc, "controls")) {
+        controls++;
+        local_dsa += !strcmp(jstr(c, "fault"), "cp-local-dsa");
+        cr_expect(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "detected")), "control %s (%s) not detected",
+                  jstr(c, "fault"), jstr(c, "dtype"));
+        cr_expect_gt(jnum(c, "max_rel_err"), 100 * jnum(c, "tolerance"), "control %s (%s): %g vs tolerance %g",
+                     jstr(c, "fault"), jstr(c, "dtype"), jnum(c, "max_rel_err"), jnum(c, "tolerance"));
+    }
+    /* per dtype: cp-local-dsa, skip-dkv-reduce, skip-grad-finalize at CP-2; detached at CP-1 and CP-2 */
+    cr_expect_eq(controls, 2 * 5, "%d controls", controls);
+    cr_expect_eq(local_dsa, 2, "%d cp-local-dsa controls", local_dsa);
     cr_expect(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(doc, "pass")));
     cJSON_Delete(doc);
 }

@@ -26,6 +26,8 @@
 #define AUDIT LS_BINARY_DIR "/audit/longstraw-audit"
 #define CFG LS_SOURCE_DIR "/configs/hybrid-tiny.json"
 #define REPORT LS_BINARY_DIR "/tests/parity-fixture/parity.json"
+#define REPORT_MLA LS_BINARY_DIR "/tests/parity-fixture-mla/parity.json"
+#define MLA_CFG LS_SOURCE_DIR "/configs/mla-tiny.json"
 
 static char tmpdir[256];
 
@@ -38,17 +40,19 @@ static int sh(const char *cmd) {
     return WEXITSTATUS(st);
 }
 
-/* A hybrid CP-2 run (f32, the trainer's default dtype) with extra args. */
-static void train_cp2(const char *name, const char *args) {
+/* A CP-2 run of config cfg (f32, the trainer's default dtype) with extra args. */
+static void train_cp2_cfg(const char *cfg, const char *name, const char *args) {
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
              "OMP_NUM_THREADS=1 ASAN_OPTIONS=fast_unwind_on_malloc=0 LSAN_OPTIONS=suppressions=" LS_LSAN_SUPP
              ":print_suppressions=0 timeout 300 " LS_MPIEXEC " " LS_MPIRUN_FLAGS
-             " -np 2 " TRAIN " --config " CFG " --out %s/%s --prompt-len 96 --steps 2 --group 2 --response-len 4 "
+             " -np 2 " TRAIN " --config %s --out %s/%s --prompt-len 96 --steps 2 --group 2 --response-len 4 "
              "--page-size 16 --capture-chunk 32 --quiet %s >%s/%s.log 2>&1",
-             tmpdir, name, args, tmpdir, name);
+             cfg, tmpdir, name, args, tmpdir, name);
     cr_assert_eq(sh(cmd), 0, "the CP-2 run %s failed (%s/%s.log)", name, tmpdir, name);
 }
+/* A hybrid CP-2 run. */
+static void train_cp2(const char *name, const char *args) { train_cp2_cfg(CFG, name, args); }
 
 /* The audit's verdict per level (1..4) on run with the given report. */
 static void audit_levels(const char *run, const char *report, bool holds[5], int *rc) {
@@ -96,6 +100,26 @@ Test(parity_table, the_original_work_and_the_fixed_run, .init = setup, .fini = t
     cr_expect(h[1] && h[2] && h[3] && h[4], "full mode without faults: L1 %d L2 %d L3 %d L4 %d, want level 4", h[1],
               h[2], h[3], h[4]);
     cr_expect_eq(rc, 0, "--require-level 4 on the fixed run: exit %d (%s/fixed-audit.txt)", rc, tmpdir);
+}
+
+/* The mla family (its report: test_parity's mla fixture): the original work's GLM faults (each rank's
+ * own DSA top-k, no gradient finalization, detached) score L1 only; full mode without faults, L4. */
+Test(parity_table, mla_original_work_and_fixed_run, .init = setup, .fini = teardown, .timeout = 600) {
+    train_cp2_cfg(MLA_CFG, "mla-original", "--fault cp-local-dsa --fault skip-grad-finalize --grad-mode detached");
+    train_cp2_cfg(MLA_CFG, "mla-fixed", "--grad-mode full");
+    bool h[5];
+    int rc;
+    audit_levels("mla-original", REPORT_MLA, h, &rc);
+    cr_expect(h[1] && !h[2] && !h[3] && !h[4], "mla, the original work's faults: L1 %d L2 %d L3 %d L4 %d, want 1 0 0 0",
+              h[1], h[2], h[3], h[4]);
+    cr_expect_eq(rc, 1, "--require-level 4 on the mla original: exit %d", rc);
+    cr_expect(rule_fails("mla-original", "collectives.composition", "dsa_topk_gather"),
+              "the composition rule does not name the missing dsa_topk_gather");
+    cr_expect(rule_fails("mla-original", "digests.replicated", "differs"), "the replicated digests agree");
+    audit_levels("mla-fixed", REPORT_MLA, h, &rc);
+    cr_expect(h[1] && h[2] && h[3] && h[4], "mla full mode without faults: L1 %d L2 %d L3 %d L4 %d, want level 4",
+              h[1], h[2], h[3], h[4]);
+    cr_expect_eq(rc, 0, "--require-level 4 on the mla fixed run: exit %d (%s/mla-fixed-audit.txt)", rc, tmpdir);
 }
 
 /* A copy of the fixture report with one change made by python3 (the

@@ -6,3 +6,11 @@ if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
     LS_MPIRUN_FLAGS="${LS_MPIRUN_FLAGS_STR}" LS_LSAN_SUPP="${CMAKE_CURRENT_SOURCE_DIR}/comm_lsan.supp")
   add_dependencies(test_train_cp longstraw-train)
 endif()
+
+# the mla family under mpirun: CP-2/CP-4 runs audited at level 1, cp-local-dsa seen, cp-local-attention refused
+if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
+  ls_add_criterion_test(test_mla_cp_cli SOURCES test_mla_cp_cli.c LIBS ls_receipts ls_trainer_base TIMEOUT 600)
+  target_compile_definitions(test_mla_cp_cli PRIVATE LS_MPIEXEC="${MPIEXEC_EXECUTABLE}"
+    LS_MPIRUN_FLAGS="${LS_MPIRUN_FLAGS_STR}" LS_LSAN_SUPP="${CMAKE_CURRENT_SOURCE_DIR}/comm_lsan.supp")
+  add_dependencies(test_mla_cp_cli longstraw-train longstraw-audit)
+endif()

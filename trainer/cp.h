@@ -48,7 +48,9 @@
  * skip_dkv_reduce drops [dkv_sum] (the original work's bug: every rank but
  * the owner continues with zero response dK/dV); skip_grad_finalize drops
  * [grad_finalize]; local_attention removes every cross-rank attention term
- * (no ring, no composition: each rank attends only to its own keys). */
+ * (no ring, no composition: each rank attends only to its own keys);
+ * local_dsa (mla only) keeps the composition but selects each rank's DSA
+ * top-k from its own keys (mla_cp.h). */
 #ifndef LS_TRAINER_CP_H
 #define LS_TRAINER_CP_H
 #include "trainer/comm.h"
@@ -63,6 +65,7 @@ static inline void ls_cp_shard(int64_t T, int N, int r, int64_t *s0, int64_t *s1
 
 typedef struct {
     int skip_dkv_reduce, skip_grad_finalize, local_attention;
+    int local_dsa; /* mla: each rank selects its DSA top-k from its own keys (no gather, no dsa_ring) */
 } ls_cp_faults;
 
 typedef struct ls_cp_s {

@@ -21,8 +21,8 @@
  *  - its terms of the memory plan.
  * Hybrid: hybrid_family.c (the table), hybrid*.c (the math).  Mla:
  * mla_family.c (the tensor list, layer views, the table), mla_segment.c
- * (carried state, segments, prompt backward), mla_layer.c (one block);
- * one rank only (its CP parts refuse with LS_ERR_UNSUPPORTED);
+ * (carried state, segments, prompt backward), mla_layer.c (one block),
+ * mla_cpfam.c (its context parallelism, over mla_cp.c);
  * mla_forward.c (a second, tape-free forward: ls_mla_logprobs). */
 #ifndef LS_TRAINER_FAMILY_H
 #define LS_TRAINER_FAMILY_H
@@ -46,10 +46,10 @@ typedef struct {
     int64_t pos0;
 } ls_kv_page;
 
-struct ls_cp_attn;
 typedef struct {
     ls_kv_page *pages;
-    const struct ls_cp_attn *cp; /* the family's context on other ranks (NULL: none) */
+    const void *cp; /* the family's context on other ranks (NULL: none; hybrid: ls_cp_attn, mla:
+                       ls_mla_cp_layer) */
     size_t n_pages, cap_pages;
     ls_real *tail; /* fixed buffer 0 (hybrid GDN: conv tail) */
     ls_real *S;    /* fixed buffer 1 (hybrid GDN: recurrent state) */
@@ -144,6 +144,11 @@ typedef struct ls_family_ops {
     ls_status (*cp_prompt_backward)(struct ls_cp_s *c, const ls_params *p, const int32_t *prompt, size_t chunk,
                                     ls_real *const *checkpoints, const ls_state *ps, ls_state *dps,
                                     ls_layer_hook hook, void *hook_user);
+    /* NULL: the response backward's gradients are replicated (the same on every rank).  Else the family
+       keeps a shard-local part of them aside (mla: kv_b's, over the rows each rank holds): the step then
+       stashes the replicated gradients after the replay in BOTH gradient modes, calls this to add the
+       shard-local part into the zeroed .g, and finalize sums it over ranks [grad_finalize]. */
+    ls_status (*cp_shard_grads)(struct ls_cp_s *c, ls_params *p);
     /* memory plan: bytes one layer's tape and backward transients take per token (saturating), and the
        family's own terms (CP buffers; any category, e.g. a family's dispatch buffers) added into plan */
     size_t (*plan_layer_bytes_per_token)(const ls_model_config *c, int lora_r);

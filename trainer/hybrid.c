@@ -89,7 +89,8 @@ static ls_status layers_forward(const ls_params *p, ls_seg_io *io, ls_real *h, l
         ls_arena_init(&scr, LS_MEM_SCRATCH, 0);
         if (io->checkpoints) memcpy(io->checkpoints[l], h, R(T * d));
         const ls_layer_state *ctx = io->ctx ? &io->ctx->ly[l] : NULL;
-        int keep_kv = !(ctx && ctx->cp && !ctx->cp->own_keys); /* another rank owns the keys */
+        const ls_cp_attn *cpa = ctx ? ctx->cp : NULL;
+        int keep_kv = !(cpa && !cpa->own_keys); /* another rank owns the keys */
         ls_real *own_k = NULL, *own_v = NULL, *tail = NULL, *S = NULL;
         if (io->state_out && (keep_kv || !ls_hybrid_layers(p)[l].is_attn)) {
             if (ls_hybrid_layers(p)[l].is_attn) {

@@ -4,9 +4,7 @@
  * batch's responses (mla_forward.c); the training transaction's parts on
  * one rank (mla_segment.c, mla_layer.c): the carried state in ls_state,
  * segments with a tape and their backward, the `full`-mode prompt
- * backward.  Numeric (LS_K names).  Not yet: context parallelism (the
- * family's CP parts refuse with LS_ERR_UNSUPPORTED, the CLI refuses mla
- * with more than one rank). */
+ * backward; its context parallelism (mla_cpfam.c).  Numeric (LS_K names). */
 #ifndef LS_TRAINER_MLA_H
 #define LS_TRAINER_MLA_H
 #include "kernels/mla.h"
@@ -56,6 +54,22 @@ ls_status LS_K(ls_mla_state_grad_like)(ls_state *dst, const ls_state *src, ls_me
 void LS_K(ls_mla_state_free)(ls_state *s);
 size_t LS_K(ls_mla_state_bytes)(const ls_state *s);
 size_t LS_K(ls_mla_state_plan_bytes)(const ls_model_config *c, int64_t n_pos);
+/* Layer l's rows of T positions from pos0 (c_kv, k_pe, k_I) appended to s as pages of s->page_size. */
+ls_status LS_K(ls_mla_state_append)(ls_state *s, int l, const ls_real *ckv, const ls_real *kpe, const ls_real *kI,
+                                    size_t T, int64_t pos0, const ls_model_config *c);
+
+/* Context parallelism (family.h cp_*, cp.h; mla_cpfam.c over mla_cp.c).
+ * The capture and the prompt backward run this rank's whole shard as one
+ * chunk per layer (the rings work on the shard's queries at once). */
+ls_status LS_K(ls_mla_cp_init)(struct ls_cp_s *c, const ls_params *p);
+void LS_K(ls_mla_cp_free)(struct ls_cp_s *c);
+ls_status LS_K(ls_mla_cp_capture)(struct ls_cp_s *c, const ls_params *q, const int32_t *prompt, size_t page_size,
+                                  size_t chunk, ls_state *ps, ls_real **checkpoints, ls_mem_cat cat,
+                                  ls_layer_hook hook, void *hook_user);
+ls_status LS_K(ls_mla_cp_prompt_bwd)(struct ls_cp_s *c, const ls_params *p, const int32_t *prompt, size_t chunk,
+                                     ls_real *const *checkpoints, const ls_state *ps, ls_state *dps,
+                                     ls_layer_hook hook, void *hook_user);
+ls_status LS_K(ls_mla_cp_shard_grads)(struct ls_cp_s *c, ls_params *p);
 
 /* Segments (family.h: ls_seg_io).  The forward reads io->ctx's pages (the
  * context must end at io->pos0), appends the segment's rows to

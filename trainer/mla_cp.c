@@ -378,7 +378,7 @@ ls_status LS_K(ls_mla_cp_response_backward)(ls_mla_cp *c, ls_real *dq_nope, ls_r
         bwd_block(c, &w, dq, dq + nq, dr, dr + nresp * d->r_kv, dkv_b, o, lse, dout, q, sel, resp->c_kv, resp->k_pe,
                   nresp, resp->pos0, kv_b);
     st = coll(c, ls_group_allreduce_sum(c->g, dq, nq + nr, DT, "dq_sum", layer), "dq_sum", layer);
-    if (st == LS_OK) /* the owner's part, every other rank's zeros */
+    if (st == LS_OK && !c->skip_dkv_reduce) /* the owner's part, every other rank's zeros */
         st = coll(c, ls_group_allreduce_sum(c->g, dr, nresp * rrow, DT, "dkv_sum", layer), "dkv_sum", layer);
     if (st != LS_OK) goto cleanup;
     memcpy(dq_nope, dq, R(nq));

@@ -86,6 +86,8 @@ typedef struct {
     ls_mla_form form;    /* LS_MLA_NAIVE or LS_MLA_ABSORBED */
     int64_t T;           /* captured prompt positions (the shards: ls_cp_shard(T, N, r)) */
     int local_dsa;       /* the fault cp-local-dsa */
+    int skip_dkv_reduce; /* the fault skip-dkv-reduce: no [dkv_sum] (only the owner keeps the response rows'
+                            gradient) */
     char err[192];       /* the reason of the last error */
 } ls_mla_cp;
 

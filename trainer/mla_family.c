@@ -154,26 +154,6 @@ static void mla_ref_view(ls_params *v, const ls_params *p) {
     }
 }
 
-/* ---- the transaction's parts (mla_segment.c); context parallelism refuses ---- */
-static ls_status mla_cp_init(struct ls_cp_s *c, const ls_params *p) {
-    (void)c, (void)p;
-    return LS_ERR_UNSUPPORTED;
-}
-static void mla_cp_free(struct ls_cp_s *c) { (void)c; }
-static ls_status mla_cp_capture(struct ls_cp_s *c, const ls_params *q, const int32_t *prompt, size_t page_size,
-                                size_t chunk, ls_state *ps, ls_real **checkpoints, ls_mem_cat cat,
-                                ls_layer_hook hook, void *hook_user) {
-    (void)c, (void)q, (void)prompt, (void)page_size, (void)chunk, (void)ps, (void)checkpoints, (void)cat;
-    (void)hook, (void)hook_user;
-    return LS_ERR_UNSUPPORTED;
-}
-static ls_status mla_cp_prompt_backward(struct ls_cp_s *c, const ls_params *p, const int32_t *prompt, size_t chunk,
-                                        ls_real *const *checkpoints, const ls_state *ps, ls_state *dps,
-                                        ls_layer_hook hook, void *hook_user) {
-    (void)c, (void)p, (void)prompt, (void)chunk, (void)checkpoints, (void)ps, (void)dps, (void)hook;
-    (void)hook_user;
-    return LS_ERR_UNSUPPORTED;
-}
 /* Reals one layer's tape and backward transients take per token (an
  * over-estimate: the tape's saves twice, for the backward's work buffers). */
 static size_t mla_plan_layer_bytes(const ls_model_config *c, int lora_r) {
@@ -190,11 +170,20 @@ static size_t mla_plan_layer_bytes(const ls_model_config *c, int lora_r) {
 }
 
 /* The routed-token buffers of one MoE chunk (moe_dispatch): the forward's
- * and the backward's, at the configured chunk (ls_mla_set_seg_opts). */
+ * and the backward's, at the configured chunk (ls_mla_set_seg_opts); under
+ * CP the rings' buffers (communication). */
 static void mla_plan_terms(const ls_model_config *c, const ls_family_plan_in *in, size_t plan[LS_MEM_COUNT]) {
     ls_mla_seg_opts o = LS_K(ls_mla_get_seg_opts)();
     size_t C = o.moe_chunk ? o.moe_chunk : 256;
     plan[LS_MEM_DISPATCH] = ls_sat_add(plan[LS_MEM_DISPATCH], LS_K(ls_mla_dispatch_bytes)(c, C, in->expert_lora_r, 1));
+    if (in->world < 2) return;
+    /* context parallelism (mla_cp.h): a ring's send and receive blocks of the shard's rows with their
+       gradient accumulators, and the shard queries' remote partial and selections */
+    size_t row = ls_sat_add(ls_sat_add((size_t)c->kv_rank, (size_t)c->d_rope), (size_t)c->index_dim);
+    size_t q = ls_sat_add(ls_sat_mul((size_t)c->index_topk, 2 * sizeof(int64_t) + sizeof(ls_real)),
+                          ls_sat_mul3((size_t)c->heads, (size_t)c->d_v + 1, sizeof(ls_real)));
+    size_t comm = ls_sat_add(ls_sat_mul3(4, in->cpP, ls_sat_mul(row, sizeof(ls_real))), ls_sat_mul(in->cpP, q));
+    plan[LS_MEM_COMM] = ls_sat_add(plan[LS_MEM_COMM], comm);
 }
 
 const ls_family_ops LS_K(ls_family_mla) = {
@@ -214,10 +203,11 @@ const ls_family_ops LS_K(ls_family_mla) = {
     .tape_free = LS_K(ls_mla_tape_free),
     .tape_bytes = LS_K(ls_mla_tape_bytes),
     .prompt_backward = LS_K(ls_mla_prompt_backward),
-    .cp_init = mla_cp_init,
-    .cp_free = mla_cp_free,
-    .cp_capture = mla_cp_capture,
-    .cp_prompt_backward = mla_cp_prompt_backward,
+    .cp_init = LS_K(ls_mla_cp_init),
+    .cp_free = LS_K(ls_mla_cp_free),
+    .cp_capture = LS_K(ls_mla_cp_capture),
+    .cp_prompt_backward = LS_K(ls_mla_cp_prompt_bwd),
+    .cp_shard_grads = LS_K(ls_mla_cp_shard_grads),
     .plan_layer_bytes_per_token = mla_plan_layer_bytes,
     .plan_terms = mla_plan_terms,
 };

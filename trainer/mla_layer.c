@@ -105,7 +105,7 @@ static const ls_real *kv_b_effective(const ls_params *p, const ls_lin *l, ls_rea
 }
 
 /* d(W_eff) -> dW (+= when trained), dA += s B^T dWe, dB += s dWe A^T. */
-static void kv_b_grad(const ls_params *p, const ls_lin *l, const ls_real *dwe) {
+void LS_K(ls_mla_kv_b_grad)(const ls_params *p, const ls_lin *l, const ls_real *dwe) {
     size_t in = l->in, out = l->out, r = lora_r(l);
     if (l->W->g)
         for (size_t i = 0; i < out * in; i++) l->W->g[i] += dwe[i];
@@ -217,6 +217,134 @@ ls_status LS_K(ls_mla_attn_backward)(const ls_params *p, const ls_mla_attn_q *q,
         }
     }
     ls_arena_free(&a);
+    return LS_OK;
+}
+
+/* ---- attention under context parallelism (ls_mla_cp_layer; mla_cp.h) ------------ */
+
+/* The replicated response rows of a response segment: the context's pages
+ * from cp->T on, then the segment's own rows, as one block (copied when the
+ * context has response pages: a decode state). */
+typedef struct {
+    ls_mla_cp_rows rows;
+    size_t n_ctx;          /* rows from the context's pages */
+    ls_real *ckv, *kpe, *kI; /* the joined copy (NULL: rows are the own rows) */
+} cp_resp;
+
+static size_t cp_shard_pages(const ls_layer_state *ctx, const ls_mla_cp *cp) {
+    size_t i = 0;
+    while (ctx && i < ctx->n_pages && ctx->pages[i].pos0 < cp->T) i++;
+    return i;
+}
+
+static ls_status cp_resp_rows(cp_resp *r, const ls_model_config *c, const ls_layer_state *ctx, size_t ns,
+                              const ls_real *ckv, const ls_real *kpe, const ls_real *kI, size_t T, int64_t pos0,
+                              ls_arena *scr) {
+    size_t rkv = (size_t)c->kv_rank, dr = (size_t)c->d_rope, dI = (size_t)c->index_dim, np = ctx ? ctx->n_pages : 0;
+    memset(r, 0, sizeof *r);
+    for (size_t i = ns; i < np; i++) r->n_ctx += ctx->pages[i].n;
+    r->rows = (ls_mla_cp_rows){.c_kv = ckv, .k_pe = kpe, .k_I = kI, .pos0 = pos0, .n = T};
+    if (!r->n_ctx) return LS_OK;
+    size_t n = r->n_ctx + T, off = 0;
+    r->ckv = buf(NULL, scr, n * rkv);
+    r->kpe = buf(NULL, scr, n * dr);
+    r->kI = kI ? buf(NULL, scr, n * dI) : NULL;
+    if (scr->failed) return LS_ERR_NOMEM;
+    for (size_t i = ns; i < np; i++) {
+        const ls_kv_page *pg = &ctx->pages[i];
+        memcpy(r->ckv + off * rkv, pg->k, R(pg->n * rkv));
+        memcpy(r->kpe + off * dr, pg->v, R(pg->n * dr));
+        if (kI) memcpy(r->kI + off * dI, pg->x, R(pg->n * dI));
+        off += pg->n;
+    }
+    memcpy(r->ckv + off * rkv, ckv, R(T * rkv));
+    memcpy(r->kpe + off * dr, kpe, R(T * dr));
+    if (kI) memcpy(r->kI + off * dI, kI, R(T * dI));
+    r->rows = (ls_mla_cp_rows){.c_kv = r->ckv, .k_pe = r->kpe, .k_I = r->kI, .pos0 = ctx->pages[ns].pos0, .n = n};
+    return LS_OK;
+}
+
+static ls_mla_cp_rows *cp_shard_rows(const ls_layer_state *ctx, size_t ns, ls_arena *scr) {
+    ls_mla_cp_rows *b = ls_arena_alloc(scr, (ns + 1) * sizeof *b);
+    for (size_t i = 0; b && i < ns; i++) {
+        const ls_kv_page *pg = &ctx->pages[i];
+        b[i] = (ls_mla_cp_rows){.c_kv = pg->k, .k_pe = pg->v, .k_I = pg->x, .pos0 = pg->pos0, .n = pg->n};
+    }
+    return b;
+}
+
+/* The layer's attention across the ranks: sel, o, lse assigned (the same on every rank for a response). */
+static ls_status cp_attn_forward(const ls_mla_cp_layer *L, int l, const ls_model_config *c, const ls_mla_attn_q *q,
+                                 const ls_layer_state *ctx, const ls_real *ckv, const ls_real *kpe,
+                                 const ls_real *kI, int64_t *sel, ls_real *o, ls_real *lse, ls_arena *scr) {
+    ls_mla_cp cp = *L->cp;
+    cp.k_top = q->k_sel;
+    cp.form = form_for(q->T, (size_t)q->pos0 + q->T);
+    ls_mla_cp_queries cq = {.q_nope = q->qn, .q_pe = q->qpe, .q_I = q->qI, .w = q->wI, .pos0 = q->pos0, .T = q->T};
+    ls_mla_cp_rows own = {.c_kv = ckv, .k_pe = kpe, .k_I = kI, .pos0 = q->pos0, .n = q->T};
+    if (L->prompt) {
+        ls_status st = LS_K(ls_mla_cp_prompt_select)(&cp, sel, &cq, &own, l);
+        if (st == LS_OK) st = LS_K(ls_mla_cp_prompt_forward)(&cp, o, lse, &cq, sel, &own, q->kvb, 1, l);
+        return st;
+    }
+    size_t ns = cp_shard_pages(ctx, &cp);
+    cp_resp r;
+    ls_status st = cp_resp_rows(&r, c, ctx, ns, ckv, kpe, kI, q->T, q->pos0, scr);
+    ls_mla_cp_rows *blk = st == LS_OK ? cp_shard_rows(ctx, ns, scr) : NULL;
+    if (st == LS_OK && !blk) st = LS_ERR_NOMEM;
+    if (st == LS_OK) st = LS_K(ls_mla_cp_response_select)(&cp, sel, &cq, blk, ns, &r.rows, l);
+    if (st == LS_OK) st = LS_K(ls_mla_cp_response_forward)(&cp, o, lse, &cq, sel, blk, ns, &r.rows, q->kvb, l);
+    return st;
+}
+
+/* Its backward: dq_nope, dq_pe assigned; dckv/dkpe [T, ..] (the own rows') +=; the context's shard pages'
+ * gradient into dctx (NULL: detached), its response pages' too; dkvb (may be NULL) +=. */
+static ls_status cp_attn_backward(const ls_mla_cp_layer *L, int l, const ls_model_config *c, const ls_mla_attn_q *q,
+                                  const ls_layer_state *ctx, ls_layer_state *dctx, const ls_real *ckv,
+                                  const ls_real *kpe, const int64_t *sel, const ls_real *o, const ls_real *lse,
+                                  const ls_real *dout, ls_real *dqn, ls_real *dqpe, ls_real *dckv, ls_real *dkpe,
+                                  ls_real *dkvb, ls_arena *scr) {
+    size_t T = q->T, rkv = (size_t)c->kv_rank, dr = (size_t)c->d_rope;
+    ls_mla_cp cp = *L->cp;
+    cp.k_top = q->k_sel;
+    cp.form = form_for(T, (size_t)q->pos0 + T);
+    ls_mla_cp_queries cq = {.q_nope = q->qn, .q_pe = q->qpe, .pos0 = q->pos0, .T = T};
+    ls_mla_cp_rows own = {.c_kv = ckv, .k_pe = kpe, .pos0 = q->pos0, .n = T};
+    if (L->prompt) {
+        ls_mla_cp_drows down = {dckv, dkpe};
+        memset(dqn, 0, R(T * (size_t)c->heads * (size_t)c->d_nope));
+        memset(dqpe, 0, R(T * (size_t)c->heads * dr));
+        return LS_K(ls_mla_cp_prompt_backward)(&cp, dqn, dqpe, &down, dkvb, o, lse, dout, &cq, sel, &own, q->kvb, 1,
+                                               l);
+    }
+    size_t ns = cp_shard_pages(ctx, &cp);
+    cp_resp r;
+    ls_status st = cp_resp_rows(&r, c, ctx, ns, ckv, kpe, NULL, T, q->pos0, scr);
+    ls_mla_cp_rows *blk = st == LS_OK ? cp_shard_rows(ctx, ns, scr) : NULL;
+    ls_mla_cp_drows *dblk = ls_arena_alloc(scr, (ns + 1) * sizeof *dblk);
+    size_t nr = r.rows.n;
+    ls_real *drc = r.n_ctx ? buf(NULL, scr, nr * rkv) : dckv, *drp = r.n_ctx ? buf(NULL, scr, nr * dr) : dkpe;
+    if (st == LS_OK && (!blk || !dblk || scr->failed)) st = LS_ERR_NOMEM;
+    if (st != LS_OK) return st;
+    for (size_t i = 0; i < ns; i++)
+        dblk[i] = (ls_mla_cp_drows){dctx ? dctx->pages[i].k : NULL, dctx ? dctx->pages[i].v : NULL};
+    if (r.n_ctx) { /* the joined rows' gradient: zero, then split */
+        memset(drc, 0, R(nr * rkv));
+        memset(drp, 0, R(nr * dr));
+    }
+    ls_mla_cp_drows dresp = {drc, drp};
+    st = LS_K(ls_mla_cp_response_backward)(&cp, dqn, dqpe, dblk, &dresp, dkvb, o, lse, dout, &cq, sel, blk, ns,
+                                           &r.rows, q->kvb, l);
+    if (st != LS_OK || !r.n_ctx) return st;
+    size_t off = 0;
+    for (size_t i = ns; i < ctx->n_pages; i++) {
+        size_t n = ctx->pages[i].n;
+        for (size_t j = 0; dctx && j < n * rkv; j++) dctx->pages[i].k[j] += drc[off * rkv + j];
+        for (size_t j = 0; dctx && j < n * dr; j++) dctx->pages[i].v[j] += drp[off * dr + j];
+        off += n;
+    }
+    for (size_t j = 0; j < T * rkv; j++) dckv[j] += drc[off * rkv + j];
+    for (size_t j = 0; j < T * dr; j++) dkpe[j] += drp[off * dr + j];
     return LS_OK;
 }
 
@@ -362,8 +490,9 @@ ls_status LS_K(ls_mla_layer_forward)(const ls_params *p, int l, ls_real *h, size
     ls_real eps = (ls_real)c->rms_eps;
     double theta = c->rope_theta;
     size_t np = ctx ? ctx->n_pages : 0;
-    if (ctx && ctx->cp) return LS_ERR_UNSUPPORTED; /* context parallelism: not this module's yet */
-    size_t Tk = (size_t)pos0 + T, k_sel = (size_t)c->index_topk < Tk ? (size_t)c->index_topk : Tk;
+    const ls_mla_cp_layer *cpl = ctx ? ctx->cp : NULL;
+    size_t Tk = cpl && cpl->prompt ? (size_t)cpl->cp->T : (size_t)pos0 + T; /* the same k on every rank */
+    size_t k_sel = (size_t)c->index_topk < Tk ? (size_t)c->index_topk : Tk;
     ls_real *x = tp ? buf(ta, scr, T * d) : h, *rstd1 = buf(ta, scr, T), *xn1 = buf(ta, scr, T * d);
     ls_real *xa_qa = lora_save(ta, scr, &ly->q_a, T), *cq = buf(ta, scr, T * rq), *rstd_q = buf(ta, scr, T);
     ls_real *cqn = buf(ta, scr, T * rq), *xa_qb = lora_save(ta, scr, &ly->q_b, T);
@@ -422,7 +551,8 @@ ls_status LS_K(ls_mla_layer_forward)(const ls_params *p, int l, ls_real *h, size
     blk[np] = (ls_mla_kblock){.ckv = ckv, .kpe = kpe, .kI = kI, .n = T, .pos0 = pos0};
     ls_mla_attn_q aq = {.qn = qn, .qpe = qpe, .qI = qI, .wI = wI, .kvb = kv_b_effective(p, &ly->kv_b, kvb_buf),
                         .T = T, .k_sel = k_sel, .pos0 = pos0};
-    ls_status st = LS_K(ls_mla_attn_forward)(p, &aq, blk, np + 1, sel, o, lse);
+    ls_status st = cpl ? cp_attn_forward(cpl, l, c, &aq, ctx, ckv, kpe, kI, sel, o, lse, scr)
+                       : LS_K(ls_mla_attn_forward)(p, &aq, blk, np + 1, sel, o, lse);
     if (st != LS_OK) return st;
     lin_f(p, &ly->o, y, xa_o, o, T);
     for (size_t i = 0; i < T * d; i++) h[i] = x[i] + y[i];
@@ -458,7 +588,8 @@ ls_status LS_K(ls_mla_layer_backward)(const ls_params *p, int l, const ls_mla_la
     size_t rkv = (size_t)c->kv_rank, dn = (size_t)c->d_nope, dr = (size_t)c->d_rope, dv = (size_t)c->d_v;
     size_t dqk = dn + dr, I = (size_t)c->ffn_dim, cut = tp->cut;
     size_t np = ctx ? ctx->n_pages : 0;
-    if (cut && dctx) return LS_ERR_ARG; /* the context lies before the cut */
+    const ls_mla_cp_layer *cpl = ctx ? ctx->cp : NULL;
+    if (cut && (dctx || cpl)) return LS_ERR_ARG; /* the context lies before the cut; CP has no cut */
     if (dctx && dctx->n_pages != np) return LS_ERR_INTERNAL;
     ls_real *dxn = buf(NULL, scr, T * d), *dtmp = buf(NULL, scr, T * d), *dout = buf(NULL, scr, T * H * dv);
     ls_real *dqn = buf(NULL, scr, T * H * dn), *dqpe = buf(NULL, scr, T * H * dr);
@@ -506,9 +637,16 @@ ls_status LS_K(ls_mla_layer_backward)(const ls_params *p, int l, const ls_mla_la
                                 .kgrad_q_end = T};
     ls_mla_attn_q aq = {.qn = tp->qn, .qpe = tp->qpe, .kvb = kv_b_effective(p, &ly->kv_b, kvb_buf), .T = T,
                         .k_sel = tp->k_sel, .pos0 = tp->pos0};
-    st = LS_K(ls_mla_attn_backward)(p, &aq, blk, nb, tp->sel, tp->o, tp->lse, dout, dqn, dqpe, dkvb);
+    if (cpl)
+        st = cp_attn_backward(cpl, l, c, &aq, ctx, dctx, tp->ckv, tp->kpe, tp->sel, tp->o, tp->lse, dout, dqn, dqpe,
+                              dckv, dkpe, dkvb, scr);
+    else
+        st = LS_K(ls_mla_attn_backward)(p, &aq, blk, nb, tp->sel, tp->o, tp->lse, dout, dqn, dqpe, dkvb);
     if (st != LS_OK) return st;
-    if (dkvb) kv_b_grad(p, &ly->kv_b, dkvb);
+    if (dkvb && cpl && !cpl->prompt && cpl->dkvb_acc) /* shard-local: kept aside (mla_cpfam.c) */
+        for (size_t i = 0; i < ly->kv_b.out * ly->kv_b.in; i++) cpl->dkvb_acc[i] += dkvb[i];
+    else if (dkvb)
+        LS_K(ls_mla_kv_b_grad)(p, &ly->kv_b, dkvb);
     /* q path: RoPE, q_b, q_a_norm, q_a */
     LS_K(ls_rope_apply)(dqpe, LS_ROPE_INTERLEAVED, T, H, dr, dr, tp->pos0, c->rope_theta, 1);
     for (size_t i = 0; i < T * H; i++) {

@@ -12,14 +12,36 @@
  *   backward (ls_mla_attn_backward): per block ls_mla_backward with the
  *            GLOBAL o/lse -> dq_nope, dq_pe, dkv_b and each block's
  *            dc_kv/dk_pe.
- * Context parallelism plugs in HERE: a CP rank passes its local blocks,
- * replaces the selection's merge by the gather of every rank's local top-k
- * followed by the same ls_dsa_merge (global selection), and composes the
- * remote partials into (o, lse) with ls_attn_merge_into; the backward adds
- * the remote blocks' dq and returns their dc_kv/dk_pe the same way. */
+ * Context parallelism plugs in at the layer: a context whose layer state
+ * carries an ls_mla_cp_layer (below) replaces these two calls by mla_cp.h's
+ * (the gathered global selection and the MAX/SUM composition for
+ * responses, the rings for the prompt shard). */
 #ifndef LS_TRAINER_MLA_LAYER_H
 #define LS_TRAINER_MLA_LAYER_H
 #include "trainer/mla.h"
+#include "trainer/mla_cp.h"
+
+/* The CP context of one layer's attention (ls_layer_state.cp of an mla
+ * state under context parallelism; mla_cpfam.c owns it).  prompt 1: the
+ * capture (and its recompute in the prompt backward) of this rank's whole
+ * shard: the layer's own rows are the shard's, the context has no pages,
+ * the selection is the rings' global top-k (mla_cp.h prompt functions),
+ * the backward the reverse ring.  prompt 0: a response segment: the
+ * context's pages before cp->T are this rank's shard rows, later pages and
+ * the segment's own rows are the replicated response rows (the owner, the
+ * last rank, attends to them); the selection is the gathered global top-k,
+ * the output the MAX/SUM composition; the backward sums dq and the response
+ * rows' gradient.  dkvb_acc (response backward; NULL: into kv_b's .g):
+ * receives += the layer's shard-local gradient of the effective kv_b. */
+typedef struct {
+    const ls_mla_cp *cp; /* group, dims, T, faults (form and k_top are set per call) */
+    int prompt;
+    ls_real *dkvb_acc;   /* [H (d_n + d_v), r_kv] */
+} ls_mla_cp_layer;
+
+/* d(effective kv_b) [H (d_n + d_v), r_kv] into kv_b's trainable gradients
+ * (+=: W, or the adapter's A and B). */
+void LS_K(ls_mla_kv_b_grad)(const ls_params *p, const ls_lin *l, const ls_real *dwe);
 
 /* One block of keys: n consecutive positions from pos0.  Backward:
  * dckv/dkpe (NULL: no key gradient wanted) receive += the gradient of its

@@ -3,7 +3,8 @@
  * its segments (embedding, the layer stack, final norm and the fused
  * log-prob head) with their taped backward, and the `full`-mode backward
  * through the prompt computation, recomputed chunk by chunk from the
- * capture's checkpoints.  One rank (a state with a CP context refuses). */
+ * capture's checkpoints.  Under CP a state's layers carry the context of
+ * mla_cpfam.c (ls_mla_cp_layer), which the layers use. */
 #include <math.h>
 #include <string.h>
 #include <time.h>
@@ -43,6 +44,7 @@ static ls_status derive(ls_state *d, const ls_state *s, ls_mem_cat cat, int borr
     for (int l = 0; l < d->n_layers && st == LS_OK; l++) {
         const ls_layer_state *sl = &s->ly[l];
         ls_layer_state *dl = &d->ly[l];
+        dl->cp = sl->cp; /* a fork reads the same remote context */
         if (!sl->n_pages) continue;
         dl->pages = ls_mem_alloc(LS_MEM_SCRATCH, sl->n_pages * sizeof *dl->pages);
         if (!dl->pages) {
@@ -104,8 +106,8 @@ size_t LS_K(ls_mla_state_plan_bytes)(const ls_model_config *c, int64_t n_pos) {
     return ls_sat_mul(ls_sat_mul3(row, sizeof(ls_real), (size_t)c->n_layers), n);
 }
 
-static ls_status append_pages(ls_state *s, int l, const ls_real *ckv, const ls_real *kpe, const ls_real *kI,
-                              size_t T, int64_t pos0, const ls_model_config *c) {
+ls_status LS_K(ls_mla_state_append)(ls_state *s, int l, const ls_real *ckv, const ls_real *kpe, const ls_real *kI,
+                                    size_t T, int64_t pos0, const ls_model_config *c) {
     ls_layer_state *ly = &s->ly[l];
     size_t rows[3] = {(size_t)c->kv_rank, (size_t)c->d_rope, (size_t)c->index_dim};
     const ls_real *src[3] = {ckv, kpe, kI};
@@ -188,7 +190,7 @@ static ls_status layers_forward(const ls_params *p, ls_seg_io *io, ls_real *h, m
             st = LS_K(ls_mla_layer_forward)(p, l, h, T, io->pos0, ctx, ckv, kpe, kI, tp ? &tp->ly[l] : NULL,
                                             tp ? &tp->arena : NULL, &scr);
         if (st == LS_OK && tp) tp->ly[l].cut = io->grad_cut;
-        if (st == LS_OK && io->state_out) st = append_pages(io->state_out, l, ckv, kpe, kI, T, io->pos0, c);
+        if (st == LS_OK && io->state_out) st = LS_K(ls_mla_state_append)(io->state_out, l, ckv, kpe, kI, T, io->pos0, c);
         ls_arena_free(&scr);
         if (st == LS_OK && io->hook) io->hook(io->hook_user, l, 0, T, now_ns() - t0, l2(h, T * d));
     }

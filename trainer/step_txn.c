@@ -452,11 +452,10 @@ static ls_status phase_replay(txn *x, const char **what) {
         }
     }
     end(x->obs, PH_REPLAY, t0, st == LS_OK, res);
-    if (st != LS_OK || !x->full || x->naive) return st;
-    *what = "prompt backward";
-    begin(x->obs, PH_PROMPT_BWD, &t0);
-    hook_ctx hk = {x->obs, "prompt_bwd", -1};
-    if (x->use_cp) { /* the replicated gradients aside: the prompt backward's are shard-local */
+    /* the replicated gradients aside: the prompt backward's (and a family's shard-local response part,
+       family.h cp_shard_grads, in both modes) are summed by finalize */
+    const ls_family_ops *fam = x->p->fam;
+    if (st == LS_OK && x->use_cp && !x->naive && (x->full || fam->cp_shard_grads)) {
         ls_params *p = x->p;
         size_t n = 0, off = 0;
         for (size_t i = 0; i < p->n; i++) n += p->t[i].trainable ? p->t[i].numel : 0;
@@ -467,6 +466,13 @@ static ls_status phase_replay(txn *x, const char **what) {
             memset(p->t[i].g, 0, R_(p->t[i].numel));
             off += p->t[i].numel;
         }
+        if (st == LS_OK && fam->cp_shard_grads) st = fam->cp_shard_grads(&x->cp, p);
+    }
+    if (st != LS_OK || !x->full || x->naive) return st;
+    *what = "prompt backward";
+    begin(x->obs, PH_PROMPT_BWD, &t0);
+    hook_ctx hk = {x->obs, "prompt_bwd", -1};
+    if (x->use_cp) {
         if (st == LS_OK)
             st = LS_K(ls_cp_prompt_backward)(&x->cp, x->p, b->prompt, x->o->capture_chunk, x->ckpt, x->ps, &x->dps,
                                              hook_fn, &hk);

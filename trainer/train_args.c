@@ -62,7 +62,8 @@ void ls_train_usage(FILE *f) {
         "                          the memory tracker during the step (the RSS check must see it)\n"
         "  --fault skip-dkv-reduce   CP: drop the response dK/dV reduction (the original work's bug)\n"
         "  --fault skip-grad-finalize CP: skip the sum of the shard-local gradients\n"
-        "  --fault cp-local-attention CP: each rank attends only to its own keys\n"
+        "  --fault cp-local-attention CP (hybrid): each rank attends only to its own keys\n"
+        "  --fault cp-local-dsa    CP (mla): each rank selects its DSA top-k from its own keys only\n"
         "  --fault kill-rank=R[@PHASE[:L]]  rank R kills itself (SIGKILL) as PHASE begins (default\n"
         "                          replay; capture, rollout, score, replay, prompt_bwd, finalize,\n"
         "                          optimizer), or with :L right after its first layer L layer_end\n"
@@ -263,11 +264,12 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
             else if (!strcmp(val, "skip-dkv-reduce")) a->step.cp_faults.skip_dkv_reduce = 1;
             else if (!strcmp(val, "skip-grad-finalize")) a->step.cp_faults.skip_grad_finalize = 1;
             else if (!strcmp(val, "cp-local-attention")) a->step.cp_faults.local_attention = 1;
+            else if (!strcmp(val, "cp-local-dsa")) a->step.cp_faults.local_dsa = 1;
             else if (!strncmp(val, "kill-rank=", 10)) {
                 if (parse_kill(a, val + 10, err, err_len) != 0) return 2;
             }
             else BAD("--fault: '%s' is not a fault this trainer injects (nan-grad, untracked-alloc, skip-dkv-reduce, "
-                     "skip-grad-finalize, cp-local-attention, kill-rank=R[@PHASE[:L]])", val);
+                     "skip-grad-finalize, cp-local-attention, cp-local-dsa, kill-rank=R[@PHASE[:L]])", val);
         } else BAD("unknown option '%s' (see --help)", k);
     }
     if (!a->config_path) BAD("--config: required");

@@ -375,7 +375,10 @@ static int cp_usage(run *r) {
     if (r->world < 2) return 0;
     if (a->step.strategy == LS_STRATEGY_NAIVE) why = "--strategy naive is the single-rank reference: run it without mpirun";
     else if (a->prefix_frozen > 1) why = "--prefix-frozen runs on one rank: run it without mpirun";
-    else if (a->cfg.family == LS_FAMILY_MLA) why = "--config: family 'mla' trains on one rank only (no context parallelism yet): run it without mpirun";
+    else if (a->cfg.family == LS_FAMILY_MLA && a->step.cp_faults.local_attention)
+        why = "--fault cp-local-attention: the hybrid family's fault; for family 'mla' use --fault cp-local-dsa";
+    else if (a->cfg.family != LS_FAMILY_MLA && a->step.cp_faults.local_dsa)
+        why = "--fault cp-local-dsa: applies to family 'mla' only (the hybrid family has cp-local-attention)";
     else if (a->rollouts && !strcmp(a->rollouts, "-")) why = "--rollouts -: under mpirun only rank 0 has standard input; give a file";
     if (!why) return 0;
     return r->rank == 0 ? fail(r, 2, LS_ERR_ARG, "", why) : 2;
