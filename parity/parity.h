@@ -153,7 +153,9 @@ typedef struct {
     double max_abs, max_rel;
 } ls_parity_err;
 
-/* max |a - b| and max |a - b| / max |b| over n values (0 when both are 0). */
+/* max |a - b| and max |a - b| / max |b| over n values (0 when both are 0;
+ * over max |a| when b is all zero: a tensor no token reached in the
+ * reference, e.g. an MoE expert, that one did reach in a; then 1). */
 ls_parity_err ls_parity_err_of(const double *a, const double *b, size_t n);
 
 /* ---- the report (parity_report.c) ------------------------------------------ */

@@ -15,6 +15,7 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,9 @@
 #include "trainer/safetensors.h"
 
 #define FD_TOL 1e-7
+/* units in the last place of a computed loss (a float64 sum of log-probs): the rounding error
+ * assumed of each loss the finite differences subtract */
+#define FD_LOSS_ULPS 4.0
 #define FD_BATCH 24 /* tensors whose perturbed weights exist at once (4 files each) */
 
 static uint64_t splitmix(uint64_t *s) {
@@ -79,10 +83,11 @@ ls_status ls_parity_fd(const ls_parity_opts *o, const ls_parity_config *c, ls_pa
     size_t *pick = calloc(nt ? nt : 1, sizeof *pick); /* evenly spaced when fd_max cuts */
     for (size_t k = 0; pick && k < nt; k++) pick[k] = k * nall / nt;
     double *fd = calloc(nt ? nt : 1, sizeof *fd), *est = calloc(nt ? nt : 1, sizeof *est);
+    double *floor_ = calloc(nt ? nt : 1, sizeof *floor_);
     double *an = calloc(nt ? nt : 1, sizeof *an), *al = calloc(nt ? nt : 1, sizeof *al);
     ls_parity_job *jobs = calloc(4 * FD_BATCH, sizeof *jobs);
     double *moved = NULL, *d = NULL;
-    if (!fd || !est || !an || !al || !jobs || !pick) {
+    if (!fd || !est || !floor_ || !an || !al || !jobs || !pick) {
         s = LS_ERR_NOMEM;
         goto done;
     }
@@ -156,6 +161,13 @@ ls_status ls_parity_fd(const ls_parity_opts *o, const ls_parity_config *c, ls_pa
             double d1 = (L[0] - L[1]) / (2 * h), d2 = (L[2] - L[3]) / h;
             fd[ti] = (4 * d2 - d1) / 3;
             est[ti] = fabs(d2 - d1) / 3;
+            /* the rounding floor of that combination: each loss carries a rounding error of
+             * about FD_LOSS_ULPS units of its last place, d1 gets it / h, d2 twice that,
+             * (4 d2 - d1) / 3 three times it */
+            double lmax = 0;
+            for (int k = 0; k < 4; k++)
+                if (fabs(L[k]) > lmax) lmax = fabs(L[k]);
+            floor_[ti] = 3.0 * FD_LOSS_ULPS * DBL_EPSILON * lmax / h;
         }
         for (size_t k = 0; k < nj; k++) ls_parity_job_free(&jobs[k]);
         if (s == LS_OK && !o->quiet)
@@ -173,9 +185,14 @@ ls_status ls_parity_fd(const ls_parity_opts *o, const ls_parity_config *c, ls_pa
         for (size_t ti = 0; ti < nt; ti++) {
             ls_parity_err e = {fabs(a[ti] - fd[ti]), 0};
             e.max_rel = fd[ti] != 0 ? e.max_abs / fabs(fd[ti]) : e.max_abs == 0 ? 0 : INFINITY;
-            cJSON *en = ls_parity_entry(g_naive->name[pick[ti]], e, FD_TOL, -1);
+            /* relative FD_TOL, or the rounding floor where the derivative is so small that
+             * FD_TOL of it lies below what the differences of the losses can resolve */
+            double tol = FD_TOL;
+            if (fd[ti] != 0 && floor_[ti] / fabs(fd[ti]) > tol) tol = floor_[ti] / fabs(fd[ti]);
+            cJSON *en = ls_parity_entry(g_naive->name[pick[ti]], e, tol, -1);
             cJSON_AddNumberToObject(en, "fd_derivative", fd[ti]);
             cJSON_AddNumberToObject(en, "fd_error_estimate", est[ti]);
+            cJSON_AddNumberToObject(en, "fd_rounding_floor", floor_[ti]);
             cJSON_AddItemToArray(arr, en);
         }
         if (nt < nall) { /* not every trainable tensor: the check cannot pass */
@@ -195,6 +212,7 @@ done:
     free(d);
     free(fd);
     free(est);
+    free(floor_);
     free(an);
     free(al);
     free(jobs);

@@ -184,12 +184,14 @@ const char *ls_parity_dtype_name(int dtype) { return dtype == LS_PARITY_F32 ? "f
 
 ls_parity_err ls_parity_err_of(const double *a, const double *b, size_t n) {
     ls_parity_err e = {0, 0};
-    double scale = 0;
+    double scale = 0, scale_a = 0;
     for (size_t i = 0; i < n; i++) {
         double d = fabs(a[i] - b[i]);
         if (!(d <= e.max_abs)) e.max_abs = d; /* NaN wins */
         if (fabs(b[i]) > scale) scale = fabs(b[i]);
+        if (fabs(a[i]) > scale_a) scale_a = fabs(a[i]);
     }
+    if (scale == 0) scale = scale_a; /* b all zero */
     e.max_rel = e.max_abs == 0 ? 0 : scale > 0 ? e.max_abs / scale : INFINITY;
     return e;
 }
