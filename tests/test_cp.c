@@ -26,195 +26,17 @@
 #include "trainer/rng.h"
 #include "trainer/step.h"
 
+#include "test_mpi_harness.h"
+
 #define K(x) LS_K(x)
 
-static int failures;
-static int rank_, world_;
-static ls_comm_group *grp;
 
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            failures++;                                                    \
-            fprintf(stderr, "rank %d: FAIL %s:%d: ", rank_, __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fputc('\n', stderr);                                           \
-        }                                                                  \
-    } while (0)
+/* the family's part of test_cp_checks.h */
+#define CP_TEST_CONFIG "/configs/hybrid-tiny.json"
+#define CP_TEST_LORA_EXPERTS 0
+static size_t cp_test_shard_bytes(const ls_params *p, int64_t n) { return K(ls_hstate_analytical_bytes)(p, n); }
 
-static ls_params *make_params(ls_train_mode mode, ls_grad_mode gm) {
-    ls_model_config c;
-    char err[256];
-    if (ls_config_load(&c, LS_SOURCE_DIR "/configs/hybrid-tiny.json", err, sizeof err) != LS_OK) {
-        fprintf(stderr, "%s\n", err);
-        exit(2);
-    }
-    ls_objective o;
-    ls_objective_defaults(&o);
-    o.train_mode = mode;
-    o.grad_mode = gm;
-    o.lora_init_random = 1;
-    o.beta = 0.05;
-    ls_params *p = NULL;
-    if (K(ls_params_init)(&p, &c, &o, 11, err, sizeof err) != LS_OK) {
-        fprintf(stderr, "%s\n", err);
-        exit(2);
-    }
-    ls_rng r; /* the policy off the reference: KL != 0 in full mode */
-    ls_rng_seed(&r, 5);
-    for (size_t i = 0; i < p->n; i++)
-        if (p->t[i].trainable)
-            for (size_t j = 0; j < p->t[i].numel; j++) p->t[i].w[j] += 0.02 * (2 * ls_rng_uniform(&r) - 1);
-    return p;
-}
-
-static ls_batch *make_batch(size_t P, size_t G, const size_t *R) {
-    ls_batch *b = NULL;
-    if (ls_batch_alloc(&b, G) != LS_OK) exit(2);
-    ls_rng r;
-    ls_rng_seed(&r, 1234 + P);
-    int32_t ids[512];
-    for (size_t i = 0; i < P; i++) ids[i] = (int32_t)ls_rng_below(&r, 256);
-    ls_batch_set_prompt(b, ids, P);
-    for (size_t g = 0; g < G; g++) {
-        for (size_t t = 0; t < R[g]; t++) ids[t] = (int32_t)ls_rng_below(&r, 256);
-        ls_batch_set_response(b, g, ids, R[g]);
-        b->rewards[g] = ls_rng_uniform(&r);
-    }
-    return b;
-}
-
-typedef struct {
-    double *g;    /* flattened trainable gradients */
-    double *lp;   /* old-policy log-probs, members concatenated */
-    size_t ng, nlp;
-    int agree;
-    double loss;
-} outcome;
-
-static outcome run(ls_train_mode tm, ls_grad_mode gm, size_t P, size_t G, const size_t *R, ls_strategy s,
-                   ls_comm_group *g, const ls_cp_faults *f) {
-    ls_params *p = make_params(tm, gm);
-    ls_batch *b = make_batch(P, G, R);
-    ls_step_options o;
-    ls_step_options_defaults(&o);
-    o.strategy = s;
-    o.page_size = 4;
-    o.capture_chunk = 5;
-    o.cp_group = g;
-    if (f) o.cp_faults = *f;
-    ls_step_result res;
-    char err[256] = "";
-    ls_status st = K(ls_step_grads)(p, b, NULL, &o, NULL, &res, err, sizeof err);
-    if (st != LS_OK) {
-        fprintf(stderr, "rank %d: step failed: %s\n", rank_, err);
-        exit(1);
-    }
-    outcome out = {.agree = res.grads_agree, .loss = res.loss};
-    out.g = malloc(p->n_trainable * sizeof *out.g);
-    for (size_t i = 0; i < p->n; i++)
-        if (p->t[i].trainable)
-            for (size_t j = 0; j < p->t[i].numel; j++) out.g[out.ng++] = p->t[i].g[j];
-    size_t tot = 0;
-    for (size_t i = 0; i < G; i++) tot += R[i];
-    out.lp = malloc(tot * sizeof *out.lp);
-    for (size_t i = 0; i < G; i++)
-        for (size_t t = 0; t < R[i]; t++) out.lp[out.nlp++] = b->old_lp[i][t];
-    if (g && ls_group_size(g) > 1) { /* the prompt state this rank holds is its shard's, exactly */
-        int64_t s0, s1;
-        ls_cp_shard((int64_t)P - 1, ls_group_size(g), ls_group_rank(g), &s0, &s1);
-        CHECK(res.shard_begin == s0 && res.shard_end == s1, "shard [%lld, %lld)", (long long)res.shard_begin,
-              (long long)res.shard_end);
-        CHECK(res.prompt_state_bytes == K(ls_hstate_analytical_bytes)(p, s1 - s0),
-              "prompt state %zu bytes, analytical for the shard %zu", res.prompt_state_bytes,
-              K(ls_hstate_analytical_bytes)(p, s1 - s0));
-    }
-    ls_batch_free(b);
-    K(ls_params_free)(p);
-    return out;
-}
-
-static void outcome_free(outcome *o) {
-    free(o->g);
-    free(o->lp);
-}
-
-static double rel(const double *a, const double *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        num = fmax(num, fabs(a[i] - b[i]));
-        den = fmax(den, fabs(b[i]));
-    }
-    return den > 0 ? num / den : num;
-}
-
-/* 1 when x's bytes are the same on every rank. */
-static int same_on_all_ranks(const void *x, size_t bytes) {
-    uint8_t mine[LS_DIGEST_SIZE], *all = malloc((size_t)world_ * LS_DIGEST_SIZE);
-    ls_digest_sha256(x, bytes, mine);
-    if (ls_group_allgather(grp, mine, all, LS_DIGEST_SIZE, LS_TRACE_DTYPE_U8, "test_digest", -1) != LS_OK) exit(1);
-    int ok = 1;
-    for (int r = 0; r < world_; r++) ok &= !memcmp(all + (size_t)r * LS_DIGEST_SIZE, mine, LS_DIGEST_SIZE);
-    free(all);
-    return ok;
-}
-
-#define TOL 1e-10
-
-/* The clean comparisons for one configuration. */
-static void check_clean(ls_train_mode tm, ls_grad_mode gm, size_t P, size_t G, const size_t *R) {
-    const char *what = gm == LS_GRAD_FULL ? "full" : "detached";
-    outcome one = run(tm, gm, P, G, R, LS_STRATEGY_LONGSTRAW, NULL, NULL);
-    outcome cpn = run(tm, gm, P, G, R, LS_STRATEGY_LONGSTRAW, grp, NULL);
-    double eg = rel(cpn.g, one.g, one.ng), el = rel(cpn.lp, one.lp, one.nlp);
-    CHECK(eg <= TOL, "%s P=%zu G=%zu train=%d: CP-%d gradient vs CP-1 rel %.3e", what, P, G, tm, world_, eg);
-    CHECK(el <= TOL, "%s P=%zu: CP-%d log-probs vs CP-1 rel %.3e", what, P, world_, el);
-    CHECK(fabs(cpn.loss - one.loss) <= TOL * fmax(1, fabs(one.loss)), "loss %.17g vs %.17g", cpn.loss, one.loss);
-    CHECK(same_on_all_ranks(cpn.g, cpn.ng * sizeof(double)), "%s P=%zu: gradients differ across ranks", what, P);
-    if (world_ > 1) CHECK(cpn.agree, "%s P=%zu: the step's digest check says the ranks disagree", what, P);
-    if (world_ == 1) /* N = 1 is the single-rank path, bit for bit */
-        CHECK(!memcmp(cpn.g, one.g, one.ng * sizeof(double)), "N=1 gradient not bitwise the single-rank one");
-    if (gm == LS_GRAD_FULL) {
-        outcome nv = run(tm, gm, P, G, R, LS_STRATEGY_NAIVE, NULL, NULL);
-        double en = rel(cpn.g, nv.g, nv.ng);
-        CHECK(en <= TOL, "full P=%zu G=%zu train=%d: CP-%d gradient vs naive full sequence rel %.3e", P, G, tm,
-              world_, en);
-        if (rank_ == 0)
-            printf("  full  P=%3zu G=%zu train=%s: CP-%d vs CP-1 %.2e, vs naive %.2e, log-probs %.2e\n", P, G,
-                   tm == LS_TRAIN_LORA ? "lora" : "full", world_, eg, en, el);
-        outcome_free(&nv);
-    } else if (rank_ == 0) {
-        printf("  det.  P=%3zu G=%zu train=%s: CP-%d vs CP-1 %.2e, log-probs %.2e\n", P, G,
-               tm == LS_TRAIN_LORA ? "lora" : "full", world_, eg, el);
-    }
-    outcome_free(&one);
-    outcome_free(&cpn);
-}
-
-/* Two steps with the optimizer: the parameters bitwise equal on every rank. */
-static void check_two_steps(size_t P) {
-    size_t R[] = {4, 6};
-    ls_params *p = make_params(LS_TRAIN_LORA, LS_GRAD_FULL);
-    ls_step_options o;
-    ls_step_options_defaults(&o);
-    o.page_size = 4;
-    o.cp_group = grp;
-    for (int s = 0; s < 2; s++) {
-        ls_batch *b = make_batch(P + (size_t)s, 2, R);
-        char err[256];
-        if (K(ls_step_grads)(p, b, NULL, &o, NULL, NULL, err, sizeof err) != LS_OK) {
-            fprintf(stderr, "rank %d: %s\n", rank_, err);
-            exit(1);
-        }
-        K(ls_step_optimizer)(p, &o, s + 1);
-        ls_batch_free(b);
-    }
-    int ok = 1;
-    for (size_t i = 0; i < p->n; i++)
-        if (p->t[i].trainable) ok &= same_on_all_ranks(p->t[i].w, p->t[i].numel * sizeof(ls_real));
-    CHECK(ok, "parameters differ across ranks after two steps");
-    K(ls_params_free)(p);
-}
+#include "test_cp_checks.h"
 
 /* Each fault breaks its comparison (asserted to fail) and not the others. */
 static void check_faults(void) {
@@ -256,16 +78,7 @@ static void check_faults(void) {
 }
 
 int main(int argc, char **argv) {
-    ls_comm *comm = NULL;
-    char err[256];
-    if (ls_comm_open(&comm, &argc, &argv, err, sizeof err) != LS_OK) {
-        fprintf(stderr, "test_cp: %s\n", err);
-        return 2;
-    }
-    grp = ls_comm_cp(comm);
-    rank_ = ls_comm_rank(comm);
-    world_ = ls_comm_world(comm);
-    if (rank_ == 0) printf("test_cp: %d rank(s), backend %s\n", world_, ls_comm_backend(comm));
+    if (harness_open("test_cp", &argc, &argv) != 0) return 2;
     size_t R1[] = {5, 3, 7}, R2[] = {6}, R3[] = {2, 9};
     check_clean(LS_TRAIN_LORA, LS_GRAD_FULL, 30, 3, R1);     /* 29 positions: uneven for 2 and 4 */
     check_clean(LS_TRAIN_LORA, LS_GRAD_FULL, 12, 1, R2);     /* G = 1; shards of 2-3 < the conv tail */
@@ -274,9 +87,5 @@ int main(int argc, char **argv) {
     check_clean(LS_TRAIN_FULL, LS_GRAD_DETACHED, 23, 2, R3);
     check_two_steps(26);
     if (world_ > 1) check_faults();
-    int64_t tot = failures;
-    ls_group_allreduce_sum(grp, &tot, 1, LS_TRACE_DTYPE_I64, "test_result", -1);
-    if (rank_ == 0) printf("test_cp: %s (%lld failure(s) over %d rank(s))\n", tot ? "FAILED" : "ok", (long long)tot, world_);
-    ls_comm_close(comm);
-    return tot ? 1 : 0;
+    return harness_close("test_cp");
 }

@@ -39,22 +39,11 @@
 #include "trainer/mla_cp.h"
 #include "trainer/rng.h"
 
+#include "test_mpi_harness.h"
+
 #define K(x) LS_K(x)
 #define TOL 1e-12
 
-static int failures;
-static int rank_, world_;
-static ls_comm_group *grp;
-
-#define CHECK(cond, ...)                                                          \
-    do {                                                                          \
-        if (!(cond)) {                                                            \
-            failures++;                                                           \
-            fprintf(stderr, "rank %d: FAIL %s:%d: ", rank_, __FILE__, __LINE__);  \
-            fprintf(stderr, __VA_ARGS__);                                         \
-            fputc('\n', stderr);                                                  \
-        }                                                                         \
-    } while (0)
 #define MUST(x)                                                                   \
     do {                                                                          \
         ls_status st_ = (x);                                                      \
@@ -195,25 +184,7 @@ static void result_free(result *r) {
 
 /* ---- comparisons ----------------------------------------------------------- */
 
-static double rel(const double *a, const double *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        num = fmax(num, fabs(a[i] - b[i]));
-        den = fmax(den, fabs(b[i]));
-    }
-    return den > 0 ? num / den : num;
-}
 
-/* 1 when x's bytes are the same on every rank. */
-static int same_on_all_ranks(const void *x, size_t bytes) {
-    uint8_t mine[LS_DIGEST_SIZE], *all = malloc((size_t)world_ * LS_DIGEST_SIZE);
-    ls_digest_sha256(x, bytes, mine);
-    MUST(ls_group_allgather(grp, mine, all, LS_DIGEST_SIZE, LS_TRACE_DTYPE_U8, "test_digest", -1));
-    int ok = 1;
-    for (int r = 0; r < world_; r++) ok &= !memcmp(all + (size_t)r * LS_DIGEST_SIZE, mine, LS_DIGEST_SIZE);
-    free(all);
-    return ok;
-}
 
 static double max_all(double x) {
     MUST(ls_group_allreduce_max(grp, &x, 1, LS_TRACE_DTYPE_F64, "test_result", -1));
@@ -565,16 +536,8 @@ static void measure_bytes(ls_comm *comm, const problem *p) {
 }
 
 int main(int argc, char **argv) {
-    ls_comm *comm = NULL;
-    char err[256];
-    if (ls_comm_open(&comm, &argc, &argv, err, sizeof err) != LS_OK) {
-        fprintf(stderr, "test_mla_cp: %s\n", err);
-        return 2;
-    }
-    grp = ls_comm_cp(comm);
-    rank_ = ls_comm_rank(comm);
-    world_ = ls_comm_world(comm);
-    if (rank_ == 0) printf("test_mla_cp: %d rank(s), backend %s\n", world_, ls_comm_backend(comm));
+    if (harness_open("test_mla_cp", &argc, &argv) != 0) return 2;
+    ls_comm *comm = comm_;
     if (world_ > 64) return 2;
 
     /* a trace per rank in one directory (rank 0 names it) */
@@ -641,10 +604,5 @@ int main(int argc, char **argv) {
     MUST(ls_group_barrier(grp, "test_cleanup"));
     if (rank_ == 0) remove(dir);
     unmake(&pr), unmake(&pt), unmake(&pk);
-    int64_t tot = failures;
-    MUST(ls_group_allreduce_sum(grp, &tot, 1, LS_TRACE_DTYPE_I64, "test_result", -1));
-    if (rank_ == 0)
-        printf("test_mla_cp: %s (%lld failure(s) over %d rank(s))\n", tot ? "FAILED" : "ok", (long long)tot, world_);
-    ls_comm_close(comm);
-    return tot ? 1 : 0;
+    return harness_close("test_mla_cp");
 }
