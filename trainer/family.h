@@ -26,6 +26,9 @@
  * mla_forward.c (a second, tape-free forward: ls_mla_logprobs). */
 #ifndef LS_TRAINER_FAMILY_H
 #define LS_TRAINER_FAMILY_H
+#include <math.h>
+#include <time.h>
+
 #include "trainer/arena.h"
 #include "trainer/params.h"
 
@@ -74,6 +77,19 @@ typedef struct ls_seg_tape ls_seg_tape;
  * head), direction (0 fwd, 1 bwd), token count, wall ns and output norm. */
 typedef void (*ls_layer_hook)(void *user, int layer, int dir, size_t tokens, int64_t wall_ns,
                               double out_norm);
+
+/* What the families' segments hand their hooks: a monotonic clock in ns and
+ * the L2 norm of a layer's output (accumulated in double). */
+static inline int64_t ls_hook_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+static inline double ls_hook_l2(const ls_real *x, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return sqrt(s);
+}
 
 typedef struct {
     const int32_t *tokens;   /* [T] input ids */

@@ -25,18 +25,6 @@ struct ls_seg_tape {
     ls_real *xf, *rstd_f, *xn_f, *lse; /* final norm input/outputs over scored rows */
 };
 
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static double l2(const ls_real *x, size_t n) {
-    double s = 0;
-    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
-    return sqrt(s);
-}
-
 static ls_status append_pages(ls_hstate *s, int l, const ls_real *k, const ls_real *v, size_t T,
                               int64_t pos0, size_t row) {
     ls_layer_state *ly = &s->ly[l];
@@ -84,7 +72,7 @@ static ls_status layers_forward(const ls_params *p, ls_seg_io *io, ls_real *h, l
     size_t S_n = (size_t)c->gdn_hv * (size_t)c->gdn_dk * (size_t)c->gdn_dv;
     ls_status st = LS_OK;
     for (int l = 0; l < c->n_layers && st == LS_OK; l++) {
-        int64_t t0 = now_ns();
+        int64_t t0 = ls_hook_now_ns();
         ls_arena scr;
         ls_arena_init(&scr, LS_MEM_SCRATCH, 0);
         if (io->checkpoints) memcpy(io->checkpoints[l], h, R(T * d));
@@ -116,7 +104,7 @@ static ls_status layers_forward(const ls_params *p, ls_seg_io *io, ls_real *h, l
         }
         ls_arena_free(&scr);
         if (st == LS_OK && io->hook)
-            io->hook(io->hook_user, l, 0, T, now_ns() - t0, l2(h, T * d));
+            io->hook(io->hook_user, l, 0, T, ls_hook_now_ns() - t0, ls_hook_l2(h, T * d));
     }
     return st;
 }
@@ -153,15 +141,15 @@ ls_status LS_K(ls_segment_forward)(const ls_params *p, ls_seg_io *io) {
     }
     ls_real *h = ls_arena_alloc(&work, R(T * d));
     if (!h) goto cleanup;
-    int64_t t0 = now_ns();
+    int64_t t0 = ls_hook_now_ns();
     LS_K(ls_embedding_forward)(h, io->tokens, p->embed->w, T, d);
-    if (io->hook) io->hook(io->hook_user, -1, 0, T, now_ns() - t0, l2(h, T * d));
+    if (io->hook) io->hook(io->hook_user, -1, 0, T, ls_hook_now_ns() - t0, ls_hook_l2(h, T * d));
     st = layers_forward(p, io, h, tp);
     if (st != LS_OK) goto cleanup;
     if (io->state_out) io->state_out->n_pos = io->pos0 + (int64_t)T;
 
     if (io->targets || io->last_hidden) {
-        t0 = now_ns();
+        t0 = ls_hook_now_ns();
         size_t r0 = io->targets ? io->score_from : T - 1, n = T - r0;
         ls_arena *ha = tp ? &tp->arena : &work;
         ls_real *xf = ls_arena_alloc(ha, R(n * d)), *rstd = ls_arena_alloc(ha, R(n));
@@ -193,7 +181,7 @@ ls_status LS_K(ls_segment_forward)(const ls_params *p, ls_seg_io *io) {
             tp->xn_f = xn;
             tp->lse = lse;
         }
-        if (io->hook) io->hook(io->hook_user, c->n_layers, 0, n, now_ns() - t0, l2(xn, n * d));
+        if (io->hook) io->hook(io->hook_user, c->n_layers, 0, n, ls_hook_now_ns() - t0, ls_hook_l2(xn, n * d));
     }
     st = LS_OK;
     if (io->tape) {
@@ -216,7 +204,7 @@ ls_status LS_K(ls_segment_backward)(const ls_params *p, ls_seg_tape *tp, const l
     ls_status st = LS_ERR_NOMEM;
     ls_real *dh = ls_arena_alloc(&work, R(T * d));
     if (!dh) goto cleanup;
-    int64_t t0 = now_ns();
+    int64_t t0 = ls_hook_now_ns();
     if (dlogp && tp->n_sc) {
         size_t n = tp->n_sc;
         ls_real *dxn = ls_arena_alloc(&work, R(n * d));
@@ -226,21 +214,21 @@ ls_status LS_K(ls_segment_backward)(const ls_params *p, ls_seg_tape *tp, const l
                                   (ls_real)p->obj.temperature, n, d, V, VOCAB_CHUNK, ws);
         LS_K(ls_rmsnorm_backward)(dh + tp->score_from * d, p->norm->g, dxn, tp->xf, tp->rstd_f, p->norm->w,
                                   1, n, d);
-        if (hook) hook(hook_user, c->n_layers, 1, n, now_ns() - t0, l2(dh, T * d));
+        if (hook) hook(hook_user, c->n_layers, 1, n, ls_hook_now_ns() - t0, ls_hook_l2(dh, T * d));
     }
     for (int l = c->n_layers - 1; l >= 0; l--) {
-        t0 = now_ns();
+        t0 = ls_hook_now_ns();
         ls_arena scr;
         ls_arena_init(&scr, tp->arena.cat, 0);
         st = LS_K(ls_layer_backward)(p, l, &tp->ly[l], dh, tp->ctx ? &tp->ctx->ly[l] : NULL,
                                      dctx ? &dctx->ly[l] : NULL, NULL, NULL, NULL, NULL, &scr);
         ls_arena_free(&scr);
         if (st != LS_OK) goto cleanup;
-        if (hook) hook(hook_user, l, 1, T, now_ns() - t0, l2(dh, T * d));
+        if (hook) hook(hook_user, l, 1, T, ls_hook_now_ns() - t0, ls_hook_l2(dh, T * d));
     }
-    t0 = now_ns();
+    t0 = ls_hook_now_ns();
     if (p->embed->g) LS_K(ls_embedding_backward)(p->embed->g, dh, tp->tokens, T, d);
-    if (hook) hook(hook_user, -1, 1, T, now_ns() - t0, l2(dh, T * d));
+    if (hook) hook(hook_user, -1, 1, T, ls_hook_now_ns() - t0, ls_hook_l2(dh, T * d));
     st = LS_OK;
 cleanup:
     ls_arena_free(&work);
@@ -492,7 +480,7 @@ ls_status LS_K(ls_prompt_backward)(const ls_params *p, const int32_t *tokens, si
     if (!dh) goto cleanup;
     st = LS_OK;
     for (int l = c->n_layers - 1; st == LS_OK && l >= 0; l--) {
-        int64_t t0 = now_ns();
+        int64_t t0 = ls_hook_now_ns();
         if (hk && hk->pre && (st = hk->pre(hk->user, l)) != LS_OK) break;
         const ls_layer_state *s0 = cp && cp->start ? &cp->start->ly[l] : NULL;
         ls_layer_state *ds0 = cp && cp->dstart ? &cp->dstart->ly[l] : NULL;
@@ -502,13 +490,13 @@ ls_status LS_K(ls_prompt_backward)(const ls_params *p, const int32_t *tokens, si
         else
             st = gdn_prompt_backward(p, l, T, chunk, checkpoints[l], s0, ds0, dstate, dh, win_cat);
         if (st == LS_OK && hk && hk->post) st = hk->post(hk->user, l);
-        if (st == LS_OK && hook) hook(hook_user, l, 1, T, now_ns() - t0, l2(dh, T * d));
+        if (st == LS_OK && hook) hook(hook_user, l, 1, T, ls_hook_now_ns() - t0, ls_hook_l2(dh, T * d));
     }
     if (st != LS_OK) goto cleanup;
     {
-        int64_t t0 = now_ns(); /* the embedding's own backward, measured like every layer's */
+        int64_t t0 = ls_hook_now_ns(); /* the embedding's own backward, measured like every layer's */
         if (p->embed->g) LS_K(ls_embedding_backward)(p->embed->g, dh, tokens, T, d);
-        if (hook) hook(hook_user, -1, 1, T, now_ns() - t0, l2(dh, T * d));
+        if (hook) hook(hook_user, -1, 1, T, ls_hook_now_ns() - t0, ls_hook_l2(dh, T * d));
     }
 cleanup:
     ls_arena_free(&keep);
@@ -597,19 +585,19 @@ ls_status LS_K(ls_shard_forward)(const ls_params *p, const int32_t *tokens, size
     ls_arena_init(&keep, LS_MEM_SCRATCH, 0);
     ls_real *h = ls_arena_alloc(&keep, R(T * d)), *q_all = ls_arena_alloc(&keep, R(T * qrow));
     ls_status st = h && q_all ? LS_OK : LS_ERR_NOMEM;
-    int64_t t0 = now_ns();
+    int64_t t0 = ls_hook_now_ns();
     if (st == LS_OK) {
         LS_K(ls_embedding_forward)(h, tokens, p->embed->w, T, d);
-        if (hook) hook(hook_user, -1, 0, T, now_ns() - t0, l2(h, T * d));
+        if (hook) hook(hook_user, -1, 0, T, ls_hook_now_ns() - t0, ls_hook_l2(h, T * d));
     }
     for (int l = 0; st == LS_OK && l < c->n_layers; l++) {
-        t0 = now_ns();
+        t0 = ls_hook_now_ns();
         if (hooks && hooks->pre && (st = hooks->pre(hooks->user, l)) != LS_OK) break;
         if (checkpoints) memcpy(checkpoints[l], h, R(T * d));
         st = ls_hybrid_layers(p)[l].is_attn ? attn_shard_forward(p, l, h, q_all, T, pos0, chunk, ps, remote)
                                   : gdn_shard_forward(p, l, h, T, pos0, chunk, start, ps);
         if (st == LS_OK && hooks && hooks->post) st = hooks->post(hooks->user, l);
-        if (st == LS_OK && hook) hook(hook_user, l, 0, T, now_ns() - t0, l2(h, T * d));
+        if (st == LS_OK && hook) hook(hook_user, l, 0, T, ls_hook_now_ns() - t0, ls_hook_l2(h, T * d));
     }
     if (st == LS_OK) ps->n_pos = pos0 + (int64_t)T;
     ls_arena_free(&keep);

@@ -38,17 +38,6 @@ typedef struct {
     int L;
 } mcp;
 
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-static double l2(const ls_real *x, size_t n) {
-    double s = 0;
-    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
-    return sqrt(s);
-}
-
 ls_status LS_K(ls_mla_cp_init)(struct ls_cp_s *base, const ls_params *p) {
     const ls_model_config *m = &p->cfg;
     if (base->faults.local_attention) return LS_ERR_UNSUPPORTED; /* the CLI names it; see cp_usage */
@@ -102,13 +91,13 @@ ls_status LS_K(ls_mla_cp_capture)(struct ls_cp_s *base, const ls_params *q, cons
     ls_real *kI = ls_arena_alloc(&work, R(n * (size_t)m->index_dim));
     if (work.failed) st = LS_ERR_NOMEM;
     if (st == LS_OK) {
-        int64_t t0 = now_ns();
+        int64_t t0 = ls_hook_now_ns();
         LS_K(ls_embedding_forward)(h, prompt + base->s0, q->embed->w, n, d);
-        if (hook) hook(hook_user, -1, 0, n, now_ns() - t0, l2(h, n * d));
+        if (hook) hook(hook_user, -1, 0, n, ls_hook_now_ns() - t0, ls_hook_l2(h, n * d));
     }
     ls_layer_state pctx = {.cp = &c->prompt_l};
     for (int l = 0; st == LS_OK && l < m->n_layers; l++) {
-        int64_t t0 = now_ns();
+        int64_t t0 = ls_hook_now_ns();
         if (checkpoints) memcpy(checkpoints[l], h, R(n * d));
         ls_arena scr;
         ls_arena_init(&scr, LS_MEM_SCRATCH, 0);
@@ -116,7 +105,7 @@ ls_status LS_K(ls_mla_cp_capture)(struct ls_cp_s *base, const ls_params *q, cons
         ls_arena_free(&scr);
         if (st == LS_OK) st = LS_K(ls_mla_state_append)(ps, l, ckv, kpe, kI, n, base->s0, m);
         ps->ly[l].cp = &c->resp_l[l];
-        if (st == LS_OK && hook) hook(hook_user, l, 0, n, now_ns() - t0, l2(h, n * d));
+        if (st == LS_OK && hook) hook(hook_user, l, 0, n, ls_hook_now_ns() - t0, ls_hook_l2(h, n * d));
     }
     ls_arena_free(&work);
     ps->n_pos = base->T; /* responses start after the whole prompt */
@@ -150,7 +139,7 @@ ls_status LS_K(ls_mla_cp_prompt_bwd)(struct ls_cp_s *base, const ls_params *p, c
     ls_status st = keep.failed ? LS_ERR_NOMEM : LS_OK;
     ls_layer_state pctx = {.cp = &c->prompt_l};
     for (int l = m->n_layers - 1; st == LS_OK && l >= 0; l--) {
-        int64_t t0 = now_ns();
+        int64_t t0 = ls_hook_now_ns();
         ls_arena win, scr;
         ls_arena_init(&win, LS_MEM_SCRATCH, 1u << 20);
         ls_arena_init(&scr, LS_MEM_SCRATCH, 0);
@@ -171,12 +160,12 @@ ls_status LS_K(ls_mla_cp_prompt_bwd)(struct ls_cp_s *base, const ls_params *p, c
             ls_arena_free(&scr);
         }
         ls_arena_free(&win);
-        if (st == LS_OK && hook) hook(hook_user, l, 1, n, now_ns() - t0, l2(dh, n * d));
+        if (st == LS_OK && hook) hook(hook_user, l, 1, n, ls_hook_now_ns() - t0, ls_hook_l2(dh, n * d));
     }
     if (st == LS_OK) {
-        int64_t t0 = now_ns();
+        int64_t t0 = ls_hook_now_ns();
         if (p->embed->g) LS_K(ls_embedding_backward)(p->embed->g, dh, prompt + base->s0, n, d);
-        if (hook) hook(hook_user, -1, 1, n, now_ns() - t0, l2(dh, n * d));
+        if (hook) hook(hook_user, -1, 1, n, ls_hook_now_ns() - t0, ls_hook_l2(dh, n * d));
     }
     ls_arena_free(&keep);
     return st;

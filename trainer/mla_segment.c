@@ -151,17 +151,6 @@ typedef struct {
     ls_real *xf, *rstd_f, *xn_f, *lse;
 } mla_tape;
 
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-static double l2(const ls_real *x, size_t n) {
-    double s = 0;
-    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
-    return sqrt(s);
-}
-
 void LS_K(ls_mla_tape_free)(ls_seg_tape *t) {
     if (!t) return;
     ls_arena a = ((mla_tape *)t)->arena;
@@ -174,7 +163,7 @@ static ls_status layers_forward(const ls_params *p, ls_seg_io *io, ls_real *h, m
     size_t T = io->T, d = (size_t)c->d_model;
     ls_status st = LS_OK;
     for (int l = 0; l < c->n_layers && st == LS_OK; l++) {
-        int64_t t0 = now_ns();
+        int64_t t0 = ls_hook_now_ns();
         ls_arena scr;
         ls_arena_init(&scr, LS_MEM_SCRATCH, 0);
         if (io->checkpoints) memcpy(io->checkpoints[l], h, R(T * d));
@@ -192,7 +181,7 @@ static ls_status layers_forward(const ls_params *p, ls_seg_io *io, ls_real *h, m
         if (st == LS_OK && tp) tp->ly[l].cut = io->grad_cut;
         if (st == LS_OK && io->state_out) st = LS_K(ls_mla_state_append)(io->state_out, l, ckv, kpe, kI, T, io->pos0, c);
         ls_arena_free(&scr);
-        if (st == LS_OK && io->hook) io->hook(io->hook_user, l, 0, T, now_ns() - t0, l2(h, T * d));
+        if (st == LS_OK && io->hook) io->hook(io->hook_user, l, 0, T, ls_hook_now_ns() - t0, ls_hook_l2(h, T * d));
     }
     return st;
 }
@@ -234,14 +223,14 @@ ls_status LS_K(ls_mla_segment_forward)(const ls_params *p, ls_seg_io *io) {
     }
     ls_real *h = ls_arena_alloc(&work, R(T * d));
     if (!h) goto cleanup;
-    int64_t t0 = now_ns();
+    int64_t t0 = ls_hook_now_ns();
     LS_K(ls_embedding_forward)(h, io->tokens, p->embed->w, T, d);
-    if (io->hook) io->hook(io->hook_user, -1, 0, T, now_ns() - t0, l2(h, T * d));
+    if (io->hook) io->hook(io->hook_user, -1, 0, T, ls_hook_now_ns() - t0, ls_hook_l2(h, T * d));
     st = layers_forward(p, io, h, tp);
     if (st != LS_OK) goto cleanup;
     if (io->state_out) io->state_out->n_pos = io->pos0 + (int64_t)T;
     if (io->targets || io->last_hidden) {
-        t0 = now_ns();
+        t0 = ls_hook_now_ns();
         size_t r0 = io->targets ? io->score_from : T - 1, n = T - r0;
         ls_arena *ha = tp ? &tp->arena : &work;
         ls_real *xf = ls_arena_alloc(ha, R(n * d)), *rstd = ls_arena_alloc(ha, R(n));
@@ -267,7 +256,7 @@ ls_status LS_K(ls_mla_segment_forward)(const ls_params *p, ls_seg_io *io) {
             tp->xn_f = xn;
             tp->lse = lse;
         }
-        if (io->hook) io->hook(io->hook_user, c->n_layers, 0, n, now_ns() - t0, l2(xn, n * d));
+        if (io->hook) io->hook(io->hook_user, c->n_layers, 0, n, ls_hook_now_ns() - t0, ls_hook_l2(xn, n * d));
     }
     st = LS_OK;
     if (io->tape) {
@@ -291,7 +280,7 @@ ls_status LS_K(ls_mla_segment_backward)(const ls_params *p, ls_seg_tape *tape, c
     ls_status st = LS_ERR_NOMEM;
     ls_real *dh = ls_arena_alloc(&work, R(T * d));
     if (!dh) goto cleanup;
-    int64_t t0 = now_ns();
+    int64_t t0 = ls_hook_now_ns();
     if (dlogp && tp->n_sc) {
         size_t n = tp->n_sc;
         ls_real *dxn = ls_arena_alloc(&work, R(n * d));
@@ -301,21 +290,21 @@ ls_status LS_K(ls_mla_segment_backward)(const ls_params *p, ls_seg_tape *tape, c
                                   (ls_real)p->obj.temperature, n, d, V, VOCAB_CHUNK, ws);
         LS_K(ls_rmsnorm_backward)(dh + tp->score_from * d, p->norm->g, dxn, tp->xf, tp->rstd_f, p->norm->w, 0, n,
                                   d);
-        if (hook) hook(hook_user, c->n_layers, 1, n, now_ns() - t0, l2(dh, T * d));
+        if (hook) hook(hook_user, c->n_layers, 1, n, ls_hook_now_ns() - t0, ls_hook_l2(dh, T * d));
     }
     for (int l = c->n_layers - 1; l >= 0; l--) {
-        t0 = now_ns();
+        t0 = ls_hook_now_ns();
         ls_arena scr;
         ls_arena_init(&scr, tp->arena.cat, 0);
         st = LS_K(ls_mla_layer_backward)(p, l, &tp->ly[l], dh, tp->ctx ? &tp->ctx->ly[l] : NULL,
                                          dctx ? &dctx->ly[l] : NULL, NULL, NULL, &scr);
         ls_arena_free(&scr);
         if (st != LS_OK) goto cleanup;
-        if (hook) hook(hook_user, l, 1, T, now_ns() - t0, l2(dh, T * d));
+        if (hook) hook(hook_user, l, 1, T, ls_hook_now_ns() - t0, ls_hook_l2(dh, T * d));
     }
-    t0 = now_ns();
+    t0 = ls_hook_now_ns();
     if (p->embed->g) LS_K(ls_embedding_backward)(p->embed->g, dh, tp->tokens, T, d);
-    if (hook) hook(hook_user, -1, 1, T, now_ns() - t0, l2(dh, T * d));
+    if (hook) hook(hook_user, -1, 1, T, ls_hook_now_ns() - t0, ls_hook_l2(dh, T * d));
     st = LS_OK;
 cleanup:
     ls_arena_free(&work);
@@ -400,15 +389,15 @@ ls_status LS_K(ls_mla_prompt_backward)(const ls_params *p, const int32_t *tokens
     if (!dh) goto cleanup;
     st = LS_OK;
     for (int l = c->n_layers - 1; st == LS_OK && l >= 0; l--) {
-        int64_t t0 = now_ns();
+        int64_t t0 = ls_hook_now_ns();
         st = layer_prompt_backward(p, l, T, chunk, checkpoints[l], ps, dstate, dh, win_cat);
-        if (st == LS_OK && hook) hook(hook_user, l, 1, T, now_ns() - t0, l2(dh, T * d));
+        if (st == LS_OK && hook) hook(hook_user, l, 1, T, ls_hook_now_ns() - t0, ls_hook_l2(dh, T * d));
     }
     if (st != LS_OK) goto cleanup;
     {
-        int64_t t0 = now_ns();
+        int64_t t0 = ls_hook_now_ns();
         if (p->embed->g) LS_K(ls_embedding_backward)(p->embed->g, dh, tokens, T, d);
-        if (hook) hook(hook_user, -1, 1, T, now_ns() - t0, l2(dh, T * d));
+        if (hook) hook(hook_user, -1, 1, T, ls_hook_now_ns() - t0, ls_hook_l2(dh, T * d));
     }
 cleanup:
     ls_arena_free(&keep);

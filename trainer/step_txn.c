@@ -23,12 +23,6 @@ enum {
 };
 #define PHASE_NAME(ph) ls_trace_phase_name((ls_trace_phase)(ph))
 
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 typedef struct {
     const ls_step_observer *obs;
     const char *phase;
@@ -42,12 +36,12 @@ static void hook_fn(void *user, int layer, int dir, size_t tokens, int64_t wall_
 }
 
 static void begin(const ls_step_observer *obs, int ph, int64_t *t0) {
-    *t0 = now_ns();
+    *t0 = ls_hook_now_ns();
     if (obs && obs->phase_begin) obs->phase_begin(obs->user, PHASE_NAME(ph));
 }
 
 static void end(const ls_step_observer *obs, int ph, int64_t t0, int ok, ls_step_result *res) {
-    int64_t dt = now_ns() - t0;
+    int64_t dt = ls_hook_now_ns() - t0;
     if (res) res->phase_ns[ph] += dt;
     if (obs && obs->phase_end) obs->phase_end(obs->user, PHASE_NAME(ph), dt, ok);
 }
