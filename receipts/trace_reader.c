@@ -11,7 +11,8 @@
  *            trace_lex.c's one-pass parser into pooled nodes) and checked;
  *            problems become diagnostics.
  * The window grows from 64 KiB to at most WIN_MAX; a frame whose content
- * cannot be held until its checksum is reached is delivered unverified.
+ * cannot be held until its checksum is reached, or that the input ends
+ * inside, is delivered unverified.
  * This file holds the lines and events layers and the API; the source and
  * decode layers are in trace_reader_decode.c (the state both use is in
  * trace_reader_internal.h), the strict lexer in trace_lex.c. */
@@ -511,11 +512,13 @@ static void finish(ls_trace_reader *r) {
         rep->end = r->stop;
     } else if (rep->truncated_in_frame) {
         at.byte_offset = r->frame_start;
+        uint64_t unver = rep->good_text_offset > r->trunc_text ? rep->good_text_offset - r->trunc_text : 0;
         diag(r, LS_TRACE_DIAG_TRUNCATED, &at, rep->last_seq, -1, -1,
-             "input ends inside the zstd frame starting at byte %llu (file has %llu bytes): %zu "
-             "decoded bytes of it are unverified and not delivered; last delivered seq %lld",
+             "input ends inside the zstd frame starting at byte %llu (file has %llu bytes), "
+             "before its checksum: %llu decoded bytes of it delivered unverified (events "
+             "flagged), %zu bytes of an incomplete line dropped; last delivered seq %lld",
              (unsigned long long)r->frame_start, (unsigned long long)rep->file_bytes,
-             r->end - (r->ver > r->start ? r->ver : r->start), (long long)rep->last_seq);
+             (unsigned long long)unver, r->end - r->start, (long long)rep->last_seq);
         rep->end = LS_TRACE_END_TRUNCATED;
     } else if (r->end > r->start || r->discarding) {
         at.line = r->line_no;

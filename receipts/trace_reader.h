@@ -8,10 +8,12 @@
  *
  * Honesty rules.  The reader never crashes and never hides: every problem
  * becomes a diagnostic in the report, and
- *  - zstd content is delivered only after its frame's checksum verified (a
- *    frame too large to hold - never one trace_writer writes - is delivered
- *    early, each such event flagged LS_TRACE_EVF_UNVERIFIED and the frame
- *    reported);
+ *  - zstd content is delivered only after its frame's checksum verified,
+ *    with two exceptions, each event of them flagged LS_TRACE_EVF_UNVERIFIED
+ *    and reported: a frame too large to hold (never one trace_writer
+ *    writes) is delivered early, and a frame the input ends inside (a killed
+ *    writer's open frame: its flushed blocks decode, its checksum never
+ *    came) has its complete lines delivered before the TRUNCATED end;
  *  - a line is delivered only when it ends with '\n', parses as one strict
  *    JSON object (RFC 8259 tokens, UTF-8, no repeated keys) and has a valid
  *    envelope: v == 1, rank/seq/ts_ns integers >= 0, ev an identifier.

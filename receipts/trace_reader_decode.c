@@ -95,10 +95,12 @@ static void win_compact(ls_trace_reader *r) {
 }
 
 /* At a frame boundary: zstd decodes a frame in one pass, straight into the
- * window, when the whole frame is in `in` and its content fits the room
- * left; else it goes through its own buffer (a copy more, and more calls).
- * Traces are many small frames (a flush at every phase boundary), so this
- * is most of the decoding time: read on and compact the window first. */
+ * window, when the whole frame is in `in` and its header declares a content
+ * size that fits the room left; else it goes through its own buffer (a copy
+ * more, and more calls).  Traces of earlier writers are many small frames
+ * of known size (one per flush), for which that is most of the decoding
+ * time: read on and compact the window first.  Today's frames span flushes
+ * and declare no size: this does nothing for them. */
 static void prepare_frame(ls_trace_reader *r) {
     size_t avail = r->in_len - r->in_pos;
     size_t fsz = ZSTD_findFrameCompressedSize(r->in + r->in_pos, avail);
@@ -174,8 +176,13 @@ static void fill_zstd(ls_trace_reader *r) {
         return;
     }
     if (zin.pos == 0 && zout.pos == 0 && r->in_pos == r->in_len && r->src_eof) {
-        r->decode_done = true; /* input ends inside the frame */
+        /* input ends inside the frame: a killed writer's open frame, whose
+         * flushed blocks decoded but whose checksum never came.  Its complete
+         * lines are delivered, flagged unverified (finish() reports it). */
+        r->decode_done = true;
         r->rep.truncated_in_frame = true;
+        r->trunc_text = r->win_base + r->ver;
+        r->unverified = true;
     }
 }
 

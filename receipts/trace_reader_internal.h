@@ -40,6 +40,8 @@ struct ls_trace_reader {
     uint64_t frame_start;            /* file offset of the current frame */
     uint64_t ver_frame_start;        /* file offset of the last verified frame */
     bool unverified;                 /* current frame delivered before verification */
+    uint64_t trunc_text;             /* text offset of the verified end when the input
+                                        ended inside a frame (its rest delivered unverified) */
     bool warned_checksum;
     /* text window */
     char *win;

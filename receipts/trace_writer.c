@@ -1,5 +1,5 @@
 /* trace_writer.c - one rank's trace writer: JSON Lines text built in a
- * buffer, written plain or as one zstd frame per flush (see trace_writer.h).
+ * buffer, written plain or as zstd frames that span flushes (trace_writer.h).
  *
  * Every event is built directly at the end of the text buffer between
  * begin_event() and end_event(); a refusal found while building rolls the
@@ -26,9 +26,14 @@
 #include "receipts/trace_json.h"
 
 #define DEFAULT_FLUSH_BYTES ((size_t)1 << 20)
-/* Frames stay small enough (flush_bytes + one line <= 3 MiB) for the reader
- * to hold a whole frame until its checksum verifies (trace_reader.h). */
-#define MAX_FLUSH_BYTES ((size_t)2 << 20)
+#define DEFAULT_FRAME_BYTES ((size_t)256 << 10)
+/* Frames stay small enough (frame_bytes + flush_bytes + one line <= 3 MiB)
+ * for the reader to hold a whole frame until its checksum verifies
+ * (trace_reader.h). */
+#define MAX_FLUSH_PLUS_FRAME ((size_t)2 << 20)
+/* zstd history: 1 MiB is all a trace's repetition needs, and it bounds the
+ * reader's zstd buffer */
+#define WINDOW_LOG 20
 #define DEFAULT_LEVEL 3
 
 struct ls_trace_writer {
@@ -41,6 +46,8 @@ struct ls_trace_writer {
     size_t zcap;
     ls_trace_json_buf text;  /* pending text; the event being built starts at text.mark */
     size_t flush_bytes;
+    size_t frame_bytes;      /* end the open zstd frame once it holds this much text */
+    size_t frame_len;        /* text in the open zstd frame; 0: no frame open */
     int64_t rank;
     int64_t seq;             /* next seq */
     int64_t t0_ns;           /* CLOCK_MONOTONIC at open */
@@ -136,24 +143,28 @@ static ls_status write_all(ls_trace_writer *w, const char *p, size_t n) {
     return LS_OK;
 }
 
-/* Writes the pending text (one complete zstd frame when compressed).
+/* How a flush leaves the zstd frame: open (more blocks follow) unless it
+ * reached frame_bytes, or closed because the trace ends here. */
+typedef enum { FLUSH_NONE = 0, FLUSH, FLUSH_END_FRAME } flush_kind;
+
+/* Writes the pending text.  Compressed, it becomes complete zstd blocks of
+ * the open frame (ZSTD_e_flush: everything up to here decodes, so a killed
+ * process leaves a readable prefix), and the frame ends (ZSTD_e_end: its
+ * checksum) when asked or once it holds frame_bytes of text: a few large
+ * frames decode much faster, and compress better, than a frame per flush.
  * Caller holds the lock. */
-static ls_status do_flush(ls_trace_writer *w) {
+static ls_status do_flush(ls_trace_writer *w, flush_kind how) {
     if (w->sticky != LS_OK) return w->sticky;
-    if (w->text.len == 0) return LS_OK;
+    if (w->text.len == 0 && (how != FLUSH_END_FRAME || w->frame_len == 0)) return LS_OK;
     ls_status st = LS_OK;
     if (!w->compressed) {
         st = write_all(w, w->text.buf, w->text.len);
     } else {
-        size_t r = ZSTD_CCtx_setPledgedSrcSize(w->cctx, w->text.len);
-        if (ZSTD_isError(r)) {
-            seterr(w, "%s: zstd: %s", w->path, ZSTD_getErrorName(r));
-            st = LS_ERR_INTERNAL;
-        }
+        bool end = how == FLUSH_END_FRAME || w->frame_len + w->text.len >= w->frame_bytes;
         ZSTD_inBuffer in = {w->text.buf, w->text.len, 0};
         while (st == LS_OK) {
             ZSTD_outBuffer out = {w->zbuf, w->zcap, 0};
-            r = ZSTD_compressStream2(w->cctx, &out, &in, ZSTD_e_end);
+            size_t r = ZSTD_compressStream2(w->cctx, &out, &in, end ? ZSTD_e_end : ZSTD_e_flush);
             if (ZSTD_isError(r)) {
                 seterr(w, "%s: zstd: %s", w->path, ZSTD_getErrorName(r));
                 st = LS_ERR_INTERNAL;
@@ -162,6 +173,7 @@ static ls_status do_flush(ls_trace_writer *w) {
             st = write_all(w, w->zbuf, out.pos);
             if (r == 0) break;
         }
+        w->frame_len = end ? 0 : w->frame_len + w->text.len;
     }
     w->text.len = 0;
     if (st != LS_OK) w->sticky = st;
@@ -202,7 +214,7 @@ static void begin_event(ls_trace_writer *w, const char *kind) {
 
 /* Closes the event: commits it (seq, ts) or rolls it back when it did not
  * fit; flushes when asked or when the buffer passed the threshold. */
-static ls_status end_event(ls_trace_writer *w, bool flush) {
+static ls_status end_event(ls_trace_writer *w, flush_kind flush) {
     ls_trace_json_put_raw(&w->text, "}\n", 2);
     if (w->text.overflow || w->text.nomem) {
         w->text.len = w->text.mark;
@@ -218,7 +230,8 @@ static ls_status end_event(ls_trace_writer *w, bool flush) {
     }
     w->seq++;
     w->last_ts = w->pending_ts;
-    if (flush || w->text.len >= w->flush_bytes) return do_flush(w);
+    if (flush != FLUSH_NONE || w->text.len >= w->flush_bytes)
+        return do_flush(w, flush == FLUSH_END_FRAME ? FLUSH_END_FRAME : FLUSH);
     return LS_OK;
 }
 
@@ -256,8 +269,12 @@ ls_status ls_trace_writer_open_opts(ls_trace_writer **out, const char *path,
     }
     int level = opts && opts->zstd_level ? opts->zstd_level : DEFAULT_LEVEL;
     size_t flush_bytes = opts && opts->flush_bytes ? opts->flush_bytes : DEFAULT_FLUSH_BYTES;
-    if (level < 1 || level > 19 || flush_bytes > MAX_FLUSH_BYTES) {
-        fprintf(stderr, "%s: trace writer: zstd_level must be 1..19 and flush_bytes <= 2 MiB\n", path);
+    size_t frame_bytes = opts && opts->frame_bytes ? opts->frame_bytes : DEFAULT_FRAME_BYTES;
+    if (level < 1 || level > 19 || flush_bytes > MAX_FLUSH_PLUS_FRAME ||
+        frame_bytes > MAX_FLUSH_PLUS_FRAME - flush_bytes) {
+        fprintf(stderr,
+                "%s: trace writer: zstd_level must be 1..19 and flush_bytes + frame_bytes <= 2 MiB\n",
+                path);
         return LS_ERR_ARG;
     }
     char hostbuf[256];
@@ -283,6 +300,7 @@ ls_status ls_trace_writer_open_opts(ls_trace_writer **out, const char *path,
     pthread_mutex_init(&w->mu, NULL);
     w->rank = h->rank;
     w->flush_bytes = flush_bytes;
+    w->frame_bytes = frame_bytes;
     w->compressed = ends_with(path, ".zst");
     w->path = strdup(path);
     bool text_ok = ls_trace_json_buf_init(&w->text);
@@ -299,7 +317,7 @@ ls_status ls_trace_writer_open_opts(ls_trace_writer **out, const char *path,
         st = LS_ERR_INTERNAL;
         if (ZSTD_isError(ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_compressionLevel, level)) ||
             ZSTD_isError(ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_checksumFlag, 1)) ||
-            ZSTD_isError(ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_contentSizeFlag, 1))) {
+            ZSTD_isError(ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_windowLog, WINDOW_LOG))) {
             fprintf(stderr, "%s: trace writer: zstd parameters refused\n", path);
             goto cleanup;
         }
@@ -318,7 +336,7 @@ ls_status ls_trace_writer_open_opts(ls_trace_writer **out, const char *path,
         st = w->text.overflow ? LS_ERR_ARG : LS_ERR_NOMEM;
         goto cleanup;
     }
-    st = do_flush(w);
+    st = do_flush(w, FLUSH);
     if (st != LS_OK) {
         fprintf(stderr, "%s\n", w->err);
         goto cleanup;
@@ -334,7 +352,7 @@ cleanup:
 ls_status ls_trace_writer_close(ls_trace_writer *w) {
     if (w == NULL) return LS_OK;
     pthread_mutex_lock(&w->mu);
-    ls_status st = do_flush(w);
+    ls_status st = do_flush(w, FLUSH_END_FRAME);
     if (st == LS_OK && fsync(w->fd) != 0) {
         fprintf(stderr, "%s: fsync failed: %s\n", w->path, strerror(errno));
         st = LS_ERR_IO;
@@ -353,7 +371,7 @@ ls_status ls_trace_writer_close(ls_trace_writer *w) {
 ls_status ls_trace_writer_flush(ls_trace_writer *w) {
     if (w == NULL) return LS_ERR_ARG;
     pthread_mutex_lock(&w->mu);
-    ls_status st = do_flush(w);
+    ls_status st = do_flush(w, FLUSH);
     pthread_mutex_unlock(&w->mu);
     return st;
 }
@@ -388,7 +406,7 @@ static ls_status phase_begin_locked(ls_trace_writer *w, const char *phase, int64
     ls_trace_json_put_key_str(&w->text, "phase", phase);
     ls_trace_json_put_key_i64(&w->text, "step", step);
     mark_prefix_frozen(w, false);
-    return end_event(w, true);
+    return end_event(w, FLUSH);
 }
 
 ls_status ls_trace_emit_phase_begin(ls_trace_writer *w, const char *phase, int64_t step) {
@@ -407,7 +425,7 @@ static ls_status phase_end_locked(ls_trace_writer *w, const char *phase, int64_t
     ls_trace_json_put_key_i64(&w->text, "wall_ns", wall_ns);
     ls_trace_json_put_key_bool(&w->text, "ok", ok);
     mark_prefix_frozen(w, false);
-    return end_event(w, true);
+    return end_event(w, FLUSH);
 }
 
 ls_status ls_trace_emit_phase_end(ls_trace_writer *w, const char *phase, int64_t step,
@@ -446,7 +464,7 @@ static ls_status layer_end_locked(ls_trace_writer *w, const ls_trace_layer_end *
     ls_trace_json_put_key_i64(&w->text, "wall_ns", e->wall_ns);
     ls_trace_json_put_key_f64(&w->text, "out_norm", e->out_norm);
     mark_prefix_frozen(w, e->prefix_frozen);
-    return end_event(w, false);
+    return end_event(w, FLUSH_NONE);
 }
 
 ls_status ls_trace_emit_layer_end(ls_trace_writer *w, const ls_trace_layer_end *e) {
@@ -487,7 +505,7 @@ static ls_status collective_locked(ls_trace_writer *w, const ls_trace_collective
     ls_trace_json_put_key_i64(&w->text, "bytes", c->bytes);
     ls_trace_json_put_key_str(&w->text, "purpose", c->purpose);
     if (c->has_layer) ls_trace_json_put_key_i64(&w->text, "layer", c->layer);
-    return end_event(w, false);
+    return end_event(w, FLUSH_NONE);
 }
 
 ls_status ls_trace_emit_collective(ls_trace_writer *w, const ls_trace_collective *c) {
@@ -508,7 +526,7 @@ static ls_status optimizer_locked(ls_trace_writer *w, int64_t step, int64_t n_pa
     ls_trace_json_put_key_f64(&w->text, "lr", lr);
     ls_trace_json_put_key_f64(&w->text, "grad_norm", grad_norm);
     mark_prefix_frozen(w, false);
-    return end_event(w, false);
+    return end_event(w, FLUSH_NONE);
 }
 
 ls_status ls_trace_emit_optimizer_step(ls_trace_writer *w, int64_t step, int64_t n_params,
@@ -538,7 +556,7 @@ static ls_status digest_locked(ls_trace_writer *w, int64_t step, const char *tar
     ls_trace_json_put_key_str(&w->text, "target", target);
     ls_trace_json_put_key_str(&w->text, "sha256", hex);
     mark_prefix_frozen(w, false);
-    return end_event(w, false);
+    return end_event(w, FLUSH_NONE);
 }
 
 ls_status ls_trace_emit_param_digest(ls_trace_writer *w, int64_t step, const char *target,
@@ -588,7 +606,7 @@ static ls_status memory_locked(ls_trace_writer *w, const ls_trace_memory *m) {
     ls_trace_json_put_key_i64(&w->text, "total_peak", m->total_peak);
     ls_trace_json_put_key_i64(&w->text, "rss_peak", m->rss_peak);
     mark_prefix_frozen(w, false);
-    return end_event(w, false);
+    return end_event(w, FLUSH_NONE);
 }
 
 ls_status ls_trace_emit_memory(ls_trace_writer *w, const ls_trace_memory *m) {
@@ -602,7 +620,7 @@ static ls_status error_locked(ls_trace_writer *w, ls_status code, const char *me
     ls_trace_json_put_key_i64(&w->text, "code", (int64_t)code);
     ls_trace_json_put_key_str(&w->text, "status", ls_status_str(code));
     ls_trace_json_put_key_str(&w->text, "message", message ? message : "");
-    return end_event(w, true);
+    return end_event(w, FLUSH_END_FRAME);
 }
 
 ls_status ls_trace_emit_error(ls_trace_writer *w, ls_status code, const char *message) {
@@ -615,7 +633,7 @@ static ls_status complete_locked(ls_trace_writer *w, int64_t steps) {
     begin_event(w, "rank_complete");
     ls_trace_json_put_key_i64(&w->text, "steps", steps);
     ls_trace_json_put_key_i64(&w->text, "events", w->seq);
-    st = end_event(w, true);
+    st = end_event(w, FLUSH_END_FRAME);
     if (st == LS_OK) w->complete = true;
     return st;
 }
@@ -684,8 +702,9 @@ static ls_status json_locked(ls_trace_writer *w, const char *kind, const cJSON *
     if (w->prefix_frozen && cJSON_GetObjectItemCaseSensitive(fields, "step") != NULL &&
         cJSON_GetObjectItemCaseSensitive(fields, "prefix_frozen") == NULL)
         mark_prefix_frozen(w, false);
-    bool flush = k == LS_TRACE_PHASE_BEGIN || k == LS_TRACE_PHASE_END || k == LS_TRACE_ERROR ||
-                 k == LS_TRACE_RANK_COMPLETE;
+    flush_kind flush = k == LS_TRACE_ERROR || k == LS_TRACE_RANK_COMPLETE ? FLUSH_END_FRAME
+                       : k == LS_TRACE_PHASE_BEGIN || k == LS_TRACE_PHASE_END ? FLUSH
+                                                                               : FLUSH_NONE;
     st = end_event(w, flush);
     if (st == LS_OK && k == LS_TRACE_RANK_COMPLETE) w->complete = true;
     return st;

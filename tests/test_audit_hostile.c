@@ -69,6 +69,7 @@ static void fresh_run(char *out, size_t cap) {
     mkdir(root, 0755);
     snprintf(fix, sizeof fix, "%s/single", root);
     struct stat sb;
+    int lfd = ls_test_fixture_lock(fix);
     if (stat(fix, &sb) != 0) {
         snprintf(cmd, sizeof cmd,
                  "rm -rf '%s.tmp' && " TRAIN " --config " CFG " --prompt-len 64 --steps 1 --group 2 --response-len 3"
@@ -76,6 +77,7 @@ static void fresh_run(char *out, size_t cap) {
                  fix, fix, fix, fix, fix);
         cr_assert_eq(sh(cmd), 0, "%s", cmd);
     }
+    close(lfd);
     snprintf(out, cap, "%s/run", tmpdir);
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -a '%s' '%s'", out, fix, out);
     cr_assert_eq(sh(cmd), 0);

@@ -369,7 +369,11 @@ static void damaged(const char *how, const char *note_word) {
     cr_assert_eq(ls_audit_timeline_write(dir, out, err, sizeof err), 0, "%s", err);
     timeline t = read_timeline(out);
     int phases = count(&t, "X", 0, "phase");
-    cr_expect(phases >= 1 && phases < full->phase_end, "%s: %d phase slices of %d", how, phases, full->phase_end);
+    /* truncated: the flushed phases of the open zstd frame are delivered;
+     * flipped: a one-step run's trace is one frame, none of it delivered */
+    int least = !strcmp(how, "truncate") ? 1 : 0;
+    cr_expect(phases >= least && phases < full->phase_end, "%s: %d phase slices of %d", how, phases,
+              full->phase_end);
     cr_expect(strstr(t.notes, note_word) != NULL, "%s: notes do not say %s: %s", how, note_word, t.notes);
     cr_expect(has_process(&t, 0));
     free_timeline(&t);

@@ -1,9 +1,13 @@
 /* test_tmpdir.h - a scratch directory per test (Criterion .init/.fini):
- * created under /tmp with mkdtemp, removed with everything in it. */
+ * created under /tmp with mkdtemp, removed with everything in it; and the
+ * lock that lets parallel test processes share a fixture made once. */
 #ifndef LS_TEST_TMPDIR_H
 #define LS_TEST_TMPDIR_H
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <criterion/criterion.h>
 
@@ -18,5 +22,18 @@ static inline void ls_test_tmpdir_remove(const char *dir) {
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     cr_expect_eq(system(cmd), 0, "cannot remove %s", dir);
+}
+
+/* Criterion runs tests in parallel processes: a fixture directory `path`
+ * shared by them is made by the first one under this exclusive lock
+ * (path.lock) while the others wait; check for the fixture again once the
+ * lock is held.  Returns the lock's descriptor: close it to release. */
+static inline int ls_test_fixture_lock(const char *path) {
+    char lock[1024];
+    snprintf(lock, sizeof lock, "%s.lock", path);
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    cr_assert_geq(fd, 0, "open %s", lock);
+    cr_assert_eq(flock(fd, LOCK_EX), 0, "lock %s", lock);
+    return fd;
 }
 #endif

@@ -101,7 +101,7 @@ static void roundtrip(const char *name, bool want_compressed) {
     cr_assert_eq(k.n, (size_t)TT_SAMPLE_EVENTS);
     cr_assert_eq(rep.n_events, TT_SAMPLE_EVENTS);
     cr_assert_eq(rep.last_seq, TT_SAMPLE_EVENTS - 1);
-    if (want_compressed) cr_assert_eq(rep.frames, 6u, "one frame per flush");
+    if (want_compressed) cr_assert_eq(rep.frames, 2u, "frames end at the error and rank_complete");
 
     static const char *const KINDS[TT_SAMPLE_EVENTS] = {
         "phase_begin", "layer_end",    "layer_end",   "collective", "collective",
@@ -162,12 +162,17 @@ Test(trace_roundtrip, plain_every_kind) { roundtrip("events.jsonl", false); }
 Test(trace_roundtrip, zstd_every_kind) { roundtrip("events.jsonl.zst", true); }
 
 /* The .zst file decodes with zstd's one-shot API to exactly the text the
- * plain writer would produce (ts_ns aside), and each frame is complete. */
-Test(trace_roundtrip, zstd_frames_are_complete_and_checksummed) {
+ * plain writer would produce (ts_ns aside); every frame is complete and
+ * checksummed.  Frames span flushes: the sample's six flushes (header,
+ * phase_begin, phase_end, error, phase_end, rank_complete) make two frames,
+ * ended by the error and by rank_complete; frame_bytes 1 ends one at every
+ * flush (what earlier writers did), and the text is the same. */
+static void zstd_frames(size_t frame_bytes, size_t want_frames) {
     char dir[64], pz[128];
     tt_mkdtemp(dir);
     snprintf(pz, sizeof pz, "%s/e.jsonl.zst", dir);
-    tt_write_sample(pz, NULL);
+    ls_trace_writer_opts o = {0, 0, frame_bytes};
+    tt_write_sample(pz, &o);
     size_t zn;
     unsigned char *z = tt_slurp(pz, &zn);
     size_t off = 0, frames = 0;
@@ -175,13 +180,11 @@ Test(trace_roundtrip, zstd_frames_are_complete_and_checksummed) {
         size_t fs = ZSTD_findFrameCompressedSize(z + off, zn - off);
         cr_assert(!ZSTD_isError(fs), "frame %zu: %s", frames, ZSTD_getErrorName(fs));
         cr_assert(z[off + 4] & 0x04, "frame %zu has no checksum flag", frames);
-        unsigned long long cs = ZSTD_getFrameContentSize(z + off, fs);
-        cr_assert(cs != ZSTD_CONTENTSIZE_UNKNOWN && cs != ZSTD_CONTENTSIZE_ERROR);
+        cr_assert_neq(ZSTD_getFrameContentSize(z + off, fs), ZSTD_CONTENTSIZE_ERROR);
         off += fs;
         frames++;
     }
-    /* header, phase_begin, 2 phase_end, error, rank_complete: one frame each */
-    cr_assert_eq(frames, 6u, "frames %zu", frames);
+    cr_assert_eq(frames, want_frames, "frames %zu", frames);
     size_t total = 1 << 20;
     char *text = malloc(total + 1);
     size_t tn = ZSTD_decompress(text, total, z, zn);
@@ -196,13 +199,55 @@ Test(trace_roundtrip, zstd_frames_are_complete_and_checksummed) {
     tt_read_mem(text, tn, &plain);
     tt_read_mem(z, zn, &comp);
     cr_assert_eq(plain.n, comp.n);
-    for (size_t i = 0; i < plain.n; i++) cr_assert_str_eq(plain.text[i], comp.text[i]);
+    for (size_t i = 0; i < plain.n; i++) {
+        cr_assert_str_eq(plain.text[i], comp.text[i]);
+        cr_assert_eq(comp.flags[i] & LS_TRACE_EVF_UNVERIFIED, 0u, "event %zu verified", i);
+    }
     cr_assert_eq(plain.rep.end, LS_TRACE_END_CLEAN);
     cr_assert_eq(comp.rep.end, LS_TRACE_END_CLEAN);
+    cr_assert_eq(comp.rep.frames, (uint64_t)want_frames);
     tt_run_free(&plain);
     tt_run_free(&comp);
     free(text);
     free(z);
+    tt_rmdir(dir);
+}
+
+Test(trace_roundtrip, zstd_frames_span_flushes) { zstd_frames(0, 2); }
+Test(trace_roundtrip, zstd_frame_per_flush_as_before) { zstd_frames(1, 6); }
+
+/* Frames end at the first flush past frame_bytes: a long trace of many
+ * flushes makes about text / frame_bytes frames, not one per flush. */
+Test(trace_roundtrip, zstd_frames_end_at_frame_bytes) {
+    char dir[64], pz[128];
+    tt_mkdtemp(dir);
+    snprintf(pz, sizeof pz, "%s/e.jsonl.zst", dir);
+    ls_trace_header h = tt_header();
+    ls_trace_writer_opts o = {0, 0, 64 << 10};
+    ls_trace_writer *w;
+    cr_assert_eq(ls_trace_writer_open_opts(&w, pz, &h, &o), LS_OK);
+    int64_t flushes = 0;
+    for (int s = 0; s < 400; s++) {
+        cr_assert_eq(ls_trace_emit_phase_begin(w, "replay", s), LS_OK);
+        for (int l = 0; l < 8; l++) {
+            ls_trace_layer_end e = TT_L1;
+            e.step = s;
+            e.layer = l;
+            cr_assert_eq(ls_trace_emit_layer_end(w, &e), LS_OK);
+        }
+        cr_assert_eq(ls_trace_emit_phase_end(w, "replay", s, 1000, true), LS_OK);
+        flushes += 2;
+    }
+    cr_assert_eq(ls_trace_emit_rank_complete(w, 400), LS_OK);
+    cr_assert_eq(ls_trace_writer_close(w), LS_OK);
+    ls_trace_report rep;
+    cr_assert_eq(ls_trace_read_file(pz, NULL, NULL, &rep), LS_OK);
+    uint64_t want = rep.text_bytes / (64 << 10);
+    cr_assert(rep.frames >= want && rep.frames <= want + 2, "%llu frames for %llu bytes of text",
+              (unsigned long long)rep.frames, (unsigned long long)rep.text_bytes);
+    cr_assert_lt((int64_t)rep.frames * 20, flushes, "far fewer frames than flushes");
+    cr_assert_eq(rep.n_diags, 0u);
+    ls_trace_report_free(&rep);
     tt_rmdir(dir);
 }
 
@@ -364,11 +409,15 @@ Test(trace_roundtrip, invalid_header_or_existing_file_refused) {
     h.n_groups = 2;
     cr_assert_eq(ls_trace_writer_open(&w, path, &h), LS_ERR_ARG);
     cr_assert_eq(ls_trace_writer_open(&w, path, NULL), LS_ERR_ARG);
-    ls_trace_writer_opts o = {25, 0};
+    ls_trace_writer_opts o = {25, 0, 0};
     h = tt_header();
     cr_assert_eq(ls_trace_writer_open_opts(&w, path, &h, &o), LS_ERR_ARG);
-    o = (ls_trace_writer_opts){3, ((size_t)2 << 20) + 1};
+    o = (ls_trace_writer_opts){3, ((size_t)2 << 20) + 1, 0};
     cr_assert_eq(ls_trace_writer_open_opts(&w, path, &h, &o), LS_ERR_ARG, "frames would outgrow the reader");
+    o = (ls_trace_writer_opts){3, (size_t)1 << 20, ((size_t)1 << 20) + 1};
+    cr_assert_eq(ls_trace_writer_open_opts(&w, path, &h, &o), LS_ERR_ARG, "flush + frame bytes over 2 MiB");
+    o = (ls_trace_writer_opts){3, (size_t)2 << 20, 0};
+    cr_assert_eq(ls_trace_writer_open_opts(&w, path, &h, &o), LS_ERR_ARG, "with the default frame_bytes");
     /* defaults: host/pid/start/tool filled in */
     h.host = NULL;
     h.pid = 0;
