@@ -306,41 +306,33 @@ static void on_memory(scan_ctx *c, const ls_trace_event *ev) {
     }
 }
 
-/* The members on_event reads, found in one pass over the event (keys never
- * repeat: the reader refuses such lines); NULL when absent. */
+/* The members on_event reads, NULL when absent: taken from the reader's
+ * ls_trace_event.field by each kind's table positions, looked up once. */
 typedef struct {
     const cJSON *step, *phase, *member, *layer, *kind, *dir, *wall_ns, *ok, *target, *sha256;
     const cJSON *group, *gseq, *op, *red, *count, *dtype, *purpose; /* collective */
 } ev_fields;
 
-static bool key_is(const char *k, const char *name) {
-    while (*k && *k == *name) k++, name++;
-    return *k == *name;
+#define EV_NFIELDS (sizeof(ev_fields) / sizeof(const cJSON *))
+static const char *const EV_FIELD_NAMES[EV_NFIELDS] = {
+    "step", "phase",  "member", "layer", "kind", "dir", "wall_ns", "ok",    "target",
+    "sha256", "group", "gseq",  "op",    "red",  "count", "dtype", "purpose"};
+
+/* EV_POS[kind][k]: the table position of EV_FIELD_NAMES[k] in kind, -1 none */
+static signed char EV_POS[LS_TRACE_KIND_COUNT][EV_NFIELDS];
+
+/* Fills EV_POS (the same every time: ls_audit_load calls it first). */
+static void ev_pos_init(void) {
+    for (int k = 0; k < LS_TRACE_KIND_COUNT; k++)
+        for (size_t f = 0; f < EV_NFIELDS; f++)
+            EV_POS[k][f] = (signed char)ls_trace_field_index((ls_trace_kind)k, EV_FIELD_NAMES[f]);
 }
 
-static void scan_fields(const cJSON *j, ev_fields *f) {
-    memset(f, 0, sizeof *f);
-    for (const cJSON *m = j->child; m; m = m->next) {
-        const char *k = m->string;
-        if (k == NULL) continue;
-        const cJSON **slot = NULL;
-        switch (k[0]) {
-        case 's': slot = key_is(k, "step") ? &f->step : key_is(k, "sha256") ? &f->sha256 : NULL; break;
-        case 'p': slot = key_is(k, "phase") ? &f->phase : key_is(k, "purpose") ? &f->purpose : NULL; break;
-        case 'm': slot = key_is(k, "member") ? &f->member : NULL; break;
-        case 'l': slot = key_is(k, "layer") ? &f->layer : NULL; break;
-        case 'k': slot = key_is(k, "kind") ? &f->kind : NULL; break;
-        case 'd': slot = key_is(k, "dir") ? &f->dir : key_is(k, "dtype") ? &f->dtype : NULL; break;
-        case 'w': slot = key_is(k, "wall_ns") ? &f->wall_ns : NULL; break;
-        case 'o': slot = key_is(k, "ok") ? &f->ok : key_is(k, "op") ? &f->op : NULL; break;
-        case 'g': slot = key_is(k, "group") ? &f->group : key_is(k, "gseq") ? &f->gseq : NULL; break;
-        case 'r': slot = key_is(k, "red") ? &f->red : NULL; break;
-        case 'c': slot = key_is(k, "count") ? &f->count : NULL; break;
-        case 't': slot = key_is(k, "target") ? &f->target : NULL; break;
-        default: break;
-        }
-        if (slot != NULL && *slot == NULL) *slot = m;
-    }
+/* The event's kind is known and its fields passed the reader's check. */
+static void scan_fields(const ls_trace_event *ev, ev_fields *f) {
+    const cJSON **slot = (const cJSON **)f;
+    const signed char *pos = EV_POS[ev->kind];
+    for (size_t k = 0; k < EV_NFIELDS; k++) slot[k] = pos[k] >= 0 ? ev->field[pos[k]] : NULL;
 }
 
 static const char *str_of(const cJSON *it) { return ls_json_is_string(it) ? it->valuestring : NULL; }
@@ -466,7 +458,7 @@ static int on_event(const ls_trace_event *ev, void *user) {
     if (ev->flags & (LS_TRACE_EVF_FIELDS | LS_TRACE_EVF_UNKNOWN_KIND)) return 0; /* reported by the reader */
     const cJSON *j = ev->json;
     ev_fields f;
-    scan_fields(j, &f);
+    scan_fields(ev, &f);
     int64_t step = -1;
     bool has_step = ls_trace_json_int(f.step, &step);
     ls_audit_step *sf = has_step ? step_at(c, step) : NULL;
@@ -714,6 +706,7 @@ cleanup:
 }
 
 ls_status ls_audit_load(const ls_audit_options *opt, ls_audit_run **out, char *err, size_t errlen) {
+    ev_pos_init();
     *out = NULL;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);

@@ -251,7 +251,7 @@ static const field_spec STEP_METRICS_F[] = {
 #undef FE
 #undef PF
 _Static_assert(sizeof STEP_METRICS_F / sizeof STEP_METRICS_F[0] <= 32,
-               "ls_trace_event_check keeps a 32-bit mask of the fields seen");
+               "ls_trace_event_check keeps a 32-bit mask of the fields seen (LS_TRACE_MAX_FIELDS)");
 
 typedef struct {
     const field_spec *fields;
@@ -420,11 +420,19 @@ static int field_index(const kind_spec *ks, const char *key, size_t hint) {
 }
 
 ls_status ls_trace_event_check(ls_trace_kind kind, const cJSON *event, char *why, size_t why_len) {
-    return ls_trace_event_check_ex(kind, event, 0, why, why_len, NULL);
+    return ls_trace_event_check_ex(kind, event, 0, why, why_len, NULL, NULL);
+}
+
+int ls_trace_field_index(ls_trace_kind kind, const char *name) {
+    if ((int)kind < 0 || kind >= LS_TRACE_KIND_COUNT || name == NULL) return -1;
+    const kind_spec *ks = &KINDS[kind];
+    for (size_t i = 0; i < ks->n; i++)
+        if (name_eq(ks->fields[i].name, name)) return (int)i;
+    return -1;
 }
 
 ls_status ls_trace_event_check_ex(ls_trace_kind kind, const cJSON *event, size_t skip, char *why,
-                                  size_t why_len, bool *prefix_frozen) {
+                                  size_t why_len, bool *prefix_frozen, const cJSON **fields) {
     if (why && why_len) why[0] = '\0';
     if (event == NULL || (int)kind < 0 || kind >= LS_TRACE_KIND_COUNT) {
         if (why && why_len) snprintf(why, why_len, "no event or unknown kind");
@@ -435,6 +443,7 @@ ls_status ls_trace_event_check_ex(ls_trace_kind kind, const cJSON *event, size_t
     const kind_spec *ks = &KINDS[kind];
     uint32_t seen = 0; /* tables have at most 32 fields */
     size_t hint = 0;
+    if (fields) memset(fields, 0, LS_TRACE_MAX_FIELDS * sizeof *fields);
     const cJSON *first = event->child;
     for (size_t k = 0; k < skip && first; k++) first = first->next;
     for (const cJSON *c = first; c; c = c->next) {
@@ -445,6 +454,7 @@ ls_status ls_trace_event_check_ex(ls_trace_kind kind, const cJSON *event, size_t
         if (seen & (UINT32_C(1) << i)) return fail(why, why_len, kname, key, "repeated");
         seen |= UINT32_C(1) << i;
         hint = (size_t)i + 1;
+        if (fields) fields[i] = c;
         const char *bad = check_value(&ks->fields[i], c);
         if (bad) return fail(why, why_len, kname, key, bad);
     }

@@ -210,12 +210,23 @@ bool ls_trace_event_prefix_frozen(const cJSON *event);
  * unknown kind. */
 ls_status ls_trace_event_check(ls_trace_kind kind, const cJSON *event, char *why, size_t why_len);
 
+/* Fields a kind's table holds at most (ls_trace_event.field). */
+#define LS_TRACE_MAX_FIELDS 32
+
 /* ls_trace_event_check for the reader: the first `skip` members of event
  * are not looked at (the reader passes 5 when they are the envelope keys in
  * order, which it has checked), and on LS_OK *prefix_frozen (when not NULL)
- * is ls_trace_event_prefix_frozen(event), found in the same pass. */
+ * is ls_trace_event_prefix_frozen(event), found in the same pass, and
+ * fields[i] (fields, when not NULL, has LS_TRACE_MAX_FIELDS entries) the
+ * member holding the kind's i-th field (ls_trace_field_index), NULL when
+ * the event lacks it; entries from the kind's field count on are NULL. */
 ls_status ls_trace_event_check_ex(ls_trace_kind kind, const cJSON *event, size_t skip, char *why,
-                                  size_t why_len, bool *prefix_frozen);
+                                  size_t why_len, bool *prefix_frozen, const cJSON **fields);
+
+/* Position of field `name` in kind's table (the index into
+ * ls_trace_event.field and the fields of ls_trace_event_check_ex), -1 when
+ * the kind has no such field (the envelope keys are no field). */
+int ls_trace_field_index(ls_trace_kind kind, const char *name);
 
 /* Length (1..4) of the valid UTF-8 sequence starting at p[0] (n bytes
  * available, n >= 1), or 0 when it is not valid UTF-8 (overlong forms,

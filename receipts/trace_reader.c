@@ -428,8 +428,10 @@ static bool take_event(ls_trace_reader *r, cJSON *j, const loc *at, bool unverif
         e->flags |= LS_TRACE_EVF_UNKNOWN_KIND;
     } else {
         char why[160];
-        frozen_known = ls_trace_event_check_ex(kind, j, in_order ? 5 : 0, why, sizeof why, &frozen) == LS_OK;
+        frozen_known =
+            ls_trace_event_check_ex(kind, j, in_order ? 5 : 0, why, sizeof why, &frozen, e->field) == LS_OK;
         if (!frozen_known) {
+            memset(e->field, 0, sizeof e->field);
             diag(r, LS_TRACE_DIAG_FIELD, at, seq, -1, -1, "line %lld (seq %lld): %s",
                  (long long)at->line, (long long)seq, why);
             e->flags |= LS_TRACE_EVF_FIELDS;
@@ -440,6 +442,7 @@ static bool take_event(ls_trace_reader *r, cJSON *j, const loc *at, bool unverif
                      "line %lld (seq %lld): collective.group \"%.60s\" is not a group of the header",
                      (long long)at->line, (long long)seq, g);
                 e->flags |= LS_TRACE_EVF_FIELDS;
+                memset(e->field, 0, sizeof e->field);
             }
         } else if (kind == LS_TRACE_RANK_COMPLETE) {
             int64_t n = 0;

@@ -156,6 +156,11 @@ typedef struct {
     unsigned flags;        /* LS_TRACE_EVF_* */
     bool prefix_frozen;    /* the event has "prefix_frozen": true: its step ran
                               against a stale prompt state (trace_event.h) */
+    /* The kind's fields by their position in its table (field[i] holds
+     * ls_trace_field_index(kind, name) == i), NULL when absent: found by the
+     * reader's field check, so a consumer reads them without a search.
+     * All NULL when flags has LS_TRACE_EVF_FIELDS or LS_TRACE_EVF_UNKNOWN_KIND. */
+    const cJSON *field[LS_TRACE_MAX_FIELDS];
 } ls_trace_event;
 
 typedef struct ls_trace_reader ls_trace_reader;

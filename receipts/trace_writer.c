@@ -34,7 +34,7 @@
 /* zstd history: 1 MiB is all a trace's repetition needs, and it bounds the
  * reader's zstd buffer */
 #define WINDOW_LOG 20
-#define DEFAULT_LEVEL 3
+#define DEFAULT_LEVEL 6
 
 struct ls_trace_writer {
     pthread_mutex_t mu;
