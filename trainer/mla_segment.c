@@ -1,22 +1,18 @@
 /* mla_segment.c - the mla family's carried state (ls_state pages of c_kv
  * after its norm, k_pe after RoPE and the indexer keys; nothing per head),
- * its segments (embedding, the layer stack, final norm and the fused
- * log-prob head) with their taped backward, and the `full`-mode backward
- * through the prompt computation, recomputed chunk by chunk from the
- * capture's checkpoints.  Under CP a state's layers carry the context of
+ * its segments (the layer stack between the embedding and the log-prob
+ * head, whose frame and tape are seg_frame.c's) with their taped backward,
+ * and the `full`-mode backward through the prompt computation,
+ * recomputed chunk by chunk from the capture's checkpoints.  Under CP a state's layers carry the context of
  * mla_cpfam.c (ls_mla_cp_layer), which the layers use. */
-#include <math.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/checked.h"
 #include "kernels/embedding.h"
-#include "kernels/logprob.h"
-#include "kernels/norm.h"
 #include "trainer/mla_layer.h"
+#include "trainer/seg_frame.h"
 
 #define R(n) ((n) * sizeof(ls_real))
-#define VOCAB_CHUNK 128
 
 /* ---- carried state ------------------------------------------------------------ */
 
@@ -141,24 +137,11 @@ ls_status LS_K(ls_mla_state_append)(ls_state *s, int l, const ls_real *ckv, cons
 
 /* ---- segments -------------------------------------------------------------------- */
 
-typedef struct {
-    ls_arena arena;
-    size_t T, score_from, n_sc, grad_cut;
-    int64_t pos0;
-    const ls_state *ctx;
-    int32_t *tokens, *targets;
-    ls_mla_layer_tape *ly;
-    ls_real *xf, *rstd_f, *xn_f, *lse;
-} mla_tape;
+void LS_K(ls_mla_tape_free)(ls_seg_tape *t) { LS_K(ls_seg_frame_free)(t); }
+size_t LS_K(ls_mla_tape_bytes)(const ls_seg_tape *t) { return LS_K(ls_seg_frame_bytes)(t); }
 
-void LS_K(ls_mla_tape_free)(ls_seg_tape *t) {
-    if (!t) return;
-    ls_arena a = ((mla_tape *)t)->arena;
-    ls_arena_free(&a); /* the tape struct lives in its own arena */
-}
-size_t LS_K(ls_mla_tape_bytes)(const ls_seg_tape *t) { return t ? ((const mla_tape *)t)->arena.used_bytes : 0; }
-
-static ls_status layers_forward(const ls_params *p, ls_seg_io *io, ls_real *h, mla_tape *tp) {
+static ls_status layers_forward(const ls_params *p, ls_seg_io *io, ls_real *h, ls_seg_frame *fr) {
+    ls_mla_layer_tape *ly = fr ? fr->ly : NULL;
     const ls_model_config *c = &p->cfg;
     size_t T = io->T, d = (size_t)c->d_model;
     ls_status st = LS_OK;
@@ -176,9 +159,9 @@ static ls_status layers_forward(const ls_params *p, ls_seg_io *io, ls_real *h, m
             if (scr.failed) st = LS_ERR_NOMEM;
         }
         if (st == LS_OK)
-            st = LS_K(ls_mla_layer_forward)(p, l, h, T, io->pos0, ctx, ckv, kpe, kI, tp ? &tp->ly[l] : NULL,
-                                            tp ? &tp->arena : NULL, &scr);
-        if (st == LS_OK && tp) tp->ly[l].cut = io->grad_cut;
+            st = LS_K(ls_mla_layer_forward)(p, l, h, T, io->pos0, ctx, ckv, kpe, kI, ly ? &ly[l] : NULL,
+                                            fr ? &fr->arena : NULL, &scr);
+        if (st == LS_OK && ly) ly[l].cut = io->grad_cut;
         if (st == LS_OK && io->state_out) st = LS_K(ls_mla_state_append)(io->state_out, l, ckv, kpe, kI, T, io->pos0, c);
         ls_arena_free(&scr);
         if (st == LS_OK && io->hook) io->hook(io->hook_user, l, 0, T, ls_hook_now_ns() - t0, ls_hook_l2(h, T * d));
@@ -187,128 +170,21 @@ static ls_status layers_forward(const ls_params *p, ls_seg_io *io, ls_real *h, m
 }
 
 ls_status LS_K(ls_mla_segment_forward)(const ls_params *p, ls_seg_io *io) {
-    const ls_model_config *c = &p->cfg;
-    size_t T = io->T, d = (size_t)c->d_model, V = (size_t)c->vocab;
-    ls_real eps = (ls_real)c->rms_eps, temp = (ls_real)p->obj.temperature;
-    if (T == 0 || (io->targets && io->score_from >= T)) return LS_ERR_ARG;
-    if (io->grad_cut && (!io->tape || io->grad_cut >= T)) return LS_ERR_ARG;
-    if (c->index_topk < 1) return LS_ERR_ARG;
+    if (p->cfg.index_topk < 1) return LS_ERR_ARG;
     if (io->ctx && io->ctx->n_pos != io->pos0) return LS_ERR_ARG; /* the context must end where the segment starts */
-    for (size_t t = 0; t < T; t++)
-        if (io->tokens[t] < 0 || (size_t)io->tokens[t] >= V) return LS_ERR_ARG;
-    if (io->targets)
-        for (size_t t = 0; t < T - io->score_from; t++)
-            if (io->targets[t] < 0 || (size_t)io->targets[t] >= V) return LS_ERR_ARG;
-    mla_tape *tp = NULL;
-    ls_arena work;
-    ls_arena_init(&work, LS_MEM_SCRATCH, 0);
-    ls_status st = LS_ERR_NOMEM;
-    if (io->tape) {
-        ls_arena a;
-        ls_arena_init(&a, io->tape_cat, 1u << 20);
-        tp = ls_arena_alloc(&a, sizeof *tp);
-        if (!tp) {
-            ls_arena_free(&a);
-            return LS_ERR_NOMEM;
-        }
-        tp->arena = a;
-        tp->ly = ls_arena_alloc(&tp->arena, (size_t)c->n_layers * sizeof *tp->ly);
-        tp->tokens = ls_arena_alloc(&tp->arena, T * sizeof(int32_t));
-        if (!tp->ly || !tp->tokens) goto cleanup;
-        memcpy(tp->tokens, io->tokens, T * sizeof(int32_t));
-        tp->T = T;
-        tp->pos0 = io->pos0;
-        tp->ctx = io->ctx;
-        tp->grad_cut = io->grad_cut;
-    }
-    ls_real *h = ls_arena_alloc(&work, R(T * d));
-    if (!h) goto cleanup;
-    int64_t t0 = ls_hook_now_ns();
-    LS_K(ls_embedding_forward)(h, io->tokens, p->embed->w, T, d);
-    if (io->hook) io->hook(io->hook_user, -1, 0, T, ls_hook_now_ns() - t0, ls_hook_l2(h, T * d));
-    st = layers_forward(p, io, h, tp);
-    if (st != LS_OK) goto cleanup;
-    if (io->state_out) io->state_out->n_pos = io->pos0 + (int64_t)T;
-    if (io->targets || io->last_hidden) {
-        t0 = ls_hook_now_ns();
-        size_t r0 = io->targets ? io->score_from : T - 1, n = T - r0;
-        ls_arena *ha = tp ? &tp->arena : &work;
-        ls_real *xf = ls_arena_alloc(ha, R(n * d)), *rstd = ls_arena_alloc(ha, R(n));
-        ls_real *xn = ls_arena_alloc(ha, R(n * d)), *lse = ls_arena_alloc(ha, R(n));
-        int32_t *tg = io->targets ? ls_arena_alloc(ha, n * sizeof(int32_t)) : NULL;
-        st = LS_ERR_NOMEM;
-        if (!xf || !rstd || !xn || !lse || (io->targets && !tg)) goto cleanup;
-        memcpy(xf, h + r0 * d, R(n * d));
-        LS_K(ls_rmsnorm_forward)(xn, rstd, xf, p->norm->w, 0, eps, n, d);
-        if (io->targets) {
-            memcpy(tg, io->targets, n * sizeof(int32_t));
-            ls_real *ws = ls_arena_alloc(&work, R(LS_K(ls_logprob_workspace)(n, VOCAB_CHUNK)));
-            if (!ws) goto cleanup;
-            LS_K(ls_logprob_forward)(io->logp, lse, xn, p->lm_head->w, tg, temp, n, d, V, VOCAB_CHUNK, ws);
-        }
-        if (io->last_hidden) memcpy(io->last_hidden, xn + (n - 1) * d, R(d));
-        if (tp) {
-            tp->score_from = r0;
-            tp->n_sc = io->targets ? n : 0;
-            tp->targets = tg;
-            tp->xf = xf;
-            tp->rstd_f = rstd;
-            tp->xn_f = xn;
-            tp->lse = lse;
-        }
-        if (io->hook) io->hook(io->hook_user, c->n_layers, 0, n, ls_hook_now_ns() - t0, ls_hook_l2(xn, n * d));
-    }
-    st = LS_OK;
-    if (io->tape) {
-        *io->tape = (ls_seg_tape *)tp;
-        tp = NULL;
-    }
-cleanup:
-    ls_arena_free(&work);
-    if (tp) LS_K(ls_mla_tape_free)((ls_seg_tape *)tp);
-    return st;
+    return LS_K(ls_seg_forward)(p, io, sizeof(ls_mla_layer_tape), 0, layers_forward);
+}
+
+static ls_status layer_backward(const ls_params *p, int l, ls_seg_frame *fr, ls_real *dh, ls_state *dctx,
+                                ls_arena *scr) {
+    ls_mla_layer_tape *ly = fr->ly;
+    return LS_K(ls_mla_layer_backward)(p, l, &ly[l], dh, fr->ctx ? &fr->ctx->ly[l] : NULL,
+                                       dctx ? &dctx->ly[l] : NULL, NULL, NULL, scr);
 }
 
 ls_status LS_K(ls_mla_segment_backward)(const ls_params *p, ls_seg_tape *tape, const ls_real *dlogp, ls_state *dctx,
                                         ls_layer_hook hook, void *hook_user) {
-    const ls_model_config *c = &p->cfg;
-    mla_tape *tp = (mla_tape *)tape;
-    size_t T = tp->T, d = (size_t)c->d_model, V = (size_t)c->vocab;
-    if (tp->grad_cut && dctx) return LS_ERR_ARG; /* the context is before the cut */
-    ls_arena work;
-    ls_arena_init(&work, tp->arena.cat, 0);
-    ls_status st = LS_ERR_NOMEM;
-    ls_real *dh = ls_arena_alloc(&work, R(T * d));
-    if (!dh) goto cleanup;
-    int64_t t0 = ls_hook_now_ns();
-    if (dlogp && tp->n_sc) {
-        size_t n = tp->n_sc;
-        ls_real *dxn = ls_arena_alloc(&work, R(n * d));
-        ls_real *ws = ls_arena_alloc(&work, R(LS_K(ls_logprob_workspace)(n, VOCAB_CHUNK)));
-        if (!dxn || !ws) goto cleanup;
-        LS_K(ls_logprob_backward)(dxn, p->lm_head->g, dlogp, tp->xn_f, p->lm_head->w, tp->targets, tp->lse,
-                                  (ls_real)p->obj.temperature, n, d, V, VOCAB_CHUNK, ws);
-        LS_K(ls_rmsnorm_backward)(dh + tp->score_from * d, p->norm->g, dxn, tp->xf, tp->rstd_f, p->norm->w, 0, n,
-                                  d);
-        if (hook) hook(hook_user, c->n_layers, 1, n, ls_hook_now_ns() - t0, ls_hook_l2(dh, T * d));
-    }
-    for (int l = c->n_layers - 1; l >= 0; l--) {
-        t0 = ls_hook_now_ns();
-        ls_arena scr;
-        ls_arena_init(&scr, tp->arena.cat, 0);
-        st = LS_K(ls_mla_layer_backward)(p, l, &tp->ly[l], dh, tp->ctx ? &tp->ctx->ly[l] : NULL,
-                                         dctx ? &dctx->ly[l] : NULL, NULL, NULL, &scr);
-        ls_arena_free(&scr);
-        if (st != LS_OK) goto cleanup;
-        if (hook) hook(hook_user, l, 1, T, ls_hook_now_ns() - t0, ls_hook_l2(dh, T * d));
-    }
-    t0 = ls_hook_now_ns();
-    if (p->embed->g) LS_K(ls_embedding_backward)(p->embed->g, dh, tp->tokens, T, d);
-    if (hook) hook(hook_user, -1, 1, T, ls_hook_now_ns() - t0, ls_hook_l2(dh, T * d));
-    st = LS_OK;
-cleanup:
-    ls_arena_free(&work);
-    return st;
+    return LS_K(ls_seg_backward)(p, tape, dlogp, dctx, 0, layer_backward, hook, hook_user);
 }
 
 /* ---- `full` mode: the prompt backward ------------------------------------------ */
