@@ -3,6 +3,9 @@
 #include "trainer/mla.h"
 
 #include <stdio.h>
+#include <string.h>
+
+#define R(n) ((n) * sizeof(ls_real))
 
 const ls_family_ops *LS_K(ls_family_ops_of)(ls_family f, char *err, size_t err_len) {
     if (f == LS_FAMILY_HYBRID) return &LS_K(ls_family_hybrid); /* and ls_family_has_trainer (config.c) */
@@ -11,4 +14,84 @@ const ls_family_ops *LS_K(ls_family_ops_of)(ls_family f, char *err, size_t err_l
         snprintf(err, err_len, "key 'family': '%s' is not implemented by this trainer",
                  ls_family_name(f));
     return NULL;
+}
+
+ls_status LS_K(ls_state_append_pages)(ls_state *s, int l, const ls_real *const src[3], const size_t rows[3],
+                                      size_t T, int64_t pos0) {
+    ls_layer_state *ly = &s->ly[l];
+    for (size_t t0 = 0; t0 < T; t0 += s->page_size) {
+        size_t n = T - t0 < s->page_size ? T - t0 : s->page_size;
+        if (ly->n_pages == ly->cap_pages) {
+            size_t cap = ly->cap_pages ? 2 * ly->cap_pages : 16;
+            ls_kv_page *np = ls_mem_realloc(LS_MEM_SCRATCH, ly->pages, cap * sizeof *np);
+            if (!np) return LS_ERR_NOMEM;
+            ly->pages = np;
+            ly->cap_pages = cap;
+        }
+        ls_kv_page *pg = &ly->pages[ly->n_pages];
+        ls_real **dst[3] = {&pg->k, &pg->v, &pg->x};
+        int ok = 1;
+        for (int j = 0; j < 3; j++) {
+            *dst[j] = NULL;
+            if (!src[j]) continue;
+            *dst[j] = ls_mem_alloc(s->cat, R(n * rows[j])); /* right-sized, never a view into a parent */
+            if (!*dst[j]) ok = 0;
+            else memcpy(*dst[j], src[j] + t0 * rows[j], R(n * rows[j]));
+        }
+        if (!ok) {
+            for (int j = 0; j < 3; j++) ls_mem_free(*dst[j]);
+            return LS_ERR_NOMEM;
+        }
+        pg->n = n;
+        pg->pos0 = pos0 + (int64_t)t0;
+        ly->n_pages++;
+    }
+    return LS_OK;
+}
+
+/* An owned copy of the n bytes at src (zeroed instead when zero); *dst NULL for NULL src. */
+static int own_copy(ls_real **dst, const ls_real *src, ls_mem_cat cat, int zero) {
+    *dst = NULL;
+    if (!src) return 1;
+    size_t bytes = ls_mem_size(src);
+    *dst = ls_mem_alloc(cat, bytes);
+    if (!*dst) return 0;
+    if (!zero) memcpy(*dst, src, bytes);
+    return 1;
+}
+
+ls_status LS_K(ls_state_derive)(ls_state *d, const ls_state *s, ls_mem_cat cat, int borrow, int zero) {
+    memset(d, 0, sizeof *d);
+    d->fam = s->fam;
+    d->n_layers = s->n_layers;
+    d->n_pos = s->n_pos;
+    d->page_size = s->page_size;
+    d->cat = cat;
+    d->ly = ls_mem_alloc(LS_MEM_SCRATCH, (size_t)d->n_layers * sizeof *d->ly);
+    if (!d->ly) return LS_ERR_NOMEM;
+    for (int l = 0; l < d->n_layers; l++) {
+        const ls_layer_state *sl = &s->ly[l];
+        ls_layer_state *dl = &d->ly[l];
+        dl->cp = sl->cp; /* a fork reads the same remote context */
+        if (!sl->n_pages) continue;
+        dl->pages = ls_mem_alloc(LS_MEM_SCRATCH, sl->n_pages * sizeof *dl->pages);
+        if (!dl->pages) return LS_ERR_NOMEM;
+        dl->cap_pages = sl->n_pages;
+        if (borrow && sl->n_pages > d->n_borrowed) d->n_borrowed = sl->n_pages;
+        for (size_t i = 0; i < sl->n_pages; i++, dl->n_pages++) {
+            const ls_kv_page *sp = &sl->pages[i];
+            ls_kv_page *pg = &dl->pages[i];
+            *pg = *sp;
+            if (borrow) continue;
+            int ok = own_copy(&pg->k, sp->k, cat, zero);
+            ok &= own_copy(&pg->v, sp->v, cat, zero);
+            if (zero) pg->x = NULL;
+            else ok &= own_copy(&pg->x, sp->x, cat, 0);
+            if (!ok) {
+                dl->n_pages++; /* the state's free releases this page's parts */
+                return LS_ERR_NOMEM;
+            }
+        }
+    }
+    return LS_OK;
 }

@@ -177,6 +177,21 @@ const ls_family_ops *LS_K(ls_family_ops_of)(ls_family f, char *err, size_t err_l
 extern const ls_family_ops LS_K(ls_family_hybrid);
 extern const ls_family_ops LS_K(ls_family_mla);
 
+/* Appends layer l's pages for T new positions from pos0 (page_size rows a
+ * page, the last one shorter): a page's k, v and x hold rows [rows[j]]
+ * copied from src[j] (src[j] NULL: that field stays NULL), allocated to
+ * size under the state's category.  LS_ERR_NOMEM leaves the pages so far. */
+ls_status LS_K(ls_state_append_pages)(ls_state *s, int l, const ls_real *const src[3], const size_t rows[3],
+                                      size_t T, int64_t pos0);
+
+/* d (overwritten) as s's shape in category cat: the same layers, positions
+ * and page size, each layer's CP context, and its pages borrowed (borrow:
+ * a fork, n_borrowed set) or owned (k and v of the same sizes, copied
+ * unless zero; x copied too, or NULL when zero: no gradient flows into the
+ * indexer).  The family adds what else its layers carry.  On failure d
+ * holds what was made so far: free it with the family's state_free. */
+ls_status LS_K(ls_state_derive)(ls_state *d, const ls_state *s, ls_mem_cat cat, int borrow, int zero);
+
 /* The state's own family (an empty state: nothing to free, 0 bytes). */
 static inline void LS_K(ls_state_free)(ls_state *s) {
     if (s && s->fam) s->fam->state_free(s);

@@ -13,34 +13,12 @@
 #define R(n) ((n) * sizeof(ls_real))
 
 
+/* Attention layer l's K and V rows as new pages of s. */
 static ls_status append_pages(ls_hstate *s, int l, const ls_real *k, const ls_real *v, size_t T,
                               int64_t pos0, size_t row) {
-    ls_layer_state *ly = &s->ly[l];
-    for (size_t t0 = 0; t0 < T; t0 += s->page_size) {
-        size_t n = T - t0 < s->page_size ? T - t0 : s->page_size;
-        if (ly->n_pages == ly->cap_pages) {
-            size_t cap = ly->cap_pages ? 2 * ly->cap_pages : 16;
-            ls_kv_page *np = ls_mem_realloc(LS_MEM_SCRATCH, ly->pages, cap * sizeof *np);
-            if (!np) return LS_ERR_NOMEM;
-            ly->pages = np;
-            ly->cap_pages = cap;
-        }
-        ls_kv_page *pg = &ly->pages[ly->n_pages];
-        pg->k = ls_mem_alloc(s->cat, R(n * row)); /* right-sized, never a view into a parent */
-        pg->v = ls_mem_alloc(s->cat, R(n * row));
-        if (!pg->k || !pg->v) {
-            ls_mem_free(pg->k);
-            ls_mem_free(pg->v);
-            return LS_ERR_NOMEM;
-        }
-        memcpy(pg->k, k + t0 * row, R(n * row));
-        memcpy(pg->v, v + t0 * row, R(n * row));
-        pg->x = NULL;
-        pg->n = n;
-        pg->pos0 = pos0 + (int64_t)t0;
-        ly->n_pages++;
-    }
-    return LS_OK;
+    const ls_real *src[3] = {k, v, NULL};
+    const size_t rows[3] = {row, row, 0};
+    return LS_K(ls_state_append_pages)(s, l, src, rows, T, pos0);
 }
 
 void LS_K(ls_seg_tape_free)(ls_seg_tape *t) { LS_K(ls_seg_frame_free)(t); }

@@ -39,43 +39,13 @@ ls_status LS_K(ls_hstate_init)(ls_hstate *s, const ls_params *p, size_t page_siz
     return LS_OK;
 }
 
-static ls_status copy_pages(ls_layer_state *d, const ls_layer_state *s, ls_mem_cat cat, int borrow,
-                            int zero) {
-    if (!s->n_pages) return LS_OK;
-    d->pages = ls_mem_alloc(LS_MEM_SCRATCH, s->n_pages * sizeof *d->pages);
-    if (!d->pages) return LS_ERR_NOMEM;
-    d->cap_pages = d->n_pages = s->n_pages;
-    for (size_t i = 0; i < s->n_pages; i++) {
-        d->pages[i] = s->pages[i];
-        if (borrow) continue;
-        size_t bytes = ls_mem_size(s->pages[i].k);
-        d->pages[i].k = ls_mem_alloc(cat, bytes);
-        d->pages[i].v = ls_mem_alloc(cat, bytes);
-        if (!d->pages[i].k || !d->pages[i].v) return LS_ERR_NOMEM;
-        if (!zero) {
-            memcpy(d->pages[i].k, s->pages[i].k, bytes);
-            memcpy(d->pages[i].v, s->pages[i].v, bytes);
-        }
-    }
-    return LS_OK;
-}
-
+/* ls_state_derive, and the GDN layers' conv tail and recurrent state:
+ * copied, or zeroed (a gradient). */
 static ls_status derive(ls_hstate *d, const ls_hstate *s, ls_mem_cat cat, int borrow, int zero) {
-    memset(d, 0, sizeof *d);
-    d->fam = s->fam;
-    d->n_layers = s->n_layers;
-    d->n_pos = s->n_pos;
-    d->page_size = s->page_size;
-    d->cat = cat;
-    d->ly = ls_mem_alloc(LS_MEM_SCRATCH, (size_t)d->n_layers * sizeof *d->ly);
-    if (!d->ly) return LS_ERR_NOMEM;
-    ls_status st = LS_OK;
+    ls_status st = LS_K(ls_state_derive)(d, s, cat, borrow, zero);
     for (int l = 0; l < d->n_layers && st == LS_OK; l++) {
         const ls_layer_state *sl = &s->ly[l];
         ls_layer_state *dl = &d->ly[l];
-        st = copy_pages(dl, sl, cat, borrow, zero);
-        dl->cp = sl->cp; /* a fork reads the same remote context */
-        if (borrow && sl->n_pages > d->n_borrowed) d->n_borrowed = sl->n_pages;
         if (sl->tail) {
             size_t tb = ls_mem_size(sl->tail), sb = ls_mem_size(sl->S);
             dl->tail = ls_mem_alloc(cat, tb);

@@ -26,39 +26,9 @@ ls_status LS_K(ls_mla_state_init)(ls_state *s, const ls_params *p, size_t page_s
     return s->ly ? LS_OK : LS_ERR_NOMEM;
 }
 
-/* dst from src: pages borrowed (fork) or owned copies (zeroed: a gradient, c_kv and k_pe rows only). */
+/* dst from src: pages borrowed (fork) or owned and zeroed (a gradient: c_kv and k_pe rows only). */
 static ls_status derive(ls_state *d, const ls_state *s, ls_mem_cat cat, int borrow) {
-    memset(d, 0, sizeof *d);
-    d->fam = s->fam;
-    d->n_layers = s->n_layers;
-    d->n_pos = s->n_pos;
-    d->page_size = s->page_size;
-    d->cat = cat;
-    d->ly = ls_mem_alloc(LS_MEM_SCRATCH, (size_t)d->n_layers * sizeof *d->ly);
-    if (!d->ly) return LS_ERR_NOMEM;
-    ls_status st = LS_OK;
-    for (int l = 0; l < d->n_layers && st == LS_OK; l++) {
-        const ls_layer_state *sl = &s->ly[l];
-        ls_layer_state *dl = &d->ly[l];
-        dl->cp = sl->cp; /* a fork reads the same remote context */
-        if (!sl->n_pages) continue;
-        dl->pages = ls_mem_alloc(LS_MEM_SCRATCH, sl->n_pages * sizeof *dl->pages);
-        if (!dl->pages) {
-            st = LS_ERR_NOMEM;
-            break;
-        }
-        dl->cap_pages = dl->n_pages = sl->n_pages;
-        for (size_t i = 0; i < sl->n_pages; i++) {
-            dl->pages[i] = sl->pages[i];
-            if (borrow) continue;
-            ls_kv_page *pg = &dl->pages[i];
-            pg->k = ls_mem_alloc(cat, ls_mem_size(sl->pages[i].k));
-            pg->v = ls_mem_alloc(cat, ls_mem_size(sl->pages[i].v));
-            pg->x = NULL; /* no gradient flows into the indexer */
-            if (!pg->k || !pg->v) st = LS_ERR_NOMEM;
-        }
-        if (borrow && sl->n_pages > d->n_borrowed) d->n_borrowed = sl->n_pages;
-    }
+    ls_status st = LS_K(ls_state_derive)(d, s, cat, borrow, !borrow);
     if (st != LS_OK) LS_K(ls_mla_state_free)(d);
     return st;
 }
@@ -104,35 +74,9 @@ size_t LS_K(ls_mla_state_plan_bytes)(const ls_model_config *c, int64_t n_pos) {
 
 ls_status LS_K(ls_mla_state_append)(ls_state *s, int l, const ls_real *ckv, const ls_real *kpe, const ls_real *kI,
                                     size_t T, int64_t pos0, const ls_model_config *c) {
-    ls_layer_state *ly = &s->ly[l];
-    size_t rows[3] = {(size_t)c->kv_rank, (size_t)c->d_rope, (size_t)c->index_dim};
+    const size_t rows[3] = {(size_t)c->kv_rank, (size_t)c->d_rope, (size_t)c->index_dim};
     const ls_real *src[3] = {ckv, kpe, kI};
-    for (size_t t0 = 0; t0 < T; t0 += s->page_size) {
-        size_t n = T - t0 < s->page_size ? T - t0 : s->page_size;
-        if (ly->n_pages == ly->cap_pages) {
-            size_t cap = ly->cap_pages ? 2 * ly->cap_pages : 16;
-            ls_kv_page *np = ls_mem_realloc(LS_MEM_SCRATCH, ly->pages, cap * sizeof *np);
-            if (!np) return LS_ERR_NOMEM;
-            ly->pages = np;
-            ly->cap_pages = cap;
-        }
-        ls_kv_page *pg = &ly->pages[ly->n_pages];
-        ls_real **dst[3] = {&pg->k, &pg->v, &pg->x};
-        int ok = 1;
-        for (int j = 0; j < 3; j++) {
-            *dst[j] = ls_mem_alloc(s->cat, R(n * rows[j]));
-            if (!*dst[j]) ok = 0;
-            else memcpy(*dst[j], src[j] + t0 * rows[j], R(n * rows[j]));
-        }
-        if (!ok) {
-            for (int j = 0; j < 3; j++) ls_mem_free(*dst[j]);
-            return LS_ERR_NOMEM;
-        }
-        pg->n = n;
-        pg->pos0 = pos0 + (int64_t)t0;
-        ly->n_pages++;
-    }
-    return LS_OK;
+    return LS_K(ls_state_append_pages)(s, l, src, rows, T, pos0);
 }
 
 /* ---- segments -------------------------------------------------------------------- */
