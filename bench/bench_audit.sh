@@ -17,7 +17,7 @@
 # Environment: BENCH_AUDIT_SIZES, BENCH_AUDIT_REPEAT, BENCH_AUDIT_RANKS,
 # BENCH_AUDIT_BUILD (build), BENCH_AUDIT_WORK (a fresh temporary directory).
 # Needs python3 (timing: perf_counter), /usr/bin/time (peak RSS), zstd,
-# mpirun (Open MPI).  About 4 minutes on 2 cores; the 10M trace takes ~0.5 GB.
+# mpirun (Open MPI).  About 2 minutes on 2 cores; the 10M trace takes ~0.2 GB.
 set -euo pipefail
 
 usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
