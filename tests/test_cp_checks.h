@@ -3,6 +3,9 @@
  * test_mpi_harness.h by a program that defines, for its family:
  *   CP_TEST_CONFIG        the model config under LS_SOURCE_DIR ("/configs/hybrid-tiny.json")
  *   CP_TEST_LORA_EXPERTS  1: LoRA trains the routed experts' adapters too (mla)
+ *   CP_TEST_DETACHED_SHARD_LOCAL 1: part of the response gradient is shard-local
+ *                         in detached mode too (mla: kv_b), so skip-grad-finalize
+ *                         breaks it; 0: detached mode has nothing to finalize
  *   size_t cp_test_shard_bytes(const ls_params *, int64_t n): the analytical
  *                         carried-state bytes of a shard of n positions
  * and K(x) = LS_K(x).  Here: make_params, make_batch, run (one step's
@@ -10,7 +13,8 @@
  * group, with faults) and the checks.  check_clean: CP-N against CP-1 (and, in full mode,
  * the naive full sequence) at TOL, gradients bitwise equal across ranks,
  * N = 1 bitwise the single-rank path; check_two_steps: the parameters
- * bitwise equal on every rank after two optimizer steps. */
+ * bitwise equal on every rank after two optimizer steps; check_grad_faults:
+ * the faults of the gradient reductions, each detected. */
 #ifndef LS_TEST_CP_CHECKS_H
 #define LS_TEST_CP_CHECKS_H
 #include "trainer/rng.h"
@@ -169,6 +173,47 @@ static void check_two_steps(size_t P) {
         if (p->t[i].trainable) ok &= same_on_all_ranks(p->t[i].w, p->t[i].numel * sizeof(ls_real));
     CHECK(ok, "parameters differ across ranks after two steps");
     K(ls_params_free)(p);
+}
+
+/* What check_grad_faults measured (relative to CP-1), for the family's report line. */
+typedef struct {
+    double dkv_grad, dkv_lp;          /* skip-dkv-reduce: gradient, log-probs */
+    double fin_grad, fin_lp, fin_det; /* skip-grad-finalize: full-mode gradient, log-probs; detached gradient */
+} grad_faults;
+
+/* skip-dkv-reduce and skip-grad-finalize (R over G members, P positions)
+ * against CP-1 in full (one) and detached (oned) mode: each breaks the
+ * gradients (asserted to fail) and the digest agreement, not the log-probs;
+ * skip-grad-finalize in detached mode as CP_TEST_DETACHED_SHARD_LOCAL says. */
+static grad_faults check_grad_faults(const outcome *one, const outcome *oned, size_t P, size_t G, const size_t *R) {
+    grad_faults r;
+    /* skip-dkv-reduce: every rank but the owner of the response keys continues with zero response
+       dK/dV; through the dq sum of the earlier layers the owner's gradient is wrong too */
+    ls_cp_faults f = {.skip_dkv_reduce = 1};
+    outcome a = run(LS_TRAIN_LORA, LS_GRAD_DETACHED, P, G, R, LS_STRATEGY_LONGSTRAW, grp, &f);
+    r.dkv_grad = rel(a.g, oned->g, oned->ng), r.dkv_lp = rel(a.lp, oned->lp, oned->nlp);
+    CHECK(r.dkv_grad > 1e-6, "skip-dkv-reduce: gradient vs CP-1 rel %.3e on rank %d should fail", r.dkv_grad, rank_);
+    CHECK(r.dkv_lp <= TOL, "skip-dkv-reduce: log-probs should still match (rel %.3e)", r.dkv_lp);
+    CHECK(!a.agree, "skip-dkv-reduce: the digest check should see the ranks disagree");
+    /* skip-grad-finalize (full mode): the shard-local sums are missing */
+    f = (ls_cp_faults){.skip_grad_finalize = 1};
+    outcome b = run(LS_TRAIN_LORA, LS_GRAD_FULL, P, G, R, LS_STRATEGY_LONGSTRAW, grp, &f);
+    r.fin_grad = rel(b.g, one->g, one->ng), r.fin_lp = rel(b.lp, one->lp, one->nlp);
+    CHECK(r.fin_grad > 1e-6, "skip-grad-finalize: gradient vs CP-1 rel %.3e should fail", r.fin_grad);
+    CHECK(r.fin_lp <= TOL, "skip-grad-finalize: log-probs should still match (rel %.3e)", r.fin_lp);
+    CHECK(!b.agree, "skip-grad-finalize: the digest check should see the ranks disagree");
+    outcome b2 = run(LS_TRAIN_LORA, LS_GRAD_DETACHED, P, G, R, LS_STRATEGY_LONGSTRAW, grp, &f);
+    r.fin_det = rel(b2.g, oned->g, oned->ng);
+    if (CP_TEST_DETACHED_SHARD_LOCAL)
+        CHECK(r.fin_det > 1e-6 && !b2.agree,
+              "skip-grad-finalize, detached: rel %.3e agree %d (shard-local gradients: should fail)", r.fin_det,
+              b2.agree);
+    else
+        CHECK(r.fin_det <= TOL && b2.agree,
+              "skip-grad-finalize, detached: rel %.3e agree %d (nothing shard-local: should be clean)", r.fin_det,
+              b2.agree);
+    outcome_free(&a), outcome_free(&b), outcome_free(&b2);
+    return r;
 }
 
 #endif

@@ -125,6 +125,22 @@ static cJSON *read_report(const char *path) {
     return doc;
 }
 
+/* longstraw-parity ARGS --out FIXTURE into a fresh FIXTURE, which must exit 0;
+ * its report. */
+static cJSON *fresh_matrix(const char *args, const char *fixture) {
+    char a[1024], p[512];
+    snprintf(a, sizeof a, "rm -rf %s", fixture);
+    sh(a);
+    snprintf(a, sizeof a, "%s --out %s", args, fixture);
+    int rc = parity(a);
+    snprintf(p, sizeof p, "%s/err.txt", tmpdir);
+    char *e = slurp(p);
+    cr_assert_eq(rc, 0, "longstraw-parity %s: exit %d: %s", a, rc, e);
+    free(e);
+    snprintf(p, sizeof p, "%s/parity.json", fixture);
+    return read_report(p);
+}
+
 static const char *jstr(const cJSON *o, const char *k) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
     return cJSON_IsString(v) ? v->valuestring : "";
@@ -161,17 +177,9 @@ static int count_trainable(void) {
 
 Test(parity, matrix_proves_levels_2_to_4, .init = setup, .fini = teardown, .timeout = 1500) {
     char a[1024];
-    snprintf(a, sizeof a, "rm -rf %s", FIXTURE);
-    sh(a);
-    snprintf(a, sizeof a, "--family hybrid --cp 1,2 --dtype f64,f32 --configs p30-g2-lora %s --out %s",
-             getenv("LS_TEST_PARITY_FD_MAX") ? getenv("LS_TEST_PARITY_FD_MAX") : "", FIXTURE);
-    int rc = parity(a);
-    char p[512];
-    snprintf(p, sizeof p, "%s/err.txt", tmpdir);
-    char *e = slurp(p);
-    cr_assert_eq(rc, 0, "longstraw-parity %s: exit %d: %s", a, rc, e);
-    free(e);
-    cJSON *doc = read_report(FIXTURE "/parity.json");
+    snprintf(a, sizeof a, "--family hybrid --cp 1,2 --dtype f64,f32 --configs p30-g2-lora %s",
+             getenv("LS_TEST_PARITY_FD_MAX") ? getenv("LS_TEST_PARITY_FD_MAX") : "");
+    cJSON *doc = fresh_matrix(a, FIXTURE);
     /* one build: the trainer's (its runs' manifests) */
     char *m = slurp(FIXTURE "/runs/p30-g2-lora/f64/grad-cp2-full/run/manifest.json");
     cr_expect(strstr(m, jstr(doc, "build_digest")) != NULL, "the report's build is not the runs' build");
@@ -213,17 +221,7 @@ Test(parity, matrix_proves_levels_2_to_4, .init = setup, .fini = teardown, .time
 /* The mla family's matrix on m30-g2-lora (CP 1 and 2, float64 and float32): its report is the
  * fixture the table test audits the mla runs with (LS_BINARY_DIR/tests/parity-fixture-mla). */
 Test(parity, mla_matrix_proves_levels_2_to_4, .init = setup, .fini = teardown, .timeout = 900) {
-    char a[1024];
-    snprintf(a, sizeof a, "rm -rf %s", FIXTURE_MLA);
-    sh(a);
-    snprintf(a, sizeof a, "--family mla --cp 1,2 --dtype f64,f32 --configs m30-g2-lora --out %s", FIXTURE_MLA);
-    int rc = parity(a);
-    char p[512];
-    snprintf(p, sizeof p, "%s/err.txt", tmpdir);
-    char *e = slurp(p);
-    cr_assert_eq(rc, 0, "longstraw-parity %s: exit %d: %s", a, rc, e);
-    free(e);
-    cJSON *doc = read_report(FIXTURE_MLA "/parity.json");
+    cJSON *doc = fresh_matrix("--family mla --cp 1,2 --dtype f64,f32 --configs m30-g2-lora", FIXTURE_MLA);
     cr_expect_str_eq(jstr(doc, "family"), "mla");
     const cJSON *c;
     int n = 0;

@@ -71,6 +71,9 @@ typedef struct ls_hstate_s {
 
 /* ---- segments -------------------------------------------------------------- */
 typedef struct ls_seg_tape ls_seg_tape;
+/* Both families' tapes (seg_frame.c): release one (NULL: nothing); the bytes it holds. */
+void LS_K(ls_seg_tape_free)(ls_seg_tape *t);
+size_t LS_K(ls_seg_tape_bytes)(const ls_seg_tape *t);
 
 /* Per-layer observation hook (trace layer_end events): called after each
  * layer's forward or backward with the layer index (-1 embedding, n_layers

@@ -21,9 +21,6 @@ static ls_status append_pages(ls_hstate *s, int l, const ls_real *k, const ls_re
     return LS_K(ls_state_append_pages)(s, l, src, rows, T, pos0);
 }
 
-void LS_K(ls_seg_tape_free)(ls_seg_tape *t) { LS_K(ls_seg_frame_free)(t); }
-
-size_t LS_K(ls_seg_tape_bytes)(const ls_seg_tape *t) { return LS_K(ls_seg_frame_bytes)(t); }
 
 static ls_status layers_forward(const ls_params *p, ls_seg_io *io, ls_real *h, ls_seg_frame *fr) {
     ls_layer_tape *ly = fr ? fr->ly : NULL;

@@ -121,8 +121,6 @@ ls_status LS_K(ls_segment_forward)(const ls_params *p, ls_seg_io *io);
  * Parameter gradients accumulate into p's trainable tensors. */
 ls_status LS_K(ls_segment_backward)(const ls_params *p, ls_seg_tape *tape, const ls_real *dlogp,
                                     ls_hstate *dctx, ls_layer_hook hook, void *hook_user);
-void LS_K(ls_seg_tape_free)(ls_seg_tape *t);
-size_t LS_K(ls_seg_tape_bytes)(const ls_seg_tape *t);
 
 /* full mode: back-propagate the accumulated prompt-state gradient dstate
  * through the prompt computation, one layer at a time from the top, and

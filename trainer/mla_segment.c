@@ -81,8 +81,6 @@ ls_status LS_K(ls_mla_state_append)(ls_state *s, int l, const ls_real *ckv, cons
 
 /* ---- segments -------------------------------------------------------------------- */
 
-void LS_K(ls_mla_tape_free)(ls_seg_tape *t) { LS_K(ls_seg_frame_free)(t); }
-size_t LS_K(ls_mla_tape_bytes)(const ls_seg_tape *t) { return LS_K(ls_seg_frame_bytes)(t); }
 
 static ls_status layers_forward(const ls_params *p, ls_seg_io *io, ls_real *h, ls_seg_frame *fr) {
     ls_mla_layer_tape *ly = fr ? fr->ly : NULL;

@@ -38,7 +38,7 @@ static ls_seg_tape *tape_new(const ls_params *p, const ls_seg_io *io, size_t ly_
     fr->ly = ls_arena_alloc(&fr->arena, (size_t)p->cfg.n_layers * ly_size);
     fr->tokens = ls_arena_alloc(&fr->arena, io->T * sizeof(int32_t));
     if (!fr->ly || !fr->tokens) {
-        LS_K(ls_seg_frame_free)(tp);
+        LS_K(ls_seg_tape_free)(tp);
         return NULL;
     }
     memcpy(fr->tokens, io->tokens, io->T * sizeof(int32_t));
@@ -49,13 +49,13 @@ static ls_seg_tape *tape_new(const ls_params *p, const ls_seg_io *io, size_t ly_
     return tp;
 }
 
-void LS_K(ls_seg_frame_free)(ls_seg_tape *tape) {
+void LS_K(ls_seg_tape_free)(ls_seg_tape *tape) {
     if (!tape) return;
     ls_arena a = tape->fr.arena;
     ls_arena_free(&a); /* the tape struct lives in its own arena */
 }
 
-size_t LS_K(ls_seg_frame_bytes)(const ls_seg_tape *tape) { return tape ? tape->fr.arena.used_bytes : 0; }
+size_t LS_K(ls_seg_tape_bytes)(const ls_seg_tape *tape) { return tape ? tape->fr.arena.used_bytes : 0; }
 
 ls_status LS_K(ls_seg_forward)(const ls_params *p, ls_seg_io *io, size_t ly_size, int zero_centred,
                                ls_seg_layers_fn layers) {
@@ -80,7 +80,7 @@ ls_status LS_K(ls_seg_forward)(const ls_params *p, ls_seg_io *io, size_t ly_size
     }
 cleanup:
     ls_arena_free(&work);
-    LS_K(ls_seg_frame_free)(tp);
+    LS_K(ls_seg_tape_free)(tp);
     return st;
 }
 

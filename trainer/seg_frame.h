@@ -42,16 +42,12 @@ ls_status LS_K(ls_seg_forward)(const ls_params *p, ls_seg_io *io, size_t ly_size
  * embedding.  LS_ERR_ARG for a context gradient under a cut. */
 ls_status LS_K(ls_seg_backward)(const ls_params *p, ls_seg_tape *tape, const ls_real *dlogp, ls_state *dctx,
                                 int zero_centred, ls_seg_layer_bwd_fn layer, ls_layer_hook hook, void *hook_user);
-/* The bytes a tape holds (its arena's). */
-size_t LS_K(ls_seg_frame_bytes)(const ls_seg_tape *tape);
 
 /* LS_ERR_ARG when io asks for nothing valid: T 0, scoring from T or later,
  * a cut without a tape or at T or later, a token or target outside the
  * vocabulary. */
 ls_status LS_K(ls_seg_check_io)(const ls_params *p, const ls_seg_io *io);
 
-/* Releases a tape (NULL: nothing). */
-void LS_K(ls_seg_frame_free)(ls_seg_tape *tape);
 
 /* h [T, d] = the embedding of io->tokens, reported to io->hook as layer -1. */
 void LS_K(ls_seg_embed_forward)(const ls_params *p, const ls_seg_io *io, ls_real *h);
