@@ -7,9 +7,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# clang: the build matrix builds every type with clang too; Debian's clang
+# brings neither its OpenMP (libomp-dev, for find_package(OpenMP)) nor, with
+# --no-install-recommends, its sanitizer and libFuzzer runtimes
+# (libclang-rt-14-dev, for tests/fuzz/run_fuzz.sh).  scripts/check_fresh_machine.sh
+# proves this list on a fresh Debian 12 root.
 PACKAGES=(build-essential cmake pkg-config git libcjson-dev libzstd-dev zstd
           libcriterion-dev libopenblas-dev libopenmpi-dev openmpi-bin libssl-dev
-          clang python3 python3-jsonschema)
+          clang libomp-dev libclang-rt-14-dev python3 python3-jsonschema)
 # extra packages a caller needs (scripts/test.sh: chromium, for the audit's HTML render check)
 # shellcheck disable=SC2206
 PACKAGES+=(${LS_EXTRA_PACKAGES:-})
