@@ -39,6 +39,8 @@
 #define LS_AUDIT_MAX_NAMES 256            /* distinct groups / purposes / memory categories */
 #define LS_AUDIT_MAX_EVIDENCE 16          /* evidence items kept per rule (the rest counted) */
 #define LS_AUDIT_NPHASE 8                 /* the 7 phases of trace_event.h + "other" */
+#define LS_AUDIT_MAX_FAULTS 16            /* distinct recorded faults named (more: every level capped) */
+#define LS_AUDIT_MAX_FROZEN_LISTED 64     /* prefix-frozen steps listed (the rest counted) */
 
 typedef struct {
     int64_t rank;      /* -1: not about one rank */
@@ -235,15 +237,37 @@ typedef struct {
     int64_t first_step;        /* the first step it differs */
 } ls_audit_digest_split;
 
+#define LS_AUDIT_MAX_KEYS 16             /* --key / --parity-key files */
+
+/* What the caller trusts (docs/evidence.md).  Every string is borrowed for
+ * the life of the run model. */
 typedef struct {
-    const char *run_dir;       /* borrowed */
-    const char *key_path;      /* --key PUB (NULL: no signature check) */
+    const char *run_dir;
+    const char *keys[LS_AUDIT_MAX_KEYS];        /* --key PUB: keys trusted to sign runs (manifest.dsse.json) */
+    size_t n_keys;
+    const char *parity_keys[LS_AUDIT_MAX_KEYS]; /* --parity-key PUB: keys trusted to sign parity reports */
+    size_t n_parity_keys;
     const char *parity_path;   /* --parity FILE (NULL: RUN/parity.json when present) */
+    bool require_signed;       /* --require-signed: an unsigned or unverified run or report proves nothing */
 } ls_audit_options;
 
-typedef struct {
+struct ls_audit_run;
+
+/* The assurance of the evidence (docs/evidence.md), apart from its level. */
+typedef enum {
+    LS_AUDIT_UNSIGNED = 0,        /* no verified signature: internal consistency only */
+    LS_AUDIT_RUN_SIGNED = 1,      /* the manifest (so every file it digests) verified by a trusted key */
+    LS_AUDIT_RUN_PARITY_SIGNED = 2 /* and the parity report verified by a trusted parity key */
+} ls_audit_assurance;
+/* "unsigned", "run-signed", "run-and-parity-signed" */
+const char *ls_audit_assurance_name(ls_audit_assurance a);
+/* The run's assurance from its verified signatures. */
+ls_audit_assurance ls_audit_assurance_of(const struct ls_audit_run *run);
+
+typedef struct ls_audit_run {
     char *run_dir;
-    const char *key_path, *parity_path_opt;
+    ls_audit_options opt;      /* the caller's options (strings borrowed) */
+    const char *parity_path_opt;
     uint32_t world;            /* from the manifest, else receipts, else trace headers */
     char world_source[32];
     /* manifest */
@@ -255,8 +279,15 @@ typedef struct {
     bool verify_done;
     /* signature */
     bool dsse_present;
-    int dsse_status;           /* -1 not checked, else ls_status */
+    int dsse_status;           /* -1 not checked (no --key), else ls_status */
     char dsse_err[320];
+    char dsse_keyid[65];       /* the trusted key that verified it ("" none) */
+    /* the parity report's signature (its envelope beside it: ls_dsse_parity_envelope_path) */
+    char parity_envelope[300];
+    bool parity_dsse_present;
+    int parity_dsse_status;    /* -1 not checked (no --parity-key), else ls_status */
+    char parity_dsse_err[320];
+    char parity_keyid[65];
     /* parity */
     cJSON *parity;             /* NULL when absent or invalid */
     char parity_file[256];
@@ -268,10 +299,21 @@ typedef struct {
     int64_t n_layers;
     int64_t cfg_group;         /* config "group" (1..LS_AUDIT_MAX_MEMBER), -1: not recorded (inferred) */
     int64_t cfg_steps;         /* config "steps_requested" (1..LS_AUDIT_MAX_STEPS), -1: not recorded */
+    int64_t first_step;        /* config "first_step": the run's first global step (a resumed run's
+                                  checkpoint step; 0 when not recorded); steps before it are not the run's */
     char cfg_note[160];        /* why a recorded value was not used ("" none) */
     bool full_mode;
     bool naive;                /* config "strategy" "naive": no prompt backward (absent: longstraw) */
     bool fault_local_attention, fault_skip_dkv, fault_skip_finalize, any_fault;
+    /* what the evidence speaks for (rules_scope.c): the faults of every configuration (manifest and
+       receipts), the highest level they leave (4: none), the prefix-frozen steps */
+    char faults[LS_AUDIT_MAX_FAULTS][48];
+    size_t n_faults;
+    bool faults_overflow;
+    int fault_cap;
+    int64_t steps_frozen;
+    int64_t frozen_listed[LS_AUDIT_MAX_FROZEN_LISTED];
+    size_t n_frozen_listed;
     /* names */
     char *groups[LS_AUDIT_MAX_NAMES];
     size_t n_groups;
@@ -292,7 +334,8 @@ typedef struct {
     uint32_t digest_ref_rank;
     ls_audit_digest_split *digest_splits; /* world entries at most */
     size_t n_digest_splits;
-    int64_t n_run_steps;        /* steps the rules require (receipts and traces) */
+    int64_t n_run_steps;        /* one past the last step the rules require (receipts and traces): the run's
+                                  steps are first_step .. n_run_steps - 1 */
     /* verdicts */
     ls_audit_rule *rules;
     size_t n_rules, rules_cap;
@@ -344,6 +387,11 @@ const char *ls_audit_phase_name(int index); /* "other" for the last */
 /* The rule with this id, NULL when absent. */
 const ls_audit_rule *ls_audit_find_rule(const ls_audit_run *run, const char *id);
 
+/* The lowest evidence level a fault of longstraw-train can touch (1..3; 1
+ * for a name the audit does not know); *what (may be NULL) says what it
+ * touches (rules_scope.c). */
+int ls_audit_fault_level(const char *name, const char **what);
+
 /* Rules (rules.c) and levels (levels.c); called by ls_audit_evaluate. */
 ls_status ls_audit_rules_run(ls_audit_run *run);
 ls_status ls_audit_levels_run(ls_audit_run *run);
@@ -361,6 +409,8 @@ void ls_audit_rule_close(ls_audit_rule *r);
  * of schemas/audit-report.schema.json (*out is the caller's).  junit: one
  * testcase per rule, written atomically to path. */
 void ls_audit_report_text(const ls_audit_run *run, FILE *f);
+/* The assurance object of the JSON report (caller's; NULL out of memory). */
+cJSON *ls_audit_assurance_json(const ls_audit_run *run);
 ls_status ls_audit_report_json(const ls_audit_run *run, cJSON **out);
 ls_status ls_audit_report_junit(const ls_audit_run *run, const char *path, char *err, size_t errlen);
 

@@ -16,19 +16,26 @@
 
 static void usage(FILE *f) {
     fputs("usage: longstraw-audit RUN [--require-level N] [--json FILE] [--junit FILE] [--timeline FILE]\n"
-          "                       [--html FILE] [--key PUB] [--parity FILE] [--quiet]\n"
+          "                       [--html FILE] [--key PUB]... [--parity FILE] [--parity-key PUB]...\n"
+          "                       [--require-signed] [--quiet]\n"
           "       longstraw-audit diff RUN_A RUN_B\n"
           "Scores the run directory RUN against the evidence levels (DESIGN.md section 5):\n"
           "  1 execution capacity, 2 response-operator fidelity, 3 distributed-update consistency,\n"
           "  4 full-gradient parity; a level holds only if the lower ones hold.  Levels 2-4 need a\n"
-          "  parity report from the same build (RUN/parity.json or --parity FILE).\n"
+          "  parity report from the same build whose coverage holds the run (RUN/parity.json or\n"
+          "  --parity FILE).  Every output states the assurance of the evidence too (docs/evidence.md):\n"
+          "  unsigned, run-signed, or run-and-parity-signed.\n"
           "  --require-level N  exit 0 when the run proves level >= N (0..4; default 1), else 1\n"
           "  --json FILE        the audit report (schemas/audit-report.schema.json)\n"
           "  --junit FILE       JUnit XML, one testcase per rule\n"
           "  --timeline FILE    Chrome trace-event JSON (Perfetto, chrome://tracing)\n"
           "  --html FILE        one self-contained HTML report\n"
-          "  --key PUB          verify RUN/manifest.dsse.json with this Ed25519 public key (PEM)\n"
+          "  --key PUB          a public key (Ed25519 PEM) trusted to sign runs: RUN/manifest.dsse.json\n"
+          "                     must verify with one of them (repeatable)\n"
           "  --parity FILE      the parity report to use instead of RUN/parity.json\n"
+          "  --parity-key PUB   a public key trusted to sign parity reports: the report's envelope\n"
+          "                     (FILE.json -> FILE.dsse.json) must verify with one (repeatable)\n"
+          "  --require-signed   an unsigned or unverified run or parity report proves nothing: exit 1\n"
           "  --quiet            no summary on stdout\n"
           "  --help             this text\n"
           "Exit: 0 the run proves the required level, 1 it does not, 2 unusable input or bad usage.\n",
@@ -46,9 +53,9 @@ int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "diff") == 0) {
         return ls_audit_diff_main(argc - 1, argv + 1);
     }
-    const char *run_dir = NULL, *json = NULL, *junit = NULL, *timeline = NULL, *html = NULL, *key = NULL,
-               *parity = NULL;
+    const char *run_dir = NULL, *json = NULL, *junit = NULL, *timeline = NULL, *html = NULL, *parity = NULL;
     int require = 1, quiet = 0;
+    ls_audit_options opt = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char **slot = NULL;
@@ -57,6 +64,16 @@ int main(int argc, char **argv) {
             return 0;
         } else if (strcmp(a, "--quiet") == 0) {
             quiet = 1;
+            continue;
+        } else if (strcmp(a, "--require-signed") == 0) {
+            opt.require_signed = true;
+            continue;
+        } else if (strcmp(a, "--key") == 0 || strcmp(a, "--parity-key") == 0) {
+            bool pk = a[2] == 'p';
+            size_t *n = pk ? &opt.n_parity_keys : &opt.n_keys;
+            if (i + 1 >= argc || argv[i + 1][0] == 0) return bad("%s needs a public key file", a);
+            if (*n == LS_AUDIT_MAX_KEYS) return bad("%s: at most 16 keys", a);
+            (pk ? opt.parity_keys : opt.keys)[(*n)++] = argv[++i];
             continue;
         } else if (strcmp(a, "--require-level") == 0) {
             if (i + 1 >= argc) return bad("%s needs a level 0..4", a);
@@ -68,7 +85,6 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--junit") == 0) slot = &junit;
         else if (strcmp(a, "--timeline") == 0) slot = &timeline;
         else if (strcmp(a, "--html") == 0) slot = &html;
-        else if (strcmp(a, "--key") == 0) slot = &key;
         else if (strcmp(a, "--parity") == 0) slot = &parity;
         else if (a[0] == '-' && a[1] != 0) return bad("unknown option '%s'", a);
         else if (run_dir == NULL) {
@@ -81,7 +97,8 @@ int main(int argc, char **argv) {
     }
     if (run_dir == NULL) return bad("%s", "no run directory given");
     char err[512] = "";
-    ls_audit_options opt = {.run_dir = run_dir, .key_path = key, .parity_path = parity};
+    opt.run_dir = run_dir;
+    opt.parity_path = parity;
     ls_audit_run *run = NULL;
     ls_status st = ls_audit_load(&opt, &run, err, sizeof err);
     if (st != LS_OK) {
@@ -109,17 +126,44 @@ int main(int argc, char **argv) {
         fprintf(stderr, "longstraw-audit: --junit %s: %s\n", junit, err);
         goto cleanup;
     }
-    if (timeline && ls_audit_timeline_write(run_dir, timeline, err, sizeof err) != 0) {
-        fprintf(stderr, "longstraw-audit: --timeline %s: %s\n", timeline, err);
-        goto cleanup;
+    if (timeline) {
+        /* the verdict travels with the timeline: level, assurance, key ids, faults, exact steps */
+        cJSON *v = cJSON_CreateObject();
+        char *vt = NULL;
+        if (v) {
+            cJSON_AddNumberToObject(v, "level", run->level);
+            cJSON_AddItemToObject(v, "assurance", ls_audit_assurance_json(run));
+            cJSON_AddNumberToObject(v, "steps", (double)(run->n_run_steps - run->first_step));
+            cJSON_AddNumberToObject(v, "steps_exact", (double)(run->n_run_steps - run->first_step - run->steps_frozen));
+            cJSON *fa = cJSON_AddArrayToObject(v, "faults");
+            for (size_t i = 0; fa && i < run->n_faults; i++) cJSON_AddItemToArray(fa, cJSON_CreateString(run->faults[i]));
+            vt = cJSON_PrintUnformatted(v);
+        }
+        cJSON_Delete(v);
+        int trc = vt ? ls_audit_timeline_write_verdict(run_dir, timeline, vt, err, sizeof err) : 2;
+        if (vt == NULL) snprintf(err, sizeof err, "out of memory");
+        free(vt);
+        if (trc != 0) {
+            fprintf(stderr, "longstraw-audit: --timeline %s: %s\n", timeline, err);
+            goto cleanup;
+        }
     }
     if (html && ls_audit_html_write(run_dir, doc, html, err, sizeof err) != 0) {
         fprintf(stderr, "longstraw-audit: --html %s: %s\n", html, err);
         goto cleanup;
     }
     rc = run->level >= require ? 0 : 1;
-    if (!quiet)
-        printf("\nrequired level %d: %s (level %d proven)\n", require, rc == 0 ? "met" : "NOT met", run->level);
+    /* --require-signed: a run, or a parity report beside it, that no trusted key verified proves nothing */
+    const char *unsigned_what = NULL;
+    if (opt.require_signed && run->dsse_status != LS_OK) unsigned_what = "the run is not signed by a trusted --key";
+    else if (opt.require_signed && run->parity_present && run->parity_dsse_status != LS_OK)
+        unsigned_what = "the parity report is not signed by a trusted --parity-key";
+    if (unsigned_what) rc = 1;
+    if (!quiet) {
+        printf("\nrequired level %d: %s (level %d proven; assurance %s)\n", require, rc == 0 ? "met" : "NOT met",
+               run->level, ls_audit_assurance_name(ls_audit_assurance_of(run)));
+        if (unsigned_what) printf("--require-signed: %s\n", unsigned_what);
+    }
 cleanup:
     cJSON_Delete(doc);
     ls_audit_free(run);

@@ -109,6 +109,42 @@ static void put_verdict(sbuf *b, const cJSON *report) {
     }
     sb_fmt(b, "<section id=\"verdict\" class=\"verdict %s\"><h2>Verdict</h2>", level > 0 ? "pass" : "fail");
     sb_fmt(b, "<p class=\"level\">Level %lld of 4 proven</p>\n", (long long)level);
+    /* the second axis and what the level speaks of */
+    const cJSON *as = cJSON_GetObjectItemCaseSensitive(report, "assurance");
+    sb_raw(b, "<p class=\"assurance\">Assurance: <strong>");
+    sb_esc(b, cJSON_IsObject(as) ? jstr(as, "level") : "not stated");
+    sb_raw(b, "</strong>");
+    const char *parts[2][2] = {{"run", "run manifest"}, {"parity", "parity report"}};
+    for (int k = 0; k < 2 && cJSON_IsObject(as); k++) {
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(as, parts[k][0]);
+        sb_raw(b, k ? "; " : ": ");
+        sb_esc(b, parts[k][1]);
+        sb_raw(b, " ");
+        sb_esc(b, jstr(s, "status"));
+        const cJSON *kid = cJSON_GetObjectItemCaseSensitive(s, "keyid");
+        if (cJSON_IsString(kid)) {
+            sb_raw(b, " (key <code>");
+            sb_esc(b, kid->valuestring);
+            sb_raw(b, "</code>)");
+        }
+    }
+    sb_raw(b, "</p>\n<p class=\"scope\">");
+    int64_t steps = 0, exact = 0;
+    ls_trace_json_int(cJSON_GetObjectItemCaseSensitive(report, "steps"), &steps);
+    if (ls_trace_json_int(cJSON_GetObjectItemCaseSensitive(report, "steps_exact"), &exact))
+        sb_fmt(b, "%lld of %lld steps exact (levels 2-4 speak of exact steps only). ", (long long)exact,
+               (long long)steps);
+    const cJSON *faults = cJSON_GetObjectItemCaseSensitive(report, "faults"), *fl;
+    const cJSON *flist = cJSON_IsArray(faults) ? faults : NULL;
+    int nf = 0;
+    cJSON_ArrayForEach(fl, flist) {
+        int64_t fl_level = 0;
+        ls_trace_json_int(cJSON_GetObjectItemCaseSensitive(fl, "level"), &fl_level);
+        sb_raw(b, nf++ ? ", " : "Faults recorded: ");
+        sb_esc(b, jstr(fl, "name"));
+        sb_fmt(b, " (no level &ge; %lld certified)", (long long)fl_level);
+    }
+    sb_raw(b, nf ? ".</p>\n" : "Faults recorded: none.</p>\n");
     if (cJSON_IsArray(levels) && cJSON_GetArraySize(levels) > 0) {
         sb_raw(b, "<table class=\"levels\"><tr><th>Level</th><th>Name</th><th>Holds</th></tr>\n");
         const cJSON *lv;
@@ -162,11 +198,13 @@ static void put_rules(sbuf *b, const cJSON *report) {
         cJSON_ArrayForEach(c, list) {
             if (!cJSON_IsObject(c)) continue;
             bool pass = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "pass"));
-            failed += !pass;
+            /* a rule that does not apply proved nothing: never shown as a pass */
+            bool na = cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(c, "applicable"));
+            failed += !pass && !na;
             total++;
-            sb_fmt(b, "<tr class=\"%s\"><td>%lld</td><td><code>", pass ? "pass" : "fail", (long long)n);
+            sb_fmt(b, "<tr class=\"%s\"><td>%lld</td><td><code>", na ? "na" : pass ? "pass" : "fail", (long long)n);
             sb_esc(b, jstr(c, "id"));
-            sb_fmt(b, "</code></td><td>%s</td><td>", pass ? "PASS" : "FAIL");
+            sb_fmt(b, "</code></td><td>%s</td><td>", na ? "N/A" : pass ? "PASS" : "FAIL");
             sb_esc(b, jstr(c, "message"));
             sb_raw(b, "</td><td>");
             put_evidence(b, cJSON_GetObjectItemCaseSensitive(c, "evidence"));

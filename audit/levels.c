@@ -16,6 +16,8 @@
 
 #include <string.h>
 
+#include "receipts/coverage.h"
+
 #define ADD(var, id, lvl, title, appl)                                  \
     ls_audit_rule *var = ls_audit_rule_add(run, id, lvl, title, appl); \
     if (var == NULL) return LS_ERR_NOMEM
@@ -109,6 +111,44 @@ static bool parity_controls(ls_audit_run *run, ls_audit_rule *r) {
     return ok;
 }
 
+typedef struct {
+    ls_audit_rule *rule;
+    const char *file;
+} outside_ctx;
+
+static void on_outside(void *user, const char *field, const char *detail) {
+    outside_ctx *c = user;
+    ls_audit_rule_fail(c->rule, -1, c->file, -1, "outside the evidence: %s (%s)", detail, field);
+}
+
+/* The run's configuration lies inside the report's coverage (every field
+ * outside named); a one-rank run or a run of another CP size is checked
+ * against the worlds the report ran. */
+static void parity_coverage(ls_audit_run *run, ls_audit_rule *r, bool usable) {
+    const char *pf = run->parity_file[0] ? run->parity_file : "parity.json";
+    r->matched = 1;
+    (void)usable; /* every field outside is named even for a report of another build */
+    if (run->parity == NULL) {
+        ls_audit_rule_fail(r, -1, pf, -1, "not proven: no usable parity report");
+        return;
+    }
+    outside_ctx c = {.rule = r, .file = pf};
+    size_t n = ls_coverage_check(cJSON_GetObjectItemCaseSensitive(run->parity, "coverage"), run->config, run->world,
+                                 on_outside, &c);
+    if (n == 0)
+        snprintf(r->message, sizeof r->message, "the run lies inside the report's coverage (model, trainable set, "
+                 "objective, gradient mode, strategy, dtype, %u rank(s))", (unsigned)run->world);
+}
+
+const char *ls_audit_assurance_name(ls_audit_assurance a) {
+    return a == LS_AUDIT_RUN_PARITY_SIGNED ? "run-and-parity-signed" : a == LS_AUDIT_RUN_SIGNED ? "run-signed" : "unsigned";
+}
+
+ls_audit_assurance ls_audit_assurance_of(const ls_audit_run *run) {
+    if (run->dsse_status != LS_OK) return LS_AUDIT_UNSIGNED;
+    return run->parity != NULL && run->parity_dsse_status == LS_OK ? LS_AUDIT_RUN_PARITY_SIGNED : LS_AUDIT_RUN_SIGNED;
+}
+
 ls_status ls_audit_levels_run(ls_audit_run *run) {
     ADD(pb, "parity.build", 2, "a parity report from the same build (build digest)", true);
     bool usable = false;
@@ -133,6 +173,31 @@ ls_status ls_audit_levels_run(ls_audit_run *run) {
         }
     }
     ls_audit_rule_close(pb);
+
+    ADD(ps, "parity.signature", 2, "the parity report is signed by a trusted --parity-key (its envelope beside it)",
+        run->opt.n_parity_keys > 0 || run->opt.require_signed);
+    if (ps->applicable) {
+        const char *ef = run->parity_envelope[0] ? run->parity_envelope : "parity.dsse.json";
+        ps->matched = 1;
+        if (run->opt.n_parity_keys == 0)
+            ls_audit_rule_fail(ps, -1, ef, -1, "--require-signed: no --parity-key given: the parity report is "
+                               "unauthenticated");
+        else if (run->parity_dsse_status != LS_OK)
+            ls_audit_rule_fail(ps, -1, ef, -1, "the parity report is unauthenticated: %s (%s)", run->parity_dsse_err,
+                               ls_status_str((ls_status)run->parity_dsse_status));
+        else
+            snprintf(ps->message, sizeof ps->message, "verified with parity key %.16s...", run->parity_keyid);
+    } else {
+        snprintf(ps->message, sizeof ps->message, "not applicable: no --parity-key given (the parity report, if any, "
+                 "is unauthenticated)");
+    }
+    ls_audit_rule_close(ps);
+
+    ADD(pv, "parity.coverage", 2,
+        "the run lies inside what the parity report proves (model, trainable set, objective, modes, dtype, CP size)",
+        true);
+    parity_coverage(run, pv, usable);
+    ls_audit_rule_close(pv);
 
     ADD(pk, "parity.controls", 2, "parity: every negative control failed its comparison (the report can fail)", true);
     if (usable) usable = parity_controls(run, pk);

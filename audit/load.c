@@ -100,7 +100,7 @@ static ls_status walk_extras(ls_audit_run *run, const char *rel, int depth, size
         const char *n = de->d_name;
         if (strcmp(n, ".") == 0 || strcmp(n, "..") == 0) continue;
         if (rel[0] == 0 && (strcmp(n, LS_MANIFEST_FILE) == 0 || strcmp(n, LS_MANIFEST_DSSE_FILE) == 0 ||
-                            strcmp(n, "parity.json") == 0))
+                            strcmp(n, "parity.json") == 0 || strcmp(n, "parity.dsse.json") == 0))
             continue;
         if (++*seen > WALK_MAX_ENTRIES) {
             st = add_problem(&run->verify, LS_VERIFY_EXTRA, rel[0] ? rel : ".",
@@ -166,32 +166,53 @@ static ls_status verify_subjects(ls_audit_run *run) {
 
 /* ---- the signature ------------------------------------------------------- */
 
+/* Verifies envelope bytes with each trusted key in turn: LS_OK with the
+ * verifying key's id in keyid and the payload (caller frees), or the last
+ * key's error in err. */
+static ls_status verify_any(const char *const *keys, size_t n_keys, const char *env, size_t env_len,
+                            const char *type, char keyid[65], uint8_t **payload, size_t *payload_len, char *err,
+                            size_t errlen) {
+    ls_status st = LS_ERR_SIGNATURE;
+    keyid[0] = 0;
+    for (size_t k = 0; k < n_keys; k++) {
+        EVP_PKEY *pub = NULL;
+        char why[320];
+        st = ls_dsse_load_public(keys[k], &pub, why, sizeof why);
+        if (st == LS_OK) st = ls_dsse_verify(env, env_len, type, pub, payload, payload_len, why, sizeof why);
+        if (st == LS_OK) {
+            char hex[LS_DIGEST_HEX_SIZE];
+            if (ls_dsse_keyid(pub, hex) == LS_OK) snprintf(keyid, 65, "%s", hex);
+            EVP_PKEY_free(pub);
+            return LS_OK;
+        }
+        EVP_PKEY_free(pub);
+        snprintf(err, errlen, "%s%s%.280s", n_keys > 1 ? keys[k] : "", n_keys > 1 ? ": " : "", why);
+    }
+    return st;
+}
+
 static void check_dsse(ls_audit_run *run, const char *manifest_bytes, size_t manifest_len) {
     run->dsse_status = -1;
     uint64_t sz = 0;
     char why[320];
     run->dsse_present = ls_audit_stat(run->run_dir, LS_MANIFEST_DSSE_FILE, 0, &sz, why, sizeof why) == LS_OK;
-    if (run->key_path == NULL) return;
-    EVP_PKEY *pub = NULL;
+    if (run->opt.n_keys == 0) return;
     char *env = NULL;
     uint8_t *payload = NULL;
     size_t env_len = 0, payload_len = 0;
-    ls_status st = ls_dsse_load_public(run->key_path, &pub, run->dsse_err, sizeof run->dsse_err);
-    if (st != LS_OK) goto cleanup;
-    st = ls_audit_read(run->run_dir, LS_MANIFEST_DSSE_FILE, LS_AUDIT_MAX_JSON_FILE, &env, &env_len, run->dsse_err,
-                       sizeof run->dsse_err);
-    if (st != LS_OK) goto cleanup;
-    st = ls_dsse_verify(env, env_len, LS_DSSE_PAYLOAD_TYPE, pub, &payload, &payload_len, run->dsse_err,
-                        sizeof run->dsse_err);
-    if (st != LS_OK) goto cleanup;
-    if (manifest_bytes == NULL || payload_len != manifest_len || memcmp(payload, manifest_bytes, manifest_len) != 0) {
+    ls_status st = ls_audit_read(run->run_dir, LS_MANIFEST_DSSE_FILE, LS_AUDIT_MAX_JSON_FILE, &env, &env_len,
+                                 run->dsse_err, sizeof run->dsse_err);
+    if (st == LS_OK)
+        st = verify_any(run->opt.keys, run->opt.n_keys, env, env_len, LS_DSSE_PAYLOAD_TYPE, run->dsse_keyid, &payload,
+                        &payload_len, run->dsse_err, sizeof run->dsse_err);
+    if (st == LS_OK &&
+        (manifest_bytes == NULL || payload_len != manifest_len || memcmp(payload, manifest_bytes, manifest_len) != 0)) {
         snprintf(run->dsse_err, sizeof run->dsse_err,
                  "%s: the signed payload is not the bytes of %s", LS_MANIFEST_DSSE_FILE, LS_MANIFEST_FILE);
+        run->dsse_keyid[0] = 0;
         st = LS_ERR_SIGNATURE;
     }
-cleanup:
     run->dsse_status = (int)st;
-    EVP_PKEY_free(pub);
     free(env);
     free(payload);
 }
@@ -641,6 +662,7 @@ static void derive_config(ls_audit_run *run) {
     }
     run->n_layers = -1;
     run->cfg_group = run->cfg_steps = -1;
+    run->first_step = 0;
     if (run->config == NULL) return;
     get_int(run->config, "n_layers", &run->n_layers);
     /* what the trainer records it was asked for (older runs: absent, inferred from the traces) */
@@ -655,6 +677,11 @@ static void derive_config(ls_audit_run *run) {
     else if (sr != NULL && !(get_int(run->config, "steps_requested", &v) && v == -1))
         snprintf(run->cfg_note, sizeof run->cfg_note,
                  "config \"steps_requested\" is not an integer 1..%d or -1: not used", LS_AUDIT_MAX_STEPS);
+    const cJSON *fs = cJSON_GetObjectItemCaseSensitive(run->config, "first_step");
+    if (get_int(run->config, "first_step", &v) && v >= 0 && v < LS_AUDIT_MAX_STEPS) run->first_step = v;
+    else if (fs != NULL)
+        snprintf(run->cfg_note, sizeof run->cfg_note, "config \"first_step\" is not an integer 0..%d: not used",
+                 LS_AUDIT_MAX_STEPS - 1);
     const char *gm = get_str(run->config, "grad_mode");
     run->full_mode = gm != NULL && strcmp(gm, "full") == 0;
     const char *sg = get_str(run->config, "strategy");
@@ -667,6 +694,55 @@ static void derive_config(ls_audit_run *run) {
         if (strcmp(f->valuestring, "skip-dkv-reduce") == 0) run->fault_skip_dkv = true;
         if (strcmp(f->valuestring, "skip-grad-finalize") == 0) run->fault_skip_finalize = true;
     }
+}
+
+/* The parity report's envelope, verified with the trusted parity keys: on
+ * success the signed payload replaces *bytes (what was signed is what is
+ * used), and a report file whose bytes differ from it is refused. */
+static void check_parity_dsse(ls_audit_run *run, char **bytes, size_t *len, bool file_read) {
+    run->parity_dsse_status = -1;
+    char why[320];
+    bool in_run = run->parity_path_opt == NULL;
+    if (ls_dsse_parity_envelope_path(in_run ? "parity.json" : run->parity_path_opt, run->parity_envelope,
+                                     sizeof run->parity_envelope, why, sizeof why) != LS_OK) {
+        run->parity_envelope[0] = 0;
+        if (run->opt.n_parity_keys) {
+            run->parity_dsse_status = LS_ERR_ARG;
+            snprintf(run->parity_dsse_err, sizeof run->parity_dsse_err, "%s", why);
+        }
+        return;
+    }
+    char *env = NULL;
+    size_t env_len = 0;
+    ls_status st = in_run ? ls_audit_read(run->run_dir, run->parity_envelope, LS_AUDIT_MAX_JSON_FILE, &env, &env_len,
+                                          run->parity_dsse_err, sizeof run->parity_dsse_err)
+                          : ls_json_read_bytes_capped(run->parity_envelope, LS_AUDIT_MAX_JSON_FILE, &env, &env_len,
+                                                      run->parity_dsse_err, sizeof run->parity_dsse_err);
+    run->parity_dsse_present = st != LS_ERR_IO;
+    if (run->opt.n_parity_keys == 0) {
+        free(env);
+        return;
+    }
+    uint8_t *payload = NULL;
+    size_t payload_len = 0;
+    if (st == LS_OK)
+        st = verify_any(run->opt.parity_keys, run->opt.n_parity_keys, env, env_len, LS_DSSE_PARITY_PAYLOAD_TYPE,
+                        run->parity_keyid, &payload, &payload_len, run->parity_dsse_err, sizeof run->parity_dsse_err);
+    if (st == LS_OK && file_read && (payload_len != *len || memcmp(payload, *bytes, *len) != 0)) {
+        snprintf(run->parity_dsse_err, sizeof run->parity_dsse_err,
+                 "%.120s: the report's bytes are not the payload %.120s signed", run->parity_file, run->parity_envelope);
+        run->parity_keyid[0] = 0;
+        st = LS_ERR_SIGNATURE;
+    }
+    if (st == LS_OK) {
+        free(*bytes);
+        *bytes = (char *)payload;
+        *len = payload_len;
+        payload = NULL;
+    }
+    run->parity_dsse_status = (int)st;
+    free(payload);
+    free(env);
 }
 
 static void load_parity(ls_audit_run *run) {
@@ -684,7 +760,10 @@ static void load_parity(ls_audit_run *run) {
                            sizeof run->parity_err);
         run->parity_present = st != LS_ERR_IO;
     }
+    check_parity_dsse(run, &bytes, &len, st == LS_OK);
+    if (st != LS_OK && run->parity_dsse_status == LS_OK) st = LS_OK; /* the signed payload stands for a lost file */
     if (st != LS_OK) goto cleanup;
+    run->parity_present = true;
     cJSON *doc = NULL;
     st = ls_json_parse(bytes, len, run->parity_file, &doc, run->parity_err, sizeof run->parity_err);
     if (st != LS_OK) goto cleanup;
@@ -731,7 +810,8 @@ ls_status ls_audit_load(const ls_audit_options *opt, ls_audit_run **out, char *e
     run->digest_first_step = -1;
     run->run_dir = strdup(opt->run_dir);
     if (run->run_dir == NULL) goto cleanup;
-    run->key_path = opt->key_path;
+    run->opt = *opt;
+    run->opt.run_dir = NULL; /* run->run_dir is the model's own copy */
     run->parity_path_opt = opt->parity_path;
     /* the manifest */
     st = ls_audit_read(run->run_dir, LS_MANIFEST_FILE, LS_AUDIT_MAX_JSON_FILE, &mbytes, &mlen, run->manifest_err,
@@ -788,6 +868,7 @@ ls_status ls_audit_load(const ls_audit_options *opt, ls_audit_run **out, char *e
     }
     derive_config(run); /* the layer checks run while the traces stream */
     for (uint32_t i = 0; i < run->world; i++) {
+        run->ranks[i].steps_closed = run->first_step; /* earlier steps are not this run's: an event of one is late */
         st = load_trace(run, &run->ranks[i]);
         if (st != LS_OK) goto cleanup;
     }

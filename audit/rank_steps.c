@@ -429,7 +429,7 @@ uint64_t ls_audit_steps_layers_rule(const ls_audit_run *run, ls_audit_rule *rule
     ls_audit_steps_close_empty(run, r, S); /* steps the rank never reached: all missing */
     uint64_t missing = r->ly_missing, shown = 0;
     size_t k = 0;
-    for (int64_t s = 0; s < S; s++) {
+    for (int64_t s = run->first_step; s < S; s++) {
         const ls_audit_step *sf = ls_audit_step_of(r, s);
         bool sft = sf != NULL && sf->sft;
         int64_t gl = sf != NULL ? sf->g_local : 0;

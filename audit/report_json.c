@@ -24,7 +24,9 @@ static cJSON *rule_json(const ls_audit_rule *r) {
     cJSON_AddStringToObject(c, "id", r->id);
     cJSON_AddStringToObject(c, "title", r->title);
     cJSON_AddBoolToObject(c, "applicable", r->applicable);
-    cJSON_AddBoolToObject(c, "pass", r->pass);
+    /* a rule that does not apply proved nothing: it never reads as a pass */
+    cJSON_AddBoolToObject(c, "pass", r->applicable && r->pass);
+    cJSON_AddStringToObject(c, "verdict", !r->applicable ? "not_applicable" : r->pass ? "pass" : "fail");
     ls_json_add_u64(c, "matched", r->matched);
     cJSON *ev = cJSON_AddArrayToObject(c, "evidence");
     for (size_t k = 0; ev && k < r->n_ev; k++) {
@@ -211,11 +213,45 @@ static bool forensics_json(const ls_audit_run *run, cJSON *fo) {
     return ok;
 }
 
+/* One signature's status object (schema $defs: assurance.run / .parity). */
+static cJSON *sig_json(int status, bool checked, bool present, const char *keyid, const char *envelope,
+                       const char *detail) {
+    cJSON *o = cJSON_CreateObject();
+    if (o == NULL) return NULL;
+    const char *s = !checked ? "not-checked" : status == LS_OK ? "verified" : !present ? "unsigned" : "invalid";
+    cJSON_AddStringToObject(o, "status", s);
+    if (checked && status == LS_OK && strlen(keyid) == 64) cJSON_AddStringToObject(o, "keyid", keyid);
+    else cJSON_AddNullToObject(o, "keyid");
+    cJSON_AddStringToObject(o, "envelope", envelope);
+    if (checked && status != LS_OK) cJSON_AddStringToObject(o, "detail", detail);
+    return o;
+}
+
+/* The run's assurance (docs/evidence.md): the axis apart from the level. */
+cJSON *ls_audit_assurance_json(const ls_audit_run *run) {
+    cJSON *a = cJSON_CreateObject();
+    if (a == NULL) return NULL;
+    cJSON_AddStringToObject(a, "level", ls_audit_assurance_name(ls_audit_assurance_of(run)));
+    cJSON *r = sig_json(run->dsse_status, run->opt.n_keys > 0, run->dsse_present, run->dsse_keyid,
+                        LS_MANIFEST_DSSE_FILE, run->dsse_err);
+    cJSON *p = sig_json(run->parity_dsse_status, run->opt.n_parity_keys > 0, run->parity_dsse_present,
+                        run->parity_keyid, run->parity_envelope[0] ? run->parity_envelope : "parity.dsse.json",
+                        run->parity_dsse_err);
+    if (r == NULL || p == NULL || !cJSON_AddItemToObject(a, "run", r) || !cJSON_AddItemToObject(a, "parity", p)) {
+        cJSON_Delete(r);
+        cJSON_Delete(p);
+        cJSON_Delete(a);
+        return NULL;
+    }
+    cJSON_AddBoolToObject(a, "require_signed", run->opt.require_signed);
+    return a;
+}
+
 ls_status ls_audit_report_json(const ls_audit_run *run, cJSON **out) {
     *out = NULL;
     cJSON *doc = cJSON_CreateObject();
     if (doc == NULL) return LS_ERR_NOMEM;
-    cJSON_AddStringToObject(doc, "schema", "urn:longstraw:schema:audit-report:v1");
+    cJSON_AddStringToObject(doc, "schema", "urn:longstraw:schema:audit-report:v2");
     cJSON_AddStringToObject(doc, "run", run->run_dir);
     add_i64(doc, "level", run->level);
     if (run->build_digest && strlen(run->build_digest) == 64)
@@ -223,7 +259,30 @@ ls_status ls_audit_report_json(const ls_audit_run *run, cJSON **out) {
     else
         cJSON_AddNullToObject(doc, "build_digest");
     add_i64(doc, "world", run->world);
-    add_i64(doc, "steps", run->n_run_steps);
+    add_i64(doc, "steps", run->n_run_steps - run->first_step);
+    add_i64(doc, "first_step", run->first_step);
+    add_i64(doc, "steps_exact", run->n_run_steps - run->first_step - run->steps_frozen);
+    cJSON *pf = cJSON_AddArrayToObject(doc, "prefix_frozen_steps");
+    for (size_t i = 0; pf && i < run->n_frozen_listed; i++) cJSON_AddItemToArray(pf, cJSON_CreateNumber((double)run->frozen_listed[i]));
+    cJSON *fa = cJSON_AddArrayToObject(doc, "faults");
+    for (size_t i = 0; fa && i < run->n_faults; i++) {
+        const char *what = NULL;
+        int l = ls_audit_fault_level(run->faults[i], &what);
+        cJSON *f = cJSON_CreateObject();
+        if (f == NULL || !cJSON_AddItemToArray(fa, f)) {
+            cJSON_Delete(f);
+            fa = NULL;
+            break;
+        }
+        cJSON_AddStringToObject(f, "name", run->faults[i]);
+        add_i64(f, "level", l);
+        cJSON_AddStringToObject(f, "touches", what);
+    }
+    cJSON *as = ls_audit_assurance_json(run);
+    if (as == NULL || !cJSON_AddItemToObject(doc, "assurance", as)) {
+        cJSON_Delete(as);
+        as = NULL;
+    }
     cJSON *levels = cJSON_AddArrayToObject(doc, "levels");
     for (int l = 1; levels && l <= 4; l++) {
         cJSON *lv = cJSON_CreateObject();
@@ -250,7 +309,8 @@ ls_status ls_audit_report_json(const ls_audit_run *run, cJSON **out) {
     cJSON *fo = cJSON_AddObjectToObject(doc, "forensics");
     if (fo && !forensics_json(run, fo)) fo = NULL;
     /* a failed allocation anywhere above leaves a member out: refuse rather than write a partial report */
-    if (cJSON_GetArraySize(levels) != 4 || cJSON_GetArraySize(ranks) != (int)run->world || fo == NULL) {
+    if (cJSON_GetArraySize(levels) != 4 || cJSON_GetArraySize(ranks) != (int)run->world || fo == NULL || fa == NULL ||
+        pf == NULL || as == NULL || cJSON_GetArraySize(fa) != (int)run->n_faults) {
         cJSON_Delete(doc);
         return LS_ERR_NOMEM;
     }

@@ -51,6 +51,14 @@ static void esc(sbuf *b, const char *s) {
     }
 }
 
+static void prop(sbuf *b, const char *name, const char *value) {
+    puts_(b, "      <property name=\"");
+    esc(b, name);
+    puts_(b, "\" value=\"");
+    esc(b, value);
+    puts_(b, "\"/>\n");
+}
+
 ls_status ls_audit_report_junit(const ls_audit_run *run, const char *path, char *err, size_t errlen) {
     sbuf b = {0};
     char line[1024];
@@ -75,6 +83,19 @@ ls_status ls_audit_report_junit(const ls_audit_run *run, const char *path, char 
                  "  <testsuite name=\"level-%d\" tests=\"%zu\" failures=\"%zu\" skipped=\"%zu\" errors=\"0\">\n", l, n,
                  nf, ns);
         puts_(&b, line);
+        /* what the verdict stands on: the assurance with its key ids, the exact steps, the faults */
+        puts_(&b, "    <properties>\n");
+        prop(&b, "assurance", ls_audit_assurance_name(ls_audit_assurance_of(run)));
+        prop(&b, "run_keyid", run->dsse_status == LS_OK ? run->dsse_keyid : "");
+        prop(&b, "parity_keyid", run->parity != NULL && run->parity_dsse_status == LS_OK ? run->parity_keyid : "");
+        snprintf(line, sizeof line, "%lld of %lld", (long long)(run->n_run_steps - run->first_step - run->steps_frozen),
+                 (long long)(run->n_run_steps - run->first_step));
+        prop(&b, "steps_exact", line);
+        line[0] = 0;
+        for (size_t i = 0; i < run->n_faults; i++)
+            snprintf(line + strlen(line), sizeof line - strlen(line), "%s%s", i ? "," : "", run->faults[i]);
+        prop(&b, "faults", line);
+        puts_(&b, "    </properties>\n");
         for (size_t i = 0; i < run->n_rules; i++) {
             const ls_audit_rule *r = &run->rules[i];
             if (r->level != l) continue;

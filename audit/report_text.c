@@ -11,13 +11,50 @@
 static const char *LEVEL_NAMES[5] = {"none", "execution capacity", "response-operator fidelity",
                                      "distributed-update consistency", "full-gradient parity"};
 
+/* "verified by key 1a2b3c4d5e6f7a8b...", "not checked (no --key)", ... */
+static void sig_line(char *buf, size_t cap, int status, bool checked, bool present, const char *keyid,
+                     const char *opt, const char *detail) {
+    if (!checked) snprintf(buf, cap, "not checked (no %s)", opt);
+    else if (status == LS_OK) snprintf(buf, cap, "verified by key %.16s...", keyid);
+    else if (!present) snprintf(buf, cap, "UNSIGNED (no envelope)");
+    else snprintf(buf, cap, "INVALID (%.160s)", detail);
+}
+
 static void mib(char *buf, size_t cap, uint64_t b) { snprintf(buf, cap, "%.2f MiB", (double)b / 1048576.0); }
 
 void ls_audit_report_text(const ls_audit_run *run, FILE *f) {
     fprintf(f, "longstraw-audit %s: level %d (%s)\n", run->run_dir, run->level, LEVEL_NAMES[run->level]);
     fprintf(f, "  world %u (from the %s), %lld step(s), build %.16s%s, grad_mode %s\n", (unsigned)run->world,
-            run->world_source, (long long)run->n_run_steps, run->build_digest ? run->build_digest : "(unknown)",
-            run->build_digest ? "..." : "", run->full_mode ? "full" : "detached");
+            run->world_source, (long long)(run->n_run_steps - run->first_step),
+            run->build_digest ? run->build_digest : "(unknown)", run->build_digest ? "..." : "",
+            run->full_mode ? "full" : "detached");
+    /* the second axis: how far the evidence can be trusted */
+    char rs[256], ps[256];
+    sig_line(rs, sizeof rs, run->dsse_status, run->opt.n_keys > 0, run->dsse_present, run->dsse_keyid, "--key",
+             run->dsse_err);
+    sig_line(ps, sizeof ps, run->parity_dsse_status, run->opt.n_parity_keys > 0, run->parity_dsse_present,
+             run->parity_keyid, "--parity-key", run->parity_dsse_err);
+    ls_audit_assurance as = ls_audit_assurance_of(run);
+    fprintf(f, "  assurance: %s%s; run manifest %s; parity report %s\n", ls_audit_assurance_name(as),
+            as == LS_AUDIT_UNSIGNED ? " (internal consistency only: anyone who can write the directory can write "
+                                      "such a run)"
+                                    : "",
+            rs, run->parity == NULL ? "absent or unusable" : ps);
+    /* what the levels speak of: the steps, exact or not, and the faults */
+    int64_t n_steps = run->n_run_steps - run->first_step;
+    fprintf(f, "  steps %lld..%lld: %lld of %lld exact", (long long)run->first_step, (long long)run->n_run_steps - 1,
+            (long long)(n_steps - run->steps_frozen), (long long)n_steps);
+    if (run->steps_frozen > 0) {
+        fprintf(f, "; prefix-frozen (stale prompt state, never exact):");
+        for (size_t i = 0; i < run->n_frozen_listed; i++) fprintf(f, " %lld", (long long)run->frozen_listed[i]);
+        if ((uint64_t)run->steps_frozen > run->n_frozen_listed) fprintf(f, " ...");
+    }
+    fprintf(f, "\n  faults recorded: ");
+    if (run->n_faults == 0) fprintf(f, "none");
+    for (size_t i = 0; i < run->n_faults; i++)
+        fprintf(f, "%s%s (no level >= %d certified)", i ? ", " : "", run->faults[i],
+                ls_audit_fault_level(run->faults[i], NULL));
+    fprintf(f, "\n");
     for (int l = 1; l <= 4; l++) {
         bool own = true;
         for (size_t i = 0; i < run->n_rules; i++)
@@ -139,10 +176,15 @@ void ls_audit_report_text(const ls_audit_run *run, FILE *f) {
             fprintf(f, "  ... and %llu more mismatched sizes\n", (unsigned long long)(run->n_mism_total - run->n_mism));
     }
     /* rules */
-    size_t failed = 0;
-    for (size_t i = 0; i < run->n_rules; i++)
+    size_t failed = 0, na = 0;
+    for (size_t i = 0; i < run->n_rules; i++) {
         if (run->rules[i].applicable && !run->rules[i].pass) failed++;
-    fprintf(f, "\n  rules: %zu, failed %zu\n", run->n_rules, failed);
+        na += !run->rules[i].applicable;
+    }
+    fprintf(f, "\n  rules: %zu, failed %zu, not applicable %zu\n", run->n_rules, failed, na);
+    for (size_t i = 0; i < run->n_rules; i++)
+        if (!run->rules[i].applicable)
+            fprintf(f, "  N/A  L%d %s: %s\n", run->rules[i].level, run->rules[i].id, run->rules[i].message);
     for (size_t i = 0; i < run->n_rules; i++) {
         const ls_audit_rule *r = &run->rules[i];
         if (!r->applicable || r->pass) continue;

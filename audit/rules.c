@@ -17,6 +17,7 @@
 
 ls_status ls_audit_rules_rank(ls_audit_run *run);
 ls_status ls_audit_rules_cross(ls_audit_run *run);
+ls_status ls_audit_rules_scope(ls_audit_run *run);
 
 static void receipt_file(uint32_t rank, char *buf, size_t cap) {
     char d[32];
@@ -56,13 +57,21 @@ static ls_status rules_files(ls_audit_run *run) {
     }
     ls_audit_rule_close(d);
 
-    ADD(s, "manifest.signature", 1, "the DSSE envelope verifies with --key and signs the manifest",
-        run->key_path != NULL);
+    ADD(s, "manifest.signature", 1, "the DSSE envelope verifies with a trusted --key and signs the manifest",
+        run->opt.n_keys > 0 || run->opt.require_signed);
     if (s->applicable) {
         s->matched = 1;
-        if (run->dsse_status != LS_OK)
+        if (run->opt.n_keys == 0)
+            ls_audit_rule_fail(s, -1, LS_MANIFEST_DSSE_FILE, -1,
+                               "--require-signed: no --key given, so no signature of the run can be trusted");
+        else if (run->dsse_status != LS_OK)
             ls_audit_rule_fail(s, -1, LS_MANIFEST_DSSE_FILE, -1, "%s (%s)", run->dsse_err,
                                ls_status_str((ls_status)run->dsse_status));
+        else
+            snprintf(s->message, sizeof s->message, "verified with key %.16s...", run->dsse_keyid);
+    } else {
+        snprintf(s->message, sizeof s->message, "not applicable: no --key given (the run is unsigned evidence: "
+                 "internal consistency only)");
     }
     ls_audit_rule_close(s);
 
@@ -226,7 +235,7 @@ static ls_status rules_memory(ls_audit_run *run) {
         if (rc == NULL || !r->trace_present) continue;
         char f[64];
         receipt_file(i, f, sizeof f);
-        for (uint64_t s = 0; s < rc->steps; s++) {
+        for (uint64_t s = (uint64_t)run->first_step; s < (uint64_t)run->first_step + rc->steps; s++) {
             bool frozen_trace = s < r->steps_cap && r->steps[s].prefix_frozen;
             bool frozen_receipt = false;
             for (uint64_t k = 0; k < rc->steps_prefix_frozen; k++)
@@ -251,6 +260,7 @@ ls_status ls_audit_rules_run(ls_audit_run *run) {
     if (st == LS_OK) st = ls_audit_rules_rank(run);
     if (st == LS_OK) st = rules_memory(run);
     if (st == LS_OK) st = ls_audit_rules_cross(run);
+    if (st == LS_OK) st = ls_audit_rules_scope(run);
     return st;
 }
 

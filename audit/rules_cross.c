@@ -269,7 +269,7 @@ static ls_status rules_required(ls_audit_run *run) {
             if (r->req_dkv.entries == 0)
                 ls_audit_rule_fail(dkv, i, r->trace_file, r->last_seq, "rank %u traced no response attention backward",
                                    (unsigned)i);
-            for (int64_t s = 0; s < run->n_run_steps; s++) {
+            for (int64_t s = run->first_step; s < run->n_run_steps; s++) {
                 const char *const *fp = run->full_mode ? f_full : f_det;
                 size_t nfp = run->full_mode ? 2 : 1;
                 const ls_audit_step *sf = ls_audit_step_of(r, s);
@@ -313,7 +313,7 @@ static ls_status rule_digests(ls_audit_run *run) {
         run->digest_splits = calloc(run->world, sizeof *run->digest_splits);
         if (run->digest_splits == NULL) return LS_ERR_NOMEM;
         uint64_t shown = 0;
-        for (int64_t s = 0; s < run->n_run_steps; s++) {
+        for (int64_t s = run->first_step; s < run->n_run_steps; s++) {
             const uint8_t *ref = NULL;
             char ref_hex[17] = "", hex[17];
             uint32_t ref_rank = 0;

@@ -41,12 +41,14 @@ ls_status ls_audit_rules_rank(ls_audit_run *run) {
         if (r->n_steps_seen > S) S = r->n_steps_seen;
         if (r->phase_begin[LS_PHASE_ROLLOUT] > 0) rollout_ran = true;
     }
-    if (run->cfg_steps > S) S = run->cfg_steps; /* a run that stopped early lacks the rest */
+    const int64_t F = run->first_step; /* a resumed run's steps are numbered on from its checkpoint */
+    if (S < F) S = F;
+    if (run->cfg_steps > 0 && F + run->cfg_steps > S) S = F + run->cfg_steps; /* a run that stopped early lacks the rest */
     run->n_run_steps = S;
     /* members required per step: the recorded group, and any member a rank traced */
     int64_t *G = calloc((size_t)(S > 0 ? S : 1), sizeof *G);
     if (G == NULL) return LS_ERR_NOMEM;
-    for (int64_t s = 0; s < S; s++) {
+    for (int64_t s = F; s < S; s++) {
         bool sft = false; /* an SFT step replays its one answer: the group does not apply */
         for (uint32_t i = 0; i < run->world; i++) {
             const ls_audit_step *sf = ls_audit_step_of(&run->ranks[i], s);
@@ -103,14 +105,20 @@ ls_status ls_audit_rules_rank(ls_audit_run *run) {
                                "more distinct layer events in one step than the audit holds (%zu), or a member "
                                "index beyond %d",
                                (size_t)LS_AUDIT_MAX_LAYER_KEYS, LS_AUDIT_MAX_MEMBER);
-        if (r->n_late)
+        if (r->n_late && r->late_step < F)
+            ls_audit_rule_fail(ly, i, r->trace_file, r->late_seq,
+                               "%llu layer_end/collective event(s) of a step before the run's first step %lld "
+                               "(config first_step; first: step %lld, seq %lld)",
+                               (unsigned long long)r->n_late, (long long)F, (long long)r->late_step,
+                               (long long)r->late_seq);
+        else if (r->n_late)
             ls_audit_rule_fail(ly, i, r->trace_file, r->late_seq,
                                "%llu layer_end/collective event(s) of a step already over (first: step %lld, seq "
                                "%lld): out of order",
                                (unsigned long long)r->n_late, (long long)r->late_step, (long long)r->late_seq);
         uint64_t ph_missing = 0, op_bad = 0, op_done = 0;
         if (run->cfg_steps > 0) {
-            for (int64_t s = 0; s < S; s++) {
+            for (int64_t s = F; s < S; s++) {
                 const ls_audit_step *sf = ls_audit_step_of(r, s);
                 op_done += sf != NULL && sf->opt_count > 0;
             }
@@ -121,7 +129,7 @@ ls_status ls_audit_rules_rank(ls_audit_run *run) {
                                    "steps_requested)",
                                    (unsigned)i, (unsigned long long)op_done, (long long)run->cfg_steps);
         }
-        for (int64_t s = 0; s < S; s++) {
+        for (int64_t s = F; s < S; s++) {
             const ls_audit_step *sf = ls_audit_step_of(r, s);
             bool sft = sf != NULL && sf->sft;
             int req[LS_PHASE_COUNT], nreq = 0;

@@ -596,6 +596,11 @@ cleanup:
 }
 
 int ls_audit_timeline_write(const char *run_dir, const char *out_path, char *err, size_t err_len) {
+    return ls_audit_timeline_write_verdict(run_dir, out_path, NULL, err, err_len);
+}
+
+int ls_audit_timeline_write_verdict(const char *run_dir, const char *out_path, const char *verdict_json, char *err,
+                                    size_t err_len) {
     char dummy[8];
     if (!err || !err_len) {
         err = dummy;
@@ -660,6 +665,10 @@ int ls_audit_timeline_write(const char *run_dir, const char *out_path, char *err
         if (nl->total > nl->n)
             snprintf(all + at, sizeof all - at, "; and %llu more", (unsigned long long)(nl->total - nl->n));
         out_jstr(&o, all);
+    }
+    if (verdict_json != NULL) {
+        out_raw(&o, ",\"verdict\":");
+        out_raw(&o, verdict_json);
     }
     out_raw(&o, "}}\n");
     opened = false;

@@ -71,4 +71,9 @@ ls_status ls_audit_timeline_trace_path(const char *run_dir, int64_t rank, char *
  * no rank trace readable at all) or out_path cannot be written, with the
  * reason in err[err_len] (err may be NULL).  Never reads outside run_dir. */
 int ls_audit_timeline_write(const char *run_dir, const char *out_path, char *err, size_t err_len);
+/* The same with otherData.verdict: verdict_json, one JSON object's text
+ * (the caller's: the audit's level, assurance and key ids, faults, exact
+ * steps), written as given; NULL: none. */
+int ls_audit_timeline_write_verdict(const char *run_dir, const char *out_path, const char *verdict_json, char *err,
+                                    size_t err_len);
 #endif

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "parity/parity.h"
+#include "receipts/dsse.h"
 
 #ifndef LS_PARITY_TRAINER
 #define LS_PARITY_TRAINER "longstraw-train"
@@ -56,6 +57,8 @@ static void usage(FILE *f) {
           "  --python PATH     [python3]\n"
           "  --reference PATH  the independent reference [" LS_PARITY_SOURCE_DIR "/tests/reference/F_ref.py]\n"
           "  --model-config F  [" LS_PARITY_SOURCE_DIR "/configs/F-tiny.json]\n"
+          "  --key PRIV        sign DIR/parity.json (DSSE, Ed25519 PEM private key, as longstraw-sign\n"
+          "                    makes) into DIR/parity.dsse.json, for longstraw-audit --parity-key\n"
           "  --keep-fd         keep the finite-difference runs\n"
           "  --quiet           no progress on stderr, no table on stdout\n"
           "  --list            print the matrix and exit\n"
@@ -129,7 +132,7 @@ int main(int argc, char **argv) {
                         .timeout_s = 600, .fd_step = 1e-4, .seed = 1};
     parse_cps("1,2,4", &o);
     parse_dtypes("f64,f32", &o);
-    const char *cps = NULL, *dtypes = NULL, *configs = NULL;
+    const char *cps = NULL, *dtypes = NULL, *configs = NULL, *key = NULL;
     bool list = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -156,6 +159,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--python")) slot = &o.python;
         else if (!strcmp(a, "--reference")) slot = &o.reference;
         else if (!strcmp(a, "--model-config")) slot = &o.model_config;
+        else if (!strcmp(a, "--key")) slot = &key;
         else if (!strcmp(a, "--jobs") || !strcmp(a, "--timeout") || !strcmp(a, "--seed") || !strcmp(a, "--fd-step") ||
                    !strcmp(a, "--fd-max")) {
             if (v == NULL) return bad("%s needs a value", a);
@@ -222,12 +226,31 @@ int main(int argc, char **argv) {
     if (access(o.reference, R_OK) != 0) return bad("--reference: cannot read %s", o.reference);
     if (access(o.model_config, R_OK) != 0) return bad("--model-config: cannot read %s", o.model_config);
     bool pass = false;
-    char err[2048] = "";
+    char err[2048] = "", report[LS_PARITY_PATH], envelope[LS_PARITY_PATH];
+    EVP_PKEY *priv = NULL;
+    snprintf(report, sizeof report, "%s/parity.json", o.out);
+    if (ls_dsse_parity_envelope_path(report, envelope, sizeof envelope, err, sizeof err) != LS_OK)
+        return bad("--out: %s", err);
+    if (key && ls_dsse_load_private(key, &priv, err, sizeof err) != LS_OK) return bad("--key: %s", err);
+    /* an envelope of an earlier report must not stand beside a new one */
+    if (unlink(envelope) != 0 && errno != ENOENT) {
+        fprintf(stderr, "longstraw-parity: cannot remove the earlier envelope %s: %s\n", envelope, strerror(errno));
+        EVP_PKEY_free(priv);
+        return 2;
+    }
     ls_status s = ls_parity_run(&o, &pass, err, sizeof err);
     if (s != LS_OK) {
         if (err[0]) fprintf(stderr, "longstraw-parity: %s; no report written\n", err);
         else fprintf(stderr, "longstraw-parity: %s; no report written\n", ls_status_str(s));
+        EVP_PKEY_free(priv);
         return 2;
     }
+    if (priv && (s = ls_dsse_sign_parity(report, priv, err, sizeof err)) != LS_OK) {
+        fprintf(stderr, "longstraw-parity: --key: %s; %s is written but not signed\n", err, report);
+        EVP_PKEY_free(priv);
+        return 2;
+    }
+    if (priv && !o.quiet) fprintf(stderr, "longstraw-parity: signed %s into %s\n", report, envelope);
+    EVP_PKEY_free(priv);
     return pass ? 0 : 1;
 }

@@ -23,13 +23,19 @@
 
 #include "parity/parity.h"
 #include "receipts/atomic_file.h"
+#include "receipts/coverage.h"
 #include "receipts/json_util.h"
+#include "receipts/manifest.h"
 #include "receipts/schema.h"
 
 struct ls_parity_report {
     cJSON *doc, *checks, *controls, *configs, *timings, *notes;
     char build[65];
     char build_from[LS_PARITY_PATH];
+    /* coverage (receipts/coverage.h): what the fault-free LongStraw runs recorded */
+    cJSON *model;              /* the one model every run ran */
+    char model_from[LS_PARITY_PATH];
+    cJSON *train_modes, *objectives, *grad_modes, *strategies, *dtypes, *worlds;
 };
 
 /* What each level needs (DESIGN.md §5). */
@@ -59,6 +65,8 @@ static const struct {
     {"cp_params", "update: CP-N parameters after the optimizer step equal CP-1 parameters"},
 };
 
+static const char *str(const cJSON *o, const char *k);
+
 static double finite_or_max(double v) { return isfinite(v) ? v : DBL_MAX; }
 
 static void add_num(cJSON *o, const char *k, double v) {
@@ -74,7 +82,7 @@ ls_status ls_parity_report_new(const ls_parity_opts *o, ls_parity_report **out) 
         free(r);
         return LS_ERR_NOMEM;
     }
-    cJSON_AddStringToObject(r->doc, "schema", "urn:longstraw:schema:parity:v2");
+    cJSON_AddStringToObject(r->doc, "schema", "urn:longstraw:schema:parity:v3");
     cJSON_AddStringToObject(r->doc, "family", o->family);
     cJSON *d = cJSON_AddArrayToObject(r->doc, "dtypes");
     for (int k = 0; k < 2; k++)
@@ -89,20 +97,102 @@ ls_status ls_parity_report_new(const ls_parity_opts *o, ls_parity_report **out) 
     r->controls = cJSON_AddArrayToObject(r->doc, "controls");
     r->timings = cJSON_AddArrayToObject(r->doc, "timings");
     r->notes = cJSON_AddArrayToObject(r->doc, "notes");
+    r->train_modes = cJSON_CreateArray();
+    r->objectives = cJSON_CreateArray();
+    r->grad_modes = cJSON_CreateArray();
+    r->strategies = cJSON_CreateArray();
+    r->dtypes = cJSON_CreateArray();
+    r->worlds = cJSON_CreateArray();
     *out = r;
+    if (!r->train_modes || !r->objectives || !r->grad_modes || !r->strategies || !r->dtypes || !r->worlds) {
+        ls_parity_report_free(r);
+        *out = NULL;
+        return LS_ERR_NOMEM;
+    }
     return LS_OK;
 }
 
 void ls_parity_report_free(ls_parity_report *r) {
     if (r == NULL) return;
+    cJSON_Delete(r->model);
+    cJSON_Delete(r->train_modes);
+    cJSON_Delete(r->objectives);
+    cJSON_Delete(r->grad_modes);
+    cJSON_Delete(r->strategies);
+    cJSON_Delete(r->dtypes);
+    cJSON_Delete(r->worlds);
     cJSON_Delete(r->doc);
     free(r);
+}
+
+/* The coverage a run adds: a fault-free LongStraw run's model (one for the
+ * whole report), trainable set, objectives, gradient mode, strategy, dtype
+ * and CP size, as its manifest recorded them.  Control and reference
+ * (naive) runs add nothing: the report proves nothing of their settings. */
+static ls_status add_coverage(ls_parity_report *r, const char *run_dir, char *err, size_t errlen) {
+    char path[LS_PARITY_PATH];
+    snprintf(path, sizeof path, "%s/%s", run_dir, LS_MANIFEST_FILE);
+    cJSON *doc = NULL;
+    ls_status s = ls_json_read_file_capped(path, (size_t)1 << 24, &doc, err, errlen);
+    if (s != LS_OK) return s;
+    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(doc, "predicate"), "config");
+    const cJSON *faults = cJSON_GetObjectItemCaseSensitive(cfg, "faults");
+    const char *strategy = str(cfg, "strategy");
+    if (!cJSON_IsObject(cfg) || !cJSON_IsArray(faults)) {
+        snprintf(err, errlen, "%s: no predicate.config with faults", path);
+        cJSON_Delete(doc);
+        return LS_ERR_FORMAT;
+    }
+    if (cJSON_GetArraySize(faults) > 0 || strcmp(strategy, "longstraw") != 0) {
+        cJSON_Delete(doc);
+        return LS_OK;
+    }
+    cJSON *model = ls_coverage_model(cfg);
+    cJSON *tm = ls_coverage_train_mode(cfg, err, errlen);
+    cJSON *objs = tm ? ls_coverage_objectives(cfg, err, errlen) : NULL;
+    s = model && tm && objs ? LS_OK : LS_ERR_FORMAT;
+    if (s == LS_OK && r->model == NULL) {
+        r->model = model;
+        model = NULL;
+        snprintf(r->model_from, sizeof r->model_from, "%s", run_dir);
+    } else if (s == LS_OK && !cJSON_Compare(r->model, model, true)) {
+        snprintf(err, errlen, "%s ran another model than %s: one report covers one model", run_dir, r->model_from);
+        s = LS_ERR_FORMAT;
+    }
+    const cJSON *o;
+    if (s == LS_OK) s = ls_coverage_set_add(r->train_modes, tm);
+    const cJSON *olist = s == LS_OK ? objs : NULL;
+    cJSON_ArrayForEach(o, olist) {
+        if (s == LS_OK) s = ls_coverage_set_add(r->objectives, o);
+    }
+    const char *keys[] = {"grad_mode", "strategy", "dtype", "cp_ranks"};
+    cJSON *sets[] = {r->grad_modes, r->strategies, r->dtypes, r->worlds};
+    for (size_t i = 0; s == LS_OK && i < 4; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, keys[i]);
+        if (v == NULL) {
+            snprintf(err, errlen, "%s: predicate.config has no \"%s\"", path, keys[i]);
+            s = LS_ERR_FORMAT;
+        } else {
+            s = ls_coverage_set_add(sets[i], v);
+        }
+    }
+    if (s == LS_ERR_FORMAT && err[0] && strncmp(err, path, strlen(path)) != 0 && strstr(err, run_dir) == NULL) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", err);
+        snprintf(err, errlen, "%s: %s", path, why);
+    }
+    cJSON_Delete(model);
+    cJSON_Delete(tm);
+    cJSON_Delete(objs);
+    cJSON_Delete(doc);
+    return s;
 }
 
 ls_status ls_parity_report_build(ls_parity_report *r, const char *run_dir, char *err, size_t errlen) {
     char hex[65];
     ls_status s = ls_parity_run_build(run_dir, hex, err, errlen);
     if (s != LS_OK) return s;
+    if ((s = add_coverage(r, run_dir, err, errlen)) != LS_OK) return s;
     if (r->build[0] == 0) {
         memcpy(r->build, hex, sizeof hex);
         snprintf(r->build_from, sizeof r->build_from, "%s", run_dir);
@@ -331,6 +421,28 @@ ls_status ls_parity_report_finish(ls_parity_report *r, const char *path, bool pr
         return LS_ERR_FORMAT;
     }
     cJSON_AddStringToObject(r->doc, "build_digest", r->build);
+    if (r->model == NULL) {
+        snprintf(err, errlen, "no fault-free LongStraw run completed: the report would cover nothing");
+        return LS_ERR_FORMAT;
+    }
+    /* what the report proves (receipts/coverage.h): the runs' own recorded settings */
+    cJSON *cov = cJSON_AddObjectToObject(r->doc, "coverage");
+    char msha[LS_DIGEST_HEX_SIZE];
+    ls_status ms = ls_coverage_model_sha256(r->model, msha, err, errlen);
+    if (cov == NULL || ms != LS_OK) return cov == NULL ? LS_ERR_NOMEM : ms;
+    cJSON_AddStringToObject(cov, "family", str(r->model, "family"));
+    cJSON_AddItemToObject(cov, "model", r->model);
+    cJSON_AddStringToObject(cov, "model_sha256", msha);
+    cJSON_AddItemToObject(cov, "train_modes", r->train_modes);
+    cJSON_AddItemToObject(cov, "objectives", r->objectives);
+    cJSON_AddItemToObject(cov, "grad_modes", r->grad_modes);
+    cJSON_AddItemToObject(cov, "strategies", r->strategies);
+    cJSON_AddItemToObject(cov, "dtypes", r->dtypes);
+    cJSON_AddItemToObject(cov, "worlds", r->worlds);
+    cJSON_AddStringToObject(cov, "build_digest", r->build);
+    cJSON_AddStringToObject(cov, "reducible", "prompt, group and response lengths, page and capture-chunk sizes, "
+                                              "steps, seed, optimizer settings, LoRA initialisation, sampling");
+    r->model = r->train_modes = r->objectives = r->grad_modes = r->strategies = r->dtypes = r->worlds = NULL;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ls_json_add_u64(r->doc, "created_unix_ns", (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec);

@@ -32,6 +32,9 @@
 #include "receipts/manifest.h"
 
 #define LS_DSSE_PAYLOAD_TYPE "application/vnd.in-toto+json"
+/* A parity report's envelope: its own type, so that an envelope of a
+ * manifest never verifies as one of a report (PAE binds the type). */
+#define LS_DSSE_PARITY_PAYLOAD_TYPE "application/vnd.longstraw.parity+json"
 
 /* Creates a fresh Ed25519 key pair and writes the private key (mode 0600)
  * and the public key.  Refuses (LS_ERR_ARG) to overwrite an existing file;
@@ -78,5 +81,15 @@ ls_status ls_dsse_sign_run(const char *run_dir, EVP_PKEY *key, char *err, size_t
  * from the manifest; other codes as ls_dsse_verify. */
 ls_status ls_dsse_verify_run(const char *run_dir, EVP_PKEY *pub, ls_verify_report *report,
                              char *err, size_t errlen);
+
+/* The envelope path of the parity report at report_path: a final ".json"
+ * replaced by ".dsse.json" (DIR/parity.json -> DIR/parity.dsse.json), else
+ * ".dsse.json" appended.  LS_ERR_ARG when it does not fit cap. */
+ls_status ls_dsse_parity_envelope_path(const char *report_path, char *out, size_t cap, char *err, size_t errlen);
+
+/* Signs the exact bytes of the parity report at report_path (payload type
+ * LS_DSSE_PARITY_PAYLOAD_TYPE) into its envelope (atomic).  The report is
+ * not parsed: the reader verifies and parses what was signed. */
+ls_status ls_dsse_sign_parity(const char *report_path, EVP_PKEY *key, char *err, size_t errlen);
 
 #endif

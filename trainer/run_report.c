@@ -9,6 +9,7 @@
 #include <cblas.h>
 
 #include "receipts/build_info.h"
+#include "receipts/json_util.h"
 #include "receipts/manifest.h"
 #include "receipts/receipt.h"
 #include "trainer/comm.h"
@@ -25,7 +26,33 @@ void ls_run_peaks_fold(ls_run_peaks *sp, int64_t step) {
     sp->steps++;
 }
 
-cJSON *ls_run_config_json(const ls_train_args *a, uint32_t world) {
+/* Every other option the run used (provenance: none of them changes what
+ * the audit requires, each one changes what ran). */
+static cJSON *options_json(const ls_train_args *a) {
+    const ls_step_options *o = &a->step;
+    cJSON *j = cJSON_CreateObject();
+    if (!j) return NULL;
+    ls_json_add_u64(j, "seed", o->seed);
+    cJSON_AddNumberToObject(j, "lr", o->lr);
+    cJSON_AddNumberToObject(j, "beta1", o->beta1);
+    cJSON_AddNumberToObject(j, "beta2", o->beta2);
+    cJSON_AddNumberToObject(j, "adam_eps", o->adam_eps);
+    cJSON_AddNumberToObject(j, "weight_decay", o->weight_decay);
+    ls_json_add_u64(j, "prompt_len", a->rollouts ? 0 : (uint64_t)a->P); /* 0: each rollouts line sets it */
+    ls_json_add_u64(j, "response_len", a->rollouts ? 0 : (uint64_t)o->R);
+    cJSON_AddNumberToObject(j, "top_p", o->top_p);
+    cJSON_AddStringToObject(j, "lora_init", a->obj.lora_init_random ? "random" : "zero");
+    ls_json_add_u64(j, "page_size", o->page_size);
+    ls_json_add_u64(j, "capture_chunk", o->capture_chunk);
+    ls_json_add_u64(j, "save_every", (uint64_t)a->save_every);
+    ls_json_add_u64(j, "memory_budget", a->memory_budget);
+    cJSON_AddStringToObject(j, "input", a->rollouts ? "rollouts" : "task");
+    cJSON_AddBoolToObject(j, "resumed", a->resume != NULL);
+    cJSON_AddBoolToObject(j, "loaded", a->load != NULL);
+    return j;
+}
+
+cJSON *ls_run_config_json(const ls_train_args *a, uint32_t world, int64_t first_step) {
     cJSON *c = ls_config_to_json(&a->cfg, &a->obj);
     if (!c) return NULL;
     cJSON *f = cJSON_AddArrayToObject(c, "faults");
@@ -44,6 +71,18 @@ cJSON *ls_run_config_json(const ls_train_args *a, uint32_t world) {
     cJSON_AddNumberToObject(c, "steps_requested", a->have_steps ? (double)a->steps : (a->rollouts ? -1.0 : 1.0));
     /* the strategy decides which phases a step has (naive: no prompt backward) */
     cJSON_AddStringToObject(c, "strategy", a->step.strategy == LS_STRATEGY_NAIVE ? "naive" : "longstraw");
+    /* the loss (every step's, but the first sft_steps that use sft), the steps that reuse a stale prompt
+       state, and the global index of the first step (a resumed run's checkpoint step) */
+    cJSON_AddStringToObject(c, "objective", a->step.objective == LS_OBJECTIVE_SFT ? "sft" : "grpo");
+    cJSON_AddNumberToObject(c, "sft_steps", a->sft_steps);
+    cJSON_AddNumberToObject(c, "prefix_frozen", a->prefix_frozen > 1 ? a->prefix_frozen : 1);
+    cJSON_AddNumberToObject(c, "first_step", (double)first_step);
+    cJSON *opts = options_json(a);
+    if (!opts || !cJSON_AddItemToObject(c, "options", opts)) {
+        cJSON_Delete(opts);
+        cJSON_Delete(c);
+        return NULL;
+    }
     if (!f || !cJSON_AddNumberToObject(c, "cp_ranks", world)) {
         cJSON_Delete(c);
         return NULL;
@@ -62,8 +101,8 @@ static cJSON *build_json(void) {
     return build;
 }
 
-int ls_run_write_manifest(const ls_train_args *a, const char *run_id, uint32_t world) {
-    cJSON *build = build_json(), *config = ls_run_config_json(a, world);
+int ls_run_write_manifest(const ls_train_args *a, const char *run_id, uint32_t world, int64_t first_step) {
+    cJSON *build = build_json(), *config = ls_run_config_json(a, world, first_step);
     char rerr[1024];
     int rc = 0;
     ls_manifest m = {.run_id = run_id, .world = world, .build = build, .config = config};
@@ -91,7 +130,7 @@ int ls_run_write_receipt(const ls_train_args *a, const ls_run_outcome *oc) {
     for (int k = 0; k < LS_MEM_COUNT; k++)
         mem[k] = (ls_receipt_memory){ls_mem_cat_name((ls_mem_cat)k), ms.run_peak_bytes[k], sp->cat[k]};
     build = build_json();
-    config = ls_run_config_json(a, oc->world);
+    config = ls_run_config_json(a, oc->world, oc->first_step);
     char host[256] = "localhost";
     gethostname(host, sizeof host - 1);
     for (char *c = host; *c; c++)

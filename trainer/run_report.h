@@ -35,20 +35,26 @@ typedef struct {
     const ls_run_obs *ob;
     uint32_t rank, world;
     const cJSON *rank_state; /* the receipt's rank_state (NULL: none) */
+    int64_t first_step;      /* the global index of the run's first step */
 } ls_run_outcome;
 
 /* The config object of the receipts and the manifest: MODEL.md §6 keys plus
  * the run settings "faults" (the fault flags, in a fixed order), "dtype",
  * "group" (G of the built-in task), "steps_requested" (-1: until the
- * rollouts input ends) and "cp_ranks".  NULL on allocation failure. */
-cJSON *ls_run_config_json(const ls_train_args *a, uint32_t world);
+ * rollouts input ends), "strategy", "objective", "sft_steps",
+ * "prefix_frozen" (K; 1: every step exact), "first_step" (the global index
+ * of the run's first step: a resumed run's checkpoint step), "cp_ranks" and
+ * "options" (every other option: seed, optimizer, lengths, sampling, pages
+ * and chunks, LoRA init, ...).  The caller owns the result (cJSON_Delete);
+ * NULL on allocation failure. */
+cJSON *ls_run_config_json(const ls_train_args *a, uint32_t world, int64_t first_step);
 
 /* Write RUN/rank-NNNN/receipt.json for oc->rank.  0, or 1 with the failure
  * on stderr. */
 int ls_run_write_receipt(const ls_train_args *a, const ls_run_outcome *oc);
 /* Write RUN/manifest.json over every rank's files (rank 0, after every rank
  * wrote its receipt).  0, or 1 with the failure on stderr. */
-int ls_run_write_manifest(const ls_train_args *a, const char *run_id, uint32_t world);
+int ls_run_write_manifest(const ls_train_args *a, const char *run_id, uint32_t world, int64_t first_step);
 
 /* The summary of a completed run on stdout (human units; exact bytes are
  * in the receipt).  dtype: "f32"/"f64"; P and G of the last step. */

@@ -354,7 +354,8 @@ static int close_run(run *r, int rc, uint64_t start_unix) {
                          .fail_st = r->fail_st ? r->fail_st : LS_ERR_INTERNAL, .error_message = r->err,
                          .steps_done = r->steps_done, .prefix_frozen_steps = r->frozen_steps,
                          .sft_steps = r->sft_steps, .frozen_idx = r->frozen_idx,
-                         .n_events = n_events, .start_unix_ns = start_unix, .sp = &r->sp, .ob = &r->ob};
+                         .n_events = n_events, .start_unix_ns = start_unix, .sp = &r->sp, .ob = &r->ob,
+                         .first_step = r->step0};
     if (ls_run_write_receipt(r->a, &oc) != 0) rc = rc ? rc : 1;
     cJSON_Delete(rs);
     if (r->in_step_failure) return rc;
@@ -362,7 +363,7 @@ static int close_run(run *r, int rc, uint64_t start_unix) {
         fprintf(stderr, "longstraw-train: rank %d: %s\n", r->rank, ls_comm_last_error(r->comm));
         return rc ? rc : 1;
     }
-    if (r->rank == 0 && ls_run_write_manifest(r->a, r->run_id, (uint32_t)r->world) != 0) rc = rc ? rc : 1;
+    if (r->rank == 0 && ls_run_write_manifest(r->a, r->run_id, (uint32_t)r->world, r->step0) != 0) rc = rc ? rc : 1;
     if (rc == 0 && r->rank == 0)
         ls_run_print_summary(r->a, &oc, &r->res, LS_REAL_NAME, r->in.P, r->in.b ? r->in.b->G : r->a->step.G);
     return rc;

@@ -1,0 +1,244 @@
+/* coverage.c - a parity report's coverage and a run inside it (coverage.h). */
+/* Details are one bounded line each: truncation is intended. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
+#include "receipts/coverage.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "receipts/json_util.h"
+
+const char *const LS_COVERAGE_MODEL_KEYS[] = {
+    "family", "vocab", "d_model", "n_layers", "ffn_dim", "rms_eps", "rope_theta",
+    /* hybrid */
+    "gdn_hk", "gdn_hv", "gdn_dk", "gdn_dv", "conv_kernel", "attn_heads", "attn_kv_heads", "head_dim", "rope_dim",
+    /* mla */
+    "first_dense", "heads", "q_rank", "kv_rank", "d_nope", "d_rope", "d_v", "index_heads", "index_dim",
+    "index_topk", "n_experts", "n_group", "topk_group", "experts_per_token", "expert_dim", "routed_scale", NULL};
+
+cJSON *ls_coverage_model(const cJSON *config) {
+    if (!cJSON_IsObject(config)) return NULL;
+    cJSON *m = cJSON_CreateObject();
+    for (size_t i = 0; m != NULL && LS_COVERAGE_MODEL_KEYS[i] != NULL; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(config, LS_COVERAGE_MODEL_KEYS[i]);
+        if (v == NULL) continue;
+        cJSON *c = cJSON_Duplicate(v, true);
+        if (c == NULL || !cJSON_AddItemToObject(m, LS_COVERAGE_MODEL_KEYS[i], c)) {
+            cJSON_Delete(c);
+            cJSON_Delete(m);
+            return NULL;
+        }
+    }
+    return m;
+}
+
+ls_status ls_coverage_model_sha256(const cJSON *model, char hex[LS_DIGEST_HEX_SIZE], char *err, size_t errlen) {
+    char *text = NULL;
+    size_t len = 0;
+    ls_status st = ls_json_print_canonical(model, &text, &len, err, errlen);
+    if (st == LS_OK) st = ls_digest_sha256_hex(text, len, hex);
+    free(text);
+    return st;
+}
+
+static bool copy_field(cJSON *dst, const cJSON *src, const char *key, int want_type, char *err, size_t errlen) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(src, key);
+    if (v == NULL || (v->type & 0xFF & want_type) == 0 || (cJSON_IsNumber(v) && !isfinite(v->valuedouble))) {
+        snprintf(err, errlen, "the configuration has no %s \"%s\"",
+                 want_type == cJSON_Number ? "number" : want_type == cJSON_String ? "string" : "boolean", key);
+        return false;
+    }
+    cJSON *c = cJSON_Duplicate(v, true);
+    if (c == NULL || !cJSON_AddItemToObject(dst, key, c)) {
+        cJSON_Delete(c);
+        snprintf(err, errlen, "out of memory");
+        return false;
+    }
+    return true;
+}
+
+cJSON *ls_coverage_train_mode(const cJSON *config, char *err, size_t errlen) {
+    cJSON *t = cJSON_CreateObject();
+    if (t == NULL) return NULL;
+    bool ok = copy_field(t, config, "train_mode", cJSON_String, err, errlen);
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(t, "train_mode");
+    if (ok && strcmp(m->valuestring, "full") != 0)
+        ok = copy_field(t, config, "lora_r", cJSON_Number, err, errlen) &&
+             copy_field(t, config, "lora_alpha", cJSON_Number, err, errlen) &&
+             copy_field(t, config, "lora_experts", cJSON_True | cJSON_False, err, errlen);
+    if (!ok) {
+        cJSON_Delete(t);
+        return NULL;
+    }
+    return t;
+}
+
+cJSON *ls_coverage_objectives(const cJSON *config, char *err, size_t errlen) {
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(config, "objective");
+    const cJSON *sft = cJSON_GetObjectItemCaseSensitive(config, "sft_steps");
+    if (!cJSON_IsString(o) || (strcmp(o->valuestring, "grpo") != 0 && strcmp(o->valuestring, "sft") != 0)) {
+        snprintf(err, errlen, "the configuration does not state its objective (\"objective\": grpo or sft)");
+        return NULL;
+    }
+    if (sft != NULL && (!cJSON_IsNumber(sft) || !(sft->valuedouble >= 0))) {
+        snprintf(err, errlen, "the configuration's \"sft_steps\" is not a count");
+        return NULL;
+    }
+    bool grpo = strcmp(o->valuestring, "grpo") == 0;
+    bool any_sft = !grpo || (sft != NULL && sft->valuedouble > 0);
+    cJSON *a = cJSON_CreateArray();
+    for (int k = 0; a != NULL && k < 2; k++) {
+        if ((k == 0 && !grpo) || (k == 1 && !any_sft)) continue;
+        cJSON *e = cJSON_CreateObject();
+        bool ok = e != NULL && cJSON_AddStringToObject(e, "objective", k == 0 ? "grpo" : "sft") != NULL;
+        if (ok && k == 0)
+            ok = copy_field(e, config, "epsilon", cJSON_Number, err, errlen) &&
+                 copy_field(e, config, "beta", cJSON_Number, err, errlen);
+        if (ok) ok = copy_field(e, config, "temperature", cJSON_Number, err, errlen);
+        if (!ok || !cJSON_AddItemToArray(a, e)) {
+            cJSON_Delete(e);
+            cJSON_Delete(a);
+            return NULL;
+        }
+    }
+    return a;
+}
+
+ls_status ls_coverage_set_add(cJSON *set, const cJSON *item) {
+    const cJSON *x;
+    cJSON_ArrayForEach(x, set) {
+        if (cJSON_Compare(x, item, true)) return LS_OK;
+    }
+    cJSON *c = cJSON_Duplicate(item, true);
+    if (c == NULL || !cJSON_AddItemToArray(set, c)) {
+        cJSON_Delete(c);
+        return LS_ERR_NOMEM;
+    }
+    return LS_OK;
+}
+
+/* A JSON value as one short line. */
+static void brief(const cJSON *v, char *buf, size_t cap) {
+    if (v == NULL) {
+        snprintf(buf, cap, "(absent)");
+        return;
+    }
+    char *t = cJSON_PrintUnformatted(v);
+    snprintf(buf, cap, "%.120s%s", t ? t : "?", t && strlen(t) > 120 ? "..." : "");
+    free(t);
+}
+
+static bool in_set(const cJSON *set, const cJSON *item) {
+    const cJSON *x;
+    cJSON_ArrayForEach(x, set) {
+        if (cJSON_Compare(x, item, true)) return true;
+    }
+    return false;
+}
+
+typedef struct {
+    void (*outside)(void *, const char *, const char *);
+    void *user;
+    size_t n;
+} sink;
+
+static void out(sink *s, const char *field, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void out(sink *s, const char *field, const char *fmt, ...) {
+    char d[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d, sizeof d, fmt, ap);
+    va_end(ap);
+    s->n++;
+    if (s->outside) s->outside(s->user, field, d);
+}
+
+/* config[key] (a string) must be one of coverage[set_key] (strings). */
+static void check_member(sink *s, const cJSON *coverage, const char *set_key, const cJSON *config, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(config, key);
+    const cJSON *set = cJSON_GetObjectItemCaseSensitive(coverage, set_key);
+    char a[160], b[160];
+    brief(v, a, sizeof a);
+    brief(set, b, sizeof b);
+    if (!cJSON_IsArray(set)) out(s, key, "the report's coverage states no \"%s\"", set_key);
+    else if (v == NULL) out(s, key, "the run does not state its \"%s\"; the report covers %s", key, b);
+    else if (!in_set(set, v)) out(s, key, "the run's %s %s is outside the report's coverage (%s %s)", key, a, set_key, b);
+}
+
+size_t ls_coverage_check(const cJSON *coverage, const cJSON *config, unsigned world,
+                         void (*outside)(void *user, const char *field, const char *detail), void *user) {
+    sink s = {.outside = outside, .user = user};
+    char a[160], b[160], err[200];
+    if (!cJSON_IsObject(coverage)) {
+        out(&s, "coverage", "the parity report states no coverage (a report made before coverage was recorded)");
+        return s.n;
+    }
+    if (!cJSON_IsObject(config)) {
+        out(&s, "config", "the run has no configuration to check");
+        return s.n;
+    }
+    /* the model, key by key, both ways */
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(coverage, "model");
+    const cJSON *msha = cJSON_GetObjectItemCaseSensitive(coverage, "model_sha256");
+    char hex[LS_DIGEST_HEX_SIZE];
+    if (!cJSON_IsObject(model)) {
+        out(&s, "model", "the report's coverage states no model");
+    } else if (!cJSON_IsString(msha) || ls_coverage_model_sha256(model, hex, err, sizeof err) != LS_OK ||
+               strcmp(hex, msha->valuestring) != 0) {
+        out(&s, "model_sha256", "the report's model_sha256 is not the digest of its model");
+    } else {
+        for (size_t i = 0; LS_COVERAGE_MODEL_KEYS[i] != NULL; i++) {
+            const char *k = LS_COVERAGE_MODEL_KEYS[i];
+            const cJSON *rv = cJSON_GetObjectItemCaseSensitive(config, k), *pv = cJSON_GetObjectItemCaseSensitive(model, k);
+            if (rv == NULL && pv == NULL) continue;
+            if (rv != NULL && pv != NULL && cJSON_Compare(rv, pv, true)) continue;
+            brief(rv, a, sizeof a);
+            brief(pv, b, sizeof b);
+            out(&s, k, "the run's model has %s %s, the report proved %s %s (model_sha256 %.16s...)", k, a, k, b,
+                msha->valuestring);
+        }
+    }
+    /* the trainable set and the objectives */
+    cJSON *tm = ls_coverage_train_mode(config, err, sizeof err);
+    const cJSON *tms = cJSON_GetObjectItemCaseSensitive(coverage, "train_modes");
+    if (tm == NULL) out(&s, "train_mode", "%s", err);
+    else if (!cJSON_IsArray(tms)) out(&s, "train_mode", "the report's coverage states no \"train_modes\"");
+    else if (!in_set(tms, tm)) {
+        brief(tm, a, sizeof a);
+        brief(tms, b, sizeof b);
+        out(&s, "train_mode", "the run's trainable set %s is outside the report's coverage (train_modes %s)", a, b);
+    }
+    cJSON_Delete(tm);
+    cJSON *objs = ls_coverage_objectives(config, err, sizeof err);
+    const cJSON *cov_objs = cJSON_GetObjectItemCaseSensitive(coverage, "objectives"), *o;
+    if (objs == NULL) out(&s, "objective", "%s", err);
+    else if (!cJSON_IsArray(cov_objs)) out(&s, "objective", "the report's coverage states no \"objectives\"");
+    else
+        cJSON_ArrayForEach(o, objs) {
+            if (in_set(cov_objs, o)) continue;
+            brief(o, a, sizeof a);
+            brief(cov_objs, b, sizeof b);
+            out(&s, "objective", "the run's objective %s is outside the report's coverage (objectives %s)", a, b);
+        }
+    cJSON_Delete(objs);
+    check_member(&s, coverage, "grad_modes", config, "grad_mode");
+    check_member(&s, coverage, "strategies", config, "strategy");
+    check_member(&s, coverage, "dtypes", config, "dtype");
+    /* the CP size */
+    const cJSON *worlds = cJSON_GetObjectItemCaseSensitive(coverage, "worlds"), *w;
+    const cJSON *wlist = cJSON_IsArray(worlds) ? worlds : NULL;
+    bool have = false;
+    cJSON_ArrayForEach(w, wlist) {
+        if (cJSON_IsNumber(w) && w->valuedouble == (double)world) have = true;
+    }
+    if (!have) {
+        brief(worlds, b, sizeof b);
+        out(&s, "world", "the run's %u rank(s) are outside the report's coverage (worlds %s)", world, b);
+    }
+    return s.n;
+}

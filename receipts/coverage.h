@@ -1,0 +1,67 @@
+/* coverage.h - what a parity report proves, and whether a run lies inside
+ * it (docs/evidence.md, "Coverage").
+ *
+ * longstraw-parity writes the "coverage" object of parity.json from the
+ * configurations its own fault-free LongStraw runs recorded (their
+ * manifests); longstraw-audit checks a run's recorded configuration against
+ * it and names every field outside.  The dimensions:
+ *  - must match the report exactly: the family; the model (every model key
+ *    of MODEL.md section 6: widths, heads, layers, conv kernel, MoE shape,
+ *    dense-first layers, norms, rope; digested as model_sha256); the
+ *    trainable set (train_mode, and lora_r, lora_alpha, lora_experts in
+ *    lora mode); the objective with its hyperparameters (grpo: epsilon,
+ *    beta, temperature; sft: temperature; the KL estimator is MODEL.md's);
+ *    the gradient mode; the strategy; the dtype; the CP size (a world the
+ *    report ran);
+ *  - may be reduced by parity: prompt, group and response lengths, page
+ *    and capture-chunk sizes, steps, seed, learning rate and the other
+ *    optimizer settings, LoRA initialisation, sampling (top_p).
+ * Every function here reads untrusted documents: absent or ill-typed fields
+ * are reported, never trusted.  Objects returned are the caller's
+ * (cJSON_Delete). */
+#ifndef LS_RECEIPTS_COVERAGE_H
+#define LS_RECEIPTS_COVERAGE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <cjson/cJSON.h>
+
+#include "common/status.h"
+#include "receipts/digest.h"
+
+/* The model keys of MODEL.md section 6, both families (NULL-terminated). */
+extern const char *const LS_COVERAGE_MODEL_KEYS[];
+
+/* The model part of a recorded configuration: the model keys config has,
+ * in LS_COVERAGE_MODEL_KEYS order.  NULL when config is not an object or
+ * out of memory. */
+cJSON *ls_coverage_model(const cJSON *config);
+
+/* SHA-256 (hex) of the canonical JSON of a model object. */
+ls_status ls_coverage_model_sha256(const cJSON *model, char hex[LS_DIGEST_HEX_SIZE], char *err, size_t errlen);
+
+/* The trainable set of a configuration: {"train_mode": "lora", "lora_r",
+ * "lora_alpha", "lora_experts"} or {"train_mode": "full"}.  NULL when the
+ * configuration does not state it (err says which field). */
+cJSON *ls_coverage_train_mode(const cJSON *config, char *err, size_t errlen);
+
+/* The objectives a configuration's steps used (an array): {"objective":
+ * "grpo", "epsilon", "beta", "temperature"} and/or {"objective": "sft",
+ * "temperature"} (sft for its first sft_steps steps, or every step with
+ * objective sft).  NULL when the configuration does not state them. */
+cJSON *ls_coverage_objectives(const cJSON *config, char *err, size_t errlen);
+
+/* Adds a copy of item to the array set unless an equal item is in it.
+ * LS_OK or LS_ERR_NOMEM. */
+ls_status ls_coverage_set_add(cJSON *set, const cJSON *item);
+
+/* Checks a run's configuration (and its world) against a report's
+ * coverage object; calls outside(user, field, detail) for every dimension
+ * the run lies outside of (field: the configuration key, e.g. "d_model",
+ * "train_mode", "objective", "world"), and returns how many.  A coverage
+ * object without a field the check needs counts as outside too. */
+size_t ls_coverage_check(const cJSON *coverage, const cJSON *config, unsigned world,
+                         void (*outside)(void *user, const char *field, const char *detail), void *user);
+
+#endif
