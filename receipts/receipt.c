@@ -329,6 +329,7 @@ static ls_status extract(ls_receipt *r, const char *what, char *err, size_t errl
     r->host = cJSON_GetObjectItemCaseSensitive(p, "host")->valuestring;
     r->build = cJSON_GetObjectItemCaseSensitive(p, "build");
     r->config = cJSON_GetObjectItemCaseSensitive(p, "config");
+    r->rank_state = cJSON_GetObjectItemCaseSensitive(p, "rank_state"); /* NULL when absent */
     char why[256];
     ls_status st = ls_build_info_check(r->build, why, sizeof why);
     if (st != LS_OK) {

@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "receipts/coverage.h"
 #include "receipts/json_util.h"
 #include "receipts/schema.h"
 #include "test_tmpdir.h"
@@ -218,8 +219,13 @@ Test(audit, single_rank_run_proves_level_1, .init = setup, .fini = teardown, .ti
     int n1 = 0;
     cJSON_ArrayForEach(c, cJSON_GetObjectItem(lv, "checks")) {
         n1++;
-        cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(c, "pass")), "level-1 rule %s fails: %s",
-                  cJSON_GetObjectItem(c, "id")->valuestring, cJSON_GetObjectItem(c, "message")->valuestring);
+        bool applies = cJSON_IsTrue(cJSON_GetObjectItem(c, "applicable"));
+        const char *verdict = cJSON_GetObjectItem(c, "verdict")->valuestring;
+        /* a rule that does not apply never reads as a pass */
+        cr_expect_str_eq(verdict, applies ? "pass" : "not_applicable", "level-1 rule %s: %s",
+                         cJSON_GetObjectItem(c, "id")->valuestring, cJSON_GetObjectItem(c, "message")->valuestring);
+        cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(c, "pass")) == applies, "level-1 rule %s: pass %d, applicable %d",
+                  cJSON_GetObjectItem(c, "id")->valuestring, cJSON_IsTrue(cJSON_GetObjectItem(c, "pass")), applies);
     }
     cr_expect_geq(n1, 14);
     /* cross-rank rules do not apply to one rank */
@@ -232,9 +238,9 @@ Test(audit, single_rank_run_proves_level_1, .init = setup, .fini = teardown, .ti
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s '%s' --quiet --junit '%s/j.xml' --require-level 0", AUDIT, run, tmpdir);
     cr_assert_eq(sh(cmd), 0);
-    snprintf(cmd, sizeof cmd, "test $(grep -c '<testcase ' '%s/j.xml') -eq 29 && test $(grep -c '<failure ' '%s/j.xml') -eq 10",
+    snprintf(cmd, sizeof cmd, "test $(grep -c '<testcase ' '%s/j.xml') -eq 35 && test $(grep -c '<failure ' '%s/j.xml') -eq 11",
              tmpdir, tmpdir);
-    cr_expect_eq(sh(cmd), 0, "JUnit: 29 testcases, 10 failures (9 parity rules, full mode) expected");
+    cr_expect_eq(sh(cmd), 0, "JUnit: 35 testcases, 11 failures (10 parity rules, full mode) expected");
     snprintf(cmd, sizeof cmd, "python3 -c \"import xml.dom.minidom,sys; xml.dom.minidom.parse(sys.argv[1])\" '%s/j.xml'",
              tmpdir);
     cr_expect_eq(sh(cmd), 0, "the JUnit file is not well-formed XML");
@@ -408,14 +414,45 @@ Test(audit, signature_checked_with_key, .init = setup, .fini = teardown, .timeou
     cJSON_Delete(doc);
 }
 
+/* The coverage longstraw-parity would state for runs like the one in
+ * run_dir (its manifest's configuration), at CP sizes 1 and world. */
+static cJSON *coverage_like(const char *run_dir, const char *build, int world) {
+    char path[700], err[512];
+    snprintf(path, sizeof path, "%s/manifest.json", run_dir);
+    cJSON *m = NULL;
+    cr_assert_eq(ls_json_read_file_capped(path, 1 << 24, &m, err, sizeof err), LS_OK, "%s", err);
+    const cJSON *cfg = cJSON_GetObjectItem(cJSON_GetObjectItem(m, "predicate"), "config");
+    cJSON *cov = cJSON_CreateObject(), *model = ls_coverage_model(cfg);
+    char hex[65];
+    cr_assert_eq(ls_coverage_model_sha256(model, hex, err, sizeof err), LS_OK, "%s", err);
+    cJSON_AddStringToObject(cov, "family", cJSON_GetObjectItem(cfg, "family")->valuestring);
+    cJSON_AddItemToObject(cov, "model", model);
+    cJSON_AddStringToObject(cov, "model_sha256", hex);
+    cJSON *tm = cJSON_AddArrayToObject(cov, "train_modes");
+    cJSON_AddItemToArray(tm, ls_coverage_train_mode(cfg, err, sizeof err));
+    cJSON_AddItemToObject(cov, "objectives", ls_coverage_objectives(cfg, err, sizeof err));
+    cJSON *gm = cJSON_AddArrayToObject(cov, "grad_modes");
+    cJSON_AddItemToArray(gm, cJSON_CreateString("detached"));
+    cJSON_AddItemToArray(gm, cJSON_CreateString("full"));
+    cJSON_AddItemToObject(cov, "strategies", cJSON_CreateStringArray((const char *[]){"longstraw"}, 1));
+    cJSON_AddItemToObject(cov, "dtypes", cJSON_CreateStringArray((const char *[]){"f64", "f32"}, 2));
+    cJSON_AddItemToObject(cov, "worlds", cJSON_CreateIntArray((const int[]){1, world}, world > 1 ? 2 : 1));
+    cJSON_AddStringToObject(cov, "build_digest", build);
+    cJSON_AddStringToObject(cov, "reducible", "lengths");
+    cJSON_Delete(m);
+    return cov;
+}
+
 /* A parity report written by hand: a TEST FIXTURE for the level logic only
  * (longstraw-parity's own reports are test_parity's and test_parity_table's),
- * naming the given build digest: every kind of check passing for world and
- * the run's dtype (f32), the float64 links at world 1, every control
- * detected. */
-static void write_parity_fixture(const char *path, const char *build, int world, const char *family) {
+ * naming the given build digest and covering runs like run_dir's: every
+ * kind of check passing for world and the run's dtype (f32), the float64
+ * links at world 1, every control detected. */
+static void write_parity_fixture(const char *path, const char *build, int world, const char *family,
+                                 const char *run_dir) {
     cJSON *d = cJSON_CreateObject();
-    cJSON_AddStringToObject(d, "schema", "urn:longstraw:schema:parity:v2");
+    cJSON_AddStringToObject(d, "schema", "urn:longstraw:schema:parity:v3");
+    cJSON_AddItemToObject(d, "coverage", coverage_like(run_dir, build, world));
     cJSON_AddStringToObject(d, "build_digest", build);
     cJSON_AddStringToObject(d, "family", family);
     cJSON_AddItemToObject(d, "dtypes", cJSON_CreateStringArray((const char *[]){"f64", "f32"}, 2));
@@ -497,7 +534,7 @@ Test(audit, levels_with_a_parity_fixture, .init = setup, .fini = teardown, .time
     snprintf(par, sizeof par, "%s/parity.json", tmpdir);
     snprintf(args, sizeof args, "--parity %s", par);
     /* same build, all checks pass: levels 2 and 3 hold; 4 needs full mode (this run is detached) */
-    write_parity_fixture(par, build, 1, "hybrid");
+    write_parity_fixture(par, build, 1, "hybrid", run);
     cr_expect_eq(audit(run, args, &doc), 0);
     cr_expect_eq(level(doc), 3);
     expect_fail(doc, "config.full_mode", -1, NULL, -2, "detached");
@@ -507,7 +544,7 @@ Test(audit, levels_with_a_parity_fixture, .init = setup, .fini = teardown, .time
     snprintf(args, sizeof args, "--parity %s --require-level 4", par);
     cr_expect_eq(audit(run, args, NULL), 1);
     /* a parity report of another build proves nothing */
-    write_parity_fixture(par, "0000000000000000000000000000000000000000000000000000000000000000", 1, "hybrid");
+    write_parity_fixture(par, "0000000000000000000000000000000000000000000000000000000000000000", 1, "hybrid", run);
     snprintf(args, sizeof args, "--parity %s", par);
     cr_expect_eq(audit(run, args, &doc), 0);
     cr_expect_eq(level(doc), 1);
@@ -730,12 +767,12 @@ Test(audit, cp2_full_run_proves_level_1_with_every_cross_rank_rule, .init = setu
     snprintf(build, sizeof build, "%s", build_of(doc));
     cJSON_Delete(doc);
     snprintf(par, sizeof par, "%s/parity.json", tmpdir);
-    write_parity_fixture(par, build, 2, "hybrid");
+    write_parity_fixture(par, build, 2, "hybrid", run);
     snprintf(args, sizeof args, "--parity %s --require-level 4", par);
     cr_expect_eq(audit(run, args, &doc), 0);
     cr_expect_eq(level(doc), 4);
     cJSON_Delete(doc);
-    write_parity_fixture(par, build, 1, "hybrid"); /* parity of another world size: not CP-2's */
+    write_parity_fixture(par, build, 1, "hybrid", run); /* parity of another world size: not CP-2's */
     snprintf(args, sizeof args, "--parity %s", par);
     cr_expect_eq(audit(run, args, &doc), 0);
     cr_expect_eq(level(doc), 1);

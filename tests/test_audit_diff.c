@@ -235,25 +235,27 @@ Test(audit_diff, single_rank_seed_lr_and_identical, .init = setup, .fini = teard
     }
     cJSON_Delete(doc);
 
-    /* another seed: the seed is not in the configuration (checked here), so
-     * the first divergence is a parameter digest of step 0 */
+    /* another seed: the receipts record every option, so the input
+     * difference comes first (the configuration's options.seed), then the
+     * parameter digests of step 0 */
     char e[512];
-    int same_config = same_config_of("a", "s2");
+    cr_expect_eq(same_config_of("a", "s2"), 0, "the seed is in the recorded configuration");
     cr_expect_eq(diff2("a", "s2"), 1, "%s%s", out, errt);
-    cr_expect(strstr(out, "FIRST DIVERGENCE (param_digest): rank 0 step 0") != NULL, "%s", out);
+    cr_expect(strstr(out, "FIRST DIVERGENCE (config): configuration key options") != NULL &&
+                  strstr(out, "seed") != NULL, "%s", out);
+    cr_expect(strstr(out, "param_digest: rank 0 step 0") != NULL, "%s", out);
     doc = diff_doc("a", "s2");
-    if (same_config) cr_expect_str_eq(first_what(doc), "param_digest");
-    else cr_expect_str_eq(first_what(doc), "config");
+    cr_expect_str_eq(first_what(doc), "config");
     cr_expect_null(find_div(doc, "event_sequence", -1), "the seed changes values, not the event sequence");
     expect_digest_div(doc, "a", "s2", 0);
     cJSON_Delete(doc);
 
-    /* another learning rate: lr is no configuration key either; the first
-     * digest apart is the reference's (a lora_B: lora_A's gradient is zero
-     * at step 0, so lora_A agrees after it) */
+    /* another learning rate: the configuration's options.lr first; the
+     * first digest apart is the reference's (a lora_B: lora_A's gradient is
+     * zero at step 0, so lora_A agrees after it) */
     cr_expect_eq(diff2("a", "lr"), 1, "%s%s", out, errt);
     doc = diff_doc("a", "lr");
-    cr_expect_str_eq(first_what(doc), same_config_of("a", "lr") ? "param_digest" : "config");
+    cr_expect_str_eq(first_what(doc), "config");
     expect_digest_div(doc, "a", "lr", 0);
     /* the metrics show the change: lr differs by exactly 1e-3 */
     const cJSON *st0 = cJSON_GetArrayItem(cJSON_GetObjectItem(doc, "steps"), 0), *m;
