@@ -84,7 +84,22 @@ typedef struct {
     size_t fd_max;            /* at most this many tensors get finite differences (0: all) */
     uint64_t seed;
     bool keep_fd, quiet;
+    /* the trainer's objective and trainable set (--like sets them from a run) */
+    double temperature, epsilon, beta;
+    const char *train_mode;   /* NULL: each matrix entry's own */
+    int lora_r;               /* 0: the trainer's default */
+    double lora_alpha;        /* 0: the trainer's default */
+    bool lora_experts;
+    /* --like RUN: the run whose coverage the matrix is derived from */
+    const char *like;
+    char like_run_id[128];
+    void *like_manifest;      /* the run's parsed manifest (ls_manifest), kept for o->family */
 } ls_parity_opts;
+
+/* --like RUN: sets o (family, model config written to OUT/like-model.json
+ * into model_path, trainable set, objective, dtypes, CP sizes) so that the
+ * report covers the run; 0, or 2 with err naming what cannot be covered. */
+int ls_parity_like(const char *run_dir, ls_parity_opts *o, char *model_path, size_t cap, char *err, size_t errlen);
 
 /* ---- processes (parity_proc.c) -------------------------------------------- */
 
@@ -167,7 +182,8 @@ void ls_parity_report_free(ls_parity_report *r);
 /* The trainer build every run must share: the first call sets it, a later
  * different one is an error naming the run. */
 ls_status ls_parity_report_build(ls_parity_report *r, const char *run_dir, char *err, size_t errlen);
-void ls_parity_report_config(ls_parity_report *r, const ls_parity_config *c);
+/* train_mode: the mode the runs used (NULL: the entry's own) */
+void ls_parity_report_config(ls_parity_report *r, const ls_parity_config *c, const char *train_mode);
 /* A check of the given kind over entries (a "tensors" or "members" array,
  * owned by the check afterwards); pass when it has entries and every one
  * passes.  Not yet in any report. */

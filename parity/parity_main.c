@@ -57,6 +57,11 @@ static void usage(FILE *f) {
           "  --python PATH     [python3]\n"
           "  --reference PATH  the independent reference [" LS_PARITY_SOURCE_DIR "/tests/reference/F_ref.py]\n"
           "  --model-config F  [" LS_PARITY_SOURCE_DIR "/configs/F-tiny.json]\n"
+          "  --like RUN        cover the run in RUN: its model (written to DIR/like-model.json), trainable\n"
+          "                    set, objective, dtype (f32 adds f64) and CP sizes 1, 2, 4, .. up to its own,\n"
+          "                    at parity's reduced lengths; the first matrix entry unless --configs;\n"
+          "                    finite differences for 16 tensors unless --fd-max.  The\n"
+          "                    CI recipe: train, longstraw-parity --like RUN, longstraw-audit RUN --parity\n"
           "  --key PRIV        sign DIR/parity.json (DSSE, Ed25519 PEM private key, as longstraw-sign\n"
           "                    makes) into DIR/parity.dsse.json, for longstraw-audit --parity-key\n"
           "  --keep-fd         keep the finite-difference runs\n"
@@ -129,7 +134,10 @@ int main(int argc, char **argv) {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     ls_parity_opts o = {.trainer = LS_PARITY_TRAINER, .mpirun = "mpirun", .python = "python3",
                         .jobs = ncpu < 1 ? 1 : ncpu > 16 ? 16 : (int)ncpu,
-                        .timeout_s = 600, .fd_step = 1e-4, .seed = 1};
+                        .timeout_s = 600, .fd_step = 1e-4, .seed = 1,
+                        /* temperature 0.9: the scaling of the logits exercised; epsilon and beta the trainer's */
+                        .temperature = 0.9, .epsilon = 0.2, .beta = 0.04};
+    static char like_model[LS_PARITY_PATH];
     parse_cps("1,2,4", &o);
     parse_dtypes("f64,f32", &o);
     const char *cps = NULL, *dtypes = NULL, *configs = NULL, *key = NULL;
@@ -160,6 +168,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--reference")) slot = &o.reference;
         else if (!strcmp(a, "--model-config")) slot = &o.model_config;
         else if (!strcmp(a, "--key")) slot = &key;
+        else if (!strcmp(a, "--like")) slot = &o.like;
         else if (!strcmp(a, "--jobs") || !strcmp(a, "--timeout") || !strcmp(a, "--seed") || !strcmp(a, "--fd-step") ||
                    !strcmp(a, "--fd-max")) {
             if (v == NULL) return bad("%s needs a value", a);
@@ -191,6 +200,18 @@ int main(int argc, char **argv) {
         *slot = v;
         i++;
     }
+    if (o.like) {
+        if (o.out == NULL) return bad("%s", "--out DIR is required");
+        if (strlen(o.out) > LS_PARITY_OUT_MAX) return bad("--out: '%.40s...' is longer than 512 characters", o.out);
+        if (cps || dtypes || o.model_config)
+            return bad("%s", "--like sets the model config, CP sizes and dtypes from the run: drop --cp, --dtype, "
+                             "--model-config");
+        char lerr[1024];
+        if (ls_parity_like(o.like, &o, like_model, sizeof like_model, lerr, sizeof lerr) != 0) {
+            fprintf(stderr, "longstraw-parity: %s\n", lerr);
+            return 2;
+        }
+    }
     if (o.family == NULL) return bad("--family is required (%s)", ls_parity_family_names());
     o.fam = ls_parity_family_of(o.family);
     if (o.fam == NULL) {
@@ -212,11 +233,14 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < n; i++) printf("%-14s %s\n", cs[i].name, cs[i].what);
         return 0;
     }
-    for (size_t i = 0; i < n; i++) o.config_on[i] = true;
+    for (size_t i = 0; i < n; i++) o.config_on[i] = !o.like || i == 0; /* --like: one entry unless --configs */
+    /* --like: the shipped configs' larger models make a finite-difference pass per tensor minutes long;
+       16 evenly spaced tensors keep the independent gradient link (every tensor keeps the naive-gradient check) */
+    if (o.like && o.fd_max == 0) o.fd_max = 16;
     if (configs && parse_configs(configs, &o, cs, n) != 0) return 2;
-    if (cps && parse_cps(cps, &o) != 0)
+    if (!o.like && cps && parse_cps(cps, &o) != 0)
         return bad("--cp: '%s' is not a list of distinct sizes in 1..8 that includes 1", cps);
-    if (dtypes && parse_dtypes(dtypes, &o) != 0)
+    if (!o.like && dtypes && parse_dtypes(dtypes, &o) != 0)
         return bad("--dtype: '%s' is not f64 or f64,f32 (float32's tolerance is measured against float64)", dtypes);
     if (o.out == NULL) return bad("%s", "--out DIR is required");
     if (strlen(o.out) > LS_PARITY_OUT_MAX) return bad("--out: '%.40s...' is longer than 512 characters", o.out);

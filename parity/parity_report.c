@@ -91,6 +91,11 @@ ls_status ls_parity_report_new(const ls_parity_opts *o, ls_parity_report **out) 
     for (size_t i = 0; i < o->n_cps; i++) cJSON_AddItemToArray(w, cJSON_CreateNumber(o->cps[i]));
     cJSON_AddStringToObject(r->doc, "trainer", o->trainer);
     cJSON_AddStringToObject(r->doc, "model_config", o->model_config);
+    if (o->like) {
+        cJSON *l = cJSON_AddObjectToObject(r->doc, "like");
+        cJSON_AddStringToObject(l, "run", o->like);
+        cJSON_AddStringToObject(l, "run_id", o->like_run_id);
+    }
     add_num(r->doc, "fd_step", o->fd_step);
     r->configs = cJSON_AddArrayToObject(r->doc, "configurations");
     r->checks = cJSON_AddArrayToObject(r->doc, "checks");
@@ -206,7 +211,7 @@ ls_status ls_parity_report_build(ls_parity_report *r, const char *run_dir, char 
     return LS_OK;
 }
 
-void ls_parity_report_config(ls_parity_report *r, const ls_parity_config *c) {
+void ls_parity_report_config(ls_parity_report *r, const ls_parity_config *c, const char *train_mode) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "name", c->name);
     cJSON_AddStringToObject(o, "what", c->what);
@@ -214,7 +219,7 @@ void ls_parity_report_config(ls_parity_report *r, const ls_parity_config *c) {
     cJSON_AddNumberToObject(o, "group", c->group);
     cJSON *rl = cJSON_AddArrayToObject(o, "response_lens");
     for (int i = 0; i < c->group; i++) cJSON_AddItemToArray(rl, cJSON_CreateNumber(c->response_lens[i]));
-    cJSON_AddStringToObject(o, "train_mode", c->train_mode);
+    cJSON_AddStringToObject(o, "train_mode", train_mode ? train_mode : c->train_mode);
     cJSON_AddNumberToObject(o, "page_size", c->page_size);
     cJSON_AddNumberToObject(o, "capture_chunk", c->capture_chunk);
     cJSON_AddItemToArray(r->configs, o);

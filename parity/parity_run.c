@@ -532,7 +532,7 @@ static ls_status run_config(cfg_run *r) {
         snprintf(r->err, r->errlen, "cannot create %s: %s", r->dir, strerror(errno));
         return LS_ERR_IO;
     }
-    ls_parity_report_config(r->rep, r->c);
+    ls_parity_report_config(r->rep, r->c, r->o->train_mode);
     cJSON *mc = NULL;
     if ((s = ls_json_read_file_capped(o->model_config, 1u << 20, &mc, r->err, r->errlen)) != LS_OK) return s;
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(mc, "vocab");

@@ -10,8 +10,6 @@
 
 #include "parity/parity.h"
 
-#define TEMPERATURE "0.9"
-
 /* rm -rf path (no links followed), for a run directory the trainer must
  * find fresh. */
 static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
@@ -37,8 +35,9 @@ void ls_parity_train_job(const ls_parity_opts *o, const ls_parity_config *c, con
     ls_parity_job_arg(j, "%s", o->trainer);
     const char *kv[][2] = {
         {"--config", o->model_config}, {"--out", t->out},           {"--rollouts", t->rollouts},
-        {"--dtype", ls_parity_dtype_name(t->dt)},        {"--steps", "1"},            {"--train-mode", c->train_mode},
-        {"--lora-init", "random"},     {"--temperature", TEMPERATURE}, {"--load", t->load},
+        {"--dtype", ls_parity_dtype_name(t->dt)},        {"--steps", "1"},
+        {"--train-mode", o->train_mode ? o->train_mode : c->train_mode},
+        {"--lora-init", "random"},     {"--load", t->load},
         {"--save-init", t->save_init}, {"--dump-batch", t->dump_batch}, {"--dump-grads", t->dump_grads},
         {"--save", t->save},           {"--strategy", t->strategy}, {"--grad-mode", t->grad_mode},
         {"--fault", t->fault},
@@ -48,6 +47,22 @@ void ls_parity_train_job(const ls_parity_opts *o, const ls_parity_config *c, con
         ls_parity_job_arg(j, "%s", kv[i][0]);
         ls_parity_job_arg(j, "%s", kv[i][1]);
     }
+    /* the objective's hyperparameters and the trainable set: what the report's coverage states */
+    ls_parity_job_arg(j, "--temperature");
+    ls_parity_job_arg(j, "%.17g", o->temperature);
+    ls_parity_job_arg(j, "--epsilon");
+    ls_parity_job_arg(j, "%.17g", o->epsilon);
+    ls_parity_job_arg(j, "--beta");
+    ls_parity_job_arg(j, "%.17g", o->beta);
+    if (o->lora_r > 0) {
+        ls_parity_job_arg(j, "--lora-r");
+        ls_parity_job_arg(j, "%d", o->lora_r);
+    }
+    if (o->lora_alpha > 0) {
+        ls_parity_job_arg(j, "--lora-alpha");
+        ls_parity_job_arg(j, "%.17g", o->lora_alpha);
+    }
+    if (o->lora_experts) ls_parity_job_arg(j, "--lora-experts");
     ls_parity_job_arg(j, "--seed");
     ls_parity_job_arg(j, "%llu", (unsigned long long)o->seed);
     ls_parity_job_arg(j, "--page-size");

@@ -3,6 +3,7 @@
  *   longstraw-sign keygen --private K.pem --public P.pem
  *   longstraw-sign sign RUN --key K.pem      writes RUN/manifest.dsse.json
  *   longstraw-sign verify RUN --public P.pem
+ *   longstraw-sign sign-parity REPORT --key K.pem   writes REPORT's envelope
  *
  * Exit status: 0 success (verify: signature valid and the run matches its
  * manifest), 1 invalid (verify: bad signature, changed manifest or files;
@@ -19,6 +20,7 @@ static const char USAGE[] =
     "usage: longstraw-sign keygen --private K.pem --public P.pem\n"
     "       longstraw-sign sign RUN --key K.pem\n"
     "       longstraw-sign verify RUN --public P.pem\n"
+    "       longstraw-sign sign-parity DIR/parity.json --key K.pem\n"
     "\n"
     "keygen  create an Ed25519 key pair (PEM: PKCS#8 private, SPKI public);\n"
     "        existing files are never overwritten\n"
@@ -27,6 +29,9 @@ static const char USAGE[] =
     "        run directory matches the manifest\n"
     "verify  check the envelope's signature with the public key, that its payload\n"
     "        is RUN/manifest.json, and that every file of RUN matches the manifest\n"
+    "sign-parity  sign the exact bytes of a parity report into DIR/parity.dsse.json\n"
+    "        (payloadType application/vnd.longstraw.parity+json), for longstraw-audit\n"
+    "        --parity-key; longstraw-parity --key does the same as it writes one\n"
     "\n"
     "exit status: 0 ok/valid, 1 invalid, 2 bad usage or unreadable input\n";
 
@@ -103,6 +108,27 @@ static int cmd_sign(const args *a) {
     return 0;
 }
 
+static int cmd_sign_parity(const args *a) {
+    if (a->positional == NULL || a->key == NULL || a->private_key || a->public_key)
+        return usage_error("%s", "sign-parity takes REPORT --key K.pem");
+    char err[1024], env[4096];
+    EVP_PKEY *key = NULL;
+    ls_status st = ls_dsse_load_private(a->key, &key, err, sizeof err);
+    if (st != LS_OK) {
+        fprintf(stderr, "longstraw-sign: --key %s\n", err);
+        return 2;
+    }
+    st = ls_dsse_sign_parity(a->positional, key, err, sizeof err);
+    EVP_PKEY_free(key);
+    if (st != LS_OK) {
+        fprintf(stderr, "longstraw-sign: %s\n", err);
+        return exit_code(st);
+    }
+    if (ls_dsse_parity_envelope_path(a->positional, env, sizeof env, err, sizeof err) == LS_OK)
+        printf("wrote %s\n", env);
+    return 0;
+}
+
 static int cmd_verify(const args *a) {
     if (a->positional == NULL || a->public_key == NULL || a->private_key || a->key)
         return usage_error("%s", "verify takes RUN --public P.pem");
@@ -137,12 +163,13 @@ int main(int argc, char **argv) {
             return 0;
         }
     }
-    if (argc < 2) return usage_error("%s", "missing command (keygen, sign or verify)");
+    if (argc < 2) return usage_error("%s", "missing command (keygen, sign, verify or sign-parity)");
     args a = {0};
     int rc = parse_args(argc, argv, &a);
     if (rc != 0) return rc;
     if (strcmp(argv[1], "keygen") == 0) return cmd_keygen(&a);
     if (strcmp(argv[1], "sign") == 0) return cmd_sign(&a);
     if (strcmp(argv[1], "verify") == 0) return cmd_verify(&a);
+    if (strcmp(argv[1], "sign-parity") == 0) return cmd_sign_parity(&a);
     return usage_error("unknown command %s", argv[1]);
 }
