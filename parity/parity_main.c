@@ -59,8 +59,7 @@ static void usage(FILE *f) {
           "  --model-config F  [" LS_PARITY_SOURCE_DIR "/configs/F-tiny.json]\n"
           "  --like RUN        cover the run in RUN: its model (written to DIR/like-model.json), trainable\n"
           "                    set, objective, dtype (f32 adds f64) and CP sizes 1, 2, 4, .. up to its own,\n"
-          "                    at parity's reduced lengths; the first matrix entry unless --configs;\n"
-          "                    finite differences for 16 tensors unless --fd-max.  The\n"
+          "                    at parity's reduced lengths; the first matrix entry unless --configs.  The\n"
           "                    CI recipe: train, longstraw-parity --like RUN, longstraw-audit RUN --parity\n"
           "  --key PRIV        sign DIR/parity.json (DSSE, Ed25519 PEM private key, as longstraw-sign\n"
           "                    makes) into DIR/parity.dsse.json, for longstraw-audit --parity-key\n"
@@ -234,9 +233,6 @@ int main(int argc, char **argv) {
         return 0;
     }
     for (size_t i = 0; i < n; i++) o.config_on[i] = !o.like || i == 0; /* --like: one entry unless --configs */
-    /* --like: the shipped configs' larger models make a finite-difference pass per tensor minutes long;
-       16 evenly spaced tensors keep the independent gradient link (every tensor keeps the naive-gradient check) */
-    if (o.like && o.fd_max == 0) o.fd_max = 16;
     if (configs && parse_configs(configs, &o, cs, n) != 0) return 2;
     if (!o.like && cps && parse_cps(cps, &o) != 0)
         return bad("--cp: '%s' is not a list of distinct sizes in 1..8 that includes 1", cps);

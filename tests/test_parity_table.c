@@ -51,8 +51,21 @@ static void train_cp2_cfg(const char *cfg, const char *name, const char *args) {
              cfg, tmpdir, name, args, tmpdir, name);
     cr_assert_eq(sh(cmd), 0, "the CP-2 run %s failed (%s/%s.log)", name, tmpdir, name);
 }
-/* A hybrid CP-2 run. */
-static void train_cp2(const char *name, const char *args) { train_cp2_cfg(CFG, name, args); }
+/* A one-rank run of hybrid-tiny, or of the config cfg_path (NULL: hybrid-tiny). */
+static void train1(const char *cfg_path, const char *name, const char *args) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "OMP_NUM_THREADS=1 timeout 300 " TRAIN " --config %s --out %s/%s --prompt-len 96 --steps 1 --group 2 "
+             "--response-len 4 --page-size 16 --capture-chunk 32 --quiet %s >%s/%s.log 2>&1",
+             cfg_path ? cfg_path : CFG, tmpdir, name, args, tmpdir, name);
+    cr_assert_eq(sh(cmd), 0, "the run %s failed (%s/%s.log)", name, tmpdir, name);
+}
+/* A hybrid CP-2 run at the fixture report's temperature (0.9: its coverage). */
+static void train_cp2(const char *name, const char *args) {
+    char a[1024];
+    snprintf(a, sizeof a, "--temperature 0.9 %s", args);
+    train_cp2_cfg(CFG, name, a);
+}
 
 /* The audit's verdict per level (1..4) on run with the given report. */
 static void audit_levels(const char *run, const char *report, bool holds[5], int *rc) {
@@ -106,7 +119,7 @@ Test(parity_table, the_original_work_and_the_fixed_run, .init = setup, .fini = t
  * own DSA top-k, no gradient finalization, detached) score L1 only; full mode without faults, L4. */
 Test(parity_table, mla_original_work_and_fixed_run, .init = setup, .fini = teardown, .timeout = 600) {
     train_cp2_cfg(MLA_CFG, "mla-original", "--fault cp-local-dsa --fault skip-grad-finalize --grad-mode detached");
-    train_cp2_cfg(MLA_CFG, "mla-fixed", "--grad-mode full");
+    train_cp2_cfg(MLA_CFG, "mla-fixed", "--grad-mode full --temperature 0.9");
     bool h[5];
     int rc;
     audit_levels("mla-original", REPORT_MLA, h, &rc);
@@ -167,4 +180,35 @@ Test(parity_table, reports_that_are_not_evidence, .init = setup, .fini = teardow
     audit_levels("fixed", rep, h, &rc);
     cr_expect(h[3] && !h[4], "a failing grad check: L3 %d L4 %d", h[3], h[4]);
     cr_expect(rule_fails("fixed", "parity.grad", "fails"), "parity.grad does not name the check");
+}
+
+/* A real report (test_parity's fixture: hybrid-tiny, LoRA, GRPO at temperature 0.9, CP 1 and 2) beside runs
+ * outside what it proved: the audit names the field outside and proves level 1 only; the run inside it
+ * (temperature 0.9, LoRA, one rank) proves level 4. */
+Test(parity_table, runs_outside_the_reports_coverage, .init = setup, .fini = teardown, .timeout = 900) {
+    static const struct {
+        const char *name, *cfg, *args, *field;
+    } cases[] = {
+        {"inside", NULL, "--grad-mode full --temperature 0.9", NULL},
+        {"small", LS_SOURCE_DIR "/configs/hybrid-small.json", "--grad-mode full --temperature 0.9", "(d_model)"},
+        {"fullset", NULL, "--grad-mode full --temperature 0.9 --train-mode full", "(train_mode)"},
+        {"sft", NULL, "--grad-mode full --temperature 0.9 --objective sft", "(objective)"},
+        {"temp1", NULL, "--grad-mode full", "\"temperature\":1"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        train1(cases[i].cfg, cases[i].name, cases[i].args);
+        bool h[5];
+        int rc;
+        audit_levels(cases[i].name, REPORT, h, &rc);
+        if (cases[i].field == NULL) {
+            cr_expect(h[4] && rc == 0, "%s: inside the coverage, L4 %d (exit %d; %s/%s-audit.txt)", cases[i].name, h[4],
+                      rc, tmpdir, cases[i].name);
+            continue;
+        }
+        cr_expect(h[1] && !h[2] && rc == 1, "%s: outside the coverage: L1 %d L2 %d, exit %d", cases[i].name, h[1],
+                  h[2], rc);
+        cr_expect(rule_fails(cases[i].name, "parity.coverage", cases[i].field),
+                  "%s: parity.coverage does not name %s (%s/%s-audit.txt)", cases[i].name, cases[i].field, tmpdir,
+                  cases[i].name);
+    }
 }
