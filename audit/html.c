@@ -733,6 +733,13 @@ static void put_rank(sbuf *b, const char *run_dir, int64_t rank, mem_series *m, 
         }
         sb_raw(b, "; the plot shows the readable prefix.</p>\n");
     }
+    if (rr.r && m->pk_max >= 0 && (uint64_t)m->pk_max != rr.r->step_total_peak_bytes) {
+        sb_raw(b, "<p class=\"note\">the trace's memory events reach a per-step total peak of ");
+        put_figure(b, (uint64_t)m->pk_max);
+        sb_raw(b, "; the receipt states ");
+        put_figure(b, rr.r->step_total_peak_bytes);
+        sb_raw(b, ": the two disagree.</p>\n");
+    }
     if (m->dropped_categories)
         sb_fmt(b, "<p class=\"note\">categories beyond the first %d not plotted (%llu value(s)); the table lists "
                   "every category of the receipt.</p>\n",

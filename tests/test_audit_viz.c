@@ -526,16 +526,16 @@ static receipt_figs receipt_of(const char *dir, int rank) {
     return r;
 }
 
-/* A receipt's figure rewritten: predicate.memory.run's total_peak_bytes
- * (category NULL) or that category's run peak. */
-static void edit_receipt(const char *dir, int rank, const char *category, double bytes) {
+/* A receipt's figure rewritten: predicate.memory.SCOPE's total_peak_bytes
+ * (category NULL) or that category's peak; scope "run" or "per_step". */
+static void edit_receipt(const char *dir, int rank, const char *scope, const char *category, double bytes) {
     char path[600];
     snprintf(path, sizeof path, "%s/rank-%04d/receipt.json", dir, rank);
     cJSON *j = load_json(path);
-    cJSON *run = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "predicate"), "memory"), "run");
-    cJSON *item = category ? cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(run, "categories"), category),
+    cJSON *sc = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "predicate"), "memory"), scope);
+    cJSON *item = category ? cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(sc, "categories"), category),
                                                  "peak_bytes")
-                           : cJSON_GetObjectItem(run, "total_peak_bytes");
+                           : cJSON_GetObjectItem(sc, "total_peak_bytes");
     cr_assert_not_null(item, "%s: no figure to edit", path);
     cJSON_SetNumberValue(item, bytes);
     char *text = cJSON_PrintUnformatted(j);
@@ -787,15 +787,18 @@ Test(audit_viz, html_figures_are_the_receipts, .init = setup, .fini = teardown, 
     cr_assert_eq(ls_audit_html_write(dir, NULL, out, err, sizeof err), 0, "%s", err);
     char *html = slurp_path(out, NULL);
     check_figures(html, 0, &r, f);
+    cr_expect(strstr(html, "disagree") == NULL, "a disagreement on a run as the trainer wrote it");
     free(html);
 
     /* the figure comes from the receipt: a larger total peak (and scratch
      * peak) written into it moves the marks, the axis and the table */
-    double old_total = r.total, bigger = 2 * r.total + 12345;
-    edit_receipt(dir, 0, NULL, bigger);
-    edit_receipt(dir, 0, "scratch", bigger - 1);
+    double old_total = r.total, old_step_total = r.step_total, bigger = 2 * r.total + 12345;
+    edit_receipt(dir, 0, "run", NULL, bigger);
+    edit_receipt(dir, 0, "run", "scratch", bigger - 1);
+    edit_receipt(dir, 0, "per_step", NULL, bigger - 2);
     receipt_figs r2 = receipt_of(dir, 0);
     cr_assert_eq(r2.total, bigger);
+    cr_assert_eq(r2.step_total, bigger - 2);
     cr_assert_eq(ls_audit_html_write(dir, NULL, out, err, sizeof err), 0, "%s", err);
     html = slurp_path(out, NULL);
     check_figures(html, 0, &r2, f);
@@ -803,6 +806,13 @@ Test(audit_viz, html_figures_are_the_receipts, .init = setup, .fini = teardown, 
     snprintf(old_mark, sizeof old_mark, "class=\"peak total\" data-series=\"total\" data-bytes=\"%.0f\"", old_total);
     cr_expect(strstr(html, old_mark) == NULL, "the old peak is still marked");
     cr_expect(strstr(html, "Sampled at phase boundaries; the receipt's peak is ") != NULL);
+    /* the trace's own per-step peak no longer the receipt's: said so, with both */
+    char fig_trace[96], fig_receipt[96], says[300];
+    figure_of(fig_trace, sizeof fig_trace, old_step_total);
+    figure_of(fig_receipt, sizeof fig_receipt, bigger - 2);
+    snprintf(says, sizeof says, "per-step total peak of %s; the receipt states %s: the two disagree", fig_trace,
+             fig_receipt);
+    cr_expect(strstr(html, says) != NULL, "the page does not say: %s", says);
     free(html);
 
     /* no receipt, a broken one, a linked one: said so, nothing marked */
