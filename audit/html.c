@@ -474,7 +474,7 @@ static void put_caption(sbuf *b, int x, int y, const mem_series *m, const rank_r
  * event) and the receipt's run peaks as labelled lines; the y axis reaches
  * the largest of them all. */
 static void put_plot(sbuf *b, int64_t rank, const mem_series *m, const rank_receipt *rr) {
-    const int W = 1000, L = 90, R = 290, T = 36, B = 46, pw = W - L - R;
+    const int W = 1040, L = 90, R = 320, T = 36, B = 46, pw = W - L - R;
     if (m->n == 0 && !rr->r) {
         sb_fmt(b, "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"mem\" width=\"%d\" height=\"60\" "
                   "viewBox=\"0 0 %d 60\" role=\"img\"><title>rank %lld: live bytes over time</title>\n"
@@ -598,7 +598,7 @@ static void put_plot(sbuf *b, int64_t rank, const mem_series *m, const rank_rece
         } else {
             sb_esc(b, m->names[s]);
             fmt_bytes(h, sizeof h, has_peak[s] ? peak[s] : (uint64_t)m->smax[s]);
-            sb_fmt(b, has_peak[s] ? ": peak %s" : ": samples reach %s", h);
+            sb_fmt(b, has_peak[s] ? ": peak %s" : ": sampled %s", h);
         }
         sb_raw(b, "</text></g>\n");
     }
