@@ -10,8 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "audit/run_files.h"
 #include "audit/timeline.h"
 #include "receipts/atomic_file.h"
+#include "receipts/receipt.h"
 #include "receipts/trace_reader.h"
 
 #define MAX_SERIES 24   /* the total and up to 23 categories */
@@ -219,12 +221,16 @@ static void put_rules(sbuf *b, const cJSON *report) {
 typedef struct {
     char names[MAX_SERIES][SERIES_NAME];
     size_t n_series;
+    bool seen[MAX_SERIES];    /* the trace has a live figure of the series */
+    int64_t smax[MAX_SERIES]; /* the largest live figure of each series (exact, not merged) */
     int64_t t[MAX_POINTS];
     int64_t v[MAX_POINTS][MAX_SERIES];
+    int64_t pk[MAX_POINTS]; /* the events' total_peak: the tracked total's peak so far in the step */
     size_t n;
     /* the bucket being filled: `stride` events merged by their maxima */
-    int64_t bt, bv[MAX_SERIES];
+    int64_t bt, bv[MAX_SERIES], bpk;
     size_t in_bucket, stride;
+    int64_t pk_max; /* the largest total_peak of the trace; -1: none */
     uint64_t events, dropped_categories;
 } mem_series;
 
@@ -235,27 +241,36 @@ static void bucket_flush(mem_series *m) {
             m->t[i] = m->t[2 * i];
             for (size_t s = 0; s < MAX_SERIES; s++)
                 m->v[i][s] = m->v[2 * i][s] > m->v[2 * i + 1][s] ? m->v[2 * i][s] : m->v[2 * i + 1][s];
+            m->pk[i] = m->pk[2 * i] > m->pk[2 * i + 1] ? m->pk[2 * i] : m->pk[2 * i + 1];
         }
         m->n = MAX_POINTS / 2;
         m->stride *= 2;
     }
     m->t[m->n] = m->bt;
     memcpy(m->v[m->n], m->bv, sizeof m->bv);
+    m->pk[m->n] = m->bpk;
     m->n++;
     m->in_bucket = 0;
     memset(m->bv, 0, sizeof m->bv);
+    m->bpk = 0;
 }
 
+/* The series of category `name` (series 0, the total, is never a
+ * category's); MAX_SERIES when it has none and none is left. */
 static size_t series_index(mem_series *m, const char *name) {
-    for (size_t i = 0; i < m->n_series; i++)
-        if (!strncmp(m->names[i], name, SERIES_NAME - 1) && strlen(name) < SERIES_NAME) return i;
-    if (m->n_series == MAX_SERIES || strlen(name) >= SERIES_NAME) return MAX_SERIES;
+    if (strlen(name) >= SERIES_NAME) return MAX_SERIES;
+    for (size_t i = 1; i < m->n_series; i++)
+        if (!strcmp(m->names[i], name)) return i;
+    if (m->n_series == MAX_SERIES) return MAX_SERIES;
     snprintf(m->names[m->n_series], SERIES_NAME, "%s", name);
     return m->n_series++;
 }
 
 static void add_value(mem_series *m, size_t s, int64_t v) {
-    if (s < MAX_SERIES && v > m->bv[s]) m->bv[s] = v;
+    if (s >= MAX_SERIES) return;
+    if (v > m->bv[s]) m->bv[s] = v;
+    if (!m->seen[s] || v > m->smax[s]) m->smax[s] = v;
+    m->seen[s] = true;
 }
 
 static int on_memory(const ls_trace_event *ev, void *user) {
@@ -265,6 +280,10 @@ static int on_memory(const ls_trace_event *ev, void *user) {
     int64_t v;
     if (ls_trace_json_int(cJSON_GetObjectItemCaseSensitive(ev->json, "total_live"), &v) && v >= 0)
         add_value(m, 0, v);
+    if (ls_trace_json_int(cJSON_GetObjectItemCaseSensitive(ev->json, "total_peak"), &v) && v >= 0) {
+        if (v > m->bpk) m->bpk = v;
+        if (v > m->pk_max) m->pk_max = v;
+    }
     const cJSON *cats = cJSON_GetObjectItemCaseSensitive(ev->json, "categories"), *c;
     const cJSON *list = cJSON_IsObject(cats) || cJSON_IsArray(cats) ? cats : NULL;
     cJSON_ArrayForEach(c, list) {
@@ -279,103 +298,432 @@ static int on_memory(const ls_trace_event *ev, void *user) {
     return 0;
 }
 
-static const char *COLORS[] = {"#111111", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-                               "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79"};
+/* ---- the receipt's byte-exact figures of one rank ---- */
 
-static void human_bytes(char *out, size_t cap, double v) {
-    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+typedef struct {
+    ls_receipt *r;  /* checked by ls_receipt_parse; NULL: none usable, `why` says why */
+    char rel[64];   /* rank-NNNN/receipt.json */
+    char why[700];
+} rank_receipt;
+
+/* Reads rank's receipt with the audit's safe reader and checks it (schema
+ * and structure, ls_receipt_parse); a receipt of another rank is refused. */
+static void receipt_load(rank_receipt *rr, const char *run_dir, int64_t rank) {
+    char err[600] = "";
+    char *bytes = NULL;
+    size_t len = 0;
+    rr->r = NULL;
+    rr->why[0] = 0;
+    snprintf(rr->rel, sizeof rr->rel, "rank-%04lld/receipt.json", (long long)rank);
+    ls_status st = ls_audit_read(run_dir, rr->rel, LS_AUDIT_MAX_JSON_FILE, &bytes, &len, err, sizeof err);
+    if (st != LS_OK) {
+        snprintf(rr->why, sizeof rr->why, "no receipt (%s)", err);
+    } else if (ls_receipt_parse(bytes, len, rr->rel, &rr->r, err, sizeof err) != LS_OK) {
+        rr->r = NULL;
+        snprintf(rr->why, sizeof rr->why, "the receipt is unreadable (%s)", err);
+    } else if ((int64_t)rr->r->rank != rank) {
+        snprintf(rr->why, sizeof rr->why, "the receipt %s names rank %u: not this rank's", rr->rel,
+                 (unsigned)rr->r->rank);
+        ls_receipt_free(rr->r);
+        rr->r = NULL;
+    }
+    free(bytes);
+}
+
+/* The receipt's run peak of series s (0: the tracked total, else the
+ * category of that name); false when the receipt has none. */
+static bool receipt_peak(const ls_receipt *r, const mem_series *m, size_t s, uint64_t *out) {
+    if (!r) return false;
+    if (s == 0) {
+        *out = r->run_total_peak_bytes;
+        return true;
+    }
+    for (size_t i = 0; i < r->n_memory; i++)
+        if (!strcmp(r->memory[i].name, m->names[s])) {
+            *out = r->memory[i].run_peak_bytes;
+            return true;
+        }
+    return false;
+}
+
+static const char *UNITS[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+
+/* A byte figure as the page prints it: two decimals in the largest binary
+ * unit it reaches ("69.25 MiB"), whole bytes below 1 KiB ("512 B"). */
+static void fmt_bytes(char *out, size_t cap, uint64_t bytes) {
+    double v = (double)bytes;
     int i = 0;
     while (v >= 1024 && i < 5) {
         v /= 1024;
         i++;
     }
-    snprintf(out, cap, i ? "%.1f %s" : "%.0f %s", v, u[i]);
+    if (i == 0) snprintf(out, cap, "%llu B", (unsigned long long)bytes);
+    else snprintf(out, cap, "%.2f %s", v, UNITS[i]);
 }
 
-/* The <svg> of one rank's series. */
-static void put_plot(sbuf *b, int64_t rank, const mem_series *m) {
-    const int W = 960, H = 340, L = 90, R = 200, T = 20, B = 46;
-    const int pw = W - L - R, ph = H - T - B;
-    sb_fmt(b, "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"mem\" width=\"%d\" height=\"%d\" "
-              "viewBox=\"0 0 %d %d\" role=\"img\"><title>rank %lld: live bytes over time</title>\n",
-           W, H, W, H, (long long)rank);
-    if (m->n == 0) {
-        sb_fmt(b, "<text x=\"%d\" y=\"%d\">rank %lld: no memory events in its trace</text></svg>\n", L, H / 2,
-               (long long)rank);
+/* "69.25 MiB (72618992 bytes)"; "512 bytes" below 1 KiB */
+static void put_figure(sbuf *b, uint64_t bytes) {
+    char h[48];
+    if (bytes < 1024) {
+        sb_fmt(b, "%llu bytes", (unsigned long long)bytes);
         return;
     }
-    int64_t t0 = m->t[0], t1 = m->t[m->n - 1], vmax = 1;
-    for (size_t i = 0; i < m->n; i++)
-        for (size_t s = 0; s < m->n_series; s++)
-            if (m->v[i][s] > vmax) vmax = m->v[i][s];
-    double span = t1 > t0 ? (double)(t1 - t0) : 1.0;
+    fmt_bytes(h, sizeof h, bytes);
+    sb_fmt(b, "%s (%llu bytes)", h, (unsigned long long)bytes);
+}
+
+/* The y axis's top: the smallest 4 x {1, 2, 2.5, 5} x 10^k of a binary
+ * unit at or above v (so that its five ticks are short, exact labels);
+ * *unit the unit's index. */
+static double axis_top(double v, int *unit) {
+    static const double STEPS[] = {1, 2, 2.5, 5, 10};
+    double u = 1, top = v;
+    int i = 0;
+    if (v < 1) v = 1;
+    while (v / u >= 1024 && i < 5) {
+        u *= 1024;
+        i++;
+    }
+    for (;;) {
+        double x = v / u / 4, p = pow(10, floor(log10(x))), step = 10 * p;
+        for (size_t k = 0; k < sizeof STEPS / sizeof STEPS[0]; k++)
+            if (STEPS[k] * p >= x) {
+                step = STEPS[k] * p;
+                break;
+            }
+        if (i == 0) step = ceil(step); /* whole bytes */
+        if (i > 0 && step < 0.25) step = 0.25; /* a whole number of bytes per tick */
+        top = 4 * step * u;
+        if (4 * step < 1024 || i == 5) break;
+        u *= 1024; /* "1024 KiB" is 1 MiB */
+        i++;
+    }
+    *unit = i;
+    return top >= v ? top : v; /* never below v, whatever the rounding */
+}
+
+/* A tick's figure in its unit: up to two decimals, trailing zeros dropped. */
+static void fmt_tick(char *out, size_t cap, double bytes, int unit) {
+    char num[40];
+    snprintf(num, sizeof num, "%.2f", bytes / pow(1024, unit));
+    size_t n = strlen(num);
+    while (n > 1 && num[n - 1] == '0') num[--n] = 0;
+    if (n > 1 && num[n - 1] == '.') num[--n] = 0;
+    snprintf(out, cap, "%s %s", num, UNITS[unit]);
+}
+
+static const char *COLORS[] = {"#111111", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                               "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79"};
+#define NCOLORS (sizeof COLORS / sizeof COLORS[0])
+
+/* The colour of series s: the total black, categories cycling through the
+ * others (never the total's). */
+static const char *series_color(size_t s) { return s == 0 ? COLORS[0] : COLORS[1 + (s - 1) % (NCOLORS - 1)]; }
+#define PEAK_COLOR "#b00020" /* the receipt's total peak */
+#define LABEL_GAP 13         /* px between two labels of the key */
+
+/* One entry of the key right of the plot: placed at its series' marker
+ * (the receipt's peak, else the samples' maximum), moved apart from the
+ * others by at least LABEL_GAP. */
+typedef struct {
+    size_t s;  /* series; MAX_SERIES: the trace's step-peak line */
+    double want, y;
+} key_entry;
+
+static int key_cmp(const void *a, const void *b) {
+    const key_entry *x = a, *y = b;
+    return x->want < y->want ? -1 : x->want > y->want ? 1 : (x->s > y->s) - (x->s < y->s);
+}
+
+/* The caption over one rank's plot: how its samples compare with the
+ * receipt's total peak. */
+static void put_caption(sbuf *b, int x, int y, const mem_series *m, const rank_receipt *rr) {
+    sb_fmt(b, "<text class=\"caption\" x=\"%d\" y=\"%d\" font-size=\"12\">", x, y);
+    if (!rr->r) {
+        sb_raw(b, "No receipt figures (see below): the samples, taken at phase boundaries, may miss the peaks");
+        if (m->seen[0]) {
+            sb_raw(b, "; they reach ");
+            put_figure(b, (uint64_t)m->smax[0]);
+        }
+        sb_raw(b, ".</text>\n");
+        return;
+    }
+    uint64_t peak = rr->r->run_total_peak_bytes;
+    if (!m->seen[0]) {
+        sb_raw(b, "The trace has no memory samples; the receipt's total peak is ");
+        put_figure(b, peak);
+    } else if ((uint64_t)m->smax[0] < peak) {
+        sb_raw(b, "Sampled at phase boundaries; the receipt's peak is ");
+        put_figure(b, peak);
+        sb_raw(b, ", the samples reach ");
+        put_figure(b, (uint64_t)m->smax[0]);
+    } else if ((uint64_t)m->smax[0] == peak) {
+        sb_raw(b, "The samples reach the receipt's total peak, ");
+        put_figure(b, peak);
+    } else {
+        sb_raw(b, "The samples reach ");
+        put_figure(b, (uint64_t)m->smax[0]);
+        sb_raw(b, ", above the receipt's total peak of ");
+        put_figure(b, peak);
+        sb_raw(b, ": the two disagree");
+    }
+    sb_raw(b, ".</text>\n");
+}
+
+/* The <svg> of one rank: the trace's samples (live bytes at each memory
+ * event) and the receipt's run peaks as labelled lines; the y axis reaches
+ * the largest of them all. */
+static void put_plot(sbuf *b, int64_t rank, const mem_series *m, const rank_receipt *rr) {
+    const int W = 1040, L = 90, R = 320, T = 36, B = 46, pw = W - L - R;
+    if (m->n == 0 && !rr->r) {
+        sb_fmt(b, "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"mem\" width=\"%d\" height=\"60\" "
+                  "viewBox=\"0 0 %d 60\" role=\"img\"><title>rank %lld: live bytes over time</title>\n"
+                  "<text x=\"%d\" y=\"30\">rank %lld: no memory events in its trace</text></svg>\n",
+               W, W, (long long)rank, L, (long long)rank);
+        return;
+    }
+    uint64_t peak[MAX_SERIES] = {0}, top_v = 1;
+    bool has_peak[MAX_SERIES] = {false};
+    key_entry key[MAX_SERIES + 1];
+    size_t nkey = 0;
+    for (size_t s = 0; s < m->n_series; s++) {
+        has_peak[s] = receipt_peak(rr->r, m, s, &peak[s]);
+        if (has_peak[s] && peak[s] > top_v) top_v = peak[s];
+        if (m->seen[s] && (uint64_t)m->smax[s] > top_v) top_v = (uint64_t)m->smax[s];
+    }
+    bool trace_peak = m->pk_max >= 0 && m->n > 0;
+    if (trace_peak && (uint64_t)m->pk_max > top_v) top_v = (uint64_t)m->pk_max;
+    int unit = 0;
+    double ymax = axis_top((double)top_v, &unit);
+    size_t nlabels = m->n_series + trace_peak;
+    int ph = 274 > LABEL_GAP * (int)nlabels + 8 ? 274 : LABEL_GAP * (int)nlabels + 8, H = T + ph + B;
+#define YOF(bytes) (T + ph - ph * ((double)(bytes) / ymax))
+    sb_fmt(b, "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"mem\" width=\"%d\" height=\"%d\" "
+              "viewBox=\"0 0 %d %d\" role=\"img\" data-y-max-bytes=\"%.0f\" data-plot-top=\"%d\" "
+              "data-plot-height=\"%d\"><title>rank %lld: live bytes over time and the receipt's peaks</title>\n",
+           W, H, W, H, ymax, T, ph, (long long)rank);
+    put_caption(b, 8, 16, m, rr);
     sb_fmt(b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#fafafa\" stroke=\"#999\"/>\n", L, T, pw,
            ph);
+    int64_t t0 = m->n ? m->t[0] : 0, t1 = m->n ? m->t[m->n - 1] : 0;
+    double span = t1 > t0 ? (double)(t1 - t0) : 1.0;
     for (int k = 0; k <= 4; k++) { /* axes: 5 ticks each */
-        double y = T + ph - ph * k / 4.0, x = L + pw * k / 4.0;
-        char lab[32];
-        human_bytes(lab, sizeof lab, (double)vmax * k / 4.0);
+        double y = T + ph - ph * k / 4.0, x = L + pw * k / 4.0, v = ymax * k / 4.0;
+        char lab[48];
+        fmt_tick(lab, sizeof lab, v, unit);
         sb_fmt(b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>"
-                  "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\">%s</text>\n",
-               L, y, L + pw, y, L - 6, y + 4, lab);
-        sb_fmt(b, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" font-size=\"11\">%.3f s</text>\n", x,
-               T + ph + 16, (t0 + span * k / 4.0) / 1e9);
+                  "<text class=\"ytick\" data-bytes=\"%.0f\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\" "
+                  "font-size=\"11\">%s</text>\n",
+               L, y, L + pw, y, v, L - 6, y + 4, lab);
+        if (m->n)
+            sb_fmt(b, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" font-size=\"11\">%.3f s</text>\n", x,
+                   T + ph + 16, (t0 + span * k / 4.0) / 1e9);
     }
-    sb_fmt(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"12\">seconds since rank %lld's trace "
-              "opened (%llu memory events)</text>\n",
-           L + pw / 2, H - 6, (long long)rank, (unsigned long long)m->events);
-    for (size_t s = 0; s < m->n_series; s++) {
+    if (m->n)
+        sb_fmt(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"12\">seconds since rank %lld's trace "
+                  "opened (%llu memory events, sampled at phase boundaries)</text>\n",
+               L + pw / 2, H - 6, (long long)rank, (unsigned long long)m->events);
+    else
+        sb_fmt(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"12\">no memory events in rank %lld's "
+                  "trace</text>\n", L + pw / 2, T + ph / 2, (long long)rank);
+    for (size_t s = 0; s < m->n_series && m->n; s++) { /* the samples */
+        if (!m->seen[s]) continue;
         sb_fmt(b, "<polyline class=\"series\" fill=\"none\" stroke=\"%s\" stroke-width=\"%s\" points=\"",
-               COLORS[s % (sizeof COLORS / sizeof COLORS[0])], s == 0 ? "2.5" : "1.3");
+               series_color(s), s == 0 ? "2.5" : "1.3");
         for (size_t i = 0; i < m->n; i++)
-            sb_fmt(b, "%s%.1f,%.1f", i ? " " : "", L + pw * ((double)(m->t[i] - t0) / span),
-                   T + ph - ph * ((double)m->v[i][s] / (double)vmax));
+            sb_fmt(b, "%s%.1f,%.1f", i ? " " : "", L + pw * ((double)(m->t[i] - t0) / span), YOF(m->v[i][s]));
         sb_raw(b, "\"/>\n");
-        int ly = T + 10 + (int)s * 13;
-        sb_fmt(b, "<rect x=\"%d\" y=\"%d\" width=\"10\" height=\"3\" fill=\"%s\"/><text x=\"%d\" y=\"%d\" "
-                  "font-size=\"11\">",
-               L + pw + 10, ly - 4, COLORS[s % (sizeof COLORS / sizeof COLORS[0])], L + pw + 24, ly);
-        sb_esc(b, m->names[s]);
-        sb_raw(b, "</text>\n");
     }
+    if (trace_peak) { /* the events' own peak figures, the step's peak so far: reached at some time
+                         * before each event, so drawn as steps rising at the events */
+        sb_raw(b, "<polyline class=\"trace-peak\" fill=\"none\" stroke=\"#555\" stroke-width=\"1.2\" "
+                  "stroke-dasharray=\"1 3\" points=\"");
+        for (size_t i = 0; i < m->n; i++) {
+            double x = L + pw * ((double)(m->t[i] - t0) / span);
+            if (i) sb_fmt(b, " %.1f,%.1f", x, YOF(m->pk[i - 1]));
+            sb_fmt(b, "%s%.1f,%.1f", i ? " " : "", x, YOF(m->pk[i]));
+        }
+        sb_raw(b, "\"/>\n");
+    }
+    for (size_t s = 0; s < m->n_series; s++) { /* the receipt's peaks */
+        if (!has_peak[s]) continue;
+        double y = YOF(peak[s]);
+        sb_fmt(b, "<g class=\"peak%s\" data-series=\"", s ? "" : " total");
+        sb_esc(b, m->names[s]);
+        sb_fmt(b, "\" data-bytes=\"%llu\"><title>", (unsigned long long)peak[s]);
+        sb_esc(b, m->names[s]);
+        sb_fmt(b, " %s %llu bytes (receipt ", s ? "run peak" : "peak, the run's tracked total:",
+               (unsigned long long)peak[s]);
+        sb_esc(b, rr->rel);
+        sb_fmt(b, ")</title><line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"%s\" "
+                  "stroke-dasharray=\"%s\"/>",
+               L, y, L + pw, y, s ? series_color(s) : PEAK_COLOR, s ? "1" : "1.5", s ? "4 3" : "8 3");
+        if (s == 0) {
+            char h[48];
+            fmt_bytes(h, sizeof h, peak[0]);
+            sb_fmt(b, "<text class=\"peak-label\" x=\"%d\" y=\"%.1f\" fill=\"%s\" font-size=\"11\">total peak %s "
+                      "(receipt)</text>",
+                   L + 6, y - 4, PEAK_COLOR, h);
+        }
+        sb_raw(b, "</g>\n");
+    }
+    /* the key: one entry per series at its marker, moved apart */
+    for (size_t s = 0; s < m->n_series; s++)
+        if (has_peak[s] || m->seen[s])
+            key[nkey++] = (key_entry){s, has_peak[s] ? YOF(peak[s]) : YOF(m->smax[s]), 0};
+    if (trace_peak) key[nkey++] = (key_entry){MAX_SERIES, YOF(m->pk_max), 0};
+    qsort(key, nkey, sizeof key[0], key_cmp);
+    sb_fmt(b, "<text x=\"%d\" y=\"%d\" font-size=\"11\" font-weight=\"bold\">%s</text>\n", L + pw + 12, T - 8,
+           rr->r ? "run peaks from the receipt" : "no receipt: the samples' maxima");
+    for (size_t i = 0; i < nkey; i++) {
+        double lo = i ? key[i - 1].y + LABEL_GAP : T + 4;
+        key[i].y = key[i].want > lo ? key[i].want : lo;
+    }
+    for (size_t i = nkey; i-- > 0;) {
+        double hi = i + 1 < nkey ? key[i + 1].y - LABEL_GAP : T + ph + 4;
+        if (key[i].y > hi) key[i].y = hi;
+    }
+    for (size_t i = 0; i < nkey; i++) {
+        size_t s = key[i].s;
+        const char *color = s == MAX_SERIES ? "#555" : series_color(s);
+        sb_fmt(b, "<g class=\"key\"><line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#bbb\"/>"
+                  "<rect x=\"%d\" y=\"%.1f\" width=\"10\" height=\"3\" fill=\"%s\"/><text x=\"%d\" y=\"%.1f\" "
+                  "font-size=\"11\">",
+               L + pw, key[i].want, L + pw + 10, key[i].y - 4, L + pw + 12, key[i].y - 5, color, L + pw + 26,
+               key[i].y);
+        char h[48];
+        if (s == MAX_SERIES) {
+            fmt_bytes(h, sizeof h, (uint64_t)m->pk_max);
+            sb_fmt(b, "step's peak so far (trace): %s", h);
+        } else {
+            sb_esc(b, m->names[s]);
+            fmt_bytes(h, sizeof h, has_peak[s] ? peak[s] : (uint64_t)m->smax[s]);
+            sb_fmt(b, has_peak[s] ? ": peak %s" : ": sampled %s", h);
+        }
+        sb_raw(b, "</text></g>\n");
+    }
+#undef YOF
     sb_raw(b, "</svg>\n");
 }
 
-/* One rank's section: plot or note; header run_id / host kept for the
- * page's title line. */
-static void put_rank(sbuf *b, const char *run_dir, int64_t rank, mem_series *m, char *run_id, size_t id_cap) {
-    char path[4200], why[512];
-    sb_fmt(b, "<div class=\"rank\"><h3>rank %lld</h3>\n", (long long)rank);
-    if (ls_audit_timeline_trace_path(run_dir, rank, path, sizeof path, why, sizeof why) != LS_OK) {
-        sb_raw(b, "<p class=\"note\">trace skipped: ");
-        sb_esc(b, why);
-        sb_raw(b, "</p></div>\n");
+/* A row of the peaks table: a figure per column, or a word when none. */
+static void put_cell(sbuf *b, bool has, uint64_t bytes, const char *none) {
+    if (!has) {
+        sb_fmt(b, "<td class=\"none\">%s</td>", none);
         return;
     }
+    sb_fmt(b, "<td data-bytes=\"%llu\">", (unsigned long long)bytes);
+    put_figure(b, bytes);
+    sb_raw(b, "</td>");
+}
+
+/* The rank's peaks: the receipt's byte-exact figures beside what the
+ * trace's samples reach; or why there are no receipt figures. */
+static void put_peaks(sbuf *b, int64_t rank, const mem_series *m, bool sampled, const rank_receipt *rr) {
+    const ls_receipt *r = rr->r;
+    if (!r) {
+        sb_raw(b, "<p class=\"note receipt\">No byte-exact peaks for this rank: ");
+        sb_esc(b, rr->why);
+        sb_raw(b, ". The plot shows the trace's samples only.</p>\n");
+        return;
+    }
+    sb_fmt(b, "<table class=\"peaks\"><caption>Memory peaks of rank %lld: the receipt <code>", (long long)rank);
+    sb_esc(b, rr->rel);
+    sb_fmt(b, "</code> (byte-exact; the run scope is the process lifetime, the per-step scope the largest of %llu "
+              "measured step(s)", (unsigned long long)r->steps_measured);
+    if (r->step_total_peak_at >= 0) sb_fmt(b, ", the total's at step %lld", (long long)r->step_total_peak_at);
+    sb_fmt(b, "; %llu step(s) completed, %llu exact, status %s) and the trace's samples</caption>\n"
+              "<tr><th>Series</th><th>Run peak (receipt)</th><th>Largest per-step peak (receipt)</th>"
+              "<th>Samples reach (trace)</th></tr>\n",
+           (unsigned long long)r->steps, (unsigned long long)r->steps_exact,
+           r->status == LS_RECEIPT_COMPLETE ? "complete" : "error");
+    const char *nos = sampled ? "no sample" : "no trace read";
+    sb_raw(b, "<tr data-series=\"total\"><td>total (tracked)</td>");
+    put_cell(b, true, r->run_total_peak_bytes, "");
+    put_cell(b, true, r->step_total_peak_bytes, "");
+    put_cell(b, sampled && m->seen[0], (uint64_t)m->smax[0], nos);
+    sb_raw(b, "</tr>\n");
+    for (size_t i = 0; i < r->n_memory; i++) {
+        size_t s = 1;
+        while (s < m->n_series && strcmp(m->names[s], r->memory[i].name) != 0) s++;
+        bool seen = sampled && s < m->n_series && m->seen[s];
+        sb_raw(b, "<tr data-series=\"");
+        sb_esc(b, r->memory[i].name);
+        sb_raw(b, "\"><td>");
+        sb_esc(b, r->memory[i].name);
+        sb_raw(b, "</td>");
+        put_cell(b, true, r->memory[i].run_peak_bytes, "");
+        put_cell(b, true, r->memory[i].step_peak_bytes, "");
+        put_cell(b, seen, seen ? (uint64_t)m->smax[s] : 0, nos);
+        sb_raw(b, "</tr>\n");
+    }
+    for (size_t s = 1; sampled && s < m->n_series; s++) { /* in the trace, not in the receipt */
+        uint64_t dummy;
+        if (!m->seen[s] || receipt_peak(r, m, s, &dummy)) continue;
+        sb_raw(b, "<tr><td>");
+        sb_esc(b, m->names[s]);
+        sb_raw(b, "</td>");
+        put_cell(b, false, 0, "not in the receipt");
+        put_cell(b, false, 0, "not in the receipt");
+        put_cell(b, true, (uint64_t)m->smax[s], "");
+        sb_raw(b, "</tr>\n");
+    }
+    sb_raw(b, "<tr data-series=\"rss\"><td>resident set (RSS)</td>");
+    put_cell(b, true, r->rss_peak_bytes, "");
+    put_cell(b, false, 0, "not measured per step");
+    put_cell(b, false, 0, "not sampled");
+    sb_raw(b, "</tr>\n</table>\n");
+}
+
+/* Reads rank's memory events into m (reset first) and the trace's report
+ * into rep (the caller frees it), *st the reader's status; false with why
+ * when the trace was skipped (missing, refused, out of memory). */
+static bool read_samples(const char *run_dir, int64_t rank, mem_series *m, ls_trace_report *rep, ls_status *st,
+                         char *why, size_t why_len) {
+    char path[4200], rel[64];
     memset(m, 0, sizeof *m);
     m->stride = 1;
+    m->pk_max = -1;
     snprintf(m->names[0], SERIES_NAME, "total");
     m->n_series = 1;
-    ls_trace_report rep = {0};
-    char rel[64];
+    *st = LS_OK;
+    if (ls_audit_timeline_trace_path(run_dir, rank, path, sizeof path, why, why_len) != LS_OK) return false;
     snprintf(rel, sizeof rel, "rank-%04lld/events.jsonl.zst", (long long)rank);
-    ls_status st = LS_OK;
-    int fd = ls_audit_open(run_dir, rel, 0, NULL, &st, why, sizeof why);
-    if (fd < 0) {
+    int fd = ls_audit_open(run_dir, rel, 0, NULL, st, why, why_len);
+    if (fd < 0) return false;
+    *st = ls_trace_read_fd(fd, rel, on_memory, m, rep);
+    bucket_flush(m);
+    if (*st == LS_ERR_NOMEM || *st == LS_ERR_ARG) {
+        snprintf(why, why_len, "out of memory");
+        return false;
+    }
+    return true;
+}
+
+/* One rank's section: plot (or note) and peaks table; the trace header's
+ * run_id kept for the page's title line. */
+static void put_rank(sbuf *b, const char *run_dir, int64_t rank, mem_series *m, char *run_id, size_t id_cap) {
+    char why[512];
+    rank_receipt rr;
+    ls_trace_report rep = {0};
+    ls_status st;
+    const char *hid = NULL;
+    receipt_load(&rr, run_dir, rank);
+    sb_fmt(b, "<div class=\"rank\"><h3>rank %lld</h3>\n", (long long)rank);
+    bool sampled = read_samples(run_dir, rank, m, &rep, &st, why, sizeof why);
+    if (!sampled) {
         sb_raw(b, "<p class=\"note\">trace skipped: ");
         sb_esc(b, why);
-        sb_raw(b, "</p></div>\n");
-        return;
+        sb_raw(b, "</p>\n");
+        put_peaks(b, rank, m, false, &rr);
+        goto cleanup;
     }
-    st = ls_trace_read_fd(fd, rel, on_memory, m, &rep);
-    bucket_flush(m);
-    if (st == LS_ERR_NOMEM || st == LS_ERR_ARG) {
-        sb_raw(b, "<p class=\"note\">trace skipped: out of memory</p></div>\n");
-        ls_trace_report_free(&rep);
-        return;
-    }
-    if (rep.header && !run_id[0] && jstr(rep.header, "run_id")) snprintf(run_id, id_cap, "%s", jstr(rep.header, "run_id"));
-    put_plot(b, rank, m);
+    hid = rep.header ? jstr(rep.header, "run_id") : NULL;
+    if (hid && !run_id[0]) snprintf(run_id, id_cap, "%s", hid);
+    /* receipt categories the trace never named still get their peak line */
+    for (size_t i = 0; rr.r && i < rr.r->n_memory; i++)
+        if (series_index(m, rr.r->memory[i].name) == MAX_SERIES) m->dropped_categories++;
+    put_plot(b, rank, m, &rr);
     if (rep.end != LS_TRACE_END_CLEAN || st != LS_OK) {
         sb_fmt(b, "<p class=\"note\">trace %s after %lld event(s)", ls_trace_end_name(rep.end),
                (long long)rep.n_events);
@@ -385,11 +733,29 @@ static void put_rank(sbuf *b, const char *run_dir, int64_t rank, mem_series *m, 
         }
         sb_raw(b, "; the plot shows the readable prefix.</p>\n");
     }
+    if (rr.r && m->pk_max >= 0 && (uint64_t)m->pk_max != rr.r->step_total_peak_bytes) {
+        sb_raw(b, "<p class=\"note\">the trace's memory events reach a per-step total peak of ");
+        put_figure(b, (uint64_t)m->pk_max);
+        sb_raw(b, "; the receipt states ");
+        put_figure(b, rr.r->step_total_peak_bytes);
+        sb_raw(b, ": the two disagree.</p>\n");
+    }
     if (m->dropped_categories)
-        sb_fmt(b, "<p class=\"note\">categories beyond the first %d not plotted (%llu value(s)).</p>\n",
+        sb_fmt(b, "<p class=\"note\">categories beyond the first %d not plotted (%llu value(s)); the table lists "
+                  "every category of the receipt.</p>\n",
                MAX_SERIES - 1, (unsigned long long)m->dropped_categories);
+    if (rr.r && hid && strcmp(hid, rr.r->run_id) != 0) {
+        sb_raw(b, "<p class=\"note\">the receipt names run id <code>");
+        sb_esc(b, rr.r->run_id);
+        sb_raw(b, "</code>, the trace <code>");
+        sb_esc(b, hid);
+        sb_raw(b, "</code>: its peaks may not be this trace's.</p>\n");
+    }
+    put_peaks(b, rank, m, true, &rr);
+cleanup:
     sb_raw(b, "</div>\n");
     ls_trace_report_free(&rep);
+    ls_receipt_free(rr.r);
 }
 
 static const char *STYLE =
@@ -398,7 +764,8 @@ static const char *STYLE =
     "tr.pass td:nth-child(3){color:#176b1c}tr.fail td:nth-child(3){color:#b00020;font-weight:bold}"
     ".verdict .level{font-size:1.6em;font-weight:bold}.verdict.pass .level{color:#176b1c}"
     ".verdict.fail .level{color:#b00020}.verdict.none .level{color:#666}.note{color:#8a5a00}"
-    "code{font-size:13px}svg.mem{display:block;margin:.5em 0}";
+    "code{font-size:13px}svg.mem{display:block;margin:.5em 0}table.peaks caption{text-align:left;font-size:13px}"
+    "table.peaks td.none{color:#666}";
 
 int ls_audit_html_write(const char *run_dir, const cJSON *report, const char *out_path, char *err,
                         size_t err_len) {

@@ -12,9 +12,14 @@
  *    <svg> per rank whose total-memory polyline matches the memory events,
  *    and every hostile string of the run and the report escaped: no
  *    "<script" anywhere.  It also leaves a page for scripts/check_html.sh
- *    (ctest audit_viz_chromium).
+ *    (ctest audit_viz_chromium);
+ *  - every figure the page draws or prints agrees with the receipt's
+ *    byte-exact ones: the marked total peak and category peaks, the y axis
+ *    reaching them, the peaks table; a receipt edited to a larger peak moves
+ *    the mark; a missing or broken receipt is said so, with no mark.
  * The reference every count is compared with is the trace itself, read
- * independently of the audit: `zstd -dc` piped into cJSON line by line. */
+ * independently of the audit: `zstd -dc` piped into cJSON line by line; the
+ * receipts' figures are read with cJSON, not with receipts/receipt.h. */
 #define _GNU_SOURCE /* strcasestr */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"
@@ -454,6 +459,207 @@ static int total_points(const char *html, int which, double *y, int cap) {
     return n;
 }
 
+/* The plot geometry an <svg> states: y = top + h - h * bytes / ymax. */
+typedef struct {
+    double ymax, top, h;
+} plot_geom;
+
+/* The numeric value of attribute `name` in the tag starting at tag (up to
+ * its '>'); NAN when absent. */
+static double attr_num(const char *tag, const char *name) {
+    const char *end = strchr(tag, '>');
+    char key[64];
+    snprintf(key, sizeof key, " %s=\"", name);
+    const char *a = strstr(tag, key);
+    if (!a || (end && a > end)) return NAN;
+    return strtod(a + strlen(key), NULL);
+}
+
+static const char *svg_at(const char *html, int which) {
+    const char *p = html;
+    for (int k = 0; k <= which; k++) {
+        p = strstr(k ? p + 1 : p, "<svg");
+        cr_assert_not_null(p, "no <svg> number %d", which);
+    }
+    return p;
+}
+
+static plot_geom geom_of(const char *html, int which) {
+    const char *svg = svg_at(html, which);
+    plot_geom g = {attr_num(svg, "data-y-max-bytes"), attr_num(svg, "data-plot-top"),
+                   attr_num(svg, "data-plot-height")};
+    cr_assert(g.ymax > 0 && g.top >= 0 && g.h > 0, "svg %d states no geometry", which);
+    return g;
+}
+
+/* ---- the page's figures against the receipt's ---- */
+
+#define MAXCAT 32
+typedef struct {
+    double total, step_total, rss; /* run_total_peak_bytes, per-step total, rss_peak_bytes */
+    int n;
+    char names[MAXCAT][80];
+    double run[MAXCAT], step[MAXCAT];
+} receipt_figs;
+
+/* The receipt's byte-exact figures, read with cJSON (not receipts/receipt.h). */
+static receipt_figs receipt_of(const char *dir, int rank) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/rank-%04d/receipt.json", dir, rank);
+    cJSON *j = load_json(path);
+    const cJSON *mem = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "predicate"), "memory");
+    const cJSON *run = cJSON_GetObjectItem(mem, "run"), *step = cJSON_GetObjectItem(mem, "per_step");
+    cr_assert(cJSON_IsObject(run) && cJSON_IsObject(step), "%s: no memory scopes", path);
+    receipt_figs r = {0};
+    r.total = cJSON_GetObjectItem(run, "total_peak_bytes")->valuedouble;
+    r.rss = cJSON_GetObjectItem(run, "rss_peak_bytes")->valuedouble;
+    r.step_total = cJSON_GetObjectItem(step, "total_peak_bytes")->valuedouble;
+    const cJSON *c, *step_cats = cJSON_GetObjectItem(step, "categories");
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(run, "categories")) {
+        cr_assert_lt(r.n, MAXCAT);
+        snprintf(r.names[r.n], sizeof r.names[0], "%s", c->string);
+        r.run[r.n] = cJSON_GetObjectItem(c, "peak_bytes")->valuedouble;
+        r.step[r.n] = cJSON_GetObjectItem(cJSON_GetObjectItem(step_cats, c->string), "peak_bytes")->valuedouble;
+        r.n++;
+    }
+    cJSON_Delete(j);
+    return r;
+}
+
+/* A receipt's figure rewritten: predicate.memory.SCOPE's total_peak_bytes
+ * (category NULL) or that category's peak; scope "run" or "per_step". */
+static void edit_receipt(const char *dir, int rank, const char *scope, const char *category, double bytes) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/rank-%04d/receipt.json", dir, rank);
+    cJSON *j = load_json(path);
+    cJSON *sc = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "predicate"), "memory"), scope);
+    cJSON *item = category ? cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(sc, "categories"), category),
+                                                 "peak_bytes")
+                           : cJSON_GetObjectItem(sc, "total_peak_bytes");
+    cr_assert_not_null(item, "%s: no figure to edit", path);
+    cJSON_SetNumberValue(item, bytes);
+    char *text = cJSON_PrintUnformatted(j);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+    free(text);
+    cJSON_Delete(j);
+}
+
+/* What the page prints for a byte figure: two decimals in the largest
+ * binary unit it reaches, whole bytes below 1 KiB (html.h). */
+static void label_of(char *out, size_t cap, double bytes) {
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = bytes;
+    int i = 0;
+    while (v >= 1024 && i < 4) {
+        v /= 1024;
+        i++;
+    }
+    if (i == 0) snprintf(out, cap, "%.0f B", bytes);
+    else snprintf(out, cap, "%.2f %s", v, u[i]);
+}
+
+/* "69.25 MiB (72618992 bytes)", as the caption and the table print it */
+static void figure_of(char *out, size_t cap, double bytes) {
+    char l[48];
+    label_of(l, sizeof l, bytes);
+    if (bytes < 1024) snprintf(out, cap, "%.0f bytes", bytes);
+    else snprintf(out, cap, "%s (%.0f bytes)", l, bytes);
+}
+
+/* The first occurrence of `what` in [from, to), or NULL. */
+static const char *find_in(const char *from, const char *to, const char *what) {
+    const char *p = strstr(from, what);
+    return p && p < to ? p : NULL;
+}
+
+typedef struct {
+    const char *row;
+    double run, step;
+} table_row;
+
+/* Every figure of rank's plot and peaks table against the receipt `r` and
+ * the trace's samples (`f`). */
+static void check_figures(const char *html, int rank, const receipt_figs *r, const facts *f) {
+    const char *svg = svg_at(html, rank), *end = strstr(svg, "</svg>");
+    cr_assert_not_null(end);
+    plot_geom g = geom_of(html, rank);
+    char want[256], label[48];
+    /* the marked total peak: its exact bytes, its printed figure, its level */
+    const char *mark = find_in(svg, end, "<g class=\"peak total\"");
+    cr_assert_not_null(mark, "rank %d: no marked total peak", rank);
+    cr_expect_eq(attr_num(mark, "data-bytes"), r->total, "rank %d: marked %.0f bytes, the receipt %.0f", rank,
+                 attr_num(mark, "data-bytes"), r->total);
+    snprintf(want, sizeof want, "%.0f bytes", r->total);
+    const char *mark_end = find_in(mark, end, "</g>");
+    cr_assert_not_null(mark_end);
+    cr_expect_not_null(find_in(mark, mark_end, want), "rank %d: the mark's title lacks %s", rank, want);
+    const char *lab = find_in(mark, mark_end, ">total peak ");
+    cr_assert_not_null(lab, "rank %d: the total peak is not labelled", rank);
+    double printed = 0;
+    char unit[16] = "";
+    cr_assert_eq(sscanf(lab + 12, "%lf %15[A-Za-z] (receipt)", &printed, unit), 2, "label: %.60s", lab);
+    double scale = !strcmp(unit, "KiB") ? 1024.0 : !strcmp(unit, "MiB") ? 1048576.0 : !strcmp(unit, "GiB") ? 1073741824.0 : 1;
+    cr_expect(fabs(printed * scale - r->total) <= 0.005 * scale + 0.5, "rank %d: label %.2f %s, the receipt %.0f bytes",
+              rank, printed, unit, r->total);
+    label_of(label, sizeof label, r->total);
+    snprintf(want, sizeof want, ">total peak %s (receipt)<", label);
+    cr_expect_not_null(find_in(mark, mark_end, want), "rank %d: the label is not %s", rank, want);
+    double y1 = attr_num(find_in(mark, mark_end, "<line"), "y1");
+    cr_expect(fabs(y1 - (g.top + g.h - g.h * r->total / g.ymax)) <= 0.051, "rank %d: the peak line at y %.1f", rank, y1);
+    /* the y axis reaches every figure; its top tick says so */
+    cr_expect_geq(g.ymax, r->total, "rank %d: y axis to %.0f, below the receipt's peak %.0f", rank, g.ymax, r->total);
+    cr_expect_geq(g.ymax, f->cat_max, "rank %d: y axis below the samples", rank);
+    const char *tick = NULL;
+    for (const char *p = svg; (p = find_in(p + 1, end, "class=\"ytick\"")) != NULL;) tick = p;
+    cr_assert_not_null(tick);
+    cr_expect_eq(attr_num(tick - 1, "data-bytes"), g.ymax, "rank %d: the top tick is not the axis's top", rank);
+    /* each category's run peak marked with its bytes */
+    for (int i = 0; i < r->n; i++) {
+        snprintf(want, sizeof want, "<g class=\"peak\" data-series=\"%s\" data-bytes=\"%.0f\">", r->names[i], r->run[i]);
+        cr_expect_not_null(find_in(svg, end, want), "rank %d: no mark %s", rank, want);
+        cr_expect_geq(g.ymax, r->run[i]);
+    }
+    /* the caption: the samples against the receipt's peak, in words */
+    double sampled = 0;
+    for (int i = 0; i < f->memory && i < 1024; i++)
+        if (f->totals[i] > sampled) sampled = f->totals[i];
+    char a[96], b[96];
+    figure_of(a, sizeof a, r->total);
+    figure_of(b, sizeof b, sampled);
+    if (sampled < r->total)
+        snprintf(want, sizeof want, "Sampled at phase boundaries; the receipt's peak is %s, the samples reach %s.", a, b);
+    else if (sampled == r->total)
+        snprintf(want, sizeof want, "The samples reach the receipt's total peak, %s.", a);
+    else
+        snprintf(want, sizeof want, "The samples reach %s, above the receipt's total peak of %s", b, a);
+    cr_expect_not_null(find_in(svg, end, want), "rank %d: the caption does not say: %s", rank, want);
+    /* the peaks table: every cell the receipt's figure */
+    const char *tab = strstr(end, "<table class=\"peaks\""), *tab_end = tab ? strstr(tab, "</table>") : NULL;
+    cr_assert(tab && tab_end, "rank %d: no peaks table", rank);
+    table_row rows[MAXCAT + 1];
+    int nrows = 0;
+    rows[nrows++] = (table_row){"total", r->total, r->step_total};
+    for (int i = 0; i < r->n; i++) rows[nrows++] = (table_row){r->names[i], r->run[i], r->step[i]};
+    for (int i = 0; i < nrows; i++) {
+        snprintf(want, sizeof want, "<tr data-series=\"%s\">", rows[i].row);
+        const char *tr = find_in(tab, tab_end, want);
+        cr_assert_not_null(tr, "rank %d: no row %s", rank, rows[i].row);
+        const char *c1 = strstr(tr, "<td data-bytes="), *c2 = c1 ? strstr(c1 + 1, "<td data-bytes=") : NULL;
+        cr_assert(c1 && c2, "rank %d: row %s lacks figures", rank, rows[i].row);
+        cr_expect_eq(attr_num(c1, "data-bytes"), rows[i].run, "rank %d: %s run peak", rank, rows[i].row);
+        cr_expect_eq(attr_num(c2, "data-bytes"), rows[i].step, "rank %d: %s per-step peak", rank, rows[i].row);
+        figure_of(a, sizeof a, rows[i].run);
+        cr_expect(strncmp(strchr(c1, '>') + 1, a, strlen(a)) == 0, "rank %d: %s printed as %.40s, not %s", rank,
+                  rows[i].row, strchr(c1, '>') + 1, a);
+    }
+    const char *rss = find_in(tab, tab_end, "<tr data-series=\"rss\">");
+    cr_assert_not_null(rss);
+    cr_expect_eq(attr_num(strstr(rss, "<td data-bytes="), "data-bytes"), r->rss, "rank %d: RSS peak", rank);
+}
+
 static cJSON *hostile_report(void) {
     cJSON *r = cJSON_CreateObject();
     cJSON_AddStringToObject(r, "schema", "urn:longstraw:schema:audit-report:v1");
@@ -518,15 +724,18 @@ Test(audit_viz, html_escapes_hostile_run, .init = setup, .fini = teardown, .time
     cr_expect_eq(occurrences(html, "<svg"), 1, "%zu <svg> for 1 rank", occurrences(html, "<svg"));
     /* one polyline per series (total + categories), the total's points at
      * the memory events' figures (independent: the trace through zstd) */
-    cr_expect_eq(occurrences(html, "<polyline"), (size_t)(1 + f->n_cat_names), "%zu polylines for %d categories",
-                 occurrences(html, "<polyline"), f->n_cat_names);
+    cr_expect_eq(occurrences(html, "<polyline class=\"series\""), (size_t)(1 + f->n_cat_names),
+                 "%zu sample polylines for %d categories", occurrences(html, "<polyline class=\"series\""),
+                 f->n_cat_names);
     cr_expect_gt(f->n_cat_names, f->n_categories, "the hostile category is not in the trace");
     double y[1100];
     int n = total_points(html, 0, y, 1100);
     cr_expect_eq(n, f->memory, "%d points for %d memory events", n, f->memory);
+    plot_geom g = geom_of(html, 0);
+    cr_expect_geq(g.ymax, f->cat_max, "y axis to %.0f, below the samples' %.0f", g.ymax, f->cat_max);
     double worst = 0;
-    for (int i = 0; i < n && i < 1024; i++) { /* plot: y = 20 + 274 - 274 * v / vmax */
-        double want_y = 20 + 274 - 274 * f->totals[i] / f->cat_max;
+    for (int i = 0; i < n && i < 1024; i++) { /* plot: y = top + h - h * v / ymax */
+        double want_y = g.top + g.h - g.h * f->totals[i] / g.ymax;
         if (fabs(y[i] - want_y) > worst) worst = fabs(y[i] - want_y);
     }
     cr_expect(worst <= 0.051, "total polyline off by %.3f px at worst", worst);
@@ -553,6 +762,8 @@ Test(audit_viz, html_two_ranks_no_report, .init = setup, .fini = teardown, .time
         facts *f = facts_rank("r2", r);
         double y[1100];
         cr_expect_eq(total_points(html, r, y, 1100), f->memory, "rank %d: points vs memory events", r);
+        receipt_figs rf = receipt_of(dir, r);
+        check_figures(html, r, &rf, f);
         free(f);
     }
     free(html);
@@ -563,4 +774,73 @@ Test(audit_viz, html_two_ranks_no_report, .init = setup, .fini = teardown, .time
     cr_expect(strstr(html, "no verdict") != NULL && occurrences(html, "<svg") == 2);
     free(html);
     cJSON_Delete(bad);
+}
+
+Test(audit_viz, html_figures_are_the_receipts, .init = setup, .fini = teardown, .timeout = 240) {
+    make_run("r1", 1);
+    char dir[512], out[600], err[512];
+    snprintf(dir, sizeof dir, "%s/r1", tmpdir);
+    snprintf(out, sizeof out, "%s/page.html", tmpdir);
+    facts *f = facts_rank("r1", 0);
+    receipt_figs r = receipt_of(dir, 0);
+    cr_assert_gt(r.total, 0);
+    cr_assert_eq(ls_audit_html_write(dir, NULL, out, err, sizeof err), 0, "%s", err);
+    char *html = slurp_path(out, NULL);
+    check_figures(html, 0, &r, f);
+    cr_expect(strstr(html, "disagree") == NULL, "a disagreement on a run as the trainer wrote it");
+    free(html);
+
+    /* the figure comes from the receipt: a larger total peak (and scratch
+     * peak) written into it moves the marks, the axis and the table */
+    double old_total = r.total, old_step_total = r.step_total, bigger = 2 * r.total + 12345;
+    edit_receipt(dir, 0, "run", NULL, bigger);
+    edit_receipt(dir, 0, "run", "scratch", bigger - 1);
+    edit_receipt(dir, 0, "per_step", NULL, bigger - 2);
+    receipt_figs r2 = receipt_of(dir, 0);
+    cr_assert_eq(r2.total, bigger);
+    cr_assert_eq(r2.step_total, bigger - 2);
+    cr_assert_eq(ls_audit_html_write(dir, NULL, out, err, sizeof err), 0, "%s", err);
+    html = slurp_path(out, NULL);
+    check_figures(html, 0, &r2, f);
+    char old_mark[96];
+    snprintf(old_mark, sizeof old_mark, "class=\"peak total\" data-series=\"total\" data-bytes=\"%.0f\"", old_total);
+    cr_expect(strstr(html, old_mark) == NULL, "the old peak is still marked");
+    cr_expect(strstr(html, "Sampled at phase boundaries; the receipt's peak is ") != NULL);
+    /* the trace's own per-step peak no longer the receipt's: said so, with both */
+    char fig_trace[96], fig_receipt[96], says[300];
+    figure_of(fig_trace, sizeof fig_trace, old_step_total);
+    figure_of(fig_receipt, sizeof fig_receipt, bigger - 2);
+    snprintf(says, sizeof says, "per-step total peak of %s; the receipt states %s: the two disagree", fig_trace,
+             fig_receipt);
+    cr_expect(strstr(html, says) != NULL, "the page does not say: %s", says);
+    free(html);
+
+    /* no receipt, a broken one, a linked one: said so, nothing marked */
+    struct {
+        const char *how, *says;
+    } cases[] = {{"mv %s/rank-0000/receipt.json %s/receipt.json.away", "no receipt (rank-0000/receipt.json: "},
+                 {"mv %s/receipt.json.away %s/rank-0000/receipt.json && truncate -s 100 %s/rank-0000/receipt.json",
+                  "the receipt is unreadable (rank-0000/receipt.json"},
+                 {"rm %s/rank-0000/receipt.json && ln -s %s/receipt.json.away %s/rank-0000/receipt.json",
+                  "symbolic link"}};
+    sh("cp %s/rank-0000/receipt.json %s/receipt.json.keep", dir, tmpdir);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        if (k == 0) sh(cases[k].how, dir, tmpdir);
+        else if (k == 1) sh(cases[k].how, tmpdir, dir, dir);
+        else {
+            sh("cp %s/receipt.json.keep %s/receipt.json.away", tmpdir, tmpdir);
+            sh(cases[k].how, dir, tmpdir, dir);
+        }
+        cr_assert_eq(ls_audit_html_write(dir, NULL, out, err, sizeof err), 0, "%s", err);
+        html = slurp_path(out, NULL);
+        cr_expect(strstr(html, cases[k].says) != NULL, "case %zu: the page does not say %s", k, cases[k].says);
+        cr_expect(strstr(html, "No byte-exact peaks for this rank: ") != NULL, "case %zu", k);
+        cr_expect(strstr(html, "No receipt figures") != NULL, "case %zu: the plot does not say so", k);
+        cr_expect(strstr(html, "class=\"peak") == NULL, "case %zu: a peak marked without a receipt", k);
+        cr_expect(strstr(html, "<table class=\"peaks\"") == NULL, "case %zu: a peaks table without a receipt", k);
+        plot_geom g = geom_of(html, 0);
+        cr_expect_geq(g.ymax, f->cat_max);
+        free(html);
+    }
+    free(f);
 }
