@@ -116,8 +116,11 @@ typedef struct {
 /* Append one argument (printf-formatted, copied). */
 void ls_parity_job_arg(ls_parity_job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void ls_parity_job_free(ls_parity_job *j);
+/* The environment every trainer run gets (reproducible sums: one thread). */
+#define LS_PARITY_RUN_ENV "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_DYNAMIC=false"
+
 /* Runs jobs[0..n) with at most `parallel` at a time (each in its own process
- * group, stdout and stderr to its log, OMP_NUM_THREADS=1 unless set),
+ * group, stdout and stderr to its log, the environment LS_PARITY_RUN_ENV),
  * killing any that runs past timeout_s.  LS_ERR_IO when one cannot start. */
 ls_status ls_parity_jobs_run(ls_parity_job *jobs, size_t n, int parallel, int timeout_s, char *err,
                              size_t errlen);

@@ -59,7 +59,13 @@ static int start(ls_parity_job *j) {
             dup2(nul, 0);
             close(nul);
         }
-        if (getenv("OMP_NUM_THREADS") == NULL) setenv("OMP_NUM_THREADS", "1", 1);
+        /* every run single-threaded whatever the caller's environment: an OpenMP reduction combines its
+           threads' partial sums in the order they finish, and a BLAS splits its sums by thread count, so a
+           float32 result could change with the machine's load or core count; one thread makes each run's
+           every sum one fixed order (the report states it: LS_PARITY_RUN_ENV) */
+        setenv("OMP_NUM_THREADS", "1", 1);
+        setenv("OPENBLAS_NUM_THREADS", "1", 1);
+        setenv("OMP_DYNAMIC", "false", 1);
         execvp(j->argv[0], j->argv);
         fprintf(stderr, "longstraw-parity: cannot run %s: %s\n", j->argv[0], strerror(errno));
         _exit(127);

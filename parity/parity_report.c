@@ -91,6 +91,7 @@ ls_status ls_parity_report_new(const ls_parity_opts *o, ls_parity_report **out) 
     for (size_t i = 0; i < o->n_cps; i++) cJSON_AddItemToArray(w, cJSON_CreateNumber(o->cps[i]));
     cJSON_AddStringToObject(r->doc, "trainer", o->trainer);
     cJSON_AddStringToObject(r->doc, "model_config", o->model_config);
+    cJSON_AddStringToObject(r->doc, "run_environment", LS_PARITY_RUN_ENV);
     if (o->like) {
         cJSON *l = cJSON_AddObjectToObject(r->doc, "like");
         cJSON_AddStringToObject(l, "run", o->like);

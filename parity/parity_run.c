@@ -22,6 +22,8 @@
 #include "receipts/json_util.h"
 
 #define F64_TOL 1e-10
+/* units in the last place of a set's largest value that a composition may leave on an exact zero */
+#define FLOOR_ULPS 64.0
 #define F32_FACTOR 10.0
 #define F32_MIN_TOL (4.0 * FLT_EPSILON)
 
@@ -259,14 +261,39 @@ static double tensor_err(const ls_parity_tensors *a, const ls_parity_tensors *b,
                                                            : INFINITY;
 }
 
+/* The largest |value| over every tensor of t named by want: the scale of a
+ * whole gradient (or parameter set), against which rounding is measured. */
+static double set_scale(const ls_parity_tensors *want, const ls_parity_tensors *t) {
+    double g = 0;
+    for (size_t i = 0; i < want->n; i++) {
+        long k = ls_parity_tensors_find(t, want->name[i]);
+        for (size_t j = 0; k >= 0 && j < t->numel[k]; j++)
+            if (fabs(t->v[k][j]) > g) g = fabs(t->v[k][j]);
+    }
+    return g;
+}
+
 static cJSON *tensor_entries2(const ls_parity_tensors *want, const ls_parity_tensors *a, const ls_parity_tensors *b,
                               const ls_parity_tensors *nf_a, const ls_parity_tensors *nf_b,
                               const ls_parity_tensors *nf_c, const ls_parity_tensors *nf_d) {
     cJSON *arr = cJSON_CreateArray();
+    /* A tensor whose reference is zero or tiny (an MoE expert no token reached, or reached only through
+     * rounding crumbs of a composition: measured 1.7e-20 against an exact 0) makes the relative error
+     * ill-posed.  Each entry is therefore also judged against an absolute floor: FLOOR_ULPS units in the
+     * last place of the largest value of the whole set (the reference's), the rounding any composition
+     * of these sums may leave on a value that is zero exactly; a tensor's relative error is taken over
+     * max(its own scale, floor / tolerance), so that "pass" still reads max_rel_err <= tolerance. */
+    const double eps = nf_a != NULL ? (double)FLT_EPSILON : DBL_EPSILON;
+    const double floor_abs = FLOOR_ULPS * eps * set_scale(want, b);
     for (size_t i = 0; i < want->n; i++) {
         long ia = ls_parity_tensors_find(a, want->name[i]), ib = ls_parity_tensors_find(b, want->name[i]);
         ls_parity_err e = {INFINITY, INFINITY};
-        if (ia >= 0 && ib >= 0 && a->numel[ia] == b->numel[ib]) e = ls_parity_err_of(a->v[ia], b->v[ib], a->numel[ia]);
+        double scale = 0;
+        if (ia >= 0 && ib >= 0 && a->numel[ia] == b->numel[ib]) {
+            e = ls_parity_err_of(a->v[ia], b->v[ib], a->numel[ia]);
+            for (size_t j = 0; j < b->numel[ib]; j++)
+                if (fabs(b->v[ib][j]) > scale) scale = fabs(b->v[ib][j]);
+        }
         double tol = F64_TOL, nf = -1;
         if (nf_a != NULL) {
             nf = tensor_err(nf_a, nf_b, want->name[i]);
@@ -276,7 +303,11 @@ static cJSON *tensor_entries2(const ls_parity_tensors *want, const ls_parity_ten
             }
             tol = f32_tol(nf);
         }
-        cJSON_AddItemToArray(arr, ls_parity_entry(want->name[i], e, tol, nf));
+        if (isfinite(e.max_abs) && floor_abs > 0 && floor_abs / tol > scale)
+            e.max_rel = e.max_abs == 0 ? 0 : e.max_abs / (floor_abs / tol);
+        cJSON *en = ls_parity_entry(want->name[i], e, tol, nf);
+        if (en) cJSON_AddNumberToObject(en, "abs_floor", floor_abs);
+        cJSON_AddItemToArray(arr, en);
     }
     return arr;
 }

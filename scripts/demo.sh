@@ -46,7 +46,7 @@ rc=0
 $B/audit/longstraw-audit "$DIR/run" --parity "$DIR/parity/parity.json" \
   --key "$DIR/keys/demo.pub" --parity-key "$DIR/keys/demo.pub" --require-signed --require-level 4 \
   --html "$DIR/audit.html" --json "$DIR/audit.json" > "$DIR/audit.txt" || rc=$?
-head -8 "$DIR/audit.txt"
+head -9 "$DIR/audit.txt"
 tail -2 "$DIR/audit.txt"
 echo
 echo "demo: training ${t_train} s, parity ${t_parity} s, $SECONDS s in all"

@@ -21,6 +21,16 @@ if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
     ls_add_criterion_test(test_parity SOURCES test_parity.c LIBS ls_receipts TIMEOUT 1800)
     ls_add_criterion_test(test_parity_table SOURCES test_parity_table.c LIBS ls_receipts TIMEOUT 1200)
     list(APPEND LS_PARITY_TESTS test_parity_table)
+    # Both families' default matrices (every entry, CP 1, 2 and 4) in float64 must pass: the verdicts
+    # must not depend on the machine (comparisons well-posed where a reference is zero: abs_floor;
+    # single-threaded runs).  About 1-2 minutes each on 2 cores.
+    foreach(fam hybrid mla)
+      add_test(NAME parity_matrix_${fam}
+               COMMAND longstraw-parity --family ${fam} --dtype f64 --jobs 2 --quiet
+                       --out ${CMAKE_CURRENT_BINARY_DIR}/parity-matrix-${fam})
+      set_tests_properties(parity_matrix_${fam} PROPERTIES TIMEOUT 1800 LABELS parity
+                           ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+    endforeach()
     set_tests_properties(test_parity PROPERTIES FIXTURES_SETUP parity_report)
     set_tests_properties(test_parity_table PROPERTIES FIXTURES_REQUIRED parity_report)
   endif()
