@@ -67,17 +67,6 @@ static void receipt_file(uint32_t rank, char *buf, size_t cap) {
     snprintf(buf, cap, "%s/receipt.json", d);
 }
 
-/* A JSON value as one short line ("(absent)" for NULL). */
-static void short_json(const cJSON *v, char *buf, size_t cap) {
-    if (v == NULL) {
-        snprintf(buf, cap, "(absent)");
-        return;
-    }
-    char *t = cJSON_PrintUnformatted(v);
-    snprintf(buf, cap, "%.80s%s", t ? t : "?", t && strlen(t) > 80 ? "..." : "");
-    free(t);
-}
-
 /* The first key (in a's order, then b's) whose values differ; NULL when a
  * and b are equal objects. */
 static const char *first_difference(const cJSON *a, const cJSON *b, const cJSON **va, const cJSON **vb) {
@@ -138,8 +127,8 @@ static ls_status rule_sources(ls_audit_run *run) {
                 const char *key = first_difference(ref, c, &va, &vb);
                 if (key != NULL) {
                     char a[100], b[100];
-                    short_json(va, a, sizeof a);
-                    short_json(vb, b, sizeof b);
+                    ls_json_brief(va, 80, a, sizeof a);
+                    ls_json_brief(vb, 80, b, sizeof b);
                     ls_audit_rule_fail(sa, i, rf, -1, "config \"%s\": %s says %s, %s says %s", key, ref_name, a, rf, b);
                 }
             }

@@ -232,5 +232,7 @@ ls_status ls_parity_fd(const ls_parity_opts *o, const ls_parity_config *c, ls_pa
 ls_status ls_parity_run(const ls_parity_opts *o, bool *all_pass, char *err, size_t errlen);
 
 double ls_parity_now(void);
+/* mkdir -p path (LS_PARITY_PATH at most): 0, or -1 with errno. */
+int ls_parity_mkdirs(const char *path);
 
 #endif

@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "parity/parity.h"
 #include "receipts/coverage.h"
@@ -26,18 +25,6 @@
 #include "receipts/manifest.h"
 
 static ls_manifest *like_manifest; /* the one --like run's manifest, reachable until exit */
-
-static int mkdir_p(const char *dir) {
-    char p[LS_PARITY_PATH];
-    snprintf(p, sizeof p, "%s", dir);
-    for (char *s = p + 1; *s; s++)
-        if (*s == '/') {
-            *s = 0;
-            if (mkdir(p, 0777) != 0 && errno != EEXIST) return -1;
-            *s = '/';
-        }
-    return mkdir(p, 0777) != 0 && errno != EEXIST ? -1 : 0;
-}
 
 static bool num_of(const cJSON *cfg, const char *k, double *out) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, k);
@@ -80,7 +67,7 @@ int ls_parity_like(const char *run_dir, ls_parity_opts *o, char *model_path, siz
     o->fam = ls_parity_family_of(o->family);
     model = ls_coverage_model(cfg);
     if (model == NULL) FAIL("--like %s: no model in the configuration", run_dir);
-    if (mkdir_p(o->out) != 0) FAIL("--out %s: cannot create it: %s", o->out, strerror(errno));
+    if (ls_parity_mkdirs(o->out) != 0) FAIL("--out %s: cannot create it: %s", o->out, strerror(errno));
     snprintf(model_path, cap, "%s/like-model.json", o->out);
     if (ls_json_write_file(model_path, model, why, sizeof why) != LS_OK) FAIL("%s", why);
     o->model_config = model_path;

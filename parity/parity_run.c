@@ -53,7 +53,7 @@ typedef struct {
     size_t errlen;
 } cfg_run;
 
-static int mkdirs(const char *path) {
+int ls_parity_mkdirs(const char *path) {
     char p[LS_PARITY_PATH];
     snprintf(p, sizeof p, "%s", path);
     for (char *s = p + 1; *s; s++)
@@ -84,7 +84,7 @@ static ls_status job_for(const cfg_run *r, const run_spec *s, ls_parity_job *j) 
     char base[LS_PARITY_PATH], out[LS_PARITY_PATH], log[LS_PARITY_PATH], batch[LS_PARITY_PATH],
         grads[LS_PARITY_PATH], save[LS_PARITY_PATH];
     snprintf(base, sizeof base, "%s/%s/%s", r->dir, ls_parity_dtype_name(s->dt), s->label);
-    if (mkdirs(base) != 0) {
+    if (ls_parity_mkdirs(base) != 0) {
         snprintf(r->err, r->errlen, "cannot create %s: %s", base, strerror(errno));
         return LS_ERR_IO;
     }
@@ -559,7 +559,7 @@ static ls_status run_config(cfg_run *r) {
     snprintf(r->weights, sizeof r->weights, "%s/weights.safetensors", r->dir);
     snprintf(r->roll_score, sizeof r->roll_score, "%s/rollouts-score.jsonl", r->dir);
     snprintf(r->roll_grad, sizeof r->roll_grad, "%s/rollouts-grad.jsonl", r->dir);
-    if (mkdirs(r->dir) != 0) {
+    if (ls_parity_mkdirs(r->dir) != 0) {
         snprintf(r->err, r->errlen, "cannot create %s: %s", r->dir, strerror(errno));
         return LS_ERR_IO;
     }
@@ -621,7 +621,7 @@ static ls_status run_config(cfg_run *r) {
 
 ls_status ls_parity_run(const ls_parity_opts *o, bool *all_pass, char *err, size_t errlen) {
     *all_pass = false;
-    if (mkdirs(o->out) != 0) {
+    if (ls_parity_mkdirs(o->out) != 0) {
         snprintf(err, errlen, "--out %s: cannot create: %s", o->out, strerror(errno));
         return LS_ERR_IO;
     }

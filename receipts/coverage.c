@@ -122,17 +122,6 @@ ls_status ls_coverage_set_add(cJSON *set, const cJSON *item) {
     return LS_OK;
 }
 
-/* A JSON value as one short line. */
-static void brief(const cJSON *v, char *buf, size_t cap) {
-    if (v == NULL) {
-        snprintf(buf, cap, "(absent)");
-        return;
-    }
-    char *t = cJSON_PrintUnformatted(v);
-    snprintf(buf, cap, "%.120s%s", t ? t : "?", t && strlen(t) > 120 ? "..." : "");
-    free(t);
-}
-
 static bool in_set(const cJSON *set, const cJSON *item) {
     const cJSON *x;
     cJSON_ArrayForEach(x, set) {
@@ -163,8 +152,8 @@ static void check_member(sink *s, const cJSON *coverage, const char *set_key, co
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(config, key);
     const cJSON *set = cJSON_GetObjectItemCaseSensitive(coverage, set_key);
     char a[160], b[160];
-    brief(v, a, sizeof a);
-    brief(set, b, sizeof b);
+    ls_json_brief(v, 120, a, sizeof a);
+    ls_json_brief(set, 120, b, sizeof b);
     if (!cJSON_IsArray(set)) out(s, key, "the report's coverage states no \"%s\"", set_key);
     else if (v == NULL) out(s, key, "the run does not state its \"%s\"; the report covers %s", key, b);
     else if (!in_set(set, v)) out(s, key, "the run's %s %s is outside the report's coverage (%s %s)", key, a, set_key, b);
@@ -197,8 +186,8 @@ size_t ls_coverage_check(const cJSON *coverage, const cJSON *config, unsigned wo
             const cJSON *rv = cJSON_GetObjectItemCaseSensitive(config, k), *pv = cJSON_GetObjectItemCaseSensitive(model, k);
             if (rv == NULL && pv == NULL) continue;
             if (rv != NULL && pv != NULL && cJSON_Compare(rv, pv, true)) continue;
-            brief(rv, a, sizeof a);
-            brief(pv, b, sizeof b);
+            ls_json_brief(rv, 120, a, sizeof a);
+            ls_json_brief(pv, 120, b, sizeof b);
             out(&s, k, "the run's model has %s %s, the report proved %s %s (model_sha256 %.16s...)", k, a, k, b,
                 msha->valuestring);
         }
@@ -209,8 +198,8 @@ size_t ls_coverage_check(const cJSON *coverage, const cJSON *config, unsigned wo
     if (tm == NULL) out(&s, "train_mode", "%s", err);
     else if (!cJSON_IsArray(tms)) out(&s, "train_mode", "the report's coverage states no \"train_modes\"");
     else if (!in_set(tms, tm)) {
-        brief(tm, a, sizeof a);
-        brief(tms, b, sizeof b);
+        ls_json_brief(tm, 120, a, sizeof a);
+        ls_json_brief(tms, 120, b, sizeof b);
         out(&s, "train_mode", "the run's trainable set %s is outside the report's coverage (train_modes %s)", a, b);
     }
     cJSON_Delete(tm);
@@ -221,8 +210,8 @@ size_t ls_coverage_check(const cJSON *coverage, const cJSON *config, unsigned wo
     else
         cJSON_ArrayForEach(o, objs) {
             if (in_set(cov_objs, o)) continue;
-            brief(o, a, sizeof a);
-            brief(cov_objs, b, sizeof b);
+            ls_json_brief(o, 120, a, sizeof a);
+            ls_json_brief(cov_objs, 120, b, sizeof b);
             out(&s, "objective", "the run's objective %s is outside the report's coverage (objectives %s)", a, b);
         }
     cJSON_Delete(objs);
@@ -237,7 +226,7 @@ size_t ls_coverage_check(const cJSON *coverage, const cJSON *config, unsigned wo
         if (cJSON_IsNumber(w) && w->valuedouble == (double)world) have = true;
     }
     if (!have) {
-        brief(worlds, b, sizeof b);
+        ls_json_brief(worlds, 120, b, sizeof b);
         out(&s, "world", "the run's %u rank(s) are outside the report's coverage (worlds %s)", world, b);
     }
     return s.n;

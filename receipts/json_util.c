@@ -476,3 +476,14 @@ int ls_json_get_u64(const cJSON *obj, const char *key, uint64_t *out) {
     *out = (uint64_t)d;
     return 0;
 }
+
+void ls_json_brief(const cJSON *v, size_t max_chars, char *buf, size_t cap) {
+    if (v == NULL) {
+        snprintf(buf, cap, "(absent)");
+        return;
+    }
+    char *t = cJSON_PrintUnformatted(v);
+    size_t n = t ? strlen(t) : 0;
+    snprintf(buf, cap, "%.*s%s", (int)(n > max_chars ? max_chars : n), t ? t : "?", n > max_chars ? "..." : "");
+    free(t);
+}

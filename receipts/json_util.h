@@ -128,6 +128,10 @@ void ls_json_pointer_push_index(char *buf, size_t cap, size_t index);
  * allocation failure. */
 int ls_json_add_u64(cJSON *obj, const char *key, uint64_t v);
 
+/* v as one short line for a message: its unformatted JSON cut to max_chars
+ * (then "..."), "(absent)" for NULL, "?" when it cannot be printed. */
+void ls_json_brief(const cJSON *v, size_t max_chars, char *buf, size_t cap);
+
 /* Reads a member written by ls_json_add_u64: a number that is integral and
  * within [0, 2^64).  0 on success, -1 otherwise (absent, wrong type,
  * fractional, negative, out of range). */
