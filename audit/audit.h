@@ -156,6 +156,7 @@ typedef struct {
     uint64_t phase_begin[LS_AUDIT_NPHASE], phase_end[LS_AUDIT_NPHASE];
     uint64_t phase_wall_ns[LS_AUDIT_NPHASE];
     uint64_t layer_fwd, layer_bwd;
+    int64_t replay_tokens_max, capture_tokens_max; /* the longest layer segment of each phase */
     /* per-step checks, step by step (rank_steps.c): two open steps at most */
     ls_audit_step_window win[2];
     int64_t steps_closed;      /* steps 0 .. steps_closed - 1 are checked and discarded */

@@ -332,12 +332,13 @@ static void on_memory(scan_ctx *c, const ls_trace_event *ev) {
 typedef struct {
     const cJSON *step, *phase, *member, *layer, *kind, *dir, *wall_ns, *ok, *target, *sha256;
     const cJSON *group, *gseq, *op, *red, *count, *dtype, *purpose; /* collective */
+    const cJSON *tokens;                                            /* layer_end */
 } ev_fields;
 
 #define EV_NFIELDS (sizeof(ev_fields) / sizeof(const cJSON *))
 static const char *const EV_FIELD_NAMES[EV_NFIELDS] = {
     "step", "phase",  "member", "layer", "kind", "dir", "wall_ns", "ok",    "target",
-    "sha256", "group", "gseq",  "op",    "red",  "count", "dtype", "purpose"};
+    "sha256", "group", "gseq",  "op",    "red",  "count", "dtype", "purpose", "tokens"};
 
 /* EV_POS[kind][k]: the table position of EV_FIELD_NAMES[k] in kind, -1 none */
 static signed char EV_POS[LS_TRACE_KIND_COUNT][EV_NFIELDS];
@@ -511,6 +512,12 @@ static int on_event(const ls_trace_event *ev, void *user) {
         int p = ls_audit_phase_index(le.phase);
         if (le.dir == LS_TRACE_DIR_FWD) r->layer_fwd++;
         else r->layer_bwd++;
+        int64_t tok = 0; /* the segment's length: the shape of the strategy (sources.agree) */
+        if ((le.kind == LS_TRACE_LAYER_GDN || le.kind == LS_TRACE_LAYER_ATTN || le.kind == LS_TRACE_LAYER_MLA) &&
+            ls_trace_json_int(f.tokens, &tok)) {
+            if (p == LS_PHASE_REPLAY && tok > r->replay_tokens_max) r->replay_tokens_max = tok;
+            if (p == LS_PHASE_CAPTURE && tok > r->capture_tokens_max) r->capture_tokens_max = tok;
+        }
         r->last_step = le.step;
         r->last_member = le.member;
         r->last_layer = le.layer;

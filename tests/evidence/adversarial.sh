@@ -157,6 +157,24 @@ redigest "$T/e"
 audit_json "$T/e"
 check "cp_ranks edited everywhere but the world: sources.agree" rule_is sources.agree fail "cp_ranks"
 
+# the strategy relabelled everywhere (digests recomputed): the trace's segments do not fit it
+relabel() { # RUN STRATEGY
+  python3 - "$@" <<'EOF'
+import json, sys, glob
+run, st = sys.argv[1:3]
+for p in [run + "/manifest.json"] + glob.glob(run + "/rank-*/receipt.json"):
+    d = json.load(open(p)); d["predicate"]["config"]["strategy"] = st; json.dump(d, open(p, "w"))
+EOF
+}
+train naive --strategy naive --steps 1 || bad "training naive" "see $T/naive.log"
+rm -rf "$T/e"; cp -a "$T/naive" "$T/e"; relabel "$T/e" longstraw; redigest "$T/e"
+audit_json "$T/e"
+check "a naive run relabelled longstraw: sources.agree names the naive-shaped segments" \
+  rule_is sources.agree fail "naive-shaped"
+rm -rf "$T/e"; cp -a "$T/base" "$T/e"; relabel "$T/e" naive; redigest "$T/e"
+audit_json "$T/e"
+check "a LongStraw run relabelled naive: sources.agree" rule_is sources.agree fail "says strategy naive"
+
 # ---- reports that do not cover the run -------------------------------------------
 RUN_CFG="$SRC/configs/hybrid-small.json" train small-model --grad-mode full --steps 1 --temperature 0.9 ||
   bad "training small-model" "see $T/small-model.log"
