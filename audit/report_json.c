@@ -74,6 +74,11 @@ static cJSON *rank_json(const ls_audit_run *run, const ls_audit_rank *r) {
     for (size_t c = 0; mem && c < run->n_mem_cats; c++) ls_json_add_u64(mem, run->mem_cats[c], r->mem_peak[c]);
     ls_json_add_u64(o, "total_peak_bytes", r->mem_total_peak);
     ls_json_add_u64(o, "rss_peak_bytes", r->mem_rss_peak);
+    /* the byte-exact figures: the receipt's (the trace's memory events are sampled at phase boundaries) */
+    if (r->receipt != NULL) {
+        ls_json_add_u64(o, "receipt_total_peak_bytes", r->receipt->run_total_peak_bytes);
+        ls_json_add_u64(o, "receipt_rss_peak_bytes", r->receipt->rss_peak_bytes);
+    }
     add_i64(o, "wall_ns", r->n_events > 1 ? r->last_ts - r->first_ts : 0);
     cJSON *last = cJSON_AddObjectToObject(o, "last");
     if (last) {

@@ -106,7 +106,19 @@ void ls_audit_report_text(const ls_audit_run *run, FILE *f) {
             mib(c2, sizeof c2, run->ranks[i].mem_rss_peak);
             fprintf(f, " %s/%s", b, c2);
         }
-        fprintf(f, "\n");
+        fprintf(f, "\n  (sampled at phase boundaries; the receipts' byte-exact run peaks, total / rss:");
+        for (uint32_t i = 0; i < run->world && i < 8; i++) {
+            const ls_receipt *rc = run->ranks[i].receipt;
+            char b[32], c2[32];
+            if (rc == NULL) {
+                fprintf(f, " (no receipt)");
+                continue;
+            }
+            mib(b, sizeof b, rc->run_total_peak_bytes);
+            mib(c2, sizeof c2, rc->rss_peak_bytes);
+            fprintf(f, " %s (%llu B)/%s", b, (unsigned long long)rc->run_total_peak_bytes, c2);
+        }
+        fprintf(f, ")\n");
     }
     /* per-step metrics of the first rank that has them */
     for (uint32_t i = 0; i < run->world; i++) {
