@@ -2,8 +2,9 @@
  *  - sources.agree (level 1): every place that states a fact of the run
  *    states the same: the configuration of the manifest and of every
  *    receipt, key by key; each trace header's run id, rank and world; the
- *    configuration's cp_ranks and the run's world; a one-rank run shows no
- *    collective;
+ *    configuration's cp_ranks, each receipt's rank_state.world and the
+ *    run's world; a one-rank run shows no collective; replay segments of
+ *    the strategy's shape;
  *  - run.faults: a recorded fault caps every level it can touch (the rule
  *    sits at the lowest such level, so that no level from there up holds);
  *  - steps.exact (level 2): levels 2-4 speak of exact steps only; a step
@@ -162,6 +163,14 @@ static ls_status rule_sources(ls_audit_run *run) {
                     ls_audit_rule_fail(sa, i, rf, -1, "config \"%s\": %s says %s, %s says %s", key, ref_name, a, rf, b);
                 }
             }
+        }
+        /* the rank's own state: the world it ran in */
+        uint64_t rsw = 0;
+        if (r->receipt && r->receipt->rank_state && ls_json_get_u64(r->receipt->rank_state, "world", &rsw) == 0) {
+            sa->matched++;
+            if (rsw != run->world)
+                ls_audit_rule_fail(sa, i, rf, -1, "rank_state.world is %llu, the run has %u ranks (%s)",
+                                   (unsigned long long)rsw, (unsigned)run->world, run->world_source);
         }
         /* the trace header: line 1 of the rank's trace */
         const cJSON *h = r->trace_present ? r->report.header : NULL;

@@ -157,6 +157,16 @@ redigest "$T/e"
 audit_json "$T/e"
 check "cp_ranks edited everywhere but the world: sources.agree" rule_is sources.agree fail "cp_ranks"
 
+rm -rf "$T/e"; cp -a "$T/base" "$T/e"
+python3 - "$T/e" <<'EOF'
+import json, sys
+p = sys.argv[1] + "/rank-0000/receipt.json"
+d = json.load(open(p)); d["predicate"]["rank_state"]["world"] = 2; json.dump(d, open(p, "w"))
+EOF
+redigest "$T/e"
+audit_json "$T/e"
+check "a rank's own state edited (rank_state.world): sources.agree" rule_is sources.agree fail "rank_state.world"
+
 # the strategy relabelled everywhere (digests recomputed): the trace's segments do not fit it
 relabel() { # RUN STRATEGY
   python3 - "$@" <<'EOF'
