@@ -6,7 +6,8 @@
  * its step and leaves the earlier steps' metrics and checkpoint valid, standard
  * input streams); per-step metrics agree with the trace; beta 0 skips the
  * reference; prefix-frozen steps are marked in every event and counted in
- * the receipt. */
+ * the receipt; the step guard stops a step whose figures overflow (rewards,
+ * the KL to supplied reference log-probs) before its update and checkpoint. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
@@ -40,6 +41,8 @@ typedef struct {
     int optimizer, metrics, captures, frozen_events, exact_events_of_frozen_steps;
     int frozen_step[64];       /* 1: the step's step_metrics says prefix_frozen */
     int64_t last_step;
+    int errors;                /* error events, the last one's message */
+    char error[512];
 } steps_seen;
 
 static int on_event(const ls_trace_event *ev, void *user) {
@@ -56,6 +59,8 @@ static int on_event(const ls_trace_event *ev, void *user) {
         s->metrics++;
         if (step >= 0 && step < 64) s->frozen_step[step] = ev->prefix_frozen;
     }
+    if (!strcmp(ev->ev, "error") && ++s->errors)
+        snprintf(s->error, sizeof s->error, "%s", cJSON_GetObjectItem(j, "message")->valuestring);
     if (ev->prefix_frozen) s->frozen_events++;
     if (step > s->last_step) s->last_step = step;
     return 0;
@@ -298,6 +303,89 @@ Test(train_loop, bad_rollouts_line_stops_before_its_step) {
     snprintf(a, sizeof a, "--config %s --rollouts %s --steps 1 --out %s/run2 --resume %s --quiet", CFG, path, tmpdir,
              ck);
     cr_expect_eq(run(a), 0, "%s", slurp("err.txt"));
+}
+
+/* The step guard.  A first group that trains, then one whose figures
+ * overflow although every number on the line is finite: rewards whose spread
+ * overflows (reward_std), or reference log-probs so far below the policy's
+ * that the summed KL overflows (loss_kl). */
+#define GUARD_PROMPT "\"prompt\":[10,20,30,40,50,60,70,80,90,100,110,120]"
+static const char *BAD_REWARDS = "{" GUARD_PROMPT ",\"responses\":[[1,2],[3,4],[5,6],[7,8]],"
+                                 "\"rewards\":[1e308,-1e308,1e308,-1e308]}\n";
+static const char *BAD_KL = "{" GUARD_PROMPT ",\"responses\":[[1,2,3],[4,5]],\"rewards\":[1,0],"
+                            "\"ref_logprobs\":[[-1.7e308,-1.7e308,-1],[-1,-1]]}\n";
+
+/* The bad group as step 2 of a run that checkpoints every step: exit 1
+ * naming the step and (want_field, unless NULL) the figure, the same in the
+ * trace's error event and the receipt (status error); step 1's optimizer
+ * step, metrics line and checkpoint only, that checkpoint byte for byte the
+ * one of a run of step 1 alone (the failed step changed no parameter). */
+static void expect_guarded(const char *tag, const char *bad, const char *dtype, const char *want_field) {
+    char a[2048], path[300], rd[300], mp[300], ck[300], ref[300], refp[300];
+    snprintf(path, sizeof path, "%s/g-%s-%s.jsonl", tmpdir, tag, dtype);
+    snprintf(refp, sizeof refp, "%s/g1-%s-%s.jsonl", tmpdir, tag, dtype);
+    snprintf(rd, sizeof rd, "%s/g-%s-%s", tmpdir, tag, dtype);
+    snprintf(mp, sizeof mp, "%s/g-%s-%s.metrics.jsonl", tmpdir, tag, dtype);
+    snprintf(ck, sizeof ck, "%s/g-%s-%s.safetensors", tmpdir, tag, dtype);
+    snprintf(ref, sizeof ref, "%s/g1-%s-%s.safetensors", tmpdir, tag, dtype);
+    write_lines(path, 1, bad);
+    write_lines(refp, 1, NULL);
+    snprintf(a, sizeof a, "--config %s --dtype %s --rollouts %s --out %s --metrics %s --save %s --save-every 1 --quiet",
+             CFG, dtype, path, rd, mp, ck);
+    int rc = run(a);
+    char *e = slurp("err.txt");
+    cr_expect_eq(rc, 1, "%s: exit %d: %s", dtype, rc, e);
+    if (want_field) {
+        char want[96];
+        snprintf(want, sizeof want, "step 2: %s is ", want_field);
+        cr_expect(strstr(e, want) && strstr(e, "no optimizer step"), "%s: stderr does not say '%s': %s", dtype, want, e);
+    }
+    free(e);
+    steps_seen S;
+    read_steps(rd, &S);
+    cr_expect_eq(S.optimizer, 1, "%s: the bad step took an optimizer step", dtype);
+    cr_expect_eq(S.metrics, 1);
+    cr_expect_eq(S.digest[1][0], 0, "%s: parameter digests after the bad step", dtype);
+    /* float32 also reports each non-finite activation norm of the bad step on its way */
+    cr_expect(want_field ? S.errors == 1 : S.errors >= 1, "%s: %d error events", dtype, S.errors);
+    cr_expect(strstr(S.error, "no optimizer step"), "%s: the last error event: %s", dtype, S.error);
+    if (want_field)
+        cr_expect(strstr(S.error, want_field) && strstr(S.error, "step 2"), "%s: the error event: %s", dtype, S.error);
+    ls_receipt *r = read_receipt(rd);
+    cr_expect_eq(r->status, LS_RECEIPT_ERROR);
+    cr_expect_eq(r->steps, 1);
+    ls_receipt_free(r);
+    ls_trace_step_metrics m[4];
+    cr_expect_eq(read_metrics(mp, m, 4), 1, "%s: metrics lines", dtype);
+    /* the checkpoint is step 1's: equal to a run of step 1 alone */
+    char rd1[310];
+    snprintf(rd1, sizeof rd1, "%s-step1", rd);
+    snprintf(a, sizeof a, "--config %s --dtype %s --rollouts %s --out %s --save %s --quiet", CFG, dtype, refp, rd1, ref);
+    cr_assert_eq(run(a), 0, "%s", slurp("err.txt"));
+    cr_expect(files_equal(ck, ref), "%s: the checkpoint is not step 1's", dtype);
+    steps_seen S1;
+    read_steps(rd1, &S1);
+    cr_expect_str_eq(S.digest[0], S1.digest[0], "%s: step 1's parameters differ from a run of step 1 alone", dtype);
+}
+
+Test(train_loop, step_guard_stops_overflowing_figures_before_the_update) {
+    expect_guarded("rewards", BAD_REWARDS, "f64", "reward_std");
+    expect_guarded("kl", BAD_KL, "f64", "loss_kl");
+    /* float32 rounds these to inf before the loss: finalize's check stops the step the same way */
+    expect_guarded("rewards", BAD_REWARDS, "f32", NULL);
+    /* a run of the bad group alone leaves no checkpoint at all */
+    char a[2048], path[300], ck[300];
+    snprintf(path, sizeof path, "%s/only-bad.jsonl", tmpdir);
+    snprintf(ck, sizeof ck, "%s/only-bad.safetensors", tmpdir);
+    FILE *f = fopen(path, "w");
+    fputs(BAD_KL, f);
+    fclose(f);
+    snprintf(a, sizeof a, "--config %s --dtype f64 --rollouts %s --out %s/only-bad --save %s --save-every 1 --quiet",
+             CFG, path, tmpdir, ck);
+    cr_expect_eq(run(a), 1, "%s", slurp("err.txt"));
+    FILE *c = fopen(ck, "rb");
+    cr_expect_null(c, "a checkpoint of the bad step exists");
+    if (c) fclose(c);
 }
 
 Test(train_loop, beta_zero_skips_the_reference_and_metrics_match) {

@@ -224,8 +224,30 @@ static ls_status note_frozen(run *r, int64_t s) {
     return LS_OK;
 }
 
-/* One step, global index s: its gradients, dumps, update, metrics and
- * checkpoint.  0, 1 (the step failed) or 2 (its memory plan is above the
+/* The step guard, after the step's gradients and before anything is
+ * written or updated: every figure of the step's record (the loss, its
+ * parts and every step_metrics figure the step computed) finite on every
+ * rank, or the step stops: an error event naming the figure, no optimizer
+ * step, no checkpoint.  The verdict is agreed, so that no rank updates its
+ * parameters while another refuses (and none waits in a collective).  0 or
+ * 1. */
+static int step_guard(run *r, int64_t s) {
+    double v = 0;
+    const char *bad = ls_step_result_nonfinite(&r->res, &v);
+    if (bad) snprintf(r->err, sizeof r->err, "step %lld: %s is %g: no optimizer step", (long long)s + 1, bad, v);
+    if (agree_rc(r, bad != NULL, "step_guard") == 0) return 0;
+    if (r->in_step_failure)
+        snprintf(r->err, sizeof r->err, "step %lld: the ranks could not agree on the step guard: %s", (long long)s + 1,
+                 ls_comm_last_error(r->comm));
+    else if (!bad)
+        snprintf(r->err, sizeof r->err, "step %lld: another rank's step figures are not finite: no optimizer step",
+                 (long long)s + 1);
+    ls_run_obs_note(&r->ob, ls_trace_emit_error(r->ob.w, LS_ERR_NONFINITE, r->err));
+    return fail(r, 1, LS_ERR_NONFINITE, "", r->err);
+}
+
+/* One step, global index s: its gradients, the guard, dumps, update,
+ * metrics and checkpoint.  0, 1 (the step failed) or 2 (its memory plan is above the
  * budget). */
 static int one_step(run *r, int64_t s, int first) {
     const ls_train_args *a = r->a;
@@ -261,6 +283,8 @@ static int one_step(run *r, int64_t s, int first) {
         r->in_step_failure = r->world > 1; /* the other ranks may wait in a collective */
         return fail(r, 1, st, "step: ", r->err);
     }
+    int rc = step_guard(r, s);
+    if (rc != 0) return rc;
     if (r->res.cp_world > 1 && !r->res.grads_agree) {
         r->grad_disagreements++;
         if (r->rank == 0)
