@@ -23,7 +23,8 @@ ls_status ls_run_metrics_open(ls_run_metrics_sink *m, const char *path, char *er
  * killed run leaves whole lines; after a failed or short write the file is
  * truncated back to the line's start (ftruncate) and closed (m->open = 0).
  * LS_OK (also when no file is open); LS_ERR_IO with err naming the file and
- * the cause (and a failed truncation).  text must not hold a newline. */
+ * the cause (and a failed truncation); LS_ERR_NOMEM before any byte is
+ * written (the file stays open).  text must not hold a newline. */
 ls_status ls_run_metrics_append(ls_run_metrics_sink *m, const char *text, size_t len, char *err, size_t err_len);
 /* Emit step s's figures: the step_metrics trace event (its write status
  * noted in ob), the stderr line, and the line of the metrics file
