@@ -1,6 +1,6 @@
 /* test_step_features.c - the step's reference-policy order, beta 0,
- * supplied reference log-probs, the SFT objective, prefix-frozen reuse and
- * the step metrics (float64).
+ * supplied reference log-probs, the SFT objective, prefix-frozen reuse, the
+ * step metrics and the step guard's non-finite figure (float64).
  *
  * Independent references: the GRPO objective and its clip branches written
  * out again in tests/test_hybrid_util.h (not the loss kernel), full-sequence
@@ -9,6 +9,7 @@
  * claim. */
 #include "test_hybrid_util.h"
 
+#include "receipts/trace_step_metrics.h"
 #include "trainer/grpo_stats.h"
 #include "trainer/mem_tracker.h"
 
@@ -312,5 +313,115 @@ Test(step_features, prefix_frozen_reuses_the_capture_and_goes_stale) {
     ls_batch_free(b);
     K(ls_step_prefix_free)(&pf);
     ls_task_free(&t);
+    K(ls_params_free)(p);
+}
+
+/* ---- the step guard's question (ls_step_result_nonfinite) ---------------- */
+
+/* Every figure the guard looks at, by hand (not the module's table). */
+typedef struct {
+    const char *name;
+    double *v;
+} figure_ref;
+
+static size_t result_figures(ls_step_result *r, figure_ref *f) {
+    figure_ref all[] = {
+        {"reward_mean", &r->reward_mean}, {"reward_std", &r->reward_std}, {"reward_min", &r->reward_min},
+        {"reward_max", &r->reward_max}, {"reward_retrieval", &r->reward_retrieval},
+        {"reward_format", &r->reward_format}, {"adv_mean", &r->adv_mean}, {"adv_std", &r->adv_std},
+        {"loss", &r->loss}, {"loss_policy", &r->loss_policy}, {"loss_kl", &r->loss_kl}, {"kl_mean", &r->kl_mean},
+        {"clip_fraction", &r->clip_fraction}, {"ratio_min", &r->ratio_min}, {"ratio_mean", &r->ratio_mean},
+        {"ratio_max", &r->ratio_max}, {"response_len_mean", &r->response_len_mean}, {"grad_norm", &r->grad_norm},
+    };
+    memcpy(f, all, sizeof all);
+    return sizeof all / sizeof all[0];
+}
+
+static ls_step_result finite_result(void) {
+    ls_step_result r;
+    memset(&r, 0, sizeof r);
+    figure_ref f[32];
+    size_t n = result_figures(&r, f);
+    for (size_t i = 0; i < n; i++) *f[i].v = 0.5 + (double)i;
+    r.has_reward_parts = 1;
+    return r;
+}
+
+Test(step_features, guard_names_each_nonfinite_figure_in_event_order) {
+    ls_step_result r = finite_result();
+    double v = 7;
+    cr_expect_null(ls_step_result_nonfinite(&r, &v), "every figure finite");
+    cr_expect_eq(v, 7, "*value untouched when nothing is named");
+    const double bad[3] = {INFINITY, -INFINITY, NAN};
+    figure_ref f[32];
+    size_t n = result_figures(&r, f);
+    for (size_t i = 0; i < n; i++)
+        for (int k = 0; k < 3; k++) {
+            r = finite_result();
+            result_figures(&r, f);
+            *f[i].v = bad[k];
+            const char *got = ls_step_result_nonfinite(&r, &v);
+            cr_expect(got && !strcmp(got, f[i].name), "%s = %g: named %s", f[i].name, bad[k], got ? got : "nothing");
+            cr_expect(isnan(bad[k]) ? isnan(v) : v == bad[k], "%s: value %g", f[i].name, v);
+            cr_expect_not_null(ls_step_result_nonfinite(&r, NULL), "value may be NULL");
+            /* the parts are no figure of a step without them */
+            r.has_reward_parts = 0;
+            got = ls_step_result_nonfinite(&r, NULL);
+            if (!strcmp(f[i].name, "reward_retrieval") || !strcmp(f[i].name, "reward_format"))
+                cr_expect_null(got, "%s looked at without has_reward_parts", f[i].name);
+            else cr_expect(got && !strcmp(got, f[i].name));
+        }
+    /* two bad figures: the first in the event's order is named */
+    r = finite_result();
+    r.kl_mean = INFINITY;
+    r.reward_std = NAN;
+    r.grad_norm = INFINITY;
+    cr_expect_str_eq(ls_step_result_nonfinite(&r, NULL), "reward_std");
+}
+
+/* The guard covers every number of the step_metrics event the step computes:
+ * each numeric key of the event object (receipts' builder, not this list) is
+ * a figure above, or the trainer's own (step, tokens, lr, the timings). */
+Test(step_features, guard_covers_every_figure_of_the_step_metrics_event) {
+    ls_trace_step_metrics t;
+    memset(&t, 0, sizeof t);
+    t.has_reward_parts = true;
+    t.ratio_min = t.ratio_mean = t.ratio_max = 1;
+    cJSON *o = NULL;
+    cr_assert_eq(ls_trace_step_metrics_to_json(&t, &o), LS_OK);
+    ls_step_result r = finite_result();
+    figure_ref f[32];
+    size_t n = result_figures(&r, f), seen = 0;
+    static const char *const trainer_own[] = {"step", "tokens", "lr", "step_wall_s"};
+    for (const cJSON *c = o->child; c; c = c->next) {
+        if (!cJSON_IsNumber(c)) continue;
+        int own = 0, found = 0;
+        for (size_t k = 0; k < 4; k++) own |= !strcmp(c->string, trainer_own[k]);
+        for (size_t i = 0; i < n; i++) found |= !strcmp(c->string, f[i].name);
+        cr_expect(own || found, "step_metrics.%s is no figure the guard looks at", c->string);
+        seen += found;
+    }
+    cr_expect_eq(seen, n, "%zu of the guard's %zu figures are numbers of the event", seen, n);
+    cJSON_Delete(o);
+}
+
+/* A real step on overflowing rewards: every reward finite, their spread
+ * not; the step itself succeeds (its advantages and loss are finite), and
+ * the guard names reward_std. */
+Test(step_features, overflowing_rewards_are_named_by_the_guard) {
+    size_t R[4] = {3, 2, 4, 2};
+    ls_params *p = make_params(LS_TRAIN_FULL, LS_GRAD_DETACHED, 5);
+    ls_batch *b = make_batch(24, 4, R, 7);
+    const double rw[4] = {1e308, -1e308, 1e308, -1e308};
+    memcpy(b->rewards, rw, sizeof rw);
+    ls_step_options o = opts();
+    ls_step_result r;
+    step(p, b, NULL, &o, NULL, &r);
+    cr_expect(isfinite(r.loss) && isfinite(r.grad_norm), "loss %g, grad norm %g", r.loss, r.grad_norm);
+    double v = 0;
+    const char *got = ls_step_result_nonfinite(&r, &v);
+    cr_expect(got && !strcmp(got, "reward_std"), "named %s", got ? got : "nothing");
+    cr_expect(isinf(v), "reward_std %g", v);
+    ls_batch_free(b);
     K(ls_params_free)(p);
 }

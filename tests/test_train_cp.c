@@ -7,7 +7,8 @@
  * mpirun identical to the single-rank backend, the fault flags recorded and
  * detected (digests apart), usage refused on every rank, and a rank killed
  * mid-replay ending the job in bounded time with every rank's trace
- * readable.  The numerical CP checks are test_cp.c's. */
+ * readable, and the step guard's verdict taken by every rank alike.  The
+ * numerical CP checks are test_cp.c's. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
@@ -246,5 +247,43 @@ Test(train_cp, killed_rank_ends_the_job, .init = setup, .fini = teardown, .timeo
         cr_expect(!f->complete, "rank %d completed?", r);
         if (r == 1) cr_expect_geq(f->last_replay_begin, 0, "rank 1's trace shows the replay it died in");
         free(f);
+    }
+}
+
+/* The step guard under CP: step 2's rewards overflow their spread; every
+ * rank refuses the step (none updates, none waits in a collective), every
+ * rank's trace has the error event and one step's digests, every receipt
+ * says error, and the job ends cleanly with its manifest. */
+Test(train_cp, step_guard_agreed_on_every_rank, .init = setup, .fini = teardown, .timeout = 300) {
+    char path[300], args[2048];
+    snprintf(path, sizeof path, "%s/guard.jsonl", tmpdir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs("{\"prompt\":[10,20,30,40,50,60,70,80,90,100,110,120],\"responses\":[[1,2],[3,4,5]],"
+          "\"rewards\":[1,0]}\n"
+          "{\"prompt\":[10,20,30,40,50,60,70,80,90,100,110,120],\"responses\":[[1,2],[3,4],[5,6],[7,8]],"
+          "\"rewards\":[1e308,-1e308,1e308,-1e308]}\n",
+          f);
+    fclose(f);
+    snprintf(args, sizeof args, "--config %s --dtype f64 --rollouts %s --page-size 8 --quiet --out %s/guard", CFG,
+             path, tmpdir);
+    time_t t0 = time(NULL);
+    int rc = run_np(2, args);
+    cr_expect_neq(rc, 0, "the job must fail");
+    cr_expect_neq(rc, 124, "the job hung until timeout killed it");
+    cr_expect_lt(time(NULL) - t0, 60);
+    char *e = slurp("err.txt");
+    cr_expect(strstr(e, "step 2: reward_std is inf") != NULL, "%s", e);
+    free(e);
+    expect_manifest_ok("guard");
+    for (int r = 0; r < 2; r++) {
+        trace_facts *t = read_rank("guard", r, NULL);
+        cr_expect_eq(t->errors, 1, "rank %d: %d error events", r, t->errors);
+        cr_expect_eq(t->nd, 1, "rank %d: %zu trainable digests (only step 1 updates)", r, t->nd);
+        free(t);
+        ls_receipt *rec = receipt_of("guard", r);
+        cr_expect_eq(rec->status, LS_RECEIPT_ERROR, "rank %d", r);
+        cr_expect_eq(rec->steps, 1, "rank %d", r);
+        ls_receipt_free(rec);
     }
 }

@@ -6,15 +6,24 @@
  * its step and leaves the earlier steps' metrics and checkpoint valid, standard
  * input streams); per-step metrics agree with the trace; beta 0 skips the
  * reference; prefix-frozen steps are marked in every event and counted in
- * the receipt. */
+ * the receipt; the step guard stops a step whose figures overflow (rewards,
+ * the KL to supplied reference log-probs) before its update and checkpoint;
+ * an output that cannot be written whole (a file-size limit, a path that is
+ * a directory) fails the run naming the file and leaves no partial line or
+ * file. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
 #include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 
 #include "receipts/json_util.h"
 #include "receipts/manifest.h"
@@ -23,6 +32,7 @@
 #include "receipts/trace_reader.h"
 #include "receipts/trace_step_metrics.h"
 #include "test_tmpdir.h"
+#include "trainer/run_metrics.h"
 
 #define TRAIN LS_BINARY_DIR "/trainer/longstraw-train"
 #define CFG LS_SOURCE_DIR "/configs/hybrid-tiny.json"
@@ -40,6 +50,8 @@ typedef struct {
     int optimizer, metrics, captures, frozen_events, exact_events_of_frozen_steps;
     int frozen_step[64];       /* 1: the step's step_metrics says prefix_frozen */
     int64_t last_step;
+    int errors;                /* error events, the last one's message */
+    char error[512];
 } steps_seen;
 
 static int on_event(const ls_trace_event *ev, void *user) {
@@ -56,6 +68,8 @@ static int on_event(const ls_trace_event *ev, void *user) {
         s->metrics++;
         if (step >= 0 && step < 64) s->frozen_step[step] = ev->prefix_frozen;
     }
+    if (!strcmp(ev->ev, "error") && ++s->errors)
+        snprintf(s->error, sizeof s->error, "%s", cJSON_GetObjectItem(j, "message")->valuestring);
     if (ev->prefix_frozen) s->frozen_events++;
     if (step > s->last_step) s->last_step = step;
     return 0;
@@ -300,6 +314,89 @@ Test(train_loop, bad_rollouts_line_stops_before_its_step) {
     cr_expect_eq(run(a), 0, "%s", slurp("err.txt"));
 }
 
+/* The step guard.  A first group that trains, then one whose figures
+ * overflow although every number on the line is finite: rewards whose spread
+ * overflows (reward_std), or reference log-probs so far below the policy's
+ * that the summed KL overflows (loss_kl). */
+#define GUARD_PROMPT "\"prompt\":[10,20,30,40,50,60,70,80,90,100,110,120]"
+static const char *BAD_REWARDS = "{" GUARD_PROMPT ",\"responses\":[[1,2],[3,4],[5,6],[7,8]],"
+                                 "\"rewards\":[1e308,-1e308,1e308,-1e308]}\n";
+static const char *BAD_KL = "{" GUARD_PROMPT ",\"responses\":[[1,2,3],[4,5]],\"rewards\":[1,0],"
+                            "\"ref_logprobs\":[[-1.7e308,-1.7e308,-1],[-1,-1]]}\n";
+
+/* The bad group as step 2 of a run that checkpoints every step: exit 1
+ * naming the step and (want_field, unless NULL) the figure, the same in the
+ * trace's error event and the receipt (status error); step 1's optimizer
+ * step, metrics line and checkpoint only, that checkpoint byte for byte the
+ * one of a run of step 1 alone (the failed step changed no parameter). */
+static void expect_guarded(const char *tag, const char *bad, const char *dtype, const char *want_field) {
+    char a[2048], path[300], rd[300], mp[300], ck[300], ref[300], refp[300];
+    snprintf(path, sizeof path, "%s/g-%s-%s.jsonl", tmpdir, tag, dtype);
+    snprintf(refp, sizeof refp, "%s/g1-%s-%s.jsonl", tmpdir, tag, dtype);
+    snprintf(rd, sizeof rd, "%s/g-%s-%s", tmpdir, tag, dtype);
+    snprintf(mp, sizeof mp, "%s/g-%s-%s.metrics.jsonl", tmpdir, tag, dtype);
+    snprintf(ck, sizeof ck, "%s/g-%s-%s.safetensors", tmpdir, tag, dtype);
+    snprintf(ref, sizeof ref, "%s/g1-%s-%s.safetensors", tmpdir, tag, dtype);
+    write_lines(path, 1, bad);
+    write_lines(refp, 1, NULL);
+    snprintf(a, sizeof a, "--config %s --dtype %s --rollouts %s --out %s --metrics %s --save %s --save-every 1 --quiet",
+             CFG, dtype, path, rd, mp, ck);
+    int rc = run(a);
+    char *e = slurp("err.txt");
+    cr_expect_eq(rc, 1, "%s: exit %d: %s", dtype, rc, e);
+    if (want_field) {
+        char want[96];
+        snprintf(want, sizeof want, "step 2: %s is ", want_field);
+        cr_expect(strstr(e, want) && strstr(e, "no optimizer step"), "%s: stderr does not say '%s': %s", dtype, want, e);
+    }
+    free(e);
+    steps_seen S;
+    read_steps(rd, &S);
+    cr_expect_eq(S.optimizer, 1, "%s: the bad step took an optimizer step", dtype);
+    cr_expect_eq(S.metrics, 1);
+    cr_expect_eq(S.digest[1][0], 0, "%s: parameter digests after the bad step", dtype);
+    /* float32 also reports each non-finite activation norm of the bad step on its way */
+    cr_expect(want_field ? S.errors == 1 : S.errors >= 1, "%s: %d error events", dtype, S.errors);
+    cr_expect(strstr(S.error, "no optimizer step"), "%s: the last error event: %s", dtype, S.error);
+    if (want_field)
+        cr_expect(strstr(S.error, want_field) && strstr(S.error, "step 2"), "%s: the error event: %s", dtype, S.error);
+    ls_receipt *r = read_receipt(rd);
+    cr_expect_eq(r->status, LS_RECEIPT_ERROR);
+    cr_expect_eq(r->steps, 1);
+    ls_receipt_free(r);
+    ls_trace_step_metrics m[4];
+    cr_expect_eq(read_metrics(mp, m, 4), 1, "%s: metrics lines", dtype);
+    /* the checkpoint is step 1's: equal to a run of step 1 alone */
+    char rd1[310];
+    snprintf(rd1, sizeof rd1, "%s-step1", rd);
+    snprintf(a, sizeof a, "--config %s --dtype %s --rollouts %s --out %s --save %s --quiet", CFG, dtype, refp, rd1, ref);
+    cr_assert_eq(run(a), 0, "%s", slurp("err.txt"));
+    cr_expect(files_equal(ck, ref), "%s: the checkpoint is not step 1's", dtype);
+    steps_seen S1;
+    read_steps(rd1, &S1);
+    cr_expect_str_eq(S.digest[0], S1.digest[0], "%s: step 1's parameters differ from a run of step 1 alone", dtype);
+}
+
+Test(train_loop, step_guard_stops_overflowing_figures_before_the_update) {
+    expect_guarded("rewards", BAD_REWARDS, "f64", "reward_std");
+    expect_guarded("kl", BAD_KL, "f64", "loss_kl");
+    /* float32 rounds these to inf before the loss: finalize's check stops the step the same way */
+    expect_guarded("rewards", BAD_REWARDS, "f32", NULL);
+    /* a run of the bad group alone leaves no checkpoint at all */
+    char a[2048], path[300], ck[300];
+    snprintf(path, sizeof path, "%s/only-bad.jsonl", tmpdir);
+    snprintf(ck, sizeof ck, "%s/only-bad.safetensors", tmpdir);
+    FILE *f = fopen(path, "w");
+    fputs(BAD_KL, f);
+    fclose(f);
+    snprintf(a, sizeof a, "--config %s --dtype f64 --rollouts %s --out %s/only-bad --save %s --save-every 1 --quiet",
+             CFG, path, tmpdir, ck);
+    cr_expect_eq(run(a), 1, "%s", slurp("err.txt"));
+    FILE *c = fopen(ck, "rb");
+    cr_expect_null(c, "a checkpoint of the bad step exists");
+    if (c) fclose(c);
+}
+
 Test(train_loop, beta_zero_skips_the_reference_and_metrics_match) {
     char a[2048], rd[300], mp[300];
     /* metrics and plot inside the run directory: written before the manifest, digested by it */
@@ -365,4 +462,174 @@ Test(train_loop, prefix_frozen_steps_are_marked_everywhere) {
     /* refused where a stale state has no meaning */
     snprintf(a, sizeof a, COMMON " --prefix-frozen 2 --grad-mode full --out %s/x", tmpdir);
     expect_usage_error(a, "--prefix-frozen");
+}
+
+/* ---- outputs written whole or not at all ------------------------------ */
+
+/* longstraw-train from a shell with a file-size limit of `bytes` (POSIX
+ * ulimit -f counts 512-byte blocks) that ignores SIGXFSZ: a write past the
+ * limit is cut short at it, the next one fails with EFBIG. */
+static int run_limited(long bytes, const char *args) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "ulimit -f %ld && trap '' XFSZ && exec %s %s >%s/out.txt 2>%s/err.txt", bytes / 512,
+             TRAIN, args, tmpdir, tmpdir);
+    int st = system(cmd);
+    cr_assert(WIFEXITED(st), "%s did not exit normally", cmd);
+    return WEXITSTATUS(st);
+}
+
+static long file_size(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+/* The lines of a JSONL file, each asserted whole: newline-terminated and
+ * parsing as JSON.  -1 when the file is missing. */
+static int whole_json_lines(const char *path) {
+    char *text = NULL, err[256];
+    size_t n = 0;
+    if (file_size(path) < 0) return -1;
+    cr_assert_eq(ls_json_read_bytes_capped(path, 1 << 20, &text, &n, err, sizeof err), LS_OK, "%s", err);
+    int lines = 0;
+    for (size_t b = 0; b < n; lines++) {
+        char *nl = memchr(text + b, '\n', n - b);
+        cr_assert(nl, "%s: line %d has no newline (a partial line): %.*s", path, lines + 1, (int)(n - b), text + b);
+        *nl = 0;
+        cJSON *j = cJSON_Parse(text + b);
+        cr_expect(j, "%s: line %d is not JSON: %s", path, lines + 1, text + b);
+        cJSON_Delete(j);
+        b = (size_t)(nl - text) + 1;
+    }
+    free(text);
+    return lines;
+}
+
+/* A temporary file of an atomic write of base left in its directory. */
+static int temp_left(const char *base) {
+    char dir[300], prefix[300];
+    snprintf(dir, sizeof dir, "%s", base);
+    char *slash = strrchr(dir, '/');
+    cr_assert(slash);
+    snprintf(prefix, sizeof prefix, "%s.tmp.", slash + 1);
+    *slash = 0;
+    DIR *d = opendir(dir);
+    cr_assert(d, "%s", dir);
+    int found = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) found |= !strncmp(e->d_name, prefix, strlen(prefix));
+    closedir(d);
+    return found;
+}
+
+/* The metrics writer under a real file-size limit: whole lines go in; the
+ * line that crosses the limit is cut short by the kernel, then refused
+ * (EFBIG), and the file is truncated back to the lines before it and
+ * closed; a line refused at its first byte leaves the file as it was. */
+Test(train_loop, metrics_lines_are_whole_or_absent) {
+    char path[300], err[1024];
+    const char *line = "{\"step\":1234567890123}"; /* 22 bytes, 23 with its newline */
+    struct rlimit old, lim;
+    cr_assert_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, SIG_IGN);
+    for (int k = 0; k < 2; k++) {
+        /* the limit 10 bytes into the third line, or exactly at its start */
+        rlim_t limit = k == 0 ? 2 * 23 + 10 : 2 * 23;
+        snprintf(path, sizeof path, "%s/whole%d.jsonl", tmpdir, k);
+        ls_run_metrics_sink m = {0};
+        cr_assert_eq(ls_run_metrics_open(&m, path, err, sizeof err), LS_OK, "%s", err);
+        lim = old;
+        lim.rlim_cur = limit;
+        cr_assert_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+        ls_status st[3];
+        for (int i = 0; i < 3; i++) st[i] = ls_run_metrics_append(&m, line, strlen(line), err, sizeof err);
+        ls_status after = ls_run_metrics_append(&m, line, strlen(line), err + 512, sizeof err - 512);
+        cr_assert_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
+        cr_expect(st[0] == LS_OK && st[1] == LS_OK, "limit %d: the first two lines: %s", (int)limit, err);
+        cr_expect_eq(st[2], LS_ERR_IO, "limit %d: the line past the limit was accepted", (int)limit);
+        cr_expect(strstr(err, path) && strstr(err, strerror(EFBIG)), "limit %d: the message: %s", (int)limit, err);
+        cr_expect(strstr(err, k == 0 ? "after 10 of its 23 bytes" : "after 0 of its 23 bytes"),
+                  "limit %d: the message: %s", (int)limit, err);
+        cr_expect(!m.open, "the file is closed after a failed line");
+        cr_expect_eq(after, LS_OK, "a closed sink writes nothing");
+        cr_expect_eq(file_size(path), 2 * 23, "limit %d: %ld bytes: a partial line stayed", (int)limit,
+                     file_size(path));
+        cr_expect_eq(whole_json_lines(path), 2);
+        cr_expect_eq(ls_run_metrics_close(&m, err, sizeof err), LS_OK);
+    }
+    signal(SIGXFSZ, SIG_DFL);
+}
+
+/* A run stops, naming the file, when one of its outputs cannot be written
+ * whole; no partial output stays behind. */
+Test(train_loop, outputs_that_cannot_be_written_whole_fail_the_run) {
+    char a[2048], path[300], rd[300], mp[300], out[300];
+    snprintf(path, sizeof path, "%s/r.jsonl", tmpdir);
+    write_lines(path, 2, NULL);
+    /* the trace outgrows 8 KiB first (the metrics file is a few hundred bytes a step): the run stops naming it */
+    snprintf(rd, sizeof rd, "%s/trace", tmpdir);
+    snprintf(mp, sizeof mp, "%s/trace.metrics.jsonl", tmpdir);
+    snprintf(a, sizeof a, "--config %s --rollouts %s --out %s --metrics %s --quiet", CFG, path, rd, mp);
+    int rc = run_limited(8192, a);
+    char *e = slurp("err.txt");
+    cr_expect_eq(rc, 1, "trace: exit %d: %s", rc, e);
+    cr_expect(strstr(e, "trace: ") && strstr(e, "events.jsonl.zst") && strstr(e, strerror(EFBIG)),
+              "trace: stderr does not name the file and the cause: %s", e);
+    free(e);
+    cr_expect_geq(whole_json_lines(mp), 0);
+    ls_receipt *r = read_receipt(rd);
+    cr_expect_eq(r->status, LS_RECEIPT_ERROR);
+    cr_expect(r->error_message && strstr(r->error_message, "events.jsonl.zst"), "the receipt's error: %s",
+              r->error_message ? r->error_message : "(none)");
+    ls_receipt_free(r);
+    /* checkpoints (2 MB) past 64 KiB: --save-every's at step 1, --save's at the end, --save-init's before the
+       steps, the gradient dump's after step 1's gradients */
+    static const struct {
+        const char *name, *opts;
+        int metrics_lines; /* whole lines before the run stopped */
+    } cases[] = {
+        {"every", "--save-every 1 --save", 1},
+        {"end", "--save", 2},
+        {"init", "--save-init", 0},
+        {"grads", "--dump-grads", 0},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        snprintf(rd, sizeof rd, "%s/%s", tmpdir, cases[k].name);
+        snprintf(mp, sizeof mp, "%s/%s.metrics.jsonl", tmpdir, cases[k].name);
+        snprintf(out, sizeof out, "%s/%s.safetensors", tmpdir, cases[k].name);
+        snprintf(a, sizeof a, "--config %s --rollouts %s --out %s --metrics %s %s %s --quiet", CFG, path, rd, mp,
+                 cases[k].opts, out);
+        rc = run_limited(64 << 10, a);
+        e = slurp("err.txt");
+        cr_expect_eq(rc, 1, "%s: exit %d: %s", cases[k].name, rc, e);
+        cr_expect(strstr(e, out) && strstr(e, strerror(EFBIG)), "%s: stderr does not name %s: %s", cases[k].name,
+                  out, e);
+        free(e);
+        cr_expect_eq(file_size(out), -1, "%s: %s exists", cases[k].name, out);
+        cr_expect(!temp_left(out), "%s: a temporary file of %s is left", cases[k].name, out);
+        cr_expect_eq(whole_json_lines(mp), cases[k].metrics_lines, "%s: metrics lines", cases[k].name);
+        steps_seen S;
+        read_steps(rd, &S);
+        cr_expect(S.errors == 1 && strstr(S.error, out), "%s: %d error events, the last: %s", cases[k].name,
+                  S.errors, S.error);
+        cr_expect_eq(S.metrics, cases[k].metrics_lines, "%s", cases[k].name);
+        r = read_receipt(rd);
+        cr_expect_eq(r->status, LS_RECEIPT_ERROR, "%s", cases[k].name);
+        ls_receipt_free(r);
+    }
+    /* a path that is a directory: the plot's rename fails after the steps; nothing is left in its place */
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/plot.svg", tmpdir);
+    cr_assert_eq(mkdir(dir, 0777), 0);
+    snprintf(rd, sizeof rd, "%s/plot", tmpdir);
+    snprintf(mp, sizeof mp, "%s/plot.metrics.jsonl", tmpdir);
+    snprintf(a, sizeof a, "--config %s --rollouts %s --out %s --metrics %s --plot %s --quiet", CFG, path, rd, mp, dir);
+    rc = run(a);
+    e = slurp("err.txt");
+    cr_expect_eq(rc, 1, "plot: exit %d: %s", rc, e);
+    cr_expect(strstr(e, "--plot") && strstr(e, dir), "plot: stderr does not name %s: %s", dir, e);
+    free(e);
+    cr_expect(!temp_left(dir), "plot: a temporary file is left");
+    steps_seen S;
+    read_steps(rd, &S);
+    cr_expect(S.errors == 1 && strstr(S.error, "--plot"), "plot: %d error events, the last: %s", S.errors, S.error);
+    cr_expect_eq(whole_json_lines(mp), 2);
 }

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -14,20 +15,61 @@
 #include "trainer/metrics_plot.h"
 
 ls_status ls_run_metrics_open(ls_run_metrics_sink *m, const char *path, char *err, size_t err_len) {
-    m->path = path;
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0666);
-    if (fd < 0 || !(m->f = fdopen(fd, "w"))) {
+    *m = (ls_run_metrics_sink){.path = path, .fd = -1};
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0) {
         snprintf(err, err_len, "%s: %s%s", path, strerror(errno),
                  errno == EEXIST ? " (metrics files are never overwritten)" : "");
-        if (fd >= 0) close(fd);
         return LS_ERR_IO;
     }
+    m->fd = fd;
+    m->open = 1;
     return LS_OK;
 }
 
-void ls_run_metrics_close(ls_run_metrics_sink *m) {
-    if (m->f && fclose(m->f) != 0) fprintf(stderr, "longstraw-train: --metrics: %s: %s\n", m->path, strerror(errno));
-    m->f = NULL;
+ls_status ls_run_metrics_close(ls_run_metrics_sink *m, char *err, size_t err_len) {
+    if (!m->open) return LS_OK;
+    m->open = 0;
+    if (close(m->fd) == 0) return LS_OK;
+    if (err && err_len) snprintf(err, err_len, "%s: closing the metrics file failed: %s", m->path, strerror(errno));
+    return LS_ERR_IO;
+}
+
+ls_status ls_run_metrics_append(ls_run_metrics_sink *m, const char *text, size_t len, char *err, size_t err_len) {
+    if (!m->open) return LS_OK;
+    char *line = ls_mem_alloc(LS_MEM_SCRATCH, len + 1);
+    if (!line) {
+        snprintf(err, err_len, "%s: out of memory for a line of %zu bytes", m->path, len + 1);
+        return LS_ERR_NOMEM;
+    }
+    memcpy(line, text, len);
+    line[len] = '\n';
+    size_t done = 0;
+    int why = 0;
+    while (done <= len) {
+        ssize_t k = write(m->fd, line + done, len + 1 - done);
+        if (k > 0) done += (size_t)k;
+        else if (k < 0 && errno == EINTR) continue;
+        else {
+            why = k < 0 ? errno : EIO; /* a write of nothing: no progress is possible */
+            break;
+        }
+    }
+    ls_mem_free(line);
+    if (done == len + 1) {
+        m->end += (int64_t)done;
+        return LS_OK;
+    }
+    /* no partial line stays behind: back to the end of the last whole line */
+    char undo[160] = "";
+    if (done > 0 && ftruncate(m->fd, (off_t)m->end) != 0)
+        snprintf(undo, sizeof undo, "; truncating it back to %lld bytes failed too (%s): its last line is partial",
+                 (long long)m->end, strerror(errno));
+    snprintf(err, err_len, "%s: writing a line failed after %zu of its %zu bytes: %s%s", m->path, done, len + 1,
+             strerror(why), undo);
+    close(m->fd);
+    m->open = 0;
+    return LS_ERR_IO;
 }
 
 static void fill(ls_trace_step_metrics *t, const ls_train_args *a, int64_t s, ls_objective_kind objective,
@@ -67,32 +109,37 @@ static void stderr_line(ls_run_obs *ob, const ls_trace_step_metrics *t, int64_t 
     ls_run_obs_print(ob, line);
 }
 
-void ls_run_metrics_emit(ls_run_metrics_sink *m, ls_run_obs *ob, const ls_train_args *a, int64_t s,
-                         ls_objective_kind objective, const ls_step_result *res, int64_t step_wall_ns) {
+ls_status ls_run_metrics_emit(ls_run_metrics_sink *m, ls_run_obs *ob, const ls_train_args *a, int64_t s,
+                              ls_objective_kind objective, const ls_step_result *res, int64_t step_wall_ns,
+                              char *err, size_t err_len) {
     ls_trace_step_metrics t;
     fill(&t, a, s, objective, res, step_wall_ns);
     ls_run_obs_note(ob, ls_trace_emit_step_metrics(ob->w, &t));
     if (!ob->quiet) stderr_line(ob, &t, ob->steps_total); /* quiet: --quiet, or a rank other than 0 */
-    if (!m->f) return;
+    if (!m->open) return LS_OK;
     cJSON *o = NULL;
-    char *text = NULL, why[128];
+    char *text = NULL, why[1024] = "";
     size_t len = 0;
     ls_status st = ls_trace_step_metrics_to_json(&t, &o);
-    /* one line, keys sorted, every number exact */
-    if (st == LS_OK) st = ls_json_print_canonical(o, &text, &len, why, sizeof why);
-    /* one write per line: a killed run leaves whole lines */
-    if (st == LS_OK && (fprintf(m->f, "%s\n", text) < 0 || fflush(m->f) != 0)) st = LS_ERR_IO;
+    if (st != LS_OK) ls_trace_step_metrics_check(&t, why, sizeof why); /* names the field */
+    else if ((st = ls_json_print_canonical(o, &text, &len, why, sizeof why)) == LS_OK) /* keys sorted, numbers exact */
+        st = ls_run_metrics_append(m, text, len, why, sizeof why);
     if (st != LS_OK) {
-        fprintf(stderr, "longstraw-train: --metrics: %s: step %lld not written (%s); the file stops here\n", m->path,
-                (long long)s + 1, ls_status_str(st));
-        fclose(m->f);
-        m->f = NULL;
+        if (!why[0]) snprintf(why, sizeof why, "%s", ls_status_str(st));
+        snprintf(err, err_len, "--metrics: step %lld not written: %s; the file ends at the step before", (long long)s + 1,
+                 why);
+        if (m->open) { /* the line was never begun: the file is whole, but it stops here */
+            close(m->fd);
+            m->open = 0;
+        }
     }
     free(text);
     cJSON_Delete(o);
+    return st;
 }
 
-int ls_run_metrics_plot(const char *metrics_path, const char *svg_path, int has_parts, const char *title) {
+ls_status ls_run_metrics_plot(const char *metrics_path, const char *svg_path, int has_parts, const char *title,
+                              char *err, size_t err_len) {
     const char *all[4] = {"reward_mean", "reward_retrieval", "reward_format", "kl_mean"};
     const char *few[2] = {"reward_mean", "kl_mean"};
     const char *const *names = has_parts ? all : few;
@@ -100,13 +147,12 @@ int ls_run_metrics_plot(const char *metrics_path, const char *svg_path, int has_
     unsigned char right[4] = {0, 0, 0, 0};
     right[n - 1] = 1;
     ls_metrics_table t = {0};
-    char err[1024], *svg = NULL;
+    char *svg = NULL;
     size_t len = 0;
-    ls_status st = ls_metrics_read(&t, metrics_path, 0, names, n, err, sizeof err);
-    if (st == LS_OK) st = ls_plot_svg(&t, names, right, title, &svg, &len, err, sizeof err);
-    if (st == LS_OK) st = ls_atomic_write(svg_path, svg, len, err, sizeof err);
-    if (st != LS_OK) fprintf(stderr, "longstraw-train: --plot: %s\n", err);
+    ls_status st = ls_metrics_read(&t, metrics_path, 0, names, n, err, err_len);
+    if (st == LS_OK) st = ls_plot_svg(&t, names, right, title, &svg, &len, err, err_len);
+    if (st == LS_OK) st = ls_atomic_write(svg_path, svg, len, err, err_len);
     ls_mem_free(svg);
     ls_metrics_table_free(&t);
-    return st == LS_OK ? 0 : 1;
+    return st;
 }

@@ -35,7 +35,9 @@ static int phase_index(const char *ph) {
 }
 
 void ls_run_obs_note(ls_run_obs *o, ls_status st) {
-    if (st != LS_OK && o->emit_err == LS_OK) o->emit_err = st;
+    if (st == LS_OK || o->emit_err != LS_OK) return;
+    o->emit_err = st;
+    snprintf(o->emit_msg, sizeof o->emit_msg, "%s", ls_trace_writer_last_error(o->w));
 }
 
 void ls_run_obs_init(ls_run_obs *o, ls_trace_writer *w, const ls_model_config *cfg, int quiet) {

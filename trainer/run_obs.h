@@ -21,6 +21,7 @@ typedef struct {
     int64_t phase_t0, last_print;
     int line_open;            /* a progress line without its newline is on the terminal */
     ls_status emit_err;       /* the first trace write failure */
+    char emit_msg[512];       /* ... the writer's message about it (names the file) */
     int kill_phase;           /* fault injection: LS_PHASE_* where this rank SIGKILLs itself (-1: never) */
     int kill_layer;           /* ... after its first layer_end of this layer in that phase (INT_MIN: as it begins) */
 } ls_run_obs;
@@ -37,7 +38,8 @@ ls_step_observer ls_run_obs_observer(ls_run_obs *o);
 /* Phase bracket for phases the trainer runs itself (the optimizer). */
 void ls_run_obs_begin(ls_run_obs *o, const char *phase);
 void ls_run_obs_end(ls_run_obs *o, const char *phase, int64_t wall_ns, int ok);
-/* Record a trace write status (the first failure is kept). */
+/* Record a trace write status (the first failure is kept, with the
+ * writer's message in emit_msg). */
 void ls_run_obs_note(ls_run_obs *o, ls_status st);
 /* Print one line of text on stderr, ending any open progress line first. */
 void ls_run_obs_print(ls_run_obs *o, const char *line);

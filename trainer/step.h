@@ -1,7 +1,8 @@
 /* step.h - one GRPO training step on one rank or context-parallel: the
  * LongStraw transaction (DESIGN.md §3) and the naive reference strategy,
  * for any family (the model is reached through p->fam, family.h).
- * Numeric (compiled per real type).
+ * Numeric (compiled per real type), apart from ls_step_options_defaults
+ * (step_options.c) and ls_step_result_nonfinite (step_result.c).
  *
  * ls_step_grads runs capture, rollout (when the batch has no responses),
  * score, replay and, in `full` mode, the prompt backward, leaving the
@@ -109,6 +110,15 @@ ls_status LS_K(ls_step_grads)(ls_params *p, ls_batch *b, const ls_task *task, co
 ls_status LS_K(ls_step_grads_prefix)(ls_params *p, ls_batch *b, const ls_task *task, const ls_step_options *o,
                                      const ls_step_observer *obs, ls_step_prefix *pf, ls_step_result *res,
                                      char *err, size_t err_len);
+/* The step guard (dtype-independent): the first figure of r that goes into
+ * the step_metrics event and is not finite, in the event's order (reward
+ * mean/std/min/max, the reward parts only with has_reward_parts, advantage
+ * mean/std, loss, loss_policy, loss_kl, kl_mean, clip_fraction, ratio
+ * min/mean/max, response_len_mean, grad_norm).  Returns its name (a static
+ * string, "reward_std") with its value in *value (value may be NULL), or
+ * NULL when all are finite.  A step with such a figure takes no optimizer
+ * step: its record could not be written. */
+const char *ls_step_result_nonfinite(const ls_step_result *r, double *value);
 /* One AdamW step over every trainable tensor (step counts from 1). */
 void LS_K(ls_step_optimizer)(ls_params *p, const ls_step_options *o, int64_t step);
 

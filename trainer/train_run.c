@@ -47,6 +47,7 @@ typedef struct {
     ls_comm *comm;          /* a->comm (single-rank when main gave none) */
     int rank, world;
     int in_step_failure;    /* a step failed inside its collectives: the job must be aborted */
+    int trace_reported;     /* the trace's failure is already on stderr and in err */
     uint64_t grad_disagreements; /* steps whose finalize digest check found ranks apart */
     char err[2048], run_id[64], trace_path[4096], events_rel[64];
 } run;
@@ -73,6 +74,27 @@ static int agree_rc(run *r, int rc, const char *purpose) {
         r->fail_st = LS_ERR_ARG;
     }
     return (int)v;
+}
+
+/* A failure once the trace is open: r->err (prefixed with `what`) as an
+ * error event, on stderr and as the receipt's error.  Returns rc. */
+static int fail_event(run *r, int rc, ls_status st, const char *what) {
+    if (what[0]) {
+        char msg[sizeof r->err];
+        snprintf(msg, sizeof msg, "%s%.1900s", what, r->err);
+        memcpy(r->err, msg, sizeof msg);
+    }
+    ls_run_obs_note(&r->ob, ls_trace_emit_error(r->ob.w, st, r->err));
+    return fail(r, rc, st, "", r->err);
+}
+
+/* The trace could not be written (the first failure, named by the
+ * writer): the run stops, with rc.  The writer refuses every event after
+ * its first failure, so none records this. */
+static int fail_trace(run *r, int rc) {
+    snprintf(r->err, sizeof r->err, "trace: %s", r->ob.emit_msg[0] ? r->ob.emit_msg : ls_status_str(r->ob.emit_err));
+    r->trace_reported = 1;
+    return fail(r, rc, r->ob.emit_err, "", r->err);
 }
 
 /* Parameters: checked against the plan, initialised, then --load or --resume. */
@@ -163,13 +185,14 @@ static int open_outputs(run *r) {
     if (r->world > 1) ls_comm_set_trace(r->comm, w);
     int bad = a->metrics && r->rank == 0 && ls_run_metrics_open(&r->ms, a->metrics, r->err, sizeof r->err) != LS_OK;
     if (agree_rc(r, bad ? 2 : 0, "open_outputs") != 0) return fail(r, 2, LS_ERR_IO, bad ? "--metrics: " : "", r->err);
-    if (r->rank == 0 && a->save_init && (st = LS_K(ls_params_save)(r->p, LS_PARAMS_WEIGHTS, a->save_init, r->err, sizeof r->err)) != LS_OK) {
-        ls_trace_emit_error(w, st, r->err);
-        return fail(r, 1, st, "--save-init: ", r->err);
-    }
+    if (r->rank == 0 && a->save_init &&
+        (st = LS_K(ls_params_save)(r->p, LS_PARAMS_WEIGHTS, a->save_init, r->err, sizeof r->err)) != LS_OK)
+        return fail_event(r, 1, st, "--save-init: ");
     return 0;
 }
 
+/* --save's checkpoint after steps_total steps (rank 0; written whole or
+ * not at all); a failure is an error event and on stderr. */
 static ls_status save_checkpoint(run *r, int64_t steps_total) {
     if (r->rank != 0) return LS_OK; /* every rank holds the same parameters (the digests say so) */
     ls_checkpoint_info info = {.step = steps_total, .seed = r->seed, .lr = r->a->step.lr,
@@ -177,7 +200,7 @@ static ls_status save_checkpoint(run *r, int64_t steps_total) {
                                .weight_decay = r->a->step.weight_decay};
     snprintf(info.rng_scheme, sizeof info.rng_scheme, "%s", LS_CHECKPOINT_RNG_SCHEME);
     ls_status st = LS_K(ls_checkpoint_save)(r->p, &info, r->a->save, r->err, sizeof r->err);
-    if (st != LS_OK) fprintf(stderr, "longstraw-train: --save: %s\n", r->err);
+    if (st != LS_OK) fail_event(r, 1, st, "--save: ");
     return st;
 }
 
@@ -187,10 +210,10 @@ static ls_status first_step_dumps(run *r) {
     ls_status st = LS_OK;
     if (r->rank != 0) return LS_OK; /* rank 0's dumps: finalize leaves every rank the same gradients */
     if (a->dump_batch && (st = ls_batch_write_dump(r->in.b, &a->cfg, &a->obj, a->dump_batch, r->err, sizeof r->err)) != LS_OK)
-        fprintf(stderr, "longstraw-train: --dump-batch: %s\n", r->err);
+        fail_event(r, 1, st, "--dump-batch: ");
     else if (a->dump_grads &&
              (st = LS_K(ls_params_save)(r->p, LS_PARAMS_TRAINABLE_GRADS, a->dump_grads, r->err, sizeof r->err)) != LS_OK)
-        fprintf(stderr, "longstraw-train: --dump-grads: %s\n", r->err);
+        fail_event(r, 1, st, "--dump-grads: ");
     return st;
 }
 
@@ -224,9 +247,33 @@ static ls_status note_frozen(run *r, int64_t s) {
     return LS_OK;
 }
 
-/* One step, global index s: its gradients, dumps, update, metrics and
- * checkpoint.  0, 1 (the step failed) or 2 (its memory plan is above the
- * budget). */
+/* The step guard, after the step's gradients and before anything is
+ * written or updated: every figure of the step's record (the loss, its
+ * parts and every step_metrics figure the step computed) finite, and the
+ * step's events written, on every rank; otherwise the step stops: an error
+ * event naming the figure (the trace's own failure on stderr), no optimizer
+ * step, no checkpoint.  The verdict is agreed, so that no rank updates its
+ * parameters while another refuses (and none waits in a collective).  0 or
+ * 1. */
+static int step_guard(run *r, int64_t s) {
+    double v = 0;
+    const char *bad = ls_step_result_nonfinite(&r->res, &v);
+    int trace_bad = r->ob.emit_err != LS_OK;
+    if (bad) snprintf(r->err, sizeof r->err, "step %lld: %s is %g: no optimizer step", (long long)s + 1, bad, v);
+    if (agree_rc(r, bad || trace_bad, "step_guard") == 0) return 0;
+    if (r->in_step_failure)
+        snprintf(r->err, sizeof r->err, "step %lld: the ranks could not agree on the step guard: %s", (long long)s + 1,
+                 ls_comm_last_error(r->comm));
+    else if (!bad && trace_bad)
+        return fail_trace(r, 1);
+    else if (!bad) /* as agree_rc says it: the cause is in that rank's trace and receipt */
+        snprintf(r->err, sizeof r->err, "step %lld: another rank stopped the step: no optimizer step", (long long)s + 1);
+    return fail_event(r, 1, bad ? LS_ERR_NONFINITE : r->in_step_failure ? LS_ERR_MPI : LS_ERR_ARG, "");
+}
+
+/* One step, global index s: its gradients, the guard, dumps, update,
+ * metrics and checkpoint.  0, 1 (the step failed, or an output of it could
+ * not be written whole) or 2 (its memory plan is above the budget). */
 static int one_step(run *r, int64_t s, int first) {
     const ls_train_args *a = r->a;
     ls_trace_writer *w = r->ob.w;
@@ -261,17 +308,15 @@ static int one_step(run *r, int64_t s, int first) {
         r->in_step_failure = r->world > 1; /* the other ranks may wait in a collective */
         return fail(r, 1, st, "step: ", r->err);
     }
+    int rc = step_guard(r, s);
+    if (rc != 0) return rc;
     if (r->res.cp_world > 1 && !r->res.grads_agree) {
         r->grad_disagreements++;
         if (r->rank == 0)
             fprintf(stderr, "longstraw-train: step %lld: the ranks' finalized gradients differ (digest check)\n",
                     (long long)s + 1);
     }
-    if (first && (st = first_step_dumps(r)) != LS_OK) {
-        ls_trace_emit_error(w, st, r->err);
-        r->fail_st = st;
-        return 1;
-    }
+    if (first && first_step_dumps(r) != LS_OK) return 1;
     int64_t t0 = ls_run_now_ns();
     ls_run_obs_begin(&r->ob, "optimizer");
     LS_K(ls_step_optimizer)(r->p, &a->step, s + 1);
@@ -285,13 +330,13 @@ static int one_step(run *r, int64_t s, int first) {
         snprintf(r->err, sizeof r->err, "cannot record the prefix-frozen steps: %s", ls_status_str(LS_ERR_NOMEM));
         return fail(r, 1, LS_ERR_NOMEM, "", r->err);
     }
-    ls_run_metrics_emit(&r->ms, &r->ob, a, s, so.objective, &r->res, ls_run_now_ns() - t_step);
+    st = ls_run_metrics_emit(&r->ms, &r->ob, a, s, so.objective, &r->res, ls_run_now_ns() - t_step, r->err,
+                             sizeof r->err);
     ls_trace_writer_set_prefix_frozen(w, 0);
-    if (a->save_every && (s + 1 - r->step0) % a->save_every == 0 && (st = save_checkpoint(r, s + 1)) != LS_OK) {
-        ls_trace_emit_error(w, st, r->err);
-        r->fail_st = st;
-        return 1;
-    }
+    /* a step whose record could not be written whole is not checkpointed: the run stops */
+    if (st != LS_OK) return fail_event(r, 1, st, "");
+    if (r->ob.emit_err != LS_OK) return fail_trace(r, 1);
+    if (a->save_every && (s + 1 - r->step0) % a->save_every == 0 && save_checkpoint(r, s + 1) != LS_OK) return 1;
     return 0;
 }
 
@@ -334,9 +379,9 @@ static cJSON *rank_state_json(const run *r) {
  * the summary when everything worked.  After a failure inside a step's
  * collectives only the receipt: the caller aborts the job. */
 static int close_run(run *r, int rc, uint64_t start_unix) {
-    if (r->ob.emit_err != LS_OK) {
-        fprintf(stderr, "longstraw-train: trace: %s\n", ls_trace_writer_last_error(r->ob.w));
-        rc = 1;
+    if (r->ob.emit_err != LS_OK && !r->trace_reported) { /* the receipt keeps an earlier failure's message */
+        if (rc == 0) rc = fail_trace(r, 1);
+        else fprintf(stderr, "longstraw-train: trace: %s\n", r->ob.emit_msg);
     }
     int64_t n_events = ls_trace_writer_seq(r->ob.w);
     if (rc == 0) ls_run_obs_note(&r->ob, ls_trace_emit_rank_complete(r->ob.w, (int64_t)r->steps_done)), n_events++;
@@ -425,19 +470,28 @@ int LS_K(ls_train_run)(const ls_train_args *a) {
     }
     if (!r.in_step_failure) {
         if (rc == 0 && a->save && save_checkpoint(&r, r.step0 + (int64_t)r.steps_done) != LS_OK) rc = 1;
+        char cerr[1200]; /* the metrics file complete before it is drawn and digested */
+        if (ls_run_metrics_close(&r.ms, cerr, sizeof cerr) != LS_OK) {
+            if (rc == 0) {
+                snprintf(r.err, sizeof r.err, "--metrics: %s", cerr);
+                rc = fail_event(&r, 1, LS_ERR_IO, "");
+            } else {
+                fprintf(stderr, "longstraw-train: --metrics: %s\n", cerr);
+            }
+        }
         rc = agree_rc(&r, rc, "save_status");
     }
-    ls_run_metrics_close(&r.ms); /* complete before it is drawn and digested */
     if (rc == 0 && a->plot && r.rank == 0) {
         char title[256];
         snprintf(title, sizeof title, "%.100s, P=%zu, G=%zu: reward and KL per step", a->config_path, r.in.P, r.in.G);
-        rc = ls_run_metrics_plot(a->metrics, a->plot, !a->rollouts, title);
+        ls_status st = ls_run_metrics_plot(a->metrics, a->plot, !a->rollouts, title, r.err, sizeof r.err);
+        if (st != LS_OK) rc = fail_event(&r, 1, st, "--plot: ");
     }
     rc = close_run(&r, rc, start_unix);
     if (r.in_step_failure) /* a rank failed inside a step: end every rank of the job, never a hang */
         ls_comm_abort(r.comm, rc ? rc : 1);
 done:
-    ls_run_metrics_close(&r.ms);
+    ls_run_metrics_close(&r.ms, NULL, 0); /* after a failure: its own failure is moot */
     ls_mem_free(r.frozen_idx);
     LS_K(ls_step_prefix_free)(&r.pf);
     ls_run_input_close(&r.in);
