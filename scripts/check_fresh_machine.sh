@@ -14,7 +14,8 @@
 #                     "## The two commands" block, not written here
 #   --dir DIR         work directory (default: a new one under /var/tmp);
 #                     must be empty or absent
-#   --keep            leave the roots behind (default: removed at the end)
+#   --keep            leave the roots behind (default: removed at the end; a failed
+#                     command's root and the logs are always kept)
 #   --cache DIR       debootstrap's download cache (by hand, to save the base
 #                     system's download; the roots are still built anew)
 #   --env VAR=VALUE   pass VAR into the root's environment (repeatable); by
@@ -175,7 +176,8 @@ for w in "${WHICH[@]}"; do
   RC[$w]=$?
   set -e
   TIME[$w]=$((SECONDS - t0))
-  if [ "$KEEP" != 1 ]; then rm -rf --one-file-system "$WORK/root-$w"; fi
+  # a failed command's root stays for inspection (the work directory is kept then)
+  if [ "$KEEP" != 1 ] && [ "${RC[$w]}" = 0 ]; then rm -rf --one-file-system "$WORK/root-$w"; fi
 done
 
 status=0
