@@ -14,7 +14,7 @@ static const char *LEVEL_NAMES[5] = {"none", "execution capacity", "response-ope
 /* "verified by key 1a2b3c4d5e6f7a8b...", "not checked (no --key)", ... */
 static void sig_line(char *buf, size_t cap, int status, bool checked, bool present, const char *keyid,
                      const char *opt, const char *detail) {
-    if (!checked) snprintf(buf, cap, "not checked (no %s)", opt);
+    if (!checked) snprintf(buf, cap, "unauthenticated (no %s: anyone who can write it could have)", opt);
     else if (status == LS_OK) snprintf(buf, cap, "verified by key %.16s...", keyid);
     else if (!present) snprintf(buf, cap, "UNSIGNED (no envelope)");
     else snprintf(buf, cap, "INVALID (%.160s)", detail);

@@ -37,7 +37,7 @@ if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
   foreach(t ${LS_PARITY_TESTS})
     target_compile_definitions(${t} PRIVATE LS_MPIEXEC="${MPIEXEC_EXECUTABLE}"
       LS_MPIRUN_FLAGS="${LS_MPIRUN_FLAGS_STR}" LS_LSAN_SUPP="${CMAKE_CURRENT_SOURCE_DIR}/comm_lsan.supp")
-    add_dependencies(${t} longstraw-train longstraw-parity longstraw-audit)
+    add_dependencies(${t} longstraw-train longstraw-parity longstraw-audit longstraw-sign)
     if(NOT LS_SANITIZE)
       set_tests_properties(${t} PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")
     endif()

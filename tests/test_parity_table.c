@@ -24,6 +24,8 @@
 
 #define TRAIN LS_BINARY_DIR "/trainer/longstraw-train"
 #define AUDIT LS_BINARY_DIR "/audit/longstraw-audit"
+#define SIGN LS_BINARY_DIR "/receipts/longstraw-sign"
+#define PARITY LS_BINARY_DIR "/parity/longstraw-parity"
 #define CFG LS_SOURCE_DIR "/configs/hybrid-tiny.json"
 #define REPORT LS_BINARY_DIR "/tests/parity-fixture/parity.json"
 #define REPORT_MLA LS_BINARY_DIR "/tests/parity-fixture-mla/parity.json"
@@ -211,4 +213,37 @@ Test(parity_table, runs_outside_the_reports_coverage, .init = setup, .fini = tea
                   "%s: parity.coverage does not name %s (%s/%s-audit.txt)", cases[i].name, cases[i].field, tmpdir,
                   cases[i].name);
     }
+}
+
+/* The honest path for a model the fixture report does not cover (no grouped-query attention, 4 layers,
+ * conv kernel 3): the CI recipe train, longstraw-parity --like the run, audit.  Against the fixture
+ * report the run is outside (attn_kv_heads named); against its own --like report, signed with a key
+ * made here and trusted under --require-signed, it proves level 4, run-and-parity-signed. */
+Test(parity_table, another_model_certified_after_parity_like, .init = setup, .fini = teardown, .timeout = 1200) {
+    train1(LS_SOURCE_DIR "/tests/fixtures/configs/hybrid-mha4.json", "mha", "--grad-mode full");
+    bool h[5];
+    int rc;
+    audit_levels("mha", REPORT, h, &rc);
+    cr_expect(h[1] && !h[2] && rc == 1, "outside the fixture's coverage: L1 %d L2 %d exit %d", h[1], h[2], rc);
+    cr_expect(rule_fails("mha", "parity.coverage", "(attn_kv_heads)"), "parity.coverage does not name attn_kv_heads");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             SIGN " keygen --private %s/ci.pem --public %s/ci.pub >/dev/null && " SIGN " sign %s/mha --key %s/ci.pem "
+             ">/dev/null && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " PARITY
+             " --like %s/mha --out %s/like --key %s/ci.pem --jobs 2 --quiet >%s/like.log 2>&1",
+             tmpdir, tmpdir, tmpdir, tmpdir, tmpdir, tmpdir, tmpdir, tmpdir);
+    cr_assert_eq(sh(cmd), 0, "parity --like failed (%s/like.log)", tmpdir);
+    snprintf(cmd, sizeof cmd,
+             AUDIT " %s/mha --parity %s/like/parity.json --key %s/ci.pub --parity-key %s/ci.pub --require-signed "
+             "--require-level 4 --json %s/mha-like.json >%s/mha-like.txt 2>&1",
+             tmpdir, tmpdir, tmpdir, tmpdir, tmpdir, tmpdir);
+    cr_expect_eq(sh(cmd), 0, "after parity --like: not level 4, signed (%s/mha-like.txt)", tmpdir);
+    cJSON *doc = NULL;
+    char path[600], err[512];
+    snprintf(path, sizeof path, "%s/mha-like.json", tmpdir);
+    cr_assert_eq(ls_json_read_file(path, &doc, err, sizeof err), LS_OK, "%s", err);
+    const cJSON *as = cJSON_GetObjectItemCaseSensitive(doc, "assurance");
+    cr_expect_str_eq(cJSON_GetObjectItemCaseSensitive(as, "level")->valuestring, "run-and-parity-signed");
+    cr_expect_eq(cJSON_GetObjectItemCaseSensitive(doc, "level")->valueint, 4);
+    cJSON_Delete(doc);
 }
