@@ -108,32 +108,35 @@ static void collect_faults(ls_audit_run *run, const cJSON *config) {
 }
 
 /* The trace fits the strategy it claims: a LongStraw replay runs the
- * response only (R tokens a layer segment), the naive strategy's replay runs
- * the whole sequence (P - 1 + R); with a rollouts input (P and R not
- * recorded) a naive replay is still longer than the capture (P - 1). */
+ * response (R tokens a layer segment, or an SFT answer), never the prompt;
+ * the naive strategy's replay runs the whole sequence, longer than the
+ * captured prompt (P - 1 tokens), on one rank only.  Under CP a rank
+ * captures its shard only, so the LongStraw side is checked on one rank. */
 static void strategy_shape(ls_audit_run *run, ls_audit_rule *sa) {
     if (run->config == NULL) return;
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(run->config, "strategy");
-    const cJSON *opts = cJSON_GetObjectItemCaseSensitive(run->config, "options");
-    uint64_t P = 0, R = 0;
-    ls_json_get_u64(opts, "prompt_len", &P);
-    ls_json_get_u64(opts, "response_len", &R);
+    uint64_t R = 0;
+    ls_json_get_u64(cJSON_GetObjectItemCaseSensitive(run->config, "options"), "response_len", &R);
     bool naive = cJSON_IsString(st) && strcmp(st->valuestring, "naive") == 0;
     for (uint32_t i = 0; i < run->world; i++) {
         const ls_audit_rank *r = &run->ranks[i];
-        if (!r->trace_present || r->replay_tokens_max == 0) continue;
+        if (!r->trace_present || r->replay_tokens_max == 0 || r->capture_tokens_max == 0) continue;
         sa->matched++;
         int64_t rep = r->replay_tokens_max, cap = r->capture_tokens_max;
-        if (!naive && R > 0 && rep > (int64_t)R)
+        bool whole = rep > cap && (R == 0 || rep > (int64_t)R); /* the prompt is in the replay */
+        if (!naive && whole && run->world == 1)
             ls_audit_rule_fail(sa, i, r->trace_file, -1,
-                               "the configuration says strategy longstraw, but replay layer segments run %lld tokens "
-                               "(the response is %llu): naive-shaped, the prompt replayed under autograd",
-                               (long long)rep, (unsigned long long)R);
-        if (naive && ((P > 0 && rep < (int64_t)(P - 1 + R)) || (P == 0 && rep <= cap)))
+                               "the configuration says strategy longstraw, but replay layer segments run %lld tokens, "
+                               "more than the %lld captured: naive-shaped, the prompt replayed under autograd",
+                               (long long)rep, (long long)cap);
+        if (naive && run->world > 1)
+            ls_audit_rule_fail(sa, i, r->trace_file, -1, "the configuration says strategy naive, a one-rank "
+                               "reference, but the run has %u ranks", (unsigned)run->world);
+        else if (naive && !whole)
             ls_audit_rule_fail(sa, i, r->trace_file, -1,
-                               "the configuration says strategy naive, but replay layer segments run %lld tokens "
-                               "(a naive member replays the whole sequence: %llu)",
-                               (long long)rep, (unsigned long long)(P > 0 ? P - 1 + R : (uint64_t)cap + 1));
+                               "the configuration says strategy naive, but replay layer segments run %lld tokens, no "
+                               "more than the %lld captured (a naive member replays the whole sequence)",
+                               (long long)rep, (long long)cap);
     }
 }
 
