@@ -81,3 +81,43 @@ cleanup:
     fclose(f);
     return st;
 }
+
+/* The stream is libcrypto's context itself (the struct is never defined). */
+ls_status ls_digest_stream_open(ls_digest_stream **out) {
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    *out = NULL;
+    if (ctx == NULL) return LS_ERR_NOMEM;
+    if (!EVP_DigestInit_ex(ctx, EVP_sha256(), NULL)) {
+        EVP_MD_CTX_free(ctx);
+        return LS_ERR_INTERNAL;
+    }
+    *out = (ls_digest_stream *)ctx;
+    return LS_OK;
+}
+
+ls_status ls_digest_stream_update(ls_digest_stream *s, const void *bytes, size_t len) {
+    if (s == NULL) return LS_ERR_INTERNAL;
+    if (len == 0) return LS_OK;
+    return EVP_DigestUpdate((EVP_MD_CTX *)s, bytes, len) ? LS_OK : LS_ERR_INTERNAL;
+}
+
+ls_status ls_digest_stream_final(const ls_digest_stream *s, uint8_t out[LS_DIGEST_SIZE]) {
+    if (s == NULL) return LS_ERR_INTERNAL;
+    EVP_MD_CTX *copy = EVP_MD_CTX_new(); /* finalise a copy: the stream goes on */
+    unsigned int n = 0;
+    ls_status st = LS_ERR_INTERNAL;
+    if (copy != NULL && EVP_MD_CTX_copy_ex(copy, (const EVP_MD_CTX *)s) && EVP_DigestFinal_ex(copy, out, &n) &&
+        n == LS_DIGEST_SIZE)
+        st = LS_OK;
+    EVP_MD_CTX_free(copy);
+    return st;
+}
+
+ls_status ls_digest_stream_final_hex(const ls_digest_stream *s, char out[LS_DIGEST_HEX_SIZE]) {
+    uint8_t md[LS_DIGEST_SIZE];
+    ls_status st = ls_digest_stream_final(s, md);
+    if (st == LS_OK) ls_digest_hex(md, sizeof md, out);
+    return st;
+}
+
+void ls_digest_stream_free(ls_digest_stream *s) { EVP_MD_CTX_free((EVP_MD_CTX *)s); }

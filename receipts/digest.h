@@ -27,4 +27,19 @@ ls_status ls_digest_sha256_hex(const void *bytes, size_t len, char out[LS_DIGEST
 ls_status ls_digest_sha256_file_hex(const char *path, char out[LS_DIGEST_HEX_SIZE], char *err,
                                     size_t errlen);
 
+/* SHA-256 of bytes that arrive in pieces (a stream read as it comes, a
+ * file written chunk by chunk).  ls_digest_stream_open gives a fresh
+ * stream (*out NULL on failure: LS_ERR_NOMEM); update adds bytes (bytes
+ * may be NULL when len is 0); final writes the digest of everything added
+ * so far and leaves the stream usable (more bytes may follow, digested on
+ * top of those); free releases it (NULL ok).  The context is libcrypto's
+ * (outside the memory tracker, like cJSON's trees).  LS_ERR_INTERNAL only
+ * if libcrypto fails, or on a NULL stream. */
+typedef struct ls_digest_stream ls_digest_stream;
+ls_status ls_digest_stream_open(ls_digest_stream **out);
+ls_status ls_digest_stream_update(ls_digest_stream *s, const void *bytes, size_t len);
+ls_status ls_digest_stream_final(const ls_digest_stream *s, uint8_t out[LS_DIGEST_SIZE]);
+ls_status ls_digest_stream_final_hex(const ls_digest_stream *s, char out[LS_DIGEST_HEX_SIZE]);
+void ls_digest_stream_free(ls_digest_stream *s);
+
 #endif

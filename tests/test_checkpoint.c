@@ -8,8 +8,13 @@
  * two sabotaged resumes (reference re-snapshotted as --load does, moments
  * zeroed) must differ from it, so the comparison can fail.  Every refusal
  * is made by rewriting a real checkpoint with the safetensors writer (a
- * tensor dropped, added or reshaped, a metadata value changed), or by a
- * real file of another config, objective or dtype.  LS_SHOW=1 prints every
+ * tensor dropped, added or reshaped, a metadata value changed: digested
+ * again, so that the check behind the digests is the one seen), or by a
+ * real file of another config, objective or dtype.  The digests are
+ * recomputed here from the file's bytes (the tensors' with ls_digest, the
+ * content document built with cJSON), and a byte flipped in the data of one
+ * tensor of each kind must be refused by --resume's and --load's loaders
+ * naming that tensor, before anything is loaded.  LS_SHOW=1 prints every
  * refusal message. */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -23,6 +28,7 @@
 #include <unistd.h>
 
 #include "receipts/digest.h"
+#include "receipts/json_util.h"
 #include "receipts/schema.h"
 #include "test_hybrid_util.h"
 #include "test_tmpdir.h"
@@ -195,6 +201,51 @@ static size_t file_size(const char *path) {
     return (size_t)sb.st_size;
 }
 
+/* ---- the digests, recomputed here --------------------------------------------------- */
+
+static int is_digest_key(const char *k) {
+    return !strcmp(k, LS_SAFETENSORS_TENSOR_DIGESTS) || !strcmp(k, LS_SAFETENSORS_CONTENT_DIGEST);
+}
+
+/* The file's tensor_sha256 holds the sha256 of each of the nb buffers' bytes
+ * (a little-endian host: the stored bytes), nothing else, and its
+ * content_sha256 is the sha256 of the content document built here. */
+static void expect_digests_of_file(const ls_safetensors *sf, const buffer *b, size_t nb) {
+    const char *tm = ls_safetensors_metadata_get(sf, LS_SAFETENSORS_TENSOR_DIGESTS);
+    const char *cm = ls_safetensors_metadata_get(sf, LS_SAFETENSORS_CONTENT_DIGEST);
+    cr_assert(tm && cm, "both digests in the metadata");
+    cJSON *map = cJSON_Parse(tm);
+    cr_assert(cJSON_IsObject(map), "tensor_sha256 is a JSON object: %.80s", tm);
+    cr_assert_eq((size_t)cJSON_GetArraySize(map), nb, "one digest per tensor");
+    cJSON *doc = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(doc, "metadata");
+    cJSON *tens = cJSON_AddObjectToObject(doc, "tensors");
+    for (size_t i = 0; i < nb; i++) {
+        char hex[LS_DIGEST_HEX_SIZE];
+        cr_assert_eq(ls_digest_sha256_hex(b[i].data, b[i].bytes, hex), LS_OK);
+        const cJSON *got = cJSON_GetObjectItemCaseSensitive(map, b[i].name);
+        cr_assert(cJSON_IsString(got) && !strcmp(got->valuestring, hex), "%s: digest %s, its bytes' %s", b[i].name,
+                  cJSON_IsString(got) ? got->valuestring : "(none)", hex);
+        const ls_safetensors_tensor *t = ls_safetensors_find(sf, b[i].name);
+        cJSON *e = cJSON_AddObjectToObject(tens, b[i].name), *sh = cJSON_AddArrayToObject(e, "shape");
+        cJSON_AddStringToObject(e, "dtype", LS_REAL_IS_F64 ? "F64" : "F32");
+        cJSON_AddStringToObject(e, "sha256", hex);
+        for (size_t d = 0; d < t->ndim; d++) cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t->shape[d]));
+    }
+    for (size_t i = 0; i < ls_safetensors_metadata_count(sf); i++) {
+        const char *k, *v;
+        cr_assert_eq(ls_safetensors_metadata_at(sf, i, &k, &v), LS_OK);
+        if (!is_digest_key(k)) cJSON_AddStringToObject(meta, k, v);
+    }
+    char *text = NULL, hex[LS_DIGEST_HEX_SIZE], err[256];
+    size_t len = 0;
+    cr_assert_eq(ls_json_print_canonical(doc, &text, &len, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_eq(ls_digest_sha256_hex(text, len, hex), LS_OK);
+    cr_assert_str_eq(cm, hex, "content_sha256 over %.200s...", text);
+    free(text);
+    cJSON_Delete(doc);
+    cJSON_Delete(map);
+}
+
 /* ---- round trip ---------------------------------------------------------------- */
 
 static void round_trip(ls_train_mode mode) {
@@ -243,6 +294,11 @@ static void round_trip(ls_train_mode mode) {
         n_ref += strncmp(b[i].name, "reference.", 10) == 0;
     }
     cr_assert_eq(n_ref, mode == LS_TRAIN_FULL ? p->n : 0, "reference tensors: %zu", n_ref);
+    cr_assert_eq(info.digested, 1, "a v2 checkpoint's digests are checked");
+    char file_hex[LS_DIGEST_HEX_SIZE];
+    cr_assert_eq(ls_digest_sha256_file_hex(path, file_hex, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_str_eq(info.sha256, file_hex, "info.sha256 is the file's");
+    expect_digests_of_file(sf, b, nb);
     cr_assert_str_eq(ls_safetensors_metadata_get(sf, "format"), LS_CHECKPOINT_FORMAT);
     cr_assert_str_eq(ls_safetensors_metadata_get(sf, "step"), "3");
     cr_assert_str_eq(ls_safetensors_metadata_get(sf, "seed"), "12345678901234567890");
@@ -352,6 +408,8 @@ typedef struct {
     const char *retype;                 /* tensor stored in the other float dtype */
     const char *poison;                 /* tensor whose element 1 becomes poison_value */
     double poison_value;
+    int stale_digests;                  /* keep the source's digests as they were (no longer the content's) */
+    int no_digests;                     /* write none (a v1 file, with meta_key "format") */
 } mods;
 
 /* Rewrite checkpoint src into dst with the safetensors writer, changed by m. */
@@ -380,13 +438,18 @@ static void rewrite(const char *src, const char *dst, const mods *m) {
     static const double one[1] = {1.0};
     uint64_t s1[1] = {1};
     if (m->extra) cr_assert_eq(ls_safetensors_writer_add_f64(w, m->extra, LS_SAFETENSORS_F32, s1, 1, one), LS_OK);
+    /* the digests of the result, unless the change is to a digest or they are to stay stale or go */
+    int digested = ls_safetensors_metadata_get(sf, LS_SAFETENSORS_CONTENT_DIGEST) != NULL;
+    int redigest = digested && !m->stale_digests && !m->no_digests && !(m->meta_key && is_digest_key(m->meta_key));
     for (size_t i = 0; i < ls_safetensors_metadata_count(sf); i++) {
         const char *k, *v;
         cr_assert_eq(ls_safetensors_metadata_at(sf, i, &k, &v), LS_OK);
         if (m->meta_key && !strcmp(k, m->meta_key)) continue;
+        if (is_digest_key(k) && (redigest || m->no_digests)) continue;
         cr_assert_eq(ls_safetensors_writer_set_metadata(w, k, v), LS_OK);
     }
     if (m->meta_key && m->meta_value) cr_assert_eq(ls_safetensors_writer_set_metadata(w, m->meta_key, m->meta_value), LS_OK);
+    if (redigest) cr_assert_eq(ls_safetensors_writer_set_digests(w), LS_OK);
     cr_assert_eq(ls_safetensors_writer_write(w, dst, err, sizeof err), LS_OK, "%s", err);
     for (size_t i = 0; i < n; i++) free(keep[i]);
     free(keep);
@@ -565,7 +628,7 @@ Test(checkpoint, refuses_malformed_metadata) {
     memset(longs, 'x', sizeof longs - 1);
     longs[sizeof longs - 1] = 0;
     refuse_meta(p, good, "rng_scheme", longs, "metadata 'rng_scheme'", NULL);
-    refuse_meta(p, good, "format", "longstraw.checkpoint.v2", "metadata 'format' is 'longstraw.checkpoint.v2'", NULL);
+    refuse_meta(p, good, "format", "longstraw.checkpoint.v3", "metadata 'format' is 'longstraw.checkpoint.v3'", NULL);
     refuse_meta(p, good, "dtype", "bf16", "metadata 'dtype' is 'bf16'", NULL);
     refuse_meta(p, good, "seed", NULL, "metadata key 'seed' is missing", NULL);
     refuse_meta(p, good, "config", NULL, "metadata key 'config' is missing", NULL);
@@ -674,14 +737,226 @@ Test(checkpoint, save_refuses_bad_info_and_unwritable_paths) {
     K(ls_params_free)(p);
 }
 
+/* ---- digests: a corrupt file is refused, naming the tensor ----------------------- */
+
+static unsigned char *read_all(const char *path, size_t *len) {
+    *len = file_size(path);
+    unsigned char *b = malloc(*len + 1);
+    FILE *f = fopen(path, "rb");
+    cr_assert(b && f, "%s", path);
+    cr_assert_eq(fread(b, 1, *len, f), *len);
+    fclose(f);
+    return b;
+}
+
+static void write_all(const char *path, const unsigned char *b, size_t len) {
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f, "%s", path);
+    cr_assert_eq(fwrite(b, 1, len, f), len);
+    cr_assert_eq(fclose(f), 0);
+}
+
+/* src copied to dst with one bit flipped in tensor `name`'s data: the lowest
+ * byte of its element 1, so that the value stays finite and of the same
+ * sign (only the digest can tell). */
+static void flip_byte(const char *src, const char *dst, const char *name) {
+    size_t len;
+    unsigned char *b = read_all(src, &len);
+    ls_safetensors *sf = NULL;
+    char err[512];
+    cr_assert_eq(ls_safetensors_parse(&sf, b, len, err, sizeof err), LS_OK, "%s", err);
+    const ls_safetensors_tensor *t = ls_safetensors_find(sf, name);
+    cr_assert(t && t->numel >= 2, "%s: no tensor '%s' of 2 elements or more", src, name);
+    size_t off = (size_t)(t->data - b) + ls_safetensors_dtype_size(t->dtype); /* element 1, lowest byte */
+    ls_safetensors_free(sf);
+    b[off] ^= 0x01;
+    write_all(dst, b, len);
+    free(b);
+}
+
+/* The digests of every buffer of p equal before[] (nothing was loaded). */
+static void expect_unchanged(const ls_params *p, uint8_t (*before)[LS_DIGEST_SIZE], size_t n, const char *what) {
+    size_t m;
+    uint8_t (*now)[LS_DIGEST_SIZE] = digests_of(p, &m);
+    cr_assert_eq(m, n);
+    for (size_t i = 0; i < n; i++) cr_assert_eq(memcmp(now[i], before[i], LS_DIGEST_SIZE), 0, "%s: buffer %zu loaded", what, i);
+    free(now);
+}
+
+Test(checkpoint, refuses_a_flipped_byte_naming_the_tensor) {
+    struct {
+        ls_train_mode mode;
+        const char *names[4];
+    } cases[] = {
+        {LS_TRAIN_LORA, {"layers.0.mlp.down.lora_A", "optimizer.m.layers.3.attn.q.lora_B",
+                         "optimizer.v.layers.0.gdn.in_z.lora_A", "norm.weight"}},
+        {LS_TRAIN_FULL, {"embed.weight", "optimizer.m.lm_head.weight", "optimizer.v.norm.weight",
+                         "reference.layers.0.mlp.down.weight"}},
+    };
+    for (size_t c = 0; c < 2; c++) {
+        ls_params *p = make_params(cases[c].mode, LS_GRAD_DETACHED, 1);
+        const char *good = valid_checkpoint(p, "good.safetensors"), *bad = tmp("flipped.safetensors");
+        ls_params *q = make_params(cases[c].mode, LS_GRAD_DETACHED, 7);
+        size_t n;
+        uint8_t (*before)[LS_DIGEST_SIZE] = digests_of(q, &n);
+        for (int k = 0; k < 4; k++) {
+            const char *name = cases[c].names[k];
+            flip_byte(good, bad, name);
+            char want[200];
+            snprintf(want, sizeof want, "tensor '%s': its data", name);
+            /* --resume's loader */
+            expect_refused(q, bad, LS_ERR_CORRUPT, want, "does not match its sha256");
+            expect_unchanged(q, before, n, "--resume refused");
+            /* --load's loader: the whole file is checked, moments and reference copy included */
+            char err[1024] = "";
+            ls_params_source src, sentinel;
+            memset(&sentinel, 0x5A, sizeof sentinel);
+            src = sentinel;
+            ls_status st = K(ls_params_load_source)(q, bad, &src, err, sizeof err);
+            cr_assert_eq(st, LS_ERR_CORRUPT, "--load of %s flipped: %s (%s)", name, ls_status_str(st), err);
+            cr_assert(strstr(err, bad) && strstr(err, want), "--load names the file and the tensor: %s", err);
+            cr_assert_eq(memcmp(&src, &sentinel, sizeof src), 0, "src untouched on error");
+            expect_unchanged(q, before, n, "--load refused");
+            if (getenv("LS_SHOW")) fprintf(stderr, "REFUSED (--load): %s\n", err);
+        }
+        /* the same file unflipped loads through both */
+        ls_checkpoint_info info;
+        ls_params_source src;
+        char err[1024] = "", hex[LS_DIGEST_HEX_SIZE];
+        cr_assert_eq(K(ls_checkpoint_load)(q, good, &info, err, sizeof err), LS_OK, "%s", err);
+        cr_assert_eq(K(ls_params_load_source)(q, good, &src, err, sizeof err), LS_OK, "%s", err);
+        cr_assert_eq(ls_digest_sha256_file_hex(good, hex, err, sizeof err), LS_OK, "%s", err);
+        cr_assert(info.digested && src.digested, "digests checked: %d %d", info.digested, src.digested);
+        cr_assert_str_eq(info.sha256, hex);
+        cr_assert_str_eq(src.sha256, hex);
+        free(before);
+        K(ls_params_free)(p);
+        K(ls_params_free)(q);
+    }
+}
+
+/* The digests themselves: stale ones (a metadata value, a shape, a tensor
+ * changed after digesting) and malformed ones. */
+Test(checkpoint, refuses_stale_and_malformed_digests) {
+    ls_params *p = make_params(LS_TRAIN_LORA, LS_GRAD_DETACHED, 1);
+    const char *good = valid_checkpoint(p, "good.safetensors"), *bad = tmp("bad.safetensors");
+    mods stale[] = {{.meta_key = "step", .meta_value = "5", .stale_digests = 1},
+                    {.meta_key = "lr", .meta_value = "0.5", .stale_digests = 1},
+                    {.reshape = "embed.weight", .stale_digests = 1}};
+    for (size_t i = 0; i < 3; i++) {
+        rewrite(good, bad, &stale[i]);
+        expect_refused(p, bad, LS_ERR_CORRUPT, "metadata 'content_sha256' does not match", "every tensor matches");
+    }
+    mods poison = {.poison = "layers.0.mlp.up.lora_B", .poison_value = 0.25, .stale_digests = 1};
+    rewrite(good, bad, &poison);
+    expect_refused(p, bad, LS_ERR_CORRUPT, "tensor 'layers.0.mlp.up.lora_B': its data", NULL);
+    mods dropped = {.drop = "layers.0.mlp.up.lora_B", .stale_digests = 1};
+    rewrite(good, bad, &dropped);
+    expect_refused(p, bad, LS_ERR_FORMAT, "names tensor 'layers.0.mlp.up.lora_B', which the file does not hold", NULL);
+    /* the entries' own form */
+    refuse_meta(p, good, LS_SAFETENSORS_TENSOR_DIGESTS, NULL, "metadata key 'tensor_sha256' is missing", "digests");
+    refuse_meta(p, good, LS_SAFETENSORS_CONTENT_DIGEST, NULL, "metadata key 'content_sha256' is missing", NULL);
+    refuse_meta(p, good, LS_SAFETENSORS_CONTENT_DIGEST, "ABC", "'content_sha256' is not 64 lowercase hex", NULL);
+    refuse_meta(p, good, LS_SAFETENSORS_TENSOR_DIGESTS, "[]", "not a JSON object", NULL);
+    refuse_meta(p, good, LS_SAFETENSORS_TENSOR_DIGESTS, "{", "metadata 'tensor_sha256'", NULL);
+    ls_safetensors *sf = NULL;
+    char err[512];
+    cr_assert_eq(ls_safetensors_open(&sf, good, err, sizeof err), LS_OK, "%s", err);
+    cJSON *map = cJSON_Parse(ls_safetensors_metadata_get(sf, LS_SAFETENSORS_TENSOR_DIGESTS));
+    ls_safetensors_free(sf);
+    cr_assert_not_null(map);
+    char *text;
+    cJSON *m1 = cJSON_Duplicate(map, 1);
+    cJSON_DeleteItemFromObjectCaseSensitive(m1, "norm.weight");
+    text = cJSON_PrintUnformatted(m1);
+    refuse_meta(p, good, LS_SAFETENSORS_TENSOR_DIGESTS, text, "tensor 'norm.weight' has no digest", NULL);
+    free(text);
+    cJSON_AddStringToObject(m1, "norm.weight", "0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef");
+    text = cJSON_PrintUnformatted(m1);
+    refuse_meta(p, good, LS_SAFETENSORS_TENSOR_DIGESTS, text, "tensor 'norm.weight' is not 64 lowercase hex", NULL);
+    free(text);
+    cJSON_Delete(m1);
+    cJSON_AddStringToObject(map, "bogus", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef");
+    text = cJSON_PrintUnformatted(map);
+    refuse_meta(p, good, LS_SAFETENSORS_TENSOR_DIGESTS, text, "names tensor 'bogus'", NULL);
+    free(text);
+    cJSON_Delete(map);
+    K(ls_params_free)(p);
+}
+
+/* A v1 checkpoint (written before digests) still loads, unverified, and says
+ * so; a v1 file with digests, or a v2 file without, is refused. */
+Test(checkpoint, loads_v1_checkpoints_unverified) {
+    ls_params *p = make_params(LS_TRAIN_FULL, LS_GRAD_DETACHED, 1);
+    const char *good = valid_checkpoint(p, "good.safetensors"), *v1 = tmp("v1.safetensors");
+    rewrite(good, v1, &(mods){.meta_key = "format", .meta_value = LS_CHECKPOINT_FORMAT_V1, .no_digests = 1});
+    ls_params *q = make_params(LS_TRAIN_FULL, LS_GRAD_DETACHED, 7);
+    ls_checkpoint_info info;
+    ls_params_source src;
+    char err[1024] = "", hex[LS_DIGEST_HEX_SIZE], name[128];
+    cr_assert_eq(K(ls_checkpoint_load)(q, v1, &info, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_null(first_difference(p, q, name), "%s differs after a v1 resume", name);
+    cr_assert_eq(info.digested, 0, "a v1 file has no digest to check");
+    cr_assert_eq(ls_digest_sha256_file_hex(v1, hex, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_str_eq(info.sha256, hex);
+    cr_assert_eq(K(ls_params_load_source)(q, v1, &src, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_eq(src.digested, 0);
+    cr_assert_str_eq(src.sha256, hex);
+    /* a byte flipped in a v1 file: nothing can tell (the reason v2 exists) */
+    flip_byte(v1, tmp("v1-flipped.safetensors"), "embed.weight");
+    cr_assert_eq(K(ls_checkpoint_load)(q, tmp("v1-flipped.safetensors"), &info, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_not_null(first_difference(p, q, name), "the flipped byte was loaded");
+    /* the formats' key sets */
+    rewrite(good, tmp("v1d.safetensors"), &(mods){.meta_key = "format", .meta_value = LS_CHECKPOINT_FORMAT_V1});
+    expect_refused(q, tmp("v1d.safetensors"), LS_ERR_FORMAT, "is not part of longstraw.checkpoint.v1", NULL);
+    rewrite(good, tmp("v2n.safetensors"), &(mods){.no_digests = 1});
+    expect_refused(q, tmp("v2n.safetensors"), LS_ERR_FORMAT, "metadata key 'tensor_sha256' is missing", NULL);
+    ls_status st = K(ls_params_load_source)(q, tmp("v2n.safetensors"), &src, err, sizeof err);
+    cr_assert_eq(st, LS_ERR_FORMAT, "--load of a v2 file without digests: %s", err);
+    cr_assert(strstr(err, "without its digests"), "%s", err);
+    K(ls_params_free)(p);
+    K(ls_params_free)(q);
+}
+
+/* Weights files (--save-init, --dump-grads) carry the digests too; --load
+ * checks them; ls_params_sha256 is the sha256 of the file ls_params_save
+ * writes (the receipts' initial_weights). */
+Test(checkpoint, weights_files_are_digested) {
+    ls_params *p = make_params(LS_TRAIN_LORA, LS_GRAD_DETACHED, 1);
+    char err[1024] = "", hex[LS_DIGEST_HEX_SIZE], want[LS_DIGEST_HEX_SIZE];
+    const char *w = tmp("init.safetensors");
+    cr_assert_eq(K(ls_params_save)(p, LS_PARAMS_WEIGHTS, w, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_eq(K(ls_params_sha256)(p, LS_PARAMS_WEIGHTS, hex, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_eq(ls_digest_sha256_file_hex(w, want, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_str_eq(hex, want, "ls_params_sha256 is the written file's sha256");
+    ls_params *q = make_params(LS_TRAIN_LORA, LS_GRAD_DETACHED, 7);
+    ls_params_source src;
+    cr_assert_eq(K(ls_params_load_source)(q, w, &src, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_eq(src.digested, 1);
+    cr_assert_str_eq(src.sha256, want);
+    cr_assert_eq(K(ls_params_sha256)(q, LS_PARAMS_WEIGHTS, hex, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_str_eq(hex, want, "the loaded weights digest as the saved ones");
+    /* another model state gives another digest */
+    optimizer_steps(q, 0, 1);
+    cr_assert_eq(K(ls_params_sha256)(q, LS_PARAMS_WEIGHTS, hex, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_str_neq(hex, want);
+    flip_byte(w, tmp("init-flipped.safetensors"), "layers.3.attn.o.lora_A");
+    ls_status st = K(ls_params_load_source)(q, tmp("init-flipped.safetensors"), &src, err, sizeof err);
+    cr_assert_eq(st, LS_ERR_CORRUPT, "%s", err);
+    cr_assert(strstr(err, "tensor 'layers.3.attn.o.lora_A': its data"), "%s", err);
+    K(ls_params_free)(p);
+    K(ls_params_free)(q);
+}
+
 /* ---- the fuzz target's seed corpus (float32 only) -------------------------------- */
 
 #define SEED_DIR LS_SOURCE_DIR "/tests/fuzz/corpus/fuzz_checkpoint"
 
 #if !LS_REAL_IS_F64
 /* LS_WRITE_CHECKPOINT_SEEDS=1 rewrites the valid seeds and their mutations;
- * otherwise every committed seed-valid-* must still load (a format change
- * that forgets the corpus fails here). */
+ * otherwise every committed seed-valid-* must still load with its digests
+ * checked (a format change that forgets the corpus fails here), and every
+ * seed-v1-valid-* (written before digests) must load unverified. */
 Test(checkpoint, fuzz_seed_corpus) {
     const char *regen = getenv("LS_WRITE_CHECKPOINT_SEEDS");
     if (regen && !strcmp(regen, "1")) {
@@ -696,6 +971,10 @@ Test(checkpoint, fuzz_seed_corpus) {
             rewrite(path, bad, &(mods){.meta_key = "step", .meta_value = "12x"});
             snprintf(bad, sizeof bad, "%s/seed-%s-no-moment", SEED_DIR, full ? "full" : "lora");
             rewrite(path, bad, &(mods){.drop = full ? "optimizer.m.embed.weight" : "optimizer.m.layers.0.mlp.up.lora_B"});
+            snprintf(bad, sizeof bad, "%s/seed-%s-flipped-byte", SEED_DIR, full ? "full" : "lora");
+            flip_byte(path, bad, full ? "optimizer.v.embed.weight" : "layers.0.mlp.up.lora_A");
+            snprintf(bad, sizeof bad, "%s/seed-%s-no-digests", SEED_DIR, full ? "full" : "lora");
+            rewrite(path, bad, &(mods){.no_digests = 1});
             snprintf(bad, sizeof bad, "%s/seed-%s-weights-only", SEED_DIR, full ? "full" : "lora");
             char err[512];
             cr_assert_eq(K(ls_params_save)(p, LS_PARAMS_WEIGHTS, bad, err, sizeof err), LS_OK, "%s", err);
@@ -711,16 +990,20 @@ Test(checkpoint, fuzz_seed_corpus) {
         char path[1024];
         snprintf(path, sizeof path, "%s/%s", SEED_DIR, e->d_name);
         if (e->d_name[0] != '.') total += file_size(path);
-        if (strncmp(e->d_name, "seed-valid-", 11) != 0) continue;
+        int v1 = !strncmp(e->d_name, "seed-v1-valid-", 14);
+        if (strncmp(e->d_name, "seed-valid-", 11) != 0 && !v1) continue;
         ls_params *p = NULL;
         cr_assert_eq(ls_micro_params(&p, strstr(e->d_name, "full") ? LS_TRAIN_FULL : LS_TRAIN_LORA, 5), LS_OK);
         char err[1024];
-        cr_assert_eq(K(ls_checkpoint_load)(p, path, NULL, err, sizeof err), LS_OK, "%s", err);
+        ls_checkpoint_info info;
+        cr_assert_eq(K(ls_checkpoint_load)(p, path, &info, err, sizeof err), LS_OK, "%s", err);
+        cr_assert_eq(info.digested, !v1, "%s: digests checked %d", e->d_name, info.digested);
         K(ls_params_free)(p);
-        valid++;
+        valid += !v1;
     }
     closedir(d);
     cr_assert_geq(valid, 2, "valid seeds in %s", SEED_DIR);
-    cr_assert_lt(total, (size_t)200 << 10, "the corpus is %zu bytes", total);
+    /* v2 files carry ~100 bytes of digest per tensor: a micro checkpoint is 12-16 KiB */
+    cr_assert_lt(total, (size_t)384 << 10, "the corpus is %zu bytes", total);
 }
 #endif

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "receipts/digest.h"
 #include "trainer/mem_tracker.h"
 #include "trainer/safetensors.h"
 
@@ -373,6 +374,76 @@ Test(safetensors, writer_exact_bytes, .init = make_tmpdir, .fini = remove_tmpdir
     cr_assert_eq(len, want_len, "file is %zu bytes, want %zu", len, want_len);
     cr_expect_eq(memcmp(got, want, len), 0, "bytes differ; header: %.*s", (int)(len - 8), got + 8);
     free(got);
+}
+
+/* The digests of the tiny file above, hand-computed with Python's hashlib
+ * and json (sort_keys, no whitespace): tensor bytes {81 3F} and
+ * {00 00 80 3F 00 00 00 C0}, and the content document. */
+#define TINY_B_SHA "5ea40fd2bbee6a090bc7fb419137262d6ce7697a6011076efd19a31c8ab881a8"
+#define TINY_W_SHA "ee4ac73c2bd27756ab82780f27c73a7bc4d3f0bb6acb37e008bc27eccd7e588b"
+#define TINY_CONTENT_SHA "1126e13e9e228049e008d693414b5c0efbacd16ca96801ee2f0500ed41027cc3"
+
+static void verify_bytes(const unsigned char *b, size_t len, ls_status want, int want_digested, const char *needle)
+{
+    ls_safetensors *st = NULL;
+    char err[512];
+    cr_assert_eq(ls_safetensors_parse(&st, b, len, err, sizeof err), LS_OK, "%s", err);
+    int digested = -1;
+    ls_status rc = ls_safetensors_verify_digests(st, &digested, err, sizeof err);
+    cr_expect_eq(rc, want, "verify: %s (%s)", ls_status_str(rc), err);
+    cr_expect_eq(digested, want_digested);
+    if (needle)
+        cr_expect(strstr(err, needle) != NULL, "'%s' not in: %s", needle, err);
+    ls_safetensors_free(st);
+}
+
+Test(safetensors, digests_hand_computed, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+    ls_safetensors_writer *w = NULL;
+    cr_assert_eq(ls_safetensors_writer_init(&w), LS_OK);
+    float two[2] = {1.0f, -2.0f};
+    double one = 1.0 + 0x1p-8 + 0x1p-30; /* BF16 0x3F81 */
+    uint64_t s2[1] = {2};
+    cr_assert_eq(ls_safetensors_writer_add_f32(w, "w", LS_SAFETENSORS_F32, s2, 1, two), LS_OK);
+    cr_assert_eq(ls_safetensors_writer_add_f64(w, "b", LS_SAFETENSORS_BF16, NULL, 0, &one), LS_OK);
+    cr_assert_eq(ls_safetensors_writer_set_metadata(w, "k", "v"), LS_OK);
+    char path[8192], err[256], hex[65], want[65];
+    tmp_path(path, sizeof path, "plain.safetensors");
+    cr_assert_eq(ls_safetensors_writer_write(w, path, err, sizeof err), LS_OK, "%s", err);
+    size_t len = 0;
+    unsigned char *b = slurp(path, &len);
+    verify_bytes(b, len, LS_OK, 0, NULL); /* no digests: nothing checked */
+    free(b);
+
+    cr_assert_eq(ls_safetensors_writer_set_digests(w), LS_OK);
+    cr_assert_eq(ls_safetensors_writer_set_digests(w), LS_OK); /* again: replaced, not digested */
+    cr_assert_eq(ls_safetensors_writer_sha256(w, hex, err, sizeof err), LS_OK, "%s", err);
+    tmp_path(path, sizeof path, "digested.safetensors");
+    cr_assert_eq(ls_safetensors_writer_write(w, path, err, sizeof err), LS_OK, "%s", err);
+    ls_safetensors_writer_free(w);
+    b = slurp(path, &len);
+    cr_assert_eq(ls_digest_sha256_hex(b, len, want), LS_OK);
+    cr_expect_str_eq(hex, want, "ls_safetensors_writer_sha256 is the written file's sha256");
+    ls_safetensors *st = NULL;
+    cr_assert_eq(ls_safetensors_parse(&st, b, len, err, sizeof err), LS_OK, "%s", err);
+    cr_expect_str_eq(ls_safetensors_metadata_get(st, LS_SAFETENSORS_TENSOR_DIGESTS),
+                     "{\"b\":\"" TINY_B_SHA "\",\"w\":\"" TINY_W_SHA "\"}");
+    cr_expect_str_eq(ls_safetensors_metadata_get(st, LS_SAFETENSORS_CONTENT_DIGEST), TINY_CONTENT_SHA);
+    const ls_safetensors_tensor *tw = ls_safetensors_find(st, "w");
+    size_t w_off = (size_t)(tw->data - b);
+    ls_safetensors_free(st);
+    verify_bytes(b, len, LS_OK, 1, NULL);
+
+    b[w_off + 5] ^= 0x40; /* a bit of w's element 1 */
+    verify_bytes(b, len, LS_ERR_CORRUPT, 0, "tensor 'w': its data (8 bytes) does not match");
+    b[w_off + 5] ^= 0x40;
+    size_t k = 0; /* the metadata value "v", changed in place */
+    while (k + 7 <= len && memcmp(b + k, "\"k\":\"v\"", 7) != 0)
+        k++;
+    cr_assert_lt(k + 7, len);
+    b[k + 5] = 'x';
+    verify_bytes(b, len, LS_ERR_CORRUPT, 0, "metadata 'content_sha256' does not match");
+    free(b);
 }
 
 Test(safetensors, reads_independent_fixture)

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/checked.h"
+#include "receipts/digest.h"
 #include "receipts/json_util.h"
 #include "trainer/mem_tracker.h"
 #include "trainer/safetensors.h"
@@ -28,10 +29,13 @@ static const char *const SLOT_PREFIX[4] = {"", "optimizer.m.", "optimizer.v.", "
 static const char *const SLOT_WHAT[4] = {"weights", "AdamW first moment", "AdamW second moment",
                                          "reference-policy copy"};
 
-/* Metadata keys of longstraw.checkpoint.v1, in the order they are checked. */
+/* Metadata keys of longstraw.checkpoint.v2, in the order they are checked;
+ * v1 has the first N_META_V1 (no digests). */
 static const char *const META_KEYS[] = {"format", "dtype", "step", "seed", "rng_scheme", "config",
-                                        "lr", "beta1", "beta2", "eps", "weight_decay"};
+                                        "lr", "beta1", "beta2", "eps", "weight_decay",
+                                        LS_SAFETENSORS_TENSOR_DIGESTS, LS_SAFETENSORS_CONTENT_DIGEST};
 #define N_META (sizeof META_KEYS / sizeof *META_KEYS)
+#define N_META_V1 (N_META - 2)
 
 /* The storage of slot k of tensor i (NULL when the checkpoint has no such
  * tensor): moments of trainable tensors, reference weights where the view's
@@ -68,8 +72,9 @@ size_t LS_K(ls_checkpoint_max_bytes)(const ls_params *p) {
     size_t count, bytes;
     expected_size(p, ref, &count, &bytes);
     LS_K(ls_params_free)(ref);
-    /* header: at most ~250 bytes a tensor entry (names < 128), the metadata < 4 KiB */
-    return ls_sat_add(bytes, ls_sat_add((size_t)8 + 65536, ls_sat_mul(count, 512)));
+    /* header: at most ~250 bytes a tensor entry (names < 128) and ~200 of its digest in the
+       metadata, the rest of the metadata < 4 KiB */
+    return ls_sat_add(bytes, ls_sat_add((size_t)8 + 65536, ls_sat_mul(count, 768)));
 }
 
 /* ---- metadata values ------------------------------------------------------- */
@@ -216,9 +221,9 @@ static ls_status check_head(const ls_params *p, const char *fmt, const char *con
                  "writes is loaded with --load, not resumed",
                  LS_CHECKPOINT_FORMAT, fmt ? "format 'longstraw'" : "no 'format' key", content ? ", content " : "",
                  content ? content : "");
-    if (strcmp(fmt, LS_CHECKPOINT_FORMAT) != 0)
-        META_BAD("metadata 'format' is '%.100s', not '%s' (another program's or version's file)", fmt,
-                 LS_CHECKPOINT_FORMAT);
+    if (strcmp(fmt, LS_CHECKPOINT_FORMAT) != 0 && strcmp(fmt, LS_CHECKPOINT_FORMAT_V1) != 0)
+        META_BAD("metadata 'format' is '%.100s', not '%s' (or '%s'): another program's or version's file", fmt,
+                 LS_CHECKPOINT_FORMAT, LS_CHECKPOINT_FORMAT_V1);
     if (!dtype) META_BAD("metadata key 'dtype' is missing");
     if (strcmp(dtype, LS_REAL_NAME) != 0)
         META_BAD("metadata 'dtype' is '%.20s', this run computes in %s; resume with --dtype %.20s (a checkpoint "
@@ -235,16 +240,20 @@ static ls_status check_metadata(const ls_params *p, const ls_safetensors *sf, co
                               ls_safetensors_metadata_get(sf, "dtype"), ls_safetensors_metadata_get(sf, "config"),
                               where, err, err_len);
     if (st != LS_OK) return st;
+    const char *fmt = ls_safetensors_metadata_get(sf, "format"); /* v1 or v2: check_head */
+    size_t n_meta = strcmp(fmt, LS_CHECKPOINT_FORMAT_V1) ? N_META : N_META_V1;
     for (size_t i = 0; i < ls_safetensors_metadata_count(sf); i++) {
         const char *k = NULL, *v = NULL;
         ls_safetensors_metadata_at(sf, i, &k, &v);
         size_t j = 0;
-        while (j < N_META && strcmp(k, META_KEYS[j]) != 0) j++;
-        if (j == N_META) META_BAD("metadata key '%.100s' is not part of %s", k, LS_CHECKPOINT_FORMAT);
+        while (j < n_meta && strcmp(k, META_KEYS[j]) != 0) j++;
+        if (j == n_meta) META_BAD("metadata key '%.100s' is not part of %s", k, fmt);
     }
     const char *v[N_META];
-    for (size_t j = 0; j < N_META; j++)
-        if (!(v[j] = ls_safetensors_metadata_get(sf, META_KEYS[j]))) META_BAD("metadata key '%s' is missing", META_KEYS[j]);
+    for (size_t j = 0; j < n_meta; j++)
+        if (!(v[j] = ls_safetensors_metadata_get(sf, META_KEYS[j])))
+            META_BAD("metadata key '%s' is missing%s", META_KEYS[j],
+                     j >= N_META_V1 ? " (a " LS_CHECKPOINT_FORMAT " file carries its digests)" : "");
     uint64_t step = 0;
     if (parse_dec(v[2], (uint64_t)INT64_MAX, &step) != 0)
         META_BAD("metadata 'step' is '%.40s', not a decimal integer in [0, 2^63)", v[2]);
@@ -343,8 +352,14 @@ static ls_status load_parsed(ls_params *p, const ls_safetensors *sf, const char 
                              char *err, size_t err_len) {
     ls_checkpoint_info got = {0};
     ls_params *ref = NULL;
+    char e2[768];
     ls_status st = check_metadata(p, sf, where, &got, err, err_len);
     if (st != LS_OK) return st;
+    /* v2: every tensor's bytes and the content against their digests, before anything is loaded */
+    if ((st = ls_safetensors_verify_digests(sf, &got.digested, e2, sizeof e2)) != LS_OK) {
+        snprintf(err, err_len, "checkpoint %s: %s", where, e2);
+        return st;
+    }
     if ((st = LS_K(ls_params_ref_view)(&ref, p)) != LS_OK) {
         snprintf(err, err_len, "checkpoint %s: out of memory for the reference view", where);
         return st;
@@ -371,8 +386,12 @@ ls_status LS_K(ls_checkpoint_load_bytes)(ls_params *p, const void *buf, size_t l
         snprintf(err, err_len, "checkpoint %s: %s", where, e2);
         return st;
     }
-    st = load_parsed(p, sf, where, info, err, err_len);
+    ls_checkpoint_info got;
+    st = load_parsed(p, sf, where, &got, err, err_len);
     ls_safetensors_free(sf);
+    if (st == LS_OK && (st = ls_digest_sha256_hex(buf, len, got.sha256)) != LS_OK)
+        snprintf(err, err_len, "checkpoint %s: cannot digest the file: %s", where, ls_status_str(st));
+    if (st == LS_OK && info) *info = got;
     return st;
 }
 
@@ -529,9 +548,10 @@ ls_status LS_K(ls_checkpoint_save)(const ls_params *p, const ls_checkpoint_info 
     for (int j = 0; j < 5; j++) ls_json_format_number(nv[j], num[j]); /* finite: checked */
     snprintf(step, sizeof step, "%lld", (long long)info->step);
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)info->seed);
-    const char *vals[N_META] = {LS_CHECKPOINT_FORMAT, LS_REAL_NAME, step, seed, info->rng_scheme, cfg_text,
+    const char *vals[N_META_V1] = {LS_CHECKPOINT_FORMAT, LS_REAL_NAME, step, seed, info->rng_scheme, cfg_text,
                                 num[0], num[1], num[2], num[3], num[4]};
-    for (size_t j = 0; st == LS_OK && j < N_META; j++) st = ls_safetensors_writer_set_metadata(w, META_KEYS[j], vals[j]);
+    for (size_t j = 0; st == LS_OK && j < N_META_V1; j++) st = ls_safetensors_writer_set_metadata(w, META_KEYS[j], vals[j]);
+    if (st == LS_OK) st = ls_safetensors_writer_set_digests(w); /* last: they cover the rest */
     if (st != LS_OK) {
         snprintf(err, err_len, "%s: cannot set the metadata: %s", path, ls_status_str(st));
         goto cleanup;

@@ -14,7 +14,7 @@
  * Gradients are not saved (every step recomputes them; load zeroes them).
  *
  * "__metadata__" (every value a string; schemas/checkpoint-metadata.schema.json):
- *   format        "longstraw.checkpoint.v1"
+ *   format        "longstraw.checkpoint.v2"
  *   dtype         "f32" or "f64"
  *   step          optimizer steps done, decimal (the next AdamW step is step+1)
  *   seed          the run's seed, decimal in [0, 2^64)
@@ -25,6 +25,11 @@
  *                 (ls_config_to_json with the objective, keys sorted)
  *   lr, beta1, beta2, eps, weight_decay   the AdamW settings, exact decimal
  *                 (for information: load returns them, compares nothing)
+ *   tensor_sha256, content_sha256   the digests of safetensors.h ("digests"):
+ *                 every tensor's sha256 by name, and one over the metadata
+ *                 above and every tensor's name, dtype, shape and digest
+ * v2 is v1 plus the two digests.  A v1 file (written before digests) still
+ * loads, unverified: info->digested says so, and the caller warns.
  *
  * Loading treats the file as hostile: it is refused from its size before it
  * is read when it is larger than any checkpoint of the model can be, and the
@@ -33,9 +38,10 @@
  * file from --save-init: use --load for those), unknown or missing metadata
  * keys, malformed numbers, another dtype, another family, config or
  * objective (the stored config is compared with p's key by key in
- * ls_config_to_json order, naming the key and both values), a missing or
- * extra tensor, a wrong dtype or shape, a value that is not finite or a
- * negative second moment. */
+ * ls_config_to_json order, naming the key and both values), then (v2) the
+ * first tensor whose bytes do not match their digest (LS_ERR_CORRUPT, naming
+ * the tensor) or the content digest, then a missing or extra tensor, a wrong
+ * dtype or shape, a value that is not finite or a negative second moment. */
 #ifndef LS_TRAINER_CHECKPOINT_H
 #define LS_TRAINER_CHECKPOINT_H
 #include <stddef.h>
@@ -43,7 +49,9 @@
 
 #include "trainer/params.h"
 
-#define LS_CHECKPOINT_FORMAT "longstraw.checkpoint.v1"
+#define LS_CHECKPOINT_FORMAT "longstraw.checkpoint.v2"
+/* The format before digests: loaded, not written. */
+#define LS_CHECKPOINT_FORMAT_V1 "longstraw.checkpoint.v1"
 
 /* The derivation trainer/train_run.c uses today: step s (0-based) draws its
  * synthetic task from seed + s and its sampling seed is seed + 1000003 s;
@@ -61,6 +69,9 @@ typedef struct {
     uint64_t seed;   /* the run's seed */
     char rng_scheme[LS_CHECKPOINT_SCHEME_MAX]; /* printable ASCII, non-empty */
     double lr, beta1, beta2, eps, weight_decay; /* AdamW settings, finite */
+    /* set by load, ignored by save: */
+    int digested;    /* 1: a v2 file whose digests were checked; 0: a v1 file (no digests) */
+    char sha256[65]; /* lowercase hex SHA-256 of the file's bytes as read */
 } ls_checkpoint_info;
 
 /* Write p (weights, moments, reference copy) and info to path atomically
@@ -82,7 +93,9 @@ ls_status LS_K(ls_checkpoint_save)(const ls_params *p, const ls_checkpoint_info 
  * is, to name the first config key that differs when it has one); otherwise
  * the whole file is held in memory (scratch category) while it loads.  Returns LS_ERR_IO (cannot open
  * or read, naming the path), LS_ERR_TRUNCATED, LS_ERR_FORMAT (every refusal
- * above, the message naming the path and the first mismatch),
+ * above, the message naming the path and the first mismatch), LS_ERR_CORRUPT
+ * (a digest mismatch: "checkpoint PATH: tensor 'x': its data ... does not
+ * match its sha256 ..."),
  * LS_ERR_NONFINITE (a NaN or infinite value, named), LS_ERR_NOMEM,
  * LS_ERR_ARG (p is a view).  On error p's weights and moments may be partly
  * overwritten (discard p) and *info is untouched. */

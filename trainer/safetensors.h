@@ -192,4 +192,46 @@ ls_status ls_safetensors_writer_set_metadata(ls_safetensors_writer *w, const cha
 ls_status ls_safetensors_writer_write(const ls_safetensors_writer *w, const char *path,
                                       char *err, size_t err_len);
 
+/* ---- digests ------------------------------------------------------------ */
+
+/* LongStraw's files carry digests of their content in two metadata entries
+ * (both written by ls_safetensors_writer_set_digests, checked by
+ * ls_safetensors_verify_digests):
+ *   tensor_sha256   canonical JSON (keys sorted bytewise, no whitespace) of
+ *                   an object mapping every tensor's name to the lowercase
+ *                   hex SHA-256 of its data bytes as stored (little-endian,
+ *                   its data_offsets range), so that a corrupt tensor is
+ *                   named;
+ *   content_sha256  lowercase hex SHA-256 of the canonical JSON text of
+ *                   {"metadata": {every other metadata entry: key -> value},
+ *                    "tensors": {name: {"dtype": "F32", "shape": [dims],
+ *                                       "sha256": hex}}}
+ *                   (every tensor), so that a changed metadata value, dtype
+ *                   or shape is seen too.
+ * A safetensors file with neither entry is simply undigested. */
+#define LS_SAFETENSORS_TENSOR_DIGESTS "tensor_sha256"
+#define LS_SAFETENSORS_CONTENT_DIGEST "content_sha256"
+
+/* Digest every tensor added so far (in its stored bytes) and set the two
+ * entries above, replacing earlier ones.  Call it after the last tensor and
+ * the last other metadata entry.  LS_ERR_NOMEM, LS_ERR_INTERNAL (libcrypto),
+ * LS_ERR_ARG (NULL w). */
+ls_status ls_safetensors_writer_set_digests(ls_safetensors_writer *w);
+
+/* The SHA-256 (lowercase hex) of the exact bytes ls_safetensors_writer_write
+ * would write now, computed without writing them.  LS_ERR_NOMEM,
+ * LS_ERR_INTERNAL, LS_ERR_ARG (err says which). */
+ls_status ls_safetensors_writer_sha256(const ls_safetensors_writer *w, char hex[65], char *err, size_t err_len);
+
+/* Check the two entries above against the file.  Neither present: LS_OK
+ * with *digested = 0 (nothing checked).  Both present and every digest
+ * equal: LS_OK with *digested = 1.  Otherwise (*digested = 0) LS_ERR_FORMAT
+ * (one entry without the other, an entry that is not as described, a
+ * tensor without a digest or a digest of no tensor, each named) or
+ * LS_ERR_CORRUPT: the first tensor, in name order, whose bytes differ from
+ * its recorded digest ("tensor 'x': its data does not match ..."), or the
+ * content digest when every tensor matches (a metadata value, a dtype or a
+ * shape changed).  LS_ERR_NOMEM, LS_ERR_INTERNAL. */
+ls_status ls_safetensors_verify_digests(const ls_safetensors *st, int *digested, char *err, size_t err_len);
+
 #endif

@@ -1,6 +1,6 @@
-/* safetensors_internal.h - private helpers shared by safetensors_read.c and
- * safetensors_write.c.  Not part of the contract: include only from those two
- * files (the public interface is safetensors.h).  Everything here is static
+/* safetensors_internal.h - private helpers shared by safetensors_read.c,
+ * safetensors_write.c and safetensors_digest.c.  Not part of the contract:
+ * include only from those files (the public interface is safetensors.h).  Everything here is static
  * inline, so each file keeps its own private copy.
  *
  * Allocations made here (dup_str) are charged to LS_MEM_SCRATCH, like every
@@ -13,6 +13,11 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+
+#include "receipts/digest.h"
+#include "receipts/json_util.h"
 #include "trainer/mem_tracker.h"
 #include "trainer/safetensors.h"
 
@@ -93,6 +98,61 @@ static inline uint64_t bits_from_f64(double d)
     uint64_t u;
     memcpy(&u, &d, sizeof u);
     return u;
+}
+
+/* ---- the content digest (safetensors.h, "digests") ----------------------- */
+
+/* 1 when metadata key k is one of the two digest entries. */
+static inline int is_digest_key(const char *k)
+{
+    return strcmp(k, LS_SAFETENSORS_TENSOR_DIGESTS) == 0 || strcmp(k, LS_SAFETENSORS_CONTENT_DIGEST) == 0;
+}
+
+/* An empty content document; *meta and *tensors are its two objects.  NULL
+ * on out of memory.  cJSON's trees use the system allocator (safetensors.h,
+ * "Memory"). */
+static inline cJSON *content_doc_new(cJSON **meta, cJSON **tensors)
+{
+    cJSON *doc = cJSON_CreateObject();
+    *meta = doc ? cJSON_AddObjectToObject(doc, "metadata") : NULL;
+    *tensors = doc ? cJSON_AddObjectToObject(doc, "tensors") : NULL;
+    if (*meta == NULL || *tensors == NULL) {
+        cJSON_Delete(doc);
+        return NULL;
+    }
+    return doc;
+}
+
+/* Add one tensor's entry; 0 on out of memory. */
+static inline int content_doc_add_tensor(cJSON *tensors, const char *name, ls_safetensors_dtype dtype,
+                                         const uint64_t *shape, size_t ndim, const char *hex)
+{
+    cJSON *t = cJSON_AddObjectToObject(tensors, name);
+    cJSON *sh = t ? cJSON_AddArrayToObject(t, "shape") : NULL;
+    if (sh == NULL || cJSON_AddStringToObject(t, "dtype", ls_safetensors_dtype_name(dtype)) == NULL
+        || cJSON_AddStringToObject(t, "sha256", hex) == NULL)
+        return 0;
+    for (size_t d = 0; d < ndim; d++) {
+        cJSON *v = cJSON_CreateNumber((double)shape[d]); /* <= 2^53: exact */
+        if (v == NULL || !cJSON_AddItemToArray(sh, v)) {
+            cJSON_Delete(v);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* SHA-256 hex of the document's canonical text.  LS_ERR_NOMEM, or the
+ * printer's status (duplicate keys: LS_ERR_ARG). */
+static inline ls_status content_doc_sha256(const cJSON *doc, char hex[LS_DIGEST_HEX_SIZE])
+{
+    char *text = NULL;
+    size_t len = 0;
+    ls_status st = ls_json_print_canonical(doc, &text, &len, NULL, 0);
+    if (st == LS_OK)
+        st = ls_digest_sha256_hex(text, len, hex);
+    free(text);
+    return st;
 }
 
 #endif

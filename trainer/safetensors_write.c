@@ -247,8 +247,25 @@ cleanup:
     return text;
 }
 
+/* Where the file's bytes go: a FILE (the write) or a digest (the digests).
+ * put returns 0 on failure. */
+typedef struct {
+    int (*put)(void *user, const void *bytes, size_t n);
+    void *user;
+} byte_sink;
+
+static int put_file(void *user, const void *bytes, size_t n)
+{
+    return fwrite(bytes, 1, n, (FILE *)user) == n;
+}
+
+static int put_digest(void *user, const void *bytes, size_t n)
+{
+    return ls_digest_stream_update((ls_digest_stream *)user, bytes, n) == LS_OK;
+}
+
 /* Convert entry e into its stored little-endian bytes, chunk by chunk. */
-static int write_entry(FILE *f, const writer_entry *e, unsigned char *buf, size_t buf_elems)
+static int emit_entry(const byte_sink *out, const writer_entry *e, unsigned char *buf, size_t buf_elems)
 {
     size_t es = ls_safetensors_dtype_size(e->dtype);
     for (uint64_t i0 = 0; i0 < e->numel; i0 += buf_elems) {
@@ -271,10 +288,55 @@ static int write_entry(FILE *f, const writer_entry *e, unsigned char *buf, size_
                 break;
             }
         }
-        if (fwrite(buf, es, m, f) != m)
+        if (!out->put(out->user, buf, es * m))
             return 0;
     }
     return 1;
+}
+
+/* The entries in name order (*order NULL when there are none). */
+static int sorted_entries(const ls_safetensors_writer *w, writer_entry ***order)
+{
+    *order = NULL;
+    if (w->n == 0)
+        return 1;
+    *order = ls_mem_alloc(LS_MEM_SCRATCH, w->n * sizeof **order);
+    if (*order == NULL)
+        return 0;
+    for (size_t i = 0; i < w->n; i++)
+        (*order)[i] = &w->e[i];
+    qsort(*order, w->n, sizeof **order, entry_ptr_cmp);
+    return 1;
+}
+
+/* The whole file into out: length prefix, header padded to 8 bytes, data.
+ * LS_OK, LS_ERR_NOMEM, or LS_ERR_IO when out refused bytes. */
+static ls_status emit_file(const ls_safetensors_writer *w, const byte_sink *out)
+{
+    const size_t buf_elems = 8192;
+    writer_entry **order = NULL;
+    char *json = NULL;
+    unsigned char *buf = ls_mem_alloc(LS_MEM_SCRATCH, buf_elems * 8);
+    ls_status rc = LS_ERR_NOMEM;
+    if (buf == NULL || !sorted_entries(w, &order) || (json = build_header(w, order)) == NULL)
+        goto cleanup;
+    size_t jlen = strlen(json);
+    size_t pad = (8 - jlen % 8) % 8;
+    unsigned char prefix[8];
+    store_le(prefix, (uint64_t)(jlen + pad), 8);
+    rc = LS_ERR_IO;
+    if (!out->put(out->user, prefix, 8) || !out->put(out->user, json, jlen)
+        || !out->put(out->user, "        ", pad))
+        goto cleanup;
+    for (size_t i = 0; i < w->n; i++)
+        if (!emit_entry(out, order[i], buf, buf_elems))
+            goto cleanup;
+    rc = LS_OK;
+cleanup:
+    cJSON_free(json);
+    ls_mem_free(buf);
+    ls_mem_free(order);
+    return rc;
 }
 
 /* fsync the directory holding `path` so the rename is durable; best effort. */
@@ -305,31 +367,12 @@ ls_status ls_safetensors_writer_write(const ls_safetensors_writer *w, const char
         return LS_ERR_ARG;
     }
     ls_status rc = LS_OK;
-    writer_entry **order = NULL;
-    char *json = NULL, *tmp = NULL;
-    unsigned char *buf = NULL;
     FILE *f = NULL;
     int tmp_exists = 0;
-    const size_t buf_elems = 8192;
-
-    if (w->n > 0) {
-        order = ls_mem_alloc(LS_MEM_SCRATCH, w->n * sizeof *order);
-        if (order == NULL)
-            goto nomem;
-        for (size_t i = 0; i < w->n; i++)
-            order[i] = &w->e[i];
-        qsort(order, w->n, sizeof *order, entry_ptr_cmp);
-    }
-    json = build_header(w, order);
     size_t tmp_len = strlen(path) + 32;
-    tmp = ls_mem_alloc(LS_MEM_SCRATCH, tmp_len);
-    buf = ls_mem_alloc(LS_MEM_SCRATCH, buf_elems * 8);
-    if (json == NULL || tmp == NULL || buf == NULL)
+    char *tmp = ls_mem_alloc(LS_MEM_SCRATCH, tmp_len);
+    if (tmp == NULL)
         goto nomem;
-    size_t jlen = strlen(json);
-    size_t pad = (8 - jlen % 8) % 8;
-    unsigned char prefix[8];
-    store_le(prefix, (uint64_t)(jlen + pad), 8);
     snprintf(tmp, tmp_len, "%s.tmp.%ld", path, (long)getpid());
 
     const char *step = "open";
@@ -338,12 +381,12 @@ ls_status ls_safetensors_writer_write(const ls_safetensors_writer *w, const char
         goto io;
     tmp_exists = 1;
     step = "write";
-    if (fwrite(prefix, 1, 8, f) != 8 || fwrite(json, 1, jlen, f) != jlen
-        || fwrite("        ", 1, pad, f) != pad)
+    byte_sink out = {put_file, f};
+    rc = emit_file(w, &out);
+    if (rc == LS_ERR_NOMEM)
+        goto nomem;
+    if (rc != LS_OK)
         goto io;
-    for (size_t i = 0; i < w->n; i++)
-        if (!write_entry(f, order[i], buf, buf_elems))
-            goto io;
     step = "flush";
     if (fflush(f) != 0)
         goto io;
@@ -374,9 +417,79 @@ cleanup:
         fclose(f);
     if (tmp_exists)
         unlink(tmp);
-    cJSON_free(json);
     ls_mem_free(tmp);
+    return rc;
+}
+
+ls_status ls_safetensors_writer_sha256(const ls_safetensors_writer *w, char hex[65], char *err, size_t err_len)
+{
+    set_err(err, err_len, "%s", "");
+    if (w == NULL || hex == NULL) {
+        set_err(err, err_len, "ls_safetensors_writer_sha256: NULL %s", w == NULL ? "w" : "hex");
+        return LS_ERR_ARG;
+    }
+    ls_digest_stream *d = NULL;
+    ls_status rc = ls_digest_stream_open(&d);
+    if (rc == LS_OK) {
+        byte_sink out = {put_digest, d};
+        rc = emit_file(w, &out);
+        if (rc == LS_ERR_IO)
+            rc = LS_ERR_INTERNAL; /* the digest refused bytes: libcrypto failed */
+    }
+    if (rc == LS_OK)
+        rc = ls_digest_stream_final_hex(d, hex);
+    ls_digest_stream_free(d);
+    if (rc != LS_OK)
+        set_err(err, err_len, "cannot digest the file's bytes: %s", ls_status_str(rc));
+    return rc;
+}
+
+/* The digest of one entry's stored bytes. */
+static ls_status entry_sha256(const writer_entry *e, unsigned char *buf, size_t buf_elems,
+                              char hex[LS_DIGEST_HEX_SIZE])
+{
+    ls_digest_stream *d = NULL;
+    ls_status rc = ls_digest_stream_open(&d);
+    if (rc == LS_OK) {
+        byte_sink out = {put_digest, d};
+        rc = emit_entry(&out, e, buf, buf_elems) ? ls_digest_stream_final_hex(d, hex) : LS_ERR_INTERNAL;
+    }
+    ls_digest_stream_free(d);
+    return rc;
+}
+
+ls_status ls_safetensors_writer_set_digests(ls_safetensors_writer *w)
+{
+    if (w == NULL)
+        return LS_ERR_ARG;
+    const size_t buf_elems = 8192;
+    unsigned char *buf = ls_mem_alloc(LS_MEM_SCRATCH, buf_elems * 8);
+    cJSON *meta = NULL, *tensors = NULL, *doc = content_doc_new(&meta, &tensors), *map = cJSON_CreateObject();
+    char *map_text = NULL, hex[LS_DIGEST_HEX_SIZE];
+    ls_status rc = LS_ERR_NOMEM;
+    if (buf == NULL || doc == NULL || map == NULL)
+        goto cleanup;
+    for (size_t i = 0; i < w->n_meta; i++)
+        if (!is_digest_key(w->meta_key[i]) && cJSON_AddStringToObject(meta, w->meta_key[i], w->meta_val[i]) == NULL)
+            goto cleanup;
+    for (size_t i = 0; i < w->n; i++) {
+        const writer_entry *e = &w->e[i];
+        if ((rc = entry_sha256(e, buf, buf_elems, hex)) != LS_OK)
+            goto cleanup;
+        rc = LS_ERR_NOMEM;
+        if (cJSON_AddStringToObject(map, e->name, hex) == NULL
+            || !content_doc_add_tensor(tensors, e->name, e->dtype, e->shape, e->ndim, hex))
+            goto cleanup;
+    }
+    if ((rc = ls_json_print_canonical(map, &map_text, NULL, NULL, 0)) != LS_OK
+        || (rc = content_doc_sha256(doc, hex)) != LS_OK
+        || (rc = ls_safetensors_writer_set_metadata(w, LS_SAFETENSORS_TENSOR_DIGESTS, map_text)) != LS_OK)
+        goto cleanup;
+    rc = ls_safetensors_writer_set_metadata(w, LS_SAFETENSORS_CONTENT_DIGEST, hex);
+cleanup:
+    free(map_text);
+    cJSON_Delete(map);
+    cJSON_Delete(doc);
     ls_mem_free(buf);
-    ls_mem_free(order);
     return rc;
 }

@@ -2,9 +2,10 @@
  * (ls_checkpoint_load_bytes, float32) into the micro model of
  * checkpoint_micro.h, once in lora and once in full train mode.  A refusal
  * says why, under the source's name, with one of the documented statuses; an
- * accepted file holds a valid step and rng_scheme, and every weight, moment
- * and reference value loaded equals the bytes of the file's tensor of that
- * name (read through the plain safetensors reader).  Nothing leaks through
+ * accepted file holds a valid step and rng_scheme, its digests were checked
+ * exactly when it is a v2 file, info.sha256 is the input's, and every
+ * weight, moment and reference value loaded equals the bytes of the file's
+ * tensor of that name (read through the plain safetensors reader).  Nothing leaks through
  * the memory tracker.  Traps otherwise.
  * Seeds: tests/fuzz/corpus/fuzz_checkpoint/seed-* (tests/test_checkpoint.c
  * writes them with LS_WRITE_CHECKPOINT_SEEDS=1). */
@@ -13,6 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "receipts/digest.h"
 #include "tests/fuzz/checkpoint_micro.h"
 #include "trainer/checkpoint.h"
 #include "trainer/mem_tracker.h"
@@ -29,10 +31,12 @@ static ls_params *models[2];
 static size_t baseline_live;
 
 /* Every buffer of p equals the file's tensor of its checkpoint name. */
-static void check_loaded(ls_params *p, const uint8_t *data, size_t size) {
+static void check_loaded(ls_params *p, const uint8_t *data, size_t size, int digested) {
     ls_safetensors *sf = NULL;
     char err[256];
     CHECK(ls_safetensors_parse(&sf, data, size, err, sizeof err) == LS_OK);
+    const char *fmt = ls_safetensors_metadata_get(sf, "format");
+    CHECK(fmt && digested == (strcmp(fmt, LS_CHECKPOINT_FORMAT) == 0));
     ls_params *ref = NULL;
     CHECK(ls_params_ref_view_f32(&ref, p) == LS_OK);
     size_t expected = 0;
@@ -72,14 +76,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         err[0] = '\0';
         ls_status st = ls_checkpoint_load_bytes_f32(models[m], data, size, "fuzz", &info, err, sizeof err);
         if (st != LS_OK) {
-            CHECK(st == LS_ERR_FORMAT || st == LS_ERR_TRUNCATED || st == LS_ERR_NONFINITE || st == LS_ERR_NOMEM);
+            CHECK(st == LS_ERR_FORMAT || st == LS_ERR_TRUNCATED || st == LS_ERR_NONFINITE || st == LS_ERR_NOMEM ||
+                  st == LS_ERR_CORRUPT);
             CHECK(memchr(err, '\0', sizeof err) && strncmp(err, "checkpoint fuzz: ", 17) == 0);
             CHECK(memcmp(&info, &sentinel, sizeof info) == 0);
         } else {
             CHECK(info.step >= 0);
             size_t n = strnlen(info.rng_scheme, sizeof info.rng_scheme);
             CHECK(n > 0 && n < sizeof info.rng_scheme);
-            check_loaded(models[m], data, size);
+            char hex[LS_DIGEST_HEX_SIZE];
+            CHECK(ls_digest_sha256_hex(data, size, hex) == LS_OK && strcmp(hex, info.sha256) == 0);
+            check_loaded(models[m], data, size, info.digested);
         }
     }
     ls_mem_stats s;
