@@ -217,6 +217,29 @@ static void diff_key(cJSON *divs, const char *what, const char *label, const cJS
     cJSON_AddStringToObject(sb, "value", tb);
 }
 
+/* The configurations' first difference, their "inputs" (the digests of
+ * what the runs read) last: another seed also starts from other weights,
+ * and the option is the cause to name. */
+static void diff_config(cJSON *divs, const run_info *A, const run_info *B) {
+    cJSON *a = cJSON_Duplicate(A->config, 1), *b = cJSON_Duplicate(B->config, 1);
+    cJSON *wa = cJSON_CreateObject(), *wb = cJSON_CreateObject();
+    if (a && b && wa && wb) {
+        cJSON *ia = cJSON_DetachItemFromObjectCaseSensitive(a, "inputs");
+        cJSON *ib = cJSON_DetachItemFromObjectCaseSensitive(b, "inputs");
+        if (ia) cJSON_AddItemToObject(wa, "inputs", ia);
+        if (ib) cJSON_AddItemToObject(wb, "inputs", ib);
+        int before = cJSON_GetArraySize(divs);
+        diff_key(divs, "config", "configuration", a, b, A->source, B->source);
+        if (cJSON_GetArraySize(divs) == before) diff_key(divs, "config", "configuration", wa, wb, A->source, B->source);
+    } else { /* out of memory: in document order */
+        diff_key(divs, "config", "configuration", A->config, B->config, A->source, B->source);
+    }
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    cJSON_Delete(wa);
+    cJSON_Delete(wb);
+}
+
 /* ---- receipts: phase times and memory per rank ------------------------ */
 
 static void add_num_or_null(cJSON *o, const char *k, int have, double v) {
@@ -677,7 +700,7 @@ ls_status ls_audit_diff_runs(const char *run_a, const char *run_b, cJSON **doc, 
     if ((st = run_load(&B, run_b, "B", notes, err, err_len)) != LS_OK) goto cleanup;
 
     /* 1-3: configuration, build, world */
-    if (A.config && B.config) diff_key(divs, "config", "configuration", A.config, B.config, A.source, B.source);
+    if (A.config && B.config) diff_config(divs, &A, &B);
     else if (A.config || B.config) {
         char line[256];
         snprintf(line, sizeof line, "configuration known in %s only (no manifest or receipt in the other)",

@@ -313,6 +313,23 @@ static void plain_ev(const char *run, int line, char *ev, size_t cap) {
     cJSON_Delete(j);
 }
 
+/* The same model from another config file (one byte more) and the same
+ * seed: the recorded inputs are the only configuration difference, named
+ * once the options agree (inputs come last: another seed also starts from
+ * other weights, and the seed is the cause). */
+Test(audit_diff, another_config_file_is_an_input_difference, .init = setup, .fini = teardown, .timeout = 300) {
+    train("a", "--seed 1");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "cp %s %s/c.json && printf '\\n' >> %s/c.json && OMP_NUM_THREADS=1 %s --config %s/c.json --prompt-len 64 "
+             "--steps 2 --quiet --seed 1 --out %s/c >%s/train.out 2>&1",
+             CFG, tmpdir, tmpdir, TRAIN, tmpdir, tmpdir, tmpdir);
+    cr_assert_eq(system(cmd), 0, "trainer failed: %s", cmd);
+    cr_expect_eq(diff2("a", "c"), 1, "%s%s", out, errt);
+    cr_expect(strstr(out, "FIRST DIVERGENCE (config): configuration key inputs.config") != NULL, "%s", out);
+    cr_expect(strstr(out, "param_digest") == NULL, "the same model and seed compute the same: %s", out);
+}
+
 Test(audit_diff, truncated_traces_named_where_they_end, .init = setup, .fini = teardown, .timeout = 300) {
     train("a", "--seed 1");
     /* cut at a line boundary: the header and events 0..99, recompressed */

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "receipts/atomic_file.h"
+#include "receipts/digest.h"
 #include "receipts/json_util.h"
 #include "trainer/mem_tracker.h"
 
@@ -285,6 +286,8 @@ struct ls_rollouts_reader {
     uint64_t bytes;
     int eof;
     ls_status failed; /* sticky: the first error */
+    ls_digest_stream *digest; /* of the lines handed out, newlines included */
+    uint64_t consumed;        /* their bytes */
 };
 
 ls_status ls_rollouts_open_fd(ls_rollouts_reader **out, int fd, const char *name, int vocab, size_t max_line,
@@ -298,6 +301,11 @@ ls_status ls_rollouts_open_fd(ls_rollouts_reader **out, int fd, const char *name
     ls_rollouts_reader *r = ls_mem_alloc(LS_MEM_SCRATCH, sizeof *r);
     if (!r) return LS_ERR_NOMEM;
     memset(r, 0, sizeof *r);
+    if (ls_digest_stream_open(&r->digest) != LS_OK) {
+        FIELD_ERR("%.400s: cannot start the digest of its bytes", name);
+        ls_mem_free(r);
+        return LS_ERR_NOMEM;
+    }
     r->fd = fd;
     snprintf(r->name, sizeof r->name, "%.400s", name);
     r->vocab = vocab;
@@ -394,7 +402,13 @@ static ls_status next_line(ls_rollouts_reader *r, const char **line, size_t *len
             }
             *len = n;
             r->line++;
-            r->start += n + (nl != NULL);
+            size_t used = n + (nl != NULL); /* the line and its newline */
+            if (ls_digest_stream_update(r->digest, from, used) != LS_OK) {
+                FIELD_ERR("%s: line %zu: cannot digest its bytes", r->name, r->line);
+                return LS_ERR_INTERNAL;
+            }
+            r->consumed += used;
+            r->start += used;
             r->scanned = 0;
             return LS_OK;
         }
@@ -443,6 +457,12 @@ size_t ls_rollouts_line(const ls_rollouts_reader *r) { return r ? r->line : 0; }
 
 uint64_t ls_rollouts_bytes_read(const ls_rollouts_reader *r) { return r ? r->bytes : 0; }
 
+ls_status ls_rollouts_digest(const ls_rollouts_reader *r, char hex[65], uint64_t *bytes) {
+    if (!r || !hex || !bytes) return LS_ERR_ARG;
+    *bytes = r->consumed;
+    return ls_digest_stream_final_hex(r->digest, hex);
+}
+
 void ls_rollouts_set_read_size(ls_rollouts_reader *r, size_t n) {
     if (r) r->read_size = n ? n : 1;
 }
@@ -450,6 +470,7 @@ void ls_rollouts_set_read_size(ls_rollouts_reader *r, size_t n) {
 void ls_rollouts_close(ls_rollouts_reader *r) {
     if (!r) return;
     if (r->own_fd) close(r->fd);
+    ls_digest_stream_free(r->digest);
     ls_mem_free(r->buf);
     ls_mem_free(r);
 }

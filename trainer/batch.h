@@ -90,6 +90,15 @@ ls_status ls_rollouts_next(ls_rollouts_reader *r, ls_batch **out, char *err, siz
 size_t ls_rollouts_line(const ls_rollouts_reader *r);
 uint64_t ls_rollouts_bytes_read(const ls_rollouts_reader *r);
 
+/* The lowercase hex SHA-256 of the bytes the reader has handed out so far
+ * into hex (65 bytes), their count into *bytes: every line returned, skipped
+ * or refused by the line parser, each with its newline; that is, the input
+ * from its first byte to the end of the last line read (the whole input
+ * once ls_rollouts_next reported its end).  Bytes read ahead past that line
+ * are not counted, so the digest does not depend on the pieces the input
+ * arrived in.  LS_OK; LS_ERR_ARG (a NULL argument), LS_ERR_INTERNAL. */
+ls_status ls_rollouts_digest(const ls_rollouts_reader *r, char hex[65], uint64_t *bytes);
+
 /* Test hook: at most n >= 1 bytes per read(2) call (default 64 KiB), to
  * exercise lines split across reads. */
 void ls_rollouts_set_read_size(ls_rollouts_reader *r, size_t n);

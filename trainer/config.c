@@ -2,6 +2,7 @@
 #include "trainer/config.h"
 
 #include "common/checked.h"
+#include "receipts/digest.h"
 #include "receipts/json_util.h"
 
 #include <errno.h>
@@ -491,14 +492,24 @@ ls_status ls_config_check(const ls_model_config *c, char *err, size_t err_len) {
     return check_where(c, "config", err, err_len);
 }
 
-ls_status ls_config_load(ls_model_config *out, const char *path, char *err, size_t err_len) {
+ls_status ls_config_load_digest(ls_model_config *out, const char *path, char sha256[LS_DIGEST_HEX_SIZE], char *err,
+                                size_t err_len) {
     cJSON *obj = NULL;
+    char *buf = NULL;
+    size_t len = 0;
     /* errors name the file; the cap refuses huge files and endless streams */
-    ls_status st = ls_json_read_file_capped(path, LS_CONFIG_MAX_FILE_BYTES, &obj, err, err_len);
-    if (st != LS_OK) return st;
-    st = ls_config_from_json(out, obj, path, err, err_len);
+    ls_status st = ls_json_read_bytes_capped(path, LS_CONFIG_MAX_FILE_BYTES, &buf, &len, err, err_len);
+    if (st == LS_OK) st = ls_json_parse(buf, len, path, &obj, err, err_len);
+    if (st == LS_OK) st = ls_config_from_json(out, obj, path, err, err_len);
+    if (st == LS_OK && sha256 && (st = ls_digest_sha256_hex(buf, len, sha256)) != LS_OK)
+        snprintf(err, err_len, "%s: cannot digest the file: %s", path, ls_status_str(st));
     cJSON_Delete(obj);
+    free(buf);
     return st;
+}
+
+ls_status ls_config_load(ls_model_config *out, const char *path, char *err, size_t err_len) {
+    return ls_config_load_digest(out, path, NULL, err, err_len);
 }
 
 static void add_ints(cJSON *o, const ls_model_config *c, const int_key *keys, size_t n) {

@@ -49,6 +49,9 @@ typedef struct {
  * unknown, misspelt, of the other family or an objective setting is
  * refused by name (a typo must not silently change a model). */
 ls_status ls_config_load(ls_model_config *out, const char *path, char *err, size_t err_len);
+/* ls_config_load that also writes the lowercase hex SHA-256 of the bytes it
+ * read and parsed into sha256 (65 bytes; NULL: not wanted), on success only. */
+ls_status ls_config_load_digest(ls_model_config *out, const char *path, char sha256[65], char *err, size_t err_len);
 /* Parse from a cJSON object; `where` names the source.  Same strictness
  * as ls_config_load (model keys only). */
 ls_status ls_config_from_json(ls_model_config *out, const cJSON *obj, const char *where,

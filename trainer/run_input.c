@@ -82,6 +82,11 @@ ls_status ls_run_input_next(ls_run_input *in, const ls_train_args *a, uint64_t s
     return LS_OK;
 }
 
+ls_status ls_run_input_digest(const ls_run_input *in, int *used, char hex[65], uint64_t *bytes) {
+    *used = in->rr != NULL;
+    return in->rr ? ls_rollouts_digest(in->rr, hex, bytes) : LS_OK;
+}
+
 void ls_run_input_close(ls_run_input *in) {
     ls_batch_free(in->b);
     ls_batch_free(in->pending);

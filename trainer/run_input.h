@@ -36,5 +36,10 @@ int64_t ls_run_input_steps(const ls_run_input *in, const ls_train_args *a);
  * ended; an error names the line and field. */
 ls_status ls_run_input_next(ls_run_input *in, const ls_train_args *a, uint64_t seed, int64_t task_step, int *end,
                             char *err, size_t err_len);
+/* The rollouts bytes consumed so far (ls_rollouts_digest): LS_OK with
+ * *used = 1, the digest in hex and the count in *bytes when the run reads
+ * --rollouts; LS_OK with *used = 0 for the built-in task (nothing else
+ * written); LS_ERR_INTERNAL when the digest cannot be had. */
+ls_status ls_run_input_digest(const ls_run_input *in, int *used, char hex[65], uint64_t *bytes);
 void ls_run_input_close(ls_run_input *in);
 #endif

@@ -52,7 +52,28 @@ static cJSON *options_json(const ls_train_args *a) {
     return j;
 }
 
-cJSON *ls_run_config_json(const ls_train_args *a, uint32_t world, int64_t first_step) {
+/* The config's "inputs": the digest of each input the run used. */
+static cJSON *inputs_json(const ls_run_inputs *in) {
+    cJSON *j = cJSON_CreateObject();
+    if (!j) return NULL;
+    const char *keys[] = {"config", "load", "resume"}, *vals[] = {in->config, in->load, in->resume};
+    int ok = 1;
+    for (size_t i = 0; i < 3; i++)
+        if (vals[i][0]) ok = ok && cJSON_AddStringToObject(j, keys[i], vals[i]);
+    if (in->rollouts) {
+        cJSON *r = cJSON_AddObjectToObject(j, "rollouts");
+        ok = ok && r && cJSON_AddStringToObject(r, "sha256", in->rollouts_sha256) &&
+             ls_json_add_u64(r, "bytes", in->rollouts_bytes) == 0;
+    }
+    if (in->initial_weights[0]) ok = ok && cJSON_AddStringToObject(j, "initial_weights", in->initial_weights);
+    if (!ok) {
+        cJSON_Delete(j);
+        return NULL;
+    }
+    return j;
+}
+
+cJSON *ls_run_config_json(const ls_train_args *a, uint32_t world, int64_t first_step, const ls_run_inputs *in) {
     cJSON *c = ls_config_to_json(&a->cfg, &a->obj);
     if (!c) return NULL;
     cJSON *f = cJSON_AddArrayToObject(c, "faults");
@@ -83,6 +104,12 @@ cJSON *ls_run_config_json(const ls_train_args *a, uint32_t world, int64_t first_
         cJSON_Delete(c);
         return NULL;
     }
+    cJSON *ins = in ? inputs_json(in) : NULL;
+    if (in && (!ins || !cJSON_AddItemToObject(c, "inputs", ins))) {
+        cJSON_Delete(ins);
+        cJSON_Delete(c);
+        return NULL;
+    }
     if (!f || !cJSON_AddNumberToObject(c, "cp_ranks", world)) {
         cJSON_Delete(c);
         return NULL;
@@ -101,8 +128,9 @@ static cJSON *build_json(void) {
     return build;
 }
 
-int ls_run_write_manifest(const ls_train_args *a, const char *run_id, uint32_t world, int64_t first_step) {
-    cJSON *build = build_json(), *config = ls_run_config_json(a, world, first_step);
+int ls_run_write_manifest(const ls_train_args *a, const char *run_id, uint32_t world, int64_t first_step,
+                          const ls_run_inputs *in) {
+    cJSON *build = build_json(), *config = ls_run_config_json(a, world, first_step, in);
     char rerr[1024];
     int rc = 0;
     ls_manifest m = {.run_id = run_id, .world = world, .build = build, .config = config};
@@ -130,7 +158,7 @@ int ls_run_write_receipt(const ls_train_args *a, const ls_run_outcome *oc) {
     for (int k = 0; k < LS_MEM_COUNT; k++)
         mem[k] = (ls_receipt_memory){ls_mem_cat_name((ls_mem_cat)k), ms.run_peak_bytes[k], sp->cat[k]};
     build = build_json();
-    config = ls_run_config_json(a, oc->world, oc->first_step);
+    config = ls_run_config_json(a, oc->world, oc->first_step, oc->inputs);
     char host[256] = "localhost";
     gethostname(host, sizeof host - 1);
     for (char *c = host; *c; c++)

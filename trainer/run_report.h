@@ -21,6 +21,21 @@ typedef struct {
 /* Fold the tracker's window peaks (those of step `step`) into *sp. */
 void ls_run_peaks_fold(ls_run_peaks *sp, int64_t step);
 
+/* The inputs a run used, by digest: the config's "inputs" (provenance).
+ * Digests are lowercase hex SHA-256; an empty string is an input the run
+ * did not use.  Every rank records its own, and they agree: each rank reads
+ * every input itself (train_run compares the open-time ones across ranks). */
+typedef struct {
+    char config[65];          /* --config: the bytes parsed */
+    char load[65];            /* --load: the file's bytes */
+    char resume[65];          /* --resume: the checkpoint file's bytes */
+    char initial_weights[65]; /* the weights at the start of the first step: the sha256 of the file
+                                 --save-init writes (ls_params_sha256, LS_PARAMS_WEIGHTS) */
+    int rollouts;             /* the run read --rollouts */
+    char rollouts_sha256[65]; /* of the bytes it consumed, as it read them (ls_rollouts_digest) */
+    uint64_t rollouts_bytes;
+} ls_run_inputs;
+
 /* How the run went, for the receipt and the summary. */
 typedef struct {
     const char *run_id, *events_rel;
@@ -36,6 +51,7 @@ typedef struct {
     uint32_t rank, world;
     const cJSON *rank_state; /* the receipt's rank_state (NULL: none) */
     int64_t first_step;      /* the global index of the run's first step */
+    const ls_run_inputs *inputs; /* NULL: none recorded */
 } ls_run_outcome;
 
 /* The config object of the receipts and the manifest: MODEL.md §6 keys plus
@@ -43,18 +59,23 @@ typedef struct {
  * "group" (G of the built-in task), "steps_requested" (-1: until the
  * rollouts input ends), "strategy", "objective", "sft_steps",
  * "prefix_frozen" (K; 1: every step exact), "first_step" (the global index
- * of the run's first step: a resumed run's checkpoint step), "cp_ranks" and
+ * of the run's first step: a resumed run's checkpoint step), "cp_ranks",
  * "options" (every other option: seed, optimizer, lengths, sampling, pages
- * and chunks, LoRA init, ...).  The caller owns the result (cJSON_Delete);
- * NULL on allocation failure. */
-cJSON *ls_run_config_json(const ls_train_args *a, uint32_t world, int64_t first_step);
+ * and chunks, LoRA init, ...) and, when in != NULL, "inputs" (digests and
+ * byte counts only, never paths, so that two runs of the same inputs
+ * compare equal wherever their files lie): {"config": hex, "load": hex,
+ * "resume": hex, "rollouts": {"sha256": hex, "bytes": N},
+ * "initial_weights": hex}, each input the run used.  The caller owns the
+ * result (cJSON_Delete); NULL on allocation failure. */
+cJSON *ls_run_config_json(const ls_train_args *a, uint32_t world, int64_t first_step, const ls_run_inputs *in);
 
 /* Write RUN/rank-NNNN/receipt.json for oc->rank.  0, or 1 with the failure
  * on stderr. */
 int ls_run_write_receipt(const ls_train_args *a, const ls_run_outcome *oc);
 /* Write RUN/manifest.json over every rank's files (rank 0, after every rank
  * wrote its receipt).  0, or 1 with the failure on stderr. */
-int ls_run_write_manifest(const ls_train_args *a, const char *run_id, uint32_t world, int64_t first_step);
+int ls_run_write_manifest(const ls_train_args *a, const char *run_id, uint32_t world, int64_t first_step,
+                          const ls_run_inputs *in);
 
 /* The summary of a completed run on stdout (human units; exact bytes are
  * in the receipt).  dtype: "f32"/"f64"; P and G of the last step. */

@@ -290,7 +290,7 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
             BAD("--prefix-frozen: needs --grad-mode detached (a stale state has no exact prompt gradient)");
     }
     char cerr[512];
-    ls_status st = ls_config_load(&a->cfg, a->config_path, cerr, sizeof cerr);
+    ls_status st = ls_config_load_digest(&a->cfg, a->config_path, a->config_sha256, cerr, sizeof cerr);
     if (st != LS_OK) BAD("--config: %s", cerr);
     if (!ls_family_has_trainer(a->cfg.family))
         BAD("--config: %s: key 'family': '%s' has no model in this trainer yet (hybrid only; its kernels exist)",

@@ -11,6 +11,7 @@
 
 typedef struct {
     const char *config_path;
+    char config_sha256[65]; /* of the --config bytes parsed (the receipts' inputs.config) */
     ls_model_config cfg;
     ls_objective obj;
     ls_step_options step;

@@ -49,6 +49,7 @@ typedef struct {
     int in_step_failure;    /* a step failed inside its collectives: the job must be aborted */
     int trace_reported;     /* the trace's failure is already on stderr and in err */
     uint64_t grad_disagreements; /* steps whose finalize digest check found ranks apart */
+    ls_run_inputs inputs;   /* the digests of what the run read (the config's "inputs") */
     char err[2048], run_id[64], trace_path[4096], events_rel[64];
 } run;
 
@@ -107,12 +108,24 @@ static int open_params(run *r) {
     ls_mem_set_budget(budget);
     st = LS_K(ls_params_init)(&r->p, &a->cfg, &a->obj, a->step.seed, r->err, sizeof r->err);
     if (st != LS_OK) return fail(r, st == LS_ERR_NOMEM || st == LS_ERR_INTERNAL ? 1 : 2, st, "", r->err);
-    if (a->load && (st = LS_K(ls_params_load)(r->p, a->load, r->err, sizeof r->err)) != LS_OK)
-        return fail(r, 2, st, "--load: ", r->err);
+    if (a->load) {
+        ls_params_source src;
+        if ((st = LS_K(ls_params_load_source)(r->p, a->load, &src, r->err, sizeof r->err)) != LS_OK)
+            return fail(r, 2, st, "--load: ", r->err);
+        snprintf(r->inputs.load, sizeof r->inputs.load, "%s", src.sha256);
+        if (!src.digested && r->rank == 0)
+            fprintf(stderr, "longstraw-train: warning: --load %s carries no digests (written before they were, or by "
+                            "another program): its tensors are not verified; the receipts record its sha256\n", a->load);
+    }
     if (a->resume) {
         ls_checkpoint_info info;
         st = LS_K(ls_checkpoint_load)(r->p, a->resume, &info, r->err, sizeof r->err);
         if (st != LS_OK) return fail(r, 2, st, "--resume: ", r->err);
+        snprintf(r->inputs.resume, sizeof r->inputs.resume, "%s", info.sha256);
+        if (!info.digested && r->rank == 0)
+            fprintf(stderr, "longstraw-train: warning: --resume %s is a %s checkpoint, written before checkpoints "
+                            "carried digests: its tensors are not verified; the receipts record its sha256\n",
+                    a->resume, LS_CHECKPOINT_FORMAT_V1);
         if (strcmp(info.rng_scheme, LS_CHECKPOINT_RNG_SCHEME) != 0) {
             snprintf(r->err, sizeof r->err, "%s: rng_scheme '%s' is not this trainer's '%s'", a->resume,
                      info.rng_scheme, LS_CHECKPOINT_RNG_SCHEME);
@@ -126,6 +139,32 @@ static int open_params(run *r) {
         r->step0 = info.step;
         r->seed = info.seed; /* the run continues the checkpoint's draws */
     }
+    return 0;
+}
+
+/* The digests of the inputs read so far (the config, --load, --resume: the
+ * rollouts' is taken at the end) and of the initial weights; under mpirun
+ * every rank compares its own with rank 0's, so that a rank that read other
+ * bytes (another file at the same path on another node) stops the run. */
+static int note_inputs(run *r) {
+    const ls_train_args *a = r->a;
+    snprintf(r->inputs.config, sizeof r->inputs.config, "%s", a->config_sha256);
+    ls_status st = LS_K(ls_params_sha256)(r->p, LS_PARAMS_WEIGHTS, r->inputs.initial_weights, r->err, sizeof r->err);
+    if (st != LS_OK) return fail(r, 1, st, "the initial weights' digest: ", r->err);
+    if (r->world < 2) return 0;
+    static const char *const what[4] = {"--config", "--load", "--resume", "initial weights"};
+    char *mine[4] = {r->inputs.config, r->inputs.load, r->inputs.resume, r->inputs.initial_weights};
+    char root[4][65];
+    for (int i = 0; i < 4; i++) memcpy(root[i], mine[i], sizeof root[i]);
+    if (ls_group_broadcast(ls_comm_cp(r->comm), root, sizeof root, LS_TRACE_DTYPE_U8, 0, "inputs", -1) != LS_OK)
+        return fail(r, 1, LS_ERR_MPI, "", ls_comm_last_error(r->comm));
+    for (int i = 0; i < 4; i++)
+        if (memcmp(root[i], mine[i], sizeof root[i]) != 0) {
+            snprintf(r->err, sizeof r->err, "%s: this rank read other bytes than rank 0 (sha256 %.16s..., rank 0's "
+                     "%.16s...): every rank must see the same files", what[i], mine[i][0] ? mine[i] : "(none)",
+                     root[i][0] ? root[i] : "(none)");
+            return fail(r, 2, LS_ERR_ARG, "", r->err);
+        }
     return 0;
 }
 
@@ -393,6 +432,11 @@ static int close_run(run *r, int rc, uint64_t start_unix) {
         rc = rc ? rc : 1;
     }
     if (r->steps_begun > r->sp.steps) ls_run_peaks_fold(&r->sp, (int64_t)r->steps_begun - 1);
+    if ((st = ls_run_input_digest(&r->in, &r->inputs.rollouts, r->inputs.rollouts_sha256, &r->inputs.rollouts_bytes)) !=
+        LS_OK) { /* what the run consumed: complete now */
+        fprintf(stderr, "longstraw-train: --rollouts: cannot digest the bytes read: %s\n", ls_status_str(st));
+        rc = rc ? rc : 1;
+    }
     cJSON *rs = rank_state_json(r);
     ls_run_outcome oc = {.run_id = r->run_id, .events_rel = r->events_rel, .ok = rc == 0,
                          .rank = (uint32_t)r->rank, .world = (uint32_t)r->world, .rank_state = rs,
@@ -400,7 +444,7 @@ static int close_run(run *r, int rc, uint64_t start_unix) {
                          .steps_done = r->steps_done, .prefix_frozen_steps = r->frozen_steps,
                          .sft_steps = r->sft_steps, .frozen_idx = r->frozen_idx,
                          .n_events = n_events, .start_unix_ns = start_unix, .sp = &r->sp, .ob = &r->ob,
-                         .first_step = r->step0};
+                         .first_step = r->step0, .inputs = &r->inputs};
     if (ls_run_write_receipt(r->a, &oc) != 0) rc = rc ? rc : 1;
     cJSON_Delete(rs);
     if (r->in_step_failure) return rc;
@@ -408,7 +452,8 @@ static int close_run(run *r, int rc, uint64_t start_unix) {
         fprintf(stderr, "longstraw-train: rank %d: %s\n", r->rank, ls_comm_last_error(r->comm));
         return rc ? rc : 1;
     }
-    if (r->rank == 0 && ls_run_write_manifest(r->a, r->run_id, (uint32_t)r->world, r->step0) != 0) rc = rc ? rc : 1;
+    if (r->rank == 0 && ls_run_write_manifest(r->a, r->run_id, (uint32_t)r->world, r->step0, &r->inputs) != 0)
+        rc = rc ? rc : 1;
     if (rc == 0 && r->rank == 0)
         ls_run_print_summary(r->a, &oc, &r->res, LS_REAL_NAME, r->in.P, r->in.b ? r->in.b->G : r->a->step.G);
     return rc;
@@ -453,6 +498,7 @@ int LS_K(ls_train_run)(const ls_train_args *a) {
     rc = ls_run_input_open(&r.in, a, r.err, sizeof r.err) == LS_OK ? 0 : fail(&r, 2, LS_ERR_FORMAT, "--rollouts: ", r.err);
     rc = agree_rc(&r, rc, "open_input");
     if (rc == 0) rc = agree_rc(&r, open_params(&r), "open_params");
+    if (rc == 0) rc = agree_rc(&r, note_inputs(&r), "note_inputs");
     if (rc == 0) rc = open_outputs(&r);
     if (rc != 0) {
         if (r.ob.w) rc = close_run(&r, rc, start_unix);
