@@ -36,8 +36,9 @@
  *
  * Memory: every buffer this module allocates is charged to LS_MEM_SCRATCH
  * in the memory tracker (a file read by ls_safetensors_open is held in full
- * until ls_safetensors_free).  cJSON's transient parse/print trees use the
- * system allocator and are freed before each call returns.
+ * until ls_safetensors_free).  cJSON's transient parse/print trees, the
+ * canonical JSON text and libcrypto's digest contexts of the digests below
+ * use the system allocator and are freed before each call returns.
  *
  * Error buffers: every `err, err_len` pair may be NULL/0; when given, the
  * message is NUL-terminated and truncated to fit.  On success err is "".
