@@ -232,7 +232,13 @@ Test(parity_table, another_model_certified_after_parity_like, .init = setup, .fi
              ">/dev/null && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " PARITY
              " --like %s/mha --out %s/like --key %s/ci.pem --jobs 2 --quiet >%s/like.log 2>&1",
              tmpdir, tmpdir, tmpdir, tmpdir, tmpdir, tmpdir, tmpdir, tmpdir);
-    cr_assert_eq(sh(cmd), 0, "parity --like failed (%s/like.log)", tmpdir);
+    int prc = sh(cmd);
+    if (prc != 0) { /* what parity said, into the test's output */
+        snprintf(cmd, sizeof cmd, "tail -n 20 %s/like.log >&2; for f in %s/like/runs/*/*/*/log; do echo \"== $f\" >&2; "
+                 "tail -n 5 \"$f\" >&2; done", tmpdir, tmpdir);
+        sh(cmd);
+    }
+    cr_assert_eq(prc, 0, "parity --like failed (%s/like.log, above)", tmpdir);
     snprintf(cmd, sizeof cmd,
              AUDIT " %s/mha --parity %s/like/parity.json --key %s/ci.pub --parity-key %s/ci.pub --require-signed "
              "--require-level 4 --json %s/mha-like.json >%s/mha-like.txt 2>&1",
