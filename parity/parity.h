@@ -111,6 +111,7 @@ typedef struct {
     double secs;
     int pid;
     double t0;
+    char tmp[96];             /* the job's own Open MPI session directory (removed when it ends; "" none) */
 } ls_parity_job;
 
 /* Append one argument (printf-formatted, copied). */

@@ -43,9 +43,29 @@ void ls_parity_job_free(ls_parity_job *j) {
     j->argv[0] = NULL;
 }
 
+/* Two mpirun jobs at once share Open MPI's per-user session directory under
+ * /tmp, and one ending removes it while the other is creating its own inside
+ * ("orte_session_dir failed", seen in CI as a control run exiting 1): every
+ * job gets a short directory of its own for it, removed when the job ends. */
+static void own_tmp(ls_parity_job *j) {
+    const char *base = getenv("TMPDIR");
+    if (base == NULL || base[0] == 0 || strlen(base) > 40) base = "/tmp"; /* short: unix sockets live there */
+    snprintf(j->tmp, sizeof j->tmp, "%s/lsp-XXXXXX", base);
+    if (mkdtemp(j->tmp) == NULL) j->tmp[0] = 0;
+}
+
+static void end_tmp(ls_parity_job *j) {
+    if (j->tmp[0]) ls_parity_remove_tree(j->tmp);
+    j->tmp[0] = 0;
+}
+
 static int start(ls_parity_job *j) {
+    own_tmp(j);
     pid_t pid = fork();
-    if (pid < 0) return -1;
+    if (pid < 0) {
+        end_tmp(j);
+        return -1;
+    }
     if (pid == 0) {
         setpgid(0, 0);
         int fd = open(j->log, O_WRONLY | O_CREAT | O_TRUNC, 0666);
@@ -66,6 +86,7 @@ static int start(ls_parity_job *j) {
         setenv("OMP_NUM_THREADS", "1", 1);
         setenv("OPENBLAS_NUM_THREADS", "1", 1);
         setenv("OMP_DYNAMIC", "false", 1);
+        if (j->tmp[0]) setenv("OMPI_MCA_orte_tmpdir_base", j->tmp, 1);
         execvp(j->argv[0], j->argv);
         fprintf(stderr, "longstraw-parity: cannot run %s: %s\n", j->argv[0], strerror(errno));
         _exit(127);
@@ -92,6 +113,7 @@ ls_status ls_parity_jobs_run(ls_parity_job *jobs, size_t n, int parallel, int ti
                 for (size_t k = 0; k < next; k++)
                     if (jobs[k].pid > 0) kill(-jobs[k].pid, SIGKILL);
                 while (wait(NULL) > 0) {}
+                for (size_t k = 0; k < next; k++) end_tmp(&jobs[k]);
                 return LS_ERR_IO;
             }
             running++;
@@ -106,6 +128,7 @@ ls_status ls_parity_jobs_run(ls_parity_job *jobs, size_t n, int parallel, int ti
                              : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : -1;
                 jobs[k].secs = ls_parity_now() - jobs[k].t0;
                 jobs[k].pid = -jobs[k].pid; /* finished */
+                end_tmp(&jobs[k]);
                 running--;
                 done++;
                 break;
