@@ -267,8 +267,7 @@ ls_audit_assurance ls_audit_assurance_of(const struct ls_audit_run *run);
 
 typedef struct ls_audit_run {
     char *run_dir;
-    ls_audit_options opt;      /* the caller's options (strings borrowed) */
-    const char *parity_path_opt;
+    ls_audit_options opt;      /* the caller's options (strings borrowed; opt.parity_path: --parity) */
     uint32_t world;            /* from the manifest, else receipts, else trace headers */
     char world_source[32];
     /* manifest */

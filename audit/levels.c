@@ -124,10 +124,10 @@ static void on_outside(void *user, const char *field, const char *detail) {
 /* The run's configuration lies inside the report's coverage (every field
  * outside named); a one-rank run or a run of another CP size is checked
  * against the worlds the report ran. */
-static void parity_coverage(ls_audit_run *run, ls_audit_rule *r, bool usable) {
+static void parity_coverage(ls_audit_run *run, ls_audit_rule *r) {
     const char *pf = run->parity_file[0] ? run->parity_file : "parity.json";
     r->matched = 1;
-    (void)usable; /* every field outside is named even for a report of another build */
+    /* every field outside is named, even for a report of another build */
     if (run->parity == NULL) {
         ls_audit_rule_fail(r, -1, pf, -1, "not proven: no usable parity report");
         return;
@@ -196,7 +196,7 @@ ls_status ls_audit_levels_run(ls_audit_run *run) {
     ADD(pv, "parity.coverage", 2,
         "the run lies inside what the parity report proves (model, trainable set, objective, modes, dtype, CP size)",
         true);
-    parity_coverage(run, pv, usable);
+    parity_coverage(run, pv);
     ls_audit_rule_close(pv);
 
     ADD(pk, "parity.controls", 2, "parity: every negative control failed its comparison (the report can fail)", true);

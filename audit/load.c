@@ -709,8 +709,8 @@ static void derive_config(ls_audit_run *run) {
 static void check_parity_dsse(ls_audit_run *run, char **bytes, size_t *len, bool file_read) {
     run->parity_dsse_status = -1;
     char why[320];
-    bool in_run = run->parity_path_opt == NULL;
-    if (ls_dsse_parity_envelope_path(in_run ? "parity.json" : run->parity_path_opt, run->parity_envelope,
+    bool in_run = run->opt.parity_path == NULL;
+    if (ls_dsse_parity_envelope_path(in_run ? "parity.json" : run->opt.parity_path, run->parity_envelope,
                                      sizeof run->parity_envelope, why, sizeof why) != LS_OK) {
         run->parity_envelope[0] = 0;
         if (run->opt.n_parity_keys) {
@@ -756,9 +756,9 @@ static void load_parity(ls_audit_run *run) {
     char *bytes = NULL;
     size_t len = 0;
     ls_status st;
-    if (run->parity_path_opt != NULL) {
-        snprintf(run->parity_file, sizeof run->parity_file, "%.250s", run->parity_path_opt);
-        st = ls_json_read_bytes_capped(run->parity_path_opt, LS_AUDIT_MAX_JSON_FILE, &bytes, &len, run->parity_err,
+    if (run->opt.parity_path != NULL) {
+        snprintf(run->parity_file, sizeof run->parity_file, "%.250s", run->opt.parity_path);
+        st = ls_json_read_bytes_capped(run->opt.parity_path, LS_AUDIT_MAX_JSON_FILE, &bytes, &len, run->parity_err,
                                        sizeof run->parity_err);
         run->parity_present = st != LS_ERR_IO;
     } else {
@@ -819,7 +819,6 @@ ls_status ls_audit_load(const ls_audit_options *opt, ls_audit_run **out, char *e
     if (run->run_dir == NULL) goto cleanup;
     run->opt = *opt;
     run->opt.run_dir = NULL; /* run->run_dir is the model's own copy */
-    run->parity_path_opt = opt->parity_path;
     /* the manifest */
     st = ls_audit_read(run->run_dir, LS_MANIFEST_FILE, LS_AUDIT_MAX_JSON_FILE, &mbytes, &mlen, run->manifest_err,
                        sizeof run->manifest_err);
