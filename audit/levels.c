@@ -6,6 +6,8 @@
  * "logprob" checks for the run's world and dtype and passing "ref_logprob"
  * checks (the independent forward), level 3 "cp_grad" and "cp_params",
  * level 4 `full` gradient mode and "grad" for the run's world and dtype,
+ * and, for a family whose forward decides (mla: DSA top-k, MoE routing),
+ * passing "decisions" checks (level 2: no comparison spans a near-tie),
  * "fd_grad" (finite differences) and "ref_loss".  A level holds when every applicable rule
  * of it passes and the level below holds. */
 /* Evidence and messages are one bounded line each: truncation is intended. */
@@ -205,6 +207,17 @@ ls_status ls_audit_levels_run(ls_audit_run *run) {
     pk->matched = pk->matched ? pk->matched : 1;
     ls_audit_rule_close(pk);
 
+    /* a comparison across a near-tie proves nothing: the report must show every discrete decision of its
+     * fixtures clear of the composition noise (longstraw-parity's "decisions" checks, any dtype) */
+    const char *rfam = run->config ? str_of(run->config, "family") : NULL;
+    bool decides = rfam == NULL || strcmp(rfam, "hybrid") != 0;
+    ADD(pd, "parity.decisions", 2,
+        "parity: every discrete decision of the fixtures (DSA top-k, MoE routing) clears the composition noise",
+        decides);
+    if (decides) parity_kind(run, pd, "decisions", false, usable);
+    else snprintf(pd->message, sizeof pd->message, "not applicable: the hybrid family makes no discrete decision "
+                  "(no top-k, no routing)");
+    ls_audit_rule_close(pd);
     ADD(pl, "parity.logprob", 2, "parity: CP-N response log-probs equal the single-rank reference", true);
     parity_kind(run, pl, "logprob", true, usable);
     ls_audit_rule_close(pl);

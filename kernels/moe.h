@@ -22,7 +22,9 @@
  * Grouped rows: row i in [offsets[e], offsets[e+1]) belongs to expert e and
  * holds slot slot_of_row[i] (token slot_of_row[i] / k); row_of_slot is the
  * inverse permutation.  Grouped arrays xg, eo, deo are [T*k, d].
- * Activation gradients assign unless stated; nothing allocates. */
+ * Activation gradients assign unless stated; nothing allocates.
+ * ls_moe_route_forward notes its idx in the calling thread's decision ledger
+ * (kernels/decisions.h), if one is set. */
 #ifndef LS_KERNELS_MOE_H
 #define LS_KERNELS_MOE_H
 #include "kernels/real.h"

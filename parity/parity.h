@@ -160,6 +160,9 @@ ls_status ls_parity_json_logprobs(const cJSON *doc, const char *key, const char 
 ls_status ls_parity_batch_logprobs(const char *path, bool ref, ls_parity_logprobs *out, char *err, size_t errlen);
 /* The "  exact loss X (last step)" line of a trainer log. */
 ls_status ls_parity_log_loss(const char *log, double *loss, char *err, size_t errlen);
+/* The "  decisions N digest HEX" line of a trainer log: the run's discrete
+ * decisions in order (kernels/decisions.h). */
+ls_status ls_parity_log_decisions(const char *log, uint64_t *count, uint64_t *digest, char *err, size_t errlen);
 /* The build digest of a run directory's manifest. */
 ls_status ls_parity_run_build(const char *run_dir, char hex[65], char *err, size_t errlen);
 
@@ -208,12 +211,33 @@ ls_status ls_parity_report_finish(ls_parity_report *r, const char *path, bool pr
 /* One entry of a "tensors" / "members" array: its error against a tolerance. */
 cJSON *ls_parity_entry(const char *name, ls_parity_err e, double tol, double noise_floor);
 
+/* ---- discrete decisions (parity_decisions.c) --------------------------------- */
+
+/* The smallest relative margin of a decision must exceed the composition
+ * noise this many times over; a fixture that does not is drawn again with
+ * other weights, at most LS_PARITY_DECISION_DRAWS times. */
+#define LS_PARITY_DECISION_ROOM 64.0
+#define LS_PARITY_DECISION_DRAWS 4
+
+/* The reference's "decisions" object (tests/reference/mla_ref.py's Margins),
+ * every field checked (what names the file in errors); *out a copy. */
+ls_status ls_parity_decisions_read(const cJSON *ref_doc, const char *what, cJSON **out, char *err, size_t errlen);
+/* Its total count of decisions (0: the fixture decided nothing). */
+int ls_parity_decisions_count(const cJSON *decisions);
+/* One unit of roundoff of the dtype: the least noise a composition has. */
+double ls_parity_decisions_unit(int dt);
+/* The "decisions" check of a configuration and dtype: per kind the smallest
+ * margin against noise (pass: noise / relative margin <= 1 / room). */
+cJSON *ls_parity_decisions_check(const cJSON *decisions, const char *config, int dt, double noise, uint64_t seed,
+                                 int draw);
+
 /* ---- trainer runs (parity_run.c) and finite differences (parity_fd.c) ------ */
 
 /* One longstraw-train run of a configuration (NULL members: not passed). */
 typedef struct {
     int dt, world;
     const char *out, *log, *rollouts, *load, *save_init, *dump_batch, *dump_grads, *save;
+    const uint64_t *seed; /* NULL: o->seed (the matrix entry's draw of weights, parity_decisions.c) */
     const char *strategy, *grad_mode, *fault;
 } ls_parity_train;
 

@@ -45,7 +45,9 @@ static const struct {
     const char *kinds[3];
     const char *controls[2];
 } LEVELS[] = {
-    {2, "response-operator fidelity", {"logprob", "ref_logprob", NULL}, {"cp-local-attention", NULL}},
+    /* decisions: only a family whose forward decides (mla) has them, and then every level needs them,
+     * through level 2: no comparison of compositions speaks across a near-tie */
+    {2, "response-operator fidelity", {"decisions", "logprob", "ref_logprob"}, {"cp-local-attention", NULL}},
     {3, "distributed-update consistency", {"cp_grad", "cp_params", NULL}, {"skip-dkv-reduce", "skip-grad-finalize"}},
     {4, "full-gradient parity", {"grad", "fd_grad", "ref_loss"}, {"detached", NULL}},
 };
@@ -54,6 +56,8 @@ static const struct {
 static const struct {
     const char *kind, *link;
 } LINKS[] = {
+    {"decisions", "decisions: every discrete decision of the fixtures (DSA top-k, MoE groups and experts) clears "
+                  "the composition noise 64 times over, so no comparison spans a near-tie"},
     {"ref_logprob", "forward: the trainer's float64 log-probs equal the independent reference's "
                     "(tests/reference/, written from MODEL.md, no shared code)"},
     {"ref_loss", "loss: the trainer's float64 loss equals the independent reference's MODEL.md section 4 loss"},
@@ -319,6 +323,12 @@ void ls_parity_report_note(ls_parity_report *r, const char *fmt, ...) {
     cJSON_AddItemToArray(r->notes, cJSON_CreateString(buf));
 }
 
+/* Whether checks of kind must exist for the report's family: "decisions"
+ * only where the forward makes discrete decisions (mla). */
+static bool kind_applies(const ls_parity_report *r, const char *kind) {
+    return strcmp(kind, "decisions") != 0 || strcmp(str(r->doc, "family"), "mla") == 0;
+}
+
 /* Control k of level li for the report's family: level 2's operator control is
  * cp-local-attention for hybrid, cp-local-dsa (each rank's own DSA top-k) for mla. */
 static const char *level_control(const ls_parity_report *r, size_t li, int k) {
@@ -336,6 +346,7 @@ static cJSON *level_verdict(ls_parity_report *r, size_t li, bool below, bool *ho
     int n_checks = 0, n_controls = 0;
     char why[512];
     for (int k = 0; k < 3 && LEVELS[li].kinds[k]; k++) {
+        if (!kind_applies(r, LEVELS[li].kinds[k])) continue;
         int seen = 0;
         const cJSON *c;
         cJSON_ArrayForEach(c, r->checks) {
@@ -454,6 +465,7 @@ ls_status ls_parity_report_finish(ls_parity_report *r, const char *path, bool pr
     ls_json_add_u64(r->doc, "created_unix_ns", (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec);
     cJSON *links = cJSON_AddArrayToObject(r->doc, "links");
     for (size_t i = 0; i < sizeof LINKS / sizeof LINKS[0]; i++) {
+        if (!kind_applies(r, LINKS[i].kind)) continue; /* hybrid: no discrete decision to clear */
         int n = 0;
         bool pass = true;
         const cJSON *c;

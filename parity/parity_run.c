@@ -48,6 +48,9 @@ typedef struct {
     dtype_out d[2];
     ls_parity_logprobs ref_policy;
     double ref_loss;
+    cJSON *decisions; /* the reference's margins of the fixture's discrete decisions (parity_decisions.c) */
+    uint64_t seed;    /* the weights' draw: o->seed, then others while a decision is near a tie */
+    int draw;         /* 1, 2, ... */
     int vocab; /* the model config's: token ids are drawn below it */
     char *err;
     size_t errlen;
@@ -99,7 +102,7 @@ static ls_status job_for(const cfg_run *r, const run_spec *s, ls_parity_job *j) 
                          .rollouts = s->grad ? r->roll_grad : r->roll_score,
                          .load = init ? NULL : r->weights, .save_init = init ? r->weights : NULL,
                          .dump_batch = batch, .dump_grads = s->grad ? grads : NULL, .save = s->grad ? save : NULL,
-                         .strategy = s->strategy, .grad_mode = s->grad_mode, .fault = s->fault};
+                         .strategy = s->strategy, .grad_mode = s->grad_mode, .fault = s->fault, .seed = &r->seed};
     ls_parity_train_job(r->o, r->c, &t, j);
     return LS_OK;
 }
@@ -246,6 +249,19 @@ static double logprob_noise(const ls_parity_logprobs *a, const ls_parity_logprob
         if (e.max_rel > m) m = e.max_rel;
     }
     return m;
+}
+
+/* The composition noise of dtype dt for parity_decisions.c: the largest
+ * relative disagreement of a fault-free score run's log-probs (naive, each
+ * CP size) with the float64 independent reference, at least a unit of
+ * roundoff. */
+static double decision_noise(const cfg_run *r, int dt) {
+    const dtype_out *d = &r->d[dt];
+    double n = ls_parity_decisions_unit(dt), m = logprob_noise(&d->naive, &r->ref_policy);
+    if (m > n) n = m;
+    for (size_t k = 0; k < r->o->n_cps; k++)
+        if ((m = logprob_noise(&d->ls[k], &r->ref_policy)) > n) n = m;
+    return n;
 }
 
 static double f32_tol(double nf) {
@@ -548,6 +564,8 @@ static void free_outputs(cfg_run *r) {
         }
     }
     ls_parity_logprobs_free(&r->ref_policy);
+    cJSON_Delete(r->decisions);
+    r->decisions = NULL;
 }
 
 static ls_status run_config(cfg_run *r) {
@@ -574,25 +592,60 @@ static ls_status run_config(cfg_run *r) {
         return LS_ERR_FORMAT;
     }
     if ((s = write_rollouts(r, r->roll_score, NULL, NULL)) != LS_OK) return s;
-    sp[0] = (run_spec){.dt = LS_PARITY_F64, .world = 1, .label = "init", .strategy = "naive"};
-    if ((s = run_specs(r, sp, 1, "init (weights)")) != LS_OK) return s;
-    if ((s = run_specs(r, sp, score_specs(r, sp, labels), "score runs")) != LS_OK) return s;
-    for (int dt = 0; dt < 2; dt++)
-        if (o->dtype[dt] && (s = read_outputs(r, dt)) != LS_OK) return s;
-
-    /* the independent forward, and the grad runs' supplied log-probs */
     char p[LS_PARITY_PATH];
-    run_path(r, LS_PARITY_F64, "score-naive", "batch.json", p);
     cJSON *ref = NULL;
-    if ((s = reference(r, p, "score", &ref)) != LS_OK) return s;
-    s = ls_parity_json_logprobs(ref, "policy", r->o->reference, &r->ref_policy, r->err, r->errlen);
-    if (s == LS_OK && r->ref_policy.g != r->c->group) {
-        snprintf(r->err, r->errlen, "the independent reference's 'policy' has %d members, expected %d",
-                 r->ref_policy.g, r->c->group);
-        s = LS_ERR_FORMAT;
+    /* the fixture's weights, its score runs and the independent forward; drawn again while one of its
+     * discrete decisions lies too near a tie for the compositions to be compared (parity_decisions.c) */
+    for (r->draw = 1;; r->draw++) {
+        r->seed = o->seed + (uint64_t)(r->draw - 1) * 7919u;
+        sp[0] = (run_spec){.dt = LS_PARITY_F64, .world = 1, .label = "init", .strategy = "naive"};
+        if ((s = run_specs(r, sp, 1, "init (weights)")) != LS_OK) return s;
+        if ((s = run_specs(r, sp, score_specs(r, sp, labels), "score runs")) != LS_OK) return s;
+        for (int dt = 0; dt < 2; dt++)
+            if (o->dtype[dt] && (s = read_outputs(r, dt)) != LS_OK) return s;
+        run_path(r, LS_PARITY_F64, "score-naive", "batch.json", p);
+        if ((s = reference(r, p, "score", &ref)) != LS_OK) return s;
+        s = ls_parity_json_logprobs(ref, "policy", r->o->reference, &r->ref_policy, r->err, r->errlen);
+        if (s == LS_OK && r->ref_policy.g != r->c->group) {
+            snprintf(r->err, r->errlen, "the independent reference's 'policy' has %d members, expected %d",
+                     r->ref_policy.g, r->c->group);
+            s = LS_ERR_FORMAT;
+        }
+        char what[LS_PARITY_PATH + 32];
+        snprintf(what, sizeof what, "%s/reference-score.json", r->dir);
+        if (s == LS_OK) s = ls_parity_decisions_read(ref, what, &r->decisions, r->err, r->errlen);
+        cJSON_Delete(ref);
+        ref = NULL;
+        if (s != LS_OK) return s;
+        bool clear = true, last = r->draw >= LS_PARITY_DECISION_DRAWS;
+        cJSON *checks[2] = {NULL, NULL};
+        for (int dt = 0; dt < 2 && ls_parity_decisions_count(r->decisions) > 0; dt++) {
+            if (!o->dtype[dt]) continue;
+            checks[dt] = ls_parity_decisions_check(r->decisions, r->c->name, dt, decision_noise(r, dt), r->seed, r->draw);
+            clear = clear && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(checks[dt], "pass"));
+        }
+        if (clear || last) {
+            for (int dt = 0; dt < 2; dt++)
+                if (checks[dt]) add(r, checks[dt], NULL);
+            if (r->draw > 1)
+                ls_parity_report_note(r->rep, "%s: weights of draw %d (seed %llu): the earlier draws made a decision "
+                                      "too near a tie to compare compositions", r->c->name, r->draw,
+                                      (unsigned long long)r->seed);
+            break;
+        }
+        for (int dt = 0; dt < 2; dt++) {
+            if (checks[dt] && !o->quiet)
+                fprintf(stderr, "longstraw-parity: %s draw %d (seed %llu): %s fails (worst %s, noise/margin %.3g > "
+                        "1/%.0f): drawing other weights\n", r->c->name, r->draw, (unsigned long long)r->seed,
+                        cJSON_GetObjectItemCaseSensitive(checks[dt], "name")->valuestring,
+                        cJSON_GetObjectItemCaseSensitive(checks[dt], "worst")->valuestring,
+                        cJSON_GetObjectItemCaseSensitive(checks[dt], "max_rel_err")->valuedouble,
+                        LS_PARITY_DECISION_ROOM);
+            cJSON_Delete(checks[dt]);
+        }
+        free_outputs(r);
     }
-    cJSON_Delete(ref);
-    if (s != LS_OK) return s;
+    /* the grad runs' supplied log-probs */
     ls_parity_logprobs refp;
     if ((s = ls_parity_batch_logprobs(p, true, &refp, r->err, r->errlen)) != LS_OK) return s;
     s = write_rollouts(r, r->roll_grad, &r->d[LS_PARITY_F64].naive, &refp);

@@ -162,6 +162,30 @@ ls_status ls_parity_log_loss(const char *log, double *loss, char *err, size_t er
     return LS_OK;
 }
 
+ls_status ls_parity_log_decisions(const char *log, uint64_t *count, uint64_t *digest, char *err, size_t errlen) {
+    char *bytes = NULL;
+    size_t len = 0;
+    ls_status s = ls_json_read_bytes_capped(log, MAX_LOG_BYTES, &bytes, &len, err, errlen);
+    if (s != LS_OK) return s;
+    static const char KEY[] = "\n  decisions ";
+    int found = 0;
+    for (char *p = strstr(bytes, KEY); p != NULL; p = strstr(p + 1, KEY)) {
+        unsigned long long c = 0, d = 0;
+        int used = 0;
+        if (sscanf(p + sizeof KEY - 1, "%llu digest %16llx (the run's, in order)%n", &c, &d, &used) != 2 || used == 0)
+            continue;
+        *count = c;
+        *digest = d;
+        found++;
+    }
+    free(bytes);
+    if (found != 1) {
+        snprintf(err, errlen, "%s: %d lines \"  decisions N digest HEX (the run's, in order)\", expected 1", log, found);
+        return LS_ERR_FORMAT;
+    }
+    return LS_OK;
+}
+
 ls_status ls_parity_run_build(const char *run_dir, char hex[65], char *err, size_t errlen) {
     char path[LS_PARITY_PATH];
     snprintf(path, sizeof path, "%s/%s", run_dir, LS_MANIFEST_FILE);

@@ -64,7 +64,7 @@ void ls_parity_train_job(const ls_parity_opts *o, const ls_parity_config *c, con
     }
     if (o->lora_experts) ls_parity_job_arg(j, "--lora-experts");
     ls_parity_job_arg(j, "--seed");
-    ls_parity_job_arg(j, "%llu", (unsigned long long)o->seed);
+    ls_parity_job_arg(j, "%llu", (unsigned long long)(t->seed ? *t->seed : o->seed));
     ls_parity_job_arg(j, "--page-size");
     ls_parity_job_arg(j, "%d", c->page_size);
     ls_parity_job_arg(j, "--capture-chunk");

@@ -238,9 +238,9 @@ Test(audit, single_rank_run_proves_level_1, .init = setup, .fini = teardown, .ti
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s '%s' --quiet --junit '%s/j.xml' --require-level 0", AUDIT, run, tmpdir);
     cr_assert_eq(sh(cmd), 0);
-    snprintf(cmd, sizeof cmd, "test $(grep -c '<testcase ' '%s/j.xml') -eq 35 && test $(grep -c '<failure ' '%s/j.xml') -eq 11",
+    snprintf(cmd, sizeof cmd, "test $(grep -c '<testcase ' '%s/j.xml') -eq 36 && test $(grep -c '<failure ' '%s/j.xml') -eq 11",
              tmpdir, tmpdir);
-    cr_expect_eq(sh(cmd), 0, "JUnit: 35 testcases, 11 failures (10 parity rules, full mode) expected");
+    cr_expect_eq(sh(cmd), 0, "JUnit: 36 testcases, 11 failures (10 parity rules, full mode; parity.decisions not applicable to hybrid) expected");
     snprintf(cmd, sizeof cmd, "python3 -c \"import xml.dom.minidom,sys; xml.dom.minidom.parse(sys.argv[1])\" '%s/j.xml'",
              tmpdir);
     cr_expect_eq(sh(cmd), 0, "the JUnit file is not well-formed XML");
@@ -465,8 +465,11 @@ static void write_parity_fixture(const char *path, const char *build, int world,
                              "\"response_lens\":[3,5],\"train_mode\":\"lora\",\"page_size\":8,\"capture_chunk\":12}]");
     cJSON_AddItemToObject(d, "configurations", cfg);
     cJSON *checks = cJSON_AddArrayToObject(d, "checks"), *controls = cJSON_AddArrayToObject(d, "controls");
-    static const char *const kinds[] = {"logprob", "cp_grad", "cp_params", "grad", "ref_logprob", "fd_grad", "ref_loss"};
-    for (int k = 0; k < 7; k++) {
+    /* decisions (the mla forward's near-tie check) only for mla */
+    static const char *const kinds[] = {"logprob", "cp_grad", "cp_params", "grad", "ref_logprob", "fd_grad", "ref_loss",
+                                        "decisions"};
+    bool decides = strcmp(family, "mla") == 0;
+    for (int k = 0; k < (decides ? 8 : 7); k++) {
         bool link = k >= 4;
         cJSON *c = cJSON_CreateObject();
         char name[64];
@@ -489,7 +492,7 @@ static void write_parity_fixture(const char *path, const char *build, int world,
                                                    {"skip-grad-finalize", "cp_grad"}, {"detached", "grad"}};
     static const char *const faults_mla[][2] = {{"cp-local-dsa", "logprob"}, {"skip-grad-finalize", "cp_grad"},
                                                 {"detached", "grad"}};
-    bool mla = strcmp(family, "mla") == 0;
+    bool mla = decides;
     const char *const(*faults)[2] = mla ? faults_mla : faults_hybrid;
     for (int k = 0; k < (mla ? 3 : 4); k++) {
         cJSON *c = cJSON_CreateObject();

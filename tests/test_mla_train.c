@@ -131,7 +131,10 @@ static double *grad_naive(ls_params *p, const fixture *f, int cut, double *loss)
 
 /* LongStraw: the prompt captured in chunks (pages of PAGE), G branches from it, and in full mode the
  * prompt backward from the accumulated state gradient.  ps_bytes (NULL: no) the state's bytes. */
-static double *grad_longstraw(ls_params *p, const fixture *f, int full, double *loss, size_t *ps_bytes) {
+/* corrupt (with full): checkpoint rows of one chunk of layer 2 changed before the prompt backward, whose
+ * status goes to *pb instead of being asserted. */
+static double *grad_longstraw_c(ls_params *p, const fixture *f, int full, double *loss, size_t *ps_bytes, int corrupt,
+                                ls_status *pb) {
     const ls_family_ops *F = p->fam;
     size_t L = (size_t)p->cfg.n_layers, d = (size_t)p->cfg.d_model, T = P - 1;
     K(ls_params_zero_grads)(p);
@@ -165,12 +168,20 @@ static double *grad_longstraw(ls_params *p, const fixture *f, int full, double *
         cr_assert_eq(F->segment_backward(p, tape, f->c[i], full ? &dps : NULL, NULL, NULL), LS_OK);
         F->tape_free(tape);
     }
-    if (full)
+    if (full && corrupt) {
+        for (size_t j = CHUNK * d; j < 2 * CHUNK * d; j++) ck[2][j] = -ck[2][j];
+        *pb = F->prompt_backward(p, f->prompt, T, CHUNK, ck, &ps, &dps, LS_MEM_SCRATCH, NULL, NULL);
+    } else if (full) {
         cr_assert_eq(F->prompt_backward(p, f->prompt, T, CHUNK, ck, &ps, &dps, LS_MEM_SCRATCH, NULL, NULL), LS_OK);
+    }
     F->state_free(&dps);
     F->state_free(&ps);
     for (size_t l = 0; l < L; l++) free(ck[l]);
     return grab(p);
+}
+
+static double *grad_longstraw(ls_params *p, const fixture *f, int full, double *loss, size_t *ps_bytes) {
+    return grad_longstraw_c(p, f, full, loss, ps_bytes, 0, NULL);
 }
 
 /* The loss by the second forward (mla_forward.c). */
@@ -617,5 +628,47 @@ Test(mla_train, selection_is_global_ties_included) {
     double dd = logp_diff(b, ref);
     fprintf(stderr, "  control: dense top-k differs by %.3g\n", dd);
     cr_expect_gt(dd, 1e-3);
+    K(ls_params_free)(p);
+}
+
+/* A discrete decision is made once (kernels/decisions.h): a backward that recomputes one must decide as the
+ * forward it differentiates did, or fail (LS_ERR_INTERNAL) rather than differentiate a forward that never
+ * happened.  Injected: the MoE layer's saved input changed between its forward and its backward (the
+ * backward's recomputed routing differs), and a `full` prompt chunk's checkpoint changed between the
+ * capture and the prompt backward (its recomputed selections and routing differ).  Controls: unchanged,
+ * both pass. */
+Test(mla_train, a_recompute_that_decides_differently_fails) {
+    ls_params *p = make_params(LS_TRAIN_LORA, 1);
+    set_opts(LS_MLA_NAIVE, 5);
+    size_t d = (size_t)p->cfg.d_model, T = 12;
+    int l = p->cfg.first_dense; /* an MoE layer */
+    uint64_t s = 5;
+    for (int corrupt = 0; corrupt < 2; corrupt++) {
+        ls_real *h = malloc(T * d * sizeof *h), *dh = malloc(T * d * sizeof *dh);
+        for (size_t i = 0; i < T * d; i++) h[i] = (ls_real)unif(&s), dh[i] = (ls_real)unif(&s);
+        ls_arena ta, scr;
+        ls_arena_init(&ta, LS_MEM_BRANCH, 0);
+        ls_arena_init(&scr, LS_MEM_SCRATCH, 0);
+        ls_mla_layer_tape tape;
+        cr_assert_eq(K(ls_mla_layer_forward)(p, l, h, T, 0, NULL, NULL, NULL, NULL, &tape, &ta, &scr), LS_OK);
+        cr_expect_eq(tape.moe_dec.count, T, "the forward noted %llu routings, want %zu",
+                     (unsigned long long)tape.moe_dec.count, T);
+        if (corrupt)
+            for (size_t j = 0; j < d; j++) tape.xn2[j] = -tape.xn2[j]; /* token 0's FFN input */
+        ls_arena_free(&scr);
+        ls_arena_init(&scr, LS_MEM_SCRATCH, 0);
+        ls_status st = K(ls_mla_layer_backward)(p, l, &tape, dh, NULL, NULL, NULL, NULL, &scr);
+        if (corrupt) cr_expect_eq(st, LS_ERR_INTERNAL, "an MoE backward that routed differently: status %d", st);
+        else cr_expect_eq(st, LS_OK, "the MoE backward of its own forward: status %d", st);
+        ls_arena_free(&scr);
+        ls_arena_free(&ta);
+        free(h), free(dh);
+    }
+    fixture f;
+    make_fixture(&f);
+    double loss;
+    ls_status pb = LS_OK;
+    free(grad_longstraw_c(p, &f, 1, &loss, NULL, 1, &pb));
+    cr_expect_eq(pb, LS_ERR_INTERNAL, "a prompt chunk recomputed from a changed checkpoint: status %d", pb);
     K(ls_params_free)(p);
 }

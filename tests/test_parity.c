@@ -283,3 +283,92 @@ Test(parity, a_faulty_trainer_fails_fidelity, .init = setup, .fini = teardown, .
     cr_expect(!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(doc, "pass")));
     cJSON_Delete(doc);
 }
+
+/* A reference wrapper (run by parity as `python3 WRAPPER ARGS`): the real mla reference, then, on its
+ * score outputs, the smallest DSA top-k margin moved to 1e-16 of its scale (a near-tie no composition
+ * noise clears) on the first call only ("first"), on every call ("always"), or the decisions' count
+ * made inconsistent ("bad"). */
+static void tie_reference(const char *mode, char *path, size_t cap) {
+    snprintf(path, cap, "%s/tie-%s.py", tmpdir, mode);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f,
+            "import json, os, subprocess, sys\n"
+            "rc = subprocess.call([sys.executable, '" LS_SOURCE_DIR "/tests/reference/mla_ref.py'] + sys.argv[1:])\n"
+            "out = sys.argv[sys.argv.index('--json') + 1]\n"
+            "if rc == 0 and os.path.basename(out) == 'reference-score.json':\n"
+            "    calls = out + '.calls'\n"
+            "    n = int(open(calls).read()) if os.path.exists(calls) else 0\n"
+            "    open(calls, 'w').write(str(n + 1))\n"
+            "    d = json.load(open(out))\n"
+            "    if '%s' == 'bad':\n"
+            "        d['decisions']['count'] += 1\n"
+            "    elif '%s' == 'always' or n == 0:\n"
+            "        d['decisions']['kinds']['dsa_topk']['smallest']['relative'] = 1e-16\n"
+            "    json.dump(d, open(out, 'w'))\n"
+            "sys.exit(rc)\n",
+            mode, mode);
+    fclose(f);
+}
+
+/* No verdict across a near-tie: a fixture whose decision lies within the composition noise is drawn again
+ * (other weights; the report says which draw stands), and one that never clears fails level 2 (and so
+ * every level) by its decisions check; a reference whose decisions do not add up is refused (exit 2). */
+Test(parity, a_near_tie_is_redrawn_or_refused, .init = setup, .fini = teardown, .timeout = 900) {
+    char ref[512], a[1024], p[512];
+    tie_reference("first", ref, sizeof ref);
+    snprintf(a, sizeof a, "--family mla --cp 1,2 --dtype f64 --configs m30-g2-lora --fd-max 1 --reference %s --out %s/first",
+             ref, tmpdir);
+    cr_expect_eq(parity(a), 1, "--fd-max 1 cannot prove level 4");
+    snprintf(p, sizeof p, "%s/err.txt", tmpdir);
+    char *e = slurp(p);
+    cr_expect(strstr(e, "draw 1 (seed 1): decisions m30-g2-lora f64 fails (worst dsa_topk") != NULL &&
+              strstr(e, "drawing other weights") != NULL, "no redraw on stderr: %s", e);
+    free(e);
+    snprintf(p, sizeof p, "%s/first/parity.json", tmpdir);
+    cJSON *doc = read_report(p);
+    const cJSON *c;
+    int n = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(doc, "checks")) {
+        if (strcmp(jstr(c, "kind"), "decisions") != 0) continue;
+        n++;
+        cr_expect(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "pass")), "the second draw's decisions check fails");
+        cr_expect(strstr(jstr(c, "candidate"), "seed 7920, draw 2") != NULL, "candidate: %s", jstr(c, "candidate"));
+        cr_expect_gt(jnum(c, "max_rel_err"), 0, "noise over margin is 0");
+        cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(c, "decisions")), 3, "3 kinds of decision");
+    }
+    cr_expect_eq(n, 1, "%d decisions checks, want 1 (f64)", n);
+    char *txt = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(doc, "notes"));
+    cr_expect(txt && strstr(txt, "m30-g2-lora: weights of draw 2 (seed 7920)"), "notes: %s", txt ? txt : "");
+    free(txt);
+    cr_expect(level_holds(doc, 2) && level_holds(doc, 3), "levels 2 and 3 on the second draw");
+    cJSON_Delete(doc);
+
+    tie_reference("always", ref, sizeof ref);
+    snprintf(a, sizeof a, "--family mla --cp 1,2 --dtype f64 --configs m30-g2-lora --fd-max 1 --reference %s --out %s/always",
+             ref, tmpdir);
+    cr_expect_eq(parity(a), 1);
+    snprintf(p, sizeof p, "%s/always/parity.json", tmpdir);
+    doc = read_report(p);
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(doc, "checks")) {
+        if (strcmp(jstr(c, "kind"), "decisions") != 0) continue;
+        cr_expect(!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "pass")), "a near-tie passed");
+        cr_expect_str_eq(jstr(c, "worst"), "dsa_topk");
+        cr_expect(strstr(jstr(c, "candidate"), "draw 4") != NULL, "candidate: %s", jstr(c, "candidate"));
+    }
+    for (int l = 2; l <= 4; l++) cr_expect(!level_holds(doc, l), "level %d holds across a near-tie", l);
+    txt = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(doc, "levels"));
+    cr_expect(txt && strstr(txt, "decisions m30-g2-lora f64"), "level 2 does not name the decisions check: %s",
+              txt ? txt : "");
+    free(txt);
+    cJSON_Delete(doc);
+
+    tie_reference("bad", ref, sizeof ref);
+    snprintf(a, sizeof a, "--family mla --cp 1 --dtype f64 --configs m30-g2-lora --fd-max 1 --reference %s --out %s/bad",
+             ref, tmpdir);
+    cr_expect_eq(parity(a), 2, "a reference whose decisions do not add up is not evidence");
+    snprintf(p, sizeof p, "%s/err.txt", tmpdir);
+    e = slurp(p);
+    cr_expect(strstr(e, "reference-score.json: field 'decisions.count'") != NULL, "stderr: %s", e);
+    free(e);
+}

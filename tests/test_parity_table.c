@@ -102,6 +102,16 @@ static bool rule_fails(const char *run, const char *rule, const char *says) {
     return at != NULL && strstr(at, says) != NULL;
 }
 
+/* A copy of the report src with one change made by python3 (the
+ * expression runs with `d` the parsed report). */
+static void derive_from(const char *src, const char *name, const char *expr) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "python3 -c \"import json; d=json.load(open('%s')); %s; json.dump(d, open('%s/%s','w'))\"",
+             src, expr, tmpdir, name);
+    cr_assert_eq(sh(cmd), 0, "%s", cmd);
+}
+static void derive(const char *name, const char *expr) { derive_from(REPORT, name, expr); }
+
 Test(parity_table, the_original_work_and_the_fixed_run, .init = setup, .fini = teardown, .timeout = 900) {
     train_cp2("original", "--fault skip-dkv-reduce --grad-mode detached");
     train_cp2("fixed", "--grad-mode full");
@@ -115,6 +125,8 @@ Test(parity_table, the_original_work_and_the_fixed_run, .init = setup, .fini = t
     cr_expect(h[1] && h[2] && h[3] && h[4], "full mode without faults: L1 %d L2 %d L3 %d L4 %d, want level 4", h[1],
               h[2], h[3], h[4]);
     cr_expect_eq(rc, 0, "--require-level 4 on the fixed run: exit %d (%s/fixed-audit.txt)", rc, tmpdir);
+    cr_expect(rule_fails("fixed", "parity.decisions", "not applicable: the hybrid family makes no discrete decision"),
+              "parity.decisions does not read as not applicable for hybrid (%s/fixed-audit.txt)", tmpdir);
 }
 
 /* The mla family (its report: test_parity's mla fixture): the original work's GLM faults (each rank's
@@ -135,17 +147,27 @@ Test(parity_table, mla_original_work_and_fixed_run, .init = setup, .fini = teard
     cr_expect(h[1] && h[2] && h[3] && h[4], "mla full mode without faults: L1 %d L2 %d L3 %d L4 %d, want level 4",
               h[1], h[2], h[3], h[4]);
     cr_expect_eq(rc, 0, "--require-level 4 on the mla fixed run: exit %d (%s/mla-fixed-audit.txt)", rc, tmpdir);
+
+    /* the same report with a decision near a tie (its check failed), or with no decisions check at all: the
+     * comparisons prove nothing about the code and level 2 does not hold */
+    char rep[512];
+    derive_from(REPORT_MLA, "mla-tie.json",
+                "c=[c for c in d['checks'] if c['kind']=='decisions'][0]; c['pass']=False; "
+                "c['decisions'][0]['pass']=False; c['max_rel_err']=3.0");
+    snprintf(rep, sizeof rep, "%s/mla-tie.json", tmpdir);
+    audit_levels("mla-fixed", rep, h, &rc);
+    cr_expect(h[1] && !h[2] && !h[4], "a near-tie in the report: L1 %d L2 %d L4 %d, want 1 0 0", h[1], h[2], h[4]);
+    cr_expect_eq(rc, 1);
+    cr_expect(rule_fails("mla-fixed", "parity.decisions", "check decisions m30-g2-lora"),
+              "parity.decisions does not name the failing check (%s/mla-fixed-audit.txt)", tmpdir);
+    derive_from(REPORT_MLA, "mla-nodecisions.json", "d['checks']=[c for c in d['checks'] if c['kind']!='decisions']");
+    snprintf(rep, sizeof rep, "%s/mla-nodecisions.json", tmpdir);
+    audit_levels("mla-fixed", rep, h, &rc);
+    cr_expect(h[1] && !h[2], "no decisions check: L1 %d L2 %d, want 1 0", h[1], h[2]);
+    cr_expect(rule_fails("mla-fixed", "parity.decisions", "no passing decisions check"),
+              "parity.decisions does not say the check is missing (%s/mla-fixed-audit.txt)", tmpdir);
 }
 
-/* A copy of the fixture report with one change made by python3 (the
- * expression runs with `d` the parsed report). */
-static void derive(const char *name, const char *expr) {
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "python3 -c \"import json; d=json.load(open('" REPORT "')); %s; json.dump(d, open('%s/%s','w'))\"", expr,
-             tmpdir, name);
-    cr_assert_eq(sh(cmd), 0, "%s", cmd);
-}
 
 Test(parity_table, reports_that_are_not_evidence, .init = setup, .fini = teardown, .timeout = 600) {
     train_cp2("fixed", "--grad-mode full");

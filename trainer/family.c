@@ -44,7 +44,32 @@ ls_status LS_K(ls_state_append_pages)(ls_state *s, int l, const ls_real *const s
         }
         pg->n = n;
         pg->pos0 = pos0 + (int64_t)t0;
+        pg->dec = (ls_decisions){0, 0};
+        pg->dec_set = 0;
         ly->n_pages++;
+    }
+    return LS_OK;
+}
+
+void LS_K(ls_state_note_decisions)(ls_layer_state *s, int64_t pos0, const ls_decisions *d) {
+    for (size_t i = 0; i < s->n_pages; i++)
+        if (s->pages[i].pos0 == pos0) {
+            s->pages[i].dec = *d;
+            s->pages[i].dec_set = 1;
+            return;
+        }
+}
+
+ls_status LS_K(ls_state_check_decisions)(const ls_layer_state *s, int l, int64_t pos0, const ls_decisions *d) {
+    for (size_t i = 0; i < s->n_pages; i++) {
+        const ls_kv_page *pg = &s->pages[i];
+        if (pg->pos0 != pos0 || !pg->dec_set) continue;
+        if (ls_decisions_equal(&pg->dec, d)) return LS_OK;
+        fprintf(stderr, "longstraw: layer %d, positions from %lld: the recompute decided differently from the "
+                "forward it differentiates (%llu decisions, digest %016llx; the forward's: %llu, %016llx)\n", l,
+                (long long)pos0, (unsigned long long)d->count, (unsigned long long)d->digest,
+                (unsigned long long)pg->dec.count, (unsigned long long)pg->dec.digest);
+        return LS_ERR_INTERNAL;
     }
     return LS_OK;
 }

@@ -29,6 +29,7 @@
 #include <math.h>
 #include <time.h>
 
+#include "kernels/decisions.h"
 #include "trainer/arena.h"
 #include "trainer/params.h"
 
@@ -47,6 +48,10 @@ typedef struct {
     ls_real *x; /* a third row kind (mla: indexer keys [n, d_I]); NULL in hybrid pages and in gradients */
     size_t n;
     int64_t pos0;
+    /* the discrete decisions (kernels/decisions.h) of the layer forward that wrote this page, on the
+     * first page of its chunk (dec_set); a `full` backward that recomputes the chunk must decide alike */
+    ls_decisions dec;
+    int dec_set;
 } ls_kv_page;
 
 typedef struct {
@@ -186,6 +191,14 @@ extern const ls_family_ops LS_K(ls_family_mla);
  * size under the state's category.  LS_ERR_NOMEM leaves the pages so far. */
 ls_status LS_K(ls_state_append_pages)(ls_state *s, int l, const ls_real *const src[3], const size_t rows[3],
                                       size_t T, int64_t pos0);
+
+/* The discrete decisions of the layer forward that wrote the chunk starting
+ * at pos0 of layer l: recorded on the chunk's first page; checked against a
+ * recompute's (LS_ERR_INTERNAL, with a line on stderr naming the layer,
+ * position and both ledgers, when they differ; LS_OK when the chunk has
+ * none recorded). */
+void LS_K(ls_state_note_decisions)(ls_layer_state *s, int64_t pos0, const ls_decisions *d);
+ls_status LS_K(ls_state_check_decisions)(const ls_layer_state *s, int l, int64_t pos0, const ls_decisions *d);
 
 /* d (overwritten) as s's shape in category cat: the same layers, positions
  * and page size, each layer's CP context, and its pages borrowed (borrow:

@@ -101,9 +101,13 @@ ls_status LS_K(ls_mla_cp_capture)(struct ls_cp_s *base, const ls_params *q, cons
         if (checkpoints) memcpy(checkpoints[l], h, R(n * d));
         ls_arena scr;
         ls_arena_init(&scr, LS_MEM_SCRATCH, 0);
+        ls_decisions dec = {0, 0}, *outer = ls_decisions_use(&dec);
         st = LS_K(ls_mla_layer_forward)(q, l, h, n, base->s0, &pctx, ckv, kpe, kI, NULL, NULL, &scr);
+        ls_decisions_use(outer);
+        ls_decisions_fold(outer, &dec);
         ls_arena_free(&scr);
         if (st == LS_OK) st = LS_K(ls_mla_state_append)(ps, l, ckv, kpe, kI, n, base->s0, m);
+        if (st == LS_OK) LS_K(ls_state_note_decisions)(&ps->ly[l], base->s0, &dec); /* for the `full` recompute */
         ps->ly[l].cp = &c->resp_l[l];
         if (st == LS_OK && hook) hook(hook_user, l, 0, n, ls_hook_now_ns() - t0, ls_hook_l2(h, n * d));
     }
@@ -126,7 +130,6 @@ ls_status LS_K(ls_mla_cp_prompt_bwd)(struct ls_cp_s *base, const ls_params *p, c
                                      ls_real *const *checkpoints, const ls_state *ps, ls_state *dps,
                                      ls_layer_hook hook, void *hook_user) {
     (void)chunk;
-    (void)ps;
     mcp *c = base->fam_ctx;
     const ls_model_config *m = &p->cfg;
     size_t n = (size_t)(base->s1 - base->s0), d = (size_t)m->d_model;
@@ -150,7 +153,12 @@ ls_status LS_K(ls_mla_cp_prompt_bwd)(struct ls_cp_s *base, const ls_params *p, c
             memcpy(h, checkpoints[l], R(n * d));
             gather_rows(dckv, &dps->ly[l], rkv, 0);
             gather_rows(dkpe, &dps->ly[l], dr, 1);
+            ls_decisions dec = {0, 0}, *outer = ls_decisions_use(&dec);
             st = LS_K(ls_mla_layer_forward)(p, l, h, n, base->s0, &pctx, NULL, NULL, NULL, &tape, &win, &scr);
+            ls_decisions_use(outer);
+            ls_decisions_fold(outer, &dec);
+            /* the capture's selections and routing, decided again */
+            if (st == LS_OK && ps && l < ps->n_layers) st = LS_K(ls_state_check_decisions)(&ps->ly[l], l, base->s0, &dec);
         }
         ls_arena_free(&scr);
         if (st == LS_OK) {

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "kernels/activation.h"
+#include "kernels/decisions.h"
 #include "kernels/dsa.h"
 #include "kernels/embedding.h"
 #include "kernels/linear.h"
@@ -147,6 +148,7 @@ static void run_segment(const ls_params *p, mla_cache *cache, const int32_t *tok
         apply_lin(b->wI, b->x, ly->iw, T, s, b->xa);
         for (size_t i = 0; i < T * HI; i++) b->wI[i] *= wscale;
         LS_K(ls_dsa_topk)(b->sel, b->sel_score, b->qI, b->wI, ca->kI, T, Tk, HI, dI, pos0, 0, k_sel, b->dsa_ws);
+        ls_decisions_note(b->sel, T * k_sel * sizeof *b->sel, T); /* kernels/decisions.h */
         /* keys start at position 0: the global positions are the block's local indices */
         const ls_real *kvb = kv_b_effective(ly->kv_b, s, b->kvb_eff);
         LS_K(ls_mla_forward)(b->o, b->lse, b->qn, b->qpe, ca->ckv, ca->kpe, kvb, b->sel, k_sel, T, Tk, &dims, pos0,

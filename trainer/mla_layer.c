@@ -2,10 +2,14 @@
  * MLA over the DSA top-k of a list of key blocks, RMSNorm, dense SwiGLU or
  * the routed MoE in chunks (recomputed chunk by chunk in the backward: the
  * tape keeps no routed buffer), with residuals.  The indexer and the router
- * bias get no gradient; the selection is a constant of the backward. */
+ * bias get no gradient; the selection is a constant of the backward.  Every
+ * selection and routing is noted in the caller's decision ledger
+ * (kernels/decisions.h); the MoE backward's recomputed routing must equal the
+ * forward's (LS_ERR_INTERNAL otherwise). */
 #include "trainer/mla_layer.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "kernels/activation.h"
@@ -477,6 +481,18 @@ static ls_status moe_run(const ls_params *p, const ls_mla_layer *ly, const ls_re
     return st;
 }
 
+/* moe_run under a ledger of its own (kernels/decisions.h), folded into the
+ * caller's: *dec the routing it decided. */
+static ls_status moe_noted(const ls_params *p, const ls_mla_layer *ly, const ls_real *x, size_t T, ls_real *y,
+                           const ls_real *dy, ls_real *dx, ls_decisions *dec) {
+    ls_decisions own = {0, 0}, *outer = ls_decisions_use(&own);
+    ls_status st = moe_run(p, ly, x, T, y, dy, dx);
+    ls_decisions_use(outer);
+    ls_decisions_fold(outer, &own);
+    *dec = own;
+    return st;
+}
+
 /* ---- the layer -------------------------------------------------------------- */
 
 ls_status LS_K(ls_mla_layer_forward)(const ls_params *p, int l, ls_real *h, size_t T, int64_t pos0,
@@ -554,13 +570,15 @@ ls_status LS_K(ls_mla_layer_forward)(const ls_params *p, int l, ls_real *h, size
     ls_status st = cpl ? cp_attn_forward(cpl, l, c, &aq, ctx, ckv, kpe, kI, sel, o, lse, scr)
                        : LS_K(ls_mla_attn_forward)(p, &aq, blk, np + 1, sel, o, lse);
     if (st != LS_OK) return st;
+    ls_decisions_note(sel, T * k_sel * sizeof *sel, T); /* each query's selected keys (kernels/decisions.h) */
     lin_f(p, &ly->o, y, xa_o, o, T);
     for (size_t i = 0; i < T * d; i++) h[i] = x[i] + y[i];
     if (h_mid) memcpy(h_mid, h, R(T * d));
     /* ---- FFN: dense SwiGLU or the routed MoE (§2.3) ---- */
     LS_K(ls_rmsnorm_forward)(xn2, rstd2, h, ly->norm2->w, 0, eps, T, d);
+    ls_decisions moe_dec = {0, 0};
     if (ly->is_moe)
-        st = moe_run(p, ly, xn2, T, y, NULL, NULL);
+        st = moe_noted(p, ly, xn2, T, y, NULL, NULL, &moe_dec);
     else
         mlp_f(p, &ly->mlp, y, xn2, T, &ms);
     if (st != LS_OK) return st;
@@ -574,7 +592,7 @@ ls_status LS_K(ls_mla_layer_forward)(const ls_params *p, int l, ls_real *h, size
                                   .qn = qn, .qpe = qpe, .xa_kva = xa_kva, .ctil = ctil, .rstd_kv = rstd_kv,
                                   .ckv = ckv, .kpe = kpe, .sel = sel, .o = o, .lse = lse, .xa_o = xa_o,
                                   .h_mid = h_mid, .rstd2 = rstd2, .xn2 = xn2, .xa_g = ms.xa_g, .xa_u = ms.xa_u,
-                                  .xa_d = ms.xa_d, .mg = ms.g, .mu = ms.u, .act = ms.act};
+                                  .xa_d = ms.xa_d, .mg = ms.g, .mu = ms.u, .act = ms.act, .moe_dec = moe_dec};
     }
     return LS_OK;
 }
@@ -610,7 +628,15 @@ ls_status LS_K(ls_mla_layer_backward)(const ls_params *p, int l, const ls_mla_la
     /* ---- FFN ---- */
     ls_status st;
     if (ly->is_moe) {
-        st = moe_run(p, ly, tp->xn2, T, NULL, dh, dxn);
+        ls_decisions again = {0, 0};
+        st = moe_noted(p, ly, tp->xn2, T, NULL, dh, dxn, &again);
+        if (st == LS_OK && !ls_decisions_equal(&again, &tp->moe_dec)) {
+            fprintf(stderr, "longstraw: layer %d: the MoE backward's recomputed routing differs from its forward's "
+                    "(%llu tokens, digest %016llx; the forward's: %llu, %016llx)\n", l,
+                    (unsigned long long)again.count, (unsigned long long)again.digest,
+                    (unsigned long long)tp->moe_dec.count, (unsigned long long)tp->moe_dec.digest);
+            st = LS_ERR_INTERNAL;
+        }
     } else {
         mlp_saves ms = {tp->xa_g, tp->xa_u, tp->xa_d, tp->mg, tp->mu, tp->act};
         st = mlp_b(p, &ly->mlp, dxn, 0, dh, tp->xn2, T, &ms, dact, dg, du, scr);

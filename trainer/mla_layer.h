@@ -83,6 +83,7 @@ typedef struct {
     ls_real *o, *lse, *xa_o;
     ls_real *h_mid, *rstd2, *xn2;                    /* FFN input (the MoE recomputes from xn2) */
     ls_real *xa_g, *xa_u, *xa_d, *mg, *mu, *act;     /* dense SwiGLU */
+    ls_decisions moe_dec; /* the MoE's routing (kernels/decisions.h): the backward's recompute must equal it */
 } ls_mla_layer_tape;
 
 /* Forward of layer l over h [T,d] in place at positions pos0..: ctx pages

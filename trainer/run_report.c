@@ -8,6 +8,7 @@
 
 #include <cblas.h>
 
+#include "kernels/decisions.h"
 #include "receipts/build_info.h"
 #include "receipts/json_util.h"
 #include "receipts/manifest.h"
@@ -213,6 +214,10 @@ void ls_run_print_summary(const ls_train_args *a, const ls_run_outcome *oc, cons
         printf("  %llu of them prefix-frozen (a stale prompt state; never exact)\n",
                (unsigned long long)oc->prefix_frozen_steps);
     printf("  exact loss %.17g (last step)\n", res->loss + 0.0); /* read by tests/reference/ */
+    const ls_decisions *dec = ls_decisions_current();
+    if (dec) /* read by longstraw-parity: its finite differences must decide as the unmoved run */
+        printf("  decisions %llu digest %016llx (the run's, in order)\n", (unsigned long long)dec->count,
+               (unsigned long long)dec->digest);
     if (oc->world > 1)
         printf("  context parallel over %u ranks: rank %u holds positions [%lld, %lld) of the prompt's %zu\n",
                oc->world, oc->rank, (long long)res->shard_begin, (long long)res->shard_end, P ? P - 1 : 0);

@@ -3,6 +3,7 @@
 #include <locale.h>
 #include <stdio.h>
 
+#include "kernels/decisions.h"
 #include "trainer/comm.h"
 #include "trainer/train_run.h"
 
@@ -28,7 +29,11 @@ int main(int argc, char **argv) {
         rc = 0;
     } else {
         a.comm = comm;
+        /* every discrete decision of the run, in order (kernels/decisions.h; the summary prints it) */
+        ls_decisions run_decisions = {0, 0};
+        ls_decisions_use(&run_decisions);
         rc = a.f64 ? ls_train_run_f64(&a) : ls_train_run_f32(&a);
+        ls_decisions_use(NULL);
     }
     ls_comm_close(comm);
     return rc;

@@ -2,6 +2,7 @@
  * weights) and its backward, the grouped token dispatch and the weighted
  * combine (MODEL.md §2.3).  See moe.h. */
 #include "kernels/moe.h"
+#include "kernels/decisions.h"
 
 #include <assert.h>
 #include <math.h>
@@ -80,6 +81,7 @@ void LS_K(ls_moe_route_forward)(int32_t *idx, ls_real *w, ls_real *s,
         const ls_real den = sum + (ls_real)MOE_WEIGHT_EPS;
         for (size_t j = 0; j < k; j++) w[t * k + j] = rho * st[idx[t * k + j]] / den;
     }
+    ls_decisions_note(idx, T * k * sizeof *idx, T); /* the experts of each token (its kept groups' choice) */
 }
 
 void LS_K(ls_moe_route_backward)(ls_real *dlogits, ls_real *ds, const ls_real *dw,

@@ -38,8 +38,11 @@ def main():
            "objectives": [obj], "grad_modes": ["detached", "full"], "strategies": ["longstraw"], "dtypes": dtypes,
            "worlds": worlds, "build_digest": build, "reducible": "lengths"}
     checks = []
-    for kind in ["logprob", "cp_grad", "cp_params", "grad", "ref_logprob", "fd_grad", "ref_loss"]:
-        link = kind in ("ref_logprob", "fd_grad", "ref_loss")
+    kinds = ["logprob", "cp_grad", "cp_params", "grad", "ref_logprob", "fd_grad", "ref_loss"]
+    if cfg["family"] == "mla":  # the near-tie check of a forward that decides (DSA top-k, MoE routing)
+        kinds.append("decisions")
+    for kind in kinds:
+        link = kind in ("ref_logprob", "fd_grad", "ref_loss", "decisions")
         for w in ([1] if link else worlds):
             for dt in (["f64"] if link else dtypes):
                 checks.append({"name": "fixture-%s-%s-%d" % (kind, dt, w), "kind": kind, "dtype": dt, "world": w,

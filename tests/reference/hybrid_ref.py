@@ -29,7 +29,8 @@ usage:
       "loss": X}, the log-probs (a) and (b) above per member and token, the advantages
       of the batch's rewards, and the loss of MODEL.md section 4 from (a) and the
       batch's old_logprobs and ref_logprobs (as supplied to the run: the parity runs
-      supply both). Floats are repr-exact.
+      supply both), and "decisions": {"count": 0, "kinds": {}} (this family makes no
+      discrete decision). Floats are repr-exact.
   hybrid_ref.py --perturb-norms IN.safetensors OUT.safetensors [SEED]
       Writes a copy of IN with every RMSNorm weight (norm1, norm2, norm, q_norm,
       k_norm, gdn.norm) moved off its initial value, for `longstraw-train --load`,
@@ -699,7 +700,9 @@ def write_json(weights_path, batch_path, out_path):
     adv = advantages([float(r) for r in batch["rewards"]])
     loss, _ = grpo_loss(ref.policy, batch["old_logprobs"], batch["ref_logprobs"], adv,
                         float(cfg["epsilon"]), float(cfg["beta"]))
-    doc = {"policy": ref.policy, "ref_policy": ref.ref, "advantages": adv, "loss": loss}
+    # no discrete decision in this family (no top-k, no routing): nothing a near-tie could flip
+    doc = {"policy": ref.policy, "ref_policy": ref.ref, "advantages": adv, "loss": loss,
+           "decisions": {"count": 0, "kinds": {}}}
     tmp = out_path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(doc, f, separators=(",", ":"))

@@ -18,7 +18,11 @@ usage:
       weights + (alpha/r) B A on every LoRA target in the file, (b) the reference policy,
       base weights with the adapters off (train_mode lora; in train_mode full the step-0
       weights, i.e. (a)), the advantages of the batch's rewards and the section 4 loss from
-      (a) and the batch's old_logprobs and ref_logprobs. LoRA pairs, when present, must be
+      (a) and the batch's old_logprobs and ref_logprobs, and "decisions": the margins of every
+      discrete decision both forwards made (class Margins: DSA top-k, MoE kept groups and
+      experts; per kind the count and the smallest margin relative to its scale, with its
+      layer, position and member), what longstraw-parity holds against the composition
+      noise before it draws a verdict. LoRA pairs, when present, must be
       exactly the section 3 mla targets (routed experts' only with lora_experts). Floats are
       repr-exact. Attention uses the naive (per-head expanded) form; --absorbed the
       absorbed one (the same function, section 2.1).
@@ -234,6 +238,44 @@ def shapes(D):
     return lin, vec
 
 
+class Margins:
+    """Every discrete decision of a forward (MODEL.md section 0's top-k): a DSA query's top-k of
+    its visible keys, an MoE token's kept groups and its experts among them.  A decision's margin
+    is the gap between the last value chosen and the best value not chosen (0 for an exact tie,
+    which the index rule breaks; for a DSA tie at 0 between keys whose every head's q.k is
+    negative, the smallest |q.k| / (|q| |k|) of them, since the tie holds until one crosses 0),
+    its scale the largest |value| among the candidates; a decision
+    with no value left out (k >= candidates) is not counted.  Per kind the smallest margin
+    relative to its scale is kept with where it was made (layer, position, member or None for a
+    prompt position)."""
+
+    def __init__(self):
+        self.kinds = {}
+
+    def note(self, kind, values, k, where, clamp=None):
+        vals = sorted((v for v in values if v != NEG_INF), reverse=True)
+        if len(vals) <= k:
+            return
+        gap, scale = vals[k - 1] - vals[k], max(abs(v) for v in vals)
+        rel = gap / scale if scale > 0 else 0.0
+        if gap == 0 and vals[k] == 0 and clamp is not None:
+            # an exact tie at 0 (the index rule breaks it): it holds while every tied value stays
+            # clamped at 0; its margin is the nearest of those clamps to letting go
+            tied = [c for v, c in zip(values, clamp) if v == 0]
+            if tied and all(c is not None for c in tied):
+                rel = min(tied)
+                gap, scale = rel, 1.0
+        got = self.kinds.setdefault(kind, {"count": 0, "smallest": None})
+        got["count"] += 1
+        if got["smallest"] is None or rel < got["smallest"]["relative"]:
+            layer, pos, member = where
+            got["smallest"] = {"relative": rel, "margin": gap, "scale": scale, "layer": layer,
+                               "position": pos, "member": member}
+
+    def doc(self):
+        return {"count": sum(v["count"] for v in self.kinds.values()), "kinds": self.kinds}
+
+
 class Model:
     def __init__(self, cfg, tensors, with_lora, lora_experts=None, absorbed=False, dense=False):
         D = dims(cfg)
@@ -241,6 +283,7 @@ class Model:
         self.eps = float(cfg["rms_eps"])
         self.theta = float(cfg["rope_theta"])
         self.absorbed, self.dense = absorbed, dense
+        self.margins, self.where, self.member = None, None, None  # Margins, (layer, pos, member)
         self.t = tensors
         lin, vec = shapes(D)
         for name, shp in list(vec.items()) + [(n + ".weight", s) for n, s in lin.items()]:
@@ -347,8 +390,16 @@ class Model:
             qI = matvec(lay["iq"], cq)
             qI = [rope_neox_prefix(qI[h * dI:(h + 1) * dI], pos, dr, th) for h in range(HI)]
             w = [v * self.w_scale for v in matvec(lay["iw"], x)]
-            scores = [sum(w[h] * max(0.0, dot(qI[h], ks)) for h in range(HI)) for ks in st["kI"]]
+            dots = [[dot(qI[h], ks) for h in range(HI)] for ks in st["kI"]]
+            scores = [sum(w[h] * max(0.0, dk[h]) for h in range(HI)) for dk in dots]
             sel = topk(scores, min(D["index_topk"], n))
+            if self.margins is not None:
+                qn = [math.sqrt(dot(v, v)) for v in qI]
+                # a score that is exactly 0 because every head's q.k is negative (ReLU) stays 0 until
+                # one of them crosses 0: its margin is the smallest |q.k| relative to |q||k|
+                clamp = [min(abs(dk[h]) / (qn[h] * math.sqrt(dot(ks, ks)) or 1.0) for h in range(HI))
+                         if all(v <= 0 for v in dk) else None for dk, ks in zip(dots, st["kI"])]
+                self.margins.note("dsa_topk", scores, D["index_topk"], self.where, clamp)
             if rec is not None:
                 rec["sel"], rec["scores"] = list(sel), scores
         sel = sorted(sel)
@@ -392,6 +443,11 @@ class Model:
         s = [sigmoid(v) for v in matvec(lay["router"], x)]
         sp = [a + b for a, b in zip(s, lay["router_bias"])]
         kept, idx, gscore = route(sp, D["n_group"], D["topk_group"], D["experts_per_token"])
+        if self.margins is not None:
+            self.margins.note("moe_group", gscore, D["topk_group"], self.where)
+            gs, keep = D["n_experts"] // D["n_group"], set(kept)
+            self.margins.note("moe_expert", [sp[e] for e in range(len(sp)) if e // gs in keep],
+                              D["experts_per_token"], self.where)
         den = sum(s[e] for e in idx) + 1e-20
         w = [D["routed_scale"] * s[e] / den for e in idx]
         y = [0.0] * D["d_model"]
@@ -407,6 +463,7 @@ class Model:
         With `trace` (a list), appends one record per layer: selection, attention output, routing."""
         h = list(self.embed[tok])
         for li, (lay, st) in enumerate(zip(self.layers, state)):
+            self.where = (li, pos, self.member)
             rec = {"layer": li, "pos": pos} if trace is not None else None
             y = self.mla(lay, st, rmsnorm(h, lay["g1"], self.eps), pos, rec)
             h = [a + b for a, b in zip(h, y)]
@@ -437,12 +494,14 @@ class Model:
         for pos in range(P - 1):
             self.step(state, prompt[pos], pos)
         out = []
-        for y in responses:
+        for i, y in enumerate(responses):
+            self.member = i
             st = self.copy_state(state)
             lp = []
             for t, tok in enumerate([prompt[P - 1]] + list(y[:-1])):
                 lp.append(self.logprob(self.step(st, tok, P - 1 + t), y[t], temperature))
             out.append(lp)
+        self.member = None
         return out
 
 
@@ -540,23 +599,27 @@ def compute(weights_path, batch, absorbed=False):
     cfg = batch["config"]
     temp = float(cfg["temperature"])
     prompt, responses = list(batch["prompt"]), [list(y) for y in batch["responses"]]
+    margins = Margins()
     pol_model = Model(cfg, tensors, with_lora=True, absorbed=absorbed)
+    pol_model.margins = margins
     policy = pol_model.group_logprobs(prompt, responses, temp)
     if cfg["train_mode"] == "lora" and pol_model.lora_pairs:
-        ref = Model(cfg, tensors, with_lora=False, absorbed=absorbed).group_logprobs(prompt, responses, temp)
+        ref_model = Model(cfg, tensors, with_lora=False, absorbed=absorbed)
+        ref_model.margins = margins
+        ref = ref_model.group_logprobs(prompt, responses, temp)
     else:  # train_mode full: the reference is the step-0 weights, i.e. the policy at step 1
         ref = policy
-    return policy, ref
+    return policy, ref, margins
 
 
 def write_json(weights_path, batch_path, out_path, absorbed=False):
     batch = load_batch(batch_path)
-    policy, ref = compute(weights_path, batch, absorbed)
+    policy, ref, margins = compute(weights_path, batch, absorbed)
     cfg = batch["config"]
     adv = hr.advantages([float(r) for r in batch["rewards"]])
     loss, _ = hr.grpo_loss(policy, batch["old_logprobs"], batch["ref_logprobs"], adv,
                            float(cfg["epsilon"]), float(cfg["beta"]))
-    doc = {"policy": policy, "ref_policy": ref, "advantages": adv, "loss": loss}
+    doc = {"policy": policy, "ref_policy": ref, "advantages": adv, "loss": loss, "decisions": margins.doc()}
     tmp = out_path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(doc, f, separators=(",", ":"))

@@ -308,10 +308,32 @@ def self_test():
         rc = M.main(["mla_ref.py", wpath, bpath, "--json", opath])
         doc = M.read_json(opath, "output") if rc == 0 else {}
         loss, census = hr.grpo_loss(pol, old, rfp, hr.advantages(rewards), 0.2, 0.04)
-        ok = (rc == 0 and sorted(doc) == ["advantages", "loss", "policy", "ref_policy"]
+        ok = (rc == 0 and sorted(doc) == ["advantages", "decisions", "loss", "policy", "ref_policy"]
               and doc["policy"] == pol and doc["ref_policy"] == rfp and doc["loss"] == loss)
         C.cond("(d) --json: policy, ref_policy, loss", ok, "rc %d, loss %r, clip census %s"
                % (rc, doc.get("loss"), {k: v for k, v in census.items() if k != "max_kl"}))
+        # the decisions: both forwards' DSA top-k and MoE routing, every kind counted, the smallest margins
+        # positive and where they were made; Margins' rule by hand (a gap, an exact tie, a tie at 0 held by
+        # clamped values, a decision with nothing left out)
+        dec = doc.get("decisions", {})
+        kinds = dec.get("kinds", {})
+        mg = M.Margins()
+        mg.note("a", [0.9, 0.5, 0.4], 1, (0, 3, None))
+        mg.note("b", [3.0, 2.0, 2.0, 1.0], 2, (1, 4, 0))
+        mg.note("c", [0.7, 0.0, 0.0], 2, (2, 5, 1), [None, 0.25, 0.125])
+        mg.note("d", [1.0, 2.0], 2, (0, 0, None))
+        hand = mg.doc()
+        C.cond("(d) --json: decisions of every kind, margins measured",
+               rc == 0 and sorted(kinds) == ["dsa_topk", "moe_expert", "moe_group"]
+               and dec["count"] == sum(k["count"] for k in kinds.values()) > 0
+               and all(k["smallest"]["relative"] > 0 for k in kinds.values()),
+               "decisions %r" % {k: (v["count"], v["smallest"]["relative"]) for k, v in kinds.items()})
+        C.cond("(d) Margins by hand: gap 0.4 of 0.9, an exact tie 0, a tie at 0 held by clamps 0.125, none left out",
+               abs(hand["kinds"]["a"]["smallest"]["relative"] - 0.4 / 0.9) < 1e-15
+               and hand["kinds"]["b"]["smallest"]["relative"] == 0.0
+               and hand["kinds"]["c"]["smallest"]["relative"] == 0.125 and "d" not in hand["kinds"]
+               and hand["count"] == 3 and hand["kinds"]["b"]["smallest"]["member"] == 0,
+               "%r" % hand)
         rc_abs = M.main(["mla_ref.py", wpath, bpath, "--json", opath, "--absorbed"])
         d_abs = maxdiff(M.read_json(opath, "output")["policy"], pol) if rc_abs == 0 else float("inf")
         C.close("(d) --json --absorbed vs naive policy", d_abs, 1e-12)
