@@ -163,6 +163,13 @@ ls_status ls_parity_log_loss(const char *log, double *loss, char *err, size_t er
 /* The "  decisions N digest HEX" line of a trainer log: the run's discrete
  * decisions in order (kernels/decisions.h). */
 ls_status ls_parity_log_decisions(const char *log, uint64_t *count, uint64_t *digest, char *err, size_t errlen);
+/* The optimizer settings a run's manifest records (its config's options)
+ * and the step its first update was (first_step + 1, AdamW's bias correction). */
+typedef struct {
+    double lr, beta1, beta2, eps, weight_decay;
+    int64_t step;
+} ls_parity_adamw;
+ls_status ls_parity_run_adamw(const char *run_dir, ls_parity_adamw *o, char *err, size_t errlen);
 /* The build digest of a run directory's manifest. */
 ls_status ls_parity_run_build(const char *run_dir, char hex[65], char *err, size_t errlen);
 

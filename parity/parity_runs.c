@@ -186,6 +186,39 @@ ls_status ls_parity_log_decisions(const char *log, uint64_t *count, uint64_t *di
     return LS_OK;
 }
 
+ls_status ls_parity_run_adamw(const char *run_dir, ls_parity_adamw *o, char *err, size_t errlen) {
+    char path[LS_PARITY_PATH];
+    snprintf(path, sizeof path, "%s/%s", run_dir, LS_MANIFEST_FILE);
+    cJSON *doc = NULL;
+    ls_status s = ls_json_read_file_capped(path, MAX_BATCH_BYTES, &doc, err, errlen);
+    if (s != LS_OK) return s;
+    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(doc, "predicate"), "config");
+    const cJSON *opt = cJSON_GetObjectItemCaseSensitive(cfg, "options");
+    static const char *const K[] = {"lr", "beta1", "beta2", "adam_eps", "weight_decay"};
+    double v[5];
+    for (int i = 0; i < 5 && s == LS_OK; i++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(opt, K[i]);
+        if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || x->valuedouble < 0 ||
+            (i >= 1 && i <= 2 && x->valuedouble >= 1)) {
+            snprintf(err, errlen, "%s: field 'predicate.config.options.%s' is not a finite number in range", path,
+                     K[i]);
+            s = LS_ERR_FORMAT;
+        } else {
+            v[i] = x->valuedouble;
+        }
+    }
+    const cJSON *fs = cJSON_GetObjectItemCaseSensitive(cfg, "first_step");
+    if (s == LS_OK && (!cJSON_IsNumber(fs) || fs->valuedouble < 0 || fs->valuedouble > 1e15)) {
+        snprintf(err, errlen, "%s: field 'predicate.config.first_step' is not a step number", path);
+        s = LS_ERR_FORMAT;
+    }
+    if (s == LS_OK)
+        *o = (ls_parity_adamw){.lr = v[0], .beta1 = v[1], .beta2 = v[2], .eps = v[3], .weight_decay = v[4],
+                               .step = (int64_t)fs->valuedouble + 1};
+    cJSON_Delete(doc);
+    return s;
+}
+
 ls_status ls_parity_run_build(const char *run_dir, char hex[65], char *err, size_t errlen) {
     char path[LS_PARITY_PATH];
     snprintf(path, sizeof path, "%s/%s", run_dir, LS_MANIFEST_FILE);

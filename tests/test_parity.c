@@ -372,3 +372,59 @@ Test(parity, a_near_tie_is_redrawn_or_refused, .init = setup, .fini = teardown, 
     cr_expect(strstr(e, "reference-score.json: field 'decisions.count'") != NULL, "stderr: %s", e);
     free(e);
 }
+
+/* Level 3's update check is derived, not taken from other runs' spread: CP-N's parameters may differ from
+ * CP-1's by what AdamW's first step makes of the two gradients and one rounding each, nothing more.  A
+ * trainer whose multi-rank runs update with another learning rate (the gradients unchanged) fails cp_params
+ * while cp_grad passes; the same matrix with the true trainer explains every float32 difference (excess 0). */
+Test(parity, an_update_the_gradients_do_not_explain_fails, .init = setup, .fini = teardown, .timeout = 900) {
+    char w[512], cmd[2048];
+    snprintf(w, sizeof w, "%s/lr-train", tmpdir);
+    snprintf(cmd, sizeof cmd,
+             "printf '#!/bin/sh\\nif [ -n \"$OMPI_COMM_WORLD_SIZE\" ] && [ \"$OMPI_COMM_WORLD_SIZE\" -gt 1 ]; then "
+             "exec %s \"$@\" --lr 0.0011; fi\\nexec %s \"$@\"\\n' > %s && chmod +x %s",
+             TRAIN, TRAIN, w, w);
+    cr_assert_eq(sh(cmd), 0);
+    char a[1024], p[512];
+    snprintf(a, sizeof a, "--family hybrid --cp 1,2 --dtype f64,f32 --configs p23-g3-full --fd-max 1 --trainer %s --out %s/out",
+             w, tmpdir);
+    cr_assert_eq(parity(a), 1);
+    snprintf(p, sizeof p, "%s/out/parity.json", tmpdir);
+    cJSON *doc = read_report(p);
+    int params = 0, grads = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(doc, "checks")) {
+        if (strstr(jstr(c, "name"), "cp2") == NULL) continue;
+        bool pass = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "pass"));
+        if (!strcmp(jstr(c, "kind"), "cp_params")) {
+            params++;
+            cr_expect(!pass, "%s passes with another learning rate at CP-2", jstr(c, "name"));
+        } else if (!strcmp(jstr(c, "kind"), "cp_grad") && strstr(jstr(c, "name"), "skip-") == NULL) {
+            grads++;
+            cr_expect(pass, "%s fails: the gradients did not change", jstr(c, "name"));
+        }
+    }
+    cr_expect_eq(params, 4, "%d cp_params checks at CP-2 (2 modes x 2 dtypes)", params);
+    cr_expect_eq(grads, 4, "%d cp_grad checks at CP-2", grads);
+    cr_expect(!level_holds(doc, 3));
+    cJSON_Delete(doc);
+
+    snprintf(a, sizeof a, "--family hybrid --cp 1,2 --dtype f64,f32 --configs p23-g3-full --fd-max 1 --out %s/true",
+             tmpdir);
+    cr_assert_eq(parity(a), 1, "--fd-max 1 cannot prove level 4");
+    snprintf(p, sizeof p, "%s/true/parity.json", tmpdir);
+    doc = read_report(p);
+    double explained = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(doc, "checks")) {
+        if (strcmp(jstr(c, "kind"), "cp_params") != 0) continue;
+        cr_expect(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "pass")), "%s fails", jstr(c, "name"));
+        if (!strcmp(jstr(c, "dtype"), "f32")) cr_expect_eq(jnum(c, "max_rel_err"), 0, "%s", jstr(c, "name"));
+        const cJSON *t;
+        cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(c, "tensors"))
+            if (jnum(t, "explained_by_gradients") > explained) explained = jnum(t, "explained_by_gradients");
+    }
+    /* the amplification is real: some float32 parameter moved by far more than a rounding */
+    cr_expect_gt(explained, 1e-5, "largest difference explained by the gradients: %g", explained);
+    cr_expect(level_holds(doc, 3));
+    cJSON_Delete(doc);
+}
