@@ -235,8 +235,11 @@ int ls_parity_decisions_count(const cJSON *decisions);
 double ls_parity_decisions_unit(int dt);
 /* The "decisions" check of a configuration and dtype: per kind the smallest
  * margin against noise (pass: noise / relative margin <= 1 / room). */
-cJSON *ls_parity_decisions_check(const cJSON *decisions, const char *config, int dt, double noise, uint64_t seed,
-                                 int draw);
+/* expect: whether the model makes decisions of each kind at the fixture's
+ * lengths (dsa_topk, moe_group, moe_expert): a kind expected and not made
+ * is a failing entry (that decision went unexercised). */
+cJSON *ls_parity_decisions_check(const cJSON *decisions, const bool expect[3], const char *config, int dt,
+                                 double noise, uint64_t seed, int draw);
 
 /* ---- trainer runs (parity_run.c) and finite differences (parity_fd.c) ------ */
 

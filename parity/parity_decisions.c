@@ -85,13 +85,21 @@ int ls_parity_decisions_count(const cJSON *decisions) {
 
 double ls_parity_decisions_unit(int dt) { return dt == LS_PARITY_F32 ? (double)FLT_EPSILON : DBL_EPSILON; }
 
-cJSON *ls_parity_decisions_check(const cJSON *decisions, const char *config, int dt, double noise, uint64_t seed,
-                                 int draw) {
+cJSON *ls_parity_decisions_check(const cJSON *decisions, const bool expect[3], const char *config, int dt,
+                                 double noise, uint64_t seed, int draw) {
     cJSON *arr = cJSON_CreateArray();
     const double tol = 1.0 / LS_PARITY_DECISION_ROOM;
     for (size_t i = 0; arr && i < N_KINDS; i++) {
         const cJSON *k = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(decisions, "kinds"), KINDS[i]);
-        if (k == NULL) continue; /* this fixture made no decision of that kind */
+        if (k == NULL) { /* this fixture made no decision of that kind */
+            if (expect[i]) {
+                char name[96];
+                snprintf(name, sizeof name, "%s: none made, though the model makes them", KINDS[i]);
+                cJSON_AddItemToArray(arr, ls_parity_entry(name, (ls_parity_err){INFINITY, INFINITY},
+                                                          1.0 / LS_PARITY_DECISION_ROOM, -1));
+            }
+            continue;
+        }
         const cJSON *sm = cJSON_GetObjectItemCaseSensitive(k, "smallest");
         double rel = cJSON_GetObjectItemCaseSensitive(sm, "relative")->valuedouble;
         ls_parity_err e = {noise, rel > 0 ? noise / rel : INFINITY};

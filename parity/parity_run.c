@@ -51,6 +51,9 @@ typedef struct {
     double ref_loss;
     cJSON *decisions; /* the reference's margins of the fixture's discrete decisions (parity_decisions.c) */
     uint64_t seed;    /* the weights' draw: o->seed, then others while a decision is near a tie */
+    bool expect[3];   /* the kinds of decision the model makes at these lengths (parity_decisions.c) */
+    ls_parity_config own; /* the matrix entry as run (its prompt lengthened past the DSA top-k) */
+    char own_what[320];
     int draw;         /* 1, 2, ... */
     int vocab; /* the model config's: token ids are drawn below it */
     char *err;
@@ -492,6 +495,37 @@ static void grad_checks(cfg_run *r, int dt) {
 
 /* ---- the driver ---------------------------------------------------------------- */
 
+static int model_int(const cJSON *mc, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(mc, k);
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= (1 << 24) ? (int)v->valuedouble : 0;
+}
+
+/* The decisions the model config mc makes (mla): a query that sees more keys than index_topk selects, an
+ * MoE layer keeps topk_group of n_group groups and experts_per_token of their experts.  Parity's lengths
+ * are reducible, but not below what keeps a decision in play: where the entry's prompt would not exceed
+ * the top-k (a --like model with a wider index_topk than parity's fixtures), it is lengthened by a
+ * multiple of 8 positions (its splits over 2, 4 and 8 ranks and its page and chunk cuts stay alike) until
+ * every prompt query beyond index_topk selects.  r->c becomes that entry. */
+static void fixture_decisions(cfg_run *r, const cJSON *mc) {
+    r->own = *r->c;
+    r->c = &r->own;
+    const cJSON *fam = cJSON_GetObjectItemCaseSensitive(mc, "family");
+    if (!cJSON_IsString(fam) || strcmp(fam->valuestring, "mla") != 0) return;
+    int topk = model_int(mc, "index_topk"), E = model_int(mc, "n_experts"), ng = model_int(mc, "n_group");
+    int kg = model_int(mc, "topk_group"), k = model_int(mc, "experts_per_token");
+    bool moe = model_int(mc, "n_layers") > model_int(mc, "first_dense");
+    if (r->own.prompt_len - 1 <= topk) {
+        int add = 8 * ((topk + 1 - (r->own.prompt_len - 1)) / 8 + 1);
+        snprintf(r->own_what, sizeof r->own_what, "%s; the prompt lengthened by %d to %d positions, past index_topk %d",
+                 r->c->what, add, r->own.prompt_len + add, topk);
+        r->own.prompt_len += add;
+        r->own.what = r->own_what;
+    }
+    r->expect[0] = topk > 0; /* now every prompt query beyond the top-k selects */
+    r->expect[1] = moe && kg < ng;
+    r->expect[2] = moe && ng > 0 && E % ng == 0 && k < kg * (E / ng);
+}
+
 static ls_status read_outputs(cfg_run *r, int dt) {
     dtype_out *d = &r->d[dt];
     const ls_parity_opts *o = r->o;
@@ -628,16 +662,17 @@ static ls_status run_config(cfg_run *r) {
         snprintf(r->err, r->errlen, "cannot create %s: %s", r->dir, strerror(errno));
         return LS_ERR_IO;
     }
-    ls_parity_report_config(r->rep, r->c, r->o->train_mode);
     cJSON *mc = NULL;
     if ((s = ls_json_read_file_capped(o->model_config, 1u << 20, &mc, r->err, r->errlen)) != LS_OK) return s;
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(mc, "vocab");
     r->vocab = cJSON_IsNumber(v) && v->valuedouble >= 2 && v->valuedouble <= (1 << 24) ? (int)v->valuedouble : 0;
+    if (r->vocab != 0) fixture_decisions(r, mc);
     cJSON_Delete(mc);
     if (r->vocab == 0) {
         snprintf(r->err, r->errlen, "%s: field 'vocab' is not an integer in 2..2^24", o->model_config);
         return LS_ERR_FORMAT;
     }
+    ls_parity_report_config(r->rep, r->c, r->o->train_mode);
     if ((s = write_rollouts(r, r->roll_score, NULL, NULL)) != LS_OK) return s;
     char p[LS_PARITY_PATH];
     cJSON *ref = NULL;
@@ -666,9 +701,11 @@ static ls_status run_config(cfg_run *r) {
         if (s != LS_OK) return s;
         bool clear = true, last = r->draw >= LS_PARITY_DECISION_DRAWS;
         cJSON *checks[2] = {NULL, NULL};
-        for (int dt = 0; dt < 2 && ls_parity_decisions_count(r->decisions) > 0; dt++) {
+        bool decides = ls_parity_decisions_count(r->decisions) > 0 || r->expect[0] || r->expect[1] || r->expect[2];
+        for (int dt = 0; dt < 2 && decides; dt++) {
             if (!o->dtype[dt]) continue;
-            checks[dt] = ls_parity_decisions_check(r->decisions, r->c->name, dt, decision_noise(r, dt), r->seed, r->draw);
+            checks[dt] = ls_parity_decisions_check(r->decisions, r->expect, r->c->name, dt, decision_noise(r, dt),
+                                                   r->seed, r->draw);
             clear = clear && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(checks[dt], "pass"));
         }
         if (clear || last) {

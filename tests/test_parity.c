@@ -286,8 +286,8 @@ Test(parity, a_faulty_trainer_fails_fidelity, .init = setup, .fini = teardown, .
 
 /* A reference wrapper (run by parity as `python3 WRAPPER ARGS`): the real mla reference, then, on its
  * score outputs, the smallest DSA top-k margin moved to 1e-16 of its scale (a near-tie no composition
- * noise clears) on the first call only ("first"), on every call ("always"), or the decisions' count
- * made inconsistent ("bad"). */
+ * noise clears) on the first call only ("first"), on every call ("always"), the decisions' count
+ * made inconsistent ("bad"), or the DSA decisions dropped as if the fixture had made none ("drop"). */
 static void tie_reference(const char *mode, char *path, size_t cap) {
     snprintf(path, cap, "%s/tie-%s.py", tmpdir, mode);
     FILE *f = fopen(path, "w");
@@ -303,11 +303,13 @@ static void tie_reference(const char *mode, char *path, size_t cap) {
             "    d = json.load(open(out))\n"
             "    if '%s' == 'bad':\n"
             "        d['decisions']['count'] += 1\n"
+            "    elif '%s' == 'drop':\n"
+            "        d['decisions']['count'] -= d['decisions']['kinds'].pop('dsa_topk')['count']\n"
             "    elif '%s' == 'always' or n == 0:\n"
             "        d['decisions']['kinds']['dsa_topk']['smallest']['relative'] = 1e-16\n"
             "    json.dump(d, open(out, 'w'))\n"
             "sys.exit(rc)\n",
-            mode, mode);
+            mode, mode, mode);
     fclose(f);
 }
 
@@ -361,6 +363,21 @@ Test(parity, a_near_tie_is_redrawn_or_refused, .init = setup, .fini = teardown, 
     cr_expect(txt && strstr(txt, "decisions m30-g2-lora f64"), "level 2 does not name the decisions check: %s",
               txt ? txt : "");
     free(txt);
+    cJSON_Delete(doc);
+
+    /* a fixture that never exercised a decision the model makes proves nothing about it */
+    tie_reference("drop", ref, sizeof ref);
+    snprintf(a, sizeof a, "--family mla --cp 1,2 --dtype f64 --configs m30-g2-lora --fd-max 1 --reference %s --out %s/drop",
+             ref, tmpdir);
+    cr_expect_eq(parity(a), 1);
+    snprintf(p, sizeof p, "%s/drop/parity.json", tmpdir);
+    doc = read_report(p);
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(doc, "checks")) {
+        if (strcmp(jstr(c, "kind"), "decisions") != 0) continue;
+        cr_expect(!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "pass")), "unexercised DSA selection passed");
+        cr_expect_str_eq(jstr(c, "worst"), "dsa_topk: none made, though the model makes them");
+    }
+    cr_expect(!level_holds(doc, 2));
     cJSON_Delete(doc);
 
     tie_reference("bad", ref, sizeof ref);
