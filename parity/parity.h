@@ -18,7 +18,7 @@
  *   (f64)       the independent reference (tests/reference/, Python from
  *               MODEL.md) on the same weights and batches, and directional
  *               finite differences of the loss for every trainable tensor
- *               (parity_fd.c)
+ *               or every layer's group of them (parity_fd.c)
  * and the comparisons of parity_run.c turn them into checks, controls
  * and a verdict per level (parity_report.c). */
 #ifndef LS_PARITY_PARITY_H
@@ -37,6 +37,11 @@
 #define LS_PARITY_OUT_MAX 512
 
 enum { LS_PARITY_F64 = 0, LS_PARITY_F32 = 1 };
+/* What one finite-difference direction spans (--fd-groups): one trainable
+ * tensor, or every trainable tensor of one layer (layers.N.*; the tensors
+ * outside the layers one more group).  parity_fd.c says what grouping
+ * does and does not detect. */
+enum { LS_PARITY_FD_TENSOR = 0, LS_PARITY_FD_LAYER = 1 };
 
 /* One model/batch configuration of the matrix. */
 typedef struct {
@@ -81,7 +86,8 @@ typedef struct {
     int jobs;                 /* concurrent trainer runs */
     int timeout_s;            /* per trainer run */
     double fd_step;           /* the larger finite-difference step */
-    size_t fd_max;            /* at most this many tensors get finite differences (0: all) */
+    size_t fd_max;            /* at most this many directions (tensors or groups) get finite differences (0: all) */
+    int fd_groups;            /* LS_PARITY_FD_TENSOR or LS_PARITY_FD_LAYER (parity_fd.c) */
     uint64_t seed;
     bool keep_fd, quiet;
     /* the trainer's objective and trainable set (--like sets them from a run) */
@@ -125,6 +131,19 @@ void ls_parity_job_free(ls_parity_job *j);
  * killing any that runs past timeout_s.  LS_ERR_IO when one cannot start. */
 ls_status ls_parity_jobs_run(ls_parity_job *jobs, size_t n, int parallel, int timeout_s, char *err,
                              size_t errlen);
+/* A hook on job i of a pool (ctx the caller's): LS_OK, or a status with err
+ * set, which stops the pool starting jobs. */
+typedef ls_status (*ls_parity_job_hook)(void *ctx, size_t i, char *err, size_t errlen);
+/* ls_parity_jobs_run, with before(ctx, i) called just before job i starts
+ * (it may fill jobs[i] and write its inputs: they exist only while the pool
+ * needs them, and are written while the other jobs run) and after(ctx, i)
+ * as soon as job i has ended (jobs[i].rc set).  Either hook NULL: none.  A
+ * hook's failure stops the starts; the jobs already running are waited for
+ * (their after hooks are not called) and its status is returned.  The jobs
+ * never started keep rc -1. */
+ls_status ls_parity_jobs_run_hooked(ls_parity_job *jobs, size_t n, int parallel, int timeout_s,
+                                    ls_parity_job_hook before, ls_parity_job_hook after, void *ctx, char *err,
+                                    size_t errlen);
 
 /* ---- one configuration's runs and their outputs (parity_runs.c) ------------ */
 
@@ -255,12 +274,26 @@ void ls_parity_train_job(const ls_parity_opts *o, const ls_parity_config *c, con
                          ls_parity_job *j);
 void ls_parity_remove_tree(const char *path);
 
+/* "tensor" / "layer" (NULL: not an LS_PARITY_FD_* value) */
+const char *ls_parity_fd_groups_name(int fd_groups);
+
 /* Directional finite differences of the float64 loss (naive runs at the
- * weights moved along a random unit direction per trainable tensor) against
- * g_naive's and g_ls's directional derivatives: two fd_grad checks. */
+ * weights moved along a random unit direction per trainable tensor, or per
+ * group of them: o->fd_groups) against g_naive's and g_ls's directional
+ * derivatives: two fd_grad checks, one entry per direction. */
 ls_status ls_parity_fd(const ls_parity_opts *o, const ls_parity_config *c, ls_parity_report *rep, const char *dir,
                        const char *weights, const char *rollouts, const ls_parity_tensors *g_naive,
                        const ls_parity_tensors *g_ls, char *err, size_t errlen);
+/* ls_parity_fd's runs and comparisons without a report: the two fd_grad
+ * checks (naive, LongStraw) into checks[0] and checks[1] (the caller's,
+ * cJSON_Delete; NULL unless LS_OK), the seconds the runs took and their
+ * count.  The trainer o->trainer is run with the weights at
+ * DIR/fd/U-K.safetensors and must print the loss as longstraw-train does
+ * ("  exact loss X (last step)"). */
+ls_status ls_parity_fd_checks(const ls_parity_opts *o, const ls_parity_config *c, const char *dir,
+                              const char *weights, const char *rollouts, const ls_parity_tensors *g_naive,
+                              const ls_parity_tensors *g_ls, cJSON *checks[2], double *secs, int *runs,
+                              char *err, size_t errlen);
 
 /* ---- the driver (parity_run.c) --------------------------------------------- */
 

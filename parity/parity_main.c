@@ -53,8 +53,14 @@ static void usage(FILE *f) {
           "  --jobs N          trainer runs at a time [online CPUs, at most 16]\n"
           "  --timeout S       seconds per trainer run before it is killed [600]\n"
           "  --fd-step H       the larger finite-difference step (the other is H/2) [1e-4]\n"
-          "  --fd-max N        finite differences for only N evenly spaced trainable tensors (a quick\n"
-          "                    look: level 4 then does not hold) [all]\n"
+          "  --fd-max N        finite differences for only N evenly spaced directions (tensors or\n"
+          "                    groups; a quick look: level 4 then does not hold) [all]\n"
+          "  --fd-groups G     what one finite-difference direction spans: tensor (every trainable\n"
+          "                    tensor its own: 4 runs each) or layer (one direction over each layer's\n"
+          "                    trainable tensors, one more over those outside the layers: 4 runs per\n"
+          "                    group; a wrong gradient in a tensor with a small share of its group's\n"
+          "                    derivative must be wrong by more to be seen; README) [tensor; layer\n"
+          "                    with --like]\n"
           "  --seed N          weights, directions [1]\n"
           "  --trainer PATH    longstraw-train [" LS_PARITY_TRAINER "]\n"
           "  --mpirun PATH     [mpirun]\n"
@@ -143,7 +149,7 @@ int main(int argc, char **argv) {
     static char like_model[LS_PARITY_PATH];
     parse_cps("1,2,4", &o);
     parse_dtypes("f64,f32", &o);
-    const char *cps = NULL, *dtypes = NULL, *configs = NULL, *key = NULL;
+    const char *cps = NULL, *dtypes = NULL, *configs = NULL, *key = NULL, *fd_groups = NULL;
     bool list = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -172,6 +178,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--model-config")) slot = &o.model_config;
         else if (!strcmp(a, "--key")) slot = &key;
         else if (!strcmp(a, "--like")) slot = &o.like;
+        else if (!strcmp(a, "--fd-groups")) slot = &fd_groups;
         else if (!strcmp(a, "--jobs") || !strcmp(a, "--timeout") || !strcmp(a, "--seed") || !strcmp(a, "--fd-step") ||
                    !strcmp(a, "--fd-max")) {
             if (v == NULL) return bad("%s needs a value", a);
@@ -202,6 +209,13 @@ int main(int argc, char **argv) {
         if (v == NULL) return bad("%s needs a value", a);
         *slot = v;
         i++;
+    }
+    /* --like: a run's whole model (hundreds of trainable tensors) in minutes; the matrices: per tensor */
+    o.fd_groups = o.like ? LS_PARITY_FD_LAYER : LS_PARITY_FD_TENSOR;
+    if (fd_groups) {
+        if (!strcmp(fd_groups, "tensor")) o.fd_groups = LS_PARITY_FD_TENSOR;
+        else if (!strcmp(fd_groups, "layer")) o.fd_groups = LS_PARITY_FD_LAYER;
+        else return bad("--fd-groups: '%s' is not tensor or layer", fd_groups);
     }
     if (o.like) {
         if (o.out == NULL) return bad("%s", "--out DIR is required");

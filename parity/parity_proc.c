@@ -99,21 +99,41 @@ static int start(ls_parity_job *j) {
 
 ls_status ls_parity_jobs_run(ls_parity_job *jobs, size_t n, int parallel, int timeout_s, char *err,
                              size_t errlen) {
+    return ls_parity_jobs_run_hooked(jobs, n, parallel, timeout_s, NULL, NULL, NULL, err, errlen);
+}
+
+/* Kills every running job's process group and reaps it (a job that was
+ * started and has not ended: pid > 0). */
+static void kill_running(ls_parity_job *jobs, size_t next) {
+    for (size_t k = 0; k < next; k++)
+        if (jobs[k].pid > 0) kill(-jobs[k].pid, SIGKILL);
+    for (size_t k = 0; k < next; k++) {
+        if (jobs[k].pid <= 0) continue;
+        while (waitpid(jobs[k].pid, NULL, 0) < 0 && errno == EINTR) {}
+        jobs[k].pid = -jobs[k].pid;
+        end_tmp(&jobs[k]);
+    }
+}
+
+ls_status ls_parity_jobs_run_hooked(ls_parity_job *jobs, size_t n, int parallel, int timeout_s,
+                                    ls_parity_job_hook before, ls_parity_job_hook after, void *ctx, char *err,
+                                    size_t errlen) {
     if (parallel < 1) parallel = 1;
     size_t next = 0, done = 0;
     int running = 0;
+    ls_status s = LS_OK;
     for (size_t i = 0; i < n; i++) {
         jobs[i].rc = -1;
         jobs[i].pid = 0;
     }
-    while (done < n) {
-        while (running < parallel && next < n) {
+    while (done < next || (s == LS_OK && next < n)) {
+        while (s == LS_OK && running < parallel && next < n) {
+            if (before && (s = before(ctx, next, err, errlen)) != LS_OK) break;
+            jobs[next].rc = -1;
+            jobs[next].pid = 0;
             if (start(&jobs[next]) != 0) {
                 snprintf(err, errlen, "cannot fork for %s: %s", jobs[next].argv[0], strerror(errno));
-                for (size_t k = 0; k < next; k++)
-                    if (jobs[k].pid > 0) kill(-jobs[k].pid, SIGKILL);
-                while (wait(NULL) > 0) {}
-                for (size_t k = 0; k < next; k++) end_tmp(&jobs[k]);
+                kill_running(jobs, next);
                 return LS_ERR_IO;
             }
             running++;
@@ -131,10 +151,12 @@ ls_status ls_parity_jobs_run(ls_parity_job *jobs, size_t n, int parallel, int ti
                 end_tmp(&jobs[k]);
                 running--;
                 done++;
+                if (after && s == LS_OK) s = after(ctx, k, err, errlen);
                 break;
             }
             continue;
         }
+        if (running == 0) break; /* nothing left to wait for (a hook stopped the starts) */
         double now = ls_parity_now();
         for (size_t k = 0; k < next; k++) {
             if (jobs[k].pid > 0 && timeout_s > 0 && now - jobs[k].t0 > timeout_s) {
@@ -145,5 +167,5 @@ ls_status ls_parity_jobs_run(ls_parity_job *jobs, size_t n, int parallel, int ti
         struct timespec ts = {0, 2000000};
         nanosleep(&ts, NULL);
     }
-    return LS_OK;
+    return s;
 }

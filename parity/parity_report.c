@@ -102,6 +102,7 @@ ls_status ls_parity_report_new(const ls_parity_opts *o, ls_parity_report **out) 
         cJSON_AddStringToObject(l, "run_id", o->like_run_id);
     }
     add_num(r->doc, "fd_step", o->fd_step);
+    cJSON_AddStringToObject(r->doc, "fd_groups", ls_parity_fd_groups_name(o->fd_groups));
     r->configs = cJSON_AddArrayToObject(r->doc, "configurations");
     r->checks = cJSON_AddArrayToObject(r->doc, "checks");
     r->controls = cJSON_AddArrayToObject(r->doc, "controls");

@@ -8,6 +8,9 @@
 # trainer (the parity code's whole path: runs, reference, finite
 # differences, checks, controls, report) and leaves the matrix and the
 # table to the Release suite.
+# Finite differences per tensor and per layer group (parity_fd.c) on a loss known in closed form: the
+# trainer is a stand-in (parity_fd_fake_train.py, python3), no MPI; seconds, so every build runs it.
+ls_add_criterion_test(test_parity_fd SOURCES test_parity_fd.c LIBS ls_parity TIMEOUT 600)
 if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
   set(LS_PARITY_TESTS test_parity)
   if(LS_SANITIZE)
