@@ -131,6 +131,13 @@ void ls_parity_job_free(ls_parity_job *j);
  * killing any that runs past timeout_s.  LS_ERR_IO when one cannot start. */
 ls_status ls_parity_jobs_run(ls_parity_job *jobs, size_t n, int parallel, int timeout_s, char *err,
                              size_t errlen);
+/* Job j started alone, in the background (as a pool starts its jobs; the
+ * pools wait for their own jobs only): LS_ERR_IO with err set when it
+ * cannot.  ls_parity_job_wait waits for it to end (stop: kills it first;
+ * killed once timeout_s after its start), setting j->rc and j->secs (the
+ * seconds until it was waited for). */
+ls_status ls_parity_job_start(ls_parity_job *j, char *err, size_t errlen);
+void ls_parity_job_wait(ls_parity_job *j, int timeout_s, bool stop);
 /* A hook on job i of a pool (ctx the caller's): LS_OK, or a status with err
  * set, which stops the pool starting jobs. */
 typedef ls_status (*ls_parity_job_hook)(void *ctx, size_t i, char *err, size_t errlen);

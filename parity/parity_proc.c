@@ -1,6 +1,8 @@
 /* parity_proc.c - trainer runs as child processes (parity.h): a small pool
  * that keeps at most `parallel` running, each in its own process group (so
- * that a timeout kills mpirun and every rank), output to its log. */
+ * that a timeout kills mpirun and every rank), output to its log, with
+ * hooks before and after each job; and a job started alone in the
+ * background, beside a pool (each waits for its own processes only). */
 /* Paths are bounded: --out is at most LS_PARITY_OUT_MAX characters, so that
  * every path derived from it fits LS_PARITY_PATH. */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -97,6 +99,44 @@ static int start(ls_parity_job *j) {
     return 0;
 }
 
+/* Whether job j (running: pid > 0) has ended, waiting for it when block;
+ * if so its rc, secs, pid < 0 and its session directory removed. */
+static bool reap(ls_parity_job *j, bool block) {
+    int status = 0;
+    pid_t w;
+    while ((w = waitpid(j->pid, &status, block ? 0 : WNOHANG)) < 0 && errno == EINTR) {}
+    if (w == 0) return false;
+    j->rc = w < 0 ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : -1;
+    j->secs = ls_parity_now() - j->t0;
+    j->pid = -j->pid; /* finished */
+    end_tmp(j);
+    return true;
+}
+
+ls_status ls_parity_job_start(ls_parity_job *j, char *err, size_t errlen) {
+    j->rc = -1;
+    j->pid = 0;
+    if (start(j) != 0) {
+        snprintf(err, errlen, "cannot fork for %s: %s", j->argv[0], strerror(errno));
+        return LS_ERR_IO;
+    }
+    return LS_OK;
+}
+
+void ls_parity_job_wait(ls_parity_job *j, int timeout_s, bool stop) {
+    if (j->pid <= 0) return;
+    if (stop) kill(-j->pid, SIGKILL);
+    while (!reap(j, false)) {
+        if (timeout_s > 0 && ls_parity_now() - j->t0 > timeout_s) {
+            kill(-j->pid, SIGKILL);
+            reap(j, true);
+            return;
+        }
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 ls_status ls_parity_jobs_run(ls_parity_job *jobs, size_t n, int parallel, int timeout_s, char *err,
                              size_t errlen) {
     return ls_parity_jobs_run_hooked(jobs, n, parallel, timeout_s, NULL, NULL, NULL, err, errlen);
@@ -107,12 +147,8 @@ ls_status ls_parity_jobs_run(ls_parity_job *jobs, size_t n, int parallel, int ti
 static void kill_running(ls_parity_job *jobs, size_t next) {
     for (size_t k = 0; k < next; k++)
         if (jobs[k].pid > 0) kill(-jobs[k].pid, SIGKILL);
-    for (size_t k = 0; k < next; k++) {
-        if (jobs[k].pid <= 0) continue;
-        while (waitpid(jobs[k].pid, NULL, 0) < 0 && errno == EINTR) {}
-        jobs[k].pid = -jobs[k].pid;
-        end_tmp(&jobs[k]);
-    }
+    for (size_t k = 0; k < next; k++)
+        if (jobs[k].pid > 0) reap(&jobs[k], true);
 }
 
 ls_status ls_parity_jobs_run_hooked(ls_parity_job *jobs, size_t n, int parallel, int timeout_s,
@@ -139,23 +175,16 @@ ls_status ls_parity_jobs_run_hooked(ls_parity_job *jobs, size_t n, int parallel,
             running++;
             next++;
         }
-        int status = 0;
-        pid_t w = waitpid(-1, &status, WNOHANG);
-        if (w > 0) {
-            for (size_t k = 0; k < next; k++) {
-                if (jobs[k].pid != (int)w) continue;
-                jobs[k].rc = WIFEXITED(status) ? WEXITSTATUS(status)
-                             : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : -1;
-                jobs[k].secs = ls_parity_now() - jobs[k].t0;
-                jobs[k].pid = -jobs[k].pid; /* finished */
-                end_tmp(&jobs[k]);
-                running--;
-                done++;
-                if (after && s == LS_OK) s = after(ctx, k, err, errlen);
-                break;
-            }
-            continue;
+        /* its own jobs only: a job ls_parity_job_start started may be running beside the pool */
+        bool ended = false;
+        for (size_t k = 0; k < next && !ended; k++) {
+            if (jobs[k].pid <= 0 || !reap(&jobs[k], false)) continue;
+            ended = true;
+            running--;
+            done++;
+            if (after && s == LS_OK) s = after(ctx, k, err, errlen);
         }
+        if (ended) continue;
         if (running == 0) break; /* nothing left to wait for (a hook stopped the starts) */
         double now = ls_parity_now();
         for (size_t k = 0; k < next; k++) {

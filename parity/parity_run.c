@@ -204,30 +204,50 @@ static ls_status write_rollouts(cfg_run *r, const char *path, const ls_parity_lo
 
 /* ---- the independent reference --------------------------------------------- */
 
-static ls_status reference(cfg_run *r, const char *batch, const char *tag, cJSON **out) {
+/* The independent reference on batch, started in the background into *j
+ * (reference_end waits for it). */
+static ls_status reference_start(cfg_run *r, const char *batch, const char *tag, ls_parity_job *j) {
     char json[LS_PARITY_PATH];
     snprintf(json, sizeof json, "%s/reference-%s.json", r->dir, tag);
-    ls_parity_job j = {0};
-    snprintf(j.log, sizeof j.log, "%s/reference-%s.log", r->dir, tag);
-    ls_parity_job_arg(&j, "%s", r->o->python);
-    ls_parity_job_arg(&j, "%s", r->o->reference);
-    ls_parity_job_arg(&j, "%s", r->weights);
-    ls_parity_job_arg(&j, "%s", batch);
-    ls_parity_job_arg(&j, "--json");
-    ls_parity_job_arg(&j, "%s", json);
-    double t0 = ls_parity_now();
-    ls_status s = ls_parity_jobs_run(&j, 1, 1, r->o->timeout_s, r->err, r->errlen);
-    if (s == LS_OK && j.rc != 0) {
+    memset(j, 0, sizeof *j);
+    snprintf(j->log, sizeof j->log, "%s/reference-%s.log", r->dir, tag);
+    ls_parity_job_arg(j, "%s", r->o->python);
+    ls_parity_job_arg(j, "%s", r->o->reference);
+    ls_parity_job_arg(j, "%s", r->weights);
+    ls_parity_job_arg(j, "%s", batch);
+    ls_parity_job_arg(j, "--json");
+    ls_parity_job_arg(j, "%s", json);
+    ls_status s = ls_parity_job_start(j, r->err, r->errlen);
+    if (s != LS_OK) ls_parity_job_free(j);
+    return s;
+}
+
+/* Its end (stop: killed, nothing read) and its JSON into *out; beside names
+ * what ran meanwhile in its timing (NULL: nothing). */
+static ls_status reference_end(cfg_run *r, const char *batch, const char *tag, ls_parity_job *j, bool stop,
+                               const char *beside, cJSON **out) {
+    char json[LS_PARITY_PATH];
+    snprintf(json, sizeof json, "%s/reference-%s.json", r->dir, tag);
+    ls_parity_job_wait(j, r->o->timeout_s, stop);
+    ls_parity_job_free(j);
+    if (stop) return LS_OK;
+    ls_status s = LS_OK;
+    if (j->rc != 0) {
         snprintf(r->err, r->errlen, "the independent reference %s exited %d on %s (its output: %s)", r->o->reference,
-                 j.rc, batch, j.log);
+                 j->rc, batch, j->log);
         s = LS_ERR_FORMAT;
     }
-    ls_parity_job_free(&j);
     if (s == LS_OK) s = ls_json_read_file_capped(json, 64u << 20, out, r->err, r->errlen);
-    char part[128];
-    snprintf(part, sizeof part, "%s reference (%s)", r->c->name, tag);
-    if (s == LS_OK) ls_parity_report_timing(r->rep, part, ls_parity_now() - t0, 1);
+    char part[160];
+    snprintf(part, sizeof part, "%s reference (%s)%s%s", r->c->name, tag, beside ? ", beside " : "", beside ? beside : "");
+    if (s == LS_OK) ls_parity_report_timing(r->rep, part, j->secs, 1);
     return s;
+}
+
+static ls_status reference(cfg_run *r, const char *batch, const char *tag, cJSON **out) {
+    ls_parity_job j;
+    ls_status s = reference_start(r, batch, tag, &j);
+    return s == LS_OK ? reference_end(r, batch, tag, &j, false, NULL, out) : s;
 }
 
 /* ---- comparisons ------------------------------------------------------------- */
@@ -740,14 +760,17 @@ static ls_status run_config(cfg_run *r) {
     for (int dt = 0; dt < 2; dt++)
         if (o->dtype[dt] && (s = read_grads(r, dt)) != LS_OK) return s;
     run_path(r, LS_PARITY_F64, "grad-naive", "batch.json", p);
-    if ((s = reference(r, p, "grad", &ref)) != LS_OK) return s;
+    /* the reference on the grad batch (one process) runs beside the finite differences (--jobs runs) */
+    ls_parity_job refj;
+    if ((s = reference_start(r, p, "grad", &refj)) != LS_OK) return s;
+    s = ls_parity_fd(o, r->c, r->rep, r->dir, r->weights, r->roll_grad, &r->d[LS_PARITY_F64].gnaive,
+                     &r->d[LS_PARITY_F64].gls[FULL][0], r->err, r->errlen);
+    ls_status rs = reference_end(r, p, "grad", &refj, s != LS_OK, "the finite differences", &ref);
+    if (s != LS_OK) return s;
+    if (rs != LS_OK) return rs;
     const cJSON *l = cJSON_GetObjectItemCaseSensitive(ref, "loss");
     r->ref_loss = cJSON_IsNumber(l) ? l->valuedouble : NAN;
     cJSON_Delete(ref);
-
-    if ((s = ls_parity_fd(o, r->c, r->rep, r->dir, r->weights, r->roll_grad, &r->d[LS_PARITY_F64].gnaive,
-                          &r->d[LS_PARITY_F64].gls[FULL][0], r->err, r->errlen)) != LS_OK)
-        return s;
     for (int dt = 0; dt < 2; dt++) {
         if (!o->dtype[dt]) continue;
         logprob_checks(r, dt);
