@@ -98,6 +98,8 @@ Test(parity, usage_errors, .init = setup, .fini = teardown, .timeout = 60) {
     expect_usage(a, "--fd-step");
     snprintf(a, sizeof a, "--family hybrid %s --fd-max x", out);
     expect_usage(a, "--fd-max");
+    snprintf(a, sizeof a, "--family hybrid %s --fd-groups block", out);
+    expect_usage(a, "--fd-groups");
     snprintf(a, sizeof a, "--family hybrid %s --trainer /nonexistent/train", out);
     expect_usage(a, "--trainer");
     snprintf(a, sizeof a, "--family hybrid %s --bogus", out);
@@ -443,5 +445,114 @@ Test(parity, an_update_the_gradients_do_not_explain_fails, .init = setup, .fini 
     /* the amplification is real: some float32 parameter moved by far more than a rounding */
     cr_expect_gt(explained, 1e-5, "largest difference explained by the gradients: %g", explained);
     cr_expect(level_holds(doc, 3));
+    cJSON_Delete(doc);
+}
+
+/* Finite differences per layer group (--fd-groups layer, --like's default) with the real trainer.  A wrapper
+ * makes the float64 naive gradient wrong in one tensor: after the naive full-mode run it scales that tensor's
+ * --dump-grads by 1 + FAULT_EPS (a tensor with a small share of its group's directional derivative, so that the
+ * group has to see a member that is not its largest).  fd_grad must fail in that tensor's group and only there;
+ * the LongStraw gradient, untouched, must pass in every group; every trainable tensor must be in exactly one
+ * group; and every negative control (skip-dkv-reduce, skip-grad-finalize, cp-local-attention, detached) must
+ * still be detected. */
+#define FAULT_TENSOR "layers.5.mlp.gate.lora_B" /* 0.6% of layers.5's derivative: seen from 1.6e-5 */
+#define FAULT_GROUP "layers.5"
+#define FAULT_EPS "1e-3"
+
+Test(parity, grouped_fd_finds_a_wrong_gradient, .init = setup, .fini = teardown, .timeout = 900) {
+    char py[512], w[512], a[1024];
+    snprintf(py, sizeof py, "%s/scale_grad.py", tmpdir);
+    FILE *f = fopen(py, "w");
+    cr_assert_not_null(f);
+    fputs("import json, struct, sys\n"
+          "path, name, factor = sys.argv[1], sys.argv[2], 1.0 + float(sys.argv[3])\n"
+          "b = bytearray(open(path, 'rb').read())\n"
+          "n = struct.unpack('<Q', bytes(b[:8]))[0]\n"
+          "t = json.loads(bytes(b[8:8 + n]))[name]\n"
+          "assert t['dtype'] == 'F64', t['dtype']\n"
+          "s, e = (8 + n + x for x in t['data_offsets'])\n"
+          "v = struct.unpack('<%dd' % ((e - s) // 8), bytes(b[s:e]))\n"
+          "b[s:e] = struct.pack('<%dd' % len(v), *[x * factor for x in v])\n"
+          "open(path, 'wb').write(bytes(b))\n",
+          f);
+    fclose(f);
+    snprintf(w, sizeof w, "%s/wrong-naive-grad-train", tmpdir);
+    f = fopen(w, "w");
+    cr_assert_not_null(f);
+    fprintf(f,
+            "#!/bin/sh\n"
+            "%s \"$@\" || exit $?\n"
+            "naive=0; full=0; grads=\n"
+            "while [ $# -gt 1 ]; do\n"
+            "  case \"$1\" in --strategy) [ \"$2\" = naive ] && naive=1;; --grad-mode) [ \"$2\" = full ] && full=1;;\n"
+            "  --dump-grads) grads=$2;; esac\n"
+            "  shift\n"
+            "done\n"
+            "if [ $naive = 1 ] && [ $full = 1 ] && [ -n \"$grads\" ]; then\n"
+            "  python3 %s \"$grads\" %s %s || exit 5\n"
+            "fi\n",
+            TRAIN, py, FAULT_TENSOR, FAULT_EPS);
+    fclose(f);
+    cr_assert_eq(chmod(w, 0755), 0);
+    snprintf(a, sizeof a,
+             "--family hybrid --cp 1,2 --dtype f64 --configs p30-g2-lora --fd-groups layer --trainer %s --out %s/out",
+             w, tmpdir);
+    int rc = parity(a);
+    char p[512];
+    snprintf(p, sizeof p, "%s/err.txt", tmpdir);
+    char *e = slurp(p);
+    cr_assert_eq(rc, 1, "a wrong naive gradient must fail parity: exit %d: %s", rc, e);
+    free(e);
+    snprintf(p, sizeof p, "%s/out/parity.json", tmpdir);
+    cJSON *doc = read_report(p);
+    cr_expect_str_eq(jstr(doc, "fd_groups"), "layer");
+    /* the trainable tensors: the grad check's */
+    const cJSON *c, *grad = NULL;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(doc, "checks"))
+        if (!strcmp(jstr(c, "name"), "grad p30-g2-lora f64 cp1 full")) grad = c;
+    cr_assert_not_null(grad);
+    const cJSON *trainable = cJSON_GetObjectItemCaseSensitive(grad, "tensors");
+    cr_assert_eq(cJSON_GetArraySize(trainable), 100);
+    int fd_checks = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(doc, "checks")) {
+        if (strcmp(jstr(c, "kind"), "fd_grad") != 0) continue;
+        fd_checks++;
+        bool naive = !strcmp(jstr(c, "candidate"), "naive full sequence");
+        cr_expect_null(cJSON_GetObjectItemCaseSensitive(c, "tensors"), "%s: per-tensor entries", jstr(c, "name"));
+        const cJSON *groups = cJSON_GetObjectItemCaseSensitive(c, "groups"), *g;
+        cr_expect_eq(cJSON_GetArraySize(groups), 8, "%s: %d groups, hybrid-tiny has 8 layers", jstr(c, "name"),
+                     cJSON_GetArraySize(groups));
+        /* every trainable tensor in exactly one group */
+        const cJSON *t;
+        cJSON_ArrayForEach(t, trainable) {
+            int seen = 0;
+            cJSON_ArrayForEach(g, groups) {
+                const cJSON *m;
+                cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(g, "tensors"))
+                    seen += !strcmp(m->valuestring, jstr(t, "name"));
+            }
+            cr_expect_eq(seen, 1, "%s: %s is in %d groups", jstr(c, "name"), jstr(t, "name"), seen);
+        }
+        cJSON_ArrayForEach(g, groups) {
+            bool faulty = naive && !strncmp(jstr(g, "name"), FAULT_GROUP " (", strlen(FAULT_GROUP) + 2);
+            bool pass = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(g, "pass"));
+            cr_expect_eq(pass, !faulty, "%s: %s: pass %d (error %g, tolerance %g)", jstr(c, "name"), jstr(g, "name"),
+                         pass, jnum(g, "max_rel_err"), jnum(g, "tolerance"));
+            if (faulty) /* seen clearly, not at the tolerance's edge */
+                cr_expect_gt(jnum(g, "max_rel_err"), 10 * jnum(g, "tolerance"), "%s: %g vs tolerance %g",
+                             jstr(g, "name"), jnum(g, "max_rel_err"), jnum(g, "tolerance"));
+        }
+        cr_expect_eq(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "pass")), !naive, "%s", jstr(c, "name"));
+    }
+    cr_expect_eq(fd_checks, 2);
+    int controls = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(doc, "controls")) {
+        controls++;
+        cr_expect(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "detected")), "control %s not detected",
+                  jstr(c, "fault"));
+    }
+    cr_expect_eq(controls, 5, "%d controls", controls); /* cp-local-attention, skip-dkv-reduce, skip-grad-finalize, detached x 2 */
+    cr_expect(level_holds(doc, 2) && level_holds(doc, 3), "levels 2 and 3 do not depend on the naive gradient");
+    cr_expect(!level_holds(doc, 4), "level 4 holds with a wrong naive gradient");
     cJSON_Delete(doc);
 }

@@ -261,6 +261,15 @@ Test(parity_table, another_model_certified_after_parity_like, .init = setup, .fi
         sh(cmd);
     }
     cr_assert_eq(prc, 0, "parity --like failed (%s/like.log, above)", tmpdir);
+    { /* --like differences per layer group, and says so */
+        cJSON *like = NULL;
+        char lp[600], lerr[512];
+        snprintf(lp, sizeof lp, "%s/like/parity.json", tmpdir);
+        cr_assert_eq(ls_json_read_file(lp, &like, lerr, sizeof lerr), LS_OK, "%s", lerr);
+        const cJSON *fg = cJSON_GetObjectItemCaseSensitive(like, "fd_groups");
+        cr_expect(cJSON_IsString(fg) && !strcmp(fg->valuestring, "layer"), "--like: fd_groups is not layer");
+        cJSON_Delete(like);
+    }
     snprintf(cmd, sizeof cmd,
              AUDIT " %s/mha --parity %s/like/parity.json --key %s/ci.pub --parity-key %s/ci.pub --require-signed "
              "--require-level 4 --json %s/mha-like.json >%s/mha-like.txt 2>&1",
