@@ -69,6 +69,10 @@
 /* units in the last place of a computed loss (a float64 sum of log-probs): the rounding error
  * assumed of each loss the finite differences subtract */
 #define FD_LOSS_ULPS 4.0
+/* a direction whose moved runs decided differently from the unmoved run is differenced again at a step
+ * this many times smaller, at most FD_RETRIES times (the decision's margin against the move) */
+#define FD_SHRINK 8.0
+#define FD_RETRIES 2
 
 static const double STEP[4] = {1.0, -1.0, 0.5, -0.5};
 
@@ -173,24 +177,32 @@ static ls_status make_units(const ls_parity_opts *o, const ls_parity_tensors *g,
 typedef struct {
     const ls_parity_opts *o;
     const ls_parity_config *c;
-    const char *rollouts;
+    const char *rollouts, *weights;
     char fdir[LS_PARITY_PATH];
     const ls_parity_tensors *w, *gn, *gl;
     const fd_unit *units; /* the nt directions that run */
     size_t nt;
     const size_t *idx;    /* members: gradient indices */
     const long *wi, *li;  /* per member: its index in w, in gl */
-    ls_parity_job *jobs;  /* [4 nt]: run 4 u + k is unit u at STEP[k] */
-    double *loss;         /* [4 nt] */
+    ls_parity_job *jobs;  /* [4 nt + 1]: run 4 u + k is unit u at STEP[k]; run 4 nt the unmoved weights */
+    double *loss;         /* [4 nt + 1] */
+    uint64_t *dec;        /* [2 (4 nt + 1)]: each run's decisions (count, digest; kernels/decisions.h) */
     double *an, *al;      /* [nt]: g . d, naive and LongStraw */
     const double **vals;  /* [w->n]: the values a moved weights file holds */
     double *d, *moved;    /* the current unit's direction and moved values, its members' blocks in order */
     size_t cap, cur;      /* capacity of d and moved; the unit they hold (SIZE_MAX: none) */
     size_t runs_done;
     double t0;
+    double h; /* the larger step of these runs */
 } fd_ctx;
 
 static void paths_of(const fd_ctx *x, size_t i, char *weights, char *run, char *log) {
+    if (i == 4 * x->nt) { /* the unmoved run */
+        snprintf(weights, LS_PARITY_PATH, "%s", x->weights);
+        snprintf(run, LS_PARITY_PATH, "%s/unmoved", x->fdir);
+        snprintf(log, LS_PARITY_PATH, "%s/unmoved.log", x->fdir);
+        return;
+    }
     snprintf(weights, LS_PARITY_PATH, "%s/%zu-%zu.safetensors", x->fdir, i / 4, i % 4);
     snprintf(run, LS_PARITY_PATH, "%s/%zu-%zu", x->fdir, i / 4, i % 4);
     snprintf(log, LS_PARITY_PATH, "%s/%zu-%zu.log", x->fdir, i / 4, i % 4);
@@ -231,6 +243,14 @@ static ls_status unit_direction(fd_ctx *x, size_t u) {
 /* Before run i: its moved weights, its command line. */
 static ls_status fd_before(void *ctx, size_t i, char *err, size_t errlen) {
     fd_ctx *x = ctx;
+    if (i == 4 * x->nt) { /* the unmoved weights: the decisions every moved run must make again */
+        char weights[LS_PARITY_PATH], run[LS_PARITY_PATH], log[LS_PARITY_PATH];
+        paths_of(x, i, weights, run, log);
+        ls_parity_train tr = {.dt = LS_PARITY_F64, .world = 1, .out = run, .log = log, .rollouts = x->rollouts,
+                              .load = x->weights, .strategy = "naive"};
+        ls_parity_train_job(x->o, x->c, &tr, &x->jobs[i]);
+        return LS_OK;
+    }
     size_t u = i / 4;
     const fd_unit *un = &x->units[u];
     ls_status s = LS_OK;
@@ -238,7 +258,7 @@ static ls_status fd_before(void *ctx, size_t i, char *err, size_t errlen) {
         snprintf(err, errlen, "%s finite differences: no memory for the direction of %s", x->c->name, un->name);
         return s;
     }
-    const double step = STEP[i % 4] * x->o->fd_step;
+    const double step = STEP[i % 4] * x->h;
     for (size_t t = 0; t < x->w->n; t++) x->vals[t] = x->w->v[t];
     size_t off = 0;
     for (size_t m = 0; m < un->n; m++) {
@@ -278,9 +298,10 @@ static ls_status fd_after(void *ctx, size_t i, char *err, size_t errlen) {
         s = LS_ERR_FORMAT;
     }
     if (s == LS_OK) s = ls_parity_log_loss(log, &x->loss[i], err, errlen);
+    if (s == LS_OK) s = ls_parity_log_decisions(log, &x->dec[2 * i], &x->dec[2 * i + 1], err, errlen);
     if (s == LS_OK && !x->o->keep_fd) {
         remove(log);
-        remove(weights);
+        if (i != 4 * x->nt) remove(weights);
         ls_parity_remove_tree(run);
     }
     ls_parity_job_free(j);
@@ -289,6 +310,68 @@ static ls_status fd_after(void *ctx, size_t i, char *err, size_t errlen) {
         fprintf(stderr, "longstraw-parity: %s finite differences: %zu/%zu %s, %.1f s\r", x->c->name,
                 x->runs_done / 4, x->nt, x->o->fd_groups == LS_PARITY_FD_LAYER ? "groups" : "tensors",
                 ls_parity_now() - x->t0);
+    return s;
+}
+
+/* Whether unit u's four moved runs made the unmoved run's decisions. */
+static bool decided_alike(const fd_ctx *x, size_t u) {
+    const uint64_t *base = &x->dec[2 * 4 * x->nt];
+    for (int k = 0; k < 4; k++)
+        if (x->dec[2 * (4 * u + k)] != base[0] || x->dec[2 * (4 * u + k) + 1] != base[1]) return false;
+    return true;
+}
+
+/* Round `round` of the units whose moved runs decided differently: their four runs again at a step
+ * FD_SHRINK times smaller than their last (in DIR/fd-retryN), losses and decisions copied back, hs[u]
+ * their step; *extra counts the runs. */
+static ls_status fd_retry(fd_ctx *x, int round, double *hs, int *extra, char *err, size_t errlen) {
+    size_t nf = 0;
+    for (size_t u = 0; u < x->nt; u++) nf += !decided_alike(x, u);
+    if (nf == 0) return LS_OK;
+    fd_ctx y = *x;
+    size_t *which = calloc(nf, sizeof *which);
+    fd_unit *sub = calloc(nf, sizeof *sub);
+    y.jobs = calloc(4 * nf, sizeof *y.jobs);
+    y.loss = calloc(4 * nf, sizeof *y.loss);
+    y.dec = calloc(2 * 4 * nf, sizeof *y.dec);
+    y.an = calloc(nf, sizeof *y.an);
+    y.al = calloc(nf, sizeof *y.al);
+    y.d = y.moved = NULL;
+    y.cap = 0;
+    y.cur = SIZE_MAX;
+    y.runs_done = 0;
+    ls_status s = which && sub && y.jobs && y.loss && y.dec && y.an && y.al ? LS_OK : LS_ERR_NOMEM;
+    for (size_t u = 0, j = 0; s == LS_OK && u < x->nt; u++)
+        if (!decided_alike(x, u)) which[j] = u, sub[j++] = x->units[u];
+    y.units = sub;
+    y.nt = nf;
+    y.h = s == LS_OK ? hs[which[0]] / FD_SHRINK : 0;
+    snprintf(y.fdir, sizeof y.fdir, "%s-retry%d", x->fdir, round);
+    ls_parity_remove_tree(y.fdir);
+    if (s == LS_OK && mkdir(y.fdir, 0777) != 0) {
+        snprintf(err, errlen, "cannot create %s: %s", y.fdir, strerror(errno));
+        s = LS_ERR_IO;
+    }
+    if (s == LS_OK && !x->o->quiet)
+        fprintf(stderr, "longstraw-parity: %s finite differences: %zu direction(s) decided differently at +-h: "
+                "again at h = %g\n", x->c->name, nf, y.h);
+    if (s == LS_OK)
+        s = ls_parity_jobs_run_hooked(y.jobs, 4 * nf, x->o->jobs, x->o->timeout_s, fd_before, fd_after, &y, err,
+                                      errlen);
+    for (size_t j = 0; s == LS_OK && j < nf; j++) {
+        size_t u = which[j];
+        hs[u] = y.h;
+        for (int k = 0; k < 4; k++) {
+            x->loss[4 * u + k] = y.loss[4 * j + k];
+            x->dec[2 * (4 * u + k)] = y.dec[2 * (4 * j + k)];
+            x->dec[2 * (4 * u + k) + 1] = y.dec[2 * (4 * j + k) + 1];
+        }
+    }
+    if (s == LS_OK) *extra += (int)(4 * nf);
+    if (s == LS_OK && !x->o->keep_fd) ls_parity_remove_tree(y.fdir);
+    for (size_t i = 0; y.jobs && i < 4 * nf; i++) ls_parity_job_free(&y.jobs[i]);
+    free(y.jobs), free(y.loss), free(y.dec), free(y.an), free(y.al), free(y.d), free(y.moved);
+    free(which), free(sub);
     return s;
 }
 
@@ -307,8 +390,8 @@ ls_status ls_parity_fd_checks(const ls_parity_opts *o, const ls_parity_config *c
     ls_parity_tensors w = {0};
     fd_unit *all = NULL;
     size_t *idx = NULL, nall = 0;
-    fd_ctx x = {.o = o, .c = c, .rollouts = rollouts, .w = &w, .gn = g_naive, .gl = g_ls, .cur = SIZE_MAX};
-    double *fd = NULL, *est = NULL, *floor_ = NULL;
+    fd_ctx x = {.o = o, .c = c, .rollouts = rollouts, .weights = weights, .w = &w, .gn = g_naive, .gl = g_ls, .cur = SIZE_MAX};
+    double *fd = NULL, *est = NULL, *floor_ = NULL, *hs = NULL;
     fd_unit *units = NULL;
     long *wi = NULL, *li = NULL;
     ls_status s = ls_parity_tensors_read(weights, &w, err, errlen);
@@ -325,8 +408,9 @@ ls_status ls_parity_fd_checks(const ls_parity_opts *o, const ls_parity_config *c
     x.al = calloc(nt ? nt : 1, sizeof *x.al);
     x.loss = calloc(4 * nt + 1, sizeof *x.loss);
     x.jobs = calloc(4 * nt + 1, sizeof *x.jobs);
+    x.dec = calloc(2 * (4 * nt + 1), sizeof *x.dec);
     x.vals = calloc(w.n ? w.n : 1, sizeof *x.vals);
-    if (!units || !wi || !li || !fd || !est || !floor_ || !x.an || !x.al || !x.loss || !x.jobs || !x.vals) {
+    if (!units || !wi || !li || !fd || !est || !floor_ || !x.an || !x.al || !x.loss || !x.jobs || !x.dec || !x.vals) {
         s = LS_ERR_NOMEM;
         goto done;
     }
@@ -358,11 +442,23 @@ ls_status ls_parity_fd_checks(const ls_parity_opts *o, const ls_parity_config *c
         s = LS_ERR_IO;
         goto done;
     }
-    s = ls_parity_jobs_run_hooked(x.jobs, 4 * nt, o->jobs, o->timeout_s, fd_before, fd_after, &x, err, errlen);
+    x.h = h;
+    s = ls_parity_jobs_run_hooked(x.jobs, 4 * nt + 1, o->jobs, o->timeout_s, fd_before, fd_after, &x, err, errlen);
     if (!o->quiet) fprintf(stderr, "\n");
+    if (s != LS_OK) goto done;
+    hs = malloc((nt ? nt : 1) * sizeof *hs);
+    if (hs == NULL) {
+        s = LS_ERR_NOMEM;
+        goto done;
+    }
+    for (size_t u = 0; u < nt; u++) hs[u] = h;
+    int extra = 0;
+    for (int round = 1; round <= FD_RETRIES && s == LS_OK; round++)
+        s = fd_retry(&x, round, hs, &extra, err, errlen);
     if (s != LS_OK) goto done;
     for (size_t u = 0; u < nt; u++) {
         const double *L = &x.loss[4 * u];
+        const double h = hs[u];
         double d1 = (L[0] - L[1]) / (2 * h), d2 = (L[2] - L[3]) / h;
         fd[u] = (4 * d2 - d1) / 3;
         est[u] = fabs(d2 - d1) / 3;
@@ -375,7 +471,7 @@ ls_status ls_parity_fd_checks(const ls_parity_opts *o, const ls_parity_config *c
         floor_[u] = 3.0 * FD_LOSS_ULPS * DBL_EPSILON * lmax / h;
     }
     *secs = ls_parity_now() - x.t0;
-    *runs = (int)(4 * nt);
+    *runs = (int)(4 * nt + 1) + extra;
     for (int which = 0; which < 2; which++) {
         cJSON *arr = cJSON_CreateArray();
         const double *a = which == 0 ? x.an : x.al;
@@ -395,7 +491,13 @@ ls_status ls_parity_fd_checks(const ls_parity_opts *o, const ls_parity_config *c
              * floor's scale (floor / tolerance), so that "pass" still reads max_rel_err <= tolerance */
             if (fd[u] == 0 && isfinite(e.max_abs))
                 e.max_rel = e.max_abs == 0 ? 0 : budget > 0 ? e.max_abs / (budget / tol) : INFINITY;
+            /* a difference quotient across a decision that flipped between the moved weights (a DSA key
+             * or an MoE expert chosen at +h and not at -h) spans a jump: no derivative, no verdict */
+            bool alike = decided_alike(&x, u);
+            if (!alike) e.max_rel = INFINITY;
             cJSON *en = ls_parity_entry(units[u].name, e, tol, -1);
+            cJSON_AddBoolToObject(en, "fd_decided_alike", alike);
+            if (hs[u] != h) cJSON_AddNumberToObject(en, "fd_step", hs[u]);
             cJSON_AddNumberToObject(en, "fd_derivative", fd[u]);
             cJSON_AddNumberToObject(en, "fd_error_estimate", est[u]);
             cJSON_AddNumberToObject(en, "fd_rounding_floor", floor_[u]);
@@ -424,7 +526,8 @@ ls_status ls_parity_fd_checks(const ls_parity_opts *o, const ls_parity_config *c
                                                       grouped ? "groups" : "tensors");
     }
 done:
-    for (size_t i = 0; x.jobs && i < 4 * x.nt; i++) ls_parity_job_free(&x.jobs[i]);
+    for (size_t i = 0; x.jobs && i < 4 * x.nt + 1; i++) ls_parity_job_free(&x.jobs[i]);
+    free(x.dec);
     free(x.d);
     free(x.moved);
     free(x.vals);
@@ -432,6 +535,7 @@ done:
     free(x.loss);
     free(x.an);
     free(x.al);
+    free(hs);
     free(fd);
     free(est);
     free(floor_);

@@ -14,8 +14,13 @@ float64 safetensors file).  Sums are math.fsum: the loss is rounded once.
 
 Checks of the pool (exit 4, named on stderr): more than $LS_FAKE_MAX_FILES
 (when set) weight files beside --load while it runs.  $LS_FAKE_FAIL names a
-run (the basename of --out, e.g. 1-2) that exits 3 instead.
+run (the basename of --out, e.g. 1-2) that exits 3 instead.  Its decisions
+line ("  decisions N digest D", kernels/decisions.h) is the same for every
+run, except the runs $LS_FAKE_FLIP names (comma-separated shell patterns
+for the last two parts of --out, e.g. fd/1-3 or fd-retry*/0-3), which
+decided differently (a routing flipped at its moved weights).
 """
+import fnmatch
 import json
 import math
 import os
@@ -71,6 +76,9 @@ def main():
         terms.append(s * math.fsum(0.5 * x * x + 0.05 * x * x * x + 0.1 * x for x in w))
     print("fake train: %s" % run)
     print("  exact loss %r (last step)" % math.fsum(terms))
+    tail = "/".join(out.rstrip("/").split("/")[-2:])
+    flip = any(fnmatch.fnmatchcase(tail, p) for p in os.environ.get("LS_FAKE_FLIP", "").split(",") if p)
+    print("  decisions 12 digest %016x (the run's, in order)" % (0xfeed if flip else 0xbeef))
     return 0
 
 

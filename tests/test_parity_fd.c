@@ -25,7 +25,10 @@
  *    1e-5 of itself fails per tensor and passes in its group;
  *  - --fd-max counts groups and fails the coverage; a failed run stops the
  *    pool with its name; at most --jobs weight files exist at once, none
- *    after. */
+ *    after;
+ *  - a moved run that decided differently from the unmoved one (its
+ *    decisions line) fails its entry, fd_decided_alike false: a difference
+ *    quotient across a flipped decision is no derivative. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
@@ -210,11 +213,11 @@ Test(parity_fd, correct_gradients_pass_per_tensor_and_per_group, .init = setup, 
     fixture t, g;
     fixture_init(&t, LS_PARITY_FD_TENSOR);
     run_ok(&t);
-    cr_expect_eq(t.runs, 4 * 9, "per tensor: 4 runs for each of 9 trainable tensors, got %d", t.runs);
+    cr_expect_eq(t.runs, 4 * 9 + 1, "per tensor: 4 runs for each of 9 trainable tensors and the unmoved one, got %d", t.runs);
     cr_expect_eq(files_left(&t), 0, "finite-difference files left behind");
     fixture_init(&g, LS_PARITY_FD_LAYER);
     run_ok(&g);
-    cr_expect_eq(g.runs, 4 * 5, "per layer: 4 runs for each of 5 groups, got %d", g.runs);
+    cr_expect_eq(g.runs, 4 * 5 + 1, "per layer: 4 runs for each of 5 groups and the unmoved one, got %d", g.runs);
     for (int which = 0; which < 2; which++) {
         const cJSON *ct = t.checks[which], *cg = g.checks[which];
         cr_expect(pass_of(ct), "per tensor: %s fails: %g > %g (%s)", str_of(ct, "name"), num_of(ct, "max_rel_err"),
@@ -297,7 +300,7 @@ Test(parity_fd, fd_max_counts_groups_and_fails_coverage, .init = setup, .fini = 
     fixture_init(&g, LS_PARITY_FD_LAYER);
     g.o.fd_max = 2;
     run_ok(&g);
-    cr_expect_eq(g.runs, 8);
+    cr_expect_eq(g.runs, 9);
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(g.checks[0], "groups");
     cr_expect_eq(cJSON_GetArraySize(arr), 3, "2 groups and the coverage entry");
     const cJSON *cov = entry(g.checks[0], "groups", "coverage: 2 of 5 groups of trainable tensors (--fd-max)");
@@ -317,4 +320,32 @@ Test(parity_fd, a_failed_run_stops_with_its_name, .init = setup, .fini = teardow
     cr_expect(strstr(err, "/fd/1-2 exited 3") != NULL, "the error does not name run 1-2 and its exit: %s", err);
     cr_expect_null(g.checks[0]);
     fixture_free(&g);
+}
+
+/* A move that flips a decision is differenced again at a step FD_SHRINK (8) times smaller: group 1 flips at
+ * -h/2 in the first pass only and is judged at h/8 (its fd_step); flipping in every pass it fails,
+ * fd_decided_alike false, after two retries (h/64). */
+Test(parity_fd, a_decision_flipped_by_the_step_is_no_derivative, .init = setup, .fini = teardown, .timeout = 300) {
+    for (int always = 0; always < 2; always++) {
+        fixture g;
+        fixture_init(&g, LS_PARITY_FD_LAYER);
+        setenv("LS_FAKE_FLIP", always ? "fd/1-3,fd-retry*/0-3" : "fd/1-3", 1);
+        run_ok(&g);
+        unsetenv("LS_FAKE_FLIP");
+        cr_expect_eq(g.runs, 4 * 5 + 1 + 4 * (always ? 2 : 1), "runs %d", g.runs);
+        for (int which = 0; which < 2; which++) {
+            for (int k = 0; k < 5; k++) {
+                const cJSON *e = entry(g.checks[which], "groups", GROUPS[k]);
+                bool alike = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "fd_decided_alike"));
+                cr_expect_eq(alike, k != 1 || !always, "%s: fd_decided_alike %d", GROUPS[k], alike);
+                cr_expect_eq(pass_of(e), k != 1 || !always, "%s: pass %d", GROUPS[k], pass_of(e));
+                double step = num_of(e, "fd_step");
+                if (k == 1) cr_expect_eq(step, g.o.fd_step / (always ? 64 : 8), "%s: fd_step %g", GROUPS[k], step);
+                else cr_expect(isnan(step), "%s: fd_step %g, none expected", GROUPS[k], step);
+            }
+            cr_expect_eq(pass_of(g.checks[which]), !always, "%s", str_of(g.checks[which], "name"));
+        }
+        cr_expect_eq(files_left(&g), 0, "finite-difference files left behind");
+        fixture_free(&g);
+    }
 }
