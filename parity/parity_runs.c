@@ -140,59 +140,69 @@ ls_status ls_parity_batch_logprobs(const char *path, bool ref, ls_parity_logprob
     return s;
 }
 
-ls_status ls_parity_log_loss(const char *log, double *loss, char *err, size_t errlen) {
+/* The one line of a trainer log that starts with key ("\n  ...") and that parse accepts (it reads the
+ * rest of the line into out); form names the line in errors. */
+static ls_status log_line(const char *log, const char *key, bool (*parse)(const char *rest, void *out), void *out,
+                          const char *form, char *err, size_t errlen) {
     char *bytes = NULL;
     size_t len = 0;
     ls_status s = ls_json_read_bytes_capped(log, MAX_LOG_BYTES, &bytes, &len, err, errlen);
     if (s != LS_OK) return s;
-    static const char KEY[] = "\n  exact loss ";
     int found = 0;
-    for (char *p = strstr(bytes, KEY); p != NULL; p = strstr(p + 1, KEY)) {
-        char *end = NULL;
-        double v = strtod(p + sizeof KEY - 1, &end);
-        if (end == p + sizeof KEY - 1 || strncmp(end, " (last step)", 12) != 0 || !isfinite(v)) continue;
-        *loss = v;
-        found++;
-    }
+    for (char *p = strstr(bytes, key); p != NULL; p = strstr(p + 1, key)) found += parse(p + strlen(key), out);
     free(bytes);
     if (found != 1) {
-        snprintf(err, errlen, "%s: %d lines \"  exact loss X (last step)\", expected 1 (did the run fail?)", log, found);
+        snprintf(err, errlen, "%s: %d lines \"%s\", expected 1 (did the run fail?)", log, found, form);
         return LS_ERR_FORMAT;
     }
     return LS_OK;
 }
 
+static bool parse_loss(const char *rest, void *out) {
+    char *end = NULL;
+    double v = strtod(rest, &end);
+    if (end == rest || strncmp(end, " (last step)", 12) != 0 || !isfinite(v)) return false;
+    *(double *)out = v;
+    return true;
+}
+
+ls_status ls_parity_log_loss(const char *log, double *loss, char *err, size_t errlen) {
+    return log_line(log, "\n  exact loss ", parse_loss, loss, "  exact loss X (last step)", err, errlen);
+}
+
+static bool parse_decisions(const char *rest, void *out) {
+    unsigned long long c = 0, d = 0;
+    int used = 0;
+    if (sscanf(rest, "%llu digest %16llx (the run's, in order)%n", &c, &d, &used) != 2 || used == 0) return false;
+    ((uint64_t *)out)[0] = c;
+    ((uint64_t *)out)[1] = d;
+    return true;
+}
+
 ls_status ls_parity_log_decisions(const char *log, uint64_t *count, uint64_t *digest, char *err, size_t errlen) {
-    char *bytes = NULL;
-    size_t len = 0;
-    ls_status s = ls_json_read_bytes_capped(log, MAX_LOG_BYTES, &bytes, &len, err, errlen);
-    if (s != LS_OK) return s;
-    static const char KEY[] = "\n  decisions ";
-    int found = 0;
-    for (char *p = strstr(bytes, KEY); p != NULL; p = strstr(p + 1, KEY)) {
-        unsigned long long c = 0, d = 0;
-        int used = 0;
-        if (sscanf(p + sizeof KEY - 1, "%llu digest %16llx (the run's, in order)%n", &c, &d, &used) != 2 || used == 0)
-            continue;
-        *count = c;
-        *digest = d;
-        found++;
-    }
-    free(bytes);
-    if (found != 1) {
-        snprintf(err, errlen, "%s: %d lines \"  decisions N digest HEX (the run's, in order)\", expected 1", log, found);
-        return LS_ERR_FORMAT;
-    }
-    return LS_OK;
+    uint64_t v[2];
+    ls_status s = log_line(log, "\n  decisions ", parse_decisions, v, "  decisions N digest HEX (the run's, in order)",
+                           err, errlen);
+    if (s == LS_OK) *count = v[0], *digest = v[1];
+    return s;
+}
+
+/* A run directory's manifest (size-capped) into *doc, its path into path, its predicate returned. */
+static const cJSON *run_predicate(const char *run_dir, char path[LS_PARITY_PATH], cJSON **doc, ls_status *s,
+                                  char *err, size_t errlen) {
+    snprintf(path, LS_PARITY_PATH, "%s/%s", run_dir, LS_MANIFEST_FILE);
+    *doc = NULL;
+    *s = ls_json_read_file_capped(path, MAX_BATCH_BYTES, doc, err, errlen);
+    return *s == LS_OK ? cJSON_GetObjectItemCaseSensitive(*doc, "predicate") : NULL;
 }
 
 ls_status ls_parity_run_adamw(const char *run_dir, ls_parity_adamw *o, char *err, size_t errlen) {
     char path[LS_PARITY_PATH];
-    snprintf(path, sizeof path, "%s/%s", run_dir, LS_MANIFEST_FILE);
-    cJSON *doc = NULL;
-    ls_status s = ls_json_read_file_capped(path, MAX_BATCH_BYTES, &doc, err, errlen);
+    cJSON *doc;
+    ls_status s;
+    const cJSON *pred = run_predicate(run_dir, path, &doc, &s, err, errlen);
     if (s != LS_OK) return s;
-    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(doc, "predicate"), "config");
+    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(pred, "config");
     const cJSON *opt = cJSON_GetObjectItemCaseSensitive(cfg, "options");
     static const char *const K[] = {"lr", "beta1", "beta2", "adam_eps", "weight_decay"};
     double v[5];
@@ -221,11 +231,11 @@ ls_status ls_parity_run_adamw(const char *run_dir, ls_parity_adamw *o, char *err
 
 ls_status ls_parity_run_build(const char *run_dir, char hex[65], char *err, size_t errlen) {
     char path[LS_PARITY_PATH];
-    snprintf(path, sizeof path, "%s/%s", run_dir, LS_MANIFEST_FILE);
-    cJSON *doc = NULL;
-    ls_status s = ls_json_read_file_capped(path, MAX_BATCH_BYTES, &doc, err, errlen);
+    cJSON *doc;
+    ls_status s;
+    const cJSON *pred = run_predicate(run_dir, path, &doc, &s, err, errlen);
     if (s != LS_OK) return s;
-    const cJSON *b = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(doc, "predicate"), "build");
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(pred, "build");
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(b, "build_digest");
     if (!cJSON_IsString(d) || strlen(d->valuestring) != 64) {
         snprintf(err, errlen, "%s: field 'predicate.build.build_digest' missing or not a sha256", path);

@@ -252,15 +252,21 @@ Test(parity, mla_matrix_proves_levels_2_to_4, .init = setup, .fini = teardown, .
     cJSON_Delete(doc);
 }
 
-Test(parity, a_faulty_trainer_fails_fidelity, .init = setup, .fini = teardown, .timeout = 900) {
-    /* every multi-rank run attends to its own keys only: the log-probs are wrong */
-    char w[512], cmd[2048];
-    snprintf(w, sizeof w, "%s/faulty-train", tmpdir);
+/* TMP/name: the trainer, with extra arguments added to every multi-rank run. */
+static void multi_rank_wrapper(const char *name, const char *extra, char *w, size_t cap) {
+    char cmd[2048];
+    snprintf(w, cap, "%s/%s", tmpdir, name);
     snprintf(cmd, sizeof cmd,
              "printf '#!/bin/sh\\nif [ -n \"$OMPI_COMM_WORLD_SIZE\" ] && [ \"$OMPI_COMM_WORLD_SIZE\" -gt 1 ]; then "
-             "exec %s \"$@\" --fault cp-local-attention; fi\\nexec %s \"$@\"\\n' > %s && chmod +x %s",
-             TRAIN, TRAIN, w, w);
+             "exec %s \"$@\" %s; fi\\nexec %s \"$@\"\\n' > %s && chmod +x %s",
+             TRAIN, extra, TRAIN, w, w);
     cr_assert_eq(sh(cmd), 0);
+}
+
+Test(parity, a_faulty_trainer_fails_fidelity, .init = setup, .fini = teardown, .timeout = 900) {
+    /* every multi-rank run attends to its own keys only: the log-probs are wrong */
+    char w[512];
+    multi_rank_wrapper("faulty-train", "--fault cp-local-attention", w, sizeof w);
     char a[1024];
     snprintf(a, sizeof a, "--family hybrid --cp 1,2 --dtype f64 --configs p30-g2-lora --fd-max 2 --trainer %s --out %s/out",
              w, tmpdir);
@@ -397,13 +403,8 @@ Test(parity, a_near_tie_is_redrawn_or_refused, .init = setup, .fini = teardown, 
  * trainer whose multi-rank runs update with another learning rate (the gradients unchanged) fails cp_params
  * while cp_grad passes; the same matrix with the true trainer explains every float32 difference (excess 0). */
 Test(parity, an_update_the_gradients_do_not_explain_fails, .init = setup, .fini = teardown, .timeout = 900) {
-    char w[512], cmd[2048];
-    snprintf(w, sizeof w, "%s/lr-train", tmpdir);
-    snprintf(cmd, sizeof cmd,
-             "printf '#!/bin/sh\\nif [ -n \"$OMPI_COMM_WORLD_SIZE\" ] && [ \"$OMPI_COMM_WORLD_SIZE\" -gt 1 ]; then "
-             "exec %s \"$@\" --lr 0.0011; fi\\nexec %s \"$@\"\\n' > %s && chmod +x %s",
-             TRAIN, TRAIN, w, w);
-    cr_assert_eq(sh(cmd), 0);
+    char w[512];
+    multi_rank_wrapper("lr-train", "--lr 0.0011", w, sizeof w);
     char a[1024], p[512];
     snprintf(a, sizeof a, "--family hybrid --cp 1,2 --dtype f64,f32 --configs p23-g3-full --fd-max 1 --trainer %s --out %s/out",
              w, tmpdir);
