@@ -72,7 +72,7 @@
 /* a direction whose moved runs decided differently from the unmoved run is differenced again at a step
  * this many times smaller, at most FD_RETRIES times (the decision's margin against the move) */
 #define FD_SHRINK 8.0
-#define FD_RETRIES 2
+#define FD_RETRIES 4
 
 static const double STEP[4] = {1.0, -1.0, 0.5, -0.5};
 

@@ -324,7 +324,7 @@ Test(parity_fd, a_failed_run_stops_with_its_name, .init = setup, .fini = teardow
 
 /* A move that flips a decision is differenced again at a step FD_SHRINK (8) times smaller: group 1 flips at
  * -h/2 in the first pass only and is judged at h/8 (its fd_step); flipping in every pass it fails,
- * fd_decided_alike false, after two retries (h/64). */
+ * fd_decided_alike false, after four retries (h/4096). */
 Test(parity_fd, a_decision_flipped_by_the_step_is_no_derivative, .init = setup, .fini = teardown, .timeout = 300) {
     for (int always = 0; always < 2; always++) {
         fixture g;
@@ -332,7 +332,7 @@ Test(parity_fd, a_decision_flipped_by_the_step_is_no_derivative, .init = setup, 
         setenv("LS_FAKE_FLIP", always ? "fd/1-3,fd-retry*/0-3" : "fd/1-3", 1);
         run_ok(&g);
         unsetenv("LS_FAKE_FLIP");
-        cr_expect_eq(g.runs, 4 * 5 + 1 + 4 * (always ? 2 : 1), "runs %d", g.runs);
+        cr_expect_eq(g.runs, 4 * 5 + 1 + 4 * (always ? 4 : 1), "runs %d", g.runs);
         for (int which = 0; which < 2; which++) {
             for (int k = 0; k < 5; k++) {
                 const cJSON *e = entry(g.checks[which], "groups", GROUPS[k]);
@@ -340,7 +340,7 @@ Test(parity_fd, a_decision_flipped_by_the_step_is_no_derivative, .init = setup, 
                 cr_expect_eq(alike, k != 1 || !always, "%s: fd_decided_alike %d", GROUPS[k], alike);
                 cr_expect_eq(pass_of(e), k != 1 || !always, "%s: pass %d", GROUPS[k], pass_of(e));
                 double step = num_of(e, "fd_step");
-                if (k == 1) cr_expect_eq(step, g.o.fd_step / (always ? 64 : 8), "%s: fd_step %g", GROUPS[k], step);
+                if (k == 1) cr_expect_eq(step, g.o.fd_step / (always ? 4096 : 8), "%s: fd_step %g", GROUPS[k], step);
                 else cr_expect(isnan(step), "%s: fd_step %g, none expected", GROUPS[k], step);
             }
             cr_expect_eq(pass_of(g.checks[which]), !always, "%s", str_of(g.checks[which], "name"));
