@@ -52,6 +52,16 @@ void ls_decisions_fold(ls_decisions *outer, const ls_decisions *inner) {
     outer->count += inner->count;
 }
 
+ls_decisions *ls_decisions_begin(ls_decisions *own) {
+    *own = (ls_decisions){0, 0};
+    return ls_decisions_use(own);
+}
+
+void ls_decisions_end(ls_decisions *outer, const ls_decisions *own) {
+    ls_decisions_use(outer);
+    ls_decisions_fold(outer, own);
+}
+
 int ls_decisions_equal(const ls_decisions *a, const ls_decisions *b) {
     return a->count == b->count && a->digest == b->digest;
 }

@@ -36,6 +36,11 @@ ls_decisions *ls_decisions_current(void);
 /* Notes n decisions whose outcomes are the bytes [p, p + bytes) into the
  * current ledger (nothing without one). */
 void ls_decisions_note(const void *p, size_t bytes, size_t n);
+/* A ledger of its own for what follows (a layer, a chunk): *own zeroed and
+ * made current; the previous one returned, for ls_decisions_end. */
+ls_decisions *ls_decisions_begin(ls_decisions *own);
+/* Ends own's scope: outer current again, own's decisions folded into it. */
+void ls_decisions_end(ls_decisions *outer, const ls_decisions *own);
 /* outer followed by inner: outer's digest extended by inner's (NULL outer: no-op). */
 void ls_decisions_fold(ls_decisions *outer, const ls_decisions *inner);
 /* Whether two ledgers record the same decisions. */

@@ -101,10 +101,9 @@ ls_status LS_K(ls_mla_cp_capture)(struct ls_cp_s *base, const ls_params *q, cons
         if (checkpoints) memcpy(checkpoints[l], h, R(n * d));
         ls_arena scr;
         ls_arena_init(&scr, LS_MEM_SCRATCH, 0);
-        ls_decisions dec = {0, 0}, *outer = ls_decisions_use(&dec);
+        ls_decisions dec, *outer = ls_decisions_begin(&dec);
         st = LS_K(ls_mla_layer_forward)(q, l, h, n, base->s0, &pctx, ckv, kpe, kI, NULL, NULL, &scr);
-        ls_decisions_use(outer);
-        ls_decisions_fold(outer, &dec);
+        ls_decisions_end(outer, &dec);
         ls_arena_free(&scr);
         if (st == LS_OK) st = LS_K(ls_mla_state_append)(ps, l, ckv, kpe, kI, n, base->s0, m);
         if (st == LS_OK) LS_K(ls_state_note_decisions)(&ps->ly[l], base->s0, &dec); /* for the `full` recompute */
@@ -153,10 +152,9 @@ ls_status LS_K(ls_mla_cp_prompt_bwd)(struct ls_cp_s *base, const ls_params *p, c
             memcpy(h, checkpoints[l], R(n * d));
             gather_rows(dckv, &dps->ly[l], rkv, 0);
             gather_rows(dkpe, &dps->ly[l], dr, 1);
-            ls_decisions dec = {0, 0}, *outer = ls_decisions_use(&dec);
+            ls_decisions dec, *outer = ls_decisions_begin(&dec);
             st = LS_K(ls_mla_layer_forward)(p, l, h, n, base->s0, &pctx, NULL, NULL, NULL, &tape, &win, &scr);
-            ls_decisions_use(outer);
-            ls_decisions_fold(outer, &dec);
+            ls_decisions_end(outer, &dec);
             /* the capture's selections and routing, decided again */
             if (st == LS_OK && ps && l < ps->n_layers) st = LS_K(ls_state_check_decisions)(&ps->ly[l], l, base->s0, &dec);
         }

@@ -485,10 +485,9 @@ static ls_status moe_run(const ls_params *p, const ls_mla_layer *ly, const ls_re
  * caller's: *dec the routing it decided. */
 static ls_status moe_noted(const ls_params *p, const ls_mla_layer *ly, const ls_real *x, size_t T, ls_real *y,
                            const ls_real *dy, ls_real *dx, ls_decisions *dec) {
-    ls_decisions own = {0, 0}, *outer = ls_decisions_use(&own);
+    ls_decisions own, *outer = ls_decisions_begin(&own);
     ls_status st = moe_run(p, ly, x, T, y, dy, dx);
-    ls_decisions_use(outer);
-    ls_decisions_fold(outer, &own);
+    ls_decisions_end(outer, &own);
     *dec = own;
     return st;
 }

@@ -100,12 +100,11 @@ static ls_status layers_forward(const ls_params *p, ls_seg_io *io, ls_real *h, l
             kI = ls_arena_alloc(&scr, R(T * (size_t)c->index_dim + 1));
             if (scr.failed) st = LS_ERR_NOMEM;
         }
-        ls_decisions dec = {0, 0}, *outer = ls_decisions_use(&dec);
+        ls_decisions dec, *outer = ls_decisions_begin(&dec);
         if (st == LS_OK)
             st = LS_K(ls_mla_layer_forward)(p, l, h, T, io->pos0, ctx, ckv, kpe, kI, ly ? &ly[l] : NULL,
                                             fr ? &fr->arena : NULL, &scr);
-        ls_decisions_use(outer);
-        ls_decisions_fold(outer, &dec);
+        ls_decisions_end(outer, &dec);
         if (st == LS_OK && ly) ly[l].cut = io->grad_cut;
         if (st == LS_OK && io->state_out) st = LS_K(ls_mla_state_append)(io->state_out, l, ckv, kpe, kI, T, io->pos0, c);
         /* what a `full` backward recomputing this chunk must decide again */
@@ -184,10 +183,9 @@ static ls_status layer_prompt_backward(const ls_params *p, int l, size_t T, size
             memcpy(h, ckpt + t0 * d, R(n * d));
             gather_pages(dckv, dl, i0, i1, rkv, 0);
             gather_pages(dkpe, dl, i0, i1, dr, 1);
-            ls_decisions dec = {0, 0}, *outer = ls_decisions_use(&dec);
+            ls_decisions dec, *outer = ls_decisions_begin(&dec);
             st = LS_K(ls_mla_layer_forward)(p, l, h, n, a0, &view, NULL, NULL, NULL, &tape, &win, &scr);
-            ls_decisions_use(outer);
-            ls_decisions_fold(outer, &dec);
+            ls_decisions_end(outer, &dec);
             if (st == LS_OK) st = LS_K(ls_state_check_decisions)(sl, l, a0, &dec); /* the capture's, decided again */
         }
         ls_arena_free(&scr);
