@@ -1,4 +1,4 @@
-/* audit.h - longstraw-audit's model of a run and its verdicts (DESIGN.md §1,
+/* audit.h - longstraw-audit's model of a run and its verdicts (docs/design.md §1,
  * §5, §6).
  *
  * A run directory is untrusted input: every file is opened through

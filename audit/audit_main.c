@@ -1,5 +1,5 @@
 /* audit_main.c - longstraw-audit: scores a run directory against the
- * evidence levels of DESIGN.md §5 (exit 0 when it proves --require-level N,
+ * evidence levels of docs/design.md §5 (exit 0 when it proves --require-level N,
  * 1 when it does not, 2 for unusable input or bad usage). */
 #include <errno.h>
 #include <stdio.h>
@@ -19,7 +19,7 @@ static void usage(FILE *f) {
           "                       [--html FILE] [--key PUB]... [--parity FILE] [--parity-key PUB]...\n"
           "                       [--require-signed] [--quiet]\n"
           "       longstraw-audit diff RUN_A RUN_B\n"
-          "Scores the run directory RUN against the evidence levels (DESIGN.md section 5):\n"
+          "Scores the run directory RUN against the evidence levels (docs/design.md section 5):\n"
           "  1 execution capacity, 2 response-operator fidelity, 3 distributed-update consistency,\n"
           "  4 full-gradient parity; a level holds only if the lower ones hold.  Levels 2-4 need a\n"
           "  parity report from the same build whose coverage holds the run (RUN/parity.json or\n"

@@ -1,4 +1,4 @@
-/* levels.c - the parity rules and the evidence levels of DESIGN.md §5.
+/* levels.c - the parity rules and the evidence levels of docs/design.md §5.
  *
  * Levels 2-4 need a parity report (schemas/parity.schema.json, written by
  * longstraw-parity) naming the run's build digest and family, whose negative

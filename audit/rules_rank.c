@@ -1,4 +1,4 @@
-/* rules_rank.c - per-rank completeness (DESIGN.md §5 level 1): every
+/* rules_rank.c - per-rank completeness (docs/design.md §5 level 1): every
  * required phase of every step, a forward and a backward layer_end for every
  * layer and member where the phase requires it, one optimizer call per step,
  * rank_complete, no error event.

@@ -1,4 +1,4 @@
-/* run_files.h - reading the files of an untrusted run directory (DESIGN.md
+/* run_files.h - reading the files of an untrusted run directory (docs/design.md
  * §2: the audit links receipts/ and schemas/ only).  A run directory is
  * hostile input: a name with "..", an absolute path, a symbolic link
  * anywhere on the way (leaving the run or not), anything that is not a

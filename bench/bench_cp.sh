@@ -3,7 +3,7 @@
 # (mpirun, Open MPI): per-rank peak memory by category and wall time per
 # phase, per-rank capture time (the load imbalance of contiguous shards),
 # communication bytes per purpose against the analytical figure derived from
-# trainer/cp.h and the config, and the largest prompt that fits a per-rank
+# trainer/dist/cp.h and the config, and the largest prompt that fits a per-rank
 # memory budget.  Prints tables; asserts nothing; not a ctest.
 #
 #   bench/bench_cp.sh [--prompt-len P] [--ranks "1 2 4"] [--config FILE]
@@ -160,7 +160,7 @@ def events(mode, n, p, r):
                          check=True, capture_output=True, text=True).stdout
     return [json.loads(l) for l in out.splitlines() if l.strip()]
 
-def shard(T, N, r):  # trainer/cp.h ls_cp_shard
+def shard(T, N, r):  # trainer/dist/cp.h ls_cp_shard
     return (T // N) * r + ((T % N) * r) // N, (T // N) * (r + 1) + ((T % N) * (r + 1)) // N
 
 def table(title, head, rows, note=None):
@@ -309,7 +309,7 @@ for mode in ("full", "detached"):
                          "exact" if ok else "MISMATCH"])
 table(f"## 3. Communication bytes sent per rank per step, by purpose: measured (receipt) vs analytical (P={P})",
       ["mode", "N", "purpose", "measured (per rank)", "analytical (per rank)", "ratio", "formula"], rows,
-      "One value: every rank the same; otherwise rank 0, 1, ... .  Bytes sent as trainer/comm.c counts them (the payload the\n"
+      "One value: every rank the same; otherwise rank 0, 1, ... .  Bytes sent as trainer/dist/comm.c counts them (the payload the\n"
       "rank hands to others: n for allreduce/allgather on every rank, n on a broadcast's root, n for a sendrecv with a peer).\n"
       f"M = longest shard = {max(shard(P-1, RANKS[-1], r)[1] - shard(P-1, RANKS[-1], r)[0] for r in range(RANKS[-1]))} (N={RANKS[-1]}), La = {La} attention layers, Lg = {Lg} GDN layers,\n"
       f"GDN state + conv tail = {Sg} reals, tokens = response tokens of the group, sz = 4.  Formulas:\n" +
@@ -330,10 +330,10 @@ for n in RANKS:
 table(f"## 4. Largest prompt under a per-rank budget of {BUDGET} bytes ({BUDGET / MiB:.0f} MiB), full mode",
       ["N", "plan check accepts (P)", f"peak P={PFIT} (MiB)", f"peak P={P} (MiB)", "MiB per 1K tokens",
        "measured fit (P)", "peak there (MiB)", "fits", "fit/plan"], rows,
-      "plan check: the largest --prompt-len that --memory-budget lets start (exact, binary search; trainer/run_plan.c);\n"
+      "plan check: the largest --prompt-len that --memory-budget lets start (exact, binary search; trainer/run/run_plan.c);\n"
       "measured fit: the prompt length at which the largest rank's measured per-step peak (linear through the runs at\n"
       f"P={PFIT} and P={P}) reaches the budget, then run there without --memory-budget (peak there; fits: <= budget).\n"
-      "The plan check plans each rank's shard (trainer/run_plan.c) and is conservative (an upper bound on every\n"
+      "The plan check plans each rank's shard (trainer/run/run_plan.c) and is conservative (an upper bound on every\n"
       "category), so its limit grows with N but stays below the measured fit.")
 if mismatch:
     print("\nanalytical mismatches:")

@@ -16,8 +16,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "trainer/mem_tracker.h"
-#include "trainer/step.h"
+#include "trainer/base/mem_tracker.h"
+#include "trainer/step/step.h"
+#include "trainer/families/families.h"
 
 typedef struct {
     double seconds, capture_s;

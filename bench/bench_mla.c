@@ -18,9 +18,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "trainer/mem_tracker.h"
-#include "trainer/mla_layer.h"
-#include "trainer/step.h"
+#include "trainer/base/mem_tracker.h"
+#include "trainer/mla/mla_layer.h"
+#include "trainer/step/step.h"
+#include "trainer/families/families.h"
 
 enum { NPH = 5 }; /* capture rollout score replay prompt_bwd */
 

@@ -1,8 +1,8 @@
 /* bench_sampler.c - nucleus sampling at real vocabulary sizes, float32.
  *
  * Table 1: tokens/s of the sampler alone, the old algorithm (insertion sort
- * of the whole vocabulary, O(V^2); copied here as it was in trainer/step.c)
- * against trainer/sampler.h, at V = 256, 32,000 and 151,936, on three row
+ * of the whole vocabulary, O(V^2); copied here as it was in trainer/step/step.c)
+ * against trainer/step/sampler.h, at V = 256, 32,000 and 151,936, on three row
  * shapes: "gauss" (logits ~ N(0,1): nearly flat, the nucleus at 0.95 holds
  * most of the vocabulary, the worst case; a random-init model's rows look
  * like this), "zipf" (p ~ 1/rank^1.1 over a shuffled vocabulary: a heavy
@@ -27,9 +27,11 @@
 #include <time.h>
 
 #include "kernels/logprob.h"
-#include "trainer/mem_tracker.h"
-#include "trainer/sampler.h"
-#include "trainer/step.h"
+#include "trainer/base/mem_tracker.h"
+#include "trainer/step/sampler.h"
+#include "trainer/step/step.h"
+#include "trainer/hybrid/hybrid_family.h"
+#include "trainer/families/families.h"
 
 static double now(void) {
     struct timespec ts;
@@ -37,7 +39,7 @@ static double now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* The sampler of trainer/step.c before this module, unchanged. */
+/* The sampler of trainer/step/step.c before this module, unchanged. */
 static int32_t old_sample_row(const float *logp, size_t V, double top_p, ls_rng *r, size_t *order) {
     for (size_t i = 0; i < V; i++) order[i] = i;
     for (size_t i = 1; i < V; i++) {

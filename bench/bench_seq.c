@@ -1,7 +1,7 @@
 /* bench_seq.c - throughput of the CPU sequence kernels (float32): causal
  * prompt-style attention (Tq = Tk, one block) and the GDN recurrence, forward
  * and backward, at 1K/4K/16K tokens for the hybrid-tiny and hybrid-small
- * dims (MODEL.md §1.4); then attention blocks as the trainer calls them (a
+ * dims (docs/model.md §1.4); then attention blocks as the trainer calls them (a
  * 2048-token capture chunk against one earlier 64-key KV page, and one
  * decode query against a page).  Prints tables; asserts nothing.  Cells
  * predicted to take longer than the per-cell budget (from the cell one size

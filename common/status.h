@@ -1,7 +1,7 @@
 /* status.h - the one error-code enum every LongStraw library returns.
  *
  * Library functions return ls_status and pass outputs through pointers
- * (STYLE.md rule 7).  The numeric values are fixed: they appear in trace
+ * (docs/style.md rule 7).  The numeric values are fixed: they appear in trace
  * `error` events and receipts, so never renumber, only append. */
 #ifndef LS_COMMON_STATUS_H
 #define LS_COMMON_STATUS_H

@@ -1,6 +1,6 @@
 /* attention.h - softmax attention over one block of keys, its backward given
  * the global output and log-normaliser, and the partial-attention merge.
- * MODEL.md §0.  This is what paged KV and context parallelism are built on.
+ * docs/model.md §0.  This is what paged KV and context parallelism are built on.
  *
  * Layouts: q [Tq, H, hd]; k, v [Tk, Hkv, hd]; o [Tq, H, hd]; lse [Tq, H].
  * Query head h uses kv head h / (H/Hkv).  Query t sits at absolute position

@@ -1,5 +1,5 @@
 /* conv1d.h - causal depthwise conv1d with a carried tail, followed by SiLU.
- * MODEL.md §1.1 step 2: c_t[ch] = silu(sum_j w[ch,j] * m_{t-K+1+j}[ch]).
+ * docs/model.md §1.1 step 2: c_t[ch] = silu(sum_j w[ch,j] * m_{t-K+1+j}[ch]).
  *
  * m [T, C] pre-conv inputs, w [C, K], tail_in [K-1, C]: the K-1 pre-conv
  * vectors before the first token, oldest first (zeros at sequence start; NULL

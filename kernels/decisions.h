@@ -1,4 +1,4 @@
-/* decisions.h - a ledger of the discrete decisions a forward makes (MODEL.md
+/* decisions.h - a ledger of the discrete decisions a forward makes (docs/model.md
  * §0's top-k: each MoE token's experts, kept groups included, and each DSA
  * query's selected keys), so that a decision made once can be shown to be
  * the one every later use of it makes:

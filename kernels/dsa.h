@@ -1,7 +1,7 @@
 /* dsa.h - DeepSeek sparse attention: the lightning indexer's scores, the
  * per-query top-k selection, and the merge of several top-k lists into the
- * global top-k (how context parallelism selects globally, DESIGN.md §4).
- * MODEL.md §2.2 and the tie rule of §0.
+ * global top-k (how context parallelism selects globally, docs/design.md §4).
+ * docs/model.md §2.2 and the tie rule of §0.
  *
  * The model code composes the indexer projections, the LayerNorm and the NeoX
  * RoPE and hands over

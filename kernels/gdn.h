@@ -1,4 +1,4 @@
-/* gdn.h - the Gated DeltaNet recurrence and its gates.  MODEL.md §1.1.
+/* gdn.h - the Gated DeltaNet recurrence and its gates.  docs/model.md §1.1.
  *
  * Layouts (token-major): q, k [T, Hk, dk]; v [T, Hv, dv]; g, beta [T, Hv];
  * state S [Hv, dk, dv]; o [T, Hv, dv].  Value head j uses key head

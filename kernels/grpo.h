@@ -1,4 +1,4 @@
-/* grpo.h - the GRPO objective of MODEL.md §4 per member, and AdamW. */
+/* grpo.h - the GRPO objective of docs/model.md §4 per member, and AdamW. */
 #ifndef LS_KERNELS_GRPO_H
 #define LS_KERNELS_GRPO_H
 #include "kernels/real.h"

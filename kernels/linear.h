@@ -1,8 +1,8 @@
 /* linear.h - dense linear layers y = x W^T (through BLAS) and LoRA adapters.
  *
  * Layout: row-major; x [T, in], W [out, in], y [T, out].
- * LoRA (MODEL.md §3): W_eff = W + s * B A with A [r, in], B [out, r], s = alpha/r.
- * Conventions (STYLE.md rule 12): outputs first, then saved values, then
+ * LoRA (docs/model.md §3): W_eff = W + s * B A with A [r, in], B [out, r], s = alpha/r.
+ * Conventions (docs/style.md rule 12): outputs first, then saved values, then
  * inputs, then dims.  Parameter gradients accumulate (+=); activation
  * gradients assign (=).  Any parameter-gradient pointer may be NULL (frozen). */
 #ifndef LS_KERNELS_LINEAR_H

@@ -1,5 +1,5 @@
 /* mla.h - multi-head latent attention (MLA) over one block of keys, with an
- * optional per-query candidate list from the DSA indexer.  MODEL.md §2.1-2.2.
+ * optional per-query candidate list from the DSA indexer.  docs/model.md §2.1-2.2.
  *
  * The kernels start after the projections: the model code composes q_a/q_b,
  * kv_a, the RMSNorms and the interleaved RoPE, and hands over
@@ -26,7 +26,7 @@
  * asserted) and appear at most once in its row.  ls_dsa_localize (dsa.h) turns
  * the indexer's global positions into such a list for any block.  A row with
  * no candidate in this block gets o = 0 and lse = -INFINITY, so the block
- * merges like any other part (attention.h: ls_attn_merge_into, MODEL.md §0).
+ * merges like any other part (attention.h: ls_attn_merge_into, docs/model.md §0).
  *
  * Two forms compute the same function (they differ in rounding only):
  *   LS_MLA_NAIVE     materialises k_h,s = W_UK_h c_kv,s and v_h,s = W_UV_h c_kv,s
@@ -40,7 +40,7 @@
 #define LS_KERNELS_MLA_H
 #include "kernels/real.h"
 
-/* Per-layer MLA head dimensions (MODEL.md §2.1). */
+/* Per-layer MLA head dimensions (docs/model.md §2.1). */
 typedef struct {
     size_t H;    /* query heads */
     size_t d_n;  /* no-RoPE query/key dims per head */

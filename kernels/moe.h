@@ -1,5 +1,5 @@
 /* moe.h - mixture-of-experts routing, token dispatch and the weighted
- * combine, with the backward of the routing weights.  MODEL.md §2.3.
+ * combine, with the backward of the routing weights.  docs/model.md §2.3.
  *
  * The model code runs the router linear (logits = router x), the experts'
  * SwiGLU MLPs and the shared expert; this module does the rest:
@@ -44,7 +44,7 @@ void LS_K(ls_moe_route_forward)(int32_t *idx, ls_real *w, ls_real *s,
  * (dw_j = <dy, Expert_{idx_j}(x)>, from ls_moe_combine_backward):
  * ds[idx_j] = (rho/S)(dw_j - sum_i dw_i s[idx_i]/S) with S = sum_i s[idx_i]
  * + 1e-20 (the forward's denominator, so this is the exact derivative; it is
- * MODEL.md's formula whenever the sum is not below ~1e-20), other ds = 0;
+ * docs/model.md's formula whenever the sum is not below ~1e-20), other ds = 0;
  * dlogits = ds * s (1 - s).  dlogits [T,E] assigned; ds [T,E] assigned, may
  * be NULL. */
 void LS_K(ls_moe_route_backward)(ls_real *dlogits, ls_real *ds, const ls_real *dw,

@@ -1,5 +1,5 @@
 /* norm.h - RMSNorm (zero-centred and standard), gated RMSNorm, LayerNorm,
- * per-head L2 normalisation.  MODEL.md §0, §1.1 steps 4 and 7, §2.2.
+ * per-head L2 normalisation.  docs/model.md §0, §1.1 steps 4 and 7, §2.2.
  *
  * Rows: x [rows, n]; the norm is over the last dimension n.  Weights w [n].
  * zero_centred != 0: gamma = 1 + w; else gamma = w.

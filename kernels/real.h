@@ -1,7 +1,7 @@
 /* real.h - the compute type of the kernels (and of every numeric module).
  *
  * Every numeric source file is compiled twice: once as float32 and once with
- * -DLS_REAL_F64 as float64 (STYLE.md rule 13).  LS_K(name) appends the type
+ * -DLS_REAL_F64 as float64 (docs/style.md rule 13).  LS_K(name) appends the type
  * suffix (_f32 / _f64) so both builds link into one binary and the trainer
  * can pick the dtype at run time.  The float64 build is the reference. */
 #ifndef LS_KERNELS_REAL_H

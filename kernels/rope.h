@@ -1,5 +1,5 @@
 /* rope.h - rotary position embedding on the first d_r dims of each head.
- * MODEL.md §0: angle phi_{p,i} = p * theta^(-2i/d_r), i in [0, d_r/2).
+ * docs/model.md §0: angle phi_{p,i} = p * theta^(-2i/d_r), i in [0, d_r/2).
  *
  * x [T, H, hd] (head stride hd, token stride H*hd), in place.  Token t has
  * absolute position pos0 + t.  Dims d_r..hd-1 pass through.

@@ -4,7 +4,7 @@
  * (an explicit workspace argument, as ls_gdn_backward takes) comes from the
  * allocator installed here.  The default is malloc/free; the trainer installs
  * the memory tracker's "scratch" category once at start-up
- * (ls_mem_track_kernel_scratch in trainer/mem_tracker.h), so tile scratch
+ * (ls_mem_track_kernel_scratch in trainer/base/mem_tracker.h), so tile scratch
  * shows in the receipts' figures.  kernels/ links nothing of trainer/: the
  * hook is how the two meet.
  *

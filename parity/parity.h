@@ -1,4 +1,4 @@
-/* parity.h - longstraw-parity (DESIGN.md §5, issue 11): reduced-size runs of
+/* parity.h - longstraw-parity (docs/design.md §5, issue 11): reduced-size runs of
  * the trainer against references, and the parity report the audit consumes.
  *
  * The tool drives the trainer executable, never its library: every number
@@ -16,7 +16,7 @@
  *               controls at every N > 1; gradients (--dump-grads) and the
  *               updated weights (--save)
  *   (f64)       the independent reference (tests/reference/, Python from
- *               MODEL.md) on the same weights and batches, and directional
+ *               docs/model.md) on the same weights and batches, and directional
  *               finite differences of the loss for every trainable tensor
  *               or every layer's group of them (parity_fd.c)
  * and the comparisons of parity_run.c turn them into checks, controls

@@ -63,7 +63,7 @@
 #include <sys/stat.h>
 
 #include "parity/parity.h"
-#include "trainer/safetensors.h"
+#include "trainer/base/safetensors.h"
 
 #define FD_TOL 1e-7
 /* units in the last place of a computed loss (a float64 sum of log-probs): the rounding error

@@ -1,5 +1,5 @@
 /* parity_main.c - longstraw-parity: the reduced-size comparisons that levels
- * 2-4 of DESIGN.md §5 need, written to DIR/parity.json (exit 0 when every
+ * 2-4 of docs/design.md §5 need, written to DIR/parity.json (exit 0 when every
  * level holds and every control failed as it should, 1 when not, 2 for bad
  * usage or a matrix that could not run). */
 /* Paths are bounded: --out is at most LS_PARITY_OUT_MAX characters, so that
@@ -30,7 +30,7 @@ static void usage(FILE *f) {
           "(schemas/parity.schema.json), the evidence levels 2-4 of the audit need:\n"
           "  fidelity      LongStraw CP-N response log-probs = the naive full-sequence run's, and the\n"
           "                naive float64 log-probs and loss = the independent reference's\n"
-          "                (tests/reference/, Python written from MODEL.md)\n"
+          "                (tests/reference/, Python written from docs/model.md)\n"
           "  consistency   CP-N gradients and updated parameters = CP-1's (full and detached)\n"
           "  full gradient LongStraw full-mode CP-N gradient = the naive gradient, and the float64\n"
           "                gradient = directional finite differences of the loss, per tensor\n"

@@ -38,7 +38,7 @@ struct ls_parity_report {
     cJSON *train_modes, *objectives, *grad_modes, *strategies, *dtypes, *worlds;
 };
 
-/* What each level needs (DESIGN.md §5). */
+/* What each level needs (docs/design.md §5). */
 static const struct {
     int level;
     const char *name;
@@ -59,8 +59,8 @@ static const struct {
     {"decisions", "decisions: every discrete decision of the fixtures (DSA top-k, MoE groups and experts) clears "
                   "the composition noise 64 times over, so no comparison spans a near-tie"},
     {"ref_logprob", "forward: the trainer's float64 log-probs equal the independent reference's "
-                    "(tests/reference/, written from MODEL.md, no shared code)"},
-    {"ref_loss", "loss: the trainer's float64 loss equals the independent reference's MODEL.md section 4 loss"},
+                    "(tests/reference/, written from docs/model.md, no shared code)"},
+    {"ref_loss", "loss: the trainer's float64 loss equals the independent reference's docs/model.md section 4 loss"},
     {"logprob", "forward: LongStraw CP-N response log-probs equal the naive full-sequence run's"},
     {"fd_grad", "gradient: the float64 gradient equals directional finite differences of the loss "
                 "(Richardson-extrapolated central differences; depends on the forward only)"},

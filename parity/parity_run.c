@@ -436,13 +436,13 @@ static void logprob_checks(cfg_run *r, int dt) {
         }
         if (dt == LS_PARITY_F64) {
             check_name(name, sizeof name, "ref_logprob", r, dt, n, NULL);
-            add(r, ls_parity_check_new("ref_logprob", name, dt, n, r->c->name, NULL, "independent reference (Python, MODEL.md)",
+            add(r, ls_parity_check_new("ref_logprob", name, dt, n, r->c->name, NULL, "independent reference (Python, docs/model.md)",
                                        cand, members_entries(&d->ls[k], &r->ref_policy, F64_TOL, -1), "members"), NULL);
         }
     }
     if (dt == LS_PARITY_F64) {
         check_name(name, sizeof name, "ref_logprob", r, dt, 1, "naive");
-        add(r, ls_parity_check_new("ref_logprob", name, dt, 1, r->c->name, NULL, "independent reference (Python, MODEL.md)",
+        add(r, ls_parity_check_new("ref_logprob", name, dt, 1, r->c->name, NULL, "independent reference (Python, docs/model.md)",
                                    "naive full sequence", members_entries(&d->naive, &r->ref_policy, F64_TOL, -1), "members"),
             NULL);
     }
@@ -508,7 +508,7 @@ static void grad_checks(cfg_run *r, int dt) {
         e.max_rel = r->ref_loss != 0 ? e.max_abs / fabs(r->ref_loss) : e.max_abs;
         cJSON_AddItemToArray(arr, ls_parity_entry("loss", e, F64_TOL, -1));
         check_name(name, sizeof name, "ref_loss", r, dt, 1, "naive");
-        add(r, ls_parity_check_new("ref_loss", name, dt, 1, r->c->name, NULL, "independent reference (Python, MODEL.md section 4)",
+        add(r, ls_parity_check_new("ref_loss", name, dt, 1, r->c->name, NULL, "independent reference (Python, docs/model.md section 4)",
                                    "naive full sequence", arr, "members"), NULL);
     }
 }

@@ -15,7 +15,7 @@
 #include "parity/parity.h"
 #include "receipts/json_util.h"
 #include "receipts/manifest.h"
-#include "trainer/safetensors.h"
+#include "trainer/base/safetensors.h"
 
 #define MAX_BATCH_BYTES (64u << 20)
 #define MAX_LOG_BYTES (16u << 20)

@@ -36,7 +36,7 @@
  * from another directory has the same digest; a binary differing in one byte,
  * or built from different sources, has another.  The paths are recorded for
  * the reader only, and ls_build_info_check does not protect them.  Equal
- * digests are what "same build" means to the audit (DESIGN.md section 5). */
+ * digests are what "same build" means to the audit (docs/design.md section 5). */
 #ifndef LS_RECEIPTS_BUILD_INFO_H
 #define LS_RECEIPTS_BUILD_INFO_H
 

@@ -6,11 +6,11 @@
  * manifests); longstraw-audit checks a run's recorded configuration against
  * it and names every field outside.  The dimensions:
  *  - must match the report exactly: the family; the model (every model key
- *    of MODEL.md section 6: widths, heads, layers, conv kernel, MoE shape,
+ *    of docs/model.md section 6: widths, heads, layers, conv kernel, MoE shape,
  *    dense-first layers, norms, rope; digested as model_sha256); the
  *    trainable set (train_mode, and lora_r, lora_alpha, lora_experts in
  *    lora mode); the objective with its hyperparameters (grpo: epsilon,
- *    beta, temperature; sft: temperature; the KL estimator is MODEL.md's);
+ *    beta, temperature; sft: temperature; the KL estimator is docs/model.md's);
  *    the gradient mode; the strategy; the dtype; the CP size (a world the
  *    report ran);
  *  - may be reduced by parity: prompt, group and response lengths, page
@@ -30,7 +30,7 @@
 #include "common/status.h"
 #include "receipts/digest.h"
 
-/* The model keys of MODEL.md section 6, both families (NULL-terminated). */
+/* The model keys of docs/model.md section 6, both families (NULL-terminated). */
 extern const char *const LS_COVERAGE_MODEL_KEYS[];
 
 /* The model part of a recorded configuration: the model keys config has,

@@ -6,7 +6,7 @@
  *    Inf; errors give the byte offset and the file name;
  *  - finite-number check: cJSON prints NaN/Inf as `null`, so every writer
  *    walks the document first and refuses it with LS_ERR_NONFINITE,
- *    naming the JSON pointer of the first bad number (STYLE.md rule 11);
+ *    naming the JSON pointer of the first bad number (docs/style.md rule 11);
  *  - canonical form: keys sorted bytewise, no whitespace (the input of
  *    build digests); cJSON formats numbers independently of the locale;
  *  - error messages: library functions take an optional `char *err,

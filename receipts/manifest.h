@@ -58,7 +58,7 @@ typedef struct {
     const char *run_id;
     uint32_t world;
     const cJSON *build;  /* from ls_build_info_create */
-    const cJSON *config; /* MODEL.md section 6 keys */
+    const cJSON *config; /* docs/model.md section 6 keys */
     const ls_manifest_rank *ranks; /* world entries, rank r at index r; NULL: scan */
     size_t n_ranks;
     /* --- filled by the reader only --- */

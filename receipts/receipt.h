@@ -87,7 +87,7 @@ typedef struct {
     uint32_t world;      /* >= 1 */
     const char *host;    /* printable ASCII without spaces */
     const cJSON *build;  /* from ls_build_info_create (with build_digest) */
-    const cJSON *config; /* object with the MODEL.md section 6 keys */
+    const cJSON *config; /* object with the docs/model.md section 6 keys */
     uint64_t steps;      /* optimizer steps completed */
     /* Of those steps, the prefix-frozen ones (0, the default: all exact) and
      * their step indices, strictly increasing (may be NULL when

@@ -1,4 +1,4 @@
-/* trace_event.h - the vocabulary of LongStraw trace events (DESIGN.md §6).
+/* trace_event.h - the vocabulary of LongStraw trace events (docs/design.md §6).
  *
  * A per-rank trace is JSON Lines: a header object on line 1, then one event
  * per line with the fixed envelope "v", "rank", "seq", "ts_ns", "ev" (in that
@@ -53,7 +53,7 @@ typedef enum {
     LS_TRACE_KIND_UNKNOWN = LS_TRACE_KIND_COUNT /* a kind outside this list */
 } ls_trace_kind;
 
-/* The phases of one training step (DESIGN.md §3).  Events carry phases as
+/* The phases of one training step (docs/design.md §3).  Events carry phases as
  * strings; other identifiers ([a-z][a-z0-9_]*) are allowed too. */
 typedef enum {
     LS_PHASE_CAPTURE = 0,

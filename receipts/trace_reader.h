@@ -1,6 +1,6 @@
 /* trace_reader.h - reads one rank's trace and reports everything wrong with it.
  *
- * The audit's only way into a trace (DESIGN.md §6).  The reader streams:
+ * The audit's only way into a trace (docs/design.md §6).  The reader streams:
  * its memory is bounded independently of the file's size (a decode window
  * of at most 4 MiB, one line of at most LS_TRACE_MAX_LINE, zstd's context
  * for windows up to 8 MiB, at most LS_TRACE_MAX_DIAGS stored diagnostics).

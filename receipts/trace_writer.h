@@ -1,4 +1,4 @@
-/* trace_writer.h - writes one rank's trace: events.jsonl(.zst) (DESIGN.md §6).
+/* trace_writer.h - writes one rank's trace: events.jsonl(.zst) (docs/design.md §6).
  *
  * Line 1 is the header object, then one event per line:
  *   {"v":1,"rank":R,"seq":S,"ts_ns":T,"ev":"<kind>", <the kind's fields>}

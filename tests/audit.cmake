@@ -11,7 +11,7 @@ if(TARGET longstraw-audit)
   if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
     set_tests_properties(test_audit PROPERTIES ENVIRONMENT "${LS_MPI_TEST_ENV}")
   endif()
-  # DESIGN.md §2: no symbol of the trainer or kernels libraries is defined in
+  # docs/design.md §2: no symbol of the trainer or kernels libraries is defined in
   # the audit executable (the configure-time check covers the link graph).
   add_test(NAME test_audit_deps COMMAND sh -c
     "exe=$1; out=$2; shift 2; nm --defined-only -g \"$exe\" | awk 'NF==3 {print $3}' | sort -u > \"$out\" && for l in \"$@\"; do nm --defined-only -g \"$l\" 2>/dev/null | awk 'NF==3 && $2 ~ /^[TDBR]$/ {print $3}'; done | sort -u > \"$out.lib\" && test -s \"$out.lib\" && ! comm -12 \"$out\" \"$out.lib\" | grep ."

@@ -1,4 +1,4 @@
-# The communicator (trainer/comm.h): a plain-main test program (Criterion
+# The communicator (trainer/dist/comm.h): a plain-main test program (Criterion
 # forks, which does not mix with MPI), run alone (single backend) and, when
 # the build has MPI, under mpirun with 1, 2 and 4 ranks.
 add_executable(test_comm ${CMAKE_CURRENT_SOURCE_DIR}/test_comm.c)

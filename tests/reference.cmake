@@ -1,5 +1,5 @@
 # Independent reference checks: pure-Python re-implementations written from
-# /work/shared/MODEL.md alone (tests/reference/), run against the trainer's
+# docs/model.md alone (tests/reference/), run against the trainer's
 # --save-init weights and --dump-batch inputs.
 add_test(NAME hybrid_reference
          COMMAND sh ${CMAKE_SOURCE_DIR}/tests/reference/run_hybrid_ref.sh

@@ -37,8 +37,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "trainer/batch.h"
-#include "trainer/config.h"
+#include "trainer/io/batch.h"
+#include "trainer/model/config.h"
 #include "test_util.h"
 #include "test_tmpdir.h"
 

@@ -1,4 +1,4 @@
-/* test_checkpoint.c - training checkpoints (trainer/checkpoint.h), compiled
+/* test_checkpoint.c - training checkpoints (trainer/io/checkpoint.h), compiled
  * once per dtype (test_checkpoint_f32, test_checkpoint_f64).
  *
  * Independent references: a save/load round trip is checked byte for byte
@@ -32,10 +32,11 @@
 #include "receipts/schema.h"
 #include "test_hybrid_util.h"
 #include "test_tmpdir.h"
-#include "trainer/checkpoint.h"
-#include "trainer/mem_tracker.h"
-#include "trainer/params_io.h"
-#include "trainer/safetensors.h"
+#include "trainer/io/checkpoint.h"
+#include "trainer/base/mem_tracker.h"
+#include "trainer/io/params_io.h"
+#include "trainer/base/safetensors.h"
+#include "trainer/families/families.h"
 #include "fuzz/checkpoint_micro.h"
 
 /* the other dtype's build, for a real checkpoint of the other dtype */

@@ -1,4 +1,4 @@
-/* test_comm.c - the communicator (trainer/comm.h) on every rank of a run:
+/* test_comm.c - the communicator (trainer/dist/comm.h) on every rank of a run:
  * started by mpirun (MPI backend, N ranks) or alone (single backend).
  *
  *   test_comm BACKEND WORLD      (BACKEND "single" or "mpi")
@@ -36,7 +36,7 @@
 
 #include "receipts/trace_reader.h"
 #include "receipts/trace_writer.h"
-#include "trainer/comm.h"
+#include "trainer/dist/comm.h"
 
 static int g_rank;
 static int g_fails;

@@ -14,10 +14,11 @@
 #include <unistd.h>
 
 #include "receipts/json_util.h"
-#include "trainer/config.h"
-#include "trainer/mem_tracker.h"
-#include "trainer/params.h"
-#include "trainer/train_args.h"
+#include "trainer/model/config.h"
+#include "trainer/base/mem_tracker.h"
+#include "trainer/model/params.h"
+#include "trainer/run/train_args.h"
+#include "trainer/families/families.h"
 
 #define K(f) LS_K(f)
 #define TINY LS_SOURCE_DIR "/configs/hybrid-tiny.json"
@@ -259,7 +260,7 @@ Test(config, products_that_overflow_are_refused_naming_them) {
     cJSON_Delete(j);
 }
 
-/* Hand-computed parameter counts of hybrid-tiny (MODEL.md §1.4, §3, §5):
+/* Hand-computed parameter counts of hybrid-tiny (docs/model.md §1.4, §3, §5):
  * V 256, d 64, 8 layers (2 attention, 6 GDN), I 128, GDN 2,4,16,16 K 4,
  * attention 4,2,32.
  *  base: embed + lm_head 32768, final norm 64, norms 1024, MLP 196608,

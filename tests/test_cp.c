@@ -22,9 +22,10 @@
 #include <string.h>
 
 #include "receipts/digest.h"
-#include "trainer/comm.h"
-#include "trainer/rng.h"
-#include "trainer/step.h"
+#include "trainer/dist/comm.h"
+#include "trainer/base/rng.h"
+#include "trainer/step/step.h"
+#include "trainer/hybrid/hybrid_family.h"
 
 #include "test_mpi_harness.h"
 

@@ -17,8 +17,9 @@
  * the faults of the gradient reductions, each detected. */
 #ifndef LS_TEST_CP_CHECKS_H
 #define LS_TEST_CP_CHECKS_H
-#include "trainer/rng.h"
-#include "trainer/step.h"
+#include "trainer/base/rng.h"
+#include "trainer/step/step.h"
+#include "trainer/families/families.h"
 
 static ls_params *make_params(ls_train_mode mode, ls_grad_mode gm) {
     ls_model_config c;

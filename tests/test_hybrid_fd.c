@@ -197,12 +197,12 @@ static void check_fd(ls_train_mode mode, ls_grad_mode gm, int scalars) {
     cr_log_info("FD %s/%s: %zu tensors (every trainable one), %zu loss evaluations, worst %.3e at %s; "
                 "largest log-prob move %.3e (kink margin %.3f)",
                 what, gmn, n_tensors, c.n_eval, worst, worst_name, c.max_dlp, margin);
-    /* MODEL.md §3: lora targets 6 linears of a GDN block, 7 of an attention block, A and B each;
+    /* docs/model.md §3: lora targets 6 linears of a GDN block, 7 of an attention block, A and B each;
      * full: every tensor */
     size_t expect = 0;
     for (int l = 0; l < p->cfg.n_layers; l++) expect += 2 * (size_t)(((l + 1) % 4 == 0) ? 7 : 6);
     if (mode == LS_TRAIN_FULL) expect = p->n;
-    cr_expect_eq(n_tensors, expect, "%s: %zu tensors checked, %zu trainable by MODEL.md", what, n_tensors, expect);
+    cr_expect_eq(n_tensors, expect, "%s: %zu tensors checked, %zu trainable by docs/model.md", what, n_tensors, expect);
     cr_expect_lt(c.max_dlp, margin / 2, "%s/%s: a perturbation moved a log-prob by %.3e, close to a kink (%.3e)",
                  what, gmn, c.max_dlp, margin);
     if (c.detached) K(ls_hstate_free)(&c.ps);

@@ -11,7 +11,9 @@
 #include <unistd.h>
 
 #include "test_hybrid_util.h"
-#include "trainer/params_io.h"
+#include "trainer/io/params_io.h"
+#include "trainer/families/families.h"
+#include "trainer/hybrid/hybrid_family.h"
 
 static void check_full_vs_naive(ls_train_mode mode, size_t P, size_t G, const size_t *R) {
     ls_params *p = make_params(mode, LS_GRAD_FULL, 7 + P);
@@ -367,10 +369,10 @@ Test(hybrid_step, shipped_configs_load_and_name_their_tensors) {
             continue;
         }
         cr_assert_eq(st, LS_OK, "%s", err);
-        /* MODEL.md §5: per GDN layer 12 tensors + 3 norms/MLP..., count by layer kind */
+        /* docs/model.md §5: per GDN layer 12 tensors + 3 norms/MLP..., count by layer kind */
         size_t per_gdn = 2 + 9 + 3, per_attn = 2 + 6 + 3, expect = 3;
         for (int l = 0; l < c.n_layers; l++) expect += ((l + 1) % 4 == 0) ? per_attn : per_gdn;
-        cr_expect_eq(p->n, expect, "%s: %zu tensors, MODEL.md names %zu", files[i], p->n, expect);
+        cr_expect_eq(p->n, expect, "%s: %zu tensors, docs/model.md names %zu", files[i], p->n, expect);
         cr_expect_not_null(K(ls_params_find)(p, "layers.3.attn.q_norm.weight"));
         cr_expect_not_null(K(ls_params_find)(p, "layers.0.gdn.dt_bias"));
         cr_expect_null(K(ls_params_find)(p, "layers.3.gdn.dt_bias"), "layer 3 is attention");

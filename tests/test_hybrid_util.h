@@ -1,7 +1,7 @@
 /* test_hybrid_util.h - helpers shared by the float64 trainer tests
  * (test_hybrid_step.c, test_hybrid_fd.c): the tiny config, random batches and
  * parameters, gradient flattening and comparison, a full-sequence log-prob
- * forward, and the GRPO objective of MODEL.md §4 written out again here so
+ * forward, and the GRPO objective of docs/model.md §4 written out again here so
  * that the tests do not check the trainer's loss kernel against itself. */
 #ifndef LS_TEST_HYBRID_UTIL_H
 #define LS_TEST_HYBRID_UTIL_H
@@ -11,8 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "trainer/rng.h"
-#include "trainer/step.h"
+#include "trainer/base/rng.h"
+#include "trainer/step/step.h"
+#include "trainer/families/families.h"
+#include "trainer/hybrid/hybrid_family.h"
 
 #define K(x) LS_K(x)
 
@@ -126,14 +128,14 @@ static inline void full_sequence_logprobs(const ls_params *p, const ls_batch *b,
     free(out);
 }
 
-/* Token counts of the clip's branches over a batch (MODEL.md §4). */
+/* Token counts of the clip's branches over a batch (docs/model.md §4). */
 typedef struct {
     size_t clipped_pos; /* A > 0, rho > 1 + eps: zero policy gradient */
     size_t clipped_neg; /* A < 0, rho < 1 - eps: zero policy gradient */
     size_t active;      /* unclipped branch active */
 } clip_counts;
 
-/* MODEL.md §4, member i: returns
+/* docs/model.md §4, member i: returns
  *   (1/(G R)) sum_t [ -min(rho A, clip(rho, 1-eps, 1+eps) A) + beta KL_t ],
  * KL_t = e^{ref - lp} - (ref - lp) - 1; dlp [R] (may be NULL) = dL/dlp;
  * cc (may be NULL) counts the tokens per branch. */

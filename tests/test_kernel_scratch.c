@@ -13,7 +13,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/scratch.h"
-#include "trainer/mem_tracker.h"
+#include "trainer/base/mem_tracker.h"
 
 enum { TQ = 192, TK = 192, H = 4, HKV = 2, HD = 32 };
 

@@ -1,7 +1,7 @@
 /* test_kernels_attn_perf.c - the fast attention paths (kernels/cpu/attention.c:
  * query rows of a kv head stacked into tiles, scores and products by GEMM,
  * online softmax between them) against a plain per-row reference written
- * here from MODEL.md §0, at shapes that cross the tile edges: Tq and Tk not
+ * here from docs/model.md §0, at shapes that cross the tile edges: Tq and Tk not
  * multiples of the tiles, q_pos0 != k_pos0, causal tiles fully and partly
  * masked, GQA ratios 2 and 4, rows that see no key, keys no query sees.
  * Also: the backward accumulates (+=) and leaves unseen keys untouched; any

@@ -1,5 +1,5 @@
 /* test_kernels_core_ref.c - the core kernels' forwards against naive float64
- * implementations written from MODEL.md in this file (triple-loop GEMM,
+ * implementations written from docs/model.md in this file (triple-loop GEMM,
  * W_eff = W + s B A, per-pair RoPE, full-vocabulary log-softmax, ...), and the
  * GRPO advantages/loss and AdamW against values worked by hand. */
 #include <criterion/criterion.h>
@@ -64,7 +64,7 @@ Test(kernels_core_ref, lora_forward)
     double sc = 8.0 / 4.0;
     double *x = tu_rand(&s, T * in, -1, 1), *W = tu_rand(&s, out * in, -1, 1);
     double *A = tu_rand(&s, r * in, -1, 1), *B = tu_rand(&s, out * r, -1, 1);
-    /* W_eff = W + s B A (MODEL.md §3) */
+    /* W_eff = W + s B A (docs/model.md §3) */
     double *Weff = tu_copy(W, out * in);
     for (size_t o = 0; o < out; o++)
         for (size_t i = 0; i < in; i++)
@@ -158,7 +158,7 @@ Test(kernels_core_ref, norms_forward)
 
 /* ---------------------------------------------------------------- RoPE */
 
-/* MODEL.md §0 formulas, pair by pair, angle p * theta^(-2i/d_r) */
+/* docs/model.md §0 formulas, pair by pair, angle p * theta^(-2i/d_r) */
 static void naive_rope(double *y, const double *x, ls_rope_kind kind, size_t T, size_t H,
                        size_t hd, size_t d_r, int64_t pos0, double theta)
 {

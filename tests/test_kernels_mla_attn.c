@@ -333,7 +333,7 @@ Test(kernels_mla_attn, two_blocks_merged_equal_one)
             forward(&A);
             forward(&B);
             forward(&p);
-            /* the merge rule of MODEL.md §0, written out */
+            /* the merge rule of docs/model.md §0, written out */
             double *o = malloc(no * sizeof *o), *lse = malloc(nl * sizeof *lse);
             for (size_t i = 0; i < nl; i++) {
                 double m = fmax(A.lse[i], B.lse[i]);

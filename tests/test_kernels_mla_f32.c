@@ -26,7 +26,7 @@ void kmla_f32_moe_route(int32_t *idx, double *w, const double *logits, const dou
                         size_t T, size_t E, size_t n_group, size_t topk_group, size_t k,
                         double rho);
 
-/* mla-tiny head dims (MODEL.md §2.4) over 24 queries and 40 keys. */
+/* mla-tiny head dims (docs/model.md §2.4) over 24 queries and 40 keys. */
 enum { TQ = 24, TK = 40, KSEL = 8 };
 static const ls_mla_dims DIMS = {.H = 4, .d_n = 16, .d_r = 8, .d_v = 12, .r_kv = 32};
 

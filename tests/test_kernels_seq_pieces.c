@@ -3,7 +3,7 @@
  * with the carried state handed on (forward, and backward with the state
  * gradients chained back), attention over keys split into blocks merged by
  * log-sum-exp (forward) and summed block backwards; and the kernels against
- * naive per-token / O(T^2) references written plainly here from MODEL.md. */
+ * naive per-token / O(T^2) references written plainly here from docs/model.md. */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 #include <omp.h>
@@ -222,7 +222,7 @@ Test(kernels_seq_pieces, conv1d_pieces)
 
 /* ------------------------------------------------- GDN naive reference */
 
-/* MODEL.md §1.1 steps 4-6 token by token with explicit matrices, from raw
+/* docs/model.md §1.1 steps 4-6 token by token with explicit matrices, from raw
  * (un-normalised) q, k and raw gate inputs.  o [T,Hv,dv], S [Hv,dk,dv] in/out. */
 static void gdn_naive(double *o, double *S, const double *qr, const double *kr,
                       const double *v, const double *a, const double *b, const double *A_log,
@@ -322,7 +322,7 @@ static int naive_visible(const attn_dims *d, size_t t, size_t s)
     return !d->causal || d->kp + (int64_t)s <= d->qp + (int64_t)t;
 }
 
-/* Plain O(Tq Tk) softmax attention and its backward (MODEL.md §0), with
+/* Plain O(Tq Tk) softmax attention and its backward (docs/model.md §0), with
  * D = sum_s P_s (do . v_s) computed from P rather than from o. */
 static void attn_naive(double *o, double *lse, double *dq, double *dk, double *dv,
                        const double *dO, const double *q, const double *k, const double *v,

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "trainer/mem_tracker.h"
+#include "trainer/base/mem_tracker.h"
 
 static void expect_cat(const ls_mem_stats *s, ls_mem_cat c, size_t live, size_t peak)
 {

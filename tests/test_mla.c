@@ -1,6 +1,6 @@
 /* test_mla.c - the mla family in the trainer (issue 12), float64 (and
  * test_mla_f32: the same checks, the forward to float32 rounding):
- *  - its parameter table equals a count written out here from MODEL.md §3,
+ *  - its parameter table equals a count written out here from docs/model.md §3,
  *    §5 (tensors and scalars; lora with and without lora_experts, full),
  *    the indexer and router_bias are frozen in both modes;
  *  - its names and shapes are exactly those the independent reference
@@ -21,9 +21,11 @@
 #include <string.h>
 
 #include "test_tmpdir.h"
-#include "trainer/mla.h"
-#include "trainer/mla_layer.h"
-#include "trainer/params_io.h"
+#include "trainer/mla/mla_family.h"
+#include "trainer/mla/mla_layer.h"
+#include "trainer/io/params_io.h"
+#include "trainer/families/families.h"
+#include "trainer/hybrid/hybrid_family.h"
 
 #define K(x) LS_K(x)
 #define REF LS_SOURCE_DIR "/tests/reference/mla_ref.py"
@@ -41,7 +43,7 @@ static ls_model_config load(const char *name) {
 
 /* ---- the table ---------------------------------------------------------------- */
 
-/* MODEL.md §5 by hand: embed, final norm, lm_head; per layer 6 vectors
+/* docs/model.md §5 by hand: embed, final norm, lm_head; per layer 6 vectors
  * (norm1, norm2, q_a_norm, kv_a_norm, indexer k_norm weight and bias), 5
  * adapted attention linears (q_a, q_b, kv_a, kv_b, o), 3 plain indexer
  * linears (q, k, w); a dense layer 3 adapted MLP linears; an MoE layer
@@ -94,7 +96,7 @@ static void check_table(const char *cfg, ls_train_mode mode, int lora_experts) {
     cr_assert_eq(K(ls_params_init)(&p, &c, &o, 5, err, sizeof err), LS_OK, "%s: %s", cfg, err);
     int lora = mode == LS_TRAIN_LORA;
     size_t want = hand_tensors(&c, lora, lora_experts), n = 0;
-    cr_expect_eq(p->n, want, "%s %s lora_experts %d: %zu tensors, MODEL.md names %zu", cfg, lora ? "lora" : "full",
+    cr_expect_eq(p->n, want, "%s %s lora_experts %d: %zu tensors, docs/model.md names %zu", cfg, lora ? "lora" : "full",
                  lora_experts, p->n, want);
     cr_expect_eq(K(ls_params_tensor_count)(&c, &o, &n, err, sizeof err), LS_OK, "%s", err);
     cr_expect_eq(n, want);
@@ -109,7 +111,7 @@ static void check_table(const char *cfg, ls_train_mode mode, int lora_experts) {
         if (t->is_adapter)
             cr_expect(!strstr(t->name, ".indexer.") && !strstr(t->name, ".router.") &&
                           (lora_experts || !strstr(t->name, ".experts.")),
-                      "%s: not a MODEL.md §3 target", t->name);
+                      "%s: not a docs/model.md §3 target", t->name);
     }
     cr_expect_eq(got_base, base, "%s: %zu base scalars, by hand %zu", cfg, got_base, base);
     cr_expect_eq(got_adapt, lora ? adapt : 0, "%s: %zu adapter scalars, by hand %zu", cfg, got_adapt, adapt);
@@ -202,7 +204,7 @@ static void build_fixture(fixture *f, const ls_params *p) {
     for (int i = 0; i < G_N; i++)
         for (size_t t = 0; t < R_LEN[i]; t++)
             s = s * 6364136223846793005ULL + 1442695040888963407ULL, f->resp[i][t] = (int32_t)((s >> 33) % 256);
-    /* the batch (MODEL.md §6) the reference reads */
+    /* the batch (docs/model.md §6) the reference reads */
     ls_objective o = p->obj;
     o.temperature = TEMP;
     cJSON *b = cJSON_CreateObject(), *resp = cJSON_CreateArray(), *rw = cJSON_CreateArray();

@@ -1,4 +1,4 @@
-/* test_mla_cp.c - the mla family's cross-rank attention (trainer/mla_cp.h),
+/* test_mla_cp.c - the mla family's cross-rank attention (trainer/mla/mla_cp_attn.h),
  * float64, run under `mpirun -np N` (N = 2, 3, 4) and once without mpirun
  * (N = 1).  A plain program (not Criterion: its forks do not mix with MPI);
  * every rank checks, exit 0 only when every rank passed.
@@ -7,7 +7,7 @@
  * positions, the same queries and kv_b, and keeps its shard.  References,
  * computed on every rank without any communicator:
  *  - the selection by brute force: every visible key's indexer score
- *    computed here by the formula of MODEL.md §2.2, sorted by the tie rule
+ *    computed here by the formula of docs/model.md §2.2, sorted by the tie rule
  *    (score descending, then position ascending), the first k;
  *  - the single-process composition over ALL rows concatenated as one
  *    block: ls_dsa_topk over all keys, ls_mla_forward/backward with that
@@ -34,10 +34,10 @@
 #include "receipts/digest.h"
 #include "receipts/trace_reader.h"
 #include "receipts/trace_writer.h"
-#include "trainer/comm.h"
-#include "trainer/cp.h"
-#include "trainer/mla_cp.h"
-#include "trainer/rng.h"
+#include "trainer/dist/comm.h"
+#include "trainer/dist/cp.h"
+#include "trainer/mla/mla_cp_attn.h"
+#include "trainer/base/rng.h"
 
 #include "test_mpi_harness.h"
 

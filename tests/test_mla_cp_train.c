@@ -26,10 +26,10 @@
 #include <string.h>
 
 #include "receipts/digest.h"
-#include "trainer/comm.h"
-#include "trainer/rng.h"
-#include "trainer/mla.h"
-#include "trainer/step.h"
+#include "trainer/dist/comm.h"
+#include "trainer/base/rng.h"
+#include "trainer/mla/mla_family.h"
+#include "trainer/step/step.h"
 
 #include "test_mpi_harness.h"
 

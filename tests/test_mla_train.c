@@ -32,8 +32,10 @@
 #include <time.h>
 
 #include "test_tmpdir.h"
-#include "trainer/mla.h"
-#include "trainer/mla_layer.h"
+#include "trainer/mla/mla_family.h"
+#include "trainer/mla/mla_layer.h"
+#include "trainer/families/families.h"
+#include "trainer/hybrid/hybrid_family.h"
 
 #define K(x) LS_K(x)
 #define GTOL (LS_REAL_IS_F64 ? 1e-10 : 2e-4)
@@ -588,7 +590,7 @@ static double logp_diff(ls_real a[G][RMAX], ls_real b[G][RMAX]) {
 }
 
 /* The global selection does not depend on how the keys are split into blocks, ties included: with
- * the indexer keys all zero every visible key ties, and the rule of MODEL.md §0 (position
+ * the indexer keys all zero every visible key ties, and the rule of docs/model.md §0 (position
  * ascending) must pick the same positions whether the prompt is one page or pages of 1 or 3; the
  * single-block second forward (ls_mla_logprobs) is the reference.  Control: a dense top-k differs. */
 Test(mla_train, selection_is_global_ties_included) {

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "receipts/digest.h"
-#include "trainer/comm.h"
+#include "trainer/dist/comm.h"
 
 static int failures;
 static int rank_, world_;

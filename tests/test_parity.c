@@ -12,7 +12,7 @@
  *    every multi-rank run) must fail the fidelity level: exit 1, level 2
  *    not holding, named by its checks.  The evidence is independent of the
  *    code it checks: the log-probs against tests/reference/hybrid_ref.py
- *    (Python from MODEL.md), the gradients against finite differences of
+ *    (Python from docs/model.md), the gradients against finite differences of
  *    the loss, which depend on the forward only. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"

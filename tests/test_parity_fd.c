@@ -42,7 +42,7 @@
 
 #include "parity/parity.h"
 #include "test_tmpdir.h"
-#include "trainer/safetensors.h"
+#include "trainer/base/safetensors.h"
 
 #define FAKE LS_SOURCE_DIR "/tests/parity_fd_fake_train.py"
 

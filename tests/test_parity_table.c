@@ -1,4 +1,4 @@
-/* test_parity_table.c - the original work's table (DESIGN.md §5, issue 11),
+/* test_parity_table.c - the original work's table (docs/design.md §5, issue 11),
  * and the audit's use of a parity report.
  *
  * With the parity report test_parity wrote for this build

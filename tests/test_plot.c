@@ -1,4 +1,4 @@
-/* test_plot.c - longstraw-plot (trainer/metrics_plot.h): a known three-point
+/* test_plot.c - longstraw-plot (trainer/run/metrics_plot.h): a known three-point
  * file gives polylines at hand-computed coordinates (one axis, and with a
  * right-hand axis); bad lines exit 2 naming the line and field; bad
  * arguments exit 2 naming the argument; the bounds (points, file size)
@@ -12,7 +12,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "trainer/metrics_plot.h"
+#include "trainer/run/metrics_plot.h"
 #include "test_tmpdir.h"
 
 #define PLOT LS_BINARY_DIR "/trainer/longstraw-plot"

@@ -24,7 +24,7 @@
 #include "receipts/manifest.h"
 #include "receipts/receipt.h"
 #include "test_tmpdir.h"
-#include "trainer/safetensors.h"
+#include "trainer/base/safetensors.h"
 
 #define TRAIN LS_BINARY_DIR "/trainer/longstraw-train"
 #define CFG LS_SOURCE_DIR "/configs/hybrid-tiny.json"

@@ -25,7 +25,7 @@ void ls_test_write_file(const char *path, const void *bytes, size_t len);
 char *ls_test_read_file(const char *path, size_t *len);
 int ls_test_exists(const char *path);
 
-/* A hybrid-tiny config (MODEL.md sections 1.4 and 6); caller deletes. */
+/* A hybrid-tiny config (docs/model.md sections 1.4 and 6); caller deletes. */
 cJSON *ls_test_config(void);
 
 /* A complete receipt for `rank` of `world`, events file

@@ -19,8 +19,8 @@
 #include <unistd.h>
 
 #include "receipts/digest.h"
-#include "trainer/mem_tracker.h"
-#include "trainer/safetensors.h"
+#include "trainer/base/mem_tracker.h"
+#include "trainer/base/safetensors.h"
 
 #define FIXTURE LS_SOURCE_DIR "/tests/fixtures/safetensors/mixed.safetensors"
 

@@ -1,4 +1,4 @@
-/* test_sampler.c - the nucleus sampler (trainer/sampler.h) against the simple
+/* test_sampler.c - the nucleus sampler (trainer/step/sampler.h) against the simple
  * algorithm written out again here: a full stable merge sort of the
  * vocabulary (log-prob descending, ties by ascending id, NaN as -inf, so
  * of probability 0), the
@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "trainer/sampler.h"
+#include "trainer/step/sampler.h"
 
 #define K(x) LS_K(x)
 

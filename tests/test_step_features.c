@@ -10,8 +10,8 @@
 #include "test_hybrid_util.h"
 
 #include "receipts/trace_step_metrics.h"
-#include "trainer/grpo_stats.h"
-#include "trainer/mem_tracker.h"
+#include "trainer/step/grpo_stats.h"
+#include "trainer/base/mem_tracker.h"
 
 static ls_step_options opts(void) {
     ls_step_options o;
@@ -54,7 +54,7 @@ Test(step_features, metrics_match_the_objective_written_out) {
     ls_step_options o = opts();
     ls_step_result r;
     step(p, b, NULL, &o, NULL, &r);
-    /* independently: full-sequence log-probs and the objective of MODEL.md §4 */
+    /* independently: full-sequence log-probs and the objective of docs/model.md §4 */
     double loss = 0, kl = 0, lo = INFINITY, hi = 0, rsum = 0;
     size_t n = 0, clipped = 0;
     for (size_t i = 0; i < b->G; i++) {

@@ -24,7 +24,7 @@
 #include "receipts/manifest.h"
 #include "receipts/receipt.h"
 #include "receipts/trace_reader.h"
-#include "trainer/safetensors.h"
+#include "trainer/base/safetensors.h"
 #include "test_tmpdir.h"
 
 #define TRAIN LS_BINARY_DIR "/trainer/longstraw-train"

@@ -32,7 +32,7 @@
 #include "receipts/trace_reader.h"
 #include "receipts/trace_step_metrics.h"
 #include "test_tmpdir.h"
-#include "trainer/run_metrics.h"
+#include "trainer/run/run_metrics.h"
 
 #define TRAIN LS_BINARY_DIR "/trainer/longstraw-train"
 #define CFG LS_SOURCE_DIR "/configs/hybrid-tiny.json"

@@ -1,6 +1,6 @@
 /* attention.c - CPU softmax attention over one block of keys (forward with
  * log-normaliser, backward given the global output and log-normaliser;
- * kernels/attention.h, MODEL.md §0).  The softmax rows of the GEMM path are
+ * kernels/attention.h, docs/model.md §0).  The softmax rows of the GEMM path are
  * in attention_rows.c, the partial-attention merge in attention_merge.c;
  * what they share is in attention_internal.h.
  *

@@ -1,5 +1,5 @@
 /* conv1d.c - CPU causal depthwise conv1d with a carried tail, then SiLU,
- * forward and backward (kernels/conv1d.h, MODEL.md §1.1 step 2).
+ * forward and backward (kernels/conv1d.h, docs/model.md §1.1 step 2).
  *
  * The conv input is the sequence x = tail_in ++ m: x(s) for s in [-(K-1), T),
  * with x(s) = tail_in[s + K-1] for s < 0.  Output t reads x(t-K+1 .. t).

@@ -1,5 +1,5 @@
 /* dsa.c - the DSA lightning indexer's scores and deterministic top-k
- * selection (score descending, then position ascending; MODEL.md §0, §2.2),
+ * selection (score descending, then position ascending; docs/model.md §0, §2.2),
  * per block and merged over blocks/ranks.  A bounded heap keeps the k best
  * candidates seen so far, so a row costs O(n log k).  See dsa.h. */
 #include "kernels/dsa.h"

@@ -1,5 +1,5 @@
 /* gdn.c - CPU Gated DeltaNet: the gates (beta, g) and the delta-rule
- * recurrence, forward and backward (kernels/gdn.h, MODEL.md §1.1 steps 5-6).
+ * recurrence, forward and backward (kernels/gdn.h, docs/model.md §1.1 steps 5-6).
  *
  * Value heads are independent and run in parallel (OpenMP).  The backward
  * keeps no T states: a forward pass saves the state at the start of every

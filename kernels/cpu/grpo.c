@@ -1,4 +1,4 @@
-/* grpo.c - the GRPO objective of MODEL.md §4 (group advantages, per-member
+/* grpo.c - the GRPO objective of docs/model.md §4 (group advantages, per-member
  * clipped surrogate + k3 KL loss and its gradient) and the AdamW step (CPU).
  * Scalars are computed in double whatever the real type. */
 #include "kernels/grpo.h"

@@ -1,4 +1,4 @@
-/* mla.c - multi-head latent attention over one key block (MODEL.md §2.1):
+/* mla.c - multi-head latent attention over one key block (docs/model.md §2.1):
  * the naive form (per-head keys/values materialised from c_kv) and the
  * absorbed form (queries taken into the latent space), forward and backward,
  * over a causal prefix or an explicit DSA candidate list.  See mla.h. */

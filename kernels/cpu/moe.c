@@ -1,6 +1,6 @@
 /* moe.c - MoE routing (sigmoid scores, group-limited top-k, normalised
  * weights) and its backward, the grouped token dispatch and the weighted
- * combine (MODEL.md §2.3).  See moe.h. */
+ * combine (docs/model.md §2.3).  See moe.h. */
 #include "kernels/moe.h"
 #include "kernels/decisions.h"
 

@@ -1,5 +1,5 @@
 /* norm.c - RMSNorm (zero-centred and standard), gated RMSNorm, LayerNorm and
- * per-row L2 normalisation on the CPU.  MODEL.md §0, §1.1 steps 4 and 7, §2.2.
+ * per-row L2 normalisation on the CPU.  docs/model.md §0, §1.1 steps 4 and 7, §2.2.
  *
  * Row reductions accumulate in double.  Rows run in parallel (OpenMP); the
  * weight gradient is reduced over rows in a fixed order per column block, so

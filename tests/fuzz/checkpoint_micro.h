@@ -6,7 +6,8 @@
 #define LS_TESTS_FUZZ_CHECKPOINT_MICRO_H
 #include <string.h>
 
-#include "trainer/params.h"
+#include "trainer/model/params.h"
+#include "trainer/families/families.h"
 
 static inline ls_model_config ls_micro_config(void) {
     ls_model_config c;

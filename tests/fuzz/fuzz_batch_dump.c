@@ -1,5 +1,5 @@
 /* fuzz_batch_dump.c - libFuzzer target for the batch dump reader
- * (ls_batch_parse_dump, MODEL.md §6).  An accepted dump must hold the
+ * (ls_batch_parse_dump, docs/model.md §6).  An accepted dump must hold the
  * documented invariants (config passes ls_config_check, ids < vocab, finite
  * numbers, log-probs <= 0); re-written with ls_batch_format_dump and read
  * again it is equal field by field (batch, config, objective), and writing

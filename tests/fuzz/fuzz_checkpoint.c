@@ -16,9 +16,9 @@
 
 #include "receipts/digest.h"
 #include "tests/fuzz/checkpoint_micro.h"
-#include "trainer/checkpoint.h"
-#include "trainer/mem_tracker.h"
-#include "trainer/safetensors.h"
+#include "trainer/io/checkpoint.h"
+#include "trainer/base/mem_tracker.h"
+#include "trainer/base/safetensors.h"
 
 #define CHECK(c)                    \
     do {                            \

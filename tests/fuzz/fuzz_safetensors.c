@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "trainer/mem_tracker.h"
-#include "trainer/safetensors.h"
+#include "trainer/base/mem_tracker.h"
+#include "trainer/base/safetensors.h"
 
 #define CHECK(cond)                                                                            \
     do {                                                                                       \

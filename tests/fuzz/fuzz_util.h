@@ -7,8 +7,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "trainer/batch.h"
-#include "trainer/config.h"
+#include "trainer/io/batch.h"
+#include "trainer/model/config.h"
 
 #define CHECK(c)                    \
     do {                            \

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Independent reference for the `hybrid` family and the GRPO step.
 
-Written from /work/shared/MODEL.md (sections 0, 1, 3, 4, 5, 6) only, not from the
+Written from docs/model.md (sections 0, 1, 3, 4, 5, 6) only, not from the
 trainer's code. Standard library only (json, struct, math, re), so that Debian's
 /usr/bin/python3 runs it on a fresh machine. run_hybrid_ref.py drives it (ctest
 hybrid_reference); it can also check one run by hand:
@@ -18,7 +18,7 @@ usage:
         (b) the reference policy: base weights with the adapters off (train_mode lora;
             in train_mode full the reference is the step-0 weights, i.e. (a)),
       and checks: old_logprobs == (a) (or, with --old-from, == the supplied ones),
-      ref_logprobs == (b), the advantages, and the loss of MODEL.md section 4 computed
+      ref_logprobs == (b), the advantages, and the loss of docs/model.md section 4 computed
       from (a), the old and (b) log-probs against the trainer's. Every check runs and is
       counted; an input that is missing fails the run.
       --require-perturbed-norms fails unless some RMSNorm weight is off its initial
@@ -27,7 +27,7 @@ usage:
       Compares nothing: writes what the reference computes for longstraw-parity to
       compare, {"policy": [[...]], "ref_policy": [[...]], "advantages": [...],
       "loss": X}, the log-probs (a) and (b) above per member and token, the advantages
-      of the batch's rewards, and the loss of MODEL.md section 4 from (a) and the
+      of the batch's rewards, and the loss of docs/model.md section 4 from (a) and the
       batch's old_logprobs and ref_logprobs (as supplied to the run: the parity runs
       supply both), and "decisions": {"count": 0, "kinds": {}} (this family makes no
       discrete decision). Floats are repr-exact.
@@ -230,7 +230,7 @@ class Model:
 
     def need(self, name, shape):
         if name not in self.t:
-            raise Mismatch("weights: tensor %s (MODEL.md section 5) missing" % name)
+            raise Mismatch("weights: tensor %s (docs/model.md section 5) missing" % name)
         shp, vals = self.t[name]
         if list(shp) != list(shape):
             raise Mismatch("weights: tensor %s has shape %r, config implies %r" % (name, shp, shape))
@@ -250,7 +250,7 @@ class Model:
         if not has[0]:
             return W
         if not lora_ok:
-            raise Mismatch("weights: %s is not a LoRA target of the hybrid family (MODEL.md section 3)" % name)
+            raise Mismatch("weights: %s is not a LoRA target of the hybrid family (docs/model.md section 3)" % name)
         out, inn = shape
         r = self.lora_r
         As, Av = self.t[an]
@@ -437,7 +437,7 @@ class Model:
 # ----------------------------------------------------------------------------- checks
 
 def advantages(rewards):
-    """MODEL.md section 4: (r - mean) / (std + 1e-4), std with Bessel's correction; G = 1 gives 0."""
+    """docs/model.md section 4: (r - mean) / (std + 1e-4), std with Bessel's correction; G = 1 gives 0."""
     G = len(rewards)
     if G == 1:
         return [0.0]
@@ -447,7 +447,7 @@ def advantages(rewards):
 
 
 def grpo_loss(lp, old, ref, adv, eps, beta):
-    """MODEL.md section 4 loss. Returns (loss, census): census counts the tokens by which
+    """docs/model.md section 4 loss. Returns (loss, census): census counts the tokens by which
     branch of min(rho A, clip(rho) A) is taken:
       clip_pos  A > 0, rho > 1+eps  (clipped value taken, zero ratio gradient)
       clip_neg  A < 0, rho < 1-eps  (clipped value taken)
@@ -570,7 +570,7 @@ CONFIG_KEYS = ("family", "vocab", "d_model", "n_layers", "ffn_dim", "rms_eps", "
 
 
 def load_batch(batch_path):
-    """A --dump-batch file, every MODEL.md section 6 key present and consistently sized."""
+    """A --dump-batch file, every docs/model.md section 6 key present and consistently sized."""
     try:
         with open(batch_path) as f:
             batch = json.load(f)
@@ -580,11 +580,11 @@ def load_batch(batch_path):
         raise Mismatch("batch %s: not a JSON object" % batch_path)
     for key in BATCH_KEYS:
         if key not in batch:
-            raise Mismatch("batch %s: key %r (MODEL.md section 6) missing" % (batch_path, key))
+            raise Mismatch("batch %s: key %r (docs/model.md section 6) missing" % (batch_path, key))
     cfg = batch["config"]
     for key in CONFIG_KEYS:
         if key not in cfg:
-            raise Mismatch("batch %s config: key %r (MODEL.md section 6) missing" % (batch_path, key))
+            raise Mismatch("batch %s config: key %r (docs/model.md section 6) missing" % (batch_path, key))
     if cfg["family"] != "hybrid":
         raise Usage("this reference covers family hybrid only, batch has %r" % cfg["family"])
     if cfg["train_mode"] not in ("lora", "full"):
@@ -650,7 +650,7 @@ class Reference:
     def check_run(self, checks, tag, batch, loss_log, old_expected=None, weights_path=None):
         """The four checks of one trainer run: old log-probs (against the policy, or against
         the supplied values when the run had external old log-probs), reference log-probs,
-        advantages, and the loss recomputed from MODEL.md section 4 against the trainer's.
+        advantages, and the loss recomputed from docs/model.md section 4 against the trainer's.
         With weights_path (the run's --save-init), a fifth: the run used these weights."""
         self.same_tokens(batch, tag)
         if weights_path is not None:

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Independent reference for the `mla` family (MLA + DeepSeek sparse attention + MoE).
 
-Written from /work/shared/MODEL.md (sections 0, 2, 3, 4, 5, 6) only, not from the
+Written from docs/model.md (sections 0, 2, 3, 4, 5, 6) only, not from the
 trainer's or the kernels' code. Standard library only, so that Debian's /usr/bin/python3
 runs it on a fresh machine. It shares no model code with hybrid_ref.py; it imports from it
 only the safetensors reader/writer, the advantages and the section 4 loss (hr.*).
@@ -11,7 +11,7 @@ copy of that state; no pages, chunks or attention merge.
 
 usage:
   mla_ref.py WEIGHTS.safetensors BATCH.json --json OUT.json [--absorbed]
-      WEIGHTS (MODEL.md section 5 names, F64 or F32; e.g. from --random-weights or the
+      WEIGHTS (docs/model.md section 5 names, F64 or F32; e.g. from --random-weights or the
       trainer's --save-init) and BATCH (a --dump-batch file, section 6, family mla).
       Writes {"policy": [[...]], "ref_policy": [[...]], "advantages": [...], "loss": X}
       exactly as hybrid_ref.py --json does: the token log-probs under (a) the policy, base
@@ -153,7 +153,7 @@ def rope_neox_prefix(x, pos, dr, theta):
 
 
 def topk(scores, k):
-    """MODEL.md section 0: the k best indices by score descending, then index ascending."""
+    """docs/model.md section 0: the k best indices by score descending, then index ascending."""
     for i, v in enumerate(scores):
         if v != v:
             raise Mismatch("top-k: score %d is NaN" % i)
@@ -183,7 +183,7 @@ def dims(cfg):
     try:
         D = {k: cfg[k] for k in MODEL_KEYS}
     except KeyError as e:
-        raise Mismatch("config: key %s (MODEL.md section 6) missing" % e)
+        raise Mismatch("config: key %s (docs/model.md section 6) missing" % e)
     if D["family"] != "mla":
         raise Usage("this reference covers family mla only, config has %r" % D["family"])
     ok = (D["d_rope"] % 2 == 0 and D["index_dim"] >= D["d_rope"] and D["n_experts"] % D["n_group"] == 0
@@ -239,7 +239,7 @@ def shapes(D):
 
 
 class Margins:
-    """Every discrete decision of a forward (MODEL.md section 0's top-k): a DSA query's top-k of
+    """Every discrete decision of a forward (docs/model.md section 0's top-k): a DSA query's top-k of
     its visible keys, an MoE token's kept groups and its experts among them.  A decision's margin
     is the gap between the last value chosen and the best value not chosen (0 for an exact tie,
     which the index rule breaks; for a DSA tie at 0 between keys whose every head's q.k is
@@ -288,7 +288,7 @@ class Model:
         lin, vec = shapes(D)
         for name, shp in list(vec.items()) + [(n + ".weight", s) for n, s in lin.items()]:
             if name not in tensors:
-                raise Mismatch("weights: tensor %s (MODEL.md section 5) missing" % name)
+                raise Mismatch("weights: tensor %s (docs/model.md section 5) missing" % name)
             if list(tensors[name][0]) != shp:
                 raise Mismatch("weights: tensor %s has shape %r, config implies %r" % (name, tensors[name][0], shp))
         pairs = sorted(n[:-len(".lora_A")] for n in tensors if n.endswith(".lora_A"))
@@ -301,7 +301,7 @@ class Model:
             want = sorted(lora_targets(D, lora_experts))
             if pairs != want:
                 extra, miss = sorted(set(pairs) - set(want)), sorted(set(want) - set(pairs))
-                raise Mismatch("weights: the LoRA pairs are not the MODEL.md section 3 mla targets "
+                raise Mismatch("weights: the LoRA pairs are not the docs/model.md section 3 mla targets "
                                "(lora_experts %s): %s" % (lora_experts, ("not a target: %s" % extra[0]) if extra
                                                           else ("missing: %s" % miss[0])))
         self.lora_pairs = pairs
@@ -567,7 +567,7 @@ def load_batch(path):
     batch = read_json(path, "batch")
     for key in hr.BATCH_KEYS:
         if key not in batch:
-            raise Mismatch("batch %s: key %r (MODEL.md section 6) missing" % (path, key))
+            raise Mismatch("batch %s: key %r (docs/model.md section 6) missing" % (path, key))
     cfg = batch["config"]
     if not isinstance(cfg, dict):
         raise Mismatch("batch %s: config is not an object" % path)
@@ -575,7 +575,7 @@ def load_batch(path):
         raise Usage("this reference covers family mla only, batch %s has %r" % (path, cfg.get("family")))
     for key in MODEL_KEYS + RUN_KEYS:
         if key not in cfg:
-            raise Mismatch("batch %s config: key %r (MODEL.md section 6) missing" % (path, key))
+            raise Mismatch("batch %s config: key %r (docs/model.md section 6) missing" % (path, key))
     if cfg["train_mode"] not in ("lora", "full"):
         raise Mismatch("batch %s config: train_mode %r" % (path, cfg["train_mode"]))
     prompt, responses = batch["prompt"], batch["responses"]

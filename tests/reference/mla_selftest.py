@@ -2,7 +2,7 @@
 """The self-test of mla_ref.py (`mla_ref.py --self-test`, ctest mla_reference_selftest).
 
 Internal properties of the reference on random weights of configs/mla-tiny.json (whose keys
-and MODEL.md section 2.4 values it checks first); the list is in mla_ref.py's usage text.
+and docs/model.md section 2.4 values it checks first); the list is in mla_ref.py's usage text.
 Every check runs and is counted; any failure makes the self-test exit 1.
 """
 

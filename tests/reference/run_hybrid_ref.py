@@ -8,7 +8,7 @@ policy and the KL term is not zero) on one external rollout group of G = 4 membe
 unequal response lengths, a prompt of P = 173 tokens, pages of 16 tokens and capture
 chunks of 40 (so the prompt spans 11 pages and 5 chunks, the chunks cut pages, and the
 response branches read the paged prompt through the attention merge), and lets
-hybrid_ref.py recompute everything from MODEL.md alone. For each of two weight sets (the
+hybrid_ref.py recompute everything from docs/model.md alone. For each of two weight sets (the
 trainer's initial weights, and the same with every RMSNorm weight perturbed and loaded
 back with --load, since the initial norm weights 0 / 1 would not tell 1+w from w):
 

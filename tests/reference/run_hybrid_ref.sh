@@ -4,7 +4,7 @@
 # Finds a python3 and runs tests/reference/run_hybrid_ref.py, which drives
 # longstraw-train (float64, P = 173 over pages of 16 and capture chunks of 40, supplied
 # old log-probs far from the policy's, random LoRA-B) and checks every run against the
-# pure-Python MODEL.md implementation in hybrid_ref.py.
+# pure-Python docs/model.md implementation in hybrid_ref.py.
 # Exit: 0 every check ran and agrees, 1 a mismatch or a skipped check, 2 bad usage or a
 # trainer failure.
 set -u

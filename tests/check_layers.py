@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""check_layers.py - the source tree's layering, checked against what its
+folders' READMEs state.
+
+  tests/check_layers.py [ROOT]          check; exit 1 naming every violation
+  tests/check_layers.py --order [ROOT]  print the folders in dependency order
+
+A library folder (common, kernels, receipts, audit, parity and each folder
+under trainer/) has a README.md with one line
+
+    May include: trainer/model, trainer/base, kernels, receipts, common
+
+naming the folders its sources may include from ("nothing" for none).  The
+check fails on:
+  - a library folder without that line, or naming a folder that is not one;
+  - an `#include "DIR/..."` of a folder the including folder's line does not
+    name (tests/, bench/ and tools may include anything);
+  - a circle between folders, or between the units of one folder (a unit is
+    x.c with x.h; unit a -> unit b when a's files include b.h);
+  - two headers with one basename anywhere in the tree;
+  - a reference to the design documents outside the repository.
+"""
+import os
+import re
+import sys
+
+LIBS_TOP = ["common", "kernels", "receipts", "audit", "parity"]
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+SKIP_DIRS = {"build", ".git", "fixtures", "corpus"}
+
+
+def library_folders(root):
+    libs = [d for d in LIBS_TOP if os.path.isdir(os.path.join(root, d))]
+    tr = os.path.join(root, "trainer")
+    libs += sorted("trainer/" + d for d in os.listdir(tr) if os.path.isdir(os.path.join(tr, d)))
+    return libs
+
+
+def folder_of(path, libs):
+    """The library folder a repository path belongs to (longest prefix), or None."""
+    best = None
+    for lib in libs:
+        if path == lib or path.startswith(lib + "/"):
+            if best is None or len(lib) > len(best):
+                best = lib
+    return best
+
+
+def allowed_of(root, lib, libs, errors):
+    readme = os.path.join(root, lib, "README.md")
+    if not os.path.isfile(readme):
+        errors.append(f"{lib}/README.md: missing (every library folder states what it may include)")
+        return set()
+    m = re.search(r"^May include:\s*(.*)$", open(readme, encoding="utf-8").read(), re.M)
+    if not m:
+        errors.append(f"{lib}/README.md: no 'May include:' line")
+        return set()
+    names = [n.strip().strip("`") for n in m.group(1).split(",") if n.strip()]
+    if names == ["nothing"]:
+        return set()
+    for n in names:
+        if n not in libs:
+            errors.append(f"{lib}/README.md: 'May include:' names '{n}', which is not a library folder")
+    return set(names)
+
+
+def sources(root, top):
+    for dirpath, dirnames, filenames in os.walk(os.path.join(root, top)):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
+        for f in sorted(filenames):
+            if f.endswith((".c", ".h", ".cu", ".cuh")):
+                yield os.path.relpath(os.path.join(dirpath, f), root)
+
+
+def cycles(graph):
+    """Strongly connected components with more than one node (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def topo_order(graph):
+    """Folders bottom-up: each after everything it includes."""
+    done, order = set(), []
+
+    def visit(v):
+        if v in done:
+            return
+        done.add(v)
+        for w in sorted(graph.get(v, ())):
+            visit(w)
+        order.append(v)
+
+    for v in sorted(graph):
+        visit(v)
+    return order
+
+
+def check(root):
+    errors = []
+    libs = library_folders(root)
+    allowed = {lib: allowed_of(root, lib, libs, errors) for lib in libs}
+    folder_graph = {lib: set() for lib in libs}
+    unit_graph = {}
+    headers = {}
+    every = []
+    for top in sorted(os.listdir(root)):
+        if top in SKIP_DIRS or top.startswith(".") or not os.path.isdir(os.path.join(root, top)):
+            continue
+        every += list(sources(root, top))
+    for path in every:
+        base = os.path.basename(path)
+        if base.endswith((".h", ".cuh")):
+            headers.setdefault(base, []).append(path)
+        lib = folder_of(path, libs)
+        text = open(os.path.join(root, path), encoding="utf-8", errors="replace").read()
+        unit = os.path.splitext(path)[0]
+        for m in INCLUDE.finditer(text):
+            inc = m.group(1)
+            if not os.path.isfile(os.path.join(root, inc)):
+                continue  # same-folder or generated includes
+            target = folder_of(inc, libs)
+            line = text.count("\n", 0, m.start()) + 1
+            if lib and target and target != lib:
+                folder_graph[lib].add(target)
+                if target not in allowed[lib]:
+                    errors.append(f"{path}:{line}: includes {inc} ({target}), which {lib}/README.md "
+                                  f"does not allow (May include: {', '.join(sorted(allowed[lib])) or 'nothing'})")
+            if lib and target == lib:
+                tunit = os.path.splitext(inc)[0]
+                if tunit != unit:
+                    unit_graph.setdefault(unit, set()).add(tunit)
+    for comp in cycles(folder_graph):
+        errors.append("a circle between folders: " + " -> ".join(comp + comp[:1]))
+    for comp in cycles(unit_graph):
+        errors.append("a circle between units: " + " -> ".join(comp + comp[:1]))
+    for base, paths in sorted(headers.items()):
+        if len(paths) > 1:
+            errors.append(f"two headers named {base}: {', '.join(sorted(paths))}")
+    outside = re.compile(r"\.\./shared/|(?<![\w/])(DESIGN|MODEL|STYLE)\.md")
+    for path in every:
+        text = open(os.path.join(root, path), encoding="utf-8", errors="replace").read()
+        m = outside.search(text)
+        if m:
+            line = text.count("\n", 0, m.start()) + 1
+            errors.append(f"{path}:{line}: '{m.group(0)}': the design documents are docs/design.md, "
+                          f"docs/model.md and docs/style.md")
+    return errors, folder_graph
+
+
+def main(argv):
+    order = "--order" in argv
+    args = [a for a in argv if a != "--order"]
+    root = os.path.abspath(args[0] if args else os.path.join(os.path.dirname(__file__), ".."))
+    errors, graph = check(root)
+    if order:
+        for lib in topo_order(graph):
+            print(f"{lib}: {', '.join(sorted(graph[lib])) or '-'}")
+    for e in errors:
+        print("check_layers: " + e, file=sys.stderr)
+    if errors:
+        return 1
+    if not order:
+        print(f"check_layers: {len(graph)} folders, every include runs down, no circle")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,25 @@
+/* arena.h - a bump allocator over memory-tracked chunks: the storage of one
+ * autograd tape, one recompute window or one phase's scratch.  Everything is
+ * released at once by ls_arena_free (or rewound with ls_arena_reset).
+ * Allocations are zeroed and 64-byte aligned; the bytes show in the memory
+ * tracker under the arena's category. */
+#ifndef LS_TRAINER_ARENA_H
+#define LS_TRAINER_ARENA_H
+#include <stddef.h>
+#include "trainer/base/mem_tracker.h"
+
+typedef struct ls_arena_chunk ls_arena_chunk;
+typedef struct {
+    ls_mem_cat cat;
+    size_t chunk_bytes; /* minimum chunk size */
+    ls_arena_chunk *head;
+    size_t used_bytes;  /* bytes handed out (sum of rounded requests) */
+    int failed;         /* set when an allocation failed (sticky) */
+} ls_arena;
+
+void ls_arena_init(ls_arena *a, ls_mem_cat cat, size_t chunk_bytes);
+/* Zeroed block of `bytes` (NULL on failure, and a->failed is set). */
+void *ls_arena_alloc(ls_arena *a, size_t bytes);
+/* Release every chunk. */
+void ls_arena_free(ls_arena *a);
+#endif

@@ -1,0 +1,264 @@
+/* mem_tracker.c - see mem_tracker.h.
+ *
+ * Block layout (one calloc per block):
+ *
+ *   raw ... [slack] [block_header] user (LS_MEM_ALIGN-aligned) ... user+size
+ *
+ * The header sits immediately before the user pointer and records the raw
+ * pointer to free, the requested size and the category.  calloc (rather than
+ * aligned allocation + memset) keeps large blocks lazily zeroed by the OS, so
+ * an allocation does not touch its pages until the caller does. */
+#include "trainer/base/mem_tracker.h"
+
+#include "kernels/scratch.h"
+
+#include <assert.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#define BLOCK_MAGIC UINT64_C(0x4c536d656d426c6b) /* "LSmemBlk" */
+#define FREED_MAGIC UINT64_C(0x4c53667265656421) /* "LSfreed!" */
+
+typedef struct {
+    uint64_t magic;
+    void *raw;
+    size_t size;
+    uint32_t cat;
+    uint32_t pad_;
+} block_header;
+
+/* Worst-case bytes a block needs beyond the caller's request. */
+#define BLOCK_OVERHEAD (sizeof(block_header) + LS_MEM_ALIGN - 1)
+
+static const char *const cat_names[LS_MEM_COUNT] = {
+    [LS_MEM_WEIGHTS] = "fixed_weights",
+    [LS_MEM_ADAPTERS] = "adapters",
+    [LS_MEM_OPTIMIZER] = "optimizer_state",
+    [LS_MEM_GRADS] = "gradients",
+    [LS_MEM_PROMPT_STATE] = "prompt_state",
+    [LS_MEM_PROMPT_GRAD] = "prompt_state_grad",
+    [LS_MEM_BRANCH] = "branch_graph",
+    [LS_MEM_SCORE] = "scoring",
+    [LS_MEM_SCRATCH] = "scratch",
+    [LS_MEM_CHECKPOINT] = "recompute_checkpoints",
+    [LS_MEM_COMM] = "communication",
+    [LS_MEM_DISPATCH] = "moe_dispatch",
+};
+
+/* The process-global tracker.  Static storage: zero-initialised. */
+static struct {
+    _Atomic size_t live[LS_MEM_COUNT];
+    _Atomic size_t peak[LS_MEM_COUNT];     /* since the last reset_peaks */
+    _Atomic size_t run_peak[LS_MEM_COUNT]; /* never reset */
+    _Atomic uint64_t allocs[LS_MEM_COUNT];
+    _Atomic uint64_t frees[LS_MEM_COUNT];
+    _Atomic size_t live_total;
+    _Atomic size_t peak_total;
+    _Atomic size_t run_peak_total;
+    _Atomic uint64_t refused;
+    _Atomic size_t budget;
+} g;
+
+const char *ls_mem_cat_name(ls_mem_cat cat)
+{
+    if ((int)cat < 0 || cat >= LS_MEM_COUNT)
+        return "unknown";
+    return cat_names[cat];
+}
+
+/* Raise *peak to v unless it is already >= v (CAS loop). */
+static void raise_peak(_Atomic size_t *peak, size_t v)
+{
+    size_t cur = atomic_load(peak);
+    while (v > cur && !atomic_compare_exchange_weak(peak, &cur, v)) {
+        /* cur reloaded by the failed CAS */
+    }
+}
+
+/* Reserve `bytes` of the total against the budget; false when refused. */
+static int reserve_total(size_t bytes)
+{
+    size_t cur = atomic_load(&g.live_total);
+    size_t next;
+    do {
+        size_t budget = atomic_load(&g.budget);
+        if (cur > SIZE_MAX - bytes)
+            return 0;
+        next = cur + bytes;
+        if (budget != 0 && next > budget)
+            return 0;
+    } while (!atomic_compare_exchange_weak(&g.live_total, &cur, next));
+    raise_peak(&g.peak_total, next);
+    raise_peak(&g.run_peak_total, next);
+    return 1;
+}
+
+static void charge(ls_mem_cat cat, size_t bytes)
+{
+    size_t now = atomic_fetch_add(&g.live[cat], bytes) + bytes;
+    raise_peak(&g.peak[cat], now);
+    raise_peak(&g.run_peak[cat], now);
+    atomic_fetch_add(&g.allocs[cat], 1);
+}
+
+static block_header *header_of(const void *p)
+{
+    return (block_header *)((uintptr_t)p - sizeof(block_header));
+}
+
+void *ls_mem_alloc(ls_mem_cat cat, size_t bytes)
+{
+    if ((int)cat < 0 || cat >= LS_MEM_COUNT || bytes > SIZE_MAX - BLOCK_OVERHEAD) {
+        atomic_fetch_add(&g.refused, 1);
+        return NULL;
+    }
+    if (!reserve_total(bytes)) {
+        atomic_fetch_add(&g.refused, 1);
+        return NULL;
+    }
+    void *raw = calloc(1, bytes + BLOCK_OVERHEAD);
+    if (raw == NULL) {
+        atomic_fetch_sub(&g.live_total, bytes);
+        atomic_fetch_add(&g.refused, 1);
+        return NULL;
+    }
+    uintptr_t user = ((uintptr_t)raw + sizeof(block_header) + LS_MEM_ALIGN - 1)
+                     & ~(uintptr_t)(LS_MEM_ALIGN - 1);
+    block_header *h = header_of((void *)user);
+    h->magic = BLOCK_MAGIC;
+    h->raw = raw;
+    h->size = bytes;
+    h->cat = (uint32_t)cat;
+    charge(cat, bytes);
+    return (void *)user;
+}
+
+void ls_mem_free(void *p)
+{
+    if (p == NULL)
+        return;
+    block_header *h = header_of(p);
+    assert(h->magic == BLOCK_MAGIC && "ls_mem_free: not a tracker block (or freed twice)");
+    if (h->magic != BLOCK_MAGIC || h->cat >= LS_MEM_COUNT)
+        return; /* leaking is safer than corrupting the heap */
+    ls_mem_cat cat = (ls_mem_cat)h->cat;
+    size_t bytes = h->size;
+    void *raw = h->raw;
+    h->magic = FREED_MAGIC;
+    /* category first, total last: keeps total >= sum of categories */
+    atomic_fetch_sub(&g.live[cat], bytes);
+    atomic_fetch_add(&g.frees[cat], 1);
+    atomic_fetch_sub(&g.live_total, bytes);
+    free(raw);
+}
+
+size_t ls_mem_size(const void *p)
+{
+    if (p == NULL)
+        return 0;
+    const block_header *h = header_of(p);
+    assert(h->magic == BLOCK_MAGIC);
+    return h->magic == BLOCK_MAGIC ? h->size : 0;
+}
+
+void *ls_mem_realloc(ls_mem_cat cat, void *p, size_t bytes)
+{
+    void *q = ls_mem_alloc(cat, bytes);
+    if (q == NULL || p == NULL)
+        return q;
+    size_t old = ls_mem_size(p);
+    memcpy(q, p, old < bytes ? old : bytes);
+    ls_mem_free(p);
+    return q;
+}
+
+void ls_mem_set_budget(size_t total_bytes)
+{
+    atomic_store(&g.budget, total_bytes);
+}
+
+void ls_mem_snapshot(ls_mem_stats *out)
+{
+    assert(out != NULL);
+    memset(out, 0, sizeof *out);
+    for (int c = 0; c < LS_MEM_COUNT; c++) {
+        out->live_bytes[c] = atomic_load(&g.live[c]);
+        out->peak_bytes[c] = atomic_load(&g.peak[c]);
+        out->run_peak_bytes[c] = atomic_load(&g.run_peak[c]);
+        out->allocs[c] = atomic_load(&g.allocs[c]);
+        out->frees[c] = atomic_load(&g.frees[c]);
+        out->allocs_total += out->allocs[c];
+        out->frees_total += out->frees[c];
+    }
+    out->live_total = atomic_load(&g.live_total);
+    out->peak_total = atomic_load(&g.peak_total);
+    out->run_peak_total = atomic_load(&g.run_peak_total);
+    out->refused = atomic_load(&g.refused);
+    out->budget_bytes = atomic_load(&g.budget);
+}
+
+void ls_mem_reset_peaks(void)
+{
+    for (int c = 0; c < LS_MEM_COUNT; c++)
+        atomic_store(&g.peak[c], atomic_load(&g.live[c]));
+    atomic_store(&g.peak_total, atomic_load(&g.live_total));
+}
+
+static void *kernel_scratch_alloc(size_t bytes)
+{
+    return ls_mem_alloc(LS_MEM_SCRATCH, bytes);
+}
+
+static const ls_kernel_allocator tracked_kernel_scratch = {kernel_scratch_alloc, ls_mem_free};
+
+void ls_mem_track_kernel_scratch(void)
+{
+    ls_kernel_scratch_set(&tracked_kernel_scratch);
+}
+
+/* First unsigned number after `key` on its line in `path`, or 0. */
+static size_t proc_field_kib(const char *path, const char *key)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    char line[256];
+    size_t kib = 0;
+    size_t klen = strlen(key);
+    while (fgets(line, sizeof line, f) != NULL) {
+        if (strncmp(line, key, klen) == 0) {
+            unsigned long long v = 0;
+            if (sscanf(line + klen, " %llu", &v) == 1)
+                kib = (size_t)v;
+            break;
+        }
+    }
+    fclose(f);
+    return kib;
+}
+
+size_t ls_mem_peak_rss_bytes(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0 && ru.ru_maxrss > 0)
+        return (size_t)ru.ru_maxrss * 1024; /* Linux: KiB */
+    return proc_field_kib("/proc/self/status", "VmHWM:") * 1024;
+}
+
+size_t ls_mem_current_rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f == NULL)
+        return 0;
+    unsigned long long size_pages = 0, resident_pages = 0;
+    int n = fscanf(f, "%llu %llu", &size_pages, &resident_pages);
+    fclose(f);
+    long page = sysconf(_SC_PAGESIZE);
+    if (n != 2 || page <= 0)
+        return 0;
+    return (size_t)resident_pages * (size_t)page;
+}

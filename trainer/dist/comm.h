@@ -1,0 +1,121 @@
+/* comm.h - the communicator: ranks, process groups and the collectives that
+ * context parallelism needs (docs/design.md §4), behind one interface with two
+ * backends: single-rank (world 1, no library) and Open MPI (a run started
+ * by mpirun).  The NCCL backend comes with the GPU work.  dtype-independent.
+ *
+ * Every collective is recorded, when a trace writer is attached, as one
+ * `collective` trace event on every rank of the group (group, per-group
+ * sequence number gseq, op, reduction, element count, dtype, bytes the rank
+ * sent, purpose, layer): one event per logical operation, whatever number of
+ * library calls it took, so that the events of all ranks of a group match one
+ * to one in gseq order (the audit's flight-recorder check).  The event is
+ * written when the rank enters the operation (after its arguments passed),
+ * so the last event of a rank stuck in a collective names that collective;
+ * a refused call (LS_ERR_ARG) writes none and consumes no gseq.  "bytes" is
+ * the payload this rank hands to other ranks in the logical operation, not
+ * the library's wire traffic: n elements for an allreduce or an allgather,
+ * n on the root of a broadcast (0 elsewhere), n for a sendrecv whose dst is
+ * another rank, 0 for a barrier, and 0 for everything in a group of one.
+ * Point-to-point
+ * chains (a state handed from rank r to r+1) are sendrecv operations that
+ * every rank of the group calls, with -1 for "no peer", so they match too.
+ *
+ * Determinism: allreduce_sum adds the ranks' contributions in rank order
+ * 0, 1, ..., N-1 on every rank (the contributions are gathered, then summed
+ * locally), so its result is bitwise identical on every rank and bitwise
+ * reproducible across reruns, unlike a library allreduce whose association
+ * depends on the algorithm and the message size.  MAX is exact.  i64 sums
+ * wrap modulo 2^64; u8 buffers can be moved but not reduced (LS_ERR_ARG).
+ *
+ * Threads: one thread at a time per communicator (MPI_Init, not
+ * MPI_Init_thread). 
+ *
+ * Failure: a collective that fails returns LS_ERR_IO with the reason in
+ * ls_comm_last_error.  A rank that cannot go on calls ls_comm_abort after
+ * recording its error: under MPI that ends every rank of the job (never a
+ * hang); single-rank it exits. */
+#ifndef LS_TRAINER_COMM_H
+#define LS_TRAINER_COMM_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "receipts/trace_event.h"
+#include "receipts/trace_writer.h"
+
+typedef struct ls_comm ls_comm;
+typedef struct ls_comm_group ls_comm_group;
+
+/* Opens the communicator: the Open MPI backend (MPI_Init) when the process
+ * was started by mpirun (OMPI_COMM_WORLD_SIZE or PMIX_RANK in the
+ * environment) and the build has MPI; the single-rank backend otherwise.
+ * LS_ERR_ARG (with err) when mpirun started the process but the build has
+ * no MPI.  *out is released with ls_comm_close (MPI_Finalize). */
+ls_status ls_comm_open(ls_comm **out, int *argc, char ***argv, char *err, size_t err_len);
+void ls_comm_close(ls_comm *c);
+int ls_comm_rank(const ls_comm *c);
+int ls_comm_world(const ls_comm *c);
+const char *ls_comm_backend(const ls_comm *c); /* "single" or "mpi" */
+/* The MPI library this build links ("Open MPI v4.1.4"), "none" without MPI
+ * (the receipts' build.dependencies.mpi). */
+const char *ls_comm_mpi_library(void);
+/* Ends the job with exit status code: MPI_Abort on MPI (every rank), exit()
+ * single-rank.  Does not return. */
+_Noreturn void ls_comm_abort(ls_comm *c, int code);
+
+/* Collectives are recorded into w from here (NULL: not recorded).  The
+ * writer's header must declare the groups by name (ls_comm_group_name). */
+void ls_comm_set_trace(ls_comm *c, ls_trace_writer *w);
+/* The first trace write failure of a collective event (LS_OK if none). */
+ls_status ls_comm_trace_status(const ls_comm *c);
+const char *ls_comm_last_error(const ls_comm *c);
+
+/* The context-parallel group ("cp"): every rank of the world, in order. */
+ls_comm_group *ls_comm_cp(ls_comm *c);
+int ls_group_rank(const ls_comm_group *g);
+int ls_group_size(const ls_comm_group *g);
+const char *ls_group_name(const ls_comm_group *g);
+
+/* Collectives over g.  n elements of dtype dt (LS_TRACE_DTYPE_F32/F64/I64/
+ * U8); purpose an identifier ("lse_max", "dq_sum", "kv_ring", ...:
+ * [a-z][a-z0-9_]*, under 32 characters); layer -1 when none.  Every rank of
+ * g must make the same calls in the same order with the same n, dt and
+ * purpose.  LS_ERR_ARG (nothing sent, no event) for a bad purpose, dtype,
+ * layer, root or peer, a NULL buffer with n > 0, overlapping send and recv,
+ * or n whose byte count overflows; LS_ERR_IO when the library call fails;
+ * LS_ERR_NOMEM when the sum's scratch cannot be allocated.  The reason is
+ * in ls_comm_last_error. */
+ls_status ls_group_allreduce_max(ls_comm_group *g, void *buf, size_t n, ls_trace_dtype dt,
+                                 const char *purpose, int layer);
+/* In place, fixed rank order (above).  Temporary memory: at most
+ * LS_COMM_SUM_CHUNK elements per rank at a time. */
+ls_status ls_group_allreduce_sum(ls_comm_group *g, void *buf, size_t n, ls_trace_dtype dt,
+                                 const char *purpose, int layer);
+#define LS_COMM_SUM_CHUNK ((size_t)1 << 18)
+ls_status ls_group_broadcast(ls_comm_group *g, void *buf, size_t n, ls_trace_dtype dt, int root,
+                             const char *purpose, int layer);
+/* recv [size * n]: rank r's send lands at recv + r*n elements. */
+ls_status ls_group_allgather(ls_comm_group *g, const void *send, void *recv, size_t n, ls_trace_dtype dt,
+                             const char *purpose, int layer);
+/* Sends n elements to group rank dst and receives n elements from src at
+ * the same time (either peer -1: none; a buffer without a peer may be NULL;
+ * a send to itself needs a receive from itself and copies), so that every rank of a ring or a
+ * chain moves messages of one size and the events match (a ring whose
+ * blocks differ in size pads them to the largest).  The event's count is n,
+ * its bytes those this rank sent. */
+ls_status ls_group_sendrecv(ls_comm_group *g, const void *send, int dst, void *recv, int src, size_t n,
+                            ls_trace_dtype dt, const char *purpose, int layer);
+ls_status ls_group_barrier(ls_comm_group *g, const char *purpose);
+
+/* Traffic per purpose on this rank since open: calls and bytes sent. */
+typedef struct {
+    char purpose[32];
+    uint64_t calls, bytes;
+} ls_comm_stat;
+/* Copies up to cap entries (in first-use order) into out (may be NULL);
+ * returns how many purposes there are.  At most 64 purposes are kept; the
+ * traffic of later ones counts only in ls_comm_bytes_sent. */
+size_t ls_comm_stats(const ls_comm *c, ls_comm_stat *out, size_t cap);
+/* Total bytes sent since open. */
+uint64_t ls_comm_bytes_sent(const ls_comm *c);
+#endif

@@ -1,0 +1,44 @@
+/* families.c - the families this trainer implements (families.h). */
+#include "trainer/families/families.h"
+
+#include <stdio.h>
+
+#include "trainer/hybrid/hybrid_family.h"
+#include "trainer/mla/mla_family.h"
+
+const ls_family_ops *LS_K(ls_family_ops_of)(ls_family f, char *err, size_t err_len) {
+    if (f == LS_FAMILY_HYBRID) return &LS_K(ls_family_hybrid);
+    if (f == LS_FAMILY_MLA) return &LS_K(ls_family_mla);
+    if (err && err_len)
+        snprintf(err, err_len, "key 'family': '%s' is not implemented by this trainer",
+                 ls_family_name(f));
+    return NULL;
+}
+
+ls_status LS_K(ls_params_tensor_count)(const ls_model_config *cfg, const ls_objective *obj, size_t *n, char *err,
+                                       size_t err_len) {
+    *n = 0;
+    const ls_family_ops *fam = LS_K(ls_family_ops_of)(cfg->family, err, err_len);
+    if (!fam) return LS_ERR_UNSUPPORTED;
+    LS_K(ls_params_tensor_count_of)(fam, cfg, obj, n);
+    return LS_OK;
+}
+
+ls_status LS_K(ls_params_plan)(const ls_model_config *cfg, const ls_objective *obj,
+                               size_t bytes[LS_MEM_COUNT], char *err, size_t err_len) {
+    const ls_family_ops *fam = LS_K(ls_family_ops_of)(cfg->family, err, err_len);
+    if (!fam) {
+        for (int c = 0; c < LS_MEM_COUNT; c++) bytes[c] = 0;
+        return LS_ERR_UNSUPPORTED;
+    }
+    return LS_K(ls_params_plan_of)(fam, cfg, obj, bytes, err, err_len);
+}
+
+ls_status LS_K(ls_params_init)(ls_params **out, const ls_model_config *cfg,
+                               const ls_objective *obj, uint64_t seed,
+                               char *err, size_t err_len) {
+    *out = NULL;
+    const ls_family_ops *fam = LS_K(ls_family_ops_of)(cfg->family, err, err_len);
+    if (!fam) return LS_ERR_UNSUPPORTED;
+    return LS_K(ls_params_init_of)(fam, out, cfg, obj, seed, err, err_len);
+}

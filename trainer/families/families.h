@@ -1,0 +1,27 @@
+/* families.h - the one list of the families this trainer implements, and
+ * what needs it: a family's table chosen by the config's "family" key, and
+ * the parameter table of a config (params.h's *_of functions with the
+ * family chosen here).  The only layer that knows every family; the shared
+ * trainer below it reaches a model through p->fam (family.h).  Numeric
+ * (LS_K names). */
+#ifndef LS_TRAINER_FAMILIES_H
+#define LS_TRAINER_FAMILIES_H
+#include "trainer/model/family.h"
+
+/* The table of family f (static storage, never freed); NULL when this
+ * trainer does not implement it (err: names the config key 'family'). */
+const ls_family_ops *LS_K(ls_family_ops_of)(ls_family f, char *err, size_t err_len);
+
+/* The number of tensors cfg/obj's table has.  LS_ERR_UNSUPPORTED naming the
+ * key 'family' for a family without a table. */
+ls_status LS_K(ls_params_tensor_count)(const ls_model_config *cfg, const ls_objective *obj, size_t *n, char *err,
+                                       size_t err_len);
+/* ls_params_plan_of (params.h) for cfg's family. */
+ls_status LS_K(ls_params_plan)(const ls_model_config *cfg, const ls_objective *obj,
+                               size_t bytes[LS_MEM_COUNT], char *err, size_t err_len);
+/* ls_params_init_of (params.h) for cfg's family: *out owned by the caller,
+ * released with ls_params_free. */
+ls_status LS_K(ls_params_init)(ls_params **out, const ls_model_config *cfg,
+                               const ls_objective *obj, uint64_t seed,
+                               char *err, size_t err_len);
+#endif

@@ -1,0 +1,119 @@
+/* params.h - the parameter table of a model: every tensor with its docs/model.md §5
+ * name, shape, weights, gradient and AdamW moments, plus the structured views
+ * the family's layers use.  Numeric (compiled per real type, LS_K names).
+ *
+ * Storage: one block per memory category — base weights (fixed_weights, or
+ * counted as trainable in full mode), adapters, gradients, optimizer state,
+ * and, in full mode, the frozen reference copy.  A tensor owns nothing; the
+ * ls_params owns the blocks.  Reference view: a second ls_params sharing the
+ * tables' names but pointing at reference weights with adapters off. */
+#ifndef LS_TRAINER_PARAMS_H
+#define LS_TRAINER_PARAMS_H
+#include <stdint.h>
+#include "common/status.h"
+#include "kernels/real.h"
+#include "trainer/model/config.h"
+#include "trainer/base/mem_tracker.h"
+
+typedef struct {
+    char name[96];
+    int ndim;           /* 1 or 2 */
+    size_t shape[2];
+    size_t numel;
+    ls_real *w;         /* values */
+    ls_real *g;         /* gradient (NULL when frozen) */
+    ls_real *m, *v;     /* AdamW moments (NULL when frozen) */
+    int trainable;
+    int is_adapter;
+    int frozen;         /* never trained, in either mode (mla: the indexer, router_bias); set by the family */
+} ls_tensor;
+
+/* A linear layer with optional LoRA (A [r,in], B [out,r]; NULL when off). */
+typedef struct {
+    ls_tensor *W, *A, *B;
+    size_t in, out;
+} ls_lin;
+
+
+struct ls_family_ops;
+typedef struct ls_params {
+    const struct ls_family_ops *fam; /* the config's family (family.h) */
+    ls_model_config cfg;
+    ls_objective obj;
+    ls_real lora_scale;       /* alpha / r */
+    ls_tensor *t;
+    size_t n;
+    ls_tensor *embed, *norm, *lm_head;
+    void *layers;             /* [n_layers] the family's structured layer views (hybrid: ls_hybrid_layer) */
+    ls_real *blocks[6];       /* owned storage (see params.c) */
+    size_t n_trainable;       /* trainable scalars */
+    int is_view;              /* reference view: owns only its tables */
+} ls_params;
+
+/* ---- the parameter builder: a family's tensor list (family.h) -------------
+ * The family's build function adds its tensors in table order.  The table
+ * is counted before it is allocated: a first pass with t == NULL only
+ * counts (add returns NULL), the table is then allocated for exactly that
+ * many and the second pass fills it.  Adding beyond cap fails loudly: st
+ * becomes LS_ERR_INTERNAL with err naming the tensor, add returns NULL,
+ * and every later add is refused too. */
+typedef enum { LS_INIT_NORMAL, LS_INIT_ZERO, LS_INIT_ONE, LS_INIT_ALOG, LS_INIT_DTBIAS } ls_init_kind;
+
+typedef struct {
+    const ls_model_config *cfg;
+    const ls_objective *obj;
+    ls_tensor *t;          /* [cap] (NULL: count only) */
+    ls_init_kind *kinds;   /* [cap] */
+    double *stds;          /* [cap] */
+    size_t cap, n;
+    int overflow;          /* a shape's element count overflowed size_t */
+    ls_status st;
+    char err[320];
+} ls_param_builder;
+
+ls_tensor *LS_K(ls_params_add)(ls_param_builder *b, const char *name, size_t d0, size_t d1, ls_init_kind kind,
+                               double std, int adapter);
+/* A linear [out, in] named prefix.weight, with its LoRA pair (prefix.lora_A
+ * [r, in], prefix.lora_B [out, r]) when lora (a LoRA target) and the train
+ * mode is lora. */
+ls_lin LS_K(ls_params_add_lin)(ls_param_builder *b, const char *prefix, size_t out, size_t in, double std,
+                               int lora);
+/* The three below take the family's table (fam->build lists the tensors);
+ * trainer/families/families.h gives the same three chosen by cfg->family. */
+struct ls_family_ops;
+/* The number of tensors cfg/obj's table has (the family's list, counted). */
+void LS_K(ls_params_tensor_count_of)(const struct ls_family_ops *fam, const ls_model_config *cfg,
+                                     const ls_objective *obj, size_t *n);
+
+/* The bytes ls_params_init will allocate, per memory category
+ * (fixed_weights: base weights + the full-mode reference copy; adapters;
+ * gradients; optimizer_state: both AdamW moments), from the closed form of
+ * ls_config_param_counts, overflow-checked; every other category 0.  What
+ * ls_params_init then allocates equals this exactly (it checks).  Errors as
+ * ls_config_param_counts, naming the key or product. */
+ls_status LS_K(ls_params_plan_of)(const struct ls_family_ops *fam, const ls_model_config *cfg,
+                                  const ls_objective *obj, size_t bytes[LS_MEM_COUNT], char *err, size_t err_len);
+
+/* Build the table for cfg/obj, allocate through the memory tracker and
+ * initialise deterministically from seed.  *out owned by the caller.
+ * Every failure writes err: LS_ERR_NOMEM names what could not be
+ * allocated; LS_ERR_INTERNAL when the table disagrees with the plan. */
+ls_status LS_K(ls_params_init_of)(const struct ls_family_ops *fam, ls_params **out, const ls_model_config *cfg,
+                                  const ls_objective *obj, uint64_t seed, char *err, size_t err_len);
+void LS_K(ls_params_free)(ls_params *p);
+/* Reference policy view (docs/model.md §3): adapters off (lora mode) or the frozen
+ * step-0 copy (full mode).  Free with ls_params_free. */
+ls_status LS_K(ls_params_ref_view)(ls_params **out, const ls_params *p);
+/* For a family's ref_view: the tensor of dst at t's index in src (NULL for
+ * NULL); a linear's weight remapped, its adapters off (NULL). */
+ls_tensor *LS_K(ls_params_remap)(const ls_params *src, ls_params *dst, const ls_tensor *t);
+ls_lin LS_K(ls_params_remap_lin)(const ls_params *src, ls_params *dst, ls_lin l);
+/* Snapshot the current weights as the reference (full mode; no-op in lora). */
+void LS_K(ls_params_snapshot_ref)(ls_params *p);
+ls_tensor *LS_K(ls_params_find)(const ls_params *p, const char *name);
+void LS_K(ls_params_zero_grads)(ls_params *p);
+/* Sum of squares of all trainable gradients (double accumulation). */
+double LS_K(ls_params_grad_sumsq)(const ls_params *p);
+/* 1 when every trainable gradient is finite. */
+int LS_K(ls_params_grads_finite)(const ls_params *p);
+#endif

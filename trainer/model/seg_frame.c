@@ -1,0 +1,176 @@
+/* seg_frame.c - the segments' frame (seg_frame.h): argument checks, tape
+ * set-up, embedding and head, forward and backward. */
+#include "trainer/model/seg_frame.h"
+
+#include <string.h>
+
+#include "kernels/embedding.h"
+#include "kernels/logprob.h"
+#include "kernels/norm.h"
+
+#define R(n) ((n) * sizeof(ls_real))
+#define VOCAB_CHUNK 128
+
+ls_status LS_K(ls_seg_check_io)(const ls_params *p, const ls_seg_io *io) {
+    size_t T = io->T, V = (size_t)p->cfg.vocab;
+    if (T == 0 || (io->targets && io->score_from >= T)) return LS_ERR_ARG;
+    if (io->grad_cut && (!io->tape || io->grad_cut >= T)) return LS_ERR_ARG;
+    for (size_t t = 0; t < T; t++)
+        if (io->tokens[t] < 0 || (size_t)io->tokens[t] >= V) return LS_ERR_ARG;
+    if (io->targets)
+        for (size_t t = 0; t < T - io->score_from; t++)
+            if (io->targets[t] < 0 || (size_t)io->targets[t] >= V) return LS_ERR_ARG;
+    return LS_OK;
+}
+
+/* A zeroed tape in a new arena of io->tape_cat, the frame filled from io,
+ * n_layers zeroed layer tapes of ly_size bytes; NULL when out of memory. */
+static ls_seg_tape *tape_new(const ls_params *p, const ls_seg_io *io, size_t ly_size) {
+    ls_arena a;
+    ls_arena_init(&a, io->tape_cat, 1u << 20);
+    ls_seg_tape *tp = ls_arena_alloc(&a, sizeof *tp);
+    if (!tp) {
+        ls_arena_free(&a);
+        return NULL;
+    }
+    ls_seg_frame *fr = &tp->fr;
+    fr->arena = a;
+    fr->ly = ls_arena_alloc(&fr->arena, (size_t)p->cfg.n_layers * ly_size);
+    fr->tokens = ls_arena_alloc(&fr->arena, io->T * sizeof(int32_t));
+    if (!fr->ly || !fr->tokens) {
+        LS_K(ls_seg_tape_free)(tp);
+        return NULL;
+    }
+    memcpy(fr->tokens, io->tokens, io->T * sizeof(int32_t));
+    fr->T = io->T;
+    fr->pos0 = io->pos0;
+    fr->ctx = io->ctx;
+    fr->grad_cut = io->grad_cut;
+    return tp;
+}
+
+void LS_K(ls_seg_tape_free)(ls_seg_tape *tape) {
+    if (!tape) return;
+    ls_arena a = tape->fr.arena;
+    ls_arena_free(&a); /* the tape struct lives in its own arena */
+}
+
+size_t LS_K(ls_seg_tape_bytes)(const ls_seg_tape *tape) { return tape ? tape->fr.arena.used_bytes : 0; }
+
+ls_status LS_K(ls_seg_forward)(const ls_params *p, ls_seg_io *io, size_t ly_size, int zero_centred,
+                               ls_seg_layers_fn layers) {
+    size_t T = io->T, d = (size_t)p->cfg.d_model;
+    ls_status st = LS_K(ls_seg_check_io)(p, io);
+    if (st != LS_OK) return st;
+    ls_seg_tape *tp = NULL;
+    ls_arena work; /* h, and the head when not taping */
+    ls_arena_init(&work, LS_MEM_SCRATCH, 0);
+    st = LS_ERR_NOMEM;
+    if (io->tape && !(tp = tape_new(p, io, ly_size))) goto cleanup;
+    ls_real *h = ls_arena_alloc(&work, R(T * d));
+    if (!h) goto cleanup;
+    LS_K(ls_seg_embed_forward)(p, io, h);
+    st = layers(p, io, h, tp ? &tp->fr : NULL);
+    if (st != LS_OK) goto cleanup;
+    if (io->state_out) io->state_out->n_pos = io->pos0 + (int64_t)T;
+    st = LS_K(ls_seg_head_forward)(p, io, h, zero_centred, tp ? &tp->fr : NULL, &work);
+    if (st == LS_OK && io->tape) {
+        *io->tape = tp;
+        tp = NULL;
+    }
+cleanup:
+    ls_arena_free(&work);
+    LS_K(ls_seg_tape_free)(tp);
+    return st;
+}
+
+ls_status LS_K(ls_seg_backward)(const ls_params *p, ls_seg_tape *tape, const ls_real *dlogp, ls_state *dctx,
+                                int zero_centred, ls_seg_layer_bwd_fn layer, ls_layer_hook hook, void *hook_user) {
+    ls_seg_frame *fr = &tape->fr;
+    size_t T = fr->T, d = (size_t)p->cfg.d_model;
+    if (fr->grad_cut && dctx) return LS_ERR_ARG; /* the context is before the cut */
+    ls_arena work;
+    ls_arena_init(&work, fr->arena.cat, 0);
+    ls_status st = LS_ERR_NOMEM;
+    ls_real *dh = ls_arena_alloc(&work, R(T * d));
+    if (dh) st = LS_K(ls_seg_head_backward)(p, fr, dlogp, zero_centred, dh, &work, hook, hook_user);
+    for (int l = p->cfg.n_layers - 1; st == LS_OK && l >= 0; l--) {
+        int64_t t0 = ls_hook_now_ns();
+        ls_arena scr;
+        ls_arena_init(&scr, fr->arena.cat, 0);
+        st = layer(p, l, fr, dh, dctx, &scr);
+        ls_arena_free(&scr);
+        if (st == LS_OK && hook) hook(hook_user, l, 1, T, ls_hook_now_ns() - t0, ls_hook_l2(dh, T * d));
+    }
+    if (st == LS_OK) LS_K(ls_seg_embed_backward)(p, fr, dh, hook, hook_user);
+    ls_arena_free(&work);
+    return st;
+}
+
+void LS_K(ls_seg_embed_forward)(const ls_params *p, const ls_seg_io *io, ls_real *h) {
+    size_t d = (size_t)p->cfg.d_model;
+    int64_t t0 = ls_hook_now_ns();
+    LS_K(ls_embedding_forward)(h, io->tokens, p->embed->w, io->T, d);
+    if (io->hook) io->hook(io->hook_user, -1, 0, io->T, ls_hook_now_ns() - t0, ls_hook_l2(h, io->T * d));
+}
+
+ls_status LS_K(ls_seg_head_forward)(const ls_params *p, const ls_seg_io *io, const ls_real *h, int zero_centred,
+                                    ls_seg_frame *fr, ls_arena *work) {
+    if (!io->targets && !io->last_hidden) return LS_OK;
+    const ls_model_config *c = &p->cfg;
+    size_t T = io->T, d = (size_t)c->d_model, V = (size_t)c->vocab;
+    int64_t t0 = ls_hook_now_ns();
+    size_t r0 = io->targets ? io->score_from : T - 1, n = T - r0;
+    ls_arena *ha = fr ? &fr->arena : work;
+    ls_real *xf = ls_arena_alloc(ha, R(n * d)), *rstd = ls_arena_alloc(ha, R(n));
+    ls_real *xn = ls_arena_alloc(ha, R(n * d)), *lse = ls_arena_alloc(ha, R(n));
+    int32_t *tg = io->targets ? ls_arena_alloc(ha, n * sizeof(int32_t)) : NULL;
+    if (!xf || !rstd || !xn || !lse || (io->targets && !tg)) return LS_ERR_NOMEM;
+    memcpy(xf, h + r0 * d, R(n * d));
+    LS_K(ls_rmsnorm_forward)(xn, rstd, xf, p->norm->w, zero_centred, (ls_real)c->rms_eps, n, d);
+    if (io->targets) {
+        memcpy(tg, io->targets, n * sizeof(int32_t));
+        ls_real *ws = ls_arena_alloc(work, R(LS_K(ls_logprob_workspace)(n, VOCAB_CHUNK)));
+        if (!ws) return LS_ERR_NOMEM;
+        LS_K(ls_logprob_forward)(io->logp, lse, xn, p->lm_head->w, tg, (ls_real)p->obj.temperature, n, d, V,
+                                 VOCAB_CHUNK, ws);
+    }
+    if (io->last_hidden) memcpy(io->last_hidden, xn + (n - 1) * d, R(d));
+    if (fr) {
+        fr->score_from = r0;
+        fr->n_sc = io->targets ? n : 0;
+        fr->targets = tg;
+        fr->xf = xf;
+        fr->rstd_f = rstd;
+        fr->xn_f = xn;
+        fr->lse = lse;
+    }
+    if (io->hook) io->hook(io->hook_user, c->n_layers, 0, n, ls_hook_now_ns() - t0, ls_hook_l2(xn, n * d));
+    return LS_OK;
+}
+
+ls_status LS_K(ls_seg_head_backward)(const ls_params *p, const ls_seg_frame *fr, const ls_real *dlogp,
+                                     int zero_centred, ls_real *dh, ls_arena *work, ls_layer_hook hook,
+                                     void *hook_user) {
+    if (!dlogp || !fr->n_sc) return LS_OK;
+    const ls_model_config *c = &p->cfg;
+    size_t n = fr->n_sc, d = (size_t)c->d_model, V = (size_t)c->vocab;
+    int64_t t0 = ls_hook_now_ns();
+    ls_real *dxn = ls_arena_alloc(work, R(n * d));
+    ls_real *ws = ls_arena_alloc(work, R(LS_K(ls_logprob_workspace)(n, VOCAB_CHUNK)));
+    if (!dxn || !ws) return LS_ERR_NOMEM;
+    LS_K(ls_logprob_backward)(dxn, p->lm_head->g, dlogp, fr->xn_f, p->lm_head->w, fr->targets, fr->lse,
+                              (ls_real)p->obj.temperature, n, d, V, VOCAB_CHUNK, ws);
+    LS_K(ls_rmsnorm_backward)(dh + fr->score_from * d, p->norm->g, dxn, fr->xf, fr->rstd_f, p->norm->w,
+                              zero_centred, n, d);
+    if (hook) hook(hook_user, c->n_layers, 1, n, ls_hook_now_ns() - t0, ls_hook_l2(dh, fr->T * d));
+    return LS_OK;
+}
+
+void LS_K(ls_seg_embed_backward)(const ls_params *p, const ls_seg_frame *fr, const ls_real *dh, ls_layer_hook hook,
+                                 void *hook_user) {
+    size_t d = (size_t)p->cfg.d_model;
+    int64_t t0 = ls_hook_now_ns();
+    if (p->embed->g) LS_K(ls_embedding_backward)(p->embed->g, dh, fr->tokens, fr->T, d);
+    if (hook) hook(hook_user, -1, 1, fr->T, ls_hook_now_ns() - t0, ls_hook_l2(dh, fr->T * d));
+}

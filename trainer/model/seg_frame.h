@@ -1,0 +1,75 @@
+/* seg_frame.h - what the two families' segments share around their layer
+ * stacks (hybrid_segment.c, mla_segment.c): the frame of a segment's tape (tokens,
+ * position, context, the cut, and the scored rows' final norm and log-prob
+ * head), the checks of a segment's arguments, the embedding and the head,
+ * and the segment's forward and backward around a family's layers, given
+ * as functions.  Internal to the trainer; numeric (LS_K names). */
+#ifndef LS_TRAINER_SEG_FRAME_H
+#define LS_TRAINER_SEG_FRAME_H
+#include "trainer/base/arena.h"
+#include "trainer/model/family.h"
+
+typedef struct {
+    ls_arena arena; /* holds the tape itself and everything it points to */
+    size_t T, score_from, n_sc, grad_cut;
+    int64_t pos0;
+    const ls_state *ctx;
+    int32_t *tokens, *targets;
+    void *ly;       /* the family's n_layers layer tapes */
+    ls_real *xf, *rstd_f, *xn_f, *lse; /* final norm input and outputs over the scored rows */
+} ls_seg_frame;
+
+/* Both families' tape (family.h's opaque ls_seg_tape). */
+struct ls_seg_tape {
+    ls_seg_frame fr;
+};
+
+/* A family's layer stack over h [T, d] (in and out), taped into fr's layer
+ * tapes when fr is not NULL. */
+typedef ls_status (*ls_seg_layers_fn)(const ls_params *p, ls_seg_io *io, ls_real *h, ls_seg_frame *fr);
+/* One layer's taped backward: dh [T, d] in and out; dctx (may be NULL)
+ * receives the gradient of fr's context. */
+typedef ls_status (*ls_seg_layer_bwd_fn)(const ls_params *p, int l, ls_seg_frame *fr, ls_real *dh,
+                                         ls_state *dctx, ls_arena *scr);
+
+/* A whole segment (what a family's segment_forward does once it checked
+ * its own arguments): ls_seg_check_io, the embedding, the family's layers,
+ * state_out's n_pos, the head (zero_centred as ls_rmsnorm_forward), and the
+ * tape (layer tapes of ly_size bytes) into *io->tape when asked. */
+ls_status LS_K(ls_seg_forward)(const ls_params *p, ls_seg_io *io, size_t ly_size, int zero_centred,
+                               ls_seg_layers_fn layers);
+/* Its backward: the head, the family's layers from the last, the
+ * embedding.  LS_ERR_ARG for a context gradient under a cut. */
+ls_status LS_K(ls_seg_backward)(const ls_params *p, ls_seg_tape *tape, const ls_real *dlogp, ls_state *dctx,
+                                int zero_centred, ls_seg_layer_bwd_fn layer, ls_layer_hook hook, void *hook_user);
+
+/* LS_ERR_ARG when io asks for nothing valid: T 0, scoring from T or later,
+ * a cut without a tape or at T or later, a token or target outside the
+ * vocabulary. */
+ls_status LS_K(ls_seg_check_io)(const ls_params *p, const ls_seg_io *io);
+
+
+/* h [T, d] = the embedding of io->tokens, reported to io->hook as layer -1. */
+void LS_K(ls_seg_embed_forward)(const ls_params *p, const ls_seg_io *io, ls_real *h);
+
+/* The head over the scored rows of h (io->score_from on; the last row when
+ * only io->last_hidden is asked): the final norm (zero_centred as
+ * ls_rmsnorm_forward), the log-probs of io->targets into io->logp, the last
+ * normed row into io->last_hidden; kept in fr when taping (NULL: the rows
+ * live in work), reported to io->hook as layer n_layers.  Nothing when io
+ * asks for neither. */
+ls_status LS_K(ls_seg_head_forward)(const ls_params *p, const ls_seg_io *io, const ls_real *h, int zero_centred,
+                                    ls_seg_frame *fr, ls_arena *work);
+
+/* The head's backward from dlogp into the scored rows of dh [T, d], the
+ * lm_head and final norm gradients accumulated; scratch from work; nothing
+ * when dlogp is NULL or no row was scored. */
+ls_status LS_K(ls_seg_head_backward)(const ls_params *p, const ls_seg_frame *fr, const ls_real *dlogp,
+                                     int zero_centred, ls_real *dh, ls_arena *work, ls_layer_hook hook,
+                                     void *hook_user);
+
+/* The embedding's backward from dh [T, d] (when the embedding is trained),
+ * reported to hook as layer -1. */
+void LS_K(ls_seg_embed_backward)(const ls_params *p, const ls_seg_frame *fr, const ls_real *dh, ls_layer_hook hook,
+                                 void *hook_user);
+#endif

@@ -1,0 +1,241 @@
+/* run_report.c - peaks, receipt, manifest and summary of a run. */
+#include "trainer/run/run_report.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cblas.h>
+
+#include "kernels/decisions.h"
+#include "receipts/build_info.h"
+#include "receipts/json_util.h"
+#include "receipts/manifest.h"
+#include "receipts/receipt.h"
+#include "trainer/dist/comm.h"
+
+void ls_run_peaks_fold(ls_run_peaks *sp, int64_t step) {
+    ls_mem_stats s;
+    ls_mem_snapshot(&s);
+    for (int k = 0; k < LS_MEM_COUNT; k++)
+        if (s.peak_bytes[k] > sp->cat[k]) sp->cat[k] = s.peak_bytes[k];
+    if (sp->steps == 0 || s.peak_total > sp->total) {
+        sp->total = s.peak_total;
+        sp->total_at = step;
+    }
+    sp->steps++;
+}
+
+/* Every other option the run used (provenance: none of them changes what
+ * the audit requires, each one changes what ran). */
+static cJSON *options_json(const ls_train_args *a) {
+    const ls_step_options *o = &a->step;
+    cJSON *j = cJSON_CreateObject();
+    if (!j) return NULL;
+    ls_json_add_u64(j, "seed", o->seed);
+    cJSON_AddNumberToObject(j, "lr", o->lr);
+    cJSON_AddNumberToObject(j, "beta1", o->beta1);
+    cJSON_AddNumberToObject(j, "beta2", o->beta2);
+    cJSON_AddNumberToObject(j, "adam_eps", o->adam_eps);
+    cJSON_AddNumberToObject(j, "weight_decay", o->weight_decay);
+    ls_json_add_u64(j, "prompt_len", a->rollouts ? 0 : (uint64_t)a->P); /* 0: each rollouts line sets it */
+    ls_json_add_u64(j, "response_len", a->rollouts ? 0 : (uint64_t)o->R);
+    cJSON_AddNumberToObject(j, "top_p", o->top_p);
+    cJSON_AddStringToObject(j, "lora_init", a->obj.lora_init_random ? "random" : "zero");
+    ls_json_add_u64(j, "page_size", o->page_size);
+    ls_json_add_u64(j, "capture_chunk", o->capture_chunk);
+    ls_json_add_u64(j, "save_every", (uint64_t)a->save_every);
+    ls_json_add_u64(j, "memory_budget", a->memory_budget);
+    cJSON_AddStringToObject(j, "input", a->rollouts ? "rollouts" : "task");
+    cJSON_AddBoolToObject(j, "resumed", a->resume != NULL);
+    cJSON_AddBoolToObject(j, "loaded", a->load != NULL);
+    return j;
+}
+
+/* The config's "inputs": the digest of each input the run used. */
+static cJSON *inputs_json(const ls_run_inputs *in) {
+    cJSON *j = cJSON_CreateObject();
+    if (!j) return NULL;
+    const char *keys[] = {"config", "load", "resume"}, *vals[] = {in->config, in->load, in->resume};
+    int ok = 1;
+    for (size_t i = 0; i < 3; i++)
+        if (vals[i][0]) ok = ok && cJSON_AddStringToObject(j, keys[i], vals[i]);
+    if (in->rollouts) {
+        cJSON *r = cJSON_AddObjectToObject(j, "rollouts");
+        ok = ok && r && cJSON_AddStringToObject(r, "sha256", in->rollouts_sha256) &&
+             ls_json_add_u64(r, "bytes", in->rollouts_bytes) == 0;
+    }
+    if (in->initial_weights[0]) ok = ok && cJSON_AddStringToObject(j, "initial_weights", in->initial_weights);
+    if (!ok) {
+        cJSON_Delete(j);
+        return NULL;
+    }
+    return j;
+}
+
+cJSON *ls_run_config_json(const ls_train_args *a, uint32_t world, int64_t first_step, const ls_run_inputs *in) {
+    cJSON *c = ls_config_to_json(&a->cfg, &a->obj);
+    if (!c) return NULL;
+    cJSON *f = cJSON_AddArrayToObject(c, "faults");
+    const ls_step_options *o = &a->step;
+    const char *names[] = {"nan-grad", "untracked-alloc", "skip-dkv-reduce", "skip-grad-finalize",
+                           "cp-local-attention", "cp-local-dsa", "kill-rank"};
+    int on[] = {o->fault_nan_grad, o->fault_untracked_alloc, o->cp_faults.skip_dkv_reduce,
+                o->cp_faults.skip_grad_finalize, o->cp_faults.local_attention, o->cp_faults.local_dsa,
+                a->fault_kill_rank};
+    for (size_t i = 0; f && i < sizeof on / sizeof on[0]; i++)
+        if (on[i]) cJSON_AddItemToArray(f, cJSON_CreateString(names[i]));
+    /* what the audit needs to know was asked for: the dtype, the group size (of the built-in
+       task; -1: a rollouts file's lines set their own), the steps asked (-1: until the input ends) */
+    cJSON_AddStringToObject(c, "dtype", a->f64 ? "f64" : "f32");
+    cJSON_AddNumberToObject(c, "group", a->rollouts ? -1.0 : (double)a->step.G);
+    cJSON_AddNumberToObject(c, "steps_requested", a->have_steps ? (double)a->steps : (a->rollouts ? -1.0 : 1.0));
+    /* the strategy decides which phases a step has (naive: no prompt backward) */
+    cJSON_AddStringToObject(c, "strategy", a->step.strategy == LS_STRATEGY_NAIVE ? "naive" : "longstraw");
+    /* the loss (every step's, but the first sft_steps that use sft), the steps that reuse a stale prompt
+       state, and the global index of the first step (a resumed run's checkpoint step) */
+    cJSON_AddStringToObject(c, "objective", a->step.objective == LS_OBJECTIVE_SFT ? "sft" : "grpo");
+    cJSON_AddNumberToObject(c, "sft_steps", a->sft_steps);
+    cJSON_AddNumberToObject(c, "prefix_frozen", a->prefix_frozen > 1 ? a->prefix_frozen : 1);
+    cJSON_AddNumberToObject(c, "first_step", (double)first_step);
+    cJSON *opts = options_json(a);
+    if (!opts || !cJSON_AddItemToObject(c, "options", opts)) {
+        cJSON_Delete(opts);
+        cJSON_Delete(c);
+        return NULL;
+    }
+    cJSON *ins = in ? inputs_json(in) : NULL;
+    if (in && (!ins || !cJSON_AddItemToObject(c, "inputs", ins))) {
+        cJSON_Delete(ins);
+        cJSON_Delete(c);
+        return NULL;
+    }
+    if (!f || !cJSON_AddNumberToObject(c, "cp_ranks", world)) {
+        cJSON_Delete(c);
+        return NULL;
+    }
+    return c;
+}
+
+static cJSON *build_json(void) {
+    char blas[128];
+    snprintf(blas, sizeof blas, "%s", openblas_get_config());
+    cJSON *build = NULL;
+    ls_status bst = ls_build_info_create(blas, ls_comm_mpi_library(), &build);
+    if (bst != LS_OK) /* the receipt writer then refuses the NULL build object */
+        fprintf(stderr, "longstraw-train: build info: cannot describe this build (reading /proc/self/exe): %s\n",
+                ls_status_str(bst));
+    return build;
+}
+
+int ls_run_write_manifest(const ls_train_args *a, const char *run_id, uint32_t world, int64_t first_step,
+                          const ls_run_inputs *in) {
+    cJSON *build = build_json(), *config = ls_run_config_json(a, world, first_step, in);
+    char rerr[1024];
+    int rc = 0;
+    ls_manifest m = {.run_id = run_id, .world = world, .build = build, .config = config};
+    if (ls_manifest_write(a->out, &m, rerr, sizeof rerr) != LS_OK) {
+        fprintf(stderr, "longstraw-train: manifest: %s\n", rerr);
+        rc = 1;
+    }
+    cJSON_Delete(build);
+    cJSON_Delete(config);
+    return rc;
+}
+
+int ls_run_write_receipt(const ls_train_args *a, const ls_run_outcome *oc) {
+    int rc = 0;
+    cJSON *build = NULL, *config = NULL;
+    const ls_run_peaks *sp = oc->sp;
+    ls_mem_stats ms;
+    ls_mem_snapshot(&ms);
+    ls_receipt_phase ph[LS_PHASE_COUNT];
+    size_t nph = 0;
+    for (int i = 0; i < LS_PHASE_COUNT; i++)
+        if (oc->ob->count[i])
+            ph[nph++] = (ls_receipt_phase){ls_trace_phase_name((ls_trace_phase)i), oc->ob->count[i], oc->ob->ns[i]};
+    ls_receipt_memory mem[LS_MEM_COUNT];
+    for (int k = 0; k < LS_MEM_COUNT; k++)
+        mem[k] = (ls_receipt_memory){ls_mem_cat_name((ls_mem_cat)k), ms.run_peak_bytes[k], sp->cat[k]};
+    build = build_json();
+    config = ls_run_config_json(a, oc->world, oc->first_step, oc->inputs);
+    char host[256] = "localhost";
+    gethostname(host, sizeof host - 1);
+    for (char *c = host; *c; c++)
+        if (*c == ' ') *c = '-';
+    ls_receipt r = {.run_id = oc->run_id, .rank = oc->rank, .world = oc->world, .host = host,
+                    .rank_state = oc->rank_state, .build = build, .config = config,
+                    .steps = oc->steps_done, .phases = ph, .n_phases = nph, .memory = mem,
+                    .n_memory = LS_MEM_COUNT, .run_total_peak_bytes = ms.run_peak_total,
+                    .rss_peak_bytes = ls_mem_peak_rss_bytes(), .step_total_peak_bytes = sp->total,
+                    .steps_measured = sp->steps, .step_total_peak_at = sp->total_at, .events_file = oc->events_rel,
+                    .events_count = (uint64_t)oc->n_events, .events_last_seq = oc->n_events - 1,
+                    .status = oc->ok ? LS_RECEIPT_COMPLETE : LS_RECEIPT_ERROR,
+                    .error_code = oc->ok ? 0 : (int)oc->fail_st,
+                    .error_message = oc->ok ? NULL : (oc->error_message && oc->error_message[0] ? oc->error_message
+                                                                                               : "the step failed"),
+                    .start_unix_ns = oc->start_unix_ns, .end_unix_ns = (uint64_t)time(NULL) * 1000000000ull,
+                    .steps_prefix_frozen = oc->prefix_frozen_steps, .prefix_frozen_steps = oc->frozen_idx};
+    ls_receipt_objective objs[2] = {{"grpo", oc->steps_done - oc->sft_steps}, {"sft", oc->sft_steps}};
+    r.objectives = objs;
+    r.n_objectives = oc->sft_steps ? 2 : 1;
+    char rerr[1024];
+    if (ls_receipt_write(a->out, &r, rerr, sizeof rerr) != LS_OK) {
+        fprintf(stderr, "longstraw-train: receipt: %s\n", rerr);
+        rc = 1;
+    }
+    cJSON_Delete(build);
+    cJSON_Delete(config);
+    return rc;
+}
+
+/* "title: name 1.23 MiB, ..., total X" of the nonzero categories. */
+static void print_peaks(const char *title, const size_t cat[LS_MEM_COUNT], size_t total, const char *tail) {
+    char h[32];
+    printf("  %s:", title);
+    for (int k = 0; k < LS_MEM_COUNT; k++)
+        if (cat[k]) printf(" %s %s,", ls_mem_cat_name((ls_mem_cat)k), ls_run_human_bytes(h, sizeof h, (double)cat[k]));
+    printf(" total %s%s\n", ls_run_human_bytes(h, sizeof h, (double)total), tail);
+}
+
+void ls_run_print_summary(const ls_train_args *a, const ls_run_outcome *oc, const ls_step_result *res,
+                          const char *dtype, size_t P, size_t G) {
+    ls_mem_stats ms;
+    ls_mem_snapshot(&ms);
+    char h1[32], h2[32], h3[32], tail[96];
+    printf("longstraw-train: %llu step(s) of %s (%s, %s, %s) P=%zu G=%zu: loss %.6f, grad-norm %.4e, "
+           "mean reward %.4f\n",
+           (unsigned long long)oc->steps_done, a->config_path, dtype,
+           a->obj.grad_mode == LS_GRAD_FULL ? "full" : "detached",
+           a->step.strategy == LS_STRATEGY_NAIVE ? "naive" : "longstraw", P, G, res->loss + 0.0 /* no "-0" */,
+           res->grad_norm, res->mean_reward);
+    if (oc->prefix_frozen_steps)
+        printf("  %llu of them prefix-frozen (a stale prompt state; never exact)\n",
+               (unsigned long long)oc->prefix_frozen_steps);
+    printf("  exact loss %.17g (last step)\n", res->loss + 0.0); /* read by tests/reference/ */
+    const ls_decisions *dec = ls_decisions_current();
+    if (dec) /* read by longstraw-parity: its finite differences must decide as the unmoved run */
+        printf("  decisions %llu digest %016llx (the run's, in order)\n", (unsigned long long)dec->count,
+               (unsigned long long)dec->digest);
+    if (oc->world > 1)
+        printf("  context parallel over %u ranks: rank %u holds positions [%lld, %lld) of the prompt's %zu\n",
+               oc->world, oc->rank, (long long)res->shard_begin, (long long)res->shard_end, P ? P - 1 : 0);
+    printf("  prompt state %s (analytical %s), largest branch tape %s\n",
+           ls_run_human_bytes(h1, sizeof h1, (double)res->prompt_state_bytes),
+           ls_run_human_bytes(h2, sizeof h2, (double)res->prompt_state_analytical),
+           ls_run_human_bytes(h3, sizeof h3, (double)res->max_branch_bytes));
+    snprintf(tail, sizeof tail, ", rss %s", ls_run_human_bytes(h1, sizeof h1, (double)ls_mem_peak_rss_bytes()));
+    print_peaks("memory peaks, run", ms.run_peak_bytes, ms.run_peak_total, tail);
+    snprintf(tail, sizeof tail, " (step %lld, largest of %llu)", (long long)oc->sp->total_at + 1,
+             (unsigned long long)oc->sp->steps);
+    print_peaks("memory peaks, per step", oc->sp->cat, oc->sp->total, tail);
+    printf("  phases:");
+    const char *sep = " ";
+    for (int i = 0; i < LS_PHASE_COUNT; i++)
+        if (oc->ob->count[i]) {
+            printf("%s%s %.3f s", sep, ls_trace_phase_name((ls_trace_phase)i), oc->ob->ns[i] * 1e-9);
+            sep = ", ";
+        }
+    printf("\n  run: %s (trace, receipt, manifest; byte-exact figures in the receipt)\n", a->out);
+}

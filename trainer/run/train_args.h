@@ -1,0 +1,42 @@
+/* train_args.h - the longstraw-train command line (docs/design.md §7).  Parsing
+ * validates every argument and names the bad one; it never exits.
+ * dtype-independent. */
+#ifndef LS_TRAINER_TRAIN_ARGS_H
+#define LS_TRAINER_TRAIN_ARGS_H
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "trainer/model/config.h"
+#include "trainer/step/step.h"
+
+typedef struct {
+    const char *config_path;
+    char config_sha256[65]; /* of the --config bytes parsed (the receipts' inputs.config) */
+    ls_model_config cfg;
+    ls_objective obj;
+    ls_step_options step;
+    size_t P;               /* prompt length (synthetic task); 0 with --rollouts */
+    int steps;
+    int f64;
+    const char *out;
+    const char *save_init, *dump_batch, *dump_grads, *rollouts, *load;
+    const char *save, *resume, *metrics, *plot;
+    int save_every;         /* checkpoint every N steps (0: never) */
+    int prefix_frozen;      /* K: capture once per K steps (0 or 1: every step exact) */
+    int sft_steps;          /* the first N steps use the sft objective (a warm start) */
+    int have_steps, have_seed;
+    size_t memory_budget;   /* bytes; 0 = 90% of MemAvailable */
+    int quiet;
+    int help;
+    /* --fault kill-rank=R@POINT: fault_kill_rank = R + 1 (0: none), the phase
+     * (LS_PHASE_*) and, when kill_at_layer, the layer whose first layer_end in
+     * that phase is the last thing the rank writes; otherwise it dies as the
+     * phase begins.  Plain kill-rank=R is @replay. */
+    int fault_kill_rank, fault_kill_phase, fault_kill_layer, fault_kill_at_layer;
+    struct ls_comm *comm;   /* the run's communicator (set by main, not parsed; NULL: one rank) */
+} ls_train_args;
+
+/* 0 on success; 2 with a message naming the argument in err. */
+int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size_t err_len);
+void ls_train_usage(FILE *f);
+#endif

@@ -1,0 +1,138 @@
+/* step.h - one GRPO training step on one rank or context-parallel: the
+ * LongStraw transaction (docs/design.md §3) and the naive reference strategy,
+ * for any family (the model is reached through p->fam, family.h).
+ * Numeric (compiled per real type), apart from ls_step_options_defaults
+ * (step_options.c) and ls_step_result_nonfinite (step_result.c).
+ *
+ * ls_step_grads runs capture, rollout (when the batch has no responses),
+ * score, replay and, in `full` mode, the prompt backward, leaving the
+ * finalised gradients in the parameters' .g; ls_step_optimizer then applies
+ * AdamW.  The split lets the caller dump gradients in between. */
+#ifndef LS_TRAINER_STEP_H
+#define LS_TRAINER_STEP_H
+#include "trainer/io/batch.h"
+#include "trainer/dist/cp.h"
+#include "trainer/model/family.h"
+#include "trainer/step/task.h"
+
+/* What a step reports as it goes (trace events).  Any callback may be NULL. */
+typedef struct {
+    void *user;
+    void (*phase_begin)(void *user, const char *phase);
+    void (*phase_end)(void *user, const char *phase, int64_t wall_ns, int ok);
+    /* member = -1 when the phase has none */
+    void (*layer_end)(void *user, const char *phase, int member, int layer, int dir, size_t tokens,
+                      int64_t wall_ns, double out_norm);
+    void (*progress)(void *user, const char *phase, size_t done, size_t total);
+} ls_step_observer;
+
+/* What the replay trains: the GRPO objective (docs/model.md §4), or supervised
+ * cross-entropy on the built-in task's reference answer (the warm start a
+ * GRPO run from random weights needs; same capture-and-replay path). */
+typedef enum { LS_OBJECTIVE_GRPO = 0, LS_OBJECTIVE_SFT = 1 } ls_objective_kind;
+
+typedef struct {
+    ls_strategy strategy;
+    ls_objective_kind objective;
+    size_t page_size;          /* KV page length in tokens */
+    size_t capture_chunk;      /* prompt tokens per capture segment (0: the whole prompt at once) */
+    size_t G;                  /* group size (rollout) */
+    size_t R;                  /* response length (rollout) */
+    double top_p;              /* rollout nucleus */
+    uint64_t seed;
+    double lr, beta1, beta2, adam_eps, weight_decay;
+    int fault_nan_grad;        /* fault injection: poison one gradient after replay */
+    int fault_untracked_alloc; /* fault injection: a prompt-sized buffer outside the tracker */
+    ls_comm_group *cp_group;   /* context parallelism over this group (NULL or size 1: one rank) */
+    ls_cp_faults cp_faults;    /* CP fault injection (cp.h) */
+} ls_step_options;
+
+typedef struct {
+    double loss;
+    double grad_norm;
+    double mean_reward;
+    size_t prompt_state_bytes;     /* measured: bytes the captured state owns */
+    size_t prompt_state_analytical;
+    size_t max_branch_bytes;       /* largest member tape */
+    int64_t phase_ns[8];           /* capture rollout score replay prompt_bwd finalize optimizer */
+    int64_t phase_tokens[8];       /* tokens each phase processed (captures: P-1 each) */
+    /* step metrics (the step_metrics event) */
+    double reward_mean, reward_std, reward_min, reward_max;
+    int has_reward_parts;          /* the built-in task rolled out: its two terms below */
+    double reward_retrieval, reward_format;
+    double adv_mean, adv_std;
+    double loss_policy, loss_kl;   /* GRPO: loss = loss_policy + loss_kl; SFT: loss_policy = loss */
+    double kl_mean, clip_fraction, ratio_min, ratio_mean, ratio_max;
+    double response_len_mean;
+    int64_t tokens;                /* response tokens trained */
+    int captures;                  /* prompt captures this step ran (policy and reference) */
+    int used_reference;            /* the reference policy was captured and scored */
+    int prefix_frozen;             /* the step reused a prompt state captured before an update */
+    /* context parallelism (cp_world > 1): this rank's shard of the captured prompt and whether every
+       rank's finalized gradients were bitwise equal (the digest check) */
+    int cp_world;
+    int64_t shard_begin, shard_end;
+    int grads_agree;
+} ls_step_result;
+
+/* The prompt state kept across prefix-frozen steps (--prefix-frozen K):
+ * the first step captures into it, later steps reuse it although the
+ * parameters changed (stale: such steps are never exact).  rps is the
+ * reference policy's state, kept too when beta > 0.  Zero-initialise;
+ * free with ls_step_prefix_free. */
+typedef struct {
+    ls_state ps, rps;
+    int have_ps, have_rps;
+} ls_step_prefix;
+void LS_K(ls_step_prefix_free)(ls_step_prefix *f);
+
+void ls_step_options_defaults(ls_step_options *o);
+
+/* Run everything up to finalised gradients.  task may be NULL when the
+ * batch already has responses (external rollouts or tests).  The batch
+ * receives responses, rewards, advantages, old and ref log-probs.
+ * Returns LS_ERR_NONFINITE when the loss or a gradient is not finite. */
+ls_status LS_K(ls_step_grads)(ls_params *p, ls_batch *b, const ls_task *task, const ls_step_options *o,
+                              const ls_step_observer *obs, ls_step_result *res, char *err, size_t err_len);
+/* The same, with a prefix kept across steps (NULL: an ordinary step).
+ * LongStraw strategy, detached gradients only (a stale state has no exact
+ * prompt gradient); LS_ERR_ARG otherwise.
+ *
+ * The reference policy: skipped when beta = 0, for the SFT objective, and
+ * when the batch supplies ref log-probs.  Otherwise one prompt state is live
+ * at a time: with known responses the reference state is captured, scored
+ * and freed before the policy capture; when the step rolls out, the policy
+ * state serves rollout and old-policy scoring, is freed, the reference is
+ * captured, scored and freed, and the policy state is captured again for the
+ * replay (one more capture, half the prompt-state peak).  A prefix keeps both
+ * states instead. */
+ls_status LS_K(ls_step_grads_prefix)(ls_params *p, ls_batch *b, const ls_task *task, const ls_step_options *o,
+                                     const ls_step_observer *obs, ls_step_prefix *pf, ls_step_result *res,
+                                     char *err, size_t err_len);
+/* The step guard (dtype-independent): the first figure of r that goes into
+ * the step_metrics event and is not finite, in the event's order (reward
+ * mean/std/min/max, the reward parts only with has_reward_parts, advantage
+ * mean/std, loss, loss_policy, loss_kl, kl_mean, clip_fraction, ratio
+ * min/mean/max, response_len_mean, grad_norm).  Returns its name (a static
+ * string, "reward_std") with its value in *value (value may be NULL), or
+ * NULL when all are finite.  A step with such a figure takes no optimizer
+ * step: its record could not be written. */
+const char *ls_step_result_nonfinite(const ls_step_result *r, double *value);
+/* One AdamW step over every trainable tensor (step counts from 1). */
+void LS_K(ls_step_optimizer)(ls_params *p, const ls_step_options *o, int64_t step);
+
+/* Building blocks exposed for tests and tools. */
+/* Log-probs of response i from a captured prompt state (no autograd). */
+ls_status LS_K(ls_score_member)(const ls_params *p, const ls_state *ps, const ls_batch *b, size_t i,
+                                double *logp, ls_layer_hook hook, void *hook_user);
+/* Capture: prompt positions [0, P-1) into *ps (prompt_state category), in
+ * segments of `chunk` tokens (0: one segment) so that transient buffers stay
+ * chunk-sized; checkpoints (NULL: none) receive each layer's input. */
+ls_status LS_K(ls_capture)(const ls_params *p, const ls_batch *b, size_t page_size, size_t chunk, ls_state *ps,
+                           ls_real **checkpoints, ls_mem_cat cat, ls_layer_hook hook, void *hook_user);
+/* Sample R tokens by token-by-token decode from ps; logp_out[R] (may be
+ * NULL) receives each sampled token's log-prob under the policy. */
+ls_status LS_K(ls_rollout_member)(const ls_params *p, const ls_state *ps, int32_t first_token,
+                                  size_t R, double temperature, double top_p, uint64_t seed,
+                                  int32_t *out, double *logp_out);
+#endif

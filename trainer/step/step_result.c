@@ -1,0 +1,38 @@
+/* step_result.c - the step guard's question about a step's result: which
+ * figure of the step_metrics event is not finite (dtype-independent). */
+#include "trainer/step/step.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+typedef struct {
+    const char *name;
+    size_t off;  /* offset of the double in ls_step_result */
+    int part;    /* a reward part: looked at only with has_reward_parts */
+} figure;
+
+#define F(f) {#f, offsetof(ls_step_result, f), 0}
+#define P(f) {#f, offsetof(ls_step_result, f), 1}
+/* The step_metrics event's doubles that the step computes, in the event's
+ * order (receipts/trace_step_metrics.h); lr and the timings are not the
+ * step's. */
+static const figure FIGURES[] = {
+    F(reward_mean), F(reward_std), F(reward_min), F(reward_max), P(reward_retrieval), P(reward_format),
+    F(adv_mean), F(adv_std), F(loss), F(loss_policy), F(loss_kl), F(kl_mean), F(clip_fraction),
+    F(ratio_min), F(ratio_mean), F(ratio_max), F(response_len_mean), F(grad_norm),
+};
+#undef F
+#undef P
+
+const char *ls_step_result_nonfinite(const ls_step_result *r, double *value) {
+    for (size_t i = 0; i < sizeof FIGURES / sizeof FIGURES[0]; i++) {
+        if (FIGURES[i].part && !r->has_reward_parts) continue;
+        double v;
+        memcpy(&v, (const char *)r + FIGURES[i].off, sizeof v);
+        if (isfinite(v)) continue;
+        if (value) *value = v;
+        return FIGURES[i].name;
+    }
+    return NULL;
+}

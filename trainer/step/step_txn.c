@@ -1,0 +1,573 @@
+/* step_txn.c - the GRPO step as a transaction (docs/design.md §3): capture,
+ * rollout, score (old and reference policies, one prompt state live at a
+ * time), replay, prompt backward, finalize (LongStraw), or one full sequence
+ * per member (naive); the SFT objective on the same path; the step metrics. */
+#include "trainer/step/step.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/grpo.h"
+#include "receipts/trace_event.h"
+#include "trainer/step/grpo_stats.h"
+#include "trainer/base/rng.h"
+
+#define R_(n) ((n) * sizeof(ls_real))
+/* phase indices are the trace vocabulary's (receipts/trace_event.h) */
+enum {
+    PH_CAPTURE = LS_PHASE_CAPTURE, PH_ROLLOUT = LS_PHASE_ROLLOUT, PH_SCORE = LS_PHASE_SCORE,
+    PH_REPLAY = LS_PHASE_REPLAY, PH_PROMPT_BWD = LS_PHASE_PROMPT_BWD, PH_FINALIZE = LS_PHASE_FINALIZE
+};
+#define PHASE_NAME(ph) ls_trace_phase_name((ls_trace_phase)(ph))
+
+typedef struct {
+    const ls_step_observer *obs;
+    const char *phase;
+    int member;
+} hook_ctx;
+
+static void hook_fn(void *user, int layer, int dir, size_t tokens, int64_t wall_ns, double norm) {
+    hook_ctx *h = user;
+    if (h->obs && h->obs->layer_end)
+        h->obs->layer_end(h->obs->user, h->phase, h->member, layer, dir, tokens, wall_ns, norm);
+}
+
+static void begin(const ls_step_observer *obs, int ph, int64_t *t0) {
+    *t0 = ls_hook_now_ns();
+    if (obs && obs->phase_begin) obs->phase_begin(obs->user, PHASE_NAME(ph));
+}
+
+static void end(const ls_step_observer *obs, int ph, int64_t t0, int ok, ls_step_result *res) {
+    int64_t dt = ls_hook_now_ns() - t0;
+    if (res) res->phase_ns[ph] += dt;
+    if (obs && obs->phase_end) obs->phase_end(obs->user, PHASE_NAME(ph), dt, ok);
+}
+
+static void progress(const ls_step_observer *obs, int ph, size_t done, size_t total) {
+    if (obs && obs->progress) obs->progress(obs->user, PHASE_NAME(ph), done, total);
+}
+
+/* What one step carries between its phases. */
+typedef struct {
+    ls_params *p;
+    ls_batch *b;
+    const ls_task *task;
+    const ls_step_options *o;
+    const ls_step_observer *obs;
+    ls_step_result *res;
+    int full, naive, sft, need_rollout, use_ref;
+    void *untracked;        /* the untracked-alloc fault's buffer */
+    ls_state own_ps, dps;  /* the policy prompt state (unless a prefix holds it) and its gradient */
+    ls_state *ps;          /* &own_ps or &prefix->ps; NULL while none is captured */
+    ls_real **ckpt;         /* full mode: each layer's input over the prompt */
+    ls_grpo_stats gs;
+    double rr_sum, rf_sum;  /* the task reward's parts, summed over the group */
+    int use_cp;             /* context parallel over o->cp_group */
+    ls_cp cp;
+    ls_real *stash;         /* CP full mode: the replicated gradients while the prompt backward runs */
+} txn;
+
+static void free_ckpt(txn *x) {
+    if (!x->ckpt) return;
+    for (size_t l = 0; l < (size_t)x->p->cfg.n_layers; l++) ls_mem_free(x->ckpt[l]);
+    ls_mem_free(x->ckpt);
+    x->ckpt = NULL;
+}
+
+/* Capture params q's prompt state into *dst (category prompt_state: a
+ * reference state is a prompt state too, never beside the policy's), with
+ * checkpoints when asked. */
+static ls_status capture_into(txn *x, const ls_params *q, ls_state *dst, int with_ckpt) {
+    const ls_batch *b = x->b;
+    size_t L = (size_t)x->p->cfg.n_layers, d = (size_t)x->p->cfg.d_model;
+    ls_status st = LS_OK;
+    int64_t t0;
+    begin(x->obs, PH_CAPTURE, &t0);
+    hook_ctx hk = {x->obs, "capture", -1};
+    size_t T = x->use_cp ? (size_t)(x->cp.s1 - x->cp.s0) : b->P - 1; /* this rank's positions */
+    if (with_ckpt) {
+        x->ckpt = ls_mem_alloc(LS_MEM_CHECKPOINT, L * sizeof *x->ckpt);
+        if (!x->ckpt) st = LS_ERR_NOMEM;
+        else memset(x->ckpt, 0, L * sizeof *x->ckpt);
+        for (size_t l = 0; st == LS_OK && l < L; l++)
+            if (!(x->ckpt[l] = ls_mem_alloc(LS_MEM_CHECKPOINT, R_(T * d)))) st = LS_ERR_NOMEM;
+    }
+    if (st == LS_OK && x->use_cp)
+        st = LS_K(ls_cp_capture)(&x->cp, q, b->prompt, x->o->page_size, x->o->capture_chunk, dst,
+                                 with_ckpt ? x->ckpt : NULL,
+                                 LS_MEM_PROMPT_STATE, hook_fn, &hk);
+    else if (st == LS_OK)
+        st = LS_K(ls_capture)(q, b, x->o->page_size, x->o->capture_chunk, dst, with_ckpt ? x->ckpt : NULL,
+                              LS_MEM_PROMPT_STATE, hook_fn, &hk);
+    end(x->obs, PH_CAPTURE, t0, st == LS_OK, x->res);
+    if (st == LS_OK) {
+        x->res->captures++;
+        x->res->phase_tokens[PH_CAPTURE] += (int64_t)T;
+    } else {
+        free_ckpt(x);
+    }
+    return st;
+}
+
+static ls_status capture_policy(txn *x, int with_ckpt) {
+    ls_status st = capture_into(x, x->p, &x->own_ps, with_ckpt);
+    if (st != LS_OK) return st;
+    x->ps = &x->own_ps;
+    x->res->prompt_state_bytes = x->p->fam->state_bytes(x->ps);
+    x->res->prompt_state_analytical = x->p->fam->state_plan_bytes(
+        &x->p->cfg, x->use_cp ? x->cp.s1 - x->cp.s0 : (int64_t)x->b->P - 1); /* the shard's, exactly */
+    return LS_OK;
+}
+
+static void release_policy(txn *x) {
+    if (x->ps == &x->own_ps) x->p->fam->state_free(&x->own_ps);
+    x->ps = NULL;
+    free_ckpt(x);
+}
+
+/* Every member's log-probs under params q from the prompt state s. */
+static ls_status score_all(txn *x, const ls_params *q, const ls_state *s, double **out) {
+    ls_status st = LS_OK;
+    for (size_t i = 0; st == LS_OK && i < x->b->G; i++) {
+        hook_ctx hm = {x->obs, "score", (int)i};
+        st = LS_K(ls_score_member)(q, s, x->b, i, out[i], hook_fn, &hm);
+        x->res->phase_tokens[PH_SCORE] += (int64_t)x->b->R[i];
+    }
+    return st;
+}
+
+/* The reference policy's log-probs.  keep: a prefix's state to reuse (and
+ * fill on first use), else NULL: capture, score and free. */
+static ls_status score_reference(txn *x, ls_state *keep, int *have_keep) {
+    ls_params *ref = NULL;
+    ls_state own;
+    ls_state *s = keep ? keep : &own;
+    ls_status st = LS_K(ls_params_ref_view)(&ref, x->p);
+    if (st == LS_OK && !(keep && *have_keep)) {
+        st = capture_into(x, ref, s, 0);
+        if (st == LS_OK && keep) *have_keep = 1;
+    }
+    if (st == LS_OK) {
+        int64_t t0;
+        begin(x->obs, PH_SCORE, &t0);
+        st = score_all(x, ref, s, x->b->ref_lp);
+        end(x->obs, PH_SCORE, t0, st == LS_OK, x->res);
+        if (!keep) x->p->fam->state_free(&own);
+    }
+    LS_K(ls_params_free)(ref);
+    if (st == LS_OK) x->res->used_reference = 1;
+    return st;
+}
+
+static ls_status do_rollout(txn *x) {
+    const ls_step_options *o = x->o;
+    ls_batch *b = x->b;
+    int32_t *buf = ls_mem_alloc(LS_MEM_SCORE, o->R * sizeof *buf);
+    ls_status st = buf ? LS_OK : LS_ERR_NOMEM;
+    for (size_t i = 0; st == LS_OK && i < b->G; i++) {
+        st = LS_K(ls_rollout_member)(x->p, x->ps, b->prompt[b->P - 1], o->R, x->p->obj.temperature, o->top_p,
+                                     ls_rng_derive(o->seed, "rollout") + i, buf, NULL);
+        if (st == LS_OK) st = ls_batch_set_response(b, i, buf, o->R);
+        if (st == LS_OK) {
+            double rr, rf;
+            ls_task_reward_parts(x->task, buf, o->R, &rr, &rf);
+            b->rewards[i] = rr + rf;
+            x->rr_sum += rr;
+            x->rf_sum += rf;
+        }
+        x->res->phase_tokens[PH_ROLLOUT] += (int64_t)o->R;
+        progress(x->obs, PH_ROLLOUT, i + 1, b->G);
+    }
+    ls_mem_free(buf);
+    if (st == LS_OK) x->res->has_reward_parts = 1;
+    return st;
+}
+
+/* Naive strategy: old-policy log-probs from an untaped prompt of its own
+ * (freed before the reference's), then the reference. */
+static ls_status score_naive(txn *x, int use_ref) {
+    ls_status st = LS_OK;
+    ls_state own;
+    if (!x->b->old_supplied) {
+        st = capture_into(x, x->p, &own, 0);
+        if (st == LS_OK) {
+            int64_t t0;
+            begin(x->obs, PH_SCORE, &t0);
+            st = score_all(x, x->p, &own, x->b->old_lp);
+            end(x->obs, PH_SCORE, t0, st == LS_OK, x->res);
+            x->p->fam->state_free(&own);
+        }
+    }
+    if (st == LS_OK && use_ref) st = score_reference(x, NULL, NULL);
+    return st;
+}
+
+static ls_status advantages(txn *x) {
+    ls_batch *b = x->b;
+    ls_real *A = ls_mem_alloc(LS_MEM_SCORE, R_(b->G)), *rw = ls_mem_alloc(LS_MEM_SCORE, R_(b->G));
+    ls_status st = A && rw ? LS_OK : LS_ERR_NOMEM;
+    if (st == LS_OK) {
+        for (size_t i = 0; i < b->G; i++) rw[i] = (ls_real)b->rewards[i];
+        LS_K(ls_grpo_advantages)(A, rw, b->G);
+        for (size_t i = 0; i < b->G; i++) b->adv[i] = (double)A[i];
+    }
+    ls_mem_free(A);
+    ls_mem_free(rw);
+    return st;
+}
+
+/* Taped forward of one sequence (member i of b: a branch from ps, or the
+ * naive full sequence), its loss and backward.  dps: prompt-state gradient
+ * (NULL: detached).  The naive sequence in `detached` mode cuts its gradient
+ * at the carried state (positions < P-1): the stop-gradient reference, one
+ * sequence under autograd.  sft_w [R] (NULL: GRPO): the weighted
+ * cross-entropy -sum_t w_t logp_t / n instead, n the tokens with w_t > 0
+ * (the weights carry the branch's share of the loss).  have_ref: the batch
+ * holds reference log-probs (else KL is zero). */
+static ls_status replay_member(txn *x, const ls_batch *b, size_t i, const double *sft_w, int have_ref,
+                               double *loss, size_t *tape_bytes) {
+    const ls_params *p = x->p;
+    size_t R = b->R[i], P = b->P;
+    int naive = x->naive;
+    size_t T = naive ? P + R - 1 : R;
+    int32_t *in = ls_mem_alloc(LS_MEM_BRANCH, T * sizeof *in);
+    ls_real *lp = ls_mem_alloc(LS_MEM_BRANCH, R_(R) * 4);
+    double *lpd = ls_mem_alloc(LS_MEM_BRANCH, R * sizeof *lpd);
+    ls_seg_tape *tape = NULL;
+    hook_ctx hk = {x->obs, "replay", (int)i};
+    ls_status st = LS_ERR_NOMEM;
+    if (!in || !lp || !lpd) goto cleanup;
+    ls_real *dlp = lp + R, *t_old = lp + 2 * R, *t_ref = lp + 3 * R;
+    if (naive) {
+        memcpy(in, b->prompt, P * sizeof *in);
+        memcpy(in + P, b->resp[i], (R - 1) * sizeof *in);
+    } else {
+        in[0] = b->prompt[P - 1];
+        memcpy(in + 1, b->resp[i], (R - 1) * sizeof *in);
+    }
+    ls_seg_io io = {.tokens = in, .T = T, .pos0 = naive ? 0 : (int64_t)P - 1, .ctx = naive ? NULL : x->ps,
+                    .targets = b->resp[i], .score_from = naive ? P - 1 : 0, .logp = lp, .tape = &tape,
+                    .tape_cat = LS_MEM_BRANCH, .hook = hook_fn, .hook_user = &hk,
+                    .grad_cut = naive && !x->full ? P - 1 : 0};
+    st = p->fam->segment_forward(p, &io);
+    if (st != LS_OK) goto cleanup;
+    for (size_t t = 0; t < R; t++) lpd[t] = (double)lp[t];
+    if (sft_w) {
+        size_t nv = 0;
+        for (size_t t = 0; t < R; t++) nv += sft_w[t] > 0;
+        double n = nv ? (double)nv : 1, s = 0;
+        for (size_t t = 0; t < R; t++) {
+            s -= sft_w[t] * lpd[t];
+            dlp[t] = (ls_real)(-sft_w[t] / n);
+        }
+        *loss += s / n;
+    } else {
+        for (size_t t = 0; t < R; t++) {
+            t_old[t] = (ls_real)b->old_lp[i][t];
+            t_ref[t] = have_ref ? (ls_real)b->ref_lp[i][t] : lp[t];
+        }
+        *loss += LS_K(ls_grpo_member_loss)(dlp, lp, t_old, t_ref, (ls_real)b->adv[i], (ls_real)p->obj.epsilon,
+                                          (ls_real)p->obj.beta, b->G, R);
+        ls_grpo_stats_add(&x->gs, lpd, b->old_lp[i], have_ref ? b->ref_lp[i] : lpd, b->adv[i], p->obj.epsilon,
+                          p->obj.beta, b->G, R);
+    }
+    st = p->fam->segment_backward(p, tape, dlp, x->full && !naive ? &x->dps : NULL, hook_fn, &hk);
+    if (tape_bytes) *tape_bytes = p->fam->tape_bytes(tape);
+    x->res->phase_tokens[PH_REPLAY] += (int64_t)R;
+    x->res->tokens += (int64_t)R;
+cleanup:
+    if (tape) p->fam->tape_free(tape);
+    ls_mem_free(lpd);
+    ls_mem_free(lp);
+    ls_mem_free(in);
+    return st;
+}
+
+/* The SFT replay: G teacher-forced branches from the one captured state,
+ * each the task's answers (ls_task_sft_target) in its own order, the
+ * cross-entropy on the value bytes averaged over the branches. */
+static ls_status replay_sft(txn *x, size_t *tape_bytes) {
+    ls_batch *sb = NULL;
+    ls_status st = ls_batch_alloc(&sb, 1);
+    if (st == LS_OK) st = ls_batch_set_prompt(sb, x->b->prompt, x->b->P);
+    size_t G = x->b->G;
+    for (size_t i = 0; st == LS_OK && i < G; i++) {
+        int32_t *seq = NULL;
+        double *w = NULL;
+        size_t n = 0, tb = 0;
+        st = ls_task_sft_target(x->task, i ? ls_rng_derive(x->o->seed, "sft") + i : 0, &seq, &w, &n);
+        for (size_t t = 0; st == LS_OK && t < n; t++) w[t] /= (double)G;
+        double loss = 0;
+        if (st == LS_OK) st = ls_batch_set_response(sb, 0, seq, n);
+        if (st == LS_OK) st = replay_member(x, sb, 0, w, 0, &loss, &tb);
+        x->res->loss += loss;
+        if (tb > *tape_bytes) *tape_bytes = tb;
+        ls_mem_free(seq);
+        ls_mem_free(w);
+        progress(x->obs, PH_REPLAY, i + 1, G);
+    }
+    ls_batch_free(sb);
+    return st;
+}
+
+static ls_status fail(ls_status st, char *err, size_t err_len, const char *what) {
+    snprintf(err, err_len, "%s failed: %s", what, ls_status_str(st));
+    return st;
+}
+
+/* The figures of the step_metrics event that the phases did not set. */
+static void finish_metrics(txn *x) {
+    ls_step_result *r = x->res;
+    ls_batch *b = x->b;
+    double *v = ls_mem_alloc(LS_MEM_SCORE, b->G * sizeof *v);
+    if (v) {
+        double u1, u2, u3;
+        ls_stats_moments(b->rewards, b->G, &r->reward_mean, &r->reward_std, &r->reward_min, &r->reward_max);
+        ls_stats_moments(b->adv, b->G, &r->adv_mean, &r->adv_std, &u1, &u2);
+        for (size_t i = 0; i < b->G; i++) v[i] = (double)b->R[i];
+        ls_stats_moments(v, b->G, &r->response_len_mean, &u1, &u2, &u3);
+        ls_mem_free(v);
+    }
+    if (r->has_reward_parts) {
+        r->reward_retrieval = x->rr_sum / (double)b->G;
+        r->reward_format = x->rf_sum / (double)b->G;
+    }
+    const ls_grpo_stats *g = &x->gs;
+    if (x->sft || g->tokens == 0) {
+        r->loss_policy = r->loss;
+        r->ratio_min = r->ratio_mean = r->ratio_max = 1;
+    } else {
+        r->loss_policy = g->loss_policy;
+        r->loss_kl = g->loss_kl;
+        r->kl_mean = g->kl_sum / (double)g->tokens;
+        r->clip_fraction = (double)g->clipped / (double)g->tokens;
+        r->ratio_min = g->ratio_min;
+        r->ratio_mean = g->ratio_sum / (double)g->tokens;
+        r->ratio_max = g->ratio_max;
+    }
+}
+
+ls_status LS_K(ls_step_grads)(ls_params *p, ls_batch *b, const ls_task *task, const ls_step_options *o,
+                              const ls_step_observer *obs, ls_step_result *res, char *err, size_t err_len) {
+    return LS_K(ls_step_grads_prefix)(p, b, task, o, obs, NULL, res, err, err_len);
+}
+
+/* Capture (LongStraw always; naive only to roll out) and rollout.  The
+ * reference goes first when the responses are known, so that its state is
+ * gone before the policy's; a rollout that the reference must follow
+ * captures without checkpoints (the policy is captured again after it). */
+static ls_status phase_capture_rollout(txn *x, ls_step_prefix *pf, const char **what) {
+    ls_batch *b = x->b;
+    ls_status st = LS_OK;
+    int64_t t0;
+    *what = "reference scoring";
+    if (x->use_ref && !x->need_rollout && !x->naive && !pf && (st = score_reference(x, NULL, NULL)) != LS_OK)
+        return st;
+    *what = "capture";
+    int recapture = x->use_ref && x->need_rollout && !x->naive && !pf;
+    if (pf && pf->have_ps) { /* stale: captured before an update */
+        x->ps = &pf->ps;
+        x->res->prefix_frozen = 1;
+        x->res->prompt_state_bytes = x->p->fam->state_bytes(x->ps);
+        x->res->prompt_state_analytical = x->p->fam->state_plan_bytes(&x->p->cfg, (int64_t)b->P - 1);
+    } else if (!x->naive || x->need_rollout) {
+        if ((st = capture_policy(x, x->full && !x->naive && !recapture)) != LS_OK) return st;
+        if (pf) { /* the prefix owns it from here */
+            pf->ps = x->own_ps;
+            pf->have_ps = 1;
+            memset(&x->own_ps, 0, sizeof x->own_ps);
+            x->ps = &pf->ps;
+        }
+        if (x->o->fault_untracked_alloc) { /* deliberately outside the tracker, every page touched */
+            size_t n = (b->P - 1) * (size_t)x->p->cfg.d_model * (size_t)x->p->cfg.n_layers * sizeof(ls_real);
+            if ((x->untracked = malloc(n)) != NULL) memset(x->untracked, 0x5a, n);
+        }
+    }
+    if (x->need_rollout) {
+        *what = "rollout";
+        begin(x->obs, PH_ROLLOUT, &t0);
+        st = do_rollout(x);
+        end(x->obs, PH_ROLLOUT, t0, st == LS_OK, x->res);
+    }
+    if (x->naive) release_policy(x); /* the naive strategy keeps no prompt state */
+    for (size_t i = 0; i < b->G; i++) x->res->mean_reward += b->rewards[i] / (double)b->G;
+    return st;
+}
+
+/* Old-policy scores (unless supplied), the reference's when it follows a
+ * rollout, advantages. */
+static ls_status phase_score(txn *x, ls_step_prefix *pf) {
+    ls_batch *b = x->b;
+    ls_status st = LS_OK;
+    int64_t t0;
+    if (x->naive) {
+        st = score_naive(x, x->use_ref);
+    } else if (!b->old_supplied) {
+        begin(x->obs, PH_SCORE, &t0);
+        st = score_all(x, x->p, x->ps, b->old_lp);
+        end(x->obs, PH_SCORE, t0, st == LS_OK, x->res);
+    }
+    if (st == LS_OK && x->use_ref && x->need_rollout && !x->naive) {
+        if (pf) {
+            st = score_reference(x, &pf->rps, &pf->have_rps);
+        } else { /* one prompt state at a time: policy off, reference, policy again */
+            release_policy(x);
+            st = score_reference(x, NULL, NULL);
+            if (st == LS_OK) st = capture_policy(x, x->full);
+        }
+    }
+    if (st == LS_OK) st = advantages(x);
+    if (!x->use_ref && !b->ref_supplied) /* no reference: the dump's ref rows are the old policy's */
+        for (size_t i = 0; i < b->G; i++) memcpy(b->ref_lp[i], b->old_lp[i], b->R[i] * sizeof(double));
+    return st;
+}
+
+/* Replay every member (or the SFT branches), then the prompt backward. */
+static ls_status phase_replay(txn *x, const char **what) {
+    ls_batch *b = x->b;
+    ls_step_result *res = x->res;
+    ls_status st = LS_OK;
+    int64_t t0;
+    *what = "replay";
+    begin(x->obs, PH_REPLAY, &t0);
+    if (x->full && !x->naive) st = x->p->fam->state_grad_like(&x->dps, x->ps, LS_MEM_PROMPT_GRAD);
+    if (x->sft && st == LS_OK) {
+        st = replay_sft(x, &res->max_branch_bytes);
+    } else {
+        int have_ref = x->use_ref || b->ref_supplied;
+        for (size_t i = 0; st == LS_OK && i < b->G; i++) {
+            size_t tb = 0;
+            st = replay_member(x, b, i, NULL, have_ref, &res->loss, &tb);
+            if (tb > res->max_branch_bytes) res->max_branch_bytes = tb;
+            progress(x->obs, PH_REPLAY, i + 1, b->G);
+        }
+    }
+    end(x->obs, PH_REPLAY, t0, st == LS_OK, res);
+    /* the replicated gradients aside: the prompt backward's (and a family's shard-local response part,
+       family.h cp_shard_grads, in both modes) are summed by finalize */
+    const ls_family_ops *fam = x->p->fam;
+    if (st == LS_OK && x->use_cp && !x->naive && (x->full || fam->cp_shard_grads)) {
+        ls_params *p = x->p;
+        size_t n = 0, off = 0;
+        for (size_t i = 0; i < p->n; i++) n += p->t[i].trainable ? p->t[i].numel : 0;
+        if (!(x->stash = ls_mem_alloc(LS_MEM_GRADS, R_(n ? n : 1)))) st = LS_ERR_NOMEM;
+        for (size_t i = 0; st == LS_OK && i < p->n; i++) {
+            if (!p->t[i].trainable) continue;
+            memcpy(x->stash + off, p->t[i].g, R_(p->t[i].numel));
+            memset(p->t[i].g, 0, R_(p->t[i].numel));
+            off += p->t[i].numel;
+        }
+        if (st == LS_OK && fam->cp_shard_grads) st = fam->cp_shard_grads(&x->cp, p);
+    }
+    if (st != LS_OK || !x->full || x->naive) return st;
+    *what = "prompt backward";
+    begin(x->obs, PH_PROMPT_BWD, &t0);
+    hook_ctx hk = {x->obs, "prompt_bwd", -1};
+    if (x->use_cp) {
+        if (st == LS_OK)
+            st = LS_K(ls_cp_prompt_backward)(&x->cp, x->p, b->prompt, x->o->capture_chunk, x->ckpt, x->ps, &x->dps,
+                                             hook_fn, &hk);
+        res->phase_tokens[PH_PROMPT_BWD] += x->cp.s1 - x->cp.s0;
+    } else {
+        st = x->p->fam->prompt_backward(x->p, b->prompt, b->P - 1, x->o->capture_chunk, x->ckpt, x->ps, &x->dps,
+                                        LS_MEM_SCRATCH, hook_fn, &hk);
+        res->phase_tokens[PH_PROMPT_BWD] += (int64_t)(b->P - 1);
+    }
+    end(x->obs, PH_PROMPT_BWD, t0, st == LS_OK, res);
+    return st;
+}
+
+/* Finalize: under CP the cross-rank reductions (cp.h), then the check
+ * that every gradient is finite. */
+static ls_status phase_finalize(txn *x, char *err, size_t err_len) {
+    ls_params *p = x->p;
+    int64_t t0;
+    if (x->o->fault_nan_grad)
+        for (size_t i = 0; i < p->n; i++)
+            if (p->t[i].trainable) {
+                p->t[i].g[0] = (ls_real)NAN;
+                break;
+            }
+    begin(x->obs, PH_FINALIZE, &t0);
+    if (x->use_cp) {
+        ls_status st = LS_K(ls_cp_finalize)(&x->cp, p, x->stash, &x->res->grads_agree);
+        ls_mem_free(x->stash);
+        x->stash = NULL;
+        if (st != LS_OK) {
+            end(x->obs, PH_FINALIZE, t0, 0, x->res);
+            snprintf(err, err_len, "finalize failed: %s", ls_status_str(st));
+            return st;
+        }
+    }
+    x->res->grad_norm = sqrt(LS_K(ls_params_grad_sumsq)(p));
+    int finite = isfinite(x->res->loss) && LS_K(ls_params_grads_finite)(p);
+    end(x->obs, PH_FINALIZE, t0, finite, x->res);
+    if (finite) return LS_OK;
+    snprintf(err, err_len, "non-finite %s (loss %g): no optimizer step", isfinite(x->res->loss) ? "gradient" : "loss",
+             x->res->loss);
+    return LS_ERR_NONFINITE;
+}
+
+ls_status LS_K(ls_step_grads_prefix)(ls_params *p, ls_batch *b, const ls_task *task, const ls_step_options *o,
+                                     const ls_step_observer *obs, ls_step_prefix *pf, ls_step_result *res,
+                                     char *err, size_t err_len) {
+    ls_step_result local;
+    if (!res) res = &local;
+    memset(res, 0, sizeof *res);
+    txn x = {.p = p, .b = b, .task = task, .o = o, .obs = obs, .res = res,
+             .full = p->obj.grad_mode == LS_GRAD_FULL, .naive = o->strategy == LS_STRATEGY_NAIVE,
+             .sft = o->objective == LS_OBJECTIVE_SFT, .need_rollout = b->resp[0] == NULL};
+    x.use_ref = !x.sft && p->obj.beta > 0 && !b->ref_supplied;
+    ls_grpo_stats_init(&x.gs);
+    x.use_cp = o->cp_group && ls_group_size(o->cp_group) > 1;
+    if (x.use_cp && (x.naive || pf)) {
+        snprintf(err, err_len, "%s runs on one rank (start it without mpirun)",
+                 x.naive ? "the naive strategy" : "a prefix-frozen step");
+        return LS_ERR_ARG;
+    }
+    if (x.use_cp) {
+        ls_status cst = LS_K(ls_cp_init)(&x.cp, o->cp_group, p, (int64_t)b->P - 1, &o->cp_faults, err, err_len);
+        if (cst != LS_OK) return cst;
+        res->cp_world = x.cp.world;
+        res->shard_begin = x.cp.s0;
+        res->shard_end = x.cp.s1;
+    }
+    if (pf && (x.naive || x.full)) {
+        snprintf(err, err_len, "a prefix-frozen step needs the longstraw strategy and detached gradients");
+        return LS_ERR_ARG;
+    }
+    if ((x.sft || x.need_rollout) && !task) {
+        snprintf(err, err_len, "%s needs the built-in task", x.sft ? "the sft objective" : "a rollout");
+        return LS_ERR_ARG;
+    }
+    ls_mem_track_kernel_scratch(); /* kernel tile scratch shows under "scratch" */
+    LS_K(ls_params_zero_grads)(p);
+    const char *what = "capture";
+    ls_status st = phase_capture_rollout(&x, pf, &what);
+    if (st == LS_OK && !x.sft && (st = phase_score(&x, pf)) != LS_OK) what = "score";
+    if (st == LS_OK) st = phase_replay(&x, &what);
+    if (st != LS_OK) {
+        fail(st, err, err_len, what);
+    } else {
+        p->fam->state_free(&x.dps);
+        release_policy(&x);
+        st = phase_finalize(&x, err, err_len);
+        finish_metrics(&x);
+    }
+    free(x.untracked);
+    p->fam->state_free(&x.dps);
+    release_policy(&x);
+    ls_mem_free(x.stash);
+    if (x.use_cp) LS_K(ls_cp_free)(&x.cp);
+    return st;
+}
+
+void LS_K(ls_step_prefix_free)(ls_step_prefix *f) {
+    if (!f) return;
+    if (f->have_ps) LS_K(ls_state_free)(&f->ps);
+    if (f->have_rps) LS_K(ls_state_free)(&f->rps);
+    memset(f, 0, sizeof *f);
+}
