@@ -4,6 +4,8 @@ folders' READMEs state.
 
   tests/check_layers.py [ROOT]          check; exit 1 naming every violation
   tests/check_layers.py --order [ROOT]  print the folders in dependency order
+  tests/check_layers.py --selftest      each violation injected into a small
+                                        tree of its own, and seen
 
 A library folder (common, kernels, receipts, audit, parity and each folder
 under trainer/) has a README.md with one line
@@ -16,7 +18,7 @@ check fails on:
   - an `#include "DIR/..."` of a folder the including folder's line does not
     name (tests/, bench/ and tools may include anything);
   - a circle between folders, or between the units of one folder (a unit is
-    x.c with x.h; unit a -> unit b when a's files include b.h);
+    x.c with x.h and x_internal.h; unit a -> unit b when a's files include b.h);
   - two headers with one basename anywhere in the tree;
   - a reference to the design documents outside the repository.
 """
@@ -70,6 +72,12 @@ def sources(root, top):
         for f in sorted(filenames):
             if f.endswith((".c", ".h", ".cu", ".cuh")):
                 yield os.path.relpath(os.path.join(dirpath, f), root)
+
+
+def unit_of(path):
+    """x.c, x.h and x_internal.h are one unit (an internal header is its unit's own)."""
+    stem = os.path.splitext(path)[0]
+    return stem[: -len("_internal")] if stem.endswith("_internal") else stem
 
 
 def cycles(graph):
@@ -141,7 +149,7 @@ def check(root):
             headers.setdefault(base, []).append(path)
         lib = folder_of(path, libs)
         text = open(os.path.join(root, path), encoding="utf-8", errors="replace").read()
-        unit = os.path.splitext(path)[0]
+        unit = unit_of(path)
         for m in INCLUDE.finditer(text):
             inc = m.group(1)
             if not os.path.isfile(os.path.join(root, inc)):
@@ -154,7 +162,7 @@ def check(root):
                     errors.append(f"{path}:{line}: includes {inc} ({target}), which {lib}/README.md "
                                   f"does not allow (May include: {', '.join(sorted(allowed[lib])) or 'nothing'})")
             if lib and target == lib:
-                tunit = os.path.splitext(inc)[0]
+                tunit = unit_of(inc)
                 if tunit != unit:
                     unit_graph.setdefault(unit, set()).add(tunit)
     for comp in cycles(folder_graph):
@@ -175,7 +183,64 @@ def check(root):
     return errors, folder_graph
 
 
+def selftest():
+    """Each kind of violation, injected into a clean synthetic tree, is seen."""
+    import tempfile
+
+    def tree(root, extra):
+        files = {
+            "common/README.md": "May include: nothing\n",
+            "common/status.h": "",
+            "kernels/README.md": "May include: common\n",
+            "kernels/k.h": '#include "common/status.h"\n',
+            "kernels/k.c": '#include "kernels/k.h"\n',
+            "trainer/low/README.md": "May include: kernels, common\n",
+            "trainer/low/a.h": '#include "kernels/k.h"\n',
+            "trainer/low/a.c": '#include "trainer/low/a.h"\n',
+            "trainer/low/b.h": '#include "trainer/low/a.h"\n',
+            "trainer/low/b.c": '#include "trainer/low/b.h"\n',
+            "trainer/high/README.md": "May include: trainer/low, common\n",
+            "trainer/high/c.c": '#include "trainer/low/b.h"\n',
+        }
+        files.update(extra)
+        for rel, text in files.items():
+            if text is None:
+                continue
+            os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
+            open(os.path.join(root, rel), "w").write(text)
+
+    cases = [
+        ("clean", {}, None),
+        ("an include against the direction", {"trainer/low/a.c": '#include "trainer/high/d.h"\n',
+                                              "trainer/high/d.h": ""}, "does not allow"),
+        ("a folder not in May include", {"trainer/high/c.c": '#include "kernels/k.h"\n'}, "does not allow"),
+        ("a circle between folders", {"trainer/low/README.md": "May include: trainer/high, kernels, common\n",
+                                      "trainer/high/d.h": "",
+                                      "trainer/low/a.c": '#include "trainer/high/d.h"\n'}, "circle between folders"),
+        ("a circle between units", {"trainer/low/a.c": '#include "trainer/low/b.h"\n'}, "circle between units"),
+        ("two headers with one basename", {"trainer/high/a.h": ""}, "two headers named a.h"),
+        ("a README without its line", {"trainer/high/README.md": "nothing stated\n"}, "no 'May include:' line"),
+        ("a README naming no folder", {"trainer/high/README.md": "May include: trainer/nowhere\n"},
+         "not a library folder"),
+        ("a reference outside the repository", {"trainer/low/a.c": "/* see ../shared/DESIGN.md */\n"},
+         "design documents"),
+    ]
+    failed = 0
+    for name, extra, want in cases:
+        with tempfile.TemporaryDirectory() as root:
+            tree(root, extra)
+            errors, _ = check(root)
+            seen = any(want in e for e in errors) if want else not errors
+            if not seen:
+                failed += 1
+                print(f"check_layers --selftest: {name}: {'not seen' if want else errors}", file=sys.stderr)
+    print(f"check_layers --selftest: {len(cases) - failed}/{len(cases)} cases as expected")
+    return 1 if failed else 0
+
+
 def main(argv):
+    if "--selftest" in argv:
+        return selftest()
     order = "--order" in argv
     args = [a for a in argv if a != "--order"]
     root = os.path.abspath(args[0] if args else os.path.join(os.path.dirname(__file__), ".."))
