@@ -18,7 +18,8 @@ typedef struct {
 } ls_arena;
 
 void ls_arena_init(ls_arena *a, ls_mem_cat cat, size_t chunk_bytes);
-/* Zeroed block of `bytes` (NULL on failure, and a->failed is set). */
+/* Zeroed block of `bytes` (NULL on failure, and a->failed is set), owned
+ * by the arena: released with all the others by ls_arena_free, never alone. */
 void *ls_arena_alloc(ls_arena *a, size_t bytes);
 /* Release every chunk. */
 void ls_arena_free(ls_arena *a);

@@ -26,7 +26,8 @@ typedef struct {
 } ls_run_input;
 
 /* Open the input of a->rollouts (or the task: nothing to open).  LS_OK, or
- * an error with err naming the file and line. */
+ * an error with err naming the file and line.  *in holds the file and its
+ * buffers until ls_run_input_close. */
 ls_status ls_run_input_open(ls_run_input *in, const ls_train_args *a, char *err, size_t err_len);
 /* Steps to run: --steps when given, else the rollouts file's line count,
  * -1 for a stream of unknown length (until it ends), else --steps' default. */
