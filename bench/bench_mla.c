@@ -1,4 +1,4 @@
-/* bench_mla.c - the mla family on one rank (issue 12, Benchmark), float32:
+/* bench_mla.c - the mla family on one rank (docs/benchmarks.md), float32:
  *  1. carried-state bytes per token and layer, measured from the captured
  *     state, against the analytical (kv_rank + d_rope + index_dim) reals;
  *  2. LongStraw (detached, full) against the naive strategy at growing

@@ -59,7 +59,7 @@ static void usage(FILE *f) {
           "                    tensor its own: 4 runs each) or layer (one direction over each layer's\n"
           "                    trainable tensors, one more over those outside the layers: 4 runs per\n"
           "                    group; a wrong gradient in a tensor with a small share of its group's\n"
-          "                    derivative must be wrong by more to be seen; README) [tensor; layer\n"
+          "                    derivative must be wrong by more to be seen; docs/parity.md) [tensor; layer\n"
           "                    with --like]\n"
           "  --seed N          weights, directions [1]\n"
           "  --trainer PATH    longstraw-train [" LS_PARITY_TRAINER "]\n"
