@@ -1,7 +1,9 @@
 /* comm.h - the communicator: ranks, process groups and the collectives that
- * context parallelism needs (docs/design.md §4), behind one interface with two
- * backends: single-rank (world 1, no library) and Open MPI (a run started
- * by mpirun).  The NCCL backend comes with the GPU work.  dtype-independent.
+ * context parallelism needs (docs/design.md §4), behind one interface with
+ * backends (comm_backend.h, internal): single-rank (comm_single.c: world 1,
+ * no library) and Open MPI (comm_mpi.c: a run started by mpirun; in builds
+ * with MPI only).  comm.c, the front end, checks the arguments and writes the
+ * trace events below for every backend alike.  dtype-independent.
  *
  * Every collective is recorded, when a trace writer is attached, as one
  * `collective` trace event on every rank of the group (group, per-group
@@ -16,9 +18,9 @@
  * the library's wire traffic: n elements for an allreduce or an allgather,
  * n on the root of a broadcast (0 elsewhere), n for a sendrecv whose dst is
  * another rank, 0 for a barrier, and 0 for everything in a group of one.
- * Point-to-point
- * chains (a state handed from rank r to r+1) are sendrecv operations that
- * every rank of the group calls, with -1 for "no peer", so they match too.
+ * Point-to-point chains (a state handed from rank r to r+1) are sendrecv
+ * operations that every rank of the group calls, with -1 for "no peer", so
+ * they match too.
  *
  * Determinism: allreduce_sum adds the ranks' contributions in rank order
  * 0, 1, ..., N-1 on every rank (the contributions are gathered, then summed
@@ -28,7 +30,7 @@
  * wrap modulo 2^64; u8 buffers can be moved but not reduced (LS_ERR_ARG).
  *
  * Threads: one thread at a time per communicator (MPI_Init, not
- * MPI_Init_thread). 
+ * MPI_Init_thread).
  *
  * Failure: a collective that fails returns LS_ERR_IO with the reason in
  * ls_comm_last_error.  A rank that cannot go on calls ls_comm_abort after
@@ -46,16 +48,23 @@
 typedef struct ls_comm ls_comm;
 typedef struct ls_comm_group ls_comm_group;
 
-/* Opens the communicator: the Open MPI backend (MPI_Init) when the process
- * was started by mpirun (OMPI_COMM_WORLD_SIZE or PMIX_RANK in the
- * environment) and the build has MPI; the single-rank backend otherwise.
- * LS_ERR_ARG (with err) when mpirun started the process but the build has
- * no MPI.  *out is released with ls_comm_close (MPI_Finalize). */
+/* Opens the communicator: the Open MPI backend (MPI_Init, unless the process
+ * already called it) when the process was started by mpirun
+ * (OMPI_COMM_WORLD_SIZE or PMIX_RANK in the environment) and the build has
+ * MPI; the single-rank backend otherwise.  LS_ERR_ARG (with err) when mpirun
+ * started the process but the build has no MPI.  The caller owns *out (one
+ * per process: longstraw-train's main opens it and hands it down in
+ * ls_train_args.comm) and releases it with ls_comm_close. */
 ls_status ls_comm_open(ls_comm **out, int *argc, char ***argv, char *err, size_t err_len);
+/* Frees the communicator's groups (the cp group), then the backend
+ * (MPI_Finalize when ls_comm_open called MPI_Init).  Call it after the last
+ * collective on any of its groups; every ls_comm_group pointer taken from c
+ * is invalid afterwards.  The trace writer stays the caller's (close neither
+ * writes to it nor frees it).  NULL: nothing. */
 void ls_comm_close(ls_comm *c);
 int ls_comm_rank(const ls_comm *c);
 int ls_comm_world(const ls_comm *c);
-const char *ls_comm_backend(const ls_comm *c); /* "single" or "mpi" */
+const char *ls_comm_backend(const ls_comm *c); /* the backend's name: "single" or "mpi" */
 /* The MPI library this build links ("Open MPI v4.1.4"), "none" without MPI
  * (the receipts' build.dependencies.mpi). */
 const char *ls_comm_mpi_library(void);
@@ -70,7 +79,11 @@ void ls_comm_set_trace(ls_comm *c, ls_trace_writer *w);
 ls_status ls_comm_trace_status(const ls_comm *c);
 const char *ls_comm_last_error(const ls_comm *c);
 
-/* The context-parallel group ("cp"): every rank of the world, in order. */
+/* The context-parallel group ("cp"): every rank of the world, in order.
+ * Lifetime: created by ls_comm_open, owned by c and freed by ls_comm_close;
+ * callers borrow the pointer (ls_cp_init keeps it for a step) and never free
+ * it.  It is the only group: there is no split, so nothing else must be
+ * freed before close.  NULL when c is NULL. */
 ls_comm_group *ls_comm_cp(ls_comm *c);
 int ls_group_rank(const ls_comm_group *g);
 int ls_group_size(const ls_comm_group *g);

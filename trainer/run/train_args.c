@@ -1,82 +1,218 @@
-/* train_args.c - longstraw-train argument parsing and usage text. */
+/* train_args.c - the longstraw-train command line: one table of options
+ * (OPTS below) drives the parsing and the --help text. */
 #include "trainer/run/train_args.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include "receipts/trace_event.h"
 
-void ls_train_usage(FILE *f) {
-    fputs(
-        "usage: longstraw-train --config FILE --out RUN [options]\n"
-        "\n"
-        "One or more GRPO steps of the hybrid family (on one rank or context-parallel\n"
-        "under mpirun) or the mla family (one rank): capture the prompt state without\n"
-        "autograd, roll out G responses, score them, replay each member under autograd,\n"
-        "(full mode) back-propagate through the prompt, finalize, AdamW.  Writes\n"
-        "RUN/rank-NNNN/events.jsonl.zst and RUN/rank-NNNN/receipt.json per rank,\n"
-        "RUN/manifest.json.\n"
-        "\n"
-        "  --config FILE           model config (configs/hybrid-tiny.json, ...)\n"
-        "  --out RUN               run directory (must not exist or be empty)\n"
-        "  --prompt-len P          prompt tokens of the synthetic key/value task (>= 64) [4096]\n"
-        "  --response-len R        response tokens per member [8]\n"
-        "  --group G               group size [4]\n"
-        "  --steps S               optimizer steps [1; with --rollouts FILE the number of its lines]\n"
-        "  --seed N                seed of weights, task and sampling [1]\n"
-        "  --dtype f32|f64         compute dtype [f32]\n"
-        "  --grad-mode detached|full   detached prompt state, or the full gradient [detached]\n"
-        "  --strategy longstraw|naive  LongStraw transaction, or one full sequence per member [longstraw]\n"
-        "  --train-mode lora|full  trainable set (docs/model.md §3) [lora]\n"
-        "  --lora-init zero|random lora_B initialisation [zero]\n"
-        "  --lora-r R --lora-alpha A   adapter rank and alpha [4, 8]\n"
-        "  --lora-experts          mla: adapters on the routed experts too (docs/model.md §3) [off]\n"
-        "  --lr X                  AdamW learning rate [1e-3]\n"
-        "  --temperature X --top-p X   sampling (temperature also scales scored logits) [1, 0.95]\n"
-        "  --epsilon X --beta X    clip range and KL weight [0.2, 0.04]; beta 0 skips the\n"
-        "                          reference policy (no reference capture, no KL)\n"
-        "  --page-size N           KV page length in tokens [64]\n"
-        "  --capture-chunk N       prompt tokens per capture segment; 0 = all at once [2048]\n"
-        "  --rollouts FILE|-       JSONL, one step's group per line: prompt, responses, rewards,\n"
-        "                          optional old_logprobs and ref_logprobs; - reads standard input\n"
-        "  --objective grpo|sft    GRPO, or supervised cross-entropy on the task's answers [grpo]\n"
-        "  --sft-steps N           the first N steps use the sft objective (warm start) [0]\n"
-        "  --prefix-frozen K       capture once per K steps and reuse the stale state (marked\n"
-        "                          prefix_frozen everywhere; never an exact step) [off]\n"
-        "  --save FILE             checkpoint at the end (weights, AdamW moments, step, RNG)\n"
-        "  --save-every N          also checkpoint every N steps to --save's file (atomic)\n"
-        "  --resume FILE           continue from a checkpoint (same config; --steps more steps)\n"
-        "  --metrics FILE          per-step metrics, JSONL (the step_metrics event's fields)\n"
-        "  --plot FILE.svg         at the end, the metrics drawn: reward (and its retrieval and\n"
-        "                          format parts) and KL per step (needs --metrics)\n"
-        "  --load FILE             initial weights (docs/model.md §5 names; of a --save checkpoint its\n"
-        "                          weights only: a new run, those weights its reference policy)\n"
-        "  --save-init FILE        all weights at the start of step 1 (safetensors)\n"
-        "  --dump-batch FILE       step 1 inputs (docs/model.md §6 JSON)\n"
-        "  --dump-grads FILE       finalised step-1 gradients of the trainable tensors (safetensors)\n"
-        "  --memory-budget BYTES   refuse plans above this (default 90% of MemAvailable)\n"
-        "  --fault nan-grad        fault injection: poison a gradient (the step must refuse)\n"
-        "  --fault untracked-alloc fault injection: hold (P-1) x d_model x n_layers reals outside\n"
-        "                          the memory tracker during the step (the RSS check must see it)\n"
-        "  --fault skip-dkv-reduce   CP: drop the response dK/dV reduction (the original work's bug)\n"
-        "  --fault skip-grad-finalize CP: skip the sum of the shard-local gradients\n"
-        "  --fault cp-local-attention CP (hybrid): each rank attends only to its own keys\n"
-        "  --fault cp-local-dsa    CP (mla): each rank selects its DSA top-k from its own keys only\n"
-        "  --fault kill-rank=R[@PHASE[:L]]  rank R kills itself (SIGKILL) as PHASE begins (default\n"
-        "                          replay; capture, rollout, score, replay, prompt_bwd, finalize,\n"
-        "                          optimizer), or with :L right after its first layer L layer_end\n"
-        "                          in that phase (the trace is flushed first): every\n"
-        "                          other rank must end, not hang\n"
-        "                          (--fault may repeat; faults are recorded in the receipts' config)\n"
-        "Context parallelism: mpirun -np N longstraw-train ... shards the prompt over N ranks\n"
-        "(docs/design.md §4); each rank writes RUN/rank-NNNN/, rank 0 the manifest and the outputs.\n"
-        "  --quiet                 no progress on stderr\n"
-        "  --help                  this text\n"
-        "Exit: 0 success, 1 the step failed (error event written), 2 bad usage or input.\n",
-        f);
+/* What a row of OPTS is and how its value is stored at its field (off). */
+typedef enum {
+    OPT_TEXT,   /* --help only: a paragraph (help), printed as it is */
+    OPT_HELP,   /* no value: a->help, and parsing stops */
+    OPT_FLAG,   /* no value: the int field is set to 1 */
+    OPT_STRING, /* the const char * field points at the value (a path, "-") */
+    OPT_SIZE,   /* size_t field: a count in [min, max] */
+    OPT_INT,    /* int field: a count in [min, max] */
+    OPT_U64,    /* uint64_t field: a count in [min, max] */
+    OPT_REAL,   /* double field: a number in [lo, hi] */
+    OPT_CHOICE, /* int-sized enum field: the value's index among arg's "a|b" */
+    OPT_FAULT,  /* --fault ARG: the int field is set to 1 */
+    OPT_KILL,   /* --fault kill-rank=...: parse_kill */
+} opt_kind;
+
+typedef struct {
+    opt_kind kind;
+    const char *name;  /* "--prompt-len" (every --fault row: "--fault"); NULL for OPT_TEXT */
+    const char *alias; /* another spelling ("-h"), or NULL */
+    const char *arg;   /* the value in --help ("P", "f32|f64"; a --fault row: the fault); NULL: no value */
+    /* The --help text after the option, from HELP_COL; '\n' starts a
+     * continuation line there.  NULL: the option is shown on the line of
+     * the row before it ("--lora-r R --lora-alpha A"). */
+    const char *help;
+    const char *dflt;  /* the default as --help shows it: "[dflt]" in place of help's "[]", else at its end */
+    int gap;           /* spaces after a long left column (0: 1) */
+    size_t off;        /* offsetof the field in ls_train_args */
+    size_t min, max;   /* OPT_SIZE, OPT_INT, OPT_U64 */
+    double lo, hi;     /* OPT_REAL */
+    const char *bad;   /* the error after "NAME: 'VALUE' " (OPT_CHOICE, OPT_FAULT: generated) */
+} opt;
+
+/* A row's common part: kind, name, arg, help, dflt, gap and the field. */
+#define ROW(k, n, a, h, d, g, field) \
+    .kind = (k), .name = (n), .arg = (a), .help = (h), .dflt = (d), .gap = (g), .off = offsetof(ls_train_args, field)
+
+/* An OPT_CHOICE field takes the value's index in arg: arg lists the enum's
+ * values in order. */
+_Static_assert(sizeof(ls_grad_mode) == sizeof(int) && LS_GRAD_DETACHED == 0 && LS_GRAD_FULL == 1, "grad-mode");
+_Static_assert(sizeof(ls_strategy) == sizeof(int) && LS_STRATEGY_LONGSTRAW == 0 && LS_STRATEGY_NAIVE == 1,
+               "strategy");
+_Static_assert(sizeof(ls_train_mode) == sizeof(int) && LS_TRAIN_LORA == 0 && LS_TRAIN_FULL == 1, "train-mode");
+_Static_assert(sizeof(ls_objective_kind) == sizeof(int) && LS_OBJECTIVE_GRPO == 0 && LS_OBJECTIVE_SFT == 1,
+               "objective");
+
+static const opt OPTS[] = {
+    {.kind = OPT_TEXT,
+     .help = "usage: longstraw-train --config FILE --out RUN [options]\n"
+             "\n"
+             "One or more GRPO steps of the hybrid family (on one rank or context-parallel\n"
+             "under mpirun) or the mla family (one rank): capture the prompt state without\n"
+             "autograd, roll out G responses, score them, replay each member under autograd,\n"
+             "(full mode) back-propagate through the prompt, finalize, AdamW.  Writes\n"
+             "RUN/rank-NNNN/events.jsonl.zst and RUN/rank-NNNN/receipt.json per rank,\n"
+             "RUN/manifest.json.\n"
+             "\n"},
+    {ROW(OPT_STRING, "--config", "FILE", "model config (configs/hybrid-tiny.json, ...)", NULL, 0, config_path)},
+    {ROW(OPT_STRING, "--out", "RUN", "run directory (must not exist or be empty)", NULL, 0, out)},
+    {ROW(OPT_SIZE, "--prompt-len", "P", "prompt tokens of the synthetic key/value task (>= 64)", "4096", 0, P),
+     .min = 2, .max = (size_t)1 << 31, .bad = "is not an integer in [2, 2^31]"},
+    {ROW(OPT_SIZE, "--response-len", "R", "response tokens per member", "8", 0, step.R), .min = 1,
+     .max = 1 << 16, .bad = "is not an integer in [1, 65536]"},
+    {ROW(OPT_SIZE, "--group", "G", "group size", "4", 0, step.G), .min = 1, .max = 4096,
+     .bad = "is not an integer in [1, 4096]"},
+    {ROW(OPT_INT, "--steps", "S", "optimizer steps", "1; with --rollouts FILE the number of its lines", 0,
+     steps), .min = 1, .max = 1000000, .bad = "is not an integer in [1, 1000000]"},
+    {ROW(OPT_U64, "--seed", "N", "seed of weights, task and sampling", "1", 0, step.seed), .min = 0,
+     .max = SIZE_MAX, .bad = "is not a decimal integer in [0, 2^64)"},
+    {ROW(OPT_CHOICE, "--dtype", "f32|f64", "compute dtype", "f32", 0, f64)},
+    {ROW(OPT_CHOICE, "--grad-mode", "detached|full", "detached prompt state, or the full gradient", "detached", 3,
+     obj.grad_mode)},
+    {ROW(OPT_CHOICE, "--strategy", "longstraw|naive", "LongStraw transaction, or one full sequence per member",
+     "longstraw", 2, step.strategy)},
+    {ROW(OPT_CHOICE, "--train-mode", "lora|full", "trainable set (docs/model.md §3)", "lora", 0,
+     obj.train_mode)},
+    {ROW(OPT_CHOICE, "--lora-init", "zero|random", "lora_B initialisation", "zero", 0, obj.lora_init_random)},
+    {ROW(OPT_INT, "--lora-r", "R", "adapter rank and alpha", "4, 8", 3, obj.lora_r), .min = 1, .max = 1024,
+     .bad = "is not an integer in [1, 1024]"},
+    {ROW(OPT_REAL, "--lora-alpha", "A", NULL, NULL, 0, obj.lora_alpha), .lo = 1e-6, .hi = 1e6,
+     .bad = "is not a positive number"},
+    {ROW(OPT_FLAG, "--lora-experts", NULL, "mla: adapters on the routed experts too (docs/model.md §3)", "off", 0,
+     obj.lora_experts)},
+    {ROW(OPT_REAL, "--lr", "X", "AdamW learning rate", "1e-3", 0, step.lr), .lo = 0, .hi = 10,
+     .bad = "is not a number in [0, 10]"},
+    {ROW(OPT_REAL, "--temperature", "X", "sampling (temperature also scales scored logits)", "1, 0.95", 3,
+     obj.temperature), .lo = 1e-3, .hi = 1e3, .bad = "is not in [1e-3, 1e3]"},
+    {ROW(OPT_REAL, "--top-p", "X", NULL, NULL, 0, step.top_p), .lo = 1e-6, .hi = 1, .bad = "is not in (0, 1]"},
+    {ROW(OPT_REAL, "--epsilon", "X",
+     "clip range and KL weight []; beta 0 skips the\n"
+     "reference policy (no reference capture, no KL)",
+     "0.2, 0.04", 0, obj.epsilon), .lo = 0, .hi = 1, .bad = "is not in [0, 1]"},
+    {ROW(OPT_REAL, "--beta", "X", NULL, NULL, 0, obj.beta), .lo = 0, .hi = 100, .bad = "is not in [0, 100]"},
+    {ROW(OPT_SIZE, "--page-size", "N", "KV page length in tokens", "64", 0, step.page_size), .min = 1,
+     .max = 1 << 20, .bad = "is not an integer in [1, 2^20]"},
+    {ROW(OPT_SIZE, "--capture-chunk", "N", "prompt tokens per capture segment; 0 = all at once", "2048", 0,
+     step.capture_chunk), .min = 0, .max = (size_t)1 << 31,
+     .bad = "is not a token count (0: the whole prompt at once)"},
+    {ROW(OPT_STRING, "--rollouts", "FILE|-",
+     "JSONL, one step's group per line: prompt, responses, rewards,\n"
+     "optional old_logprobs and ref_logprobs; - reads standard input",
+     NULL, 0, rollouts)},
+    {ROW(OPT_CHOICE, "--objective", "grpo|sft", "GRPO, or supervised cross-entropy on the task's answers", "grpo",
+     0, step.objective)},
+    {ROW(OPT_INT, "--sft-steps", "N", "the first N steps use the sft objective (warm start)", "0", 0, sft_steps),
+     .min = 0, .max = 1000000, .bad = "is not an integer in [0, 1000000]"},
+    {ROW(OPT_INT, "--prefix-frozen", "K",
+     "capture once per K steps and reuse the stale state (marked\n"
+     "prefix_frozen everywhere; never an exact step)",
+     "off", 0, prefix_frozen), .min = 1, .max = 1000000, .bad = "is not an integer in [1, 1000000]"},
+    {ROW(OPT_STRING, "--save", "FILE", "checkpoint at the end (weights, AdamW moments, step, RNG)", NULL, 0,
+     save)},
+    {ROW(OPT_INT, "--save-every", "N", "also checkpoint every N steps to --save's file (atomic)", NULL, 0,
+     save_every), .min = 1, .max = 1000000, .bad = "is not an integer in [1, 1000000]"},
+    {ROW(OPT_STRING, "--resume", "FILE", "continue from a checkpoint (same config; --steps more steps)", NULL, 0,
+     resume)},
+    {ROW(OPT_STRING, "--metrics", "FILE", "per-step metrics, JSONL (the step_metrics event's fields)", NULL, 0,
+     metrics)},
+    {ROW(OPT_STRING, "--plot", "FILE.svg",
+     "at the end, the metrics drawn: reward (and its retrieval and\n"
+     "format parts) and KL per step (needs --metrics)",
+     NULL, 0, plot)},
+    {ROW(OPT_STRING, "--load", "FILE",
+     "initial weights (docs/model.md §5 names; of a --save checkpoint its\n"
+     "weights only: a new run, those weights its reference policy)",
+     NULL, 0, load)},
+    {ROW(OPT_STRING, "--save-init", "FILE", "all weights at the start of step 1 (safetensors)", NULL, 0,
+     save_init)},
+    {ROW(OPT_STRING, "--dump-batch", "FILE", "step 1 inputs (docs/model.md §6 JSON)", NULL, 0, dump_batch)},
+    {ROW(OPT_STRING, "--dump-grads", "FILE", "finalised step-1 gradients of the trainable tensors (safetensors)",
+     NULL, 0, dump_grads)},
+    {ROW(OPT_SIZE, "--memory-budget", "BYTES", "refuse plans above this (default 90% of MemAvailable)", NULL, 0,
+     memory_budget), .min = 1 << 20, .max = SIZE_MAX, .bad = "is not a decimal byte count >= 1 MiB"},
+    {ROW(OPT_FAULT, "--fault", "nan-grad", "fault injection: poison a gradient (the step must refuse)", NULL, 0,
+     step.fault_nan_grad)},
+    {ROW(OPT_FAULT, "--fault", "untracked-alloc",
+     "fault injection: hold (P-1) x d_model x n_layers reals outside\n"
+     "the memory tracker during the step (the RSS check must see it)",
+     NULL, 0, step.fault_untracked_alloc)},
+    {ROW(OPT_FAULT, "--fault", "skip-dkv-reduce", "CP: drop the response dK/dV reduction (the original work's bug)",
+     NULL, 3, step.cp_faults.skip_dkv_reduce)},
+    {ROW(OPT_FAULT, "--fault", "skip-grad-finalize", "CP: skip the sum of the shard-local gradients", NULL, 0,
+     step.cp_faults.skip_grad_finalize)},
+    {ROW(OPT_FAULT, "--fault", "cp-local-attention", "CP (hybrid): each rank attends only to its own keys", NULL,
+     0, step.cp_faults.local_attention)},
+    {ROW(OPT_FAULT, "--fault", "cp-local-dsa", "CP (mla): each rank selects its DSA top-k from its own keys only",
+     NULL, 0, step.cp_faults.local_dsa)},
+    {ROW(OPT_KILL, "--fault", "kill-rank=R[@PHASE[:L]]",
+     "rank R kills itself (SIGKILL) as PHASE begins (default\n"
+     "replay; capture, rollout, score, replay, prompt_bwd, finalize,\n"
+     "optimizer), or with :L right after its first layer L layer_end\n"
+     "in that phase (the trace is flushed first): every\n"
+     "other rank must end, not hang",
+     NULL, 2, fault_kill_rank)},
+    {.kind = OPT_TEXT,
+     .help = "                          (--fault may repeat; faults are recorded in the receipts' config)\n"
+             "Context parallelism: mpirun -np N longstraw-train ... shards the prompt over N ranks\n"
+             "(docs/design.md §4); each rank writes RUN/rank-NNNN/, rank 0 the manifest and the outputs.\n"},
+    {ROW(OPT_FLAG, "--quiet", NULL, "no progress on stderr", NULL, 0, quiet)},
+    {ROW(OPT_HELP, "--help", NULL, "this text", NULL, 0, help), .alias = "-h"},
+    {.kind = OPT_TEXT, .help = "Exit: 0 success, 1 the step failed (error event written), 2 bad usage or input.\n"},
+};
+#define N_OPTS (sizeof OPTS / sizeof OPTS[0])
+#undef ROW
+
+/* ---- --help ------------------------------------------------------------------ */
+
+#define HELP_COL 26 /* where the help text starts, after "  NAME ARG" and at least one space */
+
+/* One option's line(s): "  NAME ARG" and those of the rows after it that
+ * have no help of their own, the help text from HELP_COL (its continuation
+ * lines too), the default. */
+static void print_help(FILE *f, const opt *o) {
+    size_t w = 0;
+    for (const opt *j = o; j == o || (j < OPTS + N_OPTS && j->kind != OPT_TEXT && !j->help); j++) {
+        fprintf(f, "%s%s%s%s", j == o ? "  " : " ", j->name, j->arg ? " " : "", j->arg ? j->arg : "");
+        w += (j == o ? 2 : 1) + strlen(j->name) + (j->arg ? 1 + strlen(j->arg) : 0);
+    }
+    size_t gap = o->gap ? (size_t)o->gap : 1;
+    fprintf(f, "%*s", (int)(w + gap > HELP_COL ? gap : HELP_COL - w), "");
+    int dflt_shown = 0;
+    for (const char *s = o->help; *s; s++) {
+        if (*s == '\n') {
+            fprintf(f, "\n%*s", HELP_COL, "");
+        } else if (s[0] == '[' && s[1] == ']' && o->dflt) {
+            fprintf(f, "[%s]", o->dflt);
+            dflt_shown = 1;
+            s++;
+        } else {
+            fputc(*s, f);
+        }
+    }
+    if (o->dflt && !dflt_shown) fprintf(f, " [%s]", o->dflt);
+    fputc('\n', f);
 }
+
+void ls_train_usage(FILE *f) {
+    for (const opt *o = OPTS; o < OPTS + N_OPTS; o++) {
+        if (o->kind == OPT_TEXT) fputs(o->help, f);
+        else if (o->help) print_help(f, o);
+    }
+}
+
+/* ---- parsing ----------------------------------------------------------------- */
 
 /* Numbers on the command line are plain decimal: digits only for counts
  * (no sign, no spaces, no hex, no exponent), and for reals a digit or a
@@ -152,126 +288,133 @@ static int parse_kill(ls_train_args *a, const char *spec, char *err, size_t err_
     return 0;
 }
 
+/* The row of option k (by name or alias), or NULL. */
+static const opt *find_opt(const char *k) {
+    for (const opt *o = OPTS; o < OPTS + N_OPTS; o++)
+        if (o->name && (!strcmp(k, o->name) || (o->alias && !strcmp(k, o->alias)))) return o;
+    return NULL;
+}
+
+/* The index of v among choices "a|b|c", or -1. */
+static int choice_index(const char *choices, const char *v) {
+    size_t n = strlen(v);
+    int i = 0;
+    for (const char *s = choices;; i++) {
+        const char *bar = strchr(s, '|');
+        size_t len = bar ? (size_t)(bar - s) : strlen(s);
+        if (len == n && !strncmp(s, v, n)) return i;
+        if (!bar) return -1;
+        s = bar + 1;
+    }
+}
+
+/* "NAME: 'VALUE' is not a, b or c" of an OPT_CHOICE row. */
+static int bad_choice(const opt *o, const char *val, char *err, size_t err_len) {
+    char list[128];
+    size_t k = 0;
+    for (const char *s = o->arg; *s && k + 5 < sizeof list; s++) {
+        if (*s != '|') {
+            list[k++] = *s;
+            continue;
+        }
+        const char *sep = strchr(s + 1, '|') ? ", " : " or ";
+        memcpy(list + k, sep, strlen(sep));
+        k += strlen(sep);
+    }
+    list[k] = 0;
+    BAD("%s: '%s' is not %s", o->name, val, list);
+}
+
+/* --fault VALUE: the row of that fault (OPT_KILL: VALUE begins with its arg
+ * up to the '='), applied. */
+static int apply_fault(ls_train_args *a, const char *val, char *err, size_t err_len) {
+    char list[256];
+    size_t k = 0;
+    list[0] = 0;
+    for (const opt *o = OPTS; o < OPTS + N_OPTS; o++) {
+        if (o->kind == OPT_FAULT && !strcmp(val, o->arg)) {
+            *(int *)(void *)((char *)a + o->off) = 1;
+            return 0;
+        }
+        if (o->kind == OPT_KILL) {
+            size_t n = (size_t)(strchr(o->arg, '=') - o->arg) + 1;
+            if (!strncmp(val, o->arg, n)) return parse_kill(a, val + n, err, err_len);
+        }
+        if ((o->kind == OPT_FAULT || o->kind == OPT_KILL) && k < sizeof list)
+            k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", k ? ", " : "", o->arg);
+    }
+    BAD("--fault: '%s' is not a fault this trainer injects (%s)", val, list);
+}
+
+/* The value of option o into a. */
+static int apply(ls_train_args *a, const opt *o, const char *val, char *err, size_t err_len) {
+    void *p = (char *)a + o->off;
+    size_t v;
+    int i;
+    switch (o->kind) {
+    case OPT_STRING: *(const char **)p = val; return 0;
+    case OPT_SIZE:
+        if (parse_size(val, o->min, o->max, (size_t *)p) == 0) return 0;
+        break;
+    case OPT_INT:
+        if (parse_size(val, o->min, o->max, &v) == 0) {
+            *(int *)p = (int)v;
+            return 0;
+        }
+        break;
+    case OPT_U64:
+        if (parse_size(val, o->min, o->max, &v) == 0) {
+            *(uint64_t *)p = v;
+            return 0;
+        }
+        break;
+    case OPT_REAL:
+        if (parse_real(val, o->lo, o->hi, (double *)p) == 0) return 0;
+        break;
+    case OPT_CHOICE:
+        if ((i = choice_index(o->arg, val)) < 0) return bad_choice(o, val, err, err_len);
+        memcpy(p, &i, sizeof i); /* an int-sized enum (the _Static_asserts above OPTS) */
+        return 0;
+    case OPT_FAULT:
+    case OPT_KILL: return apply_fault(a, val, err, err_len);
+    case OPT_TEXT:
+    case OPT_HELP:
+    case OPT_FLAG: break; /* no value: not called */
+    }
+    BAD("%s: '%s' %s", o->name, val, o->bad);
+}
+
+/* The option was on the command line. */
+static int given_opt(const unsigned char *given, const char *name) {
+    const opt *o = find_opt(name);
+    return o && given[o - OPTS];
+}
+
 int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size_t err_len) {
     memset(a, 0, sizeof *a);
     ls_objective_defaults(&a->obj);
     ls_step_options_defaults(&a->step);
     a->P = 4096;
     a->steps = 1;
-    size_t v;
-    int have_P = 0;
+    unsigned char given[N_OPTS] = {0};
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i];
-        if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
-            a->help = 1;
-            return 0;
-        }
-        if (!strcmp(k, "--quiet")) {
-            a->quiet = 1;
-            continue;
-        }
-        if (!strcmp(k, "--lora-experts")) {
-            a->obj.lora_experts = 1;
+        const opt *o = find_opt(k);
+        if (o && (o->kind == OPT_HELP || o->kind == OPT_FLAG)) {
+            *(int *)(void *)((char *)a + o->off) = 1;
+            if (o->kind == OPT_HELP) return 0;
             continue;
         }
         if (strncmp(k, "--", 2) != 0) BAD("unexpected argument '%s' (options start with --)", k);
         if (i + 1 >= argc) BAD("%s: missing value", k);
         const char *val = argv[++i];
-        if (!strcmp(k, "--config")) a->config_path = val;
-        else if (!strcmp(k, "--out")) a->out = val;
-        else if (!strcmp(k, "--prompt-len")) {
-            if (parse_size(val, 2, (size_t)1 << 31, &a->P)) BAD("--prompt-len: '%s' is not an integer in [2, 2^31]", val);
-            have_P = 1;
-        } else if (!strcmp(k, "--response-len")) {
-            if (parse_size(val, 1, 1 << 16, &a->step.R)) BAD("--response-len: '%s' is not an integer in [1, 65536]", val);
-        } else if (!strcmp(k, "--group")) {
-            if (parse_size(val, 1, 4096, &a->step.G)) BAD("--group: '%s' is not an integer in [1, 4096]", val);
-        } else if (!strcmp(k, "--steps")) {
-            if (parse_size(val, 1, 1000000, &v)) BAD("--steps: '%s' is not an integer in [1, 1000000]", val);
-            a->steps = (int)v;
-            a->have_steps = 1;
-        } else if (!strcmp(k, "--seed")) {
-            if (parse_size(val, 0, SIZE_MAX, &v)) BAD("--seed: '%s' is not a decimal integer in [0, 2^64)", val);
-            a->step.seed = v;
-            a->have_seed = 1;
-        } else if (!strcmp(k, "--save-every")) {
-            if (parse_size(val, 1, 1000000, &v)) BAD("--save-every: '%s' is not an integer in [1, 1000000]", val);
-            a->save_every = (int)v;
-        } else if (!strcmp(k, "--prefix-frozen")) {
-            if (parse_size(val, 1, 1000000, &v)) BAD("--prefix-frozen: '%s' is not an integer in [1, 1000000]", val);
-            a->prefix_frozen = (int)v;
-        } else if (!strcmp(k, "--sft-steps")) {
-            if (parse_size(val, 0, 1000000, &v)) BAD("--sft-steps: '%s' is not an integer in [0, 1000000]", val);
-            a->sft_steps = (int)v;
-        } else if (!strcmp(k, "--dtype")) {
-            if (!strcmp(val, "f32")) a->f64 = 0;
-            else if (!strcmp(val, "f64")) a->f64 = 1;
-            else BAD("--dtype: '%s' is not f32 or f64", val);
-        } else if (!strcmp(k, "--grad-mode")) {
-            if (!strcmp(val, "detached")) a->obj.grad_mode = LS_GRAD_DETACHED;
-            else if (!strcmp(val, "full")) a->obj.grad_mode = LS_GRAD_FULL;
-            else BAD("--grad-mode: '%s' is not detached or full", val);
-        } else if (!strcmp(k, "--strategy")) {
-            if (!strcmp(val, "longstraw")) a->step.strategy = LS_STRATEGY_LONGSTRAW;
-            else if (!strcmp(val, "naive")) a->step.strategy = LS_STRATEGY_NAIVE;
-            else BAD("--strategy: '%s' is not longstraw or naive", val);
-        } else if (!strcmp(k, "--objective")) {
-            if (!strcmp(val, "grpo")) a->step.objective = LS_OBJECTIVE_GRPO;
-            else if (!strcmp(val, "sft")) a->step.objective = LS_OBJECTIVE_SFT;
-            else BAD("--objective: '%s' is not grpo or sft", val);
-        } else if (!strcmp(k, "--train-mode")) {
-            if (!strcmp(val, "lora")) a->obj.train_mode = LS_TRAIN_LORA;
-            else if (!strcmp(val, "full")) a->obj.train_mode = LS_TRAIN_FULL;
-            else BAD("--train-mode: '%s' is not lora or full", val);
-        } else if (!strcmp(k, "--lora-init")) {
-            if (!strcmp(val, "zero")) a->obj.lora_init_random = 0;
-            else if (!strcmp(val, "random")) a->obj.lora_init_random = 1;
-            else BAD("--lora-init: '%s' is not zero or random", val);
-        } else if (!strcmp(k, "--lora-r")) {
-            if (parse_size(val, 1, 1024, &v)) BAD("--lora-r: '%s' is not an integer in [1, 1024]", val);
-            a->obj.lora_r = (int)v;
-        } else if (!strcmp(k, "--lora-alpha")) {
-            if (parse_real(val, 1e-6, 1e6, &a->obj.lora_alpha)) BAD("--lora-alpha: '%s' is not a positive number", val);
-        } else if (!strcmp(k, "--lr")) {
-            if (parse_real(val, 0, 10, &a->step.lr)) BAD("--lr: '%s' is not a number in [0, 10]", val);
-        } else if (!strcmp(k, "--temperature")) {
-            if (parse_real(val, 1e-3, 1e3, &a->obj.temperature)) BAD("--temperature: '%s' is not in [1e-3, 1e3]", val);
-        } else if (!strcmp(k, "--top-p")) {
-            if (parse_real(val, 1e-6, 1, &a->step.top_p)) BAD("--top-p: '%s' is not in (0, 1]", val);
-        } else if (!strcmp(k, "--epsilon")) {
-            if (parse_real(val, 0, 1, &a->obj.epsilon)) BAD("--epsilon: '%s' is not in [0, 1]", val);
-        } else if (!strcmp(k, "--beta")) {
-            if (parse_real(val, 0, 100, &a->obj.beta)) BAD("--beta: '%s' is not in [0, 100]", val);
-        } else if (!strcmp(k, "--page-size")) {
-            if (parse_size(val, 1, 1 << 20, &a->step.page_size)) BAD("--page-size: '%s' is not an integer in [1, 2^20]", val);
-        } else if (!strcmp(k, "--capture-chunk")) {
-            if (parse_size(val, 0, (size_t)1 << 31, &a->step.capture_chunk))
-                BAD("--capture-chunk: '%s' is not a token count (0: the whole prompt at once)", val);
-        } else if (!strcmp(k, "--memory-budget")) {
-            if (parse_size(val, 1 << 20, SIZE_MAX, &a->memory_budget)) BAD("--memory-budget: '%s' is not a decimal byte count >= 1 MiB", val);
-        } else if (!strcmp(k, "--rollouts")) a->rollouts = val;
-        else if (!strcmp(k, "--save-init")) a->save_init = val;
-        else if (!strcmp(k, "--load")) a->load = val;
-        else if (!strcmp(k, "--save")) a->save = val;
-        else if (!strcmp(k, "--resume")) a->resume = val;
-        else if (!strcmp(k, "--metrics")) a->metrics = val;
-        else if (!strcmp(k, "--plot")) a->plot = val;
-        else if (!strcmp(k, "--dump-batch")) a->dump_batch = val;
-        else if (!strcmp(k, "--dump-grads")) a->dump_grads = val;
-        else if (!strcmp(k, "--fault")) {
-            if (!strcmp(val, "nan-grad")) a->step.fault_nan_grad = 1;
-            else if (!strcmp(val, "untracked-alloc")) a->step.fault_untracked_alloc = 1;
-            else if (!strcmp(val, "skip-dkv-reduce")) a->step.cp_faults.skip_dkv_reduce = 1;
-            else if (!strcmp(val, "skip-grad-finalize")) a->step.cp_faults.skip_grad_finalize = 1;
-            else if (!strcmp(val, "cp-local-attention")) a->step.cp_faults.local_attention = 1;
-            else if (!strcmp(val, "cp-local-dsa")) a->step.cp_faults.local_dsa = 1;
-            else if (!strncmp(val, "kill-rank=", 10)) {
-                if (parse_kill(a, val + 10, err, err_len) != 0) return 2;
-            }
-            else BAD("--fault: '%s' is not a fault this trainer injects (nan-grad, untracked-alloc, skip-dkv-reduce, "
-                     "skip-grad-finalize, cp-local-attention, cp-local-dsa, kill-rank=R[@PHASE[:L]])", val);
-        } else BAD("unknown option '%s' (see --help)", k);
+        if (!o) BAD("unknown option '%s' (see --help)", k);
+        if (apply(a, o, val, err, err_len) != 0) return 2;
+        given[o - OPTS] = 1;
     }
+    a->have_steps = given_opt(given, "--steps");
+    a->have_seed = given_opt(given, "--seed");
+    int have_P = given_opt(given, "--prompt-len");
     if (!a->config_path) BAD("--config: required");
     if (!a->out) BAD("--out: required");
     if (a->rollouts && have_P) BAD("--prompt-len: not allowed with --rollouts (the file holds the prompt)");

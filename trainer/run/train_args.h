@@ -15,7 +15,7 @@ typedef struct {
     ls_model_config cfg;
     ls_objective obj;
     ls_step_options step;
-    size_t P;               /* prompt length (synthetic task); 0 with --rollouts */
+    size_t P;               /* prompt length of the synthetic task (unused with --rollouts) */
     int steps;
     int f64;
     const char *out;
@@ -36,7 +36,10 @@ typedef struct {
     struct ls_comm *comm;   /* the run's communicator (set by main, not parsed; NULL: one rank) */
 } ls_train_args;
 
-/* 0 on success; 2 with a message naming the argument in err. */
+/* 0 on success (a->help: --help was given, nothing after it read); 2 with a
+ * message naming the argument in err.  One table of options (train_args.c)
+ * drives this and ls_train_usage. */
 int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size_t err_len);
+/* The --help text. */
 void ls_train_usage(FILE *f);
 #endif

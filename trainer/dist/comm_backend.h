@@ -1,0 +1,95 @@
+/* comm_backend.h - the interface between the communicator's front end
+ * (comm.c, behind comm.h) and its backends; internal to trainer/dist.
+ *
+ * The front end checks every argument, writes the collective trace event and
+ * the statistics, counts the group's gseq, splits large counts into pieces of
+ * at most max_count elements, and implements the fixed-order sum (an
+ * allgather, then a local sum in rank order) and the cases that move nothing
+ * between ranks (a group of one, a sendrecv to and from itself).  A backend
+ * only moves bytes: each entry below is called with valid arguments, after
+ * the event is written, and never for a group of one when the front end can
+ * answer alone (see each entry).
+ *
+ * The backends: ls_comm_ops_single (comm_single.c: one process, no
+ * library) and ls_comm_ops_mpi (comm_mpi.c: Open MPI, compiled only in
+ * builds with MPI).  Adding one (NCCL) is a new file defining an
+ * ls_comm_ops and its entry in comm.c's table. */
+#ifndef LS_TRAINER_COMM_BACKEND_H
+#define LS_TRAINER_COMM_BACKEND_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "receipts/trace_event.h"
+
+typedef struct ls_comm ls_comm;
+typedef struct ls_comm_group ls_comm_group;
+
+/* A group as the backends see it.  The front end owns the struct; the
+ * backend sets rank, size and impl when it creates the group (open: the
+ * world group "cp") and releases impl when it frees it (close). */
+struct ls_comm_group {
+    ls_comm *c;
+    const char *name;  /* the trace's group name: "cp" */
+    int rank, size;
+    int64_t gseq;      /* the next operation's sequence number (the front end counts) */
+    void *impl;        /* the backend's handle of the group (MPI: its MPI_Comm); NULL single-rank */
+};
+
+/* The logical operation a backend call belongs to, for its error message. */
+typedef struct {
+    const char *op;      /* "allreduce_max", "broadcast", "allgather", "sendrecv", "barrier" */
+    const char *purpose;
+    int layer;           /* -1: none */
+    int64_t gseq;        /* the operation's sequence number in its group */
+} ls_comm_call;
+
+typedef struct {
+    const char *name; /* ls_comm_backend(): "single", "mpi" */
+    /* 1 when this process was started to run under this backend (the MPI
+     * backend: by mpirun).  ls_comm_open opens the first backend of its table
+     * that claims the process. */
+    int (*claims)(void);
+    /* Starts the backend and sets up the world group (rank, size, impl).
+     * *state: the backend's per-communicator state, handed to close and
+     * abort.  On failure: the reason in err ("ls_comm_open: ..."), nothing
+     * left set up, close not called. */
+    ls_status (*open)(void **state, ls_comm_group *world, int *argc, char ***argv, char *err, size_t err_len);
+    /* Releases the world group's impl, then the backend (MPI_Finalize). */
+    void (*close)(void *state, ls_comm_group *world);
+    /* Ends every process of the job with exit status code (may be NULL:
+     * the front end exits this process). */
+    void (*abort)(void *state, int code);
+    /* The library this build links, for the receipts (NULL: none). */
+    const char *(*library)(void);
+    /* The most elements one call below is given (the front end splits). */
+    size_t max_count;
+
+    /* The collectives, each on n <= max_count elements, with the errors as
+     * LS_ERR_IO and the reason set with ls_comm_fail.  n may be 0. */
+    ls_status (*allreduce_max)(ls_comm_group *g, void *buf, size_t n, ls_trace_dtype dt, const ls_comm_call *call);
+    ls_status (*broadcast)(ls_comm_group *g, void *buf, size_t n, ls_trace_dtype dt, int root,
+                           const ls_comm_call *call);
+    /* recv [size * n], rank r's block at r*n; g->size > 1. */
+    ls_status (*allgather)(ls_comm_group *g, const void *send, void *recv, size_t n, ls_trace_dtype dt,
+                           const ls_comm_call *call);
+    /* dst and src are other ranks of g or -1 (none; its buffer may be
+     * NULL); never the rank itself (the front end copies). */
+    ls_status (*sendrecv)(ls_comm_group *g, const void *send, int dst, void *recv, int src, size_t n,
+                          ls_trace_dtype dt, const ls_comm_call *call);
+    ls_status (*barrier)(ls_comm_group *g, const ls_comm_call *call);
+} ls_comm_ops;
+
+extern const ls_comm_ops ls_comm_ops_single;
+extern const ls_comm_ops ls_comm_ops_mpi; /* builds with MPI only */
+
+/* Shared by the front end and the backends (comm.c). */
+size_t ls_comm_dtype_size(ls_trace_dtype dt);
+/* The process was started by mpirun (OMPI_COMM_WORLD_SIZE or PMIX_RANK set). */
+int ls_comm_started_by_mpirun(void);
+/* Sets ls_comm_last_error of g's communicator. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+void ls_comm_fail(ls_comm_group *g, const char *fmt, ...);
+#endif
