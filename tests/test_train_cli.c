@@ -25,6 +25,7 @@
 #include "receipts/receipt.h"
 #include "receipts/trace_reader.h"
 #include "trainer/base/safetensors.h"
+#include "trainer/run/train_args.h"
 #include "test_tmpdir.h"
 
 #define TRAIN LS_BINARY_DIR "/trainer/longstraw-train"
@@ -162,6 +163,51 @@ Test(train_cli, keys_at_their_minimum_train_and_are_recorded) {
         snprintf(path, sizeof path, "%s/manifest.json", rd);
         cr_expect_eq(stat(path, &sb), 0, "%s: no manifest", cfgs[i]);
     }
+}
+
+/* The member at dotted path (under the receipt's predicate), or NULL. */
+static const cJSON *at_path(const cJSON *j, const char *path) {
+    char key[128];
+    while (j && *path) {
+        size_t n = strcspn(path, ".");
+        if (n >= sizeof key) return NULL;
+        memcpy(key, path, n);
+        key[n] = 0;
+        j = cJSON_GetObjectItemCaseSensitive(j, key);
+        path += n + (path[n] == '.');
+    }
+    return j;
+}
+
+/* Every option of the table that drives parsing and --help says where the
+ * receipt records its value, and each such place is in a real run's
+ * receipt; an option without one says why (an output).  The control: a
+ * path the receipt does not hold is not found. */
+Test(train_cli, every_option_is_recorded_in_the_receipt_or_says_why_not) {
+    char a[1024], rd[512];
+    snprintf(rd, sizeof rd, "%s/opts", tmpdir);
+    snprintf(a, sizeof a, "--config %s --prompt-len 64 --response-len 2 --group 2 --steps 1 --out %s --quiet", CFG, rd);
+    cr_assert_eq(run(a), 0);
+    char *text = slurp("opts/rank-0000/receipt.json");
+    cJSON *r = cJSON_Parse(text);
+    free(text);
+    cr_assert_not_null(r);
+    const cJSON *pred = cJSON_GetObjectItemCaseSensitive(r, "predicate");
+    size_t n = ls_train_option_count(), recorded = 0;
+    cr_assert_gt(n, 30);
+    for (size_t i = 0; i < n; i++) {
+        const char *arg, *rec, *why;
+        const char *name = ls_train_option_at(i, &arg, &rec, &why);
+        cr_assert_not_null(name);
+        cr_expect((rec != NULL) != (why != NULL), "%s: neither a receipt path nor a reason", name);
+        if (!rec) continue;
+        recorded++;
+        cr_expect_not_null(at_path(pred, rec), "%s %s: the receipt has no %s", name, arg ? arg : "", rec);
+    }
+    cr_expect_null(ls_train_option_at(n, NULL, NULL, NULL));
+    cr_expect_gt(recorded, 25);
+    cr_expect_null(at_path(pred, "config.options.not_an_option"), "the control path was found");
+    cJSON_Delete(r);
 }
 
 Test(train_cli, endless_config_stream_exits_2_quickly) {

@@ -40,6 +40,11 @@ typedef struct {
     size_t min, max;   /* OPT_SIZE, OPT_INT, OPT_U64 */
     double lo, hi;     /* OPT_REAL */
     const char *bad;   /* the error after "NAME: 'VALUE' " (OPT_CHOICE, OPT_FAULT: generated) */
+    /* Where every rank's receipt records the value: a path under the
+     * predicate ("config.options.seed"), or '-' and why it is not recorded
+     * (an output, the run directory).  ls_train_option_at hands it out and
+     * the tests hold every path against a receipt. */
+    const char *rec;
 } opt;
 
 /* A row's common part: kind, name, arg, help, dflt, gap and the field. */
@@ -59,104 +64,104 @@ static const opt OPTS[] = {
     {.kind = OPT_TEXT,
      .help = "usage: longstraw-train --config FILE --out RUN [options]\n"
              "\n"
-             "One or more GRPO steps of the hybrid family (on one rank or context-parallel\n"
-             "under mpirun) or the mla family (one rank): capture the prompt state without\n"
-             "autograd, roll out G responses, score them, replay each member under autograd,\n"
+             "One or more GRPO steps of either family (hybrid or mla), on one rank or\n"
+             "context-parallel under mpirun: capture the prompt state without autograd,\n"
+             "roll out G responses, score them, replay each member under autograd,\n"
              "(full mode) back-propagate through the prompt, finalize, AdamW.  Writes\n"
              "RUN/rank-NNNN/events.jsonl.zst and RUN/rank-NNNN/receipt.json per rank,\n"
              "RUN/manifest.json.\n"
              "\n"},
-    {ROW(OPT_STRING, "--config", "FILE", "model config (configs/hybrid-tiny.json, ...)", NULL, 0, config_path)},
-    {ROW(OPT_STRING, "--out", "RUN", "run directory (must not exist or be empty)", NULL, 0, out)},
-    {ROW(OPT_SIZE, "--prompt-len", "P", "prompt tokens of the synthetic key/value task (>= 64)", "4096", 0, P),
+    {.rec = "config.inputs.config", ROW(OPT_STRING, "--config", "FILE", "model config (configs/hybrid-tiny.json, ...)", NULL, 0, config_path)},
+    {.rec = "-the run directory itself", ROW(OPT_STRING, "--out", "RUN", "run directory (must not exist or be empty)", NULL, 0, out)},
+    {.rec = "config.options.prompt_len", ROW(OPT_SIZE, "--prompt-len", "P", "prompt tokens of the synthetic key/value task (>= 64)", "4096", 0, P),
      .min = 2, .max = (size_t)1 << 31, .bad = "is not an integer in [2, 2^31]"},
-    {ROW(OPT_SIZE, "--response-len", "R", "response tokens per member", "8", 0, step.R), .min = 1,
+    {.rec = "config.options.response_len", ROW(OPT_SIZE, "--response-len", "R", "response tokens per member", "8", 0, step.R), .min = 1,
      .max = 1 << 16, .bad = "is not an integer in [1, 65536]"},
-    {ROW(OPT_SIZE, "--group", "G", "group size", "4", 0, step.G), .min = 1, .max = 4096,
+    {.rec = "config.group", ROW(OPT_SIZE, "--group", "G", "group size", "4", 0, step.G), .min = 1, .max = 4096,
      .bad = "is not an integer in [1, 4096]"},
-    {ROW(OPT_INT, "--steps", "S", "optimizer steps", "1; with --rollouts FILE the number of its lines", 0,
+    {.rec = "config.steps_requested", ROW(OPT_INT, "--steps", "S", "optimizer steps", "1; with --rollouts FILE the number of its lines", 0,
      steps), .min = 1, .max = 1000000, .bad = "is not an integer in [1, 1000000]"},
-    {ROW(OPT_U64, "--seed", "N", "seed of weights, task and sampling", "1", 0, step.seed), .min = 0,
+    {.rec = "config.options.seed", ROW(OPT_U64, "--seed", "N", "seed of weights, task and sampling", "1", 0, step.seed), .min = 0,
      .max = SIZE_MAX, .bad = "is not a decimal integer in [0, 2^64)"},
-    {ROW(OPT_CHOICE, "--dtype", "f32|f64", "compute dtype", "f32", 0, f64)},
-    {ROW(OPT_CHOICE, "--grad-mode", "detached|full", "detached prompt state, or the full gradient", "detached", 3,
+    {.rec = "config.dtype", ROW(OPT_CHOICE, "--dtype", "f32|f64", "compute dtype", "f32", 0, f64)},
+    {.rec = "config.grad_mode", ROW(OPT_CHOICE, "--grad-mode", "detached|full", "detached prompt state, or the full gradient", "detached", 3,
      obj.grad_mode)},
-    {ROW(OPT_CHOICE, "--strategy", "longstraw|naive", "LongStraw transaction, or one full sequence per member",
+    {.rec = "config.strategy", ROW(OPT_CHOICE, "--strategy", "longstraw|naive", "LongStraw transaction, or one full sequence per member",
      "longstraw", 2, step.strategy)},
-    {ROW(OPT_CHOICE, "--train-mode", "lora|full", "trainable set (docs/model.md §3)", "lora", 0,
+    {.rec = "config.train_mode", ROW(OPT_CHOICE, "--train-mode", "lora|full", "trainable set (docs/model.md §3)", "lora", 0,
      obj.train_mode)},
-    {ROW(OPT_CHOICE, "--lora-init", "zero|random", "lora_B initialisation", "zero", 0, obj.lora_init_random)},
-    {ROW(OPT_INT, "--lora-r", "R", "adapter rank and alpha", "4, 8", 3, obj.lora_r), .min = 1, .max = 1024,
+    {.rec = "config.options.lora_init", ROW(OPT_CHOICE, "--lora-init", "zero|random", "lora_B initialisation", "zero", 0, obj.lora_init_random)},
+    {.rec = "config.lora_r", ROW(OPT_INT, "--lora-r", "R", "adapter rank and alpha", "4, 8", 3, obj.lora_r), .min = 1, .max = 1024,
      .bad = "is not an integer in [1, 1024]"},
-    {ROW(OPT_REAL, "--lora-alpha", "A", NULL, NULL, 0, obj.lora_alpha), .lo = 1e-6, .hi = 1e6,
+    {.rec = "config.lora_alpha", ROW(OPT_REAL, "--lora-alpha", "A", NULL, NULL, 0, obj.lora_alpha), .lo = 1e-6, .hi = 1e6,
      .bad = "is not a positive number"},
-    {ROW(OPT_FLAG, "--lora-experts", NULL, "mla: adapters on the routed experts too (docs/model.md §3)", "off", 0,
+    {.rec = "config.lora_experts", ROW(OPT_FLAG, "--lora-experts", NULL, "mla: adapters on the routed experts too (docs/model.md §3)", "off", 0,
      obj.lora_experts)},
-    {ROW(OPT_REAL, "--lr", "X", "AdamW learning rate", "1e-3", 0, step.lr), .lo = 0, .hi = 10,
+    {.rec = "config.options.lr", ROW(OPT_REAL, "--lr", "X", "AdamW learning rate", "1e-3", 0, step.lr), .lo = 0, .hi = 10,
      .bad = "is not a number in [0, 10]"},
-    {ROW(OPT_REAL, "--temperature", "X", "sampling (temperature also scales scored logits)", "1, 0.95", 3,
+    {.rec = "config.temperature", ROW(OPT_REAL, "--temperature", "X", "sampling (temperature also scales scored logits)", "1, 0.95", 3,
      obj.temperature), .lo = 1e-3, .hi = 1e3, .bad = "is not in [1e-3, 1e3]"},
-    {ROW(OPT_REAL, "--top-p", "X", NULL, NULL, 0, step.top_p), .lo = 1e-6, .hi = 1, .bad = "is not in (0, 1]"},
-    {ROW(OPT_REAL, "--epsilon", "X",
+    {.rec = "config.options.top_p", ROW(OPT_REAL, "--top-p", "X", NULL, NULL, 0, step.top_p), .lo = 1e-6, .hi = 1, .bad = "is not in (0, 1]"},
+    {.rec = "config.epsilon", ROW(OPT_REAL, "--epsilon", "X",
      "clip range and KL weight []; beta 0 skips the\n"
      "reference policy (no reference capture, no KL)",
      "0.2, 0.04", 0, obj.epsilon), .lo = 0, .hi = 1, .bad = "is not in [0, 1]"},
-    {ROW(OPT_REAL, "--beta", "X", NULL, NULL, 0, obj.beta), .lo = 0, .hi = 100, .bad = "is not in [0, 100]"},
-    {ROW(OPT_SIZE, "--page-size", "N", "KV page length in tokens", "64", 0, step.page_size), .min = 1,
+    {.rec = "config.beta", ROW(OPT_REAL, "--beta", "X", NULL, NULL, 0, obj.beta), .lo = 0, .hi = 100, .bad = "is not in [0, 100]"},
+    {.rec = "config.options.page_size", ROW(OPT_SIZE, "--page-size", "N", "KV page length in tokens", "64", 0, step.page_size), .min = 1,
      .max = 1 << 20, .bad = "is not an integer in [1, 2^20]"},
-    {ROW(OPT_SIZE, "--capture-chunk", "N", "prompt tokens per capture segment; 0 = all at once", "2048", 0,
+    {.rec = "config.options.capture_chunk", ROW(OPT_SIZE, "--capture-chunk", "N", "prompt tokens per capture segment; 0 = all at once", "2048", 0,
      step.capture_chunk), .min = 0, .max = (size_t)1 << 31,
      .bad = "is not a token count (0: the whole prompt at once)"},
-    {ROW(OPT_STRING, "--rollouts", "FILE|-",
+    {.rec = "config.options.input", ROW(OPT_STRING, "--rollouts", "FILE|-",
      "JSONL, one step's group per line: prompt, responses, rewards,\n"
      "optional old_logprobs and ref_logprobs; - reads standard input",
      NULL, 0, rollouts)},
-    {ROW(OPT_CHOICE, "--objective", "grpo|sft", "GRPO, or supervised cross-entropy on the task's answers", "grpo",
+    {.rec = "config.objective", ROW(OPT_CHOICE, "--objective", "grpo|sft", "GRPO, or supervised cross-entropy on the task's answers", "grpo",
      0, step.objective)},
-    {ROW(OPT_INT, "--sft-steps", "N", "the first N steps use the sft objective (warm start)", "0", 0, sft_steps),
+    {.rec = "config.sft_steps", ROW(OPT_INT, "--sft-steps", "N", "the first N steps use the sft objective (warm start)", "0", 0, sft_steps),
      .min = 0, .max = 1000000, .bad = "is not an integer in [0, 1000000]"},
-    {ROW(OPT_INT, "--prefix-frozen", "K",
+    {.rec = "config.prefix_frozen", ROW(OPT_INT, "--prefix-frozen", "K",
      "capture once per K steps and reuse the stale state (marked\n"
      "prefix_frozen everywhere; never an exact step)",
      "off", 0, prefix_frozen), .min = 1, .max = 1000000, .bad = "is not an integer in [1, 1000000]"},
-    {ROW(OPT_STRING, "--save", "FILE", "checkpoint at the end (weights, AdamW moments, step, RNG)", NULL, 0,
+    {.rec = "-an output (the checkpoint the run writes)", ROW(OPT_STRING, "--save", "FILE", "checkpoint at the end (weights, AdamW moments, step, RNG)", NULL, 0,
      save)},
-    {ROW(OPT_INT, "--save-every", "N", "also checkpoint every N steps to --save's file (atomic)", NULL, 0,
+    {.rec = "config.options.save_every", ROW(OPT_INT, "--save-every", "N", "also checkpoint every N steps to --save's file (atomic)", NULL, 0,
      save_every), .min = 1, .max = 1000000, .bad = "is not an integer in [1, 1000000]"},
-    {ROW(OPT_STRING, "--resume", "FILE", "continue from a checkpoint (same config; --steps more steps)", NULL, 0,
+    {.rec = "config.options.resumed", ROW(OPT_STRING, "--resume", "FILE", "continue from a checkpoint (same config; --steps more steps)", NULL, 0,
      resume)},
-    {ROW(OPT_STRING, "--metrics", "FILE", "per-step metrics, JSONL (the step_metrics event's fields)", NULL, 0,
+    {.rec = "-an output (the metrics the trace's step_metrics events also hold)", ROW(OPT_STRING, "--metrics", "FILE", "per-step metrics, JSONL (the step_metrics event's fields)", NULL, 0,
      metrics)},
-    {ROW(OPT_STRING, "--plot", "FILE.svg",
+    {.rec = "-an output (drawn from --metrics)", ROW(OPT_STRING, "--plot", "FILE.svg",
      "at the end, the metrics drawn: reward (and its retrieval and\n"
      "format parts) and KL per step (needs --metrics)",
      NULL, 0, plot)},
-    {ROW(OPT_STRING, "--load", "FILE",
+    {.rec = "config.options.loaded", ROW(OPT_STRING, "--load", "FILE",
      "initial weights (docs/model.md §5 names; of a --save checkpoint its\n"
      "weights only: a new run, those weights its reference policy)",
      NULL, 0, load)},
-    {ROW(OPT_STRING, "--save-init", "FILE", "all weights at the start of step 1 (safetensors)", NULL, 0,
+    {.rec = "-an output (the initial weights, whose digest is config.inputs.initial_weights)", ROW(OPT_STRING, "--save-init", "FILE", "all weights at the start of step 1 (safetensors)", NULL, 0,
      save_init)},
-    {ROW(OPT_STRING, "--dump-batch", "FILE", "step 1 inputs (docs/model.md §6 JSON)", NULL, 0, dump_batch)},
-    {ROW(OPT_STRING, "--dump-grads", "FILE", "finalised step-1 gradients of the trainable tensors (safetensors)",
+    {.rec = "-an output (the step-1 inputs)", ROW(OPT_STRING, "--dump-batch", "FILE", "step 1 inputs (docs/model.md §6 JSON)", NULL, 0, dump_batch)},
+    {.rec = "-an output (the step-1 gradients)", ROW(OPT_STRING, "--dump-grads", "FILE", "finalised step-1 gradients of the trainable tensors (safetensors)",
      NULL, 0, dump_grads)},
-    {ROW(OPT_SIZE, "--memory-budget", "BYTES", "refuse plans above this (default 90% of MemAvailable)", NULL, 0,
+    {.rec = "config.options.memory_budget", ROW(OPT_SIZE, "--memory-budget", "BYTES", "refuse plans above this (default 90% of MemAvailable)", NULL, 0,
      memory_budget), .min = 1 << 20, .max = SIZE_MAX, .bad = "is not a decimal byte count >= 1 MiB"},
-    {ROW(OPT_FAULT, "--fault", "nan-grad", "fault injection: poison a gradient (the step must refuse)", NULL, 0,
+    {.rec = "config.faults", ROW(OPT_FAULT, "--fault", "nan-grad", "fault injection: poison a gradient (the step must refuse)", NULL, 0,
      step.fault_nan_grad)},
-    {ROW(OPT_FAULT, "--fault", "untracked-alloc",
+    {.rec = "config.faults", ROW(OPT_FAULT, "--fault", "untracked-alloc",
      "fault injection: hold (P-1) x d_model x n_layers reals outside\n"
      "the memory tracker during the step (the RSS check must see it)",
      NULL, 0, step.fault_untracked_alloc)},
-    {ROW(OPT_FAULT, "--fault", "skip-dkv-reduce", "CP: drop the response dK/dV reduction (the original work's bug)",
+    {.rec = "config.faults", ROW(OPT_FAULT, "--fault", "skip-dkv-reduce", "CP: drop the response dK/dV reduction (the original work's bug)",
      NULL, 3, step.cp_faults.skip_dkv_reduce)},
-    {ROW(OPT_FAULT, "--fault", "skip-grad-finalize", "CP: skip the sum of the shard-local gradients", NULL, 0,
+    {.rec = "config.faults", ROW(OPT_FAULT, "--fault", "skip-grad-finalize", "CP: skip the sum of the shard-local gradients", NULL, 0,
      step.cp_faults.skip_grad_finalize)},
-    {ROW(OPT_FAULT, "--fault", "cp-local-attention", "CP (hybrid): each rank attends only to its own keys", NULL,
+    {.rec = "config.faults", ROW(OPT_FAULT, "--fault", "cp-local-attention", "CP (hybrid): each rank attends only to its own keys", NULL,
      0, step.cp_faults.local_attention)},
-    {ROW(OPT_FAULT, "--fault", "cp-local-dsa", "CP (mla): each rank selects its DSA top-k from its own keys only",
+    {.rec = "config.faults", ROW(OPT_FAULT, "--fault", "cp-local-dsa", "CP (mla): each rank selects its DSA top-k from its own keys only",
      NULL, 0, step.cp_faults.local_dsa)},
-    {ROW(OPT_KILL, "--fault", "kill-rank=R[@PHASE[:L]]",
+    {.rec = "config.faults", ROW(OPT_KILL, "--fault", "kill-rank=R[@PHASE[:L]]",
      "rank R kills itself (SIGKILL) as PHASE begins (default\n"
      "replay; capture, rollout, score, replay, prompt_bwd, finalize,\n"
      "optimizer), or with :L right after its first layer L layer_end\n"
@@ -167,8 +172,8 @@ static const opt OPTS[] = {
      .help = "                          (--fault may repeat; faults are recorded in the receipts' config)\n"
              "Context parallelism: mpirun -np N longstraw-train ... shards the prompt over N ranks\n"
              "(docs/design.md §4); each rank writes RUN/rank-NNNN/, rank 0 the manifest and the outputs.\n"},
-    {ROW(OPT_FLAG, "--quiet", NULL, "no progress on stderr", NULL, 0, quiet)},
-    {ROW(OPT_HELP, "--help", NULL, "this text", NULL, 0, help), .alias = "-h"},
+    {.rec = "-progress on stderr only", ROW(OPT_FLAG, "--quiet", NULL, "no progress on stderr", NULL, 0, quiet)},
+    {.rec = "-prints this text; no run", ROW(OPT_HELP, "--help", NULL, "this text", NULL, 0, help), .alias = "-h"},
     {.kind = OPT_TEXT, .help = "Exit: 0 success, 1 the step failed (error event written), 2 bad usage or input.\n"},
 };
 #define N_OPTS (sizeof OPTS / sizeof OPTS[0])
@@ -203,6 +208,23 @@ static void print_help(FILE *f, const opt *o) {
     }
     if (o->dflt && !dflt_shown) fprintf(f, " [%s]", o->dflt);
     fputc('\n', f);
+}
+
+size_t ls_train_option_count(void) {
+    size_t n = 0;
+    for (const opt *o = OPTS; o < OPTS + N_OPTS; o++) n += o->kind != OPT_TEXT;
+    return n;
+}
+
+const char *ls_train_option_at(size_t i, const char **arg, const char **receipt, const char **why) {
+    for (const opt *o = OPTS; o < OPTS + N_OPTS; o++) {
+        if (o->kind == OPT_TEXT || i-- > 0) continue;
+        if (arg) *arg = o->kind == OPT_FAULT || o->kind == OPT_KILL ? o->arg : NULL;
+        if (receipt) *receipt = o->rec[0] == '-' ? NULL : o->rec;
+        if (why) *why = o->rec[0] == '-' ? o->rec + 1 : NULL;
+        return o->name;
+    }
+    return NULL;
 }
 
 void ls_train_usage(FILE *f) {

@@ -42,4 +42,12 @@ typedef struct {
 int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size_t err_len);
 /* The --help text. */
 void ls_train_usage(FILE *f);
+/* The options of the table that drives parsing and --help, in --help order:
+ * i < ls_train_option_count().  Returns the name ("--seed"; NULL past the
+ * end); *arg the --fault value of a fault row (else NULL); *receipt where
+ * every rank's receipt records the value, as a path under its predicate
+ * ("config.options.seed"), or NULL with *why saying why it is not recorded
+ * (an output of the run).  Static strings; any out-pointer may be NULL. */
+size_t ls_train_option_count(void);
+const char *ls_train_option_at(size_t i, const char **arg, const char **receipt, const char **why);
 #endif
