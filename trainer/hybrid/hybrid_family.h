@@ -161,6 +161,6 @@ ls_status LS_K(ls_prompt_backward)(const ls_params *p, const int32_t *tokens, si
                                    ls_mem_cat win_cat, ls_layer_hook hook, void *hook_user,
                                    const ls_prompt_cp *cp);
 
-/* The hybrid family's table (hybrid_family.c; static storage). */
+/* The hybrid family's table (hybrid_table.c; static storage). */
 extern const ls_family_ops LS_K(ls_family_hybrid);
 #endif

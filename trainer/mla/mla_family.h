@@ -1,6 +1,6 @@
 /* mla_family.h - the mla family (MLA + DeepSeek sparse attention + MoE, docs/model.md
  * §2) in the trainer: its structured layer views over the parameter table
- * (mla_family.c builds them) and the single-rank forward that scores a
+ * (mla_table.c builds them) and the single-rank forward that scores a
  * batch's responses (mla_forward.c); the training transaction's parts on
  * one rank (mla_segment.c, mla_layer.c): the carried state in ls_state,
  * segments with a tape and their backward, the `full`-mode prompt

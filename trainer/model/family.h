@@ -19,14 +19,15 @@
  *  - its context parallelism (cp.h: init/free of its part of ls_cp, the
  *    sharded capture, the sharded prompt backward; finalize is shared);
  *  - its terms of the memory plan.
- * Hybrid: hybrid_family.c (the table), hybrid*.c (the math).  Mla:
- * mla_family.c (the tensor list, layer views, the table), mla_segment.c
+ * Hybrid: hybrid_table.c (the table), hybrid*.c (the math).  Mla:
+ * mla_table.c (the tensor list, layer views, the table), mla_segment.c
  * (carried state, segments, prompt backward), mla_layer.c (one block),
  * mla_cp.c (its context parallelism, over mla_cp_attn.c);
  * mla_forward.c (a second, tape-free forward: ls_mla_logprobs). */
 #ifndef LS_TRAINER_FAMILY_H
 #define LS_TRAINER_FAMILY_H
 #include <math.h>
+#include <stddef.h>
 #include <time.h>
 
 #include "kernels/decisions.h"
@@ -133,15 +134,11 @@ typedef struct {
 struct ls_cp_s; /* cp.h */
 
 typedef struct ls_family_ops {
+    /* tensors and layer views (params.h): the first member, so that the parameter table reaches it
+       through p->fam without knowing this table (asserted below) */
+    ls_param_layout layout;
     ls_family id;
     const char *name;
-    /* tensors: the builder's list in table order (params.h); p NULL: count only, else p's views
-       (embed, norm, lm_head and p->layers: n_layers views of layer_view_size bytes) are set */
-    size_t layer_view_size;
-    void (*build)(ls_param_builder *b, ls_params *p);
-    /* the reference-policy view: v's views (v->layers allocated, v->t the view's table at the same
-       indices as p->t) remapped from p's */
-    void (*ref_view)(ls_params *v, const ls_params *p);
     /* carried state */
     ls_status (*state_init)(ls_state *s, const ls_params *p, size_t page_size, ls_mem_cat cat);
     ls_status (*state_fork)(ls_state *dst, const ls_state *src, ls_mem_cat cat);
@@ -178,6 +175,7 @@ typedef struct ls_family_ops {
     size_t (*plan_layer_bytes_per_token)(const ls_model_config *c, int lora_r);
     void (*plan_terms)(const ls_model_config *c, const ls_family_plan_in *in, size_t plan[LS_MEM_COUNT]);
 } ls_family_ops;
+_Static_assert(offsetof(ls_family_ops, layout) == 0, "params.c reads a family's layout at the start of its table");
 
 
 /* Appends layer l's pages for T new positions from pos0 (page_size rows a

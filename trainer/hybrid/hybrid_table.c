@@ -1,4 +1,4 @@
-/* hybrid_family.c - the hybrid family's table of the trainer's family
+/* hybrid_table.c - the hybrid family's table of the trainer's family
  * interface (family.h): its tensor list and layer views, the reference
  * view, its carried state, segments, prompt backward, context parallelism
  * (hybrid_cp.c) and its memory-plan terms.  The math is in hybrid*.c. */
@@ -150,11 +150,9 @@ static ls_status hybrid_prompt_backward(const ls_params *p, const int32_t *token
 }
 
 const ls_family_ops LS_K(ls_family_hybrid) = {
+    .layout = {.layer_view_size = sizeof(ls_hybrid_layer), .build = hybrid_build, .ref_view = hybrid_ref_view},
     .id = LS_FAMILY_HYBRID,
     .name = "hybrid",
-    .layer_view_size = sizeof(ls_hybrid_layer),
-    .build = hybrid_build,
-    .ref_view = hybrid_ref_view,
     .state_init = LS_K(ls_hstate_init),
     .state_fork = LS_K(ls_hstate_fork),
     .state_grad_like = LS_K(ls_hstate_grad_like),
