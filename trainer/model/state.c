@@ -1,5 +1,5 @@
-/* family.c - the carried state's shared container (family.h: ls_state). */
-#include "trainer/model/family.h"
+/* state.c - the carried state's shared container (state.h: ls_state). */
+#include "trainer/model/state.h"
 
 #include <stdio.h>
 #include <string.h>
