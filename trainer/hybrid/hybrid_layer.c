@@ -15,7 +15,7 @@
 #include "kernels/norm.h"
 #include "kernels/rope.h"
 
-#define R(n) ((n) * sizeof(ls_real))
+#include "trainer/model/real_bytes.h"
 
 /* Allocate n reals from the tape arena when taping, else from scratch. */
 static ls_real *buf(ls_arena *tape_arena, ls_arena *scratch, size_t n) {

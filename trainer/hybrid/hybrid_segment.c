@@ -10,7 +10,7 @@
 #include "trainer/hybrid/hybrid_layer.h"
 #include "trainer/model/seg_frame.h"
 
-#define R(n) ((n) * sizeof(ls_real))
+#include "trainer/model/real_bytes.h"
 
 
 /* Attention layer l's K and V rows as new pages of s. */
