@@ -88,7 +88,12 @@ typedef struct ls_cp_remote {
                      ls_real *dq, ls_real *dk_own, ls_real *dv_own);
 } ls_cp_remote;
 
-/* Empty state (position 0): zero GDN tails and states, no pages. */
+/* The hybrid family's carried state (state.h's ls_state: attention layers
+ * K/V pages, GDN layers the conv tail and recurrent state as fixed buffers
+ * 0 and 1).  init, fork and grad_like fill a state the caller owns,
+ * released with ls_hybrid_state_free (ls_state_free); on failure they free
+ * what they made.  A fork borrows src's pages: src must outlive it.
+ * Empty state (position 0): zero GDN tails and states, no pages. */
 ls_status LS_K(ls_hybrid_state_init)(ls_state *s, const ls_params *p, size_t page_size, ls_mem_cat cat);
 /* A state that borrows src's pages and owns copies of its GDN tails/states. */
 ls_status LS_K(ls_hybrid_state_fork)(ls_state *dst, const ls_state *src, ls_mem_cat cat);
@@ -103,7 +108,8 @@ size_t LS_K(ls_hybrid_state_analytical_bytes)(const ls_params *p, int64_t n_pos)
  * is allocated); saturates at SIZE_MAX instead of overflowing. */
 size_t LS_K(ls_hybrid_state_plan_bytes)(const ls_model_config *c, int64_t n_pos);
 
-/* Segments (ls_seg_io, ls_seg_tape, ls_layer_hook: family.h). */
+/* Segments (ls_seg_io, ls_seg_tape, ls_layer_hook: family.h); a tape made
+ * into *io->tape is the caller's, released with ls_seg_tape_free. */
 ls_status LS_K(ls_segment_forward)(const ls_params *p, ls_seg_io *io);
 
 /* Backward of a taped segment.  dlogp [T - score_from] (NULL: zero).

@@ -1,5 +1,6 @@
 /* hybrid_state.c - carried state of the hybrid family: KV pages of the
- * attention layers, conv tail and recurrent state of the GDN layers. */
+ * attention layers, conv tail (fixed0) and recurrent state S (fixed1) of
+ * the GDN layers (state.h's table). */
 #include <string.h>
 
 #include "common/checked.h"

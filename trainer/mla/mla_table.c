@@ -2,7 +2,8 @@
  * (family.h): its tensor list (docs/model.md §5, the LoRA targets of §3) and
  * layer views, the reference view, its memory-plan terms; the transaction's
  * parts are mla_segment.c (state, segments, prompt backward) over
- * mla_layer.c (one block); context parallelism refuses (LS_ERR_UNSUPPORTED). */
+ * mla_layer.c (one block), and mla_cp.c (context parallelism, over
+ * mla_cp_attn.c). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>

@@ -72,7 +72,8 @@ typedef struct {
     size_t score_from;
     ls_real *logp;           /* [T - score_from] log-probs out */
     ls_real *last_hidden;    /* [d] normed final hidden state of the last position (NULL: no) */
-    ls_seg_tape **tape;      /* autograd tape out (NULL: no autograd); free with the family's tape_free */
+    ls_seg_tape **tape;      /* autograd tape out (NULL: no autograd): the caller's, freed with the
+                                family's tape_free */
     ls_mem_cat tape_cat;     /* category of the tape (branch_graph, scratch ...) */
     size_t grad_cut;         /* with a tape: in the backward no gradient flows from tokens [grad_cut, T)
                                 into tokens [0, grad_cut) through the mixers (attention keys' dK/dV, the
@@ -99,7 +100,9 @@ typedef struct ls_family_ops {
     ls_param_layout layout;
     ls_family id;
     const char *name;
-    /* carried state */
+    /* carried state (state.h): init, fork and grad_like fill a state the caller owns, released with
+       state_free (on their failure nothing is left to free); a fork borrows src's pages, so src must
+       outlive it */
     ls_status (*state_init)(ls_state *s, const ls_params *p, size_t page_size, ls_mem_cat cat);
     ls_status (*state_fork)(ls_state *dst, const ls_state *src, ls_mem_cat cat);
     ls_status (*state_grad_like)(ls_state *dst, const ls_state *src, ls_mem_cat cat);
@@ -116,7 +119,8 @@ typedef struct ls_family_ops {
     ls_status (*prompt_backward)(const ls_params *p, const int32_t *tokens, size_t T, size_t chunk,
                                  ls_real *const *checkpoints, const ls_state *ps, ls_state *dstate,
                                  ls_mem_cat win_cat, ls_layer_hook hook, void *hook_user);
-    /* context parallelism (cp.h): the family's part of the context (c->fam_ctx) */
+    /* context parallelism (cp.h): the family's part of the context (c->fam_ctx), owned by c: made by
+       cp_init, released by cp_free */
     ls_status (*cp_init)(struct ls_cp_s *c, const ls_params *p);
     void (*cp_free)(struct ls_cp_s *c);
     ls_status (*cp_capture)(struct ls_cp_s *c, const ls_params *q, const int32_t *prompt, size_t page_size,
