@@ -122,8 +122,9 @@ ls_status LS_K(ls_params_init_of)(const ls_param_layout *layout, ls_params **out
 /* Releases p (a table, or a reference view: its own tables only); NULL: nothing. */
 void LS_K(ls_params_free)(ls_params *p);
 /* Reference policy view (docs/model.md §3): adapters off (lora mode) or the frozen
- * step-0 copy (full mode).  *out is the caller's, released with
- * ls_params_free; it reads p's weight blocks, so p must outlive it. */
+ * step-0 copy (full mode), through p's family (p->fam set).  *out is the
+ * caller's, released with ls_params_free; it reads p's weight blocks, so p
+ * must outlive it. */
 ls_status LS_K(ls_params_ref_view)(ls_params **out, const ls_params *p);
 /* For a family's ref_view: the tensor of dst at t's index in src (NULL for
  * NULL), an entry of dst's table; a linear's weight remapped, its adapters
