@@ -148,7 +148,7 @@ static rollout_cell bench_rollout(const char *cfg_path, int V, size_t P, size_t 
     ls_params *p = NULL;
     ls_task t;
     ls_batch *b = NULL;
-    ls_hstate ps;
+    ls_state ps;
     if (ls_config_check(&c, err, sizeof err) != LS_OK || ls_params_init_f32(&p, &c, &o, 1, err, sizeof err) != LS_OK ||
         ls_task_make(&t, P, 8, 1) != LS_OK || ls_batch_alloc(&b, 1) != LS_OK ||
         ls_batch_set_prompt(b, t.prompt, P) != LS_OK ||
@@ -162,10 +162,10 @@ static rollout_cell bench_rollout(const char *cfg_path, int V, size_t P, size_t 
     out.tps = (double)R / (now() - t0);
     /* the same decode loop as ls_rollout_member, with the old sampler */
     size_t d = (size_t)c.d_model;
-    ls_hstate sm;
+    ls_state sm;
     float *h = malloc(d * sizeof *h), *row = malloc((size_t)V * sizeof *row);
     size_t *order = malloc((size_t)V * sizeof *order);
-    if (st == LS_OK && h && row && order && ls_hstate_fork_f32(&sm, &ps, LS_MEM_SCORE) == LS_OK) {
+    if (st == LS_OK && h && row && order && ls_hybrid_state_fork_f32(&sm, &ps, LS_MEM_SCORE) == LS_OK) {
         ls_rng rng;
         ls_rng_seed(&rng, 5);
         int32_t tok = first;
@@ -185,7 +185,7 @@ static rollout_cell bench_rollout(const char *cfg_path, int V, size_t P, size_t 
         double dt = now() - t0;
         out.old_tps = (double)out.old_tokens / dt;
         out.sampler_frac = ts / dt;
-        ls_hstate_free_f32(&sm);
+        ls_hybrid_state_free_f32(&sm);
         out.ok = st == LS_OK;
         if (!out.same && mismatches++ == 0) fprintf(stderr, "MISMATCH in rollout at V=%d\n", V);
     }
@@ -193,7 +193,7 @@ static rollout_cell bench_rollout(const char *cfg_path, int V, size_t P, size_t 
     free(row);
     free(order);
     free(toks);
-    ls_hstate_free_f32(&ps);
+    ls_hybrid_state_free_f32(&ps);
     ls_batch_free(b);
     ls_task_free(&t);
     ls_params_free_f32(p);

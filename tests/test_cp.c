@@ -36,7 +36,7 @@
 #define CP_TEST_CONFIG "/configs/hybrid-tiny.json"
 #define CP_TEST_LORA_EXPERTS 0
 #define CP_TEST_DETACHED_SHARD_LOCAL 0
-static size_t cp_test_shard_bytes(const ls_params *p, int64_t n) { return K(ls_hstate_analytical_bytes)(p, n); }
+static size_t cp_test_shard_bytes(const ls_params *p, int64_t n) { return K(ls_hybrid_state_analytical_bytes)(p, n); }
 
 #include "test_cp_checks.h"
 

@@ -31,7 +31,7 @@ typedef struct {
     ls_params *p;
     ls_batch *b;
     int detached;
-    ls_hstate ps;    /* detached: captured from the unperturbed parameters */
+    ls_state ps;    /* detached: captured from the unperturbed parameters */
     double lp0[64];  /* log-probs at the unperturbed point, members concatenated */
     int have_lp0;
     double max_dlp;  /* largest |lp - lp0| over every evaluation */
@@ -205,7 +205,7 @@ static void check_fd(ls_train_mode mode, ls_grad_mode gm, int scalars) {
     cr_expect_eq(n_tensors, expect, "%s: %zu tensors checked, %zu trainable by docs/model.md", what, n_tensors, expect);
     cr_expect_lt(c.max_dlp, margin / 2, "%s/%s: a perturbation moved a log-prob by %.3e, close to a kink (%.3e)",
                  what, gmn, c.max_dlp, margin);
-    if (c.detached) K(ls_hstate_free)(&c.ps);
+    if (c.detached) K(ls_hybrid_state_free)(&c.ps);
     free(g);
     ls_batch_free(b);
     K(ls_params_free)(p);

@@ -222,7 +222,7 @@ Test(hybrid_step, scoring_equals_full_sequence_and_decode_equals_forward) {
     size_t R[] = {6};
     ls_params *p = make_params(LS_TRAIN_LORA, LS_GRAD_DETACHED, 5);
     ls_batch *b = make_batch(50, 1, R, 77);
-    ls_hstate ps;
+    ls_state ps;
     cr_assert_eq(K(ls_capture)(p, b, 16, 11, &ps, NULL, LS_MEM_PROMPT_STATE, NULL, NULL), LS_OK);
     double lp_branch[6], lp_full[6];
     cr_assert_eq(K(ls_score_member)(p, &ps, b, 0, lp_branch, NULL, NULL), LS_OK);
@@ -251,7 +251,7 @@ Test(hybrid_step, scoring_equals_full_sequence_and_decode_equals_forward) {
     for (int t = 0; t < 8; t++) wd = fmax(wd, fabs(lp_dec[t] - lp_sc[t]));
     cr_log_info("score vs full sequence %.3e, decode vs forward %.3e", worst, wd);
     cr_expect_lt(wd, 1e-12, "decode vs one forward: %.3e", wd);
-    K(ls_hstate_free)(&ps);
+    K(ls_hybrid_state_free)(&ps);
     ls_batch_free(b);
     ls_batch_free(b2);
     K(ls_params_free)(p);

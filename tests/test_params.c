@@ -98,14 +98,14 @@ Test(params, adding_beyond_the_counted_capacity_fails_loudly) {
     double *stds = calloc(n, sizeof *stds);
     cr_assert(t && kinds && stds);
     ls_param_builder b = {.cfg = &c, .obj = &o, .t = t, .kinds = kinds, .stds = stds, .cap = n - 1};
-    K(ls_family_hybrid).build(&b, NULL);
+    K(ls_family_hybrid).layout.build(&b, NULL);
     cr_expect_eq(b.st, LS_ERR_INTERNAL, "one short: %s", ls_status_str(b.st));
     cr_expect_eq(b.n, n - 1);
     cr_expect(strstr(b.err, "'lm_head.weight'") != NULL, "the message names the tensor: %s", b.err);
     cr_log_info("one short: %s\n", b.err);
     /* exactly the count: no error */
     ls_param_builder ok = {.cfg = &c, .obj = &o, .t = t, .kinds = kinds, .stds = stds, .cap = n};
-    K(ls_family_hybrid).build(&ok, NULL);
+    K(ls_family_hybrid).layout.build(&ok, NULL);
     cr_expect_eq(ok.st, LS_OK, "%s", ok.err);
     cr_expect_eq(ok.n, n);
     /* by hand: two fit, the third is refused and so is every later one */

@@ -9,7 +9,7 @@
 #include "receipts/digest.h"
 #include "trainer/base/mem_tracker.h"
 
-#define R(n) ((n) * sizeof(ls_real))
+#include "trainer/model/real_bytes.h"
 #ifdef LS_REAL_F64
 #define DT LS_TRACE_DTYPE_F64
 #else

@@ -20,7 +20,7 @@ ls_status LS_K(ls_params_tensor_count)(const ls_model_config *cfg, const ls_obje
     *n = 0;
     const ls_family_ops *fam = LS_K(ls_family_ops_of)(cfg->family, err, err_len);
     if (!fam) return LS_ERR_UNSUPPORTED;
-    LS_K(ls_params_tensor_count_of)(fam, cfg, obj, n);
+    LS_K(ls_params_tensor_count_of)(&fam->layout, cfg, obj, n);
     return LS_OK;
 }
 
@@ -31,7 +31,7 @@ ls_status LS_K(ls_params_plan)(const ls_model_config *cfg, const ls_objective *o
         for (int c = 0; c < LS_MEM_COUNT; c++) bytes[c] = 0;
         return LS_ERR_UNSUPPORTED;
     }
-    return LS_K(ls_params_plan_of)(fam, cfg, obj, bytes, err, err_len);
+    return LS_K(ls_params_plan_of)(&fam->layout, cfg, obj, bytes, err, err_len);
 }
 
 ls_status LS_K(ls_params_init)(ls_params **out, const ls_model_config *cfg,
@@ -40,5 +40,7 @@ ls_status LS_K(ls_params_init)(ls_params **out, const ls_model_config *cfg,
     *out = NULL;
     const ls_family_ops *fam = LS_K(ls_family_ops_of)(cfg->family, err, err_len);
     if (!fam) return LS_ERR_UNSUPPORTED;
-    return LS_K(ls_params_init_of)(fam, out, cfg, obj, seed, err, err_len);
+    ls_status st = LS_K(ls_params_init_of)(&fam->layout, out, cfg, obj, seed, err, err_len);
+    if (st == LS_OK) (*out)->fam = fam;
+    return st;
 }

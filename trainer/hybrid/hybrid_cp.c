@@ -12,7 +12,7 @@
 #include "kernels/attention.h"
 #include "trainer/base/mem_tracker.h"
 
-#define R(n) ((n) * sizeof(ls_real))
+#include "trainer/model/real_bytes.h"
 #ifdef LS_REAL_F64
 #define DT LS_TRACE_DTYPE_F64
 #else
@@ -32,10 +32,10 @@ typedef struct {
     ls_cp_remote remote;    /* the prompt's ring: fwd partials, bwd reverse ring */
     ls_real *rem_o, *rem_lse; /* the current attention layer's remote partial (the shard's rows) */
     ls_cp_hooks cap_hooks, bwd_hooks;
-    ls_hstate start;        /* the last capture's shard start state (GDN states received) */
-    ls_hstate dstart;       /* prompt backward: the gradient of start's GDN states */
-    ls_hstate *cap_out;     /* the capture being run: its state_out */
-    ls_hstate *bwd_dstate;  /* the prompt backward being run: its state gradient */
+    ls_state start;        /* the last capture's shard start state (GDN states received) */
+    ls_state dstart;       /* prompt backward: the gradient of start's GDN states */
+    ls_state *cap_out;     /* the capture being run: its state_out */
+    ls_state *bwd_dstate;  /* the prompt backward being run: its state gradient */
     int64_t pages_moved;    /* diagnostics */
 } hcp;
 
@@ -66,7 +66,7 @@ static ls_real *ring_msg(const hcp *c, const ls_layer_state *own, size_t nk) {
 /* The remote partial: the shard's queries against every earlier rank's K/V,
  * passed around the ring (N-1 hops), merged chunk by chunk of queries. */
 static ls_status ring_fwd(void *user, int layer, const ls_real *q, size_t T, int64_t pos0, size_t chunk,
-                          const ls_hstate *own) {
+                          const ls_state *own) {
     hcp *c = user;
     size_t blk = (size_t)c->max_shard * c->row, n = 2 * blk, H = c->H, hd = c->hd;
     ls_mem_free(c->rem_o);
@@ -115,7 +115,7 @@ static ls_status merge_fwd(void *user, int layer, const ls_real *q, const ls_rea
  * the remote part of its dq; after N hops every block is home and its
  * accumulated dK/dV join the owner's. */
 static ls_status ring_bwd(void *user, int layer, const ls_real *q, const ls_real *o, const ls_real *lse,
-                          const ls_real *dout, size_t T, int64_t pos0, size_t chunk, const ls_hstate *own,
+                          const ls_real *dout, size_t T, int64_t pos0, size_t chunk, const ls_state *own,
                           ls_real *dq, ls_real *dk_own, ls_real *dv_own) {
     hcp *c = user;
     size_t blk = (size_t)c->max_shard * c->row, n = 4 * blk, H = c->H, hd = c->hd;
@@ -195,13 +195,13 @@ static ls_status compose_bwd(void *user, int layer, const ls_real *q, const ls_r
 /* ---- GDN state chains ----------------------------------------------------- */
 
 static void pack_state(const hcp *c, ls_real *buf, const ls_layer_state *s) {
-    memcpy(buf, s->tail, R(c->tail_n));
-    memcpy(buf + c->tail_n, s->S, R(c->gdn_n - c->tail_n));
+    memcpy(buf, s->fixed0, R(c->tail_n));
+    memcpy(buf + c->tail_n, s->fixed1, R(c->gdn_n - c->tail_n));
 }
 
 static void unpack_state(const hcp *c, ls_layer_state *s, const ls_real *buf) {
-    memcpy(s->tail, buf, R(c->tail_n));
-    memcpy(s->S, buf + c->tail_n, R(c->gdn_n - c->tail_n));
+    memcpy(s->fixed0, buf, R(c->tail_n));
+    memcpy(s->fixed1, buf + c->tail_n, R(c->gdn_n - c->tail_n));
 }
 
 /* One hop of a chain: send s_from to rank `to`, receive into s_into from
@@ -219,7 +219,7 @@ static ls_status chain(hcp *c, int layer, const ls_layer_state *s_from, int to, 
 }
 
 /* GDN layers carry a tail and a state; attention layers pass no chain. */
-static int is_gdn(const hcp *c, int l) { return c->start.ly[l].tail != NULL; }
+static int is_gdn(const hcp *c, int l) { return c->start.ly[l].fixed0 != NULL; }
 
 static ls_status cap_pre(void *user, int l) { /* the state from rank r-1 */
     hcp *c = user;
@@ -281,24 +281,24 @@ void LS_K(ls_hybrid_cp_free)(ls_cp *base) {
     ls_mem_free(c->rem_o);
     ls_mem_free(c->rem_lse);
     c->rem_o = c->rem_lse = NULL;
-    LS_K(ls_hstate_free)(&c->start);
-    LS_K(ls_hstate_free)(&c->dstart);
+    LS_K(ls_hybrid_state_free)(&c->start);
+    LS_K(ls_hybrid_state_free)(&c->dstart);
     ls_mem_free(c);
     base->fam_ctx = NULL;
 }
 
 ls_status LS_K(ls_hybrid_cp_capture)(ls_cp *base, const ls_params *q, const int32_t *prompt, size_t page_size,
                                      size_t chunk,
-                                     ls_hstate *ps, ls_real **checkpoints, ls_mem_cat cat, ls_layer_hook hook,
+                                     ls_state *ps, ls_real **checkpoints, ls_mem_cat cat, ls_layer_hook hook,
                                      void *hook_user) {
     hcp *c = base->fam_ctx;
     int L = q->cfg.n_layers;
     int local = c->faults.local_attention;
-    LS_K(ls_hstate_free)(&c->start); /* the start of the last capture only (the prompt backward's) */
-    ls_status st = LS_K(ls_hstate_init)(&c->start, q, page_size, LS_MEM_CHECKPOINT);
-    if (st == LS_OK) st = LS_K(ls_hstate_init)(ps, q, page_size, cat);
+    LS_K(ls_hybrid_state_free)(&c->start); /* the start of the last capture only (the prompt backward's) */
+    ls_status st = LS_K(ls_hybrid_state_init)(&c->start, q, page_size, LS_MEM_CHECKPOINT);
+    if (st == LS_OK) st = LS_K(ls_hybrid_state_init)(ps, q, page_size, cat);
     if (st != LS_OK) {
-        LS_K(ls_hstate_free)(&c->start);
+        LS_K(ls_hybrid_state_free)(&c->start);
         return st;
     }
     c->cap_out = ps;
@@ -308,7 +308,7 @@ ls_status LS_K(ls_hybrid_cp_capture)(ls_cp *base, const ls_params *q, const int3
     ls_real *buf = ls_mem_alloc(LS_MEM_COMM, R(c->gdn_n));
     if (st == LS_OK && !buf) st = LS_ERR_NOMEM;
     for (int l = 0; st == LS_OK && l < L; l++) {
-        if (!ps->ly[l].tail) {
+        if (!ps->ly[l].fixed0) {
             ps->ly[l].cp = local ? NULL : &c->compose;
             continue;
         }
@@ -319,16 +319,16 @@ ls_status LS_K(ls_hybrid_cp_capture)(ls_cp *base, const ls_params *q, const int3
     ls_mem_free(buf);
     c->cap_out = NULL;
     ps->n_pos = c->T; /* responses start after the whole prompt */
-    if (st != LS_OK) LS_K(ls_hstate_free)(ps);
+    if (st != LS_OK) LS_K(ls_hybrid_state_free)(ps);
     return st;
 }
 
 ls_status LS_K(ls_hybrid_cp_prompt_backward)(ls_cp *base, const ls_params *p, const int32_t *prompt, size_t chunk,
-                                             ls_real *const *checkpoints, const ls_hstate *ps, ls_hstate *dps,
+                                             ls_real *const *checkpoints, const ls_state *ps, ls_state *dps,
                                              ls_layer_hook hook, void *hook_user) {
     hcp *c = base->fam_ctx;
-    LS_K(ls_hstate_free)(&c->dstart);
-    ls_status st = LS_K(ls_hstate_grad_like)(&c->dstart, &c->start, LS_MEM_PROMPT_GRAD);
+    LS_K(ls_hybrid_state_free)(&c->dstart);
+    ls_status st = LS_K(ls_hybrid_state_grad_like)(&c->dstart, &c->start, LS_MEM_PROMPT_GRAD);
     if (st != LS_OK) return st;
     c->bwd_dstate = dps;
     int remote = !c->faults.local_attention; /* rank 0 still sends its keys around the reverse ring */
@@ -337,7 +337,7 @@ ls_status LS_K(ls_hybrid_cp_prompt_backward)(ls_cp *base, const ls_params *p, co
     st = LS_K(ls_prompt_backward)(p, prompt + c->s0, (size_t)(c->s1 - c->s0), chunk, checkpoints, ps, dps,
                                   LS_MEM_SCRATCH, hook, hook_user, &pc);
     c->bwd_dstate = NULL;
-    LS_K(ls_hstate_free)(&c->dstart);
+    LS_K(ls_hybrid_state_free)(&c->dstart);
     return st;
 }
 

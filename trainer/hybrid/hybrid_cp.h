@@ -8,9 +8,9 @@
 ls_status LS_K(ls_hybrid_cp_init)(ls_cp *c, const ls_params *p);
 void LS_K(ls_hybrid_cp_free)(ls_cp *c);
 ls_status LS_K(ls_hybrid_cp_capture)(ls_cp *c, const ls_params *q, const int32_t *prompt, size_t page_size,
-                                     size_t chunk, ls_hstate *ps, ls_real **checkpoints, ls_mem_cat cat,
+                                     size_t chunk, ls_state *ps, ls_real **checkpoints, ls_mem_cat cat,
                                      ls_layer_hook hook, void *hook_user);
 ls_status LS_K(ls_hybrid_cp_prompt_backward)(ls_cp *c, const ls_params *p, const int32_t *prompt, size_t chunk,
-                                             ls_real *const *checkpoints, const ls_hstate *ps, ls_hstate *dps,
+                                             ls_real *const *checkpoints, const ls_state *ps, ls_state *dps,
                                              ls_layer_hook hook, void *hook_user);
 #endif

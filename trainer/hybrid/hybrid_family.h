@@ -37,12 +37,6 @@ typedef struct {
 
 static inline ls_hybrid_layer *ls_hybrid_layers(const ls_params *p) { return (ls_hybrid_layer *)p->layers; }
 
-/* The hybrid family's carried state is the shared container (family.h):
- * one block of keys ls_kv_page is K and V of n consecutive positions from
- * pos0, each [n, Hkv, hd], token-major; a GDN layer's fixed buffers are its
- * conv tail and recurrent state. */
-typedef ls_state ls_hstate;
-
 /* Context parallelism (docs/design.md §4): the part of an attention layer's
  * context that lives on other ranks, reached through collectives (cp.c).
  * A layer whose context has one calls fwd after attending its queries to
@@ -84,33 +78,38 @@ typedef struct {
  * then folds into each chunk's attention; bwd, given the shard's global
  * o, lse and dout, adds the remote part of dq and adds the other ranks'
  * queries' dK/dV into dk_own/dv_own [T,Hkv,hd] (this shard's keys). */
-struct ls_hstate_s;
 typedef struct ls_cp_remote {
     void *user;
     const struct ls_cp_attn *merge;
     ls_status (*fwd)(void *user, int layer, const ls_real *q, size_t T, int64_t pos0, size_t chunk,
-                     const struct ls_hstate_s *own);
+                     const ls_state *own);
     ls_status (*bwd)(void *user, int layer, const ls_real *q, const ls_real *o, const ls_real *lse,
-                     const ls_real *dout, size_t T, int64_t pos0, size_t chunk, const struct ls_hstate_s *own,
+                     const ls_real *dout, size_t T, int64_t pos0, size_t chunk, const ls_state *own,
                      ls_real *dq, ls_real *dk_own, ls_real *dv_own);
 } ls_cp_remote;
 
-/* Empty state (position 0): zero GDN tails and states, no pages. */
-ls_status LS_K(ls_hstate_init)(ls_hstate *s, const ls_params *p, size_t page_size, ls_mem_cat cat);
+/* The hybrid family's carried state (state.h's ls_state: attention layers
+ * K/V pages, GDN layers the conv tail and recurrent state as fixed buffers
+ * 0 and 1).  init, fork and grad_like fill a state the caller owns,
+ * released with ls_hybrid_state_free (ls_state_free); on failure they free
+ * what they made.  A fork borrows src's pages: src must outlive it.
+ * Empty state (position 0): zero GDN tails and states, no pages. */
+ls_status LS_K(ls_hybrid_state_init)(ls_state *s, const ls_params *p, size_t page_size, ls_mem_cat cat);
 /* A state that borrows src's pages and owns copies of its GDN tails/states. */
-ls_status LS_K(ls_hstate_fork)(ls_hstate *dst, const ls_hstate *src, ls_mem_cat cat);
+ls_status LS_K(ls_hybrid_state_fork)(ls_state *dst, const ls_state *src, ls_mem_cat cat);
 /* Zeroed gradient of src: same pages (owned, sizes equal) and GDN shapes. */
-ls_status LS_K(ls_hstate_grad_like)(ls_hstate *dst, const ls_hstate *src, ls_mem_cat cat);
-void LS_K(ls_hstate_free)(ls_hstate *s);
+ls_status LS_K(ls_hybrid_state_grad_like)(ls_state *dst, const ls_state *src, ls_mem_cat cat);
+void LS_K(ls_hybrid_state_free)(ls_state *s);
 /* Bytes the state owns (pages + tails + states), counted from its buffers. */
-size_t LS_K(ls_hstate_bytes)(const ls_hstate *s);
+size_t LS_K(ls_hybrid_state_bytes)(const ls_state *s);
 /* Analytical carried-state bytes for n_pos prompt positions (docs/model.md §1). */
-size_t LS_K(ls_hstate_analytical_bytes)(const ls_params *p, int64_t n_pos);
+size_t LS_K(ls_hybrid_state_analytical_bytes)(const ls_params *p, int64_t n_pos);
 /* The same from the config alone (the memory plan, before any parameter
  * is allocated); saturates at SIZE_MAX instead of overflowing. */
-size_t LS_K(ls_hstate_plan_bytes)(const ls_model_config *c, int64_t n_pos);
+size_t LS_K(ls_hybrid_state_plan_bytes)(const ls_model_config *c, int64_t n_pos);
 
-/* Segments (ls_seg_io, ls_seg_tape, ls_layer_hook: family.h). */
+/* Segments (ls_seg_io, ls_seg_tape, ls_layer_hook: family.h); a tape made
+ * into *io->tape is the caller's, released with ls_seg_tape_free. */
 ls_status LS_K(ls_segment_forward)(const ls_params *p, ls_seg_io *io);
 
 /* Backward of a taped segment.  dlogp [T - score_from] (NULL: zero).
@@ -120,7 +119,7 @@ ls_status LS_K(ls_segment_forward)(const ls_params *p, ls_seg_io *io);
  * its pages must mirror the context's pages; LS_ERR_ARG with a grad_cut.
  * Parameter gradients accumulate into p's trainable tensors. */
 ls_status LS_K(ls_segment_backward)(const ls_params *p, ls_seg_tape *tape, const ls_real *dlogp,
-                                    ls_hstate *dctx, ls_layer_hook hook, void *hook_user);
+                                    ls_state *dctx, ls_layer_hook hook, void *hook_user);
 
 /* full mode: back-propagate the accumulated prompt-state gradient dstate
  * through the prompt computation, one layer at a time from the top, and
@@ -138,8 +137,8 @@ ls_status LS_K(ls_segment_backward)(const ls_params *p, ls_seg_tape *tape, const
  * per-layer hooks, and the attention layers' remote keys. */
 typedef struct {
     int64_t pos0;
-    const ls_hstate *start;
-    ls_hstate *dstart;
+    const ls_state *start;
+    ls_state *dstart;
     const ls_cp_hooks *hooks;
     const ls_cp_remote *remote; /* the attention layers' keys elsewhere (NULL: none) */
 } ls_prompt_cp;
@@ -153,14 +152,14 @@ typedef struct {
  * (hooks->post hands them on); remote (NULL: none) the other ranks' keys;
  * checkpoints [n_layers][T, d] (NULL: none) each layer's input. */
 ls_status LS_K(ls_shard_forward)(const ls_params *p, const int32_t *tokens, size_t T, int64_t pos0, size_t chunk,
-                                 ls_hstate *start, ls_hstate *ps, ls_real **checkpoints, const ls_cp_remote *remote,
+                                 ls_state *start, ls_state *ps, ls_real **checkpoints, const ls_cp_remote *remote,
                                  const ls_cp_hooks *hooks, ls_layer_hook hook, void *hook_user);
 
 ls_status LS_K(ls_prompt_backward)(const ls_params *p, const int32_t *tokens, size_t T, size_t chunk,
-                                   ls_real *const *checkpoints, const ls_hstate *ps, ls_hstate *dstate,
+                                   ls_real *const *checkpoints, const ls_state *ps, ls_state *dstate,
                                    ls_mem_cat win_cat, ls_layer_hook hook, void *hook_user,
                                    const ls_prompt_cp *cp);
 
-/* The hybrid family's table (hybrid_family.c; static storage). */
+/* The hybrid family's table (hybrid_table.c; static storage). */
 extern const ls_family_ops LS_K(ls_family_hybrid);
 #endif

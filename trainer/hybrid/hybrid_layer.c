@@ -15,7 +15,7 @@
 #include "kernels/norm.h"
 #include "kernels/rope.h"
 
-#define R(n) ((n) * sizeof(ls_real))
+#include "trainer/model/real_bytes.h"
 
 /* Allocate n reals from the tape arena when taping, else from scratch. */
 static ls_real *buf(ls_arena *tape_arena, ls_arena *scratch, size_t n) {
@@ -227,16 +227,16 @@ static ls_status gdn_forward(const ls_params *p, const ls_hybrid_layer *ly, ls_r
     ls_real *go = buf(ta, scr, T * Hv * dv), *rstd_g = buf(ta, scr, T * Hv);
     ls_real *ygn = buf(ta, scr, T * Hv * dv);
     ls_real *tail_in = NULL, *S_in = NULL;
-    if (tp && ctx && ctx->tail) {
+    if (tp && ctx && ctx->fixed0) {
         tail_in = buf(ta, scr, (K - 1) * C);
         S_in = buf(ta, scr, Hv * dk * dv);
         if (tail_in && S_in) {
-            memcpy(tail_in, ctx->tail, R((K - 1) * C));
-            memcpy(S_in, ctx->S, R(Hv * dk * dv));
+            memcpy(tail_in, ctx->fixed0, R((K - 1) * C));
+            memcpy(S_in, ctx->fixed1, R(Hv * dk * dv));
         }
     } else if (ctx) {
-        tail_in = ctx->tail;
-        S_in = ctx->S;
+        tail_in = ctx->fixed0;
+        S_in = ctx->fixed1;
     }
     if ((ta && ta->failed) || scr->failed) return LS_ERR_NOMEM;
 
@@ -366,8 +366,8 @@ static ls_status gdn_backward(const ls_params *p, const ls_hybrid_layer *ly, con
     else if ((st = conv_cut_backward(p, ly, tp, dm, dc, dtail_out, scr)) != LS_OK)
         return st;
     if (dctx) {
-        add_into(dctx->S, dS_in, Hv * dk * dv);
-        add_into(dctx->tail, dtail_in, (K - 1) * C);
+        add_into(dctx->fixed1, dS_in, Hv * dk * dv);
+        add_into(dctx->fixed0, dtail_in, (K - 1) * C);
     }
     st = lin_b(p, &ly->in_qkv, dxn, 0, dm, tp->xn1, tp->xa_qkv, T, scr);
     if (st == LS_OK) st = lin_b(p, &ly->in_z, dxn, 1, dz, tp->xn1, tp->xa_z, T, scr);

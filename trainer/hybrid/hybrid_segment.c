@@ -10,11 +10,11 @@
 #include "trainer/hybrid/hybrid_layer.h"
 #include "trainer/model/seg_frame.h"
 
-#define R(n) ((n) * sizeof(ls_real))
+#include "trainer/model/real_bytes.h"
 
 
 /* Attention layer l's K and V rows as new pages of s. */
-static ls_status append_pages(ls_hstate *s, int l, const ls_real *k, const ls_real *v, size_t T,
+static ls_status append_pages(ls_state *s, int l, const ls_real *k, const ls_real *v, size_t T,
                               int64_t pos0, size_t row) {
     const ls_real *src[3] = {k, v, NULL};
     const size_t rows[3] = {row, row, 0};
@@ -58,8 +58,8 @@ static ls_status layers_forward(const ls_params *p, ls_seg_io *io, ls_real *h, l
             if (ls_hybrid_layers(p)[l].is_attn) {
                 if (keep_kv) st = append_pages(io->state_out, l, own_k, own_v, T, io->pos0, row);
             } else {
-                memcpy(io->state_out->ly[l].tail, tail, R(tail_n));
-                memcpy(io->state_out->ly[l].S, S, R(S_n));
+                memcpy(io->state_out->ly[l].fixed0, tail, R(tail_n));
+                memcpy(io->state_out->ly[l].fixed1, S, R(S_n));
             }
         }
         ls_arena_free(&scr);
@@ -81,7 +81,7 @@ static ls_status layer_backward(const ls_params *p, int l, ls_seg_frame *fr, ls_
 }
 
 ls_status LS_K(ls_segment_backward)(const ls_params *p, ls_seg_tape *tp, const ls_real *dlogp,
-                                    ls_hstate *dctx, ls_layer_hook hook, void *hook_user) {
+                                    ls_state *dctx, ls_layer_hook hook, void *hook_user) {
     return LS_K(ls_seg_backward)(p, tp, dlogp, dctx, 1, layer_backward, hook, hook_user);
 }
 
@@ -107,12 +107,12 @@ static size_t page_at(const ls_layer_state *s, int64_t t) {
  * last: chunk c attends to the pages before it (a prefix view of ps) and
  * adds its key/value gradients into those pages of dstate. */
 static ls_status attn_prompt_backward_cp(const ls_params *p, int l, size_t T, size_t chunk, int64_t pos0,
-                                         const ls_cp_remote *rem, const ls_real *ckpt, const ls_hstate *ps,
-                                         ls_hstate *dstate, ls_real *dh, ls_mem_cat cat);
+                                         const ls_cp_remote *rem, const ls_real *ckpt, const ls_state *ps,
+                                         ls_state *dstate, ls_real *dh, ls_mem_cat cat);
 
 static ls_status attn_prompt_backward(const ls_params *p, int l, size_t T, size_t chunk, int64_t pos0,
-                                      const ls_cp_remote *rem, const ls_real *ckpt, const ls_hstate *ps,
-                                      ls_hstate *dstate, ls_real *dh, ls_mem_cat cat) {
+                                      const ls_cp_remote *rem, const ls_real *ckpt, const ls_state *ps,
+                                      ls_state *dstate, ls_real *dh, ls_mem_cat cat) {
     if (rem) return attn_prompt_backward_cp(p, l, T, chunk, pos0, rem, ckpt, ps, dstate, dh, cat);
     size_t d = (size_t)p->cfg.d_model, row = (size_t)p->cfg.attn_kv_heads * (size_t)p->cfg.head_dim;
     const ls_layer_state *sl = &ps->ly[l];
@@ -169,8 +169,8 @@ static void scatter_pages(ls_layer_state *s, size_t i0, size_t i1, size_t row, c
  * remote dq and the other ranks' dK/dV into this shard's pages; pass 2
  * recomputes each chunk from the last and finishes its backward. */
 static ls_status attn_prompt_backward_cp(const ls_params *p, int l, size_t T, size_t chunk, int64_t pos0,
-                                         const ls_cp_remote *rem, const ls_real *ckpt, const ls_hstate *ps,
-                                         ls_hstate *dstate, ls_real *dh, ls_mem_cat cat) {
+                                         const ls_cp_remote *rem, const ls_real *ckpt, const ls_state *ps,
+                                         ls_state *dstate, ls_real *dh, ls_mem_cat cat) {
     const ls_model_config *c = &p->cfg;
     size_t d = (size_t)c->d_model, row = (size_t)c->attn_kv_heads * (size_t)c->head_dim;
     size_t H = (size_t)c->attn_heads, qrow = H * (size_t)c->head_dim;
@@ -249,7 +249,7 @@ static ls_status attn_prompt_backward_cp(const ls_params *p, int l, size_t T, si
  * from chunk to chunk; dstart0 (NULL: dropped) receives the gradient of
  * the state before the first chunk. */
 static ls_status gdn_prompt_backward(const ls_params *p, int l, size_t T, size_t chunk, const ls_real *ckpt,
-                                     const ls_layer_state *start0, ls_layer_state *dstart0, ls_hstate *dstate,
+                                     const ls_layer_state *start0, ls_layer_state *dstart0, ls_state *dstate,
                                      ls_real *dh, ls_mem_cat cat) {
     const ls_model_config *c = &p->cfg;
     size_t d = (size_t)c->d_model;
@@ -263,14 +263,14 @@ static ls_status gdn_prompt_backward(const ls_params *p, int l, size_t T, size_t
     ls_real *g_tail = ls_arena_alloc(&keep, R(tail_n)), *g_S = ls_arena_alloc(&keep, R(S_n));
     ls_real *h = ls_arena_alloc(&keep, R(chunk * d));
     ls_status st = (states && g_tail && g_S && h) ? LS_OK : LS_ERR_NOMEM;
-    if (st == LS_OK && start0 && start0->tail) {
-        memcpy(states, start0->tail, R(tail_n));
-        memcpy(states + tail_n, start0->S, R(S_n));
+    if (st == LS_OK && start0 && start0->fixed0) {
+        memcpy(states, start0->fixed0, R(tail_n));
+        memcpy(states + tail_n, start0->fixed1, R(S_n));
     }
     for (size_t k = 0; st == LS_OK && k + 1 < n_chunks; k++) {
         size_t t0 = k * chunk;
         ls_real *cur = states + k * (tail_n + S_n), *next = cur + tail_n + S_n;
-        ls_layer_state ctx = {.tail = cur, .S = cur + tail_n};
+        ls_layer_state ctx = {.fixed0 = cur, .fixed1 = cur + tail_n};
         ls_arena scr;
         ls_arena_init(&scr, cat, 0);
         memcpy(h, ckpt + t0 * d, R(chunk * d));
@@ -278,13 +278,13 @@ static ls_status gdn_prompt_backward(const ls_params *p, int l, size_t T, size_t
         ls_arena_free(&scr);
     }
     if (st == LS_OK) {
-        memcpy(g_tail, dstate->ly[l].tail, R(tail_n));
-        memcpy(g_S, dstate->ly[l].S, R(S_n));
+        memcpy(g_tail, dstate->ly[l].fixed0, R(tail_n));
+        memcpy(g_S, dstate->ly[l].fixed1, R(S_n));
     }
     for (size_t k = n_chunks; st == LS_OK && k-- > 0;) {
         size_t t0 = k * chunk, n = T - t0 < chunk ? T - t0 : chunk;
         ls_real *cur = states + k * (tail_n + S_n);
-        ls_layer_state ctx = {.tail = cur, .S = cur + tail_n};
+        ls_layer_state ctx = {.fixed0 = cur, .fixed1 = cur + tail_n};
         ls_arena win, scr;
         ls_arena_init(&win, cat, 1u << 20);
         ls_arena_init(&scr, cat, 0);
@@ -297,7 +297,7 @@ static ls_status gdn_prompt_backward(const ls_params *p, int l, size_t T, size_t
         }
         ls_arena_free(&scr);
         if (st == LS_OK) {
-            ls_layer_state dctx = {.tail = dprev, .S = dprev + tail_n};
+            ls_layer_state dctx = {.fixed0 = dprev, .fixed1 = dprev + tail_n};
             ls_arena_init(&scr, cat, 0);
             st = LS_K(ls_layer_backward)(p, l, &tape, dh + t0 * d, &ctx, &dctx, NULL, NULL, g_tail, g_S, &scr);
             ls_arena_free(&scr);
@@ -306,16 +306,16 @@ static ls_status gdn_prompt_backward(const ls_params *p, int l, size_t T, size_t
         }
         ls_arena_free(&win);
     }
-    if (st == LS_OK && dstart0 && dstart0->tail) {
-        memcpy(dstart0->tail, g_tail, R(tail_n));
-        memcpy(dstart0->S, g_S, R(S_n));
+    if (st == LS_OK && dstart0 && dstart0->fixed0) {
+        memcpy(dstart0->fixed0, g_tail, R(tail_n));
+        memcpy(dstart0->fixed1, g_S, R(S_n));
     }
     ls_arena_free(&keep);
     return st;
 }
 
 ls_status LS_K(ls_prompt_backward)(const ls_params *p, const int32_t *tokens, size_t T, size_t chunk,
-                                   ls_real *const *checkpoints, const ls_hstate *ps, ls_hstate *dstate,
+                                   ls_real *const *checkpoints, const ls_state *ps, ls_state *dstate,
                                    ls_mem_cat win_cat, ls_layer_hook hook, void *hook_user,
                                    const ls_prompt_cp *cp) {
     const ls_model_config *c = &p->cfg;
@@ -358,7 +358,7 @@ cleanup:
 /* One attention layer over the shard: its pages and queries chunk by chunk,
  * the remote part once, then each chunk's forward. */
 static ls_status attn_shard_forward(const ls_params *p, int l, ls_real *h, ls_real *q_all, size_t T, int64_t pos0,
-                                    size_t chunk, ls_hstate *ps, const ls_cp_remote *rem) {
+                                    size_t chunk, ls_state *ps, const ls_cp_remote *rem) {
     const ls_model_config *c = &p->cfg;
     size_t d = (size_t)c->d_model, row = (size_t)c->attn_kv_heads * (size_t)c->head_dim;
     size_t qrow = (size_t)c->attn_heads * (size_t)c->head_dim;
@@ -391,7 +391,7 @@ static ls_status attn_shard_forward(const ls_params *p, int l, ls_real *h, ls_re
 /* One GDN layer over the shard: chunk by chunk from start's state, the
  * end state into ps. */
 static ls_status gdn_shard_forward(const ls_params *p, int l, ls_real *h, size_t T, int64_t pos0, size_t chunk,
-                                   const ls_hstate *start, ls_hstate *ps) {
+                                   const ls_state *start, ls_state *ps) {
     const ls_model_config *c = &p->cfg;
     size_t d = (size_t)c->d_model;
     size_t C = 2 * (size_t)c->gdn_hk * (size_t)c->gdn_dk + (size_t)c->gdn_hv * (size_t)c->gdn_dv;
@@ -399,12 +399,12 @@ static ls_status gdn_shard_forward(const ls_params *p, int l, ls_real *h, size_t
     ls_real *base = ls_mem_alloc(LS_MEM_SCRATCH, R(2 * (tail_n + S_n)));
     if (!base) return LS_ERR_NOMEM;
     ls_real *cur = base, *next = base + tail_n + S_n;
-    memcpy(cur, start->ly[l].tail, R(tail_n));
-    memcpy(cur + tail_n, start->ly[l].S, R(S_n));
+    memcpy(cur, start->ly[l].fixed0, R(tail_n));
+    memcpy(cur + tail_n, start->ly[l].fixed1, R(S_n));
     ls_status st = LS_OK;
     for (size_t t0 = 0; st == LS_OK && t0 < T; t0 += chunk) {
         size_t n = T - t0 < chunk ? T - t0 : chunk;
-        ls_layer_state ctx = {.tail = cur, .S = cur + tail_n};
+        ls_layer_state ctx = {.fixed0 = cur, .fixed1 = cur + tail_n};
         ls_arena scr;
         ls_arena_init(&scr, LS_MEM_SCRATCH, 0);
         st = LS_K(ls_layer_forward)(p, l, h + t0 * d, n, pos0 + (int64_t)t0, &ctx, NULL, NULL, next, next + tail_n,
@@ -415,15 +415,15 @@ static ls_status gdn_shard_forward(const ls_params *p, int l, ls_real *h, size_t
         next = t;
     }
     if (st == LS_OK) {
-        memcpy(ps->ly[l].tail, cur, R(tail_n));
-        memcpy(ps->ly[l].S, cur + tail_n, R(S_n));
+        memcpy(ps->ly[l].fixed0, cur, R(tail_n));
+        memcpy(ps->ly[l].fixed1, cur + tail_n, R(S_n));
     }
     ls_mem_free(base);
     return st;
 }
 
 ls_status LS_K(ls_shard_forward)(const ls_params *p, const int32_t *tokens, size_t T, int64_t pos0, size_t chunk,
-                                 ls_hstate *start, ls_hstate *ps, ls_real **checkpoints, const ls_cp_remote *remote,
+                                 ls_state *start, ls_state *ps, ls_real **checkpoints, const ls_cp_remote *remote,
                                  const ls_cp_hooks *hooks, ls_layer_hook hook, void *hook_user) {
     const ls_model_config *c = &p->cfg;
     size_t d = (size_t)c->d_model, V = (size_t)c->vocab, qrow = (size_t)c->attn_heads * (size_t)c->head_dim;

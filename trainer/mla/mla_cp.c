@@ -27,7 +27,7 @@
 #include "trainer/dist/cp.h"
 #include "trainer/mla/mla_layer.h"
 
-#define R(n) ((n) * sizeof(ls_real))
+#include "trainer/model/real_bytes.h"
 
 typedef struct {
     ls_mla_cp cp;

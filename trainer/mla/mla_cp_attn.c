@@ -15,7 +15,7 @@
 #include "trainer/dist/cp.h"
 #include "trainer/base/mem_tracker.h"
 
-#define R(n) ((n) * sizeof(ls_real))
+#include "trainer/model/real_bytes.h"
 #define I64(n) ((n) * sizeof(int64_t))
 #ifdef LS_REAL_F64
 #define DT LS_TRACE_DTYPE_F64

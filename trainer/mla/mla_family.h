@@ -1,6 +1,6 @@
 /* mla_family.h - the mla family (MLA + DeepSeek sparse attention + MoE, docs/model.md
  * §2) in the trainer: its structured layer views over the parameter table
- * (mla_family.c builds them) and the single-rank forward that scores a
+ * (mla_table.c builds them) and the single-rank forward that scores a
  * batch's responses (mla_forward.c); the training transaction's parts on
  * one rank (mla_segment.c, mla_layer.c): the carried state in ls_state,
  * segments with a tape and their backward, the `full`-mode prompt
@@ -42,12 +42,15 @@ static inline ls_mla_layer *LS_K(ls_mla_layers)(const ls_params *p) { return (ls
 /* Routed expert e of layer ly (an MoE layer) as three linears. */
 ls_mla_mlp LS_K(ls_mla_expert)(const ls_params *p, const ls_mla_layer *ly, size_t e);
 
-/* The family's carried state (family.h's ls_state): per layer, pages of
+/* The family's carried state (state.h's ls_state): per layer, pages of
  * per-position rows, k = c_kv after its RMSNorm [n, kv_rank], v = k_pe
  * after RoPE [n, d_rope], x = the indexer key [n, index_dim]; nothing per
  * head, no fixed buffers.  A gradient (grad_like) holds k and v rows only
  * (no gradient flows into the frozen indexer).  plan_bytes: (kv_rank +
- * d_rope + index_dim) reals per position and layer. */
+ * d_rope + index_dim) reals per position and layer.  init, fork and
+ * grad_like fill a state the caller owns, released with ls_mla_state_free
+ * (ls_state_free); on failure they free what they made.  A fork borrows
+ * src's pages: src must outlive it. */
 ls_status LS_K(ls_mla_state_init)(ls_state *s, const ls_params *p, size_t page_size, ls_mem_cat cat);
 ls_status LS_K(ls_mla_state_fork)(ls_state *dst, const ls_state *src, ls_mem_cat cat);
 ls_status LS_K(ls_mla_state_grad_like)(ls_state *dst, const ls_state *src, ls_mem_cat cat);
@@ -60,7 +63,8 @@ ls_status LS_K(ls_mla_state_append)(ls_state *s, int l, const ls_real *ckv, cons
 
 /* Context parallelism (family.h cp_*, cp.h; mla_cp.c over mla_cp_attn.c).
  * The capture and the prompt backward run this rank's whole shard as one
- * chunk per layer (the rings work on the shard's queries at once). */
+ * chunk per layer (the rings work on the shard's queries at once).  init
+ * makes the family's part of c (owned by c), free releases it. */
 ls_status LS_K(ls_mla_cp_init)(struct ls_cp_s *c, const ls_params *p);
 void LS_K(ls_mla_cp_free)(struct ls_cp_s *c);
 ls_status LS_K(ls_mla_cp_capture)(struct ls_cp_s *c, const ls_params *q, const int32_t *prompt, size_t page_size,
@@ -75,7 +79,8 @@ ls_status LS_K(ls_mla_cp_shard_grads)(struct ls_cp_s *c, ls_params *p);
  * context must end at io->pos0), appends the segment's rows to
  * io->state_out; the backward's dctx (NULL: detached) receives += the
  * gradient of the context rows; a grad_cut stops the gradient into the
- * segment's own rows before the cut (then dctx must be NULL). */
+ * segment's own rows before the cut (then dctx must be NULL).  A tape made
+ * into *io->tape is the caller's, released with ls_seg_tape_free. */
 ls_status LS_K(ls_mla_segment_forward)(const ls_params *p, ls_seg_io *io);
 ls_status LS_K(ls_mla_segment_backward)(const ls_params *p, ls_seg_tape *tape, const ls_real *dlogp, ls_state *dctx,
                                         ls_layer_hook hook, void *hook_user);

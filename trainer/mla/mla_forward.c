@@ -1,7 +1,8 @@
 /* mla_forward.c - the mla family's single-rank forward (docs/model.md §2, §4
  * branch split), composed from the kernels: MLA (kernels/mla.h, naive or
  * absorbed), the DSA indexer's top-k (kernels/dsa.h) and the routed MoE
- * (kernels/moe.h).  No autograd yet.
+ * (kernels/moe.h).  Tape-free: the training transaction's taped segments
+ * are mla_segment.c's.
  *
  * Each layer keeps its carried rows per position: c_kv after its RMSNorm
  * [r_kv], k_pe after the interleaved RoPE [d_r] and the indexer key after

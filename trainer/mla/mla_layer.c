@@ -20,7 +20,7 @@
 #include "kernels/norm.h"
 #include "kernels/rope.h"
 
-#define R(n) ((n) * sizeof(ls_real))
+#include "trainer/model/real_bytes.h"
 #define INDEXER_LN_EPS 1e-6 /* docs/model.md §2.2 */
 
 static ls_mla_seg_opts g_opts = {0, LS_MLA_NAIVE, 0};

@@ -12,7 +12,7 @@
 #include "trainer/mla/mla_layer.h"
 #include "trainer/model/seg_frame.h"
 
-#define R(n) ((n) * sizeof(ls_real))
+#include "trainer/model/real_bytes.h"
 
 /* ---- carried state ------------------------------------------------------------ */
 

@@ -130,7 +130,7 @@ static void hybrid_counts(const ls_model_config *c, size_t r, count *base, count
     lin(base, adapt, d, ls_sat_mul(Hv, dv), n_gdn, r, "'gdn_hv' x 'gdn_dv' x 'd_model' x 'n_layers' (GDN out)");
 }
 
-/* Base and adapter scalars of the mla table (mla_family.c's build order,
+/* Base and adapter scalars of the mla table (mla_table.c's build order,
  * docs/model.md §3, §5); r = 0 when there are no adapters; the routed experts
  * are adapted only with lora_experts. */
 static void mla_counts(const ls_model_config *c, size_t r, int lora_experts, count *base, count *adapt,

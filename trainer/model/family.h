@@ -12,67 +12,28 @@
  *    and the structured per-layer views over the table (p->layers), for
  *    the policy and for the reference-policy view;
  *  - its carried state (init, fork, gradient-like copy, free, bytes, the
- *    analytical / planned bytes) in the shared container ls_state below;
+ *    analytical / planned bytes) in the shared container ls_state (state.h,
+ *    which lists each family's slots);
  *  - segments: forward (prompt capture chunks, response scoring, decode
  *    steps, the naive sequence), their taped backward, and the `full`-mode
  *    backward through the prompt computation;
  *  - its context parallelism (cp.h: init/free of its part of ls_cp, the
  *    sharded capture, the sharded prompt backward; finalize is shared);
  *  - its terms of the memory plan.
- * Hybrid: hybrid_family.c (the table), hybrid*.c (the math).  Mla:
- * mla_family.c (the tensor list, layer views, the table), mla_segment.c
+ * Hybrid: hybrid_table.c (the table), hybrid*.c (the math).  Mla:
+ * mla_table.c (the tensor list, layer views, the table), mla_segment.c
  * (carried state, segments, prompt backward), mla_layer.c (one block),
  * mla_cp.c (its context parallelism, over mla_cp_attn.c);
  * mla_forward.c (a second, tape-free forward: ls_mla_logprobs). */
 #ifndef LS_TRAINER_FAMILY_H
 #define LS_TRAINER_FAMILY_H
 #include <math.h>
+#include <stddef.h>
 #include <time.h>
 
-#include "kernels/decisions.h"
 #include "trainer/base/arena.h"
 #include "trainer/model/params.h"
-
-/* ---- the carried state: a container shared by the families ---------------
- * Per layer: pages of per-position rows (a run of n consecutive positions
- * from pos0; hybrid attention: K and V [n, Hkv, hd], token-major; a family
- * with other row kinds uses the same slots for its own rows) and fixed-size
- * buffers independent of the position count (hybrid GDN: the conv tail
- * [K-1, C] and the recurrent state S [Hv, dk, dv]).  Slots a layer does not
- * use are NULL.  Pages [0, n_borrowed) of every layer belong to another
- * state (a member's decode state borrows the prompt's pages); the rest and
- * the fixed buffers are owned and tracked under cat.  fam: the family that
- * built the state (NULL: empty, zero-initialised). */
-typedef struct {
-    ls_real *k, *v;
-    ls_real *x; /* a third row kind (mla: indexer keys [n, d_I]); NULL in hybrid pages and in gradients */
-    size_t n;
-    int64_t pos0;
-    /* the discrete decisions (kernels/decisions.h) of the layer forward that wrote this page, on the
-     * first page of its chunk (dec_set); a `full` backward that recomputes the chunk must decide alike */
-    ls_decisions dec;
-    int dec_set;
-} ls_kv_page;
-
-typedef struct {
-    ls_kv_page *pages;
-    const void *cp; /* the family's context on other ranks (NULL: none; hybrid: ls_cp_attn, mla:
-                       ls_mla_cp_layer) */
-    size_t n_pages, cap_pages;
-    ls_real *tail; /* fixed buffer 0 (hybrid GDN: conv tail) */
-    ls_real *S;    /* fixed buffer 1 (hybrid GDN: recurrent state) */
-} ls_layer_state;
-
-struct ls_family_ops;
-typedef struct ls_hstate_s {
-    const struct ls_family_ops *fam;
-    int n_layers;
-    ls_layer_state *ly;
-    int64_t n_pos;
-    size_t page_size;
-    size_t n_borrowed;
-    ls_mem_cat cat;
-} ls_state;
+#include "trainer/model/state.h"
 
 /* ---- segments -------------------------------------------------------------- */
 typedef struct ls_seg_tape ls_seg_tape;
@@ -111,7 +72,8 @@ typedef struct {
     size_t score_from;
     ls_real *logp;           /* [T - score_from] log-probs out */
     ls_real *last_hidden;    /* [d] normed final hidden state of the last position (NULL: no) */
-    ls_seg_tape **tape;      /* autograd tape out (NULL: no autograd); free with the family's tape_free */
+    ls_seg_tape **tape;      /* autograd tape out (NULL: no autograd): the caller's, freed with the
+                                family's tape_free */
     ls_mem_cat tape_cat;     /* category of the tape (branch_graph, scratch ...) */
     size_t grad_cut;         /* with a tape: in the backward no gradient flows from tokens [grad_cut, T)
                                 into tokens [0, grad_cut) through the mixers (attention keys' dK/dV, the
@@ -133,16 +95,14 @@ typedef struct {
 struct ls_cp_s; /* cp.h */
 
 typedef struct ls_family_ops {
+    /* tensors and layer views (params.h): the first member, so that the parameter table reaches it
+       through p->fam without knowing this table (asserted below) */
+    ls_param_layout layout;
     ls_family id;
     const char *name;
-    /* tensors: the builder's list in table order (params.h); p NULL: count only, else p's views
-       (embed, norm, lm_head and p->layers: n_layers views of layer_view_size bytes) are set */
-    size_t layer_view_size;
-    void (*build)(ls_param_builder *b, ls_params *p);
-    /* the reference-policy view: v's views (v->layers allocated, v->t the view's table at the same
-       indices as p->t) remapped from p's */
-    void (*ref_view)(ls_params *v, const ls_params *p);
-    /* carried state */
+    /* carried state (state.h): init, fork and grad_like fill a state the caller owns, released with
+       state_free (on their failure nothing is left to free); a fork borrows src's pages, so src must
+       outlive it */
     ls_status (*state_init)(ls_state *s, const ls_params *p, size_t page_size, ls_mem_cat cat);
     ls_status (*state_fork)(ls_state *dst, const ls_state *src, ls_mem_cat cat);
     ls_status (*state_grad_like)(ls_state *dst, const ls_state *src, ls_mem_cat cat);
@@ -159,7 +119,8 @@ typedef struct ls_family_ops {
     ls_status (*prompt_backward)(const ls_params *p, const int32_t *tokens, size_t T, size_t chunk,
                                  ls_real *const *checkpoints, const ls_state *ps, ls_state *dstate,
                                  ls_mem_cat win_cat, ls_layer_hook hook, void *hook_user);
-    /* context parallelism (cp.h): the family's part of the context (c->fam_ctx) */
+    /* context parallelism (cp.h): the family's part of the context (c->fam_ctx), owned by c: made by
+       cp_init, released by cp_free */
     ls_status (*cp_init)(struct ls_cp_s *c, const ls_params *p);
     void (*cp_free)(struct ls_cp_s *c);
     ls_status (*cp_capture)(struct ls_cp_s *c, const ls_params *q, const int32_t *prompt, size_t page_size,
@@ -178,32 +139,11 @@ typedef struct ls_family_ops {
     size_t (*plan_layer_bytes_per_token)(const ls_model_config *c, int lora_r);
     void (*plan_terms)(const ls_model_config *c, const ls_family_plan_in *in, size_t plan[LS_MEM_COUNT]);
 } ls_family_ops;
+_Static_assert(offsetof(ls_family_ops, layout) == 0, "params.c reads a family's layout at the start of its table");
 
-
-/* Appends layer l's pages for T new positions from pos0 (page_size rows a
- * page, the last one shorter): a page's k, v and x hold rows [rows[j]]
- * copied from src[j] (src[j] NULL: that field stays NULL), allocated to
- * size under the state's category.  LS_ERR_NOMEM leaves the pages so far. */
-ls_status LS_K(ls_state_append_pages)(ls_state *s, int l, const ls_real *const src[3], const size_t rows[3],
-                                      size_t T, int64_t pos0);
-
-/* The discrete decisions of the layer forward that wrote the chunk starting
- * at pos0 of layer l: recorded on the chunk's first page; checked against a
- * recompute's (LS_ERR_INTERNAL, with a line on stderr naming the layer,
- * position and both ledgers, when they differ; LS_OK when the chunk has
- * none recorded). */
-void LS_K(ls_state_note_decisions)(ls_layer_state *s, int64_t pos0, const ls_decisions *d);
-ls_status LS_K(ls_state_check_decisions)(const ls_layer_state *s, int l, int64_t pos0, const ls_decisions *d);
-
-/* d (overwritten) as s's shape in category cat: the same layers, positions
- * and page size, each layer's CP context, and its pages borrowed (borrow:
- * a fork, n_borrowed set) or owned (k and v of the same sizes, copied
- * unless zero; x copied too, or NULL when zero: no gradient flows into the
- * indexer).  The family adds what else its layers carry.  On failure d
- * holds what was made so far: free it with the family's state_free. */
-ls_status LS_K(ls_state_derive)(ls_state *d, const ls_state *s, ls_mem_cat cat, int borrow, int zero);
-
-/* The state's own family (an empty state: nothing to free, 0 bytes). */
+/* Through the state's own family (an empty state: nothing to free, 0
+ * bytes): free releases what s owns (state.h) and leaves it empty; bytes
+ * counts what it owns. */
 static inline void LS_K(ls_state_free)(ls_state *s) {
     if (s && s->fam) s->fam->state_free(s);
 }

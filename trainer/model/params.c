@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "common/checked.h"
-#include "trainer/model/family.h"
 #include "trainer/base/mem_tracker.h"
 #include "trainer/base/rng.h"
 
@@ -64,10 +63,10 @@ ls_lin LS_K(ls_params_add_lin)(ls_param_builder *b, const char *prefix, size_t o
     return l;
 }
 
-void LS_K(ls_params_tensor_count_of)(const ls_family_ops *fam, const ls_model_config *cfg, const ls_objective *obj,
-                                     size_t *n) {
+void LS_K(ls_params_tensor_count_of)(const ls_param_layout *layout, const ls_model_config *cfg,
+                                     const ls_objective *obj, size_t *n) {
     ls_param_builder b = {.cfg = cfg, .obj = obj};
-    fam->build(&b, NULL);
+    layout->build(&b, NULL);
     *n = b.n;
 }
 
@@ -104,18 +103,18 @@ static void block_scalars(const ls_param_counts *pc, size_t nb[6]) {
 
 /* Bytes of the tables ls_params_init allocates under fixed_weights: the
  * header, the family's layer views and the counted tensor table. */
-static size_t table_bytes(const ls_family_ops *fam, const ls_model_config *cfg, size_t n_tensors) {
-    return sizeof(ls_params) + (size_t)cfg->n_layers * fam->layer_view_size + n_tensors * sizeof(ls_tensor);
+static size_t table_bytes(const ls_param_layout *layout, const ls_model_config *cfg, size_t n_tensors) {
+    return sizeof(ls_params) + (size_t)cfg->n_layers * layout->layer_view_size + n_tensors * sizeof(ls_tensor);
 }
 
-ls_status LS_K(ls_params_plan_of)(const ls_family_ops *fam, const ls_model_config *cfg, const ls_objective *obj,
-                                  size_t bytes[LS_MEM_COUNT], char *err, size_t err_len) {
+ls_status LS_K(ls_params_plan_of)(const ls_param_layout *layout, const ls_model_config *cfg,
+                                  const ls_objective *obj, size_t bytes[LS_MEM_COUNT], char *err, size_t err_len) {
     memset(bytes, 0, LS_MEM_COUNT * sizeof *bytes);
     ls_param_counts pc;
     ls_status st = ls_config_param_counts(cfg, obj, &pc, err, err_len);
     if (st != LS_OK) return st;
     ls_param_builder cb = {.cfg = cfg, .obj = obj};
-    fam->build(&cb, NULL);
+    layout->build(&cb, NULL);
     size_t nb[6];
     block_scalars(&pc, nb);
     for (int k = 0; k < 6; k++) {
@@ -126,11 +125,11 @@ ls_status LS_K(ls_params_plan_of)(const ls_family_ops *fam, const ls_model_confi
             return LS_ERR_FORMAT;
         }
     }
-    bytes[LS_MEM_WEIGHTS] += table_bytes(fam, cfg, cb.n); /* n_layers <= 4096: cannot overflow */
+    bytes[LS_MEM_WEIGHTS] += table_bytes(layout, cfg, cb.n); /* n_layers <= 4096: cannot overflow */
     return LS_OK;
 }
 
-ls_status LS_K(ls_params_init_of)(const ls_family_ops *fam, ls_params **out, const ls_model_config *cfg,
+ls_status LS_K(ls_params_init_of)(const ls_param_layout *layout, ls_params **out, const ls_model_config *cfg,
                                   const ls_objective *obj, uint64_t seed, char *err, size_t err_len) {
     *out = NULL;
     if (obj->lora_r < 1) {
@@ -145,7 +144,7 @@ ls_status LS_K(ls_params_init_of)(const ls_family_ops *fam, ls_params **out, con
     /* the tables are model-sized (the counted tensors): fixed_weights, planned by ls_params_plan */
     ls_params *p = ls_mem_alloc(LS_MEM_WEIGHTS, sizeof *p);
     ls_param_builder b = {.cfg = cfg, .obj = obj};
-    fam->build(&b, NULL); /* the count */
+    layout->build(&b, NULL); /* the count */
     b.cap = b.n;
     b.n = 0;
     st = LS_ERR_NOMEM;
@@ -153,12 +152,11 @@ ls_status LS_K(ls_params_init_of)(const ls_family_ops *fam, ls_params **out, con
         snprintf(err, err_len, "cannot allocate the parameter table header (%zu bytes)", sizeof *p);
         return LS_ERR_NOMEM;
     }
-    p->fam = fam;
     p->cfg = *cfg;
     p->obj = *obj;
     p->lora_scale = (ls_real)(obj->lora_alpha / obj->lora_r);
     /* n_layers <= 4096 (ls_config_check): the tables are small */
-    p->layers = ls_mem_alloc(LS_MEM_WEIGHTS, (size_t)cfg->n_layers * fam->layer_view_size);
+    p->layers = ls_mem_alloc(LS_MEM_WEIGHTS, (size_t)cfg->n_layers * layout->layer_view_size);
     p->t = ls_mem_alloc(LS_MEM_WEIGHTS, b.cap * sizeof *p->t);
     b.kinds = ls_mem_alloc(LS_MEM_SCRATCH, b.cap * sizeof *b.kinds);
     b.stds = ls_mem_alloc(LS_MEM_SCRATCH, b.cap * sizeof *b.stds);
@@ -168,7 +166,7 @@ ls_status LS_K(ls_params_init_of)(const ls_family_ops *fam, ls_params **out, con
         goto cleanup;
     }
     b.t = p->t;
-    fam->build(&b, p);
+    layout->build(&b, p);
     p->n = b.n;
     if (b.st != LS_OK) {
         snprintf(err, err_len, "%s", b.err);
@@ -259,14 +257,20 @@ ls_lin LS_K(ls_params_remap_lin)(const ls_params *src, ls_params *dst, ls_lin l)
     return r;
 }
 
+/* p's layout: its family's table begins with it (family.h asserts so). */
+static const ls_param_layout *layout_of(const ls_params *p) {
+    return (const ls_param_layout *)(const void *)p->fam;
+}
+
 ls_status LS_K(ls_params_ref_view)(ls_params **out, const ls_params *p) {
+    const ls_param_layout *layout = layout_of(p);
     /* live while the reference policy scores: scoring */
     ls_params *v = ls_mem_alloc(LS_MEM_SCORE, sizeof *v);
     if (!v) return LS_ERR_NOMEM;
     *v = *p;
     v->is_view = 1;
     v->t = ls_mem_alloc(LS_MEM_SCORE, p->n * sizeof *v->t);
-    v->layers = ls_mem_alloc(LS_MEM_SCORE, (size_t)p->cfg.n_layers * p->fam->layer_view_size);
+    v->layers = ls_mem_alloc(LS_MEM_SCORE, (size_t)p->cfg.n_layers * layout->layer_view_size);
     if (!v->t || !v->layers) {
         ls_mem_free(v->t);
         ls_mem_free(v->layers);
@@ -287,7 +291,7 @@ ls_status LS_K(ls_params_ref_view)(ls_params **out, const ls_params *p) {
     v->embed = LS_K(ls_params_remap)(p, v, p->embed);
     v->norm = LS_K(ls_params_remap)(p, v, p->norm);
     v->lm_head = LS_K(ls_params_remap)(p, v, p->lm_head);
-    p->fam->ref_view(v, p);
+    layout->ref_view(v, p);
     *out = v;
     return LS_OK;
 }

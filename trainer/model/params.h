@@ -37,7 +37,10 @@ typedef struct {
 
 struct ls_family_ops;
 typedef struct ls_params {
-    const struct ls_family_ops *fam; /* the config's family (family.h) */
+    const struct ls_family_ops *fam; /* the config's family (family.h): set by trainer/families/families.c,
+                                        NULL from ls_params_init_of.  Its table begins with its
+                                        ls_param_layout (below; family.h asserts it), which
+                                        ls_params_ref_view reads */
     ls_model_config cfg;
     ls_objective obj;
     ls_real lora_scale;       /* alpha / r */
@@ -71,18 +74,32 @@ typedef struct {
     char err[320];
 } ls_param_builder;
 
+/* The tensor added: an entry of the table the builder fills (b->t, owned by
+ * the ls_params being built); NULL when counting or refused. */
 ls_tensor *LS_K(ls_params_add)(ls_param_builder *b, const char *name, size_t d0, size_t d1, ls_init_kind kind,
                                double std, int adapter);
 /* A linear [out, in] named prefix.weight, with its LoRA pair (prefix.lora_A
  * [r, in], prefix.lora_B [out, r]) when lora (a LoRA target) and the train
- * mode is lora. */
+ * mode is lora; its tensors are entries of the builder's table. */
 ls_lin LS_K(ls_params_add_lin)(ls_param_builder *b, const char *prefix, size_t out, size_t in, double std,
                                int lora);
-/* The three below take the family's table (fam->build lists the tensors);
+/* ---- a family's parameter layout -------------------------------------------
+ * What the table needs of a family (its ls_family_ops embeds one, family.h):
+ * build lists the tensors through the builder in table order (p NULL: count
+ * only; else p's views are set: embed, norm, lm_head and p->layers, n_layers
+ * views of layer_view_size bytes); ref_view remaps the reference view v's
+ * layer views (v->layers allocated, v->t the view's table at the same
+ * indices as p->t) from p's. */
+typedef struct ls_param_layout {
+    size_t layer_view_size;
+    void (*build)(ls_param_builder *b, ls_params *p);
+    void (*ref_view)(ls_params *v, const ls_params *p);
+} ls_param_layout;
+
+/* The three below take the family's layout (layout->build lists the tensors);
  * trainer/families/families.h gives the same three chosen by cfg->family. */
-struct ls_family_ops;
 /* The number of tensors cfg/obj's table has (the family's list, counted). */
-void LS_K(ls_params_tensor_count_of)(const struct ls_family_ops *fam, const ls_model_config *cfg,
+void LS_K(ls_params_tensor_count_of)(const ls_param_layout *layout, const ls_model_config *cfg,
                                      const ls_objective *obj, size_t *n);
 
 /* The bytes ls_params_init will allocate, per memory category
@@ -91,25 +108,32 @@ void LS_K(ls_params_tensor_count_of)(const struct ls_family_ops *fam, const ls_m
  * ls_config_param_counts, overflow-checked; every other category 0.  What
  * ls_params_init then allocates equals this exactly (it checks).  Errors as
  * ls_config_param_counts, naming the key or product. */
-ls_status LS_K(ls_params_plan_of)(const struct ls_family_ops *fam, const ls_model_config *cfg,
+ls_status LS_K(ls_params_plan_of)(const ls_param_layout *layout, const ls_model_config *cfg,
                                   const ls_objective *obj, size_t bytes[LS_MEM_COUNT], char *err, size_t err_len);
 
 /* Build the table for cfg/obj, allocate through the memory tracker and
- * initialise deterministically from seed.  *out owned by the caller.
- * Every failure writes err: LS_ERR_NOMEM names what could not be
- * allocated; LS_ERR_INTERNAL when the table disagrees with the plan. */
-ls_status LS_K(ls_params_init_of)(const struct ls_family_ops *fam, ls_params **out, const ls_model_config *cfg,
+ * initialise deterministically from seed.  *out is the caller's, released
+ * with ls_params_free (its fam NULL: trainer/families/families.h's
+ * ls_params_init sets it; NULL *out on failure).  Every failure writes
+ * err: LS_ERR_NOMEM names what could not be allocated; LS_ERR_INTERNAL
+ * when the table disagrees with the plan. */
+ls_status LS_K(ls_params_init_of)(const ls_param_layout *layout, ls_params **out, const ls_model_config *cfg,
                                   const ls_objective *obj, uint64_t seed, char *err, size_t err_len);
+/* Releases p (a table, or a reference view: its own tables only); NULL: nothing. */
 void LS_K(ls_params_free)(ls_params *p);
 /* Reference policy view (docs/model.md §3): adapters off (lora mode) or the frozen
- * step-0 copy (full mode).  Free with ls_params_free. */
+ * step-0 copy (full mode), through p's family (p->fam set).  *out is the
+ * caller's, released with ls_params_free; it reads p's weight blocks, so p
+ * must outlive it. */
 ls_status LS_K(ls_params_ref_view)(ls_params **out, const ls_params *p);
 /* For a family's ref_view: the tensor of dst at t's index in src (NULL for
- * NULL); a linear's weight remapped, its adapters off (NULL). */
+ * NULL), an entry of dst's table; a linear's weight remapped, its adapters
+ * off (NULL). */
 ls_tensor *LS_K(ls_params_remap)(const ls_params *src, ls_params *dst, const ls_tensor *t);
 ls_lin LS_K(ls_params_remap_lin)(const ls_params *src, ls_params *dst, ls_lin l);
 /* Snapshot the current weights as the reference (full mode; no-op in lora). */
 void LS_K(ls_params_snapshot_ref)(ls_params *p);
+/* The tensor named name: a pointer into p's table, owned by p (NULL: none). */
 ls_tensor *LS_K(ls_params_find)(const ls_params *p, const char *name);
 void LS_K(ls_params_zero_grads)(ls_params *p);
 /* Sum of squares of all trainable gradients (double accumulation). */

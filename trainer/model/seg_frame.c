@@ -8,7 +8,7 @@
 #include "kernels/logprob.h"
 #include "kernels/norm.h"
 
-#define R(n) ((n) * sizeof(ls_real))
+#include "trainer/model/real_bytes.h"
 #define VOCAB_CHUNK 128
 
 ls_status LS_K(ls_seg_check_io)(const ls_params *p, const ls_seg_io *io) {

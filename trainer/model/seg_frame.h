@@ -35,7 +35,8 @@ typedef ls_status (*ls_seg_layer_bwd_fn)(const ls_params *p, int l, ls_seg_frame
 /* A whole segment (what a family's segment_forward does once it checked
  * its own arguments): ls_seg_check_io, the embedding, the family's layers,
  * state_out's n_pos, the head (zero_centred as ls_rmsnorm_forward), and the
- * tape (layer tapes of ly_size bytes) into *io->tape when asked. */
+ * tape (layer tapes of ly_size bytes) into *io->tape when asked: the
+ * caller's, released with ls_seg_tape_free. */
 ls_status LS_K(ls_seg_forward)(const ls_params *p, ls_seg_io *io, size_t ly_size, int zero_centred,
                                ls_seg_layers_fn layers);
 /* Its backward: the head, the family's layers from the last, the

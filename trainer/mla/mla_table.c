@@ -1,8 +1,9 @@
-/* mla_family.c - the mla family's table of the trainer's family interface
+/* mla_table.c - the mla family's table of the trainer's family interface
  * (family.h): its tensor list (docs/model.md §5, the LoRA targets of §3) and
  * layer views, the reference view, its memory-plan terms; the transaction's
  * parts are mla_segment.c (state, segments, prompt backward) over
- * mla_layer.c (one block); context parallelism refuses (LS_ERR_UNSUPPORTED). */
+ * mla_layer.c (one block), and mla_cp.c (context parallelism, over
+ * mla_cp_attn.c). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -187,11 +188,9 @@ static void mla_plan_terms(const ls_model_config *c, const ls_family_plan_in *in
 }
 
 const ls_family_ops LS_K(ls_family_mla) = {
+    .layout = {.layer_view_size = sizeof(ls_mla_layer), .build = mla_build, .ref_view = mla_ref_view},
     .id = LS_FAMILY_MLA,
     .name = "mla",
-    .layer_view_size = sizeof(ls_mla_layer),
-    .build = mla_build,
-    .ref_view = mla_ref_view,
     .state_init = LS_K(ls_mla_state_init),
     .state_fork = LS_K(ls_mla_state_fork),
     .state_grad_like = LS_K(ls_mla_state_grad_like),

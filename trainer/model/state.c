@@ -1,10 +1,10 @@
-/* family.c - the carried state's shared container (family.h: ls_state). */
-#include "trainer/model/family.h"
+/* state.c - the carried state's shared container (state.h: ls_state). */
+#include "trainer/model/state.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#define R(n) ((n) * sizeof(ls_real))
+#include "trainer/model/real_bytes.h"
 
 ls_status LS_K(ls_state_append_pages)(ls_state *s, int l, const ls_real *const src[3], const size_t rows[3],
                                       size_t T, int64_t pos0) {

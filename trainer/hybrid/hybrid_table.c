@@ -1,4 +1,4 @@
-/* hybrid_family.c - the hybrid family's table of the trainer's family
+/* hybrid_table.c - the hybrid family's table of the trainer's family
  * interface (family.h): its tensor list and layer views, the reference
  * view, its carried state, segments, prompt backward, context parallelism
  * (hybrid_cp.c) and its memory-plan terms.  The math is in hybrid*.c. */
@@ -135,7 +135,7 @@ static void hybrid_plan_terms(const ls_model_config *c, const ls_family_plan_in 
     size_t row = ls_sat_mul3((size_t)c->attn_kv_heads, (size_t)c->head_dim, sz);
     size_t qrow = ls_sat_mul3((size_t)c->attn_heads, (size_t)c->head_dim + 1, sz);
     ADD(LS_MEM_COMM, ls_sat_add(ls_sat_mul3(8, cpP, row), ls_sat_mul(cpP, qrow))); /* ring messages, partial */
-    ADD(LS_MEM_CHECKPOINT, LS_K(ls_hstate_plan_bytes)(c, 0));                       /* the shard's start state */
+    ADD(LS_MEM_CHECKPOINT, LS_K(ls_hybrid_state_plan_bytes)(c, 0));                       /* the shard's start state */
     /* the shard's hidden state and queries between chunks; full mode: the attention layer's shard
        rows (q, o, dout, dgate, dq, lse; dK, dV) */
     ADD(LS_MEM_SCRATCH, ls_sat_add(ls_sat_mul(cpP, dsz), ls_sat_mul(cpP, qrow)));
@@ -150,17 +150,15 @@ static ls_status hybrid_prompt_backward(const ls_params *p, const int32_t *token
 }
 
 const ls_family_ops LS_K(ls_family_hybrid) = {
+    .layout = {.layer_view_size = sizeof(ls_hybrid_layer), .build = hybrid_build, .ref_view = hybrid_ref_view},
     .id = LS_FAMILY_HYBRID,
     .name = "hybrid",
-    .layer_view_size = sizeof(ls_hybrid_layer),
-    .build = hybrid_build,
-    .ref_view = hybrid_ref_view,
-    .state_init = LS_K(ls_hstate_init),
-    .state_fork = LS_K(ls_hstate_fork),
-    .state_grad_like = LS_K(ls_hstate_grad_like),
-    .state_free = LS_K(ls_hstate_free),
-    .state_bytes = LS_K(ls_hstate_bytes),
-    .state_plan_bytes = LS_K(ls_hstate_plan_bytes),
+    .state_init = LS_K(ls_hybrid_state_init),
+    .state_fork = LS_K(ls_hybrid_state_fork),
+    .state_grad_like = LS_K(ls_hybrid_state_grad_like),
+    .state_free = LS_K(ls_hybrid_state_free),
+    .state_bytes = LS_K(ls_hybrid_state_bytes),
+    .state_plan_bytes = LS_K(ls_hybrid_state_plan_bytes),
     .segment_forward = LS_K(ls_segment_forward),
     .segment_backward = LS_K(ls_segment_backward),
     .tape_free = LS_K(ls_seg_tape_free),
