@@ -92,7 +92,7 @@ static void derive_config(ls_audit_run *run) {
     run->first_step = 0;
     if (run->config == NULL) return;
     get_int(run->config, "n_layers", &run->n_layers);
-    /* what the trainer records it was asked for (older runs: absent, inferred from the traces) */
+    /* what the trainer records it was asked for (absent: inferred from the traces) */
     int64_t v = 0;
     const cJSON *g = cJSON_GetObjectItemCaseSensitive(run->config, "group");
     if (get_int(run->config, "group", &v) && v >= 1 && v <= LS_AUDIT_MAX_MEMBER) run->cfg_group = v;
