@@ -37,6 +37,7 @@
 #define LS_AUDIT_MAX_MEMBER (1 << 20)     /* larger member indices (or config "group") are not audited */
 #define LS_AUDIT_MAX_STEPS 65536          /* steps with per-step facts */
 #define LS_AUDIT_MAX_NAMES 256            /* distinct groups / purposes / memory categories */
+#define LS_AUDIT_MAX_DIR_ENTRIES 100000   /* entries of the run directory listed at most */
 #define LS_AUDIT_MAX_EVIDENCE 16          /* evidence items kept per rule (the rest counted) */
 #define LS_AUDIT_NPHASE 8                 /* the 7 phases of trace_event.h + "other" */
 #define LS_AUDIT_MAX_FAULTS 16            /* distinct recorded faults named (more: every level capped) */
@@ -347,14 +348,41 @@ typedef struct ls_audit_run {
 /* Loads the model of run_dir.  LS_OK with *out even when files are missing or
  * broken (their rules fail); LS_ERR_IO / LS_ERR_FORMAT when the input is
  * unusable (not a directory, nothing of a run in it: no manifest, no
- * receipt, no trace), err says why; LS_ERR_NOMEM. */
+ * receipt, no trace), err says why; LS_ERR_NOMEM.  *out is the caller's
+ * (ls_audit_free), NULL on failure; opt's strings and key lists are
+ * borrowed for the life of *out (run_dir is copied). */
 ls_status ls_audit_load(const ls_audit_options *opt, ls_audit_run **out, char *err, size_t errlen);
 
 /* Runs every rule and computes the level.  LS_OK or LS_ERR_NOMEM. */
 ls_status ls_audit_evaluate(ls_audit_run *run);
 
-/* NULL is a no-op. */
+/* Frees a run from ls_audit_load and everything it holds (receipts,
+ * reports, manifest, parity document, rules); NULL is a no-op. */
 void ls_audit_free(ls_audit_run *run);
+
+/* The parts of ls_audit_load, each in its own file (called by load.c).
+ * ls_audit_trace_fields_init: fills the table of the trace fields the scan
+ * reads (the same every time; before the first ls_audit_load_trace).
+ * ls_audit_load_trace: streams rank r's trace into its facts (load_trace.c);
+ * LS_OK when the trace is absent or broken (the rules name it), LS_ERR_NOMEM.
+ * ls_audit_verify_subjects: digests every subject of run->manifest (not
+ * NULL) and names every file it does not list in run->verify
+ * (load_manifest.c); LS_OK or LS_ERR_NOMEM.  ls_audit_check_dsse: verifies
+ * the manifest's envelope with the trusted keys against the manifest's
+ * bytes (manifest_bytes may be NULL), the outcome in run->dsse_*.
+ * ls_audit_verify_envelope: verifies envelope bytes with each of the n_keys
+ * key files in turn: LS_OK with the verifying key's id in keyid and the
+ * payload in *payload (the caller's, free()), or the last key's error in
+ * err.  ls_audit_load_parity: reads and verifies the parity report into
+ * run->parity, the outcome in run->parity_* (load_parity.c). */
+void ls_audit_trace_fields_init(void);
+ls_status ls_audit_load_trace(ls_audit_run *run, ls_audit_rank *r);
+ls_status ls_audit_verify_subjects(ls_audit_run *run);
+void ls_audit_check_dsse(ls_audit_run *run, const char *manifest_bytes, size_t manifest_len);
+ls_status ls_audit_verify_envelope(const char *const *keys, size_t n_keys, const char *env, size_t env_len,
+                                   const char *type, char keyid[65], uint8_t **payload, size_t *payload_len,
+                                   char *err, size_t errlen);
+void ls_audit_load_parity(ls_audit_run *run);
 
 /* Per-step checks while a trace streams (rank_steps.c, called by load.c):
  * ls_audit_steps_advance on every event of step s (closes the steps before
@@ -395,7 +423,10 @@ int ls_audit_fault_level(const char *name, const char **what);
 /* Rules (rules.c) and levels (levels.c); called by ls_audit_evaluate. */
 ls_status ls_audit_rules_run(ls_audit_run *run);
 ls_status ls_audit_levels_run(ls_audit_run *run);
-/* A new rule appended to run->rules (NULL: out of memory). */
+/* A new rule appended to run->rules (NULL: out of memory).  The rule is
+ * the run's (freed by ls_audit_free); the pointer is valid until the next
+ * ls_audit_rule_add on run.  id and title are borrowed: they must outlive
+ * the run (the rules pass string literals). */
 ls_audit_rule *ls_audit_rule_add(ls_audit_run *run, const char *id, int level, const char *title,
                                  bool applicable);
 /* Appends evidence and marks the rule failed; file may be NULL (""). */
@@ -406,10 +437,12 @@ void ls_audit_rule_fail(ls_audit_rule *r, int64_t rank, const char *file, int64_
 void ls_audit_rule_close(ls_audit_rule *r);
 
 /* Reports.  text: the human summary (stdout in the CLI).  json: a document
- * of schemas/audit-report.schema.json (*out is the caller's).  junit: one
- * testcase per rule, written atomically to path. */
+ * of schemas/audit-report.schema.json (*out is the caller's, cJSON_Delete;
+ * NULL on failure).  junit: one testcase per rule, written atomically to
+ * path. */
 void ls_audit_report_text(const ls_audit_run *run, FILE *f);
-/* The assurance object of the JSON report (caller's; NULL out of memory). */
+/* The assurance object of the JSON report (the caller's, cJSON_Delete; NULL
+ * out of memory). */
 cJSON *ls_audit_assurance_json(const ls_audit_run *run);
 ls_status ls_audit_report_json(const ls_audit_run *run, cJSON **out);
 ls_status ls_audit_report_junit(const ls_audit_run *run, const char *path, char *err, size_t errlen);

@@ -9,7 +9,7 @@
  * incomplete), or the most any rank's receipt or trace shows when larger or
  * not recorded; the members of a step are 0 .. G-1, G the configuration's
  * "group", or one more than the largest member any rank traced in that
- * step's response phases when larger or not recorded (older runs: the
+ * step's response phases when larger or not recorded (not recorded: the
  * rule's message says so); rollout is required when any rank ran it.  The
  * layer events are checked step by step while the traces stream
  * (rank_steps.c). */

@@ -32,7 +32,8 @@ ls_status ls_audit_stat(const char *run_dir, const char *rel, uint64_t max_bytes
                         size_t err_len);
 
 /* ls_audit_open, then the whole file into a NUL-terminated heap buffer
- * (free()); reads at most the checked size + 1 byte and fails if the file
+ * *out (the caller's, free(); NULL on failure), its length in *len (may be
+ * NULL); reads at most the checked size + 1 byte and fails if the file
  * grew. */
 ls_status ls_audit_read(const char *run_dir, const char *rel, uint64_t max_bytes, char **out, size_t *len,
                         char *err, size_t err_len);

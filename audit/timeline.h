@@ -53,16 +53,17 @@
 ls_status ls_audit_timeline_world(const char *run_dir, int64_t *world, char *note, size_t note_len, char *err,
                                   size_t err_len);
 
+/* A reader over rank's trace opened with ls_audit_open (no links, a
+ * regular file; nothing reopened by path).  LS_OK with *out (the caller's,
+ * ls_trace_reader_close), else the ls_audit_open status with err naming the
+ * file and *out NULL. */
+ls_status ls_audit_timeline_trace_open(const char *run_dir, int64_t rank, ls_trace_reader **out, char *err,
+                                       size_t err_len);
+
 /* The path of rank's trace (run_dir/rank-NNNN/events.jsonl.zst) into
  * path[cap], after ls_audit_stat accepted it (no cap on the size: traces
  * are streamed).  LS_OK, or ls_audit_stat's status with err naming the
  * file. */
-/* A reader over rank's trace opened with ls_audit_open (no links, a
- * regular file; nothing reopened by path).  LS_OK with *out (the caller
- * closes it), else the ls_audit_open status with err naming the file. */
-ls_status ls_audit_timeline_trace_open(const char *run_dir, int64_t rank, ls_trace_reader **out, char *err,
-                                       size_t err_len);
-
 ls_status ls_audit_timeline_trace_path(const char *run_dir, int64_t rank, char *path, size_t cap, char *err,
                                        size_t err_len);
 
@@ -72,7 +73,7 @@ ls_status ls_audit_timeline_trace_path(const char *run_dir, int64_t rank, char *
  * reason in err[err_len] (err may be NULL).  Never reads outside run_dir. */
 int ls_audit_timeline_write(const char *run_dir, const char *out_path, char *err, size_t err_len);
 /* The same with otherData.verdict: verdict_json, one JSON object's text
- * (the caller's: the audit's level, assurance and key ids, faults, exact
+ * (borrowed: the audit's level, assurance and key ids, faults, exact
  * steps), written as given; NULL: none. */
 int ls_audit_timeline_write_verdict(const char *run_dir, const char *out_path, const char *verdict_json, char *err,
                                     size_t err_len);

@@ -1,4 +1,4 @@
-/* parity.h - longstraw-parity (docs/design.md §5, issue 11): reduced-size runs of
+/* parity.h - longstraw-parity (docs/design.md §5): reduced-size runs of
  * the trainer against references, and the parity report the audit consumes.
  *
  * The tool drives the trainer executable, never its library: every number
@@ -99,7 +99,8 @@ typedef struct {
     /* --like RUN: the run whose coverage the matrix is derived from */
     const char *like;
     char like_run_id[128];
-    void *like_manifest;      /* the run's parsed manifest (ls_manifest), kept for o->family */
+    void *like_manifest;      /* the run's parsed manifest (ls_manifest): held for the process, never
+                                 freed (o->family points into it) */
 } ls_parity_opts;
 
 /* --like RUN: sets o (family, model config written to OUT/like-model.json
@@ -120,8 +121,10 @@ typedef struct {
     char tmp[96];             /* the job's own Open MPI session directory (removed when it ends; "" none) */
 } ls_parity_job;
 
-/* Append one argument (printf-formatted, copied). */
+/* Append one argument (printf-formatted, copied: the job's, freed by
+ * ls_parity_job_free). */
 void ls_parity_job_arg(ls_parity_job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Frees the job's arguments (the struct itself is the caller's). */
 void ls_parity_job_free(ls_parity_job *j);
 /* The environment every trainer run gets (reproducible sums: one thread). */
 #define LS_PARITY_RUN_ENV "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_DYNAMIC=false"
@@ -165,7 +168,10 @@ typedef struct {
     size_t *ndim;
 } ls_parity_tensors;
 
+/* Fills *out (its arrays the caller's: ls_parity_tensors_free); on failure
+ * it holds nothing. */
 ls_status ls_parity_tensors_read(const char *path, ls_parity_tensors *out, char *err, size_t errlen);
+/* Frees what t holds (the struct itself is the caller's). */
 void ls_parity_tensors_free(ls_parity_tensors *t);
 /* index of name in t, or -1 */
 long ls_parity_tensors_find(const ls_parity_tensors *t, const char *name);
@@ -177,9 +183,11 @@ typedef struct {
     double *lp[LS_PARITY_MAX_G];
 } ls_parity_logprobs;
 
+/* Frees the rows l holds (the struct itself is the caller's). */
 void ls_parity_logprobs_free(ls_parity_logprobs *l);
 /* doc[key]: per-member arrays of finite numbers (where names the source in
- * errors). */
+ * errors).  The rows of *out are the caller's (ls_parity_logprobs_free); on
+ * failure it holds nothing.  The same for ls_parity_batch_logprobs. */
 ls_status ls_parity_json_logprobs(const cJSON *doc, const char *key, const char *where, ls_parity_logprobs *out,
                                   char *err, size_t errlen);
 /* old_logprobs (or ref_logprobs when ref) of a --dump-batch file. */
@@ -217,7 +225,10 @@ ls_parity_err ls_parity_err_of(const double *a, const double *b, size_t n);
 
 typedef struct ls_parity_report ls_parity_report;
 
+/* A new report for the options o (read during the call); *out is the
+ * caller's (ls_parity_report_free). */
 ls_status ls_parity_report_new(const ls_parity_opts *o, ls_parity_report **out);
+/* Frees the report and every check added to it; NULL is a no-op. */
 void ls_parity_report_free(ls_parity_report *r);
 /* The trainer build every run must share: the first call sets it, a later
  * different one is an error naming the run. */
@@ -226,13 +237,15 @@ ls_status ls_parity_report_build(ls_parity_report *r, const char *run_dir, char 
 void ls_parity_report_config(ls_parity_report *r, const ls_parity_config *c, const char *train_mode);
 /* A check of the given kind over entries (a "tensors" or "members" array,
  * owned by the check afterwards); pass when it has entries and every one
- * passes.  Not yet in any report. */
+ * passes.  The check is the caller's (cJSON_Delete) until handed to
+ * ls_parity_report_add or ls_parity_report_control. */
 cJSON *ls_parity_check_new(const char *kind, const char *name, int dtype, int world, const char *config,
                            const char *grad_mode, const char *reference, const char *candidate, cJSON *entries,
                            const char *entries_key);
-/* The report takes the check as evidence for its level. */
+/* The report takes the check (owns it from here) as evidence for its level. */
 void ls_parity_report_add(ls_parity_report *r, cJSON *check);
-/* Or as a negative control: a fault run whose comparison must fail. */
+/* Or as a negative control (owning it too): a fault run whose comparison
+ * must fail. */
 void ls_parity_report_control(ls_parity_report *r, const char *fault, cJSON *check);
 void ls_parity_report_timing(ls_parity_report *r, const char *part, double secs, int runs);
 void ls_parity_report_note(ls_parity_report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -241,7 +254,9 @@ void ls_parity_report_note(ls_parity_report *r, const char *fmt, ...) __attribut
 ls_status ls_parity_report_finish(ls_parity_report *r, const char *path, bool print, bool *all_pass, char *err,
                                   size_t errlen);
 
-/* One entry of a "tensors" / "members" array: its error against a tolerance. */
+/* One entry of a "tensors" / "members" array: its error against a
+ * tolerance.  The caller's (cJSON_Delete), usually added to the array an
+ * ls_parity_check_new takes. */
 cJSON *ls_parity_entry(const char *name, ls_parity_err e, double tol, double noise_floor);
 
 /* ---- discrete decisions (parity_decisions.c) --------------------------------- */
@@ -253,7 +268,8 @@ cJSON *ls_parity_entry(const char *name, ls_parity_err e, double tol, double noi
 #define LS_PARITY_DECISION_DRAWS 4
 
 /* The reference's "decisions" object (tests/reference/mla_ref.py's Margins),
- * every field checked (what names the file in errors); *out a copy. */
+ * every field checked (what names the file in errors); *out a copy, the
+ * caller's (cJSON_Delete), NULL on failure. */
 ls_status ls_parity_decisions_read(const cJSON *ref_doc, const char *what, cJSON **out, char *err, size_t errlen);
 /* Its total count of decisions (0: the fixture decided nothing). */
 int ls_parity_decisions_count(const cJSON *decisions);
@@ -263,7 +279,8 @@ double ls_parity_decisions_unit(int dt);
  * margin against noise (pass: noise / relative margin <= 1 / room). */
 /* expect: whether the model makes decisions of each kind at the fixture's
  * lengths (dsa_topk, moe_group, moe_expert): a kind expected and not made
- * is a failing entry (that decision went unexercised). */
+ * is a failing entry (that decision went unexercised).  The check is the
+ * caller's, as ls_parity_check_new's. */
 cJSON *ls_parity_decisions_check(const cJSON *decisions, const bool expect[3], const char *config, int dt,
                                  double noise, uint64_t seed, int draw);
 

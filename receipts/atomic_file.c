@@ -4,12 +4,24 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "receipts/json_util.h"
+/* One line into err (when err != NULL and errlen > 0), as ls_json_errf
+ * does: this file stays below json_util, whose ls_json_write_file uses it. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static void errf(char *err, size_t errlen, const char *fmt, ...) {
+    if (err == NULL || errlen == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
 
 /* fsync of the directory holding path, so the rename itself is durable.
  * Filesystems that cannot fsync a directory (EINVAL) are accepted. */
@@ -34,7 +46,7 @@ static int fsync_parent_dir(const char *path) {
 ls_status ls_atomic_write_mode(const char *path, const void *bytes, size_t len,
                                mode_t mode, char *err, size_t errlen) {
     if (path == NULL || (bytes == NULL && len > 0)) {
-        ls_json_errf(err, errlen, "atomic write: NULL %s", path == NULL ? "path" : "bytes");
+        errf(err, errlen, "atomic write: NULL %s", path == NULL ? "path" : "bytes");
         return LS_ERR_ARG;
     }
     size_t tmplen = strlen(path) + 32;
@@ -69,8 +81,8 @@ ls_status ls_atomic_write_mode(const char *path, const void *bytes, size_t len,
     st = LS_OK;
     if (fsync_parent_dir(path) != 0) {
         /* the new file is in place; only the durability of the rename is in doubt */
-        ls_json_errf(err, errlen, "%s: written, but fsync of its directory failed: %s", path,
-                     strerror(errno));
+        errf(err, errlen, "%s: written, but fsync of its directory failed: %s", path,
+             strerror(errno));
         st = LS_ERR_IO;
     }
 cleanup:
@@ -78,8 +90,8 @@ cleanup:
         int saved = errno;
         if (f != NULL) fclose(f);
         unlink(tmp);
-        ls_json_errf(err, errlen, "%s: %s of temporary file %s failed: %s", path, step, tmp,
-                     strerror(saved));
+        errf(err, errlen, "%s: %s of temporary file %s failed: %s", path, step, tmp,
+             strerror(saved));
     }
     free(tmp);
     return st;

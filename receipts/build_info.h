@@ -27,7 +27,7 @@
  *   HEAD) and changes_sha256, the SHA-256 of the list of changed paths with
  *   their old and new blob ids (the empty list when clean).  Outside a git
  *   work tree: commit "unknown", dirty true, changes_sha256 null.
- *   git_commit repeats source.commit (kept for existing readers).
+ *   git_commit repeats source.commit.
  *
  * build_digest is the SHA-256 of the canonical serialisation (json_util.h:
  * sorted keys, no whitespace) of the object without "build_digest" and

@@ -34,26 +34,28 @@
 extern const char *const LS_COVERAGE_MODEL_KEYS[];
 
 /* The model part of a recorded configuration: the model keys config has,
- * in LS_COVERAGE_MODEL_KEYS order.  NULL when config is not an object or
- * out of memory. */
+ * in LS_COVERAGE_MODEL_KEYS order, as a new object (the caller's,
+ * cJSON_Delete).  NULL when config is not an object or out of memory. */
 cJSON *ls_coverage_model(const cJSON *config);
 
 /* SHA-256 (hex) of the canonical JSON of a model object. */
 ls_status ls_coverage_model_sha256(const cJSON *model, char hex[LS_DIGEST_HEX_SIZE], char *err, size_t errlen);
 
 /* The trainable set of a configuration: {"train_mode": "lora", "lora_r",
- * "lora_alpha", "lora_experts"} or {"train_mode": "full"}.  NULL when the
- * configuration does not state it (err says which field). */
+ * "lora_alpha", "lora_experts"} or {"train_mode": "full"}, a new object
+ * (the caller's, cJSON_Delete).  NULL when the configuration does not state
+ * it (err says which field). */
 cJSON *ls_coverage_train_mode(const cJSON *config, char *err, size_t errlen);
 
-/* The objectives a configuration's steps used (an array): {"objective":
- * "grpo", "epsilon", "beta", "temperature"} and/or {"objective": "sft",
- * "temperature"} (sft for its first sft_steps steps, or every step with
- * objective sft).  NULL when the configuration does not state them. */
+/* The objectives a configuration's steps used, a new array (the caller's,
+ * cJSON_Delete): {"objective": "grpo", "epsilon", "beta", "temperature"}
+ * and/or {"objective": "sft", "temperature"} (sft for its first sft_steps
+ * steps, or every step with objective sft).  NULL when the configuration
+ * does not state them. */
 cJSON *ls_coverage_objectives(const cJSON *config, char *err, size_t errlen);
 
-/* Adds a copy of item to the array set unless an equal item is in it.
- * LS_OK or LS_ERR_NOMEM. */
+/* Adds a copy of item (borrowed) to the array set unless an equal item is
+ * in it.  LS_OK or LS_ERR_NOMEM. */
 ls_status ls_coverage_set_add(cJSON *set, const cJSON *item);
 
 /* Checks a run's configuration (and its world) against a report's

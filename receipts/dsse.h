@@ -44,27 +44,31 @@ ls_status ls_dsse_keygen(const char *private_path, const char *public_path, char
 
 /* Loads a PEM key file; LS_ERR_IO unreadable, LS_ERR_FORMAT not a PEM key
  * of the right kind or not Ed25519.  Encrypted private keys are refused
- * (no passphrase prompt). */
+ * (no passphrase prompt).  *out is the caller's (EVP_PKEY_free), NULL on
+ * failure. */
 ls_status ls_dsse_load_private(const char *path, EVP_PKEY **out, char *err, size_t errlen);
 ls_status ls_dsse_load_public(const char *path, EVP_PKEY **out, char *err, size_t errlen);
 
 /* Key id of a key (private or public): hex SHA-256 of its raw public key. */
 ls_status ls_dsse_keyid(const EVP_PKEY *key, char hex[LS_DIGEST_HEX_SIZE]);
 
-/* PAE(type, body) into a fresh buffer *out (caller frees). */
+/* PAE(type, body) into a fresh buffer *out (the caller's, free()), its
+ * length in *out_len; *out NULL on failure. */
 ls_status ls_dsse_pae(const char *type, const void *body, size_t len, uint8_t **out,
                       size_t *out_len);
 
-/* Signs payload as payload_type with an Ed25519 private key; *envelope is
- * the envelope's JSON text (caller frees), *envelope_len its length. */
+/* Signs payload as payload_type with an Ed25519 private key (borrowed);
+ * *envelope is the envelope's JSON text (the caller's, free()),
+ * *envelope_len its length; *envelope NULL on failure. */
 ls_status ls_dsse_sign(const void *payload, size_t len, const char *payload_type,
                        EVP_PKEY *key, char **envelope, size_t *envelope_len, char *err,
                        size_t errlen);
 
-/* Verifies envelope bytes with a public key.  expected_type: the only
- * payloadType accepted (NULL accepts any, for tests of the PAE binding).
- * On LS_OK, when payload != NULL, *payload and *payload_len receive the
- * decoded payload (caller frees). */
+/* Verifies envelope bytes with a public key (borrowed).  expected_type: the
+ * only payloadType accepted (NULL accepts any, for tests of the PAE
+ * binding).  On LS_OK, when payload != NULL, *payload and *payload_len
+ * receive the decoded payload (the caller's, free()); *payload is NULL on
+ * failure. */
 ls_status ls_dsse_verify(const char *envelope, size_t len, const char *expected_type,
                          EVP_PKEY *pub, uint8_t **payload, size_t *payload_len, char *err,
                          size_t errlen);

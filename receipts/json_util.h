@@ -61,7 +61,7 @@ ls_status ls_json_parse(const char *bytes, size_t len, const char *what, cJSON *
 #define LS_JSON_MAX_FILE_BYTES ((size_t)64 << 20)
 
 /* Reads a whole file of at most max_bytes bytes into *out (NUL-terminated,
- * caller frees), its length in *len.  LS_ERR_IO (naming the file) when it
+ * the caller's: free(); NULL on failure), its length in *len.  LS_ERR_IO (naming the file) when it
  * cannot be opened or read or is a directory; LS_ERR_FORMAT (naming the file
  * and the cap) when it holds more than max_bytes bytes: a regular file is
  * refused from its size before reading, anything else (a pipe, a device)
@@ -73,7 +73,8 @@ ls_status ls_json_read_bytes_capped(const char *path, size_t max_bytes, char **o
 ls_status ls_json_read_bytes(const char *path, char **out, size_t *len, char *err,
                              size_t errlen);
 
-/* ls_json_read_bytes_capped + ls_json_parse, errors naming the file. */
+/* ls_json_read_bytes_capped + ls_json_parse, errors naming the file.  *out
+ * is the caller's (cJSON_Delete), NULL on failure. */
 ls_status ls_json_read_file_capped(const char *path, size_t max_bytes, cJSON **out, char *err,
                                    size_t errlen);
 
@@ -107,8 +108,9 @@ ls_status ls_json_print(const cJSON *doc, char **out, size_t *out_len, char *err
                         size_t errlen);
 
 /* Canonical serialisation: object keys sorted bytewise, no whitespace,
- * strings as cJSON prints them, numbers exactly (ls_json_format_number).  Refuses non-finite numbers
- * (LS_ERR_NONFINITE) and duplicate keys (LS_ERR_ARG). */
+ * strings as cJSON prints them, numbers exactly (ls_json_format_number).
+ * Refuses non-finite numbers (LS_ERR_NONFINITE) and duplicate keys
+ * (LS_ERR_ARG).  *out is the caller's (free()), *out_len its length. */
 ls_status ls_json_print_canonical(const cJSON *doc, char **out, size_t *out_len,
                                   char *err, size_t errlen);
 

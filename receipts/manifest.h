@@ -82,10 +82,11 @@ ls_status ls_manifest_write(const char *run_dir, const ls_manifest *m, char *err
 ls_status ls_manifest_parse(const char *bytes, size_t len, const char *what,
                             ls_manifest **out, char *err, size_t errlen);
 
-/* ls_manifest_parse of a file (LS_ERR_IO when unreadable). */
+/* ls_manifest_parse of a file (LS_ERR_IO when unreadable); *out as there. */
 ls_status ls_manifest_read(const char *path, ls_manifest **out, char *err, size_t errlen);
 
-/* NULL is a no-op; never call it on a caller-filled struct. */
+/* Frees a manifest from ls_manifest_parse/read; NULL is a no-op.  Never
+ * call it on a caller-filled struct. */
 void ls_manifest_free(ls_manifest *m);
 
 /* ---- verification ------------------------------------------------------ */
@@ -127,6 +128,8 @@ ls_status ls_manifest_verify(const char *run_dir, ls_verify_report *report, char
 ls_status ls_manifest_verify_parsed(const char *run_dir, const ls_manifest *m,
                                     ls_verify_report *report, char *err, size_t errlen);
 
+/* Frees what the report holds (its items, their name and detail) and
+ * zeroes it; the struct itself is the caller's. */
 void ls_verify_report_free(ls_verify_report *report);
 
 #endif

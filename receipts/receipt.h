@@ -157,7 +157,7 @@ ls_status ls_receipt_write(const char *run_dir, const ls_receipt *r, char *err, 
 ls_status ls_receipt_parse(const char *bytes, size_t len, const char *what, ls_receipt **out,
                            char *err, size_t errlen);
 
-/* ls_receipt_parse of a file (LS_ERR_IO when unreadable). */
+/* ls_receipt_parse of a file (LS_ERR_IO when unreadable); *out as there. */
 ls_status ls_receipt_read(const char *path, ls_receipt **out, char *err, size_t errlen);
 
 /* Frees a receipt from ls_receipt_read/parse; NULL is a no-op.  Never call

@@ -54,11 +54,13 @@ const char *ls_schema_dir(void);
  * location.  *out is the caller's (ls_schema_free). */
 ls_status ls_schema_load_file(const char *path, ls_schema **out, char *err, size_t errlen);
 
-/* Same from a parsed document; takes ownership of doc in every case. */
+/* Same from a parsed document; takes ownership of doc in every case (the
+ * caller never frees it).  *out as ls_schema_load_file. */
 ls_status ls_schema_load_json(cJSON *doc, const char *what, ls_schema **out, char *err,
                               size_t errlen);
 
-/* Loads ls_schema_dir()/<name>.schema.json; name is [a-z0-9_-]+. */
+/* Loads ls_schema_dir()/<name>.schema.json; name is [a-z0-9_-]+.  *out is
+ * the caller's (ls_schema_free). */
 ls_status ls_schema_load(const char *name, ls_schema **out, char *err, size_t errlen);
 
 /* Process-lifetime cache over ls_schema_load: the same pointer for the same
@@ -81,6 +83,8 @@ ls_status ls_schema_validate(const ls_schema *s, const cJSON *doc, ls_schema_err
  * reports); "" when there is none. */
 void ls_schema_errors_first(const ls_schema_errors *errs, char *buf, size_t cap);
 
+/* Frees the errors' items and zeroes errs; the struct itself is the
+ * caller's. */
 void ls_schema_errors_free(ls_schema_errors *errs);
 
 #endif

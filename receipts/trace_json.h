@@ -1,6 +1,6 @@
 /* trace_json.h - internal to receipts/: the JSON text of trace lines, built
- * at the end of a growing buffer (used by trace_writer.c and
- * trace_header.c).  Not part of the contract; trace_writer.h is.
+ * at the end of a growing buffer (used by trace_writer.c).  Not part of the
+ * contract; trace_writer.h is.
  *
  * A line is built from b->mark (the caller sets it to b->len).  A put that
  * would take the line past LS_TRACE_MAX_LINE bytes, or that cannot grow the

@@ -172,14 +172,15 @@ typedef struct ls_trace_reader ls_trace_reader;
 ls_status ls_trace_reader_open(ls_trace_reader **out, const char *path);
 
 /* Reads from an open file descriptor, which the reader then owns (closed by
- * ls_trace_reader_close, also on LS_ERR_NOMEM); name labels the report.  The
+ * ls_trace_reader_close, also on LS_ERR_NOMEM); name labels the report;
+ * *out as ls_trace_reader_open.  The
  * audit opens its files itself (no links followed, audit/run_files.h) and
  * hands the descriptor over, so nothing is reopened by path.  fd < 0 is
  * reported as LS_TRACE_DIAG_IO like an unopenable path. */
 ls_status ls_trace_reader_open_fd(ls_trace_reader **out, int fd, const char *name);
 
 /* Reads from memory (borrowed: data must outlive the reader); name labels
- * the report (NULL gives "<memory>"). */
+ * the report (NULL gives "<memory>"); *out as ls_trace_reader_open. */
 ls_status ls_trace_reader_open_mem(ls_trace_reader **out, const void *data, size_t len,
                                    const char *name);
 

@@ -19,10 +19,10 @@
  * frame_bytes of text (256 KiB by default), after an error or rank_complete
  * event, and at close.  A complete trace therefore ends at a frame boundary;
  * a killed one usually inside a frame, whose flushed events a reader
- * delivers flagged unverified (trace_reader.h).  One frame per flush, as
- * earlier versions wrote, is as valid: a frame is ~37,000 instructions to
- * start decoding and compresses without the history of the frames before,
- * so traces of many small frames were 2.5x larger and 30% slower to read.
+ * delivers flagged unverified (trace_reader.h).  One frame per flush would
+ * be as valid, but a frame is ~37,000 instructions to start decoding and
+ * compresses without the history of the frames before: traces of many
+ * small frames are 2.5x larger and 30% slower to read.
  * zstd's history window is 1 MiB.  A flush hands the bytes to the operating
  * system (it survives the process being killed); close also fsyncs.
  *

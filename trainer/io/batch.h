@@ -4,7 +4,9 @@
  * batch dump (--dump-batch, JSON: writer and strict reader) and the
  * external rollouts file (--rollouts, JSONL, one step's group per line:
  * a streaming reader over a path, standard input or a descriptor, and the
- * one-line parser it runs per line) formats.  dtype-independent. */
+ * one-line parser it runs per line) formats.  dtype-independent.  The
+ * batch is batch.c's, the rollouts format rollouts.c's, the dump
+ * batch_dump.c's. */
 #ifndef LS_TRAINER_BATCH_H
 #define LS_TRAINER_BATCH_H
 #include <stddef.h>
