@@ -29,6 +29,8 @@
 #include "common/status.h"
 #include "receipts/manifest.h"
 #include "receipts/receipt.h"
+#include "receipts/json_util.h"
+#include "receipts/trace_event.h"
 #include "receipts/trace_reader.h"
 
 #include "audit/run_files.h" /* LS_AUDIT_MAX_WORLD: ranks the audit accepts */
@@ -447,4 +449,13 @@ cJSON *ls_audit_assurance_json(const ls_audit_run *run);
 ls_status ls_audit_report_json(const ls_audit_run *run, cJSON **out);
 ls_status ls_audit_report_junit(const ls_audit_run *run, const char *path, char *err, size_t errlen);
 
+/* The loaders' reads of one member of a JSON object: an exact integer
+ * (ls_trace_json_int), or a string (NULL when absent or not a string). */
+static inline bool ls_audit_get_int(const cJSON *j, const char *key, int64_t *out) {
+    return ls_trace_json_int(cJSON_GetObjectItemCaseSensitive(j, key), out);
+}
+static inline const char *ls_audit_get_str(const cJSON *j, const char *key) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(j, key);
+    return ls_json_is_string(it) ? it->valuestring : NULL;
+}
 #endif

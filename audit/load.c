@@ -21,14 +21,6 @@
 #include "receipts/json_util.h"
 #include "receipts/trace_event.h"
 
-static bool get_int(const cJSON *j, const char *key, int64_t *out) {
-    return ls_trace_json_int(cJSON_GetObjectItemCaseSensitive(j, key), out);
-}
-
-static const char *get_str(const cJSON *j, const char *key) {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(j, key);
-    return ls_json_is_string(it) ? it->valuestring : NULL;
-}
 
 /* ---- receipts, world ----------------------------------------------------- */
 
@@ -81,37 +73,37 @@ static void derive_config(ls_audit_run *run) {
         const ls_receipt *rc = run->ranks[i].receipt;
         if (rc == NULL) continue;
         run->config = rc->config;
-        run->build_digest = get_str(rc->build, "build_digest");
+        run->build_digest = ls_audit_get_str(rc->build, "build_digest");
     }
     if (run->config == NULL && run->manifest != NULL) {
         run->config = run->manifest->config;
-        run->build_digest = get_str(run->manifest->build, "build_digest");
+        run->build_digest = ls_audit_get_str(run->manifest->build, "build_digest");
     }
     run->n_layers = -1;
     run->cfg_group = run->cfg_steps = -1;
     run->first_step = 0;
     if (run->config == NULL) return;
-    get_int(run->config, "n_layers", &run->n_layers);
+    ls_audit_get_int(run->config, "n_layers", &run->n_layers);
     /* what the trainer records it was asked for (absent: inferred from the traces) */
     int64_t v = 0;
     const cJSON *g = cJSON_GetObjectItemCaseSensitive(run->config, "group");
-    if (get_int(run->config, "group", &v) && v >= 1 && v <= LS_AUDIT_MAX_MEMBER) run->cfg_group = v;
-    else if (g != NULL && !(get_int(run->config, "group", &v) && v == -1)) /* -1: set by each rollouts line */
+    if (ls_audit_get_int(run->config, "group", &v) && v >= 1 && v <= LS_AUDIT_MAX_MEMBER) run->cfg_group = v;
+    else if (g != NULL && !(ls_audit_get_int(run->config, "group", &v) && v == -1)) /* -1: set by each rollouts line */
         snprintf(run->cfg_note, sizeof run->cfg_note, "config \"group\" is not an integer 1..%d or -1: not used",
                  LS_AUDIT_MAX_MEMBER);
     const cJSON *sr = cJSON_GetObjectItemCaseSensitive(run->config, "steps_requested");
-    if (get_int(run->config, "steps_requested", &v) && v >= 1 && v <= LS_AUDIT_MAX_STEPS) run->cfg_steps = v;
-    else if (sr != NULL && !(get_int(run->config, "steps_requested", &v) && v == -1))
+    if (ls_audit_get_int(run->config, "steps_requested", &v) && v >= 1 && v <= LS_AUDIT_MAX_STEPS) run->cfg_steps = v;
+    else if (sr != NULL && !(ls_audit_get_int(run->config, "steps_requested", &v) && v == -1))
         snprintf(run->cfg_note, sizeof run->cfg_note,
                  "config \"steps_requested\" is not an integer 1..%d or -1: not used", LS_AUDIT_MAX_STEPS);
     const cJSON *fs = cJSON_GetObjectItemCaseSensitive(run->config, "first_step");
-    if (get_int(run->config, "first_step", &v) && v >= 0 && v < LS_AUDIT_MAX_STEPS) run->first_step = v;
+    if (ls_audit_get_int(run->config, "first_step", &v) && v >= 0 && v < LS_AUDIT_MAX_STEPS) run->first_step = v;
     else if (fs != NULL)
         snprintf(run->cfg_note, sizeof run->cfg_note, "config \"first_step\" is not an integer 0..%d: not used",
                  LS_AUDIT_MAX_STEPS - 1);
-    const char *gm = get_str(run->config, "grad_mode");
+    const char *gm = ls_audit_get_str(run->config, "grad_mode");
     run->full_mode = gm != NULL && strcmp(gm, "full") == 0;
-    const char *sg = get_str(run->config, "strategy");
+    const char *sg = ls_audit_get_str(run->config, "strategy");
     run->naive = sg != NULL && strcmp(sg, "naive") == 0;
     const cJSON *f;
     cJSON_ArrayForEach(f, cJSON_GetObjectItemCaseSensitive(run->config, "faults")) {

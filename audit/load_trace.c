@@ -54,14 +54,6 @@ typedef struct {
     int group_hint, purpose_hint; /* intern's hints */
 } scan_ctx;
 
-static bool get_int(const cJSON *j, const char *key, int64_t *out) {
-    return ls_trace_json_int(cJSON_GetObjectItemCaseSensitive(j, key), out);
-}
-
-static const char *get_str(const cJSON *j, const char *key) {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(j, key);
-    return ls_json_is_string(it) ? it->valuestring : NULL;
-}
 
 static double get_num(const cJSON *j, const char *key) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(j, key);
@@ -102,7 +94,7 @@ static ls_audit_step *step_at(scan_ctx *c, int64_t s) {
  * *bad set (a hostile trace's -1 or 2^63 must not become a huge figure). */
 static int64_t get_bytes(const cJSON *j, const char *key, int *bad) {
     int64_t v = 0;
-    if (!get_int(j, key, &v) || v < 0 || v > LS_TRACE_MAX_INT) {
+    if (!ls_audit_get_int(j, key, &v) || v < 0 || v > LS_TRACE_MAX_INT) {
         *bad = 1;
         return 0;
     }
@@ -368,7 +360,7 @@ static int on_event(const ls_trace_event *ev, void *user) {
     case LS_TRACE_ERROR:
         if (r->n_errors++ == 0) {
             r->first_error_seq = ev->seq;
-            const char *m = get_str(j, "message");
+            const char *m = ls_audit_get_str(j, "message");
             snprintf(r->first_error, sizeof r->first_error, "%.250s", m ? m : "(no message)");
         }
         break;
@@ -397,11 +389,11 @@ static int on_event(const ls_trace_event *ev, void *user) {
             m->grad_norm = get_num(j, "grad_norm");
             m->step_wall_s = get_num(j, "step_wall_s");
             m->prefix_frozen = ev->prefix_frozen;
-            const char *o = get_str(j, "objective");
+            const char *o = ls_audit_get_str(j, "objective");
             m->sft = o != NULL && strcmp(o, "sft") == 0;
         }
         if (sf != NULL && !sf->metrics_seen) { /* the step's first step_metrics decides */
-            const char *o = get_str(j, "objective");
+            const char *o = ls_audit_get_str(j, "objective");
             sf->metrics_seen = 1;
             sf->sft = o != NULL && strcmp(o, "sft") == 0;
         }
