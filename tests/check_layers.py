@@ -66,9 +66,16 @@ def allowed_of(root, lib, libs, errors):
     return set(names)
 
 
+def is_build_tree(path):
+    """A CMake build directory (generated headers, not sources), wherever it lies."""
+    return os.path.isfile(os.path.join(path, "CMakeCache.txt")) or os.path.isdir(os.path.join(path, "CMakeFiles"))
+
+
 def sources(root, top):
+    if is_build_tree(os.path.join(root, top)):
+        return
     for dirpath, dirnames, filenames in os.walk(os.path.join(root, top)):
-        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not is_build_tree(os.path.join(dirpath, d)))
         for f in sorted(filenames):
             if f.endswith((".c", ".h", ".cu", ".cuh")):
                 yield os.path.relpath(os.path.join(dirpath, f), root)
@@ -222,6 +229,8 @@ def selftest():
         ("a README without its line", {"trainer/high/README.md": "nothing stated\n"}, "no 'May include:' line"),
         ("a README naming no folder", {"trainer/high/README.md": "May include: trainer/nowhere\n"},
          "not a library folder"),
+        ("build trees are not sources", {"build-x/CMakeCache.txt": "", "build-x/gen/a.h": "",
+                                         "out/m/CMakeFiles/x": "", "out/m/gen/b.h": ""}, None),
         ("a reference outside the repository", {"trainer/low/a.c": "/* see ../shared/DESIGN.md */\n"},
          "design documents"),
     ]
