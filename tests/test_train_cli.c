@@ -471,7 +471,7 @@ Test(train_cli, external_rollouts_are_trained_on) {
 }
 
 /* float32 against float64 on one fixed batch: the documented float32
- * tolerance of the full gradient (README), per tensor: for every tensor,
+ * tolerance of the full gradient (docs/testing.md), per tensor: for every tensor,
  * max |g32 - g64| / max |g64| over that tensor's elements.  (A tolerance
  * normalised by the global maximum lets a tensor with small gradients be
  * wrong and pass; the test shows that on a deliberately scaled tensor.) */
