@@ -210,6 +210,38 @@ Test(train_cli, every_option_is_recorded_in_the_receipt_or_says_why_not) {
     cJSON_Delete(r);
 }
 
+/* Every default --help shows is the value the parser leaves when the option
+ * is not given (the table's text against ls_objective_defaults,
+ * ls_step_options_defaults and the parser's own); the control: a changed
+ * value is reported naming its option. */
+Test(train_cli, every_default_help_shows_is_the_default_parsed) {
+    char cfg[] = CFG, out[600], o1[] = "--config", o2[] = "--out";
+    snprintf(out, sizeof out, "%s/dflt", tmpdir);
+    char *argv[] = {"longstraw-train", o1, cfg, o2, out, NULL};
+    ls_train_args a;
+    char err[512], why[256];
+    cr_assert_eq(ls_train_args_parse(&a, 5, argv, err, sizeof err), 0, "%s", err);
+    size_t n = ls_train_option_count(), shown = 0;
+    for (size_t i = 0; i < n; i++) {
+        why[0] = 0;
+        cr_expect(ls_train_option_default_holds(&a, i, why, sizeof why), "%s", why);
+        const char *name = ls_train_option_at(i, NULL, NULL, NULL);
+        shown += !strcmp(name, "--lr") || !strcmp(name, "--top-p") || !strcmp(name, "--beta");
+    }
+    cr_expect_eq(shown, 3);
+    size_t lr = n, top_p = n;
+    for (size_t i = 0; i < n; i++) {
+        if (!strcmp(ls_train_option_at(i, NULL, NULL, NULL), "--lr")) lr = i;
+        if (!strcmp(ls_train_option_at(i, NULL, NULL, NULL), "--top-p")) top_p = i;
+    }
+    a.step.lr *= 2;
+    cr_expect_not(ls_train_option_default_holds(&a, lr, why, sizeof why), "a doubled --lr passed");
+    cr_expect(strstr(why, "--lr") != NULL, "%s", why);
+    a.step.top_p = 0.5; /* the second of "--temperature X --top-p X [1, 0.95]" */
+    cr_expect_not(ls_train_option_default_holds(&a, top_p, why, sizeof why), "a changed --top-p passed");
+    cr_expect(strstr(why, "--top-p") != NULL, "%s", why);
+}
+
 Test(train_cli, endless_config_stream_exits_2_quickly) {
     /* --config /dev/zero: was read forever; a hang fails here (timeout -> 124) */
     char cmd[2048];

@@ -406,6 +406,78 @@ static int apply(ls_train_args *a, const opt *o, const char *val, char *err, siz
     BAD("%s: '%s' %s", o->name, val, o->bad);
 }
 
+/* The k-th default of a --help default list ("4, 8"; "1; with --rollouts
+ * ..." ends at the ';') into buf, or 0 when the list has no k-th. */
+static int default_token(const char *dflt, size_t k, char *buf, size_t cap) {
+    const char *s = dflt;
+    for (; k > 0; k--) {
+        s = strchr(s, ',');
+        if (!s) return 0;
+        s += strspn(s + 1, " ") + 1;
+    }
+    size_t n = strcspn(s, ",;");
+    if (n == 0 || n >= cap) return 0;
+    memcpy(buf, s, n);
+    buf[n] = 0;
+    return 1;
+}
+
+int ls_train_option_default_holds(const ls_train_args *a, size_t i, char *why, size_t why_len) {
+    const opt *row = NULL, *shown = NULL;
+    size_t k = 0; /* this option's place in the shown row's default list */
+    for (const opt *o = OPTS; o < OPTS + N_OPTS; o++) {
+        if (o->kind == OPT_TEXT) continue;
+        if (o->help) {
+            shown = o;
+            k = 0;
+        } else {
+            k++;
+        }
+        if (i-- == 0) {
+            row = o;
+            break;
+        }
+    }
+    if (!row) {
+        snprintf(why, why_len, "no option %zu", i);
+        return 0;
+    }
+    char tok[64];
+    if (!shown->dflt || !default_token(shown->dflt, k, tok, sizeof tok)) return 1; /* none shown */
+    const void *p = (const char *)a + row->off;
+    double v = 0;
+    switch (row->kind) {
+    case OPT_CHOICE: {
+        int idx;
+        memcpy(&idx, p, sizeof idx);
+        if (choice_index(row->arg, tok) == idx) return 1;
+        snprintf(why, why_len, "%s: --help shows [%s], the parsed default is choice %d of %s", row->name, tok, idx,
+                 row->arg);
+        return 0;
+    }
+    case OPT_FLAG:
+    case OPT_INT:
+    case OPT_SIZE:
+    case OPT_U64:
+    case OPT_REAL:
+        v = row->kind == OPT_FLAG || row->kind == OPT_INT ? (double)*(const int *)p
+            : row->kind == OPT_SIZE                       ? (double)*(const size_t *)p
+            : row->kind == OPT_U64                        ? (double)*(const uint64_t *)p
+                                                          : *(const double *)p;
+        break;
+    default: return 1; /* strings, faults, help: no default value */
+    }
+    if (!strcmp(tok, "off")) { /* off: a flag not set, a count below the range the option takes */
+        if (row->kind == OPT_FLAG ? v == 0 : v < (double)row->min) return 1;
+    } else {
+        char *end = NULL;
+        double d = strtod(tok, &end);
+        if (end != tok && *end == 0 && d == v) return 1;
+    }
+    snprintf(why, why_len, "%s: --help shows [%s], the parsed default is %.17g", row->name, tok, v);
+    return 0;
+}
+
 /* The option was on the command line. */
 static int given_opt(const unsigned char *given, const char *name) {
     const opt *o = find_opt(name);

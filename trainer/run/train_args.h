@@ -50,4 +50,8 @@ void ls_train_usage(FILE *f);
  * (an output of the run).  Static strings; any out-pointer may be NULL. */
 size_t ls_train_option_count(void);
 const char *ls_train_option_at(size_t i, const char **arg, const char **receipt, const char **why);
+/* 1 when option i of a holds the default --help shows for it (or --help
+ * shows none); else 0 with why naming the option, the shown and the held
+ * value.  a: the arguments as parsed without that option. */
+int ls_train_option_default_holds(const ls_train_args *a, size_t i, char *why, size_t why_len);
 #endif
