@@ -423,6 +423,7 @@ static int default_token(const char *dflt, size_t k, char *buf, size_t cap) {
 }
 
 int ls_train_option_default_holds(const ls_train_args *a, size_t i, char *why, size_t why_len) {
+    const size_t asked = i;
     const opt *row = NULL, *shown = NULL;
     size_t k = 0; /* this option's place in the shown row's default list */
     for (const opt *o = OPTS; o < OPTS + N_OPTS; o++) {
@@ -439,7 +440,7 @@ int ls_train_option_default_holds(const ls_train_args *a, size_t i, char *why, s
         }
     }
     if (!row) {
-        snprintf(why, why_len, "no option %zu", i);
+        snprintf(why, why_len, "no option %zu", asked);
         return 0;
     }
     char tok[64];
