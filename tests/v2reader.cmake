@@ -1,0 +1,6 @@
+# v2reader.cmake - the v2 evidence contract in the readers (docs/contract.md
+# §1-2): RFC 8785 JCS of the build identity, v2 traces, receipts and
+# manifests, and the audit's v2 rules.
+ls_add_criterion_test(test_jcs
+  SOURCES test_jcs.c
+  LIBS ls_receipts)
