@@ -4,3 +4,6 @@
 ls_add_criterion_test(test_jcs
   SOURCES test_jcs.c
   LIBS ls_receipts)
+ls_add_criterion_test(test_trace_v2
+  SOURCES test_trace_v2.c test_v2_fixture.c
+  LIBS ls_receipts)
