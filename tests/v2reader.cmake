@@ -7,3 +7,6 @@ ls_add_criterion_test(test_jcs
 ls_add_criterion_test(test_trace_v2
   SOURCES test_trace_v2.c test_v2_fixture.c
   LIBS ls_receipts)
+ls_add_criterion_test(test_receipts_v2
+  SOURCES test_receipts_v2.c test_v2_fixture.c test_receipts_support.c
+  LIBS ls_receipts)
