@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include <criterion/criterion.h>
 
@@ -168,4 +169,52 @@ Test(receipts_v2, build_digest_v2_of_the_vector) {
     cJSON_DeleteItemFromObjectCaseSensitive(b, "artifacts");
     cr_assert_eq(ls_build_info_digest_v2(b, hex, err, sizeof err), LS_ERR_FORMAT);
     cJSON_Delete(b);
+}
+
+#define VALIDATE LS_BINARY_DIR "/receipts/longstraw-validate"
+
+/* Exit status of `longstraw-validate --v2 ARGS` (output kept in tmp/out). */
+static int validate_v2(const char *args) {
+    char cmd[20000];
+    snprintf(cmd, sizeof cmd, "%s --v2 %s > %s/out 2>&1", VALIDATE, args, tmp);
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static bool out_has(const char *needle) {
+    char p[4200], err[300];
+    snprintf(p, sizeof p, "%s/out", tmp);
+    char *b = NULL;
+    size_t n = 0;
+    cr_assert_eq(ls_json_read_bytes(p, &b, &n, err, sizeof err), LS_OK);
+    bool found = strstr(b, needle) != NULL;
+    if (!found) fprintf(stderr, "%s", b);
+    free(b);
+    return found;
+}
+
+Test(receipts_v2, validate_tool_checks_v2_files_and_runs, .init = setup, .fini = teardown) {
+    ls_v2_fixture o = {0};
+    ls_v2_fixture_write(run, &o);
+    char args[4 * 4200];
+    snprintf(args, sizeof args, "%s %s/rank-0000/events.jsonl %s/rank-0001/receipt.json %s/manifest.json", run, run,
+             run, run);
+    cr_assert_eq(validate_v2(args), 0);
+    cr_assert(out_has("valid (v2 run)"));
+    teardown();
+    setup();
+    o.tamper_build = true;
+    ls_v2_fixture_write(run, &o);
+    snprintf(args, sizeof args, "%s/rank-0000/receipt.json", run);
+    cr_assert_eq(validate_v2(args), 1);
+    cr_assert(out_has("/predicate/build: build: build_digest"));
+    teardown();
+    setup();
+    ls_v2_fixture o2 = {.bad_phase = "warmup"};
+    ls_v2_fixture_write(run, &o2);
+    snprintf(args, sizeof args, "%s", run); /* the run: its manifest verifies, rank 0's trace does not */
+    cr_assert_eq(validate_v2(args), 1);
+    cr_assert(out_has("\"warmup\" is not one of the header's phases"));
+    cr_assert_eq(validate_v2("/nonexistent/x"), 2);
+    cr_assert_eq(validate_v2(""), 2);
 }
