@@ -77,10 +77,8 @@ char *ls_v2_fixture_trace(int rank, const ls_v2_fixture *o) {
              outb);
     ev(&b, rank, 2, "collective", f);
     ev(&b, rank, 2, "collective",
-       rank == 0 ? "\"group\":\"cp\",\"gseq\":2,\"op\":\"send\",\"red\":\"none\",\"count\":2,\"dtype\":\"i32\","
-                   "\"bytes\":8,\"purpose\":\"kv_ring\",\"step\":0"
-                 : "\"group\":\"cp\",\"gseq\":2,\"op\":\"recv\",\"red\":\"none\",\"count\":2,\"dtype\":\"i32\","
-                   "\"bytes\":8,\"purpose\":\"kv_ring\",\"step\":0");
+       "\"group\":\"cp\",\"gseq\":2,\"op\":\"all_to_all\",\"red\":\"none\",\"count\":2,\"dtype\":\"i32\","
+       "\"bytes\":8,\"purpose\":\"kv_ring\",\"step\":0");
     ev(&b, rank, 2, "layer_end",
        "\"phase\":\"replay\",\"step\":0,\"member\":0,\"layer\":0,\"kind\":\"attn\",\"dir\":\"fwd\",\"tokens\":8,"
        "\"live_bytes\":64,\"peak_bytes\":128,\"wall_ns\":10,\"out_norm\":1.5,\"recompute\":true");

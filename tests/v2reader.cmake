@@ -10,3 +10,6 @@ ls_add_criterion_test(test_trace_v2
 ls_add_criterion_test(test_receipts_v2
   SOURCES test_receipts_v2.c test_v2_fixture.c test_receipts_support.c
   LIBS ls_receipts)
+ls_add_criterion_test(test_audit_v2
+  SOURCES test_audit_v2.c test_v2_fixture.c test_receipts_support.c
+  LIBS ls_audit)

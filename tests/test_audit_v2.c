@@ -1,0 +1,161 @@
+/* test_audit_v2.c - the audit on hand-written v2 runs (docs/contract.md
+ * §1-2): a correct CP-2 run loads with its profile and build identity and
+ * passes the reader-level rules and collectives.performed; a logged but not
+ * performed allreduce (differing out_sha256) fails it naming ranks, file
+ * and seq; without digests it is not applicable and says so; a tampered
+ * build identity and an unknown phase fail their rules naming them; a v1
+ * run does not list the rule. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <criterion/criterion.h>
+
+#include "audit/audit.h"
+#include "test_receipts_support.h"
+#include "test_v2_fixture.h"
+
+static char *tmp;
+static char run_dir[4096];
+static void setup(void) {
+    tmp = ls_test_mkdtemp();
+    snprintf(run_dir, sizeof run_dir, "%s/run", tmp);
+}
+static void teardown(void) {
+    ls_test_rmtree(tmp);
+    free(tmp);
+    tmp = NULL;
+}
+
+static ls_audit_run *audit(const ls_v2_fixture *o) {
+    ls_v2_fixture_write(run_dir, o);
+    ls_audit_options opt = {.run_dir = run_dir};
+    ls_audit_run *run = NULL;
+    char err[400] = "";
+    cr_assert_eq(ls_audit_load(&opt, &run, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_eq(ls_audit_evaluate(run), LS_OK);
+    return run;
+}
+
+static void dump(const ls_audit_run *run) {
+    for (size_t i = 0; i < run->n_rules; i++) {
+        const ls_audit_rule *r = &run->rules[i];
+        fprintf(stderr, "  L%d %-28s %s %s | %s\n", r->level, r->id, r->applicable ? "" : "n/a",
+                r->pass ? "pass" : "FAIL", r->message);
+    }
+}
+
+static const ls_audit_rule *rule(const ls_audit_run *run, const char *id) {
+    const ls_audit_rule *r = ls_audit_find_rule(run, id);
+    if (r == NULL) dump(run);
+    cr_assert_not_null(r, "rule %s missing", id);
+    return r;
+}
+
+static void expect_pass(const ls_audit_run *run, const char *id) {
+    const ls_audit_rule *r = rule(run, id);
+    if (!r->pass || !r->applicable) dump(run);
+    cr_assert(r->applicable && r->pass, "%s: %s", id, r->message);
+}
+
+Test(audit_v2, correct_run_loads_and_passes_reader_rules, .init = setup, .fini = teardown) {
+    ls_v2_fixture o = {0};
+    ls_audit_run *run = audit(&o);
+    cr_assert_eq(run->evidence_version, 2);
+    cr_assert_str_eq(run->profile_name, "torch-cp");
+    cr_assert_eq(strlen(run->profile_sha256), 64);
+    cr_assert_str_eq(run->build_digest, LS_V2_FIXTURE_BUILD_DIGEST);
+    cr_assert_eq(run->world, 2);
+    cr_assert_str_eq(run->ranks[1].trace_file, "rank-0001/events.jsonl");
+    cr_assert_eq(run->ranks[0].report.version, 2);
+    cr_assert_str_eq(ls_trace_report_group_kind(&run->ranks[0].report, "cp"), "cp");
+    const ls_audit_rule *p = rule(run, "collectives.performed");
+    cr_assert(p->applicable && p->pass, "%s", p->message);
+    cr_assert_eq(p->matched, 2); /* the allreduce and the broadcast; the all_to_all carries none */
+    cr_assert_eq(p->level, 1);
+    static const char *const READER_RULES[] = {"manifest.valid",  "manifest.digests", "receipts.valid",
+                                               "receipts.agree",  "build.digest_equal", "trace.valid",
+                                               "rank.complete",   "rank.no_error",    "collectives.match",
+                                               "sources.agree",   NULL};
+    for (size_t i = 0; READER_RULES[i]; i++) expect_pass(run, READER_RULES[i]);
+    ls_audit_free(run);
+}
+
+Test(audit_v2, logged_but_not_performed_allreduce_fails, .init = setup, .fini = teardown) {
+    ls_v2_fixture o = {.differ_out = true};
+    ls_audit_run *run = audit(&o);
+    const ls_audit_rule *p = rule(run, "collectives.performed");
+    cr_assert(p->applicable && !p->pass, "%s", p->message);
+    cr_assert_eq(p->n_ev, 1);
+    cr_assert_eq(p->ev[0].rank, 1);
+    cr_assert_eq(p->ev[0].seq, 2);
+    cr_assert_str_eq(p->ev[0].file, "rank-0001/events.jsonl");
+    cr_assert(strstr(p->ev[0].detail, "group cp gseq 0") && strstr(p->ev[0].detail, "allreduce") &&
+                  strstr(p->ev[0].detail, "bbbbbbbbbbbbbbbb") && strstr(p->ev[0].detail, "rank 0's aaaaaaaaaaaaaaaa"),
+              "%s", p->ev[0].detail);
+    cr_assert_lt(run->level, 1, "a level-1 failure leaves level 0");
+    cr_assert(!run->level_holds[1]);
+    ls_audit_free(run);
+}
+
+Test(audit_v2, without_digests_the_rule_is_not_applicable, .init = setup, .fini = teardown) {
+    ls_v2_fixture o = {.no_digests = true};
+    ls_audit_run *run = audit(&o);
+    const ls_audit_rule *p = rule(run, "collectives.performed");
+    cr_assert(!p->applicable, "%s", p->message);
+    cr_assert(strstr(p->message, "carries out_sha256: nothing to compare") != NULL, "%s", p->message);
+    ls_audit_free(run);
+}
+
+Test(audit_v2, tampered_build_identity_fails, .init = setup, .fini = teardown) {
+    ls_v2_fixture o = {.tamper_build = true};
+    ls_audit_run *run = audit(&o);
+    const ls_audit_rule *r = rule(run, "receipts.valid");
+    cr_assert(!r->pass);
+    cr_assert(strstr(r->ev[0].detail, "build_digest") != NULL, "%s", r->ev[0].detail);
+    r = rule(run, "manifest.valid");
+    cr_assert(!r->pass);
+    cr_assert(!run->level_holds[1]);
+    ls_audit_free(run);
+}
+
+Test(audit_v2, unknown_phase_fails_naming_it, .init = setup, .fini = teardown) {
+    ls_v2_fixture o = {.bad_phase = "warmup"};
+    ls_audit_run *run = audit(&o);
+    const ls_audit_rule *r = rule(run, "trace.valid");
+    cr_assert(!r->pass);
+    bool named = false;
+    for (size_t i = 0; i < r->n_ev; i++)
+        named |= r->ev[i].rank == 0 && strstr(r->ev[i].detail, "\"warmup\" is not one of the header's phases") != NULL;
+    if (!named) dump(run);
+    cr_assert(named);
+    ls_audit_free(run);
+}
+
+/* A v1 trace: the rule is not listed (v1 reports stay byte-identical). */
+Test(audit_v2, v1_run_does_not_list_the_rule, .init = setup, .fini = teardown) {
+    char p[4200];
+    cr_assert_eq(mkdir(run_dir, 0777), 0);
+    snprintf(p, sizeof p, "%s/rank-0000", run_dir);
+    cr_assert_eq(mkdir(p, 0777), 0);
+    snprintf(p, sizeof p, "%s/rank-0000/events.jsonl.zst", run_dir);
+    FILE *f = fopen(p, "w");
+    cr_assert_not_null(f);
+    fputs("{\"v\":1,\"kind\":\"longstraw.trace.header\",\"schema\":\"urn:longstraw:schema:event-header:v1\","
+          "\"run_id\":\"r\",\"rank\":0,\"world\":1,\"host\":\"h\",\"pid\":1,\"start_unix_ns\":5,"
+          "\"groups\":[{\"name\":\"world\",\"members\":[0]}],\"tool\":\"t\"}\n"
+          "{\"v\":1,\"rank\":0,\"seq\":0,\"ts_ns\":3,\"ev\":\"rank_complete\",\"steps\":0,\"events\":0}\n",
+          f);
+    fclose(f);
+    ls_audit_options opt = {.run_dir = run_dir};
+    ls_audit_run *run = NULL;
+    char err[400] = "";
+    cr_assert_eq(ls_audit_load(&opt, &run, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_eq(ls_audit_evaluate(run), LS_OK);
+    cr_assert_eq(run->evidence_version, 1);
+    cr_assert_null(run->profile_name);
+    cr_assert_not_null(ls_audit_find_rule(run, "trace.valid"));
+    cr_assert_null(ls_audit_find_rule(run, "collectives.performed"));
+    ls_audit_free(run);
+}
