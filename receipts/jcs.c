@@ -121,7 +121,48 @@ typedef struct {
     char ptr[256]; /* JSON pointer of the value being written */
     char *err;
     size_t errlen;
+    bool numbers;  /* any finite number (ES6 form), not only integers */
 } ctx;
+
+/* ECMAScript Number.prototype.toString of a finite d (RFC 8785 §3.2.2.3):
+ * the shortest round-tripping digits, placed by the decimal exponent. */
+static void es6_number(double d, char out[40]) {
+    if (d == 0) {
+        strcpy(out, "0");
+        return;
+    }
+    char sci[40];
+    int p = 1;
+    for (; p <= 17; p++) {
+        snprintf(sci, sizeof sci, "%.*e", p - 1, d);
+        if (strtod(sci, NULL) == d) break;
+    }
+    /* sci: [-]D[.DDD]e(+|-)XX */
+    const char *s = sci;
+    char *o = out;
+    if (*s == '-') *o++ = *s++;
+    char digits[24];
+    int k = 0;
+    for (; *s && *s != 'e'; s++)
+        if (*s != '.') digits[k++] = *s;
+    while (k > 1 && digits[k - 1] == '0') k--;
+    digits[k] = '\0';
+    int n = atoi(s + 1) + 1; /* the decimal point's position */
+    if (k <= n && n <= 21) {
+        o += sprintf(o, "%s", digits);
+        for (int i = 0; i < n - k; i++) *o++ = '0';
+        *o = '\0';
+    } else if (0 < n && n <= 21) {
+        sprintf(o, "%.*s.%s", n, digits, digits + n);
+    } else if (-6 < n && n <= 0) {
+        o += sprintf(o, "0.");
+        for (int i = 0; i < -n; i++) *o++ = '0';
+        sprintf(o, "%s", digits);
+    } else {
+        if (k == 1) sprintf(o, "%ce%c%d", digits[0], n - 1 > 0 ? '+' : '-', abs(n - 1));
+        else sprintf(o, "%c.%se%c%d", digits[0], digits + 1, n - 1 > 0 ? '+' : '-', abs(n - 1));
+    }
+}
 
 static ls_status refuse(ctx *c, const char *why) {
     ls_json_errf(c->err, c->errlen, "JCS: %s: %s", c->ptr[0] ? c->ptr : "(root)", why);
@@ -136,7 +177,13 @@ static ls_status emit(ctx *c, buf *o, const cJSON *v, int depth) {
     case cJSON_False: put(o, "false", 5); return LS_OK;
     case cJSON_Number: {
         double d = v->valuedouble;
-        if (!isfinite(d)) return refuse(c, "a non-finite number (the build identity holds integers only)");
+        if (!isfinite(d)) return refuse(c, "a non-finite number");
+        if (c->numbers) {
+            char num[40];
+            es6_number(d, num);
+            put(o, num, strlen(num));
+            return LS_OK;
+        }
         if (d != floor(d)) return refuse(c, "a fractional number (the build identity holds integers only)");
         if (fabs(d) > LS_JSON_MAX_EXACT_INT) return refuse(c, "an integer of magnitude 2^53 or more");
         char num[32];
@@ -199,11 +246,11 @@ static ls_status emit(ctx *c, buf *o, const cJSON *v, int depth) {
     }
 }
 
-ls_status ls_jcs_serialize(const cJSON *v, char **out, size_t *out_len, char *err, size_t errlen) {
+static ls_status serialize(const cJSON *v, bool numbers, char **out, size_t *out_len, char *err, size_t errlen) {
     if (out) *out = NULL;
     if (out_len) *out_len = 0;
     if (v == NULL || out == NULL) return LS_ERR_ARG;
-    ctx c = {.err = err, .errlen = errlen};
+    ctx c = {.err = err, .errlen = errlen, .numbers = numbers};
     buf o = {0};
     put(&o, "", 0); /* an empty document never happens, but keep *out a string */
     ls_status st = emit(&c, &o, v, 0);
@@ -216,6 +263,25 @@ ls_status ls_jcs_serialize(const cJSON *v, char **out, size_t *out_len, char *er
     *out = o.b;
     if (out_len) *out_len = o.n;
     return LS_OK;
+}
+
+ls_status ls_jcs_serialize(const cJSON *v, char **out, size_t *out_len, char *err, size_t errlen) {
+    return serialize(v, false, out, out_len, err, errlen);
+}
+
+ls_status ls_jcs_serialize_numbers(const cJSON *v, char **out, size_t *out_len, char *err, size_t errlen) {
+    return serialize(v, true, out, out_len, err, errlen);
+}
+
+ls_status ls_jcs_sha256_numbers(const cJSON *v, char hex[LS_DIGEST_HEX_SIZE], char *err, size_t errlen) {
+    if (hex == NULL) return LS_ERR_ARG;
+    hex[0] = '\0';
+    char *text = NULL;
+    size_t n = 0;
+    ls_status st = ls_jcs_serialize_numbers(v, &text, &n, err, errlen);
+    if (st == LS_OK) st = ls_digest_sha256_hex(text, n, hex);
+    free(text);
+    return st;
 }
 
 /* Offset of the first number token written with '.', 'e' or 'E' (outside

@@ -45,6 +45,17 @@ ls_status ls_jcs_serialize(const cJSON *v, char **out, size_t *out_len, char *er
 ls_status ls_jcs_canonical_text(const char *bytes, size_t len, char **out, size_t *out_len,
                                 char *err, size_t errlen);
 
+/* Full RFC 8785 numbers, for documents outside the build identity (a v2
+ * config's free "model", whose digest only C computes): like
+ * ls_jcs_serialize, but any finite number is written as ECMAScript's
+ * Number.prototype.toString writes it (the shortest digits that read back
+ * as the same double; plain notation for exponents -7 < e < 21, else d.ddde+N).
+ * Non-finite numbers are still refused. */
+ls_status ls_jcs_serialize_numbers(const cJSON *v, char **out, size_t *out_len, char *err, size_t errlen);
+
+/* SHA-256 (lowercase hex) of ls_jcs_serialize_numbers(v). */
+ls_status ls_jcs_sha256_numbers(const cJSON *v, char hex[LS_DIGEST_HEX_SIZE], char *err, size_t errlen);
+
 /* SHA-256 (lowercase hex) of ls_jcs_serialize(v).  Errors as it. */
 ls_status ls_jcs_sha256(const cJSON *v, char hex[LS_DIGEST_HEX_SIZE], char *err, size_t errlen);
 

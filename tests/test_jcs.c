@@ -129,3 +129,47 @@ Test(jcs, escapes_and_integers_by_hand) {
     free(out);
     cJSON_Delete(o);
 }
+
+/* Full JCS numbers (ECMAScript's Number.prototype.toString; RFC 8785
+ * appendix B examples and the boundaries of the plain notation). */
+Test(jcs, numbers_as_ecmascript_writes_them) {
+    struct {
+        double d;
+        const char *want;
+    } cases[] = {
+        {0.0, "0"},
+        {-0.0, "0"},
+        {1e-7, "1e-7"},
+        {1e-6, "0.000001"},
+        {1e21, "1e+21"},
+        {1e20, "100000000000000000000"},
+        {123456789012345680000.0, "123456789012345680000"},
+        {4.5, "4.5"},
+        {0.002, "0.002"},
+        {1e23, "1e+23"},
+        {5e-324, "5e-324"},
+        {1.7976931348623157e308, "1.7976931348623157e+308"},
+        {333333333.3333333, "333333333.3333333"},
+        {-1.5, "-1.5"},
+        {9007199254740994.0, "9007199254740994"},
+        {0.1, "0.1"},
+        {1.25e-10, "1.25e-10"},
+        {295147905179352830000.0, "295147905179352830000"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cJSON *a = cJSON_CreateArray();
+        cJSON_AddItemToArray(a, cJSON_CreateNumber(cases[i].d));
+        char *out = NULL, err[256] = "", want[64];
+        cr_assert_eq(ls_jcs_serialize_numbers(a, &out, NULL, err, sizeof err), LS_OK, "%s", err);
+        snprintf(want, sizeof want, "[%s]", cases[i].want);
+        cr_assert_str_eq(out, want, "%.17g", cases[i].d);
+        free(out);
+        cJSON_Delete(a);
+    }
+    /* the strict form still refuses a fraction */
+    cJSON *a = cJSON_CreateArray();
+    cJSON_AddItemToArray(a, cJSON_CreateNumber(0.5));
+    char *out = NULL, err[256];
+    cr_assert_eq(ls_jcs_serialize(a, &out, NULL, err, sizeof err), LS_ERR_FORMAT);
+    cJSON_Delete(a);
+}

@@ -11,6 +11,8 @@
 #include <criterion/criterion.h>
 
 #include "receipts/build_info.h"
+#include "receipts/coverage.h"
+#include "receipts/digest.h"
 #include "receipts/json_util.h"
 #include "receipts/manifest.h"
 #include "receipts/receipt.h"
@@ -217,4 +219,55 @@ Test(receipts_v2, validate_tool_checks_v2_files_and_runs, .init = setup, .fini =
     cr_assert(out_has("\"warmup\" is not one of the header's phases"));
     cr_assert_eq(validate_v2("/nonexistent/x"), 2);
     cr_assert_eq(validate_v2(""), 2);
+}
+
+static void note_outside(void *user, const char *field, const char *detail) {
+    char *buf = user;
+    snprintf(buf + strlen(buf), 2000 - strlen(buf), "%s: %s\n", field, detail);
+}
+
+/* Coverage of a v2 configuration: the free model, digested by JCS. */
+Test(receipts_v2, coverage_of_a_v2_config) {
+    cJSON *cfg = cJSON_Parse("{\"objective\":\"grpo\",\"grad_mode\":\"full\",\"dtype\":\"f64\",\"cp_ranks\":2,"
+                             "\"group\":2,\"steps_requested\":1,\"strategy\":\"longstraw\",\"faults\":[],\"n_layers\":1,"
+                             "\"model\":{\"rms_eps\":1e-6,\"family\":\"torch-cp\",\"layers\":[\"attn\"],\"d_model\":8},"
+                             "\"train_mode\":\"full\",\"epsilon\":0.2,\"beta\":0.0,\"temperature\":1.0}");
+    cr_assert(ls_coverage_config_is_v2(cfg));
+    cJSON *model = ls_coverage_model(cfg);
+    cr_assert(cJSON_Compare(model, cJSON_GetObjectItemCaseSensitive(cfg, "model"), true));
+    /* the digest of the JCS text, written by hand */
+    static const char JCS[] = "{\"d_model\":8,\"family\":\"torch-cp\",\"layers\":[\"attn\"],\"rms_eps\":0.000001}";
+    char want[LS_DIGEST_HEX_SIZE], got[LS_DIGEST_HEX_SIZE], err[300];
+    cr_assert_eq(ls_digest_sha256_hex(JCS, strlen(JCS), want), LS_OK);
+    cr_assert_eq(ls_coverage_model_sha256_v2(model, got, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_str_eq(got, want);
+    cJSON *cov = cJSON_CreateObject();
+    cJSON_AddItemToObject(cov, "model", model);
+    cJSON_AddStringToObject(cov, "model_sha256", got);
+    cJSON_AddItemToObject(cov, "train_modes", cJSON_Parse("[{\"train_mode\":\"full\"}]"));
+    cJSON_AddItemToObject(cov, "objectives",
+                          cJSON_Parse("[{\"objective\":\"grpo\",\"epsilon\":0.2,\"beta\":0.0,\"temperature\":1.0}]"));
+    cJSON_AddItemToObject(cov, "grad_modes", cJSON_Parse("[\"full\"]"));
+    cJSON_AddItemToObject(cov, "strategies", cJSON_Parse("[\"longstraw\"]"));
+    cJSON_AddItemToObject(cov, "dtypes", cJSON_Parse("[\"f64\"]"));
+    cJSON_AddItemToObject(cov, "worlds", cJSON_Parse("[1,2]"));
+    char notes[2000] = "";
+    cr_assert_eq(ls_coverage_check(cov, cfg, 2, note_outside, notes), 0, "%s", notes);
+    /* a different model key, a key the run lacks, another world */
+    cJSON *rm = cJSON_GetObjectItemCaseSensitive(cfg, "model");
+    cJSON_ReplaceItemInObjectCaseSensitive(rm, "d_model", cJSON_CreateNumber(16));
+    cJSON_DeleteItemFromObjectCaseSensitive(rm, "layers");
+    notes[0] = '\0';
+    cr_assert_eq(ls_coverage_check(cov, cfg, 4, note_outside, notes), 3, "%s", notes);
+    cr_assert(strstr(notes, "d_model: the run's model has d_model 16, the report proved d_model 8") != NULL, "%s", notes);
+    cr_assert(strstr(notes, "layers: the run's model has no layers") != NULL, "%s", notes);
+    cr_assert(strstr(notes, "world: the run's 4 rank(s)") != NULL, "%s", notes);
+    /* a model_sha256 that is not the JCS digest of the report's model is refused */
+    cJSON_ReplaceItemInObjectCaseSensitive(cov, "model_sha256", cJSON_CreateString(want + 1));
+    notes[0] = '\0';
+    cr_assert_geq(ls_coverage_check(cov, cfg, 2, note_outside, notes), 1);
+    cr_assert(strstr(notes, "model_sha256: the report's model_sha256 is not the digest of its model") != NULL, "%s",
+              notes);
+    cJSON_Delete(cov);
+    cJSON_Delete(cfg);
 }
