@@ -263,6 +263,18 @@ ls_status ls_audit_report_json(const ls_audit_run *run, cJSON **out) {
         cJSON_AddStringToObject(doc, "build_digest", run->build_digest);
     else
         cJSON_AddNullToObject(doc, "build_digest");
+    if (run->evidence_version == 2) { /* v2 only: a v1 report is unchanged */
+        add_i64(doc, "evidence_version", 2);
+        if (run->profile_name != NULL) {
+            cJSON *pr = cJSON_AddObjectToObject(doc, "profile");
+            if (pr) {
+                cJSON_AddStringToObject(pr, "name", run->profile_name);
+                cJSON_AddStringToObject(pr, "sha256", run->profile_sha256 ? run->profile_sha256 : "");
+            }
+        } else {
+            cJSON_AddNullToObject(doc, "profile");
+        }
+    }
     add_i64(doc, "world", run->world);
     add_i64(doc, "steps", run->n_run_steps - run->first_step);
     add_i64(doc, "first_step", run->first_step);

@@ -13,6 +13,7 @@
 #include <criterion/criterion.h>
 
 #include "audit/audit.h"
+#include "receipts/schema.h"
 #include "test_receipts_support.h"
 #include "test_v2_fixture.h"
 
@@ -157,5 +158,49 @@ Test(audit_v2, v1_run_does_not_list_the_rule, .init = setup, .fini = teardown) {
     cr_assert_null(run->profile_name);
     cr_assert_not_null(ls_audit_find_rule(run, "trace.valid"));
     cr_assert_null(ls_audit_find_rule(run, "collectives.performed"));
+    cJSON *doc = NULL;
+    cr_assert_eq(ls_audit_report_json(run, &doc), LS_OK);
+    cr_assert_null(cJSON_GetObjectItemCaseSensitive(doc, "profile"));
+    cr_assert_null(cJSON_GetObjectItemCaseSensitive(doc, "evidence_version"));
+    cJSON_Delete(doc);
+    ls_audit_free(run);
+}
+
+/* The reports of a v2 run: the JSON names the profile and validates
+ * against schemas/audit-report.schema.json; the text says v2. */
+Test(audit_v2, reports_name_the_profile, .init = setup, .fini = teardown) {
+    ls_v2_fixture o = {.differ_out = true};
+    ls_audit_run *run = audit(&o);
+    cJSON *doc = NULL;
+    cr_assert_eq(ls_audit_report_json(run, &doc), LS_OK);
+    const cJSON *pr = cJSON_GetObjectItemCaseSensitive(doc, "profile");
+    cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(pr, "name")->valuestring, "torch-cp");
+    cr_assert_eq(cJSON_GetObjectItemCaseSensitive(doc, "evidence_version")->valuedouble, 2);
+    const ls_schema *schema = NULL;
+    char err[300];
+    cr_assert_eq(ls_schema_get("audit-report", &schema, err, sizeof err), LS_OK, "%s", err);
+    ls_schema_errors errs = {0};
+    ls_status st = ls_schema_validate(schema, doc, &errs);
+    char first[600] = "";
+    if (st != LS_OK) ls_schema_errors_first(&errs, first, sizeof first);
+    cr_assert_eq(st, LS_OK, "%s", first);
+    ls_schema_errors_free(&errs);
+    char *text = cJSON_PrintUnformatted(doc);
+    cr_assert(strstr(text, "collectives.performed") != NULL);
+    free(text);
+    cJSON_Delete(doc);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/report.txt", tmp);
+    FILE *f = fopen(path, "w+");
+    cr_assert_not_null(f);
+    ls_audit_report_text(run, f);
+    rewind(f);
+    char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    cr_assert(strstr(buf, "evidence v2 (docs/contract.md), profile torch-cp sha256 0123456789abcdef...") != NULL, "%s",
+              buf);
+    cr_assert(strstr(buf, "collectives.performed") != NULL, "%s", buf);
     ls_audit_free(run);
 }
