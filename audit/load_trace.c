@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "audit/run_files.h"
+#include "audit/timeline.h" /* ls_audit_trace_rel */
 #include "receipts/json_util.h"
 #include "receipts/trace_event.h"
 
@@ -421,7 +422,7 @@ static int on_event(const ls_trace_event *ev, void *user) {
 ls_status ls_audit_load_trace(ls_audit_run *run, ls_audit_rank *r) {
     char dir[32];
     ls_receipt_rank_dir(r->rank, dir, sizeof dir);
-    snprintf(r->trace_file, sizeof r->trace_file, "%s/events.jsonl.zst", dir);
+    ls_audit_trace_rel(run->run_dir, r->rank, r->trace_file, sizeof r->trace_file); /* .zst, else a plain one */
     /* v2: the trace the receipt names (events.jsonl or events.jsonl.zst), when it is in the rank's directory */
     if (r->receipt != NULL && r->receipt->version == 2 && strncmp(r->receipt->events_file, dir, strlen(dir)) == 0 &&
         r->receipt->events_file[strlen(dir)] == '/' && strlen(r->receipt->events_file) < sizeof r->trace_file)

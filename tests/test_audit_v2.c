@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <criterion/criterion.h>
 
@@ -202,5 +203,29 @@ Test(audit_v2, reports_name_the_profile, .init = setup, .fini = teardown) {
     cr_assert(strstr(buf, "evidence v2 (docs/contract.md), profile torch-cp sha256 0123456789abcdef...") != NULL, "%s",
               buf);
     cr_assert(strstr(buf, "collectives.performed") != NULL, "%s", buf);
+    ls_audit_free(run);
+}
+
+/* A v2 run killed before its receipts: the plain traces are found and the
+ * trace header says v2. */
+Test(audit_v2, traces_only_run_is_read_as_v2, .init = setup, .fini = teardown) {
+    ls_v2_fixture o = {.differ_out = true};
+    ls_v2_fixture_write(run_dir, &o);
+    char p[4200];
+    static const char *const GONE[] = {"manifest.json", "rank-0000/receipt.json", "rank-0001/receipt.json"};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/%s", run_dir, GONE[i]);
+        cr_assert_eq(unlink(p), 0);
+    }
+    ls_audit_options opt = {.run_dir = run_dir};
+    ls_audit_run *run = NULL;
+    char err[400] = "";
+    cr_assert_eq(ls_audit_load(&opt, &run, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_eq(ls_audit_evaluate(run), LS_OK);
+    cr_assert_eq(run->evidence_version, 2);
+    cr_assert_str_eq(run->ranks[0].trace_file, "rank-0000/events.jsonl");
+    expect_pass(run, "trace.valid");
+    const ls_audit_rule *r = rule(run, "collectives.performed");
+    cr_assert(r->applicable && !r->pass);
     ls_audit_free(run);
 }
