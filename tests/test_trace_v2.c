@@ -10,6 +10,8 @@
 
 #include <criterion/criterion.h>
 
+#include "receipts/json_util.h"
+#include "receipts/schema.h"
 #include "receipts/trace_reader.h"
 #include "test_v2_fixture.h"
 
@@ -251,4 +253,47 @@ Test(trace_v2, free_members_are_bounded) {
     expect(u, LS_TRACE_DIAG_FIELD, "layer_end.recompute: must be true");
     free(u);
     free(t);
+}
+
+/* The schemas say what the reader accepts: every line of the fixture's
+ * traces validates against event-header-v2 / event-v2, and a v1 event or a
+ * v2 value the reader refuses is refused by the schema too. */
+Test(trace_v2, schemas_accept_the_fixture_lines) {
+    const ls_schema *hs = NULL, *es = NULL;
+    char err[300];
+    cr_assert_eq(ls_schema_get("event-header-v2", &hs, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_eq(ls_schema_get("event-v2", &es, err, sizeof err), LS_OK, "%s", err);
+    ls_v2_fixture o = {0};
+    for (int rank = 0; rank < 2; rank++) {
+        char *t = ls_v2_fixture_trace(rank, &o);
+        int line = 0;
+        for (char *p = t; *p; line++) {
+            char *nl = strchr(p, '\n');
+            cJSON *doc = NULL;
+            cr_assert_eq(ls_json_parse(p, (size_t)(nl - p), "line", &doc, err, sizeof err), LS_OK);
+            ls_schema_errors errs = {0};
+            ls_status st = ls_schema_validate(line == 0 ? hs : es, doc, &errs);
+            char first[600] = "";
+            if (st != LS_OK) ls_schema_errors_first(&errs, first, sizeof first);
+            cr_assert_eq(st, LS_OK, "rank %d line %d: %s", rank, line + 1, first);
+            ls_schema_errors_free(&errs);
+            cJSON_Delete(doc);
+            p = nl + 1;
+        }
+        free(t);
+    }
+    static const char *const BAD[] = {
+        "{\"v\":1,\"rank\":0,\"seq\":0,\"ts_ns\":1,\"ev\":\"phase_begin\",\"phase\":\"replay\",\"step\":0}",
+        "{\"v\":2,\"rank\":0,\"seq\":0,\"ts_ns\":1,\"ev\":\"phase_begin\",\"phase\":\"Replay\",\"step\":0}",
+        "{\"v\":2,\"rank\":0,\"seq\":0,\"ts_ns\":1,\"ev\":\"step_metrics\",\"step\":0,\"objective\":\"grpo\",\"x\":\"s\"}",
+        "{\"v\":2,\"rank\":0,\"seq\":0,\"ts_ns\":1,\"ev\":\"collective\",\"group\":\"cp\",\"gseq\":0,\"op\":\"gather\","
+        "\"red\":\"none\",\"count\":1,\"dtype\":\"f64\",\"bytes\":8,\"purpose\":\"p\"}",
+    };
+    for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+        cJSON *doc = cJSON_Parse(BAD[i]);
+        ls_schema_errors errs = {0};
+        cr_assert_neq(ls_schema_validate(es, doc, &errs), LS_OK, "accepted: %s", BAD[i]);
+        ls_schema_errors_free(&errs);
+        cJSON_Delete(doc);
+    }
 }
