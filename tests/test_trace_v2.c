@@ -286,8 +286,8 @@ Test(trace_v2, schemas_accept_the_fixture_lines) {
         "{\"v\":1,\"rank\":0,\"seq\":0,\"ts_ns\":1,\"ev\":\"phase_begin\",\"phase\":\"replay\",\"step\":0}",
         "{\"v\":2,\"rank\":0,\"seq\":0,\"ts_ns\":1,\"ev\":\"phase_begin\",\"phase\":\"Replay\",\"step\":0}",
         "{\"v\":2,\"rank\":0,\"seq\":0,\"ts_ns\":1,\"ev\":\"step_metrics\",\"step\":0,\"objective\":\"grpo\",\"x\":\"s\"}",
-        "{\"v\":2,\"rank\":0,\"seq\":0,\"ts_ns\":1,\"ev\":\"collective\",\"group\":\"cp\",\"gseq\":0,\"op\":\"gather\","
-        "\"red\":\"none\",\"count\":1,\"dtype\":\"f64\",\"bytes\":8,\"purpose\":\"p\"}",
+        ("{\"v\":2,\"rank\":0,\"seq\":0,\"ts_ns\":1,\"ev\":\"collective\",\"group\":\"cp\",\"gseq\":0,\"op\":\"gather\","
+         "\"red\":\"none\",\"count\":1,\"dtype\":\"f64\",\"bytes\":8,\"purpose\":\"p\"}"),
     };
     for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
         cJSON *doc = cJSON_Parse(BAD[i]);
