@@ -634,14 +634,24 @@ static const char *get_str(const cJSON *ev, const char *k) {
     return cJSON_GetObjectItemCaseSensitive(ev, k)->valuestring;
 }
 
+/* The format version an event object carries ("v": 2, else 1). */
+static int event_version(const cJSON *ev) {
+    int64_t v = 0;
+    return ls_trace_json_int(cJSON_GetObjectItemCaseSensitive(ev, "v"), &v) && v == LS_TRACE_VERSION_V2
+               ? LS_TRACE_VERSION_V2
+               : LS_TRACE_VERSION;
+}
+
 ls_status ls_trace_decode_layer_end(const cJSON *ev, ls_trace_layer_end *out) {
     if (ev == NULL || out == NULL) return LS_ERR_ARG;
-    if (ls_trace_event_check(LS_TRACE_LAYER_END, ev, NULL, 0) != LS_OK) return LS_ERR_SCHEMA;
+    int version = event_version(ev);
+    if (ls_trace_event_check_v(version, LS_TRACE_LAYER_END, ev, 0, NULL, 0, NULL, NULL) != LS_OK) return LS_ERR_SCHEMA;
     out->phase = get_str(ev, "phase");
     out->step = get_int(ev, "step");
     out->member = get_int(ev, "member");
     out->layer = get_int(ev, "layer");
-    out->kind = (ls_trace_layer_kind)index_in(LAYER_KIND_NAMES, get_str(ev, "kind"));
+    int kind = index_in(LAYER_KIND_NAMES, get_str(ev, "kind"));
+    out->kind = (ls_trace_layer_kind)(kind >= 0 ? kind : LS_TRACE_LAYER_KIND_COUNT); /* v2: a name v1 lacks */
     out->dir = (ls_trace_dir)index_in(DIR_NAMES, get_str(ev, "dir"));
     out->tokens = get_int(ev, "tokens");
     out->live_bytes = get_int(ev, "live_bytes");
@@ -654,13 +664,14 @@ ls_status ls_trace_decode_layer_end(const cJSON *ev, ls_trace_layer_end *out) {
 
 ls_status ls_trace_decode_collective(const cJSON *ev, ls_trace_collective *out) {
     if (ev == NULL || out == NULL) return LS_ERR_ARG;
-    if (ls_trace_event_check(LS_TRACE_COLLECTIVE, ev, NULL, 0) != LS_OK) return LS_ERR_SCHEMA;
+    if (ls_trace_event_check_v(event_version(ev), LS_TRACE_COLLECTIVE, ev, 0, NULL, 0, NULL, NULL) != LS_OK)
+        return LS_ERR_SCHEMA;
     out->group = get_str(ev, "group");
     out->gseq = get_int(ev, "gseq");
-    out->op = (ls_trace_op)index_in(OP_NAMES, get_str(ev, "op"));
-    out->red = (ls_trace_red)index_in(RED_NAMES, get_str(ev, "red"));
+    out->op = (ls_trace_op)index_in(OP_NAMES_V2, get_str(ev, "op")); /* v1's names at their v1 indices */
+    out->red = (ls_trace_red)index_in(RED_NAMES_V2, get_str(ev, "red"));
     out->count = get_int(ev, "count");
-    out->dtype = (ls_trace_dtype)index_in(DTYPE_NAMES, get_str(ev, "dtype"));
+    out->dtype = (ls_trace_dtype)index_in(DTYPE_NAMES_V2, get_str(ev, "dtype"));
     out->bytes = get_int(ev, "bytes");
     out->purpose = get_str(ev, "purpose");
     const cJSON *layer = cJSON_GetObjectItemCaseSensitive(ev, "layer");

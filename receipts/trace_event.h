@@ -296,8 +296,11 @@ size_t ls_trace_utf8_len(const unsigned char *p, size_t n);
 bool ls_trace_json_int(const cJSON *item, int64_t *out);
 
 /* Typed views of a layer_end / collective event object (as delivered by the
- * reader).  The event must pass ls_trace_event_check for its kind (checked
- * again here); LS_ERR_SCHEMA otherwise, LS_ERR_ARG for NULL.  String
+ * reader).  The event must pass ls_trace_event_check_v for its kind and the
+ * version its "v" says (checked again here); LS_ERR_SCHEMA otherwise,
+ * LS_ERR_ARG for NULL.  A v2 layer kind v1 lacks decodes as
+ * LS_TRACE_LAYER_KIND_COUNT (its index in the trace's vocabulary is
+ * ls_trace_event.layer_kind); v2 ops/reductions/dtypes as their v2 values.  String
  * members of *out point into `event` and live as long as it does. */
 ls_status ls_trace_decode_layer_end(const cJSON *event, ls_trace_layer_end *out);
 ls_status ls_trace_decode_collective(const cJSON *event, ls_trace_collective *out);

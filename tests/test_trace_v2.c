@@ -297,3 +297,29 @@ Test(trace_v2, schemas_accept_the_fixture_lines) {
         cJSON_Delete(doc);
     }
 }
+
+/* The typed decoders read v2 events by their "v". */
+Test(trace_v2, typed_decoders_read_v2_events) {
+    cJSON *c = cJSON_Parse("{\"v\":2,\"rank\":0,\"seq\":0,\"ts_ns\":1,\"ev\":\"collective\",\"group\":\"cp\",\"gseq\":3,"
+                           "\"op\":\"all_to_all\",\"red\":\"avg\",\"count\":2,\"dtype\":\"bf16\",\"bytes\":4,"
+                           "\"purpose\":\"p\",\"step\":1,\"out_sha256\":\"" "0123456789abcdef0123456789abcdef"
+                           "0123456789abcdef0123456789abcdef\"}");
+    ls_trace_collective tc;
+    cr_assert_eq(ls_trace_decode_collective(c, &tc), LS_OK);
+    cr_assert_eq(tc.op, LS_TRACE_OP_ALL_TO_ALL);
+    cr_assert_eq(tc.red, LS_TRACE_RED_AVG);
+    cr_assert_eq(tc.dtype, LS_TRACE_DTYPE_BF16);
+    cr_assert_str_eq(ls_trace_op_name(tc.op), "all_to_all");
+    cJSON_ReplaceItemInObjectCaseSensitive(c, "v", cJSON_CreateNumber(1)); /* the same event as v1: refused */
+    cr_assert_eq(ls_trace_decode_collective(c, &tc), LS_ERR_SCHEMA);
+    cJSON_Delete(c);
+    cJSON *l = cJSON_Parse("{\"v\":2,\"rank\":0,\"seq\":0,\"ts_ns\":1,\"ev\":\"layer_end\",\"phase\":\"fwd.pass\",\"step\":0,"
+                           "\"member\":-1,\"layer\":2,\"kind\":\"mlp\",\"dir\":\"bwd\",\"tokens\":1,\"live_bytes\":0,"
+                           "\"peak_bytes\":0,\"wall_ns\":0,\"out_norm\":0,\"recompute\":true}");
+    ls_trace_layer_end le;
+    cr_assert_eq(ls_trace_decode_layer_end(l, &le), LS_OK);
+    cr_assert_eq(le.kind, LS_TRACE_LAYER_KIND_COUNT);
+    cr_assert_str_eq(le.phase, "fwd.pass");
+    cr_assert_eq(le.dir, LS_TRACE_DIR_BWD);
+    cJSON_Delete(l);
+}
