@@ -218,7 +218,7 @@ static ls_status emit(ctx *c, buf *o, const cJSON *v, int depth) {
         if (n && m == NULL) return LS_ERR_NOMEM;
         size_t i = 0;
         for (const cJSON *e = v->child; e; e = e->next) m[i++] = e;
-        qsort(m, n, sizeof *m, cmp_utf16);
+        if (n > 1) qsort(m, n, sizeof *m, cmp_utf16);
         ls_status st = LS_OK;
         for (i = 1; i < n; i++)
             if (strcmp(m[i - 1]->string, m[i]->string) == 0) {
