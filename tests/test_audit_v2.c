@@ -14,6 +14,8 @@
 #include <criterion/criterion.h>
 
 #include "audit/audit.h"
+#include "receipts/build_info.h"
+#include "receipts/json_util.h"
 #include "receipts/schema.h"
 #include "test_receipts_support.h"
 #include "test_v2_fixture.h"
@@ -227,5 +229,65 @@ Test(audit_v2, traces_only_run_is_read_as_v2, .init = setup, .fini = teardown) {
     expect_pass(run, "trace.valid");
     const ls_audit_rule *r = rule(run, "collectives.performed");
     cr_assert(r->applicable && !r->pass);
+    ls_audit_free(run);
+}
+
+/* Rewrites rank 1's receipt through fn (its predicate). */
+static void edit_rank1(void (*fn)(cJSON *pred)) {
+    char p[4200], err[300];
+    snprintf(p, sizeof p, "%s/rank-0001/receipt.json", run_dir);
+    cJSON *doc = NULL;
+    cr_assert_eq(ls_json_read_file(p, &doc, err, sizeof err), LS_OK);
+    fn(cJSON_GetObjectItemCaseSensitive(doc, "predicate"));
+    cr_assert_eq(ls_json_write_file(p, doc, err, sizeof err), LS_OK);
+    cJSON_Delete(doc);
+}
+
+static void other_model(cJSON *pred) {
+    cJSON *m = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(pred, "config"), "model");
+    cJSON_ReplaceItemInObjectCaseSensitive(m, "d_model", cJSON_CreateNumber(16));
+}
+
+static void other_build(cJSON *pred) { /* another build, its digest recomputed: valid, but not the manifest's */
+    cJSON *b = cJSON_GetObjectItemCaseSensitive(pred, "build");
+    cJSON *a = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(b, "artifacts"), 0);
+    cJSON_ReplaceItemInObjectCaseSensitive(a, "version", cJSON_CreateString("3.12.0"));
+    char hex[LS_DIGEST_HEX_SIZE], err[300];
+    cr_assert_eq(ls_build_info_digest_v2(b, hex, err, sizeof err), LS_OK, "%s", err);
+    cJSON_ReplaceItemInObjectCaseSensitive(b, "build_digest", cJSON_CreateString(hex));
+}
+
+static ls_audit_run *audit_edited(void (*fn)(cJSON *pred)) {
+    ls_v2_fixture o = {0};
+    ls_v2_fixture_write(run_dir, &o);
+    edit_rank1(fn);
+    ls_audit_options opt = {.run_dir = run_dir};
+    ls_audit_run *run = NULL;
+    char err[400] = "";
+    cr_assert_eq(ls_audit_load(&opt, &run, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_eq(ls_audit_evaluate(run), LS_OK);
+    return run;
+}
+
+/* The cross-source agreement rules on v2 runs: the receipts' config and
+ * build must be the manifest's. */
+Test(audit_v2, config_and_build_must_agree_across_sources, .init = setup, .fini = teardown) {
+    ls_audit_run *run = audit_edited(other_model);
+    expect_pass(run, "receipts.valid");
+    const ls_audit_rule *r = rule(run, "sources.agree");
+    if (r->pass) dump(run);
+    cr_assert(!r->pass);
+    bool named = false;
+    for (size_t i = 0; i < r->n_ev; i++) named |= strstr(r->ev[i].detail, "model") != NULL;
+    cr_assert(named, "%s", r->message);
+    ls_audit_free(run);
+    teardown();
+    setup();
+    run = audit_edited(other_build);
+    expect_pass(run, "receipts.valid");
+    r = rule(run, "build.digest_equal");
+    if (r->pass) dump(run);
+    cr_assert(!r->pass);
+    cr_assert(strstr(r->ev[0].detail, LS_V2_FIXTURE_BUILD_DIGEST) != NULL, "%s", r->ev[0].detail);
     ls_audit_free(run);
 }
