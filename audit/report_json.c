@@ -80,6 +80,16 @@ static cJSON *rank_json(const ls_audit_run *run, const ls_audit_rank *r) {
         ls_json_add_u64(o, "receipt_rss_peak_bytes", r->receipt->rss_peak_bytes);
     }
     add_i64(o, "wall_ns", r->n_events > 1 ? r->last_ts - r->first_ts : 0);
+    if (run->evidence_version == 2 && r->report.header_ok && r->report.version == 2) {
+        /* v2 only: the trace's vocabularies, names by index (docs/contract.md §1) */
+        cJSON *vo = cJSON_AddObjectToObject(o, "vocabulary");
+        cJSON *vp = vo ? cJSON_AddArrayToObject(vo, "phases") : NULL;
+        cJSON *vk = vo ? cJSON_AddArrayToObject(vo, "layer_kinds") : NULL;
+        for (size_t i = 0; vp && i < r->report.n_phases; i++)
+            cJSON_AddItemToArray(vp, cJSON_CreateString(r->report.phases[i]));
+        for (size_t i = 0; vk && i < r->report.n_layer_kinds; i++)
+            cJSON_AddItemToArray(vk, cJSON_CreateString(r->report.layer_kinds[i]));
+    }
     cJSON *last = cJSON_AddObjectToObject(o, "last");
     if (last) {
         add_i64(last, "seq", r->last_seq);

@@ -188,6 +188,10 @@ Test(audit_v2, reports_name_the_profile, .init = setup, .fini = teardown) {
     if (st != LS_OK) ls_schema_errors_first(&errs, first, sizeof first);
     cr_assert_eq(st, LS_OK, "%s", first);
     ls_schema_errors_free(&errs);
+    const cJSON *voc = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(doc, "ranks"), 1), "vocabulary");
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(voc, "phases")), 7);
+    cr_assert_str_eq(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(voc, "layer_kinds"), 2)->valuestring, "attn");
     char *text = cJSON_PrintUnformatted(doc);
     cr_assert(strstr(text, "collectives.performed") != NULL);
     free(text);
