@@ -45,7 +45,7 @@ def check_artifacts(artifacts):
             raise ValueError(f"artifacts[{i}].name: missing or empty")
 
 
-def tree_digest(root):
+def tree_digest(root, exclude=()):
     """SHA-256 of the lines "SHA256HEX  RELPATH\\n" (sha256sum's format) of every
     regular file under root, sorted by relative path (UTF-8 bytes), skipping
     __pycache__ and .git directories and *.pyc files; a symbolic link counts as
@@ -53,11 +53,14 @@ def tree_digest(root):
       (cd ROOT && find . -name __pycache__ -prune -o -name .git -prune -o \\
        ! -name '*.pyc' \\( -type f -o -type l \\) -print | sed 's|^\\./||' | LC_ALL=C sort |
        xargs -d '\\n' sha256sum) | sha256sum
-    (the link case aside)."""
+    (the link case aside). exclude: directories left out (a run directory
+    written inside the tree while other ranks digest it)."""
     entries = []
+    skip = {os.path.realpath(x) for x in exclude}
     for d, dirs, files in os.walk(root):
         links = [x for x in dirs if os.path.islink(os.path.join(d, x))]
-        dirs[:] = [x for x in dirs if x not in SKIP_DIRS and x not in links]
+        dirs[:] = [x for x in dirs if x not in SKIP_DIRS and x not in links
+                   and os.path.realpath(os.path.join(d, x)) not in skip]
         for name in files + links:
             if name.endswith(".pyc"):
                 continue
@@ -85,7 +88,7 @@ def _git(cwd, *args):
     return p.stdout if p.returncode == 0 else None
 
 
-def source_artifact(path, name=None):
+def source_artifact(path, name=None, exclude=()):
     """A source tree: its tree digest and, inside a git work tree, HEAD's commit,
     whether the tree differs from HEAD under path (untracked, non-ignored files
     included) and the SHA-256 of that difference; outside git: commit "unknown",
@@ -101,13 +104,18 @@ def source_artifact(path, name=None):
         art["name"] = name or (rel if rel != "." else os.path.basename(top))
     else:
         art["name"] = name or os.path.basename(path)
-    art["sha256"] = tree_digest(path)
+    art["sha256"] = tree_digest(path, exclude)
     head = _git(path, "rev-parse", "HEAD") if top is not None else None
     if head is None:
         art.update(commit="unknown", dirty=True, diff_sha256=None)
         return art
-    status = _git(path, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--", ".")
-    diff = _git(path, "diff", "--binary", "HEAD", "--", ".")
+    spec = ["."]
+    for x in exclude:
+        rel = os.path.relpath(os.path.realpath(x), os.path.realpath(path))
+        if rel != "." and not rel.startswith(".."):
+            spec.append(":(exclude)" + rel)
+    status = _git(path, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--", *spec)
+    diff = _git(path, "diff", "--binary", "HEAD", "--", *spec)
     if status is None or diff is None:
         art.update(commit=head.decode().strip(), dirty=True, diff_sha256=None)
         return art
@@ -190,12 +198,14 @@ def native_library_artifacts(packages, prefixes=()):
     return arts
 
 
-def collect_artifacts(sources=(), packages=("torch",), env=(), native_libraries=True):
+def collect_artifacts(sources=(), packages=("torch",), env=(), native_libraries=True, exclude=()):
     """The build identity's artifacts. native_libraries: True (the packages'
-    libraries), False (none), or a list of extra file-name prefixes."""
+    libraries), False (none), or a list of extra file-name prefixes. exclude:
+    directories left out of the source trees (put the run directory here when
+    it lies inside a source tree)."""
     arts = [interpreter_artifact()]
     for s in sources:
-        arts.append(source_artifact(s))
+        arts.append(source_artifact(s, exclude=exclude))
     for p in packages:
         arts.append(package_artifact(p))
     if native_libraries:
@@ -207,3 +217,21 @@ def collect_artifacts(sources=(), packages=("torch",), env=(), native_libraries=
     check_artifacts(arts)
     jcs({"artifacts": arts})  # refuse early what the digest could not hold
     return arts
+
+
+def default_artifacts(out_dir):
+    """RunWriter's artifacts when none are given: the interpreter, the directory
+    of the __main__ script (out_dir excluded), torch when installed, and
+    OMP_NUM_THREADS."""
+    sources = []
+    main = getattr(sys.modules.get("__main__"), "__file__", None)
+    if main and os.path.isdir(os.path.dirname(os.path.abspath(main))):
+        sources.append(os.path.dirname(os.path.abspath(main)))
+    packages = []
+    try:
+        import torch  # noqa: F401
+
+        packages.append("torch")
+    except ImportError:
+        pass
+    return collect_artifacts(sources=sources, packages=packages, env=("OMP_NUM_THREADS",), exclude=(out_dir,))

@@ -13,7 +13,7 @@ import time
 from collections import namedtuple
 
 from . import check
-from .build import build_digest, check_artifacts, collect_artifacts
+from .build import build_digest, check_artifacts, default_artifacts
 from .config import check_config
 from .digests import DTYPES, tensor_sha256, trainable_digest
 from .fsutil import sha256_file
@@ -91,7 +91,7 @@ class RunWriter:
         self.layer_kinds = _vocab("layer_kinds", layer_kinds)
         self.config = check_config(config)
         if artifacts is None:
-            artifacts = collect_artifacts(packages=("torch",))
+            artifacts = default_artifacts(out_dir)
         check_artifacts(artifacts)
         self.artifacts = list(artifacts)
         self.build_digest = build_digest(self.artifacts)

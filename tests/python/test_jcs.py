@@ -91,6 +91,32 @@ class CollectArtifacts(unittest.TestCase):
                                          native_libraries=False)
             self.assertNotEqual(le.build_digest(arts2), d1)
 
+    def test_run_dir_inside_the_source_is_excluded(self):
+        import subprocess
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as d:
+            src = os.path.join(d, "src")
+            os.makedirs(src)
+            with open(os.path.join(src, "train.py"), "w") as f:
+                f.write("pass\n")
+            git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+            if subprocess.run(git + ["init", "-q", d]).returncode != 0:
+                self.skipTest("git not available")
+            subprocess.run(git + ["-C", d, "add", "."], check=True)
+            subprocess.run(git + ["-C", d, "commit", "-qm", "x"], check=True)
+            out = os.path.join(src, "out")
+            a1 = le.collect_artifacts(sources=[src], packages=[], native_libraries=False, exclude=[out])
+            self.assertFalse(a1[1]["dirty"])
+            os.makedirs(os.path.join(out, "rank-0000"))
+            with open(os.path.join(out, "rank-0000", "events.jsonl"), "w") as f:
+                f.write("{}\n")
+            a2 = le.collect_artifacts(sources=[src], packages=[], native_libraries=False, exclude=[out])
+            self.assertEqual(a1, a2)
+            a3 = le.collect_artifacts(sources=[src], packages=[], native_libraries=False)
+            self.assertTrue(a3[1]["dirty"])
+            self.assertNotEqual(a3[1]["sha256"], a1[1]["sha256"])
+
     def test_git_source(self):
         here = os.path.dirname(os.path.abspath(__file__))
         arts = le.collect_artifacts(sources=[here], packages=[], native_libraries=False)

@@ -135,6 +135,29 @@ class Framing(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(self.d, "run", "rank-0000", "receipt.json")))
 
 
+class WithoutTorch(unittest.TestCase):
+    def test_core_needs_no_torch(self):
+        with tempfile.TemporaryDirectory() as d:
+            code = (
+                "import sys\n"
+                "sys.modules['torch'] = None\n"  # import torch raises ImportError
+                "sys.path[:0] = [%r, %r]\n"
+                "import common, longstraw_emit as le\n"
+                "w = common.writer(%r, artifacts=None)\n"
+                "with w.phase('capture', 0):\n"
+                "    w.layer_end('capture', 0, -1, 0, 'attn', 'fwd', 4, 1.0)\n"
+                "w.param_digests(0, [('w', b'1234')])\n"
+                "w.close()\n"
+                "le.write_manifest(%r)\n"
+                "print([a['role'] for a in w.artifacts])\n"
+            ) % (os.path.join(ROOT, "python"), os.path.dirname(os.path.abspath(__file__)), d, os.path.join(d, "run"))
+            p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertNotIn("package", p.stdout)
+            self.assertIn("interpreter", p.stdout)
+            self.assertTrue(os.path.exists(os.path.join(d, "run", "manifest.json")))
+
+
 class Refusals(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
