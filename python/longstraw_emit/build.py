@@ -213,7 +213,10 @@ def collect_artifacts(sources=(), packages=("torch",), env=(), native_libraries=
         arts.extend(native_library_artifacts(packages, extra))
     for name in env:
         v = os.environ.get(name)
-        arts.append({"role": "environment", "name": name, "value": v})
+        art = {"role": "environment", "name": name}
+        if v is not None:  # unset: no value (set to "" is value "")
+            art["value"] = v
+        arts.append(art)
     check_artifacts(arts)
     jcs({"artifacts": arts})  # refuse early what the digest could not hold
     return arts

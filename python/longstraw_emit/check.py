@@ -6,6 +6,7 @@ import re
 MAX_INT = (1 << 53) - 1
 IDENT = re.compile(r"^[a-z][a-z0-9_]*$")
 VOCAB = re.compile(r"^[a-z][a-z0-9_.-]{0,31}$")
+PROFILE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 TOKEN = re.compile(r"^[!-~]+$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 

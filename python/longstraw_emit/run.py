@@ -79,7 +79,7 @@ class RunWriter:
         if self.rank >= self.world:
             raise ValueError(f"rank: {rank} is not below world {world}")
         self.run_id = check.token("run_id", run_id)
-        self.profile_name = check.token("profile_name", profile_name)
+        self.profile_name = check.ident("profile_name", profile_name, check.PROFILE)
         try:
             self.profile_sha256 = sha256_file(profile_path)
         except OSError as e:

@@ -131,5 +131,49 @@ class ReceiptAndManifest(unittest.TestCase):
         self.assertRaises(le.ManifestError, le.write_manifest, self.run)
 
 
+SCHEMAS = os.environ.get("LS_EMIT_SCHEMAS") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                                             "schemas")
+
+
+class V2Schemas(unittest.TestCase):
+    """Receipts and manifest validate against schemas/receipt-v2 and
+    manifest-v2 (skipped where those schemas or jsonschema are absent)."""
+
+    def setUp(self):
+        try:
+            import jsonschema  # noqa: F401
+        except ImportError:
+            self.skipTest("jsonschema not installed")
+        for n in ("receipt-v2", "manifest-v2"):
+            if not os.path.exists(os.path.join(SCHEMAS, f"{n}.schema.json")):
+                self.skipTest(f"{SCHEMAS}/{n}.schema.json absent")
+
+    def test_receipts_and_manifest(self):
+        import jsonschema
+
+        with tempfile.TemporaryDirectory() as d:
+            run = os.path.join(d, "run")
+            for rank in range(2):
+                w = common.writer(d, rank=rank, world=2, artifacts=le.collect_artifacts(
+                    sources=[os.path.dirname(os.path.abspath(__file__))], packages=[], env=["LS_EMIT_UNSET", "HOME"],
+                    native_libraries=False))
+                with w.phase("capture", 0):
+                    pass
+                w.close()
+            w = common.writer(d, rank=0, world=1, run="failed")
+            w.error("it broke", code=3)
+            w.close(status="error", steps=0)
+            le.write_manifest(run)
+            le.write_manifest(os.path.join(d, "failed"))
+            docs = [("receipt-v2", os.path.join(run, "rank-0000", "receipt.json")),
+                    ("receipt-v2", os.path.join(run, "rank-0001", "receipt.json")),
+                    ("receipt-v2", os.path.join(d, "failed", "rank-0000", "receipt.json")),
+                    ("manifest-v2", os.path.join(run, "manifest.json")),
+                    ("manifest-v2", os.path.join(d, "failed", "manifest.json"))]
+            for schema, path in docs:
+                with self.subTest(path):
+                    jsonschema.validate(_load(path), _load(os.path.join(SCHEMAS, f"{schema}.schema.json")))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -219,6 +219,8 @@ class Refusals(unittest.TestCase):
             (dict(config=common.config(cp_ranks=0)), "config.cp_ranks"),
             (dict(config=common.config(model={"eps": float("inf")})), "config.model.eps"),
             (dict(artifacts=[{"role": "x", "name": "y"}]), "artifacts[0].role"),
+            (dict(config=common.config(lr=0.1)), "config.lr: not a v2 config key"),
+            (dict(config=common.config(faults=["Skip DKV"])), "config.faults[0]"),
         ]
         for kw, needle in cases:
             with self.subTest(needle):
