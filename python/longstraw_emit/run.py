@@ -280,21 +280,18 @@ class RunWriter:
         self.param_digest(step, "trainable", total)
         return total
 
-    def error(self, message, code=12, **fields):
-        """An error event (flushed): code (an ls_status, default 12 internal
-        error), its status name, the message, then any extra scalar fields."""
+    def error(self, message, code=12):
+        """An error event (flushed): code (an ls_status of common/status.h,
+        default 12 internal error), its status name and the message. The
+        event has exactly these fields (the reader refuses others): put
+        context into the message."""
         code = check.uint("error.code", code, 1)
         if code > 255:
             raise ValueError(f"error.code: {code} is above 255")
         message = str(message) or "error"
-        f = [("code", code), ("status", STATUS_NAMES.get(code, "error")), ("message", message)]
-        for k, v in fields.items():
-            check.ident("error key", k)
-            if v is not None and not isinstance(v, (str, bool, int, float)):
-                raise ValueError(f"error.{k}: {type(v).__name__} is not a string, number, boolean or null")
-            f.append((k, check.number_or_null(f"error.{k}", v) if isinstance(v, float) else v))
         self._error = (code, message)
-        return self.trace.emit("error", f)
+        return self.trace.emit("error", [("code", code), ("status", STATUS_NAMES.get(code, "error")),
+                                         ("message", message)])
 
     # ---- end ---------------------------------------------------------------------
     def close(self, status="complete", steps=1, steps_exact=None):

@@ -67,7 +67,7 @@ class Framing(unittest.TestCase):
         w = common.writer(self.d, flush_bytes=2 << 20)
         _fill(w, 0)
         _fill(w, 1)
-        w.error("something odd", code=6, step=1)
+        w.error("something odd", code=6)
         w.close()
         _h, _ev, texts = tracefile.read(_events_path(self.d))
         # frame 0: the header alone; then every frame ends at a flush kind
@@ -194,6 +194,7 @@ class Refusals(unittest.TestCase):
             (lambda: w.param_digests(0, [("trainable", b"x")]), "reserved"),
             (lambda: w.memory(0, "capture", {"Weights": (1, 2)}), "memory.categories"),
             (lambda: w.error("x", code=0), "error.code"),
+            (lambda: w.error("x", step=1), "step"),
         ]
         for fn, needle in cases:
             with self.subTest(needle):
