@@ -94,7 +94,8 @@ def _memory(t):
 
 class LayerHooks:
     """Hooks on one module. context() returns (phase, step, member) or
-    (phase, step, member, tokens) at the time the hook fires; tokens defaults
+    (phase, step, member, tokens) at the time the hook fires, or None to
+    write nothing (a forward the trace should not count); tokens defaults
     to tokens(output) (default_tokens: the output's element count over its last
     dimension). The output (gradient) used is the first tensor of the module's
     output, searched depth-first in tuples, lists and dicts."""
@@ -118,7 +119,10 @@ class LayerHooks:
             self._handles.append(module.register_full_backward_hook(self._bwd))
 
     def _ctx(self, out):
-        c = tuple(self.context())
+        c = self.context()
+        if c is None:
+            return None
+        c = tuple(c)
         if len(c) == 4:
             return c
         if len(c) != 3:
@@ -136,7 +140,10 @@ class LayerHooks:
 
         t = _first_tensor(output)
         wall = time.monotonic_ns() - getattr(self._t0, "t", time.monotonic_ns())
-        phase, step, member, tokens = self._ctx(t)
+        c = self._ctx(t)
+        if c is None:
+            return
+        phase, step, member, tokens = c
         live, peak = _memory(t)
         self.writer.layer_end(phase, step, member, self.layer, self.kind, "fwd", tokens, _norm(t),
                               wall_ns=max(wall, 0), live_bytes=live, peak_bytes=peak,
@@ -144,7 +151,11 @@ class LayerHooks:
 
     def _bwd(self, module, grad_input, grad_output):
         g = _first_tensor(grad_output)
-        phase, step, member, tokens = self._ctx(g)
+        c = self._ctx(g)
+        if c is None:
+            self._t0.b = None
+            return
+        phase, step, member, tokens = c
         live, peak = _memory(g)
         t0 = getattr(self._t0, "b", None)
         self._t0.b = None

@@ -116,6 +116,14 @@ class Hooks(unittest.TestCase):
         le_ = self._layer_ends()
         self.assertEqual([(e["layer"], e.get("recompute", False)) for e in le_], [(0, True), (1, False)])
 
+    def test_context_none_writes_nothing(self):
+        self.ctx = None
+        x = torch.randn(2, 8, dtype=torch.float64, requires_grad=True)
+        self.layers[1](self.layers[0](x)).sum().backward()
+        self.ctx = ("score", 0, 0)
+        self.layers[2](x)
+        self.assertEqual([(e["layer"], e["dir"]) for e in self._layer_ends()], [(2, "fwd")])
+
     def test_context_with_tokens_and_bad_kind(self):
         self.ctx = ("score", 0, 2, 77)
         self.layers[0](torch.randn(3, 8, dtype=torch.float64))
