@@ -41,11 +41,11 @@ def number(where, v, nonneg=False):
 
 
 def number_or_null(where, v):
-    """A metric: a finite number, or None (also for NaN/inf, which JSON cannot hold)."""
+    """A metric: a finite number, or None (null: no value). NaN and inf are
+    refused like everywhere else (docs/style.md rule 11): record them with
+    an error event, never as a silent null."""
     v = _plain(v)
     if v is None:
-        return None
-    if isinstance(v, float) and not math.isfinite(v):
         return None
     return number(where, v)
 

@@ -247,7 +247,8 @@ class RunWriter:
             ("grad_norm", check.number("optimizer_step.grad_norm", fields["grad_norm"], nonneg=True))])
 
     def step_metrics(self, step, objective, **metrics):
-        """step, objective, then any numeric metric (NaN/inf and None -> null)."""
+        """step, objective, then any numeric metric (None -> null; NaN and
+        inf are refused)."""
         f = [("step", check.uint("step_metrics.step", step)),
              ("objective", check.one_of("step_metrics.objective", objective, ("grpo", "sft")))]
         for k, v in metrics.items():

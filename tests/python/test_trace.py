@@ -29,7 +29,7 @@ def _fill(w, step=0):
         w.collective("cp", "allreduce", "sum", 4, "f64", 32, "lse_max", layer=1, step=step)
     w.memory(step, "capture", {"weights": (10, 20), "acts": {"live": 1, "peak": 2}})
     w.optimizer_step(step, n_params=3, lr=1e-3, grad_norm=0.5)
-    w.step_metrics(step, "grpo", loss=0.25, reward_mean=-1, nan_metric=float("nan"), none_metric=None)
+    w.step_metrics(step, "grpo", loss=0.25, reward_mean=-1, none_metric=None)
 
 
 class Framing(unittest.TestCase):
@@ -56,7 +56,6 @@ class Framing(unittest.TestCase):
         self.assertEqual(kinds, ["phase_begin", "layer_end", "layer_end", "layer_end", "collective", "phase_end",
                                  "memory", "optimizer_step", "step_metrics", "rank_complete"])
         sm = ev[8]
-        self.assertIsNone(sm["nan_metric"])
         self.assertIsNone(sm["none_metric"])
         self.assertEqual(sm["reward_mean"], -1)
         self.assertIsInstance(ev[1]["tokens"], int)
@@ -189,6 +188,8 @@ class Refusals(unittest.TestCase):
             (lambda: w.optimizer_step(0, n_params=1, lr=0.1, grad_norm=1, momentum=0.9), "unknown field"),
             (lambda: w.step_metrics(0, "ppo", loss=1.0), "step_metrics.objective"),
             (lambda: w.step_metrics(0, "grpo", loss="high"), "step_metrics.loss"),
+            (lambda: w.step_metrics(0, "grpo", loss=float("nan")), "step_metrics.loss"),
+            (lambda: w.step_metrics(0, "grpo", kl=float("-inf")), "step_metrics.kl"),
             (lambda: w.phase_end("capture", 0), "phase_end"),
             (lambda: w.param_digests(0, [("has space", b"x")]), "param_digests name"),
             (lambda: w.param_digests(0, [("trainable", b"x")]), "reserved"),
