@@ -5,6 +5,7 @@ import re
 
 MAX_INT = (1 << 53) - 1
 IDENT = re.compile(r"^[a-z][a-z0-9_]*$")
+METRIC = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 VOCAB = re.compile(r"^[a-z][a-z0-9_.-]{0,31}$")
 PROFILE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 TOKEN = re.compile(r"^[!-~]+$")

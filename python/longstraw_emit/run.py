@@ -33,6 +33,8 @@ STATUS_NAMES = {1: "bad argument", 2: "out of memory", 3: "I/O error", 4: "malfo
                 8: "non-finite value", 9: "signature verification failed", 10: "unsupported",
                 11: "collective failed", 12: "internal error"}
 OPTIMIZER_FIELDS = ("n_params", "lr", "grad_norm")
+MAX_MEM_CATEGORIES = 64  # the reader's limits (receipts/trace_event.h)
+MAX_METRICS = 62         # 64 members of a step_metrics event, step and objective included
 
 
 def rank_dir(rank):
@@ -218,8 +220,13 @@ class RunWriter:
         step = check.uint("memory.step", step)
         self._phase("memory.phase", phase)
         cats = {}
-        for name, v in dict(categories).items():
-            check.ident("memory.categories key", name)
+        categories = dict(categories)
+        if len(categories) > MAX_MEM_CATEGORIES:
+            raise ValueError(f"memory.categories: {len(categories)} categories, at most {MAX_MEM_CATEGORIES}")
+        for name, v in categories.items():
+            check.token("memory.categories key", name)
+            if len(name) > 64:
+                raise ValueError(f"memory.categories key: {name[:20]!r}... is longer than 64 bytes")
             live, peak = (v["live"], v["peak"]) if isinstance(v, dict) else tuple(v)
             cats[name] = {"live": check.uint(f"memory.categories.{name}.live", live),
                           "peak": check.uint(f"memory.categories.{name}.peak", peak)}
@@ -251,8 +258,12 @@ class RunWriter:
         inf are refused)."""
         f = [("step", check.uint("step_metrics.step", step)),
              ("objective", check.one_of("step_metrics.objective", objective, ("grpo", "sft")))]
+        if len(metrics) > MAX_METRICS:
+            raise ValueError(f"step_metrics: {len(metrics)} metrics, at most {MAX_METRICS}")
         for k, v in metrics.items():
-            check.ident("step_metrics key", k)
+            if k == "prefix_frozen" or not (check.METRIC.match(k) or check.VOCAB.match(k)):
+                raise ValueError(f"step_metrics key: {k!r} does not match ^[a-z][a-z0-9_]{{0,63}}$ "
+                                 "or ^[a-z][a-z0-9_.-]{0,31}$")
             f.append((k, check.number_or_null(f"step_metrics.{k}", v)))
         return self.trace.emit("step_metrics", f)
 

@@ -193,7 +193,11 @@ class Refusals(unittest.TestCase):
             (lambda: w.phase_end("capture", 0), "phase_end"),
             (lambda: w.param_digests(0, [("has space", b"x")]), "param_digests name"),
             (lambda: w.param_digests(0, [("trainable", b"x")]), "reserved"),
-            (lambda: w.memory(0, "capture", {"Weights": (1, 2)}), "memory.categories"),
+            (lambda: w.memory(0, "capture", {"kv cache": (1, 2)}), "memory.categories"),
+            (lambda: w.memory(0, "capture", {f"c{i}": (1, 2) for i in range(65)}), "memory.categories"),
+            (lambda: w.step_metrics(0, "grpo", **{f"m{i}": 1 for i in range(63)}), "step_metrics"),
+            (lambda: w.step_metrics(0, "grpo", Loss=1), "step_metrics key"),
+            (lambda: w.step_metrics(0, "grpo", prefix_frozen=1), "step_metrics key"),
             (lambda: w.error("x", code=0), "error.code"),
             (lambda: w.error("x", step=1), "step"),
         ]
