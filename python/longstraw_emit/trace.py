@@ -7,7 +7,8 @@ open) never decreases. Text is buffered and flushed on phase_begin, phase_end,
 error and rank_complete, past flush_bytes of text, and at close. A compressed
 trace writes each flush as one complete zstd frame (level 6, content checksum):
 a killed process leaves every frame it flushed, each verifiable. The file is
-written under its final name (a stream, not an atomic file) and fsync'd at close.
+written under its final name (a stream, not an atomic file; never over an
+existing file) and fsync'd at close.
 """
 
 import json
@@ -58,7 +59,10 @@ class TraceWriter:
             self._cctx = zstandard.ZstdCompressor(level=level, write_checksum=True,
                                                   write_content_size=True)
         self.frames = 0  # complete zstd frames (or plain flushes) written
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        except FileExistsError:
+            raise FileExistsError(f"{path}: exists (a trace is never overwritten: use a fresh run directory)") from None
         self._t0 = time.monotonic_ns()
         self._append(_dumps(header))
         self.flush()

@@ -240,6 +240,11 @@ class Refusals(unittest.TestCase):
                          phases=["a"], layer_kinds=["b"], config=common.config(), artifacts=[])
         self.assertIn("profile_path", str(cm.exception))
 
+    def test_trace_never_overwritten(self):
+        with self.assertRaises(FileExistsError) as cm:
+            common.writer(self.tmp.name)
+        self.assertIn("never overwritten", str(cm.exception))
+
     def test_nothing_after_rank_complete(self):
         w = self.w
         w.close()
