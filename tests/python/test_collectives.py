@@ -108,5 +108,77 @@ class TwoRanks(unittest.TestCase):
         self.assertEqual(p["world"], 2)
 
 
+class _StubDist:
+    """torch.distributed stand-in for the ops gloo lacks: records the calls,
+    each rank's result computed as a 2-rank group would (the other rank's
+    input being equal to this one's)."""
+
+    class ReduceOp:
+        SUM, MAX, MIN, PRODUCT, AVG = "SUM", "MAX", "MIN", "PRODUCT", "AVG"
+
+    def __init__(self, backend):
+        self.backend = backend
+        self.calls = []
+
+    def get_backend(self, group=None):
+        return self.backend
+
+    def get_world_size(self, group=None):
+        return 2
+
+    def all_reduce(self, t, op=None, group=None):
+        self.calls.append(("all_reduce", op))
+        if op in ("SUM",):
+            t.mul_(2)
+
+    def reduce_scatter(self, out, in_list, op=None, group=None):
+        self.calls.append(("reduce_scatter", op))
+        out.copy_(in_list[0] * 2)
+
+    def all_to_all(self, out_list, in_list, group=None):
+        self.calls.append(("all_to_all", None))
+        for o, i in zip(out_list, in_list):
+            o.copy_(i)
+
+
+@unittest.skipIf(torch is None, "torch not installed")
+class StubbedOps(unittest.TestCase):
+    def test_reduce_scatter_all_to_all_avg(self):
+        import common
+
+        with tempfile.TemporaryDirectory() as d:
+            w = common.writer(d, world=1)
+            for backend in ("gloo", "nccl"):
+                c = le.Collectives(w, "cp")
+                c.dist = _StubDist(backend)
+                a = torch.full((4,), 3.0, dtype=torch.float64)
+                c.all_reduce(a, op="avg", purpose="grad_finalize", step=0)
+                if backend == "gloo":
+                    self.assertEqual(c.dist.calls, [("all_reduce", "SUM")])
+                    self.assertEqual(a.tolist(), [3.0] * 4)  # (3+3)/2
+                else:
+                    self.assertEqual(c.dist.calls, [("all_reduce", "AVG")])
+            out = torch.zeros(3, dtype=torch.float32)
+            c.reduce_scatter(out, [torch.ones(3), torch.ones(3)], op="sum", purpose="grad_shard", layer=2)
+            ins = [torch.ones(2, dtype=torch.int32), torch.ones(5, dtype=torch.int32)]
+            c.all_to_all([torch.zeros(2, dtype=torch.int32), torch.zeros(5, dtype=torch.int32)], ins, purpose="route")
+            c.note("allgather", "none", torch.ones(2), purpose="kv_gather",
+                   performed_output=[torch.ones(2), torch.zeros(2)])
+            self.assertRaises(ValueError, c.all_reduce, a, op="mean", purpose="x")
+            self.assertRaises(ValueError, c.reduce_scatter, out, [out, out], op="avg", purpose="x")
+            w.close()
+            _h, ev, _t = tracefile.read(os.path.join(d, "run", "rank-0000", "events.jsonl.zst"))
+        coll = [e for e in ev if e["ev"] == "collective"]
+        self.assertEqual([e["gseq"] for e in coll], [0, 1, 2, 3, 4])
+        self.assertEqual([(e["op"], e["red"]) for e in coll],
+                         [("allreduce", "avg"), ("allreduce", "avg"), ("reduce_scatter", "sum"),
+                          ("all_to_all", "none"), ("allgather", "none")])
+        self.assertEqual((coll[2]["count"], coll[2]["dtype"], coll[2]["bytes"], coll[2]["layer"]), (3, "f32", 12, 2))
+        self.assertNotIn("out_sha256", coll[2])
+        self.assertEqual((coll[3]["count"], coll[3]["dtype"], coll[3]["bytes"]), (7, "i32", 28))
+        self.assertNotIn("out_sha256", coll[3])
+        self.assertEqual(coll[4]["out_sha256"], le.tensor_sha256(torch.tensor([1.0, 1.0, 0.0, 0.0])))
+
+
 if __name__ == "__main__":
     unittest.main()
