@@ -1,5 +1,6 @@
 """torch.distributed wrappers: every call performs the operation, then logs a
-`collective` event (docs/contract.md section 1) with the group's next gseq and,
+`collective` event (after the call, for its output digest: a rank stuck inside
+a collective has no event for it) (docs/contract.md section 1) with the group's next gseq and,
 for allreduce, broadcast and allgather, out_sha256 of this rank's output buffer
 after the call. Calls are synchronous (no async_op). note() records a
 collective the trainer performed itself, below this API: the trainer's word.
@@ -41,13 +42,18 @@ class Collectives:
                 raise ValueError(f"Collectives: group {group!r} has {len(members)} members, "
                                  f"its process group {n}")
 
-    def _log(self, op, red, t, purpose, layer, step, out=None, count=None):
+    def _log(self, op, red, t, purpose, layer, step, out=None, count=None, sent=None):
+        """count: elements of the operation (default t's); sent: elements this
+        rank hands to other ranks (default count). bytes = sent x element
+        size, 0 in a group of one (trainer/dist/comm.c's rule)."""
         if t is None:
-            n, d, b = 0, "u8", 0
+            n, d = 0, "u8"
         else:
-            n, d, b = _desc(t)
+            n, d, _b = _desc(t)
         if count is not None:
-            n, b = count, count * DTYPE_SIZE[d]
+            n = count
+        sent = n if sent is None else sent
+        b = 0 if len(self.writer.group(self.group).members) == 1 else sent * DTYPE_SIZE[d]
         sha = None
         if op in SAME_OUTPUT_OPS and out is not None:
             sha = tensors_sha256(out) if isinstance(out, (list, tuple)) else tensor_sha256(out)
@@ -83,7 +89,8 @@ class Collectives:
     def broadcast(self, t, src, purpose, layer=None, step=None):
         """src: a global rank, as torch.distributed.broadcast takes it."""
         self.dist.broadcast(t, src, group=self.pg)
-        return self._log("broadcast", "none", t, purpose, layer, step, out=t)
+        root = self.writer.rank == src
+        return self._log("broadcast", "none", t, purpose, layer, step, out=t, sent=None if root else 0)
 
     def all_gather(self, out_list, t, purpose, layer=None, step=None):
         """count/bytes: this rank's contribution; out_sha256 over out_list in order."""
@@ -99,7 +106,8 @@ class Collectives:
         if op == "avg":
             raise ValueError("reduce_scatter: avg is not supported; use sum and divide")
         self.dist.reduce_scatter(out, list(in_list), op=_reduce_op(self.dist, op), group=self.pg)
-        return self._log("reduce_scatter", op, out, purpose, layer, step)
+        return self._log("reduce_scatter", op, out, purpose, layer, step,
+                         sent=sum(x.numel() for x in in_list))
 
     def all_to_all(self, out_list, in_list, purpose, layer=None, step=None):
         """count/bytes: the elements this rank sends (sum over in_list)."""
@@ -113,7 +121,7 @@ class Collectives:
 
     def recv(self, t, src, purpose, layer=None, step=None):
         self.dist.recv(t, src, group=self.pg)
-        return self._log("recv", "none", t, purpose, layer, step)
+        return self._log("recv", "none", t, purpose, layer, step, sent=0)
 
     def barrier(self, purpose, step=None):
         self.dist.barrier(group=self.pg)
@@ -127,4 +135,5 @@ class Collectives:
         tensors), else tensor as it stands now: when the operation was not
         really performed, the ranks' digests differ and the audit sees it."""
         out = performed_output if performed_output is not None else tensor
-        return self._log(op, red, tensor, purpose, layer, step, out=out)
+        sent = 0 if op in ("recv", "barrier") else None
+        return self._log(op, red, tensor, purpose, layer, step, out=out, sent=sent)

@@ -58,7 +58,7 @@ class TwoRanks(unittest.TestCase):
     def test_gseq_and_ops_match_across_ranks(self):
         c0, c1 = self._coll(0, "cp"), self._coll(1, "cp")
         self.assertEqual([e["gseq"] for e in c0], list(range(8)))
-        strip = lambda e: {k: v for k, v in e.items() if k not in ("rank", "seq", "ts_ns", "out_sha256")}
+        strip = lambda e: {k: v for k, v in e.items() if k not in ("rank", "seq", "ts_ns", "out_sha256", "bytes")}
         # send on rank 0 pairs with recv on rank 1 at the same gseq
         self.assertEqual([e["op"] for e in c0],
                          ["allreduce", "allreduce", "allreduce", "broadcast", "allgather", "send", "allreduce",
@@ -76,7 +76,13 @@ class TwoRanks(unittest.TestCase):
                           c0[0]["layer"], c0[0]["step"]), ("sum", 4, "f64", 32, "dkv_sum", 1, 0))
         self.assertEqual((c0[1]["red"], c0[1]["dtype"], c0[1]["bytes"]), ("max", "f32", 8))
         self.assertEqual(c0[2]["red"], "avg")
-        self.assertEqual((c0[3]["red"], c0[3]["dtype"]), ("none", "i64"))
+        self.assertEqual((c0[3]["red"], c0[3]["dtype"], c0[3]["count"]), ("none", "i64", 1))
+        # bytes: what this rank hands to others (trainer/dist/comm.c): the broadcast's root only,
+        # the sender of a send/recv pair
+        c1 = self._coll(1, "cp")
+        self.assertEqual((c0[3]["bytes"], c1[3]["bytes"]), (0, 8))
+        self.assertEqual((c0[5]["op"], c0[5]["bytes"], c1[5]["op"], c1[5]["bytes"]), ("send", 20, "recv", 0))
+        self.assertEqual([a["bytes"] == b["bytes"] for a, b in zip(c0, c1)], [True] * 3 + [False, True, False] + [True] * 2)
         self.assertEqual((c0[4]["dtype"], c0[4]["count"], c0[4]["bytes"]), ("f16", 2, 4))
         self.assertNotIn("out_sha256", c0[5])  # send: nothing every member holds
 
@@ -147,7 +153,7 @@ class StubbedOps(unittest.TestCase):
         import common
 
         with tempfile.TemporaryDirectory() as d:
-            w = common.writer(d, world=1)
+            w = common.writer(d, world=2)
             for backend in ("gloo", "nccl"):
                 c = le.Collectives(w, "cp")
                 c.dist = _StubDist(backend)
@@ -173,11 +179,24 @@ class StubbedOps(unittest.TestCase):
         self.assertEqual([(e["op"], e["red"]) for e in coll],
                          [("allreduce", "avg"), ("allreduce", "avg"), ("reduce_scatter", "sum"),
                           ("all_to_all", "none"), ("allgather", "none")])
-        self.assertEqual((coll[2]["count"], coll[2]["dtype"], coll[2]["bytes"], coll[2]["layer"]), (3, "f32", 12, 2))
+        self.assertEqual((coll[2]["count"], coll[2]["dtype"], coll[2]["bytes"], coll[2]["layer"]), (3, "f32", 24, 2))
         self.assertNotIn("out_sha256", coll[2])
         self.assertEqual((coll[3]["count"], coll[3]["dtype"], coll[3]["bytes"]), (7, "i32", 28))
         self.assertNotIn("out_sha256", coll[3])
         self.assertEqual(coll[4]["out_sha256"], le.tensor_sha256(torch.tensor([1.0, 1.0, 0.0, 0.0])))
+
+    def test_group_of_one_sends_nothing(self):
+        import common
+
+        with tempfile.TemporaryDirectory() as d:
+            w = common.writer(d, world=1)
+            c = le.Collectives(w, "cp")
+            c.dist = _StubDist("gloo")
+            c.all_reduce(torch.ones(4, dtype=torch.float64), purpose="loss_sum")
+            w.close()
+            _h, ev, _t = tracefile.read(os.path.join(d, "run", "rank-0000", "events.jsonl.zst"))
+        coll = [e for e in ev if e["ev"] == "collective"]
+        self.assertEqual((coll[0]["count"], coll[0]["bytes"]), (4, 0))
 
 
 if __name__ == "__main__":
