@@ -17,7 +17,6 @@ import socket
 import threading
 import time
 
-from . import check
 
 TRACE_SCHEMA = "urn:longstraw:schema:event-header:v2"
 FLUSH_BYTES = 1 << 20

@@ -44,7 +44,7 @@ class ReceiptAndManifest(unittest.TestCase):
         return w
 
     def test_receipt_digests_its_trace(self):
-        w = self._rank(0)
+        self._rank(0)
         r = _load(os.path.join(self.run, "rank-0000", "receipt.json"))
         self.assertEqual(r["predicateType"], "urn:longstraw:predicate:rank-receipt:v2")
         p = r["predicate"]
