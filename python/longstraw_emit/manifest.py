@@ -15,6 +15,7 @@ MANIFEST_PREDICATE = "urn:longstraw:predicate:run-manifest:v2"
 MANIFEST_FILE = "manifest.json"
 DSSE_FILE = "manifest.dsse.json"
 RANK_DIR = re.compile(r"^rank-(\d{4})$")
+RELPATH = re.compile(r"^[A-Za-z0-9._+@=-]+(/[A-Za-z0-9._+@=-]+)*$")
 AGREE = ("run_id", "world", "profile", "build", "config")
 
 
@@ -42,8 +43,29 @@ def _read_receipt(out_dir, rel):
             doc = json.loads(f.read().decode("utf-8"))
     except (OSError, ValueError) as e:
         raise ManifestError(f"{path}: unreadable receipt: {e}") from None
-    if doc.get("_type") != STATEMENT_TYPE or doc.get("predicateType") != RECEIPT_PREDICATE:
-        raise ManifestError(f"{path}: not a v2 rank receipt (predicateType {doc.get('predicateType')!r})")
+    if not isinstance(doc, dict) or doc.get("_type") != STATEMENT_TYPE or \
+            doc.get("predicateType") != RECEIPT_PREDICATE:
+        what = doc.get("predicateType") if isinstance(doc, dict) else type(doc).__name__
+        raise ManifestError(f"{path}: not a v2 rank receipt (predicateType {what!r})")
+    p = doc.get("predicate")
+    sub = doc.get("subject")
+    if not isinstance(p, dict):
+        raise ManifestError(f"{path}: predicate: not an object")
+    for k in ("run_id", "rank", "world", "profile", "build", "config", "events", "status"):
+        if k not in p:
+            raise ManifestError(f"{path}: predicate.{k}: missing")
+    ev = p["events"].get("file") if isinstance(p["events"], dict) else None
+    if not isinstance(ev, str) or not RELPATH.match(ev) or any(c in (".", "..") for c in ev.split("/")):
+        raise ManifestError(f"{path}: predicate.events.file: {ev!r} is not a path inside the run directory")
+    if p["status"] not in ("complete", "error"):
+        raise ManifestError(f"{path}: predicate.status: {p['status']!r} is not complete or error")
+    if not isinstance(p["world"], int) or isinstance(p["world"], bool) or not 1 <= p["world"] <= 65536:
+        raise ManifestError(f"{path}: predicate.world: {p['world']!r} is not an integer in [1, 65536]")
+    if not isinstance(p["build"], dict) or not isinstance(p["build"].get("artifacts"), list):
+        raise ManifestError(f"{path}: predicate.build: no artifacts list")
+    if not (isinstance(sub, list) and len(sub) == 1 and isinstance(sub[0], dict)
+            and isinstance(sub[0].get("digest"), dict) and isinstance(sub[0]["digest"].get("sha256"), str)):
+        raise ManifestError(f"{path}: subject: not one subject with a sha256 digest")
     return doc
 
 
@@ -80,7 +102,11 @@ def write_manifest(out_dir):
     world = ref["world"]
     if max(receipts) >= world:
         raise ManifestError(f"rank-{max(receipts):04d}: rank not below world {world}")
-    if build_digest(ref["build"]["artifacts"]) != ref["build"]["build_digest"]:
+    try:
+        bd = build_digest(ref["build"]["artifacts"])
+    except ValueError as e:
+        raise ManifestError(f"{first_rel}: build.artifacts: {e}") from None
+    if bd != ref["build"].get("build_digest"):
         raise ManifestError(f"{first_rel}: build.build_digest does not match its artifacts")
     ranks = []
     for r in range(world):

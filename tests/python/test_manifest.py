@@ -126,6 +126,37 @@ class ReceiptAndManifest(unittest.TestCase):
         le.write_manifest(self.run)
         self.assertEqual(_load(os.path.join(self.run, "manifest.json"))["predicate"]["ranks"][0]["status"], "error")
 
+    def test_hostile_receipts_are_refused(self):
+        self._rank(0, world=1)
+        rec = os.path.join(self.run, "rank-0000", "receipt.json")
+        good = _load(rec)
+
+        def bad(mutate, needle):
+            doc = json.loads(json.dumps(good))
+            mutate(doc)
+            with open(rec, "w") as f:
+                json.dump(doc, f)
+            with self.assertRaises(le.ManifestError) as cm:
+                le.write_manifest(self.run)
+            self.assertIn(needle, str(cm.exception))
+
+        bad(lambda d: d["predicate"]["events"].update(file="../../etc/passwd"), "predicate.events.file")
+        bad(lambda d: d["predicate"]["events"].update(file="/etc/passwd"), "predicate.events.file")
+        bad(lambda d: d["predicate"].pop("config"), "predicate.config: missing")
+        bad(lambda d: d["predicate"].update(world=True), "predicate.world")
+        bad(lambda d: d["predicate"].update(status="done"), "predicate.status")
+        bad(lambda d: d.update(subject=[]), "subject")
+        bad(lambda d: d.update(predicateType="urn:longstraw:predicate:rank-receipt:v1"), "not a v2 rank receipt")
+        bad(lambda d: d["predicate"]["build"].update(build_digest="0" * 64), "build_digest does not match")
+        bad(lambda d: d["predicate"]["build"]["artifacts"].append({"role": "other", "name": "x", "f": 0.5}),
+            "build.artifacts")
+        with open(rec, "w") as f:
+            f.write("[1, 2")
+        self.assertRaises(le.ManifestError, le.write_manifest, self.run)
+        with open(rec, "w") as f:
+            f.write("[]")
+        self.assertRaises(le.ManifestError, le.write_manifest, self.run)
+
     def test_no_receipts(self):
         os.makedirs(self.run)
         self.assertRaises(le.ManifestError, le.write_manifest, self.run)
