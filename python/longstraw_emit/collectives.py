@@ -127,6 +127,26 @@ class Collectives:
         self.dist.barrier(group=self.pg)
         return self._log("barrier", "none", None, purpose, None, step)
 
+    def ddp_comm_hook(self, purpose="grad_allreduce", step=None):
+        """A DistributedDataParallel communication hook that reduces every
+        gradient bucket through all_reduce(op="avg") of this wrapper, so DDP's
+        reductions appear in the trace (with out_sha256):
+            model.register_comm_hook(None, cp.ddp_comm_hook("grad_allreduce", step=lambda: step))
+        step: an int, a callable returning one, or None. The reduction runs
+        synchronously inside the hook (no overlap with the rest of the backward):
+        evidence over speed."""
+        import torch
+
+        def hook(state, bucket):
+            s = step() if callable(step) else step
+            buf = bucket.buffer()
+            self.all_reduce(buf, op="avg", purpose=purpose, step=s)
+            fut = torch.futures.Future()
+            fut.set_result(buf)
+            return fut
+
+        return hook
+
     def note(self, op, red, tensor, purpose, layer=None, step=None, performed_output=None):
         """Record a collective performed below this API (a fused kernel, a C++
         extension, NCCL called directly): nothing is communicated here; the

@@ -29,18 +29,7 @@ class TwoRanks(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "dist_worker.py"), cls.tmp.name, str(r), "2"],
-                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in range(2)]
-        cls.outs = []
-        for p in procs:
-            try:
-                out, _ = p.communicate(timeout=240)
-            except subprocess.TimeoutExpired:
-                for q in procs:
-                    q.kill()
-                raise
-            cls.outs.append((p.returncode, out.decode(errors="replace")))
+        cls.outs = _spawn("dist_worker.py", cls.tmp.name)
         cls.run_dir = os.path.join(cls.tmp.name, "run")
 
     @classmethod
@@ -112,6 +101,57 @@ class TwoRanks(unittest.TestCase):
                                  "rank-0001/events.jsonl.zst", "rank-0001/receipt.json"])
         self.assertEqual(p["files"], 4)
         self.assertEqual(p["world"], 2)
+
+
+def _spawn(script, tmp, extra=()):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, os.path.join(HERE, script), tmp, str(r), "2", *extra],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in range(2)]
+    outs = []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+        outs.append((p.returncode, out.decode(errors="replace")))
+    return outs
+
+
+@unittest.skipIf(not HAVE_GLOO, "torch.distributed with gloo not available")
+class DdpHook(unittest.TestCase):
+    """DDP's bucket reductions, invisible by themselves, appear through
+    Collectives.ddp_comm_hook, and the gradients are DDP's own."""
+
+    def test_ddp_reductions_traced(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            for hook in ("0", "1"):
+                for rc, out in _spawn("ddp_worker.py", tmp, (hook,)):
+                    self.assertEqual(rc, 0, out)
+            grads = {}
+            for run in ("ddp_plain", "ddp_hook"):
+                for r in range(2):
+                    with open(os.path.join(tmp, f"{run}-grads-{r}.json")) as f:
+                        grads[run, r] = json.load(f)
+            traces = {(run, r): tracefile.read(os.path.join(tmp, run, f"rank-{r:04d}", "events.jsonl.zst"))[1]
+                      for run in ("ddp_plain", "ddp_hook") for r in range(2)}
+        # the same gradients as DDP's own reducer, equal on both ranks
+        for name, g in grads["ddp_plain", 0].items():
+            for key in (("ddp_plain", 1), ("ddp_hook", 0), ("ddp_hook", 1)):
+                for a, b in zip(g, grads[key][name]):
+                    self.assertAlmostEqual(a, b, places=12)
+        # without the hook, DDP's reductions leave no event
+        self.assertEqual([e for e in traces["ddp_plain", 0] if e["ev"] == "collective"], [])
+        c0 = [e for e in traces["ddp_hook", 0] if e["ev"] == "collective"]
+        c1 = [e for e in traces["ddp_hook", 1] if e["ev"] == "collective"]
+        self.assertGreaterEqual(len(c0), 1)
+        self.assertEqual([e["gseq"] for e in c0], list(range(len(c0))))
+        self.assertEqual(sum(e["count"] for e in c0), 6 * 5 + 5 + 5 * 3 + 3)
+        for a, b in zip(c0, c1):
+            self.assertEqual((a["op"], a["red"], a["purpose"], a["count"], a["step"]),
+                             ("allreduce", "avg", "grad_allreduce", b["count"], 0))
+            self.assertEqual(a["out_sha256"], b["out_sha256"])
 
 
 class _StubDist:
