@@ -91,6 +91,30 @@ class Framing(unittest.TestCase):
         self.assertGreater(len(big), 5)  # the 400 layer_ends span several frames
         self.assertTrue(all(len(t) < 4096 + 400 for t in texts))
 
+    def test_threads_share_one_sequence(self):
+        import threading
+
+        w = common.writer(self.d, flush_bytes=8192)
+        w.phase_begin("replay", 0)
+
+        def work(t):
+            for i in range(300):
+                w.layer_end("replay", 0, t, i % 4, "attn", "bwd", 1, float(i))
+                w.collective("cp", "allreduce", "sum", 1, "f64", 8, "dkv_sum", layer=t)
+
+        ts = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        w.phase_end("replay", 0)
+        w.close()
+        _h, ev, _t = tracefile.read(_events_path(self.d))  # checks seq 0.. and ts order
+        coll = [e for e in ev if e["ev"] == "collective"]
+        self.assertEqual(sorted(e["gseq"] for e in coll), list(range(1200)))
+        self.assertEqual([e["gseq"] for e in coll], list(range(1200)))  # gseq in trace order
+        self.assertEqual(sum(e["ev"] == "layer_end" for e in ev), 1200)
+
     def test_plain_trace(self):
         w = common.writer(self.d, compress=False)
         _fill(w)
