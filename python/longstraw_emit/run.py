@@ -65,6 +65,9 @@ def _groups(groups, rank, world):
         members = [check.uint(f"groups[{i}].members[{j}]", m) for j, m in enumerate(g.members)]
         if not members or len(set(members)) != len(members) or max(members) >= world:
             raise ValueError(f"groups[{i}].members: {members} must be distinct ranks below world {world}")
+        if rank not in members:
+            raise ValueError(f"groups[{i}].members: {members} does not hold this rank {rank} "
+                             "(a trace names the groups its rank communicates in)")
         out.append(Group(g.name, g.kind, members))
     return out
 

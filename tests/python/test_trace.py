@@ -244,6 +244,7 @@ class Refusals(unittest.TestCase):
             (dict(groups=[le.Group("cp", "sp", [0])]), "groups[0].kind"),
             (dict(groups=[le.Group("cp", "cp", [0, 0])]), "groups[0].members"),
             (dict(groups=[le.Group("cp", "cp", [1])]), "groups[0].members"),
+            (dict(rank=1, world=2, groups=[le.Group("cp", "cp", [0])]), "does not hold this rank"),
             (dict(config=common.config(objective="ppo")), "config.objective"),
             (dict(config={k: v for k, v in common.config().items() if k != "n_layers"}), "config.n_layers"),
             (dict(config=common.config(cp_ranks=0)), "config.cp_ranks"),
