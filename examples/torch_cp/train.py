@@ -120,14 +120,16 @@ def run_job(comm, job):
         responses = step.rollout(job["group"], job["response_len"], job["seed"])
         rewards = [reward_of(y) for y in responses]
     else:
-        rewards = batch["rewards"]
+        with ev.phase("rollout"):           # the responses come from the batch: nothing sampled
+            rewards = batch["rewards"]
     adv = batch.get("advantages") or cp_step.advantages_of(rewards)
+    scored = step.score(responses)          # the policy's own log-probs, before any backward
     if batch.get("old_logprobs") is not None:
         old = [torch.tensor(o, dtype=dtype) for o in batch["old_logprobs"]]
     elif job.get("old") is not None:
-        old = job["old"]
+        old = [o.to(dtype) for o in job["old"]]
     else:
-        old = step.score(responses)
+        old = scored
     lps, loss = step.replay(responses, adv, old)
     out = {"logprobs": torch.cat(lps), "loss": loss, "responses": responses, "rewards": rewards,
            "old": old}
@@ -147,7 +149,7 @@ def run_job(comm, job):
                torch.optim.AdamW(list(params.values()), lr=job["lr"], weight_decay=0.01))
         opt.step()
         gnorm = float(torch.sqrt(sum((g.double() ** 2).sum() for g in grads.values())))
-        ev.optimizer_step(optimizer=job["optimizer"], lr=job["lr"], grad_norm=gnorm)
+        ev.optimizer_step(n_params=sum(p.numel() for p in params.values()), lr=job["lr"], grad_norm=gnorm)
     ev.param_digests([(n, params[n]) for n in names])
     ev.step_metrics("grpo", loss=loss, reward_mean=sum(rewards) / len(rewards), grad_norm=gnorm,
                     grad_digest_disagreements=disagree)
