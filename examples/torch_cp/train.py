@@ -146,7 +146,8 @@ def run_job(comm, job):
         for n in names:
             params[n].grad = grads[n].clone()
         opt = (torch.optim.SGD(list(params.values()), lr=job["lr"]) if job["optimizer"] == "sgd" else
-               torch.optim.AdamW(list(params.values()), lr=job["lr"], weight_decay=0.01))
+               torch.optim.AdamW(list(params.values()), lr=job["lr"], betas=(0.9, 0.999), eps=1e-8,
+                                 weight_decay=0.0))
         opt.step()
         gnorm = float(torch.sqrt(sum((g.double() ** 2).sum() for g in grads.values())))
         ev.optimizer_step(n_params=sum(p.numel() for p in params.values()), lr=job["lr"], grad_norm=gnorm)
@@ -258,6 +259,7 @@ def parse(argv):
     a = ap.parse_args(argv)
     if not 1 <= a.cp <= 4:
         raise UsageError(f"--cp {a.cp}: must be 1 to 4")
+    a.weights, a.batch = a.weights or None, a.batch or None   # an adapter's empty placeholder
     a.fault = [f for x in a.fault for f in x.split(",") if f and f != "none"]
     for f in a.fault:
         if f not in cp_step.FAULTS:
@@ -318,6 +320,9 @@ def main(argv):
         return 0
     if batch is None:
         batch = {"prompt": default_batch(a.seed)["prompt"]}
+    if len(batch["prompt"]) - 1 < a.cp:
+        raise UsageError(f"--batch {a.batch}: prompt: {len(batch['prompt'])} tokens leave "
+                         f"{len(batch['prompt']) - 1} captured positions, fewer than --cp {a.cp}")
     job = {"mode": "run", "cp": a.cp, "dtype": a.dtype, "grad_mode": a.grad_mode, "faults": a.fault,
            "batch": batch, "epsilon": a.epsilon, "temperature": a.temperature, "seed": a.seed,
            "group": a.group, "response_len": a.response_len, "optimizer": a.optimizer, "lr": a.lr}
