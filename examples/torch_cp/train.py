@@ -182,6 +182,9 @@ def worker(rank, world, store, jobs, results_dir):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=store, rank=rank, world_size=world)
     try:
+        ids = [j.get("run_id") for j in jobs]
+        dist.broadcast_object_list(ids, 0)   # one run id per job on every rank (mpirun: rank 0's)
+        jobs = [dict(j, run_id=i) if i else j for j, i in zip(jobs, ids)]
         comm = evidence.Comm(rank, world)
         for k, job in enumerate(jobs):
             res = run_job(comm, job)
@@ -333,8 +336,9 @@ def main(argv):
                run_id=f"run-torch-cp-{int(time.time())}-{os.getpid()}")
     t0 = time.time()
     launch(a.cp, [job])
-    print(f"torch_cp: cp={a.cp} {a.dtype} {a.grad_mode} faults={a.fault or 'none'}: "
-          f"{a.out} ({time.time() - t0:.1f} s, {platform.node()})")
+    if os.environ.get("OMPI_COMM_WORLD_RANK", "0") == "0":
+        print(f"torch_cp: cp={a.cp} {a.dtype} {a.grad_mode} faults={a.fault or 'none'}: "
+              f"{a.out} ({time.time() - t0:.1f} s, {platform.node()})")
     return 0
 
 

@@ -255,6 +255,24 @@ class TorchCPCli(unittest.TestCase):
             self.assertEqual(r.returncode, 2, r.stderr)
             self.assertIn("--fault bogus", r.stderr)
 
+    def test_mpirun_launch(self):
+        import shutil
+        if shutil.which("mpirun") is None:
+            self.skipTest("no mpirun")
+        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        with tempfile.TemporaryDirectory() as d:
+            self.assertEqual(self.cli("--mode", "init", "--seed", "5", "--out", d).returncode, 0)
+            w, b = os.path.join(d, "weights.safetensors"), os.path.join(d, "batch.json")
+            r = subprocess.run(["mpirun", "--oversubscribe", "-np", "2", sys.executable,
+                                os.path.join(EX, "train.py"), "--mode", "run", "--cp", "2", "--no-evidence",
+                                "--weights", w, "--batch", b, "--out", d], capture_output=True, text=True,
+                               env=env, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(b) as f:
+                lp, g, loss = reference.compute(w, json.load(f))
+            self.assertLess(worst(st.load(os.path.join(d, "grads.safetensors")), g)[0], F64_TOL)
+            self.assertLess(rel(st.load(os.path.join(d, "logprobs.safetensors"))["logprobs"], lp), F64_TOL)
+
     def test_run_directory_and_modes(self):
         le_path = os.environ.get("PYTHONPATH", "")
         env = dict(os.environ)
