@@ -39,8 +39,8 @@ def worst(A, B, names=None):
     return max((rel(A[n], B[n]), n) for n in names)
 
 
-def job(batch, W, **kw):
-    j = {"mode": "run", "cp": 1, "dtype": "f64", "grad_mode": "full", "faults": [], "batch": batch,
+def job(batch_, W, **kw):
+    j = {"mode": "run", "cp": 1, "dtype": "f64", "grad_mode": "full", "faults": [], "batch": batch_,
          "epsilon": 0.2, "temperature": 1.0, "seed": 1, "group": 4, "response_len": 5,
          "optimizer": "adamw", "lr": 0.01, "weights": W}
     j.update(kw)
@@ -71,9 +71,10 @@ class TorchCP(unittest.TestCase):
         cls.batch = b
         cls.ref_lp, cls.ref_grad, cls.ref_loss = reference.compute(cls.wpath, b)
         cls.names = list(M.param_shapes())
+        roll = ("rollout", {"batch": {"prompt": b["prompt"]}, "group": 3, "response_len": 4, "seed": 9})
         cls.jobs = {
-            1: [("full", {}), ("detached", {"grad_mode": "detached"}), ("f32", {"dtype": "f32"})],
-            2: [("full", {}), ("f32", {"dtype": "f32"}), ("detached", {"grad_mode": "detached"})]
+            1: [("full", {}), ("detached", {"grad_mode": "detached"}), ("f32", {"dtype": "f32"}), roll],
+            2: [("full", {}), ("f32", {"dtype": "f32"}), ("detached", {"grad_mode": "detached"}), roll]
                + [(f, {"faults": [f]}) for f in FAULTS],
             4: [("full", {}), ("detached", {"grad_mode": "detached"})],
         }
@@ -138,6 +139,18 @@ class TorchCP(unittest.TestCase):
         # detached CP-N equals detached CP-1 (the mode is a different gradient, not a broken one)
         e, name = worst(self.res[(2, "detached")]["grads"], self.res[(1, "detached")]["grads"])
         self.assertLess(e, F64_TOL, name)
+
+    def test_rollout_samples_alike_and_matches_reference(self):
+        r1, r2 = self.res[(1, "rollout")], self.res[(2, "rollout")]
+        self.assertEqual(r1["responses"], r2["responses"])
+        self.assertEqual(len(r1["responses"]), 3)
+        self.assertTrue(all(len(y) == 4 for y in r1["responses"]))
+        b = {"prompt": self.batch["prompt"], "responses": r2["responses"], "rewards": r2["rewards"]}
+        with tempfile.TemporaryDirectory() as d:
+            lp, g, _ = reference.compute(self.wpath, b)
+        self.assertLess(rel(r2["logprobs"], lp), F64_TOL)
+        self.assertLess(worst(r2["grads"], g)[0], F64_TOL)
+        self.assertEqual(r2["rewards"], [train.reward_of(y) for y in r2["responses"]])
 
     # ---------------------------------------------------------------- faults
     def test_zero_state_moves_logprobs(self):
