@@ -35,22 +35,31 @@ def import_emitter():
 
 
 class Comm:
-    """Collectives over the CP group (all ranks); with a writer each is logged by longstraw_emit."""
+    """Collectives over the CP group (all ranks); with a writer each is logged by longstraw_emit.
+    On one rank there is nothing to communicate: every reduction is the identity, nothing is called
+    and nothing is logged (a one-rank run traces no collective, docs/audit.md sources.agree)."""
 
     def __init__(self, rank, world, collectives=None):
         self.rank, self.world, self.c, self.step = rank, world, collectives, 0
 
     def all_reduce(self, t, red, purpose, layer=None):
+        if self.world == 1:
+            return
         if self.c is not None:
             return self.c.all_reduce(t, op=red, purpose=purpose, layer=layer, step=self.step)
         dist.all_reduce(t, op=_RED[red])
 
     def all_gather(self, out, t, purpose, layer=None):
+        if self.world == 1:
+            out[0].copy_(t)
+            return
         if self.c is not None:
             return self.c.all_gather(out, t, purpose=purpose, layer=layer, step=self.step)
         dist.all_gather(out, t)
 
     def broadcast(self, t, src, purpose, layer=None):
+        if self.world == 1:
+            return
         if self.c is not None:
             return self.c.broadcast(t, src, purpose=purpose, layer=layer, step=self.step)
         dist.broadcast(t, src)
@@ -66,10 +75,12 @@ class Comm:
         dist.recv(t, src)
 
     def note(self, op, red, t, purpose, layer=None):
-        if self.c is not None:
+        if self.c is not None and self.world > 1:
             self.c.note(op, red, t, purpose=purpose, layer=layer, step=self.step)
 
     def barrier(self, purpose):
+        if self.world == 1:
+            return
         if self.c is not None:
             return self.c.barrier(purpose=purpose)
         dist.barrier()
