@@ -223,6 +223,72 @@ class TorchCP(unittest.TestCase):
             train.cp_step.Step(self.W, None, None, faults=["no-such-fault"])
 
 
+def read_trace(path):
+    import zstandard
+    with open(path, "rb") as f:
+        lines = zstandard.ZstdDecompressor().stream_reader(f).read().decode().splitlines()
+    return json.loads(lines[0]), [json.loads(x) for x in lines[1:]]
+
+
+def profile_failures(run_dir, profile, grad_mode):
+    """A small re-reading of the profile's step plan and collective rules against a run's traces
+    (the audit's rank.layers and collectives.* in miniature), so the profile is tested here."""
+    def holds(when):
+        return all(w in (grad_mode, "longstraw", "not_sft", "not_prefix_frozen") for w in (when or []))
+    fails = []
+    ranks = sorted(x for x in os.listdir(run_dir) if x.startswith("rank-"))
+    for rk in ranks:
+        hdr, evs = read_trace(os.path.join(run_dir, rk, "events.jsonl.zst"))
+        n_layers, phase, layer_ev, coll = 3, None, [], []
+        for e in evs:
+            if e["ev"] == "phase_begin":
+                phase = e["phase"]
+            elif e["ev"] == "phase_end":
+                phase = None
+            elif e["ev"] == "layer_end" and not e.get("recompute"):
+                layer_ev.append(e)
+            elif e["ev"] == "collective":
+                coll.append(dict(e, phase=phase))
+        members = sorted({e["member"] for e in layer_ev if e["member"] >= 0})
+        for st_ in profile["steps"]:
+            if st_["unit"] == "none" or not holds(st_.get("when")):
+                continue
+            layers = [L for name in st_["layers"] for L in
+                      {"embed": [-1], "stack": list(range(n_layers)), "head": [n_layers]}[name]]
+            for m in ([-1] if st_["unit"] == "prompt" else members):
+                for L in layers:
+                    for d in st_["dirs"]:
+                        if not any(e["phase"] == st_["phase"] and e["member"] == m and e["layer"] == L
+                                   and e["dir"] == d for e in layer_ev):
+                            fails.append(f"{rk} rank.layers {st_['phase']} member {m} layer {L} {d}")
+        if hdr["world"] == 1:
+            continue
+        for rule, spec in profile["collectives"].items():
+            for ent in spec.get("layers", []):
+                if not holds(ent.get("when")):
+                    continue
+                for L in range(n_layers):
+                    for ph in ent["phases"]:
+                        evs_l = [e for e in layer_ev if e["layer"] == L and e["phase"] == ph
+                                 and e["kind"] in ent["layer_kinds"] and e["dir"] == ent["dir"]
+                                 and (ent.get("unit") != "member" or e["member"] >= 0)
+                                 and (ent.get("unit") != "prompt" or e["member"] == -1)]
+                        if not evs_l:
+                            continue
+                        for pur in ent["purposes"]:
+                            got = sum(1 for c in coll if c["phase"] == ph and c.get("layer") == L
+                                      and c["purpose"] == pur)
+                            need = len(evs_l) if ent["count"] == "per_event" else 1
+                            if (got < need) if ent["count"] == "once" else (got != need):
+                                fails.append(f"{rk} {rule} {ph} layer {L} {pur}: {got} of {need}")
+            for ent in spec.get("steps", []):
+                if holds(ent.get("when")):
+                    for pur in ent["purposes"]:
+                        if not any(c["phase"] == ent["phase"] and c["purpose"] == pur for c in coll):
+                            fails.append(f"{rk} {rule} {ent['phase']} {pur}: missing")
+    return fails
+
+
 class TorchCPCli(unittest.TestCase):
     """The command line: init, run with a v2 run directory, reference, loss, usage errors."""
 
@@ -230,43 +296,47 @@ class TorchCPCli(unittest.TestCase):
         return subprocess.run([sys.executable, os.path.join(EX, "train.py")] + list(args),
                               capture_output=True, text=True, env=env, timeout=120)
 
+    def usage(self, *args):
+        """train.main in this process: the UsageError's message (the CLI prints it and exits 2)."""
+        with self.assertRaises(train.UsageError) as cm:
+            train.main(list(args))
+        return str(cm.exception)
+
     def test_usage_errors_exit_2_naming_the_field(self):
         with tempfile.TemporaryDirectory() as d:
-            bad = os.path.join(d, "b.json")
-            with open(bad, "w") as f:
-                json.dump({"prompt": [1, 2, 99], "responses": [[1]], "rewards": [0]}, f)
-            r = self.cli("--mode", "run", "--weights", "x", "--out", d)
+            r = self.cli("--mode", "run", "--weights", "x", "--out", d)      # the real exit status
             self.assertEqual(r.returncode, 2, r.stderr)
             self.assertIn("--weights x", r.stderr)
-            r = self.cli("--mode", "init", "--out", d)
-            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(train.main(["--mode", "init", "--out", d]), 0)
             w = os.path.join(d, "weights.safetensors")
             with open(w, "rb") as f:
                 blob = f.read()
-            for cut, what in ((4, "truncated"), (len(blob) - 8, "data_offsets")):
-                t = os.path.join(d, "t.safetensors")
+            t = os.path.join(d, "t.safetensors")
+            for cut, what in ((4, "truncated"), (len(blob) - 8, "data_offsets"), (40, "header length")):
                 with open(t, "wb") as f:
                     f.write(blob[:cut])
-                r = self.cli("--mode", "run", "--weights", t, "--out", d)
-                self.assertEqual(r.returncode, 2, r.stderr)
-                self.assertIn(t, r.stderr)
-                self.assertIn(what, r.stderr)
-            r = self.cli("--mode", "run", "--cp", "4", "--weights", w, "--batch",
-                         os.path.join(d, "short.json"), "--out", d)
-            self.assertEqual(r.returncode, 2, r.stderr)
-            with open(os.path.join(d, "short.json"), "w") as f:
-                json.dump({"prompt": [1, 2, 3], "responses": [[1]], "rewards": [0]}, f)
-            r = self.cli("--mode", "run", "--cp", "4", "--weights", w, "--batch",
-                         os.path.join(d, "short.json"), "--out", d)
-            self.assertEqual(r.returncode, 2, r.stderr)
-            self.assertIn("prompt", r.stderr)
-            r = self.cli("--mode", "run", "--weights", os.path.join(d, "weights.safetensors"),
-                         "--batch", bad, "--out", d)
-            self.assertEqual(r.returncode, 2, r.stderr)
-            self.assertIn("prompt", r.stderr)
-            r = self.cli("--mode", "run", "--fault", "bogus", "--out", d)
-            self.assertEqual(r.returncode, 2, r.stderr)
-            self.assertIn("--fault bogus", r.stderr)
+                msg = self.usage("--mode", "run", "--weights", t, "--out", d)
+                self.assertIn(t, msg)
+                self.assertIn(what, msg)
+            W = st.load(w)
+            W["lm_head.weight"] = W["lm_head.weight"][:3]
+            st.save(t, W)
+            self.assertIn("lm_head.weight has shape", self.usage("--mode", "run", "--weights", t, "--out", d))
+            short = os.path.join(d, "short.json")
+            self.assertIn("short.json", self.usage("--mode", "run", "--weights", w, "--batch", short, "--out", d))
+            for batch, field in (({"prompt": [1, 2, 3], "responses": [[1]], "rewards": [0]}, "fewer than --cp 4"),
+                                 ({"prompt": [1, 2, 99], "responses": [[1]], "rewards": [0]}, "prompt"),
+                                 ({"prompt": [1, 2, 3, 4, 5], "responses": [[1]], "rewards": []}, "rewards"),
+                                 ({"prompt": [1, 2, 3, 4, 5], "responses": [[1], []], "rewards": [0, 1]},
+                                  "responses[1]"),
+                                 ({"prompt": [1, 2, 3, 4, 5], "responses": [[1]], "rewards": [0],
+                                   "old_logprobs": [[0.0, 1.0]]}, "old_logprobs")):
+                with open(short, "w") as f:
+                    json.dump(batch, f)
+                msg = self.usage("--mode", "run", "--cp", "4", "--weights", w, "--batch", short, "--out", d)
+                self.assertIn(field, msg)
+            self.assertIn("--fault bogus", self.usage("--mode", "run", "--fault", "bogus", "--out", d))
+            self.assertIn("--cp 5", self.usage("--mode", "run", "--cp", "5", "--out", d))
 
     def test_mpirun_launch(self):
         import shutil
@@ -297,10 +367,19 @@ class TorchCPCli(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             self.assertEqual(self.cli("--mode", "init", "--seed", "4", "--out", d).returncode, 0)
             w, b = os.path.join(d, "weights.safetensors"), os.path.join(d, "batch.json")
-            for name, extra in (("ok", []), ("fake", ["--fault", "fake-reduce"])):
-                r = self.cli("--mode", "run", "--cp", "2", "--weights", w, "--batch", b,
-                             "--out", os.path.join(d, name), *extra, env=env)
-                self.assertEqual(r.returncode, 0, r.stderr)
+            r = self.cli("--mode", "run", "--cp", "2", "--weights", w, "--batch", b,
+                         "--out", os.path.join(d, "ok"), env=env)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(b) as f:
+                batch = json.load(f)
+            W = train.load_weights(w)
+            jobs = []          # the other runs in one launch (each still its own run directory)
+            for name, kw in (("fake", {"faults": ["fake-reduce"]}), ("skipdkv", {"faults": ["skip-dkv-reduce"]}),
+                             ("det", {"grad_mode": "detached"})):
+                os.makedirs(os.path.join(d, name))
+                jobs.append(job(batch, W, cp=2, out=os.path.join(d, name), run_id=f"run-test-{name}",
+                                run_dir=os.path.join(d, name, "run"), **kw))
+            train.launch(2, jobs)
             ref = os.path.join(d, "ref")
             self.assertEqual(self.cli("--mode", "reference", "--weights", w, "--batch", b,
                                       "--out", ref).returncode, 0)
@@ -330,6 +409,22 @@ class TorchCPCli(unittest.TestCase):
             with open(os.path.join(d, "fake", "run", "rank-0000", "receipt.json")) as f:
                 rc = json.load(f)
             self.assertEqual(rc["predicate"]["config"]["faults"], ["fake-reduce"])
+            # the profile: schema-valid (when the schema is in the tree) and what the runs show
+            with open(os.path.join(ROOT, "profiles", "torch-cp.json")) as f:
+                prof = json.load(f)
+            schema = os.path.join(ROOT, "schemas", "profile.schema.json")
+            if os.path.exists(schema):
+                import jsonschema
+                with open(schema) as f:
+                    jsonschema.validate(prof, json.load(f))
+            self.assertEqual(profile_failures(os.path.join(ok, "run"), prof, "full"), [])
+            self.assertEqual(profile_failures(os.path.join(d, "det", "run"), prof, "detached"), [])
+            self.assertEqual(profile_failures(os.path.join(d, "fake", "run"), prof, "full"), [])
+            fails = profile_failures(os.path.join(d, "skipdkv", "run"), prof, "full")
+            self.assertTrue(fails and all("collectives.dkv" in x and "dkv_sum" in x for x in fails), fails)
+            # a detached run checked as if full lacks the prompt backward and the finalize reduction
+            fails = profile_failures(os.path.join(d, "det", "run"), prof, "full")
+            self.assertTrue(any("prompt_bwd" in x for x in fails) and any("grad_finalize" in x for x in fails))
             # loss mode: the base weights' loss equals the run's
             lst = os.path.join(d, "list.txt")
             with open(lst, "w") as f:
