@@ -166,7 +166,11 @@ def main(argv):
         batch = json.load(f)
     lp, grads, loss = compute(a.weights, batch, a.epsilon, a.temperature)
     os.makedirs(a.out, exist_ok=True)
-    write_safetensors(os.path.join(a.out, "logprobs.safetensors"), {"logprobs": lp})
+    members, k = {}, 0
+    for i, y in enumerate(batch["responses"]):
+        members[f"member.{i}"] = lp[k:k + len(y)]
+        k += len(y)
+    write_safetensors(os.path.join(a.out, "logprobs.safetensors"), members)
     write_safetensors(os.path.join(a.out, "grads.safetensors"), grads)
     with open(os.path.join(a.out, "loss.json.tmp"), "w") as f:
         json.dump({"loss": loss}, f)

@@ -228,11 +228,17 @@ def write_json(path, obj):
     os.replace(tmp, path)
 
 
+def member_tensors(flat, responses):
+    """The log-probs file's tensors: member.0 ... member.G-1, one log-prob per response token."""
+    parts = flat.split([len(y) for y in responses])
+    return {f"member.{i}": p.contiguous() for i, p in enumerate(parts)}
+
+
 def write_outputs(job, res):
     out = job["out"]
     if job["mode"] == "loss":
         return
-    st.save(os.path.join(out, "logprobs.safetensors"), {"logprobs": res["logprobs"]})
+    st.save(os.path.join(out, "logprobs.safetensors"), member_tensors(res["logprobs"], res["responses"]))
     st.save(os.path.join(out, "grads.safetensors"), res["grads"])
     st.save(os.path.join(out, "params.safetensors"), res["params"])
     write_json(os.path.join(out, "loss.json"), {"loss": res["loss"]})
@@ -330,6 +336,7 @@ def main(argv):
            "batch": batch, "epsilon": a.epsilon, "temperature": a.temperature, "seed": a.seed,
            "group": a.group, "response_len": a.response_len, "optimizer": a.optimizer, "lr": a.lr}
     if a.mode == "loss":
+        job["dtype"] = "f64"           # the finite differences are float64's (the protocol's)
         return loss_mode(a, job)
     job.update(weights=load_weights(a.weights), out=a.out,
                run_dir=None if a.no_evidence else os.path.join(a.out, "run"),

@@ -354,7 +354,9 @@ class TorchCPCli(unittest.TestCase):
             with open(b) as f:
                 lp, g, loss = reference.compute(w, json.load(f))
             self.assertLess(worst(st.load(os.path.join(d, "grads.safetensors")), g)[0], F64_TOL)
-            self.assertLess(rel(st.load(os.path.join(d, "logprobs.safetensors"))["logprobs"], lp), F64_TOL)
+            L = st.load(os.path.join(d, "logprobs.safetensors"))
+            self.assertEqual(sorted(L), [f"member.{i}" for i in range(len(L))])
+            self.assertLess(rel(torch.cat([L[f"member.{i}"] for i in range(len(L))]), lp), F64_TOL)
 
     def test_run_directory_and_modes(self):
         le_path = os.environ.get("PYTHONPATH", "")
@@ -389,6 +391,10 @@ class TorchCPCli(unittest.TestCase):
                 self.assertTrue(os.path.exists(os.path.join(ok, f)), f)
             self.assertLess(worst(st.load(os.path.join(ok, "grads.safetensors")),
                                   st.load(os.path.join(ref, "grads.safetensors")))[0], F64_TOL)
+            L, R = (st.load(os.path.join(x, "logprobs.safetensors")) for x in (ok, ref))
+            self.assertEqual(sorted(L), sorted(R))
+            self.assertEqual(len(L), len(batch["responses"]))
+            self.assertLess(worst(L, R)[0], F64_TOL)
 
             def finalize_digests(run):
                 digs = []
