@@ -366,8 +366,7 @@ def loss_mode(a, job):
         jobs = [dict(base, weights=load_weights(p, f"--weights {a.weights}: line {i + 1}:"),
                      old=first["old"]) for i, p in enumerate(paths)]
         res = launch(a.cp, jobs, tmp)
-    write_json(os.path.join(a.out, "losses.json"),
-               {"losses": [{"weights": p, "loss": r["loss"]} for p, r in zip(paths, res)]})
+    write_json(os.path.join(a.out, "losses.json"), {"losses": [r["loss"] for r in res]})
     return 0
 
 

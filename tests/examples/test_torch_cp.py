@@ -438,7 +438,9 @@ class TorchCPCli(unittest.TestCase):
             r = self.cli("--mode", "loss", "--weights", lst, "--batch", b, "--out", os.path.join(d, "l"))
             self.assertEqual(r.returncode, 0, r.stderr)
             with open(os.path.join(d, "l", "losses.json")) as f:
-                got = json.load(f)["losses"][0]["loss"]
+                got = json.load(f)["losses"]
+            self.assertEqual(len(got), 1)
+            got = got[0]
             with open(os.path.join(ok, "loss.json")) as f:
                 want = json.load(f)["loss"]
             self.assertLess(abs(got - want), 1e-12 * max(abs(want), 1))
