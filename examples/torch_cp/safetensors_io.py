@@ -13,6 +13,7 @@ import torch
 _DTYPES = {"F64": torch.float64, "F32": torch.float32}
 _NAMES = {torch.float64: "F64", torch.float32: "F32"}
 _MAX_HEADER = 1 << 24
+_MAX_FILE = 1 << 30      # the example's weights are kilobytes
 
 
 def save(path, tensors):
@@ -40,6 +41,8 @@ def save(path, tensors):
 
 def load(path):
     """Read PATH into dict NAME -> tensor; raises ValueError naming the file and field."""
+    if os.path.getsize(path) > _MAX_FILE:
+        raise ValueError(f"{path}: larger than {_MAX_FILE} bytes")
     with open(path, "rb") as f:
         raw = f.read()
     if len(raw) < 8:

@@ -12,6 +12,7 @@ See README.md for the transaction, the outputs and the fault table.
 """
 import argparse
 import json
+import math
 import os
 import platform
 import sys
@@ -71,29 +72,47 @@ def init_batch(seed, W):
     return b
 
 
+MAX_PROMPT, MAX_GROUP, MAX_RESPONSE = 4096, 64, 1024      # an example's sizes, not a model's
+MAX_BATCH_BYTES = 16 << 20
+
+
 def check_batch(batch, path, vocab=M.CONFIG["vocab"]):
     def bad(field, why):
         raise UsageError(f"--batch {path}: {field}: {why}")
+
+    def ids(x):
+        return all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in x)
     if not isinstance(batch, dict):
         bad("(top level)", "not an object")
     p = batch.get("prompt")
-    if not isinstance(p, list) or len(p) < 2 or not all(isinstance(t, int) and 0 <= t < vocab for t in p):
-        bad("prompt", f"needs at least 2 token ids in [0, {vocab})")
+    if not isinstance(p, list) or not 2 <= len(p) <= MAX_PROMPT or not ids(p):
+        bad("prompt", f"needs 2 to {MAX_PROMPT} token ids in [0, {vocab})")
     rs = batch.get("responses")
     if rs is None:
         return
-    if not isinstance(rs, list) or not rs:
-        bad("responses", "needs a non-empty list")
+    if not isinstance(rs, list) or not 1 <= len(rs) <= MAX_GROUP:
+        bad("responses", f"needs 1 to {MAX_GROUP} responses")
     for i, y in enumerate(rs):
-        if not isinstance(y, list) or not y or not all(isinstance(t, int) and 0 <= t < vocab for t in y):
-            bad(f"responses[{i}]", f"needs token ids in [0, {vocab})")
+        if not isinstance(y, list) or not 1 <= len(y) <= MAX_RESPONSE or not ids(y):
+            bad(f"responses[{i}]", f"needs 1 to {MAX_RESPONSE} token ids in [0, {vocab})")
+    def finite(x):
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
     rw = batch.get("rewards")
-    if not isinstance(rw, list) or len(rw) != len(rs) or not all(isinstance(x, (int, float)) for x in rw):
-        bad("rewards", "needs one number per response")
-    old = batch.get("old_logprobs")
-    if old is not None and (not isinstance(old, list) or len(old) != len(rs)
-                            or any(not isinstance(o, list) or len(o) != len(y) for o, y in zip(old, rs))):
-        bad("old_logprobs", "needs one list per response, one number per token")
+    if not isinstance(rw, list) or len(rw) != len(rs) or not all(finite(x) for x in rw):
+        bad("rewards", "needs one finite number per response")
+    for key in ("old_logprobs", "advantages"):
+        v = batch.get(key)
+        if v is None:
+            continue
+        if key == "advantages":
+            ok = isinstance(v, list) and len(v) == len(rs) and all(finite(x) for x in v)
+        else:
+            ok = (isinstance(v, list) and len(v) == len(rs)
+                  and all(isinstance(o, list) and len(o) == len(y) and all(finite(x) for x in o)
+                          for o, y in zip(v, rs)))
+        if not ok:
+            bad(key, "needs one finite number per response" if key == "advantages"
+                else "needs one list per response, one finite number per token")
 
 
 # ------------------------------------------------------------------ one job on one rank
@@ -297,13 +316,19 @@ def load_weights(path, what="--weights"):
     return {n: W[n].to(torch.float64) for n in want}
 
 
+def _not_json(name):
+    raise ValueError(f"{name} is not JSON")
+
+
 def load_batch(path):
     if path is None:
         return None
     try:
+        if os.path.getsize(path) > MAX_BATCH_BYTES:
+            raise UsageError(f"--batch {path}: larger than {MAX_BATCH_BYTES} bytes")
         with open(path) as f:
-            b = json.load(f)
-    except (OSError, ValueError) as e:
+            b = json.load(f, parse_constant=_not_json)
+    except (OSError, ValueError, RecursionError) as e:
         raise UsageError(f"--batch {path}: {e}") from None
     check_batch(b, path)
     return b

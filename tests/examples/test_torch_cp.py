@@ -330,11 +330,23 @@ class TorchCPCli(unittest.TestCase):
                                  ({"prompt": [1, 2, 3, 4, 5], "responses": [[1], []], "rewards": [0, 1]},
                                   "responses[1]"),
                                  ({"prompt": [1, 2, 3, 4, 5], "responses": [[1]], "rewards": [0],
-                                   "old_logprobs": [[0.0, 1.0]]}, "old_logprobs")):
+                                   "old_logprobs": [[0.0, 1.0]]}, "old_logprobs"),
+                                 ({"prompt": [1, 2, 3, 4, 5], "responses": [[1]] * 65,
+                                   "rewards": [0] * 65}, "1 to 64 responses"),
+                                 ({"prompt": [1, 2, 3, 4, 5], "responses": [[1]], "rewards": [True]},
+                                  "rewards"),
+                                 ({"prompt": [1, 2, 3, 4, 5], "responses": [[1]], "rewards": [0],
+                                   "advantages": ["x"]}, "advantages")):
                 with open(short, "w") as f:
                     json.dump(batch, f)
                 msg = self.usage("--mode", "run", "--cp", "4", "--weights", w, "--batch", short, "--out", d)
                 self.assertIn(field, msg)
+            with open(short, "w") as f:
+                f.write('{"prompt": [1, 2, 3], "responses": [[1]], "rewards": [NaN]}')
+            self.assertIn("NaN is not JSON", self.usage("--mode", "run", "--weights", w, "--batch", short, "--out", d))
+            with open(short, "w") as f:
+                f.write("[" * 100000)
+            self.assertIn("short.json", self.usage("--mode", "run", "--weights", w, "--batch", short, "--out", d))
             self.assertIn("--fault bogus", self.usage("--mode", "run", "--fault", "bogus", "--out", d))
             self.assertIn("--cp 5", self.usage("--mode", "run", "--cp", "5", "--out", d))
 
