@@ -72,15 +72,6 @@ class Step:
                 if kind == "gdn":
                     S = self.final_state[i]
                     c.broadcast(S, N - 1, "state_broadcast", i)
-            ckpt_bytes = sum(x.numel() * x.element_size() for x in self._ckpt_tensors())
-            self.ev.memory("capture", {"prompt_checkpoints": (ckpt_bytes, ckpt_bytes)})
-
-    def _ckpt_tensors(self):
-        for item in self.ckpt:
-            yield from (item if isinstance(item, tuple) else (item,))
-        for K, V in self.kv.values():
-            yield K
-            yield V
 
     def _prompt_layer_fwd(self, i, kind, h, capture, S_start=None):
         """One layer over this rank's shard. Returns (h_out, S_start or None)."""
@@ -90,14 +81,12 @@ class Step:
         if kind == "gdn":
             if capture:
                 S_start = h.new_zeros(M.state_shape(self.cfg))
-                if r > 0:
-                    c.recv(S_start, r - 1, "state_handoff", i)
-                    if "zero-state" in self.faults:
-                        S_start = torch.zeros_like(S_start)
+                c.sendrecv(None, -1, S_start, r - 1 if r > 0 else -1, "state_handoff", i)
+                if "zero-state" in self.faults:        # the handed-over state is dropped
+                    S_start = torch.zeros_like(S_start)
             out, S_end = M.gdn_scan(xn, S_start, P, self.cfg)
             if capture:
-                if r < N - 1:
-                    c.send(S_end.contiguous(), r + 1, "state_handoff", i)
+                c.sendrecv(S_end, r + 1 if r < N - 1 else -1, None, -1, "state_handoff", i)
                 self.final_state[i] = S_end.clone()
             return h + out, S_start
         q, K, V = M.attn_qkv(xn, P, self.cfg)
@@ -211,14 +200,12 @@ class Step:
                         out, S_end = M.gdn_scan(xn, S_start, M.layer_params(W, i, kind), self.cfg)
                         h_out = h_in + out
                         dS_end = torch.zeros_like(S_end)
-                        if r < N - 1:
-                            c.recv(dS_end, r + 1, "state_grad_handoff", i)
-                        else:
+                        c.sendrecv(None, -1, dS_end, r + 1 if r < N - 1 else -1, "state_grad_handoff", i)
+                        if r == N - 1:
                             dS_end = self.dS_fin[i].clone()
                         torch.autograd.backward([h_out, S_end], [self._dh(dh, h_out), dS_end])
-                        if r > 0:
-                            dS_start = S_start.grad if S_start.grad is not None else torch.zeros_like(S_start)
-                            c.send(dS_start.contiguous(), r - 1, "state_grad_handoff", i)
+                        dS_start = S_start.grad if S_start.grad is not None else torch.zeros_like(S_start)
+                        c.sendrecv(dS_start, r - 1 if r > 0 else -1, None, -1, "state_grad_handoff", i)
                     else:
                         P = M.layer_params(W, i, kind)
                         xn = M.rmsnorm(h_in, W[f"layers.{i}.norm1.weight"], self.cfg["rms_eps"])

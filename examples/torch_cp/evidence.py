@@ -64,15 +64,20 @@ class Comm:
             return self.c.broadcast(t, src, purpose=purpose, layer=layer, step=self.step)
         dist.broadcast(t, src)
 
-    def send(self, t, dst, purpose, layer=None):
+    def sendrecv(self, send_t, dst, recv_t, src, purpose, layer=None):
+        """One stage of a chain along the ranks, entered by EVERY rank (as longstraw-train's
+        ls_group_sendrecv): send SEND_T to DST and/or receive into RECV_T from SRC (-1: no peer).
+        Every rank logs one `sendrecv` of the same count, so the group's sequence numbers stay
+        aligned across ranks whether or not a rank has a peer at this stage."""
+        if self.world == 1:
+            return
+        if dst >= 0:
+            dist.send(send_t.contiguous(), dst)
+        if src >= 0:
+            dist.recv(recv_t, src)
         if self.c is not None:
-            return self.c.send(t, dst, purpose=purpose, layer=layer, step=self.step)
-        dist.send(t, dst)
-
-    def recv(self, t, src, purpose, layer=None):
-        if self.c is not None:
-            return self.c.recv(t, src, purpose=purpose, layer=layer, step=self.step)
-        dist.recv(t, src)
+            t = send_t if send_t is not None else recv_t
+            self.c.note("sendrecv", "none", t, purpose=purpose, layer=layer, step=self.step)
 
     def note(self, op, red, t, purpose, layer=None):
         if self.c is not None and self.world > 1:
@@ -108,10 +113,6 @@ class Evidence:
         self.w.layer_end(phase, 0, member, layer, kind, direction, tokens, norm,
                          wall_ns=time.perf_counter_ns() - t0, live_bytes=nbytes, peak_bytes=nbytes,
                          recompute=recompute)
-
-    def memory(self, phase, categories):
-        if self.w is not None:
-            self.w.memory(0, phase, categories=categories)
 
     def step_metrics(self, objective, **metrics):
         if self.w is not None:

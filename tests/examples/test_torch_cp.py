@@ -289,6 +289,21 @@ def profile_failures(run_dir, profile, grad_mode):
     return fails
 
 
+def collective_mismatches(run_dir):
+    """Per (group, gseq), op/red/count/dtype/purpose/layer equal on every rank and every rank has
+    the same number (the audit's collectives.match in miniature)."""
+    seqs = []
+    for rk in sorted(x for x in os.listdir(run_dir) if x.startswith("rank-")):
+        _, evs = read_trace(os.path.join(run_dir, rk, "events.jsonl.zst"))
+        seqs.append([(e["group"], e["gseq"], e["op"], e["red"], e["count"], e["dtype"], e["purpose"],
+                      e.get("layer")) for e in evs if e["ev"] == "collective"])
+    bad = [f"rank {r}: {len(q)} collectives, rank 0 {len(seqs[0])}" for r, q in enumerate(seqs)
+           if len(q) != len(seqs[0])]
+    for r, q in enumerate(seqs[1:], 1):
+        bad += [f"rank {r} {a} vs rank 0 {b}" for a, b in zip(q, seqs[0]) if a != b]
+    return bad
+
+
 class TorchCPCli(unittest.TestCase):
     """The command line: init, run with a v2 run directory, reference, loss, usage errors."""
 
@@ -394,6 +409,11 @@ class TorchCPCli(unittest.TestCase):
                 jobs.append(job(batch, W, cp=2, out=os.path.join(d, name), run_id=f"run-test-{name}",
                                 run_dir=os.path.join(d, name, "run"), **kw))
             train.launch(2, jobs)
+            os.makedirs(os.path.join(d, "cp4"))
+            train.launch(4, [job(batch, W, cp=4, out=os.path.join(d, "cp4"), run_id="run-test-cp4",
+                                 run_dir=os.path.join(d, "cp4", "run"))])
+            for name in ("ok", "fake", "skipdkv", "det", "cp4"):
+                self.assertEqual(collective_mismatches(os.path.join(d, name, "run")), [], name)
             ref = os.path.join(d, "ref")
             self.assertEqual(self.cli("--mode", "reference", "--weights", w, "--batch", b,
                                       "--out", ref).returncode, 0)
@@ -436,6 +456,7 @@ class TorchCPCli(unittest.TestCase):
                 with open(schema) as f:
                     jsonschema.validate(prof, json.load(f))
             self.assertEqual(profile_failures(os.path.join(ok, "run"), prof, "full"), [])
+            self.assertEqual(profile_failures(os.path.join(d, "cp4", "run"), prof, "full"), [])
             self.assertEqual(profile_failures(os.path.join(d, "det", "run"), prof, "detached"), [])
             self.assertEqual(profile_failures(os.path.join(d, "fake", "run"), prof, "full"), [])
             fails = profile_failures(os.path.join(d, "skipdkv", "run"), prof, "full")
