@@ -304,6 +304,44 @@ def collective_mismatches(run_dir):
     return bad
 
 
+class TorchCPFiles(unittest.TestCase):
+    """adapter.json and profiles/torch-cp.json: schema-valid where the schemas are in the tree, and
+    consistent with the trainer's fault flags and with each other."""
+
+    def load(self, *parts):
+        with open(os.path.join(ROOT, *parts)) as f:
+            return json.load(f)
+
+    def validate(self, doc, schema_file):
+        path = os.path.join(ROOT, "schemas", schema_file)
+        if not os.path.exists(path):
+            return False
+        import jsonschema
+        with open(path) as f:
+            jsonschema.validate(doc, json.load(f))
+        return True
+
+    def test_adapter_and_profile_agree_with_the_trainer(self):
+        ad = self.load("examples", "torch_cp", "adapter.json")
+        prof = self.load("profiles", "torch-cp.json")
+        self.validate(ad, "parity-adapter.schema.json")
+        self.validate(prof, "profile.schema.json")
+        faults = set(train.cp_step.FAULTS)
+        self.assertEqual(set(ad["faults"]["controls"]), faults)
+        self.assertEqual(set(prof["faults"]), faults)
+        self.assertEqual(dict(ad["faults"]["controls"], detached="grad"), prof["controls"])
+        self.assertEqual(ad["profile"], prof["name"])
+        self.assertEqual(prof["phases"], train.evidence.PHASES)
+        self.assertEqual(prof["layer_kinds"], train.evidence.LAYER_KINDS)
+        self.assertEqual(ad["batch"]["vocab"], M.CONFIG["vocab"])
+        self.assertGreaterEqual(ad["batch"]["prompt_len"] - 1, max(ad["cp"]))
+        obj = ad["objective"]
+        self.assertEqual((obj["epsilon"], obj["beta"], obj["temperature"]), (0.2, 0.0, 1.0))
+        args = " ".join(ad["args"])
+        for flag in ("--epsilon 0.2", "--temperature 1.0", "--optimizer adamw", f"--lr {ad['optimizer']['lr']}"):
+            self.assertIn(flag, args)
+
+
 class TorchCPCli(unittest.TestCase):
     """The command line: init, run with a v2 run directory, reference, loss, usage errors."""
 
