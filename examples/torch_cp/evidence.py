@@ -135,7 +135,18 @@ def open_writer(le, run_dir, rank, world, config, profile_path):
                         groups=[le.Group("world", "world", members), le.Group("cp", "cp", members)],
                         phases=PHASES, layer_kinds=LAYER_KINDS,
                         config={k: v for k, v in config.items() if k != "run_id"},
-                        artifacts=None, compress=True)
+                        artifacts=build_artifacts(le, run_dir), compress=True)
+
+
+def build_artifacts(le, run_dir):
+    """What ran: the interpreter, this example's sources and the emitter's (both digested),
+    torch and its native libraries, and the environment that changes the computation:
+    OMP_NUM_THREADS, and TORCH_CP_BUG (a fault compiled in, as a bug in the code would be:
+    the run does not declare it, but its build identity differs from the clean build's)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    emitter = os.path.dirname(os.path.abspath(le.__file__))
+    return le.collect_artifacts(sources=[here, emitter], packages=("torch",),
+                                env=("OMP_NUM_THREADS", "TORCH_CP_BUG"), exclude=(run_dir,))
 
 
 def digest_bytes(tensors):

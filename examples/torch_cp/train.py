@@ -131,7 +131,7 @@ def run_job(comm, job):
     ev = evidence.Evidence(writer)
     W = {n: t.to(dtype).clone().requires_grad_(True) for n, t in job["weights"].items()}
     names = list(W)
-    step = cp_step.Step(W, comm, ev, grad_mode=job["grad_mode"], faults=job["faults"],
+    step = cp_step.Step(W, comm, ev, grad_mode=job["grad_mode"], faults=list(job["faults"]) + hidden_bugs(),
                         epsilon=job["epsilon"], temperature=job["temperature"])
     step.capture(batch["prompt"])
     responses = batch.get("responses")
@@ -184,6 +184,17 @@ def run_job(comm, job):
         if comm.rank == 0:
             le.write_manifest(job["run_dir"])
     return out
+
+
+def hidden_bugs():
+    """TORCH_CP_BUG=FAULT[,FAULT]: faults that act but are not declared in the run's configuration,
+    as a bug in the code would (the fault table of README.md audits such builds). The variable is in
+    the build identity (evidence.build_artifacts): a buggy build never shares the clean one's digest."""
+    bugs = [f for f in os.environ.get("TORCH_CP_BUG", "").split(",") if f and f != "none"]
+    for f in bugs:
+        if f not in cp_step.FAULTS:
+            raise UsageError(f"TORCH_CP_BUG: unknown fault '{f}' (one of {', '.join(cp_step.FAULTS)})")
+    return bugs
 
 
 def run_config(job):
@@ -292,6 +303,7 @@ def parse(argv):
     for f in a.fault:
         if f not in cp_step.FAULTS:
             raise UsageError(f"--fault {f}: unknown (one of {', '.join(cp_step.FAULTS)})")
+    hidden_bugs()                           # a bad TORCH_CP_BUG is a usage error, before any process starts
     if a.group < 1 or a.response_len < 1:
         raise UsageError("--group and --response-len must be at least 1")
     if a.temperature <= 0:
