@@ -4,17 +4,21 @@
  *
  * A rank holds at most two open steps (ls_audit_step_window): step s is
  * closed when an event of step s + 2 arrives, or when the trace ends.
- * Closing a step checks it and discards its keys, keeping only counts and
- * the first few failures with their evidence:
- *  - rank.layers: the layer_end events of the capture (and, in full mode,
- *    prompt_bwd) phase, and of every member below the step's own group
- *    (1 + its largest score/replay member, g_local) in score and replay;
- *    the members the run requires beyond g_local (the recorded group, or
- *    the largest any rank traced) are all missing there, which
+ * Closing a step checks it against the run's profile (audit/profile.h) and
+ * discards its keys, keeping only counts and the first few failures with
+ * their evidence:
+ *  - rank.layers: the layer_end events of the plan's prompt steps (v1:
+ *    capture, and prompt_bwd in full mode), and of every member below the
+ *    step's own group (1 + its largest member in a member step's phase,
+ *    g_local) in the plan's member steps (v1: score, replay); the members
+ *    the run requires beyond g_local (the recorded group, or the largest
+ *    any rank traced) are all missing there, which
  *    ls_audit_steps_layers_rule counts when the ranks are known;
- *  - collectives.composition / collectives.dkv (world > 1): for every
- *    response attention (and, in full mode, prompt backward) layer entry,
- *    the collectives of the same step, phase and layer.
+ *  - collectives.* (world > 1): for every layer entry a requirement of the
+ *    profile names (layer kind, phase, direction, unit), the collectives of
+ *    its purposes in the same step, phase and layer;
+ *  - the per-step requirements (collectives.finalize): which purposes the
+ *    step showed without a layer in their phase (ls_audit_step.step_req).
  * An event of a step already closed (never in a trace the trainer writes)
  * is counted and fails rank.layers: its step was judged without it. */
 /* Evidence and messages are one bounded line each: truncation is intended. */

@@ -1,9 +1,11 @@
 /* rules_cross.c - the cross-rank rules (world > 1): collectives matched like
  * a flight recorder (per group, aligned by gseq: the same op, reduction,
  * count, dtype and purpose on every member; missing ranks named; the first
- * gseq where ranks diverge), the global composition collectives of every
- * response attention layer (level 2), the dQ/dK/dV and finalize reductions
- * and the identical replicated parameter digests (level 3). */
+ * gseq where ranks diverge), the collectives the run's profile requires
+ * (collectives.composition, .dkv, .finalize: per layer entry and per step,
+ * each in a group of the profile's kind; v1: the global composition of every
+ * response attention layer, level 2, the dQ/dK/dV and finalize reductions,
+ * level 3) and the identical replicated parameter digests (level 3). */
 /* Evidence and messages are one bounded line each: truncation is intended. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"

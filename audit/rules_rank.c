@@ -3,14 +3,17 @@
  * layer and member where the phase requires it, one optimizer call per step,
  * rank_complete, no error event.
  *
- * What is required comes from the configuration in the receipts (n_layers,
- * grad_mode, group, steps_requested) and from the run as a whole: the steps
+ * What a step requires is the run's profile's plan (audit/profile.h: each
+ * phase with its unit, layers, directions and conditions), sized by the
+ * configuration in the receipts (n_layers, grad_mode, strategy, group,
+ * steps_requested) and by the run as a whole: the steps
  * are the configuration's steps_requested (a run that stopped early is
  * incomplete), or the most any rank's receipt or trace shows when larger or
  * not recorded; the members of a step are 0 .. G-1, G the configuration's
  * "group", or one more than the largest member any rank traced in that
  * step's response phases when larger or not recorded (not recorded: the
- * rule's message says so); rollout is required when any rank ran it.  The
+ * rule's message says so); a phase whose plan step has the condition ran
+ * (v1: rollout) is required when any rank ran it.  The
  * layer events are checked step by step while the traces stream
  * (rank_steps.c). */
 /* Evidence and messages are one bounded line each: truncation is intended. */
