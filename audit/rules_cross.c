@@ -262,16 +262,32 @@ static unsigned kinds_for(const ls_audit_profile_rule *rl, const char *purpose, 
     return kinds;
 }
 
+/* The group kinds (bits) rule rl accepts, per purpose, phase and with a
+ * layer or not (0: the rule requires no such collective). */
+typedef struct {
+    uint8_t k[LS_AUDIT_MAX_NAMES][LS_AUDIT_NPHASE][2];
+} kinds_table;
+
+static void kinds_fill(const ls_audit_run *run, const ls_audit_profile_rule *rl, kinds_table *t) {
+    memset(t, 0, sizeof *t);
+    for (size_t p = 0; p < run->n_purposes; p++)
+        for (int ph = 0; ph < LS_AUDIT_NPHASE; ph++)
+            for (int l = 0; l < 2; l++) t->k[p][ph][l] = (uint8_t)kinds_for(rl, run->purposes[p], ph, l);
+}
+
 /* A collective the rule requires, in a group of another kind than the
  * profile says (the flight recorder's records: world > 1). */
-static void check_group_kinds(const ls_audit_run *run, ls_audit_rule *rule, const ls_audit_profile_rule *rl,
+static void check_group_kinds(const ls_audit_run *run, ls_audit_rule *rule, const kinds_table *t,
                               const ls_audit_rank *r) {
     uint64_t shown = 0;
     for (size_t k = 0; k < r->n_coll; k++) {
         const ls_audit_coll *c = &r->coll[k];
-        unsigned want = kinds_for(rl, run->purposes[c->purpose], c->phase, c->layer != -2);
+        unsigned want = c->purpose < LS_AUDIT_MAX_NAMES && c->phase < LS_AUDIT_NPHASE
+                            ? t->k[c->purpose][c->phase][c->layer != -2]
+                            : 0;
+        if (want == 0) continue;
         int kind = ls_audit_group_kind_of(run, c->group);
-        if (want == 0 || (kind >= 0 && (want & (1u << kind)))) continue;
+        if (kind >= 0 && (want & (1u << kind))) continue;
         if (shown++ >= 4) continue;
         const char *wk = "?";
         for (int g = 0; g < LS_AUDIT_GROUP_KIND_COUNT; g++)
@@ -311,6 +327,10 @@ static ls_status rules_required(ls_audit_run *run) {
         else if (multi && prof == NULL)
             ls_audit_rule_fail(rule[id], -1, ".", -1, "no profile: %s", run->profile_err);
     }
+    kinds_table *kt = multi && prof != NULL ? malloc(LS_AUDIT_PROFILE_NRULES * sizeof *kt) : NULL;
+    if (multi && prof != NULL && kt == NULL) return LS_ERR_NOMEM;
+    for (int id = 0; kt != NULL && id < LS_AUDIT_PROFILE_NRULES; id++)
+        if (rl[id] != NULL) kinds_fill(run, rl[id], &kt[id]);
     for (uint32_t i = 0; multi && prof != NULL && i < run->world; i++) {
         const ls_audit_rank *r = &run->ranks[i];
         for (int id = 0; id < LS_AUDIT_PROFILE_NRULES; id++) {
@@ -341,9 +361,10 @@ static ls_status rules_required(ls_audit_run *run) {
                     }
                 }
             }
-            check_group_kinds(run, ru, rl[id], r);
+            check_group_kinds(run, ru, &kt[id], r);
         }
     }
+    free(kt);
     for (int id = 0; id < LS_AUDIT_PROFILE_NRULES; id++) ls_audit_rule_close(rule[id]);
     return LS_OK;
 }
