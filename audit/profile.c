@@ -309,6 +309,13 @@ static ls_status parse_faults(pctx *c, const cJSON *o, ls_audit_profile *p) {
         if (p->n_faults == LS_AUDIT_PROFILE_MAX_FAULTS) return bad(c, ptr, "more than %d faults", LS_AUDIT_PROFILE_MAX_FAULTS);
         ls_audit_profile_fault *x = &p->faults[p->n_faults++];
         snprintf(x->name, sizeof x->name, "%s", f->string);
+        if (cJSON_IsNumber(f)) { /* its level alone (schema: an integer 1..4) */
+            x->level = (int)f->valuedouble;
+            char what[sizeof x->what];
+            snprintf(what, sizeof what, "a fault of profile %s, at level %d", p->name, x->level);
+            memcpy(x->what, what, sizeof what);
+            continue;
+        }
         x->level = (int)member(f, "level")->valuedouble; /* schema: an integer 1..4 */
         char w[128];
         snprintf(w, sizeof w, "%s/what", ptr);

@@ -293,6 +293,9 @@ static void nan_level_2(cJSON *d) {
     cJSON_ReplaceItemInObject(cJSON_GetObjectItem(cJSON_GetObjectItem(d, "faults"), "nan-grad"), "level",
                               cJSON_CreateNumber(2));
 }
+static void nan_int(cJSON *d) { /* a fault given by its level alone */
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(d, "faults"), "nan-grad", cJSON_CreateNumber(2));
+}
 static void controls_changed(cJSON *d) {
     cJSON *c = cJSON_GetObjectItem(d, "controls");
     cJSON_ReplaceItemInObject(c, "skip-dkv-reduce", cJSON_CreateString("grad"));
@@ -349,6 +352,10 @@ Test(profile, fault_levels_controls_decisions_are_the_profiles, .init = setup, .
     const ls_audit_rule *f = rule(r, "run.faults");
     cr_expect_eq(f->level, 2, "the profile puts nan-grad at level 2");
     expect_fail(r, "run.faults", "not certified at level 2 or above");
+    ls_audit_free(r);
+    r = audit_golden("h1-nan", edited_profiles("fault-int", nan_int, dir, sizeof dir), NULL);
+    cr_expect_eq(rule(r, "run.faults")->level, 2);
+    expect_fail(r, "run.faults", "fault nan-grad recorded (config \"faults\"): a fault of profile hybrid, at level 2");
     ls_audit_free(r);
     /* the covered run proves level 4 with the shipped profile, not with changed controls */
     r = audit_golden("h2-f64-covered", NULL, GOLDEN "/parity/hybrid.json");
