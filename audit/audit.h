@@ -343,7 +343,7 @@ typedef struct ls_audit_run {
     size_t n_digest_splits;
     int64_t n_run_steps;        /* one past the last step the rules require (receipts and traces): the run's
                                   steps are first_step .. n_run_steps - 1 */
-    /* ---- profile (audit/profile.c): what the run must show ----------------
+    /* ---- profile (audit/rules_profile.c, profile.h): what the run must show -
      * Resolved once (ls_audit_profile_attach: on the first step a trace
      * closes, else at ls_audit_evaluate).  A v1 run is audited against the
      * profile its configuration's "family" names (when no readable
@@ -410,7 +410,8 @@ void ls_audit_load_parity(ls_audit_run *run);
  * ls_audit_steps_advance on every event of step s (closes the steps before
  * s - 1), _layer and _coll for the step's keys, _finish when the trace
  * ends (closes the rest), _close_empty for the run's steps a rank never
- * reached (rules_rank.c), _free. */
+ * reached (rules_rank.c), _free.  _advance and _finish resolve run's
+ * profile first (ls_audit_profile_attach): a step is checked against it. */
 ls_status ls_audit_steps_advance(ls_audit_run *run, ls_audit_rank *r, int64_t step);
 ls_status ls_audit_steps_layer(ls_audit_rank *r, int64_t step, int phase, int64_t member, int64_t layer, int dir,
                                int kind, int64_t seq);
@@ -444,7 +445,7 @@ const ls_audit_rule *ls_audit_find_rule(const ls_audit_run *run, const char *id)
  * same as profiles/hybrid.json's and mla.json's (test_audit_profile checks). */
 int ls_audit_fault_level(const char *name, const char **what);
 
-/* ---- profile (audit/profile.c) --------------------------------------------
+/* ---- profile (audit/rules_profile.c) ---------------------------------------
  * ls_audit_profile_attach: decides v1/v2, names, loads and binds run's
  * profile (once; later calls return the first outcome): LS_OK; for a v1 run
  * LS_ERR_FORMAT when the audit has no usable profile of its family
