@@ -33,6 +33,7 @@
 #include "receipts/trace_event.h"
 #include "receipts/trace_reader.h"
 
+#include "audit/profile.h"   /* ls_audit_profile: what the run must show */
 #include "audit/run_files.h" /* LS_AUDIT_MAX_WORLD: ranks the audit accepts */
 #define LS_AUDIT_MAX_COLL ((size_t)1 << 22) /* collective records kept over all ranks, world > 1 (then fingerprints) */
 #define LS_AUDIT_MAX_LAYER_KEYS ((size_t)1 << 20) /* distinct (phase,member,layer,dir) per rank in one step */
@@ -105,21 +106,22 @@ typedef struct {
 /* A layer_end a closed step lacked (rank.layers evidence). */
 typedef struct {
     int64_t step, member, layer;
-    uint8_t phase, dir;
+    const char *phase;         /* the run's profile's name of it */
+    uint8_t dir;
 } ls_audit_missing;
 
-/* A response layer whose required collectives fell short (collectives.*). */
+/* A layer entry whose required collectives fell short (collectives.*). */
 typedef struct {
     int64_t step, layer, first_seq;
     uint64_t got, want;
-    const char *purpose;       /* static */
-    uint8_t phase, dir, attn;
+    const char *purpose;       /* the run's profile's (run->profile) */
+    const char *label;         /* idem: what the layer is called ("attention") */
+    uint8_t phase, dir;
 } ls_audit_req_fail;
 
 /* What a closed step's required collectives showed, per rule. */
 typedef struct {
-    uint64_t entries;          /* layer entries of the rule's first kind (composition: response attention fwd;
-                                  dkv: response attention bwd) */
+    uint64_t entries;          /* layer entries of the rule's must_appear requirements (the profile's) */
     uint64_t matched, failed;
     ls_audit_req_fail first[4];
     size_t n_first;
@@ -138,6 +140,7 @@ typedef struct {
     uint8_t sft;               /* its (first) step_metrics said objective sft */
     uint8_t metrics_seen;
     uint8_t fin_mask;          /* finalize collectives without a layer: 1 grad_finalize, 2 digest_check */
+    uint8_t step_req;          /* profile: bit k, the profile's k-th per-step purpose was seen (rank_steps.c) */
 } ls_audit_step;
 
 typedef struct {
@@ -172,7 +175,7 @@ typedef struct {
     uint64_t ly_missing;       /* layer_end events missing in closed steps (members < g_local) */
     ls_audit_missing ly_first[3];
     size_t n_ly_first;
-    ls_audit_req req_cmp, req_dkv;
+    ls_audit_req req[LS_AUDIT_PROFILE_NRULES]; /* per rule of the profile (composition, dkv; finalize unused) */
     ls_audit_coll *coll;       /* world > 1 only: the flight recorder's records */
     size_t n_coll, coll_cap;
     uint64_t n_coll_total;     /* including those beyond LS_AUDIT_MAX_COLL */
@@ -256,6 +259,7 @@ typedef struct {
     size_t n_parity_keys;
     const char *parity_path;   /* --parity FILE (NULL: RUN/parity.json when present) */
     bool require_signed;       /* --require-signed: an unsigned or unverified run or report proves nothing */
+    const char *profiles_dir;  /* profile: --profiles DIR (NULL: ls_audit_profile_default_dir()) */
 } ls_audit_options;
 
 struct ls_audit_run;
@@ -356,6 +360,20 @@ typedef struct ls_audit_run {
     int evidence_version;
     const char *profile_name;
     const char *profile_sha256;
+    /* ---- profile (audit/rules_profile.c, profile.h): what the run must show -
+     * Resolved once (ls_audit_profile_attach: on the first step a trace
+     * closes, else at ls_audit_evaluate).  A v1 run is audited against the
+     * profile its configuration's "family" names (when no readable
+     * configuration names one, the first of hybrid, mla whose layer kinds
+     * hold its traces'); a v2 run (a v2 manifest or receipt) against
+     * the one its receipts name (predicate.profile), which rule profile.match
+     * checks. */
+    int profile_state;         /* 0 not resolved yet, 1 profile loaded and bound, -1 none (profile_err) */
+    bool profile_v2;           /* the manifest or a receipt is a v2 predicate */
+    bool profile_inferred;     /* v1 without a recorded family: the profile chosen by the traces' layer kinds */
+    char profile_used[LS_AUDIT_PROFILE_IDENT]; /* the profile's name ("" none) */
+    char profile_err[480];
+    ls_audit_profile profile;  /* names bound to the trace's indices (ls_audit_vocab_index) */
     /* verdicts */
     ls_audit_rule *rules;
     size_t n_rules, rules_cap;
@@ -372,7 +390,9 @@ typedef struct ls_audit_run {
  * borrowed for the life of *out (run_dir is copied). */
 ls_status ls_audit_load(const ls_audit_options *opt, ls_audit_run **out, char *err, size_t errlen);
 
-/* Runs every rule and computes the level.  LS_OK or LS_ERR_NOMEM. */
+/* Runs every rule and computes the level.  LS_OK, LS_ERR_NOMEM, or
+ * LS_ERR_FORMAT when a v1 run's family has no usable profile in the
+ * profile directory (run->profile_err says why; no rule is run). */
 ls_status ls_audit_evaluate(ls_audit_run *run);
 
 /* Frees a run from ls_audit_load and everything it holds (receipts,
@@ -407,13 +427,14 @@ void ls_audit_load_parity(ls_audit_run *run);
  * ls_audit_steps_advance on every event of step s (closes the steps before
  * s - 1), _layer and _coll for the step's keys, _finish when the trace
  * ends (closes the rest), _close_empty for the run's steps a rank never
- * reached (rules_rank.c), _free. */
-ls_status ls_audit_steps_advance(const ls_audit_run *run, ls_audit_rank *r, int64_t step);
+ * reached (rules_rank.c), _free.  _advance and _finish resolve run's
+ * profile first (ls_audit_profile_attach): a step is checked against it. */
+ls_status ls_audit_steps_advance(ls_audit_run *run, ls_audit_rank *r, int64_t step);
 ls_status ls_audit_steps_layer(ls_audit_rank *r, int64_t step, int phase, int64_t member, int64_t layer, int dir,
                                int kind, int64_t seq);
 ls_status ls_audit_steps_coll(ls_audit_rank *r, int64_t step, int phase, int64_t layer, uint16_t purpose,
                               int64_t seq);
-ls_status ls_audit_steps_finish(const ls_audit_run *run, ls_audit_rank *r);
+ls_status ls_audit_steps_finish(ls_audit_run *run, ls_audit_rank *r);
 void ls_audit_steps_close_empty(const ls_audit_run *run, ls_audit_rank *r, int64_t until);
 void ls_audit_steps_free(ls_audit_rank *r);
 /* rank.layers for rank r over the run's S steps, G[s] members required in
@@ -436,8 +457,35 @@ const ls_audit_rule *ls_audit_find_rule(const ls_audit_run *run, const char *id)
 
 /* The lowest evidence level a fault of longstraw-train can touch (1..3; 1
  * for a name the audit does not know); *what (may be NULL) says what it
- * touches (rules_scope.c). */
+ * touches (rules_scope.c).  longstraw-train's table, for the callers that
+ * have no run (the reports, until they call ls_audit_fault_level_of): the
+ * same as profiles/hybrid.json's and mla.json's (test_audit_profile checks). */
 int ls_audit_fault_level(const char *name, const char **what);
+
+/* ---- profile (audit/rules_profile.c) ---------------------------------------
+ * ls_audit_profile_attach: decides v1/v2, names, loads and binds run's
+ * profile (once; later calls return the first outcome): LS_OK; for a v1 run
+ * LS_ERR_FORMAT when the audit has no usable profile of its family
+ * (profile_err says why: the run cannot be scored);
+ * a v2 run's unusable profile is LS_OK with profile_state -1 (profile.match
+ * fails, naming it).  ls_audit_profile_of: the bound profile, NULL when none.
+ * ls_audit_vocab_index: the index the per-rank facts use for the phase
+ * (LS_AUDIT_VOCAB_PHASE: LS_PHASE_*) or layer kind (LS_AUDIT_VOCAB_LAYER_KIND:
+ * ls_trace_layer_kind) named name in run's traces, -1 when they have no such
+ * name (v1: receipts/trace_event.h's enums).  ls_audit_group_kind_of: the
+ * kind (ls_audit_group_kind) of group run->groups[g]: a trace header's
+ * groups[].kind, else for a v1 trace "cp" cp and "world" world; -1 unknown.
+ * ls_audit_fault_level_of: the level run's profile gives a recorded fault and
+ * what it touches (ls_audit_fault_level's contract, from the profile).
+ * ls_audit_rules_profile: rule profile.match (v2 runs only: a v1 run's
+ * reports list no v2 rule). */
+typedef enum { LS_AUDIT_VOCAB_PHASE = 0, LS_AUDIT_VOCAB_LAYER_KIND } ls_audit_vocab;
+ls_status ls_audit_profile_attach(ls_audit_run *run);
+const ls_audit_profile *ls_audit_profile_of(const ls_audit_run *run);
+int ls_audit_vocab_index(const ls_audit_run *run, ls_audit_vocab v, const char *name);
+int ls_audit_group_kind_of(const ls_audit_run *run, uint16_t g);
+int ls_audit_fault_level_of(const ls_audit_run *run, const char *name, const char **what);
+ls_status ls_audit_rules_profile(ls_audit_run *run);
 
 /* Rules (rules.c) and levels (levels.c); called by ls_audit_evaluate. */
 ls_status ls_audit_rules_run(ls_audit_run *run);

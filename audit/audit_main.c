@@ -17,7 +17,7 @@
 static void usage(FILE *f) {
     fputs("usage: longstraw-audit RUN [--require-level N] [--json FILE] [--junit FILE] [--timeline FILE]\n"
           "                       [--html FILE] [--key PUB]... [--parity FILE] [--parity-key PUB]...\n"
-          "                       [--require-signed] [--quiet]\n"
+          "                       [--require-signed] [--profiles DIR] [--quiet]\n"
           "       longstraw-audit diff RUN_A RUN_B\n"
           "Scores the run directory RUN against the evidence levels (docs/design.md section 5):\n"
           "  1 execution capacity, 2 response-operator fidelity, 3 distributed-update consistency,\n"
@@ -36,6 +36,8 @@ static void usage(FILE *f) {
           "  --parity-key PUB   a public key trusted to sign parity reports: the report's envelope\n"
           "                     (FILE.json -> FILE.dsse.json) must verify with one (repeatable)\n"
           "  --require-signed   an unsigned or unverified run or parity report proves nothing: exit 1\n"
+          "  --profiles DIR     the profiles (what a run must show) to audit against [the source tree's\n"
+          "                     profiles/]: a v1 run's is DIR/FAMILY.json, a v2 run's the one it names\n"
           "  --quiet            no summary on stdout\n"
           "  --help             this text\n"
           "Exit: 0 the run proves the required level, 1 it does not, 2 unusable input or bad usage.\n",
@@ -54,6 +56,7 @@ int main(int argc, char **argv) {
         return ls_audit_diff_main(argc - 1, argv + 1);
     }
     const char *run_dir = NULL, *json = NULL, *junit = NULL, *timeline = NULL, *html = NULL, *parity = NULL;
+    const char *profiles = NULL;
     int require = 1, quiet = 0;
     ls_audit_options opt = {0};
     for (int i = 1; i < argc; i++) {
@@ -86,12 +89,13 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--timeline") == 0) slot = &timeline;
         else if (strcmp(a, "--html") == 0) slot = &html;
         else if (strcmp(a, "--parity") == 0) slot = &parity;
+        else if (strcmp(a, "--profiles") == 0) slot = &profiles;
         else if (a[0] == '-' && a[1] != 0) return bad("unknown option '%s'", a);
         else if (run_dir == NULL) {
             run_dir = a;
             continue;
         } else return bad("one run directory only; extra argument '%s'", a);
-        if (i + 1 >= argc || argv[i + 1][0] == 0) return bad("%s needs a file", a);
+        if (i + 1 >= argc || argv[i + 1][0] == 0) return bad(slot == &profiles ? "%s needs a directory" : "%s needs a file", a);
         if (*slot != NULL) return bad("%s given twice", a);
         *slot = argv[++i];
     }
@@ -99,6 +103,7 @@ int main(int argc, char **argv) {
     char err[512] = "";
     opt.run_dir = run_dir;
     opt.parity_path = parity;
+    opt.profiles_dir = profiles;
     ls_audit_run *run = NULL;
     ls_status st = ls_audit_load(&opt, &run, err, sizeof err);
     if (st != LS_OK) {
@@ -107,8 +112,13 @@ int main(int argc, char **argv) {
     }
     int rc = 2;
     cJSON *doc = NULL;
-    if (ls_audit_evaluate(run) != LS_OK) {
+    st = ls_audit_evaluate(run);
+    if (st == LS_ERR_NOMEM) {
         fprintf(stderr, "longstraw-audit: %s: out of memory while evaluating\n", run_dir);
+        goto cleanup;
+    } else if (st != LS_OK) {
+        fprintf(stderr, "longstraw-audit: unusable input: %s: no profile to audit it against: %s\n", run_dir,
+                run->profile_err);
         goto cleanup;
     }
     if (!quiet) ls_audit_report_text(run, stdout);

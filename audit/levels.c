@@ -2,11 +2,12 @@
  *
  * Levels 2-4 need a parity report (schemas/parity.schema.json, written by
  * longstraw-parity) naming the run's build digest and family, whose negative
- * controls all failed their comparisons (parity.controls): level 2 passing
+ * controls (the run's profile lists them) all failed their comparisons
+ * (parity.controls): level 2 passing
  * "logprob" checks for the run's world and dtype and passing "ref_logprob"
  * checks (the independent forward), level 3 "cp_grad" and "cp_params",
  * level 4 `full` gradient mode and "grad" for the run's world and dtype,
- * and, for a family whose forward decides (mla: DSA top-k, MoE routing),
+ * and, for a profile whose forward decides (mla: DSA top-k, MoE routing),
  * passing "decisions" checks (level 2: no comparison spans a near-tie),
  * "fd_grad" (finite differences) and "ref_loss".  A level holds when every applicable rule
  * of it passes and the level below holds. */
@@ -71,15 +72,9 @@ static void parity_kind(ls_audit_run *run, ls_audit_rule *r, const char *kind, b
     }
 }
 
-/* The faults whose runs a valid report shows failing their comparison, per
- * family: the original work's gaps (mla: each rank's own DSA top-k instead
- * of the global one, the skipped finalize, the detached prompt state). */
-static const char *const CONTROLS_HYBRID[] = {"cp-local-attention", "skip-dkv-reduce", "skip-grad-finalize",
-                                              "detached", NULL};
-static const char *const CONTROLS_MLA[] = {"cp-local-dsa", "skip-grad-finalize", "detached", NULL};
-
-/* A report whose controls did not fail is no evidence: every control of
- * CONTROLS present, every control in it detected. */
+/* A report whose controls did not fail is no evidence: every control the
+ * run's profile lists present, each failing the kind of check the profile
+ * says it breaks, every control in the report detected. */
 static bool parity_controls(ls_audit_run *run, ls_audit_rule *r) {
     const char *pf = run->parity_file[0] ? run->parity_file : "parity.json";
     const cJSON *controls = cJSON_GetObjectItemCaseSensitive(run->parity, "controls"), *c;
@@ -96,17 +91,27 @@ static bool parity_controls(ls_audit_run *run, ls_audit_rule *r) {
             ok = false;
         }
     }
-    const char *fam = str_of(run->parity, "family");
-    const char *const *want = fam && strcmp(fam, "mla") == 0 ? CONTROLS_MLA : CONTROLS_HYBRID;
-    for (size_t i = 0; want[i] != NULL; i++) {
+    const ls_audit_profile *prof = ls_audit_profile_of(run);
+    if (prof == NULL) {
+        ls_audit_rule_fail(r, -1, pf, -1, "no profile to name the controls: %s", run->profile_err);
+        return false;
+    }
+    for (size_t i = 0; i < ls_audit_profile_n_controls(prof); i++) {
+        const ls_audit_profile_control *want = ls_audit_profile_control_at(prof, i);
         bool seen = false;
         cJSON_ArrayForEach(c, controls) {
-            const char *f = str_of(c, "fault");
-            if (f && strcmp(f, want[i]) == 0) seen = true;
+            const char *f = str_of(c, "fault"), *b = str_of(c, "breaks");
+            if (f == NULL || strcmp(f, want->name) != 0) continue;
+            seen = true;
+            if (b != NULL && strcmp(b, want->breaks) != 0) {
+                ls_audit_rule_fail(r, -1, pf, -1, "control %s breaks %s, profile %s says it must fail %s", f, b,
+                                   prof->name, want->breaks);
+                ok = false;
+            }
         }
         if (!seen) {
             ls_audit_rule_fail(r, -1, pf, -1, "the parity report has no %s control (a negative control that must fail)",
-                               want[i]);
+                               want->name);
             ok = false;
         }
     }
@@ -209,14 +214,15 @@ ls_status ls_audit_levels_run(ls_audit_run *run) {
 
     /* a comparison across a near-tie proves nothing: the report must show every discrete decision of its
      * fixtures clear of the composition noise (longstraw-parity's "decisions" checks, any dtype) */
-    const char *rfam = run->config ? str_of(run->config, "family") : NULL;
-    bool decides = rfam == NULL || strcmp(rfam, "hybrid") != 0;
+    const ls_audit_profile *prof = ls_audit_profile_of(run);
+    /* the profile says whether the forward decides; a run that names no family (its profile inferred) may */
+    bool decides = prof == NULL || run->profile_inferred || ls_audit_profile_decisions(prof);
     ADD(pd, "parity.decisions", 2,
         "parity: every discrete decision of the fixtures (DSA top-k, MoE routing) clears the composition noise",
         decides);
     if (decides) parity_kind(run, pd, "decisions", false, usable);
-    else snprintf(pd->message, sizeof pd->message, "not applicable: the hybrid family makes no discrete decision "
-                  "(no top-k, no routing)");
+    else snprintf(pd->message, sizeof pd->message, "not applicable: the %s family makes no discrete decision "
+                  "(no top-k, no routing)", prof->name);
     ls_audit_rule_close(pd);
     ADD(pl, "parity.logprob", 2, "parity: CP-N response log-probs equal the single-rank reference", true);
     parity_kind(run, pl, "logprob", true, usable);

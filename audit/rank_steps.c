@@ -4,17 +4,21 @@
  *
  * A rank holds at most two open steps (ls_audit_step_window): step s is
  * closed when an event of step s + 2 arrives, or when the trace ends.
- * Closing a step checks it and discards its keys, keeping only counts and
- * the first few failures with their evidence:
- *  - rank.layers: the layer_end events of the capture (and, in full mode,
- *    prompt_bwd) phase, and of every member below the step's own group
- *    (1 + its largest score/replay member, g_local) in score and replay;
- *    the members the run requires beyond g_local (the recorded group, or
- *    the largest any rank traced) are all missing there, which
+ * Closing a step checks it against the run's profile (audit/profile.h) and
+ * discards its keys, keeping only counts and the first few failures with
+ * their evidence:
+ *  - rank.layers: the layer_end events of the plan's prompt steps (v1:
+ *    capture, and prompt_bwd in full mode), and of every member below the
+ *    step's own group (1 + its largest member in a member step's phase,
+ *    g_local) in the plan's member steps (v1: score, replay); the members
+ *    the run requires beyond g_local (the recorded group, or the largest
+ *    any rank traced) are all missing there, which
  *    ls_audit_steps_layers_rule counts when the ranks are known;
- *  - collectives.composition / collectives.dkv (world > 1): for every
- *    response attention (and, in full mode, prompt backward) layer entry,
- *    the collectives of the same step, phase and layer.
+ *  - collectives.* (world > 1): for every layer entry a requirement of the
+ *    profile names (layer kind, phase, direction, unit), the collectives of
+ *    its purposes in the same step, phase and layer;
+ *  - the per-step requirements (collectives.finalize): which purposes the
+ *    step showed without a layer in their phase (ls_audit_step.step_req).
  * An event of a step already closed (never in a trace the trainer writes)
  * is counted and fails rank.layers: its step was judged without it. */
 /* Evidence and messages are one bounded line each: truncation is intended. */
@@ -203,6 +207,14 @@ ls_status ls_audit_steps_coll(ls_audit_rank *r, int64_t step, int phase, int64_t
 
 /* ---- rank.layers: the expected keys of a step, in the rule's order ------- */
 
+/* The step plan is the profile's (audit/profile.h): a step of unit prompt
+ * shows its layers once (member -1), a step of unit member once per member,
+ * each where its conditions hold for the step (the run's grad_mode and
+ * strategy, the step's objective and prompt state). */
+static bool holds(const ls_audit_run *run, unsigned when, bool sft, bool frozen) {
+    return ls_audit_profile_when(when, run->full_mode, run->naive, sft, frozen, false);
+}
+
 typedef struct {
     const ls_audit_step_window *w; /* NULL: every key missing */
     ls_audit_missing *out;
@@ -211,78 +223,101 @@ typedef struct {
 } walk_ctx;
 
 /* false: stop the walk */
-static bool visit(walk_ctx *c, int64_t step, int phase, int64_t member, int64_t layer, int dir) {
-    if (lk_find(c->w, phase, member, layer, dir) != NULL) return true;
-    c->out[(*c->n)++] = (ls_audit_missing){.step = step, .member = member, .layer = layer, .phase = (uint8_t)phase,
+static bool visit(walk_ctx *c, int64_t step, const ls_audit_profile_step *st, int64_t member, int64_t layer,
+                  int dir) {
+    if (lk_find(c->w, st->phase_ix, member, layer, dir) != NULL) return true;
+    c->out[(*c->n)++] = (ls_audit_missing){.step = step, .member = member, .layer = layer, .phase = st->phase,
                                            .dir = (uint8_t)dir};
     return *c->n < c->cap && --c->left > 0;
 }
 
-/* The prompt part a step has: its capture (not in a prefix_frozen step,
- * which reuses an earlier one) and, in full mode, its prompt backward (not
- * in the naive strategy, whose members each run the whole sequence). */
-enum { PROMPT_CAPTURE = 1, PROMPT_BWD = 2 };
-static unsigned prompt_part(const ls_audit_run *run, bool frozen) {
-    if (frozen) return 0;
-    return PROMPT_CAPTURE | (run->full_mode && !run->naive ? PROMPT_BWD : 0);
+/* Whether plan step st is of unit u and required in a step (sft, frozen). */
+static bool step_required(const ls_audit_run *run, const ls_audit_profile_step *st, ls_audit_unit u, bool sft,
+                          bool frozen) {
+    return st->unit == u && holds(run, st->when, sft, frozen);
 }
 
-/* Walks the expected keys of step: the prompt part (the PROMPT_* bits of
- * prompt), then members m0 .. m1 - 1; records missing ones until c is full
- * or c->left are found. */
-static void walk(const ls_audit_run *run, walk_ctx *c, int64_t step, bool sft, unsigned prompt, int64_t m0,
+/* false: stop the walk */
+static bool visit_dirs(walk_ctx *c, int64_t step, const ls_audit_profile_step *st, int64_t member, int64_t l) {
+    if ((st->dirs & LS_AUDIT_DIRS_FWD) && !visit(c, step, st, member, l, LS_TRACE_DIR_FWD)) return false;
+    if ((st->dirs & LS_AUDIT_DIRS_BWD) && !visit(c, step, st, member, l, LS_TRACE_DIR_BWD)) return false;
+    return true;
+}
+
+/* Walks the expected keys of step: the prompt steps (when prompt), each
+ * over its layers, then members m0 .. m1 - 1, each layer, the member steps;
+ * records missing ones until c is full or c->left are found. */
+static void walk(const ls_audit_run *run, walk_ctx *c, int64_t step, bool sft, bool frozen, bool prompt, int64_t m0,
                  int64_t m1) {
+    const ls_audit_profile *p = ls_audit_profile_of(run);
     int64_t L = run->n_layers;
-    if (*c->n >= c->cap || c->left == 0) return;
-    if (prompt & PROMPT_CAPTURE)
-        for (int64_t l = -1; l < L; l++)
-            if (!visit(c, step, LS_PHASE_CAPTURE, -1, l, LS_TRACE_DIR_FWD)) return;
-    if (prompt & PROMPT_BWD)
-        for (int64_t l = -1; l < L; l++)
-            if (!visit(c, step, LS_PHASE_PROMPT_BWD, -1, l, LS_TRACE_DIR_BWD)) return;
+    if (p == NULL || *c->n >= c->cap || c->left == 0) return;
+    for (size_t i = 0; prompt && i < p->n_steps; i++) {
+        const ls_audit_profile_step *st = &p->steps[i];
+        if (!step_required(run, st, LS_AUDIT_UNIT_PROMPT, sft, frozen)) continue;
+        for (int64_t l = -1; l <= L; l++)
+            if (ls_audit_profile_layer_in(st->layers, l, L) && !visit_dirs(c, step, st, -1, l)) return;
+    }
     for (int64_t m = m0; m < m1; m++)
-        for (int64_t l = -1; l <= L; l++) {
-            if (!sft && !visit(c, step, LS_PHASE_SCORE, m, l, LS_TRACE_DIR_FWD)) return;
-            if (!visit(c, step, LS_PHASE_REPLAY, m, l, LS_TRACE_DIR_FWD)) return;
-            if (!visit(c, step, LS_PHASE_REPLAY, m, l, LS_TRACE_DIR_BWD)) return;
-        }
+        for (int64_t l = -1; l <= L; l++)
+            for (size_t i = 0; i < p->n_steps; i++) {
+                const ls_audit_profile_step *st = &p->steps[i];
+                if (step_required(run, st, LS_AUDIT_UNIT_MEMBER, sft, frozen) &&
+                    ls_audit_profile_layer_in(st->layers, l, L) && !visit_dirs(c, step, st, m, l))
+                    return;
+            }
 }
 
-static uint64_t per_member(const ls_audit_run *run, bool sft) { return (uint64_t)(run->n_layers + 2) * (sft ? 2u : 3u); }
+/* The layer keys of the steps of unit u a step requires. */
+static uint64_t unit_keys(const ls_audit_run *run, ls_audit_unit u, bool sft, bool frozen) {
+    const ls_audit_profile *p = ls_audit_profile_of(run);
+    uint64_t n = 0;
+    if (p == NULL) return 0;
+    for (size_t i = 0; i < p->n_steps; i++)
+        if (step_required(run, &p->steps[i], u, sft, frozen))
+            n += ls_audit_profile_layer_keys(p->steps[i].layers, p->steps[i].dirs, run->n_layers);
+    return n;
+}
 
-static uint64_t prompt_keys(const ls_audit_run *run, unsigned prompt) {
-    return (uint64_t)(run->n_layers + 1) * ((prompt & PROMPT_CAPTURE ? 1u : 0u) + (prompt & PROMPT_BWD ? 1u : 0u));
+/* Whether key k is one a step of unit u requires. */
+static bool required_key(const ls_audit_run *run, const ls_audit_layer_key *k, ls_audit_unit u, bool sft, bool frozen) {
+    const ls_audit_profile *p = ls_audit_profile_of(run);
+    unsigned dbit = k->dir == LS_TRACE_DIR_FWD ? LS_AUDIT_DIRS_FWD : LS_AUDIT_DIRS_BWD;
+    for (size_t i = 0; i < p->n_steps; i++) {
+        const ls_audit_profile_step *st = &p->steps[i];
+        if (step_required(run, st, u, sft, frozen) && st->phase_ix == k->phase && (st->dirs & dbit) &&
+            ls_audit_profile_layer_in(st->layers, k->layer, run->n_layers))
+            return true;
+    }
+    return false;
 }
 
 static void check_layers(const ls_audit_run *run, ls_audit_rank *r, int64_t s, const ls_audit_step_window *w,
                          int64_t gl, bool sft, bool frozen) {
-    int64_t L = run->n_layers;
-    unsigned pp = prompt_part(run, frozen);
-    uint64_t expected = prompt_keys(run, pp) + (uint64_t)gl * per_member(run, sft), present = 0;
+    if (ls_audit_profile_of(run) == NULL) return; /* rank.layers names the missing profile */
+    uint64_t expected = unit_keys(run, LS_AUDIT_UNIT_PROMPT, sft, frozen) +
+                        (uint64_t)gl * unit_keys(run, LS_AUDIT_UNIT_MEMBER, sft, frozen),
+             present = 0;
     for (size_t i = 0; w != NULL && i < w->lk_cap; i++) {
         const ls_audit_layer_key *k = &w->lk[i];
         if (!k->used) continue;
-        bool prompt = k->member == -1 && k->layer >= -1 && k->layer < L &&
-                      (((pp & PROMPT_CAPTURE) && k->phase == LS_PHASE_CAPTURE && k->dir == LS_TRACE_DIR_FWD) ||
-                       ((pp & PROMPT_BWD) && k->phase == LS_PHASE_PROMPT_BWD && k->dir == LS_TRACE_DIR_BWD));
-        bool member = k->member >= 0 && k->member < gl && k->layer >= -1 && k->layer <= L &&
-                      ((!sft && k->phase == LS_PHASE_SCORE && k->dir == LS_TRACE_DIR_FWD) ||
-                       k->phase == LS_PHASE_REPLAY);
+        bool prompt = k->member == -1 && required_key(run, k, LS_AUDIT_UNIT_PROMPT, sft, frozen);
+        bool member = k->member >= 0 && k->member < gl && required_key(run, k, LS_AUDIT_UNIT_MEMBER, sft, frozen);
         present += prompt || member;
     }
     uint64_t missing = expected - present;
     r->ly_missing += missing;
     if (missing == 0 || r->n_ly_first >= 3) return;
     walk_ctx c = {.w = w, .out = r->ly_first, .n = &r->n_ly_first, .cap = 3, .left = missing};
-    walk(run, &c, s, sft, pp, 0, gl);
+    walk(run, &c, s, sft, frozen, true, 0, gl);
 }
 
-/* ---- collectives.composition / .dkv: a step's response layer entries ----- */
+/* ---- collectives.*: a step's layer entries and per-step collectives ------ */
 
 typedef struct {
     int64_t layer, first_seq;
     uint64_t count;
-    uint8_t phase, dir, attn, mla; /* attn: attention of either family; mla: an mla layer */
+    uint8_t phase, dir, kind, prompt; /* prompt: member -1 */
 } layer_entry;
 
 static int entry_cmp(const void *a, const void *b) {
@@ -290,7 +325,8 @@ static int entry_cmp(const void *a, const void *b) {
     if (x->phase != y->phase) return x->phase < y->phase ? -1 : 1;
     if (x->layer != y->layer) return x->layer < y->layer ? -1 : 1;
     if (x->dir != y->dir) return x->dir < y->dir ? -1 : 1;
-    return (x->attn > y->attn) - (x->attn < y->attn);
+    if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
+    return (x->prompt > y->prompt) - (x->prompt < y->prompt);
 }
 
 static int purpose_index(const ls_audit_run *run, const char *name) {
@@ -299,42 +335,57 @@ static int purpose_index(const ls_audit_run *run, const char *name) {
     return -1;
 }
 
+static bool in_ix(const int *ix, size_t n, int v) {
+    for (size_t i = 0; i < n; i++)
+        if (ix[i] >= 0 && ix[i] == v) return true;
+    return false;
+}
+
+/* Whether layer entry e is one requirement q speaks of. */
+static bool entry_matches(const ls_audit_profile_layer_req *q, const layer_entry *e) {
+    unsigned dbit = e->dir == LS_TRACE_DIR_FWD ? LS_AUDIT_DIRS_FWD : LS_AUDIT_DIRS_BWD;
+    if (q->dir != dbit || !in_ix(q->kind_ix, q->n_kinds, e->kind) || !in_ix(q->phase_ix, q->n_phases, e->phase))
+        return false;
+    return q->unit == LS_AUDIT_UNIT_NONE || (q->unit == LS_AUDIT_UNIT_PROMPT) == (e->prompt != 0);
+}
+
 static void require(const ls_audit_run *run, ls_audit_req *q, const ls_audit_step_window *w, int64_t s,
-                    const layer_entry *e, const char *const *purposes, size_t np, bool per_event) {
-    for (size_t p = 0; p < np; p++) {
+                    const layer_entry *e, const ls_audit_profile_layer_req *rq) {
+    for (size_t p = 0; p < rq->n_purposes; p++) {
         q->matched++;
-        uint64_t want = per_event ? e->count : 1;
-        uint64_t got = cc_get(w, e->phase, e->layer, purpose_index(run, purposes[p]));
+        uint64_t want = rq->per_event ? e->count : 1;
+        uint64_t got = cc_get(w, e->phase, e->layer, purpose_index(run, rq->purposes[p]));
         if (got >= want) continue;
         if (q->failed++ < 4)
             q->first[q->n_first++] = (ls_audit_req_fail){.step = s, .layer = e->layer, .first_seq = e->first_seq,
-                                                         .got = got, .want = want, .purpose = purposes[p],
-                                                         .phase = e->phase, .dir = e->dir, .attn = e->attn};
+                                                         .got = got, .want = want, .purpose = rq->purposes[p],
+                                                         .label = rq->label, .phase = e->phase, .dir = e->dir};
     }
 }
 
+/* Whether a layer of kind is one some layer requirement names. */
+static bool kind_required(const ls_audit_profile *p, int kind) {
+    for (int id = 0; id < LS_AUDIT_PROFILE_NRULES; id++)
+        for (size_t k = 0; k < p->rules[id].n_layers; k++)
+            if (in_ix(p->rules[id].layers[k].kind_ix, p->rules[id].layers[k].n_kinds, kind)) return true;
+    return false;
+}
+
 static ls_status check_collectives(const ls_audit_run *run, ls_audit_rank *r, int64_t s,
-                                   const ls_audit_step_window *w) {
-    static const char *const merge[] = {"lse_max", "lse_sum", "out_sum"};
-    /* an mla layer first selects its DSA candidates globally: the ranks' local top-k gathered */
-    static const char *const merge_mla[] = {"dsa_topk_gather", "lse_max", "lse_sum", "out_sum"};
-    static const char *const back[] = {"dq_sum", "dkv_sum"};
-    static const char *const ring[] = {"dkv_ring"};
-    static const char *const chain[] = {"state_grad_handoff"};
-    if (w->lk_used == 0) return LS_OK;
+                                   const ls_audit_step_window *w, bool sft, bool frozen) {
+    const ls_audit_profile *p = ls_audit_profile_of(run);
+    if (w->lk_used == 0 || p == NULL) return LS_OK;
     layer_entry *e = malloc(w->lk_used * sizeof *e);
     if (e == NULL) return LS_ERR_NOMEM;
     size_t n = 0;
     for (size_t i = 0; i < w->lk_cap; i++) {
         const ls_audit_layer_key *k = &w->lk[i];
-        if (!k->used) continue;
-        bool attn = k->kind == LS_TRACE_LAYER_ATTN || k->kind == LS_TRACE_LAYER_MLA;
-        if (!attn && k->kind != LS_TRACE_LAYER_GDN) continue;
+        if (!k->used || !kind_required(p, k->kind)) continue;
         e[n++] = (layer_entry){.layer = k->layer, .first_seq = k->first_seq, .count = k->count, .phase = k->phase,
-                               .dir = k->dir, .attn = attn, .mla = k->kind == LS_TRACE_LAYER_MLA};
+                               .dir = k->dir, .kind = k->kind, .prompt = k->member < 0};
     }
     qsort(e, n, sizeof *e, entry_cmp);
-    size_t m = 0; /* merge the members of one (phase, layer, dir, attn) */
+    size_t m = 0; /* merge the members of one (phase, layer, dir, kind, unit) */
     for (size_t i = 0; i < n; i++) {
         if (m > 0 && entry_cmp(&e[m - 1], &e[i]) == 0) {
             e[m - 1].count += e[i].count;
@@ -343,22 +394,34 @@ static ls_status check_collectives(const ls_audit_run *run, ls_audit_rank *r, in
             e[m++] = e[i];
         }
     }
-    for (size_t i = 0; i < m; i++) {
-        const layer_entry *x = &e[i];
-        if (x->attn && x->dir == LS_TRACE_DIR_FWD && (x->phase == LS_PHASE_SCORE || x->phase == LS_PHASE_REPLAY)) {
-            r->req_cmp.entries++;
-            if (x->mla) require(run, &r->req_cmp, w, s, x, merge_mla, 4, true);
-            else require(run, &r->req_cmp, w, s, x, merge, 3, true);
+    for (size_t i = 0; i < m; i++)
+        for (int id = 0; id < LS_AUDIT_PROFILE_NRULES; id++) {
+            const ls_audit_profile_rule *rl = &p->rules[id];
+            bool counted = false;
+            for (size_t k = 0; k < rl->n_layers; k++) {
+                const ls_audit_profile_layer_req *q = &rl->layers[k];
+                if (!entry_matches(q, &e[i]) || !holds(run, q->when, sft, frozen)) continue;
+                if (q->must_appear && !counted) r->req[id].entries++;
+                counted = counted || q->must_appear;
+                require(run, &r->req[id], w, s, &e[i], q);
+            }
         }
-        if (x->attn && x->dir == LS_TRACE_DIR_BWD && x->phase == LS_PHASE_REPLAY) {
-            r->req_dkv.entries++;
-            require(run, &r->req_dkv, w, s, x, back, 2, true);
-        }
-        if (run->full_mode && x->phase == LS_PHASE_PROMPT_BWD && x->dir == LS_TRACE_DIR_BWD)
-            require(run, &r->req_dkv, w, s, x, x->attn ? ring : chain, 1, false);
-    }
     free(e);
     return LS_OK;
+}
+
+/* The per-step purposes the step showed: bit k of sf->step_req, the
+ * profile's k-th (a collective without a layer in the requirement's phase). */
+static void check_step_collectives(const ls_audit_run *run, const ls_audit_step_window *w, ls_audit_step *sf) {
+    const ls_audit_profile *p = ls_audit_profile_of(run);
+    if (p == NULL || w == NULL || sf == NULL) return;
+    for (int id = 0; id < LS_AUDIT_PROFILE_NRULES; id++)
+        for (size_t k = 0; k < p->rules[id].n_steps; k++) {
+            const ls_audit_profile_step_req *q = &p->rules[id].steps[k];
+            for (size_t j = 0; j < q->n_purposes; j++)
+                if (q->phase_ix >= 0 && cc_get(w, q->phase_ix, -2, purpose_index(run, q->purposes[j])) > 0)
+                    sf->step_req |= (uint8_t)(1u << (q->bit0 + j));
+        }
 }
 
 /* ---- closing ------------------------------------------------------------- */
@@ -375,29 +438,35 @@ static ls_status close_step(const ls_audit_run *run, ls_audit_rank *r, int64_t s
     for (int i = 0; i < 2; i++)
         if (r->win[i].step == s) w = &r->win[i];
     ls_audit_step *sf = s >= 0 && (size_t)s < r->steps_cap ? &r->steps[s] : NULL;
-    int64_t gl = 0;
-    for (size_t i = 0; w != NULL && i < w->lk_cap; i++) {
+    int64_t gl = 0; /* 1 + the largest member of a member step's phase (any of the plan's, held or not) */
+    const ls_audit_profile *p = ls_audit_profile_of(run);
+    for (size_t i = 0; w != NULL && p != NULL && i < w->lk_cap; i++) {
         const ls_audit_layer_key *k = &w->lk[i];
-        if (k->used && (k->phase == LS_PHASE_SCORE || k->phase == LS_PHASE_REPLAY) && k->member + 1 > gl)
-            gl = k->member + 1;
+        if (!k->used || k->member + 1 <= gl) continue;
+        for (size_t j = 0; j < p->n_steps; j++)
+            if (p->steps[j].unit == LS_AUDIT_UNIT_MEMBER && p->steps[j].phase_ix == k->phase) gl = k->member + 1;
     }
     if (sf != NULL) sf->g_local = (int32_t)gl;
+    bool sft = sf != NULL && sf->sft, frozen = sf != NULL && sf->prefix_frozen;
     ls_status st = LS_OK;
-    if (ls_audit_have_layers(run)) check_layers(run, r, s, w, gl, sf != NULL && sf->sft, sf != NULL && sf->prefix_frozen);
-    if (w != NULL && run->world > 1) st = check_collectives(run, r, s, w);
+    if (ls_audit_have_layers(run)) check_layers(run, r, s, w, gl, sft, frozen);
+    check_step_collectives(run, w, sf);
+    if (w != NULL && run->world > 1) st = check_collectives(run, r, s, w, sft, frozen);
     if (w != NULL) window_clear(w);
     r->steps_closed = s + 1;
     return st;
 }
 
-ls_status ls_audit_steps_advance(const ls_audit_run *run, ls_audit_rank *r, int64_t step) {
+ls_status ls_audit_steps_advance(ls_audit_run *run, ls_audit_rank *r, int64_t step) {
     ls_status st = LS_OK;
+    if (r->steps_closed < step - 1) (void)ls_audit_profile_attach(run); /* a v1 run without one: evaluate says so */
     while (st == LS_OK && r->steps_closed < step - 1) st = close_step(run, r, r->steps_closed);
     return st;
 }
 
-ls_status ls_audit_steps_finish(const ls_audit_run *run, ls_audit_rank *r) {
+ls_status ls_audit_steps_finish(ls_audit_run *run, ls_audit_rank *r) {
     ls_status st = LS_OK;
+    (void)ls_audit_profile_attach(run);
     while (st == LS_OK && r->steps_closed < r->n_steps_seen) st = close_step(run, r, r->steps_closed);
     return st;
 }
@@ -420,7 +489,7 @@ void ls_audit_steps_free(ls_audit_rank *r) {
 static void emit_missing(ls_audit_rule *rule, const ls_audit_rank *r, const ls_audit_missing *m) {
     ls_audit_rule_fail(rule, r->rank, r->trace_file, -1,
                        "step %lld %s: no %s layer_end for member %lld, layer %lld (last event seq %lld: %s)",
-                       (long long)m->step, ls_audit_phase_name(m->phase), m->dir == LS_TRACE_DIR_FWD ? "fwd" : "bwd",
+                       (long long)m->step, m->phase, m->dir == LS_TRACE_DIR_FWD ? "fwd" : "bwd",
                        (long long)m->member, (long long)m->layer, (long long)r->last_seq, r->last_ev);
 }
 
@@ -431,10 +500,10 @@ uint64_t ls_audit_steps_layers_rule(const ls_audit_run *run, ls_audit_rule *rule
     size_t k = 0;
     for (int64_t s = run->first_step; s < S; s++) {
         const ls_audit_step *sf = ls_audit_step_of(r, s);
-        bool sft = sf != NULL && sf->sft;
+        bool sft = sf != NULL && sf->sft, frozen = sf != NULL && sf->prefix_frozen;
         int64_t gl = sf != NULL ? sf->g_local : 0;
-        rule->matched += prompt_keys(run, prompt_part(run, sf != NULL && sf->prefix_frozen)) +
-                         (uint64_t)G[s] * per_member(run, sft);
+        uint64_t per_member = unit_keys(run, LS_AUDIT_UNIT_MEMBER, sft, frozen);
+        rule->matched += unit_keys(run, LS_AUDIT_UNIT_PROMPT, sft, frozen) + (uint64_t)G[s] * per_member;
         for (; k < r->n_ly_first && r->ly_first[k].step == s; k++)
             if (shown++ < 3) emit_missing(rule, r, &r->ly_first[k]);
         if (G[s] == 0 && !sft) {
@@ -444,13 +513,13 @@ uint64_t ls_audit_steps_layers_rule(const ls_audit_run *run, ls_audit_rule *rule
             continue;
         }
         if (G[s] <= gl) continue;
-        uint64_t extra = (uint64_t)(G[s] - gl) * per_member(run, sft);
+        uint64_t extra = (uint64_t)(G[s] - gl) * per_member;
         missing += extra;
         if (shown >= 3) continue;
         ls_audit_missing tmp[3];
         size_t n = 0;
         walk_ctx c = {.w = NULL, .out = tmp, .n = &n, .cap = (size_t)(3 - shown), .left = extra};
-        walk(run, &c, s, sft, 0, gl, G[s]);
+        walk(run, &c, s, sft, frozen, false, gl, G[s]);
         for (size_t i = 0; i < n; i++) emit_missing(rule, r, &tmp[i]);
         shown += n;
     }

@@ -255,7 +255,10 @@ static ls_status rules_memory(ls_audit_run *run) {
 
 ls_status ls_audit_rules_run(ls_audit_run *run) {
     run->n_rules = 0;
-    ls_status st = rules_files(run);
+    ls_status st = ls_audit_profile_attach(run); /* a v1 run whose family has no usable profile cannot be scored */
+    if (st != LS_OK) return st;
+    st = rules_files(run);
+    if (st == LS_OK) st = ls_audit_rules_profile(run); /* v2 only */
     if (st == LS_OK) st = rules_traces(run);
     if (st == LS_OK) st = ls_audit_rules_rank(run);
     if (st == LS_OK) st = rules_memory(run);

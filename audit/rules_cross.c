@@ -1,9 +1,11 @@
 /* rules_cross.c - the cross-rank rules (world > 1): collectives matched like
  * a flight recorder (per group, aligned by gseq: the same op, reduction,
  * count, dtype and purpose on every member; missing ranks named; the first
- * gseq where ranks diverge), the global composition collectives of every
- * response attention layer (level 2), the dQ/dK/dV and finalize reductions
- * and the identical replicated parameter digests (level 3). */
+ * gseq where ranks diverge), the collectives the run's profile requires
+ * (collectives.composition, .dkv, .finalize: per layer entry and per step,
+ * each in a group of the profile's kind; v1: the global composition of every
+ * response attention layer, level 2, the dQ/dK/dV and finalize reductions,
+ * level 3) and the identical replicated parameter digests (level 3). */
 /* Evidence and messages are one bounded line each: truncation is intended. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"
@@ -234,58 +236,136 @@ static void emit_req(ls_audit_rule *rule, const ls_audit_rank *r, const ls_audit
         if ((*shown)++ < 4)
             ls_audit_rule_fail(rule, r->rank, r->trace_file, e->first_seq,
                                "step %lld %s layer %lld (%s %s): %llu %s collective(s), %llu required",
-                               (long long)e->step, ls_audit_phase_name(e->phase), (long long)e->layer,
-                               e->attn ? "attention" : "gdn", e->dir ? "bwd" : "fwd", (unsigned long long)e->got,
-                               e->purpose, (unsigned long long)e->want);
+                               (long long)e->step, ls_audit_phase_name(e->phase), (long long)e->layer, e->label,
+                               e->dir ? "bwd" : "fwd", (unsigned long long)e->got, e->purpose,
+                               (unsigned long long)e->want);
     }
 }
 
+/* The group kinds (bits) rule rl accepts for a collective of purpose in
+ * phase, with a layer or without; 0 when rl requires no such collective. */
+static unsigned kinds_for(const ls_audit_profile_rule *rl, const char *purpose, int phase, bool has_layer) {
+    unsigned kinds = 0;
+    for (size_t k = 0; has_layer && k < rl->n_layers; k++) {
+        const ls_audit_profile_layer_req *q = &rl->layers[k];
+        bool ph = false, pu = false;
+        for (size_t j = 0; j < q->n_phases; j++) ph = ph || q->phase_ix[j] == phase;
+        for (size_t j = 0; j < q->n_purposes; j++) pu = pu || strcmp(q->purposes[j], purpose) == 0;
+        if (ph && pu) kinds |= 1u << q->group_kind;
+    }
+    for (size_t k = 0; !has_layer && k < rl->n_steps; k++) {
+        const ls_audit_profile_step_req *q = &rl->steps[k];
+        bool pu = false;
+        for (size_t j = 0; j < q->n_purposes; j++) pu = pu || strcmp(q->purposes[j], purpose) == 0;
+        if (q->phase_ix == phase && pu) kinds |= 1u << q->group_kind;
+    }
+    return kinds;
+}
+
+/* The group kinds (bits) rule rl accepts, per purpose, phase and with a
+ * layer or not (0: the rule requires no such collective). */
+typedef struct {
+    uint8_t k[LS_AUDIT_MAX_NAMES][LS_AUDIT_NPHASE][2];
+} kinds_table;
+
+static void kinds_fill(const ls_audit_run *run, const ls_audit_profile_rule *rl, kinds_table *t) {
+    memset(t, 0, sizeof *t);
+    for (size_t p = 0; p < run->n_purposes; p++)
+        for (int ph = 0; ph < LS_AUDIT_NPHASE; ph++)
+            for (int l = 0; l < 2; l++) t->k[p][ph][l] = (uint8_t)kinds_for(rl, run->purposes[p], ph, l);
+}
+
+/* A collective the rule requires, in a group of another kind than the
+ * profile says (the flight recorder's records: world > 1). */
+static void check_group_kinds(const ls_audit_run *run, ls_audit_rule *rule, const kinds_table *t,
+                              const ls_audit_rank *r) {
+    uint64_t shown = 0;
+    for (size_t k = 0; k < r->n_coll; k++) {
+        const ls_audit_coll *c = &r->coll[k];
+        unsigned want = c->purpose < LS_AUDIT_MAX_NAMES && c->phase < LS_AUDIT_NPHASE
+                            ? t->k[c->purpose][c->phase][c->layer != -2]
+                            : 0;
+        if (want == 0) continue;
+        int kind = ls_audit_group_kind_of(run, c->group);
+        if (kind >= 0 && (want & (1u << kind))) continue;
+        if (shown++ >= 4) continue;
+        const char *wk = "?";
+        for (int g = 0; g < LS_AUDIT_GROUP_KIND_COUNT; g++)
+            if (want & (1u << g)) wk = ls_audit_group_kind_name(g);
+        ls_audit_rule_fail(rule, r->rank, r->trace_file, c->seq,
+                           "step %lld %s: %s collective in group %s (kind %s), the profile requires a %s group",
+                           (long long)c->step, ls_audit_phase_name(c->phase), run->purposes[c->purpose],
+                           run->groups[c->group], kind >= 0 ? ls_audit_group_kind_name(kind) : "unknown", wk);
+    }
+}
+
+/* The rules' titles and levels when a v2 run has no usable profile. */
+static const struct {
+    const char *id;
+    int level;
+    const char *title;
+} REQUIRED[LS_AUDIT_PROFILE_NRULES] = {
+    {"collectives.composition", 2, "the collectives the profile requires of every layer entry it names (forward)"},
+    {"collectives.dkv", 3, "the collectives the profile requires of every layer entry it names (backward)"},
+    {"collectives.finalize", 3, "the collectives the profile requires every step"},
+};
+
 static ls_status rules_required(ls_audit_run *run) {
     bool multi = run->world > 1;
-    ADD(cmp, "collectives.composition", 2,
-        "global composition (lse_max, lse_sum, out_sum; an mla layer's global DSA top-k, dsa_topk_gather, first) "
-        "for every response attention layer", multi);
-    ADD(dkv, "collectives.dkv", 3, "dQ and dK/dV reductions for every response attention backward (and the "
-        "reverse ring in full mode)", multi);
-    ADD(fin, "collectives.finalize", 3, "finalize reductions every step (grad_finalize in full mode, digest_check)",
-        multi);
-    if (multi) {
-        static const char *const f_full[] = {"grad_finalize", "digest_check"};
-        static const char *const f_det[] = {"digest_check"};
-        for (uint32_t i = 0; i < run->world; i++) {
-            const ls_audit_rank *r = &run->ranks[i];
+    const ls_audit_profile *prof = ls_audit_profile_of(run);
+    ls_audit_rule *rule[LS_AUDIT_PROFILE_NRULES];
+    const ls_audit_profile_rule *rl[LS_AUDIT_PROFILE_NRULES];
+    for (int id = 0; id < LS_AUDIT_PROFILE_NRULES; id++) {
+        rl[id] = prof ? ls_audit_profile_rule_of(prof, (ls_audit_profile_rule_id)id) : NULL;
+        bool applicable = multi && (prof == NULL || rl[id] != NULL);
+        rule[id] = ls_audit_rule_add(run, REQUIRED[id].id, rl[id] ? rl[id]->level : REQUIRED[id].level,
+                                     rl[id] ? rl[id]->title : REQUIRED[id].title, applicable);
+        if (rule[id] == NULL) return LS_ERR_NOMEM;
+        if (multi && prof != NULL && rl[id] == NULL)
+            snprintf(rule[id]->message, sizeof rule[id]->message, "not applicable: profile %s requires none",
+                     prof->name);
+        else if (multi && prof == NULL)
+            ls_audit_rule_fail(rule[id], -1, ".", -1, "no profile: %s", run->profile_err);
+    }
+    kinds_table *kt = multi && prof != NULL ? malloc(LS_AUDIT_PROFILE_NRULES * sizeof *kt) : NULL;
+    if (multi && prof != NULL && kt == NULL) return LS_ERR_NOMEM;
+    for (int id = 0; kt != NULL && id < LS_AUDIT_PROFILE_NRULES; id++)
+        if (rl[id] != NULL) kinds_fill(run, rl[id], &kt[id]);
+    for (uint32_t i = 0; multi && prof != NULL && i < run->world; i++) {
+        const ls_audit_rank *r = &run->ranks[i];
+        for (int id = 0; id < LS_AUDIT_PROFILE_NRULES; id++) {
+            if (rl[id] == NULL) continue;
+            ls_audit_rule *ru = rule[id];
             if (!r->trace_present) {
-                ls_audit_rule_fail(cmp, i, r->trace_file, -1, "rank %u: no trace", (unsigned)i);
-                ls_audit_rule_fail(dkv, i, r->trace_file, -1, "rank %u: no trace", (unsigned)i);
-                ls_audit_rule_fail(fin, i, r->trace_file, -1, "rank %u: no trace", (unsigned)i);
+                ls_audit_rule_fail(ru, i, r->trace_file, -1, "rank %u: no trace", (unsigned)i);
                 continue;
             }
-            uint64_t s1 = 0, s2 = 0, s3 = 0;
-            emit_req(cmp, r, &r->req_cmp, &s1);
-            if (r->req_cmp.entries == 0)
-                ls_audit_rule_fail(cmp, i, r->trace_file, r->last_seq, "rank %u traced no response attention forward",
-                                   (unsigned)i);
-            emit_req(dkv, r, &r->req_dkv, &s2);
-            if (r->req_dkv.entries == 0)
-                ls_audit_rule_fail(dkv, i, r->trace_file, r->last_seq, "rank %u traced no response attention backward",
-                                   (unsigned)i);
-            for (int64_t s = run->first_step; s < run->n_run_steps; s++) {
-                const char *const *fp = run->full_mode ? f_full : f_det;
-                size_t nfp = run->full_mode ? 2 : 1;
+            uint64_t shown = 0;
+            emit_req(ru, r, &r->req[id], &shown);
+            if (rl[id]->none[0] && r->req[id].entries == 0)
+                ls_audit_rule_fail(ru, i, r->trace_file, r->last_seq, "rank %u %s", (unsigned)i, rl[id]->none);
+            /* the per-step requirements, every step of the run */
+            shown = 0;
+            for (int64_t s = run->first_step; rl[id]->n_steps > 0 && s < run->n_run_steps; s++) {
                 const ls_audit_step *sf = ls_audit_step_of(r, s);
-                for (size_t p = 0; p < nfp; p++) {
-                    fin->matched++;
-                    if (sf != NULL && (sf->fin_mask & (strcmp(fp[p], "grad_finalize") == 0 ? 1 : 2))) continue;
-                    if (s3++ < 4)
-                        ls_audit_rule_fail(fin, i, r->trace_file, -1, "step %lld finalize: no %s collective",
-                                           (long long)s, fp[p]);
+                bool sft = sf != NULL && sf->sft, frozen = sf != NULL && sf->prefix_frozen;
+                for (size_t k = 0; k < rl[id]->n_steps; k++) {
+                    const ls_audit_profile_step_req *q = &rl[id]->steps[k];
+                    if (!ls_audit_profile_when(q->when, run->full_mode, run->naive, sft, frozen, false)) continue;
+                    for (size_t p = 0; p < q->n_purposes; p++) {
+                        ru->matched++;
+                        if (sf != NULL && (sf->step_req & (1u << (q->bit0 + p)))) continue;
+                        if (shown++ < 4)
+                            ls_audit_rule_fail(ru, i, r->trace_file, -1, "step %lld %s: no %s collective",
+                                               (long long)s, q->phase, q->purposes[p]);
+                    }
                 }
             }
+            check_group_kinds(run, ru, &kt[id], r);
         }
     }
-    ls_audit_rule_close(cmp);
-    ls_audit_rule_close(dkv);
-    ls_audit_rule_close(fin);
+    free(kt);
+    for (int id = 0; id < LS_AUDIT_PROFILE_NRULES; id++) ls_audit_rule_close(rule[id]);
     return LS_OK;
 }
 

@@ -3,14 +3,17 @@
  * layer and member where the phase requires it, one optimizer call per step,
  * rank_complete, no error event.
  *
- * What is required comes from the configuration in the receipts (n_layers,
- * grad_mode, group, steps_requested) and from the run as a whole: the steps
+ * What a step requires is the run's profile's plan (audit/profile.h: each
+ * phase with its unit, layers, directions and conditions), sized by the
+ * configuration in the receipts (n_layers, grad_mode, strategy, group,
+ * steps_requested) and by the run as a whole: the steps
  * are the configuration's steps_requested (a run that stopped early is
  * incomplete), or the most any rank's receipt or trace shows when larger or
  * not recorded; the members of a step are 0 .. G-1, G the configuration's
  * "group", or one more than the largest member any rank traced in that
  * step's response phases when larger or not recorded (not recorded: the
- * rule's message says so); rollout is required when any rank ran it.  The
+ * rule's message says so); a phase whose plan step has the condition ran
+ * (v1: rollout) is required when any rank ran it.  The
  * layer events are checked step by step while the traces stream
  * (rank_steps.c). */
 /* Evidence and messages are one bounded line each: truncation is intended. */
@@ -33,13 +36,17 @@ ls_status ls_audit_rules_rank(ls_audit_run *run);
 ls_status ls_audit_rules_rank(ls_audit_run *run) {
     /* steps and group sizes */
     int64_t S = 0;
-    bool rollout_ran = false;
+    const ls_audit_profile *prof = ls_audit_profile_of(run);
+    bool ran[LS_AUDIT_PROFILE_MAX_STEPS] = {false}; /* plan step k's phase began on some rank */
     for (uint32_t i = 0; i < run->world; i++) {
         const ls_audit_rank *r = &run->ranks[i];
         if (r->receipt && (int64_t)r->receipt->steps > S && r->receipt->steps <= LS_AUDIT_MAX_STEPS)
             S = (int64_t)r->receipt->steps;
         if (r->n_steps_seen > S) S = r->n_steps_seen;
-        if (r->phase_begin[LS_PHASE_ROLLOUT] > 0) rollout_ran = true;
+        for (size_t k = 0; prof != NULL && k < prof->n_steps; k++) {
+            int p = prof->steps[k].phase_ix;
+            if (p >= 0 && p < LS_AUDIT_NPHASE && r->phase_begin[p] > 0) ran[k] = true;
+        }
     }
     const int64_t F = run->first_step; /* a resumed run's steps are numbered on from its checkpoint */
     if (S < F) S = F;
@@ -67,6 +74,10 @@ ls_status ls_audit_rules_rank(ls_audit_run *run) {
     if (!have_cfg) {
         ls_audit_rule_fail(ph, -1, LS_MANIFEST_FILE, -1, "no configuration (n_layers) in any receipt or the manifest");
         ls_audit_rule_fail(ly, -1, LS_MANIFEST_FILE, -1, "no configuration (n_layers) in any receipt or the manifest");
+    }
+    if (prof == NULL) { /* a v2 run without a usable profile: profile.match names why */
+        ls_audit_rule_fail(ph, -1, ".", -1, "no profile: %s", run->profile_err);
+        ls_audit_rule_fail(ly, -1, ".", -1, "no profile: %s", run->profile_err);
     }
     for (uint32_t i = 0; i < run->world; i++) {
         ls_audit_rank *r = &run->ranks[i];
@@ -132,24 +143,17 @@ ls_status ls_audit_rules_rank(ls_audit_run *run) {
         for (int64_t s = F; s < S; s++) {
             const ls_audit_step *sf = ls_audit_step_of(r, s);
             bool sft = sf != NULL && sf->sft;
-            int req[LS_PHASE_COUNT], nreq = 0;
-            bool frozen = sf != NULL && sf->prefix_frozen; /* reuses an earlier step's capture */
-            if (!frozen) req[nreq++] = LS_PHASE_CAPTURE;
-            if (rollout_ran && !sft) req[nreq++] = LS_PHASE_ROLLOUT;
-            if (!sft) req[nreq++] = LS_PHASE_SCORE;
-            req[nreq++] = LS_PHASE_REPLAY;
-            if (run->full_mode && !run->naive && !frozen) req[nreq++] = LS_PHASE_PROMPT_BWD;
-            req[nreq++] = LS_PHASE_FINALIZE;
-            req[nreq++] = LS_PHASE_OPTIMIZER;
-            for (int k = 0; k < nreq; k++) {
+            bool frozen = sf != NULL && sf->prefix_frozen; /* reuses an earlier step's prompt state */
+            for (size_t k = 0; prof != NULL && k < prof->n_steps; k++) { /* the profile's plan, in order */
+                const ls_audit_profile_step *st = &prof->steps[k];
+                if (!ls_audit_profile_when(st->when, run->full_mode, run->naive, sft, frozen, ran[k])) continue;
                 ph->matched++;
-                if (sf && (sf->phase_mask & (1u << req[k]))) continue;
+                if (sf && st->phase_ix >= 0 && st->phase_ix < 8 && (sf->phase_mask & (1u << st->phase_ix))) continue;
                 if (ph_missing++ < 3)
                     ls_audit_rule_fail(ph, i, r->trace_file, r->last_seq,
                                        "step %lld: phase %s never ended ok (last phase begun: %s; last event seq %lld: %s)",
-                                       (long long)s, ls_audit_phase_name(req[k]),
-                                       r->last_phase[0] ? r->last_phase : "(none)", (long long)r->last_seq,
-                                       r->last_ev);
+                                       (long long)s, st->phase, r->last_phase[0] ? r->last_phase : "(none)",
+                                       (long long)r->last_seq, r->last_ev);
             }
             op->matched++;
             uint32_t oc = sf ? sf->opt_count : 0;
@@ -157,7 +161,7 @@ ls_status ls_audit_rules_rank(ls_audit_run *run) {
                 ls_audit_rule_fail(op, i, r->trace_file, oc ? sf->opt_seq : r->last_seq,
                                    "step %lld: %u optimizer_step events (one required)", (long long)s, (unsigned)oc);
         }
-        uint64_t ly_missing = have_cfg ? ls_audit_steps_layers_rule(run, ly, r, S, G) : 0;
+        uint64_t ly_missing = have_cfg && prof != NULL ? ls_audit_steps_layers_rule(run, ly, r, S, G) : 0;
         if (ly_missing > 3)
             ls_audit_rule_fail(ly, i, r->trace_file, -1, "%llu layer events missing in all on rank %u",
                                (unsigned long long)ly_missing, (unsigned)i);

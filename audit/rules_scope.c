@@ -5,8 +5,9 @@
  *    configuration's cp_ranks, each receipt's rank_state.world and the
  *    run's world; a one-rank run shows no collective; replay segments of
  *    the strategy's shape;
- *  - run.faults: a recorded fault caps every level it can touch (the rule
- *    sits at the lowest such level, so that no level from there up holds);
+ *  - run.faults: a recorded fault caps every level it can touch, as the
+ *    run's profile gives them (the rule sits at the lowest such level, so
+ *    that no level from there up holds);
  *  - steps.exact (level 2): levels 2-4 speak of exact steps only; a step
  *    that reused a stale prompt state (prefix-frozen, by the trace, the
  *    receipt or the configuration's K) is named and keeps levels 2+ from
@@ -37,7 +38,9 @@ ls_status ls_audit_rules_scope(ls_audit_run *run);
  * claims of level 1; one that changes the forward (a rank attending to or
  * selecting from its own keys only) the log-probs of level 2; one that
  * changes the gradient or its reduction, level 3 and up.  A name not listed
- * touches everything. */
+ * touches everything.  run.faults reads the run's profile
+ * (ls_audit_fault_level_of, profiles/hybrid.json and mla.json list the same);
+ * this table serves ls_audit_fault_level, for callers without a run. */
 static const struct {
     const char *name;
     int level;
@@ -221,7 +224,7 @@ static ls_status rule_sources(ls_audit_run *run) {
 static ls_status rule_faults(ls_audit_run *run) {
     int lowest = 5;
     for (size_t i = 0; i < run->n_faults; i++) {
-        int l = ls_audit_fault_level(run->faults[i], NULL);
+        int l = ls_audit_fault_level_of(run, run->faults[i], NULL);
         if (l < lowest) lowest = l;
     }
     if (run->faults_overflow) lowest = 1;
@@ -231,7 +234,7 @@ static ls_status rule_faults(ls_audit_run *run) {
     rf->matched = 1;
     for (size_t i = 0; i < run->n_faults; i++) {
         const char *what = NULL;
-        int l = ls_audit_fault_level(run->faults[i], &what);
+        int l = ls_audit_fault_level_of(run, run->faults[i], &what);
         ls_audit_rule_fail(rf, -1, LS_MANIFEST_FILE, -1, "fault %s recorded (config \"faults\"): %s; not certified at "
                            "level %d or above", run->faults[i], what, l);
     }

@@ -1,0 +1,483 @@
+/* test_audit_profile.c - the audit's profiles (audit/profile.h, profiles/):
+ * the loader refuses what is not a profile (missing, not JSON, not
+ * schema-valid, a phase it does not declare, too large, another name, a
+ * link) naming the file and the field; the shipped profiles load, their
+ * digest is the file's; the rules read them: a copy of hybrid.json with one
+ * more required purpose, phase, direction, group kind, control or another
+ * fault level changes what a correct run of tests/data/profile_golden/ must
+ * show; a v1 run whose family has no profile cannot be scored (exit 2); and
+ * profile.match, the v2 rule, names the profile and both digests when the
+ * run was written for another revision of it (the run's v2 sources are
+ * edited in the loaded model: v2 receipts are parsed elsewhere). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "audit/audit.h"
+#include "audit/profile.h"
+#include "receipts/digest.h"
+#include "receipts/json_util.h"
+#include "test_tmpdir.h"
+
+#define PROFILES LS_SOURCE_DIR "/profiles"
+#define GOLDEN LS_SOURCE_DIR "/tests/data/profile_golden"
+#define AUDIT LS_BINARY_DIR "/audit/longstraw-audit"
+
+static char tmpdir[256];
+static void setup(void) { ls_test_tmpdir_make(tmpdir, "audit-profile"); }
+static void teardown(void) { ls_test_tmpdir_remove(tmpdir); }
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+static cJSON *read_json(const char *path) {
+    cJSON *d = NULL;
+    char err[512];
+    cr_assert_eq(ls_json_read_file(path, &d, err, sizeof err), LS_OK, "%s", err);
+    return d;
+}
+
+static void write_json(const char *path, const cJSON *d) {
+    char err[512];
+    cr_assert_eq(ls_json_write_file(path, d, err, sizeof err), LS_OK, "%s", err);
+}
+
+/* tmpdir/NAME/ holding copies of the shipped profiles; returns its path. */
+static const char *profile_copy(const char *name, char *dir, size_t cap) {
+    snprintf(dir, cap, "%s/%s", tmpdir, name);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp " PROFILES "/*.json '%s'/", dir, dir);
+    cr_assert_eq(system(cmd), 0);
+    return dir;
+}
+
+/* Loads and evaluates a golden run against the profiles in dir (NULL: the
+ * shipped ones), the parity report parity (NULL: none). */
+static ls_audit_run *audit_golden(const char *run, const char *dir, const char *parity) {
+    static char path[512];
+    snprintf(path, sizeof path, GOLDEN "/runs/%s", run);
+    ls_audit_options opt = {.run_dir = path, .profiles_dir = dir, .parity_path = parity};
+    ls_audit_run *r = NULL;
+    char err[512];
+    cr_assert_eq(ls_audit_load(&opt, &r, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_eq(ls_audit_evaluate(r), LS_OK, "%s", r->profile_err);
+    return r;
+}
+
+static const ls_audit_rule *rule(const ls_audit_run *run, const char *id) {
+    const ls_audit_rule *r = ls_audit_find_rule(run, id);
+    cr_assert_not_null(r, "no rule %s", id);
+    return r;
+}
+
+/* The rule fails with an evidence line containing text. */
+static void expect_fail(const ls_audit_run *run, const char *id, const char *text) {
+    const ls_audit_rule *r = rule(run, id);
+    cr_expect(r->applicable && !r->pass, "rule %s passes (%s); expected it to fail", id, r->message);
+    for (size_t i = 0; i < r->n_ev; i++)
+        if (strstr(r->ev[i].detail, text)) return;
+    cr_expect_fail("rule %s: no evidence containing '%s'; first: %s", id, text, r->n_ev ? r->ev[0].detail : "(none)");
+}
+
+static void expect_pass(const ls_audit_run *run, const char *id) {
+    const ls_audit_rule *r = rule(run, id);
+    cr_expect(r->applicable && r->pass, "rule %s: %s", id, r->message);
+}
+
+/* ---- the loader ------------------------------------------------------------ */
+
+Test(profile, shipped_profiles_load_and_their_digest_is_the_files) {
+    static ls_audit_profile p;
+    char err[512], hex[65];
+    const char *names[] = {"hybrid", "mla"};
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(ls_audit_profile_load(PROFILES, names[i], &p, err, sizeof err), LS_OK, "%s", err);
+        char path[512];
+        snprintf(path, sizeof path, PROFILES "/%s.json", names[i]);
+        cr_assert_eq(ls_digest_sha256_file_hex(path, hex, err, sizeof err), LS_OK, "%s", err);
+        cr_expect_str_eq(ls_audit_profile_sha256(&p), hex);
+        cr_expect_str_eq(p.name, names[i]);
+        cr_expect_eq(ls_audit_profile_n_steps(&p), 7);
+        cr_expect_str_eq(ls_audit_profile_step_at(&p, 4)->phase, "prompt_bwd");
+        cr_expect_eq(ls_audit_profile_decisions(&p), i == 1, "only the mla forward decides");
+        const ls_audit_profile_rule *fin = ls_audit_profile_rule_of(&p, LS_AUDIT_PROFILE_FINALIZE);
+        cr_assert_not_null(fin);
+        cr_expect_eq(fin->n_steps, 2);
+        cr_expect_str_eq(ls_audit_profile_control_at(&p, ls_audit_profile_n_controls(&p) - 1)->name, "detached");
+    }
+    /* the default directory is the source tree's */
+    cr_expect_eq(ls_audit_profile_load(NULL, "hybrid", &p, err, sizeof err), LS_OK, "%s", err);
+}
+
+/* The table the reports read (ls_audit_fault_level) is the profiles' (until
+ * the reports read the run's profile). */
+Test(profile, the_fault_table_of_the_reports_is_the_profiles) {
+    static ls_audit_profile p;
+    char err[512];
+    static const char *const known[] = {"untracked-alloc", "kill-rank", "cp-local-attention", "cp-local-dsa",
+                                        "skip-dkv-reduce", "skip-grad-finalize", "nan-grad"};
+    const char *names[] = {"hybrid", "mla"};
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(ls_audit_profile_load(PROFILES, names[i], &p, err, sizeof err), LS_OK, "%s", err);
+        cr_expect_eq(p.n_faults, sizeof known / sizeof known[0]);
+        for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) {
+            const char *w1 = NULL, *w2 = NULL;
+            int l1 = ls_audit_fault_level(known[k], &w1), l2 = ls_audit_profile_fault_level(&p, known[k], &w2);
+            cr_expect_eq(l1, l2, "%s: %s says %d, the C table %d", known[k], names[i], l2, l1);
+            cr_expect(w1 && w2 && strcmp(w1, w2) == 0, "%s: what differs", known[k]);
+        }
+    }
+}
+
+/* A profile file in tmpdir/bad/NAME.json with text; loaded, its status. */
+static ls_status load_text(const char *name, const char *text, char *err, size_t errlen) {
+    static ls_audit_profile p;
+    char dir[300], path[400];
+    snprintf(dir, sizeof dir, "%s/bad", tmpdir);
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/%s.json", dir, name);
+    write_file(path, text);
+    return ls_audit_profile_load(dir, name, &p, err, errlen);
+}
+
+/* hybrid.json edited by fn, as text. */
+static char *hybrid_edited(void (*fn)(cJSON *)) {
+    cJSON *d = read_json(PROFILES "/hybrid.json");
+    fn(d);
+    char *t = cJSON_Print(d);
+    cJSON_Delete(d);
+    return t;
+}
+
+static void undeclared_phase(cJSON *d) {
+    cJSON_ReplaceItemInObject(cJSON_GetArrayItem(cJSON_GetObjectItem(d, "steps"), 3), "phase",
+                              cJSON_CreateString("warmup"));
+}
+static void no_decisions(cJSON *d) { cJSON_DeleteItemFromObject(d, "decisions"); }
+static void undeclared_kind(cJSON *d) {
+    cJSON *c = cJSON_GetObjectItem(cJSON_GetObjectItem(d, "collectives"), "collectives.composition");
+    cJSON *k = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(c, "layers"), 0), "layer_kinds");
+    cJSON_AddItemToArray(k, cJSON_CreateString("mla"));
+}
+static void ran_on_member(cJSON *d) {
+    cJSON_AddItemToObject(cJSON_GetArrayItem(cJSON_GetObjectItem(d, "steps"), 3), "when",
+                          cJSON_CreateStringArray((const char *[]){"ran"}, 1));
+}
+static void none_without_layers(cJSON *d) {
+    cJSON_AddItemToObject(cJSON_GetArrayItem(cJSON_GetObjectItem(d, "steps"), 5), "dirs",
+                          cJSON_CreateStringArray((const char *[]){"fwd"}, 1));
+}
+static void bad_fault_name(cJSON *d) {
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddNumberToObject(f, "level", 2);
+    cJSON_AddStringToObject(f, "what", "x");
+    cJSON_AddItemToObject(cJSON_GetObjectItem(d, "faults"), "Bad Fault", f);
+}
+
+Test(profile, the_loader_refuses_what_is_not_a_profile_naming_file_and_field, .init = setup, .fini = teardown) {
+    static ls_audit_profile p;
+    char err[512];
+    /* missing */
+    cr_expect_eq(ls_audit_profile_load(PROFILES, "nope", &p, err, sizeof err), LS_ERR_IO);
+    cr_expect(strstr(err, "nope.json") != NULL, "%s", err);
+    /* not a profile name: nothing outside the directory is opened */
+    cr_expect_eq(ls_audit_profile_load(PROFILES, "../profiles/hybrid", &p, err, sizeof err), LS_ERR_ARG);
+    cr_expect_eq(ls_audit_profile_load(PROFILES, "Hybrid", &p, err, sizeof err), LS_ERR_ARG);
+    /* bad JSON, a repeated key */
+    cr_expect_eq(load_text("broken", "{\"schema\": ", err, sizeof err), LS_ERR_FORMAT);
+    cr_expect(strstr(err, "broken.json") != NULL, "%s", err);
+    cr_expect_eq(load_text("twice", "{\"name\":\"twice\",\"name\":\"twice\"}", err, sizeof err), LS_ERR_FORMAT);
+    cr_expect(strstr(err, "twice.json") != NULL, "%s", err);
+    /* schema violation */
+    char *t = hybrid_edited(no_decisions);
+    cr_expect_eq(load_text("hybrid", t, err, sizeof err), LS_ERR_SCHEMA);
+    cr_expect(strstr(err, "hybrid.json") && strstr(err, "decisions"), "%s", err);
+    free(t);
+    /* a step's phase the profile does not declare */
+    t = hybrid_edited(undeclared_phase);
+    cr_expect_eq(load_text("hybrid", t, err, sizeof err), LS_ERR_FORMAT);
+    cr_expect(strstr(err, "hybrid.json") && strstr(err, "/steps/3/phase") && strstr(err, "warmup"), "%s", err);
+    free(t);
+    /* a requirement's layer kind it does not declare */
+    t = hybrid_edited(undeclared_kind);
+    cr_expect_eq(load_text("hybrid", t, err, sizeof err), LS_ERR_FORMAT);
+    cr_expect(strstr(err, "/collectives/collectives.composition/layers/0/layer_kinds/1") && strstr(err, "mla"), "%s",
+              err);
+    free(t);
+    /* ran only on a step without layer events; unit none has no dirs */
+    t = hybrid_edited(ran_on_member);
+    cr_expect_eq(load_text("hybrid", t, err, sizeof err), LS_ERR_FORMAT);
+    cr_expect(strstr(err, "/steps/3/when") != NULL, "%s", err);
+    free(t);
+    t = hybrid_edited(none_without_layers);
+    cr_expect_eq(load_text("hybrid", t, err, sizeof err), LS_ERR_FORMAT);
+    cr_expect(strstr(err, "/steps/5") && strstr(err, "dirs"), "%s", err);
+    free(t);
+    t = hybrid_edited(bad_fault_name);
+    cr_expect_eq(load_text("hybrid", t, err, sizeof err), LS_ERR_FORMAT);
+    cr_expect(strstr(err, "/faults/Bad Fault") != NULL, "%s", err);
+    free(t);
+    /* the file says another name */
+    cJSON *d = read_json(PROFILES "/mla.json");
+    t = cJSON_Print(d);
+    cJSON_Delete(d);
+    cr_expect_eq(load_text("hybrid", t, err, sizeof err), LS_ERR_FORMAT);
+    cr_expect(strstr(err, "/name") && strstr(err, "mla"), "%s", err);
+    free(t);
+    /* oversize: refused from its size */
+    size_t big = LS_AUDIT_PROFILE_MAX_BYTES + 1;
+    char *huge = malloc(big + 1);
+    cr_assert_not_null(huge);
+    memset(huge, ' ', big);
+    huge[0] = '{';
+    huge[big - 1] = '}';
+    huge[big] = 0;
+    cr_expect_eq(load_text("huge", huge, err, sizeof err), LS_ERR_FORMAT);
+    cr_expect(strstr(err, "huge.json") != NULL, "%s", err);
+    free(huge);
+    /* a link is never followed */
+    char link[400];
+    snprintf(link, sizeof link, "%s/bad/linked.json", tmpdir);
+    cr_assert_eq(symlink(PROFILES "/hybrid.json", link), 0);
+    char bad[300];
+    snprintf(bad, sizeof bad, "%s/bad", tmpdir);
+    cr_expect_eq(ls_audit_profile_load(bad, "linked", &p, err, sizeof err), LS_ERR_FORMAT);
+    cr_expect(strstr(err, "linked.json") != NULL, "%s", err);
+}
+
+/* ---- the rules read the profile -------------------------------------------- */
+
+/* A copy of the shipped profiles with hybrid.json edited by fn; its dir. */
+static const char *edited_profiles(const char *tag, void (*fn)(cJSON *), char *dir, size_t cap) {
+    profile_copy(tag, dir, cap);
+    char path[600];
+    snprintf(path, sizeof path, "%s/hybrid.json", dir);
+    cJSON *d = read_json(path);
+    fn(d);
+    write_json(path, d);
+    cJSON_Delete(d);
+    return dir;
+}
+
+static cJSON *composition_req(cJSON *d) {
+    cJSON *c = cJSON_GetObjectItem(cJSON_GetObjectItem(d, "collectives"), "collectives.composition");
+    return cJSON_GetArrayItem(cJSON_GetObjectItem(c, "layers"), 0);
+}
+static void extra_purpose(cJSON *d) {
+    cJSON_AddItemToArray(cJSON_GetObjectItem(composition_req(d), "purposes"), cJSON_CreateString("lse_extra"));
+}
+static void tp_group(cJSON *d) {
+    cJSON_ReplaceItemInObject(composition_req(d), "group_kind", cJSON_CreateString("tp"));
+}
+static void extra_phase(cJSON *d) {
+    cJSON_AddItemToArray(cJSON_GetObjectItem(d, "phases"), cJSON_CreateString("warmup"));
+    cJSON *s = cJSON_CreateObject();
+    cJSON_AddStringToObject(s, "phase", "warmup");
+    cJSON_AddStringToObject(s, "unit", "none");
+    cJSON_AddItemToArray(cJSON_GetObjectItem(d, "steps"), s); /* (Debian's cJSON 1.7.15 inserts nothing) */
+}
+static void score_backward(cJSON *d) {
+    cJSON_ReplaceItemInObject(cJSON_GetArrayItem(cJSON_GetObjectItem(d, "steps"), 2), "dirs",
+                              cJSON_CreateStringArray((const char *[]){"fwd", "bwd"}, 2));
+}
+static void nan_level_2(cJSON *d) {
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(cJSON_GetObjectItem(d, "faults"), "nan-grad"), "level",
+                              cJSON_CreateNumber(2));
+}
+static void nan_int(cJSON *d) { /* a fault given by its level alone */
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(d, "faults"), "nan-grad", cJSON_CreateNumber(2));
+}
+static void controls_changed(cJSON *d) {
+    cJSON *c = cJSON_GetObjectItem(d, "controls");
+    cJSON_ReplaceItemInObject(c, "skip-dkv-reduce", cJSON_CreateString("grad"));
+    cJSON_AddStringToObject(c, "zero-state", "logprob");
+}
+static void decides(cJSON *d) { cJSON_ReplaceItemInObject(d, "decisions", cJSON_CreateTrue()); }
+static void no_finalize(cJSON *d) {
+    cJSON_DeleteItemFromObject(cJSON_GetObjectItem(d, "collectives"), "collectives.finalize");
+}
+
+Test(profile, a_correct_run_holds_under_the_shipped_profile) {
+    ls_audit_run *r = audit_golden("h2-full", NULL, NULL);
+    expect_pass(r, "collectives.composition");
+    expect_pass(r, "collectives.dkv");
+    expect_pass(r, "collectives.finalize");
+    expect_pass(r, "rank.phases");
+    expect_pass(r, "rank.layers");
+    cr_expect_eq(r->level, 1);
+    cr_expect_null(ls_audit_find_rule(r, "profile.match"), "a v1 run lists no v2 rule");
+    cr_expect_str_eq(r->profile_used, "hybrid");
+    ls_audit_free(r);
+}
+
+Test(profile, one_more_required_purpose_fails_composition_naming_it, .init = setup, .fini = teardown) {
+    char dir[300];
+    ls_audit_run *r = audit_golden("h2-full", edited_profiles("purpose", extra_purpose, dir, sizeof dir), NULL);
+    expect_fail(r, "collectives.composition", "0 lse_extra collective(s)");
+    expect_pass(r, "collectives.dkv");
+    cr_expect_eq(r->level, 1, "composition is level 2");
+    ls_audit_free(r);
+}
+
+Test(profile, the_group_kind_is_the_profiles, .init = setup, .fini = teardown) {
+    char dir[300];
+    ls_audit_run *r = audit_golden("h2-full", edited_profiles("tp", tp_group, dir, sizeof dir), NULL);
+    expect_fail(r, "collectives.composition", "lse_max collective in group cp (kind cp), the profile requires a tp group");
+    ls_audit_free(r);
+}
+
+Test(profile, the_step_plan_is_the_profiles, .init = setup, .fini = teardown) {
+    char dir[300];
+    ls_audit_run *r = audit_golden("h1-full", edited_profiles("phase", extra_phase, dir, sizeof dir), NULL);
+    expect_fail(r, "rank.phases", "step 0: phase warmup never ended ok");
+    cr_expect_eq(r->level, 0);
+    ls_audit_free(r);
+    r = audit_golden("h1-full", edited_profiles("dirs", score_backward, dir, sizeof dir), NULL);
+    expect_fail(r, "rank.layers", "step 0 score: no bwd layer_end for member 0, layer -1");
+    ls_audit_free(r);
+}
+
+Test(profile, fault_levels_controls_decisions_are_the_profiles, .init = setup, .fini = teardown) {
+    char dir[300];
+    ls_audit_run *r = audit_golden("h1-nan", edited_profiles("fault", nan_level_2, dir, sizeof dir), NULL);
+    const ls_audit_rule *f = rule(r, "run.faults");
+    cr_expect_eq(f->level, 2, "the profile puts nan-grad at level 2");
+    expect_fail(r, "run.faults", "not certified at level 2 or above");
+    ls_audit_free(r);
+    r = audit_golden("h1-nan", edited_profiles("fault-int", nan_int, dir, sizeof dir), NULL);
+    cr_expect_eq(rule(r, "run.faults")->level, 2);
+    expect_fail(r, "run.faults", "fault nan-grad recorded (config \"faults\"): a fault of profile hybrid, at level 2");
+    ls_audit_free(r);
+    /* the covered run proves level 4 with the shipped profile, not with changed controls */
+    r = audit_golden("h2-f64-covered", NULL, GOLDEN "/parity/hybrid.json");
+    cr_expect_eq(r->level, 4);
+    ls_audit_free(r);
+    r = audit_golden("h2-f64-covered", edited_profiles("controls", controls_changed, dir, sizeof dir),
+                     GOLDEN "/parity/hybrid.json");
+    expect_fail(r, "parity.controls", "control skip-dkv-reduce breaks cp_grad, profile hybrid says it must fail grad");
+    expect_fail(r, "parity.controls", "the parity report has no zero-state control");
+    cr_expect_eq(r->level, 1);
+    ls_audit_free(r);
+    r = audit_golden("h2-f64-covered", edited_profiles("decides", decides, dir, sizeof dir),
+                     GOLDEN "/parity/hybrid.json");
+    expect_fail(r, "parity.decisions", "no passing decisions check");
+    ls_audit_free(r);
+    r = audit_golden("h2-full", edited_profiles("nofin", no_finalize, dir, sizeof dir), NULL);
+    const ls_audit_rule *fin = rule(r, "collectives.finalize");
+    cr_expect(!fin->applicable, "a rule the profile leaves out does not apply");
+    cr_expect(strstr(fin->message, "profile hybrid requires none") != NULL, "%s", fin->message);
+    ls_audit_free(r);
+}
+
+/* mla's own requirement: the global DSA top-k before the composition (the
+ * cp-local-dsa run gathers none: only that is missing). */
+Test(profile, an_mla_layer_needs_the_global_dsa_selection) {
+    ls_audit_run *r = audit_golden("m2-local-dsa", NULL, NULL);
+    cr_expect_str_eq(r->profile_used, "mla");
+    expect_fail(r, "collectives.composition", "dsa_topk_gather collective(s)");
+    const ls_audit_rule *c = rule(r, "collectives.composition");
+    for (size_t i = 0; i < c->n_ev; i++)
+        cr_expect(strstr(c->ev[i].detail, "lse_max") == NULL, "only the DSA gather is missing: %s", c->ev[i].detail);
+    ls_audit_free(r);
+    r = audit_golden("m2-full", NULL, NULL);
+    expect_pass(r, "collectives.composition");
+    ls_audit_free(r);
+}
+
+Test(profile, a_v1_run_whose_family_has_no_profile_cannot_be_scored, .init = setup, .fini = teardown) {
+    char dir[300], cmd[1200];
+    profile_copy("nomla", dir, sizeof dir);
+    snprintf(cmd, sizeof cmd, "rm '%s/mla.json'", dir);
+    cr_assert_eq(system(cmd), 0);
+    ls_audit_options opt = {.run_dir = GOLDEN "/runs/m1-full", .profiles_dir = dir};
+    ls_audit_run *r = NULL;
+    char err[512];
+    cr_assert_eq(ls_audit_load(&opt, &r, err, sizeof err), LS_OK, "%s", err);
+    cr_expect_eq(ls_audit_evaluate(r), LS_ERR_FORMAT);
+    cr_expect(strstr(r->profile_err, "mla.json") != NULL, "%s", r->profile_err);
+    ls_audit_free(r);
+    snprintf(cmd, sizeof cmd, "%s %s/runs/m1-full --profiles '%s' >'%s/out' 2>'%s/err'", AUDIT, GOLDEN, dir, tmpdir,
+             tmpdir);
+    int rc = system(cmd);
+    cr_expect(WIFEXITED(rc) && WEXITSTATUS(rc) == 2, "exit %d", rc);
+    char path[400], line[600] = "";
+    snprintf(path, sizeof path, "%s/err", tmpdir);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    cr_expect_not_null(fgets(line, sizeof line, f));
+    fclose(f);
+    cr_expect(strstr(line, "unusable input") && strstr(line, "no profile") && strstr(line, "mla.json"), "%s", line);
+    /* the hybrid run audits with that directory */
+    snprintf(cmd, sizeof cmd, "%s %s/runs/h1-full --profiles '%s' --quiet", AUDIT, GOLDEN, dir);
+    cr_expect_eq(system(cmd), 0);
+}
+
+/* ---- profile.match (v2) ------------------------------------------------------- */
+
+/* The golden run's manifest and receipts made v2 sources naming profile
+ * name at digest sha (rank 1's: name1), in the loaded model, which is then
+ * scored again. */
+static ls_audit_run *as_v2(const char *dir, const char *name, const char *sha, const char *name1) {
+    ls_audit_options opt = {.run_dir = GOLDEN "/runs/h2-full", .profiles_dir = dir};
+    ls_audit_run *r = NULL;
+    char err[512];
+    cr_assert_eq(ls_audit_load(&opt, &r, err, sizeof err), LS_OK, "%s", err);
+    cJSON *docs[3] = {r->manifest->priv_doc, r->ranks[0].receipt->priv_doc, r->ranks[1].receipt->priv_doc};
+    for (int i = 0; i < 3; i++) {
+        cJSON_ReplaceItemInObject(docs[i], "predicateType",
+                                  cJSON_CreateString(i == 0 ? "urn:longstraw:predicate:run-manifest:v2"
+                                                            : "urn:longstraw:predicate:rank-receipt:v2"));
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "name", i == 2 ? name1 : name);
+        cJSON_AddStringToObject(p, "sha256", sha);
+        cJSON_AddItemToObject(cJSON_GetObjectItem(docs[i], "predicate"), "profile", p);
+    }
+    r->profile_state = 0; /* resolved again: now a v2 run */
+    r->n_rules = 0;
+    cr_assert_eq(ls_audit_evaluate(r), LS_OK, "%s", r->profile_err);
+    return r;
+}
+
+Test(profile, profile_match_names_the_profile_and_both_digests, .init = setup, .fini = teardown) {
+    static ls_audit_profile p;
+    char err[512];
+    cr_assert_eq(ls_audit_profile_load(PROFILES, "hybrid", &p, err, sizeof err), LS_OK, "%s", err);
+    const char *sha = ls_audit_profile_sha256(&p);
+    ls_audit_run *r = as_v2(NULL, "hybrid", sha, "hybrid");
+    expect_pass(r, "profile.match");
+    cr_expect(strstr(rule(r, "profile.match")->message, "profile hybrid") != NULL, "%s", rule(r, "profile.match")->message);
+    cr_expect_eq(r->level, 1);
+    ls_audit_free(r);
+    /* another revision of the profile: both digests named */
+    char dir[300];
+    edited_profiles("rev", extra_purpose, dir, sizeof dir);
+    r = as_v2(dir, "hybrid", sha, "hybrid");
+    char path[400], now[65];
+    snprintf(path, sizeof path, "%s/hybrid.json", dir);
+    cr_assert_eq(ls_digest_sha256_file_hex(path, now, err, sizeof err), LS_OK);
+    char want[300];
+    snprintf(want, sizeof want, "written for sha256 %s", sha);
+    expect_fail(r, "profile.match", want);
+    expect_fail(r, "profile.match", now);
+    cr_expect_eq(rule(r, "profile.match")->level, 1);
+    cr_expect_eq(r->level, 0);
+    ls_audit_free(r);
+    /* the ranks name different profiles */
+    r = as_v2(NULL, "hybrid", sha, "mla");
+    expect_fail(r, "profile.match", "names profile mla, the run's is hybrid");
+    ls_audit_free(r);
+    /* a profile the audit does not ship */
+    r = as_v2(NULL, "torch-none", sha, "torch-none");
+    expect_fail(r, "profile.match", "torch-none.json");
+    expect_fail(r, "rank.phases", "no profile");
+    ls_audit_free(r);
+}
