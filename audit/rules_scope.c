@@ -289,9 +289,23 @@ static ls_status rule_exact(ls_audit_run *run) {
     return LS_OK;
 }
 
+/* A v2 receipt's rank_state is optional (docs/contract.md §2): a v2 run
+ * none of whose receipts carries the count was not counted, and the rule
+ * says so rather than pass or fail on its absence.  A v1 receipt must. */
+static bool v2_uncounted(const ls_audit_run *run) {
+    if (run->evidence_version != 2) return false;
+    for (uint32_t i = 0; i < run->world; i++)
+        if (run->ranks[i].receipt != NULL && run->ranks[i].receipt->rank_state != NULL) return false;
+    return true;
+}
+
 static ls_status rule_receipt_digests(ls_audit_run *run) {
+    bool uncounted = run->world > 1 && v2_uncounted(run);
     ADD(rd, "digests.receipts", 3, "no receipt counted a disagreement of the ranks' finalized-gradient digests",
-        run->world > 1);
+        run->world > 1 && !uncounted);
+    if (uncounted)
+        snprintf(rd->message, sizeof rd->message, "not applicable: no v2 receipt carries "
+                 "rank_state.grad_digest_disagreements (the trainer counted no digest disagreement)");
     for (uint32_t i = 0; rd->applicable && i < run->world; i++) {
         const ls_receipt *rc = run->ranks[i].receipt;
         if (rc == NULL || rc->rank_state == NULL) continue;

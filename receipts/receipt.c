@@ -446,6 +446,7 @@ static ls_status extract_v2(ls_receipt *r, const char *what, char *err, size_t e
     r->host = cJSON_GetObjectItemCaseSensitive(p, "host")->valuestring;
     r->build = cJSON_GetObjectItemCaseSensitive(p, "build");
     r->config = cJSON_GetObjectItemCaseSensitive(p, "config");
+    r->rank_state = cJSON_GetObjectItemCaseSensitive(p, "rank_state"); /* optional in v2: NULL when absent */
     const cJSON *prof = cJSON_GetObjectItemCaseSensitive(p, "profile");
     r->profile_name = cJSON_GetObjectItemCaseSensitive(prof, "name")->valuestring;
     r->profile_sha256 = cJSON_GetObjectItemCaseSensitive(prof, "sha256")->valuestring;

@@ -178,7 +178,7 @@ def run_job(comm, job):
               file=sys.stderr)
     out.update(grads=grads, params={n: p.detach() for n, p in params.items()}, disagree=disagree)
     if writer is not None:
-        writer.close(status="complete", steps=1, steps_exact=1)
+        writer.close(status="complete", steps=1, steps_exact=1, grad_digest_disagreements=1 if disagree else 0)
         comm.c = None
         dist.barrier()
         if comm.rank == 0:

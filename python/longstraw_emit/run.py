@@ -309,15 +309,20 @@ class RunWriter:
                                          ("message", message)])
 
     # ---- end ---------------------------------------------------------------------
-    def close(self, status="complete", steps=1, steps_exact=None):
+    def close(self, status="complete", steps=1, steps_exact=None, grad_digest_disagreements=None):
         """complete: rank_complete, then the receipt. error: the trace ends at
         the last event (an error event is written first if none was), the
-        receipt says status error with the error's code and message."""
+        receipt says status error with the error's code and message.
+        grad_digest_disagreements: the steps whose finalized gradient this rank
+        found differing from the other ranks' (receipt rank_state; the audit's
+        digests.receipts reads it, and is not applicable without it)."""
         if self.closed:
             return
         check.one_of("close.status", status, ("complete", "error"))
         steps = check.uint("close.steps", steps)
         steps_exact = steps if steps_exact is None else check.uint("close.steps_exact", steps_exact)
+        if grad_digest_disagreements is not None:
+            grad_digest_disagreements = check.uint("close.grad_digest_disagreements", grad_digest_disagreements)
         if steps_exact > steps:
             raise ValueError(f"close.steps_exact: {steps_exact} exceeds steps {steps}")
         if status == "complete":
@@ -336,6 +341,8 @@ class RunWriter:
                 "events": {"file": self.events_rel, "count": count, "last_seq": count - 1 if count else None},
                 "status": status,
                 "phases": [{"phase": p, "count": c, "wall_ns_total": w} for p, (c, w) in self._phase_stats.items()]}
+        if grad_digest_disagreements is not None:
+            pred["rank_state"] = {"grad_digest_disagreements": grad_digest_disagreements}
         if status == "error":
             pred["error"] = {"code": self._error[0], "message": self._error[1]}
         return write_receipt(self.out_dir, pred)
