@@ -36,6 +36,11 @@ struct ls_parity_report {
     cJSON *model;              /* the one model every run ran */
     char model_from[LS_PARITY_PATH];
     cJSON *train_modes, *objectives, *grad_modes, *strategies, *dtypes, *worlds;
+    /* an adapter's report (ls_parity_report_adapter): its controls and the level of the check each breaks */
+    bool adapter;
+    char actl[LS_PARITY_ADAPTER_CONTROLS + 1][72];
+    int actl_level[LS_PARITY_ADAPTER_CONTROLS + 1];
+    size_t n_actl;
 };
 
 /* What each level needs (docs/design.md §5). */
@@ -217,6 +222,41 @@ ls_status ls_parity_report_build(ls_parity_report *r, const char *run_dir, char 
     return LS_OK;
 }
 
+int ls_parity_kind_level(const char *kind) {
+    for (size_t li = 0; kind && li < sizeof LEVELS / sizeof LEVELS[0]; li++)
+        for (int k = 0; k < 3 && LEVELS[li].kinds[k]; k++)
+            if (strcmp(LEVELS[li].kinds[k], kind) == 0) return LEVELS[li].level;
+    return 0;
+}
+
+void ls_parity_report_adapter(ls_parity_report *r, const char *file, const char *name, const char *sha256,
+                              const char *const *faults, const char *const *kinds, size_t n) {
+    r->adapter = true;
+    cJSON *a = cJSON_AddObjectToObject(r->doc, "adapter");
+    cJSON_AddStringToObject(a, "file", file);
+    cJSON_AddStringToObject(a, "name", name);
+    cJSON_AddStringToObject(a, "sha256", sha256);
+    r->n_actl = 0;
+    for (size_t i = 0; i < n && i < LS_PARITY_ADAPTER_CONTROLS; i++) {
+        snprintf(r->actl[r->n_actl], sizeof r->actl[0], "%s", faults[i]);
+        r->actl_level[r->n_actl++] = ls_parity_kind_level(kinds[i]);
+    }
+    snprintf(r->actl[r->n_actl], sizeof r->actl[0], "detached"); /* the detached-mode runs must fail grad */
+    r->actl_level[r->n_actl++] = 4;
+}
+
+void ls_parity_report_batch(ls_parity_report *r, const char *name, const char *what, int prompt_len, int group,
+                            const int *response_lens) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", name);
+    cJSON_AddStringToObject(o, "what", what);
+    cJSON_AddNumberToObject(o, "prompt_len", prompt_len);
+    cJSON_AddNumberToObject(o, "group", group);
+    cJSON *rl = cJSON_AddArrayToObject(o, "response_lens");
+    for (int i = 0; i < group; i++) cJSON_AddItemToArray(rl, cJSON_CreateNumber(response_lens[i]));
+    cJSON_AddItemToArray(r->configs, o);
+}
+
 void ls_parity_report_config(ls_parity_report *r, const ls_parity_config *c, const char *train_mode) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "name", c->name);
@@ -327,6 +367,7 @@ void ls_parity_report_note(ls_parity_report *r, const char *fmt, ...) {
 /* Whether checks of kind must exist for the report's family: "decisions"
  * only where the forward makes discrete decisions (mla). */
 static bool kind_applies(const ls_parity_report *r, const char *kind) {
+    if (r->adapter) return strcmp(kind, "decisions") != 0; /* an adapter states no decision margins */
     return strcmp(kind, "decisions") != 0 || strcmp(str(r->doc, "family"), "mla") == 0;
 }
 
@@ -365,8 +406,13 @@ static cJSON *level_verdict(ls_parity_report *r, size_t li, bool below, bool *ho
             cJSON_AddItemToArray(failed, cJSON_CreateString(why));
         }
     }
-    for (int k = 0; k < 2 && LEVELS[li].controls[k]; k++) {
-        const char *ctl = level_control(r, li, k);
+    const char *ctls[LS_PARITY_ADAPTER_CONTROLS + 2];
+    int nctl = 0;
+    for (int k = 0; k < 2 && !r->adapter && LEVELS[li].controls[k]; k++) ctls[nctl++] = level_control(r, li, k);
+    for (size_t k = 0; r->adapter && k < r->n_actl; k++)
+        if (r->actl_level[k] == LEVELS[li].level) ctls[nctl++] = r->actl[k];
+    for (int k = 0; k < nctl; k++) {
+        const char *ctl = ctls[k];
         int seen = 0;
         const cJSON *c;
         cJSON_ArrayForEach(c, r->controls) {
