@@ -74,6 +74,20 @@ static const struct {
     {"cp_params", "update: CP-N parameters after the optimizer step equal CP-1 parameters"},
 };
 
+/* The same links of an adapter's report (parity_adapter_run.c): its modes, not LongStraw's runs. */
+static const struct {
+    const char *kind, *link;
+} ADAPTER_LINKS[] = {
+    {"ref_logprob", "forward: the trainer's float64 log-probs equal the adapter's independent reference's"},
+    {"ref_loss", "loss: the trainer's float64 loss equals the adapter's reference's"},
+    {"logprob", "forward: the trainer's CP-N response log-probs equal the reference's"},
+    {"fd_grad", "gradient: the trainer's (and the reference's) float64 gradient equals directional finite "
+                "differences of the loss (mode loss, Richardson-extrapolated central differences)"},
+    {"grad", "gradient: the trainer's full-mode CP-N gradient equals the reference's"},
+    {"cp_grad", "update: CP-N gradients equal CP-1 gradients"},
+    {"cp_params", "update: CP-N parameters after the optimizer step equal CP-1 parameters"},
+};
+
 static const char *str(const cJSON *o, const char *k);
 
 static double finite_or_max(double v) { return isfinite(v) ? v : DBL_MAX; }
@@ -511,19 +525,22 @@ ls_status ls_parity_report_finish(ls_parity_report *r, const char *path, bool pr
     clock_gettime(CLOCK_REALTIME, &ts);
     ls_json_add_u64(r->doc, "created_unix_ns", (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec);
     cJSON *links = cJSON_AddArrayToObject(r->doc, "links");
-    for (size_t i = 0; i < sizeof LINKS / sizeof LINKS[0]; i++) {
-        if (!kind_applies(r, LINKS[i].kind)) continue; /* hybrid: no discrete decision to clear */
+    size_t n_links = r->adapter ? sizeof ADAPTER_LINKS / sizeof ADAPTER_LINKS[0] : sizeof LINKS / sizeof LINKS[0];
+    for (size_t i = 0; i < n_links; i++) {
+        const char *kind = r->adapter ? ADAPTER_LINKS[i].kind : LINKS[i].kind;
+        const char *link = r->adapter ? ADAPTER_LINKS[i].link : LINKS[i].link;
+        if (!kind_applies(r, kind)) continue; /* hybrid: no discrete decision to clear */
         int n = 0;
         bool pass = true;
         const cJSON *c;
         cJSON_ArrayForEach(c, r->checks) {
-            if (strcmp(str(c, "kind"), LINKS[i].kind) != 0) continue;
+            if (strcmp(str(c, "kind"), kind) != 0) continue;
             n++;
             pass = pass && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "pass"));
         }
         cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "kind", LINKS[i].kind);
-        cJSON_AddStringToObject(o, "link", LINKS[i].link);
+        cJSON_AddStringToObject(o, "kind", kind);
+        cJSON_AddStringToObject(o, "link", link);
         cJSON_AddNumberToObject(o, "checks", n);
         cJSON_AddBoolToObject(o, "pass", n > 0 && pass);
         cJSON_AddItemToArray(links, o);
