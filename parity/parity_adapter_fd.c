@@ -179,12 +179,22 @@ static ls_status fd_after(void *ctx, size_t i, char *err, size_t errlen) {
     const cJSON *v;
     const cJSON *src = s == LS_OK ? l : NULL;
     cJSON_ArrayForEach(v, src) {
-        if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) {
-            snprintf(err, errlen, "%s: field 'losses[%zu]' is not a finite number", path, k);
+        /* a number, or {"weights": PATH, "loss": X} naming the listed file it is of */
+        const cJSON *num = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "loss") : v;
+        const cJSON *wp = cJSON_GetObjectItemCaseSensitive(v, "weights");
+        char want[LS_PARITY_PATH];
+        snprintf(want, sizeof want, "%s/%zu-%zu.safetensors", x->fdir, first + k / 4, k % 4);
+        if (!cJSON_IsNumber(num) || !isfinite(num->valuedouble)) {
+            snprintf(err, errlen, "%s: field 'losses[%zu]' is not a finite number (or {\"weights\", \"loss\"})", path, k);
             s = LS_ERR_FORMAT;
             break;
         }
-        x->loss[4 * first + k++] = v->valuedouble;
+        if (cJSON_IsObject(v) && (!cJSON_IsString(wp) || strcmp(wp->valuestring, want) != 0)) {
+            snprintf(err, errlen, "%s: field 'losses[%zu].weights' is not %s, the file listed %zu-th", path, k, want, k + 1);
+            s = LS_ERR_FORMAT;
+            break;
+        }
+        x->loss[4 * first + k++] = num->valuedouble;
     }
     cJSON_Delete(doc);
     if (s == LS_OK && !x->o->keep_fd) {

@@ -169,13 +169,35 @@ static ls_status read_loss(const char *path, double *loss, char *err, size_t err
     return s;
 }
 
-/* logprobs.safetensors: member.0 .. member.G-1, each of its response's length (NaN allowed: it fails
- * its check). */
+/* logprobs.safetensors: member.0 .. member.G-1, each of its response's length, or one tensor "logprobs"
+ * holding every response token's in member order (NaN allowed: it fails its check). */
 static ls_status read_logprobs(const arun *r, const char *path, ls_parity_logprobs *out, char *err, size_t errlen) {
     ls_parity_tensors t;
     memset(out, 0, sizeof *out);
     ls_status s = ls_parity_tensors_read(path, &t, err, errlen);
     if (s != LS_OK) return s;
+    size_t total = 0;
+    for (int i = 0; i < r->a->group; i++) total += (size_t)r->a->response_lens[i];
+    if (t.n == 1 && strcmp(t.name[0], "logprobs") == 0) {
+        if (t.numel[0] != total) {
+            snprintf(err, errlen, "%s: tensor logprobs of %zu values, expected %zu (every response token, in member "
+                     "order)", path, t.numel[0], total);
+            s = LS_ERR_FORMAT;
+        }
+        for (int i = 0, off = 0; s == LS_OK && i < r->a->group; off += r->a->response_lens[i], i++) {
+            out->lp[i] = malloc((size_t)r->a->response_lens[i] * sizeof(double));
+            if (out->lp[i] == NULL) {
+                s = LS_ERR_NOMEM;
+                break;
+            }
+            memcpy(out->lp[i], t.v[0] + off, (size_t)r->a->response_lens[i] * sizeof(double));
+            out->len[i] = r->a->response_lens[i];
+            out->g = i + 1;
+        }
+        ls_parity_tensors_free(&t);
+        if (s != LS_OK) ls_parity_logprobs_free(out);
+        return s;
+    }
     if ((int)t.n != r->a->group) {
         snprintf(err, errlen, "%s: %zu tensors, expected member.0 .. member.%d (one per response)", path, t.n,
                  r->a->group - 1);

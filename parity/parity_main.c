@@ -190,10 +190,11 @@ static int run_and_sign(const ls_parity_opts *o, const char *key, matrix_fn run,
 }
 
 /* --adapter FILE: the options it excludes, the adapter loaded, its matrix. */
-static int adapter_main(ls_parity_opts *o, const char *file, const char *cps, const char *dtypes, const char *key) {
-    if (o->family || o->like || o->model_config || o->reference || strcmp(o->trainer, LS_PARITY_TRAINER) != 0)
+static int adapter_main(ls_parity_opts *o, const char *file, const char *cps, const char *dtypes, const char *key,
+                        const char *configs) {
+    if (o->family || o->like || o->model_config || o->reference || configs || strcmp(o->trainer, LS_PARITY_TRAINER) != 0)
         return bad("%s", "--adapter FILE describes the trainer: drop --family, --like, --trainer, --reference, "
-                         "--model-config");
+                         "--model-config, --configs");
     if (o->out == NULL) return bad("%s", "--out DIR is required");
     if (strlen(o->out) > LS_PARITY_OUT_MAX) return bad("--out: '%.40s...' is longer than 512 characters", o->out);
     static ls_parity_adapter a;
@@ -307,7 +308,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(fd_groups, "layer")) o.fd_groups = LS_PARITY_FD_LAYER;
         else return bad("--fd-groups: '%s' is not tensor or layer", fd_groups);
     }
-    if (adapter) return adapter_main(&o, adapter, cps, dtypes, key);
+    if (adapter) return adapter_main(&o, adapter, cps, dtypes, key, configs);
     if (o.like) {
         if (o.out == NULL) return bad("%s", "--out DIR is required");
         if (strlen(o.out) > LS_PARITY_OUT_MAX) return bad("--out: '%.40s...' is longer than 512 characters", o.out);

@@ -19,7 +19,9 @@ the gradient that flows through the prompt's last token (the "prompt state").
 FAKE_BREAK (environment, the hostile tests), in fault-free run mode:
   nofile (writes no grads), nan (a NaN gradient), shape (member.0 one log-prob
   short), crash (exit 3), sleep (sleeps 60 s), badlosses (mode loss: one loss
-  too few), objective (records epsilon 0.3).
+  too few), objective (records epsilon 0.3), swapped (mode loss: two losses' weights swapped).
+FAKE_FORMAT=flat: the other forms the protocol accepts, one tensor "logprobs" of every response token in
+member order, losses as {"weights": PATH, "loss": X}.
 Standard library only."""
 
 import argparse
@@ -209,6 +211,10 @@ def main():
         losses = [run(st_read(w), batch, cfg, want_grad=False)[1] for w in files]
         if os.environ.get("FAKE_BREAK") == "badlosses":
             losses = losses[:-1]
+        if os.environ.get("FAKE_FORMAT") == "flat" or os.environ.get("FAKE_BREAK") == "swapped":
+            losses = [{"weights": w, "loss": x} for w, x in zip(files, losses)]
+        if os.environ.get("FAKE_BREAK") == "swapped":
+            losses[0]["weights"], losses[1]["weights"] = losses[1]["weights"], losses[0]["weights"]
         with open(os.path.join(a.out, "losses.json"), "w") as f:
             json.dump({"losses": losses}, f)
         return 0
@@ -221,8 +227,12 @@ def main():
     dt = "F32" if f32 else "F64"
     if brk == "shape":
         lps[0] = lps[0][:-1]
-    st_write(os.path.join(a.out, "logprobs.safetensors"),
-             {"member.%d" % i: ([len(l)], [rnd(v) for v in l]) for i, l in enumerate(lps)}, dt)
+    if os.environ.get("FAKE_FORMAT") == "flat":
+        flat = [rnd(v) for l in lps for v in l]
+        st_write(os.path.join(a.out, "logprobs.safetensors"), {"logprobs": ([len(flat)], flat)}, dt)
+    else:
+        st_write(os.path.join(a.out, "logprobs.safetensors"),
+                 {"member.%d" % i: ([len(l)], [rnd(v) for v in l]) for i, l in enumerate(lps)}, dt)
     with open(os.path.join(a.out, "loss.json"), "w") as f:
         json.dump({"loss": rnd(loss)}, f)
     if brk == "nofile":

@@ -10,10 +10,12 @@
  *  - the matrix on a stand-in trainer (tests/parity_adapter_fake_train.py,
  *    a model differentiated by hand): every level holds, every control
  *    detected (at its own CP size where the adapter says), the report
- *    schema-valid with the adapter's name, profile and sha256;
+ *    schema-valid with the adapter's name, profile and sha256; the flat forms
+ *    (one "logprobs" tensor, losses as {weights, loss}) read alike;
  *  - hostile trainers: a control that changes nothing (the report's
  *    controls fail, exit 1), a run that writes no gradient, a log-prob row
- *    of the wrong length, a loss mode one loss short, a crash, a hang past
+ *    of the wrong length, a loss mode one loss short or naming the wrong
+ *    weights file, a crash, a hang past
  *    --timeout, an objective other than the pinned one (exit 2, the file or
  *    run named, no report), a NaN gradient (its check fails, exit 1). */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -288,6 +290,23 @@ Test(parity_adapter, the_stand_in_passes_every_level_and_its_controls_fail, .ini
     cJSON_Delete(r);
 }
 
+Test(parity_adapter, the_flat_forms_are_read_alike, .init = setup, .fini = teardown, .timeout = 300) {
+    /* one tensor "logprobs" in member order; losses as {"weights", "loss"} */
+    cr_assert_eq(parity(FIXTURE, "FAKE_FORMAT=flat", "--dtype f64 --cp 1,2", "flat"), 0, "exit (%s/flat.txt)", tmpdir);
+    cr_assert_eq(parity(FIXTURE, NULL, "--dtype f64 --cp 1,2", "members"), 0, "exit (%s/members.txt)", tmpdir);
+    cJSON *a = report_of("flat"), *b = report_of("members");
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(a, "checks"), *y = cJSON_GetObjectItemCaseSensitive(b, "checks");
+    cr_assert_eq(cJSON_GetArraySize(x), cJSON_GetArraySize(y));
+    for (int i = 0; i < cJSON_GetArraySize(x); i++) {
+        const cJSON *cx = cJSON_GetArrayItem(x, i), *cy = cJSON_GetArrayItem(y, i);
+        cr_expect_eq(cJSON_GetObjectItemCaseSensitive(cx, "max_rel_err")->valuedouble,
+                     cJSON_GetObjectItemCaseSensitive(cy, "max_rel_err")->valuedouble, "%s differs",
+                     cJSON_GetObjectItemCaseSensitive(cx, "name")->valuestring);
+    }
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+}
+
 Test(parity_adapter, a_control_that_changes_nothing_fails_the_report, .init = setup, .fini = teardown, .timeout = 300) {
     cJSON *d = fixture();
     cJSON_AddStringToObject(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(d, "faults"), "controls"),
@@ -316,6 +335,7 @@ Test(parity_adapter, hostile_trainers_are_named_and_write_no_report, .init = set
         {"crash", NULL, "exited 3", 2},
         {"sleep", "--timeout 2", "killed: --timeout?", 2},
         {"objective", NULL, "the adapter", 2},
+        {"swapped", NULL, "field 'losses[0].weights' is not", 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char env[64], out[32], extra[128];
