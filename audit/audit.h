@@ -70,6 +70,9 @@ typedef struct {
     int64_t seq, gseq, count, layer, step;
     uint16_t group, purpose; /* indices into the run's name tables */
     uint8_t op, red, dtype, phase; /* phase: LS_PHASE_* or 7 (none/other) */
+    /* v2: the first 8 bytes of the collective's out_sha256 (big-endian), 0
+     * when it has none (a digest whose 8 bytes are 0 is kept as 1) */
+    uint64_t out8;
 } ls_audit_coll;
 
 /* Layer events of one (phase, member, layer, dir) of an open step. */
@@ -339,6 +342,20 @@ typedef struct ls_audit_run {
     size_t n_digest_splits;
     int64_t n_run_steps;        /* one past the last step the rules require (receipts and traces): the run's
                                   steps are first_step .. n_run_steps - 1 */
+    /* ---- v2 (docs/contract.md §1-2; load.c fills it) ----
+     * evidence_version: 2 when the manifest (else the first readable
+     * receipt, else rank 0's trace header) is v2, else 1.  profile_name /
+     * profile_sha256: the v2 manifest's profile (else the first v2
+     * receipt's), NULL in v1 runs; borrowed from the manifest or receipt.
+     * A rank's trace vocabularies (phases and layer kinds by index) and its
+     * groups' kinds are in ranks[r].report (trace_reader.h:
+     * ls_trace_report_phase_index, ls_trace_report_group_kind).  In v2 runs
+     * load_trace.c files phases and layer kinds by NAME into the fixed slots
+     * of trace_event.h (other names: LS_AUDIT_NPHASE - 1 / LS_TRACE_LAYER_KIND_COUNT),
+     * and leaves out layer_end events marked recompute. */
+    int evidence_version;
+    const char *profile_name;
+    const char *profile_sha256;
     /* verdicts */
     ls_audit_rule *rules;
     size_t n_rules, rules_cap;
@@ -425,6 +442,9 @@ int ls_audit_fault_level(const char *name, const char **what);
 /* Rules (rules.c) and levels (levels.c); called by ls_audit_evaluate. */
 ls_status ls_audit_rules_run(ls_audit_run *run);
 ls_status ls_audit_levels_run(ls_audit_run *run);
+/* v2: collectives.performed (rules_performed.c): added to run->rules only
+ * for v2 runs (a v1 run's rule list is unchanged).  LS_OK or LS_ERR_NOMEM. */
+ls_status ls_audit_rules_performed(ls_audit_run *run);
 /* A new rule appended to run->rules (NULL: out of memory).  The rule is
  * the run's (freed by ls_audit_free); the pointer is valid until the next
  * ls_audit_rule_add on run.  id and title are borrowed: they must outlive

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "audit/run_files.h"
+#include "audit/timeline.h" /* ls_audit_trace_rel */
 #include "receipts/digest.h"
 #include "receipts/manifest.h"
 #include "receipts/receipt.h"
@@ -48,8 +49,8 @@ static ls_status read_receipt(const char *dir, uint32_t rank, ls_receipt **out, 
 
 /* World from rank 0's trace header (a run killed before its receipts). */
 static int64_t header_world(const char *dir) {
-    const char *rel = "rank-0000/events.jsonl.zst";
-    char err[512];
+    char rel[64], err[512];
+    ls_audit_trace_rel(dir, 0, rel, sizeof rel);
     int fd = ls_audit_open(dir, rel, 0, NULL, NULL, err, sizeof err);
     if (fd < 0) return -1;
     ls_trace_reader *rd = NULL;
@@ -557,7 +558,7 @@ static ls_status side_open(side *s, const char *label, const run_info *ri, uint3
     s->dir = ri->dir;
     s->ended = 1;
     if (ls_receipt_rank_dir(rank, s->rel, sizeof s->rel) != LS_OK) return LS_ERR_ARG;
-    strcat(s->rel, "/events.jsonl.zst");
+    ls_audit_trace_rel(ri->dir, rank, s->rel, sizeof s->rel);
     if ((int64_t)rank >= ri->world) {
         snprintf(why, why_len, "rank %u is beyond the world of %" PRId64, rank, ri->world);
         return LS_ERR_IO;

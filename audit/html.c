@@ -688,7 +688,7 @@ static bool read_samples(const char *run_dir, int64_t rank, mem_series *m, ls_tr
     m->n_series = 1;
     *st = LS_OK;
     if (ls_audit_timeline_trace_path(run_dir, rank, path, sizeof path, why, why_len) != LS_OK) return false;
-    snprintf(rel, sizeof rel, "rank-%04lld/events.jsonl.zst", (long long)rank);
+    ls_audit_trace_rel(run_dir, rank, rel, sizeof rel);
     int fd = ls_audit_open(run_dir, rel, 0, NULL, st, why, why_len);
     if (fd < 0) return false;
     *st = ls_trace_read_fd(fd, rel, on_memory, m, rep);

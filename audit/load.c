@@ -68,6 +68,27 @@ static uint32_t scan_rank_dirs(const char *run_dir) {
     return w;
 }
 
+/* The v2 block of audit.h: the evidence version and the profile named. */
+static void derive_v2(ls_audit_run *run) {
+    run->evidence_version = 1;
+    const ls_receipt *first = NULL;
+    for (uint32_t i = 0; i < run->world && first == NULL; i++) first = run->ranks[i].receipt;
+    if (run->manifest != NULL) {
+        run->evidence_version = run->manifest->version == 2 ? 2 : 1;
+        run->profile_name = run->manifest->profile_name;
+        run->profile_sha256 = run->manifest->profile_sha256;
+    } else if (first != NULL) {
+        run->evidence_version = first->version == 2 ? 2 : 1;
+    }
+    for (uint32_t i = 0; i < run->world && run->profile_name == NULL; i++) {
+        const ls_receipt *rc = run->ranks[i].receipt;
+        if (rc != NULL && rc->version == 2) {
+            run->profile_name = rc->profile_name;
+            run->profile_sha256 = rc->profile_sha256;
+        }
+    }
+}
+
 static void derive_config(ls_audit_run *run) {
     for (uint32_t i = 0; i < run->world && run->config == NULL; i++) {
         const ls_receipt *rc = run->ranks[i].receipt;
@@ -197,11 +218,14 @@ ls_status ls_audit_load(const ls_audit_options *opt, ls_audit_run **out, char *e
         }
     }
     derive_config(run); /* the layer checks run while the traces stream */
+    derive_v2(run);
     for (uint32_t i = 0; i < run->world; i++) {
         run->ranks[i].steps_closed = run->first_step; /* earlier steps are not this run's: an event of one is late */
         st = ls_audit_load_trace(run, &run->ranks[i]);
         if (st != LS_OK) goto cleanup;
     }
+    if (run->manifest == NULL && run->evidence_version == 1 && run->world > 0 && run->ranks[0].report.version == 2)
+        run->evidence_version = 2; /* no manifest, no receipt: the trace header says */
     if (run->manifest != NULL) {
         st = ls_audit_verify_subjects(run);
         if (st != LS_OK) goto cleanup;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "audit/run_files.h"
+#include "audit/timeline.h" /* ls_audit_trace_rel */
 #include "receipts/json_util.h"
 #include "receipts/trace_event.h"
 
@@ -52,6 +53,8 @@ typedef struct {
     int64_t cur_step;
     ls_status st;
     int group_hint, purpose_hint; /* intern's hints */
+    bool v2;                      /* the trace's header is v2 */
+    int out_pos, recompute_pos;   /* v2 field positions of collective.out_sha256, layer_end.recompute */
 } scan_ctx;
 
 
@@ -193,12 +196,13 @@ static bool hex32(const char *h, uint8_t out[32]) {
 /* layer_end's fields, from an event the reader found valid (its fields
  * passed ls_trace_event_check: not flagged LS_TRACE_EVF_FIELDS), so
  * without checking them again as ls_trace_decode_layer_end does. */
-static bool decode_layer_end(const ev_fields *f, ls_trace_layer_end *le) {
+static bool decode_layer_end(const ev_fields *f, ls_trace_layer_end *le, bool v2) {
     const char *ph = str_of(f->phase), *kind = str_of(f->kind), *dir = str_of(f->dir);
     if (ph == NULL || kind == NULL || dir == NULL || !ls_trace_json_int(f->step, &le->step) ||
         !ls_trace_json_int(f->member, &le->member) || !ls_trace_json_int(f->layer, &le->layer))
         return false;
     int k = ls_trace_enum_from_name("layer_kind", kind), d = ls_trace_enum_from_name("dir", dir);
+    if (k < 0 && v2) k = LS_TRACE_LAYER_KIND_COUNT; /* a v2 kind outside v1's names: "other" */
     if (k < 0 || d < 0) return false;
     le->phase = ph;
     le->kind = (ls_trace_layer_kind)k;
@@ -214,8 +218,9 @@ static bool decode_collective(const ev_fields *f, ls_trace_collective *tc) {
     if (g == NULL || op == NULL || red == NULL || dt == NULL || tc->purpose == NULL ||
         !ls_trace_json_int(f->gseq, &tc->gseq) || !ls_trace_json_int(f->count, &tc->count))
         return false;
-    int o = ls_trace_enum_from_name("op", op), r = ls_trace_enum_from_name("red", red),
-        d = ls_trace_enum_from_name("dtype", dt);
+    /* the v2 lists hold v1's names at their v1 indices (the reader refused v2 names in v1 traces) */
+    int o = ls_trace_enum_from_name_v2("op", op), r = ls_trace_enum_from_name_v2("red", red),
+        d = ls_trace_enum_from_name_v2("dtype", dt);
     if (o < 0 || r < 0 || d < 0) return false;
     tc->group = g;
     tc->op = (ls_trace_op)o;
@@ -279,6 +284,13 @@ static void on_collective(scan_ctx *c, const ls_trace_event *ev, const ev_fields
     k->red = (uint8_t)tc.red;
     k->dtype = (uint8_t)tc.dtype;
     k->phase = (uint8_t)(c->cur_phase >= 0 ? c->cur_phase : LS_AUDIT_NPHASE - 1);
+    k->out8 = 0;
+    const char *out = c->out_pos >= 0 ? str_of(ev->field[c->out_pos]) : NULL;
+    uint8_t d[32];
+    if (out != NULL && hex32(out, d)) {
+        for (int i = 0; i < 8; i++) k->out8 = (k->out8 << 8) | d[i];
+        if (k->out8 == 0) k->out8 = 1;
+    }
 }
 
 static int on_event(const ls_trace_event *ev, void *user) {
@@ -320,7 +332,10 @@ static int on_event(const ls_trace_event *ev, void *user) {
     }
     case LS_TRACE_LAYER_END: {
         ls_trace_layer_end le;
-        if (!decode_layer_end(&f, &le)) break;
+        c->v2 = r->report.version == LS_TRACE_VERSION_V2;
+        if (!decode_layer_end(&f, &le, c->v2)) break;
+        if (c->v2 && c->recompute_pos >= 0 && ev->field[c->recompute_pos] != NULL)
+            break; /* a forward re-run under activation checkpointing: never the phase's forward */
         int p = ls_audit_phase_index(le.phase);
         if (le.dir == LS_TRACE_DIR_FWD) r->layer_fwd++;
         else r->layer_bwd++;
@@ -407,7 +422,11 @@ static int on_event(const ls_trace_event *ev, void *user) {
 ls_status ls_audit_load_trace(ls_audit_run *run, ls_audit_rank *r) {
     char dir[32];
     ls_receipt_rank_dir(r->rank, dir, sizeof dir);
-    snprintf(r->trace_file, sizeof r->trace_file, "%s/events.jsonl.zst", dir);
+    ls_audit_trace_rel(run->run_dir, r->rank, r->trace_file, sizeof r->trace_file); /* .zst, else a plain one */
+    /* v2: the trace the receipt names (events.jsonl or events.jsonl.zst), when it is in the rank's directory */
+    if (r->receipt != NULL && r->receipt->version == 2 && strncmp(r->receipt->events_file, dir, strlen(dir)) == 0 &&
+        r->receipt->events_file[strlen(dir)] == '/' && strlen(r->receipt->events_file) < sizeof r->trace_file)
+        snprintf(r->trace_file, sizeof r->trace_file, "%s", r->receipt->events_file);
     r->last_step = r->last_member = r->last_layer = -2;
     r->last_seq = r->first_error_seq = r->rank_complete_seq = r->mem_bad_seq = r->late_seq = -1;
     r->win[0].step = r->win[1].step = -1;
@@ -416,7 +435,13 @@ ls_status ls_audit_load_trace(ls_audit_run *run, ls_audit_rank *r) {
     int fd = ls_audit_open(run->run_dir, r->trace_file, 0, &sz, &st, r->trace_err, sizeof r->trace_err);
     if (fd < 0) return LS_OK; /* the rules name it */
     r->trace_present = true;
-    scan_ctx c = {.run = run, .r = r, .cur_phase = -1, .cur_step = -1, .st = LS_OK};
+    scan_ctx c = {.run = run,
+                  .r = r,
+                  .cur_phase = -1,
+                  .cur_step = -1,
+                  .st = LS_OK,
+                  .out_pos = ls_trace_field_index(LS_TRACE_COLLECTIVE, "out_sha256"),
+                  .recompute_pos = ls_trace_field_index(LS_TRACE_LAYER_END, "recompute")};
     st = ls_trace_read_fd(fd, r->trace_file, on_event, &c, &r->report);
     if (st == LS_ERR_NOMEM || st == LS_ERR_ARG || c.st == LS_ERR_NOMEM) return LS_ERR_NOMEM;
     return ls_audit_steps_finish(run, r);

@@ -80,6 +80,16 @@ static cJSON *rank_json(const ls_audit_run *run, const ls_audit_rank *r) {
         ls_json_add_u64(o, "receipt_rss_peak_bytes", r->receipt->rss_peak_bytes);
     }
     add_i64(o, "wall_ns", r->n_events > 1 ? r->last_ts - r->first_ts : 0);
+    if (run->evidence_version == 2 && r->report.header_ok && r->report.version == 2) {
+        /* v2 only: the trace's vocabularies, names by index (docs/contract.md §1) */
+        cJSON *vo = cJSON_AddObjectToObject(o, "vocabulary");
+        cJSON *vp = vo ? cJSON_AddArrayToObject(vo, "phases") : NULL;
+        cJSON *vk = vo ? cJSON_AddArrayToObject(vo, "layer_kinds") : NULL;
+        for (size_t i = 0; vp && i < r->report.n_phases; i++)
+            cJSON_AddItemToArray(vp, cJSON_CreateString(r->report.phases[i]));
+        for (size_t i = 0; vk && i < r->report.n_layer_kinds; i++)
+            cJSON_AddItemToArray(vk, cJSON_CreateString(r->report.layer_kinds[i]));
+    }
     cJSON *last = cJSON_AddObjectToObject(o, "last");
     if (last) {
         add_i64(last, "seq", r->last_seq);
@@ -263,6 +273,18 @@ ls_status ls_audit_report_json(const ls_audit_run *run, cJSON **out) {
         cJSON_AddStringToObject(doc, "build_digest", run->build_digest);
     else
         cJSON_AddNullToObject(doc, "build_digest");
+    if (run->evidence_version == 2) { /* v2 only: a v1 report is unchanged */
+        add_i64(doc, "evidence_version", 2);
+        if (run->profile_name != NULL) {
+            cJSON *pr = cJSON_AddObjectToObject(doc, "profile");
+            if (pr) {
+                cJSON_AddStringToObject(pr, "name", run->profile_name);
+                cJSON_AddStringToObject(pr, "sha256", run->profile_sha256 ? run->profile_sha256 : "");
+            }
+        } else {
+            cJSON_AddNullToObject(doc, "profile");
+        }
+    }
     add_i64(doc, "world", run->world);
     add_i64(doc, "steps", run->n_run_steps - run->first_step);
     add_i64(doc, "first_step", run->first_step);

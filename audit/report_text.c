@@ -28,6 +28,10 @@ void ls_audit_report_text(const ls_audit_run *run, FILE *f) {
             run->world_source, (long long)(run->n_run_steps - run->first_step),
             run->build_digest ? run->build_digest : "(unknown)", run->build_digest ? "..." : "",
             run->full_mode ? "full" : "detached");
+    if (run->evidence_version == 2) /* v2 only: a v1 report is unchanged */
+        fprintf(f, "  evidence v2 (docs/contract.md), profile %s%s%.16s%s\n",
+                run->profile_name ? run->profile_name : "(none named)", run->profile_name ? " sha256 " : "",
+                run->profile_name && run->profile_sha256 ? run->profile_sha256 : "", run->profile_name ? "..." : "");
     /* the second axis: how far the evidence can be trusted */
     char rs[256], ps[256];
     sig_line(rs, sizeof rs, run->dsse_status, run->opt.n_keys > 0, run->dsse_present, run->dsse_keyid, "--key",

@@ -252,10 +252,19 @@ ls_status ls_audit_timeline_world(const char *run_dir, int64_t *world, char *not
     return LS_OK;
 }
 
+void ls_audit_trace_rel(const char *run_dir, int64_t rank, char *rel, size_t cap) {
+    char why[64];
+    snprintf(rel, cap, "rank-%04lld/events.jsonl", (long long)rank);
+    bool plain_only = ls_audit_stat(run_dir, rel, 0, NULL, why, sizeof why) == LS_OK;
+    snprintf(rel, cap, "rank-%04lld/events.jsonl.zst", (long long)rank);
+    if (plain_only && ls_audit_stat(run_dir, rel, 0, NULL, why, sizeof why) != LS_OK)
+        snprintf(rel, cap, "rank-%04lld/events.jsonl", (long long)rank);
+}
+
 ls_status ls_audit_timeline_trace_path(const char *run_dir, int64_t rank, char *path, size_t cap, char *err,
                                        size_t err_len) {
     char rel[64];
-    snprintf(rel, sizeof rel, "rank-%04lld/events.jsonl.zst", (long long)rank);
+    ls_audit_trace_rel(run_dir, rank, rel, sizeof rel);
     ls_status s = ls_audit_stat(run_dir, rel, 0, NULL, err, err_len);
     if (s != LS_OK) return s;
     if (ls_audit_path(run_dir, rel, path, cap) != LS_OK) {
@@ -269,7 +278,7 @@ ls_status ls_audit_timeline_trace_open(const char *run_dir, int64_t rank, ls_tra
                                        size_t err_len) {
     char rel[64];
     *out = NULL;
-    snprintf(rel, sizeof rel, "rank-%04lld/events.jsonl.zst", (long long)rank);
+    ls_audit_trace_rel(run_dir, rank, rel, sizeof rel);
     ls_status s = LS_OK;
     int fd = ls_audit_open(run_dir, rel, 0, NULL, &s, err, err_len);
     if (fd < 0) return s;

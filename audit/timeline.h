@@ -60,6 +60,12 @@ ls_status ls_audit_timeline_world(const char *run_dir, int64_t *world, char *not
 ls_status ls_audit_timeline_trace_open(const char *run_dir, int64_t rank, ls_trace_reader **out, char *err,
                                        size_t err_len);
 
+/* The trace of `rank` relative to run_dir into rel[cap]:
+ * "rank-NNNN/events.jsonl.zst", or "rank-NNNN/events.jsonl" when only that
+ * exists (a v2 run may write either, docs/contract.md); the .zst name when
+ * neither does (errors name it). */
+void ls_audit_trace_rel(const char *run_dir, int64_t rank, char *rel, size_t cap);
+
 /* The path of rank's trace (run_dir/rank-NNNN/events.jsonl.zst) into
  * path[cap], after ls_audit_stat accepted it (no cap on the size: traces
  * are streamed).  LS_OK, or ls_audit_stat's status with err naming the

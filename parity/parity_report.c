@@ -34,6 +34,7 @@ struct ls_parity_report {
     char build_from[LS_PARITY_PATH];
     /* coverage (receipts/coverage.h): what the fault-free LongStraw runs recorded */
     cJSON *model;              /* the one model every run ran */
+    bool model_v2;             /* its runs' configurations are v2 (docs/contract.md §2: config.model) */
     char model_from[LS_PARITY_PATH];
     cJSON *train_modes, *objectives, *grad_modes, *strategies, *dtypes, *worlds;
     /* an adapter's report (ls_parity_report_adapter): its controls and the level of the check each breaks */
@@ -183,6 +184,7 @@ static ls_status add_coverage(ls_parity_report *r, const char *run_dir, char *er
     s = model && tm && objs ? LS_OK : LS_ERR_FORMAT;
     if (s == LS_OK && r->model == NULL) {
         r->model = model;
+        r->model_v2 = ls_coverage_config_is_v2(cfg);
         model = NULL;
         snprintf(r->model_from, sizeof r->model_from, "%s", run_dir);
     } else if (s == LS_OK && !cJSON_Compare(r->model, model, true)) {
@@ -506,7 +508,9 @@ ls_status ls_parity_report_finish(ls_parity_report *r, const char *path, bool pr
     /* what the report proves (receipts/coverage.h): the runs' own recorded settings */
     cJSON *cov = cJSON_AddObjectToObject(r->doc, "coverage");
     char msha[LS_DIGEST_HEX_SIZE];
-    ls_status ms = ls_coverage_model_sha256(r->model, msha, err, errlen);
+    /* the digest the audit recomputes for runs like these (receipts/coverage.h: v2 models by RFC 8785) */
+    ls_status ms = r->model_v2 ? ls_coverage_model_sha256_v2(r->model, msha, err, errlen)
+                               : ls_coverage_model_sha256(r->model, msha, err, errlen);
     if (cov == NULL || ms != LS_OK) return cov == NULL ? LS_ERR_NOMEM : ms;
     cJSON_AddStringToObject(cov, "family", str(r->model, "family"));
     cJSON_AddItemToObject(cov, "model", r->model);

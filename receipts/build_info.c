@@ -12,6 +12,7 @@
 #include <zstd.h>
 
 #include "ls_source_state.h" /* generated on every build by cmake/source_state.cmake */
+#include "receipts/jcs.h"
 #include "receipts/json_util.h"
 
 #ifndef LS_C_COMPILER
@@ -231,6 +232,44 @@ ls_status ls_build_info_check(const cJSON *build, char *err, size_t errlen) {
     if (st != LS_OK) return st;
     if (strcmp(hex, rec->valuestring) != 0) {
         ls_json_errf(err, errlen, "build: build_digest %.64s does not match its content (%s)",
+                     rec->valuestring, hex);
+        return LS_ERR_CORRUPT;
+    }
+    return LS_OK;
+}
+
+ls_status ls_build_info_digest_v2(const cJSON *build, char hex[LS_DIGEST_HEX_SIZE], char *err,
+                                  size_t errlen) {
+    hex[0] = '\0';
+    const cJSON *arts = cJSON_GetObjectItemCaseSensitive(build, "artifacts");
+    if (!cJSON_IsArray(arts)) {
+        ls_json_errf(err, errlen, "build: no artifacts array");
+        return LS_ERR_FORMAT;
+    }
+    cJSON *wrap = cJSON_CreateObject();
+    if (wrap == NULL || !cJSON_AddItemReferenceToObject(wrap, "artifacts", (cJSON *)arts)) {
+        cJSON_Delete(wrap);
+        return LS_ERR_NOMEM;
+    }
+    char why[300];
+    ls_status st = ls_jcs_sha256(wrap, hex, why, sizeof why);
+    cJSON_Delete(wrap); /* deletes the reference, not artifacts */
+    if (st != LS_OK) ls_json_errf(err, errlen, "build: %s", why);
+    return st;
+}
+
+ls_status ls_build_info_check_v2(const cJSON *build, char *err, size_t errlen) {
+    const cJSON *rec = cJSON_GetObjectItemCaseSensitive(build, "build_digest");
+    if (!cJSON_IsString(rec)) {
+        ls_json_errf(err, errlen, "build: no build_digest string");
+        return LS_ERR_CORRUPT;
+    }
+    char hex[LS_DIGEST_HEX_SIZE];
+    ls_status st = ls_build_info_digest_v2(build, hex, err, errlen);
+    if (st != LS_OK) return st;
+    if (strcmp(hex, rec->valuestring) != 0) {
+        ls_json_errf(err, errlen,
+                     "build: build_digest %.64s is not the SHA-256 of the JCS of {\"artifacts\": ...} (%s)",
                      rec->valuestring, hex);
         return LS_ERR_CORRUPT;
     }

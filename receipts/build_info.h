@@ -63,4 +63,16 @@ ls_status ls_build_info_digest(const cJSON *build, char hex[LS_DIGEST_HEX_SIZE],
  * the rest; LS_ERR_CORRUPT (message naming both digests) otherwise. */
 ls_status ls_build_info_check(const cJSON *build, char *err, size_t errlen);
 
+/* The v2 build identity (docs/contract.md §2), written by any trainer:
+ * {"artifacts": [{role, name, ...}...], "build_digest": hex}, where
+ * build_digest is the SHA-256 of the RFC 8785 serialisation (receipts/jcs.h)
+ * of {"artifacts": artifacts}.  ls_build_info_digest_v2 computes it
+ * (LS_ERR_FORMAT, naming the JSON pointer, when artifacts holds a value
+ * outside the JCS subset or is not an array); ls_build_info_check_v2 is
+ * LS_OK when build's build_digest equals it, LS_ERR_CORRUPT (both digests
+ * named) when it differs or is absent. */
+ls_status ls_build_info_digest_v2(const cJSON *build, char hex[LS_DIGEST_HEX_SIZE], char *err,
+                                  size_t errlen);
+ls_status ls_build_info_check_v2(const cJSON *build, char *err, size_t errlen);
+
 #endif

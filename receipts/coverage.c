@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "receipts/jcs.h"
 #include "receipts/json_util.h"
 
 const char *const LS_COVERAGE_MODEL_KEYS[] = {
@@ -21,8 +22,18 @@ const char *const LS_COVERAGE_MODEL_KEYS[] = {
     "first_dense", "heads", "q_rank", "kv_rank", "d_nope", "d_rope", "d_v", "index_heads", "index_dim",
     "index_topk", "n_experts", "n_group", "topk_group", "experts_per_token", "expert_dim", "routed_scale", NULL};
 
+bool ls_coverage_config_is_v2(const cJSON *config) {
+    return cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(config, "model"));
+}
+
+ls_status ls_coverage_model_sha256_v2(const cJSON *model, char hex[LS_DIGEST_HEX_SIZE], char *err, size_t errlen) {
+    return ls_jcs_sha256_numbers(model, hex, err, errlen);
+}
+
 cJSON *ls_coverage_model(const cJSON *config) {
     if (!cJSON_IsObject(config)) return NULL;
+    if (ls_coverage_config_is_v2(config))
+        return cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(config, "model"), true);
     cJSON *m = cJSON_CreateObject();
     for (size_t i = 0; m != NULL && LS_COVERAGE_MODEL_KEYS[i] != NULL; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(config, LS_COVERAGE_MODEL_KEYS[i]);
@@ -159,6 +170,26 @@ static void check_member(sink *s, const cJSON *coverage, const char *set_key, co
     else if (!in_set(set, v)) out(s, key, "the run's %s %s is outside the report's coverage (%s %s)", key, a, set_key, b);
 }
 
+/* v2: the run's model against the report's, key by key over both. */
+static void check_model_v2(sink *s, const cJSON *run_model, const cJSON *model, const char *msha) {
+    char a[160], b[160];
+    const cJSON *k;
+    cJSON_ArrayForEach(k, run_model) {
+        const cJSON *pv = cJSON_GetObjectItemCaseSensitive(model, k->string);
+        if (pv != NULL && cJSON_Compare(k, pv, true)) continue;
+        ls_json_brief(k, 120, a, sizeof a);
+        ls_json_brief(pv, 120, b, sizeof b);
+        out(s, k->string, "the run's model has %s %s, the report proved %s %s (model_sha256 %.16s...)", k->string, a,
+            k->string, b, msha);
+    }
+    cJSON_ArrayForEach(k, model) {
+        if (cJSON_GetObjectItemCaseSensitive(run_model, k->string) != NULL) continue;
+        ls_json_brief(k, 120, b, sizeof b);
+        out(s, k->string, "the run's model has no %s, the report proved %s %s (model_sha256 %.16s...)", k->string,
+            k->string, b, msha);
+    }
+}
+
 size_t ls_coverage_check(const cJSON *coverage, const cJSON *config, unsigned world,
                          void (*outside)(void *user, const char *field, const char *detail), void *user) {
     sink s = {.outside = outside, .user = user};
@@ -172,14 +203,19 @@ size_t ls_coverage_check(const cJSON *coverage, const cJSON *config, unsigned wo
         return s.n;
     }
     /* the model, key by key, both ways */
+    bool v2 = ls_coverage_config_is_v2(config);
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(coverage, "model");
     const cJSON *msha = cJSON_GetObjectItemCaseSensitive(coverage, "model_sha256");
     char hex[LS_DIGEST_HEX_SIZE];
     if (!cJSON_IsObject(model)) {
         out(&s, "model", "the report's coverage states no model");
-    } else if (!cJSON_IsString(msha) || ls_coverage_model_sha256(model, hex, err, sizeof err) != LS_OK ||
+    } else if (!cJSON_IsString(msha) ||
+               (v2 ? ls_coverage_model_sha256_v2(model, hex, err, sizeof err)
+                   : ls_coverage_model_sha256(model, hex, err, sizeof err)) != LS_OK ||
                strcmp(hex, msha->valuestring) != 0) {
         out(&s, "model_sha256", "the report's model_sha256 is not the digest of its model");
+    } else if (v2) {
+        check_model_v2(&s, cJSON_GetObjectItemCaseSensitive(config, "model"), model, msha->valuestring);
     } else {
         for (size_t i = 0; LS_COVERAGE_MODEL_KEYS[i] != NULL; i++) {
             const char *k = LS_COVERAGE_MODEL_KEYS[i];

@@ -16,6 +16,13 @@
  *  - may be reduced by parity: prompt, group and response lengths, page
  *    and capture-chunk sizes, steps, seed, learning rate and the other
  *    optimizer settings, LoRA initialisation, sampling (top_p).
+ * v2 configurations (docs/contract.md §2: written by any trainer, the
+ * model a free object under "model") are read the same way, except the
+ * model: it is the config's "model" object (any keys), compared key by key
+ * (the union of both models' keys), digested as the SHA-256 of its RFC 8785
+ * serialisation (ls_coverage_model_sha256_v2).  A parity report over v2
+ * runs states that digest as model_sha256; ls_coverage_check picks the
+ * digest by the run's configuration (ls_coverage_config_is_v2).
  * Every function here reads untrusted documents: absent or ill-typed fields
  * are reported, never trusted.  Objects returned are the caller's
  * (cJSON_Delete). */
@@ -33,13 +40,21 @@
 /* The model keys of docs/model.md section 6, both families (NULL-terminated). */
 extern const char *const LS_COVERAGE_MODEL_KEYS[];
 
+/* true when config is a v2 configuration: it holds a "model" object. */
+bool ls_coverage_config_is_v2(const cJSON *config);
+
 /* The model part of a recorded configuration: the model keys config has,
- * in LS_COVERAGE_MODEL_KEYS order, as a new object (the caller's,
- * cJSON_Delete).  NULL when config is not an object or out of memory. */
+ * in LS_COVERAGE_MODEL_KEYS order (v2: a copy of its "model" object), as a
+ * new object (the caller's, cJSON_Delete).  NULL when config is not an
+ * object or out of memory. */
 cJSON *ls_coverage_model(const cJSON *config);
 
-/* SHA-256 (hex) of the canonical JSON of a model object. */
+/* SHA-256 (hex) of the canonical JSON of a model object (v1). */
 ls_status ls_coverage_model_sha256(const cJSON *model, char hex[LS_DIGEST_HEX_SIZE], char *err, size_t errlen);
+
+/* v2: SHA-256 (hex) of the RFC 8785 serialisation of a model object
+ * (receipts/jcs.h, ls_jcs_sha256_numbers: any finite number). */
+ls_status ls_coverage_model_sha256_v2(const cJSON *model, char hex[LS_DIGEST_HEX_SIZE], char *err, size_t errlen);
 
 /* The trainable set of a configuration: {"train_mode": "lora", "lora_r",
  * "lora_alpha", "lora_experts"} or {"train_mode": "full"}, a new object

@@ -152,11 +152,17 @@ static ls_status extract(ls_manifest *m, const char *what, char *err, size_t err
     m->run_id = cJSON_GetObjectItemCaseSensitive(p, "run_id")->valuestring;
     m->build = cJSON_GetObjectItemCaseSensitive(p, "build");
     m->config = cJSON_GetObjectItemCaseSensitive(p, "config");
-    char why[256];
-    ls_status st = ls_build_info_check(m->build, why, sizeof why);
+    char why[400];
+    const cJSON *prof = cJSON_GetObjectItemCaseSensitive(p, "profile");
+    if (m->version == 2) {
+        m->profile_name = cJSON_GetObjectItemCaseSensitive(prof, "name")->valuestring;
+        m->profile_sha256 = cJSON_GetObjectItemCaseSensitive(prof, "sha256")->valuestring;
+    }
+    ls_status st = m->version == 2 ? ls_build_info_check_v2(m->build, why, sizeof why)
+                                   : ls_build_info_check(m->build, why, sizeof why);
     if (st != LS_OK) {
         ls_json_errf(err, errlen, "%s: /predicate/build: %s", what, why);
-        return st;
+        return m->version == 2 && st != LS_ERR_NOMEM ? LS_ERR_CORRUPT : st;
     }
     size_t nr = (size_t)cJSON_GetArraySize(ranks), ns = (size_t)cJSON_GetArraySize(subjects);
     if (nr != world) {
@@ -228,7 +234,9 @@ ls_status ls_manifest_parse(const char *bytes, size_t len, const char *what,
     ls_manifest *m = NULL;
     const ls_schema *schema = NULL;
     ls_schema_errors errs = {0};
-    st = ls_schema_get("manifest", &schema, err, errlen);
+    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(doc, "predicateType");
+    int version = cJSON_IsString(pt) && strcmp(pt->valuestring, LS_MANIFEST_PREDICATE_TYPE_V2) == 0 ? 2 : 1;
+    st = ls_schema_get(version == 2 ? "manifest-v2" : "manifest", &schema, err, errlen);
     if (st != LS_OK) goto cleanup;
     st = ls_schema_validate(schema, doc, &errs);
     if (st != LS_OK) {
@@ -244,6 +252,7 @@ ls_status ls_manifest_parse(const char *bytes, size_t len, const char *what,
     }
     m->priv_doc = doc;
     doc = NULL;
+    m->version = version;
     st = extract(m, what, err, errlen);
     if (st != LS_OK) goto cleanup;
     *out = m;
@@ -520,7 +529,16 @@ static ls_status check_receipt(const char *run_dir, const ls_manifest *m,
     ls_manifest_rank_status rs = r->status == LS_RECEIPT_COMPLETE ? LS_MANIFEST_RANK_COMPLETE
                                                                   : LS_MANIFEST_RANK_ERROR;
     const ls_manifest_subject *ev = find_subject(m, r->events_file);
-    if (r->rank != mr->rank)
+    int mv = m->version == 2 ? 2 : 1; /* a caller-filled manifest (0) is v1 */
+    if (r->version != mv)
+        st = add_problem(rep, LS_VERIFY_RECEIPT, mr->receipt, "a v%d receipt, the manifest is v%d",
+                         r->version, mv);
+    else if (mv == 2 && (strcmp(r->profile_name, m->profile_name) != 0 ||
+                                 strcmp(r->profile_sha256, m->profile_sha256) != 0))
+        st = add_problem(rep, LS_VERIFY_RECEIPT, mr->receipt,
+                         "profile %s (%.12s...), the manifest says %s (%.12s...)", r->profile_name,
+                         r->profile_sha256, m->profile_name, m->profile_sha256);
+    else if (r->rank != mr->rank)
         st = add_problem(rep, LS_VERIFY_RECEIPT, mr->receipt, "rank %u, the manifest says %u",
                          (unsigned)r->rank, (unsigned)mr->rank);
     else if (r->world != m->world)

@@ -35,6 +35,10 @@
 #define LS_MANIFEST_FILE "manifest.json"
 #define LS_MANIFEST_DSSE_FILE "manifest.dsse.json"
 #define LS_MANIFEST_PREDICATE_TYPE "urn:longstraw:predicate:run-manifest:v1"
+/* v2 (docs/contract.md §2, schemas/manifest-v2.schema.json), written by any
+ * trainer: the v1 predicate with the v2 build identity (build_info.h), the
+ * v2 config (a free "model") and profile {name, sha256}.  Read only. */
+#define LS_MANIFEST_PREDICATE_TYPE_V2 "urn:longstraw:predicate:run-manifest:v2"
 
 typedef enum {
     LS_MANIFEST_RANK_COMPLETE = 0,
@@ -62,6 +66,9 @@ typedef struct {
     const ls_manifest_rank *ranks; /* world entries, rank r at index r; NULL: scan */
     size_t n_ranks;
     /* --- filled by the reader only --- */
+    int version;                /* 1 or 2 */
+    const char *profile_name;   /* v2: predicate.profile.name (NULL in v1) */
+    const char *profile_sha256; /* v2: predicate.profile.sha256 (NULL in v1) */
     const ls_manifest_subject *subjects; /* sorted by name */
     size_t n_subjects;
     cJSON *priv_doc;
@@ -76,7 +83,7 @@ typedef struct {
 ls_status ls_manifest_write(const char *run_dir, const ls_manifest *m, char *err,
                             size_t errlen);
 
-/* Parses and checks a manifest (schema; ranks 0..world-1 in order, each
+/* Parses and checks a manifest, v1 or v2 by its predicateType (schema; ranks 0..world-1 in order, each
  * once; subjects sorted, unique, safe paths; files == number of subjects;
  * build digest).  *out is the caller's (ls_manifest_free). */
 ls_status ls_manifest_parse(const char *bytes, size_t len, const char *what,
@@ -115,8 +122,8 @@ const char *ls_verify_kind_name(ls_verify_kind kind);
 
 /* Reads run_dir/manifest.json and checks the run directory against it:
  * every subject present with its digest, no other file, every listed
- * receipt readable and agreeing with the manifest (rank, world, run id,
- * build digest, status) and with the manifest's digest of its events file.
+ * receipt readable and agreeing with the manifest (version, rank, world, run id,
+ * build digest, status; v2: profile) and with the manifest's digest of its events file.
  * Problems are appended to *report (initialise to {0}; free with
  * ls_verify_report_free).  LS_OK: no problem; LS_ERR_CORRUPT: problems
  * listed; other codes: the manifest itself is unreadable or invalid (err

@@ -425,6 +425,88 @@ static ls_status extract(ls_receipt *r, const char *what, char *err, size_t errl
     return LS_OK;
 }
 
+/* The v2 predicate (schema-valid) into r: build identity recomputed, phases
+ * unique, steps_exact <= steps, the subject is the events file. */
+static ls_status extract_v2(ls_receipt *r, const char *what, char *err, size_t errlen) {
+    const cJSON *doc = r->priv_doc;
+    const cJSON *subject = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(doc, "subject"), 0);
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(doc, "predicate");
+    uint64_t rank = 0, world = 0;
+    ls_json_get_u64(p, "rank", &rank);
+    ls_json_get_u64(p, "world", &world);
+    if (rank >= world) {
+        ls_json_errf(err, errlen, "%s: /predicate/rank %llu is not below world %llu", what,
+                     (unsigned long long)rank, (unsigned long long)world);
+        return LS_ERR_FORMAT;
+    }
+    r->version = 2;
+    r->rank = (uint32_t)rank;
+    r->world = (uint32_t)world;
+    r->run_id = cJSON_GetObjectItemCaseSensitive(p, "run_id")->valuestring;
+    r->host = cJSON_GetObjectItemCaseSensitive(p, "host")->valuestring;
+    r->build = cJSON_GetObjectItemCaseSensitive(p, "build");
+    r->config = cJSON_GetObjectItemCaseSensitive(p, "config");
+    const cJSON *prof = cJSON_GetObjectItemCaseSensitive(p, "profile");
+    r->profile_name = cJSON_GetObjectItemCaseSensitive(prof, "name")->valuestring;
+    r->profile_sha256 = cJSON_GetObjectItemCaseSensitive(prof, "sha256")->valuestring;
+    char why[400];
+    ls_status st = ls_build_info_check_v2(r->build, why, sizeof why);
+    if (st != LS_OK) {
+        ls_json_errf(err, errlen, "%s: /predicate/build: %s", what, why);
+        return st == LS_ERR_NOMEM ? st : LS_ERR_CORRUPT;
+    }
+    ls_json_get_u64(p, "steps", &r->steps);
+    ls_json_get_u64(p, "steps_exact", &r->steps_exact);
+    if (r->steps_exact > r->steps) {
+        ls_json_errf(err, errlen, "%s: /predicate/steps_exact %llu is above steps %llu", what,
+                     (unsigned long long)r->steps_exact, (unsigned long long)r->steps);
+        return LS_ERR_FORMAT;
+    }
+    r->steps_prefix_frozen = r->steps - r->steps_exact;
+    const cJSON *phases = cJSON_GetObjectItemCaseSensitive(p, "phases");
+    size_t np = (size_t)cJSON_GetArraySize(phases);
+    r->priv_arrays = calloc(np * sizeof(ls_receipt_phase) + 1, 1);
+    if (r->priv_arrays == NULL) return LS_ERR_NOMEM;
+    ls_receipt_phase *ph = r->priv_arrays;
+    size_t i = 0;
+    for (const cJSON *e = phases->child; e != NULL; e = e->next, i++) {
+        ph[i].phase = cJSON_GetObjectItemCaseSensitive(e, "phase")->valuestring;
+        ls_json_get_u64(e, "count", &ph[i].count);
+        ls_json_get_u64(e, "wall_ns_total", &ph[i].wall_ns_total);
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(ph[j].phase, ph[i].phase) == 0) {
+                ls_json_errf(err, errlen, "%s: /predicate/phases/%zu: phase \"%s\" listed twice",
+                             what, i, ph[i].phase);
+                return LS_ERR_FORMAT;
+            }
+    }
+    r->phases = ph;
+    r->n_phases = np;
+    const cJSON *ev = cJSON_GetObjectItemCaseSensitive(p, "events");
+    r->events_file = cJSON_GetObjectItemCaseSensitive(ev, "file")->valuestring;
+    ls_json_get_u64(ev, "count", &r->events_count);
+    uint64_t last = 0;
+    r->events_last_seq = ls_json_get_u64(ev, "last_seq", &last) == 0 ? (int64_t)last : -1;
+    const char *sname = cJSON_GetObjectItemCaseSensitive(subject, "name")->valuestring;
+    if (strcmp(sname, r->events_file) != 0) {
+        ls_json_errf(err, errlen, "%s: /subject/0/name \"%s\" is not the events file \"%s\"",
+                     what, sname, r->events_file);
+        return LS_ERR_FORMAT;
+    }
+    const cJSON *dg = cJSON_GetObjectItemCaseSensitive(subject, "digest");
+    snprintf(r->events_sha256, sizeof r->events_sha256, "%s",
+             cJSON_GetObjectItemCaseSensitive(dg, "sha256")->valuestring);
+    r->status = strcmp(cJSON_GetObjectItemCaseSensitive(p, "status")->valuestring, "complete") == 0
+                    ? LS_RECEIPT_COMPLETE
+                    : LS_RECEIPT_ERROR;
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(p, "error");
+    if (e != NULL) {
+        r->error_code = (int)cJSON_GetObjectItemCaseSensitive(e, "code")->valuedouble;
+        r->error_message = cJSON_GetObjectItemCaseSensitive(e, "message")->valuestring;
+    }
+    return LS_OK;
+}
+
 ls_status ls_receipt_parse(const char *bytes, size_t len, const char *what, ls_receipt **out,
                            char *err, size_t errlen) {
     *out = NULL;
@@ -435,7 +517,9 @@ ls_status ls_receipt_parse(const char *bytes, size_t len, const char *what, ls_r
     ls_receipt *r = NULL;
     const ls_schema *schema = NULL;
     ls_schema_errors errs = {0};
-    st = ls_schema_get("receipt", &schema, err, errlen);
+    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(doc, "predicateType");
+    int version = cJSON_IsString(pt) && strcmp(pt->valuestring, LS_RECEIPT_PREDICATE_TYPE_V2) == 0 ? 2 : 1;
+    st = ls_schema_get(version == 2 ? "receipt-v2" : "receipt", &schema, err, errlen);
     if (st != LS_OK) goto cleanup;
     st = ls_schema_validate(schema, doc, &errs);
     if (st != LS_OK) {
@@ -451,7 +535,8 @@ ls_status ls_receipt_parse(const char *bytes, size_t len, const char *what, ls_r
     }
     r->priv_doc = doc;
     doc = NULL;
-    st = extract(r, what, err, errlen);
+    r->version = 1;
+    st = version == 2 ? extract_v2(r, what, err, errlen) : extract(r, what, err, errlen);
     if (st != LS_OK) goto cleanup;
     *out = r;
     r = NULL;

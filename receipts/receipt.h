@@ -60,6 +60,14 @@
 
 #define LS_RECEIPT_STATEMENT_TYPE "https://in-toto.io/Statement/v1"
 #define LS_RECEIPT_PREDICATE_TYPE "urn:longstraw:predicate:rank-receipt:v1"
+/* v2 (docs/contract.md §2, schemas/receipt-v2.schema.json): written by any
+ * trainer.  Its predicate has run_id, rank, world, host, profile {name,
+ * sha256}, build {artifacts, build_digest} (build_info.h, the v2 identity),
+ * config (the documented keys and a free "model"), steps, steps_exact,
+ * events, status, error?, phases; no memory, timing or prefix-frozen lists
+ * (the reader leaves those fields 0/NULL, steps_prefix_frozen = steps -
+ * steps_exact).  This module reads v2 receipts; LongStraw writes v1. */
+#define LS_RECEIPT_PREDICATE_TYPE_V2 "urn:longstraw:predicate:rank-receipt:v2"
 
 typedef enum { LS_RECEIPT_COMPLETE = 0, LS_RECEIPT_ERROR = 1 } ls_receipt_status;
 
@@ -122,6 +130,9 @@ typedef struct {
     uint64_t start_unix_ns;    /* see LS_JSON_MAX_EXACT_INT: read back to ~0.25 us */
     uint64_t end_unix_ns;
     /* --- filled by the reader only --- */
+    int version;          /* 1 or 2: the predicate's version */
+    const char *profile_name;   /* v2: predicate.profile.name (NULL in v1) */
+    const char *profile_sha256; /* v2: predicate.profile.sha256 (NULL in v1) */
     uint64_t steps_exact;                    /* steps - steps_prefix_frozen */
     char events_sha256[LS_DIGEST_HEX_SIZE]; /* the subject digest */
     cJSON *priv_doc;  /* the parsed document the pointers above point into */
@@ -151,9 +162,12 @@ ls_status ls_receipt_to_json(const ls_receipt *r, const char *events_sha256, cJS
  * LS_ERR_NONFINITE, LS_ERR_SCHEMA, LS_ERR_ARG. */
 ls_status ls_receipt_write(const char *run_dir, const ls_receipt *r, char *err, size_t errlen);
 
-/* Parses and checks a receipt from bytes; `what` names it in errors.
- * LS_ERR_FORMAT (not JSON / structure), LS_ERR_SCHEMA, LS_ERR_CORRUPT
- * (build digest mismatch).  *out is the caller's (ls_receipt_free). */
+/* Parses and checks a receipt from bytes, v1 or v2 by its predicateType
+ * (schemas/receipt.schema.json or receipt-v2.schema.json; v2: the build
+ * digest recomputed with ls_build_info_check_v2, the phases unique,
+ * steps_exact <= steps, the subject the events file); `what` names it in
+ * errors.  LS_ERR_FORMAT (not JSON / structure / an unknown predicateType),
+ * LS_ERR_SCHEMA, LS_ERR_CORRUPT (build digest mismatch).  *out is the caller's (ls_receipt_free). */
 ls_status ls_receipt_parse(const char *bytes, size_t len, const char *what, ls_receipt **out,
                            char *err, size_t errlen);
 

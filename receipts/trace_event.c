@@ -22,6 +22,16 @@ static const char *const OP_NAMES[] = {
 };
 static const char *const RED_NAMES[] = {"sum", "max", "none", NULL};
 static const char *const DTYPE_NAMES[] = {"f32", "f64", "i64", "u8", NULL};
+/* v2: the v1 lists, then the v2 names (docs/contract.md §1) */
+static const char *const OP_NAMES_V2[] = {
+    "allreduce", "broadcast", "allgather", "sendrecv", "reduce_scatter", "barrier",
+    "all_to_all", "send", "recv", "reduce", NULL,
+};
+static const char *const RED_NAMES_V2[] = {"sum", "max", "none", "min", "prod", "avg", NULL};
+static const char *const DTYPE_NAMES_V2[] = {"f32", "f64", "i64", "u8", "bf16", "f16", "i32", "i8", "bool", NULL};
+_Static_assert(sizeof OP_NAMES_V2 / sizeof OP_NAMES_V2[0] == LS_TRACE_OP_COUNT_V2 + 1, "op names");
+_Static_assert(sizeof RED_NAMES_V2 / sizeof RED_NAMES_V2[0] == LS_TRACE_RED_COUNT_V2 + 1, "red names");
+_Static_assert(sizeof DTYPE_NAMES_V2 / sizeof DTYPE_NAMES_V2[0] == LS_TRACE_DTYPE_COUNT_V2 + 1, "dtype names");
 static const char *const OBJECTIVE_NAMES[] = {"grpo", "sft", NULL};
 
 /* strcmp(a, b) == 0 for the short names of the tables, inline. */
@@ -41,9 +51,11 @@ const char *ls_trace_layer_kind_name(ls_trace_layer_kind k) {
     return name_at(LAYER_KIND_NAMES, LS_TRACE_LAYER_KIND_COUNT, (int)k);
 }
 const char *ls_trace_dir_name(ls_trace_dir d) { return name_at(DIR_NAMES, LS_TRACE_DIR_COUNT, (int)d); }
-const char *ls_trace_op_name(ls_trace_op o) { return name_at(OP_NAMES, LS_TRACE_OP_COUNT, (int)o); }
-const char *ls_trace_red_name(ls_trace_red r) { return name_at(RED_NAMES, LS_TRACE_RED_COUNT, (int)r); }
-const char *ls_trace_dtype_name(ls_trace_dtype d) { return name_at(DTYPE_NAMES, LS_TRACE_DTYPE_COUNT, (int)d); }
+const char *ls_trace_op_name(ls_trace_op o) { return name_at(OP_NAMES_V2, LS_TRACE_OP_COUNT_V2, (int)o); }
+const char *ls_trace_red_name(ls_trace_red r) { return name_at(RED_NAMES_V2, LS_TRACE_RED_COUNT_V2, (int)r); }
+const char *ls_trace_dtype_name(ls_trace_dtype d) {
+    return name_at(DTYPE_NAMES_V2, LS_TRACE_DTYPE_COUNT_V2, (int)d);
+}
 const char *ls_trace_objective_name(ls_trace_objective o) {
     return name_at(OBJECTIVE_NAMES, LS_TRACE_OBJECTIVE_COUNT, (int)o);
 }
@@ -88,6 +100,24 @@ int ls_trace_enum_from_name(const char *table, const char *name) {
     default: break;
     }
     return t ? index_in(t, name) : -1;
+}
+
+int ls_trace_enum_from_name_v2(const char *table, const char *name) {
+    if (table == NULL) return -1;
+    if (name_eq(table, "op")) return index_in(OP_NAMES_V2, name);
+    if (name_eq(table, "red")) return index_in(RED_NAMES_V2, name);
+    if (name_eq(table, "dtype")) return index_in(DTYPE_NAMES_V2, name);
+    return ls_trace_enum_from_name(table, name);
+}
+
+bool ls_trace_is_vocab_name(const char *s) {
+    if (s == NULL || !(s[0] >= 'a' && s[0] <= 'z')) return false;
+    size_t n = 1;
+    for (; s[n]; n++) {
+        char c = s[n];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-')) return false;
+    }
+    return n <= LS_TRACE_VOCAB_NAME_MAX;
 }
 
 /* Bytes of an identifier after its first: a-z, 0-9, '_'. */
@@ -179,7 +209,9 @@ typedef enum {
     FT_TEXT,    /* any string */
     FT_ENUM,    /* one of `values` */
     FT_HEX64,   /* 64 lowercase hex digits */
-    FT_MEMCATS  /* {ident: {"live": uint, "peak": uint}} */
+    FT_MEMCATS, /* {ident: {"live": uint, "peak": uint}} */
+    FT_VNAME,   /* v2: ls_trace_is_vocab_name */
+    FT_MEMCATS2 /* v2: {free name: {"live": uint, "peak": uint}}, bounded */
 } field_type;
 
 typedef struct {
@@ -264,6 +296,41 @@ static const kind_spec KINDS[LS_TRACE_KIND_COUNT] = {
     KS(COLLECTIVE_F),     KS(OPTIMIZER_STEP_F), KS(PARAM_DIGEST_F),
     KS(MEMORY_F),         KS(ERROR_F),        KS(RANK_COMPLETE_F),
     KS(STEP_METRICS_F),
+};
+
+/* v2 (docs/contract.md §1): the v1 fields at their v1 positions, v2-only
+ * optional fields after them.  step_metrics is checked by check_metrics_v2. */
+#define F(n, t) {n, t, NULL, false}
+#define FO(n, t) {n, t, NULL, true}
+#define FE(n, v) {n, FT_ENUM, v, false}
+#define PF FO("prefix_frozen", FT_TRUE)
+static const field_spec PHASE_BEGIN_F2[] = {F("phase", FT_VNAME), F("step", FT_UINT), PF};
+static const field_spec PHASE_END_F2[] = {F("phase", FT_VNAME), F("step", FT_UINT),
+                                          F("wall_ns", FT_UINT), F("ok", FT_BOOL), PF};
+static const field_spec LAYER_END_F2[] = {
+    F("phase", FT_VNAME),        F("step", FT_UINT),       F("member", FT_INT_M1),
+    F("layer", FT_INT_M1),       F("kind", FT_VNAME),      FE("dir", DIR_NAMES),
+    F("tokens", FT_UINT),        F("live_bytes", FT_UINT), F("peak_bytes", FT_UINT),
+    F("wall_ns", FT_UINT),       F("out_norm", FT_NUM0),   PF,
+    FO("recompute", FT_TRUE),
+};
+static const field_spec COLLECTIVE_F2[] = {
+    F("group", FT_TOKEN), F("gseq", FT_UINT),  FE("op", OP_NAMES_V2),       FE("red", RED_NAMES_V2),
+    F("count", FT_UINT),  FE("dtype", DTYPE_NAMES_V2), F("bytes", FT_UINT), F("purpose", FT_IDENT),
+    FO("layer", FT_INT_M1), FO("step", FT_UINT), FO("out_sha256", FT_HEX64),
+};
+static const field_spec MEMORY_F2[] = {F("step", FT_UINT),        F("phase", FT_VNAME),
+                                       F("categories", FT_MEMCATS2), F("total_live", FT_UINT),
+                                       F("total_peak", FT_UINT),  F("rss_peak", FT_UINT), PF};
+#undef F
+#undef FO
+#undef FE
+#undef PF
+static const kind_spec KINDS_V2[LS_TRACE_KIND_COUNT] = {
+    KS(PHASE_BEGIN_F2),   KS(PHASE_END_F2),   KS(LAYER_END_F2),
+    KS(COLLECTIVE_F2),    KS(OPTIMIZER_STEP_F), KS(PARAM_DIGEST_F),
+    KS(MEMORY_F2),        KS(ERROR_F),        KS(RANK_COMPLETE_F),
+    KS(STEP_METRICS_F), /* not used: check_metrics_v2 */
 };
 #undef KS
 
@@ -386,10 +453,22 @@ static const char *check_value(const field_spec *spec, const cJSON *it) {
         return ls_json_is_string(it) && is_hex64(it->valuestring)
                    ? NULL
                    : "must be 64 lowercase hex digits";
+    case FT_VNAME:
+        return ls_json_is_string(it) && ls_trace_is_vocab_name(it->valuestring)
+                   ? NULL
+                   : "must be a string matching ^[a-z][a-z0-9_.-]{0,31}$";
     case FT_MEMCATS:
+    case FT_MEMCATS2:
         if (!ls_json_is_object(it)) return "must be an object";
+        if (spec->type == FT_MEMCATS2 && cJSON_GetArraySize(it) > LS_TRACE_MAX_MEM_CATEGORIES)
+            return "more than 64 categories";
         for (const cJSON *c = it->child; c; c = c->next) {
-            if (!ls_trace_is_ident(c->string)) return "category names must match ^[a-z][a-z0-9_]*$";
+            if (spec->type == FT_MEMCATS2) {
+                if (!ls_trace_is_token(c->string) || strlen(c->string) > 64)
+                    return "category names must be printable ASCII without spaces, at most 64 bytes";
+            } else if (!ls_trace_is_ident(c->string)) {
+                return "category names must match ^[a-z][a-z0-9_]*$";
+            }
             if (!ls_json_is_object(c)) return "each category must be an object {live, peak}";
             int n = 0;
             for (const cJSON *m = c->child; m; m = m->next) {
@@ -423,27 +502,77 @@ ls_status ls_trace_event_check(ls_trace_kind kind, const cJSON *event, char *why
     return ls_trace_event_check_ex(kind, event, 0, why, why_len, NULL, NULL);
 }
 
+static ls_status check_table(const kind_spec *ks, const char *kname, const cJSON *event, size_t skip, char *why,
+                             size_t why_len, bool *prefix_frozen, const cJSON **fields);
+
 int ls_trace_field_index(ls_trace_kind kind, const char *name) {
     if ((int)kind < 0 || kind >= LS_TRACE_KIND_COUNT || name == NULL) return -1;
     const kind_spec *ks = &KINDS[kind];
     for (size_t i = 0; i < ks->n; i++)
         if (name_eq(ks->fields[i].name, name)) return (int)i;
+    ks = &KINDS_V2[kind]; /* the v2-only fields, after the v1 ones */
+    for (size_t i = 0; i < ks->n; i++)
+        if (name_eq(ks->fields[i].name, name)) return (int)i;
     return -1;
 }
 
-ls_status ls_trace_event_check_ex(ls_trace_kind kind, const cJSON *event, size_t skip, char *why,
-                                  size_t why_len, bool *prefix_frozen, const cJSON **fields) {
+/* v2 step_metrics: step, objective, optional prefix_frozen, free members
+ * (finite numbers or null), at most LS_TRACE_MAX_METRICS in all. */
+static ls_status check_metrics_v2(const cJSON *event, size_t skip, char *why, size_t why_len,
+                                  bool *prefix_frozen, const cJSON **fields) {
+    const char *kname = KIND_NAMES[LS_TRACE_STEP_METRICS];
+    const kind_spec *ks = &KINDS[LS_TRACE_STEP_METRICS];
+    const cJSON *first = event->child;
+    for (size_t k = 0; k < skip && first; k++) first = first->next;
+    bool step = false, objective = false, frozen = false;
+    size_t n = 0;
+    for (const cJSON *c = first; c; c = c->next) {
+        const char *key = c->string ? c->string : "";
+        if (is_envelope_key(key)) continue;
+        if (++n > LS_TRACE_MAX_METRICS) return fail(why, why_len, kname, "(event)", "more than 64 members");
+        int i = field_index(ks, key, 0);
+        if (name_eq(key, "step") || name_eq(key, "objective") || name_eq(key, "prefix_frozen")) {
+            const char *bad = check_value(&ks->fields[i], c);
+            if (bad) return fail(why, why_len, kname, key, bad);
+            step |= name_eq(key, "step");
+            objective |= name_eq(key, "objective");
+            frozen |= name_eq(key, "prefix_frozen");
+            if (fields) fields[i] = c;
+            continue;
+        }
+        if (!ls_trace_is_vocab_name(key) && !(ls_trace_is_ident(key) && strlen(key) <= 64))
+            return fail(why, why_len, kname, key, "metric names must match ^[a-z][a-z0-9_.-]*$ (at most 64 bytes)");
+        if (!cJSON_IsNull(c) && !finite_num(c))
+            return fail(why, why_len, kname, key, "must be a finite number or null");
+        if (fields && i >= 0 && check_value(&ks->fields[i], c) == NULL) fields[i] = c;
+    }
+    if (!step) return fail(why, why_len, kname, "step", "missing");
+    if (!objective) return fail(why, why_len, kname, "objective", "missing");
+    if (prefix_frozen) *prefix_frozen = frozen;
+    return LS_OK;
+}
+
+ls_status ls_trace_event_check_v(int version, ls_trace_kind kind, const cJSON *event, size_t skip, char *why,
+                                 size_t why_len, bool *prefix_frozen, const cJSON **fields) {
+    if (version == LS_TRACE_VERSION)
+        return ls_trace_event_check_ex(kind, event, skip, why, why_len, prefix_frozen, fields);
     if (why && why_len) why[0] = '\0';
-    if (event == NULL || (int)kind < 0 || kind >= LS_TRACE_KIND_COUNT) {
-        if (why && why_len) snprintf(why, why_len, "no event or unknown kind");
+    if (version != LS_TRACE_VERSION_V2 || event == NULL || (int)kind < 0 || kind >= LS_TRACE_KIND_COUNT) {
+        if (why && why_len) snprintf(why, why_len, "no event, unknown kind or unknown version");
         return LS_ERR_ARG;
     }
     const char *kname = KIND_NAMES[kind];
     if (!ls_json_is_object(event)) return fail(why, why_len, kname, "(event)", "must be an object");
-    const kind_spec *ks = &KINDS[kind];
+    if (fields) memset(fields, 0, LS_TRACE_MAX_FIELDS * sizeof *fields);
+    if (kind == LS_TRACE_STEP_METRICS) return check_metrics_v2(event, skip, why, why_len, prefix_frozen, fields);
+    return check_table(&KINDS_V2[kind], kname, event, skip, why, why_len, prefix_frozen, fields);
+}
+
+/* The fields of event (after its first `skip` members) against a table. */
+static ls_status check_table(const kind_spec *ks, const char *kname, const cJSON *event, size_t skip, char *why,
+                             size_t why_len, bool *prefix_frozen, const cJSON **fields) {
     uint32_t seen = 0; /* tables have at most 32 fields */
     size_t hint = 0;
-    if (fields) memset(fields, 0, LS_TRACE_MAX_FIELDS * sizeof *fields);
     const cJSON *first = event->child;
     for (size_t k = 0; k < skip && first; k++) first = first->next;
     for (const cJSON *c = first; c; c = c->next) {
@@ -464,8 +593,25 @@ ls_status ls_trace_event_check_ex(ls_trace_kind kind, const cJSON *event, size_t
     if (prefix_frozen) { /* the kinds with "step" have it optional, as true only */
         *prefix_frozen = false;
         for (size_t i = 0; i < ks->n; i++)
-            if (ks->fields[i].type == FT_TRUE && (seen & (UINT32_C(1) << i))) *prefix_frozen = true;
+            if (ks->fields[i].type == FT_TRUE && name_eq(ks->fields[i].name, "prefix_frozen") &&
+                (seen & (UINT32_C(1) << i)))
+                *prefix_frozen = true;
     }
+    return LS_OK;
+}
+
+ls_status ls_trace_event_check_ex(ls_trace_kind kind, const cJSON *event, size_t skip, char *why,
+                                  size_t why_len, bool *prefix_frozen, const cJSON **fields) {
+    if (why && why_len) why[0] = '\0';
+    if (event == NULL || (int)kind < 0 || kind >= LS_TRACE_KIND_COUNT) {
+        if (why && why_len) snprintf(why, why_len, "no event or unknown kind");
+        return LS_ERR_ARG;
+    }
+    const char *kname = KIND_NAMES[kind];
+    if (!ls_json_is_object(event)) return fail(why, why_len, kname, "(event)", "must be an object");
+    if (fields) memset(fields, 0, LS_TRACE_MAX_FIELDS * sizeof *fields);
+    ls_status st = check_table(&KINDS[kind], kname, event, skip, why, why_len, prefix_frozen, fields);
+    if (st != LS_OK) return st;
     if (kind == LS_TRACE_STEP_METRICS) {
         bool r = cJSON_GetObjectItemCaseSensitive(event, "reward_retrieval") != NULL;
         bool f = cJSON_GetObjectItemCaseSensitive(event, "reward_format") != NULL;
@@ -488,14 +634,24 @@ static const char *get_str(const cJSON *ev, const char *k) {
     return cJSON_GetObjectItemCaseSensitive(ev, k)->valuestring;
 }
 
+/* The format version an event object carries ("v": 2, else 1). */
+static int event_version(const cJSON *ev) {
+    int64_t v = 0;
+    return ls_trace_json_int(cJSON_GetObjectItemCaseSensitive(ev, "v"), &v) && v == LS_TRACE_VERSION_V2
+               ? LS_TRACE_VERSION_V2
+               : LS_TRACE_VERSION;
+}
+
 ls_status ls_trace_decode_layer_end(const cJSON *ev, ls_trace_layer_end *out) {
     if (ev == NULL || out == NULL) return LS_ERR_ARG;
-    if (ls_trace_event_check(LS_TRACE_LAYER_END, ev, NULL, 0) != LS_OK) return LS_ERR_SCHEMA;
+    int version = event_version(ev);
+    if (ls_trace_event_check_v(version, LS_TRACE_LAYER_END, ev, 0, NULL, 0, NULL, NULL) != LS_OK) return LS_ERR_SCHEMA;
     out->phase = get_str(ev, "phase");
     out->step = get_int(ev, "step");
     out->member = get_int(ev, "member");
     out->layer = get_int(ev, "layer");
-    out->kind = (ls_trace_layer_kind)index_in(LAYER_KIND_NAMES, get_str(ev, "kind"));
+    int kind = index_in(LAYER_KIND_NAMES, get_str(ev, "kind"));
+    out->kind = (ls_trace_layer_kind)(kind >= 0 ? kind : LS_TRACE_LAYER_KIND_COUNT); /* v2: a name v1 lacks */
     out->dir = (ls_trace_dir)index_in(DIR_NAMES, get_str(ev, "dir"));
     out->tokens = get_int(ev, "tokens");
     out->live_bytes = get_int(ev, "live_bytes");
@@ -508,13 +664,14 @@ ls_status ls_trace_decode_layer_end(const cJSON *ev, ls_trace_layer_end *out) {
 
 ls_status ls_trace_decode_collective(const cJSON *ev, ls_trace_collective *out) {
     if (ev == NULL || out == NULL) return LS_ERR_ARG;
-    if (ls_trace_event_check(LS_TRACE_COLLECTIVE, ev, NULL, 0) != LS_OK) return LS_ERR_SCHEMA;
+    if (ls_trace_event_check_v(event_version(ev), LS_TRACE_COLLECTIVE, ev, 0, NULL, 0, NULL, NULL) != LS_OK)
+        return LS_ERR_SCHEMA;
     out->group = get_str(ev, "group");
     out->gseq = get_int(ev, "gseq");
-    out->op = (ls_trace_op)index_in(OP_NAMES, get_str(ev, "op"));
-    out->red = (ls_trace_red)index_in(RED_NAMES, get_str(ev, "red"));
+    out->op = (ls_trace_op)index_in(OP_NAMES_V2, get_str(ev, "op")); /* v1's names at their v1 indices */
+    out->red = (ls_trace_red)index_in(RED_NAMES_V2, get_str(ev, "red"));
     out->count = get_int(ev, "count");
-    out->dtype = (ls_trace_dtype)index_in(DTYPE_NAMES, get_str(ev, "dtype"));
+    out->dtype = (ls_trace_dtype)index_in(DTYPE_NAMES_V2, get_str(ev, "dtype"));
     out->bytes = get_int(ev, "bytes");
     out->purpose = get_str(ev, "purpose");
     const cJSON *layer = cJSON_GetObjectItemCaseSensitive(ev, "layer");

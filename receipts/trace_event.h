@@ -27,6 +27,19 @@
 /* Header "kind" and "schema" values. */
 #define LS_TRACE_HEADER_KIND "longstraw.trace.header"
 #define LS_TRACE_HEADER_SCHEMA "urn:longstraw:schema:event-header:v1"
+/* v2 (docs/contract.md §1): written by any trainer, read by the reader.  The
+ * header names its vocabularies: "phases" and "layer_kinds", 1..
+ * LS_TRACE_MAX_VOCAB distinct names matching ^[a-z][a-z0-9_.-]{0,31}$ (every
+ * phase and layer kind of the trace is one of them), "groups"[].kind one of
+ * world, dp, cp, tp, pp, ep, and "profile".  Events carry "v":2.  The
+ * enumerations below grow by the v2 values after their v1 _COUNT (v1 traces
+ * still accept only the v1 names; the indices of v1 names are unchanged). */
+#define LS_TRACE_VERSION_V2 2
+#define LS_TRACE_HEADER_SCHEMA_V2 "urn:longstraw:schema:event-header:v2"
+#define LS_TRACE_MAX_VOCAB 32          /* names in a v2 vocabulary */
+#define LS_TRACE_VOCAB_NAME_MAX 32     /* bytes of one vocabulary name */
+#define LS_TRACE_MAX_MEM_CATEGORIES 64 /* categories of one v2 memory event */
+#define LS_TRACE_MAX_METRICS 64        /* members of one v2 step_metrics event */
 /* Longest line (JSON text plus its '\n') the writer writes and the reader
  * accepts. */
 #define LS_TRACE_MAX_LINE ((size_t)1 << 20)
@@ -90,11 +103,25 @@ typedef enum {
     LS_TRACE_OP_SENDRECV,
     LS_TRACE_OP_REDUCE_SCATTER,
     LS_TRACE_OP_BARRIER,
-    LS_TRACE_OP_COUNT
+    LS_TRACE_OP_COUNT, /* v1's */
+    LS_TRACE_OP_ALL_TO_ALL = LS_TRACE_OP_COUNT, /* v2 only from here */
+    LS_TRACE_OP_SEND,
+    LS_TRACE_OP_RECV,
+    LS_TRACE_OP_REDUCE,
+    LS_TRACE_OP_COUNT_V2
 } ls_trace_op;
 
 /* collective "red". */
-typedef enum { LS_TRACE_RED_SUM = 0, LS_TRACE_RED_MAX, LS_TRACE_RED_NONE, LS_TRACE_RED_COUNT } ls_trace_red;
+typedef enum {
+    LS_TRACE_RED_SUM = 0,
+    LS_TRACE_RED_MAX,
+    LS_TRACE_RED_NONE,
+    LS_TRACE_RED_COUNT, /* v1's */
+    LS_TRACE_RED_MIN = LS_TRACE_RED_COUNT, /* v2 only from here */
+    LS_TRACE_RED_PROD,
+    LS_TRACE_RED_AVG,
+    LS_TRACE_RED_COUNT_V2
+} ls_trace_red;
 
 /* collective "dtype". */
 typedef enum {
@@ -102,7 +129,13 @@ typedef enum {
     LS_TRACE_DTYPE_F64,
     LS_TRACE_DTYPE_I64,
     LS_TRACE_DTYPE_U8,
-    LS_TRACE_DTYPE_COUNT
+    LS_TRACE_DTYPE_COUNT, /* v1's */
+    LS_TRACE_DTYPE_BF16 = LS_TRACE_DTYPE_COUNT, /* v2 only from here */
+    LS_TRACE_DTYPE_F16,
+    LS_TRACE_DTYPE_I32,
+    LS_TRACE_DTYPE_I8,
+    LS_TRACE_DTYPE_BOOL,
+    LS_TRACE_DTYPE_COUNT_V2
 } ls_trace_dtype;
 
 /* Typed forms of the kinds with many fields, used by the writer's emitters
@@ -176,6 +209,13 @@ ls_trace_kind ls_trace_kind_from_name(const char *name);
  * "red", "dtype", "phase", "objective" (-1 for any other table). */
 int ls_trace_enum_from_name(const char *table, const char *name);
 
+/* ls_trace_enum_from_name over the v2 lists ("op", "red", "dtype" grown by
+ * the v2 names; the other tables as there): a v1 name has its v1 index. */
+int ls_trace_enum_from_name_v2(const char *table, const char *name);
+
+/* A v2 vocabulary name: ^[a-z][a-z0-9_.-]{0,31}$ (phases, layer kinds). */
+bool ls_trace_is_vocab_name(const char *s);
+
 /* String classes the format uses (each also a "pattern" in the schemas).
  * ident: ^[a-z][a-z0-9_]*$ (phases, purposes, memory categories, kinds);
  * token: ^[!-~]+$ (printable ASCII, no space: groups, tensor names, run ids,
@@ -223,9 +263,26 @@ ls_status ls_trace_event_check(ls_trace_kind kind, const cJSON *event, char *why
 ls_status ls_trace_event_check_ex(ls_trace_kind kind, const cJSON *event, size_t skip, char *why,
                                   size_t why_len, bool *prefix_frozen, const cJSON **fields);
 
+/* ls_trace_event_check_ex for a trace of format `version` (1 or 2; any
+ * other: LS_ERR_ARG).  v2 tables (docs/contract.md §1): phase and layer
+ * kind are vocabulary names (ls_trace_is_vocab_name; the reader checks them
+ * against the header), ops/reductions/dtypes from the v2 lists, layer_end
+ * may carry "recompute": true, collective "step" and "out_sha256" (64 hex),
+ * memory categories have free names (printable ASCII, at most 64 bytes, at
+ * most LS_TRACE_MAX_MEM_CATEGORIES of them), step_metrics holds step,
+ * objective, optional prefix_frozen and any other member (at most
+ * LS_TRACE_MAX_METRICS in all) a finite number or null.  Every field keeps
+ * its v1 position (ls_trace_field_index), the v2-only ones come after; in
+ * step_metrics a free member named like a v1 field fills that field's slot
+ * when it is a valid v1 value. */
+ls_status ls_trace_event_check_v(int version, ls_trace_kind kind, const cJSON *event, size_t skip, char *why,
+                                 size_t why_len, bool *prefix_frozen, const cJSON **fields);
+
 /* Position of field `name` in kind's table (the index into
  * ls_trace_event.field and the fields of ls_trace_event_check_ex), -1 when
- * the kind has no such field (the envelope keys are no field). */
+ * the kind has no such field (the envelope keys are no field).  The v2-only
+ * fields (recompute, collective step and out_sha256) have their v2
+ * positions, after the v1 ones. */
 int ls_trace_field_index(ls_trace_kind kind, const char *name);
 
 /* Length (1..4) of the valid UTF-8 sequence starting at p[0] (n bytes
@@ -239,8 +296,11 @@ size_t ls_trace_utf8_len(const unsigned char *p, size_t n);
 bool ls_trace_json_int(const cJSON *item, int64_t *out);
 
 /* Typed views of a layer_end / collective event object (as delivered by the
- * reader).  The event must pass ls_trace_event_check for its kind (checked
- * again here); LS_ERR_SCHEMA otherwise, LS_ERR_ARG for NULL.  String
+ * reader).  The event must pass ls_trace_event_check_v for its kind and the
+ * version its "v" says (checked again here); LS_ERR_SCHEMA otherwise,
+ * LS_ERR_ARG for NULL.  A v2 layer kind v1 lacks decodes as
+ * LS_TRACE_LAYER_KIND_COUNT (its index in the trace's vocabulary is
+ * ls_trace_event.layer_kind); v2 ops/reductions/dtypes as their v2 values.  String
  * members of *out point into `event` and live as long as it does. */
 ls_status ls_trace_decode_layer_end(const cJSON *event, ls_trace_layer_end *out);
 ls_status ls_trace_decode_collective(const cJSON *event, ls_trace_collective *out);

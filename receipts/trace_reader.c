@@ -237,6 +237,12 @@ bad_line:
 
 /* ---- header --------------------------------------------------------------- */
 
+/* strcmp(a, b) == 0 for short keys, inline. */
+static inline bool key_eq(const char *a, const char *b) {
+    while (*a && *a == *b) a++, b++;
+    return *a == *b;
+}
+
 static void header_bad(ls_trace_reader *r, const loc *at, const char *field, const char *why) {
     diag(r, LS_TRACE_DIAG_HEADER, at, -1, -1, -1, "header (line 1).%s: %s", field, why);
 }
@@ -252,20 +258,77 @@ static bool check_members(const cJSON *members, int64_t world) {
     return true;
 }
 
+/* v1's vocabularies: the fixed tables (indices = the enums). */
+static void fixed_vocab(ls_trace_report *rep) {
+    rep->n_phases = 0;
+    for (int p = 0; p < LS_PHASE_COUNT; p++)
+        snprintf(rep->phases[rep->n_phases++], sizeof rep->phases[0], "%s", ls_trace_phase_name((ls_trace_phase)p));
+    rep->n_layer_kinds = 0;
+    for (int k = 0; k < LS_TRACE_LAYER_KIND_COUNT; k++)
+        snprintf(rep->layer_kinds[rep->n_layer_kinds++], sizeof rep->layer_kinds[0], "%s",
+                 ls_trace_layer_kind_name((ls_trace_layer_kind)k));
+}
+
+/* A v2 vocabulary (header "phases" or "layer_kinds"): 1..LS_TRACE_MAX_VOCAB
+ * distinct names; the valid ones go to names[]. */
+static void take_vocab(ls_trace_reader *r, const cJSON *h, const loc *at, const char *key,
+                       char (*names)[LS_TRACE_VOCAB_NAME_MAX + 1], size_t *n) {
+    *n = 0;
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(h, key);
+    if (!ls_json_is_array(it) || it->child == NULL) {
+        header_bad(r, at, key, "missing or not a non-empty array of names");
+        return;
+    }
+    int i = 0;
+    for (const cJSON *e = it->child; e; e = e->next, i++) {
+        char field[48];
+        snprintf(field, sizeof field, "%s[%d]", key, i);
+        if (i >= LS_TRACE_MAX_VOCAB) {
+            header_bad(r, at, key, "more than 32 names");
+            return;
+        }
+        if (!ls_json_is_string(e) || !ls_trace_is_vocab_name(e->valuestring)) {
+            header_bad(r, at, field, "not a name matching ^[a-z][a-z0-9_.-]{0,31}$");
+            continue;
+        }
+        bool dup = false;
+        for (size_t k = 0; k < *n; k++) dup |= strcmp(names[k], e->valuestring) == 0;
+        if (dup) {
+            header_bad(r, at, field, "repeats an earlier name");
+            continue;
+        }
+        snprintf(names[(*n)++], LS_TRACE_VOCAB_NAME_MAX + 1, "%s", e->valuestring);
+    }
+}
+
+static bool is_group_kind(const char *s) {
+    static const char *const KINDS[] = {"world", "dp", "cp", "tp", "pp", "ep", NULL};
+    for (size_t i = 0; s && KINDS[i]; i++)
+        if (strcmp(s, KINDS[i]) == 0) return true;
+    return false;
+}
+
 /* Checks the header object; keeps it in the report. */
 static void take_header(ls_trace_reader *r, cJSON *h, const loc *at) {
     static const char *const KEYS[] = {"v",   "kind", "schema",        "run_id", "rank", "world",
                                        "host", "pid", "start_unix_ns", "groups", "tool", NULL};
+    static const char *const KEYS_V2[] = {"v",      "kind",   "schema", "run_id",      "rank",
+                                          "world",  "host",   "pid",    "start_unix_ns", "groups",
+                                          "tool",   "profile", "phases", "layer_kinds", NULL};
     ls_trace_report *rep = &r->rep;
     uint64_t before = rep->counts[LS_TRACE_DIAG_HEADER];
     rep->header = h;
     int64_t v, rank = -1, world = -1;
     const cJSON *it;
-    if (!ls_trace_json_int(cJSON_GetObjectItemCaseSensitive(h, "v"), &v) || v != LS_TRACE_VERSION)
-        header_bad(r, at, "v", "must be 1");
+    bool v_ok = ls_trace_json_int(cJSON_GetObjectItemCaseSensitive(h, "v"), &v);
+    bool v2 = v_ok && v == LS_TRACE_VERSION_V2;
+    r->version = rep->version = v2 ? LS_TRACE_VERSION_V2 : LS_TRACE_VERSION;
+    if (!v_ok || (v != LS_TRACE_VERSION && !v2)) header_bad(r, at, "v", "must be 1");
     it = cJSON_GetObjectItemCaseSensitive(h, "schema");
-    if (!ls_json_is_string(it) || strcmp(it->valuestring, LS_TRACE_HEADER_SCHEMA) != 0)
+    if (!v2 && (!ls_json_is_string(it) || strcmp(it->valuestring, LS_TRACE_HEADER_SCHEMA) != 0))
         header_bad(r, at, "schema", "must be \"" LS_TRACE_HEADER_SCHEMA "\"");
+    if (v2 && (!ls_json_is_string(it) || strcmp(it->valuestring, LS_TRACE_HEADER_SCHEMA_V2) != 0))
+        header_bad(r, at, "schema", "must be \"" LS_TRACE_HEADER_SCHEMA_V2 "\" (v 2)");
     it = cJSON_GetObjectItemCaseSensitive(h, "run_id");
     if (!ls_json_is_string(it) || !ls_trace_is_token(it->valuestring))
         header_bad(r, at, "run_id", "missing or not a printable ASCII token");
@@ -298,11 +361,16 @@ static void take_header(ls_trace_reader *r, cJSON *h, const loc *at) {
             char field[48];
             snprintf(field, sizeof field, "groups[%d]", gi);
             const cJSON *name = cJSON_GetObjectItemCaseSensitive(g, "name");
-            if (!ls_json_is_object(g) || cJSON_GetArraySize(g) != 2 || !ls_json_is_string(name) ||
+            if (!ls_json_is_object(g) || cJSON_GetArraySize(g) != (v2 ? 3 : 2) || !ls_json_is_string(name) ||
                 !ls_trace_is_token(name->valuestring) ||
-                !check_members(cJSON_GetObjectItemCaseSensitive(g, "members"), world)) {
+                !check_members(cJSON_GetObjectItemCaseSensitive(g, "members"), world) ||
+                (v2 && !is_group_kind(ls_json_is_string(cJSON_GetObjectItemCaseSensitive(g, "kind"))
+                                          ? cJSON_GetObjectItemCaseSensitive(g, "kind")->valuestring
+                                          : NULL))) {
                 header_bad(r, at, field,
-                           "must be {name: token, members: [distinct ranks of world], non-empty}");
+                           v2 ? "must be {name: token, kind: world|dp|cp|tp|pp|ep, members: [distinct ranks of "
+                                "world], non-empty}"
+                              : "must be {name: token, members: [distinct ranks of world], non-empty}");
                 continue;
             }
             for (const cJSON *o = it->child; o != g; o = o->next) {
@@ -313,14 +381,54 @@ static void take_header(ls_trace_reader *r, cJSON *h, const loc *at) {
         }
         r->groups = it;
     }
+    if (v2) {
+        it = cJSON_GetObjectItemCaseSensitive(h, "profile");
+        if (!ls_json_is_string(it) || !ls_trace_is_vocab_name(it->valuestring))
+            header_bad(r, at, "profile", "missing or not a name matching ^[a-z][a-z0-9_.-]{0,31}$");
+        take_vocab(r, h, at, "phases", rep->phases, &rep->n_phases);
+        take_vocab(r, h, at, "layer_kinds", rep->layer_kinds, &rep->n_layer_kinds);
+    } else {
+        fixed_vocab(rep);
+    }
+    const char *const *keys = v2 ? KEYS_V2 : KEYS;
     for (const cJSON *c = h->child; c; c = c->next) {
         size_t k = 0;
-        while (KEYS[k] && strcmp(KEYS[k], c->string) != 0) k++;
-        if (KEYS[k] == NULL) header_bad(r, at, c->string, "not a header field");
+        while (keys[k] && strcmp(keys[k], c->string) != 0) k++;
+        if (keys[k] == NULL) header_bad(r, at, c->string, "not a header field");
     }
     rep->rank = rank;
     rep->world = world;
     rep->header_ok = rep->counts[LS_TRACE_DIAG_HEADER] == before;
+}
+
+const char *ls_trace_report_group_kind(const ls_trace_report *rep, const char *name) {
+    if (rep == NULL || name == NULL) return NULL;
+    const cJSON *gs = cJSON_GetObjectItemCaseSensitive(rep->header, "groups");
+    if (!ls_json_is_array(gs)) return NULL;
+    for (const cJSON *g = gs->child; g; g = g->next) {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(g, "name");
+        if (ls_json_is_string(n) && strcmp(n->valuestring, name) == 0) {
+            const cJSON *k = cJSON_GetObjectItemCaseSensitive(g, "kind");
+            return ls_json_is_string(k) ? k->valuestring : NULL;
+        }
+    }
+    return NULL;
+}
+
+static int vocab_index(char (*names)[LS_TRACE_VOCAB_NAME_MAX + 1], size_t n, const char *name) {
+    if (name == NULL) return -1;
+    for (size_t i = 0; i < n; i++)
+        if (key_eq(names[i], name)) return (int)i;
+    return -1;
+}
+
+int ls_trace_report_phase_index(const ls_trace_report *rep, const char *name) {
+    return rep ? vocab_index((char (*)[LS_TRACE_VOCAB_NAME_MAX + 1])rep->phases, rep->n_phases, name) : -1;
+}
+
+int ls_trace_report_layer_kind_index(const ls_trace_report *rep, const char *name) {
+    return rep ? vocab_index((char (*)[LS_TRACE_VOCAB_NAME_MAX + 1])rep->layer_kinds, rep->n_layer_kinds, name)
+               : -1;
 }
 
 /* ---- events --------------------------------------------------------------- */
@@ -334,10 +442,39 @@ static bool group_declared(const ls_trace_reader *r, const char *name) {
     return false;
 }
 
-/* strcmp(a, b) == 0 for short keys, inline. */
-static inline bool key_eq(const char *a, const char *b) {
-    while (*a && *a == *b) a++, b++;
-    return *a == *b;
+
+/* The event's phase and layer kind as vocabulary indices (fields checked).
+ * v2 with a valid header: a name outside the header's vocabulary fails
+ * (false, why filled); v1: names outside the fixed tables give -1 (the v1
+ * format allows any identifier as a phase). */
+static bool take_vocab_fields(ls_trace_reader *r, ls_trace_kind kind, const cJSON *j, ls_trace_event *e, char *why,
+                              size_t why_len) {
+    if (kind != LS_TRACE_PHASE_BEGIN && kind != LS_TRACE_PHASE_END && kind != LS_TRACE_LAYER_END &&
+        kind != LS_TRACE_MEMORY)
+        return true;
+    const ls_trace_report *rep = &r->rep;
+    const cJSON *ph = cJSON_GetObjectItemCaseSensitive(j, "phase");
+    const char *phase = ls_json_is_string(ph) ? ph->valuestring : NULL;
+    e->phase = r->version == LS_TRACE_VERSION ? ls_trace_enum_from_name("phase", phase)
+                                              : ls_trace_report_phase_index(rep, phase);
+    const char *lk = NULL;
+    if (kind == LS_TRACE_LAYER_END) {
+        const cJSON *k = cJSON_GetObjectItemCaseSensitive(j, "kind");
+        lk = ls_json_is_string(k) ? k->valuestring : NULL;
+        e->layer_kind = r->version == LS_TRACE_VERSION ? ls_trace_enum_from_name("layer_kind", lk)
+                                                       : ls_trace_report_layer_kind_index(rep, lk);
+    }
+    if (r->version == LS_TRACE_VERSION || !rep->header_ok) return true;
+    if (e->phase < 0) {
+        snprintf(why, why_len, "%s.phase: \"%.40s\" is not one of the header's phases", ls_trace_kind_name(kind),
+                 phase ? phase : "");
+        return false;
+    }
+    if (kind == LS_TRACE_LAYER_END && e->layer_kind < 0) {
+        snprintf(why, why_len, "layer_end.kind: \"%.40s\" is not one of the header's layer_kinds", lk ? lk : "");
+        return false;
+    }
+    return true;
 }
 
 /* Checks the envelope and sequence of one parsed event; true when it is
@@ -363,7 +500,9 @@ static bool take_event(ls_trace_reader *r, cJSON *j, const loc *at, bool unverif
     const cJSON *evj = envj[4];
     const char *bad = NULL;
     if (!ls_trace_json_int(envj[0], &v)) bad = "v missing or not an integer";
-    else if (v != LS_TRACE_VERSION) bad = "v is not 1 (unsupported version)";
+    else if (v != r->version)
+        bad = r->version == LS_TRACE_VERSION ? "v is not 1 (unsupported version)"
+                                             : "v is not 2 (the header's version)";
     else if (!ls_trace_json_int(envj[1], &rank) || rank < 0)
         bad = "rank missing or not an integer >= 0";
     else if (!ls_trace_json_int(envj[2], &seq) || seq < 0)
@@ -380,6 +519,7 @@ static bool take_event(ls_trace_reader *r, cJSON *j, const loc *at, bool unverif
     }
     ls_trace_event *e = &r->evt;
     memset(e, 0, sizeof *e);
+    e->phase = e->layer_kind = -1;
     e->flags = unverified ? LS_TRACE_EVF_UNVERIFIED : 0;
     if (!in_order) {
         diag(r, LS_TRACE_DIAG_KEY_ORDER, at, seq, -1, -1,
@@ -428,8 +568,9 @@ static bool take_event(ls_trace_reader *r, cJSON *j, const loc *at, bool unverif
         e->flags |= LS_TRACE_EVF_UNKNOWN_KIND;
     } else {
         char why[160];
-        frozen_known =
-            ls_trace_event_check_ex(kind, j, in_order ? 5 : 0, why, sizeof why, &frozen, e->field) == LS_OK;
+        frozen_known = ls_trace_event_check_v(r->version, kind, j, in_order ? 5 : 0, why, sizeof why, &frozen,
+                                              e->field) == LS_OK;
+        if (frozen_known) frozen_known = take_vocab_fields(r, kind, j, e, why, sizeof why);
         if (!frozen_known) {
             memset(e->field, 0, sizeof e->field);
             diag(r, LS_TRACE_DIAG_FIELD, at, seq, -1, -1, "line %lld (seq %lld): %s",
@@ -552,6 +693,8 @@ static ls_status reader_new(ls_trace_reader **out, const char *name) {
     r->rep.path = strdup(name);
     r->rep.rank = r->rep.world = -1;
     r->rep.last_seq = -1;
+    r->version = r->rep.version = LS_TRACE_VERSION; /* until a v2 header says otherwise */
+    fixed_vocab(&r->rep);
     r->line_no = 1;
     r->in_cap = ZSTD_DStreamInSize();
     r->in = malloc(r->in_cap);

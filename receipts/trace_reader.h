@@ -16,7 +16,8 @@
  *    came) has its complete lines delivered before the TRUNCATED end;
  *  - a line is delivered only when it ends with '\n', parses as one strict
  *    JSON object (RFC 8259 tokens, UTF-8, no repeated keys) and has a valid
- *    envelope: v == 1, rank/seq/ts_ns integers >= 0, ev an identifier.
+ *    envelope: v == the header's version (1, or 2: docs/contract.md §1),
+ *    rank/seq/ts_ns integers >= 0, ev an identifier.
  *    Anything else is reported (with its line number) and skipped;
  *  - a delivered event may still carry problems (seq gap/repeat/order, ts_ns
  *    going back, rank differing from the header, fields failing the kind's
@@ -61,7 +62,8 @@ typedef enum {
     LS_TRACE_DIAG_SEQ_ORDER,     /* seq smaller than expected (out of order / repeated) */
     LS_TRACE_DIAG_TS_BACKWARDS,  /* ts_ns smaller than the previous event's */
     LS_TRACE_DIAG_FIELD,         /* a kind's fields fail ls_trace_event_check, or a collective
-                                    names a group the header lacks */
+                                    names a group the header lacks, or (v2) a phase or layer
+                                    kind is not in the header's vocabulary */
     LS_TRACE_DIAG_UNKNOWN_KIND,  /* warning: ev is not a kind of trace_event.h */
     LS_TRACE_DIAG_AFTER_COMPLETE,/* event after rank_complete */
     LS_TRACE_DIAG_COUNT_MISMATCH,/* rank_complete.events differs from the events read */
@@ -122,7 +124,28 @@ typedef struct {
     size_t n_diags;
     uint64_t n_diags_dropped;    /* diagnostics counted but not stored */
     uint64_t counts[LS_TRACE_DIAG_CODE_COUNT]; /* every diagnostic, by code */
+    /* The trace's format and vocabularies (docs/contract.md §1).  version:
+     * the header's "v" when it is 1 or 2 (events must carry the same), 1
+     * when there is no usable header.  phases / layer_kinds: names by
+     * index, the indices ls_trace_event.phase / .layer_kind give.  v1: the
+     * fixed tables of trace_event.h (index = LS_PHASE_*, ls_trace_layer_kind);
+     * v2: the header's lists (the valid names of them). */
+    int version;
+    char phases[LS_TRACE_MAX_VOCAB][LS_TRACE_VOCAB_NAME_MAX + 1];
+    size_t n_phases;
+    char layer_kinds[LS_TRACE_MAX_VOCAB][LS_TRACE_VOCAB_NAME_MAX + 1];
+    size_t n_layer_kinds;
 } ls_trace_report;
+
+/* The "kind" of the header's group `name` (v2: world, dp, cp, tp, pp, ep),
+ * NULL when the report has no header, no such group or (v1) no kind.  The
+ * string lives as long as the report. */
+const char *ls_trace_report_group_kind(const ls_trace_report *report, const char *name);
+
+/* Index of name in the report's phase / layer-kind vocabulary, -1 when it
+ * is not there (or name is NULL). */
+int ls_trace_report_phase_index(const ls_trace_report *report, const char *name);
+int ls_trace_report_layer_kind_index(const ls_trace_report *report, const char *name);
 
 /* Frees what the report owns and zeroes it.  NULL is a no-op. */
 void ls_trace_report_free(ls_trace_report *report);
@@ -156,6 +179,11 @@ typedef struct {
     unsigned flags;        /* LS_TRACE_EVF_* */
     bool prefix_frozen;    /* the event has "prefix_frozen": true: its step ran
                               against a stale prompt state (trace_event.h) */
+    int phase;             /* its "phase" as an index into the report's phases
+                              (v1: LS_PHASE_*), -1 when it has none or (v1) a
+                              name outside the fixed table */
+    int layer_kind;        /* layer_end "kind" as an index into the report's
+                              layer_kinds (v1: ls_trace_layer_kind), else -1 */
     /* The kind's fields by their position in its table (field[i] holds
      * ls_trace_field_index(kind, name) == i), NULL when absent: found by the
      * reader's field check, so a consumer reads them without a search.

@@ -53,6 +53,7 @@ struct ls_trace_reader {
     ls_trace_end stop;               /* CORRUPT or FAILED once a fatal problem is found */
     /* event state */
     bool header_done;
+    int version;                     /* the envelope version events must carry (1 or 2) */
     int64_t expect_seq, prev_seq, prev_ts;
     bool have_prev;
     const cJSON *groups;             /* the header's groups array */

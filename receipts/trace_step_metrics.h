@@ -80,7 +80,9 @@ ls_status ls_trace_step_metrics_to_json(const ls_trace_step_metrics *m, cJSON **
  * or of a --metrics JSONL line (the same object without the envelope).
  * The object must pass ls_trace_event_check for step_metrics (checked
  * here); LS_ERR_SCHEMA otherwise, LS_ERR_ARG for NULL.  Absent members
- * read as false / 0 with their mask bit clear. */
+ * read as false / 0 with their mask bit clear.  v1 only: a v2 step_metrics
+ * holds free metrics (docs/contract.md §1); read its members from
+ * ls_trace_event.field (v1-named metrics) or the event object. */
 ls_status ls_trace_decode_step_metrics(const cJSON *event, ls_trace_step_metrics *out);
 
 #endif

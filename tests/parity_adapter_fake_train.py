@@ -20,6 +20,7 @@ FAKE_BREAK (environment, the hostile tests), in fault-free run mode:
   nofile (writes no grads), nan (a NaN gradient), shape (member.0 one log-prob
   short), crash (exit 3), sleep (sleeps 60 s), badlosses (mode loss: one loss
   too few), objective (records epsilon 0.3), swapped (mode loss: two losses' weights swapped).
+FAKE_MANIFEST=v2: the run manifests' configuration is v2's (the model a free object under config.model).
 FAKE_FORMAT=flat: the other forms the protocol accepts, one tensor "logprobs" of every response token in
 member order, losses as {"weights": PATH, "loss": X}.
 Standard library only."""
@@ -173,6 +174,11 @@ def manifest(out, cfg, a):
             "beta": cfg["beta"], "temperature": cfg["temperature"], "train_mode": "full",
             "grad_mode": a.grad_mode, "strategy": "longstraw", "dtype": a.dtype, "cp_ranks": a.cp,
             "faults": [a.fault] if a.fault else []}
+    if os.environ.get("FAKE_MANIFEST") == "v2":  # docs/contract.md section 2: the model under config.model
+        model = {k: conf.pop(k) for k in ("family", "vocab", "d_model")}
+        model["init"] = "gauss(0, 1)"
+        model["scale"] = 1e-6
+        conf.update({"model": model, "group": 3, "steps_requested": 1, "options": {"lr": 0.01}})
     os.makedirs(out, exist_ok=True)
     doc = {"_type": "https://in-toto.io/Statement/v1", "predicateType": "urn:longstraw:predicate:run-manifest:v1",
            "predicate": {"build": {"build_digest": digest}, "config": conf}}

@@ -28,6 +28,7 @@
 #include <sys/wait.h>
 
 #include "parity/parity_adapter.h"
+#include "receipts/coverage.h"
 #include "receipts/digest.h"
 #include "receipts/json_util.h"
 #include "receipts/schema.h"
@@ -305,6 +306,32 @@ Test(parity_adapter, the_flat_forms_are_read_alike, .init = setup, .fini = teard
     }
     cJSON_Delete(a);
     cJSON_Delete(b);
+}
+
+static void on_outside(void *user, const char *field, const char *detail) {
+    (void)user;
+    cr_expect_fail("outside the coverage: %s (%s)", detail, field);
+}
+
+Test(parity_adapter, v2_runs_give_a_v2_coverage_their_runs_lie_inside, .init = setup, .fini = teardown, .timeout = 300) {
+    cr_assert_eq(parity(FIXTURE, "FAKE_MANIFEST=v2", "--dtype f64 --cp 1,2", "v2"), 0, "exit (%s/v2.txt)", tmpdir);
+    cJSON *r = report_of("v2");
+    const cJSON *cov = cJSON_GetObjectItemCaseSensitive(r, "coverage");
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(cov, "model");
+    cr_expect_str_eq(cJSON_GetObjectItemCaseSensitive(model, "init")->valuestring, "gauss(0, 1)", "the free model key");
+    char hex[LS_DIGEST_HEX_SIZE], err[256];
+    cr_assert_eq(ls_coverage_model_sha256_v2(model, hex, err, sizeof err), LS_OK, "%s", err);
+    cr_expect_str_eq(cJSON_GetObjectItemCaseSensitive(cov, "model_sha256")->valuestring, hex, "not the v2 digest");
+    /* a CP-2 full f64 run's own configuration lies inside */
+    char p[512];
+    cJSON *m = NULL;
+    snprintf(p, sizeof p, "%s/v2/runs/adapter/f64/cp2-full/run/manifest.json", tmpdir);
+    cr_assert_eq(ls_json_read_file(p, &m, err, sizeof err), LS_OK, "%s", err);
+    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m, "predicate"), "config");
+    cr_expect(ls_coverage_config_is_v2(cfg));
+    cr_expect_eq(ls_coverage_check(cov, cfg, 2, on_outside, NULL), 0);
+    cJSON_Delete(m);
+    cJSON_Delete(r);
 }
 
 Test(parity_adapter, a_control_that_changes_nothing_fails_the_report, .init = setup, .fini = teardown, .timeout = 300) {

@@ -1,28 +1,49 @@
 /* longstraw-validate - check JSON documents against a LongStraw schema.
  *
  *   longstraw-validate [--jsonl] SCHEMA DOC [DOC...]
+ *   longstraw-validate --v2 PATH [PATH...]
  *
  * SCHEMA is a schema file, or the name of one in the schemas directory
  * (receipt, manifest, dsse, ...).  With --jsonl every non-empty line of each
  * DOC is one document.  Uses the C validator of receipts/schema.h (the
  * keyword subset documented there).
  *
+ * --v2 checks files of the v2 evidence contract (docs/contract.md §1-2) with
+ * the C readers themselves, so any trainer's emitter can test its output:
+ * a trace (its first line a trace header, plain or zstd) through the trace
+ * reader, which must find a v2 header and no error diagnostic; a receipt or
+ * manifest (by its predicateType) through ls_receipt_read /
+ * ls_manifest_read (schema, build digest recomputed with JCS, structure),
+ * which must be v2; a directory as a v2 run: its manifest read and verified
+ * against the files (every subject, every receipt), and every rank's trace
+ * named by its receipt read as above.
+ *
  * Exit status: 0 every document valid, 1 some document invalid (each error
  * printed with its JSON pointer and keyword), 2 bad usage, an unusable
  * schema or an unreadable document. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
 #include "receipts/json_util.h"
+#include "receipts/manifest.h"
+#include "receipts/receipt.h"
 #include "receipts/schema.h"
+#include "receipts/trace_reader.h"
 
 static const char USAGE[] =
     "usage: longstraw-validate [--jsonl] SCHEMA DOC [DOC...]\n"
+    "       longstraw-validate --v2 PATH [PATH...]\n"
     "\n"
     "SCHEMA  a schema file (*.json), or a schema name from the schemas directory\n"
     "        (e.g. receipt, manifest, dsse, parity, audit-report)\n"
     "--jsonl each non-empty line of a DOC is one document\n"
+    "--v2    check v2 contract files with the C readers (docs/contract.md): a trace\n"
+    "        (events.jsonl[.zst]), a receipt, a manifest, or a run directory\n"
+    "        (manifest verified, every receipt and trace read)\n"
     "\n"
     "exit status: 0 all valid, 1 some invalid, 2 bad usage or unreadable input\n";
 
@@ -51,6 +72,131 @@ static int check_one(const ls_schema *schema, const char *bytes, size_t len, con
     return 0;
 }
 
+/* ---- --v2 ---------------------------------------------------------------- */
+
+/* A trace through the reader: 1 when it is a clean v2 trace. */
+static int v2_trace(const char *path) {
+    ls_trace_report rep;
+    ls_status st = ls_trace_read_file(path, NULL, NULL, &rep);
+    if (st == LS_ERR_NOMEM || st == LS_ERR_ARG) {
+        printf("%s: invalid\n  %s\n", path, ls_status_str(st));
+        return 0;
+    }
+    int ok = st == LS_OK && rep.header_ok && rep.version == 2;
+    printf("%s: %s (trace v%d, %lld events, end %s)\n", path, ok ? "valid" : "invalid", rep.version,
+           (long long)rep.n_events, ls_trace_end_name(rep.end));
+    if (rep.header_ok && rep.version != 2) printf("  header: a v1 trace, not v2\n");
+    for (size_t i = 0; i < rep.n_diags; i++)
+        printf("  %s: %s\n", ls_trace_diag_name(rep.diags[i].code), rep.diags[i].message);
+    if (rep.n_diags_dropped > 0) printf("  ... and %llu more\n", (unsigned long long)rep.n_diags_dropped);
+    ls_trace_report_free(&rep);
+    return ok;
+}
+
+/* A receipt or manifest by its predicateType: 1 when a valid v2 one. */
+static int v2_statement(const char *path, const char *bytes, size_t len) {
+    char err[1024] = "";
+    const char *kind = strstr(bytes, "run-manifest:") ? "manifest" : "receipt";
+    int version = 0;
+    ls_status st;
+    if (kind[0] == 'm') {
+        ls_manifest *m = NULL;
+        st = ls_manifest_parse(bytes, len, path, &m, err, sizeof err);
+        if (m) version = m->version;
+        ls_manifest_free(m);
+    } else {
+        ls_receipt *r = NULL;
+        st = ls_receipt_parse(bytes, len, path, &r, err, sizeof err);
+        if (r) version = r->version;
+        ls_receipt_free(r);
+    }
+    int ok = st == LS_OK && version == 2;
+    printf("%s: %s (%s)\n", path, ok ? "valid" : "invalid", kind);
+    if (st != LS_OK) printf("  %s\n", err);
+    else if (version != 2) printf("  a v%d %s, not v2\n", version, kind);
+    return ok;
+}
+
+/* A run directory: the manifest verified against the files, every trace
+ * its receipts name read.  1 when all hold. */
+static int v2_run(const char *dir) {
+    char path[4200], err[1024] = "";
+    snprintf(path, sizeof path, "%s/" LS_MANIFEST_FILE, dir);
+    ls_manifest *m = NULL;
+    if (ls_manifest_read(path, &m, err, sizeof err) != LS_OK) {
+        printf("%s: invalid\n  %s\n", dir, err);
+        return 0;
+    }
+    int ok = m->version == 2;
+    if (!ok) printf("%s: invalid\n  %s is a v%d manifest, not v2\n", dir, path, m->version);
+    ls_verify_report rep = {0};
+    ls_status st = ls_manifest_verify_parsed(dir, m, &rep, err, sizeof err);
+    if (st != LS_OK) {
+        ok = 0;
+        printf("%s: invalid (manifest verification)\n", dir);
+        if (rep.count == 0) printf("  %s\n", err);
+        for (size_t i = 0; i < rep.count; i++)
+            printf("  %s %s: %s\n", ls_verify_kind_name(rep.items[i].kind), rep.items[i].name, rep.items[i].detail);
+    }
+    ls_verify_report_free(&rep);
+    for (size_t i = 0; i < m->n_ranks; i++) {
+        if (m->ranks[i].receipt == NULL) {
+            printf("%s: rank %zu has no receipt (missing)\n", dir, i);
+            ok = 0;
+            continue;
+        }
+        snprintf(path, sizeof path, "%s/%s", dir, m->ranks[i].receipt);
+        ls_receipt *r = NULL;
+        if (ls_receipt_read(path, &r, err, sizeof err) != LS_OK) {
+            printf("%s: invalid\n  %s\n", path, err);
+            ok = 0;
+            continue;
+        }
+        snprintf(path, sizeof path, "%s/%s", dir, r->events_file);
+        ok &= v2_trace(path);
+        ls_receipt_free(r);
+    }
+    ls_manifest_free(m);
+    if (ok) printf("%s: valid (v2 run)\n", dir);
+    return ok;
+}
+
+/* One --v2 PATH: 1 valid, 0 invalid, -1 unreadable. */
+static int v2_path(const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        fprintf(stderr, "longstraw-validate: %s: cannot stat\n", path);
+        return -1;
+    }
+    if (S_ISDIR(sb.st_mode)) return v2_run(path);
+    /* a trace: zstd magic, or a first line holding the trace header's kind
+     * (looked at in the first 64 KiB: traces are streamed, never slurped) */
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        fprintf(stderr, "longstraw-validate: %s: cannot open\n", path);
+        return -1;
+    }
+    static char head[65537];
+    size_t n = fread(head, 1, sizeof head - 1, f);
+    fclose(f);
+    head[n] = '\0';
+    char *nl = memchr(head, '\n', n);
+    if (nl != NULL) *nl = '\0';
+    bool is_trace = (n >= 4 && (unsigned char)head[0] == 0x28 && (unsigned char)head[1] == 0xB5 &&
+                     (unsigned char)head[2] == 0x2F && (unsigned char)head[3] == 0xFD) ||
+                    (nl != NULL && strstr(head, "\"longstraw.trace.header\"") != NULL);
+    if (is_trace) return v2_trace(path);
+    char *bytes = NULL, err[1024];
+    size_t len = 0;
+    if (ls_json_read_bytes(path, &bytes, &len, err, sizeof err) != LS_OK) {
+        fprintf(stderr, "longstraw-validate: %s\n", err);
+        return -1;
+    }
+    int ok = v2_statement(path, bytes, len);
+    free(bytes);
+    return ok;
+}
+
 int main(int argc, char **argv) {
     int jsonl = 0, first = 1;
     for (int i = 1; i < argc; i++) {
@@ -58,6 +204,19 @@ int main(int argc, char **argv) {
             fputs(USAGE, stdout);
             return 0;
         }
+    }
+    if (first < argc && strcmp(argv[first], "--v2") == 0) {
+        if (argc - first < 2) {
+            fprintf(stderr, "longstraw-validate: --v2 needs at least one PATH\n(try --help)\n");
+            return 2;
+        }
+        int invalid = 0, unreadable = 0;
+        for (int i = first + 1; i < argc; i++) {
+            int r = v2_path(argv[i]);
+            invalid |= r == 0;
+            unreadable |= r < 0;
+        }
+        return unreadable ? 2 : invalid ? 1 : 0;
     }
     if (first < argc && strcmp(argv[first], "--jsonl") == 0) {
         jsonl = 1;

@@ -34,6 +34,12 @@ static void read_all(const uint8_t *data, size_t size, bool never_clean) {
         CHECK(ls_trace_reader_next(r, &ev) == LS_OK);
         if (ev == NULL) break;
         CHECK(ev->json != NULL && ev->ev != NULL && ev->seq >= 0 && ev->ts_ns >= 0 && ev->line >= 1);
+        { /* phase and layer kind indices lie inside the report's vocabularies */
+            const ls_trace_report *vr = ls_trace_reader_report(r);
+            CHECK(ev->phase >= -1 && ev->phase < (int)vr->n_phases);
+            CHECK(ev->layer_kind >= -1 && ev->layer_kind < (int)vr->n_layer_kinds);
+            CHECK(vr->n_phases <= LS_TRACE_MAX_VOCAB && vr->n_layer_kinds <= LS_TRACE_MAX_VOCAB);
+        }
         if (ev->kind == LS_TRACE_LAYER_END && !(ev->flags & LS_TRACE_EVF_FIELDS)) {
             ls_trace_layer_end l;
             CHECK(ls_trace_decode_layer_end(ev->json, &l) == LS_OK);
@@ -42,7 +48,9 @@ static void read_all(const uint8_t *data, size_t size, bool never_clean) {
             ls_trace_collective c;
             CHECK(ls_trace_decode_collective(ev->json, &c) == LS_OK);
         }
-        if (ev->kind == LS_TRACE_STEP_METRICS && !(ev->flags & LS_TRACE_EVF_FIELDS)) {
+        /* the typed step_metrics is v1's (a v2 event holds free metrics) */
+        if (ev->kind == LS_TRACE_STEP_METRICS && !(ev->flags & LS_TRACE_EVF_FIELDS) &&
+            ls_trace_reader_report(r)->version == LS_TRACE_VERSION) {
             ls_trace_step_metrics m;
             CHECK(ls_trace_decode_step_metrics(ev->json, &m) == LS_OK);
             CHECK(ls_trace_step_metrics_check(&m, NULL, 0) == LS_OK);

@@ -1,0 +1,297 @@
+/* test_audit_v2.c - the audit on hand-written v2 runs (docs/contract.md
+ * §1-2): a correct CP-2 run loads with its profile and build identity and
+ * passes the reader-level rules and collectives.performed; a logged but not
+ * performed allreduce (differing out_sha256) fails it naming ranks, file
+ * and seq; without digests it is not applicable and says so; a tampered
+ * build identity and an unknown phase fail their rules naming them; a v1
+ * run does not list the rule. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "audit/audit.h"
+#include "receipts/build_info.h"
+#include "receipts/json_util.h"
+#include "receipts/schema.h"
+#include "test_receipts_support.h"
+#include "test_v2_fixture.h"
+
+static char *tmp;
+static char run_dir[4096];
+static void setup(void) {
+    tmp = ls_test_mkdtemp();
+    snprintf(run_dir, sizeof run_dir, "%s/run", tmp);
+}
+static void teardown(void) {
+    ls_test_rmtree(tmp);
+    free(tmp);
+    tmp = NULL;
+}
+
+static ls_audit_run *audit(const ls_v2_fixture *o) {
+    ls_v2_fixture_write(run_dir, o);
+    ls_audit_options opt = {.run_dir = run_dir};
+    ls_audit_run *run = NULL;
+    char err[400] = "";
+    cr_assert_eq(ls_audit_load(&opt, &run, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_eq(ls_audit_evaluate(run), LS_OK);
+    return run;
+}
+
+static void dump(const ls_audit_run *run) {
+    for (size_t i = 0; i < run->n_rules; i++) {
+        const ls_audit_rule *r = &run->rules[i];
+        fprintf(stderr, "  L%d %-28s %s %s | %s\n", r->level, r->id, r->applicable ? "" : "n/a",
+                r->pass ? "pass" : "FAIL", r->message);
+    }
+}
+
+static const ls_audit_rule *rule(const ls_audit_run *run, const char *id) {
+    const ls_audit_rule *r = ls_audit_find_rule(run, id);
+    if (r == NULL) dump(run);
+    cr_assert_not_null(r, "rule %s missing", id);
+    return r;
+}
+
+static void expect_pass(const ls_audit_run *run, const char *id) {
+    const ls_audit_rule *r = rule(run, id);
+    if (!r->pass || !r->applicable) dump(run);
+    cr_assert(r->applicable && r->pass, "%s: %s", id, r->message);
+}
+
+Test(audit_v2, correct_run_loads_and_passes_reader_rules, .init = setup, .fini = teardown) {
+    ls_v2_fixture o = {0};
+    ls_audit_run *run = audit(&o);
+    cr_assert_eq(run->evidence_version, 2);
+    cr_assert_str_eq(run->profile_name, "torch-cp");
+    cr_assert_eq(strlen(run->profile_sha256), 64);
+    cr_assert_str_eq(run->build_digest, LS_V2_FIXTURE_BUILD_DIGEST);
+    cr_assert_eq(run->world, 2);
+    cr_assert_str_eq(run->ranks[1].trace_file, "rank-0001/events.jsonl");
+    cr_assert_eq(run->ranks[0].report.version, 2);
+    cr_assert_str_eq(ls_trace_report_group_kind(&run->ranks[0].report, "cp"), "cp");
+    const ls_audit_rule *p = rule(run, "collectives.performed");
+    cr_assert(p->applicable && p->pass, "%s", p->message);
+    cr_assert_eq(p->matched, 2); /* the allreduce and the broadcast; the all_to_all carries none */
+    cr_assert_eq(p->level, 1);
+    static const char *const READER_RULES[] = {"manifest.valid",  "manifest.digests", "receipts.valid",
+                                               "receipts.agree",  "build.digest_equal", "trace.valid",
+                                               "rank.complete",   "rank.no_error",    "collectives.match",
+                                               "sources.agree",   NULL};
+    for (size_t i = 0; READER_RULES[i]; i++) expect_pass(run, READER_RULES[i]);
+    ls_audit_free(run);
+}
+
+Test(audit_v2, logged_but_not_performed_allreduce_fails, .init = setup, .fini = teardown) {
+    ls_v2_fixture o = {.differ_out = true};
+    ls_audit_run *run = audit(&o);
+    const ls_audit_rule *p = rule(run, "collectives.performed");
+    cr_assert(p->applicable && !p->pass, "%s", p->message);
+    cr_assert_eq(p->n_ev, 1);
+    cr_assert_eq(p->ev[0].rank, 1);
+    cr_assert_eq(p->ev[0].seq, 2);
+    cr_assert_str_eq(p->ev[0].file, "rank-0001/events.jsonl");
+    cr_assert(strstr(p->ev[0].detail, "group cp gseq 0") && strstr(p->ev[0].detail, "allreduce") &&
+                  strstr(p->ev[0].detail, "bbbbbbbbbbbbbbbb") && strstr(p->ev[0].detail, "rank 0's aaaaaaaaaaaaaaaa"),
+              "%s", p->ev[0].detail);
+    cr_assert_lt(run->level, 1, "a level-1 failure leaves level 0");
+    cr_assert(!run->level_holds[1]);
+    ls_audit_free(run);
+}
+
+Test(audit_v2, without_digests_the_rule_is_not_applicable, .init = setup, .fini = teardown) {
+    ls_v2_fixture o = {.no_digests = true};
+    ls_audit_run *run = audit(&o);
+    const ls_audit_rule *p = rule(run, "collectives.performed");
+    cr_assert(!p->applicable, "%s", p->message);
+    cr_assert(strstr(p->message, "carries out_sha256: nothing to compare") != NULL, "%s", p->message);
+    ls_audit_free(run);
+}
+
+Test(audit_v2, tampered_build_identity_fails, .init = setup, .fini = teardown) {
+    ls_v2_fixture o = {.tamper_build = true};
+    ls_audit_run *run = audit(&o);
+    const ls_audit_rule *r = rule(run, "receipts.valid");
+    cr_assert(!r->pass);
+    cr_assert(strstr(r->ev[0].detail, "build_digest") != NULL, "%s", r->ev[0].detail);
+    r = rule(run, "manifest.valid");
+    cr_assert(!r->pass);
+    cr_assert(!run->level_holds[1]);
+    ls_audit_free(run);
+}
+
+Test(audit_v2, unknown_phase_fails_naming_it, .init = setup, .fini = teardown) {
+    ls_v2_fixture o = {.bad_phase = "warmup"};
+    ls_audit_run *run = audit(&o);
+    const ls_audit_rule *r = rule(run, "trace.valid");
+    cr_assert(!r->pass);
+    bool named = false;
+    for (size_t i = 0; i < r->n_ev; i++)
+        named |= r->ev[i].rank == 0 && strstr(r->ev[i].detail, "\"warmup\" is not one of the header's phases") != NULL;
+    if (!named) dump(run);
+    cr_assert(named);
+    ls_audit_free(run);
+}
+
+/* A v1 trace: the rule is not listed (v1 reports stay byte-identical). */
+Test(audit_v2, v1_run_does_not_list_the_rule, .init = setup, .fini = teardown) {
+    char p[4200];
+    cr_assert_eq(mkdir(run_dir, 0777), 0);
+    snprintf(p, sizeof p, "%s/rank-0000", run_dir);
+    cr_assert_eq(mkdir(p, 0777), 0);
+    snprintf(p, sizeof p, "%s/rank-0000/events.jsonl.zst", run_dir);
+    FILE *f = fopen(p, "w");
+    cr_assert_not_null(f);
+    fputs("{\"v\":1,\"kind\":\"longstraw.trace.header\",\"schema\":\"urn:longstraw:schema:event-header:v1\","
+          "\"run_id\":\"r\",\"rank\":0,\"world\":1,\"host\":\"h\",\"pid\":1,\"start_unix_ns\":5,"
+          "\"groups\":[{\"name\":\"world\",\"members\":[0]}],\"tool\":\"t\"}\n"
+          "{\"v\":1,\"rank\":0,\"seq\":0,\"ts_ns\":3,\"ev\":\"rank_complete\",\"steps\":0,\"events\":0}\n",
+          f);
+    fclose(f);
+    ls_audit_options opt = {.run_dir = run_dir};
+    ls_audit_run *run = NULL;
+    char err[400] = "";
+    cr_assert_eq(ls_audit_load(&opt, &run, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_eq(ls_audit_evaluate(run), LS_OK);
+    cr_assert_eq(run->evidence_version, 1);
+    cr_assert_null(run->profile_name);
+    cr_assert_not_null(ls_audit_find_rule(run, "trace.valid"));
+    cr_assert_null(ls_audit_find_rule(run, "collectives.performed"));
+    cJSON *doc = NULL;
+    cr_assert_eq(ls_audit_report_json(run, &doc), LS_OK);
+    cr_assert_null(cJSON_GetObjectItemCaseSensitive(doc, "profile"));
+    cr_assert_null(cJSON_GetObjectItemCaseSensitive(doc, "evidence_version"));
+    cJSON_Delete(doc);
+    ls_audit_free(run);
+}
+
+/* The reports of a v2 run: the JSON names the profile and validates
+ * against schemas/audit-report.schema.json; the text says v2. */
+Test(audit_v2, reports_name_the_profile, .init = setup, .fini = teardown) {
+    ls_v2_fixture o = {.differ_out = true};
+    ls_audit_run *run = audit(&o);
+    cJSON *doc = NULL;
+    cr_assert_eq(ls_audit_report_json(run, &doc), LS_OK);
+    const cJSON *pr = cJSON_GetObjectItemCaseSensitive(doc, "profile");
+    cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(pr, "name")->valuestring, "torch-cp");
+    cr_assert_eq(cJSON_GetObjectItemCaseSensitive(doc, "evidence_version")->valuedouble, 2);
+    const ls_schema *schema = NULL;
+    char err[300];
+    cr_assert_eq(ls_schema_get("audit-report", &schema, err, sizeof err), LS_OK, "%s", err);
+    ls_schema_errors errs = {0};
+    ls_status st = ls_schema_validate(schema, doc, &errs);
+    char first[600] = "";
+    if (st != LS_OK) ls_schema_errors_first(&errs, first, sizeof first);
+    cr_assert_eq(st, LS_OK, "%s", first);
+    ls_schema_errors_free(&errs);
+    const cJSON *voc = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(doc, "ranks"), 1), "vocabulary");
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(voc, "phases")), 7);
+    cr_assert_str_eq(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(voc, "layer_kinds"), 2)->valuestring, "attn");
+    char *text = cJSON_PrintUnformatted(doc);
+    cr_assert(strstr(text, "collectives.performed") != NULL);
+    free(text);
+    cJSON_Delete(doc);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/report.txt", tmp);
+    FILE *f = fopen(path, "w+");
+    cr_assert_not_null(f);
+    ls_audit_report_text(run, f);
+    rewind(f);
+    char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    cr_assert(strstr(buf, "evidence v2 (docs/contract.md), profile torch-cp sha256 0123456789abcdef...") != NULL, "%s",
+              buf);
+    cr_assert(strstr(buf, "collectives.performed") != NULL, "%s", buf);
+    ls_audit_free(run);
+}
+
+/* A v2 run killed before its receipts: the plain traces are found and the
+ * trace header says v2. */
+Test(audit_v2, traces_only_run_is_read_as_v2, .init = setup, .fini = teardown) {
+    ls_v2_fixture o = {.differ_out = true};
+    ls_v2_fixture_write(run_dir, &o);
+    char p[4200];
+    static const char *const GONE[] = {"manifest.json", "rank-0000/receipt.json", "rank-0001/receipt.json"};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/%s", run_dir, GONE[i]);
+        cr_assert_eq(unlink(p), 0);
+    }
+    ls_audit_options opt = {.run_dir = run_dir};
+    ls_audit_run *run = NULL;
+    char err[400] = "";
+    cr_assert_eq(ls_audit_load(&opt, &run, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_eq(ls_audit_evaluate(run), LS_OK);
+    cr_assert_eq(run->evidence_version, 2);
+    cr_assert_str_eq(run->ranks[0].trace_file, "rank-0000/events.jsonl");
+    expect_pass(run, "trace.valid");
+    const ls_audit_rule *r = rule(run, "collectives.performed");
+    cr_assert(r->applicable && !r->pass);
+    ls_audit_free(run);
+}
+
+/* Rewrites rank 1's receipt through fn (its predicate). */
+static void edit_rank1(void (*fn)(cJSON *pred)) {
+    char p[4200], err[300];
+    snprintf(p, sizeof p, "%s/rank-0001/receipt.json", run_dir);
+    cJSON *doc = NULL;
+    cr_assert_eq(ls_json_read_file(p, &doc, err, sizeof err), LS_OK);
+    fn(cJSON_GetObjectItemCaseSensitive(doc, "predicate"));
+    cr_assert_eq(ls_json_write_file(p, doc, err, sizeof err), LS_OK);
+    cJSON_Delete(doc);
+}
+
+static void other_model(cJSON *pred) {
+    cJSON *m = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(pred, "config"), "model");
+    cJSON_ReplaceItemInObjectCaseSensitive(m, "d_model", cJSON_CreateNumber(16));
+}
+
+static void other_build(cJSON *pred) { /* another build, its digest recomputed: valid, but not the manifest's */
+    cJSON *b = cJSON_GetObjectItemCaseSensitive(pred, "build");
+    cJSON *a = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(b, "artifacts"), 0);
+    cJSON_ReplaceItemInObjectCaseSensitive(a, "version", cJSON_CreateString("3.12.0"));
+    char hex[LS_DIGEST_HEX_SIZE], err[300];
+    cr_assert_eq(ls_build_info_digest_v2(b, hex, err, sizeof err), LS_OK, "%s", err);
+    cJSON_ReplaceItemInObjectCaseSensitive(b, "build_digest", cJSON_CreateString(hex));
+}
+
+static ls_audit_run *audit_edited(void (*fn)(cJSON *pred)) {
+    ls_v2_fixture o = {0};
+    ls_v2_fixture_write(run_dir, &o);
+    edit_rank1(fn);
+    ls_audit_options opt = {.run_dir = run_dir};
+    ls_audit_run *run = NULL;
+    char err[400] = "";
+    cr_assert_eq(ls_audit_load(&opt, &run, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_eq(ls_audit_evaluate(run), LS_OK);
+    return run;
+}
+
+/* The cross-source agreement rules on v2 runs: the receipts' config and
+ * build must be the manifest's. */
+Test(audit_v2, config_and_build_must_agree_across_sources, .init = setup, .fini = teardown) {
+    ls_audit_run *run = audit_edited(other_model);
+    expect_pass(run, "receipts.valid");
+    const ls_audit_rule *r = rule(run, "sources.agree");
+    if (r->pass) dump(run);
+    cr_assert(!r->pass);
+    bool named = false;
+    for (size_t i = 0; i < r->n_ev; i++) named |= strstr(r->ev[i].detail, "model") != NULL;
+    cr_assert(named, "%s", r->message);
+    ls_audit_free(run);
+    teardown();
+    setup();
+    run = audit_edited(other_build);
+    expect_pass(run, "receipts.valid");
+    r = rule(run, "build.digest_equal");
+    if (r->pass) dump(run);
+    cr_assert(!r->pass);
+    cr_assert(strstr(r->ev[0].detail, LS_V2_FIXTURE_BUILD_DIGEST) != NULL, "%s", r->ev[0].detail);
+    ls_audit_free(run);
+}
