@@ -1,0 +1,158 @@
+"""The example's instrumentation: a v2 run directory through longstraw_emit (python/ in the repo),
+or nothing at all (`--no-evidence`, and the in-process numeric tests).
+
+Comm is the one door to torch.distributed: every collective the trainer performs goes through it,
+so with a writer each one is a `collective` trace event (group `cp`), and without one it is the
+plain call. `note` records a collective that was NOT performed (the fake-reduce fault).
+"""
+import contextlib
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PHASES = ["capture", "rollout", "score", "replay", "prompt_bwd", "finalize", "optimizer"]
+LAYER_KINDS = ["embed", "gdn", "attn", "head"]
+_RED = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
+
+
+def import_emitter():
+    """The longstraw_emit module (PYTHONPATH, else the repository's python/), or None."""
+    try:
+        import longstraw_emit
+        return longstraw_emit
+    except ImportError:
+        pass
+    repo_py = os.path.join(HERE, "..", "..", "python")
+    if os.path.isdir(os.path.join(repo_py, "longstraw_emit")):
+        sys.path.insert(0, os.path.abspath(repo_py))
+        import longstraw_emit
+        return longstraw_emit
+    return None
+
+
+class Comm:
+    """Collectives over the CP group (all ranks); with a writer each is logged by longstraw_emit.
+    On one rank there is nothing to communicate: every reduction is the identity, nothing is called
+    and nothing is logged (a one-rank run traces no collective, docs/audit.md sources.agree)."""
+
+    def __init__(self, rank, world, collectives=None):
+        self.rank, self.world, self.c, self.step = rank, world, collectives, 0
+
+    def all_reduce(self, t, red, purpose, layer=None):
+        if self.world == 1:
+            return
+        if self.c is not None:
+            return self.c.all_reduce(t, op=red, purpose=purpose, layer=layer, step=self.step)
+        dist.all_reduce(t, op=_RED[red])
+
+    def all_gather(self, out, t, purpose, layer=None):
+        if self.world == 1:
+            out[0].copy_(t)
+            return
+        if self.c is not None:
+            return self.c.all_gather(out, t, purpose=purpose, layer=layer, step=self.step)
+        dist.all_gather(out, t)
+
+    def broadcast(self, t, src, purpose, layer=None):
+        if self.world == 1:
+            return
+        if self.c is not None:
+            return self.c.broadcast(t, src, purpose=purpose, layer=layer, step=self.step)
+        dist.broadcast(t, src)
+
+    def sendrecv(self, send_t, dst, recv_t, src, purpose, layer=None):
+        """One stage of a chain along the ranks, entered by EVERY rank (as longstraw-train's
+        ls_group_sendrecv): send SEND_T to DST and/or receive into RECV_T from SRC (-1: no peer).
+        Every rank logs one `sendrecv` of the same count, so the group's sequence numbers stay
+        aligned across ranks whether or not a rank has a peer at this stage."""
+        if self.world == 1:
+            return
+        if dst >= 0:
+            dist.send(send_t.contiguous(), dst)
+        if src >= 0:
+            dist.recv(recv_t, src)
+        if self.c is not None:
+            t = send_t if send_t is not None else recv_t
+            self.c.note("sendrecv", "none", t, purpose=purpose, layer=layer, step=self.step)
+
+    def note(self, op, red, t, purpose, layer=None):
+        if self.c is not None and self.world > 1:
+            self.c.note(op, red, t, purpose=purpose, layer=layer, step=self.step)
+
+    def barrier(self, purpose):
+        if self.world == 1:
+            return
+        if self.c is not None:
+            return self.c.barrier(purpose=purpose)
+        dist.barrier()
+
+
+class Evidence:
+    """Trace events of one rank; a no-op when WRITER is None."""
+
+    def __init__(self, writer=None):
+        self.w = writer
+
+    @contextlib.contextmanager
+    def phase(self, name, step=0):
+        if self.w is None:
+            yield
+            return
+        with self.w.phase(name, step=step):
+            yield
+
+    def layer_end(self, phase, member, layer, kind, direction, tokens, out, t0, recompute=False):
+        if self.w is None:
+            return
+        norm = float(out.detach().double().norm()) if out is not None else 0.0
+        nbytes = out.numel() * out.element_size() if out is not None else 0
+        self.w.layer_end(phase, 0, member, layer, kind, direction, tokens, norm,
+                         wall_ns=time.perf_counter_ns() - t0, live_bytes=nbytes, peak_bytes=nbytes,
+                         recompute=recompute)
+
+    def step_metrics(self, objective, **metrics):
+        if self.w is not None:
+            self.w.step_metrics(0, objective, **metrics)
+
+    def param_digests(self, named):
+        if self.w is not None:
+            self.w.param_digests(0, named)
+
+    def optimizer_step(self, **fields):
+        if self.w is not None:
+            self.w.optimizer_step(0, **fields)
+
+
+def open_writer(le, run_dir, rank, world, config, profile_path):
+    """A longstraw_emit RunWriter for this rank of the run in RUN_DIR."""
+    members = list(range(world))
+    return le.RunWriter(run_dir, rank, world, config.get("run_id", "run-torch-cp"), "torch-cp",
+                        profile_path, tool="torch_cp",
+                        groups=[le.Group("world", "world", members), le.Group("cp", "cp", members)],
+                        phases=PHASES, layer_kinds=LAYER_KINDS,
+                        config={k: v for k, v in config.items() if k != "run_id"},
+                        artifacts=build_artifacts(le, run_dir), compress=True)
+
+
+def build_artifacts(le, run_dir):
+    """What ran: the interpreter, this example's sources and the emitter's (both digested),
+    torch and its native libraries, and the environment that changes the computation:
+    OMP_NUM_THREADS, and TORCH_CP_BUG (a fault compiled in, as a bug in the code would be:
+    the run does not declare it, but its build identity differs from the clean build's)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    emitter = os.path.dirname(os.path.abspath(le.__file__))
+    return le.collect_artifacts(sources=[here, emitter], packages=("torch",),
+                                env=("OMP_NUM_THREADS", "TORCH_CP_BUG"), exclude=(run_dir,))
+
+
+def digest_bytes(tensors):
+    """The finalized gradient's bytes for the digest check."""
+    return b"".join(t.detach().contiguous().numpy().tobytes() for t in tensors)
+
+
+def torch_dtype(name):
+    return {"f64": torch.float64, "f32": torch.float32}[name]
