@@ -17,7 +17,8 @@
  *    of the wrong length, a loss mode one loss short or naming the wrong
  *    weights file, a crash, a hang past
  *    --timeout, an objective other than the pinned one (exit 2, the file or
- *    run named, no report), a NaN gradient (its check fails, exit 1). */
+ *    run named, no report), a NaN gradient (its check fails, exit 1);
+ *  - --key signs the adapter's report (its envelope beside it). */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
@@ -382,6 +383,19 @@ Test(parity_adapter, hostile_trainers_are_named_and_write_no_report, .init = set
     cJSON *r = report_of("nan");
     cr_expect(!level_holds(r, 2) || !level_holds(r, 3) || !level_holds(r, 4));
     cJSON_Delete(r);
+}
+
+Test(parity_adapter, key_signs_the_report, .init = setup, .fini = teardown, .timeout = 300) {
+    char cmd[1024], key[512], env[512];
+    snprintf(key, sizeof key, "%s/k.pem", tmpdir);
+    snprintf(cmd, sizeof cmd, LS_BINARY_DIR "/receipts/longstraw-sign keygen --private %s --public %s/k.pub >/dev/null",
+             key, tmpdir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    snprintf(env, sizeof env, "--dtype f64 --cp 1,2 --key %s", key);
+    cr_assert_eq(parity(FIXTURE, NULL, env, "signed"), 0, "exit (%s/signed.txt)", tmpdir);
+    char p[512];
+    snprintf(p, sizeof p, "%s/signed/parity.dsse.json", tmpdir);
+    cr_expect_eq(access(p, F_OK), 0, "no envelope %s", p);
 }
 
 Test(parity_adapter, usage, .init = setup, .fini = teardown) {
