@@ -248,6 +248,17 @@ void ls_parity_report_add(ls_parity_report *r, cJSON *check);
  * must fail. */
 void ls_parity_report_control(ls_parity_report *r, const char *fault, cJSON *check);
 void ls_parity_report_timing(ls_parity_report *r, const char *part, double secs, int runs);
+/* The level (2-4) a check kind is evidence for; 0: none. */
+int ls_parity_kind_level(const char *kind);
+#define LS_PARITY_ADAPTER_CONTROLS 16
+/* An adapter's report (parity_adapter_run.c): the "adapter" object (file, name, sha256 of its bytes), and
+ * the controls each level needs: faults[i] must fail a check of kinds[i] (its level's), and "detached"
+ * level 4's, in place of LongStraw's; no level needs "decisions" checks. */
+void ls_parity_report_adapter(ls_parity_report *r, const char *file, const char *name, const char *sha256,
+                              const char *const *faults, const char *const *kinds, size_t n);
+/* The adapter's batch as the report's configuration (no LongStraw page or chunk sizes). */
+void ls_parity_report_batch(ls_parity_report *r, const char *name, const char *what, int prompt_len, int group,
+                            const int *response_lens);
 void ls_parity_report_note(ls_parity_report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Verdicts, the table on stdout, parity.json (schema-checked, atomic).
  * *all_pass: every level holds and every control failed as it should. */
@@ -318,6 +329,39 @@ ls_status ls_parity_fd_checks(const ls_parity_opts *o, const ls_parity_config *c
                               const char *weights, const char *rollouts, const ls_parity_tensors *g_naive,
                               const ls_parity_tensors *g_ls, cJSON *checks[2], double *secs, int *runs,
                               char *err, size_t errlen);
+
+/* A unit direction of n elements, Gaussian drawn from seed (every tensor's
+ * own: seed o->seed * 1000003 + its index among the trainable tensors). */
+void ls_parity_fd_direction(uint64_t seed, size_t n, double *d);
+/* One finite-difference direction: its members are idx[first .. first + n). */
+typedef struct {
+    char name[96];
+    size_t first, n;
+} ls_parity_fd_unit;
+/* The directions (fd_groups: LS_PARITY_FD_TENSOR or _LAYER) over the
+ * tensors of g: *units (*nu of them) and *idx (the members, unit by unit,
+ * indices into g), both the caller's (free). */
+ls_status ls_parity_fd_units(int fd_groups, const ls_parity_tensors *g, ls_parity_fd_unit **units, size_t *nu,
+                             size_t **idx);
+
+/* ---- comparisons shared by the matrices (parity_run.c) ---------------------- */
+
+#define LS_PARITY_F64_TOL 1e-10
+/* float32's tolerance from its measured noise floor nf: 10 nf, at least 4 float32 epsilons. */
+double ls_parity_f32_tol(double nf);
+/* Per member: a's log-probs against b's (tol each; nf the noise floor, -1 none); a "members" array. */
+cJSON *ls_parity_members_entries(const ls_parity_logprobs *a, const ls_parity_logprobs *b, double tol, double nf);
+/* Per tensor named in want: a against b, float64 (nf_a NULL) or float32 with the noise floor of nf_a
+ * against nf_b (and of nf_c against nf_d when larger), each entry also held to an absolute floor; a
+ * "tensors" array (the caller's). */
+cJSON *ls_parity_tensor_entries(const ls_parity_tensors *want, const ls_parity_tensors *a, const ls_parity_tensors *b,
+                                const ls_parity_tensors *nf_a, const ls_parity_tensors *nf_b,
+                                const ls_parity_tensors *nf_c, const ls_parity_tensors *nf_d);
+/* Per tensor named in want: updated parameters a against b, each element allowed what AdamW's first step
+ * (o; NULL: none, a plain comparison) makes of the runs' own gradients ga, gb, plus one rounding. */
+cJSON *ls_parity_params_entries(const ls_parity_tensors *want, const ls_parity_tensors *a, const ls_parity_tensors *b,
+                                const ls_parity_tensors *ga, const ls_parity_tensors *gb, const ls_parity_adamw *o,
+                                int dt);
 
 /* ---- the driver (parity_run.c) --------------------------------------------- */
 

@@ -90,7 +90,7 @@ static uint64_t splitmix(uint64_t *s) {
 static double uniform01(uint64_t *s) { return ((double)(splitmix(s) >> 11) + 0.5) * 0x1.0p-53; }
 
 /* A unit direction of n elements. */
-static void direction(uint64_t seed, size_t n, double *d) {
+void ls_parity_fd_direction(uint64_t seed, size_t n, double *d) {
     uint64_t s = seed;
     double norm = 0;
     for (size_t i = 0; i < n; i += 2) {
@@ -118,15 +118,7 @@ static long layer_of(const char *name) {
     return *p == '.' ? v : -1;
 }
 
-/* One finite-difference direction: its members are idx[first .. first + n). */
-typedef struct {
-    char name[96];
-    size_t first, n;
-} fd_unit;
-
-/* The directions (o->fd_groups) over the n gradient tensors named in g: *units
- * (*nu of them) and *idx (the members, unit by unit), both the caller's. */
-static ls_status make_units(const ls_parity_opts *o, const ls_parity_tensors *g, fd_unit **units, size_t *nu,
+ls_status ls_parity_fd_units(int fd_groups, const ls_parity_tensors *g, ls_parity_fd_unit **units, size_t *nu,
                             size_t **idx) {
     size_t n = g->n;
     *units = calloc(n ? n : 1, sizeof **units);
@@ -137,10 +129,10 @@ static ls_status make_units(const ls_parity_opts *o, const ls_parity_tensors *g,
         return LS_ERR_NOMEM;
     }
     *nu = 0;
-    if (o->fd_groups == LS_PARITY_FD_TENSOR) {
+    if (fd_groups == LS_PARITY_FD_TENSOR) {
         for (size_t i = 0; i < n; i++) {
             (*idx)[i] = i;
-            fd_unit *u = &(*units)[(*nu)++];
+            ls_parity_fd_unit *u = &(*units)[(*nu)++];
             snprintf(u->name, sizeof u->name, "%s", g->name[i]);
             u->first = i;
             u->n = 1;
@@ -161,7 +153,7 @@ static ls_status make_units(const ls_parity_opts *o, const ls_parity_tensors *g,
         for (size_t i = 0; i < n; i++)
             if (layer[i] == want) (*idx)[k++] = i;
         if (k == first) continue;
-        fd_unit *u = &(*units)[(*nu)++];
+        ls_parity_fd_unit *u = &(*units)[(*nu)++];
         u->first = first;
         u->n = k - first;
         if (want >= 0)
@@ -180,7 +172,7 @@ typedef struct {
     const char *rollouts, *weights;
     char fdir[LS_PARITY_PATH];
     const ls_parity_tensors *w, *gn, *gl;
-    const fd_unit *units; /* the nt directions that run */
+    const ls_parity_fd_unit *units; /* the nt directions that run */
     size_t nt;
     const size_t *idx;    /* members: gradient indices */
     const long *wi, *li;  /* per member: its index in w, in gl */
@@ -210,7 +202,7 @@ static void paths_of(const fd_ctx *x, size_t i, char *weights, char *run, char *
 
 /* The direction of unit u into x->d (and g . d into an[u], al[u]). */
 static ls_status unit_direction(fd_ctx *x, size_t u) {
-    const fd_unit *un = &x->units[u];
+    const ls_parity_fd_unit *un = &x->units[u];
     size_t total = 0;
     for (size_t m = 0; m < un->n; m++) total += x->w->numel[x->wi[un->first + m]];
     if (total > x->cap) {
@@ -227,7 +219,7 @@ static ls_status unit_direction(fd_ctx *x, size_t u) {
     for (size_t m = 0; m < un->n; m++) {
         size_t gi = x->idx[un->first + m], n = x->w->numel[x->wi[un->first + m]];
         double *d = x->d + off;
-        direction(x->o->seed * 1000003u + gi, n, d);
+        ls_parity_fd_direction(x->o->seed * 1000003u + gi, n, d);
         if (un->n > 1)
             for (size_t i = 0; i < n; i++) d[i] *= scale;
         an += dot(x->gn->v[gi], d, n);
@@ -252,7 +244,7 @@ static ls_status fd_before(void *ctx, size_t i, char *err, size_t errlen) {
         return LS_OK;
     }
     size_t u = i / 4;
-    const fd_unit *un = &x->units[u];
+    const ls_parity_fd_unit *un = &x->units[u];
     ls_status s = LS_OK;
     if (x->cur != u && (s = unit_direction(x, u)) != LS_OK) {
         snprintf(err, errlen, "%s finite differences: no memory for the direction of %s", x->c->name, un->name);
@@ -330,7 +322,7 @@ static ls_status fd_retry(fd_ctx *x, int round, double *hs, int *extra, char *er
     if (nf == 0) return LS_OK;
     fd_ctx y = *x;
     size_t *which = calloc(nf, sizeof *which);
-    fd_unit *sub = calloc(nf, sizeof *sub);
+    ls_parity_fd_unit *sub = calloc(nf, sizeof *sub);
     y.jobs = calloc(4 * nf, sizeof *y.jobs);
     y.loss = calloc(4 * nf, sizeof *y.loss);
     y.dec = calloc(2 * 4 * nf, sizeof *y.dec);
@@ -388,15 +380,15 @@ ls_status ls_parity_fd_checks(const ls_parity_opts *o, const ls_parity_config *c
     }
     const bool grouped = o->fd_groups != LS_PARITY_FD_TENSOR;
     ls_parity_tensors w = {0};
-    fd_unit *all = NULL;
+    ls_parity_fd_unit *all = NULL;
     size_t *idx = NULL, nall = 0;
     fd_ctx x = {.o = o, .c = c, .rollouts = rollouts, .weights = weights, .w = &w, .gn = g_naive, .gl = g_ls, .cur = SIZE_MAX};
     double *fd = NULL, *est = NULL, *floor_ = NULL, *hs = NULL;
-    fd_unit *units = NULL;
+    ls_parity_fd_unit *units = NULL;
     long *wi = NULL, *li = NULL;
     ls_status s = ls_parity_tensors_read(weights, &w, err, errlen);
     if (s != LS_OK) return s;
-    if ((s = make_units(o, g_naive, &all, &nall, &idx)) != LS_OK) goto done;
+    if ((s = ls_parity_fd_units(o->fd_groups, g_naive, &all, &nall, &idx)) != LS_OK) goto done;
     size_t nt = o->fd_max && o->fd_max < nall ? o->fd_max : nall;
     units = calloc(nt ? nt : 1, sizeof *units); /* evenly spaced when fd_max cuts */
     wi = calloc(g_naive->n ? g_naive->n : 1, sizeof *wi);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "parity/parity.h"
+#include "parity/parity_adapter.h"
 #include "receipts/dsse.h"
 
 #ifndef LS_PARITY_TRAINER
@@ -26,6 +27,7 @@
 static void usage(FILE *f) {
     fputs("usage: longstraw-parity --family hybrid|mla --out DIR [--cp 1,2,4] [--dtype f64,f32]\n"
           "                        [--configs NAME,...] [--jobs N] [options]\n"
+          "       longstraw-parity --adapter FILE --out DIR [--cp LIST] [--dtype LIST] [--jobs N] [options]\n"
           "Runs the trainer at reduced sizes against references and writes DIR/parity.json\n"
           "(schemas/parity.schema.json), the evidence levels 2-4 of the audit need:\n"
           "  fidelity      LongStraw CP-N response log-probs = the naive full-sequence run's, and the\n"
@@ -67,6 +69,10 @@ static void usage(FILE *f) {
           "  --python PATH     [python3]\n"
           "  --reference PATH  the independent reference [" LS_PARITY_SOURCE_DIR "/tests/reference/F_ref.py]\n"
           "  --model-config F  [" LS_PARITY_SOURCE_DIR "/configs/F-tiny.json]\n"
+          "  --adapter FILE    the matrix for the trainer the adapter FILE describes\n"
+          "                    (schemas/parity-adapter.schema.json, docs/parity.md 'Adapters'): its\n"
+          "                    modes init, run, reference and loss, its controls; --cp and --dtype\n"
+          "                    default to the adapter's; the report's family is its profile\n"
           "  --like RUN        cover the run in RUN: its model (written to DIR/like-model.json), trainable\n"
           "                    set, objective, dtype (f32 adds f64) and CP sizes 1, 2, 4, .. up to its own,\n"
           "                    at parity's reduced lengths; the first matrix entry unless --configs.  The\n"
@@ -138,6 +144,90 @@ static int parse_configs(const char *s, ls_parity_opts *o, const ls_parity_confi
     return 0;
 }
 
+/* A matrix (the families' or an adapter's, ctx its own): LS_OK with *pass set, or an error in err. */
+typedef ls_status (*matrix_fn)(const ls_parity_opts *o, void *ctx, bool *pass, char *err, size_t errlen);
+
+static ls_status family_matrix(const ls_parity_opts *o, void *ctx, bool *pass, char *err, size_t errlen) {
+    (void)ctx;
+    return ls_parity_run(o, pass, err, errlen);
+}
+
+static ls_status adapter_matrix(const ls_parity_opts *o, void *ctx, bool *pass, char *err, size_t errlen) {
+    return ls_parity_adapter_run(o, ctx, pass, err, errlen);
+}
+
+/* The matrix run, its report signed with --key: exit 0 every level holds and every control was detected,
+ * 1 not, 2 usage or a run that failed. */
+static int run_and_sign(const ls_parity_opts *o, const char *key, matrix_fn run, void *ctx) {
+    bool pass = false;
+    char err[2048] = "", report[LS_PARITY_PATH], envelope[LS_PARITY_PATH];
+    EVP_PKEY *priv = NULL;
+    snprintf(report, sizeof report, "%s/parity.json", o->out);
+    if (ls_dsse_parity_envelope_path(report, envelope, sizeof envelope, err, sizeof err) != LS_OK)
+        return bad("--out: %s", err);
+    if (key && ls_dsse_load_private(key, &priv, err, sizeof err) != LS_OK) return bad("--key: %s", err);
+    /* an envelope of an earlier report must not stand beside a new one */
+    if (unlink(envelope) != 0 && errno != ENOENT) {
+        fprintf(stderr, "longstraw-parity: cannot remove the earlier envelope %s: %s\n", envelope, strerror(errno));
+        EVP_PKEY_free(priv);
+        return 2;
+    }
+    ls_status s = run(o, ctx, &pass, err, sizeof err);
+    if (s != LS_OK) {
+        if (err[0]) fprintf(stderr, "longstraw-parity: %s; no report written\n", err);
+        else fprintf(stderr, "longstraw-parity: %s; no report written\n", ls_status_str(s));
+        EVP_PKEY_free(priv);
+        return 2;
+    }
+    if (priv && (s = ls_dsse_sign_parity(report, priv, err, sizeof err)) != LS_OK) {
+        fprintf(stderr, "longstraw-parity: --key: %s; %s is written but not signed\n", err, report);
+        EVP_PKEY_free(priv);
+        return 2;
+    }
+    if (priv && !o->quiet) fprintf(stderr, "longstraw-parity: signed %s into %s\n", report, envelope);
+    EVP_PKEY_free(priv);
+    return pass ? 0 : 1;
+}
+
+/* --adapter FILE: the options it excludes, the adapter loaded, its matrix. */
+static int adapter_main(ls_parity_opts *o, const char *file, const char *cps, const char *dtypes, const char *key,
+                        const char *configs) {
+    if (o->family || o->like || o->model_config || o->reference || configs || strcmp(o->trainer, LS_PARITY_TRAINER) != 0)
+        return bad("%s", "--adapter FILE describes the trainer: drop --family, --like, --trainer, --reference, "
+                         "--model-config, --configs");
+    if (o->out == NULL) return bad("%s", "--out DIR is required");
+    if (strlen(o->out) > LS_PARITY_OUT_MAX) return bad("--out: '%.40s...' is longer than 512 characters", o->out);
+    static ls_parity_adapter a;
+    char err[2048] = "";
+    if (ls_parity_adapter_load(file, &a, err, sizeof err) != LS_OK) {
+        fprintf(stderr, "longstraw-parity: %s\n", err);
+        return 2;
+    }
+    o->family = a.profile;
+    o->trainer = a.path;
+    o->model_config = a.path;
+    o->n_cps = 0;
+    for (size_t i = 0; i < a.n_cps; i++) o->cps[o->n_cps++] = a.cps[i];
+    for (size_t i = 1; i < o->n_cps; i++) /* ascending, as parse_cps leaves them */
+        for (size_t k = i; k > 0 && o->cps[k - 1] > o->cps[k]; k--) {
+            int t = o->cps[k];
+            o->cps[k] = o->cps[k - 1], o->cps[k - 1] = t;
+        }
+    o->dtype[LS_PARITY_F64] = a.dtype[LS_PARITY_F64];
+    o->dtype[LS_PARITY_F32] = a.dtype[LS_PARITY_F32];
+    if (cps && parse_cps(cps, o) != 0) {
+        ls_parity_adapter_free(&a);
+        return bad("--cp: '%s' is not a list of distinct sizes in 1..8 that includes 1", cps);
+    }
+    if (dtypes && parse_dtypes(dtypes, o) != 0) {
+        ls_parity_adapter_free(&a);
+        return bad("--dtype: '%s' is not f64 or f64,f32 (float32's tolerance is measured against float64)", dtypes);
+    }
+    int rc = run_and_sign(o, key, adapter_matrix, &a);
+    ls_parity_adapter_free(&a);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     static char reference[LS_PARITY_PATH], model[LS_PARITY_PATH];
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -149,7 +239,7 @@ int main(int argc, char **argv) {
     static char like_model[LS_PARITY_PATH];
     parse_cps("1,2,4", &o);
     parse_dtypes("f64,f32", &o);
-    const char *cps = NULL, *dtypes = NULL, *configs = NULL, *key = NULL, *fd_groups = NULL;
+    const char *cps = NULL, *dtypes = NULL, *configs = NULL, *key = NULL, *fd_groups = NULL, *adapter = NULL;
     bool list = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -178,6 +268,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--model-config")) slot = &o.model_config;
         else if (!strcmp(a, "--key")) slot = &key;
         else if (!strcmp(a, "--like")) slot = &o.like;
+        else if (!strcmp(a, "--adapter")) slot = &adapter;
         else if (!strcmp(a, "--fd-groups")) slot = &fd_groups;
         else if (!strcmp(a, "--jobs") || !strcmp(a, "--timeout") || !strcmp(a, "--seed") || !strcmp(a, "--fd-step") ||
                    !strcmp(a, "--fd-max")) {
@@ -217,6 +308,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(fd_groups, "layer")) o.fd_groups = LS_PARITY_FD_LAYER;
         else return bad("--fd-groups: '%s' is not tensor or layer", fd_groups);
     }
+    if (adapter) return adapter_main(&o, adapter, cps, dtypes, key, configs);
     if (o.like) {
         if (o.out == NULL) return bad("%s", "--out DIR is required");
         if (strlen(o.out) > LS_PARITY_OUT_MAX) return bad("--out: '%.40s...' is longer than 512 characters", o.out);
@@ -263,32 +355,5 @@ int main(int argc, char **argv) {
     if (access(o.trainer, X_OK) != 0) return bad("--trainer: %s is not an executable (build longstraw-train)", o.trainer);
     if (access(o.reference, R_OK) != 0) return bad("--reference: cannot read %s", o.reference);
     if (access(o.model_config, R_OK) != 0) return bad("--model-config: cannot read %s", o.model_config);
-    bool pass = false;
-    char err[2048] = "", report[LS_PARITY_PATH], envelope[LS_PARITY_PATH];
-    EVP_PKEY *priv = NULL;
-    snprintf(report, sizeof report, "%s/parity.json", o.out);
-    if (ls_dsse_parity_envelope_path(report, envelope, sizeof envelope, err, sizeof err) != LS_OK)
-        return bad("--out: %s", err);
-    if (key && ls_dsse_load_private(key, &priv, err, sizeof err) != LS_OK) return bad("--key: %s", err);
-    /* an envelope of an earlier report must not stand beside a new one */
-    if (unlink(envelope) != 0 && errno != ENOENT) {
-        fprintf(stderr, "longstraw-parity: cannot remove the earlier envelope %s: %s\n", envelope, strerror(errno));
-        EVP_PKEY_free(priv);
-        return 2;
-    }
-    ls_status s = ls_parity_run(&o, &pass, err, sizeof err);
-    if (s != LS_OK) {
-        if (err[0]) fprintf(stderr, "longstraw-parity: %s; no report written\n", err);
-        else fprintf(stderr, "longstraw-parity: %s; no report written\n", ls_status_str(s));
-        EVP_PKEY_free(priv);
-        return 2;
-    }
-    if (priv && (s = ls_dsse_sign_parity(report, priv, err, sizeof err)) != LS_OK) {
-        fprintf(stderr, "longstraw-parity: --key: %s; %s is written but not signed\n", err, report);
-        EVP_PKEY_free(priv);
-        return 2;
-    }
-    if (priv && !o.quiet) fprintf(stderr, "longstraw-parity: signed %s into %s\n", report, envelope);
-    EVP_PKEY_free(priv);
-    return pass ? 0 : 1;
+    return run_and_sign(&o, key, family_matrix, NULL);
 }

@@ -34,8 +34,14 @@ struct ls_parity_report {
     char build_from[LS_PARITY_PATH];
     /* coverage (receipts/coverage.h): what the fault-free LongStraw runs recorded */
     cJSON *model;              /* the one model every run ran */
+    bool model_v2;             /* its runs' configurations are v2 (docs/contract.md §2: config.model) */
     char model_from[LS_PARITY_PATH];
     cJSON *train_modes, *objectives, *grad_modes, *strategies, *dtypes, *worlds;
+    /* an adapter's report (ls_parity_report_adapter): its controls and the level of the check each breaks */
+    bool adapter;
+    char actl[LS_PARITY_ADAPTER_CONTROLS + 1][72];
+    int actl_level[LS_PARITY_ADAPTER_CONTROLS + 1];
+    size_t n_actl;
 };
 
 /* What each level needs (docs/design.md §5). */
@@ -65,6 +71,20 @@ static const struct {
     {"fd_grad", "gradient: the float64 gradient equals directional finite differences of the loss "
                 "(Richardson-extrapolated central differences; depends on the forward only)"},
     {"grad", "gradient: the LongStraw full-mode CP-N gradient equals the naive full-sequence gradient"},
+    {"cp_grad", "update: CP-N gradients equal CP-1 gradients"},
+    {"cp_params", "update: CP-N parameters after the optimizer step equal CP-1 parameters"},
+};
+
+/* The same links of an adapter's report (parity_adapter_run.c): its modes, not LongStraw's runs. */
+static const struct {
+    const char *kind, *link;
+} ADAPTER_LINKS[] = {
+    {"ref_logprob", "forward: the trainer's float64 log-probs equal the adapter's independent reference's"},
+    {"ref_loss", "loss: the trainer's float64 loss equals the adapter's reference's"},
+    {"logprob", "forward: the trainer's CP-N response log-probs equal the reference's"},
+    {"fd_grad", "gradient: the trainer's (and the reference's) float64 gradient equals directional finite "
+                "differences of the loss (mode loss, Richardson-extrapolated central differences)"},
+    {"grad", "gradient: the trainer's full-mode CP-N gradient equals the reference's"},
     {"cp_grad", "update: CP-N gradients equal CP-1 gradients"},
     {"cp_params", "update: CP-N parameters after the optimizer step equal CP-1 parameters"},
 };
@@ -164,6 +184,7 @@ static ls_status add_coverage(ls_parity_report *r, const char *run_dir, char *er
     s = model && tm && objs ? LS_OK : LS_ERR_FORMAT;
     if (s == LS_OK && r->model == NULL) {
         r->model = model;
+        r->model_v2 = ls_coverage_config_is_v2(cfg);
         model = NULL;
         snprintf(r->model_from, sizeof r->model_from, "%s", run_dir);
     } else if (s == LS_OK && !cJSON_Compare(r->model, model, true)) {
@@ -215,6 +236,41 @@ ls_status ls_parity_report_build(ls_parity_report *r, const char *run_dir, char 
         return LS_ERR_FORMAT;
     }
     return LS_OK;
+}
+
+int ls_parity_kind_level(const char *kind) {
+    for (size_t li = 0; kind && li < sizeof LEVELS / sizeof LEVELS[0]; li++)
+        for (int k = 0; k < 3 && LEVELS[li].kinds[k]; k++)
+            if (strcmp(LEVELS[li].kinds[k], kind) == 0) return LEVELS[li].level;
+    return 0;
+}
+
+void ls_parity_report_adapter(ls_parity_report *r, const char *file, const char *name, const char *sha256,
+                              const char *const *faults, const char *const *kinds, size_t n) {
+    r->adapter = true;
+    cJSON *a = cJSON_AddObjectToObject(r->doc, "adapter");
+    cJSON_AddStringToObject(a, "file", file);
+    cJSON_AddStringToObject(a, "name", name);
+    cJSON_AddStringToObject(a, "sha256", sha256);
+    r->n_actl = 0;
+    for (size_t i = 0; i < n && i < LS_PARITY_ADAPTER_CONTROLS; i++) {
+        snprintf(r->actl[r->n_actl], sizeof r->actl[0], "%s", faults[i]);
+        r->actl_level[r->n_actl++] = ls_parity_kind_level(kinds[i]);
+    }
+    snprintf(r->actl[r->n_actl], sizeof r->actl[0], "detached"); /* the detached-mode runs must fail grad */
+    r->actl_level[r->n_actl++] = 4;
+}
+
+void ls_parity_report_batch(ls_parity_report *r, const char *name, const char *what, int prompt_len, int group,
+                            const int *response_lens) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", name);
+    cJSON_AddStringToObject(o, "what", what);
+    cJSON_AddNumberToObject(o, "prompt_len", prompt_len);
+    cJSON_AddNumberToObject(o, "group", group);
+    cJSON *rl = cJSON_AddArrayToObject(o, "response_lens");
+    for (int i = 0; i < group; i++) cJSON_AddItemToArray(rl, cJSON_CreateNumber(response_lens[i]));
+    cJSON_AddItemToArray(r->configs, o);
 }
 
 void ls_parity_report_config(ls_parity_report *r, const ls_parity_config *c, const char *train_mode) {
@@ -327,6 +383,7 @@ void ls_parity_report_note(ls_parity_report *r, const char *fmt, ...) {
 /* Whether checks of kind must exist for the report's family: "decisions"
  * only where the forward makes discrete decisions (mla). */
 static bool kind_applies(const ls_parity_report *r, const char *kind) {
+    if (r->adapter) return strcmp(kind, "decisions") != 0; /* an adapter states no decision margins */
     return strcmp(kind, "decisions") != 0 || strcmp(str(r->doc, "family"), "mla") == 0;
 }
 
@@ -365,8 +422,13 @@ static cJSON *level_verdict(ls_parity_report *r, size_t li, bool below, bool *ho
             cJSON_AddItemToArray(failed, cJSON_CreateString(why));
         }
     }
-    for (int k = 0; k < 2 && LEVELS[li].controls[k]; k++) {
-        const char *ctl = level_control(r, li, k);
+    const char *ctls[LS_PARITY_ADAPTER_CONTROLS + 2];
+    int nctl = 0;
+    for (int k = 0; k < 2 && !r->adapter && LEVELS[li].controls[k]; k++) ctls[nctl++] = level_control(r, li, k);
+    for (size_t k = 0; r->adapter && k < r->n_actl; k++)
+        if (r->actl_level[k] == LEVELS[li].level) ctls[nctl++] = r->actl[k];
+    for (int k = 0; k < nctl; k++) {
+        const char *ctl = ctls[k];
         int seen = 0;
         const cJSON *c;
         cJSON_ArrayForEach(c, r->controls) {
@@ -446,7 +508,9 @@ ls_status ls_parity_report_finish(ls_parity_report *r, const char *path, bool pr
     /* what the report proves (receipts/coverage.h): the runs' own recorded settings */
     cJSON *cov = cJSON_AddObjectToObject(r->doc, "coverage");
     char msha[LS_DIGEST_HEX_SIZE];
-    ls_status ms = ls_coverage_model_sha256(r->model, msha, err, errlen);
+    /* the digest the audit recomputes for runs like these (receipts/coverage.h: v2 models by RFC 8785) */
+    ls_status ms = r->model_v2 ? ls_coverage_model_sha256_v2(r->model, msha, err, errlen)
+                               : ls_coverage_model_sha256(r->model, msha, err, errlen);
     if (cov == NULL || ms != LS_OK) return cov == NULL ? LS_ERR_NOMEM : ms;
     cJSON_AddStringToObject(cov, "family", str(r->model, "family"));
     cJSON_AddItemToObject(cov, "model", r->model);
@@ -465,19 +529,22 @@ ls_status ls_parity_report_finish(ls_parity_report *r, const char *path, bool pr
     clock_gettime(CLOCK_REALTIME, &ts);
     ls_json_add_u64(r->doc, "created_unix_ns", (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec);
     cJSON *links = cJSON_AddArrayToObject(r->doc, "links");
-    for (size_t i = 0; i < sizeof LINKS / sizeof LINKS[0]; i++) {
-        if (!kind_applies(r, LINKS[i].kind)) continue; /* hybrid: no discrete decision to clear */
+    size_t n_links = r->adapter ? sizeof ADAPTER_LINKS / sizeof ADAPTER_LINKS[0] : sizeof LINKS / sizeof LINKS[0];
+    for (size_t i = 0; i < n_links; i++) {
+        const char *kind = r->adapter ? ADAPTER_LINKS[i].kind : LINKS[i].kind;
+        const char *link = r->adapter ? ADAPTER_LINKS[i].link : LINKS[i].link;
+        if (!kind_applies(r, kind)) continue; /* hybrid: no discrete decision to clear */
         int n = 0;
         bool pass = true;
         const cJSON *c;
         cJSON_ArrayForEach(c, r->checks) {
-            if (strcmp(str(c, "kind"), LINKS[i].kind) != 0) continue;
+            if (strcmp(str(c, "kind"), kind) != 0) continue;
             n++;
             pass = pass && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "pass"));
         }
         cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "kind", LINKS[i].kind);
-        cJSON_AddStringToObject(o, "link", LINKS[i].link);
+        cJSON_AddStringToObject(o, "kind", kind);
+        cJSON_AddStringToObject(o, "link", link);
         cJSON_AddNumberToObject(o, "checks", n);
         cJSON_AddBoolToObject(o, "pass", n > 0 && pass);
         cJSON_AddItemToArray(links, o);

@@ -252,7 +252,7 @@ static ls_status reference(cfg_run *r, const char *batch, const char *tag, cJSON
 
 /* ---- comparisons ------------------------------------------------------------- */
 
-static cJSON *members_entries(const ls_parity_logprobs *a, const ls_parity_logprobs *b, double tol, double nf) {
+cJSON *ls_parity_members_entries(const ls_parity_logprobs *a, const ls_parity_logprobs *b, double tol, double nf) {
     cJSON *arr = cJSON_CreateArray();
     for (int i = 0; i < a->g && i < b->g; i++) {
         char name[64];
@@ -288,7 +288,7 @@ static double decision_noise(const cfg_run *r, int dt) {
     return n;
 }
 
-static double f32_tol(double nf) {
+double ls_parity_f32_tol(double nf) {
     double t = F32_FACTOR * nf;
     return t > F32_MIN_TOL ? t : F32_MIN_TOL;
 }
@@ -313,7 +313,7 @@ static double set_scale(const ls_parity_tensors *want, const ls_parity_tensors *
     return g;
 }
 
-static cJSON *tensor_entries2(const ls_parity_tensors *want, const ls_parity_tensors *a, const ls_parity_tensors *b,
+cJSON *ls_parity_tensor_entries(const ls_parity_tensors *want, const ls_parity_tensors *a, const ls_parity_tensors *b,
                               const ls_parity_tensors *nf_a, const ls_parity_tensors *nf_b,
                               const ls_parity_tensors *nf_c, const ls_parity_tensors *nf_d) {
     cJSON *arr = cJSON_CreateArray();
@@ -341,7 +341,7 @@ static cJSON *tensor_entries2(const ls_parity_tensors *want, const ls_parity_ten
                 double nf2 = tensor_err(nf_c, nf_d, want->name[i]);
                 if (!(nf2 <= nf)) nf = nf2;
             }
-            tol = f32_tol(nf);
+            tol = ls_parity_f32_tol(nf);
         }
         if (isfinite(e.max_abs) && floor_abs > 0 && floor_abs / tol > scale)
             e.max_rel = e.max_abs == 0 ? 0 : e.max_abs / (floor_abs / tol);
@@ -365,7 +365,7 @@ static double adamw_first(const ls_parity_adamw *o, double g) {
  * u(g) = g / (|g| + eps), which turns a rounding-sized difference of a gradient element near eps into a
  * large one) plus one rounding of each updated value to the dtype; what is left over is the error,
  * against the dtype's floor.  That the gradients themselves agree is cp_grad's check. */
-static cJSON *params_entries(const ls_parity_tensors *want, const ls_parity_tensors *a, const ls_parity_tensors *b,
+cJSON *ls_parity_params_entries(const ls_parity_tensors *want, const ls_parity_tensors *a, const ls_parity_tensors *b,
                              const ls_parity_tensors *ga, const ls_parity_tensors *gb, const ls_parity_adamw *o,
                              int dt) {
     cJSON *arr = cJSON_CreateArray();
@@ -382,7 +382,7 @@ static cJSON *params_entries(const ls_parity_tensors *want, const ls_parity_tens
             double excess = 0;
             for (size_t j = 0; j < n; j++) {
                 double pa = a->v[ia][j], pb = b->v[ib][j];
-                double du = o->lr * fabs(adamw_first(o, ga->v[ja][j]) - adamw_first(o, gb->v[jb][j]));
+                double du = o == NULL ? 0 : o->lr * fabs(adamw_first(o, ga->v[ja][j]) - adamw_first(o, gb->v[jb][j]));
                 double bound = du + eps * fmax(fabs(pa), fabs(pb));
                 if (fabs(pb) > scale) scale = fabs(pb);
                 if (du > explained) explained = du;
@@ -400,7 +400,7 @@ static cJSON *params_entries(const ls_parity_tensors *want, const ls_parity_tens
 
 static cJSON *tensor_entries(const ls_parity_tensors *want, const ls_parity_tensors *a, const ls_parity_tensors *b,
                              const ls_parity_tensors *nf_a, const ls_parity_tensors *nf_b) {
-    return tensor_entries2(want, a, b, nf_a, nf_b, NULL, NULL);
+    return ls_parity_tensor_entries(want, a, b, nf_a, nf_b, NULL, NULL);
 }
 
 static void add(cfg_run *r, cJSON *check, const char *control) {
@@ -417,7 +417,7 @@ static void logprob_checks(cfg_run *r, int dt) {
     double nf = -1, tol = F64_TOL;
     if (dt == LS_PARITY_F32) {
         nf = logprob_noise(&d->naive, &r->d[LS_PARITY_F64].naive);
-        tol = f32_tol(nf);
+        tol = ls_parity_f32_tol(nf);
     }
     char name[256], cand[128];
     for (size_t k = 0; k < r->o->n_cps; k++) {
@@ -425,25 +425,25 @@ static void logprob_checks(cfg_run *r, int dt) {
         check_name(name, sizeof name, "logprob", r, dt, n, NULL);
         snprintf(cand, sizeof cand, "longstraw cp%d", n);
         add(r, ls_parity_check_new("logprob", name, dt, n, r->c->name, NULL, "naive full sequence", cand,
-                                   members_entries(&d->ls[k], &d->naive, tol, nf), "members"), NULL);
+                                   ls_parity_members_entries(&d->ls[k], &d->naive, tol, nf), "members"), NULL);
         if (n > 1) {
             const char *sf = r->o->fam->score_fault;
             check_name(name, sizeof name, "logprob", r, dt, n, sf);
             snprintf(cand, sizeof cand, "longstraw cp%d --fault %s", n, sf);
             add(r, ls_parity_check_new("logprob", name, dt, n, r->c->name, NULL, "naive full sequence", cand,
-                                       members_entries(&d->local[k], &d->naive, tol, nf), "members"),
+                                       ls_parity_members_entries(&d->local[k], &d->naive, tol, nf), "members"),
                 sf);
         }
         if (dt == LS_PARITY_F64) {
             check_name(name, sizeof name, "ref_logprob", r, dt, n, NULL);
             add(r, ls_parity_check_new("ref_logprob", name, dt, n, r->c->name, NULL, "independent reference (Python, docs/model.md)",
-                                       cand, members_entries(&d->ls[k], &r->ref_policy, F64_TOL, -1), "members"), NULL);
+                                       cand, ls_parity_members_entries(&d->ls[k], &r->ref_policy, F64_TOL, -1), "members"), NULL);
         }
     }
     if (dt == LS_PARITY_F64) {
         check_name(name, sizeof name, "ref_logprob", r, dt, 1, "naive");
         add(r, ls_parity_check_new("ref_logprob", name, dt, 1, r->c->name, NULL, "independent reference (Python, docs/model.md)",
-                                   "naive full sequence", members_entries(&d->naive, &r->ref_policy, F64_TOL, -1), "members"),
+                                   "naive full sequence", ls_parity_members_entries(&d->naive, &r->ref_policy, F64_TOL, -1), "members"),
             NULL);
     }
 }
@@ -467,7 +467,7 @@ static void grad_checks(cfg_run *r, int dt) {
                  * candidate) can flip with the order of a float32 sum, so that a tensor exactly zero
                  * in one composition is not in another */
                 add(r, ls_parity_check_new("cp_grad", name, dt, n, r->c->name, MODE[m], refn, cand,
-                                           tensor_entries2(want, &d->gls[m][k], &d->gls[m][k1],
+                                           ls_parity_tensor_entries(want, &d->gls[m][k], &d->gls[m][k1],
                                                            f32 ? &d->gls[m][k1] : NULL, f32 ? &d64->gls[m][k1] : NULL,
                                                            f32 ? &d->gls[m][k1] : NULL,
                                                            f32 ? (m == FULL ? &d->gnaive : &d->gnaive_det) : NULL),
@@ -479,7 +479,7 @@ static void grad_checks(cfg_run *r, int dt) {
                  * at CP-1 and -4.3e-9 at CP-2, float32, moved its parameter by 3.8e-5 more, 2.3e-4 of the
                  * tensor's scale; a tolerance taken from other compositions' spread held or not by chance) */
                 add(r, ls_parity_check_new("cp_params", name, dt, n, r->c->name, MODE[m], refn, cand,
-                                           params_entries(want, &d->pls[m][k], &d->pls[m][k1], &d->gls[m][k],
+                                           ls_parity_params_entries(want, &d->pls[m][k], &d->pls[m][k1], &d->gls[m][k],
                                                           &d->gls[m][k1], &d->adamw, dt),
                                            "tensors"), NULL);
             }

@@ -1,0 +1,104 @@
+/* parity_adapter.h - longstraw-parity --adapter FILE (docs/contract.md §4,
+ * docs/parity.md "Adapters"): the parity matrix for any trainer an adapter
+ * file describes.
+ *
+ * parity_adapter_load.c reads the adapter (size-capped, its templates'
+ * placeholders checked by name, schema-checked against
+ * schemas/parity-adapter.schema.json, then what a schema cannot say);
+ * ls_parity_adapter_job builds a run's argv from the templates (no shell:
+ * one template string is one argument); parity_adapter_run.c runs the
+ * matrix and parity_adapter_fd.c the finite differences of the loss mode;
+ * the checks and the report are parity_report.c's, named as LongStraw's so
+ * that the audit's levels read an adapter's report as they read its own. */
+#ifndef LS_PARITY_PARITY_ADAPTER_H
+#define LS_PARITY_PARITY_ADAPTER_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "common/status.h"
+#include "parity/parity.h"
+
+#define LS_PARITY_ADAPTER_MAX_BYTES (64u << 10)
+/* the longest argument a template expands to */
+#define LS_PARITY_ADAPTER_ARG_MAX (LS_PARITY_PATH + 63)
+
+/* One negative control: the fault flag, the check kind it must fail, and
+ * the CP size it runs at (0: every requested CP size > 1). */
+typedef struct {
+    char fault[65];
+    char kind[16];
+    int cp;
+} ls_parity_adapter_control;
+
+typedef struct {
+    char path[LS_PARITY_PATH]; /* as given */
+    char dir[LS_PARITY_PATH];  /* its directory, absolute: {dir} */
+    char sha256[65];           /* of its bytes */
+    char name[40], profile[40];
+    cJSON *doc;                /* the parsed file (owned); launch and args point into it */
+    const cJSON *launch1, *launchn, *args;
+    char objective[8];
+    double epsilon, beta, temperature;
+    bool has_epsilon, has_beta;
+    bool dtype[2]; /* [LS_PARITY_F64], [LS_PARITY_F32] */
+    int cps[LS_PARITY_MAX_CP];
+    size_t n_cps;
+    char fault_none[65];
+    ls_parity_adapter_control controls[LS_PARITY_ADAPTER_CONTROLS];
+    size_t n_controls;
+    /* the batch */
+    int vocab, prompt_len, group, response_lens[LS_PARITY_MAX_G];
+    double rewards[LS_PARITY_MAX_G];
+    uint32_t token_seed;
+    /* the optimizer (cp_params): adamw true when its first step explains parameter differences */
+    bool adamw;
+    ls_parity_adamw opt;
+} ls_parity_adapter;
+
+/* Reads and checks the adapter file path into *a (its doc the caller's:
+ * ls_parity_adapter_free).  LS_ERR_ARG/LS_ERR_FORMAT/LS_ERR_IO with err
+ * naming the file and the field; *a then holds nothing. */
+ls_status ls_parity_adapter_load(const char *path, ls_parity_adapter *a, char *err, size_t errlen);
+void ls_parity_adapter_free(ls_parity_adapter *a);
+
+/* Checks one template string: only the known placeholders (or {{ }}); err
+ * names field (e.g. "args[3]") and the unknown placeholder. */
+ls_status ls_parity_adapter_template_check(const char *tmpl, const char *field, char *err, size_t errlen);
+
+/* The placeholders' values of one run. */
+typedef struct {
+    const char *mode; /* init | run | reference | loss */
+    int cp;
+    const char *dtype, *grad_mode, *fault, *weights, *batch, *out;
+    uint64_t seed;
+} ls_parity_adapter_vars;
+
+/* template expanded with v into out (cap bytes); LS_ERR_ARG when it does not fit. */
+ls_status ls_parity_adapter_expand(const ls_parity_adapter *a, const char *tmpl, const ls_parity_adapter_vars *v,
+                                   char *out, size_t cap);
+/* *j (zeroed first; its log set to log) made the run v: launch "1" for
+ * cp 1, "n" otherwise, then the args, every string expanded.  The job's
+ * arguments are the caller's (ls_parity_job_free). */
+ls_status ls_parity_adapter_job(const ls_parity_adapter *a, const ls_parity_adapter_vars *v, const char *log,
+                                ls_parity_job *j, char *err, size_t errlen);
+
+/* The matrix (parity_adapter_run.c): o->out, cps, dtypes, jobs, timeout,
+ * fd_*, seed, quiet from the options; o->family is the adapter's profile.
+ * Writes OUT/parity.json as ls_parity_run does. */
+ls_status ls_parity_adapter_run(const ls_parity_opts *o, const ls_parity_adapter *a, bool *all_pass, char *err,
+                                size_t errlen);
+
+/* The finite differences of the loss mode (parity_adapter_fd.c): along a
+ * random unit direction per trainable tensor (or layer group: o->fd_groups)
+ * of the float64 weights, against g_run's and g_ref's directional
+ * derivatives; two fd_grad checks (run, reference) into checks (the
+ * caller's). */
+ls_status ls_parity_adapter_fd(const ls_parity_opts *o, const ls_parity_adapter *a, const char *dir,
+                               const char *weights, const char *batch, const ls_parity_tensors *g_run,
+                               const ls_parity_tensors *g_ref, const char *config, cJSON *checks[2], int *runs,
+                               char *err, size_t errlen);
+
+#endif

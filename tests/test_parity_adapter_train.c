@@ -1,0 +1,86 @@
+/* test_parity_adapter_train.c - longstraw-train as one parity adapter
+ * (adapters/longstraw-train.json and .py) on configs/hybrid-tiny.json:
+ * longstraw-parity --adapter at CP 1, 2 in float64 (finite differences per
+ * tensor: 100 LoRA tensors, about a minute on 2 cores) holds every level
+ * and detects every control (cp-local-attention, skip-dkv-reduce,
+ * skip-grad-finalize, detached); longstraw-audit on a CP-2 full-mode run of
+ * the same build with that report proves level 4, and on a detached-mode
+ * run does not. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "receipts/json_util.h"
+#include "test_tmpdir.h"
+
+#define PARITY LS_BINARY_DIR "/parity/longstraw-parity"
+#define TRAIN LS_BINARY_DIR "/trainer/longstraw-train"
+#define AUDIT LS_BINARY_DIR "/audit/longstraw-audit"
+#define ENV "OMP_NUM_THREADS=1 LONGSTRAW_TRAIN=" TRAIN " LONGSTRAW_MPIRUN=" LS_MPIEXEC " "
+
+static char tmpdir[256];
+static void setup(void) { ls_test_tmpdir_make(tmpdir, "parity-adapter-train"); }
+static void teardown(void) { ls_test_tmpdir_remove(tmpdir); }
+
+static int sh(const char *cmd) {
+    int st = system(cmd);
+    cr_assert(WIFEXITED(st), "%s did not exit normally", cmd);
+    return WEXITSTATUS(st);
+}
+
+static void train(const char *name, const char *args) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "OMP_NUM_THREADS=1 timeout 300 " LS_MPIEXEC " " LS_MPIRUN_FLAGS " -np 2 " TRAIN " --config " LS_SOURCE_DIR
+             "/configs/hybrid-tiny.json --out %s/%s --prompt-len 96 --steps 1 --group 2 --response-len 4 "
+             "--page-size 16 --capture-chunk 32 --dtype f64 --temperature 0.9 --quiet %s > %s/%s.log 2>&1",
+             tmpdir, name, args, tmpdir, name);
+    cr_assert_eq(sh(cmd), 0, "the run %s failed (%s/%s.log)", name, tmpdir, name);
+}
+
+static int audit(const char *name) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, AUDIT " %s/%s --parity %s/rep/parity.json --require-level 4 > %s/%s-audit.txt 2>&1",
+             tmpdir, name, tmpdir, tmpdir, name);
+    return sh(cmd);
+}
+
+Test(parity_adapter_train, longstraw_train_through_the_protocol_reaches_level_4, .init = setup, .fini = teardown,
+     .timeout = 900) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             ENV PARITY " --adapter " LS_SOURCE_DIR "/adapters/longstraw-train.json --cp 1,2 --dtype f64 "
+                        "--jobs 2 --out %s/rep > %s/rep.txt 2>&1",
+             tmpdir, tmpdir);
+    cr_assert_eq(sh(cmd), 0, "longstraw-parity --adapter failed (%s/rep.txt)", tmpdir);
+    char p[512], err[512];
+    cJSON *r = NULL;
+    snprintf(p, sizeof p, "%s/rep/parity.json", tmpdir);
+    cr_assert_eq(ls_json_read_file(p, &r, err, sizeof err), LS_OK, "%s", err);
+    cr_expect_str_eq(cJSON_GetObjectItemCaseSensitive(r, "family")->valuestring, "hybrid");
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(r, "levels"))
+        cr_expect(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "holds")), "level %.0f does not hold",
+                  cJSON_GetObjectItemCaseSensitive(c, "level")->valuedouble);
+    const char *want[] = {"cp-local-attention", "skip-dkv-reduce", "skip-grad-finalize", "detached"};
+    for (size_t i = 0; i < 4; i++) {
+        int n = 0;
+        cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(r, "controls")) {
+            if (strcmp(cJSON_GetObjectItemCaseSensitive(c, "fault")->valuestring, want[i]) != 0) continue;
+            n++;
+            cr_expect(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "detected")), "%s not detected", want[i]);
+        }
+        cr_expect_eq(n, 1, "control %s: %d runs, expected 1 (CP 2, f64)", want[i], n);
+    }
+    cJSON_Delete(r);
+    train("fixed", "--grad-mode full");
+    cr_expect_eq(audit("fixed"), 0, "the full-mode run with the adapter's report: not level 4 (%s/fixed-audit.txt)",
+                 tmpdir);
+    train("detached", "--grad-mode detached");
+    cr_expect_eq(audit("detached"), 1, "a detached-mode run reached level 4 (%s/detached-audit.txt)", tmpdir);
+}
