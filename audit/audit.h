@@ -455,13 +455,6 @@ const char *ls_audit_phase_name(int index); /* "other" for the last */
 /* The rule with this id, NULL when absent. */
 const ls_audit_rule *ls_audit_find_rule(const ls_audit_run *run, const char *id);
 
-/* The lowest evidence level a fault of longstraw-train can touch (1..3; 1
- * for a name the audit does not know); *what (may be NULL) says what it
- * touches (rules_scope.c).  longstraw-train's table, for the callers that
- * have no run (the reports, until they call ls_audit_fault_level_of): the
- * same as profiles/hybrid.json's and mla.json's (test_audit_profile checks). */
-int ls_audit_fault_level(const char *name, const char **what);
-
 /* ---- profile (audit/rules_profile.c) ---------------------------------------
  * ls_audit_profile_attach: decides v1/v2, names, loads and binds run's
  * profile (once; later calls return the first outcome): LS_OK; for a v1 run
@@ -476,7 +469,7 @@ int ls_audit_fault_level(const char *name, const char **what);
  * kind (ls_audit_group_kind) of group run->groups[g]: a trace header's
  * groups[].kind, else for a v1 trace "cp" cp and "world" world; -1 unknown.
  * ls_audit_fault_level_of: the level run's profile gives a recorded fault and
- * what it touches (ls_audit_fault_level's contract, from the profile).
+ * what it touches (1..4; a name the profile lacks: 1, it may touch anything).
  * ls_audit_rules_profile: rule profile.match (v2 runs only: a v1 run's
  * reports list no v2 rule). */
 typedef enum { LS_AUDIT_VOCAB_PHASE = 0, LS_AUDIT_VOCAB_LAYER_KIND } ls_audit_vocab;

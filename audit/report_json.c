@@ -294,7 +294,7 @@ ls_status ls_audit_report_json(const ls_audit_run *run, cJSON **out) {
     cJSON *fa = cJSON_AddArrayToObject(doc, "faults");
     for (size_t i = 0; fa && i < run->n_faults; i++) {
         const char *what = NULL;
-        int l = ls_audit_fault_level(run->faults[i], &what);
+        int l = ls_audit_fault_level_of(run, run->faults[i], &what);
         cJSON *f = cJSON_CreateObject();
         if (f == NULL || !cJSON_AddItemToArray(fa, f)) {
             cJSON_Delete(f);

@@ -57,7 +57,7 @@ void ls_audit_report_text(const ls_audit_run *run, FILE *f) {
     if (run->n_faults == 0) fprintf(f, "none");
     for (size_t i = 0; i < run->n_faults; i++)
         fprintf(f, "%s%s (no level >= %d certified)", i ? ", " : "", run->faults[i],
-                ls_audit_fault_level(run->faults[i], NULL));
+                ls_audit_fault_level_of(run, run->faults[i], NULL));
     fprintf(f, "\n");
     for (int l = 1; l <= 4; l++) {
         bool own = true;

@@ -33,38 +33,6 @@ ls_status ls_audit_rules_scope(ls_audit_run *run);
     ls_audit_rule *var = ls_audit_rule_add(run, id, lvl, title, appl); \
     if (var == NULL) return LS_ERR_NOMEM
 
-/* The lowest level each fault of longstraw-train can touch: a fault that
- * changes what the tracker counts, or kills a rank, touches the execution
- * claims of level 1; one that changes the forward (a rank attending to or
- * selecting from its own keys only) the log-probs of level 2; one that
- * changes the gradient or its reduction, level 3 and up.  A name not listed
- * touches everything.  run.faults reads the run's profile
- * (ls_audit_fault_level_of, profiles/hybrid.json and mla.json list the same);
- * this table serves ls_audit_fault_level, for callers without a run. */
-static const struct {
-    const char *name;
-    int level;
-    const char *what;
-} FAULTS[] = {
-    {"untracked-alloc", 1, "memory outside the tracker: the memory figures"},
-    {"kill-rank", 1, "a rank killed: completion"},
-    {"cp-local-attention", 2, "each rank attends to its own keys only: the log-probs"},
-    {"cp-local-dsa", 2, "each rank selects its DSA top-k from its own keys: the log-probs"},
-    {"skip-dkv-reduce", 3, "the response dK/dV reduction dropped: the gradients"},
-    {"skip-grad-finalize", 3, "the shard-local gradients never summed: the gradients"},
-    {"nan-grad", 3, "a gradient poisoned: the update"},
-};
-
-int ls_audit_fault_level(const char *name, const char **what) {
-    for (size_t i = 0; i < sizeof FAULTS / sizeof FAULTS[0]; i++)
-        if (strcmp(FAULTS[i].name, name) == 0) {
-            if (what) *what = FAULTS[i].what;
-            return FAULTS[i].level;
-        }
-    if (what) *what = "not a fault this audit knows: it may touch anything";
-    return 1;
-}
-
 static void receipt_file(uint32_t rank, char *buf, size_t cap) {
     char d[32];
     ls_receipt_rank_dir(rank, d, sizeof d);

@@ -118,22 +118,23 @@ Test(profile, shipped_profiles_load_and_their_digest_is_the_files) {
     cr_expect_eq(ls_audit_profile_load(NULL, "hybrid", &p, err, sizeof err), LS_OK, "%s", err);
 }
 
-/* The table the reports read (ls_audit_fault_level) is the profiles' (until
- * the reports read the run's profile). */
-Test(profile, the_fault_table_of_the_reports_is_the_profiles) {
+/* longstraw-train's faults and the levels they touch: the profiles hold
+ * them (the reports and run.faults read the run's profile, no C table). */
+Test(profile, the_profiles_hold_longstraw_trains_faults) {
     static ls_audit_profile p;
     char err[512];
-    static const char *const known[] = {"untracked-alloc", "kill-rank", "cp-local-attention", "cp-local-dsa",
-                                        "skip-dkv-reduce", "skip-grad-finalize", "nan-grad"};
+    static const struct { const char *name; int level; } known[] = {
+        {"untracked-alloc", 1}, {"kill-rank", 1}, {"cp-local-attention", 2}, {"cp-local-dsa", 2},
+        {"skip-dkv-reduce", 3}, {"skip-grad-finalize", 3}, {"nan-grad", 3}};
     const char *names[] = {"hybrid", "mla"};
     for (int i = 0; i < 2; i++) {
         cr_assert_eq(ls_audit_profile_load(PROFILES, names[i], &p, err, sizeof err), LS_OK, "%s", err);
         cr_expect_eq(p.n_faults, sizeof known / sizeof known[0]);
         for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) {
-            const char *w1 = NULL, *w2 = NULL;
-            int l1 = ls_audit_fault_level(known[k], &w1), l2 = ls_audit_profile_fault_level(&p, known[k], &w2);
-            cr_expect_eq(l1, l2, "%s: %s says %d, the C table %d", known[k], names[i], l2, l1);
-            cr_expect(w1 && w2 && strcmp(w1, w2) == 0, "%s: what differs", known[k]);
+            const char *w = NULL;
+            cr_expect_eq(ls_audit_profile_fault_level(&p, known[k].name, &w), known[k].level, "%s: %s",
+                         names[i], known[k].name);
+            cr_expect(w != NULL && w[0] != 0, "%s: %s says nothing of what it touches", names[i], known[k].name);
         }
     }
 }

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""The torch_cp example's fault table (issue 23): each public CP bug class, compiled into the
+PyTorch trainer (TORCH_CP_BUG: the fault acts, the run does not declare it, the build identity
+differs from the clean build's), caught at the level it breaks.
+
+For each bug: longstraw-parity --adapter examples/torch_cp/adapter.json (CP 1, 2, float64) makes
+the report of that build, the trainer makes a CP-2 run of it, and longstraw-audit scores the run
+with the report. The table asserts the level reached and the rules that name the bug; the clean
+build reaches level 4. Nothing here is the trainer's word: the run never records the bug, so every
+failure is the audit's or parity's own finding (trace rules, digests, parity's comparisons).
+
+usage: fault_table.py BUILD_DIR OUT_DIR [--markdown FILE]
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXAMPLE = os.path.join(ROOT, "examples", "torch_cp")
+PY = os.environ.get("LS_TORCH_PYTHON", "/usr/bin/python3")
+
+# bug -> (level the audit proves, the rules that must fail (each at a level above the proven one),
+#         parity's exit status for the bug's build, what the bug is, the public report it reproduces)
+TABLE = [
+    ("none", 4, [], 0, "no bug", "-"),
+    ("zero-state", 1, ["parity.logprob"], 1,
+     "non-first ranks start the recurrent layer from a zero state", "fla PR #1004"),
+    ("skip-dkv-reduce", 2, ["collectives.dkv", "parity.cp_grad"], 1,
+     "the response dK/dV reduction dropped", "TransformerEngine #1557 / Megatron-LM #1464"),
+    ("loss-cp-scale", 2, ["parity.cp_grad"], 1,
+     "the loss multiplied by the CP size", "Megatron-LM #673 / #906"),
+    ("decay-grad", 3, ["parity.grad", "parity.fd_grad"], 1,
+     "the A_log / dt_bias gradients corrupted, the forward right", "QwenLM/FlashQLA PR #28"),
+    ("fake-reduce", 0, ["collectives.performed"], 1,
+     "the gradient all-reduce logged but never performed", "-"),
+]
+
+
+def run(cmd, env, log):
+    with open(log, "w") as f:
+        return subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=900).returncode
+
+
+def main(argv):
+    if len(argv) < 2:
+        print(__doc__.strip().splitlines()[-1], file=sys.stderr)
+        return 2
+    build, out = os.path.abspath(argv[0]), os.path.abspath(argv[1])
+    md = argv[argv.index("--markdown") + 1] if "--markdown" in argv else None
+    parity = os.path.join(build, "parity", "longstraw-parity")
+    audit = os.path.join(build, "audit", "longstraw-audit")
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    base = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.join(ROOT, "python"),
+                OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    base.pop("TORCH_CP_BUG", None)
+    weights = os.path.join(out, "init")
+    if run([PY, os.path.join(EXAMPLE, "train.py"), "--mode", "init", "--seed", "3", "--out", weights], base,
+           os.path.join(out, "init.log")) != 0:
+        print("fault_table: the example's init failed", file=sys.stderr)
+        return 1
+    rows, bad = [], []
+    for bug, want_level, want_rules, want_prc, what, public in TABLE:
+        env = dict(base)
+        if bug != "none":
+            env["TORCH_CP_BUG"] = bug
+        par, rdir = os.path.join(out, "parity-" + bug), os.path.join(out, "run-" + bug)
+        prc = run([parity, "--adapter", os.path.join(EXAMPLE, "adapter.json"), "--cp", "1,2", "--dtype", "f64",
+                   "--jobs", "2", "--quiet", "--out", par], env, par + ".log")
+        trc = run([PY, os.path.join(EXAMPLE, "train.py"), "--mode", "run", "--cp", "2", "--weights",
+                   os.path.join(weights, "weights.safetensors"), "--batch", os.path.join(weights, "batch.json"),
+                   "--out", rdir], env, rdir + ".log")
+        rep = os.path.join(out, "audit-" + bug + ".json")
+        arc = run([audit, os.path.join(rdir, "run"), "--parity", os.path.join(par, "parity.json"), "--json", rep,
+                   "--require-level", "4"], env, os.path.join(out, "audit-" + bug + ".txt"))
+        if trc != 0 or arc == 2 or not os.path.exists(rep):
+            bad.append(f"{bug}: the run or the audit did not complete (train {trc}, audit {arc}; see {out})")
+            continue
+        with open(rep) as f:
+            report = json.load(f)
+        level = report["level"]
+        failed = {}
+        for lv in report["levels"]:
+            for c in lv["checks"]:
+                if c.get("verdict") == "fail":
+                    failed[c["id"]] = lv["level"]
+        named = [r for r in want_rules if r in failed]
+        rows.append((bug, what, public, level, ", ".join(f"`{r}` (L{failed[r]})" for r in want_rules if r in failed)
+                     or "-", prc))
+        if level != want_level:
+            bad.append(f"{bug}: level {level}, expected {want_level} (failed: {sorted(failed)})")
+        if named != want_rules:
+            bad.append(f"{bug}: rules {want_rules} expected to fail, failed: {sorted(failed)}")
+        for r in want_rules:
+            if r in failed and failed[r] != want_level + 1:
+                bad.append(f"{bug}: {r} fails at level {failed[r]}, expected the level it breaks, {want_level + 1}")
+        if bug == "none" and failed:
+            bad.append(f"none: the clean build failed {sorted(failed)}")
+        if prc != want_prc:
+            bad.append(f"{bug}: longstraw-parity exit {prc}, expected {want_prc}")
+    lines = ["| bug (TORCH_CP_BUG) | what | reproduces | audit level | rules that name it | parity exit |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| `{b}` | {w} | {p} | {lv} | {r} | {prc} |" for b, w, p, lv, r, prc in rows]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if md:
+        with open(md + ".tmp", "w") as f:
+            f.write(text)
+        os.replace(md + ".tmp", md)
+    for b in bad:
+        print("fault_table: " + b, file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
