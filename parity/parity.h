@@ -192,6 +192,17 @@ ls_status ls_parity_json_logprobs(const cJSON *doc, const char *key, const char 
                                   char *err, size_t errlen);
 /* old_logprobs (or ref_logprobs when ref) of a --dump-batch file. */
 ls_status ls_parity_batch_logprobs(const char *path, bool ref, ls_parity_logprobs *out, char *err, size_t errlen);
+/* Batch files (one JSON line, a longstraw-train rollouts line): the prompt
+ * and responses drawn from token_seed below vocab, and the rewards
+ * (ls_parity_batch_new); log-probs l under key, each moved by
+ * deltas[(t + 2 i) % 6] when deltas (clamp: kept below 0)
+ * (ls_parity_batch_add_logprobs); doc written atomically to path and freed
+ * (ls_parity_batch_write). */
+cJSON *ls_parity_batch_new(uint32_t token_seed, int vocab, int prompt_len, int group, const int *response_lens,
+                           const double *rewards);
+void ls_parity_batch_add_logprobs(cJSON *doc, const char *key, const ls_parity_logprobs *l, const double *deltas,
+                                  bool clamp);
+ls_status ls_parity_batch_write(cJSON *doc, const char *path, char *err, size_t errlen);
 /* The "  exact loss X (last step)" line of a trainer log. */
 ls_status ls_parity_log_loss(const char *log, double *loss, char *err, size_t errlen);
 /* The "  decisions N digest HEX" line of a trainer log: the run's discrete

@@ -78,60 +78,18 @@ static void out_free(run_out *r) {
 
 /* ---- the batch files ---------------------------------------------------------- */
 
-static uint32_t lcg_next(uint32_t *st) {
-    *st = (1103515245u * *st + 12345u) & 0x7FFFFFFFu;
-    return *st >> 8;
-}
-
 /* prompt, responses, rewards; the grad batch's old and reference log-probs from pol (NULL: none). */
 static ls_status write_batch(arun *r, const char *path, const ls_parity_logprobs *pol) {
     const ls_parity_adapter *a = r->a;
-    cJSON *doc = cJSON_CreateObject(), *pr = cJSON_AddArrayToObject(doc, "prompt");
-    cJSON *rs = cJSON_AddArrayToObject(doc, "responses"), *rw = cJSON_AddArrayToObject(doc, "rewards");
-    uint32_t st = a->token_seed;
-    for (int t = 0; t < a->prompt_len; t++)
-        cJSON_AddItemToArray(pr, cJSON_CreateNumber((double)(lcg_next(&st) % (uint32_t)a->vocab)));
-    for (int i = 0; i < a->group; i++) {
-        cJSON *y = cJSON_CreateArray();
-        uint32_t sy = a->token_seed * 131u + 100u + (uint32_t)i;
-        for (int t = 0; t < a->response_lens[i]; t++)
-            cJSON_AddItemToArray(y, cJSON_CreateNumber((double)(lcg_next(&sy) % (uint32_t)a->vocab)));
-        cJSON_AddItemToArray(rs, y);
-        cJSON_AddItemToArray(rw, ls_json_create_exact_number(a->rewards[i]));
-    }
+    cJSON *doc = ls_parity_batch_new(a->token_seed, a->vocab, a->prompt_len, a->group, a->response_lens, a->rewards);
     /* old = the policy moved by -0.6 .. +0.6 (ratios exp(-delta): the clip engages), reference = moved
        otherwise (the KL term sees a reference that differs from the policy) */
     static const double OLD[] = {-0.6, 0.6, 0.05, -0.4, 0.4, -0.1}, REF[] = {0.3, -0.2, 0.15, -0.35, 0.1, 0.25};
-    for (int which = 0; pol && which < 2; which++) {
-        cJSON *arr = cJSON_AddArrayToObject(doc, which == 0 ? "old_logprobs" : "ref_logprobs");
-        for (int i = 0; i < pol->g; i++) {
-            cJSON *m = cJSON_CreateArray();
-            for (int t = 0; t < pol->len[i]; t++) {
-                double v = pol->lp[i][t] + (which == 0 ? OLD : REF)[(t + 2 * i) % 6];
-                if (!(v < 0)) v = -1e-3;
-                cJSON_AddItemToArray(m, ls_json_create_exact_number(v));
-            }
-            cJSON_AddItemToArray(arr, m);
-        }
+    if (pol != NULL) {
+        ls_parity_batch_add_logprobs(doc, "old_logprobs", pol, OLD, true);
+        ls_parity_batch_add_logprobs(doc, "ref_logprobs", pol, REF, true);
     }
-    char *txt = NULL;
-    size_t len = 0;
-    ls_status s = ls_json_print(doc, &txt, &len, r->err, r->errlen);
-    cJSON_Delete(doc);
-    if (s != LS_OK) return s;
-    for (size_t i = 0; i < len; i++)
-        if (txt[i] == '\n') txt[i] = ' ';
-    char *line = malloc(len + 2);
-    if (line == NULL) {
-        free(txt);
-        return LS_ERR_NOMEM;
-    }
-    memcpy(line, txt, len);
-    line[len] = '\n';
-    s = ls_atomic_write(path, line, len + 1, r->err, r->errlen);
-    free(line);
-    free(txt);
-    return s;
+    return ls_parity_batch_write(doc, path, r->err, r->errlen);
 }
 
 /* ---- runs ------------------------------------------------------------------------- */

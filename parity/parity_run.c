@@ -147,43 +147,45 @@ static uint32_t lcg_next(uint32_t *st) {
     return *st >> 8;
 }
 
-/* One line: prompt, responses, rewards; old and ref log-probs when given. */
-static ls_status write_rollouts(cfg_run *r, const char *path, const ls_parity_logprobs *old,
-                                const ls_parity_logprobs *ref) {
-    const ls_parity_config *c = r->c;
+cJSON *ls_parity_batch_new(uint32_t token_seed, int vocab, int prompt_len, int group, const int *response_lens,
+                           const double *rewards) {
     cJSON *doc = cJSON_CreateObject(), *pr = cJSON_AddArrayToObject(doc, "prompt");
     cJSON *rs = cJSON_AddArrayToObject(doc, "responses"), *rw = cJSON_AddArrayToObject(doc, "rewards");
-    uint32_t st = c->token_seed;
-    int vocab = r->vocab;
-    for (int t = 0; t < c->prompt_len; t++) cJSON_AddItemToArray(pr, cJSON_CreateNumber((double)(lcg_next(&st) % (uint32_t)vocab)));
-    for (int i = 0; i < c->group; i++) {
+    uint32_t st = token_seed;
+    for (int t = 0; t < prompt_len; t++)
+        cJSON_AddItemToArray(pr, cJSON_CreateNumber((double)(lcg_next(&st) % (uint32_t)vocab)));
+    for (int i = 0; i < group; i++) {
         cJSON *y = cJSON_CreateArray();
-        uint32_t sy = c->token_seed * 131u + 100u + (uint32_t)i;
-        for (int t = 0; t < c->response_lens[i]; t++) cJSON_AddItemToArray(y, cJSON_CreateNumber((double)(lcg_next(&sy) % (uint32_t)vocab)));
+        uint32_t sy = token_seed * 131u + 100u + (uint32_t)i;
+        for (int t = 0; t < response_lens[i]; t++)
+            cJSON_AddItemToArray(y, cJSON_CreateNumber((double)(lcg_next(&sy) % (uint32_t)vocab)));
         cJSON_AddItemToArray(rs, y);
-        cJSON_AddItemToArray(rw, ls_json_create_exact_number(c->rewards[i]));
+        cJSON_AddItemToArray(rw, ls_json_create_exact_number(rewards[i]));
     }
-    static const double DELTAS[] = {-0.6, 0.6, 0.05, -0.4, 0.4, -0.1};
-    for (int which = 0; which < 2; which++) {
-        const ls_parity_logprobs *l = which == 0 ? old : ref;
-        if (l == NULL) continue;
-        cJSON *a = cJSON_AddArrayToObject(doc, which == 0 ? "old_logprobs" : "ref_logprobs");
-        for (int i = 0; i < l->g; i++) {
-            cJSON *m = cJSON_CreateArray();
-            for (int t = 0; t < l->len[i]; t++) {
-                double v = l->lp[i][t];
-                if (which == 0) { /* old = policy moved: ratios exp(-delta) far from 1, the clip engages */
-                    v += DELTAS[(t + 2 * i) % 6];
-                    if (!(v < 0)) v = -1e-3;
-                }
-                cJSON_AddItemToArray(m, ls_json_create_exact_number(v));
+    return doc;
+}
+
+void ls_parity_batch_add_logprobs(cJSON *doc, const char *key, const ls_parity_logprobs *l, const double *deltas,
+                                  bool clamp) {
+    cJSON *a = cJSON_AddArrayToObject(doc, key);
+    for (int i = 0; i < l->g; i++) {
+        cJSON *m = cJSON_CreateArray();
+        for (int t = 0; t < l->len[i]; t++) {
+            double v = l->lp[i][t];
+            if (deltas != NULL) {
+                v += deltas[(t + 2 * i) % 6];
+                if (clamp && !(v < 0)) v = -1e-3;
             }
-            cJSON_AddItemToArray(a, m);
+            cJSON_AddItemToArray(m, ls_json_create_exact_number(v));
         }
+        cJSON_AddItemToArray(a, m);
     }
+}
+
+ls_status ls_parity_batch_write(cJSON *doc, const char *path, char *err, size_t errlen) {
     char *txt = NULL;
     size_t len = 0;
-    ls_status s = ls_json_print(doc, &txt, &len, r->err, r->errlen);
+    ls_status s = ls_json_print(doc, &txt, &len, err, errlen);
     cJSON_Delete(doc);
     if (s != LS_OK) return s;
     /* one line */
@@ -196,10 +198,22 @@ static ls_status write_rollouts(cfg_run *r, const char *path, const ls_parity_lo
     }
     memcpy(line, txt, len);
     line[len] = '\n';
-    s = ls_atomic_write(path, line, len + 1, r->err, r->errlen);
+    s = ls_atomic_write(path, line, len + 1, err, errlen);
     free(line);
     free(txt);
     return s;
+}
+
+/* One line: prompt, responses, rewards; old and ref log-probs when given. */
+static ls_status write_rollouts(cfg_run *r, const char *path, const ls_parity_logprobs *old,
+                                const ls_parity_logprobs *ref) {
+    const ls_parity_config *c = r->c;
+    cJSON *doc = ls_parity_batch_new(c->token_seed, r->vocab, c->prompt_len, c->group, c->response_lens, c->rewards);
+    /* old = policy moved: ratios exp(-delta) far from 1, the clip engages */
+    static const double DELTAS[] = {-0.6, 0.6, 0.05, -0.4, 0.4, -0.1};
+    if (old != NULL) ls_parity_batch_add_logprobs(doc, "old_logprobs", old, DELTAS, true);
+    if (ref != NULL) ls_parity_batch_add_logprobs(doc, "ref_logprobs", ref, NULL, false);
+    return ls_parity_batch_write(doc, path, r->err, r->errlen);
 }
 
 /* ---- the independent reference --------------------------------------------- */

@@ -309,6 +309,36 @@ static ls_status extract_step_kinds(ls_receipt *r, const cJSON *p, uint64_t *pf,
     return LS_OK;
 }
 
+/* The fields v1 and v2 predicates share (schema-valid p): the events file,
+ * count and last seq, the subject naming that file and its digest, the
+ * status and error. */
+static ls_status extract_events_status(ls_receipt *r, const cJSON *p, const cJSON *subject, const char *what,
+                                       char *err, size_t errlen) {
+    const cJSON *ev = cJSON_GetObjectItemCaseSensitive(p, "events");
+    r->events_file = cJSON_GetObjectItemCaseSensitive(ev, "file")->valuestring;
+    ls_json_get_u64(ev, "count", &r->events_count);
+    uint64_t last = 0;
+    r->events_last_seq = ls_json_get_u64(ev, "last_seq", &last) == 0 ? (int64_t)last : -1;
+    const char *sname = cJSON_GetObjectItemCaseSensitive(subject, "name")->valuestring;
+    if (strcmp(sname, r->events_file) != 0) {
+        ls_json_errf(err, errlen, "%s: /subject/0/name \"%s\" is not the events file \"%s\"",
+                     what, sname, r->events_file);
+        return LS_ERR_FORMAT;
+    }
+    const cJSON *dg = cJSON_GetObjectItemCaseSensitive(subject, "digest");
+    snprintf(r->events_sha256, sizeof r->events_sha256, "%s",
+             cJSON_GetObjectItemCaseSensitive(dg, "sha256")->valuestring);
+    r->status = strcmp(cJSON_GetObjectItemCaseSensitive(p, "status")->valuestring, "complete") == 0
+                    ? LS_RECEIPT_COMPLETE
+                    : LS_RECEIPT_ERROR;
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(p, "error");
+    if (e != NULL) {
+        r->error_code = (int)cJSON_GetObjectItemCaseSensitive(e, "code")->valuedouble;
+        r->error_message = cJSON_GetObjectItemCaseSensitive(e, "message")->valuestring;
+    }
+    return LS_OK;
+}
+
 /* Fills r from a schema-valid document; structural checks the schema
  * cannot express. */
 static ls_status extract(ls_receipt *r, const char *what, char *err, size_t errlen) {
@@ -391,29 +421,8 @@ static ls_status extract(ls_receipt *r, const char *what, char *err, size_t errl
     st = extract_step_memory(r, step, step_cats, what, err, errlen);
     if (st != LS_OK) return st;
 
-    const cJSON *ev = cJSON_GetObjectItemCaseSensitive(p, "events");
-    r->events_file = cJSON_GetObjectItemCaseSensitive(ev, "file")->valuestring;
-    ls_json_get_u64(ev, "count", &r->events_count);
-    uint64_t last = 0;
-    r->events_last_seq = ls_json_get_u64(ev, "last_seq", &last) == 0 ? (int64_t)last : -1;
-    const char *sname = cJSON_GetObjectItemCaseSensitive(subject, "name")->valuestring;
-    if (strcmp(sname, r->events_file) != 0) {
-        ls_json_errf(err, errlen, "%s: /subject/0/name \"%s\" is not the events file \"%s\"",
-                     what, sname, r->events_file);
-        return LS_ERR_FORMAT;
-    }
-    const cJSON *dg = cJSON_GetObjectItemCaseSensitive(subject, "digest");
-    snprintf(r->events_sha256, sizeof r->events_sha256, "%s",
-             cJSON_GetObjectItemCaseSensitive(dg, "sha256")->valuestring);
-
-    r->status = strcmp(cJSON_GetObjectItemCaseSensitive(p, "status")->valuestring, "complete") == 0
-                    ? LS_RECEIPT_COMPLETE
-                    : LS_RECEIPT_ERROR;
-    const cJSON *e = cJSON_GetObjectItemCaseSensitive(p, "error");
-    if (e != NULL) {
-        r->error_code = (int)cJSON_GetObjectItemCaseSensitive(e, "code")->valuedouble;
-        r->error_message = cJSON_GetObjectItemCaseSensitive(e, "message")->valuestring;
-    }
+    st = extract_events_status(r, p, subject, what, err, errlen);
+    if (st != LS_OK) return st;
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(p, "timing");
     ls_json_get_u64(t, "start_unix_ns", &r->start_unix_ns);
     ls_json_get_u64(t, "end_unix_ns", &r->end_unix_ns);
@@ -483,28 +492,8 @@ static ls_status extract_v2(ls_receipt *r, const char *what, char *err, size_t e
     }
     r->phases = ph;
     r->n_phases = np;
-    const cJSON *ev = cJSON_GetObjectItemCaseSensitive(p, "events");
-    r->events_file = cJSON_GetObjectItemCaseSensitive(ev, "file")->valuestring;
-    ls_json_get_u64(ev, "count", &r->events_count);
-    uint64_t last = 0;
-    r->events_last_seq = ls_json_get_u64(ev, "last_seq", &last) == 0 ? (int64_t)last : -1;
-    const char *sname = cJSON_GetObjectItemCaseSensitive(subject, "name")->valuestring;
-    if (strcmp(sname, r->events_file) != 0) {
-        ls_json_errf(err, errlen, "%s: /subject/0/name \"%s\" is not the events file \"%s\"",
-                     what, sname, r->events_file);
-        return LS_ERR_FORMAT;
-    }
-    const cJSON *dg = cJSON_GetObjectItemCaseSensitive(subject, "digest");
-    snprintf(r->events_sha256, sizeof r->events_sha256, "%s",
-             cJSON_GetObjectItemCaseSensitive(dg, "sha256")->valuestring);
-    r->status = strcmp(cJSON_GetObjectItemCaseSensitive(p, "status")->valuestring, "complete") == 0
-                    ? LS_RECEIPT_COMPLETE
-                    : LS_RECEIPT_ERROR;
-    const cJSON *e = cJSON_GetObjectItemCaseSensitive(p, "error");
-    if (e != NULL) {
-        r->error_code = (int)cJSON_GetObjectItemCaseSensitive(e, "code")->valuedouble;
-        r->error_message = cJSON_GetObjectItemCaseSensitive(e, "message")->valuestring;
-    }
+    st = extract_events_status(r, p, subject, what, err, errlen);
+    if (st != LS_OK) return st;
     return LS_OK;
 }
 
