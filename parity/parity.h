@@ -344,6 +344,10 @@ ls_status ls_parity_fd_checks(const ls_parity_opts *o, const ls_parity_config *c
 /* A unit direction of n elements, Gaussian drawn from seed (every tensor's
  * own: seed o->seed * 1000003 + its index among the trainable tensors). */
 void ls_parity_fd_direction(uint64_t seed, size_t n, double *d);
+/* From the losses at +h, -h, +h/2, -h/2 along a direction (L[0..3]): the
+ * Richardson-extrapolated derivative (O(h^4)) *fd, its truncation estimate
+ * *est and the rounding floor of the combination *floor_. */
+void ls_parity_fd_richardson(const double L[4], double h, double *fd, double *est, double *floor_);
 /* One finite-difference direction: its members are idx[first .. first + n). */
 typedef struct {
     char name[96];

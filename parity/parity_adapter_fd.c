@@ -31,7 +31,6 @@
 #include "trainer/base/safetensors.h"
 
 #define FD_TOL 1e-7
-#define FD_LOSS_ULPS 4.0
 #define UNITS_PER_CALL 4 /* 16 weights files per loss call */
 
 static const double STEP[4] = {1.0, -1.0, 0.5, -0.5};
@@ -267,13 +266,7 @@ ls_status ls_parity_adapter_fd(const ls_parity_opts *o, const ls_parity_adapter 
     *runs = (int)x.ncalls;
     const double h = o->fd_step;
     for (size_t u = 0; u < nt; u++) {
-        const double *L = &x.loss[4 * u];
-        double d1 = (L[0] - L[1]) / (2 * h), d2 = (L[2] - L[3]) / h, lmax = 0;
-        fd[u] = (4 * d2 - d1) / 3;
-        est[u] = fabs(d2 - d1) / 3;
-        for (int k = 0; k < 4; k++)
-            if (fabs(L[k]) > lmax) lmax = fabs(L[k]);
-        floor_[u] = 3.0 * FD_LOSS_ULPS * DBL_EPSILON * lmax / h;
+        ls_parity_fd_richardson(&x.loss[4 * u], h, &fd[u], &est[u], &floor_[u]);
     }
     for (int which = 0; which < 2; which++) {
         cJSON *arr = cJSON_CreateArray();

@@ -74,6 +74,19 @@
 #define FD_SHRINK 8.0
 #define FD_RETRIES 4
 
+void ls_parity_fd_richardson(const double L[4], double h, double *fd, double *est, double *floor_) {
+    double d1 = (L[0] - L[1]) / (2 * h), d2 = (L[2] - L[3]) / h;
+    *fd = (4 * d2 - d1) / 3;
+    *est = fabs(d2 - d1) / 3;
+    /* the rounding floor of that combination: each loss carries a rounding error of
+     * about FD_LOSS_ULPS units of its last place, d1 gets it / h, d2 twice that,
+     * (4 d2 - d1) / 3 three times it */
+    double lmax = 0;
+    for (int k = 0; k < 4; k++)
+        if (fabs(L[k]) > lmax) lmax = fabs(L[k]);
+    *floor_ = 3.0 * FD_LOSS_ULPS * DBL_EPSILON * lmax / h;
+}
+
 static const double STEP[4] = {1.0, -1.0, 0.5, -0.5};
 
 const char *ls_parity_fd_groups_name(int fd_groups) {
@@ -449,18 +462,7 @@ ls_status ls_parity_fd_checks(const ls_parity_opts *o, const ls_parity_config *c
         s = fd_retry(&x, round, hs, &extra, err, errlen);
     if (s != LS_OK) goto done;
     for (size_t u = 0; u < nt; u++) {
-        const double *L = &x.loss[4 * u];
-        const double h = hs[u];
-        double d1 = (L[0] - L[1]) / (2 * h), d2 = (L[2] - L[3]) / h;
-        fd[u] = (4 * d2 - d1) / 3;
-        est[u] = fabs(d2 - d1) / 3;
-        /* the rounding floor of that combination: each loss carries a rounding error of
-         * about FD_LOSS_ULPS units of its last place, d1 gets it / h, d2 twice that,
-         * (4 d2 - d1) / 3 three times it */
-        double lmax = 0;
-        for (int k = 0; k < 4; k++)
-            if (fabs(L[k]) > lmax) lmax = fabs(L[k]);
-        floor_[u] = 3.0 * FD_LOSS_ULPS * DBL_EPSILON * lmax / h;
+        ls_parity_fd_richardson(&x.loss[4 * u], hs[u], &fd[u], &est[u], &floor_[u]);
     }
     *secs = ls_parity_now() - x.t0;
     *runs = (int)(4 * nt + 1) + extra;
