@@ -42,7 +42,9 @@
 #define LS_AUDIT_MAX_NAMES 256            /* distinct groups / purposes / memory categories */
 #define LS_AUDIT_MAX_DIR_ENTRIES 100000   /* entries of the run directory listed at most */
 #define LS_AUDIT_MAX_EVIDENCE 16          /* evidence items kept per rule (the rest counted) */
-#define LS_AUDIT_NPHASE 8                 /* the 7 phases of trace_event.h + "other" */
+#define LS_AUDIT_NPHASE 17                /* phase slots: 16 names (v1's 7 first, then a v2 run's own) + "other" */
+#define LS_AUDIT_NKIND 32                 /* layer-kind slots: v1's 5 first, then a v2 run's own */
+#define LS_AUDIT_VOCAB_NAME 32            /* a phase or layer-kind name: ^[a-z][a-z0-9_.-]{0,31}$ */
 #define LS_AUDIT_MAX_FAULTS 16            /* distinct recorded faults named (more: every level capped) */
 #define LS_AUDIT_MAX_FROZEN_LISTED 64     /* prefix-frozen steps listed (the rest counted) */
 
@@ -135,11 +137,10 @@ typedef struct {
     int64_t digest_seq;
     uint8_t digest[32];        /* the "trainable" param_digest (has_digest) */
     uint8_t has_digest;
-    uint8_t phase_mask;        /* bit p: phase p ended ok in the step */
+    uint16_t phase_mask;       /* bit p: phase p ended ok in the step (p < 16) */
     uint8_t prefix_frozen;     /* 1: some event of the step was prefix_frozen */
     uint8_t sft;               /* its (first) step_metrics said objective sft */
     uint8_t metrics_seen;
-    uint8_t fin_mask;          /* finalize collectives without a layer: 1 grad_finalize, 2 digest_check */
     uint8_t step_req;          /* profile: bit k, the profile's k-th per-step purpose was seen (rank_steps.c) */
 } ls_audit_step;
 
@@ -332,6 +333,15 @@ typedef struct ls_audit_run {
     char *mem_cats[LS_AUDIT_MAX_NAMES];
     size_t n_mem_cats;
     bool names_overflow;
+    /* the phase and layer-kind vocabularies the per-rank facts index
+     * (ls_audit_phase_index, ls_audit_kind_index): v1's names first, in
+     * receipts/trace_event.h's order (so a v1 run's indices are its enums),
+     * then each other name of a v2 trace or the profile as first seen */
+    char phase_names[LS_AUDIT_NPHASE - 1][LS_AUDIT_VOCAB_NAME + 1];
+    int n_phase_names;
+    char kind_names[LS_AUDIT_NKIND][LS_AUDIT_VOCAB_NAME + 1];
+    int n_kind_names;
+    bool vocab_overflow;       /* a name past the slots: filed as "other" / not a layer kind the profile names */
     ls_audit_rank *ranks;      /* world entries */
     /* forensics filled by the rules */
     char coll_divergence[480];  /* the first collective some ranks entered and others did not, or "" */
@@ -448,9 +458,15 @@ const ls_audit_step *ls_audit_step_of(const ls_audit_rank *r, int64_t step);
 /* Whether the configuration (n_layers) lets the layer rules run. */
 bool ls_audit_have_layers(const ls_audit_run *run);
 
-/* Index of a phase name (LS_PHASE_*), LS_AUDIT_NPHASE - 1 for any other. */
-int ls_audit_phase_index(const char *phase);
-const char *ls_audit_phase_name(int index); /* "other" for the last */
+/* The slot of a phase name in run's vocabulary (v1's LS_PHASE_* first; a
+ * new name takes the next slot), LS_AUDIT_NPHASE - 1 ("other") for NULL or
+ * past the slots.  ls_audit_phase_count: the named slots (7 for a v1 run).
+ * ls_audit_kind_index: the same for layer kinds (ls_trace_layer_kind first),
+ * -1 for NULL or past the slots. */
+int ls_audit_phase_index(ls_audit_run *run, const char *phase);
+int ls_audit_phase_count(const ls_audit_run *run);
+const char *ls_audit_phase_name(const ls_audit_run *run, int index); /* "other" for the last */
+int ls_audit_kind_index(ls_audit_run *run, const char *kind);
 
 /* The rule with this id, NULL when absent. */
 const ls_audit_rule *ls_audit_find_rule(const ls_audit_run *run, const char *id);
@@ -475,7 +491,7 @@ const ls_audit_rule *ls_audit_find_rule(const ls_audit_run *run, const char *id)
 typedef enum { LS_AUDIT_VOCAB_PHASE = 0, LS_AUDIT_VOCAB_LAYER_KIND } ls_audit_vocab;
 ls_status ls_audit_profile_attach(ls_audit_run *run);
 const ls_audit_profile *ls_audit_profile_of(const ls_audit_run *run);
-int ls_audit_vocab_index(const ls_audit_run *run, ls_audit_vocab v, const char *name);
+int ls_audit_vocab_index(ls_audit_run *run, ls_audit_vocab v, const char *name);
 int ls_audit_group_kind_of(const ls_audit_run *run, uint16_t g);
 int ls_audit_fault_level_of(const ls_audit_run *run, const char *name, const char **what);
 ls_status ls_audit_rules_profile(ls_audit_run *run);

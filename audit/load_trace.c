@@ -53,7 +53,7 @@ typedef struct {
     int64_t cur_step;
     ls_status st;
     int group_hint, purpose_hint; /* intern's hints */
-    bool v2;                      /* the trace's header is v2 */
+    bool v2, v2_known;            /* the trace is v2 (its events' envelope says so), once known */
     int out_pos, recompute_pos;   /* v2 field positions of collective.out_sha256, layer_end.recompute */
 } scan_ctx;
 
@@ -196,13 +196,15 @@ static bool hex32(const char *h, uint8_t out[32]) {
 /* layer_end's fields, from an event the reader found valid (its fields
  * passed ls_trace_event_check: not flagged LS_TRACE_EVF_FIELDS), so
  * without checking them again as ls_trace_decode_layer_end does. */
-static bool decode_layer_end(const ev_fields *f, ls_trace_layer_end *le, bool v2) {
+static bool decode_layer_end(ls_audit_run *run, const ev_fields *f, ls_trace_layer_end *le, bool v2) {
     const char *ph = str_of(f->phase), *kind = str_of(f->kind), *dir = str_of(f->dir);
     if (ph == NULL || kind == NULL || dir == NULL || !ls_trace_json_int(f->step, &le->step) ||
         !ls_trace_json_int(f->member, &le->member) || !ls_trace_json_int(f->layer, &le->layer))
         return false;
     int k = ls_trace_enum_from_name("layer_kind", kind), d = ls_trace_enum_from_name("dir", dir);
-    if (k < 0 && v2) k = LS_TRACE_LAYER_KIND_COUNT; /* a v2 kind outside v1's names: "other" */
+    (void)v2; /* the reader checked the name: v1's enum, or a v2 header's vocabulary */
+    if (k < 0) k = ls_audit_kind_index(run, kind); /* v1's names keep their enum slots; a v2 run's own follow */
+    if (k < 0) k = LS_AUDIT_NKIND;                 /* past the slots: a kind no profile requirement names */
     if (k < 0 || d < 0) return false;
     le->phase = ph;
     le->kind = (ls_trace_layer_kind)k;
@@ -252,10 +254,6 @@ static void on_collective(scan_ctx *c, const ls_trace_event *ev, const ev_fields
         if (st != LS_OK) {
             c->st = st;
             return;
-        }
-        if (c->cur_phase == LS_PHASE_FINALIZE && !tc.has_layer && (size_t)c->cur_step < r->steps_cap) {
-            if (strcmp(tc.purpose, "grad_finalize") == 0) r->steps[c->cur_step].fin_mask |= 1;
-            if (strcmp(tc.purpose, "digest_check") == 0) r->steps[c->cur_step].fin_mask |= 2;
         }
     }
     if (c->run->world <= 1) return; /* no flight recorder for one rank */
@@ -312,7 +310,7 @@ static int on_event(const ls_trace_event *ev, void *user) {
     switch (ev->kind) {
     case LS_TRACE_PHASE_BEGIN: {
         const char *ph = str_of(f.phase);
-        int p = ls_audit_phase_index(ph);
+        int p = ls_audit_phase_index(c->run, ph);
         r->phase_begin[p]++;
         c->cur_phase = p;
         c->cur_step = step;
@@ -321,22 +319,27 @@ static int on_event(const ls_trace_event *ev, void *user) {
         break;
     }
     case LS_TRACE_PHASE_END: {
-        int p = ls_audit_phase_index(str_of(f.phase));
+        int p = ls_audit_phase_index(c->run, str_of(f.phase));
         r->phase_end[p]++;
         int64_t w = 0;
         if (ls_trace_json_int(f.wall_ns, &w)) r->phase_wall_ns[p] += (uint64_t)w;
-        if (ls_json_is_true(f.ok) && sf != NULL) sf->phase_mask |= (uint8_t)(1u << p);
+        if (ls_json_is_true(f.ok) && sf != NULL && p < 16) sf->phase_mask |= (uint16_t)(1u << p);
         c->cur_phase = -1;
         r->in_phase = false;
         break;
     }
     case LS_TRACE_LAYER_END: {
         ls_trace_layer_end le;
-        c->v2 = r->report.version == LS_TRACE_VERSION_V2;
-        if (!decode_layer_end(&f, &le, c->v2)) break;
+        if (!c->v2_known) { /* the envelope's "v" (its first member): the report is filled only at the end */
+            const cJSON *v = j != NULL ? j->child : NULL;
+            c->v2 = v != NULL && v->string != NULL && strcmp(v->string, "v") == 0 && cJSON_IsNumber(v) &&
+                    v->valuedouble == LS_TRACE_VERSION_V2;
+            c->v2_known = true;
+        }
+        if (!decode_layer_end(c->run, &f, &le, c->v2)) break;
         if (c->v2 && c->recompute_pos >= 0 && ev->field[c->recompute_pos] != NULL)
             break; /* a forward re-run under activation checkpointing: never the phase's forward */
-        int p = ls_audit_phase_index(le.phase);
+        int p = ls_audit_phase_index(c->run, le.phase);
         if (le.dir == LS_TRACE_DIR_FWD) r->layer_fwd++;
         else r->layer_bwd++;
         int64_t tok = 0; /* the segment's length: the shape of the strategy (sources.agree) */

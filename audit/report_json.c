@@ -54,9 +54,11 @@ static cJSON *rank_json(const ls_audit_run *run, const ls_audit_rank *r) {
     cJSON_AddStringToObject(o, "trace", r->trace_present ? ls_trace_end_name(r->report.end) : "missing");
     ls_json_add_u64(o, "events", r->n_events);
     cJSON *ph = cJSON_AddObjectToObject(o, "phases");
-    for (int p = 0; ph && p < LS_AUDIT_NPHASE; p++) {
+    const int np = ls_audit_phase_count(run);
+    for (int q = 0; ph && q <= np; q++) { /* the named phases, then "other" */
+        int p = q < np ? q : LS_AUDIT_NPHASE - 1;
         if (r->phase_begin[p] == 0 && r->phase_end[p] == 0) continue;
-        cJSON *x = cJSON_AddObjectToObject(ph, ls_audit_phase_name(p));
+        cJSON *x = cJSON_AddObjectToObject(ph, ls_audit_phase_name(run, p));
         if (x == NULL) continue;
         ls_json_add_u64(x, "begun", r->phase_begin[p]);
         ls_json_add_u64(x, "ended", r->phase_end[p]);
@@ -166,7 +168,7 @@ static bool forensics_json(const ls_audit_run *run, cJSON *fo) {
             cJSON_AddStringToObject(d, "op", ls_trace_op_name((ls_trace_op)sp->op));
             add_i64(d, "count", sp->count);
             add_i64(d, "step", sp->step);
-            cJSON_AddStringToObject(d, "phase", ls_audit_phase_name(sp->phase));
+            cJSON_AddStringToObject(d, "phase", ls_audit_phase_name(run, sp->phase));
             add_i64(d, "layer", sp->layer);
             cJSON *ea = rank_list(&sp->entered);
             if (ea == NULL || !cJSON_AddItemToObject(d, "ranks_entered", ea)) {

@@ -84,11 +84,12 @@ void ls_audit_report_text(const ls_audit_run *run, FILE *f) {
                 r->n_events > 1 ? (double)(r->last_ts - r->first_ts) * 1e-9 : 0.0);
     }
     fprintf(f, "\n  phase wall time per rank (s):\n  rank");
-    for (int p = 0; p < LS_AUDIT_NPHASE - 1; p++) fprintf(f, " %10s", ls_audit_phase_name(p));
+    const int np = ls_audit_phase_count(run);
+    for (int p = 0; p < np; p++) fprintf(f, " %10s", ls_audit_phase_name(run, p));
     fprintf(f, "\n");
     for (uint32_t i = 0; i < run->world; i++) {
         fprintf(f, "  %4u", (unsigned)i);
-        for (int p = 0; p < LS_AUDIT_NPHASE - 1; p++)
+        for (int p = 0; p < np; p++)
             fprintf(f, " %10.3f", (double)run->ranks[i].phase_wall_ns[p] * 1e-9);
         fprintf(f, "\n");
     }
@@ -164,7 +165,7 @@ void ls_audit_report_text(const ls_audit_run *run, FILE *f) {
                        "count %lld, step %lld, phase %s, layer %lld)\n    entered by ranks",
                     run->groups[sp->group], (long long)sp->gseq, run->purposes[sp->purpose],
                     ls_trace_op_name((ls_trace_op)sp->op), (long long)sp->count, (long long)sp->step,
-                    ls_audit_phase_name(sp->phase), (long long)sp->layer);
+                    ls_audit_phase_name(run, sp->phase), (long long)sp->layer);
             for (uint32_t k = 0; k < sp->entered.n; k++) fprintf(f, " %u", (unsigned)sp->entered.r[k]);
             if (sp->entered.total > sp->entered.n) fprintf(f, " ... (%u in all)", (unsigned)sp->entered.total);
             fprintf(f, "; not by ranks");

@@ -172,7 +172,7 @@ static ls_status match_group(ls_audit_run *run, ls_audit_rule *rule, uint16_t g,
                     snprintf(run->coll_divergence, sizeof run->coll_divergence,
                              "group %s gseq %lld (%s, step %lld, phase %s, layer %lld): entered by ranks %s, not by "
                              "ranks %s",
-                             run->groups[g], (long long)gmin, a, (long long)ref->step, ls_audit_phase_name(ref->phase),
+                             run->groups[g], (long long)gmin, a, (long long)ref->step, ls_audit_phase_name(run, ref->phase),
                              (long long)ref->layer, in, out);
                 }
             }
@@ -229,14 +229,15 @@ static ls_status rule_match(ls_audit_run *run) {
 
 /* The first failures a rank's closed steps recorded (rank_steps.c), as
  * evidence. */
-static void emit_req(ls_audit_rule *rule, const ls_audit_rank *r, const ls_audit_req *q, uint64_t *shown) {
+static void emit_req(const ls_audit_run *run, ls_audit_rule *rule, const ls_audit_rank *r, const ls_audit_req *q,
+                     uint64_t *shown) {
     rule->matched += q->matched;
     for (size_t k = 0; k < q->n_first; k++) {
         const ls_audit_req_fail *e = &q->first[k];
         if ((*shown)++ < 4)
             ls_audit_rule_fail(rule, r->rank, r->trace_file, e->first_seq,
                                "step %lld %s layer %lld (%s %s): %llu %s collective(s), %llu required",
-                               (long long)e->step, ls_audit_phase_name(e->phase), (long long)e->layer, e->label,
+                               (long long)e->step, ls_audit_phase_name(run, e->phase), (long long)e->layer, e->label,
                                e->dir ? "bwd" : "fwd", (unsigned long long)e->got, e->purpose,
                                (unsigned long long)e->want);
     }
@@ -294,7 +295,7 @@ static void check_group_kinds(const ls_audit_run *run, ls_audit_rule *rule, cons
             if (want & (1u << g)) wk = ls_audit_group_kind_name(g);
         ls_audit_rule_fail(rule, r->rank, r->trace_file, c->seq,
                            "step %lld %s: %s collective in group %s (kind %s), the profile requires a %s group",
-                           (long long)c->step, ls_audit_phase_name(c->phase), run->purposes[c->purpose],
+                           (long long)c->step, ls_audit_phase_name(run, c->phase), run->purposes[c->purpose],
                            run->groups[c->group], kind >= 0 ? ls_audit_group_kind_name(kind) : "unknown", wk);
     }
 }
@@ -341,7 +342,7 @@ static ls_status rules_required(ls_audit_run *run) {
                 continue;
             }
             uint64_t shown = 0;
-            emit_req(ru, r, &r->req[id], &shown);
+            emit_req(run, ru, r, &r->req[id], &shown);
             if (rl[id]->none[0] && r->req[id].entries == 0)
                 ls_audit_rule_fail(ru, i, r->trace_file, r->last_seq, "rank %u %s", (unsigned)i, rl[id]->none);
             /* the per-step requirements, every step of the run */

@@ -19,12 +19,11 @@ static const cJSON *member(const cJSON *o, const char *k) { return cJSON_GetObje
 
 /* ---- the run's profile ------------------------------------------------------ */
 
-int ls_audit_vocab_index(const ls_audit_run *run, ls_audit_vocab v, const char *name) {
-    (void)run; /* v1: the fixed vocabulary of receipts/trace_event.h */
+int ls_audit_vocab_index(ls_audit_run *run, ls_audit_vocab v, const char *name) {
     if (name == NULL) return -1;
-    int i = ls_trace_enum_from_name(v == LS_AUDIT_VOCAB_PHASE ? "phase" : "layer_kind", name);
-    int n = v == LS_AUDIT_VOCAB_PHASE ? LS_PHASE_COUNT : LS_TRACE_LAYER_KIND_COUNT;
-    return i >= 0 && i < n ? i : -1;
+    if (v == LS_AUDIT_VOCAB_LAYER_KIND) return ls_audit_kind_index(run, name);
+    int p = ls_audit_phase_index(run, name);
+    return p < LS_AUDIT_NPHASE - 1 ? p : -1;
 }
 
 int ls_audit_group_kind_of(const ls_audit_run *run, uint16_t g) {

@@ -148,7 +148,7 @@ ls_status ls_audit_rules_rank(ls_audit_run *run) {
                 const ls_audit_profile_step *st = &prof->steps[k];
                 if (!ls_audit_profile_when(st->when, run->full_mode, run->naive, sft, frozen, ran[k])) continue;
                 ph->matched++;
-                if (sf && st->phase_ix >= 0 && st->phase_ix < 8 && (sf->phase_mask & (1u << st->phase_ix))) continue;
+                if (sf && st->phase_ix >= 0 && st->phase_ix < 16 && (sf->phase_mask & (1u << st->phase_ix))) continue;
                 if (ph_missing++ < 3)
                     ls_audit_rule_fail(ph, i, r->trace_file, r->last_seq,
                                        "step %lld: phase %s never ended ok (last phase begun: %s; last event seq %lld: %s)",
