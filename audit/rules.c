@@ -185,8 +185,17 @@ static ls_status rules_traces(ls_audit_run *run) {
  * receipt's per-step peaks are the trace's; the tracked peak is within the
  * peak RSS. */
 static ls_status rules_memory(ls_audit_run *run) {
+    /* a v2 receipt carries no memory figures (docs/contract.md §2): a v2 run
+     * is held to its memory events' own consistency, and without any the
+     * rule does not apply */
+    uint64_t events = 0;
+    for (uint32_t i = 0; i < run->world; i++) events += run->ranks[i].trace_present ? run->ranks[i].n_memory : 0;
+    bool v2_none = run->evidence_version == 2 && events == 0;
     ADD(m, "memory.accounting", 1,
-        "reported peaks consistent with their categories, the trace and the peak RSS", true);
+        "reported peaks consistent with their categories, the trace and the peak RSS", !v2_none);
+    if (v2_none)
+        snprintf(m->message, sizeof m->message, "not applicable: a v2 run whose traces hold no memory event "
+                 "(its receipts carry no memory figures): nothing about memory was reported");
     for (uint32_t i = 0; i < run->world; i++) {
         const ls_audit_rank *r = &run->ranks[i];
         char f[64];
@@ -198,7 +207,7 @@ static ls_status rules_memory(ls_audit_run *run) {
                                    (unsigned long long)r->mem_bad, r->mem_bad_detail);
         }
         const ls_receipt *rc = r->receipt;
-        if (rc == NULL) continue;
+        if (rc == NULL || rc->version == 2 || v2_none) continue; /* v2: no receipt figures to hold the trace to */
         m->matched++;
         if (rc->run_total_peak_bytes > rc->rss_peak_bytes)
             ls_audit_rule_fail(m, i, f, -1, "tracked peak %llu bytes above the peak RSS %llu",

@@ -86,6 +86,33 @@ Test(audit_v2, correct_run_loads_and_passes_reader_rules, .init = setup, .fini =
     ls_audit_free(run);
 }
 
+/* A v2 receipt has no memory figures: the trace's memory events are held to
+ * their own categories; a run without any reported nothing about memory. */
+Test(audit_v2, memory_accounting_holds_consistent_events, .init = setup, .fini = teardown) {
+    ls_v2_fixture ok = {0};
+    ls_audit_run *run = audit(&ok);
+    expect_pass(run, "memory.accounting");
+    ls_audit_free(run);
+}
+
+Test(audit_v2, memory_accounting_fails_an_inconsistent_event, .init = setup, .fini = teardown) {
+    ls_v2_fixture bad = {.bad_memory = true};
+    ls_audit_run *run = audit(&bad);
+    const ls_audit_rule *m = rule(run, "memory.accounting");
+    cr_assert(m->applicable && !m->pass, "%s", m->message);
+    cr_assert_eq(m->ev[0].rank, 1);
+    ls_audit_free(run);
+}
+
+Test(audit_v2, memory_accounting_without_memory_events_is_not_applicable, .init = setup, .fini = teardown) {
+    ls_v2_fixture o = {.no_memory = true};
+    ls_audit_run *run = audit(&o);
+    const ls_audit_rule *m = rule(run, "memory.accounting");
+    cr_assert(!m->applicable, "%s", m->message);
+    cr_assert(strstr(m->message, "no memory event") != NULL, "%s", m->message);
+    ls_audit_free(run);
+}
+
 Test(audit_v2, logged_but_not_performed_allreduce_fails, .init = setup, .fini = teardown) {
     ls_v2_fixture o = {.differ_out = true};
     ls_audit_run *run = audit(&o);

@@ -87,9 +87,13 @@ char *ls_v2_fixture_trace(int rank, const ls_v2_fixture *o) {
         snprintf(f, sizeof f, "\"phase\":\"%s\",\"step\":0", o->bad_phase);
         ev(&b, rank, 2, "phase_begin", f);
     }
-    ev(&b, rank, (o->v1_event && rank == 0) ? 1 : 2, "memory",
-       "\"step\":0,\"phase\":\"replay\",\"categories\":{\"torch.allocated\":{\"live\":10,\"peak\":20},"
-       "\"Activations\":{\"live\":5,\"peak\":5}},\"total_live\":15,\"total_peak\":20,\"rss_peak\":100");
+    if (!o->no_memory)
+        ev(&b, rank, (o->v1_event && rank == 0) ? 1 : 2, "memory",
+           o->bad_memory && rank == 1
+               ? "\"step\":0,\"phase\":\"replay\",\"categories\":{\"torch.allocated\":{\"live\":10,\"peak\":20},"
+                 "\"Activations\":{\"live\":5,\"peak\":5}},\"total_live\":99,\"total_peak\":20,\"rss_peak\":100"
+               : "\"step\":0,\"phase\":\"replay\",\"categories\":{\"torch.allocated\":{\"live\":10,\"peak\":20},"
+                 "\"Activations\":{\"live\":5,\"peak\":5}},\"total_live\":15,\"total_peak\":20,\"rss_peak\":100");
     ev(&b, rank, 2, "optimizer_step", "\"step\":0,\"n_params\":3,\"lr\":0.01,\"grad_norm\":0.5");
     ev(&b, rank, 2, "param_digest", "\"step\":0,\"target\":\"trainable\",\"sha256\":\"" HASH_C "\"");
     ev(&b, rank, 2, "step_metrics", "\"step\":0,\"objective\":\"grpo\",\"loss\":0.25,\"ppl\":null,\"reward.mean\":1");

@@ -16,6 +16,8 @@ typedef struct {
     bool tamper_build;      /* every build_digest has one hex digit changed */
     const char *bad_phase;  /* rank 0 begins and ends this phase (not in the vocabulary) */
     bool v1_event;          /* rank 0 has one event with "v":1 */
+    bool no_memory;         /* no memory event */
+    bool bad_memory;        /* rank 1's memory event says total_live 99, its categories 15 */
 } ls_v2_fixture;
 
 /* The digest of the fixture's artifacts (the shared JCS vector's). */
