@@ -200,14 +200,24 @@ static ls_status parse_steps(pctx *c, const cJSON *arr, ls_audit_profile *p) {
     return LS_OK;
 }
 
+/* o's "group_kind" (world, dp, cp, tp, pp, ep) into *out; an error naming ptr/group_kind. */
+static ls_status group_kind(pctx *c, const char *ptr, const cJSON *o, ls_audit_group_kind *out) {
+    const cJSON *g = member(o, "group_kind");
+    int gk = ls_audit_group_kind_from_name(cJSON_IsString(g) ? g->valuestring : NULL);
+    if (gk < 0) {
+        char f[128];
+        snprintf(f, sizeof f, "%s/group_kind", ptr);
+        return bad(c, f, "not a group kind");
+    }
+    *out = (ls_audit_group_kind)gk;
+    return LS_OK;
+}
+
 static ls_status parse_layer_req(pctx *c, const char *ptr, const cJSON *o, ls_audit_profile *p,
                                  ls_audit_profile_layer_req *q) {
     char f[128];
-    int gk = ls_audit_group_kind_from_name(cJSON_IsString(member(o, "group_kind")) ? member(o, "group_kind")->valuestring
-                                                                                  : NULL);
-    snprintf(f, sizeof f, "%s/group_kind", ptr);
-    if (gk < 0) return bad(c, f, "not a group kind");
-    q->group_kind = (ls_audit_group_kind)gk;
+    ls_status g = group_kind(c, ptr, o, &q->group_kind);
+    if (g != LS_OK) return g;
     snprintf(f, sizeof f, "%s/layer_kinds", ptr);
     ls_status r = idents(c, f, member(o, "layer_kinds"), q->kinds, LS_AUDIT_PROFILE_MAX_LIST, &q->n_kinds,
                          p->layer_kinds, p->n_layer_kinds, "layer kind", "/layer_kinds");
@@ -238,11 +248,8 @@ static ls_status parse_layer_req(pctx *c, const char *ptr, const cJSON *o, ls_au
 static ls_status parse_step_req(pctx *c, const char *ptr, const cJSON *o, ls_audit_profile *p,
                                 ls_audit_profile_step_req *q) {
     char f[128];
-    int gk = ls_audit_group_kind_from_name(cJSON_IsString(member(o, "group_kind")) ? member(o, "group_kind")->valuestring
-                                                                                  : NULL);
-    snprintf(f, sizeof f, "%s/group_kind", ptr);
-    if (gk < 0) return bad(c, f, "not a group kind");
-    q->group_kind = (ls_audit_group_kind)gk;
+    ls_status g = group_kind(c, ptr, o, &q->group_kind);
+    if (g != LS_OK) return g;
     snprintf(f, sizeof f, "%s/phase", ptr);
     ls_status r = copy(c, f, q->phase, sizeof q->phase, member(o, "phase"));
     if (r != LS_OK) return r;
