@@ -22,8 +22,12 @@ def config(**over):
 def profile(tmp):
     p = os.path.join(tmp, "torch-cp.json")
     if not os.path.exists(p):
-        with open(p, "w") as f:
+        # every rank of a multi-process test may get here at once: write a private
+        # temporary and rename it, so that no rank ever digests a half-written file
+        t = f"{p}.{os.getpid()}.tmp"
+        with open(t, "w") as f:
             f.write('{"schema":"urn:longstraw:schema:profile:v1","name":"torch-cp"}\n')
+        os.replace(t, p)
     return p
 
 
