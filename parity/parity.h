@@ -363,6 +363,10 @@ ls_status ls_parity_fd_units(int fd_groups, const ls_parity_tensors *g, ls_parit
 
 #define LS_PARITY_F64_TOL 1e-10
 /* float32's tolerance from its measured noise floor nf: 10 nf, at least 4 float32 epsilons. */
+/* The largest relative disagreement of two runs' log-probs, member by
+ * member (members of different lengths skipped; NaN when one is NaN): the
+ * composition noise a float32 tolerance is derived from. */
+double ls_parity_logprob_noise(const ls_parity_logprobs *a, const ls_parity_logprobs *b);
 double ls_parity_f32_tol(double nf);
 /* Per member: a's log-probs against b's (tol each; nf the noise floor, -1 none); a "members" array. */
 cJSON *ls_parity_members_entries(const ls_parity_logprobs *a, const ls_parity_logprobs *b, double tol, double nf);

@@ -283,16 +283,6 @@ static ls_status run_specs(arun *r, spec *sp, size_t n, const char *part) {
 
 /* ---- checks --------------------------------------------------------------------- */
 
-static double lp_noise(const ls_parity_logprobs *a, const ls_parity_logprobs *b) {
-    double m = 0;
-    for (int i = 0; i < a->g && i < b->g; i++) {
-        if (a->len[i] != b->len[i]) continue;
-        ls_parity_err e = ls_parity_err_of(a->lp[i], b->lp[i], (size_t)a->len[i]);
-        if (e.max_rel > m || !(e.max_rel == e.max_rel)) m = e.max_rel;
-    }
-    return m;
-}
-
 /* a's tensors against b's over want's names, and a's tensor set equal to want's in size */
 static cJSON *tensors(const ls_parity_tensors *want, const ls_parity_tensors *a, const ls_parity_tensors *b,
                       const ls_parity_tensors *nfa, const ls_parity_tensors *nfb) {
@@ -331,7 +321,7 @@ static void compare(arun *r, const char *kind, int dt, int w, int m, run_out *x,
     snprintf(cand, sizeof cand, "%s cp%d %s%s%s", r->a->name, w, GMODE[m], control ? " --fault " : "",
              control && strcmp(control, "detached") ? control : "");
     if (!strcmp(kind, "logprob") || !strcmp(kind, "ref_logprob")) {
-        double nf = f32 ? lp_noise(&f1->lp, &f1_64->lp) : -1, tol = f32 ? ls_parity_f32_tol(nf) : LS_PARITY_F64_TOL;
+        double nf = f32 ? ls_parity_logprob_noise(&f1->lp, &f1_64->lp) : -1, tol = f32 ? ls_parity_f32_tol(nf) : LS_PARITY_F64_TOL;
         add(r, kind, dt, w, NULL, "the adapter's reference (float64)", cand, extra,
             ls_parity_members_entries(&x->lp, &r->ref.lp, tol, nf), "members", control);
     } else if (!strcmp(kind, "cp_grad")) {

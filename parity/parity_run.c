@@ -279,12 +279,12 @@ cJSON *ls_parity_members_entries(const ls_parity_logprobs *a, const ls_parity_lo
     return arr;
 }
 
-static double logprob_noise(const ls_parity_logprobs *a, const ls_parity_logprobs *b) {
+double ls_parity_logprob_noise(const ls_parity_logprobs *a, const ls_parity_logprobs *b) {
     double m = 0;
     for (int i = 0; i < a->g && i < b->g; i++) {
         if (a->len[i] != b->len[i]) continue;
         ls_parity_err e = ls_parity_err_of(a->lp[i], b->lp[i], (size_t)a->len[i]);
-        if (e.max_rel > m) m = e.max_rel;
+        if (e.max_rel > m || isnan(e.max_rel)) m = e.max_rel; /* NaN: no tolerance can be derived */
     }
     return m;
 }
@@ -295,10 +295,10 @@ static double logprob_noise(const ls_parity_logprobs *a, const ls_parity_logprob
  * roundoff. */
 static double decision_noise(const cfg_run *r, int dt) {
     const dtype_out *d = &r->d[dt];
-    double n = ls_parity_decisions_unit(dt), m = logprob_noise(&d->naive, &r->ref_policy);
+    double n = ls_parity_decisions_unit(dt), m = ls_parity_logprob_noise(&d->naive, &r->ref_policy);
     if (m > n) n = m;
     for (size_t k = 0; k < r->o->n_cps; k++)
-        if ((m = logprob_noise(&d->ls[k], &r->ref_policy)) > n) n = m;
+        if ((m = ls_parity_logprob_noise(&d->ls[k], &r->ref_policy)) > n) n = m;
     return n;
 }
 
@@ -430,7 +430,7 @@ static void logprob_checks(cfg_run *r, int dt) {
     dtype_out *d = &r->d[dt];
     double nf = -1, tol = F64_TOL;
     if (dt == LS_PARITY_F32) {
-        nf = logprob_noise(&d->naive, &r->d[LS_PARITY_F64].naive);
+        nf = ls_parity_logprob_noise(&d->naive, &r->d[LS_PARITY_F64].naive);
         tol = ls_parity_f32_tol(nf);
     }
     char name[256], cand[128];

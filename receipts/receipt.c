@@ -309,6 +309,28 @@ static ls_status extract_step_kinds(ls_receipt *r, const cJSON *p, uint64_t *pf,
     return LS_OK;
 }
 
+/* The members v1 and v2 predicates share (schema-valid p): rank below
+ * world, run id, host, and the build, config and rank_state objects
+ * (rank_state NULL when absent). */
+static ls_status extract_head(ls_receipt *r, const cJSON *p, const char *what, char *err, size_t errlen) {
+    uint64_t rank = 0, world = 0;
+    ls_json_get_u64(p, "rank", &rank);
+    ls_json_get_u64(p, "world", &world);
+    if (rank >= world) {
+        ls_json_errf(err, errlen, "%s: /predicate/rank %llu is not below world %llu", what,
+                     (unsigned long long)rank, (unsigned long long)world);
+        return LS_ERR_FORMAT;
+    }
+    r->rank = (uint32_t)rank;
+    r->world = (uint32_t)world;
+    r->run_id = cJSON_GetObjectItemCaseSensitive(p, "run_id")->valuestring;
+    r->host = cJSON_GetObjectItemCaseSensitive(p, "host")->valuestring;
+    r->build = cJSON_GetObjectItemCaseSensitive(p, "build");
+    r->config = cJSON_GetObjectItemCaseSensitive(p, "config");
+    r->rank_state = cJSON_GetObjectItemCaseSensitive(p, "rank_state");
+    return LS_OK;
+}
+
 /* The fields v1 and v2 predicates share (schema-valid p): the events file,
  * count and last seq, the subject naming that file and its digest, the
  * status and error. */
@@ -345,21 +367,8 @@ static ls_status extract(ls_receipt *r, const char *what, char *err, size_t errl
     const cJSON *doc = r->priv_doc;
     const cJSON *subject = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(doc, "subject"), 0);
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(doc, "predicate");
-    uint64_t rank = 0, world = 0;
-    ls_json_get_u64(p, "rank", &rank);
-    ls_json_get_u64(p, "world", &world);
-    if (rank >= world) {
-        ls_json_errf(err, errlen, "%s: /predicate/rank %llu is not below world %llu", what,
-                     (unsigned long long)rank, (unsigned long long)world);
-        return LS_ERR_FORMAT;
-    }
-    r->rank = (uint32_t)rank;
-    r->world = (uint32_t)world;
-    r->run_id = cJSON_GetObjectItemCaseSensitive(p, "run_id")->valuestring;
-    r->host = cJSON_GetObjectItemCaseSensitive(p, "host")->valuestring;
-    r->build = cJSON_GetObjectItemCaseSensitive(p, "build");
-    r->config = cJSON_GetObjectItemCaseSensitive(p, "config");
-    r->rank_state = cJSON_GetObjectItemCaseSensitive(p, "rank_state"); /* NULL when absent */
+    ls_status hs = extract_head(r, p, what, err, errlen);
+    if (hs != LS_OK) return hs;
     char why[256];
     ls_status st = ls_build_info_check(r->build, why, sizeof why);
     if (st != LS_OK) {
@@ -440,22 +449,9 @@ static ls_status extract_v2(ls_receipt *r, const char *what, char *err, size_t e
     const cJSON *doc = r->priv_doc;
     const cJSON *subject = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(doc, "subject"), 0);
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(doc, "predicate");
-    uint64_t rank = 0, world = 0;
-    ls_json_get_u64(p, "rank", &rank);
-    ls_json_get_u64(p, "world", &world);
-    if (rank >= world) {
-        ls_json_errf(err, errlen, "%s: /predicate/rank %llu is not below world %llu", what,
-                     (unsigned long long)rank, (unsigned long long)world);
-        return LS_ERR_FORMAT;
-    }
+    ls_status hs = extract_head(r, p, what, err, errlen);
+    if (hs != LS_OK) return hs;
     r->version = 2;
-    r->rank = (uint32_t)rank;
-    r->world = (uint32_t)world;
-    r->run_id = cJSON_GetObjectItemCaseSensitive(p, "run_id")->valuestring;
-    r->host = cJSON_GetObjectItemCaseSensitive(p, "host")->valuestring;
-    r->build = cJSON_GetObjectItemCaseSensitive(p, "build");
-    r->config = cJSON_GetObjectItemCaseSensitive(p, "config");
-    r->rank_state = cJSON_GetObjectItemCaseSensitive(p, "rank_state"); /* optional in v2: NULL when absent */
     const cJSON *prof = cJSON_GetObjectItemCaseSensitive(p, "profile");
     r->profile_name = cJSON_GetObjectItemCaseSensitive(prof, "name")->valuestring;
     r->profile_sha256 = cJSON_GetObjectItemCaseSensitive(prof, "sha256")->valuestring;
