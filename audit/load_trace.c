@@ -196,13 +196,13 @@ static bool hex32(const char *h, uint8_t out[32]) {
 /* layer_end's fields, from an event the reader found valid (its fields
  * passed ls_trace_event_check: not flagged LS_TRACE_EVF_FIELDS), so
  * without checking them again as ls_trace_decode_layer_end does. */
-static bool decode_layer_end(ls_audit_run *run, const ev_fields *f, ls_trace_layer_end *le, bool v2) {
+static bool decode_layer_end(ls_audit_run *run, const ev_fields *f, ls_trace_layer_end *le) {
     const char *ph = str_of(f->phase), *kind = str_of(f->kind), *dir = str_of(f->dir);
     if (ph == NULL || kind == NULL || dir == NULL || !ls_trace_json_int(f->step, &le->step) ||
         !ls_trace_json_int(f->member, &le->member) || !ls_trace_json_int(f->layer, &le->layer))
         return false;
     int k = ls_trace_enum_from_name("layer_kind", kind), d = ls_trace_enum_from_name("dir", dir);
-    (void)v2; /* the reader checked the name: v1's enum, or a v2 header's vocabulary */
+    /* the reader checked the name: v1's enum, or a v2 header's vocabulary */
     if (k < 0) k = ls_audit_kind_index(run, kind); /* v1's names keep their enum slots; a v2 run's own follow */
     if (k < 0) k = LS_AUDIT_NKIND;                 /* past the slots: a kind no profile requirement names */
     if (k < 0 || d < 0) return false;
@@ -336,7 +336,7 @@ static int on_event(const ls_trace_event *ev, void *user) {
                     v->valuedouble == LS_TRACE_VERSION_V2;
             c->v2_known = true;
         }
-        if (!decode_layer_end(c->run, &f, &le, c->v2)) break;
+        if (!decode_layer_end(c->run, &f, &le)) break;
         if (c->v2 && c->recompute_pos >= 0 && ev->field[c->recompute_pos] != NULL)
             break; /* a forward re-run under activation checkpointing: never the phase's forward */
         int p = ls_audit_phase_index(c->run, le.phase);
