@@ -35,27 +35,28 @@ args=(--config "$src/configs/$cfg.json" --prompt-len 512 --response-len 8 --grou
 mpi=(--oversubscribe)
 [ "$(id -u)" -ne 0 ] || mpi+=(--allow-run-as-root)
 
-t0=$(date +%s.%N)
-OMPI_MCA_btl_base_verbose=100 timeout 120 "${MPIRUN:-mpirun}" "${mpi[@]}" -np 4 -x OMP_NUM_THREADS \
-  "$train" "${args[@]}" --save "$work/one.safetensors" --out "$work/one" >"$work/one.out" 2>"$work/one.err"
-rc=$?
-t1=$(date +%s.%N)
-[ $rc -eq 0 ] || { tail -20 "$work/one.err" >&2; fail "one-host CP-4 run: exit $rc"; }
-echo "one host: $(grep -o 'Using [a-z0-9]* btl' "$work/one.err" | sort | uniq -c | tr -s ' \n' ' ')"
-
+# the two namespaces first: where they cannot be made, the test is skipped at once
 net="10.237.$(($$ % 200 + 20))"
+t0=$(date +%s.%N)
 MPIRUN=${MPIRUN:-mpirun} timeout 180 "$src/scripts/netns-cluster.sh" --net "$net" --btl-verbose -- \
   -np 4 -x OMP_NUM_THREADS "$train" "${args[@]}" --save "$work/two.safetensors" --out "$work/two" \
   >"$work/two.out" 2>"$work/two.err"
 rc=$?
-t2=$(date +%s.%N)
+t1=$(date +%s.%N)
 if [ $rc -eq 77 ]; then
   grep 'SKIP' "$work/two.err" >&2
   exit 77
 fi
 [ $rc -eq 0 ] || { tail -30 "$work/two.err" >&2; fail "two-namespace CP-4 run: exit $rc"; }
+
+OMPI_MCA_btl_base_verbose=100 timeout 120 "${MPIRUN:-mpirun}" "${mpi[@]}" -np 4 -x OMP_NUM_THREADS \
+  "$train" "${args[@]}" --save "$work/one.safetensors" --out "$work/one" >"$work/one.out" 2>"$work/one.err"
+rc=$?
+t2=$(date +%s.%N)
+[ $rc -eq 0 ] || { tail -20 "$work/one.err" >&2; fail "one-host CP-4 run: exit $rc"; }
+echo "one host: $(grep -o 'Using [a-z0-9]* btl' "$work/one.err" | sort | uniq -c | tr -s ' \n' ' ')"
 awk -v a="$t0" -v b="$t1" -v c="$t2" \
-  'BEGIN { printf "wall: one host %.2f s, two namespaces %.2f s (btl trace on, launch included)\n", b - a, c - b }'
+  'BEGIN { printf "wall: one host %.2f s, two namespaces %.2f s (btl trace on, launch included)\n", c - b, b - a }'
 
 # the parameters: every byte of the checkpoints
 cmp "$work/one.safetensors" "$work/two.safetensors" ||
