@@ -97,18 +97,22 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-ip netns add "$nsA" 2>"$work/err" || skip "ip netns add: $(cat "$work/err")"
+# every step of the setup: a failure means this machine cannot make the cluster (a skip)
+must() { "$@" 2>"$work/err" || skip "$*: $(tr '\n' ' ' <"$work/err")"; }
+must ip netns add "$nsA"
 made+=("$nsA")
-ip netns add "$nsB" 2>"$work/err" || skip "ip netns add: $(cat "$work/err")"
+must ip netns add "$nsB"
 made+=("$nsB")
-ip link add "$vA" type veth peer name "$vB" 2>"$work/err" || skip "veth pair: $(cat "$work/err")"
-ip link set "$vA" netns "$nsA"
-ip link set "$vB" netns "$nsB"
-ip -n "$nsA" addr add "$ipA/24" dev "$vA"
-ip -n "$nsB" addr add "$ipB/24" dev "$vB"
-for ns in "$nsA" "$nsB"; do ip -n "$ns" link set lo up; done
-ip -n "$nsA" link set "$vA" up
-ip -n "$nsB" link set "$vB" up
+must ip link add "$vA" type veth peer name "$vB"
+must ip link set "$vA" netns "$nsA"
+must ip link set "$vB" netns "$nsB"
+must ip -n "$nsA" addr add "$ipA/24" dev "$vA"
+must ip -n "$nsB" addr add "$ipB/24" dev "$vB"
+for ns in "$nsA" "$nsB"; do must ip -n "$ns" link set lo up; done
+must ip -n "$nsA" link set "$vA" up
+must ip -n "$nsB" link set "$vB" up
+# what the launch needs: entering a namespace (it mounts its own /sys) with a hostname of its own
+for ns in "$nsA" "$nsB"; do must ip netns exec "$ns" unshare --uts /bin/sh -c "hostname $ns"; done
 
 printf '%s slots=%s\n%s slots=%s\n' "$ipA" "$slots" "$ipB" "$slots" >"$work/hostfile"
 
