@@ -77,6 +77,7 @@ ipB="$net.2"
 work=$(mktemp -d "${TMPDIR:-/tmp}/netns-cluster.XXXXXX")
 made=()
 job=""
+# shellcheck disable=SC2317  # called by the EXIT trap
 cleanup() {
   local ns pid
   if [ -n "$job" ]; then # mpirun, interrupted: asked to end its job first, killed below if it lingers
@@ -139,12 +140,14 @@ EOF
 chmod +x "$work/agent"
 if [ -n "$keep" ]; then mkdir -p "$keep" && cp "$work/hostfile" "$work/agent" "$keep/"; fi
 
+# shellcheck disable=SC2054  # tcp,self is one value
 flags=(--hostfile "$work/hostfile" --mca plm_rsh_agent "$work/agent" --mca plm_rsh_no_tree_spawn 1
        --mca pml ob1 --mca btl tcp,self --mca coll ^sm
        --mca btl_tcp_if_include "$net.0/24" --mca oob_tcp_if_include "$net.0/24" --oversubscribe)
 [ "$(id -u)" -ne 0 ] || flags+=(--allow-run-as-root)
 [ "$verbose" -eq 0 ] || flags+=(--mca btl_base_verbose 100)
 echo "$PROG: hosts $ipA ($nsA) and $ipB ($nsB), $slots slot(s) each; mpirun over TCP only" >&2
+# shellcheck disable=SC2016  # $0 and $@ are the inner shell's
 # in the background and waited for, so that a signal runs the cleanup at once
 ip netns exec "$nsA" unshare --uts /bin/sh -c 'hostname "$0" && exec "$@"' "$nsA" "$mpirun" "${flags[@]}" "$@" &
 job=$!

@@ -11,6 +11,6 @@ if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
              COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/netns_cp.sh ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR}
                      ${CMAKE_CURRENT_BINARY_DIR}/netns-${cfg} ${cfg})
     set_tests_properties(netns_cp_${family} PROPERTIES TIMEOUT 300 LABELS "cp;mpi" SKIP_RETURN_CODE 77
-      ENVIRONMENT "MPIRUN=${MPIEXEC_EXECUTABLE}")
+      ENVIRONMENT "${LS_MPI_TEST_ENV};MPIRUN=${MPIEXEC_EXECUTABLE}")
   endforeach()
 endif()
