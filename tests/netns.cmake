@@ -10,7 +10,7 @@ if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
     add_test(NAME netns_cp_${family}
              COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/netns_cp.sh ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR}
                      ${CMAKE_CURRENT_BINARY_DIR}/netns-${cfg} ${cfg})
-    set_tests_properties(netns_cp_${family} PROPERTIES TIMEOUT 300 LABELS "cp;mpi" SKIP_RETURN_CODE 77
+    set_tests_properties(netns_cp_${family} PROPERTIES TIMEOUT 600 LABELS "cp;mpi" SKIP_RETURN_CODE 77
       ENVIRONMENT "${LS_MPI_TEST_ENV};MPIRUN=${MPIEXEC_EXECUTABLE}")
   endforeach()
 endif()

@@ -38,7 +38,7 @@ mpi=(--oversubscribe)
 # the two namespaces first: where they cannot be made, the test is skipped at once
 net="10.237.$(($$ % 200 + 20))"
 t0=$(date +%s.%N)
-MPIRUN=${MPIRUN:-mpirun} timeout 180 "$src/scripts/netns-cluster.sh" --net "$net" --btl-verbose -- \
+MPIRUN=${MPIRUN:-mpirun} timeout 240 "$src/scripts/netns-cluster.sh" --net "$net" --btl-verbose -- \
   -np 4 -x OMP_NUM_THREADS "$train" "${args[@]}" --save "$work/two.safetensors" --out "$work/two" \
   >"$work/two.out" 2>"$work/two.err"
 rc=$?
@@ -49,7 +49,7 @@ if [ $rc -eq 77 ]; then
 fi
 [ $rc -eq 0 ] || { tail -30 "$work/two.err" >&2; fail "two-namespace CP-4 run: exit $rc"; }
 
-OMPI_MCA_btl_base_verbose=100 timeout 120 "${MPIRUN:-mpirun}" "${mpi[@]}" -np 4 -x OMP_NUM_THREADS \
+OMPI_MCA_btl_base_verbose=100 timeout 200 "${MPIRUN:-mpirun}" "${mpi[@]}" -np 4 -x OMP_NUM_THREADS \
   "$train" "${args[@]}" --save "$work/one.safetensors" --out "$work/one" >"$work/one.out" 2>"$work/one.err"
 rc=$?
 t2=$(date +%s.%N)
