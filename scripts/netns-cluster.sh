@@ -61,6 +61,9 @@ done
 case "$slots" in ''|*[!0-9]*|0) echo "$PROG: --slots '$slots': not a positive integer" >&2; exit 2 ;; esac
 echo "$net" | grep -Eq '^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$' ||
   { echo "$PROG: --net '$net': not three dotted numbers (A.B.C of a /24)" >&2; exit 2; }
+for octet in ${net//./ }; do
+  [ "$octet" -le 255 ] || { echo "$PROG: --net '$net': $octet is over 255" >&2; exit 2; }
+done
 
 [ "$(id -u)" -eq 0 ] || skip "not root (network namespaces need CAP_NET_ADMIN)"
 command -v ip >/dev/null 2>&1 || skip "no 'ip' command (Debian package iproute2)"
