@@ -32,7 +32,7 @@ usage:
   --train-mode lora|full, --lora-r, --lora-alpha, --epsilon, --beta, --temperature, --lr:
               as longstraw-train (defaults 0.2, 0.04, 1, 1e-3; lora r/alpha from the batch).
   --json      writes {"policy", "ref_policy", "old", "advantages", "loss", "step_s",
-              "peak_rss_kib", ...}; floats repr-exact.
+              "peak_rss_kib", "base_rss_kib" (before the step), ...}; floats repr-exact.
   --dump-grads  the gradients of the trainable tensors before the optimizer (safetensors,
               the trainer's names), as longstraw-train --dump-grads.
 
@@ -491,6 +491,15 @@ def check_tokens(where, prompt, responses, rewards, vocab):
             raise Usage("%s: token %r outside the vocabulary [0, %d)" % (where, tok, vocab))
 
 
+def current_rss_kib():
+    """Resident set now (torch, the weights and the inputs loaded), from /proc/self/statm."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def parse(argv):
     ap = argparse.ArgumentParser(prog="hybrid_torch.py", description=__doc__.split("\n")[0])
     ap.add_argument("--weights", required=True)
@@ -572,6 +581,7 @@ def main(argv):
     except Usage as e:
         sys.stderr.write("hybrid_torch: %s\n" % e)
         return 2
+    base_rss_kib = current_rss_kib()
     opt = torch.optim.AdamW(list(model.trainable.values()), lr=a.lr, betas=(0.9, 0.999), eps=1e-8,
                             weight_decay=0.0)
     log("P=%d G=%d R=%s mode %s dtype %s threads %d%s" % (len(prompt), len(responses),
@@ -588,6 +598,7 @@ def main(argv):
             sys.stderr.write("hybrid_torch: step failed: %s\n" % msg)
         return 1
     res["peak_rss_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    res["base_rss_kib"] = base_rss_kib
     res.update({"mode": a.mode, "P": len(prompt), "G": len(responses), "threads": a.threads,
                 "per_member_backward": a.per_member_backward})
     print("hybrid_torch: loss %.17g step %.2f s (reference scoring %.2f s) peak RSS %.1f MiB"
