@@ -55,10 +55,11 @@ while [ $# -gt 0 ]; do
     esac
 done
 if [ -z "$MAXMEM" ]; then
-    MAXMEM=$(awk '/^MemAvailable:/ { printf "%d", $2 * 1024 * 0.8 }' /proc/meminfo)
+    MAXMEM=$(awk '/^MemAvailable:/ { printf "%.0f", $2 * 1024 * 0.8 }' /proc/meminfo)
 fi
-for v in G R THREADS MAXMEM MAXTIME; do
-    case "${!v}" in ''|*[!0-9]*|0) echo "bench_peer.sh: $v='${!v}' is not a positive integer" >&2; exit 2 ;; esac
+for v in G:--group R:--response-len THREADS:--threads MAXMEM:--max-mem MAXTIME:--max-time; do
+    name=${v%%:*}; val=${!name}
+    case "$val" in ''|*[!0-9]*|0) echo "bench_peer.sh: ${v#*:} '$val' is not a positive integer" >&2; exit 2 ;; esac
 done
 [ -n "$PROMPTS" ] || { echo "bench_peer.sh: --prompts is empty" >&2; exit 2; }
 for p in $PROMPTS; do
@@ -137,6 +138,7 @@ fmt_cell() { awk -v t="$1" 'BEGIN { printf (t >= 100 ? "%.0f s" : "%.1f s"), t }
 declare -A PREV_P PREV_RSS PREV_BASE DEAD
 ROWS=()
 TRACK=()
+NOTES=()
 log "hybrid $(basename "$CONFIG") f32 G=$G R=$R threads=$THREADS max-mem $(fmt_mem "$MAXMEM") max-time ${MAXTIME}s; work $WORK"
 for p in $PROMPTS; do
     rollouts "$p" "$WORK/rollouts-$p.jsonl"
@@ -155,17 +157,20 @@ for p in $PROMPTS; do
         fi
         if [ -n "${PREV_P[$mode]:-}" ]; then
             pred=$(awk -v r="${PREV_RSS[$mode]}" -v z="${PREV_BASE[$mode]}" -v a="$p" -v b="${PREV_P[$mode]}" \
-                   -v e="$exp" 'BEGIN { printf "%d", z + (r - z) * (a / b) ^ e }')
+                   -v e="$exp" 'BEGIN { printf "%.0f", z + (r - z) * (a / b) ^ e }')
             if [ "$pred" -gt "$MAXMEM" ]; then
                 log "P=$p PyTorch $mode: predicted $(fmt_mem "$pred") > max-mem: out of memory"
+                NOTES+=("P=$p PyTorch $mode: not run, predicted peak $(fmt_mem "$pred") > --max-mem $(fmt_mem "$MAXMEM")")
                 row+=" out of memory |"; DEAD[$mode]="–"; continue
             fi
         fi
         log "P=$p PyTorch $mode"
         res=$(torch_cell "$p" "$mode")
         case "$res" in
-        oom) row+=" out of memory |"; DEAD[$mode]="–" ;;
-        timeout) row+=" – |"; DEAD[$mode]="–" ;;
+        oom) row+=" out of memory |"; DEAD[$mode]="–"
+             NOTES+=("P=$p PyTorch $mode: ran out of memory (see $WORK/pt-$p-$mode.log)") ;;
+        timeout) row+=" – |"; DEAD[$mode]="–"
+             NOTES+=("P=$p PyTorch $mode: stopped at --max-time ${MAXTIME} s") ;;
         fail) row+=" failed |" ;;
         *) read -r t rss base <<<"$res"
            row+=" $(fmt_cell "$t" "$rss") |"
@@ -184,6 +189,8 @@ echo "| P | LongStraw full | LongStraw detached | PyTorch eager | PyTorch, per-l
 echo "|---|---|---|---|---|"
 printf '%s\n' "${ROWS[@]}"
 echo
+for n in "${NOTES[@]}"; do echo "- $n"; done
+[ "${#NOTES[@]}" = 0 ] || echo
 echo "LongStraw's tracked peak per step (receipt memory.per_step.total_peak_bytes)"
 echo
 echo "| P | full | detached |"

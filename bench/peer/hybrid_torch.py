@@ -559,7 +559,8 @@ def main(argv):
             old_in = r.get("old_logprobs")
             where = "rollouts " + a.rollouts
         if cfg.get("family", "hybrid") != "hybrid":
-            raise Usage("%s: family %r; this peer is the hybrid family" % (where, cfg.get("family")))
+            raise Usage("%s: family %r; this peer is the hybrid family"
+                        % ("batch " + a.batch if a.batch else "config " + a.config, cfg.get("family")))
         for key in MODEL_KEYS:
             if key not in cfg:
                 raise Usage("%s config: key %r missing" % (where, key))
@@ -593,7 +594,7 @@ def main(argv):
     except (RuntimeError, MemoryError) as e:
         msg = str(e)
         if isinstance(e, MemoryError) or "alloc" in msg or "memory" in msg:
-            sys.stderr.write("hybrid_torch: out of memory: %s\n" % msg.splitlines()[0] if msg else "")
+            sys.stderr.write("hybrid_torch: out of memory: %s\n" % (msg.splitlines()[0] if msg else type(e).__name__))
         else:
             sys.stderr.write("hybrid_torch: step failed: %s\n" % msg)
         return 1
