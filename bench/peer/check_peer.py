@@ -18,7 +18,8 @@ modes (eager and ckpt; ckpt with small attention blocks and GDN chunks) and comp
 and, as its own control, the chunked GDN recurrence against the token-by-token recurrence of
 docs/model.md 1.1 (random inputs, several chunk sizes). The second prompt supplies old
 log-probs moved off the policy (-0.6 ... +0.6) so the clip engages for both signs.
-Tolerance 1e-9 in f64 (the default); in f32 1e-4 (gradients 1e-3 of the tensor's largest). Every check prints its largest error.
+Tolerance 1e-9 in f64 (the default); in f32 1e-4 (gradients 1e-3 of the tensor's largest).
+Every check prints its largest error.
 exit: 0 all agree, 1 a mismatch, 2 bad usage or a failed run.
 """
 

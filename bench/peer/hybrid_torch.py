@@ -574,7 +574,8 @@ def main(argv):
         if opt_args["temperature"] <= 0:
             raise Usage("--temperature must be positive")
         dtype = torch.float64 if (a.dtype or file_dtype) == "f64" else torch.float32
-        model = Hybrid(cfg, tensors, dtype, train_mode, pick(a.lora_r, "lora_r", 4), pick(a.lora_alpha, "lora_alpha", 8),
+        model = Hybrid(cfg, tensors, dtype, train_mode, pick(a.lora_r, "lora_r", 4),
+                       pick(a.lora_alpha, "lora_alpha", 8),
                        a.block, a.chunk)
         del tensors
         if old_in is not None and [len(o) for o in old_in] != [len(y) for y in responses]:
