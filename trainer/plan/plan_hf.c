@@ -365,6 +365,30 @@ static ls_status map_mla(ls_hf_model *m, const cJSON *o, const char *where, char
 
 /* ---- entry points ------------------------------------------------------------------------ */
 
+/* The Hugging Face key a LongStraw key named in ls_config_check's message
+ * ("key 'vocab'") comes from (docs/plan.md's table); "?" when none is named. */
+static const char *hf_key_of(const char *msg) {
+    static const char *const MAP[][2] = {
+        {"vocab", "vocab_size"}, {"d_model", "hidden_size"}, {"n_layers", "num_hidden_layers"},
+        {"ffn_dim", "intermediate_size"}, {"gdn_hk", "linear_num_key_heads"}, {"gdn_hv", "linear_num_value_heads"},
+        {"gdn_dk", "linear_key_head_dim"}, {"gdn_dv", "linear_value_head_dim"}, {"conv_kernel", "linear_conv_kernel_dim"},
+        {"attn_heads", "num_attention_heads"}, {"attn_kv_heads", "num_key_value_heads"}, {"head_dim", "head_dim"},
+        {"rope_dim", "partial_rotary_factor"}, {"first_dense", "first_k_dense_replace"},
+        {"heads", "num_attention_heads"}, {"q_rank", "q_lora_rank"}, {"kv_rank", "kv_lora_rank"},
+        {"d_nope", "qk_nope_head_dim"}, {"d_rope", "qk_rope_head_dim"}, {"d_v", "v_head_dim"},
+        {"index_heads", "index_n_heads"}, {"index_dim", "index_head_dim"}, {"index_topk", "index_topk"},
+        {"n_experts", "n_routed_experts"}, {"n_group", "n_group"}, {"topk_group", "topk_group"},
+        {"experts_per_token", "num_experts_per_tok"}, {"expert_dim", "moe_intermediate_size"}};
+    const char *k = strstr(msg, "key '");
+    if (!k) return "?";
+    k += 5;
+    const char *e = strchr(k, '\'');
+    if (!e) return "?";
+    for (size_t i = 0; i < N_OF(MAP); ++i)
+        if (strlen(MAP[i][0]) == (size_t)(e - k) && strncmp(k, MAP[i][0], (size_t)(e - k)) == 0) return MAP[i][1];
+    return "?";
+}
+
 ls_status ls_plan_hf_from_json(ls_hf_model *out, const cJSON *root, const char *where, int moe_as_dense,
                                char *err, size_t err_len) {
     if (!out || !root || !where) return LS_ERR_ARG;
@@ -400,7 +424,7 @@ ls_status ls_plan_hf_from_json(ls_hf_model *out, const cJSON *root, const char *
     if (st != LS_OK) return st;
     char cerr[512];
     if ((st = ls_config_check(&out->cfg, cerr, sizeof cerr)) != LS_OK)
-        FAIL(st, "mapped to a LongStraw config the trainer refuses: %s", cerr);
+        FAIL(st, "key '%s': mapped to a LongStraw config the trainer refuses: %s", hf_key_of(cerr), cerr);
     return LS_OK;
 }
 
