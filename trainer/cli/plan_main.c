@@ -330,8 +330,10 @@ int main(int argc, char **argv) {
     ls_plan_in in;
     char err[1024] = "";
     memset(&cfg, 0, sizeof cfg);
-    LS_K(ls_plan_in_defaults)(&in, &cfg);
+    memset(&in, 0, sizeof in); /* the command line's values; the config's defaults come after loading it */
     ls_objective_defaults(&in.obj);
+    in.R = in.G = 1;
+    in.world = 1;
     in.rollout = 1;
     if (parse(argc, argv, &a, &in) != 0) return 2;
     if (a.help) {
