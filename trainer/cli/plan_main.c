@@ -217,7 +217,8 @@ static void print_text(const cli *a, const ls_plan_in *in, const ls_plan *p, con
     }
     printf("  total                         %20zu bytes  %10.4f GiB\n", s->total, gib(s->total));
     printf("\nmemory per rank (GiB)  %-10s", "fixed");
-    for (int ph = 0; ph < LS_PLAN_PHASES; ++ph) printf(" %10.10s", ls_plan_phase_name((ls_plan_phase)ph));
+    for (int ph = 0; ph < LS_PLAN_PHASES; ++ph)
+        printf(" %10.10s", ph == LS_PLAN_PROMPT_BWD ? "prompt_bwd" : ls_plan_phase_name((ls_plan_phase)ph));
     printf("\n");
     for (int k = 0; k < LS_MEM_COUNT; ++k) {
         printf("  %-21s %10.4f", ls_mem_cat_name((ls_mem_cat)k), gib(p->fixed[k]));
