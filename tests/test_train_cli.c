@@ -358,7 +358,7 @@ Test(train_cli, full_run_writes_complete_trace_receipt_and_manifest) {
     snprintf(batch, sizeof batch, "%s/batch.json", tmpdir);
     snprintf(init, sizeof init, "%s/init.safetensors", tmpdir);
     snprintf(a, sizeof a, "--config %s --prompt-len 300 --response-len 5 --group 3 --steps 2 --dtype f64 "
-             "--grad-mode full --out %s --dump-grads %s --dump-batch %s --save-init %s --quiet",
+             "--grad-mode full --keep-reference off --out %s --dump-grads %s --dump-batch %s --save-init %s --quiet",
              CFG, rd, grads, batch, init);
     int rc = run(a);
     char *e = slurp("err.txt");
@@ -369,8 +369,8 @@ Test(train_cli, full_run_writes_complete_trace_receipt_and_manifest) {
     cr_expect_eq(rep->end, LS_TRACE_END_CLEAN, "trace ended %s", ls_trace_end_name(rep->end));
     cr_expect_eq(rep->n_diags, 0);
     /* every layer (embedding -1 .. head 8) forward in capture, three captures
-     * a step (the policy for the rollout, the reference, the policy again:
-     * one prompt state at a time); every member's forward and backward in
+     * a step with --keep-reference off (the policy for the rollout, the
+     * reference, the policy again: one prompt state at a time); every member's forward and backward in
      * replay; backward of every layer in prompt_bwd */
     for (int l = 0; l <= 9; l++) {
         cr_expect_eq(t.fwd[0][0][l], l == 9 ? 0 : 6, "capture fwd layer %d: %d", l - 1, t.fwd[0][0][l]);

@@ -14,6 +14,7 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
@@ -397,6 +398,26 @@ Test(train_loop, step_guard_stops_overflowing_figures_before_the_update) {
     if (c) fclose(c);
 }
 
+/* Rank 0's receipt names how the last step treated the reference and its captures (rank_state.memory_plan). */
+static void expect_reference(const char *rd, const char *how, int captures) {
+    char path[400];
+    snprintf(path, sizeof path, "%s/rank-0000/receipt.json", rd);
+    FILE *f = fopen(path, "rb");
+    static char txt[1 << 20];
+    size_t n = f ? fread(txt, 1, sizeof txt - 1, f) : 0;
+    if (f) fclose(f);
+    txt[n] = 0;
+    cJSON *j = cJSON_Parse(txt);
+    const cJSON *mp = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "predicate"), "rank_state"), "memory_plan");
+    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(mp, "reference");
+    const cJSON *cap = cJSON_GetObjectItemCaseSensitive(mp, "captures");
+    cr_expect(cJSON_IsString(ref) && strcmp(ref->valuestring, how) == 0, "%s: memory_plan.reference is %s, not %s", path,
+              cJSON_IsString(ref) ? ref->valuestring : "absent", how);
+    cr_expect(cJSON_IsNumber(cap) && cap->valuedouble == captures, "%s: memory_plan.captures not %d", path, captures);
+    cJSON_Delete(j);
+}
+
 Test(train_loop, beta_zero_skips_the_reference_and_metrics_match) {
     char a[2048], rd[300], mp[300];
     /* metrics and plot inside the run directory: written before the manifest, digested by it */
@@ -433,7 +454,16 @@ Test(train_loop, beta_zero_skips_the_reference_and_metrics_match) {
     snprintf(a, sizeof a, COMMON " --steps 2 --out %s", rd);
     cr_assert_eq(run(a), 0, "%s", slurp("err.txt"));
     read_steps(rd, &S);
-    cr_expect_eq(S.captures, 6, "beta > 0 with a rollout: policy, reference, policy again");
+    cr_expect_eq(S.captures, 4, "beta > 0 with a rollout, two states fit: policy, reference beside it");
+    expect_reference(rd, "kept", 2);
+    snprintf(rd, sizeof rd, "%s/b2", tmpdir);
+    snprintf(a, sizeof a, COMMON " --steps 2 --keep-reference off --out %s", rd);
+    cr_assert_eq(run(a), 0, "%s", slurp("err.txt"));
+    read_steps(rd, &S);
+    cr_expect_eq(S.captures, 6, "--keep-reference off: policy, reference, policy again");
+    expect_reference(rd, "recaptured", 3);
+    snprintf(a, sizeof a, COMMON " --steps 1 --keep-reference sometimes --out %s/b3", tmpdir);
+    expect_usage_error(a, "--keep-reference");
 }
 
 Test(train_loop, prefix_frozen_steps_are_marked_everywhere) {

@@ -13,7 +13,7 @@ struct ls_arena_chunk {
 void ls_arena_init(ls_arena *a, ls_mem_cat cat, size_t chunk_bytes) {
     memset(a, 0, sizeof *a);
     a->cat = cat;
-    a->chunk_bytes = chunk_bytes ? chunk_bytes : (1u << 20);
+    a->chunk_bytes = chunk_bytes ? chunk_bytes : LS_ARENA_CHUNK;
 }
 
 void *ls_arena_alloc(ls_arena *a, size_t bytes) {

@@ -8,6 +8,12 @@
 #include <stddef.h>
 #include "trainer/base/mem_tracker.h"
 
+/* The default minimum chunk: small, so that an arena's bytes are its
+ * requests plus under 64 KiB of tail (a request above it gets a chunk of its
+ * own size), which is what lets the memory plan (trainer/plan) count an
+ * arena by its requests. */
+#define LS_ARENA_CHUNK ((size_t)64 << 10)
+
 typedef struct ls_arena_chunk ls_arena_chunk;
 typedef struct {
     ls_mem_cat cat;
@@ -17,6 +23,7 @@ typedef struct {
     int failed;         /* set when an allocation failed (sticky) */
 } ls_arena;
 
+/* chunk_bytes 0: LS_ARENA_CHUNK. */
 void ls_arena_init(ls_arena *a, ls_mem_cat cat, size_t chunk_bytes);
 /* Zeroed block of `bytes` (NULL on failure, and a->failed is set), owned
  * by the arena: released with all the others by ls_arena_free, never alone. */

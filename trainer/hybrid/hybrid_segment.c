@@ -128,7 +128,7 @@ static ls_status attn_prompt_backward(const ls_params *p, int l, size_t T, size_
         ls_layer_state view = {.pages = sl->pages, .n_pages = i0};
         ls_layer_state dview = {.pages = dl->pages, .n_pages = i0};
         ls_arena win, scr;
-        ls_arena_init(&win, cat, 1u << 20);
+        ls_arena_init(&win, cat, 0);
         ls_arena_init(&scr, cat, 0);
         ls_layer_tape tape;
         ls_real *h = ls_arena_alloc(&win, R(n * d)), *dk = ls_arena_alloc(&win, R(n * row));
@@ -213,7 +213,7 @@ static ls_status attn_prompt_backward_cp(const ls_params *p, int l, size_t T, si
             ls_layer_state view = {.pages = sl->pages, .n_pages = i0, .cp = rem->merge};
             ls_layer_state dview = {.pages = dl->pages, .n_pages = i0};
             ls_arena win, scr;
-            ls_arena_init(&win, cat, 1u << 20);
+            ls_arena_init(&win, cat, 0);
             ls_arena_init(&scr, cat, 0);
             ls_layer_tape tape;
             ls_real *hc = ls_arena_alloc(&win, R(n * d)), *dkc = ls_arena_alloc(&win, R(n * row));
@@ -286,7 +286,7 @@ static ls_status gdn_prompt_backward(const ls_params *p, int l, size_t T, size_t
         ls_real *cur = states + k * (tail_n + S_n);
         ls_layer_state ctx = {.fixed0 = cur, .fixed1 = cur + tail_n};
         ls_arena win, scr;
-        ls_arena_init(&win, cat, 1u << 20);
+        ls_arena_init(&win, cat, 0);
         ls_arena_init(&scr, cat, 0);
         ls_layer_tape tape;
         ls_real *dprev = ls_arena_alloc(&win, R(tail_n + S_n)); /* gradient of the state before chunk k */

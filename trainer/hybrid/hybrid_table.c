@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "common/checked.h"
+#include "kernels/gdn.h"
+#include "kernels/logprob.h"
 #include "trainer/hybrid/hybrid_family.h"
 #include "trainer/hybrid/hybrid_cp.h"
 
@@ -106,40 +108,207 @@ static void hybrid_ref_view(ls_params *v, const ls_params *p) {
     }
 }
 
-/* Reals one layer saves per token (the larger of the two mixers), an
- * over-estimate of the tape plus its backward transients.  Saturating. */
-static size_t layer_reals_per_token(const ls_model_config *c, int r) {
-    size_t d = (size_t)c->d_model, ffn = (size_t)c->ffn_dim, H = (size_t)c->attn_heads;
-    size_t Hkv = (size_t)c->attn_kv_heads, hd = (size_t)c->head_dim;
-    size_t Hk = (size_t)c->gdn_hk, dk = (size_t)c->gdn_dk, Hv = (size_t)c->gdn_hv, dv = (size_t)c->gdn_dv;
-    size_t C = ls_sat_add(ls_sat_mul3(2, Hk, dk), ls_sat_mul(Hv, dv));
-    size_t attn = ls_sat_add(ls_sat_add(ls_sat_mul3(12, H, hd), ls_sat_mul3(8, Hkv, hd)), ls_sat_mul(2, H));
-    size_t gdn = ls_sat_add(ls_sat_add(ls_sat_mul(4, C), ls_sat_mul3(6, Hv, dv)),
-                            ls_sat_add(ls_sat_mul3(6, Hk, dk), ls_sat_mul(8, Hv)));
-    size_t n = ls_sat_add(ls_sat_mul(6, d), ls_sat_mul(6, ffn));
-    n = ls_sat_add(n, attn > gdn ? attn : gdn);
-    return ls_sat_add(n, ls_sat_add(ls_sat_mul(16, (size_t)r), 8));
+/* ---- the memory plan's terms (family.h) -------------------------------------
+ * What hybrid_layer.c and hybrid_segment.c request, call by call, in reals
+ * (each arena request rounded to 64 bytes by RQ).  A layer's forward puts
+ * its saved values on the tape when taping, else in its scratch arena; one
+ * layer's arena lives at a time. */
+typedef struct {
+    size_t esz, tape, scr; /* bytes */
+} acc;
+static void RQ(acc *a, int to_tape, size_t n) {
+    size_t b = ls_sat_mul(n, a->esz);
+    b = b > SIZE_MAX - 63 ? SIZE_MAX : (b + 63) & ~(size_t)63;
+    if (to_tape) a->tape = ls_sat_add(a->tape, b);
+    else a->scr = ls_sat_add(a->scr, b);
 }
 
-static size_t hybrid_plan_layer_bytes(const ls_model_config *c, int lora_r) {
-    return ls_sat_mul(layer_reals_per_token(c, lora_r), sizeof(ls_real));
+typedef struct {
+    size_t d, I, H, Hkv, hd, Hk, Hv, dk, dv, K, C, QK, VD, r;
+} dims;
+static dims dims_of(const ls_model_config *c, int lora_r) {
+    dims m = {.d = (size_t)c->d_model, .I = (size_t)c->ffn_dim, .H = (size_t)c->attn_heads,
+              .Hkv = (size_t)c->attn_kv_heads, .hd = (size_t)c->head_dim, .Hk = (size_t)c->gdn_hk,
+              .Hv = (size_t)c->gdn_hv, .dk = (size_t)c->gdn_dk, .dv = (size_t)c->gdn_dv,
+              .K = (size_t)c->conv_kernel, .r = lora_r > 0 ? (size_t)lora_r : 0};
+    m.QK = m.Hk * m.dk;
+    m.VD = m.Hv * m.dv;
+    m.C = 2 * m.QK + m.VD;
+    return m;
 }
 
-/* Context parallelism (cp.h): this rank's shard of cpP - 1 positions, run
- * layer by layer in chunks; its ring messages and the remote partial are
- * communication buffers. */
-static void hybrid_plan_terms(const ls_model_config *c, const ls_family_plan_in *in, size_t plan_b[LS_MEM_COUNT]) {
-    if (in->world <= 1) return;
-    size_t cpP = in->cpP, sz = sizeof(ls_real), dsz = ls_sat_mul((size_t)c->d_model, sz);
-#define ADD(cat, x) (plan_b[cat] = ls_sat_add(plan_b[cat], (x)))
-    size_t row = ls_sat_mul3((size_t)c->attn_kv_heads, (size_t)c->head_dim, sz);
-    size_t qrow = ls_sat_mul3((size_t)c->attn_heads, (size_t)c->head_dim + 1, sz);
-    ADD(LS_MEM_COMM, ls_sat_add(ls_sat_mul3(8, cpP, row), ls_sat_mul(cpP, qrow))); /* ring messages, partial */
-    ADD(LS_MEM_CHECKPOINT, LS_K(ls_hybrid_state_plan_bytes)(c, 0));                       /* the shard's start state */
-    /* the shard's hidden state and queries between chunks; full mode: the attention layer's shard
-       rows (q, o, dout, dgate, dq, lse; dK, dV) */
-    ADD(LS_MEM_SCRATCH, ls_sat_add(ls_sat_mul(cpP, dsz), ls_sat_mul(cpP, qrow)));
-    if (in->full) ADD(LS_MEM_SCRATCH, ls_sat_add(ls_sat_mul3(5, cpP, qrow), ls_sat_mul3(2, cpP, row)));
+/* ls_layer_forward of T tokens (taped or not), mixer included. */
+static void layer_fwd(acc *a, const dims *m, int attn, size_t T, int taped, int ctx) {
+    size_t T_ = T, r = m->r;
+    if (taped) RQ(a, 1, T_ * m->d);                     /* x */
+    RQ(a, taped, T_), RQ(a, taped, T_ * m->d), RQ(a, 0, T_ * m->d); /* rstd1, xn1, mix */
+    if (attn) {
+        size_t qr = m->H * m->hd, kr = m->Hkv * m->hd;
+        for (int i = 0; r && i < 4; i++) RQ(a, taped, T_ * r); /* xa_q, xa_k, xa_v, xa_o */
+        RQ(a, 0, T_ * 2 * qr);                                  /* qg */
+        RQ(a, taped, T_ * qr), RQ(a, taped, T_ * qr), RQ(a, taped, T_ * qr), RQ(a, taped, T_ * m->H);
+        RQ(a, taped, T_ * kr), RQ(a, taped, T_ * kr), RQ(a, taped, T_ * m->Hkv), RQ(a, taped, T_ * kr);
+        RQ(a, taped, T_ * qr), RQ(a, taped, T_ * m->H), RQ(a, taped, T_ * qr); /* o, lse, y */
+        RQ(a, 0, T_ * qr), RQ(a, 0, T_ * m->H);                                  /* o_tmp, lse_tmp */
+    } else {
+        for (int i = 0; r && i < 3; i++) RQ(a, taped, T_ * r); /* xa_qkv, xa_z, xa_out */
+        RQ(a, taped, T_ * m->C), RQ(a, taped, T_ * m->VD), RQ(a, taped, T_ * m->Hv), RQ(a, taped, T_ * m->Hv);
+        RQ(a, taped, T_ * m->C), RQ(a, 0, T_ * m->C);                            /* pre, cc */
+        RQ(a, taped, T_ * m->QK), RQ(a, taped, T_ * m->QK), RQ(a, taped, T_ * m->VD);
+        RQ(a, taped, T_ * m->QK), RQ(a, taped, T_ * m->QK), RQ(a, taped, T_ * m->Hk), RQ(a, taped, T_ * m->Hk);
+        RQ(a, taped, T_ * m->Hv), RQ(a, taped, T_ * m->Hv), RQ(a, taped, T_ * m->VD), RQ(a, taped, T_ * m->Hv);
+        RQ(a, taped, T_ * m->VD);
+        if (taped && ctx) RQ(a, 1, (m->K - 1) * m->C), RQ(a, 1, m->Hv * m->dk * m->dv);
+    }
+    if (taped) RQ(a, 1, T_ * m->d);                     /* h_mid */
+    RQ(a, taped, T_), RQ(a, taped, T_ * m->d);          /* rstd2, xn2 */
+    for (int i = 0; r && i < 3; i++) RQ(a, taped, T_ * r);
+    RQ(a, taped, T_ * m->I), RQ(a, taped, T_ * m->I), RQ(a, taped, T_ * m->I);
+}
+
+/* ls_layer_backward of T tokens: its scratch arena. */
+static size_t layer_bwd(const dims *m, size_t esz, int attn, size_t T, int dctx) {
+    acc a = {.esz = esz};
+    size_t r = m->r;
+    /* mlp_backward: dact, dmg, dmu, dxn, dx and the adapters' temporaries */
+    RQ(&a, 0, T * m->I), RQ(&a, 0, T * m->I), RQ(&a, 0, T * m->I), RQ(&a, 0, T * m->d), RQ(&a, 0, T * m->d);
+    for (int i = 0; r && i < 3; i++) RQ(&a, 0, T * r);
+    if (attn) {
+        size_t qr = m->H * m->hd, kr = m->Hkv * m->hd;
+        RQ(&a, 0, T * qr), RQ(&a, 0, T * qr), RQ(&a, 0, T * qr); /* dout, dgate, dy */
+        RQ(&a, 0, T * m->d);                                      /* dxn */
+        RQ(&a, 0, T * qr), RQ(&a, 0, T * kr), RQ(&a, 0, T * kr), RQ(&a, 0, T * qr), RQ(&a, 0, T * kr);
+        RQ(&a, 0, T * 2 * qr);                                    /* dq .. dqg */
+        for (int i = 0; r && i < 4; i++) RQ(&a, 0, T * r);
+    } else {
+        RQ(&a, 0, T * m->d); /* dxn */
+        for (int i = 0; i < 3; i++) RQ(&a, 0, T * m->VD);
+        RQ(&a, 0, T * m->QK), RQ(&a, 0, T * m->QK), RQ(&a, 0, T * m->VD);
+        for (int i = 0; i < 4; i++) RQ(&a, 0, T * m->Hv);
+        RQ(&a, 0, T * m->QK), RQ(&a, 0, T * m->QK), RQ(&a, 0, T * m->C), RQ(&a, 0, T * m->C);
+        RQ(&a, 0, LS_K(ls_gdn_backward_workspace)(T, m->Hk, m->Hv, m->dk, m->dv));
+        if (dctx) RQ(&a, 0, m->Hv * m->dk * m->dv), RQ(&a, 0, (m->K - 1) * m->C);
+        for (int i = 0; r && i < 3; i++) RQ(&a, 0, T * r);
+    }
+    RQ(&a, 0, T * m->d); /* norm1's dx */
+    return a.scr;
+}
+
+/* One segment's frame (seg_frame.c): the embedding rows, and when it scores
+ * n rows the head's rows and log-prob workspace. */
+static size_t frame_bytes(const ls_model_config *c, size_t esz, size_t T, size_t n_sc) {
+    acc a = {.esz = esz};
+    RQ(&a, 0, T * (size_t)c->d_model);
+    if (n_sc) {
+        RQ(&a, 0, n_sc * (size_t)c->d_model), RQ(&a, 0, n_sc), RQ(&a, 0, n_sc * (size_t)c->d_model), RQ(&a, 0, n_sc);
+        RQ(&a, 0, LS_K(ls_logprob_workspace)(n_sc, 1024));
+    }
+    return a.scr;
+}
+
+static void hybrid_plan(const ls_model_config *c, const ls_family_plan_in *in, ls_family_plan *out) {
+    memset(out, 0, sizeof *out);
+    dims m = dims_of(c, in->lora_r);
+    size_t es = in->esz, n = in->shard, ch = in->chunk ? in->chunk : n, R = in->R, L = (size_t)c->n_layers;
+    size_t row = m.Hkv * m.hd, tail_n = (m.K - 1) * m.C, S_n = m.Hv * m.dk * m.dv;
+    size_t pg = in->page_size ? in->page_size : 64;
+    out->pages = (n + pg - 1) / pg;
+    for (size_t l = 0; l < L; l++) {
+        if (ls_config_layer_is_attn(c, (int)l)) {
+            out->attn_layers++;
+            out->attn_kv = ls_sat_add(out->attn_kv, ls_sat_mul3(2, n, ls_sat_mul(row, in->ssz)));
+        } else {
+            out->recurrent_layers++;
+            out->recurrent = ls_sat_add(out->recurrent, ls_sat_mul(tail_n + S_n, in->ssz));
+        }
+    }
+    out->state_meta = ls_sat_add(ls_sat_mul(L, 64), ls_sat_mul3((size_t)out->attn_layers, out->pages, sizeof(ls_kv_page)));
+    out->state_grad = ls_sat_mul(ls_sat_add(ls_sat_mul3(2 * (size_t)out->attn_layers, n, row),
+                                            ls_sat_mul((size_t)out->recurrent_layers, tail_n + S_n)), es);
+    size_t (*ph)[LS_MEM_COUNT] = out->phase;
+#define ADD(p, cat, x) (ph[p][cat] = ls_sat_add(ph[p][cat], (x)))
+    /* capture: the largest layer's arena over one chunk, its own K/V rows, the frame */
+    size_t cap = 0;
+    for (int attn = 0; attn < 2; attn++) {
+        acc a = {.esz = es};
+        layer_fwd(&a, &m, attn, ch, 0, 1);
+        if (attn) RQ(&a, 0, ch * row), RQ(&a, 0, ch * row);
+        else RQ(&a, 0, tail_n), RQ(&a, 0, S_n);
+        if (a.scr > cap) cap = a.scr;
+    }
+    ADD(LS_FPLAN_CAPTURE, LS_MEM_SCRATCH, ls_sat_add(cap, frame_bytes(c, es, ch, 0)));
+    ADD(LS_FPLAN_CAPTURE, LS_MEM_SCRATCH, out->state_meta);
+    /* scoring one member: the same untaped forward over R tokens, its head */
+    size_t sc = 0;
+    for (int attn = 0; attn < 2; attn++) {
+        acc a = {.esz = es};
+        layer_fwd(&a, &m, attn, R, 0, 1);
+        if (a.scr > sc) sc = a.scr;
+    }
+    ADD(LS_FPLAN_SCORE, LS_MEM_SCRATCH, ls_sat_add(sc, frame_bytes(c, es, R, R)));
+    ADD(LS_FPLAN_SCORE, LS_MEM_SCORE, ls_sat_mul(R, es + sizeof(int32_t)));
+    /* decode: a fork of the state (its page tables), R one-token pages per attention layer, one token's
+       layer arena, the logits row and the sampler's workspace */
+    size_t dec = 0;
+    for (int attn = 0; attn < 2; attn++) {
+        acc a = {.esz = es};
+        layer_fwd(&a, &m, attn, 1, 0, 1);
+        if (a.scr > dec) dec = a.scr;
+    }
+    ADD(LS_FPLAN_ROLLOUT, LS_MEM_SCRATCH, ls_sat_add(dec, out->state_meta));
+    ADD(LS_FPLAN_ROLLOUT, LS_MEM_SCORE, ls_sat_mul3(2 * (size_t)out->attn_layers, R, ls_sat_add(row * es, 64)));
+    ADD(LS_FPLAN_ROLLOUT, LS_MEM_SCORE, ls_sat_mul((size_t)out->recurrent_layers, (tail_n + S_n) * es));
+    ADD(LS_FPLAN_ROLLOUT, LS_MEM_SCORE, ls_sat_add(ls_sat_mul((size_t)c->vocab, es + 2 * 16 + 8), 4096));
+    /* replay one member: every layer's tape over R tokens plus its frame, then the largest layer's backward */
+    acc t = {.esz = es};
+    for (size_t l = 0; l < L; l++) layer_fwd(&t, &m, ls_config_layer_is_attn(c, (int)l), R, 1, 1);
+    size_t fwd_scr = 0, bwd = 0;
+    for (int attn = 0; attn < 2; attn++) {
+        acc a = {.esz = es};
+        layer_fwd(&a, &m, attn, R, 1, 1);
+        if (a.scr > fwd_scr) fwd_scr = a.scr;
+        size_t b = layer_bwd(&m, es, attn, R, in->full);
+        if (b > bwd) bwd = b;
+    }
+    size_t head = frame_bytes(c, es, R, R);
+    ADD(LS_FPLAN_REPLAY, LS_MEM_BRANCH, ls_sat_add(ls_sat_add(t.tape, head), bwd > fwd_scr ? bwd : fwd_scr));
+    /* the full-mode prompt backward: dh over the shard; per layer, one chunk's window (its tape, the
+       chunk's rows) beside its backward arena; GDN layers also the states at every chunk start */
+    if (in->full) {
+        size_t nch = (n + ch - 1) / ch, win = 0;
+        for (int attn = 0; attn < 2; attn++) {
+            acc a = {.esz = es};
+            layer_fwd(&a, &m, attn, ch, 1, !attn);
+            size_t b = layer_bwd(&m, es, attn, ch, !attn);
+            size_t w = ls_sat_add(a.tape, b > a.scr ? b : a.scr);
+            acc k = {.esz = es};
+            if (attn) RQ(&k, 0, ch * m.d), RQ(&k, 0, ch * row), RQ(&k, 0, ch * row);
+            else RQ(&k, 0, nch * (tail_n + S_n)), RQ(&k, 0, tail_n), RQ(&k, 0, S_n), RQ(&k, 0, ch * m.d),
+                RQ(&k, 0, tail_n + S_n);
+            w = ls_sat_add(w, k.scr);
+            if (w > win) win = w;
+        }
+        acc k = {.esz = es};
+        RQ(&k, 0, n * m.d);
+        ADD(LS_FPLAN_PROMPT_BWD, LS_MEM_SCRATCH, ls_sat_add(win, k.scr));
+    }
+    if (in->world > 1) {
+        /* context parallelism (hybrid_cp.c): ring messages and the remote partial (communication), the
+           shard's start state (checkpoints), the shard's hidden rows and queries between chunks; full mode:
+           the attention layer's shard rows (q, o, dout, dgate, dq, lse; dK, dV) */
+        size_t cpP = n + 1, rb = ls_sat_mul(row, es), qrow = ls_sat_mul(m.H * m.hd + 1, es);
+        size_t comm = ls_sat_add(ls_sat_mul3(8, cpP, rb), ls_sat_mul(cpP, qrow));
+        size_t start = ls_sat_mul((size_t)out->recurrent_layers, (tail_n + S_n) * es);
+        size_t rows = ls_sat_add(ls_sat_mul3(cpP, m.d, es), ls_sat_mul(cpP, qrow));
+        for (int p = 0; p < LS_FPLAN_COUNT; p++) ADD(p, LS_MEM_CHECKPOINT, start);
+        ADD(LS_FPLAN_CAPTURE, LS_MEM_COMM, comm);
+        ADD(LS_FPLAN_CAPTURE, LS_MEM_SCRATCH, rows);
+        if (in->full) {
+            ADD(LS_FPLAN_PROMPT_BWD, LS_MEM_COMM, comm);
+            ADD(LS_FPLAN_PROMPT_BWD, LS_MEM_SCRATCH,
+                ls_sat_add(rows, ls_sat_add(ls_sat_mul3(5, cpP, qrow), ls_sat_mul3(2, cpP, rb))));
+        }
+    }
 #undef ADD
 }
 
@@ -168,6 +337,5 @@ const ls_family_ops LS_K(ls_family_hybrid) = {
     .cp_free = LS_K(ls_hybrid_cp_free),
     .cp_capture = LS_K(ls_hybrid_cp_capture),
     .cp_prompt_backward = LS_K(ls_hybrid_cp_prompt_backward),
-    .plan_layer_bytes_per_token = hybrid_plan_layer_bytes,
-    .plan_terms = hybrid_plan_terms,
+    .plan = hybrid_plan,
 };

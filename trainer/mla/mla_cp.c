@@ -143,7 +143,7 @@ ls_status LS_K(ls_mla_cp_prompt_bwd)(struct ls_cp_s *base, const ls_params *p, c
     for (int l = m->n_layers - 1; st == LS_OK && l >= 0; l--) {
         int64_t t0 = ls_hook_now_ns();
         ls_arena win, scr;
-        ls_arena_init(&win, LS_MEM_SCRATCH, 1u << 20);
+        ls_arena_init(&win, LS_MEM_SCRATCH, 0);
         ls_arena_init(&scr, LS_MEM_SCRATCH, 0);
         ls_mla_layer_tape tape;
         ls_real *h = ls_arena_alloc(&win, R(n * d));

@@ -12,7 +12,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/checked.h"
 #include "kernels/activation.h"
+#include "kernels/logprob.h"
 #include "kernels/attention.h"
 #include "kernels/dsa.h"
 #include "kernels/linear.h"
@@ -693,3 +695,191 @@ ls_status LS_K(ls_mla_layer_backward)(const ls_params *p, int l, const ls_mla_la
     for (size_t i = 0; i < T * d; i++) dh[i] += dtmp[i];
     return LS_OK;
 }
+
+/* ---- the memory plan's transients (family.h), call by call as above ------------------------------ */
+typedef struct {
+    size_t esz, tape, scr;
+} plan_acc;
+static void RQ(plan_acc *a, int to_tape, size_t bytes) {
+    bytes = bytes ? bytes : 1;
+    bytes = bytes > SIZE_MAX - 63 ? SIZE_MAX : (bytes + 63) & ~(size_t)63;
+    if (to_tape) a->tape = ls_sat_add(a->tape, bytes);
+    else a->scr = ls_sat_add(a->scr, bytes);
+}
+#define RQR(a, t, n) RQ(a, t, ls_sat_mul((n), (a)->esz))
+
+typedef struct {
+    size_t tape, scr, attn, moe, dispatch; /* bytes: tape, the layer's arena, the attention kernel's and MoE's arenas */
+} plan_layer;
+
+/* One layer over T queries seeing Tk keys, in blocks of at most maxn (taped or not). */
+static plan_layer plan_layer_fwd(const ls_model_config *c, const ls_family_plan_in *in, int moe, size_t T, size_t Tk,
+                                 size_t maxn, int taped) {
+    plan_acc a = {.esz = in->esz};
+    size_t d = (size_t)c->d_model, H = (size_t)c->heads, rq = (size_t)c->q_rank, rkv = (size_t)c->kv_rank;
+    size_t dn = (size_t)c->d_nope, dr = (size_t)c->d_rope, dv = (size_t)c->d_v, dqk = dn + dr;
+    size_t HI = (size_t)c->index_heads, dI = (size_t)c->index_dim, I = (size_t)c->ffn_dim;
+    size_t r = in->lora_r > 0 ? (size_t)in->lora_r : 0, k = (size_t)c->index_topk < Tk ? (size_t)c->index_topk : Tk;
+    int t = taped;
+    if (t) RQR(&a, 1, T * d);
+    RQR(&a, t, T), RQR(&a, t, T * d);
+    if (r) RQR(&a, t, T * r);
+    RQR(&a, t, T * rq), RQR(&a, t, T), RQR(&a, t, T * rq);
+    if (r) RQR(&a, t, T * r);
+    RQR(&a, 0, T * H * dqk), RQR(&a, t, T * H * dn), RQR(&a, t, T * H * dr);
+    if (r) RQR(&a, t, T * r);
+    RQR(&a, 0, T * (rkv + dr)), RQR(&a, t, T * rkv), RQR(&a, t, T), RQR(&a, t, T * rkv), RQR(&a, t, T * dr);
+    RQR(&a, 0, T * dI), RQR(&a, 0, T * dI), RQR(&a, 0, T * HI * dI), RQR(&a, 0, T * HI);
+    if (r) RQR(&a, 0, H * (dn + dv) * rkv); /* kv_b's effective weight */
+    RQ(&a, t, ls_sat_mul3(T, k, sizeof(int64_t)));
+    RQR(&a, t, T * H * dv), RQR(&a, t, T * H);
+    if (r) RQR(&a, t, T * r);
+    RQR(&a, 0, T * d);
+    if (t) RQR(&a, 1, T * d);
+    RQR(&a, t, T), RQR(&a, t, T * d);
+    if (!moe) {
+        for (int i = 0; r && i < 3; i++) RQR(&a, t, T * r);
+        RQR(&a, t, T * I), RQR(&a, t, T * I), RQR(&a, t, T * I);
+    }
+    plan_layer out = {.tape = a.tape, .scr = a.scr};
+    /* the attention kernel's arena (ls_mla_attn_forward) */
+    ls_mla_dims dm = dims_of(c);
+    plan_acc k_ = {.esz = in->esz};
+    for (int i = 0; i < 3; i++) RQ(&k_, 0, ls_sat_mul3(T, k, sizeof(int64_t)));
+    for (int i = 0; i < 3; i++) RQR(&k_, 0, T * k);
+    RQR(&k_, 0, LS_K(ls_dsa_topk_workspace)(maxn));
+    RQR(&k_, 0, LS_K(ls_mla_forward_workspace)(form_for(T, Tk), maxn, k, &dm));
+    RQR(&k_, 0, T * H * dv), RQR(&k_, 0, T * H);
+    out.attn = k_.scr;
+    if (moe) { /* moe_run's arena and the dispatch buffers of one chunk */
+        size_t E = (size_t)c->n_experts, kk = (size_t)c->experts_per_token, Ie = (size_t)c->expert_dim;
+        size_t C = moe_chunk() < T ? moe_chunk() : T, rs = r;
+        plan_acc m = {.esz = in->esz};
+        RQR(&m, 0, C * E), RQR(&m, 0, C * E), RQR(&m, 0, C * kk);
+        RQR(&m, 0, LS_K(ls_moe_route_workspace)(E, (size_t)c->n_group));
+        RQR(&m, 0, C * Ie), RQR(&m, 0, C * Ie), RQR(&m, 0, C * Ie), RQR(&m, 0, 3 * C * (rs ? rs : 1)), RQR(&m, 0, C * d);
+        RQR(&m, 0, C * kk), RQR(&m, 0, C * E), RQR(&m, 0, C * Ie), RQR(&m, 0, C * Ie), RQR(&m, 0, C * Ie);
+        RQ(&m, 0, (E + 1) * sizeof(size_t));
+        out.moe = m.scr;
+        out.dispatch = LS_K(ls_mla_dispatch_bytes)(c, C, in->expert_lora_r, 0);
+    }
+    return out;
+}
+
+/* The layer's backward arena over T queries (mla_layer_backward), and its kernel's. */
+static size_t plan_layer_bwd(const ls_model_config *c, const ls_family_plan_in *in, int moe, size_t T, size_t Tk,
+                             size_t maxn, size_t *dispatch) {
+    plan_acc a = {.esz = in->esz};
+    size_t d = (size_t)c->d_model, H = (size_t)c->heads, rq = (size_t)c->q_rank, rkv = (size_t)c->kv_rank;
+    size_t dn = (size_t)c->d_nope, dr = (size_t)c->d_rope, dv = (size_t)c->d_v, dqk = dn + dr, I = (size_t)c->ffn_dim;
+    size_t r = in->lora_r > 0 ? (size_t)in->lora_r : 0, k = (size_t)c->index_topk < Tk ? (size_t)c->index_topk : Tk;
+    RQR(&a, 0, T * d), RQR(&a, 0, T * d), RQR(&a, 0, T * H * dv), RQR(&a, 0, T * H * dn), RQR(&a, 0, T * H * dr);
+    RQR(&a, 0, T * rkv), RQR(&a, 0, T * dr), RQR(&a, 0, T * H * dqk), RQR(&a, 0, T * rq), RQR(&a, 0, T * rq);
+    RQR(&a, 0, T * rkv), RQR(&a, 0, T * (rkv + dr));
+    RQR(&a, 0, H * (dn + dv) * rkv);
+    if (r) RQR(&a, 0, H * (dn + dv) * rkv);
+    if (!moe) RQR(&a, 0, T * I), RQR(&a, 0, T * I), RQR(&a, 0, T * I);
+    for (int i = 0; r && i < 7; i++) RQR(&a, 0, T * r + 1); /* the adapters' temporaries */
+    ls_mla_dims dm = dims_of(c);
+    plan_acc k_ = {.esz = in->esz};
+    RQ(&k_, 0, ls_sat_mul3(T, k, sizeof(int64_t)));
+    RQR(&k_, 0, LS_K(ls_mla_backward_workspace)(form_for(T, Tk), maxn, k, &dm));
+    size_t b = ls_sat_add(a.scr, k_.scr);
+    *dispatch = 0;
+    if (moe) {
+        plan_layer f = plan_layer_fwd(c, in, 1, T, Tk, maxn, 0);
+        b = ls_sat_add(b, f.moe);
+        size_t C = moe_chunk() < T ? moe_chunk() : T;
+        *dispatch = LS_K(ls_mla_dispatch_bytes)(c, C, in->expert_lora_r, 1);
+    }
+    return b;
+}
+
+/* A layer's forward peaks either in its attention kernel (the kernel's arena beside the layer's) or in
+ * its MoE (moe_run's arena and the dispatch buffers): the larger instant, kept in cat[] when above it. */
+static void instant(size_t cat[LS_MEM_COUNT], size_t layer, plan_layer f) {
+    size_t a = ls_sat_add(layer, f.attn), m = ls_sat_add(ls_sat_add(layer, f.moe), f.dispatch);
+    size_t now = ls_sat_add(cat[LS_MEM_SCRATCH], cat[LS_MEM_DISPATCH]);
+    if ((a > m ? a : m) <= now) return;
+    cat[LS_MEM_SCRATCH] = a >= m ? a : ls_sat_add(layer, f.moe);
+    cat[LS_MEM_DISPATCH] = a >= m ? 0 : f.dispatch;
+}
+
+void LS_K(ls_mla_plan_transients)(const ls_model_config *c, const ls_family_plan_in *in, ls_family_plan *out) {
+    size_t n = in->shard, ch = in->chunk ? in->chunk : n, R = in->R, L = (size_t)c->n_layers;
+    size_t pg = in->page_size ? in->page_size : 64, es = in->esz, d = (size_t)c->d_model;
+    size_t rkv = (size_t)c->kv_rank, dr = (size_t)c->d_rope, dI = (size_t)c->index_dim;
+    size_t Ptot = in->world > 1 ? ls_sat_mul(n, (size_t)in->world) : n; /* keys the last chunk sees */
+    size_t (*ph)[LS_MEM_COUNT] = out->phase;
+#define ADD(p, cat, x) (ph[p][cat] = ls_sat_add(ph[p][cat], (x)))
+    int kinds = (size_t)c->first_dense < L ? 2 : 1;
+    for (int mi = 0; mi < kinds; mi++) {
+        int moe = (size_t)c->first_dense < L ? mi : 0;
+        if (!moe && c->first_dense == 0) continue;
+        /* capture: the last chunk (the most keys) */
+        size_t maxc = ch > pg ? ch : pg;
+        plan_layer f = plan_layer_fwd(c, in, moe, ch, Ptot, maxc, 0);
+        plan_acc own = {.esz = es};
+        RQR(&own, 0, ch * rkv + 1), RQR(&own, 0, ch * dr + 1), RQR(&own, 0, ch * dI + 1);
+        instant(ph[LS_FPLAN_CAPTURE], ls_sat_add(f.scr, own.scr), f);
+        /* scoring and decoding: R queries (or one) seeing the whole prompt */
+        plan_layer s = plan_layer_fwd(c, in, moe, R, Ptot + R, pg > R ? pg : R, 0);
+        instant(ph[LS_FPLAN_SCORE], s.scr, s);
+        plan_layer dd = plan_layer_fwd(c, in, moe, 1, Ptot + R, pg, 0);
+        instant(ph[LS_FPLAN_ROLLOUT], dd.scr, dd);
+        /* replay: the largest layer's backward (the tape is summed over layers below) */
+        size_t disp = 0;
+        size_t b = plan_layer_bwd(c, in, moe, R, Ptot + R, pg > R ? pg : R, &disp);
+        plan_layer rf = plan_layer_fwd(c, in, moe, R, Ptot + R, pg > R ? pg : R, 1);
+        size_t rw = ls_sat_add(b, rf.attn);
+        if (rw > ph[LS_FPLAN_REPLAY][LS_MEM_BRANCH]) ph[LS_FPLAN_REPLAY][LS_MEM_BRANCH] = rw;
+        if (disp > ph[LS_FPLAN_REPLAY][LS_MEM_DISPATCH]) ph[LS_FPLAN_REPLAY][LS_MEM_DISPATCH] = disp;
+        if (in->full) { /* one chunk's window: its tape, rows and backward */
+            plan_layer w = plan_layer_fwd(c, in, moe, ch, Ptot, maxc, 1);
+            size_t wd = 0, wb = plan_layer_bwd(c, in, moe, ch, Ptot, maxc, &wd);
+            plan_acc rows = {.esz = es};
+            RQR(&rows, 0, ch * d), RQR(&rows, 0, ch * rkv + 1), RQR(&rows, 0, ch * dr + 1);
+            size_t wf = ls_sat_add(w.scr, w.attn > w.moe ? w.attn : w.moe); /* the recompute's arenas, freed first */
+            size_t win = ls_sat_add(ls_sat_add(w.tape, rows.scr), wb > wf ? wb : wf);
+            if (win > ph[LS_FPLAN_PROMPT_BWD][LS_MEM_SCRATCH]) ph[LS_FPLAN_PROMPT_BWD][LS_MEM_SCRATCH] = win;
+            if (wd > ph[LS_FPLAN_PROMPT_BWD][LS_MEM_DISPATCH]) ph[LS_FPLAN_PROMPT_BWD][LS_MEM_DISPATCH] = wd;
+        }
+    }
+    /* the replay's tape: every layer's, and the frame's head rows */
+    size_t tape = 0;
+    for (size_t l = 0; l < L; l++) {
+        plan_layer t = plan_layer_fwd(c, in, l >= (size_t)c->first_dense, R, Ptot + R, pg > R ? pg : R, 1);
+        tape = ls_sat_add(tape, t.tape);
+    }
+    ADD(LS_FPLAN_REPLAY, LS_MEM_BRANCH, tape);
+    plan_acc fr = {.esz = es};
+    RQR(&fr, 0, R * d), RQR(&fr, 0, R * d), RQR(&fr, 0, R), RQR(&fr, 0, R * d), RQR(&fr, 0, R);
+    RQR(&fr, 0, LS_K(ls_logprob_workspace)(R, 128));
+    ADD(LS_FPLAN_REPLAY, LS_MEM_BRANCH, fr.scr);
+    ADD(LS_FPLAN_SCORE, LS_MEM_SCRATCH, fr.scr);
+    ADD(LS_FPLAN_SCORE, LS_MEM_SCORE, ls_sat_mul(R, es + sizeof(int32_t)));
+    plan_acc h = {.esz = es};
+    RQR(&h, 0, ch * d);
+    ADD(LS_FPLAN_CAPTURE, LS_MEM_SCRATCH, ls_sat_add(h.scr, out->state_meta));
+    /* decode: a fork's page tables, R one-token pages per layer, the logits row and sampler */
+    ADD(LS_FPLAN_ROLLOUT, LS_MEM_SCRATCH, out->state_meta);
+    ADD(LS_FPLAN_ROLLOUT, LS_MEM_SCORE, ls_sat_mul3(L, R, ls_sat_add(ls_sat_mul(rkv + dr + dI, es), 3 * 64)));
+    ADD(LS_FPLAN_ROLLOUT, LS_MEM_SCORE, ls_sat_add(ls_sat_mul((size_t)c->vocab, es + 2 * 16 + 8), 4096));
+    if (in->full) {
+        plan_acc k = {.esz = es};
+        RQR(&k, 0, n * d);
+        ADD(LS_FPLAN_PROMPT_BWD, LS_MEM_SCRATCH, k.scr);
+    }
+    if (in->world > 1) {
+        /* context parallelism (mla_cp_attn.h): a ring's send and receive blocks of the shard's rows with their
+           gradient accumulators, and the shard queries' remote partial and selections */
+        size_t cpP = n + 1, row = rkv + dr + dI;
+        size_t q = ls_sat_add(ls_sat_mul((size_t)c->index_topk, 2 * sizeof(int64_t) + es),
+                              ls_sat_mul3((size_t)c->heads, (size_t)c->d_v + 1, es));
+        size_t comm = ls_sat_add(ls_sat_mul3(4, cpP, ls_sat_mul(row, es)), ls_sat_mul(cpP, q));
+        ADD(LS_FPLAN_CAPTURE, LS_MEM_COMM, comm);
+        if (in->full) ADD(LS_FPLAN_PROMPT_BWD, LS_MEM_COMM, comm);
+    }
+#undef ADD
+}
+#undef RQR

@@ -122,6 +122,9 @@ typedef struct {
  * under LS_MEM_DISPATCH (bwd: the backward's, which hold the forward's
  * too); lora_r: the experts' adapter rank (0: none). */
 size_t LS_K(ls_mla_dispatch_bytes)(const ls_model_config *c, size_t C, int lora_r, int bwd);
+/* The memory plan's per-phase transients of the family (family.h ls_family_plan.phase), from the
+ * allocation sites of this file and mla_segment.c; mla_table.c fills the state by part. */
+void LS_K(ls_mla_plan_transients)(const ls_model_config *c, const ls_family_plan_in *in, ls_family_plan *out);
 void LS_K(ls_mla_set_seg_opts)(const ls_mla_seg_opts *o);
 ls_mla_seg_opts LS_K(ls_mla_get_seg_opts)(void);
 #endif

@@ -173,7 +173,7 @@ static ls_status layer_prompt_backward(const ls_params *p, int l, size_t T, size
         ls_layer_state view = {.pages = sl->pages, .n_pages = i0};
         ls_layer_state dview = {.pages = dl->pages, .n_pages = i0};
         ls_arena win, scr;
-        ls_arena_init(&win, cat, 1u << 20);
+        ls_arena_init(&win, cat, 0);
         ls_arena_init(&scr, cat, 0);
         ls_mla_layer_tape tape;
         ls_real *h = ls_arena_alloc(&win, R(n * d)), *dckv = ls_arena_alloc(&win, R(n * rkv + 1));

@@ -155,36 +155,25 @@ static void mla_ref_view(ls_params *v, const ls_params *p) {
     }
 }
 
-/* Reals one layer's tape and backward transients take per token (an
- * over-estimate: the tape's saves twice, for the backward's work buffers). */
-static size_t mla_plan_layer_bytes(const ls_model_config *c, int lora_r) {
-    size_t d = (size_t)c->d_model, H = (size_t)c->heads, rq = (size_t)c->q_rank, rkv = (size_t)c->kv_rank;
-    size_t dqk = (size_t)c->d_nope + (size_t)c->d_rope, dv = (size_t)c->d_v, dr = (size_t)c->d_rope;
-    size_t k = (size_t)c->index_topk, I = (size_t)c->ffn_dim, r = lora_r > 0 ? (size_t)lora_r : 0;
-    size_t HI = (size_t)c->index_heads, dI = (size_t)c->index_dim;
-    size_t n = ls_sat_add(ls_sat_mul(6, d), ls_sat_mul(3, rq));
-    n = ls_sat_add(n, ls_sat_add(ls_sat_mul3(2, H, dqk), ls_sat_mul(3, rkv + dr)));
-    n = ls_sat_add(n, ls_sat_add(ls_sat_mul(k, sizeof(int64_t) / sizeof(ls_real) + 1), ls_sat_mul(H, dv + 1)));
-    n = ls_sat_add(n, ls_sat_add(ls_sat_mul(3, I), ls_sat_mul(8, r)));
-    n = ls_sat_add(ls_sat_mul(2, n), ls_sat_add(ls_sat_mul(HI, dI + 1), ls_sat_mul(2, dI))); /* + the indexer's */
-    return ls_sat_mul(ls_sat_add(n, 8), sizeof(ls_real));
-}
-
-/* The routed-token buffers of one MoE chunk (moe_dispatch): the forward's
- * and the backward's, at the configured chunk (ls_mla_set_seg_opts); under
- * CP the rings' buffers (communication). */
-static void mla_plan_terms(const ls_model_config *c, const ls_family_plan_in *in, size_t plan[LS_MEM_COUNT]) {
-    ls_mla_seg_opts o = LS_K(ls_mla_get_seg_opts)();
-    size_t C = o.moe_chunk ? o.moe_chunk : 256;
-    plan[LS_MEM_DISPATCH] = ls_sat_add(plan[LS_MEM_DISPATCH], LS_K(ls_mla_dispatch_bytes)(c, C, in->expert_lora_r, 1));
-    if (in->world < 2) return;
-    /* context parallelism (mla_cp_attn.h): a ring's send and receive blocks of the shard's rows with their
-       gradient accumulators, and the shard queries' remote partial and selections */
-    size_t row = ls_sat_add(ls_sat_add((size_t)c->kv_rank, (size_t)c->d_rope), (size_t)c->index_dim);
-    size_t q = ls_sat_add(ls_sat_mul((size_t)c->index_topk, 2 * sizeof(int64_t) + sizeof(ls_real)),
-                          ls_sat_mul3((size_t)c->heads, (size_t)c->d_v + 1, sizeof(ls_real)));
-    size_t comm = ls_sat_add(ls_sat_mul3(4, in->cpP, ls_sat_mul(row, sizeof(ls_real))), ls_sat_mul(in->cpP, q));
-    plan[LS_MEM_COMM] = ls_sat_add(plan[LS_MEM_COMM], comm);
+/* The memory plan's terms (family.h): the state by part here, the layer's
+ * transients where they are allocated (mla_layer.c, ls_mla_plan_transients). */
+static void mla_plan(const ls_model_config *c, const ls_family_plan_in *in, ls_family_plan *out) {
+    memset(out, 0, sizeof *out);
+    size_t n = in->shard, L = (size_t)c->n_layers, pg = in->page_size ? in->page_size : 64;
+    size_t sets = in->index_sets && in->index_sets < L ? in->index_sets : L;
+    size_t lat = ls_sat_add((size_t)c->kv_rank, (size_t)c->d_rope), dI = (size_t)c->index_dim;
+    out->latent_layers = (int)L;
+    out->index_sets = (int)sets;
+    out->pages = (n + pg - 1) / pg;
+    out->latent = ls_sat_mul(ls_sat_mul3(L, n, lat), in->ssz);
+    out->index_keys = ls_sat_mul(ls_sat_mul3(sets, n, dI), in->ssz);
+    out->state_meta = ls_sat_add(ls_sat_mul(L, 64), ls_sat_mul3(L, out->pages, sizeof(ls_kv_page)));
+    out->state_grad = ls_sat_mul(ls_sat_mul3(L, n, lat), in->esz);
+    /* a chunk's transients peak in its last layer's attention, before that layer appends its rows */
+    size_t ch = in->chunk && in->chunk < n ? in->chunk : n;
+    out->capture_pending = ls_sat_mul(ls_sat_mul(ch, lat), in->ssz);
+    if (sets == L) out->capture_pending = ls_sat_add(out->capture_pending, ls_sat_mul3(ch, dI, in->ssz));
+    LS_K(ls_mla_plan_transients)(c, in, out);
 }
 
 const ls_family_ops LS_K(ls_family_mla) = {
@@ -207,6 +196,5 @@ const ls_family_ops LS_K(ls_family_mla) = {
     .cp_capture = LS_K(ls_mla_cp_capture),
     .cp_prompt_backward = LS_K(ls_mla_cp_prompt_bwd),
     .cp_shard_grads = LS_K(ls_mla_cp_shard_grads),
-    .plan_layer_bytes_per_token = mla_plan_layer_bytes,
-    .plan_terms = mla_plan_terms,
+    .plan = mla_plan,
 };

@@ -84,13 +84,46 @@ typedef struct {
     void *hook_user;
 } ls_seg_io;
 
-/* ---- the memory plan's family terms ---------------------------------------- */
+/* ---- the memory plan's family terms (trainer/plan/plan.h assembles them) ----
+ * A family states, in closed form from its config, what its code allocates:
+ * its prompt state by part, and the transients of one capture chunk, one
+ * member's scoring, decode and replay, and the full-mode prompt backward's
+ * window, per memory category, as its allocation sites request them (arena
+ * requests rounded to 64 bytes).  Element sizes are inputs (a device plan in
+ * bf16 uses the same formulas).  Saturating: SIZE_MAX when a term overflows. */
 typedef struct {
-    size_t cpP;      /* prompt positions this rank holds + 1 (the whole prompt P on one rank) */
-    int world;       /* context-parallel ranks */
-    int full;        /* `full` gradient mode */
+    size_t shard;      /* prompt positions this rank captures (P - 1 on one rank) */
+    size_t chunk;      /* capture and recompute chunk (<= shard) */
+    size_t R;          /* the longest response */
+    size_t G;          /* group size */
+    int world;         /* context-parallel ranks */
+    int full;          /* `full` gradient mode */
+    int lora_r;        /* adapter rank of the LoRA targets (0: full fine-tuning, no adapters) */
     int expert_lora_r; /* mla: the routed experts' adapter rank (0: none) */
+    size_t esz;        /* bytes of one compute element */
+    size_t ssz;        /* bytes of one prompt-state element */
+    size_t page_size;  /* KV page tokens */
+    size_t index_sets; /* mla: layers holding index keys (0: every layer) */
 } ls_family_plan_in;
+
+typedef enum {
+    LS_FPLAN_CAPTURE = 0, /* one capture: its chunk's layer transients (not the state, not checkpoints) */
+    LS_FPLAN_SCORE,       /* one member's scoring forward over its R tokens */
+    LS_FPLAN_ROLLOUT,     /* one member's decode of R tokens from a fork of the state */
+    LS_FPLAN_REPLAY,      /* one member's tape and backward */
+    LS_FPLAN_PROMPT_BWD,  /* full mode: the prompt backward's window and buffers (not dstate, not checkpoints) */
+    LS_FPLAN_COUNT
+} ls_family_plan_phase;
+
+typedef struct {
+    size_t attn_kv, recurrent, latent, index_keys; /* one prompt state of `shard` positions, by part (ssz) */
+    size_t state_meta;                             /* its page tables (scratch) */
+    int attn_layers, recurrent_layers, latent_layers, index_sets;
+    size_t pages;                                  /* pages per paged layer */
+    size_t state_grad;                             /* bytes of the state's gradient (esz; full mode) */
+    size_t capture_pending;                        /* state bytes not yet appended at the capture's peak */
+    size_t phase[LS_FPLAN_COUNT][LS_MEM_COUNT];    /* transients per phase and category */
+} ls_family_plan;
 
 struct ls_cp_s; /* cp.h */
 
@@ -134,10 +167,8 @@ typedef struct ls_family_ops {
        stashes the replicated gradients after the replay in BOTH gradient modes, calls this to add the
        shard-local part into the zeroed .g, and finalize sums it over ranks [grad_finalize]. */
     ls_status (*cp_shard_grads)(struct ls_cp_s *c, ls_params *p);
-    /* memory plan: bytes one layer's tape and backward transients take per token (saturating), and the
-       family's own terms (CP buffers; any category, e.g. a family's dispatch buffers) added into plan */
-    size_t (*plan_layer_bytes_per_token)(const ls_model_config *c, int lora_r);
-    void (*plan_terms)(const ls_model_config *c, const ls_family_plan_in *in, size_t plan[LS_MEM_COUNT]);
+    /* memory plan: the family's terms (above) */
+    void (*plan)(const ls_model_config *c, const ls_family_plan_in *in, ls_family_plan *out);
 } ls_family_ops;
 _Static_assert(offsetof(ls_family_ops, layout) == 0, "params.c reads a family's layout at the start of its table");
 

@@ -27,7 +27,7 @@ ls_status LS_K(ls_seg_check_io)(const ls_params *p, const ls_seg_io *io) {
  * n_layers zeroed layer tapes of ly_size bytes; NULL when out of memory. */
 static ls_seg_tape *tape_new(const ls_params *p, const ls_seg_io *io, size_t ly_size) {
     ls_arena a;
-    ls_arena_init(&a, io->tape_cat, 1u << 20);
+    ls_arena_init(&a, io->tape_cat, 0);
     ls_seg_tape *tp = ls_arena_alloc(&a, sizeof *tp);
     if (!tp) {
         ls_arena_free(&a);

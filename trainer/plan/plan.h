@@ -93,7 +93,12 @@ ls_status LS_K(ls_plan_compute)(const ls_plan_in *in, ls_plan *out, char *err, s
  * in->budget must be non-zero. */
 size_t LS_K(ls_plan_max_prompt)(const ls_plan_in *in, size_t P_max);
 
-const char *ls_plan_phase_name(ls_plan_phase ph); /* "capture", ...; static */
+/* "capture", "rollout", "score", "reference", "replay", "prompt_bwd"; "unknown" outside the range. */
+static inline const char *ls_plan_phase_name(ls_plan_phase ph) {
+    static const char *const names[LS_PLAN_PHASES] = {"capture", "rollout", "score", "reference", "replay",
+                                                      "prompt_bwd"};
+    return (unsigned)ph < LS_PLAN_PHASES ? names[ph] : "unknown";
+}
 
 /* ---- FLOPs (plan_flops.c) ------------------------------------------------------------
  * Floating-point operations (a multiply-add is 2) that the model's math

@@ -43,6 +43,7 @@ static cJSON *options_json(const ls_train_args *a) {
     ls_json_add_u64(j, "response_len", a->rollouts ? 0 : (uint64_t)o->R);
     cJSON_AddNumberToObject(j, "top_p", o->top_p);
     cJSON_AddStringToObject(j, "lora_init", a->obj.lora_init_random ? "random" : "zero");
+    cJSON_AddStringToObject(j, "keep_reference", a->keep_reference == 1 ? "on" : a->keep_reference == 2 ? "off" : "auto");
     ls_json_add_u64(j, "page_size", o->page_size);
     ls_json_add_u64(j, "capture_chunk", o->capture_chunk);
     ls_json_add_u64(j, "save_every", (uint64_t)a->save_every);

@@ -107,6 +107,9 @@ static const opt OPTS[] = {
      "reference policy (no reference capture, no KL)",
      "0.2, 0.04", 0, obj.epsilon), .lo = 0, .hi = 1, .bad = "is not in [0, 1]"},
     {.rec = "config.beta", ROW(OPT_REAL, "--beta", "X", NULL, NULL, 0, obj.beta), .lo = 0, .hi = 100, .bad = "is not in [0, 100]"},
+    {.rec = "config.options.keep_reference", ROW(OPT_CHOICE, "--keep-reference", "auto|on|off",
+     "beta > 0 with a rollout: the reference's prompt state beside the policy's (on: two captures), or one state at a "
+     "time (off: three captures); auto: on when the plan of two fits the budget", "auto", 0, keep_reference)},
     {.rec = "config.options.page_size", ROW(OPT_SIZE, "--page-size", "N", "KV page length in tokens", "64", 0, step.page_size), .min = 1,
      .max = 1 << 20, .bad = "is not an integer in [1, 2^20]"},
     {.rec = "config.options.capture_chunk", ROW(OPT_SIZE, "--capture-chunk", "N", "prompt tokens per capture segment; 0 = all at once", "2048", 0,

@@ -26,6 +26,7 @@ typedef struct {
     int sft_steps;          /* the first N steps use the sft objective (a warm start) */
     int have_steps, have_seed;
     size_t memory_budget;   /* bytes; 0 = 90% of MemAvailable */
+    int keep_reference;     /* --keep-reference: 0 auto (the plan decides), 1 on, 2 off */
     int quiet;
     int help;
     /* --fault kill-rank=R@POINT: fault_kill_rank = R + 1 (0: none), the phase

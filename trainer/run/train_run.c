@@ -37,6 +37,7 @@ typedef struct {
     ls_run_obs ob;
     ls_run_peaks sp;
     ls_step_prefix pf;
+    ls_plan plan;           /* the current step shape's plan (run_plan.h): its budget check and reference decision */
     ls_step_result res;
     ls_run_metrics_sink ms;
     int64_t step0;          /* the first step's global index (a resumed run's checkpoint step) */
@@ -102,9 +103,9 @@ static int fail_trace(run *r, int rc) {
 /* Parameters: checked against the plan, initialised, then --load or --resume. */
 static int open_params(run *r) {
     const ls_train_args *a = r->a;
-    ls_run_shape sh = {.P = r->in.P, .Rmax = r->in.Rmax, .G = r->in.G, .with_params = 1, .where = r->in.where};
+    ls_run_shape sh = {.P = r->in.P, .Rmax = r->in.Rmax, .G = r->in.G, .where = r->in.where};
     size_t budget = LS_K(ls_run_budget)(a);
-    ls_status st = LS_K(ls_run_plan_check)(a, &sh, budget);
+    ls_status st = LS_K(ls_run_plan_check)(a, &sh, budget, &r->plan);
     if (st != LS_OK) return 2;
     ls_mem_set_budget(budget);
     st = LS_K(ls_params_init)(&r->p, &a->cfg, &a->obj, a->step.seed, r->err, sizeof r->err);
@@ -325,7 +326,7 @@ static int one_step(run *r, int64_t s, int first) {
     ls_status st;
     if (r->in.shape_changed) { /* a rollouts line of another size: its plan before its step */
         ls_run_shape sh = {.P = r->in.P, .Rmax = r->in.Rmax, .G = r->in.G, .where = r->in.where};
-        if ((st = LS_K(ls_run_plan_check)(a, &sh, LS_K(ls_run_budget)(a))) != LS_OK) {
+        if ((st = LS_K(ls_run_plan_check)(a, &sh, LS_K(ls_run_budget)(a), &r->plan)) != LS_OK) {
             snprintf(r->err, sizeof r->err, "%s: the step's memory plan is above the budget", r->in.where);
             ls_trace_emit_error(w, st, r->err);
             return fail(r, 2, st, "", r->err);
@@ -334,6 +335,7 @@ static int one_step(run *r, int64_t s, int first) {
     ls_step_options so = a->step;
     so.seed = r->seed + 1000003ull * (uint64_t)s;
     so.cp_group = r->world > 1 ? ls_comm_cp(r->comm) : NULL;
+    so.keep_reference = r->plan.keep_reference; /* the plan's decision (or the option it was given) */
     if (s - r->step0 < a->sft_steps) so.objective = LS_OBJECTIVE_SFT;
     if (r->steps_begun > 0) ls_run_peaks_fold(&r->sp, s - 1 - r->step0); /* run-local: the receipt's index */
     ls_mem_reset_peaks(); /* the window peaks are this step's from here */
@@ -412,6 +414,16 @@ static cJSON *rank_state_json(const run *r) {
     ls_json_add_u64(c, "calls", calls);
     ls_json_add_u64(c, "bytes_sent", ls_comm_bytes_sent(r->comm));
     cJSON_AddItemToObject(o, "communication", c);
+    /* the plan of the last step's shape (run_plan.h) beside what the tracker measured (memory.per_step) */
+    cJSON *pl = cJSON_AddObjectToObject(o, "memory_plan");
+    if (pl) {
+        ls_json_add_u64(pl, "peak_bytes", r->plan.peak_total);
+        cJSON_AddStringToObject(pl, "peak_phase", ls_plan_phase_name(r->plan.peak_phase));
+        ls_json_add_u64(pl, "budget_bytes", LS_K(ls_run_budget)(r->a));
+        cJSON_AddStringToObject(pl, "reference", !res->used_reference ? "none"
+                                                 : res->reference_kept ? "kept" : "recaptured");
+        ls_json_add_u64(pl, "captures", (uint64_t)res->captures);
+    }
     return o;
 }
 

@@ -45,6 +45,9 @@ typedef struct {
     int fault_untracked_alloc; /* fault injection: a prompt-sized buffer outside the tracker */
     ls_comm_group *cp_group;   /* context parallelism over this group (NULL or size 1: one rank) */
     ls_cp_faults cp_faults;    /* CP fault injection (cp.h) */
+    int keep_reference;        /* beta > 0 with a rollout: 1 the reference's state is captured beside the policy's
+                                  (two captures); else the policy's is freed and captured again after it (three:
+                                  half the prompt-state peak).  -1 (default): the run decides by its plan */
 } ls_step_options;
 
 typedef struct {
@@ -67,6 +70,7 @@ typedef struct {
     int64_t tokens;                /* response tokens trained */
     int captures;                  /* prompt captures this step ran (policy and reference) */
     int used_reference;            /* the reference policy was captured and scored */
+    int reference_kept;            /* its state was captured beside the policy's (keep_reference) */
     int prefix_frozen;             /* the step reused a prompt state captured before an update */
     /* context parallelism (cp_world > 1): this rank's shard of the captured prompt and whether every
        rank's finalized gradients were bitwise equal (the digest check) */

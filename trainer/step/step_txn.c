@@ -367,7 +367,7 @@ static ls_status phase_capture_rollout(txn *x, ls_step_prefix *pf, const char **
     if (x->use_ref && !x->need_rollout && !x->naive && !pf && (st = score_reference(x, NULL, NULL)) != LS_OK)
         return st;
     *what = "capture";
-    int recapture = x->use_ref && x->need_rollout && !x->naive && !pf;
+    int recapture = x->use_ref && x->need_rollout && !x->naive && !pf && x->o->keep_reference != 1;
     if (pf && pf->have_ps) { /* stale: captured before an update */
         x->ps = &pf->ps;
         x->res->prefix_frozen = 1;
@@ -413,6 +413,9 @@ static ls_status phase_score(txn *x, ls_step_prefix *pf) {
     if (st == LS_OK && x->use_ref && x->need_rollout && !x->naive) {
         if (pf) {
             st = score_reference(x, &pf->rps, &pf->have_rps);
+        } else if (x->o->keep_reference == 1) { /* the reference's state beside the policy's */
+            st = score_reference(x, NULL, NULL);
+            x->res->reference_kept = st == LS_OK;
         } else { /* one prompt state at a time: policy off, reference, policy again */
             release_policy(x);
             st = score_reference(x, NULL, NULL);

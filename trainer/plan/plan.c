@@ -1,0 +1,236 @@
+/* plan.c - the step plan: the family's terms (family.h) assembled phase by
+ * phase as the transaction (trainer/step/step_txn.c) runs them. */
+#include "trainer/plan/plan.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "common/checked.h"
+#include "trainer/families/families.h"
+
+void LS_K(ls_plan_in_defaults)(ls_plan_in *in, const ls_model_config *cfg) {
+    memset(in, 0, sizeof *in);
+    in->cfg = cfg;
+    ls_objective_defaults(&in->obj);
+    in->strategy = LS_STRATEGY_LONGSTRAW;
+    in->P = in->R = in->G = 1;
+    in->world = 1;
+    in->page_size = 64;
+    in->capture_chunk = 2048;
+    in->compute_bytes = in->state_bytes = sizeof(ls_real);
+    in->rollout = 1;
+    in->keep_reference = -1;
+}
+
+static void add_cats(size_t *dst, const size_t *src) {
+    for (int k = 0; k < LS_MEM_COUNT; k++) dst[k] = ls_sat_add(dst[k], src[k]);
+}
+
+static size_t total_of(const size_t *b) {
+    size_t t = 0;
+    for (int k = 0; k < LS_MEM_COUNT; k++) t = ls_sat_add(t, b[k]);
+    return t;
+}
+
+/* The parameter blocks (params.c) with element size esz: weights (and the
+ * frozen reference copy), adapters, gradients and two AdamW moments of the
+ * trainable scalars, and the parameter tables. */
+static ls_status fixed_bytes(const ls_plan_in *in, size_t fixed[LS_MEM_COUNT], char *err, size_t err_len) {
+    ls_param_counts pc;
+    ls_status st = ls_config_param_counts(in->cfg, &in->obj, &pc, err, err_len);
+    if (st != LS_OK) return st;
+    size_t tbl[LS_MEM_COUNT];
+    if ((st = LS_K(ls_params_plan)(in->cfg, &in->obj, tbl, err, err_len)) != LS_OK) return st;
+    size_t es = in->compute_bytes;
+    size_t tables = tbl[LS_MEM_WEIGHTS] - (pc.base + pc.reference) * sizeof(ls_real);
+    fixed[LS_MEM_WEIGHTS] = ls_sat_add(ls_sat_mul(ls_sat_add(pc.base, pc.reference), es), tables);
+    fixed[LS_MEM_ADAPTERS] = ls_sat_mul(pc.adapters, es);
+    fixed[LS_MEM_GRADS] = ls_sat_mul(pc.trainable, es);
+    fixed[LS_MEM_OPTIMIZER] = ls_sat_mul3(2, pc.trainable, es);
+    return LS_OK;
+}
+
+ls_status LS_K(ls_plan_compute)(const ls_plan_in *in, ls_plan *out, char *err, size_t err_len) {
+    memset(out, 0, sizeof *out);
+    const ls_model_config *c = in->cfg;
+#define BAD(...) (snprintf(err, err_len, __VA_ARGS__), LS_ERR_ARG)
+    if (!c) return BAD("no model config");
+    if (in->P < 2) return BAD("prompt length %zu: at least 2 tokens (one position to capture, the last to start the response)", in->P);
+    if (in->R < 1) return BAD("response length 0: at least 1");
+    if (in->G < 1) return BAD("group size 0: at least 1");
+    if (in->world < 1 || (size_t)in->world > in->P - 1)
+        return BAD("context-parallel size %d: between 1 and the prompt's %zu positions", in->world, in->P - 1);
+    for (int i = 0; i < 2; i++) {
+        size_t b = i ? in->state_bytes : in->compute_bytes;
+        if (b != 2 && b != 4 && b != 8) return BAD("%s element size %zu: 2, 4 or 8 bytes", i ? "state" : "compute", b);
+    }
+#undef BAD
+    const ls_family_ops *fam = LS_K(ls_family_ops_of)(c->family, err, err_len);
+    if (!fam) return LS_ERR_UNSUPPORTED;
+    ls_status st = fixed_bytes(in, out->fixed, err, err_len);
+    if (st != LS_OK) return st;
+    int world = in->world, full = in->obj.grad_mode == LS_GRAD_FULL;
+    int naive = in->strategy == LS_STRATEGY_NAIVE;
+    size_t n = world > 1 ? (in->P - 1 + (size_t)world - 1) / (size_t)world : in->P - 1; /* cp.h: ceil((P-1)/N) */
+    size_t chunk = in->capture_chunk && in->capture_chunk < n ? in->capture_chunk : n;
+    out->shard = n;
+    ls_family_plan_in fin = {.shard = n, .chunk = chunk, .R = in->R, .G = in->G, .world = world,
+                             .full = full && !naive,
+                             .lora_r = in->obj.train_mode == LS_TRAIN_LORA ? in->obj.lora_r : 0,
+                             .expert_lora_r = in->obj.train_mode == LS_TRAIN_LORA && in->obj.lora_experts ? in->obj.lora_r : 0,
+                             .esz = in->compute_bytes, .ssz = in->state_bytes, .page_size = in->page_size,
+                             .index_sets = in->index_sets};
+    ls_family_plan fp;
+    fam->plan(c, &fin, &fp);
+    out->state = (ls_plan_state){.attn_kv = fp.attn_kv, .recurrent = fp.recurrent, .latent = fp.latent,
+                                 .index_keys = fp.index_keys, .attn_layers = fp.attn_layers,
+                                 .recurrent_layers = fp.recurrent_layers, .latent_layers = fp.latent_layers,
+                                 .index_sets = fp.index_sets, .pages = fp.pages};
+    size_t S = ls_sat_add(ls_sat_add(fp.attn_kv, fp.recurrent), ls_sat_add(fp.latent, fp.index_keys));
+    out->state.total = S;
+    size_t ckpt = full && !naive ? ls_sat_mul3((size_t)c->n_layers, n, ls_sat_mul((size_t)c->d_model, in->compute_bytes)) : 0;
+    /* the score buffers the batch holds for the step: responses, old and reference log-probs */
+    size_t batch = ls_sat_mul3(in->G, in->R, 2 * sizeof(double) + sizeof(int32_t));
+    int use_ref = in->obj.beta > 0;
+    int two_states = in->prefix_frozen && use_ref;
+    int keep = 0;
+    if (use_ref && in->rollout && !in->prefix_frozen && !naive) {
+        keep = in->keep_reference;
+        if (keep < 0) keep = 1; /* decided below against the budget */
+    }
+    size_t (*ph)[LS_MEM_COUNT] = out->phase;
+    for (int pass = 0; pass < 2; pass++) {
+        memset(out->phase, 0, sizeof out->phase);
+        memset(out->phase_runs, 0, sizeof out->phase_runs);
+        out->captures = 0;
+        size_t live_state = two_states ? ls_sat_mul(2, S) : S;
+        /* capture: the policy's (checkpoints when it is the one replayed: not when the reference is
+           captured after it and the policy again after that) */
+        int recap = use_ref && in->rollout && !in->prefix_frozen && !naive && !keep;
+        size_t ck_first = recap ? 0 : ckpt;
+        if (!naive || in->rollout) {
+            out->phase_runs[LS_PLAN_CAPTURE] = 1;
+            out->captures++;
+            ph[LS_PLAN_CAPTURE][LS_MEM_PROMPT_STATE] = live_state - (fp.capture_pending < S ? fp.capture_pending : S);
+            ph[LS_PLAN_CAPTURE][LS_MEM_CHECKPOINT] = ck_first;
+            add_cats(ph[LS_PLAN_CAPTURE], fp.phase[LS_FPLAN_CAPTURE]);
+            ph[LS_PLAN_CAPTURE][LS_MEM_SCORE] = ls_sat_add(ph[LS_PLAN_CAPTURE][LS_MEM_SCORE], batch);
+        }
+        if (in->rollout) {
+            out->phase_runs[LS_PLAN_ROLLOUT] = 1;
+            ph[LS_PLAN_ROLLOUT][LS_MEM_PROMPT_STATE] = live_state;
+            ph[LS_PLAN_ROLLOUT][LS_MEM_CHECKPOINT] = ck_first;
+            add_cats(ph[LS_PLAN_ROLLOUT], fp.phase[LS_FPLAN_ROLLOUT]);
+            ph[LS_PLAN_ROLLOUT][LS_MEM_SCORE] = ls_sat_add(ph[LS_PLAN_ROLLOUT][LS_MEM_SCORE], batch);
+        }
+        if (!naive) {
+            out->phase_runs[LS_PLAN_SCORE] = 1;
+            ph[LS_PLAN_SCORE][LS_MEM_PROMPT_STATE] = live_state;
+            ph[LS_PLAN_SCORE][LS_MEM_CHECKPOINT] = ck_first;
+            add_cats(ph[LS_PLAN_SCORE], fp.phase[LS_FPLAN_SCORE]);
+            ph[LS_PLAN_SCORE][LS_MEM_SCORE] = ls_sat_add(ph[LS_PLAN_SCORE][LS_MEM_SCORE], batch);
+        }
+        if (use_ref && !naive) {
+            /* kept: the reference is captured beside the policy's state; else (before the policy when the
+               responses are known, or between the policy's two captures) alone */
+            out->phase_runs[LS_PLAN_REFERENCE] = 1;
+            if (!(in->prefix_frozen)) out->captures++;
+            size_t *r = ph[LS_PLAN_REFERENCE];
+            size_t pend = fp.capture_pending < S ? fp.capture_pending : S;
+            size_t a[LS_MEM_COUNT] = {0}, b[LS_MEM_COUNT] = {0}; /* its capture's instant, its scoring's */
+            add_cats(a, fp.phase[LS_FPLAN_CAPTURE]);
+            add_cats(b, fp.phase[LS_FPLAN_SCORE]);
+            size_t base = two_states ? ls_sat_mul(2, S) : S, beside = keep ? S : 0;
+            a[LS_MEM_PROMPT_STATE] = ls_sat_add(base - pend, beside);
+            b[LS_MEM_PROMPT_STATE] = ls_sat_add(base, beside);
+            for (int i = 0; i < 2; i++) {
+                size_t *x = i ? b : a;
+                x[LS_MEM_CHECKPOINT] = ls_sat_add(x[LS_MEM_CHECKPOINT], keep ? ck_first : 0);
+                x[LS_MEM_SCORE] = ls_sat_add(x[LS_MEM_SCORE], batch);
+            }
+            memcpy(r, total_of(a) >= total_of(b) ? a : b, sizeof a);
+            if (recap) out->captures++; /* the policy again, with its checkpoints */
+        }
+        /* replay: the state, its gradient (full), checkpoints, one member's branch */
+        out->phase_runs[LS_PLAN_REPLAY] = 1;
+        size_t *rp = ph[LS_PLAN_REPLAY];
+        if (naive) {
+            size_t T = ls_sat_add(in->P, in->R);
+            ls_family_plan_in nin = fin;
+            nin.R = T;
+            nin.full = 0;
+            ls_family_plan np;
+            fam->plan(c, &nin, &np);
+            add_cats(rp, np.phase[LS_FPLAN_REPLAY]);
+        } else {
+            rp[LS_MEM_PROMPT_STATE] = live_state;
+            rp[LS_MEM_CHECKPOINT] = ckpt;
+            if (full) rp[LS_MEM_PROMPT_GRAD] = fp.state_grad;
+            add_cats(rp, fp.phase[LS_FPLAN_REPLAY]);
+        }
+        rp[LS_MEM_SCORE] = ls_sat_add(rp[LS_MEM_SCORE], batch);
+        if (full && !naive) {
+            out->phase_runs[LS_PLAN_PROMPT_BWD] = 1;
+            size_t *pb = ph[LS_PLAN_PROMPT_BWD];
+            pb[LS_MEM_PROMPT_STATE] = live_state;
+            pb[LS_MEM_CHECKPOINT] = ckpt;
+            pb[LS_MEM_PROMPT_GRAD] = fp.state_grad;
+            add_cats(pb, fp.phase[LS_FPLAN_PROMPT_BWD]);
+            pb[LS_MEM_SCORE] = ls_sat_add(pb[LS_MEM_SCORE], batch);
+            if (world > 1) pb[LS_MEM_GRADS] = ls_sat_add(pb[LS_MEM_GRADS], out->fixed[LS_MEM_GRADS]); /* the stash */
+        }
+        out->peak_total = 0;
+        for (int p = 0; p < LS_PLAN_PHASES; p++) {
+            if (!out->phase_runs[p]) continue;
+            out->phase_total[p] = ls_sat_add(total_of(out->fixed), total_of(ph[p]));
+            if (out->phase_total[p] > out->peak_total) {
+                out->peak_total = out->phase_total[p];
+                out->peak_phase = (ls_plan_phase)p;
+            }
+        }
+        /* keep the reference state live only when two states fit the budget */
+        if (pass == 0 && keep && in->keep_reference < 0 && in->budget && out->peak_total > in->budget) {
+            keep = 0;
+            continue;
+        }
+        break;
+    }
+    out->keep_reference = keep;
+    for (int k = 0; k < LS_MEM_COUNT; k++) out->peak[k] = ls_sat_add(out->fixed[k], ph[out->peak_phase][k]);
+    /* FLOPs per phase (plan_flops.c) */
+    int r = fin.lora_r;
+    double cap = LS_K(ls_plan_forward_flops)(c, r, n, world > 1 ? 0 : 0);
+    if (world > 1) cap = LS_K(ls_plan_forward_flops)(c, r, in->P - 1, 0) / world;
+    double member = LS_K(ls_plan_forward_flops)(c, r, in->R, in->P - 1);
+    double G = (double)in->G;
+    if (out->phase_runs[LS_PLAN_CAPTURE]) out->flops[LS_PLAN_CAPTURE] = cap * (1 + (out->captures > 2));
+    if (out->phase_runs[LS_PLAN_ROLLOUT]) out->flops[LS_PLAN_ROLLOUT] = G * member;
+    if (out->phase_runs[LS_PLAN_SCORE]) out->flops[LS_PLAN_SCORE] = G * member;
+    if (out->phase_runs[LS_PLAN_REFERENCE]) out->flops[LS_PLAN_REFERENCE] = (in->prefix_frozen ? 0 : cap) + G * member;
+    out->flops[LS_PLAN_REPLAY] =
+        G * (member + LS_K(ls_plan_backward_flops)(c, r, in->R, in->P - 1, 1));
+    if (out->phase_runs[LS_PLAN_PROMPT_BWD]) {
+        double pb = LS_K(ls_plan_backward_flops)(c, r, in->P - 1, 0, 1) + LS_K(ls_plan_forward_flops)(c, r, in->P - 1, 0);
+        out->flops[LS_PLAN_PROMPT_BWD] = world > 1 ? pb / world : pb;
+    }
+    return LS_OK;
+}
+
+size_t LS_K(ls_plan_max_prompt)(const ls_plan_in *in, size_t P_max) {
+    ls_plan_in t = *in;
+    ls_plan pl;
+    char err[256];
+    size_t lo = 1, hi = P_max; /* lo fits (or is the floor), hi: the bound */
+    t.P = 2;
+    if (!in->budget || LS_K(ls_plan_compute)(&t, &pl, err, sizeof err) != LS_OK || pl.peak_total > in->budget) return 0;
+    lo = 2;
+    t.P = hi;
+    if (LS_K(ls_plan_compute)(&t, &pl, err, sizeof err) == LS_OK && pl.peak_total <= in->budget) return hi;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        t.P = mid;
+        if (LS_K(ls_plan_compute)(&t, &pl, err, sizeof err) == LS_OK && pl.peak_total <= in->budget) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
