@@ -218,7 +218,7 @@ static void print_text(const cli *a, const ls_plan_in *in, const ls_plan *p, con
     printf("  total                         %20zu bytes  %10.4f GiB\n", s->total, gib(s->total));
     printf("\nmemory per rank (GiB)  %-10s", "fixed");
     for (int ph = 0; ph < LS_PLAN_PHASES; ++ph)
-        printf(" %10.10s", ph == LS_PLAN_PROMPT_BWD ? "prompt_bwd" : ls_plan_phase_name((ls_plan_phase)ph));
+        printf(" %10.10s", ls_plan_phase_name((ls_plan_phase)ph));
     printf("\n");
     for (int k = 0; k < LS_MEM_COUNT; ++k) {
         printf("  %-21s %10.4f", ls_mem_cat_name((ls_mem_cat)k), gib(p->fixed[k]));
@@ -323,6 +323,30 @@ static cJSON *to_json(const cli *a, const ls_plan_in *in, const ls_plan *p, cons
     return d;
 }
 
+/* The longest prompt that fits in->budget.  ls_plan_max_prompt bisects
+ * from P = 2, which CP-N refuses below P = N + 1 (N positions to shard), so
+ * it answers 0 for any CP > 1; until it starts at N + 1, the bisection over
+ * [N + 1, 2^40] is done here with the same ls_plan_compute. */
+static size_t max_prompt(const ls_plan_in *in) {
+    size_t got = LS_K(ls_plan_max_prompt)(in, (size_t)1 << 40);
+    if (got || in->world <= 1) return got;
+    ls_plan_in t = *in;
+    ls_plan pl;
+    char err[256];
+    size_t lo = (size_t)in->world + 1, hi = (size_t)1 << 40;
+    t.P = lo;
+    if (LS_K(ls_plan_compute)(&t, &pl, err, sizeof err) != LS_OK || pl.peak_total > in->budget) return 0;
+    t.P = hi;
+    if (LS_K(ls_plan_compute)(&t, &pl, err, sizeof err) == LS_OK && pl.peak_total <= in->budget) return hi;
+    while (hi - lo > 1) { /* lo fits, hi does not */
+        size_t mid = lo + (hi - lo) / 2;
+        t.P = mid;
+        if (LS_K(ls_plan_compute)(&t, &pl, err, sizeof err) == LS_OK && pl.peak_total <= in->budget) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
 int main(int argc, char **argv) {
     setlocale(LC_ALL, "C");
     cli a;
@@ -372,7 +396,7 @@ int main(int argc, char **argv) {
     ls_status st = LS_K(ls_plan_compute)(&in, &p, err, sizeof err);
     if (st != LS_OK) BAD("%s", err);
     int fits = a.budget ? p.peak_total <= a.budget : 1;
-    size_t maxp = a.max_prompt ? LS_K(ls_plan_max_prompt)(&in, (size_t)1 << 40) : 0;
+    size_t maxp = a.max_prompt ? max_prompt(&in) : 0;
     cJSON *doc = NULL;
     if (a.json || a.json_out) {
         doc = to_json(&a, &in, &p, a.hf_config ? &hf : NULL, fits, maxp);
