@@ -1,0 +1,423 @@
+/* plan_main.c - longstraw-plan: the memory and compute plan of one GRPO step
+ * per rank (trainer/plan/plan.h) for a LongStraw config or a Hugging Face
+ * config.json, any dtype and device budget (docs/plan.md).
+ *
+ * Exit status: 0 the plan was printed (and fits --device-memory when one is
+ * given), 1 it does not fit --device-memory (the plan is still printed, with
+ * fits false), 2 a bad argument or input file (the message names it).
+ * Built with the float64 names; nothing here depends on the build's real type. */
+#include <errno.h>
+#include <inttypes.h>
+#include <locale.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "receipts/json_util.h"
+#include "trainer/model/config.h"
+#include "trainer/plan/plan.h"
+#include "trainer/plan/plan_hf.h"
+
+typedef struct {
+    const char *config, *hf_config, *json_out;
+    int moe_as_dense, json, max_prompt, help;
+    long index_sets; /* -1: from the config */
+    const char *dtype, *state_dtype;
+    size_t budget;
+} cli;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: longstraw-plan (--config FILE | --hf-config FILE) --prompt-len P [options]\n"
+            "The memory and compute plan of one GRPO step per rank (docs/plan.md).\n"
+            "  --config FILE          a LongStraw model config (docs/model.md section 6)\n"
+            "  --hf-config FILE       a Hugging Face config.json (Qwen3.5/Qwen3-Next, DeepSeek-V3.2/GLM-5)\n"
+            "  --moe-as-dense         plan a hybrid MoE FFN as a dense FFN of the active width (marked)\n"
+            "  --prompt-len P         prompt tokens (>= 2)\n"
+            "  --response-len R       longest response in tokens (default 1)\n"
+            "  --group G              responses per prompt (default 1)\n"
+            "  --cp N                 context-parallel ranks (default 1)\n"
+            "  --grad-mode M          detached (default) or full\n"
+            "  --train-mode M         lora (default) or full\n"
+            "  --lora-r N             adapter rank (default 4)\n"
+            "  --beta X               KL weight (default 0.04; 0: no reference policy)\n"
+            "  --rollout, --no-rollout  the step generates its responses (default) or they are supplied\n"
+            "  --page-size N          KV page tokens (default: the trainer's)\n"
+            "  --capture-chunk N      capture chunk tokens (default: the trainer's)\n"
+            "  --dtype D              compute dtype f32 (default), f64, bf16 or f16\n"
+            "  --state-dtype D        prompt-state dtype (default: --dtype)\n"
+            "  --device-memory B      bytes per rank: 1073741824, 48GiB, 96GB, 512MiB\n"
+            "  --index-sets N         mla: layers holding their own index keys (default: from the config)\n"
+            "  --max-prompt           also the longest prompt that fits --device-memory\n"
+            "  --json                 print the plan as JSON (schemas/plan.schema.json)\n"
+            "  --json-out FILE        also write that JSON to FILE (atomically)\n"
+            "Exit status: 0 printed (and fits --device-memory when given); 1 does not fit\n"
+            "--device-memory (the plan is printed with fits false); 2 bad argument or input.\n");
+}
+
+/* "123", "48GiB", "96GB", "512MiB", "2TiB", "1.5GiB". */
+static int parse_bytes(const char *s, size_t *out) {
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !isfinite(v) || v <= 0) return -1;
+    static const struct { const char *suf; double mul; } U[] = {
+        {"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+        {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}};
+    for (size_t i = 0; i < sizeof U / sizeof *U; ++i)
+        if (strcmp(end, U[i].suf) == 0) {
+            double b = v * U[i].mul;
+            if (b != floor(b) || b >= 18446744073709551615.0) return -1;
+            *out = (size_t)b;
+            return 0;
+        }
+    return -1;
+}
+
+static int parse_size(const char *s, size_t lo, size_t hi, size_t *out) {
+    char *end = NULL;
+    errno = 0;
+    if (!s || *s == '-' || *s == '\0') return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v < lo || v > hi) return -1;
+    *out = (size_t)v;
+    return 0;
+}
+
+static int dtype_bytes(const char *s) {
+    if (strcmp(s, "f32") == 0) return 4;
+    if (strcmp(s, "f64") == 0) return 8;
+    if (strcmp(s, "bf16") == 0 || strcmp(s, "f16") == 0) return 2;
+    return 0;
+}
+
+#define BAD(...)                                            \
+    do {                                                    \
+        fprintf(stderr, "longstraw-plan: " __VA_ARGS__);    \
+        fputc('\n', stderr);                                \
+        return 2;                                           \
+    } while (0)
+
+/* Parses argv into *a and the plan input *in (whose cfg the caller sets
+ * later); 0 or 2 (message printed). */
+static int parse(int argc, char **argv, cli *a, ls_plan_in *in) {
+    memset(a, 0, sizeof *a);
+    a->index_sets = -1;
+    a->dtype = "f32";
+    int have_p = 0;
+    for (int i = 1; i < argc; ++i) {
+        const char *o = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEED() do { if (!v) BAD("%s: needs a value", o); ++i; } while (0)
+        if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) a->help = 1;
+        else if (strcmp(o, "--config") == 0) { NEED(); a->config = v; }
+        else if (strcmp(o, "--hf-config") == 0) { NEED(); a->hf_config = v; }
+        else if (strcmp(o, "--json-out") == 0) { NEED(); a->json_out = v; }
+        else if (strcmp(o, "--moe-as-dense") == 0) a->moe_as_dense = 1;
+        else if (strcmp(o, "--json") == 0) a->json = 1;
+        else if (strcmp(o, "--max-prompt") == 0) a->max_prompt = 1;
+        else if (strcmp(o, "--rollout") == 0) in->rollout = 1;
+        else if (strcmp(o, "--no-rollout") == 0) in->rollout = 0;
+        else if (strcmp(o, "--prompt-len") == 0) {
+            NEED();
+            if (parse_size(v, 2, (size_t)1 << 40, &in->P)) BAD("--prompt-len: '%s' is not an integer in [2, 2^40]", v);
+            have_p = 1;
+        } else if (strcmp(o, "--response-len") == 0) {
+            NEED();
+            if (parse_size(v, 1, (size_t)1 << 32, &in->R)) BAD("--response-len: '%s' is not an integer in [1, 2^32]", v);
+        } else if (strcmp(o, "--group") == 0) {
+            NEED();
+            if (parse_size(v, 1, 1 << 20, &in->G)) BAD("--group: '%s' is not an integer in [1, 2^20]", v);
+        } else if (strcmp(o, "--cp") == 0) {
+            NEED();
+            size_t w;
+            if (parse_size(v, 1, 1 << 20, &w)) BAD("--cp: '%s' is not an integer in [1, 2^20]", v);
+            in->world = (int)w;
+        } else if (strcmp(o, "--grad-mode") == 0) {
+            NEED();
+            if (strcmp(v, "full") == 0) in->obj.grad_mode = LS_GRAD_FULL;
+            else if (strcmp(v, "detached") == 0) in->obj.grad_mode = LS_GRAD_DETACHED;
+            else BAD("--grad-mode: '%s' is neither full nor detached", v);
+        } else if (strcmp(o, "--train-mode") == 0) {
+            NEED();
+            if (strcmp(v, "lora") == 0) in->obj.train_mode = LS_TRAIN_LORA;
+            else if (strcmp(v, "full") == 0) in->obj.train_mode = LS_TRAIN_FULL;
+            else BAD("--train-mode: '%s' is neither lora nor full", v);
+        } else if (strcmp(o, "--lora-r") == 0) {
+            NEED();
+            size_t r;
+            if (parse_size(v, 1, 1024, &r)) BAD("--lora-r: '%s' is not an integer in [1, 1024]", v);
+            in->obj.lora_r = (int)r;
+        } else if (strcmp(o, "--beta") == 0) {
+            NEED();
+            char *end = NULL;
+            double b = strtod(v, &end);
+            if (end == v || *end || !isfinite(b) || b < 0 || b > 1e6) BAD("--beta: '%s' is not a number in [0, 1e6]", v);
+            in->obj.beta = b;
+        } else if (strcmp(o, "--page-size") == 0) {
+            NEED();
+            if (parse_size(v, 1, 1 << 24, &in->page_size)) BAD("--page-size: '%s' is not an integer in [1, 2^24]", v);
+        } else if (strcmp(o, "--capture-chunk") == 0) {
+            NEED();
+            if (parse_size(v, 1, (size_t)1 << 32, &in->capture_chunk))
+                BAD("--capture-chunk: '%s' is not an integer in [1, 2^32]", v);
+        } else if (strcmp(o, "--dtype") == 0) {
+            NEED();
+            if (!dtype_bytes(v)) BAD("--dtype: '%s' is not f32, f64, bf16 or f16", v);
+            a->dtype = v;
+        } else if (strcmp(o, "--state-dtype") == 0) {
+            NEED();
+            if (!dtype_bytes(v)) BAD("--state-dtype: '%s' is not f32, f64, bf16 or f16", v);
+            a->state_dtype = v;
+        } else if (strcmp(o, "--device-memory") == 0) {
+            NEED();
+            if (parse_bytes(v, &a->budget)) BAD("--device-memory: '%s' is not a byte count (e.g. 96GB, 48GiB, 1073741824)", v);
+        } else if (strcmp(o, "--index-sets") == 0) {
+            NEED();
+            size_t n;
+            if (parse_size(v, 1, 1 << 20, &n)) BAD("--index-sets: '%s' is not an integer in [1, 2^20]", v);
+            a->index_sets = (long)n;
+        } else BAD("%s: unknown argument (see --help)", o);
+#undef NEED
+    }
+    if (a->help) return 0;
+    if (!!a->config == !!a->hf_config) BAD("give exactly one of --config FILE and --hf-config FILE");
+    if (!have_p) BAD("--prompt-len: missing");
+    if (a->moe_as_dense && !a->hf_config) BAD("--moe-as-dense: only with --hf-config");
+    if (a->max_prompt && !a->budget) BAD("--max-prompt: needs --device-memory");
+    if (!a->state_dtype) a->state_dtype = a->dtype;
+    in->compute_bytes = (size_t)dtype_bytes(a->dtype);
+    in->state_bytes = (size_t)dtype_bytes(a->state_dtype);
+    in->budget = a->budget;
+    return 0;
+}
+
+static double gib(size_t b) { return b == SIZE_MAX ? INFINITY : (double)b / 1073741824.0; }
+
+static void print_text(const cli *a, const ls_plan_in *in, const ls_plan *p, const ls_hf_model *hf, int fits,
+                       size_t maxp) {
+    const ls_model_config *c = in->cfg;
+    printf("longstraw-plan: %s model (%s%s%s), %d layers\n", ls_family_name(c->family),
+           a->config ? a->config : a->hf_config, hf ? ", " : "", hf ? hf->model_type : "", c->n_layers);
+    printf("step: P %zu, R %zu, G %zu, CP %d, %s/%s, lora_r %d, beta %g, %s, dtype %s, state %s\n", in->P, in->R,
+           in->G, in->world, in->obj.train_mode == LS_TRAIN_FULL ? "full" : "lora",
+           in->obj.grad_mode == LS_GRAD_FULL ? "full" : "detached", in->obj.lora_r, in->obj.beta,
+           in->rollout ? "rollout" : "no rollout", a->dtype, a->state_dtype);
+    if (hf && hf->moe_as_dense) printf("NOTE: the MoE FFN is planned as a dense FFN of width %d (--moe-as-dense)\n", c->ffn_dim);
+    if (hf && hf->mtp_layers) printf("NOTE: %d multi-token-prediction layer(s) in the file are not planned\n", hf->mtp_layers);
+    const ls_plan_state *s = &p->state;
+    printf("\nprompt state per rank (%zu positions, %zu pages per layer):\n", p->shard, s->pages);
+    if (c->family == LS_FAMILY_HYBRID) {
+        printf("  attention KV      %2d layers  %20zu bytes  %10.4f GiB\n", s->attn_layers, s->attn_kv, gib(s->attn_kv));
+        printf("  GDN recurrent     %2d layers  %20zu bytes  %10.4f GiB\n", s->recurrent_layers, s->recurrent, gib(s->recurrent));
+    } else {
+        printf("  MLA latents       %2d layers  %20zu bytes  %10.4f GiB\n", s->latent_layers, s->latent, gib(s->latent));
+        printf("  index keys        %2d sets    %20zu bytes  %10.4f GiB\n", s->index_sets, s->index_keys, gib(s->index_keys));
+    }
+    printf("  total                         %20zu bytes  %10.4f GiB\n", s->total, gib(s->total));
+    printf("\nmemory per rank (GiB)  %-10s", "fixed");
+    for (int ph = 0; ph < LS_PLAN_PHASES; ++ph)
+        printf(" %10.10s", ls_plan_phase_name((ls_plan_phase)ph));
+    printf("\n");
+    for (int k = 0; k < LS_MEM_COUNT; ++k) {
+        printf("  %-21s %10.4f", ls_mem_cat_name((ls_mem_cat)k), gib(p->fixed[k]));
+        for (int ph = 0; ph < LS_PLAN_PHASES; ++ph)
+            if (p->phase_runs[ph]) printf(" %10.4f", gib(p->phase[ph][k]));
+            else printf(" %10s", "-");
+        printf("\n");
+    }
+    printf("  %-21s %10s", "total (with fixed)", "");
+    for (int ph = 0; ph < LS_PLAN_PHASES; ++ph)
+        if (p->phase_runs[ph]) printf(" %10.4f", gib(p->phase_total[ph]));
+        else printf(" %10s", "-");
+    printf("\n\npeak: %.4f GiB (%zu bytes) in phase %s; reference state %s; %d capture(s)\n", gib(p->peak_total),
+           p->peak_total, ls_plan_phase_name(p->peak_phase), p->keep_reference ? "kept" : "recaptured", p->captures);
+    if (a->budget)
+        printf("device memory: %.4f GiB per rank: %s\n", gib(a->budget), fits ? "fits" : "DOES NOT FIT");
+    if (a->max_prompt) printf("longest prompt that fits: %zu tokens\n", maxp);
+    printf("FLOPs per rank:");
+    for (int ph = 0; ph < LS_PLAN_PHASES; ++ph)
+        if (p->phase_runs[ph]) printf(" %s %.4g", ls_plan_phase_name((ls_plan_phase)ph), p->flops[ph]);
+    printf("\n");
+}
+
+/* Adds a size_t as an exact JSON integer (a raw digit string past 2^53). */
+static int add_size(cJSON *o, const char *k, size_t v) { return ls_json_add_u64(o, k, (uint64_t)v) != 0; }
+
+static cJSON *to_json(const cli *a, const ls_plan_in *in, const ls_plan *p, const ls_hf_model *hf, int fits,
+                      size_t maxp) {
+    cJSON *d = cJSON_CreateObject(), *x;
+    int bad = !d;
+    bad |= !cJSON_AddStringToObject(d, "schema", "urn:longstraw:schema:plan:v1");
+    bad |= !cJSON_AddStringToObject(d, "source", a->config ? a->config : a->hf_config);
+    bad |= !cJSON_AddStringToObject(d, "source_kind", a->config ? "longstraw" : "huggingface");
+    if (hf) {
+        bad |= !cJSON_AddStringToObject(d, "hf_model_type", hf->model_type);
+        bad |= !cJSON_AddBoolToObject(d, "moe_as_dense", hf->moe_as_dense);
+        bad |= !cJSON_AddNumberToObject(d, "mtp_layers_not_planned", hf->mtp_layers);
+    }
+    x = ls_config_to_json(in->cfg, NULL);
+    bad |= !x || !cJSON_AddItemToObject(d, "model", x);
+    cJSON *s = cJSON_AddObjectToObject(d, "step");
+    bad |= !s;
+    if (s) {
+        bad |= add_size(s, "prompt_len", in->P) | add_size(s, "response_len", in->R) | add_size(s, "group", in->G);
+        bad |= add_size(s, "cp", (size_t)in->world) | add_size(s, "page_size", in->page_size) |
+               add_size(s, "capture_chunk", in->capture_chunk) | add_size(s, "lora_r", (size_t)in->obj.lora_r);
+        bad |= !cJSON_AddStringToObject(s, "train_mode", in->obj.train_mode == LS_TRAIN_FULL ? "full" : "lora");
+        bad |= !cJSON_AddStringToObject(s, "grad_mode", in->obj.grad_mode == LS_GRAD_FULL ? "full" : "detached");
+        bad |= !cJSON_AddNumberToObject(s, "beta", in->obj.beta);
+        bad |= !cJSON_AddBoolToObject(s, "rollout", in->rollout);
+        bad |= !cJSON_AddStringToObject(s, "dtype", a->dtype);
+        bad |= !cJSON_AddStringToObject(s, "state_dtype", a->state_dtype);
+    }
+    cJSON *st = cJSON_AddObjectToObject(d, "prompt_state");
+    bad |= !st;
+    if (st) {
+        const ls_plan_state *q = &p->state;
+        bad |= add_size(st, "shard_positions", p->shard) | add_size(st, "pages_per_layer", q->pages);
+        bad |= add_size(st, "attn_kv", q->attn_kv) | add_size(st, "recurrent", q->recurrent) |
+               add_size(st, "latent", q->latent) | add_size(st, "index_keys", q->index_keys) |
+               add_size(st, "total", q->total);
+        bad |= add_size(st, "attn_layers", (size_t)q->attn_layers) |
+               add_size(st, "recurrent_layers", (size_t)q->recurrent_layers) |
+               add_size(st, "latent_layers", (size_t)q->latent_layers) | add_size(st, "index_sets", (size_t)q->index_sets);
+    }
+    cJSON *fx = cJSON_AddObjectToObject(d, "fixed");
+    bad |= !fx;
+    for (int k = 0; fx && k < LS_MEM_COUNT; ++k) bad |= add_size(fx, ls_mem_cat_name((ls_mem_cat)k), p->fixed[k]);
+    cJSON *phs = cJSON_AddArrayToObject(d, "phases");
+    bad |= !phs;
+    for (int ph = 0; phs && ph < LS_PLAN_PHASES; ++ph) {
+        cJSON *e = cJSON_CreateObject();
+        if (!e || !cJSON_AddItemToArray(phs, e)) { bad = 1; cJSON_Delete(e); break; }
+        bad |= !cJSON_AddStringToObject(e, "phase", ls_plan_phase_name((ls_plan_phase)ph));
+        bad |= !cJSON_AddBoolToObject(e, "runs", p->phase_runs[ph]);
+        cJSON *m = cJSON_AddObjectToObject(e, "memory");
+        bad |= !m;
+        for (int k = 0; m && k < LS_MEM_COUNT; ++k) bad |= add_size(m, ls_mem_cat_name((ls_mem_cat)k), p->phase[ph][k]);
+        bad |= add_size(e, "total", p->phase_total[ph]);
+        bad |= !isfinite(p->flops[ph]) || !cJSON_AddNumberToObject(e, "flops", p->flops[ph]);
+    }
+    cJSON *pk = cJSON_AddObjectToObject(d, "peak");
+    bad |= !pk;
+    if (pk) {
+        bad |= !cJSON_AddStringToObject(pk, "phase", ls_plan_phase_name(p->peak_phase));
+        bad |= add_size(pk, "total", p->peak_total);
+        cJSON *m = cJSON_AddObjectToObject(pk, "memory");
+        bad |= !m;
+        for (int k = 0; m && k < LS_MEM_COUNT; ++k) bad |= add_size(m, ls_mem_cat_name((ls_mem_cat)k), p->peak[k]);
+    }
+    bad |= !cJSON_AddBoolToObject(d, "keep_reference", p->keep_reference);
+    bad |= add_size(d, "captures", (size_t)p->captures);
+    if (a->budget) {
+        bad |= add_size(d, "device_memory", a->budget);
+        bad |= !cJSON_AddBoolToObject(d, "fits", fits);
+    }
+    if (a->max_prompt) bad |= add_size(d, "max_prompt", maxp);
+    if (bad) {
+        cJSON_Delete(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* The longest prompt that fits in->budget.  ls_plan_max_prompt bisects
+ * from P = 2, which CP-N refuses below P = N + 1 (N positions to shard), so
+ * it answers 0 for any CP > 1; until it starts at N + 1, the bisection over
+ * [N + 1, 2^40] is done here with the same ls_plan_compute. */
+static size_t max_prompt(const ls_plan_in *in) {
+    size_t got = LS_K(ls_plan_max_prompt)(in, (size_t)1 << 40);
+    if (got || in->world <= 1) return got;
+    ls_plan_in t = *in;
+    ls_plan pl;
+    char err[256];
+    size_t lo = (size_t)in->world + 1, hi = (size_t)1 << 40;
+    t.P = lo;
+    if (LS_K(ls_plan_compute)(&t, &pl, err, sizeof err) != LS_OK || pl.peak_total > in->budget) return 0;
+    t.P = hi;
+    if (LS_K(ls_plan_compute)(&t, &pl, err, sizeof err) == LS_OK && pl.peak_total <= in->budget) return hi;
+    while (hi - lo > 1) { /* lo fits, hi does not */
+        size_t mid = lo + (hi - lo) / 2;
+        t.P = mid;
+        if (LS_K(ls_plan_compute)(&t, &pl, err, sizeof err) == LS_OK && pl.peak_total <= in->budget) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+int main(int argc, char **argv) {
+    setlocale(LC_ALL, "C");
+    cli a;
+    ls_model_config cfg;
+    ls_hf_model hf;
+    ls_plan_in in;
+    char err[1024] = "";
+    memset(&cfg, 0, sizeof cfg);
+    memset(&in, 0, sizeof in); /* the command line's values; the config's defaults come after loading it */
+    ls_objective_defaults(&in.obj);
+    in.R = in.G = 1;
+    in.world = 1;
+    in.rollout = 1;
+    if (parse(argc, argv, &a, &in) != 0) return 2;
+    if (a.help) {
+        usage(stdout);
+        return 0;
+    }
+    /* the defaults the trainer's build would pick, then the command line's */
+    ls_plan_in cl = in;
+    if (a.config) {
+        if (ls_config_load(&cfg, a.config, err, sizeof err) != LS_OK) BAD("--config: %s", err);
+    } else {
+        if (ls_plan_hf_load(&hf, a.hf_config, a.moe_as_dense, err, sizeof err) != LS_OK) BAD("--hf-config: %s", err);
+        cfg = hf.cfg;
+        in.index_sets = hf.index_sets;
+    }
+    LS_K(ls_plan_in_defaults)(&in, &cfg);
+    in.obj = cl.obj;
+    in.P = cl.P;
+    in.R = cl.R;
+    in.G = cl.G;
+    in.world = cl.world;
+    if (cl.page_size) in.page_size = cl.page_size;
+    if (cl.capture_chunk) in.capture_chunk = cl.capture_chunk;
+    in.compute_bytes = cl.compute_bytes;
+    in.state_bytes = cl.state_bytes;
+    in.rollout = cl.rollout;
+    in.budget = cl.budget;
+    in.index_sets = a.hf_config ? hf.index_sets : 0;
+    if (a.index_sets > 0) {
+        if (cfg.family != LS_FAMILY_MLA) BAD("--index-sets: only for the mla family");
+        if (a.index_sets > cfg.n_layers) BAD("--index-sets: %ld exceeds the model's %d layers", a.index_sets, cfg.n_layers);
+        in.index_sets = (size_t)a.index_sets;
+    }
+    ls_plan p;
+    ls_status st = LS_K(ls_plan_compute)(&in, &p, err, sizeof err);
+    if (st != LS_OK) BAD("%s", err);
+    int fits = a.budget ? p.peak_total <= a.budget : 1;
+    size_t maxp = a.max_prompt ? max_prompt(&in) : 0;
+    cJSON *doc = NULL;
+    if (a.json || a.json_out) {
+        doc = to_json(&a, &in, &p, a.hf_config ? &hf : NULL, fits, maxp);
+        if (!doc) BAD("cannot build the JSON plan (out of memory or a non-finite FLOP count)");
+    }
+    if (a.json) {
+        char *txt = NULL;
+        size_t len = 0;
+        if (ls_json_print(doc, &txt, &len, err, sizeof err) != LS_OK) {
+            cJSON_Delete(doc);
+            BAD("%s", err);
+        }
+        fwrite(txt, 1, len, stdout);
+        free(txt);
+    } else {
+        print_text(&a, &in, &p, a.hf_config ? &hf : NULL, fits, maxp);
+    }
+    if (a.json_out && ls_json_write_file(a.json_out, doc, err, sizeof err) != LS_OK) {
+        cJSON_Delete(doc);
+        BAD("--json-out: %s", err);
+    }
+    cJSON_Delete(doc);
+    return fits ? 0 : 1;
+}
