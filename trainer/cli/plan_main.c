@@ -323,29 +323,8 @@ static cJSON *to_json(const cli *a, const ls_plan_in *in, const ls_plan *p, cons
     return d;
 }
 
-/* The longest prompt that fits in->budget.  ls_plan_max_prompt bisects
- * from P = 2, which CP-N refuses below P = N + 1 (N positions to shard), so
- * it answers 0 for any CP > 1; until it starts at N + 1, the bisection over
- * [N + 1, 2^40] is done here with the same ls_plan_compute. */
-static size_t max_prompt(const ls_plan_in *in) {
-    size_t got = LS_K(ls_plan_max_prompt)(in, (size_t)1 << 40);
-    if (got || in->world <= 1) return got;
-    ls_plan_in t = *in;
-    ls_plan pl;
-    char err[256];
-    size_t lo = (size_t)in->world + 1, hi = (size_t)1 << 40;
-    t.P = lo;
-    if (LS_K(ls_plan_compute)(&t, &pl, err, sizeof err) != LS_OK || pl.peak_total > in->budget) return 0;
-    t.P = hi;
-    if (LS_K(ls_plan_compute)(&t, &pl, err, sizeof err) == LS_OK && pl.peak_total <= in->budget) return hi;
-    while (hi - lo > 1) { /* lo fits, hi does not */
-        size_t mid = lo + (hi - lo) / 2;
-        t.P = mid;
-        if (LS_K(ls_plan_compute)(&t, &pl, err, sizeof err) == LS_OK && pl.peak_total <= in->budget) lo = mid;
-        else hi = mid;
-    }
-    return lo;
-}
+/* The longest prompt that fits in->budget (plan.h, up to 2^40 tokens). */
+static size_t max_prompt(const ls_plan_in *in) { return LS_K(ls_plan_max_prompt)(in, (size_t)1 << 40); }
 
 int main(int argc, char **argv) {
     setlocale(LC_ALL, "C");

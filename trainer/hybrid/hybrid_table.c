@@ -166,20 +166,29 @@ static void layer_fwd(acc *a, const dims *m, int attn, size_t T, int taped, int 
     RQ(a, taped, T_ * m->I), RQ(a, taped, T_ * m->I), RQ(a, taped, T_ * m->I);
 }
 
-/* ls_layer_backward of T tokens: its scratch arena. */
-static size_t layer_bwd(const dims *m, size_t esz, int attn, size_t T, int dctx) {
+/* ls_layer_backward of T tokens: its scratch arena.  part (attention layers
+ * only): 0 the whole backward, 1 ls_layer_backward_out alone (MLP, output
+ * projection and gate), 2 ls_layer_backward_in alone (the softmax onwards):
+ * the context-parallel prompt backward runs them in two passes. */
+static size_t layer_bwd(const dims *m, size_t esz, int attn, size_t T, int dctx, int part) {
     acc a = {.esz = esz};
     size_t r = m->r;
-    /* mlp_backward: dact, dmg, dmu, dxn, dx and the adapters' temporaries */
-    RQ(&a, 0, T * m->I), RQ(&a, 0, T * m->I), RQ(&a, 0, T * m->I), RQ(&a, 0, T * m->d), RQ(&a, 0, T * m->d);
-    for (int i = 0; r && i < 3; i++) RQ(&a, 0, T * r);
+    if (part != 2) { /* mlp_backward: dact, dmg, dmu, dxn, dx and the adapters' temporaries */
+        RQ(&a, 0, T * m->I), RQ(&a, 0, T * m->I), RQ(&a, 0, T * m->I), RQ(&a, 0, T * m->d), RQ(&a, 0, T * m->d);
+        for (int i = 0; r && i < 3; i++) RQ(&a, 0, T * r);
+    }
     if (attn) {
         size_t qr = m->H * m->hd, kr = m->Hkv * m->hd;
-        RQ(&a, 0, T * qr), RQ(&a, 0, T * qr), RQ(&a, 0, T * qr); /* dout, dgate, dy */
+        if (part == 0) RQ(&a, 0, T * qr), RQ(&a, 0, T * qr); /* dout, dgate (the caller's in two passes) */
+        if (part != 2) {
+            RQ(&a, 0, T * qr); /* dy */
+            if (r) RQ(&a, 0, T * r);
+        }
+        if (part == 1) return a.scr;
         RQ(&a, 0, T * m->d);                                      /* dxn */
         RQ(&a, 0, T * qr), RQ(&a, 0, T * kr), RQ(&a, 0, T * kr), RQ(&a, 0, T * qr), RQ(&a, 0, T * kr);
         RQ(&a, 0, T * 2 * qr);                                    /* dq .. dqg */
-        for (int i = 0; r && i < 4; i++) RQ(&a, 0, T * r);
+        for (int i = 0; r && i < 3; i++) RQ(&a, 0, T * r);
     } else {
         RQ(&a, 0, T * m->d); /* dxn */
         for (int i = 0; i < 3; i++) RQ(&a, 0, T * m->VD);
@@ -267,25 +276,31 @@ static void hybrid_plan(const ls_model_config *c, const ls_family_plan_in *in, l
         acc a = {.esz = es};
         layer_fwd(&a, &m, attn, R, 1, 1);
         if (a.scr > fwd_scr) fwd_scr = a.scr;
-        size_t b = layer_bwd(&m, es, attn, R, in->full);
+        size_t b = layer_bwd(&m, es, attn, R, in->full, 0);
         if (b > bwd) bwd = b;
     }
     size_t head = frame_bytes(c, es, R, R);
     ADD(LS_FPLAN_REPLAY, LS_MEM_BRANCH, ls_sat_add(ls_sat_add(t.tape, head), bwd > fwd_scr ? bwd : fwd_scr));
     /* the full-mode prompt backward: dh over the shard; per layer, one chunk's window (its tape, the
        chunk's rows) beside its backward arena; GDN layers also the states at every chunk start */
+    size_t win_kind[2] = {0, 0}; /* GDN, attention */
     if (in->full) {
         size_t nch = (n + ch - 1) / ch, win = 0;
         for (int attn = 0; attn < 2; attn++) {
             acc a = {.esz = es};
             layer_fwd(&a, &m, attn, ch, 1, !attn);
-            size_t b = layer_bwd(&m, es, attn, ch, !attn);
+            size_t b = layer_bwd(&m, es, attn, ch, !attn, 0);
+            if (attn && in->world > 1) { /* two passes, each with half of the backward */
+                size_t b1 = layer_bwd(&m, es, 1, ch, 0, 1), b2 = layer_bwd(&m, es, 1, ch, 0, 2);
+                b = b1 > b2 ? b1 : b2;
+            }
             size_t w = ls_sat_add(a.tape, b > a.scr ? b : a.scr);
             acc k = {.esz = es};
             if (attn) RQ(&k, 0, ch * m.d), RQ(&k, 0, ch * row), RQ(&k, 0, ch * row);
             else RQ(&k, 0, nch * (tail_n + S_n)), RQ(&k, 0, tail_n), RQ(&k, 0, S_n), RQ(&k, 0, ch * m.d),
                 RQ(&k, 0, tail_n + S_n);
             w = ls_sat_add(w, k.scr);
+            win_kind[attn] = w;
             if (w > win) win = w;
         }
         acc k = {.esz = es};
@@ -293,20 +308,30 @@ static void hybrid_plan(const ls_model_config *c, const ls_family_plan_in *in, l
         ADD(LS_FPLAN_PROMPT_BWD, LS_MEM_SCRATCH, ls_sat_add(win, k.scr));
     }
     if (in->world > 1) {
-        /* context parallelism (hybrid_cp.c): ring messages and the remote partial (communication), the
-           shard's start state (checkpoints), the shard's hidden rows and queries between chunks; full mode:
-           the attention layer's shard rows (q, o, dout, dgate, dq, lse; dK, dV) */
-        size_t cpP = n + 1, rb = ls_sat_mul(row, es), qrow = ls_sat_mul(m.H * m.hd + 1, es);
-        size_t comm = ls_sat_add(ls_sat_mul3(8, cpP, rb), ls_sat_mul(cpP, qrow));
-        size_t start = ls_sat_mul((size_t)out->recurrent_layers, (tail_n + S_n) * es);
-        size_t rows = ls_sat_add(ls_sat_mul3(cpP, m.d, es), ls_sat_mul(cpP, qrow));
+        /* context parallelism (hybrid_cp.c, ls_shard_forward): the shard's hidden rows and queries (scratch) and
+           the remote partial (o, lse: communication) live through an attention layer; the ring's messages (K, V:
+           two blocks each way; four with dK, dV in the reverse ring) live only while the ring turns, not beside a
+           chunk's layer arena: the larger of the two instants.  The start state (checkpoints) and its gradient
+           (full mode) live all step. */
+        size_t qr = ls_sat_mul(m.H * m.hd + m.H, es), blk = ls_sat_mul3(n, row, es);
+        size_t rem = ls_sat_mul(n, qr), start = ls_sat_mul((size_t)out->recurrent_layers, (tail_n + S_n) * in->ssz);
         for (int p = 0; p < LS_FPLAN_COUNT; p++) ADD(p, LS_MEM_CHECKPOINT, start);
-        ADD(LS_FPLAN_CAPTURE, LS_MEM_COMM, comm);
-        ADD(LS_FPLAN_CAPTURE, LS_MEM_SCRATCH, rows);
+        size_t keep = ls_sat_add(ls_sat_mul3(n, m.d, es), ls_sat_mul(n, qr));
+        size_t ring = ls_sat_add(ls_sat_mul(4, blk), ls_sat_mul(ch, qr)), layer = ph[LS_FPLAN_CAPTURE][LS_MEM_SCRATCH];
+        ADD(LS_FPLAN_CAPTURE, LS_MEM_COMM, ls_sat_add(rem, ring > layer ? ring : 0));
+        ph[LS_FPLAN_CAPTURE][LS_MEM_SCRATCH] = ls_sat_add(keep, ring > layer ? out->state_meta : layer);
         if (in->full) {
-            ADD(LS_FPLAN_PROMPT_BWD, LS_MEM_COMM, comm);
-            ADD(LS_FPLAN_PROMPT_BWD, LS_MEM_SCRATCH,
-                ls_sat_add(rows, ls_sat_add(ls_sat_mul3(5, cpP, qrow), ls_sat_mul3(2, cpP, rb))));
+            size_t kb = ls_sat_add(ls_sat_add(ls_sat_mul3(5, n, ls_sat_mul(m.H * m.hd, es)), ls_sat_mul3(n, m.H, es)),
+                                   ls_sat_mul(2, blk));
+            /* an attention layer: its shard rows beside the reverse ring or beside its chunk window; a GDN
+               layer: its window alone; dh over the shard throughout */
+            size_t rb = ls_sat_mul(8, blk), dh = ls_sat_mul3(n, m.d, es);
+            size_t at = ls_sat_add(kb, rb > win_kind[1] ? rb : win_kind[1]);
+            int ring = at >= win_kind[0] && rb > win_kind[1];
+            ADD(LS_FPLAN_PROMPT_BWD, LS_MEM_COMM, ls_sat_add(rem, ring ? rb : 0));
+            ph[LS_FPLAN_PROMPT_BWD][LS_MEM_SCRATCH] =
+                ls_sat_add(dh, at >= win_kind[0] ? (ring ? kb : ls_sat_add(kb, win_kind[1])) : win_kind[0]);
+            ADD(LS_FPLAN_PROMPT_BWD, LS_MEM_PROMPT_GRAD, ls_sat_mul((size_t)out->recurrent_layers, (tail_n + S_n) * es));
         }
     }
 #undef ADD

@@ -877,7 +877,13 @@ void LS_K(ls_mla_plan_transients)(const ls_model_config *c, const ls_family_plan
         size_t q = ls_sat_add(ls_sat_mul((size_t)c->index_topk, 2 * sizeof(int64_t) + es),
                               ls_sat_mul3((size_t)c->heads, (size_t)c->d_v + 1, es));
         size_t comm = ls_sat_add(ls_sat_mul3(4, cpP, ls_sat_mul(row, es)), ls_sat_mul(cpP, q));
-        ADD(LS_FPLAN_CAPTURE, LS_MEM_COMM, comm);
+        /* a capture chunk's selection (the top-k accumulators beside the index-key ring) and its attention
+           (the partial beside the latent ring) are separate instants (mla_cp_attn.c) */
+        size_t k = (size_t)c->index_topk, ms = n;
+        size_t sel = ls_sat_add(ls_sat_mul3(ch, k, 3 * sizeof(int64_t) + 3 * es), ls_sat_mul3(2, ms, dI * es));
+        size_t att = ls_sat_add(ls_sat_mul3(ch, (size_t)c->heads, ((size_t)c->d_v + 1) * es),
+                                ls_sat_mul3(2, ms, (rkv + dr) * es));
+        ADD(LS_FPLAN_CAPTURE, LS_MEM_COMM, sel > att ? sel : att);
         if (in->full) ADD(LS_FPLAN_PROMPT_BWD, LS_MEM_COMM, comm);
     }
 #undef ADD

@@ -220,10 +220,10 @@ size_t LS_K(ls_plan_max_prompt)(const ls_plan_in *in, size_t P_max) {
     ls_plan_in t = *in;
     ls_plan pl;
     char err[256];
-    size_t lo = 1, hi = P_max; /* lo fits (or is the floor), hi: the bound */
-    t.P = 2;
+    size_t lo = (size_t)(in->world > 1 ? in->world : 1) + 1, hi = P_max; /* the shortest prompt every rank holds */
+    if (hi < lo) return 0;
+    t.P = lo;
     if (!in->budget || LS_K(ls_plan_compute)(&t, &pl, err, sizeof err) != LS_OK || pl.peak_total > in->budget) return 0;
-    lo = 2;
     t.P = hi;
     if (LS_K(ls_plan_compute)(&t, &pl, err, sizeof err) == LS_OK && pl.peak_total <= in->budget) return hi;
     while (hi - lo > 1) {

@@ -89,7 +89,8 @@ void LS_K(ls_plan_in_defaults)(ls_plan_in *in, const ls_model_config *cfg);
 ls_status LS_K(ls_plan_compute)(const ls_plan_in *in, ls_plan *out, char *err, size_t err_len);
 
 /* The longest prompt whose planned peak fits in->budget (all other fields as
- * in *in), by bisection over P in [2, P_max]; 0 when not even P = 2 fits.
+ * in *in), by bisection over P in [world + 1, P_max] (every rank holds a
+ * position); 0 when not even the shortest fits.
  * in->budget must be non-zero. */
 size_t LS_K(ls_plan_max_prompt)(const ls_plan_in *in, size_t P_max);
 
