@@ -10,7 +10,8 @@
  * t iff k_pos0 + s <= q_pos0 + t.  A row that sees no key gets o = 0 and
  * lse = -INFINITY.
  *
- * The block forward and backward run OpenMP threads and CBLAS GEMMs (each
+ * The forwards and backwards run OpenMP threads (one parallel region per
+ * call) and CBLAS GEMMs (each
  * small enough that OpenBLAS keeps it on the calling thread).  Each thread
  * takes its scratch (tiles: under 200 KB for the shipped float32 configs,
  * about 1 MB at most for head dims of 16 or more; independent of Tq and Tk)

@@ -24,8 +24,8 @@
  * query tiles (dq) or key tiles of one block (that block's dk, dv).
  * Forward: units (kv head, query tile).  Backward: either one fused pass over
  * kv heads (each owns its dq rows and dk/dv rows) or, where that would leave
- * threads idle, two passes, (kv head, query tile) for dq and (kv head, key
- * tile) for dk and dv.  Both compute every tile pair the same way and add the
+ * threads idle, two passes in one parallel region, (kv head, query tile) for
+ * dq and (kv head, key tile) for dk and dv.  Both compute every tile pair the same way and add the
  * pairs in the same order, so the result is the same bits for any number of
  * threads and either choice.  Scratch: one block per thread (the tiles,
  * freed before return) from the kernels' scratch allocator (kernels/scratch.h,
@@ -612,37 +612,34 @@ void LS_K(ls_attn_paged_forward)(ls_real *o, ls_real *lse, const ls_real *q,
 }
 
 /* The scalar backward: dq over (query tile, head), then dk, dv over (key
- * tile, kv head), each unit owning the rows it writes. */
+ * tile, kv head), each unit owning the rows it writes; one region. */
 static void bwd_scalar(ls_real *dq, const ls_attn_kv_grad *g, int want_kv, const ls_real *do_,
                        const ls_real *q, const ls_real *o, const ls_real *lse, const plan *pl,
                        int par)
 {
     const size_t Tq = pl->Tq, H = pl->H, Hkv = pl->Hkv;
     const size_t nqt = (Tq + QT - 1) / QT, nkt = tile_count(pl, KT);
-    if (dq != NULL) {
-#pragma omp parallel for schedule(dynamic, 1) if (par)
-        for (size_t u = 0; u < nqt * H; u++) {
+    const size_t nuq = dq != NULL ? nqt * H : 0, nuk = want_kv ? nkt * Hkv : 0;
+#pragma omp parallel if (par)
+    {
+#pragma omp for schedule(dynamic, 1) nowait
+        for (size_t u = 0; u < nuq; u++) {
             const size_t h = u / nqt, qt = nqt - 1 - u % nqt;
             const size_t t0 = qt * QT, t1 = t0 + QT < Tq ? t0 + QT : Tq;
             dq_scalar(dq, do_, q, o, lse, pl, h, t0, t1);
         }
-    }
-    if (want_kv) {
-#pragma omp parallel if (par)
-        {
-            tile_cursor cur = {0, 0};
+        tile_cursor cur = {0, 0};
 #pragma omp for schedule(dynamic, 1)
-            for (size_t u = 0; u < nkt * Hkv; u++) {
-                /* kv-head-major, heaviest (earliest) key tile first */
-                size_t kt;
-                const size_t kh = u / nkt, b = tile_at(pl, KT, &cur, u % nkt, &kt);
-                if (grad_k(g, b) == NULL && grad_v(g, b) == NULL) {
-                    continue;
-                }
-                const plan pb = on_block(pl, b);
-                const size_t s0 = kt * KT, s1 = s0 + KT < pb.Tk ? s0 + KT : pb.Tk;
-                dkv_scalar(g[b].dk, g[b].dv, do_, q, o, lse, &pb, kh, s0, s1);
+        for (size_t u = 0; u < nuk; u++) {
+            /* kv-head-major, heaviest (earliest) key tile first */
+            size_t kt;
+            const size_t kh = u / nkt, b = tile_at(pl, KT, &cur, u % nkt, &kt);
+            if (grad_k(g, b) == NULL && grad_v(g, b) == NULL) {
+                continue;
             }
+            const plan pb = on_block(pl, b);
+            const size_t s0 = kt * KT, s1 = s0 + KT < pb.Tk ? s0 + KT : pb.Tk;
+            dkv_scalar(g[b].dk, g[b].dv, do_, q, o, lse, &pb, kh, s0, s1);
         }
     }
 }
@@ -712,59 +709,52 @@ void LS_K(ls_attn_paged_backward)(ls_real *dq, const ls_attn_kv_grad *dkv,
         }
         return;
     }
-    if (dq != NULL) {
-        const size_t nu = pl.nqt * Hkv;
+    /* two passes in one region: dq over (kv head, query tile), then, as
+     * threads come free (nowait: the outputs are disjoint), dk and dv over
+     * (kv head, key tile) */
+    const size_t nuq = dq != NULL ? pl.nqt * Hkv : 0, nuk = want_kv ? pl.nkt * Hkv : 0;
 #pragma omp parallel if (par)
-        {
-            ls_real *ws = al->alloc(nws * sizeof *ws);
-#pragma omp for schedule(dynamic, 1)
-            for (size_t u = 0; u < nu; u++) {
-                /* kv-head-major, heaviest (latest) query tile first */
-                const size_t kh = u / pl.nqt, qt = pl.nqt - 1 - u % pl.nqt;
-                if (ws != NULL) {
-                    bwd_qtile(dq, NULL, do_, q, o, lse, &pl, kh, qt, ws);
-                    continue;
-                }
-                size_t t0, n;
-                tile_span(&pl, qt, &t0, &n);
-                for (size_t h = kh * grp; h < (kh + 1) * grp; h++) {
-                    dq_scalar(dq, do_, q, o, lse, &pl, h, t0, t0 + n);
-                }
+    {
+        ls_real *ws = al->alloc(nws * sizeof *ws);
+#pragma omp for schedule(dynamic, 1) nowait
+        for (size_t u = 0; u < nuq; u++) {
+            /* kv-head-major, heaviest (latest) query tile first */
+            const size_t kh = u / pl.nqt, qt = pl.nqt - 1 - u % pl.nqt;
+            if (ws != NULL) {
+                bwd_qtile(dq, NULL, do_, q, o, lse, &pl, kh, qt, ws);
+                continue;
             }
-            al->release(ws);
-        }
-    }
-    if (want_kv) {
-        const size_t nu = pl.nkt * Hkv;
-#pragma omp parallel if (par)
-        {
-            ls_real *ws = al->alloc(nws * sizeof *ws);
-            tile_cursor cur = {0, 0};
-#pragma omp for schedule(dynamic, 1)
-            for (size_t u = 0; u < nu; u++) {
-                /* kv-head-major, heaviest (earliest) key tile first */
-                size_t kt;
-                const size_t kh = u / pl.nkt, b = tile_at(&pl, pl.nk, &cur, u % pl.nkt, &kt);
-                ls_real *dk = grad_k(dkv, b), *dv = grad_v(dkv, b);
-                if (dk == NULL && dv == NULL) {
-                    continue;
-                }
-                const plan pb = on_block(&pl, b);
-                const size_t s0 = kt * pl.nk;
-                if (ws == NULL) {
-                    const size_t s1 = s0 + pl.nk < pb.Tk ? s0 + pl.nk : pb.Tk;
-                    dkv_scalar(dk, dv, do_, q, o, lse, &pb, kh, s0, s1);
-                    continue;
-                }
-                /* query tiles from the first that sees the key tile, in
-                 * order (the fused pass adds them in the same order) */
-                const size_t tf = first_query(s0, Tq, q_pos0, pb.k_pos0, causal);
-                for (size_t qt = tf / pl.nq; qt < pl.nqt; qt++) {
-                    bwd_ktile(dk, dv, do_, q, o, lse, &pb, kh, qt, kt, ws);
-                }
+            size_t t0, n;
+            tile_span(&pl, qt, &t0, &n);
+            for (size_t h = kh * grp; h < (kh + 1) * grp; h++) {
+                dq_scalar(dq, do_, q, o, lse, &pl, h, t0, t0 + n);
             }
-            al->release(ws);
         }
+        tile_cursor cur = {0, 0};
+#pragma omp for schedule(dynamic, 1)
+        for (size_t u = 0; u < nuk; u++) {
+            /* kv-head-major, heaviest (earliest) key tile first */
+            size_t kt;
+            const size_t kh = u / pl.nkt, b = tile_at(&pl, pl.nk, &cur, u % pl.nkt, &kt);
+            ls_real *dk = grad_k(dkv, b), *dv = grad_v(dkv, b);
+            if (dk == NULL && dv == NULL) {
+                continue;
+            }
+            const plan pb = on_block(&pl, b);
+            const size_t s0 = kt * pl.nk;
+            if (ws == NULL) {
+                const size_t s1 = s0 + pl.nk < pb.Tk ? s0 + pl.nk : pb.Tk;
+                dkv_scalar(dk, dv, do_, q, o, lse, &pb, kh, s0, s1);
+                continue;
+            }
+            /* query tiles from the first that sees the key tile, in order
+             * (the fused pass adds them in the same order) */
+            const size_t tf = first_query(s0, Tq, q_pos0, pb.k_pos0, causal);
+            for (size_t qt = tf / pl.nq; qt < pl.nqt; qt++) {
+                bwd_ktile(dk, dv, do_, q, o, lse, &pb, kh, qt, kt, ws);
+            }
+        }
+        al->release(ws);
     }
 }
 
