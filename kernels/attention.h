@@ -11,8 +11,8 @@
  * lse = -INFINITY.
  *
  * The forwards and backwards run OpenMP threads (one parallel region per
- * call) and CBLAS GEMMs (each
- * small enough that OpenBLAS keeps it on the calling thread).  Each thread
+ * call) and CBLAS GEMMs (each small enough that OpenBLAS keeps it on the
+ * calling thread).  Each thread
  * takes its scratch (tiles: under 200 KB for the shipped float32 configs,
  * about 1 MB at most for head dims of 16 or more; independent of Tq and Tk)
  * from the kernels' scratch allocator (kernels/scratch.h) and releases it
@@ -67,7 +67,8 @@ void LS_K(ls_attn_paged_forward)(ls_real *o, ls_real *lse, const ls_real *q,
 /* Backward of ls_attn_paged_forward given the global o and lse: accumulates
  * (+=) the query gradient over all blocks into dq (NULL: skip) and each
  * block's key and value gradients into dkv[b].dk, dkv[b].dv (dkv NULL: none
- * wanted), in one pass and one parallel region.  Deterministic: the same bits
+ * wanted; the buffers of different blocks must not overlap), in one pass and
+ * one parallel region.  Deterministic: the same bits
  * for any number of threads (every output row has one owner and adds its
  * terms in a fixed order). */
 void LS_K(ls_attn_paged_backward)(ls_real *dq, const ls_attn_kv_grad *dkv,

@@ -288,7 +288,8 @@ static void run_case(const pcase *c, uint64_t seed)
             k += ndiff(r.dk[b], wk, d.nk[b]) + ndiff(r.dv[b], wv, d.nk[b]);
         }
         char what[80];
-        snprintf(what, sizeof what, "NULL dq and odd blocks' grads, %d thread(s), differing bits", t);
+        snprintf(what, sizeof what, "NULL dq and odd blocks' grads, %d thread(s), differing bits",
+                 t);
         check(c, what, k, 0);
         out_free(&r, d.nb);
     }

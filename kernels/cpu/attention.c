@@ -1,8 +1,9 @@
 /* attention.c - CPU softmax attention over a list of key blocks (forward
  * with log-normaliser, backward given the global output and log-normaliser;
- * kernels/attention.h, docs/model.md §0); one block is a list of one.  The softmax rows of the GEMM path are
- * in attention_rows.c, the partial-attention merge in attention_merge.c;
- * what they share is in attention_internal.h.
+ * kernels/attention.h, docs/model.md §0); one block is a list of one.  The
+ * softmax rows of the GEMM path are in attention_rows.c, the
+ * partial-attention merge in attention_merge.c; what they share is in
+ * attention_internal.h.
  *
  * Two paths compute the same function.
  *
@@ -25,9 +26,9 @@
  * Forward: units (kv head, query tile).  Backward: either one fused pass over
  * kv heads (each owns its dq rows and dk/dv rows) or, where that would leave
  * threads idle, two passes in one parallel region, (kv head, query tile) for
- * dq and (kv head, key tile) for dk and dv.  Both compute every tile pair the same way and add the
- * pairs in the same order, so the result is the same bits for any number of
- * threads and either choice.  Scratch: one block per thread (the tiles,
+ * dq and (kv head, key tile) for dk and dv.  Both compute every tile pair the
+ * same way and add the pairs in the same order, so the result is the same
+ * bits for any number of threads and either choice.  Scratch: one block per thread (the tiles,
  * freed before return) from the kernels' scratch allocator (kernels/scratch.h,
  * the tracker's "scratch" category in the trainer); where it fails, the
  * thread computes its units on the scalar path instead.
