@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/attention.h"
 #include "kernels/real.h"
 
 #if LS_REAL_IS_F64
@@ -41,15 +42,20 @@ static inline size_t visible(size_t t, size_t s0, size_t nk, int64_t q_pos0,
     return (uint64_t)last + 1 < nk ? (size_t)last + 1 : nk;
 }
 
-/* One call's shapes and its tiling (GEMM path). */
+/* One call's shapes and its tiling (GEMM path).  The call attends to the
+ * blocks kv[0, nb); k, v, Tk and k_pos0 describe the block at hand (where a
+ * plan is made: Tk counts the keys of all blocks). */
 typedef struct {
+    const ls_attn_kv_block *kv;
+    size_t nb;
+    const ls_real *k, *v;
     size_t Tq, Tk, H, Hkv, hd, grp;
     int64_t q_pos0, k_pos0;
     int causal;
     ls_real tau;
     size_t nq; /* query tokens per tile: R = nq grp rows */
     size_t nk; /* keys per tile */
-    size_t nqt, nkt; /* tile counts */
+    size_t nqt, nkt; /* tile counts (key tiles: of all blocks, block by block) */
 } plan;
 
 /* A (query tile, key tile) pair: queries from t0, keys [s0, s0 + nkt); rows

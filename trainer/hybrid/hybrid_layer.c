@@ -90,27 +90,24 @@ static ls_status attn_forward(const ls_params *p, int l, const ls_hybrid_layer *
     ls_real *rstd_k = buf(ta, scr, T * Hkv), *v = buf(ta, scr, T * Hkv * hd);
     ls_real *o = buf(ta, scr, T * H * hd), *lse = buf(ta, scr, T * H);
     ls_real *y = buf(ta, scr, T * H * hd);
-    ls_real *o_tmp = ls_arena_alloc(scr, R(T * H * hd)), *lse_tmp = ls_arena_alloc(scr, R(T * H));
+    /* the context pages, then the segment's own keys */
+    size_t np = ctx ? ctx->n_pages : 0;
+    const ls_cp_attn *cp = ctx ? ctx->cp : NULL;
+    ls_attn_kv_block *kv = ls_arena_alloc(scr, (np + 1) * sizeof *kv);
     if ((ta && ta->failed) || scr->failed) return LS_ERR_NOMEM;
 
     attn_project(p, ly, xn, T, pos0, qg, xa_q, xa_k, xa_v, q_pre, gate, q_r, rstd_q, k_pre, k_r, rstd_k, v);
 
-    /* global softmax over the context pages and the segment's own keys (and,
-     * under context parallelism, the context on other ranks) */
-    size_t np = ctx ? ctx->n_pages : 0;
-    const ls_cp_attn *cp = ctx ? ctx->cp : NULL;
-    if (!cp || cp->own_keys) {
-        LS_K(ls_attn_block_forward)(o, lse, q_r, k_r, v, T, T, H, Hkv, hd, pos0, pos0, 1, tau);
-    } else { /* another rank owns the segment's keys: an empty partial */
-        memset(o, 0, R(T * H * hd));
-        for (size_t i = 0; i < T * H; i++) lse[i] = (ls_real)-INFINITY;
-    }
+    /* global softmax over the context pages and the segment's own keys in
+     * one pass (and, under context parallelism, the context on other ranks;
+     * when another rank owns the segment's keys they are not in the list) */
+    size_t nb = 0;
     for (size_t i = 0; i < np; i++) {
         const ls_kv_page *pg = &ctx->pages[i];
-        LS_K(ls_attn_block_forward)(o_tmp, lse_tmp, q_r, pg->k, pg->v, T, pg->n, H, Hkv, hd, pos0,
-                                    pg->pos0, 1, tau);
-        LS_K(ls_attn_merge_into)(o, lse, o_tmp, lse_tmp, T * H, hd);
+        kv[nb++] = (ls_attn_kv_block){pg->k, pg->v, pg->n, pg->pos0};
     }
+    if (!cp || cp->own_keys) kv[nb++] = (ls_attn_kv_block){k_r, v, T, pos0};
+    LS_K(ls_attn_paged_forward)(o, lse, q_r, kv, nb, T, H, Hkv, hd, pos0, 1, tau);
     if (cp && cp->fwd) {
         ls_status st = cp->fwd(cp->user, l, q_r, k_r, v, T, pos0, o, lse);
         if (st != LS_OK) return st;
@@ -164,12 +161,24 @@ static ls_status attn_backward_in(const ls_params *p, int l, const ls_hybrid_lay
     size_t cut = tp->cut;
     const ls_cp_attn *cp = ctx ? ctx->cp : NULL;
     if (cp && cut) return LS_ERR_ARG; /* a gradient cut is the single-rank naive reference's */
-    if (cp && !cp->own_keys) {
-        /* another rank owns the segment's keys: no local part of their dK/dV */
-    } else if (cut == 0) {
-        LS_K(ls_attn_block_backward)(dq, dk, dv, dout, tp->q_r, tp->k_r, tp->v, tp->o, tp->lse, T, T, H, Hkv,
-                                     hd, tp->pos0, tp->pos0, 1, tau);
-    } else { /* gradient cut: queries [cut, T) give no dK/dV to the keys before the cut */
+    /* the context pages (their dK/dV into dctx's pages, if any), then the
+     * segment's own keys unless a gradient cut splits them (below) or
+     * another rank owns them (no local part of their dK/dV) */
+    size_t np = ctx ? ctx->n_pages : 0, nb = 0;
+    ls_attn_kv_block *kv = ls_arena_alloc(scr, (np + 1) * sizeof *kv);
+    ls_attn_kv_grad *g = ls_arena_alloc(scr, (np + 1) * sizeof *g);
+    if (scr->failed) return LS_ERR_NOMEM;
+    for (size_t i = 0; i < np; i++) {
+        const ls_kv_page *pg = &ctx->pages[i];
+        g[nb] = (ls_attn_kv_grad){dctx ? dctx->pages[i].k : NULL, dctx ? dctx->pages[i].v : NULL};
+        kv[nb++] = (ls_attn_kv_block){pg->k, pg->v, pg->n, pg->pos0};
+    }
+    if ((!cp || cp->own_keys) && cut == 0) {
+        g[nb] = (ls_attn_kv_grad){dk, dv};
+        kv[nb++] = (ls_attn_kv_block){tp->k_r, tp->v, T, tp->pos0};
+    }
+    LS_K(ls_attn_paged_backward)(dq, g, dout, tp->q_r, kv, nb, tp->o, tp->lse, T, H, Hkv, hd, tp->pos0, 1, tau);
+    if (cut != 0) { /* gradient cut: queries [cut, T) give no dK/dV to the keys before the cut */
         size_t qr = H * hd, kr = Hkv * hd, n = T - cut;
         int64_t pc = tp->pos0 + (int64_t)cut;
         LS_K(ls_attn_block_backward)(dq, dk, dv, dout, tp->q_r, tp->k_r, tp->v, tp->o, tp->lse, cut, cut, H,
@@ -180,13 +189,6 @@ static ls_status attn_backward_in(const ls_params *p, int l, const ls_hybrid_lay
         LS_K(ls_attn_block_backward)(dq + cut * qr, dk + cut * kr, dv + cut * kr, dout + cut * qr,
                                      tp->q_r + cut * qr, tp->k_r + cut * kr, tp->v + cut * kr, tp->o + cut * qr,
                                      tp->lse + cut * H, n, n, H, Hkv, hd, pc, pc, 1, tau);
-    }
-    size_t np = ctx ? ctx->n_pages : 0;
-    for (size_t i = 0; i < np; i++) {
-        const ls_kv_page *pg = &ctx->pages[i];
-        ls_real *gk = dctx ? dctx->pages[i].k : NULL, *gv = dctx ? dctx->pages[i].v : NULL;
-        LS_K(ls_attn_block_backward)(dq, gk, gv, dout, tp->q_r, pg->k, pg->v, tp->o, tp->lse, T, pg->n,
-                                     H, Hkv, hd, tp->pos0, pg->pos0, 1, tau);
     }
     if (cp && cp->bwd &&
         (st = cp->bwd(cp->user, l, tp->q_r, tp->k_r, tp->v, tp->o, tp->lse, dout, T, tp->pos0, dq, dk, dv)) != LS_OK)
