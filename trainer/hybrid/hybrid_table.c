@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/checked.h"
+#include "kernels/attention.h"
 #include "kernels/gdn.h"
 #include "kernels/logprob.h"
 #include "trainer/hybrid/hybrid_family.h"
@@ -149,7 +150,7 @@ static void layer_fwd(acc *a, const dims *m, int attn, size_t T, int taped, int 
         RQ(a, taped, T_ * qr), RQ(a, taped, T_ * qr), RQ(a, taped, T_ * qr), RQ(a, taped, T_ * m->H);
         RQ(a, taped, T_ * kr), RQ(a, taped, T_ * kr), RQ(a, taped, T_ * m->Hkv), RQ(a, taped, T_ * kr);
         RQ(a, taped, T_ * qr), RQ(a, taped, T_ * m->H), RQ(a, taped, T_ * qr); /* o, lse, y */
-        RQ(a, 0, T_ * qr), RQ(a, 0, T_ * m->H);                                  /* o_tmp, lse_tmp */
+        /* (the block list of the context pages: hybrid_plan adds it, it grows with the pages) */
     } else {
         for (int i = 0; r && i < 3; i++) RQ(a, taped, T_ * r); /* xa_qkv, xa_z, xa_out */
         RQ(a, taped, T_ * m->C), RQ(a, taped, T_ * m->VD), RQ(a, taped, T_ * m->Hv), RQ(a, taped, T_ * m->Hv);
@@ -245,6 +246,9 @@ static void hybrid_plan(const ls_model_config *c, const ls_family_plan_in *in, l
         else RQ(&a, 0, tail_n), RQ(&a, 0, S_n);
         if (a.scr > cap) cap = a.scr;
     }
+    /* the attention kernels' block lists (keys, and key gradients in a backward): one entry per page */
+    size_t lists = ls_sat_mul(out->pages + 2, sizeof(ls_attn_kv_block) + sizeof(ls_attn_kv_grad));
+    for (int p = 0; p < LS_FPLAN_COUNT; p++) ADD(p, p == LS_FPLAN_REPLAY ? LS_MEM_BRANCH : LS_MEM_SCRATCH, lists);
     ADD(LS_FPLAN_CAPTURE, LS_MEM_SCRATCH, ls_sat_add(cap, frame_bytes(c, es, ch, 0)));
     ADD(LS_FPLAN_CAPTURE, LS_MEM_SCRATCH, out->state_meta);
     /* scoring one member: the same untaped forward over R tokens, its head */

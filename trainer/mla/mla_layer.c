@@ -813,15 +813,36 @@ void LS_K(ls_mla_plan_transients)(const ls_model_config *c, const ls_family_plan
     size_t (*ph)[LS_MEM_COUNT] = out->phase;
 #define ADD(p, cat, x) (ph[p][cat] = ls_sat_add(ph[p][cat], (x)))
     int kinds = (size_t)c->first_dense < L ? 2 : 1;
+    size_t cap_pend = 0;
     for (int mi = 0; mi < kinds; mi++) {
         int moe = (size_t)c->first_dense < L ? mi : 0;
         if (!moe && c->first_dense == 0) continue;
         /* capture: the last chunk (the most keys) */
         size_t maxc = ch > pg ? ch : pg;
         plan_layer f = plan_layer_fwd(c, in, moe, ch, Ptot, maxc, 0);
+        if (in->world > 1) { /* the ring kernels' workspaces instead of the local kernel's arena (mla_cp_attn.c) */
+            ls_mla_dims dm = dims_of(c);
+            size_t k = (size_t)c->index_topk < Ptot ? (size_t)c->index_topk : Ptot;
+            plan_acc w = {.esz = in->esz};
+            RQR(&w, 0, LS_K(ls_dsa_topk_workspace)(n));
+            RQR(&w, 0, LS_K(ls_mla_forward_workspace)(form_for(ch, Ptot), n, k, &dm));
+            RQ(&w, 0, ls_sat_mul3(ch, k, sizeof(int64_t)));
+            f.attn = w.scr;
+        }
         plan_acc own = {.esz = es};
         RQR(&own, 0, ch * rkv + 1), RQR(&own, 0, ch * dr + 1), RQR(&own, 0, ch * dI + 1);
-        instant(ph[LS_FPLAN_CAPTURE], ls_sat_add(f.scr, own.scr), f);
+        /* the dense layers come first: at their peak none of the chunk's rows are appended yet; at the last
+           (MoE) layer's, all but its own are (the state's total counted by plan.c less capture_pending) */
+        size_t row1 = out->capture_pending, pend = moe ? row1 : ls_sat_mul(L, row1);
+        size_t cand[LS_MEM_COUNT] = {0};
+        instant(cand, ls_sat_add(f.scr, own.scr), f);
+        size_t have = ls_sat_add(ph[LS_FPLAN_CAPTURE][LS_MEM_SCRATCH], ph[LS_FPLAN_CAPTURE][LS_MEM_DISPATCH]);
+        size_t want = ls_sat_add(cand[LS_MEM_SCRATCH], cand[LS_MEM_DISPATCH]);
+        if (mi == 0 || want - (pend < want ? pend : want) > have - (cap_pend < have ? cap_pend : have)) {
+            ph[LS_FPLAN_CAPTURE][LS_MEM_SCRATCH] = cand[LS_MEM_SCRATCH];
+            ph[LS_FPLAN_CAPTURE][LS_MEM_DISPATCH] = cand[LS_MEM_DISPATCH];
+            cap_pend = pend;
+        }
         /* scoring and decoding: R queries (or one) seeing the whole prompt */
         plan_layer s = plan_layer_fwd(c, in, moe, R, Ptot + R, pg > R ? pg : R, 0);
         instant(ph[LS_FPLAN_SCORE], s.scr, s);
@@ -845,6 +866,7 @@ void LS_K(ls_mla_plan_transients)(const ls_model_config *c, const ls_family_plan
             if (wd > ph[LS_FPLAN_PROMPT_BWD][LS_MEM_DISPATCH]) ph[LS_FPLAN_PROMPT_BWD][LS_MEM_DISPATCH] = wd;
         }
     }
+    out->capture_pending = cap_pend;
     /* the replay's tape: every layer's, and the frame's head rows */
     size_t tape = 0;
     for (size_t l = 0; l < L; l++) {
@@ -884,6 +906,16 @@ void LS_K(ls_mla_plan_transients)(const ls_model_config *c, const ls_family_plan
         size_t att = ls_sat_add(ls_sat_mul3(ch, (size_t)c->heads, ((size_t)c->d_v + 1) * es),
                                 ls_sat_mul3(2, ms, (rkv + dr) * es));
         ADD(LS_FPLAN_CAPTURE, LS_MEM_COMM, sel > att ? sel : att);
+        /* the shard capture's work rows (mla_cp.c: h, c_kv, k_pe, k_I over the shard) and the ring kernels'
+           workspaces (the selection's top-k workspace, the attention's, the local indices); the shard-local
+           kv_b gradient accumulators (gradients, all step) */
+        ls_mla_dims dm = dims_of(c);
+        plan_acc w = {.esz = es};
+        (void)dm;
+        RQR(&w, 0, n * (d + rkv + dr + dI));
+        ADD(LS_FPLAN_CAPTURE, LS_MEM_SCRATCH, w.scr);
+        size_t acc = ls_sat_mul(ls_sat_mul3(L, (size_t)c->heads, ((size_t)c->d_nope + (size_t)c->d_v) * rkv), es);
+        for (int p = 0; p < LS_FPLAN_COUNT; p++) ADD(p, LS_MEM_GRADS, acc);
         if (in->full) ADD(LS_FPLAN_PROMPT_BWD, LS_MEM_COMM, comm);
     }
 #undef ADD
