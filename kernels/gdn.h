@@ -20,12 +20,22 @@ void LS_K(ls_gdn_gates_backward)(ls_real *da, ls_real *db, ls_real *dA_log,
                                  const ls_real *b, const ls_real *A_log,
                                  const ls_real *dt_bias, size_t T, size_t Hv);
 
-/* Forward recurrence: o [T,Hv,dv]; S_out [Hv,dk,dv] final state (may alias
- * nothing; may be NULL). */
+/* Forward: o [T,Hv,dv]; S_out [Hv,dk,dv] final state (may be NULL; may be
+ * S_in itself, updated in place).  From 64 tokens on, evaluated in chunks of
+ * 64 (the WY / UT form, CBLAS GEMMs; exact to rounding against the
+ * recurrence), shorter ones token by token.  Scratch comes from the kernels'
+ * allocator (kernels/scratch.h); if it fails, the token recurrence runs. */
 void LS_K(ls_gdn_forward)(ls_real *o, ls_real *S_out, const ls_real *q,
                           const ls_real *k, const ls_real *v, const ls_real *g,
                           const ls_real *beta, const ls_real *S_in,
                           size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv);
+
+/* The same function token by token (rank-1 updates, no scratch): the
+ * reference the chunked form is tested against. */
+void LS_K(ls_gdn_forward_recurrent)(ls_real *o, ls_real *S_out, const ls_real *q,
+                                    const ls_real *k, const ls_real *v, const ls_real *g,
+                                    const ls_real *beta, const ls_real *S_in, size_t T,
+                                    size_t Hk, size_t Hv, size_t dk, size_t dv);
 
 /* Reals of workspace ls_gdn_backward needs (it recomputes states in chunks
  * from checkpoints, so this grows like T/chunk + chunk states, not T). */

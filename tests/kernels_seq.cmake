@@ -16,3 +16,6 @@ ls_add_criterion_test(kernels_seq_f32
   SOURCES ${LS_KSEQ_DIR}/test_kernels_seq_f32.c
   LIBS kernels_seq_f32_wrap ls_kernels_f64 DEFS LS_REAL_F64 TIMEOUT 60)
 ls_add_criterion_test(kernels_seq_attn_perf SOURCES ${LS_KSEQ_DIR}/test_kernels_attn_perf.c LIBS kernels_seq_f32_wrap ls_kernels_f64 DEFS LS_REAL_F64 TIMEOUT 60)
+ls_add_criterion_test(kernels_seq_chunk
+  SOURCES ${LS_KSEQ_DIR}/test_kernels_seq_chunk.c
+  LIBS kernels_seq_f32_wrap ls_kernels_f64 DEFS LS_REAL_F64 TIMEOUT 120)

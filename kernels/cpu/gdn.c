@@ -14,6 +14,7 @@
  * blocks of GDN_CB so that they live on the stack for any dv: the recurrence
  * is independent across the columns of S. */
 #include "kernels/gdn.h"
+#include "kernels/cpu/gdn_internal.h"
 
 #include <assert.h>
 #include <math.h>
@@ -154,7 +155,7 @@ static void gdn_head_run(ls_real *S, size_t ldS, size_t ncols, size_t col0,
     }
 }
 
-void LS_K(ls_gdn_forward)(ls_real *o, ls_real *S_out, const ls_real *q,
+void LS_K(ls_gdn_forward_recurrent)(ls_real *o, ls_real *S_out, const ls_real *q,
                           const ls_real *k, const ls_real *v, const ls_real *g,
                           const ls_real *beta, const ls_real *S_in,
                           size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv)
@@ -163,7 +164,7 @@ void LS_K(ls_gdn_forward)(ls_real *o, ls_real *S_out, const ls_real *q,
     const size_t grp = Hv / Hk;
     assert(Hk > 0 && Hv % Hk == 0);
     if (S_out == NULL && dk > GDN_STACK_STATE) {
-        fprintf(stderr, "ls_gdn_forward: dk=%zu too large without S_out (max %d); "
+        fprintf(stderr, "ls_gdn_forward_recurrent: dk=%zu too large without S_out (max %d); "
                         "output set to NaN\n", dk, GDN_STACK_STATE);
         for (size_t i = 0; i < T * Hv * dv; i++) {
             o[i] = (ls_real)NAN;

@@ -1,0 +1,37 @@
+/* gdn_internal.h - what gdn.c (the token recurrence) and gdn_chunk_view.c (the
+ * chunked WY / UT form) share; internal to kernels/cpu.
+ *
+ * A gdn_chunk_view is a view of one value head's chunk scratch (sized by
+ * gdn_chunk_head_ws, owned by the caller); its fields are valid after the
+ * calls named on them, for the chunk of n <= GDN_C tokens last passed. */
+#ifndef LS_KERNELS_CPU_GDN_INTERNAL_H
+#define LS_KERNELS_CPU_GDN_INTERNAL_H
+#include "kernels/real.h"
+
+#define GDN_C 64 /* tokens per chunk of the chunked form */
+
+typedef struct {
+    ls_real *Gam; /* [C,C] Gam[t][s] = e^{g_{s+1}+...+g_t}, s <= t (gdn_chunk_decays) */
+    ls_real *A;   /* [C,C] strictly lower beta_t Gam[t][s] k_t.k_s (gdn_chunk_wy) */
+    ls_real *ea;  /* [C] e^{g_0+...+g_t} (gdn_chunk_decays) */
+    ls_real *U;   /* [C,dv] (I+A)^{-1} diag(beta) V (gdn_chunk_wy); Delta after forward */
+    ls_real *W;   /* [C,dk] (I+A)^{-1} diag(beta ea) K (gdn_chunk_wy) */
+    ls_real *X;   /* [C,dk] scratch */
+} gdn_chunk_view;
+
+/* Reals of one head's chunk scratch. */
+size_t LS_K(gdn_chunk_head_ws)(size_t dk, size_t dv);
+/* Points c's fields into ws (gdn_chunk_head_ws reals). */
+void LS_K(gdn_chunk_bind)(gdn_chunk_view *c, ls_real *ws, size_t dk, size_t dv);
+/* Gam [C,C] (s <= t) and ea [n] from g (stride Hv). */
+void LS_K(gdn_chunk_decays)(ls_real *Gam, ls_real *ea, const ls_real *g, size_t Hv, size_t n);
+/* c->A, c->U, c->W from c->Gam, c->ea; k rows stride ldk, v rows ldv, beta stride Hv. */
+void LS_K(gdn_chunk_wy)(gdn_chunk_view *c, const ls_real *k, size_t ldk, const ls_real *v, size_t ldv,
+                        const ls_real *beta, size_t Hv, size_t n, size_t dk, size_t dv);
+/* One chunk: S [dk,dv] (state before) becomes the state after; o rows
+ * (stride ldo) assigned unless o is NULL; q, k rows stride ldk. */
+void LS_K(gdn_chunk_forward)(gdn_chunk_view *c, ls_real *S, ls_real *o, size_t ldo, const ls_real *q,
+                             const ls_real *k, size_t ldk, const ls_real *v, size_t ldv,
+                             const ls_real *g, const ls_real *beta, size_t Hv, size_t n,
+                             size_t dk, size_t dv);
+#endif
