@@ -37,17 +37,30 @@ void LS_K(ls_gdn_forward_recurrent)(ls_real *o, ls_real *S_out, const ls_real *q
                                     const ls_real *beta, const ls_real *S_in, size_t T,
                                     size_t Hk, size_t Hv, size_t dk, size_t dv);
 
-/* Reals of workspace ls_gdn_backward needs (it recomputes states in chunks
- * from checkpoints, so this grows like T/chunk + chunk states, not T). */
+/* Reals of workspace ls_gdn_backward (and ls_gdn_backward_recurrent) needs
+ * (they recompute states in chunks from checkpoints, so this grows like
+ * T/chunk + chunk states, not T). */
 size_t LS_K(ls_gdn_backward_workspace)(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv);
 
 /* Backward.  dS_out [Hv,dk,dv] gradient arriving for the final state (NULL: zero).
  * dq, dk [T,Hk,dk], dv [T,Hv,dv], dg, dbeta [T,Hv] assigned;
- * dS_in [Hv,dk,dv] assigned (NULL: not wanted). */
+ * dS_in [Hv,dk,dv] assigned (NULL: not wanted).  From 64 tokens on, in the
+ * chunked form (the backward of the WY / UT form, CBLAS GEMMs; exact to
+ * rounding against the recurrence's backward), shorter ones token by token. */
 void LS_K(ls_gdn_backward)(ls_real *dq, ls_real *dk, ls_real *dv, ls_real *dg,
                            ls_real *dbeta, ls_real *dS_in, const ls_real *do_,
                            const ls_real *dS_out, const ls_real *q, const ls_real *k,
                            const ls_real *v, const ls_real *g, const ls_real *beta,
                            const ls_real *S_in, size_t T, size_t Hk, size_t Hv,
                            size_t dk_, size_t dv_, ls_real *workspace);
+
+/* The same backward token by token (the reference of the chunked one);
+ * workspace sized by ls_gdn_backward_workspace. */
+void LS_K(ls_gdn_backward_recurrent)(ls_real *dq, ls_real *dk, ls_real *dv, ls_real *dg,
+                                     ls_real *dbeta, ls_real *dS_in, const ls_real *do_,
+                                     const ls_real *dS_out, const ls_real *q,
+                                     const ls_real *k, const ls_real *v, const ls_real *g,
+                                     const ls_real *beta, const ls_real *S_in, size_t T,
+                                     size_t Hk, size_t Hv, size_t dk_, size_t dv_,
+                                     ls_real *workspace);
 #endif

@@ -169,3 +169,107 @@ Test(kernels_seq_chunk, forward_threads)
     free(o1); free(S1); free(o2); free(S2);
 #endif
 }
+
+/* Chunked vs recurrent backward (dS_out and S_in present or not), float64,
+ * and the float32 chunked backward against the float64 recurrence. */
+static void bwd_case(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv, int decay,
+                     uint64_t seed)
+{
+    const size_t nq = T * Hk * dk, nv = T * Hv * dv, ng = T * Hv, nS = Hv * dk * dv;
+    const size_t sz[6] = {nq, nq, nv, ng, ng, nS};
+    const char *names[6] = {"dq", "dk", "dv", "dg", "dbeta", "dS_in"};
+    char name[128];
+    for (int with_s = 0; with_s < 2; with_s++) {
+        for (int f32 = 0; f32 < 2; f32++) {
+            gdn_in x = make_in(T, Hk, Hv, dk, dv, decay, f32, seed);
+            uint64_t s = seed + 99;
+            double *dO = tu_rand(&s, nv, -1, 1), *dSo = tu_rand(&s, nS, -1, 1);
+            if (f32) {
+                tu_round_f32(dO, nv);
+                tu_round_f32(dSo, nS);
+            }
+            const double *Si = with_s ? x.S0 : NULL, *dSi = with_s ? dSo : NULL;
+            double *r[6], *c[6];
+            for (int i = 0; i < 6; i++) {
+                r[i] = tu_alloc(sz[i]);
+                c[i] = tu_alloc(sz[i]);
+            }
+            double *ws = tu_alloc(ls_gdn_backward_workspace_f64(T, Hk, Hv, dk, dv));
+            ls_gdn_backward_recurrent_f64(r[0], r[1], r[2], r[3], r[4], r[5], dO, dSi, x.q, x.k,
+                                          x.v, x.g, x.beta, Si, T, Hk, Hv, dk, dv, ws);
+            if (f32) {
+                ks32_gdn_backward(c[0], c[1], c[2], c[3], c[4], c[5], dO, dSi, x.q, x.k, x.v,
+                                  x.g, x.beta, Si, T, Hk, Hv, dk, dv);
+            } else {
+                ls_gdn_backward_f64(c[0], c[1], c[2], c[3], c[4], c[5], dO, dSi, x.q, x.k, x.v,
+                                    x.g, x.beta, Si, T, Hk, Hv, dk, dv, ws);
+            }
+            for (int i = 0; i < 6; i++) {
+                snprintf(name, sizeof name, "%s bwd T=%zu H=%zu/%zu d=%zu/%zu%s%s %s",
+                         f32 ? "f32" : "f64", T, Hk, Hv, dk, dv, decay ? " decay" : "",
+                         with_s ? " S_in,dS_out" : "", names[i]);
+                check(name, c[i], r[i], sz[i], f32 ? TOL32 : TOL64);
+                free(r[i]);
+                free(c[i]);
+            }
+            free_in(&x);
+            free(dO); free(dSo); free(ws);
+        }
+    }
+}
+
+Test(kernels_seq_chunk, backward_short)
+{
+    bwd_case(1, 1, 1, 4, 3, 0, 21);
+    bwd_case(63, 2, 4, 16, 16, 1, 22);
+}
+
+Test(kernels_seq_chunk, backward_multiple)
+{
+    bwd_case(64, 2, 4, 16, 16, 0, 23);
+    bwd_case(256, 2, 4, 16, 16, 0, 24);
+    bwd_case(256, 2, 4, 16, 16, 1, 25);
+}
+
+Test(kernels_seq_chunk, backward_ragged)
+{
+    bwd_case(65, 1, 2, 5, 70, 0, 26);
+    bwd_case(300, 2, 4, 16, 16, 1, 27);
+    bwd_case(201, 1, 1, 128, 64, 0, 28);
+    bwd_case(130, 2, 2, 64, 128, 1, 29);
+    bwd_case(5000, 2, 4, 16, 16, 0, 30); /* several checkpoint segments (ch = 128) */
+}
+
+/* The same bits for 1 and several threads. */
+Test(kernels_seq_chunk, backward_threads)
+{
+#ifdef _OPENMP
+    const size_t T = 700, Hk = 2, Hv = 4, dk = 16, dv = 16;
+    const size_t sz[6] = {T * Hk * dk, T * Hk * dk, T * Hv * dv, T * Hv, T * Hv, Hv * dk * dv};
+    gdn_in x = make_in(T, Hk, Hv, dk, dv, 0, 0, 31);
+    uint64_t s = 32;
+    double *dO = tu_rand(&s, sz[2], -1, 1), *dSo = tu_rand(&s, sz[5], -1, 1);
+    double *ws = tu_alloc(ls_gdn_backward_workspace_f64(T, Hk, Hv, dk, dv));
+    double *a[6], *b[6];
+    for (int i = 0; i < 6; i++) {
+        a[i] = tu_alloc(sz[i]);
+        b[i] = tu_alloc(sz[i]);
+    }
+    const int nt = omp_get_max_threads();
+    omp_set_num_threads(1);
+    ls_gdn_backward_f64(a[0], a[1], a[2], a[3], a[4], a[5], dO, dSo, x.q, x.k, x.v, x.g, x.beta,
+                        x.S0, T, Hk, Hv, dk, dv, ws);
+    omp_set_num_threads(nt > 1 ? nt : 3);
+    ls_gdn_backward_f64(b[0], b[1], b[2], b[3], b[4], b[5], dO, dSo, x.q, x.k, x.v, x.g, x.beta,
+                        x.S0, T, Hk, Hv, dk, dv, ws);
+    omp_set_num_threads(nt);
+    for (int i = 0; i < 6; i++) {
+        cr_expect(memcmp(a[i], b[i], sz[i] * sizeof *a[i]) == 0,
+                  "chunked backward output %d depends on the thread count", i);
+        free(a[i]);
+        free(b[i]);
+    }
+    free_in(&x);
+    free(dO); free(dSo); free(ws);
+#endif
+}

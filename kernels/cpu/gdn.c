@@ -32,7 +32,6 @@
 #define GDN_CHUNK 64          /* least tokens per checkpointed chunk in backward */
 #define GDN_CB 64             /* column block of the per-token dv vectors */
 #define GDN_STACK_STATE 4096  /* reals of state kept on the stack when S_out is NULL */
-#define GDN_PAR_MIN 65536     /* state-element updates (T Hv dk dv) worth a thread team */
 
 static ls_real sigmoid(ls_real x)
 {
@@ -257,7 +256,7 @@ static ls_real *ws_vmu(const gdn_ws *w, size_t j)
     return ws_G(w, j) + w->dkdv + 4 * w->ch * w->dk;
 }
 
-size_t LS_K(ls_gdn_backward_workspace)(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv)
+size_t LS_K(gdn_recurrent_backward_ws)(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv)
 {
     (void)Hk;
     if (T == 0) {
@@ -357,7 +356,7 @@ static void gdn_reduce_chunk(ls_real *dq, ls_real *dk, const gdn_ws *w, size_t c
     }
 }
 
-void LS_K(ls_gdn_backward)(ls_real *dq, ls_real *dk, ls_real *dv, ls_real *dg,
+void LS_K(ls_gdn_backward_recurrent)(ls_real *dq, ls_real *dk, ls_real *dv, ls_real *dg,
                            ls_real *dbeta, ls_real *dS_in, const ls_real *do_,
                            const ls_real *dS_out, const ls_real *q, const ls_real *k,
                            const ls_real *v, const ls_real *g, const ls_real *beta,

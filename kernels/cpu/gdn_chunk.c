@@ -40,13 +40,10 @@
 #define TRSM cblas_strsm
 #endif
 
-#define GEMM_MNK 262144     /* largest M N K OpenBLAS keeps on the calling thread */
-#define GDN_PAR_MIN 65536   /* state-element updates (T Hv dk dv) worth a thread team */
+#define gemm LS_K(gdn_gemm)
 
-/* C = alpha op(A) op(B) + beta C, row-major, in row blocks of C small enough
- * for OpenBLAS's single-threaded path.  M, N, K > 0. */
-static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, size_t M, size_t N, size_t K,
-                 ls_real alpha, const ls_real *A, size_t lda, const ls_real *B, size_t ldb,
+void LS_K(gdn_gemm)(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, size_t M, size_t N, size_t K,
+                    ls_real alpha, const ls_real *A, size_t lda, const ls_real *B, size_t ldb,
                  ls_real beta, ls_real *C, size_t ldc)
 {
     size_t m = GEMM_MNK / (N * K);
@@ -82,17 +79,19 @@ void LS_K(gdn_chunk_decays)(ls_real *Gam, ls_real *ea, const ls_real *g, size_t 
     }
 }
 
-void LS_K(gdn_chunk_wy)(gdn_chunk_view *c, const ls_real *k, size_t ldk, const ls_real *v, size_t ldv,
-                        const ls_real *beta, size_t Hv, size_t n, size_t dk, size_t dv)
+void LS_K(gdn_chunk_wy)(gdn_chunk_view *c, ls_real *KK, const ls_real *k, size_t ldk,
+                        const ls_real *v, size_t ldv, const ls_real *beta, size_t Hv, size_t n,
+                        size_t dk, size_t dv)
 {
     /* A = strictly lower (beta_t Gam[t][s] k_t.k_s); the trsm reads only it */
-    gemm(CblasNoTrans, CblasTrans, n, n, dk, 1, k, ldk, k, ldk, 0, c->A, GDN_C);
+    ls_real *kk = KK != NULL ? KK : c->A;
+    gemm(CblasNoTrans, CblasTrans, n, n, dk, 1, k, ldk, k, ldk, 0, kk, GDN_C);
     for (size_t t = 0; t < n; t++) {
         const ls_real bt = beta[t * Hv];
         ls_real *At = c->A + t * GDN_C;
-        const ls_real *Gt = c->Gam + t * GDN_C;
+        const ls_real *Gt = c->Gam + t * GDN_C, *Kt = kk + t * GDN_C;
         for (size_t s = 0; s < t; s++) {
-            At[s] *= bt * Gt[s];
+            At[s] = Kt[s] * bt * Gt[s];
         }
         const ls_real *vt = v + t * ldv, *kt = k + t * ldk;
         ls_real *Ut = c->U + t * dv, *Wt = c->W + t * dk;
@@ -116,7 +115,7 @@ void LS_K(gdn_chunk_forward)(gdn_chunk_view *c, ls_real *S, ls_real *o, size_t l
                              size_t dk, size_t dv)
 {
     LS_K(gdn_chunk_decays)(c->Gam, c->ea, g, Hv, n);
-    LS_K(gdn_chunk_wy)(c, k, ldk, v, ldv, beta, Hv, n, dk, dv);
+    LS_K(gdn_chunk_wy)(c, NULL, k, ldk, v, ldv, beta, Hv, n, dk, dv);
     /* Delta = U - W S0, in U */
     gemm(CblasNoTrans, CblasNoTrans, n, dv, dk, -1, c->W, dk, S, dv, 1, c->U, dv);
     if (o != NULL) {

@@ -6,9 +6,20 @@
  * calls named on them, for the chunk of n <= GDN_C tokens last passed. */
 #ifndef LS_KERNELS_CPU_GDN_INTERNAL_H
 #define LS_KERNELS_CPU_GDN_INTERNAL_H
+#include <cblas.h>
+
 #include "kernels/real.h"
 
-#define GDN_C 64 /* tokens per chunk of the chunked form */
+#define GDN_C 64            /* tokens per chunk of the chunked form */
+#define GDN_PAR_MIN 65536   /* state-element updates (T Hv dk dv) worth a thread team */
+#define GEMM_MNK 262144     /* largest M N K OpenBLAS keeps on the calling thread */
+
+/* C = alpha op(A) op(B) + beta C, row-major, in row blocks small enough for
+ * OpenBLAS's single-threaded path (the same bits for any thread count).
+ * M, N, K > 0. */
+void LS_K(gdn_gemm)(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, size_t M, size_t N, size_t K,
+                    ls_real alpha, const ls_real *A, size_t lda, const ls_real *B, size_t ldb,
+                    ls_real beta, ls_real *C, size_t ldc);
 
 typedef struct {
     ls_real *Gam; /* [C,C] Gam[t][s] = e^{g_{s+1}+...+g_t}, s <= t (gdn_chunk_decays) */
@@ -25,13 +36,17 @@ size_t LS_K(gdn_chunk_head_ws)(size_t dk, size_t dv);
 void LS_K(gdn_chunk_bind)(gdn_chunk_view *c, ls_real *ws, size_t dk, size_t dv);
 /* Gam [C,C] (s <= t) and ea [n] from g (stride Hv). */
 void LS_K(gdn_chunk_decays)(ls_real *Gam, ls_real *ea, const ls_real *g, size_t Hv, size_t n);
-/* c->A, c->U, c->W from c->Gam, c->ea; k rows stride ldk, v rows ldv, beta stride Hv. */
-void LS_K(gdn_chunk_wy)(gdn_chunk_view *c, const ls_real *k, size_t ldk, const ls_real *v, size_t ldv,
-                        const ls_real *beta, size_t Hv, size_t n, size_t dk, size_t dv);
+/* c->A, c->U, c->W from c->Gam, c->ea; k rows stride ldk, v rows ldv, beta
+ * stride Hv.  KK [C,C] receives K K^T (NULL: not kept). */
+void LS_K(gdn_chunk_wy)(gdn_chunk_view *c, ls_real *KK, const ls_real *k, size_t ldk,
+                        const ls_real *v, size_t ldv, const ls_real *beta, size_t Hv, size_t n,
+                        size_t dk, size_t dv);
 /* One chunk: S [dk,dv] (state before) becomes the state after; o rows
  * (stride ldo) assigned unless o is NULL; q, k rows stride ldk. */
 void LS_K(gdn_chunk_forward)(gdn_chunk_view *c, ls_real *S, ls_real *o, size_t ldo, const ls_real *q,
                              const ls_real *k, size_t ldk, const ls_real *v, size_t ldv,
                              const ls_real *g, const ls_real *beta, size_t Hv, size_t n,
                              size_t dk, size_t dv);
+/* The token recurrence's backward workspace (gdn.c). */
+size_t LS_K(gdn_recurrent_backward_ws)(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv);
 #endif
