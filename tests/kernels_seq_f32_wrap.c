@@ -109,38 +109,30 @@ void ks32_gdn_gates_backward(double *da, double *db, double *dA_log, double *ddt
     free(dg_); free(dbe_); free(a_); free(b_); free(A_); free(dt_);
 }
 
-typedef void (*gdn_fwd_f32)(float *, float *, const float *, const float *, const float *,
-                            const float *, const float *, const float *, size_t, size_t, size_t,
-                            size_t, size_t);
+static int gdn_form; /* ks32_gdn_use */
 
-static void gdn_forward_via(gdn_fwd_f32 fn, double *o, double *S_out, const double *q,
-                            const double *k, const double *v, const double *g,
-                            const double *beta, const double *S_in, size_t T, size_t Hk,
-                            size_t Hv, size_t dk, size_t dv)
+void ks32_gdn_use(int form)
 {
-    const size_t nq = T * Hk * dk, nv = T * Hv * dv, ng = T * Hv, nS = Hv * dk * dv;
-    float *o_ = out_f(o, nv), *So_ = out_f(S_out, nS), *q_ = in_f(q, nq), *k_ = in_f(k, nq);
-    float *v_ = in_f(v, nv), *g_ = in_f(g, ng), *be_ = in_f(beta, ng), *Si_ = in_f(S_in, nS);
-    fn(o_, So_, q_, k_, v_, g_, be_, Si_, T, Hk, Hv, dk, dv);
-    back(o, o_, nv);
-    back(S_out, So_, nS);
-    free(q_); free(k_); free(v_); free(g_); free(be_); free(Si_);
+    gdn_form = form;
 }
 
 void ks32_gdn_forward(double *o, double *S_out, const double *q, const double *k,
                       const double *v, const double *g, const double *beta, const double *S_in,
                       size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv)
 {
-    gdn_forward_via(ls_gdn_forward_f32, o, S_out, q, k, v, g, beta, S_in, T, Hk, Hv, dk, dv);
-}
-
-void ks32_gdn_forward_recurrent(double *o, double *S_out, const double *q, const double *k,
-                                const double *v, const double *g, const double *beta,
-                                const double *S_in, size_t T, size_t Hk, size_t Hv, size_t dk,
-                                size_t dv)
-{
-    gdn_forward_via(ls_gdn_forward_recurrent_f32, o, S_out, q, k, v, g, beta, S_in, T, Hk, Hv,
-                    dk, dv);
+    const size_t nq = T * Hk * dk, nv = T * Hv * dv, ng = T * Hv, nS = Hv * dk * dv;
+    float *o_ = out_f(o, nv), *So_ = out_f(S_out, nS), *q_ = in_f(q, nq), *k_ = in_f(k, nq);
+    float *v_ = in_f(v, nv), *g_ = in_f(g, ng), *be_ = in_f(beta, ng), *Si_ = in_f(S_in, nS);
+    if (gdn_form == 1) {
+        ls_gdn_forward_recurrent_f32(o_, So_, q_, k_, v_, g_, be_, Si_, T, Hk, Hv, dk, dv);
+    } else if (gdn_form == 2) {
+        ls_gdn_forward_chunked_f32(o_, So_, q_, k_, v_, g_, be_, Si_, T, Hk, Hv, dk, dv);
+    } else {
+        ls_gdn_forward_f32(o_, So_, q_, k_, v_, g_, be_, Si_, T, Hk, Hv, dk, dv);
+    }
+    back(o, o_, nv);
+    back(S_out, So_, nS);
+    free(q_); free(k_); free(v_); free(g_); free(be_); free(Si_);
 }
 
 void ks32_gdn_backward(double *dq, double *dk, double *dv, double *dg, double *dbeta,
@@ -160,8 +152,16 @@ void ks32_gdn_backward(double *dq, double *dk, double *dv, double *dg, double *d
         fprintf(stderr, "kernels_seq_f32_wrap: out of memory\n");
         abort();
     }
-    ls_gdn_backward_f32(dq_, dkk, dvv, dg_, db_, dSi, do__, dSo, q_, k_, v_, g_, be_, Si_, T, Hk,
-                        Hv, dk_, dv_, ws);
+    if (gdn_form == 1) {
+        ls_gdn_backward_recurrent_f32(dq_, dkk, dvv, dg_, db_, dSi, do__, dSo, q_, k_, v_, g_,
+                                      be_, Si_, T, Hk, Hv, dk_, dv_, ws);
+    } else if (gdn_form == 2) {
+        ls_gdn_backward_chunked_f32(dq_, dkk, dvv, dg_, db_, dSi, do__, dSo, q_, k_, v_, g_, be_,
+                                    Si_, T, Hk, Hv, dk_, dv_, ws);
+    } else {
+        ls_gdn_backward_f32(dq_, dkk, dvv, dg_, db_, dSi, do__, dSo, q_, k_, v_, g_, be_, Si_, T,
+                            Hk, Hv, dk_, dv_, ws);
+    }
     back(dq, dq_, nq);
     back(dk, dkk, nq);
     back(dv, dvv, nv);

@@ -1,5 +1,6 @@
-/* test_kernels_seq_chunk.c - the chunked (WY / UT) Gated DeltaNet against
- * the token recurrence it evaluates in another order: float64 to ~1e-12,
+/* test_kernels_seq_chunk.c - the chunked (WY / UT) Gated DeltaNet
+ * (ls_gdn_forward_chunked, ls_gdn_backward_chunked) against the token
+ * recurrence it evaluates in another order: float64 to ~1e-12,
  * float32 against the float64 recurrence to ~1e-5, for realistic gates
  * (g in [-5, 0]) and strongly decaying ones (g = -20 at some tokens), T
  * below, at and off multiples of the chunk, S_in NULL or not, S_out NULL or
@@ -93,7 +94,7 @@ static void fwd_case(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv, int d
         const double *Si = with_s ? x.S0 : NULL;
         double *o_r = tu_alloc(nv), *S_r = tu_alloc(nS), *o_c = tu_alloc(nv), *S_c = tu_alloc(nS);
         ls_gdn_forward_recurrent_f64(o_r, S_r, x.q, x.k, x.v, x.g, x.beta, Si, T, Hk, Hv, dk, dv);
-        ls_gdn_forward_f64(o_c, S_c, x.q, x.k, x.v, x.g, x.beta, Si, T, Hk, Hv, dk, dv);
+        ls_gdn_forward_chunked_f64(o_c, S_c, x.q, x.k, x.v, x.g, x.beta, Si, T, Hk, Hv, dk, dv);
         snprintf(name, sizeof name, "f64 T=%zu H=%zu/%zu d=%zu/%zu%s%s o", T, Hk, Hv, dk, dv,
                  decay ? " decay" : "", with_s ? " S_in" : "");
         check(name, o_c, o_r, nv, TOL64);
@@ -101,10 +102,10 @@ static void fwd_case(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv, int d
         check(name, S_c, S_r, nS, TOL64);
         /* S_out NULL gives the same o; S_out == S_in updates in place */
         double *o_n = tu_alloc(nv), *S_ip = tu_copy(x.S0, nS);
-        ls_gdn_forward_f64(o_n, NULL, x.q, x.k, x.v, x.g, x.beta, Si, T, Hk, Hv, dk, dv);
+        ls_gdn_forward_chunked_f64(o_n, NULL, x.q, x.k, x.v, x.g, x.beta, Si, T, Hk, Hv, dk, dv);
         cr_expect(tu_max_diff(o_n, o_c, nv) == 0, "%s: S_out NULL changes o", name);
         if (with_s) {
-            ls_gdn_forward_f64(o_n, S_ip, x.q, x.k, x.v, x.g, x.beta, S_ip, T, Hk, Hv, dk, dv);
+            ls_gdn_forward_chunked_f64(o_n, S_ip, x.q, x.k, x.v, x.g, x.beta, S_ip, T, Hk, Hv, dk, dv);
             cr_expect(tu_max_diff(S_ip, S_c, nS) == 0 && tu_max_diff(o_n, o_c, nv) == 0,
                       "%s: in-place state differs", name);
         }
@@ -115,13 +116,16 @@ static void fwd_case(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv, int d
         x = make_in(T, Hk, Hv, dk, dv, decay, 1, seed);
         Si = with_s ? x.S0 : NULL;
         ls_gdn_forward_recurrent_f64(o_r, S_r, x.q, x.k, x.v, x.g, x.beta, Si, T, Hk, Hv, dk, dv);
+        ks32_gdn_use(2);
         ks32_gdn_forward(o_c, S_c, x.q, x.k, x.v, x.g, x.beta, Si, T, Hk, Hv, dk, dv);
         snprintf(name, sizeof name, "f32 T=%zu H=%zu/%zu d=%zu/%zu%s%s o", T, Hk, Hv, dk, dv,
                  decay ? " decay" : "", with_s ? " S_in" : "");
         check(name, o_c, o_r, nv, TOL32);
         name[strlen(name) - 1] = 'S';
         check(name, S_c, S_r, nS, TOL32);
-        ks32_gdn_forward_recurrent(o_c, S_c, x.q, x.k, x.v, x.g, x.beta, Si, T, Hk, Hv, dk, dv);
+        ks32_gdn_use(1);
+        ks32_gdn_forward(o_c, S_c, x.q, x.k, x.v, x.g, x.beta, Si, T, Hk, Hv, dk, dv);
+        ks32_gdn_use(0);
         cr_log_info("  (f32 recurrence itself: o %.3e, S %.3e)", tu_rel_err(o_c, o_r, nv),
                     tu_rel_err(S_c, S_r, nS));
         free_in(&x);
@@ -159,9 +163,9 @@ Test(kernels_seq_chunk, forward_threads)
     double *o1 = tu_alloc(nv), *S1 = tu_alloc(nS), *o2 = tu_alloc(nv), *S2 = tu_alloc(nS);
     const int nt = omp_get_max_threads();
     omp_set_num_threads(1);
-    ls_gdn_forward_f64(o1, S1, x.q, x.k, x.v, x.g, x.beta, x.S0, T, Hk, Hv, dk, dv);
+    ls_gdn_forward_chunked_f64(o1, S1, x.q, x.k, x.v, x.g, x.beta, x.S0, T, Hk, Hv, dk, dv);
     omp_set_num_threads(nt > 1 ? nt : 3);
-    ls_gdn_forward_f64(o2, S2, x.q, x.k, x.v, x.g, x.beta, x.S0, T, Hk, Hv, dk, dv);
+    ls_gdn_forward_chunked_f64(o2, S2, x.q, x.k, x.v, x.g, x.beta, x.S0, T, Hk, Hv, dk, dv);
     omp_set_num_threads(nt);
     cr_expect(memcmp(o1, o2, nv * sizeof *o1) == 0 && memcmp(S1, S2, nS * sizeof *S1) == 0,
               "chunked forward depends on the thread count");
@@ -198,10 +202,12 @@ static void bwd_case(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv, int d
             ls_gdn_backward_recurrent_f64(r[0], r[1], r[2], r[3], r[4], r[5], dO, dSi, x.q, x.k,
                                           x.v, x.g, x.beta, Si, T, Hk, Hv, dk, dv, ws);
             if (f32) {
+                ks32_gdn_use(2);
                 ks32_gdn_backward(c[0], c[1], c[2], c[3], c[4], c[5], dO, dSi, x.q, x.k, x.v,
                                   x.g, x.beta, Si, T, Hk, Hv, dk, dv);
+                ks32_gdn_use(0);
             } else {
-                ls_gdn_backward_f64(c[0], c[1], c[2], c[3], c[4], c[5], dO, dSi, x.q, x.k, x.v,
+                ls_gdn_backward_chunked_f64(c[0], c[1], c[2], c[3], c[4], c[5], dO, dSi, x.q, x.k, x.v,
                                     x.g, x.beta, Si, T, Hk, Hv, dk, dv, ws);
             }
             for (int i = 0; i < 6; i++) {
@@ -257,10 +263,10 @@ Test(kernels_seq_chunk, backward_threads)
     }
     const int nt = omp_get_max_threads();
     omp_set_num_threads(1);
-    ls_gdn_backward_f64(a[0], a[1], a[2], a[3], a[4], a[5], dO, dSo, x.q, x.k, x.v, x.g, x.beta,
+    ls_gdn_backward_chunked_f64(a[0], a[1], a[2], a[3], a[4], a[5], dO, dSo, x.q, x.k, x.v, x.g, x.beta,
                         x.S0, T, Hk, Hv, dk, dv, ws);
     omp_set_num_threads(nt > 1 ? nt : 3);
-    ls_gdn_backward_f64(b[0], b[1], b[2], b[3], b[4], b[5], dO, dSo, x.q, x.k, x.v, x.g, x.beta,
+    ls_gdn_backward_chunked_f64(b[0], b[1], b[2], b[3], b[4], b[5], dO, dSo, x.q, x.k, x.v, x.g, x.beta,
                         x.S0, T, Hk, Hv, dk, dv, ws);
     omp_set_num_threads(nt);
     for (int i = 0; i < 6; i++) {
@@ -272,4 +278,40 @@ Test(kernels_seq_chunk, backward_threads)
     free_in(&x);
     free(dO); free(dSo); free(ws);
 #endif
+}
+
+/* The entry points take the chunked form exactly where they say they do
+ * (T >= 64 and dk dv >= 2048), the token recurrence elsewhere: same bits. */
+Test(kernels_seq_chunk, entry_points)
+{
+    const struct {
+        size_t T, dk, dv;
+        int chunked;
+    } c[4] = {{64, 64, 32, 1}, {63, 64, 64, 0}, {200, 16, 16, 0}, {100, 32, 63, 0}};
+    for (int i = 0; i < 4; i++) {
+        const size_t T = c[i].T, Hk = 1, Hv = 2, dk = c[i].dk, dv = c[i].dv;
+        const size_t nv = T * Hv * dv, nS = Hv * dk * dv, ng = T * Hv;
+        gdn_in x = make_in(T, Hk, Hv, dk, dv, 0, 0, 40 + (uint64_t)i);
+        double *o1 = tu_alloc(nv), *o2 = tu_alloc(nv), *S1 = tu_alloc(nS), *S2 = tu_alloc(nS);
+        ls_gdn_forward_f64(o1, S1, x.q, x.k, x.v, x.g, x.beta, x.S0, T, Hk, Hv, dk, dv);
+        (c[i].chunked ? ls_gdn_forward_chunked_f64 : ls_gdn_forward_recurrent_f64)(
+            o2, S2, x.q, x.k, x.v, x.g, x.beta, x.S0, T, Hk, Hv, dk, dv);
+        cr_expect(memcmp(o1, o2, nv * sizeof *o1) == 0 && memcmp(S1, S2, nS * sizeof *S1) == 0,
+                  "T=%zu dk=%zu dv=%zu: ls_gdn_forward is not the %s form", T, dk, dv,
+                  c[i].chunked ? "chunked" : "recurrent");
+        double *ws = tu_alloc(ls_gdn_backward_workspace_f64(T, Hk, Hv, dk, dv));
+        double *dg1 = tu_alloc(ng), *dg2 = tu_alloc(ng), *dq = tu_alloc(T * dk);
+        double *dk_ = tu_alloc(T * dk), *dv_ = tu_alloc(nv), *db = tu_alloc(ng);
+        ls_gdn_backward_f64(dq, dk_, dv_, dg1, db, NULL, o1, NULL, x.q, x.k, x.v, x.g, x.beta,
+                            x.S0, T, Hk, Hv, dk, dv, ws);
+        (c[i].chunked ? ls_gdn_backward_chunked_f64 : ls_gdn_backward_recurrent_f64)(
+            dq, dk_, dv_, dg2, db, NULL, o1, NULL, x.q, x.k, x.v, x.g, x.beta, x.S0, T, Hk, Hv,
+            dk, dv, ws);
+        cr_expect(memcmp(dg1, dg2, ng * sizeof *dg1) == 0,
+                  "T=%zu dk=%zu dv=%zu: ls_gdn_backward is not the %s form", T, dk, dv,
+                  c[i].chunked ? "chunked" : "recurrent");
+        free_in(&x);
+        free(o1); free(o2); free(S1); free(S2); free(ws); free(dg1); free(dg2); free(dq);
+        free(dk_); free(dv_); free(db);
+    }
 }

@@ -9,8 +9,10 @@
  *   A[t][s] = beta_t Gam[t][s] k_t.k_s  (s < t: strictly lower),
  *   O   = diag(ea) Q S0 + (Gam o Q K^T)_{s<=t} Delta,
  *   S_n = ea_{n-1} S0 + (diag(Gam[n-1][.]) K)^T Delta,
- * where Delta's rows are the delta_t of the recurrence.  The triangular
- * solve is a CBLAS trsm (forward substitution), the rest CBLAS GEMMs.
+ * where Delta's rows are the delta_t of the recurrence.  (I + A)^{-1} is
+ * formed explicitly by forward substitution (the UT transform, n^3/6
+ * multiply-adds), the rest is CBLAS GEMMs (no trsm: OpenBLAS threads trsm
+ * at any size, which inside our thread team costs more than it saves).
  * Gam is built as running products of e^{g} (double precision), never as an
  * exponential of a difference of large cumulative sums, and nothing is ever
  * divided by a gate: exact to rounding against the recurrence for any g <= 0,
@@ -34,10 +36,8 @@
 
 #if LS_REAL_IS_F64
 #define GEMM cblas_dgemm
-#define TRSM cblas_dtrsm
 #else
 #define GEMM cblas_sgemm
-#define TRSM cblas_strsm
 #endif
 
 #define gemm LS_K(gdn_gemm)
@@ -60,7 +60,7 @@ void LS_K(gdn_gemm)(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, size_t M, size_t N, 
 
 size_t LS_K(gdn_chunk_head_ws)(size_t dk, size_t dv)
 {
-    return 2 * (size_t)GDN_C * GDN_C + (size_t)GDN_C * (1 + dv + 2 * dk);
+    return 4 * (size_t)GDN_C * GDN_C + (size_t)GDN_C * (1 + dv + 2 * dk);
 }
 
 void LS_K(gdn_chunk_decays)(ls_real *Gam, ls_real *ea, const ls_real *g, size_t Hv, size_t n)
@@ -79,11 +79,34 @@ void LS_K(gdn_chunk_decays)(ls_real *Gam, ls_real *ea, const ls_real *g, size_t 
     }
 }
 
+/* Ti = (I + A)^{-1} for the unit lower triangular I + A (A strictly lower,
+ * row stride GDN_C): row t of Ti is e_t - sum_{s<t} A[t][s] Ti[s], forward
+ * substitution on rows (the UT transform); zero above the diagonal. */
+static void unit_lower_inverse(ls_real *Ti, const ls_real *A, size_t n)
+{
+    for (size_t t = 0; t < n; t++) {
+        ls_real *Xt = Ti + t * GDN_C;
+        const ls_real *At = A + t * GDN_C;
+        for (size_t r = 0; r < n; r++) {
+            Xt[r] = 0;
+        }
+        Xt[t] = 1;
+        for (size_t s = 0; s < t; s++) {
+            const ls_real a = At[s];
+            const ls_real *Xs = Ti + s * GDN_C;
+#pragma omp simd
+            for (size_t r = 0; r <= s; r++) {
+                Xt[r] -= a * Xs[r];
+            }
+        }
+    }
+}
+
 void LS_K(gdn_chunk_wy)(gdn_chunk_view *c, ls_real *KK, const ls_real *k, size_t ldk,
                         const ls_real *v, size_t ldv, const ls_real *beta, size_t Hv, size_t n,
                         size_t dk, size_t dv)
 {
-    /* A = strictly lower (beta_t Gam[t][s] k_t.k_s); the trsm reads only it */
+    /* A = strictly lower (beta_t Gam[t][s] k_t.k_s) */
     ls_real *kk = KK != NULL ? KK : c->A;
     gemm(CblasNoTrans, CblasTrans, n, n, dk, 1, k, ldk, k, ldk, 0, kk, GDN_C);
     for (size_t t = 0; t < n; t++) {
@@ -93,20 +116,25 @@ void LS_K(gdn_chunk_wy)(gdn_chunk_view *c, ls_real *KK, const ls_real *k, size_t
         for (size_t s = 0; s < t; s++) {
             At[s] = Kt[s] * bt * Gt[s];
         }
-        const ls_real *vt = v + t * ldv, *kt = k + t * ldk;
-        ls_real *Ut = c->U + t * dv, *Wt = c->W + t * dk;
-        const ls_real bw = bt * c->ea[t];
-        for (size_t i = 0; i < dv; i++) {
-            Ut[i] = bt * vt[i];
+    }
+    unit_lower_inverse(c->Ti, c->A, n);
+    /* U = (Ti diag(beta)) V; W = (Ti diag(beta)) (diag(ea) K); Ti diag(beta) in Tb
+     * (zero above the diagonal, so the GEMMs see the full square) */
+    for (size_t t = 0; t < n; t++) {
+        const ls_real *Xt = c->Ti + t * GDN_C;
+        ls_real *Bt = c->Tb + t * GDN_C;
+        for (size_t s = 0; s <= t; s++) {
+            Bt[s] = Xt[s] * beta[s * Hv];
+        }
+        for (size_t s = t + 1; s < n; s++) {
+            Bt[s] = 0;
         }
         for (size_t i = 0; i < dk; i++) {
-            Wt[i] = bw * kt[i];
+            c->X[t * dk + i] = c->ea[t] * k[t * ldk + i];
         }
     }
-    TRSM(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, (int)n, (int)dv, 1, c->A,
-         GDN_C, c->U, (int)dv);
-    TRSM(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, (int)n, (int)dk, 1, c->A,
-         GDN_C, c->W, (int)dk);
+    gemm(CblasNoTrans, CblasNoTrans, n, dv, n, 1, c->Tb, GDN_C, v, ldv, 0, c->U, dv);
+    gemm(CblasNoTrans, CblasNoTrans, n, dk, n, 1, c->Tb, GDN_C, c->X, dk, 0, c->W, dk);
 }
 
 void LS_K(gdn_chunk_forward)(gdn_chunk_view *c, ls_real *S, ls_real *o, size_t ldo, const ls_real *q,
@@ -159,7 +187,9 @@ void LS_K(gdn_chunk_bind)(gdn_chunk_view *c, ls_real *ws, size_t dk, size_t dv)
 {
     c->Gam = ws;
     c->A = c->Gam + GDN_C * GDN_C;
-    c->ea = c->A + GDN_C * GDN_C;
+    c->Ti = c->A + GDN_C * GDN_C;
+    c->Tb = c->Ti + GDN_C * GDN_C;
+    c->ea = c->Tb + GDN_C * GDN_C;
     c->U = c->ea + GDN_C;
     c->W = c->U + GDN_C * dv;
     c->X = c->W + GDN_C * dk;
@@ -170,11 +200,24 @@ void LS_K(ls_gdn_forward)(ls_real *o, ls_real *S_out, const ls_real *q, const ls
                           const ls_real *S_in, size_t T, size_t Hk, size_t Hv, size_t dk,
                           size_t dv)
 {
-    assert(Hk > 0 && Hv % Hk == 0);
-    if (T < GDN_C) {
+    if (LS_K(gdn_use_chunked)(T, dk, dv)) {
+        LS_K(ls_gdn_forward_chunked)(o, S_out, q, k, v, g, beta, S_in, T, Hk, Hv, dk, dv);
+    } else {
         LS_K(ls_gdn_forward_recurrent)(o, S_out, q, k, v, g, beta, S_in, T, Hk, Hv, dk, dv);
-        return;
     }
+}
+
+int LS_K(gdn_use_chunked)(size_t T, size_t dk, size_t dv)
+{
+    return T >= GDN_C && dk * dv >= GDN_CHUNK_MIN_DKDV;
+}
+
+void LS_K(ls_gdn_forward_chunked)(ls_real *o, ls_real *S_out, const ls_real *q,
+                                  const ls_real *k, const ls_real *v, const ls_real *g,
+                                  const ls_real *beta, const ls_real *S_in, size_t T,
+                                  size_t Hk, size_t Hv, size_t dk, size_t dv)
+{
+    assert(Hk > 0 && Hv % Hk == 0);
     const size_t dkdv = dk * dv, grp = Hv / Hk;
     const size_t hw = LS_K(gdn_chunk_head_ws)(dk, dv) + (S_out == NULL ? dkdv : 0);
     const ls_kernel_allocator *al = ls_kernel_scratch_get();

@@ -14,7 +14,7 @@
  *   Delta = U - W S0
  *   U = (I + A)^{-1} diag(beta) V,  W = (I + A)^{-1} diag(beta ea) K
  *   A[t][s] = beta_t Gam[t][s] k_t.k_s  (s < t)
- * is GEMMs and one transposed trsm (dB = (I + A)^{-T} [dU dW]).  The gates
+ * is GEMMs (dB = (I + A)^{-T} [dU dW] with the explicit inverse).  The gates
  * enter only through Gam and ea; their gradient is gathered per log-decay
  * gamma_t = g_0 + ... + g_t of the chunk (Gam[t][s] = e^{gamma_t - gamma_s},
  * ea_t = e^{gamma_t}: d gamma_t += Gam dGam, d gamma_s -= Gam dGam), then
@@ -32,11 +32,6 @@
 
 #include "kernels/cpu/gdn_internal.h"
 
-#if LS_REAL_IS_F64
-#define TRSM cblas_dtrsm
-#else
-#define TRSM cblas_strsm
-#endif
 #define gemm LS_K(gdn_gemm)
 
 /* Tokens per checkpoint segment: a multiple of GDN_C. */
@@ -52,8 +47,8 @@ static size_t seg_len(size_t T)
 /* The backward's extra chunk scratch of one head (beyond gdn_chunk_view). */
 typedef struct {
     ls_real *KK, *P, *M; /* [C,C] K K^T; P; dP, then dA, then dKK */
-    ls_real *D, *dD, *T1; /* [C,dv] Delta; dDelta then dB1; K G */
-    ls_real *dW, *T2;     /* [C,dk] dW then dB2; dO S0^T */
+    ls_real *D, *dD, *T1; /* [C,dv] Delta; dDelta; K G, then dB1 */
+    ls_real *dW, *T2;     /* [C,dk] dW; dO S0^T, then dB2 */
 } bwd_scratch;
 
 static size_t bwd_scratch_size(size_t dk, size_t dv)
@@ -118,7 +113,7 @@ size_t LS_K(ls_gdn_backward_workspace)(size_t T, size_t Hk, size_t Hv, size_t dk
         return 0;
     }
     const size_t rec = LS_K(gdn_recurrent_backward_ws)(T, Hk, Hv, dk, dv);
-    const size_t chk = T >= GDN_C ? Hv * head_ws(T, dk, dv) : 0;
+    const size_t chk = Hv * head_ws(T, dk, dv);
     return rec > chk ? rec : chk;
 }
 
@@ -221,15 +216,14 @@ static void chunk_backward(gdn_chunk_view *c, const bwd_scratch *b, const chunk_
     gemm(CblasTrans, CblasNoTrans, dk, dv, n, -1, c->W, dk, b->dD, dv, 1, G, dv);
 
     /* U, W = (I + A)^{-1} B1, B2: dB = (I + A)^{-T} [dU dW]; dA = -dB1 U^T - dB2 W^T */
-    TRSM(CblasRowMajor, CblasLeft, CblasLower, CblasTrans, CblasUnit, (int)n, (int)dv, 1, c->A,
-         GDN_C, b->dD, (int)dv);
-    TRSM(CblasRowMajor, CblasLeft, CblasLower, CblasTrans, CblasUnit, (int)n, (int)dk, 1, c->A,
-         GDN_C, b->dW, (int)dk);
-    gemm(CblasNoTrans, CblasTrans, n, n, dv, -1, b->dD, dv, c->U, dv, 0, b->M, GDN_C);
-    gemm(CblasNoTrans, CblasTrans, n, n, dk, -1, b->dW, dk, c->W, dk, 1, b->M, GDN_C);
+    ls_real *dB1 = b->T1, *dB2 = b->T2;
+    gemm(CblasTrans, CblasNoTrans, n, dv, n, 1, c->Ti, GDN_C, b->dD, dv, 0, dB1, dv);
+    gemm(CblasTrans, CblasNoTrans, n, dk, n, 1, c->Ti, GDN_C, b->dW, dk, 0, dB2, dk);
+    gemm(CblasNoTrans, CblasTrans, n, n, dv, -1, dB1, dv, c->U, dv, 0, b->M, GDN_C);
+    gemm(CblasNoTrans, CblasTrans, n, n, dk, -1, dB2, dk, c->W, dk, 1, b->M, GDN_C);
     for (size_t t = 0; t < n; t++) {
         const ls_real bt = x->beta[t * Hv], et = c->ea[t];
-        const ls_real *d1 = b->dD + t * dv, *d2 = b->dW + t * dk;
+        const ls_real *d1 = dB1 + t * dv, *d2 = dB2 + t * dk;
         const ls_real *vt = x->v + t * ldv, *kt = x->k + t * ldk;
         ls_real *dvt = x->dv + t * ldv, *dkt = x->dk + t * dk;
         db[t] += rowdot(d1, vt, dv);
@@ -301,8 +295,24 @@ void LS_K(ls_gdn_backward)(ls_real *dq, ls_real *dk, ls_real *dv, ls_real *dg,
                            const ls_real *S_in, size_t T, size_t Hk, size_t Hv,
                            size_t dk_, size_t dv_, ls_real *workspace)
 {
+    if (LS_K(gdn_use_chunked)(T, dk_, dv_)) {
+        LS_K(ls_gdn_backward_chunked)(dq, dk, dv, dg, dbeta, dS_in, do_, dS_out, q, k, v, g,
+                                      beta, S_in, T, Hk, Hv, dk_, dv_, workspace);
+    } else {
+        LS_K(ls_gdn_backward_recurrent)(dq, dk, dv, dg, dbeta, dS_in, do_, dS_out, q, k, v, g,
+                                        beta, S_in, T, Hk, Hv, dk_, dv_, workspace);
+    }
+}
+
+void LS_K(ls_gdn_backward_chunked)(ls_real *dq, ls_real *dk, ls_real *dv, ls_real *dg,
+                                   ls_real *dbeta, ls_real *dS_in, const ls_real *do_,
+                                   const ls_real *dS_out, const ls_real *q, const ls_real *k,
+                                   const ls_real *v, const ls_real *g, const ls_real *beta,
+                                   const ls_real *S_in, size_t T, size_t Hk, size_t Hv,
+                                   size_t dk_, size_t dv_, ls_real *workspace)
+{
     assert(Hk > 0 && Hv % Hk == 0);
-    if (T < GDN_C) {
+    if (T == 0) {
         LS_K(ls_gdn_backward_recurrent)(dq, dk, dv, dg, dbeta, dS_in, do_, dS_out, q, k, v, g,
                                         beta, S_in, T, Hk, Hv, dk_, dv_, workspace);
         return;

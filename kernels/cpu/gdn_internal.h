@@ -13,6 +13,13 @@
 #define GDN_C 64            /* tokens per chunk of the chunked form */
 #define GDN_PAR_MIN 65536   /* state-element updates (T Hv dk dv) worth a thread team */
 #define GEMM_MNK 262144     /* largest M N K OpenBLAS keeps on the calling thread */
+/* Least dk dv for which the entry points take the chunked form: below it
+ * the chunk's C x C products cost more than the rank-1 updates they replace
+ * (docs/benchmarks.md, GDN recurrent vs chunked). */
+#define GDN_CHUNK_MIN_DKDV 2048
+
+/* Whether ls_gdn_forward / ls_gdn_backward take the chunked form. */
+int LS_K(gdn_use_chunked)(size_t T, size_t dk, size_t dv);
 
 /* C = alpha op(A) op(B) + beta C, row-major, in row blocks small enough for
  * OpenBLAS's single-threaded path (the same bits for any thread count).
@@ -24,10 +31,12 @@ void LS_K(gdn_gemm)(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, size_t M, size_t N, 
 typedef struct {
     ls_real *Gam; /* [C,C] Gam[t][s] = e^{g_{s+1}+...+g_t}, s <= t (gdn_chunk_decays) */
     ls_real *A;   /* [C,C] strictly lower beta_t Gam[t][s] k_t.k_s (gdn_chunk_wy) */
+    ls_real *Ti;  /* [C,C] (I+A)^{-1}, zero above the diagonal (gdn_chunk_wy) */
+    ls_real *Tb;  /* [C,C] (I+A)^{-1} diag(beta), zero above the diagonal (gdn_chunk_wy) */
     ls_real *ea;  /* [C] e^{g_0+...+g_t} (gdn_chunk_decays) */
     ls_real *U;   /* [C,dv] (I+A)^{-1} diag(beta) V (gdn_chunk_wy); Delta after forward */
     ls_real *W;   /* [C,dk] (I+A)^{-1} diag(beta ea) K (gdn_chunk_wy) */
-    ls_real *X;   /* [C,dk] scratch */
+    ls_real *X;   /* [C,dk] scratch (diag(ea) K after gdn_chunk_wy) */
 } gdn_chunk_view;
 
 /* Reals of one head's chunk scratch. */
@@ -36,7 +45,7 @@ size_t LS_K(gdn_chunk_head_ws)(size_t dk, size_t dv);
 void LS_K(gdn_chunk_bind)(gdn_chunk_view *c, ls_real *ws, size_t dk, size_t dv);
 /* Gam [C,C] (s <= t) and ea [n] from g (stride Hv). */
 void LS_K(gdn_chunk_decays)(ls_real *Gam, ls_real *ea, const ls_real *g, size_t Hv, size_t n);
-/* c->A, c->U, c->W from c->Gam, c->ea; k rows stride ldk, v rows ldv, beta
+/* c->A, c->Ti, c->Tb, c->U, c->W, c->X from c->Gam, c->ea; k rows stride ldk, v rows ldv, beta
  * stride Hv.  KK [C,C] receives K K^T (NULL: not kept). */
 void LS_K(gdn_chunk_wy)(gdn_chunk_view *c, ls_real *KK, const ls_real *k, size_t ldk,
                         const ls_real *v, size_t ldv, const ls_real *beta, size_t Hv, size_t n,
