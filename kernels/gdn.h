@@ -22,7 +22,7 @@ void LS_K(ls_gdn_gates_backward)(ls_real *da, ls_real *db, ls_real *dA_log,
 
 /* Forward: o [T,Hv,dv]; S_out [Hv,dk,dv] final state (may be NULL; may be
  * S_in itself, updated in place).  Takes the chunked form for T >= 64 when
- * dk dv >= 2048 (where it is the faster), the token recurrence otherwise;
+ * dk dv >= 6144 (where it is the faster), the token recurrence otherwise;
  * the two are the same function to rounding. */
 void LS_K(ls_gdn_forward)(ls_real *o, ls_real *S_out, const ls_real *q,
                           const ls_real *k, const ls_real *v, const ls_real *g,
@@ -51,8 +51,8 @@ size_t LS_K(ls_gdn_backward_workspace)(size_t T, size_t Hk, size_t Hv, size_t dk
 
 /* Backward.  dS_out [Hv,dk,dv] gradient arriving for the final state (NULL: zero).
  * dq, dk [T,Hk,dk], dv [T,Hv,dv], dg, dbeta [T,Hv] assigned;
- * dS_in [Hv,dk,dv] assigned (NULL: not wanted).  Chunked or token by
- * token as ls_gdn_forward chooses. */
+ * dS_in [Hv,dk,dv] assigned (NULL: not wanted).  The chunked form for
+ * T >= 64 when dk dv >= 2304, token by token otherwise. */
 void LS_K(ls_gdn_backward)(ls_real *dq, ls_real *dk, ls_real *dv, ls_real *dg,
                            ls_real *dbeta, ls_real *dS_in, const ls_real *do_,
                            const ls_real *dS_out, const ls_real *q, const ls_real *k,

@@ -281,14 +281,16 @@ Test(kernels_seq_chunk, backward_threads)
 }
 
 /* The entry points take the chunked form exactly where they say they do
- * (T >= 64 and dk dv >= 2048), the token recurrence elsewhere: same bits. */
+ * (T >= 64 and dk dv >= 6144 forward, 2304 backward), the token recurrence
+ * elsewhere: same bits. */
 Test(kernels_seq_chunk, entry_points)
 {
     const struct {
         size_t T, dk, dv;
-        int chunked;
-    } c[4] = {{64, 64, 32, 1}, {63, 64, 64, 0}, {200, 16, 16, 0}, {100, 32, 63, 0}};
-    for (int i = 0; i < 4; i++) {
+        int chunked, chunked_bwd;
+    } c[5] = {{64, 96, 64, 1, 1}, {63, 96, 96, 0, 0}, {200, 16, 16, 0, 0},
+              {100, 64, 36, 0, 1}, {100, 61, 100, 0, 1}};
+    for (int i = 0; i < 5; i++) {
         const size_t T = c[i].T, Hk = 1, Hv = 2, dk = c[i].dk, dv = c[i].dv;
         const size_t nv = T * Hv * dv, nS = Hv * dk * dv, ng = T * Hv;
         gdn_in x = make_in(T, Hk, Hv, dk, dv, 0, 0, 40 + (uint64_t)i);
@@ -304,12 +306,12 @@ Test(kernels_seq_chunk, entry_points)
         double *dk_ = tu_alloc(T * dk), *dv_ = tu_alloc(nv), *db = tu_alloc(ng);
         ls_gdn_backward_f64(dq, dk_, dv_, dg1, db, NULL, o1, NULL, x.q, x.k, x.v, x.g, x.beta,
                             x.S0, T, Hk, Hv, dk, dv, ws);
-        (c[i].chunked ? ls_gdn_backward_chunked_f64 : ls_gdn_backward_recurrent_f64)(
+        (c[i].chunked_bwd ? ls_gdn_backward_chunked_f64 : ls_gdn_backward_recurrent_f64)(
             dq, dk_, dv_, dg2, db, NULL, o1, NULL, x.q, x.k, x.v, x.g, x.beta, x.S0, T, Hk, Hv,
             dk, dv, ws);
         cr_expect(memcmp(dg1, dg2, ng * sizeof *dg1) == 0,
                   "T=%zu dk=%zu dv=%zu: ls_gdn_backward is not the %s form", T, dk, dv,
-                  c[i].chunked ? "chunked" : "recurrent");
+                  c[i].chunked_bwd ? "chunked" : "recurrent");
         free_in(&x);
         free(o1); free(o2); free(S1); free(S2); free(ws); free(dg1); free(dg2); free(dq);
         free(dk_); free(dv_); free(db);

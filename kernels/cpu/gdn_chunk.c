@@ -200,16 +200,17 @@ void LS_K(ls_gdn_forward)(ls_real *o, ls_real *S_out, const ls_real *q, const ls
                           const ls_real *S_in, size_t T, size_t Hk, size_t Hv, size_t dk,
                           size_t dv)
 {
-    if (LS_K(gdn_use_chunked)(T, dk, dv)) {
+    if (LS_K(gdn_use_chunked)(T, dk, dv, 0)) {
         LS_K(ls_gdn_forward_chunked)(o, S_out, q, k, v, g, beta, S_in, T, Hk, Hv, dk, dv);
     } else {
         LS_K(ls_gdn_forward_recurrent)(o, S_out, q, k, v, g, beta, S_in, T, Hk, Hv, dk, dv);
     }
 }
 
-int LS_K(gdn_use_chunked)(size_t T, size_t dk, size_t dv)
+int LS_K(gdn_use_chunked)(size_t T, size_t dk, size_t dv, int backward)
 {
-    return T >= GDN_C && dk * dv >= GDN_CHUNK_MIN_DKDV;
+    return T >= GDN_C &&
+           dk * dv >= (backward ? GDN_CHUNK_MIN_DKDV_BWD : GDN_CHUNK_MIN_DKDV_FWD);
 }
 
 void LS_K(ls_gdn_forward_chunked)(ls_real *o, ls_real *S_out, const ls_real *q,

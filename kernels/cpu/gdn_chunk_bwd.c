@@ -295,7 +295,7 @@ void LS_K(ls_gdn_backward)(ls_real *dq, ls_real *dk, ls_real *dv, ls_real *dg,
                            const ls_real *S_in, size_t T, size_t Hk, size_t Hv,
                            size_t dk_, size_t dv_, ls_real *workspace)
 {
-    if (LS_K(gdn_use_chunked)(T, dk_, dv_)) {
+    if (LS_K(gdn_use_chunked)(T, dk_, dv_, 1)) {
         LS_K(ls_gdn_backward_chunked)(dq, dk, dv, dg, dbeta, dS_in, do_, dS_out, q, k, v, g,
                                       beta, S_in, T, Hk, Hv, dk_, dv_, workspace);
     } else {

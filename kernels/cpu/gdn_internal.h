@@ -15,11 +15,13 @@
 #define GEMM_MNK 262144     /* largest M N K OpenBLAS keeps on the calling thread */
 /* Least dk dv for which the entry points take the chunked form: below it
  * the chunk's C x C products cost more than the rank-1 updates they replace
- * (docs/benchmarks.md, GDN recurrent vs chunked). */
-#define GDN_CHUNK_MIN_DKDV 2048
+ * (crossovers measured on 2 cores, float32: forward about dk = dv = 80,
+ * backward about 48; docs/benchmarks.md). */
+#define GDN_CHUNK_MIN_DKDV_FWD 6144
+#define GDN_CHUNK_MIN_DKDV_BWD 2304
 
-/* Whether ls_gdn_forward / ls_gdn_backward take the chunked form. */
-int LS_K(gdn_use_chunked)(size_t T, size_t dk, size_t dv);
+/* Whether ls_gdn_forward (backward = 0) / ls_gdn_backward take the chunked form. */
+int LS_K(gdn_use_chunked)(size_t T, size_t dk, size_t dv, int backward);
 
 /* C = alpha op(A) op(B) + beta C, row-major, in row blocks small enough for
  * OpenBLAS's single-threaded path (the same bits for any thread count).
