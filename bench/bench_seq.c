@@ -118,7 +118,9 @@ static void bench_gdn_with(const dims *d, size_t T, gdn_fwd_fn fwd, gdn_bwd_fn b
     float *o = rand_buf(nv, &s, 0, 0), *S = rand_buf(nS, &s, 0, 0);
     float *dq = rand_buf(nq, &s, 0, 0), *dk = rand_buf(nq, &s, 0, 0), *dv = rand_buf(nv, &s, 0, 0);
     float *dg = rand_buf(ng, &s, 0, 0), *db = rand_buf(ng, &s, 0, 0);
-    float *ws = rand_buf(ls_gdn_backward_workspace_f32(T, d->Hk, d->Hv, d->dk, d->dv), &s, 0, 0);
+    const size_t nr = ls_gdn_backward_recurrent_workspace_f32(T, d->Hk, d->Hv, d->dk, d->dv);
+    const size_t nc = ls_gdn_backward_chunked_workspace_f32(T, d->Hk, d->Hv, d->dk, d->dv);
+    float *ws = rand_buf(nr > nc ? nr : nc, &s, 0, 0);
     int n = 0;
     double t0 = now_s(), t1, t2;
     do {

@@ -44,10 +44,15 @@ void LS_K(ls_gdn_forward_chunked)(ls_real *o, ls_real *S_out, const ls_real *q,
                                   const ls_real *beta, const ls_real *S_in, size_t T,
                                   size_t Hk, size_t Hv, size_t dk, size_t dv);
 
-/* Reals of workspace the three backwards below need (they recompute states
+/* Reals of workspace ls_gdn_backward needs (the backwards recompute states
  * per segment from checkpoints, so this grows like T/segment + segment
- * states, the segment about sqrt(T) tokens, not T). */
+ * states, the segment about sqrt(T) tokens, not T); the other two are what
+ * ls_gdn_backward_recurrent and ls_gdn_backward_chunked need. */
 size_t LS_K(ls_gdn_backward_workspace)(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv);
+size_t LS_K(ls_gdn_backward_recurrent_workspace)(size_t T, size_t Hk, size_t Hv, size_t dk,
+                                                 size_t dv);
+size_t LS_K(ls_gdn_backward_chunked_workspace)(size_t T, size_t Hk, size_t Hv, size_t dk,
+                                               size_t dv);
 
 /* Backward.  dS_out [Hv,dk,dv] gradient arriving for the final state (NULL: zero).
  * dq, dk [T,Hk,dk], dv [T,Hv,dv], dg, dbeta [T,Hv] assigned;

@@ -146,7 +146,9 @@ void ks32_gdn_backward(double *dq, double *dk, double *dv, double *dg, double *d
     float *dg_ = out_f(dg, ng), *db_ = out_f(dbeta, ng), *dSi = out_f(dS_in, nS);
     float *do__ = in_f(do_, nv), *dSo = in_f(dS_out, nS), *q_ = in_f(q, nq), *k_ = in_f(k, nq);
     float *v_ = in_f(v, nv), *g_ = in_f(g, ng), *be_ = in_f(beta, ng), *Si_ = in_f(S_in, nS);
-    size_t nws = ls_gdn_backward_workspace_f32(T, Hk, Hv, dk_, dv_);
+    size_t nws = gdn_form == 1   ? ls_gdn_backward_recurrent_workspace_f32(T, Hk, Hv, dk_, dv_)
+                 : gdn_form == 2 ? ls_gdn_backward_chunked_workspace_f32(T, Hk, Hv, dk_, dv_)
+                                 : ls_gdn_backward_workspace_f32(T, Hk, Hv, dk_, dv_);
     float *ws = malloc((nws ? nws : 1) * sizeof *ws);
     if (ws == NULL) {
         fprintf(stderr, "kernels_seq_f32_wrap: out of memory\n");

@@ -71,6 +71,14 @@ static gdn_in make_in(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv, int 
     return x;
 }
 
+/* Workspace for both the recurrent and the chunked backward. */
+static size_t ws_both(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv)
+{
+    const size_t a = ls_gdn_backward_recurrent_workspace_f64(T, Hk, Hv, dk, dv);
+    const size_t b = ls_gdn_backward_chunked_workspace_f64(T, Hk, Hv, dk, dv);
+    return a > b ? a : b;
+}
+
 static void free_in(gdn_in *x)
 {
     free(x->q); free(x->k); free(x->v); free(x->g); free(x->beta); free(x->S0);
@@ -198,7 +206,7 @@ static void bwd_case(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv, int d
                 r[i] = tu_alloc(sz[i]);
                 c[i] = tu_alloc(sz[i]);
             }
-            double *ws = tu_alloc(ls_gdn_backward_workspace_f64(T, Hk, Hv, dk, dv));
+            double *ws = tu_alloc(ws_both(T, Hk, Hv, dk, dv));
             ls_gdn_backward_recurrent_f64(r[0], r[1], r[2], r[3], r[4], r[5], dO, dSi, x.q, x.k,
                                           x.v, x.g, x.beta, Si, T, Hk, Hv, dk, dv, ws);
             if (f32) {
@@ -255,7 +263,7 @@ Test(kernels_seq_chunk, backward_threads)
     gdn_in x = make_in(T, Hk, Hv, dk, dv, 0, 0, 31);
     uint64_t s = 32;
     double *dO = tu_rand(&s, sz[2], -1, 1), *dSo = tu_rand(&s, sz[5], -1, 1);
-    double *ws = tu_alloc(ls_gdn_backward_workspace_f64(T, Hk, Hv, dk, dv));
+    double *ws = tu_alloc(ws_both(T, Hk, Hv, dk, dv));
     double *a[6], *b[6];
     for (int i = 0; i < 6; i++) {
         a[i] = tu_alloc(sz[i]);
@@ -301,7 +309,12 @@ Test(kernels_seq_chunk, entry_points)
         cr_expect(memcmp(o1, o2, nv * sizeof *o1) == 0 && memcmp(S1, S2, nS * sizeof *S1) == 0,
                   "T=%zu dk=%zu dv=%zu: ls_gdn_forward is not the %s form", T, dk, dv,
                   c[i].chunked ? "chunked" : "recurrent");
-        double *ws = tu_alloc(ls_gdn_backward_workspace_f64(T, Hk, Hv, dk, dv));
+        const size_t nws = ls_gdn_backward_workspace_f64(T, Hk, Hv, dk, dv);
+        cr_expect(nws == (c[i].chunked_bwd ? ls_gdn_backward_chunked_workspace_f64
+                                           : ls_gdn_backward_recurrent_workspace_f64)(
+                             T, Hk, Hv, dk, dv),
+                  "T=%zu dk=%zu dv=%zu: workspace is not the chosen form's", T, dk, dv);
+        double *ws = tu_alloc(ws_both(T, Hk, Hv, dk, dv));
         double *dg1 = tu_alloc(ng), *dg2 = tu_alloc(ng), *dq = tu_alloc(T * dk);
         double *dk_ = tu_alloc(T * dk), *dv_ = tu_alloc(nv), *db = tu_alloc(ng);
         ls_gdn_backward_f64(dq, dk_, dv_, dg1, db, NULL, o1, NULL, x.q, x.k, x.v, x.g, x.beta,

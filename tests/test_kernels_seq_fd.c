@@ -172,7 +172,8 @@ static void gdn_fd_case(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv, si
     x.S_out = tu_alloc(nS);
     double *dq = tu_alloc(nq), *dk_ = tu_alloc(nq), *dv_ = tu_alloc(nv);
     double *dg = tu_alloc(ng), *db = tu_alloc(ng), *dS = tu_alloc(nS);
-    double *ws = tu_alloc(ls_gdn_backward_workspace_f64(T, Hk, Hv, dk, dv));
+    double *ws = tu_alloc((chunked ? ls_gdn_backward_chunked_workspace_f64
+                                   : ls_gdn_backward_workspace_f64)(T, Hk, Hv, dk, dv));
 
     (chunked ? ls_gdn_backward_chunked_f64 : ls_gdn_backward_f64)(
         dq, dk_, dv_, dg, db, dS, x.Ro, x.RS, x.q, x.k, x.v, x.g, x.beta, x.S_in, T, Hk, Hv, dk,

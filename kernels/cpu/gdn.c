@@ -1,5 +1,9 @@
 /* gdn.c - CPU Gated DeltaNet: the gates (beta, g) and the delta-rule
- * recurrence, forward and backward (kernels/gdn.h, docs/model.md §1.1 steps 5-6).
+ * recurrence token by token, forward and backward (kernels/gdn.h,
+ * docs/model.md §1.1 steps 5-6): ls_gdn_forward_recurrent and
+ * ls_gdn_backward_recurrent, the reference of the chunked form
+ * (gdn_chunk.c, gdn_chunk_bwd.c, which also hold the entry points that
+ * choose between the two).
  *
  * Value heads are independent and run in parallel (OpenMP).  The backward
  * keeps no T states: a forward pass saves the state at the start of every
@@ -256,7 +260,7 @@ static ls_real *ws_vmu(const gdn_ws *w, size_t j)
     return ws_G(w, j) + w->dkdv + 4 * w->ch * w->dk;
 }
 
-size_t LS_K(gdn_recurrent_backward_ws)(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv)
+size_t LS_K(ls_gdn_backward_recurrent_workspace)(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv)
 {
     (void)Hk;
     if (T == 0) {

@@ -107,14 +107,18 @@ static ls_real *ws_chunk(const seg_ws *w, size_t j)
     return ws_G(w, j) + w->dkdv + 4 * w->ch * w->dk;
 }
 
+size_t LS_K(ls_gdn_backward_chunked_workspace)(size_t T, size_t Hk, size_t Hv, size_t dk,
+                                               size_t dv)
+{
+    (void)Hk;
+    return T == 0 ? 0 : Hv * head_ws(T, dk, dv);
+}
+
 size_t LS_K(ls_gdn_backward_workspace)(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv)
 {
-    if (T == 0) {
-        return 0;
-    }
-    const size_t rec = LS_K(gdn_recurrent_backward_ws)(T, Hk, Hv, dk, dv);
-    const size_t chk = Hv * head_ws(T, dk, dv);
-    return rec > chk ? rec : chk;
+    return LS_K(gdn_use_chunked)(T, dk, dv, 1)
+               ? LS_K(ls_gdn_backward_chunked_workspace)(T, Hk, Hv, dk, dv)
+               : LS_K(ls_gdn_backward_recurrent_workspace)(T, Hk, Hv, dk, dv);
 }
 
 static ls_real rowdot(const ls_real *a, const ls_real *b, size_t n)

@@ -58,6 +58,4 @@ void LS_K(gdn_chunk_forward)(gdn_chunk_view *c, ls_real *S, ls_real *o, size_t l
                              const ls_real *k, size_t ldk, const ls_real *v, size_t ldv,
                              const ls_real *g, const ls_real *beta, size_t Hv, size_t n,
                              size_t dk, size_t dv);
-/* The token recurrence's backward workspace (gdn.c). */
-size_t LS_K(gdn_recurrent_backward_ws)(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv);
 #endif
