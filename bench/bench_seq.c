@@ -216,7 +216,8 @@ static void bench_gdn_forms(void)
 int main(int argc, char **argv)
 {
     if (argc > 2 || (argc == 2 && strcmp(argv[1], "gdn") != 0)) {
-        fprintf(stderr, "usage: bench_seq [gdn]   (gdn: only the GDN recurrent-vs-chunked table)\n");
+        fprintf(stderr, "usage: bench_seq [gdn]   (gdn: only the GDN recurrent-vs-chunked "
+                        "table)\n");
         return 2;
     }
     if (argc == 2) {

@@ -113,7 +113,8 @@ static void fwd_case(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv, int d
         ls_gdn_forward_chunked_f64(o_n, NULL, x.q, x.k, x.v, x.g, x.beta, Si, T, Hk, Hv, dk, dv);
         cr_expect(tu_max_diff(o_n, o_c, nv) == 0, "%s: S_out NULL changes o", name);
         if (with_s) {
-            ls_gdn_forward_chunked_f64(o_n, S_ip, x.q, x.k, x.v, x.g, x.beta, S_ip, T, Hk, Hv, dk, dv);
+            ls_gdn_forward_chunked_f64(o_n, S_ip, x.q, x.k, x.v, x.g, x.beta, S_ip, T, Hk, Hv, dk,
+                                       dv);
             cr_expect(tu_max_diff(S_ip, S_c, nS) == 0 && tu_max_diff(o_n, o_c, nv) == 0,
                       "%s: in-place state differs", name);
         }
@@ -215,8 +216,8 @@ static void bwd_case(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv, int d
                                   x.g, x.beta, Si, T, Hk, Hv, dk, dv);
                 ks32_gdn_use(0);
             } else {
-                ls_gdn_backward_chunked_f64(c[0], c[1], c[2], c[3], c[4], c[5], dO, dSi, x.q, x.k, x.v,
-                                    x.g, x.beta, Si, T, Hk, Hv, dk, dv, ws);
+                ls_gdn_backward_chunked_f64(c[0], c[1], c[2], c[3], c[4], c[5], dO, dSi, x.q, x.k,
+                                            x.v, x.g, x.beta, Si, T, Hk, Hv, dk, dv, ws);
             }
             for (int i = 0; i < 6; i++) {
                 snprintf(name, sizeof name, "%s bwd T=%zu H=%zu/%zu d=%zu/%zu%s%s %s",
@@ -271,11 +272,11 @@ Test(kernels_seq_chunk, backward_threads)
     }
     const int nt = omp_get_max_threads();
     omp_set_num_threads(1);
-    ls_gdn_backward_chunked_f64(a[0], a[1], a[2], a[3], a[4], a[5], dO, dSo, x.q, x.k, x.v, x.g, x.beta,
-                        x.S0, T, Hk, Hv, dk, dv, ws);
+    ls_gdn_backward_chunked_f64(a[0], a[1], a[2], a[3], a[4], a[5], dO, dSo, x.q, x.k, x.v, x.g,
+                                x.beta, x.S0, T, Hk, Hv, dk, dv, ws);
     omp_set_num_threads(nt > 1 ? nt : 3);
-    ls_gdn_backward_chunked_f64(b[0], b[1], b[2], b[3], b[4], b[5], dO, dSo, x.q, x.k, x.v, x.g, x.beta,
-                        x.S0, T, Hk, Hv, dk, dv, ws);
+    ls_gdn_backward_chunked_f64(b[0], b[1], b[2], b[3], b[4], b[5], dO, dSo, x.q, x.k, x.v, x.g,
+                                x.beta, x.S0, T, Hk, Hv, dk, dv, ws);
     omp_set_num_threads(nt);
     for (int i = 0; i < 6; i++) {
         cr_expect(memcmp(a[i], b[i], sz[i] * sizeof *a[i]) == 0,

@@ -260,7 +260,8 @@ static ls_real *ws_vmu(const gdn_ws *w, size_t j)
     return ws_G(w, j) + w->dkdv + 4 * w->ch * w->dk;
 }
 
-size_t LS_K(ls_gdn_backward_recurrent_workspace)(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv)
+size_t LS_K(ls_gdn_backward_recurrent_workspace)(size_t T, size_t Hk, size_t Hv, size_t dk,
+                                                 size_t dv)
 {
     (void)Hk;
     if (T == 0) {

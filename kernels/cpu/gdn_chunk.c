@@ -137,10 +137,10 @@ void LS_K(gdn_chunk_wy)(gdn_chunk_view *c, ls_real *KK, const ls_real *k, size_t
     gemm(CblasNoTrans, CblasNoTrans, n, dk, n, 1, c->Tb, GDN_C, c->X, dk, 0, c->W, dk);
 }
 
-void LS_K(gdn_chunk_forward)(gdn_chunk_view *c, ls_real *S, ls_real *o, size_t ldo, const ls_real *q,
-                             const ls_real *k, size_t ldk, const ls_real *v, size_t ldv,
-                             const ls_real *g, const ls_real *beta, size_t Hv, size_t n,
-                             size_t dk, size_t dv)
+void LS_K(gdn_chunk_forward)(gdn_chunk_view *c, ls_real *S, ls_real *o, size_t ldo,
+                             const ls_real *q, const ls_real *k, size_t ldk, const ls_real *v,
+                             size_t ldv, const ls_real *g, const ls_real *beta, size_t Hv,
+                             size_t n, size_t dk, size_t dv)
 {
     LS_K(gdn_chunk_decays)(c->Gam, c->ea, g, Hv, n);
     LS_K(gdn_chunk_wy)(c, NULL, k, ldk, v, ldv, beta, Hv, n, dk, dv);

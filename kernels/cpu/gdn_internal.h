@@ -54,8 +54,8 @@ void LS_K(gdn_chunk_wy)(gdn_chunk_view *c, ls_real *KK, const ls_real *k, size_t
                         size_t dk, size_t dv);
 /* One chunk: S [dk,dv] (state before) becomes the state after; o rows
  * (stride ldo) assigned unless o is NULL; q, k rows stride ldk. */
-void LS_K(gdn_chunk_forward)(gdn_chunk_view *c, ls_real *S, ls_real *o, size_t ldo, const ls_real *q,
-                             const ls_real *k, size_t ldk, const ls_real *v, size_t ldv,
-                             const ls_real *g, const ls_real *beta, size_t Hv, size_t n,
-                             size_t dk, size_t dv);
+void LS_K(gdn_chunk_forward)(gdn_chunk_view *c, ls_real *S, ls_real *o, size_t ldo,
+                             const ls_real *q, const ls_real *k, size_t ldk, const ls_real *v,
+                             size_t ldv, const ls_real *g, const ls_real *beta, size_t Hv,
+                             size_t n, size_t dk, size_t dv);
 #endif
