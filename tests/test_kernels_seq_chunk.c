@@ -331,3 +331,63 @@ Test(kernels_seq_chunk, entry_points)
         free(dk_); free(dv_); free(db);
     }
 }
+
+/* A prompt in pieces (chunk boundaries at other places) with the carried
+ * state handed on gives the one-pass result to rounding, forward and
+ * backward (the state gradient chained back), in the chunked form. */
+Test(kernels_seq_chunk, pieces)
+{
+    const size_t T = 300, Hk = 1, Hv = 2, dk = 32, dv = 24, pieces[3] = {100, 37, 163};
+    const size_t nq = T * Hk * dk, nv = T * Hv * dv, ng = T * Hv, nS = Hv * dk * dv;
+    const size_t sz[6] = {nq, nq, nv, ng, ng, nS};
+    const char *names[6] = {"dq", "dk", "dv", "dg", "dbeta", "dS_in"};
+    gdn_in x = make_in(T, Hk, Hv, dk, dv, 0, 0, 51);
+    for (size_t i = 0; i < ng; i++) {
+        x.g[i] *= 0.05; /* slow gates: what a piece hands on matters to the next */
+    }
+    uint64_t s = 52;
+    double *dO = tu_rand(&s, nv, -1, 1), *dSf = tu_rand(&s, nS, -1, 1);
+    double *o1 = tu_alloc(nv), *S1 = tu_alloc(nS), *o3 = tu_alloc(nv), *Sp[4], *a[6], *b[6];
+    for (int i = 0; i < 6; i++) {
+        a[i] = tu_alloc(sz[i]);
+        b[i] = tu_alloc(sz[i]);
+    }
+    double *ws = tu_alloc(ls_gdn_backward_chunked_workspace_f64(T, Hk, Hv, dk, dv));
+    ls_gdn_forward_chunked_f64(o1, S1, x.q, x.k, x.v, x.g, x.beta, x.S0, T, Hk, Hv, dk, dv);
+    ls_gdn_backward_chunked_f64(a[0], a[1], a[2], a[3], a[4], a[5], dO, dSf, x.q, x.k, x.v, x.g,
+                                x.beta, x.S0, T, Hk, Hv, dk, dv, ws);
+    size_t off[4] = {0};
+    Sp[0] = tu_copy(x.S0, nS);
+    for (int p = 0; p < 3; p++) {
+        const size_t t0 = off[p], n = pieces[p];
+        off[p + 1] = t0 + n;
+        Sp[p + 1] = tu_alloc(nS);
+        ls_gdn_forward_chunked_f64(o3 + t0 * Hv * dv, Sp[p + 1], x.q + t0 * Hk * dk,
+                                   x.k + t0 * Hk * dk, x.v + t0 * Hv * dv, x.g + t0 * Hv,
+                                   x.beta + t0 * Hv, Sp[p], n, Hk, Hv, dk, dv);
+    }
+    check("pieces forward o", o3, o1, nv, TOL64);
+    check("pieces forward S_out", Sp[3], S1, nS, TOL64);
+    double *dSc = tu_copy(dSf, nS);
+    for (int p = 2; p >= 0; p--) {
+        const size_t t0 = off[p], n = pieces[p];
+        ls_gdn_backward_chunked_f64(b[0] + t0 * Hk * dk, b[1] + t0 * Hk * dk, b[2] + t0 * Hv * dv,
+                                    b[3] + t0 * Hv, b[4] + t0 * Hv, b[5], dO + t0 * Hv * dv, dSc,
+                                    x.q + t0 * Hk * dk, x.k + t0 * Hk * dk, x.v + t0 * Hv * dv,
+                                    x.g + t0 * Hv, x.beta + t0 * Hv, Sp[p], n, Hk, Hv, dk, dv,
+                                    ws);
+        memcpy(dSc, b[5], nS * sizeof *dSc);
+    }
+    char name[64];
+    for (int i = 0; i < 6; i++) {
+        snprintf(name, sizeof name, "pieces backward %s", names[i]);
+        check(name, b[i], a[i], sz[i], TOL64);
+        free(a[i]);
+        free(b[i]);
+    }
+    for (int p = 0; p < 4; p++) {
+        free(Sp[p]);
+    }
+    free_in(&x);
+    free(dO); free(dSf); free(o1); free(S1); free(o3); free(ws); free(dSc);
+}
