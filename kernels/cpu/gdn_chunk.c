@@ -1,4 +1,4 @@
-/* gdn_chunk_view.c - the Gated DeltaNet recurrence evaluated chunk by chunk
+/* gdn_chunk.c - the Gated DeltaNet recurrence evaluated chunk by chunk
  * (the WY representation / UT transform of the chunkwise-parallel DeltaNet
  * and Gated DeltaNet papers): kernels/gdn.h, docs/model.md §1.1 step 6.
  *
@@ -23,7 +23,10 @@
  * heads, and each head is computed the same way by whichever thread: the
  * result is the same bits for any number of threads.  Scratch (one block for
  * all heads, freed before return) comes from the kernels' scratch allocator;
- * where it fails, the token recurrence (gdn.c) runs instead. */
+ * where it fails, the token recurrence (gdn.c) runs instead.
+ *
+ * Also here: ls_gdn_forward, which takes this form or the token recurrence
+ * by shape (gdn_use_chunked, thresholds in gdn_internal.h). */
 #include "kernels/gdn.h"
 
 #include <assert.h>
