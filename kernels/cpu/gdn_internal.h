@@ -1,4 +1,4 @@
-/* gdn_internal.h - what gdn.c (the token recurrence) and gdn_chunk_view.c (the
+/* gdn_internal.h - what gdn.c (the token recurrence) and gdn_chunk.c (the
  * chunked WY / UT form) share; internal to kernels/cpu.
  *
  * A gdn_chunk_view is a view of one value head's chunk scratch (sized by
