@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "kernels/attention.h"
@@ -94,8 +95,18 @@ static void bench_attn(const dims *d, size_t T, double pb, double deadline, doub
     bench_attn_block(d, T, T, 0, MAX_REPS, pb, deadline, tf, tb);
 }
 
-/* Seconds of one GDN forward and one backward at T tokens. */
-static void bench_gdn(const dims *d, size_t T, double *tf, double *tb)
+typedef void (*gdn_fwd_fn)(float *, float *, const float *, const float *, const float *,
+                           const float *, const float *, const float *, size_t, size_t, size_t,
+                           size_t, size_t);
+typedef void (*gdn_bwd_fn)(float *, float *, float *, float *, float *, float *, const float *,
+                           const float *, const float *, const float *, const float *,
+                           const float *, const float *, const float *, size_t, size_t, size_t,
+                           size_t, size_t, float *);
+
+/* Seconds of one GDN forward (fwd) and one backward (bwd) at T tokens;
+ * the backward is skipped (*tb = -1) when skip_bwd. */
+static void bench_gdn_with(const dims *d, size_t T, gdn_fwd_fn fwd, gdn_bwd_fn bwd,
+                           int skip_bwd, double *tf, double *tb)
 {
     uint64_t s = 2;
     const size_t nq = T * d->Hk * d->dk, nv = T * d->Hv * d->dv, ng = T * d->Hv;
@@ -107,29 +118,113 @@ static void bench_gdn(const dims *d, size_t T, double *tf, double *tb)
     float *o = rand_buf(nv, &s, 0, 0), *S = rand_buf(nS, &s, 0, 0);
     float *dq = rand_buf(nq, &s, 0, 0), *dk = rand_buf(nq, &s, 0, 0), *dv = rand_buf(nv, &s, 0, 0);
     float *dg = rand_buf(ng, &s, 0, 0), *db = rand_buf(ng, &s, 0, 0);
-    float *ws = rand_buf(ls_gdn_backward_workspace_f32(T, d->Hk, d->Hv, d->dk, d->dv), &s, 0, 0);
+    const size_t nr = ls_gdn_backward_recurrent_workspace_f32(T, d->Hk, d->Hv, d->dk, d->dv);
+    const size_t nc = ls_gdn_backward_chunked_workspace_f32(T, d->Hk, d->Hv, d->dk, d->dv);
+    float *ws = rand_buf(nr > nc ? nr : nc, &s, 0, 0);
     int n = 0;
     double t0 = now_s(), t1, t2;
     do {
-        ls_gdn_forward_f32(o, S, q, k, v, g, beta, NULL, T, d->Hk, d->Hv, d->dk, d->dv);
+        fwd(o, S, q, k, v, g, beta, NULL, T, d->Hk, d->Hv, d->dk, d->dv);
         n++;
         t1 = now_s();
     } while (t1 - t0 < MIN_TIME_S && n < MAX_REPS);
     *tf = (t1 - t0) / n;
-    n = 0;
-    do {
-        ls_gdn_backward_f32(dq, dk, dv, dg, db, NULL, dO, NULL, q, k, v, g, beta, NULL, T, d->Hk,
-                            d->Hv, d->dk, d->dv, ws);
-        n++;
-        t2 = now_s();
-    } while (t2 - t1 < MIN_TIME_S && n < MAX_REPS);
-    *tb = (t2 - t1) / n;
+    *tb = -1;
+    if (!skip_bwd) {
+        n = 0;
+        do {
+            bwd(dq, dk, dv, dg, db, NULL, dO, NULL, q, k, v, g, beta, NULL, T, d->Hk, d->Hv,
+                d->dk, d->dv, ws);
+            n++;
+            t2 = now_s();
+        } while (t2 - t1 < MIN_TIME_S && n < MAX_REPS);
+        *tb = (t2 - t1) / n;
+    }
     free(q); free(k); free(v); free(g); free(beta); free(dO); free(o); free(S); free(dq);
     free(dk); free(dv); free(dg); free(db); free(ws);
 }
 
-int main(void)
+/* Seconds of one GDN forward and one backward at T tokens (the kernels'
+ * entry points: chunked from 64 tokens on). */
+static void bench_gdn(const dims *d, size_t T, double *tf, double *tb)
 {
+    bench_gdn_with(d, T, ls_gdn_forward_f32, ls_gdn_backward_f32, 0, tf, tb);
+}
+
+#define GDN_BUDGET_S 150.0 /* the recurrent-vs-chunked table's own run budget */
+
+/* GDN token recurrence vs chunked (WY / UT) form, per shape and length.  A
+ * cell predicted (linear in T from the one before) past the cell budget or
+ * the table's budget is skipped with the reason. */
+static void bench_gdn_forms(void)
+{
+    const struct {
+        dims d;
+        size_t lens[3];
+    } sh[2] = {
+        {{"hybrid-tiny", 0, 0, 0, 2, 4, 16, 16}, {4096, 16384, 65536}},
+        {{"realistic", 0, 0, 0, 16, 32, 128, 128}, {1024, 4096, 16384}},
+    };
+    const struct {
+        const char *name;
+        gdn_fwd_fn f;
+        gdn_bwd_fn b;
+    } form[2] = {{"recurrent", ls_gdn_forward_recurrent_f32, ls_gdn_backward_recurrent_f32},
+                 {"chunked", ls_gdn_forward_chunked_f32, ls_gdn_backward_chunked_f32}};
+    const double start = now_s();
+    printf("\nGDN: token recurrence vs chunked (WY / UT, chunk 64), float32:\n");
+    printf("%-13s %-22s %-10s %7s %12s %12s %9s %9s\n", "config", "dims", "form", "T",
+           "fwd tok/s", "bwd tok/s", "fwd s", "bwd s");
+    for (int c = 0; c < 2; c++) {
+        const dims *d = &sh[c].d;
+        char dd[64];
+        snprintf(dd, sizeof dd, "Hk=%zu Hv=%zu dk=dv=%zu", d->Hk, d->Hv, d->dk);
+        for (int f = 0; f < 2; f++) {
+            double prev_f = 0, prev_b = 0;
+            size_t prev_T = 0;
+            for (int l = 0; l < 3; l++) {
+                const size_t T = sh[c].lens[l];
+                const double r = prev_T ? (double)T / (double)prev_T : 0;
+                const double pf = prev_f * r, pb = prev_b * r;
+                const double left = GDN_BUDGET_S - (now_s() - start);
+                if (pf > CELL_BUDGET_S || pf > left) {
+                    printf("%-13s %-22s %-10s %7zu   skipped: forward predicted %.0f s (cell "
+                           "budget %.0f s, %.0f s left)\n",
+                           d->name, dd, form[f].name, T, pf, CELL_BUDGET_S, left);
+                    continue;
+                }
+                const int skip_b = pb > CELL_BUDGET_S || pf + pb > left;
+                double tf, tb;
+                bench_gdn_with(d, T, form[f].f, form[f].b, skip_b, &tf, &tb);
+                if (tb >= 0) {
+                    printf("%-13s %-22s %-10s %7zu %12.0f %12.0f %9.3f %9.3f\n", d->name, dd,
+                           form[f].name, T, T / tf, T / tb, tf, tb);
+                } else {
+                    printf("%-13s %-22s %-10s %7zu %12.0f %12s %9.3f   backward skipped: "
+                           "predicted %.0f s\n",
+                           d->name, dd, form[f].name, T, T / tf, "-", tf, pb);
+                }
+                prev_f = tf;
+                prev_b = tb >= 0 ? tb : pb;
+                prev_T = T;
+                fflush(stdout);
+            }
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 2 || (argc == 2 && strcmp(argv[1], "gdn") != 0)) {
+        fprintf(stderr, "usage: bench_seq [gdn]   (gdn: only the GDN recurrent-vs-chunked "
+                        "table)\n");
+        return 2;
+    }
+    if (argc == 2) {
+        printf("bench_seq gdn: float32 CPU kernels, %d OpenMP threads\n", omp_get_max_threads());
+        bench_gdn_forms();
+        return 0;
+    }
     const dims cfg[2] = {
         {"hybrid-tiny", 4, 2, 32, 2, 4, 16, 16},
         {"hybrid-small", 8, 2, 64, 4, 8, 32, 32},
@@ -137,7 +232,8 @@ int main(void)
     const size_t lens[3] = {1024, 4096, 16384};
     const double start = now_s();
     printf("bench_seq: float32 CPU kernels, %d OpenMP threads\n", omp_get_max_threads());
-    printf("attention: causal, Tq = Tk = T, one block; GDN: recurrence only\n");
+    printf("attention: causal, Tq = Tk = T, one block; GDN: ls_gdn_forward/backward (the "
+           "form they choose; recurrent vs chunked in the GDN table)\n");
     FILE *la = fopen("/proc/loadavg", "r"); /* other load makes the numbers noisy */
     double l1;
     if (la != NULL && fscanf(la, "%lf", &l1) == 1) {
@@ -213,6 +309,7 @@ int main(void)
             fflush(stdout);
         }
     }
+    bench_gdn_forms();
     printf("\ntotal %.1f s\n", now_s() - start);
     return 0;
 }

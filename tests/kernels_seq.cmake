@@ -20,3 +20,6 @@ ls_add_criterion_test(kernels_seq_attn_perf SOURCES ${LS_KSEQ_DIR}/test_kernels_
 # composition, compiled against each real type.
 ls_add_criterion_test(kernels_seq_attn_paged_f64 SOURCES ${LS_KSEQ_DIR}/test_kernels_attn_paged.c LIBS ls_kernels_f64 DEFS LS_REAL_F64 TIMEOUT 60)
 ls_add_criterion_test(kernels_seq_attn_paged_f32 SOURCES ${LS_KSEQ_DIR}/test_kernels_attn_paged.c LIBS ls_kernels_f32 TIMEOUT 60)
+ls_add_criterion_test(kernels_seq_chunk
+  SOURCES ${LS_KSEQ_DIR}/test_kernels_seq_chunk.c
+  LIBS kernels_seq_f32_wrap ls_kernels_f64 DEFS LS_REAL_F64 TIMEOUT 120)

@@ -109,6 +109,13 @@ void ks32_gdn_gates_backward(double *da, double *db, double *dA_log, double *ddt
     free(dg_); free(dbe_); free(a_); free(b_); free(A_); free(dt_);
 }
 
+static int gdn_form; /* ks32_gdn_use */
+
+void ks32_gdn_use(int form)
+{
+    gdn_form = form;
+}
+
 void ks32_gdn_forward(double *o, double *S_out, const double *q, const double *k,
                       const double *v, const double *g, const double *beta, const double *S_in,
                       size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv)
@@ -116,7 +123,13 @@ void ks32_gdn_forward(double *o, double *S_out, const double *q, const double *k
     const size_t nq = T * Hk * dk, nv = T * Hv * dv, ng = T * Hv, nS = Hv * dk * dv;
     float *o_ = out_f(o, nv), *So_ = out_f(S_out, nS), *q_ = in_f(q, nq), *k_ = in_f(k, nq);
     float *v_ = in_f(v, nv), *g_ = in_f(g, ng), *be_ = in_f(beta, ng), *Si_ = in_f(S_in, nS);
-    ls_gdn_forward_f32(o_, So_, q_, k_, v_, g_, be_, Si_, T, Hk, Hv, dk, dv);
+    if (gdn_form == 1) {
+        ls_gdn_forward_recurrent_f32(o_, So_, q_, k_, v_, g_, be_, Si_, T, Hk, Hv, dk, dv);
+    } else if (gdn_form == 2) {
+        ls_gdn_forward_chunked_f32(o_, So_, q_, k_, v_, g_, be_, Si_, T, Hk, Hv, dk, dv);
+    } else {
+        ls_gdn_forward_f32(o_, So_, q_, k_, v_, g_, be_, Si_, T, Hk, Hv, dk, dv);
+    }
     back(o, o_, nv);
     back(S_out, So_, nS);
     free(q_); free(k_); free(v_); free(g_); free(be_); free(Si_);
@@ -133,14 +146,24 @@ void ks32_gdn_backward(double *dq, double *dk, double *dv, double *dg, double *d
     float *dg_ = out_f(dg, ng), *db_ = out_f(dbeta, ng), *dSi = out_f(dS_in, nS);
     float *do__ = in_f(do_, nv), *dSo = in_f(dS_out, nS), *q_ = in_f(q, nq), *k_ = in_f(k, nq);
     float *v_ = in_f(v, nv), *g_ = in_f(g, ng), *be_ = in_f(beta, ng), *Si_ = in_f(S_in, nS);
-    size_t nws = ls_gdn_backward_workspace_f32(T, Hk, Hv, dk_, dv_);
+    size_t nws = gdn_form == 1   ? ls_gdn_backward_recurrent_workspace_f32(T, Hk, Hv, dk_, dv_)
+                 : gdn_form == 2 ? ls_gdn_backward_chunked_workspace_f32(T, Hk, Hv, dk_, dv_)
+                                 : ls_gdn_backward_workspace_f32(T, Hk, Hv, dk_, dv_);
     float *ws = malloc((nws ? nws : 1) * sizeof *ws);
     if (ws == NULL) {
         fprintf(stderr, "kernels_seq_f32_wrap: out of memory\n");
         abort();
     }
-    ls_gdn_backward_f32(dq_, dkk, dvv, dg_, db_, dSi, do__, dSo, q_, k_, v_, g_, be_, Si_, T, Hk,
-                        Hv, dk_, dv_, ws);
+    if (gdn_form == 1) {
+        ls_gdn_backward_recurrent_f32(dq_, dkk, dvv, dg_, db_, dSi, do__, dSo, q_, k_, v_, g_,
+                                      be_, Si_, T, Hk, Hv, dk_, dv_, ws);
+    } else if (gdn_form == 2) {
+        ls_gdn_backward_chunked_f32(dq_, dkk, dvv, dg_, db_, dSi, do__, dSo, q_, k_, v_, g_, be_,
+                                    Si_, T, Hk, Hv, dk_, dv_, ws);
+    } else {
+        ls_gdn_backward_f32(dq_, dkk, dvv, dg_, db_, dSi, do__, dSo, q_, k_, v_, g_, be_, Si_, T,
+                            Hk, Hv, dk_, dv_, ws);
+    }
     back(dq, dq_, nq);
     back(dk, dkk, nq);
     back(dv, dvv, nv);

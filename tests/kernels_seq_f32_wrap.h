@@ -20,6 +20,9 @@ void ks32_gdn_gates_backward(double *da, double *db, double *dA_log, double *ddt
                              const double *dg, const double *dbeta, const double *a,
                              const double *b, const double *A_log, const double *dt_bias,
                              size_t T, size_t Hv);
+/* Which GDN form ks32_gdn_forward / ks32_gdn_backward call: 0 the entry
+ * points (the default), 1 the token recurrence, 2 the chunked form. */
+void ks32_gdn_use(int form);
 void ks32_gdn_forward(double *o, double *S_out, const double *q, const double *k,
                       const double *v, const double *g, const double *beta, const double *S_in,
                       size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv);

@@ -139,23 +139,25 @@ Test(kernels_seq_fd, gates)
 typedef struct {
     double *q, *k, *v, *g, *beta, *S_in, *Ro, *RS, *o, *S_out;
     size_t T, Hk, Hv, dk, dv;
+    int chunked; /* the chunked form (ls_gdn_*_chunked), else the entry points */
 } gdn_ctx;
 
 static double gdn_loss(void *p)
 {
     gdn_ctx *x = p;
-    ls_gdn_forward_f64(x->o, x->S_out, x->q, x->k, x->v, x->g, x->beta, x->S_in, x->T, x->Hk,
-                       x->Hv, x->dk, x->dv);
+    (x->chunked ? ls_gdn_forward_chunked_f64 : ls_gdn_forward_f64)(
+        x->o, x->S_out, x->q, x->k, x->v, x->g, x->beta, x->S_in, x->T, x->Hk, x->Hv, x->dk,
+        x->dv);
     return tu_dot(x->Ro, x->o, x->T * x->Hv * x->dv) +
            tu_dot(x->RS, x->S_out, x->Hv * x->dk * x->dv);
 }
 
 /* q, k rows scaled to unit-ish norm like the model's normalised inputs. */
 static void gdn_fd_case(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv, size_t stride,
-                        uint64_t seed)
+                        int chunked, uint64_t seed)
 {
     uint64_t s = seed;
-    gdn_ctx x = {.T = T, .Hk = Hk, .Hv = Hv, .dk = dk, .dv = dv};
+    gdn_ctx x = {.T = T, .Hk = Hk, .Hv = Hv, .dk = dk, .dv = dv, .chunked = chunked};
     const size_t nq = T * Hk * dk, nv = T * Hv * dv, ng = T * Hv, nS = Hv * dk * dv;
     const double sc = 1.0 / sqrt((double)dk);
     x.q = tu_rand(&s, nq, -sc, sc);
@@ -170,14 +172,16 @@ static void gdn_fd_case(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv, si
     x.S_out = tu_alloc(nS);
     double *dq = tu_alloc(nq), *dk_ = tu_alloc(nq), *dv_ = tu_alloc(nv);
     double *dg = tu_alloc(ng), *db = tu_alloc(ng), *dS = tu_alloc(nS);
-    double *ws = tu_alloc(ls_gdn_backward_workspace_f64(T, Hk, Hv, dk, dv));
+    double *ws = tu_alloc((chunked ? ls_gdn_backward_chunked_workspace_f64
+                                   : ls_gdn_backward_workspace_f64)(T, Hk, Hv, dk, dv));
 
-    ls_gdn_backward_f64(dq, dk_, dv_, dg, db, dS, x.Ro, x.RS, x.q, x.k, x.v, x.g, x.beta,
-                        x.S_in, T, Hk, Hv, dk, dv, ws);
-    char name[96];
+    (chunked ? ls_gdn_backward_chunked_f64 : ls_gdn_backward_f64)(
+        dq, dk_, dv_, dg, db, dS, x.Ro, x.RS, x.q, x.k, x.v, x.g, x.beta, x.S_in, T, Hk, Hv, dk,
+        dv, ws);
+    char name[112];
 #define GDN_REPORT(label, arr, grad, n)                                                      \
-    snprintf(name, sizeof name, "gdn T=%zu Hk=%zu Hv=%zu dk=%zu dv=%zu " label, T, Hk, Hv,  \
-             dk, dv);                                                                        \
+    snprintf(name, sizeof name, "gdn%s T=%zu Hk=%zu Hv=%zu dk=%zu dv=%zu " label,           \
+             chunked ? " chunked" : "", T, Hk, Hv, dk, dv);                                  \
     report(name, tu_fd_check(gdn_loss, &x, arr, grad, n, stride, FD_H, NULL))
     GDN_REPORT("dq", x.q, dq, nq);
     GDN_REPORT("dk", x.k, dk_, nq);
@@ -194,13 +198,21 @@ static void gdn_fd_case(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv, si
 /* T = 150 spans three checkpoint chunks of 64: the recompute is exercised. */
 Test(kernels_seq_fd, gdn_chunked)
 {
-    gdn_fd_case(150, 2, 4, 4, 3, 1, 11);
+    gdn_fd_case(150, 2, 4, 4, 3, 1, 0, 11);
+}
+
+/* The chunked form (chunks of 64, the last one ragged) against finite
+ * differences of itself. */
+Test(kernels_seq_fd, gdn_chunked_form)
+{
+    gdn_fd_case(150, 2, 4, 4, 3, 1, 1, 13);
+    gdn_fd_case(70, 1, 2, 5, 9, 3, 1, 14);
 }
 
 /* dv = 70 spans two column blocks of the per-token vectors. */
 Test(kernels_seq_fd, gdn_wide_dv)
 {
-    gdn_fd_case(70, 1, 2, 5, 70, 5, 12);
+    gdn_fd_case(70, 1, 2, 5, 70, 5, 0, 12);
 }
 
 /* -------------------------------------------------------------- attention */

@@ -1,5 +1,9 @@
 /* gdn.c - CPU Gated DeltaNet: the gates (beta, g) and the delta-rule
- * recurrence, forward and backward (kernels/gdn.h, docs/model.md §1.1 steps 5-6).
+ * recurrence token by token, forward and backward (kernels/gdn.h,
+ * docs/model.md §1.1 steps 5-6): ls_gdn_forward_recurrent and
+ * ls_gdn_backward_recurrent, the reference of the chunked form
+ * (gdn_chunk.c, gdn_chunk_bwd.c, which also hold the entry points that
+ * choose between the two).
  *
  * Value heads are independent and run in parallel (OpenMP).  The backward
  * keeps no T states: a forward pass saves the state at the start of every
@@ -14,6 +18,7 @@
  * blocks of GDN_CB so that they live on the stack for any dv: the recurrence
  * is independent across the columns of S. */
 #include "kernels/gdn.h"
+#include "kernels/cpu/gdn_internal.h"
 
 #include <assert.h>
 #include <math.h>
@@ -31,7 +36,6 @@
 #define GDN_CHUNK 64          /* least tokens per checkpointed chunk in backward */
 #define GDN_CB 64             /* column block of the per-token dv vectors */
 #define GDN_STACK_STATE 4096  /* reals of state kept on the stack when S_out is NULL */
-#define GDN_PAR_MIN 65536     /* state-element updates (T Hv dk dv) worth a thread team */
 
 static ls_real sigmoid(ls_real x)
 {
@@ -154,7 +158,7 @@ static void gdn_head_run(ls_real *S, size_t ldS, size_t ncols, size_t col0,
     }
 }
 
-void LS_K(ls_gdn_forward)(ls_real *o, ls_real *S_out, const ls_real *q,
+void LS_K(ls_gdn_forward_recurrent)(ls_real *o, ls_real *S_out, const ls_real *q,
                           const ls_real *k, const ls_real *v, const ls_real *g,
                           const ls_real *beta, const ls_real *S_in,
                           size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv)
@@ -163,7 +167,7 @@ void LS_K(ls_gdn_forward)(ls_real *o, ls_real *S_out, const ls_real *q,
     const size_t grp = Hv / Hk;
     assert(Hk > 0 && Hv % Hk == 0);
     if (S_out == NULL && dk > GDN_STACK_STATE) {
-        fprintf(stderr, "ls_gdn_forward: dk=%zu too large without S_out (max %d); "
+        fprintf(stderr, "ls_gdn_forward_recurrent: dk=%zu too large without S_out (max %d); "
                         "output set to NaN\n", dk, GDN_STACK_STATE);
         for (size_t i = 0; i < T * Hv * dv; i++) {
             o[i] = (ls_real)NAN;
@@ -256,7 +260,8 @@ static ls_real *ws_vmu(const gdn_ws *w, size_t j)
     return ws_G(w, j) + w->dkdv + 4 * w->ch * w->dk;
 }
 
-size_t LS_K(ls_gdn_backward_workspace)(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv)
+size_t LS_K(ls_gdn_backward_recurrent_workspace)(size_t T, size_t Hk, size_t Hv, size_t dk,
+                                                 size_t dv)
 {
     (void)Hk;
     if (T == 0) {
@@ -356,7 +361,7 @@ static void gdn_reduce_chunk(ls_real *dq, ls_real *dk, const gdn_ws *w, size_t c
     }
 }
 
-void LS_K(ls_gdn_backward)(ls_real *dq, ls_real *dk, ls_real *dv, ls_real *dg,
+void LS_K(ls_gdn_backward_recurrent)(ls_real *dq, ls_real *dk, ls_real *dv, ls_real *dg,
                            ls_real *dbeta, ls_real *dS_in, const ls_real *do_,
                            const ls_real *dS_out, const ls_real *q, const ls_real *k,
                            const ls_real *v, const ls_real *g, const ls_real *beta,
