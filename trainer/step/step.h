@@ -103,9 +103,10 @@ ls_status LS_K(ls_step_grads)(ls_params *p, ls_batch *b, const ls_task *task, co
  * prompt gradient); LS_ERR_ARG otherwise.
  *
  * The reference policy: skipped when beta = 0, for the SFT objective, and
- * when the batch supplies ref log-probs.  Otherwise one prompt state is live
- * at a time: with known responses the reference state is captured, scored
- * and freed before the policy capture; when the step rolls out, the policy
+ * when the batch supplies ref log-probs.  With known responses the reference
+ * state is captured, scored and freed before the policy capture.  When the
+ * step rolls out: with o->keep_reference == 1 the reference state is captured
+ * beside the policy's, scored and freed (two captures); otherwise the policy
  * state serves rollout and old-policy scoring, is freed, the reference is
  * captured, scored and freed, and the policy state is captured again for the
  * replay (one more capture, half the prompt-state peak).  A prefix keeps both

@@ -1,0 +1,48 @@
+/* bench_sgemm.c - the machine's sgemm rate, the ceiling the speed tables
+ * quote their FLOP rates against: C = A B of N x N float32 matrices
+ * (OpenBLAS, its own threads), repeated for about SECONDS, best rate.
+ *
+ *   bench_sgemm [N] [SECONDS]      (defaults 1024, 2)
+ * Prints "sgemm N=... GFLOP/s X" and nothing else; asserts nothing. */
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv) {
+    long n = argc > 1 ? atol(argv[1]) : 1024;
+    double secs = argc > 2 ? atof(argv[2]) : 2.0;
+    if (n < 16 || n > 8192 || !(secs > 0 && secs < 600)) {
+        fprintf(stderr, "usage: bench_sgemm [N in 16..8192] [SECONDS in (0, 600)]\n");
+        return 2;
+    }
+    size_t nn = (size_t)n * (size_t)n;
+    float *A = malloc(nn * sizeof *A), *B = malloc(nn * sizeof *B), *C = malloc(nn * sizeof *C);
+    if (!A || !B || !C) {
+        fprintf(stderr, "bench_sgemm: out of memory\n");
+        return 1;
+    }
+    for (size_t i = 0; i < nn; i++) {
+        A[i] = (float)(i % 7) * 0.1f;
+        B[i] = (float)(i % 5) * 0.1f;
+    }
+    double best = 0, t_end = now() + secs;
+    do {
+        double t0 = now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.f, A, (int)n, B, (int)n, 0.f,
+                    C, (int)n);
+        double r = 2.0 * (double)n * (double)n * (double)n / (now() - t0) * 1e-9;
+        if (r > best) best = r;
+    } while (now() < t_end);
+    printf("sgemm N=%ld GFLOP/s %.1f\n", n, best);
+    free(A);
+    free(B);
+    free(C);
+    return 0;
+}
