@@ -211,53 +211,17 @@ void LS_K(ls_gdn_forward_recurrent)(ls_real *o, ls_real *S_out, const ls_real *q
 /* Tokens per backward chunk for a sequence of T > 0 tokens. */
 static size_t gdn_chunk(size_t T)
 {
-    size_t ch = GDN_CHUNK;
-    while (ch * ch < T) {
-        ch *= 2;
-    }
+    size_t ch = gdn_ws_segment(T, GDN_CHUNK);
     return ch < T ? ch : T;
 }
 
-/* Workspace of one value head: checkpoints [nc, dk, dv], chunk states
- * [ch, dk, dv], G [dk, dv], two dq and two dk chunk buffers [ch, dk] each,
- * v - u of the chunk [ch, dv]. */
+/* Workspace of one value head (gdn_internal.h's layout): the states of one
+ * chunk's tokens in the middle, v - u of the chunk [ch, dv] as the tail. */
 static size_t gdn_head_workspace(size_t T, size_t dk, size_t dv)
 {
     const size_t ch = gdn_chunk(T);
     const size_t nc = (T + ch - 1) / ch;
-    return (nc + ch + 1) * dk * dv + 4 * ch * dk + ch * dv;
-}
-
-/* The backward's view of the workspace (layout above, head after head). */
-typedef struct {
-    ls_real *base;
-    size_t hw, dkdv, ch, nc, dk;
-} gdn_ws;
-
-static ls_real *ws_ckpt(const gdn_ws *w, size_t j)
-{
-    return w->base + j * w->hw;
-}
-static ls_real *ws_states(const gdn_ws *w, size_t j)
-{
-    return ws_ckpt(w, j) + w->nc * w->dkdv;
-}
-static ls_real *ws_G(const gdn_ws *w, size_t j)
-{
-    return ws_states(w, j) + w->ch * w->dkdv;
-}
-/* chunk buffer b (= chunk index & 1) of dq~ / dk contributions */
-static ls_real *ws_dq(const gdn_ws *w, size_t j, size_t b)
-{
-    return ws_G(w, j) + w->dkdv + b * w->ch * w->dk;
-}
-static ls_real *ws_dk(const gdn_ws *w, size_t j, size_t b)
-{
-    return ws_G(w, j) + w->dkdv + (2 + b) * w->ch * w->dk;
-}
-static ls_real *ws_vmu(const gdn_ws *w, size_t j)
-{
-    return ws_G(w, j) + w->dkdv + 4 * w->ch * w->dk;
+    return gdn_ws_head(nc, ch, ch, dk, dv) + ch * dv;
 }
 
 size_t LS_K(ls_gdn_backward_recurrent_workspace)(size_t T, size_t Hk, size_t Hv, size_t dk,
@@ -334,11 +298,7 @@ static void gdn_bstep(ls_real *G, ls_real *dq, ls_real *dk_, ls_real *dv_,
     *dbeta = db;
 }
 
-/* dq, dk rows of chunk c = the sum of its value heads' chunk buffers, in
- * head order.  A worksharing loop without a barrier: every thread of the
- * team calls it. */
-static void gdn_reduce_chunk(ls_real *dq, ls_real *dk, const gdn_ws *w, size_t c, size_t T,
-                             size_t Hk, size_t grp)
+void LS_K(gdn_ws_reduce)(ls_real *dq, ls_real *dk, const gdn_bwd_ws *w, size_t c, size_t T, size_t Hk, size_t grp)
 {
     const size_t dk_ = w->dk, t0 = c * w->ch, b = c & 1;
     const size_t n = (t0 + w->ch < T ? t0 + w->ch : T) - t0;
@@ -352,7 +312,7 @@ static void gdn_reduce_chunk(ls_real *dq, ls_real *dk, const gdn_ws *w, size_t c
             dkr[e] = 0;
         }
         for (size_t j = kh * grp; j < (kh + 1) * grp; j++) {
-            const ls_real *x = ws_dq(w, j, b) + i * dk_, *y = ws_dk(w, j, b) + i * dk_;
+            const ls_real *x = gdn_ws_dq(w, j, b) + i * dk_, *y = gdn_ws_dk(w, j, b) + i * dk_;
             for (size_t e = 0; e < dk_; e++) {
                 dqr[e] += x[e];
                 dkr[e] += y[e];
@@ -384,15 +344,15 @@ void LS_K(ls_gdn_backward_recurrent)(ls_real *dq, ls_real *dk, ls_real *dv, ls_r
     assert(workspace != NULL);
     const size_t ch = gdn_chunk(T);
     const size_t nc = (T + ch - 1) / ch;
-    const gdn_ws w = {.base = workspace, .hw = gdn_head_workspace(T, dk_, dv_), .dkdv = dkdv,
-                      .ch = ch, .nc = nc, .dk = dk_};
+    const gdn_bwd_ws w = {.base = workspace, .hw = gdn_head_workspace(T, dk_, dv_), .dkdv = dkdv,
+                          .ch = ch, .nc = nc, .nmid = ch, .dk = dk_};
 
 #pragma omp parallel if (T * Hv * dkdv >= GDN_PAR_MIN)
     {
         /* checkpoints: the state before each chunk */
 #pragma omp for schedule(static)
         for (size_t j = 0; j < Hv; j++) {
-            ls_real *ck = ws_ckpt(&w, j);
+            ls_real *ck = gdn_ws_ckpt(&w, j);
             if (S_in != NULL) {
                 memcpy(ck, S_in + j * dkdv, dkdv * sizeof *ck);
             } else {
@@ -404,9 +364,9 @@ void LS_K(ls_gdn_backward_recurrent)(ls_real *dq, ls_real *dk, ls_real *dv, ls_r
                              c * ch, (c + 1) * ch, j, j / grp, Hk, Hv, dk_, dv_);
             }
             if (dS_out != NULL) {
-                memcpy(ws_G(&w, j), dS_out + j * dkdv, dkdv * sizeof(ls_real));
+                memcpy(gdn_ws_G(&w, j), dS_out + j * dkdv, dkdv * sizeof(ls_real));
             } else {
-                memset(ws_G(&w, j), 0, dkdv * sizeof(ls_real));
+                memset(gdn_ws_G(&w, j), 0, dkdv * sizeof(ls_real));
             }
         }
         for (size_t c = nc; c-- > 0;) {
@@ -417,13 +377,13 @@ void LS_K(ls_gdn_backward_recurrent)(ls_real *dq, ls_real *dk, ls_real *dv, ls_r
             if (c + 1 < nc) {
                 /* chunk c+1 finished at the last barrier; its buffers are
                  * not the ones chunk c writes */
-                gdn_reduce_chunk(dq, dk, &w, c + 1, T, Hk, grp);
+                LS_K(gdn_ws_reduce)(dq, dk, &w, c + 1, T, Hk, grp);
             }
 #pragma omp for schedule(static)
             for (size_t j = 0; j < Hv; j++) {
                 const size_t kh = j / grp;
-                const ls_real *ck = ws_ckpt(&w, j) + c * dkdv;
-                ls_real *st = ws_states(&w, j), *G = ws_G(&w, j), *vmu = ws_vmu(&w, j);
+                const ls_real *ck = gdn_ws_ckpt(&w, j) + c * dkdv;
+                ls_real *st = gdn_ws_mid(&w, j), *G = gdn_ws_G(&w, j), *vmu = gdn_ws_tail(&w, j);
                 /* recompute S_t for the chunk and v - u of each token */
                 for (size_t i = 0; i < n; i++) {
                     const ls_real *prev = i == 0 ? ck : st + (i - 1) * dkdv;
@@ -436,18 +396,18 @@ void LS_K(ls_gdn_backward_recurrent)(ls_real *dq, ls_real *dk, ls_real *dv, ls_r
                     const size_t qk = (t * Hk + kh) * dk_;
                     const size_t vo = (t * Hv + j) * dv_;
                     const ls_real *Sp = i == 0 ? ck : st + (i - 1) * dkdv;
-                    gdn_bstep(G, ws_dq(&w, j, buf) + i * dk_, ws_dk(&w, j, buf) + i * dk_, dv + vo,
+                    gdn_bstep(G, gdn_ws_dq(&w, j, buf) + i * dk_, gdn_ws_dk(&w, j, buf) + i * dk_, dv + vo,
                               dg + t * Hv + j, dbeta + t * Hv + j, st + i * dkdv, Sp,
                               q + qk, k + qk, do_ + vo, vmu + i * dv_, g[t * Hv + j],
                               beta[t * Hv + j], dk_, dv_);
                 }
             }
         }
-        gdn_reduce_chunk(dq, dk, &w, 0, T, Hk, grp);
+        LS_K(gdn_ws_reduce)(dq, dk, &w, 0, T, Hk, grp);
         if (dS_in != NULL) {
 #pragma omp for schedule(static)
             for (size_t j = 0; j < Hv; j++) {
-                memcpy(dS_in + j * dkdv, ws_G(&w, j), dkdv * sizeof *dS_in);
+                memcpy(dS_in + j * dkdv, gdn_ws_G(&w, j), dkdv * sizeof *dS_in);
             }
         }
     }

@@ -37,11 +37,7 @@
 /* Tokens per checkpoint segment: a multiple of GDN_C. */
 static size_t seg_len(size_t T)
 {
-    size_t ch = GDN_C;
-    while (ch * ch < T) {
-        ch *= 2;
-    }
-    return ch;
+    return gdn_ws_segment(T, GDN_C);
 }
 
 /* The backward's extra chunk scratch of one head (beyond gdn_chunk_view). */
@@ -68,43 +64,12 @@ static void bwd_scratch_bind(bwd_scratch *b, ls_real *ws, size_t dk, size_t dv)
     b->T2 = b->dW + GDN_C * dk;
 }
 
-/* Per-head layout: checkpoints [nc, dk, dv], chunk-start states [ch/C, dk, dv],
- * G [dk, dv], two dq and two dk segment buffers [ch, dk] each, the chunk
- * scratch of gdn_chunk.c and of the backward. */
-typedef struct {
-    ls_real *base;
-    size_t hw, dkdv, ch, nc, dk, dv;
-} seg_ws;
-
+/* Per-head layout (gdn_internal.h's): the chunk starts of one segment in the
+ * middle, the chunk scratch of gdn_chunk.c and of the backward as the tail. */
 static size_t head_ws(size_t T, size_t dk, size_t dv)
 {
     const size_t ch = seg_len(T), nc = (T + ch - 1) / ch;
-    return (nc + ch / GDN_C + 1) * dk * dv + 4 * ch * dk + LS_K(gdn_chunk_head_ws)(dk, dv) +
-           bwd_scratch_size(dk, dv);
-}
-static ls_real *ws_ckpt(const seg_ws *w, size_t j)
-{
-    return w->base + j * w->hw;
-}
-static ls_real *ws_starts(const seg_ws *w, size_t j)
-{
-    return ws_ckpt(w, j) + w->nc * w->dkdv;
-}
-static ls_real *ws_G(const seg_ws *w, size_t j)
-{
-    return ws_starts(w, j) + (w->ch / GDN_C) * w->dkdv;
-}
-static ls_real *ws_dq(const seg_ws *w, size_t j, size_t b)
-{
-    return ws_G(w, j) + w->dkdv + b * w->ch * w->dk;
-}
-static ls_real *ws_dk(const seg_ws *w, size_t j, size_t b)
-{
-    return ws_G(w, j) + w->dkdv + (2 + b) * w->ch * w->dk;
-}
-static ls_real *ws_chunk(const seg_ws *w, size_t j)
-{
-    return ws_G(w, j) + w->dkdv + 4 * w->ch * w->dk;
+    return gdn_ws_head(nc, ch / GDN_C, ch, dk, dv) + LS_K(gdn_chunk_head_ws)(dk, dv) + bwd_scratch_size(dk, dv);
 }
 
 size_t LS_K(ls_gdn_backward_chunked_workspace)(size_t T, size_t Hk, size_t Hv, size_t dk,
@@ -266,32 +231,6 @@ static void chunk_backward(gdn_chunk_view *c, const bwd_scratch *b, const chunk_
     }
 }
 
-/* dq, dk rows of segment c = the sum of its value heads' segment buffers,
- * in head order.  A worksharing loop without a barrier. */
-static void reduce_seg(ls_real *dq, ls_real *dk, const seg_ws *w, size_t c, size_t T, size_t Hk,
-                       size_t grp)
-{
-    const size_t dk_ = w->dk, t0 = c * w->ch, b = c & 1;
-    const size_t n = (t0 + w->ch < T ? t0 + w->ch : T) - t0;
-#pragma omp for schedule(static) nowait
-    for (size_t idx = 0; idx < n * Hk; idx++) {
-        const size_t i = idx / Hk, kh = idx % Hk;
-        ls_real *dqr = dq + ((t0 + i) * Hk + kh) * dk_;
-        ls_real *dkr = dk + ((t0 + i) * Hk + kh) * dk_;
-        for (size_t e = 0; e < dk_; e++) {
-            dqr[e] = 0;
-            dkr[e] = 0;
-        }
-        for (size_t j = kh * grp; j < (kh + 1) * grp; j++) {
-            const ls_real *x = ws_dq(w, j, b) + i * dk_, *y = ws_dk(w, j, b) + i * dk_;
-            for (size_t e = 0; e < dk_; e++) {
-                dqr[e] += x[e];
-                dkr[e] += y[e];
-            }
-        }
-    }
-}
-
 void LS_K(ls_gdn_backward)(ls_real *dq, ls_real *dk, ls_real *dv, ls_real *dg,
                            ls_real *dbeta, ls_real *dS_in, const ls_real *do_,
                            const ls_real *dS_out, const ls_real *q, const ls_real *k,
@@ -324,8 +263,8 @@ void LS_K(ls_gdn_backward_chunked)(ls_real *dq, ls_real *dk, ls_real *dv, ls_rea
     assert(workspace != NULL);
     const size_t dkdv = dk_ * dv_, grp = Hv / Hk;
     const size_t ch = seg_len(T), nc = (T + ch - 1) / ch;
-    const seg_ws w = {.base = workspace, .hw = head_ws(T, dk_, dv_), .dkdv = dkdv, .ch = ch,
-                      .nc = nc, .dk = dk_, .dv = dv_};
+    const gdn_bwd_ws w = {.base = workspace, .hw = head_ws(T, dk_, dv_), .dkdv = dkdv, .ch = ch, .nmid = ch / GDN_C,
+                          .nc = nc, .dk = dk_};
     const size_t ldk = Hk * dk_, ldv = Hv * dv_;
 
 #pragma omp parallel if (T * Hv * dkdv >= GDN_PAR_MIN)
@@ -335,8 +274,8 @@ void LS_K(ls_gdn_backward_chunked)(ls_real *dq, ls_real *dk, ls_real *dv, ls_rea
         for (size_t j = 0; j < Hv; j++) {
             const size_t kh = j / grp;
             gdn_chunk_view cv;
-            LS_K(gdn_chunk_bind)(&cv, ws_chunk(&w, j), dk_, dv_);
-            ls_real *ck = ws_ckpt(&w, j);
+            LS_K(gdn_chunk_bind)(&cv, gdn_ws_tail(&w, j), dk_, dv_);
+            ls_real *ck = gdn_ws_ckpt(&w, j);
             if (S_in != NULL) {
                 memcpy(ck, S_in + j * dkdv, dkdv * sizeof *ck);
             } else {
@@ -353,9 +292,9 @@ void LS_K(ls_gdn_backward_chunked)(ls_real *dq, ls_real *dk, ls_real *dv, ls_rea
                 }
             }
             if (dS_out != NULL) {
-                memcpy(ws_G(&w, j), dS_out + j * dkdv, dkdv * sizeof(ls_real));
+                memcpy(gdn_ws_G(&w, j), dS_out + j * dkdv, dkdv * sizeof(ls_real));
             } else {
-                memset(ws_G(&w, j), 0, dkdv * sizeof(ls_real));
+                memset(gdn_ws_G(&w, j), 0, dkdv * sizeof(ls_real));
             }
         }
         for (size_t c = nc; c-- > 0;) {
@@ -363,19 +302,19 @@ void LS_K(ls_gdn_backward_chunked)(ls_real *dq, ls_real *dk, ls_real *dv, ls_rea
             const size_t nsub = (s1 - s0 + GDN_C - 1) / GDN_C;
             const size_t buf = c & 1;
             if (c + 1 < nc) {
-                reduce_seg(dq, dk, &w, c + 1, T, Hk, grp);
+                LS_K(gdn_ws_reduce)(dq, dk, &w, c + 1, T, Hk, grp);
             }
 #pragma omp for schedule(static)
             for (size_t j = 0; j < Hv; j++) {
                 const size_t kh = j / grp;
                 gdn_chunk_view cv;
                 bwd_scratch bs;
-                LS_K(gdn_chunk_bind)(&cv, ws_chunk(&w, j), dk_, dv_);
-                bwd_scratch_bind(&bs, ws_chunk(&w, j) + LS_K(gdn_chunk_head_ws)(dk_, dv_), dk_,
+                LS_K(gdn_chunk_bind)(&cv, gdn_ws_tail(&w, j), dk_, dv_);
+                bwd_scratch_bind(&bs, gdn_ws_tail(&w, j) + LS_K(gdn_chunk_head_ws)(dk_, dv_), dk_,
                                  dv_);
-                ls_real *st = ws_starts(&w, j), *G = ws_G(&w, j);
+                ls_real *st = gdn_ws_mid(&w, j), *G = gdn_ws_G(&w, j);
                 /* the state before each chunk of the segment */
-                memcpy(st, ws_ckpt(&w, j) + c * dkdv, dkdv * sizeof *st);
+                memcpy(st, gdn_ws_ckpt(&w, j) + c * dkdv, dkdv * sizeof *st);
                 for (size_t i = 0; i + 1 < nsub; i++) {
                     const size_t t0 = s0 + i * GDN_C;
                     memcpy(st + (i + 1) * dkdv, st + i * dkdv, dkdv * sizeof *st);
@@ -391,19 +330,19 @@ void LS_K(ls_gdn_backward_chunked)(ls_real *dq, ls_real *dk, ls_real *dv, ls_rea
                     const chunk_io x = {
                         .q = q + qk, .k = k + qk, .v = v + vo, .dO = do_ + vo,
                         .g = g + t0 * Hv + j, .beta = beta + t0 * Hv + j,
-                        .dq = ws_dq(&w, j, buf) + (t0 - s0) * dk_,
-                        .dk = ws_dk(&w, j, buf) + (t0 - s0) * dk_, .dv = dv + vo,
+                        .dq = gdn_ws_dq(&w, j, buf) + (t0 - s0) * dk_,
+                        .dk = gdn_ws_dk(&w, j, buf) + (t0 - s0) * dk_, .dv = dv + vo,
                         .dg = dg + t0 * Hv + j, .dbeta = dbeta + t0 * Hv + j, .ldk = ldk,
                         .ldv = ldv, .Hv = Hv, .n = n, .dkn = dk_, .dvn = dv_};
                     chunk_backward(&cv, &bs, &x, st + i * dkdv, G);
                 }
             }
         }
-        reduce_seg(dq, dk, &w, 0, T, Hk, grp);
+        LS_K(gdn_ws_reduce)(dq, dk, &w, 0, T, Hk, grp);
         if (dS_in != NULL) {
 #pragma omp for schedule(static)
             for (size_t j = 0; j < Hv; j++) {
-                memcpy(dS_in + j * dkdv, ws_G(&w, j), dkdv * sizeof *dS_in);
+                memcpy(dS_in + j * dkdv, gdn_ws_G(&w, j), dkdv * sizeof *dS_in);
             }
         }
     }

@@ -30,6 +30,44 @@ void LS_K(gdn_gemm)(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, size_t M, size_t N, 
                     ls_real alpha, const ls_real *A, size_t lda, const ls_real *B, size_t ldb,
                     ls_real beta, ls_real *C, size_t ldc);
 
+/* The backward's workspace, value head after value head (hw reals each):
+ * checkpoints [nc, dk, dv], nmid state blocks [dk, dv] (the recurrence: the
+ * states of one chunk's tokens; the chunked form: the chunk starts of one
+ * segment), G [dk, dv], two dq and two dk chunk buffers [ch, dk], then the
+ * form's own scratch (gdn_ws_tail). */
+typedef struct {
+    ls_real *base;
+    size_t hw, dkdv, ch, nc, nmid, dk;
+} gdn_bwd_ws;
+static inline ls_real *gdn_ws_ckpt(const gdn_bwd_ws *w, size_t j) { return w->base + j * w->hw; }
+static inline ls_real *gdn_ws_mid(const gdn_bwd_ws *w, size_t j) { return gdn_ws_ckpt(w, j) + w->nc * w->dkdv; }
+static inline ls_real *gdn_ws_G(const gdn_bwd_ws *w, size_t j) { return gdn_ws_mid(w, j) + w->nmid * w->dkdv; }
+/* buffer b (= chunk index & 1) of the dq / dk contributions */
+static inline ls_real *gdn_ws_dq(const gdn_bwd_ws *w, size_t j, size_t b) {
+    return gdn_ws_G(w, j) + w->dkdv + b * w->ch * w->dk;
+}
+static inline ls_real *gdn_ws_dk(const gdn_bwd_ws *w, size_t j, size_t b) {
+    return gdn_ws_G(w, j) + w->dkdv + (2 + b) * w->ch * w->dk;
+}
+static inline ls_real *gdn_ws_tail(const gdn_bwd_ws *w, size_t j) {
+    return gdn_ws_G(w, j) + w->dkdv + 4 * w->ch * w->dk;
+}
+/* Reals of one head's part before its tail. */
+static inline size_t gdn_ws_head(size_t nc, size_t nmid, size_t ch, size_t dk, size_t dv) {
+    return (nc + nmid + 1) * dk * dv + 4 * ch * dk;
+}
+/* Tokens between checkpoints for T tokens: c0 doubled until its square
+ * reaches T (about sqrt(T): memory O(sqrt(T)) states). */
+static inline size_t gdn_ws_segment(size_t T, size_t c0) {
+    size_t ch = c0;
+    while (ch * ch < T) ch *= 2;
+    return ch;
+}
+/* dq, dk rows of chunk c = the sum of its value heads' chunk buffers, in
+ * head order (the same bits for any thread count).  A worksharing loop
+ * without a barrier: every thread of the team calls it. */
+void LS_K(gdn_ws_reduce)(ls_real *dq, ls_real *dk, const gdn_bwd_ws *w, size_t c, size_t T, size_t Hk, size_t grp);
+
 typedef struct {
     ls_real *Gam; /* [C,C] Gam[t][s] = e^{g_{s+1}+...+g_t}, s <= t (gdn_chunk_decays) */
     ls_real *A;   /* [C,C] strictly lower beta_t Gam[t][s] k_t.k_s (gdn_chunk_wy) */
