@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/bench_util.h"
 #include "kernels/attention.h"
 #include "kernels/gdn.h"
 
@@ -23,25 +24,9 @@
 #define MIN_TIME_S 0.2     /* repeat a short cell until this much time */
 #define MAX_REPS 50
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static float *rand_buf(size_t n, uint64_t *s, float lo, float hi)
 {
-    float *a = malloc((n ? n : 1) * sizeof *a);
-    if (a == NULL) {
-        fprintf(stderr, "bench_seq: out of memory (%zu floats)\n", n);
-        exit(1);
-    }
-    for (size_t i = 0; i < n; i++) {
-        *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-        a[i] = lo + (hi - lo) * (float)((*s >> 40) * 0x1.0p-24);
-    }
-    return a;
+    return bench_rand_buf("bench_seq", n, s, lo, hi);
 }
 
 typedef struct {
