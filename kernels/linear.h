@@ -4,7 +4,14 @@
  * LoRA (docs/model.md §3): W_eff = W + s * B A with A [r, in], B [out, r], s = alpha/r.
  * Conventions (docs/style.md rule 12): outputs first, then saved values, then
  * inputs, then dims.  Parameter gradients accumulate (+=); activation
- * gradients assign (=).  Any parameter-gradient pointer may be NULL (frozen). */
+ * gradients assign (=).  Any parameter-gradient pointer may be NULL (frozen).
+ *
+ * Threads: one pool.  The first call pins OpenBLAS to the calling thread
+ * (openblas_set_num_threads(1), for the whole process); each GEMM is split
+ * into row blocks of C fixed by its shape, shared by OpenMP threads (none
+ * when called inside a parallel region).  Every element of C is one
+ * thread's whole dot product: the results are the same bits for any
+ * OMP_NUM_THREADS (tests/determinism.sh checks a whole run). */
 #ifndef LS_KERNELS_LINEAR_H
 #define LS_KERNELS_LINEAR_H
 #include "kernels/real.h"

@@ -5,6 +5,8 @@
 #include <assert.h>
 #include <cblas.h>
 #include <limits.h>
+#include <omp.h>
+#include <pthread.h>
 #include <string.h>
 
 #if LS_REAL_IS_F64
@@ -12,6 +14,26 @@
 #else
 #define GEMM cblas_sgemm
 #endif
+
+/* One thread pool: OpenBLAS runs on the calling thread (its own pthreads
+ * would fight OpenMP's for the cores, and its threaded paths give other
+ * bits than its single-threaded ones: docs/benchmarks.md), and gemm()
+ * below splits a GEMM into row blocks that OpenMP threads share.  The
+ * blocks depend on the shape alone, never on the thread count, and every
+ * element of C is one thread's whole dot product over K: the same bits for
+ * any number of threads. */
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+static void blas_one_thread(void) { openblas_set_num_threads(1); }
+
+/* Rows of C per block: about 2^18 multiply-adds, at least 16 rows, at most
+ * 64 blocks. */
+static size_t block_rows(size_t M, size_t N, size_t K)
+{
+    size_t nk = N * K, rows = nk ? ((size_t)1 << 18) / nk : M;
+    if (rows < 16) rows = 16;
+    if (rows < (M + 63) / 64) rows = (M + 63) / 64;
+    return rows;
+}
 
 /* C[M,N] = alpha op(A) op(B) + beta C, all row-major and densely packed. */
 static void gemm(int trans_a, int trans_b, size_t M, size_t N, size_t K, ls_real alpha,
@@ -30,10 +52,17 @@ static void gemm(int trans_a, int trans_b, size_t M, size_t N, size_t K, ls_real
         return;
     }
     assert(M <= INT_MAX && N <= INT_MAX && K <= INT_MAX); /* CBLAS takes int dimensions */
+    pthread_once(&blas_once, blas_one_thread);
     size_t lda = trans_a ? M : K;
     size_t ldb = trans_b ? K : N;
-    GEMM(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-         (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)N);
+    size_t rows = block_rows(M, N, K), nb = (M + rows - 1) / rows;
+#pragma omp parallel for schedule(static) if (nb > 1 && !omp_in_parallel())
+    for (size_t b = 0; b < nb; b++) {
+        size_t i = b * rows, m = M - i < rows ? M - i : rows;
+        const ls_real *Ai = trans_a ? A + i : A + i * lda;
+        GEMM(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+             (int)m, (int)N, (int)K, alpha, Ai, (int)lda, B, (int)ldb, beta, C + i * N, (int)N);
+    }
 }
 
 void LS_K(ls_linear_forward)(ls_real *y /* [T,out] */, const ls_real *x /* [T,in] */,
