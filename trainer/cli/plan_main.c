@@ -52,6 +52,8 @@ static void usage(FILE *f) {
             "  --max-prompt           also the longest prompt that fits --device-memory\n"
             "  --json                 print the plan as JSON (schemas/plan.schema.json)\n"
             "  --json-out FILE        also write that JSON to FILE (atomically)\n"
+            "A plan fits when its peak plus 10%% (the margin its tests hold it to) is within\n"
+            "--device-memory.\n"
             "Exit status: 0 printed (and fits --device-memory when given); 1 does not fit\n"
             "--device-memory (the plan is printed with fits false); 2 bad argument or input.\n");
 }
@@ -374,7 +376,7 @@ int main(int argc, char **argv) {
     ls_plan p;
     ls_status st = LS_K(ls_plan_compute)(&in, &p, err, sizeof err);
     if (st != LS_OK) BAD("%s", err);
-    int fits = a.budget ? p.peak_total <= a.budget : 1;
+    int fits = a.budget ? ls_plan_fits(p.peak_total, a.budget) : 1;
     size_t maxp = a.max_prompt ? max_prompt(&in) : 0;
     cJSON *doc = NULL;
     if (a.json || a.json_out) {

@@ -189,7 +189,7 @@ ls_status LS_K(ls_plan_compute)(const ls_plan_in *in, ls_plan *out, char *err, s
             }
         }
         /* keep the reference state live only when two states fit the budget */
-        if (pass == 0 && keep && in->keep_reference < 0 && in->budget && out->peak_total > in->budget) {
+        if (pass == 0 && keep && in->keep_reference < 0 && in->budget && !ls_plan_fits(out->peak_total, in->budget)) {
             keep = 0;
             continue;
         }
@@ -223,13 +223,13 @@ size_t LS_K(ls_plan_max_prompt)(const ls_plan_in *in, size_t P_max) {
     size_t lo = (size_t)(in->world > 1 ? in->world : 1) + 1, hi = P_max; /* the shortest prompt every rank holds */
     if (hi < lo) return 0;
     t.P = lo;
-    if (!in->budget || LS_K(ls_plan_compute)(&t, &pl, err, sizeof err) != LS_OK || pl.peak_total > in->budget) return 0;
+    if (!in->budget || LS_K(ls_plan_compute)(&t, &pl, err, sizeof err) != LS_OK || !ls_plan_fits(pl.peak_total, in->budget)) return 0;
     t.P = hi;
-    if (LS_K(ls_plan_compute)(&t, &pl, err, sizeof err) == LS_OK && pl.peak_total <= in->budget) return hi;
+    if (LS_K(ls_plan_compute)(&t, &pl, err, sizeof err) == LS_OK && ls_plan_fits(pl.peak_total, in->budget)) return hi;
     while (hi - lo > 1) {
         size_t mid = lo + (hi - lo) / 2;
         t.P = mid;
-        if (LS_K(ls_plan_compute)(&t, &pl, err, sizeof err) == LS_OK && pl.peak_total <= in->budget) lo = mid;
+        if (LS_K(ls_plan_compute)(&t, &pl, err, sizeof err) == LS_OK && ls_plan_fits(pl.peak_total, in->budget)) lo = mid;
         else hi = mid;
     }
     return lo;

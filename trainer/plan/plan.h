@@ -78,6 +78,17 @@ typedef struct {
     double flops[LS_PLAN_PHASES];              /* this rank's floating-point operations per phase */
 } ls_plan;
 
+/* Whether a plan of peak bytes fits a budget: peak plus 10% (the margin the
+ * plan is tested to, ctest plan_vs_measured: within 10% of the tracker's
+ * measured peak) at most the budget, so that "fits" holds for a plan that
+ * is short by up to that much.  Every fit decision here and in the tools
+ * is this one. */
+#define LS_PLAN_MARGIN_PERCENT 10
+static inline int ls_plan_fits(size_t peak, size_t budget) {
+    size_t m = peak / 100 * LS_PLAN_MARGIN_PERCENT + peak % 100 * LS_PLAN_MARGIN_PERCENT / 100;
+    return peak <= budget && m <= budget - peak;
+}
+
 /* Fill *in with the trainer's defaults for cfg (page size, chunk, element
  * sizes of this build's real type, LongStraw, P = R = G = 1, world 1,
  * keep_reference -1).  cfg is borrowed for as long as *in is used. */

@@ -44,13 +44,13 @@ ls_status LS_K(ls_run_plan_check)(const ls_train_args *a, const ls_run_shape *sh
         fprintf(stderr, "longstraw-train: --config %s: %s\n", a->config_path, err);
         return st;
     }
-    if (!budget || out->peak_total <= budget) return LS_OK;
+    if (!budget || ls_plan_fits(out->peak_total, budget)) return LS_OK;
     char need[64];
     if (out->peak_total == SIZE_MAX) snprintf(need, sizeof need, "more than 2^64 bytes");
     else snprintf(need, sizeof need, "%.3f GiB", out->peak_total / 1073741824.0);
     fprintf(stderr,
-            "longstraw-train: the memory plan needs %s, above the budget %.3f GiB (%s); nothing was allocated "
-            "for the step.\n"
+            "longstraw-train: the memory plan needs %s, with the plan's 10%% margin above the budget %.3f GiB "
+            "(%s); nothing was allocated for the step.\n"
             "  --config %s, %s %zu, --response-len %zu, --group %zu, --grad-mode %s, --train-mode %s, %d rank(s).\n"
             "  Planned bytes per category at the peak (phase %s; weights, adapters, gradients and optimizer "
             "state included):\n",
