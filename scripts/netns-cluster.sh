@@ -68,6 +68,7 @@ done
 [ "$(id -u)" -eq 0 ] || skip "not root (network namespaces need CAP_NET_ADMIN)"
 command -v ip >/dev/null 2>&1 || skip "no 'ip' command (Debian package iproute2)"
 command -v unshare >/dev/null 2>&1 || skip "no 'unshare' command (Debian package util-linux)"
+command -v nsenter >/dev/null 2>&1 || skip "no 'nsenter' command (Debian package util-linux)"
 mpirun=${MPIRUN:-mpirun}
 command -v "$mpirun" >/dev/null 2>&1 || { echo "$PROG: '$mpirun': no such command (set MPIRUN or PATH)" >&2; exit 2; }
 
@@ -103,6 +104,9 @@ trap 'exit 130' INT TERM
 
 # every step of the setup: a failure means this machine cannot make the cluster (a skip)
 must() { "$@" 2>"$work/err" || skip "$*: $(tr '\n' ' ' <"$work/err")"; }
+# inside a namespace by nsenter (ip -n and ip netns exec also remount / and /sys, which a chroot
+# whose root is not a mount point refuses)
+in_ns() { local ns=$1; shift; nsenter --net="/run/netns/$ns" "$@"; }
 must ip netns add "$nsA"
 made+=("$nsA")
 must ip netns add "$nsB"
@@ -110,13 +114,13 @@ made+=("$nsB")
 must ip link add "$vA" type veth peer name "$vB"
 must ip link set "$vA" netns "$nsA"
 must ip link set "$vB" netns "$nsB"
-must ip -n "$nsA" addr add "$ipA/24" dev "$vA"
-must ip -n "$nsB" addr add "$ipB/24" dev "$vB"
-for ns in "$nsA" "$nsB"; do must ip -n "$ns" link set lo up; done
-must ip -n "$nsA" link set "$vA" up
-must ip -n "$nsB" link set "$vB" up
-# what the launch needs: entering a namespace (it mounts its own /sys) with a hostname of its own
-for ns in "$nsA" "$nsB"; do must ip netns exec "$ns" unshare --uts /bin/sh -c "hostname $ns"; done
+must in_ns "$nsA" ip addr add "$ipA/24" dev "$vA"
+must in_ns "$nsB" ip addr add "$ipB/24" dev "$vB"
+for ns in "$nsA" "$nsB"; do must in_ns "$ns" ip link set lo up; done
+must in_ns "$nsA" ip link set "$vA" up
+must in_ns "$nsB" ip link set "$vB" up
+# what the launch needs: entering a namespace with a hostname of its own
+for ns in "$nsA" "$nsB"; do must in_ns "$ns" unshare --uts /bin/sh -c "hostname $ns"; done
 
 printf '%s slots=%s\n%s slots=%s\n' "$ipA" "$slots" "$ipB" "$slots" >"$work/hostfile"
 
@@ -138,7 +142,7 @@ case "\$host" in
   $ipB|$nsB) ns=$nsB ;;
   *) echo "netns agent: unknown host '\$host' (this cluster has $ipA and $ipB)" >&2; exit 255 ;;
 esac
-exec ip netns exec "\$ns" unshare --uts /bin/sh -c "hostname \$ns && \$*"
+exec nsenter --net="/run/netns/\$ns" unshare --uts /bin/sh -c "hostname \$ns && \$*"
 EOF
 chmod +x "$work/agent"
 if [ -n "$keep" ]; then mkdir -p "$keep" && cp "$work/hostfile" "$work/agent" "$keep/"; fi
@@ -152,7 +156,7 @@ flags=(--hostfile "$work/hostfile" --mca plm_rsh_agent "$work/agent" --mca plm_r
 echo "$PROG: hosts $ipA ($nsA) and $ipB ($nsB), $slots slot(s) each; mpirun over TCP only" >&2
 # shellcheck disable=SC2016  # $0 and $@ are the inner shell's
 # in the background and waited for, so that a signal runs the cleanup at once
-ip netns exec "$nsA" unshare --uts /bin/sh -c 'hostname "$0" && exec "$@"' "$nsA" "$mpirun" "${flags[@]}" "$@" &
+in_ns "$nsA" unshare --uts /bin/sh -c 'hostname "$0" && exec "$@"' "$nsA" "$mpirun" "${flags[@]}" "$@" &
 job=$!
 rc=0
 wait "$job" || rc=$?
