@@ -16,5 +16,6 @@ set_tests_properties(test_plan_flops test_plan_hf test_plan_cli PROPERTIES LABEL
 if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
   add_test(NAME plan_vs_measured
            COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/bench/plan_sweep.py --build ${CMAKE_BINARY_DIR} --grid small)
-  set_tests_properties(plan_vs_measured PROPERTIES LABELS "plan;mpi" TIMEOUT 900 RUN_SERIAL TRUE)
+  set_tests_properties(plan_vs_measured PROPERTIES LABELS "plan;mpi" TIMEOUT 900 RUN_SERIAL TRUE
+                       ENVIRONMENT "${LS_MPI_TEST_ENV}")
 endif()
