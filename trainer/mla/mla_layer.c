@@ -906,12 +906,10 @@ void LS_K(ls_mla_plan_transients)(const ls_model_config *c, const ls_family_plan
         size_t att = ls_sat_add(ls_sat_mul3(ch, (size_t)c->heads, ((size_t)c->d_v + 1) * es),
                                 ls_sat_mul3(2, ms, (rkv + dr) * es));
         ADD(LS_FPLAN_CAPTURE, LS_MEM_COMM, sel > att ? sel : att);
-        /* the shard capture's work rows (mla_cp.c: h, c_kv, k_pe, k_I over the shard) and the ring kernels'
-           workspaces (the selection's top-k workspace, the attention's, the local indices); the shard-local
-           kv_b gradient accumulators (gradients, all step) */
-        ls_mla_dims dm = dims_of(c);
+        /* the shard capture's work rows (mla_cp.c: h, c_kv, k_pe, k_I over the shard; the ring kernels'
+           workspaces are the capture instant's, above) and the shard-local kv_b gradient accumulators
+           (gradients, all step) */
         plan_acc w = {.esz = es};
-        (void)dm;
         RQR(&w, 0, n * (d + rkv + dr + dI));
         ADD(LS_FPLAN_CAPTURE, LS_MEM_SCRATCH, w.scr);
         size_t acc = ls_sat_mul(ls_sat_mul3(L, (size_t)c->heads, ((size_t)c->d_nope + (size_t)c->d_v) * rkv), es);

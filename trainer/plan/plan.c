@@ -98,6 +98,7 @@ ls_status LS_K(ls_plan_compute)(const ls_plan_in *in, ls_plan *out, char *err, s
         keep = in->keep_reference;
         if (keep < 0) keep = 1; /* decided below against the budget */
     }
+    size_t pend = fp.capture_pending < S ? fp.capture_pending : S; /* not appended at a capture's peak */
     size_t (*ph)[LS_MEM_COUNT] = out->phase;
     for (int pass = 0; pass < 2; pass++) {
         memset(out->phase, 0, sizeof out->phase);
@@ -111,7 +112,7 @@ ls_status LS_K(ls_plan_compute)(const ls_plan_in *in, ls_plan *out, char *err, s
         if (!naive || in->rollout) {
             out->phase_runs[LS_PLAN_CAPTURE] = 1;
             out->captures++;
-            ph[LS_PLAN_CAPTURE][LS_MEM_PROMPT_STATE] = live_state - (fp.capture_pending < S ? fp.capture_pending : S);
+            ph[LS_PLAN_CAPTURE][LS_MEM_PROMPT_STATE] = live_state - pend;
             ph[LS_PLAN_CAPTURE][LS_MEM_CHECKPOINT] = ck_first;
             add_cats(ph[LS_PLAN_CAPTURE], fp.phase[LS_FPLAN_CAPTURE]);
             ph[LS_PLAN_CAPTURE][LS_MEM_SCORE] = ls_sat_add(ph[LS_PLAN_CAPTURE][LS_MEM_SCORE], batch);
@@ -136,13 +137,12 @@ ls_status LS_K(ls_plan_compute)(const ls_plan_in *in, ls_plan *out, char *err, s
             out->phase_runs[LS_PLAN_REFERENCE] = 1;
             if (!(in->prefix_frozen)) out->captures++;
             size_t *r = ph[LS_PLAN_REFERENCE];
-            size_t pend = fp.capture_pending < S ? fp.capture_pending : S;
             size_t a[LS_MEM_COUNT] = {0}, b[LS_MEM_COUNT] = {0}; /* its capture's instant, its scoring's */
             add_cats(a, fp.phase[LS_FPLAN_CAPTURE]);
             add_cats(b, fp.phase[LS_FPLAN_SCORE]);
-            size_t base = two_states ? ls_sat_mul(2, S) : S, beside = keep ? S : 0;
-            a[LS_MEM_PROMPT_STATE] = ls_sat_add(base - pend, beside);
-            b[LS_MEM_PROMPT_STATE] = ls_sat_add(base, beside);
+            size_t beside = keep ? S : 0;
+            a[LS_MEM_PROMPT_STATE] = ls_sat_add(live_state - pend, beside);
+            b[LS_MEM_PROMPT_STATE] = ls_sat_add(live_state, beside);
             for (int i = 0; i < 2; i++) {
                 size_t *x = i ? b : a;
                 x[LS_MEM_CHECKPOINT] = ls_sat_add(x[LS_MEM_CHECKPOINT], keep ? ck_first : 0);
@@ -199,11 +199,12 @@ ls_status LS_K(ls_plan_compute)(const ls_plan_in *in, ls_plan *out, char *err, s
     for (int k = 0; k < LS_MEM_COUNT; k++) out->peak[k] = ls_sat_add(out->fixed[k], ph[out->peak_phase][k]);
     /* FLOPs per phase (plan_flops.c) */
     int r = fin.lora_r;
-    double cap = LS_K(ls_plan_forward_flops)(c, r, n, world > 1 ? 0 : 0);
-    if (world > 1) cap = LS_K(ls_plan_forward_flops)(c, r, in->P - 1, 0) / world;
+    double cap = LS_K(ls_plan_forward_flops)(c, r, in->P - 1, 0) / world; /* a rank's share of one capture */
     double member = LS_K(ls_plan_forward_flops)(c, r, in->R, in->P - 1);
     double G = (double)in->G;
-    if (out->phase_runs[LS_PLAN_CAPTURE]) out->flops[LS_PLAN_CAPTURE] = cap * (1 + (out->captures > 2));
+    /* the policy's capture, twice when it is recaptured after the reference's */
+    int policy_captures = out->captures - out->phase_runs[LS_PLAN_REFERENCE] * !in->prefix_frozen;
+    if (out->phase_runs[LS_PLAN_CAPTURE]) out->flops[LS_PLAN_CAPTURE] = cap * policy_captures;
     if (out->phase_runs[LS_PLAN_ROLLOUT]) out->flops[LS_PLAN_ROLLOUT] = G * member;
     if (out->phase_runs[LS_PLAN_SCORE]) out->flops[LS_PLAN_SCORE] = G * member;
     if (out->phase_runs[LS_PLAN_REFERENCE]) out->flops[LS_PLAN_REFERENCE] = (in->prefix_frozen ? 0 : cap) + G * member;
