@@ -203,7 +203,7 @@ Test(step_features, sft_loss_is_the_weighted_cross_entropy_of_the_answers) {
     double *w;
     size_t n;
     cr_assert_eq(ls_task_sft_target(&t, 0, &seq, &w, &n), LS_OK);
-    cr_expect_eq(n, ls_task_sft_len(400, 6));
+    cr_expect_eq(n, ls_task_sft_len(LS_TASK_RETRIEVAL, 400, 6, 0));
     cr_expect_arr_eq(seq, t.answer, 6 * sizeof *seq, "the target starts with the queried answer");
     /* another order holds the same queries and answers, each once, the queried one first */
     int32_t *seq2;

@@ -19,7 +19,7 @@ ls_status ls_run_input_open(ls_run_input *in, const ls_train_args *a, char *err,
         in->P = a->P;
         in->Rmax = a->step.R;
         in->G = a->step.G;
-        size_t vl = a->step.R < 8 ? a->step.R : 8, sft = ls_task_sft_len(a->P, vl);
+        size_t vl = a->step.R < 8 ? a->step.R : 8, sft = ls_task_sft_len((ls_task_kind)a->task, a->P, vl, a->recall_records);
         if ((a->step.objective == LS_OBJECTIVE_SFT || a->sft_steps > 0) && sft > in->Rmax)
             in->Rmax = sft; /* the sft branch: every record's answer */
         snprintf(in->where, sizeof in->where, "--prompt-len");
@@ -71,7 +71,8 @@ ls_status ls_run_input_next(ls_run_input *in, const ls_train_args *a, uint64_t s
     ls_task_free(&in->task);
     in->have_task = 0;
     size_t vl = a->step.R < 8 ? a->step.R : 8;
-    if ((st = ls_task_make(&in->task, a->P, vl, seed + (uint64_t)task_step)) != LS_OK ||
+    if ((st = ls_task_make_kind(&in->task, (ls_task_kind)a->task, a->P, vl, a->recall_records,
+                                  seed + (uint64_t)task_step)) != LS_OK ||
         (st = ls_batch_alloc(&in->b, a->step.G)) != LS_OK ||
         (st = ls_batch_set_prompt(in->b, in->task.prompt, in->task.P)) != LS_OK) {
         snprintf(err, err_len, "cannot build the task batch: %s", ls_status_str(st));

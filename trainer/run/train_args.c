@@ -57,6 +57,7 @@ _Static_assert(sizeof(ls_grad_mode) == sizeof(int) && LS_GRAD_DETACHED == 0 && L
 _Static_assert(sizeof(ls_strategy) == sizeof(int) && LS_STRATEGY_LONGSTRAW == 0 && LS_STRATEGY_NAIVE == 1,
                "strategy");
 _Static_assert(sizeof(ls_train_mode) == sizeof(int) && LS_TRAIN_LORA == 0 && LS_TRAIN_FULL == 1, "train-mode");
+_Static_assert(sizeof(ls_task_kind) == sizeof(int) && LS_TASK_RETRIEVAL == 0 && LS_TASK_RECALL == 1, "task");
 _Static_assert(sizeof(ls_objective_kind) == sizeof(int) && LS_OBJECTIVE_GRPO == 0 && LS_OBJECTIVE_SFT == 1,
                "objective");
 
@@ -73,7 +74,13 @@ static const opt OPTS[] = {
              "\n"},
     {.rec = "config.inputs.config", ROW(OPT_STRING, "--config", "FILE", "model config (configs/hybrid-tiny.json, ...)", NULL, 0, config_path)},
     {.rec = "-the run directory itself", ROW(OPT_STRING, "--out", "RUN", "run directory (must not exist or be empty)", NULL, 0, out)},
-    {.rec = "config.options.prompt_len", ROW(OPT_SIZE, "--prompt-len", "P", "prompt tokens of the synthetic key/value task (>= 64)", "4096", 0, P),
+    {.rec = "config.options.task", ROW(OPT_CHOICE, "--task", "retrieval|recall",
+     "the built-in task: key/value retrieval, or multi-query\n"
+     "associative recall (reward: fraction of queries answered; chance 0.1)", "retrieval", 0, task)},
+    {.rec = "config.options.recall_records", ROW(OPT_SIZE, "--recall-records", "N",
+     "recall: records per prompt (>= the queries, min(R, 8))", "min(26, (P - R - 2) / 8)", 0, recall_records),
+     .min = 1, .max = LS_TASK_RECALL_MAX_RECORDS, .bad = "is not an integer in [1, 26]"},
+    {.rec = "config.options.prompt_len", ROW(OPT_SIZE, "--prompt-len", "P", "prompt tokens of the built-in task (>= 64)", "4096", 0, P),
      .min = 2, .max = (size_t)1 << 31, .bad = "is not an integer in [2, 2^31]"},
     {.rec = "config.options.response_len", ROW(OPT_SIZE, "--response-len", "R", "response tokens per member", "8", 0, step.R), .min = 1,
      .max = 1 << 16, .bad = "is not an integer in [1, 65536]"},
@@ -517,6 +524,11 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
     if (!a->out) BAD("--out: required");
     if (a->rollouts && have_P) BAD("--prompt-len: not allowed with --rollouts (the file holds the prompt)");
     if (!a->rollouts && a->P < 64) BAD("--prompt-len: the synthetic task needs at least 64 tokens");
+    if (a->recall_records && a->task != LS_TASK_RECALL) BAD("--recall-records: only with --task recall");
+    if (a->recall_records && a->recall_records < (a->step.R < 8 ? a->step.R : 8))
+        BAD("--recall-records: %zu is fewer than the queries (min(--response-len, 8) = %zu)", a->recall_records,
+            a->step.R < 8 ? a->step.R : 8);
+    if (a->task == LS_TASK_RECALL && a->rollouts) BAD("--task: not with --rollouts (the file holds the groups)");
     if (a->save_every && !a->save) BAD("--save-every: needs --save FILE (the checkpoint it rewrites)");
     if (a->plot && !a->metrics) BAD("--plot: needs --metrics FILE (the figures it draws)");
     if (a->load && a->resume) BAD("--load: not with --resume (the checkpoint holds the weights)");

@@ -27,6 +27,8 @@ typedef struct {
     int have_steps, have_seed;
     size_t memory_budget;   /* bytes; 0 = 90% of MemAvailable */
     int keep_reference;     /* --keep-reference: 0 auto (the plan decides), 1 on, 2 off */
+    int task;               /* --task: the built-in task (ls_task_kind) */
+    size_t recall_records;  /* --recall-records: records per recall prompt (0: the task's default) */
     int quiet;
     int help;
     /* --fault kill-rank=R@POINT: fault_kill_rank = R + 1 (0: none), the phase

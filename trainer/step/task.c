@@ -1,4 +1,5 @@
-/* task.c - key/value retrieval prompts and their reward. */
+/* task.c - the built-in tasks' prompts, rewards and supervised targets:
+ * key/value retrieval and multi-query associative recall. */
 #include "trainer/step/task.h"
 
 #include <stdlib.h>
@@ -12,6 +13,84 @@
 #define REC_LEN(vl) (1 + 4 + 1 + (vl) + 1)
 #define QUERY_LEN (1 + 4 + 1)
 static size_t task_pairs(size_t P, size_t value_len) { return (P - QUERY_LEN) / (REC_LEN(value_len) * 8) + 1; }
+
+/* recall: records per prompt */
+#define RECALL_KEYS LS_TASK_RECALL_MAX_RECORDS
+static size_t recall_pairs(size_t P, size_t q, size_t records) {
+    if (records) return records;
+    size_t n = (P - q - 2) / 8;
+    n = n < q ? q : n;
+    return n > RECALL_KEYS ? RECALL_KEYS : n;
+}
+
+static ls_status make_recall(ls_task *t, size_t P, size_t q, size_t records, uint64_t seed);
+
+const char *ls_task_kind_name(ls_task_kind k) { return k == LS_TASK_RECALL ? "recall" : "retrieval"; }
+
+int ls_task_kind_parse(const char *name) {
+    if (!strcmp(name, "retrieval")) return LS_TASK_RETRIEVAL;
+    if (!strcmp(name, "recall")) return LS_TASK_RECALL;
+    return -1;
+}
+
+ls_status ls_task_make_kind(ls_task *t, ls_task_kind kind, size_t P, size_t value_len, size_t records,
+                            uint64_t seed) {
+    if (kind == LS_TASK_RECALL) return make_recall(t, P, value_len, records, seed);
+    return ls_task_make(t, P, value_len, seed);
+}
+
+/* The first k entries of a uniform random permutation of 0 .. n-1 into out[k]
+ * (a partial Fisher-Yates shuffle over a scratch array of n <= 26). */
+static void draw_distinct(ls_rng *r, size_t n, size_t k, size_t *out) {
+    size_t idx[RECALL_KEYS];
+    for (size_t i = 0; i < n; i++) idx[i] = i;
+    for (size_t i = 0; i < k; i++) {
+        size_t j = i + (size_t)ls_rng_below(r, n - i), tmp = idx[i];
+        idx[i] = idx[j];
+        idx[j] = tmp;
+        out[i] = idx[i];
+    }
+}
+
+static ls_status make_recall(ls_task *t, size_t P, size_t q, size_t records, uint64_t seed) {
+    memset(t, 0, sizeof *t);
+    if (P < 64 || q < 1 || q > 16 || records > LS_TASK_RECALL_MAX_RECORDS || (records && records < q))
+        return LS_ERR_ARG;
+    ls_rng r;
+    ls_rng_seed(&r, ls_rng_derive(seed, "task-recall"));
+    size_t n_pairs = recall_pairs(P, q, records), body = P - q - 2, slot = body / n_pairs;
+    t->kind = LS_TASK_RECALL;
+    t->prompt = ls_mem_alloc(LS_MEM_SCRATCH, P * sizeof *t->prompt);
+    t->answer = ls_mem_alloc(LS_MEM_SCRATCH, q * sizeof *t->answer);
+    t->rec_at = ls_mem_alloc(LS_MEM_SCRATCH, n_pairs * sizeof *t->rec_at);
+    t->queried = ls_mem_alloc(LS_MEM_SCRATCH, q * sizeof *t->queried);
+    if (!t->prompt || !t->answer || !t->rec_at || !t->queried) {
+        ls_task_free(t);
+        return LS_ERR_NOMEM;
+    }
+    t->P = P;
+    t->value_len = q;
+    t->n_pairs = n_pairs;
+    for (size_t i = 0; i < P; i++) t->prompt[i] = 'a' + (int32_t)ls_rng_below(&r, 26);
+    size_t keys[RECALL_KEYS];
+    draw_distinct(&r, RECALL_KEYS, n_pairs, keys);
+    for (size_t k = 0; k < n_pairs; k++) { /* one record in each slot of the body (slot >= 2) */
+        size_t at = k * slot + (size_t)ls_rng_below(&r, slot - 1);
+        t->rec_at[k] = at;
+        t->prompt[at] = 'A' + (int32_t)keys[k];
+        t->prompt[at + 1] = '0' + (int32_t)ls_rng_below(&r, 10);
+    }
+    draw_distinct(&r, n_pairs, q, t->queried);
+    int32_t *qb = t->prompt + body;
+    qb[0] = '?';
+    for (size_t j = 0; j < q; j++) {
+        qb[1 + j] = t->prompt[t->rec_at[t->queried[j]]];
+        t->answer[j] = t->prompt[t->rec_at[t->queried[j]] + 1];
+    }
+    qb[1 + q] = '=';
+    t->chosen = t->queried[0];
+    return LS_OK;
+}
 
 ls_status ls_task_make(ls_task *t, size_t P, size_t value_len, uint64_t seed) {
     memset(t, 0, sizeof *t);
@@ -63,6 +142,11 @@ void ls_task_reward_parts(const ls_task *t, const int32_t *resp, size_t R, doubl
     *retrieval = *format = 0;
     if (R == 0) return;
     size_t hit = 0, digits = 0;
+    if (t->kind == LS_TASK_RECALL) {
+        for (size_t i = 0; i < R && i < t->value_len; i++) hit += resp[i] == t->answer[i];
+        *retrieval = (double)hit / (double)t->value_len;
+        return;
+    }
     for (size_t i = 0; i < R; i++) {
         if (i < t->value_len && resp[i] == t->answer[i]) hit++;
         if (resp[i] >= '0' && resp[i] <= '9') digits++;
@@ -86,12 +170,41 @@ static size_t gcd(size_t a, size_t b) {
     return a;
 }
 
-size_t ls_task_sft_len(size_t P, size_t value_len) {
+size_t ls_task_sft_len(ls_task_kind kind, size_t P, size_t value_len, size_t records) {
+    if (kind == LS_TASK_RECALL) return value_len + 2 * recall_pairs(P, value_len, records);
     return value_len + (task_pairs(P, value_len) - 1) * (7 + value_len);
 }
 
+/* recall: the q answers, then every record "K v" in a permutation drawn
+ * from order_seed (0: prompt order). */
+static ls_status recall_sft_target(const ls_task *t, uint64_t order_seed, int32_t *seq, double *weight,
+                                   size_t *len) {
+    size_t q = t->value_len, np = t->n_pairs, o = 0, order[RECALL_KEYS];
+    for (size_t j = 0; j < q; j++, o++) {
+        seq[o] = t->answer[j];
+        weight[o] = 1;
+    }
+    if (order_seed) {
+        ls_rng r;
+        ls_rng_seed(&r, ls_rng_derive(order_seed, "sft-order"));
+        draw_distinct(&r, np, np, order);
+    } else {
+        for (size_t k = 0; k < np; k++) order[k] = k;
+    }
+    for (size_t k = 0; k < np; k++, o += 2) {
+        const int32_t *rec = t->prompt + t->rec_at[order[k]];
+        seq[o] = rec[0];
+        weight[o] = 0;
+        seq[o + 1] = rec[1];
+        weight[o + 1] = 1;
+    }
+    *len = o;
+    return LS_OK;
+}
+
 ls_status ls_task_sft_target(const ls_task *t, uint64_t order_seed, int32_t **seq, double **weight, size_t *len) {
-    size_t vl = t->value_len, n = vl + (t->n_pairs ? t->n_pairs - 1 : 0) * (7 + vl);
+    size_t vl = t->value_len, n = t->kind == LS_TASK_RECALL ? vl + 2 * t->n_pairs
+                                                             : vl + (t->n_pairs ? t->n_pairs - 1 : 0) * (7 + vl);
     *seq = ls_mem_alloc(LS_MEM_SCRATCH, n * sizeof **seq);
     *weight = ls_mem_alloc(LS_MEM_SCRATCH, n * sizeof **weight);
     if (!*seq || !*weight) {
@@ -101,6 +214,7 @@ ls_status ls_task_sft_target(const ls_task *t, uint64_t order_seed, int32_t **se
         *weight = NULL;
         return LS_ERR_NOMEM;
     }
+    if (t->kind == LS_TASK_RECALL) return recall_sft_target(t, order_seed, *seq, *weight, len);
     size_t o = 0;
     for (size_t j = 0; j < vl; j++, o++) {
         (*seq)[o] = t->answer[j];
@@ -135,6 +249,7 @@ ls_status ls_task_sft_target(const ls_task *t, uint64_t order_seed, int32_t **se
 }
 
 void ls_task_free(ls_task *t) {
+    ls_mem_free(t->queried);
     ls_mem_free(t->rec_at);
     ls_mem_free(t->prompt);
     ls_mem_free(t->answer);
