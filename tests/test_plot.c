@@ -149,35 +149,41 @@ static const char *three =
     "{\"step\":3,\"a\":1,\"b\":0.3,\"kl\":0.002}\n";
 
 /* Hand computation, one axis: plot area x 80..770 (800 - 30), y 50..420.
- * x: steps 1..3, integer ticks: [1, 3] -> x = 80 + (s - 1) / 2 * 690.
- * y: a and b span 0..1; nice step 1/5 = 0.2 -> [0, 1] -> y = 420 - v * 370. */
+ * x: steps 1..3, exactly: x = 80 + (s - 1) / 2 * 690.
+ * y: a and b span 0..1, 5% margin: [-0.05, 1.05] -> y = 420 - (v + 0.05) / 1.1 * 370;
+ * tick step: 1.1 / 6 = 0.18 -> 0.2. */
+#define Y1(v) (420 - ((v) + 0.05) / 1.1 * 370)
 Test(plot, three_points_one_axis, .init = setup, .fini = teardown) {
     write_file("m.jsonl", three);
     cr_assert_eq(run("--metrics m.jsonl --out c.svg --series a,b --title 'three points'"), 0, "%s", slurp("err.txt"));
     char *svg = slurp("c.svg");
-    const double a[] = {80, 420, 425, 235, 770, 50};
-    const double b[] = {80, 420 - 0.2 * 370, 425, 420 - 0.4 * 370, 770, 420 - 0.3 * 370};
+    const double a[] = {80, Y1(0), 425, Y1(0.5), 770, Y1(1)};
+    const double b[] = {80, Y1(0.2), 425, Y1(0.4), 770, Y1(0.3)};
     expect_points(svg, 0, a, 3);
     expect_points(svg, 1, b, 3);
     size_t lines = 0;
     for (const char *q = svg; (q = strstr(q, "<polyline")) != NULL; q++) lines++;
     cr_expect_eq(lines, 2, "%zu polylines, want one per series", lines);
+    cr_expect_null(strstr(svg, "<path"), "no dots without --smooth");
     cr_expect_not_null(strstr(svg, ">three points</text>"), "the title");
     cr_expect_not_null(strstr(svg, ">0.2</text>"), "the tick label 0.2");
     cr_expect_not_null(strstr(svg, ">3</text>"), "the step tick 3");
     cr_expect_not_null(strstr(svg, "<title>a</title>"), "the series name");
+    cr_expect_not_null(strstr(svg, ">a</text>"), "the legend names the series alone (one file, no label)");
     expect_well_formed(svg);
     free(svg);
 }
 
-/* With --right kl: plot area x 80..720 (800 - 80).  kl spans 0.001..0.003;
- * raw step 0.0004 -> 0.0005 -> [0.001, 0.003] -> y = 420 - (v - 0.001) / 0.002 * 370. */
+/* With --right kl: plot area x 80..720 (800 - 80).  kl spans 0.001..0.003,
+ * 5% margin: [0.0009, 0.0031] -> y = 420 - (v - 0.0009) / 0.0022 * 370; tick
+ * step 0.0022 / 6 = 0.00037 -> 0.0005. */
+#define YR(v) (420 - ((v) - 0.0009) / 0.0022 * 370)
 Test(plot, three_points_right_axis, .init = setup, .fini = teardown) {
     write_file("m.jsonl", three);
     cr_assert_eq(run("--metrics m.jsonl --out c.svg --series a,kl --right kl"), 0, "%s", slurp("err.txt"));
     char *svg = slurp("c.svg");
-    const double a[] = {80, 420, 400, 235, 720, 50};
-    const double kl[] = {80, 420, 400, 50, 720, 235};
+    const double a[] = {80, Y1(0), 400, Y1(0.5), 720, Y1(1)};
+    const double kl[] = {80, YR(0.001), 400, YR(0.003), 720, YR(0.002)};
     expect_points(svg, 0, a, 3);
     expect_points(svg, 1, kl, 3);
     cr_expect_not_null(strstr(svg, ">0.0025</text>"), "a right-axis tick label");
