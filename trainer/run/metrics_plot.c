@@ -110,20 +110,23 @@ ls_status ls_metrics_read(ls_metrics_table *t, const char *path, size_t max_byte
 
 /* ---- smoothing ----------------------------------------------------------- */
 
+/* sum + comp += x, compensated (Neumaier): the rounding of each addition kept in comp */
+static void add_comp(double *sum, double *comp, double x) {
+    double t = *sum + x;
+    *comp += fabs(*sum) >= fabs(x) ? (*sum - t) + x : (x - t) + *sum;
+    *sum = t;
+}
+
 void ls_plot_smooth(double *out, const double *v, size_t n, size_t w) {
     if (w == 0) w = 1;
-    double sum = 0; /* v[k-c+1] + ... + v[k]: kept by adding and dropping, and summed afresh
-                     * once a window (O(n) in all) so that rounding cannot build up */
+    /* v[k-c+1] + ... + v[k] kept by adding the new point and dropping the oldest, in
+     * compensated sums so that a large value leaving the window leaves no rounding behind */
+    double sum = 0, comp = 0;
     for (size_t k = 0; k < n; k++) {
-        if (k % w == w - 1) {
-            sum = 0;
-            for (size_t i = k + 1 - w; i <= k; i++) sum += v[i];
-        } else {
-            sum += v[k];
-            if (k >= w) sum -= v[k - w];
-        }
+        add_comp(&sum, &comp, v[k]);
+        if (k >= w) add_comp(&sum, &comp, -v[k - w]);
         size_t c = k + 1 < w ? k + 1 : w;
-        out[k] = sum / (double)c;
+        out[k] = (sum + comp) / (double)c;
     }
 }
 
