@@ -121,12 +121,15 @@ void ls_plot_smooth(double *out, const double *v, size_t n, size_t w) {
     if (w == 0) w = 1;
     /* v[k-c+1] + ... + v[k] kept by adding the new point and dropping the oldest, in
      * compensated sums so that a large value leaving the window leaves no rounding behind */
+    double big = 0, scale = 1; /* values near the double range summed scaled by 2^-64 (exact) */
+    for (size_t k = 0; k < n; k++) big = fmax(big, fabs(v[k]));
+    if (big > 1e290) scale = 0x1p-64;
     double sum = 0, comp = 0;
     for (size_t k = 0; k < n; k++) {
-        add_comp(&sum, &comp, v[k]);
-        if (k >= w) add_comp(&sum, &comp, -v[k - w]);
+        add_comp(&sum, &comp, v[k] * scale);
+        if (k >= w) add_comp(&sum, &comp, -v[k - w] * scale);
         size_t c = k + 1 < w ? k + 1 : w;
-        out[k] = (sum + comp) / (double)c;
+        out[k] = (sum + comp) / (double)c / scale;
     }
 }
 
