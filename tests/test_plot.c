@@ -1,10 +1,15 @@
 /* test_plot.c - longstraw-plot (trainer/run/metrics_plot.h): a known three-point
  * file gives polylines at hand-computed coordinates (one axis, and with a
- * right-hand axis); bad lines exit 2 naming the line and field; bad
- * arguments exit 2 naming the argument; the bounds (points, file size)
- * hold; the output is well-formed XML (tags balanced, entities known) even
- * with markup characters in the title and names; a failed run leaves an
- * existing chart as it was. */
+ * right-hand axis); several labelled files share one chart (legend entries,
+ * colours per group, dashes, the step axis over all files); the moving
+ * average against hand-computed and directly summed values, and in the chart
+ * as a line over faint dots; a 12,300-step file's axis ends at 12,300 with the
+ * dots subsampled; reference lines and --ymin/--ymax at hand-computed
+ * coordinates; fields of any other type skipped; bad lines exit 2 naming the
+ * line and field; bad arguments (old and new options) exit 2 naming the
+ * argument; the bounds (points, file size) hold; the output is well-formed
+ * XML (tags balanced, entities known) even with markup characters in the
+ * title and names; a failed run leaves an existing chart as it was. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -479,6 +484,12 @@ Test(plot, long_run_fitted_axis_and_dots, .init = setup, .fini = teardown) {
     cr_expect_not_null(strstr(d, "M770.00,"), "the last point has a dot");
     cr_expect(strstr(d, "M770.00,") < end);
     free(xy);
+    free(svg);
+    /* auto below 500 points: raw lines, no dots */
+    write_file("short.jsonl", three);
+    cr_assert_eq(run("--metrics short.jsonl --out c.svg --series a --smooth auto"), 0, "%s", slurp("err.txt"));
+    svg = slurp("c.svg");
+    cr_expect_null(strstr(svg, "<path"), "--smooth auto on 3 points draws raw lines");
     free(svg);
 }
 

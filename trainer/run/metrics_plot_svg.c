@@ -296,10 +296,10 @@ static void put_hlines(sbuf *b, const ls_plot_spec *s, const frame *f, const axi
                 x0, y, x1, y);
             put_text(b, s->hlines[h].label);
             put(b, "</title></line>\n");
-        } else if (s->hlines[h].label[0] && yy >= f->y0 + 12 && yy <= f->y1) {
-            char xt[48];
+        } else if (s->hlines[h].label[0] && yy >= f->y0 && yy <= f->y1) {
+            char xt[48]; /* above the line, or below it at the top of the plot */
             fmt_num(xt, sizeof xt, f->x1 - 4, 2);
-            fmt_num(y, sizeof y, yy - 4, 2);
+            fmt_num(y, sizeof y, yy < f->y0 + 14 ? yy + 14 : yy - 4, 2);
             put(b, "<text x=\"%s\" y=\"%s\" text-anchor=\"end\" fill=\"#555555\">", xt, y);
             put_text(b, s->hlines[h].label);
             put(b, "</text>\n");
