@@ -468,7 +468,19 @@ Test(plot, long_run_fitted_axis_and_dots, .init = setup, .fini = teardown) {
     double *xy = malloc(2 * 12300 * sizeof *xy);
     cr_assert_not_null(xy);
     size_t n = polyline(svg, 0, xy, 12300);
-    cr_expect_eq(n, 12300, "the moving average keeps every point (%zu)", n);
+    /* the line through the moving average (W = 123, auto) at every 13th point (ceil(12300 / 1000))
+     * from the first, and the last: 0, 13, ..., 12298, 12299 (948 vertices), each against the
+     * direct mean of v = i % 10 over steps k-122..k; y axis [0, 9] with 5% margin: [-0.45, 9.45] */
+    cr_expect_eq(n, 948, "%zu vertices (want 948)", n);
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t k = i + 1 < n ? 13 * i : 12299, lo = k >= 122 ? k - 122 : 0;
+        double sum = 0;
+        for (size_t q = lo; q <= k; q++) sum += (double)((q + 1) % 10);
+        double want_x = 80 + (double)k / 12299 * 690, want_y = 420 - (sum / (double)(k - lo + 1) + 0.45) / 9.9 * 370;
+        worst = fmax(worst, fmax(fabs(xy[2 * i] - want_x), fabs(xy[2 * i + 1] - want_y)));
+    }
+    cr_expect_lt(worst, 0.006, "the moving average's vertices: largest coordinate error %g", worst);
     cr_expect_lt(fabs(xy[0] - 80), 0.006, "step 1 at the left edge: %g", xy[0]);
     cr_expect_lt(fabs(xy[2 * (n - 1)] - 770), 0.006, "step 12300 at the right edge: %g", xy[2 * (n - 1)]);
     cr_expect_not_null(strstr(svg, ">12000</text>"), "a tick at 12000 (step 2000)");

@@ -27,7 +27,10 @@
  *     ceil(n / LS_PLOT_MAX_DOTS)-th point from the first, and the last) under
  *     the trailing moving average over W points, which uses every point:
  *       m_k = (v_{k-c+1} + ... + v_k) / c,   c = min(W, k + 1)
- *     (points counted in file order, k from 0).  smooth = 0: one polyline of
+ *     (points counted in file order, k from 0), drawn through m_k at every
+ *     ceil(n / LS_PLOT_MAX_LINE_POINTS)-th k from 0, and the last (about one
+ *     vertex a plot unit: a line of 12,000 vertices draws as a fuzzy band
+ *     whose dashes do not show).  smooth = 0: one polyline of
  *     the raw points per line, nothing else (the tool's behaviour before).
  *   Reference lines: dashed grey horizontal lines at given values of the
  *     left axis, labelled at their right end, inside the left axis's range.
@@ -63,7 +66,8 @@
 #define LS_PLOT_MAX_FILES 16
 #define LS_PLOT_MAX_LINES 64  /* files x series */
 #define LS_PLOT_MAX_HLINES 8
-#define LS_PLOT_MAX_DOTS 2000 /* raw dots drawn per line when smoothing */
+#define LS_PLOT_MAX_DOTS 2000        /* raw dots drawn per line when smoothing */
+#define LS_PLOT_MAX_LINE_POINTS 1000 /* vertices of a moving-average line */
 #define LS_PLOT_MAX_NAME 64   /* bytes of a series name or label, NUL included */
 #define LS_PLOT_MAX_TITLE 200 /* bytes of the title */
 

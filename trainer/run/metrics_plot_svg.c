@@ -244,6 +244,12 @@ static void put_dash(sbuf *b, const char *dash) {
     if (dash[0]) put(b, " stroke-dasharray=\"%s\"", dash);
 }
 
+/* The point drawn after k when every stride-th is drawn from the first, and the last; n at the end. */
+static size_t next_drawn(size_t k, size_t stride, size_t n) {
+    if (k + 1 >= n) return n;
+    return k + stride < n ? k + stride : n - 1;
+}
+
 /* The raw points as faint dots: every stride-th from the first, and the last. */
 static void put_dots(sbuf *b, const line_style *l, const frame *f, const axis *ax, const axis *ay) {
     const ls_metrics_table *t = l->t;
@@ -251,23 +257,25 @@ static void put_dots(sbuf *b, const line_style *l, const frame *f, const axis *a
     size_t stride = (t->n_points + LS_PLOT_MAX_DOTS - 1) / LS_PLOT_MAX_DOTS;
     put(b, "<path fill=\"none\" stroke=\"%s\" stroke-opacity=\"0.25\" stroke-width=\"3\" stroke-linecap=\"round\" d=\"",
         l->colour);
-    for (size_t k = 0; k < t->n_points; k += stride) {
+    for (size_t k = 0; k < t->n_points; k = next_drawn(k, stride, t->n_points)) {
         put(b, "M");
         put_xy(b, xpos(f, ax, t->step[k]), ypos(f, ay, v[k]));
         put(b, "h0");
-        if (k + stride >= t->n_points && k + 1 != t->n_points) k = t->n_points - 1 - stride; /* then the last */
     }
     put(b, "\"/>\n");
 }
 
-/* The line itself: its raw points (sm NULL) or their moving average sm. */
+/* The line itself: its raw points (sm NULL), or their moving average sm at
+ * most LS_PLOT_MAX_LINE_POINTS of them (every stride-th and the last: about
+ * one a plot unit, so that the line reads as a line and its dashes show). */
 static void put_line(sbuf *b, const line_style *l, const double *sm, const frame *f, const axis *ax, const axis *ay) {
     const ls_metrics_table *t = l->t;
     const double *v = sm ? sm : t->value + l->j * t->n_points;
     put(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%s\"", l->colour, sm ? "2" : "1.5");
     put_dash(b, l->dash);
     put(b, " points=\"");
-    for (size_t k = 0; k < t->n_points; k++) {
+    size_t stride = sm ? (t->n_points + LS_PLOT_MAX_LINE_POINTS - 1) / LS_PLOT_MAX_LINE_POINTS : 1;
+    for (size_t k = 0; k < t->n_points; k = next_drawn(k, stride, t->n_points)) {
         if (k) put(b, " ");
         put_xy(b, xpos(f, ax, t->step[k]), ypos(f, ay, v[k]));
     }
