@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 
 #include "trainer/run/metrics_plot.h"
+#include "trainer/run/run_metrics.h"
 #include "test_tmpdir.h"
 
 #define PLOT LS_BINARY_DIR "/trainer/longstraw-plot"
@@ -592,4 +593,23 @@ Test(plot, bad_new_arguments_exit_2, .init = setup, .fini = teardown) {
     char *err = slurp("err.txt");
     cr_expect_not_null(strstr(err, "--metrics: more than 16 files"), "%s", err);
     free(err);
+}
+
+/* longstraw-train --plot: raw lines for a short run, smoothed from 500 steps on. */
+Test(plot, train_plot_smooths_long_runs, .init = setup, .fini = teardown) {
+    char m[512], svg_path[512], err[512];
+    snprintf(m, sizeof m, "%s/m.jsonl", tmpdir);
+    snprintf(svg_path, sizeof svg_path, "%s/learning.svg", tmpdir);
+    for (int steps = 499; steps <= 500; steps++) {
+        FILE *f = fopen(m, "wb");
+        cr_assert_not_null(f);
+        for (int i = 1; i <= steps; i++) fprintf(f, "{\"kl_mean\":0.001,\"reward_mean\":%d,\"step\":%d}\n", i % 3, i);
+        fclose(f);
+        cr_assert_eq(ls_run_metrics_plot(m, svg_path, 0, "t", err, sizeof err), LS_OK, "%s", err);
+        char *svg = slurp("learning.svg");
+        int dots = strstr(svg, "<path") != NULL;
+        cr_expect_eq(dots, steps >= 500, "%d steps: %s", steps, dots ? "smoothed" : "raw");
+        expect_well_formed(svg);
+        free(svg);
+    }
 }
