@@ -1,10 +1,15 @@
 /* test_plot.c - longstraw-plot (trainer/run/metrics_plot.h): a known three-point
  * file gives polylines at hand-computed coordinates (one axis, and with a
- * right-hand axis); bad lines exit 2 naming the line and field; bad
- * arguments exit 2 naming the argument; the bounds (points, file size)
- * hold; the output is well-formed XML (tags balanced, entities known) even
- * with markup characters in the title and names; a failed run leaves an
- * existing chart as it was. */
+ * right-hand axis); several labelled files share one chart (legend entries,
+ * colours per group, dashes, the step axis over all files); the moving
+ * average against hand-computed and directly summed values, and in the chart
+ * as a line over faint dots; a 12,300-step file's axis ends at 12,300 with the
+ * dots subsampled; reference lines and --ymin/--ymax at hand-computed
+ * coordinates; fields of any other type skipped; bad lines exit 2 naming the
+ * line and field; bad arguments (old and new options) exit 2 naming the
+ * argument; the bounds (points, file size) hold; the output is well-formed
+ * XML (tags balanced, entities known) even with markup characters in the
+ * title and names; a failed run leaves an existing chart as it was. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -13,6 +18,7 @@
 #include <sys/wait.h>
 
 #include "trainer/run/metrics_plot.h"
+#include "trainer/run/run_metrics.h"
 #include "test_tmpdir.h"
 
 #define PLOT LS_BINARY_DIR "/trainer/longstraw-plot"
@@ -149,35 +155,41 @@ static const char *three =
     "{\"step\":3,\"a\":1,\"b\":0.3,\"kl\":0.002}\n";
 
 /* Hand computation, one axis: plot area x 80..770 (800 - 30), y 50..420.
- * x: steps 1..3, integer ticks: [1, 3] -> x = 80 + (s - 1) / 2 * 690.
- * y: a and b span 0..1; nice step 1/5 = 0.2 -> [0, 1] -> y = 420 - v * 370. */
+ * x: steps 1..3, exactly: x = 80 + (s - 1) / 2 * 690.
+ * y: a and b span 0..1, 5% margin: [-0.05, 1.05] -> y = 420 - (v + 0.05) / 1.1 * 370;
+ * tick step: 1.1 / 6 = 0.18 -> 0.2. */
+#define Y1(v) (420 - ((v) + 0.05) / 1.1 * 370)
 Test(plot, three_points_one_axis, .init = setup, .fini = teardown) {
     write_file("m.jsonl", three);
     cr_assert_eq(run("--metrics m.jsonl --out c.svg --series a,b --title 'three points'"), 0, "%s", slurp("err.txt"));
     char *svg = slurp("c.svg");
-    const double a[] = {80, 420, 425, 235, 770, 50};
-    const double b[] = {80, 420 - 0.2 * 370, 425, 420 - 0.4 * 370, 770, 420 - 0.3 * 370};
+    const double a[] = {80, Y1(0), 425, Y1(0.5), 770, Y1(1)};
+    const double b[] = {80, Y1(0.2), 425, Y1(0.4), 770, Y1(0.3)};
     expect_points(svg, 0, a, 3);
     expect_points(svg, 1, b, 3);
     size_t lines = 0;
     for (const char *q = svg; (q = strstr(q, "<polyline")) != NULL; q++) lines++;
     cr_expect_eq(lines, 2, "%zu polylines, want one per series", lines);
+    cr_expect_null(strstr(svg, "<path"), "no dots without --smooth");
     cr_expect_not_null(strstr(svg, ">three points</text>"), "the title");
     cr_expect_not_null(strstr(svg, ">0.2</text>"), "the tick label 0.2");
     cr_expect_not_null(strstr(svg, ">3</text>"), "the step tick 3");
     cr_expect_not_null(strstr(svg, "<title>a</title>"), "the series name");
+    cr_expect_not_null(strstr(svg, ">a</text>"), "the legend names the series alone (one file, no label)");
     expect_well_formed(svg);
     free(svg);
 }
 
-/* With --right kl: plot area x 80..720 (800 - 80).  kl spans 0.001..0.003;
- * raw step 0.0004 -> 0.0005 -> [0.001, 0.003] -> y = 420 - (v - 0.001) / 0.002 * 370. */
+/* With --right kl: plot area x 80..720 (800 - 80).  kl spans 0.001..0.003,
+ * 5% margin: [0.0009, 0.0031] -> y = 420 - (v - 0.0009) / 0.0022 * 370; tick
+ * step 0.0022 / 6 = 0.00037 -> 0.0005. */
+#define YR(v) (420 - ((v) - 0.0009) / 0.0022 * 370)
 Test(plot, three_points_right_axis, .init = setup, .fini = teardown) {
     write_file("m.jsonl", three);
     cr_assert_eq(run("--metrics m.jsonl --out c.svg --series a,kl --right kl"), 0, "%s", slurp("err.txt"));
     char *svg = slurp("c.svg");
-    const double a[] = {80, 420, 400, 235, 720, 50};
-    const double kl[] = {80, 420, 400, 50, 720, 235};
+    const double a[] = {80, Y1(0), 400, Y1(0.5), 720, Y1(1)};
+    const double kl[] = {80, YR(0.001), 400, YR(0.003), 720, YR(0.002)};
     expect_points(svg, 0, a, 3);
     expect_points(svg, 1, kl, 3);
     cr_expect_not_null(strstr(svg, ">0.0025</text>"), "a right-axis tick label");
@@ -323,4 +335,281 @@ Test(plot, parse_table) {
     cr_assert_eq(ls_metrics_parse(&t, no_nl, strlen(no_nl), "x", names, 2, err, sizeof err), LS_OK, "%s", err);
     cr_expect_eq(t.n_points, 1, "a last line without a newline counts");
     ls_metrics_table_free(&t);
+}
+
+/* ---- several files, smoothing, reference lines, fitted axes ---------------- */
+
+/* The attribute `attr` ("stroke=\"") of the i-th element starting with tag; "" when absent. */
+static void attr_of(const char *svg, const char *tag, int i, const char *attr, char *out, size_t cap) {
+    const char *p = svg;
+    for (int k = 0; k <= i; k++) {
+        p = strstr(p, tag);
+        cr_assert_not_null(p, "no %s number %d", tag, i);
+        p++;
+    }
+    const char *end = strchr(p, '>');
+    const char *a = strstr(p, attr);
+    out[0] = '\0';
+    if (!a || a > end) return;
+    a += strlen(attr);
+    size_t n = strcspn(a, "\"");
+    cr_assert(n < cap);
+    memcpy(out, a, n);
+    out[n] = '\0';
+}
+
+/* Two labelled files of different lengths plus an unlabelled one: the legend
+ * names "label: series"; the step axis spans all three (1..5); files of one
+ * --group share a colour per series and take dashes in turn. */
+Test(plot, several_files_labels_groups, .init = setup, .fini = teardown) {
+    write_file("f1.jsonl", three);                                               /* steps 1..3 */
+    write_file("f2.jsonl", "{\"step\":2,\"a\":0,\"b\":0}\n{\"step\":5,\"a\":1,\"b\":1}\n"); /* steps 2..5 */
+    write_file("d.jsonl", "{\"step\":1,\"a\":0.5,\"b\":0.5}\n{\"step\":4,\"a\":0.5,\"b\":0.5}\n");
+    cr_assert_eq(run("--metrics f1.jsonl --label 'full s1' --group full --metrics f2.jsonl --label 'full s2' "
+                     "--group full --metrics ./d.jsonl --out c.svg --series a,b"),
+                 0, "%s", slurp("err.txt"));
+    char *svg = slurp("c.svg");
+    expect_well_formed(svg);
+    const char *legend[] = {">full s1: a</text>", ">full s1: b</text>", ">full s2: a</text>",
+                            ">full s2: b</text>", ">d.jsonl: a</text>", ">d.jsonl: b</text>"};
+    for (int i = 0; i < 6; i++) cr_expect_not_null(strstr(svg, legend[i]), "the legend lacks %s", legend[i]);
+    /* x: steps 1..5 -> x = 80 + (s - 1) / 4 * 690; y as in three_points_one_axis (0..1) */
+    const double f2a[] = {80 + 690.0 / 4, Y1(0), 770, Y1(1)};
+    expect_points(svg, 2, f2a, 2); /* lines in file-major order: f1 a, f1 b, f2 a, ... */
+    const double f1a[] = {80, Y1(0), 80 + 690.0 / 4, Y1(0.5), 80 + 690.0 / 2, Y1(1)};
+    expect_points(svg, 0, f1a, 3);
+    char c[6][32], d[6][32];
+    for (int i = 0; i < 6; i++) {
+        attr_of(svg, "<polyline", i, "stroke=\"", c[i], sizeof c[i]);
+        attr_of(svg, "<polyline", i, "stroke-dasharray=\"", d[i], sizeof d[i]);
+    }
+    cr_expect_str_eq(c[0], c[2], "one group, one series: one colour");
+    cr_expect_str_eq(c[1], c[3]);
+    cr_expect_str_neq(c[0], c[1], "two series of a group: two colours");
+    cr_expect_str_neq(c[4], c[0], "another group: other colours");
+    cr_expect_str_neq(c[4], c[1]);
+    cr_expect_str_neq(c[5], c[4]);
+    cr_expect_str_eq(d[0], "", "the first of a group is solid");
+    cr_expect_str_neq(d[2], "", "the second of a group is dashed");
+    cr_expect_str_eq(d[4], "", "the first of its own group is solid");
+    free(svg);
+    /* one series: the legend is the label alone; --dash sets the pattern */
+    cr_assert_eq(run("--metrics f1.jsonl --label full --dash dotted --metrics f2.jsonl --out c.svg --series a"), 0,
+                 "%s", slurp("err.txt"));
+    svg = slurp("c.svg");
+    cr_expect_not_null(strstr(svg, ">full</text>"), "the label alone with one series");
+    cr_expect_not_null(strstr(svg, ">f2.jsonl</text>"), "the default label is the file's base name");
+    attr_of(svg, "<polyline", 0, "stroke-dasharray=\"", d[0], sizeof d[0]);
+    cr_expect_str_eq(d[0], "2,3", "--dash dotted");
+    free(svg);
+}
+
+/* The moving average by hand: v = 1, 2, 3, 4, 10, W = 3. */
+Test(plot, smooth_function) {
+    const double v[] = {1, 2, 3, 4, 10}, want[] = {1, 1.5, 2, 3, 17.0 / 3};
+    double out[5], worst = 0;
+    ls_plot_smooth(out, v, 5, 3);
+    for (int k = 0; k < 5; k++) worst = fmax(worst, fabs(out[k] - want[k]));
+    cr_expect_lt(worst, 1e-15, "largest error %g", worst);
+    ls_plot_smooth(out, v, 5, 1);
+    for (int k = 0; k < 5; k++) cr_expect_eq(out[k], v[k], "W = 1 is the raw series");
+    ls_plot_smooth(out, v, 5, 100);
+    cr_expect_lt(fabs(out[4] - 4), 1e-15, "a window longer than the file: the running mean");
+    /* a long series against the direct sum, with a large value that must leave the window */
+    enum { N = 5000, W = 37 };
+    static double x[N], m[N];
+    for (int k = 0; k < N; k++) x[k] = (k == 100 ? 1e12 : 0) + sin(0.1 * k);
+    ls_plot_smooth(m, x, N, W);
+    worst = 0;
+    for (int k = 0; k < N; k++) {
+        double s = 0;
+        int lo = k - W + 1 < 0 ? 0 : k - W + 1;
+        for (int i = lo; i <= k; i++) s += x[i];
+        worst = fmax(worst, fabs(m[k] - s / (k - lo + 1)) / (k >= 100 && k < 100 + W ? 1e12 : 1));
+    }
+    cr_expect_lt(worst, 1e-14, "largest error against the direct sums %g", worst);
+    cr_expect_eq(ls_plot_auto_smooth(499), 0);
+    cr_expect_eq(ls_plot_auto_smooth(12300), 123);
+}
+
+/* --smooth 2 on five points: faint dots at the raw points, the line at the
+ * trailing means (by hand), the axis from the raw points. */
+Test(plot, smooth_chart, .init = setup, .fini = teardown) {
+    write_file("m.jsonl", "{\"step\":0,\"a\":0}\n{\"step\":1,\"a\":1}\n{\"step\":2,\"a\":0}\n{\"step\":3,\"a\":1}\n"
+                          "{\"step\":4,\"a\":0.5}\n");
+    cr_assert_eq(run("--metrics m.jsonl --out c.svg --series a --smooth 2"), 0, "%s", slurp("err.txt"));
+    char *svg = slurp("c.svg");
+    expect_well_formed(svg);
+    /* x = 80 + s / 4 * 690; y: raw 0..1 -> Y1; means 0, 0.5, 0.5, 0.5, 0.75 */
+    const double want[] = {80, Y1(0), 252.5, Y1(0.5), 425, Y1(0.5), 597.5, Y1(0.5), 770, Y1(0.75)};
+    expect_points(svg, 0, want, 5);
+    const char *dots = strstr(svg, "<path");
+    cr_assert_not_null(dots, "the raw points are drawn");
+    cr_expect(dots < strstr(svg, "<polyline"), "dots under the line");
+    char op[16];
+    attr_of(svg, "<path", 0, "stroke-opacity=\"", op, sizeof op);
+    cr_expect_str_eq(op, "0.25", "the dots are faint");
+    char d0[64];
+    snprintf(d0, sizeof d0, "M80.00,%.2fh0M252.50,%.2fh0", Y1(0), Y1(1));
+    cr_expect_not_null(strstr(dots, d0), "the first dots at the raw points (%s)", d0);
+    free(svg);
+}
+
+/* 12,300 steps: the step axis ends at 12,300 (not rounded out to 15,000);
+ * the dots are subsampled to at most 2,000 (and the last), the line keeps every point. */
+Test(plot, long_run_fitted_axis_and_dots, .init = setup, .fini = teardown) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/long.jsonl", tmpdir);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    for (int i = 1; i <= 12300; i++) fprintf(f, "{\"step\":%d,\"a\":%d,\"groups\":[{\"n\":1}]}\n", i, i % 10);
+    fclose(f);
+    cr_assert_eq(run("--metrics long.jsonl --out c.svg --series a --smooth auto"), 0, "%s", slurp("err.txt"));
+    char *svg = slurp("c.svg");
+    double *xy = malloc(2 * 12300 * sizeof *xy);
+    cr_assert_not_null(xy);
+    size_t n = polyline(svg, 0, xy, 12300);
+    /* the line through the moving average (W = 123, auto) at every 13th point (ceil(12300 / 1000))
+     * from the first, and the last: 0, 13, ..., 12298, 12299 (948 vertices), each against the
+     * direct mean of v = i % 10 over steps k-122..k; y axis [0, 9] with 5% margin: [-0.45, 9.45] */
+    cr_expect_eq(n, 948, "%zu vertices (want 948)", n);
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t k = i + 1 < n ? 13 * i : 12299, lo = k >= 122 ? k - 122 : 0;
+        double sum = 0;
+        for (size_t q = lo; q <= k; q++) sum += (double)((q + 1) % 10);
+        double want_x = 80 + (double)k / 12299 * 690, want_y = 420 - (sum / (double)(k - lo + 1) + 0.45) / 9.9 * 370;
+        worst = fmax(worst, fmax(fabs(xy[2 * i] - want_x), fabs(xy[2 * i + 1] - want_y)));
+    }
+    cr_expect_lt(worst, 0.006, "the moving average's vertices: largest coordinate error %g", worst);
+    cr_expect_lt(fabs(xy[0] - 80), 0.006, "step 1 at the left edge: %g", xy[0]);
+    cr_expect_lt(fabs(xy[2 * (n - 1)] - 770), 0.006, "step 12300 at the right edge: %g", xy[2 * (n - 1)]);
+    cr_expect_not_null(strstr(svg, ">12000</text>"), "a tick at 12000 (step 2000)");
+    cr_expect_null(strstr(svg, ">15000</text>"), "no tick beyond the data");
+    cr_expect_null(strstr(svg, ">14000</text>"), "no tick beyond the data");
+    const char *d = strstr(svg, "<path");
+    cr_assert_not_null(d);
+    size_t dots = 0;
+    const char *end = strstr(d, "/>");
+    for (const char *q = d; (q = strstr(q, "h0")) != NULL && q < end; q++) dots++;
+    /* every 7th point (ceil(12300 / 2000)) from the first: 0, 7, ..., 12299, the last among them */
+    cr_expect_eq(dots, 1758, "%zu dots (want 1758 <= %d)", dots, LS_PLOT_MAX_DOTS);
+    cr_expect_not_null(strstr(d, "M770.00,"), "the last point has a dot");
+    cr_expect(strstr(d, "M770.00,") < end);
+    free(xy);
+    free(svg);
+    /* auto below 500 points: raw lines, no dots */
+    write_file("short.jsonl", three);
+    cr_assert_eq(run("--metrics short.jsonl --out c.svg --series a --smooth auto"), 0, "%s", slurp("err.txt"));
+    svg = slurp("c.svg");
+    cr_expect_null(strstr(svg, "<path"), "--smooth auto on 3 points draws raw lines");
+    free(svg);
+}
+
+/* --hline: a dashed line with its label, the axis stretched to hold it;
+ * --ymin/--ymax set the left axis exactly. */
+Test(plot, hline_and_bounds, .init = setup, .fini = teardown) {
+    write_file("m.jsonl", three);
+    cr_assert_eq(run("--metrics m.jsonl --out c.svg --series a --hline -1:chance --hline '0.5:a<b'"),
+                 0, "%s", slurp("err.txt"));
+    char *svg = slurp("c.svg");
+    expect_well_formed(svg);
+    /* a spans 0..1, the lines -1 and 0.5: [-1, 1] with 5% margin -> [-1.1, 1.1] */
+#define YH(v) (420 - ((v) + 1.1) / 2.2 * 370)
+    const double a[] = {80, YH(0), 425, YH(0.5), 770, YH(1)};
+    expect_points(svg, 0, a, 3);
+    const char *l = strstr(svg, "stroke-dasharray=\"5,4\"><title>chance</title>");
+    cr_assert_not_null(l, "the reference line 'chance'");
+    while (l > svg && strncmp(l, "<line", 5) != 0) l--;
+    double y1 = 0, y2 = 0;
+    cr_assert(sscanf(strstr(l, "y1=\"") + 4, "%lf", &y1) == 1 && sscanf(strstr(l, "y2=\"") + 4, "%lf", &y2) == 1);
+    cr_expect_lt(fabs(y1 - YH(-1)), 0.006, "the line at -1: y %g, want %g", y1, YH(-1));
+    cr_expect(y1 == y2 && y1 >= 50 && y1 <= 420, "horizontal and inside the plot: %g %g", y1, y2);
+    cr_expect_not_null(strstr(svg, ">chance</text>"), "the label is drawn");
+    cr_expect_not_null(strstr(svg, ">a&lt;b</text>"), "a label is escaped");
+    free(svg);
+    cr_assert_eq(run("--metrics m.jsonl --out c.svg --series a --ymin 0 --ymax 2"), 0, "%s", slurp("err.txt"));
+    svg = slurp("c.svg");
+    const double b[] = {80, 420, 425, 420 - 0.25 * 370, 770, 420 - 0.5 * 370};
+    expect_points(svg, 0, b, 3);
+    cr_expect_not_null(strstr(svg, "clip-path=\"url(#ls-plot-area)\""), "the lines are clipped to the plot");
+    free(svg);
+}
+
+/* Fields of any JSON type other than the series are skipped (a nested "groups" array). */
+Test(plot, other_fields_skipped) {
+    const char *text = "{\"step\":1,\"a\":2,\"groups\":[{\"id\":0,\"r\":[1,2],\"x\":null},{\"id\":1}],"
+                       "\"note\":\"x\",\"ok\":true,\"none\":null,\"o\":{\"p\":{\"q\":[]}}}\n"
+                       "{\"groups\":[],\"step\":3,\"a\":4}\n";
+    const char *names[] = {"a"};
+    ls_metrics_table t;
+    char err[256];
+    cr_assert_eq(ls_metrics_parse(&t, text, strlen(text), "x", names, 1, err, sizeof err), LS_OK, "%s", err);
+    cr_expect(t.n_points == 2 && t.step[1] == 3 && t.value[0] == 2 && t.value[1] == 4);
+    ls_metrics_table_free(&t);
+    const char *g[] = {"groups"};
+    cr_expect_eq(ls_metrics_parse(&t, text, strlen(text), "x", g, 1, err, sizeof err), LS_ERR_FORMAT);
+    cr_expect_not_null(strstr(err, "x:1: field 'groups': not a number"), "%s", err);
+}
+
+Test(plot, bad_new_arguments_exit_2, .init = setup, .fini = teardown) {
+    write_file("m.jsonl", three);
+    static const bad_case cases[] = {
+        {"--metrics m.jsonl --out c.svg --series a --smooth 0", "--smooth: '0'"},
+        {"--metrics m.jsonl --out c.svg --series a --smooth -3", "--smooth: '-3'"},
+        {"--metrics m.jsonl --out c.svg --series a --smooth 2x", "--smooth: '2x'"},
+        {"--metrics m.jsonl --out c.svg --series a --smooth 100001", "--smooth: '100001'"},
+        {"--metrics m.jsonl --out c.svg --series a --hline x", "--hline: 'x'"},
+        {"--metrics m.jsonl --out c.svg --series a --hline :chance", "--hline: ':chance'"},
+        {"--metrics m.jsonl --out c.svg --series a --hline 1e999:big", "--hline: '1e999:big'"},
+        {"--label x --metrics m.jsonl --out c.svg --series a", "--label: must follow the --metrics"},
+        {"--group x --metrics m.jsonl --out c.svg --series a", "--group: must follow the --metrics"},
+        {"--dash solid --metrics m.jsonl --out c.svg --series a", "--dash: must follow the --metrics"},
+        {"--metrics m.jsonl --label x --label y --out c.svg --series a", "--label: given twice for --metrics m.jsonl"},
+        {"--metrics m.jsonl --label '' --out c.svg --series a", "--label: ''"},
+        {"--metrics m.jsonl --dash wavy --out c.svg --series a", "--dash: 'wavy'"},
+        {"--metrics m.jsonl --out c.svg --series a --ymin 2 --ymax 1", "--ymin 2 is not below --ymax 1"},
+        {"--metrics m.jsonl --out c.svg --series a --ymin abc", "--ymin: 'abc'"},
+        {"--metrics m.jsonl --out c.svg --series a --ymin 5", "--ymin/--ymax"},
+        {"--metrics m.jsonl --metrics m.jsonl --metrics m.jsonl --metrics m.jsonl --metrics m.jsonl --out c.svg "
+         "--series a,b,c,d,e,f,g,h,i,j,k,l,m", "5 files x 13 series is more than 64 lines"},
+        {"--metrics m.jsonl --metrics '' --out c.svg --series a", "--metrics: empty file name"},
+        {"--metrics m.jsonl --metrics nosuch.jsonl --out c.svg --series a", "nosuch.jsonl"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_file("c.svg", "old chart");
+        int rc = run(cases[i].text);
+        char *err = slurp("err.txt"), *svg = slurp("c.svg");
+        cr_expect_eq(rc, 2, "case %zu (%s): exit %d (want 2); stderr: %s", i, cases[i].text, rc, err);
+        cr_expect_not_null(strstr(err, cases[i].want), "case %zu: stderr '%s' does not name '%s'", i, err,
+                           cases[i].want);
+        cr_expect_str_eq(svg, "old chart", "case %zu: the existing chart was touched", i);
+        free(err);
+        free(svg);
+    }
+    char many[4096] = "--out c.svg --series a";
+    for (int i = 0; i < 17; i++) strcat(many, " --metrics m.jsonl");
+    cr_expect_eq(run(many), 2);
+    char *err = slurp("err.txt");
+    cr_expect_not_null(strstr(err, "--metrics: more than 16 files"), "%s", err);
+    free(err);
+}
+
+/* longstraw-train --plot: raw lines for a short run, smoothed from 500 steps on. */
+Test(plot, train_plot_smooths_long_runs, .init = setup, .fini = teardown) {
+    char m[512], svg_path[512], err[512];
+    snprintf(m, sizeof m, "%s/m.jsonl", tmpdir);
+    snprintf(svg_path, sizeof svg_path, "%s/learning.svg", tmpdir);
+    for (int steps = 499; steps <= 500; steps++) {
+        FILE *f = fopen(m, "wb");
+        cr_assert_not_null(f);
+        for (int i = 1; i <= steps; i++) fprintf(f, "{\"kl_mean\":0.001,\"reward_mean\":%d,\"step\":%d}\n", i % 3, i);
+        fclose(f);
+        cr_assert_eq(ls_run_metrics_plot(m, svg_path, 0, "t", err, sizeof err), LS_OK, "%s", err);
+        char *svg = slurp("learning.svg");
+        int dots = strstr(svg, "<path") != NULL;
+        cr_expect_eq(dots, steps >= 500, "%d steps: %s", steps, dots ? "smoothed" : "raw");
+        expect_well_formed(svg);
+        free(svg);
+    }
 }

@@ -150,7 +150,12 @@ ls_status ls_run_metrics_plot(const char *metrics_path, const char *svg_path, in
     char *svg = NULL;
     size_t len = 0;
     ls_status st = ls_metrics_read(&t, metrics_path, 0, names, n, err, err_len);
-    if (st == LS_OK) st = ls_plot_svg(&t, names, right, title, &svg, &len, err, err_len);
+    if (st == LS_OK) {
+        ls_plot_file f = {.table = &t, .dash = LS_PLOT_DASH_AUTO};
+        ls_plot_spec s = {.n_files = 1, .files = &f, .n_series = n, .names = names, .right = right, .title = title,
+                          .smooth = ls_plot_auto_smooth(t.n_points)}; /* a long run: its trend over faint points */
+        st = ls_plot_svg(&s, &svg, &len, err, err_len);
+    }
     if (st == LS_OK) st = ls_atomic_write(svg_path, svg, len, err, err_len);
     ls_mem_free(svg);
     ls_metrics_table_free(&t);

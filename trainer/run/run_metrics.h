@@ -39,7 +39,8 @@ ls_status ls_run_metrics_close(ls_run_metrics_sink *m, char *err, size_t err_len
 /* --plot: the metrics file drawn as an SVG chart at svg_path (atomic:
  * whole or not at all): reward_mean and, when the task's parts are there,
  * reward_retrieval and reward_format, against the step; kl_mean on the
- * right-hand axis.  LS_OK, or the failure with err naming the file. */
+ * right-hand axis; from 500 steps on smoothed (ls_plot_auto_smooth).  LS_OK,
+ * or the failure with err naming the file. */
 ls_status ls_run_metrics_plot(const char *metrics_path, const char *svg_path, int has_parts, const char *title,
                               char *err, size_t err_len);
 #endif
