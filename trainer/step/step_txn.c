@@ -734,7 +734,8 @@ ls_status LS_K(ls_step_grads_groups)(ls_params *p, ls_batch *const *bs, const ls
         memset(g, 0, sizeof *g);
         txn x = {.p = p, .b = bs[b], .task = tasks ? tasks[b] : NULL, .o = &og, .obs = obs, .res = g, .full = full,
                  .naive = naive, .sft = sft, .need_rollout = bs[b]->resp[0] == NULL, .use_cp = use_cp,
-                 .cp = use_cp ? &cp : NULL, .stash = &stash, .side = &side, .untracked = &untracked, .m0 = m0, .B = B};
+                 .cp = use_cp ? &cp : NULL, .stash = &stash, .side = &side, .untracked = &untracked, .B = B,
+                 .m0 = sft ? (int)b : m0}; /* SFT: one traced member per group (its answer branches share it) */
         x.use_ref = !sft && p->obj.beta > 0 && !bs[b]->ref_supplied;
         if (use_cp) {
             g->cp_world = cp.world;
