@@ -68,7 +68,7 @@ typedef struct {
     int use_cp;             /* context parallel over o->cp_group */
     ls_cp *cp;              /* the step's (every group's) */
     ls_real **stash;        /* CP: the replicated gradients summed over the groups so far (the step's) */
-    ls_real **side;         /* CP, group b > 0: the shard-local gradients of the groups before it (the step's) */
+    ls_real **gsave;        /* CP, group b > 0: the tensors' own .g while its replay writes into *stash */
     int m0;                 /* the group's first member in the step's numbering (trace events) */
     size_t B;               /* the step's groups: each group's dlp is scaled by 1/B (B > 1 only) */
 } txn;
@@ -461,14 +461,18 @@ static ls_status phase_replay_group(txn *x, const char **what) {
         ls_params *p = x->p;
         size_t n = 0, off = 0;
         for (size_t i = 0; i < p->n; i++) n += p->t[i].trainable ? p->t[i].numel : 0;
-        int first = *x->stash == NULL;
-        if (first && !(*x->stash = ls_mem_alloc(LS_MEM_GRADS, R_(n ? n : 1)))) st = LS_ERR_NOMEM;
-        for (size_t i = 0; st == LS_OK && i < p->n; i++) {
+        int first = x->gsave == NULL;
+        if (!first) { /* a later group: its replay added into the stash itself; the own .g back */
+            for (size_t i = 0; i < p->n; i++)
+                if (p->t[i].trainable) p->t[i].g = x->gsave[i];
+            x->gsave = NULL;
+        } else if (!(*x->stash = ls_mem_alloc(LS_MEM_GRADS, R_(n ? n : 1)))) {
+            st = LS_ERR_NOMEM;
+        }
+        for (size_t i = 0; first && st == LS_OK && i < p->n; i++) { /* the first group: .g into the stash */
             if (!p->t[i].trainable) continue;
-            ls_real *sd = *x->stash + off, *g = p->t[i].g;
-            if (first) memcpy(sd, g, R_(p->t[i].numel));
-            else for (size_t j = 0; j < p->t[i].numel; j++) sd[j] += g[j];
-            memset(g, 0, R_(p->t[i].numel));
+            memcpy(*x->stash + off, p->t[i].g, R_(p->t[i].numel));
+            memset(p->t[i].g, 0, R_(p->t[i].numel));
             off += p->t[i].numel;
         }
         if (st == LS_OK && fam->cp_shard_grads) st = fam->cp_shard_grads(x->cp, p);
@@ -491,54 +495,38 @@ static ls_status phase_replay_group(txn *x, const char **what) {
     return st;
 }
 
-static size_t trainable_numel(const ls_params *p) {
-    size_t n = 0;
-    for (size_t i = 0; i < p->n; i++) n += p->t[i].trainable ? p->t[i].numel : 0;
-    return n;
-}
-
-/* The gradients .g moved into *dst (allocated on first use), .g zeroed. */
-static ls_status grads_move(ls_params *p, ls_real **dst) {
-    size_t n = trainable_numel(p), off = 0;
-    if (!*dst && !(*dst = ls_mem_alloc(LS_MEM_GRADS, R_(n ? n : 1)))) return LS_ERR_NOMEM;
-    for (size_t i = 0; i < p->n; i++) {
-        if (!p->t[i].trainable) continue;
-        memcpy(*dst + off, p->t[i].g, R_(p->t[i].numel));
-        memset(p->t[i].g, 0, R_(p->t[i].numel));
-        off += p->t[i].numel;
-    }
-    return LS_OK;
-}
-
-static void grads_add(ls_params *p, const ls_real *src) {
-    size_t off = 0;
-    for (size_t i = 0; i < p->n; i++) {
-        if (!p->t[i].trainable) continue;
-        ls_real *g = p->t[i].g;
-        for (size_t j = 0; j < p->t[i].numel; j++) g[j] += src[off + j];
-        off += p->t[i].numel;
-    }
-}
-
 /* A group's replay and prompt backward.  Under CP with a shard-local part
- * the groups' two kinds of gradients are summed apart: the shard-local sum
- * of the groups before this one waits in *side while this group's replay
- * writes the replicated part (added into *stash), then returns to .g, so
- * that one finalize reduces the shard-local sum and adds the replicated one
- * once. */
+ * the groups' two kinds of gradients are summed apart without another
+ * params-sized buffer: a later group's replay writes its replicated part
+ * straight into the step's stash (each tensor's .g pointed into it), while
+ * .g itself keeps the shard-local sum of the groups before; the pointers
+ * return before that group's shard-local part is added (phase_replay_group),
+ * so that one finalize reduces the shard-local sum over the ranks and adds
+ * the replicated sum once. */
 static ls_status phase_replay(txn *x, const char **what) {
-    int split = x->use_cp && !x->naive && (x->full || x->p->fam->cp_shard_grads);
-    int moved = 0;
+    ls_params *p = x->p;
+    int split = x->use_cp && !x->naive && (x->full || p->fam->cp_shard_grads);
+    ls_real **save = NULL;
     if (split && *x->stash) {
-        ls_status st = grads_move(x->p, x->side);
-        if (st != LS_OK) {
+        if (!(save = ls_mem_alloc(LS_MEM_SCRATCH, (p->n ? p->n : 1) * sizeof *save))) {
             *what = "replay";
-            return st;
+            return LS_ERR_NOMEM;
         }
-        moved = 1;
+        size_t off = 0;
+        for (size_t i = 0; i < p->n; i++) {
+            save[i] = p->t[i].g;
+            if (!p->t[i].trainable) continue;
+            p->t[i].g = *x->stash + off;
+            off += p->t[i].numel;
+        }
+        x->gsave = save;
     }
     ls_status st = phase_replay_group(x, what);
-    if (st == LS_OK && moved) grads_add(x->p, *x->side);
+    if (x->gsave) { /* the replay failed before the pointers returned */
+        for (size_t i = 0; i < p->n; i++) p->t[i].g = x->gsave[i];
+        x->gsave = NULL;
+    }
+    ls_mem_free(save);
     return st;
 }
 
@@ -724,7 +712,7 @@ ls_status LS_K(ls_step_grads_groups)(ls_params *p, ls_batch *const *bs, const ls
     }
     ls_mem_track_kernel_scratch(); /* kernel tile scratch shows under "scratch" */
     LS_K(ls_params_zero_grads)(p);
-    ls_real *stash = NULL, *side = NULL;
+    ls_real *stash = NULL;
     void *untracked = NULL;
     int m0 = 0;
     for (size_t b = 0; st == LS_OK && b < B; b++) {
@@ -734,7 +722,7 @@ ls_status LS_K(ls_step_grads_groups)(ls_params *p, ls_batch *const *bs, const ls
         memset(g, 0, sizeof *g);
         txn x = {.p = p, .b = bs[b], .task = tasks ? tasks[b] : NULL, .o = &og, .obs = obs, .res = g, .full = full,
                  .naive = naive, .sft = sft, .need_rollout = bs[b]->resp[0] == NULL, .use_cp = use_cp,
-                 .cp = use_cp ? &cp : NULL, .stash = &stash, .side = &side, .untracked = &untracked, .B = B,
+                 .cp = use_cp ? &cp : NULL, .stash = &stash, .untracked = &untracked, .B = B,
                  .m0 = sft ? (int)b : m0}; /* SFT: one traced member per group (its answer branches share it) */
         x.use_ref = !sft && p->obj.beta > 0 && !bs[b]->ref_supplied;
         if (use_cp) {
@@ -746,7 +734,6 @@ ls_status LS_K(ls_step_grads_groups)(ls_params *p, ls_batch *const *bs, const ls
         if (st == LS_OK && B > 1) sums_add(&sums, &x);
         m0 += (int)bs[b]->G;
     }
-    ls_mem_free(side);
     if (st == LS_OK) {
         if (B > 1) aggregate(res, gr, B, &sums, sft);
         else if (gr != res) *res = *gr;
