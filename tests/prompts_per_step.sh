@@ -3,7 +3,8 @@
 #  1. gradients: the B = 2 step's finalized gradients equal the mean of two single-group steps' on the same
 #     two groups (rollouts lines, so that every group is the same in both), f64, both grad modes, the
 #     family of CONFIG; max relative error against the set's largest value at most 1e-10;
-#  2. --rollouts with B = 2: a 4-line file is 2 steps; a 3-line file is refused naming the file;
+#  2. --rollouts with B = 2: a 4-line file is 2 steps; a 3-line file is refused naming the file, a 3-line
+#     stream stops at its second step naming its last line;
 #  3. bad values of --prompts-per-step exit 2 naming the option; --prefix-frozen with B > 1 is refused;
 #  4. memory flat in B: the receipt's measured per-step peak of B = 4 within 5% of B = 1's;
 #  5. with MPIEXEC set (and MPIRUN_FLAGS): the same memory check under mpirun -np 2, and the CP-2 B = 2
@@ -47,6 +48,12 @@ st=$?
 set -e
 [ $st -eq 2 ] && grep -q "three.jsonl" "$W/r3.err" && grep -q "multiple of --prompts-per-step 2" "$W/r3.err" ||
   bad "a 3-line file with --prompts-per-step 2: exit $st, stderr: $(cat "$W/r3.err")"
+set +e
+T --rollouts - --prompts-per-step 2 --out "$W/r3s" <"$W/three.jsonl" >/dev/null 2>"$W/r3s.err"
+st=$?
+set -e
+[ $st -eq 2 ] && grep -q -- "-: line 3: the input ended inside a step" "$W/r3s.err" ||
+  bad "a 3-line stream with --prompts-per-step 2: exit $st, stderr: $(cat "$W/r3s.err")"
 
 # 3. bad values
 for v in 0 abc 99999 -1; do
