@@ -308,7 +308,8 @@ typedef struct ls_audit_run {
     const cJSON *config;       /* borrowed from a receipt or the manifest */
     const char *build_digest;  /* idem; NULL when none */
     int64_t n_layers;
-    int64_t cfg_group;         /* config "group" (1..LS_AUDIT_MAX_MEMBER), -1: not recorded (inferred) */
+    int64_t cfg_group;         /* members per step: config "group" times options.prompts_per_step (1..LS_AUDIT_MAX_MEMBER),
+                                  -1: not recorded (inferred) */
     int64_t cfg_steps;         /* config "steps_requested" (1..LS_AUDIT_MAX_STEPS), -1: not recorded */
     int64_t first_step;        /* config "first_step": the run's first global step (a resumed run's
                                   checkpoint step; 0 when not recorded); steps before it are not the run's */

@@ -112,6 +112,17 @@ static void derive_config(ls_audit_run *run) {
     else if (g != NULL && !(ls_audit_get_int(run->config, "group", &v) && v == -1)) /* -1: set by each rollouts line */
         snprintf(run->cfg_note, sizeof run->cfg_note, "config \"group\" is not an integer 1..%d or -1: not used",
                  LS_AUDIT_MAX_MEMBER);
+    /* --prompts-per-step B: a step's members are its B groups' (numbered through the step, b G + i) */
+    const cJSON *opts = cJSON_GetObjectItemCaseSensitive(run->config, "options");
+    int64_t B = 1;
+    if (cJSON_IsObject(opts) && cJSON_GetObjectItemCaseSensitive(opts, "prompts_per_step") != NULL &&
+        !(ls_audit_get_int(opts, "prompts_per_step", &B) && B >= 1 && B <= LS_AUDIT_MAX_MEMBER)) {
+        snprintf(run->cfg_note, sizeof run->cfg_note, "config \"options.prompts_per_step\" is not an integer 1..%d: "
+                 "not used", LS_AUDIT_MAX_MEMBER);
+        B = 1;
+    }
+    if (run->cfg_group > 0 && B > 1)
+        run->cfg_group = run->cfg_group * B <= LS_AUDIT_MAX_MEMBER ? run->cfg_group * B : -1;
     const cJSON *sr = cJSON_GetObjectItemCaseSensitive(run->config, "steps_requested");
     if (ls_audit_get_int(run->config, "steps_requested", &v) && v >= 1 && v <= LS_AUDIT_MAX_STEPS) run->cfg_steps = v;
     else if (sr != NULL && !(ls_audit_get_int(run->config, "steps_requested", &v) && v == -1))

@@ -642,6 +642,37 @@ Test(audit, recorded_group_names_a_missing_member, .init = setup, .fini = teardo
     cJSON_Delete(doc);
 }
 
+/* --prompts-per-step 2: a step's members are its two groups', numbered
+ * through the step (group b's member i is b G + i); the run proves the
+ * level a B = 1 run proves (1 without parity), and the last member of the
+ * second group, dropped from a copy of its trace, is named missing (the
+ * audit requires G x B members from the recorded group and B). */
+Test(audit, prompts_per_step_groups_are_audited, .init = setup, .fini = teardown, .timeout = 180) {
+    char src[512], one[512], run[600], p[800], text[128];
+    fixture("groups2", TRAIN " " TRAIN_ARGS " --steps 2 --group 2 --prompts-per-step 2 --grad-mode full --out", 0, src,
+            sizeof src);
+    fixture("groups1", TRAIN " " TRAIN_ARGS " --steps 2 --group 2 --grad-mode full --out", 0, one, sizeof one);
+    cJSON *doc = NULL;
+    cr_assert_eq(audit(one, NULL, &doc), 0);
+    int level1 = level(doc);
+    cJSON_Delete(doc);
+    cr_expect_eq(audit(src, NULL, &doc), 0, "a --prompts-per-step 2 run must prove its level");
+    cr_expect_eq(level(doc), level1, "B = 2 proves level %d, B = 1 level %d", level(doc), level1);
+    cr_expect(passes(doc, "rank.layers"));
+    cJSON_Delete(doc);
+    for (long drop = 2; drop <= 3; drop++) { /* the second group's first and last member */
+        char name[16];
+        snprintf(name, sizeof name, "g2m%ld", drop);
+        copy_run(src, name, run, sizeof run);
+        snprintf(p, sizeof p, "%s/rank-0000/events.jsonl.zst", run);
+        rewrite_trace(p, drop_member, &drop, true);
+        cr_expect_eq(audit(run, NULL, &doc), 1);
+        snprintf(text, sizeof text, "replay: no bwd layer_end for member %ld, layer -1", drop);
+        expect_fail(doc, "rank.layers", 0, "rank-0000/events.jsonl.zst", -2, text);
+        cJSON_Delete(doc);
+    }
+}
+
 /* The phases a step must have follow the recorded configuration: the
  * naive strategy has no prompt backward (its members run the whole
  * sequence), a prefix_frozen step no capture (it reuses an earlier one);

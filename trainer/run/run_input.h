@@ -1,6 +1,8 @@
-/* run_input.h - each step's batch: the built-in key/value task (a new
- * prompt per step, or per prefix-frozen block), or one group per line of an
- * external rollouts file or stream (--rollouts FILE|-).  The first line is
+/* run_input.h - each step's batches, one per group (--prompts-per-step B):
+ * the built-in key/value task (a new prompt per group, task index
+ * step x B + group; or one per prefix-frozen block), or one group per line
+ * of an external rollouts file or stream (--rollouts FILE|-), B lines a
+ * step.  The first line is
  * read when the input opens, so that its sizes enter the memory plan before
  * the parameters are allocated.  dtype-independent. */
 #ifndef LS_TRAINER_RUN_INPUT_H
@@ -13,11 +15,14 @@
 
 typedef struct {
     ls_rollouts_reader *rr; /* NULL: the built-in task */
-    ls_batch *b;            /* the current step's batch */
+    ls_batch *b;            /* the current step's first group's batch (bs[0]) */
+    ls_batch **bs;          /* [B] the current step's groups */
+    ls_task *tasks;         /* [B] their tasks (have_task) */
+    const ls_task **task_ptrs; /* [B] &tasks[k] (have_task) or NULL */
+    size_t B;               /* groups per step */
     ls_batch *pending;      /* the rollouts line read ahead at open */
-    ls_task task;
     int have_task;
-    size_t P, Rmax, G;      /* the current batch's sizes */
+    size_t P, Rmax, G;      /* the current step's sizes (the largest over its groups) */
     int shape_changed;      /* the sizes differ from the previous step's */
     size_t line;            /* rollouts: the current line number */
     size_t lines;           /* rollouts: lines counted in the file (when lines_known) */
@@ -29,12 +34,14 @@ typedef struct {
  * an error with err naming the file and line.  *in holds the file and its
  * buffers until ls_run_input_close. */
 ls_status ls_run_input_open(ls_run_input *in, const ls_train_args *a, char *err, size_t err_len);
-/* Steps to run: --steps when given, else the rollouts file's line count,
- * -1 for a stream of unknown length (until it ends), else --steps' default. */
+/* Steps to run: --steps when given, else the rollouts file's line count
+ * over B (open refuses a count that is not a multiple of B), -1 for a
+ * stream of unknown length (until it ends), else --steps' default. */
 int64_t ls_run_input_steps(const ls_run_input *in, const ls_train_args *a);
-/* The batch of the step whose task index is task_step (the task's prompt is
- * drawn from seed + task_step).  *end is set (LS_OK) when the rollouts
- * ended; an error names the line and field. */
+/* The batches of the step whose task index is task_step (group k's task
+ * prompt is drawn from seed + task_step x B + k).  *end is set (LS_OK) when
+ * the rollouts ended before the step's first line; an error names the line
+ * and field (a stream that ends inside a step: its last line). */
 ls_status ls_run_input_next(ls_run_input *in, const ls_train_args *a, uint64_t seed, int64_t task_step, int *end,
                             char *err, size_t err_len);
 /* The rollouts bytes consumed so far (ls_rollouts_digest): LS_OK with

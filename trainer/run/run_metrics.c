@@ -109,9 +109,35 @@ static void stderr_line(ls_run_obs *ob, const ls_trace_step_metrics *t, int64_t 
     ls_run_obs_print(ob, line);
 }
 
+/* The line's "groups": each group's own figures (B > 1).  LS_OK or LS_ERR_NOMEM. */
+static ls_status add_groups(cJSON *o, const ls_step_result *gr, size_t B) {
+    if (!cJSON_AddNumberToObject(o, "prompts_per_step", (double)B)) return LS_ERR_NOMEM;
+    cJSON *arr = cJSON_AddArrayToObject(o, "groups");
+    if (!arr) return LS_ERR_NOMEM;
+    for (size_t b = 0; b < B; b++) {
+        const ls_step_result *g = &gr[b];
+        cJSON *e = cJSON_CreateObject();
+        if (!e || !cJSON_AddItemToArray(arr, e)) {
+            cJSON_Delete(e);
+            return LS_ERR_NOMEM;
+        }
+        const char *k[] = {"reward_mean", "reward_std", "reward_min", "reward_max", "adv_std", "loss",
+                           "loss_policy", "loss_kl", "kl_mean", "clip_fraction", "ratio_mean"};
+        double v[] = {g->reward_mean, g->reward_std, g->reward_min, g->reward_max, g->adv_std, g->loss + 0.0,
+                      g->loss_policy + 0.0, g->loss_kl + 0.0, g->kl_mean, g->clip_fraction, g->ratio_mean};
+        for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+            if (!cJSON_AddNumberToObject(e, k[i], v[i])) return LS_ERR_NOMEM;
+        if (g->has_reward_parts && (!cJSON_AddNumberToObject(e, "reward_retrieval", g->reward_retrieval) ||
+                                    !cJSON_AddNumberToObject(e, "reward_format", g->reward_format)))
+            return LS_ERR_NOMEM;
+        if (!cJSON_AddNumberToObject(e, "tokens", (double)g->tokens)) return LS_ERR_NOMEM;
+    }
+    return LS_OK;
+}
+
 ls_status ls_run_metrics_emit(ls_run_metrics_sink *m, ls_run_obs *ob, const ls_train_args *a, int64_t s,
-                              ls_objective_kind objective, const ls_step_result *res, int64_t step_wall_ns,
-                              char *err, size_t err_len) {
+                              ls_objective_kind objective, const ls_step_result *res, const ls_step_result *group_res,
+                              size_t B, int64_t step_wall_ns, char *err, size_t err_len) {
     ls_trace_step_metrics t;
     fill(&t, a, s, objective, res, step_wall_ns);
     ls_run_obs_note(ob, ls_trace_emit_step_metrics(ob->w, &t));
@@ -122,6 +148,8 @@ ls_status ls_run_metrics_emit(ls_run_metrics_sink *m, ls_run_obs *ob, const ls_t
     size_t len = 0;
     ls_status st = ls_trace_step_metrics_to_json(&t, &o);
     if (st != LS_OK) ls_trace_step_metrics_check(&t, why, sizeof why); /* names the field */
+    else if (B > 1 && group_res && (st = add_groups(o, group_res, B)) != LS_OK)
+        snprintf(why, sizeof why, "the groups' figures: %s", ls_status_str(st));
     else if ((st = ls_json_print_canonical(o, &text, &len, why, sizeof why)) == LS_OK) /* keys sorted, numbers exact */
         st = ls_run_metrics_append(m, text, len, why, sizeof why);
     if (st != LS_OK) {

@@ -28,11 +28,14 @@ ls_status ls_run_metrics_open(ls_run_metrics_sink *m, const char *path, char *er
 ls_status ls_run_metrics_append(ls_run_metrics_sink *m, const char *text, size_t len, char *err, size_t err_len);
 /* Emit step s's figures: the step_metrics trace event (its write status
  * noted in ob), the stderr line, and the line of the metrics file
- * (ls_run_metrics_append).  LS_OK, or the metrics file's failure with err
- * naming the file and the step (the file then ends at the step before). */
+ * (ls_run_metrics_append).  res: the step's (its B groups' aggregate).
+ * B > 1: the file's line also holds "prompts_per_step": B and "groups", each
+ * group's own figures from group_res [B] (the trace event holds the
+ * aggregate only).  LS_OK, or the metrics file's failure with err naming the
+ * file and the step (the file then ends at the step before). */
 ls_status ls_run_metrics_emit(ls_run_metrics_sink *m, ls_run_obs *ob, const ls_train_args *a, int64_t s,
-                              ls_objective_kind objective, const ls_step_result *res, int64_t step_wall_ns,
-                              char *err, size_t err_len);
+                              ls_objective_kind objective, const ls_step_result *res, const ls_step_result *group_res,
+                              size_t B, int64_t step_wall_ns, char *err, size_t err_len);
 /* Close the file (a no-op when none is open).  LS_ERR_IO with err naming it
  * when close(2) reports a failed write (err may be NULL). */
 ls_status ls_run_metrics_close(ls_run_metrics_sink *m, char *err, size_t err_len);

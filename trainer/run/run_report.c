@@ -46,6 +46,7 @@ static cJSON *options_json(const ls_train_args *a) {
     cJSON_AddStringToObject(j, "keep_reference", a->keep_reference == 1 ? "on" : a->keep_reference == 2 ? "off" : "auto");
     ls_json_add_u64(j, "page_size", o->page_size);
     ls_json_add_u64(j, "capture_chunk", o->capture_chunk);
+    ls_json_add_u64(j, "prompts_per_step", a->prompts_per_step ? a->prompts_per_step : 1);
     ls_json_add_u64(j, "save_every", (uint64_t)a->save_every);
     ls_json_add_u64(j, "memory_budget", a->memory_budget);
     cJSON_AddStringToObject(j, "input", a->rollouts ? "rollouts" : "task");

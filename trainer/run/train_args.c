@@ -86,6 +86,11 @@ static const opt OPTS[] = {
      .max = 1 << 16, .bad = "is not an integer in [1, 65536]"},
     {.rec = "config.group", ROW(OPT_SIZE, "--group", "G", "group size", "4", 0, step.G), .min = 1, .max = 4096,
      .bad = "is not an integer in [1, 4096]"},
+    {.rec = "config.options.prompts_per_step", ROW(OPT_SIZE, "--prompts-per-step", "B",
+     "groups per optimizer step, each its own prompt: the loss is\n"
+     "their mean, one prompt state live at a time (with --rollouts\n"
+     "a step reads B lines)", "1", 0, prompts_per_step), .min = 1, .max = 4096,
+     .bad = "is not an integer in [1, 4096]"},
     {.rec = "config.steps_requested", ROW(OPT_INT, "--steps", "S", "optimizer steps", "1; with --rollouts FILE the number of its lines", 0,
      steps), .min = 1, .max = 1000000, .bad = "is not an integer in [1, 1000000]"},
     {.rec = "config.options.seed", ROW(OPT_U64, "--seed", "N", "seed of weights, task and sampling", "1", 0, step.seed), .min = 0,
@@ -501,6 +506,7 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
     ls_step_options_defaults(&a->step);
     a->P = 4096;
     a->steps = 1;
+    a->prompts_per_step = 1;
     unsigned char given[N_OPTS] = {0};
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i];
@@ -542,6 +548,8 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
         if (a->obj.grad_mode == LS_GRAD_FULL)
             BAD("--prefix-frozen: needs --grad-mode detached (a stale state has no exact prompt gradient)");
     }
+    if (a->prompts_per_step > 1 && a->prefix_frozen > 1)
+        BAD("--prompts-per-step: not with --prefix-frozen (a frozen prefix is one prompt reused across steps)");
     char cerr[512];
     ls_status st = ls_config_load_digest(&a->cfg, a->config_path, a->config_sha256, cerr, sizeof cerr);
     if (st != LS_OK) BAD("--config: %s", cerr);

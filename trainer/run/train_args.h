@@ -22,6 +22,7 @@ typedef struct {
     const char *save_init, *dump_batch, *dump_grads, *rollouts, *load;
     const char *save, *resume, *metrics, *plot;
     int save_every;         /* checkpoint every N steps (0: never) */
+    size_t prompts_per_step; /* B: groups (prompts) per optimizer step (>= 1) */
     int prefix_frozen;      /* K: capture once per K steps (0 or 1: every step exact) */
     int sft_steps;          /* the first N steps use the sft objective (a warm start) */
     int have_steps, have_seed;

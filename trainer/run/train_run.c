@@ -39,6 +39,7 @@ typedef struct {
     ls_step_prefix pf;
     ls_plan plan;           /* the current step shape's plan (run_plan.h): its budget check and reference decision */
     ls_step_result res;
+    ls_step_result *group_res; /* [B] the step's groups' own figures (the metrics' "groups") */
     ls_run_metrics_sink ms;
     int64_t step0;          /* the first step's global index (a resumed run's checkpoint step) */
     uint64_t seed;          /* --seed, or the resumed checkpoint's */
@@ -343,8 +344,8 @@ static int one_step(run *r, int64_t s, int first) {
     int frozen = K > 1 && !block_start;
     ls_trace_writer_set_prefix_frozen(w, frozen);
     ls_step_observer obs = ls_run_obs_observer(&r->ob);
-    st = LS_K(ls_step_grads_prefix)(r->p, r->in.b, r->in.have_task ? &r->in.task : NULL, &so, &obs,
-                                    K > 1 ? &r->pf : NULL, &r->res, r->err, sizeof r->err);
+    st = LS_K(ls_step_grads_groups)(r->p, r->in.bs, r->in.have_task ? r->in.task_ptrs : NULL, r->in.B, &so, &obs,
+                                    K > 1 ? &r->pf : NULL, &r->res, r->group_res, r->err, sizeof r->err);
     if (st != LS_OK) {
         ls_trace_emit_error(w, st, r->err);
         r->in_step_failure = r->world > 1; /* the other ranks may wait in a collective */
@@ -372,8 +373,8 @@ static int one_step(run *r, int64_t s, int first) {
         snprintf(r->err, sizeof r->err, "cannot record the prefix-frozen steps: %s", ls_status_str(LS_ERR_NOMEM));
         return fail(r, 1, LS_ERR_NOMEM, "", r->err);
     }
-    st = ls_run_metrics_emit(&r->ms, &r->ob, a, s, so.objective, &r->res, ls_run_now_ns() - t_step, r->err,
-                             sizeof r->err);
+    st = ls_run_metrics_emit(&r->ms, &r->ob, a, s, so.objective, &r->res, r->group_res, r->in.B,
+                             ls_run_now_ns() - t_step, r->err, sizeof r->err);
     ls_trace_writer_set_prefix_frozen(w, 0);
     /* a step whose record could not be written whole is not checkpointed: the run stops */
     if (st != LS_OK) return fail_event(r, 1, st, "");
@@ -517,6 +518,11 @@ int LS_K(ls_train_run)(const ls_train_args *a) {
         if (r.ob.w) rc = close_run(&r, rc, start_unix);
         goto done;
     }
+    if (r.in.B > 1 && !(r.group_res = ls_mem_alloc(LS_MEM_SCRATCH, r.in.B * sizeof *r.group_res))) {
+        rc = fail(&r, 1, LS_ERR_NOMEM, "", "no memory for the step's group results");
+        rc = close_run(&r, rc, start_unix);
+        goto done;
+    }
     int64_t n = ls_run_input_steps(&r.in, a); /* -1: until the rollouts stream ends */
     r.ob.steps_total = n < 0 ? -1 : r.step0 + n;
     for (int64_t i = 0; rc == 0 && (n < 0 || i < n); i++) {
@@ -552,6 +558,7 @@ int LS_K(ls_train_run)(const ls_train_args *a) {
 done:
     ls_run_metrics_close(&r.ms, NULL, 0); /* after a failure: its own failure is moot */
     ls_mem_free(r.frozen_idx);
+    ls_mem_free(r.group_res);
     LS_K(ls_step_prefix_free)(&r.pf);
     ls_run_input_close(&r.in);
     LS_K(ls_params_free)(r.p);

@@ -114,6 +114,27 @@ ls_status LS_K(ls_step_grads)(ls_params *p, ls_batch *b, const ls_task *task, co
 ls_status LS_K(ls_step_grads_prefix)(ls_params *p, ls_batch *b, const ls_task *task, const ls_step_options *o,
                                      const ls_step_observer *obs, ls_step_prefix *pf, ls_step_result *res,
                                      char *err, size_t err_len);
+/* B groups in one optimizer step (--prompts-per-step B, docs/model.md §4):
+ * each group bs[b] (with its task tasks[b]; tasks may be NULL when every
+ * batch has responses) is captured, rolled out, scored, replayed and, in
+ * `full` mode, back-propagated through its prompt in turn, one prompt state
+ * live at a time (group b's freed before group b+1's capture); the step's
+ * loss is the mean of the groups' losses (each group's dlp scaled by 1/B),
+ * advantages normalised within each group; the gradients accumulate in .g
+ * (under CP the replicated and shard-local parts apart) and one finalize
+ * ends the step.  Group 0 uses o->seed, group b > 0 ls_rng_derive(o->seed,
+ * "group") + b.  Trace layer events number the members through the step:
+ * group b's member i is (G_0 + .. + G_{b-1}) + i.  res (may be NULL) gets
+ * the aggregate: sums (phase times and tokens, tokens, captures), maxima
+ * (state and tape bytes), the loss and its parts as the mean over the
+ * groups, reward, advantage and length moments over all members, KL, clip
+ * and ratios over all tokens; group_res [B] (may be NULL) each group's own
+ * figures (no grad_norm: the gradients are the step's).  B = 1 is exactly
+ * ls_step_grads_prefix.  pf needs B = 1.  Under CP the groups share one
+ * prompt length. */
+ls_status LS_K(ls_step_grads_groups)(ls_params *p, ls_batch *const *bs, const ls_task *const *tasks, size_t B,
+                                     const ls_step_options *o, const ls_step_observer *obs, ls_step_prefix *pf,
+                                     ls_step_result *res, ls_step_result *group_res, char *err, size_t err_len);
 /* The step guard (dtype-independent): the first figure of r that goes into
  * the step_metrics event and is not finite, in the event's order (reward
  * mean/std/min/max, the reward parts only with has_reward_parts, advantage

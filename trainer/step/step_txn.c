@@ -59,15 +59,18 @@ typedef struct {
     const ls_step_observer *obs;
     ls_step_result *res;
     int full, naive, sft, need_rollout, use_ref;
-    void *untracked;        /* the untracked-alloc fault's buffer */
+    void **untracked;       /* the untracked-alloc fault's buffer (the step's: one, freed after finalize) */
     ls_state own_ps, dps;  /* the policy prompt state (unless a prefix holds it) and its gradient */
     ls_state *ps;          /* &own_ps or &prefix->ps; NULL while none is captured */
     ls_real **ckpt;         /* full mode: each layer's input over the prompt */
     ls_grpo_stats gs;
     double rr_sum, rf_sum;  /* the task reward's parts, summed over the group */
     int use_cp;             /* context parallel over o->cp_group */
-    ls_cp cp;
-    ls_real *stash;         /* CP full mode: the replicated gradients while the prompt backward runs */
+    ls_cp *cp;              /* the step's (every group's) */
+    ls_real **stash;        /* CP: the replicated gradients summed over the groups so far (the step's) */
+    ls_real **gsave;        /* CP, group b > 0: the tensors' own .g while its replay writes into *stash */
+    int m0;                 /* the group's first member in the step's numbering (trace events) */
+    size_t B;               /* the step's groups: each group's dlp is scaled by 1/B (B > 1 only) */
 } txn;
 
 static void free_ckpt(txn *x) {
@@ -87,7 +90,7 @@ static ls_status capture_into(txn *x, const ls_params *q, ls_state *dst, int wit
     int64_t t0;
     begin(x->obs, PH_CAPTURE, &t0);
     hook_ctx hk = {x->obs, "capture", -1};
-    size_t T = x->use_cp ? (size_t)(x->cp.s1 - x->cp.s0) : b->P - 1; /* this rank's positions */
+    size_t T = x->use_cp ? (size_t)(x->cp->s1 - x->cp->s0) : b->P - 1; /* this rank's positions */
     if (with_ckpt) {
         x->ckpt = ls_mem_alloc(LS_MEM_CHECKPOINT, L * sizeof *x->ckpt);
         if (!x->ckpt) st = LS_ERR_NOMEM;
@@ -96,7 +99,7 @@ static ls_status capture_into(txn *x, const ls_params *q, ls_state *dst, int wit
             if (!(x->ckpt[l] = ls_mem_alloc(LS_MEM_CHECKPOINT, R_(T * d)))) st = LS_ERR_NOMEM;
     }
     if (st == LS_OK && x->use_cp)
-        st = LS_K(ls_cp_capture)(&x->cp, q, b->prompt, x->o->page_size, x->o->capture_chunk, dst,
+        st = LS_K(ls_cp_capture)(x->cp, q, b->prompt, x->o->page_size, x->o->capture_chunk, dst,
                                  with_ckpt ? x->ckpt : NULL,
                                  LS_MEM_PROMPT_STATE, hook_fn, &hk);
     else if (st == LS_OK)
@@ -118,7 +121,7 @@ static ls_status capture_policy(txn *x, int with_ckpt) {
     x->ps = &x->own_ps;
     x->res->prompt_state_bytes = x->p->fam->state_bytes(x->ps);
     x->res->prompt_state_analytical = x->p->fam->state_plan_bytes(
-        &x->p->cfg, x->use_cp ? x->cp.s1 - x->cp.s0 : (int64_t)x->b->P - 1); /* the shard's, exactly */
+        &x->p->cfg, x->use_cp ? x->cp->s1 - x->cp->s0 : (int64_t)x->b->P - 1); /* the shard's, exactly */
     return LS_OK;
 }
 
@@ -132,7 +135,7 @@ static void release_policy(txn *x) {
 static ls_status score_all(txn *x, const ls_params *q, const ls_state *s, double **out) {
     ls_status st = LS_OK;
     for (size_t i = 0; st == LS_OK && i < x->b->G; i++) {
-        hook_ctx hm = {x->obs, "score", (int)i};
+        hook_ctx hm = {x->obs, "score", x->m0 + (int)i};
         st = LS_K(ls_score_member)(q, s, x->b, i, out[i], hook_fn, &hm);
         x->res->phase_tokens[PH_SCORE] += (int64_t)x->b->R[i];
     }
@@ -237,7 +240,7 @@ static ls_status replay_member(txn *x, const ls_batch *b, size_t i, const double
     ls_real *lp = ls_mem_alloc(LS_MEM_BRANCH, R_(R) * 4);
     double *lpd = ls_mem_alloc(LS_MEM_BRANCH, R * sizeof *lpd);
     ls_seg_tape *tape = NULL;
-    hook_ctx hk = {x->obs, "replay", (int)i};
+    hook_ctx hk = {x->obs, "replay", x->m0 + (int)i};
     ls_status st = LS_ERR_NOMEM;
     if (!in || !lp || !lpd) goto cleanup;
     ls_real *dlp = lp + R, *t_old = lp + 2 * R, *t_ref = lp + 3 * R;
@@ -274,6 +277,8 @@ static ls_status replay_member(txn *x, const ls_batch *b, size_t i, const double
         ls_grpo_stats_add(&x->gs, lpd, b->old_lp[i], have_ref ? b->ref_lp[i] : lpd, b->adv[i], p->obj.epsilon,
                           p->obj.beta, b->G, R);
     }
+    if (x->B > 1) /* the step's loss is the mean over its groups (docs/model.md §4) */
+        for (size_t t = 0; t < R; t++) dlp[t] *= (ls_real)(1.0 / (double)x->B);
     st = p->fam->segment_backward(p, tape, dlp, x->full && !naive ? &x->dps : NULL, hook_fn, &hk);
     if (tape_bytes) *tape_bytes = p->fam->tape_bytes(tape);
     x->res->phase_tokens[PH_REPLAY] += (int64_t)R;
@@ -383,7 +388,7 @@ static ls_status phase_capture_rollout(txn *x, ls_step_prefix *pf, const char **
         }
         if (x->o->fault_untracked_alloc) { /* deliberately outside the tracker, every page touched */
             size_t n = (b->P - 1) * (size_t)x->p->cfg.d_model * (size_t)x->p->cfg.n_layers * sizeof(ls_real);
-            if ((x->untracked = malloc(n)) != NULL) memset(x->untracked, 0x5a, n);
+            if (!*x->untracked && (*x->untracked = malloc(n)) != NULL) memset(*x->untracked, 0x5a, n);
         }
     }
     if (x->need_rollout) {
@@ -429,7 +434,7 @@ static ls_status phase_score(txn *x, ls_step_prefix *pf) {
 }
 
 /* Replay every member (or the SFT branches), then the prompt backward. */
-static ls_status phase_replay(txn *x, const char **what) {
+static ls_status phase_replay_group(txn *x, const char **what) {
     ls_batch *b = x->b;
     ls_step_result *res = x->res;
     ls_status st = LS_OK;
@@ -449,21 +454,28 @@ static ls_status phase_replay(txn *x, const char **what) {
         }
     }
     end(x->obs, PH_REPLAY, t0, st == LS_OK, res);
-    /* the replicated gradients aside: the prompt backward's (and a family's shard-local response part,
-       family.h cp_shard_grads, in both modes) are summed by finalize */
+    /* the replicated gradients aside (summed over the step's groups in *stash): the prompt backward's (and
+       a family's shard-local response part, family.h cp_shard_grads, in both modes) are summed by finalize */
     const ls_family_ops *fam = x->p->fam;
     if (st == LS_OK && x->use_cp && !x->naive && (x->full || fam->cp_shard_grads)) {
         ls_params *p = x->p;
         size_t n = 0, off = 0;
         for (size_t i = 0; i < p->n; i++) n += p->t[i].trainable ? p->t[i].numel : 0;
-        if (!(x->stash = ls_mem_alloc(LS_MEM_GRADS, R_(n ? n : 1)))) st = LS_ERR_NOMEM;
-        for (size_t i = 0; st == LS_OK && i < p->n; i++) {
+        int first = x->gsave == NULL;
+        if (!first) { /* a later group: its replay added into the stash itself; the own .g back */
+            for (size_t i = 0; i < p->n; i++)
+                if (p->t[i].trainable) p->t[i].g = x->gsave[i];
+            x->gsave = NULL;
+        } else if (!(*x->stash = ls_mem_alloc(LS_MEM_GRADS, R_(n ? n : 1)))) {
+            st = LS_ERR_NOMEM;
+        }
+        for (size_t i = 0; first && st == LS_OK && i < p->n; i++) { /* the first group: .g into the stash */
             if (!p->t[i].trainable) continue;
-            memcpy(x->stash + off, p->t[i].g, R_(p->t[i].numel));
+            memcpy(*x->stash + off, p->t[i].g, R_(p->t[i].numel));
             memset(p->t[i].g, 0, R_(p->t[i].numel));
             off += p->t[i].numel;
         }
-        if (st == LS_OK && fam->cp_shard_grads) st = fam->cp_shard_grads(&x->cp, p);
+        if (st == LS_OK && fam->cp_shard_grads) st = fam->cp_shard_grads(x->cp, p);
     }
     if (st != LS_OK || !x->full || x->naive) return st;
     *what = "prompt backward";
@@ -471,9 +483,9 @@ static ls_status phase_replay(txn *x, const char **what) {
     hook_ctx hk = {x->obs, "prompt_bwd", -1};
     if (x->use_cp) {
         if (st == LS_OK)
-            st = LS_K(ls_cp_prompt_backward)(&x->cp, x->p, b->prompt, x->o->capture_chunk, x->ckpt, x->ps, &x->dps,
+            st = LS_K(ls_cp_prompt_backward)(x->cp, x->p, b->prompt, x->o->capture_chunk, x->ckpt, x->ps, &x->dps,
                                              hook_fn, &hk);
-        res->phase_tokens[PH_PROMPT_BWD] += x->cp.s1 - x->cp.s0;
+        res->phase_tokens[PH_PROMPT_BWD] += x->cp->s1 - x->cp->s0;
     } else {
         st = x->p->fam->prompt_backward(x->p, b->prompt, b->P - 1, x->o->capture_chunk, x->ckpt, x->ps, &x->dps,
                                         LS_MEM_SCRATCH, hook_fn, &hk);
@@ -483,89 +495,269 @@ static ls_status phase_replay(txn *x, const char **what) {
     return st;
 }
 
-/* Finalize: under CP the cross-rank reductions (cp.h), then the check
- * that every gradient is finite. */
-static ls_status phase_finalize(txn *x, char *err, size_t err_len) {
+/* A group's replay and prompt backward.  Under CP with a shard-local part
+ * the groups' two kinds of gradients are summed apart without another
+ * params-sized buffer: a later group's replay writes its replicated part
+ * straight into the step's stash (each tensor's .g pointed into it), while
+ * .g itself keeps the shard-local sum of the groups before; the pointers
+ * return before that group's shard-local part is added (phase_replay_group),
+ * so that one finalize reduces the shard-local sum over the ranks and adds
+ * the replicated sum once. */
+static ls_status phase_replay(txn *x, const char **what) {
     ls_params *p = x->p;
+    int split = x->use_cp && !x->naive && (x->full || p->fam->cp_shard_grads);
+    ls_real **save = NULL;
+    if (split && *x->stash) {
+        if (!(save = ls_mem_alloc(LS_MEM_SCRATCH, (p->n ? p->n : 1) * sizeof *save))) {
+            *what = "replay";
+            return LS_ERR_NOMEM;
+        }
+        size_t off = 0;
+        for (size_t i = 0; i < p->n; i++) {
+            save[i] = p->t[i].g;
+            if (!p->t[i].trainable) continue;
+            p->t[i].g = *x->stash + off;
+            off += p->t[i].numel;
+        }
+        x->gsave = save;
+    }
+    ls_status st = phase_replay_group(x, what);
+    if (x->gsave) { /* the replay failed before the pointers returned */
+        for (size_t i = 0; i < p->n; i++) p->t[i].g = x->gsave[i];
+        x->gsave = NULL;
+    }
+    ls_mem_free(save);
+    return st;
+}
+
+/* Finalize: under CP the cross-rank reductions (cp.h), then the check
+ * that every gradient is finite (and the step's loss, res->loss). */
+static ls_status phase_finalize(ls_params *p, const ls_step_options *o, const ls_step_observer *obs, ls_cp *cp,
+                                ls_real *stash, ls_step_result *res, char *err, size_t err_len) {
     int64_t t0;
-    if (x->o->fault_nan_grad)
+    if (o->fault_nan_grad)
         for (size_t i = 0; i < p->n; i++)
             if (p->t[i].trainable) {
                 p->t[i].g[0] = (ls_real)NAN;
                 break;
             }
-    begin(x->obs, PH_FINALIZE, &t0);
-    if (x->use_cp) {
-        ls_status st = LS_K(ls_cp_finalize)(&x->cp, p, x->stash, &x->res->grads_agree);
-        ls_mem_free(x->stash);
-        x->stash = NULL;
+    begin(obs, PH_FINALIZE, &t0);
+    if (cp) {
+        ls_status st = LS_K(ls_cp_finalize)(cp, p, stash, &res->grads_agree);
         if (st != LS_OK) {
-            end(x->obs, PH_FINALIZE, t0, 0, x->res);
+            end(obs, PH_FINALIZE, t0, 0, res);
             snprintf(err, err_len, "finalize failed: %s", ls_status_str(st));
             return st;
         }
     }
-    x->res->grad_norm = sqrt(LS_K(ls_params_grad_sumsq)(p));
-    int finite = isfinite(x->res->loss) && LS_K(ls_params_grads_finite)(p);
-    end(x->obs, PH_FINALIZE, t0, finite, x->res);
+    res->grad_norm = sqrt(LS_K(ls_params_grad_sumsq)(p));
+    int finite = isfinite(res->loss) && LS_K(ls_params_grads_finite)(p);
+    end(obs, PH_FINALIZE, t0, finite, res);
     if (finite) return LS_OK;
-    snprintf(err, err_len, "non-finite %s (loss %g): no optimizer step", isfinite(x->res->loss) ? "gradient" : "loss",
-             x->res->loss);
+    snprintf(err, err_len, "non-finite %s (loss %g): no optimizer step", isfinite(res->loss) ? "gradient" : "loss",
+             res->loss);
     return LS_ERR_NONFINITE;
+}
+
+/* What the step's groups add up to (B > 1): sums, maxima, the loss and its
+ * parts as the mean over the groups, the reward, advantage and length
+ * moments over every member of every group, KL, clip and ratios over every
+ * token.  gs: the groups' statistics merged; rr, rf: the reward parts summed
+ * over every member. */
+typedef struct {
+    double *rew, *adv, *len; /* [members] */
+    size_t n;
+    ls_grpo_stats gs;
+    double rr, rf;
+} step_sums;
+
+static void sums_add(step_sums *a, const txn *x) {
+    const ls_batch *b = x->b;
+    for (size_t i = 0; i < b->G; i++, a->n++) {
+        a->rew[a->n] = b->rewards[i];
+        a->adv[a->n] = b->adv[i];
+        a->len[a->n] = (double)b->R[i];
+    }
+    const ls_grpo_stats *g = &x->gs;
+    a->gs.loss_policy += g->loss_policy;
+    a->gs.loss_kl += g->loss_kl;
+    a->gs.kl_sum += g->kl_sum;
+    a->gs.ratio_sum += g->ratio_sum;
+    if (g->ratio_min < a->gs.ratio_min) a->gs.ratio_min = g->ratio_min;
+    if (g->ratio_max > a->gs.ratio_max) a->gs.ratio_max = g->ratio_max;
+    a->gs.tokens += g->tokens;
+    a->gs.clipped += g->clipped;
+    a->rr += x->rr_sum;
+    a->rf += x->rf_sum;
+}
+
+static void aggregate(ls_step_result *r, const ls_step_result *gr, size_t B, const step_sums *a, int sft) {
+    double u1, u2, u3, inv = 1.0 / (double)B;
+    for (size_t b = 0; b < B; b++) {
+        const ls_step_result *g = &gr[b];
+        for (int k = 0; k < 8; k++) {
+            r->phase_ns[k] += g->phase_ns[k];
+            r->phase_tokens[k] += g->phase_tokens[k];
+        }
+        r->tokens += g->tokens;
+        r->captures += g->captures;
+        r->loss += g->loss * inv;
+        r->mean_reward += g->mean_reward * inv;
+        if (g->prompt_state_bytes > r->prompt_state_bytes) r->prompt_state_bytes = g->prompt_state_bytes;
+        if (g->prompt_state_analytical > r->prompt_state_analytical)
+            r->prompt_state_analytical = g->prompt_state_analytical;
+        if (g->max_branch_bytes > r->max_branch_bytes) r->max_branch_bytes = g->max_branch_bytes;
+        r->has_reward_parts |= g->has_reward_parts;
+        r->used_reference |= g->used_reference;
+        r->reference_kept |= g->reference_kept;
+        r->prefix_frozen |= g->prefix_frozen;
+    }
+    ls_stats_moments(a->rew, a->n, &r->reward_mean, &r->reward_std, &r->reward_min, &r->reward_max);
+    ls_stats_moments(a->adv, a->n, &r->adv_mean, &r->adv_std, &u1, &u2);
+    ls_stats_moments(a->len, a->n, &r->response_len_mean, &u1, &u2, &u3);
+    if (r->has_reward_parts && a->n) {
+        r->reward_retrieval = a->rr / (double)a->n;
+        r->reward_format = a->rf / (double)a->n;
+    }
+    if (sft || a->gs.tokens == 0) {
+        r->loss_policy = r->loss;
+        r->ratio_min = r->ratio_mean = r->ratio_max = 1;
+    } else {
+        r->loss_policy = a->gs.loss_policy * inv;
+        r->loss_kl = a->gs.loss_kl * inv;
+        r->kl_mean = a->gs.kl_sum / (double)a->gs.tokens;
+        r->clip_fraction = (double)a->gs.clipped / (double)a->gs.tokens;
+        r->ratio_min = a->gs.ratio_min;
+        r->ratio_mean = a->gs.ratio_sum / (double)a->gs.tokens;
+        r->ratio_max = a->gs.ratio_max;
+    }
+}
+
+/* One group of the step: its capture, rollout, scoring, replay and prompt
+ * backward, its states freed before it returns; its metrics in x->res.
+ * The gradients add into .g (and, under CP, *x->stash). */
+static ls_status run_group(txn *x, ls_step_prefix *pf, char *err, size_t err_len) {
+    ls_grpo_stats_init(&x->gs);
+    const char *what = "capture";
+    ls_status st = phase_capture_rollout(x, pf, &what);
+    if (st == LS_OK && !x->sft && (st = phase_score(x, pf)) != LS_OK) what = "score";
+    if (st == LS_OK) st = phase_replay(x, &what);
+    if (st != LS_OK) fail(st, err, err_len, what);
+    x->p->fam->state_free(&x->dps);
+    release_policy(x);
+    if (st == LS_OK) finish_metrics(x);
+    return st;
+}
+
+ls_status LS_K(ls_step_grads_groups)(ls_params *p, ls_batch *const *bs, const ls_task *const *tasks, size_t B,
+                                     const ls_step_options *o, const ls_step_observer *obs, ls_step_prefix *pf,
+                                     ls_step_result *res, ls_step_result *group_res, char *err, size_t err_len) {
+    ls_step_result local;
+    if (!res) res = &local;
+    memset(res, 0, sizeof *res);
+    int naive = o->strategy == LS_STRATEGY_NAIVE, full = p->obj.grad_mode == LS_GRAD_FULL;
+    int sft = o->objective == LS_OBJECTIVE_SFT;
+    int use_cp = o->cp_group && ls_group_size(o->cp_group) > 1;
+    if (B < 1 || !bs) {
+        snprintf(err, err_len, "a step needs at least one group");
+        return LS_ERR_ARG;
+    }
+    if (use_cp && (naive || pf)) {
+        snprintf(err, err_len, "%s runs on one rank (start it without mpirun)",
+                 naive ? "the naive strategy" : "a prefix-frozen step");
+        return LS_ERR_ARG;
+    }
+    if (pf && B > 1) {
+        snprintf(err, err_len, "a prefix-frozen step holds one group (prompts per step 1)");
+        return LS_ERR_ARG;
+    }
+    size_t members = 0;
+    for (size_t b = 0; b < B; b++) {
+        const ls_task *t = tasks ? tasks[b] : NULL;
+        if ((sft || bs[b]->resp[0] == NULL) && !t) {
+            snprintf(err, err_len, "%s needs the built-in task", sft ? "the sft objective" : "a rollout");
+            return LS_ERR_ARG;
+        }
+        if (use_cp && bs[b]->P != bs[0]->P) {
+            snprintf(err, err_len, "group %zu's prompt has %zu tokens, group 0's %zu: under context parallelism "
+                     "a step's groups share one prompt length", b + 1, bs[b]->P, bs[0]->P);
+            return LS_ERR_ARG;
+        }
+        members += bs[b]->G;
+    }
+    ls_cp cp;
+    if (use_cp) {
+        ls_status cst = LS_K(ls_cp_init)(&cp, o->cp_group, p, (int64_t)bs[0]->P - 1, &o->cp_faults, err, err_len);
+        if (cst != LS_OK) return cst;
+    }
+    if (pf && (naive || full)) {
+        snprintf(err, err_len, "a prefix-frozen step needs the longstraw strategy and detached gradients");
+        if (use_cp) LS_K(ls_cp_free)(&cp);
+        return LS_ERR_ARG;
+    }
+    ls_step_result *gr = group_res;
+    step_sums sums = {0};
+    ls_grpo_stats_init(&sums.gs);
+    ls_status st = LS_OK;
+    if (B > 1) { /* the aggregate's scratch: per-group results (unless the caller's) and every member's figures */
+        if (!gr) gr = ls_mem_alloc(LS_MEM_SCORE, B * sizeof *gr);
+        sums.rew = ls_mem_alloc(LS_MEM_SCORE, 3 * members * sizeof(double));
+        if (!gr || !sums.rew) st = LS_ERR_NOMEM;
+        else {
+            sums.adv = sums.rew + members;
+            sums.len = sums.adv + members;
+        }
+    } else if (!gr) {
+        gr = res;
+    }
+    ls_mem_track_kernel_scratch(); /* kernel tile scratch shows under "scratch" */
+    LS_K(ls_params_zero_grads)(p);
+    ls_real *stash = NULL;
+    void *untracked = NULL;
+    int m0 = 0;
+    for (size_t b = 0; st == LS_OK && b < B; b++) {
+        ls_step_options og = *o;
+        if (b > 0) og.seed = ls_rng_derive(o->seed, "group") + (uint64_t)b; /* group 0: the step's seed */
+        ls_step_result *g = &gr[b];
+        memset(g, 0, sizeof *g);
+        txn x = {.p = p, .b = bs[b], .task = tasks ? tasks[b] : NULL, .o = &og, .obs = obs, .res = g, .full = full,
+                 .naive = naive, .sft = sft, .need_rollout = bs[b]->resp[0] == NULL, .use_cp = use_cp,
+                 .cp = use_cp ? &cp : NULL, .stash = &stash, .untracked = &untracked, .B = B,
+                 .m0 = sft ? (int)b : m0}; /* SFT: one traced member per group (its answer branches share it) */
+        x.use_ref = !sft && p->obj.beta > 0 && !bs[b]->ref_supplied;
+        if (use_cp) {
+            g->cp_world = cp.world;
+            g->shard_begin = cp.s0;
+            g->shard_end = cp.s1;
+        }
+        st = run_group(&x, pf, err, err_len);
+        if (st == LS_OK && B > 1) sums_add(&sums, &x);
+        m0 += (int)bs[b]->G;
+    }
+    if (st == LS_OK) {
+        if (B > 1) aggregate(res, gr, B, &sums, sft);
+        else if (gr != res) *res = *gr;
+        if (use_cp) {
+            res->cp_world = cp.world;
+            res->shard_begin = cp.s0;
+            res->shard_end = cp.s1;
+        }
+        st = phase_finalize(p, o, obs, use_cp ? &cp : NULL, stash, res, err, err_len);
+    }
+    free(untracked);
+    ls_mem_free(stash);
+    ls_mem_free(sums.rew);
+    if (gr != group_res && gr != res) ls_mem_free(gr);
+    if (use_cp) LS_K(ls_cp_free)(&cp);
+    return st;
 }
 
 ls_status LS_K(ls_step_grads_prefix)(ls_params *p, ls_batch *b, const ls_task *task, const ls_step_options *o,
                                      const ls_step_observer *obs, ls_step_prefix *pf, ls_step_result *res,
                                      char *err, size_t err_len) {
-    ls_step_result local;
-    if (!res) res = &local;
-    memset(res, 0, sizeof *res);
-    txn x = {.p = p, .b = b, .task = task, .o = o, .obs = obs, .res = res,
-             .full = p->obj.grad_mode == LS_GRAD_FULL, .naive = o->strategy == LS_STRATEGY_NAIVE,
-             .sft = o->objective == LS_OBJECTIVE_SFT, .need_rollout = b->resp[0] == NULL};
-    x.use_ref = !x.sft && p->obj.beta > 0 && !b->ref_supplied;
-    ls_grpo_stats_init(&x.gs);
-    x.use_cp = o->cp_group && ls_group_size(o->cp_group) > 1;
-    if (x.use_cp && (x.naive || pf)) {
-        snprintf(err, err_len, "%s runs on one rank (start it without mpirun)",
-                 x.naive ? "the naive strategy" : "a prefix-frozen step");
-        return LS_ERR_ARG;
-    }
-    if (x.use_cp) {
-        ls_status cst = LS_K(ls_cp_init)(&x.cp, o->cp_group, p, (int64_t)b->P - 1, &o->cp_faults, err, err_len);
-        if (cst != LS_OK) return cst;
-        res->cp_world = x.cp.world;
-        res->shard_begin = x.cp.s0;
-        res->shard_end = x.cp.s1;
-    }
-    if (pf && (x.naive || x.full)) {
-        snprintf(err, err_len, "a prefix-frozen step needs the longstraw strategy and detached gradients");
-        return LS_ERR_ARG;
-    }
-    if ((x.sft || x.need_rollout) && !task) {
-        snprintf(err, err_len, "%s needs the built-in task", x.sft ? "the sft objective" : "a rollout");
-        return LS_ERR_ARG;
-    }
-    ls_mem_track_kernel_scratch(); /* kernel tile scratch shows under "scratch" */
-    LS_K(ls_params_zero_grads)(p);
-    const char *what = "capture";
-    ls_status st = phase_capture_rollout(&x, pf, &what);
-    if (st == LS_OK && !x.sft && (st = phase_score(&x, pf)) != LS_OK) what = "score";
-    if (st == LS_OK) st = phase_replay(&x, &what);
-    if (st != LS_OK) {
-        fail(st, err, err_len, what);
-    } else {
-        p->fam->state_free(&x.dps);
-        release_policy(&x);
-        st = phase_finalize(&x, err, err_len);
-        finish_metrics(&x);
-    }
-    free(x.untracked);
-    p->fam->state_free(&x.dps);
-    release_policy(&x);
-    ls_mem_free(x.stash);
-    if (x.use_cp) LS_K(ls_cp_free)(&x.cp);
-    return st;
+    ls_batch *const bs[1] = {b};
+    const ls_task *const ts[1] = {task};
+    return LS_K(ls_step_grads_groups)(p, bs, ts, 1, o, obs, pf, res, NULL, err, err_len);
 }
 
 void LS_K(ls_step_prefix_free)(ls_step_prefix *f) {
