@@ -1,83 +1,144 @@
 #!/usr/bin/env bash
-# learn.sh - a demo that learns, from random weights, on the built-in
-# key/value retrieval task, with full gradients through the prompt state:
+# learn.sh - the learning experiment (docs/learning.md): a hybrid model from
+# random weights learns multi-query associative recall (--task recall) at a
+# long prompt, with the full gradient through the prompt state, and the same
+# run with the original work's detached gradient as the control: same
+# seeds, schedule and budget, only --grad-mode differs.
 #
+# Per seed and gradient mode, three runs of longstraw-train:
 #   1. warm start (the trainer's own, never weights from elsewhere):
-#      --objective sft, cross-entropy on the task's answers through the same
-#      capture and replay, on short prompts (a curriculum: one record, so
-#      that copying is learnt first);
-#   2. GRPO on the same short prompts from the warm-started weights (--load:
-#      they become the reference policy, so KL is measured against them);
-#   3. GRPO at a prompt of 1,024 tokens (nine records to choose from).
+#      --objective sft on WARM_P-token prompts, B prompts per step;
+#   2. GRPO at P tokens from the warm-started weights (--load), B_RL prompts
+#      of G members per step;
+#   3. GRPO at P2 tokens from stage 2's weights (skipped when GRPO2 is 0).
+# The two modes of a seed run side by side, one thread each.
 #
-# Writes OUT/warm, OUT/grpo-short and OUT/grpo (run directories, each with its metrics.jsonl
-# and learning.svg inside, digested by its manifest), OUT/metrics.jsonl (both
-# stages, steps numbered on) and OUT/learning.svg (reward, its retrieval and
-# format parts, KL), and prints the reward parts at the start and the end of
-# each stage.  About 15 minutes on 2 cores.
+# Writes OUT/seed-S/MODE/{warm,grpo} (run directories with their metrics),
+# OUT/seed-S/MODE/metrics.jsonl (both stages, steps numbered on),
+# OUT/learning.svg (the reward of every run: a smoothed line over faint raw
+# points, chance marked), OUT/table.md (reward at the start and end of each
+# stage, minutes, steps, tokens) and prints the table.
 #
-#   scripts/learn.sh [OUT] [extra longstraw-train options for both stages]
-# Environment: LS_LEARN_WARM_P (warm-start prompt, 64), LS_LEARN_SFT
-# (warm-start steps, 12000), LS_LEARN_P (GRPO prompt, 1024), LS_LEARN_GRPO
-# (GRPO steps at P, 150), LS_LEARN_GRPO_SHORT (GRPO steps at the warm-start
-# prompt, 300), LS_LEARN_LR (sft, 0.002), LS_LEARN_RL_LR (GRPO, 0.0002).
+#   scripts/learn.sh [OUT]
+# Environment (defaults in brackets): LS_LEARN_SEEDS [1 2 3], LS_LEARN_MODES
+# [full detached], LS_LEARN_CONFIG [configs/hybrid-recall.json],
+# LS_LEARN_RECORDS [2], LS_LEARN_QUERIES [2], LS_LEARN_WARM_P [64],
+# LS_LEARN_SFT [800], LS_LEARN_B [8], LS_LEARN_LR [0.003], LS_LEARN_P [1024],
+# LS_LEARN_GRPO [250], LS_LEARN_B_RL [4], LS_LEARN_G [8],
+# LS_LEARN_RL_LR [0.0005], LS_LEARN_P2 [4096], LS_LEARN_GRPO2 [40],
+# LS_LEARN_PARALLEL [2: runs at a time].
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x build/trainer/longstraw-train ] || LS_CMAKE_ARGS=-DCMAKE_BUILD_TYPE=Release ./scripts/setup.sh
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} OMP_NUM_THREADS=1
 OUT=${1:-runs/learn-$(date +%Y%m%d-%H%M%S)}
-[ $# -gt 0 ] && shift
+SEEDS=${LS_LEARN_SEEDS:-1 2 3}
+MODES=${LS_LEARN_MODES:-full detached}
+CONFIG=${LS_LEARN_CONFIG:-configs/hybrid-recall.json}
+RECORDS=${LS_LEARN_RECORDS:-2}
+Q=${LS_LEARN_QUERIES:-2}
 WARM_P=${LS_LEARN_WARM_P:-64}
-SFT=${LS_LEARN_SFT:-12000}
+SFT=${LS_LEARN_SFT:-800}
+B=${LS_LEARN_B:-8}
+LR=${LS_LEARN_LR:-0.003}
 P=${LS_LEARN_P:-1024}
-GRPO=${LS_LEARN_GRPO:-150}
-GRPO_SHORT=${LS_LEARN_GRPO_SHORT:-300}
-LR=${LS_LEARN_LR:-0.002}
-RL_LR=${LS_LEARN_RL_LR:-0.0002}
+GRPO=${LS_LEARN_GRPO:-250}
+B_RL=${LS_LEARN_B_RL:-4}
+G=${LS_LEARN_G:-8}
+RL_LR=${LS_LEARN_RL_LR:-0.0005}
+P2=${LS_LEARN_P2:-4096}
+GRPO2=${LS_LEARN_GRPO2:-40}
+PAR=${LS_LEARN_PARALLEL:-2}
 TRAIN=./build/trainer/longstraw-train
-COMMON=(--config configs/hybrid-tiny.json --response-len 8 --train-mode full --grad-mode full)
+TASK=(--config "$CONFIG" --task recall --recall-records "$RECORDS" --response-len "$Q" --train-mode full --beta 0 --quiet)
 mkdir -p "$OUT"
-t0=$(date +%s)
-echo "learn: 1/3 warm start: $SFT sft steps at P=$WARM_P" >&2
-# one thread: at 64 tokens and d_model 64 a second one costs more than it gives
-OMP_NUM_THREADS=${LS_LEARN_WARM_THREADS:-1} "$TRAIN" "${COMMON[@]}" --lr "$LR" --prompt-len "$WARM_P" --group 1 --steps "$SFT" --objective sft --seed 7 --beta 0 \
-  --out "$OUT/warm" --metrics "$OUT/warm/metrics.jsonl" --plot "$OUT/warm/learning.svg" \
-  --save "$OUT/warm.safetensors" --quiet "$@"
-t1=$(date +%s)
-echo "learn: 2/3 GRPO: $GRPO_SHORT steps at P=$WARM_P from the warm-started weights" >&2
-"$TRAIN" "${COMMON[@]}" --lr "$RL_LR" --prompt-len "$WARM_P" --group 8 --steps "$GRPO_SHORT" --seed 8 --beta 0.04 \
-  --load "$OUT/warm.safetensors" --out "$OUT/grpo-short" --metrics "$OUT/grpo-short/metrics.jsonl" \
-  --plot "$OUT/grpo-short/learning.svg" --save "$OUT/grpo-short.safetensors" --quiet "$@"
-t2=$(date +%s)
-echo "learn: 3/3 GRPO: $GRPO steps at P=$P" >&2
-"$TRAIN" "${COMMON[@]}" --lr "$RL_LR" --prompt-len "$P" --group 8 --steps "$GRPO" --seed 9 --beta 0.04 \
-  --load "$OUT/grpo-short.safetensors" --out "$OUT/grpo" --metrics "$OUT/grpo/metrics.jsonl" \
-  --plot "$OUT/grpo/learning.svg" --quiet "$@"
-t3=$(date +%s)
-# the three stages in one file, steps numbered on
-awk -v a="$SFT" -v b="$((SFT + GRPO_SHORT))" 'FNR == 1 { file++ } {
-    off = file == 1 ? 0 : file == 2 ? a : b
-    if (match($0, /"step":[0-9]+/)) $0 = substr($0, 1, RSTART + 6) (substr($0, RSTART + 7, RLENGTH - 7) + off) substr($0, RSTART + RLENGTH)
-    print }' "$OUT/warm/metrics.jsonl" "$OUT/grpo-short/metrics.jsonl" "$OUT/grpo/metrics.jsonl" > "$OUT/metrics.jsonl"
-./build/trainer/longstraw-plot --metrics "$OUT/metrics.jsonl" --out "$OUT/learning.svg" \
-  --series reward_retrieval,reward_format,kl_mean --right kl_mean \
-  --title "hybrid-tiny from random weights: sft at P=$WARM_P, GRPO at P=$WARM_P, GRPO at P=$P"
-# the learning curve's numbers
-summary() { # FILE TITLE MINUTES
-  awk -v title="$2" -v mins="$3" '
-    function num(k) { if (match($0, "\"" k "\":[-0-9.eE+]+")) return substr($0, RSTART + length(k) + 3, RLENGTH - length(k) - 3) + 0; return 0 }
-    { r[NR] = num("reward_retrieval"); f[NR] = num("reward_format"); k[NR] = num("kl_mean") }
-    END {
-      n = NR < 800 ? int(NR / 4) : 200; if (n < 1) n = 1
-      for (i = 1; i <= n; i++) { r0 += r[i]; f0 += f[i] }
-      for (i = NR - n + 1; i <= NR; i++) { r1 += r[i]; f1 += f[i]; k1 += k[i] }
-      printf "learn: %s: %d steps, %.1f min; means over the first / last %d steps:\n", title, NR, mins, n
-      printf "  retrieval %.4f -> %.4f   format %.4f -> %.4f   kl (last) %.4g\n", r0 / n, r1 / n, f0 / n, f1 / n, k1 / n
-    }' "$1"
+
+# one (seed, mode): both stages, their wall times in D/times
+one() {
+  local s=$1 m=$2 D="$OUT/seed-$1/$2" t0 t1 t2 t3
+  mkdir -p "$D"
+  t0=$(date +%s.%N)
+  "$TRAIN" "${TASK[@]}" --grad-mode "$m" --objective sft --prompt-len "$WARM_P" --group 1 --prompts-per-step "$B" \
+    --steps "$SFT" --lr "$LR" --seed "$s" --out "$D/warm" --metrics "$D/warm.jsonl" --save "$D/warm.safetensors" \
+    2> "$D/warm.log"
+  t1=$(date +%s.%N)
+  "$TRAIN" "${TASK[@]}" --grad-mode "$m" --prompt-len "$P" --group "$G" --prompts-per-step "$B_RL" \
+    --steps "$GRPO" --lr "$RL_LR" --seed "$((s + 1000))" --load "$D/warm.safetensors" --out "$D/grpo" \
+    --metrics "$D/grpo.jsonl" --save "$D/grpo.safetensors" 2> "$D/grpo.log"
+  t2=$(date +%s.%N)
+  if [ "$GRPO2" -eq 0 ]; then
+    : > "$D/grpo2.jsonl"
+  else
+    "$TRAIN" "${TASK[@]}" --grad-mode "$m" --prompt-len "$P2" --group "$G" --prompts-per-step "$B_RL" \
+      --steps "$GRPO2" --lr "$RL_LR" --seed "$((s + 2000))" --load "$D/grpo.safetensors" --out "$D/grpo2" \
+      --metrics "$D/grpo2.jsonl" 2> "$D/grpo2.log"
+  fi
+  t3=$(date +%s.%N)
+  echo "$t0 $t1 $t2 $t3" > "$D/times"
 }
-summary "$OUT/warm/metrics.jsonl" "warm start, sft, P=$WARM_P" "$(awk -v s=$((t1 - t0)) 'BEGIN { print s / 60 }')"
-summary "$OUT/grpo-short/metrics.jsonl" "GRPO, P=$WARM_P" "$(awk -v s=$((t2 - t1)) 'BEGIN { print s / 60 }')"
-summary "$OUT/grpo/metrics.jsonl" "GRPO, P=$P" "$(awk -v s=$((t3 - t2)) 'BEGIN { print s / 60 }')"
-echo "learn: $(awk -v s=$((t3 - t0)) 'BEGIN { printf "%.1f", s / 60 }') min in all"
-echo "learn: a response of random digits scores retrieval 0.08 (format 0.2); the answer scores 0.8 + 0.2"
-echo "learn: $OUT/metrics.jsonl, $OUT/learning.svg (runs: $OUT/warm, $OUT/grpo-short, $OUT/grpo)"
+
+t_start=$(date +%s)
+jobs_running=0
+for s in $SEEDS; do
+  for m in $MODES; do
+    echo "learn: seed $s, $m gradient: $SFT sft steps at P=$WARM_P, $GRPO GRPO steps at P=$P, $GRPO2 at P=$P2" >&2
+    one "$s" "$m" &
+    jobs_running=$((jobs_running + 1))
+    if [ "$jobs_running" -ge "$PAR" ]; then wait -n; jobs_running=$((jobs_running - 1)); fi
+  done
+done
+wait
+echo "learn: all runs done in $(( ($(date +%s) - t_start) / 60 )) min" >&2
+
+# the table, the joined metrics and the chart
+/usr/bin/env python3 - "$OUT" "$SFT" "$WARM_P" "$P" "$B" "$B_RL" "$G" "$Q" "$P2" "$SEEDS" "$MODES" <<'EOF'
+import json, os, sys
+out, sft, warm_p, p, b, b_rl, g, q, p2 = sys.argv[1], *map(int, sys.argv[2:10])
+seeds, modes = sys.argv[10].split(), sys.argv[11].split()
+def load(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+def mean(xs):
+    return sum(xs) / len(xs) if xs else float("nan")
+rows = []
+for s in seeds:
+    for m in modes:
+        d = os.path.join(out, f"seed-{s}", m)
+        warm, grpo, grpo2 = (load(os.path.join(d, n)) for n in ("warm.jsonl", "grpo.jsonl", "grpo2.jsonl"))
+        t0, t1, t2, t3 = map(float, open(os.path.join(d, "times")).read().split())
+        with open(os.path.join(d, "metrics.jsonl.tmp"), "w") as f:
+            for i, r in enumerate(warm + grpo + grpo2):
+                r = {k: v for k, v in r.items() if k != "groups"}
+                r["step"] = i
+                f.write(json.dumps(r, sort_keys=True) + "\n")
+        os.replace(os.path.join(d, "metrics.jsonl.tmp"), os.path.join(d, "metrics.jsonl"))
+        for stage, recs, P_, B_, members, mins in (("sft", warm, warm_p, b, 1, (t1 - t0) / 60),
+                                                    ("grpo", grpo, p, b_rl, g, (t2 - t1) / 60),
+                                                    ("grpo", grpo2, p2, b_rl, g, (t3 - t2) / 60)):
+            if not recs:
+                continue
+            n = max(1, min(len(recs) // 10, 50))
+            rw = [r["reward_mean"] for r in recs]
+            rows.append((s, m, stage, P_, len(recs), mins, len(recs) * B_ * P_,
+                         sum(r["tokens"] for r in recs), mean(rw[:n]), mean(rw[-n:]), n))
+lines = ["| seed | gradient | stage | prompt | steps | minutes | prompt tokens | response tokens trained | reward, first steps | reward, last steps |",
+         "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+for s, m, st, P_, n, mins, pt, rt, r0, r1, k in rows:
+    lines.append(f"| {s} | {m} | {st} | {P_} | {n} | {mins:.1f} | {pt:,} | {rt:,} | {r0:.3f} (first {k}) | {r1:.3f} (last {k}) |")
+for P_ in sorted({r[3] for r in rows if r[2] == "grpo"}):
+    for m in modes:
+        ends = [r[9] for r in rows if r[1] == m and r[2] == "grpo" and r[3] == P_]
+        lines.append(f"{m}: reward over the last GRPO steps at P={P_}, mean of {len(ends)} seed(s): {mean(ends):.3f} (chance 0.100)  ")
+text = "\n".join(lines) + "\n"
+with open(os.path.join(out, "table.md"), "w") as f:
+    f.write(text)
+print(text)
+EOF
+args=()
+for m in $MODES; do
+  for s in $SEEDS; do args+=(--metrics "$OUT/seed-$s/$m/metrics.jsonl" --label "$m, seed $s" --group "$m"); done
+done
+./build/trainer/longstraw-plot "${args[@]}" --series reward_mean --smooth 25 --hline 0.1:chance --ymin 0 --ymax 1 \
+  --out "$OUT/learning.svg" \
+  --title "recall from random weights: sft at P=$WARM_P (steps 0-$((SFT - 1))), GRPO at P=$P (to $((SFT + GRPO - 1))), then P=$P2"
+echo "learn: $OUT/learning.svg, $OUT/table.md" >&2

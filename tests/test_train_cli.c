@@ -52,6 +52,14 @@ Test(train_cli, bad_arguments_exit_2_naming_the_argument) {
     expect_usage_error(a, "/nonexistent.json");
     snprintf(a, sizeof a, "--config %s --out %s/r --prompt-len 12x", CFG, tmpdir);
     expect_usage_error(a, "--prompt-len");
+    snprintf(a, sizeof a, "--config %s --out %s/r --task recognition", CFG, tmpdir);
+    expect_usage_error(a, "--task");
+    snprintf(a, sizeof a, "--config %s --out %s/r --recall-records 4", CFG, tmpdir);
+    expect_usage_error(a, "--recall-records: only with --task recall");
+    snprintf(a, sizeof a, "--config %s --out %s/r --task recall --response-len 4 --recall-records 3", CFG, tmpdir);
+    expect_usage_error(a, "--recall-records: 3 is fewer than the queries");
+    snprintf(a, sizeof a, "--config %s --out %s/r --task recall --recall-records 27", CFG, tmpdir);
+    expect_usage_error(a, "--recall-records");
     snprintf(a, sizeof a, "--config %s --out %s/r --frobnicate 1", CFG, tmpdir);
     expect_usage_error(a, "--frobnicate");
     snprintf(a, sizeof a, "--config %s", CFG);

@@ -9,6 +9,7 @@ ls_add_criterion_test(test_batch SOURCES test_batch.c LIBS ls_trainer_core TIMEO
 add_dependencies(test_batch longstraw-train)
 # the step: reference-policy order, beta 0, supplied ref, sft, prefix-frozen, metrics (float64)
 ls_add_criterion_test(test_step_features SOURCES test_step_features.c LIBS ls_trainer_f64 DEFS LS_REAL_F64 TIMEOUT 300)
+ls_add_criterion_test(test_task_recall SOURCES test_task_recall.c LIBS ls_trainer_f64 DEFS LS_REAL_F64 TIMEOUT 120)
 ls_add_criterion_test(test_train_loop SOURCES test_train_loop.c LIBS ls_receipts ls_trainer_core TIMEOUT 600)
 add_dependencies(test_train_loop longstraw-train)
 # the parameter table counted before allocation, per real type (issue 12)
