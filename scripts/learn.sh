@@ -60,18 +60,18 @@ one() {
   t0=$(date +%s.%N)
   "$TRAIN" "${TASK[@]}" --grad-mode "$m" --objective sft --prompt-len "$WARM_P" --group 1 --prompts-per-step "$B" \
     --steps "$SFT" --lr "$LR" --seed "$s" --out "$D/warm" --metrics "$D/warm.jsonl" --save "$D/warm.safetensors" \
-    2> "$D/warm.log"
+    > "$D/warm.log" 2>&1
   t1=$(date +%s.%N)
   "$TRAIN" "${TASK[@]}" --grad-mode "$m" --prompt-len "$P" --group "$G" --prompts-per-step "$B_RL" \
     --steps "$GRPO" --lr "$RL_LR" --seed "$((s + 1000))" --load "$D/warm.safetensors" --out "$D/grpo" \
-    --metrics "$D/grpo.jsonl" --save "$D/grpo.safetensors" 2> "$D/grpo.log"
+    --metrics "$D/grpo.jsonl" --save "$D/grpo.safetensors" > "$D/grpo.log" 2>&1
   t2=$(date +%s.%N)
   if [ "$GRPO2" -eq 0 ]; then
     : > "$D/grpo2.jsonl"
   else
     "$TRAIN" "${TASK[@]}" --grad-mode "$m" --prompt-len "$P2" --group "$G" --prompts-per-step "$B_RL" \
       --steps "$GRPO2" --lr "$RL_LR" --seed "$((s + 2000))" --load "$D/grpo.safetensors" --out "$D/grpo2" \
-      --metrics "$D/grpo2.jsonl" 2> "$D/grpo2.log"
+      --metrics "$D/grpo2.jsonl" > "$D/grpo2.log" 2>&1
   fi
   t3=$(date +%s.%N)
   echo "$t0 $t1 $t2 $t3" > "$D/times"

@@ -8,6 +8,8 @@
 #  2. GRPO at P = 256 from those weights (4 prompts of 8 members a step, 30 steps): the mean reward
 #     must stay above chance by 0.15.
 # The reward is the rollout's (sampled at temperature 1), read from the metrics files.
+# LS_LEARN_MINI_LR (default 0.003) sets the warm start's learning rate: the fault test runs it at 0 and
+# expects "did not learn".
 #   learn_mini.sh BUILD_DIR CONFIG
 set -euo pipefail
 [ $# -eq 2 ] || { echo "usage: learn_mini.sh BUILD_DIR CONFIG" >&2; exit 2; }
@@ -18,7 +20,7 @@ trap 'rm -rf "$W"' EXIT
 export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1
 T() { "$TRAIN" --config "$CONFIG" --task recall --recall-records 2 --response-len 2 --train-mode full \
         --grad-mode full --beta 0 --quiet "$@"; }
-T --objective sft --prompt-len 64 --group 1 --prompts-per-step 8 --steps 450 --lr 0.003 --seed 1 \
+T --objective sft --prompt-len 64 --group 1 --prompts-per-step 8 --steps 450 --lr "${LS_LEARN_MINI_LR:-0.003}" --seed 1 \
   --out "$W/warm" --metrics "$W/warm.jsonl" --save "$W/warm.safetensors"
 T --prompt-len 256 --group 8 --prompts-per-step 4 --steps 30 --lr 0.0005 --seed 1001 \
   --load "$W/warm.safetensors" --out "$W/grpo" --metrics "$W/grpo.jsonl"

@@ -78,8 +78,9 @@ static const opt OPTS[] = {
      "the built-in task: key/value retrieval, or multi-query\n"
      "associative recall (reward: fraction of queries answered; chance 0.1)", "retrieval", 0, task)},
     {.rec = "config.options.recall_records", ROW(OPT_SIZE, "--recall-records", "N",
-     "recall: records per prompt (>= the queries, min(R, 8))", "min(26, (P - R - 2) / 8)", 0, recall_records),
-     .min = 1, .max = LS_TASK_RECALL_MAX_RECORDS, .bad = "is not an integer in [1, 26]"},
+     "recall: records per prompt (>= the queries q = min(R, 8));\n"
+     "0: the task's own, min(26, max(q, (P - q - 2) / 8))", "0", 0, recall_records),
+     .min = 0, .max = LS_TASK_RECALL_MAX_RECORDS, .bad = "is not an integer in [0, 26]"},
     {.rec = "config.options.prompt_len", ROW(OPT_SIZE, "--prompt-len", "P", "prompt tokens of the built-in task (>= 64)", "4096", 0, P),
      .min = 2, .max = (size_t)1 << 31, .bad = "is not an integer in [2, 2^31]"},
     {.rec = "config.options.response_len", ROW(OPT_SIZE, "--response-len", "R", "response tokens per member", "8", 0, step.R), .min = 1,
