@@ -120,6 +120,7 @@ static void derive_config(ls_audit_run *run) {
         snprintf(run->cfg_note, sizeof run->cfg_note, "config \"options.prompts_per_step\" is not an integer 1..%d: "
                  "not used", LS_AUDIT_MAX_MEMBER);
         B = 1;
+        run->cfg_group = -1; /* the members per step are then the traces', and rank.layers says so */
     }
     if (run->cfg_group > 0 && B > 1)
         run->cfg_group = run->cfg_group * B <= LS_AUDIT_MAX_MEMBER ? run->cfg_group * B : -1;

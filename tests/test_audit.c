@@ -671,6 +671,28 @@ Test(audit, prompts_per_step_groups_are_audited, .init = setup, .fini = teardown
         expect_fail(doc, "rank.layers", 0, "rank-0000/events.jsonl.zst", -2, text);
         cJSON_Delete(doc);
     }
+    /* a recorded B that is no count of groups is never read as the configuration's requirement: 0 is not
+       used (rank.layers says the members per step were inferred from the traces, and why), text makes the
+       configuration unusable (rank.layers cannot pass); the run fails either way */
+    const char *bad_b[] = {"0", "'two'"};
+    for (int k = 0; k < 2; k++) {
+        char name[16], cmd[2048];
+        snprintf(name, sizeof name, "badB%d", k);
+        copy_run(src, name, run, sizeof run);
+        snprintf(cmd, sizeof cmd,
+                 "python3 -c \"import json,sys\nfor p in sys.argv[1:3]:\n d=json.load(open(p));"
+                 " d['predicate']['config']['options']['prompts_per_step']=%s\n json.dump(d,open(p,'w'))\""
+                 " '%s/rank-0000/receipt.json' '%s/manifest.json'", bad_b[k], run, run);
+        cr_assert_eq(sh(cmd), 0, "%s", cmd);
+        cr_expect_eq(audit(run, NULL, &doc), 1, "prompts_per_step %s", bad_b[k]);
+        const char *msg = cJSON_GetStringValue(cJSON_GetObjectItem(rule(doc, "rank.layers"), "message"));
+        if (k == 0)
+            cr_expect(msg && strstr(msg, "inferred from the traces") && strstr(msg, "options.prompts_per_step"),
+                      "prompts_per_step 0: rank.layers: %s", msg ? msg : "(none)");
+        else
+            cr_expect(!passes(doc, "rank.layers"), "prompts_per_step %s: rank.layers passed", bad_b[k]);
+        cJSON_Delete(doc);
+    }
 }
 
 /* The phases a step must have follow the recorded configuration: the
