@@ -532,7 +532,12 @@ Test(plot, hline_and_bounds, .init = setup, .fini = teardown) {
     svg = slurp("c.svg");
     const double b[] = {80, 420, 425, 420 - 0.25 * 370, 770, 420 - 0.5 * 370};
     expect_points(svg, 0, b, 3);
-    cr_expect_not_null(strstr(svg, "clip-path=\"url(#ls-plot-area)\""), "the lines are clipped to the plot");
+    /* clipped to the plot area, under an id naming that rectangle (x 80..770, y 50..420): charts inlined
+       into one page share an id only where they share the rectangle */
+    cr_expect_not_null(strstr(svg, "<clipPath id=\"ls-plot-area-80.00-50.00-690-370\"><rect x=\"80.00\" y=\"50.00\" "
+                                   "width=\"690\" height=\"370\"/>"),
+                       "the clip rectangle and its id");
+    cr_expect_not_null(strstr(svg, "clip-path=\"url(#ls-plot-area-80.00-50.00-690-370)\""), "the lines are clipped to it");
     free(svg);
 }
 

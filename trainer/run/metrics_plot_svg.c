@@ -456,13 +456,17 @@ ls_status ls_plot_svg(const ls_plot_spec *s, char **svg, size_t *len, char *err,
     char x0[48], y0[48];
     fmt_num(x0, sizeof x0, f.x0, 2);
     fmt_num(y0, sizeof y0, f.y0, 2);
-    put(&b, "<defs><clipPath id=\"ls-plot-area\"><rect x=\"%s\" y=\"%s\" width=\"%d\" height=\"%d\"/></clipPath></defs>\n",
-        x0, y0, (int)(f.x1 - f.x0), (int)(f.y1 - f.y0));
+    /* the clip's id names its geometry: charts inlined into one page then share an id only where they share
+       the rectangle, so no chart is clipped to another's plot area */
+    char clip[160];
+    snprintf(clip, sizeof clip, "ls-plot-area-%s-%s-%d-%d", x0, y0, (int)(f.x1 - f.x0), (int)(f.y1 - f.y0));
+    put(&b, "<defs><clipPath id=\"%s\"><rect x=\"%s\" y=\"%s\" width=\"%d\" height=\"%d\"/></clipPath></defs>\n",
+        clip, x0, y0, (int)(f.x1 - f.x0), (int)(f.y1 - f.y0));
     put(&b, "<rect x=\"%s\" y=\"%s\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#000000\"/>\n", x0, y0,
         (int)(f.x1 - f.x0), (int)(f.y1 - f.y0));
     put(&b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">step</text>\n", (int)((f.x0 + f.x1) / 2),
         LS_PLOT_HEIGHT - 16);
-    put(&b, "<g clip-path=\"url(#ls-plot-area)\">\n");
+    put(&b, "<g clip-path=\"url(#%s)\">\n", clip);
     put_hlines(&b, s, &f, &ay[0], 0);
     if (s->smooth)
         for (size_t i = 0; i < nl; i++) put_dots(&b, &ls[i], &f, &ax, &ay[ls[i].right]);
