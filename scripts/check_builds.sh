@@ -8,6 +8,13 @@
 #   LS_BUILD_COMPILERS     compilers to try (default "gcc clang")
 #   LS_BUILD_TYPES         build types (default "Release RelWithDebInfo Debug MinSizeRel")
 #   LS_BUILD_JOBS          parallel jobs (default $(nproc))
+#   LS_BUILD_REUSE         a build directory configured exactly as one cell
+#                          (scripts/test.sh passes build/, gcc Release): that
+#                          cell is built there instead of anew.  It is used only
+#                          when its cache names the same compiler binary, the
+#                          cell's build type, -Werror on, no sanitizer or fuzz
+#                          build and no extra C flags; else the cell is built
+#                          in the matrix as usual and the reason is printed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -19,6 +26,35 @@ mkdir -p "$OUT"
 
 declare -A result
 failed=0
+
+# cache_get DIR KEY: the value of KEY in DIR/CMakeCache.txt (empty if absent)
+cache_get() {
+  sed -n "s/^$2:[A-Z]*=//p" "$1/CMakeCache.txt" 2>/dev/null | head -n 1
+}
+# reusable CC TYPE: 0 when $LS_BUILD_REUSE is configured exactly as the cell
+# CC x TYPE would be; else 1, the reason on stderr
+reusable() {
+  local dir=${LS_BUILD_REUSE:-} want have k v
+  [ -n "$dir" ] || return 1
+  if [ ! -f "$dir/CMakeCache.txt" ]; then
+    echo "check_builds: LS_BUILD_REUSE=$dir: no CMakeCache.txt; every cell is built anew" >&2
+    return 1
+  fi
+  want=$(readlink -f "$(command -v "$1")")
+  have=$(readlink -f "$(cache_get "$dir" CMAKE_C_COMPILER)")
+  # another cell's directory: silently not this one
+  [ "$want" = "$have" ] && [ "$2" = "$(cache_get "$dir" CMAKE_BUILD_TYPE)" ] || return 1
+  for k in "LS_WERROR ON $(cache_get "$dir" LS_WERROR)" "LS_SANITIZE OFF $(cache_get "$dir" LS_SANITIZE)" \
+           "LS_FUZZ OFF $(cache_get "$dir" LS_FUZZ)" "CMAKE_C_FLAGS - $(cache_get "$dir" CMAKE_C_FLAGS)-"; do
+    set -- $k
+    v=${3:-}
+    if [ "$2" != "$v" ]; then
+      echo "check_builds: LS_BUILD_REUSE=$dir: $1 is '$v', not '$2'; the cell is built anew" >&2
+      return 1
+    fi
+  done
+  return 0
+}
 for cc in $COMPILERS; do
   for t in $TYPES; do
     dir="$OUT/$cc-$t"
@@ -26,6 +62,19 @@ for cc in $COMPILERS; do
     if ! command -v "$cc" >/dev/null 2>&1; then
       result[$cc-$t]="FAILED (no $cc)"
       failed=1
+      continue
+    fi
+    if reusable "$cc" "$t"; then
+      # the same configuration, already built by the caller: build it again (a no-op when
+      # up to date; -Werror stops it on any warning) and record the cell there
+      echo "check_builds: $cc $t -> $LS_BUILD_REUSE (reused: the same configuration)" >&2
+      if cmake --build "$LS_BUILD_REUSE" -j "$JOBS" >"$log" 2>&1; then
+        result[$cc-$t]="ok"
+      else
+        result[$cc-$t]="FAILED (see $log)"
+        failed=1
+        grep -m 5 -E "error|warning" "$log" >&2 || tail -n 5 "$log" >&2
+      fi
       continue
     fi
     echo "check_builds: $cc $t -> $dir" >&2
