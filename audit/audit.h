@@ -313,7 +313,8 @@ typedef struct ls_audit_run {
     int64_t cfg_steps;         /* config "steps_requested" (1..LS_AUDIT_MAX_STEPS), -1: not recorded */
     int64_t first_step;        /* config "first_step": the run's first global step (a resumed run's
                                   checkpoint step; 0 when not recorded); steps before it are not the run's */
-    char cfg_note[160];        /* why a recorded value was not used ("" none) */
+    char group_note[160];      /* why a recorded "group" / "options.prompts_per_step" was not used ("" none) */
+    char steps_note[160];      /* why a recorded "steps_requested" / "first_step" was not used ("" none) */
     bool full_mode;
     bool naive;                /* config "strategy" "naive": no prompt backward (absent: longstraw) */
     bool fault_local_attention, fault_skip_dkv, fault_skip_finalize, any_fault;

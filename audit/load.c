@@ -110,29 +110,37 @@ static void derive_config(ls_audit_run *run) {
     const cJSON *g = cJSON_GetObjectItemCaseSensitive(run->config, "group");
     if (ls_audit_get_int(run->config, "group", &v) && v >= 1 && v <= LS_AUDIT_MAX_MEMBER) run->cfg_group = v;
     else if (g != NULL && !(ls_audit_get_int(run->config, "group", &v) && v == -1)) /* -1: set by each rollouts line */
-        snprintf(run->cfg_note, sizeof run->cfg_note, "config \"group\" is not an integer 1..%d or -1: not used",
+        snprintf(run->group_note, sizeof run->group_note, "config \"group\" is not an integer 1..%d or -1: not used",
                  LS_AUDIT_MAX_MEMBER);
     /* --prompts-per-step B: a step's members are its B groups' (numbered through the step, b G + i) */
     const cJSON *opts = cJSON_GetObjectItemCaseSensitive(run->config, "options");
     int64_t B = 1;
     if (cJSON_IsObject(opts) && cJSON_GetObjectItemCaseSensitive(opts, "prompts_per_step") != NULL &&
         !(ls_audit_get_int(opts, "prompts_per_step", &B) && B >= 1 && B <= LS_AUDIT_MAX_MEMBER)) {
-        snprintf(run->cfg_note, sizeof run->cfg_note, "config \"options.prompts_per_step\" is not an integer 1..%d: "
+        snprintf(run->group_note, sizeof run->group_note, "config \"options.prompts_per_step\" is not an integer 1..%d: "
                  "not used", LS_AUDIT_MAX_MEMBER);
         B = 1;
         run->cfg_group = -1; /* the members per step are then the traces', and rank.layers says so */
     }
-    if (run->cfg_group > 0 && B > 1)
-        run->cfg_group = run->cfg_group * B <= LS_AUDIT_MAX_MEMBER ? run->cfg_group * B : -1;
+    if (run->cfg_group > 0 && B > 1) {
+        if (run->cfg_group * B <= LS_AUDIT_MAX_MEMBER) {
+            run->cfg_group *= B;
+        } else {
+            snprintf(run->group_note, sizeof run->group_note,
+                     "config \"group\" %lld times \"options.prompts_per_step\" %lld exceeds %d members: not used",
+                     (long long)run->cfg_group, (long long)B, LS_AUDIT_MAX_MEMBER);
+            run->cfg_group = -1;
+        }
+    }
     const cJSON *sr = cJSON_GetObjectItemCaseSensitive(run->config, "steps_requested");
     if (ls_audit_get_int(run->config, "steps_requested", &v) && v >= 1 && v <= LS_AUDIT_MAX_STEPS) run->cfg_steps = v;
     else if (sr != NULL && !(ls_audit_get_int(run->config, "steps_requested", &v) && v == -1))
-        snprintf(run->cfg_note, sizeof run->cfg_note,
+        snprintf(run->steps_note, sizeof run->steps_note,
                  "config \"steps_requested\" is not an integer 1..%d or -1: not used", LS_AUDIT_MAX_STEPS);
     const cJSON *fs = cJSON_GetObjectItemCaseSensitive(run->config, "first_step");
     if (ls_audit_get_int(run->config, "first_step", &v) && v >= 0 && v < LS_AUDIT_MAX_STEPS) run->first_step = v;
     else if (fs != NULL)
-        snprintf(run->cfg_note, sizeof run->cfg_note, "config \"first_step\" is not an integer 0..%d: not used",
+        snprintf(run->steps_note, sizeof run->steps_note, "config \"first_step\" is not an integer 0..%d: not used",
                  LS_AUDIT_MAX_STEPS - 1);
     const char *gm = ls_audit_get_str(run->config, "grad_mode");
     run->full_mode = gm != NULL && strcmp(gm, "full") == 0;

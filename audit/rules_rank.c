@@ -178,15 +178,19 @@ ls_status ls_audit_rules_rank(ls_audit_run *run) {
     size_t l = strlen(ly->message);
     if (have_cfg && run->cfg_group < 0)
         snprintf(ly->message + l, sizeof ly->message - l,
-                 "; members per step inferred from the traces (%s%s%s)",
-                 run->config ? "no \"group\" in the configuration" : "no configuration", run->cfg_note[0] ? ": " : "",
-                 run->cfg_note);
+                 "; members per step inferred from the traces (%s)",
+                 run->group_note[0] ? run->group_note
+                 : run->config     ? "no \"group\" in the configuration"
+                                   : "no configuration");
     l = strlen(op->message);
     if (run->cfg_steps < 0)
         snprintf(op->message + l, sizeof op->message - l,
-                 "; steps from the receipts and traces (%s%s%s)",
-                 run->config ? "no \"steps_requested\" in the configuration" : "no configuration",
-                 run->cfg_note[0] ? ": " : "", run->cfg_note);
+                 "; steps from the receipts and traces (%s)",
+                 run->steps_note[0] ? run->steps_note
+                 : run->config      ? "no \"steps_requested\" in the configuration"
+                                    : "no configuration");
+    else if (run->steps_note[0])
+        snprintf(op->message + l, sizeof op->message - l, "; %s", run->steps_note);
     ls_audit_rule_close(rc);
     ls_audit_rule_close(ne);
     return LS_OK;

@@ -673,9 +673,10 @@ Test(audit, prompts_per_step_groups_are_audited, .init = setup, .fini = teardown
     }
     /* a recorded B that is no count of groups is never read as the configuration's requirement: 0 is not
        used (rank.layers says the members per step were inferred from the traces, and why), text makes the
-       configuration unusable (rank.layers cannot pass); the run fails either way */
-    const char *bad_b[] = {"0", "'two'"};
-    for (int k = 0; k < 2; k++) {
+       configuration unusable (rank.layers cannot pass), and a B whose G B members exceed what is audited is
+       not used either, the note naming the product (not a missing "group"); the run fails either way */
+    const char *bad_b[] = {"0", "'two'", "1048576"};
+    for (int k = 0; k < 3; k++) {
         char name[16], cmd[2048];
         snprintf(name, sizeof name, "badB%d", k);
         copy_run(src, name, run, sizeof run);
@@ -689,6 +690,10 @@ Test(audit, prompts_per_step_groups_are_audited, .init = setup, .fini = teardown
         if (k == 0)
             cr_expect(msg && strstr(msg, "inferred from the traces") && strstr(msg, "options.prompts_per_step"),
                       "prompts_per_step 0: rank.layers: %s", msg ? msg : "(none)");
+        else if (k == 2) /* B in range, but G B members exceed what is audited: said, not "no group" */
+            cr_expect(msg && strstr(msg, "inferred from the traces") && strstr(msg, "exceeds") &&
+                          !strstr(msg, "no \"group\""),
+                      "prompts_per_step 2^20: rank.layers: %s", msg ? msg : "(none)");
         else
             cr_expect(!passes(doc, "rank.layers"), "prompts_per_step %s: rank.layers passed", bad_b[k]);
         cJSON_Delete(doc);
