@@ -698,6 +698,22 @@ Test(audit, prompts_per_step_groups_are_audited, .init = setup, .fini = teardown
             cr_expect(!passes(doc, "rank.layers"), "prompts_per_step %s: rank.layers passed", bad_b[k]);
         cJSON_Delete(doc);
     }
+    /* a recorded first_step that is not used is named where the steps are judged, though steps_requested is */
+    {
+        char cmd[2048];
+        copy_run(src, "badfirst", run, sizeof run);
+        snprintf(cmd, sizeof cmd,
+                 "python3 -c \"import json,sys\nfor p in sys.argv[1:3]:\n d=json.load(open(p));"
+                 " d['predicate']['config']['first_step']=100000\n json.dump(d,open(p,'w'))\""
+                 " '%s/rank-0000/receipt.json' '%s/manifest.json'", run, run);
+        cr_assert_eq(sh(cmd), 0, "%s", cmd);
+        audit(run, NULL, &doc);
+        cr_assert_not_null(doc);
+        const char *msg = cJSON_GetStringValue(cJSON_GetObjectItem(rule(doc, "rank.optimizer"), "message"));
+        cr_expect(msg && strstr(msg, "config \"first_step\" is not an integer"), "first_step 100000: rank.optimizer: %s",
+                  msg ? msg : "(none)");
+        cJSON_Delete(doc);
+    }
 }
 
 /* The phases a step must have follow the recorded configuration: the
