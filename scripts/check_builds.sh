@@ -55,37 +55,44 @@ reusable() {
   done
   return 0
 }
+# build_cell CC TYPE DIR LOG: configure DIR as the cell (unless it is $LS_BUILD_REUSE, already
+# configured so) and build it, recording ok / FAILED
+build_cell() {
+  local cc=$1 t=$2 dir=$3 log=$4
+  if [ "$dir" = "${LS_BUILD_REUSE:-}" ]; then
+    # the same configuration, already built by the caller: build it again (a no-op when up to
+    # date; -Werror stops it on any warning) and record the cell there
+    echo "check_builds: $cc $t -> $dir (reused: the same configuration)" >&2
+    : >"$log"
+  else
+    echo "check_builds: $cc $t -> $dir" >&2
+    cmake -S "$ROOT" -B "$dir" -DCMAKE_C_COMPILER="$cc" -DCMAKE_BUILD_TYPE="$t" -DLS_WERROR=ON >"$log" 2>&1 ||
+      { fail_cell "$cc-$t" "$log"; return; }
+  fi
+  if cmake --build "$dir" -j "$JOBS" >>"$log" 2>&1; then
+    result[$cc-$t]="ok"
+  else
+    fail_cell "$cc-$t" "$log"
+  fi
+}
+fail_cell() {
+  result[$1]="FAILED (see $2)"
+  failed=1
+  grep -m 5 -E "error|warning" "$2" >&2 || tail -n 5 "$2" >&2
+}
+
 for cc in $COMPILERS; do
   for t in $TYPES; do
     dir="$OUT/$cc-$t"
-    log="$dir.log"
     if ! command -v "$cc" >/dev/null 2>&1; then
       result[$cc-$t]="FAILED (no $cc)"
       failed=1
       continue
     fi
     if reusable "$cc" "$t"; then
-      # the same configuration, already built by the caller: build it again (a no-op when
-      # up to date; -Werror stops it on any warning) and record the cell there
-      echo "check_builds: $cc $t -> $LS_BUILD_REUSE (reused: the same configuration)" >&2
-      if cmake --build "$LS_BUILD_REUSE" -j "$JOBS" >"$log" 2>&1; then
-        result[$cc-$t]="ok"
-      else
-        result[$cc-$t]="FAILED (see $log)"
-        failed=1
-        grep -m 5 -E "error|warning" "$log" >&2 || tail -n 5 "$log" >&2
-      fi
-      continue
-    fi
-    echo "check_builds: $cc $t -> $dir" >&2
-    if cmake -S "$ROOT" -B "$dir" -DCMAKE_C_COMPILER="$cc" -DCMAKE_BUILD_TYPE="$t" \
-         -DLS_WERROR=ON >"$log" 2>&1 &&
-       cmake --build "$dir" -j "$JOBS" >>"$log" 2>&1; then
-      result[$cc-$t]="ok"
+      build_cell "$cc" "$t" "$LS_BUILD_REUSE" "$dir.log"
     else
-      result[$cc-$t]="FAILED (see $log)"
-      failed=1
-      grep -m 5 -E "error|warning" "$log" >&2 || tail -n 5 "$log" >&2
+      build_cell "$cc" "$t" "$dir" "$dir.log"
     fi
   done
 done
