@@ -26,34 +26,32 @@ mkdir -p "$OUT"
 
 declare -A result
 failed=0
+if [ -n "${LS_BUILD_REUSE:-}" ] && [ ! -f "$LS_BUILD_REUSE/CMakeCache.txt" ]; then
+  echo "check_builds: LS_BUILD_REUSE=$LS_BUILD_REUSE: no CMakeCache.txt; every cell is built anew" >&2
+  LS_BUILD_REUSE=
+fi
 
 # cache_get DIR KEY: the value of KEY in DIR/CMakeCache.txt (empty if absent)
 cache_get() {
   sed -n "s/^$2:[A-Z]*=//p" "$1/CMakeCache.txt" 2>/dev/null | head -n 1
 }
 # reusable CC TYPE: 0 when $LS_BUILD_REUSE is configured exactly as the cell
-# CC x TYPE would be; else 1, the reason on stderr
+# CC x TYPE would be; else 1 (the reason on stderr when it is this cell's
+# compiler and type but another setting differs)
 reusable() {
-  local dir=${LS_BUILD_REUSE:-} want have k v
+  local dir=${LS_BUILD_REUSE:-} kv want have
   [ -n "$dir" ] || return 1
-  if [ ! -f "$dir/CMakeCache.txt" ]; then
-    echo "check_builds: LS_BUILD_REUSE=$dir: no CMakeCache.txt; every cell is built anew" >&2
-    return 1
-  fi
   want=$(readlink -f "$(command -v "$1")")
-  have=$(readlink -f "$(cache_get "$dir" CMAKE_C_COMPILER)")
-  # another cell's directory: silently not this one
-  [ "$want" = "$have" ] && [ "$2" = "$(cache_get "$dir" CMAKE_BUILD_TYPE)" ] || return 1
-  for k in "LS_WERROR ON $(cache_get "$dir" LS_WERROR)" "LS_SANITIZE OFF $(cache_get "$dir" LS_SANITIZE)" \
-           "LS_FUZZ OFF $(cache_get "$dir" LS_FUZZ)" "CMAKE_C_FLAGS - $(cache_get "$dir" CMAKE_C_FLAGS)-"; do
-    set -- $k
-    v=${3:-}
-    if [ "$2" != "$v" ]; then
-      echo "check_builds: LS_BUILD_REUSE=$dir: $1 is '$v', not '$2'; the cell is built anew" >&2
+  [ -n "$want" ] && [ "$want" = "$(readlink -f "$(cache_get "$dir" CMAKE_C_COMPILER)")" ] &&
+    [ "$2" = "$(cache_get "$dir" CMAKE_BUILD_TYPE)" ] || return 1
+  for kv in LS_WERROR=ON LS_SANITIZE=OFF LS_FUZZ=OFF CMAKE_C_FLAGS=; do
+    want=${kv#*=}
+    have=$(cache_get "$dir" "${kv%%=*}")
+    if [ "$have" != "$want" ]; then
+      echo "check_builds: LS_BUILD_REUSE=$dir: ${kv%%=*} is '$have', not '$want'; the cell is built anew" >&2
       return 1
     fi
   done
-  return 0
 }
 # build_cell CC TYPE DIR LOG: configure DIR as the cell (unless it is $LS_BUILD_REUSE, already
 # configured so) and build it, recording ok / FAILED
@@ -62,8 +60,7 @@ build_cell() {
   if [ "$dir" = "${LS_BUILD_REUSE:-}" ]; then
     # the same configuration, already built by the caller: build it again (a no-op when up to
     # date; -Werror stops it on any warning) and record the cell there
-    echo "check_builds: $cc $t -> $dir (reused: the same configuration)" >&2
-    : >"$log"
+    echo "check_builds: $cc $t -> $dir (reused: the same configuration)" | tee "$log" >&2
   else
     echo "check_builds: $cc $t -> $dir" >&2
     cmake -S "$ROOT" -B "$dir" -DCMAKE_C_COMPILER="$cc" -DCMAKE_BUILD_TYPE="$t" -DLS_WERROR=ON >"$log" 2>&1 ||
