@@ -32,9 +32,9 @@ typedef struct {
     ls_cp_remote remote;    /* the prompt's ring: fwd partials, bwd reverse ring */
     ls_real *rem_o, *rem_lse; /* the current attention layer's remote partial (the shard's rows) */
     ls_cp_hooks cap_hooks, bwd_hooks;
-    ls_state start;        /* the last capture's shard start state (GDN states received) */
-    ls_state dstart;       /* prompt backward: the gradient of start's GDN states */
-    ls_state *cap_out;     /* the capture being run: its state_out */
+    unsigned char *gdn;    /* [n_layers]: 1 for a GDN layer (a chain), 0 for attention */
+    ls_state dstart;       /* prompt backward: the gradient of the start state's GDN states */
+    ls_state *cap_out;     /* the capture being run: its state_out (its cp_start receives rank r-1's states) */
     ls_state *bwd_dstate;  /* the prompt backward being run: its state gradient */
     int64_t pages_moved;    /* diagnostics */
 } hcp;
@@ -219,12 +219,12 @@ static ls_status chain(hcp *c, int layer, const ls_layer_state *s_from, int to, 
 }
 
 /* GDN layers carry a tail and a state; attention layers pass no chain. */
-static int is_gdn(const hcp *c, int l) { return c->start.ly[l].fixed0 != NULL; }
+static int is_gdn(const hcp *c, int l) { return c->gdn[l]; }
 
 static ls_status cap_pre(void *user, int l) { /* the state from rank r-1 */
     hcp *c = user;
     if (!is_gdn(c, l)) return LS_OK;
-    return chain(c, l, NULL, -1, &c->start.ly[l], c->rank > 0 ? c->rank - 1 : -1, "state_handoff");
+    return chain(c, l, NULL, -1, &c->cap_out->cp_start->ly[l], c->rank > 0 ? c->rank - 1 : -1, "state_handoff");
 }
 
 static ls_status cap_post(void *user, int l) { /* this shard's end state to rank r+1 */
@@ -249,8 +249,11 @@ static ls_status bwd_post(void *user, int l) { /* the gradient of its start stat
 ls_status LS_K(ls_hybrid_cp_init)(ls_cp *base, const ls_params *p) {
     hcp *c = ls_mem_alloc(LS_MEM_SCRATCH, sizeof *c); /* metadata */
     if (!c) return LS_ERR_NOMEM;
+    memset(c, 0, sizeof *c);
     base->fam_ctx = c;
     const ls_model_config *m = &p->cfg;
+    if (!(c->gdn = ls_mem_alloc(LS_MEM_SCRATCH, (size_t)(m->n_layers > 0 ? m->n_layers : 1)))) return LS_ERR_NOMEM;
+    for (int l = 0; l < m->n_layers; l++) c->gdn[l] = !ls_hybrid_layers(p)[l].is_attn;
     c->g = base->g;
     c->rank = base->rank;
     c->world = base->world;
@@ -281,8 +284,8 @@ void LS_K(ls_hybrid_cp_free)(ls_cp *base) {
     ls_mem_free(c->rem_o);
     ls_mem_free(c->rem_lse);
     c->rem_o = c->rem_lse = NULL;
-    LS_K(ls_hybrid_state_free)(&c->start);
     LS_K(ls_hybrid_state_free)(&c->dstart);
+    ls_mem_free(c->gdn);
     ls_mem_free(c);
     base->fam_ctx = NULL;
 }
@@ -294,15 +297,22 @@ ls_status LS_K(ls_hybrid_cp_capture)(ls_cp *base, const ls_params *q, const int3
     hcp *c = base->fam_ctx;
     int L = q->cfg.n_layers;
     int local = c->faults.local_attention;
-    LS_K(ls_hybrid_state_free)(&c->start); /* the start of the last capture only (the prompt backward's) */
-    ls_status st = LS_K(ls_hybrid_state_init)(&c->start, q, page_size, LS_MEM_CHECKPOINT);
-    if (st == LS_OK) st = LS_K(ls_hybrid_state_init)(ps, q, page_size, cat);
-    if (st != LS_OK) {
-        LS_K(ls_hybrid_state_free)(&c->start);
+    /* the shard's start state belongs to the state captured (ps->cp_start), not to the context: a second
+       capture (the reference's, kept beside the policy's) must not replace the one the prompt backward of
+       the first differentiates */
+    ls_status st = LS_K(ls_hybrid_state_init)(ps, q, page_size, cat);
+    if (st != LS_OK) return st;
+    if (!(ps->cp_start = ls_mem_alloc(LS_MEM_SCRATCH, sizeof *ps->cp_start))) { /* metadata */
+        LS_K(ls_hybrid_state_free)(ps);
+        return LS_ERR_NOMEM;
+    }
+    if ((st = LS_K(ls_hybrid_state_init)(ps->cp_start, q, page_size, LS_MEM_CHECKPOINT)) != LS_OK) {
+        LS_K(ls_hybrid_state_free)(ps);
         return st;
     }
     c->cap_out = ps;
-    st = LS_K(ls_shard_forward)(q, prompt + c->s0, (size_t)(c->s1 - c->s0), c->s0, chunk, &c->start, ps, checkpoints,
+    st = LS_K(ls_shard_forward)(q, prompt + c->s0, (size_t)(c->s1 - c->s0), c->s0, chunk, ps->cp_start, ps,
+                                checkpoints,
                                 local ? NULL : &c->remote, &c->cap_hooks, hook, hook_user);
     /* every rank reads the global final GDN state: rank N-1's */
     ls_real *buf = ls_mem_alloc(LS_MEM_COMM, R(c->gdn_n));
@@ -327,12 +337,13 @@ ls_status LS_K(ls_hybrid_cp_prompt_backward)(ls_cp *base, const ls_params *p, co
                                              ls_real *const *checkpoints, const ls_state *ps, ls_state *dps,
                                              ls_layer_hook hook, void *hook_user) {
     hcp *c = base->fam_ctx;
+    if (!ps->cp_start) return LS_ERR_INTERNAL; /* not a state this context's capture wrote */
     LS_K(ls_hybrid_state_free)(&c->dstart);
-    ls_status st = LS_K(ls_hybrid_state_grad_like)(&c->dstart, &c->start, LS_MEM_PROMPT_GRAD);
+    ls_status st = LS_K(ls_hybrid_state_grad_like)(&c->dstart, ps->cp_start, LS_MEM_PROMPT_GRAD);
     if (st != LS_OK) return st;
     c->bwd_dstate = dps;
     int remote = !c->faults.local_attention; /* rank 0 still sends its keys around the reverse ring */
-    ls_prompt_cp pc = {.pos0 = c->s0, .start = &c->start, .dstart = &c->dstart, .hooks = &c->bwd_hooks,
+    ls_prompt_cp pc = {.pos0 = c->s0, .start = ps->cp_start, .dstart = &c->dstart, .hooks = &c->bwd_hooks,
                        .remote = remote ? &c->remote : NULL};
     st = LS_K(ls_prompt_backward)(p, prompt + c->s0, (size_t)(c->s1 - c->s0), chunk, checkpoints, ps, dps,
                                   LS_MEM_SCRATCH, hook, hook_user, &pc);

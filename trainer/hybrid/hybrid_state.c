@@ -71,7 +71,13 @@ ls_status LS_K(ls_hybrid_state_grad_like)(ls_state *dst, const ls_state *src, ls
 }
 
 void LS_K(ls_hybrid_state_free)(ls_state *s) {
-    if (!s || !s->ly) return;
+    if (!s) return;
+    if (s->cp_start) {
+        LS_K(ls_hybrid_state_free)(s->cp_start);
+        ls_mem_free(s->cp_start);
+        s->cp_start = NULL;
+    }
+    if (!s->ly) return;
     for (int l = 0; l < s->n_layers; l++) {
         ls_layer_state *ly = &s->ly[l];
         for (size_t i = s->n_borrowed < ly->n_pages ? s->n_borrowed : ly->n_pages; i < ly->n_pages; i++) {

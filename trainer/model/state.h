@@ -66,6 +66,11 @@ typedef struct ls_state_s {
     size_t page_size;
     size_t n_borrowed;
     ls_mem_cat cat;
+    /* CP: the state this rank's shard of the prompt began from (hybrid: the GDN states received from rank
+     * r-1), owned and freed with this state; NULL: none (one rank, a family with no chain, a fork or a
+     * gradient).  It belongs to the capture that wrote this state: a later capture (the reference's beside
+     * the policy's) has its own, so the prompt backward differentiates the capture it is given. */
+    struct ls_state_s *cp_start;
 } ls_state;
 
 /* Appends layer l's pages for T new positions from pos0 (page_size rows a
