@@ -125,7 +125,7 @@ Test(profile, the_profiles_hold_longstraw_trains_faults) {
     char err[512];
     static const struct { const char *name; int level; } known[] = {
         {"untracked-alloc", 1}, {"kill-rank", 1}, {"cp-local-attention", 2}, {"cp-local-dsa", 2},
-        {"skip-dkv-reduce", 3}, {"skip-grad-finalize", 3}, {"nan-grad", 3}};
+        {"skip-dkv-reduce", 3}, {"skip-grad-finalize", 3}, {"nan-grad", 3}, {"cp-stale-start", 3}};
     const char *names[] = {"hybrid", "mla"};
     for (int i = 0; i < 2; i++) {
         cr_assert_eq(ls_audit_profile_load(PROFILES, names[i], &p, err, sizeof err), LS_OK, "%s", err);

@@ -14,3 +14,15 @@ if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
     LS_MPIRUN_FLAGS="${LS_MPIRUN_FLAGS_STR}" LS_LSAN_SUPP="${CMAKE_CURRENT_SOURCE_DIR}/comm_lsan.supp")
   add_dependencies(test_mla_cp_cli longstraw-train longstraw-audit)
 endif()
+
+# CP-2 against one rank on the trainer's own paths (tests/cp_paths.sh): sampled responses, the reference kept
+# or recaptured, two prompt groups a step, detached; uneven shards cutting pages and chunks; 4 steps' checkpoints;
+# the negative control --fault cp-stale-start (hybrid) must be seen.  Both families.
+if(MPIEXEC_EXECUTABLE)
+  foreach(fam hybrid mla)
+    add_test(NAME cp_paths_${fam}
+             COMMAND ${CMAKE_COMMAND} -E env "MPIEXEC=${MPIEXEC_EXECUTABLE}" "MPIRUN_FLAGS=${LS_MPIRUN_FLAGS_STR}"
+                     ${CMAKE_SOURCE_DIR}/tests/cp_paths.sh ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR}/configs/${fam}-tiny.json)
+    set_tests_properties(cp_paths_${fam} PROPERTIES TIMEOUT 300 ENVIRONMENT "${LS_MPI_TEST_ENV}")
+  endforeach()
+endif()

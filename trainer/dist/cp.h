@@ -50,7 +50,11 @@
  * [grad_finalize]; local_attention removes every cross-rank attention term
  * (no ring, no composition: each rank attends only to its own keys);
  * local_dsa (mla only) keeps the composition but selects each rank's DSA
- * top-k from its own keys (mla_cp_attn.h). */
+ * top-k from its own keys (mla_cp_attn.h); stale_start (hybrid only, a
+ * test-only fault) re-introduces a bug this trainer had: the prompt
+ * backward starts its shard from the GDN states the context's last capture
+ * received, the reference's when it was kept beside the policy's, instead
+ * of its own state's (ls_state.cp_start). */
 #ifndef LS_TRAINER_CP_H
 #define LS_TRAINER_CP_H
 #include "trainer/dist/comm.h"
@@ -66,6 +70,7 @@ static inline void ls_cp_shard(int64_t T, int N, int r, int64_t *s0, int64_t *s1
 typedef struct {
     int skip_dkv_reduce, skip_grad_finalize, local_attention;
     int local_dsa; /* mla: each rank selects its DSA top-k from its own keys (no gather, no dsa_ring) */
+    int stale_start; /* hybrid (test only): the prompt backward starts from the last capture's shard start */
 } ls_cp_faults;
 
 typedef struct ls_cp_s {

@@ -34,6 +34,7 @@ typedef struct {
     ls_cp_hooks cap_hooks, bwd_hooks;
     unsigned char *gdn;    /* [n_layers]: 1 for a GDN layer (a chain), 0 for attention */
     ls_state dstart;       /* prompt backward: the gradient of the start state's GDN states */
+    ls_state stale;        /* fault stale_start only: a copy of the last capture's start state */
     ls_state *cap_out;     /* the capture being run: its state_out (its cp_start receives rank r-1's states) */
     ls_state *bwd_dstate;  /* the prompt backward being run: its state gradient */
     int64_t pages_moved;    /* diagnostics */
@@ -285,6 +286,7 @@ void LS_K(ls_hybrid_cp_free)(ls_cp *base) {
     ls_mem_free(c->rem_lse);
     c->rem_o = c->rem_lse = NULL;
     LS_K(ls_hybrid_state_free)(&c->dstart);
+    LS_K(ls_hybrid_state_free)(&c->stale);
     ls_mem_free(c->gdn);
     ls_mem_free(c);
     base->fam_ctx = NULL;
@@ -329,6 +331,10 @@ ls_status LS_K(ls_hybrid_cp_capture)(ls_cp *base, const ls_params *q, const int3
     ls_mem_free(buf);
     c->cap_out = NULL;
     ps->n_pos = c->T; /* responses start after the whole prompt */
+    if (st == LS_OK && c->faults.stale_start) { /* the bug as it was: the context keeps the last capture's */
+        LS_K(ls_hybrid_state_free)(&c->stale);
+        st = LS_K(ls_hybrid_state_fork)(&c->stale, ps->cp_start, LS_MEM_CHECKPOINT);
+    }
     if (st != LS_OK) LS_K(ls_hybrid_state_free)(ps);
     return st;
 }
@@ -337,13 +343,14 @@ ls_status LS_K(ls_hybrid_cp_prompt_backward)(ls_cp *base, const ls_params *p, co
                                              ls_real *const *checkpoints, const ls_state *ps, ls_state *dps,
                                              ls_layer_hook hook, void *hook_user) {
     hcp *c = base->fam_ctx;
-    if (!ps->cp_start) return LS_ERR_INTERNAL; /* not a state this context's capture wrote */
+    const ls_state *start = c->faults.stale_start && c->stale.ly ? &c->stale : ps->cp_start;
+    if (!start) return LS_ERR_INTERNAL; /* not a state this context's capture wrote */
     LS_K(ls_hybrid_state_free)(&c->dstart);
-    ls_status st = LS_K(ls_hybrid_state_grad_like)(&c->dstart, ps->cp_start, LS_MEM_PROMPT_GRAD);
+    ls_status st = LS_K(ls_hybrid_state_grad_like)(&c->dstart, start, LS_MEM_PROMPT_GRAD);
     if (st != LS_OK) return st;
     c->bwd_dstate = dps;
     int remote = !c->faults.local_attention; /* rank 0 still sends its keys around the reverse ring */
-    ls_prompt_cp pc = {.pos0 = c->s0, .start = ps->cp_start, .dstart = &c->dstart, .hooks = &c->bwd_hooks,
+    ls_prompt_cp pc = {.pos0 = c->s0, .start = start, .dstart = &c->dstart, .hooks = &c->bwd_hooks,
                        .remote = remote ? &c->remote : NULL};
     st = LS_K(ls_prompt_backward)(p, prompt + c->s0, (size_t)(c->s1 - c->s0), chunk, checkpoints, ps, dps,
                                   LS_MEM_SCRATCH, hook, hook_user, &pc);

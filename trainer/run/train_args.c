@@ -177,6 +177,11 @@ static const opt OPTS[] = {
      0, step.cp_faults.local_attention)},
     {.rec = "config.faults", ROW(OPT_FAULT, "--fault", "cp-local-dsa", "CP (mla): each rank selects its DSA top-k from its own keys only",
      NULL, 0, step.cp_faults.local_dsa)},
+    {.rec = "config.faults", ROW(OPT_FAULT, "--fault", "cp-stale-start",
+     "CP (hybrid, test only): the prompt backward starts its shard from\n"
+     "the last capture's received GDN states (a bug this trainer had:\n"
+     "with the reference kept, the reference's), not its own state's",
+     NULL, 0, step.cp_faults.stale_start)},
     {.rec = "config.faults", ROW(OPT_KILL, "--fault", "kill-rank=R[@PHASE[:L]]",
      "rank R kills itself (SIGKILL) as PHASE begins (default\n"
      "replay; capture, rollout, score, replay, prompt_bwd, finalize,\n"
