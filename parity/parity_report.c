@@ -37,6 +37,7 @@ struct ls_parity_report {
     bool model_v2;             /* its runs' configurations are v2 (docs/contract.md §2: config.model) */
     char model_from[LS_PARITY_PATH];
     cJSON *train_modes, *objectives, *grad_modes, *strategies, *dtypes, *worlds;
+    cJSON *paths; /* coverage.paths: the union of the runs' recorded paths (ls_coverage_paths_add) */
     /* an adapter's report (ls_parity_report_adapter): its controls and the level of the check each breaks */
     bool adapter;
     char actl[LS_PARITY_ADAPTER_CONTROLS + 1][72];
@@ -134,8 +135,10 @@ ls_status ls_parity_report_new(const ls_parity_opts *o, ls_parity_report **out) 
     r->strategies = cJSON_CreateArray();
     r->dtypes = cJSON_CreateArray();
     r->worlds = cJSON_CreateArray();
+    r->paths = cJSON_CreateObject();
     *out = r;
-    if (!r->train_modes || !r->objectives || !r->grad_modes || !r->strategies || !r->dtypes || !r->worlds) {
+    if (!r->train_modes || !r->objectives || !r->grad_modes || !r->strategies || !r->dtypes || !r->worlds ||
+        !r->paths) {
         ls_parity_report_free(r);
         *out = NULL;
         return LS_ERR_NOMEM;
@@ -152,6 +155,7 @@ void ls_parity_report_free(ls_parity_report *r) {
     cJSON_Delete(r->strategies);
     cJSON_Delete(r->dtypes);
     cJSON_Delete(r->worlds);
+    cJSON_Delete(r->paths);
     cJSON_Delete(r->doc);
     free(r);
 }
@@ -208,6 +212,7 @@ static ls_status add_coverage(ls_parity_report *r, const char *run_dir, char *er
             s = ls_coverage_set_add(sets[i], v);
         }
     }
+    if (s == LS_OK && ls_coverage_paths_add(r->paths, cfg, err, errlen) != LS_OK) s = LS_ERR_FORMAT;
     if (s == LS_ERR_FORMAT && err[0] && strncmp(err, path, strlen(path)) != 0 && strstr(err, run_dir) == NULL) {
         char why[512];
         snprintf(why, sizeof why, "%s", err);
@@ -521,10 +526,11 @@ ls_status ls_parity_report_finish(ls_parity_report *r, const char *path, bool pr
     cJSON_AddItemToObject(cov, "strategies", r->strategies);
     cJSON_AddItemToObject(cov, "dtypes", r->dtypes);
     cJSON_AddItemToObject(cov, "worlds", r->worlds);
+    cJSON_AddItemToObject(cov, "paths", r->paths);
     cJSON_AddStringToObject(cov, "build_digest", r->build);
     cJSON_AddStringToObject(cov, "reducible", "prompt, group and response lengths, page and capture-chunk sizes, "
                                               "steps, seed, optimizer settings, LoRA initialisation, sampling");
-    r->model = r->train_modes = r->objectives = r->grad_modes = r->strategies = r->dtypes = r->worlds = NULL;
+    r->model = r->train_modes = r->objectives = r->grad_modes = r->strategies = r->dtypes = r->worlds = r->paths = NULL;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ls_json_add_u64(r->doc, "created_unix_ns", (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec);

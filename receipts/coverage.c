@@ -22,6 +22,83 @@ const char *const LS_COVERAGE_MODEL_KEYS[] = {
     "first_dense", "heads", "q_rank", "kv_rank", "d_nope", "d_rope", "d_v", "index_heads", "index_dim",
     "index_topk", "n_experts", "n_group", "topk_group", "experts_per_token", "expert_dim", "routed_scale", NULL};
 
+#define V(...) (const char *const[]){__VA_ARGS__, NULL}
+const ls_coverage_path_decision LS_COVERAGE_PATHS[] = {
+    {"responses", V("sampled", "given", "target"), "sampled by the trainer's rollout, given by the input, or SFT targets"},
+    {"old_logprobs", V("computed", "given", "none"), "the old policy's log-probs scored by the trainer or given"},
+    {"reference", V("none", "before", "kept", "recaptured", "prefix", "naive", "given"),
+     "the reference policy's prompt state: captured before the policy's, kept beside it, recaptured after it was freed, "
+     "a frozen prefix's, the naive full sequence, or log-probs given"},
+    {"prompt_groups", V("one", "several"), "one prompt group a step, or several accumulated into one update"},
+    {"prefix", V("fresh", "frozen"), "a prompt state captured this step, or a frozen prefix's"},
+    {"start", V("fresh", "resumed"), "a fresh start, or resumed from a checkpoint"},
+    {"shards", V("one", "even", "uneven"), "the CP shards of the captured positions"},
+    {"pages", V("aligned", "cut"), "whether a shard boundary cuts the KV page grid"},
+    {"chunks", V("aligned", "cut"), "whether a shard boundary cuts the capture-chunk grid"},
+    {"task", V("retrieval", "recall", "none"), "the built-in task that sampled and rewarded the responses (none: an input)"},
+    {NULL, NULL, NULL}};
+#undef V
+
+static const ls_coverage_path_decision *path_decision(const char *key) {
+    for (size_t i = 0; LS_COVERAGE_PATHS[i].key != NULL; i++)
+        if (strcmp(LS_COVERAGE_PATHS[i].key, key) == 0) return &LS_COVERAGE_PATHS[i];
+    return NULL;
+}
+
+static bool path_value_known(const ls_coverage_path_decision *d, const char *v) {
+    for (size_t i = 0; d->values[i] != NULL; i++)
+        if (strcmp(d->values[i], v) == 0) return true;
+    return false;
+}
+
+/* The array of strings at paths[key], its values in order (a sorted insert). */
+static ls_status paths_insert(cJSON *paths, const char *key, const char *value) {
+    cJSON *a = cJSON_GetObjectItemCaseSensitive(paths, key);
+    if (a == NULL && (a = cJSON_AddArrayToObject(paths, key)) == NULL) return LS_ERR_NOMEM;
+    if (!cJSON_IsArray(a)) return LS_ERR_ARG;
+    int i = 0;
+    cJSON *x;
+    cJSON_ArrayForEach(x, a) {
+        if (!cJSON_IsString(x)) return LS_ERR_ARG;
+        int c = strcmp(x->valuestring, value);
+        if (c == 0) return LS_OK;
+        if (c > 0) break;
+        i++;
+    }
+    cJSON *n = cJSON_CreateString(value);
+    if (n == NULL || !cJSON_InsertItemInArray(a, i, n)) {
+        cJSON_Delete(n);
+        return LS_ERR_NOMEM;
+    }
+    return LS_OK;
+}
+
+ls_status ls_coverage_paths_add(cJSON *cov_paths, const cJSON *config, char *err, size_t errlen) {
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(config, "paths"), *k, *v;
+    if (!cJSON_IsObject(cov_paths) || !cJSON_IsObject(p)) {
+        snprintf(err, errlen, "the configuration records no \"paths\" object (the run's path)");
+        return LS_ERR_ARG;
+    }
+    cJSON_ArrayForEach(k, p) {
+        if (!cJSON_IsArray(k) || cJSON_GetArraySize(k) == 0) {
+            snprintf(err, errlen, "the configuration's paths.%.60s is not a non-empty array", k->string);
+            return LS_ERR_ARG;
+        }
+        cJSON_ArrayForEach(v, k) {
+            if (!cJSON_IsString(v)) {
+                snprintf(err, errlen, "the configuration's paths.%.60s holds a value that is not a string", k->string);
+                return LS_ERR_ARG;
+            }
+            ls_status st = paths_insert(cov_paths, k->string, v->valuestring);
+            if (st != LS_OK) {
+                snprintf(err, errlen, "paths.%.60s: %s", k->string, st == LS_ERR_NOMEM ? "out of memory" : "not an array");
+                return st;
+            }
+        }
+    }
+    return LS_OK;
+}
+
 bool ls_coverage_config_is_v2(const cJSON *config) {
     return cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(config, "model"));
 }
@@ -190,6 +267,48 @@ static void check_model_v2(sink *s, const cJSON *run_model, const cJSON *model, 
     }
 }
 
+/* The run's path: every decision known, recorded, and each value among the report's. */
+static void check_paths(sink *s, const cJSON *coverage, const cJSON *config) {
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(config, "paths");
+    const cJSON *cp = cJSON_GetObjectItemCaseSensitive(coverage, "paths"), *k, *v;
+    char b[160];
+    if (!cJSON_IsObject(rp)) {
+        out(s, "paths", "the run does not record its path (\"paths\": which code its steps took), so no report covers it");
+        return;
+    }
+    if (!cJSON_IsObject(cp)) {
+        out(s, "paths", "the report's coverage states no \"paths\" (made before paths were recorded): it covers no path");
+        return;
+    }
+    for (size_t i = 0; LS_COVERAGE_PATHS[i].key != NULL; i++)
+        if (cJSON_GetObjectItemCaseSensitive(rp, LS_COVERAGE_PATHS[i].key) == NULL)
+            out(s, LS_COVERAGE_PATHS[i].key, "the run does not record its \"%s\" (%s)", LS_COVERAGE_PATHS[i].key,
+                LS_COVERAGE_PATHS[i].what);
+    cJSON_ArrayForEach(k, rp) {
+        const ls_coverage_path_decision *d = path_decision(k->string);
+        if (d == NULL) {
+            out(s, k->string, "the run records a decision \"%.60s\" the audit does not know: outside every coverage",
+                k->string);
+            continue;
+        }
+        const cJSON *have = cJSON_GetObjectItemCaseSensitive(cp, k->string);
+        ls_json_brief(have, 120, b, sizeof b);
+        if (!cJSON_IsArray(k) || cJSON_GetArraySize(k) == 0) {
+            out(s, k->string, "the run's paths.%s is not a non-empty array", k->string);
+            continue;
+        }
+        cJSON_ArrayForEach(v, k) {
+            if (!cJSON_IsString(v)) out(s, k->string, "the run's paths.%s holds a value that is not a string", k->string);
+            else if (!path_value_known(d, v->valuestring))
+                out(s, k->string, "the run's %s \"%.60s\" is a value the audit does not know: outside every coverage",
+                    k->string, v->valuestring);
+            else if (!cJSON_IsArray(have) || !in_set(have, v))
+                out(s, k->string, "the run's %s \"%s\" (%s) was never exercised by the report's runs (%s %s)", k->string,
+                    v->valuestring, d->what, k->string, have ? b : "none");
+        }
+    }
+}
+
 size_t ls_coverage_check(const cJSON *coverage, const cJSON *config, unsigned world,
                          void (*outside)(void *user, const char *field, const char *detail), void *user) {
     sink s = {.outside = outside, .user = user};
@@ -254,6 +373,7 @@ size_t ls_coverage_check(const cJSON *coverage, const cJSON *config, unsigned wo
     check_member(&s, coverage, "grad_modes", config, "grad_mode");
     check_member(&s, coverage, "strategies", config, "strategy");
     check_member(&s, coverage, "dtypes", config, "dtype");
+    check_paths(&s, coverage, config);
     /* the CP size */
     const cJSON *worlds = cJSON_GetObjectItemCaseSensitive(coverage, "worlds"), *w;
     const cJSON *wlist = cJSON_IsArray(worlds) ? worlds : NULL;

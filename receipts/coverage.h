@@ -13,9 +13,13 @@
  *    beta, temperature; sft: temperature; the KL estimator is docs/model.md's);
  *    the gradient mode; the strategy; the dtype; the CP size (a world the
  *    report ran);
+ *    the run's path (config "paths": LS_COVERAGE_PATHS below; every value
+ *    the run took must be one the report's runs took);
  *  - may be reduced by parity: prompt, group and response lengths, page
  *    and capture-chunk sizes, steps, seed, learning rate and the other
- *    optimizer settings, LoRA initialisation, sampling (top_p).
+ *    optimizer settings, LoRA initialisation, sampling (top_p): parity
+ *    keeps the code path of each (the path's shard, page and chunk classes
+ *    are bound above; lengths select no code beyond them).
  * v2 configurations (docs/contract.md §2: written by any trainer, the
  * model a free object under "model") are read the same way, except the
  * model: it is the config's "model" object (any keys), compared key by key
@@ -72,6 +76,27 @@ cJSON *ls_coverage_objectives(const cJSON *config, char *err, size_t errlen);
 /* Adds a copy of item (borrowed) to the array set unless an equal item is
  * in it.  LS_OK or LS_ERR_NOMEM. */
 ls_status ls_coverage_set_add(cJSON *set, const cJSON *item);
+
+/* The run's path (docs/evidence.md, "The run's path"): every decision a
+ * trainer records in its configuration's "paths" object ({decision: [the
+ * values its steps took]}) that selects code, with every value the audit
+ * knows.  None of them is reducible: a level binds a run only where each of
+ * its values lies in the report's coverage.paths, and a decision or value
+ * not in this table is outside every coverage (deny by default: an option
+ * added later, without parity exercising it, cannot be certified).
+ * NULL-terminated; each entry's values NULL-terminated. */
+typedef struct {
+    const char *key;
+    const char *const *values;
+    const char *what; /* one line: the code the decision selects */
+} ls_coverage_path_decision;
+extern const ls_coverage_path_decision LS_COVERAGE_PATHS[];
+
+/* Adds the values of config's "paths" (a run's recorded path) to the
+ * object cov_paths (coverage.paths: {decision: [values]}, sorted, each
+ * value once).  LS_ERR_ARG (err says what) when config has no "paths"
+ * object or one of another shape; LS_ERR_NOMEM. */
+ls_status ls_coverage_paths_add(cJSON *cov_paths, const cJSON *config, char *err, size_t errlen);
 
 /* Checks a run's configuration (and its world) against a report's
  * coverage object; calls outside(user, field, detail) for every dimension

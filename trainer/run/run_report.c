@@ -57,6 +57,60 @@ static cJSON *options_json(const ls_train_args *a) {
     return j;
 }
 
+unsigned ls_run_path_shards(int64_t T, int world, size_t page_size, size_t chunk) {
+    if (world < 2) return LS_RUN_PATH_SHARDS_ONE | LS_RUN_PATH_PAGES_ALIGNED | LS_RUN_PATH_CHUNKS_ALIGNED;
+    unsigned m = T % world ? LS_RUN_PATH_SHARDS_UNEVEN : LS_RUN_PATH_SHARDS_EVEN;
+    int page_cut = 0, chunk_cut = 0;
+    for (int r = 1; r < world; r++) { /* rank r's first position (trainer/dist/cp.h's rule) */
+        int64_t s0 = (T / world) * r + ((T % world) * r) / world;
+        page_cut |= page_size && s0 % (int64_t)page_size != 0;
+        chunk_cut |= chunk && s0 % (int64_t)chunk != 0;
+    }
+    return m | (page_cut ? LS_RUN_PATH_PAGES_CUT : LS_RUN_PATH_PAGES_ALIGNED) |
+           (chunk_cut ? LS_RUN_PATH_CHUNKS_CUT : LS_RUN_PATH_CHUNKS_ALIGNED);
+}
+
+/* The config's "paths": each decision and the sorted values the run's steps took (none before a step). */
+static cJSON *paths_json(const ls_train_args *a, const ls_run_inputs *in) {
+    static const struct { const char *key, *value; unsigned bit; int run; } T[] = {
+        {"chunks", "aligned", LS_RUN_PATH_CHUNKS_ALIGNED, 1}, {"chunks", "cut", LS_RUN_PATH_CHUNKS_CUT, 1},
+        {"old_logprobs", "computed", LS_STEP_PATH_OLD_COMPUTED, 0}, {"old_logprobs", "given", LS_STEP_PATH_OLD_GIVEN, 0},
+        {"old_logprobs", "none", LS_STEP_PATH_OLD_NONE, 0},
+        {"pages", "aligned", LS_RUN_PATH_PAGES_ALIGNED, 1}, {"pages", "cut", LS_RUN_PATH_PAGES_CUT, 1},
+        {"prefix", "fresh", LS_RUN_PATH_PREFIX_FRESH, 1}, {"prefix", "frozen", LS_RUN_PATH_PREFIX_FROZEN, 1},
+        {"prompt_groups", "one", LS_RUN_PATH_GROUPS_ONE, 1}, {"prompt_groups", "several", LS_RUN_PATH_GROUPS_SEVERAL, 1},
+        {"reference", "before", LS_STEP_PATH_REF_BEFORE, 0}, {"reference", "given", LS_STEP_PATH_REF_GIVEN, 0},
+        {"reference", "kept", LS_STEP_PATH_REF_KEPT, 0}, {"reference", "naive", LS_STEP_PATH_REF_NAIVE, 0},
+        {"reference", "none", LS_STEP_PATH_REF_NONE, 0}, {"reference", "prefix", LS_STEP_PATH_REF_PREFIX, 0},
+        {"reference", "recaptured", LS_STEP_PATH_REF_RECAPTURED, 0},
+        {"responses", "given", LS_STEP_PATH_RESP_GIVEN, 0}, {"responses", "sampled", LS_STEP_PATH_RESP_SAMPLED, 0},
+        {"responses", "target", LS_STEP_PATH_RESP_TARGET, 0},
+        {"shards", "even", LS_RUN_PATH_SHARDS_EVEN, 1}, {"shards", "one", LS_RUN_PATH_SHARDS_ONE, 1},
+        {"shards", "uneven", LS_RUN_PATH_SHARDS_UNEVEN, 1},
+        {"start", "fresh", LS_RUN_PATH_START_FRESH, 1}, {"start", "resumed", LS_RUN_PATH_START_RESUMED, 1}};
+    cJSON *j = cJSON_CreateObject(), *arr = NULL;
+    const char *cur = "";
+    int ok = j != NULL;
+    for (size_t i = 0; ok && i < sizeof T / sizeof T[0]; i++) {
+        if (!((T[i].run ? in->run_paths : in->step_paths) & T[i].bit)) continue;
+        if (strcmp(cur, T[i].key) != 0) {
+            ok = (arr = cJSON_AddArrayToObject(j, T[i].key)) != NULL;
+            cur = T[i].key;
+        }
+        ok = ok && cJSON_AddItemToArray(arr, cJSON_CreateString(T[i].value));
+    }
+    /* the task that sampled and rewarded the responses (none: a rollouts input) */
+    cJSON *t = ok && in->step_paths ? cJSON_AddArrayToObject(j, "task") : NULL;
+    if (in->step_paths)
+        ok = ok && t && cJSON_AddItemToArray(t, cJSON_CreateString(a->rollouts ? "none"
+                                                                   : ls_task_kind_name((ls_task_kind)a->task)));
+    if (!ok) {
+        cJSON_Delete(j);
+        return NULL;
+    }
+    return j;
+}
+
 /* The config's "inputs": the digest of each input the run used. */
 static cJSON *inputs_json(const ls_run_inputs *in) {
     cJSON *j = cJSON_CreateObject();
@@ -112,6 +166,12 @@ cJSON *ls_run_config_json(const ls_train_args *a, uint32_t world, int64_t first_
     cJSON *ins = in ? inputs_json(in) : NULL;
     if (in && (!ins || !cJSON_AddItemToObject(c, "inputs", ins))) {
         cJSON_Delete(ins);
+        cJSON_Delete(c);
+        return NULL;
+    }
+    cJSON *paths = in ? paths_json(a, in) : NULL;
+    if (in && (!paths || !cJSON_AddItemToObject(c, "paths", paths))) {
+        cJSON_Delete(paths);
         cJSON_Delete(c);
         return NULL;
     }

@@ -34,7 +34,23 @@ typedef struct {
     int rollouts;             /* the run read --rollouts */
     char rollouts_sha256[65]; /* of the bytes it consumed, as it read them (ls_rollouts_digest) */
     uint64_t rollouts_bytes;
+    /* the run's path (the config's "paths", docs/evidence.md "The run's path"): the decisions its steps
+       took, or-ed over the steps: LS_STEP_PATH_* of each step's result, and the run's own LS_RUN_PATH_* */
+    unsigned step_paths, run_paths;
 } ls_run_inputs;
+
+/* The run-level decisions that select code: prompt groups a step (one, several), the prompt state (fresh, or
+ * a frozen prefix's), the start (fresh, or resumed from a checkpoint), the CP shards of the captured positions
+ * (one rank, even, uneven) and whether a shard boundary cuts the page or capture-chunk grid (at one rank
+ * neither is cut).  ls_run_path_shards adds the shard bits of one step's prompt. */
+enum {
+    LS_RUN_PATH_GROUPS_ONE = 1u << 0, LS_RUN_PATH_GROUPS_SEVERAL = 1u << 1, LS_RUN_PATH_PREFIX_FRESH = 1u << 2,
+    LS_RUN_PATH_PREFIX_FROZEN = 1u << 3, LS_RUN_PATH_START_FRESH = 1u << 4, LS_RUN_PATH_START_RESUMED = 1u << 5,
+    LS_RUN_PATH_SHARDS_ONE = 1u << 6, LS_RUN_PATH_SHARDS_EVEN = 1u << 7, LS_RUN_PATH_SHARDS_UNEVEN = 1u << 8,
+    LS_RUN_PATH_PAGES_ALIGNED = 1u << 9, LS_RUN_PATH_PAGES_CUT = 1u << 10, LS_RUN_PATH_CHUNKS_ALIGNED = 1u << 11,
+    LS_RUN_PATH_CHUNKS_CUT = 1u << 12
+};
+unsigned ls_run_path_shards(int64_t T, int world, size_t page_size, size_t chunk);
 
 /* How the run went, for the receipt and the summary. */
 typedef struct {

@@ -353,6 +353,12 @@ static int one_step(run *r, int64_t s, int first) {
     }
     int rc = step_guard(r, s);
     if (rc != 0) return rc;
+    /* the code this step took (the config's "paths") */
+    r->inputs.step_paths |= r->res.paths;
+    r->inputs.run_paths |= (r->in.B > 1 ? LS_RUN_PATH_GROUPS_SEVERAL : LS_RUN_PATH_GROUPS_ONE) |
+                           (r->res.prefix_frozen ? LS_RUN_PATH_PREFIX_FROZEN : LS_RUN_PATH_PREFIX_FRESH) |
+                           (a->resume ? LS_RUN_PATH_START_RESUMED : LS_RUN_PATH_START_FRESH) |
+                           ls_run_path_shards((int64_t)r->in.P - 1, r->world, a->step.page_size, a->step.capture_chunk);
     if (r->res.cp_world > 1 && !r->res.grads_agree) {
         r->grad_disagreements++;
         if (r->rank == 0)

@@ -72,12 +72,29 @@ typedef struct {
     int used_reference;            /* the reference policy was captured and scored */
     int reference_kept;            /* its state was captured beside the policy's (keep_reference) */
     int prefix_frozen;             /* the step reused a prompt state captured before an update */
+    unsigned paths;                /* the code each group's step took: LS_STEP_PATH_* bits (or-ed over groups) */
     /* context parallelism (cp_world > 1): this rank's shard of the captured prompt and whether every
        rank's finalized gradients were bitwise equal (the digest check) */
     int cp_world;
     int64_t shard_begin, shard_end;
     int grads_agree;
 } ls_step_result;
+
+/* The decisions a step's groups took that select code (the run records
+ * them as its configuration's "paths", docs/evidence.md "The run's path"):
+ * where the responses came from (sampled by the rollout, given by the
+ * batch, or the SFT targets), the old-policy log-probs (computed by scoring
+ * or given), and the reference policy's log-probs (none; captured and scored
+ * before the policy when the responses are known; kept beside the policy's
+ * state after a rollout; recaptured after the policy's was freed; from a
+ * frozen prefix's state; by the naive strategy's full sequence; given). */
+enum {
+    LS_STEP_PATH_RESP_SAMPLED = 1u << 0, LS_STEP_PATH_RESP_GIVEN = 1u << 1, LS_STEP_PATH_RESP_TARGET = 1u << 2,
+    LS_STEP_PATH_OLD_COMPUTED = 1u << 3, LS_STEP_PATH_OLD_GIVEN = 1u << 4, LS_STEP_PATH_OLD_NONE = 1u << 5,
+    LS_STEP_PATH_REF_NONE = 1u << 6, LS_STEP_PATH_REF_BEFORE = 1u << 7, LS_STEP_PATH_REF_KEPT = 1u << 8,
+    LS_STEP_PATH_REF_RECAPTURED = 1u << 9, LS_STEP_PATH_REF_PREFIX = 1u << 10, LS_STEP_PATH_REF_NAIVE = 1u << 11,
+    LS_STEP_PATH_REF_GIVEN = 1u << 12
+};
 
 /* The prompt state kept across prefix-frozen steps (--prefix-frozen K):
  * the first step captures into it, later steps reuse it although the

@@ -636,6 +636,21 @@ static void aggregate(ls_step_result *r, const ls_step_result *gr, size_t B, con
 /* One group of the step: its capture, rollout, scoring, replay and prompt
  * backward, its states freed before it returns; its metrics in x->res.
  * The gradients add into .g (and, under CP, *x->stash). */
+/* The decisions this group's step took (LS_STEP_PATH_*), as phase_capture_rollout and phase_score made them. */
+static unsigned group_paths(const txn *x, const ls_step_prefix *pf) {
+    const ls_batch *b = x->b;
+    if (x->sft) return LS_STEP_PATH_RESP_TARGET | LS_STEP_PATH_OLD_NONE | LS_STEP_PATH_REF_NONE;
+    unsigned m = x->need_rollout ? LS_STEP_PATH_RESP_SAMPLED : LS_STEP_PATH_RESP_GIVEN;
+    m |= b->old_supplied ? LS_STEP_PATH_OLD_GIVEN : LS_STEP_PATH_OLD_COMPUTED;
+    if (!x->use_ref) m |= b->ref_supplied ? LS_STEP_PATH_REF_GIVEN : LS_STEP_PATH_REF_NONE;
+    else if (x->naive) m |= LS_STEP_PATH_REF_NAIVE;
+    else if (!x->need_rollout) m |= LS_STEP_PATH_REF_BEFORE;
+    else if (pf) m |= LS_STEP_PATH_REF_PREFIX;
+    else if (x->o->keep_reference == 1) m |= LS_STEP_PATH_REF_KEPT;
+    else m |= LS_STEP_PATH_REF_RECAPTURED;
+    return m;
+}
+
 static ls_status run_group(txn *x, ls_step_prefix *pf, char *err, size_t err_len) {
     ls_grpo_stats_init(&x->gs);
     const char *what = "capture";
@@ -646,6 +661,7 @@ static ls_status run_group(txn *x, ls_step_prefix *pf, char *err, size_t err_len
     x->p->fam->state_free(&x->dps);
     release_policy(x);
     if (st == LS_OK) finish_metrics(x);
+    if (st == LS_OK) x->res->paths = group_paths(x, pf);
     return st;
 }
 
@@ -737,6 +753,9 @@ ls_status LS_K(ls_step_grads_groups)(ls_params *p, ls_batch *const *bs, const ls
     if (st == LS_OK) {
         if (B > 1) aggregate(res, gr, B, &sums, sft);
         else if (gr != res) *res = *gr;
+        unsigned paths = 0; /* gr may be res itself (B = 1) */
+        for (size_t b = 0; b < B; b++) paths |= gr[b].paths;
+        res->paths = paths;
         if (use_cp) {
             res->cp_world = cp.world;
             res->shard_begin = cp.s0;
