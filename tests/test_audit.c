@@ -437,6 +437,8 @@ static cJSON *coverage_like(const char *run_dir, const char *build, int world) {
     cJSON_AddItemToObject(cov, "strategies", cJSON_CreateStringArray((const char *[]){"longstraw"}, 1));
     cJSON_AddItemToObject(cov, "dtypes", cJSON_CreateStringArray((const char *[]){"f64", "f32"}, 2));
     cJSON_AddItemToObject(cov, "worlds", cJSON_CreateIntArray((const int[]){1, world}, world > 1 ? 2 : 1));
+    cJSON *paths = cJSON_AddObjectToObject(cov, "paths"); /* the run's own path, exercised */
+    cr_assert_eq(ls_coverage_paths_add(paths, cfg, err, sizeof err), LS_OK, "%s", err);
     cJSON_AddStringToObject(cov, "build_digest", build);
     cJSON_AddStringToObject(cov, "reducible", "lengths");
     cJSON_Delete(m);

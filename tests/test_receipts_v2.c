@@ -231,7 +231,7 @@ Test(receipts_v2, coverage_of_a_v2_config) {
     cJSON *cfg = cJSON_Parse("{\"objective\":\"grpo\",\"grad_mode\":\"full\",\"dtype\":\"f64\",\"cp_ranks\":2,"
                              "\"group\":2,\"steps_requested\":1,\"strategy\":\"longstraw\",\"faults\":[],\"n_layers\":1,"
                              "\"model\":{\"rms_eps\":1e-6,\"family\":\"torch-cp\",\"layers\":[\"attn\"],\"d_model\":8},"
-                             "\"train_mode\":\"full\",\"epsilon\":0.2,\"beta\":0.0,\"temperature\":1.0}");
+                             "\"paths\":{\"responses\":[\"sampled\"],\"old_logprobs\":[\"computed\"],\"reference\":[\"none\"],\"prompt_groups\":[\"one\"],\"prefix\":[\"fresh\"],\"start\":[\"fresh\"],\"shards\":[\"uneven\"],\"pages\":[\"cut\"],\"chunks\":[\"cut\"],\"task\":[\"none\"]},\"train_mode\":\"full\",\"epsilon\":0.2,\"beta\":0.0,\"temperature\":1.0}");
     cr_assert(ls_coverage_config_is_v2(cfg));
     cJSON *model = ls_coverage_model(cfg);
     cr_assert(cJSON_Compare(model, cJSON_GetObjectItemCaseSensitive(cfg, "model"), true));
@@ -251,6 +251,9 @@ Test(receipts_v2, coverage_of_a_v2_config) {
     cJSON_AddItemToObject(cov, "strategies", cJSON_Parse("[\"longstraw\"]"));
     cJSON_AddItemToObject(cov, "dtypes", cJSON_Parse("[\"f64\"]"));
     cJSON_AddItemToObject(cov, "worlds", cJSON_Parse("[1,2]"));
+    cJSON *cp = cJSON_AddObjectToObject(cov, "paths");
+    char perr[200];
+    cr_assert_eq(ls_coverage_paths_add(cp, cfg, perr, sizeof perr), LS_OK, "%s", perr);
     char notes[2000] = "";
     cr_assert_eq(ls_coverage_check(cov, cfg, 2, note_outside, notes), 0, "%s", notes);
     /* a different model key, a key the run lacks, another world */
@@ -270,4 +273,91 @@ Test(receipts_v2, coverage_of_a_v2_config) {
               notes);
     cJSON_Delete(cov);
     cJSON_Delete(cfg);
+}
+
+/* The run's path is bound positively: every recorded decision must be one
+ * the audit knows, every value one it knows and one the report's runs took;
+ * a decision not recorded, or no path at all, is outside too. */
+Test(receipts_v2, coverage_binds_the_runs_path) {
+    const char *base = "{\"objective\":\"grpo\",\"grad_mode\":\"full\",\"dtype\":\"f64\",\"cp_ranks\":2,\"strategy\":"
+                       "\"longstraw\",\"faults\":[],\"family\":\"hybrid\",\"d_model\":8,\"train_mode\":\"full\","
+                       "\"epsilon\":0.2,\"beta\":0.0,\"temperature\":1.0,";
+    const char *given = "\"paths\":{\"responses\":[\"given\"],\"old_logprobs\":[\"given\"],\"reference\":[\"given\"],"
+                        "\"prompt_groups\":[\"one\"],\"prefix\":[\"fresh\"],\"start\":[\"fresh\"],\"shards\":[\"one\","
+                        "\"uneven\"],\"pages\":[\"aligned\",\"cut\"],\"chunks\":[\"aligned\",\"cut\"],\"task\":[\"none\"]}}";
+    char text[2000], err[300];
+    snprintf(text, sizeof text, "%s%s", base, given);
+    cJSON *report_run = cJSON_Parse(text);
+    cr_assert_not_null(report_run);
+    /* the report: the union of its runs' paths, sorted, each value once */
+    cJSON *cov = cJSON_CreateObject(), *cp = cJSON_AddObjectToObject(cov, "paths");
+    cr_assert_eq(ls_coverage_paths_add(cp, report_run, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_eq(ls_coverage_paths_add(cp, report_run, err, sizeof err), LS_OK, "%s", err);
+    char *printed = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(cp, "shards"));
+    cr_assert_str_eq(printed, "[\"one\",\"uneven\"]");
+    free(printed);
+    cJSON_AddItemToObject(cov, "model", cJSON_Parse("{\"family\":\"hybrid\",\"d_model\":8}"));
+    char msha[LS_DIGEST_HEX_SIZE];
+    cr_assert_eq(ls_coverage_model_sha256(cJSON_GetObjectItemCaseSensitive(cov, "model"), msha, err, sizeof err), LS_OK);
+    cJSON_AddStringToObject(cov, "model_sha256", msha);
+    cJSON_AddItemToObject(cov, "train_modes", cJSON_Parse("[{\"train_mode\":\"full\"}]"));
+    cJSON_AddItemToObject(cov, "objectives",
+                          cJSON_Parse("[{\"objective\":\"grpo\",\"epsilon\":0.2,\"beta\":0.0,\"temperature\":1.0}]"));
+    cJSON_AddItemToObject(cov, "grad_modes", cJSON_Parse("[\"full\"]"));
+    cJSON_AddItemToObject(cov, "strategies", cJSON_Parse("[\"longstraw\"]"));
+    cJSON_AddItemToObject(cov, "dtypes", cJSON_Parse("[\"f64\"]"));
+    cJSON_AddItemToObject(cov, "worlds", cJSON_Parse("[1,2]"));
+    char notes[2000] = "";
+    cr_assert_eq(ls_coverage_check(cov, report_run, 2, note_outside, notes), 0, "%s", notes);
+    /* the run sampled its responses and kept the reference: paths the report never ran */
+    static const struct { const char *paths; size_t n; const char *want; } cases[] = {
+        {"\"paths\":{\"responses\":[\"sampled\"],\"old_logprobs\":[\"computed\"],\"reference\":[\"kept\"],"
+         "\"prompt_groups\":[\"one\"],\"prefix\":[\"fresh\"],\"start\":[\"fresh\"],\"shards\":[\"uneven\"],"
+         "\"pages\":[\"cut\"],\"chunks\":[\"cut\"],\"task\":[\"none\"]}}",
+         3, "reference: the run's reference \"kept\""},
+        /* a decision the audit does not know (an option added later): deny by default */
+        {"\"paths\":{\"responses\":[\"given\"],\"old_logprobs\":[\"given\"],\"reference\":[\"given\"],"
+         "\"prompt_groups\":[\"one\"],\"prefix\":[\"fresh\"],\"start\":[\"fresh\"],\"shards\":[\"one\"],"
+         "\"pages\":[\"aligned\"],\"chunks\":[\"aligned\"],\"task\":[\"none\"],\"sampler\":[\"nucleus\"]}}",
+         1, "sampler: the run records a decision \"sampler\" the audit does not know"},
+        /* a value the audit does not know, even where the report states it */
+        {"\"paths\":{\"responses\":[\"given\"],\"old_logprobs\":[\"given\"],\"reference\":[\"given\"],"
+         "\"prompt_groups\":[\"one\"],\"prefix\":[\"fresh\"],\"start\":[\"fresh\"],\"shards\":[\"one\"],"
+         "\"pages\":[\"aligned\"],\"chunks\":[\"aligned\"],\"task\":[\"chess\"]}}",
+         1, "task: the run's task \"chess\" is a value the audit does not know"},
+        /* a decision not recorded */
+        {"\"paths\":{\"responses\":[\"given\"],\"old_logprobs\":[\"given\"],\"reference\":[\"given\"],"
+         "\"prompt_groups\":[\"one\"],\"prefix\":[\"fresh\"],\"start\":[\"fresh\"],\"shards\":[\"one\"],"
+         "\"pages\":[\"aligned\"],\"task\":[\"none\"]}}",
+         1, "chunks: the run does not record its \"chunks\""},
+        /* no path at all (a run written before paths were recorded) */
+        {"\"nothing\":0}", 1, "paths: the run does not record its path"},
+        /* a value of another type */
+        {"\"paths\":{\"responses\":[\"given\"],\"old_logprobs\":[\"given\"],\"reference\":[\"given\"],"
+         "\"prompt_groups\":[\"one\"],\"prefix\":[\"fresh\"],\"start\":[\"fresh\"],\"shards\":[1],"
+         "\"pages\":[\"aligned\"],\"chunks\":[\"aligned\"],\"task\":[\"none\"]}}",
+         1, "shards: the run's paths.shards holds a value that is not a string"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(text, sizeof text, "%s%s", base, cases[i].paths);
+        cJSON *run = cJSON_Parse(text);
+        cr_assert_not_null(run, "case %zu", i);
+        notes[0] = '\0';
+        cr_expect_eq(ls_coverage_check(cov, run, 2, note_outside, notes), cases[i].n, "case %zu: %s", i, notes);
+        cr_expect(strstr(notes, cases[i].want) != NULL, "case %zu: %s", i, notes);
+        cJSON_Delete(run);
+    }
+    /* a report made before paths were recorded covers no path */
+    cJSON_DeleteItemFromObjectCaseSensitive(cov, "paths");
+    notes[0] = '\0';
+    cr_expect_eq(ls_coverage_check(cov, report_run, 2, note_outside, notes), 1, "%s", notes);
+    cr_expect(strstr(notes, "the report's coverage states no \"paths\"") != NULL, "%s", notes);
+    /* ls_coverage_paths_add refuses a configuration without a path */
+    cJSON *none = cJSON_Parse("{\"paths\":[1]}");
+    cr_expect_eq(ls_coverage_paths_add(cp = cJSON_CreateObject(), none, err, sizeof err), LS_ERR_ARG);
+    cr_expect(strstr(err, "no \"paths\" object") != NULL, "%s", err);
+    cJSON_Delete(cp);
+    cJSON_Delete(none);
+    cJSON_Delete(cov);
+    cJSON_Delete(report_run);
 }
