@@ -37,6 +37,8 @@ def main():
     cov = {"family": cfg["family"], "model": model, "model_sha256": model_sha(model), "train_modes": [tm],
            "objectives": [obj], "grad_modes": ["detached", "full"], "strategies": ["longstraw"], "dtypes": dtypes,
            "worlds": worlds, "build_digest": build, "reducible": "lengths"}
+    if "paths" in cfg:  # the run's own path, as exercised (a run without one is outside any report)
+        cov["paths"] = {k: sorted(set(v)) for k, v in cfg["paths"].items()}
     checks = []
     kinds = ["logprob", "cp_grad", "cp_params", "grad", "ref_logprob", "fd_grad", "ref_loss"]
     if cfg["family"] == "mla":  # the near-tie check of a forward that decides (DSA top-k, MoE routing)
