@@ -101,6 +101,17 @@ typedef struct {
     char like_run_id[128];
     void *like_manifest;      /* the run's parsed manifest (ls_manifest): held for the process, never
                                  freed (o->family points into it) */
+    /* --like RUN: the run's path (parity_path.c), the decisions that selected its code: for each key of
+     * the trainer's configuration "paths" (responses, old_logprobs, reference, prompt_groups, prefix,
+     * start, shards, pages, chunks, task) the sorted values the run took, as it recorded them or, for a
+     * run that recorded none, as its options and receipts say (like_paths_derived); NULL: no path runs.
+     * Held for the process, never freed, as like_manifest. */
+    cJSON *like_paths;
+    bool like_paths_derived;
+    char like_grad_mode[16];  /* the run's gradient mode */
+    int like_group;           /* the run's group size G */
+    int like_prompts_per_step;/* the run's B */
+    int like_capture_chunk;   /* the run's capture chunk (0: all at once) */
 } ls_parity_opts;
 
 /* --like RUN: sets o (family, model config written to OUT/like-model.json
@@ -271,6 +282,17 @@ void ls_parity_report_adapter(ls_parity_report *r, const char *file, const char 
 void ls_parity_report_batch(ls_parity_report *r, const char *name, const char *what, int prompt_len, int group,
                             const int *response_lens);
 void ls_parity_report_note(ls_parity_report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A configuration of the report with the path its runs were forced to take (path: borrowed, copied). */
+void ls_parity_report_path_config(ls_parity_report *r, const ls_parity_config *c, const char *train_mode,
+                                  int prompts_per_step, const cJSON *path);
+/* A control the level must have seen detected (beyond LongStraw's own: the path's cp-stale-start). */
+void ls_parity_report_require_control(ls_parity_report *r, const char *fault, int level);
+/* The union of the "paths" every fault-free LongStraw run of the report recorded so far (key -> sorted
+ * array of values), or NULL when none did; owned by the report. */
+const cJSON *ls_parity_report_paths(const ls_parity_report *r);
+/* The --like run's path and the values of it the report's runs did not take (the audit will refuse the
+ * run: docs/evidence.md); run_paths borrowed, copied. */
+void ls_parity_report_like_paths(ls_parity_report *r, const cJSON *run_paths, bool derived);
 /* Verdicts, the table on stdout, parity.json (schema-checked, atomic).
  * *all_pass: every level holds and every control failed as it should. */
 ls_status ls_parity_report_finish(ls_parity_report *r, const char *path, bool print, bool *all_pass, char *err,
@@ -308,12 +330,15 @@ cJSON *ls_parity_decisions_check(const cJSON *decisions, const bool expect[3], c
 
 /* ---- trainer runs (parity_run.c) and finite differences (parity_fd.c) ------ */
 
-/* One longstraw-train run of a configuration (NULL members: not passed). */
+/* One longstraw-train run of a configuration (NULL members: not passed).  Without rollouts the run
+ * draws its own prompts from the built-in task and samples its responses (the path runs: extra names
+ * the task, the lengths and what else the run's path forces). */
 typedef struct {
     int dt, world;
     const char *out, *log, *rollouts, *load, *save_init, *dump_batch, *dump_grads, *save;
     const uint64_t *seed; /* NULL: o->seed (the matrix entry's draw of weights, parity_decisions.c) */
     const char *strategy, *grad_mode, *fault;
+    const char *const *extra; /* further arguments, NULL-terminated (NULL: none) */
 } ls_parity_train;
 
 void ls_parity_train_job(const ls_parity_opts *o, const ls_parity_config *c, const ls_parity_train *t,
@@ -381,6 +406,32 @@ cJSON *ls_parity_tensor_entries(const ls_parity_tensors *want, const ls_parity_t
 cJSON *ls_parity_params_entries(const ls_parity_tensors *want, const ls_parity_tensors *a, const ls_parity_tensors *b,
                                 const ls_parity_tensors *ga, const ls_parity_tensors *gb, const ls_parity_adamw *o,
                                 int dt);
+
+/* ---- the run's own path (--like; parity_path.c) ------------------------------ */
+
+/* The path a run took, for a run whose configuration recorded none: from its options (input, task,
+ * prompts per step, prefix, resume, lengths, pages, chunks), its world and its receipt's
+ * rank_state.memory_plan.reference (run_dir/rank-0000/receipt.json; else --keep-reference), a new
+ * object (the caller's, cJSON_Delete), NULL with err set when the configuration does not say. */
+cJSON *ls_parity_path_derive(const char *run_dir, const cJSON *config, unsigned world, char *err, size_t errlen);
+/* The shard, page and chunk words of T captured positions over N ranks, page size page and capture
+ * chunk chunk (0: all at once): "one" | "even" | "uneven", "aligned" | "cut" (a shard boundary that is
+ * not a multiple of the page or chunk cuts one; one rank: "one", "aligned", "aligned").  The trainer
+ * records its own (trainer/run/run_report.c); parity computes what it asks for independently, and the
+ * report names any value of the run's path no run of it took (like.uncovered). */
+void ls_parity_path_cuts(int64_t T, int N, int page, int chunk, const char **shards, const char **pages,
+                         const char **chunks);
+/* The path runs of o->like_paths (parity_path.c, docs/parity.md "The run's path"): the trainer launched
+ * the way the run was, at reduced size, at every CP size of o, and their checks and controls into rep. */
+ls_status ls_parity_paths_run(const ls_parity_opts *o, ls_parity_report *rep, char *err, size_t errlen);
+/* The environment variable that makes every fault-free path run at CP > 1 run with --fault VALUE as well
+ * (test only: "a --like parity that would have failed before the fix"); the report says so in a note. */
+#define LS_PARITY_TEST_PATH_FAULT_ENV "LONGSTRAW_PARITY_TEST_PATH_FAULT"
+
+/* The kinds of discrete decision (dsa_topk, moe_group, moe_expert) the model config mc makes when T
+ * captured positions are scored (parity_decisions.c): a query sees more than index_topk keys, an MoE
+ * layer keeps topk_group of n_group groups, experts_per_token of their experts. */
+void ls_parity_decisions_expect(const cJSON *mc, int T, bool expect[3]);
 
 /* ---- the driver (parity_run.c) --------------------------------------------- */
 

@@ -125,3 +125,20 @@ cJSON *ls_parity_decisions_check(const cJSON *decisions, const bool expect[3], c
                                "every discrete decision's margin (independent reference, float64)", cand, arr,
                                "decisions");
 }
+
+static int model_int(const cJSON *mc, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(mc, k);
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= (1 << 24) ? (int)v->valuedouble : 0;
+}
+
+void ls_parity_decisions_expect(const cJSON *mc, int T, bool expect[3]) {
+    expect[0] = expect[1] = expect[2] = false;
+    const cJSON *fam = cJSON_GetObjectItemCaseSensitive(mc, "family");
+    if (!cJSON_IsString(fam) || strcmp(fam->valuestring, "mla") != 0) return;
+    int topk = model_int(mc, "index_topk"), E = model_int(mc, "n_experts"), ng = model_int(mc, "n_group");
+    int kg = model_int(mc, "topk_group"), k = model_int(mc, "experts_per_token");
+    bool moe = model_int(mc, "n_layers") > model_int(mc, "first_dense");
+    expect[0] = topk > 0 && T > topk;
+    expect[1] = moe && kg < ng;
+    expect[2] = moe && ng > 0 && E % ng == 0 && k < kg * (E / ng);
+}

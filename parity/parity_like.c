@@ -7,7 +7,9 @@
  * and CP sizes 1, 2, 4, ... up to and including the run's (2 for a one-rank
  * run: the negative controls need two ranks).  The lengths
  * stay parity's own (the coverage's reducible dimensions); one matrix entry
- * runs unless --configs names others.  What parity cannot prove is refused
+ * runs unless --configs names others.  And the run's path (its configuration's
+ * "paths", or derived from its options): the path runs of parity_path.c
+ * launch the trainer the way the run did.  What parity cannot prove is refused
  * by name: the sft objective (parity's checks are of the GRPO loss), a run
  * wider than LS_PARITY_MAX_CP ranks, faults, the naive strategy. */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -24,6 +26,8 @@
 #include "receipts/json_util.h"
 #include "receipts/manifest.h"
 
+#define MAX_RECEIPT_BYTES (64u << 20)
+
 static ls_manifest *like_manifest; /* the one --like run's manifest, reachable until exit */
 
 static bool num_of(const cJSON *cfg, const char *k, double *out) {
@@ -31,6 +35,101 @@ static bool num_of(const cJSON *cfg, const char *k, double *out) {
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) return false;
     *out = v->valuedouble;
     return true;
+}
+
+/* ---- the run's path, derived from its options (a run that recorded none; parity.h) ----------- */
+
+static const char *opt_str(const cJSON *o, const char *k, const char *dflt) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : dflt;
+}
+
+static double opt_num(const cJSON *o, const char *k, double dflt) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) && isfinite(v->valuedouble) ? v->valuedouble : dflt;
+}
+
+void ls_parity_path_cuts(int64_t T, int N, int page, int chunk, const char **shards, const char **pages,
+                         const char **chunks) {
+    if (N < 2) {
+        *shards = "one", *pages = "aligned", *chunks = "aligned";
+        return;
+    }
+    bool pc = false, cc = false;
+    for (int r = 1; r < N; r++) { /* rank r's first position: trainer/dist/cp.h's rule */
+        int64_t s0 = (T / N) * r + ((T % N) * r) / N;
+        pc = pc || (page > 0 && s0 % page != 0);
+        cc = cc || (chunk > 0 && s0 % chunk != 0);
+    }
+    *shards = T % N ? "uneven" : "even";
+    *pages = pc ? "cut" : "aligned";
+    *chunks = cc ? "cut" : "aligned";
+}
+
+static void add_value(cJSON *paths, const char *key, const char *value) {
+    cJSON *a = cJSON_GetObjectItemCaseSensitive(paths, key);
+    if (a == NULL) a = cJSON_AddArrayToObject(paths, key);
+    const cJSON *x;
+    cJSON_ArrayForEach(x, a) if (strcmp(x->valuestring, value) == 0) return;
+    cJSON_AddItemToArray(a, cJSON_CreateString(value));
+}
+
+cJSON *ls_parity_path_derive(const char *run_dir, const cJSON *config, unsigned world, char *err, size_t errlen) {
+    const cJSON *opt = cJSON_GetObjectItemCaseSensitive(config, "options");
+    if (!cJSON_IsObject(opt)) {
+        snprintf(err, errlen, "the configuration has no \"options\" to derive the run's path from");
+        return NULL;
+    }
+    cJSON *p = cJSON_CreateObject();
+    bool given = strcmp(opt_str(opt, "input", "task"), "rollouts") == 0;
+    bool sft = strcmp(opt_str(config, "objective", "grpo"), "sft") == 0;
+    double beta = opt_num(config, "beta", 0.04);
+    add_value(p, "responses", sft ? "target" : given ? "given" : "sampled");
+    add_value(p, "old_logprobs", sft ? "none" : given ? "given" : "computed");
+    const char *ref = "none";
+    if (!sft && beta > 0 && given) ref = "given";
+    else if (!sft && beta > 0) {
+        /* what the last step did (the receipt's memory plan), else what --keep-reference asked for */
+        char path[LS_PARITY_PATH], why[256];
+        snprintf(path, sizeof path, "%s/rank-0000/receipt.json", run_dir);
+        cJSON *rc = NULL;
+        const char *kept = NULL;
+        if (ls_json_read_file_capped(path, MAX_RECEIPT_BYTES, &rc, why, sizeof why) == LS_OK) {
+            const cJSON *mp = cJSON_GetObjectItemCaseSensitive(
+                cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(rc, "predicate"), "rank_state"),
+                "memory_plan");
+            const char *v = opt_str(mp, "reference", NULL);
+            if (v && (strcmp(v, "kept") == 0 || strcmp(v, "recaptured") == 0)) kept = v;
+        }
+        const char *kr = opt_str(opt, "keep_reference", "auto");
+        if (kept) add_value(p, "reference", strcmp(kept, "kept") == 0 ? "kept" : "recaptured");
+        else if (strcmp(kr, "on") == 0) add_value(p, "reference", "kept");
+        else if (strcmp(kr, "off") == 0) add_value(p, "reference", "recaptured");
+        else add_value(p, "reference", "kept"), add_value(p, "reference", "recaptured");
+        cJSON_Delete(rc);
+        ref = NULL;
+    }
+    if (ref) add_value(p, "reference", ref);
+    add_value(p, "prompt_groups", opt_num(opt, "prompts_per_step", 1) > 1 ? "several" : "one");
+    const cJSON *pf = cJSON_GetObjectItemCaseSensitive(config, "prefix_frozen");
+    add_value(p, "prefix", "fresh");
+    if (cJSON_IsNumber(pf) && pf->valuedouble > 1) add_value(p, "prefix", "frozen");
+    add_value(p, "start", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(opt, "resumed")) ? "resumed" : "fresh");
+    if (given) { /* the lines' lengths are not recorded: the harder classes */
+        add_value(p, "shards", world > 1 ? "uneven" : "one");
+        add_value(p, "pages", world > 1 ? "cut" : "aligned");
+        add_value(p, "chunks", world > 1 ? "cut" : "aligned");
+    } else {
+        const char *sh, *pg, *ch;
+        ls_parity_path_cuts((int64_t)opt_num(opt, "prompt_len", 4096) - 1, (int)world,
+                            (int)opt_num(opt, "page_size", 64), (int)opt_num(opt, "capture_chunk", 2048), &sh, &pg,
+                            &ch);
+        add_value(p, "shards", sh);
+        add_value(p, "pages", pg);
+        add_value(p, "chunks", ch);
+    }
+    add_value(p, "task", given ? "none" : opt_str(opt, "task", "retrieval"));
+    return p;
 }
 
 #define FAIL(...)                                  \
@@ -114,6 +213,19 @@ int ls_parity_like(const char *run_dir, ls_parity_opts *o, char *model_path, siz
     o->cps[o->n_cps++] = (int)w;
     if (w == 1) o->cps[o->n_cps++] = 2;
     snprintf(o->like_run_id, sizeof o->like_run_id, "%.120s", m->run_id);
+    /* the run's path (parity_path.c): recorded, or derived from its options for a run that recorded none */
+    const cJSON *opt = cJSON_GetObjectItemCaseSensitive(cfg, "options");
+    const cJSON *paths = cJSON_GetObjectItemCaseSensitive(cfg, "paths");
+    if (paths != NULL && !cJSON_IsObject(paths)) FAIL("--like %s: config \"paths\" is not an object", run_dir);
+    o->like_paths_derived = paths == NULL;
+    o->like_paths = paths ? cJSON_Duplicate(paths, true) : ls_parity_path_derive(run_dir, cfg, w, why, sizeof why);
+    if (o->like_paths == NULL) FAIL("--like %s: the run's path: %s", run_dir, why);
+    const cJSON *gm = cJSON_GetObjectItemCaseSensitive(cfg, "grad_mode");
+    snprintf(o->like_grad_mode, sizeof o->like_grad_mode, "%s",
+             cJSON_IsString(gm) && strcmp(gm->valuestring, "full") == 0 ? "full" : "detached");
+    o->like_group = num_of(cfg, "group", &x) && x >= 1 && x <= 1 << 20 ? (int)x : 4;
+    o->like_prompts_per_step = num_of(opt, "prompts_per_step", &x) && x >= 1 && x <= 4096 ? (int)x : 1;
+    o->like_capture_chunk = num_of(opt, "capture_chunk", &x) && x >= 0 && x <= 1 << 30 ? (int)x : 2048;
     rc = 0;
 done:
     cJSON_Delete(model);

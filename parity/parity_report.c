@@ -38,6 +38,12 @@ struct ls_parity_report {
     char model_from[LS_PARITY_PATH];
     cJSON *train_modes, *objectives, *grad_modes, *strategies, *dtypes, *worlds;
     cJSON *paths; /* coverage.paths: the union of the runs' recorded paths (ls_coverage_paths_add) */
+    cJSON *like_paths;         /* the --like run's path (ls_parity_report_like_paths), NULL: none */
+    bool like_paths_derived;
+    /* controls a level needs beyond LongStraw's own (ls_parity_report_require_control) */
+    char xctl[4][72];
+    int xctl_level[4];
+    size_t n_xctl;
     /* an adapter's report (ls_parity_report_adapter): its controls and the level of the check each breaks */
     bool adapter;
     char actl[LS_PARITY_ADAPTER_CONTROLS + 1][72];
@@ -156,6 +162,7 @@ void ls_parity_report_free(ls_parity_report *r) {
     cJSON_Delete(r->dtypes);
     cJSON_Delete(r->worlds);
     cJSON_Delete(r->paths);
+    cJSON_Delete(r->like_paths);
     cJSON_Delete(r->doc);
     free(r);
 }
@@ -278,7 +285,7 @@ void ls_parity_report_batch(ls_parity_report *r, const char *name, const char *w
     cJSON_AddItemToArray(r->configs, o);
 }
 
-void ls_parity_report_config(ls_parity_report *r, const ls_parity_config *c, const char *train_mode) {
+static cJSON *config_entry(ls_parity_report *r, const ls_parity_config *c, const char *train_mode) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "name", c->name);
     cJSON_AddStringToObject(o, "what", c->what);
@@ -290,6 +297,34 @@ void ls_parity_report_config(ls_parity_report *r, const ls_parity_config *c, con
     cJSON_AddNumberToObject(o, "page_size", c->page_size);
     cJSON_AddNumberToObject(o, "capture_chunk", c->capture_chunk);
     cJSON_AddItemToArray(r->configs, o);
+    return o;
+}
+
+void ls_parity_report_config(ls_parity_report *r, const ls_parity_config *c, const char *train_mode) {
+    config_entry(r, c, train_mode);
+}
+
+void ls_parity_report_path_config(ls_parity_report *r, const ls_parity_config *c, const char *train_mode,
+                                  int prompts_per_step, const cJSON *path) {
+    cJSON *o = config_entry(r, c, train_mode);
+    cJSON_AddNumberToObject(o, "prompts_per_step", prompts_per_step);
+    cJSON_AddItemToObject(o, "path", cJSON_Duplicate(path, true));
+}
+
+void ls_parity_report_require_control(ls_parity_report *r, const char *fault, int level) {
+    for (size_t i = 0; i < r->n_xctl; i++)
+        if (strcmp(r->xctl[i], fault) == 0) return;
+    if (r->n_xctl >= sizeof r->xctl / sizeof r->xctl[0]) return;
+    snprintf(r->xctl[r->n_xctl], sizeof r->xctl[0], "%s", fault);
+    r->xctl_level[r->n_xctl++] = level;
+}
+
+const cJSON *ls_parity_report_paths(const ls_parity_report *r) { return r->paths; }
+
+void ls_parity_report_like_paths(ls_parity_report *r, const cJSON *run_paths, bool derived) {
+    cJSON_Delete(r->like_paths);
+    r->like_paths = cJSON_Duplicate(run_paths, true);
+    r->like_paths_derived = derived;
 }
 
 cJSON *ls_parity_entry(const char *name, ls_parity_err e, double tol, double noise_floor) {
@@ -427,11 +462,13 @@ static cJSON *level_verdict(ls_parity_report *r, size_t li, bool below, bool *ho
             cJSON_AddItemToArray(failed, cJSON_CreateString(why));
         }
     }
-    const char *ctls[LS_PARITY_ADAPTER_CONTROLS + 2];
+    const char *ctls[LS_PARITY_ADAPTER_CONTROLS + 2 + 4];
     int nctl = 0;
     for (int k = 0; k < 2 && !r->adapter && LEVELS[li].controls[k]; k++) ctls[nctl++] = level_control(r, li, k);
     for (size_t k = 0; r->adapter && k < r->n_actl; k++)
         if (r->actl_level[k] == LEVELS[li].level) ctls[nctl++] = r->actl[k];
+    for (size_t k = 0; !r->adapter && k < r->n_xctl; k++)
+        if (r->xctl_level[k] == LEVELS[li].level) ctls[nctl++] = r->xctl[k];
     for (int k = 0; k < nctl; k++) {
         const char *ctl = ctls[k];
         int seen = 0;
@@ -526,6 +563,28 @@ ls_status ls_parity_report_finish(ls_parity_report *r, const char *path, bool pr
     cJSON_AddItemToObject(cov, "strategies", r->strategies);
     cJSON_AddItemToObject(cov, "dtypes", r->dtypes);
     cJSON_AddItemToObject(cov, "worlds", r->worlds);
+    /* the --like run's path: the values of it no run of the report took (the audit refuses the run then) */
+    cJSON *like = cJSON_GetObjectItemCaseSensitive(r->doc, "like");
+    if (like != NULL && r->like_paths != NULL) {
+        cJSON *un = cJSON_CreateArray();
+        const cJSON *k, *v;
+        cJSON_ArrayForEach(k, r->like_paths) {
+            const cJSON *have = cJSON_GetObjectItemCaseSensitive(r->paths, k->string);
+            cJSON_ArrayForEach(v, k) {
+                bool in = false;
+                const cJSON *x;
+                cJSON_ArrayForEach(x, have) in = in || (cJSON_IsString(x) && cJSON_IsString(v) &&
+                                                        strcmp(x->valuestring, v->valuestring) == 0);
+                char kv[160];
+                snprintf(kv, sizeof kv, "%s=%s", k->string, cJSON_IsString(v) ? v->valuestring : "?");
+                if (!in) cJSON_AddItemToArray(un, cJSON_CreateString(kv));
+            }
+        }
+        cJSON_AddItemToObject(like, "paths", r->like_paths);
+        cJSON_AddStringToObject(like, "paths_source", r->like_paths_derived ? "derived" : "recorded");
+        cJSON_AddItemToObject(like, "uncovered", un);
+        r->like_paths = NULL;
+    }
     cJSON_AddItemToObject(cov, "paths", r->paths);
     cJSON_AddStringToObject(cov, "build_digest", r->build);
     cJSON_AddStringToObject(cov, "reducible", "prompt, group and response lengths, page and capture-chunk sizes, "

@@ -545,9 +545,7 @@ static void fixture_decisions(cfg_run *r, const cJSON *mc) {
     r->c = &r->own;
     const cJSON *fam = cJSON_GetObjectItemCaseSensitive(mc, "family");
     if (!cJSON_IsString(fam) || strcmp(fam->valuestring, "mla") != 0) return;
-    int topk = model_int(mc, "index_topk"), E = model_int(mc, "n_experts"), ng = model_int(mc, "n_group");
-    int kg = model_int(mc, "topk_group"), k = model_int(mc, "experts_per_token");
-    bool moe = model_int(mc, "n_layers") > model_int(mc, "first_dense");
+    int topk = model_int(mc, "index_topk");
     if (r->own.prompt_len - 1 <= topk) {
         int add = 8 * ((topk + 1 - (r->own.prompt_len - 1)) / 8 + 1);
         snprintf(r->own_what, sizeof r->own_what, "%s; the prompt lengthened by %d to %d positions, past index_topk %d",
@@ -555,9 +553,7 @@ static void fixture_decisions(cfg_run *r, const cJSON *mc) {
         r->own.prompt_len += add;
         r->own.what = r->own_what;
     }
-    r->expect[0] = topk > 0; /* now every prompt query beyond the top-k selects */
-    r->expect[1] = moe && kg < ng;
-    r->expect[2] = moe && ng > 0 && E % ng == 0 && k < kg * (E / ng);
+    ls_parity_decisions_expect(mc, r->own.prompt_len - 1, r->expect); /* every query beyond the top-k selects */
 }
 
 static ls_status read_outputs(cfg_run *r, int dt) {
@@ -811,6 +807,8 @@ ls_status ls_parity_run(const ls_parity_opts *o, bool *all_pass, char *err, size
         s = run_config(&r);
         free_outputs(&r);
     }
+    /* --like: the trainer launched the way the run was (parity_path.c) */
+    if (s == LS_OK && o->like_paths != NULL) s = ls_parity_paths_run(o, rep, err, errlen);
     if (s == LS_OK) {
         ls_parity_report_timing(rep, "total", ls_parity_now() - t0, 0);
         char path[LS_PARITY_PATH];

@@ -1,6 +1,7 @@
 /* parity_train.c - longstraw-train command lines for parity's runs
- * (parity.h): the matrix entry's settings, the run's inputs and dumps, and
- * mpirun for CP > 1; and the removal of a run directory. */
+ * (parity.h): the matrix entry's settings, the run's inputs and dumps, what
+ * a path run forces (its extra arguments), and mpirun for CP > 1; and the
+ * removal of a run directory. */
 #define _XOPEN_SOURCE 700 /* nftw */
 #include <ftw.h>
 #include <stdio.h>
@@ -47,6 +48,7 @@ void ls_parity_train_job(const ls_parity_opts *o, const ls_parity_config *c, con
         ls_parity_job_arg(j, "%s", kv[i][0]);
         ls_parity_job_arg(j, "%s", kv[i][1]);
     }
+    for (const char *const *e = t->extra; e != NULL && *e != NULL; e++) ls_parity_job_arg(j, "%s", *e);
     /* the objective's hyperparameters and the trainable set: what the report's coverage states */
     ls_parity_job_arg(j, "--temperature");
     ls_parity_job_arg(j, "%.17g", o->temperature);
