@@ -144,10 +144,23 @@ typedef struct {
     uint8_t step_req;          /* profile: bit k, the profile's k-th per-step purpose was seen (rank_steps.c) */
 } ls_audit_step;
 
+/* The step_metrics figures rule run.invariants reads (rules_invariants.c),
+ * by index into ls_audit_step_metric.v; ls_audit_sm_name gives each its
+ * field name in the event (receipts/trace_step_metrics.h). */
+typedef enum {
+    LS_AUDIT_SM_REWARD_MEAN, LS_AUDIT_SM_REWARD_STD, LS_AUDIT_SM_REWARD_MIN, LS_AUDIT_SM_REWARD_MAX,
+    LS_AUDIT_SM_ADV_MEAN, LS_AUDIT_SM_ADV_STD, LS_AUDIT_SM_LOSS, LS_AUDIT_SM_LOSS_POLICY, LS_AUDIT_SM_LOSS_KL,
+    LS_AUDIT_SM_KL_MEAN, LS_AUDIT_SM_CLIP_FRACTION, LS_AUDIT_SM_RATIO_MIN, LS_AUDIT_SM_RATIO_MEAN,
+    LS_AUDIT_SM_RATIO_MAX, LS_AUDIT_SM_RESPONSE_LEN_MEAN, LS_AUDIT_SM_TOKENS, LS_AUDIT_SM_COUNT
+} ls_audit_sm_field;
+const char *ls_audit_sm_name(ls_audit_sm_field f); /* static; NULL out of range */
+
 typedef struct {
     int64_t step, seq;
     double loss, reward_mean, kl_mean, grad_norm, step_wall_s;
     bool prefix_frozen, sft;
+    double v[LS_AUDIT_SM_COUNT]; /* the figures as recorded (tokens too: an integer <= 2^53) */
+    uint32_t have;               /* bit f: v[f] was recorded (a finite number) */
 } ls_audit_step_metric;
 
 typedef struct {

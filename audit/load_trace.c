@@ -7,6 +7,7 @@
 #endif
 #include "audit/audit.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -409,6 +410,12 @@ static int on_event(const ls_trace_event *ev, void *user) {
             m->prefix_frozen = ev->prefix_frozen;
             const char *o = ls_audit_get_str(j, "objective");
             m->sft = o != NULL && strcmp(o, "sft") == 0;
+            m->have = 0; /* run.invariants' figures: each as recorded, when it is a finite number */
+            for (int k = 0; k < LS_AUDIT_SM_COUNT; k++) {
+                const cJSON *it = cJSON_GetObjectItemCaseSensitive(j, ls_audit_sm_name((ls_audit_sm_field)k));
+                m->v[k] = ls_json_is_number(it) && isfinite(it->valuedouble) ? it->valuedouble : 0.0;
+                if (ls_json_is_number(it) && isfinite(it->valuedouble)) m->have |= 1u << k;
+            }
         }
         if (sf != NULL && !sf->metrics_seen) { /* the step's first step_metrics decides */
             const char *o = ls_audit_get_str(j, "objective");

@@ -18,6 +18,7 @@
 ls_status ls_audit_rules_rank(ls_audit_run *run);
 ls_status ls_audit_rules_cross(ls_audit_run *run);
 ls_status ls_audit_rules_scope(ls_audit_run *run);
+ls_status ls_audit_rules_invariants(ls_audit_run *run); /* run.invariants (rules_invariants.c) */
 
 static void receipt_file(uint32_t rank, char *buf, size_t cap) {
     char d[32];
@@ -274,6 +275,7 @@ ls_status ls_audit_rules_run(ls_audit_run *run) {
     if (st == LS_OK) st = ls_audit_rules_cross(run);
     if (st == LS_OK) st = ls_audit_rules_performed(run); /* v2 runs only (rules_performed.c) */
     if (st == LS_OK) st = ls_audit_rules_scope(run);
+    if (st == LS_OK) st = ls_audit_rules_invariants(run);
     return st;
 }
 

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""audit_invariants_edit.py RUN EDIT...: what test_audit_invariants does to a
+copy of a real run, then every digest recomputed (each receipt's subject, the
+manifest's subjects) so that only the audit's checks of the figures can see it.
+
+EDITs, applied in order:
+  metrics RANK STEP KEY=JSON...  sets KEY of rank RANK's step_metrics event of
+                                 step STEP (a float KEY=+D adds D to it, *F
+                                 multiplies it)
+  drop-metrics                   removes every step_metrics event of every rank
+                                 (seq renumbered, the receipt's event count and
+                                 last seq with it): a run that recorded none
+  config KEY=JSON | KEY=-        sets (or deletes) predicate.config[KEY] in the
+                                 manifest and every receipt; a dotted KEY reaches
+                                 into an object (options.input)
+Prints the seq of each edited event, one a line."""
+import glob
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+
+def read_trace(path):
+    return subprocess.run(["zstd", "-q", "-dc", path], check=True, capture_output=True).stdout.decode().splitlines()
+
+
+def write_trace(path, lines):
+    data = ("\n".join(lines) + "\n").encode()
+    subprocess.run(["zstd", "-q", "-f", "-o", path], input=data, check=True)
+
+
+def dump(ev):
+    return json.dumps(ev, separators=(",", ":"))
+
+
+def value(old, text):
+    if text[:1] == "+":
+        return old + float(text[1:])
+    if text[:1] == "*":
+        return old * float(text[1:])
+    return json.loads(text)
+
+
+def edit_metrics(run, rank, step, kvs):
+    path = "%s/rank-%04d/events.jsonl.zst" % (run, rank)
+    lines = read_trace(path)
+    for i, line in enumerate(lines):
+        ev = json.loads(line)
+        if ev.get("ev") == "step_metrics" and ev.get("step") == step:
+            for kv in kvs:
+                k, v = kv.split("=", 1)
+                ev[k] = value(ev[k], v)
+            lines[i] = dump(ev)
+            print(ev["seq"])
+            break
+    else:
+        sys.exit("no step_metrics of step %d in %s" % (step, path))
+    write_trace(path, lines)
+
+
+def drop_metrics(run):
+    for path in sorted(glob.glob(run + "/rank-*/events.jsonl.zst")):
+        out, seq = [], 0
+        for line in read_trace(path):
+            ev = json.loads(line)
+            if ev.get("ev") == "step_metrics":
+                continue
+            if "seq" in ev:
+                ev["seq"] = seq
+                seq += 1
+            if ev.get("ev") == "rank_complete":
+                ev["events"] = seq - 1  # the events before it
+            out.append(dump(ev))
+        write_trace(path, out)
+        rp = os.path.join(os.path.dirname(path), "receipt.json")
+        if os.path.exists(rp):
+            r = json.load(open(rp))
+            r["predicate"]["events"]["count"] = seq
+            r["predicate"]["events"]["last_seq"] = seq - 1
+            json.dump(r, open(rp, "w"), indent=1)
+
+
+def edit_config(run, kv):
+    k, v = kv.split("=", 1)
+    for p in [run + "/manifest.json"] + sorted(glob.glob(run + "/rank-*/receipt.json")):
+        d = json.load(open(p))
+        c = d["predicate"]["config"]
+        keys = k.split(".")
+        for key in keys[:-1]:
+            c = c[key]
+        if v == "-":
+            c.pop(keys[-1], None)
+        else:
+            c[keys[-1]] = json.loads(v)
+        json.dump(d, open(p, "w"), indent=1)
+
+
+def redigest(run):
+    def sha(p):
+        return hashlib.sha256(open(p, "rb").read()).hexdigest()
+    for rp in sorted(glob.glob(run + "/rank-*/receipt.json")):
+        r = json.load(open(rp))
+        for s in r["subject"]:
+            s["digest"]["sha256"] = sha(run + "/" + s["name"])
+        json.dump(r, open(rp, "w"), indent=1)
+    mp = run + "/manifest.json"
+    if os.path.exists(mp):
+        m = json.load(open(mp))
+        for s in m["subject"]:
+            s["digest"]["sha256"] = sha(run + "/" + s["name"])
+        json.dump(m, open(mp, "w"), indent=1)
+
+
+def main():
+    run, args = sys.argv[1], sys.argv[2:]
+    i = 0
+    while i < len(args):
+        if args[i] == "metrics":
+            rank, step = int(args[i + 1]), int(args[i + 2])
+            j = i + 3
+            while j < len(args) and "=" in args[j]:
+                j += 1
+            edit_metrics(run, rank, step, args[i + 3:j])
+            i = j
+        elif args[i] == "drop-metrics":
+            drop_metrics(run)
+            i += 1
+        elif args[i] == "config":
+            edit_config(run, args[i + 1])
+            i += 2
+        else:
+            sys.exit("unknown edit %s" % args[i])
+    redigest(run)
+
+
+main()

@@ -1,0 +1,348 @@
+/* test_audit_invariants.c - rule run.invariants (audit/rules_invariants.c)
+ * on runs the trainer makes, and what each level of a verdict rests on
+ * (audit/basis.c).
+ *
+ * Fault-free runs of both families, one rank and CP-2 (under mpirun when MPI
+ * is found), pass the rule with the ratio exactly 1 on every on-policy step
+ * of every rank (the trainer's own check: its old log-probs and the replay's
+ * are the same values); each check of the rule has a fault injected into a
+ * copy of a real run (one figure of one step_metrics event changed, every
+ * digest recomputed: tests/audit_invariants_edit.py) and the rule refuses
+ * level 2 naming the rank, the trace, the event's seq and the step.  An
+ * older run without the figures, or without the configuration's record of
+ * where its old log-probs came from, says what it could not check.
+ *
+ * Fixtures are made once per test binary run in /tmp/ls-audit-inv-PID (PID:
+ * the Criterion runner's) and removed by a POST_ALL hook. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
+#include <criterion/criterion.h>
+#include <criterion/hooks.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "receipts/json_util.h"
+#include "receipts/schema.h"
+#include "test_tmpdir.h"
+
+#define TRAIN LS_BINARY_DIR "/trainer/longstraw-train"
+#define AUDIT LS_BINARY_DIR "/audit/longstraw-audit"
+#define EDIT "python3 " LS_SOURCE_DIR "/tests/audit_invariants_edit.py"
+#define REPORT "python3 " LS_SOURCE_DIR "/tests/evidence/make_report.py"
+#define HYB "--config " LS_SOURCE_DIR "/configs/hybrid-tiny.json --prompt-len 64 --quiet"
+#define MLA "--config " LS_SOURCE_DIR "/configs/mla-tiny.json --prompt-len 64 --quiet"
+
+static char tmpdir[256];
+static void setup(void) { ls_test_tmpdir_make(tmpdir, "audit-inv"); }
+static void teardown(void) { ls_test_tmpdir_remove(tmpdir); }
+
+static void fixture_root(char *buf, size_t cap, pid_t pid) { snprintf(buf, cap, "/tmp/ls-audit-inv-%d", (int)pid); }
+
+ReportHook(POST_ALL)(struct criterion_global_stats *stats) {
+    (void)stats;
+    char root[128], cmd[256];
+    fixture_root(root, sizeof root, getpid());
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", root);
+}
+
+static int sh(const char *cmd) {
+    int st = system(cmd);
+    cr_assert(WIFEXITED(st), "%s did not exit normally", cmd);
+    return WEXITSTATUS(st);
+}
+
+/* The fixture `name`: a run made by `train` (a command line ending in --out)
+ * and beside it NAME.parity.json, a hand-written parity report covering it
+ * (tests/evidence/make_report.py, with the run's recorded paths), made the
+ * first time it is asked for; the run's path into out. */
+static void fixture(const char *name, const char *train, char *out, size_t cap) {
+    char root[128];
+    fixture_root(root, sizeof root, getppid());
+    mkdir(root, 0755);
+    snprintf(out, cap, "%s/%s", root, name);
+    struct stat sb;
+    if (stat(out, &sb) == 0) return;
+    int lfd = ls_test_fixture_lock(out);
+    if (stat(out, &sb) == 0) {
+        close(lfd);
+        return;
+    }
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "rm -rf '%s.tmp' && OMP_NUM_THREADS=1 %s '%s.tmp' >'%s.log' 2>&1 && "
+             "P=$(python3 -c \"import json,sys; c=json.load(open(sys.argv[1]))['predicate']['config']; "
+             "print(json.dumps(c.get('paths', {}), separators=(',', ':')))\" '%s.tmp/manifest.json') && "
+             "%s '%s.tmp' '%s.parity.json' \"paths=$P\" && mv '%s.tmp' '%s'",
+             out, train, out, out, out, REPORT, out, out, out, out);
+    cr_assert_eq(sh(cmd), 0, "%s", cmd);
+    close(lfd);
+}
+
+static void hybrid_run(char *out, size_t cap) { fixture("hybrid", TRAIN " " HYB " --steps 2 --out", out, cap); }
+
+/* A copy of src in the scratch directory, with EDITs of audit_invariants_edit.py
+ * applied (NULL: none); the seq of the first edited event into *seq (may be NULL). */
+static void copy_edit(const char *src, const char *name, const char *edits, char *out, size_t cap, long *seq) {
+    snprintf(out, cap, "%s/%s", tmpdir, name);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -a '%s' '%s'", out, src, out);
+    cr_assert_eq(sh(cmd), 0);
+    if (edits == NULL) return;
+    snprintf(cmd, sizeof cmd, "%s '%s' %s >'%s/edit.out'", EDIT, out, edits, tmpdir);
+    cr_assert_eq(sh(cmd), 0, "%s", cmd);
+    if (seq != NULL) {
+        char p[600];
+        snprintf(p, sizeof p, "%s/edit.out", tmpdir);
+        FILE *f = fopen(p, "r");
+        cr_assert_not_null(f);
+        cr_assert_eq(fscanf(f, "%ld", seq), 1, "no seq from %s", cmd);
+        fclose(f);
+    }
+}
+
+/* The audit's exit status with --json (schema-checked report in *doc); the
+ * parity report beside the fixture src (NULL: none). */
+static int audit(const char *run, const char *src, const char *extra, cJSON **doc) {
+    char cmd[4096], json[512], par[700] = "";
+    snprintf(json, sizeof json, "%s/report.json", tmpdir);
+    unlink(json);
+    if (src) snprintf(par, sizeof par, "--parity '%s.parity.json'", src);
+    snprintf(cmd, sizeof cmd, "%s '%s' %s --json '%s' %s >'%s/audit.out' 2>'%s/audit.err'", AUDIT, run, par, json,
+             extra ? extra : "", tmpdir, tmpdir);
+    int rc = sh(cmd);
+    char err[512];
+    cr_assert_eq(ls_json_read_file(json, doc, err, sizeof err), LS_OK, "%s", err);
+    const ls_schema *s = NULL;
+    cr_assert_eq(ls_schema_get("audit-report", &s, err, sizeof err), LS_OK, "%s", err);
+    ls_schema_errors errs = {0};
+    ls_status st = ls_schema_validate(s, *doc, &errs);
+    char first[512];
+    ls_schema_errors_first(&errs, first, sizeof first);
+    ls_schema_errors_free(&errs);
+    cr_assert_eq(st, LS_OK, "the audit report fails its schema: %s", first);
+    return rc;
+}
+
+static const cJSON *rule(const cJSON *doc, const char *id) {
+    const cJSON *lv, *c;
+    cJSON_ArrayForEach(lv, cJSON_GetObjectItem(doc, "levels")) {
+        cJSON_ArrayForEach(c, cJSON_GetObjectItem(lv, "checks")) {
+            if (strcmp(cJSON_GetObjectItem(c, "id")->valuestring, id) == 0) return c;
+        }
+    }
+    cr_assert_fail("no rule %s in the report", id);
+    return NULL;
+}
+
+static const char *verdict(const cJSON *doc, const char *id) {
+    return cJSON_GetObjectItem(rule(doc, id), "verdict")->valuestring;
+}
+static const char *message(const cJSON *doc, const char *id) {
+    return cJSON_GetObjectItem(rule(doc, id), "message")->valuestring;
+}
+static int level(const cJSON *doc) { return cJSON_GetObjectItem(doc, "level")->valueint; }
+
+/* Every applicable rule but `except` (NULL: none) and config.full_mode passes. */
+static void only_failure(const cJSON *doc, const char *except) {
+    const cJSON *lv, *c;
+    cJSON_ArrayForEach(lv, cJSON_GetObjectItem(doc, "levels")) {
+        cJSON_ArrayForEach(c, cJSON_GetObjectItem(lv, "checks")) {
+            const char *id = cJSON_GetObjectItem(c, "id")->valuestring;
+            if ((except && strcmp(id, except) == 0) || strcmp(id, "config.full_mode") == 0) continue;
+            cr_expect_str_neq(cJSON_GetObjectItem(c, "verdict")->valuestring, "fail", "rule %s fails: %s", id,
+                              cJSON_GetObjectItem(c, "message")->valuestring);
+        }
+    }
+}
+
+/* run.invariants fails with evidence of rank, file ending `file`, seq and text. */
+static void expect_evidence(const cJSON *doc, int rank, const char *file, long seq, const char *text) {
+    const cJSON *r = rule(doc, "run.invariants"), *e;
+    cr_assert_str_eq(cJSON_GetObjectItem(r, "verdict")->valuestring, "fail", "run.invariants: %s",
+                     cJSON_GetObjectItem(r, "message")->valuestring);
+    char seen[4096] = "";
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(r, "evidence")) {
+        const cJSON *er = cJSON_GetObjectItem(e, "rank"), *es = cJSON_GetObjectItem(e, "seq");
+        const char *ef = cJSON_GetObjectItem(e, "file")->valuestring, *d = cJSON_GetObjectItem(e, "detail")->valuestring;
+        size_t l = strlen(seen);
+        snprintf(seen + l, sizeof seen - l, "[%d %s %ld %s] ", er ? er->valueint : -1, ef,
+                 es ? (long)es->valuedouble : -1L, d);
+        if (!er || er->valueint != rank || !es || (long)es->valuedouble != seq) continue;
+        if (strlen(ef) < strlen(file) || strcmp(ef + strlen(ef) - strlen(file), file) != 0) continue;
+        if (!strstr(d, text)) continue;
+        return;
+    }
+    cr_assert_fail("run.invariants: no evidence of rank %d, %s, seq %ld with '%s'; evidence: %s", rank, file, seq, text,
+                   seen);
+}
+
+/* ---- fault-free runs: the trainer's on-policy ratio is exactly 1 ---------- */
+
+/* The rule passes on a fault-free run, its message counting `on_policy`
+ * steps with the ratio exactly 1 (every step of every rank); with the
+ * fixture's parity report the run proves `want_level`. */
+static void expect_clean(const char *run, long on_policy, int want_level) {
+    cJSON *doc = NULL;
+    cr_expect_eq(audit(run, run, NULL, &doc), 0);
+    cr_expect_eq(level(doc), want_level, "level %d, want %d", level(doc), want_level);
+    cr_expect_str_eq(verdict(doc, "run.invariants"), "pass", "%s: run.invariants: %s", run, message(doc, "run.invariants"));
+    char want[96];
+    snprintf(want, sizeof want, "; ratio exactly 1 on %ld on-policy step(s)", on_policy);
+    cr_expect(strstr(message(doc, "run.invariants"), want) != NULL, "%s: message '%s', want '%s'", run,
+              message(doc, "run.invariants"), want);
+    only_failure(doc, NULL);
+    cJSON_Delete(doc);
+}
+
+Test(invariants, hybrid_one_rank_passes, .init = setup, .fini = teardown, .timeout = 240) {
+    char run[512];
+    hybrid_run(run, sizeof run);
+    expect_clean(run, 2, 3); /* detached: level 4 needs full mode */
+    /* two groups a step, the reference recaptured, full mode (the trainer's other scoring paths) */
+    fixture("hybrid-b2", TRAIN " " HYB " --steps 2 --group 3 --prompts-per-step 2 --keep-reference off "
+            "--grad-mode full --out", run, sizeof run);
+    expect_clean(run, 2, 4);
+}
+
+Test(invariants, mla_one_rank_passes, .init = setup, .fini = teardown, .timeout = 240) {
+    char run[512];
+    fixture("mla", TRAIN " " MLA " --steps 2 --grad-mode full --out", run, sizeof run);
+    expect_clean(run, 2, 4);
+}
+
+#if defined(LS_MPIEXEC)
+#define MPI2 "OMP_NUM_THREADS=1 timeout 240 " LS_MPIEXEC " " LS_MPIRUN_FLAGS " -np 2 " TRAIN " "
+Test(invariants, cp2_runs_pass_on_every_rank, .init = setup, .fini = teardown, .timeout = 300) {
+    char run[512];
+    fixture("hybrid-cp2", MPI2 HYB " --steps 2 --grad-mode full --out", run, sizeof run);
+    expect_clean(run, 4, 4); /* two steps on each of two ranks */
+    fixture("mla-cp2", MPI2 MLA " --steps 2 --grad-mode full --out", run, sizeof run);
+    expect_clean(run, 4, 4);
+    /* a figure changed on rank 1 only: the evidence names rank 1 */
+    char bad[600];
+    long seq = -1;
+    copy_edit(run, "cp2-ratio", "metrics 1 0 ratio_min=0.999", bad, sizeof bad, &seq);
+    cJSON *doc = NULL;
+    cr_expect_eq(audit(bad, run, "--require-level 2", &doc), 1);
+    cr_expect_eq(level(doc), 1);
+    expect_evidence(doc, 1, "rank-0001/events.jsonl.zst", seq, "step 0: on-policy step");
+    only_failure(doc, "run.invariants");
+    cJSON_Delete(doc);
+}
+#endif
+
+/* The naive strategy scores its old log-probs from a captured prompt state
+ * and replays the full sequence: another composition of the same math, so
+ * its ratio is 1 only to rounding and the rule does not check it (it says
+ * so).  If this run's ratio ever comes out exactly 1, the naive strategy
+ * scores on its replay's path: let run.invariants check it. */
+Test(invariants, naive_ratio_is_not_exact_and_not_checked, .init = setup, .fini = teardown, .timeout = 240) {
+    char run[512], p[700], cmd[1400];
+    fixture("naive", TRAIN " " HYB " --steps 1 --strategy naive --out", run, sizeof run);
+    cJSON *doc = NULL;
+    audit(run, NULL, NULL, &doc);
+    cr_expect_str_eq(verdict(doc, "run.invariants"), "pass", "%s", message(doc, "run.invariants"));
+    cr_expect(strstr(message(doc, "run.invariants"), "ratio 1 not checked on 1 naive step(s)") != NULL, "%s",
+              message(doc, "run.invariants"));
+    cJSON_Delete(doc);
+    snprintf(p, sizeof p, "%s/rank-0000/events.jsonl.zst", run);
+    snprintf(cmd, sizeof cmd, "zstd -q -dc '%s' | grep '\"ev\":\"step_metrics\"' | grep -q '\"ratio_max\":1,'", p);
+    cr_expect_neq(sh(cmd), 0, "the naive strategy's ratio is exactly 1 now: run.invariants can check it");
+}
+
+/* ---- each check, a fault injected into a real run ------------------------ */
+
+typedef struct {
+    const char *edit; /* metrics 0 1 KEY=VALUE... */
+    const char *text; /* in the evidence */
+} fault_case;
+
+Test(invariants, each_check_refuses_level_2, .init = setup, .fini = teardown, .timeout = 300) {
+    char src[512], run[600];
+    hybrid_run(src, sizeof src);
+    static const fault_case cases[] = {
+        {"ratio_max=1.01", "step 1: on-policy step (old log-probs computed by the trainer, strategy longstraw): "
+                           "ratio_min 1, ratio_mean 1, ratio_max 1.01; want exactly 1 (0 ulp)"},
+        {"ratio_min=1.5", "ratio_min 1.5 <= ratio_mean 1 <= ratio_max 1 does not hold"},
+        {"kl_mean=-1e-6", "step 1: kl_mean -9.9999999999999995e-07 < 0"},
+        {"reward_mean=+10", "step 1: reward_mean"},
+        {"reward_min=+10", "step 1: reward_min"},
+        {"reward_std=+0.6", "above (reward_max - reward_min) / 2"},
+        {"reward_max=+1 reward_std=0", "below (reward_max - reward_min) / sqrt(2 N)"},
+        {"adv_mean=0.25", "step 1: adv_mean 0.25"},
+        {"adv_std=+0.01", "step 1: adv_std"},
+        {"loss_policy=+1e-3", "step 1: loss_policy"},
+        {"loss_kl=*2", "want beta x kl_mean"},
+        {"loss=+1e-4", "want loss_policy + loss_kl"},
+        {"clip_fraction=0.125", "no token can be clipped"},
+        {"clip_fraction=0.1", "is no count of the step's 32 tokens"},
+        {"tokens=31", "step 1: tokens 31"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char name[32], edit[256];
+        snprintf(name, sizeof name, "f%zu", k);
+        snprintf(edit, sizeof edit, "metrics 0 1 %s", cases[k].edit);
+        long seq = -1;
+        copy_edit(src, name, edit, run, sizeof run, &seq);
+        cJSON *doc = NULL;
+        cr_expect_eq(audit(run, src, "--require-level 2", &doc), 1, "%s: level 2 not refused", cases[k].edit);
+        cr_expect_eq(level(doc), 1, "%s: level %d", cases[k].edit, level(doc));
+        expect_evidence(doc, 0, "rank-0000/events.jsonl.zst", seq, cases[k].text);
+        only_failure(doc, "run.invariants");
+        cJSON_Delete(doc);
+    }
+}
+
+/* beta 0: no reference policy, so no KL at all */
+Test(invariants, beta_zero_means_no_kl, .init = setup, .fini = teardown, .timeout = 240) {
+    char src[512], run[600];
+    fixture("beta0", TRAIN " " HYB " --steps 2 --beta 0 --out", src, sizeof src);
+    expect_clean(src, 2, 3);
+    long seq = -1;
+    copy_edit(src, "kl", "metrics 0 1 kl_mean=1e-9", run, sizeof run, &seq);
+    cJSON *doc = NULL;
+    cr_expect_eq(audit(run, src, NULL, &doc), 0);
+    expect_evidence(doc, 0, "rank-0000/events.jsonl.zst", seq, "kl_mean 1.0000000000000001e-09 with beta 0");
+    cJSON_Delete(doc);
+    copy_edit(src, "lkl", "metrics 0 1 loss_kl=1e-9 loss=+1e-9", run, sizeof run, &seq);
+    cr_expect_eq(audit(run, src, NULL, &doc), 0);
+    expect_evidence(doc, 0, "rank-0000/events.jsonl.zst", seq, "loss_kl 1.0000000000000001e-09 with beta 0");
+    cJSON_Delete(doc);
+}
+
+/* ---- older runs: what could not be checked is said, never passed ---------- */
+
+Test(invariants, a_run_without_figures_or_their_source, .init = setup, .fini = teardown, .timeout = 240) {
+    char src[512], run[600];
+    hybrid_run(src, sizeof src);
+    /* no step_metrics at all: not applicable, and level 2 rests on parity alone */
+    copy_edit(src, "none", "drop-metrics", run, sizeof run, NULL);
+    cJSON *doc = NULL;
+    cr_expect_eq(audit(run, src, "--require-level 2", &doc), 0);
+    cr_expect_str_eq(verdict(doc, "run.invariants"), "not_applicable");
+    cr_expect(strstr(message(doc, "run.invariants"), "no step_metrics event") != NULL, "%s",
+              message(doc, "run.invariants"));
+    cr_expect_eq(level(doc), 3);
+    only_failure(doc, NULL);
+    cJSON_Delete(doc);
+    /* a configuration that records neither paths nor options.input: the ratio is not checked, the
+       message says why, and a ratio off 1 passes unseen (the rest is still checked) */
+    copy_edit(src, "old", "config paths=- config options.input=- metrics 0 1 ratio_max=1.01", run, sizeof run, NULL);
+    cr_expect_eq(audit(run, NULL, NULL, &doc), 0);
+    cr_expect_str_eq(verdict(doc, "run.invariants"), "pass", "%s", message(doc, "run.invariants"));
+    cr_expect(strstr(message(doc, "run.invariants"), "ratio 1 not checked on 2 step(s): no paths.old_logprobs") != NULL,
+              "%s", message(doc, "run.invariants"));
+    cJSON_Delete(doc);
+    /* old log-probs given by the input: which step had them is not recorded */
+    copy_edit(src, "given", "config 'paths.old_logprobs=[\"computed\",\"given\"]'", run, sizeof run, NULL);
+    cr_expect_eq(audit(run, NULL, NULL, &doc), 0);
+    cr_expect(strstr(message(doc, "run.invariants"), "the input gave old log-probs") != NULL, "%s",
+              message(doc, "run.invariants"));
+    cJSON_Delete(doc);
+}
