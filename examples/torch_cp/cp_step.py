@@ -27,6 +27,11 @@ import model as M
 from evidence import digest_bytes
 
 FAULTS = ("zero-state", "skip-dkv-reduce", "decay-grad", "loss-cp-scale", "fake-reduce")
+# CP bugs the parity adapter does NOT declare as controls (README.md, "Bugs the adapter does not
+# declare"): each acts on a path the adapter's own batch never takes (uneven shards, a prompt the
+# trainer samples for), so only evidence from the run's own path refuses them.
+BUGS = ("last-shard-short", "stale-old-offset", "dkv-remainder-drop")
+FLAGS = FAULTS + BUGS
 
 
 def shard_bounds(T, N):
@@ -37,8 +42,8 @@ class Step:
     def __init__(self, W, comm, ev, cfg=M.CONFIG, grad_mode="full", faults=(), epsilon=0.2,
                  temperature=1.0):
         for f in faults:
-            if f not in FAULTS:
-                raise ValueError(f"--fault: unknown fault '{f}' (one of {', '.join(FAULTS)})")
+            if f not in FLAGS:
+                raise ValueError(f"--fault: unknown fault '{f}' (one of {', '.join(FLAGS)})")
         self.W, self.comm, self.ev, self.cfg = W, comm, ev, cfg
         self.grad_mode, self.faults = grad_mode, set(faults)
         self.eps, self.temp = epsilon, temperature
@@ -53,6 +58,9 @@ class Step:
             raise ValueError(f"--batch: prompt of {len(prompt)} tokens has {T} captured positions, "
                              f"fewer than --cp {N}")
         self.bounds = shard_bounds(T, N)
+        if "last-shard-short" in self.faults and T % N:   # bug: the last shard sized T // N (uneven only)
+            b_last = self.bounds[-1][0]
+            self.bounds[-1] = (b_last, b_last + T // N)
         b, e = self.bounds[r]
         self.shard_tokens = torch.tensor(prompt[b:e], dtype=torch.long)
         self.last_prompt_token = prompt[-1]
@@ -137,14 +145,18 @@ class Step:
         """G responses of R tokens sampled from the policy (same generator on every rank)."""
         gen = torch.Generator().manual_seed(seed)
         S_fin, KV = self.final_state, self.kv
-        responses = []
+        responses, self.sampler_logprobs = [], []
+        stale = "stale-old-offset" in self.faults
         with torch.no_grad(), self.ev.phase("rollout"):
             for m in range(G):
-                y = []
-                for _ in range(R):
+                y, lps = [], []
+                for t in range(R):
                     lp = self.branch("rollout", m, [self.last_prompt_token] + y, None, S_fin, KV)
                     y.append(int(torch.multinomial(lp[-1].exp().double(), 1, generator=gen)))
+                    # the sampler's log-prob of its token; bug stale-old-offset: read one position early
+                    lps.append(lp[max(t - 1, 0) if stale else -1, y[-1]])
                 responses.append(y)
+                self.sampler_logprobs.append(torch.stack(lps))
         return responses
 
     def score(self, responses):
@@ -153,14 +165,16 @@ class Step:
                                 self.final_state, self.kv) for m, y in enumerate(responses)]
 
     # ---------------------------------------------------------------- replay
-    def replay(self, responses, advantages, old_lp):
-        """Serial replay under autograd; returns (log-probs per member, loss). Gradients in .grad."""
-        full = self.grad_mode == "full"
+    def replay(self, responses, advantages, old_lp, backward=True):
+        """Serial replay under autograd; returns (log-probs per member, loss). Gradients in .grad.
+        backward=False: the forward only (the gradient probe's loss, under torch.no_grad())."""
+        full = self.grad_mode == "full" and backward
         N, G = self.comm.world, len(responses)
         S_fin = {i: S.detach().clone().requires_grad_(full) for i, S in self.final_state.items()}
         KV = {i: (K.detach().clone().requires_grad_(full), V.detach().clone().requires_grad_(full))
               for i, (K, V) in self.kv.items()}
         lps, loss_total = [], 0.0
+        self.loss_scale = 0.0      # the sum of the loss terms' magnitudes (the probe's rounding scale)
         with self.ev.phase("replay"):
             for m, y in enumerate(responses):
                 lp = self.branch("replay", m, [self.last_prompt_token] + y[:-1], y, S_fin, KV,
@@ -168,9 +182,13 @@ class Step:
                 loss = grpo_member_loss(lp, old_lp[m], advantages[m], self.eps, G)
                 if "loss-cp-scale" in self.faults:
                     loss = loss * N
-                t0 = time.perf_counter_ns()
-                loss.backward()
-                self.ev.layer_end("replay", m, -1, "embed", "bwd", len(y), self.W["embed.weight"].grad, t0)
+                if not backward:
+                    self.loss_scale += float(grpo_member_loss(lp, old_lp[m], advantages[m], self.eps, G,
+                                                              magnitude=True)) * (N if "loss-cp-scale" in self.faults else 1)
+                if backward:
+                    t0 = time.perf_counter_ns()
+                    loss.backward()
+                    self.ev.layer_end("replay", m, -1, "embed", "bwd", len(y), self.W["embed.weight"].grad, t0)
                 lps.append(lp.detach())
                 loss_total += float(loss.detach())
         self.dS_fin = {i: S.grad for i, S in S_fin.items()} if full else None
@@ -217,6 +235,9 @@ class Step:
                         (dG,) = torch.autograd.grad(h_out, G, self._dh(dh, h_out), retain_graph=True)
                         dG = dG.contiguous()
                         c.all_reduce(dG, "sum", "dkv_allreduce", i)
+                        T = self.bounds[-1][1]
+                        if "dkv-remainder-drop" in self.faults and Tr > T // N:
+                            dG[r, :, T // N:] = 0      # bug: the reduced K/V gradient read as T // N rows
                         dK = dG[r, 0, :Tr] + self.dKV[i][0]
                         dV = dG[r, 1, :Tr] + self.dKV[i][1]
                         torch.autograd.backward([h_out, K, V], [self._dh(dh, h_out), dK, dV])
@@ -267,9 +288,12 @@ def advantages_of(rewards):
     return ((r - r.mean()) / (r.std(unbiased=True) + 1e-4)).tolist()
 
 
-def grpo_member_loss(lp, old_lp, adv, eps, G):
-    """(1/G)(1/R) sum_t -min(rho A, clip(rho, 1-eps, 1+eps) A), beta = 0 (docs/model.md §4)."""
+def grpo_member_loss(lp, old_lp, adv, eps, G, magnitude=False):
+    """(1/G)(1/R) sum_t -min(rho A, clip(rho, 1-eps, 1+eps) A), beta = 0 (docs/model.md §4);
+    magnitude=True: the sum of its terms' magnitudes instead (the scale its rounding is of)."""
     rho = torch.exp(lp - old_lp)
     A = torch.as_tensor(adv, dtype=lp.dtype)
     obj = torch.minimum(rho * A, torch.clamp(rho, 1 - eps, 1 + eps) * A)
+    if magnitude:
+        return obj.abs().sum() / (G * lp.shape[0])
     return -obj.sum() / (G * lp.shape[0])

@@ -135,7 +135,8 @@ def run_job(comm, job):
                         epsilon=job["epsilon"], temperature=job["temperature"])
     step.capture(batch["prompt"])
     responses = batch.get("responses")
-    if responses is None:
+    sampled = responses is None
+    if sampled:
         responses = step.rollout(job["group"], job["response_len"], job["seed"])
         rewards = [reward_of(y) for y in responses]
     else:
@@ -147,8 +148,12 @@ def run_job(comm, job):
         old = [torch.tensor(o, dtype=dtype) for o in batch["old_logprobs"]]
     elif job.get("old") is not None:
         old = [o.to(dtype) for o in job["old"]]
+    elif sampled and "stale-old-offset" in step.faults:
+        old = step.sampler_logprobs         # bug: the sampler's log-probs, read one position early
     else:
         old = scored
+    if writer is not None:                  # the run's path (config "paths"): what selected the code
+        record_path(writer, sampled, batch.get("old_logprobs") is not None, len(batch["prompt"]) - 1, comm.world)
     lps, loss = step.replay(responses, adv, old)
     out = {"logprobs": torch.cat(lps), "loss": loss, "responses": responses, "rewards": rewards,
            "old": old}
@@ -160,6 +165,10 @@ def run_job(comm, job):
     if job["grad_mode"] == "full":
         step.prompt_bwd()
     grads, disagree = step.finalize(replicated, names)
+    probe = None
+    if job.get("probe_every", 0) > 0:      # the example runs one step, step 0: probed for every K
+        probe = gradient_probe(le or evidence.import_emitter(), writer, comm, job, W, names, grads,
+                               responses, adv, old, step.faults)
     with ev.phase("optimizer"):
         params = {n: W[n].detach().clone() for n in names}
         for n in names:
@@ -176,7 +185,7 @@ def run_job(comm, job):
     if disagree and comm.rank == 0:
         print(f"torch_cp: warning: {disagree} rank(s) finalized a gradient that differs from rank 0's",
               file=sys.stderr)
-    out.update(grads=grads, params={n: p.detach() for n, p in params.items()}, disagree=disagree)
+    out.update(grads=grads, params={n: p.detach() for n, p in params.items()}, disagree=disagree, probe=probe)
     if writer is not None:
         writer.close(status="complete", steps=1, steps_exact=1, grad_digest_disagreements=1 if disagree else 0)
         comm.c = None
@@ -186,14 +195,55 @@ def run_job(comm, job):
     return out
 
 
+def record_path(writer, sampled, old_given, T, N):
+    """Every decision of the run's path (profiles/torch-cp.json "paths"; docs/contract.md section 2):
+    the three the example takes (responses sampled or given, old log-probs computed or given, the shards
+    of its T captured positions over N ranks) and those it never varies: no reference policy (beta 0),
+    one prompt group a step, a fresh prompt state, a fresh start, no page or capture-chunk grid (nothing
+    a shard boundary can cut: aligned), no built-in task."""
+    writer.path("responses", "sampled" if sampled else "given")
+    writer.path("old_logprobs", "given" if old_given else "computed")
+    writer.path("shards", shards_path(T, N))
+    for key, value in (("reference", "none"), ("prompt_groups", "one"), ("prefix", "fresh"), ("start", "fresh"),
+                       ("pages", "aligned"), ("chunks", "aligned"), ("task", "none")):
+        writer.path(key, value)
+
+
+def shards_path(T, N):
+    """The run's "shards" path value: one rank, shards of equal size, or not (T captured positions)."""
+    return "one" if N == 1 else "even" if T % N == 0 else "uneven"
+
+
+def gradient_probe(le, writer, comm, job, W, names, grads, responses, adv, old, faults):
+    """le.gradient_probe on this step: the finalized gradient against finite differences of the step's
+    own loss (capture and replay without backward, the batch held fixed: the responses, the old
+    log-probs, the advantages), one direction per layer group, on every rank. The probe's forwards
+    are not the step's: they run on a plain Comm and write no events (only the gradient_probe event)."""
+    quiet = evidence.Comm(comm.rank, comm.world)
+    dtype = evidence.torch_dtype(job["dtype"])
+    old = [o.detach().to(dtype) for o in old]
+
+    def loss_fn():
+        s = cp_step.Step(W, quiet, evidence.Evidence(None), grad_mode="full", faults=faults,
+                         epsilon=job["epsilon"], temperature=job["temperature"])
+        s.capture(job["batch"]["prompt"])
+        _, loss = s.replay(responses, adv, old, backward=False)
+        return loss, s.loss_scale
+    if le is None:
+        raise UsageError("--probe-every needs longstraw_emit (PYTHONPATH or python/ of the repository)")
+    step = 0
+    return le.gradient_probe(writer, step, loss_fn, [(n, W[n]) for n in names], grads, grad_mode=job["grad_mode"],
+                             objective="grpo", seed=(job["seed"] * 1000003 + step) % (1 << 53), groups="layer")
+
+
 def hidden_bugs():
     """TORCH_CP_BUG=FAULT[,FAULT]: faults that act but are not declared in the run's configuration,
     as a bug in the code would (the fault table of README.md audits such builds). The variable is in
     the build identity (evidence.build_artifacts): a buggy build never shares the clean one's digest."""
     bugs = [f for f in os.environ.get("TORCH_CP_BUG", "").split(",") if f and f != "none"]
     for f in bugs:
-        if f not in cp_step.FAULTS:
-            raise UsageError(f"TORCH_CP_BUG: unknown fault '{f}' (one of {', '.join(cp_step.FAULTS)})")
+        if f not in cp_step.FLAGS:
+            raise UsageError(f"TORCH_CP_BUG: unknown fault '{f}' (one of {', '.join(cp_step.FLAGS)})")
     return bugs
 
 
@@ -273,6 +323,8 @@ def write_outputs(job, res):
     st.save(os.path.join(out, "params.safetensors"), res["params"])
     write_json(os.path.join(out, "loss.json"), {"loss": res["loss"]})
     b = dict(job["batch"], responses=res["responses"], rewards=res["rewards"])
+    if b.get("old_logprobs") is None:      # the old log-probs the step used (computed: the trainer's own)
+        b["old_logprobs"] = [o.double().tolist() for o in res["old"]]
     write_json(os.path.join(out, "batch.json"), b)
 
 
@@ -283,7 +335,7 @@ def parse(argv):
     ap.add_argument("--dtype", choices=["f64", "f32"], default="f64")
     ap.add_argument("--grad-mode", choices=["full", "detached"], default="full")
     ap.add_argument("--fault", action="append", default=[],
-                    help="a fault flag (repeatable; '' or 'none' = no fault): " + ", ".join(cp_step.FAULTS))
+                    help="a fault flag (repeatable; '' or 'none' = no fault): " + ", ".join(cp_step.FLAGS))
     ap.add_argument("--weights")
     ap.add_argument("--batch")
     ap.add_argument("--out", required=True)
@@ -295,15 +347,23 @@ def parse(argv):
     ap.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
     ap.add_argument("--lr", type=float, default=1e-2)
     ap.add_argument("--no-evidence", action="store_true", help="write no run directory")
+    ap.add_argument("--probe-every", type=int, default=1,
+                    help="the gradient probe every K steps (le.gradient_probe: a gradient_probe event; 0: never; "
+                         "needs the run directory)")
+    ap.add_argument("--prompt-len", type=int, default=13, help="the prompt drawn from --seed without --batch")
     a = ap.parse_args(argv)
     if not 1 <= a.cp <= 4:
         raise UsageError(f"--cp {a.cp}: must be 1 to 4")
     a.weights, a.batch = a.weights or None, a.batch or None   # an adapter's empty placeholder
     a.fault = [f for x in a.fault for f in x.split(",") if f and f != "none"]
     for f in a.fault:
-        if f not in cp_step.FAULTS:
-            raise UsageError(f"--fault {f}: unknown (one of {', '.join(cp_step.FAULTS)})")
+        if f not in cp_step.FLAGS:
+            raise UsageError(f"--fault {f}: unknown (one of {', '.join(cp_step.FLAGS)})")
     hidden_bugs()                           # a bad TORCH_CP_BUG is a usage error, before any process starts
+    if a.probe_every < 0:
+        raise UsageError(f"--probe-every {a.probe_every}: must be 0 (never) or a positive number of steps")
+    if not 2 <= a.prompt_len <= MAX_PROMPT:
+        raise UsageError(f"--prompt-len {a.prompt_len}: must be 2 to {MAX_PROMPT}")
     if a.group < 1 or a.response_len < 1:
         raise UsageError("--group and --response-len must be at least 1")
     if a.temperature <= 0:
@@ -365,7 +425,7 @@ def main(argv):
                         "--epsilon", str(a.epsilon), "--temperature", str(a.temperature)])
         return 0
     if batch is None:
-        batch = {"prompt": default_batch(a.seed)["prompt"]}
+        batch = {"prompt": default_batch(a.seed, P=a.prompt_len)["prompt"]}
     if len(batch["prompt"]) - 1 < a.cp:
         raise UsageError(f"--batch {a.batch}: prompt: {len(batch['prompt'])} tokens leave "
                          f"{len(batch['prompt']) - 1} captured positions, fewer than --cp {a.cp}")
@@ -377,6 +437,7 @@ def main(argv):
         return loss_mode(a, job)
     job.update(weights=load_weights(a.weights), out=a.out,
                run_dir=None if a.no_evidence else os.path.join(a.out, "run"),
+               probe_every=0 if a.no_evidence else a.probe_every,
                run_id=f"run-torch-cp-{int(time.time())}-{os.getpid()}")
     t0 = time.time()
     launch(a.cp, [job])

@@ -7,6 +7,7 @@ collective wrappers and tensor digests.
 """
 
 from .build import build_digest, collect_artifacts, tree_digest
+from .config import PATHS
 from .digests import tensor_bytes, tensor_sha256, trace_dtype
 from .jcs import JcsError, jcs, jcs_sha256
 from .manifest import ManifestError, write_manifest
@@ -19,6 +20,10 @@ def __getattr__(name):
         from . import hooks
 
         return getattr(hooks, name)
+    if name in ("gradient_probe", "layer_groups"):
+        from . import probe
+
+        return getattr(probe, name)
     if name == "Collectives":
         from .collectives import Collectives
 
@@ -27,6 +32,7 @@ def __getattr__(name):
 
 
 __version__ = "0.1.0"
-__all__ = ["RunWriter", "Group", "collect_artifacts", "build_digest", "tree_digest", "jcs", "jcs_sha256",
+__all__ = ["PATHS", "RunWriter", "Group", "collect_artifacts", "build_digest", "tree_digest", "jcs", "jcs_sha256",
            "JcsError", "write_manifest", "ManifestError", "tensor_bytes", "tensor_sha256", "trace_dtype",
-           "LayerHooks", "recomputing", "checkpoint", "is_recomputing", "Collectives"]
+           "LayerHooks", "recomputing", "checkpoint", "is_recomputing", "Collectives", "gradient_probe",
+           "layer_groups"]

@@ -15,9 +15,51 @@ POSINTS = ("cp_ranks", "group", "steps_requested", "n_layers")
 # Every key a v2 config may hold (schemas/receipt-v2.schema.json); anything
 # else belongs under "options" (provenance) or "model".
 KEYS = REQUIRED + ("train_mode", "lora_r", "lora_alpha", "lora_experts", "epsilon", "beta", "temperature",
-                   "first_step", "options")
+                   "first_step", "options", "paths")
 FAULT = re.compile(r"^[a-z][a-z0-9_.-]{0,47}$")
 NONNEG = ("epsilon", "beta")
+
+# The run's path (docs/contract.md section 2, "paths"): each key a decision that selects code, each value
+# the sorted array of the values the run took. PATHS is the vocabulary the audit knows
+# (receipts/coverage.c LS_COVERAGE_PATHS): the coverage check holds a run outside every parity report
+# when it lacks one of these decisions, or records a decision or value not listed here. The writer
+# refuses only malformed names: a value outside the vocabulary is written as the trainer says (and the
+# audit then refuses to bind a level to it), never replaced by one that would pass.
+PATHS = {"responses": ("sampled", "given", "target"), "old_logprobs": ("computed", "given", "none"),
+         "reference": ("none", "before", "kept", "recaptured", "prefix", "naive", "given"),
+         "prompt_groups": ("one", "several"), "prefix": ("fresh", "frozen"), "start": ("fresh", "resumed"),
+         "shards": ("one", "even", "uneven"), "pages": ("aligned", "cut"), "chunks": ("aligned", "cut"),
+         "task": ("retrieval", "recall", "none")}
+PATH_KEY = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+PATH_VALUE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
+MAX_PATH_KEYS = 32
+MAX_PATH_VALUES = 16
+
+
+def check_path(key, value):
+    """One (key, value) of the run's path; raises ValueError naming it."""
+    check.ident("paths key", key, PATH_KEY)
+    check.ident(f"paths.{key}", value, PATH_VALUE)
+    return value
+
+
+def check_paths(paths):
+    """config.paths: {key: [values]} (a value may be given alone); returns {key: sorted distinct values}."""
+    if not isinstance(paths, dict):
+        raise ValueError("config.paths: not an object of key -> values")
+    if len(paths) > MAX_PATH_KEYS:
+        raise ValueError(f"config.paths: {len(paths)} keys, at most {MAX_PATH_KEYS}")
+    out = {}
+    for k, vs in paths.items():
+        if isinstance(vs, str):
+            vs = [vs]
+        if not isinstance(vs, (list, tuple, set, frozenset)) or not vs:
+            raise ValueError(f"config.paths.{k}: not a non-empty list of values")
+        vals = sorted({check_path(k, v) for v in vs})
+        if len(vals) > MAX_PATH_VALUES:
+            raise ValueError(f"config.paths.{k}: {len(vals)} values, at most {MAX_PATH_VALUES}")
+        out[k] = vals
+    return out
 
 
 def _free(where, v, depth=0):
@@ -78,6 +120,8 @@ def check_config(config):
         check.uint("config.lora_r", config["lora_r"], 1)
     if not isinstance(config["model"], dict):
         raise ValueError("config.model: not an object")
+    if "paths" in config:
+        config = dict(config, paths=check_paths(config["paths"]))
     for k, v in config.items():
         _free(f"config.{k}", v)
     return json.loads(json.dumps(config, allow_nan=False))

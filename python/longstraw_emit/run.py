@@ -14,7 +14,7 @@ from collections import namedtuple
 
 from . import check
 from .build import build_digest, check_artifacts, default_artifacts
-from .config import check_config
+from .config import check_config, check_path
 from .digests import DTYPES, tensor_sha256, trainable_digest
 from .fsutil import sha256_file
 from .receipt import write_receipt
@@ -35,6 +35,22 @@ STATUS_NAMES = {1: "bad argument", 2: "out of memory", 3: "I/O error", 4: "malfo
 OPTIMIZER_FIELDS = ("n_params", "lr", "grad_norm")
 MAX_MEM_CATEGORIES = 64  # the reader's limits (receipts/trace_event.h)
 MAX_METRICS = 62         # 64 members of a step_metrics event, step and objective included
+
+
+def _profile_paths(profile_path):
+    """The decisions a profile names (its "paths"), or None when it names none (or is not JSON: the
+    writer digests a profile, it does not validate one)."""
+    import json
+
+    try:
+        with open(profile_path, "rb") as f:
+            doc = json.loads(f.read().decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    p = doc.get("paths") if isinstance(doc, dict) else None
+    if not isinstance(p, list) or not all(isinstance(k, str) for k in p):
+        return None
+    return list(p)
 
 
 def rank_dir(rank):
@@ -89,12 +105,16 @@ class RunWriter:
             self.profile_sha256 = sha256_file(profile_path)
         except OSError as e:
             raise ValueError(f"profile_path: {profile_path}: {e.strerror}") from None
+        self.profile_paths = _profile_paths(profile_path)
         if not isinstance(tool, str) or not tool:
             raise ValueError("tool: empty")
         self.groups = _groups(groups, self.rank, self.world)
         self.phases = _vocab("phases", phases)
         self.layer_kinds = _vocab("layer_kinds", layer_kinds)
         self.config = check_config(config)
+        self._paths = {k: set(v) for k, v in self.config.pop("paths", {}).items()}
+        for k in self._paths:
+            self._path_key(k)
         if artifacts is None:
             artifacts = default_artifacts(out_dir)
         check_artifacts(artifacts)
@@ -131,6 +151,30 @@ class RunWriter:
         if g is None:
             raise ValueError(f"group: {name!r} is not one of the header's groups {list(self._group)}")
         return g
+
+    # ---- the run's path ------------------------------------------------------
+    def _path_key(self, key):
+        if self.profile_paths is not None and key not in self.profile_paths:
+            raise ValueError(f"path: {key!r} is not one of the decisions the profile {self.profile_name} names "
+                             f"{self.profile_paths}")
+        return key
+
+    def path(self, key, *values):
+        """Record that the run took VALUES of the decision KEY (config "paths", docs/contract.md
+        section 2): accumulated as a set, written as a sorted array in the configuration at close."""
+        if self.closed:
+            raise ValueError("path: the writer is closed")
+        if not values:
+            raise ValueError(f"path: {key!r} with no value")
+        for v in values:
+            check_path(key, v)
+        self._path_key(key)
+        self._paths.setdefault(key, set()).update(values)
+
+    @property
+    def paths(self):
+        """The path recorded so far: {key: sorted values}."""
+        return {k: sorted(v) for k, v in sorted(self._paths.items())}
 
     # ---- phases -------------------------------------------------------------
     def phase_begin(self, phase, step):
@@ -295,6 +339,54 @@ class RunWriter:
         self.param_digest(step, "trainable", total)
         return total
 
+    def gradient_probe(self, step, objective, grad_mode, grouping, h, seed, evaluations, seconds, tol, verdict,
+                       ranks_agree, groups, reason=None):
+        """The gradient_probe event (le.gradient_probe computes and writes it): the fields of
+        schemas/event-gradient_probe.schema.json in the v2 envelope, in its order. Every number
+        finite."""
+        from .probe import GROUP_VERDICTS, VERDICTS
+
+        f = [("step", check.uint("gradient_probe.step", step)),
+             ("objective", check.one_of("gradient_probe.objective", objective, ("grpo", "sft"))),
+             ("grad_mode", check.one_of("gradient_probe.grad_mode", grad_mode, ("detached", "full"))),
+             ("grouping", check.one_of("gradient_probe.grouping", grouping, ("all", "layer"))),
+             ("h", check.number("gradient_probe.h", h, nonneg=True)),
+             ("seed", check.uint("gradient_probe.seed", seed)),
+             ("evaluations", check.uint("gradient_probe.evaluations", evaluations)),
+             ("seconds", check.number("gradient_probe.seconds", seconds, nonneg=True)),
+             ("tol", check.number("gradient_probe.tol", tol, nonneg=True)),
+             ("verdict", check.one_of("gradient_probe.verdict", verdict, VERDICTS))]
+        if reason is not None:
+            if not isinstance(reason, str) or not reason:
+                raise ValueError("gradient_probe.reason: not a non-empty string")
+            f.append(("reason", reason))
+        if not isinstance(ranks_agree, bool):
+            raise TypeError("gradient_probe.ranks_agree: not a boolean")
+        f.append(("ranks_agree", ranks_agree))
+        groups = list(groups)
+        if len(groups) > 4096:
+            raise ValueError(f"gradient_probe.groups: {len(groups)} groups, at most 4096")
+        gs = []
+        for i, g in enumerate(groups):
+            w = f"gradient_probe.groups[{i}]"
+            if not isinstance(g.get("decided_alike"), bool):
+                raise TypeError(f"{w}.decided_alike: not a boolean")
+            gh = check.number(f"{w}.h", g["h"], nonneg=True)
+            if not gh > 0:
+                raise ValueError(f"{w}.h: must be positive")
+            gs.append({"name": check.token(f"{w}.name", g["name"]),
+                       "tensors": check.uint(f"{w}.tensors", g["tensors"]),
+                       "derivative": check.number(f"{w}.derivative", g["derivative"]),
+                       "applied": check.number(f"{w}.applied", g["applied"]),
+                       "error_estimate": check.number(f"{w}.error_estimate", g["error_estimate"], nonneg=True),
+                       "rounding_floor": check.number(f"{w}.rounding_floor", g["rounding_floor"], nonneg=True),
+                       "rel_error": check.number(f"{w}.rel_error", g["rel_error"], nonneg=True),
+                       "tolerance": check.number(f"{w}.tolerance", g["tolerance"], nonneg=True),
+                       "h": gh, "decided_alike": g["decided_alike"],
+                       "verdict": check.one_of(f"{w}.verdict", g["verdict"], GROUP_VERDICTS)})
+        f.append(("groups", gs))
+        return self.trace.emit("gradient_probe", f)
+
     def error(self, message, code=12):
         """An error event (flushed): code (an ls_status of common/status.h,
         default 12 internal error), its status name and the message. The
@@ -328,6 +420,10 @@ class RunWriter:
         if status == "complete":
             if self._open_phases:
                 raise ValueError(f"close: phase {self._open_phases[-1][:2]} is still open")
+            missing = [k for k in (self.profile_paths or ()) if k not in self._paths]
+            if missing:
+                raise ValueError(f"close: the run recorded no value of {missing}, decisions the profile "
+                                 f"{self.profile_name} names (w.path(key, value))")
             self.trace.emit("rank_complete", [("steps", steps), ("events", self.trace.events)])
         elif self._error is None:
             self.error("the run failed")
@@ -337,7 +433,7 @@ class RunWriter:
         pred = {"run_id": self.run_id, "rank": self.rank, "world": self.world, "host": self.host,
                 "profile": {"name": self.profile_name, "sha256": self.profile_sha256},
                 "build": {"artifacts": self.artifacts, "build_digest": self.build_digest},
-                "config": self.config, "steps": steps, "steps_exact": steps_exact,
+                "config": self.run_config(), "steps": steps, "steps_exact": steps_exact,
                 "events": {"file": self.events_rel, "count": count, "last_seq": count - 1 if count else None},
                 "status": status,
                 "phases": [{"phase": p, "count": c, "wall_ns_total": w} for p, (c, w) in self._phase_stats.items()]}
@@ -346,6 +442,14 @@ class RunWriter:
         if status == "error":
             pred["error"] = {"code": self._error[0], "message": self._error[1]}
         return write_receipt(self.out_dir, pred)
+
+    def run_config(self):
+        """The configuration as the receipt records it: the one given at open, with "paths" (the path
+        recorded) when any was."""
+        cfg = dict(self.config)
+        if self._paths:
+            cfg["paths"] = self.paths
+        return cfg
 
     def __enter__(self):
         return self

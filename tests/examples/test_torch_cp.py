@@ -327,7 +327,15 @@ class TorchCPFiles(unittest.TestCase):
         self.validate(prof, "profile.schema.json")
         faults = set(train.cp_step.FAULTS)
         self.assertEqual(set(ad["faults"]["controls"]), faults)
-        self.assertEqual(set(prof["faults"]), faults)
+        # the bugs the adapter does not declare (README.md) are flags the profile knows, never controls
+        bugs = set(train.cp_step.BUGS)
+        self.assertFalse(bugs & faults)
+        self.assertEqual(set(prof["faults"]), faults | bugs)
+        le_mod = train.evidence.import_emitter()
+        if le_mod is not None:
+            self.assertEqual(set(prof["paths"]), set(le_mod.PATHS))    # every decision the audit knows
+        self.assertEqual(prof["probe"], "required")
+        self.assertTrue(ad["batch"]["prompt_only"])
         self.assertEqual(dict(ad["faults"]["controls"], detached="grad"), prof["controls"])
         self.assertEqual(ad["profile"], prof["name"])
         self.assertEqual(prof["phases"], train.evidence.PHASES)
@@ -444,7 +452,7 @@ class TorchCPCli(unittest.TestCase):
                              ("det", {"grad_mode": "detached"})):
                 os.makedirs(os.path.join(d, name))
                 jobs.append(job(batch, W, cp=2, out=os.path.join(d, name), run_id=f"run-test-{name}",
-                                run_dir=os.path.join(d, name, "run"), **kw))
+                                run_dir=os.path.join(d, name, "run"), probe_every=1, **kw))
             train.launch(2, jobs)
             os.makedirs(os.path.join(d, "cp4"))
             train.launch(4, [job(batch, W, cp=4, out=os.path.join(d, "cp4"), run_id="run-test-cp4",
@@ -484,6 +492,30 @@ class TorchCPCli(unittest.TestCase):
             with open(os.path.join(d, "fake", "run", "rank-0000", "receipt.json")) as f:
                 rc = json.load(f)
             self.assertEqual(rc["predicate"]["config"]["faults"], ["fake-reduce"])
+            # the run's path: the init batch gives responses and old log-probs, 12 positions split evenly
+            with open(os.path.join(ok, "run", "manifest.json")) as f:
+                paths = json.load(f)["predicate"]["config"]["paths"]
+            self.assertEqual(paths, {"old_logprobs": ["given"], "responses": ["given"], "shards": ["even"],
+                                     "reference": ["none"], "prompt_groups": ["one"], "prefix": ["fresh"],
+                                     "start": ["fresh"], "pages": ["aligned"], "chunks": ["aligned"],
+                                     "task": ["none"]})
+
+            def probes(run):
+                out = []
+                for r in (0, 1):
+                    p = os.path.join(d, run, "run", f"rank-{r:04d}", "events.jsonl.zst")
+                    with open(p, "rb") as f:
+                        lines = zstandard.ZstdDecompressor().stream_reader(f).read().decode().splitlines()
+                    out.append([json.loads(x) for x in lines[1:] if '"ev":"gradient_probe"' in x])
+                return out
+            for run, verdict in (("ok", "pass"), ("fake", "fail"), ("skipdkv", "fail"), ("det", "reported")):
+                p0, p1 = probes(run)
+                self.assertEqual(len(p0), 1, run)
+                self.assertEqual((p0[0]["verdict"], p1[0]["verdict"]), (verdict, verdict), run)
+                self.assertEqual([g["verdict"] for g in p0[0]["groups"]], [g["verdict"] for g in p1[0]["groups"]])
+                self.assertEqual(p0[0]["grouping"], "layer")
+                self.assertEqual(p0[0]["evaluations"], 4 * len(p0[0]["groups"]))
+            self.assertFalse(probes("fake")[0][0]["ranks_agree"])     # rank 0's gradient is not rank 1's
             # the profile: schema-valid (when the schema is in the tree) and what the runs show
             with open(os.path.join(ROOT, "profiles", "torch-cp.json")) as f:
                 prof = json.load(f)

@@ -62,6 +62,30 @@ class CReaders(unittest.TestCase):
             self.assertEqual(rc, 0, out)
             self.assertIn("valid (v2 run)", out)
 
+    def test_paths_and_gradient_probe_are_valid(self):
+        """config.paths (receipt and manifest) and gradient_probe events of every verdict, as the C
+        readers take them."""
+        for rank in range(2):
+            w = common.writer(self.d, rank=rank, world=2, run="probe")
+            _step(w, 0)
+            w.path("responses", "sampled")
+            w.path("shards", "uneven", "even")
+            g = {"name": "layers.0", "tensors": 3, "derivative": 0.5, "applied": 0.5, "error_estimate": 1e-12,
+                 "rounding_floor": 2e-12, "rel_error": 0.0, "tolerance": 1e-6, "h": 1e-4, "decided_alike": True,
+                 "verdict": "pass"}
+            base = dict(step=0, objective="grpo", grad_mode="full", grouping="layer", h=1e-4, seed=2 ** 53 - 1,
+                        evaluations=4, seconds=0.5, tol=1e-6, ranks_agree=True)
+            w.gradient_probe(verdict="pass", groups=[g], **base)
+            w.gradient_probe(verdict="fail", groups=[dict(g, verdict="fail", rel_error=1.7976931348623157e308)],
+                             reason="layers.0", **dict(base, ranks_agree=False))
+            w.gradient_probe(verdict="reported", groups=[dict(g, verdict="reported")], **dict(base, grad_mode="detached"))
+            w.gradient_probe(verdict="not_applicable", groups=[], reason="a prefix-frozen step",
+                             **dict(base, h=0, evaluations=0))
+            w.close()
+        le.write_manifest(os.path.join(self.d, "probe"))
+        rc, out = _validate(os.path.join(self.d, "probe"))
+        self.assertEqual(rc, 0, out)
+
     def test_c_recomputes_the_same_build_digest(self):
         arts = le.collect_artifacts(sources=[HERE], packages=[], env=["HOME", "LS_EMIT_UNSET"], native_libraries=False)
         arts.append({"role": "other", "name": "na\u00efve \u0001\t\"q\" \U0001F600 \ufb33", "size": -(2 ** 53 - 1),
