@@ -10,7 +10,7 @@
 
 static const char *const KIND_NAMES[LS_TRACE_KIND_COUNT] = {
     "phase_begin", "phase_end", "layer_end", "collective", "optimizer_step",
-    "param_digest", "memory", "error", "rank_complete", "step_metrics",
+    "param_digest", "memory", "error", "rank_complete", "step_metrics", "gradient_probe",
 };
 static const char *const PHASE_NAMES[] = {
     "capture", "rollout", "score", "replay", "prompt_bwd", "finalize", "optimizer", NULL,
@@ -33,6 +33,11 @@ _Static_assert(sizeof OP_NAMES_V2 / sizeof OP_NAMES_V2[0] == LS_TRACE_OP_COUNT_V
 _Static_assert(sizeof RED_NAMES_V2 / sizeof RED_NAMES_V2[0] == LS_TRACE_RED_COUNT_V2 + 1, "red names");
 _Static_assert(sizeof DTYPE_NAMES_V2 / sizeof DTYPE_NAMES_V2[0] == LS_TRACE_DTYPE_COUNT_V2 + 1, "dtype names");
 static const char *const OBJECTIVE_NAMES[] = {"grpo", "sft", NULL};
+/* gradient_probe: the gradient mode, the grouping of the directions, the verdicts */
+static const char *const GRAD_MODE_NAMES[] = {"detached", "full", NULL};
+static const char *const PROBE_GROUPING_NAMES[] = {"all", "layer", NULL};
+static const char *const PROBE_VERDICT_NAMES[] = {"pass", "fail", "reported", "not_applicable", NULL};
+static const char *const PROBE_GROUP_VERDICT_NAMES[] = {"pass", "fail", "reported", "not_applicable", NULL};
 
 /* strcmp(a, b) == 0 for the short names of the tables, inline. */
 static inline bool name_eq(const char *a, const char *b) {
@@ -76,6 +81,7 @@ ls_trace_kind ls_trace_kind_from_name(const char *name) {
     case 'e': k = LS_TRACE_ERROR; break;
     case 'r': k = LS_TRACE_RANK_COMPLETE; break;
     case 's': k = LS_TRACE_STEP_METRICS; break;
+    case 'g': k = LS_TRACE_GRADIENT_PROBE; break;
     default: return LS_TRACE_KIND_UNKNOWN;
     }
     return name_eq(KIND_NAMES[k], name) ? (ls_trace_kind)k : LS_TRACE_KIND_UNKNOWN;
@@ -211,7 +217,8 @@ typedef enum {
     FT_HEX64,   /* 64 lowercase hex digits */
     FT_MEMCATS, /* {ident: {"live": uint, "peak": uint}} */
     FT_VNAME,   /* v2: ls_trace_is_vocab_name */
-    FT_MEMCATS2 /* v2: {free name: {"live": uint, "peak": uint}}, bounded */
+    FT_MEMCATS2, /* v2: {free name: {"live": uint, "peak": uint}}, bounded */
+    FT_PROBE_GROUPS /* gradient_probe "groups": an array of group objects (check_probe_groups) */
 } field_type;
 
 typedef struct {
@@ -278,6 +285,24 @@ static const field_spec STEP_METRICS_F[] = {
     F("step_wall_s", FT_NUM0),
 };
 
+/* In the order the trainer writes them (trainer/run/run_probe.c). */
+static const field_spec GRADIENT_PROBE_F[] = {
+    F("step", FT_UINT),
+    PF,
+    FE("objective", OBJECTIVE_NAMES),
+    FE("grad_mode", GRAD_MODE_NAMES),
+    FE("grouping", PROBE_GROUPING_NAMES),
+    F("h", FT_NUM0),
+    F("seed", FT_UINT),
+    F("evaluations", FT_UINT),
+    F("seconds", FT_NUM0),
+    F("tol", FT_NUM0),
+    FE("verdict", PROBE_VERDICT_NAMES),
+    FO("reason", FT_TEXT),
+    F("ranks_agree", FT_BOOL),
+    F("groups", FT_PROBE_GROUPS),
+};
+
 #undef F
 #undef FO
 #undef FE
@@ -295,7 +320,7 @@ static const kind_spec KINDS[LS_TRACE_KIND_COUNT] = {
     KS(PHASE_BEGIN_F),    KS(PHASE_END_F),    KS(LAYER_END_F),
     KS(COLLECTIVE_F),     KS(OPTIMIZER_STEP_F), KS(PARAM_DIGEST_F),
     KS(MEMORY_F),         KS(ERROR_F),        KS(RANK_COMPLETE_F),
-    KS(STEP_METRICS_F),
+    KS(STEP_METRICS_F),   KS(GRADIENT_PROBE_F),
 };
 
 /* v2 (docs/contract.md §1): the v1 fields at their v1 positions, v2-only
@@ -331,6 +356,7 @@ static const kind_spec KINDS_V2[LS_TRACE_KIND_COUNT] = {
     KS(COLLECTIVE_F2),    KS(OPTIMIZER_STEP_F), KS(PARAM_DIGEST_F),
     KS(MEMORY_F2),        KS(ERROR_F),        KS(RANK_COMPLETE_F),
     KS(STEP_METRICS_F), /* not used: check_metrics_v2 */
+    KS(GRADIENT_PROBE_F), /* not used: check_probe_v2 */
 };
 #undef KS
 
@@ -367,6 +393,7 @@ bool ls_trace_kind_has_step(ls_trace_kind kind) {
     case LS_TRACE_PARAM_DIGEST:
     case LS_TRACE_MEMORY:
     case LS_TRACE_STEP_METRICS:
+    case LS_TRACE_GRADIENT_PROBE:
         return true;
     default:
         return false;
@@ -404,6 +431,42 @@ static const char *check_rates(const cJSON *it) {
         if (seen & (1u << p)) return "a phase appears twice";
         seen |= 1u << p;
         if (!finite_num(c) || c->valuedouble < 0) return "rates must be finite numbers >= 0";
+    }
+    return NULL;
+}
+
+static const char *check_value(const field_spec *spec, const cJSON *it);
+
+/* gradient_probe "groups": at most LS_TRACE_MAX_PROBE_GROUPS objects, each
+ * exactly these members (any order), numbers finite. */
+static const char *check_probe_groups(const cJSON *it) {
+    static const struct {
+        const char *name;
+        field_type type;
+        const char *const *values;
+    } G[] = {
+        {"name", FT_TOKEN, NULL},       {"tensors", FT_UINT, NULL},        {"derivative", FT_NUM, NULL},
+        {"applied", FT_NUM, NULL},      {"error_estimate", FT_NUM0, NULL}, {"rounding_floor", FT_NUM0, NULL},
+        {"rel_error", FT_NUM0, NULL},   {"tolerance", FT_NUM0, NULL},      {"h", FT_POS, NULL},
+        {"decided_alike", FT_BOOL, NULL}, {"verdict", FT_ENUM, PROBE_GROUP_VERDICT_NAMES},
+    };
+    enum { NG = sizeof G / sizeof G[0] };
+    if (!cJSON_IsArray(it)) return "must be an array";
+    if (cJSON_GetArraySize(it) > LS_TRACE_MAX_PROBE_GROUPS) return "more than 4096 groups";
+    for (const cJSON *g = it->child; g; g = g->next) {
+        if (!ls_json_is_object(g)) return "each group must be an object";
+        unsigned seen = 0;
+        for (const cJSON *m = g->child; m; m = m->next) {
+            size_t i = 0;
+            while (i < NG && !(m->string && name_eq(G[i].name, m->string))) i++;
+            if (i == NG) return "a group has a member other than name, tensors, derivative, applied, error_estimate, "
+                                "rounding_floor, rel_error, tolerance, h, decided_alike, verdict";
+            if (seen & (1u << i)) return "a group repeats a member";
+            seen |= 1u << i;
+            field_spec fs = {G[i].name, G[i].type, G[i].values, false};
+            if (check_value(&fs, m) != NULL) return "a group member has the wrong type or range";
+        }
+        if (seen != (1u << NG) - 1) return "a group lacks a member";
     }
     return NULL;
 }
@@ -481,6 +544,8 @@ static const char *check_value(const field_spec *spec, const cJSON *it) {
             if (n != 2) return "each category needs exactly live and peak";
         }
         return NULL;
+    case FT_PROBE_GROUPS:
+        return check_probe_groups(it);
     }
     return "unknown field type";
 }
@@ -552,6 +617,34 @@ static ls_status check_metrics_v2(const cJSON *event, size_t skip, char *why, si
     return LS_OK;
 }
 
+/* v2 gradient_probe (another trainer's, schemas/event-v2.schema.json): "step"
+ * and "verdict" as v1 has them, optional prefix_frozen; the other members
+ * are the v2 schema's to check (this table does not bind their form). */
+static ls_status check_probe_v2(const cJSON *event, size_t skip, char *why, size_t why_len, bool *prefix_frozen,
+                                const cJSON **fields) {
+    const char *kname = KIND_NAMES[LS_TRACE_GRADIENT_PROBE];
+    const kind_spec *ks = &KINDS[LS_TRACE_GRADIENT_PROBE];
+    const cJSON *first = event->child;
+    for (size_t k = 0; k < skip && first; k++) first = first->next;
+    bool step = false, verdict = false, frozen = false;
+    for (const cJSON *c = first; c; c = c->next) {
+        const char *key = c->string ? c->string : "";
+        if (is_envelope_key(key)) continue;
+        if (!name_eq(key, "step") && !name_eq(key, "verdict") && !name_eq(key, "prefix_frozen")) continue;
+        int i = field_index(ks, key, 0);
+        const char *bad = check_value(&ks->fields[i], c);
+        if (bad) return fail(why, why_len, kname, key, bad);
+        step |= name_eq(key, "step");
+        verdict |= name_eq(key, "verdict");
+        frozen |= name_eq(key, "prefix_frozen");
+        if (fields) fields[i] = c;
+    }
+    if (!step) return fail(why, why_len, kname, "step", "missing");
+    if (!verdict) return fail(why, why_len, kname, "verdict", "missing");
+    if (prefix_frozen) *prefix_frozen = frozen;
+    return LS_OK;
+}
+
 ls_status ls_trace_event_check_v(int version, ls_trace_kind kind, const cJSON *event, size_t skip, char *why,
                                  size_t why_len, bool *prefix_frozen, const cJSON **fields) {
     if (version == LS_TRACE_VERSION)
@@ -565,6 +658,7 @@ ls_status ls_trace_event_check_v(int version, ls_trace_kind kind, const cJSON *e
     if (!ls_json_is_object(event)) return fail(why, why_len, kname, "(event)", "must be an object");
     if (fields) memset(fields, 0, LS_TRACE_MAX_FIELDS * sizeof *fields);
     if (kind == LS_TRACE_STEP_METRICS) return check_metrics_v2(event, skip, why, why_len, prefix_frozen, fields);
+    if (kind == LS_TRACE_GRADIENT_PROBE) return check_probe_v2(event, skip, why, why_len, prefix_frozen, fields);
     return check_table(&KINDS_V2[kind], kname, event, skip, why, why_len, prefix_frozen, fields);
 }
 

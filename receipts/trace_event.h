@@ -62,6 +62,7 @@ typedef enum {
     LS_TRACE_ERROR,
     LS_TRACE_RANK_COMPLETE,
     LS_TRACE_STEP_METRICS, /* receipts/trace_step_metrics.h */
+    LS_TRACE_GRADIENT_PROBE, /* a step's in-run gradient probe (docs/train.md, --probe-every) */
     LS_TRACE_KIND_COUNT,
     LS_TRACE_KIND_UNKNOWN = LS_TRACE_KIND_COUNT /* a kind outside this list */
 } ls_trace_kind;
@@ -230,7 +231,8 @@ size_t ls_trace_kind_field_count(ls_trace_kind kind);
 const char *ls_trace_kind_field(ls_trace_kind kind, size_t i, bool *required);
 
 /* Prefix-frozen marking.  Every kind with a "step" field (phase_begin,
- * phase_end, layer_end, optimizer_step, param_digest, memory, step_metrics)
+ * phase_end, layer_end, optimizer_step, param_digest, memory, step_metrics,
+ * gradient_probe)
  * has the optional field "prefix_frozen", which is either absent (the step
  * is exact) or the literal true (the step ran against a prompt state
  * captured before an earlier update: stale).  true for those kinds. */
@@ -249,6 +251,9 @@ bool ls_trace_event_prefix_frozen(const cJSON *event);
  * in why[why_len] (why may be NULL).  LS_ERR_ARG for a NULL event or an
  * unknown kind. */
 ls_status ls_trace_event_check(ls_trace_kind kind, const cJSON *event, char *why, size_t why_len);
+
+/* gradient_probe "groups": entries at most. */
+#define LS_TRACE_MAX_PROBE_GROUPS 4096
 
 /* Fields a kind's table holds at most (ls_trace_event.field). */
 #define LS_TRACE_MAX_FIELDS 32
@@ -271,7 +276,9 @@ ls_status ls_trace_event_check_ex(ls_trace_kind kind, const cJSON *event, size_t
  * memory categories have free names (printable ASCII, at most 64 bytes, at
  * most LS_TRACE_MAX_MEM_CATEGORIES of them), step_metrics holds step,
  * objective, optional prefix_frozen and any other member (at most
- * LS_TRACE_MAX_METRICS in all) a finite number or null.  Every field keeps
+ * LS_TRACE_MAX_METRICS in all) a finite number or null, gradient_probe
+ * holds step and verdict as v1 has them (its other members are the v2
+ * schema's to check: another trainer's emitter writes them).  Every field keeps
  * its v1 position (ls_trace_field_index), the v2-only ones come after; in
  * step_metrics a free member named like a v1 field fills that field's slot
  * when it is a valid v1 value. */

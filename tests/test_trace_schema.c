@@ -96,9 +96,48 @@ static const fixture FIXTURES[] = {
     {"event-phase_end", "prefix-frozen.json"},
     /* mode off again: an exact step */
     {"event-step_metrics", "grpo-exact.json"},
+    {"event-gradient_probe", "pass-layer-groups.json"},
+    /* prefix-frozen again: a probe that does not apply */
+    {"event-gradient_probe", "not-applicable-prefix-frozen.json"},
     {"event-rank_complete", "complete.json"},
 };
 #define N_FIXTURES (sizeof FIXTURES / sizeof FIXTURES[0])
+
+/* A gradient_probe event through the generic emitter: ran (a pass over two
+ * layer groups) or not (not_applicable: a prefix-frozen step). */
+static void emit_probe(ls_trace_writer *w, int64_t step, bool ran) {
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddNumberToObject(e, "step", (double)step);
+    cJSON_AddStringToObject(e, "objective", ran ? "grpo" : "sft");
+    cJSON_AddStringToObject(e, "grad_mode", ran ? "full" : "detached");
+    cJSON_AddStringToObject(e, "grouping", ran ? "layer" : "all");
+    cJSON_AddNumberToObject(e, "h", ran ? 1e-4 : 0);
+    cJSON_AddNumberToObject(e, "seed", 4503599627370497.0);
+    cJSON_AddNumberToObject(e, "evaluations", ran ? 8 : 0);
+    cJSON_AddNumberToObject(e, "seconds", ran ? 0.125 : 0);
+    cJSON_AddNumberToObject(e, "tol", 1e-6);
+    cJSON_AddStringToObject(e, "verdict", ran ? "pass" : "not_applicable");
+    if (!ran) cJSON_AddStringToObject(e, "reason", "a prefix-frozen step: its gradient is of a stale prompt state");
+    cJSON_AddBoolToObject(e, "ranks_agree", true);
+    cJSON *g = cJSON_AddArrayToObject(e, "groups");
+    for (int k = 0; ran && k < 2; k++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", k ? "other" : "layers.0");
+        cJSON_AddNumberToObject(o, "tensors", k ? 1 : 12);
+        cJSON_AddNumberToObject(o, "derivative", k ? -0.0031250000000001 : 0.5);
+        cJSON_AddNumberToObject(o, "applied", k ? -0.0031250000000002 : 0.5);
+        cJSON_AddNumberToObject(o, "error_estimate", 2.5e-12);
+        cJSON_AddNumberToObject(o, "rounding_floor", 1.0e-11);
+        cJSON_AddNumberToObject(o, "rel_error", k ? 3.2e-14 : 0);
+        cJSON_AddNumberToObject(o, "tolerance", k ? 7.2e-9 : 1e-6);
+        cJSON_AddNumberToObject(o, "h", 1e-4);
+        cJSON_AddBoolToObject(o, "decided_alike", true);
+        cJSON_AddStringToObject(o, "verdict", "pass");
+        cJSON_AddItemToArray(g, o);
+    }
+    cr_assert_eq(ls_trace_emit_json(w, "gradient_probe", e), LS_OK, "%s", ls_trace_writer_last_error(w));
+    cJSON_Delete(e);
+}
 
 static void emit_fixtures(ls_trace_writer *w) {
     uint8_t sha[32];
@@ -139,6 +178,10 @@ static void emit_fixtures(ls_trace_writer *w) {
     cr_assert_eq(ls_trace_writer_set_prefix_frozen(w, false), LS_OK);
     ls_trace_step_metrics grpo = tt_step_metrics(5, LS_TRACE_OBJECTIVE_GRPO, true);
     cr_assert_eq(ls_trace_emit_step_metrics(w, &grpo), LS_OK);
+    emit_probe(w, 5, true);
+    cr_assert_eq(ls_trace_writer_set_prefix_frozen(w, true), LS_OK);
+    emit_probe(w, 6, false);
+    cr_assert_eq(ls_trace_writer_set_prefix_frozen(w, false), LS_OK);
     cr_assert_eq(ls_trace_emit_rank_complete(w, 6), LS_OK);
 }
 
@@ -269,7 +312,7 @@ Test(trace_schema, reader_agrees_with_fixtures) {
     static const char *const SCHEMAS[] = {
         "event-header",    "event-phase_begin",    "event-phase_end",    "event-layer_end",
         "event-collective", "event-optimizer_step", "event-param_digest", "event-memory",
-        "event-error",     "event-rank_complete",  "event-step_metrics",
+        "event-error",     "event-rank_complete",  "event-step_metrics", "event-gradient_probe",
     };
     size_t checked = 0;
     for (size_t s = 0; s < sizeof SCHEMAS / sizeof SCHEMAS[0]; s++)
