@@ -48,6 +48,7 @@ static cJSON *options_json(const ls_train_args *a) {
     ls_json_add_u64(j, "capture_chunk", o->capture_chunk);
     ls_json_add_u64(j, "prompts_per_step", a->prompts_per_step ? a->prompts_per_step : 1);
     ls_json_add_u64(j, "save_every", (uint64_t)a->save_every);
+    ls_json_add_u64(j, "probe_every", (uint64_t)a->probe_every); /* the audit's run.probe: which steps were probed */
     ls_json_add_u64(j, "memory_budget", a->memory_budget);
     cJSON_AddStringToObject(j, "input", a->rollouts ? "rollouts" : "task");
     cJSON_AddStringToObject(j, "task", a->rollouts ? "none" : ls_task_kind_name((ls_task_kind)a->task));

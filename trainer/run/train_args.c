@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "receipts/trace_event.h"
+#include "trainer/step/probe.h"
 
 /* What a row of OPTS is and how its value is stored at its field (off). */
 typedef enum {
@@ -60,6 +61,8 @@ _Static_assert(sizeof(ls_train_mode) == sizeof(int) && LS_TRAIN_LORA == 0 && LS_
 _Static_assert(sizeof(ls_task_kind) == sizeof(int) && LS_TASK_RETRIEVAL == 0 && LS_TASK_RECALL == 1, "task");
 _Static_assert(sizeof(ls_objective_kind) == sizeof(int) && LS_OBJECTIVE_GRPO == 0 && LS_OBJECTIVE_SFT == 1,
                "objective");
+_Static_assert(sizeof(ls_probe_grouping) == sizeof(int) && LS_PROBE_GROUPS_ALL == 0 && LS_PROBE_GROUPS_LAYER == 1,
+               "probe-groups");
 
 static const opt OPTS[] = {
     {.kind = OPT_TEXT,
@@ -140,6 +143,15 @@ static const opt OPTS[] = {
      "capture once per K steps and reuse the stale state (marked\n"
      "prefix_frozen everywhere; never an exact step)",
      "off", 0, prefix_frozen), .min = 1, .max = 1000000, .bad = "is not an integer in [1, 1000000]"},
+    {.rec = "config.options.probe_every", ROW(OPT_INT, "--probe-every", "K",
+     "the gradient probe every K-th step (the first included;\n"
+     "0: off): finite differences of the step's loss, its batch\n"
+     "fixed, against the applied gradient (gradient_probe events)",
+     "0", 0, probe_every), .min = 0, .max = 1000000, .bad = "is not an integer in [0, 1000000]"},
+    {.rec = "-recorded in every gradient_probe event (its grouping), the only thing it changes",
+     ROW(OPT_CHOICE, "--probe-groups", "all|layer",
+     "the probe's directions: one over every trainable tensor, or\n"
+     "one per layer (and one for the tensors outside the layers)", "all", 0, probe_groups)},
     {.rec = "-an output (the checkpoint the run writes)", ROW(OPT_STRING, "--save", "FILE", "checkpoint at the end (weights, AdamW moments, step, RNG)", NULL, 0,
      save)},
     {.rec = "config.options.save_every", ROW(OPT_INT, "--save-every", "N", "also checkpoint every N steps to --save's file (atomic)", NULL, 0,

@@ -25,6 +25,8 @@ typedef struct {
     size_t prompts_per_step; /* B: groups (prompts) per optimizer step (>= 1) */
     int prefix_frozen;      /* K: capture once per K steps (0 or 1: every step exact) */
     int sft_steps;          /* the first N steps use the sft objective (a warm start) */
+    int probe_every;        /* K: the gradient probe on run-local steps i with i % K == 0 (0: off; trainer/step/probe.h) */
+    int probe_groups;       /* --probe-groups: ls_probe_grouping (all, layer) */
     int have_steps, have_seed;
     size_t memory_budget;   /* bytes; 0 = 90% of MemAvailable */
     int keep_reference;     /* --keep-reference: 0 auto (the plan decides), 1 on, 2 off */

@@ -26,7 +26,9 @@
 #include "trainer/run/run_metrics.h"
 #include "trainer/run/run_obs.h"
 #include "trainer/run/run_plan.h"
+#include "trainer/run/run_probe.h"
 #include "trainer/run/run_report.h"
+#include "trainer/step/probe.h"
 #include "trainer/step/step.h"
 #include "trainer/families/families.h"
 
@@ -52,6 +54,7 @@ typedef struct {
     int in_step_failure;    /* a step failed inside its collectives: the job must be aborted */
     int trace_reported;     /* the trace's failure is already on stderr and in err */
     uint64_t grad_disagreements; /* steps whose finalize digest check found ranks apart */
+    ls_run_probe_tally probes; /* --probe-every: what the gradient probes found (run_probe.h) */
     ls_run_inputs inputs;   /* the digests of what the run read (the config's "inputs") */
     char err[2048], run_id[64], trace_path[4096], events_rel[64];
 } run;
@@ -313,6 +316,39 @@ static int step_guard(run *r, int64_t s) {
     return fail_event(r, 1, bad ? LS_ERR_NONFINITE : r->in_step_failure ? LS_ERR_MPI : LS_ERR_ARG, "");
 }
 
+/* --probe-every: the gradient probe of step s (trainer/step/probe.h), after
+ * its gradients and before its update, in a phase of its own ("probe": its
+ * captures and scoring write no layer_end; under CP its collectives fall
+ * in that phase); its gradient_probe event.  A failing probe is evidence,
+ * not a guard: the run goes on (stderr and the summary say so).  0, or 1
+ * when the probe could not run (an error event; under CP the job ends). */
+static int probe_step(run *r, int64_t s, const ls_step_options *so) {
+    int frozen = r->res.prefix_frozen; /* nothing to judge: not_applicable, nothing evaluated */
+    ls_probe_options po = {.grouping = (ls_probe_grouping)r->a->probe_groups, .prefix_frozen = frozen};
+    ls_probe_result pr;
+    int64_t t0 = ls_run_now_ns();
+    if (!frozen) ls_run_obs_begin(&r->ob, "probe");
+    ls_status st = LS_K(ls_probe_step)(r->p, r->in.bs, r->in.have_task ? r->in.task_ptrs : NULL, r->in.B, so, &po,
+                                       &pr, r->err, sizeof r->err);
+    if (!frozen) ls_run_obs_end(&r->ob, "probe", ls_run_now_ns() - t0, st == LS_OK);
+    if (st != LS_OK) {
+        ls_probe_result_free(&pr);
+        ls_trace_emit_error(r->ob.w, st, r->err);
+        r->in_step_failure = r->world > 1; /* the other ranks may wait in a collective */
+        return fail(r, 1, st, "", r->err);
+    }
+    ls_run_obs_note(&r->ob, ls_run_probe_emit(r->ob.w, s, &pr));
+    ls_run_probe_note(&r->probes, s, &pr);
+    if (pr.verdict == LS_PROBE_FAIL && r->rank == 0) {
+        char line[700], what[600];
+        ls_run_probe_describe(&pr, s, what, sizeof what);
+        snprintf(line, sizeof line, "longstraw-train: GRADIENT PROBE FAILED: %s", what);
+        ls_run_obs_print(&r->ob, line);
+    }
+    ls_probe_result_free(&pr);
+    return 0;
+}
+
 /* One step, global index s: its gradients, the guard, dumps, update,
  * metrics and checkpoint.  0, 1 (the step failed, or an output of it could
  * not be written whole) or 2 (its memory plan is above the budget). */
@@ -366,6 +402,7 @@ static int one_step(run *r, int64_t s, int first) {
                     (long long)s + 1);
     }
     if (first && first_step_dumps(r) != LS_OK) return 1;
+    if (ls_run_probe_due(a->probe_every, s - r->step0) && (rc = probe_step(r, s, &so)) != 0) return rc;
     int64_t t0 = ls_run_now_ns();
     ls_run_obs_begin(&r->ob, "optimizer");
     LS_K(ls_step_optimizer)(r->p, &a->step, s + 1);
@@ -476,6 +513,7 @@ static int close_run(run *r, int rc, uint64_t start_unix) {
         rc = rc ? rc : 1;
     if (rc == 0 && r->rank == 0)
         ls_run_print_summary(r->a, &oc, &r->res, LS_REAL_NAME, r->in.P, r->in.b ? r->in.b->G : r->a->step.G);
+    if (rc == 0 && r->rank == 0) ls_run_probe_print(&r->probes, stdout);
     return rc;
 }
 
@@ -498,7 +536,7 @@ static int cp_usage(run *r) {
 }
 
 int LS_K(ls_train_run)(const ls_train_args *a) {
-    run r = {.a = a, .sp = {.total_at = -1}, .seed = a->step.seed, .comm = a->comm};
+    run r = {.a = a, .sp = {.total_at = -1}, .seed = a->step.seed, .comm = a->comm, .probes = {.first_fail_step = -1}};
     ls_comm *own_comm = NULL;
     if (!r.comm) { /* a caller without main's communicator: one rank */
         char cerr[256];
