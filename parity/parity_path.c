@@ -62,7 +62,8 @@
 #include "receipts/json_util.h"
 
 #define PATH_DRAWS 8  /* draws of seed while the group's rewards are all equal */
-#define PATH_R 6      /* response tokens per member */
+#define PATH_R 6      /* response tokens per sampled member */
+static const int GIVEN_LENS[] = {6, 4, 5, 3}; /* a given batch's members: unequal responses */
 #define PATH_MAX_B 4  /* prompts per step: "several" is the path, not how many */
 #define PATH_MAX 8    /* paths per report */
 #define F64_TOL LS_PARITY_F64_TOL
@@ -79,6 +80,7 @@ typedef struct {
     const char *responses, *old, *reference, *task; /* the trainer's words; task NULL: given */
     const char *shards, *pages, *chunks;             /* wanted at every CP size > 1 */
     int B, G, R, P, page, chunk;
+    int lens[LS_PARITY_MAX_G]; /* the members' response lengths (sampled: R each) */
     char name[96], what[512];
 } path_spec;
 
@@ -203,7 +205,12 @@ static ls_status plan(const ls_parity_opts *o, const cJSON *mc, path_spec *ps, s
         if (nc > 1)
             snprintf(p->name + len, sizeof p->name - (size_t)len, "-%s-pages%s-chunks%s", p->shards, p->pages,
                      p->chunks);
-        char split[160] = "";
+        for (int m = 0; m < G; m++) p->lens[m] = p->task ? PATH_R : GIVEN_LENS[m % 4];
+        char split[160] = "", chunks[48], rl[48];
+        if (p->chunk) snprintf(chunks, sizeof chunks, "chunks of %d", p->chunk);
+        else snprintf(chunks, sizeof chunks, "captured at once");
+        size_t ro = 0;
+        for (int m = 0; m < G; m++) ro += (size_t)snprintf(rl + ro, sizeof rl - ro, "%s%d", m ? "," : "", p->lens[m]);
         size_t off = 0;
         for (size_t k = 0; k < o->n_cps; k++) {
             int N = o->cps[k];
@@ -218,10 +225,10 @@ static ls_status plan(const ls_parity_opts *o, const cJSON *mc, path_spec *ps, s
         const char *keep = strcmp(p->reference, "kept") == 0 ? " (--keep-reference on)"
                            : strcmp(p->reference, "recaptured") == 0 ? " (--keep-reference off)" : "";
         snprintf(p->what, sizeof p->what, "the run's path: responses %s%s%s%s, old log-probs %s, reference %s%s, %d "
-                 "prompt%s per step; P-1=%d (%s: %s), pages of %d (%s), chunks of %d (%s), G=%d, R=%d, %s",
+                 "prompt%s per step; P-1=%d (%s: %s), pages of %d (%s), %s (%s), G=%d, R=%s, %s",
                  p->responses, p->task ? " by the " : "", p->task ? p->task : "", p->task ? " task" : "", p->old,
                  p->reference, keep, B, B > 1 ? "s" : "", p->P - 1, split[0] ? split : "one rank", p->shards, p->page,
-                 p->pages, p->chunk, p->chunks, G, PATH_R, o->like_grad_mode);
+                 p->pages, chunks, p->chunks, G, rl, o->like_grad_mode);
     }
     return LS_OK;
 }
@@ -358,12 +365,11 @@ static ls_status run_all(path_run *x, const path_spec_run *sp, size_t n, bool re
  * (uniform log-probs moved by -0.6 ... +0.6: ratios far from 1, a reference that differs). */
 static ls_status write_given(path_run *x) {
     const path_spec *p = x->p;
-    static const int LENS[] = {6, 4, 5, 3};
     static const double REWARDS[] = {1.0, 0.0, 0.25, 0.5};
     static const double OLD[] = {-0.6, 0.6, 0.05, -0.4, 0.4, -0.1}, REF[] = {0.3, -0.2, 0.1, -0.5, 0.2, 0.0};
     int lens[LS_PARITY_MAX_G];
     double rewards[LS_PARITY_MAX_G];
-    for (int i = 0; i < p->G; i++) lens[i] = LENS[i % 4], rewards[i] = REWARDS[i % 4];
+    for (int i = 0; i < p->G; i++) lens[i] = p->lens[i], rewards[i] = REWARDS[i % 4];
     ls_parity_logprobs u = {.g = p->G};
     for (int i = 0; i < p->G; i++) {
         u.len[i] = lens[i];
@@ -648,7 +654,7 @@ static ls_status path_one(path_run *x) {
     x->c = (ls_parity_config){.name = p->name, .what = p->what, .prompt_len = p->P, .group = p->G,
                               .train_mode = o->train_mode ? o->train_mode : "lora", .page_size = p->page,
                               .capture_chunk = p->chunk, .token_seed = 7};
-    for (int i = 0; i < p->G && i < LS_PARITY_MAX_G; i++) x->c.response_lens[i] = p->R;
+    for (int i = 0; i < p->G && i < LS_PARITY_MAX_G; i++) x->c.response_lens[i] = p->lens[i];
     x->full = strcmp(o->like_grad_mode, "full") == 0;
     x->naive = p->B == 1;
     x->stale = x->full && strcmp(o->family, "hybrid") == 0 && strcmp(p->reference, "kept") == 0;
@@ -657,7 +663,9 @@ static ls_status path_one(path_run *x) {
     path_spec_run one = {.label = "cp1", .world = 1};
     for (x->draw = 1;; x->draw++) {
         x->seed = o->seed + (uint64_t)(x->draw - 1) * 7919u;
-        if ((s = run_all(x, &one, 1, false, "cp1")) != LS_OK) return s;
+        char part[48];
+        snprintf(part, sizeof part, "cp1 (draw %d, seed %llu)", x->draw, (unsigned long long)x->seed);
+        if ((s = run_all(x, &one, 1, false, part)) != LS_OK) return s;
         if ((s = read_dump(x, 0, "cp1")) != LS_OK) return s;
         if (rewards_differ(x->dump[0]) || strcmp(p->responses, "sampled") != 0 || x->draw >= PATH_DRAWS) break;
         path_free(x);

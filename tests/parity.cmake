@@ -24,6 +24,11 @@ if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
     ls_add_criterion_test(test_parity SOURCES test_parity.c LIBS ls_receipts TIMEOUT 1800)
     ls_add_criterion_test(test_parity_table SOURCES test_parity_table.c LIBS ls_receipts TIMEOUT 1200)
     list(APPEND LS_PARITY_TESTS test_parity_table)
+    # --like runs the run's own path (parity_path.c): a hybrid CP-2 keep-reference full LoRA-random run's
+    # path runs sample and keep the reference and pass; with cp-stale-start put back into them
+    # (LONGSTRAW_PARITY_TEST_PATH_FAULT) the report fails; mla alike.  About a minute on 2 cores.
+    ls_add_criterion_test(test_parity_path SOURCES test_parity_path.c LIBS ls_parity TIMEOUT 1800)
+    list(APPEND LS_PARITY_TESTS test_parity_path)
     # Both families' default matrices (every entry, CP 1, 2 and 4) in float64 must pass: the verdicts
     # must not depend on the machine (comparisons well-posed where a reference is zero: abs_floor;
     # single-threaded runs).  About 1-2 minutes each on 2 cores.
