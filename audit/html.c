@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "audit/basis.h"
 #include "audit/run_files.h"
 #include "audit/timeline.h"
 #include "receipts/atomic_file.h"
@@ -148,7 +149,8 @@ static void put_verdict(sbuf *b, const cJSON *report) {
     }
     sb_raw(b, nf ? ".</p>\n" : "Faults recorded: none.</p>\n");
     if (cJSON_IsArray(levels) && cJSON_GetArraySize(levels) > 0) {
-        sb_raw(b, "<table class=\"levels\"><tr><th>Level</th><th>Name</th><th>Holds</th></tr>\n");
+        sb_raw(b, "<table class=\"levels\"><tr><th>Level</th><th>Name</th><th>Holds</th><th>Rests on</th>"
+                  "<th>Not bound</th></tr>\n");
         const cJSON *lv;
         cJSON_ArrayForEach(lv, levels) {
             int64_t n = -1;
@@ -156,7 +158,27 @@ static void put_verdict(sbuf *b, const cJSON *report) {
             bool holds = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(lv, "holds"));
             sb_fmt(b, "<tr class=\"%s\"><td>%lld</td><td>", holds ? "pass" : "fail", (long long)n);
             sb_esc(b, jstr(lv, "name"));
-            sb_fmt(b, "</td><td>%s</td></tr>\n", holds ? "holds" : "does not hold");
+            sb_fmt(b, "</td><td>%s</td><td class=\"basis\">", holds ? "holds" : "does not hold");
+            /* what the level rests on and does not bind (the report's basis, audit/basis.c) */
+            const cJSON *bs = cJSON_GetObjectItemCaseSensitive(lv, "basis");
+            if (cJSON_IsObject(bs)) {
+                char rests[1600], nb[1600];
+                ls_audit_basis_text(bs, rests, sizeof rests, nb, sizeof nb);
+                sb_esc(b, rests);
+                sb_raw(b, "</td><td class=\"basis\">");
+                const cJSON *s, *list = cJSON_GetObjectItemCaseSensitive(bs, "not_bound");
+                if (!cJSON_IsArray(list)) list = NULL;
+                int k = 0;
+                cJSON_ArrayForEach(s, list) {
+                    if (!cJSON_IsString(s)) continue;
+                    sb_raw(b, k++ ? "<br>" : "");
+                    sb_esc(b, s->valuestring);
+                }
+                if (k == 0) sb_raw(b, "&mdash;");
+            } else {
+                sb_raw(b, "&mdash;</td><td class=\"basis\">&mdash;");
+            }
+            sb_raw(b, "</td></tr>\n");
         }
         sb_raw(b, "</table>\n");
     }

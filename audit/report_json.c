@@ -4,6 +4,7 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
 #include "audit/audit.h"
+#include "audit/basis.h"
 
 #include <math.h>
 #include <string.h>
@@ -328,6 +329,14 @@ ls_status ls_audit_report_json(const ls_audit_run *run, cJSON **out) {
             if (c) cJSON_AddItemToArray(checks, c);
         }
         cJSON_AddBoolToObject(lv, "rules_pass", own);
+        if (run->level_holds[l]) { /* what the level rests on, and what it does not bind (basis.c) */
+            cJSON *bs = ls_audit_basis_json(run, l);
+            if (bs == NULL || !cJSON_AddItemToObject(lv, "basis", bs)) {
+                cJSON_Delete(bs);
+                cJSON_Delete(lv);
+                break; /* a level short: refused below */
+            }
+        }
         cJSON_AddItemToArray(levels, lv);
     }
     cJSON *ranks = cJSON_AddArrayToObject(doc, "ranks");

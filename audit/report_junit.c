@@ -6,6 +6,7 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
 #include "audit/audit.h"
+#include "audit/basis.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +96,15 @@ ls_status ls_audit_report_junit(const ls_audit_run *run, const char *path, char 
         for (size_t i = 0; i < run->n_faults; i++)
             snprintf(line + strlen(line), sizeof line - strlen(line), "%s%s", i ? "," : "", run->faults[i]);
         prop(&b, "faults", line);
+        /* what this level rests on and does not bind, when it holds (basis.c) */
+        cJSON *bs = ls_audit_basis_json(run, l);
+        char rests[1600], nb[1600];
+        ls_audit_basis_text(bs, rests, sizeof rests, nb, sizeof nb);
+        const char *sum = bs ? ls_audit_get_str(bs, "summary") : NULL;
+        prop(&b, "rests_on", sum ? sum : "");
+        prop(&b, "basis", rests);
+        prop(&b, "not_bound", nb);
+        cJSON_Delete(bs);
         puts_(&b, "    </properties>\n");
         for (size_t i = 0; i < run->n_rules; i++) {
             const ls_audit_rule *r = &run->rules[i];

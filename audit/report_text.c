@@ -5,6 +5,7 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
 #include "audit/audit.h"
+#include "audit/basis.h"
 
 #include <string.h>
 
@@ -65,6 +66,14 @@ void ls_audit_report_text(const ls_audit_run *run, FILE *f) {
             if (run->rules[i].level == l && run->rules[i].applicable && !run->rules[i].pass) own = false;
         fprintf(f, "  L%d %-32s %s%s\n", l, LEVEL_NAMES[l], run->level_holds[l] ? "yes" : "no",
                 !run->level_holds[l] && own ? " (its own rules pass; a lower level does not hold)" : "");
+        cJSON *bs = ls_audit_basis_json(run, l); /* what it rests on, what it does not bind (basis.c) */
+        if (bs != NULL) {
+            char rests[1600], nb[1600];
+            ls_audit_basis_text(bs, rests, sizeof rests, nb, sizeof nb);
+            fprintf(f, "       rests on: %s\n", rests);
+            if (nb[0]) fprintf(f, "       not bound: %s\n", nb);
+        }
+        cJSON_Delete(bs);
     }
     /* per-rank table */
     fprintf(f, "\n  rank  events  phases(b/e)  fwd   bwd   coll   opt  end         wall s\n");

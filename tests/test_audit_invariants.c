@@ -12,6 +12,10 @@
  * older run without the figures, or without the configuration's record of
  * where its old log-probs came from, says what it could not check.
  *
+ * Each level that holds names what it rests on (parity, the run, both, or
+ * the run's records) and what it does not bind, in the JSON, text and JUnit
+ * reports.
+ *
  * Fixtures are made once per test binary run in /tmp/ls-audit-inv-PID (PID:
  * the Criterion runner's) and removed by a POST_ALL hook. */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -59,7 +63,8 @@ static int sh(const char *cmd) {
 
 /* The fixture `name`: a run made by `train` (a command line ending in --out)
  * and beside it NAME.parity.json, a hand-written parity report covering it
- * (tests/evidence/make_report.py, with the run's recorded paths), made the
+ * (tests/evidence/make_report.py, with the run's recorded paths and both
+ * strategies), made the
  * first time it is asked for; the run's path into out. */
 static void fixture(const char *name, const char *train, char *out, size_t cap) {
     char root[128];
@@ -78,7 +83,7 @@ static void fixture(const char *name, const char *train, char *out, size_t cap) 
              "rm -rf '%s.tmp' && OMP_NUM_THREADS=1 %s '%s.tmp' >'%s.log' 2>&1 && "
              "P=$(python3 -c \"import json,sys; c=json.load(open(sys.argv[1]))['predicate']['config']; "
              "print(json.dumps(c.get('paths', {}), separators=(',', ':')))\" '%s.tmp/manifest.json') && "
-             "%s '%s.tmp' '%s.parity.json' \"paths=$P\" && mv '%s.tmp' '%s'",
+             "%s '%s.tmp' '%s.parity.json' \"paths=$P\" 'strategies=[\"longstraw\",\"naive\"]' && mv '%s.tmp' '%s'",
              out, train, out, out, out, REPORT, out, out, out, out);
     cr_assert_eq(sh(cmd), 0, "%s", cmd);
     close(lfd);
@@ -346,3 +351,88 @@ Test(invariants, a_run_without_figures_or_their_source, .init = setup, .fini = t
               message(doc, "run.invariants"));
     cJSON_Delete(doc);
 }
+
+/* ---- what each level rests on (audit/basis.c) ------------------------------ */
+
+static const cJSON *basis(const cJSON *doc, int l) {
+    const cJSON *lv = cJSON_GetArrayItem(cJSON_GetObjectItem(doc, "levels"), l - 1);
+    cr_assert_not_null(lv);
+    return cJSON_GetObjectItem(lv, "basis");
+}
+
+static const char *summary(const cJSON *doc, int l) {
+    const cJSON *b = basis(doc, l);
+    cr_assert_not_null(b, "level %d holds but states no basis", l);
+    return cJSON_GetObjectItem(b, "summary")->valuestring;
+}
+
+/* Some not_bound sentence of level l contains text. */
+static bool names_unbound(const cJSON *doc, int l, const char *text) {
+    const cJSON *s;
+    cJSON_ArrayForEach(s, cJSON_GetObjectItem(basis(doc, l), "not_bound")) {
+        if (strstr(s->valuestring, text)) return true;
+    }
+    return false;
+}
+
+Test(invariants, each_level_names_what_it_rests_on, .init = setup, .fini = teardown, .timeout = 300) {
+    char src[512], run[600], cmd[1200];
+    hybrid_run(src, sizeof src);
+    cJSON *doc = NULL;
+    /* with parity: level 1 the run's records, level 2 both (parity and run.invariants), level 3 parity */
+    cr_assert_eq(audit(src, src, NULL, &doc), 0);
+    cr_expect_str_eq(summary(doc, 1), "records");
+    cr_expect_str_eq(summary(doc, 2), "both");
+    const cJSON *b2 = basis(doc, 2), *ro = cJSON_GetObjectItem(b2, "rests_on");
+    cr_expect(cJSON_GetArraySize(ro) == 2 && strcmp(cJSON_GetArrayItem(ro, 0)->valuestring, "parity") == 0 &&
+              strcmp(cJSON_GetArrayItem(ro, 1)->valuestring, "run") == 0);
+    const cJSON *cf = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(b2, "parity"), "configurations"), 0);
+    cr_expect(cf && strcmp(cJSON_GetObjectItem(cf, "name")->valuestring, "fixture") == 0, "the report's configuration");
+    cr_expect(cJSON_IsObject(cJSON_GetObjectItem(cJSON_GetObjectItem(b2, "parity"), "paths")), "the report's paths");
+    cr_expect(names_unbound(doc, 2, "shapes: parity at reduced size (P 30, G 2, R 3,5) against the run's P 64, G 4, R 8"));
+    cr_expect(names_unbound(doc, 2, "the run's own log-probs against a reference: not re-computed"));
+    cr_expect_str_eq(summary(doc, 3), "parity");
+    cr_expect(names_unbound(doc, 3, "CP: the run ran on one rank"));
+    cr_expect_null(basis(doc, 4), "level 4 does not hold: no basis");
+    cJSON_Delete(doc);
+    /* the text and JUnit reports say the same */
+    snprintf(cmd, sizeof cmd, "grep -q 'rests on: both: parity (' '%s/audit.out' && grep -q 'not bound: shapes: parity' "
+             "'%s/audit.out'", tmpdir, tmpdir);
+    cr_expect_eq(sh(cmd), 0, "the text report names the basis");
+    snprintf(cmd, sizeof cmd, "%s '%s' --parity '%s.parity.json' --quiet --junit '%s/j.xml' && "
+             "grep -q '<property name=\"rests_on\" value=\"both\"/>' '%s/j.xml'", AUDIT, src, src, tmpdir, tmpdir);
+    cr_expect_eq(sh(cmd), 0, "the JUnit report names the basis");
+    /* without parity: level 1 only, resting on the records */
+    cr_assert_eq(audit(src, NULL, NULL, &doc), 0);
+    cr_expect_eq(level(doc), 1);
+    cr_expect_str_eq(summary(doc, 1), "records");
+    cr_expect_null(basis(doc, 2));
+    cJSON_Delete(doc);
+    /* no run check applies: level 2 rests on parity alone and says what the run's own check could not do */
+    copy_edit(src, "none", "drop-metrics", run, sizeof run, NULL);
+    cr_assert_eq(audit(run, src, NULL, &doc), 0);
+    cr_expect_str_eq(summary(doc, 2), "parity");
+    cr_expect(names_unbound(doc, 2, "run.invariants: not applicable: the traces hold no step_metrics event"));
+    cJSON_Delete(doc);
+    /* what run.invariants left unchecked is named too (a naive run: its own parity report) */
+    fixture("naive", TRAIN " " HYB " --steps 1 --strategy naive --out", src, sizeof src);
+    cr_assert_eq(audit(src, src, NULL, &doc), 0);
+    cr_expect_geq(level(doc), 2);
+    cr_expect(names_unbound(doc, 2, "run.invariants: ratio 1 not checked on 1 naive step(s)"));
+    cJSON_Delete(doc);
+}
+
+#if defined(LS_MPIEXEC)
+/* level 4 from parity alone: the run's own gradient is named not probed */
+Test(invariants, level_4_from_parity_names_the_unprobed_gradient, .init = setup, .fini = teardown, .timeout = 300) {
+    char run[512];
+    fixture("hybrid-cp2", MPI2 HYB " --steps 2 --grad-mode full --out", run, sizeof run);
+    cJSON *doc = NULL;
+    cr_assert_eq(audit(run, run, "--require-level 4", &doc), 0);
+    cr_expect_str_eq(summary(doc, 4), "parity");
+    cr_expect(names_unbound(doc, 4, "the run's own gradient: not probed"));
+    cr_expect(names_unbound(doc, 3, "the run's own CP-2 gradients against one rank: not re-computed"));
+    cr_expect_str_eq(summary(doc, 2), "both");
+    cJSON_Delete(doc);
+}
+#endif
