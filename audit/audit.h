@@ -201,6 +201,7 @@ typedef struct {
     bool steps_overflow;
     uint64_t n_param_digests;
     ls_audit_step_metric *metrics;
+    struct ls_audit_probes *probes; /* gradient_probe events (rules_probe.c; NULL: none) */
     size_t n_metrics, metrics_cap;
     /* errors, completion */
     uint64_t n_errors;
@@ -273,6 +274,7 @@ typedef struct {
     size_t n_parity_keys;
     const char *parity_path;   /* --parity FILE (NULL: RUN/parity.json when present) */
     bool require_signed;       /* --require-signed: an unsigned or unverified run or report proves nothing */
+    bool require_probe;        /* --require-probe: a run that probed no step fails run.probe (level 4) */
     const char *profiles_dir;  /* profile: --profiles DIR (NULL: ls_audit_profile_default_dir()) */
 } ls_audit_options;
 
@@ -517,6 +519,12 @@ ls_status ls_audit_levels_run(ls_audit_run *run);
 /* v2: collectives.performed (rules_performed.c): added to run->rules only
  * for v2 runs (a v1 run's rule list is unchanged).  LS_OK or LS_ERR_NOMEM. */
 ls_status ls_audit_rules_performed(ls_audit_run *run);
+/* run.probe (rules_probe.c, level 4; called by levels.c): its facts are
+ * noted per rank as the trace streams (ls_audit_probe_note, load_trace.c:
+ * LS_OK or LS_ERR_NOMEM) and freed with ls_audit_probes_free (load.c). */
+ls_status ls_audit_probe_note(ls_audit_rank *r, const ls_trace_event *ev);
+void ls_audit_probes_free(ls_audit_rank *r);
+ls_status ls_audit_rules_probe(ls_audit_run *run);
 /* A new rule appended to run->rules (NULL: out of memory).  The rule is
  * the run's (freed by ls_audit_free); the pointer is valid until the next
  * ls_audit_rule_add on run.  id and title are borrowed: they must outlive

@@ -17,7 +17,7 @@
 static void usage(FILE *f) {
     fputs("usage: longstraw-audit RUN [--require-level N] [--json FILE] [--junit FILE] [--timeline FILE]\n"
           "                       [--html FILE] [--key PUB]... [--parity FILE] [--parity-key PUB]...\n"
-          "                       [--require-signed] [--profiles DIR] [--quiet]\n"
+          "                       [--require-signed] [--require-probe] [--profiles DIR] [--quiet]\n"
           "       longstraw-audit diff RUN_A RUN_B\n"
           "Scores the run directory RUN against the evidence levels (docs/design.md section 5):\n"
           "  1 execution capacity, 2 response-operator fidelity, 3 distributed-update consistency,\n"
@@ -36,6 +36,8 @@ static void usage(FILE *f) {
           "  --parity-key PUB   a public key trusted to sign parity reports: the report's envelope\n"
           "                     (FILE.json -> FILE.dsse.json) must verify with one (repeatable)\n"
           "  --require-signed   an unsigned or unverified run or parity report proves nothing: exit 1\n"
+          "  --require-probe    a run that probed no step (longstraw-train --probe-every K) fails\n"
+          "                     level 4 (run.probe)\n"
           "  --profiles DIR     the profiles (what a run must show) to audit against [the source tree's\n"
           "                     profiles/]: a v1 run's is DIR/FAMILY.json, a v2 run's the one it names\n"
           "  --quiet            no summary on stdout\n"
@@ -70,6 +72,9 @@ int main(int argc, char **argv) {
             continue;
         } else if (strcmp(a, "--require-signed") == 0) {
             opt.require_signed = true;
+            continue;
+        } else if (strcmp(a, "--require-probe") == 0) {
+            opt.require_probe = true;
             continue;
         } else if (strcmp(a, "--key") == 0 || strcmp(a, "--parity-key") == 0) {
             bool pk = a[2] == 'p';

@@ -243,6 +243,8 @@ ls_status ls_audit_levels_run(ls_audit_run *run) {
                            run->config && str_of(run->config, "grad_mode") ? str_of(run->config, "grad_mode")
                                                                            : "unknown");
     ls_audit_rule_close(fm);
+    ls_status pst = ls_audit_rules_probe(run); /* run.probe: the run's own gradient (rules_probe.c) */
+    if (pst != LS_OK) return pst;
     ADD(pg, "parity.grad", 4, "parity: the gradient equals the full-sequence reference for every trainable tensor",
         true);
     parity_kind(run, pg, "grad", true, usable);

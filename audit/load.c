@@ -274,6 +274,7 @@ void ls_audit_free(ls_audit_run *run) {
         free(r->coll);
         free(r->steps);
         free(r->metrics);
+        ls_audit_probes_free(r);
     }
     free(run->ranks);
     for (size_t i = 0; i < run->n_groups; i++) free(run->groups[i]);

@@ -387,6 +387,9 @@ static int on_event(const ls_trace_event *ev, void *user) {
         r->rank_complete = true;
         r->rank_complete_seq = ev->seq;
         break;
+    case LS_TRACE_GRADIENT_PROBE:
+        c->st = ls_audit_probe_note(r, ev); /* run.probe's facts (rules_probe.c) */
+        break;
     case LS_TRACE_STEP_METRICS:
         if (r->n_metrics < LS_AUDIT_MAX_STEPS) {
             if (r->n_metrics == r->metrics_cap) {
