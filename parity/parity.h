@@ -109,7 +109,6 @@ typedef struct {
     cJSON *like_paths;
     bool like_paths_derived;
     char like_grad_mode[16];  /* the run's gradient mode */
-    int like_group;           /* the run's group size G */
     int like_prompts_per_step;/* the run's B */
     int like_capture_chunk;   /* the run's capture chunk (0: all at once) */
 } ls_parity_opts;

@@ -223,7 +223,6 @@ int ls_parity_like(const char *run_dir, ls_parity_opts *o, char *model_path, siz
     const cJSON *gm = cJSON_GetObjectItemCaseSensitive(cfg, "grad_mode");
     snprintf(o->like_grad_mode, sizeof o->like_grad_mode, "%s",
              cJSON_IsString(gm) && strcmp(gm->valuestring, "full") == 0 ? "full" : "detached");
-    o->like_group = num_of(cfg, "group", &x) && x >= 1 && x <= 1 << 20 ? (int)x : 4;
     o->like_prompts_per_step = num_of(opt, "prompts_per_step", &x) && x >= 1 && x <= 4096 ? (int)x : 1;
     o->like_capture_chunk = num_of(opt, "capture_chunk", &x) && x >= 0 && x <= 1 << 30 ? (int)x : 2048;
     rc = 0;

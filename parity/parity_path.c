@@ -61,8 +61,9 @@
 #include "parity/parity.h"
 #include "receipts/json_util.h"
 
-#define PATH_DRAWS 8  /* draws of seed while the group's rewards are all equal */
-#define PATH_R 6      /* response tokens per sampled member */
+#define PATH_DRAWS 16 /* draws of seed while the group's rewards are all equal */
+#define PATH_G 4      /* members per group (reducible; more members, more often a reward differs) */
+#define PATH_R 8      /* response tokens per sampled member */
 static const int GIVEN_LENS[] = {6, 4, 5, 3}; /* a given batch's members: unequal responses */
 #define PATH_MAX_B 4  /* prompts per step: "several" is the path, not how many */
 #define PATH_MAX 8    /* paths per report */
@@ -182,7 +183,7 @@ static ls_status plan(const ls_parity_opts *o, const cJSON *mc, path_spec *ps, s
                  "several groups; how many is reducible)", o->like_prompts_per_step, B);
         cJSON_AddItemToArray(notes, cJSON_CreateString(note));
     }
-    int G = o->like_group < 2 ? 2 : o->like_group > 4 ? 4 : o->like_group;
+    int G = PATH_G;
     /* a prompt of the built-in task has at least 64 tokens; mla: every query beyond the top-k selects */
     int64_t Tmin = 63, topk = model_int(mc, "index_topk");
     if (topk + 9 > Tmin) Tmin = topk + 9;
