@@ -56,6 +56,13 @@ typedef struct {
     /* the optimizer (cp_params): adamw true when its first step explains parameter differences */
     bool adamw;
     ls_parity_adamw opt;
+    /* batch.prompt_only: the trainer takes a batch of a prompt alone (it samples its responses, rewards
+     * them and computes its old log-probs itself, and writes the batch it ran to {out}/batch.json): the
+     * matrix runs that path too (parity_adapter_sampled.c) */
+    bool prompt_only;
+    /* --like RUN (parity_adapter_like.c): what was taken from the run, in words (the report's notes);
+     * owned (ls_parity_adapter_free) */
+    cJSON *like_notes;
 } ls_parity_adapter;
 
 /* Reads and checks the adapter file path into *a (its doc the caller's:
@@ -90,6 +97,37 @@ ls_status ls_parity_adapter_job(const ls_parity_adapter *a, const ls_parity_adap
  * Writes OUT/parity.json as ls_parity_run does. */
 ls_status ls_parity_adapter_run(const ls_parity_opts *o, const ls_parity_adapter *a, bool *all_pass, char *err,
                                 size_t errlen);
+
+/* --like RUN with an adapter (parity_adapter_like.c): from the run's manifest (schema-checked) its
+ * profile (the adapter's), objective (the adapter's), faults (none), CP size (o->cps: 1, 2, 4, ... and
+ * the run's, each one the adapter supports), dtype (f64, and f32 when the run's), its recorded path
+ * (o->like_paths) and, from its traces, its prompt: the captured positions T each rank's first
+ * prompt forward (a layer_end of member -1, layer -1, fwd, not a recompute) counted, the prompt P =
+ * T + 1 (docs/model.md section 4).  The batch's prompt (a->prompt_len) is then the run's when
+ * 17 <= P <= 64, else the shortest of at least 33 tokens whose captured positions leave the run's
+ * remainder at every CP size; shards uneven at the run's CP size when its path recorded uneven
+ * (even when even).  Usage or run errors: LS_ERR_ARG / LS_ERR_FORMAT / LS_ERR_IO, err naming them. */
+ls_status ls_parity_adapter_like(const char *run_dir, ls_parity_opts *o, ls_parity_adapter *a, char *err,
+                                 size_t errlen);
+
+/* The prompt-only path (parity_adapter_sampled.c): with a->prompt_only, mode run on a batch of the
+ * prompt alone at every CP size (float64, full), the reference on the batch CP-1 wrote (its responses
+ * and rewards; no old log-probs: on-policy), and the checks: CP-N's dumped batch and log-probs against
+ * CP-1's (logprob), the trainer's policy and old log-probs against the reference's (ref_logprob),
+ * cp_grad and cp_params, the gradient against the reference's on-policy gradient (grad), the loss
+ * against the reference's (ref_loss: the on-policy GRPO loss is 0, judged against 1 where the
+ * reference's is smaller).  dir: the matrix's run directory; weights: the init weights. */
+ls_status ls_parity_adapter_sampled(const ls_parity_opts *o, const ls_parity_adapter *a, ls_parity_report *rep,
+                                    const char *dir, const char *weights, char *err, size_t errlen);
+
+/* Reads logprobs.safetensors of a run whose group and response lengths are g and lens (member.0 ..
+ * member.G-1, or one tensor "logprobs" of every response token in member order). */
+ls_status ls_parity_adapter_read_logprobs(const char *path, int g, const int *lens, ls_parity_logprobs *out, char *err,
+                                          size_t errlen);
+/* mode run's loss.json: {"loss": X}, X finite. */
+ls_status ls_parity_adapter_read_loss(const char *path, double *loss, char *err, size_t errlen);
+/* The objective a fault-free run recorded (run_dir's manifest) must be the adapter's (err names both). */
+ls_status ls_parity_adapter_objective_pinned(const ls_parity_adapter *a, const char *run_dir, char *err, size_t errlen);
 
 /* The finite differences of the loss mode (parity_adapter_fd.c): along a
  * random unit direction per trainable tensor (or layer group: o->fd_groups)

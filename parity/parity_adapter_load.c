@@ -87,6 +87,7 @@ static double num(const cJSON *o, const char *k, bool *has) {
 
 void ls_parity_adapter_free(ls_parity_adapter *a) {
     cJSON_Delete(a->doc);
+    cJSON_Delete(a->like_notes);
     memset(a, 0, sizeof *a);
 }
 
@@ -155,6 +156,7 @@ static ls_status semantics(ls_parity_adapter *a, const char *path, char *err, si
     if (!has) a->prompt_len = 30;
     a->token_seed = (uint32_t)num(b, "token_seed", &has);
     if (!has) a->token_seed = 7;
+    a->prompt_only = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "prompt_only"));
     const cJSON *rl = cJSON_GetObjectItemCaseSensitive(b, "response_lens"), *rw = cJSON_GetObjectItemCaseSensitive(b, "rewards");
     static const double DEF_REWARDS[LS_PARITY_MAX_G] = {1.0, 0.0, 0.25, 0.5, 0.75, 0.1, 0.9, 0.3};
     if (rl) {

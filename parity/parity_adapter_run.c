@@ -112,7 +112,7 @@ static ls_status make_job(arun *r, const spec *sp, ls_parity_job *j) {
     return ls_parity_adapter_job(r->a, &v, log, j, r->err, r->errlen);
 }
 
-static ls_status read_loss(const char *path, double *loss, char *err, size_t errlen) {
+ls_status ls_parity_adapter_read_loss(const char *path, double *loss, char *err, size_t errlen) {
     cJSON *doc = NULL;
     ls_status s = ls_json_read_file_capped(path, 1u << 20, &doc, err, errlen);
     if (s != LS_OK) return s;
@@ -129,56 +129,61 @@ static ls_status read_loss(const char *path, double *loss, char *err, size_t err
 
 /* logprobs.safetensors: member.0 .. member.G-1, each of its response's length, or one tensor "logprobs"
  * holding every response token's in member order (NaN allowed: it fails its check). */
-static ls_status read_logprobs(const arun *r, const char *path, ls_parity_logprobs *out, char *err, size_t errlen) {
+ls_status ls_parity_adapter_read_logprobs(const char *path, int g, const int *lens, ls_parity_logprobs *out, char *err,
+                                          size_t errlen) {
     ls_parity_tensors t;
     memset(out, 0, sizeof *out);
     ls_status s = ls_parity_tensors_read(path, &t, err, errlen);
     if (s != LS_OK) return s;
     size_t total = 0;
-    for (int i = 0; i < r->a->group; i++) total += (size_t)r->a->response_lens[i];
+    for (int i = 0; i < g; i++) total += (size_t)lens[i];
     if (t.n == 1 && strcmp(t.name[0], "logprobs") == 0) {
         if (t.numel[0] != total) {
             snprintf(err, errlen, "%s: tensor logprobs of %zu values, expected %zu (every response token, in member "
                      "order)", path, t.numel[0], total);
             s = LS_ERR_FORMAT;
         }
-        for (int i = 0, off = 0; s == LS_OK && i < r->a->group; off += r->a->response_lens[i], i++) {
-            out->lp[i] = malloc((size_t)r->a->response_lens[i] * sizeof(double));
+        for (int i = 0, off = 0; s == LS_OK && i < g; off += lens[i], i++) {
+            out->lp[i] = malloc((size_t)lens[i] * sizeof(double));
             if (out->lp[i] == NULL) {
                 s = LS_ERR_NOMEM;
                 break;
             }
-            memcpy(out->lp[i], t.v[0] + off, (size_t)r->a->response_lens[i] * sizeof(double));
-            out->len[i] = r->a->response_lens[i];
+            memcpy(out->lp[i], t.v[0] + off, (size_t)lens[i] * sizeof(double));
+            out->len[i] = lens[i];
             out->g = i + 1;
         }
         ls_parity_tensors_free(&t);
         if (s != LS_OK) ls_parity_logprobs_free(out);
         return s;
     }
-    if ((int)t.n != r->a->group) {
+    if ((int)t.n != g) {
         snprintf(err, errlen, "%s: %zu tensors, expected member.0 .. member.%d (one per response)", path, t.n,
-                 r->a->group - 1);
+                 g - 1);
         s = LS_ERR_FORMAT;
     }
-    for (int i = 0; s == LS_OK && i < r->a->group; i++) {
+    for (int i = 0; s == LS_OK && i < g; i++) {
         char nm[32];
         snprintf(nm, sizeof nm, "member.%d", i);
         long k = ls_parity_tensors_find(&t, nm);
-        if (k < 0 || t.numel[k] != (size_t)r->a->response_lens[i]) {
+        if (k < 0 || t.numel[k] != (size_t)lens[i]) {
             snprintf(err, errlen, "%s: tensor %s %s (expected %d log-probs, one per response token)", path, nm,
-                     k < 0 ? "missing" : "of another size", r->a->response_lens[i]);
+                     k < 0 ? "missing" : "of another size", lens[i]);
             s = LS_ERR_FORMAT;
             break;
         }
         out->lp[i] = t.v[k];
         t.v[k] = NULL;
-        out->len[i] = r->a->response_lens[i];
+        out->len[i] = lens[i];
         out->g = i + 1;
     }
     ls_parity_tensors_free(&t);
     if (s != LS_OK) ls_parity_logprobs_free(out);
     return s;
+}
+
+static ls_status read_logprobs(const arun *r, const char *path, ls_parity_logprobs *out, char *err, size_t errlen) {
+    return ls_parity_adapter_read_logprobs(path, r->a->group, r->a->response_lens, out, err, errlen);
 }
 
 /* What run d wrote (the files its mode promises). */
@@ -194,18 +199,17 @@ static ls_status read_out(arun *r, run_out *d, bool run_mode) {
         return LS_ERR_FORMAT;
     }
     snprintf(p, sizeof p, "%s/loss.json", d->out);
-    if ((s = read_loss(p, &d->loss, r->err, r->errlen)) != LS_OK) return s;
+    if ((s = ls_parity_adapter_read_loss(p, &d->loss, r->err, r->errlen)) != LS_OK) return s;
     if (!run_mode) return LS_OK;
     snprintf(p, sizeof p, "%s/params.safetensors", d->out);
     return ls_parity_tensors_read(p, &d->p, r->err, r->errlen);
 }
 
-/* The objective a fault-free run recorded must be the adapter's. */
-static ls_status objective_pinned(arun *r, const char *run_dir) {
+ls_status ls_parity_adapter_objective_pinned(const ls_parity_adapter *a, const char *run_dir, char *err, size_t errlen) {
     char path[LS_PARITY_PATH], why[256];
     snprintf(path, sizeof path, "%s/%s", run_dir, LS_MANIFEST_FILE);
     cJSON *doc = NULL;
-    ls_status s = ls_json_read_file_capped(path, 1u << 24, &doc, r->err, r->errlen);
+    ls_status s = ls_json_read_file_capped(path, 1u << 24, &doc, err, errlen);
     if (s != LS_OK) return s;
     const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(doc, "predicate"), "config");
     cJSON *objs = ls_coverage_objectives(cfg, why, sizeof why);
@@ -213,15 +217,14 @@ static ls_status objective_pinned(arun *r, const char *run_dir) {
     const cJSON *n = cJSON_GetObjectItemCaseSensitive(ob, "objective");
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(ob, "epsilon"), *b = cJSON_GetObjectItemCaseSensitive(ob, "beta");
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(ob, "temperature");
-    const ls_parity_adapter *a = r->a;
     if (objs == NULL) {
-        snprintf(r->err, r->errlen, "%s: %s", path, why);
+        snprintf(err, errlen, "%s: %s", path, why);
         s = LS_ERR_FORMAT;
     } else if (!cJSON_IsString(n) || strcmp(n->valuestring, a->objective) != 0 || !cJSON_IsNumber(e) ||
                !cJSON_IsNumber(b) || !cJSON_IsNumber(t) || e->valuedouble != a->epsilon ||
                b->valuedouble != a->beta || t->valuedouble != a->temperature) {
         char *got = cJSON_PrintUnformatted(objs);
-        snprintf(r->err, r->errlen, "%s: the run recorded the objective %.200s; the adapter %s pins %s epsilon %.17g beta "
+        snprintf(err, errlen, "%s: the run recorded the objective %.200s; the adapter %s pins %s epsilon %.17g beta "
                  "%.17g temperature %.17g (its args must set them)", path, got ? got : "?", a->path, a->objective,
                  a->epsilon, a->beta, a->temperature);
         free(got);
@@ -270,7 +273,7 @@ static ls_status run_specs(arun *r, spec *sp, size_t n, const char *part) {
         char run[LS_PARITY_PATH];
         snprintf(run, sizeof run, "%s/run", d->out);
         if ((s = ls_parity_report_build(r->rep, run, r->err, r->errlen)) != LS_OK) break;
-        if (sp[i].fault == NULL) s = objective_pinned(r, run);
+        if (sp[i].fault == NULL) s = ls_parity_adapter_objective_pinned(r->a, run, r->err, r->errlen);
     }
     if (s == LS_OK) {
         ls_parity_report_timing(r->rep, part, ls_parity_now() - t0, (int)n);
@@ -425,6 +428,27 @@ static void free_all(arun *r) {
     out_free(&r->init);
 }
 
+/* --like: what was taken from the run, its path, and each value of it no run of the report took (the
+ * audit refuses the run then: like.uncovered) */
+static void like_paths(arun *r) {
+    const cJSON *x;
+    cJSON_ArrayForEach(x, r->a->like_notes) ls_parity_report_note(r->rep, "%s", x->valuestring);
+    if (r->o->like == NULL || r->o->like_paths == NULL) return;
+    ls_parity_report_like_paths(r->rep, r->o->like_paths, false);
+    const cJSON *have = ls_parity_report_paths(r->rep), *k, *v;
+    cJSON_ArrayForEach(k, r->o->like_paths) {
+        cJSON_ArrayForEach(v, k) {
+            bool in = false;
+            cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(have, k->string))
+                in = in || (cJSON_IsString(x) && cJSON_IsString(v) && strcmp(x->valuestring, v->valuestring) == 0);
+            if (!in)
+                ls_parity_report_note(r->rep, "the run's path %s=%s: no run of this report took it, so the report does "
+                                      "not cover the run (like.uncovered)", k->string,
+                                      cJSON_IsString(v) ? v->valuestring : "?");
+        }
+    }
+}
+
 static ls_status matrix(arun *r) {
     const ls_parity_opts *o = r->o;
     const ls_parity_adapter *a = r->a;
@@ -464,6 +488,10 @@ static ls_status matrix(arun *r) {
     ls_parity_report_add(r->rep, fd[1]);
     for (int dt = 0; dt < 2; dt++)
         if (o->dtype[dt]) checks(r, dt);
+    /* the trainer's own path: it samples, rewards and scores itself (batch.prompt_only) */
+    if (a->prompt_only && (s = ls_parity_adapter_sampled(o, a, r->rep, r->dir, r->weights, r->err, r->errlen)) != LS_OK)
+        return s;
+    like_paths(r);
     return LS_OK;
 }
 

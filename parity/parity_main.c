@@ -28,6 +28,7 @@ static void usage(FILE *f) {
     fputs("usage: longstraw-parity --family hybrid|mla --out DIR [--cp 1,2,4] [--dtype f64,f32]\n"
           "                        [--configs NAME,...] [--jobs N] [options]\n"
           "       longstraw-parity --adapter FILE --out DIR [--cp LIST] [--dtype LIST] [--jobs N] [options]\n"
+          "       longstraw-parity --adapter FILE --like RUN --out DIR [--jobs N] [options]\n"
           "Runs the trainer at reduced sizes against references and writes DIR/parity.json\n"
           "(schemas/parity.schema.json), the evidence levels 2-4 of the audit need:\n"
           "  fidelity      LongStraw CP-N response log-probs = the naive full-sequence run's, and the\n"
@@ -72,7 +73,9 @@ static void usage(FILE *f) {
           "  --adapter FILE    the matrix for the trainer the adapter FILE describes\n"
           "                    (schemas/parity-adapter.schema.json, docs/parity.md 'Adapters'): its\n"
           "                    modes init, run, reference and loss, its controls; --cp and --dtype\n"
-          "                    default to the adapter's; the report's family is its profile\n"
+          "                    default to the adapter's; the report's family is its profile; with\n"
+          "                    --like RUN (a run of the adapter's trainer) the CP sizes, dtypes, the\n"
+          "                    prompt's length and shard split and the run's path come from the run\n"
           "  --like RUN        cover the run in RUN: its model (written to DIR/like-model.json), trainable\n"
           "                    set, objective, dtype (f32 adds f64) and CP sizes 1, 2, 4, .. up to its own,\n"
           "                    at parity's reduced lengths; the first matrix entry unless --configs.  The\n"
@@ -192,9 +195,11 @@ static int run_and_sign(const ls_parity_opts *o, const char *key, matrix_fn run,
 /* --adapter FILE: the options it excludes, the adapter loaded, its matrix. */
 static int adapter_main(ls_parity_opts *o, const char *file, const char *cps, const char *dtypes, const char *key,
                         const char *configs) {
-    if (o->family || o->like || o->model_config || o->reference || configs || strcmp(o->trainer, LS_PARITY_TRAINER) != 0)
-        return bad("%s", "--adapter FILE describes the trainer: drop --family, --like, --trainer, --reference, "
+    if (o->family || o->model_config || o->reference || configs || strcmp(o->trainer, LS_PARITY_TRAINER) != 0)
+        return bad("%s", "--adapter FILE describes the trainer: drop --family, --trainer, --reference, "
                          "--model-config, --configs");
+    if (o->like && (cps || dtypes))
+        return bad("%s", "--like sets the CP sizes and dtypes from the run: drop --cp, --dtype");
     if (o->out == NULL) return bad("%s", "--out DIR is required");
     if (strlen(o->out) > LS_PARITY_OUT_MAX) return bad("--out: '%.40s...' is longer than 512 characters", o->out);
     static ls_parity_adapter a;
@@ -222,6 +227,12 @@ static int adapter_main(ls_parity_opts *o, const char *file, const char *cps, co
     if (dtypes && parse_dtypes(dtypes, o) != 0) {
         ls_parity_adapter_free(&a);
         return bad("--dtype: '%s' is not f64 or f64,f32 (float32's tolerance is measured against float64)", dtypes);
+    }
+    /* --like RUN: the CP sizes, dtypes, prompt and path from a run of the adapter's trainer */
+    if (o->like && ls_parity_adapter_like(o->like, o, &a, err, sizeof err) != LS_OK) {
+        fprintf(stderr, "longstraw-parity: %s\n", err);
+        ls_parity_adapter_free(&a);
+        return 2;
     }
     int rc = run_and_sign(o, key, adapter_matrix, &a);
     ls_parity_adapter_free(&a);

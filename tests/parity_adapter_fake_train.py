@@ -173,7 +173,13 @@ def manifest(out, cfg, a):
             "epsilon": 0.3 if os.environ.get("FAKE_BREAK") == "objective" and not a.fault else cfg["epsilon"],
             "beta": cfg["beta"], "temperature": cfg["temperature"], "train_mode": "full",
             "grad_mode": a.grad_mode, "strategy": "longstraw", "dtype": a.dtype, "cp_ranks": a.cp,
-            "faults": [a.fault] if a.fault else []}
+            "faults": [a.fault] if a.fault else [],
+            # the run's path (docs/contract.md section 2): the batch gives the responses, old and reference
+            # log-probs; "CP N" splits unevenly
+            "paths": {"responses": ["given"], "old_logprobs": ["given"], "reference": ["given"],
+                      "prompt_groups": ["one"], "prefix": ["fresh"], "start": ["fresh"],
+                      "shards": ["one" if a.cp == 1 else "uneven"], "pages": ["aligned"], "chunks": ["aligned"],
+                      "task": ["none"]}}
     if os.environ.get("FAKE_MANIFEST") == "v2":  # docs/contract.md section 2: the model under config.model
         model = {k: conf.pop(k) for k in ("family", "vocab", "d_model")}
         model["init"] = "gauss(0, 1)"

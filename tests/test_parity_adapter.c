@@ -88,6 +88,13 @@ Test(parity_adapter, the_fixture_and_longstraw_train_load) {
                  "%s", err);
     cr_expect_str_eq(a.profile, "hybrid");
     cr_expect(a.adamw && a.opt.lr == 1e-3);
+    cr_expect(!a.prompt_only); /* longstraw-train's wrapper takes given responses only */
+    ls_parity_adapter_free(&a);
+    /* the PyTorch example samples on a prompt-only batch (batch.prompt_only) */
+    cr_assert_eq(ls_parity_adapter_load(LS_SOURCE_DIR "/examples/torch_cp/adapter.json", &a, err, sizeof err), LS_OK,
+                 "%s", err);
+    cr_expect(a.prompt_only);
+    cr_expect_eq(a.prompt_len, 13);
     ls_parity_adapter_free(&a);
 }
 
@@ -411,4 +418,44 @@ Test(parity_adapter, usage, .init = setup, .fini = teardown) {
     t = text_of("u3");
     cr_expect(strstr(t, "no-such-adapter.json") != NULL, "%s", t);
     free(t);
+}
+
+/* --like RUN with an adapter: the run's CP sizes and dtypes (--cp refused), a run of another profile, with
+ * faults, or without a manifest refused, each named, exit 2, no report. */
+Test(parity_adapter, like_refuses_what_it_cannot_cover, .init = setup, .fini = teardown) {
+    char run[512], opt[1024];
+    snprintf(run, sizeof run, "%s/run", tmpdir);
+    snprintf(opt, sizeof opt, "--like %s --cp 1,2", run);
+    cr_expect_eq(parity(FIXTURE, NULL, opt, "l1"), 2);
+    char *t = text_of("l1");
+    cr_expect(strstr(t, "--like sets the CP sizes") != NULL, "%s", t);
+    free(t);
+    snprintf(opt, sizeof opt, "--like %s", run);
+    cr_expect_eq(parity(FIXTURE, NULL, opt, "l2"), 2); /* no manifest */
+    t = text_of("l2");
+    cr_expect(strstr(t, "--like") != NULL && strstr(t, "manifest.json") != NULL, "%s", t);
+    free(t);
+    /* a v2 run (longstraw_emit) of the torch-cp profile: not a run of the adapter's ("fake") */
+    char py[512], cmd[2048];
+    snprintf(py, sizeof py, "%s/mkrun.py", tmpdir);
+    FILE *f = fopen(py, "w");
+    cr_assert(f != NULL);
+    fprintf(f, "import sys\nsys.path.insert(0, '" LS_SOURCE_DIR "/python')\nimport longstraw_emit as le\n"
+               "cfg = {'objective': 'grpo', 'grad_mode': 'full', 'dtype': 'f64', 'cp_ranks': 1, 'group': 2,\n"
+               "       'steps_requested': 1, 'strategy': 'longstraw', 'faults': [], 'n_layers': 1, 'model': {'d': 1},\n"
+               "       'epsilon': 0.2, 'beta': 0.0, 'temperature': 1.0}\n"
+               "w = le.RunWriter(sys.argv[1], 0, 1, 'run-x', 'torch-cp', '" LS_SOURCE_DIR "/profiles/torch-cp.json',\n"
+               "                 groups=[le.Group('world', 'world', [0])], phases=['capture'], layer_kinds=['embed'],\n"
+               "                 config=cfg, artifacts=[{'role': 'other', 'name': 'x'}], compress=False)\n"
+               "for k, v in le.PATHS.items():\n    w.path(k, v[0])\n"
+               "w.close()\nle.write_manifest(sys.argv[1])\n");
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s %s > %s/mkrun.txt 2>&1", py, run, tmpdir);
+    if (system(cmd) != 0) cr_skip_test("no python3 with zstandard to write a v2 run (%s/mkrun.txt)", tmpdir);
+    cr_expect_eq(parity(FIXTURE, NULL, opt, "l3"), 2);
+    t = text_of("l3");
+    cr_expect(strstr(t, "names the profile torch-cp") != NULL, "%s", t);
+    free(t);
+    snprintf(cmd, sizeof cmd, "%s/l3/parity.json", tmpdir);
+    cr_expect_neq(access(cmd, F_OK), 0, "a report was written");
 }

@@ -290,10 +290,11 @@ def advantages_of(rewards):
 
 def grpo_member_loss(lp, old_lp, adv, eps, G, magnitude=False):
     """(1/G)(1/R) sum_t -min(rho A, clip(rho, 1-eps, 1+eps) A), beta = 0 (docs/model.md §4);
-    magnitude=True: the sum of its terms' magnitudes instead (the scale its rounding is of)."""
+    magnitude=True: its rounding scale instead, sum |dL/dlogp| |logp| (the gradient probe's, as
+    longstraw-train's: the loss is near 0 at the step's own policy while its terms are not)."""
     rho = torch.exp(lp - old_lp)
     A = torch.as_tensor(adv, dtype=lp.dtype)
     obj = torch.minimum(rho * A, torch.clamp(rho, 1 - eps, 1 + eps) * A)
     if magnitude:
-        return obj.abs().sum() / (G * lp.shape[0])
+        return (rho * A).abs().mul(lp.abs()).sum() / (G * lp.shape[0])
     return -obj.sum() / (G * lp.shape[0])

@@ -253,7 +253,8 @@ def run_config(job):
             "steps_requested": 1, "strategy": "longstraw", "faults": list(job["faults"]),
             "n_layers": len(M.CONFIG["layers"]), "epsilon": job["epsilon"], "beta": 0.0,
             "temperature": job["temperature"], "train_mode": "full",
-            "model": dict(M.CONFIG), "options": {"seed": job["seed"], "optimizer": job["optimizer"]},
+            "model": dict(M.CONFIG),
+            "options": {"seed": job["seed"], "optimizer": job["optimizer"], "probe_every": job.get("probe_every", 0)},
             "run_id": job.get("run_id", "run-torch-cp")}
 
 

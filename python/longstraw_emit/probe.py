@@ -1,12 +1,14 @@
 """The gradient probe (docs/emitter.md "le.gradient_probe"): the gradient a trainer is about to apply,
 held against directional finite differences of its own loss, written as a `gradient_probe` event.
 
-For each group of tensors (one group by default) a seeded random direction v (each member tensor's own
-unit direction over sqrt(k), k the group's size), the loss at theta + h v, theta - h v, theta + h/2 v,
-theta - h/2 v (no backward), the Richardson extrapolation (4 D(h/2) - D(h)) / 3 against <g, v> of the
-applied gradient. The tolerance is parity's finite differences' (parity/parity_fd.c): 1e-7 relative,
-or the error budget 2 (rounding floor + truncation estimate) where that is larger; the rounding floor
-is 3 x 4 ulp x max|L| / h. The parameters are restored bit for bit after every evaluation.
+For each group of tensors (one "all", or one per layers.N and "other": longstraw-train's
+--probe-groups) a seeded random direction v (each member tensor's own Gaussian unit direction over
+sqrt(k), k the group's size), the loss at theta + h v, theta - h v, theta + h/2 v, theta - h/2 v (no
+backward), Richardson's D = (4 D(h/2) - D(h)) / 3 against the applied gradient <g, v> over the weights as
+actually moved, combined as the losses are. The judgement is longstraw-train's (trainer/step/probe.h):
+pass when |D - <g, v>| <= max(tol |D|, 2 floor + est), est = |D(h) - D(h/2)| / 3, floor = 3 x 4 ulp x M / h
+(M the largest |loss| or rounding scale of the evaluations); a group whose budget exceeds a tenth of |D|
+is not judged. The parameters are restored by copy, bit for bit, after every evaluation.
 
 Under context parallelism every rank calls it with the same arguments (the loss closure runs the
 trainer's collective forward); the verdicts are reduced over the process group so that every rank
@@ -21,14 +23,15 @@ from . import check
 
 LOSS_ULPS = 4.0        # the rounding assumed of each loss (parity/parity_fd.c FD_LOSS_ULPS)
 _EPS = {"f64": 2.0 ** -52, "f32": 2.0 ** -23, "bf16": 2.0 ** -7, "f16": 2.0 ** -10}
-_DEFAULT_H = {"f64": 1e-4, "f32": 1e-2, "bf16": 1e-1, "f16": 1e-1}
-# the relative tolerance of the parameters' dtype (the event's "tol"); a group passes within
-# max(tol, (2 rounding_floor + error_estimate) / |derivative|)
-TOL = {"f64": 1e-6, "f32": 1e-3, "bf16": 5e-2, "f16": 5e-2}
-_LAYER = re.compile(r"^(layers?|blocks?|h)\.(\d+)\.")
+# the step and the relative tolerance of the parameters' dtype (the event's h and tol): longstraw-train's
+# (trainer/step/probe_result.c); a group passes within max(tol, (2 rounding_floor + error_estimate) / |D|)
+_DEFAULT_H = {"f64": 1e-4, "f32": 3e-2, "bf16": 1e-1, "f16": 1e-1}
+TOL = {"f64": 1e-6, "f32": 1e-2, "bf16": 5e-2, "f16": 5e-2}
+MAX_BUDGET = 0.1       # a group whose error budget exceeds this share of |D| is not judged (unresolved)
+_LAYER = re.compile(r"^layers\.(\d+)\.")
 VERDICTS = ("pass", "fail", "reported", "not_applicable")
-GROUP_VERDICTS = ("pass", "fail", "reported")
-BIG = 1.7976931348623157e308   # a non-finite number as the event writes it (the reader takes finite numbers)
+GROUP_VERDICTS = ("pass", "fail", "reported", "not_applicable")
+CAP = 1e300            # a relative error or tolerance past it is written as it (longstraw-train's cap)
 
 
 def _dtype_name(t):
@@ -38,12 +41,12 @@ def _dtype_name(t):
 
 
 def layer_groups(names):
-    """{group: [names]}: tensors named layers.N.* (or layer., blocks., h.) grouped by N, the others
-    (embedding, final norm, head) in group "other", in order of first appearance."""
+    """{group: [names]}: tensors named layers.N.* grouped by N, the others (embedding, final norm, head)
+    in group "other", in order of first appearance."""
     out = {}
     for n in names:
         m = _LAYER.match(n)
-        out.setdefault(f"layers.{m.group(2)}" if m else "other", []).append(n)
+        out.setdefault(f"layers.{m.group(1)}" if m else "other", []).append(n)
     return out
 
 
@@ -55,23 +58,19 @@ def richardson(L, h):
 
 
 def judge(fd, applied, est, floor, tol):
-    """(rel_error, tolerance, ok): pass when |applied - fd| / |fd| <= max(tol, (2 floor + est) / |fd|);
-    a zero derivative is judged absolutely against the error budget."""
-    if not (math.isfinite(fd) and math.isfinite(applied)):
-        return math.inf, tol, False
-    diff = abs(applied - fd)
+    """(rel_error, tolerance, ok, unresolved) as longstraw-train judges a group (trainer/step/probe.c):
+    pass when |D - applied| <= max(tol |D|, 2 floor + est); D = 0: the error over the budget's scale;
+    unresolved when the budget exceeds MAX_BUDGET of |D| (not judged)."""
+    diff = abs(fd - applied)
     budget = 2.0 * floor + est
+    tolerance = tol
     if fd != 0:
-        return diff / abs(fd), max(tol, budget / abs(fd)), diff / abs(fd) <= max(tol, budget / abs(fd))
-    rel = 0.0 if diff == 0 else (diff * tol / budget if budget > 0 else math.inf)
-    return rel, tol, rel <= tol
-
-
-def _event_number(x):
-    """A number as the event holds it: finite (a non-finite one becomes +-BIG; the verdict fails)."""
-    if math.isnan(x):
-        return BIG
-    return max(-BIG, min(BIG, x))
+        rel = diff / abs(fd)
+        tolerance = max(tol, budget / abs(fd))
+    else:
+        rel = 0.0 if diff == 0 else (diff / (budget / tol) if budget > 0 else CAP)
+    unresolved = fd != 0 and budget / abs(fd) > MAX_BUDGET
+    return min(rel, CAP), min(tolerance, CAP), rel <= tolerance, unresolved
 
 
 def _world(process_group):
@@ -121,19 +120,19 @@ def gradient_probe(writer, step, loss_fn, params, grads, grad_mode="full", objec
     loss_fn     a closure over the trainer's parameters with the step's batch held fixed (responses,
                 old and reference log-probs, advantages): returns the loss at the parameters' current
                 values, a number or 0-dim tensor, or (loss, scale) with scale the loss's rounding scale
-                (the sum of the magnitudes of its terms: a loss near 0 by cancellation rounds at the
-                scale of its terms; default |loss|). Called under torch.no_grad(), 4 times per group;
+                (longstraw-train's: sum |dL/dlogp| |logp| over the log-probs: a GRPO loss near 0 at the
+                step's own policy rounds at the scale of its terms; default |loss|). Called under torch.no_grad(), 4 times per group;
                 under CP every rank calls it (it runs the trainer's collective forward).
     params      (name, tensor) pairs or a dict: the trainable tensors (moved in place, restored bit for bit)
     grads       {name: tensor}: the gradient the optimizer applies (same shapes)
     grad_mode   "full" (judged: pass or fail) or "detached" (the applied gradient is not the loss's
                 derivative by design: measured, verdict reported)
     objective   the step's loss, "grpo" or "sft"
-    h           the larger step (the other is h/2) [1e-4 in float64, 1e-2 in float32]
+    h           the larger step (the other is h/2) [1e-4 in float64, 3e-2 in float32]
     seed        the directions' seed (at most 2^53-1)
     groups      None (one group, "all": grouping "all"), "layer" (layers.N.* by N, the rest "other":
                 grouping "layer")
-    tol         the relative tolerance [1e-6 float64, 1e-3 float32]
+    tol         the relative tolerance [1e-6 float64, 1e-2 float32]
     process_group  the torch.distributed group of the ranks that probe together (None: the default
                 group when initialised): verdicts are reduced over it, the ranks' numbers compared
     not_applicable  a reason: write verdict not_applicable (no evaluation), e.g. a step whose gradient
@@ -184,6 +183,8 @@ def gradient_probe(writer, step, loss_fn, params, grads, grad_mode="full", objec
     out_groups, evaluations, numbers = [], 0, []
     index = {n: i for i, n in enumerate(names)}
     saved = {n: P[n].detach().clone() for n in names}
+    g64 = {n: grads[n].detach().to(torch.float64) for n in names}
+    full = grad_mode == "full"
     try:
         for gname, members in gmap.items():
             dirs = {}
@@ -194,19 +195,14 @@ def gradient_probe(writer, step, loss_fn, params, grads, grad_mode="full", objec
                 nrm = float(d.norm())
                 d = d / nrm if nrm > 0 else d
                 dirs[n] = d * scale if len(members) > 1 else d
-            L, S = [], []
-            applied = 0.0
+            L, S, A = [], [], []
             for k in (1.0, -1.0, 0.5, -0.5):
                 with torch.no_grad():
-                    moved = {}
+                    a_k = 0.0
                     for n in members:
                         P[n].copy_((saved[n].to(torch.float64) + (k * h) * dirs[n]).to(P[n].dtype))
-                        if k == 1.0:
-                            # <g, v> as the weights were actually moved: (theta + h v) - theta, over h
-                            moved[n] = (P[n].detach().to(torch.float64) - saved[n].to(torch.float64)) / h
-                    if k == 1.0:
-                        applied = sum(float((grads[n].detach().to(torch.float64) * moved[n]).sum())
-                                      for n in members)
+                        # <g, theta_k - theta>: the weights as actually moved (rounded to their dtype)
+                        a_k += float((g64[n] * (P[n].detach().to(torch.float64) - saved[n].to(torch.float64))).sum())
                     try:
                         v = loss_fn()
                     finally:
@@ -214,35 +210,58 @@ def gradient_probe(writer, step, loss_fn, params, grads, grad_mode="full", objec
                             P[n].copy_(saved[n])
                 loss, sc = (v if isinstance(v, tuple) else (v, None))
                 L.append(float(loss))
-                S.append(abs(float(sc)) if sc is not None else abs(float(loss)))
+                S.append(max(abs(float(loss)), abs(float(sc)) if sc is not None else 0.0))
+                A.append(a_k)
                 evaluations += 1
             fd, est = richardson(L, h)
+            applied = (4 * ((A[2] - A[3]) / h) - (A[0] - A[1]) / (2 * h)) / 3
             floor = 3.0 * LOSS_ULPS * _EPS[dt] * max(S) / h
-            rel, gtol, ok = judge(fd, applied, est, floor, tol)
-            out_groups.append({"name": gname, "tensors": len(members), "derivative": _event_number(fd),
-                               "applied": _event_number(applied), "error_estimate": _event_number(est),
-                               "rounding_floor": _event_number(floor), "rel_error": _event_number(rel),
-                               "tolerance": _event_number(gtol), "h": h, "decided_alike": True, "ok": ok})
-            numbers += [fd, applied, est, floor]
+            g = {"name": gname, "tensors": len(members), "derivative": fd, "applied": applied,
+                 "error_estimate": est, "rounding_floor": floor, "rel_error": 0.0, "tolerance": tol, "h": h,
+                 "decided_alike": True}
+            if not all(math.isfinite(x) for x in (fd, applied, floor, est)):
+                # nothing non-finite in the record: the group fails, its figures 0 (as longstraw-train)
+                g.update(derivative=0.0, applied=0.0, error_estimate=0.0, rounding_floor=0.0, tolerance=0.0,
+                         verdict="fail" if full else "reported", nonfinite=True)
+            else:
+                rel, gtol, ok, unresolved = judge(fd, applied, est, floor, tol)
+                g.update(rel_error=rel, tolerance=gtol, unresolved=unresolved,
+                         verdict="reported" if not full else "not_applicable" if unresolved else
+                         "pass" if ok else "fail")
+            out_groups.append(g)
+            numbers += [g["derivative"], g["applied"], g["error_estimate"], g["rounding_floor"]]
     finally:
         with torch.no_grad():
             for n in names:
                 P[n].copy_(saved[n])
-    # every rank writes the same verdicts: a group fails when it fails on any rank, and the
-    # probe fails when the ranks' numbers differ (a gradient the ranks did not agree on)
+    # every rank writes the same verdicts: a group fails when it fails on any rank, and the probe
+    # fails when the ranks' numbers differ (a gradient the ranks did not agree on)
     agree = _ranks_agree(numbers, process_group)
-    failed = _any_rank([not g.pop("ok") for g in out_groups], process_group)
-    judged = grad_mode == "full"
+    failed = _any_rank([g["verdict"] == "fail" for g in out_groups], process_group)
+    reason = None
     for g, f in zip(out_groups, failed):
-        g["verdict"] = ("fail" if f else "pass") if judged else "reported"
-    verdict = ("fail" if any(failed) or not agree else "pass") if judged else "reported"
+        if full and f and g["verdict"] != "fail":
+            g["verdict"] = "fail"
+        if reason is None and g["verdict"] == "fail":
+            reason = g["name"] + (": a loss at the moved weights, or the applied gradient, is not finite"
+                                  if g.get("nonfinite") else ": the applied gradient differs from the loss's derivative")
+    unresolved = [g for g in out_groups if g.get("unresolved")]
+    if reason is None and unresolved and full:
+        u = unresolved[0]
+        reason = (f"{u['name']}: the differences cannot resolve the derivative (error budget "
+                  f"{(2 * u['rounding_floor'] + u['error_estimate']) / abs(u['derivative']):.3g} of it at h = "
+                  f"{u['h']:.3g}): not judged")
+    for g in out_groups:
+        g.pop("nonfinite", None)
+        g.pop("unresolved", None)
+    if not agree:
+        reason = (reason + "; " if reason else "") + "the ranks computed different numbers (their digests differ)"
+    verdict = ("reported" if not full else "fail" if any(failed) or not agree else
+               "not_applicable" if unresolved else "pass")
     fields.update(h=h, seed=seed, evaluations=evaluations, seconds=time.perf_counter() - t0, tol=tol,
                   verdict=verdict)
-    if judged and not agree:
-        fields["reason"] = "the ranks computed different numbers (their applied gradients differ)"
-    elif judged and any(failed):
-        fields["reason"] = "the applied gradient differs from the loss's derivative in " + \
-            ", ".join(g["name"] for g, f in zip(out_groups, failed) if f)
+    if reason is not None and full:
+        fields["reason"] = reason
     fields.update(ranks_agree=agree, groups=out_groups)
     if writer is not None:
         writer.gradient_probe(**fields)

@@ -13,5 +13,6 @@ import sys
 import longstraw_emit as le
 assert le.__file__.startswith(sys.argv[1]), le.__file__
 assert le.jcs({"b": 1, "a": [True, None]}) == '{"a":[true,null],"b":1}'
+assert "shards" in le.PATHS and callable(le.gradient_probe)   # the run's path and the probe (torch on call)
 print("installed:", le.__file__)
 PY
