@@ -188,6 +188,21 @@ class Probe(unittest.TestCase):
         self.assertEqual(r["verdict"], "fail")
         self.assertTrue(0 < r["groups"][0]["rel_error"] <= 1.7976931348623157e308)
 
+    def test_unresolved_group_not_judged(self):
+        """A loss whose rounding scale dwarfs its derivative (budget above a tenth of |D|): not judged."""
+        P = {"a": torch.zeros(3, dtype=torch.float64)}
+        g = {"a": torch.full((3,), 5.0, dtype=torch.float64)}      # wrong, but the differences cannot tell
+        w = common.writer(self.d)
+        r = le.gradient_probe(w, 0, lambda: ((P["a"]).sum(), 1e10), P, g)
+        self.assertEqual(r["verdict"], "not_applicable")
+        self.assertEqual(r["groups"][0]["verdict"], "not_applicable")
+        self.assertIn("cannot resolve", r["reason"])
+        ev = self.events(w)
+        s = _schema("event-v2.schema.json")
+        if s is not None:
+            import jsonschema
+            jsonschema.validate(ev[0], s)
+
     def test_refused(self):
         g = self.grads()
         with self.assertRaises(ValueError):
