@@ -11,3 +11,14 @@ if(TARGET longstraw-audit)
   set_tests_properties(audit_adversarial PROPERTIES TIMEOUT 900
     ENVIRONMENT "OMP_NUM_THREADS=1;ASAN_OPTIONS=fast_unwind_on_malloc=0")
 endif()
+
+# longstraw-train's declared faults against the evidence that refuses each (tests/evidence/fault_evidence.py):
+# a fault-free CP-2 run on the trainer's own path with the probe certified level 4 by --like parity under
+# --require-probe; every fault refused level 4, the gradient faults by the probe.  Both families, ~75 s.
+if(MPIEXEC_EXECUTABLE)
+  add_test(NAME fault_evidence
+           COMMAND ${CMAKE_COMMAND} -E env "MPIEXEC=${MPIEXEC_EXECUTABLE}" "MPIRUN_FLAGS=${LS_MPIRUN_FLAGS_STR}"
+                   /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/evidence/fault_evidence.py ${CMAKE_BINARY_DIR}
+                   ${CMAKE_BINARY_DIR}/tests/fault-evidence)
+  set_tests_properties(fault_evidence PROPERTIES TIMEOUT 900 LABELS "parity;slow" ENVIRONMENT "${LS_MPI_TEST_ENV}")
+endif()
