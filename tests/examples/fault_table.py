@@ -9,6 +9,10 @@ with the report. The table asserts the level reached and the rules that name the
 build reaches level 4. Nothing here is the trainer's word: the run never records the bug, so every
 failure is the audit's or parity's own finding (trace rules, digests, parity's comparisons).
 
+The sources (examples/torch_cp, python/longstraw_emit, profiles/torch-cp.json) are copied outside the
+git tree first: a build identity names the repository's HEAD and the sources' tree digests, and a
+commit or an edit made while the table runs (a shared tree) would split one report into two builds.
+
 usage: fault_table.py BUILD_DIR OUT_DIR [--markdown FILE]
 """
 import json
@@ -16,9 +20,9 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-EXAMPLE = os.path.join(ROOT, "examples", "torch_cp")
 PY = os.environ.get("LS_TORCH_PYTHON", "/usr/bin/python3")
 
 # bug -> (level the audit proves, the rules that must fail (each at a level above the proven one),
@@ -53,7 +57,21 @@ def main(argv):
     audit = os.path.join(build, "audit", "longstraw-audit")
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
-    base = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.join(ROOT, "python"),
+    src = tempfile.mkdtemp(prefix="fault_table-src-")
+    try:
+        return table(build, out, md, parity, audit, src)
+    finally:
+        shutil.rmtree(src, ignore_errors=True)
+
+
+def table(build, out, md, parity, audit, src):
+    ign = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for part in (("examples", "torch_cp"), ("python", "longstraw_emit")):
+        shutil.copytree(os.path.join(ROOT, *part), os.path.join(src, *part), ignore=ign)
+    os.makedirs(os.path.join(src, "profiles"))
+    shutil.copy(os.path.join(ROOT, "profiles", "torch-cp.json"), os.path.join(src, "profiles"))
+    EXAMPLE = os.path.join(src, "examples", "torch_cp")
+    base = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.join(src, "python"),
                 OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     base.pop("TORCH_CP_BUG", None)
     weights = os.path.join(out, "init")
