@@ -2,9 +2,10 @@
 # demo.sh - set up, then run the main job and prove it:
 #  1. one full-gradient GRPO step of hybrid-tiny on the synthetic key/value
 #     retrieval task with an 8192-token prompt (longstraw-train: trace,
-#     receipt, manifest);
+#     receipt, manifest), its gradient probed at that size (--probe-every 1);
 #  2. longstraw-parity --like that run: the reduced-size evidence for levels
-#     2-4, covering the run's model, trainable set, objective, dtype and CP size;
+#     2-4, covering the run's model, trainable set, objective, dtype, CP size
+#     and path (its own sampling, scoring and reference, run the way the run did);
 #  3. a key made for the demo signs both (longstraw-sign sign, parity --key);
 #  4. longstraw-audit with that key trusted and --require-signed: the verdict,
 #     its assurance, and an HTML report.
@@ -26,7 +27,7 @@ SECONDS=0
 echo "== 1/4 training: one full-gradient step, P = 8192 ($DIR/run)"
 $B/trainer/longstraw-train --config configs/hybrid-tiny.json --prompt-len 8192 \
   --response-len 8 --group 4 --steps 1 --seed 1 --dtype f32 --grad-mode full \
-  --strategy longstraw --out "$DIR/run" "$@"
+  --strategy longstraw --probe-every 1 --out "$DIR/run" "$@"
 t_train=$SECONDS
 
 echo "== 2/4 a key for this demo ($DIR/keys)"
@@ -44,7 +45,7 @@ t_parity=$((SECONDS - t_train))
 echo "== 4/4 the audit: signed run and report, keys trusted"
 rc=0
 $B/audit/longstraw-audit "$DIR/run" --parity "$DIR/parity/parity.json" \
-  --key "$DIR/keys/demo.pub" --parity-key "$DIR/keys/demo.pub" --require-signed --require-level 4 \
+  --key "$DIR/keys/demo.pub" --parity-key "$DIR/keys/demo.pub" --require-signed --require-level 4 --require-probe \
   --html "$DIR/audit.html" --json "$DIR/audit.json" > "$DIR/audit.txt" || rc=$?
 head -9 "$DIR/audit.txt"
 tail -2 "$DIR/audit.txt"
