@@ -4,7 +4,6 @@
 #include "trainer/step/probe.h"
 
 #include <float.h>
-#include <stddef.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,27 +185,42 @@ static ls_status any_rank(px *x, int flag, const char *purpose, int *out) {
     return st;
 }
 
-/* The four evaluations of group g at step h and what they make of it. */
-static ls_status difference(px *x, const grp *g, double h, double tol, int full, ls_probe_group *out, int *alike) {
-    double L[4], M = 0, A[4];
-    ls_decisions led[4];
+/* Evaluations k0 .. k1-1 of group g at step h (L, the moved dots A, the
+ * ledgers, the rounding scale M); then whether the decisions of evaluations
+ * 0 .. k1-1 differ on some rank. */
+static ls_status evaluate(px *x, const grp *g, double h, int k0, int k1, double *L, double *A, ls_decisions *led,
+                          double *M, int *flipped) {
     ls_status st = LS_OK;
-    for (int k = 0; st == LS_OK && k < 4; k++) {
+    for (int k = k0; st == LS_OK && k < k1; k++) {
         double sc = 0;
         A[k] = move(x, g, STEP[k] * h);
         st = eval_loss(x, &L[k], &sc, &led[k]);
         restore(x);
-        if (fabs(L[k]) > M) M = fabs(L[k]);
-        if (sc > M) M = sc;
+        if (fabs(L[k]) > *M) *M = fabs(L[k]);
+        if (sc > *M) *M = sc;
     }
     if (st != LS_OK) return st;
     int same = 1;
-    for (int k = 1; k < 4; k++) same = same && ls_decisions_equal(&led[0], &led[k]);
-    int flipped;
-    if ((st = any_rank(x, !same, "probe_decisions", &flipped)) != LS_OK) return st;
+    for (int k = 1; k < k1; k++) same = same && ls_decisions_equal(&led[0], &led[k]);
+    return any_rank(x, !same, "probe_decisions", flipped);
+}
+
+/* The evaluations of group g at step h and what they make of it: +-h
+ * first; when a decision flipped between them the +-h/2 ones are not made
+ * (the caller tries a smaller h; D is then the one central difference). */
+static ls_status difference(px *x, const grp *g, double h, double tol, int full, ls_probe_group *out, int *alike) {
+    double L[4] = {0}, M = 0, A[4] = {0};
+    ls_decisions led[4];
+    int flipped = 0, n = 2;
+    ls_status st = evaluate(x, g, h, 0, 2, L, A, led, &M, &flipped);
+    if (st == LS_OK && !flipped) {
+        n = 4;
+        st = evaluate(x, g, h, 2, 4, L, A, led, &M, &flipped);
+    }
+    if (st != LS_OK) return st;
     *alike = !flipped;
-    double d1 = (L[0] - L[1]) / (2 * h), d2 = (L[2] - L[3]) / h;
-    double a1 = (A[0] - A[1]) / (2 * h), a2 = (A[2] - A[3]) / h;
+    double d1 = (L[0] - L[1]) / (2 * h), d2 = n == 4 ? (L[2] - L[3]) / h : d1;
+    double a1 = (A[0] - A[1]) / (2 * h), a2 = n == 4 ? (A[2] - A[3]) / h : a1;
     double D = (4 * d2 - d1) / 3, applied = (4 * a2 - a1) / 3;
     double est = fabs(d2 - d1) / 3;
     double eps = sizeof(ls_real) == sizeof(double) ? DBL_EPSILON : FLT_EPSILON;
@@ -220,7 +234,8 @@ static ls_status difference(px *x, const grp *g, double h, double tol, int full,
     }
     if (!isfinite(D) || !isfinite(applied) || !isfinite(floor_) || !isfinite(est)) {
         /* nothing non-finite goes into the record (docs/style.md 11): the group fails, its figures 0 */
-        memset(out, 0, offsetof(ls_probe_group, h));
+        out->derivative = out->applied = out->error_estimate = out->rounding_floor = out->rel_error = 0;
+        out->tolerance = 0;
         out->h = h;
         out->decided_alike = !flipped;
         out->verdict = full ? LS_PROBE_FAIL : LS_PROBE_REPORTED;

@@ -37,7 +37,10 @@
  * probe_agree): ranks that disagree fail the probe on every rank.  A family
  * that makes discrete decisions (mla) must make the same ones in the four
  * evaluations of a group (kernels/decisions.h; probe_decisions under CP),
- * else the group is differenced again at h / 8, at most 3 times.
+ * else the group is differenced again at h / 8, at most 3 times (the +-h
+ * pair is evaluated and compared first: a flip there skips the +-h/2 pair).
+ * A group whose error budget exceeds a tenth of |D| is not judged
+ * (not_applicable): it could not see the errors it is for.
  *
  * theta is restored by copy (never by subtracting) after every evaluation;
  * the gradients are not touched; the run's decision ledger is not fed.
