@@ -396,6 +396,8 @@ ls_status ls_audit_profile_parse(const char *bytes, size_t len, const char *what
     if (st == LS_OK) st = parse_faults(&c, member(doc, "faults"), out);
     if (st == LS_OK) st = parse_controls(&c, member(doc, "controls"), out);
     out->decisions = cJSON_IsTrue(member(doc, "decisions"));
+    const cJSON *pr = member(doc, "probe"); /* the schema allows required | optional; absent: optional */
+    out->probe_required = cJSON_IsString(pr) && strcmp(pr->valuestring, "required") == 0;
 done:
     cJSON_Delete(doc);
     return st;

@@ -166,6 +166,7 @@ typedef struct {
     ls_audit_profile_control controls[LS_AUDIT_PROFILE_MAX_CONTROLS];
     size_t n_controls;
     bool decisions;
+    bool probe_required;       /* "probe": "required": a full-mode run must probe (run.probe as --require-probe) */
 } ls_audit_profile;
 
 /* The directory profiles are read from when none is given: the source

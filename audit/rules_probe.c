@@ -152,7 +152,8 @@ static size_t probes_of(const ls_audit_rank *r, int64_t s, const probe_fact **ou
 ls_status ls_audit_rules_probe(ls_audit_run *run) {
     const cJSON *opts = run->config ? cJSON_GetObjectItemCaseSensitive(run->config, "options") : NULL;
     const cJSON *pe = opts ? cJSON_GetObjectItemCaseSensitive(opts, "probe_every") : NULL;
-    bool require = run->opt.require_probe;
+    /* required by the caller (--require-probe) or by the run's profile ("probe": "required") */
+    bool require = run->opt.require_probe || (run->profile_state == 1 && run->profile.probe_required);
     if (pe == NULL && !require) return LS_OK; /* a run written before probes: not listed */
     int64_t K = 0;
     bool k_ok = pe == NULL || (ls_trace_json_int(pe, &K) && K >= 0 && K <= 1000000);
@@ -193,8 +194,10 @@ ls_status ls_audit_rules_probe(ls_audit_run *run) {
     }
     if (!probed) {
         rl->matched = 1;
-        ls_audit_rule_fail(rl, -1, LS_MANIFEST_FILE, -1, "--require-probe: the run probed no step (options.probe_every "
-                           "%s; longstraw-train --probe-every K)", pe ? "0" : "absent");
+        ls_audit_rule_fail(rl, -1, LS_MANIFEST_FILE, -1, "%s: the run probed no step (options.probe_every "
+                           "%s; longstraw-train --probe-every K)",
+                           run->opt.require_probe ? "--require-probe" : "its profile requires the probe",
+                           pe ? "0" : "absent");
         ls_audit_rule_close(rl);
         return LS_OK;
     }

@@ -109,6 +109,7 @@ Test(profile, shipped_profiles_load_and_their_digest_is_the_files) {
         cr_expect_eq(ls_audit_profile_n_steps(&p), 7);
         cr_expect_str_eq(ls_audit_profile_step_at(&p, 4)->phase, "prompt_bwd");
         cr_expect_eq(ls_audit_profile_decisions(&p), i == 1, "only the mla forward decides");
+        cr_expect(!p.probe_required, "longstraw-train's probe is asked for by the CI gate (--require-probe)");
         const ls_audit_profile_rule *fin = ls_audit_profile_rule_of(&p, LS_AUDIT_PROFILE_FINALIZE);
         cr_assert_not_null(fin);
         cr_expect_eq(fin->n_steps, 2);
@@ -116,6 +117,9 @@ Test(profile, shipped_profiles_load_and_their_digest_is_the_files) {
     }
     /* the default directory is the source tree's */
     cr_expect_eq(ls_audit_profile_load(NULL, "hybrid", &p, err, sizeof err), LS_OK, "%s", err);
+    /* torch-cp's profile requires the probe of every full-mode run (le.gradient_probe) */
+    cr_assert_eq(ls_audit_profile_load(PROFILES, "torch-cp", &p, err, sizeof err), LS_OK, "%s", err);
+    cr_expect(p.probe_required);
 }
 
 /* longstraw-train's faults and the levels they touch: the profiles hold
@@ -303,6 +307,7 @@ static void controls_changed(cJSON *d) {
     cJSON_AddStringToObject(c, "zero-state", "logprob");
 }
 static void decides(cJSON *d) { cJSON_ReplaceItemInObject(d, "decisions", cJSON_CreateTrue()); }
+static void probe_required(cJSON *d) { cJSON_AddStringToObject(d, "probe", "required"); }
 static void no_finalize(cJSON *d) {
     cJSON_DeleteItemFromObject(cJSON_GetObjectItem(d, "collectives"), "collectives.finalize");
 }
@@ -371,6 +376,14 @@ Test(profile, fault_levels_controls_decisions_are_the_profiles, .init = setup, .
     r = audit_golden("h2-f64-covered", edited_profiles("decides", decides, dir, sizeof dir),
                      GOLDEN "/parity/hybrid.json");
     expect_fail(r, "parity.decisions", "no passing decisions check");
+    ls_audit_free(r);
+    /* a profile that requires the probe: a full-mode run that probed no step fails run.probe */
+    r = audit_golden("h2-full", edited_profiles("probe", probe_required, dir, sizeof dir), NULL);
+    expect_fail(r, "run.probe", "its profile requires the probe: the run probed no step");
+    ls_audit_free(r);
+    r = audit_golden("h2-full", NULL, NULL);
+    const ls_audit_rule *pr = ls_audit_find_rule(r, "run.probe");
+    cr_expect(pr == NULL || !pr->applicable, "the shipped hybrid profile leaves the probe optional");
     ls_audit_free(r);
     r = audit_golden("h2-full", edited_profiles("nofin", no_finalize, dir, sizeof dir), NULL);
     const ls_audit_rule *fin = rule(r, "collectives.finalize");
