@@ -3,9 +3,11 @@
 # made (kept for the record: the test never runs it).  Every run is a real
 # longstraw-train run, small (P=64, R=3, G=2), of each family, one rank and
 # CP-2 under mpirun, full and detached, SFT, naive, prefix-frozen, external
-# rollouts, each trainer fault and a killed rank; parity/hybrid.json is a
-# real longstraw-parity report (hybrid, CP 1 and 2, float64, one matrix
-# entry) that covers the run h2-f64-covered.  Regenerating them gives new
+# rollouts, each trainer fault and a killed rank, a probed run and the
+# stale-start fault under the probe; parity/hybrid.json is a real
+# longstraw-parity --like report of the run h2-f64-covered (its model, CP 1
+# and 2, float64, its path: responses sampled, the reference kept), which
+# covers it.  Regenerating them gives new
 # run ids and times: then regenerate the expected reports with
 #   tests/audit_profile_golden.sh BUILD_DIR --update
 # (with the audit of the commit BEFORE any change to the rules).
@@ -47,11 +49,14 @@ two h2-skip-fin    --config "$H" --steps 1 --grad-mode full --fault skip-grad-fi
 two h2-local-attn  --config "$H" --steps 1 --grad-mode full --fault cp-local-attention
 two h2-kill        --config "$H" --steps 1 --grad-mode full --fault kill-rank=1@replay
 two h2-f64-covered --config "$H" --steps 1 --grad-mode full --dtype f64 --temperature 0.9
+two h2-probed      --config "$H" --steps 2 --grad-mode full --dtype f64 --lora-init random --probe-every 1
+two h2-stale       --config "$H" --steps 1 --grad-mode full --dtype f64 --lora-init random --probe-every 1 \
+                   --fault cp-stale-start
 one m1-full        --config "$M" --steps 1 --grad-mode full
 two m2-full        --config "$M" --steps 1 --grad-mode full
 two m2-det-sft     --config "$M" --steps 2 --grad-mode detached --sft-steps 1
 two m2-local-dsa   --config "$M" --steps 1 --grad-mode full --fault cp-local-dsa
-OMP_NUM_THREADS=1 "$B/parity/longstraw-parity" --family hybrid --cp 1,2 --dtype f64 --configs p30-g2-lora \
+OMP_NUM_THREADS=1 "$B/parity/longstraw-parity" --like runs/h2-f64-covered --configs p30-g2-lora \
     --out parity/work --quiet --jobs 2
 mv parity/work/parity.json parity/hybrid.json
 rm -rf parity/work
