@@ -4,7 +4,7 @@
 #  1. fault-free it passes, f64 and f32, one rank and (with MPIEXEC) CP-2, both families; every rank's
 #     event the same, each valid against schemas/event-gradient_probe.schema.json; mla in f32 is the
 #     exception the probe states: a DSA or MoE decision flips at every step its float32 rounding can
-#     resolve, so it is not judged (not_applicable, "cannot resolve") and run.probe does not pass;
+#     resolve, so it is not judged (not_applicable, "not judged") and run.probe does not pass;
 #  2. it sees the faults that corrupt the applied gradient: --fault cp-stale-start (the CP prompt
 #     backward from a stale start state, a bug this trainer had: 0.2-1.1 off while the loss and the
 #     log-probs were right), skip-dkv-reduce, skip-grad-finalize (CP-2, f64): verdict fail, the run
@@ -60,9 +60,9 @@ for fam in hybrid mla; do
       if [ $fam = mla ] && [ $dt = f32 ]; then
         $PY probes "$r" "$SCHEMA" "pass|not_applicable" 0 || bad "$fam $dt np $np"
         if zstd -dc "$r/rank-0000/events.jsonl.zst" | grep '"ev":"gradient_probe".*"verdict":"not_applicable"' >/dev/null; then
-          grep -q "cannot resolve" "$r.log" || bad "$fam $dt np $np: not judged, but the summary does not say why"
+          grep -q "not judged" "$r.log" || bad "$fam $dt np $np: not judged, but the summary does not say why"
           $AUDIT "$r" --json "$r.json" --quiet >/dev/null
-          $PY rule "$r.json" run.probe fail "cannot resolve" || bad "$fam $dt np $np: run.probe passed a probe that was not judged"
+          $PY rule "$r.json" run.probe fail "verdict not_applicable" || bad "$fam $dt np $np: run.probe passed a probe that was not judged"
         fi
       else
         max=1e-8

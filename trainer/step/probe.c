@@ -17,9 +17,10 @@
 /* units in the last place each log-prob (and so each term of the loss) is taken to carry: parity's */
 #define PROBE_LOSS_ULPS 4.0
 /* a group whose moved evaluations decided differently is differenced again at a step this many times
- * smaller, at most PROBE_RETRIES times (parity's FD_SHRINK) */
+ * smaller (parity's FD_SHRINK), at most PROBE_RETRIES times and while the rounding floor at the smaller
+ * step would still resolve the derivative */
 #define PROBE_SHRINK 8.0
-#define PROBE_RETRIES 3
+#define PROBE_RETRIES 6
 /* the largest error budget, relative to the derivative, a judged group may have: a probe that cannot see an
  * error of a tenth of the derivative proves nothing (the bugs it is for are 0.2 to 1.1 off) */
 #define PROBE_MAX_BUDGET 0.1
@@ -208,7 +209,8 @@ static ls_status evaluate(px *x, const grp *g, double h, int k0, int k1, double 
 /* The evaluations of group g at step h and what they make of it: +-h
  * first; when a decision flipped between them the +-h/2 ones are not made
  * (the caller tries a smaller h; D is then the one central difference). */
-static ls_status difference(px *x, const grp *g, double h, double tol, int full, ls_probe_group *out, int *alike) {
+static ls_status difference(px *x, const grp *g, double h, double tol, int full, ls_probe_group *out, int *alike,
+                            int *more) {
     double L[4] = {0}, M = 0, A[4] = {0};
     ls_decisions led[4];
     int flipped = 0, n = 2;
@@ -219,6 +221,7 @@ static ls_status difference(px *x, const grp *g, double h, double tol, int full,
     }
     if (st != LS_OK) return st;
     *alike = !flipped;
+    *more = 0;
     double d1 = (L[0] - L[1]) / (2 * h), d2 = n == 4 ? (L[2] - L[3]) / h : d1;
     double a1 = (A[0] - A[1]) / (2 * h), a2 = n == 4 ? (A[2] - A[3]) / h : a1;
     double D = (4 * d2 - d1) / 3, applied = (4 * a2 - a1) / 3;
@@ -240,6 +243,7 @@ static ls_status difference(px *x, const grp *g, double h, double tol, int full,
         out->decided_alike = !flipped;
         out->verdict = full ? LS_PROBE_FAIL : LS_PROBE_REPORTED;
         out->nonfinite = 1;
+        out->unresolved = 0;
         return LS_OK;
     }
     out->derivative = D;
@@ -250,9 +254,11 @@ static ls_status difference(px *x, const grp *g, double h, double tol, int full,
     out->tolerance = tolerance < 1e300 ? tolerance : 1e300;
     out->h = h;
     out->decided_alike = !flipped;
-    /* resolved: the differences can see an error of PROBE_MAX_BUDGET of the derivative (across a flip only
-     * the rounding floor is known: the truncation estimate spans the jump) */
-    out->unresolved = D != 0 && (flipped ? 2 * floor_ : budget) / fabs(D) > PROBE_MAX_BUDGET;
+    /* not judged: a decision flipped (the difference spans a jump: no derivative), or the differences cannot
+     * see an error of PROBE_MAX_BUDGET of the derivative; a flip is tried again at a smaller step while the
+     * rounding floor there would still resolve it (across a flip only the floor is known) */
+    out->unresolved = flipped || (D != 0 && budget / fabs(D) > PROBE_MAX_BUDGET);
+    *more = flipped && (D == 0 || 2 * floor_ * PROBE_SHRINK / fabs(D) <= PROBE_MAX_BUDGET);
     out->verdict = !full            ? LS_PROBE_REPORTED
                    : out->unresolved ? LS_PROBE_NOT_APPLICABLE
                    : !flipped && rel <= tolerance ? LS_PROBE_PASS
@@ -406,23 +412,28 @@ ls_status LS_K(ls_probe_step)(ls_params *p, ls_batch *const *bs, const ls_task *
     }
     int failed = 0, unresolved = 0;
     for (size_t k = 0; st == LS_OK && k < ng; k++) {
-        int alike = 0;
+        int alike = 0, more = 0;
         double hk = h;
         for (int round = 0; st == LS_OK && round <= PROBE_RETRIES; round++, hk /= PROBE_SHRINK) {
-            st = difference(&x, &groups[k], hk, res->tol, res->full, &res->groups[k], &alike);
-            if (alike || res->groups[k].unresolved) break; /* a smaller step would resolve less */
+            st = difference(&x, &groups[k], hk, res->tol, res->full, &res->groups[k], &alike, &more);
+            if (!more) break;
         }
         const ls_probe_group *gk = &res->groups[k];
         if (st == LS_OK && (gk->verdict == LS_PROBE_FAIL || gk->nonfinite) && !failed++)
             snprintf(res->reason, sizeof res->reason, "%s: %s", gk->name,
                      gk->nonfinite ? "a loss at the moved weights, or the applied gradient, is not finite"
-                     : alike       ? "the applied gradient differs from the loss's derivative"
-                                   : "a discrete decision flipped between the moved weights at every step tried");
-        if (st == LS_OK && gk->unresolved && !failed && !unresolved++)
-            snprintf(res->reason, sizeof res->reason, "%s: the differences cannot resolve the derivative (error "
-                     "budget %.3g of it at h = %.3g%s): not judged", gk->name,
-                     (2 * gk->rounding_floor + (alike ? gk->error_estimate : 0)) / fabs(gk->derivative), gk->h,
-                     alike ? "" : ", where a discrete decision still flipped");
+                                   : "the applied gradient differs from the loss's derivative");
+        if (st == LS_OK && gk->unresolved && !gk->nonfinite && !failed && !unresolved++) {
+            if (alike)
+                snprintf(res->reason, sizeof res->reason, "%s: the differences cannot resolve the derivative (error "
+                         "budget %.3g of it at h = %.3g): not judged", gk->name,
+                         (2 * gk->rounding_floor + gk->error_estimate) / fabs(gk->derivative), gk->h);
+            else
+                snprintf(res->reason, sizeof res->reason, "%s: a discrete decision flipped between the moved weights "
+                         "at every step tried, down to h = %.3g (where the rounding floor is %.3g of the derivative): "
+                         "no derivative to compare, not judged", gk->name, gk->h,
+                         gk->derivative != 0 ? 2 * gk->rounding_floor / fabs(gk->derivative) : 0.0);
+        }
     }
     if (x.save) restore(&x); /* every evaluation restored it; once more on a failure between */
     if (st == LS_OK && ng > 0) { /* every rank the same numbers (one rank: trivially) */
