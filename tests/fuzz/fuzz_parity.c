@@ -7,7 +7,9 @@
  * the configuration's model, trainable set and objectives are derived and
  * digested.  Traps when an invariant breaks:
  *  - a configuration always lies inside the coverage derived from itself
- *    (model, train mode, objectives, its strategy, dtype, grad mode, world);
+ *    (model, train mode, objectives, its strategy, dtype, grad mode, world,
+ *    its path), but for the path decisions and values the audit does not
+ *    know and the known decisions it does not record (deny by default);
  *  - every outside field the check reports is a non-empty name with a
  *    detail, and the count equals the callbacks. */
 #include <stddef.h>
@@ -27,12 +29,21 @@ static void outside(void *user, const char *field, const char *detail) {
     calls++;
 }
 
+/* The self-coverage check: only an unknown or unrecorded path decision may lie outside. */
+static void outside_self(void *user, const char *field, const char *detail) {
+    outside(user, field, detail);
+    if (strstr(detail, "the audit does not know") == NULL && strstr(detail, "does not record") == NULL) __builtin_trap();
+}
+
 static const char FIXED[] =
     "{\"family\":\"hybrid\",\"vocab\":256,\"d_model\":64,\"n_layers\":8,\"ffn_dim\":128,\"rms_eps\":1e-06,"
     "\"rope_theta\":10000,\"gdn_hk\":2,\"gdn_hv\":4,\"gdn_dk\":16,\"gdn_dv\":16,\"conv_kernel\":4,\"attn_heads\":4,"
     "\"attn_kv_heads\":2,\"head_dim\":32,\"rope_dim\":8,\"train_mode\":\"lora\",\"lora_r\":4,\"lora_alpha\":8,"
     "\"lora_experts\":false,\"grad_mode\":\"full\",\"epsilon\":0.2,\"beta\":0.04,\"temperature\":0.9,\"faults\":[],"
-    "\"dtype\":\"f32\",\"strategy\":\"longstraw\",\"objective\":\"grpo\",\"sft_steps\":0,\"cp_ranks\":2}";
+    "\"dtype\":\"f32\",\"strategy\":\"longstraw\",\"objective\":\"grpo\",\"sft_steps\":0,\"cp_ranks\":2,"
+    "\"paths\":{\"chunks\":[\"cut\"],\"old_logprobs\":[\"computed\"],\"pages\":[\"cut\"],\"prefix\":[\"fresh\"],"
+    "\"prompt_groups\":[\"one\"],\"reference\":[\"kept\"],\"responses\":[\"sampled\"],\"shards\":[\"uneven\"],"
+    "\"start\":[\"fresh\"],\"task\":[\"retrieval\"]}}";
 
 /* The coverage longstraw-parity would state for runs like cfg (NULL when cfg does not state enough). */
 static cJSON *self_coverage(const cJSON *cfg) {
@@ -56,6 +67,8 @@ static cJSON *self_coverage(const cJSON *cfg) {
         }
         cJSON *w = cJSON_AddArrayToObject(cov, "worlds");
         ok = ok && w && cJSON_AddItemToArray(w, cJSON_CreateNumber(3));
+        cJSON *p = cJSON_AddObjectToObject(cov, "paths"); /* a malformed path: no self-coverage */
+        ok = ok && p && ls_coverage_paths_add(p, cfg, err, sizeof err) == LS_OK;
     }
     cJSON_Delete(model);
     cJSON_Delete(tm);
@@ -101,7 +114,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         cJSON *self = self_coverage(cfg);
         if (self != NULL) {
             calls = 0;
-            if (ls_coverage_check(self, cfg, 3, outside, NULL) != 0) __builtin_trap(); /* inside its own */
+            if (ls_coverage_check(self, cfg, 3, outside_self, NULL) != calls) __builtin_trap(); /* inside its own */
             cJSON_Delete(self);
         }
     }
