@@ -8,25 +8,12 @@
 
 Reads safetensors itself (8-byte header length, JSON header, data): independent of the trainer's reader.
 Exit 2 for bad usage."""
-import json, struct, sys
+import json, os, sys
 
 import numpy as np
 
-DT = {"F32": np.float32, "F64": np.float64}
-
-
-def load(path):
-    with open(path, "rb") as f:
-        raw = f.read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    hdr = json.loads(raw[8:8 + n])
-    out = {}
-    for k, v in hdr.items():
-        if k == "__metadata__":
-            continue
-        a, b = v["data_offsets"]
-        out[k] = np.frombuffer(raw[8 + n + a:8 + n + b], dtype=DT[v["dtype"]]).astype(np.float64)
-    return out
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from prompts_per_step_check import load  # noqa: E402  (the tests' own safetensors reader)
 
 
 def main(argv):
