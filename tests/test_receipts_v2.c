@@ -226,6 +226,17 @@ static void note_outside(void *user, const char *field, const char *detail) {
     snprintf(buf + strlen(buf), 2000 - strlen(buf), "%s: %s\n", field, detail);
 }
 
+/* The dimensions of a coverage both tests state alike (a full-mode GRPO f64 run at CP 1 or 2), added to cov. */
+static void add_common_coverage(cJSON *cov) {
+    cJSON_AddItemToObject(cov, "train_modes", cJSON_Parse("[{\"train_mode\":\"full\"}]"));
+    cJSON_AddItemToObject(cov, "objectives",
+                          cJSON_Parse("[{\"objective\":\"grpo\",\"epsilon\":0.2,\"beta\":0.0,\"temperature\":1.0}]"));
+    cJSON_AddItemToObject(cov, "grad_modes", cJSON_Parse("[\"full\"]"));
+    cJSON_AddItemToObject(cov, "strategies", cJSON_Parse("[\"longstraw\"]"));
+    cJSON_AddItemToObject(cov, "dtypes", cJSON_Parse("[\"f64\"]"));
+    cJSON_AddItemToObject(cov, "worlds", cJSON_Parse("[1,2]"));
+}
+
 /* Coverage of a v2 configuration: the free model, digested by JCS. */
 Test(receipts_v2, coverage_of_a_v2_config) {
     cJSON *cfg = cJSON_Parse("{\"objective\":\"grpo\",\"grad_mode\":\"full\",\"dtype\":\"f64\",\"cp_ranks\":2,"
@@ -244,13 +255,7 @@ Test(receipts_v2, coverage_of_a_v2_config) {
     cJSON *cov = cJSON_CreateObject();
     cJSON_AddItemToObject(cov, "model", model);
     cJSON_AddStringToObject(cov, "model_sha256", got);
-    cJSON_AddItemToObject(cov, "train_modes", cJSON_Parse("[{\"train_mode\":\"full\"}]"));
-    cJSON_AddItemToObject(cov, "objectives",
-                          cJSON_Parse("[{\"objective\":\"grpo\",\"epsilon\":0.2,\"beta\":0.0,\"temperature\":1.0}]"));
-    cJSON_AddItemToObject(cov, "grad_modes", cJSON_Parse("[\"full\"]"));
-    cJSON_AddItemToObject(cov, "strategies", cJSON_Parse("[\"longstraw\"]"));
-    cJSON_AddItemToObject(cov, "dtypes", cJSON_Parse("[\"f64\"]"));
-    cJSON_AddItemToObject(cov, "worlds", cJSON_Parse("[1,2]"));
+    add_common_coverage(cov);
     cJSON *cp = cJSON_AddObjectToObject(cov, "paths");
     char perr[200];
     cr_assert_eq(ls_coverage_paths_add(cp, cfg, perr, sizeof perr), LS_OK, "%s", perr);
@@ -300,13 +305,7 @@ Test(receipts_v2, coverage_binds_the_runs_path) {
     char msha[LS_DIGEST_HEX_SIZE];
     cr_assert_eq(ls_coverage_model_sha256(cJSON_GetObjectItemCaseSensitive(cov, "model"), msha, err, sizeof err), LS_OK);
     cJSON_AddStringToObject(cov, "model_sha256", msha);
-    cJSON_AddItemToObject(cov, "train_modes", cJSON_Parse("[{\"train_mode\":\"full\"}]"));
-    cJSON_AddItemToObject(cov, "objectives",
-                          cJSON_Parse("[{\"objective\":\"grpo\",\"epsilon\":0.2,\"beta\":0.0,\"temperature\":1.0}]"));
-    cJSON_AddItemToObject(cov, "grad_modes", cJSON_Parse("[\"full\"]"));
-    cJSON_AddItemToObject(cov, "strategies", cJSON_Parse("[\"longstraw\"]"));
-    cJSON_AddItemToObject(cov, "dtypes", cJSON_Parse("[\"f64\"]"));
-    cJSON_AddItemToObject(cov, "worlds", cJSON_Parse("[1,2]"));
+    add_common_coverage(cov);
     char notes[2000] = "";
     cr_assert_eq(ls_coverage_check(cov, report_run, 2, note_outside, notes), 0, "%s", notes);
     /* the run sampled its responses and kept the reference: paths the report never ran */
