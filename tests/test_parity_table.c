@@ -1,8 +1,9 @@
 /* test_parity_table.c - the original work's table (docs/design.md §5, issue 11),
  * and the audit's use of a parity report.
  *
- * With the parity report test_parity wrote for this build
- * (LS_BINARY_DIR/tests/parity-fixture, a ctest fixture):
+ * With the parity reports test_parity wrote for this build
+ * (LS_BINARY_DIR/tests/parity-like-fixture and -mla: --like a run made as
+ * these tests make theirs, ctest fixtures):
  *  - a hybrid CP-2 run with the original work's faults (the response dK/dV
  *    reduction dropped, the prompt state detached) scores L1 yes, L2 yes,
  *    L3 no, L4 no;
@@ -27,8 +28,10 @@
 #define SIGN LS_BINARY_DIR "/receipts/longstraw-sign"
 #define PARITY LS_BINARY_DIR "/parity/longstraw-parity"
 #define CFG LS_SOURCE_DIR "/configs/hybrid-tiny.json"
-#define REPORT LS_BINARY_DIR "/tests/parity-fixture/parity.json"
-#define REPORT_MLA LS_BINARY_DIR "/tests/parity-fixture-mla/parity.json"
+/* test_parity's --like reports of runs made as these tests make theirs (their path: responses sampled,
+   the reference kept, uneven shards cutting pages and chunks): a plain matrix report covers no such run */
+#define REPORT LS_BINARY_DIR "/tests/parity-like-fixture/parity.json"
+#define REPORT_MLA LS_BINARY_DIR "/tests/parity-like-fixture-mla/parity.json"
 #define MLA_CFG LS_SOURCE_DIR "/configs/mla-tiny.json"
 
 static char tmpdir[256];
