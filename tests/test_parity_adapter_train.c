@@ -3,9 +3,10 @@
  * longstraw-parity --adapter at CP 1, 2 in float64 (finite differences per
  * tensor: 100 LoRA tensors, about a minute on 2 cores) holds every level
  * and detects every control (cp-local-attention, skip-dkv-reduce,
- * skip-grad-finalize, detached); longstraw-audit on a CP-2 full-mode run of
- * the same build with that report proves level 4, and on a detached-mode
- * run does not. */
+ * skip-grad-finalize, detached); longstraw-audit refuses that report for a
+ * CP-2 full-mode run of the same build that sampled its own responses
+ * (parity.coverage names the path the adapter's batch never took), and a
+ * detached-mode run does not reach level 4. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
@@ -78,9 +79,22 @@ Test(parity_adapter_train, longstraw_train_through_the_protocol_reaches_level_4,
         cr_expect_eq(n, 1, "control %s: %d runs, expected 1 (CP 2, f64)", want[i], n);
     }
     cJSON_Delete(r);
+    /* the adapter's report ran its batch (responses, old and reference log-probs given): it covers no run
+       that samples and scores itself, and the audit names that path (deny by default); LongStraw's own
+       runs are certified through their path by longstraw-parity --like (test_parity_path) */
     train("fixed", "--grad-mode full");
-    cr_expect_eq(audit("fixed"), 0, "the full-mode run with the adapter's report: not level 4 (%s/fixed-audit.txt)",
-                 tmpdir);
+    cr_expect_eq(audit("fixed"), 1, "a sampled run was certified by a report whose runs were given their responses "
+                 "(%s/fixed-audit.txt)", tmpdir);
+    char ap[600];
+    snprintf(ap, sizeof ap, "%s/fixed-audit.txt", tmpdir);
+    FILE *f = fopen(ap, "r");
+    static char text[1 << 16];
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[n] = 0;
+    cr_expect(strstr(text, "the run's responses \"sampled\"") != NULL &&
+                  strstr(text, "was never exercised by the report's runs (responses [\"given\"])") != NULL,
+              "parity.coverage does not name the sampled path (%s)", ap);
     train("detached", "--grad-mode detached");
     cr_expect_eq(audit("detached"), 1, "a detached-mode run reached level 4 (%s/detached-audit.txt)", tmpdir);
 }
