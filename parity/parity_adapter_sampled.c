@@ -273,8 +273,10 @@ ls_status ls_parity_adapter_sampled(const ls_parity_opts *o, const ls_parity_ada
             srun *x = &runs[k];
             x->cp = o->cps[k];
             if (x->cp == 1) k1 = k;
-            snprintf(x->label, sizeof x->label, "f64/cp%d-sampled", x->cp);
-            snprintf(x->out, sizeof x->out, "%s/%s", dir, x->label);
+            char label[sizeof x->label]; /* composed apart: gcc -O3 reads x->label and x->out as overlapping */
+            snprintf(label, sizeof label, "f64/cp%d-sampled", x->cp);
+            memcpy(x->label, label, sizeof label);
+            snprintf(x->out, sizeof x->out, "%s/%s", dir, label);
             labels[k] = x->label;
             s = job_of(o, a, "run", x->cp, seed, weights, batch, x->out, &jobs[k], err, errlen);
         }
