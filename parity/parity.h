@@ -301,6 +301,9 @@ ls_status ls_parity_report_finish(ls_parity_report *r, const char *path, bool pr
  * tolerance.  The caller's (cJSON_Delete), usually added to the array an
  * ls_parity_check_new takes. */
 cJSON *ls_parity_entry(const char *name, ls_parity_err e, double tol, double noise_floor);
+/* One entry per member, "WHAT member i (n tokens)", into arr: a's log-probs against b's at the float64
+ * tolerance (a member whose length differs, or that one side lacks, is an infinite error). */
+void ls_parity_member_entries(cJSON *arr, const char *what, const ls_parity_logprobs *a, const ls_parity_logprobs *b);
 
 /* ---- discrete decisions (parity_decisions.c) --------------------------------- */
 
@@ -413,13 +416,6 @@ cJSON *ls_parity_params_entries(const ls_parity_tensors *want, const ls_parity_t
  * rank_state.memory_plan.reference (run_dir/rank-0000/receipt.json; else --keep-reference), a new
  * object (the caller's, cJSON_Delete), NULL with err set when the configuration does not say. */
 cJSON *ls_parity_path_derive(const char *run_dir, const cJSON *config, unsigned world, char *err, size_t errlen);
-/* The shard, page and chunk words of T captured positions over N ranks, page size page and capture
- * chunk chunk (0: all at once): "one" | "even" | "uneven", "aligned" | "cut" (a shard boundary that is
- * not a multiple of the page or chunk cuts one; one rank: "one", "aligned", "aligned").  The trainer
- * records its own (trainer/run/run_report.c); parity computes what it asks for independently, and the
- * report names any value of the run's path no run of it took (like.uncovered). */
-void ls_parity_path_cuts(int64_t T, int N, int page, int chunk, const char **shards, const char **pages,
-                         const char **chunks);
 /* The path runs of o->like_paths (parity_path.c, docs/parity.md "The run's path"): the trainer launched
  * the way the run was, at reduced size, at every CP size of o, and their checks and controls into rep. */
 ls_status ls_parity_paths_run(const ls_parity_opts *o, ls_parity_report *rep, char *err, size_t errlen);

@@ -144,18 +144,6 @@ static ls_status run_jobs(const ls_parity_opts *o, const ls_parity_adapter *a, l
     return s;
 }
 
-/* member entries "WHAT member i (n tokens)": a against b, float64 */
-static void members(cJSON *arr, const char *what, const ls_parity_logprobs *a, const ls_parity_logprobs *b) {
-    for (int i = 0; i < a->g || i < b->g; i++) {
-        char name[96];
-        snprintf(name, sizeof name, "%s member %d (%d tokens)", what, i, i < a->g ? a->len[i] : 0);
-        ls_parity_err e = i < a->g && i < b->g && a->len[i] == b->len[i]
-                              ? ls_parity_err_of(a->lp[i], b->lp[i], (size_t)a->len[i])
-                              : (ls_parity_err){INFINITY, INFINITY};
-        cJSON_AddItemToArray(arr, ls_parity_entry(name, e, LS_PARITY_F64_TOL, -1));
-    }
-}
-
 static cJSON *tensors_vs(const ls_parity_tensors *want, const ls_parity_tensors *x, const ls_parity_tensors *ref) {
     cJSON *arr = ls_parity_tensor_entries(want, x, ref, NULL, NULL, NULL, NULL);
     if (x->n != want->n) {
@@ -195,16 +183,16 @@ static void checks(const ls_parity_opts *o, const ls_parity_adapter *a, ls_parit
             cJSON_AddItemToArray(arr, ls_parity_entry("sampled responses and rewards",
                                                       same ? (ls_parity_err){0, 0} : (ls_parity_err){INFINITY, INFINITY},
                                                       LS_PARITY_F64_TOL, -1));
-            members(arr, "policy", &x->pol, &c1->pol);
-            members(arr, "old_logprobs", &x->old, &c1->old);
+            ls_parity_member_entries(arr, "policy", &x->pol, &c1->pol);
+            ls_parity_member_entries(arr, "old_logprobs", &x->old, &c1->old);
             snprintf(name, sizeof name, "logprob %s f64 cp%d", cfg, n);
             ls_parity_report_add(rep, ls_parity_check_new("logprob", name, LS_PARITY_F64, n, cfg, NULL, refn, cand, arr,
                                                           "members"));
         }
         /* the policy's and the trainer's own old log-probs against the independent reference's */
         cJSON *arr = cJSON_CreateArray();
-        members(arr, "policy", &x->pol, &ref->pol);
-        members(arr, "old_logprobs", &x->old, &ref->pol);
+        ls_parity_member_entries(arr, "policy", &x->pol, &ref->pol);
+        ls_parity_member_entries(arr, "old_logprobs", &x->old, &ref->pol);
         snprintf(name, sizeof name, "ref_logprob %s f64 cp%d", cfg, n);
         ls_parity_report_add(rep, ls_parity_check_new("ref_logprob", name, LS_PARITY_F64, n, cfg, NULL,
                                                       "the adapter's reference (float64) on CP-1's sampled batch, "

@@ -49,31 +49,6 @@ static double opt_num(const cJSON *o, const char *k, double dflt) {
     return cJSON_IsNumber(v) && isfinite(v->valuedouble) ? v->valuedouble : dflt;
 }
 
-void ls_parity_path_cuts(int64_t T, int N, int page, int chunk, const char **shards, const char **pages,
-                         const char **chunks) {
-    if (N < 2) {
-        *shards = "one", *pages = "aligned", *chunks = "aligned";
-        return;
-    }
-    bool pc = false, cc = false;
-    for (int r = 1; r < N; r++) { /* rank r's first position: trainer/dist/cp.h's rule */
-        int64_t s0 = (T / N) * r + ((T % N) * r) / N;
-        pc = pc || (page > 0 && s0 % page != 0);
-        cc = cc || (chunk > 0 && s0 % chunk != 0);
-    }
-    *shards = T % N ? "uneven" : "even";
-    *pages = pc ? "cut" : "aligned";
-    *chunks = cc ? "cut" : "aligned";
-}
-
-static void add_value(cJSON *paths, const char *key, const char *value) {
-    cJSON *a = cJSON_GetObjectItemCaseSensitive(paths, key);
-    if (a == NULL) a = cJSON_AddArrayToObject(paths, key);
-    const cJSON *x;
-    cJSON_ArrayForEach(x, a) if (strcmp(x->valuestring, value) == 0) return;
-    cJSON_AddItemToArray(a, cJSON_CreateString(value));
-}
-
 cJSON *ls_parity_path_derive(const char *run_dir, const cJSON *config, unsigned world, char *err, size_t errlen) {
     const cJSON *opt = cJSON_GetObjectItemCaseSensitive(config, "options");
     if (!cJSON_IsObject(opt)) {
@@ -84,8 +59,8 @@ cJSON *ls_parity_path_derive(const char *run_dir, const cJSON *config, unsigned 
     bool given = strcmp(opt_str(opt, "input", "task"), "rollouts") == 0;
     bool sft = strcmp(opt_str(config, "objective", "grpo"), "sft") == 0;
     double beta = opt_num(config, "beta", 0.04);
-    add_value(p, "responses", sft ? "target" : given ? "given" : "sampled");
-    add_value(p, "old_logprobs", sft ? "none" : given ? "given" : "computed");
+    ls_coverage_paths_put(p, "responses", sft ? "target" : given ? "given" : "sampled");
+    ls_coverage_paths_put(p, "old_logprobs", sft ? "none" : given ? "given" : "computed");
     const char *ref = "none";
     if (!sft && beta > 0 && given) ref = "given";
     else if (!sft && beta > 0) {
@@ -102,33 +77,36 @@ cJSON *ls_parity_path_derive(const char *run_dir, const cJSON *config, unsigned 
             if (v && (strcmp(v, "kept") == 0 || strcmp(v, "recaptured") == 0)) kept = v;
         }
         const char *kr = opt_str(opt, "keep_reference", "auto");
-        if (kept) add_value(p, "reference", strcmp(kept, "kept") == 0 ? "kept" : "recaptured");
-        else if (strcmp(kr, "on") == 0) add_value(p, "reference", "kept");
-        else if (strcmp(kr, "off") == 0) add_value(p, "reference", "recaptured");
-        else add_value(p, "reference", "kept"), add_value(p, "reference", "recaptured");
+        if (kept) ls_coverage_paths_put(p, "reference", strcmp(kept, "kept") == 0 ? "kept" : "recaptured");
+        else if (strcmp(kr, "on") == 0) ls_coverage_paths_put(p, "reference", "kept");
+        else if (strcmp(kr, "off") == 0) ls_coverage_paths_put(p, "reference", "recaptured");
+        else {
+            ls_coverage_paths_put(p, "reference", "kept");
+            ls_coverage_paths_put(p, "reference", "recaptured");
+        }
         cJSON_Delete(rc);
         ref = NULL;
     }
-    if (ref) add_value(p, "reference", ref);
-    add_value(p, "prompt_groups", opt_num(opt, "prompts_per_step", 1) > 1 ? "several" : "one");
+    if (ref) ls_coverage_paths_put(p, "reference", ref);
+    ls_coverage_paths_put(p, "prompt_groups", opt_num(opt, "prompts_per_step", 1) > 1 ? "several" : "one");
     const cJSON *pf = cJSON_GetObjectItemCaseSensitive(config, "prefix_frozen");
-    add_value(p, "prefix", "fresh");
-    if (cJSON_IsNumber(pf) && pf->valuedouble > 1) add_value(p, "prefix", "frozen");
-    add_value(p, "start", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(opt, "resumed")) ? "resumed" : "fresh");
+    ls_coverage_paths_put(p, "prefix", "fresh");
+    if (cJSON_IsNumber(pf) && pf->valuedouble > 1) ls_coverage_paths_put(p, "prefix", "frozen");
+    ls_coverage_paths_put(p, "start", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(opt, "resumed")) ? "resumed" : "fresh");
     if (given) { /* the lines' lengths are not recorded: the harder classes */
-        add_value(p, "shards", world > 1 ? "uneven" : "one");
-        add_value(p, "pages", world > 1 ? "cut" : "aligned");
-        add_value(p, "chunks", world > 1 ? "cut" : "aligned");
+        ls_coverage_paths_put(p, "shards", world > 1 ? "uneven" : "one");
+        ls_coverage_paths_put(p, "pages", world > 1 ? "cut" : "aligned");
+        ls_coverage_paths_put(p, "chunks", world > 1 ? "cut" : "aligned");
     } else {
         const char *sh, *pg, *ch;
-        ls_parity_path_cuts((int64_t)opt_num(opt, "prompt_len", 4096) - 1, (int)world,
-                            (int)opt_num(opt, "page_size", 64), (int)opt_num(opt, "capture_chunk", 2048), &sh, &pg,
-                            &ch);
-        add_value(p, "shards", sh);
-        add_value(p, "pages", pg);
-        add_value(p, "chunks", ch);
+        ls_coverage_shard_classes((int64_t)opt_num(opt, "prompt_len", 4096) - 1, (int)world,
+                                  (int64_t)opt_num(opt, "page_size", 64), (int64_t)opt_num(opt, "capture_chunk", 2048),
+                                  &sh, &pg, &ch);
+        ls_coverage_paths_put(p, "shards", sh);
+        ls_coverage_paths_put(p, "pages", pg);
+        ls_coverage_paths_put(p, "chunks", ch);
     }
-    add_value(p, "task", given ? "none" : opt_str(opt, "task", "retrieval"));
+    ls_coverage_paths_put(p, "task", given ? "none" : opt_str(opt, "task", "retrieval"));
     return p;
 }
 

@@ -59,6 +59,7 @@
 #include <string.h>
 
 #include "parity/parity.h"
+#include "receipts/coverage.h"
 #include "receipts/json_util.h"
 
 #define PATH_DRAWS 16 /* draws of seed while the group's rewards are all equal */
@@ -105,7 +106,7 @@ static bool lengths_fit(const ls_parity_opts *o, int64_t T, int page, int chunk,
     for (size_t k = 0; k < o->n_cps; k++) {
         if (o->cps[k] < 2) continue;
         const char *sh, *pg, *ch;
-        ls_parity_path_cuts(T, o->cps[k], page, chunk, &sh, &pg, &ch);
+        ls_coverage_shard_classes(T, o->cps[k], page, chunk, &sh, &pg, &ch);
         if (strcmp(sh, p->shards) || strcmp(pg, p->pages) || strcmp(ch, p->chunks)) return false;
     }
     return true;
@@ -500,18 +501,6 @@ static bool computed_ref(const path_spec *p) {
            strcmp(p->reference, "before") == 0;
 }
 
-/* Per member: a's rows against b's under a name "what member i". */
-static void member_entries(cJSON *arr, const char *what, const ls_parity_logprobs *a, const ls_parity_logprobs *b) {
-    for (int i = 0; i < a->g || i < b->g; i++) {
-        char name[96];
-        snprintf(name, sizeof name, "%s member %d (%d tokens)", what, i, i < a->g ? a->len[i] : 0);
-        ls_parity_err e = i < a->g && i < b->g && a->len[i] == b->len[i]
-                              ? ls_parity_err_of(a->lp[i], b->lp[i], (size_t)a->len[i])
-                              : (ls_parity_err){INFINITY, INFINITY};
-        cJSON_AddItemToArray(arr, ls_parity_entry(name, e, F64_TOL, -1));
-    }
-}
-
 static void check_name(char *buf, size_t cap, const char *kind, const path_run *x, int world, const char *extra) {
     snprintf(buf, cap, "%s %s f64 cp%d%s%s", kind, x->p->name, world, extra ? " " : "", extra ? extra : "");
 }
@@ -540,8 +529,8 @@ static void path_checks(path_run *x) {
                                                                                            : "prompt and responses",
                                                       same ? (ls_parity_err){0, 0} : (ls_parity_err){INFINITY, INFINITY},
                                                       F64_TOL, -1));
-            member_entries(arr, "old_logprobs", &x->old[k], &x->old[0]);
-            if (computed_ref(p)) member_entries(arr, "ref_logprobs", &x->ref[k], &x->ref[0]);
+            ls_parity_member_entries(arr, "old_logprobs", &x->old[k], &x->old[0]);
+            if (computed_ref(p)) ls_parity_member_entries(arr, "ref_logprobs", &x->ref[k], &x->ref[0]);
             check_name(name, sizeof name, "logprob", x, n, NULL);
             ls_parity_report_add(x->rep, ls_parity_check_new("logprob", name, LS_PARITY_F64, n, p->name, NULL,
                                                              "longstraw cp1 on the run's path", cand, arr, "members"));
@@ -549,8 +538,8 @@ static void path_checks(path_run *x) {
         /* the trainer's own old and reference log-probs against the independent reference's */
         if (have_ref && (computed_old(p) || computed_ref(p))) {
             cJSON *arr = cJSON_CreateArray();
-            if (computed_old(p)) member_entries(arr, "old_logprobs", &x->old[k], &rpol);
-            if (computed_ref(p)) member_entries(arr, "ref_logprobs", &x->ref[k], &rref);
+            if (computed_old(p)) ls_parity_member_entries(arr, "old_logprobs", &x->old[k], &rpol);
+            if (computed_ref(p)) ls_parity_member_entries(arr, "ref_logprobs", &x->ref[k], &rref);
             check_name(name, sizeof name, "ref_logprob", x, n, NULL);
             ls_parity_report_add(x->rep, ls_parity_check_new("ref_logprob", name, LS_PARITY_F64, n, p->name, NULL,
                                                              "independent reference (Python, docs/model.md) on the "

@@ -262,3 +262,14 @@ ls_parity_err ls_parity_err_of(const double *a, const double *b, size_t n) {
     e.max_rel = e.max_abs == 0 ? 0 : scale > 0 ? e.max_abs / scale : INFINITY;
     return e;
 }
+
+void ls_parity_member_entries(cJSON *arr, const char *what, const ls_parity_logprobs *a, const ls_parity_logprobs *b) {
+    for (int i = 0; i < a->g || i < b->g; i++) {
+        char name[96];
+        snprintf(name, sizeof name, "%s member %d (%d tokens)", what, i, i < a->g ? a->len[i] : 0);
+        ls_parity_err e = i < a->g && i < b->g && a->len[i] == b->len[i]
+                              ? ls_parity_err_of(a->lp[i], b->lp[i], (size_t)a->len[i])
+                              : (ls_parity_err){INFINITY, INFINITY};
+        cJSON_AddItemToArray(arr, ls_parity_entry(name, e, LS_PARITY_F64_TOL, -1));
+    }
+}

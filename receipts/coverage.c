@@ -51,8 +51,7 @@ static bool path_value_known(const ls_coverage_path_decision *d, const char *v) 
     return false;
 }
 
-/* The array of strings at paths[key], its values in order (a sorted insert). */
-static ls_status paths_insert(cJSON *paths, const char *key, const char *value) {
+ls_status ls_coverage_paths_put(cJSON *paths, const char *key, const char *value) {
     cJSON *a = cJSON_GetObjectItemCaseSensitive(paths, key);
     if (a == NULL && (a = cJSON_AddArrayToObject(paths, key)) == NULL) return LS_ERR_NOMEM;
     if (!cJSON_IsArray(a)) return LS_ERR_ARG;
@@ -89,7 +88,7 @@ ls_status ls_coverage_paths_add(cJSON *cov_paths, const cJSON *config, char *err
                 snprintf(err, errlen, "the configuration's paths.%.60s holds a value that is not a string", k->string);
                 return LS_ERR_ARG;
             }
-            ls_status st = paths_insert(cov_paths, k->string, v->valuestring);
+            ls_status st = ls_coverage_paths_put(cov_paths, k->string, v->valuestring);
             if (st != LS_OK) {
                 snprintf(err, errlen, "paths.%.60s: %s", k->string, st == LS_ERR_NOMEM ? "out of memory" : "not an array");
                 return st;
@@ -97,6 +96,19 @@ ls_status ls_coverage_paths_add(cJSON *cov_paths, const cJSON *config, char *err
         }
     }
     return LS_OK;
+}
+
+void ls_coverage_shard_classes(int64_t T, int N, int64_t page, int64_t chunk, const char **shards,
+                               const char **pages, const char **chunks) {
+    bool page_cut = false, chunk_cut = false;
+    for (int r = 1; r < N; r++) { /* rank r's first position */
+        int64_t s0 = (T / N) * r + ((T % N) * r) / N;
+        page_cut = page_cut || (page > 0 && s0 % page != 0);
+        chunk_cut = chunk_cut || (chunk > 0 && s0 % chunk != 0);
+    }
+    *shards = N < 2 ? "one" : T % N ? "uneven" : "even";
+    *pages = page_cut ? "cut" : "aligned";
+    *chunks = chunk_cut ? "cut" : "aligned";
 }
 
 bool ls_coverage_config_is_v2(const cJSON *config) {

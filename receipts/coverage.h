@@ -35,6 +35,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <cjson/cJSON.h>
 
@@ -91,6 +92,21 @@ typedef struct {
     const char *what; /* one line: the code the decision selects */
 } ls_coverage_path_decision;
 extern const ls_coverage_path_decision LS_COVERAGE_PATHS[];
+
+/* Adds value to the array paths[key] (created when absent), which stays
+ * sorted and holds each value once.  LS_ERR_ARG when paths[key] is not an
+ * array of strings; LS_ERR_NOMEM. */
+ls_status ls_coverage_paths_put(cJSON *paths, const char *key, const char *value);
+
+/* The shard classes of T captured prompt positions split over N ranks by
+ * trainer/dist/cp.h's rule (rank r from floor(r T / N)), with KV pages of
+ * page positions and capture chunks of chunk (0: none): *shards "one"
+ * (N < 2), "even" or "uneven"; *pages and *chunks "cut" when a shard
+ * boundary is not a multiple of that size, else "aligned".  Static strings.
+ * The trainer records them (config "paths"); parity chooses its path runs'
+ * lengths by them. */
+void ls_coverage_shard_classes(int64_t T, int N, int64_t page, int64_t chunk, const char **shards,
+                               const char **pages, const char **chunks);
 
 /* Adds the values of config's "paths" (a run's recorded path) to the
  * object cov_paths (coverage.paths: {decision: [values]}, sorted, each

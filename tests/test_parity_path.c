@@ -30,6 +30,7 @@
 #include <sys/wait.h>
 
 #include "parity/parity.h"
+#include "receipts/coverage.h"
 #include "receipts/json_util.h"
 #include "test_tmpdir.h"
 
@@ -248,18 +249,18 @@ Test(parity_path, mla_like_runs_the_runs_path, .init = setup, .fini = teardown, 
     cJSON_Delete(rep);
 }
 
-/* The classes parity asks for, as trainer/run/run_report.c records them. */
+/* The shard classes the trainer records and parity asks for (receipts/coverage.h), by hand. */
 Test(parity_path, shard_page_and_chunk_classes) {
     const char *sh_, *pg, *ch;
-    ls_parity_path_cuts(66, 1, 8, 12, &sh_, &pg, &ch);
+    ls_coverage_shard_classes(66, 1, 8, 12, &sh_, &pg, &ch);
     cr_expect(!strcmp(sh_, "one") && !strcmp(pg, "aligned") && !strcmp(ch, "aligned"));
-    ls_parity_path_cuts(66, 2, 64, 2048, &sh_, &pg, &ch); /* the bug's run: 33|33 */
+    ls_coverage_shard_classes(66, 2, 64, 2048, &sh_, &pg, &ch); /* the bug's run: 33|33 */
     cr_expect(!strcmp(sh_, "even") && !strcmp(pg, "cut") && !strcmp(ch, "cut"));
-    ls_parity_path_cuts(64, 4, 8, 16, &sh_, &pg, &ch); /* boundaries 16, 32, 48 */
+    ls_coverage_shard_classes(64, 4, 8, 16, &sh_, &pg, &ch); /* boundaries 16, 32, 48 */
     cr_expect(!strcmp(sh_, "even") && !strcmp(pg, "aligned") && !strcmp(ch, "aligned"));
-    ls_parity_path_cuts(65, 4, 16, 0, &sh_, &pg, &ch); /* 16, 32, 48 again; chunk 0: all at once */
+    ls_coverage_shard_classes(65, 4, 16, 0, &sh_, &pg, &ch); /* 16, 32, 48 again; chunk 0: all at once */
     cr_expect(!strcmp(sh_, "uneven") && !strcmp(pg, "aligned") && !strcmp(ch, "aligned"));
-    ls_parity_path_cuts(29, 2, 8, 12, &sh_, &pg, &ch); /* p30-g2-lora: 14|15 */
+    ls_coverage_shard_classes(29, 2, 8, 12, &sh_, &pg, &ch); /* p30-g2-lora: 14|15 */
     cr_expect(!strcmp(sh_, "uneven") && !strcmp(pg, "cut") && !strcmp(ch, "cut"));
 }
 

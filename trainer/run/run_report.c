@@ -10,6 +10,7 @@
 
 #include "kernels/decisions.h"
 #include "receipts/build_info.h"
+#include "receipts/coverage.h"
 #include "receipts/json_util.h"
 #include "receipts/manifest.h"
 #include "receipts/receipt.h"
@@ -59,16 +60,12 @@ static cJSON *options_json(const ls_train_args *a) {
 }
 
 unsigned ls_run_path_shards(int64_t T, int world, size_t page_size, size_t chunk) {
-    if (world < 2) return LS_RUN_PATH_SHARDS_ONE | LS_RUN_PATH_PAGES_ALIGNED | LS_RUN_PATH_CHUNKS_ALIGNED;
-    unsigned m = T % world ? LS_RUN_PATH_SHARDS_UNEVEN : LS_RUN_PATH_SHARDS_EVEN;
-    int page_cut = 0, chunk_cut = 0;
-    for (int r = 1; r < world; r++) { /* rank r's first position (trainer/dist/cp.h's rule) */
-        int64_t s0 = (T / world) * r + ((T % world) * r) / world;
-        page_cut |= page_size && s0 % (int64_t)page_size != 0;
-        chunk_cut |= chunk && s0 % (int64_t)chunk != 0;
-    }
-    return m | (page_cut ? LS_RUN_PATH_PAGES_CUT : LS_RUN_PATH_PAGES_ALIGNED) |
-           (chunk_cut ? LS_RUN_PATH_CHUNKS_CUT : LS_RUN_PATH_CHUNKS_ALIGNED);
+    const char *sh, *pg, *ch;
+    ls_coverage_shard_classes(T, world, (int64_t)page_size, (int64_t)chunk, &sh, &pg, &ch);
+    return (!strcmp(sh, "one") ? LS_RUN_PATH_SHARDS_ONE : !strcmp(sh, "even") ? LS_RUN_PATH_SHARDS_EVEN
+                                                                               : LS_RUN_PATH_SHARDS_UNEVEN) |
+           (!strcmp(pg, "cut") ? LS_RUN_PATH_PAGES_CUT : LS_RUN_PATH_PAGES_ALIGNED) |
+           (!strcmp(ch, "cut") ? LS_RUN_PATH_CHUNKS_CUT : LS_RUN_PATH_CHUNKS_ALIGNED);
 }
 
 /* The config's "paths": each decision and the sorted values the run's steps took (none before a step). */
