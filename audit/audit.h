@@ -302,6 +302,7 @@ typedef struct ls_audit_run {
     char manifest_err[320];
     ls_verify_report verify;   /* digest problems (our own walk, see load.c) */
     uint64_t verify_checked;   /* subjects digested */
+    ls_audit_reads reads;      /* one read: the digest of the bytes of every file parsed (run_files.h) */
     bool verify_done;
     /* signature */
     bool dsse_present;

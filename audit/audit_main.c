@@ -155,7 +155,7 @@ int main(int argc, char **argv) {
             vt = cJSON_PrintUnformatted(v);
         }
         cJSON_Delete(v);
-        int trc = vt ? ls_audit_timeline_write_verdict(run_dir, timeline, vt, err, sizeof err) : 2;
+        int trc = vt ? ls_audit_timeline_write_verdict(run_dir, timeline, vt, &run->reads, err, sizeof err) : 2;
         if (vt == NULL) snprintf(err, sizeof err, "out of memory");
         free(vt);
         if (trc != 0) {
@@ -163,7 +163,7 @@ int main(int argc, char **argv) {
             goto cleanup;
         }
     }
-    if (html && ls_audit_html_write(run_dir, doc, html, err, sizeof err) != 0) {
+    if (html && ls_audit_html_write_read(run_dir, doc, &run->reads, html, err, sizeof err) != 0) {
         fprintf(stderr, "longstraw-audit: --html %s: %s\n", html, err);
         goto cleanup;
     }

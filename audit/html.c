@@ -14,6 +14,7 @@
 #include "audit/run_files.h"
 #include "audit/timeline.h"
 #include "receipts/atomic_file.h"
+#include "receipts/digest.h"
 #include "receipts/receipt.h"
 #include "receipts/trace_reader.h"
 
@@ -330,7 +331,22 @@ typedef struct {
 
 /* Reads rank's receipt with the audit's safe reader and checks it (schema
  * and structure, ls_receipt_parse); a receipt of another rank is refused. */
-static void receipt_load(rank_receipt *rr, const char *run_dir, int64_t rank) {
+/* What the page reads again must be the bytes the verdict judged (run_files.h, "one read"). */
+typedef struct {
+    const ls_audit_reads *reads; /* NULL: not checked */
+    bool changed;
+    char why[400];
+} reread;
+
+static void reread_bytes(reread *rd, const char *rel, const char *bytes, size_t len) {
+    uint8_t sha[32];
+    if (rd->reads == NULL || rd->changed) return;
+    if (ls_digest_sha256(bytes, len, sha) != LS_OK ||
+        ls_audit_reads_same(rd->reads, rel, sha, rd->why, sizeof rd->why) != LS_OK)
+        rd->changed = true;
+}
+
+static void receipt_load(rank_receipt *rr, reread *rd, const char *run_dir, int64_t rank) {
     char err[600] = "";
     char *bytes = NULL;
     size_t len = 0;
@@ -338,6 +354,7 @@ static void receipt_load(rank_receipt *rr, const char *run_dir, int64_t rank) {
     rr->why[0] = 0;
     snprintf(rr->rel, sizeof rr->rel, "rank-%04lld/receipt.json", (long long)rank);
     ls_status st = ls_audit_read(run_dir, rr->rel, LS_AUDIT_MAX_JSON_FILE, &bytes, &len, err, sizeof err);
+    if (st == LS_OK) reread_bytes(rd, rr->rel, bytes, len);
     if (st != LS_OK) {
         snprintf(rr->why, sizeof rr->why, "no receipt (%s)", err);
     } else if (ls_receipt_parse(bytes, len, rr->rel, &rr->r, err, sizeof err) != LS_OK) {
@@ -700,8 +717,8 @@ static void put_peaks(sbuf *b, int64_t rank, const mem_series *m, bool sampled, 
 /* Reads rank's memory events into m (reset first) and the trace's report
  * into rep (the caller frees it), *st the reader's status; false with why
  * when the trace was skipped (missing, refused, out of memory). */
-static bool read_samples(const char *run_dir, int64_t rank, mem_series *m, ls_trace_report *rep, ls_status *st,
-                         char *why, size_t why_len) {
+static bool read_samples(reread *rd, const char *run_dir, int64_t rank, mem_series *m, ls_trace_report *rep,
+                         ls_status *st, char *why, size_t why_len) {
     char path[4200], rel[64];
     memset(m, 0, sizeof *m);
     m->stride = 1;
@@ -713,7 +730,14 @@ static bool read_samples(const char *run_dir, int64_t rank, mem_series *m, ls_tr
     ls_audit_trace_rel(run_dir, rank, rel, sizeof rel);
     int fd = ls_audit_open(run_dir, rel, 0, NULL, st, why, why_len);
     if (fd < 0) return false;
-    *st = ls_trace_read_fd(fd, rel, on_memory, m, rep);
+    uint8_t sha[32];
+    ls_status sha_st = LS_ERR_IO;
+    *st = ls_trace_read_fd_sha256(fd, rel, on_memory, m, rep, sha, NULL, &sha_st);
+    if (rd->reads != NULL && !rd->changed &&
+        (sha_st != LS_OK || ls_audit_reads_same(rd->reads, rel, sha, rd->why, sizeof rd->why) != LS_OK)) {
+        if (sha_st != LS_OK) snprintf(rd->why, sizeof rd->why, "%s: could not be read again to the end: refused", rel);
+        rd->changed = true;
+    }
     bucket_flush(m);
     if (*st == LS_ERR_NOMEM || *st == LS_ERR_ARG) {
         snprintf(why, why_len, "out of memory");
@@ -724,15 +748,16 @@ static bool read_samples(const char *run_dir, int64_t rank, mem_series *m, ls_tr
 
 /* One rank's section: plot (or note) and peaks table; the trace header's
  * run_id kept for the page's title line. */
-static void put_rank(sbuf *b, const char *run_dir, int64_t rank, mem_series *m, char *run_id, size_t id_cap) {
+static void put_rank(sbuf *b, reread *rd, const char *run_dir, int64_t rank, mem_series *m, char *run_id,
+                     size_t id_cap) {
     char why[512];
     rank_receipt rr;
     ls_trace_report rep = {0};
     ls_status st;
     const char *hid = NULL;
-    receipt_load(&rr, run_dir, rank);
+    receipt_load(&rr, rd, run_dir, rank);
     sb_fmt(b, "<div class=\"rank\"><h3>rank %lld</h3>\n", (long long)rank);
-    bool sampled = read_samples(run_dir, rank, m, &rep, &st, why, sizeof why);
+    bool sampled = read_samples(rd, run_dir, rank, m, &rep, &st, why, sizeof why);
     if (!sampled) {
         sb_raw(b, "<p class=\"note\">trace skipped: ");
         sb_esc(b, why);
@@ -791,6 +816,11 @@ static const char *STYLE =
 
 int ls_audit_html_write(const char *run_dir, const cJSON *report, const char *out_path, char *err,
                         size_t err_len) {
+    return ls_audit_html_write_read(run_dir, report, NULL, out_path, err, err_len);
+}
+
+int ls_audit_html_write_read(const char *run_dir, const cJSON *report, const ls_audit_reads *reads,
+                             const char *out_path, char *err, size_t err_len) {
     char dummy[8];
     if (!err || !err_len) {
         err = dummy;
@@ -808,7 +838,9 @@ int ls_audit_html_write(const char *run_dir, const cJSON *report, const char *ou
     char wnote[600], run_id[256] = "";
     locale_t c_loc = newlocale(LC_ALL_MASK, "C", (locale_t)0), old_loc = (locale_t)0;
     if (c_loc) old_loc = uselocale(c_loc);
-    if (ls_audit_timeline_world(run_dir, &world, wnote, sizeof wnote, err, err_len) != LS_OK) goto cleanup;
+    reread rd = {.reads = reads};
+    if (ls_audit_timeline_world_read(run_dir, reads, &world, wnote, sizeof wnote, err, err_len) != LS_OK)
+        goto cleanup;
     m = malloc(sizeof *m);
     if (!m) {
         snprintf(err, err_len, "html: out of memory");
@@ -820,7 +852,12 @@ int ls_audit_html_write(const char *run_dir, const cJSON *report, const char *ou
         sb_esc(&body, wnote);
         sb_raw(&body, "</p>\n");
     }
-    for (int64_t r = 0; r < world && !body.nomem; r++) put_rank(&body, run_dir, r, m, run_id, sizeof run_id);
+    for (int64_t r = 0; r < world && !body.nomem && !rd.changed; r++)
+        put_rank(&body, &rd, run_dir, r, m, run_id, sizeof run_id);
+    if (rd.changed) { /* the page shows only the bytes the verdict judged */
+        snprintf(err, err_len, "%s", rd.why);
+        goto cleanup;
+    }
     sb_raw(&body, "</section>\n");
 
     const char *run = cJSON_IsObject(report) ? jstr(report, "run") : NULL;

@@ -49,6 +49,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "audit/run_files.h"
+
 /* Writes the page for run_dir and report (borrowed; may be NULL) to
  * out_path.  0 when written, 2 when run_dir is unusable (not a directory,
  * no rank) or out_path cannot be written, with the reason in err[err_len]
@@ -56,4 +58,10 @@
  * receipt is a note on the page, not an error. */
 int ls_audit_html_write(const char *run_dir, const cJSON *report, const char *out_path, char *err,
                         size_t err_len);
+/* The same, every file it reads again (the manifest, each receipt, each
+ * trace to its last byte) checked against reads, what the audit judged
+ * (run_files.h, "one read"; NULL: not checked): other bytes and the page is
+ * not written (2, err naming the file and both digests). */
+int ls_audit_html_write_read(const char *run_dir, const cJSON *report, const ls_audit_reads *reads,
+                             const char *out_path, char *err, size_t err_len);
 #endif

@@ -34,8 +34,8 @@ static void load_receipt(ls_audit_run *run, ls_audit_rank *r) {
     r->dir_present = lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
     char *bytes = NULL;
     size_t len = 0;
-    ls_status st = ls_audit_read(run->run_dir, rel, LS_AUDIT_MAX_JSON_FILE, &bytes, &len, r->receipt_err,
-                                 sizeof r->receipt_err);
+    ls_status st = ls_audit_read_noted(&run->reads, run->run_dir, rel, LS_AUDIT_MAX_JSON_FILE, &bytes, &len,
+                                       r->receipt_err, sizeof r->receipt_err);
     if (st == LS_ERR_IO) {
         uint64_t s = 0;
         char why[64];
@@ -185,8 +185,8 @@ ls_status ls_audit_load(const ls_audit_options *opt, ls_audit_run **out, char *e
     run->opt = *opt;
     run->opt.run_dir = NULL; /* run->run_dir is the model's own copy */
     /* the manifest */
-    st = ls_audit_read(run->run_dir, LS_MANIFEST_FILE, LS_AUDIT_MAX_JSON_FILE, &mbytes, &mlen, run->manifest_err,
-                       sizeof run->manifest_err);
+    st = ls_audit_read_noted(&run->reads, run->run_dir, LS_MANIFEST_FILE, LS_AUDIT_MAX_JSON_FILE, &mbytes, &mlen,
+                             run->manifest_err, sizeof run->manifest_err);
     run->manifest_present = st != LS_ERR_IO;
     if (st == LS_OK) {
         st = ls_manifest_parse(mbytes, mlen, LS_MANIFEST_FILE, &run->manifest, run->manifest_err,
@@ -282,6 +282,7 @@ void ls_audit_free(ls_audit_run *run) {
     for (size_t i = 0; i < run->n_mem_cats; i++) free(run->mem_cats[i]);
     ls_manifest_free(run->manifest);
     ls_verify_report_free(&run->verify);
+    ls_audit_reads_free(&run->reads);
     cJSON_Delete(run->parity);
     free(run->rules);
     free(run->digest_splits);

@@ -455,7 +455,16 @@ ls_status ls_audit_load_trace(ls_audit_run *run, ls_audit_rank *r) {
                   .st = LS_OK,
                   .out_pos = ls_trace_field_index(LS_TRACE_COLLECTIVE, "out_sha256"),
                   .recompute_pos = ls_trace_field_index(LS_TRACE_LAYER_END, "recompute")};
-    st = ls_trace_read_fd(fd, r->trace_file, on_event, &c, &r->report);
+    /* one read: the digest is taken from the bytes the reader decoded (then the rest of the file) */
+    uint8_t sha[32];
+    uint64_t bytes = 0;
+    ls_status sha_st = LS_ERR_IO;
+    st = ls_trace_read_fd_sha256(fd, r->trace_file, on_event, &c, &r->report, sha, &bytes, &sha_st);
     if (st == LS_ERR_NOMEM || st == LS_ERR_ARG || c.st == LS_ERR_NOMEM) return LS_ERR_NOMEM;
+    if (sha_st == LS_OK) {
+        if (ls_audit_reads_note(&run->reads, r->trace_file, sha, bytes) != LS_OK) return LS_ERR_NOMEM;
+    } else {
+        run->reads.failed = true; /* a digest that could not be taken verifies nothing */
+    }
     return ls_audit_steps_finish(run, r);
 }

@@ -2,6 +2,7 @@
 #include "audit/run_files.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,4 +211,79 @@ ls_status ls_audit_read(const char *run_dir, const char *rel, uint64_t max_bytes
     *out = buf;
     if (len) *len = got;
     return LS_OK;
+}
+
+/* ---- one read -------------------------------------------------------------- */
+
+ls_status ls_audit_reads_note(ls_audit_reads *t, const char *rel, const uint8_t sha[32], uint64_t bytes) {
+    if (t == NULL) return LS_OK;
+    char hex[LS_DIGEST_HEX_SIZE];
+    ls_digest_hex(sha, 32, hex);
+    const ls_audit_read_record *old = ls_audit_reads_find(t, rel);
+    if (old != NULL) {
+        if (strcmp(old->sha256, hex) != 0) t->failed = true; /* read twice, other bytes: nothing verifies */
+        return LS_OK;
+    }
+    if (strlen(rel) >= sizeof t->v[0].rel) {
+        t->failed = true;
+        return LS_OK;
+    }
+    if (t->n == t->cap) {
+        size_t ncap = t->cap ? t->cap * 2 : 16;
+        ls_audit_read_record *n = realloc(t->v, ncap * sizeof *n);
+        if (n == NULL) {
+            t->failed = true;
+            return LS_ERR_NOMEM;
+        }
+        t->v = n;
+        t->cap = ncap;
+    }
+    ls_audit_read_record *r = &t->v[t->n++];
+    snprintf(r->rel, sizeof r->rel, "%s", rel);
+    memcpy(r->sha256, hex, sizeof r->sha256);
+    r->bytes = bytes;
+    return LS_OK;
+}
+
+const ls_audit_read_record *ls_audit_reads_find(const ls_audit_reads *t, const char *rel) {
+    for (size_t i = 0; t != NULL && i < t->n; i++) /* a run holds a few files a rank: a scan is enough */
+        if (strcmp(t->v[i].rel, rel) == 0) return &t->v[i];
+    return NULL;
+}
+
+ls_status ls_audit_reads_same(const ls_audit_reads *t, const char *rel, const uint8_t sha[32], char *err,
+                              size_t err_len) {
+    char hex[LS_DIGEST_HEX_SIZE];
+    ls_digest_hex(sha, 32, hex);
+    const ls_audit_read_record *r = ls_audit_reads_find(t, rel);
+    if (r == NULL) {
+        snprintf(err, err_len, "%.200s: the audit did not read it: nothing it shows is part of the verdict", rel);
+        return LS_ERR_FORMAT;
+    }
+    if (strcmp(r->sha256, hex) != 0) {
+        snprintf(err, err_len, "%.200s: changed while the audit ran (sha256 %.16s... when judged, %.16s... now): "
+                 "refused", rel, r->sha256, hex);
+        return LS_ERR_FORMAT;
+    }
+    return LS_OK;
+}
+
+void ls_audit_reads_free(ls_audit_reads *t) {
+    if (t == NULL) return;
+    free(t->v);
+    memset(t, 0, sizeof *t);
+}
+
+ls_status ls_audit_read_noted(ls_audit_reads *t, const char *run_dir, const char *rel, uint64_t max_bytes,
+                              char **out, size_t *len, char *err, size_t err_len) {
+    size_t n = 0;
+    ls_status st = ls_audit_read(run_dir, rel, max_bytes, out, &n, err, err_len);
+    if (len) *len = n;
+    if (st != LS_OK || t == NULL) return st;
+    uint8_t sha[32];
+    if (ls_digest_sha256(*out, n, sha) != LS_OK) {
+        t->failed = true;
+        return LS_OK;
+    }
+    return ls_audit_reads_note(t, rel, sha, n);
 }

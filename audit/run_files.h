@@ -6,6 +6,7 @@
  * naming the file; nothing outside the run directory is ever opened. */
 #ifndef LS_AUDIT_RUN_FILES_H
 #define LS_AUDIT_RUN_FILES_H
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -50,6 +51,42 @@ int ls_audit_open(const char *run_dir, const char *rel, uint64_t max_bytes, uint
 
 /* SHA-256 (lowercase hex) of run_dir/rel opened with ls_audit_open. */
 ls_status ls_audit_digest(const char *run_dir, const char *rel, char hex[65], char *err, size_t err_len);
+
+/* ---- one read (docs/evidence.md, "One read") --------------------------------
+ * Every file the audit parses is read once, and its SHA-256 is taken from the
+ * bytes parsed (a trace's from the bytes the reader decoded, then the rest of
+ * the file: ls_trace_reader_sha256).  The table keeps one record a file;
+ * the manifest's digests are compared with it (load_manifest.c), never with
+ * a second read, and whatever reads a file again (--timeline, --html, diff)
+ * checks that it got the same bytes (ls_audit_reads_same) or fails. */
+typedef struct {
+    char rel[160];       /* relative to the run directory */
+    char sha256[65];     /* lowercase hex of the bytes read */
+    uint64_t bytes;
+} ls_audit_read_record;
+
+typedef struct {
+    ls_audit_read_record *v;
+    size_t n, cap;
+    bool failed;         /* a record could not be kept (out of memory, a name too long): nothing verifies */
+} ls_audit_reads;
+
+/* Records rel's digest (a second record of rel replaces nothing: the first
+ * read is the one judged, and a second with other bytes marks the table
+ * failed). */
+ls_status ls_audit_reads_note(ls_audit_reads *t, const char *rel, const uint8_t sha[32], uint64_t bytes);
+/* The record of rel, NULL when the audit did not read it. */
+const ls_audit_read_record *ls_audit_reads_find(const ls_audit_reads *t, const char *rel);
+/* LS_OK when rel was read before with these very bytes (sha); else
+ * LS_ERR_FORMAT with err naming rel and both digests ("changed while the
+ * audit ran"), or saying that the audit never read it. */
+ls_status ls_audit_reads_same(const ls_audit_reads *t, const char *rel, const uint8_t sha[32], char *err,
+                              size_t err_len);
+void ls_audit_reads_free(ls_audit_reads *t);
+
+/* ls_audit_read, and the bytes' digest noted in t (when t is not NULL). */
+ls_status ls_audit_read_noted(ls_audit_reads *t, const char *run_dir, const char *rel, uint64_t max_bytes,
+                              char **out, size_t *len, char *err, size_t err_len);
 
 /* 1 when run_dir itself is a directory and not a symbolic link. */
 int ls_audit_dir_ok(const char *run_dir);

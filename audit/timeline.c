@@ -17,6 +17,7 @@
 #include <cjson/cJSON.h>
 
 #include "audit/run_files.h"
+#include "receipts/digest.h"
 #include "receipts/trace_reader.h"
 
 #define MAX_GROUPS 64     /* header groups kept per rank (flows of others are not drawn) */
@@ -197,12 +198,22 @@ static int out_close(out_stream *o, const char *path, bool keep, char *err, size
 
 /* ---- the run's ranks ---- */
 
-static int64_t manifest_world(const char *run_dir, char *why, size_t why_len) {
+/* The manifest's world; 0 when it has none.  With reads, bytes other than
+ * those the audit judged set *changed (and why). */
+static int64_t manifest_world(const char *run_dir, const ls_audit_reads *reads, bool *changed, char *why,
+                              size_t why_len) {
     char *text = NULL;
     size_t len = 0;
     int64_t w = 0;
     if (ls_audit_read(run_dir, "manifest.json", LS_AUDIT_MAX_JSON_FILE, &text, &len, why, why_len) != LS_OK)
         return 0;
+    uint8_t sha[32];
+    if (reads != NULL && (ls_digest_sha256(text, len, sha) != LS_OK ||
+                          ls_audit_reads_same(reads, "manifest.json", sha, why, why_len) != LS_OK)) {
+        *changed = true;
+        free(text);
+        return 0;
+    }
     cJSON *m = cJSON_ParseWithLength(text, len);
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(m, "predicate");
     if (!ls_trace_json_int(cJSON_GetObjectItemCaseSensitive(p, "world"), &w) || w < 1 || w > LS_AUDIT_MAX_WORLD) {
@@ -216,6 +227,11 @@ static int64_t manifest_world(const char *run_dir, char *why, size_t why_len) {
 
 ls_status ls_audit_timeline_world(const char *run_dir, int64_t *world, char *note, size_t note_len, char *err,
                                   size_t err_len) {
+    return ls_audit_timeline_world_read(run_dir, NULL, world, note, note_len, err, err_len);
+}
+
+ls_status ls_audit_timeline_world_read(const char *run_dir, const ls_audit_reads *reads, int64_t *world, char *note,
+                                       size_t note_len, char *err, size_t err_len) {
     if (note && note_len) note[0] = 0;
     *world = 0;
     struct stat st;
@@ -224,7 +240,12 @@ ls_status ls_audit_timeline_world(const char *run_dir, int64_t *world, char *not
         return LS_ERR_IO;
     }
     char why[512] = "";
-    int64_t mw = manifest_world(run_dir, why, sizeof why);
+    bool changed = false;
+    int64_t mw = manifest_world(run_dir, reads, &changed, why, sizeof why);
+    if (changed) {
+        snprintf(err, err_len, "%s", why);
+        return LS_ERR_FORMAT;
+    }
     int64_t dw = 0;
     DIR *d = opendir(run_dir);
     if (d) {
@@ -272,6 +293,17 @@ ls_status ls_audit_timeline_trace_path(const char *run_dir, int64_t rank, char *
         return LS_ERR_FORMAT;
     }
     return LS_OK;
+}
+
+ls_status ls_audit_trace_same(const ls_audit_reads *reads, ls_trace_reader *r, char *err, size_t err_len) {
+    if (reads == NULL) return LS_OK;
+    uint8_t sha[32];
+    const char *rel = ls_trace_reader_report(r)->path;
+    if (ls_trace_reader_sha256(r, sha, NULL) != LS_OK) {
+        snprintf(err, err_len, "%.200s: its bytes could not be read again to the end: refused", rel);
+        return LS_ERR_FORMAT;
+    }
+    return ls_audit_reads_same(reads, rel, sha, err, err_len);
 }
 
 ls_status ls_audit_timeline_trace_open(const char *run_dir, int64_t rank, ls_trace_reader **out, char *err,
@@ -507,10 +539,10 @@ static void out_meta(out_stream *o, int64_t pid, int tid, const char *what, cons
 
 /* Header start_unix_ns of rank's trace (first line only); false when it
  * has none. */
-static bool rank_start(const char *run_dir, int64_t rank, int64_t *start, int64_t *world_hdr) {
+static bool rank_start(const char *run_dir, const ls_audit_reads *reads, int64_t rank, int64_t *start,
+                       int64_t *world_hdr, bool *changed, char *why, size_t why_len) {
     ls_trace_reader *r = NULL;
-    char why[512];
-    if (ls_audit_timeline_trace_open(run_dir, rank, &r, why, sizeof why) != LS_OK) return false;
+    if (ls_audit_timeline_trace_open(run_dir, rank, &r, why, why_len) != LS_OK) return false;
     const ls_trace_event *ev = NULL;
     ls_trace_reader_next(r, &ev);
     const ls_trace_report *rep = ls_trace_reader_report(r);
@@ -521,13 +553,15 @@ static bool rank_start(const char *run_dir, int64_t rank, int64_t *start, int64_
         ok = true;
     }
     *world_hdr = rep->header_ok ? rep->world : -1;
+    if (ls_audit_trace_same(reads, r, why, why_len) != LS_OK) *changed = true;
     ls_trace_reader_close(r);
     return ok;
 }
 
 /* One rank's events; the number delivered, or -1 when the rank was
  * skipped (missing or refused). */
-static int64_t write_rank(out_stream *o, note_list *nl, const char *run_dir, int64_t rank, int64_t offset,
+static int64_t write_rank(out_stream *o, note_list *nl, const char *run_dir, const ls_audit_reads *reads,
+                          bool *changed, char *changed_why, size_t changed_len, int64_t rank, int64_t offset,
                           const char **run_id_out, char *run_id, size_t run_id_cap) {
     char path[4200], why[512];
     if (ls_audit_timeline_trace_path(run_dir, rank, path, sizeof path, why, sizeof why) != LS_OK) {
@@ -598,6 +632,7 @@ static int64_t write_rank(out_stream *o, note_list *nl, const char *run_dir, int
     if (!rep->header_ok) note(o, nl, rank, s->last_ts, "rank %lld: no valid header line; its times are not aligned",
                               (long long)rank);
     n = s->events;
+    if (ls_audit_trace_same(reads, r, changed_why, changed_len) != LS_OK) *changed = true;
 cleanup:
     ls_trace_reader_close(r);
     free(s);
@@ -605,11 +640,11 @@ cleanup:
 }
 
 int ls_audit_timeline_write(const char *run_dir, const char *out_path, char *err, size_t err_len) {
-    return ls_audit_timeline_write_verdict(run_dir, out_path, NULL, err, err_len);
+    return ls_audit_timeline_write_verdict(run_dir, out_path, NULL, NULL, err, err_len);
 }
 
-int ls_audit_timeline_write_verdict(const char *run_dir, const char *out_path, const char *verdict_json, char *err,
-                                    size_t err_len) {
+int ls_audit_timeline_write_verdict(const char *run_dir, const char *out_path, const char *verdict_json,
+                                    const ls_audit_reads *reads, char *err, size_t err_len) {
     char dummy[8];
     if (!err || !err_len) {
         err = dummy;
@@ -630,7 +665,10 @@ int ls_audit_timeline_write_verdict(const char *run_dir, const char *out_path, c
     const char *run_id_p = NULL;
     locale_t c_loc = newlocale(LC_ALL_MASK, "C", (locale_t)0), old_loc = (locale_t)0;
     if (c_loc) old_loc = uselocale(c_loc);
-    if (ls_audit_timeline_world(run_dir, &world, wnote, sizeof wnote, err, err_len) != LS_OK) goto cleanup;
+    bool changed = false;
+    char changed_why[400] = "";
+    if (ls_audit_timeline_world_read(run_dir, reads, &world, wnote, sizeof wnote, err, err_len) != LS_OK)
+        goto cleanup;
     starts = malloc((size_t)world * sizeof *starts);
     nl = calloc(1, sizeof *nl);
     if (!starts || !nl) {
@@ -642,8 +680,13 @@ int ls_audit_timeline_write_verdict(const char *run_dir, const char *out_path, c
     for (int64_t r = 0; r < world; r++) {
         int64_t hw;
         starts[r] = -1;
-        if (rank_start(run_dir, r, &starts[r], &hw) && starts[r] < base)
+        char why[400];
+        if (rank_start(run_dir, reads, r, &starts[r], &hw, &changed, why, sizeof why) && starts[r] < base)
             base = starts[r];
+        if (changed) {
+            snprintf(err, err_len, "%s", why);
+            goto cleanup;
+        }
     }
     if (out_open(&o, out_path, err, err_len) != 0) goto cleanup;
     opened = true;
@@ -652,7 +695,15 @@ int ls_audit_timeline_write_verdict(const char *run_dir, const char *out_path, c
     int64_t ranks_read = 0;
     for (int64_t r = 0; r < world && !o.failed; r++) {
         int64_t off = starts[r] >= 0 && base != INT64_MAX ? starts[r] - base : 0;
-        if (write_rank(&o, nl, run_dir, r, off, &run_id_p, run_id, sizeof run_id) >= 0) ranks_read++;
+        if (write_rank(&o, nl, run_dir, reads, &changed, changed_why, sizeof changed_why, r, off, &run_id_p, run_id,
+                       sizeof run_id) >= 0)
+            ranks_read++;
+        if (changed) { /* the timeline shows only the bytes the verdict judged */
+            snprintf(err, err_len, "%s", changed_why);
+            out_close(&o, out_path, false, err, err_len);
+            opened = false;
+            goto cleanup;
+        }
     }
     if (ranks_read == 0 && !o.failed) {
         snprintf(err, err_len, "%.200s: none of its %lld rank trace(s) could be read%s%.200s", run_dir,

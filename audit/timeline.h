@@ -81,6 +81,18 @@ int ls_audit_timeline_write(const char *run_dir, const char *out_path, char *err
 /* The same with otherData.verdict: verdict_json, one JSON object's text
  * (borrowed: the audit's level, assurance and key ids, faults, exact
  * steps), written as given; NULL: none. */
-int ls_audit_timeline_write_verdict(const char *run_dir, const char *out_path, const char *verdict_json, char *err,
-                                    size_t err_len);
+int ls_audit_timeline_write_verdict(const char *run_dir, const char *out_path, const char *verdict_json,
+                                    const ls_audit_reads *reads, char *err, size_t err_len);
+/* reads (may be NULL: no check): what the audit judged (run_files.h, "one
+ * read").  Every file the timeline reads again (the manifest, each trace,
+ * to its last byte) must be those very bytes, else it is not written: 2,
+ * err naming the file and both digests. */
+
+/* ls_audit_timeline_world, the manifest checked against reads (NULL: not). */
+ls_status ls_audit_timeline_world_read(const char *run_dir, const ls_audit_reads *reads, int64_t *world, char *note,
+                                       size_t note_len, char *err, size_t err_len);
+
+/* LS_OK when reads is NULL or the reader's whole file (ls_trace_reader_sha256,
+ * the report's path relative to the run) is what the audit read. */
+ls_status ls_audit_trace_same(const ls_audit_reads *reads, ls_trace_reader *r, char *err, size_t err_len);
 #endif

@@ -28,6 +28,7 @@
 
 #include <zstd.h>
 
+#include "receipts/digest.h"
 #include "receipts/json_util.h"
 #include "receipts/trace_lex.h"
 #include "receipts/trace_reader_internal.h"
@@ -700,7 +701,7 @@ static ls_status reader_new(ls_trace_reader **out, const char *name) {
     r->in = malloc(r->in_cap);
     r->win_cap = WIN_INIT;
     r->win = malloc(r->win_cap);
-    if (r->rep.path == NULL || r->in == NULL || r->win == NULL) {
+    if (r->rep.path == NULL || r->in == NULL || r->win == NULL || ls_digest_stream_open(&r->sha) != LS_OK) {
         ls_trace_reader_close(r);
         return LS_ERR_NOMEM;
     }
@@ -782,25 +783,56 @@ void ls_trace_reader_stop(ls_trace_reader *r) {
 
 const ls_trace_report *ls_trace_reader_report(const ls_trace_reader *r) { return r ? &r->rep : NULL; }
 
+ls_status ls_trace_reader_sha256(ls_trace_reader *r, uint8_t out[32], uint64_t *bytes) {
+    if (r == NULL || out == NULL) return LS_ERR_ARG;
+    if (r->sha == NULL || r->sha_failed) return LS_ERR_NOMEM;
+    uint64_t total = r->rep.file_bytes; /* bytes the source gave so far */
+    if (r->fd >= 0) { /* the rest of the file, past where decoding stopped */
+        unsigned char buf[16384];
+        for (;;) {
+            ssize_t k = read(r->fd, buf, sizeof buf);
+            if (k < 0 && errno == EINTR) continue;
+            if (k < 0) return LS_ERR_IO;
+            if (k == 0) break;
+            if (ls_digest_stream_update(r->sha, buf, (size_t)k) != LS_OK) return LS_ERR_NOMEM;
+            total += (uint64_t)k;
+        }
+    } else if (r->mem_pos < r->mem_len) {
+        if (ls_digest_stream_update(r->sha, r->mem + r->mem_pos, r->mem_len - r->mem_pos) != LS_OK)
+            return LS_ERR_NOMEM;
+        total += r->mem_len - r->mem_pos;
+        r->mem_pos = r->mem_len;
+    }
+    r->src_eof = true;
+    if (r->rep.end == LS_TRACE_END_NONE) r->rep.end = LS_TRACE_END_STOPPED;
+    if (bytes) *bytes = total;
+    return ls_digest_stream_final(r->sha, out);
+}
+
 void ls_trace_reader_close(ls_trace_reader *r) {
     if (r == NULL) return;
     if (r->fd >= 0) close(r->fd);
     drop_json(r, r->cur);
     ls_trace_pool_free(&r->pool);
     ZSTD_freeDCtx(r->dctx);
+    ls_digest_stream_free(r->sha);
     free(r->in);
     free(r->win);
     ls_trace_report_free(&r->rep);
     free(r);
 }
 
-static ls_status read_all(ls_trace_reader *r, ls_trace_event_fn fn, void *user, ls_trace_report *report) {
+/* Every event to fn, then (sha != NULL) the digest of the whole source into
+ * sha with its status in *sha_st; the report moved into *report. */
+static ls_status read_all(ls_trace_reader *r, ls_trace_event_fn fn, void *user, ls_trace_report *report,
+                          uint8_t *sha, uint64_t *bytes, ls_status *sha_st) {
     const ls_trace_event *ev;
     while (ls_trace_reader_next(r, &ev) == LS_OK && ev != NULL)
         if (fn && fn(ev, user) != 0) {
             ls_trace_reader_stop(r);
             break;
         }
+    if (sha != NULL) *sha_st = ls_trace_reader_sha256(r, sha, bytes);
     *report = r->rep;
     memset(&r->rep, 0, sizeof r->rep);
     ls_trace_reader_close(r);
@@ -813,7 +845,7 @@ ls_status ls_trace_read_file(const char *path, ls_trace_event_fn fn, void *user,
     ls_trace_reader *r = NULL;
     ls_status st = ls_trace_reader_open(&r, path);
     if (st != LS_OK) return st;
-    return read_all(r, fn, user, report);
+    return read_all(r, fn, user, report, NULL, NULL, NULL);
 }
 
 ls_status ls_trace_read_fd(int fd, const char *name, ls_trace_event_fn fn, void *user,
@@ -825,5 +857,18 @@ ls_status ls_trace_read_fd(int fd, const char *name, ls_trace_event_fn fn, void 
     ls_trace_reader *r = NULL;
     ls_status st = ls_trace_reader_open_fd(&r, fd, name);
     if (st != LS_OK) return st;
-    return read_all(r, fn, user, report);
+    return read_all(r, fn, user, report, NULL, NULL, NULL);
+}
+
+ls_status ls_trace_read_fd_sha256(int fd, const char *name, ls_trace_event_fn fn, void *user,
+                                  ls_trace_report *report, uint8_t sha[32], uint64_t *bytes, ls_status *sha_st) {
+    if (report == NULL || sha == NULL || sha_st == NULL) {
+        if (fd >= 0) close(fd);
+        return LS_ERR_ARG;
+    }
+    *sha_st = LS_ERR_IO;
+    ls_trace_reader *r = NULL;
+    ls_status st = ls_trace_reader_open_fd(&r, fd, name);
+    if (st != LS_OK) return st;
+    return read_all(r, fn, user, report, sha, bytes, sha_st);
 }

@@ -224,6 +224,15 @@ void ls_trace_reader_stop(ls_trace_reader *r);
 /* The reader's report (valid until close). */
 const ls_trace_report *ls_trace_reader_report(const ls_trace_reader *r);
 
+/* SHA-256 of every byte of the source: what the reader read so far (the
+ * bytes it decoded, so the bytes it judged) and then the rest, read to the
+ * end without decoding; *bytes (may be NULL) their count.  After it the
+ * reader delivers no event (a reader not yet at its end is STOPPED).  The
+ * audit compares it with the manifest's subject digest: the verdict rests on
+ * the bytes whose digest was checked (docs/evidence.md, "One read").
+ * LS_ERR_IO when the rest cannot be read, LS_ERR_NOMEM. */
+ls_status ls_trace_reader_sha256(ls_trace_reader *r, uint8_t out[32], uint64_t *bytes);
+
 /* Releases the reader and its report.  NULL is a no-op. */
 void ls_trace_reader_close(ls_trace_reader *r);
 
@@ -241,5 +250,11 @@ ls_status ls_trace_read_file(const char *path, ls_trace_event_fn fn, void *user,
  * ls_trace_reader_open_fd). */
 ls_status ls_trace_read_fd(int fd, const char *name, ls_trace_event_fn fn, void *user,
                            ls_trace_report *report);
+
+/* ls_trace_read_fd, and the SHA-256 of every byte of the file (the bytes
+ * read, then the rest: ls_trace_reader_sha256) into sha, their count into
+ * *bytes (may be NULL), the digest's status into *sha_st. */
+ls_status ls_trace_read_fd_sha256(int fd, const char *name, ls_trace_event_fn fn, void *user,
+                                  ls_trace_report *report, uint8_t sha[32], uint64_t *bytes, ls_status *sha_st);
 
 #endif

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "receipts/digest.h"
 #include "receipts/trace_reader_internal.h"
 
 #define WINDOW_LOG_MAX 23 /* zstd frames needing more than 8 MiB of history are refused */
@@ -42,6 +43,7 @@ static void src_read(ls_trace_reader *r) {
         got = (size_t)k;
     }
     if (got == 0) r->src_eof = true;
+    if (got && r->sha && ls_digest_stream_update(r->sha, r->in + r->in_len, got) != LS_OK) r->sha_failed = true;
     r->in_len += got;
     r->rep.file_bytes += got;
 }

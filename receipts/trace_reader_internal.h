@@ -34,6 +34,8 @@ struct ls_trace_reader {
     unsigned char *in;
     size_t in_cap, in_pos, in_len;   /* unread input is in[in_pos, in_len) */
     uint64_t in_base;                /* file offset of in[0] */
+    struct ls_digest_stream *sha;    /* SHA-256 of every source byte read (ls_trace_reader_sha256) */
+    bool sha_failed;                 /* the digest could not be kept (out of memory) */
     /* zstd */
     ZSTD_DCtx *dctx;
     bool in_frame;                   /* input of the current frame consumed */

@@ -22,3 +22,17 @@ if(MPIEXEC_EXECUTABLE)
                    ${CMAKE_BINARY_DIR}/tests/fault-evidence)
   set_tests_properties(fault_evidence PROPERTIES TIMEOUT 900 LABELS "parity;slow" ENVIRONMENT "${LS_MPI_TEST_ENV}")
 endif()
+
+# The adversarial generators (tests/evidence/generate.py, docs/evidence.md): per class of attack many variants of a
+# real signed CP-2 run, each refused by its class's rule.  The "swap" class changes a file while the audit runs
+# through an LD_PRELOAD shim (tests/evidence/swap_preload.c), which cannot be preloaded under ASan.
+if(TARGET longstraw-audit AND TARGET longstraw-train AND MPIEXEC_EXECUTABLE AND NOT LS_SANITIZE)
+  add_library(ls_swap_preload MODULE ${CMAKE_CURRENT_SOURCE_DIR}/evidence/swap_preload.c)
+  set_target_properties(ls_swap_preload PROPERTIES PREFIX "lib" OUTPUT_NAME "ls_swap_preload"
+    LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+  target_link_libraries(ls_swap_preload PRIVATE ${CMAKE_DL_LIBS})
+  add_test(NAME audit_generators
+           COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/evidence/generate.py ${CMAKE_BINARY_DIR})
+  set_tests_properties(audit_generators PROPERTIES TIMEOUT 900 ENVIRONMENT "OMP_NUM_THREADS=1"
+    LABELS "audit;mpi")
+endif()

@@ -4,11 +4,13 @@
  * envelope, field and header faults, overlong lines, frames too large to
  * verify first, frames without checksums, trailing junk, unreadable files,
  * and the bound on stored diagnostics. */
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 
 #include <zstd.h>
 
+#include "receipts/digest.h"
 #include "test_trace_util.h"
 
 /* ---- helpers ---------------------------------------------------------------- */
@@ -767,4 +769,54 @@ Test(trace_reader, stored_diagnostics_bounded) {
     expect_diag(&run, 999, LS_TRACE_DIAG_MALFORMED_LINE, 1001);
     tt_run_free(&run);
     free(b.p);
+}
+
+/* ---- one read: the digest of the bytes read ------------------------------------ */
+
+static int stop_after_one(const ls_trace_event *ev, void *user) {
+    (void)ev;
+    return ++*(int *)user >= 1;
+}
+
+/* ls_trace_reader_sha256 / ls_trace_read_fd_sha256: the SHA-256 of every byte
+ * of the file, whether the reader read to the end or stopped after one event
+ * (the rest read without decoding), from a descriptor and from memory. */
+Test(trace_reader, sha256_of_every_byte) {
+    char dir[64], path[128];
+    tt_mkdtemp(dir);
+    snprintf(path, sizeof path, "%s/events.jsonl.zst", dir);
+    tt_write_sample(path, NULL);
+    size_t len;
+    unsigned char *bytes = tt_slurp(path, &len);
+    uint8_t want[32], got[32];
+    cr_assert_eq(ls_digest_sha256(bytes, len, want), LS_OK);
+    for (int stop = 0; stop < 2; stop++) {
+        int fd = open(path, O_RDONLY);
+        cr_assert_geq(fd, 0);
+        ls_trace_report rep = {0};
+        ls_status st = LS_ERR_IO;
+        uint64_t n = 0;
+        int seen = 0;
+        ls_trace_read_fd_sha256(fd, "t", stop ? stop_after_one : NULL, &seen, &rep, got, &n, &st);
+        cr_assert_eq(st, LS_OK);
+        cr_assert_eq(n, len, "stop %d: %llu bytes digested of %zu", stop, (unsigned long long)n, len);
+        cr_assert_eq(memcmp(got, want, 32), 0, "stop %d: the digest is not the file's", stop);
+        ls_trace_report_free(&rep);
+    }
+    ls_trace_reader *r = NULL;
+    cr_assert_eq(ls_trace_reader_open_mem(&r, bytes, len, "m"), LS_OK);
+    const ls_trace_event *e = NULL;
+    ls_trace_reader_next(r, &e);
+    cr_assert_eq(ls_trace_reader_sha256(r, got, NULL), LS_OK);
+    cr_assert_eq(memcmp(got, want, 32), 0, "memory: the digest is not the bytes'");
+    ls_trace_reader_next(r, &e);
+    cr_assert_null(e, "an event after the digest was taken");
+    ls_trace_reader_close(r);
+    bytes[len / 2] ^= 1; /* one bit: another digest */
+    cr_assert_eq(ls_trace_reader_open_mem(&r, bytes, len, "m"), LS_OK);
+    cr_assert_eq(ls_trace_reader_sha256(r, got, NULL), LS_OK);
+    cr_assert_neq(memcmp(got, want, 32), 0);
+    ls_trace_reader_close(r);
+    free(bytes);
+    tt_rmdir(dir);
 }
