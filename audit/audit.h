@@ -78,12 +78,98 @@ typedef struct {
     uint64_t out8;
 } ls_audit_coll;
 
+/* ---- steps.sequence (audit/rank_seq.c): every step's phases against the
+ * profile's grammar (sequence), and each layer key's occurrences.  One block
+ * for the facts it keeps (per layer key, per open step, per rank, per run);
+ * the structs above and below carry one member of these each. ---- */
+#define LS_AUDIT_SEQ_STATES 64   /* grammar states held per hypothesis of a step */
+#define LS_AUDIT_SEQ_FIRST 3     /* faults kept per rank with their evidence (the rest counted) */
+
+/* A layer key's occurrences (phase instances) in its open step. */
+typedef struct {
+    uint32_t inst;             /* the rank's instance number of its latest occurrence (0: none) */
+    uint16_t hits;             /* its events in that occurrence */
+    uint16_t min_hits, max_hits; /* over its earlier occurrences (min 0xffff: none) */
+    uint16_t n_inst, grp;      /* occurrences; the prompt group of the first */
+    int64_t inst_seq;          /* seq of its first event in the latest occurrence */
+    int64_t rep_a, rep_b;      /* the first repeat inside one occurrence: both seqs (-1: none) */
+} ls_audit_seq_key;
+
+/* What one fault was, kept until the rule is written (kind: rank_seq.c's). */
+typedef struct {
+    int64_t step, seq, seq2;   /* the event, and the earlier one it stands against (-1: none) */
+    int64_t member, layer;
+    uint32_t a, b, expect;     /* counts, and phase slots (bits) by kind */
+    uint8_t kind, phase, phase2, dir;
+} ls_audit_seq_fault;
+
+/* A step's phase counts (per open step window). */
+typedef struct {
+    uint32_t occ[LS_AUDIT_NPHASE]; /* occurrences of each phase in the step */
+    uint16_t *occ_grp;         /* [n_grp][LS_AUDIT_NPHASE]: per prompt group (rank_seq.c frees it) */
+    size_t n_grp;
+    bool bad;                  /* the step's sequence failed: its layer counts are not judged again */
+    bool grp_bad;              /* a member's events in two prompt groups: grp_fault */
+    ls_audit_seq_fault grp_fault;
+} ls_audit_seq_window;
+
+/* One grammar state: the next item (or the block's end), whether the
+ * current prompt group consumed a phase yet, which group. */
+typedef struct {
+    uint8_t pos, fed;
+    uint16_t g;
+} ls_audit_seq_state;
+
+/* A rank's grammar matcher: the step being matched under four hypotheses
+ * (bit 0 an SFT step, bit 1 prefix-frozen: known only as or after the step
+ * ends), the open phase, and the faults found. */
+typedef struct {
+    int64_t step;              /* the step matched (-1: none yet) */
+    int64_t from_step;         /* the first step matched (earlier ones: before the profile was known) */
+    uint8_t stat[4][LS_AUDIT_PROFILE_MAX_SEQ]; /* per hypothesis and item: 0 never, 1 may, 2 must */
+    ls_audit_seq_state st[4][LS_AUDIT_SEQ_STATES];
+    uint8_t n_st[4];
+    bool dead[4];
+    ls_audit_seq_fault rej[4]; /* each hypothesis's first rejection */
+    bool ind_bad;              /* a fault of the step whatever its kind (nesting, an event outside its phase) */
+    ls_audit_seq_fault ind;
+    int open_phase;            /* -1: none open */
+    int64_t open_step, open_seq;
+    uint32_t inst;             /* instance number of the open (or last) phase */
+    uint16_t grp;              /* its prompt group */
+    uint8_t passes;            /* its ls_audit_passes */
+    uint32_t inst_events, inst_keys, inst_max; /* its layer events, distinct keys, most events of one key */
+    ls_audit_seq_fault inst_top; /* the key with inst_max */
+    uint16_t begun[LS_AUDIT_NPHASE]; /* begins of each phase in the step's current prompt group */
+    int64_t begun_seq[LS_AUDIT_NPHASE];
+    bool ready;                /* the rank's steps are matched from here (the profile known) */
+    int64_t skip_step;         /* the last step seen before it was: not matched (-1 none) */
+    int last_phase;
+    int64_t last_seq;
+    uint64_t matched, n_bad;
+    ls_audit_seq_fault first[LS_AUDIT_SEQ_FIRST];
+    size_t n_first;
+} ls_audit_seq;
+
+/* The grammar as this run sizes it (compiled once, ls_audit_seq_phase). */
+typedef struct {
+    int state;                 /* 0 not compiled, 1 ready, -1 no profile */
+    uint8_t base[LS_AUDIT_PROFILE_MAX_SEQ]; /* each item by the configuration: 0 never, 1 may, 2 must */
+    int64_t b_min, b_max;      /* prompt groups per step (b_max 0: any) */
+    int64_t probe_every;       /* options.probe_every, -1 unknown */
+    int64_t group;             /* config group (an SFT member's answer branches), -1 unknown */
+    uint8_t passes[LS_AUDIT_NPHASE]; /* per phase slot: ls_audit_passes of its plan step (255: none, uncounted) */
+    uint32_t opt_phases;       /* phase slots holding the optimizer_step event */
+    int64_t steps_checked;
+} ls_audit_seq_plan;
+
 /* Layer events of one (phase, member, layer, dir) of an open step. */
 typedef struct {
     int32_t member, layer;
     uint8_t phase, dir, kind, used; /* kind: ls_trace_layer_kind */
     uint32_t count;
     int64_t first_seq;
+    ls_audit_seq_key sq;       /* steps.sequence */
 } ls_audit_layer_key;
 
 /* Collectives of one (phase, layer, purpose) of an open step. */
@@ -103,6 +189,7 @@ typedef struct {
     size_t lk_cap, lk_used;
     ls_audit_coll_count *cc;   /* idem */
     size_t cc_cap, cc_used;
+    ls_audit_seq_window sq;    /* steps.sequence */
 } ls_audit_step_window;
 
 /* A layer_end a closed step lacked (rank.layers evidence). */
@@ -223,6 +310,11 @@ typedef struct {
     int64_t last_step, last_member, last_layer; /* of the last layer_end (-2 none) */
     char last_layer_phase[32], last_layer_dir[8];
     int64_t first_ts, last_ts;
+    ls_audit_seq seq;          /* steps.sequence (rank_seq.c) */
+    /* the canonical description's trace facts (describe.c) */
+    uint64_t purpose_calls[LS_AUDIT_MAX_NAMES]; /* collectives per purpose (index into run->purposes) */
+    uint64_t purpose_bytes[LS_AUDIT_MAX_NAMES]; /* their bytes */
+    int64_t complete_steps, complete_events;    /* rank_complete's steps and events (-1: none) */
 } ls_audit_rank;
 
 /* Forensics (rules_cross.c fills them; the reports print them). */
@@ -402,6 +494,7 @@ typedef struct ls_audit_run {
     char profile_used[LS_AUDIT_PROFILE_IDENT]; /* the profile's name ("" none) */
     char profile_err[480];
     ls_audit_profile profile;  /* names bound to the trace's indices (ls_audit_vocab_index) */
+    ls_audit_seq_plan seq_plan; /* steps.sequence: the profile's grammar sized by the configuration */
     /* verdicts */
     ls_audit_rule *rules;
     size_t n_rules, rules_cap;
@@ -465,6 +558,25 @@ ls_status ls_audit_steps_coll(ls_audit_rank *r, int64_t step, int phase, int64_t
 ls_status ls_audit_steps_finish(ls_audit_run *run, ls_audit_rank *r);
 void ls_audit_steps_close_empty(const ls_audit_run *run, ls_audit_rank *r, int64_t until);
 void ls_audit_steps_free(ls_audit_rank *r);
+/* steps.sequence (rank_seq.c), fed while a trace streams (load_trace.c,
+ * rank_steps.c): ls_audit_seq_phase on every phase_begin (begin) and
+ * phase_end of phase slot p; ls_audit_seq_optimizer on an optimizer_step;
+ * ls_audit_seq_layer on a layer_end, with its key in its step's window w
+ * (NULL: not counted); ls_audit_seq_close when window w of step s closes
+ * (judges its keys; frees its counts; _window_free frees them unjudged);
+ * ls_audit_seq_finish when the trace ends (before its windows close).  ls_audit_steps_window: the open window
+ * of step (claimed when free), NULL when the step is closed or none is.
+ * ls_audit_rules_sequence: the rule. */
+void ls_audit_seq_init(ls_audit_rank *r); /* before the trace streams */
+void ls_audit_seq_phase(ls_audit_run *run, ls_audit_rank *r, int64_t step, int p, bool begin, int64_t seq);
+void ls_audit_seq_optimizer(ls_audit_run *run, ls_audit_rank *r, int64_t step, int64_t seq);
+void ls_audit_seq_layer(ls_audit_rank *r, ls_audit_step_window *w, ls_audit_layer_key *k, int64_t step, int phase,
+                        int64_t member, int64_t layer, int dir, int64_t seq);
+ls_status ls_audit_seq_close(const ls_audit_run *run, ls_audit_rank *r, int64_t s, ls_audit_step_window *w);
+void ls_audit_seq_finish(ls_audit_run *run, ls_audit_rank *r);
+void ls_audit_seq_window_free(ls_audit_step_window *w);
+ls_audit_step_window *ls_audit_steps_window(ls_audit_rank *r, int64_t step);
+ls_status ls_audit_rules_sequence(ls_audit_run *run);
 /* rank.layers for rank r over the run's S steps, G[s] members required in
  * step s: closes the steps r never reached, adds the first missing events
  * (in step, phase, member, layer order) as evidence and the keys examined

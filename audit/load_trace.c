@@ -149,12 +149,13 @@ typedef struct {
     const cJSON *step, *phase, *member, *layer, *kind, *dir, *wall_ns, *ok, *target, *sha256;
     const cJSON *group, *gseq, *op, *red, *count, *dtype, *purpose; /* collective */
     const cJSON *tokens;                                            /* layer_end */
+    const cJSON *bytes;                                             /* collective (describe.c) */
 } ev_fields;
 
 #define EV_NFIELDS (sizeof(ev_fields) / sizeof(const cJSON *))
 static const char *const EV_FIELD_NAMES[EV_NFIELDS] = {
     "step", "phase",  "member", "layer", "kind", "dir", "wall_ns", "ok",    "target",
-    "sha256", "group", "gseq",  "op",    "red",  "count", "dtype", "purpose", "tokens"};
+    "sha256", "group", "gseq",  "op",    "red",  "count", "dtype", "purpose", "tokens", "bytes"};
 
 /* EV_POS[kind][k]: the table position of EV_FIELD_NAMES[k] in kind, -1 none */
 static signed char EV_POS[LS_TRACE_KIND_COUNT][EV_NFIELDS];
@@ -245,6 +246,9 @@ static void on_collective(scan_ctx *c, const ls_trace_event *ev, const ev_fields
                    &c->purpose_hint);
     if (g < 0 || p < 0) return;
     r->n_coll_total++;
+    r->purpose_calls[p]++;
+    int64_t nb = 0;
+    if (ls_trace_json_int(f->bytes, &nb) && nb > 0) r->purpose_bytes[p] += (uint64_t)nb;
     int64_t key[6] = {tc.gseq, tc.op, tc.red, tc.count, tc.dtype, p};
     r->group_hash[g] = fnv(r->group_hash[g] ? r->group_hash[g] : 1469598103934665603ull, key, sizeof key);
     r->group_count[g]++;
@@ -317,6 +321,7 @@ static int on_event(const ls_trace_event *ev, void *user) {
         c->cur_step = step;
         snprintf(r->last_phase, sizeof r->last_phase, "%s", ph ? ph : "?");
         r->in_phase = true;
+        if (has_step) ls_audit_seq_phase(c->run, r, step, p, true, ev->seq); /* steps.sequence */
         break;
     }
     case LS_TRACE_PHASE_END: {
@@ -327,6 +332,7 @@ static int on_event(const ls_trace_event *ev, void *user) {
         if (ls_json_is_true(f.ok) && sf != NULL && p < 16) sf->phase_mask |= (uint16_t)(1u << p);
         c->cur_phase = -1;
         r->in_phase = false;
+        if (has_step) ls_audit_seq_phase(c->run, r, step, p, false, ev->seq); /* steps.sequence */
         break;
     }
     case LS_TRACE_LAYER_END: {
@@ -363,6 +369,7 @@ static int on_event(const ls_trace_event *ev, void *user) {
         break;
     case LS_TRACE_OPTIMIZER_STEP:
         if (sf != NULL && sf->opt_count++ == 0) sf->opt_seq = ev->seq;
+        if (has_step) ls_audit_seq_optimizer(c->run, r, step, ev->seq); /* steps.sequence */
         break;
     case LS_TRACE_PARAM_DIGEST: {
         r->n_param_digests++;
@@ -386,6 +393,8 @@ static int on_event(const ls_trace_event *ev, void *user) {
     case LS_TRACE_RANK_COMPLETE:
         r->rank_complete = true;
         r->rank_complete_seq = ev->seq;
+        if (!ls_audit_get_int(j, "steps", &r->complete_steps)) r->complete_steps = -1;
+        if (!ls_audit_get_int(j, "events", &r->complete_events)) r->complete_events = -1;
         break;
     case LS_TRACE_GRADIENT_PROBE:
         c->st = ls_audit_probe_note(r, ev); /* run.probe's facts (rules_probe.c) */
@@ -442,7 +451,9 @@ ls_status ls_audit_load_trace(ls_audit_run *run, ls_audit_rank *r) {
         snprintf(r->trace_file, sizeof r->trace_file, "%s", r->receipt->events_file);
     r->last_step = r->last_member = r->last_layer = -2;
     r->last_seq = r->first_error_seq = r->rank_complete_seq = r->mem_bad_seq = r->late_seq = -1;
+    r->complete_steps = r->complete_events = -1;
     r->win[0].step = r->win[1].step = -1;
+    ls_audit_seq_init(r);
     uint64_t sz = 0;
     ls_status st = LS_OK;
     int fd = ls_audit_open(run->run_dir, r->trace_file, 0, &sz, &st, r->trace_err, sizeof r->trace_err);

@@ -21,6 +21,7 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
 #include "audit/audit.h"
+#include "audit/describe.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -37,28 +38,6 @@ static void receipt_file(uint32_t rank, char *buf, size_t cap) {
     char d[32];
     ls_receipt_rank_dir(rank, d, sizeof d);
     snprintf(buf, cap, "%s/receipt.json", d);
-}
-
-/* The first key (in a's order, then b's) whose values differ; NULL when a
- * and b are equal objects. */
-static const char *first_difference(const cJSON *a, const cJSON *b, const cJSON **va, const cJSON **vb) {
-    const cJSON *x;
-    cJSON_ArrayForEach(x, a) {
-        const cJSON *y = x->string ? cJSON_GetObjectItemCaseSensitive(b, x->string) : NULL;
-        if (y == NULL || !cJSON_Compare(x, y, true)) {
-            *va = x;
-            *vb = y;
-            return x->string ? x->string : "?";
-        }
-    }
-    cJSON_ArrayForEach(x, b) {
-        if (x->string && cJSON_GetObjectItemCaseSensitive(a, x->string) == NULL) {
-            *va = NULL;
-            *vb = x;
-            return x->string;
-        }
-    }
-    return NULL;
 }
 
 /* Adds the faults of one configuration to run->faults (distinct names). */
@@ -111,72 +90,196 @@ static void strategy_shape(ls_audit_run *run, ls_audit_rule *sa) {
     }
 }
 
-static ls_status rule_sources(ls_audit_run *run) {
-    ADD(sa, "sources.agree", 1,
-        "every source of a fact agrees: manifest and receipt configurations, trace headers, world", true);
-    const cJSON *ref = run->manifest ? run->manifest->config : NULL;
-    const char *ref_name = LS_MANIFEST_FILE;
-    char rf[64], ref_rf[64];
+/* A disagreement of the canonical description (describe.h) as evidence:
+ * the fact's path and both sources. */
+typedef struct {
+    ls_audit_run *run;
+    ls_audit_rule *rule;
+} disagree_ctx;
+
+static int64_t rank_of_source(const char *name) {
+    if (strncmp(name, "rank-", 5) != 0) return -1;
+    return strtoll(name + 5, NULL, 10);
+}
+
+static void on_disagree(void *user, const char *path, const char *first, const cJSON *va, const char *other,
+                        const cJSON *vb) {
+    disagree_ctx *c = user;
+    char a[100], b[100];
+    ls_json_brief(va, 80, a, sizeof a);
+    ls_json_brief(vb, 80, b, sizeof b);
+    char shown[200];
+    if (strncmp(path, "config.", 7) == 0) snprintf(shown, sizeof shown, "config \"%s\"", path + 7);
+    else snprintf(shown, sizeof shown, "%s", path);
+    char file[160];
+    snprintf(file, sizeof file, "%s", other);
+    char *paren = strstr(file, " (");
+    if (paren) *paren = 0;
+    ls_audit_rule_fail(c->rule, rank_of_source(other), file, -1, "%s: %s says %s, %s says %s", shown,
+                       first ? first : "?", a, other, b);
+}
+
+/* Every source's description (describe.h), in the order a fact is first
+ * taken from: the manifest, the run directory, each rank's receipt, trace
+ * header, trace, then what the configuration implies. */
+static ls_status describe_sources(const ls_audit_run *run, ls_audit_desc_list *l) {
+    ls_status st = LS_OK;
+    if (run->manifest != NULL) st = ls_audit_describe_manifest(l, run->manifest->priv_doc, LS_MANIFEST_FILE);
+    /* the run directory: rank R is rank-R's, its receipt rank-R/receipt.json, its world the audit's */
+    for (uint32_t i = 0; st == LS_OK && i < run->world; i++) {
+        char rf[64];
+        receipt_file(i, rf, sizeof rf);
+        cJSON *d = cJSON_CreateObject(), *ranks = d ? cJSON_AddObjectToObject(d, "ranks") : NULL, *ro = NULL;
+        char k[24];
+        snprintf(k, sizeof k, "%u", (unsigned)i);
+        if (ranks) ro = cJSON_AddObjectToObject(ranks, k);
+        if (ro == NULL || !cJSON_AddNumberToObject(ro, "rank", i) ||
+            (run->manifest != NULL && !cJSON_AddStringToObject(ro, "receipt", rf))) {
+            cJSON_Delete(d);
+            return LS_ERR_NOMEM;
+        }
+        if (i == 0 && !cJSON_AddNumberToObject(d, "world", run->world)) {
+            cJSON_Delete(d);
+            return LS_ERR_NOMEM;
+        }
+        if (l->n == l->cap) {
+            size_t nc = l->cap ? l->cap * 2 : 16;
+            ls_audit_desc *nv = realloc(l->v, nc * sizeof *nv);
+            if (nv == NULL) {
+                cJSON_Delete(d);
+                return LS_ERR_NOMEM;
+            }
+            l->v = nv;
+            l->cap = nc;
+        }
+        ls_audit_desc *e = &l->v[l->n++];
+        snprintf(e->name, sizeof e->name, "the run directory (%s, world from the %s)", k, run->world_source);
+        e->rank = i;
+        e->d = d;
+    }
+    for (uint32_t i = 0; st == LS_OK && i < run->world; i++) {
+        const ls_audit_rank *r = &run->ranks[i];
+        char rf[64];
+        receipt_file(i, rf, sizeof rf);
+        if (r->receipt != NULL) st = ls_audit_describe_receipt(l, r->receipt->priv_doc, rf, i);
+        char hn[96];
+        snprintf(hn, sizeof hn, "%s (header)", r->trace_file);
+        if (st == LS_OK && r->trace_present && r->report.header_ok)
+            st = ls_audit_describe_header(l, r->report.header, hn, i);
+        if (st == LS_OK) st = ls_audit_describe_trace(l, run, r);
+    }
+    if (st == LS_OK && run->config != NULL)
+        st = ls_audit_describe_config(l, run->config, "the configuration (cp_ranks, objective, sft_steps, first_step)");
+    return st;
+}
+
+/* The shards partition the prompt: rank 0's starts at 0, each next one where
+ * the one before ends, none empty backwards; a rank that states none while
+ * others do is named. */
+static void check_shards(ls_audit_rule *sa, const cJSON *shards, uint32_t world) {
+    if (!cJSON_IsObject(shards)) return;
+    int64_t end = 0;
+    for (uint32_t i = 0; i < world; i++) {
+        char k[24], rf[64];
+        snprintf(k, sizeof k, "%u", (unsigned)i);
+        receipt_file(i, rf, sizeof rf);
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(shards, k);
+        sa->matched++;
+        if (cJSON_GetArraySize(s) != 2 || !ls_json_is_number(cJSON_GetArrayItem(s, 0)) ||
+            !ls_json_is_number(cJSON_GetArrayItem(s, 1))) {
+            ls_audit_rule_fail(sa, i, rf, -1, "shards: rank %u states no prompt shard (rank_state.prompt_positions) "
+                               "while other ranks do: the shards cannot be shown to partition the prompt", (unsigned)i);
+            return;
+        }
+        int64_t a = (int64_t)cJSON_GetArrayItem(s, 0)->valuedouble, b = (int64_t)cJSON_GetArrayItem(s, 1)->valuedouble;
+        if (a != end || b < a)
+            ls_audit_rule_fail(sa, i, rf, -1, "shards: rank %u holds prompt positions [%lld, %lld), but the shards "
+                               "before it end at %lld: %s", (unsigned)i, (long long)a, (long long)b, (long long)end,
+                               a < end ? "positions owned twice" : a > end ? "positions owned by no rank"
+                                                                       : "a shard that ends before it starts");
+        if (b > end) end = b;
+    }
+}
+
+/* Every group a header lists: members distinct ranks of the world, the
+ * rank itself among them, and a group of kind world (v1: named "world")
+ * every rank. */
+static void check_groups(ls_audit_rule *sa, const ls_audit_run *run) {
     for (uint32_t i = 0; i < run->world; i++) {
         const ls_audit_rank *r = &run->ranks[i];
-        receipt_file(i, rf, sizeof rf);
-        const cJSON *c = r->receipt ? r->receipt->config : NULL;
-        if (c != NULL) {
-            if (ref == NULL) {
-                ref = c;
-                snprintf(ref_rf, sizeof ref_rf, "%s", rf);
-                ref_name = ref_rf;
-            } else {
-                sa->matched++;
-                const cJSON *va = NULL, *vb = NULL;
-                const char *key = first_difference(ref, c, &va, &vb);
-                if (key != NULL) {
-                    char a[100], b[100];
-                    ls_json_brief(va, 80, a, sizeof a);
-                    ls_json_brief(vb, 80, b, sizeof b);
-                    ls_audit_rule_fail(sa, i, rf, -1, "config \"%s\": %s says %s, %s says %s", key, ref_name, a, rf, b);
+        const cJSON *h = r->trace_present && r->report.header_ok ? r->report.header : NULL;
+        const cJSON *g;
+        cJSON_ArrayForEach(g, cJSON_GetObjectItemCaseSensitive(h, "groups")) {
+            const char *name = ls_audit_get_str(g, "name"), *kind = ls_audit_get_str(g, "kind");
+            const cJSON *mem = cJSON_GetObjectItemCaseSensitive(g, "members"), *m;
+            bool world_kind = kind ? strcmp(kind, "world") == 0 : name && strcmp(name, "world") == 0;
+            sa->matched++;
+            uint64_t n = 0, self = 0, bad = 0, dup = 0;
+            int64_t prev = -1;
+            cJSON_ArrayForEach(m, mem) {
+                int64_t v = ls_json_is_number(m) ? (int64_t)m->valuedouble : -1;
+                if (v < 0 || v >= (int64_t)run->world || (double)v != m->valuedouble) bad++;
+                else if (v <= prev) dup++;
+                if (v == (int64_t)i) self++;
+                prev = v;
+                n++;
+            }
+            if (bad || dup)
+                ls_audit_rule_fail(sa, i, r->trace_file, 0, "groups.%.40s: the header's members are not distinct "
+                                   "ranks of the run's %u in order (%llu outside, %llu repeated or out of order)",
+                                   name ? name : "?", (unsigned)run->world, (unsigned long long)bad,
+                                   (unsigned long long)dup);
+            else if (!self)
+                ls_audit_rule_fail(sa, i, r->trace_file, 0, "groups.%.40s: rank %u's header lists a group it is "
+                                   "not a member of", name ? name : "?", (unsigned)i);
+            else if (world_kind && n != run->world)
+                ls_audit_rule_fail(sa, i, r->trace_file, 0, "groups.%.40s: a world group of %llu rank(s), the run "
+                                   "has %u (%s)", name ? name : "?", (unsigned long long)n, (unsigned)run->world,
+                                   run->world_source);
+            /* every member's own header lists the group (its members are then compared with the description) */
+            cJSON_ArrayForEach(m, mem) {
+                int64_t v = ls_json_is_number(m) ? (int64_t)m->valuedouble : -1;
+                if (bad || dup || v < 0 || v >= (int64_t)run->world || v == (int64_t)i || name == NULL) continue;
+                const ls_audit_rank *o = &run->ranks[v];
+                const cJSON *oh = o->trace_present && o->report.header_ok ? o->report.header : NULL, *og;
+                if (oh == NULL) continue; /* no header to speak: the trace rules name it */
+                bool listed = false;
+                cJSON_ArrayForEach(og, cJSON_GetObjectItemCaseSensitive(oh, "groups")) {
+                    const char *on = ls_audit_get_str(og, "name");
+                    if (on && strcmp(on, name) == 0) listed = true;
                 }
+                if (!listed)
+                    ls_audit_rule_fail(sa, i, r->trace_file, 0, "groups.%.40s: rank %u's header makes rank %lld a "
+                                       "member, whose own header (%s) lists no such group", name, (unsigned)i,
+                                       (long long)v, o->trace_file);
             }
         }
-        /* the rank's own state: the world it ran in */
-        uint64_t rsw = 0;
-        if (r->receipt && r->receipt->rank_state && ls_json_get_u64(r->receipt->rank_state, "world", &rsw) == 0) {
-            sa->matched++;
-            if (rsw != run->world)
-                ls_audit_rule_fail(sa, i, rf, -1, "rank_state.world is %llu, the run has %u ranks (%s)",
-                                   (unsigned long long)rsw, (unsigned)run->world, run->world_source);
-        }
-        /* the trace header: line 1 of the rank's trace */
-        const cJSON *h = r->trace_present ? r->report.header : NULL;
-        if (h == NULL) continue;
-        const cJSON *rid = cJSON_GetObjectItemCaseSensitive(h, "run_id");
-        const char *want = run->manifest ? run->manifest->run_id : r->receipt ? r->receipt->run_id : NULL;
-        sa->matched++;
-        if (want && (!cJSON_IsString(rid) || strcmp(rid->valuestring, want) != 0))
-            ls_audit_rule_fail(sa, i, r->trace_file, 0, "the trace header's run_id %.64s, %s says %.64s",
-                               cJSON_IsString(rid) ? rid->valuestring : "(absent)",
-                               run->manifest ? LS_MANIFEST_FILE : rf, want);
-        if (r->report.rank != (int64_t)i)
-            ls_audit_rule_fail(sa, i, r->trace_file, 0, "the trace header says rank %lld, its directory is rank %u",
-                               (long long)r->report.rank, (unsigned)i);
-        if (r->report.world != (int64_t)run->world)
-            ls_audit_rule_fail(sa, i, r->trace_file, 0, "the trace header says world %lld, the run has %u ranks (%s)",
-                               (long long)r->report.world, (unsigned)run->world, run->world_source);
     }
+}
+
+static ls_status rule_sources(ls_audit_run *run) {
+    ADD(sa, "sources.agree", 1,
+        "every fact agrees across every source that states it (the canonical description: manifest, receipts, "
+        "trace headers and events, configuration); the shards partition the prompt; the groups fit the world",
+        true);
+    ls_audit_desc_list l = {0};
+    cJSON *canon = NULL, *where = NULL;
+    uint64_t compared = 0;
+    disagree_ctx dc = {run, sa};
+    ls_status st = describe_sources(run, &l);
+    if (st == LS_OK) st = ls_audit_desc_merge(&l, &canon, &where, on_disagree, &dc, &compared);
+    ls_audit_desc_list_free(&l);
+    if (st != LS_OK) return st;
+    sa->matched += compared;
+    check_shards(sa, cJSON_GetObjectItemCaseSensitive(canon, "shards"), run->world);
+    check_groups(sa, run);
+    cJSON_Delete(canon);
+    cJSON_Delete(where);
     /* every configuration's faults (a source that left one out is a disagreement above) */
     run->n_faults = 0;
     if (run->manifest) collect_faults(run, run->manifest->config);
     for (uint32_t i = 0; i < run->world; i++)
         if (run->ranks[i].receipt) collect_faults(run, run->ranks[i].receipt->config);
-    if (run->config != NULL) {
-        int64_t cp = 0;
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(run->config, "cp_ranks");
-        sa->matched++;
-        if (cJSON_IsNumber(v)) cp = (int64_t)v->valuedouble;
-        if (v != NULL && cp != (int64_t)run->world)
-            ls_audit_rule_fail(sa, -1, ref_name, -1, "config \"cp_ranks\" is %lld, the run has %u ranks (%s)",
-                               (long long)cp, (unsigned)run->world, run->world_source);
-    }
     strategy_shape(run, sa);
     if (run->world == 1 && run->ranks[0].trace_present) {
         sa->matched++;

@@ -19,3 +19,8 @@ if(TARGET longstraw-audit)
     $<TARGET_FILE:ls_trainer_base> $<TARGET_FILE:ls_trainer_core> $<TARGET_FILE:ls_trainer_f32>
     $<TARGET_FILE:ls_trainer_f64> $<TARGET_FILE:ls_kernels_base> $<TARGET_FILE:ls_kernels_f32> $<TARGET_FILE:ls_kernels_f64>)
 endif()
+
+# The canonical description (audit/describe.h): every schema field a fact or a reason; the fold.
+if(TARGET ls_audit)
+  ls_add_criterion_test(test_audit_describe SOURCES test_audit_describe.c LIBS ls_audit)
+endif()

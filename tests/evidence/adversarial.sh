@@ -165,7 +165,7 @@ d = json.load(open(p)); d["predicate"]["rank_state"]["world"] = 2; json.dump(d, 
 EOF
 redigest "$T/e"
 audit_json "$T/e"
-check "a rank's own state edited (rank_state.world): sources.agree" rule_is sources.agree fail "rank_state.world"
+check "a rank's own state edited (rank_state.world): sources.agree" rule_is sources.agree fail "(rank_state) says"
 
 # the strategy relabelled everywhere (digests recomputed): the trace's segments do not fit it
 relabel() { # RUN STRATEGY

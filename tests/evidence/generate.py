@@ -22,6 +22,7 @@ Prints one line per class (variants produced, refused) and each variant not
 refused; exit 1 when any was not.  Needs mpirun, zstd and longstraw-sign."""
 import argparse
 import copy
+import hashlib
 import json
 import os
 import shutil
@@ -45,6 +46,7 @@ class Ctx:
         self.pub = os.path.join(scratch, "k.pub")
         self.failures = []
         self.counts = {}
+        self.skipped = {}  # edits no signer would sign (schema-invalid): not variants
 
     def run(self, args, env=None, check=True):
         e = dict(os.environ)
@@ -228,9 +230,273 @@ def gen_swap(ctx, run):
                 ctx.verdict("swap", name, why == "", why)
 
 
+# ---- edits of a copy, then digests and signature made anew (an adversary with the key) ----
+
+
+def trace_edit(path, fn):
+    """fn(lines) edits the decoded events of a trace in place (a list of dicts, line 0 the header)."""
+    lines = [json.loads(x) for x in zstd_lines(path).split(b"\n") if x.strip()]
+    fn(lines)
+    zstd_write(path, b"".join(json.dumps(x, separators=(",", ":")).encode() + b"\n" for x in lines), 3)
+
+
+def json_edit(path, fn):
+    d = json.load(open(path))
+    fn(d)
+    json.dump(d, open(path, "w"))
+
+
+def variant(ctx, run, name, edits, resubject=True):
+    """A copy of run with edits [(rel, kind, fn)] applied, its digests recomputed (each receipt's digest of
+    its trace when resubject, then the manifest's) and signed again."""
+    out = os.path.join(ctx.t, "variant")
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(run, out)
+    for rel, kind, fn in edits:
+        (trace_edit if kind == "trace" else json_edit)(os.path.join(out, rel), fn)
+    if resubject:
+        for d in sorted(os.listdir(out)):
+            rp = os.path.join(out, d, "receipt.json")
+            if d.startswith("rank-") and os.path.exists(rp):
+                def fix(doc, d=d):
+                    for sj in doc.get("subject", []):
+                        f = os.path.join(out, sj["name"])
+                        if os.path.exists(f):
+                            sj["digest"]["sha256"] = hashlib.sha256(open(f, "rb").read()).hexdigest()
+                json_edit(rp, fix)
+    ctx.redigest(out)
+    keep = os.path.join(ctx.t, "parity.keep")
+    shutil.rmtree(keep, ignore_errors=True)
+    os.makedirs(keep)
+    for f in ("manifest.dsse.json", "parity.json", "parity.dsse.json"):
+        if os.path.exists(os.path.join(out, f)):
+            shutil.move(os.path.join(out, f), os.path.join(keep, f))
+    if ctx.run([ctx.sign, "sign", out, "--key", ctx.key], check=False).returncode != 0:
+        return None  # not a valid document: the signer refuses it (manifest.valid, receipts.valid judge those)
+    for f in ("parity.json", "parity.dsse.json"):
+        if os.path.exists(os.path.join(keep, f)):
+            shutil.move(os.path.join(keep, f), os.path.join(out, f))
+    return out
+
+
+def expect_refused(ctx, cls, name, out, rules, *subs):
+    """The gate fails and one of rules failed, its text naming every sub."""
+    if out is None:
+        ctx.skipped[cls] = ctx.skipped.get(cls, 0) + 1
+        return
+    rc, doc, err = ctx.gate(out)
+    if rc == 0:
+        ctx.verdict(cls, name, False, "the gate passed (level %s)" % (doc or {}).get("level"))
+        return
+    whys = [failed_naming(doc, rid, *subs) for rid in rules]
+    ok = any(w == "" for w in whys)
+    ctx.verdict(cls, name, ok, "; ".join(whys))
+
+
+ENUMS = {"family": ["hybrid", "mla"], "train_mode": ["lora", "full"], "grad_mode": ["full", "detached"],
+         "strategy": ["longstraw", "naive"], "objective": ["grpo", "sft"], "dtype": ["f64", "f32"],
+         "lora_init": ["zero", "random"], "keep_reference": ["on", "off", "auto"]}
+
+
+def other(v, key=None):
+    """Another value of the same kind (another member of its enum)."""
+    if key in ENUMS and v in ENUMS[key]:
+        e = ENUMS[key]
+        return e[(e.index(v) + 1) % len(e)]
+    if isinstance(v, bool):
+        return not v
+    if isinstance(v, int):
+        return v + 1
+    if isinstance(v, float):
+        return v * 1.5 + 1
+    if isinstance(v, str):
+        return v + "x"
+    if isinstance(v, list):
+        return v[:-1] if v else [0]
+    if isinstance(v, dict):
+        w = dict(v)
+        w["edited"] = 1
+        return w
+    return 1
+
+
+def set_path(d, keys, v):
+    for k in keys[:-1]:
+        d = d[k]
+    d[keys[-1]] = v
+
+
+def get_path(d, keys):
+    for k in keys:
+        d = d[k]
+    return d
+
+
+def gen_facts(ctx, run):
+    """Every fact with a second source, edited in one of them."""
+    man = json.load(open(os.path.join(run, "manifest.json")))
+    world = man["predicate"]["world"]
+    ranks = ["rank-%04d" % i for i in range(world)]
+    recs = {r: json.load(open(os.path.join(run, r, "receipt.json"))) for r in ranks}
+    # the configuration: every key, top level and one level down, in the manifest and in each receipt
+    cfg = man["predicate"]["config"]
+    keys = []
+    for k, v in cfg.items():
+        if isinstance(v, dict) and v:
+            keys += [[k, k2] for k2 in v]
+        else:
+            keys.append([k])
+    for src in ["manifest.json"] + [r + "/receipt.json" for r in ranks]:
+        for ks in keys:
+            def ed(d, ks=ks):
+                c = d["predicate"]["config"]
+                set_path(c, ks, other(get_path(c, ks), ks[-1]))
+            out = variant(ctx, run, "", [(src, "json", ed)])
+            expect_refused(ctx, "facts", "%s: config.%s" % (src, ".".join(ks)), out, ["sources.agree"],
+                           'config "%s' % ks[0])
+    for src in ["manifest.json"] + [r + "/receipt.json" for r in ranks]:
+        for k in ("run_id", "world"):
+            out = variant(ctx, run, "", [(src, "json", lambda d, k=k: d["predicate"].__setitem__(k, other(d["predicate"][k])))])
+            expect_refused(ctx, "facts", "%s: %s" % (src, k), out, ["sources.agree", "receipts.agree"], k)
+        def bd(d):
+            d["predicate"]["build"]["compiler"] = other(d["predicate"]["build"].get("compiler", ""))
+        out = variant(ctx, run, "", [(src, "json", bd)])
+        expect_refused(ctx, "facts", "%s: build.compiler" % src, out, ["sources.agree", "build.digest_equal"], "build")
+    # the manifest's account of each rank
+    for i, r in enumerate(ranks):
+        for field, val in (("status", "error"), ("receipt", ranks[(i + 1) % world] + "/receipt.json")):
+            def ed(d, i=i, field=field, val=val):
+                for e in d["predicate"]["ranks"]:
+                    if e["rank"] == i:
+                        e[field] = val
+            out = variant(ctx, run, "", [("manifest.json", "json", ed)])
+            expect_refused(ctx, "facts", "manifest.json: ranks[%d].%s" % (i, field), out,
+                           ["sources.agree", "receipts.agree", "manifest.valid"], "ranks.%d.%s" % (i, field))
+    out = variant(ctx, run, "", [("manifest.json", "json", lambda d: d["predicate"].__setitem__("files", d["predicate"]["files"] + 1))])
+    expect_refused(ctx, "facts", "manifest.json: files", out, ["sources.agree", "manifest.valid"], "files")
+    # each receipt's account of its rank
+    for i, r in enumerate(ranks):
+        rel = r + "/receipt.json"
+        p = recs[r]["predicate"]
+        simple = [("host", ["host"]), ("ranks.%d.events" % i, ["events", "count"]),
+                  ("ranks.%d.last_seq" % i, ["events", "last_seq"]), ("world", ["rank_state", "world"]),
+                  ("calls_total", ["rank_state", "communication", "calls"]),
+                  ("bytes_total", ["rank_state", "communication", "bytes_sent"])]
+        for sub, ks in simple:
+            out = variant(ctx, run, "", [(rel, "json", lambda d, ks=ks: set_path(d["predicate"], ks, other(get_path(d["predicate"], ks))))])
+            expect_refused(ctx, "facts", "%s: %s" % (rel, ".".join(ks)), out, ["sources.agree", "trace.valid"], sub)
+        def steps_up(d):  # a self-consistent receipt that counts one more step
+            q = d["predicate"]
+            q["steps"] += 1
+            q["steps_exact"] += 1
+            if "steps_by_objective" in q:
+                q["steps_by_objective"]["grpo"] = q["steps_by_objective"].get("grpo", 0) + 1
+        out = variant(ctx, run, "", [(rel, "json", steps_up)])
+        expect_refused(ctx, "facts", "%s: steps (self-consistent)" % rel, out, ["sources.agree"], "ranks.%d.steps" % i)
+        def to_sft(d):
+            q = d["predicate"]["steps_by_objective"]
+            q["sft"], q["grpo"] = q.get("grpo", 0), 0
+        out = variant(ctx, run, "", [(rel, "json", to_sft)])
+        expect_refused(ctx, "facts", "%s: steps_by_objective" % rel, out, ["sources.agree"], "steps_by_objective")
+        for j, ph in enumerate(p["phases"]):
+            for fld, sub in (("count", "phases"), ("wall_ns_total", "phase_wall_ns")):
+                def ed(d, j=j, fld=fld):
+                    d["predicate"]["phases"][j][fld] += 1
+                out = variant(ctx, run, "", [(rel, "json", ed)])
+                expect_refused(ctx, "facts", "%s: phases[%s].%s" % (rel, ph["phase"], fld), out, ["sources.agree"],
+                               "ranks.%d.%s" % (i, sub))
+        traced = set()
+        for ln in zstd_lines(os.path.join(run, r, "events.jsonl.zst")).split(b"\n"):
+            if b'"collective"' in ln:
+                traced.add(json.loads(ln)["purpose"])
+        for j, bp in enumerate(p["rank_state"]["communication"]["by_purpose"]):
+            if bp["purpose"] not in traced:
+                continue  # a setup collective, issued before the trace opened: the receipt's word alone
+            for fld, sub in (("calls", "calls"), ("bytes_sent", "bytes_sent")):
+                if fld == "bytes_sent" and bp[fld] == 0:
+                    continue
+                def ed(d, j=j, fld=fld):
+                    e = d["predicate"]["rank_state"]["communication"]
+                    e["by_purpose"][j][fld] += 1
+                    e["calls" if fld == "calls" else "bytes_sent"] += 1  # the total kept consistent
+                out = variant(ctx, run, "", [(rel, "json", ed)])
+                expect_refused(ctx, "facts", "%s: by_purpose[%s].%s" % (rel, bp["purpose"], fld), out,
+                               ["sources.agree"], "ranks.%d.%s" % (i, sub))
+        def dig(d):
+            d["subject"][0]["digest"]["sha256"] = "0" * 64
+        out = variant(ctx, run, "", [(rel, "json", dig)], resubject=False)
+        expect_refused(ctx, "facts", "%s: subject digest" % rel, out, ["sources.agree", "receipts.agree"], "digests")
+    # the shards: owned twice, owned by none
+    if world > 1:
+        def twice(d):
+            d["predicate"]["rank_state"]["prompt_positions"][0] -= 1
+        out = variant(ctx, run, "", [(ranks[1] + "/receipt.json", "json", twice)])
+        expect_refused(ctx, "facts", "shards: a position owned twice", out, ["sources.agree"], "owned twice")
+        def gap(d):
+            d["predicate"]["rank_state"]["prompt_positions"][0] += 1
+        out = variant(ctx, run, "", [(ranks[1] + "/receipt.json", "json", gap)])
+        expect_refused(ctx, "facts", "shards: a position owned by none", out, ["sources.agree"], "owned by no rank")
+        def same(d):
+            d["predicate"]["rank_state"]["prompt_positions"] = list(recs[ranks[0]]["predicate"]["rank_state"]["prompt_positions"])
+        out = variant(ctx, run, "", [(ranks[1] + "/receipt.json", "json", same)])
+        expect_refused(ctx, "facts", "shards: two ranks claim one shard", out, ["sources.agree"], "shards")
+    # each trace's account: its header, its step metrics, its end
+    for i, r in enumerate(ranks):
+        rel = r + "/events.jsonl.zst"
+        for k in ("run_id", "world", "host", "rank"):
+            out = variant(ctx, run, "", [(rel, "trace", lambda ls, k=k: ls[0].__setitem__(k, other(ls[0][k])))])
+            expect_refused(ctx, "facts", "%s header: %s" % (rel, k), out, ["sources.agree", "trace.valid"], k)
+        def sft(ls):
+            for e in ls:
+                if e.get("ev") == "step_metrics":
+                    e["objective"] = "sft"
+                    return
+        out = variant(ctx, run, "", [(rel, "trace", sft)])
+        expect_refused(ctx, "facts", "%s: step_metrics objective" % rel, out, ["sources.agree"], "objective")
+        def done(ls):
+            for e in ls:
+                if e.get("ev") == "rank_complete":
+                    e["steps"] += 1
+        out = variant(ctx, run, "", [(rel, "trace", done)])
+        expect_refused(ctx, "facts", "%s: rank_complete.steps" % rel, out, ["sources.agree"], "ranks.%d.steps" % i)
+
+
+def gen_groups(ctx, run):
+    """Every field of every trace header's group table edited."""
+    world = json.load(open(os.path.join(run, "manifest.json")))["predicate"]["world"]
+    for i in range(world):
+        rel = "rank-%04d/events.jsonl.zst" % i
+        groups = json.loads(zstd_lines(os.path.join(run, rel)).split(b"\n")[0])["groups"]
+        for gi, g in enumerate(groups):
+            n = g["name"]
+            edits = [("a member outside the world", lambda m: m + [world]),
+                     ("itself dropped", lambda m, i=i: [x for x in m if x != i]),
+                     ("another rank dropped", lambda m, i=i: [x for x in m if x == i]),
+                     ("members reversed", lambda m: list(reversed(m))),
+                     ("a member repeated", lambda m: m + m[-1:]),
+                     ("no members", lambda m: [])]
+            for label, fn in edits:
+                def ed(ls, gi=gi, fn=fn):
+                    ls[0]["groups"][gi]["members"] = fn(ls[0]["groups"][gi]["members"])
+                if fn(list(g["members"])) == g["members"]:
+                    continue
+                out = variant(ctx, run, "", [(rel, "trace", ed)])
+                expect_refused(ctx, "groups", "%s: group %s, %s" % (rel, n, label), out,
+                               ["sources.agree", "trace.valid", "collectives.match"], "")
+            for label, fn in (("renamed", lambda ls, gi=gi: ls[0]["groups"][gi].__setitem__("name", n + "x")),
+                              ("dropped", lambda ls, gi=gi: ls[0]["groups"].pop(gi))):
+                out = variant(ctx, run, "", [(rel, "trace", fn)])
+                expect_refused(ctx, "groups", "%s: group %s %s" % (rel, n, label), out,
+                               ["sources.agree", "trace.valid", "collectives.match"], "")
+        def extra(ls):
+            ls[0]["groups"].append({"name": "dp", "members": list(range(world))})
+        out = variant(ctx, run, "", [(rel, "trace", extra)])
+        expect_refused(ctx, "groups", "%s: a group only this header lists" % rel, out, ["sources.agree"], "groups.dp")
+
+
 # ---- main ------------------------------------------------------------------------
 
-CLASSES = {"swap": gen_swap}
+CLASSES = {"swap": gen_swap, "facts": gen_facts, "groups": gen_groups}
 
 
 def main():
@@ -255,8 +521,9 @@ def main():
     for cls in a.classes or sorted(CLASSES):
         CLASSES[cls](ctx, run)
     for cls, (n, ok, ctl) in sorted(ctx.counts.items()):
-        print("%-9s %5d variant(s), %5d refused by the right rule%s" %
-              (cls, n, ok, ", %d control(s) that reached no read kept the honest verdict" % ctl if ctl else ""))
+        print("%-9s %5d variant(s), %5d refused by the right rule%s%s" %
+              (cls, n, ok, ", %d control(s) that reached no read kept the honest verdict" % ctl if ctl else "",
+               ", %d edit(s) no signer signs (schema-invalid) left out" % ctx.skipped[cls] if ctx.skipped.get(cls) else ""))
     for f in ctx.failures:
         print("FAIL " + f)
     return 1 if ctx.failures else 0

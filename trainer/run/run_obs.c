@@ -31,7 +31,7 @@ const char *ls_run_human_bytes(char *buf, size_t cap, double bytes) {
 static int phase_index(const char *ph) {
     for (int i = 0; i < LS_PHASE_COUNT; i++)
         if (!strcmp(ls_trace_phase_name((ls_trace_phase)i), ph)) return i;
-    return -1;
+    return strcmp(ph, "probe") == 0 ? LS_RUN_OBS_PROBE : -1;
 }
 
 void ls_run_obs_note(ls_run_obs *o, ls_status st) {

@@ -10,6 +10,8 @@
 #include "trainer/model/config.h"
 #include "trainer/step/step.h"
 
+#define LS_RUN_OBS_PROBE LS_PHASE_COUNT /* the slot of the probe's phase in count/ns */
+
 typedef struct {
     ls_trace_writer *w;       /* borrowed */
     const ls_model_config *cfg;
@@ -17,7 +19,8 @@ typedef struct {
     int64_t steps_total;      /* the last step's index + 1 (-1: until the input ends) */
     int quiet;                /* no progress at all */
     int tty;                  /* stderr is a terminal: progress overwrites one line */
-    uint64_t count[LS_PHASE_COUNT], ns[LS_PHASE_COUNT]; /* receipt phase totals */
+    /* receipt phase totals: v1's phases, then the gradient probe's ("probe", LS_RUN_OBS_PROBE) */
+    uint64_t count[LS_PHASE_COUNT + 1], ns[LS_PHASE_COUNT + 1];
     int64_t phase_t0, last_print;
     int line_open;            /* a progress line without its newline is on the terminal */
     ls_status emit_err;       /* the first trace write failure */

@@ -212,11 +212,12 @@ int ls_run_write_receipt(const ls_train_args *a, const ls_run_outcome *oc) {
     const ls_run_peaks *sp = oc->sp;
     ls_mem_stats ms;
     ls_mem_snapshot(&ms);
-    ls_receipt_phase ph[LS_PHASE_COUNT];
+    ls_receipt_phase ph[LS_PHASE_COUNT + 1]; /* every phase the trace shows, the probe's too */
     size_t nph = 0;
-    for (int i = 0; i < LS_PHASE_COUNT; i++)
+    for (int i = 0; i <= LS_PHASE_COUNT; i++)
         if (oc->ob->count[i])
-            ph[nph++] = (ls_receipt_phase){ls_trace_phase_name((ls_trace_phase)i), oc->ob->count[i], oc->ob->ns[i]};
+            ph[nph++] = (ls_receipt_phase){i == LS_RUN_OBS_PROBE ? "probe" : ls_trace_phase_name((ls_trace_phase)i),
+                                           oc->ob->count[i], oc->ob->ns[i]};
     ls_receipt_memory mem[LS_MEM_COUNT];
     for (int k = 0; k < LS_MEM_COUNT; k++)
         mem[k] = (ls_receipt_memory){ls_mem_cat_name((ls_mem_cat)k), ms.run_peak_bytes[k], sp->cat[k]};

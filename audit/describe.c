@@ -1,0 +1,472 @@
+/* describe.c - the canonical description of a run from every source apart,
+ * and the fold that makes every fact agree across them (describe.h). */
+#include "audit/describe.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "audit/audit.h"
+#include "receipts/json_util.h"
+
+void ls_audit_desc_list_free(ls_audit_desc_list *l) {
+    if (l == NULL) return;
+    for (size_t i = 0; i < l->n; i++) cJSON_Delete(l->v[i].d);
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+/* A new, empty description of source name (rank: -1 the run), NULL when
+ * out of memory. */
+static cJSON *desc_new(ls_audit_desc_list *l, const char *name, int64_t rank) {
+    if (l->n == l->cap) {
+        size_t ncap = l->cap ? l->cap * 2 : 16;
+        ls_audit_desc *n = realloc(l->v, ncap * sizeof *n);
+        if (n == NULL) return NULL;
+        l->v = n;
+        l->cap = ncap;
+    }
+    cJSON *d = cJSON_CreateObject();
+    if (d == NULL) return NULL;
+    ls_audit_desc *e = &l->v[l->n++];
+    snprintf(e->name, sizeof e->name, "%s", name);
+    e->rank = rank;
+    e->d = d;
+    return d;
+}
+
+/* The object at key of o, created when absent; NULL when out of memory or
+ * the key holds something else. */
+static cJSON *obj(cJSON *o, const char *key) {
+    if (o == NULL) return NULL;
+    cJSON *c = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (c != NULL) return cJSON_IsObject(c) ? c : NULL;
+    c = cJSON_CreateObject();
+    if (c != NULL && !cJSON_AddItemToObject(o, key, c)) {
+        cJSON_Delete(c);
+        c = NULL;
+    }
+    return c;
+}
+
+/* ranks.R of d. */
+static cJSON *rank_obj(cJSON *d, int64_t rank) {
+    char k[24];
+    snprintf(k, sizeof k, "%lld", (long long)rank);
+    return obj(obj(d, "ranks"), k);
+}
+
+/* A copy of v (when present) at key of o; false when out of memory. */
+static bool put(cJSON *o, const char *key, const cJSON *v) {
+    if (v == NULL) return true;
+    if (o == NULL) return false;
+    cJSON *c = cJSON_Duplicate(v, true);
+    if (c == NULL) return false;
+    if (!cJSON_AddItemToObject(o, key, c)) {
+        cJSON_Delete(c);
+        return false;
+    }
+    return true;
+}
+
+static bool put_num(cJSON *o, const char *key, double v) {
+    return o != NULL && cJSON_AddNumberToObject(o, key, v) != NULL;
+}
+
+static const cJSON *get(const cJSON *o, const char *key) { return cJSON_GetObjectItemCaseSensitive(o, key); }
+
+/* An integer member (exact, >= 0), or false. */
+static bool get_uint(const cJSON *o, const char *key, uint64_t *v) { return ls_json_get_u64(o, key, v) == 0; }
+
+/* A table from array items: {item[kname]: item[vname]} of the items that
+ * have both (a string key and a number), zero values dropped when
+ * drop_zero; NULL when none (or out of memory: *nomem). */
+static cJSON *table_of(const cJSON *arr, const char *kname, const char *vname, bool drop_zero, bool *nomem) {
+    if (!cJSON_IsArray(arr)) return NULL;
+    cJSON *t = cJSON_CreateObject();
+    if (t == NULL) {
+        *nomem = true;
+        return NULL;
+    }
+    const cJSON *it;
+    cJSON_ArrayForEach(it, arr) {
+        const cJSON *k = get(it, kname), *v = get(it, vname);
+        if (!ls_json_is_string(k) || !ls_json_is_number(v) || (drop_zero && v->valuedouble == 0)) continue;
+        if (get(t, k->valuestring) != NULL) continue; /* a repeated name: the reader refuses the document */
+        if (cJSON_AddNumberToObject(t, k->valuestring, v->valuedouble) == NULL) *nomem = true;
+    }
+    return t;
+}
+
+/* {k: v} of an object's numeric members, zero values dropped. */
+static cJSON *counts_of(const cJSON *o, bool *nomem) {
+    if (!cJSON_IsObject(o)) return NULL;
+    cJSON *t = cJSON_CreateObject();
+    if (t == NULL) {
+        *nomem = true;
+        return NULL;
+    }
+    const cJSON *it;
+    cJSON_ArrayForEach(it, o)
+        if (it->string != NULL && ls_json_is_number(it) && it->valuedouble != 0 &&
+            cJSON_AddNumberToObject(t, it->string, it->valuedouble) == NULL)
+            *nomem = true;
+    return t;
+}
+
+/* Adds t (owned) at key of o, or frees it. */
+static bool adopt(cJSON *o, const char *key, cJSON *t) {
+    if (t == NULL) return true;
+    if (o == NULL || !cJSON_AddItemToObject(o, key, t)) {
+        cJSON_Delete(t);
+        return false;
+    }
+    return true;
+}
+
+/* The subjects of an in-toto statement as digests.NAME = sha256. */
+static bool put_subjects(cJSON *d, const cJSON *doc) {
+    const cJSON *s;
+    cJSON *dg = NULL;
+    cJSON_ArrayForEach(s, get(doc, "subject")) {
+        const cJSON *n = get(s, "name"), *h = get(get(s, "digest"), "sha256");
+        if (!ls_json_is_string(n) || !ls_json_is_string(h)) continue;
+        if (dg == NULL && (dg = obj(d, "digests")) == NULL) return false;
+        if (get(dg, n->valuestring) == NULL && !put(dg, n->valuestring, h)) return false;
+    }
+    return true;
+}
+
+/* ---- the builders ------------------------------------------------------------ */
+
+ls_status ls_audit_describe_manifest(ls_audit_desc_list *l, const cJSON *doc, const char *name) {
+    const cJSON *p = get(doc, "predicate");
+    if (!cJSON_IsObject(p)) return LS_OK;
+    cJSON *d = desc_new(l, name, -1);
+    bool ok = d != NULL && put(d, "run_id", get(p, "run_id")) && put(d, "world", get(p, "world")) &&
+              put(d, "config", get(p, "config")) && put(d, "build", get(p, "build")) &&
+              put(d, "files", get(p, "files")) && put_subjects(d, doc);
+    const cJSON *prof = get(p, "profile");
+    if (ok && cJSON_IsObject(prof)) {
+        cJSON *po = obj(d, "profile");
+        ok = po != NULL && put(po, "name", get(prof, "name")) && put(po, "sha256", get(prof, "sha256"));
+    }
+    const cJSON *e;
+    cJSON_ArrayForEach(e, get(p, "ranks")) {
+        uint64_t rk = 0;
+        if (!ok || !get_uint(e, "rank", &rk) || rk >= LS_AUDIT_MAX_WORLD) continue;
+        cJSON *ro = rank_obj(d, (int64_t)rk);
+        ok = ro != NULL && put_num(ro, "rank", (double)rk) && put(ro, "status", get(e, "status")) &&
+             put(ro, "receipt", get(e, "receipt"));
+    }
+    /* the subject list is a second statement of how many files the run has */
+    const cJSON *subj = get(doc, "subject");
+    if (ok && cJSON_IsArray(subj)) {
+        char n2[96];
+        snprintf(n2, sizeof n2, "%.70s (subject)", name);
+        cJSON *d2 = desc_new(l, n2, -1);
+        ok = d2 != NULL && put_num(d2, "files", (double)cJSON_GetArraySize(subj));
+    }
+    return ok ? LS_OK : LS_ERR_NOMEM;
+}
+
+ls_status ls_audit_describe_receipt(ls_audit_desc_list *l, const cJSON *doc, const char *name, int64_t rank) {
+    const cJSON *p = get(doc, "predicate");
+    if (!cJSON_IsObject(p)) return LS_OK;
+    cJSON *d = desc_new(l, name, rank);
+    bool nomem = false;
+    bool ok = d != NULL && put(d, "run_id", get(p, "run_id")) && put(d, "world", get(p, "world")) &&
+              put(d, "config", get(p, "config")) && put(d, "build", get(p, "build")) && put_subjects(d, doc);
+    const cJSON *prof = get(p, "profile");
+    if (ok && cJSON_IsObject(prof)) {
+        cJSON *po = obj(d, "profile");
+        ok = po != NULL && put(po, "name", get(prof, "name")) && put(po, "sha256", get(prof, "sha256"));
+    }
+    cJSON *ro = ok ? rank_obj(d, rank) : NULL;
+    ok = ok && ro != NULL && put(ro, "rank", get(p, "rank")) && put(ro, "host", get(p, "host")) &&
+         put(ro, "status", get(p, "status")) && put(ro, "steps", get(p, "steps")) &&
+         put(ro, "steps_exact", get(p, "steps_exact")) && put(ro, "steps_prefix_frozen", get(p, "steps_prefix_frozen")) &&
+         put(ro, "prefix_frozen_steps", get(p, "prefix_frozen_steps"));
+    const cJSON *ev = get(p, "events");
+    if (ok && cJSON_IsObject(ev))
+        ok = put(ro, "events", get(ev, "count")) && put(ro, "last_seq", get(ev, "last_seq")) &&
+             put(ro, "events_file", get(ev, "file"));
+    if (ok) ok = adopt(ro, "steps_by_objective", counts_of(get(p, "steps_by_objective"), &nomem));
+    if (ok) ok = adopt(ro, "phases", table_of(get(p, "phases"), "phase", "count", true, &nomem));
+    if (ok) ok = adopt(ro, "phase_wall_ns", table_of(get(p, "phases"), "phase", "wall_ns_total", true, &nomem));
+    /* rank_state: the rank's own account of the world, its shard and its traffic */
+    const cJSON *rs = get(p, "rank_state");
+    if (ok && cJSON_IsObject(rs)) {
+        char n2[96];
+        snprintf(n2, sizeof n2, "%.70s (rank_state)", name);
+        cJSON *d2 = desc_new(l, n2, rank);
+        ok = d2 != NULL && put(d2, "world", get(rs, "world"));
+        char k[24];
+        snprintf(k, sizeof k, "%lld", (long long)rank);
+        if (ok && get(rs, "prompt_positions") != NULL) ok = put(obj(d2, "shards"), k, get(rs, "prompt_positions"));
+        const cJSON *cm = get(rs, "communication");
+        if (ok && cJSON_IsObject(cm)) {
+            cJSON *r2 = rank_obj(d2, rank);
+            const cJSON *by = get(cm, "by_purpose");
+            ok = r2 != NULL && adopt(r2, "calls", table_of(by, "purpose", "calls", true, &nomem)) &&
+                 adopt(r2, "bytes_sent", table_of(by, "purpose", "bytes_sent", true, &nomem)) &&
+                 put(r2, "calls_total", get(cm, "calls")) && put(r2, "bytes_total", get(cm, "bytes_sent"));
+            /* the totals are stated twice: as totals and as the sum of by_purpose */
+            if (ok && cJSON_IsArray(by)) {
+                double calls = 0, bytes = 0;
+                const cJSON *it;
+                cJSON_ArrayForEach(it, by) {
+                    const cJSON *c = get(it, "calls"), *b = get(it, "bytes_sent");
+                    calls += ls_json_is_number(c) ? c->valuedouble : 0;
+                    bytes += ls_json_is_number(b) ? b->valuedouble : 0;
+                }
+                char n3[96];
+                snprintf(n3, sizeof n3, "%.60s (by_purpose, summed)", name);
+                cJSON *r3 = rank_obj(desc_new(l, n3, rank), rank);
+                ok = r3 != NULL && put_num(r3, "calls_total", calls) && put_num(r3, "bytes_total", bytes);
+            }
+        }
+    }
+    return ok && !nomem ? LS_OK : LS_ERR_NOMEM;
+}
+
+ls_status ls_audit_describe_header(ls_audit_desc_list *l, const cJSON *h, const char *name, int64_t rank) {
+    if (!cJSON_IsObject(h)) return LS_OK;
+    cJSON *d = desc_new(l, name, rank);
+    bool ok = d != NULL && put(d, "run_id", get(h, "run_id")) && put(d, "world", get(h, "world"));
+    cJSON *ro = ok ? rank_obj(d, rank) : NULL;
+    ok = ok && ro != NULL && put(ro, "rank", get(h, "rank")) && put(ro, "host", get(h, "host"));
+    const cJSON *pr = get(h, "profile");
+    if (ok && ls_json_is_string(pr)) ok = put(obj(d, "profile"), "name", pr);
+    const cJSON *g;
+    cJSON_ArrayForEach(g, get(h, "groups")) {
+        const cJSON *n = get(g, "name");
+        if (!ok || !ls_json_is_string(n)) continue;
+        cJSON *go = obj(obj(d, "groups"), n->valuestring);
+        ok = go != NULL && put(go, "members", get(g, "members")) && put(go, "kind", get(g, "kind"));
+    }
+    return ok ? LS_OK : LS_ERR_NOMEM;
+}
+
+/* 0..n-1 as an array (NULL: out of memory). */
+static cJSON *iota(int64_t n) {
+    cJSON *a = cJSON_CreateArray();
+    for (int64_t i = 0; a != NULL && i < n; i++)
+        if (!cJSON_AddItemToArray(a, cJSON_CreateNumber((double)i))) {
+            cJSON_Delete(a);
+            return NULL;
+        }
+    return a;
+}
+
+ls_status ls_audit_describe_config(ls_audit_desc_list *l, const cJSON *c, const char *name) {
+    if (!cJSON_IsObject(c)) return LS_OK;
+    cJSON *d = desc_new(l, name, -1);
+    if (d == NULL) return LS_ERR_NOMEM;
+    uint64_t cp = 0, first = 0, sft = 0, steps = 0;
+    /* longstraw-train's context parallelism spans every rank: the world and its cp group */
+    if (get_uint(c, "cp_ranks", &cp) && cp >= 1 && cp <= LS_AUDIT_MAX_WORLD) {
+        if (!put_num(d, "world", (double)cp)) return LS_ERR_NOMEM;
+        if (cp > 1) {
+            cJSON *go = obj(obj(d, "groups"), "cp");
+            if (go == NULL || !adopt(go, "members", iota((int64_t)cp))) return LS_ERR_NOMEM;
+        }
+    }
+    /* each requested step's objective: the first sft_steps of the run sft, the rest the objective's */
+    const cJSON *o = get(c, "objective");
+    if (ls_json_is_string(o) && get_uint(c, "steps_requested", &steps) && steps <= LS_AUDIT_MAX_STEPS) {
+        if (!get_uint(c, "first_step", &first)) first = 0;
+        if (!get_uint(c, "sft_steps", &sft)) sft = 0;
+        if (first < LS_AUDIT_MAX_STEPS) {
+            cJSON *so = obj(d, "steps");
+            for (uint64_t i = 0; i < steps && first + i < LS_AUDIT_MAX_STEPS; i++) {
+                char k[24];
+                snprintf(k, sizeof k, "%llu", (unsigned long long)(first + i));
+                cJSON *s = obj(so, k);
+                if (s == NULL || cJSON_AddStringToObject(s, "objective", i < sft ? "sft" : o->valuestring) == NULL)
+                    return LS_ERR_NOMEM;
+            }
+        }
+    }
+    return LS_OK;
+}
+
+ls_status ls_audit_describe_trace(ls_audit_desc_list *l, const ls_audit_run *run, const ls_audit_rank *r) {
+    if (!r->trace_present) return LS_OK;
+    char name[96];
+    snprintf(name, sizeof name, "%s (events)", r->trace_file);
+    cJSON *d = desc_new(l, name, r->rank);
+    cJSON *ro = rank_obj(d, r->rank);
+    bool ok = ro != NULL && put_num(ro, "events", (double)r->n_events) && put_num(ro, "last_seq", (double)r->last_seq);
+    ok = ok && adopt(ro, "events_file", cJSON_CreateString(r->trace_file));
+    /* the status the events show: an error event, else a rank_complete, else nothing said */
+    if (ok && (r->n_errors > 0 || r->rank_complete))
+        ok = cJSON_AddStringToObject(ro, "status", r->n_errors > 0 ? "error" : "complete") != NULL;
+    /* steps: optimizer_step events; objectives: each step's first step_metrics; prefix-frozen steps */
+    uint64_t opt = 0, grpo = 0, sftn = 0, frozen = 0;
+    cJSON *fz = cJSON_CreateArray(), *so = NULL;
+    ok = ok && fz != NULL;
+    for (int64_t s = 0; ok && r->steps != NULL && s < r->n_steps_seen && (size_t)s < r->steps_cap; s++) {
+        const ls_audit_step *sf = &r->steps[s];
+        opt += sf->opt_count;
+        if (sf->prefix_frozen) {
+            frozen++;
+            ok = cJSON_AddItemToArray(fz, cJSON_CreateNumber((double)s));
+        }
+        if (sf->metrics_seen) {
+            if (sf->sft) sftn++;
+            else grpo++;
+            char k[24];
+            snprintf(k, sizeof k, "%lld", (long long)s);
+            if (so == NULL) so = obj(d, "steps");
+            cJSON *st = obj(so, k);
+            ok = ok && st != NULL && cJSON_AddStringToObject(st, "objective", sf->sft ? "sft" : "grpo") != NULL;
+        }
+    }
+    if (ok && r->rank_complete) { /* a rank that ended says how many steps and what it exactly did */
+        ok = put_num(ro, "steps", (double)opt) && put_num(ro, "steps_prefix_frozen", (double)frozen) &&
+             put_num(ro, "steps_exact", (double)(opt >= frozen ? opt - frozen : 0));
+        cJSON *ob = grpo + sftn ? cJSON_CreateObject() : NULL; /* no step_metrics: the trace says nothing of it */
+        if (ob != NULL && grpo) cJSON_AddNumberToObject(ob, "grpo", (double)grpo);
+        if (ob != NULL && sftn) cJSON_AddNumberToObject(ob, "sft", (double)sftn);
+        ok = ok && adopt(ro, "steps_by_objective", ob);
+        ok = ok && cJSON_AddItemToObject(ro, "prefix_frozen_steps", fz);
+        fz = NULL;
+    }
+    cJSON_Delete(fz);
+    /* phases and their wall time: every phase_end */
+    cJSON *ph = ok ? cJSON_CreateObject() : NULL, *pw = ok ? cJSON_CreateObject() : NULL;
+    for (int p = 0; ph != NULL && pw != NULL && p < LS_AUDIT_NPHASE; p++) {
+        if (r->phase_end[p] == 0) continue;
+        const char *pn = ls_audit_phase_name(run, p);
+        cJSON_AddNumberToObject(ph, pn, (double)r->phase_end[p]);
+        if (r->phase_wall_ns[p]) cJSON_AddNumberToObject(pw, pn, (double)r->phase_wall_ns[p]);
+    }
+    ok = ok && adopt(ro, "phases", ph) && adopt(ro, "phase_wall_ns", pw);
+    /* collectives per purpose (v1 traces carry bytes; a v2 trace's by_purpose is not in its receipt) */
+    if (ok && r->n_coll_total > 0) {
+        cJSON *ca = cJSON_CreateObject(), *by = cJSON_CreateObject();
+        for (size_t p = 0; ca != NULL && by != NULL && p < run->n_purposes; p++) {
+            if (r->purpose_calls[p]) cJSON_AddNumberToObject(ca, run->purposes[p], (double)r->purpose_calls[p]);
+            if (r->purpose_bytes[p]) cJSON_AddNumberToObject(by, run->purposes[p], (double)r->purpose_bytes[p]);
+        }
+        ok = adopt(ro, "calls", ca) && adopt(ro, "bytes_sent", by);
+    }
+    /* the end of the trace: rank_complete's own count of the steps and of the events before it */
+    if (ok && r->rank_complete && (r->complete_steps >= 0 || r->complete_events >= 0)) {
+        char n2[96];
+        snprintf(n2, sizeof n2, "%s (rank_complete)", r->trace_file);
+        cJSON *r2 = rank_obj(desc_new(l, n2, r->rank), r->rank);
+        ok = r2 != NULL && (r->complete_steps < 0 || put_num(r2, "steps", (double)r->complete_steps)) &&
+             (r->complete_events < 0 || put_num(r2, "events", (double)r->complete_events + 1));
+    }
+    return ok ? LS_OK : LS_ERR_NOMEM;
+}
+
+/* ---- the fold ------------------------------------------------------------------ */
+
+/* Objects descended into (their members compared one by one): the run, the
+ * tables keyed by rank, step, group and file, a rank's, a step's and a
+ * group's facts, the profile. */
+static bool descend(const char *parent, const char *key, int depth) {
+    if (depth == 0)
+        return strcmp(key, "ranks") == 0 || strcmp(key, "steps") == 0 || strcmp(key, "groups") == 0 ||
+               strcmp(key, "shards") == 0 || strcmp(key, "profile") == 0 || strcmp(key, "digests") == 0;
+    if (depth == 1) return strcmp(parent, "ranks") == 0 || strcmp(parent, "steps") == 0 || strcmp(parent, "groups") == 0;
+    return false;
+}
+
+/* ranks.R.calls and .bytes_sent: the later source's (a trace's) purposes
+ * are the earlier's (its receipt's, stated first) with the same figures;
+ * the receipt counts setup collectives issued before the trace opened. */
+static bool subset_equal(const cJSON *earlier, const cJSON *later) {
+    if (!cJSON_IsObject(earlier) || !cJSON_IsObject(later)) return cJSON_Compare(earlier, later, true);
+    const cJSON *x;
+    cJSON_ArrayForEach(x, later) {
+        const cJSON *y = x->string ? get(earlier, x->string) : NULL;
+        if (y == NULL || !cJSON_Compare(x, y, true)) return false;
+    }
+    return true;
+}
+
+/* The first member of two objects that differs ("" when neither is an
+ * object or none does), for a message that names the key. */
+static const char *first_key(const cJSON *a, const cJSON *b) {
+    if (!cJSON_IsObject(a) || !cJSON_IsObject(b)) return "";
+    const cJSON *x;
+    cJSON_ArrayForEach(x, a) {
+        const cJSON *y = x->string ? get(b, x->string) : NULL;
+        if (y == NULL || !cJSON_Compare(x, y, true)) return x->string ? x->string : "";
+    }
+    cJSON_ArrayForEach(x, b)
+        if (x->string && get(a, x->string) == NULL) return x->string;
+    return "";
+}
+
+typedef struct {
+    const char *src;
+    ls_audit_desc_fn fn;
+    void *user;
+    uint64_t compared;
+    bool nomem;
+} fold_ctx;
+
+static void fold(fold_ctx *c, const cJSON *from, cJSON *canon, cJSON *where, const char *path, const char *parent,
+                 int depth) {
+    const cJSON *x;
+    cJSON_ArrayForEach(x, from) {
+        if (x->string == NULL || c->nomem) continue;
+        char p[320];
+        snprintf(p, sizeof p, "%s%s%s", path, path[0] ? "." : "", x->string);
+        cJSON *have = cJSON_GetObjectItemCaseSensitive(canon, x->string);
+        if (cJSON_IsObject(x) && descend(parent, x->string, depth)) {
+            if (have == NULL) {
+                have = obj(canon, x->string);
+                if (have == NULL || obj(where, x->string) == NULL) {
+                    c->nomem = true;
+                    return;
+                }
+            } else if (!cJSON_IsObject(have)) {
+                c->compared++;
+                c->fn(c->user, p, ls_audit_get_str(where, x->string), have, c->src, x);
+                continue;
+            }
+            fold(c, x, have, obj(where, x->string), p, x->string, depth + 1);
+            continue;
+        }
+        if (have == NULL) {
+            if (!put(canon, x->string, x) || cJSON_AddStringToObject(where, x->string, c->src) == NULL) c->nomem = true;
+            continue;
+        }
+        c->compared++;
+        bool sub = depth == 2 && (strcmp(x->string, "calls") == 0 || strcmp(x->string, "bytes_sent") == 0);
+        if (sub ? subset_equal(have, x) : cJSON_Compare(have, x, true)) continue;
+        const char *k = first_key(have, x);
+        if (k[0]) {
+            char p2[400];
+            snprintf(p2, sizeof p2, "%s.%s", p, k);
+            c->fn(c->user, p2, ls_audit_get_str(where, x->string), get(have, k), c->src, get(x, k));
+        } else {
+            c->fn(c->user, p, ls_audit_get_str(where, x->string), have, c->src, x);
+        }
+    }
+}
+
+ls_status ls_audit_desc_merge(const ls_audit_desc_list *l, cJSON **canon, cJSON **where, ls_audit_desc_fn fn,
+                              void *user, uint64_t *compared) {
+    *canon = cJSON_CreateObject();
+    *where = cJSON_CreateObject();
+    fold_ctx c = {.fn = fn, .user = user};
+    for (size_t i = 0; *canon != NULL && *where != NULL && i < l->n && !c.nomem; i++) {
+        c.src = l->v[i].name;
+        fold(&c, l->v[i].d, *canon, *where, "", "", 0);
+    }
+    if (compared) *compared = c.compared;
+    if (*canon == NULL || *where == NULL || c.nomem) {
+        cJSON_Delete(*canon);
+        cJSON_Delete(*where);
+        *canon = *where = NULL;
+        return LS_ERR_NOMEM;
+    }
+    return LS_OK;
+}
