@@ -368,6 +368,7 @@ typedef struct {
     bool require_signed;       /* --require-signed: an unsigned or unverified run or report proves nothing */
     bool require_probe;        /* --require-probe: a run that probed no step fails run.probe (level 4) */
     const char *profiles_dir;  /* profile: --profiles DIR (NULL: ls_audit_profile_default_dir()) */
+    const char *metrics_path;  /* --metrics FILE: the trainer's metrics lines, one more source of each step's facts */
 } ls_audit_options;
 
 struct ls_audit_run;
@@ -395,6 +396,7 @@ typedef struct ls_audit_run {
     ls_verify_report verify;   /* digest problems (our own walk, see load.c) */
     uint64_t verify_checked;   /* subjects digested */
     ls_audit_reads reads;      /* one read: the digest of the bytes of every file parsed (run_files.h) */
+    cJSON *metrics_lines;      /* --metrics: its lines, an array of objects (NULL: not given) */
     bool verify_done;
     /* signature */
     bool dsse_present;

@@ -17,7 +17,8 @@
 static void usage(FILE *f) {
     fputs("usage: longstraw-audit RUN [--require-level N] [--json FILE] [--junit FILE] [--timeline FILE]\n"
           "                       [--html FILE] [--key PUB]... [--parity FILE] [--parity-key PUB]...\n"
-          "                       [--require-signed] [--require-probe] [--profiles DIR] [--quiet]\n"
+          "                       [--require-signed] [--require-probe] [--profiles DIR] [--metrics FILE]\n"
+          "                       [--quiet]\n"
           "       longstraw-audit diff RUN_A RUN_B\n"
           "Scores the run directory RUN against the evidence levels (docs/design.md section 5):\n"
           "  1 execution capacity, 2 response-operator fidelity, 3 distributed-update consistency,\n"
@@ -40,6 +41,8 @@ static void usage(FILE *f) {
           "                     level 4 (run.probe)\n"
           "  --profiles DIR     the profiles (what a run must show) to audit against [the source tree's\n"
           "                     profiles/]: a v1 run's is DIR/FAMILY.json, a v2 run's the one it names\n"
+          "  --metrics FILE     the trainer's metrics lines (longstraw-train --metrics): each step's\n"
+          "                     objective and figures must be rank 0's trace's (sources.agree)\n"
           "  --quiet            no summary on stdout\n"
           "  --help             this text\n"
           "Exit: 0 the run proves the required level, 1 it does not, 2 unusable input or bad usage.\n",
@@ -58,7 +61,7 @@ int main(int argc, char **argv) {
         return ls_audit_diff_main(argc - 1, argv + 1);
     }
     const char *run_dir = NULL, *json = NULL, *junit = NULL, *timeline = NULL, *html = NULL, *parity = NULL;
-    const char *profiles = NULL;
+    const char *profiles = NULL, *metrics = NULL;
     int require = 1, quiet = 0;
     ls_audit_options opt = {0};
     for (int i = 1; i < argc; i++) {
@@ -95,6 +98,7 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--html") == 0) slot = &html;
         else if (strcmp(a, "--parity") == 0) slot = &parity;
         else if (strcmp(a, "--profiles") == 0) slot = &profiles;
+        else if (strcmp(a, "--metrics") == 0) slot = &metrics;
         else if (a[0] == '-' && a[1] != 0) return bad("unknown option '%s'", a);
         else if (run_dir == NULL) {
             run_dir = a;
@@ -109,6 +113,7 @@ int main(int argc, char **argv) {
     opt.run_dir = run_dir;
     opt.parity_path = parity;
     opt.profiles_dir = profiles;
+    opt.metrics_path = metrics;
     ls_audit_run *run = NULL;
     ls_status st = ls_audit_load(&opt, &run, err, sizeof err);
     if (st != LS_OK) {

@@ -334,6 +334,24 @@ ls_status ls_audit_describe_trace(ls_audit_desc_list *l, const ls_audit_run *run
         fz = NULL;
     }
     cJSON_Delete(fz);
+    /* rank 0's figures per step (each step's first step_metrics): what a metrics file (--metrics) states too */
+    for (size_t i = 0; ok && r->rank == 0 && i < r->n_metrics; i++) {
+        const ls_audit_step_metric *m = &r->metrics[i];
+        if (m->step < 0) continue;
+        char k[24];
+        snprintf(k, sizeof k, "%lld", (long long)m->step);
+        if (so == NULL) so = obj(d, "steps");
+        cJSON *st = obj(so, k);
+        if (st == NULL) {
+            ok = false;
+            break;
+        }
+        if (get(st, "figures") != NULL) continue;
+        cJSON *f = cJSON_CreateObject();
+        for (int q = 0; f != NULL && q < LS_AUDIT_SM_COUNT; q++)
+            if (m->have & (1u << q)) cJSON_AddNumberToObject(f, ls_audit_sm_name((ls_audit_sm_field)q), m->v[q]);
+        ok = adopt(st, "figures", f);
+    }
     /* phases and their wall time: every phase_end */
     cJSON *ph = ok ? cJSON_CreateObject() : NULL, *pw = ok ? cJSON_CreateObject() : NULL;
     for (int p = 0; ph != NULL && pw != NULL && p < LS_AUDIT_NPHASE; p++) {
@@ -361,6 +379,40 @@ ls_status ls_audit_describe_trace(ls_audit_desc_list *l, const ls_audit_run *run
              (r->complete_events < 0 || put_num(r2, "events", (double)r->complete_events + 1));
     }
     return ok ? LS_OK : LS_ERR_NOMEM;
+}
+
+/* A step's GRPO figures ({name: value} of the step_metrics fields run.invariants reads), from a JSON
+ * object holding them. */
+static cJSON *figures_of(const cJSON *o) {
+    cJSON *f = cJSON_CreateObject();
+    for (int k = 0; f != NULL && k < LS_AUDIT_SM_COUNT; k++) {
+        const char *n = ls_audit_sm_name((ls_audit_sm_field)k);
+        const cJSON *v = get(o, n);
+        if (n != NULL && ls_json_is_number(v) && cJSON_AddNumberToObject(f, n, v->valuedouble) == NULL) {
+            cJSON_Delete(f);
+            return NULL;
+        }
+    }
+    return f;
+}
+
+ls_status ls_audit_describe_metrics(ls_audit_desc_list *l, const cJSON *lines, const char *name) {
+    if (!cJSON_IsArray(lines)) return LS_OK;
+    cJSON *d = desc_new(l, name, 0);
+    cJSON *so = obj(d, "steps");
+    if (so == NULL) return LS_ERR_NOMEM;
+    const cJSON *ln;
+    cJSON_ArrayForEach(ln, lines) {
+        uint64_t step = 0;
+        if (!get_uint(ln, "step", &step) || step >= LS_AUDIT_MAX_STEPS) continue;
+        char k[24];
+        snprintf(k, sizeof k, "%llu", (unsigned long long)step);
+        if (get(so, k) != NULL) continue; /* a step's first line, as a trace's first step_metrics */
+        cJSON *st = obj(so, k);
+        if (st == NULL || !put(st, "objective", get(ln, "objective")) || !adopt(st, "figures", figures_of(ln)))
+            return LS_ERR_NOMEM;
+    }
+    return LS_OK;
 }
 
 /* ---- the fold ------------------------------------------------------------------ */

@@ -16,6 +16,7 @@
  *   ranks.R.{rank, host, status, steps, steps_by_objective, prefix_frozen_steps,
  *            phases, events, last_seq, calls, capture_tokens}
  *   steps.S.objective                       "grpo" | "sft"
+ *   steps.S.figures                         rank 0's GRPO figures of the step (step_metrics)
  *
  * ls_audit_desc_merge folds the sources into one canonical description,
  * path by path: the first source of a fact sets it, every later one must
@@ -70,6 +71,10 @@ ls_status ls_audit_describe_header(ls_audit_desc_list *l, const cJSON *header, c
  * requested step's objective (objective, sft_steps, first_step,
  * steps_requested). */
 ls_status ls_audit_describe_config(ls_audit_desc_list *l, const cJSON *config, const char *name);
+/* The trainer's metrics lines (--metrics; an array of objects): each step's
+ * objective and figures (steps.S.figures: the step_metrics fields of
+ * run.invariants), stated by rank 0's trace too. */
+ls_status ls_audit_describe_metrics(ls_audit_desc_list *l, const cJSON *lines, const char *name);
 /* A trace's events and its rank_complete, from the facts load_trace.c kept. */
 ls_status ls_audit_describe_trace(ls_audit_desc_list *l, const ls_audit_run *run, const ls_audit_rank *r);
 

@@ -156,6 +156,47 @@ static void derive_config(ls_audit_run *run) {
     }
 }
 
+/* --metrics FILE: the trainer's metrics lines (outside the run: no digest
+ * binds them; a source that can only disagree).  Each line one JSON object
+ * with an integer "step"; anything else is unusable input naming the line. */
+#define METRICS_MAX_BYTES ((size_t)64 << 20)
+static ls_status load_metrics(ls_audit_run *run, const char *path, char *err, size_t errlen) {
+    char *bytes = NULL;
+    size_t len = 0;
+    char why[300];
+    ls_status st = ls_json_read_bytes_capped(path, METRICS_MAX_BYTES, &bytes, &len, why, sizeof why);
+    if (st != LS_OK) {
+        ls_json_errf(err, errlen, "--metrics %s: %s", path, why);
+        return st == LS_ERR_NOMEM ? st : LS_ERR_ARG;
+    }
+    run->metrics_lines = cJSON_CreateArray();
+    st = run->metrics_lines ? LS_OK : LS_ERR_NOMEM;
+    size_t line = 0;
+    for (size_t at = 0; st == LS_OK && at < len; line++) {
+        const char *nl = memchr(bytes + at, '\n', len - at);
+        size_t n = nl ? (size_t)(nl - (bytes + at)) : len - at;
+        cJSON *j = NULL;
+        int64_t step = -1;
+        if (n > 0 && ls_json_parse(bytes + at, n, path, &j, why, sizeof why) != LS_OK) {
+            ls_json_errf(err, errlen, "--metrics %s: line %zu: %s", path, line + 1, why);
+            st = LS_ERR_ARG;
+        } else if (n > 0 && (!cJSON_IsObject(j) || !ls_audit_get_int(j, "step", &step) || step < 0 ||
+                             step >= LS_AUDIT_MAX_STEPS)) {
+            ls_json_errf(err, errlen, "--metrics %s: line %zu: not a metrics line (an object with an integer "
+                         "\"step\" 0..%d)", path, line + 1, LS_AUDIT_MAX_STEPS - 1);
+            st = LS_ERR_ARG;
+        } else if (n > 0 && !cJSON_AddItemToArray(run->metrics_lines, j)) {
+            st = LS_ERR_NOMEM;
+        } else {
+            j = NULL;
+        }
+        cJSON_Delete(j);
+        at += n + 1;
+    }
+    free(bytes);
+    return st;
+}
+
 ls_status ls_audit_load(const ls_audit_options *opt, ls_audit_run **out, char *err, size_t errlen) {
     ls_audit_trace_fields_init();
     *out = NULL;
@@ -252,6 +293,14 @@ ls_status ls_audit_load(const ls_audit_options *opt, ls_audit_run **out, char *e
     }
     ls_audit_check_dsse(run, mbytes, mlen);
     ls_audit_load_parity(run);
+    if (opt->metrics_path != NULL) {
+        st = load_metrics(run, opt->metrics_path, err, errlen);
+        if (st != LS_OK) {
+            ls_audit_free(run);
+            free(mbytes);
+            return st;
+        }
+    }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     run->load_seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     st = LS_OK;
@@ -283,6 +332,7 @@ void ls_audit_free(ls_audit_run *run) {
     ls_manifest_free(run->manifest);
     ls_verify_report_free(&run->verify);
     ls_audit_reads_free(&run->reads);
+    cJSON_Delete(run->metrics_lines);
     cJSON_Delete(run->parity);
     free(run->rules);
     free(run->digest_splits);

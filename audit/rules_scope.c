@@ -170,6 +170,11 @@ static ls_status describe_sources(const ls_audit_run *run, ls_audit_desc_list *l
     }
     if (st == LS_OK && run->config != NULL)
         st = ls_audit_describe_config(l, run->config, "the configuration (cp_ranks, objective, sft_steps, first_step)");
+    if (st == LS_OK && run->metrics_lines != NULL) {
+        char n[96];
+        snprintf(n, sizeof n, "--metrics %.80s", run->opt.metrics_path);
+        st = ls_audit_describe_metrics(l, run->metrics_lines, n);
+    }
     return st;
 }
 

@@ -62,8 +62,10 @@ class Ctx:
     def make_run(self, name, np_, extra):
         out = os.path.join(self.t, name)
         shutil.rmtree(out, ignore_errors=True)
+        self.metrics = os.path.join(self.t, name + ".metrics.jsonl")
         cmd = [self.train, "--config", os.path.join(SRC, "configs", "hybrid-tiny.json"), "--prompt-len", "64",
-               "--group", "2", "--response-len", "4", "--dtype", "f64", "--quiet", "--out", out] + extra
+               "--group", "2", "--response-len", "4", "--dtype", "f64", "--quiet", "--out", out,
+               "--metrics", self.metrics] + extra
         if np_ > 1:
             cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np_)] + cmd
         self.run(cmd)
@@ -79,13 +81,14 @@ class Ctx:
         self.run([sys.executable, os.path.join(HERE, "make_report.py"), run, os.path.join(run, "parity.json")])
         self.run([self.sign, "sign-parity", os.path.join(run, "parity.json"), "--key", self.key])
 
-    def gate(self, run, extra=(), env=None):
-        """The CI gate on run: (exit status, report or None, stderr)."""
+    def gate(self, run, extra=(), env=None, metrics=None):
+        """The CI gate on run, with the trainer's metrics lines: (exit status, report or None, stderr)."""
         rep = os.path.join(self.t, "report.json")
         if os.path.exists(rep):
             os.unlink(rep)
         p = self.run([self.audit, run, "--require-signed", "--require-level", "4", "--key", self.pub,
-                      "--parity-key", self.pub, "--json", rep, "--quiet"] + list(extra), env=env, check=False)
+                      "--parity-key", self.pub, "--json", rep, "--quiet", "--metrics", metrics or self.metrics] +
+                     list(extra), env=env, check=False)
         doc = None
         if os.path.exists(rep):
             try:
@@ -461,6 +464,38 @@ def gen_facts(ctx, run):
         expect_refused(ctx, "facts", "%s: rank_complete.steps" % rel, out, ["sources.agree"], "ranks.%d.steps" % i)
 
 
+    # the trainer's metrics lines (--metrics) against rank 0's trace: each step's objective and every figure
+    lines = [json.loads(x) for x in open(ctx.metrics) if x.strip()]
+    for li, ln in enumerate(lines):
+        keys = ["objective"] + [k for k, v in ln.items() if isinstance(v, (int, float)) and k != "step"]
+        for k in keys:
+            edited = [dict(x) for x in lines]
+            edited[li][k] = other(ln[k], k)
+            path = os.path.join(ctx.t, "metrics.edited.jsonl")
+            with open(path, "w") as f:
+                f.writelines(json.dumps(x) + "\n" for x in edited)
+            rc, doc, err = ctx.gate(run, metrics=path)
+            fig = k != "objective" and k in FIGURES
+            if k != "objective" and not fig:
+                # a figure run.invariants does not read (lr, tokens_per_s, step_wall_s...): stated by the
+                # metrics line alone; the gate's verdict must not change
+                ctx.verdict("facts", "metrics line %d: %s (not a fact)" % (li, k), rc == 0,
+                            "the gate failed on an uncompared field: exit %d" % rc, counted=False)
+                continue
+            name = "--metrics line %d: %s" % (li, k)
+            if rc == 0:
+                ctx.verdict("facts", name, False, "the gate passed")
+            else:
+                why = failed_naming(doc, "sources.agree", "steps.%d.%s" % (ln["step"], "objective" if k == "objective"
+                                                                             else "figures"))
+                ctx.verdict("facts", name, why == "", why)
+
+
+# the step_metrics fields the description compares (run.invariants' figures: audit.h, ls_audit_sm_field)
+FIGURES = {"reward_mean", "reward_std", "reward_min", "reward_max", "adv_mean", "adv_std", "loss", "loss_policy",
+           "loss_kl", "kl_mean", "clip_fraction", "ratio_min", "ratio_mean", "ratio_max", "response_len_mean", "tokens"}
+
+
 def gen_groups(ctx, run):
     """Every field of every trace header's group table edited."""
     world = json.load(open(os.path.join(run, "manifest.json")))["predicate"]["world"]
@@ -504,10 +539,13 @@ def main():
     ap.add_argument("build")
     ap.add_argument("scratch", nargs="?")
     ap.add_argument("--class", dest="classes", action="append", choices=sorted(CLASSES))
+    ap.add_argument("--audit", help="another longstraw-audit to judge the variants (an older build: what it lets through)")
     a = ap.parse_args()
     scratch = a.scratch or tempfile.mkdtemp(prefix="ls-generate.")
     os.makedirs(scratch, exist_ok=True)
     ctx = Ctx(os.path.abspath(a.build), os.path.abspath(scratch))
+    if a.audit:
+        ctx.audit = os.path.abspath(a.audit)
     for f in (ctx.key, ctx.pub):
         if os.path.exists(f):
             os.unlink(f)
@@ -522,7 +560,7 @@ def main():
         CLASSES[cls](ctx, run)
     for cls, (n, ok, ctl) in sorted(ctx.counts.items()):
         print("%-9s %5d variant(s), %5d refused by the right rule%s%s" %
-              (cls, n, ok, ", %d control(s) that reached no read kept the honest verdict" % ctl if ctl else "",
+              (cls, n, ok, ", %d control(s) (no attack reached the verdict) kept the honest one" % ctl if ctl else "",
                ", %d edit(s) no signer signs (schema-invalid) left out" % ctx.skipped[cls] if ctx.skipped.get(cls) else ""))
     for f in ctx.failures:
         print("FAIL " + f)
