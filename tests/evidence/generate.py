@@ -47,6 +47,7 @@ class Ctx:
         self.failures = []
         self.counts = {}
         self.skipped = {}  # edits no signer would sign (schema-invalid): not variants
+        self.use_metrics = True  # --metrics (an older audit, --audit, has none)
 
     def run(self, args, env=None, check=True):
         e = dict(os.environ)
@@ -63,6 +64,8 @@ class Ctx:
         out = os.path.join(self.t, name)
         shutil.rmtree(out, ignore_errors=True)
         self.metrics = os.path.join(self.t, name + ".metrics.jsonl")
+        if os.path.exists(self.metrics):
+            os.unlink(self.metrics)  # the trainer never overwrites an output
         cmd = [self.train, "--config", os.path.join(SRC, "configs", "hybrid-tiny.json"), "--prompt-len", "64",
                "--group", "2", "--response-len", "4", "--dtype", "f64", "--quiet", "--out", out,
                "--metrics", self.metrics] + extra
@@ -87,8 +90,9 @@ class Ctx:
         if os.path.exists(rep):
             os.unlink(rep)
         p = self.run([self.audit, run, "--require-signed", "--require-level", "4", "--key", self.pub,
-                      "--parity-key", self.pub, "--json", rep, "--quiet", "--metrics", metrics or self.metrics] +
-                     list(extra), env=env, check=False)
+                      "--parity-key", self.pub, "--json", rep, "--quiet"] +
+                     (["--metrics", metrics or self.metrics] if self.use_metrics else []) + list(extra), env=env,
+                     check=False)
         doc = None
         if os.path.exists(rep):
             try:
@@ -465,7 +469,7 @@ def gen_facts(ctx, run):
 
 
     # the trainer's metrics lines (--metrics) against rank 0's trace: each step's objective and every figure
-    lines = [json.loads(x) for x in open(ctx.metrics) if x.strip()]
+    lines = [json.loads(x) for x in open(ctx.metrics) if x.strip()] if ctx.use_metrics else []
     for li, ln in enumerate(lines):
         keys = ["objective"] + [k for k, v in ln.items() if isinstance(v, (int, float)) and k != "step"]
         for k in keys:
@@ -529,9 +533,54 @@ def gen_groups(ctx, run):
         expect_refused(ctx, "groups", "%s: a group only this header lists" % rel, out, ["sources.agree"], "groups.dp")
 
 
+def gen_sequence(ctx, run):
+    """Every phase of every step of every rank moved, dropped and duplicated, phases swapped and nested, the
+    optimizer moved before the backward, a layer event duplicated or moved out of its phase: each edit made
+    by tests/audit_sequence_edit.py (seq, counts, the receipts' totals and every digest fixed after it), the
+    run signed again.  Refused by steps.sequence, or by rank.phases / rank.layers where a phase or layer
+    event is missing."""
+    edit = os.path.join(SRC, "tests", "audit_sequence_edit.py")
+    world = json.load(open(os.path.join(run, "manifest.json")))["predicate"]["world"]
+    rules = ["steps.sequence", "rank.phases", "rank.layers"]
+    for rank in range(world):
+        evs = [json.loads(x) for x in zstd_lines(os.path.join(run, "rank-%04d/events.jsonl.zst" % rank)).split(b"\n")
+               if x.strip()][1:]
+        steps = sorted({e["step"] for e in evs if e.get("ev") == "phase_begin"})
+        for step in steps:
+            phases = [e["phase"] for e in evs if e.get("ev") == "phase_begin" and e.get("step") == step]
+            cases = [("move-optimizer",)]
+            for ph in sorted(set(phases)):
+                for n in range(1, phases.count(ph) + 1):
+                    cases += [("dup-phase", ph, str(n)), ("drop-phase", ph, str(n))]
+            for a_, b_ in zip(phases, phases[1:]):
+                if a_ != b_:
+                    cases += [("swap", a_, b_), ("nest", a_, b_)]
+            layers = [e for e in evs if e.get("ev") == "layer_end" and e.get("step") == step]
+            for le in layers[:: max(1, len(layers) // 6)]:  # a layer event of each part of the step
+                a = (le["phase"], str(le["member"]), str(le["layer"]), le["dir"])
+                cases += [("dup-layer",) + a, ("layer-out",) + a]
+            for c in cases:
+                out = os.path.join(ctx.t, "variant")
+                shutil.rmtree(out, ignore_errors=True)
+                shutil.copytree(run, out)
+                for f in ("manifest.dsse.json", "parity.json", "parity.dsse.json"):
+                    if os.path.exists(os.path.join(out, f)):
+                        os.unlink(os.path.join(out, f))
+                p = ctx.run([sys.executable, edit, out, str(rank), str(step)] + list(c), check=False)
+                if p.returncode != 0:
+                    ctx.skipped["sequence"] = ctx.skipped.get("sequence", 0) + 1
+                    continue
+                if ctx.run([ctx.sign, "sign", out, "--key", ctx.key], check=False).returncode != 0:
+                    ctx.skipped["sequence"] = ctx.skipped.get("sequence", 0) + 1
+                    continue
+                for f in ("parity.json", "parity.dsse.json"):
+                    shutil.copy(os.path.join(run, f), os.path.join(out, f))
+                expect_refused(ctx, "sequence", "rank %d step %d: %s" % (rank, step, " ".join(c)), out, rules, "")
+
+
 # ---- main ------------------------------------------------------------------------
 
-CLASSES = {"swap": gen_swap, "facts": gen_facts, "groups": gen_groups}
+CLASSES = {"swap": gen_swap, "facts": gen_facts, "groups": gen_groups, "sequence": gen_sequence}
 
 
 def main():
@@ -546,6 +595,7 @@ def main():
     ctx = Ctx(os.path.abspath(a.build), os.path.abspath(scratch))
     if a.audit:
         ctx.audit = os.path.abspath(a.audit)
+        ctx.use_metrics = False
     for f in (ctx.key, ctx.pub):
         if os.path.exists(f):
             os.unlink(f)
@@ -561,7 +611,7 @@ def main():
     for cls, (n, ok, ctl) in sorted(ctx.counts.items()):
         print("%-9s %5d variant(s), %5d refused by the right rule%s%s" %
               (cls, n, ok, ", %d control(s) (no attack reached the verdict) kept the honest one" % ctl if ctl else "",
-               ", %d edit(s) no signer signs (schema-invalid) left out" % ctx.skipped[cls] if ctx.skipped.get(cls) else ""))
+               ", %d edit(s) that could not be made or that no signer signs (schema-invalid) left out" % ctx.skipped[cls] if ctx.skipped.get(cls) else ""))
     for f in ctx.failures:
         print("FAIL " + f)
     return 1 if ctx.failures else 0
