@@ -154,7 +154,7 @@ static ls_status extract(ls_manifest *m, const char *what, char *err, size_t err
     m->config = cJSON_GetObjectItemCaseSensitive(p, "config");
     char why[400];
     const cJSON *prof = cJSON_GetObjectItemCaseSensitive(p, "profile");
-    if (m->version == 2) {
+    if (prof != NULL) { /* v2: required; v1: optional (an older run names none) */
         m->profile_name = cJSON_GetObjectItemCaseSensitive(prof, "name")->valuestring;
         m->profile_sha256 = cJSON_GetObjectItemCaseSensitive(prof, "sha256")->valuestring;
     }
@@ -324,6 +324,11 @@ static ls_status build_doc(const ls_manifest *m, const entry_list *files, char (
     ls_json_add_u64(p, "world", m->world);
     cJSON_AddItemToObject(p, "build", cJSON_Duplicate(m->build, 1));
     cJSON_AddItemToObject(p, "config", cJSON_Duplicate(m->config, 1));
+    if (m->profile_name != NULL) { /* the writer checked both are set */
+        cJSON *prof = cJSON_AddObjectToObject(p, "profile");
+        cJSON_AddStringToObject(prof, "name", m->profile_name);
+        cJSON_AddStringToObject(prof, "sha256", m->profile_sha256);
+    }
     cJSON *ranks = cJSON_AddArrayToObject(p, "ranks");
     for (size_t i = 0; i < m->n_ranks; i++) {
         cJSON *r = cJSON_CreateObject();
@@ -351,6 +356,8 @@ ls_status ls_manifest_write(const char *run_dir, const ls_manifest *m, char *err
                           : m->build == NULL ? "build"
                           : m->config == NULL ? "config"
                           : m->world == 0    ? "world (0)"
+                          : (m->profile_name == NULL) != (m->profile_sha256 == NULL)
+                              ? "profile (its name and sha256 go together)"
                                              : NULL;
     for (size_t i = 0; missing == NULL && m->ranks != NULL && i < m->n_ranks; i++)
         if ((unsigned)m->ranks[i].status > LS_MANIFEST_RANK_MISSING) missing = "a valid rank status";
@@ -516,6 +523,12 @@ static ls_status check_files(const char *run_dir, const ls_manifest *m, const en
     return st;
 }
 
+/* Whether a receipt and the manifest name the same profile (or neither names one). */
+static int same_profile(const char *rn, const char *rs, const char *mn, const char *ms) {
+    if (rn == NULL || mn == NULL) return rn == mn;
+    return strcmp(rn, mn) == 0 && rs != NULL && ms != NULL && strcmp(rs, ms) == 0;
+}
+
 static ls_status check_receipt(const char *run_dir, const ls_manifest *m,
                                const ls_manifest_rank *mr, ls_verify_report *rep) {
     char path[PATH_CAP], why[600];
@@ -533,11 +546,11 @@ static ls_status check_receipt(const char *run_dir, const ls_manifest *m,
     if (r->version != mv)
         st = add_problem(rep, LS_VERIFY_RECEIPT, mr->receipt, "a v%d receipt, the manifest is v%d",
                          r->version, mv);
-    else if (mv == 2 && (strcmp(r->profile_name, m->profile_name) != 0 ||
-                                 strcmp(r->profile_sha256, m->profile_sha256) != 0))
+    else if (!same_profile(r->profile_name, r->profile_sha256, m->profile_name, m->profile_sha256))
         st = add_problem(rep, LS_VERIFY_RECEIPT, mr->receipt,
-                         "profile %s (%.12s...), the manifest says %s (%.12s...)", r->profile_name,
-                         r->profile_sha256, m->profile_name, m->profile_sha256);
+                         "profile %s (%.12s...), the manifest says %s (%.12s...)",
+                         r->profile_name ? r->profile_name : "(none)", r->profile_sha256 ? r->profile_sha256 : "",
+                         m->profile_name ? m->profile_name : "(none)", m->profile_sha256 ? m->profile_sha256 : "");
     else if (r->rank != mr->rank)
         st = add_problem(rep, LS_VERIFY_RECEIPT, mr->receipt, "rank %u, the manifest says %u",
                          (unsigned)r->rank, (unsigned)mr->rank);

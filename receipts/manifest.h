@@ -5,7 +5,7 @@
  *   {"_type": "https://in-toto.io/Statement/v1",
  *    "subject": [{"name": relative path, "digest": {"sha256": hex}}, ...],
  *    "predicateType": "urn:longstraw:predicate:run-manifest:v1",
- *    "predicate": {run_id, world, build, config,
+ *    "predicate": {run_id, world, build, config, profile?,
  *                  ranks: [{rank, receipt, status}], files}}
  * Its subjects are every regular file under the run directory, recursively,
  * by '/'-separated relative path, sorted bytewise, except the top-level
@@ -65,10 +65,13 @@ typedef struct {
     const cJSON *config; /* docs/model.md section 6 keys */
     const ls_manifest_rank *ranks; /* world entries, rank r at index r; NULL: scan */
     size_t n_ranks;
+    /* predicate.profile: the profile the run was written for and the SHA-256
+     * of its file (v2: always; v1: written when the caller sets both, NULL
+     * when a run names none: an older v1 run, the profile not pinned) */
+    const char *profile_name;
+    const char *profile_sha256;
     /* --- filled by the reader only --- */
     int version;                /* 1 or 2 */
-    const char *profile_name;   /* v2: predicate.profile.name (NULL in v1) */
-    const char *profile_sha256; /* v2: predicate.profile.sha256 (NULL in v1) */
     const ls_manifest_subject *subjects; /* sorted by name */
     size_t n_subjects;
     cJSON *priv_doc;
@@ -123,7 +126,8 @@ const char *ls_verify_kind_name(ls_verify_kind kind);
 /* Reads run_dir/manifest.json and checks the run directory against it:
  * every subject present with its digest, no other file, every listed
  * receipt readable and agreeing with the manifest (version, rank, world, run id,
- * build digest, status; v2: profile) and with the manifest's digest of its events file.
+ * build digest, status, profile: both name the same or neither names one) and with
+ * the manifest's digest of its events file.
  * Problems are appended to *report (initialise to {0}; free with
  * ls_verify_report_free).  LS_OK: no problem; LS_ERR_CORRUPT: problems
  * listed; other codes: the manifest itself is unreadable or invalid (err

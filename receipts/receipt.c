@@ -91,6 +91,8 @@ ls_status ls_receipt_to_json(const ls_receipt *r, const char *events_sha256, cJS
                           : (r->prefix_frozen_steps == NULL && r->steps_prefix_frozen > 0)
                               ? "prefix_frozen_steps"
                           : (r->objectives == NULL && r->n_objectives > 0) ? "objectives"
+                          : (r->profile_name == NULL) != (r->profile_sha256 == NULL)
+                              ? "profile name or sha256 (they go together)"
                                                                            : NULL;
     for (size_t i = 0; missing == NULL && i < r->n_phases; i++)
         if (r->phases[i].phase == NULL) missing = "a phase name";
@@ -126,6 +128,11 @@ ls_status ls_receipt_to_json(const ls_receipt *r, const char *events_sha256, cJS
     cJSON_AddStringToObject(p, "host", r->host);
     cJSON_AddItemToObject(p, "build", cJSON_Duplicate(r->build, 1));
     cJSON_AddItemToObject(p, "config", cJSON_Duplicate(r->config, 1));
+    if (r->profile_name != NULL) {
+        cJSON *prof = cJSON_AddObjectToObject(p, "profile");
+        cJSON_AddStringToObject(prof, "name", r->profile_name);
+        cJSON_AddStringToObject(prof, "sha256", r->profile_sha256);
+    }
     ls_json_add_u64(p, "steps", r->steps);
     if (add_step_kinds(p, r) != 0) goto cleanup;
     cJSON *phases = cJSON_AddArrayToObject(p, "phases");
@@ -311,7 +318,7 @@ static ls_status extract_step_kinds(ls_receipt *r, const cJSON *p, uint64_t *pf,
 
 /* The members v1 and v2 predicates share (schema-valid p): rank below
  * world, run id, host, and the build, config and rank_state objects
- * (rank_state NULL when absent). */
+ * (rank_state NULL when absent), the profile (NULL when absent: v1 only). */
 static ls_status extract_head(ls_receipt *r, const cJSON *p, const char *what, char *err, size_t errlen) {
     uint64_t rank = 0, world = 0;
     ls_json_get_u64(p, "rank", &rank);
@@ -328,6 +335,11 @@ static ls_status extract_head(ls_receipt *r, const cJSON *p, const char *what, c
     r->build = cJSON_GetObjectItemCaseSensitive(p, "build");
     r->config = cJSON_GetObjectItemCaseSensitive(p, "config");
     r->rank_state = cJSON_GetObjectItemCaseSensitive(p, "rank_state");
+    const cJSON *prof = cJSON_GetObjectItemCaseSensitive(p, "profile"); /* v2: required; v1: optional */
+    if (prof != NULL) {
+        r->profile_name = cJSON_GetObjectItemCaseSensitive(prof, "name")->valuestring;
+        r->profile_sha256 = cJSON_GetObjectItemCaseSensitive(prof, "sha256")->valuestring;
+    }
     return LS_OK;
 }
 
@@ -452,9 +464,6 @@ static ls_status extract_v2(ls_receipt *r, const char *what, char *err, size_t e
     ls_status hs = extract_head(r, p, what, err, errlen);
     if (hs != LS_OK) return hs;
     r->version = 2;
-    const cJSON *prof = cJSON_GetObjectItemCaseSensitive(p, "profile");
-    r->profile_name = cJSON_GetObjectItemCaseSensitive(prof, "name")->valuestring;
-    r->profile_sha256 = cJSON_GetObjectItemCaseSensitive(prof, "sha256")->valuestring;
     char why[400];
     ls_status st = ls_build_info_check_v2(r->build, why, sizeof why);
     if (st != LS_OK) {

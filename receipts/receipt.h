@@ -16,7 +16,7 @@
  *   {"_type": "https://in-toto.io/Statement/v1",
  *    "subject": [{"name": "rank-0000/events.jsonl.zst", "digest": {"sha256": hex}}],
  *    "predicateType": "urn:longstraw:predicate:rank-receipt:v1",
- *    "predicate": {run_id, rank, world, host, build, config, steps,
+ *    "predicate": {run_id, rank, world, host, build, config, profile?, steps,
  *                  steps_exact, steps_prefix_frozen, prefix_frozen_steps,
  *                  steps_by_objective?, phases, memory, events, status,
  *                  error?, timing}}
@@ -129,10 +129,13 @@ typedef struct {
     const cJSON *rank_state;
     uint64_t start_unix_ns;    /* see LS_JSON_MAX_EXACT_INT: read back to ~0.25 us */
     uint64_t end_unix_ns;
+    /* predicate.profile: the profile the run was written for and the SHA-256
+     * of its file (v2: always; v1: written when the caller sets both, NULL
+     * when a receipt names none: an older v1 run, the profile not pinned) */
+    const char *profile_name;
+    const char *profile_sha256;
     /* --- filled by the reader only --- */
     int version;          /* 1 or 2: the predicate's version */
-    const char *profile_name;   /* v2: predicate.profile.name (NULL in v1) */
-    const char *profile_sha256; /* v2: predicate.profile.sha256 (NULL in v1) */
     uint64_t steps_exact;                    /* steps - steps_prefix_frozen */
     char events_sha256[LS_DIGEST_HEX_SIZE]; /* the subject digest */
     cJSON *priv_doc;  /* the parsed document the pointers above point into */

@@ -596,6 +596,61 @@ Test(receipts_manifest, receipt_disagreement, .init = setup, .fini = teardown) {
     cJSON_Delete(config);
 }
 
+/* The profile a v1 run was written for (predicate.profile): written when set, read back, required alike in
+ * the manifest and every receipt (a receipt that names another profile, or none, is a problem), absent in
+ * an older run; a name without its digest is refused. */
+Test(receipts_manifest, profile_pinned_in_manifest_and_receipts, .init = setup, .fini = teardown) {
+    static const char SHA[] = "e6008ee1a2de8f469c0593026d50942a1f74ad2114047e385d6de4f04c935473";
+    ls_test_make_run(tmp, 2); /* an older run: no profile anywhere */
+    ls_manifest *m0 = read_manifest();
+    cr_assert_null(m0->profile_name);
+    cr_assert_null(m0->profile_sha256);
+    ls_manifest_free(m0);
+    cJSON *build = NULL, *config = ls_test_config();
+    cr_assert_eq(ls_build_info_create("0.3.21", "Open MPI 4.1.4", &build), LS_OK);
+    char err[1024], p[4096];
+    for (uint32_t r = 0; r < 2; r++) {
+        ls_receipt rc = ls_test_receipt(r, 2, build, config);
+        rc.profile_name = "hybrid";
+        rc.profile_sha256 = SHA;
+        cr_assert_eq(ls_receipt_write(tmp, &rc, err, sizeof err), LS_OK, "%s", err);
+    }
+    ls_manifest m = {.run_id = "run-test-0001", .world = 2, .build = build, .config = config,
+                     .profile_name = "hybrid", .profile_sha256 = SHA};
+    cr_assert_eq(ls_manifest_write(tmp, &m, err, sizeof err), LS_OK, "%s", err);
+    ls_manifest *back = read_manifest();
+    cr_assert_str_eq(back->profile_name, "hybrid");
+    cr_assert_str_eq(back->profile_sha256, SHA);
+    cr_assert_eq(back->version, 1);
+    ls_manifest_free(back);
+    path_in(p, sizeof p, "rank-0001/receipt.json");
+    ls_receipt *rr = NULL;
+    cr_assert_eq(ls_receipt_read(p, &rr, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_str_eq(rr->profile_sha256, SHA);
+    ls_receipt_free(rr);
+    ls_verify_report rep = {0};
+    cr_assert_eq(ls_manifest_verify(tmp, &rep, err, sizeof err), LS_OK, "%s", err);
+    ls_verify_report_free(&rep);
+    /* rank 1's receipt names none: the manifest's verification names it */
+    ls_receipt rc = ls_test_receipt(1, 2, build, config);
+    cr_assert_eq(ls_receipt_write(tmp, &rc, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_eq(ls_manifest_write(tmp, &m, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_eq(ls_manifest_verify(tmp, &rep, err, sizeof err), LS_ERR_CORRUPT);
+    const ls_verify_problem *pr = find_problem(&rep, LS_VERIFY_RECEIPT, "rank-0001/receipt.json");
+    cr_assert_not_null(pr);
+    cr_assert_not_null(strstr(pr->detail, "profile (none)"), "%s", pr->detail);
+    ls_verify_report_free(&rep);
+    /* a name without its digest is refused, nothing written */
+    m.profile_sha256 = NULL;
+    cr_assert_eq(ls_manifest_write(tmp, &m, err, sizeof err), LS_ERR_ARG);
+    cr_assert_not_null(strstr(err, "profile"), "%s", err);
+    rc.profile_name = "hybrid";
+    cr_assert_eq(ls_receipt_write(tmp, &rc, err, sizeof err), LS_ERR_ARG);
+    cr_assert_not_null(strstr(err, "profile"), "%s", err);
+    cJSON_Delete(build);
+    cJSON_Delete(config);
+}
+
 Test(receipts_manifest, writer_refusals, .init = setup, .fini = teardown) {
     ls_test_make_run(tmp, 1);
     char p[4096], err[1024];
@@ -694,8 +749,8 @@ Test(receipts_manifest, samples_valid_for_python_and_c, .init = setup, .fini = t
  * describe files the readers accept. */
 Test(receipts_manifest, valid_fixtures_pass_the_readers) {
     const char *const receipts[] = {"complete-hybrid", "error-no-events", "mla-config-extra-key",
-                                    "prefix-frozen-steps"};
-    const char *const manifests[] = {"two-ranks", "rank-missing"};
+                                    "prefix-frozen-steps", "profile-pinned"};
+    const char *const manifests[] = {"two-ranks", "rank-missing", "profile-pinned"};
     char p[4096], err[1024];
     for (size_t i = 0; i < sizeof receipts / sizeof *receipts; i++) {
         snprintf(p, sizeof p, "%s/tests/fixtures/schema/receipt/valid/%s.json", LS_SOURCE_DIR,

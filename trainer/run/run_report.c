@@ -16,6 +16,8 @@
 #include "receipts/receipt.h"
 #include "trainer/dist/comm.h"
 
+#include "ls_profile_pins.h" /* generated at build time by cmake/profile_pins.cmake */
+
 void ls_run_peaks_fold(ls_run_peaks *sp, int64_t step) {
     ls_mem_stats s;
     ls_mem_snapshot(&s);
@@ -191,12 +193,27 @@ static cJSON *build_json(void) {
     return build;
 }
 
+/* The profile the run is written for: its family's (profiles/FAMILY.json), pinned with the SHA-256 of
+ * that file when this build was made (predicate.profile of the manifest and every receipt; the audit's
+ * profile.match holds the run to it).  *name and *sha stay NULL for a family without a profile. */
+static void profile_pin(const cJSON *config, const char **name, const char **sha) {
+    static const struct { const char *name, *sha256; } PINS[] = LS_PROFILE_PINS;
+    const cJSON *fam = cJSON_GetObjectItemCaseSensitive(config, "family");
+    *name = *sha = NULL;
+    for (size_t i = 0; cJSON_IsString(fam) && i < sizeof PINS / sizeof PINS[0]; i++)
+        if (strcmp(PINS[i].name, fam->valuestring) == 0) {
+            *name = PINS[i].name;
+            *sha = PINS[i].sha256;
+        }
+}
+
 int ls_run_write_manifest(const ls_train_args *a, const char *run_id, uint32_t world, int64_t first_step,
                           const ls_run_inputs *in) {
     cJSON *build = build_json(), *config = ls_run_config_json(a, world, first_step, in);
     char rerr[1024];
     int rc = 0;
     ls_manifest m = {.run_id = run_id, .world = world, .build = build, .config = config};
+    profile_pin(config, &m.profile_name, &m.profile_sha256);
     if (ls_manifest_write(a->out, &m, rerr, sizeof rerr) != LS_OK) {
         fprintf(stderr, "longstraw-train: manifest: %s\n", rerr);
         rc = 1;
@@ -240,6 +257,7 @@ int ls_run_write_receipt(const ls_train_args *a, const ls_run_outcome *oc) {
                                                                                                : "the step failed"),
                     .start_unix_ns = oc->start_unix_ns, .end_unix_ns = (uint64_t)time(NULL) * 1000000000ull,
                     .steps_prefix_frozen = oc->prefix_frozen_steps, .prefix_frozen_steps = oc->frozen_idx};
+    profile_pin(config, &r.profile_name, &r.profile_sha256);
     ls_receipt_objective objs[2] = {{"grpo", oc->steps_done - oc->sft_steps}, {"sft", oc->sft_steps}};
     r.objectives = objs;
     r.n_objectives = oc->sft_steps ? 2 : 1;
