@@ -471,8 +471,10 @@ typedef struct ls_audit_run {
     /* ---- v2 (docs/contract.md §1-2; load.c fills it) ----
      * evidence_version: 2 when the manifest (else the first readable
      * receipt, else rank 0's trace header) is v2, else 1.  profile_name /
-     * profile_sha256: the v2 manifest's profile (else the first v2
-     * receipt's), NULL in v1 runs; borrowed from the manifest or receipt.
+     * profile_sha256: the profile the run names: the manifest's (else the
+     * first receipt's that names one: a v1 run pins its family's profile,
+     * rules_profile.c), NULL when none does; borrowed from the manifest or
+     * receipt.
      * A rank's trace vocabularies (phases and layer kinds by index) and its
      * groups' kinds are in ranks[r].report (trace_reader.h:
      * ls_trace_report_phase_index, ls_trace_report_group_kind).  In v2 runs
@@ -618,8 +620,8 @@ const ls_audit_rule *ls_audit_find_rule(const ls_audit_run *run, const char *id)
  * groups[].kind, else for a v1 trace "cp" cp and "world" world; -1 unknown.
  * ls_audit_fault_level_of: the level run's profile gives a recorded fault and
  * what it touches (1..4; a name the profile lacks: 1, it may touch anything).
- * ls_audit_rules_profile: rule profile.match (v2 runs only: a v1 run's
- * reports list no v2 rule). */
+ * ls_audit_rules_profile: rule profile.match (every run: the profile it
+ * names, at the revision the audit reads; a run that names none fails). */
 typedef enum { LS_AUDIT_VOCAB_PHASE = 0, LS_AUDIT_VOCAB_LAYER_KIND } ls_audit_vocab;
 ls_status ls_audit_profile_attach(ls_audit_run *run);
 const ls_audit_profile *ls_audit_profile_of(const ls_audit_run *run);
@@ -661,6 +663,12 @@ void ls_audit_report_text(const ls_audit_run *run, FILE *f);
 /* The assurance object of the JSON report (the caller's, cJSON_Delete; NULL
  * out of memory). */
 cJSON *ls_audit_assurance_json(const ls_audit_run *run);
+/* The profile the verdict was judged by, as every report states it (the
+ * JSON report's profile_used; the text, JUnit and HTML reports read the same
+ * facts): name, file as ls_audit_profile_file_label names it, sha256, how it
+ * was chosen, whether the run pins it (the caller's, cJSON_Delete; NULL out
+ * of memory). */
+cJSON *ls_audit_profile_used_json(const ls_audit_run *run);
 ls_status ls_audit_report_json(const ls_audit_run *run, cJSON **out);
 ls_status ls_audit_report_junit(const ls_audit_run *run, const char *path, char *err, size_t errlen);
 

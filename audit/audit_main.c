@@ -19,7 +19,7 @@ static void usage(FILE *f) {
           "                       [--html FILE] [--key PUB]... [--parity FILE] [--parity-key PUB]...\n"
           "                       [--require-signed] [--require-probe] [--profiles DIR] [--metrics FILE]\n"
           "                       [--quiet]\n"
-          "       longstraw-audit diff RUN_A RUN_B\n"
+          "       longstraw-audit diff RUN_A RUN_B [--json FILE] [--key PUB]... [--require-signed]\n"
           "Scores the run directory RUN against the evidence levels (docs/design.md section 5):\n"
           "  1 execution capacity, 2 response-operator fidelity, 3 distributed-update consistency,\n"
           "  4 full-gradient parity; a level holds only if the lower ones hold.  Levels 2-4 need a\n"

@@ -22,6 +22,7 @@ const ls_audit_desc_field ls_audit_desc_fields[] = {
     {"receipt", "/predicate/host", "ranks.R.host", NULL},
     {"receipt", "/predicate/build", "build", NULL},
     {"receipt", "/predicate/config", "config", NULL},
+    {"receipt", "/predicate/profile", "profile", NULL}, /* the profile a v1 run was written for (optional) */
     {"receipt", "/predicate/status", "ranks.R.status", NULL},
     {"receipt", "/predicate/steps", "ranks.R.steps", NULL},
     {"receipt", "/predicate/steps_exact", "ranks.R.steps_exact", NULL},
@@ -101,6 +102,7 @@ const ls_audit_desc_field ls_audit_desc_fields[] = {
     {"manifest", "/predicate/world", "world", NULL},
     {"manifest", "/predicate/build", "build", NULL},
     {"manifest", "/predicate/config", "config", NULL},
+    {"manifest", "/predicate/profile", "profile", NULL},
     {"manifest", "/predicate/ranks", NULL, SHAPE},
     {"manifest", "/predicate/ranks/*/rank", "ranks.R.rank", NULL},
     {"manifest", "/predicate/ranks/*/status", "ranks.R.status", NULL},

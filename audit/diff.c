@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "audit/audit.h" /* ls_audit_load: each run verified before it is compared */
 #include "audit/run_files.h"
 #include "audit/timeline.h" /* ls_audit_trace_rel */
 #include "receipts/digest.h"
@@ -250,7 +251,45 @@ static void add_num_or_null(cJSON *o, const char *k, int have, double v) {
         cJSON_AddNullToObject(o, k);
 }
 
-static void rank_receipts(cJSON *ranks, const run_info *A, const run_info *B, uint32_t r) {
+/* What two receipts of equivalent runs record alike (counts, not measurements): the first difference
+ * appended to rdivs as a "receipt" divergence. */
+static void receipt_counts(cJSON *rdivs, const ls_receipt *ra, const ls_receipt *rb, uint32_t r) {
+    char key[96] = "";
+    double a = 0, b = 0;
+#define CMP(name, fa, fb)                                          \
+    if (!key[0] && (double)(fa) != (double)(fb))                   \
+        snprintf(key, sizeof key, "%s", name), a = (double)(fa), b = (double)(fb)
+    CMP("status", ra->status, rb->status);
+    CMP("error.code", ra->error_message ? ra->error_code : 0, rb->error_message ? rb->error_code : 0);
+    CMP("steps", ra->steps, rb->steps);
+    CMP("steps_exact", ra->steps_exact, rb->steps_exact);
+    CMP("steps_prefix_frozen", ra->steps_prefix_frozen, rb->steps_prefix_frozen);
+    CMP("events.count", ra->events_count, rb->events_count);
+    CMP("events.last_seq", ra->events_last_seq, rb->events_last_seq);
+    CMP("phases (number of)", ra->n_phases, rb->n_phases);
+    for (size_t i = 0; !key[0] && i < ra->n_phases && i < rb->n_phases; i++) {
+        if (strcmp(ra->phases[i].phase, rb->phases[i].phase)) {
+            snprintf(key, sizeof key, "phases[%zu].phase", i);
+            a = (double)i, b = (double)i;
+        }
+        char nm[96];
+        snprintf(nm, sizeof nm, "phases[%zu].count (%.40s)", i, ra->phases[i].phase);
+        CMP(nm, ra->phases[i].count, rb->phases[i].count);
+    }
+#undef CMP
+    if (!key[0]) return;
+    char rel[64], line[512];
+    ls_receipt_rank_dir(r, rel, sizeof rel);
+    strcat(rel, "/receipt.json");
+    snprintf(line, sizeof line, "rank %u: the receipts differ at %s: A %s %.17g, B %s %.17g", r, key, rel, a, rel, b);
+    cJSON *d = divergence(rdivs, "receipt", r, line);
+    cJSON_AddStringToObject(d, "key", key);
+    cJSON *x = cJSON_AddObjectToObject(d, "a"), *y = cJSON_AddObjectToObject(d, "b");
+    cJSON_AddStringToObject(x, "file", rel), cJSON_AddNumberToObject(x, "value", a);
+    cJSON_AddStringToObject(y, "file", rel), cJSON_AddNumberToObject(y, "value", b);
+}
+
+static void rank_receipts(cJSON *ranks, cJSON *rdivs, const run_info *A, const run_info *B, uint32_t r) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddItemToArray(ranks, o);
     cJSON_AddNumberToObject(o, "rank", r);
@@ -262,6 +301,19 @@ static void rank_receipts(cJSON *ranks, const run_info *A, const run_info *B, ui
     else read_receipt(B->dir, r, &rb, eb, sizeof eb);
     if (ra) cJSON_AddNullToObject(o, "receipt_a"); else cJSON_AddStringToObject(o, "receipt_a", ea);
     if (rb) cJSON_AddNullToObject(o, "receipt_b"); else cJSON_AddStringToObject(o, "receipt_b", eb);
+    if (ra && rb) receipt_counts(rdivs, ra, rb, r);
+    else if (ra || rb) { /* a receipt in one run only: its absence is no agreement */
+        char line[1200];
+        snprintf(line, sizeof line, "rank %u: a receipt in %s only (%s: %.500s)", r, ra ? "A" : "B", ra ? "B" : "A",
+                 ra ? eb : ea);
+        cJSON *d = divergence(rdivs, "receipt", r, line);
+        cJSON *x = cJSON_AddObjectToObject(d, ra ? "b" : "a");
+        char rel[64];
+        ls_receipt_rank_dir(r, rel, sizeof rel);
+        strcat(rel, "/receipt.json");
+        cJSON_AddStringToObject(x, "file", rel);
+        cJSON_AddStringToObject(x, "problem", ra ? eb : ea);
+    }
     cJSON *ph = cJSON_AddArrayToObject(o, "phases");
     size_t na = ra ? ra->n_phases : 0, nb = rb ? rb->n_phases : 0;
     for (size_t i = 0; i < na + nb; i++) {
@@ -367,6 +419,42 @@ static int events_equal(const ls_trace_event *a, const ls_trace_event *b) {
     return 1;
 }
 
+/* Fields that measure rather than record what ran: times, the resident set,
+ * throughput.  They differ between two honest reruns; every other field of
+ * an event is a value equivalent runs share (deny by default). */
+static const char *const MEASURED[] = {"ts_ns", "wall_ns", "seconds", "rss_peak", "step_wall_s", "tokens_per_s",
+                                       NULL};
+
+static int measured(const char *k) {
+    for (size_t i = 0; k && MEASURED[i]; i++)
+        if (!strcmp(k, MEASURED[i])) return 1;
+    return 0;
+}
+
+/* The first recorded value (dotted path into path) where two events of the
+ * same structure differ, measurements left out; 0 when none does. */
+static int values_diff(const ls_trace_event *a, const ls_trace_event *b, char *path, size_t cap, const cJSON **va,
+                       const cJSON **vb) {
+    for (const cJSON *x = a->json ? a->json->child : NULL; x; x = x->next) {
+        if (measured(x->string)) continue;
+        const cJSON *y = cJSON_GetObjectItemCaseSensitive(b->json, x->string);
+        snprintf(path, cap, "%s", x->string);
+        if (!y) {
+            *va = x, *vb = NULL;
+            return 1;
+        }
+        if (first_diff(x, y, path, cap, va, vb)) return 1;
+    }
+    for (const cJSON *y = b->json ? b->json->child : NULL; y; y = y->next)
+        if (!measured(y->string) && !cJSON_GetObjectItemCaseSensitive(a->json, y->string)) {
+            snprintf(path, cap, "%s", y->string);
+            *va = NULL, *vb = y;
+            return 1;
+        }
+    path[0] = 0;
+    return 0;
+}
+
 static size_t error_diags(const ls_trace_report *rep) {
     size_t n = 0;
     for (int c = 0; c < LS_TRACE_DIAG_CODE_COUNT; c++)
@@ -427,6 +515,9 @@ typedef struct {
     cJSON *digest_div;        /* the lowest-step param digest divergence so far (owned) */
     cJSON *notes;
     int64_t digest_div_step;
+    /* one read: per run (0 A, 1 B), the first trace whose bytes, as the comparison read them, are not the
+       bytes its manifest digests ("" none): that run does not verify (the verification read them before) */
+    char reread[2][700];
 } walk_state;
 
 static void metric(cJSON *list, cJSON *maxabs, const char *name, double a, double b) {
@@ -623,7 +714,7 @@ static ls_status walk_rank(walk_state *w, const run_info *A, const run_info *B, 
         cJSON_AddStringToObject(x, "problem", oa != LS_OK ? wa : wb);
         goto cleanup;
     }
-    int seq_div = 0, first = 1;
+    int seq_div = 0, val_div = 0, first = 1;
     for (;;) {
         sa.ev = sb.ev = NULL;
         if (!sa.ended && (ls_trace_reader_next(sa.rd, &sa.ev) != LS_OK || !sa.ev)) sa.ended = 1, sa.ev = NULL;
@@ -647,9 +738,48 @@ static ls_status walk_rank(walk_state *w, const run_info *A, const run_info *B, 
         if (!seq_div && (!sa.ev || !sb.ev || !events_equal(sa.ev, sb.ev))) {
             seq_div = 1;
             trace_div(w, "event_sequence", (int)r, &sa, &sb, "the event sequences diverge");
+        } else if (!seq_div && !val_div) { /* the same event: the values it records (losses, rewards, norms) */
+            char key[512];
+            const cJSON *va = NULL, *vb = NULL;
+            if (values_diff(sa.ev, sb.ev, key, sizeof key, &va, &vb)) {
+                char ta[160], tb[160], lead[1024];
+                value_text(va, ta, sizeof ta);
+                value_text(vb, tb, sizeof tb);
+                snprintf(lead, sizeof lead, "the recorded values differ at %s: A %s, B %s", key, ta, tb);
+                trace_div(w, "event_values", (int)r, &sa, &sb, lead);
+                cJSON *d = cJSON_GetArrayItem(w->divs, cJSON_GetArraySize(w->divs) - 1);
+                cJSON_AddStringToObject(d, "key", key);
+                cJSON_AddStringToObject(cJSON_GetObjectItem(d, "a"), "value", ta);
+                cJSON_AddStringToObject(cJSON_GetObjectItem(d, "b"), "value", tb);
+                val_div = 1;
+            }
         }
         if (sa.ev && (st = keyed(w, (int)r, &sa, &sb, &sa)) != LS_OK) goto cleanup;
         if (sb.ev && (st = keyed(w, (int)r, &sb, &sa, &sa)) != LS_OK) goto cleanup;
+    }
+    /* the bytes compared are the bytes verified: each trace's digest as this walk read it (the rest read to
+       the end) against its manifest's subject */
+    const side *sides[2] = {&sa, &sb};
+    const run_info *ris[2] = {A, B};
+    for (int k = 0; k < 2; k++) {
+        uint8_t d[32];
+        const ls_manifest_subject *sub = NULL;
+        for (size_t i = 0; ris[k]->man && i < ris[k]->man->n_subjects; i++)
+            if (!strcmp(ris[k]->man->subjects[i].name, sides[k]->rel)) sub = &ris[k]->man->subjects[i];
+        if (sub == NULL || w->reread[k][0]) continue; /* not digested: the verification names it */
+        ls_status ds = ls_trace_reader_sha256(sides[k]->rd, d, NULL);
+        if (ds == LS_ERR_NOMEM) {
+            st = ds;
+            goto cleanup;
+        }
+        char hex[LS_DIGEST_HEX_SIZE];
+        for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+        if (ds != LS_OK)
+            snprintf(w->reread[k], sizeof w->reread[k], "%s: the comparison could not read it to its end (%s)",
+                     sides[k]->rel, ls_status_str(ds));
+        else if (strcmp(hex, sub->sha256))
+            snprintf(w->reread[k], sizeof w->reread[k], "%s: the bytes the comparison read have sha256 %s, the "
+                     "manifest says %s (the file changed after its verification)", sides[k]->rel, hex, sub->sha256);
     }
     const ls_trace_report *ra = ls_trace_reader_report(sa.rd), *rb = ls_trace_reader_report(sb.rd);
     if (!seq_div && (ra->end != rb->end || error_diags(ra) != error_diags(rb)))
@@ -668,22 +798,112 @@ cleanup:
     return st;
 }
 
+/* ---- each run verified, as the audit verifies it ------------------------ */
+
+/* Loads run dir with the audit's loader (audit/load.c: the manifest parsed,
+ * every subject re-digested, every unlisted file named, the envelope
+ * verified with the trusted keys) and states what it found in *out
+ * (runs.X.verification of the document).  *verified: the manifest is
+ * present and valid, every subject's digest matches with no file missing or
+ * unlisted, and, when keys are given (or --require-signed), its envelope
+ * verifies with one of them.  *why: the first problem, naming the file.
+ * LS_OK or LS_ERR_NOMEM (an unusable run is reported unverified). */
+static ls_status verify_run(const char *dir, const ls_audit_diff_options *opt, cJSON **out, int *verified, char *why,
+                            size_t why_len) {
+    *out = NULL;
+    *verified = 0;
+    why[0] = 0;
+    ls_audit_options o;
+    memset(&o, 0, sizeof o);
+    o.run_dir = dir;
+    size_t nk = opt && opt->keys ? opt->n_keys : 0;
+    for (size_t k = 0; k < nk && k < LS_AUDIT_MAX_KEYS; k++) o.keys[o.n_keys++] = opt->keys[k];
+    o.require_signed = opt && opt->require_signed;
+    ls_audit_run *run = NULL;
+    char e[1024] = "";
+    ls_status st = ls_audit_load(&o, &run, e, sizeof e);
+    if (st == LS_ERR_NOMEM) return st;
+    cJSON *v = cJSON_CreateObject(), *problems = cJSON_CreateArray();
+    if (!v || !problems) {
+        cJSON_Delete(v);
+        cJSON_Delete(problems);
+        ls_audit_free(run);
+        return LS_ERR_NOMEM;
+    }
+    size_t n = 0, omitted = 0;
+#define PROBLEM(file_, fmt_, ...)                                                                  \
+    do {                                                                                          \
+        char p_[1200];                                                                            \
+        snprintf(p_, sizeof p_, fmt_, __VA_ARGS__);                                               \
+        if (!why[0]) snprintf(why, why_len, "%s: %s", file_, p_);                                 \
+        if (n++ < 16) {                                                                           \
+            cJSON *x_ = cJSON_CreateObject();                                                     \
+            cJSON_AddStringToObject(x_, "file", file_);                                           \
+            cJSON_AddStringToObject(x_, "problem", p_);                                           \
+            cJSON_AddItemToArray(problems, x_);                                                   \
+        } else {                                                                                  \
+            omitted++;                                                                            \
+        }                                                                                         \
+    } while (0)
+    const char *manifest = "missing", *signature = "not_checked";
+    if (st != LS_OK) {
+        manifest = "unusable";
+        PROBLEM(".", "the run directory cannot be loaded: %.900s", e);
+    } else {
+        if (run->manifest != NULL) manifest = "valid";
+        else if (run->manifest_present) manifest = "invalid";
+        if (run->manifest == NULL)
+            PROBLEM(LS_MANIFEST_FILE, "%.900s", run->manifest_present ? run->manifest_err : "missing: nothing "
+                    "binds the run's files");
+        for (size_t i = 0; i < run->verify.count; i++)
+            PROBLEM(run->verify.items[i].name, "%s: %.900s", ls_verify_kind_name(run->verify.items[i].kind),
+                    run->verify.items[i].detail);
+        if (o.n_keys > 0) {
+            signature = run->dsse_status == LS_OK ? "verified" : "unverified";
+            if (run->dsse_status != LS_OK)
+                PROBLEM(LS_MANIFEST_DSSE_FILE, "%.900s", run->dsse_present ? run->dsse_err
+                        : "missing: the run is not signed, and --key asks for a signed run");
+        } else if (o.require_signed) {
+            signature = "no_key";
+            PROBLEM(LS_MANIFEST_DSSE_FILE, "%s", "--require-signed: no --key given, so no signature of the run can "
+                    "be trusted");
+        }
+    }
+#undef PROBLEM
+    *verified = n == 0 && st == LS_OK && run->manifest != NULL && run->verify_done;
+    cJSON_AddBoolToObject(v, "verified", *verified);
+    cJSON_AddStringToObject(v, "manifest", manifest);
+    cJSON_AddNumberToObject(v, "subjects_checked", st == LS_OK ? (double)run->verify_checked : 0);
+    cJSON_AddStringToObject(v, "signature", signature);
+    if (st == LS_OK && run->dsse_status == LS_OK && run->dsse_keyid[0]) cJSON_AddStringToObject(v, "keyid", run->dsse_keyid);
+    else cJSON_AddNullToObject(v, "keyid");
+    cJSON_AddItemToObject(v, "problems", problems);
+    cJSON_AddNumberToObject(v, "problems_omitted", (double)omitted);
+    ls_audit_free(run);
+    *out = v;
+    return LS_OK;
+}
+
 /* ---- the comparison ---------------------------------------------------- */
 
-static void run_json(cJSON *runs, const char *k, const run_info *ri) {
+static void run_json(cJSON *runs, const char *k, const run_info *ri, cJSON *verification) {
     cJSON *o = cJSON_AddObjectToObject(runs, k);
     cJSON_AddNumberToObject(o, "world", (double)ri->world);
     if (ri->build_digest) cJSON_AddStringToObject(o, "build_digest", ri->build_digest);
     else cJSON_AddNullToObject(o, "build_digest");
     cJSON_AddStringToObject(o, "source", ri->source);
+    cJSON_AddItemToObject(o, "verification", verification);
 }
 
-ls_status ls_audit_diff_runs(const char *run_a, const char *run_b, cJSON **doc, int *differ, char *err,
-                             size_t err_len) {
-    if (!run_a || !run_b || !doc || !differ || !err) return LS_ERR_ARG;
+ls_status ls_audit_diff_runs(const char *run_a, const char *run_b, const ls_audit_diff_options *opt, cJSON **doc,
+                             int *verdict, char *err, size_t err_len) {
+    if (!run_a || !run_b || !doc || !verdict || !err) return LS_ERR_ARG;
     *doc = NULL;
-    *differ = 0;
+    *verdict = LS_AUDIT_DIFF_DIFFERENT;
     err[0] = 0;
+    cJSON *ver[2] = {NULL, NULL};
+    int verified[2] = {0, 0};
+    char why[2][1400];
     run_info A, B;
     memset(&A, 0, sizeof A);
     memset(&B, 0, sizeof B);
@@ -699,6 +919,10 @@ ls_status ls_audit_diff_runs(const char *run_a, const char *run_b, cJSON **doc, 
     if (!d || !notes || !divs || !w.divs || !w.steps || !w.maxabs) goto cleanup;
     if ((st = run_load(&A, run_a, "A", notes, err, err_len)) != LS_OK) goto cleanup;
     if ((st = run_load(&B, run_b, "B", notes, err, err_len)) != LS_OK) goto cleanup;
+    /* both runs verified before anything is compared: two runs are equivalent only when both are bound by
+       their manifests (and signatures, with keys) to the bytes compared */
+    if ((st = verify_run(run_a, opt, &ver[0], &verified[0], why[0], sizeof why[0])) != LS_OK) goto cleanup;
+    if ((st = verify_run(run_b, opt, &ver[1], &verified[1], why[1], sizeof why[1])) != LS_OK) goto cleanup;
 
     /* 1-3: configuration, build, world */
     if (A.config && B.config) diff_config(divs, &A, &B);
@@ -730,23 +954,59 @@ ls_status ls_audit_diff_runs(const char *run_a, const char *run_b, cJSON **doc, 
 
     /* per rank: receipts, then the traces in step */
     int64_t nr = A.world < B.world ? A.world : B.world, nmax = A.world > B.world ? A.world : B.world;
-    cJSON *ranks = cJSON_CreateArray();
+    cJSON *ranks = cJSON_CreateArray(), *rdivs = cJSON_CreateArray();
     cJSON_AddItemToObject(d, "ranks", ranks); /* placed in order below */
-    for (int64_t r = 0; r < nmax; r++) rank_receipts(ranks, &A, &B, (uint32_t)r);
+    cJSON_AddItemToObject(d, "receipt_divergences", rdivs); /* idem: appended after the traces' */
+    for (int64_t r = 0; r < nmax; r++) rank_receipts(ranks, rdivs, &A, &B, (uint32_t)r);
     for (int64_t r = 0; r < nr; r++)
         if ((st = walk_rank(&w, &A, &B, (uint32_t)r, err, err_len)) != LS_OK) goto cleanup;
     if (w.digest_div) cJSON_AddItemToArray(divs, w.digest_div), w.digest_div = NULL;
     while (cJSON_GetArraySize(w.divs) > 0) cJSON_AddItemToArray(divs, cJSON_DetachItemFromArray(w.divs, 0));
+    while (cJSON_GetArraySize(rdivs) > 0) cJSON_AddItemToArray(divs, cJSON_DetachItemFromArray(rdivs, 0));
+    cJSON_DeleteItemFromObject(d, "receipt_divergences");
+    for (int k = 0; k < 2; k++) /* a trace that changed between its verification and the comparison */
+        if (w.reread[k][0] && ver[k] != NULL) {
+            cJSON_ReplaceItemInObject(ver[k], "verified", cJSON_CreateFalse());
+            cJSON *pr = cJSON_GetObjectItem(ver[k], "problems"), *x = cJSON_CreateObject();
+            char *colon = strstr(w.reread[k], ": ");
+            if (colon) *colon = 0;
+            cJSON_AddStringToObject(x, "file", w.reread[k]);
+            cJSON_AddStringToObject(x, "problem", colon ? colon + 2 : "changed after its verification");
+            if (cJSON_GetArraySize(pr) < 16) cJSON_AddItemToArray(pr, x);
+            else cJSON_Delete(x);
+            if (colon) *colon = ':';
+            if (verified[k]) snprintf(why[k], sizeof why[k], "%s", w.reread[k]);
+            verified[k] = 0;
+        }
 
     /* the document, in a fixed key order */
     cJSON_DetachItemFromObject(d, "ranks");
     cJSON_AddStringToObject(d, "schema", LS_AUDIT_DIFF_SCHEMA);
     cJSON_AddStringToObject(d, "run_a", run_a);
     cJSON_AddStringToObject(d, "run_b", run_b);
-    cJSON_AddBoolToObject(d, "equivalent", cJSON_GetArraySize(divs) == 0);
+    /* a run that does not verify: no verdict about equivalence (its files may be anyone's) */
+    *verdict = !verified[0] || !verified[1]    ? LS_AUDIT_DIFF_UNVERIFIED
+               : cJSON_GetArraySize(divs) == 0 ? LS_AUDIT_DIFF_EQUIVALENT
+                                               : LS_AUDIT_DIFF_DIFFERENT;
+    cJSON_AddStringToObject(d, "verdict", *verdict == LS_AUDIT_DIFF_EQUIVALENT   ? "equivalent"
+                                          : *verdict == LS_AUDIT_DIFF_DIFFERENT ? "different"
+                                                                                : "unverified");
+    cJSON_AddBoolToObject(d, "equivalent", *verdict == LS_AUDIT_DIFF_EQUIVALENT);
+    if (*verdict == LS_AUDIT_DIFF_UNVERIFIED) {
+        char line[3000];
+        snprintf(line, sizeof line, "%s%s%s%s%s%s%s%s", !verified[0] ? "run A (" : "", !verified[0] ? run_a : "",
+                 !verified[0] ? ") does not verify: " : "", !verified[0] ? why[0] : "",
+                 !verified[0] && !verified[1] ? "; " : "", !verified[1] ? "run B (" : "", !verified[1] ? run_b : "",
+                 !verified[1] ? ") does not verify: " : "");
+        size_t l = strlen(line);
+        if (!verified[1]) snprintf(line + l, sizeof line - l, "%s", why[1]);
+        cJSON_AddStringToObject(d, "unverified", line);
+    } else {
+        cJSON_AddNullToObject(d, "unverified");
+    }
     cJSON *runs = cJSON_AddObjectToObject(d, "runs");
-    run_json(runs, "a", &A);
-    run_json(runs, "b", &B);
+    run_json(runs, "a", &A, ver[0]), ver[0] = NULL;
+    run_json(runs, "b", &B, ver[1]), ver[1] = NULL;
     cJSON *first = cJSON_GetArrayItem(divs, 0);
     cJSON_AddItemToObject(d, "first_divergence", first ? cJSON_Duplicate(first, 1) : cJSON_CreateNull());
     cJSON_AddItemToObject(d, "divergences", divs), divs = NULL;
@@ -757,7 +1017,6 @@ ls_status ls_audit_diff_runs(const char *run_a, const char *run_b, cJSON **doc, 
     cJSON_AddNumberToObject(d, "steps_omitted", (double)w.steps_omitted);
     cJSON_AddItemToObject(d, "metric_max_abs_delta", w.maxabs), w.maxabs = NULL;
     cJSON_AddItemToObject(d, "notes", notes), notes = NULL;
-    *differ = !cJSON_IsTrue(cJSON_GetObjectItem(d, "equivalent"));
     *doc = d, d = NULL;
     st = LS_OK;
 cleanup:
@@ -769,6 +1028,8 @@ cleanup:
     cJSON_Delete(w.steps);
     cJSON_Delete(w.maxabs);
     cJSON_Delete(w.digest_div);
+    cJSON_Delete(ver[0]);
+    cJSON_Delete(ver[1]);
     run_free(&A);
     run_free(&B);
     return st;

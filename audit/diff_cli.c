@@ -1,5 +1,6 @@
 /* diff_cli.c - longstraw-audit diff: the human summary and the subcommand
  * (the comparison itself is diff.c's). */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,23 @@ void ls_audit_diff_print(FILE *out, const cJSON *doc) {
         int h;
         fprintf(out, "  %s: world %.0f, build %.16s, from %s\n", k ? "B" : "A", num(r, "world", &h),
                 str_or(r, "build_digest", "(unknown)"), str_or(r, "source", "?"));
+        /* what binds the files compared: the manifest's digests, the signature */
+        const cJSON *v = cJSON_GetObjectItem(r, "verification");
+        const char *sig = str_or(v, "signature", "?");
+        if (cJSON_IsTrue(cJSON_GetObjectItem(v, "verified"))) {
+            bool signed_ = !strcmp(sig, "verified");
+            fprintf(out, "     verified: manifest valid, %.0f subject(s) digested, nothing unlisted; signature %s%.16s%s\n",
+                    num(v, "subjects_checked", &h),
+                    signed_ ? "verified by key " : "not checked (no --key: internal consistency only)",
+                    signed_ ? str_or(v, "keyid", "?") : "", signed_ ? "..." : "");
+        } else {
+            fprintf(out, "     NOT VERIFIED (manifest %s, signature %s):\n", str_or(v, "manifest", "?"), sig);
+            const cJSON *p;
+            cJSON_ArrayForEach(p, cJSON_GetObjectItem(v, "problems"))
+                fprintf(out, "       %s: %s\n", str_or(p, "file", "?"), str_or(p, "problem", "?"));
+            double om = num(v, "problems_omitted", &h);
+            if (om > 0) fprintf(out, "       (%.0f more)\n", om);
+        }
     }
     const cJSON *rk;
     cJSON_ArrayForEach(rk, cJSON_GetObjectItem(doc, "ranks")) {
@@ -96,33 +114,49 @@ void ls_audit_diff_print(FILE *out, const cJSON *doc) {
     const cJSON *n;
     cJSON_ArrayForEach(n, cJSON_GetObjectItem(doc, "notes")) fprintf(out, "note: %s\n", n->valuestring);
     const cJSON *divs = cJSON_GetObjectItem(doc, "divergences");
+    const char *verdict = str_or(doc, "verdict", "unverified");
+    int nd = cJSON_GetArraySize(divs);
     fprintf(out, "\n");
-    if (cJSON_GetArraySize(divs) == 0) {
-        fprintf(out, "verdict: EQUIVALENT (same configuration, build, world, parameter digests and event sequence)\n");
-        return;
+    if (nd > 0) {
+        const cJSON *first = cJSON_GetObjectItem(doc, "first_divergence");
+        fprintf(out, "FIRST DIVERGENCE (%s): %s\n", str_or(first, "what", "?"), str_or(first, "detail", "?"));
+        if (nd > 1) {
+            fprintf(out, "all divergences:\n");
+            const cJSON *x;
+            cJSON_ArrayForEach(x, divs) fprintf(out, "  %s: %s\n", str_or(x, "what", "?"), str_or(x, "detail", "?"));
+        }
     }
-    const cJSON *first = cJSON_GetObjectItem(doc, "first_divergence");
-    fprintf(out, "FIRST DIVERGENCE (%s): %s\n", str_or(first, "what", "?"), str_or(first, "detail", "?"));
-    if (cJSON_GetArraySize(divs) > 1) {
-        fprintf(out, "all divergences:\n");
-        const cJSON *x;
-        cJSON_ArrayForEach(x, divs) fprintf(out, "  %s: %s\n", str_or(x, "what", "?"), str_or(x, "detail", "?"));
-    }
-    fprintf(out, "verdict: DIFFERENT (%d divergence%s)\n", cJSON_GetArraySize(divs),
-            cJSON_GetArraySize(divs) == 1 ? "" : "s");
+    if (!strcmp(verdict, "equivalent"))
+        fprintf(out, "verdict: EQUIVALENT (both runs verified; same configuration, build, world, parameter digests, "
+                     "event sequence, recorded values and receipt counts)\n");
+    else if (!strcmp(verdict, "different"))
+        fprintf(out, "verdict: DIFFERENT (%d divergence%s)\n", nd, nd == 1 ? "" : "s");
+    else
+        fprintf(out, "verdict: UNVERIFIED: %s; no equivalence is claimed (%d divergence%s found besides)\n",
+                str_or(doc, "unverified", "a run does not verify"), nd, nd == 1 ? "" : "s");
 }
 
 /* ---- the subcommand ---------------------------------------------------- */
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: longstraw-audit diff RUN_A RUN_B [--json FILE]\n"
-               "  exit 0: equivalent (configuration, build, world, parameter digests, event sequence)\n"
+    fprintf(f, "usage: longstraw-audit diff RUN_A RUN_B [--json FILE] [--key PUB]... [--require-signed]\n"
+               "  each run is verified first (its manifest's digests; with --key, its signature)\n"
+               "  --key PUB          a public key trusted to sign runs: each run's manifest.dsse.json must verify\n"
+               "                     with one of them (repeatable)\n"
+               "  --require-signed   an unsigned or unverified run does not verify\n"
+               "  exit 0: equivalent (both verified; configuration, build, world, parameter digests, event\n"
+               "          sequence, recorded values, receipt counts)\n"
                "  exit 1: the runs differ (the first divergence is named)\n"
-               "  exit 2: bad usage or an unusable run directory\n");
+               "  exit 2: bad usage or an unusable run directory\n"
+               "  exit 3: a run does not verify (the run and the file named): no equivalence is claimed\n");
 }
+
+#define DIFF_MAX_KEYS 16
 
 int ls_audit_diff_main(int argc, char **argv) {
     const char *pos[2] = {NULL, NULL}, *json_path = NULL;
+    const char *keys[DIFF_MAX_KEYS];
+    ls_audit_diff_options opt = {.keys = keys, .n_keys = 0, .require_signed = false};
     int npos = 0;
     if (argc < 1 || !argv[0] || strcmp(argv[0], "diff")) {
         fprintf(stderr, "longstraw-audit: the diff subcommand expects argv[0] \"diff\"\n");
@@ -142,6 +176,18 @@ int ls_audit_diff_main(int argc, char **argv) {
                 return 2;
             }
             json_path = argv[++i];
+        } else if (!strcmp(argv[i], "--key")) {
+            if (i + 1 >= argc || !argv[i + 1][0]) {
+                fprintf(stderr, "longstraw-audit diff: --key needs a PUB file\n");
+                return 2;
+            }
+            if (opt.n_keys == DIFF_MAX_KEYS) {
+                fprintf(stderr, "longstraw-audit diff: more than %d --key files\n", DIFF_MAX_KEYS);
+                return 2;
+            }
+            keys[opt.n_keys++] = argv[++i];
+        } else if (!strcmp(argv[i], "--require-signed")) {
+            opt.require_signed = true;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             fprintf(stderr, "longstraw-audit diff: unknown option %.200s\n", argv[i]);
             usage(stderr);
@@ -160,15 +206,17 @@ int ls_audit_diff_main(int argc, char **argv) {
     }
     char err[2048];
     cJSON *doc = NULL;
-    int differ = 0;
-    ls_status st = ls_audit_diff_runs(pos[0], pos[1], &doc, &differ, err, sizeof err);
+    int verdict = LS_AUDIT_DIFF_UNVERIFIED;
+    ls_status st = ls_audit_diff_runs(pos[0], pos[1], &opt, &doc, &verdict, err, sizeof err);
     if (st != LS_OK) {
         fprintf(stderr, "longstraw-audit diff: unusable input: %s\n", err);
         return 2;
     }
     ls_audit_diff_print(stdout, doc);
     fflush(stdout);
-    int rc = differ ? 1 : 0;
+    if (verdict == LS_AUDIT_DIFF_UNVERIFIED)
+        fprintf(stderr, "longstraw-audit diff: %s\n", cJSON_GetObjectItem(doc, "unverified")->valuestring);
+    int rc = verdict;
     if (json_path) {
         char *text = cJSON_Print(doc);
         if (!text) {

@@ -132,6 +132,33 @@ static void put_verdict(sbuf *b, const cJSON *report) {
             sb_raw(b, "</code>)");
         }
     }
+    /* the profile the verdict was judged by: its file and digest, and the revision the run names */
+    const cJSON *pu = cJSON_GetObjectItemCaseSensitive(report, "profile_used");
+    const cJSON *pn = cJSON_GetObjectItemCaseSensitive(report, "profile");
+    sb_raw(b, "</p>\n<p class=\"profile\">Profile: ");
+    if (!cJSON_IsObject(pu)) {
+        sb_raw(b, "not stated");
+    } else {
+        const cJSON *sha = cJSON_GetObjectItemCaseSensitive(pu, "sha256");
+        sb_raw(b, "<strong>");
+        sb_esc(b, jstr(pu, "name"));
+        sb_raw(b, "</strong> (<code>");
+        sb_esc(b, jstr(pu, "file"));
+        sb_raw(b, "</code>, sha256 <code>");
+        sb_esc(b, cJSON_IsString(sha) ? sha->valuestring : "none: not loaded");
+        sb_raw(b, "</code>); ");
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pu, "pinned"))) {
+            sb_raw(b, "the run names this revision");
+        } else if (cJSON_IsObject(pn)) {
+            sb_raw(b, "the run names <code>");
+            sb_esc(b, jstr(pn, "name"));
+            sb_raw(b, "</code> sha256 <code>");
+            sb_esc(b, jstr(pn, "sha256"));
+            sb_raw(b, "</code> (profile.match)");
+        } else {
+            sb_raw(b, "the run names no profile: the revision it was written for is not pinned (profile.match)");
+        }
+    }
     sb_raw(b, "</p>\n<p class=\"scope\">");
     int64_t steps = 0, exact = 0;
     ls_trace_json_int(cJSON_GetObjectItemCaseSensitive(report, "steps"), &steps);

@@ -23,6 +23,11 @@
 
 const char *ls_audit_profile_default_dir(void) { return LS_PROFILE_DIR; }
 
+void ls_audit_profile_file_label(const char *dir, const char *name, char *buf, size_t cap) {
+    bool dflt = dir == NULL || strcmp(dir, LS_PROFILE_DIR) == 0;
+    snprintf(buf, cap, "%s/%s.json", dflt ? "profiles" : dir, name ? name : "?");
+}
+
 static const char *const GROUP_KINDS[LS_AUDIT_GROUP_KIND_COUNT] = {"world", "dp", "cp", "tp", "pp", "ep"};
 
 const char *ls_audit_group_kind_name(int kind) {
@@ -398,6 +403,14 @@ ls_status ls_audit_profile_parse(const char *bytes, size_t len, const char *what
     out->decisions = cJSON_IsTrue(member(doc, "decisions"));
     const cJSON *pr = member(doc, "probe"); /* the schema allows required | optional; absent: optional */
     out->probe_required = cJSON_IsString(pr) && strcmp(pr->valuestring, "required") == 0;
+    const cJSON *rec; /* the schema allows the three kinds, each once */
+    cJSON_ArrayForEach(rec, member(doc, "records")) {
+        const char *k = cJSON_IsString(rec) ? rec->valuestring : "";
+        out->records |= strcmp(k, "memory") == 0       ? LS_AUDIT_RECORDS_MEMORY
+                        : strcmp(k, "out_sha256") == 0 ? LS_AUDIT_RECORDS_OUT_SHA256
+                        : strcmp(k, "grad_digest_disagreements") == 0 ? LS_AUDIT_RECORDS_GRAD_DIGESTS
+                                                                        : 0u;
+    }
 done:
     cJSON_Delete(doc);
     return st;

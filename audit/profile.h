@@ -35,6 +35,15 @@
 #define LS_AUDIT_PROFILE_MAX_FAULTS 32
 #define LS_AUDIT_PROFILE_MAX_CONTROLS 16
 
+/* What a profile says every run of its trainer records ("records", bits):
+ * a rule whose data a run lacks fails, unless the run's profile leaves the
+ * kind out (the trainer does not record it: the rule reads not_applicable). */
+enum {
+    LS_AUDIT_RECORDS_MEMORY = 1,      /* memory events (memory.accounting) */
+    LS_AUDIT_RECORDS_OUT_SHA256 = 2,  /* out_sha256 of every allreduce, broadcast, allgather (collectives.performed) */
+    LS_AUDIT_RECORDS_GRAD_DIGESTS = 4 /* rank_state.grad_digest_disagreements in every receipt (digests.receipts) */
+};
+
 /* A step's (or requirement's) unit: which layer events it speaks of. */
 typedef enum {
     LS_AUDIT_UNIT_NONE = 0,  /* no layer events (steps) / members and prompt alike (requirements) */
@@ -167,11 +176,18 @@ typedef struct {
     size_t n_controls;
     bool decisions;
     bool probe_required;       /* "probe": "required": a full-mode run must probe (run.probe as --require-probe) */
+    unsigned records;          /* "records": what every run of the trainer records (LS_AUDIT_RECORDS_*) */
 } ls_audit_profile;
 
 /* The directory profiles are read from when none is given: the source
  * tree's profiles/ (compiled in).  Static string. */
 const char *ls_audit_profile_default_dir(void);
+
+/* The file profile NAME is read from in dir (NULL: the default), as the
+ * reports name it, into buf: "profiles/NAME.json" for the default directory
+ * (the source tree's, compiled in: so that a report does not depend on where
+ * the tree lies), else DIR/NAME.json. */
+void ls_audit_profile_file_label(const char *dir, const char *name, char *buf, size_t cap);
 
 /* Whether name is a profile name (^[a-z][a-z0-9_.-]{0,31}$, not "." or ".."
  * leading: it starts with a letter), so that DIR/NAME.json is a file of DIR. */

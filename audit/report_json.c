@@ -245,6 +245,33 @@ static cJSON *sig_json(int status, bool checked, bool present, const char *keyid
     return o;
 }
 
+cJSON *ls_audit_profile_used_json(const ls_audit_run *run) {
+    cJSON *o = cJSON_CreateObject();
+    if (o == NULL) return NULL;
+    bool loaded = run->profile_state == 1;
+    const char *name = loaded ? run->profile.name : run->profile_used[0] ? run->profile_used : NULL;
+    char file[300];
+    if (name != NULL) ls_audit_profile_file_label(run->opt.profiles_dir, name, file, sizeof file);
+    bool ok = (name ? cJSON_AddStringToObject(o, "name", name) : cJSON_AddNullToObject(o, "name")) != NULL;
+    ok = ok && (name ? cJSON_AddStringToObject(o, "file", file) : cJSON_AddNullToObject(o, "file")) != NULL;
+    ok = ok && (loaded ? cJSON_AddStringToObject(o, "sha256", run->profile.sha256)
+                       : cJSON_AddNullToObject(o, "sha256")) != NULL;
+    ok = ok && cJSON_AddStringToObject(o, "chosen_by", run->profile_v2        ? "named"
+                                                       : run->profile_inferred ? "inferred"
+                                                                               : "family") != NULL;
+    /* pinned: the run names this profile at this digest (profile.match holds it to that) */
+    bool pinned = loaded && run->profile_name != NULL && run->profile_sha256 != NULL &&
+                  strcmp(run->profile_name, run->profile.name) == 0 &&
+                  strcmp(run->profile_sha256, run->profile.sha256) == 0;
+    ok = ok && cJSON_AddBoolToObject(o, "pinned", pinned) != NULL;
+    if (ok && !loaded) ok = cJSON_AddStringToObject(o, "error", run->profile_err) != NULL;
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
 /* The run's assurance (docs/evidence.md): the axis apart from the level. */
 cJSON *ls_audit_assurance_json(const ls_audit_run *run) {
     cJSON *a = cJSON_CreateObject();
@@ -269,24 +296,29 @@ ls_status ls_audit_report_json(const ls_audit_run *run, cJSON **out) {
     *out = NULL;
     cJSON *doc = cJSON_CreateObject();
     if (doc == NULL) return LS_ERR_NOMEM;
-    cJSON_AddStringToObject(doc, "schema", "urn:longstraw:schema:audit-report:v2");
+    cJSON_AddStringToObject(doc, "schema", "urn:longstraw:schema:audit-report:v3");
     cJSON_AddStringToObject(doc, "run", run->run_dir);
     add_i64(doc, "level", run->level);
     if (run->build_digest && strlen(run->build_digest) == 64)
         cJSON_AddStringToObject(doc, "build_digest", run->build_digest);
     else
         cJSON_AddNullToObject(doc, "build_digest");
-    if (run->evidence_version == 2) { /* v2 only: a v1 report is unchanged */
-        add_i64(doc, "evidence_version", 2);
-        if (run->profile_name != NULL) {
-            cJSON *pr = cJSON_AddObjectToObject(doc, "profile");
-            if (pr) {
-                cJSON_AddStringToObject(pr, "name", run->profile_name);
-                cJSON_AddStringToObject(pr, "sha256", run->profile_sha256 ? run->profile_sha256 : "");
-            }
-        } else {
-            cJSON_AddNullToObject(doc, "profile");
+    if (run->evidence_version == 2) add_i64(doc, "evidence_version", 2);
+    /* the profile the run names (null: it names none, not pinned), and the one the verdict was judged by */
+    if (run->profile_name != NULL) {
+        cJSON *pr = cJSON_AddObjectToObject(doc, "profile");
+        if (pr) {
+            cJSON_AddStringToObject(pr, "name", run->profile_name);
+            cJSON_AddStringToObject(pr, "sha256", run->profile_sha256 ? run->profile_sha256 : "");
         }
+    } else {
+        cJSON_AddNullToObject(doc, "profile");
+    }
+    cJSON *pu = ls_audit_profile_used_json(run);
+    if (pu == NULL || !cJSON_AddItemToObject(doc, "profile_used", pu)) {
+        cJSON_Delete(pu);
+        cJSON_Delete(doc);
+        return LS_ERR_NOMEM;
     }
     add_i64(doc, "world", run->world);
     add_i64(doc, "steps", run->n_run_steps - run->first_step);

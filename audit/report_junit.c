@@ -96,6 +96,22 @@ ls_status ls_audit_report_junit(const ls_audit_run *run, const char *path, char 
         for (size_t i = 0; i < run->n_faults; i++)
             snprintf(line + strlen(line), sizeof line - strlen(line), "%s%s", i ? "," : "", run->faults[i]);
         prop(&b, "faults", line);
+        /* the profile the verdict was judged by (every run) */
+        cJSON *pu = ls_audit_profile_used_json(run);
+        const char *pn = pu ? ls_audit_get_str(pu, "name") : NULL, *pfile = pu ? ls_audit_get_str(pu, "file") : NULL;
+        const char *psha = pu ? ls_audit_get_str(pu, "sha256") : NULL;
+        prop(&b, "profile", pn ? pn : "");
+        prop(&b, "profile_file", pfile ? pfile : "");
+        prop(&b, "profile_sha256", psha ? psha : "");
+        if (pu != NULL && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pu, "pinned")))
+            snprintf(line, sizeof line, "yes");
+        else if (run->profile_name != NULL)
+            snprintf(line, sizeof line, "no: the run names %s sha256 %.64s", run->profile_name,
+                     run->profile_sha256 ? run->profile_sha256 : "");
+        else
+            snprintf(line, sizeof line, "no: the run names no profile");
+        prop(&b, "profile_pinned", line);
+        cJSON_Delete(pu);
         /* what this level rests on and does not bind, when it holds (basis.c) */
         cJSON *bs = ls_audit_basis_json(run, l);
         char rests[1600], nb[1600];

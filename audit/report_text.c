@@ -33,6 +33,24 @@ void ls_audit_report_text(const ls_audit_run *run, FILE *f) {
         fprintf(f, "  evidence v2 (docs/contract.md), profile %s%s%.16s%s\n",
                 run->profile_name ? run->profile_name : "(none named)", run->profile_name ? " sha256 " : "",
                 run->profile_name && run->profile_sha256 ? run->profile_sha256 : "", run->profile_name ? "..." : "");
+    /* the profile the verdict was judged by: its file and digest, and whether the run pins that revision */
+    cJSON *pu = ls_audit_profile_used_json(run);
+    if (pu != NULL) {
+        const char *nm = ls_audit_get_str(pu, "name"), *file = ls_audit_get_str(pu, "file");
+        const char *sha = ls_audit_get_str(pu, "sha256");
+        if (sha != NULL)
+            fprintf(f, "  profile %s (%s, sha256 %s)", nm, file, sha);
+        else
+            fprintf(f, "  profile %s: none loaded (%.200s)", nm ? nm : "(none named)", run->profile_err);
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pu, "pinned")))
+            fprintf(f, ": the run names this revision\n");
+        else if (run->profile_name != NULL)
+            fprintf(f, ": the run names %s sha256 %.16s... (profile.match)\n", run->profile_name,
+                    run->profile_sha256 ? run->profile_sha256 : "");
+        else
+            fprintf(f, ": the run names no profile, the revision it was written for is not pinned (profile.match)\n");
+        cJSON_Delete(pu);
+    }
     /* the second axis: how far the evidence can be trusted */
     char rs[256], ps[256];
     sig_line(rs, sizeof rs, run->dsse_status, run->opt.n_keys > 0, run->dsse_present, run->dsse_keyid, "--key",

@@ -191,13 +191,20 @@ static ls_status rules_memory(ls_audit_run *run) {
      * rule does not apply */
     uint64_t events = 0;
     for (uint32_t i = 0; i < run->world; i++) events += run->ranks[i].trace_present ? run->ranks[i].n_memory : 0;
-    bool v2_none = run->evidence_version == 2 && events == 0;
+    /* deny by default: every rank of a v1 run writes memory events and receipt figures; a v2 run's receipts
+       carry none, and its traces hold memory events where its profile says its runs record them (records:
+       memory; a run without a usable profile has no such word) */
+    bool v2 = run->evidence_version == 2;
+    const ls_audit_profile *prof = ls_audit_profile_of(run);
+    bool promised = !v2 || prof == NULL || (prof->records & LS_AUDIT_RECORDS_MEMORY);
+    bool v2_none = v2 && events == 0 && !promised;
     ADD(m, "memory.accounting", 1,
         "reported peaks consistent with their categories, the trace and the peak RSS", !v2_none);
     if (v2_none)
-        snprintf(m->message, sizeof m->message, "not applicable: a v2 run whose traces hold no memory event "
-                 "(its receipts carry no memory figures): nothing about memory was reported");
-    for (uint32_t i = 0; i < run->world; i++) {
+        snprintf(m->message, sizeof m->message, "not applicable: a v2 run whose traces hold no memory event, and "
+                 "its profile %s does not say its runs record them (records: memory); its receipts carry no memory "
+                 "figures", prof->name);
+    for (uint32_t i = 0; !v2_none && i < run->world; i++) {
         const ls_audit_rank *r = &run->ranks[i];
         char f[64];
         receipt_file(i, f, sizeof f);
@@ -206,9 +213,21 @@ static ls_status rules_memory(ls_audit_run *run) {
             if (r->mem_bad)
                 ls_audit_rule_fail(m, i, r->trace_file, r->mem_bad_seq, "%llu memory event(s) inconsistent; first: %s",
                                    (unsigned long long)r->mem_bad, r->mem_bad_detail);
+            if (r->n_memory == 0 && promised)
+                ls_audit_rule_fail(m, i, r->trace_file, r->last_seq, "rank %u's trace holds no memory event%s: its "
+                                   "memory was not reported", (unsigned)i,
+                                   !v2 ? "" : prof == NULL ? " (no profile says the run may lack them)"
+                                                           : " (its profile's records name memory)");
+        } else {
+            ls_audit_rule_fail(m, i, r->trace_file, -1, "rank %u: no trace, no memory event", (unsigned)i);
         }
         const ls_receipt *rc = r->receipt;
-        if (rc == NULL || rc->version == 2 || v2_none) continue; /* v2: no receipt figures to hold the trace to */
+        if (v2) continue; /* v2: no receipt figures to hold the trace to */
+        if (rc == NULL) {
+            ls_audit_rule_fail(m, i, f, -1, "rank %u: no readable receipt: its memory figures are not reported",
+                               (unsigned)i);
+            continue;
+        }
         m->matched++;
         if (rc->run_total_peak_bytes > rc->rss_peak_bytes)
             ls_audit_rule_fail(m, i, f, -1, "tracked peak %llu bytes above the peak RSS %llu",
@@ -242,13 +261,17 @@ static ls_status rules_memory(ls_audit_run *run) {
     for (uint32_t i = 0; i < run->world; i++) {
         const ls_audit_rank *r = &run->ranks[i];
         const ls_receipt *rc = r->receipt;
-        if (rc == NULL || !r->trace_present) continue;
         char f[64];
         receipt_file(i, f, sizeof f);
+        if (rc == NULL || !r->trace_present) { /* the two sources of the fact: neither may be missing */
+            ls_audit_rule_fail(p, i, rc == NULL ? f : r->trace_file, -1, "rank %u: no %s: its prefix-frozen steps "
+                               "cannot be compared", (unsigned)i, rc == NULL ? "readable receipt" : "trace");
+            continue;
+        }
         for (uint64_t s = (uint64_t)run->first_step; s < (uint64_t)run->first_step + rc->steps; s++) {
             bool frozen_trace = s < r->steps_cap && r->steps[s].prefix_frozen;
             bool frozen_receipt = false;
-            for (uint64_t k = 0; k < rc->steps_prefix_frozen; k++)
+            for (uint64_t k = 0; rc->prefix_frozen_steps != NULL && k < rc->steps_prefix_frozen; k++)
                 if (rc->prefix_frozen_steps[k] == s) frozen_receipt = true;
             p->matched++;
             if (frozen_trace && !frozen_receipt)
@@ -268,7 +291,7 @@ ls_status ls_audit_rules_run(ls_audit_run *run) {
     ls_status st = ls_audit_profile_attach(run); /* a v1 run whose family has no usable profile cannot be scored */
     if (st != LS_OK) return st;
     st = rules_files(run);
-    if (st == LS_OK) st = ls_audit_rules_profile(run); /* v2 only */
+    if (st == LS_OK) st = ls_audit_rules_profile(run); /* profile.match */
     if (st == LS_OK) st = rules_traces(run);
     if (st == LS_OK) st = ls_audit_rules_rank(run);
     if (st == LS_OK) st = rules_memory(run);

@@ -54,7 +54,7 @@ typedef struct {
     int64_t members;      /* members per step of a task run (config group x B), -1 otherwise */
     int64_t R;            /* options.response_len of a task run, -1 otherwise */
     /* counts for the message */
-    uint64_t events, on_policy, naive_steps, given_steps, unknown_steps;
+    uint64_t events, on_policy, naive_steps, given_steps, unknown_steps, lacking;
 } inv_ctx;
 
 static void read_config(const ls_audit_run *run, inv_ctx *c) {
@@ -288,20 +288,47 @@ ls_status ls_audit_rules_invariants(ls_audit_run *run) {
     uint64_t events = 0;
     for (uint32_t i = 0; i < run->world; i++) events += run->ranks[i].trace_present ? run->ranks[i].n_metrics : 0;
     bool v2 = run->evidence_version == 2;
+    /* deny by default: a v1 run of longstraw-train writes one step_metrics event a step on every rank, so a
+       step without one fails; only a v2 run is outside the rule (its figures are its trainer's own, and no
+       profile can promise LongStraw's estimators) */
     ls_audit_rule *rule = ls_audit_rule_add(run, "run.invariants", 2,
                                             "the GRPO figures of every step obey their mathematics (ratio 1 on "
                                             "policy, KL >= 0, rewards and advantages consistent)",
-                                            !v2 && events > 0);
+                                            !v2);
     if (rule == NULL) return LS_ERR_NOMEM;
     if (v2) {
         snprintf(rule->message, sizeof rule->message, "not applicable: a v2 run's step_metrics are its trainer's own "
-                 "figures (docs/contract.md §1), not LongStraw's estimators");
+                 "figures (docs/contract.md §1), not LongStraw's estimators: its profile%s%s promises none of them",
+                 run->profile_used[0] ? " " : "", run->profile_used);
         ls_audit_rule_close(rule);
         return LS_OK;
     }
+    /* every step of the run has its figures on every rank */
+    uint64_t missing = 0;
+    for (uint32_t i = 0; i < run->world; i++) {
+        const ls_audit_rank *r = &run->ranks[i];
+        if (!r->trace_present) {
+            ls_audit_rule_fail(rule, i, r->trace_file, -1, "rank %u: no trace, no step's figures", (unsigned)i);
+            continue;
+        }
+        for (int64_t s = run->first_step; s < run->n_run_steps; s++) {
+            const ls_audit_step *sf = ls_audit_step_of(r, s);
+            if (sf != NULL && sf->metrics_seen) continue;
+            if (missing++ < 4)
+                ls_audit_rule_fail(rule, i, r->trace_file, r->last_seq, "step %lld: no step_metrics event on rank %u: "
+                                   "the step's figures cannot be checked", (long long)s, (unsigned)i);
+        }
+    }
+    if (missing > 4)
+        ls_audit_rule_fail(rule, -1, ".", -1, "%llu (rank, step) pairs without a step_metrics event in all",
+                           (unsigned long long)missing);
     if (events == 0) {
-        snprintf(rule->message, sizeof rule->message, "not applicable: the traces hold no step_metrics event (no "
-                 "step finished, or an older run): no step's figures could be checked");
+        rule->matched = rule->matched ? rule->matched : 1;
+        if (rule->n_ev == 0) /* a run of no step (a configuration asks for at least one) */
+            ls_audit_rule_fail(rule, -1, ".", -1, "the traces hold no step_metrics event: no step's figures could "
+                               "be checked");
+        snprintf(rule->message, sizeof rule->message, "the traces hold no step_metrics event (no step finished, or "
+                 "an older run): no step's figures could be checked");
         ls_audit_rule_close(rule);
         return LS_OK;
     }
@@ -313,13 +340,25 @@ ls_status ls_audit_rules_invariants(ls_audit_run *run) {
         for (size_t k = 0; k < r->n_metrics; k++) {
             at a = {.rule = rule, .r = r, .m = &r->metrics[k]};
             c.events++;
+            /* longstraw-train records every figure of every step: one it left out (or made non-finite) is a
+               check that cannot be done, not one that passed */
+            unsigned lacks = ((1u << LS_AUDIT_SM_COUNT) - 1) & ~a.m->have;
+            if (lacks != 0 && c.lacking++ < 4) {
+                char names[200] = "";
+                for (int f = 0; f < LS_AUDIT_SM_COUNT; f++)
+                    if (lacks & (1u << f))
+                        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", names[0] ? ", " : "",
+                                 ls_audit_sm_name((ls_audit_sm_field)f));
+                bad(&a, "the step_metrics event lacks %s (absent or not a finite number): the checks that need them "
+                    "cannot be done", names);
+            }
             check_step(&c, &a);
         }
     }
     if (rule->matched == 0 && rule->n_ev == 0) {
-        rule->applicable = false;
-        snprintf(rule->message, sizeof rule->message, "not applicable: %llu step_metrics event(s), none with the "
-                 "figures a check needs (members, tokens, rewards, ratios)", (unsigned long long)c.events);
+        ls_audit_rule_fail(rule, -1, ".", -1, "%llu step_metrics event(s), none with the figures a check needs "
+                           "(members, tokens, rewards, ratios): nothing could be checked",
+                           (unsigned long long)c.events);
     } else if (rule->n_ev == 0) {
         char why[200] = "";
         if (c.naive_steps)

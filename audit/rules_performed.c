@@ -3,9 +3,12 @@
  * member of its group holding the same output, so the ranks' out_sha256 of
  * one (group, gseq) must agree.  A reduction that was logged but never
  * performed leaves the buffers different.  The flight recorder keeps the
- * first 8 bytes of each digest (ls_audit_coll.out8); a collective without a
- * digest is not compared, and a run without any is not_applicable, saying
- * so (the rule never passes on absence). */
+ * first 8 bytes of each digest (ls_audit_coll.out8).  Deny by default: a
+ * record without a digest fails where the run's profile says its runs record
+ * them (records: out_sha256), where another rank's record of the same
+ * collective has one, or where no usable profile speaks; only a run whose
+ * profile leaves them out and that carries none reads not_applicable (as
+ * does one rank: no group output).  The rule never passes on absence. */
 /* Evidence and messages are one bounded line each: truncation is intended. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"
@@ -37,27 +40,57 @@ static bool replicating(uint8_t op) {
     return op == LS_TRACE_OP_ALLREDUCE || op == LS_TRACE_OP_BROADCAST || op == LS_TRACE_OP_ALLGATHER;
 }
 
+/* Whether the sorted digest records e[0..m) hold one of (group, gseq). */
+static bool digested(const entry *e, size_t m, uint16_t group, int64_t gseq) {
+    size_t lo = 0, hi = m;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (e[mid].group < group || (e[mid].group == group && e[mid].gseq < gseq)) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < m && e[lo].group == group && e[lo].gseq == gseq;
+}
+
 static const char *name_of(char *const *tab, size_t n, uint16_t i) { return i < n ? tab[i] : "?"; }
 
 ls_status ls_audit_rules_performed(ls_audit_run *run) {
-    if (run->evidence_version != 2) return LS_OK; /* v1 reports stay as they were */
-    size_t n = 0;
+    if (run->evidence_version != 2) return LS_OK; /* a v1 trace has no out_sha256 field: the rule is v2's */
+    size_t n = 0, replicas = 0;
     bool overflow = false;
     for (uint32_t r = 0; r < run->world; r++) {
         const ls_audit_rank *rk = &run->ranks[r];
         overflow |= rk->n_coll_total > rk->n_coll && run->world > 1;
-        for (size_t k = 0; k < rk->n_coll; k++) n += rk->coll[k].out8 != 0 && replicating(rk->coll[k].op);
+        for (size_t k = 0; k < rk->n_coll; k++) {
+            replicas += replicating(rk->coll[k].op);
+            n += rk->coll[k].out8 != 0 && replicating(rk->coll[k].op);
+        }
     }
+    /* deny by default: the digests must be there when the run's profile says its runs record them
+       (records: out_sha256), or when no usable profile says otherwise; one rank has no group output */
+    const ls_audit_profile *prof = ls_audit_profile_of(run);
+    bool promised = prof == NULL || (prof->records & LS_AUDIT_RECORDS_OUT_SHA256);
+    bool applicable = run->world > 1 && (n > 0 || promised);
     ls_audit_rule *rule = ls_audit_rule_add(run, "collectives.performed", 1,
                                             "every member of a group holds the same output of each allreduce, "
                                             "broadcast and allgather (out_sha256)",
-                                            n > 0);
+                                            applicable);
     if (rule == NULL) return LS_ERR_NOMEM;
+    if (!applicable) {
+        if (run->world > 1)
+            snprintf(rule->message, sizeof rule->message,
+                     "not applicable: no allreduce, broadcast or allgather carries out_sha256, and profile %s does not "
+                     "say its runs record them (records: out_sha256): nothing to compare", prof->name);
+        else
+            snprintf(rule->message, sizeof rule->message, "not applicable: one rank, no group output to compare");
+        ls_audit_rule_close(rule);
+        return LS_OK;
+    }
     if (n == 0) {
-        snprintf(rule->message, sizeof rule->message,
-                 run->world > 1 ? "no allreduce, broadcast or allgather carries out_sha256: nothing to compare "
-                                  "(not applicable; it never passes on their absence)"
-                                : "one rank: no group output to compare (not applicable)");
+        rule->matched = 1;
+        ls_audit_rule_fail(rule, -1, ".", -1, "none of the run's %llu allreduce, broadcast and allgather record(s) "
+                           "carries out_sha256, which %s: whether they were performed is unknown",
+                           (unsigned long long)replicas,
+                           prof == NULL ? "no usable profile says the run may lack" : "its profile says its runs record");
         ls_audit_rule_close(rule);
         return LS_OK;
     }
@@ -74,6 +107,27 @@ ls_status ls_audit_rules_performed(ls_audit_run *run) {
         }
     }
     qsort(e, m, sizeof *e, cmp_entry);
+    /* a digest missing from a record where the profile promises them, or where another rank of the same
+       (group, gseq) has one, is a comparison that cannot be made */
+    uint64_t undigested = 0;
+    for (uint32_t r = 0; r < run->world; r++) {
+        const ls_audit_rank *rk = &run->ranks[r];
+        for (size_t k = 0; k < rk->n_coll; k++) {
+            const ls_audit_coll *c = &rk->coll[k];
+            if (c->out8 != 0 || !replicating(c->op)) continue;
+            if (!promised && !digested(e, m, c->group, c->gseq)) continue;
+            if (undigested++ >= 4) continue;
+            ls_audit_rule_fail(rule, r, rk->trace_file, c->seq,
+                               "group %s gseq %lld (%s, purpose %s): rank %u's record carries no out_sha256%s: its "
+                               "output cannot be compared",
+                               name_of(run->groups, run->n_groups, c->group), (long long)c->gseq,
+                               ls_trace_op_name((ls_trace_op)c->op), name_of(run->purposes, run->n_purposes, c->purpose),
+                               (unsigned)r, promised ? " (the run's profile says its runs record it)"
+                                                     : ", another rank's does");
+        }
+    }
+    if (undigested > 4)
+        ls_audit_rule_fail(rule, -1, ".", -1, "%llu records without out_sha256 in all", (unsigned long long)undigested);
     for (size_t i = 0; i < m;) {
         size_t j = i + 1;
         while (j < m && e[j].group == e[i].group && e[j].gseq == e[i].gseq) j++;

@@ -13,9 +13,9 @@
  * event on every rank, with verdict pass, and every rank's is the same (the
  * digests equal the lowest rank's).  A failing probe, a missing one, or
  * ranks that disagree fail level 4, naming the step, rank, group and
- * numbers.  Not applicable: no step probed (K 0; absent: the rule is not
- * listed, so that the reports of runs written before it are unchanged),
- * unless --require-probe; detached mode (the applied gradient is not the
+ * numbers.  Not applicable: no step probed (K 0; absent, a run written
+ * before the probe, and no gradient_probe event: the run promised none; an
+ * event without a recorded K fails), unless --require-probe; detached mode (the applied gradient is not the
  * loss's by design: its probes report the difference, they prove nothing;
  * config.full_mode keeps level 4 from holding). */
 /* Evidence and messages are one bounded line each: truncation is intended. */
@@ -154,7 +154,29 @@ ls_status ls_audit_rules_probe(ls_audit_run *run) {
     const cJSON *pe = opts ? cJSON_GetObjectItemCaseSensitive(opts, "probe_every") : NULL;
     /* required by the caller (--require-probe) or by the run's profile ("probe": "required") */
     bool require = run->opt.require_probe || (run->profile_state == 1 && run->profile.probe_required);
-    if (pe == NULL && !require) return LS_OK; /* a run written before probes: not listed */
+    if (pe == NULL && !require) {
+        /* a run written before probes records no probe_every: it promised no probe, and the rule does not apply;
+           gradient_probe events it does hold are evidence of steps the configuration never named (deny by default) */
+        uint64_t events = 0;
+        for (uint32_t i = 0; i < run->world; i++) events += run->ranks[i].probes ? run->ranks[i].probes->n : 0;
+        ls_audit_rule *na = ls_audit_rule_add(run, "run.probe", 4,
+                                              "the run's own gradient passed the in-run gradient probe (finite "
+                                              "differences of its loss) on every probed step, alike on every rank",
+                                              events > 0);
+        if (na == NULL) return LS_ERR_NOMEM;
+        if (events > 0) {
+            na->matched = events;
+            ls_audit_rule_fail(na, -1, LS_MANIFEST_FILE, -1, "%llu gradient_probe event(s), but the configuration "
+                               "records no options.probe_every: which steps were to be probed is unknown",
+                               (unsigned long long)events);
+        } else {
+            snprintf(na->message, sizeof na->message, "not applicable: the configuration records no "
+                     "options.probe_every (a run written before the probe) and the traces hold no gradient_probe "
+                     "event: the run promised no probe");
+        }
+        ls_audit_rule_close(na);
+        return LS_OK;
+    }
     int64_t K = 0;
     bool k_ok = pe == NULL || (ls_trace_json_int(pe, &K) && K >= 0 && K <= 1000000);
     bool probed = k_ok && K > 0;

@@ -2,7 +2,7 @@
  * run is audited against (v1: its family's; v2: the one its receipts name),
  * its names resolved to the trace's indices (ls_audit_vocab_index), the kinds
  * of the run's groups, the levels of its faults, and the rule profile.match
- * of a v2 run. */
+ * (every run: the profile it names, at the revision the audit reads). */
 /* Evidence and messages are one bounded line each: truncation is intended. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"
@@ -144,6 +144,15 @@ ls_status ls_audit_profile_attach(ls_audit_run *run) {
     }
     if (run->profile_v2 && name == NULL) name = named_profile(mdoc);
     const char *dir = run->opt.profiles_dir ? run->opt.profiles_dir : ls_audit_profile_default_dir();
+    /* the profile the run names (load.c takes the manifest's, else a v2 receipt's): a v1 run pins it in
+       its receipts too */
+    for (uint32_t i = 0; i < run->world && run->profile_name == NULL; i++) {
+        const ls_receipt *rc = run->ranks[i].receipt;
+        if (rc != NULL && rc->profile_name != NULL) {
+            run->profile_name = rc->profile_name;
+            run->profile_sha256 = rc->profile_sha256;
+        }
+    }
     run->profile_state = -1;
     if (run->profile_v2 && name == NULL) {
         snprintf(run->profile_err, sizeof run->profile_err,
@@ -175,19 +184,26 @@ ls_status ls_audit_profile_attach(ls_audit_run *run) {
     return LS_OK;
 }
 
-/* ---- profile.match (v2) ------------------------------------------------------- */
+/* ---- profile.match --------------------------------------------------------- */
 
+/* Every run names the profile it was written for (predicate.profile of its
+ * manifest and receipts: a v2 run by the contract, a v1 run of
+ * longstraw-train since runs pinned their family's profile at build time),
+ * and must be audited against that revision: the audit's file's SHA-256 is
+ * the one the run names.  A source that names none leaves the profile
+ * unpinned, and the rule fails: the run may have been written for a profile
+ * that asked more of it (deny by default). */
 ls_status ls_audit_rules_profile(ls_audit_run *run) {
-    if (!run->profile_v2) return LS_OK;
     ls_audit_rule *m = ls_audit_rule_add(run, "profile.match", 1,
                                          "the run names one profile, shipped with the audit, at the revision it was "
                                          "written for (sha256 of the profile file)", true);
     if (m == NULL) return LS_ERR_NOMEM;
     const char *want = run->profile_used[0] ? run->profile_used : NULL;
-    const char *dir = run->opt.profiles_dir ? run->opt.profiles_dir : ls_audit_profile_default_dir();
     const char *have = run->profile_state == 1 ? run->profile.sha256 : NULL;
     char pf[300];
-    snprintf(pf, sizeof pf, "%s/%s.json", dir, want ? want : "?");
+    ls_audit_profile_file_label(run->opt.profiles_dir, want ? want : "?", pf, sizeof pf);
+    const char *older = run->profile_v2 ? "" : " (a v1 run written before runs pinned their profile)";
+    uint64_t named = 0;
     /* every source: the manifest, each receipt, each trace header */
     for (int64_t i = -1; i < (int64_t)run->world; i++) {
         const cJSON *doc = NULL, *hdr = NULL;
@@ -207,10 +223,13 @@ ls_status ls_audit_rules_profile(ls_audit_run *run) {
             m->matched++;
             const char *n = named_profile(doc);
             const cJSON *sha = member(predicate_profile(doc), "sha256");
+            if (n != NULL) named++;
             if (n == NULL)
-                ls_audit_rule_fail(m, i, file, -1, "names no profile (predicate.profile)");
+                ls_audit_rule_fail(m, i, file, -1, "names no profile (predicate.profile): the profile it was written "
+                                   "for is not pinned%s", older);
             else if (want && strcmp(n, want) != 0)
-                ls_audit_rule_fail(m, i, file, -1, "names profile %.40s, the run's is %.40s", n, want);
+                ls_audit_rule_fail(m, i, file, -1, "names profile %.40s, the run's is %.40s%s", n, want,
+                                   run->profile_v2 ? "" : " (its configuration's family)");
             else if (have && (!cJSON_IsString(sha) || strcmp(sha->valuestring, have) != 0))
                 ls_audit_rule_fail(m, i, file, -1,
                                    "profile %.40s: written for sha256 %.64s, the audit's %s is %.64s (another "
@@ -225,10 +244,21 @@ ls_status ls_audit_rules_profile(ls_audit_run *run) {
                                    "run's is %.40s", hp->valuestring, want);
         }
     }
+    if (named == 0 && m->n_ev == 0) { /* no manifest, no receipt: nothing pins the profile */
+        m->matched = m->matched ? m->matched : 1;
+        char why[120] = "";
+        if (run->profile_inferred)
+            snprintf(why, sizeof why, " (profile %s inferred from the traces' layer kinds)", run->profile.name);
+        ls_audit_rule_fail(m, -1, LS_MANIFEST_FILE, -1, "no manifest or receipt names the profile the run was written "
+                           "for: not pinned%s", why);
+    }
     if (run->profile_state != 1) ls_audit_rule_fail(m, -1, pf, -1, "%s", run->profile_err);
     ls_audit_rule_close(m);
     if (m->pass)
-        snprintf(m->message, sizeof m->message, "profile %s, sha256 %.16s... (%s)", run->profile.name,
-                 run->profile.sha256, run->profile.file);
+        snprintf(m->message, sizeof m->message, "profile %s, %s, sha256 %.64s: the revision the run names",
+                 run->profile.name, pf, run->profile.sha256);
+    else if (named == 0 && run->profile_state == 1)
+        snprintf(m->message, sizeof m->message, "the run does not pin its profile: audited against %s, sha256 %.64s, "
+                 "which it may not have been written for", pf, run->profile.sha256);
     return LS_OK;
 }

@@ -99,6 +99,9 @@ ls_status ls_audit_rules_rank(ls_audit_run *run) {
         if (r->receipt != NULL && r->receipt->status != LS_RECEIPT_COMPLETE)
             ls_audit_rule_fail(rc, i, rf, -1, "receipt status error: %s",
                                r->receipt->error_message ? r->receipt->error_message : "");
+        else if (r->receipt == NULL) /* a complete trace is half the rule: the receipt must say so too */
+            ls_audit_rule_fail(rc, i, rf, -1, "rank %u: no readable receipt: its completion is not recorded",
+                               (unsigned)i);
         ne->matched += r->n_events;
         if (r->n_errors)
             ls_audit_rule_fail(ne, i, r->trace_file, r->first_error_seq, "%llu error event(s); first: %s",

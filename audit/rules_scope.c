@@ -365,31 +365,42 @@ static ls_status rule_exact(ls_audit_run *run) {
     return LS_OK;
 }
 
-/* A v2 receipt's rank_state is optional (docs/contract.md §2): a v2 run
- * none of whose receipts carries the count was not counted, and the rule
- * says so rather than pass or fail on its absence.  A v1 receipt must. */
-static bool v2_uncounted(const ls_audit_run *run) {
-    if (run->evidence_version != 2) return false;
+/* A v2 receipt's rank_state is optional (docs/contract.md §2).  Deny by
+ * default: every receipt must carry the count when the run is v1 (the trainer
+ * always counts), when its profile says its runs record it (records:
+ * grad_digest_disagreements), when no usable profile speaks, or when another
+ * of its receipts carries it; only a v2 run whose profile leaves it out and
+ * none of whose receipts carries it reads not_applicable. */
+static bool counts_required(const ls_audit_run *run) {
+    if (run->evidence_version != 2) return true;
+    const ls_audit_profile *prof = ls_audit_profile_of(run);
+    if (prof == NULL || (prof->records & LS_AUDIT_RECORDS_GRAD_DIGESTS)) return true;
     for (uint32_t i = 0; i < run->world; i++)
-        if (run->ranks[i].receipt != NULL && run->ranks[i].receipt->rank_state != NULL) return false;
-    return true;
+        if (run->ranks[i].receipt != NULL && run->ranks[i].receipt->rank_state != NULL) return true;
+    return false;
 }
 
 static ls_status rule_receipt_digests(ls_audit_run *run) {
-    bool uncounted = run->world > 1 && v2_uncounted(run);
+    bool required = counts_required(run);
     ADD(rd, "digests.receipts", 3, "no receipt counted a disagreement of the ranks' finalized-gradient digests",
-        run->world > 1 && !uncounted);
-    if (uncounted)
+        run->world > 1 && required);
+    if (run->world > 1 && !required)
         snprintf(rd->message, sizeof rd->message, "not applicable: no v2 receipt carries "
-                 "rank_state.grad_digest_disagreements (the trainer counted no digest disagreement)");
+                 "rank_state.grad_digest_disagreements, and profile %s does not say its runs count them (records: "
+                 "grad_digest_disagreements)", run->profile_used);
     for (uint32_t i = 0; rd->applicable && i < run->world; i++) {
         const ls_receipt *rc = run->ranks[i].receipt;
-        if (rc == NULL || rc->rank_state == NULL) continue;
         char rf[64];
         receipt_file(i, rf, sizeof rf);
         uint64_t n = 0;
         rd->matched++;
-        if (ls_json_get_u64(rc->rank_state, "grad_digest_disagreements", &n) != 0)
+        if (rc == NULL)
+            ls_audit_rule_fail(rd, i, rf, -1, "rank %u: no readable receipt: its digest disagreements are not counted",
+                               (unsigned)i);
+        else if (rc->rank_state == NULL)
+            ls_audit_rule_fail(rd, i, rf, -1, "the receipt has no rank_state: its digest disagreements are not "
+                               "counted");
+        else if (ls_json_get_u64(rc->rank_state, "grad_digest_disagreements", &n) != 0)
             ls_audit_rule_fail(rd, i, rf, -1, "rank_state has no grad_digest_disagreements count");
         else if (n > 0)
             ls_audit_rule_fail(rd, i, rf, -1, "the rank counted %llu step(s) whose finalized gradients differed "

@@ -13,6 +13,13 @@ EDITs, applied in order:
   config KEY=JSON | KEY=-        sets (or deletes) predicate.config[KEY] in the
                                  manifest and every receipt; a dotted KEY reaches
                                  into an object (options.input)
+  event RANK EV N KEY=JSON...    sets KEY of rank RANK's N-th (0-based) event of
+                                 kind EV (layer_end's out_norm, ...), as metrics
+  unpin                          removes predicate.profile from the manifest and
+                                 every receipt: a v1 run written before runs
+                                 pinned their profile (test_audit_profile)
+  keep-digests                   recomputes no digest: the edit is left for the
+                                 manifest to catch (test_audit_diff)
 Prints the seq of each edited event, one a line."""
 import glob
 import hashlib
@@ -60,6 +67,28 @@ def edit_metrics(run, rank, step, kvs):
     write_trace(path, lines)
 
 
+def edit_event(run, rank, kind, n, kvs):
+    path = "%s/rank-%04d/events.jsonl.zst" % (run, rank)
+    lines = read_trace(path)
+    seen = 0
+    for i, line in enumerate(lines):
+        ev = json.loads(line)
+        if ev.get("ev") != kind:
+            continue
+        if seen < n:
+            seen += 1
+            continue
+        for kv in kvs:
+            k, v = kv.split("=", 1)
+            ev[k] = value(ev[k], v)
+        lines[i] = dump(ev)
+        print(ev["seq"])
+        break
+    else:
+        sys.exit("no %s event number %d in %s" % (kind, n, path))
+    write_trace(path, lines)
+
+
 def drop_metrics(run):
     for path in sorted(glob.glob(run + "/rank-*/events.jsonl.zst")):
         out, seq = [], 0
@@ -97,6 +126,15 @@ def edit_config(run, kv):
         json.dump(d, open(p, "w"), indent=1)
 
 
+def unpin(run):
+    for p in [run + "/manifest.json"] + sorted(glob.glob(run + "/rank-*/receipt.json")):
+        if not os.path.exists(p):
+            continue
+        d = json.load(open(p))
+        d["predicate"].pop("profile", None)
+        json.dump(d, open(p, "w"), indent=1)
+
+
 def redigest(run):
     def sha(p):
         return hashlib.sha256(open(p, "rb").read()).hexdigest()
@@ -116,6 +154,7 @@ def redigest(run):
 def main():
     run, args = sys.argv[1], sys.argv[2:]
     i = 0
+    keep = False
     while i < len(args):
         if args[i] == "metrics":
             rank, step = int(args[i + 1]), int(args[i + 2])
@@ -124,6 +163,19 @@ def main():
                 j += 1
             edit_metrics(run, rank, step, args[i + 3:j])
             i = j
+        elif args[i] == "event":
+            rank, kind, n = int(args[i + 1]), args[i + 2], int(args[i + 3])
+            j = i + 4
+            while j < len(args) and "=" in args[j]:
+                j += 1
+            edit_event(run, rank, kind, n, args[i + 4:j])
+            i = j
+        elif args[i] == "unpin":
+            unpin(run)
+            i += 1
+        elif args[i] == "keep-digests":
+            keep = True
+            i += 1
         elif args[i] == "drop-metrics":
             drop_metrics(run)
             i += 1
@@ -132,7 +184,8 @@ def main():
             i += 2
         else:
             sys.exit("unknown edit %s" % args[i])
-    redigest(run)
+    if not keep:
+        redigest(run)
 
 
 main()

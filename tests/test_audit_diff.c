@@ -1,13 +1,19 @@
 /* test_audit_diff.c - longstraw-audit diff on runs the trainer makes: the
- * same run twice is equivalent (exit 0); another seed, another learning rate
+ * same run twice is equivalent (exit 0), both runs verified; a copy whose
+ * recorded values were edited is never equivalent: unverified (exit 3,
+ * naming the run and the file) while its manifest's digests are stale,
+ * different (exit 1, naming the value) once they are recomputed, and
+ * unverified again with --key when its signature is then stale
+ * (edited_copy_is_never_equivalent); another seed, another learning rate
  * and a CP fault are named at the first parameter digest that differs, which
  * the test finds on its own by reading both traces whole and comparing every
  * (step, target) pair; a trace cut at a line boundary and one cut inside a
  * zstd frame are named where they end (checked against `zstd -dc` of the
  * original); a 2-rank CP run against its rerun is equivalent, against a copy
  * without rank 1 names the missing rank; a symbolic link in place of a trace
- * is refused, never followed; unusable input and bad usage exit 2; --json
- * is written and valid against schemas/audit-diff.schema.json. */
+ * is refused, never followed (each such copy also fails its manifest:
+ * unverified); unusable input and bad usage exit 2; --json is written and
+ * valid against schemas/audit-diff.schema.json. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
@@ -21,13 +27,16 @@
 #include <unistd.h>
 
 #include "audit/diff.h"
+#include "receipts/json_util.h"
 #include "receipts/receipt.h"
 #include "receipts/schema.h"
 #include "receipts/trace_reader.h"
 #include "test_tmpdir.h"
 
 #define TRAIN LS_BINARY_DIR "/trainer/longstraw-train"
+#define SIGN LS_BINARY_DIR "/receipts/longstraw-sign"
 #define CFG LS_SOURCE_DIR "/configs/hybrid-tiny.json"
+#define EDIT "python3 " LS_SOURCE_DIR "/tests/audit_invariants_edit.py"
 
 static char tmpdir[256];
 static void setup(void) { ls_test_tmpdir_make(tmpdir, "auditdiff"); }
@@ -93,16 +102,24 @@ static int diff2(const char *a, const char *b) {
     return diff_main(3, argv);
 }
 
-/* The comparison's document (asserted usable). */
-static cJSON *diff_doc(const char *a, const char *b) {
+/* The comparison's document (asserted usable), its verdict in *verdict (may be NULL); keys: NULL or a
+ * NULL-terminated list of trusted public keys. */
+static cJSON *diff_doc_opt(const char *a, const char *b, const char *const *keys, bool require_signed, int *verdict) {
     cJSON *doc = NULL;
-    int differ = -1;
+    int v = -1;
     char err[2048];
-    ls_status st = ls_audit_diff_runs(path_of(a), path_of(b), &doc, &differ, err, sizeof err);
+    size_t nk = 0;
+    while (keys && keys[nk]) nk++;
+    ls_audit_diff_options opt = {.keys = keys, .n_keys = nk, .require_signed = require_signed};
+    ls_status st = ls_audit_diff_runs(path_of(a), path_of(b), &opt, &doc, &v, err, sizeof err);
     cr_assert_eq(st, LS_OK, "%s vs %s: %s", a, b, err);
-    cr_assert_eq(differ, !cJSON_IsTrue(cJSON_GetObjectItem(doc, "equivalent")));
+    cr_assert_eq(v == LS_AUDIT_DIFF_EQUIVALENT, cJSON_IsTrue(cJSON_GetObjectItem(doc, "equivalent")));
+    const char *names[] = {"equivalent", "different", "", "unverified"};
+    cr_assert_str_eq(cJSON_GetObjectItem(doc, "verdict")->valuestring, names[v]);
+    if (verdict) *verdict = v;
     return doc;
 }
+static cJSON *diff_doc(const char *a, const char *b) { return diff_doc_opt(a, b, NULL, false, NULL); }
 
 static const cJSON *find_div(const cJSON *doc, const char *what, int rank) {
     const cJSON *d;
@@ -219,9 +236,18 @@ Test(audit_diff, single_rank_seed_lr_and_identical, .init = setup, .fini = teard
     /* the same run twice: equivalent, and really bit-identical digests */
     cr_expect_eq(diff2("a", "a2"), 0, "%s%s", out, errt);
     cr_expect(strstr(out, "verdict: EQUIVALENT") != NULL, "%s", out);
+    cr_expect(strstr(out, "verified: manifest valid") != NULL, "%s", out);
     cr_expect(strstr(out, "capture") && strstr(out, "per-step metrics") && strstr(out, "fixed_weights"), "%s", out);
     cJSON *doc = diff_doc("a", "a2");
     cr_expect(cJSON_IsNull(cJSON_GetObjectItem(doc, "first_divergence")));
+    for (int k = 0; k < 2; k++) { /* both runs verified: the manifest's every subject digested */
+        const cJSON *v = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "runs"), k ? "b" : "a"),
+                                             "verification");
+        cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(v, "verified")));
+        cr_expect_gt(nget(v, "subjects_checked"), 1);
+        cr_expect_str_eq(sget(v, "signature"), "not_checked");
+        cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(v, "problems")), 0);
+    }
     cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(doc, "steps")), 2, "two steps of metrics compared");
     cr_expect_eq(nget(cJSON_GetObjectItem(doc, "metric_max_abs_delta"), "loss"), 0.0);
     {
@@ -296,6 +322,154 @@ Test(audit_diff, single_rank_seed_lr_and_identical, .init = setup, .fini = teard
     cJSON_Delete(j);
 }
 
+/* runs.X.verification of a diff document (X "a" or "b"). */
+static const cJSON *verification(const cJSON *doc, const char *x) {
+    return cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "runs"), x), "verification");
+}
+
+/* The first problem of run x's verification names file (and, when given, text). */
+static void expect_problem(const cJSON *doc, const char *x, const char *file, const char *text) {
+    const cJSON *v = verification(doc, x);
+    cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(v, "verified")), "run %s verified", x);
+    const cJSON *p = cJSON_GetArrayItem(cJSON_GetObjectItem(v, "problems"), 0);
+    cr_expect_str_eq(sget(p, "file"), file);
+    if (text) cr_expect(strstr(sget(p, "problem"), text) != NULL, "run %s: %s", x, sget(p, "problem"));
+}
+
+/* A copy of a real run with its recorded values edited (tests/audit_invariants_edit.py): never equivalent.
+ * Its digests left stale, it does not verify (exit 3: the run and the file named); recomputed (an unsigned
+ * run: anyone who can write it can), it verifies and the diff names the value (exit 1); with --key, its
+ * signature is then stale (exit 3, manifest.dsse.json).  The honest rerun is equivalent, signed or not. */
+Test(audit_diff, edited_copy_is_never_equivalent, .init = setup, .fini = teardown, .timeout = 300) {
+    train("a", "--seed 1");
+    train("a2", "--seed 1");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, SIGN " keygen --private %s/k.pem --public %s/k.pub >/dev/null && " SIGN
+             " sign %s/a --key %s/k.pem >/dev/null && " SIGN " sign %s/a2 --key %s/k.pem >/dev/null",
+             tmpdir, tmpdir, tmpdir, tmpdir, tmpdir, tmpdir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    static char kpub[600]; /* path_of's buffers are reused */
+    snprintf(kpub, sizeof kpub, "%s/k.pub", tmpdir);
+    const char *keys[] = {kpub, NULL};
+    int v = -1;
+
+    /* the honest pair: equivalent, and with the key both signatures verified */
+    cr_expect_eq(diff2("a", "a2"), 0, "%s%s", out, errt);
+    cJSON *doc = diff_doc_opt("a", "a2", keys, true, &v);
+    cr_expect_eq(v, LS_AUDIT_DIFF_EQUIVALENT, "%s", cJSON_PrintUnformatted(doc));
+    cr_expect_str_eq(sget(verification(doc, "b"), "signature"), "verified");
+    cr_expect_eq(strlen(sget(verification(doc, "b"), "keyid")), 64);
+    cJSON_Delete(doc);
+
+    /* another loss and reward at step 1, the digests left as they were: B does not verify */
+    sh("cp -r %s/a %s/e1");
+    snprintf(cmd, sizeof cmd, EDIT " %s/e1 metrics 0 1 loss=*1.5 reward_mean=+0.25 keep-digests >/dev/null", tmpdir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    cr_expect_eq(diff2("a", "e1"), 3, "%s%s", out, errt);
+    cr_expect(strstr(out, "verdict: UNVERIFIED: run B (") != NULL && strstr(out, "e1) does not verify") != NULL,
+              "%s", out);
+    cr_expect(strstr(errt, "rank-0000/events.jsonl.zst") != NULL, "stderr names the file: %s", errt);
+    doc = diff_doc("a", "e1");
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(verification(doc, "a"), "verified")));
+    expect_problem(doc, "b", "rank-0000/events.jsonl.zst", "the manifest says");
+    cr_expect(strstr(sget(doc, "unverified"), "run B (") != NULL, "%s", sget(doc, "unverified"));
+    cr_expect_not_null(find_div(doc, "event_values", 0), "the edited values are still named");
+    cJSON_Delete(doc);
+    /* in either order: A named */
+    cr_expect_eq(diff2("e1", "a"), 3, "%s%s", out, errt);
+    cr_expect(strstr(out, "verdict: UNVERIFIED: run A (") != NULL, "%s", out);
+
+    /* the same edit, every digest recomputed: it verifies (unsigned), and the values differ */
+    sh("cp -r %s/a %s/e2");
+    snprintf(cmd, sizeof cmd, EDIT " %s/e2 metrics 0 1 loss=*1.5 reward_mean=+0.25 > %s/seq.txt", tmpdir, tmpdir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    FILE *f = fopen(path_of("seq.txt"), "r");
+    long seq = -1;
+    cr_assert_eq(fscanf(f, "%ld", &seq), 1);
+    fclose(f);
+    cr_expect_eq(diff2("a", "e2"), 1, "%s%s", out, errt);
+    cr_expect(strstr(out, "verdict: DIFFERENT") != NULL, "%s", out);
+    doc = diff_doc("a", "e2");
+    const cJSON *d = find_div(doc, "event_values", 0);
+    cr_assert_not_null(d, "%s", out);
+    cr_expect_eq((long)nget(cJSON_GetObjectItem(d, "a"), "seq"), seq);
+    cr_expect_eq((long)nget(cJSON_GetObjectItem(d, "b"), "seq"), seq);
+    cr_expect(!strcmp(sget(d, "key"), "loss") || !strcmp(sget(d, "key"), "reward_mean"), "key %s", sget(d, "key"));
+    cr_expect_null(find_div(doc, "event_sequence", -1), "the structure is the same");
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(verification(doc, "b"), "verified")));
+    cJSON_Delete(doc);
+    /* with the trusted key its envelope no longer signs its manifest: unverified, the envelope named */
+    doc = diff_doc_opt("a", "e2", keys, false, &v);
+    cr_expect_eq(v, LS_AUDIT_DIFF_UNVERIFIED);
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(verification(doc, "a"), "verified")));
+    expect_problem(doc, "b", "manifest.dsse.json", "not the bytes of manifest.json");
+    cr_expect_str_eq(sget(verification(doc, "b"), "signature"), "unverified");
+    cJSON_Delete(doc);
+    {
+        const char *argv[] = {"diff", path_of("a"), path_of("e2"), "--key", kpub};
+        cr_expect_eq(diff_main(5, argv), 3, "%s%s", out, errt);
+        cr_expect(strstr(out, "manifest.dsse.json") != NULL, "%s", out);
+    }
+
+#ifdef LS_SWAP_PRELOAD
+    /* one read: e2's trace answered with A's bytes when the comparison opens it (its 2nd open; the 1st is
+       its verification, which digests the bytes it parses): the comparison would see A's very events, and
+       the bytes it read are not the ones the manifest digests: unverified, never equivalent */
+    snprintf(cmd, sizeof cmd,
+             "LD_PRELOAD=" LS_SWAP_PRELOAD " LS_SWAP_PATH=%s/e2/rank-0000/events.jsonl.zst "
+             "LS_SWAP_WITH=%s/a/rank-0000/events.jsonl.zst LS_SWAP_OPENS=2 LS_SWAP_LOG=%s/swap.log "
+             LS_AUDIT_EXE " diff %s/a %s/e2 >%s/swap.out 2>&1", tmpdir, tmpdir, tmpdir, tmpdir, tmpdir, tmpdir);
+    int rc = system(cmd);
+    cr_expect(WIFEXITED(rc) && WEXITSTATUS(rc) == 3, "exit %d: %s", rc, cmd);
+    snprintf(cmd, sizeof cmd, "grep -q '^open 2 swapped' %s/swap.log && grep -q 'the bytes the comparison read have "
+             "sha256' %s/swap.out && grep -q 'verdict: UNVERIFIED: run B' %s/swap.out", tmpdir, tmpdir, tmpdir);
+    cr_expect_eq(system(cmd), 0, "the comparison's read was swapped and named (%s/swap.out)", tmpdir);
+    snprintf(cmd, sizeof cmd, "grep -q '(0 divergences found besides)' %s/swap.out", tmpdir);
+    cr_expect_eq(system(cmd), 0, "the swapped bytes are A's: the comparison alone would have called them equivalent");
+#endif
+
+    /* another value of the trace (a layer's output norm), re-digested: named by its key */
+    sh("cp -r %s/a %s/e3");
+    snprintf(cmd, sizeof cmd, EDIT " %s/e3 event 0 layer_end 5 out_norm=*1.001 >/dev/null", tmpdir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    doc = diff_doc_opt("a", "e3", NULL, false, &v);
+    cr_expect_eq(v, LS_AUDIT_DIFF_DIFFERENT);
+    d = find_div(doc, "event_values", 0);
+    cr_assert_not_null(d);
+    cr_expect_str_eq(sget(d, "key"), "out_norm");
+    cJSON_Delete(doc);
+
+    /* --require-signed without a key: no run can verify; an unsigned run with a key: its envelope is missing */
+    doc = diff_doc_opt("a", "a2", NULL, true, &v);
+    cr_expect_eq(v, LS_AUDIT_DIFF_UNVERIFIED);
+    expect_problem(doc, "a", "manifest.dsse.json", "--require-signed");
+    cJSON_Delete(doc);
+    train("u", "--seed 1");
+    doc = diff_doc_opt("a", "u", keys, false, &v);
+    cr_expect_eq(v, LS_AUDIT_DIFF_UNVERIFIED);
+    expect_problem(doc, "b", "manifest.dsse.json", "not signed");
+    cJSON_Delete(doc);
+    cr_expect_eq(diff2("a", "u"), 0, "%s%s", out, errt); /* without a key the unsigned rerun is equivalent */
+
+    /* --json of an unverified comparison: valid against its schema */
+    const char *argv[] = {"diff", path_of("a"), path_of("e1"), "--json", path_of("u.json")};
+    cr_expect_eq(diff_main(5, argv), 3);
+    cJSON *j = NULL;
+    char e[512];
+    cr_assert_eq(ls_json_read_file(path_of("u.json"), &j, e, sizeof e), LS_OK, "%s", e);
+    ls_schema *s = NULL;
+    cr_assert_eq(ls_schema_load_file(LS_SOURCE_DIR "/schemas/audit-diff.schema.json", &s, e, sizeof e), LS_OK, "%s", e);
+    ls_schema_errors se = {0};
+    char why[512];
+    ls_status vs = ls_schema_validate(s, j, &se);
+    ls_schema_errors_first(&se, why, sizeof why);
+    cr_expect_eq(vs, LS_OK, "--json fails its schema: %s", why);
+    cr_expect_str_eq(sget(j, "verdict"), "unverified");
+    ls_schema_errors_free(&se);
+    ls_schema_free(s);
+    cJSON_Delete(j);
+}
+
 /* Line k (1-based) of the decompressed trace, its "ev" into ev. */
 static void plain_ev(const char *run, int line, char *ev, size_t cap) {
     char cmd[1024];
@@ -335,8 +509,10 @@ Test(audit_diff, truncated_traces_named_where_they_end, .init = setup, .fini = t
     /* cut at a line boundary: the header and events 0..99, recompressed */
     sh("cp -r %s/a %s/cut");
     sh("zstd -dc %s/a/rank-0000/events.jsonl.zst | head -101 | zstd -q -c > %s/cut/rank-0000/events.jsonl.zst");
-    cr_expect_eq(diff2("a", "cut"), 1, "%s%s", out, errt);
+    /* the copy no longer matches its manifest: unverified (exit 3), and still compared */
+    cr_expect_eq(diff2("a", "cut"), 3, "%s%s", out, errt);
     cr_expect(strstr(out, "ends incomplete after seq 99") != NULL, "%s", out);
+    cr_expect(strstr(out, "verdict: UNVERIFIED: run B (") && strstr(out, "rank-0000/events.jsonl.zst"), "%s", out);
     cJSON *doc = diff_doc("a", "cut");
     cr_expect_str_eq(first_what(doc), "event_sequence");
     const cJSON *d = cJSON_GetObjectItem(doc, "first_divergence");
@@ -357,7 +533,7 @@ Test(audit_diff, truncated_traces_named_where_they_end, .init = setup, .fini = t
     struct stat stt;
     cr_assert_eq(stat(path_of("half/rank-0000/events.jsonl.zst"), &stt), 0);
     cr_assert_eq(truncate(path_of("half/rank-0000/events.jsonl.zst"), stt.st_size / 2), 0);
-    cr_expect_eq(diff2("a", "half"), 1, "%s%s", out, errt);
+    cr_expect_eq(diff2("a", "half"), 3, "%s%s", out, errt);
     doc = diff_doc("a", "half");
     d = cJSON_GetObjectItem(doc, "first_divergence");
     cr_expect_str_eq(first_what(doc), "event_sequence");
@@ -388,7 +564,7 @@ Test(audit_diff, truncated_traces_named_where_they_end, .init = setup, .fini = t
      * (it points at A's very trace: followed, the runs would agree) */
     sh("cp -r %s/a %s/link");
     sh("cd %s/link/rank-0000 && rm events.jsonl.zst && ln -s %s/a/rank-0000/events.jsonl.zst events.jsonl.zst");
-    cr_expect_eq(diff2("a", "link"), 1, "%s%s", out, errt);
+    cr_expect_eq(diff2("a", "link"), 3, "%s%s", out, errt);
     doc = diff_doc("a", "link");
     d = find_div(doc, "rank_missing", 0);
     cr_expect_not_null(d, "%s", out);
@@ -398,7 +574,7 @@ Test(audit_diff, truncated_traces_named_where_they_end, .init = setup, .fini = t
     /* garbage in place of the trace: named, no crash */
     sh("cp -r %s/a %s/junk");
     sh("head -c 5000 /dev/urandom > %s/junk/rank-0000/events.jsonl.zst");
-    cr_expect_eq(diff2("a", "junk"), 1, "%s%s", out, errt);
+    cr_expect_eq(diff2("a", "junk"), 3, "%s%s", out, errt);
     doc = diff_doc("a", "junk");
     d = cJSON_GetObjectItem(doc, "first_divergence");
     cr_expect_str_eq(first_what(doc), "event_sequence");
@@ -421,10 +597,13 @@ Test(audit_diff, unusable_input_and_usage, .init = setup, .fini = teardown, .tim
     sh("cp -r %s/nt %s/nt2");
     cr_expect_eq(diff2("nt", "nt2"), 2, "%s", out);
     cr_expect(strstr(errt, "rank 0") != NULL, "%s", errt);
-    /* a tampered manifest: noted, the receipts used instead */
+    /* a tampered manifest: noted, the receipts used for the comparison; nothing binds B's files: unverified */
     sh("cp -r %s/a %s/tm && echo '{' > %s/tm/manifest.json");
-    cr_expect_eq(diff2("a", "tm"), 0, "%s%s", out, errt);
+    cr_expect_eq(diff2("a", "tm"), 3, "%s%s", out, errt);
     cr_expect(strstr(out, "note: B: manifest not used") != NULL, "%s", out);
+    cr_expect(strstr(out, "NOT VERIFIED (manifest invalid") != NULL && strstr(out, "verdict: UNVERIFIED") != NULL, "%s",
+              out);
+    cr_expect(strstr(errt, "run B (") != NULL && strstr(errt, "manifest.json") != NULL, "%s", errt);
 
     const char *u1[] = {"diff"};
     cr_expect_eq(diff_main(1, u1), 2);
@@ -442,6 +621,9 @@ Test(audit_diff, unusable_input_and_usage, .init = setup, .fini = teardown, .tim
     cr_expect_eq(diff_main(4, u5), 2);
     const char *u6[] = {"audit", path_of("a"), path_of("a")};
     cr_expect_eq(diff_main(3, u6), 2);
+    const char *u9[] = {"diff", path_of("a"), path_of("a"), "--key"};
+    cr_expect_eq(diff_main(4, u9), 2);
+    cr_expect(strstr(errt, "--key") != NULL, "%s", errt);
     const char *u7[] = {"diff", path_of("a"), path_of("a"), "--json", path_of("nodir/x.json")};
     cr_expect_eq(diff_main(5, u7), 2, "an unwritable --json file");
     cr_expect(strstr(errt, "nodir/x.json") != NULL, "%s", errt);
@@ -491,7 +673,7 @@ Test(audit_diff, cp_runs, .init = setup, .fini = teardown, .timeout = 600) {
 
     /* a deleted rank directory: named, the other rank still compared */
     sh("cp -r %s/c %s/c1 && rm -r %s/c1/rank-0001");
-    cr_expect_eq(diff2("c", "c1"), 1, "%s%s", out, errt);
+    cr_expect_eq(diff2("c", "c1"), 3, "%s%s", out, errt); /* its manifest lists rank 1's files: unverified */
     doc = diff_doc("c", "c1");
     d = find_div(doc, "rank_missing", 1);
     cr_expect_not_null(d, "%s", out);

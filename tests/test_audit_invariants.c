@@ -323,18 +323,38 @@ Test(invariants, beta_zero_means_no_kl, .init = setup, .fini = teardown, .timeou
 
 /* ---- older runs: what could not be checked is said, never passed ---------- */
 
+/* Some evidence of rule id names text. */
+static bool evidence_names(const cJSON *doc, const char *id, const char *text) {
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(rule(doc, id), "evidence")) {
+        if (strstr(cJSON_GetObjectItem(e, "detail")->valuestring, text)) return true;
+    }
+    return false;
+}
+
 Test(invariants, a_run_without_figures_or_their_source, .init = setup, .fini = teardown, .timeout = 240) {
     char src[512], run[600];
     hybrid_run(src, sizeof src);
-    /* no step_metrics at all: not applicable, and level 2 rests on parity alone */
+    /* no step_metrics at all (every digest recomputed): deny by default, the rule fails naming each step
+       without figures, and level 2 does not hold (it used to read not applicable and rest on parity alone) */
     copy_edit(src, "none", "drop-metrics", run, sizeof run, NULL);
     cJSON *doc = NULL;
-    cr_expect_eq(audit(run, src, "--require-level 2", &doc), 0);
-    cr_expect_str_eq(verdict(doc, "run.invariants"), "not_applicable");
-    cr_expect(strstr(message(doc, "run.invariants"), "no step_metrics event") != NULL, "%s",
+    cr_expect_eq(audit(run, src, "--require-level 2", &doc), 1);
+    cr_expect_str_eq(verdict(doc, "run.invariants"), "fail");
+    cr_expect(evidence_names(doc, "run.invariants", "step 0: no step_metrics event on rank 0"));
+    cr_expect(evidence_names(doc, "run.invariants", "step 1: no step_metrics event on rank 0"));
+    cr_expect(strstr(message(doc, "run.invariants"), "the traces hold no step_metrics event") != NULL, "%s",
               message(doc, "run.invariants"));
-    cr_expect_eq(level(doc), 3);
-    only_failure(doc, NULL);
+    cr_expect_eq(level(doc), 1);
+    only_failure(doc, "run.invariants");
+    cJSON_Delete(doc);
+    /* one step's event without a figure (kl_mean null): the reader refuses the event (trace.valid), and the
+       step's figures are missing, never passed unseen */
+    copy_edit(src, "lacks", "metrics 0 1 kl_mean=null", run, sizeof run, NULL);
+    cr_expect_eq(audit(run, src, "--require-level 2", &doc), 1);
+    cr_expect_str_eq(verdict(doc, "trace.valid"), "fail");
+    cr_expect(evidence_names(doc, "run.invariants", "step 1: no step_metrics event on rank 0"));
+    cr_expect(!evidence_names(doc, "run.invariants", "step 0:"), "step 0's figures are there and pass");
     cJSON_Delete(doc);
     /* a configuration that records neither paths nor options.input: the ratio is not checked, the
        message says why, and a ratio off 1 passes unseen (the rest is still checked) */
@@ -408,11 +428,13 @@ Test(invariants, each_level_names_what_it_rests_on, .init = setup, .fini = teard
     cr_expect_str_eq(summary(doc, 1), "records");
     cr_expect_null(basis(doc, 2));
     cJSON_Delete(doc);
-    /* no run check applies: level 2 rests on parity alone and says what the run's own check could not do */
+    /* a v1 run without its figures no longer rests level 2 on parity alone: run.invariants fails (deny by
+       default), level 2 does not hold and states no basis */
     copy_edit(src, "none", "drop-metrics", run, sizeof run, NULL);
     cr_assert_eq(audit(run, src, NULL, &doc), 0);
-    cr_expect_str_eq(summary(doc, 2), "parity");
-    cr_expect(names_unbound(doc, 2, "run.invariants: not applicable: the traces hold no step_metrics event"));
+    cr_expect_str_eq(verdict(doc, "run.invariants"), "fail");
+    cr_expect_eq(level(doc), 1);
+    cr_expect_null(basis(doc, 2));
     cJSON_Delete(doc);
     /* what run.invariants left unchecked is named too (a naive run: its own parity report) */
     fixture("naive", TRAIN " " HYB " --steps 1 --strategy naive --out", src, sizeof src);

@@ -5,10 +5,14 @@
  * digest is the file's; the rules read them: a copy of hybrid.json with one
  * more required purpose, phase, direction, group kind, control or another
  * fault level changes what a correct run of tests/data/profile_golden/ must
- * show; a v1 run whose family has no profile cannot be scored (exit 2); and
- * profile.match, the v2 rule, names the profile and both digests when the
- * run was written for another revision of it (the run's v2 sources are
- * edited in the loaded model: v2 receipts are parsed elsewhere). */
+ * show (and, the run pinning the shipped revision, fails profile.match); a
+ * v1 run whose family has no profile cannot be scored (exit 2); and
+ * profile.match names the profile and both digests when a run was written
+ * for another revision of it: a v2 run (its sources edited in the loaded
+ * model: v2 receipts are parsed elsewhere) and a v1 run, which pins its
+ * family's profile (a weakened hybrid.json in --profiles DIR is refused, an
+ * older run that pins none fails as not pinned); every report (text, JSON,
+ * JUnit, HTML) names the profile used, its file and its digest. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -320,7 +324,7 @@ Test(profile, a_correct_run_holds_under_the_shipped_profile) {
     expect_pass(r, "rank.phases");
     expect_pass(r, "rank.layers");
     cr_expect_eq(r->level, 1);
-    cr_expect_null(ls_audit_find_rule(r, "profile.match"), "a v1 run lists no v2 rule");
+    expect_pass(r, "profile.match"); /* the run pins the shipped revision of its family's profile */
     cr_expect_str_eq(r->profile_used, "hybrid");
     ls_audit_free(r);
 }
@@ -330,7 +334,9 @@ Test(profile, one_more_required_purpose_fails_composition_naming_it, .init = set
     ls_audit_run *r = audit_golden("h2-full", edited_profiles("purpose", extra_purpose, dir, sizeof dir), NULL);
     expect_fail(r, "collectives.composition", "0 lse_extra collective(s)");
     expect_pass(r, "collectives.dkv");
-    cr_expect_eq(r->level, 1, "composition is level 2");
+    /* and the run was not written for that revision: profile.match (level 1) says so */
+    expect_fail(r, "profile.match", "another revision of the profile");
+    cr_expect_eq(r->level, 0);
     ls_audit_free(r);
 }
 
@@ -371,7 +377,7 @@ Test(profile, fault_levels_controls_decisions_are_the_profiles, .init = setup, .
                      GOLDEN "/parity/hybrid.json");
     expect_fail(r, "parity.controls", "control skip-dkv-reduce breaks cp_grad, profile hybrid says it must fail grad");
     expect_fail(r, "parity.controls", "the parity report has no zero-state control");
-    cr_expect_eq(r->level, 1);
+    cr_expect_eq(r->level, 0, "another revision of the profile than the run's: profile.match");
     ls_audit_free(r);
     r = audit_golden("h2-f64-covered", edited_profiles("decides", decides, dir, sizeof dir),
                      GOLDEN "/parity/hybrid.json");
@@ -435,7 +441,7 @@ Test(profile, a_v1_run_whose_family_has_no_profile_cannot_be_scored, .init = set
     cr_expect_eq(system(cmd), 0);
 }
 
-/* ---- profile.match (v2) ------------------------------------------------------- */
+/* ---- profile.match ---------------------------------------------------------- */
 
 /* The golden run's manifest and receipts made v2 sources naming profile
  * name at digest sha (rank 1's: name1), in the loaded model, which is then
@@ -453,8 +459,13 @@ static ls_audit_run *as_v2(const char *dir, const char *name, const char *sha, c
         cJSON *p = cJSON_CreateObject();
         cJSON_AddStringToObject(p, "name", i == 2 ? name1 : name);
         cJSON_AddStringToObject(p, "sha256", sha);
+        cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItem(docs[i], "predicate"), "profile"); /* v1's pin */
         cJSON_AddItemToObject(cJSON_GetObjectItem(docs[i], "predicate"), "profile", p);
     }
+    /* the parsed v1 pin pointed into the items replaced: forget it (the rules read the documents) */
+    r->profile_name = r->profile_sha256 = NULL;
+    r->manifest->profile_name = r->manifest->profile_sha256 = NULL;
+    for (int i = 0; i < 2; i++) r->ranks[i].receipt->profile_name = r->ranks[i].receipt->profile_sha256 = NULL;
     r->profile_state = 0; /* resolved again: now a v2 run */
     r->n_rules = 0;
     cr_assert_eq(ls_audit_evaluate(r), LS_OK, "%s", r->profile_err);
@@ -494,4 +505,129 @@ Test(profile, profile_match_names_the_profile_and_both_digests, .init = setup, .
     expect_fail(r, "profile.match", "torch-none.json");
     expect_fail(r, "rank.phases", "no profile");
     ls_audit_free(r);
+}
+
+/* ---- a v1 run pins its profile ----------------------------------------------- */
+
+/* A copy of golden run src with edits (tests/audit_invariants_edit.py; every digest recomputed) in
+ * tmpdir/name; its path. */
+static const char *golden_copy(const char *src, const char *name, const char *edits) {
+    static char path[600];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    char cmd[2000];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -a " GOLDEN "/runs/%s '%s' && python3 " LS_SOURCE_DIR
+             "/tests/audit_invariants_edit.py '%s' %s >/dev/null", path, src, path, path, edits);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    return path;
+}
+
+static ls_audit_run *audit_dir(const char *path, const char *profiles) {
+    ls_audit_options opt = {.run_dir = path, .profiles_dir = profiles};
+    ls_audit_run *r = NULL;
+    char err[512];
+    cr_assert_eq(ls_audit_load(&opt, &r, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_eq(ls_audit_evaluate(r), LS_OK, "%s", r->profile_err);
+    return r;
+}
+
+/* longstraw-train writes predicate.profile (its family's, the SHA-256 of the file its build read) into the
+ * manifest and every receipt; the audit holds the run to it. */
+Test(profile, a_v1_run_names_the_revision_it_was_written_for, .init = setup, .fini = teardown) {
+    static ls_audit_profile p;
+    char err[512];
+    cr_assert_eq(ls_audit_profile_load(PROFILES, "hybrid", &p, err, sizeof err), LS_OK, "%s", err);
+    ls_audit_run *r = audit_golden("h2-full", NULL, NULL);
+    cr_assert_not_null(r->manifest->profile_name, "the golden run pins no profile: tests/data/profile_golden/"
+                       "make_runs.sh makes runs that do");
+    cr_expect_str_eq(r->manifest->profile_name, "hybrid");
+    cr_expect_str_eq(r->manifest->profile_sha256, p.sha256);
+    for (int i = 0; i < 2; i++) cr_expect_str_eq(r->ranks[i].receipt->profile_sha256, p.sha256);
+    expect_pass(r, "profile.match");
+    cr_expect(strstr(rule(r, "profile.match")->message, "profiles/hybrid.json") != NULL, "%s",
+              rule(r, "profile.match")->message);
+    ls_audit_free(r);
+    /* an older run that pins none: profile.match fails at level 1, the report says it is not pinned */
+    r = audit_dir(golden_copy("h2-full", "unpinned", "unpin"), NULL);
+    expect_fail(r, "profile.match", "names no profile (predicate.profile): the profile it was written for is not "
+                "pinned (a v1 run written before runs pinned their profile)");
+    expect_pass(r, "manifest.digests");
+    cr_expect_eq(r->level, 0);
+    cJSON *doc = NULL;
+    cr_assert_eq(ls_audit_report_json(r, &doc), LS_OK);
+    cr_expect(cJSON_IsNull(cJSON_GetObjectItem(doc, "profile")));
+    cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "profile_used"), "pinned")));
+    cJSON_Delete(doc);
+    ls_audit_free(r);
+}
+
+/* A weakened profile (collectives.finalize left out: the finalize reductions no longer required) in
+ * --profiles DIR: without the pin the run would hold level 1 under it; profile.match fails, naming the
+ * revision the run was written for and the one read. */
+Test(profile, a_weakened_profile_fails_profile_match, .init = setup, .fini = teardown) {
+    static ls_audit_profile p;
+    char err[512], dir[300], path[400], now[65];
+    cr_assert_eq(ls_audit_profile_load(PROFILES, "hybrid", &p, err, sizeof err), LS_OK, "%s", err);
+    edited_profiles("weak", no_finalize, dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/hybrid.json", dir);
+    cr_assert_eq(ls_digest_sha256_file_hex(path, now, err, sizeof err), LS_OK);
+    /* the skipped finalize passes every finalize rule under the weakened profile (it requires none) */
+    ls_audit_run *r = audit_golden("h2-skip-fin", dir, NULL);
+    cr_expect(!rule(r, "collectives.finalize")->applicable, "the weakened profile requires no finalize");
+    char want[700];
+    snprintf(want, sizeof want, "written for sha256 %s, the audit's %s is %s", p.sha256, path, now);
+    expect_fail(r, "profile.match", want);
+    cr_expect_eq(rule(r, "profile.match")->level, 1);
+    cr_expect_eq(r->level, 0);
+    ls_audit_free(r);
+    /* the CLI: exit 1 under --require-level 1, the report names both digests */
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "%s %s/runs/h2-full --profiles '%s' --require-level 1 >'%s/out'", AUDIT, GOLDEN, dir,
+             tmpdir);
+    int rc = system(cmd);
+    cr_expect(WIFEXITED(rc) && WEXITSTATUS(rc) == 1, "exit %d", rc);
+    snprintf(cmd, sizeof cmd, "grep -q 'FAIL L1 profile.match' '%s/out' && grep -q '%s' '%s/out' && grep -q '%s' '%s/out'",
+             tmpdir, p.sha256, tmpdir, now, tmpdir);
+    cr_expect_eq(system(cmd), 0, "the text report names profile.match and both digests");
+}
+
+/* (every report) the profile the verdict was judged by: name, file, sha256, and whether the run pins it. */
+Test(profile, every_report_names_the_profile_file_and_digest, .init = setup, .fini = teardown) {
+    static ls_audit_profile p;
+    char err[512];
+    cr_assert_eq(ls_audit_profile_load(PROFILES, "hybrid", &p, err, sizeof err), LS_OK, "%s", err);
+    char cmd[2000];
+    snprintf(cmd, sizeof cmd, "%s %s/runs/h1-full --json '%s/r.json' --junit '%s/r.xml' --html '%s/r.html' "
+             ">'%s/r.txt'", AUDIT, GOLDEN, tmpdir, tmpdir, tmpdir, tmpdir);
+    int rc = system(cmd);
+    cr_assert(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "%s: %d", cmd, rc);
+    char want[300];
+    snprintf(want, sizeof want, "  profile hybrid (profiles/hybrid.json, sha256 %s): the run names this revision", p.sha256);
+    snprintf(cmd, sizeof cmd, "grep -qF '%s' '%s/r.txt'", want, tmpdir);
+    cr_expect_eq(system(cmd), 0, "text: %s", want);
+    char path[400];
+    snprintf(path, sizeof path, "%s/r.json", tmpdir);
+    cJSON *doc = read_json(path);
+    const cJSON *pu = cJSON_GetObjectItem(doc, "profile_used"), *pn = cJSON_GetObjectItem(doc, "profile");
+    cr_expect_str_eq(cJSON_GetObjectItem(pu, "name")->valuestring, "hybrid");
+    cr_expect_str_eq(cJSON_GetObjectItem(pu, "file")->valuestring, "profiles/hybrid.json");
+    cr_expect_str_eq(cJSON_GetObjectItem(pu, "sha256")->valuestring, p.sha256);
+    cr_expect_str_eq(cJSON_GetObjectItem(pu, "chosen_by")->valuestring, "family");
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(pu, "pinned")));
+    cr_expect_str_eq(cJSON_GetObjectItem(pn, "sha256")->valuestring, p.sha256);
+    cJSON_Delete(doc);
+    snprintf(cmd, sizeof cmd, "grep -qF '<property name=\"profile_file\" value=\"profiles/hybrid.json\"/>' '%s/r.xml' && "
+             "grep -qF '<property name=\"profile_sha256\" value=\"%s\"/>' '%s/r.xml' && "
+             "grep -qF '<property name=\"profile_pinned\" value=\"yes\"/>' '%s/r.xml'", tmpdir, p.sha256, tmpdir, tmpdir);
+    cr_expect_eq(system(cmd), 0, "JUnit: the profile's file, digest and pin");
+    snprintf(cmd, sizeof cmd, "grep -qF '<p class=\"profile\">Profile: <strong>hybrid</strong> (<code>profiles/hybrid.json"
+             "</code>, sha256 <code>%s</code>); the run names this revision' '%s/r.html'", p.sha256, tmpdir);
+    cr_expect_eq(system(cmd), 0, "HTML: the profile's file and digest");
+    /* another directory: the file as given */
+    char dir[300];
+    profile_copy("other", dir, sizeof dir);
+    snprintf(cmd, sizeof cmd, "%s %s/runs/h1-full --profiles '%s' >'%s/o.txt'", AUDIT, GOLDEN, dir, tmpdir);
+    rc = system(cmd);
+    cr_expect(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "an unchanged copy of the profiles: the run's revision");
+    snprintf(cmd, sizeof cmd, "grep -qF '  profile hybrid (%s/hybrid.json, sha256 %s)' '%s/o.txt'", dir, p.sha256, tmpdir);
+    cr_expect_eq(system(cmd), 0, "text: the file as --profiles gave it");
 }

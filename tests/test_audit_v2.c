@@ -2,9 +2,12 @@
  * §1-2): a correct CP-2 run loads with its profile and build identity and
  * passes the reader-level rules and collectives.performed; a logged but not
  * performed allreduce (differing out_sha256) fails it naming ranks, file
- * and seq; without digests it is not applicable and says so; a tampered
- * build identity and an unknown phase fail their rules naming them; a v1
- * run does not list the rule. */
+ * and seq; deny by default: without digests it fails, because torch-cp's
+ * profile says its runs record them (records), and reads not applicable
+ * only under a profile that leaves them out; memory events and the
+ * receipts' digest-disagreement counts likewise; a tampered build identity
+ * and an unknown phase fail their rules naming them; a v1 run does not
+ * list collectives.performed (a v1 trace has no out_sha256). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +33,38 @@ static void teardown(void) {
     ls_test_rmtree(tmp);
     free(tmp);
     tmp = NULL;
+}
+
+/* The fixture audited against the profiles of dir (NULL: the shipped ones). */
+static ls_audit_run *audit_in(const ls_v2_fixture *o, const char *dir) {
+    char cmd[4300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", run_dir); /* a fresh run: the fixture writes a new directory */
+    cr_assert_eq(system(cmd), 0);
+    ls_v2_fixture_write(run_dir, o);
+    ls_audit_options opt = {.run_dir = run_dir, .profiles_dir = dir};
+    ls_audit_run *run = NULL;
+    char err[400] = "";
+    cr_assert_eq(ls_audit_load(&opt, &run, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_eq(ls_audit_evaluate(run), LS_OK);
+    return run;
+}
+
+/* tmp/profiles/ holding the shipped profiles, torch-cp.json's "records" replaced by the n kinds given (n 0:
+ * none, the field left out); returns its path. */
+static const char *profiles_recording(const char *const *kinds, int n) {
+    static char dir[4200];
+    char cmd[8600], err[300], p[4300];
+    snprintf(dir, sizeof dir, "%s/profiles", tmp);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp " LS_SOURCE_DIR "/profiles/*.json '%s'/", dir, dir);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(p, sizeof p, "%s/torch-cp.json", dir);
+    cJSON *doc = NULL;
+    cr_assert_eq(ls_json_read_file(p, &doc, err, sizeof err), LS_OK, "%s", err);
+    cJSON_DeleteItemFromObjectCaseSensitive(doc, "records");
+    if (n > 0) cJSON_AddItemToObject(doc, "records", cJSON_CreateStringArray(kinds, n));
+    cr_assert_eq(ls_json_write_file(p, doc, err, sizeof err), LS_OK, "%s", err);
+    cJSON_Delete(doc);
+    return dir;
 }
 
 static ls_audit_run *audit(const ls_v2_fixture *o) {
@@ -104,12 +139,28 @@ Test(audit_v2, memory_accounting_fails_an_inconsistent_event, .init = setup, .fi
     ls_audit_free(run);
 }
 
+/* torch-cp's profile does not say its runs record memory events: a run without any reads not applicable;
+ * under a profile whose records name memory, the same run fails, naming each rank. */
 Test(audit_v2, memory_accounting_without_memory_events_is_not_applicable, .init = setup, .fini = teardown) {
     ls_v2_fixture o = {.no_memory = true};
-    ls_audit_run *run = audit(&o);
+    ls_audit_run *run = audit_in(&o, NULL);
     const ls_audit_rule *m = rule(run, "memory.accounting");
     cr_assert(!m->applicable, "%s", m->message);
-    cr_assert(strstr(m->message, "no memory event") != NULL, "%s", m->message);
+    cr_assert(strstr(m->message, "no memory event") && strstr(m->message, "profile torch-cp"), "%s", m->message);
+    ls_audit_free(run);
+    static const char *const MEM[] = {"memory", "out_sha256", "grad_digest_disagreements"};
+    run = audit_in(&o, profiles_recording(MEM, 3));
+    m = rule(run, "memory.accounting");
+    cr_assert(m->applicable && !m->pass, "%s", m->message);
+    cr_assert_eq(m->n_ev, 2);
+    cr_assert(m->ev[0].rank == 0 && strstr(m->ev[0].detail, "rank 0's trace holds no memory event"), "%s",
+              m->ev[0].detail);
+    cr_assert_eq(m->ev[1].rank, 1);
+    ls_audit_free(run);
+    /* and a run with its memory events passes under it */
+    ls_v2_fixture ok = {0};
+    run = audit_in(&ok, profiles_recording(MEM, 3));
+    expect_pass(run, "memory.accounting");
     ls_audit_free(run);
 }
 
@@ -130,12 +181,68 @@ Test(audit_v2, logged_but_not_performed_allreduce_fails, .init = setup, .fini = 
     ls_audit_free(run);
 }
 
-Test(audit_v2, without_digests_the_rule_is_not_applicable, .init = setup, .fini = teardown) {
+/* Deny by default: torch-cp's profile says its runs record out_sha256, so a run whose collectives carry none
+ * fails collectives.performed at level 1; only a profile that leaves the digests out makes it not
+ * applicable.  A record without a digest beside another rank's with one fails whatever the profile. */
+Test(audit_v2, without_digests_the_rule_fails_unless_the_profile_leaves_them_out, .init = setup, .fini = teardown) {
     ls_v2_fixture o = {.no_digests = true};
-    ls_audit_run *run = audit(&o);
+    ls_audit_run *run = audit_in(&o, NULL);
     const ls_audit_rule *p = rule(run, "collectives.performed");
+    cr_assert(p->applicable && !p->pass, "%s", p->message);
+    cr_assert(strstr(p->ev[0].detail, "carries out_sha256, which its profile says its runs record") != NULL, "%s",
+              p->ev[0].detail);
+    cr_assert(!run->level_holds[1]);
+    ls_audit_free(run);
+    run = audit_in(&o, profiles_recording(NULL, 0));
+    p = rule(run, "collectives.performed");
     cr_assert(!p->applicable, "%s", p->message);
-    cr_assert(strstr(p->message, "carries out_sha256: nothing to compare") != NULL, "%s", p->message);
+    cr_assert(strstr(p->message, "carries out_sha256") && strstr(p->message, "does not say its runs record them"),
+              "%s", p->message);
+    ls_audit_free(run);
+    /* one rank's digest dropped (rank 1's first allreduce, seq 2): named, under either profile */
+    ls_v2_fixture ok = {0};
+    for (int k = 0; k < 2; k++) {
+        teardown(); /* a fresh directory for the fixture */
+        setup();
+        ls_v2_fixture_write(run_dir, &ok);
+        char path[4200];
+        snprintf(path, sizeof path, "%s/rank-0001/events.jsonl", run_dir);
+        char cmd[8600];
+        snprintf(cmd, sizeof cmd, "python3 -c \"import json,sys; p=sys.argv[1]; L=open(p).read().splitlines(); "
+                 "e=[json.loads(l) for l in L]; i=[k for k,x in enumerate(e) if x.get('ev')=='collective' and "
+                 "x.get('op')=='allreduce'][0]; e[i].pop('out_sha256'); "
+                 "open(p,'w').write(''.join(json.dumps(x,separators=(',',':'))+chr(10) for x in e))\" '%s'", path);
+        cr_assert_eq(system(cmd), 0);
+        ls_audit_options opt = {.run_dir = run_dir, .profiles_dir = k ? profiles_recording(NULL, 0) : NULL};
+        char err[400] = "";
+        cr_assert_eq(ls_audit_load(&opt, &run, err, sizeof err), LS_OK, "%s", err);
+        cr_assert_eq(ls_audit_evaluate(run), LS_OK);
+        p = rule(run, "collectives.performed");
+        bool named = false;
+        for (size_t i = 0; i < p->n_ev; i++)
+            named |= p->ev[i].rank == 1 && strstr(p->ev[i].detail, "rank 1's record carries no out_sha256") != NULL;
+        if (!named) dump(run);
+        cr_assert(p->applicable && !p->pass && named, "%s", p->message);
+        ls_audit_free(run);
+    }
+}
+
+/* digests.receipts: torch-cp's profile says its runs' receipts count digest disagreements; the fixture's
+ * receipts carry no rank_state: each fails, naming the receipt; under a profile that leaves the count out
+ * the rule reads not applicable. */
+Test(audit_v2, receipts_without_the_count_fail_unless_the_profile_leaves_it_out, .init = setup, .fini = teardown) {
+    ls_v2_fixture o = {0};
+    ls_audit_run *run = audit_in(&o, NULL);
+    const ls_audit_rule *d = rule(run, "digests.receipts");
+    cr_assert(d->applicable && !d->pass, "%s", d->message);
+    cr_assert_eq(d->n_ev, 2);
+    cr_assert_str_eq(d->ev[1].file, "rank-0001/receipt.json");
+    cr_assert(strstr(d->ev[1].detail, "no rank_state") != NULL, "%s", d->ev[1].detail);
+    ls_audit_free(run);
+    run = audit_in(&o, profiles_recording(NULL, 0));
+    d = rule(run, "digests.receipts");
+    cr_assert(!d->applicable, "%s", d->message);
+    cr_assert(strstr(d->message, "does not say its runs count them") != NULL, "%s", d->message);
     ls_audit_free(run);
 }
 
@@ -164,8 +271,10 @@ Test(audit_v2, unknown_phase_fails_naming_it, .init = setup, .fini = teardown) {
     ls_audit_free(run);
 }
 
-/* A v1 trace: the rule is not listed (v1 reports stay byte-identical). */
-Test(audit_v2, v1_run_does_not_list_the_rule, .init = setup, .fini = teardown) {
+/* A v1 trace: collectives.performed is not listed (a v1 trace has no out_sha256); a crashed v1 run that left
+ * no manifest or receipt names no profile: profile.match fails (not pinned), and the reports say which
+ * profile it was judged by, inferred from its traces. */
+Test(audit_v2, v1_run_does_not_list_collectives_performed, .init = setup, .fini = teardown) {
     char p[4200];
     cr_assert_eq(mkdir(run_dir, 0777), 0);
     snprintf(p, sizeof p, "%s/rank-0000", run_dir);
@@ -188,9 +297,17 @@ Test(audit_v2, v1_run_does_not_list_the_rule, .init = setup, .fini = teardown) {
     cr_assert_null(run->profile_name);
     cr_assert_not_null(ls_audit_find_rule(run, "trace.valid"));
     cr_assert_null(ls_audit_find_rule(run, "collectives.performed"));
+    const ls_audit_rule *pm = rule(run, "profile.match");
+    cr_assert(pm->applicable && !pm->pass, "%s", pm->message);
+    cr_assert(strstr(pm->ev[0].detail, "not pinned (profile hybrid inferred from the traces' layer kinds)") != NULL,
+              "%s", pm->ev[0].detail);
     cJSON *doc = NULL;
     cr_assert_eq(ls_audit_report_json(run, &doc), LS_OK);
-    cr_assert_null(cJSON_GetObjectItemCaseSensitive(doc, "profile"));
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(doc, "profile")), "the run names no profile");
+    const cJSON *pu = cJSON_GetObjectItemCaseSensitive(doc, "profile_used");
+    cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(pu, "chosen_by")->valuestring, "inferred");
+    cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(pu, "file")->valuestring, "profiles/hybrid.json");
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(pu, "pinned")));
     cr_assert_null(cJSON_GetObjectItemCaseSensitive(doc, "evidence_version"));
     cJSON_Delete(doc);
     ls_audit_free(run);
