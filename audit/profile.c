@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "audit/run_files.h"
+#include "receipts/coverage.h"
 #include "receipts/digest.h"
 #include "receipts/json_util.h"
 #include "receipts/schema.h"
@@ -54,7 +55,7 @@ static const struct {
             {"longstraw", LS_AUDIT_WHEN_LONGSTRAW}, {"naive", LS_AUDIT_WHEN_NAIVE},
             {"sft", LS_AUDIT_WHEN_SFT},           {"not_sft", LS_AUDIT_WHEN_NOT_SFT},
             {"prefix_frozen", LS_AUDIT_WHEN_FROZEN}, {"not_prefix_frozen", LS_AUDIT_WHEN_NOT_FROZEN},
-            {"ran", LS_AUDIT_WHEN_RAN}};
+            {"ran", LS_AUDIT_WHEN_RAN},           {"probed", LS_AUDIT_WHEN_PROBED}};
 
 /* An identifier of length 1..max-1: a letter, then letters, digits, _ . - */
 static bool ident_ok(const char *s, size_t cap) {
@@ -199,8 +200,112 @@ static ls_status parse_steps(pctx *c, const cJSON *arr, ls_audit_profile *p) {
         if ((st->when & LS_AUDIT_WHEN_RAN) && st->unit != LS_AUDIT_UNIT_NONE)
             return bad(c, f, "the condition ran needs unit none (whether a phase ran is known only once every "
                        "trace is read)");
+        if (st->when & LS_AUDIT_WHEN_PROBED) return bad(c, f, "the condition probed is for /sequence only");
+        const cJSON *ps = member(s, "passes");
+        const char *pv = cJSON_IsString(ps) ? ps->valuestring : "once";
+        st->passes = strcmp(pv, "segments") == 0       ? LS_AUDIT_PASSES_SEGMENTS
+                     : strcmp(pv, "sft_branches") == 0 ? LS_AUDIT_PASSES_SFT_BRANCHES
+                                                       : LS_AUDIT_PASSES_ONCE;
+        if (ps != NULL && st->unit == LS_AUDIT_UNIT_NONE) {
+            snprintf(f, sizeof f, "%s/passes", ptr);
+            return bad(c, f, "unit none has no layer events to pass over");
+        }
         st->phase_ix = -1;
         p->n_steps++;
+    }
+    return LS_OK;
+}
+
+/* A path condition "decision=value|value..." (the schema checked its
+ * form) into *out: the decision and every value must be receipts/coverage.h's. */
+static ls_status path_cond(pctx *c, const char *ptr, const char *text, ls_audit_profile_path_cond *out) {
+    const char *eq = strchr(text, '=');
+    size_t dl = eq ? (size_t)(eq - text) : 0;
+    const ls_coverage_path_decision *d = NULL;
+    for (size_t i = 0; eq && LS_COVERAGE_PATHS[i].key != NULL; i++)
+        if (strlen(LS_COVERAGE_PATHS[i].key) == dl && strncmp(LS_COVERAGE_PATHS[i].key, text, dl) == 0) {
+            d = &LS_COVERAGE_PATHS[i];
+            out->decision = (uint8_t)i;
+        }
+    if (d == NULL)
+        return bad(c, ptr, "\"%.60s\": not a decision of the run's path (config paths) with its values", text);
+    out->values = 0;
+    for (const char *v = eq + 1; *v;) {
+        size_t n = strcspn(v, "|");
+        bool found = false;
+        for (size_t k = 0; d->values[k] != NULL && k < 16; k++)
+            if (strlen(d->values[k]) == n && strncmp(d->values[k], v, n) == 0) {
+                out->values |= (uint16_t)(1u << k);
+                found = true;
+            }
+        if (!found) return bad(c, ptr, "\"%.*s\" is not a value of the decision %s", (int)(n < 40 ? n : 40), v, d->key);
+        v += n + (v[n] == '|');
+    }
+    return LS_OK;
+}
+
+/* The step grammar (sequence): its items in order, each phase declared, the
+ * repeated items one contiguous block, every phase of the plan (steps) in it. */
+static ls_status parse_sequence(pctx *c, const cJSON *arr, ls_audit_profile *p) {
+    const cJSON *s;
+    bool block_done = false;
+    cJSON_ArrayForEach(s, arr) {
+        char ptr[64], f[96];
+        size_t i = p->n_seq;
+        snprintf(ptr, sizeof ptr, "/sequence/%zu", i);
+        if (i == LS_AUDIT_PROFILE_MAX_SEQ) return bad(c, ptr, "more than %d items", LS_AUDIT_PROFILE_MAX_SEQ);
+        ls_audit_profile_seq_item *it = &p->seq[i];
+        snprintf(f, sizeof f, "%s/phase", ptr);
+        ls_status r = copy(c, f, it->phase, sizeof it->phase, member(s, "phase"));
+        if (r != LS_OK) return r;
+        if (!declared(p->phases, p->n_phases, it->phase))
+            return bad(c, f, "phase \"%s\" is not declared in /phases", it->phase);
+        snprintf(f, sizeof f, "%s/when", ptr);
+        const cJSON *v;
+        size_t k = 0;
+        cJSON_ArrayForEach(v, member(s, "when")) {
+            char q[112];
+            snprintf(q, sizeof q, "%s/%zu", f, k++);
+            const char *t = cJSON_IsString(v) ? v->valuestring : "";
+            if (strchr(t, '=') != NULL) {
+                if (it->n_paths == LS_AUDIT_PROFILE_MAX_SEQ_PATHS)
+                    return bad(c, q, "more than %d path conditions", LS_AUDIT_PROFILE_MAX_SEQ_PATHS);
+                r = path_cond(c, q, t, &it->paths[it->n_paths++]);
+                if (r != LS_OK) return r;
+                continue;
+            }
+            bool found = false;
+            for (size_t w = 0; w < sizeof WHEN / sizeof WHEN[0]; w++)
+                if (strcmp(t, WHEN[w].name) == 0) {
+                    it->when |= WHEN[w].bit;
+                    found = true;
+                }
+            if (!found) return bad(c, q, "not a condition");
+            if (it->when & LS_AUDIT_WHEN_RAN)
+                return bad(c, q, "the condition ran is for /steps only (a sequence item states when it occurs)");
+        }
+        const cJSON *rp = member(s, "repeat");
+        it->repeat = cJSON_IsString(rp) && strcmp(rp->valuestring, "prompt_groups") == 0;
+        if (it->repeat && block_done) {
+            snprintf(f, sizeof f, "%s/repeat", ptr);
+            return bad(c, f, "the items repeated per prompt group must be one contiguous block");
+        }
+        if (it->repeat && (i == 0 || !p->seq[i - 1].repeat)) p->seq_block0 = i;
+        if (it->repeat) p->seq_block1 = i + 1;
+        if (!it->repeat && i > 0 && p->seq[i - 1].repeat) block_done = true;
+        const cJSON *ev = member(s, "event");
+        it->holds_optimizer_step = cJSON_IsString(ev) && strcmp(ev->valuestring, "optimizer_step") == 0;
+        it->phase_ix = -1;
+        p->n_seq++;
+    }
+    for (size_t i = 0; i < p->n_steps; i++) {
+        bool in = false;
+        for (size_t k = 0; k < p->n_seq; k++) in = in || strcmp(p->seq[k].phase, p->steps[i].phase) == 0;
+        if (!in) {
+            char ptr[64];
+            snprintf(ptr, sizeof ptr, "/steps/%zu/phase", i);
+            return bad(c, ptr, "phase \"%s\" never occurs in /sequence", p->steps[i].phase);
+        }
     }
     return LS_OK;
 }
@@ -397,6 +502,7 @@ ls_status ls_audit_profile_parse(const char *bytes, size_t len, const char *what
         st = idents(&c, "/layer_kinds", member(doc, "layer_kinds"), out->layer_kinds, LS_AUDIT_PROFILE_MAX_NAMES,
                     &out->n_layer_kinds, NULL, 0, NULL, NULL);
     if (st == LS_OK) st = parse_steps(&c, member(doc, "steps"), out);
+    if (st == LS_OK) st = parse_sequence(&c, member(doc, "sequence"), out);
     if (st == LS_OK) st = parse_rules(&c, member(doc, "collectives"), out);
     if (st == LS_OK) st = parse_faults(&c, member(doc, "faults"), out);
     if (st == LS_OK) st = parse_controls(&c, member(doc, "controls"), out);
@@ -452,6 +558,10 @@ const char *ls_audit_profile_sha256(const ls_audit_profile *p) { return p->sha25
 size_t ls_audit_profile_n_steps(const ls_audit_profile *p) { return p->n_steps; }
 const ls_audit_profile_step *ls_audit_profile_step_at(const ls_audit_profile *p, size_t i) {
     return i < p->n_steps ? &p->steps[i] : NULL;
+}
+size_t ls_audit_profile_n_seq(const ls_audit_profile *p) { return p->n_seq; }
+const ls_audit_profile_seq_item *ls_audit_profile_seq_at(const ls_audit_profile *p, size_t i) {
+    return i < p->n_seq ? &p->seq[i] : NULL;
 }
 const ls_audit_profile_rule *ls_audit_profile_rule_of(const ls_audit_profile *p, ls_audit_profile_rule_id id) {
     return id >= 0 && id < LS_AUDIT_PROFILE_NRULES && p->rules[id].present ? &p->rules[id] : NULL;

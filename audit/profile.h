@@ -6,7 +6,9 @@
  * parsed strictly (no repeated key), validated against the profile schema
  * with receipts/schema.h, then checked for what the schema cannot say (every
  * phase and layer kind it names declared, the name the file's, the caps
- * below); every error names the file and the field.  Its digest is the
+ * below, the step grammar's path conditions decisions and values of
+ * receipts/coverage.h, its repeated items one block, every phase of the
+ * plan in it); every error names the file and the field.  Its digest is the
  * SHA-256 of the file's bytes (the bytes parsed).
  *
  * The loaded profile is a fixed-size value (no allocation, nothing to
@@ -34,6 +36,8 @@
 #define LS_AUDIT_PROFILE_MAX_STEP_PURPOSES 8 /* purposes over every per-step requirement */
 #define LS_AUDIT_PROFILE_MAX_FAULTS 32
 #define LS_AUDIT_PROFILE_MAX_CONTROLS 16
+#define LS_AUDIT_PROFILE_MAX_SEQ 32       /* items of the step grammar (sequence) */
+#define LS_AUDIT_PROFILE_MAX_SEQ_PATHS 4  /* path conditions of one sequence item */
 
 /* What a profile says every run of its trainer records ("records", bits):
  * a rule whose data a run lacks fails, unless the run's profile leaves the
@@ -65,8 +69,17 @@ enum {
     LS_AUDIT_WHEN_NOT_SFT = 1 << 5,
     LS_AUDIT_WHEN_FROZEN = 1 << 6,
     LS_AUDIT_WHEN_NOT_FROZEN = 1 << 7,
-    LS_AUDIT_WHEN_RAN = 1 << 8
+    LS_AUDIT_WHEN_RAN = 1 << 8,
+    LS_AUDIT_WHEN_PROBED = 1 << 9 /* sequence only: the configuration probes the step (options.probe_every) */
 };
+
+/* How often each (member, layer, direction) shows a layer_end in one
+ * occurrence of a phase (steps[].passes; rule steps.sequence). */
+typedef enum {
+    LS_AUDIT_PASSES_ONCE = 0,    /* exactly once */
+    LS_AUDIT_PASSES_SEGMENTS,    /* k >= 1 times, the same k for every key of the occurrence (a prompt in chunks) */
+    LS_AUDIT_PASSES_SFT_BRANCHES /* once; in an SFT step the configuration's group times (its answer branches) */
+} ls_audit_passes;
 
 /* Group kinds of a collective requirement. */
 typedef enum {
@@ -99,8 +112,36 @@ typedef struct {
     char phase[LS_AUDIT_PROFILE_IDENT];
     ls_audit_unit unit;
     unsigned dirs, layers, when;
+    ls_audit_passes passes;
     int phase_ix;
 } ls_audit_profile_step;
+
+/* A path condition of a sequence item ("reference=kept|recaptured"): the
+ * configuration's paths[decision] holds only values of the mask.  decision:
+ * an index into receipts/coverage.h's LS_COVERAGE_PATHS; bit k of values:
+ * that decision's k-th value. */
+typedef struct {
+    uint8_t decision;
+    uint16_t values;
+} ls_audit_profile_path_cond;
+
+/* One occurrence of a phase in the step grammar (sequence), in order: the
+ * phase begins and ends once here when every condition holds, never when one
+ * fails, and may or may not when the run cannot tell (a path decision whose
+ * recorded values lie on both sides).  repeat: the item is one of the block
+ * run once per prompt group (options.prompts_per_step); holds_optimizer_step:
+ * the step's optimizer_step event lies inside this phase.  phase_ix: the
+ * trace's slot of phase, resolved by audit/rank_seq.c as the name appears
+ * (-1 until then: an item takes no slot of its own). */
+typedef struct {
+    char phase[LS_AUDIT_PROFILE_IDENT];
+    unsigned when;             /* LS_AUDIT_WHEN_* but ran */
+    ls_audit_profile_path_cond paths[LS_AUDIT_PROFILE_MAX_SEQ_PATHS];
+    size_t n_paths;
+    bool repeat;
+    bool holds_optimizer_step;
+    int phase_ix;
+} ls_audit_profile_seq_item;
 
 /* A layer requirement: the layer entries of a kind in a phase and direction
  * need each purpose's collectives in a group of group_kind. */
@@ -168,6 +209,9 @@ typedef struct {
     size_t n_layer_kinds;
     ls_audit_profile_step steps[LS_AUDIT_PROFILE_MAX_STEPS];
     size_t n_steps;
+    ls_audit_profile_seq_item seq[LS_AUDIT_PROFILE_MAX_SEQ]; /* the step grammar (rule steps.sequence) */
+    size_t n_seq;
+    size_t seq_block0, seq_block1; /* the items [block0, block1) repeat once per prompt group (equal: none) */
     ls_audit_profile_rule rules[LS_AUDIT_PROFILE_NRULES];
     unsigned n_step_purposes;  /* bits used of the per-step mask */
     ls_audit_profile_fault faults[LS_AUDIT_PROFILE_MAX_FAULTS];
@@ -209,6 +253,9 @@ ls_status ls_audit_profile_parse(const char *bytes, size_t len, const char *what
 const char *ls_audit_profile_sha256(const ls_audit_profile *p);      /* 64 hex digits */
 size_t ls_audit_profile_n_steps(const ls_audit_profile *p);
 const ls_audit_profile_step *ls_audit_profile_step_at(const ls_audit_profile *p, size_t i);
+/* The step grammar's items (sequence), in order; NULL past the end. */
+size_t ls_audit_profile_n_seq(const ls_audit_profile *p);
+const ls_audit_profile_seq_item *ls_audit_profile_seq_at(const ls_audit_profile *p, size_t i);
 /* The rule's requirements (collectives per layer kind, phase, direction,
  * unit and group kind; finalize-like per-step requirements); NULL when the
  * profile leaves the rule out. */

@@ -114,6 +114,18 @@ static ls_status cc_grow(ls_audit_step_window *w) {
     return LS_OK;
 }
 
+ls_audit_step_window *ls_audit_steps_window(ls_audit_rank *r, int64_t step) {
+    if (step < r->steps_closed) return NULL;
+    for (int i = 0; i < 2; i++)
+        if (r->win[i].step == step) return &r->win[i];
+    for (int i = 0; i < 2; i++)
+        if (r->win[i].step < 0) {
+            r->win[i].step = step;
+            return &r->win[i];
+        }
+    return NULL;
+}
+
 /* The open window of step (claimed when new); NULL when the step is closed
  * (a late event: counted). */
 static ls_audit_step_window *window_of(ls_audit_rank *r, int64_t step, int64_t seq) {
@@ -141,27 +153,28 @@ ls_status ls_audit_steps_layer(ls_audit_rank *r, int64_t step, int phase, int64_
         return LS_OK;
     }
     ls_audit_step_window *w = window_of(r, step, seq);
-    if (w == NULL) return LS_OK;
+    ls_audit_layer_key *k = NULL;
+    if (w == NULL) goto seq; /* a step already closed: counted; steps.sequence still places it */
     if (w->lk_cap == 0 || (w->lk_used + 1) * 2 > w->lk_cap) {
         if (w->lk_used >= LS_AUDIT_MAX_LAYER_KEYS) {
-            ls_audit_layer_key *k = (ls_audit_layer_key *)lk_find(w, phase, member, layer, dir);
+            k = (ls_audit_layer_key *)lk_find(w, phase, member, layer, dir);
             if (k != NULL) k->count++;
             else r->lk_overflow = true;
-            return LS_OK;
+            goto seq;
         }
         ls_status st = lk_grow(w);
         if (st != LS_OK) return st;
     }
     size_t j = lk_hash(phase, member, layer, dir) & (w->lk_cap - 1);
     while (w->lk[j].used) {
-        ls_audit_layer_key *k = &w->lk[j];
+        k = &w->lk[j];
         if (k->phase == phase && k->member == member && k->layer == layer && k->dir == dir) {
             k->count++;
-            return LS_OK;
+            goto seq;
         }
         j = (j + 1) & (w->lk_cap - 1);
     }
-    ls_audit_layer_key *k = &w->lk[j];
+    k = &w->lk[j];
     k->used = 1;
     k->phase = (uint8_t)phase;
     k->member = (int32_t)member;
@@ -171,6 +184,8 @@ ls_status ls_audit_steps_layer(ls_audit_rank *r, int64_t step, int phase, int64_
     k->count = 1;
     k->first_seq = seq;
     w->lk_used++;
+seq:
+    ls_audit_seq_layer(r, w, k, step, phase, member, layer, dir, seq);
     return LS_OK;
 }
 
@@ -430,6 +445,7 @@ static void window_clear(ls_audit_step_window *w) {
     if (w->lk_used) memset(w->lk, 0, w->lk_cap * sizeof *w->lk);
     if (w->cc_used) memset(w->cc, 0, w->cc_cap * sizeof *w->cc);
     w->lk_used = w->cc_used = 0;
+    ls_audit_seq_window_free(w);
     w->step = -1;
 }
 
@@ -452,6 +468,7 @@ static ls_status close_step(const ls_audit_run *run, ls_audit_rank *r, int64_t s
     if (ls_audit_have_layers(run)) check_layers(run, r, s, w, gl, sft, frozen);
     check_step_collectives(run, w, sf);
     if (w != NULL && run->world > 1) st = check_collectives(run, r, s, w, sft, frozen);
+    if (w != NULL && st == LS_OK) st = ls_audit_seq_close(run, r, s, w); /* steps.sequence: its layer keys */
     if (w != NULL) window_clear(w);
     r->steps_closed = s + 1;
     return st;
@@ -467,6 +484,7 @@ ls_status ls_audit_steps_advance(ls_audit_run *run, ls_audit_rank *r, int64_t st
 ls_status ls_audit_steps_finish(ls_audit_run *run, ls_audit_rank *r) {
     ls_status st = LS_OK;
     (void)ls_audit_profile_attach(run);
+    ls_audit_seq_finish(run, r); /* steps.sequence: the last step's end, before its window closes */
     while (st == LS_OK && r->steps_closed < r->n_steps_seen) st = close_step(run, r, r->steps_closed);
     return st;
 }
@@ -479,6 +497,7 @@ void ls_audit_steps_free(ls_audit_rank *r) {
     for (int i = 0; i < 2; i++) {
         free(r->win[i].lk);
         free(r->win[i].cc);
+        ls_audit_seq_window_free(&r->win[i]);
         memset(&r->win[i], 0, sizeof r->win[i]);
         r->win[i].step = -1;
     }

@@ -196,5 +196,5 @@ ls_status ls_audit_rules_rank(ls_audit_run *run) {
         snprintf(op->message + l, sizeof op->message - l, "; %s", run->steps_note);
     ls_audit_rule_close(rc);
     ls_audit_rule_close(ne);
-    return LS_OK;
+    return ls_audit_rules_sequence(run); /* steps.sequence (rank_seq.c) */
 }

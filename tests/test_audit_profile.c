@@ -185,6 +185,34 @@ static void none_without_layers(cJSON *d) {
     cJSON_AddItemToObject(cJSON_GetArrayItem(cJSON_GetObjectItem(d, "steps"), 5), "dirs",
                           cJSON_CreateStringArray((const char *[]){"fwd"}, 1));
 }
+/* The step grammar (sequence): item k of hybrid.json's. */
+static cJSON *seq_item(cJSON *d, int k) { return cJSON_GetArrayItem(cJSON_GetObjectItem(d, "sequence"), k); }
+static int seq_index(cJSON *d, const char *phase) { /* the first item of phase */
+    int k = 0;
+    for (cJSON *it = cJSON_GetObjectItem(d, "sequence")->child; it; it = it->next, k++)
+        if (strcmp(cJSON_GetObjectItem(it, "phase")->valuestring, phase) == 0) return k;
+    return -1;
+}
+static void seq_without_finalize(cJSON *d) {
+    cJSON_DeleteItemFromArray(cJSON_GetObjectItem(d, "sequence"), seq_index(d, "finalize"));
+}
+static void seq_undeclared(cJSON *d) {
+    cJSON_ReplaceItemInObject(seq_item(d, seq_index(d, "finalize")), "phase", cJSON_CreateString("warmup"));
+}
+static void seq_two_blocks(cJSON *d) { /* finalize outside the block, the probe in it again */
+    cJSON_AddStringToObject(seq_item(d, seq_index(d, "probe")), "repeat", "prompt_groups");
+}
+static void seq_unknown_decision(cJSON *d) {
+    cJSON_ReplaceItemInObject(seq_item(d, 0), "when",
+                              cJSON_CreateStringArray((const char *[]){"longstraw", "colour=red"}, 2));
+}
+static void seq_unknown_value(cJSON *d) {
+    cJSON_ReplaceItemInObject(seq_item(d, 0), "when",
+                              cJSON_CreateStringArray((const char *[]){"reference=before|red"}, 1));
+}
+static void passes_on_none(cJSON *d) {
+    cJSON_AddStringToObject(cJSON_GetArrayItem(cJSON_GetObjectItem(d, "steps"), 5), "passes", "segments");
+}
 static void bad_fault_name(cJSON *d) {
     cJSON *f = cJSON_CreateObject();
     cJSON_AddNumberToObject(f, "level", 2);
@@ -235,6 +263,24 @@ Test(profile, the_loader_refuses_what_is_not_a_profile_naming_file_and_field, .i
     cr_expect_eq(load_text("hybrid", t, err, sizeof err), LS_ERR_FORMAT);
     cr_expect(strstr(err, "/faults/Bad Fault") != NULL, "%s", err);
     free(t);
+    /* the step grammar: every plan phase in it, its phases declared, one repeated block, the run's path's
+       decisions and values (receipts/coverage.h), passes only where a phase has layer events */
+    static const struct {
+        void (*fn)(cJSON *);
+        const char *field, *what;
+    } seqs[] = {{seq_without_finalize, "/steps/5/phase", "finalize\" never occurs in /sequence"},
+                {seq_undeclared, "/sequence/13/phase", "warmup"},
+                {seq_two_blocks, "/sequence/14/repeat", "one contiguous block"},
+                {seq_unknown_decision, "/sequence/0/when/1", "colour=red"},
+                {seq_unknown_value, "/sequence/0/when/0", "\"red\" is not a value of the decision reference"},
+                {passes_on_none, "/steps/5/passes", "unit none"}};
+    for (size_t i = 0; i < sizeof seqs / sizeof seqs[0]; i++) {
+        t = hybrid_edited(seqs[i].fn);
+        cr_expect_eq(load_text("hybrid", t, err, sizeof err), LS_ERR_FORMAT, "%s", seqs[i].field);
+        cr_expect(strstr(err, "hybrid.json") && strstr(err, seqs[i].field) && strstr(err, seqs[i].what), "%s: %s",
+                  seqs[i].field, err);
+        free(t);
+    }
     /* the file says another name */
     cJSON *d = read_json(PROFILES "/mla.json");
     t = cJSON_Print(d);
@@ -293,6 +339,19 @@ static void extra_phase(cJSON *d) {
     cJSON_AddStringToObject(s, "phase", "warmup");
     cJSON_AddStringToObject(s, "unit", "none");
     cJSON_AddItemToArray(cJSON_GetObjectItem(d, "steps"), s); /* (Debian's cJSON 1.7.15 inserts nothing) */
+    cJSON *q = cJSON_CreateObject();
+    cJSON_AddStringToObject(q, "phase", "warmup");
+    cJSON_AddItemToArray(cJSON_GetObjectItem(d, "sequence"), q);
+}
+static void rollout_first(cJSON *d) { /* the grammar's rollout moved before the policy's capture (item 2) */
+    cJSON *seq = cJSON_GetObjectItem(d, "sequence"), *all = cJSON_CreateArray();
+    cJSON *ro = cJSON_DetachItemFromArray(seq, seq_index(d, "rollout"));
+    while (cJSON_GetArraySize(seq) > 0) cJSON_AddItemToArray(all, cJSON_DetachItemFromArray(seq, 0));
+    for (int k = 0; cJSON_GetArraySize(all) > 0; k++) { /* (Debian's cJSON 1.7.15 inserts nothing: re-added in order) */
+        if (k == 2) cJSON_AddItemToArray(seq, ro);
+        cJSON_AddItemToArray(seq, cJSON_DetachItemFromArray(all, 0));
+    }
+    cJSON_Delete(all);
 }
 static void score_backward(cJSON *d) {
     cJSON_ReplaceItemInObject(cJSON_GetArrayItem(cJSON_GetObjectItem(d, "steps"), 2), "dirs",
@@ -355,6 +414,24 @@ Test(profile, the_step_plan_is_the_profiles, .init = setup, .fini = teardown) {
     ls_audit_free(r);
     r = audit_golden("h1-full", edited_profiles("dirs", score_backward, dir, sizeof dir), NULL);
     expect_fail(r, "rank.layers", "step 0 score: no bwd layer_end for member 0, layer -1");
+    ls_audit_free(r);
+}
+
+Test(profile, the_step_grammar_is_the_profiles, .init = setup, .fini = teardown) {
+    static const char *const golden[] = {"h1-full", "h1-det-sft", "h1-naive", "h1-frozen", "h1-nan", "h1-rollouts",
+                                         "h2-full", "h2-kill", "h2-probed", "m1-full", "m2-full", "m2-det-sft"};
+    for (size_t i = 0; i < sizeof golden / sizeof golden[0]; i++) { /* every kind of step holds under the shipped one */
+        ls_audit_run *r = audit_golden(golden[i], NULL, NULL);
+        expect_pass(r, "steps.sequence");
+        ls_audit_free(r);
+    }
+    char dir[300];
+    ls_audit_run *r = audit_golden("h1-full", edited_profiles("order", rollout_first, dir, sizeof dir), NULL);
+    expect_fail(r, "steps.sequence", "step 0: phase capture (seq 0) before rollout");
+    cr_expect_eq(r->level, 0);
+    ls_audit_free(r);
+    r = audit_golden("h1-full", edited_profiles("warmup", extra_phase, dir, sizeof dir), NULL);
+    expect_fail(r, "steps.sequence", "step 0: ended without warmup after optimizer");
     ls_audit_free(r);
 }
 

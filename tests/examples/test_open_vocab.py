@@ -101,7 +101,7 @@ def renamed_profile(src, dst_dir, tweak=None):
     p["name"] = "renamed"
     p["phases"] = [PHASES[x] for x in p["phases"]]
     p["layer_kinds"] = [KINDS[x] for x in p["layer_kinds"]]
-    for st in p["steps"]:
+    for st in p["steps"] + p.get("sequence", []):
         st["phase"] = PHASES[st["phase"]]
     for rule in p["collectives"].values():
         for q in rule.get("layers", []):

@@ -4,8 +4,9 @@
  * loader's own checks).  An accepted profile must keep every cap and every
  * promise of profile.h: its strings NUL-terminated inside their fields, the
  * counts within the caps, every phase and layer kind a step or requirement
- * names declared, the per-step purposes' bits within the 8 of
- * ls_audit_step.step_req, fault levels 1..4, the digest 64 hex digits of
+ * names declared, the step grammar's phases declared (every phase of the
+ * plan among them, its repeated items one block), the per-step purposes'
+ * bits within the 8 of ls_audit_step.step_req, fault levels 1..4, the digest 64 hex digits of
  * the bytes; a refused one leaves an error naming the input.  Traps
  * otherwise. */
 #include <stddef.h>
@@ -49,6 +50,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         CHECK(declared((const char(*)[LS_AUDIT_PROFILE_IDENT])p.phases, p.n_phases, s->phase));
         CHECK((s->unit == LS_AUDIT_UNIT_NONE) == (s->dirs == 0 && s->layers == 0));
         CHECK(s->unit == LS_AUDIT_UNIT_NONE || !(s->when & LS_AUDIT_WHEN_RAN));
+        CHECK(s->unit != LS_AUDIT_UNIT_NONE || s->passes == LS_AUDIT_PASSES_ONCE);
+        CHECK(!(s->when & LS_AUDIT_WHEN_PROBED));
+    }
+    /* the step grammar: declared phases, every plan phase in it, no ran, one repeated block */
+    CHECK(p.n_seq >= 1 && p.n_seq == ls_audit_profile_n_seq(&p) && p.n_seq <= LS_AUDIT_PROFILE_MAX_SEQ);
+    CHECK(p.seq_block0 <= p.seq_block1 && p.seq_block1 <= p.n_seq);
+    for (size_t i = 0; i < p.n_seq; i++) {
+        const ls_audit_profile_seq_item *it = ls_audit_profile_seq_at(&p, i);
+        CHECK(declared((const char(*)[LS_AUDIT_PROFILE_IDENT])p.phases, p.n_phases, it->phase));
+        CHECK(!(it->when & LS_AUDIT_WHEN_RAN) && it->n_paths <= LS_AUDIT_PROFILE_MAX_SEQ_PATHS);
+        CHECK(it->repeat == (i >= p.seq_block0 && i < p.seq_block1));
+        for (size_t k = 0; k < it->n_paths; k++) CHECK(it->paths[k].values != 0);
+    }
+    for (size_t i = 0; i < p.n_steps; i++) {
+        int in = 0;
+        for (size_t k = 0; k < p.n_seq; k++) in |= strcmp(p.seq[k].phase, p.steps[i].phase) == 0;
+        CHECK(in);
     }
     unsigned bits = 0;
     for (int id = 0; id < LS_AUDIT_PROFILE_NRULES; id++) {
