@@ -263,7 +263,7 @@ static cJSON *iota(int64_t n) {
     return a;
 }
 
-ls_status ls_audit_describe_config(ls_audit_desc_list *l, const cJSON *c, const char *name) {
+ls_status ls_audit_describe_config(ls_audit_desc_list *l, const cJSON *c, const char *name, int64_t until) {
     if (!cJSON_IsObject(c)) return LS_OK;
     cJSON *d = desc_new(l, name, -1);
     if (d == NULL) return LS_ERR_NOMEM;
@@ -283,7 +283,7 @@ ls_status ls_audit_describe_config(ls_audit_desc_list *l, const cJSON *c, const 
         if (!get_uint(c, "sft_steps", &sft)) sft = 0;
         if (first < LS_AUDIT_MAX_STEPS) {
             cJSON *so = obj(d, "steps");
-            for (uint64_t i = 0; i < steps && first + i < LS_AUDIT_MAX_STEPS; i++) {
+            for (uint64_t i = 0; i < steps && first + i < LS_AUDIT_MAX_STEPS && (int64_t)(first + i) < until; i++) {
                 char k[24];
                 snprintf(k, sizeof k, "%llu", (unsigned long long)(first + i));
                 cJSON *s = obj(so, k);

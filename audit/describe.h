@@ -69,8 +69,10 @@ ls_status ls_audit_describe_receipt(ls_audit_desc_list *l, const cJSON *doc, con
 ls_status ls_audit_describe_header(ls_audit_desc_list *l, const cJSON *header, const char *name, int64_t rank);
 /* What a configuration implies: the world (cp_ranks), the cp group, each
  * requested step's objective (objective, sft_steps, first_step,
- * steps_requested). */
-ls_status ls_audit_describe_config(ls_audit_desc_list *l, const cJSON *config, const char *name);
+ * steps_requested) for the steps before `until` (the steps the run's
+ * sources show: a configuration's word on a step no other source states
+ * is compared with nothing). */
+ls_status ls_audit_describe_config(ls_audit_desc_list *l, const cJSON *config, const char *name, int64_t until);
 /* The trainer's metrics lines (--metrics; an array of objects): each step's
  * objective and figures (steps.S.figures: the step_metrics fields of
  * run.invariants), stated by rank 0's trace too. */

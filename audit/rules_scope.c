@@ -168,8 +168,13 @@ static ls_status describe_sources(const ls_audit_run *run, ls_audit_desc_list *l
             st = ls_audit_describe_header(l, r->report.header, hn, i);
         if (st == LS_OK) st = ls_audit_describe_trace(l, run, r);
     }
-    if (st == LS_OK && run->config != NULL)
-        st = ls_audit_describe_config(l, run->config, "the configuration (cp_ranks, objective, sft_steps, first_step)");
+    if (st == LS_OK && run->config != NULL) {
+        int64_t until = 0; /* the steps any trace shows */
+        for (uint32_t i = 0; i < run->world; i++)
+            if (run->ranks[i].n_steps_seen > until) until = run->ranks[i].n_steps_seen;
+        st = ls_audit_describe_config(l, run->config, "the configuration (cp_ranks, objective, sft_steps, first_step)",
+                                      until);
+    }
     if (st == LS_OK && run->metrics_lines != NULL) {
         char n[96];
         snprintf(n, sizeof n, "--metrics %.80s", run->opt.metrics_path);

@@ -256,7 +256,7 @@ Test(describe, builders_state_what_each_source_says) {
     cJSON_Delete(rc);
     cJSON *cfg = cJSON_Parse("{\"cp_ranks\":2,\"objective\":\"grpo\",\"sft_steps\":1,\"first_step\":4,"
                              "\"steps_requested\":2}");
-    cr_assert_eq(ls_audit_describe_config(&l, cfg, "config"), LS_OK);
+    cr_assert_eq(ls_audit_describe_config(&l, cfg, "config", 1000), LS_OK);
     t = cJSON_PrintUnformatted(l.v[0].d);
     cr_expect_str_eq(t, "{\"world\":2,\"groups\":{\"cp\":{\"members\":[0,1]}},\"steps\":{\"4\":{\"objective\":\"sft\"},"
                         "\"5\":{\"objective\":\"grpo\"}}}");

@@ -45,9 +45,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ls_status st = ls_audit_describe_manifest(&l, doc, "manifest.json");
     if (st == LS_OK) st = ls_audit_describe_receipt(&l, doc, "rank-0000/receipt.json", (int64_t)(size % 5));
     if (st == LS_OK) st = ls_audit_describe_header(&l, doc, "rank-0000/events.jsonl.zst (header)", 0);
-    if (st == LS_OK) st = ls_audit_describe_config(&l, doc, "configuration");
+    if (st == LS_OK) st = ls_audit_describe_config(&l, doc, "configuration", (int64_t)(size % 97));
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(doc, "predicate");
-    if (st == LS_OK && p) st = ls_audit_describe_config(&l, cJSON_GetObjectItemCaseSensitive(p, "config"), "config");
+    if (st == LS_OK && p) st = ls_audit_describe_config(&l, cJSON_GetObjectItemCaseSensitive(p, "config"), "config",
+                                                      (int64_t)(size % 97));
     if (st != LS_OK && st != LS_ERR_NOMEM) __builtin_trap();
     /* the same descriptions a second time: a fact stated twice alike never disagrees */
     size_t n = l.n;
