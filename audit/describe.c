@@ -286,7 +286,7 @@ ls_status ls_audit_describe_config(ls_audit_desc_list *l, const cJSON *c, const 
             for (uint64_t i = 0; i < steps && first + i < LS_AUDIT_MAX_STEPS && (int64_t)(first + i) < until; i++) {
                 char k[24];
                 snprintf(k, sizeof k, "%llu", (unsigned long long)(first + i));
-                cJSON *s = obj(so, k);
+                cJSON *s = so ? cJSON_AddObjectToObject(so, k) : NULL; /* each step once, in order: no lookup */
                 if (s == NULL || cJSON_AddStringToObject(s, "objective", i < sft ? "sft" : o->valuestring) == NULL)
                     return LS_ERR_NOMEM;
             }
@@ -306,10 +306,23 @@ ls_status ls_audit_describe_trace(ls_audit_desc_list *l, const ls_audit_run *run
     /* the status the events show: an error event, else a rank_complete, else nothing said */
     if (ok && (r->n_errors > 0 || r->rank_complete))
         ok = cJSON_AddStringToObject(ro, "status", r->n_errors > 0 ? "error" : "complete") != NULL;
-    /* steps: optimizer_step events; objectives: each step's first step_metrics; prefix-frozen steps */
+    /* steps: optimizer_step events; objectives: each step's first step_metrics; prefix-frozen steps; and
+     * rank 0's figures of each step (its first step_metrics), when a metrics file (--metrics) states them too.
+     * Every step key is added once, in order: no lookup (a run of 65,536 steps stays linear). */
     uint64_t opt = 0, grpo = 0, sftn = 0, frozen = 0;
     cJSON *fz = cJSON_CreateArray(), *so = NULL;
     ok = ok && fz != NULL;
+    int32_t *first = NULL; /* first[s]: the index in r->metrics of step s's first step_metrics, -1 none */
+    bool figures = ok && r->rank == 0 && run->metrics_lines != NULL && r->n_steps_seen > 0 && r->n_metrics > 0;
+    if (figures) {
+        first = malloc((size_t)r->n_steps_seen * sizeof *first);
+        ok = first != NULL;
+        for (int64_t s = 0; ok && s < r->n_steps_seen; s++) first[s] = -1;
+        for (size_t i = 0; ok && i < r->n_metrics; i++) {
+            int64_t st = r->metrics[i].step;
+            if (st >= 0 && st < r->n_steps_seen && first[st] < 0) first[st] = (int32_t)i;
+        }
+    }
     for (int64_t s = 0; ok && r->steps != NULL && s < r->n_steps_seen && (size_t)s < r->steps_cap; s++) {
         const ls_audit_step *sf = &r->steps[s];
         opt += sf->opt_count;
@@ -317,16 +330,27 @@ ls_status ls_audit_describe_trace(ls_audit_desc_list *l, const ls_audit_run *run
             frozen++;
             ok = cJSON_AddItemToArray(fz, cJSON_CreateNumber((double)s));
         }
-        if (sf->metrics_seen) {
+        bool fig = first != NULL && first[s] >= 0;
+        if (!sf->metrics_seen && !fig) continue;
+        char k[24];
+        snprintf(k, sizeof k, "%lld", (long long)s);
+        if (so == NULL) so = obj(d, "steps");
+        cJSON *st = so ? cJSON_AddObjectToObject(so, k) : NULL;
+        ok = ok && st != NULL;
+        if (ok && sf->metrics_seen) {
             if (sf->sft) sftn++;
             else grpo++;
-            char k[24];
-            snprintf(k, sizeof k, "%lld", (long long)s);
-            if (so == NULL) so = obj(d, "steps");
-            cJSON *st = obj(so, k);
-            ok = ok && st != NULL && cJSON_AddStringToObject(st, "objective", sf->sft ? "sft" : "grpo") != NULL;
+            ok = cJSON_AddStringToObject(st, "objective", sf->sft ? "sft" : "grpo") != NULL;
+        }
+        if (ok && fig) {
+            const ls_audit_step_metric *m = &r->metrics[first[s]];
+            cJSON *f = cJSON_CreateObject();
+            for (int q = 0; f != NULL && q < LS_AUDIT_SM_COUNT; q++)
+                if (m->have & (1u << q)) cJSON_AddNumberToObject(f, ls_audit_sm_name((ls_audit_sm_field)q), m->v[q]);
+            ok = adopt(st, "figures", f);
         }
     }
+    free(first);
     if (ok && r->rank_complete) { /* a rank that ended says how many steps and what it exactly did */
         ok = put_num(ro, "steps", (double)opt) && put_num(ro, "steps_prefix_frozen", (double)frozen) &&
              put_num(ro, "steps_exact", (double)(opt >= frozen ? opt - frozen : 0));
@@ -338,24 +362,6 @@ ls_status ls_audit_describe_trace(ls_audit_desc_list *l, const ls_audit_run *run
         fz = NULL;
     }
     cJSON_Delete(fz);
-    /* rank 0's figures per step (each step's first step_metrics): what a metrics file (--metrics) states too */
-    for (size_t i = 0; ok && r->rank == 0 && i < r->n_metrics; i++) {
-        const ls_audit_step_metric *m = &r->metrics[i];
-        if (m->step < 0) continue;
-        char k[24];
-        snprintf(k, sizeof k, "%lld", (long long)m->step);
-        if (so == NULL) so = obj(d, "steps");
-        cJSON *st = obj(so, k);
-        if (st == NULL) {
-            ok = false;
-            break;
-        }
-        if (get(st, "figures") != NULL) continue;
-        cJSON *f = cJSON_CreateObject();
-        for (int q = 0; f != NULL && q < LS_AUDIT_SM_COUNT; q++)
-            if (m->have & (1u << q)) cJSON_AddNumberToObject(f, ls_audit_sm_name((ls_audit_sm_field)q), m->v[q]);
-        ok = adopt(st, "figures", f);
-    }
     /* phases and their wall time: every phase_end */
     cJSON *ph = ok ? cJSON_CreateObject() : NULL, *pw = ok ? cJSON_CreateObject() : NULL;
     for (int p = 0; ph != NULL && pw != NULL && p < LS_AUDIT_NPHASE; p++) {
@@ -404,19 +410,28 @@ ls_status ls_audit_describe_metrics(ls_audit_desc_list *l, const cJSON *lines, c
     if (!cJSON_IsArray(lines)) return LS_OK;
     cJSON *d = desc_new(l, name, 0);
     cJSON *so = obj(d, "steps");
-    if (so == NULL) return LS_ERR_NOMEM;
+    uint8_t *seen = calloc(LS_AUDIT_MAX_STEPS / 8, 1); /* a step's first line only, as a trace's first step_metrics */
+    if (so == NULL || seen == NULL) {
+        free(seen);
+        return LS_ERR_NOMEM;
+    }
+    ls_status st = LS_OK;
     const cJSON *ln;
     cJSON_ArrayForEach(ln, lines) {
         uint64_t step = 0;
-        if (!get_uint(ln, "step", &step) || step >= LS_AUDIT_MAX_STEPS) continue;
+        if (!get_uint(ln, "step", &step) || step >= LS_AUDIT_MAX_STEPS || (seen[step / 8] >> (step % 8)) & 1) continue;
+        seen[step / 8] |= (uint8_t)(1u << (step % 8));
         char k[24];
         snprintf(k, sizeof k, "%llu", (unsigned long long)step);
-        if (get(so, k) != NULL) continue; /* a step's first line, as a trace's first step_metrics */
-        cJSON *st = obj(so, k);
-        if (st == NULL || !put(st, "objective", get(ln, "objective")) || !adopt(st, "figures", figures_of(ln)))
-            return LS_ERR_NOMEM;
+        cJSON *so_step = cJSON_AddObjectToObject(so, k);
+        if (so_step == NULL || !put(so_step, "objective", get(ln, "objective")) ||
+            !adopt(so_step, "figures", figures_of(ln))) {
+            st = LS_ERR_NOMEM;
+            break;
+        }
     }
-    return LS_OK;
+    free(seen);
+    return st;
 }
 
 /* ---- the fold ------------------------------------------------------------------ */
@@ -467,31 +482,106 @@ typedef struct {
     bool nomem;
 } fold_ctx;
 
+/* An index of an object's members by key, and of the members of its twin
+ * in `where` (added in the same order), for the tables a run can make
+ * large (steps: up to 65,536): open addressing, built when the members
+ * folded in are many, so that a fold stays linear. */
+typedef struct {
+    const char *key;
+    cJSON *c, *w;
+} slot;
+
+typedef struct {
+    slot *s;
+    size_t cap; /* a power of two; 0: no index (small objects are scanned) */
+} index_t;
+
+static size_t key_hash(const char *k) {
+    size_t h = 1469598103934665603ull;
+    for (; *k; k++) h = (h ^ (unsigned char)*k) * 1099511628211ull;
+    return h;
+}
+
+static slot *index_find(index_t *ix, const char *key) {
+    for (size_t i = key_hash(key) & (ix->cap - 1);; i = (i + 1) & (ix->cap - 1))
+        if (ix->s[i].key == NULL || strcmp(ix->s[i].key, key) == 0) return &ix->s[i];
+}
+
+/* canon's member key and its twin in where (NULL, NULL when absent). */
+static cJSON *member_of(index_t *ix, cJSON *canon, cJSON *where, const char *key, cJSON **w) {
+    if (ix->cap) {
+        slot *sl = index_find(ix, key);
+        *w = sl->w;
+        return sl->c;
+    }
+    *w = cJSON_GetObjectItemCaseSensitive(where, key);
+    return cJSON_GetObjectItemCaseSensitive(canon, key);
+}
+
+static void member_added(index_t *ix, cJSON *c, cJSON *w) {
+    if (ix->cap == 0 || c == NULL) return;
+    slot *sl = index_find(ix, c->string);
+    sl->key = c->string;
+    sl->c = c;
+    sl->w = w;
+}
+
 static void fold(fold_ctx *c, const cJSON *from, cJSON *canon, cJSON *where, const char *path, const char *parent,
                  int depth) {
+    index_t ix = {0};
+    size_t n_from = (size_t)cJSON_GetArraySize(from);
+    if (n_from > 16) { /* cJSON finds a member by a scan: index canon's, with where's twins in lockstep */
+        size_t need = 2 * ((size_t)cJSON_GetArraySize(canon) + n_from) + 1, cap = 64;
+        while (cap < need) cap *= 2;
+        ix.s = calloc(cap, sizeof *ix.s);
+        if (ix.s == NULL) {
+            c->nomem = true;
+            return;
+        }
+        ix.cap = cap;
+        cJSON *cm = canon->child, *wm = where->child;
+        for (; cm != NULL; cm = cm->next, wm = wm ? wm->next : NULL)
+            member_added(&ix, cm, wm && wm->string && strcmp(wm->string, cm->string) == 0
+                                      ? wm : cJSON_GetObjectItemCaseSensitive(where, cm->string));
+    }
     const cJSON *x;
     cJSON_ArrayForEach(x, from) {
         if (x->string == NULL || c->nomem) continue;
         char p[320];
         snprintf(p, sizeof p, "%s%s%s", path, path[0] ? "." : "", x->string);
-        cJSON *have = cJSON_GetObjectItemCaseSensitive(canon, x->string);
+        cJSON *hw = NULL, *have = member_of(&ix, canon, where, x->string, &hw);
         if (cJSON_IsObject(x) && descend(parent, x->string, depth)) {
             if (have == NULL) {
-                have = obj(canon, x->string);
-                if (have == NULL || obj(where, x->string) == NULL) {
+                have = cJSON_AddObjectToObject(canon, x->string);
+                hw = have ? cJSON_AddObjectToObject(where, x->string) : NULL;
+                if (hw == NULL) {
                     c->nomem = true;
-                    return;
+                    break;
                 }
+                member_added(&ix, have, hw);
             } else if (!cJSON_IsObject(have)) {
                 c->compared++;
-                c->fn(c->user, p, ls_audit_get_str(where, x->string), have, c->src, x);
+                c->fn(c->user, p, cJSON_GetStringValue(hw), have, c->src, x);
                 continue;
             }
-            fold(c, x, have, obj(where, x->string), p, x->string, depth + 1);
+            fold(c, x, have, hw, p, x->string, depth + 1);
             continue;
         }
         if (have == NULL) {
-            if (!put(canon, x->string, x) || cJSON_AddStringToObject(where, x->string, c->src) == NULL) c->nomem = true;
+            cJSON *dup = cJSON_Duplicate(x, true);
+            if (dup == NULL || !cJSON_AddItemToObject(canon, x->string, dup)) {
+                cJSON_Delete(dup);
+                c->nomem = true;
+                break;
+            }
+            /* the source's name, by reference: the list outlives where (describe.h) */
+            cJSON *ws = cJSON_CreateStringReference(c->src);
+            if (ws == NULL || !cJSON_AddItemToObject(where, x->string, ws)) {
+                cJSON_Delete(ws);
+                c->nomem = true;
+                break;
+            }
+            member_added(&ix, dup, ws);
             continue;
         }
         c->compared++;
@@ -501,11 +591,12 @@ static void fold(fold_ctx *c, const cJSON *from, cJSON *canon, cJSON *where, con
         if (k[0]) {
             char p2[400];
             snprintf(p2, sizeof p2, "%s.%s", p, k);
-            c->fn(c->user, p2, ls_audit_get_str(where, x->string), get(have, k), c->src, get(x, k));
+            c->fn(c->user, p2, cJSON_GetStringValue(hw), get(have, k), c->src, get(x, k));
         } else {
-            c->fn(c->user, p, ls_audit_get_str(where, x->string), have, c->src, x);
+            c->fn(c->user, p, cJSON_GetStringValue(hw), have, c->src, x);
         }
     }
+    free(ix.s);
 }
 
 ls_status ls_audit_desc_merge(const ls_audit_desc_list *l, cJSON **canon, cJSON **where, ls_audit_desc_fn fn,

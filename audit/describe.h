@@ -87,7 +87,8 @@ typedef void (*ls_audit_desc_fn)(void *user, const char *path, const char *first
 
 /* Folds every description of l into *canon (an object, the caller's,
  * cJSON_Delete) and, in parallel, *where (the name of the source that first
- * stated each fact); fn hears each disagreement.  The number of facts
+ * stated each fact, a reference to l's names: free l after where); fn hears
+ * each disagreement.  The number of facts
  * compared (stated by a second source) into *compared (may be NULL).
  * LS_OK or LS_ERR_NOMEM. */
 ls_status ls_audit_desc_merge(const ls_audit_desc_list *l, cJSON **canon, cJSON **where, ls_audit_desc_fn fn,

@@ -278,13 +278,13 @@ static ls_status rule_sources(ls_audit_run *run) {
     disagree_ctx dc = {run, sa};
     ls_status st = describe_sources(run, &l);
     if (st == LS_OK) st = ls_audit_desc_merge(&l, &canon, &where, on_disagree, &dc, &compared);
+    cJSON_Delete(where); /* its names are l's */
     ls_audit_desc_list_free(&l);
     if (st != LS_OK) return st;
     sa->matched += compared;
     check_shards(sa, cJSON_GetObjectItemCaseSensitive(canon, "shards"), run->world);
     check_groups(sa, run);
     cJSON_Delete(canon);
-    cJSON_Delete(where);
     /* every configuration's faults (a source that left one out is a disagreement above) */
     run->n_faults = 0;
     if (run->manifest) collect_faults(run, run->manifest->config);
