@@ -22,7 +22,6 @@ Prints one line per class (variants produced, refused) and each variant not
 refused; exit 1 when any was not.  Needs mpirun, zstd and longstraw-sign."""
 import argparse
 import copy
-import hashlib
 import json
 import os
 import shutil
@@ -32,6 +31,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
+from redigest import redigest  # noqa: E402
 
 
 class Ctx:
@@ -101,9 +102,9 @@ class Ctx:
                 doc = None
         return p.returncode, doc, p.stderr
 
-    def redigest(self, run):
-        """What an adversary with write access does after an edit: the manifest's digests recomputed."""
-        self.run([sys.executable, os.path.join(HERE, "redigest.py"), run])
+    def redigest(self, run, receipts=False):
+        """What an adversary with write access does after an edit: the digests recomputed (redigest.py)."""
+        redigest(run, receipts)
 
     def verdict(self, cls, name, refused, why, counted=True):
         """A variant's outcome; counted=False: a control (no attack reached the audit), not a variant."""
@@ -261,17 +262,7 @@ def variant(ctx, run, name, edits, resubject=True):
     shutil.copytree(run, out)
     for rel, kind, fn in edits:
         (trace_edit if kind == "trace" else json_edit)(os.path.join(out, rel), fn)
-    if resubject:
-        for d in sorted(os.listdir(out)):
-            rp = os.path.join(out, d, "receipt.json")
-            if d.startswith("rank-") and os.path.exists(rp):
-                def fix(doc, d=d):
-                    for sj in doc.get("subject", []):
-                        f = os.path.join(out, sj["name"])
-                        if os.path.exists(f):
-                            sj["digest"]["sha256"] = hashlib.sha256(open(f, "rb").read()).hexdigest()
-                json_edit(rp, fix)
-    ctx.redigest(out)
+    ctx.redigest(out, resubject)
     keep = os.path.join(ctx.t, "parity.keep")
     shutil.rmtree(keep, ignore_errors=True)
     os.makedirs(keep)
