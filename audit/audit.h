@@ -581,6 +581,12 @@ void ls_audit_seq_finish(ls_audit_run *run, ls_audit_rank *r);
 void ls_audit_seq_window_free(ls_audit_step_window *w);
 ls_audit_step_window *ls_audit_steps_window(ls_audit_rank *r, int64_t step);
 ls_status ls_audit_rules_sequence(ls_audit_run *run);
+/* True when the run's grammar (compiled: its mode and recorded paths) has
+ * items of phase and every one of them never occurs: the plan's requirement
+ * of that phase (rank.phases, rank.layers) then yields to the grammar, the
+ * finer statement (a step whose old and reference log-probs are all given
+ * scores nothing).  False when the grammar is not compiled or may require it. */
+bool ls_audit_seq_rules_out(const ls_audit_run *run, const char *phase);
 /* rank.layers for rank r over the run's S steps, G[s] members required in
  * step s: closes the steps r never reached, adds the first missing events
  * (in step, phase, member, layer order) as evidence and the keys examined

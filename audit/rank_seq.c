@@ -164,6 +164,19 @@ static void plan_compile(ls_audit_run *run) {
     pl->state = 1;
 }
 
+bool ls_audit_seq_rules_out(const ls_audit_run *run, const char *phase) {
+    const ls_audit_seq_plan *pl = &run->seq_plan;
+    const ls_audit_profile *p = &run->profile;
+    if (pl->state != 1 || phase == NULL) return false;
+    bool any = false;
+    for (size_t i = 0; i < p->n_seq; i++) {
+        if (strcmp(p->seq[i].phase, phase) != 0) continue;
+        if (pl->base[i] != NEVER) return false;
+        any = true;
+    }
+    return any;
+}
+
 /* ---- the automaton -------------------------------------------------------- */
 
 /* Positions 0..n-1 are items, n the end of the step, n+1 the end of the

@@ -249,7 +249,7 @@ static bool visit(walk_ctx *c, int64_t step, const ls_audit_profile_step *st, in
 /* Whether plan step st is of unit u and required in a step (sft, frozen). */
 static bool step_required(const ls_audit_run *run, const ls_audit_profile_step *st, ls_audit_unit u, bool sft,
                           bool frozen) {
-    return st->unit == u && holds(run, st->when, sft, frozen);
+    return st->unit == u && holds(run, st->when, sft, frozen) && !ls_audit_seq_rules_out(run, st->phase);
 }
 
 /* false: stop the walk */

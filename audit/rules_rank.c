@@ -150,6 +150,7 @@ ls_status ls_audit_rules_rank(ls_audit_run *run) {
             for (size_t k = 0; prof != NULL && k < prof->n_steps; k++) { /* the profile's plan, in order */
                 const ls_audit_profile_step *st = &prof->steps[k];
                 if (!ls_audit_profile_when(st->when, run->full_mode, run->naive, sft, frozen, ran[k])) continue;
+                if (ls_audit_seq_rules_out(run, st->phase)) continue; /* the grammar says it never occurs */
                 ph->matched++;
                 if (sf && st->phase_ix >= 0 && st->phase_ix < 16 && (sf->phase_mask & (1u << st->phase_ix))) continue;
                 if (ph_missing++ < 3)

@@ -138,6 +138,16 @@ print(json.dumps({"prompt": list(range(3, 42)), "responses": [[4], [6, 7]], "rew
 PY
 # given responses; line 2 its old log-probs (no old scoring), line 3 its reference's (no reference capture)
 BASE="" train rollouts --config "$H" --grad-mode full --rollouts "$T/rollouts.jsonl"
+python3 - >"$T/rollouts-both.jsonl" <<'PY'
+import json
+for i in range(2):
+    print(json.dumps({"prompt": list(range(2 + i, 41 + i)), "responses": [[3, 4], [5, 6, 7]], "rewards": [0.0, 1.0],
+                      "old_logprobs": [[-1.5, -2.0], [-1.0, -2.5, -3.0]],
+                      "ref_logprobs": [[-1.4, -2.1], [-1.1, -2.4, -3.1]]}))
+PY
+# every line with its old and its reference log-probs: no step scores anything (the plan's score yields to
+# the grammar, whose every score item the recorded paths rule out)
+BASE="" train rollouts-both --config "$H" --grad-mode full --rollouts "$T/rollouts-both.jsonl"
 train save --config "$H" --steps 1 --save "$T/ck.safetensors"
 train resumed --config "$H" --steps 2 --resume "$T/ck.safetensors"  # first_step 1
 train mla --config "$M" --steps 1 --grad-mode full
@@ -163,8 +173,8 @@ if "$TP" -c "import torch, zstandard" 2>/dev/null; then
 else
   echo "skip the torch_cp runs: $TP lacks torch or zstandard"
 fi
-for r in grpo full recapture beta0 naive sft sftsteps frozen groups probed chunks rollouts resumed mla cp2 cp2sft \
-  torch-full torch-detached; do
+for r in grpo full recapture beta0 naive sft sftsteps frozen groups probed chunks rollouts rollouts-both resumed mla \
+  cp2 cp2sft torch-full torch-detached; do
   honest $r
 done
 
