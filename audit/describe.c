@@ -263,6 +263,21 @@ static cJSON *iota(int64_t n) {
     return a;
 }
 
+ls_status ls_audit_describe_rundir(ls_audit_desc_list *l, uint32_t world, const char *world_source,
+                                   bool receipts_listed) {
+    for (uint32_t i = 0; i < world; i++) {
+        char name[96], dir[32], rf[64];
+        snprintf(name, sizeof name, "the run directory (%u, world from the %s)", (unsigned)i, world_source);
+        if (ls_receipt_rank_dir(i, dir, sizeof dir) != LS_OK) return LS_ERR_ARG;
+        snprintf(rf, sizeof rf, "%s/receipt.json", dir);
+        cJSON *d = desc_new(l, name, i), *ro = rank_obj(d, i);
+        if (ro == NULL || !put_num(ro, "rank", i) || (receipts_listed && cJSON_AddStringToObject(ro, "receipt", rf) == NULL) ||
+            (i == 0 && !put_num(d, "world", world)))
+            return LS_ERR_NOMEM;
+    }
+    return LS_OK;
+}
+
 ls_status ls_audit_describe_config(ls_audit_desc_list *l, const cJSON *c, const char *name, int64_t until) {
     if (!cJSON_IsObject(c)) return LS_OK;
     cJSON *d = desc_new(l, name, -1);

@@ -67,6 +67,11 @@ void ls_audit_desc_list_free(ls_audit_desc_list *l);
 ls_status ls_audit_describe_manifest(ls_audit_desc_list *l, const cJSON *doc, const char *name);
 ls_status ls_audit_describe_receipt(ls_audit_desc_list *l, const cJSON *doc, const char *name, int64_t rank);
 ls_status ls_audit_describe_header(ls_audit_desc_list *l, const cJSON *header, const char *name, int64_t rank);
+/* The run directory's own word: rank R is the directory rank-R's, its
+ * receipt rank-R/receipt.json (stated when the manifest lists receipts),
+ * the world the audit settled on (world_source names where from). */
+ls_status ls_audit_describe_rundir(ls_audit_desc_list *l, uint32_t world, const char *world_source,
+                                   bool receipts_listed);
 /* What a configuration implies: the world (cp_ranks), the cp group, each
  * requested step's objective (objective, sft_steps, first_step,
  * steps_requested) for the steps before `until` (the steps the run's

@@ -293,14 +293,8 @@ ls_status ls_audit_load(const ls_audit_options *opt, ls_audit_run **out, char *e
     }
     ls_audit_check_dsse(run, mbytes, mlen);
     ls_audit_load_parity(run);
-    if (opt->metrics_path != NULL) {
-        st = load_metrics(run, opt->metrics_path, err, errlen);
-        if (st != LS_OK) {
-            ls_audit_free(run);
-            free(mbytes);
-            return st;
-        }
-    }
+    if (opt->metrics_path != NULL && (st = load_metrics(run, opt->metrics_path, err, errlen)) != LS_OK)
+        goto cleanup; /* its message is load_metrics' */
     clock_gettime(CLOCK_MONOTONIC, &t1);
     run->load_seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     st = LS_OK;

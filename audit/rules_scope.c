@@ -126,37 +126,7 @@ static ls_status describe_sources(const ls_audit_run *run, ls_audit_desc_list *l
     ls_status st = LS_OK;
     if (run->manifest != NULL) st = ls_audit_describe_manifest(l, run->manifest->priv_doc, LS_MANIFEST_FILE);
     /* the run directory: rank R is rank-R's, its receipt rank-R/receipt.json, its world the audit's */
-    for (uint32_t i = 0; st == LS_OK && i < run->world; i++) {
-        char rf[64];
-        receipt_file(i, rf, sizeof rf);
-        cJSON *d = cJSON_CreateObject(), *ranks = d ? cJSON_AddObjectToObject(d, "ranks") : NULL, *ro = NULL;
-        char k[24];
-        snprintf(k, sizeof k, "%u", (unsigned)i);
-        if (ranks) ro = cJSON_AddObjectToObject(ranks, k);
-        if (ro == NULL || !cJSON_AddNumberToObject(ro, "rank", i) ||
-            (run->manifest != NULL && !cJSON_AddStringToObject(ro, "receipt", rf))) {
-            cJSON_Delete(d);
-            return LS_ERR_NOMEM;
-        }
-        if (i == 0 && !cJSON_AddNumberToObject(d, "world", run->world)) {
-            cJSON_Delete(d);
-            return LS_ERR_NOMEM;
-        }
-        if (l->n == l->cap) {
-            size_t nc = l->cap ? l->cap * 2 : 16;
-            ls_audit_desc *nv = realloc(l->v, nc * sizeof *nv);
-            if (nv == NULL) {
-                cJSON_Delete(d);
-                return LS_ERR_NOMEM;
-            }
-            l->v = nv;
-            l->cap = nc;
-        }
-        ls_audit_desc *e = &l->v[l->n++];
-        snprintf(e->name, sizeof e->name, "the run directory (%s, world from the %s)", k, run->world_source);
-        e->rank = i;
-        e->d = d;
-    }
+    if (st == LS_OK) st = ls_audit_describe_rundir(l, run->world, run->world_source, run->manifest != NULL);
     for (uint32_t i = 0; st == LS_OK && i < run->world; i++) {
         const ls_audit_rank *r = &run->ranks[i];
         char rf[64];

@@ -24,28 +24,15 @@ Prints the seq of each edited event, one a line."""
 import glob
 import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "evidence"))
-from redigest import redigest as _redigest  # noqa: E402  (the digests an adversary recomputes)
+from run_edit import dump, read_trace, write_trace  # noqa: E402,F401  (shared with the generators)
+from run_edit import redigest as _redigest  # noqa: E402
 
 
 def redigest(run):
     _redigest(run, receipts=True)
-
-
-def read_trace(path):
-    return subprocess.run(["zstd", "-q", "-dc", path], check=True, capture_output=True).stdout.decode().splitlines()
-
-
-def write_trace(path, lines):
-    data = ("\n".join(lines) + "\n").encode()
-    subprocess.run(["zstd", "-q", "-f", "-o", path], input=data, check=True)
-
-
-def dump(ev):
-    return json.dumps(ev, separators=(",", ":"))
 
 
 def value(old, text):

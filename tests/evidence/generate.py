@@ -32,7 +32,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
-from redigest import redigest  # noqa: E402
+from run_edit import dump, read_trace, redigest, write_trace  # noqa: E402
 
 
 class Ctx:
@@ -147,14 +147,6 @@ def failed_naming(doc, rid, *subs):
 # ---- class swap ------------------------------------------------------------------
 
 
-def zstd_lines(path):
-    return subprocess.run(["zstd", "-dcq", path], stdout=subprocess.PIPE, check=True).stdout
-
-
-def zstd_write(path, data, level):
-    subprocess.run(["zstd", "-q", "-f", "--check", "-%d" % level, "-o", path], input=data, check=True)
-
-
 def swap_edits(run, rel):
     """(label, bytes) of other contents for run/rel: a change of meaning and
     a change of bytes only (the same content written differently)."""
@@ -162,20 +154,18 @@ def swap_edits(run, rel):
     raw = open(p, "rb").read()
     out = []
     if rel.endswith(".zst"):
-        text = zstd_lines(p)
-        lines = text.split(b"\n")
-        for i, ln in enumerate(lines):  # meaning: one layer's wall time
-            if b'"layer_end"' in ln and b'"wall_ns":' in ln:
-                a = ln.index(b'"wall_ns":') + len(b'"wall_ns":')
-                b = a
-                while ln[b:b + 1].isdigit():
-                    b += 1
-                lines[i] = ln[:a] + str(int(ln[a:b]) + 1).encode() + ln[b:]
+        lines = read_trace(p)
+        edited = list(lines)
+        for i, ln in enumerate(edited):  # meaning: one layer's wall time
+            if '"layer_end"' in ln and '"wall_ns":' in ln:
+                ev = json.loads(ln)
+                ev["wall_ns"] += 1
+                edited[i] = dump(ev)
                 break
         tmp = p + ".gen"
-        zstd_write(tmp, b"\n".join(lines), 3)
+        write_trace(tmp, edited, 3)
         out.append(("an event edited", open(tmp, "rb").read()))
-        zstd_write(tmp, text, 19)
+        write_trace(tmp, lines, 19)
         out.append(("the same events compressed again", open(tmp, "rb").read()))
         os.unlink(tmp)
     else:
@@ -243,9 +233,9 @@ def gen_swap(ctx, run):
 
 def trace_edit(path, fn):
     """fn(lines) edits the decoded events of a trace in place (a list of dicts, line 0 the header)."""
-    lines = [json.loads(x) for x in zstd_lines(path).split(b"\n") if x.strip()]
-    fn(lines)
-    zstd_write(path, b"".join(json.dumps(x, separators=(",", ":")).encode() + b"\n" for x in lines), 3)
+    events = [json.loads(x) for x in read_trace(path) if x.strip()]
+    fn(events)
+    write_trace(path, [dump(e) for e in events])
 
 
 def json_edit(path, fn):
@@ -254,7 +244,7 @@ def json_edit(path, fn):
     json.dump(d, open(path, "w"))
 
 
-def variant(ctx, run, name, edits, resubject=True):
+def variant(ctx, run, edits, resubject=True):
     """A copy of run with edits [(rel, kind, fn)] applied, its digests recomputed (each receipt's digest of
     its trace when resubject, then the manifest's) and signed again."""
     out = os.path.join(ctx.t, "variant")
@@ -349,16 +339,16 @@ def gen_facts(ctx, run):
             def ed(d, ks=ks):
                 c = d["predicate"]["config"]
                 set_path(c, ks, other(get_path(c, ks), ks[-1]))
-            out = variant(ctx, run, "", [(src, "json", ed)])
+            out = variant(ctx, run, [(src, "json", ed)])
             expect_refused(ctx, "facts", "%s: config.%s" % (src, ".".join(ks)), out, ["sources.agree"],
                            'config "%s' % ks[0])
     for src in ["manifest.json"] + [r + "/receipt.json" for r in ranks]:
         for k in ("run_id", "world"):
-            out = variant(ctx, run, "", [(src, "json", lambda d, k=k: d["predicate"].__setitem__(k, other(d["predicate"][k])))])
+            out = variant(ctx, run, [(src, "json", lambda d, k=k: d["predicate"].__setitem__(k, other(d["predicate"][k])))])
             expect_refused(ctx, "facts", "%s: %s" % (src, k), out, ["sources.agree", "receipts.agree"], k)
         def bd(d):
             d["predicate"]["build"]["compiler"] = other(d["predicate"]["build"].get("compiler", ""))
-        out = variant(ctx, run, "", [(src, "json", bd)])
+        out = variant(ctx, run, [(src, "json", bd)])
         expect_refused(ctx, "facts", "%s: build.compiler" % src, out, ["sources.agree", "build.digest_equal"], "build")
     # the manifest's account of each rank
     for i, r in enumerate(ranks):
@@ -367,10 +357,10 @@ def gen_facts(ctx, run):
                 for e in d["predicate"]["ranks"]:
                     if e["rank"] == i:
                         e[field] = val
-            out = variant(ctx, run, "", [("manifest.json", "json", ed)])
+            out = variant(ctx, run, [("manifest.json", "json", ed)])
             expect_refused(ctx, "facts", "manifest.json: ranks[%d].%s" % (i, field), out,
                            ["sources.agree", "receipts.agree", "manifest.valid"], "ranks.%d.%s" % (i, field))
-    out = variant(ctx, run, "", [("manifest.json", "json", lambda d: d["predicate"].__setitem__("files", d["predicate"]["files"] + 1))])
+    out = variant(ctx, run, [("manifest.json", "json", lambda d: d["predicate"].__setitem__("files", d["predicate"]["files"] + 1))])
     expect_refused(ctx, "facts", "manifest.json: files", out, ["sources.agree", "manifest.valid"], "files")
     # each receipt's account of its rank
     for i, r in enumerate(ranks):
@@ -381,7 +371,7 @@ def gen_facts(ctx, run):
                   ("calls_total", ["rank_state", "communication", "calls"]),
                   ("bytes_total", ["rank_state", "communication", "bytes_sent"])]
         for sub, ks in simple:
-            out = variant(ctx, run, "", [(rel, "json", lambda d, ks=ks: set_path(d["predicate"], ks, other(get_path(d["predicate"], ks))))])
+            out = variant(ctx, run, [(rel, "json", lambda d, ks=ks: set_path(d["predicate"], ks, other(get_path(d["predicate"], ks))))])
             expect_refused(ctx, "facts", "%s: %s" % (rel, ".".join(ks)), out, ["sources.agree", "trace.valid"], sub)
         def steps_up(d):  # a self-consistent receipt that counts one more step
             q = d["predicate"]
@@ -389,23 +379,23 @@ def gen_facts(ctx, run):
             q["steps_exact"] += 1
             if "steps_by_objective" in q:
                 q["steps_by_objective"]["grpo"] = q["steps_by_objective"].get("grpo", 0) + 1
-        out = variant(ctx, run, "", [(rel, "json", steps_up)])
+        out = variant(ctx, run, [(rel, "json", steps_up)])
         expect_refused(ctx, "facts", "%s: steps (self-consistent)" % rel, out, ["sources.agree"], "ranks.%d.steps" % i)
         def to_sft(d):
             q = d["predicate"]["steps_by_objective"]
             q["sft"], q["grpo"] = q.get("grpo", 0), 0
-        out = variant(ctx, run, "", [(rel, "json", to_sft)])
+        out = variant(ctx, run, [(rel, "json", to_sft)])
         expect_refused(ctx, "facts", "%s: steps_by_objective" % rel, out, ["sources.agree"], "steps_by_objective")
         for j, ph in enumerate(p["phases"]):
             for fld, sub in (("count", "phases"), ("wall_ns_total", "phase_wall_ns")):
                 def ed(d, j=j, fld=fld):
                     d["predicate"]["phases"][j][fld] += 1
-                out = variant(ctx, run, "", [(rel, "json", ed)])
+                out = variant(ctx, run, [(rel, "json", ed)])
                 expect_refused(ctx, "facts", "%s: phases[%s].%s" % (rel, ph["phase"], fld), out, ["sources.agree"],
                                "ranks.%d.%s" % (i, sub))
         traced = set()
-        for ln in zstd_lines(os.path.join(run, r, "events.jsonl.zst")).split(b"\n"):
-            if b'"collective"' in ln:
+        for ln in read_trace(os.path.join(run, r, "events.jsonl.zst")):
+            if '"collective"' in ln:
                 traced.add(json.loads(ln)["purpose"])
         for j, bp in enumerate(p["rank_state"]["communication"]["by_purpose"]):
             if bp["purpose"] not in traced:
@@ -417,50 +407,65 @@ def gen_facts(ctx, run):
                     e = d["predicate"]["rank_state"]["communication"]
                     e["by_purpose"][j][fld] += 1
                     e["calls" if fld == "calls" else "bytes_sent"] += 1  # the total kept consistent
-                out = variant(ctx, run, "", [(rel, "json", ed)])
+                out = variant(ctx, run, [(rel, "json", ed)])
                 expect_refused(ctx, "facts", "%s: by_purpose[%s].%s" % (rel, bp["purpose"], fld), out,
                                ["sources.agree"], "ranks.%d.%s" % (i, sub))
         def dig(d):
             d["subject"][0]["digest"]["sha256"] = "0" * 64
-        out = variant(ctx, run, "", [(rel, "json", dig)], resubject=False)
+        out = variant(ctx, run, [(rel, "json", dig)], resubject=False)
         expect_refused(ctx, "facts", "%s: subject digest" % rel, out, ["sources.agree", "receipts.agree"], "digests")
     # the shards: owned twice, owned by none
     if world > 1:
         def twice(d):
             d["predicate"]["rank_state"]["prompt_positions"][0] -= 1
-        out = variant(ctx, run, "", [(ranks[1] + "/receipt.json", "json", twice)])
+        out = variant(ctx, run, [(ranks[1] + "/receipt.json", "json", twice)])
         expect_refused(ctx, "facts", "shards: a position owned twice", out, ["sources.agree"], "owned twice")
         def gap(d):
             d["predicate"]["rank_state"]["prompt_positions"][0] += 1
-        out = variant(ctx, run, "", [(ranks[1] + "/receipt.json", "json", gap)])
+        out = variant(ctx, run, [(ranks[1] + "/receipt.json", "json", gap)])
         expect_refused(ctx, "facts", "shards: a position owned by none", out, ["sources.agree"], "owned by no rank")
         def same(d):
             d["predicate"]["rank_state"]["prompt_positions"] = list(recs[ranks[0]]["predicate"]["rank_state"]["prompt_positions"])
-        out = variant(ctx, run, "", [(ranks[1] + "/receipt.json", "json", same)])
+        out = variant(ctx, run, [(ranks[1] + "/receipt.json", "json", same)])
         expect_refused(ctx, "facts", "shards: two ranks claim one shard", out, ["sources.agree"], "shards")
     # each trace's account: its header, its step metrics, its end
     for i, r in enumerate(ranks):
         rel = r + "/events.jsonl.zst"
         for k in ("run_id", "world", "host", "rank"):
-            out = variant(ctx, run, "", [(rel, "trace", lambda ls, k=k: ls[0].__setitem__(k, other(ls[0][k])))])
+            out = variant(ctx, run, [(rel, "trace", lambda ls, k=k: ls[0].__setitem__(k, other(ls[0][k])))])
             expect_refused(ctx, "facts", "%s header: %s" % (rel, k), out, ["sources.agree", "trace.valid"], k)
         def sft(ls):
             for e in ls:
                 if e.get("ev") == "step_metrics":
                     e["objective"] = "sft"
                     return
-        out = variant(ctx, run, "", [(rel, "trace", sft)])
+        out = variant(ctx, run, [(rel, "trace", sft)])
         expect_refused(ctx, "facts", "%s: step_metrics objective" % rel, out, ["sources.agree"], "objective")
         def done(ls):
             for e in ls:
                 if e.get("ev") == "rank_complete":
                     e["steps"] += 1
-        out = variant(ctx, run, "", [(rel, "trace", done)])
+        out = variant(ctx, run, [(rel, "trace", done)])
         expect_refused(ctx, "facts", "%s: rank_complete.steps" % rel, out, ["sources.agree"], "ranks.%d.steps" % i)
 
 
     # the trainer's metrics lines (--metrics) against rank 0's trace: each step's objective and every figure
     lines = [json.loads(x) for x in open(ctx.metrics) if x.strip()] if ctx.use_metrics else []
+    # a metrics file that is not one: unusable input (exit 2) naming the file and the line, no verdict
+    for label, text in (("a line that is not JSON", "{\"step\": 0,\n"), ("a step that is not an integer", '{"step": "x"}\n'),
+                        ("a missing file", None)):
+        if not ctx.use_metrics:
+            break
+        bad_path = os.path.join(ctx.t, "metrics.bad.jsonl")
+        if os.path.exists(bad_path):
+            os.unlink(bad_path)
+        if text is not None:
+            with open(bad_path, "w") as f:
+                f.write(text)
+        rc, doc, err = ctx.gate(run, metrics=bad_path)
+        ctx.verdict("facts", "--metrics: " + label, rc == 2 and doc is None and bad_path in err and
+                    (text is None or "line 1" in err), "exit %d, report %s: %s" % (rc, doc is not None, err.strip()),
+                    counted=False)
     for li, ln in enumerate(lines):
         keys = ["objective"] + [k for k, v in ln.items() if isinstance(v, (int, float)) and k != "step"]
         for k in keys:
@@ -496,7 +501,7 @@ def gen_groups(ctx, run):
     world = json.load(open(os.path.join(run, "manifest.json")))["predicate"]["world"]
     for i in range(world):
         rel = "rank-%04d/events.jsonl.zst" % i
-        groups = json.loads(zstd_lines(os.path.join(run, rel)).split(b"\n")[0])["groups"]
+        groups = json.loads(read_trace(os.path.join(run, rel))[0])["groups"]
         for gi, g in enumerate(groups):
             n = g["name"]
             edits = [("a member outside the world", lambda m: m + [world]),
@@ -510,17 +515,17 @@ def gen_groups(ctx, run):
                     ls[0]["groups"][gi]["members"] = fn(ls[0]["groups"][gi]["members"])
                 if fn(list(g["members"])) == g["members"]:
                     continue
-                out = variant(ctx, run, "", [(rel, "trace", ed)])
+                out = variant(ctx, run, [(rel, "trace", ed)])
                 expect_refused(ctx, "groups", "%s: group %s, %s" % (rel, n, label), out,
                                ["sources.agree", "trace.valid", "collectives.match"], "")
             for label, fn in (("renamed", lambda ls, gi=gi: ls[0]["groups"][gi].__setitem__("name", n + "x")),
                               ("dropped", lambda ls, gi=gi: ls[0]["groups"].pop(gi))):
-                out = variant(ctx, run, "", [(rel, "trace", fn)])
+                out = variant(ctx, run, [(rel, "trace", fn)])
                 expect_refused(ctx, "groups", "%s: group %s %s" % (rel, n, label), out,
                                ["sources.agree", "trace.valid", "collectives.match"], "")
         def extra(ls):
             ls[0]["groups"].append({"name": "dp", "members": list(range(world))})
-        out = variant(ctx, run, "", [(rel, "trace", extra)])
+        out = variant(ctx, run, [(rel, "trace", extra)])
         expect_refused(ctx, "groups", "%s: a group only this header lists" % rel, out, ["sources.agree"], "groups.dp")
 
 
@@ -534,7 +539,7 @@ def gen_sequence(ctx, run):
     world = json.load(open(os.path.join(run, "manifest.json")))["predicate"]["world"]
     rules = ["steps.sequence", "rank.phases", "rank.layers"]
     for rank in range(world):
-        evs = [json.loads(x) for x in zstd_lines(os.path.join(run, "rank-%04d/events.jsonl.zst" % rank)).split(b"\n")
+        evs = [json.loads(x) for x in read_trace(os.path.join(run, "rank-%04d/events.jsonl.zst" % rank))
                if x.strip()][1:]
         steps = sorted({e["step"] for e in evs if e.get("ev") == "phase_begin"})
         for step in steps:
@@ -601,7 +606,7 @@ def main():
         CLASSES[cls](ctx, run)
     for cls, (n, ok, ctl) in sorted(ctx.counts.items()):
         print("%-9s %5d variant(s), %5d refused by the right rule%s%s" %
-              (cls, n, ok, ", %d control(s) (no attack reached the verdict) kept the honest one" % ctl if ctl else "",
+              (cls, n, ok, ", %d control(s) held (a swap that met no signed read or an uncompared field kept the honest verdict; an unusable --metrics exits 2)" % ctl if ctl else "",
                ", %d edit(s) that could not be made or that no signer signs (schema-invalid) left out" % ctx.skipped[cls] if ctx.skipped.get(cls) else ""))
     for f in ctx.failures:
         print("FAIL " + f)
