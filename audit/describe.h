@@ -45,7 +45,6 @@
 #include "audit/audit.h"
 #include "common/status.h"
 
-#define LS_AUDIT_DESC_MAX_SOURCES 8 /* sources one builder adds at most */
 
 /* One source's description. */
 typedef struct {
