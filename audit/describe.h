@@ -45,7 +45,6 @@
 #include "audit/audit.h"
 #include "common/status.h"
 
-
 /* One source's description. */
 typedef struct {
     char name[96];  /* the file, and which part of it: "rank-0001/receipt.json (rank_state)" */
