@@ -9,5 +9,5 @@ if(TARGET longstraw-audit)
   add_test(NAME audit_sequence
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/audit_sequence.sh ${CMAKE_BINARY_DIR})
   set_tests_properties(audit_sequence PROPERTIES TIMEOUT 600
-    ENVIRONMENT "OMP_NUM_THREADS=1;LS_TORCH_PYTHON=${LS_TORCH_PYTHON}")
+    ENVIRONMENT "OMP_NUM_THREADS=1;LS_TORCH_PYTHON=${LS_TORCH_PYTHON};${LS_MPI_TEST_ENV}")
 endif()

@@ -40,7 +40,7 @@ train2() { # NAME ARGS...: a CP-2 run
   local name=$1; shift
   rm -rf "${T:?}/$name"
   "${MPI[@]}" "$TRAIN" --prompt-len 64 --group 2 --response-len 3 --quiet --out "$T/$name" "$@" >"$T/$name.log" 2>&1 ||
-    bad "$name" "longstraw-train under mpirun failed: $(tail -c 300 "$T/$name.log")"
+    bad "$name" "longstraw-train under mpirun failed (what the ranks said first, then mpirun's end): $(grep -m 8 -v -e '^-----' -e '^ *$' "$T/$name.log" | head -c 600) ... $(tail -c 200 "$T/$name.log")"
 }
 
 # verdict RUN_JSON: "LEVEL PASS|FAIL MESSAGE" of steps.sequence, LEVEL the run's; without: the level the
