@@ -3,11 +3,14 @@
 # figures (Qwen KV per rank at 2,088,960 tokens over CP-8; GLM 5.8125 GiB per rank at 65,536 tokens)
 # from the shipped configs and from the Hugging Face ones, through longstraw-plan and its schema.
 ls_add_criterion_test(test_plan_flops SOURCES test_plan_flops.c LIBS ls_trainer_f64 DEFS LS_REAL_F64 TIMEOUT 120)
+# The element sizes are inputs: the float64 library at 4 bytes plans what the float32 one does, and the mla
+# MoE dispatch buffers follow --dtype (a hand count at 2, 4 and 8 bytes).
+ls_add_criterion_test(test_plan_dtype SOURCES test_plan_dtype.c LIBS ls_trainer_f64 ls_trainer_f32 DEFS LS_REAL_F64 TIMEOUT 120)
 ls_add_criterion_test(test_plan_hf SOURCES test_plan_hf.c LIBS ls_trainer_f64 DEFS LS_REAL_F64 TIMEOUT 120)
 ls_add_criterion_test(test_plan_cli SOURCES test_plan_cli.c LIBS ls_trainer_f64 ls_receipts DEFS LS_REAL_F64
   "LS_PLAN_EXE=\"$<TARGET_FILE:longstraw-plan>\"" TIMEOUT 300)
 add_dependencies(test_plan_cli longstraw-plan)
-set_tests_properties(test_plan_flops test_plan_hf test_plan_cli PROPERTIES LABELS plan)
+set_tests_properties(test_plan_flops test_plan_dtype test_plan_hf test_plan_cli PROPERTIES LABELS plan)
 
 # One plan, true: longstraw-train's plan (receipts' rank_state.memory_plan) against the memory tracker's
 # per-step peak (memory.per_step.total_peak_bytes) within 10% on every rank, over a grid: both families,

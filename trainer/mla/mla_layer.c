@@ -376,10 +376,15 @@ static void dispatch_sizes(const ls_model_config *c, size_t C, size_t r, int bwd
     *ibytes = Ck * (sizeof(int32_t) + 2 * sizeof(size_t));
 }
 
-size_t LS_K(ls_mla_dispatch_bytes)(const ls_model_config *c, size_t C, int lora_r, int bwd) {
+/* The same with elements of esz bytes (the plan's compute dtype, not the build's). */
+static size_t dispatch_bytes_esz(const ls_model_config *c, size_t C, int lora_r, int bwd, size_t esz) {
     size_t reals, ib;
     dispatch_sizes(c, C, lora_r > 0 ? (size_t)lora_r : 0, bwd, &reals, &ib);
-    return R(reals) + ib;
+    return ls_sat_add(ls_sat_mul(reals, esz), ib);
+}
+
+size_t LS_K(ls_mla_dispatch_bytes)(const ls_model_config *c, size_t C, int lora_r, int bwd) {
+    return dispatch_bytes_esz(c, C, lora_r, bwd, sizeof(ls_real));
 }
 
 static ls_status dispatch_alloc(dispatch_bufs *b, const ls_params *p, size_t C, int bwd) {
@@ -761,7 +766,7 @@ static plan_layer plan_layer_fwd(const ls_model_config *c, const ls_family_plan_
         RQR(&m, 0, C * kk), RQR(&m, 0, C * E), RQR(&m, 0, C * Ie), RQR(&m, 0, C * Ie), RQR(&m, 0, C * Ie);
         RQ(&m, 0, (E + 1) * sizeof(size_t));
         out.moe = m.scr;
-        out.dispatch = LS_K(ls_mla_dispatch_bytes)(c, C, in->expert_lora_r, 0);
+        out.dispatch = dispatch_bytes_esz(c, C, in->expert_lora_r, 0, in->esz);
     }
     return out;
 }
@@ -790,7 +795,7 @@ static size_t plan_layer_bwd(const ls_model_config *c, const ls_family_plan_in *
         plan_layer f = plan_layer_fwd(c, in, 1, T, Tk, maxn, 0);
         b = ls_sat_add(b, f.moe);
         size_t C = moe_chunk() < T ? moe_chunk() : T;
-        *dispatch = LS_K(ls_mla_dispatch_bytes)(c, C, in->expert_lora_r, 1);
+        *dispatch = dispatch_bytes_esz(c, C, in->expert_lora_r, 1, in->esz);
     }
     return b;
 }
