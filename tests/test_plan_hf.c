@@ -180,6 +180,87 @@ Test(plan_hf, hostile_keys) {
     cJSON_Delete(arr);
 }
 
+/* GLM-5.2's published file has "index_topk_pattern": null (the per-layer schedule is in indexer_types);
+ * a pattern is mapped as transformers' GlmMoeDsaConfig reads it (one "F" full / "S" shared per layer, or a
+ * list like indexer_types), and must agree with the other schedules given beside it. */
+static void with_pattern(cJSON *d, cJSON *pattern) {
+    if (cJSON_GetObjectItemCaseSensitive(d, "index_topk_pattern"))
+        cJSON_ReplaceItemInObjectCaseSensitive(d, "index_topk_pattern", pattern);
+    else cJSON_AddItemToObject(d, "index_topk_pattern", pattern);
+}
+
+static size_t sets_of(const cJSON *d) {
+    ls_hf_model m;
+    char err[1024];
+    cr_assert_eq(ls_plan_hf_from_json(&m, d, "cfg.json", 0, err, sizeof err), LS_OK, "%s", err);
+    return m.index_sets;
+}
+
+Test(plan_hf, glm52_index_topk_pattern) {
+    cJSON *d = load_doc(HF("glm-5.2.json"));
+    const cJSON *pat = cJSON_GetObjectItemCaseSensitive(d, "index_topk_pattern");
+    cr_assert(pat && cJSON_IsNull(pat), "tests/data/hf/glm-5.2.json carries the published \"index_topk_pattern\": null");
+    cr_assert_eq(sets_of(d), 21);
+    /* GLM-5.2's schedule as a pattern string: full on 0-2 and every 4th layer from 6 */
+    char glm[79], all_f[79];
+    for (int i = 0; i < 78; ++i) {
+        glm[i] = i < 3 || (i + 1 - 3) % 4 == 0 ? 'F' : 'S';
+        all_f[i] = 'F';
+    }
+    glm[78] = all_f[78] = '\0';
+    with_pattern(d, cJSON_CreateString(glm));
+    cr_assert_eq(sets_of(d), 21, "the pattern agreeing with indexer_types and index_topk_freq");
+    /* the pattern alone (no indexer_types, no freq/offset) is the schedule */
+    cJSON_DeleteItemFromObjectCaseSensitive(d, "indexer_types");
+    cJSON_DeleteItemFromObjectCaseSensitive(d, "index_topk_freq");
+    cJSON_DeleteItemFromObjectCaseSensitive(d, "index_skip_topk_offset");
+    cr_assert_eq(sets_of(d), 21, "the pattern string alone");
+    glm[77] = 'F';
+    with_pattern(d, cJSON_CreateString(glm));
+    cr_assert_eq(sets_of(d), 22, "one more F, one more index-key set");
+    with_pattern(d, cJSON_CreateString(all_f));
+    cr_assert_eq(sets_of(d), 78);
+    /* a list like indexer_types */
+    cJSON *lst = cJSON_CreateArray();
+    for (int i = 0; i < 78; ++i) cJSON_AddItemToArray(lst, cJSON_CreateString(i % 2 ? "shared" : "full"));
+    with_pattern(d, lst);
+    cr_assert_eq(sets_of(d), 39, "a list pattern");
+    cJSON_Delete(d);
+}
+
+Test(plan_hf, glm52_index_topk_pattern_refused) {
+    char glm[79];
+    for (int i = 0; i < 78; ++i) glm[i] = i < 3 || (i + 1 - 3) % 4 == 0 ? 'F' : 'S';
+    glm[78] = '\0';
+    const char *g = HF("glm-5.2.json");
+    /* wrong types, lengths and letters */
+    mutate(g, 0, "index_topk_pattern", cJSON_CreateNumber(4), LS_ERR_FORMAT, "num_hidden_layers (78)");
+    mutate(g, 0, "index_topk_pattern", cJSON_CreateTrue(), LS_ERR_FORMAT, "string");
+    mutate(g, 0, "index_topk_pattern", cJSON_CreateString("FFFS"), LS_ERR_FORMAT, "num_hidden_layers (78)");
+    glm[10] = 'x';
+    mutate(g, 0, "index_topk_pattern", cJSON_CreateString(glm), LS_ERR_FORMAT, "entry 10");
+    glm[10] = 'F';
+    /* a first layer that shares with nothing */
+    glm[0] = 'S';
+    mutate(g, 0, "index_topk_pattern", cJSON_CreateString(glm), LS_ERR_FORMAT, "entry 0");
+    glm[0] = 'F';
+    /* a pattern that disagrees with indexer_types, named with the entry */
+    glm[5] = 'F';
+    mutate(g, 0, "index_topk_pattern", cJSON_CreateString(glm), LS_ERR_FORMAT, "entry 5");
+    /* without indexer_types, a pattern that disagrees with index_topk_freq / index_skip_topk_offset */
+    cJSON *d = load_doc(g);
+    cJSON_DeleteItemFromObjectCaseSensitive(d, "indexer_types");
+    with_pattern(d, cJSON_CreateString(glm));
+    expect_refused(d, 0, LS_ERR_FORMAT, "'index_topk_pattern'", "22");
+    cJSON_Delete(d);
+    /* a list entry that is neither full nor shared */
+    cJSON *lst = cJSON_CreateArray();
+    glm[5] = 'S';
+    for (int i = 0; i < 78; ++i)
+        cJSON_AddItemToArray(lst, cJSON_CreateString(i == 7 ? "F" : glm[i] == 'F' ? "full" : "shared"));
+    mutate(g, 0, "index_topk_pattern", lst, LS_ERR_FORMAT, "entry 7");
+}
+
 static void write_file(const char *path, const char *bytes, size_t len) {
     FILE *f = fopen(path, "wb");
     cr_assert(f);

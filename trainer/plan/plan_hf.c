@@ -48,7 +48,7 @@ static const char *const MLA_KEYS[] = {
     "rope_theta", "rope_parameters", "rope_scaling", "num_attention_heads", "num_key_value_heads", "head_dim",
     "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "qk_head_dim", "v_head_dim",
     "index_n_heads", "index_head_dim", "index_topk", "index_topk_freq", "index_skip_topk_offset",
-    "indexer_types", "n_routed_experts", "num_experts_per_tok", "n_group", "topk_group",
+    "index_topk_pattern", "indexer_types", "n_routed_experts", "num_experts_per_tok", "n_group", "topk_group",
     "first_k_dense_replace", "moe_intermediate_size", "routed_scaling_factor", "n_shared_experts",
     "moe_layer_freq", "mlp_layer_types", "layer_types", "num_nextn_predict_layers", "scoring_func",
     "topk_method", "norm_topk_prob", "hidden_act", "attention_bias", "tie_word_embeddings"};
@@ -262,6 +262,51 @@ static ls_status map_hybrid(ls_hf_model *m, const cJSON *o, int moe_as_dense, co
 
 /* ---- mla: DeepSeek-V3.2 / GLM-5 --------------------------------------------------------- */
 
+/* A per-layer index schedule (indexer_types or index_topk_pattern), read entry by entry: indexer_types
+ * is an array of "full" / "shared"; index_topk_pattern a string of "F" / "S" (transformers maps F to
+ * full, S to shared) or an array like indexer_types. */
+typedef struct {
+    const char *key;
+    const cJSON *it, *e; /* the value; the next array entry */
+    int present;         /* 0: absent or null */
+} index_sched;
+
+static ls_status sched_open(index_sched *s, const cJSON *o, const char *key, int n, const char *where, char *err,
+                            size_t err_len) {
+    memset(s, 0, sizeof *s);
+    s->key = key;
+    s->it = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!s->it || cJSON_IsNull(s->it)) return LS_OK;
+    int pattern = strcmp(key, "index_topk_pattern") == 0;
+    int str = pattern && cJSON_IsString(s->it) && s->it->valuestring;
+    if (str ? strlen(s->it->valuestring) != (size_t)n : !cJSON_IsArray(s->it) || cJSON_GetArraySize(s->it) != n)
+        FAIL(LS_ERR_FORMAT, "key '%s': must be %s of num_hidden_layers (%d) %s", key,
+             pattern ? "null, a string or an array" : "an array", n,
+             pattern ? "entries (\"F\" full, \"S\" shared)" : "strings (\"full\" or \"shared\")");
+    s->e = str ? NULL : s->it->child;
+    s->present = 1;
+    return LS_OK;
+}
+
+/* Entry i (called for i = 0, 1, ... in order): *t 1 full, 2 shared. */
+static ls_status sched_next(index_sched *s, int i, int *t, const char *where, char *err, size_t err_len) {
+    *t = 0;
+    if (!s->e) {
+        char ch = s->it->valuestring[i];
+        *t = ch == 'F' ? 1 : ch == 'S' ? 2 : 0;
+        if (!*t) FAIL(LS_ERR_FORMAT, "key '%s': entry %d is '%c', not \"F\" (full) or \"S\" (shared)", s->key, i,
+                      ch >= 32 && ch < 127 ? ch : '?');
+    } else {
+        const cJSON *e = s->e;
+        s->e = e->next;
+        if (cJSON_IsString(e) && e->valuestring)
+            *t = strcmp(e->valuestring, "full") == 0 ? 1 : strcmp(e->valuestring, "shared") == 0 ? 2 : 0;
+        if (!*t) FAIL(LS_ERR_FORMAT, "key '%s': entry %d must be \"full\" or \"shared\"", s->key, i);
+    }
+    if (i == 0 && *t == 2) FAIL(LS_ERR_FORMAT, "key '%s': entry 0 is \"shared\" with no earlier index to share", s->key);
+    return LS_OK;
+}
+
 static ls_status map_mla(ls_hf_model *m, const cJSON *o, const char *where, char *err, size_t err_len) {
     ls_model_config *c = &m->cfg;
     ls_status st;
@@ -330,32 +375,37 @@ static ls_status map_mla(ls_hf_model *m, const cJSON *o, const char *where, char
             if (!cJSON_IsString(e) || !e->valuestring || strcmp(e->valuestring, "deepseek_sparse_attention") != 0)
                 FAIL(LS_ERR_UNSUPPORTED, "key 'layer_types': entry %d must be \"deepseek_sparse_attention\"", i);
     }
-    /* index-key sets: indexer_types ("full" holds its own keys, "shared"
-     * reuses the last full layer's selection), else index_topk_freq and
-     * index_skip_topk_offset (full iff i < offset or (i + 1 - offset) % freq
-     * == 0), else every layer (DeepSeek-V3.2) */
+    /* index-key sets, per layer (transformers' GlmMoeDsaConfig, in its order of precedence): indexer_types
+     * ("full" holds its own keys, "shared" reuses the last full layer's selection), else index_topk_pattern
+     * (one "F" or "S" per layer, or a list like indexer_types), else index_topk_freq and
+     * index_skip_topk_offset (full iff i < offset or (i + 1 - offset) % freq == 0), else every layer
+     * (DeepSeek-V3.2).  A lower source given beside a higher one must agree with it. */
     if ((st = get_int(o, "index_topk_freq", 1, 1L << 20, 1, &freq, where, err, err_len)) != LS_OK ||
         (st = get_int(o, "index_skip_topk_offset", 0, 1L << 20, 0, &offset, where, err, err_len)) != LS_OK)
         return st;
     size_t from_freq = 0;
     for (long i = 0; i < c->n_layers; ++i)
         if (freq == 1 || i < offset || (i + 1 - offset) % freq == 0) ++from_freq;
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, "indexer_types");
-    if (it && !cJSON_IsNull(it)) {
-        if (!cJSON_IsArray(it) || cJSON_GetArraySize(it) != c->n_layers)
-            FAIL(LS_ERR_FORMAT, "key 'indexer_types': must be an array of num_hidden_layers (%d) strings", c->n_layers);
-        size_t full = 0;
-        int i = 0;
-        for (const cJSON *e = it->child; e; e = e->next, ++i) {
-            if (!cJSON_IsString(e) || !e->valuestring ||
-                (strcmp(e->valuestring, "full") != 0 && strcmp(e->valuestring, "shared") != 0))
-                FAIL(LS_ERR_FORMAT, "key 'indexer_types': entry %d must be \"full\" or \"shared\"", i);
-            if (e->valuestring[0] == 'f') ++full;
-            else if (i == 0) FAIL(LS_ERR_FORMAT, "key 'indexer_types': entry 0 is \"shared\" with no earlier index to share");
-        }
+    index_sched ty, pa;
+    if ((st = sched_open(&ty, o, "indexer_types", c->n_layers, where, err, err_len)) != LS_OK ||
+        (st = sched_open(&pa, o, "index_topk_pattern", c->n_layers, where, err, err_len)) != LS_OK)
+        return st;
+    size_t full = 0;
+    for (int i = 0; (ty.present || pa.present) && i < c->n_layers; ++i) {
+        int a = 0, b = 0;
+        if ((ty.present && (st = sched_next(&ty, i, &a, where, err, err_len)) != LS_OK) ||
+            (pa.present && (st = sched_next(&pa, i, &b, where, err, err_len)) != LS_OK))
+            return st;
+        if (a && b && a != b)
+            FAIL(LS_ERR_FORMAT, "key 'index_topk_pattern': entry %d is %s, but indexer_types has \"%s\" there", i,
+                 b == 1 ? "full" : "shared", a == 1 ? "full" : "shared");
+        full += (a ? a : b) == 1;
+    }
+    if (ty.present || pa.present) {
+        const char *src = ty.present ? "indexer_types" : "index_topk_pattern";
         if (cJSON_GetObjectItemCaseSensitive(o, "index_topk_freq") && full != from_freq)
-            FAIL(LS_ERR_FORMAT, "key 'indexer_types': %zu \"full\" layers, but index_topk_freq %ld with "
-                 "index_skip_topk_offset %ld gives %zu", full, freq, offset, from_freq);
+            FAIL(LS_ERR_FORMAT, "key '%s': %zu \"full\" layers, but index_topk_freq %ld with "
+                 "index_skip_topk_offset %ld gives %zu", src, full, freq, offset, from_freq);
         m->index_sets = full;
     } else {
         m->index_sets = from_freq;

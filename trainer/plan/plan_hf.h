@@ -8,7 +8,8 @@
  *    active width (the result then says so);
  *  - mla: DeepSeek-V3.2 (`deepseek_v32`) and GLM-5 (`glm_moe_dsa`), with the
  *    number of layers that hold their own DSA index keys (GLM's
- *    `indexer_types`, or `index_topk_freq` / `index_skip_topk_offset`).
+ *    `indexer_types`, else `index_topk_pattern`, else `index_topk_freq` /
+ *    `index_skip_topk_offset`; those given together must agree).
  *
  * The file is hostile input: read under a size cap, every key of the object
  * is either mapped (type and range checked), required to hold the one value
