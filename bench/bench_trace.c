@@ -35,7 +35,7 @@ static int count_cb(const ls_trace_event *ev, void *user) {
 
 static int run(const char *path, long n, result *res) {
     static const int32_t members[] = {0, 1};
-    ls_trace_group g = {"world", members, 2};
+    ls_trace_group g = {"world", members, 2, NULL};
     ls_trace_header h = {0};
     h.run_id = "bench";
     h.rank = 0;

@@ -18,7 +18,9 @@ static const char *const PHASE_NAMES[] = {
 static const char *const LAYER_KIND_NAMES[] = {"gdn", "attn", "mla", "embed", "head", NULL};
 static const char *const DIR_NAMES[] = {"fwd", "bwd", NULL};
 static const char *const OP_NAMES[] = {
-    "allreduce", "broadcast", "allgather", "sendrecv", "reduce_scatter", "barrier", NULL,
+    "allreduce", "broadcast", "allgather", "sendrecv", "reduce_scatter", "barrier",
+    "all_to_all", /* v1 too since the EP grid (index LS_TRACE_OP_ALL_TO_ALL) */
+    NULL,
 };
 static const char *const RED_NAMES[] = {"sum", "max", "none", NULL};
 static const char *const DTYPE_NAMES[] = {"f32", "f64", "i64", "u8", NULL};

@@ -362,16 +362,18 @@ static void take_header(ls_trace_reader *r, cJSON *h, const loc *at) {
             char field[48];
             snprintf(field, sizeof field, "groups[%d]", gi);
             const cJSON *name = cJSON_GetObjectItemCaseSensitive(g, "name");
-            if (!ls_json_is_object(g) || cJSON_GetArraySize(g) != (v2 ? 3 : 2) || !ls_json_is_string(name) ||
+            /* v1: the kind is optional (longstraw-train names it for its CP x EP grid's groups) */
+            const cJSON *gk = ls_json_is_object(g) ? cJSON_GetObjectItemCaseSensitive(g, "kind") : NULL;
+            int want_kind = v2 || gk != NULL;
+            if (!ls_json_is_object(g) || cJSON_GetArraySize(g) != (want_kind ? 3 : 2) || !ls_json_is_string(name) ||
                 !ls_trace_is_token(name->valuestring) ||
                 !check_members(cJSON_GetObjectItemCaseSensitive(g, "members"), world) ||
-                (v2 && !is_group_kind(ls_json_is_string(cJSON_GetObjectItemCaseSensitive(g, "kind"))
-                                          ? cJSON_GetObjectItemCaseSensitive(g, "kind")->valuestring
-                                          : NULL))) {
+                (want_kind && !is_group_kind(ls_json_is_string(gk) ? gk->valuestring : NULL))) {
                 header_bad(r, at, field,
                            v2 ? "must be {name: token, kind: world|dp|cp|tp|pp|ep, members: [distinct ranks of "
                                 "world], non-empty}"
-                              : "must be {name: token, members: [distinct ranks of world], non-empty}");
+                              : "must be {name: token, optional kind: world|dp|cp|tp|pp|ep, members: [distinct "
+                                "ranks of world], non-empty}");
                 continue;
             }
             for (const cJSON *o = it->child; o != g; o = o->next) {

@@ -278,6 +278,12 @@ static ls_status header_check(const char *path, const ls_trace_header *h, const 
             bad = tmp;
             break;
         }
+        if (gr->kind && strcmp(gr->kind, "world") && strcmp(gr->kind, "dp") && strcmp(gr->kind, "cp") &&
+            strcmp(gr->kind, "tp") && strcmp(gr->kind, "pp") && strcmp(gr->kind, "ep")) {
+            snprintf(tmp, sizeof tmp, "groups[%zu].kind must be world, dp, cp, tp, pp or ep", g);
+            bad = tmp;
+            break;
+        }
         for (size_t j = 0; j < g; j++)
             if (strcmp(h->groups[j].name, gr->name) == 0) {
                 snprintf(tmp, sizeof tmp, "groups[%zu].name \"%s\" repeats groups[%zu]", g, gr->name, j);
@@ -324,6 +330,10 @@ static void header_put(ls_trace_json_buf *b, const ls_trace_header *h, const cha
     for (size_t g = 0; g < h->n_groups; g++) {
         ls_trace_json_put_lit(b, g ? ",{\"name\":" : "{\"name\":");
         ls_trace_json_put_str(b, h->groups[g].name);
+        if (h->groups[g].kind) {
+            ls_trace_json_put_lit(b, ",\"kind\":");
+            ls_trace_json_put_str(b, h->groups[g].kind);
+        }
         ls_trace_json_put_lit(b, ",\"members\":[");
         for (size_t m = 0; m < h->groups[g].n_members; m++) {
             if (m) ls_trace_json_put_raw(b, ",", 1);
@@ -567,7 +577,7 @@ static ls_status collective_locked(ls_trace_writer *w, const ls_trace_collective
         }
     }
     if (st == LS_OK) st = chk_int(w, K, "gseq", c->gseq, 0);
-    if (st == LS_OK) st = chk_enum(w, K, "op", (int)c->op, LS_TRACE_OP_COUNT);
+    if (st == LS_OK) st = chk_enum(w, K, "op", (int)c->op, LS_TRACE_OP_ALL_TO_ALL + 1); /* v1: all_to_all for EP */
     if (st == LS_OK) st = chk_enum(w, K, "red", (int)c->red, LS_TRACE_RED_COUNT);
     if (st == LS_OK) st = chk_int(w, K, "count", c->count, 0);
     if (st == LS_OK) st = chk_enum(w, K, "dtype", (int)c->dtype, LS_TRACE_DTYPE_COUNT);

@@ -71,6 +71,7 @@ typedef struct {
     const char *name;
     const int32_t *members;
     size_t n_members;
+    const char *kind; /* NULL: not written (v1); else world, dp, cp, tp, pp or ep */
 } ls_trace_group;
 
 /* The header line.  All pointers are borrowed for the duration of

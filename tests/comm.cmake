@@ -20,6 +20,15 @@ elseif(MPIEXEC_EXECUTABLE)
     set_tests_properties(test_comm_np${np} PROPERTIES TIMEOUT 120
       ENVIRONMENT "${LS_MPI_TEST_ENV}")
   endforeach()
+  # the CP x EP grid (ls_comm_grid): 2 x 2, 1 x 2, 1 x 4, and ep 3 refused on 4 ranks
+  foreach(g "4;2" "2;2" "4;4" "4;3" "2;1")
+    list(GET g 0 np)
+    list(GET g 1 ep)
+    add_test(NAME test_comm_grid_np${np}_ep${ep}
+             COMMAND ${MPIEXEC_EXECUTABLE} ${LS_MPIRUN_FLAGS} ${MPIEXEC_NUMPROC_FLAG} ${np}
+                     $<TARGET_FILE:test_comm> grid${ep} ${np})
+    set_tests_properties(test_comm_grid_np${np}_ep${ep} PROPERTIES TIMEOUT 120 ENVIRONMENT "${LS_MPI_TEST_ENV}")
+  endforeach()
   # ls_comm_abort(c, 3) on one rank ends every rank, mpirun exits 3, no hang
   add_test(NAME test_comm_abort_np3
            COMMAND sh -c "\"$0\" \"$@\" 2>/dev/null; test $? -eq 3" ${MPIEXEC_EXECUTABLE} ${LS_MPIRUN_FLAGS} ${MPIEXEC_NUMPROC_FLAG} 3

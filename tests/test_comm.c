@@ -24,6 +24,11 @@
  *  - the trace has one collective event per call, gseq 0, 1, 2, ... with the
  *    expected fields, read back with the trace reader; a writer whose header
  *    lacks the group makes ls_comm_trace_status fail;
+ *  - alltoallv with blocks of every size (its own block too) delivers every
+ *    value, and a receive count that disagrees with its sender's is refused
+ *    on every rank;
+ *  - `test_comm gridEP W`: the CP x EP grid's groups, members and sums, and
+ *    the refusal of an ep that does not divide the world;
  *  - the per-purpose statistics equal the test's own tally.
  * Exits 1 when any check failed on this rank (mpirun then fails). */
 #include <math.h>
@@ -393,6 +398,81 @@ static void check_stats(ls_comm *c) {
           (unsigned long long)total);
 }
 
+
+/* alltoallv: rank r sends r + q + 1 values to rank q (its block to itself
+ * too), value 1000 r + 100 q + i, placed in reverse rank order in recv; every
+ * received value is checked.  Then a receive count that disagrees with its
+ * sender's is refused on every rank with no event. */
+static void test_alltoallv(ls_comm *c, ls_comm_group *g, int record) {
+    int n = ls_group_size(g), me = ls_group_rank(g);
+    size_t sc[64], sd[64], rc[64], rd[64], stot = 0, rtot = 0;
+    for (int q = 0; q < n; q++) sc[q] = (size_t)(me + q + 1), sd[q] = stot, stot += sc[q];
+    for (int q = n - 1; q >= 0; q--) rc[q] = (size_t)(q + me + 1), rd[q] = rtot, rtot += rc[q];
+    double *sb = malloc(stot * sizeof *sb), *rb = malloc(rtot * sizeof *rb);
+    for (int q = 0; q < n; q++)
+        for (size_t i = 0; i < sc[q]; i++) sb[sd[q] + i] = 1000.0 * me + 100.0 * q + (double)i;
+    OK(c, ls_group_alltoallv(g, sb, sc, sd, rb, rc, rd, LS_TRACE_DTYPE_F64, "a2a_test", 2));
+    int64_t total = 0, out = 0;
+    for (int r = 0; r < n; r++)
+        for (int q = 0; q < n; q++) total += r + q + 1;
+    for (int q = 0; q < n; q++) out += q == me ? 0 : (int64_t)sc[q];
+    if (record) want(LS_TRACE_OP_ALL_TO_ALL, LS_TRACE_RED_NONE, total, LS_TRACE_DTYPE_F64, out * 8, "a2a_test", 2);
+    for (int r = 0; r < n; r++)
+        for (size_t i = 0; i < rc[r]; i++)
+            CHECK(rb[rd[r] + i] == 1000.0 * r + 100.0 * me + (double)i, "alltoallv: from rank %d value %zu is %g", r,
+                  i, rb[rd[r] + i]);
+    /* the last rank expects one value more from rank 0 than rank 0 sends: every rank refuses */
+    if (me == n - 1) rc[0]++;
+    ls_status st = ls_group_alltoallv(g, sb, sc, sd, rb, rc, rd, LS_TRACE_DTYPE_F64, "a2a_bad", -1);
+    CHECK(st == LS_ERR_ARG, "alltoallv with a disagreeing count: %s, want LS_ERR_ARG", ls_status_str(st));
+    CHECK(st != LS_ERR_ARG || strstr(ls_comm_last_error(c), "expects") != NULL, "alltoallv refusal: '%s'",
+          ls_comm_last_error(c));
+    free(sb), free(rb);
+}
+
+/* The CP x EP grid (test_comm grid W EP): groups, members, sums over each. */
+static int run_grid(ls_comm *c, int ep) {
+    char err[256];
+    int W = ls_comm_world(c), r = ls_comm_rank(c);
+    g_rank = r, g_world = W;
+    ls_status st = ls_comm_grid(c, ep, err, sizeof err);
+    if (W % ep != 0) {
+        CHECK(st == LS_ERR_ARG && strstr(err, "--ep") != NULL, "grid %d of %d: %s '%s', want a refusal naming --ep",
+              W, ep, ls_status_str(st), err);
+        return g_fails ? 1 : 0;
+    }
+    CHECK(st == LS_OK, "grid: %s", err);
+    ls_comm_group *cp = ls_comm_cp(c), *epg = ls_comm_ep(c), *all = ls_comm_all(c);
+    CHECK(ls_comm_ep_size(c) == ep, "ep size %d", ls_comm_ep_size(c));
+    CHECK(ls_group_size(all) == W && ls_group_rank(all) == r, "the all group is not the world");
+    CHECK(ls_group_size(cp) == W / ep && ls_group_rank(cp) == r / ep, "cp group: rank %d of %d", ls_group_rank(cp),
+          ls_group_size(cp));
+    CHECK(ep == 1 ? epg == NULL : (ls_group_size(epg) == ep && ls_group_rank(epg) == r % ep), "ep group");
+    int32_t m[64];
+    size_t nm = ls_group_members(cp, m, 64);
+    for (size_t i = 0; i < nm; i++) CHECK(m[i] == (int32_t)i * ep + r % ep, "cp member %zu is %d", i, m[i]);
+    if (epg) {
+        nm = ls_group_members(epg, m, 64);
+        for (size_t i = 0; i < nm; i++) CHECK(m[i] == (r / ep) * ep + (int32_t)i, "ep member %zu is %d", i, m[i]);
+        CHECK(strcmp(ls_group_kind(epg), "ep") == 0 && strcmp(ls_group_kind(cp), "cp") == 0 &&
+                  strcmp(ls_group_name(all), "world") == 0, "group kinds/names");
+    }
+    /* a sum over each group is the sum of its members' world ranks */
+    double v = r, want_cp = 0, want_ep = 0;
+    OK(c, ls_group_allreduce_sum(cp, &v, 1, LS_TRACE_DTYPE_F64, "grid_cp", -1));
+    for (int i = 0; i < W / ep; i++) want_cp += i * ep + r % ep;
+    CHECK(v == want_cp, "cp sum %g, want %g", v, want_cp);
+    if (epg) {
+        v = r;
+        OK(c, ls_group_allreduce_sum(epg, &v, 1, LS_TRACE_DTYPE_F64, "grid_ep", -1));
+        for (int i = 0; i < ep; i++) want_ep += (r / ep) * ep + i;
+        CHECK(v == want_ep, "ep sum %g, want %g", v, want_ep);
+        test_alltoallv(c, epg, 0);
+    }
+    CHECK(ls_comm_grid(c, ep, err, sizeof err) == (ep > 1 ? LS_ERR_ARG : LS_OK), "a second grid");
+    return g_fails ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: test_comm single|mpi|abort|refused WORLD\n");
@@ -416,6 +496,12 @@ int main(int argc, char **argv) {
         return 1;
     }
     ls_comm_group *g = ls_comm_cp(c);
+    if (strncmp(want_backend, "grid", 4) == 0) { /* "grid<EP>" */
+        int rc = run_grid(c, atoi(want_backend + 4));
+        if (rc) fprintf(stderr, "test_comm: rank %d: grid FAILED\n", g_rank);
+        ls_comm_close(c);
+        return rc;
+    }
     if (strcmp(want_backend, "abort") == 0) {
         /* the last rank aborts while the others wait in a barrier: every
          * rank must end (mpirun exits non-zero) rather than hang */
@@ -442,7 +528,7 @@ int main(int argc, char **argv) {
     snprintf(path2, sizeof path2, "%s/nogroup.jsonl", dir);
     int32_t members[64];
     for (int k = 0; k < g_world && k < 64; k++) members[k] = k;
-    ls_trace_group grp = {"cp", members, (size_t)(g_world < 64 ? g_world : 64)};
+    ls_trace_group grp = {"cp", members, (size_t)(g_world < 64 ? g_world : 64), NULL};
     ls_trace_header hdr = {.run_id = "comm-test", .rank = g_rank, .world = g_world, .groups = &grp, .n_groups = 1};
     ls_trace_writer *w = NULL;
     st = ls_trace_writer_open(&w, path, &hdr);
@@ -453,6 +539,7 @@ int main(int argc, char **argv) {
     test_max_bcast_gather(c, g);
     test_p2p(c, g);
     test_refusals(c, g);
+    test_alltoallv(c, g, 1);
     OK(c, ls_group_allreduce_sum(g, NULL, 0, LS_TRACE_DTYPE_F64, "empty_sum", -1));
     want(LS_TRACE_OP_ALLREDUCE, LS_TRACE_RED_SUM, 0, LS_TRACE_DTYPE_F64, 0, "empty_sum", -1);
     CHECK(ls_comm_trace_status(c) == LS_OK, "trace status %s", ls_status_str(ls_comm_trace_status(c)));

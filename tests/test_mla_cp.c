@@ -547,7 +547,7 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/rank%d.jsonl", dir, rank_);
     int32_t members[64];
     for (int r = 0; r < world_; r++) members[r] = r;
-    ls_trace_group tg = {"cp", members, (size_t)world_};
+    ls_trace_group tg = {"cp", members, (size_t)world_, NULL};
     ls_trace_header hdr = {.run_id = "mla-cp-test", .rank = rank_, .world = world_, .groups = &tg, .n_groups = 1};
     ls_trace_writer *w = NULL;
     MUST(ls_trace_writer_open(&w, path, &hdr));

@@ -399,7 +399,7 @@ Test(trace_roundtrip, invalid_header_or_existing_file_refused) {
     h.run_id = "has space";
     cr_assert_eq(ls_trace_writer_open(&w, path, &h), LS_ERR_ARG);
     static const int32_t bad_members[] = {0, 7};
-    ls_trace_group g = {"bad", bad_members, 2};
+    ls_trace_group g = {"bad", bad_members, 2, NULL};
     h = tt_header();
     h.groups = &g;
     h.n_groups = 1;

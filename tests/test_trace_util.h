@@ -65,7 +65,7 @@ static inline void tt_spit(const char *path, const void *b, size_t n) {
 
 static const int32_t TT_WORLD_MEMBERS[] = {0, 1, 2, 3};
 static const int32_t TT_PAIR_MEMBERS[] = {0, 1};
-static const ls_trace_group TT_GROUPS[] = {{"world", TT_WORLD_MEMBERS, 4}, {"pair", TT_PAIR_MEMBERS, 2}};
+static const ls_trace_group TT_GROUPS[] = {{"world", TT_WORLD_MEMBERS, 4, NULL}, {"pair", TT_PAIR_MEMBERS, 2, NULL}};
 
 /* rank 1 of 4; fixed host/pid/start so header text is reproducible. */
 static inline ls_trace_header tt_header(void) {

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trainer/base/coll_memo.h"
 #include "trainer/dist/comm_backend.h"
 
 #define MAX_PURPOSES 64
@@ -46,7 +47,10 @@ static const ls_comm_ops *const backends[] = {
 struct ls_comm {
     const ls_comm_ops *be;
     void *state; /* the backend's */
-    ls_comm_group cp;
+    ls_comm_group world; /* every rank (the backend's group); named "world" in a grid with ep > 1 */
+    ls_comm_group cp;    /* the world itself (ep 1), else this rank's CP group (ls_comm_grid) */
+    ls_comm_group ep;    /* this rank's EP group (ep > 1 only) */
+    int ep_size;         /* the grid's ep (1: no grid) */
     ls_trace_writer *w;
     ls_status trace_st;
     char err[512];
@@ -204,6 +208,20 @@ static int ranges_overlap(const void *a, size_t an, const void *b, size_t bn) {
 
 static size_t piece(size_t n, size_t off, size_t max) { return n - off < max ? n - off : max; }
 
+/* The checkpointed replay's recompute (trainer/base/coll_memo.h): with a replaying memo current a call
+ * takes the forward's result (1: *st says whether it matched) and communicates nothing; with a recording
+ * one, *dg is its input digest for memo_keep after the call. */
+static int memo_take(const char *op, const char *purpose, int layer, const void *in, size_t in_bytes, void *out,
+                     size_t out_bytes, ls_status *st, uint64_t *dg) {
+    *dg = 0;
+    if (!ls_coll_memo_current()) return 0;
+    *dg = ls_coll_memo_digest(in, in_bytes);
+    return ls_coll_memo_take(op, purpose, layer, *dg, out, out_bytes, st);
+}
+static void memo_keep(const char *op, const char *purpose, int layer, uint64_t dg, const void *out, size_t bytes) {
+    if (ls_coll_memo_active(LS_COLL_MEMO_RECORD)) ls_coll_memo_put(op, purpose, layer, dg, out, bytes);
+}
+
 /* Gathers k elements (k <= LS_COMM_SUM_CHUNK) from every rank into scratch
  * (rank r at r*k); g->size > 1. */
 static ls_status gather_piece(ls_comm_group *g, const void *src, size_t k, ls_trace_dtype dt,
@@ -232,18 +250,20 @@ ls_status ls_comm_open(ls_comm **out, int *argc, char ***argv, char *err, size_t
         snprintf(err, err_len, "ls_comm_open: out of memory");
         return LS_ERR_NOMEM;
     }
-    c->cp = (ls_comm_group){.c = c, .name = "cp", .rank = 0, .size = 1};
+    c->world = (ls_comm_group){.c = c, .name = "cp", .kind = "cp", .rank = 0, .size = 1};
+    c->ep_size = 1;
     const ls_comm_ops *be = backends[N_BACKENDS - 1];
     for (size_t i = 0; i < N_BACKENDS; i++)
         if (backends[i]->claims()) {
             be = backends[i];
             break;
         }
-    ls_status st = be->open(&c->state, &c->cp, argc, argv, err, err_len);
+    ls_status st = be->open(&c->state, &c->world, argc, argv, err, err_len);
     if (st != LS_OK) {
         free(c);
         return st;
     }
+    c->cp = c->world; /* one group until ls_comm_grid splits it */
     c->be = be;
     *out = c;
     return LS_OK;
@@ -251,13 +271,74 @@ ls_status ls_comm_open(ls_comm **out, int *argc, char ***argv, char *err, size_t
 
 void ls_comm_close(ls_comm *c) {
     if (!c) return;
-    c->be->close(c->state, &c->cp);
+    if (c->ep_size > 1 && c->be->group_free) {
+        c->be->group_free(&c->cp);
+        c->be->group_free(&c->ep);
+    }
+    c->be->close(c->state, &c->world);
     free(c->scratch);
     free(c);
 }
 
-int ls_comm_rank(const ls_comm *c) { return c ? c->cp.rank : 0; }
-int ls_comm_world(const ls_comm *c) { return c ? c->cp.size : 1; }
+int ls_comm_rank(const ls_comm *c) { return c ? c->world.rank : 0; }
+int ls_comm_world(const ls_comm *c) { return c ? c->world.size : 1; }
+
+ls_status ls_comm_grid(ls_comm *c, int ep, char *err, size_t err_len) {
+    if (!c) return LS_ERR_ARG;
+    int W = c->world.size;
+    if (c->ep_size != 1) {
+        snprintf(err, err_len, "--ep: the grid is already %d x %d", W / c->ep_size, c->ep_size);
+        return LS_ERR_ARG;
+    }
+    if (ep < 1 || W % ep != 0) {
+        snprintf(err, err_len, "--ep %d: does not divide the world of %d rank(s) (world = cp x ep)", ep, W);
+        return LS_ERR_ARG;
+    }
+    if (ep == 1) return LS_OK;
+    if (!c->be->split) {
+        snprintf(err, err_len, "--ep %d: the %s backend cannot split its group", ep, c->be->name);
+        return LS_ERR_ARG;
+    }
+    int r = c->world.rank, cp_idx = r / ep, ep_idx = r % ep;
+    c->world.name = c->world.kind = "world";
+    c->world.gseq = 0; /* nothing recorded before the grid: the trace opens after it */
+    ls_comm_group cp = {.c = c, .kind = "cp"}, epg = {.c = c, .kind = "ep"};
+    snprintf(cp.name_buf, sizeof cp.name_buf, "cp-e%d", ep_idx);
+    snprintf(epg.name_buf, sizeof epg.name_buf, "ep-c%d", cp_idx);
+    ls_status st = c->be->split(&c->world, ep_idx, cp_idx, &cp);
+    if (st == LS_OK) {
+        st = c->be->split(&c->world, cp_idx, ep_idx, &epg);
+        if (st != LS_OK) c->be->group_free(&cp);
+    }
+    if (st != LS_OK) {
+        snprintf(err, err_len, "--ep %d: %s", ep, c->err);
+        return st;
+    }
+    c->cp = cp;
+    c->ep = epg;
+    c->cp.name = c->cp.name_buf;
+    c->ep.name = c->ep.name_buf;
+    c->ep_size = ep;
+    return LS_OK;
+}
+
+int ls_comm_ep_size(const ls_comm *c) { return c ? c->ep_size : 1; }
+ls_comm_group *ls_comm_ep(ls_comm *c) { return c && c->ep_size > 1 ? &c->ep : NULL; }
+ls_comm_group *ls_comm_all(ls_comm *c) { return c ? (c->ep_size > 1 ? &c->world : &c->cp) : NULL; }
+
+size_t ls_group_members(const ls_comm_group *g, int32_t *out, size_t cap) {
+    if (!g) return 0;
+    const ls_comm *c = g->c;
+    int ep = c->ep_size, r = c->world.rank;
+    size_t n = (size_t)g->size;
+    for (size_t i = 0; out && i < n && i < cap; i++) {
+        if (g == &c->ep) out[i] = (int32_t)((r / ep) * ep + (int)i);
+        else if (g == &c->cp && ep > 1) out[i] = (int32_t)((int)i * ep + r % ep);
+        else out[i] = (int32_t)i;
+    }
+    return n;
+}
+const char *ls_group_kind(const ls_comm_group *g) { return g ? g->kind : ""; }
 const char *ls_comm_backend(const ls_comm *c) { return c ? c->be->name : "single"; }
 
 const char *ls_comm_mpi_library(void) {
@@ -306,12 +387,15 @@ ls_status ls_group_allreduce_max(ls_comm_group *g, void *buf, size_t n, ls_trace
     size_t bytes = 0;
     ls_status st = check_reduce(g, OP, buf, n, dt, purpose, layer, &bytes);
     if (st != LS_OK) return st;
+    uint64_t dg;
+    if (memo_take(OP, purpose, layer, buf, bytes, buf, bytes, &st, &dg)) return st;
     ls_comm_call call;
     record(g, LS_TRACE_OP_ALLREDUCE, LS_TRACE_RED_MAX, n, dt, bytes, OP, purpose, layer, &call);
     const ls_comm_ops *be = g->c->be;
     size_t es = ls_comm_dtype_size(dt);
     for (size_t off = 0; off < n && st == LS_OK; off += be->max_count)
         st = be->allreduce_max(g, (unsigned char *)buf + off * es, piece(n, off, be->max_count), dt, &call);
+    if (st == LS_OK) memo_keep(OP, purpose, layer, dg, buf, bytes);
     return st;
 }
 
@@ -321,17 +405,19 @@ ls_status ls_group_allreduce_sum(ls_comm_group *g, void *buf, size_t n, ls_trace
     size_t bytes = 0;
     ls_status st = check_reduce(g, OP, buf, n, dt, purpose, layer, &bytes);
     if (st != LS_OK) return st;
+    uint64_t dg;
+    if (memo_take(OP, purpose, layer, buf, bytes, buf, bytes, &st, &dg)) return st;
     ls_comm_call call;
     record(g, LS_TRACE_OP_ALLREDUCE, LS_TRACE_RED_SUM, n, dt, bytes, OP, purpose, layer, &call);
-    if (g->size == 1) return LS_OK; /* the sum of one contribution */
     size_t es = ls_comm_dtype_size(dt);
-    for (size_t off = 0; off < n; off += LS_COMM_SUM_CHUNK) {
+    for (size_t off = 0; g->size > 1 && off < n; off += LS_COMM_SUM_CHUNK) { /* one rank: its own contribution */
         size_t k = piece(n, off, LS_COMM_SUM_CHUNK);
         unsigned char *p = (unsigned char *)buf + off * es;
         st = gather_piece(g, p, k, dt, &call);
         if (st != LS_OK) return st;
         ordered_sum(p, g->c->scratch, k, g->size, dt);
     }
+    memo_keep(OP, purpose, layer, dg, buf, bytes);
     return LS_OK;
 }
 
@@ -347,6 +433,8 @@ ls_status ls_group_broadcast(ls_comm_group *g, void *buf, size_t n, ls_trace_dty
         return LS_ERR_ARG;
     }
     if (n && !buf) return null_buf(g, OP, purpose, "buf");
+    uint64_t dg;
+    if (memo_take(OP, purpose, layer, buf, root == g->rank ? bytes : 0, buf, bytes, &st, &dg)) return st;
     ls_comm_call call;
     record(g, LS_TRACE_OP_BROADCAST, LS_TRACE_RED_NONE, n, dt, root == g->rank ? bytes : 0, OP, purpose, layer,
            &call);
@@ -354,6 +442,7 @@ ls_status ls_group_broadcast(ls_comm_group *g, void *buf, size_t n, ls_trace_dty
     size_t es = ls_comm_dtype_size(dt);
     for (size_t off = 0; off < n && st == LS_OK; off += be->max_count)
         st = be->broadcast(g, (unsigned char *)buf + off * es, piece(n, off, be->max_count), dt, root, &call);
+    if (st == LS_OK) memo_keep(OP, purpose, layer, dg, buf, bytes);
     return st;
 }
 
@@ -370,14 +459,21 @@ ls_status ls_group_allgather(ls_comm_group *g, const void *send, void *recv, siz
         ls_comm_fail(g, "comm: %s '%s': send and recv overlap", OP, purpose);
         return LS_ERR_ARG;
     }
+    uint64_t dg;
+    if (memo_take(OP, purpose, layer, send, bytes, recv, bytes * (size_t)g->size, &st, &dg)) return st;
     ls_comm_call call;
     record(g, LS_TRACE_OP_ALLGATHER, LS_TRACE_RED_NONE, n, dt, bytes, OP, purpose, layer, &call);
     size_t es = ls_comm_dtype_size(dt);
     if (g->size == 1) {
         if (n) memcpy(recv, send, bytes);
+        memo_keep(OP, purpose, layer, dg, recv, bytes);
         return LS_OK;
     }
-    if (n <= g->c->be->max_count) return g->c->be->allgather(g, send, recv, n, dt, &call);
+    if (n <= g->c->be->max_count) {
+        st = g->c->be->allgather(g, send, recv, n, dt, &call);
+        if (st == LS_OK) memo_keep(OP, purpose, layer, dg, recv, bytes * (size_t)g->size);
+        return st;
+    }
     /* very large n: in pieces through the scratch buffer */
     for (size_t off = 0; off < n; off += LS_COMM_SUM_CHUNK) {
         size_t k = piece(n, off, LS_COMM_SUM_CHUNK);
@@ -386,6 +482,7 @@ ls_status ls_group_allgather(ls_comm_group *g, const void *send, void *recv, siz
         for (int r = 0; r < g->size; r++)
             memcpy((unsigned char *)recv + ((size_t)r * n + off) * es, g->c->scratch + (size_t)r * k * es, k * es);
     }
+    memo_keep(OP, purpose, layer, dg, recv, bytes * (size_t)g->size);
     return LS_OK;
 }
 
@@ -414,11 +511,15 @@ ls_status ls_group_sendrecv(ls_comm_group *g, const void *send, int dst, void *r
         ls_comm_fail(g, "comm: %s '%s': send and recv overlap", OP, purpose);
         return LS_ERR_ARG;
     }
+    uint64_t dg;
+    size_t in_b = dst >= 0 ? bytes : 0, out_b = src >= 0 ? bytes : 0;
+    if (memo_take(OP, purpose, layer, send, in_b, recv, out_b, &st, &dg)) return st;
     ls_comm_call call;
     record(g, LS_TRACE_OP_SENDRECV, LS_TRACE_RED_NONE, n, dt, dst >= 0 && dst != g->rank ? bytes : 0, OP, purpose,
            layer, &call);
     if (dst == g->rank) { /* to and from itself */
         if (n) memcpy(recv, send, bytes);
+        memo_keep(OP, purpose, layer, dg, recv, out_b);
         return LS_OK;
     }
     const ls_comm_ops *be = g->c->be;
@@ -429,8 +530,10 @@ ls_status ls_group_sendrecv(ls_comm_group *g, const void *send, int dst, void *r
         const void *sp = dst >= 0 && n ? (const unsigned char *)send + off * es : NULL;
         void *rp = src >= 0 && n ? (unsigned char *)recv + off * es : NULL;
         st = be->sendrecv(g, sp, dst, rp, src, k, dt, &call);
-        if (st != LS_OK || n == 0) return st;
+        if (st != LS_OK) return st;
+        if (n == 0) break;
     }
+    memo_keep(OP, purpose, layer, dg, recv, out_b);
     return LS_OK;
 }
 
@@ -440,9 +543,88 @@ ls_status ls_group_barrier(ls_comm_group *g, const char *purpose) {
     size_t bytes = 0;
     ls_status st = check_common(g, OP, 0, LS_TRACE_DTYPE_U8, purpose, -1, &bytes);
     if (st != LS_OK) return st;
+    uint64_t dg;
+    if (memo_take(OP, purpose, -1, NULL, 0, NULL, 0, &st, &dg)) return st;
     ls_comm_call call;
     record(g, LS_TRACE_OP_BARRIER, LS_TRACE_RED_NONE, 0, LS_TRACE_DTYPE_U8, 0, OP, purpose, -1, &call);
-    return g->c->be->barrier(g, &call);
+    st = g->c->be->barrier(g, &call);
+    if (st == LS_OK) memo_keep(OP, purpose, -1, dg, NULL, 0);
+    return st;
+}
+
+ls_status ls_group_alltoallv(ls_comm_group *g, const void *send, const size_t *scounts, const size_t *sdispls,
+                             void *recv, const size_t *rcounts, const size_t *rdispls, ls_trace_dtype dt,
+                             const char *purpose, int layer) {
+    static const char OP[] = "alltoallv";
+    if (!g) return LS_ERR_ARG;
+    int n = g->size;
+    size_t bytes = 0, es = ls_comm_dtype_size(dt), ssum = 0, rsum = 0, sout = 0, mx = 0;
+    ls_status st = check_common(g, OP, 0, dt, purpose, layer, &bytes);
+    if (st != LS_OK) return st;
+    if (!scounts || !sdispls || !rcounts || !rdispls) {
+        ls_comm_fail(g, "comm: %s '%s': a count or displacement array is NULL", OP, purpose);
+        return LS_ERR_ARG;
+    }
+    for (int r = 0; r < n; r++) {
+        size_t se = sdispls[r] + scounts[r], re = rdispls[r] + rcounts[r];
+        if (se < sdispls[r] || re < rdispls[r] || se > SIZE_MAX / es || re > SIZE_MAX / es ||
+            scounts[r] > g->c->be->max_count || rcounts[r] > g->c->be->max_count) {
+            ls_comm_fail(g, "comm: %s '%s': the block of rank %d overflows", OP, purpose, r);
+            return LS_ERR_ARG;
+        }
+        ssum += scounts[r], rsum += rcounts[r];
+        if (r != g->rank) sout += scounts[r];
+        if (se > mx) mx = se;
+    }
+    if ((ssum && !send) || (rsum && !recv)) return null_buf(g, OP, purpose, ssum && !send ? "send" : "recv");
+    size_t rmx = 0;
+    for (int r = 0; r < n; r++)
+        if (rdispls[r] + rcounts[r] > rmx) rmx = rdispls[r] + rcounts[r];
+    if (ranges_overlap(send, mx * es, recv, rmx * es)) {
+        ls_comm_fail(g, "comm: %s '%s': send and recv overlap", OP, purpose);
+        return LS_ERR_ARG;
+    }
+    /* every rank's send and receive counts, so that the event's count (the group's total) is the same on
+       every rank and a receive count that disagrees with its sender's is refused by every rank alike before
+       anything moves */
+    size_t n2 = 2 * (size_t)n;
+    int64_t *mine = malloc(n2 * sizeof *mine), *all = malloc(n2 * (size_t)n * sizeof *all);
+    if (!mine || !all) {
+        free(mine), free(all);
+        ls_comm_fail(g, "comm: %s '%s': out of memory for the counts", OP, purpose);
+        return LS_ERR_NOMEM;
+    }
+    for (int r = 0; r < n; r++) mine[r] = (int64_t)scounts[r], mine[n + r] = (int64_t)rcounts[r];
+    ls_comm_call call0 = {.op = OP, .purpose = purpose, .layer = layer, .gseq = g->gseq};
+    if (n > 1) st = g->c->be->allgather(g, mine, all, n2, LS_TRACE_DTYPE_I64, &call0);
+    else memcpy(all, mine, n2 * sizeof *all);
+    uint64_t total = 0;
+    for (int r = 0; st == LS_OK && r < n; r++)
+        for (int q = 0; st == LS_OK && q < n; q++) {
+            int64_t sent = all[(size_t)r * n2 + (size_t)q], expect = all[(size_t)q * n2 + (size_t)n + (size_t)r];
+            total += (uint64_t)sent;
+            if (sent != expect) {
+                ls_comm_fail(g, "comm: %s '%s': rank %d expects %lld element(s) from rank %d, which sends %lld", OP,
+                             purpose, q, (long long)expect, r, (long long)sent);
+                st = LS_ERR_ARG;
+            }
+        }
+    free(mine), free(all);
+    if (st != LS_OK) return st;
+    if (total > (uint64_t)LS_TRACE_MAX_INT / es) {
+        ls_comm_fail(g, "comm: %s '%s': the group's %llu elements overflow the byte count", OP, purpose,
+                     (unsigned long long)total);
+        return LS_ERR_ARG;
+    }
+    ls_comm_call call;
+    record(g, LS_TRACE_OP_ALL_TO_ALL, LS_TRACE_RED_NONE, (size_t)total, dt, (uint64_t)(sout * es), OP, purpose,
+           layer, &call);
+    if (n == 1) {
+        if (scounts[0]) memcpy((unsigned char *)recv + rdispls[0] * es, (const unsigned char *)send + sdispls[0] * es,
+                               scounts[0] * es);
+        return LS_OK;
+    }
+    return g->c->be->alltoallv(g, send, scounts, sdispls, recv, rcounts, rdispls, dt, &call);
 }
 
 /* ---- statistics ------------------------------------------------------------- */

@@ -79,7 +79,32 @@ void ls_comm_set_trace(ls_comm *c, ls_trace_writer *w);
 ls_status ls_comm_trace_status(const ls_comm *c);
 const char *ls_comm_last_error(const ls_comm *c);
 
-/* The context-parallel group ("cp"): every rank of the world, in order.
+/* The CP x EP grid (docs/design.md §4a): splits the world of W ranks into
+ * W/ep CP groups of cp = W/ep ranks and cp EP groups of ep ranks, world rank
+ * r = cp_idx * ep + ep_idx: the CP group of ep_idx holds the ranks
+ * {c * ep + ep_idx : c < cp} (in that order: group rank c), the EP group of
+ * cp_idx the ranks {cp_idx * ep + e : e < ep} (group rank e).  A collective
+ * over the world group (MPI_Comm_split); call it on every rank before any
+ * other collective and before a trace is attached.  ep 1: nothing changes
+ * (the cp group stays the world, named "cp").  ep > 1: the world group is
+ * named "world" (kind world), the CP group "cp-eE" (kind cp), the EP group
+ * "ep-cC" (kind ep).  LS_ERR_ARG (with err naming --ep) when ep does not
+ * divide the world or a grid exists; the groups are owned by c (freed by
+ * ls_comm_close). */
+ls_status ls_comm_grid(ls_comm *c, int ep, char *err, size_t err_len);
+int ls_comm_ep_size(const ls_comm *c); /* the grid's ep (1: no grid; NULL: 1) */
+/* This rank's EP group (borrowed, as ls_comm_cp); NULL when ep is 1. */
+ls_comm_group *ls_comm_ep(ls_comm *c);
+/* The group of every rank, for run-wide agreement (run id, status, barriers):
+ * the cp group when ep is 1, the "world" group otherwise (borrowed). */
+ls_comm_group *ls_comm_all(ls_comm *c);
+/* The world ranks of g's members in group-rank order into out (up to cap);
+ * returns their number (the trace header's members). */
+size_t ls_group_members(const ls_comm_group *g, int32_t *out, size_t cap);
+const char *ls_group_kind(const ls_comm_group *g); /* "cp", "ep" or "world" */
+
+/* The context-parallel group ("cp"): every rank of the world, in order
+ * (with a grid of ep > 1: this rank's CP group, above).
  * Lifetime: created by ls_comm_open, owned by c and freed by ls_comm_close;
  * callers borrow the pointer (ls_cp_init keeps it for a step) and never free
  * it.  It is the only group: there is no split, so nothing else must be
@@ -119,6 +144,19 @@ ls_status ls_group_allgather(ls_comm_group *g, const void *send, void *recv, siz
 ls_status ls_group_sendrecv(ls_comm_group *g, const void *send, int dst, void *recv, int src, size_t n,
                             ls_trace_dtype dt, const char *purpose, int layer);
 ls_status ls_group_barrier(ls_comm_group *g, const char *purpose);
+/* All-to-all with blocks of any size: this rank sends scounts[r] elements
+ * from send + sdispls[r] to group rank r and receives rcounts[r] elements
+ * from rank r at recv + rdispls[r] (counts and displacements in elements;
+ * send blocks may overlap one another, recv blocks must not; a rank's block
+ * to itself is copied).  Every rank's send counts are gathered first (one
+ * library call more, in the same logical operation), so that a receive
+ * count that disagrees with its sender's send count is refused (LS_ERR_ARG
+ * on the rank that expected it; nothing moved) and the event's count is the
+ * same on every rank: the elements the whole group moves (the sum of every
+ * rank's send counts); its bytes those this rank sends to other ranks. */
+ls_status ls_group_alltoallv(ls_comm_group *g, const void *send, const size_t *scounts, const size_t *sdispls,
+                             void *recv, const size_t *rcounts, const size_t *rdispls, ls_trace_dtype dt,
+                             const char *purpose, int layer);
 
 /* Traffic per purpose on this rank since open: calls and bytes sent. */
 typedef struct {

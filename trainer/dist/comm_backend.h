@@ -30,7 +30,9 @@ typedef struct ls_comm_group ls_comm_group;
  * world group "cp") and releases impl when it frees it (close). */
 struct ls_comm_group {
     ls_comm *c;
-    const char *name;  /* the trace's group name: "cp" */
+    const char *name;  /* the trace's group name: "cp" (ep 1); with the grid "world", "cp-eE", "ep-cC" */
+    const char *kind;  /* "cp", "ep" or "world" (the trace header's group kind) */
+    char name_buf[24]; /* name's storage for the grid's groups */
     int rank, size;
     int64_t gseq;      /* the next operation's sequence number (the front end counts) */
     void *impl;        /* the backend's handle of the group (MPI: its MPI_Comm); NULL single-rank */
@@ -38,7 +40,7 @@ struct ls_comm_group {
 
 /* The logical operation a backend call belongs to, for its error message. */
 typedef struct {
-    const char *op;      /* "allreduce_max", "broadcast", "allgather", "sendrecv", "barrier" */
+    const char *op;      /* "allreduce_max", "broadcast", "allgather", "sendrecv", "barrier", "alltoallv" */
     const char *purpose;
     int layer;           /* -1: none */
     int64_t gseq;        /* the operation's sequence number in its group */
@@ -78,6 +80,19 @@ typedef struct {
     ls_status (*sendrecv)(ls_comm_group *g, const void *send, int dst, void *recv, int src, size_t n,
                           ls_trace_dtype dt, const ls_comm_call *call);
     ls_status (*barrier)(ls_comm_group *g, const ls_comm_call *call);
+    /* Rank r of g sends scounts[r] elements from send + sdispls[r] and
+     * receives rcounts[r] elements at recv + rdispls[r] (counts and
+     * displacements in elements, each <= max_count; the front end checked
+     * that they match the peers'); g->size > 1. */
+    ls_status (*alltoallv)(ls_comm_group *g, const void *send, const size_t *scounts, const size_t *sdispls,
+                           void *recv, const size_t *rcounts, const size_t *rdispls, ls_trace_dtype dt,
+                           const ls_comm_call *call);
+    /* The sub-group of the world group w of the ranks with the same color,
+     * ordered by key: sets out->rank, size and impl (ls_comm_grid; a
+     * collective over w).  NULL where the backend has one rank only. */
+    ls_status (*split)(ls_comm_group *w, int color, int key, ls_comm_group *out);
+    /* Releases a split group's impl (NULL with split). */
+    void (*group_free)(ls_comm_group *g);
 } ls_comm_ops;
 
 extern const ls_comm_ops ls_comm_ops_single;

@@ -5,6 +5,7 @@
  * so that a failing call comes back as LS_ERR_IO with the MPI error string
  * rather than ending the process.  One thread at a time (MPI_Init, not
  * MPI_Init_thread). */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -155,6 +156,64 @@ static ls_status mpi_barrier(ls_comm_group *g, const ls_comm_call *call) {
     return check(g, MPI_Barrier(comm_of(g)), "MPI_Barrier", call);
 }
 
+static ls_status mpi_alltoallv(ls_comm_group *g, const void *send, const size_t *scounts, const size_t *sdispls,
+                               void *recv, const size_t *rcounts, const size_t *rdispls, ls_trace_dtype dt,
+                               const ls_comm_call *call) {
+    int n = g->size;
+    int *v = malloc(4 * (size_t)n * sizeof *v);
+    if (!v) {
+        ls_comm_fail(g, "comm: %s '%s': out of memory for the counts", call->op, call->purpose);
+        return LS_ERR_NOMEM;
+    }
+    for (int r = 0; r < n; r++) {
+        if (sdispls[r] > INT_MAX || rdispls[r] > INT_MAX) {
+            free(v);
+            ls_comm_fail(g, "comm: %s '%s': a displacement exceeds MPI's int", call->op, call->purpose);
+            return LS_ERR_ARG;
+        }
+        v[r] = (int)scounts[r], v[n + r] = (int)sdispls[r], v[2 * n + r] = (int)rcounts[r], v[3 * n + r] = (int)rdispls[r];
+    }
+    unsigned char dummy[8]; /* Open MPI checks the buffers even for zero counts */
+    ls_status st = check(g,
+                         MPI_Alltoallv(send ? send : dummy, v, v + n, mpi_type(dt), recv ? recv : dummy, v + 2 * n,
+                                       v + 3 * n, mpi_type(dt), comm_of(g)),
+                         "MPI_Alltoallv", call);
+    free(v);
+    return st;
+}
+
+static ls_status mpi_split(ls_comm_group *w, int color, int key, ls_comm_group *out) {
+    mpi_group *mg = calloc(1, sizeof *mg);
+    if (!mg) {
+        ls_comm_fail(w, "comm: grid: out of memory");
+        return LS_ERR_NOMEM;
+    }
+    mg->mc = MPI_COMM_NULL;
+    ls_comm_call call = {.op = "split", .purpose = out->name, .layer = -1, .gseq = w->gseq};
+    ls_status st = check(w, MPI_Comm_split(comm_of(w), color, key, &mg->mc), "MPI_Comm_split", &call);
+    int rank = 0, size = 1;
+    if (st == LS_OK) st = check(w, MPI_Comm_set_errhandler(mg->mc, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", &call);
+    if (st == LS_OK) st = check(w, MPI_Comm_rank(mg->mc, &rank), "MPI_Comm_rank", &call);
+    if (st == LS_OK) st = check(w, MPI_Comm_size(mg->mc, &size), "MPI_Comm_size", &call);
+    if (st != LS_OK) {
+        if (mg->mc != MPI_COMM_NULL) MPI_Comm_free(&mg->mc);
+        free(mg);
+        return st;
+    }
+    out->rank = rank;
+    out->size = size;
+    out->impl = mg;
+    return LS_OK;
+}
+
+static void mpi_group_free(ls_comm_group *g) {
+    mpi_group *mg = g->impl;
+    if (!mg) return;
+    if (mg->mc != MPI_COMM_NULL) MPI_Comm_free(&mg->mc);
+    free(mg);
+    g->impl = NULL;
+}
+
 const ls_comm_ops ls_comm_ops_mpi = {
     .name = "mpi",
     .claims = mpi_claims,
@@ -168,4 +227,7 @@ const ls_comm_ops ls_comm_ops_mpi = {
     .allgather = mpi_allgather,
     .sendrecv = mpi_sendrecv,
     .barrier = mpi_barrier,
+    .alltoallv = mpi_alltoallv,
+    .split = mpi_split,
+    .group_free = mpi_group_free,
 };
