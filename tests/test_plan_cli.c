@@ -154,6 +154,26 @@ Test(plan_cli, bad_arguments, .timeout = 120) {
     bad("--hf-config " SRC "/tests/data/hf/qwen3-next-80b-a3b.json --prompt-len 100", "'num_experts'");
     bad("--hf-config " SRC "/configs/hybrid-tiny.json --prompt-len 100", "model_type");
     bad("--config " SRC "/configs/mla-tiny.json --prompt-len 100 --index-sets 5", "--index-sets");
+    /* an outer model_type that contradicts text_config's: exit 2 naming the file, both keys and values */
+    {
+        char *txt = NULL, path[512], args[1024];
+        size_t len = 0;
+        char e[512];
+        cr_assert_eq(ls_json_read_bytes(SRC "/tests/data/hf/qwen3.5-27b.json", &txt, &len, e, sizeof e), LS_OK, "%s", e);
+        char *at = strstr(txt, "\"qwen3_5\"");
+        cr_assert(at, "the outer model_type of qwen3.5-27b.json");
+        snprintf(path, sizeof path, "%s/plan_cli_mixed.json", LS_BINARY_DIR);
+        FILE *f = fopen(path, "wb");
+        cr_assert(f);
+        fprintf(f, "%.*s\"glm_moe_dsa\"%s", (int)(at - txt), txt, at + strlen("\"qwen3_5\""));
+        fclose(f);
+        free(txt);
+        snprintf(args, sizeof args, "--hf-config %s --prompt-len 100", path);
+        bad(args, path);
+        bad(args, "'model_type': \"glm_moe_dsa\"");
+        bad(args, "'text_config.model_type': \"qwen3_5_text\"");
+        remove(path);
+    }
     /* --moe-as-dense plans it and says so */
     cr_assert_eq(run("--hf-config " SRC "/tests/data/hf/qwen3-next-80b-a3b.json --prompt-len 100 --moe-as-dense "
                      "--json-out " OUT), 0, "%s", last_err);

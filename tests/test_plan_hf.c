@@ -72,6 +72,24 @@ Test(plan_hf, qwen35_27b) {
     same_config(c, ORIG("qwen3.6-27b.json"));
 }
 
+/* the outer model_type of a multimodal file names its text model's: the published pairs are accepted,
+ * and so is a file without one */
+Test(plan_hf, outer_model_type_pairs) {
+    cJSON *d = load_doc(HF("qwen3.5-27b.json"));
+    cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(d, "model_type")->valuestring, "qwen3_5");
+    ls_hf_model m;
+    char err[1024];
+    cr_assert_eq(ls_plan_hf_from_json(&m, d, "cfg.json", 0, err, sizeof err), LS_OK, "%s", err);
+    cJSON_ReplaceItemInObjectCaseSensitive(d, "model_type", cJSON_CreateString("qwen3_5_moe"));
+    cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(d, "text_config"), "model_type",
+                                           cJSON_CreateString("qwen3_5_moe_text"));
+    cr_assert_eq(ls_plan_hf_from_json(&m, d, "cfg.json", 0, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_str_eq(m.model_type, "qwen3_5_moe_text");
+    cJSON_DeleteItemFromObjectCaseSensitive(d, "model_type");
+    cr_assert_eq(ls_plan_hf_from_json(&m, d, "cfg.json", 0, err, sizeof err), LS_OK, "%s", err);
+    cJSON_Delete(d);
+}
+
 Test(plan_hf, glm52_index_sets) {
     ls_hf_model m;
     char err[1024];
@@ -173,6 +191,19 @@ Test(plan_hf, hostile_keys) {
     cJSON *lt = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(d, "text_config"), "layer_types");
     cJSON_ReplaceItemInArray(lt, 2, cJSON_CreateString("full_attention"));
     expect_refused(d, 0, LS_ERR_UNSUPPORTED, "'layer_types'", "entry 2");
+    cJSON_Delete(d);
+    /* an outer model_type that contradicts text_config's: both keys and values named */
+    d = load_doc(q);
+    cJSON_ReplaceItemInObjectCaseSensitive(d, "model_type", cJSON_CreateString("glm_moe_dsa"));
+    expect_refused(d, 0, LS_ERR_FORMAT, "'model_type': \"glm_moe_dsa\"", "'text_config.model_type': \"qwen3_5_text\"");
+    cJSON_ReplaceItemInObjectCaseSensitive(d, "model_type", cJSON_CreateString("qwen3_5_moe"));
+    expect_refused(d, 0, LS_ERR_FORMAT, "\"qwen3_5_moe\"", "\"qwen3_5_text\"");
+    cJSON_ReplaceItemInObjectCaseSensitive(d, "model_type", cJSON_CreateString("qwen3_5"));
+    cJSON *tc = cJSON_GetObjectItemCaseSensitive(d, "text_config");
+    cJSON_ReplaceItemInObjectCaseSensitive(tc, "model_type", cJSON_CreateString("deepseek_v32"));
+    expect_refused(d, 0, LS_ERR_FORMAT, "'model_type': \"qwen3_5\"", "'text_config.model_type': \"deepseek_v32\"");
+    cJSON_ReplaceItemInObjectCaseSensitive(d, "model_type", cJSON_CreateNumber(3));
+    expect_refused(d, 0, LS_ERR_FORMAT, "'model_type'", "string");
     cJSON_Delete(d);
     /* not an object */
     cJSON *arr = cJSON_CreateArray();

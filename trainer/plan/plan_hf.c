@@ -439,6 +439,24 @@ static const char *hf_key_of(const char *msg) {
     return "?";
 }
 
+/* A multimodal file's outer model_type, when given, must be the one that holds its text_config's:
+ * Qwen3.5's (qwen3_5 / qwen3_5_text) or its MoE sibling's (qwen3_5_moe / qwen3_5_moe_text).  Another pair
+ * (glm_moe_dsa around a Qwen text model, qwen3_5 around deepseek_v32) is a file that contradicts itself:
+ * refused naming both keys and values.  text_config's own model_type is checked by the caller. */
+static ls_status check_outer_type(const cJSON *root, const cJSON *tc, const char *where, char *err, size_t err_len) {
+    static const char *const PAIRS[][2] = {{"qwen3_5", "qwen3_5_text"}, {"qwen3_5_moe", "qwen3_5_moe_text"}};
+    const cJSON *om = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    const cJSON *im = cJSON_GetObjectItemCaseSensitive(tc, "model_type");
+    if (!om || cJSON_IsNull(om)) return LS_OK;
+    if (!cJSON_IsString(om) || !om->valuestring) FAIL(LS_ERR_FORMAT, "key 'model_type': must be a string");
+    if (!cJSON_IsString(im) || !im->valuestring) return LS_OK;
+    for (size_t i = 0; i < N_OF(PAIRS); ++i)
+        if (strcmp(om->valuestring, PAIRS[i][0]) == 0 && strcmp(im->valuestring, PAIRS[i][1]) == 0) return LS_OK;
+    FAIL(LS_ERR_FORMAT, "key 'model_type': \"%.40s\" contradicts key 'text_config.model_type': \"%.40s\" (a file "
+         "holding its model in text_config is qwen3_5 around qwen3_5_text, or qwen3_5_moe around qwen3_5_moe_text)",
+         om->valuestring, im->valuestring);
+}
+
 ls_status ls_plan_hf_from_json(ls_hf_model *out, const cJSON *root, const char *where, int moe_as_dense,
                                char *err, size_t err_len) {
     if (!out || !root || !where) return LS_ERR_ARG;
@@ -454,6 +472,7 @@ ls_status ls_plan_hf_from_json(ls_hf_model *out, const cJSON *root, const char *
         /* the outer tie_word_embeddings speaks for the text model too */
         if ((st = want_bool(root, "tie_word_embeddings", 0, "the family's lm_head is untied", where, err, err_len)) != LS_OK)
             return st;
+        if ((st = check_outer_type(root, tc, where, err, err_len)) != LS_OK) return st;
         snprintf(w2, sizeof w2, "%s: text_config", where);
         where = w2;
         o = tc;
