@@ -35,6 +35,22 @@ static int run(const char *args) {
     return WEXITSTATUS(rc);
 }
 
+/* Runs longstraw-plan ARGS with its stdout into out_text (4 KiB at most, NUL-terminated); its exit status. */
+static int run_text(const char *args, char *out_text, size_t n) {
+    char cmd[8192], path[512];
+    snprintf(path, sizeof path, "%s/plan_cli_out.txt", LS_BINARY_DIR);
+    snprintf(cmd, sizeof cmd, "'%s' %s >'%s' 2>'%s'", LS_PLAN_EXE, args, path, ERRF);
+    int rc = system(cmd);
+    cr_assert(WIFEXITED(rc), "%s did not exit", cmd);
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "%s", path);
+    size_t got = fread(out_text, 1, n - 1, f);
+    out_text[got] = '\0';
+    fclose(f);
+    remove(path);
+    return WEXITSTATUS(rc);
+}
+
 /* The --json-out document of the last run, validated against the schema. */
 static cJSON *plan_doc(void) {
     cJSON *d = NULL;
@@ -114,6 +130,39 @@ Test(plan_cli, fits_and_max_prompt, .timeout = 120) {
     cr_assert_eq(run(args), 0, "the longest prompt %" PRIu64 " does not fit: %s", mp, last_err);
     snprintf(args, sizeof args, "%s --prompt-len %" PRIu64 " --device-memory 96GB", q, mp + 1);
     cr_assert_eq(run(args), 1, "one token past the longest prompt fits");
+}
+
+/* --device-memory says its unit and both forms (96GB is decimal, 48GiB binary), and the peak is printed in
+ * GiB and GB with its exact bytes, checked against the JSON of the same plan. */
+Test(plan_cli, device_memory_units, .timeout = 120) {
+    const char *q = "--config " SRC "/configs/original/qwen3.6-27b.json --cp 8 --dtype bf16 --prompt-len 4096";
+    static const struct { const char *arg, *want; int rc; } M[] = {
+        {"96GB", "device memory: 96 GB (decimal: 96,000,000,000 bytes = 89.41 GiB) per rank: fits\n", 0},
+        {"48GiB", "device memory: 48 GiB (binary: 51,539,607,552 bytes = 51.54 GB) per rank: DOES NOT FIT\n", 1},
+        {"1.5GiB", "device memory: 1.5 GiB (binary: 1,610,612,736 bytes = 1.61 GB) per rank: DOES NOT FIT\n", 1},
+        {"512MB", "device memory: 512 MB (decimal: 512,000,000 bytes = 488.28 MiB) per rank: DOES NOT FIT\n", 1},
+        {"1073741824", "device memory: 1,073,741,824 bytes (= 1.07 GB = 1.00 GiB) per rank: DOES NOT FIT\n", 1}};
+    char args[2048], text[1 << 14];
+    for (size_t i = 0; i < sizeof M / sizeof *M; ++i) {
+        snprintf(args, sizeof args, "%s --device-memory %s --json-out '%s'", q, M[i].arg, OUT);
+        cr_assert_eq(run_text(args, text, sizeof text), M[i].rc, "--device-memory %s: %s", M[i].arg, last_err);
+        cr_assert(strstr(text, M[i].want) != NULL, "--device-memory %s: want '%s' in:\n%s", M[i].arg, M[i].want, text);
+        /* the peak line: GiB, GB and the exact bytes of the JSON's peak.total, with thousands separators */
+        cJSON *d = plan_doc();
+        uint64_t peak = u64(d, "peak", "total"), dev = u64(d, NULL, "device_memory");
+        cJSON_Delete(d);
+        char digits[32], sep[48], want[160];
+        int len = snprintf(digits, sizeof digits, "%" PRIu64, peak), o = 0;
+        for (int k = 0; k < len; ++k) {
+            if (k && (len - k) % 3 == 0) sep[o++] = ',';
+            sep[o++] = digits[k];
+        }
+        sep[o] = '\0';
+        snprintf(want, sizeof want, "\npeak: %.4f GiB = %.2f GB (%s bytes) in phase ", (double)peak / 1073741824.0,
+                 (double)peak / 1e9, sep);
+        cr_assert(strstr(text, want) != NULL, "want '%s' in:\n%s", want, text);
+        cr_log_info("%s: %" PRIu64 " bytes; peak %s", M[i].arg, dev, sep);
+    }
 }
 
 static void bad(const char *args, const char *needle) {

@@ -25,6 +25,8 @@ typedef struct {
     long index_sets; /* -1: from the config */
     const char *dtype, *state_dtype;
     size_t budget;
+    const char *budget_arg; /* --device-memory as given */
+    int budget_unit;        /* its unit: an index of UNITS */
 } cli;
 
 static void usage(FILE *f) {
@@ -47,7 +49,8 @@ static void usage(FILE *f) {
             "  --capture-chunk N      capture chunk tokens (default: the trainer's)\n"
             "  --dtype D              compute dtype f32 (default), f64, bf16 or f16\n"
             "  --state-dtype D        prompt-state dtype (default: --dtype)\n"
-            "  --device-memory B      bytes per rank: 1073741824, 48GiB, 96GB, 512MiB\n"
+            "  --device-memory B      bytes per rank: 1073741824, 48GiB or 512MiB (binary: 2^30, 2^20),\n"
+            "                         96GB or 500MB (decimal: 10^9, 10^6); the output says which\n"
             "  --index-sets N         mla: layers holding their own index keys (default: from the config)\n"
             "  --max-prompt           also the longest prompt that fits --device-memory\n"
             "  --json                 print the plan as JSON (schemas/plan.schema.json)\n"
@@ -58,23 +61,44 @@ static void usage(FILE *f) {
             "--device-memory (the plan is printed with fits false); 2 bad argument or input.\n");
 }
 
-/* "123", "48GiB", "96GB", "512MiB", "2TiB", "1.5GiB". */
-static int parse_bytes(const char *s, size_t *out) {
+/* The units of --device-memory: bytes, binary (KiB = 2^10 ...) and decimal (KB = 10^3 ...); `other` is
+ * the index of the same scale in the other system (GB and GiB), -1 for bytes. */
+static const struct {
+    const char *suf;
+    double mul;
+    int other;
+} UNITS[] = {{"", 1, -1},          {"B", 1, -1},          {"KiB", 1024.0, 6},         {"MiB", 1048576.0, 7},
+             {"GiB", 1073741824.0, 8}, {"TiB", 1099511627776.0, 9}, {"KB", 1e3, 2}, {"MB", 1e6, 3},
+             {"GB", 1e9, 4},       {"TB", 1e12, 5}};
+#define UNIT_DECIMAL(i) ((i) >= 6)
+
+/* "123", "48GiB", "96GB", "512MiB", "2TiB", "1.5GiB"; *unit: the index of its unit in UNITS. */
+static int parse_bytes(const char *s, size_t *out, int *unit) {
     char *end = NULL;
     errno = 0;
     double v = strtod(s, &end);
     if (end == s || errno || !isfinite(v) || v <= 0) return -1;
-    static const struct { const char *suf; double mul; } U[] = {
-        {"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
-        {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}};
-    for (size_t i = 0; i < sizeof U / sizeof *U; ++i)
-        if (strcmp(end, U[i].suf) == 0) {
-            double b = v * U[i].mul;
+    for (size_t i = 0; i < sizeof UNITS / sizeof *UNITS; ++i)
+        if (strcmp(end, UNITS[i].suf) == 0) {
+            double b = v * UNITS[i].mul;
             if (b != floor(b) || b >= 18446744073709551615.0) return -1;
             *out = (size_t)b;
+            *unit = (int)i;
             return 0;
         }
     return -1;
+}
+
+/* v with a comma every three digits ("96,000,000,000") into buf; returns buf. */
+static const char *commas(size_t v, char *buf, size_t n) {
+    char d[32];
+    int len = snprintf(d, sizeof d, "%zu", v), o = 0;
+    for (int i = 0; i < len && (size_t)o + 2 < n; ++i) {
+        if (i && (len - i) % 3 == 0) buf[o++] = ',';
+        buf[o++] = d[i];
+    }
+    buf[o] = '\0';
+    return buf;
 }
 
 static int parse_size(const char *s, size_t lo, size_t hi, size_t *out) {
@@ -174,7 +198,9 @@ static int parse(int argc, char **argv, cli *a, ls_plan_in *in) {
             a->state_dtype = v;
         } else if (strcmp(o, "--device-memory") == 0) {
             NEED();
-            if (parse_bytes(v, &a->budget)) BAD("--device-memory: '%s' is not a byte count (e.g. 96GB, 48GiB, 1073741824)", v);
+            if (parse_bytes(v, &a->budget, &a->budget_unit))
+                BAD("--device-memory: '%s' is not a byte count (e.g. 96GB, 48GiB, 1073741824)", v);
+            a->budget_arg = v;
         } else if (strcmp(o, "--index-sets") == 0) {
             NEED();
             size_t n;
@@ -196,6 +222,22 @@ static int parse(int argc, char **argv, cli *a, ls_plan_in *in) {
 }
 
 static double gib(size_t b) { return b == SIZE_MAX ? INFINITY : (double)b / 1073741824.0; }
+static double gb(size_t b) { return b == SIZE_MAX ? INFINITY : (double)b / 1e9; }
+
+/* "96 GB (decimal: 96,000,000,000 bytes = 89.41 GiB)", "48 GiB (binary: 51,539,607,552 bytes = 51.54 GB)",
+ * "1,073,741,824 bytes (= 1.07 GB = 1.00 GiB)": the budget as given, its unit and both forms. */
+static void print_budget(const cli *a) {
+    char b[40];
+    commas(a->budget, b, sizeof b);
+    int u = a->budget_unit, o = UNITS[u].other;
+    if (o < 0) {
+        printf("%s bytes (= %.2f GB = %.2f GiB)", b, gb(a->budget), gib(a->budget));
+        return;
+    }
+    int num = (int)(strlen(a->budget_arg) - strlen(UNITS[u].suf));
+    printf("%.*s %s (%s: %s bytes = %.2f %s)", num, a->budget_arg, UNITS[u].suf, UNIT_DECIMAL(u) ? "decimal" : "binary",
+           b, (double)a->budget / UNITS[o].mul, UNITS[o].suf);
+}
 
 static void print_text(const cli *a, const ls_plan_in *in, const ls_plan *p, const ls_hf_model *hf, int fits,
                        size_t maxp) {
@@ -233,10 +275,15 @@ static void print_text(const cli *a, const ls_plan_in *in, const ls_plan *p, con
     for (int ph = 0; ph < LS_PLAN_PHASES; ++ph)
         if (p->phase_runs[ph]) printf(" %10.4f", gib(p->phase_total[ph]));
         else printf(" %10s", "-");
-    printf("\n\npeak: %.4f GiB (%zu bytes) in phase %s; reference state %s; %d capture(s)\n", gib(p->peak_total),
-           p->peak_total, ls_plan_phase_name(p->peak_phase), p->keep_reference ? "kept" : "recaptured", p->captures);
-    if (a->budget)
-        printf("device memory: %.4f GiB per rank: %s\n", gib(a->budget), fits ? "fits" : "DOES NOT FIT");
+    char pb[40];
+    printf("\n\npeak: %.4f GiB = %.2f GB (%s bytes) in phase %s; reference state %s; %d capture(s)\n",
+           gib(p->peak_total), gb(p->peak_total), commas(p->peak_total, pb, sizeof pb),
+           ls_plan_phase_name(p->peak_phase), p->keep_reference ? "kept" : "recaptured", p->captures);
+    if (a->budget) {
+        printf("device memory: ");
+        print_budget(a);
+        printf(" per rank: %s\n", fits ? "fits" : "DOES NOT FIT");
+    }
     if (a->max_prompt) printf("longest prompt that fits: %zu tokens\n", maxp);
     printf("FLOPs per rank:");
     for (int ph = 0; ph < LS_PLAN_PHASES; ++ph)
