@@ -12,6 +12,15 @@ ls_add_criterion_test(test_plan_cli SOURCES test_plan_cli.c LIBS ls_trainer_f64 
 add_dependencies(test_plan_cli longstraw-plan)
 set_tests_properties(test_plan_flops test_plan_dtype test_plan_hf test_plan_cli PROPERTIES LABELS plan)
 
+# docs/plan.md's example outputs are the binary's: every block starting with `$ longstraw-plan` is run from
+# the source root and compared line by line (scripts/doc_examples.py; --update rewrites them); the script
+# itself against a stub binary (tests/doc_examples_check.py).
+add_test(NAME docs_plan_examples
+         COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/scripts/doc_examples.py --build ${CMAKE_BINARY_DIR}
+                 ${CMAKE_SOURCE_DIR}/docs/plan.md)
+add_test(NAME docs_examples_script COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/doc_examples_check.py)
+set_tests_properties(docs_plan_examples docs_examples_script PROPERTIES LABELS plan TIMEOUT 120)
+
 # One plan, true: longstraw-train's plan (receipts' rank_state.memory_plan) against the memory tracker's
 # per-step peak (memory.per_step.total_peak_bytes) within 10% on every rank, over a grid: both families,
 # both gradient modes, CP 1/2/4 (mpirun), prompts 1K-4K, G 1-16 (bench/plan_sweep.py; --grid full is the

@@ -2,7 +2,8 @@
  * families follow, mapped to a model config plus the facts only the plan
  * needs (docs/plan.md, "The Hugging Face mapping").
  *
- *  - hybrid: Qwen3.5 (`qwen3_5`, its `text_config` `qwen3_5_text`) and
+ *  - hybrid: Qwen3.5 (`qwen3_5`, its `text_config` `qwen3_5_text`; an outer
+ *    model_type that does not hold its text_config's is refused) and
  *    Qwen3-Next (`qwen3_next`); a mixture-of-experts FFN (`num_experts` > 0)
  *    is refused unless the caller asks to plan it as a dense FFN of the
  *    active width (the result then says so);
