@@ -389,6 +389,25 @@ size_t ls_coverage_check(const cJSON *coverage, const cJSON *config, unsigned wo
     /* the CP size */
     const cJSON *worlds = cJSON_GetObjectItemCaseSensitive(coverage, "worlds"), *w;
     const cJSON *wlist = cJSON_IsArray(worlds) ? worlds : NULL;
+    /* the EP size (config "ep_ranks", absent: 1) against the report's "eps" (absent: only EP 1 was run: a
+       report covers an EP-N run only if it ran EP-N), then the CP size, world / ep */
+    const cJSON *rep = cJSON_GetObjectItemCaseSensitive(config, "ep_ranks");
+    const cJSON *eps = cJSON_GetObjectItemCaseSensitive(coverage, "eps"), *e;
+    double run_ep = cJSON_IsNumber(rep) ? rep->valuedouble : 1.0;
+    bool ep_have = false;
+    if (cJSON_IsArray(eps)) {
+        cJSON_ArrayForEach(e, eps) {
+            if (cJSON_IsNumber(e) && e->valuedouble == run_ep) ep_have = true;
+        }
+    } else {
+        ep_have = run_ep == 1.0;
+    }
+    if (!ep_have) {
+        ls_json_brief(eps, 120, b, sizeof b);
+        out(&s, "ep", "the run's expert parallelism EP-%g is outside the report's coverage (eps %s)", run_ep,
+            eps ? b : "none: EP 1 only");
+    }
+    if (run_ep >= 1.0 && run_ep <= (double)world && world % (unsigned)run_ep == 0) world /= (unsigned)run_ep;
     bool have = false;
     cJSON_ArrayForEach(w, wlist) {
         if (cJSON_IsNumber(w) && w->valuedouble == (double)world) have = true;

@@ -11,7 +11,9 @@
  *    trainable set (train_mode, and lora_r, lora_alpha, lora_experts in
  *    lora mode); the objective with its hyperparameters (grpo: epsilon,
  *    beta, temperature; sft: temperature; the KL estimator is docs/model.md's);
- *    the gradient mode; the strategy; the dtype; the CP size (a world the
+ *    the gradient mode; the strategy; the dtype; the EP size (the run's
+ *    config "ep_ranks", absent 1, must be one of the report's "eps"; a
+ *    report without "eps" ran EP 1 only); the CP size (a world the
  *    report ran);
  *    the run's path (config "paths": LS_COVERAGE_PATHS below; every value
  *    the run took must be one the report's runs took);

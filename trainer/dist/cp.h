@@ -71,6 +71,8 @@ typedef struct {
     int skip_dkv_reduce, skip_grad_finalize, local_attention;
     int local_dsa; /* mla: each rank selects its DSA top-k from its own keys (no gather, no dsa_ring) */
     int stale_start; /* hybrid (test only): the prompt backward starts from the last capture's shard start */
+    int ep_drop_dx;  /* mla under --ep (test only): the last EP rank returns zero input gradients for its
+                        experts' rows (trainer/dist/ep.h) */
 } ls_cp_faults;
 
 typedef struct ls_cp_s {

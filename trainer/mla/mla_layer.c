@@ -21,6 +21,7 @@
 #include "kernels/moe.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
+#include "trainer/dist/ep.h"
 
 #include "trainer/model/real_bytes.h"
 #define INDEXER_LN_EPS 1e-6 /* docs/model.md §2.2 */
@@ -418,12 +419,51 @@ static void dispatch_free(dispatch_bufs *b) {
 
 static size_t moe_chunk(void) { return g_opts.moe_chunk ? g_opts.moe_chunk : 256; }
 
+#ifdef LS_REAL_F64
+#define EP_DT LS_TRACE_DTYPE_F64
+#else
+#define EP_DT LS_TRACE_DTYPE_F32
+#endif
+/* Expert parallelism (trainer/dist/ep.h): buf [slots, d] holds, on every EP
+ * rank, the rows of its own experts' slots (offsets [E+1], slots sorted by
+ * expert, so a rank's slots are one range); the alltoallv over the EP group
+ * hands each rank's range to every other rank, so that every rank holds
+ * every slot's row as a one-rank run computes it.  The fault ep-drop-dx
+ * (drop) sends zeros from the last EP rank instead of its rows. */
+static ls_status ep_exchange(const ls_ep *ep, ls_real *buf, const size_t *offsets, size_t E, size_t d, int drop,
+                             const char *purpose, int layer) {
+    size_t n = (size_t)ep->size, per = E / n, me = (size_t)ep->rank;
+    size_t lo = offsets[me * per], rows = offsets[(me + 1) * per] - lo;
+    size_t *cnt = ls_mem_alloc(LS_MEM_DISPATCH, 4 * n * sizeof *cnt);
+    size_t nsend = rows * d > 0 ? rows * d : 1;
+    ls_real *send = ls_mem_alloc(LS_MEM_DISPATCH, R(nsend));
+    ls_status st = LS_ERR_NOMEM;
+    if (cnt && send) {
+        size_t *sc = cnt, *sd = cnt + n, *rc = cnt + 2 * n, *rd = cnt + 3 * n;
+        if (drop && me == n - 1) memset(send, 0, R(rows * d));
+        else if (rows) memcpy(send, buf + lo * d, R(rows * d));
+        for (size_t q = 0; q < n; q++) {
+            size_t qlo = offsets[q * per], qrows = offsets[(q + 1) * per] - qlo;
+            sc[q] = q == me ? 0 : rows * d, sd[q] = 0;
+            rc[q] = q == me ? 0 : qrows * d, rd[q] = qlo * d;
+        }
+        st = ls_group_alltoallv(ep->g, send, sc, sd, buf, rc, rd, EP_DT, purpose, layer);
+        if (st == LS_OK && drop && me == n - 1 && rows) memset(buf + lo * d, 0, R(rows * d));
+    }
+    ls_mem_free(cnt);
+    ls_mem_free(send);
+    return st;
+}
+
 /* y [T,d] = MoE(x [T,d]); with dy: the backward instead (dx [T,d] assigned,
  * weight gradients +=), each chunk's routing and experts recomputed. */
-static ls_status moe_run(const ls_params *p, const ls_mla_layer *ly, const ls_real *x, size_t T, ls_real *y,
-                         const ls_real *dy, ls_real *dx) {
+static ls_status moe_run(const ls_params *p, const ls_mla_layer *ly, int layer, const ls_real *x, size_t T,
+                         ls_real *y, const ls_real *dy, ls_real *dx) {
     const ls_model_config *c = &p->cfg;
     size_t d = (size_t)c->d_model, E = (size_t)c->n_experts, k = (size_t)c->experts_per_token;
+    /* EP: this rank runs its own experts [e0, e1) only; ep_exchange brings the others' rows */
+    const ls_ep *ep = LS_K(ls_ep_get)();
+    size_t e0 = ep ? (size_t)ep->rank * (E / (size_t)ep->size) : 0, e1 = ep ? e0 + E / (size_t)ep->size : E;
     size_t Ie = (size_t)c->expert_dim, C = moe_chunk() < T ? moe_chunk() : T, rs = lora_r(&ly->shared.gate);
     size_t r = expert_r(p);
     int bwd = dy != NULL;
@@ -448,7 +488,7 @@ static ls_status moe_run(const ls_params *p, const ls_mla_layer *ly, const ls_re
                                    (size_t)c->topk_group, k, (ls_real)c->routed_scale, rws);
         LS_K(ls_moe_dispatch)(offsets, D.slot_of_row, D.row_of_slot, D.idx, n, E, k);
         LS_K(ls_moe_gather)(D.xg, xc, D.slot_of_row, n, k, d);
-        for (size_t e = 0; e < E; e++) {
+        for (size_t e = e0; e < e1; e++) {
             size_t r0 = offsets[e], nr = offsets[e + 1] - r0;
             if (!nr) continue;
             ls_mla_mlp m = LS_K(ls_mla_expert)(p, ly, e);
@@ -456,6 +496,7 @@ static ls_status moe_run(const ls_params *p, const ls_mla_layer *ly, const ls_re
                             D.ea + r0 * Ie};
             mlp_f(p, &m, D.eo + r0 * d, D.xg + r0 * d, nr, &es);
         }
+        if (ep && (st = ep_exchange(ep, D.eo, offsets, E, d, 0, "moe_combine", layer)) != LS_OK) break;
         mlp_f(p, &ly->shared, sh, xc, n, &ss);
         if (!bwd) {
             LS_K(ls_moe_combine_forward)(y + t0 * d, D.eo, w, sh, D.row_of_slot, n, k, d);
@@ -467,7 +508,7 @@ static ls_status moe_run(const ls_params *p, const ls_mla_layer *ly, const ls_re
         ls_arena_init(&ca, LS_MEM_SCRATCH, 0);
         LS_K(ls_moe_combine_backward)(D.deo, dw, dyc, D.eo, w, D.row_of_slot, n, k, d);
         st = mlp_b(p, &ly->shared, dxc, 0, dyc, xc, n, &ss, dsa, dsg, dsu, &ca); /* the shared expert: dy itself */
-        for (size_t e = 0; st == LS_OK && e < E; e++) {
+        for (size_t e = e0; st == LS_OK && e < e1; e++) {
             size_t r0 = offsets[e], nr = offsets[e + 1] - r0;
             if (!nr) continue;
             ls_mla_mlp m = LS_K(ls_mla_expert)(p, ly, e);
@@ -476,6 +517,8 @@ static ls_status moe_run(const ls_params *p, const ls_mla_layer *ly, const ls_re
             st = mlp_b(p, &m, D.dxg + r0 * d, 0, D.deo + r0 * d, D.xg + r0 * d, nr, &es, D.dea + r0 * Ie,
                        D.deg + r0 * Ie, D.deu + r0 * Ie, &ca);
         }
+        /* EP: the owners' input gradients of their rows to every rank (dy and deo are every rank's already) */
+        if (st == LS_OK && ep) st = ep_exchange(ep, D.dxg, offsets, E, d, ep->drop_dx, "moe_dx", layer);
         if (st == LS_OK) {
             LS_K(ls_moe_scatter_add)(dxc, D.dxg, D.slot_of_row, n, k, d);
             LS_K(ls_moe_route_backward)(dlog, NULL, dw, s, D.idx, n, E, k, (ls_real)c->routed_scale);
@@ -490,10 +533,10 @@ static ls_status moe_run(const ls_params *p, const ls_mla_layer *ly, const ls_re
 
 /* moe_run under a ledger of its own (kernels/decisions.h), folded into the
  * caller's: *dec the routing it decided. */
-static ls_status moe_noted(const ls_params *p, const ls_mla_layer *ly, const ls_real *x, size_t T, ls_real *y,
-                           const ls_real *dy, ls_real *dx, ls_decisions *dec) {
+static ls_status moe_noted(const ls_params *p, const ls_mla_layer *ly, int layer, const ls_real *x, size_t T,
+                           ls_real *y, const ls_real *dy, ls_real *dx, ls_decisions *dec) {
     ls_decisions own, *outer = ls_decisions_begin(&own);
-    ls_status st = moe_run(p, ly, x, T, y, dy, dx);
+    ls_status st = moe_run(p, ly, layer, x, T, y, dy, dx);
     ls_decisions_end(outer, &own);
     *dec = own;
     return st;
@@ -584,7 +627,7 @@ ls_status LS_K(ls_mla_layer_forward)(const ls_params *p, int l, ls_real *h, size
     LS_K(ls_rmsnorm_forward)(xn2, rstd2, h, ly->norm2->w, 0, eps, T, d);
     ls_decisions moe_dec = {0, 0};
     if (ly->is_moe)
-        st = moe_noted(p, ly, xn2, T, y, NULL, NULL, &moe_dec);
+        st = moe_noted(p, ly, l, xn2, T, y, NULL, NULL, &moe_dec);
     else
         mlp_f(p, &ly->mlp, y, xn2, T, &ms);
     if (st != LS_OK) return st;
@@ -635,7 +678,7 @@ ls_status LS_K(ls_mla_layer_backward)(const ls_params *p, int l, const ls_mla_la
     ls_status st;
     if (ly->is_moe) {
         ls_decisions again = {0, 0};
-        st = moe_noted(p, ly, tp->xn2, T, NULL, dh, dxn, &again);
+        st = moe_noted(p, ly, l, tp->xn2, T, NULL, dh, dxn, &again);
         if (st == LS_OK && !ls_decisions_equal(&again, &tp->moe_dec)) {
             fprintf(stderr, "longstraw: layer %d: the MoE backward's recomputed routing differs from its forward's "
                     "(%llu tokens, digest %016llx; the forward's: %llu, %016llx)\n", l,

@@ -26,6 +26,8 @@ typedef struct {
     int trainable;
     int is_adapter;
     int frozen;         /* never trained, in either mode (mla: the indexer, router_bias); set by the family */
+    int ep_remote;      /* a routed expert another EP rank owns: its gradient and update are computed there
+                           (trainer/dist/ep.h); 0 without expert parallelism */
 } ls_tensor;
 
 /* A linear layer with optional LoRA (A [r,in], B [out,r]; NULL when off). */

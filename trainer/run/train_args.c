@@ -126,6 +126,11 @@ static const opt OPTS[] = {
     {.rec = "config.options.keep_reference", ROW(OPT_CHOICE, "--keep-reference", "auto|on|off",
      "beta > 0 with a rollout: the reference's prompt state beside the policy's (on: two captures), or one state at a "
      "time (off: three captures); auto: on when the plan of two fits the budget", "auto", 0, keep_reference)},
+    {.rec = "config.ep_ranks", ROW(OPT_INT, "--ep", "N",
+     "mla: expert parallelism over N ranks: under mpirun -np W the ranks\n"
+     "form a CP x EP grid (W = cp x N, rank = cp_idx x N + ep_idx); each EP\n"
+     "rank computes and updates E/N of the routed experts (docs/design.md §4a)",
+     "1", 0, ep), .min = 1, .max = 4096, .bad = "is not an integer in [1, 4096]"},
     {.rec = "config.options.page_size", ROW(OPT_SIZE, "--page-size", "N", "KV page length in tokens", "64", 0, step.page_size), .min = 1,
      .max = 1 << 20, .bad = "is not an integer in [1, 2^20]"},
     {.rec = "config.options.capture_chunk", ROW(OPT_SIZE, "--capture-chunk", "N", "prompt tokens per capture segment; 0 = all at once", "2048", 0,
@@ -194,6 +199,10 @@ static const opt OPTS[] = {
      "the last capture's received GDN states (a bug this trainer had:\n"
      "with the reference kept, the reference's), not its own state's",
      NULL, 0, step.cp_faults.stale_start)},
+    {.rec = "config.faults", ROW(OPT_FAULT, "--fault", "ep-drop-dx",
+     "EP (mla, test only): the last EP rank returns zero input\n"
+     "gradients for its experts' rows (the dumps must differ)",
+     NULL, 0, step.cp_faults.ep_drop_dx)},
     {.rec = "config.faults", ROW(OPT_KILL, "--fault", "kill-rank=R[@PHASE[:L]]",
      "rank R kills itself (SIGKILL) as PHASE begins (default\n"
      "replay; capture, rollout, score, replay, prompt_bwd, finalize,\n"
@@ -524,6 +533,7 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
     ls_step_options_defaults(&a->step);
     a->P = 4096;
     a->steps = 1;
+    a->ep = 1;
     a->prompts_per_step = 1;
     unsigned char given[N_OPTS] = {0};
     for (int i = 1; i < argc; i++) {
@@ -574,6 +584,13 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
     if (a->obj.lora_experts && a->cfg.family != LS_FAMILY_MLA)
         BAD("--lora-experts: --config %s: family '%s' has no routed experts", a->config_path,
             ls_family_name(a->cfg.family));
+    if (a->ep > 1 && a->cfg.family != LS_FAMILY_MLA)
+        BAD("--ep: --config %s: family '%s' has no routed experts (expert parallelism is mla's)", a->config_path,
+            ls_family_name(a->cfg.family));
+    if (a->ep > 1 && a->cfg.n_experts % a->ep != 0)
+        BAD("--ep %d: does not divide the %d routed experts of --config %s", a->ep, (int)a->cfg.n_experts,
+            a->config_path);
+    if (a->step.cp_faults.ep_drop_dx && a->ep < 2) BAD("--fault ep-drop-dx: needs --ep N with N >= 2");
     if (a->obj.lora_experts && a->obj.train_mode != LS_TRAIN_LORA)
         BAD("--lora-experts: needs --train-mode lora (full training trains the experts' weights)");
     if (a->fault_kill_rank && a->fault_kill_at_layer && a->fault_kill_layer > (int)a->cfg.n_layers)

@@ -8,6 +8,7 @@
 #include "trainer/run/train_run.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -18,6 +19,7 @@
 #include "receipts/trace_writer.h"
 #include "trainer/io/checkpoint.h"
 #include "trainer/dist/comm.h"
+#include "trainer/dist/ep.h"
 #include "trainer/base/mem_tracker.h"
 #include "trainer/io/params_io.h"
 #include "trainer/run/run_digests.h"
@@ -51,6 +53,8 @@ typedef struct {
     ls_status fail_st;
     ls_comm *comm;          /* a->comm (single-rank when main gave none) */
     int rank, world;
+    int cp_world;           /* the CP group's size (world / ep) */
+    ls_ep ep;               /* --ep N > 1: the EP group and this rank's place (ep.g NULL: none) */
     int in_step_failure;    /* a step failed inside its collectives: the job must be aborted */
     int trace_reported;     /* the trace's failure is already on stderr and in err */
     uint64_t grad_disagreements; /* steps whose finalize digest check found ranks apart */
@@ -71,7 +75,7 @@ static int fail(run *r, int rc, ls_status st, const char *fmt, const char *what)
 static int agree_rc(run *r, int rc, const char *purpose) {
     if (r->world < 2) return rc;
     int64_t v = rc;
-    if (ls_group_allreduce_max(ls_comm_cp(r->comm), &v, 1, LS_TRACE_DTYPE_I64, purpose, -1) != LS_OK) {
+    if (ls_group_allreduce_max(ls_comm_all(r->comm), &v, 1, LS_TRACE_DTYPE_I64, purpose, -1) != LS_OK) {
         fprintf(stderr, "longstraw-train: rank %d: %s\n", r->rank, ls_comm_last_error(r->comm));
         r->in_step_failure = 1;
         return rc ? rc : 1;
@@ -162,7 +166,7 @@ static int note_inputs(run *r) {
     char *mine[4] = {r->inputs.config, r->inputs.load, r->inputs.resume, r->inputs.initial_weights};
     char root[4][65];
     for (int i = 0; i < 4; i++) memcpy(root[i], mine[i], sizeof root[i]);
-    if (ls_group_broadcast(ls_comm_cp(r->comm), root, sizeof root, LS_TRACE_DTYPE_U8, 0, "inputs", -1) != LS_OK)
+    if (ls_group_broadcast(ls_comm_all(r->comm), root, sizeof root, LS_TRACE_DTYPE_U8, 0, "inputs", -1) != LS_OK)
         return fail(r, 1, LS_ERR_MPI, "", ls_comm_last_error(r->comm));
     for (int i = 0; i < 4; i++)
         if (memcmp(root[i], mine[i], sizeof root[i]) != 0) {
@@ -201,7 +205,7 @@ static int open_outputs(run *r) {
     int made = r->rank == 0 ? ls_run_dir_prepare(a->out, r->err, sizeof r->err) : 0;
     if (r->world > 1) {
         int64_t v = made;
-        if (ls_group_broadcast(ls_comm_cp(r->comm), &v, 1, LS_TRACE_DTYPE_I64, 0, "run_dir", -1) != LS_OK) v = -1;
+        if (ls_group_broadcast(ls_comm_all(r->comm), &v, 1, LS_TRACE_DTYPE_I64, 0, "run_dir", -1) != LS_OK) v = -1;
         if (v != 0 && r->rank != 0)
             snprintf(r->err, sizeof r->err, "--out %.1000s: rank 0 could not prepare the run directory", a->out);
         made = (int)v;
@@ -213,11 +217,22 @@ static int open_outputs(run *r) {
     int32_t members[4096];
     if (r->world > 4096) return fail(r, 2, LS_ERR_ARG, "", "more than 4096 ranks");
     for (int i = 0; i < r->world; i++) members[i] = i;
-    ls_trace_group grp[2] = {{.name = "world", .members = members, .n_members = (size_t)r->world},
+    ls_trace_group grp[3] = {{.name = "world", .members = members, .n_members = (size_t)r->world},
                              {.name = ls_group_name(ls_comm_cp(r->comm)), .members = members,
                               .n_members = (size_t)r->world}};
+    size_t n_groups = r->world > 1 ? 2 : 1;
+    int32_t cp_members[4096], ep_members[4096];
+    if (r->ep.g) { /* the CP x EP grid: the world, this rank's CP group and its EP group, each with its kind */
+        ls_comm_group *cpg = ls_comm_cp(r->comm);
+        grp[0].kind = "world";
+        grp[1] = (ls_trace_group){.name = ls_group_name(cpg), .kind = "cp", .members = cp_members,
+                                  .n_members = ls_group_members(cpg, cp_members, 4096)};
+        grp[2] = (ls_trace_group){.name = ls_group_name(r->ep.g), .kind = "ep", .members = ep_members,
+                                  .n_members = ls_group_members(r->ep.g, ep_members, 4096)};
+        n_groups = 3;
+    }
     ls_trace_header hdr = {.run_id = r->run_id, .rank = r->rank, .world = r->world, .groups = grp,
-                           .n_groups = r->world > 1 ? 2 : 1, .tool = "longstraw-train"};
+                           .n_groups = n_groups, .tool = "longstraw-train"};
     ls_trace_writer *w = NULL;
     ls_status st = ls_trace_writer_open(&w, r->trace_path, &hdr);
     if (st != LS_OK) {
@@ -371,7 +386,7 @@ static int one_step(run *r, int64_t s, int first) {
     }
     ls_step_options so = a->step;
     so.seed = r->seed + 1000003ull * (uint64_t)s;
-    so.cp_group = r->world > 1 ? ls_comm_cp(r->comm) : NULL;
+    so.cp_group = r->cp_world > 1 ? ls_comm_cp(r->comm) : NULL;
     so.keep_reference = r->plan.keep_reference; /* the plan's decision (or the option it was given) */
     if (s - r->step0 < a->sft_steps) so.objective = LS_OBJECTIVE_SFT;
     if (r->steps_begun > 0) ls_run_peaks_fold(&r->sp, s - 1 - r->step0); /* run-local: the receipt's index */
@@ -387,6 +402,15 @@ static int one_step(run *r, int64_t s, int first) {
         r->in_step_failure = r->world > 1; /* the other ranks may wait in a collective */
         return fail(r, 1, st, "step: ", r->err);
     }
+    if (r->ep.g) { /* EP: every expert's gradient from its owner, so that every rank holds the whole table */
+        if ((st = LS_K(ls_ep_gather)(&r->ep, r->p, LS_EP_GRADS)) != LS_OK) {
+            snprintf(r->err, sizeof r->err, "expert parallelism: %s", ls_comm_last_error(r->comm));
+            ls_trace_emit_error(w, st, r->err);
+            r->in_step_failure = 1;
+            return fail(r, 1, st, "step: ", r->err);
+        }
+        r->res.grad_norm = sqrt(LS_K(ls_params_grad_sumsq)(r->p));
+    }
     int rc = step_guard(r, s);
     if (rc != 0) return rc;
     /* the code this step took (the config's "paths") */
@@ -394,7 +418,7 @@ static int one_step(run *r, int64_t s, int first) {
     r->inputs.run_paths |= (r->in.B > 1 ? LS_RUN_PATH_GROUPS_SEVERAL : LS_RUN_PATH_GROUPS_ONE) |
                            (r->res.prefix_frozen ? LS_RUN_PATH_PREFIX_FROZEN : LS_RUN_PATH_PREFIX_FRESH) |
                            (a->resume ? LS_RUN_PATH_START_RESUMED : LS_RUN_PATH_START_FRESH) |
-                           ls_run_path_shards((int64_t)r->in.P - 1, r->world, a->step.page_size, a->step.capture_chunk);
+                           ls_run_path_shards((int64_t)r->in.P - 1, r->cp_world, a->step.page_size, a->step.capture_chunk);
     if (r->res.cp_world > 1 && !r->res.grads_agree) {
         r->grad_disagreements++;
         if (r->rank == 0)
@@ -405,7 +429,13 @@ static int one_step(run *r, int64_t s, int first) {
     if (ls_run_probe_due(a->probe_every, s - r->step0) && (rc = probe_step(r, s, &so)) != 0) return rc;
     int64_t t0 = ls_run_now_ns();
     ls_run_obs_begin(&r->ob, "optimizer");
-    LS_K(ls_step_optimizer)(r->p, &a->step, s + 1);
+    LS_K(ls_step_optimizer)(r->p, &a->step, s + 1); /* EP: this rank's own experts only */
+    if (r->ep.g && (st = LS_K(ls_ep_gather)(&r->ep, r->p, LS_EP_STATE)) != LS_OK) { /* the owners' updates */
+        snprintf(r->err, sizeof r->err, "expert parallelism: %s", ls_comm_last_error(r->comm));
+        ls_trace_emit_error(w, st, r->err);
+        r->in_step_failure = 1;
+        return fail(r, 1, st, "optimizer: ", r->err);
+    }
     ls_run_obs_note(&r->ob, ls_trace_emit_optimizer_step(w, s, (int64_t)r->p->n_trainable, a->step.lr, r->res.grad_norm));
     LS_K(ls_run_emit_digests)(&r->ob, r->p);
     ls_run_obs_end(&r->ob, "optimizer", ls_run_now_ns() - t0, 1);
@@ -505,7 +535,7 @@ static int close_run(run *r, int rc, uint64_t start_unix) {
     if (ls_run_write_receipt(r->a, &oc) != 0) rc = rc ? rc : 1;
     cJSON_Delete(rs);
     if (r->in_step_failure) return rc;
-    if (r->world > 1 && ls_group_barrier(ls_comm_cp(r->comm), "run_end") != LS_OK) {
+    if (r->world > 1 && ls_group_barrier(ls_comm_all(r->comm), "run_end") != LS_OK) {
         fprintf(stderr, "longstraw-train: rank %d: %s\n", r->rank, ls_comm_last_error(r->comm));
         return rc ? rc : 1;
     }
@@ -545,11 +575,23 @@ int LS_K(ls_train_run)(const ls_train_args *a) {
     }
     r.rank = ls_comm_rank(r.comm);
     r.world = ls_comm_world(r.comm);
+    r.cp_world = r.world;
+    if (a->ep > 1) { /* the CP x EP grid (comm.h), before any collective */
+        char gerr[256];
+        if (ls_comm_grid(r.comm, a->ep, gerr, sizeof gerr) != LS_OK) {
+            int grc = r.rank == 0 ? fail(&r, 2, LS_ERR_ARG, "", gerr) : 2;
+            if (own_comm) ls_comm_close(own_comm);
+            return grc;
+        }
+        r.cp_world = ls_group_size(ls_comm_cp(r.comm));
+        r.ep = (ls_ep){.g = ls_comm_ep(r.comm), .rank = ls_group_rank(ls_comm_ep(r.comm)),
+                       .size = ls_group_size(ls_comm_ep(r.comm)), .drop_dx = a->step.cp_faults.ep_drop_dx};
+    }
     uint64_t start_unix = (uint64_t)time(NULL) * 1000000000ull;
     snprintf(r.run_id, sizeof r.run_id, "run-%llx-%x-%llu", (unsigned long long)time(NULL), (unsigned)getpid(),
              (unsigned long long)a->step.seed);
     int rc = 0;
-    if (r.world > 1 && ls_group_broadcast(ls_comm_cp(r.comm), r.run_id, sizeof r.run_id, LS_TRACE_DTYPE_U8, 0,
+    if (r.world > 1 && ls_group_broadcast(ls_comm_all(r.comm), r.run_id, sizeof r.run_id, LS_TRACE_DTYPE_U8, 0,
                                           "run_id", -1) != LS_OK) /* one run id for every rank */
         rc = fail(&r, 1, LS_ERR_IO, "", ls_comm_last_error(r.comm));
     if (rc == 0) rc = cp_usage(&r);
@@ -558,6 +600,10 @@ int LS_K(ls_train_run)(const ls_train_args *a) {
     rc = ls_run_input_open(&r.in, a, r.err, sizeof r.err) == LS_OK ? 0 : fail(&r, 2, LS_ERR_FORMAT, "--rollouts: ", r.err);
     rc = agree_rc(&r, rc, "open_input");
     if (rc == 0) rc = agree_rc(&r, open_params(&r), "open_params");
+    if (rc == 0 && r.ep.g) { /* EP: the MoE runs this rank's experts; the others' are marked remote */
+        LS_K(ls_ep_set)(&r.ep);
+        LS_K(ls_ep_mark)(r.p, &r.ep);
+    }
     if (rc == 0) rc = agree_rc(&r, note_inputs(&r), "note_inputs");
     if (rc == 0) rc = open_outputs(&r);
     if (rc != 0) {
@@ -602,6 +648,7 @@ int LS_K(ls_train_run)(const ls_train_args *a) {
     if (r.in_step_failure) /* a rank failed inside a step: end every rank of the job, never a hang */
         ls_comm_abort(r.comm, rc ? rc : 1);
 done:
+    LS_K(ls_ep_set)(NULL);
     ls_run_metrics_close(&r.ms, NULL, 0); /* after a failure: its own failure is moot */
     ls_mem_free(r.frozen_idx);
     ls_mem_free(r.group_res);

@@ -96,7 +96,7 @@ ls_status LS_K(ls_rollout_member)(const ls_params *p, const ls_state *ps, int32_
 void LS_K(ls_step_optimizer)(ls_params *p, const ls_step_options *o, int64_t step) {
     for (size_t i = 0; i < p->n; i++) {
         ls_tensor *t = &p->t[i];
-        if (!t->trainable) continue;
+        if (!t->trainable || t->ep_remote) continue; /* EP: another rank's expert is its owner's to update */
         LS_K(ls_adamw_step)(t->w, t->m, t->v, t->g, t->numel, o->lr, o->beta1, o->beta2, o->adam_eps,
                             o->weight_decay, step);
     }

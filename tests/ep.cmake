@@ -1,0 +1,25 @@
+# Expert parallelism of longstraw-train (--ep N, trainer/dist/ep.h): EP-2,
+# EP-4 and CP-2 x EP-2 against EP-1, dumped gradients and checkpoints
+# compared tensor by tensor (bitwise at one CP size), the ep-drop-dx fault
+# detected, the grid recorded (tests/ep_train.sh); the usage refusals.
+if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
+  add_test(NAME ep_train
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/ep_train.sh $<TARGET_FILE:longstraw-train> ${MPIEXEC_EXECUTABLE}
+                   "${LS_MPIRUN_FLAGS_STR}" ${CMAKE_SOURCE_DIR})
+  set_tests_properties(ep_train PROPERTIES TIMEOUT 300 ENVIRONMENT "${LS_MPI_TEST_ENV}")
+  # --ep that does not divide the world: exit 2 naming --ep
+  add_test(NAME ep_refused_world
+           COMMAND sh -c "\"$0\" \"$@\" 2>&1 | grep -q -- '--ep 4: does not divide the world'" ${MPIEXEC_EXECUTABLE}
+                   ${LS_MPIRUN_FLAGS} ${MPIEXEC_NUMPROC_FLAG} 2 $<TARGET_FILE:longstraw-train>
+                   --config ${CMAKE_SOURCE_DIR}/configs/mla-tiny.json --prompt-len 64 --out ${CMAKE_CURRENT_BINARY_DIR}/ep_refused --ep 4)
+  set_tests_properties(ep_refused_world PROPERTIES TIMEOUT 60 ENVIRONMENT "${LS_MPI_TEST_ENV}")
+endif()
+# the hybrid family has no experts; 3 does not divide mla-tiny's 8 experts: exit 2 naming --ep
+add_test(NAME ep_refused_hybrid
+         COMMAND sh -c "\"$0\" \"$@\" 2>err.txt; test $? -eq 2 && grep -q -- '--ep: ' err.txt" $<TARGET_FILE:longstraw-train>
+                 --config ${CMAKE_SOURCE_DIR}/configs/hybrid-tiny.json --prompt-len 64 --out ep_h --ep 2)
+add_test(NAME ep_refused_experts
+         COMMAND sh -c "\"$0\" \"$@\" 2>err3.txt; test $? -eq 2 && grep -q -- '--ep 3: does not divide the 8 routed experts' err3.txt" $<TARGET_FILE:longstraw-train>
+                 --config ${CMAKE_SOURCE_DIR}/configs/mla-tiny.json --prompt-len 64 --out ep_e --ep 3)
+set_tests_properties(ep_refused_hybrid ep_refused_experts PROPERTIES TIMEOUT 60
+                     WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
