@@ -36,6 +36,9 @@ const ls_coverage_path_decision LS_COVERAGE_PATHS[] = {
     {"pages", V("aligned", "cut"), "whether a shard boundary cuts the KV page grid"},
     {"chunks", V("aligned", "cut"), "whether a shard boundary cuts the capture-chunk grid"},
     {"task", V("retrieval", "recall", "none"), "the built-in task that sampled and rewarded the responses (none: an input)"},
+    {"replay", V("taped", "layer"),
+     "the response replay: every layer's tape kept through the backward, or each layer's input kept and its tape "
+     "rebuilt in the backward (--replay-checkpoint)"},
     {NULL, NULL, NULL}};
 #undef V
 
@@ -386,9 +389,6 @@ size_t ls_coverage_check(const cJSON *coverage, const cJSON *config, unsigned wo
     check_member(&s, coverage, "strategies", config, "strategy");
     check_member(&s, coverage, "dtypes", config, "dtype");
     check_paths(&s, coverage, config);
-    /* the CP size */
-    const cJSON *worlds = cJSON_GetObjectItemCaseSensitive(coverage, "worlds"), *w;
-    const cJSON *wlist = cJSON_IsArray(worlds) ? worlds : NULL;
     /* the EP size (config "ep_ranks", absent: 1) against the report's "eps" (absent: only EP 1 was run: a
        report covers an EP-N run only if it ran EP-N), then the CP size, world / ep */
     const cJSON *rep = cJSON_GetObjectItemCaseSensitive(config, "ep_ranks");
@@ -408,6 +408,9 @@ size_t ls_coverage_check(const cJSON *coverage, const cJSON *config, unsigned wo
             eps ? b : "none: EP 1 only");
     }
     if (run_ep >= 1.0 && run_ep <= (double)world && world % (unsigned)run_ep == 0) world /= (unsigned)run_ep;
+    /* the CP size */
+    const cJSON *worlds = cJSON_GetObjectItemCaseSensitive(coverage, "worlds"), *w;
+    const cJSON *wlist = cJSON_IsArray(worlds) ? worlds : NULL;
     bool have = false;
     cJSON_ArrayForEach(w, wlist) {
         if (cJSON_IsNumber(w) && w->valuedouble == (double)world) have = true;

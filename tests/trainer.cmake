@@ -27,3 +27,16 @@ if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
   target_compile_definitions(test_mla_train PRIVATE LS_MPIEXEC="${MPIEXEC_EXECUTABLE}" LS_MPIRUN_FLAGS="${LS_MPIRUN_FLAGS_STR}"
     LS_LSAN_SUPP="${CMAKE_CURRENT_SOURCE_DIR}/comm_lsan.supp")
 endif()
+
+# --replay-checkpoint layer against the taped replay (tests/replay_checkpoint.sh): the gradients bit for
+# bit, both families and gradient modes, one rank and CP-2; a smaller branch graph; the same trace; the
+# decision recorded; auto under a budget.  About 40 s.
+if(TARGET longstraw-train)
+  add_test(NAME replay_checkpoint COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/replay_checkpoint.sh ${CMAKE_BINARY_DIR})
+  set_tests_properties(replay_checkpoint PROPERTIES TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=1;${LS_MPI_TEST_ENV}")
+endif()
+
+# The checkpointed replay's guards (trainer/base/coll_memo.h, seg_frame.c): the memo's keys, a replayed
+# collective sends nothing, a checkpointed segment equals the taped one bit for bit, a changed layer input
+# fails the backward.
+ls_add_criterion_test(test_coll_memo SOURCES test_coll_memo.c LIBS ls_trainer_f64 DEFS LS_REAL_F64 TIMEOUT 120)

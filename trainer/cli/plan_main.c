@@ -47,6 +47,9 @@ static void usage(FILE *f) {
             "  --rollout, --no-rollout  the step generates its responses (default) or they are supplied\n"
             "  --page-size N          KV page tokens (default: the trainer's)\n"
             "  --capture-chunk N      capture chunk tokens (default: the trainer's)\n"
+            "  --replay-checkpoint M  the response replay: none (every layer's tape), layer (each layer's input,\n"
+            "                         one layer's tape rebuilt at a time) or auto (default: none when it fits\n"
+            "                         --device-memory, else layer)\n"
             "  --dtype D              compute dtype f32 (default), f64, bf16 or f16\n"
             "  --state-dtype D        prompt-state dtype (default: --dtype)\n"
             "  --device-memory B      bytes per rank: 1073741824, 48GiB or 512MiB (binary: 2^30, 2^20),\n"
@@ -145,6 +148,13 @@ static int parse(int argc, char **argv, cli *a, ls_plan_in *in) {
         else if (strcmp(o, "--max-prompt") == 0) a->max_prompt = 1;
         else if (strcmp(o, "--rollout") == 0) in->rollout = 1;
         else if (strcmp(o, "--no-rollout") == 0) in->rollout = 0;
+        else if (strcmp(o, "--replay-checkpoint") == 0) {
+            NEED();
+            if (strcmp(v, "auto") == 0) in->replay_checkpoint = -1;
+            else if (strcmp(v, "none") == 0) in->replay_checkpoint = 0;
+            else if (strcmp(v, "layer") == 0) in->replay_checkpoint = 1;
+            else BAD("--replay-checkpoint: '%s' is not auto, none or layer", v);
+        }
         else if (strcmp(o, "--prompt-len") == 0) {
             NEED();
             if (parse_size(v, 2, (size_t)1 << 40, &in->P)) BAD("--prompt-len: '%s' is not an integer in [2, 2^40]", v);
@@ -276,9 +286,10 @@ static void print_text(const cli *a, const ls_plan_in *in, const ls_plan *p, con
         if (p->phase_runs[ph]) printf(" %10.4f", gib(p->phase_total[ph]));
         else printf(" %10s", "-");
     char pb[40];
-    printf("\n\npeak: %.4f GiB = %.2f GB (%s bytes) in phase %s; reference state %s; %d capture(s)\n",
+    printf("\n\npeak: %.4f GiB = %.2f GB (%s bytes) in phase %s; reference state %s; %d capture(s); replay %s\n",
            gib(p->peak_total), gb(p->peak_total), commas(p->peak_total, pb, sizeof pb),
-           ls_plan_phase_name(p->peak_phase), p->keep_reference ? "kept" : "recaptured", p->captures);
+           ls_plan_phase_name(p->peak_phase), p->keep_reference ? "kept" : "recaptured", p->captures,
+           p->replay_checkpoint ? "checkpointed per layer" : "taped");
     if (a->budget) {
         printf("device memory: ");
         print_budget(a);
@@ -359,6 +370,7 @@ static cJSON *to_json(const cli *a, const ls_plan_in *in, const ls_plan *p, cons
         for (int k = 0; m && k < LS_MEM_COUNT; ++k) bad |= add_size(m, ls_mem_cat_name((ls_mem_cat)k), p->peak[k]);
     }
     bad |= !cJSON_AddBoolToObject(d, "keep_reference", p->keep_reference);
+    bad |= !cJSON_AddStringToObject(d, "replay_checkpoint", p->replay_checkpoint ? "layer" : "none");
     bad |= add_size(d, "captures", (size_t)p->captures);
     if (a->budget) {
         bad |= add_size(d, "device_memory", a->budget);
@@ -388,6 +400,7 @@ int main(int argc, char **argv) {
     in.R = in.G = 1;
     in.world = 1;
     in.rollout = 1;
+    in.replay_checkpoint = -1;
     if (parse(argc, argv, &a, &in) != 0) return 2;
     if (a.help) {
         usage(stdout);
@@ -413,6 +426,7 @@ int main(int argc, char **argv) {
     in.compute_bytes = cl.compute_bytes;
     in.state_bytes = cl.state_bytes;
     in.rollout = cl.rollout;
+    in.replay_checkpoint = cl.replay_checkpoint;
     in.budget = cl.budget;
     in.index_sets = a.hf_config ? hf.index_sets : 0;
     if (a.index_sets > 0) {

@@ -22,55 +22,49 @@ static ls_status append_pages(ls_state *s, int l, const ls_real *k, const ls_rea
 }
 
 
-static ls_status layers_forward(const ls_params *p, ls_seg_io *io, ls_real *h, ls_seg_frame *fr) {
-    ls_layer_tape *ly = fr ? fr->ly : NULL;
+/* Layer l over h (seg_frame.h's ls_seg_layer_fwd_fn): its own K/V rows or GDN state into io->state_out. */
+static ls_status layer_forward(const ls_params *p, const ls_seg_io *io, int l, ls_real *h, void *tape, ls_arena *ta) {
+    ls_layer_tape *ly = tape;
     const ls_model_config *c = &p->cfg;
-    size_t T = io->T, d = (size_t)c->d_model;
+    size_t T = io->T;
     size_t row = (size_t)c->attn_kv_heads * (size_t)c->head_dim;
     size_t C = 2 * (size_t)c->gdn_hk * (size_t)c->gdn_dk + (size_t)c->gdn_hv * (size_t)c->gdn_dv;
     size_t tail_n = (size_t)(c->conv_kernel - 1) * C;
     size_t S_n = (size_t)c->gdn_hv * (size_t)c->gdn_dk * (size_t)c->gdn_dv;
     ls_status st = LS_OK;
-    for (int l = 0; l < c->n_layers && st == LS_OK; l++) {
-        int64_t t0 = ls_hook_now_ns();
-        ls_arena scr;
-        ls_arena_init(&scr, LS_MEM_SCRATCH, 0);
-        if (io->checkpoints) memcpy(io->checkpoints[l], h, R(T * d));
-        const ls_layer_state *ctx = io->ctx ? &io->ctx->ly[l] : NULL;
-        const ls_cp_attn *cpa = ctx ? ctx->cp : NULL;
-        int keep_kv = !(cpa && !cpa->own_keys); /* another rank owns the keys */
-        ls_real *own_k = NULL, *own_v = NULL, *tail = NULL, *S = NULL;
-        if (io->state_out && (keep_kv || !ls_hybrid_layers(p)[l].is_attn)) {
-            if (ls_hybrid_layers(p)[l].is_attn) {
-                own_k = ls_arena_alloc(&scr, R(T * row));
-                own_v = ls_arena_alloc(&scr, R(T * row));
-            } else {
-                tail = ls_arena_alloc(&scr, R(tail_n));
-                S = ls_arena_alloc(&scr, R(S_n));
-            }
-            if (scr.failed) st = LS_ERR_NOMEM;
+    ls_arena scr;
+    ls_arena_init(&scr, LS_MEM_SCRATCH, 0);
+    const ls_layer_state *ctx = io->ctx ? &io->ctx->ly[l] : NULL;
+    const ls_cp_attn *cpa = ctx ? ctx->cp : NULL;
+    int keep_kv = !(cpa && !cpa->own_keys); /* another rank owns the keys */
+    ls_real *own_k = NULL, *own_v = NULL, *tail = NULL, *S = NULL;
+    if (io->state_out && (keep_kv || !ls_hybrid_layers(p)[l].is_attn)) {
+        if (ls_hybrid_layers(p)[l].is_attn) {
+            own_k = ls_arena_alloc(&scr, R(T * row));
+            own_v = ls_arena_alloc(&scr, R(T * row));
+        } else {
+            tail = ls_arena_alloc(&scr, R(tail_n));
+            S = ls_arena_alloc(&scr, R(S_n));
         }
-        if (st == LS_OK)
-            st = LS_K(ls_layer_forward)(p, l, h, T, io->pos0, ctx, own_k, own_v, tail, S,
-                                        ly ? &ly[l] : NULL, fr ? &fr->arena : NULL, &scr);
-        if (st == LS_OK && ly) ly[l].cut = io->grad_cut;
-        if (st == LS_OK && io->state_out) {
-            if (ls_hybrid_layers(p)[l].is_attn) {
-                if (keep_kv) st = append_pages(io->state_out, l, own_k, own_v, T, io->pos0, row);
-            } else {
-                memcpy(io->state_out->ly[l].fixed0, tail, R(tail_n));
-                memcpy(io->state_out->ly[l].fixed1, S, R(S_n));
-            }
-        }
-        ls_arena_free(&scr);
-        if (st == LS_OK && io->hook)
-            io->hook(io->hook_user, l, 0, T, ls_hook_now_ns() - t0, ls_hook_l2(h, T * d));
+        if (scr.failed) st = LS_ERR_NOMEM;
     }
+    if (st == LS_OK)
+        st = LS_K(ls_layer_forward)(p, l, h, T, io->pos0, ctx, own_k, own_v, tail, S, ly, ly ? ta : NULL, &scr);
+    if (st == LS_OK && ly) ly->cut = io->grad_cut;
+    if (st == LS_OK && io->state_out) {
+        if (ls_hybrid_layers(p)[l].is_attn) {
+            if (keep_kv) st = append_pages(io->state_out, l, own_k, own_v, T, io->pos0, row);
+        } else {
+            memcpy(io->state_out->ly[l].fixed0, tail, R(tail_n));
+            memcpy(io->state_out->ly[l].fixed1, S, R(S_n));
+        }
+    }
+    ls_arena_free(&scr);
     return st;
 }
 
 ls_status LS_K(ls_segment_forward)(const ls_params *p, ls_seg_io *io) {
-    return LS_K(ls_seg_forward)(p, io, sizeof(ls_layer_tape), 1, layers_forward);
+    return LS_K(ls_seg_forward)(p, io, sizeof(ls_layer_tape), 1, layer_forward);
 }
 
 static ls_status layer_backward(const ls_params *p, int l, ls_seg_frame *fr, ls_real *dh, ls_state *dctx,

@@ -915,11 +915,28 @@ void LS_K(ls_mla_plan_transients)(const ls_model_config *c, const ls_family_plan
         }
     }
     out->capture_pending = cap_pend;
-    /* the replay's tape: every layer's, and the frame's head rows */
-    size_t tape = 0;
+    /* the replay's tape: every layer's, and the frame's head rows; checkpointed (seg_frame.c): each layer's
+       input, its collectives' results under CP, and one layer's tape rebuilt at a time */
+    size_t tape = 0, one = 0;
     for (size_t l = 0; l < L; l++) {
         plan_layer t = plan_layer_fwd(c, in, l >= (size_t)c->first_dense, R, Ptot + R, pg > R ? pg : R, 1);
         tape = ls_sat_add(tape, t.tape);
+        if (t.tape > one) one = t.tape;
+    }
+    if (in->replay_ckpt) {
+        plan_acc k = {.esz = es};
+        RQ(&k, 1, L * (sizeof(void *) + 16 + 128));
+        for (size_t l = 0; l < L; l++) RQR(&k, 1, R * d);
+        if (in->world > 1) { /* dsa_topk_gather (positions, scores), lse_max, lse_sum, out_sum */
+            size_t kk = (size_t)c->index_topk < Ptot + R ? (size_t)c->index_topk : Ptot + R, H = (size_t)c->heads;
+            for (size_t l = 0; l < L; l++) {
+                RQ(&k, 1, 5 * 128);
+                RQ(&k, 1, ls_sat_mul3((size_t)in->world, R * kk, sizeof(int64_t)));
+                RQR(&k, 1, ls_sat_mul((size_t)in->world, R * kk));
+                RQR(&k, 1, R * H), RQR(&k, 1, R * H), RQR(&k, 1, R * H * (size_t)c->d_v);
+            }
+        }
+        tape = ls_sat_add(k.tape, one);
     }
     ADD(LS_FPLAN_REPLAY, LS_MEM_BRANCH, tape);
     plan_acc fr = {.esz = es};

@@ -82,43 +82,38 @@ ls_status LS_K(ls_mla_state_append)(ls_state *s, int l, const ls_real *ckv, cons
 /* ---- segments -------------------------------------------------------------------- */
 
 
-static ls_status layers_forward(const ls_params *p, ls_seg_io *io, ls_real *h, ls_seg_frame *fr) {
-    ls_mla_layer_tape *ly = fr ? fr->ly : NULL;
+/* Layer l over h (seg_frame.h's ls_seg_layer_fwd_fn): its rows into io->state_out with the decisions a
+ * `full` backward recomputing this chunk must make again. */
+static ls_status layer_forward(const ls_params *p, const ls_seg_io *io, int l, ls_real *h, void *tape, ls_arena *ta) {
+    ls_mla_layer_tape *ly = tape;
     const ls_model_config *c = &p->cfg;
-    size_t T = io->T, d = (size_t)c->d_model;
+    size_t T = io->T;
     ls_status st = LS_OK;
-    for (int l = 0; l < c->n_layers && st == LS_OK; l++) {
-        int64_t t0 = ls_hook_now_ns();
-        ls_arena scr;
-        ls_arena_init(&scr, LS_MEM_SCRATCH, 0);
-        if (io->checkpoints) memcpy(io->checkpoints[l], h, R(T * d));
-        const ls_layer_state *ctx = io->ctx ? &io->ctx->ly[l] : NULL;
-        ls_real *ckv = NULL, *kpe = NULL, *kI = NULL;
-        if (io->state_out) {
-            ckv = ls_arena_alloc(&scr, R(T * (size_t)c->kv_rank + 1));
-            kpe = ls_arena_alloc(&scr, R(T * (size_t)c->d_rope + 1));
-            kI = ls_arena_alloc(&scr, R(T * (size_t)c->index_dim + 1));
-            if (scr.failed) st = LS_ERR_NOMEM;
-        }
-        ls_decisions dec, *outer = ls_decisions_begin(&dec);
-        if (st == LS_OK)
-            st = LS_K(ls_mla_layer_forward)(p, l, h, T, io->pos0, ctx, ckv, kpe, kI, ly ? &ly[l] : NULL,
-                                            fr ? &fr->arena : NULL, &scr);
-        ls_decisions_end(outer, &dec);
-        if (st == LS_OK && ly) ly[l].cut = io->grad_cut;
-        if (st == LS_OK && io->state_out) st = LS_K(ls_mla_state_append)(io->state_out, l, ckv, kpe, kI, T, io->pos0, c);
-        /* what a `full` backward recomputing this chunk must decide again */
-        if (st == LS_OK && io->state_out) LS_K(ls_state_note_decisions)(&io->state_out->ly[l], io->pos0, &dec);
-        ls_arena_free(&scr);
-        if (st == LS_OK && io->hook) io->hook(io->hook_user, l, 0, T, ls_hook_now_ns() - t0, ls_hook_l2(h, T * d));
+    ls_arena scr;
+    ls_arena_init(&scr, LS_MEM_SCRATCH, 0);
+    const ls_layer_state *ctx = io->ctx ? &io->ctx->ly[l] : NULL;
+    ls_real *ckv = NULL, *kpe = NULL, *kI = NULL;
+    if (io->state_out) {
+        ckv = ls_arena_alloc(&scr, R(T * (size_t)c->kv_rank + 1));
+        kpe = ls_arena_alloc(&scr, R(T * (size_t)c->d_rope + 1));
+        kI = ls_arena_alloc(&scr, R(T * (size_t)c->index_dim + 1));
+        if (scr.failed) st = LS_ERR_NOMEM;
     }
+    ls_decisions dec, *outer = ls_decisions_begin(&dec);
+    if (st == LS_OK)
+        st = LS_K(ls_mla_layer_forward)(p, l, h, T, io->pos0, ctx, ckv, kpe, kI, ly, ly ? ta : NULL, &scr);
+    ls_decisions_end(outer, &dec);
+    if (st == LS_OK && ly) ly->cut = io->grad_cut;
+    if (st == LS_OK && io->state_out) st = LS_K(ls_mla_state_append)(io->state_out, l, ckv, kpe, kI, T, io->pos0, c);
+    if (st == LS_OK && io->state_out) LS_K(ls_state_note_decisions)(&io->state_out->ly[l], io->pos0, &dec);
+    ls_arena_free(&scr);
     return st;
 }
 
 ls_status LS_K(ls_mla_segment_forward)(const ls_params *p, ls_seg_io *io) {
     if (p->cfg.index_topk < 1) return LS_ERR_ARG;
     if (io->ctx && io->ctx->n_pos != io->pos0) return LS_ERR_ARG; /* the context must end where the segment starts */
-    return LS_K(ls_seg_forward)(p, io, sizeof(ls_mla_layer_tape), 0, layers_forward);
+    return LS_K(ls_seg_forward)(p, io, sizeof(ls_mla_layer_tape), 0, layer_forward);
 }
 
 static ls_status layer_backward(const ls_params *p, int l, ls_seg_frame *fr, ls_real *dh, ls_state *dctx,

@@ -80,6 +80,10 @@ typedef struct {
                                 GDN state and conv inputs); weight gradients at [grad_cut, T) are kept.
                                 The state at the cut is then a constant: the stop-gradient reference of
                                 `detached` mode.  0: no cut; else < T */
+    int checkpointed;        /* with a tape: keep each layer's input, not its tape, and rebuild the layer's tape
+                                from it during the backward (--replay-checkpoint layer; seg_frame.h): the same
+                                operations in the same order, so the same gradients bit for bit, for about
+                                L*T*d stored values plus one layer's tape */
     ls_layer_hook hook;
     void *hook_user;
 } ls_seg_io;
@@ -104,6 +108,8 @@ typedef struct {
     size_t ssz;        /* bytes of one prompt-state element */
     size_t page_size;  /* KV page tokens */
     size_t index_sets; /* mla: layers holding index keys (0: every layer) */
+    int replay_ckpt;   /* the replay keeps each layer's input and rebuilds one layer's tape at a time
+                          (ls_seg_io.checkpointed), with its collectives' results under CP */
 } ls_family_plan_in;
 
 typedef enum {

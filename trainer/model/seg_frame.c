@@ -2,6 +2,7 @@
  * set-up, embedding and head, forward and backward. */
 #include "trainer/model/seg_frame.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "kernels/embedding.h"
@@ -55,10 +56,52 @@ void LS_K(ls_seg_tape_free)(ls_seg_tape *tape) {
     ls_arena_free(&a); /* the tape struct lives in its own arena */
 }
 
-size_t LS_K(ls_seg_tape_bytes)(const ls_seg_tape *tape) { return tape ? tape->fr.arena.used_bytes : 0; }
+/* Checkpointed, after the backward: with the largest rebuilt layer (its tape and backward scratch). */
+size_t LS_K(ls_seg_tape_bytes)(const ls_seg_tape *tape) {
+    return tape ? tape->fr.arena.used_bytes + (tape->fr.checkpointed ? tape->fr.recompute_peak : 0) : 0;
+}
+
+/* Checkpointed: per layer its input rows, its decisions and its collectives' memo, in the tape's arena. */
+static ls_status ckpt_new(ls_seg_frame *fr, int L, size_t T, size_t d) {
+    fr->ckpt = ls_arena_alloc(&fr->arena, (size_t)L * sizeof *fr->ckpt);
+    fr->dec = ls_arena_alloc(&fr->arena, (size_t)L * sizeof *fr->dec);
+    fr->memo = ls_arena_alloc(&fr->arena, (size_t)L * sizeof *fr->memo);
+    fr->ckpt_digest = ls_arena_alloc(&fr->arena, (size_t)L * sizeof *fr->ckpt_digest);
+    if (!fr->ckpt || !fr->dec || !fr->memo || !fr->ckpt_digest) return LS_ERR_NOMEM;
+    for (int l = 0; l < L; l++) {
+        if (!(fr->ckpt[l] = ls_arena_alloc(&fr->arena, R(T * d)))) return LS_ERR_NOMEM;
+        ls_coll_memo_init(&fr->memo[l], &fr->arena);
+    }
+    return LS_OK;
+}
+
+/* The layer stack: layer after layer over h, each taped into fr (whole, or as its checkpoint). */
+static ls_status layers_forward(const ls_params *p, ls_seg_io *io, ls_real *h, ls_seg_frame *fr,
+                                ls_seg_layer_fwd_fn fwd) {
+    size_t T = io->T, d = (size_t)p->cfg.d_model;
+    ls_status st = LS_OK;
+    for (int l = 0; l < p->cfg.n_layers && st == LS_OK; l++) {
+        int64_t t0 = ls_hook_now_ns();
+        if (io->checkpoints) memcpy(io->checkpoints[l], h, R(T * d));
+        if (fr && fr->checkpointed) {
+            memcpy(fr->ckpt[l], h, R(T * d));
+            fr->ckpt_digest[l] = ls_coll_memo_digest(h, R(T * d));
+            ls_decisions *outer = ls_decisions_begin(&fr->dec[l]);
+            ls_coll_memo *prev = ls_coll_memo_use(&fr->memo[l], LS_COLL_MEMO_RECORD);
+            st = fwd(p, io, l, h, NULL, NULL);
+            ls_coll_memo_restore(prev);
+            ls_decisions_end(outer, &fr->dec[l]);
+            if (st == LS_OK) st = ls_coll_memo_finish(&fr->memo[l]);
+        } else {
+            st = fwd(p, io, l, h, fr ? (char *)fr->ly + (size_t)l * fr->ly_size : NULL, fr ? &fr->arena : NULL);
+        }
+        if (st == LS_OK && io->hook) io->hook(io->hook_user, l, 0, T, ls_hook_now_ns() - t0, ls_hook_l2(h, T * d));
+    }
+    return st;
+}
 
 ls_status LS_K(ls_seg_forward)(const ls_params *p, ls_seg_io *io, size_t ly_size, int zero_centred,
-                               ls_seg_layers_fn layers) {
+                               ls_seg_layer_fwd_fn layer) {
     size_t T = io->T, d = (size_t)p->cfg.d_model;
     ls_status st = LS_K(ls_seg_check_io)(p, io);
     if (st != LS_OK) return st;
@@ -66,11 +109,17 @@ ls_status LS_K(ls_seg_forward)(const ls_params *p, ls_seg_io *io, size_t ly_size
     ls_arena work; /* h, and the head when not taping */
     ls_arena_init(&work, LS_MEM_SCRATCH, 0);
     st = LS_ERR_NOMEM;
-    if (io->tape && !(tp = tape_new(p, io, ly_size))) goto cleanup;
+    if (io->tape) {
+        if (!(tp = tape_new(p, io, ly_size))) goto cleanup;
+        tp->fr.ly_size = ly_size;
+        tp->fr.fwd = layer;
+        tp->fr.checkpointed = io->checkpointed;
+        if (io->checkpointed && ckpt_new(&tp->fr, p->cfg.n_layers, T, d) != LS_OK) goto cleanup;
+    }
     ls_real *h = ls_arena_alloc(&work, R(T * d));
     if (!h) goto cleanup;
     LS_K(ls_seg_embed_forward)(p, io, h);
-    st = layers(p, io, h, tp ? &tp->fr : NULL);
+    st = layers_forward(p, io, h, tp ? &tp->fr : NULL, layer);
     if (st != LS_OK) goto cleanup;
     if (io->state_out) io->state_out->n_pos = io->pos0 + (int64_t)T;
     st = LS_K(ls_seg_head_forward)(p, io, h, zero_centred, tp ? &tp->fr : NULL, &work);
@@ -81,6 +130,35 @@ ls_status LS_K(ls_seg_forward)(const ls_params *p, ls_seg_io *io, size_t ly_size
 cleanup:
     ls_arena_free(&work);
     LS_K(ls_seg_tape_free)(tp);
+    return st;
+}
+
+/* Checkpointed: layer l's tape rebuilt from its input (in place: ckpt[l] is not needed again) into the
+ * arena lt, as the forward made it: its collectives' results from the memo (nothing sent), its decisions
+ * made again and held to the forward's (a rebuilt tape of another forward is never differentiated). */
+static ls_status rebuild_layer(const ls_params *p, ls_seg_frame *fr, int l, ls_arena *lt) {
+    ls_seg_io io = {.tokens = fr->tokens, .T = fr->T, .pos0 = fr->pos0, .ctx = fr->ctx, .grad_cut = fr->grad_cut};
+    void *ly = (char *)fr->ly + (size_t)l * fr->ly_size;
+    memset(ly, 0, fr->ly_size);
+    if (ls_coll_memo_digest(fr->ckpt[l], R(fr->T * (size_t)p->cfg.d_model)) != fr->ckpt_digest[l]) {
+        fprintf(stderr, "checkpointed replay: layer %d's input changed between the forward and the backward\n", l);
+        return LS_ERR_INTERNAL;
+    }
+    ls_decisions again, *outer = ls_decisions_begin(&again);
+    ls_coll_memo *prev = ls_coll_memo_use(&fr->memo[l], LS_COLL_MEMO_REPLAY);
+    ls_status st = fr->fwd(p, &io, l, fr->ckpt[l], ly, lt);
+    ls_coll_memo_restore(prev);
+    ls_decisions_use(outer); /* the run's ledger holds the forward's decisions once */
+    if (st == LS_OK && (st = ls_coll_memo_finish(&fr->memo[l])) != LS_OK)
+        fprintf(stderr, "checkpointed replay: layer %d: %s\n", l, fr->memo[l].err);
+    if (st == LS_OK && !ls_decisions_equal(&again, &fr->dec[l])) {
+        fprintf(stderr,
+                "checkpointed replay: layer %d decided otherwise when rebuilt (%llu decisions, digest %016llx; the "
+                "forward's: %llu, %016llx)\n",
+                l, (unsigned long long)again.count, (unsigned long long)again.digest,
+                (unsigned long long)fr->dec[l].count, (unsigned long long)fr->dec[l].digest);
+        st = LS_ERR_INTERNAL;
+    }
     return st;
 }
 
@@ -96,10 +174,14 @@ ls_status LS_K(ls_seg_backward)(const ls_params *p, ls_seg_tape *tape, const ls_
     if (dh) st = LS_K(ls_seg_head_backward)(p, fr, dlogp, zero_centred, dh, &work, hook, hook_user);
     for (int l = p->cfg.n_layers - 1; st == LS_OK && l >= 0; l--) {
         int64_t t0 = ls_hook_now_ns();
-        ls_arena scr;
+        ls_arena scr, lt;
         ls_arena_init(&scr, fr->arena.cat, 0);
-        st = layer(p, l, fr, dh, dctx, &scr);
+        ls_arena_init(&lt, fr->arena.cat, 0);
+        if (fr->checkpointed) st = rebuild_layer(p, fr, l, &lt);
+        if (st == LS_OK) st = layer(p, l, fr, dh, dctx, &scr);
+        if (lt.used_bytes + scr.used_bytes > fr->recompute_peak) fr->recompute_peak = lt.used_bytes + scr.used_bytes;
         ls_arena_free(&scr);
+        ls_arena_free(&lt);
         if (st == LS_OK && hook) hook(hook_user, l, 1, T, ls_hook_now_ns() - t0, ls_hook_l2(dh, T * d));
     }
     if (st == LS_OK) LS_K(ls_seg_embed_backward)(p, fr, dh, hook, hook_user);

@@ -6,8 +6,17 @@
  * as functions.  Internal to the trainer; numeric (LS_K names). */
 #ifndef LS_TRAINER_SEG_FRAME_H
 #define LS_TRAINER_SEG_FRAME_H
+#include "kernels/decisions.h"
 #include "trainer/base/arena.h"
+#include "trainer/base/coll_memo.h"
 #include "trainer/model/family.h"
+
+/* One layer l of a family over h [T, d] (in and out), with io's context
+ * (io->ctx) and state out (io->state_out, may be NULL), taped into ly (the
+ * family's layer tape of l, its buffers from the arena ta) when ly is not
+ * NULL.  The embedding, the head, checkpoints and hooks are the frame's. */
+typedef ls_status (*ls_seg_layer_fwd_fn)(const ls_params *p, const ls_seg_io *io, int l, ls_real *h, void *ly,
+                                         ls_arena *ta);
 
 typedef struct {
     ls_arena arena; /* holds the tape itself and everything it points to */
@@ -17,6 +26,17 @@ typedef struct {
     int32_t *tokens, *targets;
     void *ly;       /* the family's n_layers layer tapes */
     ls_real *xf, *rstd_f, *xn_f, *lse; /* final norm input and outputs over the scored rows */
+    /* checkpointed (io->checkpointed): ly holds no layer's tape after the forward; the backward rebuilds
+       layer l's from its input ckpt[l] (its collectives' results from memo[l], its decisions checked
+       against dec[l]) and releases it after l's backward */
+    int checkpointed;
+    size_t ly_size;
+    ls_seg_layer_fwd_fn fwd;    /* the family's layer forward */
+    ls_real **ckpt;             /* [n_layers] each layer's input [T, d] */
+    uint64_t *ckpt_digest;      /* [n_layers] of each input as stored: a rebuild from changed rows fails */
+    ls_decisions *dec;          /* [n_layers] */
+    ls_coll_memo *memo;         /* [n_layers] */
+    size_t recompute_peak;      /* the largest rebuilt layer tape with its backward (bytes) */
 } ls_seg_frame;
 
 /* Both families' tape (family.h's opaque ls_seg_tape). */
@@ -24,9 +44,6 @@ struct ls_seg_tape {
     ls_seg_frame fr;
 };
 
-/* A family's layer stack over h [T, d] (in and out), taped into fr's layer
- * tapes when fr is not NULL. */
-typedef ls_status (*ls_seg_layers_fn)(const ls_params *p, ls_seg_io *io, ls_real *h, ls_seg_frame *fr);
 /* One layer's taped backward: dh [T, d] in and out; dctx (may be NULL)
  * receives the gradient of fr's context. */
 typedef ls_status (*ls_seg_layer_bwd_fn)(const ls_params *p, int l, ls_seg_frame *fr, ls_real *dh,
@@ -38,7 +55,7 @@ typedef ls_status (*ls_seg_layer_bwd_fn)(const ls_params *p, int l, ls_seg_frame
  * tape (layer tapes of ly_size bytes) into *io->tape when asked: the
  * caller's, released with ls_seg_tape_free. */
 ls_status LS_K(ls_seg_forward)(const ls_params *p, ls_seg_io *io, size_t ly_size, int zero_centred,
-                               ls_seg_layers_fn layers);
+                               ls_seg_layer_fwd_fn layer);
 /* Its backward: the head, the family's layers from the last, the
  * embedding.  LS_ERR_ARG for a context gradient under a cut. */
 ls_status LS_K(ls_seg_backward)(const ls_params *p, ls_seg_tape *tape, const ls_real *dlogp, ls_state *dctx,

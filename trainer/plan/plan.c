@@ -20,6 +20,7 @@ void LS_K(ls_plan_in_defaults)(ls_plan_in *in, const ls_model_config *cfg) {
     in->compute_bytes = in->state_bytes = sizeof(ls_real);
     in->rollout = 1;
     in->keep_reference = -1;
+    in->replay_checkpoint = -1;
 }
 
 static void add_cats(size_t *dst, const size_t *src) {
@@ -80,8 +81,11 @@ ls_status LS_K(ls_plan_compute)(const ls_plan_in *in, ls_plan *out, char *err, s
                              .expert_lora_r = in->obj.train_mode == LS_TRAIN_LORA && in->obj.lora_experts ? in->obj.lora_r : 0,
                              .esz = in->compute_bytes, .ssz = in->state_bytes, .page_size = in->page_size,
                              .index_sets = in->index_sets};
-    ls_family_plan fp;
+    ls_family_plan fp, fpc; /* with the replay taped whole, and checkpointed */
     fam->plan(c, &fin, &fp);
+    ls_family_plan_in cin = fin;
+    cin.replay_ckpt = 1;
+    fam->plan(c, &cin, &fpc);
     out->state = (ls_plan_state){.attn_kv = fp.attn_kv, .recurrent = fp.recurrent, .latent = fp.latent,
                                  .index_keys = fp.index_keys, .attn_layers = fp.attn_layers,
                                  .recurrent_layers = fp.recurrent_layers, .latent_layers = fp.latent_layers,
@@ -93,14 +97,23 @@ ls_status LS_K(ls_plan_compute)(const ls_plan_in *in, ls_plan *out, char *err, s
     size_t batch = ls_sat_mul3(in->G, in->R, 2 * sizeof(double) + sizeof(int32_t));
     int use_ref = in->obj.beta > 0;
     int two_states = in->prefix_frozen && use_ref;
-    int keep = 0;
+    /* the decisions against the budget, cheapest first: the reference kept (a recapture costs a capture of
+       the whole prompt) before the replay taped whole (a checkpointed replay costs one more forward of each
+       response); the first candidate that fits, else the last (the smallest) */
+    int keeps[2] = {0}, cks[2] = {0}, n_keep = 1, n_ck = 1;
     if (use_ref && in->rollout && !in->prefix_frozen && !naive) {
-        keep = in->keep_reference;
-        if (keep < 0) keep = 1; /* decided below against the budget */
+        if (in->keep_reference >= 0) keeps[0] = in->keep_reference;
+        else keeps[0] = 1, n_keep = 2; /* keeps[1] 0 */
     }
+    if (in->replay_checkpoint >= 0) cks[0] = in->replay_checkpoint;
+    else cks[1] = 1, n_ck = 2; /* cks[0] 0 */
+    int keep = keeps[0], ck = cks[0];
     size_t pend = fp.capture_pending < S ? fp.capture_pending : S; /* not appended at a capture's peak */
     size_t (*ph)[LS_MEM_COUNT] = out->phase;
-    for (int pass = 0; pass < 2; pass++) {
+    for (int pass = 0; pass < n_keep * n_ck; pass++) {
+        keep = keeps[pass / n_ck];
+        ck = cks[pass % n_ck];
+        const ls_family_plan *rf = ck ? &fpc : &fp; /* the replay's terms */
         memset(out->phase, 0, sizeof out->phase);
         memset(out->phase_runs, 0, sizeof out->phase_runs);
         out->captures = 0;
@@ -156,7 +169,7 @@ ls_status LS_K(ls_plan_compute)(const ls_plan_in *in, ls_plan *out, char *err, s
         size_t *rp = ph[LS_PLAN_REPLAY];
         if (naive) {
             size_t T = ls_sat_add(in->P, in->R);
-            ls_family_plan_in nin = fin;
+            ls_family_plan_in nin = ck ? cin : fin;
             nin.R = T;
             nin.full = 0;
             ls_family_plan np;
@@ -166,7 +179,7 @@ ls_status LS_K(ls_plan_compute)(const ls_plan_in *in, ls_plan *out, char *err, s
             rp[LS_MEM_PROMPT_STATE] = live_state;
             rp[LS_MEM_CHECKPOINT] = ckpt;
             if (full) rp[LS_MEM_PROMPT_GRAD] = fp.state_grad;
-            add_cats(rp, fp.phase[LS_FPLAN_REPLAY]);
+            add_cats(rp, rf->phase[LS_FPLAN_REPLAY]);
         }
         rp[LS_MEM_SCORE] = ls_sat_add(rp[LS_MEM_SCORE], batch);
         if (full && !naive) {
@@ -188,14 +201,11 @@ ls_status LS_K(ls_plan_compute)(const ls_plan_in *in, ls_plan *out, char *err, s
                 out->peak_phase = (ls_plan_phase)p;
             }
         }
-        /* keep the reference state live only when two states fit the budget */
-        if (pass == 0 && keep && in->keep_reference < 0 && in->budget && !ls_plan_fits(out->peak_total, in->budget)) {
-            keep = 0;
-            continue;
-        }
+        if (pass + 1 < n_keep * n_ck && in->budget && !ls_plan_fits(out->peak_total, in->budget)) continue;
         break;
     }
     out->keep_reference = keep;
+    out->replay_checkpoint = ck;
     for (int k = 0; k < LS_MEM_COUNT; k++) out->peak[k] = ls_sat_add(out->fixed[k], ph[out->peak_phase][k]);
     /* FLOPs per phase (plan_flops.c) */
     int r = fin.lora_r;
@@ -210,6 +220,9 @@ ls_status LS_K(ls_plan_compute)(const ls_plan_in *in, ls_plan *out, char *err, s
     if (out->phase_runs[LS_PLAN_REFERENCE]) out->flops[LS_PLAN_REFERENCE] = (in->prefix_frozen ? 0 : cap) + G * member;
     out->flops[LS_PLAN_REPLAY] =
         G * (member + LS_K(ls_plan_backward_flops)(c, r, in->R, in->P - 1, 1));
+    if (ck) /* checkpointed: the layers' forward again (not the head: lm_head 2 V d and the log-softmax 3 V a token) */
+        out->flops[LS_PLAN_REPLAY] +=
+            G * (member - (double)in->R * (2.0 * (double)c->d_model + 3.0) * (double)c->vocab);
     if (out->phase_runs[LS_PLAN_PROMPT_BWD]) {
         double pb = LS_K(ls_plan_backward_flops)(c, r, in->P - 1, 0, 1) + LS_K(ls_plan_forward_flops)(c, r, in->P - 1, 0);
         out->flops[LS_PLAN_PROMPT_BWD] = world > 1 ? pb / world : pb;

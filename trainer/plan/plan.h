@@ -47,6 +47,8 @@ typedef struct {
     size_t state_bytes;          /* bytes of one prompt-state element (KV, latents, GDN state) */
     int rollout;                 /* the step generates its responses (else they are supplied) */
     int keep_reference;          /* beta > 0 with a rollout: -1 decide by budget, 0 recapture, 1 keep */
+    int replay_checkpoint;       /* the response replay: -1 decide by budget, 0 every layer's tape, 1 each layer's
+                                    input and one layer's tape rebuilt at a time (--replay-checkpoint) */
     int prefix_frozen;           /* prompt state kept across steps (both states when beta > 0) */
     size_t budget;               /* bytes per rank; 0: none (keep_reference -1 then keeps) */
     size_t index_sets;           /* mla: layers holding index keys (0: every MLA layer) */
@@ -74,6 +76,7 @@ typedef struct {
     size_t peak[LS_MEM_COUNT];                 /* fixed + the peak phase's, per category */
     size_t peak_total;                         /* the step's planned peak (what the budget must admit) */
     int keep_reference;                        /* the decision: 1 reference state kept beside the policy's */
+    int replay_checkpoint;                     /* the decision: 1 the replay keeps layer inputs, not tapes */
     int captures;                              /* prompt captures the step runs */
     double flops[LS_PLAN_PHASES];              /* this rank's floating-point operations per phase */
 } ls_plan;
@@ -91,7 +94,7 @@ static inline int ls_plan_fits(size_t peak, size_t budget) {
 
 /* Fill *in with the trainer's defaults for cfg (page size, chunk, element
  * sizes of this build's real type, LongStraw, P = R = G = 1, world 1,
- * keep_reference -1).  cfg is borrowed for as long as *in is used. */
+ * keep_reference and replay_checkpoint -1).  cfg is borrowed for as long as *in is used. */
 void LS_K(ls_plan_in_defaults)(ls_plan_in *in, const ls_model_config *cfg);
 
 /* The plan of one step of *in.  LS_ERR_ARG naming the field (P < 2, G or R

@@ -33,6 +33,7 @@ void LS_K(ls_run_plan_in)(const ls_train_args *a, const ls_run_shape *sh, size_t
     in->prefix_frozen = a->prefix_frozen > 1;
     in->budget = budget;
     in->keep_reference = a->keep_reference == 1 ? 1 : a->keep_reference == 2 ? 0 : -1;
+    in->replay_checkpoint = a->replay_checkpoint == 1 ? 0 : a->replay_checkpoint == 2 ? 1 : -1;
 }
 
 ls_status LS_K(ls_run_plan_check)(const ls_train_args *a, const ls_run_shape *sh, size_t budget, ls_plan *out) {

@@ -126,6 +126,10 @@ static const opt OPTS[] = {
     {.rec = "config.options.keep_reference", ROW(OPT_CHOICE, "--keep-reference", "auto|on|off",
      "beta > 0 with a rollout: the reference's prompt state beside the policy's (on: two captures), or one state at a "
      "time (off: three captures); auto: on when the plan of two fits the budget", "auto", 0, keep_reference)},
+    {.rec = "config.options.replay_checkpoint", ROW(OPT_CHOICE, "--replay-checkpoint", "auto|none|layer",
+     "the response replay: none keeps every layer's tape through the backward; layer keeps each layer's input and "
+     "rebuilds its tape during the backward (the same gradients bit for bit, about L x R x d values plus one layer's "
+     "tape); auto: none when its plan fits the budget", "auto", 0, replay_checkpoint)},
     {.rec = "config.ep_ranks", ROW(OPT_INT, "--ep", "N",
      "mla: expert parallelism over N ranks: under mpirun -np W the ranks\n"
      "form a CP x EP grid (W = cp x N, rank = cp_idx x N + ep_idx); each EP\n"

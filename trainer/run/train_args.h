@@ -31,6 +31,7 @@ typedef struct {
     size_t memory_budget;   /* bytes; 0 = 90% of MemAvailable */
     int keep_reference;     /* --keep-reference: 0 auto (the plan decides), 1 on, 2 off */
     int ep;                 /* --ep N: expert parallelism, world = cp x ep (mla; 0 or 1: none) */
+    int replay_checkpoint;  /* --replay-checkpoint: 0 auto (the plan decides), 1 none (taped), 2 layer */
     int task;               /* --task: the built-in task (ls_task_kind) */
     size_t recall_records;  /* --recall-records: records per recall prompt (0: the task's default) */
     int quiet;

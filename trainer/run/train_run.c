@@ -388,6 +388,7 @@ static int one_step(run *r, int64_t s, int first) {
     so.seed = r->seed + 1000003ull * (uint64_t)s;
     so.cp_group = r->cp_world > 1 ? ls_comm_cp(r->comm) : NULL;
     so.keep_reference = r->plan.keep_reference; /* the plan's decision (or the option it was given) */
+    so.replay_checkpoint = r->plan.replay_checkpoint;
     if (s - r->step0 < a->sft_steps) so.objective = LS_OBJECTIVE_SFT;
     if (r->steps_begun > 0) ls_run_peaks_fold(&r->sp, s - 1 - r->step0); /* run-local: the receipt's index */
     ls_mem_reset_peaks(); /* the window peaks are this step's from here */

@@ -48,6 +48,10 @@ typedef struct {
     int keep_reference;        /* beta > 0 with a rollout: 1 the reference's state is captured beside the policy's
                                   (two captures); else the policy's is freed and captured again after it (three:
                                   half the prompt-state peak).  -1 (default): the run decides by its plan */
+    int replay_checkpoint;     /* the response replay: 0 every layer's tape kept through the backward; 1 each layer's
+                                  input kept and its tape rebuilt during the backward (ls_seg_io.checkpointed: the
+                                  same gradients bit for bit, about L*R*d stored values plus one layer's tape).
+                                  -1 (default): the run decides by its plan */
 } ls_step_options;
 
 typedef struct {
@@ -93,7 +97,7 @@ enum {
     LS_STEP_PATH_OLD_COMPUTED = 1u << 3, LS_STEP_PATH_OLD_GIVEN = 1u << 4, LS_STEP_PATH_OLD_NONE = 1u << 5,
     LS_STEP_PATH_REF_NONE = 1u << 6, LS_STEP_PATH_REF_BEFORE = 1u << 7, LS_STEP_PATH_REF_KEPT = 1u << 8,
     LS_STEP_PATH_REF_RECAPTURED = 1u << 9, LS_STEP_PATH_REF_PREFIX = 1u << 10, LS_STEP_PATH_REF_NAIVE = 1u << 11,
-    LS_STEP_PATH_REF_GIVEN = 1u << 12
+    LS_STEP_PATH_REF_GIVEN = 1u << 12, LS_STEP_PATH_REPLAY_TAPED = 1u << 13, LS_STEP_PATH_REPLAY_LAYER = 1u << 14
 };
 
 /* The prompt state kept across prefix-frozen steps (--prefix-frozen K):

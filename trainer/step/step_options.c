@@ -21,4 +21,5 @@ void ls_step_options_defaults(ls_step_options *o) {
     o->fault_nan_grad = 0;
     o->fault_untracked_alloc = 0;
     o->keep_reference = -1;
+    o->replay_checkpoint = -1;
 }

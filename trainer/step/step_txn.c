@@ -254,7 +254,7 @@ static ls_status replay_member(txn *x, const ls_batch *b, size_t i, const double
     ls_seg_io io = {.tokens = in, .T = T, .pos0 = naive ? 0 : (int64_t)P - 1, .ctx = naive ? NULL : x->ps,
                     .targets = b->resp[i], .score_from = naive ? P - 1 : 0, .logp = lp, .tape = &tape,
                     .tape_cat = LS_MEM_BRANCH, .hook = hook_fn, .hook_user = &hk,
-                    .grad_cut = naive && !x->full ? P - 1 : 0};
+                    .grad_cut = naive && !x->full ? P - 1 : 0, .checkpointed = x->o->replay_checkpoint == 1};
     st = p->fam->segment_forward(p, &io);
     if (st != LS_OK) goto cleanup;
     for (size_t t = 0; t < R; t++) lpd[t] = (double)lp[t];
@@ -639,8 +639,9 @@ static void aggregate(ls_step_result *r, const ls_step_result *gr, size_t B, con
 /* The decisions this group's step took (LS_STEP_PATH_*), as phase_capture_rollout and phase_score made them. */
 static unsigned group_paths(const txn *x, const ls_step_prefix *pf) {
     const ls_batch *b = x->b;
-    if (x->sft) return LS_STEP_PATH_RESP_TARGET | LS_STEP_PATH_OLD_NONE | LS_STEP_PATH_REF_NONE;
-    unsigned m = x->need_rollout ? LS_STEP_PATH_RESP_SAMPLED : LS_STEP_PATH_RESP_GIVEN;
+    unsigned replay = x->o->replay_checkpoint == 1 ? LS_STEP_PATH_REPLAY_LAYER : LS_STEP_PATH_REPLAY_TAPED;
+    if (x->sft) return replay | LS_STEP_PATH_RESP_TARGET | LS_STEP_PATH_OLD_NONE | LS_STEP_PATH_REF_NONE;
+    unsigned m = replay | (x->need_rollout ? LS_STEP_PATH_RESP_SAMPLED : LS_STEP_PATH_RESP_GIVEN);
     m |= b->old_supplied ? LS_STEP_PATH_OLD_GIVEN : LS_STEP_PATH_OLD_COMPUTED;
     if (!x->use_ref) m |= b->ref_supplied ? LS_STEP_PATH_REF_GIVEN : LS_STEP_PATH_REF_NONE;
     else if (x->naive) m |= LS_STEP_PATH_REF_NAIVE;

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# replay_checkpoint.sh BUILD_DIR [SCRATCH] - --replay-checkpoint layer (trainer/model/seg_frame.c): the
+# response replay that keeps each layer's input and rebuilds the layer's tape during the backward gives the
+# gradients of the taped replay bit for bit (the same operations in the same order; under CP the rebuilt
+# layer takes its collectives' results from the forward's memo, trainer/base/coll_memo.h), both families,
+# both gradient modes, one rank and CP-2 (when mpirun is found); its branch graph is smaller; the trace
+# shows the same collectives and layer events; the run records the decision (options.replay_checkpoint,
+# paths.replay) and --replay-checkpoint auto takes "layer" when only that plan fits --memory-budget.
+# Each case prints "ok CASE" or "FAIL CASE: why"; exit 1 when any failed.
+set -uo pipefail
+B=$(cd "${1:?usage: replay_checkpoint.sh BUILD_DIR [SCRATCH]}" && pwd)
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+T=${2:-$(mktemp -d /tmp/ls-replayck.XXXXXX)}
+mkdir -p "$T"
+TRAIN=$B/trainer/longstraw-train
+export OMP_NUM_THREADS=1
+failed=0
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1: $2"; failed=1; }
+MPI=()
+if command -v mpirun >/dev/null; then
+  MPI=(mpirun --oversubscribe -np 2)
+  [ "$(id -u)" = 0 ] && MPI+=(--allow-run-as-root)
+fi
+# run NAME RANKS ARGS...: a run in $T/NAME with its gradients dumped to $T/NAME.grads
+run() {
+  local name=$1 np=$2; shift 2
+  rm -rf "${T:?}/$name" "$T/$name.grads"
+  local pre=()
+  [ "$np" = 2 ] && pre=("${MPI[@]}")
+  "${pre[@]}" "$TRAIN" --prompt-len 80 --group 3 --response-len 24 --steps 1 --lora-init random --out "$T/$name" \
+    --dump-grads "$T/$name.grads" "$@" >"$T/$name.log" 2>&1 ||
+    { bad "$name" "longstraw-train failed: $(grep -m 5 -v -e '^-----' -e '^ *$' "$T/$name.log" | head -c 600)"; return 1; }
+}
+field() { # RUN_DIR PYTHON_EXPR over the rank-0000 receipt r
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1]+'/rank-0000/receipt.json'))['predicate']; print($2)" "$1"
+}
+events() { zstd -dc "$1" | python3 -c "
+import json,sys,collections
+c=collections.Counter()
+for l in sys.stdin:
+    e=json.loads(l)
+    if e.get('ev') in ('collective','layer_end'): c[(e['ev'],e.get('purpose'),e.get('layer'),e.get('dir'),e.get('phase'))]+=1
+print(sorted(c.items()))"; }
+
+for fam in hybrid mla; do
+  for gm in detached full; do
+    for np in 1 2; do
+      [ "$np" = 2 ] && [ ${#MPI[@]} = 0 ] && { echo "skip $fam $gm cp2: no mpirun"; continue; }
+      base=$fam-$gm-np$np
+      run "$base-none" "$np" --config "$SRC/configs/$fam-tiny.json" --grad-mode "$gm" --replay-checkpoint none || continue
+      run "$base-layer" "$np" --config "$SRC/configs/$fam-tiny.json" --grad-mode "$gm" --replay-checkpoint layer || continue
+      if cmp -s "$T/$base-none.grads" "$T/$base-layer.grads"; then ok "$base: gradients bit for bit"
+      else bad "$base" "the checkpointed replay's gradients differ from the taped replay's"; fi
+      bn=$(field "$T/$base-none" "r['memory']['run']['categories']['branch_graph']['peak_bytes']" 2>/dev/null)
+      bl=$(field "$T/$base-layer" "r['memory']['run']['categories']['branch_graph']['peak_bytes']" 2>/dev/null)
+      if [ -n "$bn" ] && [ -n "$bl" ] && [ "$bl" -lt "$bn" ]; then ok "$base: branch graph $bl < $bn bytes"
+      else bad "$base" "branch graph peak not smaller (taped '$bn', checkpointed '$bl')"; fi
+      for r in "$T/$base-none"/rank-*; do
+        rr=$(basename "$r")
+        if [ "$(events "$r/events.jsonl.zst")" = "$(events "$T/$base-layer/$rr/events.jsonl.zst")" ]; then :
+        else bad "$base" "$rr: the collectives or layer events differ from the taped replay's"; fi
+      done
+      p=$(field "$T/$base-layer" "r['config']['paths'].get('replay'), r['config']['options'].get('replay_checkpoint')")
+      [ "$p" = "['layer'] layer" ] && ok "$base: recorded $p" || bad "$base" "recorded '$p', want ['layer'] layer"
+    done
+  done
+done
+# auto: taped when it fits (no budget), layer when only the checkpointed plan fits the budget
+run auto-free 1 --config "$SRC/configs/hybrid-tiny.json" --grad-mode full --response-len 256 --group 2 &&
+  { p=$(field "$T/auto-free" "r['config']['paths'].get('replay')"); [ "$p" = "['taped']" ] && ok "auto without a budget: taped" || bad auto-free "took $p"; }
+budget=$(python3 - "$B" "$SRC" <<'PY'
+import json, subprocess, sys
+b, src = sys.argv[1], sys.argv[2]
+def peak(rc):
+    out = subprocess.run([b + "/trainer/longstraw-plan", "--config", src + "/configs/hybrid-tiny.json", "--prompt-len", "80",
+                          "--response-len", "256", "--group", "2", "--grad-mode", "full", "--dtype", "f32",
+                          "--replay-checkpoint", rc, "--json"], capture_output=True, text=True, check=True).stdout
+    return json.loads(out)["peak"]["total"]
+t, l = peak("none"), peak("layer")
+assert l < t, (l, t)
+print(int((l * 1.1 + t * 1.1) / 2))  # between the two plans with their 10% margin
+PY
+) || bad auto-budget "longstraw-plan --replay-checkpoint failed"
+if [ -n "${budget:-}" ]; then
+  run auto-tight 1 --config "$SRC/configs/hybrid-tiny.json" --grad-mode full --response-len 256 --group 2 --memory-budget "$budget" &&
+    { p=$(field "$T/auto-tight" "r['config']['paths'].get('replay')"); [ "$p" = "['layer']" ] && ok "auto under a budget of $budget bytes: layer" || bad auto-tight "took $p"; }
+  rm -rf "$T/none-tight"
+  "$TRAIN" --config "$SRC/configs/hybrid-tiny.json" --prompt-len 80 --group 2 --response-len 256 --steps 1 --grad-mode full \
+    --memory-budget "$budget" --replay-checkpoint none --out "$T/none-tight" >"$T/none-tight.log" 2>&1
+  rc=$?
+  if [ $rc = 2 ] && grep -q "the memory plan needs" "$T/none-tight.log"; then ok "none under that budget: refused by the plan (exit 2)"
+  else bad none-tight "exit $rc: the taped replay ran under a budget only the checkpointed plan fits"; fi
+fi
+exit $failed
