@@ -498,7 +498,7 @@ class TorchCPCli(unittest.TestCase):
             self.assertEqual(paths, {"old_logprobs": ["given"], "responses": ["given"], "shards": ["even"],
                                      "reference": ["none"], "prompt_groups": ["one"], "prefix": ["fresh"],
                                      "start": ["fresh"], "pages": ["aligned"], "chunks": ["aligned"],
-                                     "task": ["none"]})
+                                     "task": ["none"], "replay": ["taped"]})
 
             def probes(run):
                 out = []
