@@ -22,12 +22,44 @@ Test(mem_tracker, names_fixed_order)
     static const char *want[LS_MEM_COUNT] = {
         "fixed_weights", "adapters", "optimizer_state", "gradients",
         "prompt_state", "prompt_state_grad", "branch_graph", "scoring",
-        "scratch", "recompute_checkpoints", "communication", "moe_dispatch"};
+        "scratch", "recompute_checkpoints", "communication", "moe_dispatch",
+        "prompt_state_host", "staging"};
     for (int c = 0; c < LS_MEM_COUNT; c++)
         cr_expect_str_eq(ls_mem_cat_name((ls_mem_cat)c), want[c]);
     cr_expect_str_eq(ls_mem_cat_name(LS_MEM_COUNT), "unknown");
     cr_expect_str_eq(ls_mem_cat_name((ls_mem_cat)-1), "unknown");
     cr_expect_eq((int)LS_MEM_COMM, 10);
+}
+
+/* The host tier (--state-tier host): prompt_state_host is outside the device totals and their budget, with
+ * its own total, peak and budget; every other category is in the device tier. */
+Test(mem_tracker, host_tier_apart)
+{
+    for (int c = 0; c < LS_MEM_COUNT; c++)
+        cr_expect_eq(ls_mem_cat_tier((ls_mem_cat)c), c == LS_MEM_PROMPT_STATE_HOST ? LS_TIER_HOST : LS_TIER_DEVICE);
+    ls_mem_stats a, b;
+    ls_mem_snapshot(&a);
+    ls_mem_reset_peaks();
+    ls_mem_set_budget(a.live_total + 1000);
+    void *h = ls_mem_alloc(LS_MEM_PROMPT_STATE_HOST, 5000); /* above the device budget: another tier */
+    cr_assert_not_null(h);
+    ls_mem_snapshot(&b);
+    cr_expect_eq(b.live_total, a.live_total, "the host tier counted in the device total");
+    cr_expect_eq(b.host_live_total, a.host_live_total + 5000);
+    cr_expect_geq(b.host_peak_total, a.host_live_total + 5000);
+    cr_expect_eq(b.live_bytes[LS_MEM_PROMPT_STATE_HOST], a.live_bytes[LS_MEM_PROMPT_STATE_HOST] + 5000);
+    ls_mem_set_host_budget(b.host_live_total + 100);
+    cr_expect_null(ls_mem_alloc(LS_MEM_PROMPT_STATE_HOST, 200), "the host budget was not enforced");
+    void *d = ls_mem_alloc(LS_MEM_STAGING, 500); /* the device tier, within its budget */
+    cr_expect_not_null(d);
+    cr_expect_null(ls_mem_alloc(LS_MEM_STAGING, 1000), "the device budget was not enforced");
+    ls_mem_free(d);
+    ls_mem_free(h);
+    ls_mem_set_budget(0);
+    ls_mem_set_host_budget(0);
+    ls_mem_snapshot(&b);
+    cr_expect_eq(b.host_live_total, a.host_live_total);
+    cr_expect_eq(b.live_total, a.live_total);
 }
 
 Test(mem_tracker, alloc_zeroed_aligned_sized)

@@ -36,6 +36,14 @@ if(TARGET longstraw-train)
   set_tests_properties(replay_checkpoint PROPERTIES TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=1;${LS_MPI_TEST_ENV}")
 endif()
 
+# --state-tier host against device (tests/state_tier.sh): gradients and log-probs bit for bit, both families
+# and gradient modes, one rank and CP-2; the device tier holds two layers' staged shares, the host tier the
+# state; the plan of each tier within 10%; a staging that skips a page is caught.  About 15 s.
+if(TARGET longstraw-train)
+  add_test(NAME state_tier COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/state_tier.sh ${CMAKE_BINARY_DIR})
+  set_tests_properties(state_tier PROPERTIES TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=1;${LS_MPI_TEST_ENV}")
+endif()
+
 # The checkpointed replay's guards (trainer/base/coll_memo.h, seg_frame.c): the memo's keys, a replayed
 # collective sends nothing, a checkpointed segment equals the taped one bit for bit, a changed layer input
 # fails the backward.

@@ -47,6 +47,8 @@ static const char *const cat_names[LS_MEM_COUNT] = {
     [LS_MEM_CHECKPOINT] = "recompute_checkpoints",
     [LS_MEM_COMM] = "communication",
     [LS_MEM_DISPATCH] = "moe_dispatch",
+    [LS_MEM_PROMPT_STATE_HOST] = "prompt_state_host",
+    [LS_MEM_STAGING] = "staging",
 };
 
 /* The process-global tracker.  Static storage: zero-initialised. */
@@ -61,7 +63,14 @@ static struct {
     _Atomic size_t run_peak_total;
     _Atomic uint64_t refused;
     _Atomic size_t budget;
+    /* the host tier: its own total, peaks and budget */
+    _Atomic size_t host_live, host_peak, host_run_peak, host_budget;
 } g;
+
+ls_mem_tier ls_mem_cat_tier(ls_mem_cat cat)
+{
+    return cat == LS_MEM_PROMPT_STATE_HOST ? LS_TIER_HOST : LS_TIER_DEVICE;
+}
 
 const char *ls_mem_cat_name(ls_mem_cat cat)
 {
@@ -79,22 +88,35 @@ static void raise_peak(_Atomic size_t *peak, size_t v)
     }
 }
 
-/* Reserve `bytes` of the total against the budget; false when refused. */
-static int reserve_total(size_t bytes)
+/* Reserve `bytes` of a tier's total against its budget; false when refused. */
+static int reserve_in(_Atomic size_t *live, _Atomic size_t *budget_p, _Atomic size_t *peak, _Atomic size_t *run_peak,
+                      size_t bytes)
 {
-    size_t cur = atomic_load(&g.live_total);
+    size_t cur = atomic_load(live);
     size_t next;
     do {
-        size_t budget = atomic_load(&g.budget);
+        size_t budget = atomic_load(budget_p);
         if (cur > SIZE_MAX - bytes)
             return 0;
         next = cur + bytes;
         if (budget != 0 && next > budget)
             return 0;
-    } while (!atomic_compare_exchange_weak(&g.live_total, &cur, next));
-    raise_peak(&g.peak_total, next);
-    raise_peak(&g.run_peak_total, next);
+    } while (!atomic_compare_exchange_weak(live, &cur, next));
+    raise_peak(peak, next);
+    raise_peak(run_peak, next);
     return 1;
+}
+
+static int reserve_total(ls_mem_cat cat, size_t bytes)
+{
+    if (ls_mem_cat_tier(cat) == LS_TIER_HOST)
+        return reserve_in(&g.host_live, &g.host_budget, &g.host_peak, &g.host_run_peak, bytes);
+    return reserve_in(&g.live_total, &g.budget, &g.peak_total, &g.run_peak_total, bytes);
+}
+
+static _Atomic size_t *tier_live(ls_mem_cat cat)
+{
+    return ls_mem_cat_tier(cat) == LS_TIER_HOST ? &g.host_live : &g.live_total;
 }
 
 static void charge(ls_mem_cat cat, size_t bytes)
@@ -116,13 +138,13 @@ void *ls_mem_alloc(ls_mem_cat cat, size_t bytes)
         atomic_fetch_add(&g.refused, 1);
         return NULL;
     }
-    if (!reserve_total(bytes)) {
+    if (!reserve_total(cat, bytes)) {
         atomic_fetch_add(&g.refused, 1);
         return NULL;
     }
     void *raw = calloc(1, bytes + BLOCK_OVERHEAD);
     if (raw == NULL) {
-        atomic_fetch_sub(&g.live_total, bytes);
+        atomic_fetch_sub(tier_live(cat), bytes);
         atomic_fetch_add(&g.refused, 1);
         return NULL;
     }
@@ -152,7 +174,7 @@ void ls_mem_free(void *p)
     /* category first, total last: keeps total >= sum of categories */
     atomic_fetch_sub(&g.live[cat], bytes);
     atomic_fetch_add(&g.frees[cat], 1);
-    atomic_fetch_sub(&g.live_total, bytes);
+    atomic_fetch_sub(tier_live(cat), bytes);
     free(raw);
 }
 
@@ -174,6 +196,11 @@ void *ls_mem_realloc(ls_mem_cat cat, void *p, size_t bytes)
     memcpy(q, p, old < bytes ? old : bytes);
     ls_mem_free(p);
     return q;
+}
+
+void ls_mem_set_host_budget(size_t host_bytes)
+{
+    atomic_store(&g.host_budget, host_bytes);
 }
 
 void ls_mem_set_budget(size_t total_bytes)
@@ -199,6 +226,10 @@ void ls_mem_snapshot(ls_mem_stats *out)
     out->run_peak_total = atomic_load(&g.run_peak_total);
     out->refused = atomic_load(&g.refused);
     out->budget_bytes = atomic_load(&g.budget);
+    out->host_live_total = atomic_load(&g.host_live);
+    out->host_peak_total = atomic_load(&g.host_peak);
+    out->host_run_peak_total = atomic_load(&g.host_run_peak);
+    out->host_budget_bytes = atomic_load(&g.host_budget);
 }
 
 void ls_mem_reset_peaks(void)
@@ -206,6 +237,7 @@ void ls_mem_reset_peaks(void)
     for (int c = 0; c < LS_MEM_COUNT; c++)
         atomic_store(&g.peak[c], atomic_load(&g.live[c]));
     atomic_store(&g.peak_total, atomic_load(&g.live_total));
+    atomic_store(&g.host_peak, atomic_load(&g.host_live));
 }
 
 static void *kernel_scratch_alloc(size_t bytes)

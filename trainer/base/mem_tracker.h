@@ -20,7 +20,7 @@
  *
  * Ordering: on allocation the total is reserved before the category is
  * charged, and on free the category is credited before the total; so at any
- * instant total live >= the sum of the categories' live bytes, and the total
+ * instant a tier's total live >= the sum of its categories' live bytes, and the total
  * peak is >= every category's peak even under concurrency.
  */
 #ifndef LS_TRAINER_MEM_TRACKER_H
@@ -43,8 +43,20 @@ typedef enum {
     LS_MEM_CHECKPOINT,       /* "recompute_checkpoints": prompt-bwd window */
     LS_MEM_COMM,             /* "communication": CP send/receive buffers */
     LS_MEM_DISPATCH,         /* "moe_dispatch": MoE routed-token buffers (mla family), per chunk */
+    LS_MEM_PROMPT_STATE_HOST, /* "prompt_state_host": the carried prompt state in the host tier
+                                 (--state-tier host); the only host-tier category */
+    LS_MEM_STAGING,          /* "staging": device-tier buffers a host-tier state's layers are staged
+                                into before a layer reads them (trainer/model/stage.h) */
     LS_MEM_COUNT
 } ls_mem_cat;
+
+/* Memory tiers.  Every category but prompt_state_host is in the device tier
+ * (what a GPU holds); prompt_state_host is in the host tier (pinned host RAM
+ * on a GPU machine; on this CPU build both are RAM, accounted apart).  The
+ * totals, their peaks and the budget below are the device tier's; the host
+ * tier has its own (host_*). */
+typedef enum { LS_TIER_DEVICE = 0, LS_TIER_HOST = 1 } ls_mem_tier;
+ls_mem_tier ls_mem_cat_tier(ls_mem_cat cat);
 
 /* Alignment of every pointer ls_mem_alloc returns. */
 #define LS_MEM_ALIGN 64
@@ -58,13 +70,16 @@ typedef struct {
     size_t run_peak_bytes[LS_MEM_COUNT]; /* high-water mark of live_bytes over the process lifetime */
     uint64_t allocs[LS_MEM_COUNT];     /* successful allocations, cumulative */
     uint64_t frees[LS_MEM_COUNT];      /* frees of non-NULL blocks, cumulative */
-    size_t live_total;                 /* all categories */
+    size_t live_total;                 /* all device-tier categories (every one but prompt_state_host) */
     size_t peak_total;                 /* high-water mark of live_total since the last reset_peaks */
     size_t run_peak_total;             /* high-water mark of live_total over the process lifetime */
     uint64_t allocs_total;
     uint64_t frees_total;
     uint64_t refused;                  /* allocations refused: budget, OS, bad args */
     size_t budget_bytes;               /* 0 = no budget */
+    /* the host tier (prompt_state_host): live, window peak, run peak, budget (0 = none); not in the
+       totals above, which are the device tier's */
+    size_t host_live_total, host_peak_total, host_run_peak_total, host_budget_bytes;
 } ls_mem_stats;
 
 /* Static name of a category ("fixed_weights", ...); "unknown" for a value
@@ -94,7 +109,11 @@ void *ls_mem_realloc(ls_mem_cat cat, void *p, size_t bytes);
 /* The requested size of a live block (0 for NULL). */
 size_t ls_mem_size(const void *p);
 
-/* Limit the total live bytes; 0 removes the limit.  Allocations that would
+/* Limit the host tier's live bytes (--host-memory); 0 removes the limit.
+ * A host-tier allocation above it fails cleanly (NULL). */
+void ls_mem_set_host_budget(size_t host_bytes);
+
+/* Limit the device tier's total live bytes; 0 removes the limit.  Allocations that would
  * take live_total above it fail cleanly (NULL).  Blocks already live are not
  * affected even if they exceed a newly lowered budget. */
 void ls_mem_set_budget(size_t total_bytes);
@@ -102,7 +121,7 @@ void ls_mem_set_budget(size_t total_bytes);
 /* Copy the counters into *out (out must not be NULL). */
 void ls_mem_snapshot(ls_mem_stats *out);
 
-/* Set every window peak (per category and total) to its current live
+/* Set every window peak (per category, device and host totals) to its current live
  * value, e.g. at the start of a training step so the next snapshot reports
  * that step.  The run peaks are not touched. */
 void ls_mem_reset_peaks(void);

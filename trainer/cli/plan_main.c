@@ -27,6 +27,9 @@ typedef struct {
     size_t budget;
     const char *budget_arg; /* --device-memory as given */
     int budget_unit;        /* its unit: an index of UNITS */
+    size_t host_budget;     /* --host-memory (0: none) */
+    const char *host_arg;   /* as given */
+    int host_unit;
 } cli;
 
 static void usage(FILE *f) {
@@ -50,6 +53,9 @@ static void usage(FILE *f) {
             "  --replay-checkpoint M  the response replay: none (every layer's tape), layer (each layer's input,\n"
             "                         one layer's tape rebuilt at a time) or auto (default: none when it fits\n"
             "                         --device-memory, else layer)\n"
+            "  --state-tier T         where the prompt state lives: device (default) or host (the host tier\n"
+            "                         holds it, the device two layers' staged shares; both tiers printed)\n"
+            "  --host-memory B        host tier bytes per rank (units as --device-memory; with --state-tier host)\n"
             "  --dtype D              compute dtype f32 (default), f64, bf16 or f16\n"
             "  --state-dtype D        prompt-state dtype (default: --dtype)\n"
             "  --device-memory B      bytes per rank: 1073741824, 48GiB or 512MiB (binary: 2^30, 2^20),\n"
@@ -155,6 +161,18 @@ static int parse(int argc, char **argv, cli *a, ls_plan_in *in) {
             else if (strcmp(v, "layer") == 0) in->replay_checkpoint = 1;
             else BAD("--replay-checkpoint: '%s' is not auto, none or layer", v);
         }
+        else if (strcmp(o, "--state-tier") == 0) {
+            NEED();
+            if (strcmp(v, "device") == 0) in->state_tier = 0;
+            else if (strcmp(v, "host") == 0) in->state_tier = 1;
+            else BAD("--state-tier: '%s' is not device or host", v);
+        }
+        else if (strcmp(o, "--host-memory") == 0) {
+            NEED();
+            if (parse_bytes(v, &a->host_budget, &a->host_unit))
+                BAD("--host-memory: '%s' is not a byte count (e.g. 512GB, 256GiB, 1073741824)", v);
+            a->host_arg = v;
+        }
         else if (strcmp(o, "--prompt-len") == 0) {
             NEED();
             if (parse_size(v, 2, (size_t)1 << 40, &in->P)) BAD("--prompt-len: '%s' is not an integer in [2, 2^40]", v);
@@ -224,6 +242,8 @@ static int parse(int argc, char **argv, cli *a, ls_plan_in *in) {
     if (!have_p) BAD("--prompt-len: missing");
     if (a->moe_as_dense && !a->hf_config) BAD("--moe-as-dense: only with --hf-config");
     if (a->max_prompt && !a->budget) BAD("--max-prompt: needs --device-memory");
+    if (a->host_budget && !in->state_tier) BAD("--host-memory: only with --state-tier host");
+    in->host_budget = a->host_budget;
     if (!a->state_dtype) a->state_dtype = a->dtype;
     in->compute_bytes = (size_t)dtype_bytes(a->dtype);
     in->state_bytes = (size_t)dtype_bytes(a->state_dtype);
@@ -275,13 +295,14 @@ static void print_text(const cli *a, const ls_plan_in *in, const ls_plan *p, con
         printf(" %10.10s", ls_plan_phase_name((ls_plan_phase)ph));
     printf("\n");
     for (int k = 0; k < LS_MEM_COUNT; ++k) {
+        if (!in->state_tier && (k == LS_MEM_PROMPT_STATE_HOST || k == LS_MEM_STAGING)) continue; /* device tier */
         printf("  %-21s %10.4f", ls_mem_cat_name((ls_mem_cat)k), gib(p->fixed[k]));
         for (int ph = 0; ph < LS_PLAN_PHASES; ++ph)
             if (p->phase_runs[ph]) printf(" %10.4f", gib(p->phase[ph][k]));
             else printf(" %10s", "-");
         printf("\n");
     }
-    printf("  %-21s %10s", "total (with fixed)", "");
+    printf("  %-21s %10s", in->state_tier ? "device total" : "total (with fixed)", "");
     for (int ph = 0; ph < LS_PLAN_PHASES; ++ph)
         if (p->phase_runs[ph]) printf(" %10.4f", gib(p->phase_total[ph]));
         else printf(" %10s", "-");
@@ -290,10 +311,19 @@ static void print_text(const cli *a, const ls_plan_in *in, const ls_plan *p, con
            gib(p->peak_total), gb(p->peak_total), commas(p->peak_total, pb, sizeof pb),
            ls_plan_phase_name(p->peak_phase), p->keep_reference ? "kept" : "recaptured", p->captures,
            p->replay_checkpoint ? "checkpointed per layer" : "taped");
+    if (in->state_tier)
+        printf("state tier host: the device tier peaks at the line above (two layers' staged shares, %.4f GiB, in place "
+               "of the prompt state); the host tier holds %.4f GiB = %.2f GB (%s bytes)\n",
+               gib(p->peak[LS_MEM_STAGING]), gib(p->host_peak), gb(p->host_peak), commas(p->host_peak, pb, sizeof pb));
     if (a->budget) {
         printf("device memory: ");
         print_budget(a);
         printf(" per rank: %s\n", fits ? "fits" : "DOES NOT FIT");
+    }
+    if (a->host_budget) {
+        char hb[40];
+        printf("host memory: %s bytes (%.2f GiB) per rank: %s\n", commas(a->host_budget, hb, sizeof hb),
+               gib(a->host_budget), ls_plan_fits(p->host_peak, a->host_budget) ? "fits" : "DOES NOT FIT");
     }
     if (a->max_prompt) printf("longest prompt that fits: %zu tokens\n", maxp);
     printf("FLOPs per rank:");
@@ -346,7 +376,9 @@ static cJSON *to_json(const cli *a, const ls_plan_in *in, const ls_plan *p, cons
     }
     cJSON *fx = cJSON_AddObjectToObject(d, "fixed");
     bad |= !fx;
-    for (int k = 0; fx && k < LS_MEM_COUNT; ++k) bad |= add_size(fx, ls_mem_cat_name((ls_mem_cat)k), p->fixed[k]);
+#define TIER_CAT(k) (in->state_tier || ((k) != LS_MEM_PROMPT_STATE_HOST && (k) != LS_MEM_STAGING))
+    for (int k = 0; fx && k < LS_MEM_COUNT; ++k)
+        if (TIER_CAT(k)) bad |= add_size(fx, ls_mem_cat_name((ls_mem_cat)k), p->fixed[k]);
     cJSON *phs = cJSON_AddArrayToObject(d, "phases");
     bad |= !phs;
     for (int ph = 0; phs && ph < LS_PLAN_PHASES; ++ph) {
@@ -356,7 +388,8 @@ static cJSON *to_json(const cli *a, const ls_plan_in *in, const ls_plan *p, cons
         bad |= !cJSON_AddBoolToObject(e, "runs", p->phase_runs[ph]);
         cJSON *m = cJSON_AddObjectToObject(e, "memory");
         bad |= !m;
-        for (int k = 0; m && k < LS_MEM_COUNT; ++k) bad |= add_size(m, ls_mem_cat_name((ls_mem_cat)k), p->phase[ph][k]);
+        for (int k = 0; m && k < LS_MEM_COUNT; ++k)
+            if (TIER_CAT(k)) bad |= add_size(m, ls_mem_cat_name((ls_mem_cat)k), p->phase[ph][k]);
         bad |= add_size(e, "total", p->phase_total[ph]);
         bad |= !isfinite(p->flops[ph]) || !cJSON_AddNumberToObject(e, "flops", p->flops[ph]);
     }
@@ -367,7 +400,21 @@ static cJSON *to_json(const cli *a, const ls_plan_in *in, const ls_plan *p, cons
         bad |= add_size(pk, "total", p->peak_total);
         cJSON *m = cJSON_AddObjectToObject(pk, "memory");
         bad |= !m;
-        for (int k = 0; m && k < LS_MEM_COUNT; ++k) bad |= add_size(m, ls_mem_cat_name((ls_mem_cat)k), p->peak[k]);
+        for (int k = 0; m && k < LS_MEM_COUNT; ++k)
+            if (TIER_CAT(k)) bad |= add_size(m, ls_mem_cat_name((ls_mem_cat)k), p->peak[k]);
+    }
+#undef TIER_CAT
+    if (in->state_tier) { /* the host tier (the device tier is peak above) */
+        bad |= !cJSON_AddStringToObject(d, "state_tier", "host");
+        cJSON *h = cJSON_AddObjectToObject(d, "host_tier");
+        bad |= !h;
+        if (h) {
+            bad |= add_size(h, "peak", p->host_peak);
+            if (a->host_budget) {
+                bad |= add_size(h, "host_memory", a->host_budget);
+                bad |= !cJSON_AddBoolToObject(h, "fits", ls_plan_fits(p->host_peak, a->host_budget));
+            }
+        }
     }
     bad |= !cJSON_AddBoolToObject(d, "keep_reference", p->keep_reference);
     bad |= !cJSON_AddStringToObject(d, "replay_checkpoint", p->replay_checkpoint ? "layer" : "none");
@@ -428,6 +475,8 @@ int main(int argc, char **argv) {
     in.rollout = cl.rollout;
     in.replay_checkpoint = cl.replay_checkpoint;
     in.budget = cl.budget;
+    in.state_tier = cl.state_tier;
+    in.host_budget = cl.host_budget;
     in.index_sets = a.hf_config ? hf.index_sets : 0;
     if (a.index_sets > 0) {
         if (cfg.family != LS_FAMILY_MLA) BAD("--index-sets: only for the mla family");
@@ -437,7 +486,8 @@ int main(int argc, char **argv) {
     ls_plan p;
     ls_status st = LS_K(ls_plan_compute)(&in, &p, err, sizeof err);
     if (st != LS_OK) BAD("%s", err);
-    int fits = a.budget ? ls_plan_fits(p.peak_total, a.budget) : 1;
+    int fits = (a.budget ? ls_plan_fits(p.peak_total, a.budget) : 1) &&
+               (a.host_budget ? ls_plan_fits(p.host_peak, a.host_budget) : 1);
     size_t maxp = a.max_prompt ? max_prompt(&in) : 0;
     cJSON *doc = NULL;
     if (a.json || a.json_out) {

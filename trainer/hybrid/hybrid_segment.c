@@ -9,6 +9,7 @@
 #include "kernels/embedding.h"
 #include "trainer/hybrid/hybrid_layer.h"
 #include "trainer/model/seg_frame.h"
+#include "trainer/model/stage.h"
 
 #include "trainer/model/real_bytes.h"
 
@@ -322,20 +323,32 @@ ls_status LS_K(ls_prompt_backward)(const ls_params *p, const int32_t *tokens, si
     ls_status st = LS_ERR_NOMEM;
     ls_real *dh = ls_arena_alloc(&keep, R(T * d)); /* the prompt's output gets no gradient */
     if (!dh) goto cleanup;
-    st = LS_OK;
+    /* a host-tier state: the attention layers' pages staged layer by layer, the next attention layer's
+       copied while one computes (stage.h; the GDN layers' backward reads no state: their gradient, dstate,
+       stays in the device tier) */
+    ls_stager sg;
+    st = LS_K(ls_stager_init)(&sg, ps);
+    const ls_state *rps = LS_K(ls_stager_state)(&sg);
     for (int l = c->n_layers - 1; st == LS_OK && l >= 0; l--) {
         int64_t t0 = ls_hook_now_ns();
         if (hk && hk->pre && (st = hk->pre(hk->user, l)) != LS_OK) break;
         const ls_layer_state *s0 = cp && cp->start ? &cp->start->ly[l] : NULL;
         ls_layer_state *ds0 = cp && cp->dstart ? &cp->dstart->ly[l] : NULL;
-        if (ls_hybrid_layers(p)[l].is_attn)
-            st = attn_prompt_backward(p, l, T, chunk, pos0, cp ? cp->remote : NULL, checkpoints[l], ps, dstate, dh,
-                                      win_cat);
-        else
+        if (ls_hybrid_layers(p)[l].is_attn) {
+            int next = l - 1;
+            while (next >= 0 && !ls_hybrid_layers(p)[next].is_attn) next--;
+            st = LS_K(ls_stager_acquire)(&sg, l, next);
+            if (st == LS_OK)
+                st = attn_prompt_backward(p, l, T, chunk, pos0, cp ? cp->remote : NULL, checkpoints[l], rps, dstate,
+                                          dh, win_cat);
+            LS_K(ls_stager_release)(&sg, l);
+        } else {
             st = gdn_prompt_backward(p, l, T, chunk, checkpoints[l], s0, ds0, dstate, dh, win_cat);
+        }
         if (st == LS_OK && hk && hk->post) st = hk->post(hk->user, l);
         if (st == LS_OK && hook) hook(hook_user, l, 1, T, ls_hook_now_ns() - t0, ls_hook_l2(dh, T * d));
     }
+    LS_K(ls_stager_free)(&sg);
     if (st != LS_OK) goto cleanup;
     {
         int64_t t0 = ls_hook_now_ns(); /* the embedding's own backward, measured like every layer's */
@@ -367,8 +380,15 @@ static ls_status attn_shard_forward(const ls_params *p, int l, ls_real *h, ls_re
         if (st == LS_OK) st = append_pages(ps, l, k, v, n, pos0 + (int64_t)t0, row);
         ls_arena_free(&scr);
     }
-    if (st == LS_OK && rem) st = rem->fwd(rem->user, l, q_all, T, pos0, chunk, ps);
-    const ls_layer_state *sl = &ps->ly[l];
+    /* a host-tier state: the pages just appended are read back through the staging tier (stage.h; nothing to
+       prefetch: the next layer's pages are this layer's output) */
+    ls_stager sg;
+    if (st == LS_OK) st = LS_K(ls_stager_init)(&sg, ps);
+    else LS_K(ls_stager_init)(&sg, NULL);
+    if (st == LS_OK) st = LS_K(ls_stager_acquire)(&sg, l, -1);
+    const ls_state *rps = LS_K(ls_stager_state)(&sg);
+    if (st == LS_OK && rem) st = rem->fwd(rem->user, l, q_all, T, pos0, chunk, rps);
+    const ls_layer_state *sl = &rps->ly[l];
     for (size_t t0 = 0; st == LS_OK && t0 < T; t0 += chunk) {
         size_t n = T - t0 < chunk ? T - t0 : chunk;
         ls_layer_state view = {.pages = sl->pages, .n_pages = page_at(sl, pos0 + (int64_t)t0),
@@ -379,6 +399,7 @@ static ls_status attn_shard_forward(const ls_params *p, int l, ls_real *h, ls_re
                                     NULL, &scr);
         ls_arena_free(&scr);
     }
+    LS_K(ls_stager_free)(&sg);
     return st;
 }
 

@@ -354,6 +354,38 @@ static void hybrid_plan(const ls_model_config *c, const ls_family_plan_in *in, l
         }
     }
 #undef ADD
+    /* --state-tier host: layer l's staged share at n prompt positions (+ single decode pages); the segments stage
+       consecutive layers two at a time, the prompt backward the attention layers only */
+    size_t rb = ls_sat_mul(row, in->ssz), gdn = ls_sat_add((tail_n * in->ssz + 63) / 64 * 64, (S_n * in->ssz + 63) / 64 * 64);
+    size_t last = n ? (n - 1) / ch * ch : 0; /* one rank: the last chunk's context */
+    size_t at[4] = {ls_sat_mul(2, ls_stage_field_bytes(n, pg, rb, 0)), ls_sat_mul(2, ls_stage_field_bytes(n, pg, rb, R ? R - 1 : 0)),
+                    ls_sat_mul(2, ls_stage_field_bytes(last, pg, rb, 0)), 0};
+    for (int k = 0; k < 3; k++) {
+        size_t best = 0, best_attn = 0, prev_attn = 0;
+        for (size_t l = 0; l < L; l++) {
+            int a = ls_config_layer_is_attn(c, (int)l);
+            size_t cur = a ? at[k] : gdn;
+            if (l + 1 < L) {
+                size_t nx = ls_config_layer_is_attn(c, (int)l + 1) ? at[k] : gdn;
+                if (ls_sat_add(cur, nx) > best) best = ls_sat_add(cur, nx);
+            } else if (cur > best) {
+                best = cur;
+            }
+            if (a) {
+                if (ls_sat_add(prev_attn, at[k]) > best_attn) best_attn = ls_sat_add(prev_attn, at[k]);
+                prev_attn = at[k];
+            }
+        }
+        if (k == 0) {
+            out->stage[LS_FPLAN_SCORE] = out->stage[LS_FPLAN_REPLAY] = best;
+            out->stage[LS_FPLAN_PROMPT_BWD] = in->full ? best_attn : 0;
+            if (in->world > 1) out->stage[LS_FPLAN_CAPTURE] = out->attn_layers ? at[0] : 0; /* read back, one layer */
+        } else if (k == 1) {
+            out->stage[LS_FPLAN_ROLLOUT] = best;
+        } else if (in->world == 1 && ch < n) {
+            out->stage[LS_FPLAN_CAPTURE] = best;
+        }
+    }
 }
 
 static ls_status hybrid_prompt_backward(const ls_params *p, const int32_t *tokens, size_t T, size_t chunk,

@@ -11,6 +11,7 @@
 #include "kernels/embedding.h"
 #include "trainer/mla/mla_layer.h"
 #include "trainer/model/seg_frame.h"
+#include "trainer/model/stage.h"
 
 #include "trainer/model/real_bytes.h"
 
@@ -207,12 +208,19 @@ ls_status LS_K(ls_mla_prompt_backward)(const ls_params *p, const int32_t *tokens
     ls_status st = LS_ERR_NOMEM;
     ls_real *dh = ls_arena_alloc(&keep, R(T * d)); /* the prompt's output gets no gradient */
     if (!dh) goto cleanup;
-    st = LS_OK;
+    /* a host-tier state: each layer's latents and index keys staged, the next layer's copied while one
+       computes (stage.h); dstate stays in the device tier */
+    ls_stager sg;
+    st = LS_K(ls_stager_init)(&sg, ps);
     for (int l = c->n_layers - 1; st == LS_OK && l >= 0; l--) {
         int64_t t0 = ls_hook_now_ns();
-        st = layer_prompt_backward(p, l, T, chunk, checkpoints[l], ps, dstate, dh, win_cat);
+        st = LS_K(ls_stager_acquire)(&sg, l, l - 1);
+        if (st == LS_OK)
+            st = layer_prompt_backward(p, l, T, chunk, checkpoints[l], LS_K(ls_stager_state)(&sg), dstate, dh, win_cat);
+        LS_K(ls_stager_release)(&sg, l);
         if (st == LS_OK && hook) hook(hook_user, l, 1, T, ls_hook_now_ns() - t0, ls_hook_l2(dh, T * d));
     }
+    LS_K(ls_stager_free)(&sg);
     if (st != LS_OK) goto cleanup;
     {
         int64_t t0 = ls_hook_now_ns();

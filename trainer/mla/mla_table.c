@@ -174,6 +174,20 @@ static void mla_plan(const ls_model_config *c, const ls_family_plan_in *in, ls_f
     out->capture_pending = ls_sat_mul(ls_sat_mul(ch, lat), in->ssz);
     if (sets == L) out->capture_pending = ls_sat_add(out->capture_pending, ls_sat_mul3(ch, dI, in->ssz));
     LS_K(ls_mla_plan_transients)(c, in, out);
+    /* --state-tier host: two layers' staged shares (a layer: c_kv, k_pe and, on an index layer, the index keys);
+       the capture under CP reads no state (its rows go out by the ring) */
+    size_t R = in->R, last = n ? (n - 1) / ch * ch : 0;
+    size_t pos[3] = {n, n, last}, single[3] = {0, R ? R - 1 : 0, 0}, share[3];
+    for (int k = 0; k < 3; k++) {
+        size_t s = ls_sat_add(ls_stage_field_bytes(pos[k], pg, ls_sat_mul((size_t)c->kv_rank, in->ssz), single[k]),
+                              ls_stage_field_bytes(pos[k], pg, ls_sat_mul((size_t)c->d_rope, in->ssz), single[k]));
+        if (sets) s = ls_sat_add(s, ls_stage_field_bytes(pos[k], pg, ls_sat_mul(dI, in->ssz), single[k]));
+        share[k] = L > 1 ? ls_sat_mul(2, s) : s;
+    }
+    out->stage[LS_FPLAN_SCORE] = out->stage[LS_FPLAN_REPLAY] = share[0];
+    out->stage[LS_FPLAN_PROMPT_BWD] = in->full ? share[0] : 0;
+    out->stage[LS_FPLAN_ROLLOUT] = share[1];
+    out->stage[LS_FPLAN_CAPTURE] = in->world == 1 && ch < n ? share[2] : 0;
 }
 
 const ls_family_ops LS_K(ls_family_mla) = {

@@ -129,7 +129,23 @@ typedef struct {
     size_t state_grad;                             /* bytes of the state's gradient (esz; full mode) */
     size_t capture_pending;                        /* state bytes not yet appended at the capture's peak */
     size_t phase[LS_FPLAN_COUNT][LS_MEM_COUNT];    /* transients per phase and category */
+    /* --state-tier host: the staging tier's peak per phase (LS_MEM_STAGING, trainer/model/stage.h): the two
+       layers' shares staged at once as the phase's loops stage them (capture: the last chunk's context; rollout:
+       the fork with its R-1 one-position decode pages; prompt backward: the layers it reads) */
+    size_t stage[LS_FPLAN_COUNT];
 } ls_family_plan;
+
+/* Bytes one row kind of `row` bytes a position takes staged (stage.c rounds each page's rows up to 64 bytes)
+ * over n positions in pages of pg, plus `single` one-position pages (a decode's own).  Saturating. */
+static inline size_t ls_stage_field_bytes(size_t n, size_t pg, size_t row, size_t single) {
+    size_t full = pg ? n / pg : 0, rest = pg ? n % pg : n;
+    size_t fb = pg > SIZE_MAX / (row ? row : 1) ? SIZE_MAX : (pg * row + 63) / 64 * 64;
+    size_t rb = (rest * row + 63) / 64 * 64, sb = (row + 63) / 64 * 64;
+    size_t t = full && fb > SIZE_MAX / full ? SIZE_MAX : full * fb;
+    t = t > SIZE_MAX - rb ? SIZE_MAX : t + rb;
+    size_t s1 = single && sb > SIZE_MAX / single ? SIZE_MAX : single * sb;
+    return t > SIZE_MAX - s1 ? SIZE_MAX : t + s1;
+}
 
 struct ls_cp_s; /* cp.h */
 

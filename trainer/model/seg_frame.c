@@ -10,6 +10,7 @@
 #include "kernels/norm.h"
 
 #include "trainer/model/real_bytes.h"
+#include "trainer/model/stage.h"
 #define VOCAB_CHUNK 128
 
 ls_status LS_K(ls_seg_check_io)(const ls_params *p, const ls_seg_io *io) {
@@ -75,28 +76,36 @@ static ls_status ckpt_new(ls_seg_frame *fr, int L, size_t T, size_t d) {
     return LS_OK;
 }
 
-/* The layer stack: layer after layer over h, each taped into fr (whole, or as its checkpoint). */
+/* The layer stack: layer after layer over h, each taped into fr (whole, or as its checkpoint).  A host-tier
+ * context is read through the staging tier (stage.h): layer l's share staged while l-1 computes. */
 static ls_status layers_forward(const ls_params *p, ls_seg_io *io, ls_real *h, ls_seg_frame *fr,
                                 ls_seg_layer_fwd_fn fwd) {
     size_t T = io->T, d = (size_t)p->cfg.d_model;
-    ls_status st = LS_OK;
-    for (int l = 0; l < p->cfg.n_layers && st == LS_OK; l++) {
+    int L = p->cfg.n_layers;
+    ls_stager sg;
+    ls_status st = LS_K(ls_stager_init)(&sg, io->ctx);
+    ls_seg_io lio = *io;
+    lio.ctx = LS_K(ls_stager_state)(&sg);
+    for (int l = 0; l < L && st == LS_OK; l++) {
         int64_t t0 = ls_hook_now_ns();
+        if ((st = LS_K(ls_stager_acquire)(&sg, l, l + 1 < L ? l + 1 : -1)) != LS_OK) break;
         if (io->checkpoints) memcpy(io->checkpoints[l], h, R(T * d));
         if (fr && fr->checkpointed) {
             memcpy(fr->ckpt[l], h, R(T * d));
             fr->ckpt_digest[l] = ls_coll_memo_digest(h, R(T * d));
             ls_decisions *outer = ls_decisions_begin(&fr->dec[l]);
             ls_coll_memo *prev = ls_coll_memo_use(&fr->memo[l], LS_COLL_MEMO_RECORD);
-            st = fwd(p, io, l, h, NULL, NULL);
+            st = fwd(p, &lio, l, h, NULL, NULL);
             ls_coll_memo_restore(prev);
             ls_decisions_end(outer, &fr->dec[l]);
             if (st == LS_OK) st = ls_coll_memo_finish(&fr->memo[l]);
         } else {
-            st = fwd(p, io, l, h, fr ? (char *)fr->ly + (size_t)l * fr->ly_size : NULL, fr ? &fr->arena : NULL);
+            st = fwd(p, &lio, l, h, fr ? (char *)fr->ly + (size_t)l * fr->ly_size : NULL, fr ? &fr->arena : NULL);
         }
+        LS_K(ls_stager_release)(&sg, l);
         if (st == LS_OK && io->hook) io->hook(io->hook_user, l, 0, T, ls_hook_now_ns() - t0, ls_hook_l2(h, T * d));
     }
+    LS_K(ls_stager_free)(&sg);
     return st;
 }
 
@@ -172,8 +181,16 @@ ls_status LS_K(ls_seg_backward)(const ls_params *p, ls_seg_tape *tape, const ls_
     ls_status st = LS_ERR_NOMEM;
     ls_real *dh = ls_arena_alloc(&work, R(T * d));
     if (dh) st = LS_K(ls_seg_head_backward)(p, fr, dlogp, zero_centred, dh, &work, hook, hook_user);
+    /* a host-tier context: each layer's share staged for its rebuild and backward, the next one's copied
+       meanwhile (stage.h); the layers read the staged view through fr->ctx */
+    const ls_state *ctx = fr->ctx;
+    ls_stager sg;
+    if (st == LS_OK) st = LS_K(ls_stager_init)(&sg, ctx);
+    else LS_K(ls_stager_init)(&sg, NULL);
+    fr->ctx = LS_K(ls_stager_state)(&sg);
     for (int l = p->cfg.n_layers - 1; st == LS_OK && l >= 0; l--) {
         int64_t t0 = ls_hook_now_ns();
+        if ((st = LS_K(ls_stager_acquire)(&sg, l, l - 1)) != LS_OK) break;
         ls_arena scr, lt;
         ls_arena_init(&scr, fr->arena.cat, 0);
         ls_arena_init(&lt, fr->arena.cat, 0);
@@ -182,8 +199,11 @@ ls_status LS_K(ls_seg_backward)(const ls_params *p, ls_seg_tape *tape, const ls_
         if (lt.used_bytes + scr.used_bytes > fr->recompute_peak) fr->recompute_peak = lt.used_bytes + scr.used_bytes;
         ls_arena_free(&scr);
         ls_arena_free(&lt);
+        LS_K(ls_stager_release)(&sg, l);
         if (st == LS_OK && hook) hook(hook_user, l, 1, T, ls_hook_now_ns() - t0, ls_hook_l2(dh, T * d));
     }
+    LS_K(ls_stager_free)(&sg);
+    fr->ctx = ctx;
     if (st == LS_OK) LS_K(ls_seg_embed_backward)(p, fr, dh, hook, hook_user);
     ls_arena_free(&work);
     return st;

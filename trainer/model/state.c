@@ -82,6 +82,7 @@ ls_status LS_K(ls_state_derive)(ls_state *d, const ls_state *s, ls_mem_cat cat, 
     d->n_pos = s->n_pos;
     d->page_size = s->page_size;
     d->cat = cat;
+    d->host_rows = borrow && (ls_mem_cat_tier(s->cat) == LS_TIER_HOST || s->host_rows); /* stage.h */
     d->ly = ls_mem_alloc(LS_MEM_SCRATCH, (size_t)d->n_layers * sizeof *d->ly);
     if (!d->ly) return LS_ERR_NOMEM;
     for (int l = 0; l < d->n_layers; l++) {

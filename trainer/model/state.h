@@ -66,6 +66,9 @@ typedef struct ls_state_s {
     size_t page_size;
     size_t n_borrowed;
     ls_mem_cat cat;
+    /* a fork of a host-tier state (cat LS_MEM_PROMPT_STATE_HOST): it borrows host rows, so its readers stage
+       it too (stage.h) */
+    int host_rows;
     /* CP: the state this rank's shard of the prompt began from (hybrid: the GDN states received from rank
      * r-1), owned and freed with this state; NULL: none (one rank, a family with no chain, a fork or a
      * gradient).  It belongs to the capture that wrote this state: a later capture (the reference's beside

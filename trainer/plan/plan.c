@@ -27,10 +27,19 @@ static void add_cats(size_t *dst, const size_t *src) {
     for (int k = 0; k < LS_MEM_COUNT; k++) dst[k] = ls_sat_add(dst[k], src[k]);
 }
 
+/* The device tier's total (the host tier's category apart: ls_plan.host_peak). */
 static size_t total_of(const size_t *b) {
     size_t t = 0;
-    for (int k = 0; k < LS_MEM_COUNT; k++) t = ls_sat_add(t, b[k]);
+    for (int k = 0; k < LS_MEM_COUNT; k++)
+        if (ls_mem_cat_tier((ls_mem_cat)k) == LS_TIER_DEVICE) t = ls_sat_add(t, b[k]);
     return t;
+}
+
+/* --state-tier host: phase p's prompt state in the host tier, its staged shares in the device tier. */
+static void to_host(size_t *ph, size_t stage) {
+    ph[LS_MEM_PROMPT_STATE_HOST] = ls_sat_add(ph[LS_MEM_PROMPT_STATE_HOST], ph[LS_MEM_PROMPT_STATE]);
+    ph[LS_MEM_PROMPT_STATE] = 0;
+    ph[LS_MEM_STAGING] = ls_sat_add(ph[LS_MEM_STAGING], stage);
 }
 
 /* The parameter blocks (params.c) with element size esz: weights (and the
@@ -192,7 +201,26 @@ ls_status LS_K(ls_plan_compute)(const ls_plan_in *in, ls_plan *out, char *err, s
             pb[LS_MEM_SCORE] = ls_sat_add(pb[LS_MEM_SCORE], batch);
             if (world > 1) pb[LS_MEM_GRADS] = ls_sat_add(pb[LS_MEM_GRADS], out->fixed[LS_MEM_GRADS]); /* the stash */
         }
+        if (in->state_tier && !naive) {
+            const ls_family_plan *sf = ck ? &fpc : &fp;
+            size_t ref = fp.stage[LS_FPLAN_CAPTURE] > fp.stage[LS_FPLAN_SCORE] ? fp.stage[LS_FPLAN_CAPTURE]
+                                                                               : fp.stage[LS_FPLAN_SCORE];
+            to_host(ph[LS_PLAN_CAPTURE], fp.stage[LS_FPLAN_CAPTURE]);
+            to_host(ph[LS_PLAN_ROLLOUT], out->phase_runs[LS_PLAN_ROLLOUT] ? fp.stage[LS_FPLAN_ROLLOUT] : 0);
+            to_host(ph[LS_PLAN_SCORE], fp.stage[LS_FPLAN_SCORE]);
+            to_host(ph[LS_PLAN_REFERENCE], out->phase_runs[LS_PLAN_REFERENCE] ? ref : 0);
+            if (out->phase_runs[LS_PLAN_REFERENCE]) /* the host tier's peak in it: both states whole, whichever
+                                                       instant the device tier peaks at */
+                ph[LS_PLAN_REFERENCE][LS_MEM_PROMPT_STATE_HOST] = ls_sat_add(live_state, keep ? S : 0);
+            to_host(ph[LS_PLAN_REPLAY], sf->stage[LS_FPLAN_REPLAY]);
+            to_host(ph[LS_PLAN_PROMPT_BWD], out->phase_runs[LS_PLAN_PROMPT_BWD] ? fp.stage[LS_FPLAN_PROMPT_BWD] : 0);
+        }
         out->peak_total = 0;
+        out->host_peak = 0;
+        for (int p = 0; p < LS_PLAN_PHASES; p++) {
+            if (out->phase_runs[p] && ph[p][LS_MEM_PROMPT_STATE_HOST] > out->host_peak)
+                out->host_peak = ph[p][LS_MEM_PROMPT_STATE_HOST];
+        }
         for (int p = 0; p < LS_PLAN_PHASES; p++) {
             if (!out->phase_runs[p]) continue;
             out->phase_total[p] = ls_sat_add(total_of(out->fixed), total_of(ph[p]));
@@ -201,7 +229,9 @@ ls_status LS_K(ls_plan_compute)(const ls_plan_in *in, ls_plan *out, char *err, s
                 out->peak_phase = (ls_plan_phase)p;
             }
         }
-        if (pass + 1 < n_keep * n_ck && in->budget && !ls_plan_fits(out->peak_total, in->budget)) continue;
+        if (pass + 1 < n_keep * n_ck && ((in->budget && !ls_plan_fits(out->peak_total, in->budget)) ||
+                                         (in->host_budget && !ls_plan_fits(out->host_peak, in->host_budget))))
+            continue;
         break;
     }
     out->keep_reference = keep;

@@ -51,6 +51,9 @@ typedef struct {
                                     input and one layer's tape rebuilt at a time (--replay-checkpoint) */
     int prefix_frozen;           /* prompt state kept across steps (both states when beta > 0) */
     size_t budget;               /* bytes per rank; 0: none (keep_reference -1 then keeps) */
+    int state_tier;              /* --state-tier: 0 device, 1 host (the prompt state in prompt_state_host, two layers'
+                                    shares staged in the device tier: staging) */
+    size_t host_budget;          /* host tier bytes per rank (--host-memory); 0: none */
     size_t index_sets;           /* mla: layers holding index keys (0: every MLA layer) */
 } ls_plan_in;
 
@@ -74,7 +77,9 @@ typedef struct {
     size_t phase_total[LS_PLAN_PHASES];        /* fixed + phase, summed over categories */
     ls_plan_phase peak_phase;                  /* the phase with the largest total */
     size_t peak[LS_MEM_COUNT];                 /* fixed + the peak phase's, per category */
-    size_t peak_total;                         /* the step's planned peak (what the budget must admit) */
+    size_t peak_total;                         /* the step's planned peak of the device tier (what the budget
+                                                  must admit): every category but prompt_state_host */
+    size_t host_peak;                          /* the host tier's planned peak (prompt_state_host; 0 on device) */
     int keep_reference;                        /* the decision: 1 reference state kept beside the policy's */
     int replay_checkpoint;                     /* the decision: 1 the replay keeps layer inputs, not tapes */
     int captures;                              /* prompt captures the step runs */

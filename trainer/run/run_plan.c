@@ -34,6 +34,8 @@ void LS_K(ls_run_plan_in)(const ls_train_args *a, const ls_run_shape *sh, size_t
     in->budget = budget;
     in->keep_reference = a->keep_reference == 1 ? 1 : a->keep_reference == 2 ? 0 : -1;
     in->replay_checkpoint = a->replay_checkpoint == 1 ? 0 : a->replay_checkpoint == 2 ? 1 : -1;
+    in->state_tier = a->step.state_tier;
+    in->host_budget = a->host_memory;
 }
 
 ls_status LS_K(ls_run_plan_check)(const ls_train_args *a, const ls_run_shape *sh, size_t budget, ls_plan *out) {
@@ -44,6 +46,13 @@ ls_status LS_K(ls_run_plan_check)(const ls_train_args *a, const ls_run_shape *sh
     if (st != LS_OK) {
         fprintf(stderr, "longstraw-train: --config %s: %s\n", a->config_path, err);
         return st;
+    }
+    if (a->host_memory && !ls_plan_fits(out->host_peak, a->host_memory)) {
+        fprintf(stderr,
+                "longstraw-train: --host-memory %zu: the memory plan's host tier (the prompt state, --state-tier "
+                "host) needs %zu bytes, with the plan's 10%% margin above it; nothing was allocated for the step.\n",
+                a->host_memory, out->host_peak);
+        return LS_ERR_NOMEM;
     }
     if (!budget || ls_plan_fits(out->peak_total, budget)) return LS_OK;
     char need[64];

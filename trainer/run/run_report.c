@@ -55,6 +55,8 @@ static cJSON *options_json(const ls_train_args *a) {
     ls_json_add_u64(j, "save_every", (uint64_t)a->save_every);
     ls_json_add_u64(j, "probe_every", (uint64_t)a->probe_every); /* the audit's run.probe: which steps were probed */
     ls_json_add_u64(j, "memory_budget", a->memory_budget);
+    cJSON_AddStringToObject(j, "state_tier", o->state_tier ? "host" : "device");
+    ls_json_add_u64(j, "host_memory", a->host_memory);
     cJSON_AddStringToObject(j, "input", a->rollouts ? "rollouts" : "task");
     cJSON_AddStringToObject(j, "task", a->rollouts ? "none" : ls_task_kind_name((ls_task_kind)a->task));
     ls_json_add_u64(j, "recall_records", a->recall_records); /* 0: the task's default */

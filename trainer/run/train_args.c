@@ -130,6 +130,10 @@ static const opt OPTS[] = {
      "the response replay: none keeps every layer's tape through the backward; layer keeps each layer's input and "
      "rebuilds its tape during the backward (the same gradients bit for bit, about L x R x d values plus one layer's "
      "tape); auto: none when its plan fits the budget", "auto", 0, replay_checkpoint)},
+    {.rec = "config.options.state_tier", ROW(OPT_CHOICE, "--state-tier", "device|host",
+     "where the captured prompt state lives: device, or host (its rows in the host tier, each layer's share staged "
+     "into the device tier before the layer reads it, the next layer's copied meanwhile: the device holds two "
+     "layers' shares, not the state; the same results bit for bit)", "device", 0, step.state_tier)},
     {.rec = "config.ep_ranks", ROW(OPT_INT, "--ep", "N",
      "mla: expert parallelism over N ranks: under mpirun -np W the ranks\n"
      "form a CP x EP grid (W = cp x N, rank = cp_idx x N + ep_idx); each EP\n"
@@ -184,6 +188,9 @@ static const opt OPTS[] = {
      NULL, 0, dump_grads)},
     {.rec = "config.options.memory_budget", ROW(OPT_SIZE, "--memory-budget", "BYTES", "refuse plans above this (default 90% of MemAvailable)", NULL, 0,
      memory_budget), .min = 1 << 20, .max = SIZE_MAX, .bad = "is not a decimal byte count >= 1 MiB"},
+    {.rec = "config.options.host_memory", ROW(OPT_SIZE, "--host-memory", "BYTES",
+     "--state-tier host: refuse plans whose host tier is above this (default: no limit)", NULL, 0, host_memory),
+     .min = 1 << 20, .max = SIZE_MAX, .bad = "is not a decimal byte count >= 1 MiB"},
     {.rec = "config.faults", ROW(OPT_FAULT, "--fault", "nan-grad", "fault injection: poison a gradient (the step must refuse)", NULL, 0,
      step.fault_nan_grad)},
     {.rec = "config.faults", ROW(OPT_FAULT, "--fault", "untracked-alloc",

@@ -29,6 +29,7 @@ typedef struct {
     int probe_groups;       /* --probe-groups: ls_probe_grouping (all, layer) */
     int have_steps, have_seed;
     size_t memory_budget;   /* bytes; 0 = 90% of MemAvailable */
+    size_t host_memory;     /* --host-memory: the host tier's budget in bytes (--state-tier host); 0 = none */
     int keep_reference;     /* --keep-reference: 0 auto (the plan decides), 1 on, 2 off */
     int ep;                 /* --ep N: expert parallelism, world = cp x ep (mla; 0 or 1: none) */
     int replay_checkpoint;  /* --replay-checkpoint: 0 auto (the plan decides), 1 none (taped), 2 layer */

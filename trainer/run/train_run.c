@@ -116,6 +116,7 @@ static int open_params(run *r) {
     ls_status st = LS_K(ls_run_plan_check)(a, &sh, budget, &r->plan);
     if (st != LS_OK) return 2;
     ls_mem_set_budget(budget);
+    ls_mem_set_host_budget(a->host_memory); /* the host tier's (--state-tier host) */
     st = LS_K(ls_params_init)(&r->p, &a->cfg, &a->obj, a->step.seed, r->err, sizeof r->err);
     if (st != LS_OK) return fail(r, st == LS_ERR_NOMEM || st == LS_ERR_INTERNAL ? 1 : 2, st, "", r->err);
     if (a->load) {

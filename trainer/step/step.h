@@ -52,6 +52,9 @@ typedef struct {
                                   input kept and its tape rebuilt during the backward (ls_seg_io.checkpointed: the
                                   same gradients bit for bit, about L*R*d stored values plus one layer's tape).
                                   -1 (default): the run decides by its plan */
+    int state_tier;            /* --state-tier: 0 device (the prompt state in prompt_state), 1 host (in
+                                  prompt_state_host, each layer's share staged into the device tier before the
+                                  layer reads it: trainer/model/stage.h); the same results bit for bit */
 } ls_step_options;
 
 typedef struct {

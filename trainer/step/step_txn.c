@@ -98,13 +98,14 @@ static ls_status capture_into(txn *x, const ls_params *q, ls_state *dst, int wit
         for (size_t l = 0; st == LS_OK && l < L; l++)
             if (!(x->ckpt[l] = ls_mem_alloc(LS_MEM_CHECKPOINT, R_(T * d)))) st = LS_ERR_NOMEM;
     }
+    /* --state-tier host: the state's rows in the host tier, read through the staging tier (stage.h) */
+    ls_mem_cat cat = x->o->state_tier ? LS_MEM_PROMPT_STATE_HOST : LS_MEM_PROMPT_STATE;
     if (st == LS_OK && x->use_cp)
         st = LS_K(ls_cp_capture)(x->cp, q, b->prompt, x->o->page_size, x->o->capture_chunk, dst,
-                                 with_ckpt ? x->ckpt : NULL,
-                                 LS_MEM_PROMPT_STATE, hook_fn, &hk);
+                                 with_ckpt ? x->ckpt : NULL, cat, hook_fn, &hk);
     else if (st == LS_OK)
-        st = LS_K(ls_capture)(q, b, x->o->page_size, x->o->capture_chunk, dst, with_ckpt ? x->ckpt : NULL,
-                              LS_MEM_PROMPT_STATE, hook_fn, &hk);
+        st = LS_K(ls_capture)(q, b, x->o->page_size, x->o->capture_chunk, dst, with_ckpt ? x->ckpt : NULL, cat,
+                              hook_fn, &hk);
     end(x->obs, PH_CAPTURE, t0, st == LS_OK, x->res);
     if (st == LS_OK) {
         x->res->captures++;
@@ -460,17 +461,17 @@ static ls_status phase_replay_group(txn *x, const char **what) {
     if (st == LS_OK && x->use_cp && !x->naive && (x->full || fam->cp_shard_grads)) {
         ls_params *p = x->p;
         size_t n = 0, off = 0;
-        for (size_t i = 0; i < p->n; i++) n += p->t[i].trainable ? p->t[i].numel : 0;
+        for (size_t i = 0; i < p->n; i++) n += p->t[i].trainable && !p->t[i].ep_remote ? p->t[i].numel : 0;
         int first = x->gsave == NULL;
         if (!first) { /* a later group: its replay added into the stash itself; the own .g back */
             for (size_t i = 0; i < p->n; i++)
-                if (p->t[i].trainable) p->t[i].g = x->gsave[i];
+                if (p->t[i].trainable && !p->t[i].ep_remote) p->t[i].g = x->gsave[i];
             x->gsave = NULL;
         } else if (!(*x->stash = ls_mem_alloc(LS_MEM_GRADS, R_(n ? n : 1)))) {
             st = LS_ERR_NOMEM;
         }
         for (size_t i = 0; first && st == LS_OK && i < p->n; i++) { /* the first group: .g into the stash */
-            if (!p->t[i].trainable) continue;
+            if (!p->t[i].trainable || p->t[i].ep_remote) continue; /* EP: held tensors only (ep.h) */
             memcpy(*x->stash + off, p->t[i].g, R_(p->t[i].numel));
             memset(p->t[i].g, 0, R_(p->t[i].numel));
             off += p->t[i].numel;
@@ -515,7 +516,7 @@ static ls_status phase_replay(txn *x, const char **what) {
         size_t off = 0;
         for (size_t i = 0; i < p->n; i++) {
             save[i] = p->t[i].g;
-            if (!p->t[i].trainable) continue;
+            if (!p->t[i].trainable || p->t[i].ep_remote) continue;
             p->t[i].g = *x->stash + off;
             off += p->t[i].numel;
         }
@@ -537,7 +538,7 @@ static ls_status phase_finalize(ls_params *p, const ls_step_options *o, const ls
     int64_t t0;
     if (o->fault_nan_grad)
         for (size_t i = 0; i < p->n; i++)
-            if (p->t[i].trainable) {
+            if (p->t[i].trainable && !p->t[i].ep_remote) {
                 p->t[i].g[0] = (ls_real)NAN;
                 break;
             }
