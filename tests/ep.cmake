@@ -5,7 +5,7 @@
 if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
   add_test(NAME ep_train
            COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/ep_train.sh $<TARGET_FILE:longstraw-train> ${MPIEXEC_EXECUTABLE}
-                   "${LS_MPIRUN_FLAGS_STR}" ${CMAKE_SOURCE_DIR})
+                   "${LS_MPIRUN_FLAGS_STR}" ${CMAKE_SOURCE_DIR} $<TARGET_FILE:longstraw-plan>)
   set_tests_properties(ep_train PROPERTIES TIMEOUT 300 ENVIRONMENT "${LS_MPI_TEST_ENV}")
   # --ep that does not divide the world: exit 2 naming --ep
   add_test(NAME ep_refused_world
@@ -23,3 +23,8 @@ add_test(NAME ep_refused_experts
                  --config ${CMAKE_SOURCE_DIR}/configs/mla-tiny.json --prompt-len 64 --out ep_e --ep 3)
 set_tests_properties(ep_refused_hybrid ep_refused_experts PROPERTIES TIMEOUT 60
                      WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+# longstraw-plan --ep: one EP rank's plan; 3 does not divide mla-tiny's 8 experts, hybrid has none: exit 2 naming --ep
+add_test(NAME ep_plan_refused
+         COMMAND sh -c "\"$0\" --config $1/configs/mla-tiny.json --prompt-len 64 --ep 3 2>e1.txt; test $? -eq 2 && grep -q -- '--ep 3: does not divide the model.s 8 routed experts' e1.txt && \"$0\" --config $1/configs/hybrid-tiny.json --prompt-len 64 --ep 2 2>e2.txt; test $? -eq 2 && grep -q -- '--ep 2: family .hybrid. has no routed experts' e2.txt"
+                 $<TARGET_FILE:longstraw-plan> ${CMAKE_SOURCE_DIR})
+set_tests_properties(ep_plan_refused PROPERTIES TIMEOUT 60 WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})

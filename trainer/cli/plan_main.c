@@ -43,6 +43,8 @@ static void usage(FILE *f) {
             "  --response-len R       longest response in tokens (default 1)\n"
             "  --group G              responses per prompt (default 1)\n"
             "  --cp N                 context-parallel ranks (default 1)\n"
+            "  --ep N                 mla: expert-parallel ranks (default 1): each holds 1/N of the\n"
+            "                         routed experts (the plan is one rank's of the CP x EP grid)\n"
             "  --grad-mode M          detached (default) or full\n"
             "  --train-mode M         lora (default) or full\n"
             "  --lora-r N             adapter rank (default 4)\n"
@@ -188,6 +190,11 @@ static int parse(int argc, char **argv, cli *a, ls_plan_in *in) {
             size_t w;
             if (parse_size(v, 1, 1 << 20, &w)) BAD("--cp: '%s' is not an integer in [1, 2^20]", v);
             in->world = (int)w;
+        } else if (strcmp(o, "--ep") == 0) {
+            NEED();
+            size_t e;
+            if (parse_size(v, 1, 4096, &e)) BAD("--ep: '%s' is not an integer in [1, 4096]", v);
+            in->ep = (int)e;
         } else if (strcmp(o, "--grad-mode") == 0) {
             NEED();
             if (strcmp(v, "full") == 0) in->obj.grad_mode = LS_GRAD_FULL;
@@ -278,6 +285,9 @@ static void print_text(const cli *a, const ls_plan_in *in, const ls_plan *p, con
            in->G, in->world, in->obj.train_mode == LS_TRAIN_FULL ? "full" : "lora",
            in->obj.grad_mode == LS_GRAD_FULL ? "full" : "detached", in->obj.lora_r, in->obj.beta,
            in->rollout ? "rollout" : "no rollout", a->dtype, a->state_dtype);
+    if (in->ep > 1)
+        printf("EP %d: each rank holds %d of the %d routed experts (weights, adapters, gradients, moments)\n", in->ep,
+               c->n_experts / in->ep, c->n_experts);
     if (hf && hf->moe_as_dense) printf("NOTE: the MoE FFN is planned as a dense FFN of width %d (--moe-as-dense)\n", c->ffn_dim);
     if (hf && hf->mtp_layers) printf("NOTE: %d multi-token-prediction layer(s) in the file are not planned\n", hf->mtp_layers);
     const ls_plan_state *s = &p->state;
@@ -353,6 +363,7 @@ static cJSON *to_json(const cli *a, const ls_plan_in *in, const ls_plan *p, cons
     bad |= !s;
     if (s) {
         bad |= add_size(s, "prompt_len", in->P) | add_size(s, "response_len", in->R) | add_size(s, "group", in->G);
+        if (in->ep > 1) bad |= add_size(s, "ep", (size_t)in->ep);
         bad |= add_size(s, "cp", (size_t)in->world) | add_size(s, "page_size", in->page_size) |
                add_size(s, "capture_chunk", in->capture_chunk) | add_size(s, "lora_r", (size_t)in->obj.lora_r);
         bad |= !cJSON_AddStringToObject(s, "train_mode", in->obj.train_mode == LS_TRAIN_FULL ? "full" : "lora");
@@ -446,6 +457,7 @@ int main(int argc, char **argv) {
     ls_objective_defaults(&in.obj);
     in.R = in.G = 1;
     in.world = 1;
+    in.ep = 1;
     in.rollout = 1;
     in.replay_checkpoint = -1;
     if (parse(argc, argv, &a, &in) != 0) return 2;
@@ -468,6 +480,11 @@ int main(int argc, char **argv) {
     in.R = cl.R;
     in.G = cl.G;
     in.world = cl.world;
+    in.ep = cl.ep > 1 ? cl.ep : 1;
+    if (in.ep > 1 && cfg.family != LS_FAMILY_MLA)
+        BAD("--ep %d: family '%s' has no routed experts (expert parallelism is mla's)", in.ep, ls_family_name(cfg.family));
+    if (in.ep > 1 && cfg.n_experts % in.ep != 0)
+        BAD("--ep %d: does not divide the model's %d routed experts", in.ep, cfg.n_experts);
     if (cl.page_size) in.page_size = cl.page_size;
     if (cl.capture_chunk) in.capture_chunk = cl.capture_chunk;
     in.compute_bytes = cl.compute_bytes;

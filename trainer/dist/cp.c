@@ -69,7 +69,7 @@ ls_status LS_K(ls_cp_finalize)(ls_cp *c, ls_params *p, const ls_real *stash, int
         size_t off = 0;
         for (size_t i = 0; st == LS_OK && i < p->n; i++) {
             ls_tensor *t = &p->t[i];
-            if (!t->trainable) continue;
+            if (!t->trainable || t->ep_remote) continue; /* EP: another rank's expert is its CP group's */
             if (!c->faults.skip_grad_finalize)
                 st = ls_group_allreduce_sum(c->g, t->g, t->numel, DT, "grad_finalize", -1);
             for (size_t j = 0; st == LS_OK && j < t->numel; j++) t->g[j] = stash[off + j] + t->g[j];
@@ -78,13 +78,13 @@ ls_status LS_K(ls_cp_finalize)(ls_cp *c, ls_params *p, const ls_real *stash, int
     }
     /* the check: one digest over every trainable gradient, gathered */
     size_t n = 0;
-    for (size_t i = 0; i < p->n; i++) n += p->t[i].trainable;
+    for (size_t i = 0; i < p->n; i++) n += p->t[i].trainable && !p->t[i].ep_remote;
     uint8_t *dg = ls_mem_alloc(LS_MEM_COMM, (n ? n : 1) * LS_DIGEST_SIZE);
     uint8_t *all = ls_mem_alloc(LS_MEM_COMM, (size_t)c->world * LS_DIGEST_SIZE), mine[LS_DIGEST_SIZE];
     if (st == LS_OK && (!dg || !all)) st = LS_ERR_NOMEM;
     size_t k = 0;
     for (size_t i = 0; st == LS_OK && i < p->n; i++)
-        if (p->t[i].trainable) st = ls_digest_sha256(p->t[i].g, R(p->t[i].numel), dg + LS_DIGEST_SIZE * k++);
+        if (p->t[i].trainable && !p->t[i].ep_remote) st = ls_digest_sha256(p->t[i].g, R(p->t[i].numel), dg + LS_DIGEST_SIZE * k++);
     if (st == LS_OK) st = ls_digest_sha256(dg, k * LS_DIGEST_SIZE, mine);
     if (st == LS_OK) st = ls_group_allgather(c->g, mine, all, LS_DIGEST_SIZE, LS_TRACE_DTYPE_U8, "digest_check", -1);
     if (st == LS_OK) {

@@ -26,21 +26,31 @@ ls_status LS_K(ls_params_tensor_count)(const ls_model_config *cfg, const ls_obje
 
 ls_status LS_K(ls_params_plan)(const ls_model_config *cfg, const ls_objective *obj,
                                size_t bytes[LS_MEM_COUNT], char *err, size_t err_len) {
+    return LS_K(ls_params_plan_ep)(cfg, obj, 1, bytes, err, err_len);
+}
+
+ls_status LS_K(ls_params_plan_ep)(const ls_model_config *cfg, const ls_objective *obj, int ep,
+                                  size_t bytes[LS_MEM_COUNT], char *err, size_t err_len) {
     const ls_family_ops *fam = LS_K(ls_family_ops_of)(cfg->family, err, err_len);
     if (!fam) {
         for (int c = 0; c < LS_MEM_COUNT; c++) bytes[c] = 0;
         return LS_ERR_UNSUPPORTED;
     }
-    return LS_K(ls_params_plan_of)(&fam->layout, cfg, obj, bytes, err, err_len);
+    return LS_K(ls_params_plan_ep_of)(&fam->layout, cfg, obj, ep, bytes, err, err_len);
 }
 
 ls_status LS_K(ls_params_init)(ls_params **out, const ls_model_config *cfg,
                                const ls_objective *obj, uint64_t seed,
                                char *err, size_t err_len) {
+    return LS_K(ls_params_init_ep)(out, cfg, obj, seed, 0, 1, err, err_len);
+}
+
+ls_status LS_K(ls_params_init_ep)(ls_params **out, const ls_model_config *cfg, const ls_objective *obj,
+                                  uint64_t seed, int ep_rank, int ep_size, char *err, size_t err_len) {
     *out = NULL;
     const ls_family_ops *fam = LS_K(ls_family_ops_of)(cfg->family, err, err_len);
     if (!fam) return LS_ERR_UNSUPPORTED;
-    ls_status st = LS_K(ls_params_init_of)(&fam->layout, out, cfg, obj, seed, err, err_len);
+    ls_status st = LS_K(ls_params_init_ep_of)(&fam->layout, out, cfg, obj, seed, ep_rank, ep_size, err, err_len);
     if (st == LS_OK) (*out)->fam = fam;
     return st;
 }

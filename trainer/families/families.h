@@ -19,6 +19,12 @@ ls_status LS_K(ls_params_tensor_count)(const ls_model_config *cfg, const ls_obje
 /* ls_params_plan_of (params.h) for cfg's family. */
 ls_status LS_K(ls_params_plan)(const ls_model_config *cfg, const ls_objective *obj,
                                size_t bytes[LS_MEM_COUNT], char *err, size_t err_len);
+/* ls_params_plan_ep_of (params.h): one rank of expert parallelism over ep. */
+ls_status LS_K(ls_params_plan_ep)(const ls_model_config *cfg, const ls_objective *obj, int ep,
+                                  size_t bytes[LS_MEM_COUNT], char *err, size_t err_len);
+/* ls_params_init_ep_of (params.h): EP rank ep_rank of ep_size. */
+ls_status LS_K(ls_params_init_ep)(ls_params **out, const ls_model_config *cfg, const ls_objective *obj,
+                                  uint64_t seed, int ep_rank, int ep_size, char *err, size_t err_len);
 /* ls_params_init_of (params.h) for cfg's family: *out owned by the caller,
  * released with ls_params_free. */
 ls_status LS_K(ls_params_init)(ls_params **out, const ls_model_config *cfg,

@@ -40,13 +40,29 @@ static const char *const META_KEYS[] = {"format", "dtype", "step", "seed", "rng_
 /* The storage of slot k of tensor i (NULL when the checkpoint has no such
  * tensor): moments of trainable tensors, reference weights where the view's
  * differ from the policy's (full train mode). */
+static const ls_param_slot PARAM_SLOT[4] = {LS_SLOT_W, LS_SLOT_M, LS_SLOT_V, LS_SLOT_REF};
 static ls_real *slot_data(const ls_params *p, const ls_params *ref, size_t i, slot_kind k) {
     const ls_tensor *t = &p->t[i];
+    if (t->ep_remote) return LS_K(ls_params_slot)(p, i, PARAM_SLOT[k]); /* assembled from its owner, or NULL */
     switch (k) {
     case SLOT_W: return t->w;
     case SLOT_M: return t->trainable ? t->m : NULL;
     case SLOT_V: return t->trainable ? t->v : NULL;
     default: return ref->t[i].w != t->w ? ref->t[i].w : NULL;
+    }
+}
+
+/* Whether the checkpoint holds slot k of tensor i: what slot_data gives,
+ * and for another EP rank's expert (trainer/dist/ep.h) what its owner's
+ * table gives: weights, moments when trainable, the reference copy of a base
+ * tensor in full mode. */
+static int slot_has(const ls_params *p, const ls_params *ref, size_t i, slot_kind k) {
+    const ls_tensor *t = &p->t[i];
+    if (!t->ep_remote) return slot_data(p, ref, i, k) != NULL;
+    switch (k) {
+    case SLOT_W: return 1;
+    case SLOT_REF: return p->obj.train_mode == LS_TRAIN_FULL && !t->is_adapter;
+    default: return t->trainable;
     }
 }
 
@@ -60,7 +76,7 @@ static void expected_size(const ls_params *p, const ls_params *ref, size_t *coun
     *bytes = 0;
     for (size_t i = 0; i < p->n; i++)
         for (int k = 0; k < 4; k++)
-            if (slot_data(p, ref, i, (slot_kind)k)) {
+            if (slot_has(p, ref, i, (slot_kind)k)) {
                 (*count)++;
                 *bytes = ls_sat_add(*bytes, ls_sat_mul(p->t[i].numel, sizeof(ls_real)));
             }
@@ -298,8 +314,8 @@ static ls_status load_tensors(ls_params *p, const ls_params *ref, const ls_safet
     for (size_t i = 0; i < p->n; i++) {
         const ls_tensor *t = &p->t[i];
         for (int k = 0; k < 4; k++) {
-            ls_real *dst = slot_data(p, ref, i, (slot_kind)k);
-            if (!dst) continue;
+            if (!slot_has(p, ref, i, (slot_kind)k)) continue;
+            ls_real *dst = t->ep_remote ? NULL : slot_data(p, ref, i, (slot_kind)k);
             expected++;
             slot_name(p, i, (slot_kind)k, name);
             const ls_safetensors_tensor *ft = ls_safetensors_find(sf, name);
@@ -314,6 +330,7 @@ static ls_status load_tensors(ls_params *p, const ls_params *ref, const ls_safet
                          name, ls_safetensors_dtype_name(ft->dtype), LS_REAL_NAME, ls_safetensors_dtype_name(ST_DTYPE));
                 return LS_ERR_FORMAT;
             }
+            if (!dst) continue; /* another EP rank's expert: its owner loads it */
             uint64_t shape[2] = {t->shape[0], t->shape[1]};
 #if LS_REAL_IS_F64
             ls_status st = ls_safetensors_load_f64(sf, name, shape, (size_t)t->ndim, dst, e2, sizeof e2);
@@ -334,7 +351,7 @@ static ls_status load_tensors(ls_params *p, const ls_params *ref, const ls_safet
         int found = 0;
         for (size_t i = 0; i < p->n && !found; i++)
             for (int k = 0; k < 4 && !found; k++) {
-                if (!slot_data(p, ref, i, (slot_kind)k)) continue;
+                if (!slot_has(p, ref, i, (slot_kind)k)) continue;
                 slot_name(p, i, (slot_kind)k, name);
                 found = !strcmp(name, fn);
             }
@@ -524,9 +541,15 @@ ls_status LS_K(ls_checkpoint_save)(const ls_params *p, const ls_checkpoint_info 
     for (size_t i = 0; st == LS_OK && i < p->n; i++) {
         uint64_t shape[2] = {p->t[i].shape[0], p->t[i].shape[1]};
         for (int k = 0; st == LS_OK && k < 4; k++) {
+            if (!slot_has(p, ref, i, (slot_kind)k)) continue;
             const ls_real *data = slot_data(p, ref, i, (slot_kind)k);
-            if (!data) continue;
             slot_name(p, i, (slot_kind)k, name);
+            if (!data) { /* another EP rank's expert, not assembled (trainer/dist/ep.h ls_ep_assemble) */
+                snprintf(err, err_len, "%s: internal: tensor '%s' is another EP rank's and was not assembled", path,
+                         name);
+                st = LS_ERR_INTERNAL;
+                break;
+            }
             if ((st = check_values(data, p->t[i].numel, (slot_kind)k, name, path, err, err_len)) != LS_OK) break;
 #if LS_REAL_IS_F64
             st = ls_safetensors_writer_add_f64(w, name, ST_DTYPE, shape, (size_t)p->t[i].ndim, data);

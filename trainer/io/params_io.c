@@ -22,7 +22,12 @@ static ls_status params_writer(const ls_params *p, ls_params_what what, ls_safet
     for (size_t i = 0; st == LS_OK && i < p->n; i++) {
         const ls_tensor *t = &p->t[i];
         if (what == LS_PARAMS_TRAINABLE_GRADS && !t->trainable) continue;
-        const ls_real *data = what == LS_PARAMS_TRAINABLE_GRADS ? t->g : t->w;
+        /* under EP another rank's expert from the assembled copy (trainer/dist/ep.h ls_ep_assemble) */
+        const ls_real *data = LS_K(ls_params_slot)(p, i, what == LS_PARAMS_TRAINABLE_GRADS ? LS_SLOT_G : LS_SLOT_W);
+        if (!data) { /* a remote expert not assembled: a caller's bug */
+            st = LS_ERR_INTERNAL;
+            break;
+        }
         uint64_t shape[2] = {t->shape[0], t->shape[1]};
 #if LS_REAL_IS_F64
         st = ls_safetensors_writer_add_f64(w, t->name, LS_SAFETENSORS_F64, shape, (size_t)t->ndim, data);
@@ -48,7 +53,8 @@ ls_status LS_K(ls_params_save)(const ls_params *p, ls_params_what what, const ch
     ls_safetensors_writer *w = NULL;
     ls_status st = params_writer(p, what, &w);
     if (st == LS_OK) st = ls_safetensors_writer_write(w, path, err, err_len);
-    else snprintf(err, err_len, "%s: cannot build the tensor list: %s", path, ls_status_str(st));
+    else snprintf(err, err_len, "%s: cannot build the tensor list: %s%s", path, ls_status_str(st),
+                  st == LS_ERR_INTERNAL ? " (another EP rank's experts were not assembled)" : "");
     ls_safetensors_writer_free(w);
     return st;
 }
@@ -149,6 +155,14 @@ ls_status LS_K(ls_params_load_source)(ls_params *p, const char *path, ls_params_
     for (size_t i = 0; st == LS_OK && i < p->n; i++) {
         ls_tensor *t = &p->t[i];
         uint64_t shape[2] = {t->shape[0], t->shape[1]};
+        if (t->ep_remote) { /* another EP rank's expert: present with its shape, loaded by its owner */
+            const ls_safetensors_tensor *ft = ls_safetensors_find(sf, t->name);
+            if (!ft) {
+                snprintf(err, err_len, "%s: tensor '%s' is missing", path, t->name);
+                st = LS_ERR_FORMAT;
+            }
+            continue;
+        }
 #if LS_REAL_IS_F64
         st = ls_safetensors_load_f64(sf, t->name, shape, (size_t)t->ndim, t->w, e2, sizeof e2);
 #else

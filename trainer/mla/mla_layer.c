@@ -377,6 +377,15 @@ static void dispatch_sizes(const ls_model_config *c, size_t C, size_t r, int bwd
     *ibytes = Ck * (sizeof(int32_t) + 2 * sizeof(size_t));
 }
 
+/* Expert parallelism's exchange (ep_exchange) beside one chunk's buffers:
+ * the send block (at most every slot's row when all are this rank's, esz
+ * each) and the four count arrays; 0 without EP. */
+static size_t ep_exchange_bytes(const ls_model_config *c, size_t C, int ep, size_t esz) {
+    if (ep <= 1) return 0;
+    size_t rows = ls_sat_mul(C, (size_t)c->experts_per_token);
+    return ls_sat_add(ls_sat_mul3(rows, (size_t)c->d_model, esz), ls_sat_mul3(4, (size_t)ep, sizeof(size_t)));
+}
+
 /* The same with elements of esz bytes (the plan's compute dtype, not the build's). */
 static size_t dispatch_bytes_esz(const ls_model_config *c, size_t C, int lora_r, int bwd, size_t esz) {
     size_t reals, ib;
@@ -809,7 +818,8 @@ static plan_layer plan_layer_fwd(const ls_model_config *c, const ls_family_plan_
         RQR(&m, 0, C * kk), RQR(&m, 0, C * E), RQR(&m, 0, C * Ie), RQR(&m, 0, C * Ie), RQR(&m, 0, C * Ie);
         RQ(&m, 0, (E + 1) * sizeof(size_t));
         out.moe = m.scr;
-        out.dispatch = dispatch_bytes_esz(c, C, in->expert_lora_r, 0, in->esz);
+        out.dispatch = ls_sat_add(dispatch_bytes_esz(c, C, in->expert_lora_r, 0, in->esz),
+                                  ep_exchange_bytes(c, C, in->ep, in->esz));
     }
     return out;
 }
@@ -838,7 +848,8 @@ static size_t plan_layer_bwd(const ls_model_config *c, const ls_family_plan_in *
         plan_layer f = plan_layer_fwd(c, in, 1, T, Tk, maxn, 0);
         b = ls_sat_add(b, f.moe);
         size_t C = moe_chunk() < T ? moe_chunk() : T;
-        *dispatch = dispatch_bytes_esz(c, C, in->expert_lora_r, 1, in->esz);
+        *dispatch = ls_sat_add(dispatch_bytes_esz(c, C, in->expert_lora_r, 1, in->esz),
+                               ep_exchange_bytes(c, C, in->ep, in->esz));
     }
     return b;
 }

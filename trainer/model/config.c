@@ -206,6 +206,30 @@ ls_status ls_config_param_counts(const ls_model_config *c, const ls_objective *o
     return counts_where(c, obj, out, "config", err, err_len);
 }
 
+ls_status ls_config_param_counts_ep(const ls_model_config *c, const ls_objective *obj, int ep,
+                                    ls_param_counts *out, char *err, size_t err_len) {
+    ls_status st = counts_where(c, obj, out, "config", err, err_len);
+    if (st != LS_OK || ep <= 1) return st;
+    if (c->family != LS_FAMILY_MLA || c->n_experts < 1 || c->n_experts % ep != 0) {
+        memset(out, 0, sizeof *out);
+        snprintf(err, err_len, "ep %d: does not divide the %d routed experts of the config", ep,
+                 c->family == LS_FAMILY_MLA ? c->n_experts : 0);
+        return LS_ERR_ARG;
+    }
+    /* the routed experts another EP rank holds: E - E/ep of them in each MoE layer */
+    size_t L = (size_t)c->n_layers, nd = (size_t)c->first_dense <= L ? (size_t)c->first_dense : L;
+    size_t d = (size_t)c->d_model, Ie = (size_t)c->expert_dim, E = (size_t)c->n_experts;
+    size_t others = ls_sat_mul(E - E / (size_t)ep, L - nd);
+    int lora = obj && obj->train_mode == LS_TRAIN_LORA;
+    size_t base = ls_sat_mul3(others, 3, ls_sat_mul(Ie, d));
+    size_t adapt = lora && obj->lora_experts ? ls_sat_mul3(others, 3, ls_sat_mul((size_t)obj->lora_r, d + Ie)) : 0;
+    out->base -= base;
+    out->adapters -= adapt;
+    out->trainable -= lora ? adapt : base;
+    if (out->reference) out->reference -= base;
+    return LS_OK;
+}
+
 static ls_status check_where(const ls_model_config *c, const char *where, char *err, size_t err_len);
 
 /* ---- reading ------------------------------------------------------------------- */

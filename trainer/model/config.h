@@ -90,6 +90,14 @@ typedef struct {
  * mla: the routed experts' adapters only with obj->lora_experts. */
 ls_status ls_config_param_counts(const ls_model_config *c, const ls_objective *obj,
                                  ls_param_counts *out, char *err, size_t err_len);
+/* The same for one rank of expert parallelism over ep ranks (mla, --ep):
+ * the routed experts of the other EP ranks (E - E/ep in each MoE layer:
+ * their weights, expert adapters, gradients, moments and reference copy)
+ * left out, as ls_params_init_ep allocates.  ep <= 1: ls_config_param_counts.
+ * LS_ERR_ARG naming ep when it does not divide the routed experts (or the
+ * family has none). */
+ls_status ls_config_param_counts_ep(const ls_model_config *c, const ls_objective *obj, int ep,
+                                    ls_param_counts *out, char *err, size_t err_len);
 /* 1 when layer `layer` of a hybrid model is a gated full-attention layer
  * (every fourth: docs/model.md §1), 0 for GDN. */
 int ls_config_layer_is_attn(const ls_model_config *c, int layer);

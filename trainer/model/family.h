@@ -101,6 +101,7 @@ typedef struct {
     size_t R;          /* the longest response */
     size_t G;          /* group size */
     int world;         /* context-parallel ranks */
+    int ep;            /* mla: expert-parallel ranks (0 or 1: none): the routed experts' exchange buffers */
     int full;          /* `full` gradient mode */
     int lora_r;        /* adapter rank of the LoRA targets (0: full fine-tuning, no adapters) */
     int expert_lora_r; /* mla: the routed experts' adapter rank (0: none) */

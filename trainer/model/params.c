@@ -109,9 +109,15 @@ static size_t table_bytes(const ls_param_layout *layout, const ls_model_config *
 
 ls_status LS_K(ls_params_plan_of)(const ls_param_layout *layout, const ls_model_config *cfg,
                                   const ls_objective *obj, size_t bytes[LS_MEM_COUNT], char *err, size_t err_len) {
+    return LS_K(ls_params_plan_ep_of)(layout, cfg, obj, 1, bytes, err, err_len);
+}
+
+ls_status LS_K(ls_params_plan_ep_of)(const ls_param_layout *layout, const ls_model_config *cfg,
+                                     const ls_objective *obj, int ep, size_t bytes[LS_MEM_COUNT], char *err,
+                                     size_t err_len) {
     memset(bytes, 0, LS_MEM_COUNT * sizeof *bytes);
     ls_param_counts pc;
-    ls_status st = ls_config_param_counts(cfg, obj, &pc, err, err_len);
+    ls_status st = ls_config_param_counts_ep(cfg, obj, ep, &pc, err, err_len);
     if (st != LS_OK) return st;
     ls_param_builder cb = {.cfg = cfg, .obj = obj};
     layout->build(&cb, NULL);
@@ -131,13 +137,23 @@ ls_status LS_K(ls_params_plan_of)(const ls_param_layout *layout, const ls_model_
 
 ls_status LS_K(ls_params_init_of)(const ls_param_layout *layout, ls_params **out, const ls_model_config *cfg,
                                   const ls_objective *obj, uint64_t seed, char *err, size_t err_len) {
+    return LS_K(ls_params_init_ep_of)(layout, out, cfg, obj, seed, 0, 1, err, err_len);
+}
+
+ls_status LS_K(ls_params_init_ep_of)(const ls_param_layout *layout, ls_params **out, const ls_model_config *cfg,
+                                     const ls_objective *obj, uint64_t seed, int ep_rank, int ep_size, char *err,
+                                     size_t err_len) {
     *out = NULL;
     if (obj->lora_r < 1) {
         snprintf(err, err_len, "lora_r: must be >= 1");
         return LS_ERR_ARG;
     }
+    if (ep_size < 1 || ep_rank < 0 || ep_rank >= ep_size) {
+        snprintf(err, err_len, "ep: rank %d of %d is not a place in the EP group", ep_rank, ep_size);
+        return LS_ERR_ARG;
+    }
     ls_param_counts pc;
-    ls_status st = ls_config_param_counts(cfg, obj, &pc, err, err_len);
+    ls_status st = ls_config_param_counts_ep(cfg, obj, ep_size, &pc, err, err_len);
     if (st != LS_OK) return st;
     size_t plan_nb[6];
     block_scalars(&pc, plan_nb);
@@ -154,6 +170,8 @@ ls_status LS_K(ls_params_init_of)(const ls_param_layout *layout, ls_params **out
     }
     p->cfg = *cfg;
     p->obj = *obj;
+    p->ep_rank = ep_rank;
+    p->ep_size = ep_size;
     p->lora_scale = (ls_real)(obj->lora_alpha / obj->lora_r);
     /* n_layers <= 4096 (ls_config_check): the tables are small */
     p->layers = ls_mem_alloc(LS_MEM_WEIGHTS, (size_t)cfg->n_layers * layout->layer_view_size);
@@ -175,14 +193,19 @@ ls_status LS_K(ls_params_init_of)(const ls_param_layout *layout, ls_params **out
     }
 
     size_t nb[6] = {0};
+    int E = cfg->n_experts;
     for (size_t i = 0; i < p->n; i++) {
         ls_tensor *t = &p->t[i];
         t->trainable = obj->train_mode == LS_TRAIN_LORA ? t->is_adapter : !t->frozen;
+        int e = ep_size > 1 ? ls_param_expert_of(t->name, NULL) : -1;
+        t->ep_remote = e >= 0 && e / (E / ep_size) != ep_rank; /* E % ep_size == 0: the counts checked it */
+        if (t->trainable && ls_add_size(p->n_trainable, t->numel, &p->n_trainable)) b.overflow = 1;
+        if (t->ep_remote) continue; /* another EP rank's: no storage here */
         if (ls_add_size(nb[t->is_adapter ? BLK_ADAPT : BLK_BASE], t->numel, &nb[t->is_adapter ? BLK_ADAPT : BLK_BASE]))
             b.overflow = 1;
-        if (t->trainable && ls_add_size(p->n_trainable, t->numel, &p->n_trainable)) b.overflow = 1;
+        if (t->trainable && ls_add_size(p->n_held, t->numel, &p->n_held)) b.overflow = 1;
     }
-    nb[BLK_GRAD] = nb[BLK_M] = nb[BLK_V] = p->n_trainable;
+    nb[BLK_GRAD] = nb[BLK_M] = nb[BLK_V] = p->n_held;
     nb[BLK_REF] = obj->train_mode == LS_TRAIN_FULL ? nb[BLK_BASE] : 0;
     /* the table and the closed form of the plan must agree: the plan
      * checked against the budget is what gets allocated */
@@ -207,6 +230,10 @@ ls_status LS_K(ls_params_init_of)(const ls_param_layout *layout, ls_params **out
     size_t off[6] = {0};
     for (size_t i = 0; i < p->n; i++) {
         ls_tensor *t = &p->t[i];
+        if (t->ep_remote) {
+            t->w = t->g = t->m = t->v = NULL;
+            continue;
+        }
         int k = t->is_adapter ? BLK_ADAPT : BLK_BASE;
         t->w = p->blocks[k] + off[k];
         off[k] += t->numel;
@@ -242,7 +269,7 @@ void LS_K(ls_params_snapshot_ref)(ls_params *p) {
     if (!p->blocks[BLK_REF]) return;
     size_t nbase = 0;
     for (size_t i = 0; i < p->n; i++)
-        if (!p->t[i].is_adapter) nbase += p->t[i].numel;
+        if (!p->t[i].is_adapter && !p->t[i].ep_remote) nbase += p->t[i].numel;
     memcpy(p->blocks[BLK_REF], p->blocks[BLK_BASE], nbase * sizeof(ls_real));
 }
 
@@ -269,6 +296,7 @@ ls_status LS_K(ls_params_ref_view)(ls_params **out, const ls_params *p) {
     if (!v) return LS_ERR_NOMEM;
     *v = *p;
     v->is_view = 1;
+    v->ep_view = NULL;
     v->t = ls_mem_alloc(LS_MEM_SCORE, p->n * sizeof *v->t);
     v->layers = ls_mem_alloc(LS_MEM_SCORE, (size_t)p->cfg.n_layers * layout->layer_view_size);
     if (!v->t || !v->layers) {
@@ -283,7 +311,7 @@ ls_status LS_K(ls_params_ref_view)(ls_params **out, const ls_params *p) {
         ls_tensor *t = &v->t[i];
         t->g = t->m = t->v = NULL;
         t->trainable = 0;
-        if (!t->is_adapter && p->blocks[BLK_REF]) {
+        if (!t->is_adapter && !t->ep_remote && p->blocks[BLK_REF]) {
             t->w = p->blocks[BLK_REF] + off;
             off += t->numel;
         }
@@ -303,17 +331,46 @@ ls_tensor *LS_K(ls_params_find)(const ls_params *p, const char *name) {
 }
 
 void LS_K(ls_params_zero_grads)(ls_params *p) {
-    if (p->blocks[BLK_GRAD]) memset(p->blocks[BLK_GRAD], 0, p->n_trainable * sizeof(ls_real));
+    if (p->blocks[BLK_GRAD]) memset(p->blocks[BLK_GRAD], 0, p->n_held * sizeof(ls_real));
+}
+
+static double tensor_sumsq(const ls_tensor *t) {
+    double s = 0;
+    if (!t->trainable || t->ep_remote || !t->g) return 0;
+    for (size_t j = 0; j < t->numel; j++) s += (double)t->g[j] * t->g[j];
+    return s;
+}
+
+void LS_K(ls_params_grad_sumsq_parts)(const ls_params *p, double *parts) {
+    for (size_t i = 0; i < p->n; i++) parts[i] = tensor_sumsq(&p->t[i]);
 }
 
 double LS_K(ls_params_grad_sumsq)(const ls_params *p) {
     double s = 0;
-    for (size_t i = 0; i < p->n_trainable; i++) s += (double)p->blocks[BLK_GRAD][i] * p->blocks[BLK_GRAD][i];
+    for (size_t i = 0; i < p->n; i++) s += tensor_sumsq(&p->t[i]);
     return s;
 }
 
+ls_real *LS_K(ls_params_slot)(const ls_params *p, size_t i, ls_param_slot k) {
+    if (i >= p->n || k >= LS_SLOT_COUNT) return NULL;
+    const ls_tensor *t = &p->t[i];
+    if (t->ep_remote) return p->ep_view ? p->ep_view[i * LS_SLOT_COUNT + k] : NULL;
+    switch (k) {
+    case LS_SLOT_W: return t->w;
+    case LS_SLOT_G: return t->trainable ? t->g : NULL;
+    case LS_SLOT_M: return t->trainable ? t->m : NULL;
+    case LS_SLOT_V: return t->trainable ? t->v : NULL;
+    default: break;
+    }
+    if (t->is_adapter || !p->blocks[BLK_REF]) return NULL;
+    size_t off = 0; /* the reference block: the held base tensors in table order */
+    for (size_t j = 0; j < i; j++)
+        if (!p->t[j].is_adapter && !p->t[j].ep_remote) off += p->t[j].numel;
+    return p->blocks[BLK_REF] + off;
+}
+
 int LS_K(ls_params_grads_finite)(const ls_params *p) {
-    for (size_t i = 0; i < p->n_trainable; i++)
+    for (size_t i = 0; i < p->n_held; i++)
         if (!isfinite(p->blocks[BLK_GRAD][i])) return 0;
     return 1;
 }

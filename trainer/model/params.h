@@ -10,6 +10,7 @@
 #ifndef LS_TRAINER_PARAMS_H
 #define LS_TRAINER_PARAMS_H
 #include <stdint.h>
+#include <stdio.h>
 #include "common/status.h"
 #include "kernels/real.h"
 #include "trainer/model/config.h"
@@ -26,9 +27,21 @@ typedef struct {
     int trainable;
     int is_adapter;
     int frozen;         /* never trained, in either mode (mla: the indexer, router_bias); set by the family */
-    int ep_remote;      /* a routed expert another EP rank owns: its gradient and update are computed there
-                           (trainer/dist/ep.h); 0 without expert parallelism */
+    int ep_remote;      /* a routed expert another EP rank owns (trainer/dist/ep.h): this rank holds none of
+                           it (w, g, m, v NULL; its scalars in no block); 0 without expert parallelism */
 } ls_tensor;
+
+/* The routed expert of a tensor named "layers.L.moe.experts.E.*" (its
+ * weights and adapters), *layer L; -1 for any other tensor. */
+static inline int ls_param_expert_of(const char *name, int *layer) {
+    int l = -1, e = -1, n = 0;
+    if (sscanf(name, "layers.%d.moe.experts.%d.%n", &l, &e, &n) != 2 || n == 0) return -1;
+    if (layer) *layer = l;
+    return e;
+}
+
+/* The storage slots of a tensor, as the writers name them (ls_params_slot). */
+typedef enum { LS_SLOT_W = 0, LS_SLOT_G, LS_SLOT_M, LS_SLOT_V, LS_SLOT_REF, LS_SLOT_COUNT } ls_param_slot;
 
 /* A linear layer with optional LoRA (A [r,in], B [out,r]; NULL when off). */
 typedef struct {
@@ -51,7 +64,11 @@ typedef struct ls_params {
     ls_tensor *embed, *norm, *lm_head;
     void *layers;             /* [n_layers] the family's structured layer views (hybrid: ls_hybrid_layer) */
     ls_real *blocks[6];       /* owned storage (see params.c) */
-    size_t n_trainable;       /* trainable scalars */
+    size_t n_trainable;       /* trainable scalars of the whole table (every EP rank's) */
+    size_t n_held;            /* trainable scalars this rank holds (the gradient block; n_trainable without EP) */
+    int ep_rank, ep_size;     /* expert parallelism (ls_params_init_ep_of): this rank's place, the EP size (1: none) */
+    ls_real **ep_view;        /* [n * LS_SLOT_COUNT] while assembled (trainer/dist/ep.h ls_ep_assemble): the slots
+                                 of the tensors other EP ranks hold, for the writers; NULL otherwise */
     int is_view;              /* reference view: owns only its tables */
 } ls_params;
 
@@ -113,6 +130,12 @@ void LS_K(ls_params_tensor_count_of)(const ls_param_layout *layout, const ls_mod
 ls_status LS_K(ls_params_plan_of)(const ls_param_layout *layout, const ls_model_config *cfg,
                                   const ls_objective *obj, size_t bytes[LS_MEM_COUNT], char *err, size_t err_len);
 
+/* ls_params_plan_of for one rank of expert parallelism over ep ranks: the
+ * other EP ranks' routed experts left out (ls_config_param_counts_ep). */
+ls_status LS_K(ls_params_plan_ep_of)(const ls_param_layout *layout, const ls_model_config *cfg,
+                                     const ls_objective *obj, int ep, size_t bytes[LS_MEM_COUNT], char *err,
+                                     size_t err_len);
+
 /* Build the table for cfg/obj, allocate through the memory tracker and
  * initialise deterministically from seed.  *out is the caller's, released
  * with ls_params_free (its fam NULL: trainer/families/families.h's
@@ -121,6 +144,19 @@ ls_status LS_K(ls_params_plan_of)(const ls_param_layout *layout, const ls_model_
  * when the table disagrees with the plan. */
 ls_status LS_K(ls_params_init_of)(const ls_param_layout *layout, ls_params **out, const ls_model_config *cfg,
                                   const ls_objective *obj, uint64_t seed, char *err, size_t err_len);
+/* The same for EP rank ep_rank of ep_size (mla, --ep; ep_size 1: the
+ * above): the table lists every tensor, but the routed experts another EP
+ * rank owns (expert e's owner is e / (E / ep_size)) are ep_remote and hold
+ * no storage; every held tensor is initialised as the whole table's is
+ * (seeded by its name).  LS_ERR_ARG naming ep when it does not divide the
+ * routed experts. */
+ls_status LS_K(ls_params_init_ep_of)(const ls_param_layout *layout, ls_params **out, const ls_model_config *cfg,
+                                     const ls_objective *obj, uint64_t seed, int ep_rank, int ep_size, char *err,
+                                     size_t err_len);
+/* Slot k of tensor i: its weights, gradient or moments (NULL where it has
+ * none: frozen), or its reference-policy copy (full mode, base tensors;
+ * else NULL); a remote tensor's from p->ep_view while assembled, else NULL. */
+ls_real *LS_K(ls_params_slot)(const ls_params *p, size_t i, ls_param_slot k);
 /* Releases p (a table, or a reference view: its own tables only); NULL: nothing. */
 void LS_K(ls_params_free)(ls_params *p);
 /* Reference policy view (docs/model.md §3): adapters off (lora mode) or the frozen
@@ -138,8 +174,14 @@ void LS_K(ls_params_snapshot_ref)(ls_params *p);
 /* The tensor named name: a pointer into p's table, owned by p (NULL: none). */
 ls_tensor *LS_K(ls_params_find)(const ls_params *p, const char *name);
 void LS_K(ls_params_zero_grads)(ls_params *p);
-/* Sum of squares of all trainable gradients (double accumulation). */
+/* Sum of squares of all trainable gradients: each held tensor's sum in
+ * double, the tensors' sums added in table order (under EP the remote
+ * tensors' sums come from their owners: trainer/dist/ep.h ls_ep_grad_sumsq,
+ * the same sum). */
 double LS_K(ls_params_grad_sumsq)(const ls_params *p);
+/* Each tensor's sum of squares of its gradient (parts [p->n]: 0 for a
+ * frozen or remote tensor). */
+void LS_K(ls_params_grad_sumsq_parts)(const ls_params *p, double *parts);
 /* 1 when every trainable gradient is finite. */
 int LS_K(ls_params_grads_finite)(const ls_params *p);
 #endif

@@ -15,6 +15,7 @@ void LS_K(ls_plan_in_defaults)(ls_plan_in *in, const ls_model_config *cfg) {
     in->strategy = LS_STRATEGY_LONGSTRAW;
     in->P = in->R = in->G = 1;
     in->world = 1;
+    in->ep = 1;
     in->page_size = 64;
     in->capture_chunk = 2048;
     in->compute_bytes = in->state_bytes = sizeof(ls_real);
@@ -44,13 +45,16 @@ static void to_host(size_t *ph, size_t stage) {
 
 /* The parameter blocks (params.c) with element size esz: weights (and the
  * frozen reference copy), adapters, gradients and two AdamW moments of the
- * trainable scalars, and the parameter tables. */
+ * trainable scalars, and the parameter tables; under expert parallelism one
+ * EP rank's: the routed experts' terms divided by ep (params.h
+ * ls_params_init_ep_of). */
 static ls_status fixed_bytes(const ls_plan_in *in, size_t fixed[LS_MEM_COUNT], char *err, size_t err_len) {
     ls_param_counts pc;
-    ls_status st = ls_config_param_counts(in->cfg, &in->obj, &pc, err, err_len);
+    int ep = in->ep > 1 ? in->ep : 1;
+    ls_status st = ls_config_param_counts_ep(in->cfg, &in->obj, ep, &pc, err, err_len);
     if (st != LS_OK) return st;
     size_t tbl[LS_MEM_COUNT];
-    if ((st = LS_K(ls_params_plan)(in->cfg, &in->obj, tbl, err, err_len)) != LS_OK) return st;
+    if ((st = LS_K(ls_params_plan_ep)(in->cfg, &in->obj, ep, tbl, err, err_len)) != LS_OK) return st;
     size_t es = in->compute_bytes;
     size_t tables = tbl[LS_MEM_WEIGHTS] - (pc.base + pc.reference) * sizeof(ls_real);
     fixed[LS_MEM_WEIGHTS] = ls_sat_add(ls_sat_mul(ls_sat_add(pc.base, pc.reference), es), tables);
@@ -84,7 +88,7 @@ ls_status LS_K(ls_plan_compute)(const ls_plan_in *in, ls_plan *out, char *err, s
     size_t n = world > 1 ? (in->P - 1 + (size_t)world - 1) / (size_t)world : in->P - 1; /* cp.h: ceil((P-1)/N) */
     size_t chunk = in->capture_chunk && in->capture_chunk < n ? in->capture_chunk : n;
     out->shard = n;
-    ls_family_plan_in fin = {.shard = n, .chunk = chunk, .R = in->R, .G = in->G, .world = world,
+    ls_family_plan_in fin = {.shard = n, .chunk = chunk, .R = in->R, .G = in->G, .world = world, .ep = in->ep,
                              .full = full && !naive,
                              .lora_r = in->obj.train_mode == LS_TRAIN_LORA ? in->obj.lora_r : 0,
                              .expert_lora_r = in->obj.train_mode == LS_TRAIN_LORA && in->obj.lora_experts ? in->obj.lora_r : 0,

@@ -41,6 +41,8 @@ typedef struct {
     size_t R;                    /* longest response (scored tokens) */
     size_t G;                    /* group size */
     int world;                   /* context-parallel ranks (1: none) */
+    int ep;                      /* mla: expert-parallel ranks (0 or 1: none); each holds E/ep routed experts'
+                                    weights, adapters, gradients and moments (trainer/dist/ep.h) */
     size_t page_size;            /* KV page tokens (0: the trainer's default) */
     size_t capture_chunk;        /* capture chunk tokens (0: the trainer's default) */
     size_t compute_bytes;        /* bytes of one compute element (weights, activations): 2, 4 or 8 */

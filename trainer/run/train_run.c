@@ -117,7 +117,9 @@ static int open_params(run *r) {
     if (st != LS_OK) return 2;
     ls_mem_set_budget(budget);
     ls_mem_set_host_budget(a->host_memory); /* the host tier's (--state-tier host) */
-    st = LS_K(ls_params_init)(&r->p, &a->cfg, &a->obj, a->step.seed, r->err, sizeof r->err);
+    /* under EP this rank holds its own routed experts only (trainer/dist/ep.h) */
+    st = LS_K(ls_params_init_ep)(&r->p, &a->cfg, &a->obj, a->step.seed, r->ep.g ? r->ep.rank : 0,
+                                 r->ep.g ? r->ep.size : 1, r->err, sizeof r->err);
     if (st != LS_OK) return fail(r, st == LS_ERR_NOMEM || st == LS_ERR_INTERNAL ? 1 : 2, st, "", r->err);
     if (a->load) {
         ls_params_source src;
@@ -160,7 +162,14 @@ static int open_params(run *r) {
 static int note_inputs(run *r) {
     const ls_train_args *a = r->a;
     snprintf(r->inputs.config, sizeof r->inputs.config, "%s", a->config_sha256);
-    ls_status st = LS_K(ls_params_sha256)(r->p, LS_PARAMS_WEIGHTS, r->inputs.initial_weights, r->err, sizeof r->err);
+    /* EP: the other ranks' experts assembled, so that the digest is the whole table's (an EP-1 run's) */
+    ls_status st = LS_K(ls_ep_assemble)(r->ep.g ? &r->ep : NULL, r->p, LS_EP_SLOT(LS_SLOT_W));
+    if (st != LS_OK) {
+        r->in_step_failure = r->ep.g != NULL;
+        return fail(r, 1, st, "expert parallelism: assembling the initial weights: ", ls_comm_last_error(r->comm));
+    }
+    st = LS_K(ls_params_sha256)(r->p, LS_PARAMS_WEIGHTS, r->inputs.initial_weights, r->err, sizeof r->err);
+    LS_K(ls_ep_release)(r->p);
     if (st != LS_OK) return fail(r, 1, st, "the initial weights' digest: ", r->err);
     if (r->world < 2) return 0;
     static const char *const what[4] = {"--config", "--load", "--resume", "initial weights"};
@@ -246,21 +255,42 @@ static int open_outputs(run *r) {
     if (r->world > 1) ls_comm_set_trace(r->comm, w);
     int bad = a->metrics && r->rank == 0 && ls_run_metrics_open(&r->ms, a->metrics, r->err, sizeof r->err) != LS_OK;
     if (agree_rc(r, bad ? 2 : 0, "open_outputs") != 0) return fail(r, 2, LS_ERR_IO, bad ? "--metrics: " : "", r->err);
-    if (r->rank == 0 && a->save_init &&
-        (st = LS_K(ls_params_save)(r->p, LS_PARAMS_WEIGHTS, a->save_init, r->err, sizeof r->err)) != LS_OK)
+    if (a->save_init && (st = LS_K(ls_ep_assemble)(r->ep.g ? &r->ep : NULL, r->p, LS_EP_SLOT(LS_SLOT_W))) != LS_OK) {
+        r->in_step_failure = 1;
+        snprintf(r->err, sizeof r->err, "expert parallelism: %s", ls_comm_last_error(r->comm));
         return fail_event(r, 1, st, "--save-init: ");
+    }
+    if (r->rank == 0 && a->save_init &&
+        (st = LS_K(ls_params_save)(r->p, LS_PARAMS_WEIGHTS, a->save_init, r->err, sizeof r->err)) != LS_OK) {
+        LS_K(ls_ep_release)(r->p);
+        return fail_event(r, 1, st, "--save-init: ");
+    }
+    LS_K(ls_ep_release)(r->p);
     return 0;
 }
 
 /* --save's checkpoint after steps_total steps (rank 0; written whole or
  * not at all); a failure is an error event and on stderr. */
 static ls_status save_checkpoint(run *r, int64_t steps_total) {
-    if (r->rank != 0) return LS_OK; /* every rank holds the same parameters (the digests say so) */
+    /* EP: the other ranks' experts (weights, moments, reference copy) from their owners, every EP group alike */
+    unsigned slots = LS_EP_SLOT(LS_SLOT_W) | LS_EP_SLOT(LS_SLOT_M) | LS_EP_SLOT(LS_SLOT_V) | LS_EP_SLOT(LS_SLOT_REF);
+    ls_status ast = LS_K(ls_ep_assemble)(r->ep.g ? &r->ep : NULL, r->p, slots);
+    if (ast != LS_OK) {
+        snprintf(r->err, sizeof r->err, "expert parallelism: %s", ls_comm_last_error(r->comm));
+        r->in_step_failure = 1;
+        fail_event(r, 1, ast, "--save: ");
+        return ast;
+    }
+    if (r->rank != 0) { /* every rank holds the same parameters (the digests say so) */
+        LS_K(ls_ep_release)(r->p);
+        return LS_OK;
+    }
     ls_checkpoint_info info = {.step = steps_total, .seed = r->seed, .lr = r->a->step.lr,
                                .beta1 = r->a->step.beta1, .beta2 = r->a->step.beta2, .eps = r->a->step.adam_eps,
                                .weight_decay = r->a->step.weight_decay};
     snprintf(info.rng_scheme, sizeof info.rng_scheme, "%s", LS_CHECKPOINT_RNG_SCHEME);
     ls_status st = LS_K(ls_checkpoint_save)(r->p, &info, r->a->save, r->err, sizeof r->err);
+    LS_K(ls_ep_release)(r->p);
     if (st != LS_OK) fail_event(r, 1, st, "--save: ");
     return st;
 }
@@ -269,12 +299,23 @@ static ls_status save_checkpoint(run *r, int64_t steps_total) {
 static ls_status first_step_dumps(run *r) {
     const ls_train_args *a = r->a;
     ls_status st = LS_OK;
-    if (r->rank != 0) return LS_OK; /* rank 0's dumps: finalize leaves every rank the same gradients */
+    /* EP: the other ranks' experts' gradients from their owners */
+    if (a->dump_grads && (st = LS_K(ls_ep_assemble)(r->ep.g ? &r->ep : NULL, r->p, LS_EP_SLOT(LS_SLOT_G))) != LS_OK) {
+        snprintf(r->err, sizeof r->err, "expert parallelism: %s", ls_comm_last_error(r->comm));
+        r->in_step_failure = 1;
+        fail_event(r, 1, st, "--dump-grads: ");
+        return st;
+    }
+    if (r->rank != 0) { /* rank 0's dumps: finalize leaves every rank the same gradients */
+        LS_K(ls_ep_release)(r->p);
+        return LS_OK;
+    }
     if (a->dump_batch && (st = ls_batch_write_dump(r->in.b, &a->cfg, &a->obj, a->dump_batch, r->err, sizeof r->err)) != LS_OK)
         fail_event(r, 1, st, "--dump-batch: ");
     else if (a->dump_grads &&
              (st = LS_K(ls_params_save)(r->p, LS_PARAMS_TRAINABLE_GRADS, a->dump_grads, r->err, sizeof r->err)) != LS_OK)
         fail_event(r, 1, st, "--dump-grads: ");
+    LS_K(ls_ep_release)(r->p);
     return st;
 }
 
@@ -404,14 +445,15 @@ static int one_step(run *r, int64_t s, int first) {
         r->in_step_failure = r->world > 1; /* the other ranks may wait in a collective */
         return fail(r, 1, st, "step: ", r->err);
     }
-    if (r->ep.g) { /* EP: every expert's gradient from its owner, so that every rank holds the whole table */
-        if ((st = LS_K(ls_ep_gather)(&r->ep, r->p, LS_EP_GRADS)) != LS_OK) {
+    if (r->ep.g) { /* EP: the whole table's gradient norm, the experts' parts from their owners */
+        double sumsq = 0;
+        if ((st = LS_K(ls_ep_grad_sumsq)(&r->ep, r->p, &sumsq)) != LS_OK) {
             snprintf(r->err, sizeof r->err, "expert parallelism: %s", ls_comm_last_error(r->comm));
             ls_trace_emit_error(w, st, r->err);
             r->in_step_failure = 1;
             return fail(r, 1, st, "step: ", r->err);
         }
-        r->res.grad_norm = sqrt(LS_K(ls_params_grad_sumsq)(r->p));
+        r->res.grad_norm = sqrt(sumsq);
     }
     int rc = step_guard(r, s);
     if (rc != 0) return rc;
@@ -431,15 +473,16 @@ static int one_step(run *r, int64_t s, int first) {
     if (ls_run_probe_due(a->probe_every, s - r->step0) && (rc = probe_step(r, s, &so)) != 0) return rc;
     int64_t t0 = ls_run_now_ns();
     ls_run_obs_begin(&r->ob, "optimizer");
-    LS_K(ls_step_optimizer)(r->p, &a->step, s + 1); /* EP: this rank's own experts only */
-    if (r->ep.g && (st = LS_K(ls_ep_gather)(&r->ep, r->p, LS_EP_STATE)) != LS_OK) { /* the owners' updates */
-        snprintf(r->err, sizeof r->err, "expert parallelism: %s", ls_comm_last_error(r->comm));
+    LS_K(ls_step_optimizer)(r->p, &a->step, s + 1); /* EP: the tensors this rank holds */
+    ls_run_obs_note(&r->ob, ls_trace_emit_optimizer_step(w, s, (int64_t)r->p->n_trainable, a->step.lr, r->res.grad_norm));
+    /* EP: the other ranks' experts' digests from their owners ("ep_param_gather") */
+    if ((st = LS_K(ls_run_emit_digests)(&r->ob, r->p, r->ep.g ? &r->ep : NULL)) != LS_OK) {
+        snprintf(r->err, sizeof r->err, "expert parallelism: the parameter digests: %s",
+                 r->ep.g ? ls_comm_last_error(r->comm) : ls_status_str(st));
         ls_trace_emit_error(w, st, r->err);
-        r->in_step_failure = 1;
+        r->in_step_failure = r->ep.g != NULL;
         return fail(r, 1, st, "optimizer: ", r->err);
     }
-    ls_run_obs_note(&r->ob, ls_trace_emit_optimizer_step(w, s, (int64_t)r->p->n_trainable, a->step.lr, r->res.grad_norm));
-    LS_K(ls_run_emit_digests)(&r->ob, r->p);
     ls_run_obs_end(&r->ob, "optimizer", ls_run_now_ns() - t0, 1);
     r->res.phase_ns[LS_PHASE_OPTIMIZER] = ls_run_now_ns() - t0;
     r->steps_done++;
@@ -602,10 +645,7 @@ int LS_K(ls_train_run)(const ls_train_args *a) {
     rc = ls_run_input_open(&r.in, a, r.err, sizeof r.err) == LS_OK ? 0 : fail(&r, 2, LS_ERR_FORMAT, "--rollouts: ", r.err);
     rc = agree_rc(&r, rc, "open_input");
     if (rc == 0) rc = agree_rc(&r, open_params(&r), "open_params");
-    if (rc == 0 && r.ep.g) { /* EP: the MoE runs this rank's experts; the others' are marked remote */
-        LS_K(ls_ep_set)(&r.ep);
-        LS_K(ls_ep_mark)(r.p, &r.ep);
-    }
+    if (rc == 0 && r.ep.g) LS_K(ls_ep_set)(&r.ep); /* EP: the MoE runs the experts this rank holds */
     if (rc == 0) rc = agree_rc(&r, note_inputs(&r), "note_inputs");
     if (rc == 0) rc = open_outputs(&r);
     if (rc != 0) {

@@ -12,6 +12,7 @@
 #include "kernels/decisions.h"
 #include "kernels/grpo.h"
 #include "trainer/base/rng.h"
+#include "trainer/dist/ep.h"
 
 #define R_(n) ((n) * sizeof(ls_real))
 /* units in the last place each log-prob (and so each term of the loss) is taken to carry: parity's */
@@ -51,23 +52,31 @@ typedef struct {
 static void restore(px *x) {
     const ls_params *p = x->p;
     for (size_t i = 0; i < p->n; i++)
-        if (p->t[i].trainable) memcpy(p->t[i].w, x->save + x->off[i], R_(p->t[i].numel));
+        if (p->t[i].trainable && !p->t[i].ep_remote) memcpy(p->t[i].w, x->save + x->off[i], R_(p->t[i].numel));
 }
 
 /* theta + s v over group g's tensors (the others stay theta); returns
- * <g, theta' - theta> over the moved weights as rounded. */
+ * <g, theta' - theta> over the moved weights as rounded.  Under expert
+ * parallelism (trainer/dist/ep.h) each EP rank moves the tensors it holds
+ * (a routed expert by its owner, so that the group moves as one rank's
+ * would) and the experts' part of the dot is summed over the EP group
+ * ("probe_dot"; NaN when that fails, which the probe reports). */
 static double move(px *x, const grp *g, double s) {
     const ls_params *p = x->p;
-    double dot = 0;
+    const ls_ep *ep = LS_K(ls_ep_get)();
+    double dot = 0, dot_e = 0;
     for (size_t k = 0; k < g->n; k++) {
         const ls_tensor *t = &p->t[g->t[k]];
+        if (t->ep_remote) continue;
+        double *acc = ep && ls_param_expert_of(t->name, NULL) >= 0 ? &dot_e : &dot;
         const ls_real *w0 = x->save + x->off[g->t[k]], *u = x->u + x->off[g->t[k]];
         for (size_t j = 0; j < t->numel; j++) {
             t->w[j] = (ls_real)((double)w0[j] + s * g->scale * (double)u[j]);
-            dot += (double)t->g[j] * ((double)t->w[j] - (double)w0[j]);
+            *acc += (double)t->g[j] * ((double)t->w[j] - (double)w0[j]);
         }
     }
-    return dot;
+    if (ep && ls_group_allreduce_sum(ep->g, &dot_e, 1, LS_TRACE_DTYPE_F64, "probe_dot", -1) != LS_OK) return NAN;
+    return dot + dot_e;
 }
 
 /* The loss of group b's members from the captured state ps (GRPO: docs/model.md
@@ -345,14 +354,14 @@ static ls_status prepare(px *x, uint64_t seed) {
     if (!x->off) return LS_ERR_NOMEM;
     for (size_t i = 0; i < p->n; i++) {
         x->off[i] = n;
-        if (p->t[i].trainable) n += p->t[i].numel;
+        if (p->t[i].trainable && !p->t[i].ep_remote) n += p->t[i].numel;
     }
     x->save = ls_mem_alloc(LS_MEM_SCRATCH, R_(n ? n : 1));
     x->u = ls_mem_alloc(LS_MEM_SCRATCH, R_(n ? n : 1));
     if (!x->save || !x->u) return LS_ERR_NOMEM;
     for (size_t i = 0; i < p->n; i++) {
         const ls_tensor *t = &p->t[i];
-        if (!t->trainable) continue;
+        if (!t->trainable || t->ep_remote) continue; /* EP: another rank's expert is moved by its owner */
         memcpy(x->save + x->off[i], t->w, R_(t->numel));
         ls_real *u = x->u + x->off[i];
         ls_rng r;
