@@ -82,6 +82,7 @@ typedef struct {
     const char *responses, *old, *reference, *task; /* the trainer's words; task NULL: given */
     const char *shards, *pages, *chunks;             /* wanted at every CP size > 1 */
     const char *replay;                              /* taped or layer (--replay-checkpoint none or layer) */
+    const char *tier;                                /* device or host (--state-tier) */
     int B, G, R, P, page, chunk;
     int lens[LS_PARITY_MAX_G]; /* the members' response lengths (sampled: R each) */
     char name[96], what[512];
@@ -170,6 +171,8 @@ static ls_status plan(const ls_parity_opts *o, const cJSON *mc, path_spec *ps, s
     const char *sh[4], *pg[4], *ch[4];
     const char *rp[2];
     size_t nrp = took(o, "replay", (const char *[]){"taped", "layer", NULL}, "taped", rp);
+    const char *tr[2];
+    size_t ntr = took(o, "state_tier", (const char *[]){"device", "host", NULL}, "device", tr);
     size_t nsh = took(o, "shards", (const char *[]){"uneven", "even", NULL}, "uneven", sh);
     size_t npg = took(o, "pages", (const char *[]){"cut", "aligned", NULL}, "cut", pg);
     size_t nch = took(o, "chunks", (const char *[]){"cut", "aligned", NULL}, "cut", ch);
@@ -179,6 +182,7 @@ static ls_status plan(const ls_parity_opts *o, const cJSON *mc, path_spec *ps, s
     /* each value once (coverage is the union per decision): path i takes source i and class i, cyclically */
     *n = ns > nc ? ns : nc;
     if (nrp > *n) *n = nrp;
+    if (ntr > *n) *n = ntr;
     if (*n > PATH_MAX) *n = PATH_MAX;
     int B = o->like_prompts_per_step < 1 ? 1 : o->like_prompts_per_step > PATH_MAX_B ? PATH_MAX_B
                                                                                        : o->like_prompts_per_step;
@@ -197,7 +201,7 @@ static ls_status plan(const ls_parity_opts *o, const cJSON *mc, path_spec *ps, s
         const src *s = &srcs[i % ns];
         const cls *c = &cl[i % nc];
         *p = (path_spec){.responses = s->responses, .old = s->old, .reference = s->reference, .task = s->task,
-                         .shards = c->shards, .pages = c->pages, .chunks = c->chunks, .replay = rp[i % nrp], .B = B,
+                         .shards = c->shards, .pages = c->pages, .chunks = c->chunks, .replay = rp[i % nrp], .tier = tr[i % ntr], .B = B,
                          .G = G, .R = PATH_R};
         if (!choose_lengths(o, Tmin, p)) {
             snprintf(err, errlen, "--like: no prompt of %lld..%lld positions splits %s with pages and chunks %s and %s "
@@ -210,6 +214,7 @@ static ls_status plan(const ls_parity_opts *o, const cJSON *mc, path_spec *ps, s
                            p->task && strcmp(p->task, "retrieval") != 0 ? "-recall" : "");
         if (B > 1) len += snprintf(p->name + len, sizeof p->name - (size_t)len, "-b%d", B);
         if (strcmp(p->replay, "layer") == 0) len += snprintf(p->name + len, sizeof p->name - (size_t)len, "-ckpt");
+        if (strcmp(p->tier, "host") == 0) len += snprintf(p->name + len, sizeof p->name - (size_t)len, "-host");
         if (nc > 1)
             snprintf(p->name + len, sizeof p->name - (size_t)len, "-%s-pages%s-chunks%s", p->shards, p->pages,
                      p->chunks);
@@ -233,10 +238,10 @@ static ls_status plan(const ls_parity_opts *o, const cJSON *mc, path_spec *ps, s
         const char *keep = strcmp(p->reference, "kept") == 0 ? " (--keep-reference on)"
                            : strcmp(p->reference, "recaptured") == 0 ? " (--keep-reference off)" : "";
         snprintf(p->what, sizeof p->what, "the run's path: responses %s%s%s%s, old log-probs %s, reference %s%s, %d "
-                 "prompt%s per step; P-1=%d (%s: %s), pages of %d (%s), %s (%s), G=%d, R=%s, %s, replay %s",
+                 "prompt%s per step; P-1=%d (%s: %s), pages of %d (%s), %s (%s), G=%d, R=%s, %s, replay %s, state tier %s",
                  p->responses, p->task ? " by the " : "", p->task ? p->task : "", p->task ? " task" : "", p->old,
                  p->reference, keep, B, B > 1 ? "s" : "", p->P - 1, split[0] ? split : "one rank", p->shards, p->page,
-                 p->pages, chunks, p->chunks, G, rl, o->like_grad_mode, p->replay);
+                 p->pages, chunks, p->chunks, G, rl, o->like_grad_mode, p->replay, p->tier);
     }
     return LS_OK;
 }
@@ -284,7 +289,7 @@ static ls_status path_job(path_run *x, const char *label, int world, const char 
     label_path(x, label, "grads.safetensors", grads);
     label_path(x, label, "final.safetensors", save);
     char nums[4][24];
-    const char *extra[16];
+    const char *extra[20];
     size_t ne = 0;
     if (!naive && strcmp(p->responses, "sampled") == 0) {
         snprintf(nums[0], sizeof nums[0], "%d", p->P);
@@ -298,7 +303,8 @@ static ls_status path_job(path_run *x, const char *label, int world, const char 
             extra[ne++] = "--keep-reference", extra[ne++] = strcmp(p->reference, "kept") == 0 ? "on" : "off";
     }
     if (!naive) /* the naive full sequence, the reference, keeps its tape */
-        extra[ne++] = "--replay-checkpoint", extra[ne++] = strcmp(p->replay, "layer") == 0 ? "layer" : "none";
+        extra[ne++] = "--replay-checkpoint", extra[ne++] = strcmp(p->replay, "layer") == 0 ? "layer" : "none",
+        extra[ne++] = "--state-tier", extra[ne++] = p->tier;
     if (!naive && p->B > 1) {
         snprintf(nums[3], sizeof nums[3], "%d", p->B);
         extra[ne++] = "--prompts-per-step", extra[ne++] = nums[3];

@@ -36,6 +36,9 @@ const ls_coverage_path_decision LS_COVERAGE_PATHS[] = {
     {"pages", V("aligned", "cut"), "whether a shard boundary cuts the KV page grid"},
     {"chunks", V("aligned", "cut"), "whether a shard boundary cuts the capture-chunk grid"},
     {"task", V("retrieval", "recall", "none"), "the built-in task that sampled and rewarded the responses (none: an input)"},
+    {"state_tier", V("device", "host"),
+     "where the captured prompt state lived: the device tier, or the host tier with each layer's share staged into "
+     "the device tier before use (--state-tier)"},
     {"replay", V("taped", "layer"),
      "the response replay: every layer's tape kept through the backward, or each layer's input kept and its tape "
      "rebuilt in the backward (--replay-checkpoint)"},

@@ -179,7 +179,7 @@ def manifest(out, cfg, a):
             "paths": {"responses": ["given"], "old_logprobs": ["given"], "reference": ["given"],
                       "prompt_groups": ["one"], "prefix": ["fresh"], "start": ["fresh"],
                       "shards": ["one" if a.cp == 1 else "uneven"], "pages": ["aligned"], "chunks": ["aligned"],
-                      "task": ["none"], "replay": ["taped"]}}
+                      "task": ["none"], "replay": ["taped"], "state_tier": ["device"]}}
     if os.environ.get("FAKE_MANIFEST") == "v2":  # docs/contract.md section 2: the model under config.model
         model = {k: conf.pop(k) for k in ("family", "vocab", "d_model")}
         model["init"] = "gauss(0, 1)"

@@ -242,7 +242,7 @@ Test(receipts_v2, coverage_of_a_v2_config) {
     cJSON *cfg = cJSON_Parse("{\"objective\":\"grpo\",\"grad_mode\":\"full\",\"dtype\":\"f64\",\"cp_ranks\":2,"
                              "\"group\":2,\"steps_requested\":1,\"strategy\":\"longstraw\",\"faults\":[],\"n_layers\":1,"
                              "\"model\":{\"rms_eps\":1e-6,\"family\":\"torch-cp\",\"layers\":[\"attn\"],\"d_model\":8},"
-                             "\"paths\":{\"responses\":[\"sampled\"],\"old_logprobs\":[\"computed\"],\"reference\":[\"none\"],\"prompt_groups\":[\"one\"],\"prefix\":[\"fresh\"],\"start\":[\"fresh\"],\"shards\":[\"uneven\"],\"pages\":[\"cut\"],\"chunks\":[\"cut\"],\"task\":[\"none\"],\"replay\":[\"taped\"]},\"train_mode\":\"full\",\"epsilon\":0.2,\"beta\":0.0,\"temperature\":1.0}");
+                             "\"paths\":{\"responses\":[\"sampled\"],\"old_logprobs\":[\"computed\"],\"reference\":[\"none\"],\"prompt_groups\":[\"one\"],\"prefix\":[\"fresh\"],\"start\":[\"fresh\"],\"shards\":[\"uneven\"],\"pages\":[\"cut\"],\"chunks\":[\"cut\"],\"task\":[\"none\"],\"replay\":[\"taped\"],\"state_tier\":[\"device\"]},\"train_mode\":\"full\",\"epsilon\":0.2,\"beta\":0.0,\"temperature\":1.0}");
     cr_assert(ls_coverage_config_is_v2(cfg));
     cJSON *model = ls_coverage_model(cfg);
     cr_assert(cJSON_Compare(model, cJSON_GetObjectItemCaseSensitive(cfg, "model"), true));
@@ -289,7 +289,7 @@ Test(receipts_v2, coverage_binds_the_runs_path) {
                        "\"epsilon\":0.2,\"beta\":0.0,\"temperature\":1.0,";
     const char *given = "\"paths\":{\"responses\":[\"given\"],\"old_logprobs\":[\"given\"],\"reference\":[\"given\"],"
                         "\"prompt_groups\":[\"one\"],\"prefix\":[\"fresh\"],\"start\":[\"fresh\"],\"shards\":[\"one\","
-                        "\"uneven\"],\"pages\":[\"aligned\",\"cut\"],\"chunks\":[\"aligned\",\"cut\"],\"task\":[\"none\"],\"replay\":[\"taped\"]}}";
+                        "\"uneven\"],\"pages\":[\"aligned\",\"cut\"],\"chunks\":[\"aligned\",\"cut\"],\"task\":[\"none\"],\"replay\":[\"taped\"],\"state_tier\":[\"device\"]}}";
     char text[2000], err[300];
     snprintf(text, sizeof text, "%s%s", base, given);
     cJSON *report_run = cJSON_Parse(text);
@@ -312,29 +312,29 @@ Test(receipts_v2, coverage_binds_the_runs_path) {
     static const struct { const char *paths; size_t n; const char *want; } cases[] = {
         {"\"paths\":{\"responses\":[\"sampled\"],\"old_logprobs\":[\"computed\"],\"reference\":[\"kept\"],"
          "\"prompt_groups\":[\"one\"],\"prefix\":[\"fresh\"],\"start\":[\"fresh\"],\"shards\":[\"uneven\"],"
-         "\"pages\":[\"cut\"],\"chunks\":[\"cut\"],\"task\":[\"none\"],\"replay\":[\"taped\"]}}",
+         "\"pages\":[\"cut\"],\"chunks\":[\"cut\"],\"task\":[\"none\"],\"replay\":[\"taped\"],\"state_tier\":[\"device\"]}}",
          3, "reference: the run's reference \"kept\""},
         /* a decision the audit does not know (an option added later): deny by default */
         {"\"paths\":{\"responses\":[\"given\"],\"old_logprobs\":[\"given\"],\"reference\":[\"given\"],"
          "\"prompt_groups\":[\"one\"],\"prefix\":[\"fresh\"],\"start\":[\"fresh\"],\"shards\":[\"one\"],"
-         "\"pages\":[\"aligned\"],\"chunks\":[\"aligned\"],\"task\":[\"none\"],\"replay\":[\"taped\"],\"sampler\":[\"nucleus\"]}}",
+         "\"pages\":[\"aligned\"],\"chunks\":[\"aligned\"],\"task\":[\"none\"],\"replay\":[\"taped\"],\"state_tier\":[\"device\"],\"sampler\":[\"nucleus\"]}}",
          1, "sampler: the run records a decision \"sampler\" the audit does not know"},
         /* a value the audit does not know, even where the report states it */
         {"\"paths\":{\"responses\":[\"given\"],\"old_logprobs\":[\"given\"],\"reference\":[\"given\"],"
          "\"prompt_groups\":[\"one\"],\"prefix\":[\"fresh\"],\"start\":[\"fresh\"],\"shards\":[\"one\"],"
-         "\"pages\":[\"aligned\"],\"chunks\":[\"aligned\"],\"task\":[\"chess\"],\"replay\":[\"taped\"]}}",
+         "\"pages\":[\"aligned\"],\"chunks\":[\"aligned\"],\"task\":[\"chess\"],\"replay\":[\"taped\"],\"state_tier\":[\"device\"]}}",
          1, "task: the run's task \"chess\" is a value the audit does not know"},
         /* a decision not recorded */
         {"\"paths\":{\"responses\":[\"given\"],\"old_logprobs\":[\"given\"],\"reference\":[\"given\"],"
          "\"prompt_groups\":[\"one\"],\"prefix\":[\"fresh\"],\"start\":[\"fresh\"],\"shards\":[\"one\"],"
-         "\"pages\":[\"aligned\"],\"task\":[\"none\"],\"replay\":[\"taped\"]}}",
+         "\"pages\":[\"aligned\"],\"task\":[\"none\"],\"replay\":[\"taped\"],\"state_tier\":[\"device\"]}}",
          1, "chunks: the run does not record its \"chunks\""},
         /* no path at all (a run written before paths were recorded) */
         {"\"nothing\":0}", 1, "paths: the run does not record its path"},
         /* a value of another type */
         {"\"paths\":{\"responses\":[\"given\"],\"old_logprobs\":[\"given\"],\"reference\":[\"given\"],"
          "\"prompt_groups\":[\"one\"],\"prefix\":[\"fresh\"],\"start\":[\"fresh\"],\"shards\":[1],"
-         "\"pages\":[\"aligned\"],\"chunks\":[\"aligned\"],\"task\":[\"none\"],\"replay\":[\"taped\"]}}",
+         "\"pages\":[\"aligned\"],\"chunks\":[\"aligned\"],\"task\":[\"none\"],\"replay\":[\"taped\"],\"state_tier\":[\"device\"]}}",
          1, "shards: the run's paths.shards holds a value that is not a string"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -201,12 +201,13 @@ def record_path(writer, sampled, old_given, T, N):
     of its T captured positions over N ranks) and those it never varies: no reference policy (beta 0),
     one prompt group a step, a fresh prompt state, a fresh start, no page or capture-chunk grid (nothing
     a shard boundary can cut: aligned), no built-in task, and autograd's whole graph kept through the
-    backward (replay taped)."""
+    backward (replay taped), the prompt state in device memory (state_tier device)."""
     writer.path("responses", "sampled" if sampled else "given")
     writer.path("old_logprobs", "given" if old_given else "computed")
     writer.path("shards", shards_path(T, N))
     for key, value in (("reference", "none"), ("prompt_groups", "one"), ("prefix", "fresh"), ("start", "fresh"),
-                       ("pages", "aligned"), ("chunks", "aligned"), ("task", "none"), ("replay", "taped")):
+                       ("pages", "aligned"), ("chunks", "aligned"), ("task", "none"), ("replay", "taped"),
+                       ("state_tier", "device")):
         writer.path(key, value)
 
 

@@ -498,7 +498,8 @@ class TorchCPCli(unittest.TestCase):
             self.assertEqual(paths, {"old_logprobs": ["given"], "responses": ["given"], "shards": ["even"],
                                      "reference": ["none"], "prompt_groups": ["one"], "prefix": ["fresh"],
                                      "start": ["fresh"], "pages": ["aligned"], "chunks": ["aligned"],
-                                     "task": ["none"], "replay": ["taped"]})
+                                     "task": ["none"], "replay": ["taped"],
+                                     "state_tier": ["device"]})
 
             def probes(run):
                 out = []

@@ -43,7 +43,7 @@ static const char FIXED[] =
     "\"dtype\":\"f32\",\"strategy\":\"longstraw\",\"objective\":\"grpo\",\"sft_steps\":0,\"cp_ranks\":2,"
     "\"paths\":{\"chunks\":[\"cut\"],\"old_logprobs\":[\"computed\"],\"pages\":[\"cut\"],\"prefix\":[\"fresh\"],"
     "\"prompt_groups\":[\"one\"],\"reference\":[\"kept\"],\"responses\":[\"sampled\"],\"shards\":[\"uneven\"],"
-    "\"start\":[\"fresh\"],\"task\":[\"retrieval\"],\"replay\":[\"taped\"]}}";
+    "\"start\":[\"fresh\"],\"task\":[\"retrieval\"],\"replay\":[\"taped\"],\"state_tier\":[\"device\"]}}";
 
 /* The coverage longstraw-parity would state for runs like cfg (NULL when cfg does not state enough). */
 static cJSON *self_coverage(const cJSON *cfg) {

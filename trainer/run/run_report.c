@@ -104,6 +104,10 @@ static cJSON *paths_json(const ls_train_args *a, const ls_run_inputs *in) {
         }
         ok = ok && cJSON_AddItemToArray(arr, cJSON_CreateString(T[i].value));
     }
+    /* where the prompt state lived (--state-tier: every step's, one option for the run) */
+    cJSON *tier = ok && in->step_paths ? cJSON_AddArrayToObject(j, "state_tier") : NULL;
+    if (in->step_paths)
+        ok = ok && tier && cJSON_AddItemToArray(tier, cJSON_CreateString(a->step.state_tier ? "host" : "device"));
     /* the task that sampled and rewarded the responses (none: a rollouts input) */
     cJSON *t = ok && in->step_paths ? cJSON_AddArrayToObject(j, "task") : NULL;
     if (in->step_paths)
