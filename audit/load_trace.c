@@ -111,14 +111,25 @@ static void on_memory(scan_ctx *c, const ls_trace_event *ev) {
     int bad = 0;
     int64_t tl = get_bytes(ev->json, "total_live", &bad), tp = get_bytes(ev->json, "total_peak", &bad);
     int64_t rss = get_bytes(ev->json, "rss_peak", &bad);
-    uint64_t sum_live = 0, sum_peak = 0, max_peak = 0;
+    /* the device tier's categories add up to total_live/total_peak, the host tier's ("tier": "host") to
+       host_live/host_peak */
+    uint64_t sum_live = 0, sum_peak = 0, max_peak = 0, h_live = 0, h_peak = 0, h_max = 0;
+    int n_host = 0;
     const cJSON *cat;
     int hint = 0; /* the categories come in the same order in every event */
     cJSON_ArrayForEach(cat, cats) {
         int64_t live = get_bytes(cat, "live", &bad), peak = get_bytes(cat, "peak", &bad);
-        sum_live += (uint64_t)live;
-        sum_peak += (uint64_t)peak;
-        if ((uint64_t)peak > max_peak) max_peak = (uint64_t)peak;
+        const cJSON *tier = cJSON_GetObjectItemCaseSensitive(cat, "tier");
+        if (cJSON_IsString(tier) && tier->valuestring && strcmp(tier->valuestring, "host") == 0) {
+            n_host++;
+            h_live += (uint64_t)live;
+            h_peak += (uint64_t)peak;
+            if ((uint64_t)peak > h_max) h_max = (uint64_t)peak;
+        } else {
+            sum_live += (uint64_t)live;
+            sum_peak += (uint64_t)peak;
+            if ((uint64_t)peak > max_peak) max_peak = (uint64_t)peak;
+        }
         int i = intern(c->run->mem_cats, &c->run->n_mem_cats, &c->run->names_overflow, cat->string, &hint);
         hint = i + 1;
         if (i >= 0 && (uint64_t)peak > r->mem_peak[i]) r->mem_peak[i] = (uint64_t)peak;
@@ -127,8 +138,19 @@ static void on_memory(scan_ctx *c, const ls_trace_event *ev) {
     if ((uint64_t)tp > r->mem_total_peak) r->mem_total_peak = (uint64_t)tp;
     if ((uint64_t)rss > r->mem_rss_peak) r->mem_rss_peak = (uint64_t)rss;
     const char *why = NULL;
+    int64_t hl = 0, hp = 0;
+    if (n_host) {
+        hl = get_bytes(ev->json, "host_live", &bad);
+        hp = get_bytes(ev->json, "host_peak", &bad);
+    }
     if (bad) why = "a byte count is missing, negative or above 2^53-1";
-    else if (sum_live != (uint64_t)tl) why = "total_live is not the sum of the categories' live bytes";
+    else if (!n_host && (cJSON_GetObjectItemCaseSensitive(ev->json, "host_live") ||
+                         cJSON_GetObjectItemCaseSensitive(ev->json, "host_peak")))
+        why = "host tier totals without a host-tier category";
+    else if (h_live != (uint64_t)hl) why = "host_live is not the sum of the host tier's live bytes";
+    else if ((uint64_t)hp < h_max || (uint64_t)hp > h_peak || hp < hl)
+        why = "host_peak is not within the host tier's category peaks";
+    else if (sum_live != (uint64_t)tl) why = "total_live is not the sum of the device tier's live bytes";
     else if ((uint64_t)tp < max_peak) why = "total_peak is below a category's peak";
     else if ((uint64_t)tp > sum_peak) why = "total_peak is above the sum of the categories' peaks";
     else if ((uint64_t)tp < (uint64_t)tl) why = "total_peak is below total_live";

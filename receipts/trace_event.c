@@ -255,7 +255,8 @@ static const field_spec PARAM_DIGEST_F[] = {F("step", FT_UINT), F("target", FT_T
                                             F("sha256", FT_HEX64), PF};
 static const field_spec MEMORY_F[] = {F("step", FT_UINT),       F("phase", FT_IDENT),
                                       F("categories", FT_MEMCATS), F("total_live", FT_UINT),
-                                      F("total_peak", FT_UINT), F("rss_peak", FT_UINT), PF};
+                                      F("total_peak", FT_UINT), F("rss_peak", FT_UINT),
+                                      FO("host_live", FT_UINT), FO("host_peak", FT_UINT), PF};
 static const field_spec ERROR_F[] = {F("code", FT_UINT), F("status", FT_TEXT), F("message", FT_TEXT)};
 static const field_spec RANK_COMPLETE_F[] = {F("steps", FT_UINT), F("events", FT_UINT)};
 /* In the order trace_step_metrics.c writes them. */
@@ -535,11 +536,17 @@ static const char *check_value(const field_spec *spec, const cJSON *it) {
                 return "category names must match ^[a-z][a-z0-9_]*$";
             }
             if (!ls_json_is_object(c)) return "each category must be an object {live, peak}";
-            int n = 0;
+            int n = 0, tier = 0;
             for (const cJSON *m = c->child; m; m = m->next) {
+                if (m->string != NULL && spec->type == FT_MEMCATS && name_eq(m->string, "tier") && !tier) {
+                    if (!cJSON_IsString(m) || !m->valuestring || strcmp(m->valuestring, "host") != 0)
+                        return "a category's tier must be \"host\" (absent: the device tier)";
+                    tier = 1;
+                    continue;
+                }
                 if (m->string == NULL ||
                     (!name_eq(m->string, "live") && !name_eq(m->string, "peak")))
-                    return "a category has a property other than live and peak";
+                    return "a category has a property other than live, peak and tier";
                 if (!check_uint(m)) return "category live/peak must be integers >= 0";
                 n++;
             }

@@ -180,6 +180,8 @@ typedef struct {
     const char *name;         /* ident, distinct within the event */
     int64_t live;             /* >= 0 */
     int64_t peak;             /* >= 0 */
+    bool host;                /* a host-tier category ("tier": "host"): not in total_live/total_peak but in
+                                 the event's host_live/host_peak (docs/trace.md, memory) */
 } ls_trace_mem_category;
 
 /* memory: per-category and total figures at the end of a phase. */
@@ -188,7 +190,8 @@ typedef struct {
     const char *phase;
     const ls_trace_mem_category *categories; /* may be NULL when n_categories is 0 */
     size_t n_categories;
-    int64_t total_live, total_peak, rss_peak; /* >= 0 */
+    int64_t total_live, total_peak, rss_peak; /* >= 0: the device tier's totals (every category not host) */
+    int64_t host_live, host_peak;             /* >= 0: the host tier's totals, written when a category is host */
 } ls_trace_memory;
 
 /* Names as written in files ("phase_begin", "replay", "gdn", "fwd",

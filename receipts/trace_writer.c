@@ -665,6 +665,10 @@ static ls_status memory_locked(ls_trace_writer *w, const ls_trace_memory *m) {
     if (st == LS_OK) st = chk_int(w, K, "total_live", m->total_live, 0);
     if (st == LS_OK) st = chk_int(w, K, "total_peak", m->total_peak, 0);
     if (st == LS_OK) st = chk_int(w, K, "rss_peak", m->rss_peak, 0);
+    bool any_host = false;
+    for (size_t i = 0; i < m->n_categories && m->categories; i++) any_host |= m->categories[i].host;
+    if (st == LS_OK && any_host) st = chk_int(w, K, "host_live", m->host_live, 0);
+    if (st == LS_OK && any_host) st = chk_int(w, K, "host_peak", m->host_peak, 0);
     for (size_t i = 0; st == LS_OK && i < m->n_categories; i++) {
         const ls_trace_mem_category *c = &m->categories[i];
         st = chk_ident(w, K, "categories.name", c->name);
@@ -689,12 +693,17 @@ static ls_status memory_locked(ls_trace_writer *w, const ls_trace_memory *m) {
         ls_trace_json_put_i64(&w->text, m->categories[i].live);
         ls_trace_json_put_lit(&w->text, ",\"peak\":");
         ls_trace_json_put_i64(&w->text, m->categories[i].peak);
+        if (m->categories[i].host) ls_trace_json_put_lit(&w->text, ",\"tier\":\"host\"");
         ls_trace_json_put_raw(&w->text, "}", 1);
     }
     ls_trace_json_put_raw(&w->text, "}", 1);
     ls_trace_json_put_key_i64(&w->text, "total_live", m->total_live);
     ls_trace_json_put_key_i64(&w->text, "total_peak", m->total_peak);
     ls_trace_json_put_key_i64(&w->text, "rss_peak", m->rss_peak);
+    if (any_host) {
+        ls_trace_json_put_key_i64(&w->text, "host_live", m->host_live);
+        ls_trace_json_put_key_i64(&w->text, "host_peak", m->host_peak);
+    }
     mark_prefix_frozen(w, false);
     return end_event(w, FLUSH_NONE);
 }

@@ -5,7 +5,8 @@
 # layer takes its collectives' results from the forward's memo, trainer/base/coll_memo.h), both families,
 # both gradient modes, one rank and CP-2 (when mpirun is found); its branch graph is smaller; the trace
 # shows the same collectives and layer events; the run records the decision (options.replay_checkpoint,
-# paths.replay) and --replay-checkpoint auto takes "layer" when only that plan fits --memory-budget.
+# paths.replay) and --replay-checkpoint auto takes "layer" when only that plan fits --memory-budget; and the
+# audit binds level 4 only with a parity report whose runs took the run's replay and state tier.
 # Each case prints "ok CASE" or "FAIL CASE: why"; exit 1 when any failed.
 set -uo pipefail
 B=$(cd "${1:?usage: replay_checkpoint.sh BUILD_DIR [SCRATCH]}" && pwd)
@@ -91,5 +92,33 @@ if [ -n "${budget:-}" ]; then
   rc=$?
   if [ $rc = 2 ] && grep -q "the memory plan needs" "$T/none-tight.log"; then ok "none under that budget: refused by the plan (exit 2)"
   else bad none-tight "exit $rc: the taped replay ran under a budget only the checkpointed plan fits"; fi
+fi
+# deny by default: a signed CP-2 run with the replay checkpointed and the state in the host tier reaches
+# level 4 with a parity report made --like it (its path runs take both), and stays at level 1 with a report
+# made --like a run of the default path (replay taped, state in the device tier)
+SIGN=$B/receipts/longstraw-sign PARITY=$B/parity/longstraw-parity AUDIT=$B/audit/longstraw-audit
+if [ ${#MPI[@]} -gt 0 ] && [ -x "$PARITY" ] && [ -x "$SIGN" ] && [ -x "$AUDIT" ]; then
+  rm -rf "$T/keys" && mkdir -p "$T/keys"
+  "$SIGN" keygen --private "$T/keys/k.pem" --public "$T/keys/k.pub" >/dev/null
+  like() { # NAME ARGS...: a signed CP-2 run and a parity report --like it
+    local name=$1; shift
+    rm -rf "$T/$name" "$T/$name.par"
+    "${MPI[@]}" "$TRAIN" --config "$SRC/configs/hybrid-tiny.json" --prompt-len 96 --group 3 --response-len 6 --steps 1 \
+      --grad-mode full --lora-init random --quiet --out "$T/$name" "$@" >"$T/$name.log" 2>&1 &&
+      "$SIGN" sign "$T/$name" --key "$T/keys/k.pem" >/dev/null 2>&1 &&
+      "$PARITY" --like "$T/$name" --out "$T/$name.par" --key "$T/keys/k.pem" >"$T/$name.par.log" 2>&1 ||
+      { bad "$name" "run, sign or parity --like failed: $(tail -c 400 "$T/$name.par.log" 2>/dev/null)"; return 1; }
+  }
+  level() { "$AUDIT" "$T/$1" --parity "$T/$2.par/parity.json" --key "$T/keys/k.pub" --parity-key "$T/keys/k.pub" \
+              --require-signed --json "$T/$1-$2.json" >/dev/null 2>&1
+            python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['level'])" "$T/$1-$2.json"; }
+  if like ckhost --replay-checkpoint layer --state-tier host && like plain; then
+    l=$(level ckhost ckhost); [ "$l" = 4 ] && ok "checkpointed, host tier, CP-2: level 4 with a report --like it" ||
+      bad ckhost "level $l with a report --like it (4 expected)"
+    l=$(level ckhost plain)
+    if [ "$l" = 1 ] && grep -q '"replay' "$T/ckhost-plain.json" && grep -q 'state_tier' "$T/ckhost-plain.json"; then
+      ok "the same run against a report of the default path: level 1, replay and state_tier outside"
+    else bad ckhost-plain "level $l against a report that never ran the replay checkpointed or the host tier"; fi
+  fi
 fi
 exit $failed

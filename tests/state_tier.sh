@@ -120,4 +120,41 @@ rm -rf "$T/hosttight"
 rc=$?
 [ $rc = 2 ] && grep -q -- "--host-memory" "$T/hosttight.log" && ok "--host-memory below the host tier's plan: refused (exit 2)" ||
   bad hosttight "exit $rc: $(head -c 300 "$T/hosttight.log")"
+# the audit keeps the tiers apart: an honest host-tier run passes memory.accounting (the device tier's
+# categories add up to total_live, the host tier's, "tier": "host", to host_live); a copy whose host_live
+# was raised by one byte (digests recomputed) fails it naming host_live
+AUDIT=$B/audit/longstraw-audit
+if [ -x "$AUDIT" ]; then
+  rm -rf "$T/acct" "$T/acct-bad"
+  "$TRAIN" "${ARGS[@]}" --config "$SRC/configs/hybrid-tiny.json" --state-tier host --quiet --out "$T/acct" >/dev/null 2>&1 ||
+    bad acct "longstraw-train --state-tier host failed"
+  acct() { "$AUDIT" "$1" --json "$1.json" >/dev/null 2>&1
+           python3 -c "
+import json, sys
+d = json.load(open(sys.argv[1]))
+r = [c for lv in d['levels'] for c in lv['checks'] if c['id'] == 'memory.accounting'][0]
+print('PASS' if r['pass'] else 'FAIL ' + r['message'])" "$1.json"; }
+  v=$(acct "$T/acct"); [ "$v" = PASS ] && ok "audit: a host-tier run's memory accounting holds" || bad acct "$v"
+  cp -r "$T/acct" "$T/acct-bad"
+  python3 - "$T/acct-bad" "$SRC/tests/evidence" <<'PY'
+import json, sys
+sys.path.insert(0, sys.argv[2])
+from run_edit import read_trace, write_trace, dump, redigest
+run = sys.argv[1]
+path = run + "/rank-0000/events.jsonl.zst"
+lines = read_trace(path)
+for i, l in enumerate(lines):
+    e = json.loads(l)
+    if e.get("ev") == "memory" and "host_live" in e:
+        e["host_live"] += 1
+        lines[i] = dump(e)
+        break
+else:
+    sys.exit("no memory event with host_live")
+write_trace(path, lines)
+redigest(run, receipts=True)
+PY
+  v=$(acct "$T/acct-bad")
+  case "$v" in *host_live*) ok "audit: host_live one byte off is refused ($v)" ;; *) bad acct-bad "$v" ;; esac
+fi
 exit $failed

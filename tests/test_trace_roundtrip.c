@@ -335,8 +335,8 @@ Test(trace_roundtrip, bad_arguments_refused_writer_stays_usable) {
     cr_assert_eq(ls_trace_emit_param_digest(w, 0, "t", NULL), LS_ERR_ARG);
     cr_assert_eq(ls_trace_emit_param_digest(w, 0, "has space", (const uint8_t *)"0123456789abcdef0123456789abcdef"),
                  LS_ERR_ARG);
-    ls_trace_mem_category dup[2] = {{"a", 1, 1}, {"a", 2, 2}};
-    ls_trace_memory m = {0, "replay", dup, 2, 0, 0, 0};
+    ls_trace_mem_category dup[2] = {{"a", 1, 1, false}, {"a", 2, 2, false}};
+    ls_trace_memory m = {0, "replay", dup, 2, 0, 0, 0, 0, 0};
     cr_assert_eq(ls_trace_emit_memory(w, &m), LS_ERR_ARG);
     /* generic: envelope key, repeated key, unknown kind name, known kind with bad fields */
     cJSON *f = cJSON_Parse("{\"seq\":5}");

@@ -142,7 +142,7 @@ static void emit_probe(ls_trace_writer *w, int64_t step, bool ran) {
 static void emit_fixtures(ls_trace_writer *w) {
     uint8_t sha[32];
     for (int i = 0; i < 32; i++) sha[i] = (uint8_t)(255 - i * 7);
-    ls_trace_memory none = {1, "score", NULL, 0, 0, 0, 0};
+    ls_trace_memory none = {1, "score", NULL, 0, 0, 0, 0, 0, 0};
     cr_assert_eq(ls_trace_emit_phase_begin(w, "capture", 0), LS_OK);
     cr_assert_eq(ls_trace_emit_layer_end(w, &TT_L0), LS_OK);
     cr_assert_eq(ls_trace_emit_layer_end(w, &TT_L1), LS_OK);

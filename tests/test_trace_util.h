@@ -95,8 +95,8 @@ static const ls_trace_collective TT_C0 = {"world", 0, LS_TRACE_OP_ALLREDUCE, LS_
 static const ls_trace_collective TT_C1 = {"pair", 0, LS_TRACE_OP_SENDRECV, LS_TRACE_RED_NONE, 10,
                                           LS_TRACE_DTYPE_U8, 10, "gdn_state_handoff", false, 0};
 static const ls_trace_mem_category TT_CATS[] = {
-    {"fixed_weights", 1000, 1000}, {"branch_graph", 0, 123456}, {"scoring", 7, 9}};
-static const ls_trace_memory TT_MEM = {3, "replay", TT_CATS, 3, 1007, 124463, 99999999};
+    {"fixed_weights", 1000, 1000, false}, {"branch_graph", 0, 123456, false}, {"scoring", 7, 9, false}};
+static const ls_trace_memory TT_MEM = {3, "replay", TT_CATS, 3, 1007, 124463, 99999999, 0, 0};
 /* A step_metrics sample whose every field differs from its neighbours (so
  * a field written under another's name is caught); all five rates. */
 static inline ls_trace_step_metrics tt_step_metrics(int64_t step, ls_trace_objective obj, bool parts) {

@@ -93,10 +93,12 @@ static void emit_memory(ls_run_obs *o, const char *phase) {
         cats[c].name = ls_mem_cat_name((ls_mem_cat)c);
         cats[c].live = (int64_t)s.live_bytes[c];
         cats[c].peak = (int64_t)s.peak_bytes[c];
+        cats[c].host = ls_mem_cat_tier((ls_mem_cat)c) == LS_TIER_HOST;
     }
     ls_trace_memory m = {.step = o->step, .phase = phase, .categories = cats, .n_categories = LS_MEM_COUNT,
                          .total_live = (int64_t)s.live_total, .total_peak = (int64_t)s.peak_total,
-                         .rss_peak = (int64_t)ls_mem_peak_rss_bytes()};
+                         .rss_peak = (int64_t)ls_mem_peak_rss_bytes(), .host_live = (int64_t)s.host_live_total,
+                         .host_peak = (int64_t)s.host_peak_total};
     ls_run_obs_note(o, ls_trace_emit_memory(o->w, &m));
 }
 
