@@ -52,6 +52,8 @@ static void usage(FILE *f) {
             "  --rollout, --no-rollout  the step generates its responses (default) or they are supplied\n"
             "  --page-size N          KV page tokens (default: the trainer's)\n"
             "  --capture-chunk N      capture chunk tokens (default: the trainer's)\n"
+            "  --moe-chunk N|none     mla: tokens per MoE dispatch chunk (default: the trainer's 256); none:\n"
+            "                         a capture chunk's tokens dispatched at once (the original work's)\n"
             "  --replay-checkpoint M  the response replay: none (every layer's tape), layer (each layer's input,\n"
             "                         one layer's tape rebuilt at a time) or auto (default: none when it fits\n"
             "                         --device-memory, else layer)\n"
@@ -156,7 +158,12 @@ static int parse(int argc, char **argv, cli *a, ls_plan_in *in) {
         else if (strcmp(o, "--max-prompt") == 0) a->max_prompt = 1;
         else if (strcmp(o, "--rollout") == 0) in->rollout = 1;
         else if (strcmp(o, "--no-rollout") == 0) in->rollout = 0;
-        else if (strcmp(o, "--replay-checkpoint") == 0) {
+        else if (strcmp(o, "--moe-chunk") == 0) {
+            NEED();
+            if (strcmp(v, "none") == 0) in->moe_chunk = SIZE_MAX;
+            else if (parse_size(v, 1, (size_t)1 << 32, &in->moe_chunk))
+                BAD("--moe-chunk: '%s' is neither a token count in [1, 2^32] nor none", v);
+        } else if (strcmp(o, "--replay-checkpoint") == 0) {
             NEED();
             if (strcmp(v, "auto") == 0) in->replay_checkpoint = -1;
             else if (strcmp(v, "none") == 0) in->replay_checkpoint = 0;
@@ -325,6 +332,10 @@ static void print_text(const cli *a, const ls_plan_in *in, const ls_plan *p, con
         printf("state tier host: the device tier peaks at the line above (two layers' staged shares, %.4f GiB, in place "
                "of the prompt state); the host tier holds %.4f GiB = %.2f GB (%s bytes)\n",
                gib(p->peak[LS_MEM_STAGING]), gib(p->host_peak), gb(p->host_peak), commas(p->host_peak, pb, sizeof pb));
+    if (p->moe_routed_buffer)
+        printf("MoE dispatch: one routed hidden buffer (%s tokens x experts_per_token x d_model) %.4f GiB = %.2f GB "
+               "(%s bytes)\n", in->moe_chunk == SIZE_MAX ? "a capture chunk's" : "a dispatch chunk's",
+               gib(p->moe_routed_buffer), gb(p->moe_routed_buffer), commas(p->moe_routed_buffer, pb, sizeof pb));
     if (a->budget) {
         printf("device memory: ");
         print_budget(a);
@@ -429,6 +440,7 @@ static cJSON *to_json(const cli *a, const ls_plan_in *in, const ls_plan *p, cons
     }
     bad |= !cJSON_AddBoolToObject(d, "keep_reference", p->keep_reference);
     bad |= !cJSON_AddStringToObject(d, "replay_checkpoint", p->replay_checkpoint ? "layer" : "none");
+    if (p->moe_routed_buffer) bad |= add_size(d, "moe_routed_buffer", p->moe_routed_buffer);
     bad |= add_size(d, "captures", (size_t)p->captures);
     if (a->budget) {
         bad |= add_size(d, "device_memory", a->budget);
@@ -491,6 +503,7 @@ int main(int argc, char **argv) {
     in.state_bytes = cl.state_bytes;
     in.rollout = cl.rollout;
     in.replay_checkpoint = cl.replay_checkpoint;
+    in.moe_chunk = cl.moe_chunk;
     in.budget = cl.budget;
     in.state_tier = cl.state_tier;
     in.host_budget = cl.host_budget;

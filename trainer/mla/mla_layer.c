@@ -810,7 +810,7 @@ static plan_layer plan_layer_fwd(const ls_model_config *c, const ls_family_plan_
     out.attn = k_.scr;
     if (moe) { /* moe_run's arena and the dispatch buffers of one chunk */
         size_t E = (size_t)c->n_experts, kk = (size_t)c->experts_per_token, Ie = (size_t)c->expert_dim;
-        size_t C = moe_chunk() < T ? moe_chunk() : T, rs = r;
+        size_t mc = in->moe_chunk ? in->moe_chunk : moe_chunk(), C = mc < T ? mc : T, rs = r;
         plan_acc m = {.esz = in->esz};
         RQR(&m, 0, C * E), RQR(&m, 0, C * E), RQR(&m, 0, C * kk);
         RQR(&m, 0, LS_K(ls_moe_route_workspace)(E, (size_t)c->n_group));
@@ -847,7 +847,7 @@ static size_t plan_layer_bwd(const ls_model_config *c, const ls_family_plan_in *
     if (moe) {
         plan_layer f = plan_layer_fwd(c, in, 1, T, Tk, maxn, 0);
         b = ls_sat_add(b, f.moe);
-        size_t C = moe_chunk() < T ? moe_chunk() : T;
+        size_t mc = in->moe_chunk ? in->moe_chunk : moe_chunk(), C = mc < T ? mc : T;
         *dispatch = ls_sat_add(dispatch_bytes_esz(c, C, in->expert_lora_r, 1, in->esz),
                                ep_exchange_bytes(c, C, in->ep, in->esz));
     }
@@ -926,6 +926,10 @@ void LS_K(ls_mla_plan_transients)(const ls_model_config *c, const ls_family_plan
         }
     }
     out->capture_pending = cap_pend;
+    if ((size_t)c->first_dense < L) { /* one routed hidden buffer [C k, d] of a capture chunk */
+        size_t mc = in->moe_chunk ? in->moe_chunk : moe_chunk(), C = mc < ch ? mc : ch;
+        out->routed_buffer = ls_sat_mul3(ls_sat_mul(C, (size_t)c->experts_per_token), d, es);
+    }
     /* the replay's tape: every layer's, and the frame's head rows; checkpointed (seg_frame.c): each layer's
        input, its collectives' results under CP, and one layer's tape rebuilt at a time */
     size_t tape = 0, one = 0;

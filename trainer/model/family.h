@@ -102,6 +102,7 @@ typedef struct {
     size_t G;          /* group size */
     int world;         /* context-parallel ranks */
     int ep;            /* mla: expert-parallel ranks (0 or 1: none): the routed experts' exchange buffers */
+    size_t moe_chunk;  /* mla: tokens per MoE dispatch chunk (0: the trainer's; SIZE_MAX: none, a segment at once) */
     int full;          /* `full` gradient mode */
     int lora_r;        /* adapter rank of the LoRA targets (0: full fine-tuning, no adapters) */
     int expert_lora_r; /* mla: the routed experts' adapter rank (0: none) */
@@ -129,6 +130,9 @@ typedef struct {
     size_t pages;                                  /* pages per paged layer */
     size_t state_grad;                             /* bytes of the state's gradient (esz; full mode) */
     size_t capture_pending;                        /* state bytes not yet appended at the capture's peak */
+    size_t routed_buffer;                          /* mla: one routed hidden buffer [chunk x experts_per_token, d]
+                                                      of the capture (esz): the original work's "6 GiB at a 65K
+                                                      shard" when dispatch is not chunked; 0 without experts */
     size_t phase[LS_FPLAN_COUNT][LS_MEM_COUNT];    /* transients per phase and category */
     /* --state-tier host: the staging tier's peak per phase (LS_MEM_STAGING, trainer/model/stage.h): the two
        layers' shares staged at once as the phase's loops stage them (capture: the last chunk's context; rollout:

@@ -89,6 +89,7 @@ ls_status LS_K(ls_plan_compute)(const ls_plan_in *in, ls_plan *out, char *err, s
     size_t chunk = in->capture_chunk && in->capture_chunk < n ? in->capture_chunk : n;
     out->shard = n;
     ls_family_plan_in fin = {.shard = n, .chunk = chunk, .R = in->R, .G = in->G, .world = world, .ep = in->ep,
+                             .moe_chunk = in->moe_chunk,
                              .full = full && !naive,
                              .lora_r = in->obj.train_mode == LS_TRAIN_LORA ? in->obj.lora_r : 0,
                              .expert_lora_r = in->obj.train_mode == LS_TRAIN_LORA && in->obj.lora_experts ? in->obj.lora_r : 0,
@@ -105,6 +106,7 @@ ls_status LS_K(ls_plan_compute)(const ls_plan_in *in, ls_plan *out, char *err, s
                                  .index_sets = fp.index_sets, .pages = fp.pages};
     size_t S = ls_sat_add(ls_sat_add(fp.attn_kv, fp.recurrent), ls_sat_add(fp.latent, fp.index_keys));
     out->state.total = S;
+    out->moe_routed_buffer = fp.routed_buffer;
     size_t ckpt = full && !naive ? ls_sat_mul3((size_t)c->n_layers, n, ls_sat_mul((size_t)c->d_model, in->compute_bytes)) : 0;
     /* the score buffers the batch holds for the step: responses, old and reference log-probs */
     size_t batch = ls_sat_mul3(in->G, in->R, 2 * sizeof(double) + sizeof(int32_t));

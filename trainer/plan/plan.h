@@ -41,6 +41,7 @@ typedef struct {
     size_t R;                    /* longest response (scored tokens) */
     size_t G;                    /* group size */
     int world;                   /* context-parallel ranks (1: none) */
+    size_t moe_chunk;            /* mla: tokens per MoE dispatch chunk (0: the trainer's, 256; SIZE_MAX: not chunked) */
     int ep;                      /* mla: expert-parallel ranks (0 or 1: none); each holds E/ep routed experts'
                                     weights, adapters, gradients and moments (trainer/dist/ep.h) */
     size_t page_size;            /* KV page tokens (0: the trainer's default) */
@@ -85,6 +86,7 @@ typedef struct {
     int keep_reference;                        /* the decision: 1 reference state kept beside the policy's */
     int replay_checkpoint;                     /* the decision: 1 the replay keeps layer inputs, not tapes */
     int captures;                              /* prompt captures the step runs */
+    size_t moe_routed_buffer;                  /* mla: one routed hidden buffer of the capture's dispatch chunk */
     double flops[LS_PLAN_PHASES];              /* this rank's floating-point operations per phase */
 } ls_plan;
 
