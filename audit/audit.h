@@ -427,6 +427,9 @@ typedef struct ls_audit_run {
     char steps_note[160];      /* why a recorded "steps_requested" / "first_step" was not used ("" none) */
     bool full_mode;
     bool naive;                /* config "strategy" "naive": no prompt backward (absent: longstraw) */
+    /* the run's CP x EP grid (docs/design.md §4a): ep_size config ep_ranks (absent: 1), cp_size config
+     * cp_ranks (absent: 0, the world's); read by ls_audit_grid_holds */
+    uint32_t ep_size, cp_size;
     bool fault_local_attention, fault_skip_dkv, fault_skip_finalize, any_fault;
     /* what the evidence speaks for (rules_scope.c): the faults of every configuration (manifest and
        receipts), the highest level they leave (4: none), the prefix-frozen steps */
@@ -595,6 +598,10 @@ uint64_t ls_audit_steps_layers_rule(const ls_audit_run *run, ls_audit_rule *rule
                                     const int64_t *G);
 /* The step facts of rank r (NULL: none). */
 const ls_audit_step *ls_audit_step_of(const ls_audit_rank *r, int64_t step);
+/* Whether a collective requirement's grid conditions (LS_AUDIT_WHEN_CP, _EP) hold for the run: cp, its
+ * prompt split over more than one rank (config cp_ranks, absent: the world); ep, its routed experts split
+ * over more than one rank (config ep_ranks > 1).  Other bits are ls_audit_profile_when's. */
+bool ls_audit_grid_holds(const ls_audit_run *run, unsigned when);
 /* Whether the configuration (n_layers) lets the layer rules run. */
 bool ls_audit_have_layers(const ls_audit_run *run);
 

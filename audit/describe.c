@@ -278,17 +278,41 @@ ls_status ls_audit_describe_rundir(ls_audit_desc_list *l, uint32_t world, const 
     return LS_OK;
 }
 
+/* d's groups.name: members first + k * stride (k < n), kind; false when out of memory. */
+static bool grid_group(cJSON *d, const char *name, const char *kind, uint64_t first, uint64_t stride, uint64_t n) {
+    cJSON *go = obj(obj(d, "groups"), name), *m = go != NULL ? cJSON_CreateArray() : NULL;
+    if (m == NULL) return false;
+    for (uint64_t k = 0; k < n; k++)
+        if (!cJSON_AddItemToArray(m, cJSON_CreateNumber((double)(first + k * stride)))) {
+            cJSON_Delete(m);
+            return false;
+        }
+    return adopt(go, "members", m) && cJSON_AddStringToObject(go, "kind", kind) != NULL;
+}
+
 ls_status ls_audit_describe_config(ls_audit_desc_list *l, const cJSON *c, const char *name, int64_t until) {
     if (!cJSON_IsObject(c)) return LS_OK;
     cJSON *d = desc_new(l, name, -1);
     if (d == NULL) return LS_ERR_NOMEM;
-    uint64_t cp = 0, first = 0, sft = 0, steps = 0;
-    /* longstraw-train's context parallelism spans every rank: the world and its cp group */
-    if (get_uint(c, "cp_ranks", &cp) && cp >= 1 && cp <= LS_AUDIT_MAX_WORLD) {
-        if (!put_num(d, "world", (double)cp)) return LS_ERR_NOMEM;
-        if (cp > 1) {
+    uint64_t cp = 0, ep = 1, first = 0, sft = 0, steps = 0;
+    /* longstraw-train's ranks: a CP x EP grid (docs/design.md §4a), world = cp_ranks x ep_ranks (ep_ranks
+     * absent: 1), rank = cp_idx * ep + ep_idx.  EP 1: one cp group over every rank ("cp"); EP N > 1: the cp
+     * group of each ep_idx (cp-eE, kind cp) and the ep group of each cp_idx (ep-cC, kind ep). */
+    if (get(c, "ep_ranks") != NULL && !(get_uint(c, "ep_ranks", &ep) && ep >= 1 && ep <= LS_AUDIT_MAX_WORLD)) ep = 0;
+    if (ep >= 1 && get_uint(c, "cp_ranks", &cp) && cp >= 1 && cp <= LS_AUDIT_MAX_WORLD && cp * ep <= LS_AUDIT_MAX_WORLD) {
+        if (!put_num(d, "world", (double)(cp * ep))) return LS_ERR_NOMEM;
+        if (ep == 1 && cp > 1) {
             cJSON *go = obj(obj(d, "groups"), "cp");
             if (go == NULL || !adopt(go, "members", iota((int64_t)cp))) return LS_ERR_NOMEM;
+        }
+        char n[32];
+        for (uint64_t e = 0; ep > 1 && e < ep; e++) { /* cp-eE: {c * ep + e : c < cp} */
+            snprintf(n, sizeof n, "cp-e%llu", (unsigned long long)e);
+            if (!grid_group(d, n, "cp", e, ep, cp)) return LS_ERR_NOMEM;
+        }
+        for (uint64_t k = 0; ep > 1 && k < cp; k++) { /* ep-cC: {C * ep + e : e < ep} */
+            snprintf(n, sizeof n, "ep-c%llu", (unsigned long long)k);
+            if (!grid_group(d, n, "ep", k * ep, 1, ep)) return LS_ERR_NOMEM;
         }
     }
     /* each requested step's objective: the first sft_steps of the run sft, the rest the objective's */

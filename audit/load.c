@@ -146,6 +146,8 @@ static void derive_config(ls_audit_run *run) {
     run->full_mode = gm != NULL && strcmp(gm, "full") == 0;
     const char *sg = ls_audit_get_str(run->config, "strategy");
     run->naive = sg != NULL && strcmp(sg, "naive") == 0;
+    run->ep_size = ls_audit_get_int(run->config, "ep_ranks", &v) && v >= 1 && v <= LS_AUDIT_MAX_WORLD ? (uint32_t)v : 1;
+    run->cp_size = ls_audit_get_int(run->config, "cp_ranks", &v) && v >= 1 && v <= LS_AUDIT_MAX_WORLD ? (uint32_t)v : 0;
     const cJSON *f;
     cJSON_ArrayForEach(f, cJSON_GetObjectItemCaseSensitive(run->config, "faults")) {
         if (!ls_json_is_string(f)) continue;

@@ -55,7 +55,8 @@ static const struct {
             {"longstraw", LS_AUDIT_WHEN_LONGSTRAW}, {"naive", LS_AUDIT_WHEN_NAIVE},
             {"sft", LS_AUDIT_WHEN_SFT},           {"not_sft", LS_AUDIT_WHEN_NOT_SFT},
             {"prefix_frozen", LS_AUDIT_WHEN_FROZEN}, {"not_prefix_frozen", LS_AUDIT_WHEN_NOT_FROZEN},
-            {"ran", LS_AUDIT_WHEN_RAN},           {"probed", LS_AUDIT_WHEN_PROBED}};
+            {"ran", LS_AUDIT_WHEN_RAN},           {"probed", LS_AUDIT_WHEN_PROBED},
+            {"cp", LS_AUDIT_WHEN_CP},             {"ep", LS_AUDIT_WHEN_EP}};
 
 /* An identifier of length 1..max-1: a letter, then letters, digits, _ . - */
 static bool ident_ok(const char *s, size_t cap) {
@@ -201,6 +202,7 @@ static ls_status parse_steps(pctx *c, const cJSON *arr, ls_audit_profile *p) {
             return bad(c, f, "the condition ran needs unit none (whether a phase ran is known only once every "
                        "trace is read)");
         if (st->when & LS_AUDIT_WHEN_PROBED) return bad(c, f, "the condition probed is for /sequence only");
+        if (st->when & LS_AUDIT_WHEN_GRID) return bad(c, f, "the conditions cp and ep are for /collectives only");
         const cJSON *ps = member(s, "passes");
         const char *pv = cJSON_IsString(ps) ? ps->valuestring : "once";
         st->passes = strcmp(pv, "segments") == 0       ? LS_AUDIT_PASSES_SEGMENTS
@@ -283,6 +285,7 @@ static ls_status parse_sequence(pctx *c, const cJSON *arr, ls_audit_profile *p) 
             if (!found) return bad(c, q, "not a condition");
             if (it->when & LS_AUDIT_WHEN_RAN)
                 return bad(c, q, "the condition ran is for /steps only (a sequence item states when it occurs)");
+            if (it->when & LS_AUDIT_WHEN_GRID) return bad(c, q, "the conditions cp and ep are for /collectives only");
         }
         const cJSON *rp = member(s, "repeat");
         it->repeat = cJSON_IsString(rp) && strcmp(rp->valuestring, "prompt_groups") == 0;
@@ -345,6 +348,10 @@ static ls_status parse_layer_req(pctx *c, const char *ptr, const cJSON *o, ls_au
     if (r == LS_OK) r = conditions(c, f, member(o, "when"), &q->when);
     if (r != LS_OK) return r;
     if (q->when & LS_AUDIT_WHEN_RAN) return bad(c, f, "the condition ran is for steps of unit none only");
+    snprintf(f, sizeof f, "%s/layers_from", ptr);
+    const cJSON *lf = member(o, "layers_from");
+    if (lf != NULL && (r = copy(c, f, q->layers_from, sizeof q->layers_from, lf)) != LS_OK) return r;
+    q->from_layer = 0;
     const cJSON *d = member(o, "dir");
     q->dir = cJSON_IsString(d) && strcmp(d->valuestring, "bwd") == 0 ? LS_AUDIT_DIRS_BWD : LS_AUDIT_DIRS_FWD;
     q->unit = unit_of(member(o, "unit"));

@@ -70,8 +70,12 @@ enum {
     LS_AUDIT_WHEN_FROZEN = 1 << 6,
     LS_AUDIT_WHEN_NOT_FROZEN = 1 << 7,
     LS_AUDIT_WHEN_RAN = 1 << 8,
-    LS_AUDIT_WHEN_PROBED = 1 << 9 /* sequence only: the configuration probes the step (options.probe_every) */
+    LS_AUDIT_WHEN_PROBED = 1 << 9, /* sequence only: the configuration probes the step (options.probe_every) */
+    /* collective requirements only: the run's grid (the audit's ls_audit_grid_holds, not ls_audit_profile_when) */
+    LS_AUDIT_WHEN_CP = 1 << 10, /* the prompt split over more than one rank (config cp_ranks, else the world) */
+    LS_AUDIT_WHEN_EP = 1 << 11  /* the routed experts split over more than one rank (config ep_ranks > 1) */
 };
+#define LS_AUDIT_WHEN_GRID (LS_AUDIT_WHEN_CP | LS_AUDIT_WHEN_EP)
 
 /* How often each (member, layer, direction) shows a layer_end in one
  * occurrence of a phase (steps[].passes; rule steps.sequence). */
@@ -159,6 +163,10 @@ typedef struct {
     unsigned when;
     char label[LS_AUDIT_PROFILE_IDENT];
     bool must_appear;
+    /* layers_from: only layers l >= the configuration's integer field of this name ("" every layer);
+     * from_layer: its value, bound to a run (0: the field absent or not an integer >= 0) */
+    char layers_from[LS_AUDIT_PROFILE_IDENT];
+    int64_t from_layer;
     int kind_ix[LS_AUDIT_PROFILE_MAX_LIST], phase_ix[LS_AUDIT_PROFILE_MAX_LIST]; /* bound; -1 unresolved */
 } ls_audit_profile_layer_req;
 

@@ -226,8 +226,16 @@ ls_status ls_audit_steps_coll(ls_audit_rank *r, int64_t step, int phase, int64_t
  * shows its layers once (member -1), a step of unit member once per member,
  * each where its conditions hold for the step (the run's grad_mode and
  * strategy, the step's objective and prompt state). */
+bool ls_audit_grid_holds(const ls_audit_run *run, unsigned when) {
+    uint32_t cp = run->cp_size ? run->cp_size : run->world;
+    if ((when & LS_AUDIT_WHEN_CP) && cp <= 1) return false;
+    if ((when & LS_AUDIT_WHEN_EP) && run->ep_size <= 1) return false;
+    return true;
+}
+
 static bool holds(const ls_audit_run *run, unsigned when, bool sft, bool frozen) {
-    return ls_audit_profile_when(when, run->full_mode, run->naive, sft, frozen, false);
+    return ls_audit_grid_holds(run, when) &&
+           ls_audit_profile_when(when & ~(unsigned)LS_AUDIT_WHEN_GRID, run->full_mode, run->naive, sft, frozen, false);
 }
 
 typedef struct {
@@ -359,7 +367,8 @@ static bool in_ix(const int *ix, size_t n, int v) {
 /* Whether layer entry e is one requirement q speaks of. */
 static bool entry_matches(const ls_audit_profile_layer_req *q, const layer_entry *e) {
     unsigned dbit = e->dir == LS_TRACE_DIR_FWD ? LS_AUDIT_DIRS_FWD : LS_AUDIT_DIRS_BWD;
-    if (q->dir != dbit || !in_ix(q->kind_ix, q->n_kinds, e->kind) || !in_ix(q->phase_ix, q->n_phases, e->phase))
+    if (q->dir != dbit || !in_ix(q->kind_ix, q->n_kinds, e->kind) || !in_ix(q->phase_ix, q->n_phases, e->phase) ||
+        e->layer < q->from_layer)
         return false;
     return q->unit == LS_AUDIT_UNIT_NONE || (q->unit == LS_AUDIT_UNIT_PROMPT) == (e->prompt != 0);
 }

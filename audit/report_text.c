@@ -25,8 +25,13 @@ static void mib(char *buf, size_t cap, uint64_t b) { snprintf(buf, cap, "%.2f Mi
 
 void ls_audit_report_text(const ls_audit_run *run, FILE *f) {
     fprintf(f, "longstraw-audit %s: level %d (%s)\n", run->run_dir, run->level, LEVEL_NAMES[run->level]);
-    fprintf(f, "  world %u (from the %s), %lld step(s), build %.16s%s, grad_mode %s\n", (unsigned)run->world,
-            run->world_source, (long long)(run->n_run_steps - run->first_step),
+    /* an EP run's grid (docs/design.md §4a): CP-c x EP-e as its configuration states it (a v1 or EP-1 run: unchanged) */
+    char grid[64] = "";
+    if (run->ep_size > 1)
+        snprintf(grid, sizeof grid, ", grid CP-%u x EP-%u (config cp_ranks x ep_ranks)",
+                 (unsigned)(run->cp_size ? run->cp_size : run->world / run->ep_size), (unsigned)run->ep_size);
+    fprintf(f, "  world %u (from the %s)%s, %lld step(s), build %.16s%s, grad_mode %s\n", (unsigned)run->world,
+            run->world_source, grid, (long long)(run->n_run_steps - run->first_step),
             run->build_digest ? run->build_digest : "(unknown)", run->build_digest ? "..." : "",
             run->full_mode ? "full" : "detached");
     if (run->evidence_version == 2) /* v2 only: a v1 report is unchanged */

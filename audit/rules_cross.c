@@ -343,7 +343,10 @@ static ls_status rules_required(ls_audit_run *run) {
             }
             uint64_t shown = 0;
             emit_req(run, ru, r, &r->req[id], &shown);
-            if (rl[id]->none[0] && r->req[id].entries == 0)
+            bool must = false; /* a must_appear requirement the run's grid asks for */
+            for (size_t k = 0; k < rl[id]->n_layers; k++)
+                must = must || (rl[id]->layers[k].must_appear && ls_audit_grid_holds(run, rl[id]->layers[k].when));
+            if (must && rl[id]->none[0] && r->req[id].entries == 0)
                 ls_audit_rule_fail(ru, i, r->trace_file, r->last_seq, "rank %u %s", (unsigned)i, rl[id]->none);
             /* the per-step requirements, every step of the run */
             shown = 0;
@@ -352,7 +355,10 @@ static ls_status rules_required(ls_audit_run *run) {
                 bool sft = sf != NULL && sf->sft, frozen = sf != NULL && sf->prefix_frozen;
                 for (size_t k = 0; k < rl[id]->n_steps; k++) {
                     const ls_audit_profile_step_req *q = &rl[id]->steps[k];
-                    if (!ls_audit_profile_when(q->when, run->full_mode, run->naive, sft, frozen, false)) continue;
+                    if (!ls_audit_grid_holds(run, q->when) ||
+                        !ls_audit_profile_when(q->when & ~(unsigned)LS_AUDIT_WHEN_GRID, run->full_mode, run->naive,
+                                               sft, frozen, false))
+                        continue;
                     for (size_t p = 0; p < q->n_purposes; p++) {
                         ru->matched++;
                         if (sf != NULL && (sf->step_req & (1u << (q->bit0 + p)))) continue;

@@ -65,6 +65,12 @@ static void bind(ls_audit_run *run, ls_audit_profile *p) {
                 q->kind_ix[j] = ls_audit_vocab_index(run, LS_AUDIT_VOCAB_LAYER_KIND, q->kinds[j]);
             for (size_t j = 0; j < q->n_phases; j++)
                 q->phase_ix[j] = ls_audit_vocab_index(run, LS_AUDIT_VOCAB_PHASE, q->phases[j]);
+            /* layers_from: the configuration's field; absent or not a layer number: every layer (deny by default) */
+            int64_t v = 0;
+            q->from_layer = q->layers_from[0] && run->config != NULL && ls_audit_get_int(run->config, q->layers_from, &v) &&
+                                    v >= 0 && v < 1000000
+                                ? v
+                                : 0;
         }
         for (size_t k = 0; k < rl->n_steps; k++)
             rl->steps[k].phase_ix = ls_audit_vocab_index(run, LS_AUDIT_VOCAB_PHASE, rl->steps[k].phase);

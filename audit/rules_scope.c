@@ -142,7 +142,10 @@ static ls_status describe_sources(const ls_audit_run *run, ls_audit_desc_list *l
         int64_t until = 0; /* the steps any trace shows */
         for (uint32_t i = 0; i < run->world; i++)
             if (run->ranks[i].n_steps_seen > until) until = run->ranks[i].n_steps_seen;
-        st = ls_audit_describe_config(l, run->config, "the configuration (cp_ranks, objective, sft_steps, first_step)",
+        st = ls_audit_describe_config(l, run->config,
+                                      run->ep_size > 1
+                                          ? "the configuration (cp_ranks x ep_ranks, objective, sft_steps, first_step)"
+                                          : "the configuration (cp_ranks, objective, sft_steps, first_step)",
                                       until);
     }
     if (st == LS_OK && run->metrics_lines != NULL) {
@@ -153,32 +156,103 @@ static ls_status describe_sources(const ls_audit_run *run, ls_audit_desc_list *l
     return st;
 }
 
-/* The shards partition the prompt: rank 0's starts at 0, each next one where
- * the one before ends, none empty backwards; a rank that states none while
- * others do is named. */
-static void check_shards(ls_audit_rule *sa, const cJSON *shards, uint32_t world) {
+/* Rank i's index in its CP group and that group's size: from its trace
+ * header, the group of kind cp (v1: named "cp") that lists it; no header,
+ * or one without such a group: the configuration's grid (rank = cp_idx *
+ * ep_ranks + ep_idx, docs/design.md §4a; EP 1: the rank). */
+static void cp_index(const ls_audit_run *run, uint32_t i, uint32_t *idx, uint32_t *size) {
+    const ls_audit_rank *r = &run->ranks[i];
+    const cJSON *h = r->trace_present && r->report.header_ok ? r->report.header : NULL, *g;
+    uint32_t ep = run->ep_size >= 1 ? run->ep_size : 1;
+    *idx = i / ep;
+    *size = run->cp_size ? run->cp_size : run->world / ep;
+    if (h == NULL) return;
+    cJSON_ArrayForEach(g, cJSON_GetObjectItemCaseSensitive(h, "groups")) {
+        const char *name = ls_audit_get_str(g, "name"), *kind = ls_audit_get_str(g, "kind");
+        if (!(kind ? strcmp(kind, "cp") == 0 : name && strcmp(name, "cp") == 0)) continue;
+        uint32_t k = 0, at = UINT32_MAX;
+        const cJSON *m;
+        cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(g, "members")) {
+            if (ls_json_is_number(m) && m->valuedouble == (double)i) at = k;
+            k++;
+        }
+        if (at == UINT32_MAX) continue; /* not its own: check_groups names it */
+        *idx = at;
+        *size = k;
+        return;
+    }
+}
+
+/* The shards partition the prompt: the ranks of CP index 0 start at 0, each
+ * next CP index where the one before ends, none empty backwards; the ranks of
+ * one CP index (one EP group: docs/design.md §4a) hold the same shard; each
+ * rank's CP index is its trace header's (cp_index).  A rank that states no
+ * shard while others do is named.  EP 1: CP index = rank, the ranks in order. */
+static void check_shards(ls_audit_rule *sa, const ls_audit_run *run, const cJSON *shards) {
     if (!cJSON_IsObject(shards)) return;
-    int64_t end = 0;
+    const uint32_t world = run->world;
+    uint32_t *ix = calloc(world ? world : 1, sizeof *ix);
+    int64_t *lo = calloc(world ? 2 * (size_t)world : 1, sizeof *lo);
+    if (ix == NULL || lo == NULL) {
+        free(ix);
+        free(lo);
+        ls_audit_rule_fail(sa, -1, ".", -1, "shards: out of memory");
+        return;
+    }
     for (uint32_t i = 0; i < world; i++) {
         char k[24], rf[64];
         snprintf(k, sizeof k, "%u", (unsigned)i);
         receipt_file(i, rf, sizeof rf);
         const cJSON *s = cJSON_GetObjectItemCaseSensitive(shards, k);
+        uint32_t size = 0;
+        cp_index(run, i, &ix[i], &size);
         sa->matched++;
         if (cJSON_GetArraySize(s) != 2 || !ls_json_is_number(cJSON_GetArrayItem(s, 0)) ||
             !ls_json_is_number(cJSON_GetArrayItem(s, 1))) {
             ls_audit_rule_fail(sa, i, rf, -1, "shards: rank %u states no prompt shard (rank_state.prompt_positions) "
                                "while other ranks do: the shards cannot be shown to partition the prompt", (unsigned)i);
+            free(ix);
+            free(lo);
             return;
         }
-        int64_t a = (int64_t)cJSON_GetArrayItem(s, 0)->valuedouble, b = (int64_t)cJSON_GetArrayItem(s, 1)->valuedouble;
-        if (a != end || b < a)
-            ls_audit_rule_fail(sa, i, rf, -1, "shards: rank %u holds prompt positions [%lld, %lld), but the shards "
-                               "before it end at %lld: %s", (unsigned)i, (long long)a, (long long)b, (long long)end,
-                               a < end ? "positions owned twice" : a > end ? "positions owned by no rank"
-                                                                       : "a shard that ends before it starts");
-        if (b > end) end = b;
+        lo[2 * i] = (int64_t)cJSON_GetArrayItem(s, 0)->valuedouble;
+        lo[2 * i + 1] = (int64_t)cJSON_GetArrayItem(s, 1)->valuedouble;
     }
+    /* by CP index, then rank: the first rank of an index holds its shard, the others the same */
+    int64_t end = 0;
+    for (uint32_t c = 0; c < world; c++) {
+        int64_t first = -1;
+        for (uint32_t i = 0; i < world; i++) {
+            if (ix[i] != c) continue;
+            char rf[64];
+            receipt_file(i, rf, sizeof rf);
+            int64_t a = lo[2 * i], b = lo[2 * i + 1];
+            if (first >= 0) {
+                if (a != lo[2 * first] || b != lo[2 * first + 1])
+                    ls_audit_rule_fail(sa, i, rf, -1, "shards: rank %u holds prompt positions [%lld, %lld), rank %lld "
+                                       "of its EP group (CP index %u) [%lld, %lld): an EP group holds one shard",
+                                       (unsigned)i, (long long)a, (long long)b, (long long)first, (unsigned)c,
+                                       (long long)lo[2 * first], (long long)lo[2 * first + 1]);
+                continue;
+            }
+            first = i;
+            if (a != end || b < a)
+                ls_audit_rule_fail(sa, i, rf, -1, "shards: rank %u holds prompt positions [%lld, %lld), but the shards "
+                                   "before it end at %lld: %s", (unsigned)i, (long long)a, (long long)b, (long long)end,
+                                   a < end ? "positions owned twice" : a > end ? "positions owned by no rank"
+                                                                           : "a shard that ends before it starts");
+            if (b > end) end = b;
+        }
+    }
+    for (uint32_t i = 0; i < world; i++) /* an index no rank of a lower one leads to: never a partition */
+        if (ix[i] >= world) {
+            char rf[64];
+            receipt_file(i, rf, sizeof rf);
+            ls_audit_rule_fail(sa, i, rf, -1, "shards: rank %u's CP index %u lies outside the world of %u",
+                               (unsigned)i, (unsigned)ix[i], (unsigned)world);
+        }
+    free(ix);
+    free(lo);
 }
 
 /* Every group a header lists: members distinct ranks of the world, the
@@ -252,7 +326,7 @@ static ls_status rule_sources(ls_audit_run *run) {
     ls_audit_desc_list_free(&l);
     if (st != LS_OK) return st;
     sa->matched += compared;
-    check_shards(sa, cJSON_GetObjectItemCaseSensitive(canon, "shards"), run->world);
+    check_shards(sa, run, cJSON_GetObjectItemCaseSensitive(canon, "shards"));
     check_groups(sa, run);
     cJSON_Delete(canon);
     /* every configuration's faults (a source that left one out is a disagreement above) */

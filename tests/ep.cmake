@@ -7,6 +7,13 @@ if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
            COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/ep_train.sh $<TARGET_FILE:longstraw-train> ${MPIEXEC_EXECUTABLE}
                    "${LS_MPIRUN_FLAGS_STR}" ${CMAKE_SOURCE_DIR} $<TARGET_FILE:longstraw-plan>)
   set_tests_properties(ep_train PROPERTIES TIMEOUT 300 ENVIRONMENT "${LS_MPI_TEST_ENV}")
+  # the audit of EP runs (tests/ep_audit.sh): signed CP-1 x EP-2 and CP-2 x EP-2, detached and full, at level 1
+  # with every rule an EP-1 run passes and the grid named; copies without moe_dx / ep_grad_gather /
+  # ep_param_gather refused by the profile's rule; an EP group disagreeing on its shard refused
+  add_test(NAME ep_audit
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ep_audit.sh ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR}
+                   ${MPIEXEC_EXECUTABLE} "${LS_MPIRUN_FLAGS_STR}")
+  set_tests_properties(ep_audit PROPERTIES TIMEOUT 300 ENVIRONMENT "${LS_MPI_TEST_ENV}")
   # --ep that does not divide the world: exit 2 naming --ep
   add_test(NAME ep_refused_world
            COMMAND sh -c "\"$0\" \"$@\" 2>&1 | grep -q -- '--ep 4: does not divide the world'" ${MPIEXEC_EXECUTABLE}

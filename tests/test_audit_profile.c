@@ -116,7 +116,17 @@ Test(profile, shipped_profiles_load_and_their_digest_is_the_files) {
         cr_expect(!p.probe_required, "longstraw-train's probe is asked for by the CI gate (--require-probe)");
         const ls_audit_profile_rule *fin = ls_audit_profile_rule_of(&p, LS_AUDIT_PROFILE_FINALIZE);
         cr_assert_not_null(fin);
-        cr_expect_eq(fin->n_steps, 2);
+        cr_expect_eq(fin->n_steps, i == 1 ? 4 : 2, "mla: under EP also ep_grad_gather, ep_param_gather");
+        if (i == 1) { /* under EP every MoE layer backward's moe_dx over the ep group (collectives.dkv) */
+            const ls_audit_profile_rule *dkv = ls_audit_profile_rule_of(&p, LS_AUDIT_PROFILE_DKV);
+            cr_assert_not_null(dkv);
+            const ls_audit_profile_layer_req *q = &dkv->layers[dkv->n_layers - 1];
+            cr_expect_str_eq(q->purposes[0], "moe_dx");
+            cr_expect_eq(q->group_kind, LS_AUDIT_GROUP_EP);
+            cr_expect_eq(q->when, (unsigned)LS_AUDIT_WHEN_EP);
+            cr_expect_str_eq(q->layers_from, "first_dense");
+            cr_expect(dkv->layers[0].when & LS_AUDIT_WHEN_CP, "the cp requirements hold only under CP");
+        }
         cr_expect_str_eq(ls_audit_profile_control_at(&p, ls_audit_profile_n_controls(&p) - 1)->name, "detached");
     }
     /* the default directory is the source tree's */

@@ -445,16 +445,7 @@ static int one_step(run *r, int64_t s, int first) {
         r->in_step_failure = r->world > 1; /* the other ranks may wait in a collective */
         return fail(r, 1, st, "step: ", r->err);
     }
-    if (r->ep.g) { /* EP: the whole table's gradient norm, the experts' parts from their owners */
-        double sumsq = 0;
-        if ((st = LS_K(ls_ep_grad_sumsq)(&r->ep, r->p, &sumsq)) != LS_OK) {
-            snprintf(r->err, sizeof r->err, "expert parallelism: %s", ls_comm_last_error(r->comm));
-            ls_trace_emit_error(w, st, r->err);
-            r->in_step_failure = 1;
-            return fail(r, 1, st, "step: ", r->err);
-        }
-        r->res.grad_norm = sqrt(sumsq);
-    }
+    /* EP: the gradient norm's experts' parts came from their owners in finalize (step_txn.c, ep_grad_gather) */
     int rc = step_guard(r, s);
     if (rc != 0) return rc;
     /* the code this step took (the config's "paths") */

@@ -14,6 +14,7 @@
 #include "receipts/trace_event.h"
 #include "trainer/step/grpo_stats.h"
 #include "trainer/base/rng.h"
+#include "trainer/dist/ep.h"
 
 #define R_(n) ((n) * sizeof(ls_real))
 /* phase indices are the trace vocabulary's (receipts/trace_event.h) */
@@ -551,7 +552,21 @@ static ls_status phase_finalize(ls_params *p, const ls_step_options *o, const ls
             return st;
         }
     }
-    res->grad_norm = sqrt(LS_K(ls_params_grad_sumsq)(p));
+    /* EP: the whole table's norm, the experts' sums from their owners (ep_grad_gather over the EP group, in
+     * this phase: the audit's collectives.finalize requires it of every step) */
+    const ls_ep *ep = LS_K(ls_ep_get)();
+    if (ep != NULL) {
+        double sumsq = 0;
+        ls_status st = LS_K(ls_ep_grad_sumsq)(ep, p, &sumsq);
+        if (st != LS_OK) {
+            end(obs, PH_FINALIZE, t0, 0, res);
+            snprintf(err, err_len, "expert parallelism: the gradient norm's gather failed: %s", ls_status_str(st));
+            return st;
+        }
+        res->grad_norm = sqrt(sumsq);
+    } else {
+        res->grad_norm = sqrt(LS_K(ls_params_grad_sumsq)(p));
+    }
     int finite = isfinite(res->loss) && LS_K(ls_params_grads_finite)(p);
     end(obs, PH_FINALIZE, t0, finite, res);
     if (finite) return LS_OK;
