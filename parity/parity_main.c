@@ -242,17 +242,17 @@ static int adapter_main(ls_parity_opts *o, const char *file, const char *cps, co
     return rc;
 }
 
-int main(int argc, char **argv) {
+static int main_body(int argc, char **argv, ls_parity_opts *o) {
     static char reference[LS_PARITY_PATH], model[LS_PARITY_PATH];
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    ls_parity_opts o = {.trainer = LS_PARITY_TRAINER, .mpirun = "mpirun", .python = "python3",
+    *o = (ls_parity_opts){.trainer = LS_PARITY_TRAINER, .mpirun = "mpirun", .python = "python3",
                         .jobs = ncpu < 1 ? 1 : ncpu > 16 ? 16 : (int)ncpu,
                         .timeout_s = 600, .fd_step = 1e-4, .seed = 1,
                         /* temperature 0.9: the scaling of the logits exercised; epsilon and beta the trainer's */
                         .temperature = 0.9, .epsilon = 0.2, .beta = 0.04};
     static char like_model[LS_PARITY_PATH];
-    parse_cps("1,2,4", &o);
-    parse_dtypes("f64,f32", &o);
+    parse_cps("1,2,4", o);
+    parse_dtypes("f64,f32", o);
     const char *cps = NULL, *dtypes = NULL, *configs = NULL, *key = NULL, *fd_groups = NULL, *adapter = NULL;
     bool list = false;
     for (int i = 1; i < argc; i++) {
@@ -262,26 +262,26 @@ int main(int argc, char **argv) {
             usage(stdout);
             return 0;
         } else if (!strcmp(a, "--keep-fd")) {
-            o.keep_fd = true;
+            o->keep_fd = true;
             continue;
         } else if (!strcmp(a, "--quiet")) {
-            o.quiet = true;
+            o->quiet = true;
             continue;
         } else if (!strcmp(a, "--list")) {
             list = true;
             continue;
-        } else if (!strcmp(a, "--family")) slot = &o.family;
-        else if (!strcmp(a, "--out")) slot = &o.out;
+        } else if (!strcmp(a, "--family")) slot = &o->family;
+        else if (!strcmp(a, "--out")) slot = &o->out;
         else if (!strcmp(a, "--cp")) slot = &cps;
         else if (!strcmp(a, "--dtype")) slot = &dtypes;
         else if (!strcmp(a, "--configs")) slot = &configs;
-        else if (!strcmp(a, "--trainer")) slot = &o.trainer;
-        else if (!strcmp(a, "--mpirun")) slot = &o.mpirun;
-        else if (!strcmp(a, "--python")) slot = &o.python;
-        else if (!strcmp(a, "--reference")) slot = &o.reference;
-        else if (!strcmp(a, "--model-config")) slot = &o.model_config;
+        else if (!strcmp(a, "--trainer")) slot = &o->trainer;
+        else if (!strcmp(a, "--mpirun")) slot = &o->mpirun;
+        else if (!strcmp(a, "--python")) slot = &o->python;
+        else if (!strcmp(a, "--reference")) slot = &o->reference;
+        else if (!strcmp(a, "--model-config")) slot = &o->model_config;
         else if (!strcmp(a, "--key")) slot = &key;
-        else if (!strcmp(a, "--like")) slot = &o.like;
+        else if (!strcmp(a, "--like")) slot = &o->like;
         else if (!strcmp(a, "--adapter")) slot = &adapter;
         else if (!strcmp(a, "--fd-groups")) slot = &fd_groups;
         else if (!strcmp(a, "--jobs") || !strcmp(a, "--timeout") || !strcmp(a, "--seed") || !strcmp(a, "--fd-step") ||
@@ -290,21 +290,21 @@ int main(int argc, char **argv) {
             long x;
             if (!strcmp(a, "--jobs")) {
                 if (parse_long(v, 1, 64, &x)) return bad("--jobs: '%s' is not an integer in 1..64", v);
-                o.jobs = (int)x;
+                o->jobs = (int)x;
             } else if (!strcmp(a, "--timeout")) {
                 if (parse_long(v, 1, 86400, &x)) return bad("--timeout: '%s' is not a number of seconds in 1..86400", v);
-                o.timeout_s = (int)x;
+                o->timeout_s = (int)x;
             } else if (!strcmp(a, "--fd-max")) {
                 if (parse_long(v, 1, 1L << 20, &x)) return bad("--fd-max: '%s' is not a positive integer", v);
-                o.fd_max = (size_t)x;
+                o->fd_max = (size_t)x;
             } else if (!strcmp(a, "--seed")) {
                 if (parse_long(v, 0, 1L << 30, &x)) return bad("--seed: '%s' is not an integer in 0..2^30", v);
-                o.seed = (uint64_t)x;
+                o->seed = (uint64_t)x;
             } else {
                 char *end = NULL;
                 double h = strtod(v, &end);
                 if (end == v || *end || !(h >= 1e-6 && h <= 1e-1)) return bad("--fd-step: '%s' is not in 1e-6..0.1", v);
-                o.fd_step = h;
+                o->fd_step = h;
             }
             i++;
             continue;
@@ -316,58 +316,67 @@ int main(int argc, char **argv) {
         i++;
     }
     /* --like: a run's whole model (hundreds of trainable tensors) in minutes; the matrices: per tensor */
-    o.fd_groups = o.like ? LS_PARITY_FD_LAYER : LS_PARITY_FD_TENSOR;
+    o->fd_groups = o->like ? LS_PARITY_FD_LAYER : LS_PARITY_FD_TENSOR;
     if (fd_groups) {
-        if (!strcmp(fd_groups, "tensor")) o.fd_groups = LS_PARITY_FD_TENSOR;
-        else if (!strcmp(fd_groups, "layer")) o.fd_groups = LS_PARITY_FD_LAYER;
+        if (!strcmp(fd_groups, "tensor")) o->fd_groups = LS_PARITY_FD_TENSOR;
+        else if (!strcmp(fd_groups, "layer")) o->fd_groups = LS_PARITY_FD_LAYER;
         else return bad("--fd-groups: '%s' is not tensor or layer", fd_groups);
     }
-    if (adapter) return adapter_main(&o, adapter, cps, dtypes, key, configs);
-    if (o.like) {
-        if (o.out == NULL) return bad("%s", "--out DIR is required");
-        if (strlen(o.out) > LS_PARITY_OUT_MAX) return bad("--out: '%.40s...' is longer than 512 characters", o.out);
-        if (cps || dtypes || o.model_config)
+    if (adapter) return adapter_main(o, adapter, cps, dtypes, key, configs);
+    if (o->like) {
+        if (o->out == NULL) return bad("%s", "--out DIR is required");
+        if (strlen(o->out) > LS_PARITY_OUT_MAX) return bad("--out: '%.40s...' is longer than 512 characters", o->out);
+        if (cps || dtypes || o->model_config)
             return bad("%s", "--like sets the model config, CP sizes and dtypes from the run: drop --cp, --dtype, "
                              "--model-config");
         char lerr[1024];
-        if (ls_parity_like(o.like, &o, like_model, sizeof like_model, lerr, sizeof lerr) != 0) {
+        if (ls_parity_like(o->like, o, like_model, sizeof like_model, lerr, sizeof lerr) != 0) {
             fprintf(stderr, "longstraw-parity: %s\n", lerr);
             return 2;
         }
     }
-    if (o.family == NULL) return bad("--family is required (%s)", ls_parity_family_names());
-    o.fam = ls_parity_family_of(o.family);
-    if (o.fam == NULL) {
+    if (o->family == NULL) return bad("--family is required (%s)", ls_parity_family_names());
+    o->fam = ls_parity_family_of(o->family);
+    if (o->fam == NULL) {
         char what[160];
-        snprintf(what, sizeof what, "'%.40s' is not a family (%s)", o.family, ls_parity_family_names());
+        snprintf(what, sizeof what, "'%.40s' is not a family (%s)", o->family, ls_parity_family_names());
         return bad("--family: %s", what);
     }
-    size_t n = o.fam->n_configs;
-    const ls_parity_config *cs = o.fam->configs;
-    if (o.reference == NULL) {
-        snprintf(reference, sizeof reference, "%s/%s", LS_PARITY_SOURCE_DIR, o.fam->reference);
-        o.reference = reference;
+    size_t n = o->fam->n_configs;
+    const ls_parity_config *cs = o->fam->configs;
+    if (o->reference == NULL) {
+        snprintf(reference, sizeof reference, "%s/%s", LS_PARITY_SOURCE_DIR, o->fam->reference);
+        o->reference = reference;
     }
-    if (o.model_config == NULL) {
-        snprintf(model, sizeof model, "%s/%s", LS_PARITY_SOURCE_DIR, o.fam->model_config);
-        o.model_config = model;
+    if (o->model_config == NULL) {
+        snprintf(model, sizeof model, "%s/%s", LS_PARITY_SOURCE_DIR, o->fam->model_config);
+        o->model_config = model;
     }
     if (list) {
         for (size_t i = 0; i < n; i++) printf("%-14s %s\n", cs[i].name, cs[i].what);
         return 0;
     }
-    for (size_t i = 0; i < n; i++) o.config_on[i] = !o.like || i == 0; /* --like: one entry unless --configs */
-    if (configs && parse_configs(configs, &o, cs, n) != 0) return 2;
-    if (!o.like && cps && parse_cps(cps, &o) != 0)
+    for (size_t i = 0; i < n; i++) o->config_on[i] = !o->like || i == 0; /* --like: one entry unless --configs */
+    if (configs && parse_configs(configs, o, cs, n) != 0) return 2;
+    if (!o->like && cps && parse_cps(cps, o) != 0)
         return bad("--cp: '%s' is not a list of distinct sizes in 1..8 that includes 1", cps);
-    if (!o.like && dtypes && parse_dtypes(dtypes, &o) != 0)
+    if (!o->like && dtypes && parse_dtypes(dtypes, o) != 0)
         return bad("--dtype: '%s' is not f64 or f64,f32 (float32's tolerance is measured against float64)", dtypes);
-    if (o.out == NULL) return bad("%s", "--out DIR is required");
-    if (strlen(o.out) > LS_PARITY_OUT_MAX) return bad("--out: '%.40s...' is longer than 512 characters", o.out);
-    for (const char **p = (const char *[]){o.trainer, o.mpirun, o.python, o.reference, o.model_config, NULL}; *p; p++)
+    if (o->out == NULL) return bad("%s", "--out DIR is required");
+    if (strlen(o->out) > LS_PARITY_OUT_MAX) return bad("--out: '%.40s...' is longer than 512 characters", o->out);
+    for (const char **p = (const char *[]){o->trainer, o->mpirun, o->python, o->reference, o->model_config, NULL}; *p; p++)
         if (strlen(*p) > LS_PARITY_OUT_MAX) return bad("a path is longer than 512 characters: '%.40s...'", *p);
-    if (access(o.trainer, X_OK) != 0) return bad("--trainer: %s is not an executable (build longstraw-train)", o.trainer);
-    if (access(o.reference, R_OK) != 0) return bad("--reference: cannot read %s", o.reference);
-    if (access(o.model_config, R_OK) != 0) return bad("--model-config: cannot read %s", o.model_config);
-    return run_and_sign(&o, key, family_matrix, NULL);
+    if (access(o->trainer, X_OK) != 0) return bad("--trainer: %s is not an executable (build longstraw-train)", o->trainer);
+    if (access(o->reference, R_OK) != 0) return bad("--reference: cannot read %s", o->reference);
+    if (access(o->model_config, R_OK) != 0) return bad("--model-config: cannot read %s", o->model_config);
+    return run_and_sign(o, key, family_matrix, NULL);
+}
+
+/* --like's copy of the run's path (ls_parity_opts.like_paths) is released however the body returns */
+int main(int argc, char **argv) {
+    ls_parity_opts o;
+    memset(&o, 0, sizeof o);
+    int rc = main_body(argc, argv, &o);
+    cJSON_Delete(o.like_paths);
+    return rc;
 }

@@ -30,10 +30,14 @@ endif()
 
 # --replay-checkpoint layer against the taped replay (tests/replay_checkpoint.sh): the gradients bit for
 # bit, both families and gradient modes, one rank and CP-2; a smaller branch graph; the same trace; the
-# decision recorded; auto under a budget.  About 40 s.
+# decision recorded; auto under a budget; level 4 only with a parity report whose runs took the run's replay
+# and state tier.  About 60 s.
 if(TARGET longstraw-train)
   add_test(NAME replay_checkpoint COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/replay_checkpoint.sh ${CMAKE_BINARY_DIR})
-  set_tests_properties(replay_checkpoint PROPERTIES TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=1;${LS_MPI_TEST_ENV}")
+  # labelled slow: its two parity --like runs take 160 s under the sanitizers (test_coll_memo runs the
+  # checkpointed segment and the memo there)
+  set_tests_properties(replay_checkpoint PROPERTIES TIMEOUT 600 LABELS "parity;slow"
+                       ENVIRONMENT "OMP_NUM_THREADS=1;${LS_MPI_TEST_ENV}")
 endif()
 
 # --state-tier host against device (tests/state_tier.sh): gradients and log-probs bit for bit, both families
