@@ -12,6 +12,7 @@
 #include "receipts/build_info.h"
 #include "receipts/coverage.h"
 #include "receipts/json_util.h"
+#include "trainer/base/tier.h"
 #include "receipts/manifest.h"
 #include "receipts/receipt.h"
 #include "trainer/dist/comm.h"
@@ -329,5 +330,13 @@ void ls_run_print_summary(const ls_train_args *a, const ls_run_outcome *oc, cons
             printf("%s%s %.3f s", sep, ls_trace_phase_name((ls_trace_phase)i), oc->ob->ns[i] * 1e-9);
             sep = ", ";
         }
+    if (a->step.state_tier) { /* the host tier's staging (trainer/base/tier.h): what the compute did not hide */
+        ls_tier_stats ts;
+        ls_tier_stats_get(&ts);
+        char hb[32];
+        printf("\n  staging (--state-tier host): %llu copies, %s, copying %.3f s, waited %.3f s",
+               (unsigned long long)ts.copies, ls_run_human_bytes(hb, sizeof hb, (double)ts.bytes), ts.copy_ns * 1e-9,
+               ts.wait_ns * 1e-9);
+    }
     printf("\n  run: %s (trace, receipt, manifest; byte-exact figures in the receipt)\n", a->out);
 }
