@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/checked.h"
+
 struct ls_coll_memo_entry {
     ls_coll_memo_entry *next;
     char op[24], purpose[32];
@@ -14,6 +16,13 @@ struct ls_coll_memo_entry {
 };
 
 static _Thread_local ls_coll_memo *cur;
+
+/* bytes as an arena hands them out (ls_arena_alloc: 64-byte aligned requests) */
+static size_t arena_bytes(size_t b) { return b > SIZE_MAX - 63 ? SIZE_MAX : (b + 63) & ~(size_t)63; }
+
+size_t ls_coll_memo_plan_bytes(size_t out_bytes) {
+    return ls_sat_add(arena_bytes(sizeof(ls_coll_memo_entry)), out_bytes ? arena_bytes(out_bytes) : 0);
+}
 
 void ls_coll_memo_init(ls_coll_memo *m, ls_arena *arena) {
     memset(m, 0, sizeof *m);

@@ -62,6 +62,9 @@ int ls_coll_memo_take(const char *op, const char *purpose, int layer, uint64_t i
                       ls_status *st);
 void ls_coll_memo_put(const char *op, const char *purpose, int layer, uint64_t in_digest, const void *out,
                       size_t out_bytes);
+/* The arena bytes one recorded call of out_bytes takes (its entry and its result; the memory plan's term,
+ * saturating). */
+size_t ls_coll_memo_plan_bytes(size_t out_bytes);
 /* Whether a memo is current in mode (the collectives digest their inputs only then). */
 int ls_coll_memo_active(ls_coll_memo_mode mode);
 #endif

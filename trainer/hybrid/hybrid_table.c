@@ -12,6 +12,7 @@
 #include "kernels/logprob.h"
 #include "trainer/hybrid/hybrid_family.h"
 #include "trainer/hybrid/hybrid_cp.h"
+#include "trainer/model/seg_frame.h"
 
 /* The tensor list of docs/model.md §5 in table order; p NULL: count only. */
 static void hybrid_build(ls_param_builder *b, ls_params *p) {
@@ -285,19 +286,19 @@ static void hybrid_plan(const ls_model_config *c, const ls_family_plan_in *in, l
     }
     size_t head = frame_bytes(c, es, R, R);
     if (in->replay_ckpt) { /* checkpointed (seg_frame.c): each layer's input, and one layer's tape rebuilt at a time */
-        acc k = {.esz = es};
         size_t one = 0;
         for (int attn = 0; attn < 2; attn++) {
             acc a = {.esz = es};
             layer_fwd(&a, &m, attn, R, 1, 1);
             if (a.tape > one) one = a.tape;
         }
-        RQ(&k, 1, L * sizeof(void *) / es + 1), RQ(&k, 1, L * 16 / es + 1), RQ(&k, 1, L * 128 / es + 1);
-        for (size_t l = 0; l < L; l++) RQ(&k, 1, R * m.d);
-        if (in->world > 1) /* under CP an attention layer's collectives (lse_max, lse_sum, out_sum) kept */
-            for (int i = 0; i < out->attn_layers; i++)
-                RQ(&k, 1, 3 * 128 / es), RQ(&k, 1, R * m.H), RQ(&k, 1, R * m.H), RQ(&k, 1, R * m.H * m.hd);
-        t.tape = ls_sat_add(k.tape, one);
+        size_t kept = LS_K(ls_seg_ckpt_plan_bytes)(c->n_layers, R, m.d, es);
+        if (in->world > 1) { /* under CP an attention layer's collectives (lse_max, lse_sum, out_sum) kept */
+            size_t lse = ls_coll_memo_plan_bytes(ls_sat_mul3(R, m.H, es));
+            size_t one_layer = ls_sat_add(ls_sat_mul(2, lse), ls_coll_memo_plan_bytes(ls_sat_mul3(R, m.H * m.hd, es)));
+            kept = ls_sat_add(kept, ls_sat_mul((size_t)out->attn_layers, one_layer));
+        }
+        t.tape = ls_sat_add(kept, one);
     }
     ADD(LS_FPLAN_REPLAY, LS_MEM_BRANCH, ls_sat_add(ls_sat_add(t.tape, head), bwd > fwd_scr ? bwd : fwd_scr));
     /* the full-mode prompt backward: dh over the shard; per layer, one chunk's window (its tape, the

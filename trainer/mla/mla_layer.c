@@ -19,6 +19,7 @@
 #include "kernels/dsa.h"
 #include "kernels/linear.h"
 #include "kernels/moe.h"
+#include "trainer/model/seg_frame.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
 #include "trainer/dist/ep.h"
@@ -939,19 +940,17 @@ void LS_K(ls_mla_plan_transients)(const ls_model_config *c, const ls_family_plan
         if (t.tape > one) one = t.tape;
     }
     if (in->replay_ckpt) {
-        plan_acc k = {.esz = es};
-        RQ(&k, 1, L * (sizeof(void *) + 16 + 128));
-        for (size_t l = 0; l < L; l++) RQR(&k, 1, R * d);
+        size_t kept = LS_K(ls_seg_ckpt_plan_bytes)(c->n_layers, R, d, es);
         if (in->world > 1) { /* dsa_topk_gather (positions, scores), lse_max, lse_sum, out_sum */
             size_t kk = (size_t)c->index_topk < Ptot + R ? (size_t)c->index_topk : Ptot + R, H = (size_t)c->heads;
-            for (size_t l = 0; l < L; l++) {
-                RQ(&k, 1, 5 * 128);
-                RQ(&k, 1, ls_sat_mul3((size_t)in->world, R * kk, sizeof(int64_t)));
-                RQR(&k, 1, ls_sat_mul((size_t)in->world, R * kk));
-                RQR(&k, 1, R * H), RQR(&k, 1, R * H), RQR(&k, 1, R * H * (size_t)c->d_v);
-            }
+            size_t W = (size_t)in->world, lse = ls_coll_memo_plan_bytes(ls_sat_mul3(R, H, es));
+            size_t one_layer = ls_sat_add(ls_coll_memo_plan_bytes(ls_sat_mul3(W, R * kk, sizeof(int64_t))),
+                                          ls_coll_memo_plan_bytes(ls_sat_mul3(W, R * kk, es)));
+            one_layer = ls_sat_add(one_layer, ls_sat_add(ls_sat_mul(2, lse),
+                                                         ls_coll_memo_plan_bytes(ls_sat_mul3(R, H * (size_t)c->d_v, es))));
+            kept = ls_sat_add(kept, ls_sat_mul(L, one_layer));
         }
-        tape = ls_sat_add(k.tape, one);
+        tape = ls_sat_add(kept, one);
     }
     ADD(LS_FPLAN_REPLAY, LS_MEM_BRANCH, tape);
     plan_acc fr = {.esz = es};

@@ -9,6 +9,8 @@
 #include "kernels/logprob.h"
 #include "kernels/norm.h"
 
+#include "common/checked.h"
+
 #include "trainer/model/real_bytes.h"
 #include "trainer/model/stage.h"
 #define VOCAB_CHUNK 128
@@ -74,6 +76,16 @@ static ls_status ckpt_new(ls_seg_frame *fr, int L, size_t T, size_t d) {
         ls_coll_memo_init(&fr->memo[l], &fr->arena);
     }
     return LS_OK;
+}
+
+static size_t arena_bytes(size_t b) { return b > SIZE_MAX - 63 ? SIZE_MAX : (b + 63) & ~(size_t)63; }
+
+size_t LS_K(ls_seg_ckpt_plan_bytes)(int n_layers, size_t T, size_t d, size_t esz) {
+    size_t L = n_layers > 0 ? (size_t)n_layers : 0;
+    size_t b = ls_sat_add(arena_bytes(ls_sat_mul(L, sizeof(ls_real *))), arena_bytes(ls_sat_mul(L, sizeof(ls_decisions))));
+    b = ls_sat_add(b, arena_bytes(ls_sat_mul(L, sizeof(ls_coll_memo))));
+    b = ls_sat_add(b, arena_bytes(ls_sat_mul(L, sizeof(uint64_t))));
+    return ls_sat_add(b, ls_sat_mul(L, arena_bytes(ls_sat_mul3(T, d, esz))));
 }
 
 /* The layer stack: layer after layer over h, each taped into fr (whole, or as its checkpoint).  A host-tier

@@ -61,6 +61,11 @@ ls_status LS_K(ls_seg_forward)(const ls_params *p, ls_seg_io *io, size_t ly_size
 ls_status LS_K(ls_seg_backward)(const ls_params *p, ls_seg_tape *tape, const ls_real *dlogp, ls_state *dctx,
                                 int zero_centred, ls_seg_layer_bwd_fn layer, ls_layer_hook hook, void *hook_user);
 
+/* The bytes a checkpointed tape of T tokens holds beside its frame and head (ckpt_new in seg_frame.c: each
+ * layer's input at esz bytes an element, its decisions, memo and input digest), for the memory plan;
+ * saturating.  The collectives a memo records are the family's (ls_coll_memo_plan_bytes). */
+size_t LS_K(ls_seg_ckpt_plan_bytes)(int n_layers, size_t T, size_t d, size_t esz);
+
 /* LS_ERR_ARG when io asks for nothing valid: T 0, scoring from T or later,
  * a cut without a tape or at T or later, a token or target outside the
  * vocabulary. */
