@@ -20,9 +20,8 @@ EDIT=$HERE/audit_sequence_edit.py
 H=$SRC/configs/hybrid-tiny.json
 M=$SRC/configs/mla-tiny.json
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
-failed=0
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1: $2"; failed=1; }
+# shellcheck source=tests/case_lib.sh
+. "$(dirname "$0")/case_lib.sh" # ok, bad, failed, MPI
 
 train() { # NAME ARGS...: a run in $T/NAME (P=64, G=2, R=3 unless BASE says otherwise)
   local name=$1; shift
@@ -31,11 +30,6 @@ train() { # NAME ARGS...: a run in $T/NAME (P=64, G=2, R=3 unless BASE says othe
   "$TRAIN" ${BASE---prompt-len 64 --group 2 --response-len 3} --quiet --out "$T/$name" "$@" >"$T/$name.log" 2>&1 ||
     bad "$name" "longstraw-train failed: $(tail -c 300 "$T/$name.log")"
 }
-MPI=()
-if command -v mpirun >/dev/null; then
-  MPI=(mpirun --oversubscribe -np 2)
-  [ "$(id -u)" = 0 ] && MPI+=(--allow-run-as-root)
-fi
 train2() { # NAME ARGS...: a CP-2 run
   local name=$1; shift
   rm -rf "${T:?}/$name"

@@ -15,14 +15,8 @@ T=${2:-$(mktemp -d /tmp/ls-replayck.XXXXXX)}
 mkdir -p "$T"
 TRAIN=$B/trainer/longstraw-train
 export OMP_NUM_THREADS=1
-failed=0
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1: $2"; failed=1; }
-MPI=()
-if command -v mpirun >/dev/null; then
-  MPI=(mpirun --oversubscribe -np 2)
-  [ "$(id -u)" = 0 ] && MPI+=(--allow-run-as-root)
-fi
+# shellcheck source=tests/case_lib.sh
+. "$(dirname "$0")/case_lib.sh" # ok, bad, failed, MPI
 # run NAME RANKS ARGS...: a run in $T/NAME with its gradients dumped to $T/NAME.grads
 run() {
   local name=$1 np=$2; shift 2

@@ -14,14 +14,8 @@ mkdir -p "$T"
 TRAIN=$B/trainer/longstraw-train
 PLAN=$B/trainer/longstraw-plan
 export OMP_NUM_THREADS=1
-failed=0
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1: $2"; failed=1; }
-MPI=()
-if command -v mpirun >/dev/null; then
-  MPI=(mpirun --oversubscribe -np 2)
-  [ "$(id -u)" = 0 ] && MPI+=(--allow-run-as-root)
-fi
+# shellcheck source=tests/case_lib.sh
+. "$(dirname "$0")/case_lib.sh" # ok, bad, failed, MPI
 ARGS=(--prompt-len 80 --group 3 --response-len 24 --steps 1 --lora-init random)
 # run NAME RANKS ARGS...: a run in $T/NAME, its gradients in $T/NAME.grads, its batch (log-probs) in $T/NAME.batch
 run() {

@@ -105,15 +105,14 @@ static cJSON *paths_json(const ls_train_args *a, const ls_run_inputs *in) {
         }
         ok = ok && cJSON_AddItemToArray(arr, cJSON_CreateString(T[i].value));
     }
-    /* where the prompt state lived (--state-tier: every step's, one option for the run) */
-    cJSON *tier = ok && in->step_paths ? cJSON_AddArrayToObject(j, "state_tier") : NULL;
-    if (in->step_paths)
-        ok = ok && tier && cJSON_AddItemToArray(tier, cJSON_CreateString(a->step.state_tier ? "host" : "device"));
-    /* the task that sampled and rewarded the responses (none: a rollouts input) */
-    cJSON *t = ok && in->step_paths ? cJSON_AddArrayToObject(j, "task") : NULL;
-    if (in->step_paths)
-        ok = ok && t && cJSON_AddItemToArray(t, cJSON_CreateString(a->rollouts ? "none"
-                                                                   : ls_task_kind_name((ls_task_kind)a->task)));
+    /* decisions one option makes for the whole run, recorded once a step ran: where the prompt state lived
+       (--state-tier), the task that sampled and rewarded the responses (none: a rollouts input) */
+    const char *run_wide[2][2] = {{"state_tier", a->step.state_tier ? "host" : "device"},
+                                  {"task", a->rollouts ? "none" : ls_task_kind_name((ls_task_kind)a->task)}};
+    for (size_t i = 0; ok && in->step_paths && i < 2; i++) {
+        cJSON *v = cJSON_AddArrayToObject(j, run_wide[i][0]);
+        ok = v && cJSON_AddItemToArray(v, cJSON_CreateString(run_wide[i][1]));
+    }
     if (!ok) {
         cJSON_Delete(j);
         return NULL;
