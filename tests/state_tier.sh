@@ -72,9 +72,13 @@ done
 for fam in hybrid mla; do
   base=$fam-full-np1
   [ -f "$T/$base-device.grads" ] || continue
-  LONGSTRAW_FAULT_STAGE_SKIP_PAGE=1 run "$base-skip" 1 --config "$SRC/configs/$fam-tiny.json" --grad-mode full --state-tier host || continue
+  run "$base-skip" 1 --config "$SRC/configs/$fam-tiny.json" --grad-mode full --state-tier host --fault stage-skip-page ||
+    continue
   if same "$base-device" "$base-skip"; then bad "$base-skip" "a staging that skips a page went unnoticed"
   else ok "$base-skip: a staging that skips a page changes the gradients (caught)"; fi
+  f=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['predicate']['config']['faults'])" \
+        "$T/$base-skip/rank-0000/receipt.json")
+  [ "$f" = "['stage-skip-page']" ] && ok "$base-skip: the fault is recorded ($f)" || bad "$base-skip" "faults recorded: $f"
 done
 
 # the plan of each tier against the measured peaks (per step), within 10%

@@ -21,16 +21,11 @@ ls_status LS_K(ls_stager_init)(ls_stager *sg, const ls_state *s) {
     return LS_OK;
 }
 
-/* Test hook (tests/state_tier.sh): a staging that leaves each layer's last page unstaged (zeros), which
- * the bitwise comparison of the tiers must detect. */
-static int fault_skip_page(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("LONGSTRAW_FAULT_STAGE_SKIP_PAGE");
-        v = e && *e && strcmp(e, "0") != 0;
-    }
-    return v;
-}
+/* The fault stage-skip-page (--fault, recorded in the run's config; tests/state_tier.sh): a staging that
+ * leaves each layer's last page unstaged (zeros), which the bitwise comparison of the tiers must detect. */
+static int skip_page;
+void LS_K(ls_stage_set_fault_skip_page)(int on) { skip_page = on; }
+static int fault_skip_page(void) { return skip_page; }
 
 static ls_tier_handle copy(char **at, ls_real **dst, const ls_real *src, ls_tier_handle h, int skip) {
     if (!src) return h;

@@ -64,4 +64,7 @@ void LS_K(ls_stager_release)(ls_stager *sg, int l);
 
 /* Every copy finished, every staged share and the view released. */
 void LS_K(ls_stager_free)(ls_stager *sg);
+/* The fault stage-skip-page (the trainer's --fault, recorded in the run): 1 makes every staging leave each
+ * layer's last page unstaged; 0 (the default) stages everything. */
+void LS_K(ls_stage_set_fault_skip_page)(int on);
 #endif

@@ -214,6 +214,10 @@ static const opt OPTS[] = {
      "EP (mla, test only): the last EP rank returns zero input\n"
      "gradients for its experts' rows (the dumps must differ)",
      NULL, 0, step.cp_faults.ep_drop_dx)},
+    {.rec = "config.faults", ROW(OPT_FAULT, "--fault", "stage-skip-page",
+     "--state-tier host (test only): the staging leaves each layer's\n"
+     "last page unstaged (zeros in the device tier's view)",
+     NULL, 0, step.fault_stage_skip_page)},
     {.rec = "config.faults", ROW(OPT_KILL, "--fault", "kill-rank=R[@PHASE[:L]]",
      "rank R kills itself (SIGKILL) as PHASE begins (default\n"
      "replay; capture, rollout, score, replay, prompt_bwd, finalize,\n"
@@ -602,6 +606,7 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
         BAD("--ep %d: does not divide the %d routed experts of --config %s", a->ep, (int)a->cfg.n_experts,
             a->config_path);
     if (a->step.cp_faults.ep_drop_dx && a->ep < 2) BAD("--fault ep-drop-dx: needs --ep N with N >= 2");
+    if (a->step.fault_stage_skip_page && !a->step.state_tier) BAD("--fault stage-skip-page: needs --state-tier host");
     if (a->obj.lora_experts && a->obj.train_mode != LS_TRAIN_LORA)
         BAD("--lora-experts: needs --train-mode lora (full training trains the experts' weights)");
     if (a->fault_kill_rank && a->fault_kill_at_layer && a->fault_kill_layer > (int)a->cfg.n_layers)

@@ -20,6 +20,7 @@
 #include "trainer/io/checkpoint.h"
 #include "trainer/dist/comm.h"
 #include "trainer/dist/ep.h"
+#include "trainer/model/stage.h"
 #include "trainer/base/mem_tracker.h"
 #include "trainer/io/params_io.h"
 #include "trainer/run/run_digests.h"
@@ -609,6 +610,7 @@ int LS_K(ls_train_run)(const ls_train_args *a) {
         if (ls_comm_open(&own_comm, NULL, NULL, cerr, sizeof cerr) != LS_OK) return fail(&r, 2, LS_ERR_ARG, "", cerr);
         r.comm = own_comm;
     }
+    LS_K(ls_stage_set_fault_skip_page)(a->step.fault_stage_skip_page); /* recorded in config.faults */
     r.rank = ls_comm_rank(r.comm);
     r.world = ls_comm_world(r.comm);
     r.cp_world = r.world;

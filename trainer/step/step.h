@@ -43,6 +43,8 @@ typedef struct {
     double lr, beta1, beta2, adam_eps, weight_decay;
     int fault_nan_grad;        /* fault injection: poison one gradient after replay */
     int fault_untracked_alloc; /* fault injection: a prompt-sized buffer outside the tracker */
+    int fault_stage_skip_page; /* fault injection (--state-tier host): the staging leaves each layer's last page
+                                  unstaged (trainer/model/stage.h) */
     ls_comm_group *cp_group;   /* context parallelism over this group (NULL or size 1: one rank) */
     ls_cp_faults cp_faults;    /* CP fault injection (cp.h) */
     int keep_reference;        /* beta > 0 with a rollout: 1 the reference's state is captured beside the policy's
