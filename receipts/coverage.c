@@ -39,9 +39,10 @@ const ls_coverage_path_decision LS_COVERAGE_PATHS[] = {
     {"state_tier", V("device", "host"),
      "where the captured prompt state lived: the device tier, or the host tier with each layer's share staged into "
      "the device tier before use (--state-tier)"},
-    {"replay", V("taped", "layer"),
-     "the response replay: every layer's tape kept through the backward, or each layer's input kept and its tape "
-     "rebuilt in the backward (--replay-checkpoint)"},
+    {"replay", V("taped", "layer", "chunk"),
+     "the response replay: every layer's tape kept through the backward, each layer's input kept and its tape "
+     "rebuilt in the backward, or the branch in chunks from the carried state, each taped again in the backward "
+     "(--replay-checkpoint)"},
     {NULL, NULL, NULL}};
 #undef V
 

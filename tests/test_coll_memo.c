@@ -109,7 +109,7 @@ static ls_status member(ls_params *p, const ls_state *ps, const int32_t *tok, co
     if (corrupt) tape->fr.ckpt[1][5] += (ls_real)1e-12;
     ls_real dlp[64];
     for (size_t t = 0; t < T; t++) dlp[t] = (ls_real)(0.1 * (double)(t + 1));
-    ls_status st = p->fam->segment_backward(p, tape, dlp, NULL, NULL, NULL);
+    ls_status st = p->fam->segment_backward(p, tape, dlp, NULL, NULL, NULL, NULL);
     *tape_bytes = p->fam->tape_bytes(tape);
     p->fam->tape_free(tape);
     *grads = st == LS_OK ? grads_of(p) : NULL;

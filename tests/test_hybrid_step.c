@@ -79,7 +79,7 @@ static double *cut_sequence_grads(ls_params *p, const ls_batch *b, size_t cut, d
         *loss += grpo_member(lpd, b->old_lp[i], b->ref_lp[i], b->adv[i], p->obj.epsilon, p->obj.beta, b->G, R, dd,
                              NULL);
         for (size_t t = 0; t < R; t++) dlp[t] = (ls_real)dd[t];
-        cr_assert_eq(K(ls_segment_backward)(p, tape, dlp, NULL, NULL, NULL), LS_OK);
+        cr_assert_eq(K(ls_segment_backward)(p, tape, dlp, NULL, NULL, NULL, NULL), LS_OK);
         K(ls_seg_tape_free)(tape);
     }
     return grads_of(p);

@@ -125,7 +125,7 @@ static double *grad_naive(ls_params *p, const fixture *f, int cut, double *loss)
                         .tape_cat = LS_MEM_BRANCH, .grad_cut = cut ? P - 1 : 0};
         cr_assert_eq(p->fam->segment_forward(p, &io), LS_OK);
         for (size_t t = 0; t < R; t++) *loss += (double)(f->c[i][t] * lp[t]);
-        cr_assert_eq(p->fam->segment_backward(p, tape, f->c[i], NULL, NULL, NULL), LS_OK);
+        cr_assert_eq(p->fam->segment_backward(p, tape, f->c[i], NULL, NULL, NULL, NULL), LS_OK);
         p->fam->tape_free(tape);
     }
     return grab(p);
@@ -167,7 +167,7 @@ static double *grad_longstraw_c(ls_params *p, const fixture *f, int full, double
                         .tape = &tape, .tape_cat = LS_MEM_BRANCH};
         cr_assert_eq(F->segment_forward(p, &io), LS_OK);
         for (size_t t = 0; t < R; t++) *loss += (double)(f->c[i][t] * lp[t]);
-        cr_assert_eq(F->segment_backward(p, tape, f->c[i], full ? &dps : NULL, NULL, NULL), LS_OK);
+        cr_assert_eq(F->segment_backward(p, tape, f->c[i], full ? &dps : NULL, NULL, NULL, NULL), LS_OK);
         F->tape_free(tape);
     }
     if (full && corrupt) {
@@ -402,7 +402,7 @@ static size_t dispatch_peak(ls_params *p, size_t T, size_t C) {
                     .tape_cat = LS_MEM_BRANCH};
     ls_real one = 1;
     cr_assert_eq(p->fam->segment_forward(p, &io), LS_OK);
-    cr_assert_eq(p->fam->segment_backward(p, tape, &one, NULL, NULL, NULL), LS_OK);
+    cr_assert_eq(p->fam->segment_backward(p, tape, &one, NULL, NULL, NULL, NULL), LS_OK);
     p->fam->tape_free(tape);
     ls_mem_stats s;
     ls_mem_snapshot(&s);

@@ -52,3 +52,8 @@ endif()
 # collective sends nothing, a checkpointed segment equals the taped one bit for bit, a changed layer input
 # fails the backward.
 ls_add_criterion_test(test_coll_memo SOURCES test_coll_memo.c LIBS ls_trainer_f64 DEFS LS_REAL_F64 TIMEOUT 120)
+
+# The chunked replay (trainer/step/replay_chunk.h): one chunk is the taped replay bit for bit, chunks of 5 of
+# 12 tokens equal it to rounding in both gradient modes and families, a weight changed between the forward
+# and the backward fails the backward.
+ls_add_criterion_test(test_replay_chunk SOURCES test_replay_chunk.c LIBS ls_trainer_f64 DEFS LS_REAL_F64 TIMEOUT 120)

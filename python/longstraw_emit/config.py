@@ -29,7 +29,7 @@ PATHS = {"responses": ("sampled", "given", "target"), "old_logprobs": ("computed
          "reference": ("none", "before", "kept", "recaptured", "prefix", "naive", "given"),
          "prompt_groups": ("one", "several"), "prefix": ("fresh", "frozen"), "start": ("fresh", "resumed"),
          "shards": ("one", "even", "uneven"), "pages": ("aligned", "cut"), "chunks": ("aligned", "cut"),
-         "task": ("retrieval", "recall", "none"), "replay": ("taped", "layer"),
+         "task": ("retrieval", "recall", "none"), "replay": ("taped", "layer", "chunk"),
          "state_tier": ("device", "host")}
 PATH_KEY = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 PATH_VALUE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")

@@ -55,8 +55,10 @@ static void usage(FILE *f) {
             "  --moe-chunk N|none     mla: tokens per MoE dispatch chunk (default: the trainer's 256); none:\n"
             "                         a capture chunk's tokens dispatched at once (the original work's)\n"
             "  --replay-checkpoint M  the response replay: none (every layer's tape), layer (each layer's input,\n"
-            "                         one layer's tape rebuilt at a time) or auto (default: none when it fits\n"
-            "                         --device-memory, else layer)\n"
+            "                         one layer's tape rebuilt at a time), chunk (the branch in chunks, only the\n"
+            "                         carried state kept, each chunk taped again) or auto (default: the first of\n"
+            "                         none, layer, chunk that fits --device-memory)\n"
+            "  --replay-chunk N       response tokens per chunk of a chunked replay (default 256)\n"
             "  --state-tier T         where the prompt state lives: device (default) or host (the host tier\n"
             "                         holds it, the device two layers' staged shares; both tiers printed)\n"
             "  --host-memory B        host tier bytes per rank (units as --device-memory; with --state-tier host)\n"
@@ -168,7 +170,12 @@ static int parse(int argc, char **argv, cli *a, ls_plan_in *in) {
             if (strcmp(v, "auto") == 0) in->replay_checkpoint = -1;
             else if (strcmp(v, "none") == 0) in->replay_checkpoint = 0;
             else if (strcmp(v, "layer") == 0) in->replay_checkpoint = 1;
-            else BAD("--replay-checkpoint: '%s' is not auto, none or layer", v);
+            else if (strcmp(v, "chunk") == 0) in->replay_checkpoint = 2;
+            else BAD("--replay-checkpoint: '%s' is not auto, none, layer or chunk", v);
+        } else if (strcmp(o, "--replay-chunk") == 0) {
+            NEED();
+            if (parse_size(v, 1, (size_t)1 << 24, &in->replay_chunk))
+                BAD("--replay-chunk: '%s' is not a token count in [1, 2^24]", v);
         }
         else if (strcmp(o, "--state-tier") == 0) {
             NEED();
@@ -327,7 +334,8 @@ static void print_text(const cli *a, const ls_plan_in *in, const ls_plan *p, con
     printf("\n\npeak: %.4f GiB = %.2f GB (%s bytes) in phase %s; reference state %s; %d capture(s); replay %s\n",
            gib(p->peak_total), gb(p->peak_total), commas(p->peak_total, pb, sizeof pb),
            ls_plan_phase_name(p->peak_phase), p->keep_reference ? "kept" : "recaptured", p->captures,
-           p->replay_checkpoint ? "checkpointed per layer" : "taped");
+           p->replay_checkpoint == 2 ? "in chunks" : p->replay_checkpoint ? "checkpointed per layer" : "taped");
+    if (p->replay_checkpoint == 2) printf("replay in chunks of %zu tokens\n", in->replay_chunk ? in->replay_chunk : 256);
     if (in->state_tier)
         printf("state tier host: the device tier peaks at the line above (two layers' staged shares, %.4f GiB, in place "
                "of the prompt state); the host tier holds %.4f GiB = %.2f GB (%s bytes)\n",
@@ -439,7 +447,9 @@ static cJSON *to_json(const cli *a, const ls_plan_in *in, const ls_plan *p, cons
         }
     }
     bad |= !cJSON_AddBoolToObject(d, "keep_reference", p->keep_reference);
-    bad |= !cJSON_AddStringToObject(d, "replay_checkpoint", p->replay_checkpoint ? "layer" : "none");
+    bad |= !cJSON_AddStringToObject(d, "replay_checkpoint",
+                                    p->replay_checkpoint == 2 ? "chunk" : p->replay_checkpoint ? "layer" : "none");
+    if (p->replay_checkpoint == 2) bad |= add_size(d, "replay_chunk", in->replay_chunk ? in->replay_chunk : 256);
     if (p->moe_routed_buffer) bad |= add_size(d, "moe_routed_buffer", p->moe_routed_buffer);
     bad |= add_size(d, "captures", (size_t)p->captures);
     if (a->budget) {
@@ -503,6 +513,7 @@ int main(int argc, char **argv) {
     in.state_bytes = cl.state_bytes;
     in.rollout = cl.rollout;
     in.replay_checkpoint = cl.replay_checkpoint;
+    in.replay_chunk = cl.replay_chunk;
     in.moe_chunk = cl.moe_chunk;
     in.budget = cl.budget;
     in.state_tier = cl.state_tier;

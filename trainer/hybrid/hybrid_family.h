@@ -119,7 +119,7 @@ ls_status LS_K(ls_segment_forward)(const ls_params *p, ls_seg_io *io);
  * its pages must mirror the context's pages; LS_ERR_ARG with a grad_cut.
  * Parameter gradients accumulate into p's trainable tensors. */
 ls_status LS_K(ls_segment_backward)(const ls_params *p, ls_seg_tape *tape, const ls_real *dlogp,
-                                    ls_state *dctx, ls_layer_hook hook, void *hook_user);
+                                    ls_state *dctx, const ls_state *dout, ls_layer_hook hook, void *hook_user);
 
 /* full mode: back-propagate the accumulated prompt-state gradient dstate
  * through the prompt computation, one layer at a time from the top, and

@@ -68,16 +68,27 @@ ls_status LS_K(ls_segment_forward)(const ls_params *p, ls_seg_io *io) {
     return LS_K(ls_seg_forward)(p, io, sizeof(ls_layer_tape), 1, layer_forward);
 }
 
+/* Layer l's backward; dout's rows for the segment (its own keys' dK/dV) and state after it (dtail, dS) arrive
+ * as the gradient of what the layer handed on. */
 static ls_status layer_backward(const ls_params *p, int l, ls_seg_frame *fr, ls_real *dh, ls_state *dctx,
-                                ls_arena *scr) {
+                                const ls_state *dout, ls_arena *scr) {
     ls_layer_tape *ly = fr->ly;
+    const ls_layer_state *go = dout ? &dout->ly[l] : NULL;
+    size_t row = (size_t)p->cfg.attn_kv_heads * (size_t)p->cfg.head_dim;
+    ls_status st = LS_OK;
+    ls_real *dk = NULL, *dv = NULL;
+    if (go && ls_hybrid_layers(p)[l].is_attn) {
+        dk = LS_K(ls_seg_dout_rows)(go, fr->pos0, fr->T, row, 0, scr, &st);
+        dv = LS_K(ls_seg_dout_rows)(go, fr->pos0, fr->T, row, 1, scr, &st);
+        if (st != LS_OK) return st;
+    }
     return LS_K(ls_layer_backward)(p, l, &ly[l], dh, fr->ctx ? &fr->ctx->ly[l] : NULL, dctx ? &dctx->ly[l] : NULL,
-                                   NULL, NULL, NULL, NULL, scr);
+                                   dk, dv, go ? go->fixed0 : NULL, go ? go->fixed1 : NULL, scr);
 }
 
 ls_status LS_K(ls_segment_backward)(const ls_params *p, ls_seg_tape *tp, const ls_real *dlogp,
-                                    ls_state *dctx, ls_layer_hook hook, void *hook_user) {
-    return LS_K(ls_seg_backward)(p, tp, dlogp, dctx, 1, layer_backward, hook, hook_user);
+                                    ls_state *dctx, const ls_state *dout, ls_layer_hook hook, void *hook_user) {
+    return LS_K(ls_seg_backward)(p, tp, dlogp, dctx, dout, 1, layer_backward, hook, hook_user);
 }
 
 /* Gather the per-page gradients of pages [i0, i1) into one contiguous

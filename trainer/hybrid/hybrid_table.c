@@ -285,7 +285,38 @@ static void hybrid_plan(const ls_model_config *c, const ls_family_plan_in *in, l
         if (b > bwd) bwd = b;
     }
     size_t head = frame_bytes(c, es, R, R);
-    if (in->replay_ckpt) { /* checkpointed (seg_frame.c): each layer's input, and one layer's tape rebuilt at a time */
+    if (in->replay_ckpt == 2) {
+        /* in chunks (trainer/step/replay_chunk.c): the response's own K/V rows and their gradient, the GDN state
+           at every chunk start (with the run's own and two gradients), the chunks' collectives under CP; then one
+           chunk's tape, its frame and its backward (a context gradient on every chunk but the first, the rows
+           the later chunks' gradient arrives in gathered) */
+        size_t C = in->replay_chunk && in->replay_chunk < R ? in->replay_chunk : R, K = (R + C - 1) / C;
+        size_t rows = ls_sat_mul3(4 * (size_t)out->attn_layers, R, ls_sat_mul(row, es));
+        size_t fixed = ls_sat_mul3(K + 3, (size_t)out->recurrent_layers, ls_sat_mul(tail_n + S_n, es));
+        size_t kept = ls_sat_add(rows, fixed);
+        if (in->world > 1) { /* per chunk and attention layer: lse_max, lse_sum, out_sum */
+            size_t lse = ls_coll_memo_plan_bytes(ls_sat_mul3(C, m.H, es));
+            size_t one_layer = ls_sat_add(ls_sat_mul(2, lse), ls_coll_memo_plan_bytes(ls_sat_mul3(C, m.H * m.hd, es)));
+            kept = ls_sat_add(kept, ls_sat_mul3(K, (size_t)out->attn_layers, one_layer));
+        }
+        acc tc = {.esz = es};
+        for (size_t l = 0; l < L; l++) layer_fwd(&tc, &m, ls_config_layer_is_attn(c, (int)l), C, 1, 1);
+        fwd_scr = bwd = 0;
+        for (int attn = 0; attn < 2; attn++) {
+            acc a = {.esz = es};
+            layer_fwd(&a, &m, attn, C, 1, 1);
+            if (a.scr > fwd_scr) fwd_scr = a.scr;
+            size_t b = layer_bwd(&m, es, attn, C, 1, 0);
+            if (attn) { /* dout's rows gathered for the layer's own keys */
+                acc g = {.esz = es};
+                RQ(&g, 0, C * row + 1), RQ(&g, 0, C * row + 1);
+                b = ls_sat_add(b, g.scr);
+            }
+            if (b > bwd) bwd = b;
+        }
+        t.tape = ls_sat_add(kept, tc.tape);
+        head = frame_bytes(c, es, C, C);
+    } else if (in->replay_ckpt) { /* checkpointed (seg_frame.c): each layer's input, and one layer's tape rebuilt at a time */
         size_t one = 0;
         for (int attn = 0; attn < 2; attn++) {
             acc a = {.esz = es};

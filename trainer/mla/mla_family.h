@@ -83,7 +83,7 @@ ls_status LS_K(ls_mla_cp_shard_grads)(struct ls_cp_s *c, ls_params *p);
  * into *io->tape is the caller's, released with ls_seg_tape_free. */
 ls_status LS_K(ls_mla_segment_forward)(const ls_params *p, ls_seg_io *io);
 ls_status LS_K(ls_mla_segment_backward)(const ls_params *p, ls_seg_tape *tape, const ls_real *dlogp, ls_state *dctx,
-                                        ls_layer_hook hook, void *hook_user);
+                                        const ls_state *dout, ls_layer_hook hook, void *hook_user);
 /* `full` mode: the prompt backward (family.h), layer by layer from the top,
  * chunk by chunk from the last, each chunk recomputed from checkpoints. */
 ls_status LS_K(ls_mla_prompt_backward)(const ls_params *p, const int32_t *tokens, size_t T, size_t chunk,

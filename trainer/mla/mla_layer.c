@@ -870,6 +870,9 @@ void LS_K(ls_mla_plan_transients)(const ls_model_config *c, const ls_family_plan
     size_t pg = in->page_size ? in->page_size : 64, es = in->esz, d = (size_t)c->d_model;
     size_t rkv = (size_t)c->kv_rank, dr = (size_t)c->d_rope, dI = (size_t)c->index_dim;
     size_t Ptot = in->world > 1 ? ls_sat_mul(n, (size_t)in->world) : n; /* keys the last chunk sees */
+    /* the replay's segment: the response, or one chunk of it (--replay-checkpoint chunk: replay_chunk.c) */
+    int chunked = in->replay_ckpt == 2;
+    size_t RC = chunked && in->replay_chunk && in->replay_chunk < R ? in->replay_chunk : R, K = (R + RC - 1) / RC;
     size_t (*ph)[LS_MEM_COUNT] = out->phase;
 #define ADD(p, cat, x) (ph[p][cat] = ls_sat_add(ph[p][cat], (x)))
     int kinds = (size_t)c->first_dense < L ? 2 : 1;
@@ -910,9 +913,14 @@ void LS_K(ls_mla_plan_transients)(const ls_model_config *c, const ls_family_plan
         instant(ph[LS_FPLAN_ROLLOUT], dd.scr, dd);
         /* replay: the largest layer's backward (the tape is summed over layers below) */
         size_t disp = 0;
-        size_t b = plan_layer_bwd(c, in, moe, R, Ptot + R, pg > R ? pg : R, &disp);
-        plan_layer rf = plan_layer_fwd(c, in, moe, R, Ptot + R, pg > R ? pg : R, 1);
+        size_t b = plan_layer_bwd(c, in, moe, RC, Ptot + R, pg > RC ? pg : RC, &disp);
+        plan_layer rf = plan_layer_fwd(c, in, moe, RC, Ptot + R, pg > RC ? pg : RC, 1);
         size_t rw = ls_sat_add(b, rf.attn);
+        if (chunked) { /* the later chunks' gradient of this chunk's rows, gathered */
+            plan_acc g = {.esz = es};
+            RQR(&g, 0, RC * rkv + 1), RQR(&g, 0, RC * dr + 1);
+            rw = ls_sat_add(rw, g.scr);
+        }
         if (rw > ph[LS_FPLAN_REPLAY][LS_MEM_BRANCH]) ph[LS_FPLAN_REPLAY][LS_MEM_BRANCH] = rw;
         if (disp > ph[LS_FPLAN_REPLAY][LS_MEM_DISPATCH]) ph[LS_FPLAN_REPLAY][LS_MEM_DISPATCH] = disp;
         if (in->full) { /* one chunk's window: its tape, rows and backward */
@@ -935,11 +943,25 @@ void LS_K(ls_mla_plan_transients)(const ls_model_config *c, const ls_family_plan
        input, its collectives' results under CP, and one layer's tape rebuilt at a time */
     size_t tape = 0, one = 0;
     for (size_t l = 0; l < L; l++) {
-        plan_layer t = plan_layer_fwd(c, in, l >= (size_t)c->first_dense, R, Ptot + R, pg > R ? pg : R, 1);
+        plan_layer t = plan_layer_fwd(c, in, l >= (size_t)c->first_dense, RC, Ptot + R, pg > RC ? pg : RC, 1);
         tape = ls_sat_add(tape, t.tape);
         if (t.tape > one) one = t.tape;
     }
-    if (in->replay_ckpt) {
+    if (chunked) {
+        /* in chunks (trainer/step/replay_chunk.c): the response's own rows (c_kv, k_pe, index keys) and their
+           gradient (c_kv, k_pe), the chunks' collectives under CP, one chunk's tape */
+        size_t kept = ls_sat_mul3(L, R, ls_sat_mul(2 * (rkv + dr) + dI, es));
+        if (in->world > 1) { /* per chunk and layer: dsa_topk_gather (positions, scores), lse_max, lse_sum, out_sum */
+            size_t kk = (size_t)c->index_topk < Ptot + R ? (size_t)c->index_topk : Ptot + R, H = (size_t)c->heads;
+            size_t W = (size_t)in->world, lse = ls_coll_memo_plan_bytes(ls_sat_mul3(RC, H, es));
+            size_t one_layer = ls_sat_add(ls_coll_memo_plan_bytes(ls_sat_mul3(W, RC * kk, sizeof(int64_t))),
+                                          ls_coll_memo_plan_bytes(ls_sat_mul3(W, RC * kk, es)));
+            one_layer = ls_sat_add(one_layer, ls_sat_add(ls_sat_mul(2, lse),
+                                                         ls_coll_memo_plan_bytes(ls_sat_mul3(RC, H * (size_t)c->d_v, es))));
+            kept = ls_sat_add(kept, ls_sat_mul3(K, L, one_layer));
+        }
+        tape = ls_sat_add(kept, tape);
+    } else if (in->replay_ckpt) {
         size_t kept = LS_K(ls_seg_ckpt_plan_bytes)(c->n_layers, R, d, es);
         if (in->world > 1) { /* dsa_topk_gather (positions, scores), lse_max, lse_sum, out_sum */
             size_t kk = (size_t)c->index_topk < Ptot + R ? (size_t)c->index_topk : Ptot + R, H = (size_t)c->heads;
@@ -953,10 +975,12 @@ void LS_K(ls_mla_plan_transients)(const ls_model_config *c, const ls_family_plan
         tape = ls_sat_add(kept, one);
     }
     ADD(LS_FPLAN_REPLAY, LS_MEM_BRANCH, tape);
-    plan_acc fr = {.esz = es};
+    plan_acc fr = {.esz = es}, frc = {.esz = es}; /* the frame over the response, over the replay's segment */
     RQR(&fr, 0, R * d), RQR(&fr, 0, R * d), RQR(&fr, 0, R), RQR(&fr, 0, R * d), RQR(&fr, 0, R);
     RQR(&fr, 0, LS_K(ls_logprob_workspace)(R, 128));
-    ADD(LS_FPLAN_REPLAY, LS_MEM_BRANCH, fr.scr);
+    RQR(&frc, 0, RC * d), RQR(&frc, 0, RC * d), RQR(&frc, 0, RC), RQR(&frc, 0, RC * d), RQR(&frc, 0, RC);
+    RQR(&frc, 0, LS_K(ls_logprob_workspace)(RC, 128));
+    ADD(LS_FPLAN_REPLAY, LS_MEM_BRANCH, frc.scr);
     ADD(LS_FPLAN_SCORE, LS_MEM_SCRATCH, fr.scr);
     ADD(LS_FPLAN_SCORE, LS_MEM_SCORE, ls_sat_mul(R, es + sizeof(int32_t)));
     plan_acc h = {.esz = es};

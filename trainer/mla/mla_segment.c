@@ -117,16 +117,23 @@ ls_status LS_K(ls_mla_segment_forward)(const ls_params *p, ls_seg_io *io) {
     return LS_K(ls_seg_forward)(p, io, sizeof(ls_mla_layer_tape), 0, layer_forward);
 }
 
+/* Layer l's backward; dout's rows for the segment (its own c_kv and k_pe rows' gradients) arrive as the
+ * gradient of what the layer handed on. */
 static ls_status layer_backward(const ls_params *p, int l, ls_seg_frame *fr, ls_real *dh, ls_state *dctx,
-                                ls_arena *scr) {
+                                const ls_state *dout, ls_arena *scr) {
     ls_mla_layer_tape *ly = fr->ly;
+    const ls_layer_state *go = dout ? &dout->ly[l] : NULL;
+    ls_status st = LS_OK;
+    ls_real *dckv = LS_K(ls_seg_dout_rows)(go, fr->pos0, fr->T, (size_t)p->cfg.kv_rank, 0, scr, &st);
+    ls_real *dkpe = LS_K(ls_seg_dout_rows)(go, fr->pos0, fr->T, (size_t)p->cfg.d_rope, 1, scr, &st);
+    if (st != LS_OK) return st;
     return LS_K(ls_mla_layer_backward)(p, l, &ly[l], dh, fr->ctx ? &fr->ctx->ly[l] : NULL,
-                                       dctx ? &dctx->ly[l] : NULL, NULL, NULL, scr);
+                                       dctx ? &dctx->ly[l] : NULL, dckv, dkpe, scr);
 }
 
 ls_status LS_K(ls_mla_segment_backward)(const ls_params *p, ls_seg_tape *tape, const ls_real *dlogp, ls_state *dctx,
-                                        ls_layer_hook hook, void *hook_user) {
-    return LS_K(ls_seg_backward)(p, tape, dlogp, dctx, 0, layer_backward, hook, hook_user);
+                                        const ls_state *dout, ls_layer_hook hook, void *hook_user) {
+    return LS_K(ls_seg_backward)(p, tape, dlogp, dctx, dout, 0, layer_backward, hook, hook_user);
 }
 
 /* ---- `full` mode: the prompt backward ------------------------------------------ */

@@ -110,8 +110,12 @@ typedef struct {
     size_t ssz;        /* bytes of one prompt-state element */
     size_t page_size;  /* KV page tokens */
     size_t index_sets; /* mla: layers holding index keys (0: every layer) */
-    int replay_ckpt;   /* the replay keeps each layer's input and rebuilds one layer's tape at a time
-                          (ls_seg_io.checkpointed), with its collectives' results under CP */
+    int replay_ckpt;   /* 1: the replay keeps each layer's input and rebuilds one layer's tape at a time
+                          (ls_seg_io.checkpointed), with its collectives' results under CP; 2: the replay in chunks
+                          of replay_chunk tokens (trainer/step/replay_chunk.h): the response's own rows and their
+                          gradient, the fixed state at each chunk start, the chunks' collectives under CP, one
+                          chunk's tape */
+    size_t replay_chunk; /* replay_ckpt 2: tokens per chunk */
 } ls_family_plan_in;
 
 typedef enum {
@@ -171,8 +175,13 @@ typedef struct ls_family_ops {
     size_t (*state_plan_bytes)(const ls_model_config *c, int64_t n_pos); /* saturating */
     /* segments */
     ls_status (*segment_forward)(const ls_params *p, ls_seg_io *io);
+    /* dctx (NULL: detached) += the gradient of the segment's context; dout (NULL: none) the gradient
+       arriving for what the segment handed on (a chunked replay's later chunks): per layer, pages covering
+       exactly the segment's positions [pos0, pos0 + T) holding its own rows' gradients (hybrid: dK, dV; mla:
+       dc_kv, dk_pe; none where another rank owns the keys), and fixed0/fixed1 the gradient of the fixed state
+       after it (hybrid GDN: the conv tail, S; NULL: zero) */
     ls_status (*segment_backward)(const ls_params *p, ls_seg_tape *tape, const ls_real *dlogp, ls_state *dctx,
-                                  ls_layer_hook hook, void *hook_user);
+                                  const ls_state *dout, ls_layer_hook hook, void *hook_user);
     void (*tape_free)(ls_seg_tape *t);
     size_t (*tape_bytes)(const ls_seg_tape *t);
     /* `full` mode on one rank: the prompt backward from the captured state's gradient */

@@ -183,11 +183,38 @@ static ls_status rebuild_layer(const ls_params *p, ls_seg_frame *fr, int l, ls_a
     return st;
 }
 
+ls_real *LS_K(ls_seg_dout_rows)(const ls_layer_state *ly, int64_t pos0, size_t T, size_t row, int want_v,
+                                ls_arena *scr, ls_status *st) {
+    if (!ly || !ly->n_pages) return NULL;
+    ls_real *dst = ls_arena_alloc(scr, R(T * row + 1));
+    if (!dst) {
+        *st = LS_ERR_NOMEM;
+        return NULL;
+    }
+    size_t off = 0;
+    for (size_t i = 0; i < ly->n_pages; i++) {
+        const ls_kv_page *pg = &ly->pages[i];
+        const ls_real *src = want_v ? pg->v : pg->k;
+        if (pg->pos0 != pos0 + (int64_t)off || pg->n > T - off || !src) {
+            *st = LS_ERR_INTERNAL;
+            return NULL;
+        }
+        memcpy(dst + off * row, src, R(pg->n * row));
+        off += pg->n;
+    }
+    if (off != T) {
+        *st = LS_ERR_INTERNAL;
+        return NULL;
+    }
+    return dst;
+}
+
 ls_status LS_K(ls_seg_backward)(const ls_params *p, ls_seg_tape *tape, const ls_real *dlogp, ls_state *dctx,
-                                int zero_centred, ls_seg_layer_bwd_fn layer, ls_layer_hook hook, void *hook_user) {
+                                const ls_state *dout, int zero_centred, ls_seg_layer_bwd_fn layer, ls_layer_hook hook,
+                                void *hook_user) {
     ls_seg_frame *fr = &tape->fr;
     size_t T = fr->T, d = (size_t)p->cfg.d_model;
-    if (fr->grad_cut && dctx) return LS_ERR_ARG; /* the context is before the cut */
+    if (fr->grad_cut && (dctx || dout)) return LS_ERR_ARG; /* the context is before the cut */
     ls_arena work;
     ls_arena_init(&work, fr->arena.cat, 0);
     ls_status st = LS_ERR_NOMEM;
@@ -207,7 +234,7 @@ ls_status LS_K(ls_seg_backward)(const ls_params *p, ls_seg_tape *tape, const ls_
         ls_arena_init(&scr, fr->arena.cat, 0);
         ls_arena_init(&lt, fr->arena.cat, 0);
         if (fr->checkpointed) st = rebuild_layer(p, fr, l, &lt);
-        if (st == LS_OK) st = layer(p, l, fr, dh, dctx, &scr);
+        if (st == LS_OK) st = layer(p, l, fr, dh, dctx, dout, &scr);
         if (lt.used_bytes + scr.used_bytes > fr->recompute_peak) fr->recompute_peak = lt.used_bytes + scr.used_bytes;
         ls_arena_free(&scr);
         ls_arena_free(&lt);

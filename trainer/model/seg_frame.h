@@ -45,9 +45,11 @@ struct ls_seg_tape {
 };
 
 /* One layer's taped backward: dh [T, d] in and out; dctx (may be NULL)
- * receives the gradient of fr's context. */
+ * receives the gradient of fr's context; dout (may be NULL) holds the
+ * gradient arriving for what the segment handed on (family.h's
+ * segment_backward). */
 typedef ls_status (*ls_seg_layer_bwd_fn)(const ls_params *p, int l, ls_seg_frame *fr, ls_real *dh,
-                                         ls_state *dctx, ls_arena *scr);
+                                         ls_state *dctx, const ls_state *dout, ls_arena *scr);
 
 /* A whole segment (what a family's segment_forward does once it checked
  * its own arguments): ls_seg_check_io, the embedding, the family's layers,
@@ -59,7 +61,15 @@ ls_status LS_K(ls_seg_forward)(const ls_params *p, ls_seg_io *io, size_t ly_size
 /* Its backward: the head, the family's layers from the last, the
  * embedding.  LS_ERR_ARG for a context gradient under a cut. */
 ls_status LS_K(ls_seg_backward)(const ls_params *p, ls_seg_tape *tape, const ls_real *dlogp, ls_state *dctx,
-                                int zero_centred, ls_seg_layer_bwd_fn layer, ls_layer_hook hook, void *hook_user);
+                                const ls_state *dout, int zero_centred, ls_seg_layer_bwd_fn layer, ls_layer_hook hook,
+                                void *hook_user);
+
+/* The rows of dout's layer ly (ls_seg_backward's dout) for the segment's positions [pos0, pos0 + T) as one
+ * contiguous [T, row] buffer of field k (want_v 0) or v, from scr; NULL when the layer has no pages there (no
+ * gradient arrives: another rank owns the keys) or on failure (*st LS_ERR_NOMEM, or LS_ERR_INTERNAL when the
+ * pages do not cover the segment exactly). */
+ls_real *LS_K(ls_seg_dout_rows)(const ls_layer_state *ly, int64_t pos0, size_t T, size_t row, int want_v,
+                                ls_arena *scr, ls_status *st);
 
 /* The bytes a checkpointed tape of T tokens holds beside its frame and head (ckpt_new in seg_frame.c: each
  * layer's input at esz bytes an element, its decisions, memo and input digest), for the memory plan;

@@ -95,11 +95,14 @@ ls_status LS_K(ls_plan_compute)(const ls_plan_in *in, ls_plan *out, char *err, s
                              .expert_lora_r = in->obj.train_mode == LS_TRAIN_LORA && in->obj.lora_experts ? in->obj.lora_r : 0,
                              .esz = in->compute_bytes, .ssz = in->state_bytes, .page_size = in->page_size,
                              .index_sets = in->index_sets};
-    ls_family_plan fp, fpc; /* with the replay taped whole, and checkpointed */
+    ls_family_plan fp, fpc, fpk; /* with the replay taped whole, checkpointed, in chunks */
     fam->plan(c, &fin, &fp);
-    ls_family_plan_in cin = fin;
+    ls_family_plan_in cin = fin, kin = fin;
     cin.replay_ckpt = 1;
     fam->plan(c, &cin, &fpc);
+    kin.replay_ckpt = 2;
+    kin.replay_chunk = in->replay_chunk ? in->replay_chunk : 256;
+    fam->plan(c, &kin, &fpk);
     out->state = (ls_plan_state){.attn_kv = fp.attn_kv, .recurrent = fp.recurrent, .latent = fp.latent,
                                  .index_keys = fp.index_keys, .attn_layers = fp.attn_layers,
                                  .recurrent_layers = fp.recurrent_layers, .latent_layers = fp.latent_layers,
@@ -115,20 +118,20 @@ ls_status LS_K(ls_plan_compute)(const ls_plan_in *in, ls_plan *out, char *err, s
     /* the decisions against the budget, cheapest first: the reference kept (a recapture costs a capture of
        the whole prompt) before the replay taped whole (a checkpointed replay costs one more forward of each
        response); the first candidate that fits, else the last (the smallest) */
-    int keeps[2] = {0}, cks[2] = {0}, n_keep = 1, n_ck = 1;
+    int keeps[2] = {0}, cks[3] = {0, 1, 2}, n_keep = 1, n_ck = 1;
     if (use_ref && in->rollout && !in->prefix_frozen && !naive) {
         if (in->keep_reference >= 0) keeps[0] = in->keep_reference;
         else keeps[0] = 1, n_keep = 2; /* keeps[1] 0 */
     }
-    if (in->replay_checkpoint >= 0) cks[0] = in->replay_checkpoint;
-    else cks[1] = 1, n_ck = 2; /* cks[0] 0 */
+    if (in->replay_checkpoint >= 0) cks[0] = naive && in->replay_checkpoint == 2 ? 0 : in->replay_checkpoint;
+    else n_ck = naive ? 2 : 3; /* none, layer, chunk (the naive sequence is never chunked) */
     int keep = keeps[0], ck = cks[0];
     size_t pend = fp.capture_pending < S ? fp.capture_pending : S; /* not appended at a capture's peak */
     size_t (*ph)[LS_MEM_COUNT] = out->phase;
     for (int pass = 0; pass < n_keep * n_ck; pass++) {
         keep = keeps[pass / n_ck];
         ck = cks[pass % n_ck];
-        const ls_family_plan *rf = ck ? &fpc : &fp; /* the replay's terms */
+        const ls_family_plan *rf = ck == 2 ? &fpk : ck ? &fpc : &fp; /* the replay's terms */
         memset(out->phase, 0, sizeof out->phase);
         memset(out->phase_runs, 0, sizeof out->phase_runs);
         out->captures = 0;
@@ -208,7 +211,7 @@ ls_status LS_K(ls_plan_compute)(const ls_plan_in *in, ls_plan *out, char *err, s
             if (world > 1) pb[LS_MEM_GRADS] = ls_sat_add(pb[LS_MEM_GRADS], out->fixed[LS_MEM_GRADS]); /* the stash */
         }
         if (in->state_tier && !naive) {
-            const ls_family_plan *sf = ck ? &fpc : &fp;
+            const ls_family_plan *sf = rf;
             size_t ref = fp.stage[LS_FPLAN_CAPTURE] > fp.stage[LS_FPLAN_SCORE] ? fp.stage[LS_FPLAN_CAPTURE]
                                                                                : fp.stage[LS_FPLAN_SCORE];
             to_host(ph[LS_PLAN_CAPTURE], fp.stage[LS_FPLAN_CAPTURE]);
@@ -256,7 +259,9 @@ ls_status LS_K(ls_plan_compute)(const ls_plan_in *in, ls_plan *out, char *err, s
     if (out->phase_runs[LS_PLAN_REFERENCE]) out->flops[LS_PLAN_REFERENCE] = (in->prefix_frozen ? 0 : cap) + G * member;
     out->flops[LS_PLAN_REPLAY] =
         G * (member + LS_K(ls_plan_backward_flops)(c, r, in->R, in->P - 1, 1));
-    if (ck) /* checkpointed: the layers' forward again (not the head: lm_head 2 V d and the log-softmax 3 V a token) */
+    if (ck == 2) /* in chunks: each chunk's forward again, its head included (its log-probs held to the forward's) */
+        out->flops[LS_PLAN_REPLAY] += G * member;
+    else if (ck) /* checkpointed: the layers' forward again (not the head: lm_head 2 V d and the log-softmax 3 V a token) */
         out->flops[LS_PLAN_REPLAY] +=
             G * (member - (double)in->R * (2.0 * (double)c->d_model + 3.0) * (double)c->vocab);
     if (out->phase_runs[LS_PLAN_PROMPT_BWD]) {

@@ -51,7 +51,9 @@ typedef struct {
     int rollout;                 /* the step generates its responses (else they are supplied) */
     int keep_reference;          /* beta > 0 with a rollout: -1 decide by budget, 0 recapture, 1 keep */
     int replay_checkpoint;       /* the response replay: -1 decide by budget, 0 every layer's tape, 1 each layer's
-                                    input and one layer's tape rebuilt at a time (--replay-checkpoint) */
+                                    input and one layer's tape rebuilt at a time, 2 in chunks of replay_chunk tokens
+                                    each taped again from the carried state (--replay-checkpoint) */
+    size_t replay_chunk;         /* replay_checkpoint 2 (or -1 choosing it): tokens per chunk (0: 256) */
     int prefix_frozen;           /* prompt state kept across steps (both states when beta > 0) */
     size_t budget;               /* bytes per rank; 0: none (keep_reference -1 then keeps) */
     int state_tier;              /* --state-tier: 0 device, 1 host (the prompt state in prompt_state_host, two layers'
@@ -84,7 +86,8 @@ typedef struct {
                                                   must admit): every category but prompt_state_host */
     size_t host_peak;                          /* the host tier's planned peak (prompt_state_host; 0 on device) */
     int keep_reference;                        /* the decision: 1 reference state kept beside the policy's */
-    int replay_checkpoint;                     /* the decision: 1 the replay keeps layer inputs, not tapes */
+    int replay_checkpoint;                     /* the decision: 0 taped, 1 the replay keeps layer inputs, not tapes,
+                                                  2 in chunks */
     int captures;                              /* prompt captures the step runs */
     size_t moe_routed_buffer;                  /* mla: one routed hidden buffer of the capture's dispatch chunk */
     double flops[LS_PLAN_PHASES];              /* this rank's floating-point operations per phase */

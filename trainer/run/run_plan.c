@@ -34,7 +34,8 @@ void LS_K(ls_run_plan_in)(const ls_train_args *a, const ls_run_shape *sh, size_t
     in->prefix_frozen = a->prefix_frozen > 1;
     in->budget = budget;
     in->keep_reference = a->keep_reference == 1 ? 1 : a->keep_reference == 2 ? 0 : -1;
-    in->replay_checkpoint = a->replay_checkpoint == 1 ? 0 : a->replay_checkpoint == 2 ? 1 : -1;
+    in->replay_checkpoint = a->replay_checkpoint >= 1 && a->replay_checkpoint <= 3 ? a->replay_checkpoint - 1 : -1;
+    in->replay_chunk = (size_t)a->step.replay_chunk;
     in->state_tier = a->step.state_tier;
     in->host_budget = a->host_memory;
 }

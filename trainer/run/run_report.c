@@ -49,7 +49,10 @@ static cJSON *options_json(const ls_train_args *a) {
     cJSON_AddStringToObject(j, "lora_init", a->obj.lora_init_random ? "random" : "zero");
     cJSON_AddStringToObject(j, "keep_reference", a->keep_reference == 1 ? "on" : a->keep_reference == 2 ? "off" : "auto");
     cJSON_AddStringToObject(j, "replay_checkpoint",
-                            a->replay_checkpoint == 1 ? "none" : a->replay_checkpoint == 2 ? "layer" : "auto");
+                            a->replay_checkpoint == 1   ? "none"
+                            : a->replay_checkpoint == 2 ? "layer"
+                            : a->replay_checkpoint == 3 ? "chunk"
+                                                        : "auto");
     ls_json_add_u64(j, "page_size", o->page_size);
     ls_json_add_u64(j, "capture_chunk", o->capture_chunk);
     ls_json_add_u64(j, "prompts_per_step", a->prompts_per_step ? a->prompts_per_step : 1);
@@ -88,7 +91,8 @@ static cJSON *paths_json(const ls_train_args *a, const ls_run_inputs *in) {
         {"reference", "kept", LS_STEP_PATH_REF_KEPT, 0}, {"reference", "naive", LS_STEP_PATH_REF_NAIVE, 0},
         {"reference", "none", LS_STEP_PATH_REF_NONE, 0}, {"reference", "prefix", LS_STEP_PATH_REF_PREFIX, 0},
         {"reference", "recaptured", LS_STEP_PATH_REF_RECAPTURED, 0},
-        {"replay", "layer", LS_STEP_PATH_REPLAY_LAYER, 0}, {"replay", "taped", LS_STEP_PATH_REPLAY_TAPED, 0},
+        {"replay", "chunk", LS_STEP_PATH_REPLAY_CHUNK, 0}, {"replay", "layer", LS_STEP_PATH_REPLAY_LAYER, 0},
+        {"replay", "taped", LS_STEP_PATH_REPLAY_TAPED, 0},
         {"responses", "given", LS_STEP_PATH_RESP_GIVEN, 0}, {"responses", "sampled", LS_STEP_PATH_RESP_SAMPLED, 0},
         {"responses", "target", LS_STEP_PATH_RESP_TARGET, 0},
         {"shards", "even", LS_RUN_PATH_SHARDS_EVEN, 1}, {"shards", "one", LS_RUN_PATH_SHARDS_ONE, 1},

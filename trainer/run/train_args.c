@@ -126,10 +126,16 @@ static const opt OPTS[] = {
     {.rec = "config.options.keep_reference", ROW(OPT_CHOICE, "--keep-reference", "auto|on|off",
      "beta > 0 with a rollout: the reference's prompt state beside the policy's (on: two captures), or one state at a "
      "time (off: three captures); auto: on when the plan of two fits the budget", "auto", 0, keep_reference)},
-    {.rec = "config.options.replay_checkpoint", ROW(OPT_CHOICE, "--replay-checkpoint", "auto|none|layer",
+    {.rec = "config.options.replay_checkpoint", ROW(OPT_CHOICE, "--replay-checkpoint", "auto|none|layer|chunk",
      "the response replay: none keeps every layer's tape through the backward; layer keeps each layer's input and "
      "rebuilds its tape during the backward (the same gradients bit for bit, about L x R x d values plus one layer's "
-     "tape); auto: none when its plan fits the budget", "auto", 0, replay_checkpoint)},
+     "tape); chunk runs the branch in chunks of --replay-chunk tokens, keeps only the carried state (the "
+     "response's own K/V or latents, the GDN state at each chunk start) and tapes each chunk again during the "
+     "backward (the same gradients to rounding; --strategy longstraw); auto: the first of none, layer, chunk whose "
+     "plan fits the budget", "auto", 0, replay_checkpoint)},
+    {.rec = "config.options.replay_chunk", ROW(OPT_INT, "--replay-chunk", "N",
+     "--replay-checkpoint chunk (or auto choosing it): response tokens per chunk", "256", 0, step.replay_chunk),
+     .min = 1, .max = 1 << 24, .bad = "is not an integer in [1, 16777216]"},
     {.rec = "config.options.state_tier", ROW(OPT_CHOICE, "--state-tier", "device|host",
      "where the captured prompt state lives: device, or host (its rows in the host tier, each layer's share staged "
      "into the device tier before the layer reads it, the next layer's copied meanwhile: the device holds two "

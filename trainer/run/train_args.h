@@ -32,7 +32,7 @@ typedef struct {
     size_t host_memory;     /* --host-memory: the host tier's budget in bytes (--state-tier host); 0 = none */
     int keep_reference;     /* --keep-reference: 0 auto (the plan decides), 1 on, 2 off */
     int ep;                 /* --ep N: expert parallelism, world = cp x ep (mla; 0 or 1: none) */
-    int replay_checkpoint;  /* --replay-checkpoint: 0 auto (the plan decides), 1 none (taped), 2 layer */
+    int replay_checkpoint;  /* --replay-checkpoint: 0 auto (the plan decides), 1 none (taped), 2 layer, 3 chunk */
     int task;               /* --task: the built-in task (ls_task_kind) */
     size_t recall_records;  /* --recall-records: records per recall prompt (0: the task's default) */
     int quiet;

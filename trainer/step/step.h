@@ -52,8 +52,11 @@ typedef struct {
                                   half the prompt-state peak).  -1 (default): the run decides by its plan */
     int replay_checkpoint;     /* the response replay: 0 every layer's tape kept through the backward; 1 each layer's
                                   input kept and its tape rebuilt during the backward (ls_seg_io.checkpointed: the
-                                  same gradients bit for bit, about L*R*d stored values plus one layer's tape).
-                                  -1 (default): the run decides by its plan */
+                                  same gradients bit for bit, about L*R*d stored values plus one layer's tape);
+                                  2 the branch in chunks of replay_chunk tokens, each taped again from the carried
+                                  state during the backward (trainer/step/replay_chunk.h: the same gradients to
+                                  rounding; no layer input kept).  -1 (default): the run decides by its plan */
+    int replay_chunk;          /* replay_checkpoint 2: tokens per chunk (--replay-chunk) */
     int state_tier;            /* --state-tier: 0 device (the prompt state in prompt_state), 1 host (in
                                   prompt_state_host, each layer's share staged into the device tier before the
                                   layer reads it: trainer/model/stage.h); the same results bit for bit */
@@ -102,7 +105,8 @@ enum {
     LS_STEP_PATH_OLD_COMPUTED = 1u << 3, LS_STEP_PATH_OLD_GIVEN = 1u << 4, LS_STEP_PATH_OLD_NONE = 1u << 5,
     LS_STEP_PATH_REF_NONE = 1u << 6, LS_STEP_PATH_REF_BEFORE = 1u << 7, LS_STEP_PATH_REF_KEPT = 1u << 8,
     LS_STEP_PATH_REF_RECAPTURED = 1u << 9, LS_STEP_PATH_REF_PREFIX = 1u << 10, LS_STEP_PATH_REF_NAIVE = 1u << 11,
-    LS_STEP_PATH_REF_GIVEN = 1u << 12, LS_STEP_PATH_REPLAY_TAPED = 1u << 13, LS_STEP_PATH_REPLAY_LAYER = 1u << 14
+    LS_STEP_PATH_REF_GIVEN = 1u << 12, LS_STEP_PATH_REPLAY_TAPED = 1u << 13, LS_STEP_PATH_REPLAY_LAYER = 1u << 14,
+    LS_STEP_PATH_REPLAY_CHUNK = 1u << 15
 };
 
 /* The prompt state kept across prefix-frozen steps (--prefix-frozen K):

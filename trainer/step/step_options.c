@@ -22,4 +22,5 @@ void ls_step_options_defaults(ls_step_options *o) {
     o->fault_untracked_alloc = 0;
     o->keep_reference = -1;
     o->replay_checkpoint = -1;
+    o->replay_chunk = 256;
 }

@@ -15,6 +15,7 @@
 #include "trainer/step/grpo_stats.h"
 #include "trainer/base/rng.h"
 #include "trainer/dist/ep.h"
+#include "trainer/step/replay_chunk.h"
 
 #define R_(n) ((n) * sizeof(ls_real))
 /* phase indices are the trace vocabulary's (receipts/trace_event.h) */
@@ -242,6 +243,8 @@ static ls_status replay_member(txn *x, const ls_batch *b, size_t i, const double
     ls_real *lp = ls_mem_alloc(LS_MEM_BRANCH, R_(R) * 4);
     double *lpd = ls_mem_alloc(LS_MEM_BRANCH, R * sizeof *lpd);
     ls_seg_tape *tape = NULL;
+    ls_replay_chunks *chunks = NULL;
+    int chunked = x->o->replay_checkpoint == 2 && !naive; /* --replay-checkpoint chunk (replay_chunk.h) */
     hook_ctx hk = {x->obs, "replay", x->m0 + (int)i};
     ls_status st = LS_ERR_NOMEM;
     if (!in || !lp || !lpd) goto cleanup;
@@ -257,7 +260,9 @@ static ls_status replay_member(txn *x, const ls_batch *b, size_t i, const double
                     .targets = b->resp[i], .score_from = naive ? P - 1 : 0, .logp = lp, .tape = &tape,
                     .tape_cat = LS_MEM_BRANCH, .hook = hook_fn, .hook_user = &hk,
                     .grad_cut = naive && !x->full ? P - 1 : 0, .checkpointed = x->o->replay_checkpoint == 1};
-    st = p->fam->segment_forward(p, &io);
+    st = chunked ? LS_K(ls_replay_chunks_forward)(p, x->ps, in, T, io.pos0, b->resp[i], x->o->replay_chunk, lp,
+                                                  hook_fn, &hk, &chunks)
+                 : p->fam->segment_forward(p, &io);
     if (st != LS_OK) goto cleanup;
     for (size_t t = 0; t < R; t++) lpd[t] = (double)lp[t];
     if (sft_w) {
@@ -281,12 +286,18 @@ static ls_status replay_member(txn *x, const ls_batch *b, size_t i, const double
     }
     if (x->B > 1) /* the step's loss is the mean over its groups (docs/model.md §4) */
         for (size_t t = 0; t < R; t++) dlp[t] *= (ls_real)(1.0 / (double)x->B);
-    st = p->fam->segment_backward(p, tape, dlp, x->full && !naive ? &x->dps : NULL, hook_fn, &hk);
-    if (tape_bytes) *tape_bytes = p->fam->tape_bytes(tape);
+    if (chunked) {
+        st = LS_K(ls_replay_chunks_backward)(chunks, dlp, x->full ? &x->dps : NULL);
+        if (tape_bytes) *tape_bytes = LS_K(ls_replay_chunks_bytes)(chunks);
+    } else {
+        st = p->fam->segment_backward(p, tape, dlp, x->full && !naive ? &x->dps : NULL, NULL, hook_fn, &hk);
+        if (tape_bytes) *tape_bytes = p->fam->tape_bytes(tape);
+    }
     x->res->phase_tokens[PH_REPLAY] += (int64_t)R;
     x->res->tokens += (int64_t)R;
 cleanup:
     if (tape) p->fam->tape_free(tape);
+    LS_K(ls_replay_chunks_free)(chunks);
     ls_mem_free(lpd);
     ls_mem_free(lp);
     ls_mem_free(in);
@@ -655,7 +666,9 @@ static void aggregate(ls_step_result *r, const ls_step_result *gr, size_t B, con
 /* The decisions this group's step took (LS_STEP_PATH_*), as phase_capture_rollout and phase_score made them. */
 static unsigned group_paths(const txn *x, const ls_step_prefix *pf) {
     const ls_batch *b = x->b;
-    unsigned replay = x->o->replay_checkpoint == 1 ? LS_STEP_PATH_REPLAY_LAYER : LS_STEP_PATH_REPLAY_TAPED;
+    unsigned replay = x->o->replay_checkpoint == 1                ? LS_STEP_PATH_REPLAY_LAYER
+                      : x->o->replay_checkpoint == 2 && !x->naive ? LS_STEP_PATH_REPLAY_CHUNK
+                                                                  : LS_STEP_PATH_REPLAY_TAPED;
     if (x->sft) return replay | LS_STEP_PATH_RESP_TARGET | LS_STEP_PATH_OLD_NONE | LS_STEP_PATH_REF_NONE;
     unsigned m = replay | (x->need_rollout ? LS_STEP_PATH_RESP_SAMPLED : LS_STEP_PATH_RESP_GIVEN);
     m |= b->old_supplied ? LS_STEP_PATH_OLD_GIVEN : LS_STEP_PATH_OLD_COMPUTED;
