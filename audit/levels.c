@@ -30,9 +30,17 @@ static const char *str_of(const cJSON *o, const char *k) {
     return cJSON_IsString(it) ? it->valuestring : NULL;
 }
 
+/* The EP size of a run's configuration or of a check ("ep_ranks" / "ep"; absent: 1). */
+static int ep_of(const cJSON *o, const char *k) {
+    const cJSON *v = o ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
+    return cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= 65536 ? (int)v->valuedouble : 1;
+}
+
 /* The checks of one kind that speak for this run: for the kinds that
  * compare the run's computation (per_world: CP-N against references), its
- * dtype and world (a one-rank run takes any world's); the links of the
+ * dtype, world and EP size (an EP-N run of world cp x N: the checks of EP-N
+ * runs of that world, "ep" N; an EP-1 run: those without "ep"; a one-rank
+ * run takes any world's); the links of the
  * proof itself (independent reference, finite differences) are float64 and
  * speak for every run.  The rule fails on any such check that fails, and when none
  * passes. */
@@ -44,6 +52,7 @@ static void parity_kind(ls_audit_run *run, ls_audit_rule *r, const char *kind, b
         return;
     }
     const char *dtype = run->config ? str_of(run->config, "dtype") : NULL;
+    int run_ep = ep_of(run->config, "ep_ranks");
     int passing = 0;
     const cJSON *c;
     cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(run->parity, "checks")) {
@@ -52,6 +61,7 @@ static void parity_kind(ls_audit_run *run, ls_audit_rule *r, const char *kind, b
         if (per_world && dtype && dt && strcmp(dt, dtype) != 0) continue; /* the proof's own links are float64 */
         const cJSON *w = cJSON_GetObjectItemCaseSensitive(c, "world");
         if (!cJSON_IsNumber(w) || (per_world && run->world > 1 && w->valuedouble != (double)run->world)) continue;
+        if (per_world && run->world > 1 && ep_of(c, "ep") != run_ep) continue; /* another grid of the same world */
         r->matched++;
         const char *name = str_of(c, "name");
         if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "pass"))) {
@@ -66,7 +76,10 @@ static void parity_kind(ls_audit_run *run, ls_audit_rule *r, const char *kind, b
     }
     if (passing == 0 && r->n_ev == 0) {
         char where[64] = "";
-        if (per_world && run->world > 1) snprintf(where, sizeof where, " for world %u", (unsigned)run->world);
+        if (per_world && run->world > 1)
+            snprintf(where, sizeof where, " for world %u%s", (unsigned)run->world, run_ep > 1 ? " at EP" : "");
+        if (per_world && run->world > 1 && run_ep > 1)
+            snprintf(where + strlen(where), sizeof where - strlen(where), "-%d", run_ep);
         ls_audit_rule_fail(r, -1, pf, -1, "not proven: the parity report has no passing %s check%s%s%s", kind, where,
                            per_world && dtype ? " in " : "", per_world && dtype ? dtype : "");
     }

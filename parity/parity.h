@@ -79,6 +79,10 @@ typedef struct {
     const ls_parity_family *fam; /* the family's descriptor */
     int cps[LS_PARITY_MAX_CP];
     size_t n_cps;
+    /* expert-parallel sizes (mla, --eps, or --like an EP run), 1 first: every EP size N > 1 runs at every CP
+     * size c of cps with c x N <= LS_PARITY_MAX_CP ranks (world c x N, --ep N); {1}: no EP runs */
+    int eps[LS_PARITY_MAX_CP];
+    size_t n_eps;
     bool dtype[2];            /* [LS_PARITY_F64], [LS_PARITY_F32] */
     bool config_on[16];       /* which matrix entries run */
     const char *out;          /* the output directory */
@@ -263,6 +267,9 @@ void ls_parity_report_config(ls_parity_report *r, const ls_parity_config *c, con
 cJSON *ls_parity_check_new(const char *kind, const char *name, int dtype, int world, const char *config,
                            const char *grad_mode, const char *reference, const char *candidate, cJSON *entries,
                            const char *entries_key);
+/* The check of an expert-parallel run (ep > 1): its "ep" (absent: EP 1), world being cp x ep ranks; the
+ * audit holds an EP-N run to the checks of its EP size.  Returns check. */
+cJSON *ls_parity_check_ep(cJSON *check, int ep);
 /* The report takes the check (owns it from here) as evidence for its level. */
 void ls_parity_report_add(ls_parity_report *r, cJSON *check);
 /* Or as a negative control (owning it too): a fault run whose comparison
@@ -337,6 +344,7 @@ cJSON *ls_parity_decisions_check(const cJSON *decisions, const bool expect[3], c
  * the task, the lengths and what else the run's path forces). */
 typedef struct {
     int dt, world;
+    int ep; /* --ep N when > 1 (world is then cp x N ranks) */
     const char *out, *log, *rollouts, *load, *save_init, *dump_batch, *dump_grads, *save;
     const uint64_t *seed; /* NULL: o->seed (the matrix entry's draw of weights, parity_decisions.c) */
     const char *strategy, *grad_mode, *fault;
@@ -419,8 +427,9 @@ cJSON *ls_parity_path_derive(const char *run_dir, const cJSON *config, unsigned 
 /* The path runs of o->like_paths (parity_path.c, docs/parity.md "The run's path"): the trainer launched
  * the way the run was, at reduced size, at every CP size of o, and their checks and controls into rep. */
 ls_status ls_parity_paths_run(const ls_parity_opts *o, ls_parity_report *rep, char *err, size_t errlen);
-/* The environment variable that makes every fault-free path run at CP > 1 run with --fault VALUE as well
- * (test only: "a --like parity that would have failed before the fix"); the report says so in a note. */
+/* The environment variable that makes every fault-free path run at CP > 1 (an EP fault, ep-*: at EP > 1) run
+ * with --fault VALUE as well (test only: "a --like parity that would have failed before the fix"); the report
+ * says so in a note. */
 #define LS_PARITY_TEST_PATH_FAULT_ENV "LONGSTRAW_PARITY_TEST_PATH_FAULT"
 
 /* The kinds of discrete decision (dsa_topk, moe_group, moe_expert) the model config mc makes when T

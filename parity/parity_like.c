@@ -5,7 +5,8 @@
  * rank, alpha, experts), its objective's hyperparameters, its dtype
  * (float32 needs float64 beside it: its tolerance is measured against it)
  * and CP sizes 1, 2, 4, ... up to and including the run's (2 for a one-rank
- * run: the negative controls need two ranks).  The lengths
+ * run: the negative controls need two ranks), and for an expert-parallel
+ * run (ep_ranks N > 1: its CP size is world / N) the EP sizes 1 and N.  The lengths
  * stay parity's own (the coverage's reducible dimensions); one matrix entry
  * runs unless --configs names others.  And the run's path (its configuration's
  * "paths", or derived from its options): the path runs of parity_path.c
@@ -184,6 +185,24 @@ int ls_parity_like(const char *run_dir, ls_parity_opts *o, char *model_path, siz
     uint32_t w = m->world;
     if (w < 1 || w > LS_PARITY_MAX_CP)
         FAIL("--like %s: the run has %u ranks; parity runs at most %d", run_dir, (unsigned)w, LS_PARITY_MAX_CP);
+    /* the CP x EP grid (config ep_ranks, absent: 1): the CP sizes below are the run's CP size's, world / ep;
+       EP 1 and the run's EP size (every path run then also at EP-N, parity_path.c) */
+    const cJSON *epr = cJSON_GetObjectItemCaseSensitive(cfg, "ep_ranks");
+    uint32_t ep = 1;
+    if (epr != NULL) {
+        if (!cJSON_IsNumber(epr) || epr->valuedouble < 1 || epr->valuedouble > (double)w ||
+            epr->valuedouble != (double)(uint32_t)epr->valuedouble || w % (uint32_t)epr->valuedouble != 0)
+            FAIL("--like %s: config \"ep_ranks\" is not an integer >= 1 that divides the run's %u ranks", run_dir,
+                 (unsigned)w);
+        ep = (uint32_t)epr->valuedouble;
+    }
+    if (ep > 1 && strcmp(o->family, "mla") != 0)
+        FAIL("--like %s: the run's ep_ranks %u: family %s has no routed experts (expert parallelism is mla's)",
+             run_dir, (unsigned)ep, o->family);
+    o->n_eps = 0;
+    o->eps[o->n_eps++] = 1;
+    if (ep > 1) o->eps[o->n_eps++] = (int)ep;
+    w /= ep; /* the run's CP size */
     /* 1 and the powers of two below the run's size, and the run's own; a one-rank run gets 2 too: the
        negative controls (a rank attending to its own keys only, a reduction dropped) need two ranks */
     o->n_cps = 0;

@@ -16,6 +16,7 @@
 #include "parity/parity.h"
 #include "parity/parity_adapter.h"
 #include "receipts/dsse.h"
+#include "receipts/json_util.h"
 
 #ifndef LS_PARITY_TRAINER
 #define LS_PARITY_TRAINER "longstraw-train"
@@ -25,7 +26,7 @@
 #endif
 
 static void usage(FILE *f) {
-    fputs("usage: longstraw-parity --family hybrid|mla --out DIR [--cp 1,2,4] [--dtype f64,f32]\n"
+    fputs("usage: longstraw-parity --family hybrid|mla --out DIR [--cp 1,2,4] [--eps 1,2] [--dtype f64,f32]\n"
           "                        [--configs NAME,...] [--jobs N] [options]\n"
           "       longstraw-parity --adapter FILE --out DIR [--cp LIST] [--dtype LIST] [--jobs N] [options]\n"
           "       longstraw-parity --adapter FILE --like RUN --out DIR [--jobs N] [options]\n"
@@ -51,6 +52,10 @@ static void usage(FILE *f) {
           "  --family F        hybrid or mla (the model config, reference and faults follow)\n"
           "  --out DIR         output directory (created; an existing one is reused)\n"
           "  --cp LIST         context-parallel sizes, 1 included [1,2,4]; N > 1 runs under mpirun\n"
+          "  --eps LIST        mla: expert-parallel sizes, 1 included [1]: each N > 1 also runs at every CP\n"
+          "                    size c with c x N <= 8 ranks (--ep N; its log-probs and gradients against\n"
+          "                    EP-1's and the references, ep-drop-dx its control); the report's coverage\n"
+          "                    then states the EP sizes (eps), without which no EP-N run is covered\n"
           "  --dtype LIST      f64 and optionally f32 [f64,f32] (f32's noise floor needs f64)\n"
           "  --configs LIST    matrix entries to run [all]; --list prints them\n"
           "  --jobs N          trainer runs at a time [online CPUs, at most 16]\n"
@@ -77,7 +82,8 @@ static void usage(FILE *f) {
           "                    --like RUN (a run of the adapter's trainer) the CP sizes, dtypes, the\n"
           "                    prompt's length and shard split and the run's path come from the run\n"
           "  --like RUN        cover the run in RUN: its model (written to DIR/like-model.json), trainable\n"
-          "                    set, objective, dtype (f32 adds f64) and CP sizes 1, 2, 4, .. up to its own,\n"
+          "                    set, objective, dtype (f32 adds f64) and CP sizes 1, 2, 4, .. up to its own\n"
+          "                    (an expert-parallel run's: world / ep_ranks, and EP sizes 1 and its own),\n"
           "                    at parity's reduced lengths; the first matrix entry unless --configs; and\n"
           "                    path runs that launch the trainer the way the run did (its recorded paths:\n"
           "                    its own sampling and scoring, the keep-reference decision, prompts per\n"
@@ -123,6 +129,22 @@ static int parse_cps(const char *s, ls_parity_opts *o) {
     for (int v = 1; v <= LS_PARITY_MAX_CP; v++)
         if (seen[v]) o->cps[o->n_cps++] = v;
     return o->n_cps > 0 && o->cps[0] == 1 ? 0 : -1;
+}
+
+/* --eps: distinct sizes in 1..8, 1 included, ascending into o->eps */
+static int parse_eps(const char *s, ls_parity_opts *o) {
+    bool seen[LS_PARITY_MAX_CP + 1] = {false};
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        long v;
+        if (parse_long(t, 1, LS_PARITY_MAX_CP, &v) != 0 || seen[v]) return -1;
+        seen[v] = true;
+    }
+    o->n_eps = 0;
+    for (int v = 1; v <= LS_PARITY_MAX_CP; v++)
+        if (seen[v]) o->eps[o->n_eps++] = v;
+    return o->n_eps > 0 && o->eps[0] == 1 ? 0 : -1;
 }
 
 static int parse_dtypes(const char *s, ls_parity_opts *o) {
@@ -252,7 +274,9 @@ static int main_body(int argc, char **argv, ls_parity_opts *o) {
                         .temperature = 0.9, .epsilon = 0.2, .beta = 0.04};
     static char like_model[LS_PARITY_PATH];
     parse_cps("1,2,4", o);
+    parse_eps("1", o);
     parse_dtypes("f64,f32", o);
+    const char *eps = NULL;
     const char *cps = NULL, *dtypes = NULL, *configs = NULL, *key = NULL, *fd_groups = NULL, *adapter = NULL;
     bool list = false;
     for (int i = 1; i < argc; i++) {
@@ -273,6 +297,7 @@ static int main_body(int argc, char **argv, ls_parity_opts *o) {
         } else if (!strcmp(a, "--family")) slot = &o->family;
         else if (!strcmp(a, "--out")) slot = &o->out;
         else if (!strcmp(a, "--cp")) slot = &cps;
+        else if (!strcmp(a, "--eps")) slot = &eps;
         else if (!strcmp(a, "--dtype")) slot = &dtypes;
         else if (!strcmp(a, "--configs")) slot = &configs;
         else if (!strcmp(a, "--trainer")) slot = &o->trainer;
@@ -322,13 +347,16 @@ static int main_body(int argc, char **argv, ls_parity_opts *o) {
         else if (!strcmp(fd_groups, "layer")) o->fd_groups = LS_PARITY_FD_LAYER;
         else return bad("--fd-groups: '%s' is not tensor or layer", fd_groups);
     }
+    if (adapter && eps)
+        return bad("%s", "--eps: an adapter's trainer is launched by its adapter file, which states no expert "
+                         "parallelism: drop --eps");
     if (adapter) return adapter_main(o, adapter, cps, dtypes, key, configs);
     if (o->like) {
         if (o->out == NULL) return bad("%s", "--out DIR is required");
         if (strlen(o->out) > LS_PARITY_OUT_MAX) return bad("--out: '%.40s...' is longer than 512 characters", o->out);
-        if (cps || dtypes || o->model_config)
-            return bad("%s", "--like sets the model config, CP sizes and dtypes from the run: drop --cp, --dtype, "
-                             "--model-config");
+        if (cps || eps || dtypes || o->model_config)
+            return bad("%s", "--like sets the model config, CP and EP sizes and dtypes from the run: drop --cp, "
+                             "--eps, --dtype, --model-config");
         char lerr[1024];
         if (ls_parity_like(o->like, o, like_model, sizeof like_model, lerr, sizeof lerr) != 0) {
             fprintf(stderr, "longstraw-parity: %s\n", lerr);
@@ -360,6 +388,10 @@ static int main_body(int argc, char **argv, ls_parity_opts *o) {
     if (configs && parse_configs(configs, o, cs, n) != 0) return 2;
     if (!o->like && cps && parse_cps(cps, o) != 0)
         return bad("--cp: '%s' is not a list of distinct sizes in 1..8 that includes 1", cps);
+    if (!o->like && eps && parse_eps(eps, o) != 0)
+        return bad("--eps: '%s' is not a list of distinct sizes in 1..8 that includes 1", eps);
+    if (o->n_eps > 1 && strcmp(o->family, "mla") != 0)
+        return bad("--eps: family %s has no routed experts (expert parallelism is mla's)", o->family);
     if (!o->like && dtypes && parse_dtypes(dtypes, o) != 0)
         return bad("--dtype: '%s' is not f64 or f64,f32 (float32's tolerance is measured against float64)", dtypes);
     if (o->out == NULL) return bad("%s", "--out DIR is required");
@@ -369,6 +401,22 @@ static int main_body(int argc, char **argv, ls_parity_opts *o) {
     if (access(o->trainer, X_OK) != 0) return bad("--trainer: %s is not an executable (build longstraw-train)", o->trainer);
     if (access(o->reference, R_OK) != 0) return bad("--reference: cannot read %s", o->reference);
     if (access(o->model_config, R_OK) != 0) return bad("--model-config: cannot read %s", o->model_config);
+    if (o->n_eps > 1) { /* every EP size must divide the model's routed experts (the trainer's --ep refuses it) */
+        cJSON *mc = NULL;
+        char why[512];
+        if (ls_json_read_file_capped(o->model_config, 1u << 20, &mc, why, sizeof why) != LS_OK)
+            return bad("--model-config: %s", why);
+        const cJSON *ne = cJSON_GetObjectItemCaseSensitive(mc, "n_experts");
+        int n_experts = cJSON_IsNumber(ne) && ne->valuedouble >= 1 && ne->valuedouble <= (1 << 20) ? (int)ne->valuedouble : 0;
+        cJSON_Delete(mc);
+        for (size_t i = 1; i < o->n_eps; i++)
+            if (n_experts == 0 || n_experts % o->eps[i] != 0) {
+                char what[192];
+                snprintf(what, sizeof what, "%d does not divide the %d routed experts of %.100s", o->eps[i], n_experts,
+                         o->model_config);
+                return bad("--eps: %s", what);
+            }
+    }
     return run_and_sign(o, key, family_matrix, NULL);
 }
 

@@ -21,7 +21,9 @@
  * float32 rollout at CP-N may draw another token than CP-1's where a
  * sampling boundary falls within rounding).
  *
- * Per path, at every CP size of the report: the LongStraw run (its
+ * Per path, at every CP size of the report (and, for an expert-parallel
+ * run, at its EP size too: --ep N on cp x N ranks at every CP size whose
+ * grid fits 8 ranks, with the control ep-drop-dx): the LongStraw run (its
  * --dump-batch: the sampled responses and the old and reference log-probs
  * it computed; --dump-grads; the weights after the step); for B = 1 the
  * naive full sequence on the CP-1 run's dumped batch (given its old and
@@ -38,7 +40,10 @@
  *                on the dumped batch (level 2)
  *   decisions    (mla) the path batch's decisions against the noise
  *   cp_grad, cp_params  CP-N gradient and updated weights against CP-1's
- *                (level 3); cp-stale-start must fail cp_grad
+ *                (level 3); cp-stale-start must fail cp_grad; an EP-N
+ *                run's against the EP-1 run of its CP size (each check's
+ *                "ep": N, world cp x N), ep-drop-dx must fail it; the EP
+ *                runs' logprob, ref_logprob, grad and ref_loss as above
  *   grad         (full, B = 1) every CP size's gradient against the naive
  *                full-sequence gradient on the dumped batch (level 4)
  *   fd_grad      (full, B = 1) the naive and CP-1 gradients against finite
@@ -242,6 +247,13 @@ static ls_status plan(const ls_parity_opts *o, const cJSON *mc, path_spec *ps, s
                  p->responses, p->task ? " by the " : "", p->task ? p->task : "", p->task ? " task" : "", p->old,
                  p->reference, keep, B, B > 1 ? "s" : "", p->P - 1, split[0] ? split : "one rank", p->shards, p->page,
                  p->pages, chunks, p->chunks, G, rl, o->like_grad_mode, p->replay, p->tier);
+        for (size_t e = 1; e < o->n_eps; e++) { /* the EP grid the path also runs at (ep_fits) */
+            size_t wl = strlen(p->what);
+            wl += (size_t)snprintf(p->what + wl, sizeof p->what - wl, "; EP-%d (--ep %d) at CP", o->eps[e], o->eps[e]);
+            for (size_t k = 0; k < o->n_cps && wl < sizeof p->what; k++)
+                if (o->cps[k] * o->eps[e] <= LS_PARITY_MAX_CP)
+                    wl += (size_t)snprintf(p->what + wl, sizeof p->what - wl, " %d", o->cps[k]);
+        }
     }
     return LS_OK;
 }
@@ -257,11 +269,20 @@ typedef struct {
     uint64_t seed;
     int draw, vocab;
     bool stale, naive, full;
-    const char *test_fault; /* LS_PARITY_TEST_PATH_FAULT_ENV: added to every fault-free run at CP > 1 */
+    const char *test_fault; /* LS_PARITY_TEST_PATH_FAULT_ENV: added to every fault-free run at CP > 1 (an ep-*
+                               fault: at EP > 1) */
     cJSON *dump[LS_PARITY_MAX_CP];
     ls_parity_logprobs old[LS_PARITY_MAX_CP], ref[LS_PARITY_MAX_CP];
     ls_parity_tensors g[LS_PARITY_MAX_CP], prm[LS_PARITY_MAX_CP], gstale[LS_PARITY_MAX_CP], gnaive;
     double loss[LS_PARITY_MAX_CP], loss_naive;
+    /* the expert-parallel runs: [e][k] at EP o->eps[e] (e >= 1) and CP o->cps[k], where cps[k] x eps[e]
+     * ranks fit (ep_ran), with their ep-drop-dx control */
+    bool ep_ran[LS_PARITY_MAX_CP][LS_PARITY_MAX_CP];
+    cJSON *ep_dump[LS_PARITY_MAX_CP][LS_PARITY_MAX_CP];
+    ls_parity_logprobs ep_old[LS_PARITY_MAX_CP][LS_PARITY_MAX_CP], ep_ref[LS_PARITY_MAX_CP][LS_PARITY_MAX_CP];
+    ls_parity_tensors ep_g[LS_PARITY_MAX_CP][LS_PARITY_MAX_CP], ep_prm[LS_PARITY_MAX_CP][LS_PARITY_MAX_CP];
+    ls_parity_tensors ep_gdrop[LS_PARITY_MAX_CP][LS_PARITY_MAX_CP];
+    double ep_loss[LS_PARITY_MAX_CP][LS_PARITY_MAX_CP];
     ls_parity_adamw adamw;
     cJSON *refdoc; /* the independent reference on the CP-1 run's batch */
     char *err;
@@ -272,8 +293,10 @@ static void label_path(const path_run *x, const char *label, const char *file, c
     snprintf(out, LS_PARITY_PATH, "%s/%s/%s", x->dir, label, file);
 }
 
-/* The job of one run: label "cpN", "cpN-FAULT" or "naive". */
-static ls_status path_job(path_run *x, const char *label, int world, const char *fault, bool naive, ls_parity_job *j) {
+/* The job of one run: label "cpN", "cpN-FAULT", "cpN-epM", "cpN-epM-FAULT" or "naive"; world the ranks (CP x EP),
+ * ep the EP size (1: none). */
+static ls_status path_job(path_run *x, const char *label, int world, int ep, const char *fault, bool naive,
+                          ls_parity_job *j) {
     const path_spec *p = x->p;
     char base[LS_PARITY_PATH], out[LS_PARITY_PATH], log[LS_PARITY_PATH], batch[LS_PARITY_PATH],
         grads[LS_PARITY_PATH], save[LS_PARITY_PATH];
@@ -309,11 +332,12 @@ static ls_status path_job(path_run *x, const char *label, int world, const char 
         snprintf(nums[3], sizeof nums[3], "%d", p->B);
         extra[ne++] = "--prompts-per-step", extra[ne++] = nums[3];
     }
-    /* the test-only fault: every fault-free LongStraw run at CP > 1 */
-    if (fault == NULL && !naive && world > 1 && x->test_fault) fault = x->test_fault;
+    /* the test-only fault: every fault-free LongStraw run at CP > 1 (an EP fault, ep-*: at EP > 1) */
+    bool ep_fault = x->test_fault && strncmp(x->test_fault, "ep-", 3) == 0;
+    if (fault == NULL && !naive && x->test_fault && (ep_fault ? ep > 1 : world / ep > 1)) fault = x->test_fault;
     extra[ne] = NULL;
     bool cp1 = !naive && world == 1 && fault == NULL;
-    ls_parity_train t = {.dt = LS_PARITY_F64, .world = world, .out = out, .log = log,
+    ls_parity_train t = {.dt = LS_PARITY_F64, .world = world, .ep = ep, .out = out, .log = log,
                          .rollouts = naive ? x->batch : strcmp(p->responses, "given") == 0 ? x->given : NULL,
                          .load = naive ? x->weights : NULL, .save_init = cp1 ? x->weights : NULL,
                          .dump_batch = naive ? NULL : batch, .dump_grads = grads, .save = naive ? NULL : save,
@@ -325,7 +349,7 @@ static ls_status path_job(path_run *x, const char *label, int world, const char 
 
 typedef struct {
     char label[64];
-    int world;
+    int world, ep; /* ep 0 or 1: no EP */
     const char *fault;
     bool naive;
 } path_spec_run;
@@ -337,7 +361,7 @@ static ls_status run_all(path_run *x, const path_spec_run *sp, size_t n, bool re
     if (jobs == NULL) return LS_ERR_NOMEM;
     ls_status s = LS_OK;
     double t0 = ls_parity_now();
-    for (size_t i = 0; i < n && s == LS_OK; i++) s = path_job(x, sp[i].label, sp[i].world, sp[i].fault, sp[i].naive, &jobs[i]);
+    for (size_t i = 0; i < n && s == LS_OK; i++) s = path_job(x, sp[i].label, sp[i].world, sp[i].ep > 1 ? sp[i].ep : 1, sp[i].fault, sp[i].naive, &jobs[i]);
     char rjson[LS_PARITY_PATH], cp1batch[LS_PARITY_PATH];
     snprintf(rjson, sizeof rjson, "%s/reference.json", x->dir);
     label_path(x, "cp1", "batch.json", cp1batch);
@@ -426,14 +450,29 @@ static ls_status write_batch_line(path_run *x) {
     return ls_parity_batch_write(doc, x->batch, x->err, x->errlen);
 }
 
-/* The dump of world index k (label): the batch, its old and reference log-probs. */
-static ls_status read_dump(path_run *x, size_t k, const char *label) {
+/* The dump of the run label: the batch, its old and reference log-probs. */
+static ls_status read_dump_to(path_run *x, const char *label, cJSON **dump, ls_parity_logprobs *old,
+                              ls_parity_logprobs *ref) {
     char p[LS_PARITY_PATH];
     label_path(x, label, "batch.json", p);
-    ls_status s = ls_json_read_file_capped(p, MAX_BATCH_BYTES, &x->dump[k], x->err, x->errlen);
-    if (s == LS_OK) s = ls_parity_json_logprobs(x->dump[k], "old_logprobs", p, &x->old[k], x->err, x->errlen);
-    if (s == LS_OK) s = ls_parity_json_logprobs(x->dump[k], "ref_logprobs", p, &x->ref[k], x->err, x->errlen);
+    ls_status s = ls_json_read_file_capped(p, MAX_BATCH_BYTES, dump, x->err, x->errlen);
+    if (s == LS_OK) s = ls_parity_json_logprobs(*dump, "old_logprobs", p, old, x->err, x->errlen);
+    if (s == LS_OK) s = ls_parity_json_logprobs(*dump, "ref_logprobs", p, ref, x->err, x->errlen);
     return s;
+}
+
+/* The dump of world index k (label). */
+static ls_status read_dump(path_run *x, size_t k, const char *label) {
+    return read_dump_to(x, label, &x->dump[k], &x->old[k], &x->ref[k]);
+}
+
+/* The EP runs: EP o->eps[e] (e >= 1) at CP o->cps[k] when their cps[k] x eps[e] ranks fit. */
+static bool ep_fits(const ls_parity_opts *o, size_t e, size_t k) {
+    return e >= 1 && e < o->n_eps && k < o->n_cps && o->cps[k] * o->eps[e] <= LS_PARITY_MAX_CP;
+}
+
+static void ep_label(char *buf, size_t cap, const ls_parity_opts *o, size_t e, size_t k, const char *fault) {
+    snprintf(buf, cap, "cp%d-ep%d%s%s", o->cps[k], o->eps[e], fault ? "-" : "", fault ? fault : "");
 }
 
 /* The run's initial weights (config.inputs.initial_weights): every run of a path starts from the same. */
@@ -491,19 +530,38 @@ static ls_status read_outputs(path_run *x) {
         label_path(x, "naive", "log", p);
         if (s == LS_OK) s = ls_parity_log_loss(p, &x->loss_naive, x->err, x->errlen);
     }
+    for (size_t e = 1; e < o->n_eps && s == LS_OK; e++)
+        for (size_t k = 0; k < o->n_cps && s == LS_OK; k++) {
+            if (!x->ep_ran[e][k]) continue;
+            ep_label(label, sizeof label, o, e, k, NULL);
+            s = read_dump_to(x, label, &x->ep_dump[e][k], &x->ep_old[e][k], &x->ep_ref[e][k]);
+            label_path(x, label, "grads.safetensors", p);
+            if (s == LS_OK) s = ls_parity_tensors_read(p, &x->ep_g[e][k], x->err, x->errlen);
+            label_path(x, label, "final.safetensors", p);
+            if (s == LS_OK) s = ls_parity_tensors_read(p, &x->ep_prm[e][k], x->err, x->errlen);
+            label_path(x, label, "log", p);
+            if (s == LS_OK) s = ls_parity_log_loss(p, &x->ep_loss[e][k], x->err, x->errlen);
+            ep_label(label, sizeof label, o, e, k, "ep-drop-dx");
+            label_path(x, label, "grads.safetensors", p);
+            if (s == LS_OK) s = ls_parity_tensors_read(p, &x->ep_gdrop[e][k], x->err, x->errlen);
+        }
     label_path(x, "cp1", "run", p);
     if (s == LS_OK) s = ls_parity_run_adamw(p, &x->adamw, x->err, x->errlen);
-    /* one start for every run of the path: the same seed drew the same weights at every CP size */
+    /* one start for every run of the path: the same seed drew the same weights at every CP and EP size (an EP
+       run's digest is of the owners' slices gathered: EP-1's bytes) */
     char h1[65], hk[65];
     if (s == LS_OK) s = initial_weights(x, "cp1", h1);
-    for (size_t k = 1; k < o->n_cps && s == LS_OK; k++) {
-        snprintf(label, sizeof label, "cp%d", o->cps[k]);
-        if ((s = initial_weights(x, label, hk)) == LS_OK && strcmp(h1, hk) != 0) {
-            snprintf(x->err, x->errlen, "%s: the %s run started from other weights than the cp1 run (%.16s... vs "
-                     "%.16s...)", x->p->name, label, hk, h1);
-            s = LS_ERR_FORMAT;
+    for (size_t e = 0; e < o->n_eps && s == LS_OK; e++)
+        for (size_t k = e == 0 ? 1 : 0; k < o->n_cps && s == LS_OK; k++) {
+            if (e == 0) snprintf(label, sizeof label, "cp%d", o->cps[k]);
+            else if (x->ep_ran[e][k]) ep_label(label, sizeof label, o, e, k, NULL);
+            else continue;
+            if ((s = initial_weights(x, label, hk)) == LS_OK && strcmp(h1, hk) != 0) {
+                snprintf(x->err, x->errlen, "%s: the %s run started from other weights than the cp1 run (%.16s... vs "
+                         "%.16s...)", x->p->name, label, hk, h1);
+                s = LS_ERR_FORMAT;
+            }
         }
-    }
     return s;
 }
 
@@ -517,6 +575,98 @@ static bool computed_ref(const path_spec *p) {
 
 static void check_name(char *buf, size_t cap, const char *kind, const path_run *x, int world, const char *extra) {
     snprintf(buf, cap, "%s %s f64 cp%d%s%s", kind, x->p->name, world, extra ? " " : "", extra ? extra : "");
+}
+
+/* The checks of the EP runs (EP o->eps[e] at CP o->cps[k], world cp x ep, each check's "ep" the EP size): its
+ * dumped batch, gradient and updated weights against the EP-1 run of the same CP size (the trainer's EP is
+ * bit for bit EP-1's: every expert row combined in EP-1's order, every sum EP-1's; held to the CP checks'
+ * 1e-10), its log-probs and loss against the independent reference, its gradient against the naive one, and
+ * ep-drop-dx's gradient, which must fail. */
+static void path_ep_checks(path_run *x, const ls_parity_logprobs *rpol, const ls_parity_logprobs *rref, bool have_ref) {
+    const ls_parity_opts *o = x->o;
+    const path_spec *p = x->p;
+    const char *gm = o->like_grad_mode;
+    const ls_parity_tensors *want = &x->g[0];
+    char name[256], cand[160], refn[160], tag[64];
+    for (size_t e = 1; e < o->n_eps; e++)
+        for (size_t k = 0; k < o->n_cps; k++) {
+            if (!x->ep_ran[e][k]) continue;
+            int c = o->cps[k], N = o->eps[e], w = c * N;
+            snprintf(cand, sizeof cand, "longstraw cp%d ep%d on the run's path", c, N);
+            snprintf(refn, sizeof refn, "longstraw cp%d (ep1) on the run's path", c);
+            /* the same prompt and responses drawn, the same old and reference log-probs computed */
+            cJSON *arr = cJSON_CreateArray();
+            bool same = cJSON_Compare(cJSON_GetObjectItemCaseSensitive(x->ep_dump[e][k], "prompt"),
+                                      cJSON_GetObjectItemCaseSensitive(x->dump[k], "prompt"), true) &&
+                        cJSON_Compare(cJSON_GetObjectItemCaseSensitive(x->ep_dump[e][k], "responses"),
+                                      cJSON_GetObjectItemCaseSensitive(x->dump[k], "responses"), true);
+            cJSON_AddItemToArray(arr, ls_parity_entry(strcmp(p->responses, "sampled") == 0 ? "prompt and sampled responses"
+                                                                                           : "prompt and responses",
+                                                      same ? (ls_parity_err){0, 0} : (ls_parity_err){INFINITY, INFINITY},
+                                                      F64_TOL, -1));
+            ls_parity_member_entries(arr, "old_logprobs", &x->ep_old[e][k], &x->old[k]);
+            if (computed_ref(p)) ls_parity_member_entries(arr, "ref_logprobs", &x->ep_ref[e][k], &x->ref[k]);
+            snprintf(tag, sizeof tag, "ep%d", N);
+            check_name(name, sizeof name, "logprob", x, c, tag);
+            ls_parity_report_add(x->rep, ls_parity_check_ep(ls_parity_check_new("logprob", name, LS_PARITY_F64, w,
+                                                                                 p->name, NULL, refn, cand, arr,
+                                                                                 "members"), N));
+            if (have_ref && (computed_old(p) || computed_ref(p))) {
+                arr = cJSON_CreateArray();
+                if (computed_old(p)) ls_parity_member_entries(arr, "old_logprobs", &x->ep_old[e][k], rpol);
+                if (computed_ref(p)) ls_parity_member_entries(arr, "ref_logprobs", &x->ep_ref[e][k], rref);
+                check_name(name, sizeof name, "ref_logprob", x, c, tag);
+                ls_parity_report_add(x->rep, ls_parity_check_ep(ls_parity_check_new("ref_logprob", name, LS_PARITY_F64,
+                                                                                     w, p->name, NULL, "independent "
+                                                                                     "reference (Python, docs/model.md) "
+                                                                                     "on the path's batch", cand, arr,
+                                                                                     "members"), N));
+            }
+            snprintf(tag, sizeof tag, "ep%d %s", N, gm);
+            check_name(name, sizeof name, "cp_grad", x, c, tag);
+            snprintf(refn, sizeof refn, "longstraw cp%d (ep1) %s on the run's path", c, gm);
+            ls_parity_report_add(x->rep, ls_parity_check_ep(ls_parity_check_new("cp_grad", name, LS_PARITY_F64, w, p->name,
+                                                                                 gm, refn, cand,
+                                                                                 ls_parity_tensor_entries(want, &x->ep_g[e][k], &x->g[k], NULL, NULL, NULL, NULL),
+                                                                                 "tensors"), N));
+            check_name(name, sizeof name, "cp_params", x, c, tag);
+            ls_parity_report_add(x->rep, ls_parity_check_ep(ls_parity_check_new("cp_params", name, LS_PARITY_F64, w,
+                                                                                 p->name, gm, refn, cand,
+                                                                                 ls_parity_params_entries(want, &x->ep_prm[e][k], &x->prm[k], &x->ep_g[e][k], &x->g[k], &x->adamw, LS_PARITY_F64),
+                                                                                 "tensors"), N));
+            snprintf(tag, sizeof tag, "ep%d ep-drop-dx", N);
+            check_name(name, sizeof name, "cp_grad", x, c, tag);
+            char cdrop[160];
+            snprintf(cdrop, sizeof cdrop, "longstraw cp%d ep%d %s --fault ep-drop-dx on the run's path", c, N, gm);
+            ls_parity_report_control(x->rep, "ep-drop-dx",
+                                     ls_parity_check_ep(ls_parity_check_new("cp_grad", name, LS_PARITY_F64, w, p->name, gm,
+                                                                            refn, cdrop,
+                                                                            ls_parity_tensor_entries(want, &x->ep_gdrop[e][k], &x->g[k], NULL, NULL, NULL, NULL),
+                                                                            "tensors"), N));
+            if (x->naive && x->full) {
+                snprintf(tag, sizeof tag, "ep%d full", N);
+                check_name(name, sizeof name, "grad", x, c, tag);
+                ls_parity_report_add(x->rep, ls_parity_check_ep(ls_parity_check_new("grad", name, LS_PARITY_F64, w, p->name,
+                                                                                     "full", "naive full sequence on the "
+                                                                                     "path's batch", cand,
+                                                                                     ls_parity_tensor_entries(want, &x->ep_g[e][k], &x->gnaive, NULL, NULL, NULL, NULL),
+                                                                                     "tensors"), N));
+            }
+            const cJSON *l = cJSON_GetObjectItemCaseSensitive(x->refdoc, "loss");
+            if (x->naive && cJSON_IsNumber(l)) {
+                ls_parity_err er = {fabs(x->ep_loss[e][k] - l->valuedouble), 0};
+                er.max_rel = l->valuedouble != 0 ? er.max_abs / fabs(l->valuedouble) : er.max_abs;
+                arr = cJSON_CreateArray();
+                cJSON_AddItemToArray(arr, ls_parity_entry("loss", er, F64_TOL, -1));
+                snprintf(tag, sizeof tag, "ep%d", N);
+                check_name(name, sizeof name, "ref_loss", x, c, tag);
+                ls_parity_report_add(x->rep, ls_parity_check_ep(ls_parity_check_new("ref_loss", name, LS_PARITY_F64, w,
+                                                                                     p->name, NULL, "independent reference "
+                                                                                     "(Python, docs/model.md section 4) on "
+                                                                                     "the path's batch", cand, arr,
+                                                                                     "members"), N));
+            }
+        }
 }
 
 static void path_checks(path_run *x) {
@@ -605,6 +755,7 @@ static void path_checks(path_run *x) {
             }
         }
     }
+    path_ep_checks(x, &rpol, &rref, have_ref);
     /* mla: no comparison of the path's compositions across a near-tie */
     bool expect[3];
     cJSON *mc = NULL;
@@ -617,6 +768,11 @@ static void path_checks(path_run *x) {
             for (size_t k = 0; k < o->n_cps && have_ref; k++) {
                 if (computed_old(p) && (m = ls_parity_logprob_noise(&x->old[k], &rpol)) > noise) noise = m;
                 if (computed_ref(p) && (m = ls_parity_logprob_noise(&x->ref[k], &rref)) > noise) noise = m;
+                for (size_t e = 1; e < o->n_eps; e++) {
+                    if (!x->ep_ran[e][k]) continue;
+                    if (computed_old(p) && (m = ls_parity_logprob_noise(&x->ep_old[e][k], &rpol)) > noise) noise = m;
+                    if (computed_ref(p) && (m = ls_parity_logprob_noise(&x->ep_ref[e][k], &rref)) > noise) noise = m;
+                }
             }
             ls_parity_report_add(x->rep, ls_parity_decisions_check(dec, expect, p->name, LS_PARITY_F64, noise,
                                                                     x->seed, x->draw));
@@ -637,6 +793,15 @@ static void path_free(path_run *x) {
         ls_parity_tensors_free(&x->g[k]);
         ls_parity_tensors_free(&x->prm[k]);
         ls_parity_tensors_free(&x->gstale[k]);
+        for (int e = 0; e < LS_PARITY_MAX_CP; e++) {
+            cJSON_Delete(x->ep_dump[e][k]);
+            x->ep_dump[e][k] = NULL;
+            ls_parity_logprobs_free(&x->ep_old[e][k]);
+            ls_parity_logprobs_free(&x->ep_ref[e][k]);
+            ls_parity_tensors_free(&x->ep_g[e][k]);
+            ls_parity_tensors_free(&x->ep_prm[e][k]);
+            ls_parity_tensors_free(&x->ep_gdrop[e][k]);
+        }
     }
     ls_parity_tensors_free(&x->gnaive);
     cJSON_Delete(x->refdoc);
@@ -683,7 +848,7 @@ static ls_status path_one(path_run *x) {
                               "rewards (no policy term)", p->name, (unsigned long long)x->seed, x->draw);
     if (x->naive && (s = write_batch_line(x)) != LS_OK) return s;
     /* every other run beside the independent reference on the CP-1 batch */
-    path_spec_run sp[2 * LS_PARITY_MAX_CP + 1];
+    path_spec_run sp[2 * LS_PARITY_MAX_CP + 1 + 2 * LS_PARITY_MAX_CP * LS_PARITY_MAX_CP];
     size_t n = 0;
     for (size_t k = 1; k < o->n_cps; k++) {
         sp[n] = (path_spec_run){.world = o->cps[k]};
@@ -693,6 +858,20 @@ static ls_status path_one(path_run *x) {
             snprintf(sp[n++].label, sizeof sp[0].label, "cp%d-cp-stale-start", o->cps[k]);
         }
     }
+    /* the path at every EP size > 1 and CP size whose grid fits: the same launch with --ep N on cp x N ranks,
+       and its control ep-drop-dx (the last EP rank's experts return no input gradient) */
+    bool any_ep = false;
+    for (size_t e = 1; e < o->n_eps; e++)
+        for (size_t k = 0; k < o->n_cps; k++) {
+            if (!(x->ep_ran[e][k] = ep_fits(o, e, k))) continue;
+            any_ep = true;
+            sp[n] = (path_spec_run){.world = o->cps[k] * o->eps[e], .ep = o->eps[e]};
+            ep_label(sp[n].label, sizeof sp[0].label, o, e, k, NULL);
+            n++;
+            sp[n] = (path_spec_run){.world = o->cps[k] * o->eps[e], .ep = o->eps[e], .fault = "ep-drop-dx"};
+            ep_label(sp[n].label, sizeof sp[0].label, o, e, k, "ep-drop-dx");
+            n++;
+        }
     if (x->naive) {
         sp[n] = (path_spec_run){.world = 1, .naive = true};
         snprintf(sp[n++].label, sizeof sp[0].label, "naive");
@@ -704,6 +883,7 @@ static ls_status path_one(path_run *x) {
             LS_OK)
         return s;
     if (x->stale) ls_parity_report_require_control(x->rep, "cp-stale-start", 3);
+    if (any_ep) ls_parity_report_require_control(x->rep, "ep-drop-dx", 3);
     if (!x->naive)
         ls_parity_report_note(x->rep, "%s: %d prompts per step: --dump-batch holds the first group only, so the "
                               "path has no naive, finite-difference or loss comparison (levels 2 and 3 only; the first "
@@ -746,8 +926,9 @@ ls_status ls_parity_paths_run(const ls_parity_opts *o, ls_parity_report *rep, ch
                 snprintf(err, errlen, "%s: '%.64s' is not a fault name", LS_PARITY_TEST_PATH_FAULT_ENV, tf);
                 return LS_ERR_ARG;
             }
-        ls_parity_report_note(rep, "TEST ONLY (%s): every fault-free path run at CP > 1 also ran with --fault %s; "
-                              "this report proves nothing", LS_PARITY_TEST_PATH_FAULT_ENV, tf);
+        ls_parity_report_note(rep, "TEST ONLY (%s): every fault-free path run at %s > 1 also ran with --fault %s; "
+                              "this report proves nothing", LS_PARITY_TEST_PATH_FAULT_ENV,
+                              strncmp(tf, "ep-", 3) == 0 ? "EP" : "CP", tf);
     } else {
         tf = NULL;
     }

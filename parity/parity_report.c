@@ -37,6 +37,7 @@ struct ls_parity_report {
     bool model_v2;             /* its runs' configurations are v2 (docs/contract.md §2: config.model) */
     char model_from[LS_PARITY_PATH];
     cJSON *train_modes, *objectives, *grad_modes, *strategies, *dtypes, *worlds;
+    cJSON *eps;   /* coverage.eps: the EP sizes (config ep_ranks, absent: 1) of the fault-free runs */
     cJSON *paths; /* coverage.paths: the union of the runs' recorded paths (ls_coverage_paths_add) */
     cJSON *like_paths;         /* the --like run's path (ls_parity_report_like_paths), NULL: none */
     bool like_paths_derived;
@@ -120,6 +121,10 @@ ls_status ls_parity_report_new(const ls_parity_opts *o, ls_parity_report **out) 
         if (o->dtype[k]) cJSON_AddItemToArray(d, cJSON_CreateString(ls_parity_dtype_name(k)));
     cJSON *w = cJSON_AddArrayToObject(r->doc, "worlds");
     for (size_t i = 0; i < o->n_cps; i++) cJSON_AddItemToArray(w, cJSON_CreateNumber(o->cps[i]));
+    if (o->n_eps > 1) { /* the EP sizes asked for (--eps, or the --like run's) */
+        cJSON *e = cJSON_AddArrayToObject(r->doc, "eps");
+        for (size_t i = 0; i < o->n_eps; i++) cJSON_AddItemToArray(e, cJSON_CreateNumber(o->eps[i]));
+    }
     cJSON_AddStringToObject(r->doc, "trainer", o->trainer);
     cJSON_AddStringToObject(r->doc, "model_config", o->model_config);
     cJSON_AddStringToObject(r->doc, "run_environment", LS_PARITY_RUN_ENV);
@@ -141,10 +146,11 @@ ls_status ls_parity_report_new(const ls_parity_opts *o, ls_parity_report **out) 
     r->strategies = cJSON_CreateArray();
     r->dtypes = cJSON_CreateArray();
     r->worlds = cJSON_CreateArray();
+    r->eps = cJSON_CreateArray();
     r->paths = cJSON_CreateObject();
     *out = r;
     if (!r->train_modes || !r->objectives || !r->grad_modes || !r->strategies || !r->dtypes || !r->worlds ||
-        !r->paths) {
+        !r->eps || !r->paths) {
         ls_parity_report_free(r);
         *out = NULL;
         return LS_ERR_NOMEM;
@@ -161,6 +167,7 @@ void ls_parity_report_free(ls_parity_report *r) {
     cJSON_Delete(r->strategies);
     cJSON_Delete(r->dtypes);
     cJSON_Delete(r->worlds);
+    cJSON_Delete(r->eps);
     cJSON_Delete(r->paths);
     cJSON_Delete(r->like_paths);
     cJSON_Delete(r->doc);
@@ -168,8 +175,9 @@ void ls_parity_report_free(ls_parity_report *r) {
 }
 
 /* The coverage a run adds: a fault-free LongStraw run's model (one for the
- * whole report), trainable set, objectives, gradient mode, strategy, dtype
- * and CP size, as its manifest recorded them.  Control and reference
+ * whole report), trainable set, objectives, gradient mode, strategy, dtype,
+ * CP size and EP size (ep_ranks; absent, as in a v2 run's: 1), as its
+ * manifest recorded them.  Control and reference
  * (naive) runs add nothing: the report proves nothing of their settings. */
 static ls_status add_coverage(ls_parity_report *r, const char *run_dir, char *err, size_t errlen) {
     char path[LS_PARITY_PATH];
@@ -218,6 +226,18 @@ static ls_status add_coverage(ls_parity_report *r, const char *run_dir, char *er
         } else {
             s = ls_coverage_set_add(sets[i], v);
         }
+    }
+    if (s == LS_OK) {
+        const cJSON *ep = cJSON_GetObjectItemCaseSensitive(cfg, "ep_ranks");
+        cJSON *one = ep ? NULL : cJSON_CreateNumber(1);
+        if (ep != NULL && !(cJSON_IsNumber(ep) && ep->valuedouble >= 1 && ep->valuedouble <= 65536 &&
+                            ep->valuedouble == (double)(int)ep->valuedouble)) {
+            snprintf(err, errlen, "%s: predicate.config \"ep_ranks\" is not an integer >= 1", path);
+            s = LS_ERR_FORMAT;
+        } else {
+            s = ls_coverage_set_add(r->eps, ep ? ep : one);
+        }
+        cJSON_Delete(one);
     }
     if (s == LS_OK && ls_coverage_paths_add(r->paths, cfg, err, errlen) != LS_OK) s = LS_ERR_FORMAT;
     if (s == LS_ERR_FORMAT && err[0] && strncmp(err, path, strlen(path)) != 0 && strstr(err, run_dir) == NULL) {
@@ -386,6 +406,11 @@ cJSON *ls_parity_check_new(const char *kind, const char *name, int dtype, int wo
     return c;
 }
 
+cJSON *ls_parity_check_ep(cJSON *check, int ep) {
+    if (check != NULL && ep > 1) cJSON_AddNumberToObject(check, "ep", ep);
+    return check;
+}
+
 void ls_parity_report_add(ls_parity_report *r, cJSON *check) { cJSON_AddItemToArray(r->checks, check); }
 
 void ls_parity_report_control(ls_parity_report *r, const char *fault, cJSON *check) {
@@ -394,6 +419,7 @@ void ls_parity_report_control(ls_parity_report *r, const char *fault, cJSON *che
     cJSON_AddStringToObject(o, "breaks", str(check, "kind"));
     cJSON_AddStringToObject(o, "dtype", str(check, "dtype"));
     cJSON_AddNumberToObject(o, "world", num(check, "world"));
+    if (num(check, "ep") > 1) cJSON_AddNumberToObject(o, "ep", num(check, "ep"));
     cJSON_AddStringToObject(o, "configuration", str(check, "configuration"));
     cJSON_AddStringToObject(o, "check", str(check, "name"));
     add_num(o, "max_rel_err", num(check, "max_rel_err"));
@@ -563,6 +589,15 @@ ls_status ls_parity_report_finish(ls_parity_report *r, const char *path, bool pr
     cJSON_AddItemToObject(cov, "strategies", r->strategies);
     cJSON_AddItemToObject(cov, "dtypes", r->dtypes);
     cJSON_AddItemToObject(cov, "worlds", r->worlds);
+    /* the EP sizes, stated once a fault-free run of the report ran one > 1 (absent: EP 1 only, as the
+     * reports before EP; the audit covers an EP-N run only with N here, receipts/coverage.c) */
+    bool ep_any = false;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, r->eps) ep_any = ep_any || (cJSON_IsNumber(e) && e->valuedouble != 1);
+    if (ep_any) {
+        cJSON_AddItemToObject(cov, "eps", r->eps);
+        r->eps = NULL;
+    }
     /* the --like run's path: the values of it no run of the report took (the audit refuses the run then) */
     cJSON *like = cJSON_GetObjectItemCaseSensitive(r->doc, "like");
     if (like != NULL && r->like_paths != NULL) {

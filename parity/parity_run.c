@@ -37,6 +37,11 @@ typedef struct {
     ls_parity_logprobs naive, ls[LS_PARITY_MAX_CP], local[LS_PARITY_MAX_CP];
     ls_parity_tensors gnaive, gnaive_det, gls[2][LS_PARITY_MAX_CP], gfault[2][LS_PARITY_MAX_CP];
     ls_parity_tensors pls[2][LS_PARITY_MAX_CP];
+    /* the expert-parallel runs (--eps): [e][k] at EP o->eps[e] (e >= 1) and CP o->cps[k] where the grid fits
+     * (ep_fits); their gradients per mode, and ep-drop-dx's */
+    ls_parity_logprobs ep_ls[LS_PARITY_MAX_CP][LS_PARITY_MAX_CP];
+    ls_parity_tensors ep_gls[LS_PARITY_MAX_CP][2][LS_PARITY_MAX_CP], ep_pls[LS_PARITY_MAX_CP][2][LS_PARITY_MAX_CP];
+    ls_parity_tensors ep_gdrop[LS_PARITY_MAX_CP][LS_PARITY_MAX_CP];
     double loss_naive;
     ls_parity_adamw adamw; /* the optimizer settings of the grad runs (their manifests) */
 } dtype_out;
@@ -76,10 +81,16 @@ static void run_path(const cfg_run *r, int dt, const char *label, const char *fi
     snprintf(out, LS_PARITY_PATH, "%s/%s/%s/%s", r->dir, ls_parity_dtype_name(dt), label, file);
 }
 
+/* The EP runs of the matrix: EP o->eps[e] (e >= 1) at CP o->cps[k] when their cps[k] x eps[e] ranks fit. */
+static bool ep_fits(const ls_parity_opts *o, size_t e, size_t k) {
+    return e >= 1 && e < o->n_eps && k < o->n_cps && o->cps[k] * o->eps[e] <= LS_PARITY_MAX_CP;
+}
+
 /* ---- trainer command lines ------------------------------------------------ */
 
 typedef struct {
     int dt, world;
+    int ep;                /* --ep N when > 1 (world = cp x N) */
     const char *label;
     const char *strategy;  /* "naive" or NULL */
     const char *grad_mode; /* NULL: detached */
@@ -102,7 +113,7 @@ static ls_status job_for(const cfg_run *r, const run_spec *s, ls_parity_job *j) 
     snprintf(grads, sizeof grads, "%s/grads.safetensors", base);
     snprintf(save, sizeof save, "%s/final.safetensors", base);
     bool init = strcmp(s->label, "init") == 0;
-    ls_parity_train t = {.dt = s->dt, .world = s->world, .out = out, .log = log,
+    ls_parity_train t = {.dt = s->dt, .world = s->world, .ep = s->ep, .out = out, .log = log,
                          .rollouts = s->grad ? r->roll_grad : r->roll_score,
                          .load = init ? NULL : r->weights, .save_init = init ? r->weights : NULL,
                          .dump_batch = batch, .dump_grads = s->grad ? grads : NULL, .save = s->grad ? save : NULL,
@@ -297,8 +308,11 @@ static double decision_noise(const cfg_run *r, int dt) {
     const dtype_out *d = &r->d[dt];
     double n = ls_parity_decisions_unit(dt), m = ls_parity_logprob_noise(&d->naive, &r->ref_policy);
     if (m > n) n = m;
-    for (size_t k = 0; k < r->o->n_cps; k++)
+    for (size_t k = 0; k < r->o->n_cps; k++) {
         if ((m = ls_parity_logprob_noise(&d->ls[k], &r->ref_policy)) > n) n = m;
+        for (size_t e = 1; e < r->o->n_eps; e++)
+            if (ep_fits(r->o, e, k) && (m = ls_parity_logprob_noise(&d->ep_ls[e][k], &r->ref_policy)) > n) n = m;
+    }
     return n;
 }
 
@@ -426,6 +440,32 @@ static void check_name(char *buf, size_t cap, const char *kind, const cfg_run *r
     snprintf(buf, cap, "%s %s %s cp%d%s%s", kind, r->c->name, ls_parity_dtype_name(dt), world, extra ? " " : "", extra ? extra : "");
 }
 
+/* The EP runs' log-probs (--eps): EP o->eps[e] at CP o->cps[k] (world cp x N, the check's "ep" N) against the
+ * naive run as CP-N's are (and, float64, against the independent reference). */
+static void ep_logprob_checks(cfg_run *r, int dt, double tol, double nf) {
+    dtype_out *d = &r->d[dt];
+    char name[256], cand[128], tag[32];
+    for (size_t e = 1; e < r->o->n_eps; e++)
+        for (size_t k = 0; k < r->o->n_cps; k++) {
+            if (!ep_fits(r->o, e, k)) continue;
+            int c = r->o->cps[k], N = r->o->eps[e];
+            snprintf(tag, sizeof tag, "ep%d", N);
+            snprintf(cand, sizeof cand, "longstraw cp%d ep%d", c, N);
+            check_name(name, sizeof name, "logprob", r, dt, c, tag);
+            ls_parity_report_add(r->rep, ls_parity_check_ep(ls_parity_check_new("logprob", name, dt, c * N, r->c->name,
+                                                                                NULL, "naive full sequence", cand,
+                                                                                ls_parity_members_entries(&d->ep_ls[e][k], &d->naive, tol, nf),
+                                                                                "members"), N));
+            if (dt != LS_PARITY_F64) continue;
+            check_name(name, sizeof name, "ref_logprob", r, dt, c, tag);
+            ls_parity_report_add(r->rep, ls_parity_check_ep(ls_parity_check_new("ref_logprob", name, dt, c * N, r->c->name,
+                                                                                NULL, "independent reference (Python, "
+                                                                                "docs/model.md)", cand,
+                                                                                ls_parity_members_entries(&d->ep_ls[e][k], &r->ref_policy, F64_TOL, -1),
+                                                                                "members"), N));
+        }
+}
+
 static void logprob_checks(cfg_run *r, int dt) {
     dtype_out *d = &r->d[dt];
     double nf = -1, tol = F64_TOL;
@@ -454,12 +494,66 @@ static void logprob_checks(cfg_run *r, int dt) {
                                        cand, ls_parity_members_entries(&d->ls[k], &r->ref_policy, F64_TOL, -1), "members"), NULL);
         }
     }
+    ep_logprob_checks(r, dt, tol, nf);
     if (dt == LS_PARITY_F64) {
         check_name(name, sizeof name, "ref_logprob", r, dt, 1, "naive");
         add(r, ls_parity_check_new("ref_logprob", name, dt, 1, r->c->name, NULL, "independent reference (Python, docs/model.md)",
                                    "naive full sequence", ls_parity_members_entries(&d->naive, &r->ref_policy, F64_TOL, -1), "members"),
             NULL);
     }
+}
+
+/* The EP runs' gradients (--eps): EP o->eps[e] at CP o->cps[k] (world cp x N, the check's "ep" N), per mode,
+ * against the EP-1 run of the same CP size (cp_grad, cp_params: the trainer's EP is EP-1's bit for bit; held
+ * to the tolerance of the CP checks, float32 with their noise floors) and against the naive run (grad; the
+ * detached runs' is the control "detached"); ep-drop-dx's full gradient must fail cp_grad. */
+static void ep_grad_checks(cfg_run *r, int dt) {
+    dtype_out *d = &r->d[dt], *d64 = &r->d[LS_PARITY_F64];
+    bool f32 = dt == LS_PARITY_F32;
+    const ls_parity_tensors *want = &d->gnaive;
+    char name[256], cand[160], refn[160], tag[64];
+    size_t k1 = 0;
+    for (size_t e = 1; e < r->o->n_eps; e++)
+        for (size_t k = 0; k < r->o->n_cps; k++) {
+            if (!ep_fits(r->o, e, k)) continue;
+            int c = r->o->cps[k], N = r->o->eps[e], w = c * N;
+            for (int m = 0; m < 2; m++) {
+                snprintf(tag, sizeof tag, "ep%d %s", N, MODE[m]);
+                snprintf(cand, sizeof cand, "longstraw cp%d ep%d %s", c, N, MODE[m]);
+                snprintf(refn, sizeof refn, "longstraw cp%d (ep1) %s", c, MODE[m]);
+                check_name(name, sizeof name, "cp_grad", r, dt, c, tag);
+                add(r, ls_parity_check_ep(ls_parity_check_new("cp_grad", name, dt, w, r->c->name, MODE[m], refn, cand,
+                                                              ls_parity_tensor_entries(want, &d->ep_gls[e][m][k], &d->gls[m][k],
+                                                                  f32 ? &d->gls[m][k1] : NULL, f32 ? &d64->gls[m][k1] : NULL,
+                                                                  f32 ? &d->gls[m][k1] : NULL,
+                                                                  f32 ? (m == FULL ? &d->gnaive : &d->gnaive_det) : NULL),
+                                                              "tensors"), N), NULL);
+                check_name(name, sizeof name, "cp_params", r, dt, c, tag);
+                add(r, ls_parity_check_ep(ls_parity_check_new("cp_params", name, dt, w, r->c->name, MODE[m], refn, cand,
+                                                              ls_parity_params_entries(want, &d->ep_pls[e][m][k], &d->pls[m][k],
+                                                                                       &d->ep_gls[e][m][k], &d->gls[m][k],
+                                                                                       &d->adamw, dt),
+                                                              "tensors"), N), NULL);
+                check_name(name, sizeof name, "grad", r, dt, c, tag);
+                add(r, ls_parity_check_ep(ls_parity_check_new("grad", name, dt, w, r->c->name, MODE[m], "naive full sequence",
+                                                              cand, tensor_entries(want, &d->ep_gls[e][m][k], &d->gnaive,
+                                                                                   f32 ? &d->gnaive : NULL,
+                                                                                   f32 ? &d64->gnaive : NULL),
+                                                              "tensors"), N),
+                    m == DETACHED ? "detached" : NULL);
+            }
+            snprintf(tag, sizeof tag, "ep%d ep-drop-dx", N);
+            snprintf(cand, sizeof cand, "longstraw cp%d ep%d full --fault ep-drop-dx", c, N);
+            snprintf(refn, sizeof refn, "longstraw cp%d (ep1) full", c);
+            check_name(name, sizeof name, "cp_grad", r, dt, c, tag);
+            add(r, ls_parity_check_ep(ls_parity_check_new("cp_grad", name, dt, w, r->c->name, "full", refn, cand,
+                                                          tensor_entries(want, &d->ep_gdrop[e][k], &d->gls[FULL][k],
+                                                                         f32 ? &d->gls[FULL][k1] : NULL,
+                                                                         f32 ? &d64->gls[FULL][k1] : NULL),
+                                                          "tensors"), N),
+                "ep-drop-dx");
+            ls_parity_report_require_control(r->rep, "ep-drop-dx", 3);
+        }
 }
 
 static void grad_checks(cfg_run *r, int dt) {
@@ -516,6 +610,7 @@ static void grad_checks(cfg_run *r, int dt) {
                 m == DETACHED ? "detached" : NULL);
         }
     }
+    ep_grad_checks(r, dt);
     if (dt == LS_PARITY_F64) {
         cJSON *arr = cJSON_CreateArray();
         ls_parity_err e = {fabs(d->loss_naive - r->ref_loss), 0};
@@ -572,6 +667,12 @@ static ls_status read_outputs(cfg_run *r, int dt) {
             run_path(r, dt, label, "batch.json", p);
             if ((s = ls_parity_batch_logprobs(p, false, &d->local[k], r->err, r->errlen)) != LS_OK) return s;
         }
+        for (size_t e = 1; e < o->n_eps; e++) {
+            if (!ep_fits(o, e, k)) continue;
+            snprintf(label, sizeof label, "score-cp%d-ep%d", o->cps[k], o->eps[e]);
+            run_path(r, dt, label, "batch.json", p);
+            if ((s = ls_parity_batch_logprobs(p, false, &d->ep_ls[e][k], r->err, r->errlen)) != LS_OK) return s;
+        }
     }
     return LS_OK;
 }
@@ -607,6 +708,19 @@ static ls_status read_grads(cfg_run *r, int dt) {
             run_path(r, dt, label, "grads.safetensors", p);
             if ((s = ls_parity_tensors_read(p, &d->gfault[f][k], r->err, r->errlen)) != LS_OK) return s;
         }
+        for (size_t e = 1; e < o->n_eps; e++) {
+            if (!ep_fits(o, e, k)) continue;
+            for (int m = 0; m < 2; m++) {
+                snprintf(label, sizeof label, "grad-cp%d-ep%d-%s", o->cps[k], o->eps[e], MODE[m]);
+                run_path(r, dt, label, "grads.safetensors", p);
+                if ((s = ls_parity_tensors_read(p, &d->ep_gls[e][m][k], r->err, r->errlen)) != LS_OK) return s;
+                run_path(r, dt, label, "final.safetensors", p);
+                if ((s = ls_parity_tensors_read(p, &d->ep_pls[e][m][k], r->err, r->errlen)) != LS_OK) return s;
+            }
+            snprintf(label, sizeof label, "grad-cp%d-ep%d-ep-drop-dx", o->cps[k], o->eps[e]);
+            run_path(r, dt, label, "grads.safetensors", p);
+            if ((s = ls_parity_tensors_read(p, &d->ep_gdrop[e][k], r->err, r->errlen)) != LS_OK) return s;
+        }
     }
     return LS_OK;
 }
@@ -624,6 +738,13 @@ static size_t score_specs(cfg_run *r, run_spec *sp, char labels[][64]) {
             if (w > 1) {
                 snprintf(labels[n], 64, "score-cp%d-local", w);
                 sp[n] = (run_spec){.dt = dt, .world = w, .label = labels[n], .fault = r->o->fam->score_fault};
+                n++;
+            }
+            for (size_t e = 1; e < r->o->n_eps; e++) {
+                if (!ep_fits(r->o, e, k)) continue;
+                int N = r->o->eps[e];
+                snprintf(labels[n], 64, "score-cp%d-ep%d", w, N);
+                sp[n] = (run_spec){.dt = dt, .world = w * N, .ep = N, .label = labels[n]};
                 n++;
             }
         }
@@ -653,6 +774,20 @@ static size_t grad_specs(cfg_run *r, run_spec *sp, char labels[][64]) {
                                    .fault = GFAULT(r, f), .grad = true};
                 n++;
             }
+            for (size_t e = 1; e < r->o->n_eps; e++) {
+                if (!ep_fits(r->o, e, k)) continue;
+                int N = r->o->eps[e];
+                for (int m = 0; m < 2; m++) {
+                    snprintf(labels[n], 64, "grad-cp%d-ep%d-%s", w, N, MODE[m]);
+                    sp[n] = (run_spec){.dt = dt, .world = w * N, .ep = N, .label = labels[n], .grad_mode = MODE[m],
+                                       .grad = true};
+                    n++;
+                }
+                snprintf(labels[n], 64, "grad-cp%d-ep%d-ep-drop-dx", w, N);
+                sp[n] = (run_spec){.dt = dt, .world = w * N, .ep = N, .label = labels[n], .grad_mode = "full",
+                                   .fault = "ep-drop-dx", .grad = true};
+                n++;
+            }
         }
     }
     return n;
@@ -672,6 +807,14 @@ static void free_outputs(cfg_run *r) {
                 ls_parity_tensors_free(&d->gfault[m][k]);
                 ls_parity_tensors_free(&d->pls[m][k]);
             }
+            for (int e = 0; e < LS_PARITY_MAX_CP; e++) {
+                ls_parity_logprobs_free(&d->ep_ls[e][k]);
+                ls_parity_tensors_free(&d->ep_gdrop[e][k]);
+                for (int m = 0; m < 2; m++) {
+                    ls_parity_tensors_free(&d->ep_gls[e][m][k]);
+                    ls_parity_tensors_free(&d->ep_pls[e][m][k]);
+                }
+            }
         }
     }
     ls_parity_logprobs_free(&r->ref_policy);
@@ -682,8 +825,8 @@ static void free_outputs(cfg_run *r) {
 static ls_status run_config(cfg_run *r) {
     const ls_parity_opts *o = r->o;
     ls_status s;
-    run_spec sp[64];
-    char labels[64][64];
+    run_spec sp[256]; /* a dtype's grad runs: 2 + per CP size 4 + 3 per EP grid point: at most 8 x 4 + 12 x 3 + 2 */
+    char labels[256][64];
     snprintf(r->dir, sizeof r->dir, "%s/runs/%s", o->out, r->c->name);
     snprintf(r->weights, sizeof r->weights, "%s/weights.safetensors", r->dir);
     snprintf(r->roll_score, sizeof r->roll_score, "%s/rollouts-score.jsonl", r->dir);

@@ -1,6 +1,7 @@
 /* parity_train.c - longstraw-train command lines for parity's runs
  * (parity.h): the matrix entry's settings, the run's inputs and dumps, what
- * a path run forces (its extra arguments), and mpirun for CP > 1; and the
+ * a path run forces (its extra arguments), --ep N for an expert-parallel run,
+ * and mpirun for a world > 1; and the
  * removal of a run directory. */
 #define _XOPEN_SOURCE 700 /* nftw */
 #include <ftw.h>
@@ -47,6 +48,10 @@ void ls_parity_train_job(const ls_parity_opts *o, const ls_parity_config *c, con
         if (kv[i][1] == NULL) continue;
         ls_parity_job_arg(j, "%s", kv[i][0]);
         ls_parity_job_arg(j, "%s", kv[i][1]);
+    }
+    if (t->ep > 1) { /* the CP x EP grid: world = cp x ep ranks under mpirun */
+        ls_parity_job_arg(j, "--ep");
+        ls_parity_job_arg(j, "%d", t->ep);
     }
     for (const char *const *e = t->extra; e != NULL && *e != NULL; e++) ls_parity_job_arg(j, "%s", *e);
     /* the objective's hyperparameters and the trainable set: what the report's coverage states */

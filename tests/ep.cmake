@@ -14,6 +14,14 @@ if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ep_audit.sh ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR}
                    ${MPIEXEC_EXECUTABLE} "${LS_MPIRUN_FLAGS_STR}")
   set_tests_properties(ep_audit PROPERTIES TIMEOUT 300 ENVIRONMENT "${LS_MPI_TEST_ENV}")
+  # parity covers EP (tests/ep_parity.sh): --like a signed CP-1 x EP-2 run runs the matrix and the run's path at
+  # EP-2 too (every EP check passes, EP-1 bit for bit; ep-drop-dx detected; coverage eps [1, 2]) and the audit
+  # certifies the run at level 4; against a report --like an EP-1 run level 1, parity.coverage naming ep;
+  # ep-drop-dx put into the EP path runs fails the report; --eps refusals.  About 35 s on 2 cores (three
+  # parity --like runs: slow under the sanitizers, as replay_checkpoint's two)
+  add_test(NAME ep_parity COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ep_parity.sh ${CMAKE_BINARY_DIR})
+  set_tests_properties(ep_parity PROPERTIES TIMEOUT 600 LABELS "parity;slow"
+                       ENVIRONMENT "OMP_NUM_THREADS=1;${LS_MPI_TEST_ENV}")
   # --ep that does not divide the world: exit 2 naming --ep
   add_test(NAME ep_refused_world
            COMMAND sh -c "\"$0\" \"$@\" 2>&1 | grep -q -- '--ep 4: does not divide the world'" ${MPIEXEC_EXECUTABLE}

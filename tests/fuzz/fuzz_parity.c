@@ -8,7 +8,7 @@
  * digested.  Traps when an invariant breaks:
  *  - a configuration always lies inside the coverage derived from itself
  *    (model, train mode, objectives, its strategy, dtype, grad mode, world,
- *    its path), but for the path decisions and values the audit does not
+ *    EP size, its path), but for the path decisions and values the audit does not
  *    know and the known decisions it does not record (deny by default);
  *  - every outside field the check reports is a non-empty name with a
  *    detail, and the count equals the callbacks. */
@@ -40,13 +40,16 @@ static const char FIXED[] =
     "\"rope_theta\":10000,\"gdn_hk\":2,\"gdn_hv\":4,\"gdn_dk\":16,\"gdn_dv\":16,\"conv_kernel\":4,\"attn_heads\":4,"
     "\"attn_kv_heads\":2,\"head_dim\":32,\"rope_dim\":8,\"train_mode\":\"lora\",\"lora_r\":4,\"lora_alpha\":8,"
     "\"lora_experts\":false,\"grad_mode\":\"full\",\"epsilon\":0.2,\"beta\":0.04,\"temperature\":0.9,\"faults\":[],"
-    "\"dtype\":\"f32\",\"strategy\":\"longstraw\",\"objective\":\"grpo\",\"sft_steps\":0,\"cp_ranks\":2,"
+    "\"dtype\":\"f32\",\"strategy\":\"longstraw\",\"objective\":\"grpo\",\"sft_steps\":0,\"cp_ranks\":2,\"ep_ranks\":1,"
     "\"paths\":{\"chunks\":[\"cut\"],\"old_logprobs\":[\"computed\"],\"pages\":[\"cut\"],\"prefix\":[\"fresh\"],"
     "\"prompt_groups\":[\"one\"],\"reference\":[\"kept\"],\"responses\":[\"sampled\"],\"shards\":[\"uneven\"],"
     "\"start\":[\"fresh\"],\"task\":[\"retrieval\"],\"replay\":[\"taped\"],\"state_tier\":[\"device\"]}}";
 
-/* The coverage longstraw-parity would state for runs like cfg (NULL when cfg does not state enough). */
-static cJSON *self_coverage(const cJSON *cfg) {
+/* The coverage longstraw-parity would state for runs like cfg (NULL when cfg does not state enough), and in
+ * *world the ranks of such a run: its CP size (3) times its EP size (ep_ranks, stated in eps as parity states
+ * the EP sizes its runs recorded; 3 alone where ep_ranks is no integer in 1..1024: the audit then divides
+ * nothing). */
+static cJSON *self_coverage(const cJSON *cfg, unsigned *world) {
     char err[256], hex[LS_DIGEST_HEX_SIZE];
     cJSON *model = ls_coverage_model(cfg), *tm = ls_coverage_train_mode(cfg, err, sizeof err);
     cJSON *objs = ls_coverage_objectives(cfg, err, sizeof err), *cov = cJSON_CreateObject();
@@ -67,6 +70,14 @@ static cJSON *self_coverage(const cJSON *cfg) {
         }
         cJSON *w = cJSON_AddArrayToObject(cov, "worlds");
         ok = ok && w && cJSON_AddItemToArray(w, cJSON_CreateNumber(3));
+        const cJSON *ep = cJSON_GetObjectItemCaseSensitive(cfg, "ep_ranks");
+        *world = 3;
+        if (cJSON_IsNumber(ep)) {
+            cJSON *e = cJSON_AddArrayToObject(cov, "eps");
+            ok = ok && e && ls_coverage_set_add(e, ep) == LS_OK;
+            if (ep->valuedouble >= 1 && ep->valuedouble <= 1024 && ep->valuedouble == (double)(unsigned)ep->valuedouble)
+                *world = 3 * (unsigned)ep->valuedouble;
+        }
         cJSON *p = cJSON_AddObjectToObject(cov, "paths"); /* a malformed path: no self-coverage */
         ok = ok && p && ls_coverage_paths_add(p, cfg, err, sizeof err) == LS_OK;
     }
@@ -88,8 +99,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     cJSON *report = NULL, *cfg = NULL;
     if (fixed == NULL) { /* once: the fixed configuration lies inside the coverage derived from it */
         fixed = cJSON_Parse(FIXED);
-        cJSON *self = fixed ? self_coverage(fixed) : NULL;
-        if (self == NULL || ls_coverage_check(self, fixed, 3, NULL, NULL) != 0) __builtin_trap();
+        unsigned w = 0;
+        cJSON *self = fixed ? self_coverage(fixed, &w) : NULL;
+        if (self == NULL || ls_coverage_check(self, fixed, w, NULL, NULL) != 0) __builtin_trap();
         cJSON_Delete(self);
     }
     if (ls_json_parse((const char *)data, rlen, "report", &report, err, sizeof err) == LS_OK) {
@@ -111,10 +123,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         size_t n = ls_coverage_check(report ? cJSON_GetObjectItemCaseSensitive(report, "coverage") : NULL, cfg, 4,
                                      outside, NULL);
         if (n != calls) __builtin_trap();
-        cJSON *self = self_coverage(cfg);
+        unsigned w = 0;
+        cJSON *self = self_coverage(cfg, &w);
         if (self != NULL) {
             calls = 0;
-            if (ls_coverage_check(self, cfg, 3, outside_self, NULL) != calls) __builtin_trap(); /* inside its own */
+            if (ls_coverage_check(self, cfg, w, outside_self, NULL) != calls) __builtin_trap(); /* inside its own */
             cJSON_Delete(self);
         }
     }
