@@ -9,7 +9,7 @@ rank group; exits 1 when any rank's plan is off by more than --tolerance
 (relative to the measured peak), 2 on bad usage.  Standard library only.
 
 usage: plan_sweep.py --build DIR [--grid small|full] [--tolerance 0.10]
-                     [--cells "family:P:G:R:mode:N[:replay] ..."] [--keep DIR]
+                     [--cells "family:P:G:R:mode:N[:replay] ..."] (replay: auto, none, layer, chunkC) [--keep DIR]
   --grid small   the test suite's grid (a few minutes on 2 cores)
   --grid full    both families, both modes, CP 1/2/4, P 1K..64K, G 1..16
                  (hours on 2 cores: bench only)
@@ -39,7 +39,8 @@ def grid(name):
         # the checkpointed replay (--replay-checkpoint layer), long responses; beside it mla's taped replay
         # (hybrid's taped replay of a long response is planned 14-16% under the measured peak at R = 256:
         # the full grid shows it, docs/benchmarks.md)
-        for fam, R, rcs in (("hybrid", 256, ("layer",)), ("mla", 128, ("none", "layer"))):
+        # and the replay in chunks (--replay-checkpoint chunk --replay-chunk C: 'chunkC')
+        for fam, R, rcs in (("hybrid", 256, ("layer", "chunk64")), ("mla", 128, ("none", "layer", "chunk32"))):
             for N in (1, 2):
                 for rc in rcs:
                     cells.append((fam, 1024, 2, R, "full", N, rc))
@@ -51,7 +52,7 @@ def grid(name):
                         for G, R in ((1, 8), (16, 32)):
                             cells.append((fam, P, G, R, mode, N, "auto"))
                 for N in (1, 2, 4):
-                    for rc in ("none", "layer"):
+                    for rc in ("none", "layer", "chunk128"):
                         cells.append((fam, P, 4, 512, "full", N, rc))
     return cells
 
@@ -63,7 +64,8 @@ def parse_cells(text):
         if len(parts) == 6:
             parts.append("auto")
         if (len(parts) != 7 or parts[0] not in ("hybrid", "mla") or parts[4] not in ("detached", "full") or
-                parts[6] not in ("auto", "none", "layer")):
+                not (parts[6] in ("auto", "none", "layer") or
+                     (parts[6].startswith("chunk") and parts[6][5:].isdigit() and int(parts[6][5:]) > 0))):
             raise ValueError("--cells: '%s' is not family:P:G:R:mode:N[:replay]" % tok)
         out.append((parts[0], int(parts[1]), int(parts[2]), int(parts[3]), parts[4], int(parts[5]), parts[6]))
     return out
@@ -75,7 +77,11 @@ def run_cell(build, work, cell):
     train = os.path.join(build, "trainer", "longstraw-train")
     args = [train, "--config", os.path.join(ROOT, "configs", fam + "-tiny.json"), "--prompt-len", str(P),
             "--response-len", str(R), "--group", str(G), "--grad-mode", mode, "--steps", "1", "--quiet",
-            "--replay-checkpoint", rc, "--out", rd]
+            "--out", rd]
+    if rc.startswith("chunk"):
+        args += ["--replay-checkpoint", "chunk", "--replay-chunk", rc[5:]]
+    else:
+        args += ["--replay-checkpoint", rc]
     env = dict(os.environ)
     env.setdefault("OMP_WAIT_POLICY", "passive")
     if N > 1:
