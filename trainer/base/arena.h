@@ -8,10 +8,11 @@
 #include <stddef.h>
 #include "trainer/base/mem_tracker.h"
 
-/* The default minimum chunk: small, so that an arena's bytes are its
- * requests plus under 64 KiB of tail (a request above it gets a chunk of its
- * own size), which is what lets the memory plan (trainer/plan) count an
- * arena by its requests. */
+/* The default largest shared chunk: a request of a quarter of it or more
+ * gets a chunk of its own size; smaller ones share chunks of 4 KiB doubling
+ * up to it.  So an arena's bytes are its requests plus a bounded tail (under
+ * twice its small requests and under 64 KiB) and 96 bytes a chunk, which is
+ * what lets the memory plan (trainer/plan) count an arena by its requests. */
 #define LS_ARENA_CHUNK ((size_t)64 << 10)
 
 typedef struct ls_arena_chunk ls_arena_chunk;
@@ -20,10 +21,11 @@ typedef struct {
     size_t chunk_bytes; /* minimum chunk size */
     ls_arena_chunk *head;
     size_t used_bytes;  /* bytes handed out (sum of rounded requests) */
+    size_t small;       /* the last shared chunk's size (0: none yet) */
     int failed;         /* set when an allocation failed (sticky) */
 } ls_arena;
 
-/* chunk_bytes 0: LS_ARENA_CHUNK. */
+/* chunk_bytes 0: LS_ARENA_CHUNK (the largest shared chunk). */
 void ls_arena_init(ls_arena *a, ls_mem_cat cat, size_t chunk_bytes);
 /* Zeroed block of `bytes` (NULL on failure, and a->failed is set), owned
  * by the arena: released with all the others by ls_arena_free, never alone. */

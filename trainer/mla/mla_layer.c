@@ -826,8 +826,11 @@ static plan_layer plan_layer_fwd(const ls_model_config *c, const ls_family_plan_
 }
 
 /* The layer's backward arena over T queries (mla_layer_backward), and its kernel's. */
-static size_t plan_layer_bwd(const ls_model_config *c, const ls_family_plan_in *in, int moe, size_t T, size_t Tk,
-                             size_t maxn, size_t *dispatch) {
+/* One layer's backward over T queries: its arena (scr), the attention kernel's workspace (attn) and, a MoE
+ * layer, the MoE backward's arena (moe) with its dispatch buffers (dispatch): the MoE runs before the
+ * attention, so the layer peaks at scr + attn or at scr + moe + dispatch. */
+static plan_layer plan_layer_bwd(const ls_model_config *c, const ls_family_plan_in *in, int moe, size_t T, size_t Tk,
+                                 size_t maxn) {
     plan_acc a = {.esz = in->esz};
     size_t d = (size_t)c->d_model, H = (size_t)c->heads, rq = (size_t)c->q_rank, rkv = (size_t)c->kv_rank;
     size_t dn = (size_t)c->d_nope, dr = (size_t)c->d_rope, dv = (size_t)c->d_v, dqk = dn + dr, I = (size_t)c->ffn_dim;
@@ -843,14 +846,13 @@ static size_t plan_layer_bwd(const ls_model_config *c, const ls_family_plan_in *
     plan_acc k_ = {.esz = in->esz};
     RQ(&k_, 0, ls_sat_mul3(T, k, sizeof(int64_t)));
     RQR(&k_, 0, LS_K(ls_mla_backward_workspace)(form_for(T, Tk), maxn, k, &dm));
-    size_t b = ls_sat_add(a.scr, k_.scr);
-    *dispatch = 0;
+    plan_layer b = {.scr = a.scr, .attn = k_.scr};
     if (moe) {
         plan_layer f = plan_layer_fwd(c, in, 1, T, Tk, maxn, 0);
-        b = ls_sat_add(b, f.moe);
+        b.moe = f.moe;
         size_t mc = in->moe_chunk ? in->moe_chunk : moe_chunk(), C = mc < T ? mc : T;
-        *dispatch = ls_sat_add(dispatch_bytes_esz(c, C, in->expert_lora_r, 1, in->esz),
-                               ep_exchange_bytes(c, C, in->ep, in->esz));
+        b.dispatch = ls_sat_add(dispatch_bytes_esz(c, C, in->expert_lora_r, 1, in->esz),
+                                ep_exchange_bytes(c, C, in->ep, in->esz));
     }
     return b;
 }
@@ -877,6 +879,7 @@ void LS_K(ls_mla_plan_transients)(const ls_model_config *c, const ls_family_plan
 #define ADD(p, cat, x) (ph[p][cat] = ls_sat_add(ph[p][cat], (x)))
     int kinds = (size_t)c->first_dense < L ? 2 : 1;
     size_t cap_pend = 0;
+    size_t win_attn = 0, win_moe = 0, win_disp = 0, win_ring = 0; /* the prompt backward's instants (below) */
     for (int mi = 0; mi < kinds; mi++) {
         int moe = (size_t)c->first_dense < L ? mi : 0;
         if (!moe && c->first_dense == 0) continue;
@@ -907,13 +910,14 @@ void LS_K(ls_mla_plan_transients)(const ls_model_config *c, const ls_family_plan
             cap_pend = pend;
         }
         /* scoring and decoding: R queries (or one) seeing the whole prompt */
-        plan_layer s = plan_layer_fwd(c, in, moe, R, Ptot + R, pg > R ? pg : R, 0);
+        plan_layer s = plan_layer_fwd(c, in, moe, RC, Ptot + R, pg > RC ? pg : RC, 0); /* a chunked replay's
+                                                                                         scoring: by chunk */
         instant(ph[LS_FPLAN_SCORE], s.scr, s);
         plan_layer dd = plan_layer_fwd(c, in, moe, 1, Ptot + R, pg, 0);
         instant(ph[LS_FPLAN_ROLLOUT], dd.scr, dd);
         /* replay: the largest layer's backward (the tape is summed over layers below) */
-        size_t disp = 0;
-        size_t b = plan_layer_bwd(c, in, moe, RC, Ptot + R, pg > RC ? pg : RC, &disp);
+        plan_layer bl = plan_layer_bwd(c, in, moe, RC, Ptot + R, pg > RC ? pg : RC);
+        size_t disp = bl.dispatch, b = ls_sat_add(bl.scr, ls_sat_add(bl.attn, bl.moe));
         plan_layer rf = plan_layer_fwd(c, in, moe, RC, Ptot + R, pg > RC ? pg : RC, 1);
         size_t rw = ls_sat_add(b, rf.attn);
         if (chunked) { /* the later chunks' gradient of this chunk's rows, gathered */
@@ -923,15 +927,25 @@ void LS_K(ls_mla_plan_transients)(const ls_model_config *c, const ls_family_plan
         }
         if (rw > ph[LS_FPLAN_REPLAY][LS_MEM_BRANCH]) ph[LS_FPLAN_REPLAY][LS_MEM_BRANCH] = rw;
         if (disp > ph[LS_FPLAN_REPLAY][LS_MEM_DISPATCH]) ph[LS_FPLAN_REPLAY][LS_MEM_DISPATCH] = disp;
-        if (in->full) { /* one chunk's window: its tape, rows and backward */
+        if (in->full) { /* one chunk's window: its tape and rows, the recompute's arenas (freed first), then the
+                           backward's; an attention instant, and a MoE layer's instant with its dispatch buffers */
             plan_layer w = plan_layer_fwd(c, in, moe, ch, Ptot, maxc, 1);
-            size_t wd = 0, wb = plan_layer_bwd(c, in, moe, ch, Ptot, maxc, &wd);
+            plan_layer bw = plan_layer_bwd(c, in, moe, ch, Ptot, maxc);
             plan_acc rows = {.esz = es};
             RQR(&rows, 0, ch * d), RQR(&rows, 0, ch * rkv + 1), RQR(&rows, 0, ch * dr + 1);
-            size_t wf = ls_sat_add(w.scr, w.attn > w.moe ? w.attn : w.moe); /* the recompute's arenas, freed first */
-            size_t win = ls_sat_add(ls_sat_add(w.tape, rows.scr), wb > wf ? wb : wf);
-            if (win > ph[LS_FPLAN_PROMPT_BWD][LS_MEM_SCRATCH]) ph[LS_FPLAN_PROMPT_BWD][LS_MEM_SCRATCH] = win;
-            if (wd > ph[LS_FPLAN_PROMPT_BWD][LS_MEM_DISPATCH]) ph[LS_FPLAN_PROMPT_BWD][LS_MEM_DISPATCH] = wd;
+            size_t base = ls_sat_add(w.tape, rows.scr);
+            size_t fa = ls_sat_add(w.scr, w.attn), ba = ls_sat_add(bw.scr, bw.attn);
+            size_t a_i = ls_sat_add(base, fa > ba ? fa : ba);
+            if (a_i > win_attn) win_attn = a_i;
+            if (moe) {
+                size_t fm = ls_sat_add(ls_sat_add(w.scr, w.moe), w.dispatch);
+                size_t bm = ls_sat_add(ls_sat_add(bw.scr, bw.moe), bw.dispatch);
+                size_t m_i = ls_sat_add(base, fm > bm ? fm : bm);
+                if (m_i > ls_sat_add(win_moe, win_disp)) {
+                    win_disp = fm > bm ? w.dispatch : bw.dispatch;
+                    win_moe = m_i - win_disp;
+                }
+            }
         }
     }
     out->capture_pending = cap_pend;
@@ -981,8 +995,10 @@ void LS_K(ls_mla_plan_transients)(const ls_model_config *c, const ls_family_plan
     RQR(&frc, 0, RC * d), RQR(&frc, 0, RC * d), RQR(&frc, 0, RC), RQR(&frc, 0, RC * d), RQR(&frc, 0, RC);
     RQR(&frc, 0, LS_K(ls_logprob_workspace)(RC, 128));
     ADD(LS_FPLAN_REPLAY, LS_MEM_BRANCH, frc.scr);
-    ADD(LS_FPLAN_SCORE, LS_MEM_SCRATCH, fr.scr);
+    ADD(LS_FPLAN_SCORE, LS_MEM_SCRATCH, chunked ? frc.scr : fr.scr);
     ADD(LS_FPLAN_SCORE, LS_MEM_SCORE, ls_sat_mul(R, es + sizeof(int32_t)));
+    if (chunked) /* the response's own rows in a fork of the state */
+        ADD(LS_FPLAN_SCORE, LS_MEM_SCORE, ls_sat_mul3(L, R, ls_sat_mul(rkv + dr + dI, es)));
     plan_acc h = {.esz = es};
     RQR(&h, 0, ch * d);
     ADD(LS_FPLAN_CAPTURE, LS_MEM_SCRATCH, ls_sat_add(h.scr, out->state_meta));
@@ -990,20 +1006,9 @@ void LS_K(ls_mla_plan_transients)(const ls_model_config *c, const ls_family_plan
     ADD(LS_FPLAN_ROLLOUT, LS_MEM_SCRATCH, out->state_meta);
     ADD(LS_FPLAN_ROLLOUT, LS_MEM_SCORE, ls_sat_mul3(L, R, ls_sat_add(ls_sat_mul(rkv + dr + dI, es), 3 * 64)));
     ADD(LS_FPLAN_ROLLOUT, LS_MEM_SCORE, ls_sat_add(ls_sat_mul((size_t)c->vocab, es + 2 * 16 + 8), 4096));
-    if (in->full) {
-        plan_acc k = {.esz = es};
-        RQR(&k, 0, n * d);
-        ADD(LS_FPLAN_PROMPT_BWD, LS_MEM_SCRATCH, k.scr);
-    }
     if (in->world > 1) {
-        /* context parallelism (mla_cp_attn.h): a ring's send and receive blocks of the shard's rows with their
-           gradient accumulators, and the shard queries' remote partial and selections */
-        size_t cpP = n + 1, row = rkv + dr + dI;
-        size_t q = ls_sat_add(ls_sat_mul((size_t)c->index_topk, 2 * sizeof(int64_t) + es),
-                              ls_sat_mul3((size_t)c->heads, (size_t)c->d_v + 1, es));
-        size_t comm = ls_sat_add(ls_sat_mul3(4, cpP, ls_sat_mul(row, es)), ls_sat_mul(cpP, q));
-        /* a capture chunk's selection (the top-k accumulators beside the index-key ring) and its attention
-           (the partial beside the latent ring) are separate instants (mla_cp_attn.c) */
+        /* context parallelism (mla_cp_attn.c): a capture chunk's selection (the top-k accumulators beside the
+           index-key ring) and its attention (the partial beside the latent ring) are separate instants */
         size_t k = (size_t)c->index_topk, ms = n;
         size_t sel = ls_sat_add(ls_sat_mul3(ch, k, 3 * sizeof(int64_t) + 3 * es), ls_sat_mul3(2, ms, dI * es));
         size_t att = ls_sat_add(ls_sat_mul3(ch, (size_t)c->heads, ((size_t)c->d_v + 1) * es),
@@ -1017,7 +1022,18 @@ void LS_K(ls_mla_plan_transients)(const ls_model_config *c, const ls_family_plan
         ADD(LS_FPLAN_CAPTURE, LS_MEM_SCRATCH, w.scr);
         size_t acc = ls_sat_mul(ls_sat_mul3(L, (size_t)c->heads, ((size_t)c->d_nope + (size_t)c->d_v) * rkv), es);
         for (int p = 0; p < LS_FPLAN_COUNT; p++) ADD(p, LS_MEM_GRADS, acc);
-        if (in->full) ADD(LS_FPLAN_PROMPT_BWD, LS_MEM_COMM, comm);
+        /* the prompt backward's window, one instant at a time: a chunk's selection and attention again (as the
+           capture's), then its backward (the reverse ring: the rows and their gradient, sent and received) */
+        win_ring = ls_sat_mul3(4, ms, (rkv + dr) * es);
+        if (sel > win_ring) win_ring = sel;
+        if (att > win_ring) win_ring = att;
+    }
+    if (in->full) { /* the prompt backward: dh over the shard beside the larger of the window's instants */
+        plan_acc k = {.esz = es};
+        RQR(&k, 0, n * d);
+        int moe_i = ls_sat_add(win_moe, win_disp) > ls_sat_add(win_attn, win_ring);
+        ADD(LS_FPLAN_PROMPT_BWD, LS_MEM_SCRATCH, ls_sat_add(k.scr, moe_i ? win_moe : win_attn));
+        ADD(LS_FPLAN_PROMPT_BWD, moe_i ? LS_MEM_DISPATCH : LS_MEM_COMM, moe_i ? win_disp : win_ring);
     }
 #undef ADD
 }
