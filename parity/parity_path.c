@@ -73,6 +73,9 @@
 static const int GIVEN_LENS[] = {6, 4, 5, 3}; /* a given batch's members: unequal responses */
 #define PATH_MAX_B 4  /* prompts per step: "several" is the path, not how many */
 #define PATH_MAX 8    /* paths per report */
+/* a chunked replay's chunk in the path runs: every response of the path (R >= 4) in two chunks or more, the
+   last one shorter (the run's own chunk size is a shape, not a path: the chunk boundaries are the code) */
+#define PATH_REPLAY_CHUNK_S "3"
 #define F64_TOL LS_PARITY_F64_TOL
 #define MAX_BATCH_BYTES (64u << 20)
 
@@ -86,7 +89,8 @@ static const char *opt_str(const cJSON *o, const char *k, const char *dflt) {
 typedef struct {
     const char *responses, *old, *reference, *task; /* the trainer's words; task NULL: given */
     const char *shards, *pages, *chunks;             /* wanted at every CP size > 1 */
-    const char *replay;                              /* taped or layer (--replay-checkpoint none or layer) */
+    const char *replay;                              /* taped, layer or chunk (--replay-checkpoint none, layer, or
+                                                        chunk in chunks of PATH_REPLAY_CHUNK tokens) */
     const char *tier;                                /* device or host (--state-tier) */
     int B, G, R, P, page, chunk;
     int lens[LS_PARITY_MAX_G]; /* the members' response lengths (sampled: R each) */
@@ -174,8 +178,8 @@ static ls_status plan(const ls_parity_opts *o, const cJSON *mc, path_spec *ps, s
     cls cl[8];
     size_t nc = 0;
     const char *sh[4], *pg[4], *ch[4];
-    const char *rp[2];
-    size_t nrp = took(o, "replay", (const char *[]){"taped", "layer", NULL}, "taped", rp);
+    const char *rp[3];
+    size_t nrp = took(o, "replay", (const char *[]){"taped", "layer", "chunk", NULL}, "taped", rp);
     const char *tr[2];
     size_t ntr = took(o, "state_tier", (const char *[]){"device", "host", NULL}, "device", tr);
     size_t nsh = took(o, "shards", (const char *[]){"uneven", "even", NULL}, "uneven", sh);
@@ -219,6 +223,7 @@ static ls_status plan(const ls_parity_opts *o, const cJSON *mc, path_spec *ps, s
                            p->task && strcmp(p->task, "retrieval") != 0 ? "-recall" : "");
         if (B > 1) len += snprintf(p->name + len, sizeof p->name - (size_t)len, "-b%d", B);
         if (strcmp(p->replay, "layer") == 0) len += snprintf(p->name + len, sizeof p->name - (size_t)len, "-ckpt");
+        if (strcmp(p->replay, "chunk") == 0) len += snprintf(p->name + len, sizeof p->name - (size_t)len, "-chunk");
         if (strcmp(p->tier, "host") == 0) len += snprintf(p->name + len, sizeof p->name - (size_t)len, "-host");
         if (nc > 1)
             snprintf(p->name + len, sizeof p->name - (size_t)len, "-%s-pages%s-chunks%s", p->shards, p->pages,
@@ -243,10 +248,12 @@ static ls_status plan(const ls_parity_opts *o, const cJSON *mc, path_spec *ps, s
         const char *keep = strcmp(p->reference, "kept") == 0 ? " (--keep-reference on)"
                            : strcmp(p->reference, "recaptured") == 0 ? " (--keep-reference off)" : "";
         snprintf(p->what, sizeof p->what, "the run's path: responses %s%s%s%s, old log-probs %s, reference %s%s, %d "
-                 "prompt%s per step; P-1=%d (%s: %s), pages of %d (%s), %s (%s), G=%d, R=%s, %s, replay %s, state tier %s",
+                 "prompt%s per step; P-1=%d (%s: %s), pages of %d (%s), %s (%s), G=%d, R=%s, %s, replay %s%s, state "
+                 "tier %s",
                  p->responses, p->task ? " by the " : "", p->task ? p->task : "", p->task ? " task" : "", p->old,
                  p->reference, keep, B, B > 1 ? "s" : "", p->P - 1, split[0] ? split : "one rank", p->shards, p->page,
-                 p->pages, chunks, p->chunks, G, rl, o->like_grad_mode, p->replay, p->tier);
+                 p->pages, chunks, p->chunks, G, rl, o->like_grad_mode, p->replay,
+                 strcmp(p->replay, "chunk") == 0 ? " (chunks of " PATH_REPLAY_CHUNK_S " tokens)" : "", p->tier);
         for (size_t e = 1; e < o->n_eps; e++) { /* the EP grid the path also runs at (ep_fits) */
             size_t wl = strlen(p->what);
             wl += (size_t)snprintf(p->what + wl, sizeof p->what - wl, "; EP-%d (--ep %d) at CP", o->eps[e], o->eps[e]);
@@ -325,9 +332,12 @@ static ls_status path_job(path_run *x, const char *label, int world, int ep, con
         if (strcmp(p->reference, "kept") == 0 || strcmp(p->reference, "recaptured") == 0)
             extra[ne++] = "--keep-reference", extra[ne++] = strcmp(p->reference, "kept") == 0 ? "on" : "off";
     }
-    if (!naive) /* the naive full sequence, the reference, keeps its tape */
-        extra[ne++] = "--replay-checkpoint", extra[ne++] = strcmp(p->replay, "layer") == 0 ? "layer" : "none",
+    if (!naive) { /* the naive full sequence, the reference, keeps its tape */
+        bool ck = strcmp(p->replay, "chunk") == 0;
+        extra[ne++] = "--replay-checkpoint", extra[ne++] = ck ? "chunk" : strcmp(p->replay, "layer") == 0 ? "layer" : "none";
+        if (ck) extra[ne++] = "--replay-chunk", extra[ne++] = PATH_REPLAY_CHUNK_S;
         extra[ne++] = "--state-tier", extra[ne++] = p->tier;
+    }
     if (!naive && p->B > 1) {
         snprintf(nums[3], sizeof nums[3], "%d", p->B);
         extra[ne++] = "--prompts-per-step", extra[ne++] = nums[3];

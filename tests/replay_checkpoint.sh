@@ -61,6 +61,56 @@ for fam in hybrid mla; do
     done
   done
 done
+# --replay-checkpoint chunk (trainer/step/replay_chunk.c): in float64, chunks of 7 of a 24-token response (the
+# last one shorter) give the taped replay's gradients to rounding, one chunk of 24 gives them bit for bit; the
+# trace shows the same layer events (each layer once per branch) and the collectives' kinds (under CP each
+# chunk's own); the run records the decision
+for fam in hybrid mla; do
+  for gm in detached full; do
+    for np in 1 2; do
+      [ "$np" = 2 ] && [ ${#MPI[@]} = 0 ] && continue
+      base=$fam-$gm-np$np-f64
+      run "$base-none" "$np" --config "$SRC/configs/$fam-tiny.json" --grad-mode "$gm" --dtype f64 --replay-checkpoint none || continue
+      run "$base-chunk" "$np" --config "$SRC/configs/$fam-tiny.json" --grad-mode "$gm" --dtype f64 --replay-checkpoint chunk \
+        --replay-chunk 7 || continue
+      run "$base-chunk1" "$np" --config "$SRC/configs/$fam-tiny.json" --grad-mode "$gm" --dtype f64 --replay-checkpoint chunk \
+        --replay-chunk 24 || continue
+      if d=$(python3 "$SRC/tests/ep_compare.py" "$T/$base-none.grads" "$T/$base-chunk.grads" --tol=1e-9 2>&1); then
+        ok "$base: chunks of 7 equal the taped replay to rounding (${d%%,*})"
+      else bad "$base" "the chunked replay's gradients differ from the taped replay's: $(echo "$d" | head -3)"; fi
+      if cmp -s "$T/$base-none.grads" "$T/$base-chunk1.grads"; then ok "$base: one chunk, bit for bit"
+      else bad "$base" "one chunk's gradients differ from the taped replay's"; fi
+      for r in "$T/$base-none"/rank-*; do
+        rr=$(basename "$r")
+        a=$(events "$r/events.jsonl.zst" | tr ')' '\n' | grep -c "'layer_end'")
+        b=$(events "$T/$base-chunk/$rr/events.jsonl.zst" | tr ')' '\n' | grep -c "'layer_end'")
+        la=$(events "$r/events.jsonl.zst" | tr ')' '\n' | grep "'layer_end'")
+        lb=$(events "$T/$base-chunk/$rr/events.jsonl.zst" | tr ')' '\n' | grep "'layer_end'")
+        [ "$la" = "$lb" ] && [ "$a" -gt 0 ] || bad "$base" "$rr: the chunked replay's layer events differ from the taped replay's ($a vs $b keys)"
+      done
+      p=$(field "$T/$base-chunk" "r['config']['paths'].get('replay'), r['config']['options'].get('replay_checkpoint'), r['config']['options'].get('replay_chunk')")
+      [ "$p" = "['chunk'] chunk 7" ] && ok "$base: recorded $p" || bad "$base" "recorded '$p', want ['chunk'] chunk 7"
+    done
+  done
+done
+# the chunked replay's branch graph at a long response: below the checkpointed replay's (R 512, chunks of 64)
+run long-layer 1 --config "$SRC/configs/hybrid-tiny.json" --grad-mode full --response-len 512 --group 1 --replay-checkpoint layer &&
+  run long-chunk 1 --config "$SRC/configs/hybrid-tiny.json" --grad-mode full --response-len 512 --group 1 \
+    --replay-checkpoint chunk --replay-chunk 64 && {
+  bl=$(field "$T/long-layer" "r['memory']['run']['categories']['branch_graph']['peak_bytes']")
+  bc=$(field "$T/long-chunk" "r['memory']['run']['categories']['branch_graph']['peak_bytes']")
+  if [ "$bc" -lt "$bl" ]; then ok "R 512: branch graph $bc bytes in chunks of 64, $bl checkpointed per layer"
+  else bad long-chunk "branch graph $bc bytes in chunks, not below the checkpointed $bl"; fi; }
+# refused: a chunked replay of the naive full sequence, a chunk of 0
+for bad_args in "--strategy naive --replay-checkpoint chunk" "--replay-chunk 0"; do
+  rm -rf "$T/refused"
+  # shellcheck disable=SC2086
+  "$TRAIN" --config "$SRC/configs/hybrid-tiny.json" --prompt-len 80 --group 2 --response-len 8 --steps 1 $bad_args \
+    --out "$T/refused" >"$T/refused.log" 2>&1
+  rc=$?
+  if [ $rc = 2 ] && grep -q -e "--replay" "$T/refused.log"; then ok "refused: $bad_args (exit 2, naming the option)"
+  else bad refused "$bad_args: exit $rc: $(head -c 300 "$T/refused.log")"; fi
+done
 # auto: taped when it fits (no budget), layer when only the checkpointed plan fits the budget
 run auto-free 1 --config "$SRC/configs/hybrid-tiny.json" --grad-mode full --response-len 256 --group 2 &&
   { p=$(field "$T/auto-free" "r['config']['paths'].get('replay')"); [ "$p" = "['taped']" ] && ok "auto without a budget: taped" || bad auto-free "took $p"; }
@@ -113,6 +163,15 @@ if [ ${#MPI[@]} -gt 0 ] && [ -x "$PARITY" ] && [ -x "$SIGN" ] && [ -x "$AUDIT" ]
     if [ "$l" = 1 ] && grep -q '"replay' "$T/ckhost-plain.json" && grep -q 'state_tier' "$T/ckhost-plain.json"; then
       ok "the same run against a report of the default path: level 1, replay and state_tier outside"
     else bad ckhost-plain "level $l against a report that never ran the replay checkpointed or the host tier"; fi
+  fi
+  # the chunked replay: level 4 only with a report whose path runs replayed in chunks
+  if like chunked --replay-checkpoint chunk --replay-chunk 4; then
+    l=$(level chunked chunked); [ "$l" = 4 ] && ok "in chunks, CP-2: level 4 with a report --like it" ||
+      bad chunked "level $l with a report --like it (4 expected)"
+    l=$(level chunked plain)
+    if [ "$l" = 1 ] && grep -q '"replay' "$T/chunked-plain.json"; then
+      ok "the same run against a report of the default path: level 1, replay outside"
+    else bad chunked-plain "level $l against a report that never replayed in chunks"; fi
   fi
 fi
 exit $failed

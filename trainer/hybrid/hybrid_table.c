@@ -252,15 +252,21 @@ static void hybrid_plan(const ls_model_config *c, const ls_family_plan_in *in, l
     for (int p = 0; p < LS_FPLAN_COUNT; p++) ADD(p, p == LS_FPLAN_REPLAY ? LS_MEM_BRANCH : LS_MEM_SCRATCH, lists);
     ADD(LS_FPLAN_CAPTURE, LS_MEM_SCRATCH, ls_sat_add(cap, frame_bytes(c, es, ch, 0)));
     ADD(LS_FPLAN_CAPTURE, LS_MEM_SCRATCH, out->state_meta);
-    /* scoring one member: the same untaped forward over R tokens, its head */
-    size_t sc = 0;
+    /* scoring one member: the same untaped forward over R tokens, its head; where the replay is chunked
+       (replay_chunk.c), over one chunk at a time, the response's own K/V rows and the GDN state in a fork */
+    size_t sR = in->replay_ckpt == 2 && in->replay_chunk && in->replay_chunk < R ? in->replay_chunk : R, sc = 0;
     for (int attn = 0; attn < 2; attn++) {
         acc a = {.esz = es};
-        layer_fwd(&a, &m, attn, R, 0, 1);
+        layer_fwd(&a, &m, attn, sR, 0, 1);
         if (a.scr > sc) sc = a.scr;
     }
-    ADD(LS_FPLAN_SCORE, LS_MEM_SCRATCH, ls_sat_add(sc, frame_bytes(c, es, R, R)));
+    ADD(LS_FPLAN_SCORE, LS_MEM_SCRATCH, ls_sat_add(sc, frame_bytes(c, es, sR, sR)));
     ADD(LS_FPLAN_SCORE, LS_MEM_SCORE, ls_sat_mul(R, es + sizeof(int32_t)));
+    if (in->replay_ckpt == 2) {
+        if (in->world <= 1 || in->cp_rank < 0 || in->cp_rank == in->world - 1) /* the owner of the keys' */
+            ADD(LS_FPLAN_SCORE, LS_MEM_SCORE, ls_sat_mul3(2 * (size_t)out->attn_layers, R, ls_sat_mul(row, es)));
+        ADD(LS_FPLAN_SCORE, LS_MEM_SCORE, ls_sat_mul((size_t)out->recurrent_layers, (tail_n + S_n) * es));
+    }
     /* decode: a fork of the state (its page tables), R one-token pages per attention layer, one token's
        layer arena, the logits row and the sampler's workspace */
     size_t dec = 0;
@@ -291,7 +297,9 @@ static void hybrid_plan(const ls_model_config *c, const ls_family_plan_in *in, l
            chunk's tape, its frame and its backward (a context gradient on every chunk but the first, the rows
            the later chunks' gradient arrives in gathered) */
         size_t C = in->replay_chunk && in->replay_chunk < R ? in->replay_chunk : R, K = (R + C - 1) / C;
-        size_t rows = ls_sat_mul3(4 * (size_t)out->attn_layers, R, ls_sat_mul(row, es));
+        /* under CP the last rank holds the response's own keys (hybrid_cp.c's own_keys) */
+        int owner = in->world <= 1 || in->cp_rank < 0 || in->cp_rank == in->world - 1;
+        size_t rows = owner ? ls_sat_mul3(4 * (size_t)out->attn_layers, R, ls_sat_mul(row, es)) : 0;
         size_t fixed = ls_sat_mul3(K + 3, (size_t)out->recurrent_layers, ls_sat_mul(tail_n + S_n, es));
         size_t kept = ls_sat_add(rows, fixed);
         if (in->world > 1) { /* per chunk and attention layer: lse_max, lse_sum, out_sum */

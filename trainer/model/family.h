@@ -101,6 +101,7 @@ typedef struct {
     size_t R;          /* the longest response */
     size_t G;          /* group size */
     int world;         /* context-parallel ranks */
+    int cp_rank;       /* this rank's CP index (-1: the rank that holds the most) */
     int ep;            /* mla: expert-parallel ranks (0 or 1: none): the routed experts' exchange buffers */
     size_t moe_chunk;  /* mla: tokens per MoE dispatch chunk (0: the trainer's; SIZE_MAX: none, a segment at once) */
     int full;          /* `full` gradient mode */

@@ -22,6 +22,7 @@ void LS_K(ls_plan_in_defaults)(ls_plan_in *in, const ls_model_config *cfg) {
     in->rollout = 1;
     in->keep_reference = -1;
     in->replay_checkpoint = -1;
+    in->cp_rank = -1;
 }
 
 static void add_cats(size_t *dst, const size_t *src) {
@@ -94,7 +95,7 @@ ls_status LS_K(ls_plan_compute)(const ls_plan_in *in, ls_plan *out, char *err, s
                              .lora_r = in->obj.train_mode == LS_TRAIN_LORA ? in->obj.lora_r : 0,
                              .expert_lora_r = in->obj.train_mode == LS_TRAIN_LORA && in->obj.lora_experts ? in->obj.lora_r : 0,
                              .esz = in->compute_bytes, .ssz = in->state_bytes, .page_size = in->page_size,
-                             .index_sets = in->index_sets};
+                             .index_sets = in->index_sets, .cp_rank = in->cp_rank};
     ls_family_plan fp, fpc, fpk; /* with the replay taped whole, checkpointed, in chunks */
     fam->plan(c, &fin, &fp);
     ls_family_plan_in cin = fin, kin = fin;
@@ -131,7 +132,8 @@ ls_status LS_K(ls_plan_compute)(const ls_plan_in *in, ls_plan *out, char *err, s
     for (int pass = 0; pass < n_keep * n_ck; pass++) {
         keep = keeps[pass / n_ck];
         ck = cks[pass % n_ck];
-        const ls_family_plan *rf = ck == 2 ? &fpk : ck ? &fpc : &fp; /* the replay's terms */
+        /* the replay's terms (and the scoring's: a chunked replay's members are scored in its chunks) */
+        const ls_family_plan *rf = ck == 2 ? &fpk : ck ? &fpc : &fp;
         memset(out->phase, 0, sizeof out->phase);
         memset(out->phase_runs, 0, sizeof out->phase_runs);
         out->captures = 0;
@@ -159,7 +161,7 @@ ls_status LS_K(ls_plan_compute)(const ls_plan_in *in, ls_plan *out, char *err, s
             out->phase_runs[LS_PLAN_SCORE] = 1;
             ph[LS_PLAN_SCORE][LS_MEM_PROMPT_STATE] = live_state;
             ph[LS_PLAN_SCORE][LS_MEM_CHECKPOINT] = ck_first;
-            add_cats(ph[LS_PLAN_SCORE], fp.phase[LS_FPLAN_SCORE]);
+            add_cats(ph[LS_PLAN_SCORE], rf->phase[LS_FPLAN_SCORE]);
             ph[LS_PLAN_SCORE][LS_MEM_SCORE] = ls_sat_add(ph[LS_PLAN_SCORE][LS_MEM_SCORE], batch);
         }
         if (use_ref && !naive) {
@@ -170,7 +172,7 @@ ls_status LS_K(ls_plan_compute)(const ls_plan_in *in, ls_plan *out, char *err, s
             size_t *r = ph[LS_PLAN_REFERENCE];
             size_t a[LS_MEM_COUNT] = {0}, b[LS_MEM_COUNT] = {0}; /* its capture's instant, its scoring's */
             add_cats(a, fp.phase[LS_FPLAN_CAPTURE]);
-            add_cats(b, fp.phase[LS_FPLAN_SCORE]);
+            add_cats(b, rf->phase[LS_FPLAN_SCORE]);
             size_t beside = keep ? S : 0;
             a[LS_MEM_PROMPT_STATE] = ls_sat_add(live_state - pend, beside);
             b[LS_MEM_PROMPT_STATE] = ls_sat_add(live_state, beside);

@@ -41,6 +41,8 @@ typedef struct {
     size_t R;                    /* longest response (scored tokens) */
     size_t G;                    /* group size */
     int world;                   /* context-parallel ranks (1: none) */
+    int cp_rank;                 /* this rank's CP index, for what only some ranks hold (a chunked replay's
+                                    response rows: the last rank's); -1 (default): the rank that holds the most */
     size_t moe_chunk;            /* mla: tokens per MoE dispatch chunk (0: the trainer's, 256; SIZE_MAX: not chunked) */
     int ep;                      /* mla: expert-parallel ranks (0 or 1: none); each holds E/ep routed experts'
                                     weights, adapters, gradients and moments (trainer/dist/ep.h) */

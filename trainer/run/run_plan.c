@@ -28,6 +28,7 @@ void LS_K(ls_run_plan_in)(const ls_train_args *a, const ls_run_shape *sh, size_t
     in->G = sh->G;
     in->world = a->comm ? ls_group_size(ls_comm_cp(a->comm)) : 1; /* the CP size (world / ep) */
     in->ep = a->ep > 1 ? a->ep : 1;                                  /* each EP rank holds E/ep experts */
+    in->cp_rank = a->comm ? ls_group_rank(ls_comm_cp(a->comm)) : -1;
     in->page_size = a->step.page_size;
     in->capture_chunk = a->step.capture_chunk;
     in->rollout = a->rollouts == NULL;

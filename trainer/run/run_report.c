@@ -53,6 +53,7 @@ static cJSON *options_json(const ls_train_args *a) {
                             : a->replay_checkpoint == 2 ? "layer"
                             : a->replay_checkpoint == 3 ? "chunk"
                                                         : "auto");
+    ls_json_add_u64(j, "replay_chunk", (uint64_t)o->replay_chunk); /* tokens per chunk where the replay is chunked */
     ls_json_add_u64(j, "page_size", o->page_size);
     ls_json_add_u64(j, "capture_chunk", o->capture_chunk);
     ls_json_add_u64(j, "prompts_per_step", a->prompts_per_step ? a->prompts_per_step : 1);

@@ -613,6 +613,9 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
             a->config_path);
     if (a->step.cp_faults.ep_drop_dx && a->ep < 2) BAD("--fault ep-drop-dx: needs --ep N with N >= 2");
     if (a->step.fault_stage_skip_page && !a->step.state_tier) BAD("--fault stage-skip-page: needs --state-tier host");
+    if (a->replay_checkpoint == 3 && a->step.strategy == LS_STRATEGY_NAIVE)
+        BAD("--replay-checkpoint chunk: needs --strategy longstraw (the naive strategy replays each member's whole "
+            "sequence, the reference the chunks are held to)");
     if (a->obj.lora_experts && a->obj.train_mode != LS_TRAIN_LORA)
         BAD("--lora-experts: needs --train-mode lora (full training trains the experts' weights)");
     if (a->fault_kill_rank && a->fault_kill_at_layer && a->fault_kill_layer > (int)a->cfg.n_layers)

@@ -18,6 +18,34 @@ typedef struct {
     int seen;
 } obs_sum;
 
+typedef struct {
+    int n_layers;
+    obs_sum *o; /* [n_layers + 2][2] */
+    ls_layer_hook hook;
+    void *hook_user;
+} obs_acc;
+
+static void obs_add(void *user, int layer, int dir, size_t tokens, int64_t wall_ns, double out_norm) {
+    obs_acc *a = user;
+    if (layer < -1 || layer > a->n_layers || dir < 0 || dir > 1) return;
+    obs_sum *o = &a->o[(size_t)(layer + 1) * 2 + (size_t)dir];
+    o->tokens += tokens;
+    o->wall_ns += wall_ns;
+    o->sumsq += out_norm * out_norm;
+    o->seen = 1;
+}
+
+/* The summed observations of one direction, in the order one segment reports them. */
+static void obs_flush(obs_acc *a, int dir) {
+    int n = a->n_layers;
+    for (int i = 0; i < n + 2; i++) {
+        int layer = dir == 0 ? i - 1 : n - i;
+        obs_sum *o = &a->o[(size_t)(layer + 1) * 2 + (size_t)dir];
+        if (o->seen && a->hook) a->hook(a->hook_user, layer, dir, o->tokens, o->wall_ns, sqrt(o->sumsq));
+        memset(o, 0, sizeof *o);
+    }
+}
+
 struct ls_replay_chunks {
     const ls_params *p;
     const ls_state *ps;
@@ -32,33 +60,9 @@ struct ls_replay_chunks {
     ls_decisions *dec;   /* [K] each chunk's decisions in the forward */
     ls_coll_memo *memo;  /* [K] each chunk's collectives (CP) */
     ls_arena memo_arena;
-    ls_layer_hook hook;
-    void *hook_user;
-    obs_sum *obs;        /* [n_layers + 2][2] */
+    obs_acc obs;         /* the chunks' layer observations */
     size_t tape_peak;    /* the largest chunk tape */
 };
-
-static void obs_hook(void *user, int layer, int dir, size_t tokens, int64_t wall_ns, double out_norm) {
-    ls_replay_chunks *r = user;
-    int n = r->p->cfg.n_layers;
-    if (layer < -1 || layer > n || dir < 0 || dir > 1) return;
-    obs_sum *o = &r->obs[(size_t)(layer + 1) * 2 + (size_t)dir];
-    o->tokens += tokens;
-    o->wall_ns += wall_ns;
-    o->sumsq += out_norm * out_norm;
-    o->seen = 1;
-}
-
-/* The summed observations of one direction, in the order a taped replay reports them. */
-static void obs_flush(ls_replay_chunks *r, int dir) {
-    int n = r->p->cfg.n_layers;
-    for (int i = 0; i < n + 2; i++) {
-        int layer = dir == 0 ? i - 1 : n - i;
-        obs_sum *o = &r->obs[(size_t)(layer + 1) * 2 + (size_t)dir];
-        if (o->seen && r->hook) r->hook(r->hook_user, layer, dir, o->tokens, o->wall_ns, sqrt(o->sumsq));
-        memset(o, 0, sizeof *o);
-    }
-}
 
 static size_t chunk_len(const ls_replay_chunks *r, size_t k) {
     size_t t0 = k * r->chunk;
@@ -75,7 +79,7 @@ void LS_K(ls_replay_chunks_free)(ls_replay_chunks *r) {
     ls_mem_free(r->np0);
     ls_mem_free(r->dec);
     ls_mem_free(r->memo);
-    ls_mem_free(r->obs);
+    ls_mem_free(r->obs.o);
     ls_mem_free(r);
 }
 
@@ -97,8 +101,7 @@ ls_status LS_K(ls_replay_chunks_forward)(const ls_params *p, const ls_state *ps,
     r->K = (T + r->chunk - 1) / r->chunk;
     r->pos0 = pos0;
     r->logp = logp;
-    r->hook = hook;
-    r->hook_user = hook_user;
+    r->obs = (obs_acc){.n_layers = L, .hook = hook, .hook_user = hook_user};
     ls_arena_init(&r->memo_arena, LS_MEM_BRANCH, 0);
     /* metadata (LS_MEM_SCRATCH, as a state's page tables) */
     r->snap = ls_mem_alloc(LS_MEM_SCRATCH, r->K * sizeof *r->snap);
@@ -106,11 +109,11 @@ ls_status LS_K(ls_replay_chunks_forward)(const ls_params *p, const ls_state *ps,
     r->np0 = ls_mem_alloc(LS_MEM_SCRATCH, (size_t)L * sizeof *r->np0);
     r->dec = ls_mem_alloc(LS_MEM_SCRATCH, r->K * sizeof *r->dec);
     r->memo = ls_mem_alloc(LS_MEM_SCRATCH, r->K * sizeof *r->memo);
-    r->obs = ls_mem_alloc(LS_MEM_SCRATCH, (size_t)(L + 2) * 2 * sizeof *r->obs);
+    r->obs.o = ls_mem_alloc(LS_MEM_SCRATCH, (size_t)(L + 2) * 2 * sizeof *r->obs.o);
     ls_status st = LS_ERR_NOMEM;
-    if (!r->snap || !r->first || !r->np0 || !r->dec || !r->memo || !r->obs) goto fail;
+    if (!r->snap || !r->first || !r->np0 || !r->dec || !r->memo || !r->obs.o) goto fail;
     memset(r->snap, 0, r->K * sizeof *r->snap);
-    memset(r->obs, 0, (size_t)(L + 2) * 2 * sizeof *r->obs);
+    memset(r->obs.o, 0, (size_t)(L + 2) * 2 * sizeof *r->obs.o);
     if ((st = ps->fam->state_fork(&r->run, ps, LS_MEM_BRANCH)) != LS_OK) goto fail;
     for (int l = 0; l < L; l++) r->np0[l] = r->run.ly[l].n_pages;
     for (size_t k = 0; k < r->K && st == LS_OK; k++) {
@@ -118,8 +121,8 @@ ls_status LS_K(ls_replay_chunks_forward)(const ls_params *p, const ls_state *ps,
         for (int l = 0; l < L; l++) r->first[k * (size_t)L + (size_t)l] = r->run.ly[l].n_pages;
         if ((st = ps->fam->state_fork(&r->snap[k], &r->run, LS_MEM_BRANCH)) != LS_OK) break;
         ls_seg_io io = {.tokens = in + t0, .T = n, .pos0 = pos0 + (int64_t)t0, .ctx = &r->run,
-                        .state_out = &r->run, .targets = targets + t0, .logp = logp + t0, .hook = obs_hook,
-                        .hook_user = r};
+                        .state_out = &r->run, .targets = targets + t0, .logp = logp + t0, .hook = obs_add,
+                        .hook_user = &r->obs};
         ls_coll_memo_init(&r->memo[k], &r->memo_arena);
         ls_decisions *outer = ls_decisions_begin(&r->dec[k]);
         ls_coll_memo *prev = ls_coll_memo_use(&r->memo[k], LS_COLL_MEMO_RECORD);
@@ -130,7 +133,7 @@ ls_status LS_K(ls_replay_chunks_forward)(const ls_params *p, const ls_state *ps,
     }
     for (int l = 0; l < L; l++) r->first[r->K * (size_t)L + (size_t)l] = r->run.ly[l].n_pages;
     if (st != LS_OK) goto fail;
-    obs_flush(r, 0);
+    obs_flush(&r->obs, 0);
     *out = r;
     return LS_OK;
 fail:
@@ -284,7 +287,7 @@ ls_status LS_K(ls_replay_chunks_backward)(ls_replay_chunks *r, const ls_real *dl
         if (st == LS_OK) {
             size_t tb = p->fam->tape_bytes(tape);
             if (tb > r->tape_peak) r->tape_peak = tb;
-            st = p->fam->segment_backward(p, tape, dlogp + t0, dc, &dout, obs_hook, r);
+            st = p->fam->segment_backward(p, tape, dlogp + t0, dc, &dout, obs_add, &r->obs);
         }
         if (tape) p->fam->tape_free(tape);
         if (k > 0) { /* what chunk k handed its context's fixed state is what the chunk before it left */
@@ -294,11 +297,35 @@ ls_status LS_K(ls_replay_chunks_backward)(ls_replay_chunks *r, const ls_real *dl
             have_after = 1;
         }
     }
-    if (st == LS_OK) obs_flush(r, 1);
+    if (st == LS_OK) obs_flush(&r->obs, 1);
     view_free(&dout);
     view_free(&dctx);
     LS_K(ls_state_free)(&gb);
     LS_K(ls_state_free)(&ga);
     LS_K(ls_state_free)(&resp);
+    return st;
+}
+
+ls_status LS_K(ls_chunks_score)(const ls_params *p, const ls_state *ps, const int32_t *in, size_t T, int64_t pos0,
+                                const int32_t *targets, size_t chunk, ls_real *logp, ls_mem_cat cat, ls_layer_hook hook,
+                                void *hook_user) {
+    if (!ps || !in || !targets || !logp || T == 0) return LS_ERR_ARG;
+    int L = p->cfg.n_layers;
+    size_t C = chunk == 0 || chunk > T ? T : chunk;
+    obs_acc obs = {.n_layers = L, .hook = hook, .hook_user = hook_user};
+    obs.o = ls_mem_alloc(LS_MEM_SCRATCH, (size_t)(L + 2) * 2 * sizeof *obs.o);
+    if (!obs.o) return LS_ERR_NOMEM;
+    memset(obs.o, 0, (size_t)(L + 2) * 2 * sizeof *obs.o);
+    ls_state run;
+    ls_status st = ps->fam->state_fork(&run, ps, cat);
+    for (size_t t0 = 0; st == LS_OK && t0 < T; t0 += C) { /* as ls_replay_chunks_forward's pass */
+        size_t n = T - t0 < C ? T - t0 : C;
+        ls_seg_io io = {.tokens = in + t0, .T = n, .pos0 = pos0 + (int64_t)t0, .ctx = &run, .state_out = &run,
+                        .targets = targets + t0, .logp = logp + t0, .hook = obs_add, .hook_user = &obs};
+        st = p->fam->segment_forward(p, &io);
+    }
+    if (st == LS_OK) obs_flush(&obs, 0);
+    LS_K(ls_state_free)(&run);
+    ls_mem_free(obs.o);
     return st;
 }

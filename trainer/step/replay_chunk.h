@@ -52,4 +52,11 @@ ls_status LS_K(ls_replay_chunks_backward)(ls_replay_chunks *r, const ls_real *dl
 size_t LS_K(ls_replay_chunks_bytes)(const ls_replay_chunks *r);
 
 void LS_K(ls_replay_chunks_free)(ls_replay_chunks *r);
+
+/* A response scored in the same chunks, without autograd (the score phase of a run whose replay is chunked):
+ * logp [T] bit for bit the chunked replay's, so that the on-policy ratio is exactly 1; the response's own
+ * rows live in category cat while it runs; the layers reported once each, as ls_replay_chunks_forward's. */
+ls_status LS_K(ls_chunks_score)(const ls_params *p, const ls_state *ps, const int32_t *in, size_t T, int64_t pos0,
+                                const int32_t *targets, size_t chunk, ls_real *logp, ls_mem_cat cat, ls_layer_hook hook,
+                                void *hook_user);
 #endif

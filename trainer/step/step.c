@@ -2,6 +2,7 @@
  * member, token-by-token rollout, AdamW.  The transaction that composes them
  * is step_txn.c. */
 #include "trainer/step/step.h"
+#include "trainer/step/replay_chunk.h"
 
 #include <string.h>
 
@@ -46,11 +47,20 @@ static int32_t *branch_inputs(const ls_batch *b, size_t i, ls_mem_cat cat) {
 
 ls_status LS_K(ls_score_member)(const ls_params *p, const ls_state *ps, const ls_batch *b, size_t i,
                                 double *logp, ls_layer_hook hook, void *hook_user) {
+    return LS_K(ls_score_member_chunked)(p, ps, b, i, 0, logp, hook, hook_user);
+}
+
+ls_status LS_K(ls_score_member_chunked)(const ls_params *p, const ls_state *ps, const ls_batch *b, size_t i,
+                                        size_t chunk, double *logp, ls_layer_hook hook, void *hook_user) {
     size_t R = b->R[i];
     int32_t *in = branch_inputs(b, i, LS_MEM_SCORE);
     ls_real *lp = ls_mem_alloc(LS_MEM_SCORE, R_(R));
     ls_status st = LS_ERR_NOMEM;
-    if (in && lp) {
+    if (in && lp && chunk) {
+        st = LS_K(ls_chunks_score)(p, ps, in, R, (int64_t)b->P - 1, b->resp[i], chunk, lp, LS_MEM_SCORE, hook,
+                                   hook_user);
+        for (size_t t = 0; st == LS_OK && t < R; t++) logp[t] = (double)lp[t];
+    } else if (in && lp) {
         ls_seg_io io = {.tokens = in, .T = R, .pos0 = (int64_t)b->P - 1, .ctx = ps,
                         .targets = b->resp[i], .score_from = 0, .logp = lp, .hook = hook,
                         .hook_user = hook_user};

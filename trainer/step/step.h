@@ -181,6 +181,10 @@ void LS_K(ls_step_optimizer)(ls_params *p, const ls_step_options *o, int64_t ste
 /* Log-probs of response i from a captured prompt state (no autograd). */
 ls_status LS_K(ls_score_member)(const ls_params *p, const ls_state *ps, const ls_batch *b, size_t i,
                                 double *logp, ls_layer_hook hook, void *hook_user);
+/* The same in chunks of `chunk` tokens (0: one segment) as a chunked replay scores them
+ * (trainer/step/replay_chunk.h): its log-probs bit for bit. */
+ls_status LS_K(ls_score_member_chunked)(const ls_params *p, const ls_state *ps, const ls_batch *b, size_t i,
+                                        size_t chunk, double *logp, ls_layer_hook hook, void *hook_user);
 /* Capture: prompt positions [0, P-1) into *ps (prompt_state category), in
  * segments of `chunk` tokens (0: one segment) so that transient buffers stay
  * chunk-sized; checkpoints (NULL: none) receive each layer's input. */
