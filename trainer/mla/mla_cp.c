@@ -58,12 +58,25 @@ ls_status LS_K(ls_mla_cp_init)(struct ls_cp_s *base, const ls_params *p) {
                         .skip_dkv_reduce = base->faults.skip_dkv_reduce};
     c->prompt_l = (ls_mla_cp_layer){.cp = &c->cp, .prompt = 1};
     c->resp_l = ls_mem_alloc(LS_MEM_SCRATCH, (size_t)c->L * sizeof *c->resp_l);
-    c->acc = ls_mem_alloc(LS_MEM_GRADS, R((size_t)c->L * c->kvb_n + 1));
-    if (!c->resp_l || !c->acc) return LS_ERR_NOMEM; /* the driver frees the context */
-    memset(c->acc, 0, R((size_t)c->L * c->kvb_n));
-    for (int l = 0; l < c->L; l++)
-        c->resp_l[l] = (ls_mla_cp_layer){.cp = &c->cp, .prompt = 0, .dkvb_acc = c->acc + (size_t)l * c->kvb_n};
+    if (!c->resp_l) return LS_ERR_NOMEM; /* the driver frees the context */
+    for (int l = 0; l < c->L; l++) c->resp_l[l] = (ls_mla_cp_layer){.cp = &c->cp, .prompt = 0, .layer = l, .acc = c};
     return LS_OK;
+}
+
+/* The shard-local kv_b gradients live from the replay's first response backward to cp_shard_grads: not
+ * through the capture, the scoring or the prompt backward (GLM-5.2 at a 65,536-token shard: 2.13 GiB). */
+ls_real *LS_K(ls_mla_cp_acc)(const ls_mla_cp_layer *l, ls_status *st) {
+    mcp *c = l ? l->acc : NULL;
+    if (!c || l->layer < 0 || l->layer >= c->L) return NULL;
+    if (!c->acc) {
+        c->acc = ls_mem_alloc(LS_MEM_GRADS, R((size_t)c->L * c->kvb_n + 1));
+        if (!c->acc) {
+            *st = LS_ERR_NOMEM;
+            return NULL;
+        }
+        memset(c->acc, 0, R((size_t)c->L * c->kvb_n));
+    }
+    return c->acc + (size_t)l->layer * c->kvb_n;
 }
 
 void LS_K(ls_mla_cp_free)(struct ls_cp_s *base) {
@@ -180,12 +193,13 @@ ls_status LS_K(ls_mla_cp_prompt_bwd)(struct ls_cp_s *base, const ls_params *p, c
 ls_status LS_K(ls_mla_cp_shard_grads)(struct ls_cp_s *base, ls_params *p) {
     mcp *c = base->fam_ctx;
     if (!c) return LS_ERR_INTERNAL;
-    for (int l = 0; l < c->L; l++) {
+    for (int l = 0; c->acc && l < c->L; l++) { /* none: no response backward ran (nothing to add) */
         ls_real *a = c->acc + (size_t)l * c->kvb_n;
         const ls_mla_layer *ly = &LS_K(ls_mla_layers)(p)[l];
         if (ly->kv_b.out * ly->kv_b.in != c->kvb_n) return LS_ERR_INTERNAL;
         LS_K(ls_mla_kv_b_grad)(p, &ly->kv_b, a);
-        memset(a, 0, R(c->kvb_n));
     }
+    ls_mem_free(c->acc);
+    c->acc = NULL;
     return LS_OK;
 }

@@ -728,8 +728,10 @@ ls_status LS_K(ls_mla_layer_backward)(const ls_params *p, int l, const ls_mla_la
     else
         st = LS_K(ls_mla_attn_backward)(p, &aq, blk, nb, tp->sel, tp->o, tp->lse, dout, dqn, dqpe, dkvb);
     if (st != LS_OK) return st;
-    if (dkvb && cpl && !cpl->prompt && cpl->dkvb_acc) /* shard-local: kept aside (mla_cp.c) */
-        for (size_t i = 0; i < ly->kv_b.out * ly->kv_b.in; i++) cpl->dkvb_acc[i] += dkvb[i];
+    ls_real *acc = dkvb && cpl && !cpl->prompt ? LS_K(ls_mla_cp_acc)(cpl, &st) : NULL;
+    if (st != LS_OK) return st;
+    if (acc) /* shard-local: kept aside (mla_cp.c) */
+        for (size_t i = 0; i < ly->kv_b.out * ly->kv_b.in; i++) acc[i] += dkvb[i];
     else if (dkvb)
         LS_K(ls_mla_kv_b_grad)(p, &ly->kv_b, dkvb);
     /* q path: RoPE, q_b, q_a_norm, q_a */
@@ -1016,12 +1018,12 @@ void LS_K(ls_mla_plan_transients)(const ls_model_config *c, const ls_family_plan
         ADD(LS_FPLAN_CAPTURE, LS_MEM_COMM, sel > att ? sel : att);
         /* the shard capture's work rows (mla_cp.c: h, c_kv, k_pe, k_I over the shard; the ring kernels'
            workspaces are the capture instant's, above) and the shard-local kv_b gradient accumulators
-           (gradients, all step) */
+           (gradients, the replay's) */
         plan_acc w = {.esz = es};
         RQR(&w, 0, n * (d + rkv + dr + dI));
         ADD(LS_FPLAN_CAPTURE, LS_MEM_SCRATCH, w.scr);
         size_t acc = ls_sat_mul(ls_sat_mul3(L, (size_t)c->heads, ((size_t)c->d_nope + (size_t)c->d_v) * rkv), es);
-        for (int p = 0; p < LS_FPLAN_COUNT; p++) ADD(p, LS_MEM_GRADS, acc);
+        ADD(LS_FPLAN_REPLAY, LS_MEM_GRADS, acc); /* through the replay only (mla_cp.c ls_mla_cp_acc) */
         /* the prompt backward's window, one instant at a time: a chunk's selection and attention again (as the
            capture's), then its backward (the reverse ring: the rows and their gradient, sent and received) */
         win_ring = ls_sat_mul3(4, ms, (rkv + dr) * es);

@@ -31,13 +31,20 @@
  * the segment's own rows are the replicated response rows (the owner, the
  * last rank, attends to them); the selection is the gathered global top-k,
  * the output the MAX/SUM composition; the backward sums dq and the response
- * rows' gradient.  dkvb_acc (response backward; NULL: into kv_b's .g):
- * receives += the layer's shard-local gradient of the effective kv_b. */
+ * rows' gradient.  acc (response backward; NULL: into kv_b's .g): the
+ * accumulator of the layer's shard-local gradient of the effective kv_b,
+ * made on the replay's first use (mla_cp.c: ls_mla_cp_acc) and released once
+ * the step took it (cp_shard_grads): it lives through the replay only. */
 typedef struct {
     const ls_mla_cp *cp; /* group, dims, T, faults (form and k_top are set per call) */
     int prompt;
-    ls_real *dkvb_acc;   /* [H (d_n + d_v), r_kv] */
+    int layer;
+    void *acc;           /* mla_cp.c's context (NULL: none) */
 } ls_mla_cp_layer;
+
+/* Layer l's accumulator [H (d_n + d_v), r_kv] of l->acc, made (zeroed, every layer's, LS_MEM_GRADS) on
+ * first use; NULL when l has none or it cannot be made (*st LS_ERR_NOMEM). */
+ls_real *LS_K(ls_mla_cp_acc)(const ls_mla_cp_layer *l, ls_status *st);
 
 /* d(effective kv_b) [H (d_n + d_v), r_kv] into kv_b's trainable gradients
  * (+=: W, or the adapter's A and B). */
