@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# bench_replay.sh - --replay-checkpoint none against layer (docs/train.md): per family, the replay
-# phase's seconds, the step's seconds, the branch graph's peak and the step's measured peak (rank 0's
-# receipt) beside the step plan's peak, for each mode, and the ratios layer/none of the same run
-# order (none, layer, none, layer, ...: the median of RUNS pairs).  Prints a table; asserts nothing;
-# not a ctest.
+# bench_replay.sh - --replay-checkpoint none against layer and chunk (docs/train.md): per family, the
+# replay phase's seconds, the step's seconds, the branch graph's peak and the step's measured peak (rank
+# 0's receipt) beside the step plan's peak, for each mode, and the ratios layer/none and chunk/none of the
+# same run order (none, layer, chunk, none, ...: the median of RUNS triples).  Prints a table; asserts
+# nothing; not a ctest.
 #
 #   bench/bench_replay.sh [--prompt-len P] [--group G] [--response-len R] [--grad-mode M]
-#                         [--runs N] [--build DIR]
-# Defaults: P 2048, G 4, R 512, full, 3 pairs, OMP_NUM_THREADS=2 (set it to override), f32, LoRA.
+#                         [--chunk C] [--runs N] [--build DIR]
+# Defaults: P 2048, G 4, R 512, full, C 64, 3 triples, OMP_NUM_THREADS=2 (set it to override), f32, LoRA.
 set -euo pipefail
 usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; }
-P=2048 G=4 R=512 MODE=full RUNS=3 BUILD=build
+P=2048 G=4 R=512 MODE=full RUNS=3 BUILD=build C=64
 while [ $# -gt 0 ]; do
     case "$1" in
     --prompt-len) P=$2; shift 2 ;;
@@ -18,12 +18,13 @@ while [ $# -gt 0 ]; do
     --response-len) R=$2; shift 2 ;;
     --grad-mode) MODE=$2; shift 2 ;;
     --runs) RUNS=$2; shift 2 ;;
+    --chunk) C=$2; shift 2 ;;
     --build) BUILD=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "bench_replay.sh: unknown argument '$1' (--help lists them)" >&2; exit 2 ;;
     esac
 done
-for v in P G R RUNS; do
+for v in P G R RUNS C; do
     case "${!v}" in ''|*[!0-9]*|0) echo "bench_replay.sh: $v='${!v}' is not a positive integer" >&2; exit 2 ;; esac
 done
 case "$MODE" in detached|full) ;; *) echo "bench_replay.sh: --grad-mode '$MODE': detached or full" >&2; exit 2 ;; esac
@@ -32,16 +33,16 @@ TRAIN=$BUILD/trainer/longstraw-train
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 W=$(mktemp -d "${TMPDIR:-/tmp}/bench_replay.XXXXXX")
 trap 'rm -rf "$W"' EXIT
-echo "P=$P G=$G R=$R $MODE, $RUNS pair(s), OMP_NUM_THREADS=$OMP_NUM_THREADS, $(date -u +%Y-%m-%d), commit $(git -C "$(dirname "$0")/.." rev-parse --short HEAD 2>/dev/null || echo unknown)"
+echo "P=$P G=$G R=$R $MODE, chunks of $C, $RUNS triple(s), OMP_NUM_THREADS=$OMP_NUM_THREADS, $(date -u +%Y-%m-%d), commit $(git -C "$(dirname "$0")/.." rev-parse --short HEAD 2>/dev/null || echo unknown)"
 echo
 echo "| family | replay | replay phase (s) | step (s) | branch_graph peak (MiB) | step peak (MiB) | plan (MiB) | plan/measured |"
 echo "|---|---|---:|---:|---:|---:|---:|---:|"
 for fam in hybrid mla; do
     for i in $(seq 1 "$RUNS"); do
-        for rc in none layer; do
+        for rc in none layer chunk; do
             rm -rf "$W/$fam-$rc-$i"
             "$TRAIN" --config "configs/$fam-tiny.json" --prompt-len "$P" --group "$G" --response-len "$R" --steps 1 \
-                --grad-mode "$MODE" --replay-checkpoint "$rc" --quiet --out "$W/$fam-$rc-$i" >/dev/null
+                --grad-mode "$MODE" --replay-checkpoint "$rc" --replay-chunk "$C" --quiet --out "$W/$fam-$rc-$i" >/dev/null
         done
     done
     python3 - "$W" "$fam" "$RUNS" <<'PY'
@@ -52,12 +53,13 @@ def one(rc, i):
     ph = {p["phase"]: p["wall_ns_total"] / 1e9 for p in r["phases"]}
     return (ph.get("replay", 0), sum(ph.values()), r["memory"]["run"]["categories"]["branch_graph"]["peak_bytes"],
             r["memory"]["per_step"]["total_peak_bytes"], r["rank_state"]["memory_plan"]["peak_bytes"])
-rows = {rc: [one(rc, i) for i in range(1, runs + 1)] for rc in ("none", "layer")}
-for rc in ("none", "layer"):
+rows = {rc: [one(rc, i) for i in range(1, runs + 1)] for rc in ("none", "layer", "chunk")}
+for rc in ("none", "layer", "chunk"):
     m = [statistics.median(x[k] for x in rows[rc]) for k in range(5)]
     print("| %s | %s | %.3f | %.3f | %.2f | %.2f | %.2f | %.3f |" % (fam, rc, m[0], m[1], m[2] / 2**20, m[3] / 2**20,
                                                                 m[4] / 2**20, m[4] / m[3]))
-ratio = lambda k: statistics.median(b[k] / a[k] for a, b in zip(rows["none"], rows["layer"]))
-print("| %s | layer/none | %.2fx | %.2fx | %.2fx | %.2fx | | |" % (fam, ratio(0), ratio(1), ratio(2), ratio(3)))
+for rc in ("layer", "chunk"):
+    ratio = lambda k: statistics.median(b[k] / a[k] for a, b in zip(rows["none"], rows[rc]))
+    print("| %s | %s/none | %.2fx | %.2fx | %.2fx | %.2fx | | |" % (fam, rc, ratio(0), ratio(1), ratio(2), ratio(3)))
 PY
 done
