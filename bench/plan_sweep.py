@@ -36,11 +36,9 @@ def grid(name):
                         G, R = (1, 8) if N == 2 else (8, 32)
                         cells.append((fam, P, G, R, mode, N, "auto"))
         cells.append(("hybrid", 1024, 16, 64, "detached", 1, "auto"))
-        # the checkpointed replay (--replay-checkpoint layer), long responses; beside it mla's taped replay
-        # (hybrid's taped replay of a long response is planned 14-16% under the measured peak at R = 256:
-        # the full grid shows it, docs/benchmarks.md)
-        # and the replay in chunks (--replay-checkpoint chunk --replay-chunk C: 'chunkC')
-        for fam, R, rcs in (("hybrid", 256, ("layer", "chunk64")), ("mla", 128, ("none", "layer", "chunk32"))):
+        # long responses replayed taped, checkpointed per layer and in chunks (--replay-checkpoint chunk
+        # --replay-chunk C: 'chunkC')
+        for fam, R, rcs in (("hybrid", 256, ("none", "layer", "chunk64")), ("mla", 128, ("none", "layer", "chunk32"))):
             for N in (1, 2):
                 for rc in rcs:
                     cells.append((fam, 1024, 2, R, "full", N, rc))
