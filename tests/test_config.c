@@ -431,3 +431,31 @@ Test(config, numeric_arguments_are_plain_decimal) {
     struct stat sb;
     cr_expect_neq(stat("/tmp/ls-never-created", &sb), 0);
 }
+
+/* configs/hybrid-wide.json and mla-wide.json (issue 39's benchmark configs) carry the original work's
+ * per-head shapes: checked against configs/original/, which the Hugging Face mapping made from the
+ * published files (configs/original/README.md), so that a wide config cannot drift from the models it
+ * stands for: the head dimensions equal, the head ratios equal, the layer pattern the family's. */
+Test(config, the_wide_configs_have_the_original_models_head_shapes) {
+    ls_model_config w, o;
+    char err[1024] = "";
+    cr_assert_eq(ls_config_load(&w, LS_SOURCE_DIR "/configs/hybrid-wide.json", err, sizeof err), LS_OK, "%s", err);
+    cr_assert_eq(ls_config_load(&o, LS_SOURCE_DIR "/configs/original/qwen3.6-27b.json", err, sizeof err), LS_OK, "%s",
+                 err);
+    cr_expect_eq(w.head_dim, o.head_dim);
+    cr_expect_eq(w.rope_dim, o.rope_dim);
+    cr_expect_eq(w.gdn_dk, o.gdn_dk);
+    cr_expect_eq(w.gdn_dv, o.gdn_dv);
+    cr_expect_eq(w.conv_kernel, o.conv_kernel);
+    cr_expect_eq(w.attn_heads * o.attn_kv_heads, o.attn_heads * w.attn_kv_heads, "query heads per KV head");
+    cr_expect_eq(w.gdn_hv * o.gdn_hk, o.gdn_hv * w.gdn_hk, "GDN value heads per key head");
+    cr_expect(w.n_layers >= 4 && ls_config_layer_is_attn(&w, 3) && !ls_config_layer_is_attn(&w, 0));
+    cr_assert_eq(ls_config_load(&w, LS_SOURCE_DIR "/configs/mla-wide.json", err, sizeof err), LS_OK, "%s", err);
+    cr_assert_eq(ls_config_load(&o, LS_SOURCE_DIR "/configs/original/glm-5.2.json", err, sizeof err), LS_OK, "%s", err);
+    cr_expect_eq(w.kv_rank, o.kv_rank);
+    cr_expect_eq(w.d_nope, o.d_nope);
+    cr_expect_eq(w.d_rope, o.d_rope);
+    cr_expect_eq(w.d_v, o.d_v);
+    cr_expect_eq(w.index_dim, o.index_dim);
+    cr_expect_eq(w.index_topk, o.index_topk);
+}
