@@ -5,6 +5,7 @@
  * with and without a DSA candidate list. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -446,4 +447,31 @@ Test(kernels_mla_attn, full_topk_selection_equals_causal)
         free(lse);
         prob_free(&p);
     }
+}
+
+/* The forward's queries run on OpenMP threads (mla.c), each query one thread's whole computation: the
+ * same bits at 1, 2 and 3 threads, both forms, with and without a candidate list. */
+Test(kernels_mla_attn, forward_bits_do_not_depend_on_the_thread_count)
+{
+    int saved = omp_get_max_threads();
+    for (int with_sel = 0; with_sel < 2; with_sel++)
+        for (int f = 0; f < 2; f++) {
+            prob p = prob_make(23, with_sel, 4, 2, (ls_mla_form)f);
+            size_t no = p.Tq * p.d.H * p.d.d_v, nl = p.Tq * p.d.H;
+            double *o1 = malloc(no * sizeof *o1), *l1 = malloc(nl * sizeof *l1);
+            omp_set_num_threads(1);
+            forward(&p);
+            memcpy(o1, p.o, no * sizeof *o1);
+            memcpy(l1, p.lse, nl * sizeof *l1);
+            for (int nt = 2; nt <= 3; nt++) {
+                omp_set_num_threads(nt);
+                forward(&p);
+                cr_expect(memcmp(o1, p.o, no * sizeof *o1) == 0 && memcmp(l1, p.lse, nl * sizeof *l1) == 0,
+                          "%s sel=%d: other bits at %d threads", form_name(p.form), with_sel, nt);
+            }
+            free(o1);
+            free(l1);
+            prob_free(&p);
+        }
+    omp_set_num_threads(saved);
 }

@@ -4,9 +4,14 @@
  * over a causal prefix or an explicit DSA candidate list.  See mla.h. */
 #include "kernels/mla.h"
 
+#include "kernels/linear.h"
+
 #include <assert.h>
 #include <math.h>
+#include <omp.h>
 #include <string.h>
+
+#include "kernels/scratch.h"
 
 static ls_real dot(const ls_real *a, const ls_real *b, size_t n)
 {
@@ -90,20 +95,11 @@ static const ls_real *kvb_row(const ls_real *kv_b, const ls_mla_dims *d, size_t 
     return kv_b + (h * (d->d_n + d->d_v) + i) * d->r_kv;
 }
 
-/* Naive form: kn [Tk,H,d_n] = W_UK c_kv, v [Tk,H,d_v] = W_UV c_kv. */
-static void materialise(ls_real *kn, ls_real *v, const ls_real *c_kv, const ls_real *kv_b,
-                        size_t Tk, const ls_mla_dims *d)
+/* Naive form: kv [Tk, H, d_n + d_v], each key's heads' W_UK c_kv then W_UV c_kv (kv_b's rows in their
+ * order): one GEMM, c_kv kv_b^T (kernels/linear.h: the same bits for any thread count). */
+static void materialise(ls_real *kv, const ls_real *c_kv, const ls_real *kv_b, size_t Tk, const ls_mla_dims *d)
 {
-    for (size_t s = 0; s < Tk; s++) {
-        const ls_real *c = c_kv + s * d->r_kv;
-        for (size_t h = 0; h < d->H; h++) {
-            ls_real *kr = kn + (s * d->H + h) * d->d_n;
-            ls_real *vr = v + (s * d->H + h) * d->d_v;
-            for (size_t i = 0; i < d->d_n; i++) kr[i] = dot(kvb_row(kv_b, d, h, i), c, d->r_kv);
-            for (size_t j = 0; j < d->d_v; j++)
-                vr[j] = dot(kvb_row(kv_b, d, h, d->d_n + j), c, d->r_kv);
-        }
-    }
+    LS_K(ls_linear_forward)(kv, c_kv, kv_b, Tk, d->r_kv, d->H * (d->d_n + d->d_v), 0);
 }
 
 /* qhat [r_kv] = W_UK_h^T q_nope,h */
@@ -130,6 +126,50 @@ size_t LS_K(ls_mla_backward_workspace)(ls_mla_form form, size_t Tk, size_t k_sel
     return 4 * d->r_kv;
 }
 
+/* Query t of ls_mla_forward: its heads' scores over its candidates (z), softmax, output (naive: from
+ * the materialised rows kv; absorbed: qhat and obar, the latent query and output). */
+static void forward_query(ls_real *o, ls_real *lse, const ls_real *q_nope, const ls_real *q_pe, const ls_real *c_kv,
+                          const ls_real *k_pe, const ls_real *kv_b, const int64_t *sel, size_t k_sel, size_t Tk,
+                          const ls_mla_dims *d, int64_t q_pos0, int64_t k_pos0, ls_real tau, ls_mla_form form,
+                          const ls_real *kv, ls_real *z, ls_real *qhat, ls_real *obar, size_t t)
+{
+    const size_t H = d->H, dn = d->d_n, dr = d->d_r, dv = d->d_v, r = d->r_kv, kw = dn + dv;
+    const int64_t q_pos = q_pos0 + (int64_t)t;
+    cands c = cands_of(sel, k_sel, t, Tk, q_pos0, k_pos0);
+    for (size_t h = 0; h < H; h++) {
+        const size_t th = t * H + h;
+        const ls_real *qn = q_nope + th * dn, *qp = q_pe + th * dr;
+        ls_real *ot = o + th * dv;
+        if (form == LS_MLA_ABSORBED) absorb_query(qhat, qn, kv_b, d, h);
+        for (size_t j = 0; j < c.n; j++) {
+            int64_t s = cand_key(&c, j, Tk, q_pos, k_pos0);
+            if (s < 0) {
+                z[j] = -INFINITY;
+                continue;
+            }
+            const size_t su = (size_t)s;
+            ls_real qk = (form == LS_MLA_NAIVE) ? dot(qn, kv + (su * H + h) * kw, dn)
+                                                : dot(qhat, c_kv + su * r, r);
+            z[j] = tau * (qk + dot(qp, k_pe + su * dr, dr));
+        }
+        lse[th] = softmax_inplace(z, c.n);
+        if (form == LS_MLA_NAIVE) {
+            memset(ot, 0, dv * sizeof *ot);
+            for (size_t j = 0; j < c.n; j++) {
+                int64_t s = cand_key(&c, j, Tk, q_pos, k_pos0);
+                if (s >= 0) axpy(ot, z[j], kv + ((size_t)s * H + h) * kw + dn, dv);
+            }
+        } else {
+            memset(obar, 0, r * sizeof *obar);
+            for (size_t j = 0; j < c.n; j++) {
+                int64_t s = cand_key(&c, j, Tk, q_pos, k_pos0);
+                if (s >= 0) axpy(obar, z[j], c_kv + (size_t)s * r, r);
+            }
+            for (size_t i = 0; i < dv; i++) ot[i] = dot(kvb_row(kv_b, d, h, dn + i), obar, r);
+        }
+    }
+}
+
 void LS_K(ls_mla_forward)(ls_real *o, ls_real *lse,
                           const ls_real *q_nope, const ls_real *q_pe,
                           const ls_real *c_kv, const ls_real *k_pe,
@@ -138,54 +178,38 @@ void LS_K(ls_mla_forward)(ls_real *o, ls_real *lse,
                           int64_t q_pos0, int64_t k_pos0, ls_real tau,
                           ls_mla_form form, ls_real *workspace)
 {
-    const size_t H = d->H, dn = d->d_n, dr = d->d_r, dv = d->d_v, r = d->r_kv;
-    ls_real *kn = NULL, *v = NULL, *qhat = NULL, *obar = NULL, *z;
+    const size_t H = d->H, dn = d->d_n, dv = d->d_v, r = d->r_kv;
+    const size_t kw = dn + dv; /* a materialised (key, head) row: its key, then its value */
+    ls_real *kv = NULL, *qhat = NULL, *obar = NULL, *z;
     if (form == LS_MLA_NAIVE) {
-        kn = workspace;
-        v = kn + Tk * H * dn;
-        z = v + Tk * H * dv;
-        materialise(kn, v, c_kv, kv_b, Tk, d);
+        kv = workspace;
+        z = kv + Tk * H * kw;
+        materialise(kv, c_kv, kv_b, Tk, d);
     } else {
         qhat = workspace;
         obar = qhat + r;
         z = obar + r;
     }
-    for (size_t t = 0; t < Tq; t++) {
-        const int64_t q_pos = q_pos0 + (int64_t)t;
-        cands c = cands_of(sel, k_sel, t, Tk, q_pos0, k_pos0);
-        for (size_t h = 0; h < H; h++) {
-            const size_t th = t * H + h;
-            const ls_real *qn = q_nope + th * dn, *qp = q_pe + th * dr;
-            ls_real *ot = o + th * dv;
-            if (form == LS_MLA_ABSORBED) absorb_query(qhat, qn, kv_b, d, h);
-            for (size_t j = 0; j < c.n; j++) {
-                int64_t s = cand_key(&c, j, Tk, q_pos, k_pos0);
-                if (s < 0) {
-                    z[j] = -INFINITY;
-                    continue;
-                }
-                const size_t su = (size_t)s;
-                ls_real qk = (form == LS_MLA_NAIVE) ? dot(qn, kn + (su * H + h) * dn, dn)
-                                                    : dot(qhat, c_kv + su * r, r);
-                z[j] = tau * (qk + dot(qp, k_pe + su * dr, dr));
-            }
-            lse[th] = softmax_inplace(z, c.n);
-            if (form == LS_MLA_NAIVE) {
-                memset(ot, 0, dv * sizeof *ot);
-                for (size_t j = 0; j < c.n; j++) {
-                    int64_t s = cand_key(&c, j, Tk, q_pos, k_pos0);
-                    if (s >= 0) axpy(ot, z[j], v + ((size_t)s * H + h) * dv, dv);
-                }
-            } else {
-                memset(obar, 0, r * sizeof *obar);
-                for (size_t j = 0; j < c.n; j++) {
-                    int64_t s = cand_key(&c, j, Tk, q_pos, k_pos0);
-                    if (s >= 0) axpy(obar, z[j], c_kv + (size_t)s * r, r);
-                }
-                for (size_t i = 0; i < dv; i++) ot[i] = dot(kvb_row(kv_b, d, h, dn + i), obar, r);
-            }
-        }
+    /* The queries are independent: OpenMP threads take them in static blocks, each with its own scores
+       (and absorbed: latent query and output) row from the kernel scratch; every query is one thread's
+       whole computation, so the bits do not depend on the thread count.  Without scratch: one thread,
+       the caller's workspace. */
+    size_t per = max_sz(Tk, k_sel) + 2 * r, nt = (size_t)omp_get_max_threads();
+    if (Tq < 2 || nt < 2 || omp_in_parallel()) nt = 1;
+    const ls_kernel_allocator *al = ls_kernel_scratch_get();
+    ls_real *own = nt > 1 ? al->alloc(nt * per * sizeof *own) : NULL;
+    if (!own) nt = 1;
+#pragma omp parallel num_threads((int)nt)
+    {
+        size_t tid = (size_t)omp_get_thread_num();
+        ls_real *zt = own ? own + tid * per : z;
+        ls_real *qh = own ? zt + max_sz(Tk, k_sel) : qhat, *ob = own ? qh + r : obar;
+#pragma omp for schedule(static)
+        for (size_t t = 0; t < Tq; t++)
+            forward_query(o, lse, q_nope, q_pe, c_kv, k_pe, kv_b, sel, k_sel, Tk, d, q_pos0, k_pos0, tau, form, kv, zt,
+                          qh, ob, t);
     }
+    if (own) al->release(own);
 }
 
 /* Naive backward: gradients of the materialised keys/values, then through
@@ -199,10 +223,10 @@ static void backward_naive(ls_real *dq_nope, ls_real *dq_pe, ls_real *dc_kv, ls_
                            ls_real *workspace)
 {
     const size_t H = d->H, dn = d->d_n, dr = d->d_r, dv = d->d_v, r = d->r_kv;
-    ls_real *kn = workspace, *v = kn + Tk * H * dn;
-    ls_real *dkn = v + Tk * H * dv, *dvv = dkn + Tk * H * dn;
-    materialise(kn, v, c_kv, kv_b, Tk, d);
-    memset(dkn, 0, Tk * H * (dn + dv) * sizeof *dkn);
+    const size_t kw = dn + dv; /* a materialised (key, head) row and its gradient: key, then value */
+    ls_real *kv = workspace, *dkv = kv + Tk * H * kw;
+    materialise(kv, c_kv, kv_b, Tk, d);
+    memset(dkv, 0, Tk * H * kw * sizeof *dkv);
     for (size_t t = 0; t < Tq; t++) {
         const int64_t q_pos = q_pos0 + (int64_t)t;
         cands c = cands_of(sel, k_sel, t, Tk, q_pos0, k_pos0);
@@ -216,29 +240,20 @@ static void backward_naive(ls_real *dq_nope, ls_real *dq_pe, ls_real *dc_kv, ls_
                 int64_t s = cand_key(&c, j, Tk, q_pos, k_pos0);
                 if (s < 0) continue;
                 const size_t sh = (size_t)s * H + h;
-                const ls_real *ks = kn + sh * dn, *kp = k_pe + (size_t)s * dr;
+                const ls_real *ks = kv + sh * kw, *kp = k_pe + (size_t)s * dr;
                 const ls_real P = exp(tau * (dot(qn, ks, dn) + dot(qp, kp, dr)) - L);
-                const ls_real dZ = P * (dot(g, v + sh * dv, dv) - D), tdZ = tau * dZ;
+                const ls_real dZ = P * (dot(g, ks + dn, dv) - D), tdZ = tau * dZ;
                 if (dq_nope) axpy(dq_nope + th * dn, tdZ, ks, dn);
                 if (dq_pe) axpy(dq_pe + th * dr, tdZ, kp, dr);
                 if (dk_pe) axpy(dk_pe + (size_t)s * dr, tdZ, qp, dr);
-                axpy(dkn + sh * dn, tdZ, qn, dn);
-                axpy(dvv + sh * dv, P, g, dv);
+                axpy(dkv + sh * kw, tdZ, qn, dn);
+                axpy(dkv + sh * kw + dn, P, g, dv);
             }
         }
     }
     if (!dc_kv && !dkv_b) return;
-    for (size_t s = 0; s < Tk; s++) {
-        const ls_real *cs = c_kv + s * r;
-        for (size_t h = 0; h < H; h++) {
-            const ls_real *gk = dkn + (s * H + h) * dn, *gv = dvv + (s * H + h) * dv;
-            for (size_t i = 0; i < dn + dv; i++) {
-                const ls_real gi = i < dn ? gk[i] : gv[i - dn];
-                if (dc_kv) axpy(dc_kv + s * r, gi, kvb_row(kv_b, d, h, i), r);
-                if (dkv_b) axpy(dkv_b + (h * (dn + dv) + i) * r, gi, cs, r);
-            }
-        }
-    }
+    /* through the up-projection: dc_kv += dkv kv_b, dkv_b += dkv^T c_kv (two GEMMs) */
+    LS_K(ls_linear_backward)(dc_kv, dkv_b, dkv, c_kv, kv_b, Tk, r, H * kw, 1);
 }
 
 /* Absorbed backward: everything stays in the latent space per (query, head). */
