@@ -106,6 +106,7 @@ static void score_row(ls_real *I, const ls_real *q, const ls_real *w, const ls_r
         for (size_t h = 0; h < H_I; h++) {
             const ls_real *qh = q + h * d_I;
             ls_real qk = 0;
+#pragma omp simd reduction(+ : qk)
             for (size_t i = 0; i < d_I; i++) qk += qh[i] * ks[i];
             if (qk > 0) acc += w[h] * qk;
         }
