@@ -6,6 +6,9 @@
 
 #include <assert.h>
 #include <math.h>
+#include <omp.h>
+
+#include "kernels/scratch.h"
 
 /* The tie rule: (sa, pa) ranks before (sb, pb). */
 static int ranks_before(ls_real sa, int64_t pa, ls_real sb, int64_t pb)
@@ -118,6 +121,8 @@ void LS_K(ls_dsa_scores)(ls_real *I, const ls_real *q_I, const ls_real *w,
                          const ls_real *k_I, size_t Tq, size_t Tk, size_t H_I,
                          size_t d_I, int64_t q_pos0, int64_t k_pos0)
 {
+    /* rows are independent, each one thread's (the same bits for any thread count) */
+#pragma omp parallel for schedule(static)
     for (size_t t = 0; t < Tq; t++) {
         size_t n = n_visible(q_pos0 + (int64_t)t, k_pos0, Tk);
         ls_real *row = I + t * Tk;
@@ -129,6 +134,7 @@ void LS_K(ls_dsa_scores)(ls_real *I, const ls_real *q_I, const ls_real *w,
 void LS_K(ls_dsa_select)(int64_t *sel_pos, ls_real *sel_score, const ls_real *I,
                          size_t Tq, size_t Tk, size_t k_top, int64_t k_pos0)
 {
+#pragma omp parallel for schedule(static)
     for (size_t t = 0; t < Tq; t++) {
         topk_heap hp = heap_row(sel_pos, sel_score, t, k_top);
         const ls_real *row = I + t * Tk;
@@ -145,13 +151,26 @@ void LS_K(ls_dsa_topk)(int64_t *sel_pos, ls_real *sel_score, const ls_real *q_I,
                        size_t H_I, size_t d_I, int64_t q_pos0, int64_t k_pos0,
                        size_t k_top, ls_real *workspace)
 {
-    for (size_t t = 0; t < Tq; t++) {
-        size_t n = n_visible(q_pos0 + (int64_t)t, k_pos0, Tk);
-        score_row(workspace, q_I + t * H_I * d_I, w + t * H_I, k_I, n, H_I, d_I);
-        topk_heap hp = heap_row(sel_pos, sel_score, t, k_top);
-        for (size_t s = 0; s < n; s++) heap_offer(&hp, workspace[s], k_pos0 + (int64_t)s);
-        heap_finish(&hp);
+    /* queries on OpenMP threads, each with its own score row from the kernel scratch (without it: one
+       thread, the caller's workspace); every query one thread's whole selection */
+    size_t nt = (size_t)omp_get_max_threads();
+    if (Tq < 2 || nt < 2 || omp_in_parallel()) nt = 1;
+    const ls_kernel_allocator *al = ls_kernel_scratch_get();
+    ls_real *own = nt > 1 ? al->alloc(nt * (Tk ? Tk : 1) * sizeof *own) : NULL;
+    if (!own) nt = 1;
+#pragma omp parallel num_threads((int)nt)
+    {
+        ls_real *row = own ? own + (size_t)omp_get_thread_num() * (Tk ? Tk : 1) : workspace;
+#pragma omp for schedule(static)
+        for (size_t t = 0; t < Tq; t++) {
+            size_t n = n_visible(q_pos0 + (int64_t)t, k_pos0, Tk);
+            score_row(row, q_I + t * H_I * d_I, w + t * H_I, k_I, n, H_I, d_I);
+            topk_heap hp = heap_row(sel_pos, sel_score, t, k_top);
+            for (size_t s = 0; s < n; s++) heap_offer(&hp, row[s], k_pos0 + (int64_t)s);
+            heap_finish(&hp);
+        }
     }
+    if (own) al->release(own);
 }
 
 void LS_K(ls_dsa_merge)(int64_t *sel_pos, ls_real *sel_score,
