@@ -116,7 +116,8 @@ static int parse_long(const char *s, long lo, long hi, long *out) {
     return 0;
 }
 
-static int parse_cps(const char *s, ls_parity_opts *o) {
+/* --cp, --eps: distinct sizes in 1..8, 1 included, ascending into sizes[*n] */
+static int parse_sizes(const char *s, int *sizes, size_t *n) {
     bool seen[LS_PARITY_MAX_CP + 1] = {false};
     char buf[256];
     snprintf(buf, sizeof buf, "%s", s);
@@ -125,27 +126,13 @@ static int parse_cps(const char *s, ls_parity_opts *o) {
         if (parse_long(t, 1, LS_PARITY_MAX_CP, &v) != 0 || seen[v]) return -1;
         seen[v] = true;
     }
-    o->n_cps = 0;
+    *n = 0;
     for (int v = 1; v <= LS_PARITY_MAX_CP; v++)
-        if (seen[v]) o->cps[o->n_cps++] = v;
-    return o->n_cps > 0 && o->cps[0] == 1 ? 0 : -1;
+        if (seen[v]) sizes[(*n)++] = v;
+    return *n > 0 && sizes[0] == 1 ? 0 : -1;
 }
-
-/* --eps: distinct sizes in 1..8, 1 included, ascending into o->eps */
-static int parse_eps(const char *s, ls_parity_opts *o) {
-    bool seen[LS_PARITY_MAX_CP + 1] = {false};
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", s);
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        long v;
-        if (parse_long(t, 1, LS_PARITY_MAX_CP, &v) != 0 || seen[v]) return -1;
-        seen[v] = true;
-    }
-    o->n_eps = 0;
-    for (int v = 1; v <= LS_PARITY_MAX_CP; v++)
-        if (seen[v]) o->eps[o->n_eps++] = v;
-    return o->n_eps > 0 && o->eps[0] == 1 ? 0 : -1;
-}
+static int parse_cps(const char *s, ls_parity_opts *o) { return parse_sizes(s, o->cps, &o->n_cps); }
+static int parse_eps(const char *s, ls_parity_opts *o) { return parse_sizes(s, o->eps, &o->n_eps); }
 
 static int parse_dtypes(const char *s, ls_parity_opts *o) {
     o->dtype[0] = o->dtype[1] = false;

@@ -65,6 +65,15 @@ done
 # last one shorter) give the taped replay's gradients to rounding, one chunk of 24 gives them bit for bit; the
 # trace shows the same layer events (each layer once per branch) and the collectives' kinds (under CP each
 # chunk's own); the run records the decision
+# kinds EVENTS: every layer_end key with its count, and the collectives' (purpose, layer) without theirs
+kinds() { zstd -dc "$1" | python3 -c "
+import json,sys,collections
+le=collections.Counter(); co=set()
+for l in sys.stdin:
+    e=json.loads(l)
+    if e.get('ev')=='layer_end': le[(e.get('phase'),e.get('member'),e.get('layer'),e.get('dir'))]+=1
+    elif e.get('ev')=='collective': co.add((e.get('purpose'),e.get('layer')))
+print(sorted(le.items(), key=str)); print(sorted(co, key=str))"; }
 for fam in hybrid mla; do
   for gm in detached full; do
     for np in 1 2; do
@@ -82,11 +91,9 @@ for fam in hybrid mla; do
       else bad "$base" "one chunk's gradients differ from the taped replay's"; fi
       for r in "$T/$base-none"/rank-*; do
         rr=$(basename "$r")
-        a=$(events "$r/events.jsonl.zst" | tr ')' '\n' | grep -c "'layer_end'")
-        b=$(events "$T/$base-chunk/$rr/events.jsonl.zst" | tr ')' '\n' | grep -c "'layer_end'")
-        la=$(events "$r/events.jsonl.zst" | tr ')' '\n' | grep "'layer_end'")
-        lb=$(events "$T/$base-chunk/$rr/events.jsonl.zst" | tr ')' '\n' | grep "'layer_end'")
-        [ "$la" = "$lb" ] && [ "$a" -gt 0 ] || bad "$base" "$rr: the chunked replay's layer events differ from the taped replay's ($a vs $b keys)"
+        la=$(kinds "$r/events.jsonl.zst") lb=$(kinds "$T/$base-chunk/$rr/events.jsonl.zst")
+        [ "$la" = "$lb" ] && [ -n "$la" ] ||
+          bad "$base" "$rr: the chunked replay's layer events or collective kinds differ from the taped replay's"
       done
       p=$(field "$T/$base-chunk" "r['config']['paths'].get('replay'), r['config']['options'].get('replay_checkpoint'), r['config']['options'].get('replay_chunk')")
       [ "$p" = "['chunk'] chunk 7" ] && ok "$base: recorded $p" || bad "$base" "recorded '$p', want ['chunk'] chunk 7"

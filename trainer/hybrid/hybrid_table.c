@@ -217,6 +217,13 @@ static size_t frame_bytes(const ls_model_config *c, size_t esz, size_t T, size_t
     return a.scr;
 }
 
+/* Under CP, the memo of one attention layer's response collectives over T queries (trainer/base/
+ * coll_memo.h: a replay that recomputes a forward takes them again): lse_max, lse_sum, out_sum. */
+static size_t memo_layer_bytes(const dims *m, size_t es, size_t T) {
+    size_t lse = ls_coll_memo_plan_bytes(ls_sat_mul3(T, m->H, es));
+    return ls_sat_add(ls_sat_mul(2, lse), ls_coll_memo_plan_bytes(ls_sat_mul3(T, m->H * m->hd, es)));
+}
+
 static void hybrid_plan(const ls_model_config *c, const ls_family_plan_in *in, ls_family_plan *out) {
     memset(out, 0, sizeof *out);
     dims m = dims_of(c, in->lora_r);
@@ -302,11 +309,8 @@ static void hybrid_plan(const ls_model_config *c, const ls_family_plan_in *in, l
         size_t rows = owner ? ls_sat_mul3(4 * (size_t)out->attn_layers, R, ls_sat_mul(row, es)) : 0;
         size_t fixed = ls_sat_mul3(K + 3, (size_t)out->recurrent_layers, ls_sat_mul(tail_n + S_n, es));
         size_t kept = ls_sat_add(rows, fixed);
-        if (in->world > 1) { /* per chunk and attention layer: lse_max, lse_sum, out_sum */
-            size_t lse = ls_coll_memo_plan_bytes(ls_sat_mul3(C, m.H, es));
-            size_t one_layer = ls_sat_add(ls_sat_mul(2, lse), ls_coll_memo_plan_bytes(ls_sat_mul3(C, m.H * m.hd, es)));
-            kept = ls_sat_add(kept, ls_sat_mul3(K, (size_t)out->attn_layers, one_layer));
-        }
+        if (in->world > 1) /* each chunk's, every attention layer's */
+            kept = ls_sat_add(kept, ls_sat_mul3(K, (size_t)out->attn_layers, memo_layer_bytes(&m, es, C)));
         acc tc = {.esz = es};
         for (size_t l = 0; l < L; l++) layer_fwd(&tc, &m, ls_config_layer_is_attn(c, (int)l), C, 1, 1);
         fwd_scr = bwd = 0;
@@ -332,11 +336,7 @@ static void hybrid_plan(const ls_model_config *c, const ls_family_plan_in *in, l
             if (a.tape > one) one = a.tape;
         }
         size_t kept = LS_K(ls_seg_ckpt_plan_bytes)(c->n_layers, R, m.d, es);
-        if (in->world > 1) { /* under CP an attention layer's collectives (lse_max, lse_sum, out_sum) kept */
-            size_t lse = ls_coll_memo_plan_bytes(ls_sat_mul3(R, m.H, es));
-            size_t one_layer = ls_sat_add(ls_sat_mul(2, lse), ls_coll_memo_plan_bytes(ls_sat_mul3(R, m.H * m.hd, es)));
-            kept = ls_sat_add(kept, ls_sat_mul((size_t)out->attn_layers, one_layer));
-        }
+        if (in->world > 1) kept = ls_sat_add(kept, ls_sat_mul((size_t)out->attn_layers, memo_layer_bytes(&m, es, R)));
         t.tape = ls_sat_add(kept, one);
     }
     ADD(LS_FPLAN_REPLAY, LS_MEM_BRANCH, ls_sat_add(ls_sat_add(t.tape, head), bwd > fwd_scr ? bwd : fwd_scr));

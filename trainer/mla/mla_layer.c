@@ -869,6 +869,17 @@ static void instant(size_t cat[LS_MEM_COUNT], size_t layer, plan_layer f) {
     cat[LS_MEM_DISPATCH] = a >= m ? 0 : f.dispatch;
 }
 
+/* Under CP, the memo of one layer's response collectives over T queries seeing Tk keys (trainer/base/
+ * coll_memo.h: a replay that recomputes a forward takes them again): dsa_topk_gather's positions and scores
+ * from every rank, lse_max, lse_sum, out_sum. */
+static size_t memo_layer_bytes(const ls_model_config *c, const ls_family_plan_in *in, size_t T, size_t Tk) {
+    size_t es = in->esz, kk = (size_t)c->index_topk < Tk ? (size_t)c->index_topk : Tk, H = (size_t)c->heads;
+    size_t W = (size_t)in->world, lse = ls_coll_memo_plan_bytes(ls_sat_mul3(T, H, es));
+    size_t b = ls_sat_add(ls_coll_memo_plan_bytes(ls_sat_mul3(W, ls_sat_mul(T, kk), sizeof(int64_t))),
+                          ls_coll_memo_plan_bytes(ls_sat_mul3(W, ls_sat_mul(T, kk), es)));
+    return ls_sat_add(b, ls_sat_add(ls_sat_mul(2, lse), ls_coll_memo_plan_bytes(ls_sat_mul3(T, H * (size_t)c->d_v, es))));
+}
+
 void LS_K(ls_mla_plan_transients)(const ls_model_config *c, const ls_family_plan_in *in, ls_family_plan *out) {
     size_t n = in->shard, ch = in->chunk ? in->chunk : n, R = in->R, L = (size_t)c->n_layers;
     size_t pg = in->page_size ? in->page_size : 64, es = in->esz, d = (size_t)c->d_model;
@@ -967,27 +978,12 @@ void LS_K(ls_mla_plan_transients)(const ls_model_config *c, const ls_family_plan
         /* in chunks (trainer/step/replay_chunk.c): the response's own rows (c_kv, k_pe, index keys) and their
            gradient (c_kv, k_pe), the chunks' collectives under CP, one chunk's tape */
         size_t kept = ls_sat_mul3(L, R, ls_sat_mul(2 * (rkv + dr) + dI, es));
-        if (in->world > 1) { /* per chunk and layer: dsa_topk_gather (positions, scores), lse_max, lse_sum, out_sum */
-            size_t kk = (size_t)c->index_topk < Ptot + R ? (size_t)c->index_topk : Ptot + R, H = (size_t)c->heads;
-            size_t W = (size_t)in->world, lse = ls_coll_memo_plan_bytes(ls_sat_mul3(RC, H, es));
-            size_t one_layer = ls_sat_add(ls_coll_memo_plan_bytes(ls_sat_mul3(W, RC * kk, sizeof(int64_t))),
-                                          ls_coll_memo_plan_bytes(ls_sat_mul3(W, RC * kk, es)));
-            one_layer = ls_sat_add(one_layer, ls_sat_add(ls_sat_mul(2, lse),
-                                                         ls_coll_memo_plan_bytes(ls_sat_mul3(RC, H * (size_t)c->d_v, es))));
-            kept = ls_sat_add(kept, ls_sat_mul3(K, L, one_layer));
-        }
+        if (in->world > 1) /* each chunk's, every layer's */
+            kept = ls_sat_add(kept, ls_sat_mul3(K, L, memo_layer_bytes(c, in, RC, Ptot + R)));
         tape = ls_sat_add(kept, tape);
     } else if (in->replay_ckpt) {
         size_t kept = LS_K(ls_seg_ckpt_plan_bytes)(c->n_layers, R, d, es);
-        if (in->world > 1) { /* dsa_topk_gather (positions, scores), lse_max, lse_sum, out_sum */
-            size_t kk = (size_t)c->index_topk < Ptot + R ? (size_t)c->index_topk : Ptot + R, H = (size_t)c->heads;
-            size_t W = (size_t)in->world, lse = ls_coll_memo_plan_bytes(ls_sat_mul3(R, H, es));
-            size_t one_layer = ls_sat_add(ls_coll_memo_plan_bytes(ls_sat_mul3(W, R * kk, sizeof(int64_t))),
-                                          ls_coll_memo_plan_bytes(ls_sat_mul3(W, R * kk, es)));
-            one_layer = ls_sat_add(one_layer, ls_sat_add(ls_sat_mul(2, lse),
-                                                         ls_coll_memo_plan_bytes(ls_sat_mul3(R, H * (size_t)c->d_v, es))));
-            kept = ls_sat_add(kept, ls_sat_mul(L, one_layer));
-        }
+        if (in->world > 1) kept = ls_sat_add(kept, ls_sat_mul(L, memo_layer_bytes(c, in, R, Ptot + R)));
         tape = ls_sat_add(kept, one);
     }
     ADD(LS_FPLAN_REPLAY, LS_MEM_BRANCH, tape);

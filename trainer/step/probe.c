@@ -49,12 +49,6 @@ typedef struct {
     int64_t evals;
 } px;
 
-/* The loss is the replay's: in its chunks where the replay is chunked (replay_chunk.h), so that the probe
- * differentiates the composition the step ran. */
-static size_t probe_chunk(const px *x) {
-    return x->o->replay_checkpoint == 2 && x->o->strategy != LS_STRATEGY_NAIVE ? (size_t)x->o->replay_chunk : 0;
-}
-
 static void restore(px *x) {
     const ls_params *p = x->p;
     for (size_t i = 0; i < p->n; i++)
@@ -100,7 +94,8 @@ static ls_status group_loss_grpo(px *x, const ls_batch *b, const ls_state *ps, d
     for (size_t i = 0; st == LS_OK && i < b->G; i++) {
         size_t R = b->R[i];
         ls_real *dlp = lp + Rmax, *t_old = lp + 2 * Rmax, *t_ref = lp + 3 * Rmax;
-        if ((st = LS_K(ls_score_member_chunked)(p, ps, b, i, probe_chunk(x), lpd, NULL, NULL)) != LS_OK) break;
+        st = LS_K(ls_score_member_chunked)(p, ps, b, i, ls_step_replay_chunk(x->o), lpd, NULL, NULL);
+        if (st != LS_OK) break;
         for (size_t t = 0; t < R; t++) {
             lp[t] = (ls_real)lpd[t];
             t_old[t] = (ls_real)b->old_lp[i][t];
@@ -129,7 +124,8 @@ static ls_status group_loss_sft(px *x, const ls_batch *b, const ls_task *task, u
         st = ls_task_sft_target(task, i ? ls_rng_derive(seed, "sft") + i : 0, &seq, &w, &n);
         if (st == LS_OK) st = ls_batch_set_response(sb, 0, seq, n);
         if (st == LS_OK && !(lpd = ls_mem_alloc(LS_MEM_SCORE, n * sizeof *lpd))) st = LS_ERR_NOMEM;
-        if (st == LS_OK) st = LS_K(ls_score_member_chunked)(x->p, ps, sb, 0, probe_chunk(x), lpd, NULL, NULL);
+        if (st == LS_OK)
+            st = LS_K(ls_score_member_chunked)(x->p, ps, sb, 0, ls_step_replay_chunk(x->o), lpd, NULL, NULL);
         if (st == LS_OK) {
             size_t nv = 0;
             double s = 0, a = 0;

@@ -48,15 +48,14 @@ static void obs_flush(obs_acc *a, int dir) {
 
 struct ls_replay_chunks {
     const ls_params *p;
-    const ls_state *ps;
     const int32_t *in, *targets;
     size_t T, chunk, K;
     int64_t pos0;
     const ls_real *logp; /* the forward's, for the recompute's check */
     ls_state run;        /* a fork of ps with the response's rows appended chunk by chunk */
     ls_state *snap;      /* [K] a fork of run at chunk k's start: its context */
-    size_t *first;       /* [K + 1][n_layers] run's page count per layer at chunk k's start (K: the end) */
-    size_t *np0;         /* [n_layers] the prompt's pages per layer */
+    size_t *first;       /* [K + 1][n_layers] run's page count per layer at chunk k's start (K: the end; 0: the
+                            prompt's pages) */
     ls_decisions *dec;   /* [K] each chunk's decisions in the forward */
     ls_coll_memo *memo;  /* [K] each chunk's collectives (CP) */
     ls_arena memo_arena;
@@ -76,7 +75,6 @@ void LS_K(ls_replay_chunks_free)(ls_replay_chunks *r) {
     ls_arena_free(&r->memo_arena);
     ls_mem_free(r->snap);
     ls_mem_free(r->first);
-    ls_mem_free(r->np0);
     ls_mem_free(r->dec);
     ls_mem_free(r->memo);
     ls_mem_free(r->obs.o);
@@ -93,7 +91,6 @@ ls_status LS_K(ls_replay_chunks_forward)(const ls_params *p, const ls_state *ps,
     if (!r) return LS_ERR_NOMEM;
     memset(r, 0, sizeof *r);
     r->p = p;
-    r->ps = ps;
     r->in = in;
     r->targets = targets;
     r->T = T;
@@ -106,16 +103,14 @@ ls_status LS_K(ls_replay_chunks_forward)(const ls_params *p, const ls_state *ps,
     /* metadata (LS_MEM_SCRATCH, as a state's page tables) */
     r->snap = ls_mem_alloc(LS_MEM_SCRATCH, r->K * sizeof *r->snap);
     r->first = ls_mem_alloc(LS_MEM_SCRATCH, (r->K + 1) * (size_t)L * sizeof *r->first);
-    r->np0 = ls_mem_alloc(LS_MEM_SCRATCH, (size_t)L * sizeof *r->np0);
     r->dec = ls_mem_alloc(LS_MEM_SCRATCH, r->K * sizeof *r->dec);
     r->memo = ls_mem_alloc(LS_MEM_SCRATCH, r->K * sizeof *r->memo);
     r->obs.o = ls_mem_alloc(LS_MEM_SCRATCH, (size_t)(L + 2) * 2 * sizeof *r->obs.o);
     ls_status st = LS_ERR_NOMEM;
-    if (!r->snap || !r->first || !r->np0 || !r->dec || !r->memo || !r->obs.o) goto fail;
+    if (!r->snap || !r->first || !r->dec || !r->memo || !r->obs.o) goto fail;
     memset(r->snap, 0, r->K * sizeof *r->snap);
     memset(r->obs.o, 0, (size_t)(L + 2) * 2 * sizeof *r->obs.o);
     if ((st = ps->fam->state_fork(&r->run, ps, LS_MEM_BRANCH)) != LS_OK) goto fail;
-    for (int l = 0; l < L; l++) r->np0[l] = r->run.ly[l].n_pages;
     for (size_t k = 0; k < r->K && st == LS_OK; k++) {
         size_t t0 = k * r->chunk, n = chunk_len(r, k);
         for (int l = 0; l < L; l++) r->first[k * (size_t)L + (size_t)l] = r->run.ly[l].n_pages;
@@ -147,8 +142,8 @@ size_t LS_K(ls_replay_chunks_bytes)(const ls_replay_chunks *r) {
     return b;
 }
 
-/* A view of run's layers (nothing owned but the page tables of each layer, from LS_MEM_SCRATCH): pages
- * [lo_l, hi_l) of src per layer, and fixed buffers from fx (NULL: none). */
+/* An empty view of src's layers: each layer's page table sized for src's pages (LS_MEM_SCRATCH, the only
+ * thing the view owns), its CP context; the caller fills the pages and fixed buffers it shows. */
 static ls_status view_init(ls_state *v, const ls_state *src, int L) {
     memset(v, 0, sizeof *v);
     v->fam = src->fam;
@@ -238,15 +233,17 @@ ls_status LS_K(ls_replay_chunks_backward)(ls_replay_chunks *r, const ls_real *dl
     memset(&gb, 0, sizeof gb);
     memset(&dctx, 0, sizeof dctx);
     memset(&dout, 0, sizeof dout);
+    const size_t *np0 = r->first; /* the prompt's pages per layer: chunk 0's start */
     if (dps)
         for (int l = 0; l < L; l++)
-            if (dps->ly[l].n_pages != r->np0[l]) return LS_ERR_INTERNAL; /* dps has the prompt state's pages */
+            if (dps->ly[l].n_pages != np0[l]) return LS_ERR_INTERNAL; /* dps has the prompt state's pages */
     /* resp: the gradient of the response's own rows (a grad_like of the view of run's pages after the prompt's) */
     ls_state rv;
     ls_status st = view_init(&rv, &r->run, L);
     for (int l = 0; st == LS_OK && l < L; l++) {
-        rv.ly[l].n_pages = r->run.ly[l].n_pages - r->np0[l];
-        if (rv.ly[l].n_pages) memcpy(rv.ly[l].pages, r->run.ly[l].pages + r->np0[l], rv.ly[l].n_pages * sizeof *rv.ly[l].pages);
+        ls_layer_state *v = &rv.ly[l];
+        v->n_pages = r->run.ly[l].n_pages - np0[l];
+        if (v->n_pages) memcpy(v->pages, r->run.ly[l].pages + np0[l], v->n_pages * sizeof *v->pages);
     }
     if (st == LS_OK) st = r->run.fam->state_grad_like(&resp, &rv, LS_MEM_BRANCH);
     view_free(&rv);
@@ -261,7 +258,7 @@ ls_status LS_K(ls_replay_chunks_backward)(ls_replay_chunks *r, const ls_real *dl
         for (int l = 0; l < L; l++) { /* dout: the rows chunk k appended and the fixed state after it */
             ls_layer_state *o = &dout.ly[l];
             o->n_pages = hi[l] - lo[l];
-            if (o->n_pages) memcpy(o->pages, resp.ly[l].pages + (lo[l] - r->np0[l]), o->n_pages * sizeof *o->pages);
+            if (o->n_pages) memcpy(o->pages, resp.ly[l].pages + (lo[l] - np0[l]), o->n_pages * sizeof *o->pages);
             o->fixed0 = have_after ? g_after->ly[l].fixed0 : NULL;
             o->fixed1 = have_after ? g_after->ly[l].fixed1 : NULL;
         }
@@ -272,11 +269,11 @@ ls_status LS_K(ls_replay_chunks_backward)(ls_replay_chunks *r, const ls_real *dl
             for (int l = 0; l < L; l++) {
                 ls_layer_state *c = &dctx.ly[l];
                 c->n_pages = lo[l];
-                for (size_t i = 0; i < r->np0[l]; i++)
+                for (size_t i = 0; i < np0[l]; i++)
                     c->pages[i] = dps ? dps->ly[l].pages[i]
                                       : (ls_kv_page){.n = r->run.ly[l].pages[i].n, .pos0 = r->run.ly[l].pages[i].pos0};
-                if (lo[l] > r->np0[l])
-                    memcpy(c->pages + r->np0[l], resp.ly[l].pages, (lo[l] - r->np0[l]) * sizeof *c->pages);
+                if (lo[l] > np0[l])
+                    memcpy(c->pages + np0[l], resp.ly[l].pages, (lo[l] - np0[l]) * sizeof *c->pages);
                 c->fixed0 = g_before->ly[l].fixed0;
                 c->fixed1 = g_before->ly[l].fixed1;
             }

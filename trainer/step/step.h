@@ -181,6 +181,11 @@ void LS_K(ls_step_optimizer)(ls_params *p, const ls_step_options *o, int64_t ste
 /* Log-probs of response i from a captured prompt state (no autograd). */
 ls_status LS_K(ls_score_member)(const ls_params *p, const ls_state *ps, const ls_batch *b, size_t i,
                                 double *logp, ls_layer_hook hook, void *hook_user);
+/* The chunk a step's replay runs in (--replay-checkpoint chunk), which its scoring and gradient probe take
+ * too so that their log-probs are the replay's bit for bit; 0: one segment (the naive strategy never chunks). */
+static inline size_t ls_step_replay_chunk(const ls_step_options *o) {
+    return o->replay_checkpoint == 2 && o->strategy != LS_STRATEGY_NAIVE ? (size_t)o->replay_chunk : 0;
+}
 /* The same in chunks of `chunk` tokens (0: one segment) as a chunked replay scores them
  * (trainer/step/replay_chunk.h): its log-probs bit for bit. */
 ls_status LS_K(ls_score_member_chunked)(const ls_params *p, const ls_state *ps, const ls_batch *b, size_t i,

@@ -134,18 +134,13 @@ static void release_policy(txn *x) {
     free_ckpt(x);
 }
 
-/* The chunk of a chunked replay (--replay-checkpoint chunk), which the scoring takes too so that the old
- * log-probs are the replay's bit for bit; 0: one segment. */
-static size_t replay_chunk_of(const txn *x) {
-    return x->o->replay_checkpoint == 2 && !x->naive ? (size_t)x->o->replay_chunk : 0;
-}
 
 /* Every member's log-probs under params q from the prompt state s. */
 static ls_status score_all(txn *x, const ls_params *q, const ls_state *s, double **out) {
     ls_status st = LS_OK;
     for (size_t i = 0; st == LS_OK && i < x->b->G; i++) {
         hook_ctx hm = {x->obs, "score", x->m0 + (int)i};
-        st = LS_K(ls_score_member_chunked)(q, s, x->b, i, replay_chunk_of(x), out[i], hook_fn, &hm);
+        st = LS_K(ls_score_member_chunked)(q, s, x->b, i, ls_step_replay_chunk(x->o), out[i], hook_fn, &hm);
         x->res->phase_tokens[PH_SCORE] += (int64_t)x->b->R[i];
     }
     return st;
@@ -250,7 +245,7 @@ static ls_status replay_member(txn *x, const ls_batch *b, size_t i, const double
     double *lpd = ls_mem_alloc(LS_MEM_BRANCH, R * sizeof *lpd);
     ls_seg_tape *tape = NULL;
     ls_replay_chunks *chunks = NULL;
-    int chunked = replay_chunk_of(x) > 0; /* --replay-checkpoint chunk (replay_chunk.h) */
+    int chunked = ls_step_replay_chunk(x->o) > 0; /* --replay-checkpoint chunk (replay_chunk.h) */
     hook_ctx hk = {x->obs, "replay", x->m0 + (int)i};
     ls_status st = LS_ERR_NOMEM;
     if (!in || !lp || !lpd) goto cleanup;
