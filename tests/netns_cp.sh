@@ -12,11 +12,12 @@
 #     every byte of the --save file) are equal, compared with cmp;
 #   - the two-host run's receipts name the hosts: ranks 0 and 1 the first
 #     namespace's hostname, ranks 2 and 3 the second's;
-#   - its BTL trace (btl_base_verbose): four processes, each sending to itself
-#     with self and to at least one peer on the other namespace with tcp, no
-#     BTL but tcp and self named, and the processes of the second namespace
-#     connected over TCP to the first one's address (A.B.C.1, which exists on
-#     that namespace's veth only).
+#   - its BTL trace (btl_base_verbose, one file per rank): four processes, each
+#     sending to itself with self and connected over tcp (in either direction)
+#     to at least one rank on the other namespace, no BTL but tcp and self
+#     named, and the processes of the second namespace connected over TCP to
+#     the first one's address (A.B.C.1, which exists on that namespace's veth
+#     only).
 # Exit 77 (a skip) with the reason when the namespaces cannot be made.
 #
 #   tests/netns_cp.sh BUILD_DIR SOURCE_DIR WORK_DIR CONFIG_NAME
@@ -39,7 +40,7 @@ mpi=(--oversubscribe)
 net="10.237.$(($$ % 200 + 20))"
 t0=$(date +%s.%N)
 MPIRUN=${MPIRUN:-mpirun} timeout 240 "$src/scripts/netns-cluster.sh" --net "$net" --btl-verbose -- \
-  -np 4 -x OMP_NUM_THREADS "$train" "${args[@]}" --save "$work/two.safetensors" --out "$work/two" \
+  -np 4 --output-filename "$work/two-ranks" -x OMP_NUM_THREADS "$train" "${args[@]}" --save "$work/two.safetensors" --out "$work/two" \
   >"$work/two.out" 2>"$work/two.err"
 rc=$?
 t1=$(date +%s.%N)
@@ -76,25 +77,28 @@ case "${hosts[2]}" in lsnsB-*) ;; *) fail "rank 2 ran on '${hosts[2]}', not the 
 [ "${hosts[1]}" = "${hosts[0]}" ] || fail "ranks 0 and 1 on '${hosts[0]}' and '${hosts[1]}' (2 slots per host)"
 [ "${hosts[3]}" = "${hosts[2]}" ] || fail "ranks 2 and 3 on '${hosts[2]}' and '${hosts[3]}' (2 slots per host)"
 
-# the transport: every process's BTL per peer, from the trace
-used=$(grep -E '^\[[^]]+\] mca: bml: Using [a-z0-9]+ btl for send to ' "$work/two.err")
+# the transport, from each rank's own BTL trace (mpirun --output-filename: one file per rank, so that
+# no two processes' lines interleave)
+used=$(grep -hE '^\[[^]]+\] mca: bml: Using [a-z0-9]+ btl for send to ' "$work"/two-ranks/1/rank.*/stderr)
 procs=$(echo "$used" | sed -E 's/^\[([^]]+)\].*/\1/' | sort -u)
 [ "$(echo "$procs" | grep -c .)" -eq 4 ] || fail "the BTL trace names $(echo "$procs" | grep -c .) processes, not 4"
 [ "$(echo "$procs" | grep -c '^lsnsB-')" -eq 2 ] || fail "the BTL trace has not 2 processes in the second namespace"
 other=$(echo "$used" | grep -vE 'Using (tcp|self) btl' || true)
 [ -z "$other" ] || fail "a BTL other than tcp/self carried data: $other"
-# each process: itself over self, and at least one peer on the other namespace over tcp (Open MPI
-# makes an endpoint when a pair first talks, so a pair that never does is not in the trace); ranks
-# 0 and 1 are on the first namespace, 2 and 3 on the second (the receipts above)
-for p in $procs; do
-  mine=$(echo "$used" | grep -F "[$p]")
-  nself=$(echo "$mine" | grep -c 'Using self btl')
-  [ "$nself" -eq 1 ] || fail "process $p: self btl to $nself peer(s), not 1"
-  case "$p" in lsnsA-*) far='[23]' ;; *) far='[01]' ;; esac
-  echo "$mine" | grep -Eq "Using tcp btl for send to \[\[[0-9]+,[0-9]+\],$far\]" ||
-    fail "process $p: no peer on the other namespace reached over tcp"
+# each rank: itself over self, and a TCP connection with at least one rank on the other namespace,
+# made in either direction (Open MPI makes an endpoint when a pair first talks, and logs "Using tcp btl
+# for send to" only on the side that sends first: which pairs talk first, and who connects, depends
+# on the timing); ranks 0 and 1 are on the first namespace, 2 and 3 on the second (the receipts above)
+for r in 0 1 2 3; do
+  f=$work/two-ranks/1/rank.$r/stderr
+  [ -s "$f" ] || fail "rank $r: no BTL trace ($f)"
+  nself=$(grep -c 'mca: bml: Using self btl' "$f")
+  [ "$nself" -eq 1 ] || fail "rank $r: self btl to $nself peer(s), not 1"
+  case $r in 0|1) far='[23]' ;; *) far='[01]' ;; esac
+  grep -Eq "Using tcp btl for send to \[\[[0-9]+,[0-9]+\],$far\]|btl:tcp: now connected to [0-9.]+, process \[\[[0-9]+,[0-9]+\],$far\]|btl: tcp: attempting to connect\(\) to \[\[[0-9]+,[0-9]+\],$far\]" "$f" ||
+    fail "rank $r: no TCP connection with a rank on the other namespace"
 done
-grep -Eq "^\[lsnsB-[0-9]+:[0-9]+\] btl:tcp: now connected to ${net//./\\.}\.1," "$work/two.err" ||
+cat "$work"/two-ranks/1/rank.[23]/stderr | grep -Eq "^\[lsnsB-[0-9]+:[0-9]+\] btl:tcp: (now connected to|connect\(\) to) ${net//./\\.}\.1[,:]" ||
   fail "no process of the second namespace connected over TCP to $net.1"
 echo "two namespaces: $(echo "$used" | grep -o 'Using [a-z0-9]* btl' | sort | uniq -c | tr -s ' \n' ' ')" \
      "and the second namespace's ranks connected to $net.1 over the veth"
