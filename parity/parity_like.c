@@ -129,6 +129,19 @@ int ls_parity_like(const char *run_dir, ls_parity_opts *o, char *model_path, siz
         FAIL("--like %s: %s", run_dir, why);
     }
     const cJSON *cfg = m->config;
+    /* the kernels' ISA (kernels/isa.h, the build object's kernel_isa): the report's trainer runs use the run's,
+       through LS_KERNEL_ISA, so that their build digest is the run's (a trainer on a CPU without it refuses) */
+    const cJSON *isa = m->build != NULL ? cJSON_GetObjectItemCaseSensitive(m->build, "kernel_isa") : NULL;
+    if (isa != NULL) {
+        if (!cJSON_IsString(isa) || (strcmp(isa->valuestring, "portable") != 0 &&
+                                     strcmp(isa->valuestring, "avx2") != 0 && strcmp(isa->valuestring, "avx512") != 0))
+            FAIL("--like %s: build \"kernel_isa\" is not one of portable, avx2, avx512", run_dir);
+        const char *env = getenv("LS_KERNEL_ISA");
+        if (env != NULL && env[0] != '\0' && strcmp(env, isa->valuestring) != 0)
+            FAIL("--like %s: the run used the %s kernels and LS_KERNEL_ISA says %.40s: unset it (--like takes the "
+                 "run's)", run_dir, isa->valuestring, env);
+        if (setenv("LS_KERNEL_ISA", isa->valuestring, 1) != 0) FAIL("--like %s: setenv: %s", run_dir, strerror(errno));
+    }
     const cJSON *faults = cJSON_GetObjectItemCaseSensitive(cfg, "faults");
     if (cJSON_GetArraySize(faults) > 0)
         FAIL("--like %s: the run recorded faults; a report covers fault-free runs only", run_dir);

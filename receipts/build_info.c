@@ -221,6 +221,19 @@ cleanup:
     return st;
 }
 
+ls_status ls_build_info_add_kernel_isa(cJSON *build, const char *isa) {
+    if (build == NULL || isa == NULL ||
+        (strcmp(isa, "portable") != 0 && strcmp(isa, "avx2") != 0 && strcmp(isa, "avx512") != 0))
+        return LS_ERR_ARG;
+    cJSON_DeleteItemFromObjectCaseSensitive(build, "kernel_isa");
+    if (!cJSON_AddStringToObject(build, "kernel_isa", isa)) return LS_ERR_NOMEM;
+    char hex[LS_DIGEST_HEX_SIZE];
+    ls_status st = ls_build_info_digest(build, hex, NULL, 0);
+    if (st != LS_OK) return st;
+    cJSON_DeleteItemFromObjectCaseSensitive(build, "build_digest");
+    return cJSON_AddStringToObject(build, "build_digest", hex) ? LS_OK : LS_ERR_NOMEM;
+}
+
 ls_status ls_build_info_check(const cJSON *build, char *err, size_t errlen) {
     const cJSON *rec = cJSON_GetObjectItemCaseSensitive(build, "build_digest");
     if (!cJSON_IsString(rec)) {

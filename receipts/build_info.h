@@ -6,6 +6,7 @@
  *   {"git_commit", "compiler", "flags",
  *    "dependencies": {"cjson", "zstd", "openssl", "openblas", "mpi"},
  *    "dtype_builds": ["f32", "f64"],
+ *    "kernel_isa": "portable" | "avx2" | "avx512"   (trainers: what ran),
  *    "executable": {"path", "sha256"},
  *    "libraries": [{"name", "path", "sha256"}...],
  *    "source": {"commit", "dirty", "changes_sha256"},
@@ -53,6 +54,12 @@
  * NULL is recorded as "unknown".  LS_ERR_IO when a file cannot be read,
  * LS_ERR_NOMEM.  *out is the caller's (cJSON_Delete); NULL on failure. */
 ls_status ls_build_info_create(const char *openblas, const char *mpi, cJSON **out);
+
+/* Adds "kernel_isa" (the CPU kernels' ISA, kernels/isa.h: it changes the
+ * rounding, so it is part of what ran) to a build object from
+ * ls_build_info_create and recomputes its build_digest.  LS_ERR_ARG for a
+ * name outside portable, avx2, avx512; LS_ERR_NOMEM. */
+ls_status ls_build_info_add_kernel_isa(cJSON *build, const char *isa);
 
 /* Digest of a build object, ignoring any "build_digest" member in it and the
  * "path" members named above. */

@@ -13,11 +13,19 @@
  * gradients accumulate onto what the buffers hold; a block without gradient
  * buffers (NULL) and a NULL dq change no other output's bits; 1, 2 and 4
  * threads give the same bits (fused and two-pass backward); a rerun gives the
- * same bits. */
+ * same bits.
+ *
+ * The ISA paths (kernels/isa.h: portable C, the AVX2 softmax rows, the fused
+ * AVX-512 forward in float32 where hd is a multiple of 16), each as far as
+ * this CPU runs it, against the portable path: every output within the
+ * bound, and the fused forward's bits differ from the portable one's (so
+ * the path was taken), at heads of 16, 32, 48 (three vectors), 256 (the wide
+ * configs) and 40 (no fused path: the GEMM path's bits). */
 #include <criterion/criterion.h>
 #include <omp.h>
 
 #include "kernels/attention.h"
+#include "kernels/isa.h"
 #include "test_util.h"
 
 #if LS_REAL_IS_F64
@@ -347,4 +355,61 @@ Test(attn_paged, long_prompt)
      * blocks; Tq over two query tiles */
     const pcase c = {"14 pages + own", 150, 4, 2, 32, 14, 64, 50, 64, 1, 946, 1};
     run_case(&c, 8);
+}
+
+/* Every output of the paths this CPU runs against the portable path. */
+static void isa_case(const pcase *c, uint64_t seed)
+{
+    const ls_isa keep = ls_kernel_isa();
+    pdata d = make(c, seed);
+    pout base = out_new(&d);
+    cr_assert_eq(ls_kernel_isa_force(LS_ISA_PORTABLE), 0);
+    run_paged(&base, &d, c, 2, 1);
+    for (int i = LS_ISA_AVX2; i <= LS_ISA_AVX512; i++) {
+        if (ls_kernel_isa_force((ls_isa)i) != 0) {
+            cr_log_info("%s: this CPU does not run %s", c->label, ls_kernel_isa_name((ls_isa)i));
+            continue;
+        }
+        pout r = out_new(&d);
+        run_paged(&r, &d, c, 2, 1);
+        char what[96];
+        snprintf(what, sizeof what, "%s vs portable: o, lse", ls_kernel_isa_name((ls_isa)i));
+        check(c, what, worst(&r, &base, &d, 1), TOL);
+        snprintf(what, sizeof what, "%s vs portable: dq, dk, dv", ls_kernel_isa_name((ls_isa)i));
+        check(c, what, worst(&r, &base, &d, 0), TOL);
+        const double k = ndiff(r.o, base.o, d.nq);
+        cr_log_info("%s: %s, %.0f of %zu output elements differ in bits from portable", c->label,
+                    ls_kernel_isa_name((ls_isa)i), k, d.nq);
+        if (i == LS_ISA_AVX512 && !LS_REAL_IS_F64 && c->hd % 16 == 0) {
+            cr_expect(k > 0, "%s: the fused AVX-512 forward gave the portable bits (not taken?)",
+                      c->label);
+        }
+        /* the same bits at another thread count */
+        pout r1 = out_new(&d);
+        run_paged(&r1, &d, c, 1, 1);
+        snprintf(what, sizeof what, "%s: 1 vs 2 threads, differing bits",
+                 ls_kernel_isa_name((ls_isa)i));
+        check(c, what, bits(&r1, &r, &d), 0);
+        out_free(&r1, d.nb);
+        out_free(&r, d.nb);
+    }
+    cr_assert_eq(ls_kernel_isa_force(keep), 0);
+    out_free(&base, d.nb);
+    release(&d);
+}
+
+Test(attn_paged, isa_paths_agree)
+{
+    /* label, Tq, H, Hkv, hd, npages, page, last, p0, own, q_pos0, causal */
+    const pcase cs[] = {
+        {"isa: hd 32, GQA 2, 5 pages + own", 150, 4, 2, 32, 5, 64, 50, 0, 1, 306, 1},
+        {"isa: hd 16, GQA 4, pages of 16", 45, 4, 1, 16, 9, 16, 5, 300, 1, 437, 1},
+        {"isa: hd 48, not causal", 40, 2, 1, 48, 2, 64, 30, 0, 1, 94, 0},
+        {"isa: hd 256, GQA 6 (the wide configs)", 70, 6, 1, 256, 3, 64, 40, 0, 1, 168, 1},
+        {"isa: hd 40 (no fused path)", 60, 4, 2, 40, 2, 64, 64, 0, 1, 128, 1},
+        {"isa: queries before the pages", 75, 4, 2, 16, 3, 32, 11, 100, 0, 90, 1},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        isa_case(&cs[i], 100 + i);
+    }
 }

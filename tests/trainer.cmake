@@ -57,3 +57,11 @@ ls_add_criterion_test(test_coll_memo SOURCES test_coll_memo.c LIBS ls_trainer_f6
 # 12 tokens equal it to rounding in both gradient modes and families, a weight changed between the forward
 # and the backward fails the backward.
 ls_add_criterion_test(test_replay_chunk SOURCES test_replay_chunk.c LIBS ls_trainer_f64 DEFS LS_REAL_F64 TIMEOUT 120)
+
+# The CPU kernels' ISA (tests/kernel_isa.sh): LS_KERNEL_ISA refused outside its words and above the CPU; a run
+# records the ISA in its build object (so in its build digest); a parity report --like a portable run certifies
+# it and not the same run with the CPU's best ISA.  About 15 s.
+if(TARGET longstraw-train)
+  add_test(NAME kernel_isa COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/kernel_isa.sh ${CMAKE_BINARY_DIR})
+  set_tests_properties(kernel_isa PROPERTIES TIMEOUT 300 LABELS "parity")
+endif()

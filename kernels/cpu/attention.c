@@ -51,6 +51,7 @@
 #endif
 
 #include "kernels/cpu/attention_internal.h"
+#include "kernels/isa.h"
 #include "kernels/scratch.h"
 
 #if LS_REAL_IS_F64
@@ -68,6 +69,8 @@
  * GEMM_MULTITHREAD_THRESHOLD (4 by default) on the calling thread; larger
  * ones would start its own threads inside ours. */
 #define GEMM_MNK 262144
+#define FUSED_ROWS 1024  /* the fused AVX-512 forward: stacked query rows per tile, at most */
+#define FUSED_ACC 32768  /* ... and their output accumulator's elements, at most */
 #define GEMM_MIN_KEYS 8 /* keys for the GEMM path (below: about even) */
 
 /* ------------------------------------------------------------- helpers */
@@ -344,8 +347,8 @@ static int plan_tiles(plan *pl)
 /* Scratch (elements) of one thread. */
 static size_t fwd_ws(const plan *pl)
 {
-    const size_t R = pl->nq * pl->grp;
-    return 2 * R * pl->hd + R * pl->nk + 2 * R;
+    const size_t R = pl->nq * pl->grp, fused = LS_K(ls_attn_avx512_scratch)(pl);
+    return 2 * R * pl->hd + (R * pl->nk > fused ? R * pl->nk : fused) + 2 * R;
 }
 
 static size_t bwd_ws(const plan *pl)
@@ -379,7 +382,10 @@ static void fwd_tile(ls_real *o, ls_real *lse, const ls_real *q, const plan *pl,
     size_t t0, n;
     tile_span(pl, qt, &t0, &n);
     const size_t R = n * grp;
-    ls_real *Q = ws, *O = Q + R * hd, *S = O + R * hd, *mx = S + R * pl->nk, *l = mx + R;
+    const size_t fused = LS_K(ls_attn_avx512_scratch)(pl);
+    const int avx512 = LS_K(ls_attn_avx512_fits)(pl);
+    ls_real *Q = ws, *O = Q + R * hd, *S = O + R * hd;
+    ls_real *mx = S + (R * pl->nk > fused ? R * pl->nk : fused), *l = mx + R;
     gather(Q, q, pl, kh, t0, n);
     memset(O, 0, R * hd * sizeof *O);
     for (size_t r = 0; r < R; r++) {
@@ -398,6 +404,10 @@ static void fwd_tile(ls_real *o, ls_real *lse, const ls_real *q, const plan *pl,
             const ls_real *Kt = pb.k + (s0 * pb.Hkv + kh) * hd;
             const ls_real *Vt = pb.v + (s0 * pb.Hkv + kh) * hd;
             const pair_span g = {t0, s0, nkt, r0, R, nc};
+            if (avx512) {
+                LS_K(ls_attn_avx512_forward_pair)(&pb, &g, Q, Kt, Vt, O, mx, l, S);
+                continue;
+            }
             gemm(0, 1, R - r0, nc, hd, pb.tau, Q + r0 * hd, hd, Kt, ldk, 0, S, nc);
             LS_K(ls_attn_rows_forward)(&pb, &g, S, O, mx, l);
             gemm(0, 0, R - r0, hd, nc, 1, S, nc, Vt, ldk, 1, O + r0 * hd, hd);
@@ -553,6 +563,34 @@ static void bwd_ktile(ls_real *dk, ls_real *dv, const ls_real *do_, const ls_rea
     bwd_pair(NULL, dk, dv, &qt_, pb, kh, kt * pb->nk, P, dS);
 }
 
+/* Threads a parallel region here would have. */
+static size_t team_size(int par)
+{
+#ifdef _OPENMP
+    return par && !omp_in_parallel() ? (size_t)omp_get_max_threads() : 1;
+#else
+    (void)par;
+    return 1;
+#endif
+}
+
+/* The fused AVX-512 forward's query tiles (its key tiles are the GEMM
+ * path's): it has no GEMM bound, and taller tiles amortise each key tile's
+ * transposition over more rows.  Up to FUSED_ROWS rows with the output
+ * accumulator within FUSED_ACC elements (L2), but at least 4 units per
+ * thread.  A row's result does not depend on the tile it is in (its keys,
+ * in the same tiles and order), so neither does the output. */
+static void fused_tiles(plan *pl, size_t nth)
+{
+    size_t rows = FUSED_ACC / pl->hd < FUSED_ROWS ? FUSED_ACC / pl->hd : FUSED_ROWS;
+    size_t nq = rows / pl->grp > 0 ? rows / pl->grp : 1;
+    const size_t units = 4 * nth, fair = (pl->Tq * pl->Hkv + units - 1) / units;
+    nq = nq < fair ? nq : fair;
+    nq = nq > 16 ? nq : 16;
+    pl->nq = nq < pl->Tq ? nq : pl->Tq;
+    pl->nqt = (pl->Tq + pl->nq - 1) / pl->nq;
+}
+
 /* ----------------------------------------------------------- drivers */
 
 /* The plan of a call (the tiling not yet made). */
@@ -565,7 +603,8 @@ static plan make_plan(const ls_attn_kv_block *kv, size_t nb, size_t Tq, size_t H
         Tk += kv[b].n;
     }
     plan pl = {.kv = kv, .nb = nb, .Tq = Tq, .Tk = Tk, .H = H, .Hkv = Hkv, .hd = hd,
-               .grp = H / Hkv, .q_pos0 = q_pos0, .causal = causal, .tau = tau};
+               .grp = H / Hkv, .q_pos0 = q_pos0, .causal = causal, .tau = tau,
+               .isa = (int)ls_kernel_isa()};
     return pl;
 }
 
@@ -588,6 +627,9 @@ void LS_K(ls_attn_paged_forward)(ls_real *o, ls_real *lse, const ls_real *q,
             fwd_scalar(o, lse, q, &pl, h, t0, t1);
         }
         return;
+    }
+    if (LS_K(ls_attn_avx512_fits)(&pl)) {
+        fused_tiles(&pl, team_size(par));
     }
     const size_t nu = pl.nqt * Hkv;
     const ls_kernel_allocator *al = ls_kernel_scratch_get();
@@ -643,17 +685,6 @@ static void bwd_scalar(ls_real *dq, const ls_attn_kv_grad *g, int want_kv, const
             dkv_scalar(g[b].dk, g[b].dv, do_, q, o, lse, &pb, kh, s0, s1);
         }
     }
-}
-
-/* Threads a parallel region here would have. */
-static size_t team_size(int par)
-{
-#ifdef _OPENMP
-    return par && !omp_in_parallel() ? (size_t)omp_get_max_threads() : 1;
-#else
-    (void)par;
-    return 1;
-#endif
 }
 
 void LS_K(ls_attn_paged_backward)(ls_real *dq, const ls_attn_kv_grad *dkv,

@@ -1,5 +1,6 @@
 /* attention_internal.h - internal to kernels/cpu/attention.c,
- * attention_rows.c and attention_merge.c: the few definitions they share.
+ * attention_rows.c, attention_avx512.c and attention_merge.c: the few
+ * definitions they share.
  * Not part of the contract (that is kernels/attention.h); include it from
  * those three files only.
  *
@@ -56,6 +57,7 @@ typedef struct {
     size_t nq; /* query tokens per tile: R = nq grp rows */
     size_t nk; /* keys per tile */
     size_t nqt, nkt; /* tile counts (key tiles: of all blocks, block by block) */
+    int isa; /* ls_isa (kernels/isa.h): the hand-written paths this call may take */
 } plan;
 
 /* A (query tile, key tile) pair: queries from t0, keys [s0, s0 + nkt); rows
@@ -80,5 +82,20 @@ void LS_K(ls_attn_rows_forward)(const plan *pl, const pair_span *g, ls_real *S, 
  * dO.v and becomes P (dS - D). */
 void LS_K(ls_attn_rows_backward)(const plan *pl, const pair_span *g, ls_real *P, ls_real *dS,
                                  const ls_real *L, const ls_real *D);
+
+#define LS_ATTN_AVX512_MAX_HD 512 /* the fused AVX-512 forward's largest head */
+
+/* The fused AVX-512 forward of one pair (attention_avx512.c): what the GEMMs
+ * and ls_attn_rows_forward do to O, mx and l, with the scores in registers.
+ * Q is the tile's R rows (row r at r hd), Kt and Vt the key tile's first key
+ * (rows ldk = Hkv hd apart); scratch holds ls_attn_avx512_scratch(pb)
+ * elements.  Only where ls_attn_avx512_fits(pl): the plan's ISA is AVX-512,
+ * the build is f32 on x86-64, hd is a multiple of 16 (at most
+ * LS_ATTN_AVX512_MAX_HD) and key tiles hold at most 64 keys. */
+int LS_K(ls_attn_avx512_fits)(const plan *pl);
+size_t LS_K(ls_attn_avx512_scratch)(const plan *pl);
+void LS_K(ls_attn_avx512_forward_pair)(const plan *pb, const pair_span *g, const ls_real *Q,
+                                       const ls_real *Kt, const ls_real *Vt, ls_real *O,
+                                       ls_real *mx, ls_real *l, ls_real *scratch);
 
 #endif

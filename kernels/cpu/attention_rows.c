@@ -6,19 +6,17 @@
 #include <string.h>
 
 #include "kernels/cpu/attention_internal.h"
+#include "kernels/isa.h"
 
 /* The elementwise loops of the GEMM path (softmax and its gradient between
  * the GEMMs) are written once as always-inline bodies and compiled twice on
- * x86-64: for the baseline ISA and for AVX2 with FMA, picked at run time.
+ * x86-64: for the baseline ISA and for AVX2 with FMA, picked at run time
+ * (the plan's ISA, kernels/isa.h: AVX2 or AVX-512 take the AVX2 build).
  * The bodies take fma as a constant: 1 only in the AVX2 clone. */
 #if defined(__x86_64__) && defined(__GNUC__)
 #define AVX2_CLONES 1
 #define INLINE_BODY static inline __attribute__((always_inline))
 #define TARGET_AVX2 __attribute__((target("avx2,fma")))
-static int cpu_has_avx2(void)
-{
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
 #else
 #define INLINE_BODY static inline
 #endif
@@ -232,7 +230,7 @@ void LS_K(ls_attn_rows_forward)(const plan *pl, const pair_span *g, ls_real *S, 
                                 ls_real *mx, ls_real *l)
 {
 #ifdef AVX2_CLONES
-    if (cpu_has_avx2()) {
+    if (pl->isa >= LS_ISA_AVX2) {
         fwd_rows_avx2(pl, g, S, O, mx, l);
         return;
     }
@@ -244,7 +242,7 @@ void LS_K(ls_attn_rows_backward)(const plan *pl, const pair_span *g, ls_real *P,
                                  const ls_real *L, const ls_real *D)
 {
 #ifdef AVX2_CLONES
-    if (cpu_has_avx2()) {
+    if (pl->isa >= LS_ISA_AVX2) {
         bwd_rows_avx2(pl, g, P, dS, L, D);
         return;
     }

@@ -4,6 +4,7 @@
 #include <stdio.h>
 
 #include "kernels/decisions.h"
+#include "kernels/isa.h"
 #include "trainer/dist/comm.h"
 #include "trainer/run/train_run.h"
 
@@ -27,6 +28,10 @@ int main(int argc, char **argv) {
     } else if (a.help) {
         if (rank == 0) ls_train_usage(stdout);
         rc = 0;
+    } else if (ls_kernel_isa_init(err, sizeof err) != 0) {
+        /* the kernels' ISA is recorded in the run's build object: made once, here */
+        if (rank == 0) fprintf(stderr, "longstraw-train: %s\n", err);
+        rc = 2;
     } else {
         a.comm = comm;
         /* every discrete decision of the run, in order (kernels/decisions.h; the summary prints it) */

@@ -9,6 +9,7 @@
 #include <cblas.h>
 
 #include "kernels/decisions.h"
+#include "kernels/isa.h"
 #include "receipts/build_info.h"
 #include "receipts/coverage.h"
 #include "receipts/json_util.h"
@@ -207,6 +208,11 @@ static cJSON *build_json(void) {
     if (bst != LS_OK) /* the receipt writer then refuses the NULL build object */
         fprintf(stderr, "longstraw-train: build info: cannot describe this build (reading /proc/self/exe): %s\n",
                 ls_status_str(bst));
+    else if ((bst = ls_build_info_add_kernel_isa(build, ls_kernel_isa_name(ls_kernel_isa()))) != LS_OK) {
+        fprintf(stderr, "longstraw-train: build info: cannot record the kernels' ISA: %s\n", ls_status_str(bst));
+        cJSON_Delete(build);
+        build = NULL;
+    }
     return build;
 }
 
