@@ -16,10 +16,10 @@
  * same bits.
  *
  * The ISA paths (kernels/isa.h: portable C, the AVX2 softmax rows, the fused
- * AVX-512 forward in float32 where hd is a multiple of 16), each as far as
- * this CPU runs it, against the portable path: every output within the
- * bound, and the fused forward's bits differ from the portable one's (so
- * the path was taken), at heads of 16, 32, 48 (three vectors), 256 (the wide
+ * AVX-512 forward and backward in float32 where hd is a multiple of 16), each
+ * as far as this CPU runs it, against the portable path: every output within
+ * the bound, and the fused kernels' bits differ from the portable ones' (so
+ * the path was taken: o, and dq given the same o and lse), at heads of 16, 32, 48 (three vectors), 256 (the wide
  * configs) and 40 (no fused path: the GEMM path's bits). */
 #include <criterion/criterion.h>
 #include <omp.h>
@@ -383,6 +383,26 @@ static void isa_case(const pcase *c, uint64_t seed)
         if (i == LS_ISA_AVX512 && !LS_REAL_IS_F64 && c->hd % 16 == 0) {
             cr_expect(k > 0, "%s: the fused AVX-512 forward gave the portable bits (not taken?)",
                       c->label);
+            /* the backward given the same o and lse: the fused backward's dq bits differ too */
+            pout b = out_new(&d), f = out_new(&d);
+            ls_attn_kv_grad gb[MAXB], gf[MAXB];
+            for (size_t j = 0; j < d.nb; j++) {
+                gb[j] = (ls_attn_kv_grad){b.dk[j], b.dv[j]};
+                gf[j] = (ls_attn_kv_grad){f.dk[j], f.dv[j]};
+            }
+            LS_K(ls_attn_paged_backward)(f.dq, gf, d.dO, d.q, d.kv, d.nb, base.o, base.lse, c->Tq,
+                                         c->H, c->Hkv, c->hd, c->q_pos0, c->causal, tau_of(c));
+            cr_assert_eq(ls_kernel_isa_force(LS_ISA_PORTABLE), 0);
+            LS_K(ls_attn_paged_backward)(b.dq, gb, d.dO, d.q, d.kv, d.nb, base.o, base.lse, c->Tq,
+                                         c->H, c->Hkv, c->hd, c->q_pos0, c->causal, tau_of(c));
+            cr_assert_eq(ls_kernel_isa_force((ls_isa)i), 0);
+            snprintf(what, sizeof what, "avx512 vs portable backward, same o and lse");
+            check(c, what, worst(&f, &b, &d, 0), TOL);
+            const double kb = ndiff(f.dq, b.dq, d.nq);
+            cr_expect(kb > 0, "%s: the fused AVX-512 backward gave the portable dq bits (not taken?)",
+                      c->label);
+            out_free(&b, d.nb);
+            out_free(&f, d.nb);
         }
         /* the same bits at another thread count */
         pout r1 = out_new(&d);

@@ -71,6 +71,7 @@
 #define GEMM_MNK 262144
 #define FUSED_ROWS 1024  /* the fused AVX-512 forward: stacked query rows per tile, at most */
 #define FUSED_ACC 32768  /* ... and their output accumulator's elements, at most */
+#define FUSED_BWD_ROWS 256 /* the fused AVX-512 backward: stacked query rows per tile, at most */
 #define GEMM_MIN_KEYS 8 /* keys for the GEMM path (below: about even) */
 
 /* ------------------------------------------------------------- helpers */
@@ -354,7 +355,7 @@ static size_t fwd_ws(const plan *pl)
 static size_t bwd_ws(const plan *pl)
 {
     const size_t R = pl->nq * pl->grp;
-    return 3 * R * pl->hd + 2 * R * pl->nk + 2 * R;
+    return 3 * R * pl->hd + 2 * R * pl->nk + 2 * R + LS_K(ls_attn_avx512_bwd_scratch)(pl);
 }
 
 /* Query tile qt: tokens [t0, t0 + n), rows r = (t - t0) grp + g. */
@@ -437,6 +438,7 @@ typedef struct {
     size_t t0, n;
     ls_real *Q, *dO; /* [R, hd] */
     ls_real *D, *L;  /* [R]: rowsum(dO o), the global lse */
+    ls_real *fused;  /* the fused AVX-512 backward's scratch */
 } qtile;
 
 /* Lays out a query tile's inputs and the pair scratch in ws (bwd_ws). */
@@ -452,6 +454,7 @@ static void qtile_load(qtile *qt_, ls_real **dQ, ls_real **P, ls_real **dS, ls_r
     *dS = *P + R * pl->nk;
     qt_->D = *dS + R * pl->nk;
     qt_->L = qt_->D + R;
+    qt_->fused = qt_->L + R;
     tile_span(pl, qt, &qt_->t0, &qt_->n);
     gather(qt_->Q, q, pl, kh, qt_->t0, qt_->n);
     gather(qt_->dO, do_, pl, kh, qt_->t0, qt_->n);
@@ -480,6 +483,14 @@ static void bwd_pair(ls_real *dQ, ls_real *dk, ls_real *dv, const qtile *qt_, co
     const size_t i0 = tf > t0 ? tf - t0 : 0, r0 = i0 * grp, nr = R - r0;
     const size_t nc = visible(t0 + qt_->n - 1, s0, nkt, pb->q_pos0, pb->k_pos0, pb->causal);
     const ls_real *Kt = pb->k + (s0 * pb->Hkv + kh) * hd, *Vt = pb->v + (s0 * pb->Hkv + kh) * hd;
+    if (LS_K(ls_attn_avx512_fits)(pb)) {
+        const pair_span g = {t0, s0, nkt, r0, R, nc};
+        LS_K(ls_attn_avx512_backward_pair)(pb, &g, qt_->Q, qt_->dO, Kt, Vt, qt_->L, qt_->D, dQ,
+                                           dk != NULL ? dk + (s0 * pb->Hkv + kh) * hd : NULL,
+                                           dv != NULL ? dv + (s0 * pb->Hkv + kh) * hd : NULL,
+                                           qt_->fused);
+        return;
+    }
     const ls_real *Q = qt_->Q + r0 * hd, *dO = qt_->dO + r0 * hd;
     const int need_ds = dQ != NULL || dk != NULL;
     gemm(0, 1, nr, nc, hd, pb->tau, Q, hd, Kt, ldk, 0, P, nc);
@@ -707,6 +718,14 @@ void LS_K(ls_attn_paged_backward)(ls_real *dq, const ls_attn_kv_grad *dkv,
     if (!plan_tiles(&pl)) {
         bwd_scalar(dq, dkv, want_kv, do_, q, o, lse, &pl, par);
         return;
+    }
+    if (LS_K(ls_attn_avx512_fits)(&pl)) {
+        /* the fused backward's query tiles: taller (no GEMM bound), and fixed by the
+         * shape alone, since dk and dv add the tiles' partial sums in turn */
+        const size_t rows = FUSED_ACC / hd < FUSED_BWD_ROWS ? FUSED_ACC / hd : FUSED_BWD_ROWS;
+        const size_t nq = rows / grp > 0 ? rows / grp : 1;
+        pl.nq = nq < Tq ? nq : Tq;
+        pl.nqt = (Tq + pl.nq - 1) / pl.nq;
     }
     /* Fused: one unit per kv head does every tile pair once.  Two passes
      * recompute P (about 1.5x the work) but offer nqt Hkv and nkt Hkv units;

@@ -270,6 +270,170 @@ T512 void LS_K(ls_attn_avx512_forward_pair)(const plan *pb, const pair_span *g, 
     }
 }
 
+size_t LS_K(ls_attn_avx512_bwd_scratch)(const plan *pl)
+{
+    return 2 * pl->hd * KW + 2 * pl->nq * pl->grp * KW + 4 * KW + pl->hd + 16;
+}
+
+/* dst[jj][c0 + ...] (key rows ldk apart) += scale sum_{r < nr} A[r][j0 + jj] B[r][c0 + ...] for
+ * the keys jj < nkeys, NC vectors: the "A^T B" of dK and dV, four keys at a time. */
+T512_INLINE void tn_chunk(float *dst, size_t ldk, const float *A, const float *B, size_t ldb,
+                          size_t nr, size_t j0, size_t nkeys, size_t c0, float scale, const int NC)
+{
+    __m512 a[4][4];
+    _Pragma("GCC unroll 4")
+    for (int jj = 0; jj < 4; jj++) {
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < NC; c++) {
+            a[jj][c] = _mm512_setzero_ps();
+        }
+    }
+    for (size_t r = 0; r < nr; r++) {
+        __m512 bv[4];
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < NC; c++) {
+            bv[c] = _mm512_loadu_ps(B + r * ldb + c0 + 16 * c);
+        }
+        const float *ar = A + r * KW + j0;
+        const __m512 x0 = _mm512_set1_ps(ar[0]), x1 = _mm512_set1_ps(ar[1]);
+        const __m512 x2 = _mm512_set1_ps(ar[2]), x3 = _mm512_set1_ps(ar[3]);
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < NC; c++) {
+            a[0][c] = _mm512_fmadd_ps(x0, bv[c], a[0][c]);
+            a[1][c] = _mm512_fmadd_ps(x1, bv[c], a[1][c]);
+            a[2][c] = _mm512_fmadd_ps(x2, bv[c], a[2][c]);
+            a[3][c] = _mm512_fmadd_ps(x3, bv[c], a[3][c]);
+        }
+    }
+    const __m512 sc = _mm512_set1_ps(scale);
+    for (size_t jj = 0; jj < nkeys; jj++) {
+        float *row = dst + jj * ldk + c0;
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < NC; c++) {
+            _mm512_storeu_ps(row + 16 * c,
+                             _mm512_fmadd_ps(sc, a[jj][c], _mm512_loadu_ps(row + 16 * c)));
+        }
+    }
+}
+
+/* dst (the key tile's rows of dK or dV) += scale A^T B over nr rows, every key below nc. */
+T512 static void tn_any(float *dst, size_t ldk, const float *A, const float *B, size_t hd,
+                        size_t nr, size_t nc, float scale)
+{
+    for (size_t j0 = 0; j0 < nc; j0 += 4) {
+        const size_t nkeys = nc - j0 < 4 ? nc - j0 : 4;
+        size_t c0 = 0;
+        for (; c0 + 64 <= hd; c0 += 64) {
+            tn_chunk(dst + j0 * ldk, ldk, A, B, hd, nr, j0, nkeys, c0, scale, 4);
+        }
+        switch ((hd - c0) / 16) {
+        case 1:
+            tn_chunk(dst + j0 * ldk, ldk, A, B, hd, nr, j0, nkeys, c0, scale, 1);
+            break;
+        case 2:
+            tn_chunk(dst + j0 * ldk, ldk, A, B, hd, nr, j0, nkeys, c0, scale, 2);
+            break;
+        case 3:
+            tn_chunk(dst + j0 * ldk, ldk, A, B, hd, nr, j0, nkeys, c0, scale, 3);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+/* KT[d][j] = X[j][d] for j < nc (rows ldk apart), zero up to 16 nkv. */
+static void pack_t(float *KT, const float *X, size_t ldk, size_t hd, size_t nc, size_t nkv)
+{
+    for (size_t d = 0; d < hd; d++) {
+        float *row = KT + d * KW;
+        for (size_t j = 0; j < nc; j++) {
+            row[j] = X[j * ldk + d];
+        }
+        for (size_t j = nc; j < 16 * nkv; j++) {
+            row[j] = 0;
+        }
+    }
+}
+
+T512 void LS_K(ls_attn_avx512_backward_pair)(const plan *pb, const pair_span *g, const float *Q,
+                                             const float *dO, const float *Kt, const float *Vt,
+                                             const float *L, const float *D, float *dQ,
+                                             float *dk, float *dv, float *scratch)
+{
+    const size_t hd = pb->hd, ldk = pb->Hkv * hd, nc = g->nc, nkv = (nc + 15) / 16;
+    const size_t R = pb->nq * pb->grp;
+    float *KT = scratch, *VT = KT + hd * KW, *P = VT + hd * KW, *dS = P + R * KW;
+    float *tmp = dS + R * KW, *dummy = tmp + 4 * KW;
+    const int need_ds = dQ != NULL || dk != NULL;
+    pack_t(KT, Kt, ldk, hd, nc, nkv);
+    if (need_ds) {
+        pack_t(VT, Vt, ldk, hd, nc, nkv);
+    }
+    memset(dummy, 0, hd * sizeof *dummy);
+    const __m512 tau = _mm512_set1_ps(pb->tau);
+    const size_t nr = g->R - g->r0;
+    for (size_t r = g->r0; r < g->R; r += 4) {
+        const float *qr[4], *dor[4];
+        float *dqr[4];
+        size_t nv[4], nj = 0;
+        for (int i = 0; i < 4; i++) {
+            const int real = r + (size_t)i < g->R;
+            const size_t ri = real ? r + (size_t)i : r;
+            qr[i] = Q + ri * hd;
+            dor[i] = dO + ri * hd;
+            dqr[i] = real && dQ != NULL ? dQ + ri * hd : dummy;
+            nv[i] = !real || L[ri] == -INFINITY
+                        ? 0
+                        : visible(g->t0 + ri / pb->grp, g->s0, g->nkt, pb->q_pos0, pb->k_pos0,
+                                  pb->causal);
+            nj = nv[i] > nj ? nv[i] : nj;
+        }
+        __m512 acc[4][4], dacc[4][4];
+        scores_any(acc, qr, KT, hd, nkv);
+        if (need_ds) {
+            scores_any(dacc, dor, VT, hd, nkv);
+        }
+        for (int i = 0; i < 4; i++) {
+            if (r + (size_t)i >= g->R) {
+                continue;
+            }
+            const size_t row = r + (size_t)i;
+            float *p = P + (row - g->r0) * KW, *ds = dS + (row - g->r0) * KW;
+            float *t = tmp + (size_t)i * KW;
+            const __m512 Lb = _mm512_set1_ps(L[row]), Db = _mm512_set1_ps(D[row]);
+            for (size_t v = 0; v < KW / 16; v++) {
+                __m512 pv = _mm512_setzero_ps(), dsv = _mm512_setzero_ps();
+                if (v < nkv && nv[i] > 0) {
+                    const __mmask16 mk = key_mask(nv[i], v);
+                    pv = _mm512_maskz_mov_ps(
+                        mk, exp512(_mm512_sub_ps(_mm512_mul_ps(acc[i][v], tau), Lb)));
+                    if (need_ds) {
+                        dsv = _mm512_mul_ps(pv, _mm512_sub_ps(dacc[i][v], Db));
+                    }
+                }
+                _mm512_storeu_ps(p + 16 * v, pv);
+                _mm512_storeu_ps(ds + 16 * v, dsv);
+                _mm512_storeu_ps(t + 16 * v, _mm512_mul_ps(dsv, tau));
+            }
+        }
+        for (int i = 0; i < 4; i++) {
+            if (r + (size_t)i >= g->R) {
+                memset(tmp + (size_t)i * KW, 0, KW * sizeof *tmp);
+            }
+        }
+        if (dQ != NULL) {
+            pv_any(dqr, tmp, Kt, ldk, nj, hd);
+        }
+    }
+    if (dk != NULL) {
+        tn_any(dk, ldk, dS, Q + g->r0 * hd, hd, nr, nc, pb->tau);
+    }
+    if (dv != NULL) {
+        tn_any(dv, ldk, P, dO + g->r0 * hd, hd, nr, nc, 1.0f);
+    }
+}
+
 #else /* no AVX-512 path in this build */
 
 int LS_K(ls_attn_avx512_fits)(const plan *pl)
@@ -289,6 +453,21 @@ void LS_K(ls_attn_avx512_forward_pair)(const plan *pb, const pair_span *g, const
                                        ls_real *mx, ls_real *l, ls_real *scratch)
 {
     (void)pb, (void)g, (void)Q, (void)Kt, (void)Vt, (void)O, (void)mx, (void)l, (void)scratch;
+}
+
+size_t LS_K(ls_attn_avx512_bwd_scratch)(const plan *pl)
+{
+    (void)pl;
+    return 0;
+}
+
+void LS_K(ls_attn_avx512_backward_pair)(const plan *pb, const pair_span *g, const ls_real *Q,
+                                        const ls_real *dO, const ls_real *Kt, const ls_real *Vt,
+                                        const ls_real *L, const ls_real *D, ls_real *dQ,
+                                        ls_real *dk, ls_real *dv, ls_real *scratch)
+{
+    (void)pb, (void)g, (void)Q, (void)dO, (void)Kt, (void)Vt, (void)L, (void)D, (void)dQ;
+    (void)dk, (void)dv, (void)scratch;
 }
 
 #endif

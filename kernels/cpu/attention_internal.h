@@ -98,4 +98,17 @@ void LS_K(ls_attn_avx512_forward_pair)(const plan *pb, const pair_span *g, const
                                        const ls_real *Kt, const ls_real *Vt, ls_real *O,
                                        ls_real *mx, ls_real *l, ls_real *scratch);
 
+/* The fused AVX-512 backward of one pair: what bwd_pair's GEMMs and
+ * ls_attn_rows_backward add to dQ (the tile's rows, NULL: skip), dk and dv
+ * (the key tile's first row, rows ldk apart; NULL: skip), given the tile's Q
+ * and dO rows, the global lse L and D = rowsum(dO o) per row.  scratch holds
+ * ls_attn_avx512_bwd_scratch(pb) elements (pb's nq grp rows).  The scores
+ * and dO V^T in registers, P and dS kept per row for dK += tau dS^T Q and
+ * dV += P^T dO, four keys at a time over the tile's rows in order. */
+size_t LS_K(ls_attn_avx512_bwd_scratch)(const plan *pl);
+void LS_K(ls_attn_avx512_backward_pair)(const plan *pb, const pair_span *g, const ls_real *Q,
+                                        const ls_real *dO, const ls_real *Kt, const ls_real *Vt,
+                                        const ls_real *L, const ls_real *D, ls_real *dQ,
+                                        ls_real *dk, ls_real *dv, ls_real *scratch);
+
 #endif
