@@ -12,7 +12,8 @@
  * backward 10 hd H), and the GFLOP/s of a 1024^3 cblas_sgemm on the same
  * threads as the ceiling.  Asserts nothing.
  *
- * Usage: bench_attn_paged [--chunk T] [P ...]   (defaults: T 2048; P 4096 16384 65536);
+ * Usage: bench_attn_paged [--wide] [--chunk T] [P ...]   (--wide: hybrid-wide's H=6, Hkv=1, hd=256;
+ * LS_KERNEL_ISA picks the kernels' path, kernels/isa.h)   (defaults: T 2048; P 4096 16384 65536);
  * --chunk 32 is a response-scoring or replay segment's query count. */
 #include <cblas.h>
 #include <math.h>
@@ -25,10 +26,9 @@
 
 #include "bench/bench_util.h"
 #include "kernels/attention.h"
+#include "kernels/isa.h"
 
-#define H 4
-#define HKV 2
-#define HD 32
+static size_t H = 4, HKV = 2, HD = 32; /* hybrid-tiny's; --wide: hybrid-wide's 6, 1, 256 */
 static size_t T = 2048; /* queries of the chunk (--chunk) */
 #define PAGE 64
 #define MIN_TIME_S 0.5 /* repeat a cell until this much time */
@@ -105,7 +105,7 @@ static void release(problem *p)
     free(p->dO); free(p->o); free(p->ot); free(p->dq); free(p->lse); free(p->lt);
 }
 
-static const float TAU = 0.17677669529663687f; /* 1 / sqrt(32) */
+#define TAU ((float)(1.0 / sqrt((double)HD))) /* 1 / sqrt(hd) */
 
 static void fwd_per_page(problem *p, int64_t P)
 {
@@ -165,16 +165,20 @@ int main(int argc, char **argv)
     size_t lens[16] = {4096, 16384, 65536};
     int nl = 3;
     int first = 1;
-    if (argc > 2 && strcmp(argv[1], "--chunk") == 0) {
+    if (argc > first && strcmp(argv[first], "--wide") == 0) {
+        H = 6, HKV = 1, HD = 256;
+        first++;
+    }
+    if (argc > first + 1 && strcmp(argv[first], "--chunk") == 0) {
         char *end;
-        unsigned long long x = strtoull(argv[2], &end, 10);
+        unsigned long long x = strtoull(argv[first + 1], &end, 10);
         if (*end != '\0' || x == 0 || x > 1000000) {
             fprintf(stderr, "bench_attn_paged: --chunk '%s': want a query count in [1, 1e6]\n",
-                    argv[2]);
+                    argv[first + 1]);
             return 2;
         }
         T = (size_t)x;
-        first = 3;
+        first += 2;
     }
     if (argc > first) {
         nl = 0;
@@ -189,9 +193,10 @@ int main(int argc, char **argv)
             lens[nl++] = (size_t)x;
         }
     }
-    printf("bench_attn_paged: float32, %d OpenMP threads; hybrid-tiny attention H=%d Hkv=%d "
-           "hd=%d, chunk T=%zu against P prompt keys in %d-token pages + its own keys\n",
-           omp_get_max_threads(), H, HKV, HD, T, PAGE);
+    printf("bench_attn_paged: float32, %d OpenMP threads, kernels %s; %s attention H=%zu Hkv=%zu "
+           "hd=%zu, chunk T=%zu against P prompt keys in %d-token pages + its own keys\n",
+           omp_get_max_threads(), ls_kernel_isa_name(ls_kernel_isa()),
+           HD == 256 ? "hybrid-wide" : "hybrid-tiny", H, HKV, HD, T, PAGE);
     FILE *la = fopen("/proc/loadavg", "r"); /* other load makes the numbers noisy */
     double l1;
     if (la != NULL && fscanf(la, "%lf", &l1) == 1) {

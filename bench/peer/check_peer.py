@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """Proves bench/peer/hybrid_torch.py is the trainer's model and step (ctest peer_matches_trainer).
 
-usage: check_peer.py TRAINER SRC_DIR [--keep] [--dtype f64|f32]
+usage: check_peer.py TRAINER SRC_DIR [--keep] [--dtype f64|f32] [--config NAME]
 
-Runs longstraw-train for one GRPO step of hybrid-tiny at a small prompt (P = 64 and, so that
+Runs longstraw-train for one GRPO step of configs/NAME.json (default hybrid-tiny; hybrid-wide
+for the benchmarks' wide rows) at a small prompt (P = 64 and, so that
 the chunked GDN form crosses several chunks and the attention several query blocks, P = 150),
 random LoRA-B (policy != reference, KL non-zero), --grad-mode full (the gradient of the
 full-sequence computation, which is what the peer differentiates), writing --save-init,
@@ -110,9 +111,12 @@ def trainer_loss(text):
     return float(found[0])
 
 
+CONFIG = "hybrid-tiny"  # --config
+
+
 def run_trainer(trainer, src, tmp, tag, P, dtype, rollouts=None):
     w, b, g = (os.path.join(tmp, tag + s) for s in (".w.safetensors", ".batch.json", ".grads.safetensors"))
-    cmd = [trainer, "--config", os.path.join(src, "configs", "hybrid-tiny.json"), "--dtype", dtype,
+    cmd = [trainer, "--config", os.path.join(src, "configs", CONFIG + ".json"), "--dtype", dtype,
            "--steps", "1", "--seed", "3", "--group", "4", "--lora-init", "random", "--train-mode", "lora",
            "--grad-mode", "full", "--temperature", "0.9", "--page-size", "16", "--capture-chunk", "48",
            "--out", os.path.join(tmp, tag + ".run"), "--save-init", w, "--dump-batch", b, "--dump-grads", g,
@@ -220,7 +224,7 @@ def drive(trainer, src, tmp, dtype):
 
 def main(argv):
     if len(argv) < 3:
-        sys.stderr.write("usage: %s TRAINER SRC_DIR [--keep] [--dtype f64|f32]\n" % argv[0])
+        sys.stderr.write("usage: %s TRAINER SRC_DIR [--keep] [--dtype f64|f32] [--config NAME]\n" % argv[0])
         return 2
     trainer, src = argv[1], argv[2]
     rest = argv[3:]
@@ -232,6 +236,13 @@ def main(argv):
             sys.stderr.write("check_peer: --dtype takes f32 or f64\n")
             return 2
         dtype = rest[i + 1]
+    if "--config" in rest:
+        global CONFIG
+        i = rest.index("--config")
+        if i + 1 >= len(rest) or not os.path.isfile(os.path.join(src, "configs", rest[i + 1] + ".json")):
+            sys.stderr.write("check_peer: --config takes the name of a file in configs/ (hybrid-tiny)\n")
+            return 2
+        CONFIG = rest[i + 1]
     if not os.access(trainer, os.X_OK):
         sys.stderr.write("check_peer: trainer %s is not an executable\n" % trainer)
         return 2
