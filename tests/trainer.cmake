@@ -63,5 +63,6 @@ ls_add_criterion_test(test_replay_chunk SOURCES test_replay_chunk.c LIBS ls_trai
 # it and not the same run with the CPU's best ISA.  About 15 s.
 if(TARGET longstraw-train)
   add_test(NAME kernel_isa COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/kernel_isa.sh ${CMAKE_BINARY_DIR})
-  set_tests_properties(kernel_isa PROPERTIES TIMEOUT 300 LABELS "parity")
+  set_tests_properties(kernel_isa PROPERTIES TIMEOUT 600 LABELS "parity"
+                       ENVIRONMENT "${LS_MPI_TEST_ENV}")
 endif()
