@@ -588,16 +588,20 @@ static size_t team_size(int par)
 /* The fused AVX-512 forward's query tiles (its key tiles are the GEMM
  * path's): it has no GEMM bound, and taller tiles amortise each key tile's
  * transposition over more rows.  Up to FUSED_ROWS rows with the output
- * accumulator within FUSED_ACC elements (L2), but at least 4 units per
- * thread.  A row's result does not depend on the tile it is in (its keys,
- * in the same tiles and order), so neither does the output. */
-static void fused_tiles(plan *pl, size_t nth)
+ * accumulator within FUSED_ACC elements (L2); with nth > 0 (the forward)
+ * at least 4 units per thread.  A forward row's result does not depend on
+ * the tile it is in (its keys, in the same tiles and order), so neither does
+ * the output; the backward passes nth 0, since dk and dv add the tiles'
+ * partial sums in turn and its tiles must be fixed by the shape alone. */
+static void fused_tiles(plan *pl, size_t max_rows, size_t nth)
 {
-    size_t rows = FUSED_ACC / pl->hd < FUSED_ROWS ? FUSED_ACC / pl->hd : FUSED_ROWS;
+    size_t rows = FUSED_ACC / pl->hd < max_rows ? FUSED_ACC / pl->hd : max_rows;
     size_t nq = rows / pl->grp > 0 ? rows / pl->grp : 1;
-    const size_t units = 4 * nth, fair = (pl->Tq * pl->Hkv + units - 1) / units;
-    nq = nq < fair ? nq : fair;
-    nq = nq > 16 ? nq : 16;
+    if (nth > 0) {
+        const size_t units = 4 * nth, fair = (pl->Tq * pl->Hkv + units - 1) / units;
+        nq = nq < fair ? nq : fair;
+        nq = nq > 16 ? nq : 16;
+    }
     pl->nq = nq < pl->Tq ? nq : pl->Tq;
     pl->nqt = (pl->Tq + pl->nq - 1) / pl->nq;
 }
@@ -640,7 +644,7 @@ void LS_K(ls_attn_paged_forward)(ls_real *o, ls_real *lse, const ls_real *q,
         return;
     }
     if (LS_K(ls_attn_avx512_fits)(&pl)) {
-        fused_tiles(&pl, team_size(par));
+        fused_tiles(&pl, FUSED_ROWS, team_size(par));
     }
     const size_t nu = pl.nqt * Hkv;
     const ls_kernel_allocator *al = ls_kernel_scratch_get();
@@ -720,12 +724,7 @@ void LS_K(ls_attn_paged_backward)(ls_real *dq, const ls_attn_kv_grad *dkv,
         return;
     }
     if (LS_K(ls_attn_avx512_fits)(&pl)) {
-        /* the fused backward's query tiles: taller (no GEMM bound), and fixed by the
-         * shape alone, since dk and dv add the tiles' partial sums in turn */
-        const size_t rows = FUSED_ACC / hd < FUSED_BWD_ROWS ? FUSED_ACC / hd : FUSED_BWD_ROWS;
-        const size_t nq = rows / grp > 0 ? rows / grp : 1;
-        pl.nq = nq < Tq ? nq : Tq;
-        pl.nqt = (Tq + pl.nq - 1) / pl.nq;
+        fused_tiles(&pl, FUSED_BWD_ROWS, 0);
     }
     /* Fused: one unit per kv head does every tile pair once.  Two passes
      * recompute P (about 1.5x the work) but offer nqt Hkv and nkt Hkv units;

@@ -191,22 +191,27 @@ T512 static void pv_any(float *const orow[4], const float *P, const float *Vt, s
     }
 }
 
+/* KT[d][j] = X[j][d] for j < nc (rows ldk apart), zero up to 16 nkv. */
+static void pack_t(float *KT, const float *X, size_t ldk, size_t hd, size_t nc, size_t nkv)
+{
+    for (size_t d = 0; d < hd; d++) {
+        float *row = KT + d * KW;
+        for (size_t j = 0; j < nc; j++) {
+            row[j] = X[j * ldk + d];
+        }
+        for (size_t j = nc; j < 16 * nkv; j++) {
+            row[j] = 0;
+        }
+    }
+}
+
 T512 void LS_K(ls_attn_avx512_forward_pair)(const plan *pb, const pair_span *g, const float *Q,
                                             const float *Kt, const float *Vt, float *O, float *mx,
                                             float *l, float *scratch)
 {
     const size_t hd = pb->hd, ldk = pb->Hkv * hd, nc = g->nc, nkv = (nc + 15) / 16;
     float *KT = scratch, *P = KT + hd * KW, *dummy = P + 4 * KW;
-    /* KT[d][j] = K[j][d], zero beyond nc */
-    for (size_t d = 0; d < hd; d++) {
-        float *row = KT + d * KW;
-        for (size_t j = 0; j < nc; j++) {
-            row[j] = Kt[j * ldk + d];
-        }
-        for (size_t j = nc; j < 16 * nkv; j++) {
-            row[j] = 0;
-        }
-    }
+    pack_t(KT, Kt, ldk, hd, nc, nkv);
     memset(dummy, 0, hd * sizeof *dummy);
     const __m512 tau = _mm512_set1_ps(pb->tau);
     for (size_t r = g->r0; r < g->R; r += 4) {
@@ -338,20 +343,6 @@ T512 static void tn_any(float *dst, size_t ldk, const float *A, const float *B, 
             break;
         default:
             break;
-        }
-    }
-}
-
-/* KT[d][j] = X[j][d] for j < nc (rows ldk apart), zero up to 16 nkv. */
-static void pack_t(float *KT, const float *X, size_t ldk, size_t hd, size_t nc, size_t nkv)
-{
-    for (size_t d = 0; d < hd; d++) {
-        float *row = KT + d * KW;
-        for (size_t j = 0; j < nc; j++) {
-            row[j] = X[j * ldk + d];
-        }
-        for (size_t j = nc; j < 16 * nkv; j++) {
-            row[j] = 0;
         }
     }
 }
