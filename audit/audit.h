@@ -36,6 +36,7 @@
 #include "audit/profile.h"   /* ls_audit_profile: what the run must show */
 #include "audit/run_files.h" /* LS_AUDIT_MAX_WORLD: ranks the audit accepts */
 #define LS_AUDIT_MAX_COLL ((size_t)1 << 22) /* collective records kept over all ranks, world > 1 (then fingerprints) */
+#define LS_AUDIT_MAX_P2P ((size_t)1 << 20)  /* send/recv records kept over all ranks, world > 1 (then counted) */
 #define LS_AUDIT_MAX_LAYER_KEYS ((size_t)1 << 20) /* distinct (phase,member,layer,dir) per rank in one step */
 #define LS_AUDIT_MAX_MEMBER (1 << 20)     /* larger member indices (or config "group") are not audited */
 #define LS_AUDIT_MAX_STEPS 65536          /* steps with per-step facts */
@@ -68,15 +69,63 @@ typedef struct {
     uint64_t n_ev_dropped;
 } ls_audit_rule;
 
-/* One collective as a rank recorded it. */
+/* One collective as a rank recorded it (a group collective: send and recv
+ * are ls_audit_p2p's). */
 typedef struct {
     int64_t seq, gseq, count, layer, step;
     uint16_t group, purpose; /* indices into the run's name tables */
     uint8_t op, red, dtype, phase; /* phase: LS_PHASE_* or 7 (none/other) */
-    /* v2: the first 8 bytes of the collective's out_sha256 (big-endian), 0
-     * when it has none (a digest whose 8 bytes are 0 is kept as 1) */
+    /* v2: the output digest (out_sha256, or out_digest of either algorithm)
+     * as ls_audit_digest8 packs it; 0 when the event has none */
     uint64_t out8;
 } ls_audit_coll;
+_Static_assert(sizeof(ls_audit_coll) == 56, "the flight recorder's record is 56 bytes (docs/audit.md)");
+
+/* An output digest in the 64 bits of ls_audit_coll.out8: the algorithm
+ * (ls_trace_digest_alg: 0 sha256, 1 xxh3_128) in the top bit, the first 63
+ * bits of the digest's bytes (big-endian) below it; a packed value of 0 is
+ * kept as 1, so 0 means no digest.  Two records' digests agree when their
+ * packed values are equal and their algorithms are the same. */
+#define LS_AUDIT_DIGEST8_ALG_BIT (UINT64_C(1) << 63)
+static inline uint64_t ls_audit_digest8(ls_trace_digest_alg alg, const uint8_t *bytes) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = v << 8 | bytes[i];
+    v = (v >> 1) | (alg == LS_TRACE_DIGEST_XXH3_128 ? LS_AUDIT_DIGEST8_ALG_BIT : 0);
+    return v ? v : 1;
+}
+/* The algorithm of a packed digest (not 0). */
+static inline ls_trace_digest_alg ls_audit_digest8_alg(uint64_t v) {
+    return (v & LS_AUDIT_DIGEST8_ALG_BIT) ? LS_TRACE_DIGEST_XXH3_128 : LS_TRACE_DIGEST_SHA256;
+}
+/* The first 15 hex digits of the digest it packs (exact: 60 of its 63 bits). */
+static inline uint64_t ls_audit_digest8_hex15(uint64_t v) { return (v & ~LS_AUDIT_DIGEST8_ALG_BIT) >> 3; }
+
+/* One point-to-point message as a rank recorded it (v2: a collective event
+ * of op send or recv, docs/contract.md §1).  Its gseq counts the messages of
+ * its channel (group, sender, receiver, tag) from 0. */
+typedef struct {
+    int64_t seq, gseq, count;
+    int64_t layer;           /* the event's layer (flag LS_AUDIT_P2P_LAYER) */
+    int64_t step;            /* the event's step, else its phase's; -1 neither */
+    int64_t peer;            /* the global rank on the other side, -1 when the event names none */
+    int64_t tag;             /* 0 when absent */
+    uint64_t in8, out8;      /* the first 8 bytes (big-endian) of in_digest / out_digest (or out_sha256) */
+    uint16_t group, purpose; /* indices into the run's name tables */
+    uint8_t op;              /* LS_TRACE_OP_SEND or LS_TRACE_OP_RECV */
+    uint8_t dtype, phase;    /* phase: as ls_audit_coll's */
+    uint8_t flags;           /* ls_audit_p2p_flag bits */
+} ls_audit_p2p;
+
+typedef enum {
+    LS_AUDIT_P2P_IN = 1,        /* in8 holds in_digest */
+    LS_AUDIT_P2P_OUT = 2,       /* out8 holds out_digest or out_sha256 */
+    LS_AUDIT_P2P_CHANGED = 4,   /* in_digest_done present: the send buffer changed before the send completed */
+    LS_AUDIT_P2P_DECLARED = 8,  /* "declared": true (the trainer's word, note()) */
+    LS_AUDIT_P2P_IN_XXH3 = 16,  /* in_digest is xxh3_128 (else sha256) */
+    LS_AUDIT_P2P_OUT_XXH3 = 32, /* the output digest is xxh3_128 (else sha256) */
+    LS_AUDIT_P2P_LAYER = 64,    /* the event records a layer */
+    LS_AUDIT_P2P_STEP = 128     /* step was recorded (the event's, or its phase's) */
+} ls_audit_p2p_flag;
 
 /* ---- steps.sequence (audit/rank_seq.c): every step's phases against the
  * profile's grammar (sequence), and each layer key's occurrences.  One block
@@ -277,9 +326,14 @@ typedef struct {
     ls_audit_missing ly_first[3];
     size_t n_ly_first;
     ls_audit_req req[LS_AUDIT_PROFILE_NRULES]; /* per rule of the profile (composition, dkv; finalize unused) */
-    ls_audit_coll *coll;       /* world > 1 only: the flight recorder's records */
+    ls_audit_coll *coll;       /* world > 1 only: the flight recorder's records (group collectives) */
     size_t n_coll, coll_cap;
-    uint64_t n_coll_total;     /* including those beyond LS_AUDIT_MAX_COLL */
+    uint64_t n_coll_total;     /* every collective event, send and recv included, kept or not */
+    uint64_t n_coll_group;     /* the group collectives among them (the recorder's overflow: > n_coll) */
+    uint64_t n_coll_declared;  /* kept allreduce/broadcast/allgather records with a digest marked declared */
+    ls_audit_p2p *p2p;         /* world > 1 only: the send/recv records, in file order */
+    size_t n_p2p, p2p_cap;
+    uint64_t n_p2p_total;      /* send/recv events, kept or not (LS_AUDIT_MAX_P2P over all ranks) */
     uint64_t group_hash[LS_AUDIT_MAX_NAMES], group_count[LS_AUDIT_MAX_NAMES];
     /* per step (index = step, < LS_AUDIT_MAX_STEPS; grown on demand) */
     int64_t n_steps_seen;      /* 1 + the largest step of any event */
@@ -417,6 +471,7 @@ typedef struct ls_audit_run {
     /* configuration (from the first readable receipt, else the manifest) */
     const cJSON *config;       /* borrowed from a receipt or the manifest */
     const char *build_digest;  /* idem; NULL when none */
+    const cJSON *build;        /* the build object build_digest is read from (borrowed, verified by its reader); NULL when none */
     int64_t n_layers;
     int64_t cfg_group;         /* members per step: config "group" times options.prompts_per_step (1..LS_AUDIT_MAX_MEMBER),
                                   -1: not recorded (inferred) */
@@ -615,6 +670,11 @@ int ls_audit_phase_count(const ls_audit_run *run);
 const char *ls_audit_phase_name(const ls_audit_run *run, int index); /* "other" for the last */
 int ls_audit_kind_index(ls_audit_run *run, const char *kind);
 
+/* Whether rank r is a member of group name: the first trace header (by
+ * rank) that lists the group says; every rank when no header lists it
+ * (rules_cross.c). */
+bool ls_audit_group_member(const ls_audit_run *run, const char *name, uint32_t r);
+
 /* The rule with this id, NULL when absent. */
 const ls_audit_rule *ls_audit_find_rule(const ls_audit_run *run, const char *id);
 
@@ -646,9 +706,11 @@ ls_status ls_audit_rules_profile(ls_audit_run *run);
 /* Rules (rules.c) and levels (levels.c); called by ls_audit_evaluate. */
 ls_status ls_audit_rules_run(ls_audit_run *run);
 ls_status ls_audit_levels_run(ls_audit_run *run);
-/* v2: collectives.performed (rules_performed.c): added to run->rules only
- * for v2 runs (a v1 run's rule list is unchanged).  LS_OK or LS_ERR_NOMEM. */
+/* v2: collectives.performed (rules_performed.c) and collectives.p2p
+ * (rules_p2p.c): added to run->rules only for v2 runs (a v1 run's rule list
+ * is unchanged).  LS_OK or LS_ERR_NOMEM. */
 ls_status ls_audit_rules_performed(ls_audit_run *run);
+ls_status ls_audit_rules_p2p(ls_audit_run *run);
 /* run.probe (rules_probe.c, level 4; called by levels.c): its facts are
  * noted per rank as the trace streams (ls_audit_probe_note, load_trace.c:
  * LS_OK or LS_ERR_NOMEM) and freed with ls_audit_probes_free (load.c). */

@@ -12,6 +12,7 @@
 #include "audit/audit.h" /* ls_audit_load: each run verified before it is compared */
 #include "audit/run_files.h"
 #include "audit/timeline.h" /* ls_audit_trace_rel */
+#include "receipts/build_diff.h"
 #include "receipts/digest.h"
 #include "receipts/manifest.h"
 #include "receipts/receipt.h"
@@ -217,6 +218,26 @@ static void diff_key(cJSON *divs, const char *what, const char *label, const cJS
     cJSON_AddStringToObject(sa, "value", ta);
     cJSON_AddStringToObject(sb, "file", src_b);
     cJSON_AddStringToObject(sb, "value", tb);
+}
+
+/* The builds' differences (receipts/build_diff.h: the artifact and field, or
+ * the key path, of each), after both digests; the first one's key and
+ * values as the divergence's key, a and b.  Both build objects were verified
+ * against their digests by their readers. */
+static void diff_build(cJSON *divs, const run_info *A, const run_info *B) {
+    ls_build_diff d;
+    char line[3072], what[2048] = "";
+    if (ls_build_diff_compare(A->build, B->build, "A", "B", &d) > 0) ls_build_diff_join(&d, 0, 4, true, what, sizeof what);
+    snprintf(line, sizeof line, "build digest: A %.64s, B %.64s%s%s", A->build_digest, B->build_digest,
+             what[0] ? ": " : "", what);
+    cJSON *x = divergence(divs, "build", -1, line);
+    if (d.n == 0) return;
+    cJSON_AddStringToObject(x, "key", d.item[0].key);
+    cJSON *sa = cJSON_AddObjectToObject(x, "a"), *sb = cJSON_AddObjectToObject(x, "b");
+    cJSON_AddStringToObject(sa, "file", A->source);
+    cJSON_AddStringToObject(sa, "value", d.item[0].a);
+    cJSON_AddStringToObject(sb, "file", B->source);
+    cJSON_AddStringToObject(sb, "value", d.item[0].b);
 }
 
 /* The configurations' first difference, their "inputs" (the digests of
@@ -933,13 +954,7 @@ ls_status ls_audit_diff_runs(const char *run_a, const char *run_b, const ls_audi
         divergence(divs, "config", -1, line);
     }
     if (A.build_digest && B.build_digest && strcmp(A.build_digest, B.build_digest)) {
-        diff_key(divs, "build", "build", A.build, B.build, A.source, B.source);
-        cJSON *last = cJSON_GetArrayItem(divs, cJSON_GetArraySize(divs) - 1);
-        if (!last || strcmp(cJSON_GetObjectItem(last, "what")->valuestring, "build")) {
-            char line[256];
-            snprintf(line, sizeof line, "build digest: A %.64s, B %.64s", A.build_digest, B.build_digest);
-            divergence(divs, "build", -1, line);
-        }
+        diff_build(divs, &A, &B);
     } else if (!A.build_digest != !B.build_digest) {
         divergence(divs, "build", -1, A.build_digest ? "build digest known in A only" : "build digest known in B only");
     }

@@ -14,7 +14,10 @@
  * run does not verify.  The comparison, in this order:
  *   1. configuration: the first differing key of the runs' config objects
  *      (manifest.json, else rank 0's receipt), as a dotted path;
- *   2. build: the build digest (and the first differing build key);
+ *   2. build: the build digests and what differs (receipts/build_diff.h:
+ *      the artifact by role and name and its field or file, or the key path
+ *      of a longstraw-train build object), the first difference as the
+ *      divergence's key;
  *   3. world size;
  *   4. every rank's two traces, streamed side by side (memory bounded by the
  *      trace reader's window plus LS_AUDIT_DIFF_MAX_PENDING records, never

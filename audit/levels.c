@@ -19,6 +19,8 @@
 
 #include <string.h>
 
+#include "receipts/build_diff.h"
+#include "receipts/build_info.h"
 #include "receipts/coverage.h"
 
 #define ADD(var, id, lvl, title, appl)                                  \
@@ -160,6 +162,54 @@ static void parity_coverage(ls_audit_run *run, ls_audit_rule *r) {
                  "objective, gradient mode, strategy, dtype, %u rank(s))", (unsigned)run->world);
 }
 
+/* parity.build when the digests differ: what differs, when the report
+ * records the build it ran ("build", longstraw-parity since it does) and
+ * that object is its build_digest's (recomputed as readers do); an older
+ * report without one keeps the digests alone.  The verdict is the digests'. */
+static void parity_build_differs(const ls_audit_run *run, ls_audit_rule *r, const char *pf, const char *bd) {
+    const char *rd = run->build_digest;
+    const cJSON *rb = cJSON_GetObjectItemCaseSensitive(run->parity, "build");
+    if (rb == NULL || run->build == NULL) {
+        ls_audit_rule_fail(r, -1, pf, -1, "the parity report is from build %.64s, the run is %.64s", bd, rd);
+        return;
+    }
+    char why[200] = "", hex[LS_DIGEST_HEX_SIZE];
+    const char *own = str_of(rb, "build_digest");
+    if (own == NULL)
+        snprintf(why, sizeof why, "it has no build_digest");
+    else if (strcmp(own, bd) != 0)
+        snprintf(why, sizeof why, "its build_digest %.16s... is not the report's", own);
+    else if (ls_build_info_digest_any(rb, hex, why, sizeof why) != LS_OK) {
+        if (why[0] == 0) snprintf(why, sizeof why, "it cannot be digested"); /* else why names what */
+    } else if (strcmp(hex, own) != 0)
+        snprintf(why, sizeof why, "recomputed as its readers do: %.16s...", hex);
+    if (why[0] != 0) {
+        ls_audit_rule_fail(r, -1, pf, -1, "the parity report is from build %.64s, the run is %.64s: the report's build "
+                           "object does not match its build_digest (%s)", bd, rd, why);
+        return;
+    }
+    ls_build_diff d;
+    if (ls_build_diff_compare(rb, run->build, "the report", "the run", &d) == 0) {
+        ls_audit_rule_fail(r, -1, pf, -1, "the parity report is from build %.64s, the run is %.64s", bd, rd);
+        return;
+    }
+    /* the digests and the first difference, then one evidence line per further difference */
+    char head[200], line[sizeof r->ev[0].detail];
+    int k = snprintf(head, sizeof head, "the parity report is from build %.64s, the run is %.64s: ", bd, rd);
+    ls_build_diff_join(&d, 0, 1, false, line, sizeof line - (size_t)k);
+    ls_audit_rule_fail(r, -1, pf, -1, "%s%s", head, line);
+    size_t shown_lines = d.n < 4 ? d.n : 4;
+    for (size_t i = 1; i < shown_lines; i++) ls_audit_rule_fail(r, -1, pf, -1, "and %s", d.item[i].line);
+    if (d.total > shown_lines || d.stopped) {
+        ls_build_diff_join(&d, shown_lines, 0, true, line, sizeof line);
+        ls_audit_rule_fail(r, -1, pf, -1, "%s", line);
+    }
+    char all[sizeof r->message];
+    ls_build_diff_join(&d, 0, 4, true, all, sizeof all - 80);
+    snprintf(r->message, sizeof r->message, "the parity report is from another build (%zu difference%s from the run's): %s",
+             d.total, d.total == 1 ? "" : "s", all);
+}
+
 const char *ls_audit_assurance_name(ls_audit_assurance a) {
     return a == LS_AUDIT_RUN_PARITY_SIGNED ? "run-and-parity-signed" : a == LS_AUDIT_RUN_SIGNED ? "run-signed" : "unsigned";
 }
@@ -181,9 +231,10 @@ ls_status ls_audit_levels_run(ls_audit_run *run) {
         const char *bd = str_of(run->parity, "build_digest");
         if (run->build_digest == NULL)
             ls_audit_rule_fail(pb, -1, pf, -1, "the run has no readable build digest to compare");
-        else if (bd == NULL || strcmp(bd, run->build_digest) != 0)
-            ls_audit_rule_fail(pb, -1, pf, -1, "the parity report is from build %.64s, the run is %.64s", bd ? bd : "?",
-                               run->build_digest);
+        else if (bd == NULL)
+            ls_audit_rule_fail(pb, -1, pf, -1, "the parity report is from build ?, the run is %.64s", run->build_digest);
+        else if (strcmp(bd, run->build_digest) != 0)
+            parity_build_differs(run, pb, pf, bd);
         else
             usable = true;
         const char *fam = run->config ? str_of(run->config, "family") : NULL, *pfam = str_of(run->parity, "family");

@@ -94,10 +94,12 @@ static void derive_config(ls_audit_run *run) {
         const ls_receipt *rc = run->ranks[i].receipt;
         if (rc == NULL) continue;
         run->config = rc->config;
+        run->build = rc->build;
         run->build_digest = ls_audit_get_str(rc->build, "build_digest");
     }
     if (run->config == NULL && run->manifest != NULL) {
         run->config = run->manifest->config;
+        run->build = run->manifest->build;
         run->build_digest = ls_audit_get_str(run->manifest->build, "build_digest");
     }
     run->n_layers = -1;
@@ -317,6 +319,7 @@ void ls_audit_free(ls_audit_run *run) {
         ls_trace_report_free(&r->report);
         ls_audit_steps_free(r);
         free(r->coll);
+        free(r->p2p);
         free(r->steps);
         free(r->metrics);
         ls_audit_probes_free(r);

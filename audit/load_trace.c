@@ -56,6 +56,7 @@ typedef struct {
     int group_hint, purpose_hint; /* intern's hints */
     bool v2, v2_known;            /* the trace is v2 (its events' envelope says so), once known */
     int out_pos, recompute_pos;   /* v2 field positions of collective.out_sha256, layer_end.recompute */
+    int out_digest_pos, in_pos, done_pos, peer_pos, tag_pos, declared_pos; /* collective's v2 p2p and digests */
 } scan_ctx;
 
 
@@ -259,6 +260,77 @@ static bool decode_collective(const ev_fields *f, ls_trace_collective *tc) {
     return true;
 }
 
+/* The event's member at v2 field position pos, NULL when absent (or pos < 0). */
+static const cJSON *field_at(const ls_trace_event *ev, int pos) { return pos >= 0 ? ev->field[pos] : NULL; }
+
+/* A collective's output digest: out_digest, else out_sha256 (an event with
+ * both states one fact: the reader refused it otherwise).  d has 32 bytes. */
+static bool out_digest_of(const scan_ctx *c, const ls_trace_event *ev, ls_trace_digest_alg *alg, uint8_t d[32]) {
+    if (ls_trace_digest_parse(str_of(field_at(ev, c->out_digest_pos)), alg, d, NULL)) return true;
+    const char *out = str_of(field_at(ev, c->out_pos));
+    if (out == NULL || !hex32(out, d)) return false;
+    *alg = LS_TRACE_DIGEST_SHA256;
+    return true;
+}
+
+static uint64_t first8(const uint8_t *d) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = v << 8 | d[i];
+    return v;
+}
+
+/* A send or recv (v2): kept in the rank's point-to-point list (world > 1),
+ * not in the flight recorder: its gseq counts its channel's messages, not
+ * its group's (collectives.p2p pairs them, rules_p2p.c). */
+static void on_p2p(scan_ctx *c, const ls_trace_event *ev, const ev_fields *f, const ls_trace_collective *tc, int g,
+                   int p) {
+    ls_audit_rank *r = c->r;
+    r->n_p2p_total++;
+    if (c->run->world <= 1) return; /* one rank: no one to talk to (sources.agree names its collectives) */
+    size_t cap = LS_AUDIT_MAX_P2P / c->run->world;
+    if (cap < 4096) cap = 4096;
+    if (r->n_p2p >= cap) return; /* beyond: counted (n_p2p_total), and collectives.p2p fails */
+    if (r->n_p2p == r->p2p_cap) {
+        size_t ncap = r->p2p_cap ? r->p2p_cap * 2 : 64;
+        ls_audit_p2p *n = realloc(r->p2p, ncap * sizeof *n);
+        if (n == NULL) {
+            c->st = LS_ERR_NOMEM;
+            return;
+        }
+        r->p2p = n;
+        r->p2p_cap = ncap;
+    }
+    ls_audit_p2p *k = &r->p2p[r->n_p2p++];
+    memset(k, 0, sizeof *k);
+    k->seq = ev->seq;
+    k->gseq = tc->gseq;
+    k->count = tc->count;
+    k->layer = tc->has_layer ? tc->layer : -2;
+    if (tc->has_layer) k->flags |= LS_AUDIT_P2P_LAYER;
+    /* the step: the event's own, else the open phase's */
+    if (!ls_trace_json_int(f->step, &k->step)) k->step = c->cur_phase >= 0 && c->cur_step >= 0 ? c->cur_step : -1;
+    if (k->step >= 0) k->flags |= LS_AUDIT_P2P_STEP;
+    if (!ls_trace_json_int(field_at(ev, c->peer_pos), &k->peer)) k->peer = -1;
+    if (!ls_trace_json_int(field_at(ev, c->tag_pos), &k->tag)) k->tag = 0;
+    uint8_t d[32];
+    ls_trace_digest_alg alg = LS_TRACE_DIGEST_SHA256;
+    if (ls_trace_digest_parse(str_of(field_at(ev, c->in_pos)), &alg, d, NULL)) {
+        k->in8 = first8(d);
+        k->flags |= LS_AUDIT_P2P_IN | (alg == LS_TRACE_DIGEST_XXH3_128 ? LS_AUDIT_P2P_IN_XXH3 : 0);
+    }
+    if (out_digest_of(c, ev, &alg, d)) {
+        k->out8 = first8(d);
+        k->flags |= LS_AUDIT_P2P_OUT | (alg == LS_TRACE_DIGEST_XXH3_128 ? LS_AUDIT_P2P_OUT_XXH3 : 0);
+    }
+    if (field_at(ev, c->done_pos) != NULL) k->flags |= LS_AUDIT_P2P_CHANGED;
+    if (field_at(ev, c->declared_pos) != NULL) k->flags |= LS_AUDIT_P2P_DECLARED;
+    k->group = (uint16_t)g;
+    k->purpose = (uint16_t)p;
+    k->op = (uint8_t)tc->op;
+    k->dtype = (uint8_t)tc->dtype;
+    k->phase = (uint8_t)(c->cur_phase >= 0 ? c->cur_phase : LS_AUDIT_NPHASE - 1);
+}
+
 static void on_collective(scan_ctx *c, const ls_trace_event *ev, const ev_fields *f) {
     ls_audit_rank *r = c->r;
     ls_trace_collective tc;
@@ -271,9 +343,15 @@ static void on_collective(scan_ctx *c, const ls_trace_event *ev, const ev_fields
     r->purpose_calls[p]++;
     int64_t nb = 0;
     if (ls_trace_json_int(f->bytes, &nb) && nb > 0) r->purpose_bytes[p] += (uint64_t)nb;
-    int64_t key[6] = {tc.gseq, tc.op, tc.red, tc.count, tc.dtype, p};
-    r->group_hash[g] = fnv(r->group_hash[g] ? r->group_hash[g] : 1469598103934665603ull, key, sizeof key);
-    r->group_count[g]++;
+    /* v2: a send or recv is a message of its channel, not a collective of its group: neither in the
+       group's fingerprint nor in the flight recorder (a v1 trace has neither op) */
+    bool p2p = tc.op == LS_TRACE_OP_SEND || tc.op == LS_TRACE_OP_RECV;
+    if (!p2p) {
+        int64_t key[6] = {tc.gseq, tc.op, tc.red, tc.count, tc.dtype, p};
+        r->group_hash[g] = fnv(r->group_hash[g] ? r->group_hash[g] : 1469598103934665603ull, key, sizeof key);
+        r->group_count[g]++;
+        r->n_coll_group++;
+    }
     bool in_step = c->cur_phase >= 0 && c->cur_step >= 0 && c->cur_step < LS_AUDIT_MAX_STEPS;
     if (in_step) {
         ls_status st = ls_audit_steps_coll(r, c->cur_step, c->cur_phase, tc.has_layer ? tc.layer : -2, (uint16_t)p,
@@ -282,6 +360,10 @@ static void on_collective(scan_ctx *c, const ls_trace_event *ev, const ev_fields
             c->st = st;
             return;
         }
+    }
+    if (p2p) {
+        on_p2p(c, ev, f, &tc, g, p);
+        return;
     }
     if (c->run->world <= 1) return; /* no flight recorder for one rank */
     size_t cap = LS_AUDIT_MAX_COLL / c->run->world;
@@ -310,12 +392,12 @@ static void on_collective(scan_ctx *c, const ls_trace_event *ev, const ev_fields
     k->dtype = (uint8_t)tc.dtype;
     k->phase = (uint8_t)(c->cur_phase >= 0 ? c->cur_phase : LS_AUDIT_NPHASE - 1);
     k->out8 = 0;
-    const char *out = c->out_pos >= 0 ? str_of(ev->field[c->out_pos]) : NULL;
     uint8_t d[32];
-    if (out != NULL && hex32(out, d)) {
-        for (int i = 0; i < 8; i++) k->out8 = (k->out8 << 8) | d[i];
-        if (k->out8 == 0) k->out8 = 1;
-    }
+    ls_trace_digest_alg alg = LS_TRACE_DIGEST_SHA256;
+    if (out_digest_of(c, ev, &alg, d)) k->out8 = ls_audit_digest8(alg, d);
+    if (k->out8 != 0 && field_at(ev, c->declared_pos) != NULL &&
+        (tc.op == LS_TRACE_OP_ALLREDUCE || tc.op == LS_TRACE_OP_BROADCAST || tc.op == LS_TRACE_OP_ALLGATHER))
+        r->n_coll_declared++;
 }
 
 static int on_event(const ls_trace_event *ev, void *user) {
@@ -487,6 +569,12 @@ ls_status ls_audit_load_trace(ls_audit_run *run, ls_audit_rank *r) {
                   .cur_step = -1,
                   .st = LS_OK,
                   .out_pos = ls_trace_field_index(LS_TRACE_COLLECTIVE, "out_sha256"),
+                  .out_digest_pos = ls_trace_field_index(LS_TRACE_COLLECTIVE, "out_digest"),
+                  .in_pos = ls_trace_field_index(LS_TRACE_COLLECTIVE, "in_digest"),
+                  .done_pos = ls_trace_field_index(LS_TRACE_COLLECTIVE, "in_digest_done"),
+                  .peer_pos = ls_trace_field_index(LS_TRACE_COLLECTIVE, "peer"),
+                  .tag_pos = ls_trace_field_index(LS_TRACE_COLLECTIVE, "tag"),
+                  .declared_pos = ls_trace_field_index(LS_TRACE_COLLECTIVE, "declared"),
                   .recompute_pos = ls_trace_field_index(LS_TRACE_LAYER_END, "recompute")};
     /* one read: the digest is taken from the bytes the reader decoded (then the rest of the file) */
     uint8_t sha[32];

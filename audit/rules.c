@@ -297,6 +297,7 @@ ls_status ls_audit_rules_run(ls_audit_run *run) {
     if (st == LS_OK) st = rules_memory(run);
     if (st == LS_OK) st = ls_audit_rules_cross(run);
     if (st == LS_OK) st = ls_audit_rules_performed(run); /* v2 runs only (rules_performed.c) */
+    if (st == LS_OK) st = ls_audit_rules_p2p(run);       /* v2 runs only (rules_p2p.c) */
     if (st == LS_OK) st = ls_audit_rules_scope(run);
     if (st == LS_OK) st = ls_audit_rules_invariants(run);
     return st;

@@ -1,7 +1,9 @@
 /* rules_cross.c - the cross-rank rules (world > 1): collectives matched like
  * a flight recorder (per group, aligned by gseq: the same op, reduction,
  * count, dtype and purpose on every member; missing ranks named; the first
- * gseq where ranks diverge), the collectives the run's profile requires
+ * gseq where ranks diverge; a v2 send or recv is no group collective: its
+ * gseq counts its channel's messages, and collectives.p2p, rules_p2p.c,
+ * pairs them), the collectives the run's profile requires
  * (collectives.composition, .dkv, .finalize: per layer entry and per step,
  * each in a group of the profile's kind; v1: the global composition of every
  * response attention layer, level 2, the dQ/dK/dV and finalize reductions,
@@ -25,9 +27,7 @@ ls_status ls_audit_rules_cross(ls_audit_run *run);
 
 /* ---- flight-recorder matching -------------------------------------------- */
 
-/* Whether rank r is a member of group name (from any trace header; all ranks
- * when no header names the group). */
-static bool group_member(const ls_audit_run *run, const char *name, uint32_t r) {
+bool ls_audit_group_member(const ls_audit_run *run, const char *name, uint32_t r) {
     for (uint32_t i = 0; i < run->world; i++) {
         const cJSON *h = run->ranks[i].report.header;
         const cJSON *g;
@@ -74,7 +74,7 @@ static ls_status match_group(ls_audit_run *run, ls_audit_rule *rule, uint16_t g,
     if (!idx || !n || !pos || !member) goto cleanup;
     for (uint32_t r = 0; r < W; r++) {
         const ls_audit_rank *rk = &run->ranks[r];
-        member[r] = group_member(run, run->groups[g], r);
+        member[r] = ls_audit_group_member(run, run->groups[g], r);
         if (!member[r]) continue;
         idx[r] = malloc((rk->n_coll ? rk->n_coll : 1) * sizeof **idx);
         if (idx[r] == NULL) goto cleanup;
@@ -211,7 +211,7 @@ static ls_status rule_match(ls_audit_run *run) {
         /* beyond the kept records: per-group fingerprints */
         for (uint32_t r = 1; r < run->world; r++) {
             const ls_audit_rank *a = &run->ranks[0], *b = &run->ranks[r];
-            if (a->n_coll_total == a->n_coll && b->n_coll_total == b->n_coll) continue;
+            if (a->n_coll_group == a->n_coll && b->n_coll_group == b->n_coll) continue;
             if (a->group_count[g] != b->group_count[g] || a->group_hash[g] != b->group_hash[g])
                 ls_audit_rule_fail(m, r, b->trace_file, -1,
                                    "group %s: beyond the %zu collectives kept, %llu calls fingerprint differently from "
@@ -276,27 +276,39 @@ static void kinds_fill(const ls_audit_run *run, const ls_audit_profile_rule *rl,
             for (int l = 0; l < 2; l++) t->k[p][ph][l] = (uint8_t)kinds_for(rl, run->purposes[p], ph, l);
 }
 
-/* A collective the rule requires, in a group of another kind than the
- * profile says (the flight recorder's records: world > 1). */
+/* One record of a collective the rule may require, in a group of another
+ * kind than the profile says: evidence (the first 4 of a rank, *shown). */
+static void check_group_kind(const ls_audit_run *run, ls_audit_rule *rule, const kinds_table *t,
+                             const ls_audit_rank *r, uint64_t *shown, int64_t seq, int64_t step, uint16_t purpose,
+                             uint8_t phase, uint16_t group, bool has_layer) {
+    unsigned want = purpose < LS_AUDIT_MAX_NAMES && phase < LS_AUDIT_NPHASE ? t->k[purpose][phase][has_layer] : 0;
+    if (want == 0) return;
+    int kind = ls_audit_group_kind_of(run, group);
+    if (kind >= 0 && (want & (1u << kind))) return;
+    if ((*shown)++ >= 4) return;
+    const char *wk = "?";
+    for (int g = 0; g < LS_AUDIT_GROUP_KIND_COUNT; g++)
+        if (want & (1u << g)) wk = ls_audit_group_kind_name(g);
+    ls_audit_rule_fail(rule, r->rank, r->trace_file, seq,
+                       "step %lld %s: %s collective in group %s (kind %s), the profile requires a %s group",
+                       (long long)step, ls_audit_phase_name(run, phase), run->purposes[purpose], run->groups[group],
+                       kind >= 0 ? ls_audit_group_kind_name(kind) : "unknown", wk);
+}
+
+/* The collectives the rule requires, in a group of another kind than the
+ * profile says (the flight recorder's records and the point-to-point ones:
+ * world > 1). */
 static void check_group_kinds(const ls_audit_run *run, ls_audit_rule *rule, const kinds_table *t,
                               const ls_audit_rank *r) {
     uint64_t shown = 0;
     for (size_t k = 0; k < r->n_coll; k++) {
         const ls_audit_coll *c = &r->coll[k];
-        unsigned want = c->purpose < LS_AUDIT_MAX_NAMES && c->phase < LS_AUDIT_NPHASE
-                            ? t->k[c->purpose][c->phase][c->layer != -2]
-                            : 0;
-        if (want == 0) continue;
-        int kind = ls_audit_group_kind_of(run, c->group);
-        if (kind >= 0 && (want & (1u << kind))) continue;
-        if (shown++ >= 4) continue;
-        const char *wk = "?";
-        for (int g = 0; g < LS_AUDIT_GROUP_KIND_COUNT; g++)
-            if (want & (1u << g)) wk = ls_audit_group_kind_name(g);
-        ls_audit_rule_fail(rule, r->rank, r->trace_file, c->seq,
-                           "step %lld %s: %s collective in group %s (kind %s), the profile requires a %s group",
-                           (long long)c->step, ls_audit_phase_name(run, c->phase), run->purposes[c->purpose],
-                           run->groups[c->group], kind >= 0 ? ls_audit_group_kind_name(kind) : "unknown", wk);
+        check_group_kind(run, rule, t, r, &shown, c->seq, c->step, c->purpose, c->phase, c->group, c->layer != -2);
+    }
+    for (size_t k = 0; k < r->n_p2p; k++) {
+        const ls_audit_p2p *c = &r->p2p[k];
+        check_group_kind(run, rule, t, r, &shown, c->seq, c->step, c->purpose, c->phase, c->group,
+                         (c->flags & LS_AUDIT_P2P_LAYER) != 0);
     }
 }
 

@@ -1,9 +1,13 @@
 /* rules_performed.c - collectives.performed (level 1, v2 runs only;
  * docs/contract.md §1): an allreduce, broadcast or allgather leaves every
- * member of its group holding the same output, so the ranks' out_sha256 of
- * one (group, gseq) must agree.  A reduction that was logged but never
- * performed leaves the buffers different.  The flight recorder keeps the
- * first 8 bytes of each digest (ls_audit_coll.out8).  Deny by default: a
+ * member of its group holding the same output, so the ranks' output digests
+ * (out_sha256, or out_digest: sha256 or xxh3_128) of one (group, gseq) must
+ * agree.  A reduction that was logged but never performed leaves the
+ * buffers different; two digests of different algorithms cannot be
+ * compared, and fail saying so.  The flight recorder keeps 63 bits of each
+ * digest and its algorithm (ls_audit_coll.out8, ls_audit_digest8).  Records
+ * the trainer declared (declared: true, note()) are judged alike and
+ * counted in the message.  Deny by default: a
  * record without a digest fails where the run's profile says its runs record
  * them (records: out_sha256), where another rank's record of the same
  * collective has one, or where no usable profile speaks; only a run whose
@@ -59,7 +63,7 @@ ls_status ls_audit_rules_performed(ls_audit_run *run) {
     bool overflow = false;
     for (uint32_t r = 0; r < run->world; r++) {
         const ls_audit_rank *rk = &run->ranks[r];
-        overflow |= rk->n_coll_total > rk->n_coll && run->world > 1;
+        overflow |= rk->n_coll_group > rk->n_coll && run->world > 1;
         for (size_t k = 0; k < rk->n_coll; k++) {
             replicas += replicating(rk->coll[k].op);
             n += rk->coll[k].out8 != 0 && replicating(rk->coll[k].op);
@@ -72,14 +76,15 @@ ls_status ls_audit_rules_performed(ls_audit_run *run) {
     bool applicable = run->world > 1 && (n > 0 || promised);
     ls_audit_rule *rule = ls_audit_rule_add(run, "collectives.performed", 1,
                                             "every member of a group holds the same output of each allreduce, "
-                                            "broadcast and allgather (out_sha256)",
+                                            "broadcast and allgather (out_sha256 or out_digest)",
                                             applicable);
     if (rule == NULL) return LS_ERR_NOMEM;
     if (!applicable) {
         if (run->world > 1)
             snprintf(rule->message, sizeof rule->message,
-                     "not applicable: no allreduce, broadcast or allgather carries out_sha256, and profile %s does not "
-                     "say its runs record them (records: out_sha256): nothing to compare", prof->name);
+                     "not applicable: no allreduce, broadcast or allgather carries out_sha256 or out_digest, and "
+                     "profile %s does not say its runs record them (records: out_sha256): nothing to compare",
+                     prof->name);
         else
             snprintf(rule->message, sizeof rule->message, "not applicable: one rank, no group output to compare");
         ls_audit_rule_close(rule);
@@ -88,7 +93,8 @@ ls_status ls_audit_rules_performed(ls_audit_run *run) {
     if (n == 0) {
         rule->matched = 1;
         ls_audit_rule_fail(rule, -1, ".", -1, "none of the run's %llu allreduce, broadcast and allgather record(s) "
-                           "carries out_sha256, which %s: whether they were performed is unknown",
+                           "carries an output digest (out_sha256 or out_digest), which %s: whether they were "
+                           "performed is unknown",
                            (unsigned long long)replicas,
                            prof == NULL ? "no usable profile says the run may lack" : "its profile says its runs record");
         ls_audit_rule_close(rule);
@@ -118,8 +124,8 @@ ls_status ls_audit_rules_performed(ls_audit_run *run) {
             if (!promised && !digested(e, m, c->group, c->gseq)) continue;
             if (undigested++ >= 4) continue;
             ls_audit_rule_fail(rule, r, rk->trace_file, c->seq,
-                               "group %s gseq %lld (%s, purpose %s): rank %u's record carries no out_sha256%s: its "
-                               "output cannot be compared",
+                               "group %s gseq %lld (%s, purpose %s): rank %u's record carries no out_sha256 or "
+                               "out_digest%s: its output cannot be compared",
                                name_of(run->groups, run->n_groups, c->group), (long long)c->gseq,
                                ls_trace_op_name((ls_trace_op)c->op), name_of(run->purposes, run->n_purposes, c->purpose),
                                (unsigned)r, promised ? " (the run's profile says its runs record it)"
@@ -127,23 +133,39 @@ ls_status ls_audit_rules_performed(ls_audit_run *run) {
         }
     }
     if (undigested > 4)
-        ls_audit_rule_fail(rule, -1, ".", -1, "%llu records without out_sha256 in all", (unsigned long long)undigested);
+        ls_audit_rule_fail(rule, -1, ".", -1, "%llu records without out_sha256 or out_digest in all",
+                           (unsigned long long)undigested);
     for (size_t i = 0; i < m;) {
         size_t j = i + 1;
         while (j < m && e[j].group == e[i].group && e[j].gseq == e[i].gseq) j++;
         /* e[i] is the lowest rank's record: the reference */
         if (j - i >= 2) rule->matched++;
+        ls_trace_digest_alg ai = ls_audit_digest8_alg(e[i].out8);
         for (size_t k = i + 1; k < j; k++) {
             if (e[k].out8 == e[i].out8) continue;
             const ls_audit_rank *rk = &run->ranks[e[k].rank];
+            ls_trace_digest_alg ak = ls_audit_digest8_alg(e[k].out8);
+            if (ak != ai) {
+                ls_audit_rule_fail(rule, e[k].rank, rk->trace_file, e[k].seq,
+                                   "group %s gseq %lld (%s, purpose %s): rank %u's output digest is %s, rank %u's "
+                                   "%s (%s seq %lld): the algorithms differ, the outputs cannot be compared",
+                                   name_of(run->groups, run->n_groups, e[k].group), (long long)e[k].gseq,
+                                   ls_trace_op_name((ls_trace_op)e[k].op),
+                                   name_of(run->purposes, run->n_purposes, e[k].purpose), (unsigned)e[k].rank,
+                                   ls_trace_digest_alg_name(ak), (unsigned)e[i].rank, ls_trace_digest_alg_name(ai),
+                                   run->ranks[e[i].rank].trace_file, (long long)e[i].seq);
+                continue;
+            }
             ls_audit_rule_fail(rule, e[k].rank, rk->trace_file, e[k].seq,
-                               "group %s gseq %lld (%s, purpose %s): rank %u's out_sha256 %016llx... differs from "
-                               "rank %u's %016llx... (%s seq %lld): the collective was logged but its output is "
-                               "not the same on every member",
+                               "group %s gseq %lld (%s, purpose %s): rank %u's output digest %s:%015llx... differs "
+                               "from rank %u's %s:%015llx... (%s seq %lld): the collective was logged but its output "
+                               "is not the same on every member",
                                name_of(run->groups, run->n_groups, e[k].group), (long long)e[k].gseq,
                                ls_trace_op_name((ls_trace_op)e[k].op),
                                name_of(run->purposes, run->n_purposes, e[k].purpose), (unsigned)e[k].rank,
-                               (unsigned long long)e[k].out8, (unsigned)e[i].rank, (unsigned long long)e[i].out8,
+                               ls_trace_digest_alg_name(ak), (unsigned long long)ls_audit_digest8_hex15(e[k].out8),
+                               (unsigned)e[i].rank, ls_trace_digest_alg_name(ai),
+                               (unsigned long long)ls_audit_digest8_hex15(e[i].out8),
                                run->ranks[e[i].rank].trace_file, (long long)e[i].seq);
         }
         i = j;
@@ -152,6 +174,20 @@ ls_status ls_audit_rules_performed(ls_audit_run *run) {
     if (overflow)
         ls_audit_rule_fail(rule, -1, NULL, -1,
                            "collectives beyond the flight recorder's cap were not compared (the rule does not guess)");
+    uint64_t declared = 0;
+    for (uint32_t r = 0; r < run->world; r++) declared += run->ranks[r].n_coll_declared;
     ls_audit_rule_close(rule);
+    if (declared > 0 && rule->matched > 0) { /* the trainer's word beside what the emitter observed */
+        if (rule->pass)
+            snprintf(rule->message, sizeof rule->message,
+                     "%llu checked (%llu of the %zu digest records declared by the trainer, note(): its word)",
+                     (unsigned long long)rule->matched, (unsigned long long)declared, m);
+        else
+            snprintf(rule->message, sizeof rule->message,
+                     "%llu failure(s) of %llu checked (%llu of the %zu digest records declared by the trainer, "
+                     "note()): %s",
+                     (unsigned long long)(rule->n_ev + rule->n_ev_dropped), (unsigned long long)rule->matched,
+                     (unsigned long long)declared, m, rule->ev[0].detail);
+    }
     return LS_OK;
 }

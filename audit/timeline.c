@@ -452,6 +452,21 @@ static void on_collective(rank_state *s, const ls_trace_event *ev, int64_t ts) {
                NULL);
     int64_t gseq = jint(j, "gseq", -1);
     if (!group || gseq < 0) return;
+    const char *op = jstr(j, "op");
+    if (op && (!strcmp(op, "send") || !strcmp(op, "recv"))) { /* v2: the gseq of its channel, a flow send -> recv */
+        bool send = !strcmp(op, "send");
+        int64_t peer = jint(j, "peer", -1), tag = jint(j, "tag", 0);
+        if (peer < 0 || peer == s->rank || tag < 0) return;
+        char chan[160];
+        snprintf(chan, sizeof chan, "%s/%lld>%lld/%lld", group, (long long)(send ? s->rank : peer),
+                 (long long)(send ? peer : s->rank), (long long)tag);
+        out_begin(s->o, send ? "s" : "f", s->rank, 3);
+        out_fmt(s->o, ",\"cat\":\"p2p\",\"name\":\"p2p\",\"id\":%llu,\"bp\":\"e\",\"ts\":",
+                (unsigned long long)flow_id(chan, gseq));
+        out_us(s->o, ts);
+        out_raw(s->o, "}");
+        return;
+    }
     for (size_t i = 0; i < s->n_groups; i++) {
         const group_info *g = &s->groups[i];
         if (strcmp(g->name, group) != 0) continue;

@@ -18,7 +18,10 @@
  *    when its group (from the trace header) has more than one member, a
  *    flow event at the same time: "s" on the group's lowest rank, "f" on
  *    its highest, "t" in between, all with the id of (group, gseq), so
- *    that the same collective is linked across ranks.
+ *    that the same collective is linked across ranks; a v2 send or recv
+ *    (its gseq counts its channel's messages) instead a "p2p" flow from
+ *    the send ("s") to its receive ("f"), the id of (group, sender,
+ *    receiver, tag, gseq), when the event names its peer.
  *  - counter ("C") tracks "memory total" and "memory CATEGORY" (live bytes)
  *    from every memory event.
  * Every event's own fields (and its seq) are in its args.  Times are in

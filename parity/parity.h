@@ -229,8 +229,10 @@ typedef struct {
     int64_t step;
 } ls_parity_adamw;
 ls_status ls_parity_run_adamw(const char *run_dir, ls_parity_adamw *o, char *err, size_t errlen);
-/* The build digest of a run directory's manifest. */
-ls_status ls_parity_run_build(const char *run_dir, char hex[65], char *err, size_t errlen);
+/* The build digest of a run directory's manifest (predicate.build.build_digest)
+ * and, when build is not NULL, a copy of its build object as the manifest has
+ * it (*build the caller's: cJSON_Delete; NULL on failure). */
+ls_status ls_parity_run_build(const char *run_dir, char hex[65], cJSON **build, char *err, size_t errlen);
 
 /* ---- the comparisons (parity_runs.c) ---------------------------------------- */
 
@@ -255,8 +257,10 @@ typedef struct ls_parity_report ls_parity_report;
 ls_status ls_parity_report_new(const ls_parity_opts *o, ls_parity_report **out);
 /* Frees the report and every check added to it; NULL is a no-op. */
 void ls_parity_report_free(ls_parity_report *r);
-/* The trainer build every run must share: the first call sets it, a later
- * different one is an error naming the run. */
+/* The trainer build every run must share: the first call sets it (the
+ * report's build_digest, and its "build": the run's build object, copied), a
+ * later different one is an error naming both runs and what differs
+ * (receipts/build_diff.h). */
 ls_status ls_parity_report_build(ls_parity_report *r, const char *run_dir, char *err, size_t errlen);
 /* train_mode: the mode the runs used (NULL: the entry's own) */
 void ls_parity_report_config(ls_parity_report *r, const ls_parity_config *c, const char *train_mode);
@@ -276,6 +280,10 @@ void ls_parity_report_add(ls_parity_report *r, cJSON *check);
  * must fail. */
 void ls_parity_report_control(ls_parity_report *r, const char *fault, cJSON *check);
 void ls_parity_report_timing(ls_parity_report *r, const char *part, double secs, int runs);
+/* The timings' "total" row: secs, and as its runs the sum of the rows before
+ * it (every process the report launched: trainer runs, reference runs,
+ * finite-difference loss runs). */
+void ls_parity_report_total(ls_parity_report *r, double secs);
 /* The level (2-4) a check kind is evidence for; 0: none. */
 int ls_parity_kind_level(const char *kind);
 #define LS_PARITY_ADAPTER_CONTROLS 16

@@ -532,7 +532,7 @@ ls_status ls_parity_adapter_run(const ls_parity_opts *o, const ls_parity_adapter
     free_all(r);
     free(r);
     if (s == LS_OK) {
-        ls_parity_report_timing(rep, "total", ls_parity_now() - t0, 0);
+        ls_parity_report_total(rep, ls_parity_now() - t0);
         char path[LS_PARITY_PATH];
         snprintf(path, sizeof path, "%s/parity.json", o->out);
         s = ls_parity_report_finish(rep, path, !o->quiet, all_pass, err, errlen);

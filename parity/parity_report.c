@@ -23,6 +23,7 @@
 
 #include "parity/parity.h"
 #include "receipts/atomic_file.h"
+#include "receipts/build_diff.h"
 #include "receipts/coverage.h"
 #include "receipts/json_util.h"
 #include "receipts/manifest.h"
@@ -32,6 +33,7 @@ struct ls_parity_report {
     cJSON *doc, *checks, *controls, *configs, *timings, *notes;
     char build[65];
     char build_from[LS_PARITY_PATH];
+    cJSON *build_obj; /* the first run's build object, as its manifest has it (the report's "build") */
     /* coverage (receipts/coverage.h): what the fault-free LongStraw runs recorded */
     cJSON *model;              /* the one model every run ran */
     bool model_v2;             /* its runs' configurations are v2 (docs/contract.md §2: config.model) */
@@ -170,6 +172,7 @@ void ls_parity_report_free(ls_parity_report *r) {
     cJSON_Delete(r->eps);
     cJSON_Delete(r->paths);
     cJSON_Delete(r->like_paths);
+    cJSON_Delete(r->build_obj);
     cJSON_Delete(r->doc);
     free(r);
 }
@@ -254,20 +257,34 @@ static ls_status add_coverage(ls_parity_report *r, const char *run_dir, char *er
 
 ls_status ls_parity_report_build(ls_parity_report *r, const char *run_dir, char *err, size_t errlen) {
     char hex[65];
-    ls_status s = ls_parity_run_build(run_dir, hex, err, errlen);
-    if (s != LS_OK) return s;
-    if ((s = add_coverage(r, run_dir, err, errlen)) != LS_OK) return s;
+    cJSON *b = NULL;
+    ls_status s = ls_parity_run_build(run_dir, hex, &b, err, errlen);
+    if (s == LS_OK) s = add_coverage(r, run_dir, err, errlen);
+    if (s != LS_OK) {
+        cJSON_Delete(b);
+        return s;
+    }
     if (r->build[0] == 0) {
         memcpy(r->build, hex, sizeof hex);
         snprintf(r->build_from, sizeof r->build_from, "%s", run_dir);
+        r->build_obj = b; /* the report records the build it ran, not only its digest */
         return LS_OK;
     }
     if (strcmp(r->build, hex) != 0) {
-        snprintf(err, errlen, "%s ran build %.64s, %s ran build %.64s: one report is one build", run_dir, hex,
-                 r->build_from, r->build);
-        return LS_ERR_FORMAT;
+        /* what differs, in words (the two build objects as the manifests have them) */
+        ls_build_diff d;
+        char why[600] = "";
+        if (ls_build_diff_compare(r->build_obj, b, "the first run", "this run", &d) > 0) {
+            char lines[560];
+            ls_build_diff_join(&d, 0, 3, true, lines, sizeof lines);
+            snprintf(why, sizeof why, " (%s)", lines);
+        }
+        snprintf(err, errlen, "%s (this run) ran build %.64s, %s (the first run) ran build %.64s: one report is one "
+                 "build%s", run_dir, hex, r->build_from, r->build, why);
+        s = LS_ERR_FORMAT;
     }
-    return LS_OK;
+    cJSON_Delete(b);
+    return s;
 }
 
 int ls_parity_kind_level(const char *kind) {
@@ -437,6 +454,16 @@ void ls_parity_report_timing(ls_parity_report *r, const char *part, double secs,
     cJSON_AddItemToArray(r->timings, o);
 }
 
+void ls_parity_report_total(ls_parity_report *r, double secs) {
+    double runs = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, r->timings) {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(c, "runs");
+        if (cJSON_IsNumber(n)) runs += n->valuedouble;
+    }
+    ls_parity_report_timing(r, "total", secs, (int)runs);
+}
+
 void ls_parity_report_note(ls_parity_report *r, const char *fmt, ...) {
     char buf[1024];
     va_list ap;
@@ -569,6 +596,10 @@ ls_status ls_parity_report_finish(ls_parity_report *r, const char *path, bool pr
         return LS_ERR_FORMAT;
     }
     cJSON_AddStringToObject(r->doc, "build_digest", r->build);
+    if (r->build_obj != NULL) { /* the first run's build object (schemas/parity.schema.json "build") */
+        cJSON_AddItemToObject(r->doc, "build", r->build_obj);
+        r->build_obj = NULL;
+    }
     if (r->model == NULL) {
         snprintf(err, errlen, "no fault-free LongStraw run completed: the report would cover nothing");
         return LS_ERR_FORMAT;

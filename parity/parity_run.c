@@ -953,7 +953,7 @@ ls_status ls_parity_run(const ls_parity_opts *o, bool *all_pass, char *err, size
     /* --like: the trainer launched the way the run was (parity_path.c) */
     if (s == LS_OK && o->like_paths != NULL) s = ls_parity_paths_run(o, rep, err, errlen);
     if (s == LS_OK) {
-        ls_parity_report_timing(rep, "total", ls_parity_now() - t0, 0);
+        ls_parity_report_total(rep, ls_parity_now() - t0);
         char path[LS_PARITY_PATH];
         snprintf(path, sizeof path, "%s/parity.json", o->out);
         s = ls_parity_report_finish(rep, path, !o->quiet, all_pass, err, errlen);

@@ -229,19 +229,49 @@ ls_status ls_parity_run_adamw(const char *run_dir, ls_parity_adamw *o, char *err
     return s;
 }
 
-ls_status ls_parity_run_build(const char *run_dir, char hex[65], char *err, size_t errlen) {
+/* A v2 build identity's artifacts (when the object has them): an array of at most 4096 objects, each with a
+ * string role and a non-empty string name (docs/contract.md §2); false with err naming the field. */
+static bool artifacts_named(const cJSON *b, const char *path, char *err, size_t errlen) {
+    const cJSON *arts = cJSON_GetObjectItemCaseSensitive(b, "artifacts");
+    if (arts == NULL) return true;
+    if (!cJSON_IsArray(arts) || cJSON_GetArraySize(arts) > 4096) {
+        snprintf(err, errlen, "%s: field 'predicate.build.artifacts' is not an array of at most 4096 artifacts", path);
+        return false;
+    }
+    int i = 0;
+    const cJSON *a;
+    cJSON_ArrayForEach(a, arts) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(a, "role"), *name = cJSON_GetObjectItemCaseSensitive(a, "name");
+        if (!cJSON_IsObject(a) || !cJSON_IsString(role) || !cJSON_IsString(name) || name->valuestring[0] == 0) {
+            snprintf(err, errlen, "%s: field 'predicate.build.artifacts[%d]' is not an object with a string role and "
+                     "a non-empty string name", path, i);
+            return false;
+        }
+        i++;
+    }
+    return true;
+}
+
+ls_status ls_parity_run_build(const char *run_dir, char hex[65], cJSON **build, char *err, size_t errlen) {
     char path[LS_PARITY_PATH];
     cJSON *doc;
     ls_status s;
+    if (build != NULL) *build = NULL;
     const cJSON *pred = run_predicate(run_dir, path, &doc, &s, err, errlen);
     if (s != LS_OK) return s;
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(pred, "build");
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(b, "build_digest");
-    if (!cJSON_IsString(d) || strlen(d->valuestring) != 64) {
+    if (!cJSON_IsObject(b)) {
+        snprintf(err, errlen, "%s: field 'predicate.build' missing or not an object", path);
+        s = LS_ERR_FORMAT;
+    } else if (!cJSON_IsString(d) || strlen(d->valuestring) != 64) {
         snprintf(err, errlen, "%s: field 'predicate.build.build_digest' missing or not a sha256", path);
         s = LS_ERR_FORMAT;
+    } else if (build != NULL && !artifacts_named(b, path, err, errlen)) {
+        s = LS_ERR_FORMAT; /* the report records the object: it must be one the audit can read (parity.schema.json) */
     } else {
         memcpy(hex, d->valuestring, 65);
+        if (build != NULL && (*build = cJSON_Duplicate(b, 1)) == NULL) s = LS_ERR_NOMEM;
     }
     cJSON_Delete(doc);
     return s;

@@ -288,3 +288,13 @@ ls_status ls_build_info_check_v2(const cJSON *build, char *err, size_t errlen) {
     }
     return LS_OK;
 }
+
+ls_status ls_build_info_digest_any(const cJSON *build, char hex[LS_DIGEST_HEX_SIZE], char *err, size_t errlen) {
+    hex[0] = '\0';
+    if (!cJSON_IsObject(build)) {
+        ls_json_errf(err, errlen, "build: not an object");
+        return LS_ERR_ARG;
+    }
+    return cJSON_GetObjectItemCaseSensitive(build, "artifacts") != NULL ? ls_build_info_digest_v2(build, hex, err, errlen)
+                                                                       : ls_build_info_digest(build, hex, err, errlen);
+}

@@ -82,4 +82,10 @@ ls_status ls_build_info_digest_v2(const cJSON *build, char hex[LS_DIGEST_HEX_SIZ
                                   size_t errlen);
 ls_status ls_build_info_check_v2(const cJSON *build, char *err, size_t errlen);
 
+/* The digest a reader recomputes for a build object of either kind:
+ * ls_build_info_digest_v2 when it has "artifacts" (the v2 identity), else
+ * ls_build_info_digest (longstraw-train's).  LS_ERR_ARG when build is not an
+ * object; otherwise their results (err names why). */
+ls_status ls_build_info_digest_any(const cJSON *build, char hex[LS_DIGEST_HEX_SIZE], char *err, size_t errlen);
+
 #endif

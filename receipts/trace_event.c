@@ -151,15 +151,45 @@ bool ls_trace_is_token(const char *s) {
     return true;
 }
 
-static bool is_hex64(const char *s) {
-    static const unsigned char LOWER_HEX[256] = {
-        ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1,
-        ['8'] = 1, ['9'] = 1, ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1,
-    };
+/* 1 + the value of a lowercase hex digit, 0 for any other byte. */
+static const unsigned char LOWER_HEX[256] = {
+    ['0'] = 1, ['1'] = 2, ['2'] = 3, ['3'] = 4, ['4'] = 5, ['5'] = 6, ['6'] = 7, ['7'] = 8,
+    ['8'] = 9, ['9'] = 10, ['a'] = 11, ['b'] = 12, ['c'] = 13, ['d'] = 14, ['e'] = 15, ['f'] = 16,
+};
+
+/* Exactly `digits` lowercase hex digits, then the NUL. */
+static bool is_hex_n(const char *s, size_t digits) {
     const unsigned char *u = (const unsigned char *)s;
     size_t n = 0;
-    while (n < 64 && LOWER_HEX[u[n]]) n++; /* stops at the NUL at the latest */
-    return n == 64 && u[64] == 0;
+    while (n < digits && LOWER_HEX[u[n]]) n++; /* stops at the NUL at the latest */
+    return n == digits && u[digits] == 0;
+}
+
+static bool is_hex64(const char *s) { return is_hex_n(s, 64); }
+
+static const char *const DIGEST_ALG_NAMES[] = {"sha256", "xxh3_128", NULL};
+static const size_t DIGEST_ALG_BYTES[] = {32, 16};
+_Static_assert(sizeof DIGEST_ALG_NAMES / sizeof DIGEST_ALG_NAMES[0] == LS_TRACE_DIGEST_COUNT + 1, "digest names");
+
+const char *ls_trace_digest_alg_name(ls_trace_digest_alg a) {
+    return name_at(DIGEST_ALG_NAMES, LS_TRACE_DIGEST_COUNT, (int)a);
+}
+
+bool ls_trace_digest_parse(const char *s, ls_trace_digest_alg *alg, uint8_t *out, size_t *n) {
+    if (s == NULL) return false;
+    for (int a = 0; a < LS_TRACE_DIGEST_COUNT; a++) {
+        size_t len = strlen(DIGEST_ALG_NAMES[a]);
+        if (strncmp(s, DIGEST_ALG_NAMES[a], len) != 0 || s[len] != ':') continue;
+        const char *hex = s + len + 1;
+        size_t bytes = DIGEST_ALG_BYTES[a];
+        if (!is_hex_n(hex, 2 * bytes)) return false;
+        for (size_t i = 0; out != NULL && i < bytes; i++)
+            out[i] = (uint8_t)((LOWER_HEX[(unsigned char)hex[2 * i]] - 1) << 4 | (LOWER_HEX[(unsigned char)hex[2 * i + 1]] - 1));
+        if (alg) *alg = (ls_trace_digest_alg)a;
+        if (n) *n = bytes;
+        return true;
+    }
+    return false;
 }
 
 size_t ls_trace_utf8_len(const unsigned char *p, size_t n) {
@@ -217,6 +247,7 @@ typedef enum {
     FT_TEXT,    /* any string */
     FT_ENUM,    /* one of `values` */
     FT_HEX64,   /* 64 lowercase hex digits */
+    FT_DIGEST,  /* v2: "sha256:" + 64 or "xxh3_128:" + 32 lowercase hex digits (ls_trace_digest_parse) */
     FT_MEMCATS, /* {ident: {"live": uint, "peak": uint}} */
     FT_VNAME,   /* v2: ls_trace_is_vocab_name */
     FT_MEMCATS2, /* v2: {free name: {"live": uint, "peak": uint}}, bounded */
@@ -346,6 +377,9 @@ static const field_spec COLLECTIVE_F2[] = {
     F("group", FT_TOKEN), F("gseq", FT_UINT),  FE("op", OP_NAMES_V2),       FE("red", RED_NAMES_V2),
     F("count", FT_UINT),  FE("dtype", DTYPE_NAMES_V2), F("bytes", FT_UINT), F("purpose", FT_IDENT),
     FO("layer", FT_INT_M1), FO("step", FT_UINT), FO("out_sha256", FT_HEX64),
+    /* point-to-point and digests (docs/contract.md §1; check_collective_v2 relates them) */
+    FO("out_digest", FT_DIGEST), FO("in_digest", FT_DIGEST), FO("in_digest_done", FT_DIGEST),
+    FO("peer", FT_UINT), FO("tag", FT_UINT), FO("declared", FT_TRUE),
 };
 static const field_spec MEMORY_F2[] = {F("step", FT_UINT),        F("phase", FT_VNAME),
                                        F("categories", FT_MEMCATS2), F("total_live", FT_UINT),
@@ -519,6 +553,10 @@ static const char *check_value(const field_spec *spec, const cJSON *it) {
         return ls_json_is_string(it) && is_hex64(it->valuestring)
                    ? NULL
                    : "must be 64 lowercase hex digits";
+    case FT_DIGEST:
+        return ls_json_is_string(it) && ls_trace_digest_parse(it->valuestring, NULL, NULL, NULL)
+                   ? NULL
+                   : "must be \"sha256:\" and 64 or \"xxh3_128:\" and 32 lowercase hex digits";
     case FT_VNAME:
         return ls_json_is_string(it) && ls_trace_is_vocab_name(it->valuestring)
                    ? NULL
@@ -654,6 +692,62 @@ static ls_status check_probe_v2(const cJSON *event, size_t skip, char *why, size
     return LS_OK;
 }
 
+/* A v2 collective's fields that speak of each other (docs/contract.md §1),
+ * after check_table found each of the right form: out_sha256 H and
+ * out_digest "sha256:H" are one fact; peer and tag belong to a send or
+ * recv, in_digest to a send; in_digest_done is written only beside an
+ * in_digest of its algorithm, when it differs from it. */
+static ls_status check_collective_v2(const cJSON *event, size_t skip, char *why, size_t why_len) {
+    const char *kname = KIND_NAMES[LS_TRACE_COLLECTIVE];
+    const cJSON *op = NULL, *sha = NULL, *out = NULL, *in = NULL, *done = NULL, *peer = NULL, *tag = NULL;
+    const cJSON *first = event->child;
+    for (size_t k = 0; k < skip && first; k++) first = first->next;
+    for (const cJSON *c = first; c; c = c->next) {
+        const char *key = c->string ? c->string : "";
+        switch (key[0]) { /* first character first: called for every collective */
+        case 'o':
+            if (name_eq(key, "op")) op = c;
+            else if (name_eq(key, "out_sha256")) sha = c;
+            else if (name_eq(key, "out_digest")) out = c;
+            break;
+        case 'i':
+            if (name_eq(key, "in_digest")) in = c;
+            else if (name_eq(key, "in_digest_done")) done = c;
+            break;
+        case 'p':
+            if (name_eq(key, "peer")) peer = c;
+            break;
+        case 't':
+            if (name_eq(key, "tag")) tag = c;
+            break;
+        default:
+            break;
+        }
+    }
+    if (out == NULL && in == NULL && done == NULL && peer == NULL && tag == NULL) return LS_OK; /* the common case */
+    if (sha != NULL && out != NULL &&
+        (strncmp(out->valuestring, "sha256:", 7) != 0 || strcmp(out->valuestring + 7, sha->valuestring) != 0))
+        return fail(why, why_len, kname, "out_digest",
+                    "differs from out_sha256 (both state the output's digest: out_digest must be \"sha256:\" + "
+                    "out_sha256)");
+    bool send = op != NULL && name_eq(op->valuestring, "send"), recv = op != NULL && name_eq(op->valuestring, "recv");
+    if (peer != NULL && !send && !recv) return fail(why, why_len, kname, "peer", "only a send or recv has a peer");
+    if (tag != NULL && !send && !recv) return fail(why, why_len, kname, "tag", "only a send or recv has a tag");
+    if (in != NULL && !send) return fail(why, why_len, kname, "in_digest", "only a send has an input digest");
+    if (done != NULL) {
+        if (in == NULL)
+            return fail(why, why_len, kname, "in_digest_done", "written only beside in_digest (the digest at issue)");
+        ls_trace_digest_alg a = LS_TRACE_DIGEST_COUNT, b = LS_TRACE_DIGEST_COUNT;
+        ls_trace_digest_parse(in->valuestring, &a, NULL, NULL);
+        ls_trace_digest_parse(done->valuestring, &b, NULL, NULL);
+        if (a != b) return fail(why, why_len, kname, "in_digest_done", "must use in_digest's algorithm");
+        if (strcmp(in->valuestring, done->valuestring) == 0)
+            return fail(why, why_len, kname, "in_digest_done",
+                        "equals in_digest (written only when the buffer changed before the send completed)");
+    }
+    return LS_OK;
+}
+
 ls_status ls_trace_event_check_v(int version, ls_trace_kind kind, const cJSON *event, size_t skip, char *why,
                                  size_t why_len, bool *prefix_frozen, const cJSON **fields) {
     if (version == LS_TRACE_VERSION)
@@ -668,7 +762,9 @@ ls_status ls_trace_event_check_v(int version, ls_trace_kind kind, const cJSON *e
     if (fields) memset(fields, 0, LS_TRACE_MAX_FIELDS * sizeof *fields);
     if (kind == LS_TRACE_STEP_METRICS) return check_metrics_v2(event, skip, why, why_len, prefix_frozen, fields);
     if (kind == LS_TRACE_GRADIENT_PROBE) return check_probe_v2(event, skip, why, why_len, prefix_frozen, fields);
-    return check_table(&KINDS_V2[kind], kname, event, skip, why, why_len, prefix_frozen, fields);
+    ls_status st = check_table(&KINDS_V2[kind], kname, event, skip, why, why_len, prefix_frozen, fields);
+    if (st == LS_OK && kind == LS_TRACE_COLLECTIVE) st = check_collective_v2(event, skip, why, why_len);
+    return st;
 }
 
 /* The fields of event (after its first `skip` members) against a table. */

@@ -139,6 +139,16 @@ typedef enum {
     LS_TRACE_DTYPE_COUNT_V2
 } ls_trace_dtype;
 
+/* v2 digest algorithms of a collective's "out_digest", "in_digest" and
+ * "in_digest_done" (docs/contract.md §1): "ALG:HEX", sha256 with 64 and
+ * xxh3_128 (XXH3-128, its canonical big-endian hex) with 32 lowercase hex
+ * digits. */
+typedef enum {
+    LS_TRACE_DIGEST_SHA256 = 0,
+    LS_TRACE_DIGEST_XXH3_128,
+    LS_TRACE_DIGEST_COUNT
+} ls_trace_digest_alg;
+
 /* Typed forms of the kinds with many fields, used by the writer's emitters
  * (strings borrowed during the call) and filled by the decoders below
  * (strings pointing into the decoded cJSON object). */
@@ -204,6 +214,16 @@ const char *ls_trace_op_name(ls_trace_op op);
 const char *ls_trace_red_name(ls_trace_red red);
 const char *ls_trace_dtype_name(ls_trace_dtype dtype);
 const char *ls_trace_objective_name(ls_trace_objective objective);
+
+/* "sha256", "xxh3_128"; "unknown" for a value out of range. */
+const char *ls_trace_digest_alg_name(ls_trace_digest_alg alg);
+
+/* Parses a v2 digest string "ALG:HEX" (ls_trace_digest_alg): true with the
+ * algorithm in *alg and the digest's bytes in out[0..*n) (32 for sha256, 16
+ * for xxh3_128; out has room for 32) when s has exactly that form (lowercase
+ * hex, nothing after it); false for NULL or anything else (*alg, out, *n
+ * untouched).  alg, out and n may each be NULL. */
+bool ls_trace_digest_parse(const char *s, ls_trace_digest_alg *alg, uint8_t *out, size_t *n);
 
 /* Kind from its name; LS_TRACE_KIND_UNKNOWN for NULL or any other string. */
 ls_trace_kind ls_trace_kind_from_name(const char *name);
@@ -276,6 +296,12 @@ ls_status ls_trace_event_check_ex(ls_trace_kind kind, const cJSON *event, size_t
  * kind are vocabulary names (ls_trace_is_vocab_name; the reader checks them
  * against the header), ops/reductions/dtypes from the v2 lists, layer_end
  * may carry "recompute": true, collective "step" and "out_sha256" (64 hex),
+ * then "out_digest", "in_digest", "in_digest_done" (ls_trace_digest_parse's
+ * form), "peer", "tag" (integers >= 0) and "declared" (true only): an event
+ * with both out_sha256 and out_digest must state one fact ("sha256:" +
+ * out_sha256, else LS_ERR_SCHEMA naming out_digest); peer and tag only on a
+ * send or recv, in_digest only on a send, in_digest_done only beside an
+ * in_digest of its algorithm that it differs from,
  * memory categories have free names (printable ASCII, at most 64 bytes, at
  * most LS_TRACE_MAX_MEM_CATEGORIES of them), step_metrics holds step,
  * objective, optional prefix_frozen and any other member (at most
@@ -291,8 +317,9 @@ ls_status ls_trace_event_check_v(int version, ls_trace_kind kind, const cJSON *e
 /* Position of field `name` in kind's table (the index into
  * ls_trace_event.field and the fields of ls_trace_event_check_ex), -1 when
  * the kind has no such field (the envelope keys are no field).  The v2-only
- * fields (recompute, collective step and out_sha256) have their v2
- * positions, after the v1 ones. */
+ * fields (recompute; collective step, out_sha256, out_digest, in_digest,
+ * in_digest_done, peer, tag, declared) have their v2 positions, after the
+ * v1 ones. */
 int ls_trace_field_index(ls_trace_kind kind, const char *name);
 
 /* Length (1..4) of the valid UTF-8 sequence starting at p[0] (n bytes

@@ -5,7 +5,8 @@
 # "kernel_isa"), and runs with two ISAs have two build digests; a parity report --like a run made with the
 # portable path (parity --like runs its trainers with the run's ISA) certifies that run (level 4, the
 # documented gate) and not the same run made with the CPU's best ISA (level 1, parity.build), since that
-# ISA's kernels were never proven; --like refuses an LS_KERNEL_ISA other than the run's (exit 2, named).  Where the
+# ISA's kernels were never proven, and parity.build names the difference ("kernel_isa: portable vs avx512", the
+# report recording the build it ran); --like refuses an LS_KERNEL_ISA other than the run's (exit 2, named).  Where the
 # CPU runs only the portable path, the cases that need two ISAs are skipped and say so.
 # Each case prints "ok CASE" or "FAIL CASE: why"; exit 1 when any failed.  About 25 s on 2 cores.
 set -uo pipefail
@@ -81,5 +82,13 @@ else
   if [ "$l" = 1 ] && grep -q "parity.build" "$T/fast.audit.txt"; then
     ok "the $best run with the portable run's report: level 1 (parity.build)"
   else bad "$best vs portable report" "level $l: $(grep -m 3 FAIL "$T/fast.audit.txt")"; fi
+  # parity.build names what differs: the report records the build it ran (its "build"), and the one
+  # difference between the two builds of one binary is the kernels' ISA
+  [ "$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['build'].get('kernel_isa'))" \
+        "$T/par/parity.json" 2>/dev/null)" = portable ] && ok "the report records its build object (kernel_isa portable)" ||
+    bad "report build" "no build object with kernel_isa portable in $T/par/parity.json"
+  if grep "parity.build" "$T/fast.audit.txt" | grep -q "kernel_isa: portable vs $best"; then
+    ok "parity.build names the difference: kernel_isa: portable vs $best"
+  else bad "parity.build names kernel_isa" "$(grep -A 3 "FAIL L2 parity.build" "$T/fast.audit.txt" | head -c 800)"; fi
 fi
 exit $failed

@@ -186,8 +186,13 @@ def manifest(out, cfg, a):
         model["scale"] = 1e-6
         conf.update({"model": model, "group": 3, "steps_requested": 1, "options": {"lr": 0.01}})
     os.makedirs(out, exist_ok=True)
+    build = {"build_digest": digest}
+    if os.environ.get("FAKE_BREAK") == "build" and a.cp > 1 and not a.fault:  # another build at CP > 1
+        build = {"build_digest": hashlib.sha256(b"fake-trainer-build-2").hexdigest(), "kernel_isa": "avx512"}
+    if os.environ.get("FAKE_BREAK") == "artifacts":  # a v2 identity whose artifact has no role
+        build["artifacts"] = [{"name": "fake"}]
     doc = {"_type": "https://in-toto.io/Statement/v1", "predicateType": "urn:longstraw:predicate:run-manifest:v1",
-           "predicate": {"build": {"build_digest": digest}, "config": conf}}
+           "predicate": {"build": build, "config": conf}}
     with open(os.path.join(out, "manifest.json"), "w") as f:
         json.dump(doc, f)
 
@@ -202,6 +207,9 @@ def main():
     p.add_argument("--temperature", type=float, default=0.9)
     a = p.parse_args()
     a.cp = int(a.cp or 1)
+    if os.environ.get("FAKE_LAUNCHES"):  # one line per launch (O_APPEND: whole lines from parallel runs)
+        with open(os.environ["FAKE_LAUNCHES"], "a") as f:
+            f.write(a.mode + "\n")
     brk = os.environ.get("FAKE_BREAK", "") if a.mode == "run" and not a.fault else ""
     if brk == "crash":
         return 3

@@ -174,7 +174,8 @@ Test(audit_v2, logged_but_not_performed_allreduce_fails, .init = setup, .fini = 
     cr_assert_eq(p->ev[0].seq, 2);
     cr_assert_str_eq(p->ev[0].file, "rank-0001/events.jsonl");
     cr_assert(strstr(p->ev[0].detail, "group cp gseq 0") && strstr(p->ev[0].detail, "allreduce") &&
-                  strstr(p->ev[0].detail, "bbbbbbbbbbbbbbbb") && strstr(p->ev[0].detail, "rank 0's aaaaaaaaaaaaaaaa"),
+                  strstr(p->ev[0].detail, "rank 1's output digest sha256:bbbbbbbbbbbbbbb...") &&
+                  strstr(p->ev[0].detail, "rank 0's sha256:aaaaaaaaaaaaaaa..."),
               "%s", p->ev[0].detail);
     cr_assert_lt(run->level, 1, "a level-1 failure leaves level 0");
     cr_assert(!run->level_holds[1]);
@@ -189,7 +190,8 @@ Test(audit_v2, without_digests_the_rule_fails_unless_the_profile_leaves_them_out
     ls_audit_run *run = audit_in(&o, NULL);
     const ls_audit_rule *p = rule(run, "collectives.performed");
     cr_assert(p->applicable && !p->pass, "%s", p->message);
-    cr_assert(strstr(p->ev[0].detail, "carries out_sha256, which its profile says its runs record") != NULL, "%s",
+    cr_assert(strstr(p->ev[0].detail, "carries an output digest (out_sha256 or out_digest), which its profile says "
+                                      "its runs record") != NULL, "%s",
               p->ev[0].detail);
     cr_assert(!run->level_holds[1]);
     ls_audit_free(run);
@@ -297,6 +299,7 @@ Test(audit_v2, v1_run_does_not_list_collectives_performed, .init = setup, .fini 
     cr_assert_null(run->profile_name);
     cr_assert_not_null(ls_audit_find_rule(run, "trace.valid"));
     cr_assert_null(ls_audit_find_rule(run, "collectives.performed"));
+    cr_assert_null(ls_audit_find_rule(run, "collectives.p2p"));
     const ls_audit_rule *pm = rule(run, "profile.match");
     cr_assert(pm->applicable && !pm->pass, "%s", pm->message);
     cr_assert(strstr(pm->ev[0].detail, "not pinned (profile hybrid inferred from the traces' layer kinds)") != NULL,

@@ -182,15 +182,33 @@ Test(parity, matrix_proves_levels_2_to_4, .init = setup, .fini = teardown, .time
     snprintf(a, sizeof a, "--family hybrid --cp 1,2 --dtype f64,f32 --configs p30-g2-lora %s",
              getenv("LS_TEST_PARITY_FD_MAX") ? getenv("LS_TEST_PARITY_FD_MAX") : "");
     cJSON *doc = fresh_matrix(a, FIXTURE);
+    const cJSON *c;
     /* one build: the trainer's (its runs' manifests) */
     char *m = slurp(FIXTURE "/runs/p30-g2-lora/f64/grad-cp2-full/run/manifest.json");
     cr_expect(strstr(m, jstr(doc, "build_digest")) != NULL, "the report's build is not the runs' build");
     free(m);
+    /* the report records that build: the runs' build object, as their manifests have it (kernel_isa included) */
+    cJSON *man = NULL;
+    char err[512];
+    cr_assert_eq(ls_json_read_file(FIXTURE "/runs/p30-g2-lora/f64/grad-cp2-full/run/manifest.json", &man, err,
+                                   sizeof err), LS_OK, "%s", err);
+    const cJSON *mb = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(man, "predicate"), "build");
+    const cJSON *rb = cJSON_GetObjectItemCaseSensitive(doc, "build");
+    cr_expect(cJSON_IsObject(rb) && cJSON_Compare(rb, mb, 1), "the report's build object is not the runs'");
+    cr_expect(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(rb, "kernel_isa")), "no kernel_isa in the build object");
+    cJSON_Delete(man);
+    /* the timings' total: the runs of every row before it */
+    double rows = 0, total = -1;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(doc, "timings")) {
+        if (!strcmp(jstr(c, "part"), "total")) total = jnum(c, "runs");
+        else rows += jnum(c, "runs");
+    }
+    cr_expect_gt(rows, 20, "%g runs", rows);
+    cr_expect_eq(total, rows, "total runs %g, the rows sum to %g", total, rows);
     int trainable = count_trainable();
     cr_expect_eq(trainable, 100, "hybrid-tiny lora: 100 trainable tensors, got %d", trainable);
     int kinds[7] = {0};
     static const char *const K[] = {"logprob", "ref_logprob", "cp_grad", "cp_params", "grad", "fd_grad", "ref_loss"};
-    const cJSON *c;
     cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(doc, "checks")) {
         const char *kind = jstr(c, "kind");
         for (int k = 0; k < 7; k++)

@@ -195,6 +195,21 @@ Test(parity_table, reports_that_are_not_evidence, .init = setup, .fini = teardow
     audit_levels("fixed", rep, h, &rc);
     cr_expect(h[1] && !h[2], "another build's report: L2 %d", h[2]);
     cr_expect(rule_fails("fixed", "parity.build", "from build 0000"), "parity.build does not say so");
+    /* the report records its build object: one whose build_digest is not the report's is not trusted */
+    cr_expect(rule_fails("fixed", "parity.build", "the report's build object does not match its build_digest"),
+              "parity.build trusts a build object that is not the report's (%s/fixed-audit.txt)", tmpdir);
+    /* a report of a build with other flags (its object and digests made consistent, as longstraw-train
+     * digests it: receipts/build_info.h): parity.build names the key, the report's value first */
+    derive("otherflags.json",
+           "import hashlib; b=d['build']; b['flags']='-O0'; c=json.loads(json.dumps(b)); c.pop('build_digest'); "
+           "c['executable'].pop('path'); [l.pop('path') for l in c['libraries']]; "
+           "h=hashlib.sha256(json.dumps(c,sort_keys=True,separators=(',',':'),ensure_ascii=False).encode()).hexdigest(); "
+           "b['build_digest']=h; d['build_digest']=h; d['coverage']['build_digest']=h");
+    snprintf(rep, sizeof rep, "%s/otherflags.json", tmpdir);
+    audit_levels("fixed", rep, h, &rc);
+    cr_expect(h[1] && !h[2], "another build's report: L2 %d", h[2]);
+    cr_expect(rule_fails("fixed", "parity.build", "(1 difference from the run's): flags: -O0 vs "),
+              "parity.build does not name the flags (%s/fixed-audit.txt)", tmpdir);
     /* no check of the run's dtype (the run is f32) */
     derive("f64only.json", "d['checks']=[c for c in d['checks'] if c['dtype']=='f64']");
     snprintf(rep, sizeof rep, "%s/f64only.json", tmpdir);

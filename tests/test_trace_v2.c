@@ -323,3 +323,147 @@ Test(trace_v2, typed_decoders_read_v2_events) {
     cr_assert_eq(le.dir, LS_TRACE_DIR_BWD);
     cJSON_Delete(l);
 }
+
+/* ---- point-to-point and digest fields (docs/contract.md §1) -------------- */
+
+#define XA "xxh3_128:0123456789abcdef0123456789abcdef"
+#define XB "xxh3_128:ffeeddccbbaa99887766554433221100"
+#define HA "abababababababababababababababababababababababababababababababab"
+
+static const char *const P2P_EXTRA[] = {
+    "\"group\":\"cp\",\"gseq\":0,\"op\":\"send\",\"red\":\"none\",\"count\":4,\"dtype\":\"f32\",\"bytes\":16,"
+    "\"purpose\":\"kv_ring\",\"layer\":0,\"step\":0,\"in_digest\":\"" XA "\",\"in_digest_done\":\"" XB "\","
+    "\"peer\":1,\"tag\":3,\"declared\":true",
+    "\"group\":\"cp\",\"gseq\":0,\"op\":\"recv\",\"red\":\"none\",\"count\":4,\"dtype\":\"f32\",\"bytes\":0,"
+    "\"purpose\":\"kv_back\",\"out_digest\":\"" XA "\",\"peer\":1",
+    "\"group\":\"world\",\"gseq\":0,\"op\":\"allreduce\",\"red\":\"sum\",\"count\":4,\"dtype\":\"f32\",\"bytes\":16,"
+    "\"purpose\":\"grad_sum\",\"out_sha256\":\"" HA "\",\"out_digest\":\"sha256:" HA "\"",
+    NULL,
+};
+
+/* The new fields read clean; each misuse is a field diagnostic naming the field. */
+Test(trace_v2, p2p_and_digest_fields_read_and_are_checked) {
+    ls_v2_fixture o = {.extra = {P2P_EXTRA, NULL}};
+    char *t = ls_v2_fixture_trace(0, &o);
+    ls_trace_report rep;
+    ls_status st = read_text(t, &rep, NULL);
+    if (st != LS_OK) dump(&rep);
+    cr_assert_eq(st, LS_OK);
+    ls_trace_report_free(&rep);
+    static const struct {
+        const char *from, *to, *needle;
+    } BAD[] = {
+        {"\"out_digest\":\"sha256:abab", "\"out_digest\":\"sha256:cdab",
+         "collective.out_digest: differs from out_sha256"},
+        {"\"out_digest\":\"" XA "\"", "\"out_digest\":\"xxh3_128:0123456789abcdef0123456789abcde\"",
+         "collective.out_digest: must be \"sha256:\" and 64 or \"xxh3_128:\" and 32 lowercase hex digits"},
+        {"\"out_digest\":\"" XA "\"", "\"out_digest\":\"md5:0123456789abcdef0123456789abcdef\"",
+         "collective.out_digest: must be"},
+        {"\"out_digest\":\"" XA "\"", "\"out_digest\":\"XXH3_128:0123456789abcdef0123456789abcdef\"",
+         "collective.out_digest: must be"},
+        {"\"in_digest\":\"" XA "\"", "\"in_digest\":\"xxh3_128:0123456789ABCDEF0123456789abcdef\"",
+         "collective.in_digest: must be"},
+        {"\"declared\":true", "\"declared\":false", "collective.declared: must be true"},
+        {"\"tag\":3", "\"tag\":-3", "collective.tag: must be an integer >= 0"},
+        {"\"peer\":1,\"tag\":3", "\"peer\":-1,\"tag\":3", "collective.peer: must be an integer >= 0"},
+        {"\"out_digest\":\"sha256:" HA "\"", "\"out_digest\":\"sha256:" HA "\",\"peer\":1",
+         "collective.peer: only a send or recv has a peer"},
+        {"\"out_digest\":\"sha256:" HA "\"", "\"out_digest\":\"sha256:" HA "\",\"tag\":0",
+         "collective.tag: only a send or recv has a tag"},
+        {"\"out_digest\":\"" XA "\",\"peer\":1", "\"out_digest\":\"" XA "\",\"in_digest\":\"" XA "\",\"peer\":1",
+         "collective.in_digest: only a send has an input digest"},
+        {"\"in_digest\":\"" XA "\",", "", "collective.in_digest_done: written only beside in_digest"},
+        {"\"in_digest_done\":\"" XB "\"", "\"in_digest_done\":\"" XA "\"", "collective.in_digest_done: equals in_digest"},
+        {"\"in_digest_done\":\"" XB "\"", "\"in_digest_done\":\"sha256:" HA "\"",
+         "collective.in_digest_done: must use in_digest's algorithm"},
+    };
+    for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+        char *u = replace(t, BAD[i].from, BAD[i].to);
+        expect(u, LS_TRACE_DIAG_FIELD, BAD[i].needle);
+        free(u);
+    }
+    /* the new fields stay v2's: a v1 trace refuses them */
+    const char *v1 =
+        "{\"v\":1,\"kind\":\"longstraw.trace.header\",\"schema\":\"urn:longstraw:schema:event-header:v1\","
+        "\"run_id\":\"r\",\"rank\":0,\"world\":2,\"host\":\"h\",\"pid\":1,\"start_unix_ns\":5,"
+        "\"groups\":[{\"name\":\"world\",\"members\":[0,1]}],\"tool\":\"t\"}\n"
+        "{\"v\":1,\"rank\":0,\"seq\":0,\"ts_ns\":1,\"ev\":\"collective\",\"group\":\"world\",\"gseq\":0,\"op\":\"allreduce\","
+        "\"red\":\"sum\",\"count\":1,\"dtype\":\"f64\",\"bytes\":8,\"purpose\":\"p\",\"out_digest\":\"" XA "\"}\n"
+        "{\"v\":1,\"rank\":0,\"seq\":1,\"ts_ns\":2,\"ev\":\"rank_complete\",\"steps\":0,\"events\":1}\n";
+    expect(v1, LS_TRACE_DIAG_FIELD, "collective.out_digest: not a field of this kind");
+    free(t);
+}
+
+/* The schema says what the reader says of the new fields' forms and of the
+ * ops they belong to. */
+Test(trace_v2, schema_knows_the_p2p_and_digest_fields) {
+    const ls_schema *es = NULL;
+    char err[300];
+    cr_assert_eq(ls_schema_get("event-v2", &es, err, sizeof err), LS_OK, "%s", err);
+    ls_v2_fixture o = {.extra = {P2P_EXTRA, NULL}};
+    char *t = ls_v2_fixture_trace(0, &o);
+    for (char *p = strchr(t, '\n') + 1; *p;) { /* every event line */
+        char *nl = strchr(p, '\n');
+        cJSON *doc = NULL;
+        cr_assert_eq(ls_json_parse(p, (size_t)(nl - p), "line", &doc, err, sizeof err), LS_OK);
+        ls_schema_errors errs = {0};
+        ls_status st = ls_schema_validate(es, doc, &errs);
+        char first[600] = "";
+        if (st != LS_OK) ls_schema_errors_first(&errs, first, sizeof first);
+        cr_assert_eq(st, LS_OK, "%.*s: %s", (int)(nl - p), p, first);
+        ls_schema_errors_free(&errs);
+        cJSON_Delete(doc);
+        p = nl + 1;
+    }
+    free(t);
+#define C2(f) "{\"v\":2,\"rank\":0,\"seq\":0,\"ts_ns\":1,\"ev\":\"collective\",\"group\":\"cp\",\"gseq\":0," f "}"
+    static const char *const BAD[] = {
+        C2("\"op\":\"allreduce\",\"red\":\"sum\",\"count\":1,\"dtype\":\"f64\",\"bytes\":8,\"purpose\":\"p\","
+           "\"out_digest\":\"xxh3_128:0123456789abcdef0123456789abcde\""),
+        C2("\"op\":\"allreduce\",\"red\":\"sum\",\"count\":1,\"dtype\":\"f64\",\"bytes\":8,\"purpose\":\"p\","
+           "\"out_digest\":\"md5:0123456789abcdef0123456789abcdef\""),
+        C2("\"op\":\"allreduce\",\"red\":\"sum\",\"count\":1,\"dtype\":\"f64\",\"bytes\":8,\"purpose\":\"p\","
+           "\"declared\":false"),
+        C2("\"op\":\"allreduce\",\"red\":\"sum\",\"count\":1,\"dtype\":\"f64\",\"bytes\":8,\"purpose\":\"p\",\"peer\":1"),
+        C2("\"op\":\"recv\",\"red\":\"none\",\"count\":1,\"dtype\":\"f64\",\"bytes\":0,\"purpose\":\"p\",\"peer\":1,"
+           "\"in_digest\":\"" XA "\""),
+        C2("\"op\":\"send\",\"red\":\"none\",\"count\":1,\"dtype\":\"f64\",\"bytes\":8,\"purpose\":\"p\",\"peer\":1,"
+           "\"in_digest_done\":\"" XA "\""),
+    };
+#undef C2
+    for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+        cJSON *doc = cJSON_Parse(BAD[i]);
+        cr_assert_not_null(doc, "%s", BAD[i]);
+        ls_schema_errors errs = {0};
+        cr_assert_neq(ls_schema_validate(es, doc, &errs), LS_OK, "accepted: %s", BAD[i]);
+        ls_schema_errors_free(&errs);
+        cJSON_Delete(doc);
+    }
+}
+
+/* ls_trace_digest_parse: the bytes of each algorithm's hex, anything else refused. */
+Test(trace_v2, digest_strings_parse) {
+    uint8_t d[32];
+    size_t n = 0;
+    ls_trace_digest_alg a = LS_TRACE_DIGEST_COUNT;
+    cr_assert(ls_trace_digest_parse(XB, &a, d, &n));
+    cr_assert_eq(a, LS_TRACE_DIGEST_XXH3_128);
+    cr_assert_eq(n, 16);
+    cr_assert_eq(d[0], 0xff);
+    cr_assert_eq(d[1], 0xee);
+    cr_assert_eq(d[15], 0x00);
+    cr_assert(ls_trace_digest_parse("sha256:" HA, &a, d, &n));
+    cr_assert_eq(a, LS_TRACE_DIGEST_SHA256);
+    cr_assert_eq(n, 32);
+    cr_assert_eq(d[0], 0xab);
+    cr_assert_eq(d[31], 0xab);
+    cr_assert_str_eq(ls_trace_digest_alg_name(LS_TRACE_DIGEST_XXH3_128), "xxh3_128");
+    static const char *const NO[] = {
+        "", "sha256:", "xxh3_128:", HA, "sha256:" HA "0", "sha256:" HA " ", "xxh3_128:0123456789abcdef0123456789abcdeg",
+        "xxh3_128:" HA, "sha256:0123456789abcdef0123456789abcdef", "xxh3_64:0123456789abcdef", "Sha256:" HA,
+        "sha256 :" HA,
+    };
+    for (size_t i = 0; i < sizeof NO / sizeof NO[0]; i++)
+        cr_assert(!ls_trace_digest_parse(NO[i], NULL, NULL, NULL), "accepted \"%s\"", NO[i]);
+    cr_assert(!ls_trace_digest_parse(NULL, NULL, NULL, NULL));
+}

@@ -52,11 +52,11 @@ char *ls_v2_fixture_trace(int rank, const ls_v2_fixture *o) {
         "{\"v\":2,\"kind\":\"longstraw.trace.header\",\"schema\":\"urn:longstraw:schema:event-header:v2\","
         "\"run_id\":\"run-v2\",\"rank\":%d,\"world\":2,\"host\":\"h\",\"pid\":7,\"start_unix_ns\":1796309229355295996,"
         "\"groups\":[{\"name\":\"world\",\"kind\":\"world\",\"members\":[0,1]},"
-        "{\"name\":\"cp\",\"kind\":\"cp\",\"members\":[0,1]}],"
+        "{\"name\":\"cp\",\"kind\":\"cp\",\"members\":[0,1]}%s%s],"
         "\"tool\":\"fixture\",\"profile\":\"torch-cp\","
         "\"phases\":[\"capture\",\"rollout\",\"score\",\"replay\",\"prompt_bwd\",\"finalize\",\"optimizer\"],"
         "\"layer_kinds\":[\"embed\",\"gdn\",\"attn\",\"head\"]}\n",
-        rank);
+        rank, o->extra_group ? "," : "", o->extra_group ? o->extra_group : "");
     char f[600];
     const char *out0 = o->no_digests ? "" : ",\"out_sha256\":\"" HASH_A "\"";
     const char *out1 = o->no_digests ? "" : (o->differ_out && rank == 1) ? ",\"out_sha256\":\"" HASH_B "\""
@@ -71,14 +71,18 @@ char *ls_v2_fixture_trace(int rank, const ls_v2_fixture *o) {
              "\"bytes\":8,\"purpose\":\"out_sum\",\"layer\":0,\"step\":0%s",
              rank == 0 ? out0 : out1);
     ev(&b, rank, 2, "collective", f);
-    snprintf(f, sizeof f,
-             "\"group\":\"cp\",\"gseq\":1,\"op\":\"broadcast\",\"red\":\"none\",\"count\":2,\"dtype\":\"f64\","
-             "\"bytes\":16,\"purpose\":\"seed\",\"step\":0%s",
-             outb);
-    ev(&b, rank, 2, "collective", f);
-    ev(&b, rank, 2, "collective",
-       "\"group\":\"cp\",\"gseq\":2,\"op\":\"all_to_all\",\"red\":\"none\",\"count\":2,\"dtype\":\"i32\","
-       "\"bytes\":8,\"purpose\":\"kv_ring\",\"step\":0");
+    if (!o->allreduce_only) {
+        snprintf(f, sizeof f,
+                 "\"group\":\"cp\",\"gseq\":1,\"op\":\"broadcast\",\"red\":\"none\",\"count\":2,\"dtype\":\"f64\","
+                 "\"bytes\":16,\"purpose\":\"seed\",\"step\":0%s",
+                 outb);
+        ev(&b, rank, 2, "collective", f);
+        ev(&b, rank, 2, "collective",
+           "\"group\":\"cp\",\"gseq\":2,\"op\":\"all_to_all\",\"red\":\"none\",\"count\":2,\"dtype\":\"i32\","
+           "\"bytes\":8,\"purpose\":\"kv_ring\",\"step\":0");
+    }
+    for (size_t i = 0; o->extra[rank] != NULL && o->extra[rank][i] != NULL; i++)
+        ev(&b, rank, 2, "collective", o->extra[rank][i]);
     ev(&b, rank, 2, "layer_end",
        "\"phase\":\"replay\",\"step\":0,\"member\":0,\"layer\":0,\"kind\":\"attn\",\"dir\":\"fwd\",\"tokens\":8,"
        "\"live_bytes\":64,\"peak_bytes\":128,\"wall_ns\":10,\"out_norm\":1.5,\"recompute\":true");

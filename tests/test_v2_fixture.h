@@ -18,6 +18,10 @@ typedef struct {
     bool v1_event;          /* rank 0 has one event with "v":1 */
     bool no_memory;         /* no memory event */
     bool bad_memory;        /* rank 1's memory event says total_live 99, its categories 15 */
+    bool allreduce_only;    /* the fixture's group collectives are its allreduce only (no broadcast, all_to_all) */
+    const char *const *extra[2]; /* per rank: NULL-terminated fields (JSON after "ev") of more collective
+                                    events, in the replay phase after the fixture's own (NULL: none) */
+    const char *extra_group; /* one more group object of every header (JSON), NULL none */
 } ls_v2_fixture;
 
 /* The digest of the fixture's artifacts (the shared JCS vector's). */
