@@ -13,13 +13,15 @@ cd "$(dirname "$0")/.."
 # (libclang-rt-14-dev, for tests/fuzz/run_fuzz.sh).  scripts/check_fresh_machine.sh
 # proves this list on a fresh Debian 12 root.  python3-torch and
 # python3-zstandard: the Python emitter (python/) and the PyTorch example it
-# instruments (examples/torch_cp/), whose tests run in the suite; pip and
-# setuptools: `pip install ./python` is tested.  iproute2 (`ip`, not in a minbase
+# instruments (examples/torch_cp/), whose tests run in the suite; python3-xxhash:
+# the emitter's fast buffer digest (XXH3-128); pip and venv: `pip install ./python`
+# and `pip install -e` are tested in fresh venvs (the package builds with its own
+# standard-library backend, python/_backend/: nothing fetched).  iproute2 (`ip`, not in a minbase
 # root): the two-host CP test's network namespaces (scripts/netns-cluster.sh).
 PACKAGES=(build-essential cmake pkg-config git libcjson-dev libzstd-dev zstd
           libcriterion-dev libopenblas-dev libopenmpi-dev openmpi-bin libssl-dev
           clang libomp-dev libclang-rt-14-dev python3 python3-jsonschema
-          python3-torch python3-zstandard python3-pip python3-setuptools iproute2)
+          python3-torch python3-zstandard python3-xxhash python3-pip python3-venv iproute2)
 # extra packages a caller needs (scripts/test.sh: chromium, for the audit's HTML render check)
 # shellcheck disable=SC2206
 PACKAGES+=(${LS_EXTRA_PACKAGES:-})

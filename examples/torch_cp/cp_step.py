@@ -27,11 +27,16 @@ import model as M
 from evidence import digest_bytes
 
 FAULTS = ("zero-state", "skip-dkv-reduce", "decay-grad", "loss-cp-scale", "fake-reduce")
+# Declared faults that only the trace can show, no parity control: stale-handoff's sender changes its
+# hand-off buffer before the send completed, and whether the receiver gets the stale state or the new
+# one is the transport's timing (the numbers differ run to run); the sender's digests at issue and at
+# completion differ every time (collectives.p2p).
+TRACE_FAULTS = ("stale-handoff",)
 # CP bugs the parity adapter does NOT declare as controls (README.md, "Bugs the adapter does not
 # declare"): each acts on a path the adapter's own batch never takes (uneven shards, a prompt the
 # trainer samples for), so only evidence from the run's own path refuses them.
 BUGS = ("last-shard-short", "stale-old-offset", "dkv-remainder-drop")
-FLAGS = FAULTS + BUGS
+FLAGS = FAULTS + TRACE_FAULTS + BUGS
 
 
 def shard_bounds(T, N):
@@ -89,12 +94,15 @@ class Step:
         if kind == "gdn":
             if capture:
                 S_start = h.new_zeros(M.state_shape(self.cfg))
-                c.sendrecv(None, -1, S_start, r - 1 if r > 0 else -1, "state_handoff", i)
+                c.handoff(None, -1, S_start, r - 1 if r > 0 else -1, "state_handoff", i)
                 if "zero-state" in self.faults:        # the handed-over state is dropped
                     S_start = torch.zeros_like(S_start)
             out, S_end = M.gdn_scan(xn, S_start, P, self.cfg)
             if capture:
-                c.sendrecv(S_end, r + 1 if r < N - 1 else -1, None, -1, "state_handoff", i)
+                stale = None
+                if "stale-handoff" in self.faults and r < N - 1:   # the state before the shard's last token
+                    stale = M.gdn_scan(xn[:-1], S_start, P, self.cfg)[1] if xn.shape[0] > 1 else S_start
+                c.handoff(S_end, r + 1 if r < N - 1 else -1, None, -1, "state_handoff", i, stale=stale)
                 self.final_state[i] = S_end.clone()
             return h + out, S_start
         q, K, V = M.attn_qkv(xn, P, self.cfg)
@@ -218,12 +226,12 @@ class Step:
                         out, S_end = M.gdn_scan(xn, S_start, M.layer_params(W, i, kind), self.cfg)
                         h_out = h_in + out
                         dS_end = torch.zeros_like(S_end)
-                        c.sendrecv(None, -1, dS_end, r + 1 if r < N - 1 else -1, "state_grad_handoff", i)
+                        c.handoff(None, -1, dS_end, r + 1 if r < N - 1 else -1, "state_grad_handoff", i)
                         if r == N - 1:
                             dS_end = self.dS_fin[i].clone()
                         torch.autograd.backward([h_out, S_end], [self._dh(dh, h_out), dS_end])
                         dS_start = S_start.grad if S_start.grad is not None else torch.zeros_like(S_start)
-                        c.sendrecv(dS_start, r - 1 if r > 0 else -1, None, -1, "state_grad_handoff", i)
+                        c.handoff(dS_start, r - 1 if r > 0 else -1, None, -1, "state_grad_handoff", i)
                     else:
                         P = M.layer_params(W, i, kind)
                         xn = M.rmsnorm(h_in, W[f"layers.{i}.norm1.weight"], self.cfg["rms_eps"])

@@ -1,9 +1,11 @@
 """The example's instrumentation: a v2 run directory through longstraw_emit (python/ in the repo),
 or nothing at all (`--no-evidence`, and the in-process numeric tests).
 
-Comm is the one door to torch.distributed: every collective the trainer performs goes through it,
-so with a writer each one is a `collective` trace event (group `cp`), and without one it is the
-plain call. `note` records a collective that was NOT performed (the fake-reduce fault).
+Comm is the one door to torch.distributed, and it calls torch.distributed itself: with a writer,
+`le.instrument(writer)` intercepts every call (the collectives, the point-to-point state hand-offs,
+their output and input digests) and Comm only names each call's purpose and layer
+(`inst.context`). Without one it is the plain call. `note` records a collective that was NOT
+performed (the fake-reduce fault): a `Collectives.note`, the trainer's word (`declared: true`).
 """
 import contextlib
 import os
@@ -20,7 +22,7 @@ _RED = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
 
 
 def import_emitter():
-    """The longstraw_emit module (PYTHONPATH, else the repository's python/), or None."""
+    """The longstraw_emit module (installed or on PYTHONPATH, else the repository's python/), or None."""
     try:
         import longstraw_emit
         return longstraw_emit
@@ -35,60 +37,68 @@ def import_emitter():
 
 
 class Comm:
-    """Collectives over the CP group (all ranks); with a writer each is logged by longstraw_emit.
-    On one rank there is nothing to communicate: every reduction is the identity, nothing is called
-    and nothing is logged (a one-rank run traces no collective, docs/audit.md sources.agree)."""
+    """Collectives and hand-offs over the CP group (all ranks). With an instrumentation (`inst`,
+    le.instrument's) every torch.distributed call below is recorded by it; Comm names its purpose
+    and layer. On one rank there is nothing to communicate: every reduction is the identity,
+    nothing is called and nothing is logged (a one-rank run traces no collective, docs/audit.md
+    sources.agree)."""
 
-    def __init__(self, rank, world, collectives=None):
-        self.rank, self.world, self.c, self.step = rank, world, collectives, 0
+    def __init__(self, rank, world, inst=None, declare=None):
+        self.rank, self.world, self.inst, self.declare, self.step = rank, world, inst, declare, 0
+
+    def _ctx(self, purpose, layer):
+        if self.inst is None:
+            return contextlib.nullcontext()
+        return self.inst.context(purpose=purpose, layer=layer, step=self.step)
 
     def all_reduce(self, t, red, purpose, layer=None):
         if self.world == 1:
             return
-        if self.c is not None:
-            return self.c.all_reduce(t, op=red, purpose=purpose, layer=layer, step=self.step)
-        dist.all_reduce(t, op=_RED[red])
+        with self._ctx(purpose, layer):
+            dist.all_reduce(t, op=_RED[red])
 
     def all_gather(self, out, t, purpose, layer=None):
         if self.world == 1:
             out[0].copy_(t)
             return
-        if self.c is not None:
-            return self.c.all_gather(out, t, purpose=purpose, layer=layer, step=self.step)
-        dist.all_gather(out, t)
+        with self._ctx(purpose, layer):
+            dist.all_gather(out, t)
 
     def broadcast(self, t, src, purpose, layer=None):
         if self.world == 1:
             return
-        if self.c is not None:
-            return self.c.broadcast(t, src, purpose=purpose, layer=layer, step=self.step)
-        dist.broadcast(t, src)
+        with self._ctx(purpose, layer):
+            dist.broadcast(t, src)
 
-    def sendrecv(self, send_t, dst, recv_t, src, purpose, layer=None):
-        """One stage of a chain along the ranks, entered by EVERY rank (as longstraw-train's
-        ls_group_sendrecv): send SEND_T to DST and/or receive into RECV_T from SRC (-1: no peer).
-        Every rank logs one `sendrecv` of the same count, so the group's sequence numbers stay
-        aligned across ranks whether or not a rank has a peer at this stage."""
+    def handoff(self, send_t, dst, recv_t, src, purpose, layer=None, stale=None):
+        """A hand-off along the ranks: send SEND_T to DST and/or receive into RECV_T from SRC (-1: no
+        peer), point-to-point messages the audit pairs (collectives.p2p: every send has its receive,
+        the sender's input digest the receiver's output digest). STALE (the stale-handoff fault): the
+        sender issues the send of a buffer holding STALE and only then writes SEND_T into it, before
+        the send completed: the receiver is handed the state before its last update."""
         if self.world == 1:
             return
-        if dst >= 0:
-            dist.send(send_t.contiguous(), dst)
-        if src >= 0:
-            dist.recv(recv_t, src)
-        if self.c is not None:
-            t = send_t if send_t is not None else recv_t
-            self.c.note("sendrecv", "none", t, purpose=purpose, layer=layer, step=self.step)
+        with self._ctx(purpose, layer):
+            if dst >= 0:
+                if stale is None:
+                    dist.send(send_t.contiguous(), dst)
+                else:
+                    buf = stale.clone().contiguous()
+                    work = dist.isend(buf, dst)
+                    buf.copy_(send_t)      # the last update lands after the hand-off was issued
+                    work.wait()
+            if src >= 0:
+                dist.recv(recv_t, src)
 
     def note(self, op, red, t, purpose, layer=None):
-        if self.c is not None and self.world > 1:
-            self.c.note(op, red, t, purpose=purpose, layer=layer, step=self.step)
+        if self.declare is not None and self.world > 1:
+            self.declare.note(op, red, t, purpose=purpose, layer=layer, step=self.step)
 
     def barrier(self, purpose):
         if self.world == 1:
             return
-        if self.c is not None:
-            return self.c.barrier(purpose=purpose)
-        dist.barrier()
+        with self._ctx(purpose, None):
+            dist.barrier()
 
 
 class Evidence:
@@ -139,13 +149,14 @@ def open_writer(le, run_dir, rank, world, config, profile_path):
 
 
 def build_artifacts(le, run_dir):
-    """What ran: the interpreter, this example's sources and the emitter's (both digested),
-    torch and its native libraries, and the environment that changes the computation:
-    OMP_NUM_THREADS, and TORCH_CP_BUG (a fault compiled in, as a bug in the code would be:
-    the run does not declare it, but its build identity differs from the clean build's)."""
+    """What ran: the interpreter, the emitter's code and this example's by content (wherever
+    they were loaded from: the emitter installed or on PYTHONPATH, the example in or out of a git
+    tree, the same files are the same identity), torch and its native libraries, and the
+    environment that changes the computation: OMP_NUM_THREADS, and TORCH_CP_BUG (a fault compiled
+    in, as a bug in the code would be: the run does not declare it, but its build identity differs
+    from the clean build's)."""
     here = os.path.dirname(os.path.abspath(__file__))
-    emitter = os.path.dirname(os.path.abspath(le.__file__))
-    return le.collect_artifacts(sources=[here, emitter], packages=("torch",),
+    return le.collect_artifacts(code=[here], packages=("torch",),
                                 env=("OMP_NUM_THREADS", "TORCH_CP_BUG"), exclude=(run_dir,))
 
 

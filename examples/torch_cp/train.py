@@ -127,7 +127,8 @@ def run_job(comm, job):
             raise UsageError("longstraw_emit not found (PYTHONPATH or python/ of the repository); "
                              "use --no-evidence to run without a run directory")
         writer = evidence.open_writer(le, job["run_dir"], comm.rank, comm.world, run_config(job), PROFILE)
-        comm.c = le.Collectives(writer, group="cp", process_group=None)
+        comm.inst = le.instrument(writer, groups={"cp": None})   # every torch.distributed call, traced
+        comm.declare = le.Collectives(writer, group="cp")          # note(): what was not performed
     ev = evidence.Evidence(writer)
     W = {n: t.to(dtype).clone().requires_grad_(True) for n, t in job["weights"].items()}
     names = list(W)
@@ -188,7 +189,7 @@ def run_job(comm, job):
     out.update(grads=grads, params={n: p.detach() for n, p in params.items()}, disagree=disagree, probe=probe)
     if writer is not None:
         writer.close(status="complete", steps=1, steps_exact=1, grad_digest_disagreements=1 if disagree else 0)
-        comm.c = None
+        comm.inst = comm.declare = None      # close() removed the instrumentation
         dist.barrier()
         if comm.rank == 0:
             le.write_manifest(job["run_dir"])

@@ -6,9 +6,9 @@ standard library and zstandard; torch is imported only by the hooks, the
 collective wrappers and tensor digests.
 """
 
-from .build import build_digest, collect_artifacts, tree_digest
+from .build import build_digest, code_artifact, collect_artifacts, tree_digest
 from .config import PATHS
-from .digests import tensor_bytes, tensor_sha256, trace_dtype
+from .digests import buffer_digest, default_digest_alg, tensor_bytes, tensor_sha256, trace_dtype
 from .jcs import JcsError, jcs, jcs_sha256
 from .manifest import ManifestError, write_manifest
 from .run import Group, RunWriter
@@ -28,6 +28,10 @@ def __getattr__(name):
         from .collectives import Collectives
 
         return Collectives
+    if name in ("instrument", "Instrumentation"):
+        from . import intercept
+
+        return getattr(intercept, name)
     raise AttributeError(f"module 'longstraw_emit' has no attribute {name!r}")
 
 
@@ -35,4 +39,4 @@ __version__ = "0.1.0"
 __all__ = ["PATHS", "RunWriter", "Group", "collect_artifacts", "build_digest", "tree_digest", "jcs", "jcs_sha256",
            "JcsError", "write_manifest", "ManifestError", "tensor_bytes", "tensor_sha256", "trace_dtype",
            "LayerHooks", "recomputing", "checkpoint", "is_recomputing", "Collectives", "gradient_probe",
-           "layer_groups"]
+           "layer_groups", "instrument", "Instrumentation", "code_artifact", "buffer_digest", "default_digest_alg"]

@@ -1,7 +1,9 @@
 """The build identity: artifacts and their digest (docs/contract.md section 2).
 
 build_digest(artifacts) = SHA-256 (hex) of the JCS text of {"artifacts": artifacts}.
-collect_artifacts() gathers, in this order: the interpreter, each source tree,
+collect_artifacts() gathers, in this order: the interpreter, the code by
+content (the emitter itself and each module or directory named in `code`:
+its Python files, wherever they were loaded from), each git source tree,
 each package's version, the native libraries the process has mapped that
 belong to those packages, and the named environment variables.
 """
@@ -24,6 +26,9 @@ NATIVE_PREFIXES = {
 }
 
 SKIP_DIRS = frozenset(("__pycache__", ".git"))
+# The files of a code artifact: what Python imports (sources and extension modules).
+CODE_SUFFIXES = (".py", ".so")
+MAX_CODE_FILES = 4096
 
 
 def build_digest(artifacts):
@@ -78,6 +83,69 @@ def tree_digest(root, exclude=()):
     for rel, hexd in entries:
         h.update(hexd.encode() + b"  " + rel + b"\n")
     return h.hexdigest()
+
+
+def code_files(root, exclude=()):
+    """{relative path: SHA-256} of the Python files (*.py, extension modules
+    *.so) under root (a directory) or of root itself (one module file),
+    skipping __pycache__, .git and hidden directories and the excluded ones;
+    symbolic links are followed (the content is what Python imports)."""
+    root = os.path.abspath(root)
+    if os.path.isfile(root):
+        return {os.path.basename(root): sha256_file(root)}
+    skip = {os.path.realpath(x) for x in exclude}
+    files = {}
+    for d, dirs, names in os.walk(root, followlinks=True):
+        dirs[:] = sorted(x for x in dirs if x not in SKIP_DIRS and not x.startswith(".")
+                         and os.path.realpath(os.path.join(d, x)) not in skip)
+        for name in names:
+            if not name.endswith(CODE_SUFFIXES):
+                continue
+            full = os.path.join(d, name)
+            if not os.path.isfile(full):
+                continue
+            if len(files) >= MAX_CODE_FILES:
+                raise ValueError(f"code: {root}: more than {MAX_CODE_FILES} Python files")
+            files[os.path.relpath(full, root).replace(os.sep, "/")] = sha256_file(full)
+    return files
+
+
+def _code_root(target):
+    """(root, default name) of a code target: a directory, a module file, or the
+    name of an importable module or package (found without importing it)."""
+    if os.path.isdir(target) or os.path.isfile(target):
+        path = os.path.abspath(target)
+        base = os.path.basename(path.rstrip(os.sep))
+        return path, base[:-3] if base.endswith(".py") else base
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(target)
+    except (ImportError, ValueError) as e:
+        raise ValueError(f"code: {target}: not a directory, a file or an importable module: {e}") from None
+    if spec is None or spec.origin in (None, "built-in", "frozen"):
+        raise ValueError(f"code: {target}: not a directory, a file or an importable module with files")
+    if spec.submodule_search_locations:  # a package: its directory
+        return os.path.dirname(os.path.abspath(spec.origin)), target
+    return os.path.abspath(spec.origin), target
+
+
+def code_artifact(target, name=None, exclude=()):
+    """The code of a module, package or directory by content, wherever it was
+    loaded from (installed, on PYTHONPATH, copied out of a git tree):
+    {"role": "source", "name": NAME, "sha256": tree digest of the files,
+    "files": {relative path: SHA-256}}. No commit and no path: two copies of
+    the same files are the same code, and the files map lets a reader name
+    the one that differs."""
+    root, default = _code_root(target)
+    files = code_files(root, exclude)
+    if not files:
+        raise ValueError(f"code: {target}: no Python files under {root}")
+    h = hashlib.sha256()
+    for rel in sorted(files, key=lambda r: r.encode("utf-8", "surrogateescape")):
+        h.update(files[rel].encode() + b"  " + rel.encode("utf-8", "surrogateescape") + b"\n")
+    return {"role": "source", "name": name or default, "sha256": h.hexdigest(),
+            "files": {k: files[k] for k in sorted(files)}}
 
 
 def _git(cwd, *args):
@@ -198,12 +266,25 @@ def native_library_artifacts(packages, prefixes=()):
     return arts
 
 
-def collect_artifacts(sources=(), packages=("torch",), env=(), native_libraries=True, exclude=()):
-    """The build identity's artifacts. native_libraries: True (the packages'
-    libraries), False (none), or a list of extra file-name prefixes. exclude:
-    directories left out of the source trees (put the run directory here when
-    it lies inside a source tree)."""
+def collect_artifacts(sources=(), packages=("torch",), env=(), native_libraries=True, exclude=(), code=()):
+    """The build identity's artifacts. code: modules, packages or directories
+    digested by content (code_artifact); the emitter's own package is always
+    the first of them (it wrote the evidence). sources: git source trees
+    (source_artifact: with the commit, so the same files at another place or
+    commit are another identity; prefer code). native_libraries: True (the
+    packages' libraries), False (none), or a list of extra file-name
+    prefixes. exclude: directories left out of the code and source trees (put
+    the run directory here when it lies inside one)."""
     arts = [interpreter_artifact()]
+    own = os.path.dirname(os.path.abspath(__file__))
+    targets = [own] + [c for c in code if os.path.realpath(c) != os.path.realpath(own) and c != __package__]
+    names = set()
+    for i, c in enumerate(targets):
+        a = code_artifact(c, name=__package__ if i == 0 else None, exclude=exclude)
+        if a["name"] in names:
+            raise ValueError(f"code: {c}: a second code artifact named {a['name']!r}")
+        names.add(a["name"])
+        arts.append(a)
     for s in sources:
         arts.append(source_artifact(s, exclude=exclude))
     for p in packages:
@@ -223,13 +304,13 @@ def collect_artifacts(sources=(), packages=("torch",), env=(), native_libraries=
 
 
 def default_artifacts(out_dir):
-    """RunWriter's artifacts when none are given: the interpreter, the directory
-    of the __main__ script (out_dir excluded), torch when installed, and
-    OMP_NUM_THREADS."""
-    sources = []
+    """RunWriter's artifacts when none are given: the interpreter, the emitter
+    and the directory of the __main__ script by content (out_dir excluded),
+    torch when installed, and OMP_NUM_THREADS."""
+    code = []
     main = getattr(sys.modules.get("__main__"), "__file__", None)
     if main and os.path.isdir(os.path.dirname(os.path.abspath(main))):
-        sources.append(os.path.dirname(os.path.abspath(main)))
+        code.append(os.path.dirname(os.path.abspath(main)))
     packages = []
     try:
         import torch  # noqa: F401
@@ -237,4 +318,4 @@ def default_artifacts(out_dir):
         packages.append("torch")
     except ImportError:
         pass
-    return collect_artifacts(sources=sources, packages=packages, env=("OMP_NUM_THREADS",), exclude=(out_dir,))
+    return collect_artifacts(code=code, packages=packages, env=("OMP_NUM_THREADS",), exclude=(out_dir,))

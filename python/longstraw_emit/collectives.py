@@ -1,12 +1,15 @@
-"""torch.distributed wrappers: every call performs the operation, then logs a
+"""torch.distributed wrappers called by hand (le.instrument intercepts the
+trainer's own calls instead): every call performs the operation, then logs a
 `collective` event (after the call, for its output digest: a rank stuck inside
 a collective has no event for it) (docs/contract.md section 1) with the group's next gseq and,
-for allreduce, broadcast and allgather, out_sha256 of this rank's output buffer
-after the call. Calls are synchronous (no async_op). note() records a
-collective the trainer performed itself, below this API: the trainer's word.
+for allreduce, broadcast and allgather, out_digest of this rank's output buffer
+after the call; send and recv are point-to-point messages with their peer and
+digests. Calls are synchronous (no async_op). note() records a collective the
+trainer performed itself, below this API: the trainer's word (declared: true).
 """
 
-from .digests import DTYPE_SIZE, tensor_sha256, tensors_sha256, trace_dtype
+from .digests import DTYPE_SIZE, buffer_digest, trace_dtype
+from .intercept import original
 from .run import SAME_OUTPUT_OPS
 
 _RED = ("sum", "max", "min", "prod", "avg")
@@ -42,7 +45,13 @@ class Collectives:
                 raise ValueError(f"Collectives: group {group!r} has {len(members)} members, "
                                  f"its process group {n}")
 
-    def _log(self, op, red, t, purpose, layer, step, out=None, count=None, sent=None):
+    def _f(self, name):
+        """torch.distributed's NAME (the original while le.instrument is active:
+        these calls are logged here, not twice)."""
+        return original(name, self.dist)
+
+    def _log(self, op, red, t, purpose, layer, step, out=None, count=None, sent=None, peer=None, tag=None,
+             declared=False, in_buf=None):
         """count: elements of the operation (default t's); sent: elements this
         rank hands to other ranks (default count). bytes = sent x element
         size, 0 in a group of one (trainer/dist/comm.c's rule)."""
@@ -54,11 +63,13 @@ class Collectives:
             n = count
         sent = n if sent is None else sent
         b = 0 if len(self.writer.group(self.group).members) == 1 else sent * DTYPE_SIZE[d]
-        sha = None
-        if op in SAME_OUTPUT_OPS and out is not None:
-            sha = tensors_sha256(out) if isinstance(out, (list, tuple)) else tensor_sha256(out)
+        alg = self.writer.digest_alg
+        dig = None
+        if (op in SAME_OUTPUT_OPS or op == "recv") and out is not None:
+            dig = buffer_digest(out, alg)
+        ind = buffer_digest(in_buf, alg) if in_buf is not None else None
         return self.writer.collective(self.group, op, red, n, d, b, purpose, layer=layer, step=step,
-                                      out_sha256=sha)
+                                      out_digest=dig, in_digest=ind, peer=peer, tag=tag, declared=declared)
 
     def _check_red(self, op):
         if op not in _RED:
@@ -74,27 +85,27 @@ class Collectives:
         if op == "avg":
             backend = dist.get_backend(self.pg) if self.pg is not None else dist.get_backend()
             if backend == "nccl":
-                dist.all_reduce(t, op=dist.ReduceOp.AVG, group=self.pg)
+                self._f("all_reduce")(t, op=dist.ReduceOp.AVG, group=self.pg)
             else:
-                dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self.pg)
+                self._f("all_reduce")(t, op=dist.ReduceOp.SUM, group=self.pg)
                 n = dist.get_world_size(self.pg) if self.pg is not None else dist.get_world_size()
                 if t.is_floating_point():
                     t.div_(n)
                 else:
                     t.floor_divide_(n)
         else:
-            dist.all_reduce(t, op=_reduce_op(dist, op), group=self.pg)
+            self._f("all_reduce")(t, op=_reduce_op(dist, op), group=self.pg)
         return self._log("allreduce", op, t, purpose, layer, step, out=t)
 
     def broadcast(self, t, src, purpose, layer=None, step=None):
         """src: a global rank, as torch.distributed.broadcast takes it."""
-        self.dist.broadcast(t, src, group=self.pg)
+        self._f("broadcast")(t, src, group=self.pg)
         root = self.writer.rank == src
         return self._log("broadcast", "none", t, purpose, layer, step, out=t, sent=None if root else 0)
 
     def all_gather(self, out_list, t, purpose, layer=None, step=None):
         """count/bytes: this rank's contribution; out_sha256 over out_list in order."""
-        self.dist.all_gather(out_list, t, group=self.pg)
+        self._f("all_gather")(out_list, t, group=self.pg)
         return self._log("allgather", "none", t, purpose, layer, step, out=list(out_list))
 
     def reduce_scatter(self, out, in_list, op="sum", purpose=None, layer=None, step=None):
@@ -105,26 +116,34 @@ class Collectives:
             raise ValueError("reduce_scatter: purpose is required")
         if op == "avg":
             raise ValueError("reduce_scatter: avg is not supported; use sum and divide")
-        self.dist.reduce_scatter(out, list(in_list), op=_reduce_op(self.dist, op), group=self.pg)
+        self._f("reduce_scatter")(out, list(in_list), op=_reduce_op(self.dist, op), group=self.pg)
         return self._log("reduce_scatter", op, out, purpose, layer, step,
                          sent=sum(x.numel() for x in in_list))
 
     def all_to_all(self, out_list, in_list, purpose, layer=None, step=None):
         """count/bytes: the elements this rank sends (sum over in_list)."""
-        self.dist.all_to_all(list(out_list), list(in_list), group=self.pg)
+        self._f("all_to_all")(list(out_list), list(in_list), group=self.pg)
         n = sum(x.numel() for x in in_list)
         return self._log("all_to_all", "none", in_list[0] if in_list else None, purpose, layer, step, count=n)
 
-    def send(self, t, dst, purpose, layer=None, step=None):
-        self.dist.send(t, dst, group=self.pg)
-        return self._log("send", "none", t, purpose, layer, step)
+    def send(self, t, dst, purpose, layer=None, step=None, tag=0):
+        """A point-to-point message to global rank dst: in_digest of t as sent."""
+        ind = buffer_digest(t, self.writer.digest_alg)
+        self._f("send")(t, dst, group=self.pg, tag=tag)
+        return self.writer.collective(self.group, "send", "none", t.numel(), trace_dtype(t),
+                                      self._bytes(t.numel(), trace_dtype(t)), purpose, layer=layer, step=step,
+                                      in_digest=ind, peer=dst, tag=tag)
 
-    def recv(self, t, src, purpose, layer=None, step=None):
-        self.dist.recv(t, src, group=self.pg)
-        return self._log("recv", "none", t, purpose, layer, step, sent=0)
+    def recv(self, t, src, purpose, layer=None, step=None, tag=0):
+        """A point-to-point message from global rank src: out_digest of t as received."""
+        self._f("recv")(t, src, group=self.pg, tag=tag)
+        return self._log("recv", "none", t, purpose, layer, step, out=t, sent=0, peer=src, tag=tag)
+
+    def _bytes(self, n, d):
+        return 0 if len(self.writer.group(self.group).members) == 1 else n * DTYPE_SIZE[d]
 
     def barrier(self, purpose, step=None):
-        self.dist.barrier(group=self.pg)
+        self._f("barrier")(group=self.pg)
         return self._log("barrier", "none", None, purpose, None, step)
 
     def ddp_comm_hook(self, purpose="grad_allreduce", step=None):
@@ -147,13 +166,16 @@ class Collectives:
 
         return hook
 
-    def note(self, op, red, tensor, purpose, layer=None, step=None, performed_output=None):
-        """Record a collective performed below this API (a fused kernel, a C++
+    def note(self, op, red, tensor, purpose, layer=None, step=None, performed_output=None, peer=None, tag=None):
+        """Record a collective performed below Python (a fused kernel, a C++
         extension, NCCL called directly): nothing is communicated here; the
-        event is the trainer's word. out_sha256 (allreduce, broadcast,
-        allgather) digests performed_output if given (a tensor or a list of
-        tensors), else tensor as it stands now: when the operation was not
-        really performed, the ranks' digests differ and the audit sees it."""
+        event is the trainer's word and says so (declared: true). out_digest
+        (allreduce, broadcast, allgather, recv) digests performed_output if
+        given (a tensor or a list of tensors), else tensor as it stands now:
+        when the operation was not really performed, the ranks' digests differ
+        and the audit sees it. A send's in_digest digests tensor; send and recv
+        need their peer."""
         out = performed_output if performed_output is not None else tensor
         sent = 0 if op in ("recv", "barrier") else None
-        return self._log(op, red, tensor, purpose, layer, step, out=out, sent=sent)
+        return self._log(op, red, tensor, purpose, layer, step, out=out, sent=sent, peer=peer, tag=tag,
+                         declared=True, in_buf=tensor if op == "send" else None)

@@ -1,12 +1,27 @@
 """Tensor bytes and digests (docs/contract.md section 1).
 
-A tensor's digest is the SHA-256 of its raw little-endian element bytes in its
+A tensor's digest is taken over its raw little-endian element bytes in its
 storage dtype, row-major (C order), whatever its strides or device. torch is
 imported only when a torch tensor is passed.
+
+Two algorithms: SHA-256 for what is kept and signed (param_digest, files) and,
+for the cross-rank equality of collective buffers (out_digest, in_digest),
+XXH3-128 where the xxhash module is importable (Debian: python3-xxhash), a
+non-cryptographic hash several times faster: the ranks' digests are compared
+with each other, not with an adversary's choice. A buffer digest is written
+"ALG:HEX" ("xxh3_128:" 32 hex digits, "sha256:" 64), so the algorithm is in
+the trace.
 """
 
 import hashlib
 import sys
+
+try:  # the fast hash is optional: without it buffer digests are SHA-256
+    import xxhash as _xxhash
+except ImportError:  # pragma: no cover - depends on the machine
+    _xxhash = None
+
+DIGEST_ALGS = ("xxh3_128", "sha256")
 
 # torch dtype name -> trace dtype
 _TORCH_DTYPES = {
@@ -31,9 +46,10 @@ def trace_dtype(t):
     return d
 
 
-def tensor_bytes(t):
-    """The raw little-endian element bytes of t, row-major. t: a torch tensor,
-    a numpy array, or bytes-like."""
+def tensor_buffer(t):
+    """The raw little-endian element bytes of t, row-major, as a buffer (a
+    memoryview of the tensor's own memory where it is contiguous on the CPU:
+    no copy). t: a torch tensor, a numpy array, or bytes-like."""
     if sys.byteorder != "little":
         raise RuntimeError("tensor_bytes: big-endian hosts are not supported")
     if _is_torch(t):
@@ -45,23 +61,29 @@ def tensor_bytes(t):
             x = x.cpu()
         x = x.contiguous().reshape(-1)
         if x.dtype == torch.bool:
-            x = x.to(torch.uint8)
+            x = x.view(torch.uint8)
         elif x.dtype in (torch.bfloat16, torch.float16):
             x = x.view(torch.int16)
-        return x.numpy().tobytes()
+        return memoryview(x.numpy()).cast("B")
     if hasattr(t, "tobytes") and hasattr(t, "dtype"):  # numpy
         import numpy as np
 
         a = np.ascontiguousarray(t)
         if a.dtype.byteorder == ">":
             a = a.astype(a.dtype.newbyteorder("<"))
-        return a.tobytes(order="C")
-    return bytes(memoryview(t))
+        return memoryview(a).cast("B")
+    return memoryview(t).cast("B")
+
+
+def tensor_bytes(t):
+    """The raw little-endian element bytes of t, row-major, as bytes (a copy:
+    tensor_buffer avoids it)."""
+    return bytes(tensor_buffer(t))
 
 
 def tensor_sha256(t):
     """SHA-256 (hex) of tensor_bytes(t)."""
-    return hashlib.sha256(tensor_bytes(t)).hexdigest()
+    return hashlib.sha256(tensor_buffer(t)).hexdigest()
 
 
 def tensors_sha256(ts):
@@ -69,8 +91,34 @@ def tensors_sha256(ts):
     (the output of an allgather into a list)."""
     h = hashlib.sha256()
     for t in ts:
-        h.update(tensor_bytes(t))
+        h.update(tensor_buffer(t))
     return h.hexdigest()
+
+
+def default_digest_alg():
+    """xxh3_128 where the xxhash module is importable, else sha256."""
+    return "xxh3_128" if _xxhash is not None else "sha256"
+
+
+def check_digest_alg(where, alg):
+    """alg itself, or None for the default; raises naming WHERE for an unknown
+    algorithm or xxh3_128 without the xxhash module."""
+    if alg is None:
+        return default_digest_alg()
+    if alg not in DIGEST_ALGS:
+        raise ValueError(f"{where}: {alg!r} is not one of {', '.join(DIGEST_ALGS)}")
+    if alg == "xxh3_128" and _xxhash is None:
+        raise ValueError(f"{where}: xxh3_128 needs the xxhash module (Debian: python3-xxhash)")
+    return alg
+
+
+def buffer_digest(ts, alg):
+    """"ALG:HEX" over the concatenated bytes of a tensor, or of a list of
+    tensors in order (an allgather's output list)."""
+    h = _xxhash.xxh3_128() if alg == "xxh3_128" else hashlib.sha256()
+    for t in ts if isinstance(ts, (list, tuple)) else (ts,):
+        h.update(tensor_buffer(t))
+    return f"{alg}:{h.hexdigest()}"
 
 
 def trainable_digest(lines):

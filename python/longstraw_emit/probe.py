@@ -111,6 +111,21 @@ def _any_rank(flags, process_group):
 
 def gradient_probe(writer, step, loss_fn, params, grads, grad_mode="full", objective="grpo", h=None, seed=0,
                    groups=None, tol=None, process_group=None, not_applicable=None):
+    """_probe's, with le.instrument paused: the probe's re-evaluations of the loss and its own
+    agreement checks communicate, and are no part of the step's transaction."""
+    from .intercept import active
+
+    inst = active()
+    args = (writer, step, loss_fn, params, grads, grad_mode, objective, h, seed, groups, tol, process_group,
+            not_applicable)
+    if inst is None:
+        return _probe(*args)
+    with inst.paused():
+        return _probe(*args)
+
+
+def _probe(writer, step, loss_fn, params, grads, grad_mode="full", objective="grpo", h=None, seed=0,
+           groups=None, tol=None, process_group=None, not_applicable=None):
     """Probe the gradient GRADS about to be applied to PARAMS against the loss LOSS_FN computes;
     write one gradient_probe event (docs/contract.md section 1, the fields of
     schemas/event-gradient_probe.schema.json in the v2 envelope) and return its fields.

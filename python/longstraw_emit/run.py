@@ -8,6 +8,7 @@ rank closed.
 
 import contextlib
 import os
+import re
 import resource
 import time
 from collections import namedtuple
@@ -15,7 +16,7 @@ from collections import namedtuple
 from . import check
 from .build import build_digest, check_artifacts, default_artifacts
 from .config import check_config, check_path
-from .digests import DTYPES, tensor_sha256, trainable_digest
+from .digests import DTYPES, check_digest_alg, tensor_sha256, trainable_digest
 from .fsutil import sha256_file
 from .receipt import write_receipt
 from .trace import TRACE_SCHEMA, TraceWriter, host_name
@@ -28,6 +29,9 @@ REDS = ("sum", "max", "min", "prod", "avg", "none")
 DIRS = ("fwd", "bwd")
 # Ops whose output every member of the group must hold identically.
 SAME_OUTPUT_OPS = ("allreduce", "broadcast", "allgather")
+# Point-to-point messages: gseq counts one channel (group, sender, receiver, tag).
+P2P_OPS = ("send", "recv")
+DIGEST = re.compile(r"^(sha256:[0-9a-f]{64}|xxh3_128:[0-9a-f]{32})$")
 STATUS_NAMES = {1: "bad argument", 2: "out of memory", 3: "I/O error", 4: "malformed input",
                 5: "truncated input", 6: "corrupt data", 7: "schema violation",
                 8: "non-finite value", 9: "signature verification failed", 10: "unsupported",
@@ -94,7 +98,8 @@ class RunWriter:
 
     def __init__(self, out_dir, rank, world, run_id, profile_name, profile_path, tool="longstraw-emit/python",
                  groups=(), phases=(), layer_kinds=(), config=None, artifacts=None, compress=True,
-                 flush_bytes=None):
+                 flush_bytes=None, digest=None):
+        self.digest_alg = check_digest_alg("digest", digest)
         self.world = check.uint("world", world, 1)
         self.rank = check.uint("rank", rank)
         if self.rank >= self.world:
@@ -134,6 +139,10 @@ class RunWriter:
         kw = {} if flush_bytes is None else {"flush_bytes": flush_bytes}
         self.trace = TraceWriter(os.path.join(out_dir, self.events_rel), header, self.rank, compress, **kw)
         self._gseq = {g.name: 0 for g in self.groups}
+        self._p2p_seq = {}  # (group, sender, receiver, tag) -> next gseq
+        self._ready, self._next_write = {}, {}  # per sequence key: settled events waiting, the next to write
+        self._close_hooks = []  # called first by close(): the instrumentation settles its pending calls
+        self._poll_hooks = []   # called at every phase boundary: it settles the calls that completed
         self._group = {g.name: g for g in self.groups}
         self._phase_stats = {}  # phase -> [count, wall_ns_total], in order of first end
         self._open_phases = []
@@ -177,9 +186,14 @@ class RunWriter:
         return {k: sorted(v) for k, v in sorted(self._paths.items())}
 
     # ---- phases -------------------------------------------------------------
+    def _poll(self):
+        for hook in list(self._poll_hooks):
+            hook()
+
     def phase_begin(self, phase, step):
         self._phase("phase_begin.phase", phase)
         step = check.uint("phase_begin.step", step)
+        self._poll()
         self.trace.emit("phase_begin", [("phase", phase), ("step", step)])
         self._open_phases.append((phase, step, time.monotonic_ns()))
 
@@ -189,6 +203,7 @@ class RunWriter:
         if not self._open_phases or self._open_phases[-1][:2] != (phase, step):
             raise ValueError(f"phase_end: ({phase}, {step}) is not the open phase "
                              f"{self._open_phases[-1][:2] if self._open_phases else 'none'}")
+        self._poll()
         t0 = self._open_phases.pop()[2]
         wall = time.monotonic_ns() - t0 if wall_ns is None else check.uint("phase_end.wall_ns", wall_ns)
         self.trace.emit("phase_end", [("phase", phase), ("step", step), ("wall_ns", wall), ("ok", bool(ok))])
@@ -233,11 +248,55 @@ class RunWriter:
             self._gseq[group] = g + 1
             return g
 
+    def next_p2p_seq(self, group, peer, send, tag=0):
+        """Reserve the next sequence number of a point-to-point channel: this
+        rank's next send to PEER (send=True) or receive from PEER in GROUP with
+        TAG. The sender's k-th message and the receiver's k-th receive of one
+        channel both carry k."""
+        g = self.group(group)
+        peer = check.uint("collective.peer", peer)
+        tag = check.uint("collective.tag", tag)
+        if peer not in g.members or peer == self.rank:
+            raise ValueError(f"collective.peer: {peer} is not another member of group {group!r} {g.members}")
+        key = (group, self.rank, peer, tag) if send else (group, peer, self.rank, tag)
+        with self.trace._lock:
+            k = self._p2p_seq.get(key, 0)
+            self._p2p_seq[key] = k + 1
+            return k
+
     def collective(self, group, op, red, count, dtype, bytes, purpose, layer=None, step=None, out_sha256=None,
-                   gseq=None):
-        """One collective event; gseq defaults to the group's next. Collectives
-        (collectives.py) calls this after performing the operation."""
-        self.group(group)
+                   gseq=None, out_digest=None, in_digest=None, in_digest_done=None, peer=None, tag=None,
+                   declared=False):
+        """One collective event. gseq defaults to the group's next (for send and
+        recv: the channel's next, next_p2p_seq), and the event is then written
+        in sequence order after any earlier reserved call of its group or
+        channel still pending (le.instrument's async calls); a gseq given is
+        written as it is. The wrappers (collectives.py, instrument.py) call
+        this once the operation completed. out_digest, in_digest,
+        in_digest_done: "ALG:HEX" (digests.buffer_digest); peer: the other
+        side's global rank (send, recv: required); declared: the call was not
+        observed, the trainer declares it (note())."""
+        fields, key = self._collective_fields(group, op, red, count, dtype, bytes, purpose, layer, step, out_sha256,
+                                              out_digest, in_digest, in_digest_done, peer, tag, declared)
+        with self.trace._lock:
+            if gseq is not None:
+                return self.trace.emit("collective", [("group", group),
+                                                      ("gseq", check.uint("collective.gseq", gseq))] + fields)
+            k = self.next_p2p_seq(group, peer, op == "send", tag or 0) if op in P2P_OPS else self.next_gseq(group)
+            return self._settle(key, k, fields)
+
+    def _collective_key(self, group, op, peer, tag):
+        """The sequence a collective counts in: its group, or for send and recv its channel."""
+        if op not in P2P_OPS:
+            return ("g", group)
+        send = op == "send"
+        return ("p", group, self.rank if send else peer, peer if send else self.rank, tag or 0)
+
+    def _collective_fields(self, group, op, red, count, dtype, bytes, purpose, layer=None, step=None,
+                           out_sha256=None, out_digest=None, in_digest=None, in_digest_done=None, peer=None,
+                           tag=None, declared=False):
+        """The event's fields after group and gseq, checked, and its sequence key."""
+        g = self.group(group)
         check.one_of("collective.op", op, OPS)
         check.one_of("collective.red", red, REDS)
         check.one_of("collective.dtype", dtype, DTYPES)
@@ -252,12 +311,57 @@ class RunWriter:
             if not isinstance(out_sha256, str) or not check.HEX64.match(out_sha256):
                 raise ValueError(f"collective.out_sha256: {out_sha256!r} is not 64 lowercase hex digits")
             f_tail.append(("out_sha256", out_sha256))
+        for name, v in (("out_digest", out_digest), ("in_digest", in_digest), ("in_digest_done", in_digest_done)):
+            if v is None:
+                continue
+            if not isinstance(v, str) or not DIGEST.match(v):
+                raise ValueError(f"collective.{name}: {v!r} is not sha256:<64 hex> or xxh3_128:<32 hex>")
+            f_tail.append((name, v))
+        if op in P2P_OPS:
+            if peer is None:
+                raise ValueError(f"collective.peer: a {op} needs its peer (the other side's global rank)")
+            peer = check.uint("collective.peer", peer)
+            if peer not in g.members or peer == self.rank:
+                raise ValueError(f"collective.peer: {peer} is not another member of group {group!r} {g.members}")
+            f_tail.append(("peer", peer))
+            tag = check.uint("collective.tag", 0 if tag is None else tag)
+            if tag:
+                f_tail.append(("tag", tag))
+        elif peer is not None or tag is not None:
+            raise ValueError(f"collective.peer: only a send or recv has a peer, not {op}")
+        if declared:
+            f_tail.append(("declared", True))
+        return f_tail, self._collective_key(group, op, peer, tag)
+
+    def _unreserve(self, key, k):
+        """Give back sequence number k of KEY, reserved by a call that raised
+        before it communicated: the last one reserved is reused; an earlier one
+        (another thread reserved since) is skipped when the events are written."""
         with self.trace._lock:
-            if gseq is None:
-                gseq = self.next_gseq(group)
+            counters, ck = (self._p2p_seq, key[1:]) if key[0] == "p" else (self._gseq, key[1])
+            if counters.get(ck) == k + 1:
+                counters[ck] = k
             else:
-                gseq = check.uint("collective.gseq", gseq)
-            return self.trace.emit("collective", [("group", group), ("gseq", gseq)] + f_tail)
+                self._settle(key, k, None)
+
+    def _settle(self, key, k, fields):
+        """Write the event of sequence number k of KEY (reserved earlier) and
+        every later one already settled, in order; returns k's seq once written
+        (None while an earlier call of its key is pending)."""
+        with self.trace._lock:
+            self._ready.setdefault(key, {})[k] = fields
+            n = self._next_write.get(key, 0)
+            ready = self._ready[key]
+            seq = None
+            while n in ready:
+                f = ready.pop(n)
+                if f is not None:  # None: a call that failed before it communicated (_unreserve)
+                    s = self.trace.emit("collective", [("group", key[1]), ("gseq", n)] + f)
+                    if n == k:
+                        seq = s
+                n += 1
+            self._next_write[key] = n
+            return seq
 
     def memory(self, step, phase, categories, rss_peak=None, total_live=None, total_peak=None):
         """categories: {name: (live, peak)}. total_live defaults to the sum of
@@ -411,6 +515,8 @@ class RunWriter:
         if self.closed:
             return
         check.one_of("close.status", status, ("complete", "error"))
+        for hook in list(self._close_hooks):
+            hook(status)
         steps = check.uint("close.steps", steps)
         steps_exact = steps if steps_exact is None else check.uint("close.steps_exact", steps_exact)
         if grad_digest_disagreements is not None:

@@ -290,16 +290,33 @@ def profile_failures(run_dir, profile, grad_mode):
 
 def collective_mismatches(run_dir):
     """Per (group, gseq), op/red/count/dtype/purpose/layer equal on every rank and every rank has
-    the same number (the audit's collectives.match in miniature)."""
-    seqs = []
+    the same number (the audit's collectives.match in miniature); point-to-point messages per
+    channel: the k-th send's count, dtype, purpose, layer and in_digest equal the k-th receive's
+    (collectives.p2p in miniature)."""
+    seqs, sends, recvs = [], {}, {}
     for rk in sorted(x for x in os.listdir(run_dir) if x.startswith("rank-")):
         _, evs = read_trace(os.path.join(run_dir, rk, "events.jsonl.zst"))
+        coll = [e for e in evs if e["ev"] == "collective"]
         seqs.append([(e["group"], e["gseq"], e["op"], e["red"], e["count"], e["dtype"], e["purpose"],
-                      e.get("layer")) for e in evs if e["ev"] == "collective"])
+                      e.get("layer")) for e in coll if e["op"] not in ("send", "recv")])
+        for e in coll:
+            if e["op"] == "send":
+                sends.setdefault((e["rank"], e["peer"], e.get("tag", 0)), []).append(e)
+            elif e["op"] == "recv":
+                recvs.setdefault((e["peer"], e["rank"], e.get("tag", 0)), []).append(e)
     bad = [f"rank {r}: {len(q)} collectives, rank 0 {len(seqs[0])}" for r, q in enumerate(seqs)
            if len(q) != len(seqs[0])]
     for r, q in enumerate(seqs[1:], 1):
         bad += [f"rank {r} {a} vs rank 0 {b}" for a, b in zip(q, seqs[0]) if a != b]
+    for ch in sorted(set(sends) | set(recvs)):
+        s, r = sends.get(ch, []), recvs.get(ch, [])
+        if len(s) != len(r):
+            bad.append(f"channel {ch}: {len(s)} sends, {len(r)} receives")
+        for a, b in zip(s, r):
+            key = ("gseq", "count", "dtype", "purpose", "layer")
+            if [a.get(k) for k in key] != [b.get(k) for k in key] or a["in_digest"] != b["out_digest"] \
+                    or "in_digest_done" in a:
+                bad.append(f"channel {ch} gseq {a['gseq']}: send {a} vs receive {b}")
     return bad
 
 
@@ -330,7 +347,8 @@ class TorchCPFiles(unittest.TestCase):
         # the bugs the adapter does not declare (README.md) are flags the profile knows, never controls
         bugs = set(train.cp_step.BUGS)
         self.assertFalse(bugs & faults)
-        self.assertEqual(set(prof["faults"]), faults | bugs)
+        self.assertEqual(set(prof["faults"]), faults | bugs | set(train.cp_step.TRACE_FAULTS))
+        self.assertFalse(set(train.cp_step.TRACE_FAULTS) & set(ad["faults"]["controls"]))
         le_mod = train.evidence.import_emitter()
         if le_mod is not None:
             self.assertEqual(set(prof["paths"]), set(le_mod.PATHS))    # every decision the audit knows
@@ -449,7 +467,7 @@ class TorchCPCli(unittest.TestCase):
             W = train.load_weights(w)
             jobs = []          # the other runs in one launch (each still its own run directory)
             for name, kw in (("fake", {"faults": ["fake-reduce"]}), ("skipdkv", {"faults": ["skip-dkv-reduce"]}),
-                             ("det", {"grad_mode": "detached"})):
+                             ("det", {"grad_mode": "detached"}), ("stale", {"faults": ["stale-handoff"]})):
                 os.makedirs(os.path.join(d, name))
                 jobs.append(job(batch, W, cp=2, out=os.path.join(d, name), run_id=f"run-test-{name}",
                                 run_dir=os.path.join(d, name, "run"), probe_every=1, **kw))
@@ -459,6 +477,10 @@ class TorchCPCli(unittest.TestCase):
                                  run_dir=os.path.join(d, "cp4", "run"))])
             for name in ("ok", "fake", "skipdkv", "det", "cp4"):
                 self.assertEqual(collective_mismatches(os.path.join(d, name, "run")), [], name)
+            # the stale hand-off: rank 0's two GDN hand-offs, each send's buffer changed before it completed
+            stale = collective_mismatches(os.path.join(d, "stale", "run"))
+            self.assertEqual(len(stale), 2, stale)
+            self.assertTrue(all("in_digest_done" in x and "state_handoff" in x for x in stale), stale)
             ref = os.path.join(d, "ref")
             self.assertEqual(self.cli("--mode", "reference", "--weights", w, "--batch", b,
                                       "--out", ref).returncode, 0)
@@ -482,7 +504,7 @@ class TorchCPCli(unittest.TestCase):
                     hdr = json.loads(lines[0])
                     self.assertEqual(hdr["profile"], "torch-cp")
                     ev = [json.loads(x) for x in lines[1:]]
-                    digs.append([e.get("out_sha256") for e in ev if e.get("purpose") == "grad_finalize"])
+                    digs.append([e.get("out_digest") for e in ev if e.get("purpose") == "grad_finalize"])
                 return digs
             a, bb = finalize_digests("ok")
             self.assertEqual(a, bb)

@@ -33,7 +33,15 @@ def _step(w, step, member_count=2):
             w.layer_end("replay", step, m, 2, "attn", "fwd", 4, 0.5, recompute=True)
             w.layer_end("replay", step, m, 2, "attn", "bwd", 4, 0.25)
             w.collective("cp", "allreduce", "sum", 3, "bf16", 6, "dkv_sum", layer=2, step=step)
-            w.collective("cp", "send", "none", 3, "f32", 12, "ring_kv", layer=2)
+            # a point-to-point message with every new field the C reader must accept
+            if w.world == 1:
+                pass
+            elif w.rank == 0:
+                w.collective("cp", "send", "none", 3, "f32", 12, "ring_kv", layer=2, peer=1, tag=3,
+                             in_digest="xxh3_128:" + "0" * 32, in_digest_done="xxh3_128:" + "1" * 32)
+            else:
+                w.collective("cp", "recv", "none", 3, "f32", 0, "ring_kv", layer=2, peer=0, tag=3,
+                             out_digest="xxh3_128:" + "0" * 32, declared=True)
     w.memory(step, "replay", {"weights": (100, 100), "kv.cache-0": {"live": 1, "peak": 5}})
     with w.phase("optimizer", step):
         w.optimizer_step(step, n_params=10, lr=1e-3, grad_norm=0.0)

@@ -46,16 +46,20 @@ class TwoRanks(unittest.TestCase):
 
     def test_gseq_and_ops_match_across_ranks(self):
         c0, c1 = self._coll(0, "cp"), self._coll(1, "cp")
-        self.assertEqual([e["gseq"] for e in c0], list(range(8)))
-        strip = lambda e: {k: v for k, v in e.items() if k not in ("rank", "seq", "ts_ns", "out_sha256", "bytes")}
-        # send on rank 0 pairs with recv on rank 1 at the same gseq
-        self.assertEqual([e["op"] for e in c0],
-                         ["allreduce", "allreduce", "allreduce", "broadcast", "allgather", "send", "allreduce",
-                          "allreduce"])
-        self.assertEqual(c1[5]["op"], "recv")
-        for a, b in zip(c0, c1):
-            if a["op"] not in ("send", "recv"):
-                self.assertEqual(strip(a), strip(b))
+        g0 = [e for e in c0 if e["op"] not in ("send", "recv")]
+        g1 = [e for e in c1 if e["op"] not in ("send", "recv")]
+        self.assertEqual([e["gseq"] for e in g0], list(range(7)))
+        strip = lambda e: {k: v for k, v in e.items() if k not in ("rank", "seq", "ts_ns", "out_digest", "bytes")}
+        self.assertEqual([e["op"] for e in g0],
+                         ["allreduce", "allreduce", "allreduce", "broadcast", "allgather", "allreduce", "allreduce"])
+        for a, b in zip(g0, g1):
+            self.assertEqual(strip(a), strip(b))
+        # a send on rank 0 and its recv on rank 1: a point-to-point channel of their own, gseq 0 on both
+        s0 = [e for e in c0 if e["op"] == "send"]
+        r1 = [e for e in c1 if e["op"] == "recv"]
+        self.assertEqual([(e["gseq"], e["peer"]) for e in s0], [(0, 1)])
+        self.assertEqual([(e["gseq"], e["peer"]) for e in r1], [(0, 0)])
+        self.assertEqual(s0[0]["in_digest"], r1[0]["out_digest"])
         w0 = self._coll(0, "world")
         self.assertEqual([(e["gseq"], e["op"], e["red"], e["count"]) for e in w0], [(0, "barrier", "none", 0)])
 
@@ -73,22 +77,27 @@ class TwoRanks(unittest.TestCase):
         self.assertEqual((c0[5]["op"], c0[5]["bytes"], c1[5]["op"], c1[5]["bytes"]), ("send", 20, "recv", 0))
         self.assertEqual([a["bytes"] == b["bytes"] for a, b in zip(c0, c1)], [True] * 3 + [False, True, False] + [True] * 2)
         self.assertEqual((c0[4]["dtype"], c0[4]["count"], c0[4]["bytes"]), ("f16", 2, 4))
-        self.assertNotIn("out_sha256", c0[5])  # send: nothing every member holds
+        self.assertNotIn("out_digest", c0[5])  # send: its input is what it hands off
+        self.assertIn("in_digest", c0[5])
+        # note(): the trainer's word, and the event says so
+        self.assertEqual([e.get("declared", False) for e in c0], [False] * 6 + [True, True])
 
     def test_performed_collectives_have_equal_digests(self):
         c0, c1 = self._coll(0, "cp"), self._coll(1, "cp")
+        alg = le.default_digest_alg()
         for i in (0, 1, 2, 3, 4, 7):
-            with self.subTest(gseq=i):
-                self.assertRegex(c0[i]["out_sha256"], "^[0-9a-f]{64}$")
-                self.assertEqual(c0[i]["out_sha256"], c1[i]["out_sha256"])
+            with self.subTest(index=i):
+                self.assertRegex(c0[i]["out_digest"], "^" + alg + ":[0-9a-f]+$")
+                self.assertEqual(c0[i]["out_digest"], c1[i]["out_digest"])
         summed = torch.arange(4, dtype=torch.float64) * 3
-        self.assertEqual(c0[0]["out_sha256"], le.tensor_sha256(summed))
+        self.assertEqual(c0[0]["out_digest"], le.buffer_digest(summed, alg))
 
     def test_fake_reduction_digests_differ(self):
         c0, c1 = self._coll(0, "cp"), self._coll(1, "cp")
         self.assertEqual((c0[6]["op"], c0[6]["purpose"]), ("allreduce", "dkv_sum"))
-        self.assertNotEqual(c0[6]["out_sha256"], c1[6]["out_sha256"])
-        self.assertEqual(c0[6]["out_sha256"], le.tensor_sha256(torch.arange(4, dtype=torch.float64)))
+        self.assertNotEqual(c0[6]["out_digest"], c1[6]["out_digest"])
+        self.assertEqual(c0[6]["out_digest"], le.buffer_digest(torch.arange(4, dtype=torch.float64),
+                                                               le.default_digest_alg()))
 
     def test_manifest_covers_both_ranks(self):
         with open(os.path.join(self.run_dir, "manifest.json")) as f:
@@ -151,7 +160,7 @@ class DdpHook(unittest.TestCase):
         for a, b in zip(c0, c1):
             self.assertEqual((a["op"], a["red"], a["purpose"], a["count"], a["step"]),
                              ("allreduce", "avg", "grad_allreduce", b["count"], 0))
-            self.assertEqual(a["out_sha256"], b["out_sha256"])
+            self.assertEqual(a["out_digest"], b["out_digest"])
 
 
 class _StubDist:
@@ -220,10 +229,11 @@ class StubbedOps(unittest.TestCase):
                          [("allreduce", "avg"), ("allreduce", "avg"), ("reduce_scatter", "sum"),
                           ("all_to_all", "none"), ("allgather", "none")])
         self.assertEqual((coll[2]["count"], coll[2]["dtype"], coll[2]["bytes"], coll[2]["layer"]), (3, "f32", 24, 2))
-        self.assertNotIn("out_sha256", coll[2])
+        self.assertNotIn("out_digest", coll[2])
         self.assertEqual((coll[3]["count"], coll[3]["dtype"], coll[3]["bytes"]), (7, "i32", 28))
-        self.assertNotIn("out_sha256", coll[3])
-        self.assertEqual(coll[4]["out_sha256"], le.tensor_sha256(torch.tensor([1.0, 1.0, 0.0, 0.0])))
+        self.assertNotIn("out_digest", coll[3])
+        self.assertEqual(coll[4]["out_digest"], le.buffer_digest(torch.tensor([1.0, 1.0, 0.0, 0.0]),
+                                                                 le.default_digest_alg()))
 
     def test_group_of_one_sends_nothing(self):
         import common
