@@ -485,6 +485,9 @@ typedef struct ls_audit_run {
     /* the run's CP x EP grid (docs/design.md §4a): ep_size config ep_ranks (absent: 1), cp_size config
      * cp_ranks (absent: 0, the world's); read by ls_audit_grid_holds */
     uint32_t ep_size, cp_size;
+    /* an adapter trainer's data parallelism (config dp_ranks, absent: 1): world = cp x dp, rank r in replica
+     * r / cp_size (the profile's "split": "dp" member steps hold member m on replica m % dp_size only) */
+    uint32_t dp_size;
     bool fault_local_attention, fault_skip_dkv, fault_skip_finalize, any_fault;
     /* what the evidence speaks for (rules_scope.c): the faults of every configuration (manifest and
        receipts), the highest level they leave (4: none), the prefix-frozen steps */

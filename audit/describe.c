@@ -299,6 +299,26 @@ ls_status ls_audit_describe_config(ls_audit_desc_list *l, const cJSON *c, const 
      * absent: 1), rank = cp_idx * ep + ep_idx.  EP 1: one cp group over every rank ("cp"); EP N > 1: the cp
      * group of each ep_idx (cp-eE, kind cp) and the ep group of each cp_idx (ep-cC, kind ep). */
     if (get(c, "ep_ranks") != NULL && !(get_uint(c, "ep_ranks", &ep) && ep >= 1 && ep <= LS_AUDIT_MAX_WORLD)) ep = 0;
+    /* an adapter trainer's data parallelism (docs/contract.md §2, dp_ranks): D replicas of one CP group each,
+     * world = cp_ranks x dp_ranks, rank = replica * cp + CP index; groups cp-dD (kind cp) and dp-cC (kind dp) */
+    uint64_t dp = 1;
+    if (get(c, "dp_ranks") != NULL && !(get_uint(c, "dp_ranks", &dp) && dp >= 1 && dp <= LS_AUDIT_MAX_WORLD)) ep = 0;
+    if (dp > 1 && ep == 1 && get_uint(c, "cp_ranks", &cp) && cp >= 1 && cp <= LS_AUDIT_MAX_WORLD &&
+        cp * dp <= LS_AUDIT_MAX_WORLD) {
+        if (!put_num(d, "world", (double)(cp * dp))) return LS_ERR_NOMEM;
+        char n[32];
+        for (uint64_t k = 0; k < dp; k++) { /* cp-dD: {D * cp + c : c < cp} */
+            snprintf(n, sizeof n, "cp-d%llu", (unsigned long long)k);
+            if (!grid_group(d, n, "cp", k * cp, 1, cp)) return LS_ERR_NOMEM;
+        }
+        for (uint64_t k = 0; k < cp; k++) { /* dp-cC: {d * cp + C : d < dp} */
+            snprintf(n, sizeof n, "dp-c%llu", (unsigned long long)k);
+            if (!grid_group(d, n, "dp", k, cp, dp)) return LS_ERR_NOMEM;
+        }
+        ep = 0; /* described: not the CP x EP grid below */
+    } else if (dp > 1) {
+        ep = 0; /* DP beside EP: no layout to describe */
+    }
     if (ep >= 1 && get_uint(c, "cp_ranks", &cp) && cp >= 1 && cp <= LS_AUDIT_MAX_WORLD && cp * ep <= LS_AUDIT_MAX_WORLD) {
         if (!put_num(d, "world", (double)(cp * ep))) return LS_ERR_NOMEM;
         if (ep == 1 && cp > 1) {

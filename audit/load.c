@@ -150,6 +150,7 @@ static void derive_config(ls_audit_run *run) {
     run->naive = sg != NULL && strcmp(sg, "naive") == 0;
     run->ep_size = ls_audit_get_int(run->config, "ep_ranks", &v) && v >= 1 && v <= LS_AUDIT_MAX_WORLD ? (uint32_t)v : 1;
     run->cp_size = ls_audit_get_int(run->config, "cp_ranks", &v) && v >= 1 && v <= LS_AUDIT_MAX_WORLD ? (uint32_t)v : 0;
+    run->dp_size = ls_audit_get_int(run->config, "dp_ranks", &v) && v >= 1 && v <= LS_AUDIT_MAX_WORLD ? (uint32_t)v : 1;
     const cJSON *f;
     cJSON_ArrayForEach(f, cJSON_GetObjectItemCaseSensitive(run->config, "faults")) {
         if (!ls_json_is_string(f)) continue;

@@ -56,7 +56,8 @@ static const struct {
             {"sft", LS_AUDIT_WHEN_SFT},           {"not_sft", LS_AUDIT_WHEN_NOT_SFT},
             {"prefix_frozen", LS_AUDIT_WHEN_FROZEN}, {"not_prefix_frozen", LS_AUDIT_WHEN_NOT_FROZEN},
             {"ran", LS_AUDIT_WHEN_RAN},           {"probed", LS_AUDIT_WHEN_PROBED},
-            {"cp", LS_AUDIT_WHEN_CP},             {"ep", LS_AUDIT_WHEN_EP}};
+            {"cp", LS_AUDIT_WHEN_CP},             {"ep", LS_AUDIT_WHEN_EP},
+            {"dp", LS_AUDIT_WHEN_DP}};
 
 /* An identifier of length 1..max-1: a letter, then letters, digits, _ . - */
 static bool ident_ok(const char *s, size_t cap) {
@@ -202,7 +203,7 @@ static ls_status parse_steps(pctx *c, const cJSON *arr, ls_audit_profile *p) {
             return bad(c, f, "the condition ran needs unit none (whether a phase ran is known only once every "
                        "trace is read)");
         if (st->when & LS_AUDIT_WHEN_PROBED) return bad(c, f, "the condition probed is for /sequence only");
-        if (st->when & LS_AUDIT_WHEN_GRID) return bad(c, f, "the conditions cp and ep are for /collectives only");
+        if (st->when & LS_AUDIT_WHEN_GRID) return bad(c, f, "the conditions cp, ep and dp are for /collectives only");
         const cJSON *ps = member(s, "passes");
         const char *pv = cJSON_IsString(ps) ? ps->valuestring : "once";
         st->passes = strcmp(pv, "segments") == 0       ? LS_AUDIT_PASSES_SEGMENTS
@@ -211,6 +212,14 @@ static ls_status parse_steps(pctx *c, const cJSON *arr, ls_audit_profile *p) {
         if (ps != NULL && st->unit == LS_AUDIT_UNIT_NONE) {
             snprintf(f, sizeof f, "%s/passes", ptr);
             return bad(c, f, "unit none has no layer events to pass over");
+        }
+        const cJSON *sp = member(s, "split");
+        if (sp != NULL) {
+            snprintf(f, sizeof f, "%s/split", ptr);
+            if (!cJSON_IsString(sp) || strcmp(sp->valuestring, "dp") != 0)
+                return bad(c, f, "split must be \"dp\" (members over the data-parallel replicas)");
+            if (st->unit != LS_AUDIT_UNIT_MEMBER) return bad(c, f, "split needs unit member");
+            st->split_dp = true;
         }
         st->phase_ix = -1;
         p->n_steps++;
@@ -285,7 +294,7 @@ static ls_status parse_sequence(pctx *c, const cJSON *arr, ls_audit_profile *p) 
             if (!found) return bad(c, q, "not a condition");
             if (it->when & LS_AUDIT_WHEN_RAN)
                 return bad(c, q, "the condition ran is for /steps only (a sequence item states when it occurs)");
-            if (it->when & LS_AUDIT_WHEN_GRID) return bad(c, q, "the conditions cp and ep are for /collectives only");
+            if (it->when & LS_AUDIT_WHEN_GRID) return bad(c, q, "the conditions cp, ep and dp are for /collectives only");
         }
         const cJSON *rp = member(s, "repeat");
         it->repeat = cJSON_IsString(rp) && strcmp(rp->valuestring, "prompt_groups") == 0;

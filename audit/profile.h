@@ -73,9 +73,10 @@ enum {
     LS_AUDIT_WHEN_PROBED = 1 << 9, /* sequence only: the configuration probes the step (options.probe_every) */
     /* collective requirements only: the run's grid (the audit's ls_audit_grid_holds, not ls_audit_profile_when) */
     LS_AUDIT_WHEN_CP = 1 << 10, /* the prompt split over more than one rank (config cp_ranks, else the world) */
-    LS_AUDIT_WHEN_EP = 1 << 11  /* the routed experts split over more than one rank (config ep_ranks > 1) */
+    LS_AUDIT_WHEN_EP = 1 << 11, /* the routed experts split over more than one rank (config ep_ranks > 1) */
+    LS_AUDIT_WHEN_DP = 1 << 12  /* data-parallel replicas (config dp_ranks > 1) */
 };
-#define LS_AUDIT_WHEN_GRID (LS_AUDIT_WHEN_CP | LS_AUDIT_WHEN_EP)
+#define LS_AUDIT_WHEN_GRID (LS_AUDIT_WHEN_CP | LS_AUDIT_WHEN_EP | LS_AUDIT_WHEN_DP)
 
 /* How often each (member, layer, direction) shows a layer_end in one
  * occurrence of a phase (steps[].passes; rule steps.sequence). */
@@ -117,6 +118,9 @@ typedef struct {
     ls_audit_unit unit;
     unsigned dirs, layers, when;
     ls_audit_passes passes;
+    /* split_dp ("split": "dp"): a member step whose members are split over the data-parallel replicas
+     * (config dp_ranks D > 1): member m is the step's on the ranks of replica m % D only */
+    bool split_dp;
     int phase_ix;
 } ls_audit_profile_step;
 

@@ -230,6 +230,7 @@ bool ls_audit_grid_holds(const ls_audit_run *run, unsigned when) {
     uint32_t cp = run->cp_size ? run->cp_size : run->world;
     if ((when & LS_AUDIT_WHEN_CP) && cp <= 1) return false;
     if ((when & LS_AUDIT_WHEN_EP) && run->ep_size <= 1) return false;
+    if ((when & LS_AUDIT_WHEN_DP) && run->dp_size <= 1) return false;
     return true;
 }
 
@@ -270,8 +271,15 @@ static bool visit_dirs(walk_ctx *c, int64_t step, const ls_audit_profile_step *s
 /* Walks the expected keys of step: the prompt steps (when prompt), each
  * over its layers, then members m0 .. m1 - 1, each layer, the member steps;
  * records missing ones until c is full or c->left are found. */
-static void walk(const ls_audit_run *run, walk_ctx *c, int64_t step, bool sft, bool frozen, bool prompt, int64_t m0,
-                 int64_t m1) {
+/* Whether member m's layer events of step st are required on rank: everywhere, but for a "split": "dp" step
+ * of a data-parallel run only on the ranks of m's replica (m % dp; rank r's replica r / cp). */
+static bool member_here(const ls_audit_run *run, const ls_audit_profile_step *st, uint32_t rank, int64_t m) {
+    if (!st->split_dp || run->dp_size <= 1 || run->cp_size == 0) return true;
+    return (uint64_t)m % run->dp_size == rank / run->cp_size;
+}
+
+static void walk(const ls_audit_run *run, walk_ctx *c, uint32_t rank, int64_t step, bool sft, bool frozen, bool prompt,
+                 int64_t m0, int64_t m1) {
     const ls_audit_profile *p = ls_audit_profile_of(run);
     int64_t L = run->n_layers;
     if (p == NULL || *c->n >= c->cap || c->left == 0) return;
@@ -285,7 +293,7 @@ static void walk(const ls_audit_run *run, walk_ctx *c, int64_t step, bool sft, b
         for (int64_t l = -1; l <= L; l++)
             for (size_t i = 0; i < p->n_steps; i++) {
                 const ls_audit_profile_step *st = &p->steps[i];
-                if (step_required(run, st, LS_AUDIT_UNIT_MEMBER, sft, frozen) &&
+                if (step_required(run, st, LS_AUDIT_UNIT_MEMBER, sft, frozen) && member_here(run, st, rank, m) &&
                     ls_audit_profile_layer_in(st->layers, l, L) && !visit_dirs(c, step, st, m, l))
                     return;
             }
@@ -302,14 +310,28 @@ static uint64_t unit_keys(const ls_audit_run *run, ls_audit_unit u, bool sft, bo
     return n;
 }
 
-/* Whether key k is one a step of unit u requires. */
-static bool required_key(const ls_audit_run *run, const ls_audit_layer_key *k, ls_audit_unit u, bool sft, bool frozen) {
+/* The layer keys the member steps require of member m on rank (unit_keys of unit member, less the
+ * split steps of another replica's member). */
+static uint64_t member_keys(const ls_audit_run *run, uint32_t rank, int64_t m, bool sft, bool frozen) {
+    const ls_audit_profile *p = ls_audit_profile_of(run);
+    uint64_t n = 0;
+    if (p == NULL) return 0;
+    for (size_t i = 0; i < p->n_steps; i++)
+        if (step_required(run, &p->steps[i], LS_AUDIT_UNIT_MEMBER, sft, frozen) && member_here(run, &p->steps[i], rank, m))
+            n += ls_audit_profile_layer_keys(p->steps[i].layers, p->steps[i].dirs, run->n_layers);
+    return n;
+}
+
+/* Whether key k is one a step of unit u requires on rank. */
+static bool required_key(const ls_audit_run *run, const ls_audit_layer_key *k, ls_audit_unit u, uint32_t rank, bool sft,
+                         bool frozen) {
     const ls_audit_profile *p = ls_audit_profile_of(run);
     unsigned dbit = k->dir == LS_TRACE_DIR_FWD ? LS_AUDIT_DIRS_FWD : LS_AUDIT_DIRS_BWD;
     for (size_t i = 0; i < p->n_steps; i++) {
         const ls_audit_profile_step *st = &p->steps[i];
         if (step_required(run, st, u, sft, frozen) && st->phase_ix == k->phase && (st->dirs & dbit) &&
-            ls_audit_profile_layer_in(st->layers, k->layer, run->n_layers))
+            ls_audit_profile_layer_in(st->layers, k->layer, run->n_layers) &&
+            (u != LS_AUDIT_UNIT_MEMBER || member_here(run, st, rank, k->member)))
             return true;
     }
     return false;
@@ -318,21 +340,21 @@ static bool required_key(const ls_audit_run *run, const ls_audit_layer_key *k, l
 static void check_layers(const ls_audit_run *run, ls_audit_rank *r, int64_t s, const ls_audit_step_window *w,
                          int64_t gl, bool sft, bool frozen) {
     if (ls_audit_profile_of(run) == NULL) return; /* rank.layers names the missing profile */
-    uint64_t expected = unit_keys(run, LS_AUDIT_UNIT_PROMPT, sft, frozen) +
-                        (uint64_t)gl * unit_keys(run, LS_AUDIT_UNIT_MEMBER, sft, frozen),
-             present = 0;
+    uint64_t expected = unit_keys(run, LS_AUDIT_UNIT_PROMPT, sft, frozen), present = 0;
+    for (int64_t m = 0; m < gl; m++) expected += member_keys(run, r->rank, m, sft, frozen);
     for (size_t i = 0; w != NULL && i < w->lk_cap; i++) {
         const ls_audit_layer_key *k = &w->lk[i];
         if (!k->used) continue;
-        bool prompt = k->member == -1 && required_key(run, k, LS_AUDIT_UNIT_PROMPT, sft, frozen);
-        bool member = k->member >= 0 && k->member < gl && required_key(run, k, LS_AUDIT_UNIT_MEMBER, sft, frozen);
+        bool prompt = k->member == -1 && required_key(run, k, LS_AUDIT_UNIT_PROMPT, r->rank, sft, frozen);
+        bool member =
+            k->member >= 0 && k->member < gl && required_key(run, k, LS_AUDIT_UNIT_MEMBER, r->rank, sft, frozen);
         present += prompt || member;
     }
     uint64_t missing = expected - present;
     r->ly_missing += missing;
     if (missing == 0 || r->n_ly_first >= 3) return;
     walk_ctx c = {.w = w, .out = r->ly_first, .n = &r->n_ly_first, .cap = 3, .left = missing};
-    walk(run, &c, s, sft, frozen, true, 0, gl);
+    walk(run, &c, r->rank, s, sft, frozen, true, 0, gl);
 }
 
 /* ---- collectives.*: a step's layer entries and per-step collectives ------ */
@@ -541,13 +563,14 @@ uint64_t ls_audit_steps_layers_rule(const ls_audit_run *run, ls_audit_rule *rule
             continue;
         }
         if (G[s] <= gl) continue;
-        uint64_t extra = (uint64_t)(G[s] - gl) * per_member;
+        uint64_t extra = 0;
+        for (int64_t m = gl; m < G[s]; m++) extra += member_keys(run, r->rank, m, sft, frozen);
         missing += extra;
-        if (shown >= 3) continue;
+        if (shown >= 3 || extra == 0) continue;
         ls_audit_missing tmp[3];
         size_t n = 0;
         walk_ctx c = {.w = NULL, .out = tmp, .n = &n, .cap = (size_t)(3 - shown), .left = extra};
-        walk(run, &c, s, sft, frozen, false, gl, G[s]);
+        walk(run, &c, r->rank, s, sft, frozen, false, gl, G[s]);
         for (size_t i = 0; i < n; i++) emit_missing(rule, r, &tmp[i]);
         shown += n;
     }

@@ -32,11 +32,14 @@ FAULTS = ("zero-state", "skip-dkv-reduce", "decay-grad", "loss-cp-scale", "fake-
 # one is the transport's timing (the numbers differ run to run); the sender's digests at issue and at
 # completion differ every time (collectives.p2p).
 TRACE_FAULTS = ("stale-handoff",)
+# Data-parallel faults (--dp D > 1): dp-no-scale: the replicas' losses are not scaled by D, so DDP's
+# average over the replicas leaves the replay gradient 1/D of the group's (parity's dp_grad).
+DP_FAULTS = ("dp-no-scale",)
 # CP bugs the parity adapter does NOT declare as controls (README.md, "Bugs the adapter does not
 # declare"): each acts on a path the adapter's own batch never takes (uneven shards, a prompt the
 # trainer samples for), so only evidence from the run's own path refuses them.
 BUGS = ("last-shard-short", "stale-old-offset", "dkv-remainder-drop")
-FLAGS = FAULTS + TRACE_FAULTS + BUGS
+FLAGS = FAULTS + DP_FAULTS + TRACE_FAULTS + BUGS
 
 
 def shard_bounds(T, N):
@@ -45,7 +48,11 @@ def shard_bounds(T, N):
 
 class Step:
     def __init__(self, W, comm, ev, cfg=M.CONFIG, grad_mode="full", faults=(), epsilon=0.2,
-                 temperature=1.0):
+                 temperature=1.0, dp=None):
+        """dp: data parallelism (None: one replica): .index and .size (this replica, D), .comm (a
+        Comm over the ranks of this CP index in every replica) and .ddp (the DDP-wrapped Policy of
+        W's tensors): this replica replays the members m with m % D == index, DDP averaging their
+        gradients over the replicas."""
         for f in faults:
             if f not in FLAGS:
                 raise ValueError(f"--fault: unknown fault '{f}' (one of {', '.join(FLAGS)})")
@@ -54,6 +61,7 @@ class Step:
         self.eps, self.temp = epsilon, temperature
         self.kinds = cfg["layers"]
         self.dtype = W["embed.weight"].dtype
+        self.dp = dp if dp is not None and dp.size > 1 else None
 
     # ---------------------------------------------------------------- capture
     def capture(self, prompt):
@@ -183,24 +191,45 @@ class Step:
               for i, (K, V) in self.kv.items()}
         lps, loss_total = [], 0.0
         self.loss_scale = 0.0      # the sum of the loss terms' magnitudes (the probe's rounding scale)
+        dp = self.dp if backward else None
         with self.ev.phase("replay"):
             for m, y in enumerate(responses):
-                lp = self.branch("replay", m, [self.last_prompt_token] + y[:-1], y, S_fin, KV,
-                                 skip_dkv="skip-dkv-reduce" in self.faults)
-                loss = grpo_member_loss(lp, old_lp[m], advantages[m], self.eps, G)
+                if dp is not None and m % dp.size != dp.index:
+                    continue                # another replica's member
+                def member_loss(m=m, y=y):
+                    lp = self.branch("replay", m, [self.last_prompt_token] + y[:-1], y, S_fin, KV,
+                                     skip_dkv="skip-dkv-reduce" in self.faults)
+                    return lp, grpo_member_loss(lp, old_lp[m], advantages[m], self.eps, G)
+                if dp is None:
+                    lp, loss = member_loss()
+                    applied = loss
+                else:               # DDP around the CP model: its backward averages over the replicas
+                    lp, loss = dp.ddp(member_loss)
+                    applied = loss if "dp-no-scale" in self.faults else loss * dp.size
                 if "loss-cp-scale" in self.faults:
                     loss = loss * N
+                    applied = applied * N
                 if not backward:
                     self.loss_scale += float(grpo_member_loss(lp, old_lp[m], advantages[m], self.eps, G,
                                                               magnitude=True)) * (N if "loss-cp-scale" in self.faults else 1)
                 if backward:
                     t0 = time.perf_counter_ns()
-                    loss.backward()
+                    applied.backward()
                     self.ev.layer_end("replay", m, -1, "embed", "bwd", len(y), self.W["embed.weight"].grad, t0)
                 lps.append(lp.detach())
                 loss_total += float(loss.detach())
+            if dp is not None:      # the group's loss: the sum of the replicas' members
+                t = torch.tensor([loss_total], dtype=torch.float64)
+                dp.comm.all_reduce(t, "sum", "loss_sum")
+                loss_total = float(t)
         self.dS_fin = {i: S.grad for i, S in S_fin.items()} if full else None
         self.dKV = {i: (K.grad, V.grad) for i, (K, V) in KV.items()} if full else None
+        if full and dp is not None and "dp-no-scale" not in self.faults:
+            # the loss was scaled by D for DDP's average over the parameters' gradients; the prompt
+            # state's gradients are not averaged (the replicas' parts are summed in finalize): unscale
+            for g in list(self.dS_fin.values()) + [x for kv in self.dKV.values() for x in kv]:
+                if g is not None:
+                    g.div_(dp.size)
         return lps, loss_total
 
     # ---------------------------------------------------------------- prompt backward
@@ -274,6 +303,8 @@ class Step:
                     c.note("allreduce", "sum", flat, "grad_finalize")      # fault: logged, not performed
                 else:
                     c.all_reduce(flat, "sum", "grad_finalize")
+                if self.dp is not None:   # each replica's prompt backward had its own members' gradient
+                    self.dp.comm.all_reduce(flat, "sum", "dp_prompt_sum")
                 parts = flat.split([g.numel() for g in local])
                 local = [p.reshape(g.shape) for p, g in zip(parts, local)]
             grads = {n: replicated[n] + g for n, g in zip(names, local)}
@@ -286,6 +317,10 @@ class Step:
             out = [torch.empty_like(dig) for _ in range(c.world)]
             c.all_gather(out, dig, "digest_check")
             disagree = sum(1 for d in out if not torch.equal(d, out[0]))
+            if self.dp is not None:   # and across the replicas
+                out = [torch.empty_like(dig) for _ in range(self.dp.size)]
+                self.dp.comm.all_gather(out, dig, "dp_digest_check")
+                disagree += sum(1 for d in out if not torch.equal(d, out[0]))
         return grads, disagree
 
 

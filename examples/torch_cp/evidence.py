@@ -43,8 +43,13 @@ class Comm:
     nothing is called and nothing is logged (a one-rank run traces no collective, docs/audit.md
     sources.agree)."""
 
-    def __init__(self, rank, world, inst=None, declare=None):
+    def __init__(self, rank, world, inst=None, declare=None, group=None, ranks=None):
+        """RANK of WORLD: this process's index in the group; GROUP: its torch.distributed process
+        group (None: the default group); RANKS: the group's global ranks by index (peers and roots
+        are given as indices)."""
         self.rank, self.world, self.inst, self.declare, self.step = rank, world, inst, declare, 0
+        self.group = group
+        self.ranks = list(ranks) if ranks is not None else list(range(world))
 
     def _ctx(self, purpose, layer):
         if self.inst is None:
@@ -55,20 +60,20 @@ class Comm:
         if self.world == 1:
             return
         with self._ctx(purpose, layer):
-            dist.all_reduce(t, op=_RED[red])
+            dist.all_reduce(t, op=_RED[red], group=self.group)
 
     def all_gather(self, out, t, purpose, layer=None):
         if self.world == 1:
             out[0].copy_(t)
             return
         with self._ctx(purpose, layer):
-            dist.all_gather(out, t)
+            dist.all_gather(out, t, group=self.group)
 
     def broadcast(self, t, src, purpose, layer=None):
         if self.world == 1:
             return
         with self._ctx(purpose, layer):
-            dist.broadcast(t, src)
+            dist.broadcast(t, self.ranks[src], group=self.group)
 
     def handoff(self, send_t, dst, recv_t, src, purpose, layer=None, stale=None):
         """A hand-off along the ranks: send SEND_T to DST and/or receive into RECV_T from SRC (-1: no
@@ -81,14 +86,14 @@ class Comm:
         with self._ctx(purpose, layer):
             if dst >= 0:
                 if stale is None:
-                    dist.send(send_t.contiguous(), dst)
+                    dist.send(send_t.contiguous(), self.ranks[dst], group=self.group)
                 else:
                     buf = stale.clone().contiguous()
-                    work = dist.isend(buf, dst)
+                    work = dist.isend(buf, self.ranks[dst], group=self.group)
                     buf.copy_(send_t)      # the last update lands after the hand-off was issued
                     work.wait()
             if src >= 0:
-                dist.recv(recv_t, src)
+                dist.recv(recv_t, self.ranks[src], group=self.group)
 
     def note(self, op, red, t, purpose, layer=None):
         if self.declare is not None and self.world > 1:
@@ -98,7 +103,7 @@ class Comm:
         if self.world == 1:
             return
         with self._ctx(purpose, None):
-            dist.barrier()
+            dist.barrier(group=self.group)
 
 
 class Evidence:
@@ -137,12 +142,25 @@ class Evidence:
             self.w.optimizer_step(0, **fields)
 
 
-def open_writer(le, run_dir, rank, world, config, profile_path):
-    """A longstraw_emit RunWriter for this rank of the run in RUN_DIR."""
+def group_names(dp):
+    """The header names of this rank's CP and DP groups: "cp" (and no DP) for one replica; with data
+    parallelism one name per group instance, as docs/contract.md §2 lays them out (dp_ranks): cp-dD
+    (replica D's CP group) and dp-cC (CP index C's ranks in every replica)."""
+    if dp is None:
+        return "cp", None
+    return f"cp-d{dp.index}", f"dp-c{dp.comm.rank_index}"
+
+
+def open_writer(le, run_dir, rank, world, config, profile_path, cp_ranks=None, dp_ranks=None, names=("cp", None)):
+    """A longstraw_emit RunWriter for global rank RANK of WORLD of the run in RUN_DIR: groups world,
+    NAMES[0] (kind cp: this rank's CP group, CP_RANKS; default every rank) and, with data parallelism,
+    NAMES[1] (kind dp: the ranks of this CP index in every replica, DP_RANKS)."""
     members = list(range(world))
+    groups = [le.Group("world", "world", members), le.Group(names[0], "cp", list(cp_ranks or members))]
+    if dp_ranks is not None:
+        groups.append(le.Group(names[1], "dp", list(dp_ranks)))
     return le.RunWriter(run_dir, rank, world, config.get("run_id", "run-torch-cp"), "torch-cp",
-                        profile_path, tool="torch_cp",
-                        groups=[le.Group("world", "world", members), le.Group("cp", "cp", members)],
+                        profile_path, tool="torch_cp", groups=groups,
                         phases=PHASES, layer_kinds=LAYER_KINDS,
                         config={k: v for k, v in config.items() if k != "run_id"},
                         artifacts=build_artifacts(le, run_dir), compress=True)

@@ -126,14 +126,29 @@ def run_job(comm, job):
         if le is None:
             raise UsageError("longstraw_emit not found (PYTHONPATH or python/ of the repository); "
                              "use --no-evidence to run without a run directory")
-        writer = evidence.open_writer(le, job["run_dir"], comm.rank, comm.world, run_config(job), PROFILE)
-        comm.inst = le.instrument(writer, groups={"cp": None})   # every torch.distributed call, traced
-        comm.declare = le.Collectives(writer, group="cp")          # note(): what was not performed
+        dp = comm.dp
+        grank, gworld = (comm.ranks[comm.rank], comm.world * dp.size) if dp else (comm.rank, comm.world)
+        cp_name, dp_name = evidence.group_names(dp)
+        writer = evidence.open_writer(le, job["run_dir"], grank, gworld, run_config(job), PROFILE,
+                                      cp_ranks=comm.ranks, dp_ranks=dp.comm.ranks if dp else None,
+                                      names=(cp_name, dp_name))
+        groups = {cp_name: comm.group, "world": None} if dp else {"cp": None}
+        if dp:
+            groups[dp_name] = dp.comm.group
+        comm.inst = le.instrument(writer, groups=groups)   # every torch.distributed call, traced
+        comm.declare = le.Collectives(writer, group=cp_name, process_group=comm.group)  # note(): not performed
+        if dp:
+            dp.comm.inst = comm.inst
     ev = evidence.Evidence(writer)
     W = {n: t.to(dtype).clone().requires_grad_(True) for n, t in job["weights"].items()}
     names = list(W)
+    dp = comm.dp if comm.dp is not None and job["mode"] == "run" else None
+    if dp is not None:          # DDP around the CP model: W's tensors become the Policy's parameters
+        W = {n: torch.nn.Parameter(t.detach()) for n, t in W.items()}
+        dp.ddp = torch.nn.parallel.DistributedDataParallel(Policy(W), process_group=dp.comm.group,
+                                                           broadcast_buffers=False)
     step = cp_step.Step(W, comm, ev, grad_mode=job["grad_mode"], faults=list(job["faults"]) + hidden_bugs(),
-                        epsilon=job["epsilon"], temperature=job["temperature"])
+                        epsilon=job["epsilon"], temperature=job["temperature"], dp=dp)
     step.capture(batch["prompt"])
     responses = batch.get("responses")
     sampled = responses is None
@@ -156,6 +171,8 @@ def run_job(comm, job):
     if writer is not None:                  # the run's path (config "paths"): what selected the code
         record_path(writer, sampled, batch.get("old_logprobs") is not None, len(batch["prompt"]) - 1, comm.world)
     lps, loss = step.replay(responses, adv, old)
+    if step.dp is not None:      # this replica replayed its members only: the policy's log-probs, all of them
+        lps = scored
     out = {"logprobs": torch.cat(lps), "loss": loss, "responses": responses, "rewards": rewards,
            "old": old}
     if job["mode"] == "loss":
@@ -190,6 +207,8 @@ def run_job(comm, job):
     if writer is not None:
         writer.close(status="complete", steps=1, steps_exact=1, grad_digest_disagreements=1 if disagree else 0)
         comm.inst = comm.declare = None      # close() removed the instrumentation
+        if comm.dp is not None:
+            comm.dp.comm.inst = None
         dist.barrier()
         if comm.rank == 0:
             le.write_manifest(job["run_dir"])
@@ -222,7 +241,7 @@ def gradient_probe(le, writer, comm, job, W, names, grads, responses, adv, old, 
     own loss (capture and replay without backward, the batch held fixed: the responses, the old
     log-probs, the advantages), one direction per layer group, on every rank. The probe's forwards
     are not the step's: they run on a plain Comm and write no events (only the gradient_probe event)."""
-    quiet = evidence.Comm(comm.rank, comm.world)
+    quiet = evidence.Comm(comm.rank, comm.world, group=comm.group, ranks=comm.ranks)
     dtype = evidence.torch_dtype(job["dtype"])
     old = [o.detach().to(dtype) for o in old]
 
@@ -258,7 +277,7 @@ def run_config(job):
             "temperature": job["temperature"], "train_mode": "full",
             "model": dict(M.CONFIG),
             "options": {"seed": job["seed"], "optimizer": job["optimizer"], "probe_every": job.get("probe_every", 0)},
-            "run_id": job.get("run_id", "run-torch-cp")}
+            "run_id": job.get("run_id", "run-torch-cp")} | ({"dp_ranks": job["dp"]} if job.get("dp", 1) > 1 else {})
 
 
 def worker(rank, world, store, jobs, results_dir):
@@ -269,7 +288,7 @@ def worker(rank, world, store, jobs, results_dir):
         ids = [j.get("run_id") for j in jobs]
         dist.broadcast_object_list(ids, 0)   # one run id per job on every rank (mpirun: rank 0's)
         jobs = [dict(j, run_id=i) if i else j for j, i in zip(jobs, ids)]
-        comm = evidence.Comm(rank, world)
+        comm = make_comm(rank, world, jobs[0].get("dp", 1))
         for k, job in enumerate(jobs):
             res = run_job(comm, job)
             if rank == 0 and results_dir:
@@ -281,12 +300,51 @@ def worker(rank, world, store, jobs, results_dir):
         dist.destroy_process_group()
 
 
+class Policy(torch.nn.Module):
+    """The model's tensors as one module, so that DDP can wrap it: its forward runs the closure it is
+    handed (one member's branch and loss, CP collectives inside), DDP's reducer averaging the
+    gradient of what it returns over the replicas when it is backpropagated."""
+
+    def __init__(self, W):
+        super().__init__()
+        self.params = torch.nn.ParameterList(list(W.values()))
+
+    def forward(self, member_loss):
+        return member_loss()
+
+
+class DP:
+    """This rank's replica (index of size) and the Comm over the ranks of its CP index in every
+    replica; ddp is set per job."""
+
+    def __init__(self, index, size, comm):
+        self.index, self.size, self.comm, self.ddp = index, size, comm, None
+
+
+def make_comm(rank, world, D):
+    """The CP Comm of global rank RANK of WORLD = D x N processes (replica d = rank // N owns the
+    global ranks d*N .. d*N+N-1), with .dp its DP (None for D = 1). Every rank creates every group,
+    in one order (torch.distributed's rule)."""
+    if D <= 1:
+        comm = evidence.Comm(rank, world)
+        comm.dp = None
+        return comm
+    N = world // D
+    d, c = divmod(rank, N)
+    cp_groups = [dist.new_group(list(range(k * N, (k + 1) * N))) for k in range(D)]
+    dp_groups = [dist.new_group(list(range(j, world, N))) for j in range(N)]
+    comm = evidence.Comm(c, N, group=cp_groups[d], ranks=range(d * N, (d + 1) * N))
+    comm.dp = DP(d, D, evidence.Comm(d, D, group=dp_groups[c], ranks=range(c, world, N)))
+    comm.dp.comm.rank_index = c
+    return comm
+
+
 def launch(world, jobs, results_dir=None):
     """Run JOBS on WORLD processes; with RESULTS_DIR, returns rank 0's results, one per job."""
     if "OMPI_COMM_WORLD_SIZE" in os.environ:
         n = int(os.environ["OMPI_COMM_WORLD_SIZE"])
         if n != world:
-            raise UsageError(f"--cp {world} but mpirun started {n} processes")
+            raise UsageError(f"--cp x --dp = {world} processes but mpirun started {n}")
         ns = os.environ.get("PMIX_NAMESPACE") or os.environ.get("OMPI_MCA_ess_base_jobid") or "job"
         store = "file://" + os.path.join(tempfile.gettempdir(), f"torch_cp-store-{ns}")
         worker(int(os.environ["OMPI_COMM_WORLD_RANK"]), n, store, jobs, results_dir)
@@ -336,6 +394,9 @@ def parse(argv):
     ap = argparse.ArgumentParser(prog="train.py", description=__doc__.splitlines()[0])
     ap.add_argument("--mode", choices=["init", "run", "reference", "loss"], default="run")
     ap.add_argument("--cp", type=int, default=1)
+    ap.add_argument("--dp", type=int, default=1,
+                    help="data-parallel replicas, each a CP group of --cp ranks (DDP around the CP model; "
+                         "the group's members split over them: --group a multiple of it)")
     ap.add_argument("--dtype", choices=["f64", "f32"], default="f64")
     ap.add_argument("--grad-mode", choices=["full", "detached"], default="full")
     ap.add_argument("--fault", action="append", default=[],
@@ -358,6 +419,8 @@ def parse(argv):
     a = ap.parse_args(argv)
     if not 1 <= a.cp <= 4:
         raise UsageError(f"--cp {a.cp}: must be 1 to 4")
+    if not 1 <= a.dp <= 4 or a.dp * a.cp > 8:
+        raise UsageError(f"--dp {a.dp}: must be 1 to 4, and --dp x --cp at most 8 processes")
     a.weights, a.batch = a.weights or None, a.batch or None   # an adapter's empty placeholder
     a.fault = [f for x in a.fault for f in x.split(",") if f and f != "none"]
     for f in a.fault:
@@ -433,7 +496,11 @@ def main(argv):
     if len(batch["prompt"]) - 1 < a.cp:
         raise UsageError(f"--batch {a.batch}: prompt: {len(batch['prompt'])} tokens leave "
                          f"{len(batch['prompt']) - 1} captured positions, fewer than --cp {a.cp}")
-    job = {"mode": "run", "cp": a.cp, "dtype": a.dtype, "grad_mode": a.grad_mode, "faults": a.fault,
+    G = len(batch["responses"]) if batch.get("responses") is not None else a.group
+    if a.mode == "run" and G % a.dp:
+        raise UsageError(f"--dp {a.dp}: the group's {G} members do not split evenly over {a.dp} replicas")
+    job = {"mode": "run", "cp": a.cp, "dp": a.dp if a.mode == "run" else 1, "dtype": a.dtype,
+           "grad_mode": a.grad_mode, "faults": a.fault,
            "batch": batch, "epsilon": a.epsilon, "temperature": a.temperature, "seed": a.seed,
            "group": a.group, "response_len": a.response_len, "optimizer": a.optimizer, "lr": a.lr}
     if a.mode == "loss":
@@ -444,9 +511,9 @@ def main(argv):
                probe_every=0 if a.no_evidence else a.probe_every,
                run_id=f"run-torch-cp-{int(time.time())}-{os.getpid()}")
     t0 = time.time()
-    launch(a.cp, [job])
+    launch(a.cp * a.dp, [job])
     if os.environ.get("OMPI_COMM_WORLD_RANK", "0") == "0":
-        print(f"torch_cp: cp={a.cp} {a.dtype} {a.grad_mode} faults={a.fault or 'none'}: "
+        print(f"torch_cp: cp={a.cp}{f' dp={a.dp}' if a.dp > 1 else ''} {a.dtype} {a.grad_mode} faults={a.fault or 'none'}: "
               f"{a.out} ({time.time() - t0:.1f} s, {platform.node()})")
     return 0
 

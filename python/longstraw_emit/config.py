@@ -11,11 +11,11 @@ REQUIRED = ("objective", "grad_mode", "dtype", "cp_ranks", "group", "steps_reque
             "faults", "n_layers", "model")
 ENUMS = {"objective": ("grpo", "sft"), "grad_mode": ("full", "detached"), "dtype": DTYPES,
          "strategy": ("longstraw", "naive"), "train_mode": ("full", "lora")}
-POSINTS = ("cp_ranks", "group", "steps_requested", "n_layers")
+POSINTS = ("cp_ranks", "group", "steps_requested", "n_layers", "dp_ranks")
 # Every key a v2 config may hold (schemas/receipt-v2.schema.json); anything
 # else belongs under "options" (provenance) or "model".
 KEYS = REQUIRED + ("train_mode", "lora_r", "lora_alpha", "lora_experts", "epsilon", "beta", "temperature",
-                   "first_step", "options", "paths")
+                   "first_step", "dp_ranks", "options", "paths")
 FAULT = re.compile(r"^[a-z][a-z0-9_.-]{0,47}$")
 NONNEG = ("epsilon", "beta")
 
@@ -101,7 +101,8 @@ def check_config(config):
         if k in config:
             check.one_of(f"config.{k}", config[k], allowed)
     for k in POSINTS:
-        check.uint(f"config.{k}", config[k], 1)
+        if k in config or k in REQUIRED:
+            check.uint(f"config.{k}", config[k], 1)
     for k in NONNEG:
         if k in config:
             check.number(f"config.{k}", config[k], nonneg=True)

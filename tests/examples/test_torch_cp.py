@@ -85,6 +85,13 @@ class TorchCP(unittest.TestCase):
             out = train.launch(n, [job(b, cls.W, cp=n, **kw) for _, kw in js], d)
             for (name, _), r in zip(js, out):
                 cls.res[(n, name)] = r
+        # DDP around the CP model: 2 replicas of CP-2 (4 processes), the group's 4 members split over them
+        d = os.path.join(t, "dp2cp2")
+        os.makedirs(d)
+        dp_jobs = [("full", {}), ("detached", {"grad_mode": "detached"}), ("dp-no-scale", {"faults": ["dp-no-scale"]})]
+        out = train.launch(4, [job(b, cls.W, cp=2, dp=2, **kw) for _, kw in dp_jobs], d)
+        for (name, _), r in zip(dp_jobs, out):
+            cls.res[("dp2cp2", name)] = r
 
     @classmethod
     def tearDownClass(cls):
@@ -103,6 +110,27 @@ class TorchCP(unittest.TestCase):
             self.assertLess(e_loss, F64_TOL)
             self.assertEqual(r["disagree"], 0)
         self.assertGreater(abs(self.ref_loss), 1e-3)   # the loss is not trivially zero
+
+    def test_ddp_around_cp_equals_reference(self):
+        """DP-2 x CP-2 (DDP averaging the replay gradients over the replicas, each replica replaying
+        half the members): the same log-probs, loss and gradient as the reference; detached equals
+        CP-1 detached; dp-no-scale (the losses not scaled for DDP's average) breaks the gradient and
+        only it."""
+        r = self.res[("dp2cp2", "full")]
+        e_g, name = worst(r["grads"], self.ref_grad)
+        print(f"DP-2 x CP-2 full f64: logprob {rel(r['logprobs'], self.ref_lp):.2e}, grad {e_g:.2e} ({name})")
+        self.assertLess(rel(r["logprobs"], self.ref_lp), F64_TOL)
+        self.assertLess(e_g, F64_TOL, name)
+        self.assertLess(abs(r["loss"] - self.ref_loss) / abs(self.ref_loss), F64_TOL)
+        self.assertEqual(r["disagree"], 0)
+        det = self.res[("dp2cp2", "detached")]
+        self.assertLess(worst(det["grads"], self.res[(1, "detached")]["grads"])[0], F64_TOL)
+        bad = self.res[("dp2cp2", "dp-no-scale")]
+        e_bad, _ = worst(bad["grads"], self.ref_grad)
+        print(f"dp-no-scale DP-2 x CP-2 grad vs reference {e_bad:.2e}")
+        self.assertGreater(e_bad, 0.1)
+        self.assertLess(rel(bad["logprobs"], self.ref_lp), F64_TOL)      # the forward is untouched
+        self.assertEqual(bad["disagree"], 0)                            # the replicas agree on a wrong gradient
 
     def test_clip_active_in_batch(self):
         lp = self.ref_lp.tolist()
@@ -293,21 +321,27 @@ def collective_mismatches(run_dir):
     the same number (the audit's collectives.match in miniature); point-to-point messages per
     channel: the k-th send's count, dtype, purpose, layer and in_digest equal the k-th receive's
     (collectives.p2p in miniature)."""
-    seqs, sends, recvs = [], {}, {}
+    seqs, sends, recvs = {}, {}, {}     # seqs: group -> {rank: its collectives in the group}
     for rk in sorted(x for x in os.listdir(run_dir) if x.startswith("rank-")):
-        _, evs = read_trace(os.path.join(run_dir, rk, "events.jsonl.zst"))
+        hdr, evs = read_trace(os.path.join(run_dir, rk, "events.jsonl.zst"))
+        r = hdr["rank"]
         coll = [e for e in evs if e["ev"] == "collective"]
-        seqs.append([(e["group"], e["gseq"], e["op"], e["red"], e["count"], e["dtype"], e["purpose"],
-                      e.get("layer")) for e in coll if e["op"] not in ("send", "recv")])
+        for g in hdr["groups"]:
+            seqs.setdefault(g["name"], {})[r] = [
+                (e["gseq"], e["op"], e["red"], e["count"], e["dtype"], e["purpose"], e.get("layer"))
+                for e in coll if e["group"] == g["name"] and e["op"] not in ("send", "recv")]
         for e in coll:
             if e["op"] == "send":
-                sends.setdefault((e["rank"], e["peer"], e.get("tag", 0)), []).append(e)
+                sends.setdefault((e["group"], e["rank"], e["peer"], e.get("tag", 0)), []).append(e)
             elif e["op"] == "recv":
-                recvs.setdefault((e["peer"], e["rank"], e.get("tag", 0)), []).append(e)
-    bad = [f"rank {r}: {len(q)} collectives, rank 0 {len(seqs[0])}" for r, q in enumerate(seqs)
-           if len(q) != len(seqs[0])]
-    for r, q in enumerate(seqs[1:], 1):
-        bad += [f"rank {r} {a} vs rank 0 {b}" for a, b in zip(q, seqs[0]) if a != b]
+                recvs.setdefault((e["group"], e["peer"], e["rank"], e.get("tag", 0)), []).append(e)
+    bad = []
+    for g, per in sorted(seqs.items()):
+        first = min(per)
+        for r, q in sorted(per.items()):
+            if len(q) != len(per[first]):
+                bad.append(f"group {g} rank {r}: {len(q)} collectives, rank {first} {len(per[first])}")
+            bad += [f"group {g} rank {r} {a} vs rank {first} {b}" for a, b in zip(q, per[first]) if a != b]
     for ch in sorted(set(sends) | set(recvs)):
         s, r = sends.get(ch, []), recvs.get(ch, [])
         if len(s) != len(r):
@@ -477,6 +511,20 @@ class TorchCPCli(unittest.TestCase):
                                  run_dir=os.path.join(d, "cp4", "run"))])
             for name in ("ok", "fake", "skipdkv", "det", "cp4"):
                 self.assertEqual(collective_mismatches(os.path.join(d, name, "run")), [], name)
+            # DDP around the CP model: 2 replicas of CP-2, their groups cp-dD and dp-cC, every group's sequence
+            # alike on its members, the DDP bucket reductions in the dp groups with equal output digests
+            os.makedirs(os.path.join(d, "dp"))
+            train.launch(4, [job(batch, W, cp=2, dp=2, out=os.path.join(d, "dp"), run_id="run-test-dp",
+                                 run_dir=os.path.join(d, "dp", "run"), probe_every=1)])
+            self.assertEqual(collective_mismatches(os.path.join(d, "dp", "run")), [])
+            hdr, evs = read_trace(os.path.join(d, "dp", "run", "rank-0003", "events.jsonl.zst"))
+            self.assertEqual([(g["name"], g["kind"], g["members"]) for g in hdr["groups"]],
+                             [("world", "world", [0, 1, 2, 3]), ("cp-d1", "cp", [2, 3]), ("dp-c1", "dp", [1, 3])])
+            ddp = [e for e in evs if e["ev"] == "collective" and e["purpose"] == "grad_allreduce"]
+            self.assertEqual(len(ddp), 2)      # one bucket reduction per replayed member (4 members, 2 replicas)
+            self.assertTrue(all(e["group"] == "dp-c1" and e["out_digest"] for e in ddp))
+            with open(os.path.join(d, "dp", "run", "manifest.json")) as f:
+                self.assertEqual(json.load(f)["predicate"]["config"]["dp_ranks"], 2)
             # the stale hand-off: rank 0's two GDN hand-offs, each send's buffer changed before it completed
             stale = collective_mismatches(os.path.join(d, "stale", "run"))
             self.assertEqual(len(stale), 2, stale)
