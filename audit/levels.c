@@ -5,7 +5,9 @@
  * controls (the run's profile lists them) all failed their comparisons
  * (parity.controls): level 2 passing
  * "logprob" checks for the run's world and dtype and passing "ref_logprob"
- * checks (the independent forward), level 3 "cp_grad" and "cp_params",
+ * checks (the independent forward), level 3 "cp_grad" and "cp_params" (and,
+ * for a run of data-parallel replicas, config dp_ranks D > 1, "dp_grad" of
+ * DP D),
  * level 4 `full` gradient mode and "grad" for the run's world and dtype,
  * and, for a profile whose forward decides (mla: DSA top-k, MoE routing),
  * passing "decisions" checks (level 2: no comparison spans a near-tie),
@@ -32,7 +34,8 @@ static const char *str_of(const cJSON *o, const char *k) {
     return cJSON_IsString(it) ? it->valuestring : NULL;
 }
 
-/* The EP size of a run's configuration or of a check ("ep_ranks" / "ep"; absent: 1). */
+/* The EP size of a run's configuration or of a check ("ep_ranks" / "ep"; absent: 1); the DP size alike
+ * ("dp_ranks" / "dp"). */
 static int ep_of(const cJSON *o, const char *k) {
     const cJSON *v = o ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
     return cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= 65536 ? (int)v->valuedouble : 1;
@@ -40,13 +43,16 @@ static int ep_of(const cJSON *o, const char *k) {
 
 /* The checks of one kind that speak for this run: for the kinds that
  * compare the run's computation (per_world: CP-N against references), its
- * dtype, world and EP size (an EP-N run of world cp x N: the checks of EP-N
- * runs of that world, "ep" N; an EP-1 run: those without "ep"; a one-rank
- * run takes any world's); the links of the
+ * dtype, world, EP size (an EP-N run of world cp x N: the checks of EP-N
+ * runs of that world, "ep" N; an EP-1 run: those without "ep") and DP size
+ * alike ("dp" D; a DP-1 run: those without "dp"; a one-rank run takes any
+ * world's); with mode, also the run's gradient mode (a check without one
+ * does not speak for it); the links of the
  * proof itself (independent reference, finite differences) are float64 and
  * speak for every run.  The rule fails on any such check that fails, and when none
  * passes. */
-static void parity_kind(ls_audit_run *run, ls_audit_rule *r, const char *kind, bool per_world, bool usable) {
+static void parity_kind_mode(ls_audit_run *run, ls_audit_rule *r, const char *kind, bool per_world, bool usable,
+                             const char *mode) {
     const char *pf = run->parity_file[0] ? run->parity_file : "parity.json";
     if (!usable) {
         ls_audit_rule_fail(r, -1, pf, -1, "not proven: %s",
@@ -54,7 +60,7 @@ static void parity_kind(ls_audit_run *run, ls_audit_rule *r, const char *kind, b
         return;
     }
     const char *dtype = run->config ? str_of(run->config, "dtype") : NULL;
-    int run_ep = ep_of(run->config, "ep_ranks");
+    int run_ep = ep_of(run->config, "ep_ranks"), run_dp = ep_of(run->config, "dp_ranks");
     int passing = 0;
     const cJSON *c;
     cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(run->parity, "checks")) {
@@ -64,6 +70,9 @@ static void parity_kind(ls_audit_run *run, ls_audit_rule *r, const char *kind, b
         const cJSON *w = cJSON_GetObjectItemCaseSensitive(c, "world");
         if (!cJSON_IsNumber(w) || (per_world && run->world > 1 && w->valuedouble != (double)run->world)) continue;
         if (per_world && run->world > 1 && ep_of(c, "ep") != run_ep) continue; /* another grid of the same world */
+        if (per_world && run->world > 1 && ep_of(c, "dp") != run_dp) continue; /* other replicas of the same world */
+        const char *gm = str_of(c, "grad_mode");
+        if (mode && (gm == NULL || strcmp(gm, mode) != 0)) continue;       /* another gradient mode */
         r->matched++;
         const char *name = str_of(c, "name");
         if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "pass"))) {
@@ -82,9 +91,16 @@ static void parity_kind(ls_audit_run *run, ls_audit_rule *r, const char *kind, b
             snprintf(where, sizeof where, " for world %u%s", (unsigned)run->world, run_ep > 1 ? " at EP" : "");
         if (per_world && run->world > 1 && run_ep > 1)
             snprintf(where + strlen(where), sizeof where - strlen(where), "-%d", run_ep);
-        ls_audit_rule_fail(r, -1, pf, -1, "not proven: the parity report has no passing %s check%s%s%s", kind, where,
-                           per_world && dtype ? " in " : "", per_world && dtype ? dtype : "");
+        if (per_world && run->world > 1 && run_dp > 1)
+            snprintf(where + strlen(where), sizeof where - strlen(where), " at DP-%d", run_dp);
+        ls_audit_rule_fail(r, -1, pf, -1, "not proven: the parity report has no passing %s check%s%s%s%s%s%s", kind,
+                           where, per_world && dtype ? " in " : "", per_world && dtype ? dtype : "",
+                           mode ? " (" : "", mode ? mode : "", mode ? " mode)" : "");
     }
+}
+
+static void parity_kind(ls_audit_run *run, ls_audit_rule *r, const char *kind, bool per_world, bool usable) {
+    parity_kind_mode(run, r, kind, per_world, usable, NULL);
 }
 
 /* A report whose controls did not fail is no evidence: every control the
@@ -111,8 +127,11 @@ static bool parity_controls(ls_audit_run *run, ls_audit_rule *r) {
         ls_audit_rule_fail(r, -1, pf, -1, "no profile to name the controls: %s", run->profile_err);
         return false;
     }
+    const bool dp_run = ep_of(run->config, "dp_ranks") > 1;
     for (size_t i = 0; i < ls_audit_profile_n_controls(prof); i++) {
         const ls_audit_profile_control *want = ls_audit_profile_control_at(prof, i);
+        /* a control that breaks dp_grad speaks for data-parallel runs only (a DP-1 run's report runs no DP) */
+        if (strcmp(want->breaks, "dp_grad") == 0 && !dp_run) continue;
         bool seen = false;
         cJSON_ArrayForEach(c, controls) {
             const char *f = str_of(c, "fault"), *b = str_of(c, "breaks");
@@ -300,6 +319,22 @@ ls_status ls_audit_levels_run(ls_audit_run *run) {
     ADD(pp, "parity.cp_params", 3, "parity: CP-N parameters after the step equal CP-1 parameters", true);
     parity_kind(run, pp, "cp_params", true, usable);
     ls_audit_rule_close(pp);
+    /* data-parallel replicas (an adapter's trainer, config dp_ranks D > 1): the replicas' averaged gradient
+     * equals the one group's (parity's dp_grad checks of DP D, the run's world, dtype and gradient mode) */
+    const int run_dp = ep_of(run->config, "dp_ranks");
+    ADD(pdp, "parity.dp_grad", 3,
+        "parity: DP-D gradients (the data-parallel replicas' average) equal the DP-1 gradients of the same CP size",
+        run_dp > 1);
+    if (run_dp > 1) {
+        const char *gm = run->config ? str_of(run->config, "grad_mode") : NULL;
+        parity_kind_mode(run, pdp, "dp_grad", true, usable, gm ? gm : "(none)");
+    } else {
+        const cJSON *d = run->config ? cJSON_GetObjectItemCaseSensitive(run->config, "dp_ranks") : NULL;
+        snprintf(pdp->message, sizeof pdp->message, "not applicable: the run has no data-parallel replicas (config "
+                 "dp_ranks %s)", d == NULL ? "absent" : cJSON_IsNumber(d) && d->valuedouble == 1 ? "1"
+                                                                    : "not a DP size: parity.coverage names it");
+    }
+    ls_audit_rule_close(pdp);
     ADD(fm, "config.full_mode", 4, "the run used full gradient mode", true);
     fm->matched = 1;
     if (!run->full_mode)

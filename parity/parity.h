@@ -83,6 +83,15 @@ typedef struct {
      * size c of cps with c x N <= LS_PARITY_MAX_CP ranks (world c x N, --ep N); {1}: no EP runs */
     int eps[LS_PARITY_MAX_CP];
     size_t n_eps;
+    /* data-parallel sizes (an adapter's trainer only: --dp, or --adapter --like a DP run), 1 first: every DP
+     * size D > 1 runs at the CP sizes c of cps with c x D <= LS_PARITY_MAX_CP processes (dp_cp > 0: at that
+     * CP size only, the --like run's), {dp} D, in the dtypes dp_dtype and full mode (dp_detached: detached
+     * too); {1} (or n_dps 0): no DP runs */
+    int dps[LS_PARITY_MAX_CP];
+    size_t n_dps;
+    int dp_cp;
+    bool dp_dtype[2];
+    bool dp_detached;
     bool dtype[2];            /* [LS_PARITY_F64], [LS_PARITY_F32] */
     bool config_on[16];       /* which matrix entries run */
     const char *out;          /* the output directory */
@@ -274,6 +283,9 @@ cJSON *ls_parity_check_new(const char *kind, const char *name, int dtype, int wo
 /* The check of an expert-parallel run (ep > 1): its "ep" (absent: EP 1), world being cp x ep ranks; the
  * audit holds an EP-N run to the checks of its EP size.  Returns check. */
 cJSON *ls_parity_check_ep(cJSON *check, int ep);
+/* The check of a data-parallel run (an adapter's, dp > 1): its "dp" (absent: DP 1), world being cp x dp
+ * processes; the audit holds a DP-D run to the checks of its DP size.  Returns check. */
+cJSON *ls_parity_check_dp(cJSON *check, int dp);
 /* The report takes the check (owns it from here) as evidence for its level. */
 void ls_parity_report_add(ls_parity_report *r, cJSON *check);
 /* Or as a negative control (owning it too): a fault run whose comparison
@@ -289,7 +301,8 @@ int ls_parity_kind_level(const char *kind);
 #define LS_PARITY_ADAPTER_CONTROLS 16
 /* An adapter's report (parity_adapter_run.c): the "adapter" object (file, name, sha256 of its bytes), and
  * the controls each level needs: faults[i] must fail a check of kinds[i] (its level's), and "detached"
- * level 4's, in place of LongStraw's; no level needs "decisions" checks. */
+ * level 4's, in place of LongStraw's; no level needs "decisions" checks.  A control of kind dp_grad, and
+ * dp_grad checks (level 3), are needed only when the report's options asked a DP size > 1 (o->dps). */
 void ls_parity_report_adapter(ls_parity_report *r, const char *file, const char *name, const char *sha256,
                               const char *const *faults, const char *const *kinds, size_t n);
 /* The adapter's batch as the report's configuration (no LongStraw page or chunk sizes). */

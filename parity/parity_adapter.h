@@ -26,7 +26,9 @@
 #define LS_PARITY_ADAPTER_ARG_MAX (LS_PARITY_PATH + 63)
 
 /* One negative control: the fault flag, the check kind it must fail, and
- * the CP size it runs at (0: every requested CP size > 1). */
+ * the CP size it runs at (0: every requested CP size > 1; a dp_grad
+ * control: every CP size the DP runs take).  A dp_grad control runs at
+ * every DP size > 1 of the report only. */
 typedef struct {
     char fault[65];
     char kind[16];
@@ -46,6 +48,11 @@ typedef struct {
     bool dtype[2]; /* [LS_PARITY_F64], [LS_PARITY_F32] */
     int cps[LS_PARITY_MAX_CP];
     size_t n_cps;
+    /* field "dp" (absent: [1]): the data-parallel sizes the trainer supports, {dp} replicas of a CP group
+     * (world cp x dp); uses_dp: some template of args or launch.n holds {dp} (required for a size > 1) */
+    int dps[LS_PARITY_MAX_CP];
+    size_t n_dps;
+    bool uses_dp;
     char fault_none[65];
     ls_parity_adapter_control controls[LS_PARITY_ADAPTER_CONTROLS];
     size_t n_controls;
@@ -79,6 +86,7 @@ ls_status ls_parity_adapter_template_check(const char *tmpl, const char *field, 
 typedef struct {
     const char *mode; /* init | run | reference | loss */
     int cp;
+    int dp; /* {dp}: the data-parallel size (0 reads as 1) */
     const char *dtype, *grad_mode, *fault, *weights, *batch, *out;
     uint64_t seed;
 } ls_parity_adapter_vars;
@@ -87,20 +95,32 @@ typedef struct {
 ls_status ls_parity_adapter_expand(const ls_parity_adapter *a, const char *tmpl, const ls_parity_adapter_vars *v,
                                    char *out, size_t cap);
 /* *j (zeroed first; its log set to log) made the run v: launch "1" for
- * cp 1, "n" otherwise, then the args, every string expanded.  The job's
+ * one process (cp x dp = 1), "n" otherwise, then the args, every string
+ * expanded.  The job's
  * arguments are the caller's (ls_parity_job_free). */
 ls_status ls_parity_adapter_job(const ls_parity_adapter *a, const ls_parity_adapter_vars *v, const char *log,
                                 ls_parity_job *j, char *err, size_t errlen);
 
-/* The matrix (parity_adapter_run.c): o->out, cps, dtypes, jobs, timeout,
- * fd_*, seed, quiet from the options; o->family is the adapter's profile.
+/* The matrix (parity_adapter_run.c): o->out, cps, dtypes, dps (with
+ * dp_cp, dp_dtype, dp_detached), jobs, timeout, fd_*, seed, quiet from the
+ * options; o->family is the adapter's profile.  Every DP size D > 1 of
+ * o->dps also runs at each CP size c with c x D <= LS_PARITY_MAX_CP (only
+ * o->dp_cp when set), full mode (and detached with dp_detached), in the
+ * dtypes dp_dtype, with the adapter's dp_grad controls; each D must be the
+ * adapter's and divide its batch's group (LS_ERR_ARG naming --dp).
  * Writes OUT/parity.json as ls_parity_run does. */
 ls_status ls_parity_adapter_run(const ls_parity_opts *o, const ls_parity_adapter *a, bool *all_pass, char *err,
                                 size_t errlen);
 
+/* Whether the DP size o->dps[e] (e >= 1) runs at the CP size o->cps[k]: its cps[k] x dps[e] processes fit
+ * LS_PARITY_MAX_CP and, with o->dp_cp, cps[k] is that CP size. */
+bool ls_parity_adapter_dp_fits(const ls_parity_opts *o, size_t e, size_t k);
+
 /* --like RUN with an adapter (parity_adapter_like.c): from the run's manifest (schema-checked) its
- * profile (the adapter's), objective (the adapter's), faults (none), CP size (o->cps: 1, 2, 4, ... and
- * the run's, each one the adapter supports), dtype (f64, and f32 when the run's), its recorded path
+ * profile (the adapter's), objective (the adapter's), faults (none), DP size (config dp_ranks, absent 1:
+ * o->dps 1 and it, at the run's CP size only, o->dp_cp; it must divide the world and be the adapter's),
+ * CP size (world / dp; o->cps: 1, 2, 4, ... and the run's, each one the adapter supports), dtype (f64,
+ * and f32 when the run's; the DP runs the run's only), gradient mode (the DP runs' too), its recorded path
  * (o->like_paths) and, from its traces, its prompt: the captured positions T each rank's first
  * prompt forward (a layer_end of member -1, layer -1, fwd, not a recompute) counted, the prompt P =
  * T + 1 (docs/model.md section 4).  The batch's prompt (a->prompt_len) is then the run's when
@@ -128,6 +148,9 @@ ls_status ls_parity_adapter_read_logprobs(const char *path, int g, const int *le
 ls_status ls_parity_adapter_read_loss(const char *path, double *loss, char *err, size_t errlen);
 /* The objective a fault-free run recorded (run_dir's manifest) must be the adapter's (err names both). */
 ls_status ls_parity_adapter_objective_pinned(const ls_parity_adapter *a, const char *run_dir, char *err, size_t errlen);
+/* The DP size a run recorded (run_dir's manifest: config dp_ranks, absent 1) must be the one it was launched
+ * at ({dp}): LS_ERR_FORMAT naming the run and both sizes (a trainer that ignored {dp} proves no DP). */
+ls_status ls_parity_adapter_dp_pinned(const char *run_dir, int dp, char *err, size_t errlen);
 
 /* The finite differences of the loss mode (parity_adapter_fd.c): along a
  * random unit direction per trainable tensor (or layer group: o->fd_groups)

@@ -4,13 +4,18 @@
  *
  * From the run's manifest: the profile (the adapter's), the objective (the
  * adapter's pinned one: the report could not cover another), no faults,
- * the longstraw strategy, the CP size w (the matrix at 1, 2, 4, ... below
- * w and w; 1 and 2 for a one-rank run) and the dtype (f64, f32 beside it),
+ * the longstraw strategy, the DP size D (config dp_ranks, absent 1: it must
+ * divide the world and be one of the adapter's; D > 1 runs DP sizes 1 and
+ * D, the DP runs at the run's CP size only, in the run's dtype and gradient
+ * mode), the CP size w = world / D (the matrix at 1, 2, 4, ... below w and
+ * w; 1 and 2 for a one-rank run) and the dtype (f64, f32 beside it),
  * and the run's recorded path (configuration "paths"), which the report
  * states (like.paths) with each value no run of it took (like.uncovered).
  * From the run's traces: the prompt.  Each rank's first prompt forward (a
  * layer_end of member -1, layer -1, direction fwd, not a recompute) counts
- * the positions its shard captured; their sum T is the prompt's captured
+ * the positions its shard captured (under DP, the ranks of the first
+ * replica, 0 .. w-1: global rank d w + c; every replica must capture the
+ * same shards, else a note says so); their sum T is the prompt's captured
  * positions and P = T + 1 its length (docs/model.md section 4: the last
  * prompt token starts every response).  The adapter's batch then takes a
  * prompt of P tokens where 17 <= P <= 64; otherwise the shortest of at
@@ -35,8 +40,6 @@
 #define LIKE_P_MIN 17 /* a prompt longer than 16 tokens */
 #define LIKE_P_MAX 64 /* the longest prompt taken as the run's */
 #define LIKE_T_BASE 32
-
-static ls_manifest *like_manifest; /* held for the process: o->like_run_id and the notes point into nothing of it */
 
 static void note(ls_parity_adapter *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void note(ls_parity_adapter *a, const char *fmt, ...) {
@@ -126,11 +129,33 @@ ls_status ls_parity_adapter_like(const char *run_dir, ls_parity_opts *o, ls_pari
              cJSON_IsString(st) ? st->valuestring : "(none)");
     if ((s = ls_parity_adapter_objective_pinned(a, run_dir, why, sizeof why)) != LS_OK)
         FAIL(LS_ERR_ARG, "--like: %s", why);
-    /* CP sizes and dtypes */
+    /* DP and CP sizes and dtypes */
     uint32_t w = m->world;
     if (w < 1 || w > LS_PARITY_MAX_CP)
         FAIL(LS_ERR_ARG, "--like %s: the run has %u ranks; parity runs at most %d", run_dir, (unsigned)w,
              LS_PARITY_MAX_CP);
+    /* the data-parallel replicas (config dp_ranks, absent: 1): world = dp x cp, global rank d x cp + c */
+    const cJSON *dpr = cJSON_GetObjectItemCaseSensitive(cfg, "dp_ranks");
+    uint32_t dp = 1;
+    if (dpr != NULL) {
+        if (!cJSON_IsNumber(dpr) || dpr->valuedouble < 1 || dpr->valuedouble > (double)w ||
+            dpr->valuedouble != (double)(uint32_t)dpr->valuedouble || w % (uint32_t)dpr->valuedouble != 0)
+            FAIL(LS_ERR_ARG, "--like %s: config \"dp_ranks\" is not an integer >= 1 that divides the run's %u ranks",
+                 run_dir, (unsigned)w);
+        dp = (uint32_t)dpr->valuedouble;
+    }
+    bool dp_ok = false;
+    for (size_t i = 0; i < a->n_dps; i++) dp_ok = dp_ok || a->dps[i] == (int)dp;
+    if (!dp_ok)
+        FAIL(LS_ERR_ARG, "--like %s: config \"dp_ranks\" %u is not one of the DP sizes the adapter %s supports (field "
+             "'dp'%s)", run_dir, (unsigned)dp, a->path,
+             cJSON_GetObjectItemCaseSensitive(a->doc, "dp") ? "" : " absent: DP 1 only");
+    const uint32_t world = w;
+    w /= dp; /* the run's CP size */
+    o->n_dps = 0;
+    o->dps[o->n_dps++] = 1;
+    if (dp > 1) o->dps[o->n_dps++] = (int)dp;
+    o->dp_cp = (int)w;
     o->n_cps = 0;
     for (uint32_t c = 1; c < w; c *= 2) o->cps[o->n_cps++] = (int)c;
     o->cps[o->n_cps++] = (int)w;
@@ -145,6 +170,13 @@ ls_status ls_parity_adapter_like(const char *run_dir, ls_parity_opts *o, ls_pari
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(cfg, "dtype");
     o->dtype[LS_PARITY_F64] = true;
     o->dtype[LS_PARITY_F32] = !cJSON_IsString(dt) || strcmp(dt->valuestring, "f64") != 0;
+    /* the DP runs: the run's dtype and gradient mode (full always: level 4's grad needs it) */
+    o->dp_dtype[LS_PARITY_F64] = !o->dtype[LS_PARITY_F32];
+    o->dp_dtype[LS_PARITY_F32] = o->dtype[LS_PARITY_F32];
+    const cJSON *gm = cJSON_GetObjectItemCaseSensitive(cfg, "grad_mode");
+    snprintf(o->like_grad_mode, sizeof o->like_grad_mode, "%s",
+             cJSON_IsString(gm) && strcmp(gm->valuestring, "full") == 0 ? "full" : "detached");
+    o->dp_detached = strcmp(o->like_grad_mode, "detached") == 0;
     if (o->dtype[LS_PARITY_F32] && !a->dtype[LS_PARITY_F32])
         FAIL(LS_ERR_ARG, "--like %s: the run's dtype %s needs f32 runs, which the adapter %s does not support", run_dir,
              cJSON_IsString(dt) ? dt->valuestring : "?", a->path);
@@ -157,7 +189,7 @@ ls_status ls_parity_adapter_like(const char *run_dir, ls_parity_opts *o, ls_pari
                 "a run without its path)");
     /* the prompt, from the traces */
     int64_t sizes[LS_PARITY_MAX_CP], T = 0;
-    for (uint32_t r = 0; r < w; r++) {
+    for (uint32_t r = 0; r < world; r++) { /* every rank's; the first replica's (0 .. w-1) count */
         char tp[LS_PARITY_PATH];
         snprintf(tp, sizeof tp, "%s/rank-%04u/events.jsonl.zst", run_dir, (unsigned)r);
         if (access(tp, R_OK) != 0) snprintf(tp, sizeof tp, "%s/rank-%04u/events.jsonl", run_dir, (unsigned)r);
@@ -170,8 +202,15 @@ ls_status ls_parity_adapter_like(const char *run_dir, ls_parity_opts *o, ls_pari
             FAIL(LS_ERR_FORMAT, "--like %s: %s shows no prompt forward (a layer_end of member -1, layer -1, fwd): the "
                  "run's prompt length is unknown", run_dir, tp);
         sizes[r] = f.tokens;
-        T += f.tokens;
+        if (r < w) T += f.tokens;
     }
+    for (uint32_t r = w; r < world; r++)
+        if (sizes[r] != sizes[r % w]) {
+            note(a, "--like: rank %u (replica %u, CP rank %u) captured %lld prompt positions where rank %u of the first "
+                    "replica captured %lld: the replicas' shards disagree", (unsigned)r, (unsigned)(r / w),
+                 (unsigned)(r % w), (long long)sizes[r], (unsigned)(r % w), (long long)sizes[r % w]);
+            break;
+        }
     bool trace_even = true;
     for (uint32_t r = 1; r < w; r++) trace_even = trace_even && sizes[r] == sizes[0];
     int64_t L = 1;
@@ -191,6 +230,11 @@ ls_status ls_parity_adapter_like(const char *run_dir, ls_parity_opts *o, ls_pari
     note(a, "--like: the run's prompt: %lld captured positions by its traces (shards %s over %u ranks), a prompt of "
             "%lld tokens; the matrix's batches take a prompt of %d tokens (shards %s at CP %u)",
          (long long)T, sz, (unsigned)w, (long long)T + 1, a->prompt_len, szn, (unsigned)w);
+    if (dp > 1)
+        note(a, "--like: the run's %u ranks are %u data-parallel replicas of CP %u (config dp_ranks): DP sizes 1 and %u "
+                "at CP %u, in the run's dtype (%s) and gradient mode (full%s)", (unsigned)world, (unsigned)dp,
+             (unsigned)w, (unsigned)dp, (unsigned)w, o->dtype[LS_PARITY_F32] ? "f32" : "f64",
+             o->dp_detached ? " and detached" : "");
     if (w > 1 && (rec_uneven || rec_even) && (trace_even ? !rec_even : !rec_uneven))
         note(a, "--like: the run's traces show shards %s (%s) where its path records shards %s: the traces and the "
                 "configuration disagree", sz, trace_even ? "even" : "uneven", rec_uneven ? "uneven" : "even");
@@ -199,7 +243,8 @@ ls_status ls_parity_adapter_like(const char *run_dir, ls_parity_opts *o, ls_pari
              (unsigned)w);
     snprintf(o->like_run_id, sizeof o->like_run_id, "%.120s", m->run_id);
 done:
-    if (s == LS_OK) o->like_manifest = like_manifest = m;
-    else ls_manifest_free(m);
+    /* nothing taken from the run points into its manifest (o->like_run_id, o->like_paths and the notes are
+       copies): it is released here, whatever the outcome */
+    ls_manifest_free(m);
     return s;
 }

@@ -1,8 +1,10 @@
 /* parity_adapter_load.c - the adapter file (parity_adapter.h): read with a
  * size cap, every template's placeholders checked by name, validated against
- * schemas/parity-adapter.schema.json, then what a schema cannot say (f64
- * and CP 1 present, control names, a control's CP size supported, one
- * reward per response); and the argv of a run built from the templates. */
+ * schemas/parity-adapter.schema.json, then what a schema cannot say (f64,
+ * CP 1 and DP 1 present, {dp} used where a DP size > 1 is declared, control
+ * names, a control's CP size supported, a dp_grad control only beside a DP
+ * size > 1, one reward per response); and the argv of a run built from the
+ * templates. */
 #define _DEFAULT_SOURCE /* realpath */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"
@@ -19,7 +21,8 @@
 #include "receipts/schema.h"
 
 static const char *const PLACEHOLDERS[] = {"cp", "dtype", "grad_mode", "fault", "weights", "batch", "out",
-                                           "mode", "dir", "seed", NULL};
+                                           "mode", "dir", "seed", "dp", NULL};
+enum { PH_DP = 10 }; /* PLACEHOLDERS' index of {dp} */
 
 /* The placeholder at s ("{name}"): its index, its length in *len; -1 when none is known. */
 static int placeholder_at(const char *s, size_t *len) {
@@ -47,8 +50,8 @@ ls_status ls_parity_adapter_template_check(const char *t, const char *field, cha
         if (*p == '{' || *p == '}') {
             const char *e = *p == '{' ? strchr(p, '}') : NULL;
             int shown = e && e - p < 40 ? (int)(e - p + 1) : 1;
-            snprintf(err, errlen, "field '%s': unknown placeholder '%.*s' in \"%.80s\" (known: {cp} {dtype} {grad_mode} "
-                     "{fault} {weights} {batch} {out} {mode} {dir} {seed}; {{ and }} are literal braces)",
+            snprintf(err, errlen, "field '%s': unknown placeholder '%.*s' in \"%.80s\" (known: {cp} {dp} {dtype} "
+                     "{grad_mode} {fault} {weights} {batch} {out} {mode} {dir} {seed}; {{ and }} are literal braces)",
                      field, shown, p, t);
             return LS_ERR_FORMAT;
         }
@@ -69,6 +72,20 @@ static ls_status templates_check(const cJSON *arr, const char *field, char *err,
         }
     }
     return LS_OK;
+}
+
+/* Whether some string of the template array arr holds the placeholder {dp} (not inside {{ }}). */
+static bool uses_dp(const cJSON *arr) {
+    const cJSON *x;
+    cJSON_ArrayForEach(x, arr) {
+        if (!cJSON_IsString(x)) continue;
+        for (const char *p = x->valuestring; *p; p++) {
+            size_t n = 0;
+            if ((p[0] == '{' && p[1] == '{') || (p[0] == '}' && p[1] == '}')) p++;
+            else if (*p == '{' && placeholder_at(p, &n) == PH_DP) return true;
+        }
+    }
+    return false;
 }
 
 static bool ident(const char *s, size_t max) {
@@ -131,6 +148,20 @@ static ls_status semantics(ls_parity_adapter *a, const char *path, char *err, si
         one = one || x->valuedouble == 1;
     }
     if (!one) FAIL(LS_ERR_FORMAT, "%s: field 'cp': 1 must be one (CP-N is compared with CP-1)", path);
+    /* the DP sizes (absent: 1 only); a size > 1 must reach the trainer through {dp} */
+    const cJSON *dpl = cJSON_GetObjectItemCaseSensitive(d, "dp");
+    bool dp_one = dpl == NULL, dp_more = false;
+    if (dpl == NULL) a->dps[a->n_dps++] = 1;
+    cJSON_ArrayForEach(x, dpl) {
+        a->dps[a->n_dps++] = (int)x->valuedouble;
+        dp_one = dp_one || x->valuedouble == 1;
+        dp_more = dp_more || x->valuedouble > 1;
+    }
+    if (!dp_one) FAIL(LS_ERR_FORMAT, "%s: field 'dp': 1 must be one (DP-D is compared with DP-1)", path);
+    a->uses_dp = uses_dp(a->args) || uses_dp(a->launchn);
+    if (dp_more && !a->uses_dp)
+        FAIL(LS_ERR_FORMAT, "%s: field 'dp': a DP size > 1 needs the placeholder {dp} in 'args' or 'launch.n' (the "
+             "trainer is told its DP size by it)", path);
     const cJSON *faults = cJSON_GetObjectItemCaseSensitive(d, "faults");
     snprintf(a->fault_none, sizeof a->fault_none, "%s", cJSON_GetObjectItemCaseSensitive(faults, "none")->valuestring);
     cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(faults, "controls")) {
@@ -148,6 +179,9 @@ static ls_status semantics(ls_parity_adapter *a, const char *path, char *err, si
         bool ok = c->cp == 0;
         for (size_t i = 0; i < a->n_cps; i++) ok = ok || a->cps[i] == c->cp;
         if (!ok) FAIL(LS_ERR_FORMAT, "%s: field 'faults.controls.%s.cp': %d is not one of the adapter's cp", path, f, c->cp);
+        if (strcmp(c->kind, "dp_grad") == 0 && !dp_more)
+            FAIL(LS_ERR_FORMAT, "%s: field 'faults.controls.%s': it breaks dp_grad, but field 'dp' lists no DP size > 1 "
+                 "to run it at", path, f);
     }
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(d, "batch");
     a->vocab = (int)num(b, "vocab", NULL);
@@ -272,6 +306,7 @@ ls_status ls_parity_adapter_expand(const ls_parity_adapter *a, const char *t, co
             case 6: val = v->out; break;
             case 7: val = v->mode; break;
             case 8: val = a->dir; break;
+            case PH_DP: snprintf(num, sizeof num, "%d", v->dp > 1 ? v->dp : 1), val = num; break;
             default: snprintf(num, sizeof num, "%llu", (unsigned long long)v->seed), val = num; break;
             }
         } else {
@@ -290,7 +325,7 @@ ls_status ls_parity_adapter_job(const ls_parity_adapter *a, const ls_parity_adap
                                 ls_parity_job *j, char *err, size_t errlen) {
     memset(j, 0, sizeof *j);
     snprintf(j->log, sizeof j->log, "%s", log);
-    const cJSON *parts[2] = {v->cp > 1 ? a->launchn : a->launch1, a->args};
+    const cJSON *parts[2] = {v->cp * (v->dp > 1 ? v->dp : 1) > 1 ? a->launchn : a->launch1, a->args};
     char buf[LS_PARITY_ADAPTER_ARG_MAX + 1];
     for (int k = 0; k < 2; k++) {
         const cJSON *x;

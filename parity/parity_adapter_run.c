@@ -17,7 +17,17 @@
  *   fd_grad     float64 CP-1 and reference g . d vs finite differences   (4)
  *   ref_loss    float64 CP-N losses vs the reference's                   (4)
  * and the controls: each adapter control must fail the check it names,
- * and the detached runs at CP > 1 must fail grad ("detached").  Every run
+ * and the detached runs at CP > 1 must fail grad ("detached").
+ * Data parallelism (o->dps, the adapter's {dp}): every DP size D > 1 also
+ * runs at each CP size c whose c x D processes fit (o->dp_cp: that one
+ * only), full mode (and detached with o->dp_detached), in o->dp_dtype, with
+ * the adapter's dp_grad controls; each such run is compared as a CP run
+ * (logprob, ref_logprob, ref_loss, grad against the reference; cp_grad and
+ * cp_params against CP-1 DP-1), tagged "dp" D with world c x D, and
+ *   dp_grad     its gradient vs the DP-1 run of its CP size, dtype and
+ *               mode, at cp_grad's tolerance                            (3)
+ * which the dp_grad controls must fail.  Every run's manifest must record
+ * the DP size it was launched at (dp_ranks, absent 1).  Every run
  * must exit 0 and write its files (else exit 2, the run and its log named);
  * a NaN or a tensor missing or of another size fails its check. */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -36,7 +46,10 @@
 #include "receipts/json_util.h"
 #include "receipts/manifest.h"
 
-#define MAX_RUNS 320 /* 1 + 2 dtypes x (8 CP sizes x 2 modes + 16 controls x 8) */
+/* 1 + 2 dtypes x (8 CP sizes x 2 modes + 16 controls x 9) and the DP runs: 2 dtypes x (2 modes + 16
+ * controls) x the (DP, CP) pairs that fit 8 processes (at most 4 + 2 + 2 + 1 + 1 + 1 + 1 = 12) */
+#define MAX_RUNS (1 + 2 * (LS_PARITY_MAX_CP * 2 + LS_PARITY_ADAPTER_CONTROLS * (LS_PARITY_MAX_CP + 1)) + \
+                  2 * (2 + LS_PARITY_ADAPTER_CONTROLS) * 12)
 
 enum { DET = 0, FULL = 1 };
 static const char *const GMODE[] = {"detached", "full"};
@@ -57,6 +70,9 @@ typedef struct {
     char config[64];
     run_out mode_run[2][2][LS_PARITY_MAX_CP]; /* [dtype][DET/FULL][cps index] */
     run_out ctl[2][LS_PARITY_ADAPTER_CONTROLS][LS_PARITY_MAX_CP + 1]; /* [dtype][control][cps index, or MAX_CP: its own] */
+    /* the DP runs: [dtype][DET/FULL][dps index e >= 1][cps index], where dp_fits; their dp_grad controls */
+    run_out dp_run[2][2][LS_PARITY_MAX_CP][LS_PARITY_MAX_CP];
+    run_out dp_ctl[2][LS_PARITY_ADAPTER_CONTROLS][LS_PARITY_MAX_CP][LS_PARITY_MAX_CP];
     run_out ref, ref_score, init;
     char *err;
     size_t errlen;
@@ -65,7 +81,7 @@ typedef struct {
 /* One run to make. */
 typedef struct {
     const char *mode, *grad_mode, *fault;
-    int dt, cp;
+    int dt, cp, dp; /* dp 0: 1 */
     const char *batch;
     run_out *dst;
 } spec;
@@ -104,7 +120,8 @@ static ls_status make_job(arun *r, const spec *sp, ls_parity_job *j) {
     }
     char log[LS_PARITY_PATH];
     snprintf(log, sizeof log, "%s.log", d->out);
-    ls_parity_adapter_vars v = {.mode = sp->mode, .cp = sp->cp, .dtype = ls_parity_dtype_name(sp->dt),
+    ls_parity_adapter_vars v = {.mode = sp->mode, .cp = sp->cp, .dp = sp->dp > 1 ? sp->dp : 1,
+                                .dtype = ls_parity_dtype_name(sp->dt),
                                 .grad_mode = sp->grad_mode ? sp->grad_mode : "full",
                                 .fault = sp->fault ? sp->fault : r->a->fault_none, .weights = r->weights,
                                 .batch = sp->batch, .out = d->out, .seed = r->o->seed};
@@ -235,6 +252,28 @@ ls_status ls_parity_adapter_objective_pinned(const ls_parity_adapter *a, const c
     return s;
 }
 
+ls_status ls_parity_adapter_dp_pinned(const char *run_dir, int dp, char *err, size_t errlen) {
+    char path[LS_PARITY_PATH];
+    snprintf(path, sizeof path, "%s/%s", run_dir, LS_MANIFEST_FILE);
+    cJSON *doc = NULL;
+    ls_status s = ls_json_read_file_capped(path, 1u << 24, &doc, err, errlen);
+    if (s != LS_OK) return s;
+    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(doc, "predicate"), "config");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, "dp_ranks");
+    if (v != NULL && !(cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= 65536 &&
+                       v->valuedouble == (double)(int)v->valuedouble)) {
+        snprintf(err, errlen, "%s: field 'predicate.config.dp_ranks' is not an integer >= 1", path);
+        s = LS_ERR_FORMAT;
+    } else if ((v ? (int)v->valuedouble : 1) != (dp > 1 ? dp : 1)) {
+        snprintf(err, errlen, "%s: the run was launched at DP %d ({dp}) and its configuration records dp_ranks %s%d: "
+                 "the trainer did not run the DP size asked", path, dp > 1 ? dp : 1, v ? "" : "(absent) ",
+                 v ? (int)v->valuedouble : 1);
+        s = LS_ERR_FORMAT;
+    }
+    cJSON_Delete(doc);
+    return s;
+}
+
 /* Runs the specs in one pool; each must exit 0; its files are read. */
 static ls_status run_specs(arun *r, spec *sp, size_t n, const char *part) {
     ls_parity_job *jobs = calloc(n ? n : 1, sizeof *jobs);
@@ -273,6 +312,7 @@ static ls_status run_specs(arun *r, spec *sp, size_t n, const char *part) {
         char run[LS_PARITY_PATH];
         snprintf(run, sizeof run, "%s/run", d->out);
         if ((s = ls_parity_report_build(r->rep, run, r->err, r->errlen)) != LS_OK) break;
+        if ((s = ls_parity_adapter_dp_pinned(run, sp[i].dp, r->err, r->errlen)) != LS_OK) break;
         if (sp[i].fault == NULL) s = ls_parity_adapter_objective_pinned(r->a, run, r->err, r->errlen);
     }
     if (s == LS_OK) {
@@ -298,12 +338,16 @@ static cJSON *tensors(const ls_parity_tensors *want, const ls_parity_tensors *a,
     return arr;
 }
 
-static void add(arun *r, const char *kind, int dt, int world, const char *gm, const char *refn, const char *cand,
+/* One check of the run at CP size cp and DP size dp (1: none), world cp x dp: "KIND CONFIG DTYPE cpN[ dpD][ EXTRA]". */
+static void add(arun *r, const char *kind, int dt, int cp, int dp, const char *gm, const char *refn, const char *cand,
                 const char *extra, cJSON *entries, const char *key, const char *control) {
-    char name[256];
-    snprintf(name, sizeof name, "%s %s %s cp%d%s%s", kind, r->config, ls_parity_dtype_name(dt), world,
-             extra ? " " : "", extra ? extra : "");
-    cJSON *c = ls_parity_check_new(kind, name, dt, world, r->config, gm, refn, cand, entries, key);
+    char name[256], at[32];
+    if (dp > 1) snprintf(at, sizeof at, "cp%d dp%d", cp, dp);
+    else snprintf(at, sizeof at, "cp%d", cp);
+    snprintf(name, sizeof name, "%s %s %s %s%s%s", kind, r->config, ls_parity_dtype_name(dt), at, extra ? " " : "",
+             extra ? extra : "");
+    cJSON *c = ls_parity_check_dp(ls_parity_check_new(kind, name, dt, cp * dp, r->config, gm, refn, cand, entries, key),
+                                  dp);
     if (control) ls_parity_report_control(r->rep, control, c);
     else ls_parity_report_add(r->rep, c);
 }
@@ -314,30 +358,46 @@ static int k1_of(const arun *r) {
     return 0;
 }
 
-/* One comparison of run x of kind `kind` (its world w, grad mode gm, dtype dt), as a check or a control. */
-static void compare(arun *r, const char *kind, int dt, int w, int m, run_out *x, const char *extra, const char *control) {
+bool ls_parity_adapter_dp_fits(const ls_parity_opts *o, size_t e, size_t k) {
+    return e >= 1 && e < o->n_dps && k < o->n_cps && o->cps[k] * o->dps[e] <= LS_PARITY_MAX_CP &&
+           (o->dp_cp == 0 || o->cps[k] == o->dp_cp);
+}
+
+/* One comparison of run x of kind `kind` (at CP size cp, DP size dp, grad mode m, dtype dt), as a check or a
+ * control; same_cp: the DP-1 run of x's CP size, dtype and mode (dp_grad's reference). */
+static void compare(arun *r, const char *kind, int dt, int cp, int dp, int m, run_out *x, const run_out *same_cp,
+                    const char *extra, const char *control) {
     const bool f32 = dt == LS_PARITY_F32;
     run_out *c1 = &r->mode_run[dt][m][k1_of(r)], *c1_64 = &r->mode_run[LS_PARITY_F64][m][k1_of(r)];
     run_out *f1 = &r->mode_run[dt][FULL][k1_of(r)], *f1_64 = &r->mode_run[LS_PARITY_F64][FULL][k1_of(r)];
     const ls_parity_tensors *want = &r->ref.g;
-    char cand[160], refn[160];
-    snprintf(cand, sizeof cand, "%s cp%d %s%s%s", r->a->name, w, GMODE[m], control ? " --fault " : "",
+    char cand[160], refn[160], at[32];
+    if (dp > 1) snprintf(at, sizeof at, "cp%d dp%d", cp, dp);
+    else snprintf(at, sizeof at, "cp%d", cp);
+    snprintf(cand, sizeof cand, "%s %s %s%s%s", r->a->name, at, GMODE[m], control ? " --fault " : "",
              control && strcmp(control, "detached") ? control : "");
     if (!strcmp(kind, "logprob") || !strcmp(kind, "ref_logprob")) {
         double nf = f32 ? ls_parity_logprob_noise(&f1->lp, &f1_64->lp) : -1, tol = f32 ? ls_parity_f32_tol(nf) : LS_PARITY_F64_TOL;
-        add(r, kind, dt, w, NULL, "the adapter's reference (float64)", cand, extra,
+        add(r, kind, dt, cp, dp, NULL, "the adapter's reference (float64)", cand, extra,
             ls_parity_members_entries(&x->lp, &r->ref.lp, tol, nf), "members", control);
     } else if (!strcmp(kind, "cp_grad")) {
         snprintf(refn, sizeof refn, "%s cp1 %s", r->a->name, GMODE[m]);
-        add(r, kind, dt, w, GMODE[m], refn, cand, extra,
+        add(r, kind, dt, cp, dp, GMODE[m], refn, cand, extra,
             tensors(want, &x->g, &c1->g, f32 ? &c1->g : NULL, f32 ? &c1_64->g : NULL), "tensors", control);
+    } else if (!strcmp(kind, "dp_grad")) {
+        /* the replicas' averaged gradient against the one process group's at the same CP size, at cp_grad's
+           tolerance (float32: CP-1's float32-vs-float64 noise floor) */
+        if (same_cp == NULL) return;
+        snprintf(refn, sizeof refn, "%s cp%d %s (DP 1)", r->a->name, cp, GMODE[m]);
+        add(r, kind, dt, cp, dp, GMODE[m], refn, cand, extra,
+            tensors(want, &x->g, &same_cp->g, f32 ? &c1->g : NULL, f32 ? &c1_64->g : NULL), "tensors", control);
     } else if (!strcmp(kind, "cp_params")) {
         snprintf(refn, sizeof refn, "%s cp1 %s", r->a->name, GMODE[m]);
-        add(r, kind, dt, w, GMODE[m], refn, cand, extra,
+        add(r, kind, dt, cp, dp, GMODE[m], refn, cand, extra,
             ls_parity_params_entries(want, &x->p, &c1->p, &x->g, &c1->g, r->a->adamw ? &r->a->opt : NULL, dt),
             "tensors", control);
     } else if (!strcmp(kind, "grad")) {
-        add(r, kind, dt, w, GMODE[m], "the adapter's reference (float64)", cand, extra,
+        add(r, kind, dt, cp, dp, GMODE[m], "the adapter's reference (float64)", cand, extra,
             tensors(want, &x->g, &r->ref.g, f32 ? &f1->g : NULL, f32 ? &f1_64->g : NULL), "tensors", control);
     } else { /* ref_loss */
         ls_parity_err e = {fabs(x->loss - r->ref.loss), 0};
@@ -349,8 +409,39 @@ static void compare(arun *r, const char *kind, int dt, int w, int m, run_out *x,
         }
         cJSON *arr = cJSON_CreateArray();
         cJSON_AddItemToArray(arr, ls_parity_entry("loss", e, tol, -1));
-        add(r, kind, dt, w, NULL, "the adapter's reference (float64)", cand, extra, arr, "members", control);
+        add(r, kind, dt, cp, dp, NULL, "the adapter's reference (float64)", cand, extra, arr, "members", control);
     }
+}
+
+/* The DP runs' checks (dtype dt): each compared as a CP run, tagged with its DP size, and its gradient against
+ * the DP-1 run of its CP size (dp_grad), which the dp_grad controls must fail. */
+static void dp_checks(arun *r, int dt) {
+    const ls_parity_opts *o = r->o;
+    if (!o->dp_dtype[dt] || !o->dtype[dt]) return;
+    for (size_t e = 1; e < o->n_dps; e++)
+        for (size_t k = 0; k < o->n_cps; k++) {
+            if (!ls_parity_adapter_dp_fits(o, e, k)) continue;
+            int c = o->cps[k], D = o->dps[e];
+            run_out *full = &r->dp_run[dt][FULL][e][k];
+            compare(r, "logprob", dt, c, D, FULL, full, NULL, NULL, NULL);
+            if (dt == LS_PARITY_F64) {
+                compare(r, "ref_logprob", dt, c, D, FULL, full, NULL, NULL, NULL);
+                compare(r, "ref_loss", dt, c, D, FULL, full, NULL, NULL, NULL);
+            }
+            compare(r, "grad", dt, c, D, FULL, full, NULL, "full", NULL);
+            for (int m = o->dp_detached ? DET : FULL; m <= FULL; m++) {
+                run_out *x = &r->dp_run[dt][m][e][k];
+                compare(r, "cp_grad", dt, c, D, m, x, NULL, GMODE[m], NULL);
+                compare(r, "cp_params", dt, c, D, m, x, NULL, GMODE[m], NULL);
+                compare(r, "dp_grad", dt, c, D, m, x, &r->mode_run[dt][m][k], GMODE[m], NULL);
+            }
+            for (size_t ci = 0; ci < r->a->n_controls; ci++) {
+                const ls_parity_adapter_control *ct = &r->a->controls[ci];
+                run_out *x = &r->dp_ctl[dt][ci][e][k];
+                if (strcmp(ct->kind, "dp_grad") != 0 || !x->ran) continue;
+                compare(r, "dp_grad", dt, c, D, FULL, x, &r->mode_run[dt][FULL][k], ct->fault, ct->fault);
+            }
+        }
 }
 
 static void checks(arun *r, int dt) {
@@ -358,31 +449,33 @@ static void checks(arun *r, int dt) {
     for (size_t k = 0; k < o->n_cps; k++) {
         int w = o->cps[k];
         run_out *full = &r->mode_run[dt][FULL][k], *det = &r->mode_run[dt][DET][k];
-        compare(r, "logprob", dt, w, FULL, full, NULL, NULL);
+        compare(r, "logprob", dt, w, 1, FULL, full, NULL, NULL, NULL);
         if (dt == LS_PARITY_F64) {
-            compare(r, "ref_logprob", dt, w, FULL, full, NULL, NULL);
-            compare(r, "ref_loss", dt, w, FULL, full, NULL, NULL);
+            compare(r, "ref_logprob", dt, w, 1, FULL, full, NULL, NULL, NULL);
+            compare(r, "ref_loss", dt, w, 1, FULL, full, NULL, NULL, NULL);
         }
-        compare(r, "grad", dt, w, FULL, full, "full", NULL);
+        compare(r, "grad", dt, w, 1, FULL, full, NULL, "full", NULL);
         if (w > 1) {
             for (int m = 0; m < 2; m++) {
                 run_out *x = m == FULL ? full : det;
-                compare(r, "cp_grad", dt, w, m, x, GMODE[m], NULL);
-                compare(r, "cp_params", dt, w, m, x, GMODE[m], NULL);
+                compare(r, "cp_grad", dt, w, 1, m, x, NULL, GMODE[m], NULL);
+                compare(r, "cp_params", dt, w, 1, m, x, NULL, GMODE[m], NULL);
             }
-            compare(r, "grad", dt, w, DET, det, "detached", "detached");
+            compare(r, "grad", dt, w, 1, DET, det, NULL, "detached", "detached");
         }
     }
     for (size_t c = 0; c < r->a->n_controls; c++) {
         const ls_parity_adapter_control *ct = &r->a->controls[c];
         if (!strcmp(ct->kind, "ref_loss") && dt != LS_PARITY_F64) continue;
+        if (!strcmp(ct->kind, "dp_grad")) continue; /* at the DP sizes > 1 only (dp_checks) */
         for (size_t k = 0; k <= LS_PARITY_MAX_CP; k++) {
             run_out *x = &r->ctl[dt][c][k];
             if (!x->ran) continue;
             int w = k == LS_PARITY_MAX_CP ? ct->cp : o->cps[k < LS_PARITY_MAX_CP ? k : 0];
-            compare(r, ct->kind, dt, w, FULL, x, ct->fault, ct->fault);
+            compare(r, ct->kind, dt, w, 1, FULL, x, NULL, ct->fault, ct->fault);
         }
     }
+    dp_checks(r, dt);
 }
 
 /* ---- the driver ------------------------------------------------------------------- */
@@ -403,6 +496,7 @@ static size_t matrix_specs(arun *r, spec *sp) {
         for (size_t c = 0; c < r->a->n_controls; c++) {
             const ls_parity_adapter_control *ct = &r->a->controls[c];
             if (!strcmp(ct->kind, "ref_loss") && dt != LS_PARITY_F64) continue;
+            if (!strcmp(ct->kind, "dp_grad")) continue; /* below, at the DP sizes > 1 */
             for (size_t k = 0; k <= LS_PARITY_MAX_CP; k++) {
                 int w = k == LS_PARITY_MAX_CP ? ct->cp : k < o->n_cps ? o->cps[k] : 0;
                 if (ct->cp ? k != LS_PARITY_MAX_CP : (w <= 1 || k == LS_PARITY_MAX_CP)) continue;
@@ -412,6 +506,27 @@ static size_t matrix_specs(arun *r, spec *sp) {
                                  .batch = r->batch_grad, .dst = d};
             }
         }
+        /* the DP runs: full (and detached) at every (DP, CP) that fits, and the dp_grad controls there */
+        if (!o->dp_dtype[dt]) continue;
+        for (size_t e = 1; e < o->n_dps; e++)
+            for (size_t k = 0; k < o->n_cps; k++) {
+                if (!ls_parity_adapter_dp_fits(o, e, k)) continue;
+                int c = o->cps[k], D = o->dps[e];
+                for (int m = o->dp_detached ? DET : FULL; m <= FULL; m++) {
+                    run_out *d = &r->dp_run[dt][m][e][k];
+                    snprintf(d->label, sizeof d->label, "%s/cp%d-dp%d-%s", ls_parity_dtype_name(dt), c, D, GMODE[m]);
+                    sp[n++] = (spec){.mode = "run", .grad_mode = GMODE[m], .dt = dt, .cp = c, .dp = D,
+                                     .batch = r->batch_grad, .dst = d};
+                }
+                for (size_t ci = 0; ci < r->a->n_controls; ci++) {
+                    const ls_parity_adapter_control *ct = &r->a->controls[ci];
+                    if (strcmp(ct->kind, "dp_grad") != 0 || (ct->cp != 0 && ct->cp != c)) continue;
+                    run_out *d = &r->dp_ctl[dt][ci][e][k];
+                    snprintf(d->label, sizeof d->label, "%s/cp%d-dp%d-%s", ls_parity_dtype_name(dt), c, D, ct->fault);
+                    sp[n++] = (spec){.mode = "run", .grad_mode = "full", .fault = ct->fault, .dt = dt, .cp = c,
+                                     .dp = D, .batch = r->batch_grad, .dst = d};
+                }
+            }
     }
     return n;
 }
@@ -419,9 +534,15 @@ static size_t matrix_specs(arun *r, spec *sp) {
 static void free_all(arun *r) {
     for (int dt = 0; dt < 2; dt++) {
         for (int m = 0; m < 2; m++)
-            for (int k = 0; k < LS_PARITY_MAX_CP; k++) out_free(&r->mode_run[dt][m][k]);
-        for (int c = 0; c < LS_PARITY_ADAPTER_CONTROLS; c++)
+            for (int k = 0; k < LS_PARITY_MAX_CP; k++) {
+                out_free(&r->mode_run[dt][m][k]);
+                for (int e = 0; e < LS_PARITY_MAX_CP; e++) out_free(&r->dp_run[dt][m][e][k]);
+            }
+        for (int c = 0; c < LS_PARITY_ADAPTER_CONTROLS; c++) {
             for (int k = 0; k <= LS_PARITY_MAX_CP; k++) out_free(&r->ctl[dt][c][k]);
+            for (int e = 0; e < LS_PARITY_MAX_CP; e++)
+                for (int k = 0; k < LS_PARITY_MAX_CP; k++) out_free(&r->dp_ctl[dt][c][e][k]);
+        }
     }
     out_free(&r->ref);
     out_free(&r->ref_score);
@@ -510,6 +631,23 @@ ls_status ls_parity_adapter_run(const ls_parity_opts *o, const ls_parity_adapter
     if (o->dtype[LS_PARITY_F32] && !a->dtype[LS_PARITY_F32]) {
         snprintf(err, errlen, "--dtype: f32 is not one of the dtypes the adapter %s supports (field 'dtypes')", a->path);
         return LS_ERR_ARG;
+    }
+    /* the DP sizes: the adapter's, and each a divisor of the batch's group (a replica takes G / D members) */
+    const char *dp_src = o->like ? "the --like run's dp_ranks" : "--dp";
+    for (size_t e = 0; e < o->n_dps; e++) {
+        bool ok = false;
+        for (size_t i = 0; i < a->n_dps; i++) ok = ok || a->dps[i] == o->dps[e];
+        if (!ok) {
+            snprintf(err, errlen, "%s: %d is not one of the DP sizes the adapter %s supports (field 'dp'%s)", dp_src,
+                     o->dps[e], a->path, cJSON_GetObjectItemCaseSensitive(a->doc, "dp") ? "" : " absent: DP 1 only");
+            return LS_ERR_ARG;
+        }
+        if (o->dps[e] > 1 && a->group % o->dps[e] != 0) {
+            snprintf(err, errlen, "%s: %d does not divide the %d responses of the adapter %s's batch (field "
+                     "'batch.response_lens'): each of the DP %d replicas takes G / %d members", dp_src, o->dps[e],
+                     a->group, a->path, o->dps[e], o->dps[e]);
+            return LS_ERR_ARG;
+        }
     }
     if (ls_parity_mkdirs(o->out) != 0) {
         snprintf(err, errlen, "--out %s: cannot create: %s", o->out, strerror(errno));

@@ -19,8 +19,14 @@
  *   ref_loss    the loss against the reference's: the on-policy GRPO loss
  *               is 0 in exact arithmetic, so the error is taken relative
  *               to max(|reference|, 1)                                  (4)
+ * With DP sizes (o->dps), each DP size D > 1 also runs at the CP sizes the
+ * matrix's DP runs take (ls_parity_adapter_dp_fits): its checks are those
+ * of a CP run (logprob, cp_grad, cp_params against CP-1 DP-1; ref_logprob,
+ * grad, ref_loss against the reference), tagged "dp" D with world cp x D,
+ * and dp_grad (its gradient against the DP-1 run of its CP size, level 3).
  * Every run's manifest adds its coverage (its path: responses sampled, old
- * log-probs computed, its shards) through ls_parity_report_build. */
+ * log-probs computed, its shards; its DP size, which must be the one it was
+ * launched at) through ls_parity_report_build. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
@@ -34,10 +40,13 @@
 #include "receipts/json_util.h"
 
 #define SAMPLE_DRAWS 8 /* draws of the sampler's seed until CP-1's rewards differ */
+/* the runs of one draw: every CP size at DP 1, and the (DP, CP) pairs that fit 8 processes (at most 12) */
+#define MAX_SRUNS (LS_PARITY_MAX_CP + 12)
 
 typedef struct {
     char label[96], out[LS_PARITY_PATH];
-    int cp;
+    int cp, dp; /* dp 1: no DP */
+    size_t same_cp; /* a DP run's: the index of the DP-1 run of its CP size */
     bool ran;
     cJSON *dump; /* {out}/batch.json */
     int g, lens[LS_PARITY_MAX_G];
@@ -116,8 +125,8 @@ static ls_status read_dump(const ls_parity_adapter *a, srun *x, const cJSON *pro
     return LS_OK;
 }
 
-static ls_status job_of(const ls_parity_opts *o, const ls_parity_adapter *a, const char *mode, int cp, uint64_t seed,
-                        const char *weights, const char *batch, const char *out, ls_parity_job *j, char *err,
+static ls_status job_of(const ls_parity_opts *o, const ls_parity_adapter *a, const char *mode, int cp, int dp,
+                        uint64_t seed, const char *weights, const char *batch, const char *out, ls_parity_job *j, char *err,
                         size_t errlen) {
     ls_parity_remove_tree(out);
     if (ls_parity_mkdirs(out) != 0) {
@@ -126,7 +135,8 @@ static ls_status job_of(const ls_parity_opts *o, const ls_parity_adapter *a, con
     }
     char log[LS_PARITY_PATH];
     snprintf(log, sizeof log, "%s.log", out);
-    ls_parity_adapter_vars v = {.mode = mode, .cp = cp, .dtype = "f64", .grad_mode = "full", .fault = a->fault_none,
+    ls_parity_adapter_vars v = {.mode = mode, .cp = cp, .dp = dp, .dtype = "f64", .grad_mode = "full",
+                                .fault = a->fault_none,
                                 .weights = weights, .batch = batch, .out = out, .seed = seed};
     (void)o;
     return ls_parity_adapter_job(a, &v, log, j, err, errlen);
@@ -164,16 +174,18 @@ static bool rewards_differ(const cJSON *dump) {
     return false;
 }
 
-static void checks(const ls_parity_opts *o, const ls_parity_adapter *a, ls_parity_report *rep, srun *runs, size_t k1,
+static void checks(const ls_parity_adapter *a, ls_parity_report *rep, srun *runs, size_t nr, size_t k1,
                    const srun *ref, const char *cfg) {
     const srun *c1 = &runs[k1];
     const ls_parity_tensors *want = &ref->grad;
-    char name[256], cand[160], refn[160];
+    char name[256], cand[160], refn[160], at[32];
     snprintf(refn, sizeof refn, "%s cp1 full on its own sampled batch", a->name);
-    for (size_t k = 0; k < o->n_cps; k++) {
+    for (size_t k = 0; k < nr; k++) {
         srun *x = &runs[k];
-        int n = x->cp;
-        snprintf(cand, sizeof cand, "%s cp%d full on its own sampled batch", a->name, n);
+        int n = x->cp * x->dp, D = x->dp; /* n: the world, cp x dp processes */
+        if (D > 1) snprintf(at, sizeof at, "cp%d dp%d", x->cp, D);
+        else snprintf(at, sizeof at, "cp%d", x->cp);
+        snprintf(cand, sizeof cand, "%s %s full on its own sampled batch", a->name, at);
         if (n > 1) { /* the same responses drawn, the same log-probs scored, as CP-1 */
             cJSON *arr = cJSON_CreateArray();
             bool same = cJSON_Compare(cJSON_GetObjectItemCaseSensitive(x->dump, "responses"),
@@ -185,34 +197,51 @@ static void checks(const ls_parity_opts *o, const ls_parity_adapter *a, ls_parit
                                                       LS_PARITY_F64_TOL, -1));
             ls_parity_member_entries(arr, "policy", &x->pol, &c1->pol);
             ls_parity_member_entries(arr, "old_logprobs", &x->old, &c1->old);
-            snprintf(name, sizeof name, "logprob %s f64 cp%d", cfg, n);
-            ls_parity_report_add(rep, ls_parity_check_new("logprob", name, LS_PARITY_F64, n, cfg, NULL, refn, cand, arr,
-                                                          "members"));
+            snprintf(name, sizeof name, "logprob %s f64 %s", cfg, at);
+            ls_parity_report_add(rep, ls_parity_check_dp(ls_parity_check_new("logprob", name, LS_PARITY_F64, n, cfg, NULL,
+                                                                              refn, cand, arr, "members"), D));
         }
         /* the policy's and the trainer's own old log-probs against the independent reference's */
         cJSON *arr = cJSON_CreateArray();
         ls_parity_member_entries(arr, "policy", &x->pol, &ref->pol);
         ls_parity_member_entries(arr, "old_logprobs", &x->old, &ref->pol);
-        snprintf(name, sizeof name, "ref_logprob %s f64 cp%d", cfg, n);
-        ls_parity_report_add(rep, ls_parity_check_new("ref_logprob", name, LS_PARITY_F64, n, cfg, NULL,
-                                                      "the adapter's reference (float64) on CP-1's sampled batch, "
-                                                      "its own log-probs as the old ones", cand, arr, "members"));
+        snprintf(name, sizeof name, "ref_logprob %s f64 %s", cfg, at);
+        ls_parity_report_add(rep, ls_parity_check_dp(ls_parity_check_new("ref_logprob", name, LS_PARITY_F64, n, cfg, NULL,
+                                                                          "the adapter's reference (float64) on CP-1's "
+                                                                          "sampled batch, its own log-probs as the old "
+                                                                          "ones", cand, arr, "members"), D));
         if (n > 1) {
-            snprintf(name, sizeof name, "cp_grad %s f64 cp%d full", cfg, n);
-            ls_parity_report_add(rep, ls_parity_check_new("cp_grad", name, LS_PARITY_F64, n, cfg, "full", refn, cand,
-                                                          tensors_vs(want, &x->grad, &c1->grad), "tensors"));
-            snprintf(name, sizeof name, "cp_params %s f64 cp%d full", cfg, n);
-            ls_parity_report_add(rep, ls_parity_check_new("cp_params", name, LS_PARITY_F64, n, cfg, "full", refn, cand,
-                                                          ls_parity_params_entries(want, &x->params, &c1->params,
-                                                                                   &x->grad, &c1->grad,
-                                                                                   a->adamw ? &a->opt : NULL,
-                                                                                   LS_PARITY_F64),
-                                                          "tensors"));
+            snprintf(name, sizeof name, "cp_grad %s f64 %s full", cfg, at);
+            ls_parity_report_add(rep, ls_parity_check_dp(ls_parity_check_new("cp_grad", name, LS_PARITY_F64, n, cfg,
+                                                                              "full", refn, cand,
+                                                                              tensors_vs(want, &x->grad, &c1->grad),
+                                                                              "tensors"), D));
+            snprintf(name, sizeof name, "cp_params %s f64 %s full", cfg, at);
+            ls_parity_report_add(rep, ls_parity_check_dp(ls_parity_check_new("cp_params", name, LS_PARITY_F64, n, cfg,
+                                                                              "full", refn, cand,
+                                                                              ls_parity_params_entries(
+                                                                                  want, &x->params, &c1->params,
+                                                                                  &x->grad, &c1->grad,
+                                                                                  a->adamw ? &a->opt : NULL,
+                                                                                  LS_PARITY_F64),
+                                                                              "tensors"), D));
         }
-        snprintf(name, sizeof name, "grad %s f64 cp%d full", cfg, n);
-        ls_parity_report_add(rep, ls_parity_check_new("grad", name, LS_PARITY_F64, n, cfg, "full",
-                                                      "the adapter's reference (float64) on-policy gradient", cand,
-                                                      tensors_vs(want, &x->grad, &ref->grad), "tensors"));
+        if (D > 1) { /* the replicas' averaged gradient against the one process group's of its CP size */
+            const srun *same = &runs[x->same_cp];
+            char sref[160];
+            snprintf(sref, sizeof sref, "%s cp%d full on its own sampled batch (DP 1)", a->name, x->cp);
+            snprintf(name, sizeof name, "dp_grad %s f64 %s full", cfg, at);
+            ls_parity_report_add(rep, ls_parity_check_dp(ls_parity_check_new("dp_grad", name, LS_PARITY_F64, n, cfg,
+                                                                              "full", sref, cand,
+                                                                              tensors_vs(want, &x->grad, &same->grad),
+                                                                              "tensors"), D));
+        }
+        snprintf(name, sizeof name, "grad %s f64 %s full", cfg, at);
+        ls_parity_report_add(rep, ls_parity_check_dp(ls_parity_check_new("grad", name, LS_PARITY_F64, n, cfg, "full",
+                                                                          "the adapter's reference (float64) on-policy "
+                                                                          "gradient", cand,
+                                                                          tensors_vs(want, &x->grad, &ref->grad),
+                                                                          "tensors"), D));
         /* the on-policy GRPO loss is 0 (its advantages sum to 0, its ratios are 1): relative to 1 below it */
         ls_parity_err e = {fabs(x->loss - ref->loss), 0};
         e.max_rel = e.max_abs / fmax(fabs(ref->loss), 1.0);
@@ -220,22 +249,22 @@ static void checks(const ls_parity_opts *o, const ls_parity_adapter *a, ls_parit
         cJSON *la = cJSON_CreateArray();
         cJSON_AddItemToArray(la, ls_parity_entry("loss (on-policy: relative to max(|reference|, 1))", e,
                                                  LS_PARITY_F64_TOL, -1));
-        snprintf(name, sizeof name, "ref_loss %s f64 cp%d", cfg, n);
-        ls_parity_report_add(rep, ls_parity_check_new("ref_loss", name, LS_PARITY_F64, n, cfg, NULL,
-                                                      "the adapter's reference (float64) on CP-1's sampled batch", cand,
-                                                      la, "members"));
+        snprintf(name, sizeof name, "ref_loss %s f64 %s", cfg, at);
+        ls_parity_report_add(rep, ls_parity_check_dp(ls_parity_check_new("ref_loss", name, LS_PARITY_F64, n, cfg, NULL,
+                                                                          "the adapter's reference (float64) on CP-1's "
+                                                                          "sampled batch", cand, la, "members"), D));
     }
 }
 
 ls_status ls_parity_adapter_sampled(const ls_parity_opts *o, const ls_parity_adapter *a, ls_parity_report *rep,
                                     const char *dir, const char *weights, char *err, size_t errlen) {
     double t0 = ls_parity_now();
-    srun runs[LS_PARITY_MAX_CP], ref;
+    srun runs[MAX_SRUNS], ref;
     memset(runs, 0, sizeof runs);
     memset(&ref, 0, sizeof ref);
-    ls_parity_job jobs[LS_PARITY_MAX_CP];
+    ls_parity_job jobs[MAX_SRUNS];
     memset(jobs, 0, sizeof jobs);
-    const char *labels[LS_PARITY_MAX_CP];
+    const char *labels[MAX_SRUNS];
     size_t made = 0, k1 = 0;
     char batch[LS_PARITY_PATH], refbatch[LS_PARITY_PATH];
     /* the adapter's prompt alone */
@@ -253,21 +282,28 @@ ls_status ls_parity_adapter_sampled(const ls_parity_opts *o, const ls_parity_ada
     uint64_t seed = o->seed;
     for (int draw = 0; s == LS_OK && draw < SAMPLE_DRAWS; draw++, seed += 7919) {
         for (size_t k = 0; k < made; k++) ls_parity_job_free(&jobs[k]);
-        for (size_t k = 0; k < LS_PARITY_MAX_CP; k++) srun_free(&runs[k]);
+        for (size_t k = 0; k < MAX_SRUNS; k++) srun_free(&runs[k]);
         memset(runs, 0, sizeof runs);
         memset(jobs, 0, sizeof jobs);
         made = 0;
-        for (size_t k = 0; s == LS_OK && k < o->n_cps; k++, made++) {
-            srun *x = &runs[k];
-            x->cp = o->cps[k];
-            if (x->cp == 1) k1 = k;
-            char label[sizeof x->label]; /* composed apart: gcc -O3 reads x->label and x->out as overlapping */
-            snprintf(label, sizeof label, "f64/cp%d-sampled", x->cp);
-            memcpy(x->label, label, sizeof label);
-            snprintf(x->out, sizeof x->out, "%s/%s", dir, label);
-            labels[k] = x->label;
-            s = job_of(o, a, "run", x->cp, seed, weights, batch, x->out, &jobs[k], err, errlen);
-        }
+        /* every CP size at DP 1 (runs[k] the cps[k]'s), then every DP size > 1 at the CP sizes it fits */
+        for (size_t e = 0; s == LS_OK && e < (o->n_dps ? o->n_dps : 1); e++)
+            for (size_t k = 0; s == LS_OK && k < o->n_cps; k++) {
+                if (e > 0 && !ls_parity_adapter_dp_fits(o, e, k)) continue;
+                srun *x = &runs[made];
+                x->cp = o->cps[k];
+                x->dp = e > 0 ? o->dps[e] : 1;
+                x->same_cp = k;
+                if (x->cp == 1 && x->dp == 1) k1 = made;
+                char label[sizeof x->label]; /* composed apart: gcc -O3 reads x->label and x->out as overlapping */
+                if (x->dp > 1) snprintf(label, sizeof label, "f64/cp%d-dp%d-sampled", x->cp, x->dp);
+                else snprintf(label, sizeof label, "f64/cp%d-sampled", x->cp);
+                memcpy(x->label, label, sizeof label);
+                snprintf(x->out, sizeof x->out, "%s/%s", dir, label);
+                labels[made] = x->label;
+                s = job_of(o, a, "run", x->cp, x->dp, seed, weights, batch, x->out, &jobs[made], err, errlen);
+                made++;
+            }
         if (s == LS_OK) s = run_jobs(o, a, jobs, made, labels, err, errlen);
         for (size_t k = 0; s == LS_OK && k < made; k++) {
             srun *x = &runs[k];
@@ -296,7 +332,8 @@ ls_status ls_parity_adapter_sampled(const ls_parity_opts *o, const ls_parity_ada
     for (size_t k = 0; s == LS_OK && k < made; k++) {
         char run[LS_PARITY_PATH];
         snprintf(run, sizeof run, "%s/run", runs[k].out);
-        if ((s = ls_parity_report_build(rep, run, err, errlen)) == LS_OK)
+        if ((s = ls_parity_report_build(rep, run, err, errlen)) == LS_OK &&
+            (s = ls_parity_adapter_dp_pinned(run, runs[k].dp, err, errlen)) == LS_OK)
             s = ls_parity_adapter_objective_pinned(a, run, err, errlen);
     }
     /* the reference on CP-1's batch without its old log-probs: on-policy, its own log-probs the old ones */
@@ -312,7 +349,8 @@ ls_status ls_parity_adapter_sampled(const ls_parity_opts *o, const ls_parity_ada
     memset(&rj, 0, sizeof rj);
     snprintf(ref.label, sizeof ref.label, "reference-sampled");
     snprintf(ref.out, sizeof ref.out, "%s/%s", dir, ref.label);
-    if (s == LS_OK && (s = job_of(o, a, "reference", 1, o->seed, weights, refbatch, ref.out, &rj, err, errlen)) == LS_OK) {
+    if (s == LS_OK &&
+        (s = job_of(o, a, "reference", 1, 1, o->seed, weights, refbatch, ref.out, &rj, err, errlen)) == LS_OK) {
         const char *l[1] = {ref.label};
         s = run_jobs(o, a, &rj, 1, l, err, errlen);
     }
@@ -337,14 +375,14 @@ ls_status ls_parity_adapter_sampled(const ls_parity_opts *o, const ls_parity_ada
                  "from seed %llu, rewarded them and scored its own old log-probs", a->prompt_len,
                  (unsigned)a->token_seed, runs[k1].g, (unsigned long long)seed);
         ls_parity_report_batch(rep, cfg, what, a->prompt_len, runs[k1].g, runs[k1].lens);
-        checks(o, a, rep, runs, k1, &ref, cfg);
+        checks(a, rep, runs, made, k1, &ref, cfg);
         ls_parity_report_timing(rep, "the prompt-only path (the trainer samples)", ls_parity_now() - t0, (int)made + 1);
         if (!o->quiet)
             fprintf(stderr, "longstraw-parity: %s the prompt-only path: %zu runs, %.1f s\n", a->name, made + 1,
                     ls_parity_now() - t0);
     }
     for (size_t k = 0; k < made; k++) ls_parity_job_free(&jobs[k]);
-    for (size_t k = 0; k < LS_PARITY_MAX_CP; k++) srun_free(&runs[k]);
+    for (size_t k = 0; k < MAX_SRUNS; k++) srun_free(&runs[k]);
     srun_free(&ref);
     cJSON_Delete(prompt);
     return s;

@@ -28,7 +28,7 @@
 static void usage(FILE *f) {
     fputs("usage: longstraw-parity --family hybrid|mla --out DIR [--cp 1,2,4] [--eps 1,2] [--dtype f64,f32]\n"
           "                        [--configs NAME,...] [--jobs N] [options]\n"
-          "       longstraw-parity --adapter FILE --out DIR [--cp LIST] [--dtype LIST] [--jobs N] [options]\n"
+          "       longstraw-parity --adapter FILE --out DIR [--cp LIST] [--dp LIST] [--dtype LIST] [--jobs N] [options]\n"
           "       longstraw-parity --adapter FILE --like RUN --out DIR [--jobs N] [options]\n"
           "Runs the trainer at reduced sizes against references and writes DIR/parity.json\n"
           "(schemas/parity.schema.json), the evidence levels 2-4 of the audit need:\n"
@@ -56,6 +56,12 @@ static void usage(FILE *f) {
           "                    size c with c x N <= 8 ranks (--ep N; its log-probs and gradients against\n"
           "                    EP-1's and the references, ep-drop-dx its control); the report's coverage\n"
           "                    then states the EP sizes (eps), without which no EP-N run is covered\n"
+          "  --dp LIST         --adapter: data-parallel sizes, 1 included, each in the adapter's 'dp' and\n"
+          "                    dividing its batch's group [1]: each D > 1 also runs at every CP size c with\n"
+          "                    c x D <= 8 processes ({dp} D: full mode, every dtype, the prompt-only path,\n"
+          "                    the adapter's dp_grad controls), compared as CP runs and, as dp_grad, against\n"
+          "                    DP-1 at the same CP size; the report's coverage then states the DP sizes\n"
+          "                    (dps), without which no DP-D run is covered\n"
           "  --dtype LIST      f64 and optionally f32 [f64,f32] (f32's noise floor needs f64)\n"
           "  --configs LIST    matrix entries to run [all]; --list prints them\n"
           "  --jobs N          trainer runs at a time [online CPUs, at most 16]\n"
@@ -80,7 +86,8 @@ static void usage(FILE *f) {
           "                    modes init, run, reference and loss, its controls; --cp and --dtype\n"
           "                    default to the adapter's; the report's family is its profile; with\n"
           "                    --like RUN (a run of the adapter's trainer) the CP sizes, dtypes, the\n"
-          "                    prompt's length and shard split and the run's path come from the run\n"
+          "                    prompt's length and shard split and the run's path come from the run,\n"
+          "                    and its DP size (config dp_ranks D: DP 1 and D at its CP size world / D)\n"
           "  --like RUN        cover the run in RUN: its model (written to DIR/like-model.json), trainable\n"
           "                    set, objective, dtype (f32 adds f64) and CP sizes 1, 2, 4, .. up to its own\n"
           "                    (an expert-parallel run's: world / ep_ranks, and EP sizes 1 and its own),\n"
@@ -133,6 +140,7 @@ static int parse_sizes(const char *s, int *sizes, size_t *n) {
 }
 static int parse_cps(const char *s, ls_parity_opts *o) { return parse_sizes(s, o->cps, &o->n_cps); }
 static int parse_eps(const char *s, ls_parity_opts *o) { return parse_sizes(s, o->eps, &o->n_eps); }
+static int parse_dps(const char *s, ls_parity_opts *o) { return parse_sizes(s, o->dps, &o->n_dps); }
 
 static int parse_dtypes(const char *s, ls_parity_opts *o) {
     o->dtype[0] = o->dtype[1] = false;
@@ -205,13 +213,13 @@ static int run_and_sign(const ls_parity_opts *o, const char *key, matrix_fn run,
 }
 
 /* --adapter FILE: the options it excludes, the adapter loaded, its matrix. */
-static int adapter_main(ls_parity_opts *o, const char *file, const char *cps, const char *dtypes, const char *key,
-                        const char *configs) {
+static int adapter_main(ls_parity_opts *o, const char *file, const char *cps, const char *dtypes, const char *dps,
+                        const char *key, const char *configs) {
     if (o->family || o->model_config || o->reference || configs || strcmp(o->trainer, LS_PARITY_TRAINER) != 0)
         return bad("%s", "--adapter FILE describes the trainer: drop --family, --trainer, --reference, "
                          "--model-config, --configs");
-    if (o->like && (cps || dtypes))
-        return bad("%s", "--like sets the CP sizes and dtypes from the run: drop --cp, --dtype");
+    if (o->like && (cps || dtypes || dps))
+        return bad("%s", "--like sets the CP sizes, DP sizes and dtypes from the run: drop --cp, --dp, --dtype");
     if (o->out == NULL) return bad("%s", "--out DIR is required");
     if (strlen(o->out) > LS_PARITY_OUT_MAX) return bad("--out: '%.40s...' is longer than 512 characters", o->out);
     static ls_parity_adapter a;
@@ -240,6 +248,14 @@ static int adapter_main(ls_parity_opts *o, const char *file, const char *cps, co
         ls_parity_adapter_free(&a);
         return bad("--dtype: '%s' is not f64 or f64,f32 (float32's tolerance is measured against float64)", dtypes);
     }
+    /* --dp (default 1 only): each size the adapter's (field 'dp') and a divisor of its group, checked with the
+       matrix (ls_parity_adapter_run); the DP runs take every dtype of the report, full mode */
+    if (dps && parse_dps(dps, o) != 0) {
+        ls_parity_adapter_free(&a);
+        return bad("--dp: '%s' is not a list of distinct sizes in 1..8 that includes 1", dps);
+    }
+    o->dp_dtype[LS_PARITY_F64] = o->dtype[LS_PARITY_F64];
+    o->dp_dtype[LS_PARITY_F32] = o->dtype[LS_PARITY_F32];
     /* --like RUN: the CP sizes, dtypes, prompt and path from a run of the adapter's trainer */
     if (o->like && ls_parity_adapter_like(o->like, o, &a, err, sizeof err) != LS_OK) {
         fprintf(stderr, "longstraw-parity: %s\n", err);
@@ -262,8 +278,9 @@ static int main_body(int argc, char **argv, ls_parity_opts *o) {
     static char like_model[LS_PARITY_PATH];
     parse_cps("1,2,4", o);
     parse_eps("1", o);
+    parse_dps("1", o);
     parse_dtypes("f64,f32", o);
-    const char *eps = NULL;
+    const char *eps = NULL, *dps = NULL;
     const char *cps = NULL, *dtypes = NULL, *configs = NULL, *key = NULL, *fd_groups = NULL, *adapter = NULL;
     bool list = false;
     for (int i = 1; i < argc; i++) {
@@ -285,6 +302,7 @@ static int main_body(int argc, char **argv, ls_parity_opts *o) {
         else if (!strcmp(a, "--out")) slot = &o->out;
         else if (!strcmp(a, "--cp")) slot = &cps;
         else if (!strcmp(a, "--eps")) slot = &eps;
+        else if (!strcmp(a, "--dp")) slot = &dps;
         else if (!strcmp(a, "--dtype")) slot = &dtypes;
         else if (!strcmp(a, "--configs")) slot = &configs;
         else if (!strcmp(a, "--trainer")) slot = &o->trainer;
@@ -337,7 +355,10 @@ static int main_body(int argc, char **argv, ls_parity_opts *o) {
     if (adapter && eps)
         return bad("%s", "--eps: an adapter's trainer is launched by its adapter file, which states no expert "
                          "parallelism: drop --eps");
-    if (adapter) return adapter_main(o, adapter, cps, dtypes, key, configs);
+    if (adapter) return adapter_main(o, adapter, cps, dtypes, dps, key, configs);
+    if (dps)
+        return bad("%s", "--dp: data parallelism is an adapter's trainer's ({dp} replicas of a CP group; "
+                         "longstraw-train has none): use it with --adapter");
     if (o->like) {
         if (o->out == NULL) return bad("%s", "--out DIR is required");
         if (strlen(o->out) > LS_PARITY_OUT_MAX) return bad("--out: '%.40s...' is longer than 512 characters", o->out);

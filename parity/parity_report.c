@@ -40,6 +40,8 @@ struct ls_parity_report {
     char model_from[LS_PARITY_PATH];
     cJSON *train_modes, *objectives, *grad_modes, *strategies, *dtypes, *worlds;
     cJSON *eps;   /* coverage.eps: the EP sizes (config ep_ranks, absent: 1) of the fault-free runs */
+    cJSON *dps;   /* coverage.dps: the DP sizes (config dp_ranks, absent: 1) of the fault-free runs */
+    bool dp_asked; /* the options asked a DP size > 1 (an adapter's --dp, or --like a DP run): dp_grad needed */
     cJSON *paths; /* coverage.paths: the union of the runs' recorded paths (ls_coverage_paths_add) */
     cJSON *like_paths;         /* the --like run's path (ls_parity_report_like_paths), NULL: none */
     bool like_paths_derived;
@@ -51,6 +53,7 @@ struct ls_parity_report {
     bool adapter;
     char actl[LS_PARITY_ADAPTER_CONTROLS + 1][72];
     int actl_level[LS_PARITY_ADAPTER_CONTROLS + 1];
+    bool actl_dp[LS_PARITY_ADAPTER_CONTROLS + 1]; /* breaks dp_grad: needed only when a DP size > 1 ran */
     size_t n_actl;
 };
 
@@ -64,7 +67,8 @@ static const struct {
     /* decisions: only a family whose forward decides (mla) has them, and then every level needs them,
      * through level 2: no comparison of compositions speaks across a near-tie */
     {2, "response-operator fidelity", {"decisions", "logprob", "ref_logprob"}, {"cp-local-attention", NULL}},
-    {3, "distributed-update consistency", {"cp_grad", "cp_params", NULL}, {"skip-dkv-reduce", "skip-grad-finalize"}},
+    /* dp_grad: only a report that ran a DP size > 1 (an adapter's) has them, and then level 3 needs them */
+    {3, "distributed-update consistency", {"cp_grad", "cp_params", "dp_grad"}, {"skip-dkv-reduce", "skip-grad-finalize"}},
     {4, "full-gradient parity", {"grad", "fd_grad", "ref_loss"}, {"detached", NULL}},
 };
 
@@ -97,6 +101,7 @@ static const struct {
     {"grad", "gradient: the trainer's full-mode CP-N gradient equals the reference's"},
     {"cp_grad", "update: CP-N gradients equal CP-1 gradients"},
     {"cp_params", "update: CP-N parameters after the optimizer step equal CP-1 parameters"},
+    {"dp_grad", "update: DP-D gradients (the replicas' average) equal the DP-1 gradients of the same CP size"},
 };
 
 static const char *str(const cJSON *o, const char *k);
@@ -127,6 +132,11 @@ ls_status ls_parity_report_new(const ls_parity_opts *o, ls_parity_report **out) 
         cJSON *e = cJSON_AddArrayToObject(r->doc, "eps");
         for (size_t i = 0; i < o->n_eps; i++) cJSON_AddItemToArray(e, cJSON_CreateNumber(o->eps[i]));
     }
+    if (o->n_dps > 1) { /* the DP sizes asked for (an adapter's --dp, or the --like run's) */
+        cJSON *e = cJSON_AddArrayToObject(r->doc, "dps");
+        for (size_t i = 0; i < o->n_dps; i++) cJSON_AddItemToArray(e, cJSON_CreateNumber(o->dps[i]));
+        r->dp_asked = true;
+    }
     cJSON_AddStringToObject(r->doc, "trainer", o->trainer);
     cJSON_AddStringToObject(r->doc, "model_config", o->model_config);
     cJSON_AddStringToObject(r->doc, "run_environment", LS_PARITY_RUN_ENV);
@@ -149,10 +159,11 @@ ls_status ls_parity_report_new(const ls_parity_opts *o, ls_parity_report **out) 
     r->dtypes = cJSON_CreateArray();
     r->worlds = cJSON_CreateArray();
     r->eps = cJSON_CreateArray();
+    r->dps = cJSON_CreateArray();
     r->paths = cJSON_CreateObject();
     *out = r;
     if (!r->train_modes || !r->objectives || !r->grad_modes || !r->strategies || !r->dtypes || !r->worlds ||
-        !r->eps || !r->paths) {
+        !r->eps || !r->dps || !r->paths) {
         ls_parity_report_free(r);
         *out = NULL;
         return LS_ERR_NOMEM;
@@ -170,6 +181,7 @@ void ls_parity_report_free(ls_parity_report *r) {
     cJSON_Delete(r->dtypes);
     cJSON_Delete(r->worlds);
     cJSON_Delete(r->eps);
+    cJSON_Delete(r->dps);
     cJSON_Delete(r->paths);
     cJSON_Delete(r->like_paths);
     cJSON_Delete(r->build_obj);
@@ -179,8 +191,8 @@ void ls_parity_report_free(ls_parity_report *r) {
 
 /* The coverage a run adds: a fault-free LongStraw run's model (one for the
  * whole report), trainable set, objectives, gradient mode, strategy, dtype,
- * CP size and EP size (ep_ranks; absent, as in a v2 run's: 1), as its
- * manifest recorded them.  Control and reference
+ * CP size, EP size (ep_ranks; absent, as in a v2 run's: 1) and DP size
+ * (dp_ranks, an adapter's trainer; absent: 1), as its manifest recorded them.  Control and reference
  * (naive) runs add nothing: the report proves nothing of their settings. */
 static ls_status add_coverage(ls_parity_report *r, const char *run_dir, char *err, size_t errlen) {
     char path[LS_PARITY_PATH];
@@ -230,15 +242,17 @@ static ls_status add_coverage(ls_parity_report *r, const char *run_dir, char *er
             s = ls_coverage_set_add(sets[i], v);
         }
     }
-    if (s == LS_OK) {
-        const cJSON *ep = cJSON_GetObjectItemCaseSensitive(cfg, "ep_ranks");
-        cJSON *one = ep ? NULL : cJSON_CreateNumber(1);
-        if (ep != NULL && !(cJSON_IsNumber(ep) && ep->valuedouble >= 1 && ep->valuedouble <= 65536 &&
-                            ep->valuedouble == (double)(int)ep->valuedouble)) {
-            snprintf(err, errlen, "%s: predicate.config \"ep_ranks\" is not an integer >= 1", path);
+    const char *sizes[] = {"ep_ranks", "dp_ranks"};
+    cJSON *size_sets[] = {r->eps, r->dps};
+    for (size_t i = 0; s == LS_OK && i < 2; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, sizes[i]);
+        cJSON *one = v ? NULL : cJSON_CreateNumber(1);
+        if (v != NULL && !(cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= 65536 &&
+                           v->valuedouble == (double)(int)v->valuedouble)) {
+            snprintf(err, errlen, "%s: predicate.config \"%s\" is not an integer >= 1", path, sizes[i]);
             s = LS_ERR_FORMAT;
         } else {
-            s = ls_coverage_set_add(r->eps, ep ? ep : one);
+            s = ls_coverage_set_add(size_sets[i], v ? v : one);
         }
         cJSON_Delete(one);
     }
@@ -304,9 +318,11 @@ void ls_parity_report_adapter(ls_parity_report *r, const char *file, const char 
     r->n_actl = 0;
     for (size_t i = 0; i < n && i < LS_PARITY_ADAPTER_CONTROLS; i++) {
         snprintf(r->actl[r->n_actl], sizeof r->actl[0], "%s", faults[i]);
+        r->actl_dp[r->n_actl] = strcmp(kinds[i], "dp_grad") == 0;
         r->actl_level[r->n_actl++] = ls_parity_kind_level(kinds[i]);
     }
     snprintf(r->actl[r->n_actl], sizeof r->actl[0], "detached"); /* the detached-mode runs must fail grad */
+    r->actl_dp[r->n_actl] = false;
     r->actl_level[r->n_actl++] = 4;
 }
 
@@ -428,6 +444,11 @@ cJSON *ls_parity_check_ep(cJSON *check, int ep) {
     return check;
 }
 
+cJSON *ls_parity_check_dp(cJSON *check, int dp) {
+    if (check != NULL && dp > 1) cJSON_AddNumberToObject(check, "dp", dp);
+    return check;
+}
+
 void ls_parity_report_add(ls_parity_report *r, cJSON *check) { cJSON_AddItemToArray(r->checks, check); }
 
 void ls_parity_report_control(ls_parity_report *r, const char *fault, cJSON *check) {
@@ -437,6 +458,7 @@ void ls_parity_report_control(ls_parity_report *r, const char *fault, cJSON *che
     cJSON_AddStringToObject(o, "dtype", str(check, "dtype"));
     cJSON_AddNumberToObject(o, "world", num(check, "world"));
     if (num(check, "ep") > 1) cJSON_AddNumberToObject(o, "ep", num(check, "ep"));
+    if (num(check, "dp") > 1) cJSON_AddNumberToObject(o, "dp", num(check, "dp"));
     cJSON_AddStringToObject(o, "configuration", str(check, "configuration"));
     cJSON_AddStringToObject(o, "check", str(check, "name"));
     add_num(o, "max_rel_err", num(check, "max_rel_err"));
@@ -474,8 +496,10 @@ void ls_parity_report_note(ls_parity_report *r, const char *fmt, ...) {
 }
 
 /* Whether checks of kind must exist for the report's family: "decisions"
- * only where the forward makes discrete decisions (mla). */
+ * only where the forward makes discrete decisions (mla); "dp_grad" only
+ * where the report ran a DP size > 1 (an adapter's). */
 static bool kind_applies(const ls_parity_report *r, const char *kind) {
+    if (strcmp(kind, "dp_grad") == 0) return r->dp_asked;
     if (r->adapter) return strcmp(kind, "decisions") != 0; /* an adapter states no decision margins */
     return strcmp(kind, "decisions") != 0 || strcmp(str(r->doc, "family"), "mla") == 0;
 }
@@ -518,8 +542,8 @@ static cJSON *level_verdict(ls_parity_report *r, size_t li, bool below, bool *ho
     const char *ctls[LS_PARITY_ADAPTER_CONTROLS + 2 + 4];
     int nctl = 0;
     for (int k = 0; k < 2 && !r->adapter && LEVELS[li].controls[k]; k++) ctls[nctl++] = level_control(r, li, k);
-    for (size_t k = 0; r->adapter && k < r->n_actl; k++)
-        if (r->actl_level[k] == LEVELS[li].level) ctls[nctl++] = r->actl[k];
+    for (size_t k = 0; r->adapter && k < r->n_actl; k++) /* a DP control: only once a DP size > 1 ran */
+        if (r->actl_level[k] == LEVELS[li].level && (!r->actl_dp[k] || r->dp_asked)) ctls[nctl++] = r->actl[k];
     for (size_t k = 0; !r->adapter && k < r->n_xctl; k++)
         if (r->xctl_level[k] == LEVELS[li].level) ctls[nctl++] = r->xctl[k];
     for (int k = 0; k < nctl; k++) {
@@ -540,8 +564,11 @@ static cJSON *level_verdict(ls_parity_report *r, size_t li, bool below, bool *ho
         n_controls += seen;
         if (seen == 0) {
             ok = false;
+            bool dp_ctl = false;
+            for (size_t a = 0; r->adapter && a < r->n_actl; a++)
+                dp_ctl = dp_ctl || (r->actl_dp[a] && !strcmp(r->actl[a], ctl));
             snprintf(why, sizeof why, "control %s did not run%s", ctl,
-                     strcmp(ctl, "detached") ? " (it needs a world > 1)" : "");
+                     dp_ctl ? " (it needs a DP size > 1)" : strcmp(ctl, "detached") ? " (it needs a world > 1)" : "");
             cJSON_AddItemToArray(failed, cJSON_CreateString(why));
         }
     }
@@ -628,6 +655,13 @@ ls_status ls_parity_report_finish(ls_parity_report *r, const char *path, bool pr
     if (ep_any) {
         cJSON_AddItemToObject(cov, "eps", r->eps);
         r->eps = NULL;
+    }
+    /* the DP sizes alike (an adapter's trainer: config dp_ranks; absent: DP 1 only) */
+    bool dp_any = false;
+    cJSON_ArrayForEach(e, r->dps) dp_any = dp_any || (cJSON_IsNumber(e) && e->valuedouble != 1);
+    if (dp_any) {
+        cJSON_AddItemToObject(cov, "dps", r->dps);
+        r->dps = NULL;
     }
     /* the --like run's path: the values of it no run of the report took (the audit refuses the run then) */
     cJSON *like = cJSON_GetObjectItemCaseSensitive(r->doc, "like");

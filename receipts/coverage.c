@@ -394,24 +394,38 @@ size_t ls_coverage_check(const cJSON *coverage, const cJSON *config, unsigned wo
     check_member(&s, coverage, "dtypes", config, "dtype");
     check_paths(&s, coverage, config);
     /* the EP size (config "ep_ranks", absent: 1) against the report's "eps" (absent: only EP 1 was run: a
-       report covers an EP-N run only if it ran EP-N), then the CP size, world / ep */
-    const cJSON *rep = cJSON_GetObjectItemCaseSensitive(config, "ep_ranks");
-    const cJSON *eps = cJSON_GetObjectItemCaseSensitive(coverage, "eps"), *e;
-    double run_ep = cJSON_IsNumber(rep) ? rep->valuedouble : 1.0;
-    bool ep_have = false;
-    if (cJSON_IsArray(eps)) {
-        cJSON_ArrayForEach(e, eps) {
-            if (cJSON_IsNumber(e) && e->valuedouble == run_ep) ep_have = true;
+       report covers an EP-N run only if it ran EP-N), the DP size (config "dp_ranks", an adapter's trainer's
+       replicas, absent: 1) against its "dps" alike, then the CP size, world / (ep x dp) */
+    const char *const size_key[2] = {"ep_ranks", "dp_ranks"}, *const set_key[2] = {"eps", "dps"};
+    const char *const field[2] = {"ep", "dp"}, *const what[2] = {"expert parallelism EP", "data parallelism DP"};
+    const char *const none[2] = {"none: EP 1 only", "none: DP 1 only"};
+    for (int i = 0; i < 2; i++) {
+        const cJSON *rv = cJSON_GetObjectItemCaseSensitive(config, size_key[i]);
+        const cJSON *set = cJSON_GetObjectItemCaseSensitive(coverage, set_key[i]), *e;
+        double run_n = cJSON_IsNumber(rv) ? rv->valuedouble : 1.0;
+        if (rv != NULL && !(cJSON_IsNumber(rv) && rv->valuedouble >= 1 && rv->valuedouble <= (double)world &&
+                            rv->valuedouble == (double)(unsigned)rv->valuedouble &&
+                            world % (unsigned)rv->valuedouble == 0)) {
+            ls_json_brief(rv, 120, a, sizeof a);
+            out(&s, field[i], "the run's %s %s is not an integer >= 1 that divides its %u rank(s): outside every "
+                "coverage", size_key[i], a, world);
+            continue;
         }
-    } else {
-        ep_have = run_ep == 1.0;
+        bool have = false;
+        if (cJSON_IsArray(set)) {
+            cJSON_ArrayForEach(e, set) {
+                if (cJSON_IsNumber(e) && e->valuedouble == run_n) have = true;
+            }
+        } else {
+            have = run_n == 1.0;
+        }
+        if (!have) {
+            ls_json_brief(set, 120, b, sizeof b);
+            out(&s, field[i], "the run's %s-%g is outside the report's coverage (%s %s)", what[i], run_n, set_key[i],
+                set ? b : none[i]);
+        }
+        world /= (unsigned)run_n; /* an integer dividing the world (above) */
     }
-    if (!ep_have) {
-        ls_json_brief(eps, 120, b, sizeof b);
-        out(&s, "ep", "the run's expert parallelism EP-%g is outside the report's coverage (eps %s)", run_ep,
-            eps ? b : "none: EP 1 only");
-    }
-    if (run_ep >= 1.0 && run_ep <= (double)world && world % (unsigned)run_ep == 0) world /= (unsigned)run_ep;
     /* the CP size */
     const cJSON *worlds = cJSON_GetObjectItemCaseSensitive(coverage, "worlds"), *w;
     const cJSON *wlist = cJSON_IsArray(worlds) ? worlds : NULL;

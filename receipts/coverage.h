@@ -13,8 +13,11 @@
  *    beta, temperature; sft: temperature; the KL estimator is docs/model.md's);
  *    the gradient mode; the strategy; the dtype; the EP size (the run's
  *    config "ep_ranks", absent 1, must be one of the report's "eps"; a
- *    report without "eps" ran EP 1 only); the CP size (a world the
- *    report ran);
+ *    report without "eps" ran EP 1 only); the DP size (config "dp_ranks",
+ *    an adapter's trainer's data-parallel replicas, absent 1, must be one
+ *    of the report's "dps"; a report without "dps" ran DP 1 only); the CP
+ *    size (world / (ep x dp): a CP size the report ran; an ep_ranks or
+ *    dp_ranks that is not an integer dividing the world is outside);
  *    the run's path (config "paths": LS_COVERAGE_PATHS below; every value
  *    the run took must be one the report's runs took);
  *  - may be reduced by parity: prompt, group and response lengths, page
@@ -119,7 +122,7 @@ ls_status ls_coverage_paths_add(cJSON *cov_paths, const cJSON *config, char *err
 /* Checks a run's configuration (and its world) against a report's
  * coverage object; calls outside(user, field, detail) for every dimension
  * the run lies outside of (field: the configuration key, e.g. "d_model",
- * "train_mode", "objective", "world"), and returns how many.  A coverage
+ * "train_mode", "objective", "ep", "dp", "world"), and returns how many.  A coverage
  * object without a field the check needs counts as outside too. */
 size_t ls_coverage_check(const cJSON *coverage, const cJSON *config, unsigned world,
                          void (*outside)(void *user, const char *field, const char *detail), void *user);

@@ -9,6 +9,15 @@ reference log-probs, group-normalised advantages), one SGD step.  "CP N" splits
 the response tokens into N contiguous shards whose gradients are summed in
 shard order (a different rounding, as a real composition).  Detached mode drops
 the gradient that flows through the prompt's last token (the "prompt state").
+"DP D" (--dp, data parallelism as DDP replicas of the CP group): member m is
+replica m % D's (G % D == 0), each replica's gradient is taken from its members'
+tokens alone (its own CP shards) with its loss scaled by D, and the replicas'
+gradients are averaged (the DDP all-reduce: their sum in replica order over D);
+the run's configuration records dp_ranks D (D > 1).
+On a batch of a prompt alone (batch.prompt_only) mode run samples 4 responses
+of 3-5 tokens from --seed (member i from its own generator: the same at every
+CP and DP size), rewards each by the fraction of its tokens below V/2, scores
+its own old log-probs and writes the batch it ran to {out}/batch.json.
 
 --fault (the controls):  local-logits   CP > 1: shards past the first score with
                                          temperature 1 (log-probs wrong)
@@ -16,10 +25,14 @@ the gradient that flows through the prompt's last token (the "prompt state").
                          scale-grad     every gradient x (1 + 1e-3)
                          undetected     nothing changes (a control that cannot fail)
                          loss-off       the loss reported x 1.01
+                         dp-no-scale    DP > 1: the replicas' losses not scaled by D for DDP's
+                                         average: the gradient 1/D of the truth
 FAKE_BREAK (environment, the hostile tests), in fault-free run mode:
   nofile (writes no grads), nan (a NaN gradient), shape (member.0 one log-prob
   short), crash (exit 3), sleep (sleeps 60 s), badlosses (mode loss: one loss
-  too few), objective (records epsilon 0.3), swapped (mode loss: two losses' weights swapped).
+  too few), objective (records epsilon 0.3), swapped (mode loss: two losses' weights swapped),
+  dp-no-scale (every run at DP > 1 as with that fault, unrecorded: the bug in the trainer), nodp
+  (--dp ignored: DP 1 run and recorded).
 FAKE_MANIFEST=v2: the run manifests' configuration is v2's (the model a free object under config.model).
 FAKE_FORMAT=flat: the other forms the protocol accepts, one tensor "logprobs" of every response token in
 member order, losses as {"weights": PATH, "loss": X}.
@@ -107,19 +120,41 @@ def advantages(r):
     return [(x - mu) / (sd + 1e-6) for x in r]
 
 
-def run(w, batch, cfg, cp=1, detached=False, fault="", want_grad=True):
+def run(w, batch, cfg, cp=1, detached=False, fault="", want_grad=True, dp=1):
     """log-probs per member, the loss, the gradient (dict of flat lists)."""
     m = Model(w)
     temp, eps, beta = cfg["temperature"], cfg["epsilon"], cfg["beta"]
-    toks = tokens(batch)
     G = len(batch["responses"])
     adv = advantages(batch["rewards"])
     old, ref = batch.get("old_logprobs"), batch.get("ref_logprobs")
     lps = [[0.0] * len(r) for r in batch["responses"]]
+    loss = 0.0
+    gE, gW = [0.0] * (V * D), [0.0] * (D * V)
+    for d in range(dp):  # the replicas (DP 1: one), each a CP group over its members' tokens
+        rE, rW = [0.0] * (V * D), [0.0] * (D * V)
+        rloss = replica(m, batch, cfg, [t for t in tokens(batch) if t[0] % dp == d], cp, detached, fault, want_grad,
+                        G, adv, old, ref, lps, rE, rW)
+        loss += rloss
+        scale = 1.0 if fault == "dp-no-scale" else float(dp)  # DDP averages: each replica's loss x D
+        for j in range(V * D):
+            gE[j] += rE[j] * scale
+            gW[j] += rW[j] * scale
+    gE = [g / dp for g in gE]
+    gW = [g / dp for g in gW]
+    if fault == "scale-grad":
+        gE = [g * (1 + 1e-3) for g in gE]
+        gW = [g * (1 + 1e-3) for g in gW]
+    if fault == "loss-off":
+        loss *= 1.01
+    return lps, loss, {"embed.weight": gE, "layers.0.w": gW}
+
+
+def replica(m, batch, cfg, toks, cp, detached, fault, want_grad, G, adv, old, ref, lps, gE, gW):
+    """One CP group over toks: its log-probs into lps, its gradient summed into gE, gW; its loss."""
+    temp, eps, beta = cfg["temperature"], cfg["epsilon"], cfg["beta"]
     n = len(toks)
     shards = [toks[k * n // cp:(k + 1) * n // cp] for k in range(cp)]
     loss = 0.0
-    gE, gW = [0.0] * (V * D), [0.0] * (D * V)
     for k, shard in enumerate(shards):
         sE, sW, sl = [0.0] * (V * D), [0.0] * (D * V), 0.0
         if fault == "drop-shard" and cp > 1 and k == cp - 1:
@@ -159,24 +194,21 @@ def run(w, batch, cfg, cp=1, detached=False, fault="", want_grad=True):
             gE[j] += sE[j]
             gW[j] += sW[j]
         loss += sl
-    if fault == "scale-grad":
-        gE = [g * (1 + 1e-3) for g in gE]
-        gW = [g * (1 + 1e-3) for g in gW]
-    if fault == "loss-off":
-        loss *= 1.01
-    return lps, loss, {"embed.weight": gE, "layers.0.w": gW}
+    return loss
 
 
-def manifest(out, cfg, a):
+def manifest(out, cfg, a, sampled=False):
     digest = hashlib.sha256(b"fake-trainer-build-1").hexdigest()
     conf = {"family": a.family, "vocab": V, "d_model": D, "n_layers": 1, "objective": "grpo",
             "epsilon": 0.3 if os.environ.get("FAKE_BREAK") == "objective" and not a.fault else cfg["epsilon"],
             "beta": cfg["beta"], "temperature": cfg["temperature"], "train_mode": "full",
             "grad_mode": a.grad_mode, "strategy": "longstraw", "dtype": a.dtype, "cp_ranks": a.cp,
+            **({"dp_ranks": a.dp} if a.dp > 1 else {}),
             "faults": [a.fault] if a.fault else [],
             # the run's path (docs/contract.md section 2): the batch gives the responses, old and reference
             # log-probs; "CP N" splits unevenly
-            "paths": {"responses": ["given"], "old_logprobs": ["given"], "reference": ["given"],
+            "paths": {"responses": ["sampled" if sampled else "given"],
+                      "old_logprobs": ["computed" if sampled else "given"], "reference": ["none" if sampled else "given"],
                       "prompt_groups": ["one"], "prefix": ["fresh"], "start": ["fresh"],
                       "shards": ["one" if a.cp == 1 else "uneven"], "pages": ["aligned"], "chunks": ["aligned"],
                       "task": ["none"], "replay": ["taped"], "state_tier": ["device"]}}
@@ -199,7 +231,7 @@ def manifest(out, cfg, a):
 
 def main():
     p = argparse.ArgumentParser()
-    for k in ("--mode", "--cp", "--dtype", "--grad-mode", "--fault", "--weights", "--batch", "--out", "--seed",
+    for k in ("--mode", "--cp", "--dp", "--dtype", "--grad-mode", "--fault", "--weights", "--batch", "--out", "--seed",
               "--family"):
         p.add_argument(k, default="")
     p.add_argument("--epsilon", type=float, default=0.2)
@@ -207,6 +239,9 @@ def main():
     p.add_argument("--temperature", type=float, default=0.9)
     a = p.parse_args()
     a.cp = int(a.cp or 1)
+    a.dp = int(a.dp or 1)
+    if os.environ.get("FAKE_BREAK") == "nodp":
+        a.dp = 1
     if os.environ.get("FAKE_LAUNCHES"):  # one line per launch (O_APPEND: whole lines from parallel runs)
         with open(os.environ["FAKE_LAUNCHES"], "a") as f:
             f.write(a.mode + "\n")
@@ -240,8 +275,28 @@ def main():
         return 0
     w = st_read(a.weights)
     ref = a.mode == "reference"
+    sampled = not ref and "responses" not in batch
+    if sampled:  # a batch of a prompt alone: sample, reward, score the old log-probs (batch.prompt_only)
+        import random
+        seed = int(a.seed or 1)
+        resp = []
+        for i in range(4):
+            g = random.Random(seed * 1009 + i)
+            resp.append([g.randrange(V) for _ in range(3 + i % 3)])
+        batch = {"prompt": batch["prompt"], "responses": resp,
+                 "rewards": [sum(t < V // 2 for t in x) / len(x) for x in resp]}
+        batch["old_logprobs"] = run(w, batch, cfg, want_grad=False)[0]
+        with open(os.path.join(a.out, "batch.json"), "w") as f:
+            json.dump(batch, f)
+    if not ref and len(batch["responses"]) % a.dp:
+        print(f"--dp {a.dp}: the batch's {len(batch['responses'])} responses do not split over the replicas",
+              file=sys.stderr)
+        return 2
+    fault = "" if ref else a.fault
+    if not ref and not a.fault and a.dp > 1 and os.environ.get("FAKE_BREAK") == "dp-no-scale":
+        fault = "dp-no-scale"  # the bug in the trainer (its configuration records no fault)
     lps, loss, grads = run(w, batch, cfg, cp=1 if ref else a.cp, detached=a.grad_mode == "detached",
-                           fault="" if ref else a.fault)
+                           fault=fault, dp=1 if ref else a.dp)
     f32 = a.dtype == "f32" and not ref
     rnd = r32 if f32 else (lambda v: v)
     dt = "F32" if f32 else "F64"
@@ -266,7 +321,7 @@ def main():
     lr = 1e-2
     st_write(os.path.join(a.out, "params.safetensors"),
              {k: (shapes[k], [rnd(x - lr * g) for x, g in zip(w[k][1], grads[k])]) for k in grads}, dt)
-    manifest(os.path.join(a.out, "run"), cfg, a)
+    manifest(os.path.join(a.out, "run"), cfg, a, sampled)
     return 0
 
 

@@ -18,7 +18,8 @@
  *    weights file, a crash, a hang past
  *    --timeout, an objective other than the pinned one (exit 2, the file or
  *    run named, no report), a NaN gradient (its check fails, exit 1);
- *  - --key signs the adapter's report (its envelope beside it). */
+ *  - --key signs the adapter's report (its envelope beside it).
+ * Data parallelism (--dp, {dp}, dp_grad): test_parity_adapter_dp.c. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif

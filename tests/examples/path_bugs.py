@@ -8,7 +8,10 @@ build's) and must be refused level 4 by whichever evidence catches it:
   last-shard-short    with uneven shards the last rank captures T // N positions
   stale-old-offset    on the sampling path the old log-probs are the sampler's, one position early
   dkv-remainder-drop  with uneven shards the prompt's reduced K/V gradient loses its remainder row
-while the clean build reaches level 4.
+while the clean build reaches level 4. Then the same recipe on DDP around the CP model (--dp 2: two
+replicas of CP-2, four processes, the trace written by le.instrument alone): the clean build reaches
+level 4 (parity --like runs DP 1 and 2, parity.dp_grad), and dp-no-scale compiled in (the replicas'
+losses not scaled for DDP's average) is refused by parity.dp_grad, parity.grad and the run's probe.
 
 Per build, the CI recipe (docs/evidence.md; examples/torch_cp/README.md): a CP-2 run of a 40-token
 prompt whose 4 responses the trainer samples itself (39 captured positions: shards 19|20), its gradient
@@ -33,15 +36,18 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PY = os.environ.get("LS_TORCH_PYTHON", "/usr/bin/python3")
 
-# bug -> (level proven, rules that must fail, the probe's verdict, what it is)
+# (bug, DP replicas) -> (level proven, rules that must fail, the probe's verdict, what it is)
 TABLE = [
-    ("none", 4, [], "pass", "no bug"),
-    ("last-shard-short", 1, ["parity.logprob"], "pass",
+    ("none", 1, 4, [], "pass", "no bug"),
+    ("last-shard-short", 1, 1, ["parity.logprob"], "pass",
      "uneven shards: the last rank captures T // N positions, dropping the prompt's last captured one"),
-    ("stale-old-offset", 1, ["parity.forward", "parity.grad", "parity.loss"], "pass",
+    ("stale-old-offset", 1, 1, ["parity.forward", "parity.grad", "parity.loss"], "pass",
      "sampling path: the old log-probs are the sampler's, read one position early"),
-    ("dkv-remainder-drop", 2, ["parity.cp_grad", "parity.grad", "run.probe"], "fail",
+    ("dkv-remainder-drop", 1, 2, ["parity.cp_grad", "parity.grad", "run.probe"], "fail",
      "uneven shards: the prompt's reduced K/V gradient read as T // N rows"),
+    ("none", 2, 4, [], "pass", "no bug; DDP around CP-2, two replicas"),
+    ("dp-no-scale", 2, 2, ["parity.dp_grad", "parity.grad", "run.probe"], "fail",
+     "DDP around CP-2: the replicas' losses not scaled for DDP's average"),
 ]
 
 
@@ -95,25 +101,26 @@ def main(argv):
             print("path_bugs: the example's init failed", file=sys.stderr)
             return 1
         rows, bad = [], []
-        for bug, want_level, want_rules, want_probe, what in TABLE:
+        for bug, dp, want_level, want_rules, want_probe, what in TABLE:
             if only and bug not in only:
                 continue
             t0 = time.time()
             env = dict(base)
             if bug != "none":
                 env["TORCH_CP_BUG"] = bug
-            rdir, par = os.path.join(out, "run-" + bug), os.path.join(out, "parity-" + bug)
-            trc = run([PY, os.path.join(ex, "train.py"), "--mode", "run", "--cp", "2", "--seed", "3",
+            name = bug if dp == 1 else f"{bug}-dp{dp}"
+            rdir, par = os.path.join(out, "run-" + name), os.path.join(out, "parity-" + name)
+            trc = run([PY, os.path.join(ex, "train.py"), "--mode", "run", "--cp", "2", "--dp", str(dp), "--seed", "3",
                        "--prompt-len", "40", "--probe-every", "1", "--weights",
                        os.path.join(init, "weights.safetensors"), "--out", rdir], env, rdir + ".log")
             src_rc = run([sign, "sign", os.path.join(rdir, "run"), "--key", priv], env, rdir + ".sign.log") \
                 if trc == 0 else -1
             prc = run([parity, "--adapter", os.path.join(ex, "adapter.json"), "--like", os.path.join(rdir, "run"),
                        "--jobs", "2", "--quiet", "--key", priv, "--out", par], env, par + ".log")
-            rep = os.path.join(out, "audit-" + bug + ".json")
+            rep = os.path.join(out, "audit-" + name + ".json")
             arc = run([audit, os.path.join(rdir, "run"), "--parity", os.path.join(par, "parity.json"), "--json", rep,
                        "--key", pub, "--parity-key", pub, "--require-signed", "--require-probe",
-                       "--require-level", "4"], env, os.path.join(out, "audit-" + bug + ".txt"))
+                       "--require-level", "4"], env, os.path.join(out, "audit-" + name + ".txt"))
             secs = time.time() - t0
             if trc != 0 or src_rc != 0 or prc == 2 or arc == 2 or not os.path.exists(rep):
                 bad.append(f"{bug}: a step did not complete (train {trc}, sign {src_rc}, parity {prc}, audit {arc}; "
@@ -135,14 +142,17 @@ def main(argv):
             probe = probes[0]["verdict"] if probes else "-"
             loss = metrics[0]["loss"] if metrics else None
             level = report["level"]
-            rows.append((bug, what, level, ", ".join(f"`{r}` (L{failed[r]})" for r in sorted(failed)) or "-",
+            rows.append((name, what, level, ", ".join(f"`{r}` (L{failed[r]})" for r in sorted(failed)) or "-",
                          probe, loss, prc, secs))
-            print(f"path_bugs: {bug}: level {level}, parity exit {prc}, probe {probe}, loss {loss}, failed "
+            print(f"path_bugs: {name}: level {level}, parity exit {prc}, probe {probe}, loss {loss}, failed "
                   f"{sorted(failed)} ({secs:.0f} s)", flush=True)
             if paths.get("responses") != ["sampled"] or paths.get("old_logprobs") != ["computed"] or \
                     paths.get("shards") != ["uneven"]:
                 bad.append(f"{bug}: the run's path is {paths}, expected sampled, computed, uneven")
             cov = pj.get("coverage", {}).get("paths", {})
+            if dp > 1 and (pj.get("coverage", {}).get("dps") != [1, dp] or "dp_grad" not in
+                           {c.get("kind") for c in pj.get("checks", [])}):
+                bad.append(f"{name}: the report did not run DP {dp} (coverage.dps {pj.get('coverage', {}).get('dps')})")
             if bug == "none" and (pj.get("like", {}).get("uncovered") or "sampled" not in cov.get("responses", [])
                                   or "uneven" not in cov.get("shards", [])):
                 bad.append(f"none: the report does not cover the run's path: {pj.get('like')} {cov}")

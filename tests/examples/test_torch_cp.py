@@ -376,8 +376,11 @@ class TorchCPFiles(unittest.TestCase):
         prof = self.load("profiles", "torch-cp.json")
         self.validate(ad, "parity-adapter.schema.json")
         self.validate(prof, "profile.schema.json")
-        faults = set(train.cp_step.FAULTS)
+        faults = set(train.cp_step.FAULTS) | set(train.cp_step.DP_FAULTS)
         self.assertEqual(set(ad["faults"]["controls"]), faults)
+        self.assertEqual({f for f, c in ad["faults"]["controls"].items() if c == "dp_grad"},
+                         set(train.cp_step.DP_FAULTS))
+        self.assertEqual(ad["dp"], [1, 2])
         # the bugs the adapter does not declare (README.md) are flags the profile knows, never controls
         bugs = set(train.cp_step.BUGS)
         self.assertFalse(bugs & faults)

@@ -4,10 +4,13 @@
  * when it loads, every template of both launches and the args is expanded
  * with hostile values and a job built for CP 1 and CP N.  Traps when an
  * invariant breaks:
- *  - a loaded adapter has f64, CP 1, 1..8 responses, at most 16 controls,
- *    each with a kind the levels know, a name and a profile;
+ *  - a loaded adapter has f64, CP 1, DP 1 (1..8 DP sizes; one > 1 only
+ *    with {dp} in its templates), 1..8 responses, at most 16 controls,
+ *    each with a kind the levels know (dp_grad only beside a DP size > 1),
+ *    a name and a profile;
  *  - an expansion either fits (NUL-terminated within the cap) or is refused
- *    with LS_ERR_ARG; a job has 1..95 arguments, the first non-empty;
+ *    with LS_ERR_ARG; a job (CP 1 and 2 x DP 1 and 2) has 1..95 arguments,
+ *    the first non-empty;
  *  - a refused file leaves nothing allocated (LeakSanitizer) and an error
  *    message. */
 #include <stddef.h>
@@ -42,11 +45,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     bool one = false;
     for (size_t i = 0; i < a.n_cps; i++) one = one || a.cps[i] == 1;
     if (!one) __builtin_trap();
-    for (size_t i = 0; i < a.n_controls; i++)
+    bool dp_one = false, dp_more = false;
+    for (size_t i = 0; i < a.n_dps; i++) dp_one = dp_one || a.dps[i] == 1, dp_more = dp_more || a.dps[i] > 1;
+    if (!dp_one || a.n_dps < 1 || a.n_dps > LS_PARITY_MAX_CP || (dp_more && !a.uses_dp)) __builtin_trap();
+    for (size_t i = 0; i < a.n_controls; i++) {
         if (ls_parity_kind_level(a.controls[i].kind) == 0) __builtin_trap();
+        if (strcmp(a.controls[i].kind, "dp_grad") == 0 && !dp_more) __builtin_trap();
+    }
     static char big[2000];
     memset(big, 'z', sizeof big - 1);
-    ls_parity_adapter_vars v = {.mode = "run", .cp = 8, .dtype = "f32", .grad_mode = "detached", .fault = "{cp}",
+    ls_parity_adapter_vars v = {.mode = "run", .cp = 8, .dp = 8, .dtype = "f32", .grad_mode = "detached", .fault = "{cp}",
                                 .weights = big + 1000, .batch = "b", .out = "o", .seed = UINT64_MAX};
     const cJSON *parts[3] = {a.launch1, a.launchn, a.args}, *x;
     char out[LS_PARITY_ADAPTER_ARG_MAX + 1];
@@ -58,8 +66,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (s == LS_OK && memchr(out, 0, sizeof out) == NULL) __builtin_trap();
         }
     }
-    for (int cp = 1; cp <= 2; cp++) {
-        v.cp = cp;
+    for (int cp = 1; cp <= 4; cp++) {
+        v.cp = 1 + (cp - 1) % 2;
+        v.dp = 1 + (cp - 1) / 2;
         ls_parity_job j;
         if (ls_parity_adapter_job(&a, &v, "/dev/null", &j, err, sizeof err) == LS_OK) {
             if (j.argc < 1 || j.argc > 95 || j.argv[0][0] == 0 || j.argv[j.argc] != NULL) __builtin_trap();
