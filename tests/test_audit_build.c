@@ -25,6 +25,10 @@
 #include "receipts/json_util.h"
 #include "test_receipts_support.h"
 #include "test_v2_fixture.h"
+#include "test_audit_support.h"
+
+/* the shared rule look-ups (test_audit_support.c) under the names this file uses */
+#define rule ls_test_audit_rule
 
 #define HA "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 #define HB "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
@@ -131,11 +135,6 @@ static ls_audit_run *audit(const char *run_dir, const char *parity) {
     return run;
 }
 
-static const ls_audit_rule *rule(const ls_audit_run *run, const char *id) {
-    const ls_audit_rule *r = ls_audit_find_rule(run, id);
-    cr_assert_not_null(r, "rule %s missing", id);
-    return r;
-}
 
 /* every evidence detail of r, one per line, into buf */
 static const char *details(const ls_audit_rule *r, char *buf, size_t cap) {

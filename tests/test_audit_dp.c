@@ -27,6 +27,13 @@
 #include "receipts/json_util.h"
 #include "test_receipts_support.h"
 #include "test_v2_fixture.h"
+#include "test_audit_support.h"
+
+/* the shared rule look-ups (test_audit_support.c) under the names this file uses */
+#define dump ls_test_audit_dump
+#define rule ls_test_audit_rule
+#define expect_pass ls_test_audit_expect_pass
+#define expect_fail ls_test_audit_expect_fail_saying
 
 static char *tmp;
 static char run_dir[4096], par[4200];
@@ -199,36 +206,10 @@ static ls_audit_run *audit(int dp, const char *gm, const report_opt *o, const ch
     return run;
 }
 
-static void dump(const ls_audit_run *run) {
-    for (size_t i = 0; i < run->n_rules; i++) {
-        const ls_audit_rule *r = &run->rules[i];
-        fprintf(stderr, "  L%d %-28s %s %s | %s\n", r->level, r->id, r->applicable ? "" : "n/a",
-                r->pass ? "pass" : "FAIL", r->message);
-    }
-}
 
-static const ls_audit_rule *rule(const ls_audit_run *run, const char *id) {
-    const ls_audit_rule *r = ls_audit_find_rule(run, id);
-    if (r == NULL) dump(run);
-    cr_assert_not_null(r, "rule %s missing", id);
-    return r;
-}
 
-static void expect_pass(const ls_audit_run *run, const char *id) {
-    const ls_audit_rule *r = rule(run, id);
-    if (!r->pass || !r->applicable) dump(run);
-    cr_expect(r->applicable && r->pass, "%s: %s", id, r->message);
-}
 
 /* id fails, and its message or one of its evidence lines holds want. */
-static void expect_fail(const ls_audit_run *run, const char *id, const char *want) {
-    const ls_audit_rule *r = rule(run, id);
-    bool named = strstr(r->message, want) != NULL;
-    for (size_t i = 0; i < r->n_ev && !named; i++) named = strstr(r->ev[i].detail, want) != NULL;
-    if (r->pass || !named) dump(run);
-    cr_expect(r->applicable && !r->pass, "%s passes: %s", id, r->message);
-    cr_expect(named, "%s does not say \"%s\": %s", id, want, r->message);
-}
 
 Test(audit_dp, a_dp_run_is_held_to_the_dp_checks_of_its_size, .init = setup, .fini = teardown) {
     report_opt o = {.dps = 2, .dp = 2, .dp_grad_gm = "full"};

@@ -23,6 +23,12 @@
 #include "receipts/json_util.h"
 #include "test_receipts_support.h"
 #include "test_v2_fixture.h"
+#include "test_audit_support.h"
+
+/* the shared rule look-ups (test_audit_support.c) under the names this file uses */
+#define dump ls_test_audit_dump
+#define rule ls_test_audit_rule
+#define expect_pass ls_test_audit_expect_pass
 
 #define D1 "xxh3_128:0123456789abcdef0123456789abcdef"
 #define D2 "xxh3_128:00112233445566778899aabbccddeeff"
@@ -85,16 +91,6 @@ static void recv_(frags *f, int at, int from, int gseq, const char *purpose, int
         gseq, purpose, layer, d, from, more ? more : "");
 }
 
-static void dump(const ls_audit_run *run) {
-    for (size_t i = 0; i < run->n_rules; i++) {
-        const ls_audit_rule *r = &run->rules[i];
-        fprintf(stderr, "  L%d %-28s %s %s | %s\n", r->level, r->id, r->applicable ? "" : "n/a",
-                r->pass ? "pass" : "FAIL", r->message);
-        for (size_t k = 0; k < r->n_ev; k++)
-            fprintf(stderr, "      rank %lld %s seq %lld: %s\n", (long long)r->ev[k].rank, r->ev[k].file,
-                    (long long)r->ev[k].seq, r->ev[k].detail);
-    }
-}
 
 /* The fixture with the extra events of f (NULL: none) audited. */
 static ls_audit_run *audit_with(ls_v2_fixture *o, const frags *f) {
@@ -112,18 +108,7 @@ static ls_audit_run *audit_with(ls_v2_fixture *o, const frags *f) {
     return run;
 }
 
-static const ls_audit_rule *rule(const ls_audit_run *run, const char *id) {
-    const ls_audit_rule *r = ls_audit_find_rule(run, id);
-    if (r == NULL) dump(run);
-    cr_assert_not_null(r, "rule %s missing", id);
-    return r;
-}
 
-static void expect_pass(const ls_audit_run *run, const char *id) {
-    const ls_audit_rule *r = rule(run, id);
-    if (!r->pass || !r->applicable) dump(run);
-    cr_assert(r->applicable && r->pass, "%s: %s", id, r->message);
-}
 
 /* The rule fails, and some evidence is about rank (its trace file) and seq
  * (-2: any) with every needle (NULL-terminated) in its detail. */

@@ -22,6 +22,12 @@
 #include "receipts/schema.h"
 #include "test_receipts_support.h"
 #include "test_v2_fixture.h"
+#include "test_audit_support.h"
+
+/* the shared rule look-ups (test_audit_support.c) under the names this file uses */
+#define dump ls_test_audit_dump
+#define rule ls_test_audit_rule
+#define expect_pass ls_test_audit_expect_pass
 
 static char *tmp;
 static char run_dir[4096];
@@ -77,26 +83,8 @@ static ls_audit_run *audit(const ls_v2_fixture *o) {
     return run;
 }
 
-static void dump(const ls_audit_run *run) {
-    for (size_t i = 0; i < run->n_rules; i++) {
-        const ls_audit_rule *r = &run->rules[i];
-        fprintf(stderr, "  L%d %-28s %s %s | %s\n", r->level, r->id, r->applicable ? "" : "n/a",
-                r->pass ? "pass" : "FAIL", r->message);
-    }
-}
 
-static const ls_audit_rule *rule(const ls_audit_run *run, const char *id) {
-    const ls_audit_rule *r = ls_audit_find_rule(run, id);
-    if (r == NULL) dump(run);
-    cr_assert_not_null(r, "rule %s missing", id);
-    return r;
-}
 
-static void expect_pass(const ls_audit_run *run, const char *id) {
-    const ls_audit_rule *r = rule(run, id);
-    if (!r->pass || !r->applicable) dump(run);
-    cr_assert(r->applicable && r->pass, "%s: %s", id, r->message);
-}
 
 Test(audit_v2, correct_run_loads_and_passes_reader_rules, .init = setup, .fini = teardown) {
     ls_v2_fixture o = {0};

@@ -35,6 +35,7 @@
 #include "receipts/json_util.h"
 #include "receipts/schema.h"
 #include "test_tmpdir.h"
+#include "test_parity_adapter_support.h"
 
 #define PARITY LS_BINARY_DIR "/parity/longstraw-parity"
 #define FIXTURE LS_SOURCE_DIR "/tests/data/parity_adapter_fake.json"
@@ -208,46 +209,13 @@ Test(parity_adapter, templates_expand_every_placeholder_and_no_more) {
 
 /* ---- the matrix on the stand-in ------------------------------------------------- */
 
+/* longstraw-parity in tmpdir and its outputs (test_parity_adapter_support.c) */
 static int parity(const char *adapter, const char *env, const char *extra, const char *out) {
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "cd %s && %s " PARITY " --adapter %s --out %s/%s --jobs 2 %s > %s/%s.txt 2>&1", tmpdir,
-             env ? env : "", adapter, tmpdir, out, extra ? extra : "", tmpdir, out);
-    int st = system(cmd);
-    cr_assert(WIFEXITED(st), "%s", cmd);
-    return WEXITSTATUS(st);
+    return ls_pa_parity(tmpdir, adapter, env, extra, out);
 }
-
-static char *text_of(const char *out) {
-    char p[512], *bytes = NULL, err[256];
-    size_t len = 0;
-    snprintf(p, sizeof p, "%s/%s.txt", tmpdir, out);
-    cr_assert_eq(ls_json_read_bytes_capped(p, 1u << 22, &bytes, &len, err, sizeof err), LS_OK, "%s", err);
-    return bytes;
-}
-
-static cJSON *report_of(const char *out) {
-    char p[512], err[512];
-    cJSON *d = NULL;
-    snprintf(p, sizeof p, "%s/%s/parity.json", tmpdir, out);
-    cr_assert_eq(ls_json_read_file(p, &d, err, sizeof err), LS_OK, "%s", err);
-    const ls_schema *s = NULL;
-    cr_assert_eq(ls_schema_get("parity", &s, err, sizeof err), LS_OK, "%s", err);
-    ls_schema_errors e = {0};
-    char first[512] = "";
-    ls_status st = ls_schema_validate(s, d, &e);
-    ls_schema_errors_first(&e, first, sizeof first);
-    ls_schema_errors_free(&e);
-    cr_expect_eq(st, LS_OK, "%s fails the parity schema: %s", p, first);
-    return d;
-}
-
-static bool level_holds(const cJSON *rep, int level) {
-    const cJSON *l;
-    cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(rep, "levels"))
-        if (cJSON_GetObjectItemCaseSensitive(l, "level")->valuedouble == level)
-            return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "holds"));
-    return false;
-}
+static char *text_of(const char *out) { return ls_pa_text(tmpdir, out); }
+static cJSON *report_of(const char *out) { return ls_pa_report(tmpdir, out); }
+#define level_holds ls_pa_level_holds
 
 Test(parity_adapter, the_stand_in_passes_every_level_and_its_controls_fail, .init = setup, .fini = teardown,
      .timeout = 300) {

@@ -1,0 +1,54 @@
+/* test_parity_adapter_support.c - see test_parity_adapter_support.h. */
+#include "test_parity_adapter_support.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <criterion/criterion.h>
+
+#include "receipts/json_util.h"
+#include "receipts/schema.h"
+
+#define PARITY LS_BINARY_DIR "/parity/longstraw-parity"
+
+int ls_pa_parity(const char *dir, const char *adapter, const char *env, const char *extra, const char *out) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "cd %s && %s " PARITY " --adapter %s --out %s/%s --jobs 2 %s > %s/%s.txt 2>&1", dir,
+             env ? env : "", adapter, dir, out, extra ? extra : "", dir, out);
+    int st = system(cmd);
+    cr_assert(WIFEXITED(st), "%s", cmd);
+    return WEXITSTATUS(st);
+}
+
+char *ls_pa_text(const char *dir, const char *out) {
+    char p[512], *bytes = NULL, err[256];
+    size_t len = 0;
+    snprintf(p, sizeof p, "%s/%s.txt", dir, out);
+    cr_assert_eq(ls_json_read_bytes_capped(p, 1u << 22, &bytes, &len, err, sizeof err), LS_OK, "%s", err);
+    return bytes;
+}
+
+cJSON *ls_pa_report(const char *dir, const char *out) {
+    char p[512], err[512];
+    cJSON *d = NULL;
+    snprintf(p, sizeof p, "%s/%s/parity.json", dir, out);
+    cr_assert_eq(ls_json_read_file(p, &d, err, sizeof err), LS_OK, "%s", err);
+    const ls_schema *s = NULL;
+    cr_assert_eq(ls_schema_get("parity", &s, err, sizeof err), LS_OK, "%s", err);
+    ls_schema_errors e = {0};
+    char first[512] = "";
+    ls_status st = ls_schema_validate(s, d, &e);
+    ls_schema_errors_first(&e, first, sizeof first);
+    ls_schema_errors_free(&e);
+    cr_expect_eq(st, LS_OK, "%s fails the parity schema: %s", p, first);
+    return d;
+}
+
+bool ls_pa_level_holds(const cJSON *rep, int level) {
+    const cJSON *l;
+    cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(rep, "levels"))
+        if (cJSON_GetObjectItemCaseSensitive(l, "level")->valuedouble == level)
+            return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "holds"));
+    return false;
+}
