@@ -98,7 +98,10 @@ for r in 0 1 2 3; do
   grep -Eq "Using tcp btl for send to \[\[[0-9]+,[0-9]+\],$far\]|btl:tcp: now connected to [0-9.]+, process \[\[[0-9]+,[0-9]+\],$far\]|btl: tcp: attempting to connect\(\) to \[\[[0-9]+,[0-9]+\],$far\]" "$f" ||
     fail "rank $r: no TCP connection with a rank on the other namespace"
 done
-cat "$work"/two-ranks/1/rank.[23]/stderr | grep -Eq "^\[lsnsB-[0-9]+:[0-9]+\] btl:tcp: (now connected to|connect\(\) to) ${net//./\\.}\.1[,:]" ||
+# (grep reads the files itself: under pipefail, `cat | grep -q` fails when grep stops at its first
+# match and cat, still writing, dies of SIGPIPE)
+grep -Eqh "^\[lsnsB-[0-9]+:[0-9]+\] btl:tcp: (now connected to|connect\(\) to) ${net//./\\.}\.1[,:]" \
+    "$work"/two-ranks/1/rank.[23]/stderr ||
   fail "no process of the second namespace connected over TCP to $net.1"
 echo "two namespaces: $(echo "$used" | grep -o 'Using [a-z0-9]* btl' | sort | uniq -c | tr -s ' \n' ' ')" \
      "and the second namespace's ranks connected to $net.1 over the veth"
