@@ -142,13 +142,13 @@ class Evidence:
             self.w.optimizer_step(0, **fields)
 
 
-def group_names(dp):
+def group_names(comm):
     """The header names of this rank's CP and DP groups: "cp" (and no DP) for one replica; with data
     parallelism one name per group instance, as docs/contract.md §2 lays them out (dp_ranks): cp-dD
     (replica D's CP group) and dp-cC (CP index C's ranks in every replica)."""
-    if dp is None:
+    if comm.dp is None:
         return "cp", None
-    return f"cp-d{dp.index}", f"dp-c{dp.comm.rank_index}"
+    return f"cp-d{comm.dp.index}", f"dp-c{comm.rank}"
 
 
 def open_writer(le, run_dir, rank, world, config, profile_path, cp_ranks=None, dp_ranks=None, names=("cp", None)):

@@ -128,7 +128,7 @@ def run_job(comm, job):
                              "use --no-evidence to run without a run directory")
         dp = comm.dp
         grank, gworld = (comm.ranks[comm.rank], comm.world * dp.size) if dp else (comm.rank, comm.world)
-        cp_name, dp_name = evidence.group_names(dp)
+        cp_name, dp_name = evidence.group_names(comm)
         writer = evidence.open_writer(le, job["run_dir"], grank, gworld, run_config(job), PROFILE,
                                       cp_ranks=comm.ranks, dp_ranks=dp.comm.ranks if dp else None,
                                       names=(cp_name, dp_name))
@@ -335,7 +335,6 @@ def make_comm(rank, world, D):
     dp_groups = [dist.new_group(list(range(j, world, N))) for j in range(N)]
     comm = evidence.Comm(c, N, group=cp_groups[d], ranks=range(d * N, (d + 1) * N))
     comm.dp = DP(d, D, evidence.Comm(d, D, group=dp_groups[c], ranks=range(c, world, N)))
-    comm.dp.comm.rank_index = c
     return comm
 
 

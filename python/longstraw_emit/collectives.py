@@ -51,7 +51,7 @@ class Collectives:
         return original(name, self.dist)
 
     def _log(self, op, red, t, purpose, layer, step, out=None, count=None, sent=None, peer=None, tag=None,
-             declared=False, in_buf=None):
+             declared=False, in_buf=None, in_digest=None):
         """count: elements of the operation (default t's); sent: elements this
         rank hands to other ranks (default count). bytes = sent x element
         size, 0 in a group of one (trainer/dist/comm.c's rule)."""
@@ -67,7 +67,7 @@ class Collectives:
         dig = None
         if (op in SAME_OUTPUT_OPS or op == "recv") and out is not None:
             dig = buffer_digest(out, alg)
-        ind = buffer_digest(in_buf, alg) if in_buf is not None else None
+        ind = buffer_digest(in_buf, alg) if in_buf is not None else in_digest
         return self.writer.collective(self.group, op, red, n, d, b, purpose, layer=layer, step=step,
                                       out_digest=dig, in_digest=ind, peer=peer, tag=tag, declared=declared)
 
@@ -128,19 +128,15 @@ class Collectives:
 
     def send(self, t, dst, purpose, layer=None, step=None, tag=0):
         """A point-to-point message to global rank dst: in_digest of t as sent."""
-        ind = buffer_digest(t, self.writer.digest_alg)
+        ind = buffer_digest(t, self.writer.digest_alg)    # what is handed off: digested at issue
         self._f("send")(t, dst, group=self.pg, tag=tag)
-        return self.writer.collective(self.group, "send", "none", t.numel(), trace_dtype(t),
-                                      self._bytes(t.numel(), trace_dtype(t)), purpose, layer=layer, step=step,
-                                      in_digest=ind, peer=dst, tag=tag)
+        return self._log("send", "none", t, purpose, layer, step, peer=dst, tag=tag, in_digest=ind)
 
     def recv(self, t, src, purpose, layer=None, step=None, tag=0):
         """A point-to-point message from global rank src: out_digest of t as received."""
         self._f("recv")(t, src, group=self.pg, tag=tag)
         return self._log("recv", "none", t, purpose, layer, step, out=t, sent=0, peer=src, tag=tag)
 
-    def _bytes(self, n, d):
-        return 0 if len(self.writer.group(self.group).members) == 1 else n * DTYPE_SIZE[d]
 
     def barrier(self, purpose, step=None):
         self._f("barrier")(group=self.pg)
