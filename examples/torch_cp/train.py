@@ -210,7 +210,7 @@ def run_job(comm, job):
         if comm.dp is not None:
             comm.dp.comm.inst = None
         dist.barrier()
-        if comm.rank == 0:
+        if dist.get_rank() == 0:     # the world's rank 0: under --dp every replica has a CP rank 0
             le.write_manifest(job["run_dir"])
     return out
 

@@ -16,6 +16,7 @@ MANIFEST_FILE = "manifest.json"
 DSSE_FILE = "manifest.dsse.json"
 RANK_DIR = re.compile(r"^rank-(\d{4})$")
 RELPATH = re.compile(r"^[A-Za-z0-9._+@=-]+(/[A-Za-z0-9._+@=-]+)*$")
+TMP_MANIFEST = re.compile(r"^\.(manifest|manifest\.dsse)\.json\.tmp\.\d+$")
 AGREE = ("run_id", "world", "profile", "build", "config")
 
 
@@ -31,6 +32,9 @@ def _files(out_dir):
             rel = os.path.relpath(os.path.join(d, name), out_dir).replace(os.sep, "/")
             if rel in (MANIFEST_FILE, DSSE_FILE):
                 continue
+            if TMP_MANIFEST.match(rel):
+                raise ManifestError(f"{os.path.join(out_dir, rel)}: another process is writing this run's manifest "
+                                    "(one rank of the world writes it)")
             out.append(rel)
     out.sort(key=lambda r: r.encode("utf-8", "surrogateescape"))
     return out

@@ -79,6 +79,18 @@ class ReceiptAndManifest(unittest.TestCase):
         le.write_manifest(self.run)
         self.assertEqual(_load(os.path.join(self.run, "manifest.json")), m)
 
+    def test_concurrent_writer_is_refused(self):
+        # two processes writing one manifest (the torch_cp example under --dp once did: a CP rank 0 per replica)
+        # must not list the other's temporary file as a subject
+        self._rank(0)
+        self._rank(1)
+        with open(os.path.join(self.run, ".manifest.json.tmp.4242"), "w") as f:
+            f.write("{")
+        with self.assertRaises(le.ManifestError) as cm:
+            le.write_manifest(self.run)
+        self.assertIn("another process is writing this run's manifest", str(cm.exception))
+        self.assertFalse(os.path.exists(os.path.join(self.run, "manifest.json")))
+
     def test_missing_rank(self):
         self._rank(0, world=3)
         self._rank(2, world=3)
