@@ -17,6 +17,7 @@
 #include "receipts/digest.h"
 #include "receipts/json_util.h"
 #include "receipts/schema.h"
+#include "receipts/trace_event.h"
 
 #ifndef LS_PROFILE_DIR
 #define LS_PROFILE_DIR "profiles"
@@ -29,17 +30,18 @@ void ls_audit_profile_file_label(const char *dir, const char *name, char *buf, s
     snprintf(buf, cap, "%s/%s.json", dflt ? "profiles" : dir, name ? name : "?");
 }
 
-static const char *const GROUP_KINDS[LS_AUDIT_GROUP_KIND_COUNT] = {"world", "dp", "cp", "tp", "pp", "ep"};
+/* the group kinds are the receipts' registered ones (receipts/trace_event.h), in their order */
+_Static_assert(LS_AUDIT_GROUP_KIND_COUNT == (int)LS_TRACE_GROUP_KIND_COUNT &&
+                   LS_AUDIT_GROUP_WORLD == (int)LS_TRACE_GROUP_WORLD && LS_AUDIT_GROUP_DP == (int)LS_TRACE_GROUP_DP &&
+                   LS_AUDIT_GROUP_CP == (int)LS_TRACE_GROUP_CP && LS_AUDIT_GROUP_TP == (int)LS_TRACE_GROUP_TP &&
+                   LS_AUDIT_GROUP_PP == (int)LS_TRACE_GROUP_PP && LS_AUDIT_GROUP_EP == (int)LS_TRACE_GROUP_EP,
+               "audit group kinds follow ls_trace_group_kind");
 
 const char *ls_audit_group_kind_name(int kind) {
-    return kind >= 0 && kind < LS_AUDIT_GROUP_KIND_COUNT ? GROUP_KINDS[kind] : "?";
+    return kind >= 0 && kind < LS_AUDIT_GROUP_KIND_COUNT ? ls_trace_group_kind_name((ls_trace_group_kind)kind) : "?";
 }
 
-int ls_audit_group_kind_from_name(const char *name) {
-    for (int i = 0; name != NULL && i < LS_AUDIT_GROUP_KIND_COUNT; i++)
-        if (strcmp(GROUP_KINDS[i], name) == 0) return i;
-    return -1;
-}
+int ls_audit_group_kind_from_name(const char *name) { return ls_trace_enum_from_name("group_kind", name); }
 
 static const char *const RULES[LS_AUDIT_PROFILE_NRULES] = {"collectives.composition", "collectives.dkv",
                                                           "collectives.finalize"};
@@ -322,7 +324,7 @@ static ls_status parse_sequence(pctx *c, const cJSON *arr, ls_audit_profile *p) 
     return LS_OK;
 }
 
-/* o's "group_kind" (world, dp, cp, tp, pp, ep) into *out; an error naming ptr/group_kind. */
+/* o's "group_kind" (a registered group kind: ls_trace_group_kind) into *out; an error naming ptr/group_kind. */
 static ls_status group_kind(pctx *c, const char *ptr, const cJSON *o, ls_audit_group_kind *out) {
     const cJSON *g = member(o, "group_kind");
     int gk = ls_audit_group_kind_from_name(cJSON_IsString(g) ? g->valuestring : NULL);

@@ -86,7 +86,9 @@ typedef enum {
     LS_AUDIT_PASSES_SFT_BRANCHES /* once; in an SFT step the configuration's group times (its answer branches) */
 } ls_audit_passes;
 
-/* Group kinds of a collective requirement. */
+/* Group kinds of a collective requirement: the registered group kinds of
+ * receipts/trace_event.h (ls_trace_group_kind), in its order (a static
+ * assertion in profile.c holds them equal). */
 typedef enum {
     LS_AUDIT_GROUP_WORLD = 0,
     LS_AUDIT_GROUP_DP,

@@ -181,26 +181,78 @@ static ls_status add_source(cJSON *b) {
     return LS_OK;
 }
 
+/* The registered dependencies (build_info.h), in the record's order: own ones
+ * with their version function, the caller's with NULL. */
+static const char *cjson_version(void) { return cJSON_Version(); }
+static const char *zstd_version(void) { return ZSTD_versionString(); }
+static const char *openssl_version(void) { return OpenSSL_version(OPENSSL_VERSION); }
+static const struct {
+    const char *name;
+    const char *(*own)(void);
+} DEPS[] = {
+    {"cjson", cjson_version}, {"zstd", zstd_version}, {"openssl", openssl_version}, {"openblas", NULL}, {"mpi", NULL},
+};
+#define N_DEPS (sizeof DEPS / sizeof DEPS[0])
+
+const char *const *ls_build_info_dependency_names(size_t *n, const int **own) {
+    static const char *names[N_DEPS];
+    static int owns[N_DEPS];
+    for (size_t i = 0; i < N_DEPS; i++) names[i] = DEPS[i].name, owns[i] = DEPS[i].own != NULL;
+    if (n) *n = N_DEPS;
+    if (own) *own = owns;
+    return names;
+}
+
+/* "dependencies": every registered name, own versions read here, the caller's from deps */
+static ls_status dependencies(const ls_build_dep *deps, size_t n_deps, cJSON *out, char *err, size_t errlen) {
+    const char *ver[N_DEPS] = {0};
+    for (size_t j = 0; j < n_deps; j++) {
+        size_t i = 0;
+        while (i < N_DEPS && (!deps[j].name || strcmp(deps[j].name, DEPS[i].name) != 0)) i++;
+        if (i == N_DEPS || DEPS[i].own || ver[i]) {
+            ls_json_errf(err, errlen, "build: dependency \"%s\" %s", deps[j].name ? deps[j].name : "(null)",
+                         i == N_DEPS ? "is not a registered dependency name (receipts/build_info.c)"
+                         : DEPS[i].own ? "is recorded by the receipts library itself"
+                                       : "is given twice");
+            return LS_ERR_ARG;
+        }
+        ver[i] = deps[j].version ? deps[j].version : "unknown";
+    }
+    for (size_t i = 0; i < N_DEPS; i++) {
+        const char *v = DEPS[i].own ? DEPS[i].own() : ver[i] ? ver[i] : "unknown";
+        if (!cJSON_AddStringToObject(out, DEPS[i].name, v)) return LS_ERR_NOMEM;
+    }
+    return LS_OK;
+}
+
 ls_status ls_build_info_create(const char *openblas, const char *mpi, cJSON **out) {
+    const ls_build_dep deps[] = {{"openblas", openblas}, {"mpi", mpi}};
+    return ls_build_info_create_deps(deps, 2, out, NULL, 0);
+}
+
+ls_status ls_build_info_create_deps(const ls_build_dep *deps, size_t n_deps, cJSON **out, char *err,
+                                    size_t errlen) {
     *out = NULL;
     ls_status st = LS_ERR_NOMEM;
     cJSON *b = cJSON_CreateObject();
-    cJSON *deps = cJSON_CreateObject();
+    cJSON *deps_o = cJSON_CreateObject();
     static const char *dtypes[] = {"f32", "f64"};
     cJSON *dt = cJSON_CreateStringArray(dtypes, 2);
-    if (b == NULL || deps == NULL || dt == NULL) goto cleanup;
-    if (!cJSON_AddStringToObject(deps, "cjson", cJSON_Version()) ||
-        !cJSON_AddStringToObject(deps, "zstd", ZSTD_versionString()) ||
-        !cJSON_AddStringToObject(deps, "openssl", OpenSSL_version(OPENSSL_VERSION)) ||
-        !cJSON_AddStringToObject(deps, "openblas", openblas != NULL ? openblas : "unknown") ||
-        !cJSON_AddStringToObject(deps, "mpi", mpi != NULL ? mpi : "unknown"))
+    if (b == NULL || deps_o == NULL || dt == NULL) goto cleanup;
+    if (n_deps && !deps) {
+        ls_json_errf(err, errlen, "build: deps is NULL with %zu dependencies", n_deps);
+        st = LS_ERR_ARG;
         goto cleanup;
+    }
+    st = dependencies(deps, n_deps, deps_o, err, errlen);
+    if (st != LS_OK) goto cleanup;
+    st = LS_ERR_NOMEM;
     if (!cJSON_AddStringToObject(b, "git_commit", LS_SOURCE_COMMIT) ||
         !cJSON_AddStringToObject(b, "compiler", LS_C_COMPILER) ||
         !cJSON_AddStringToObject(b, "flags", LS_C_FLAGS))
         goto cleanup;
-    cJSON_AddItemToObject(b, "dependencies", deps);
-    deps = NULL;
+    cJSON_AddItemToObject(b, "dependencies", deps_o);
+    deps_o = NULL;
     cJSON_AddItemToObject(b, "dtype_builds", dt);
     dt = NULL;
     st = add_binaries(b);
@@ -216,7 +268,7 @@ ls_status ls_build_info_create(const char *openblas, const char *mpi, cJSON **ou
     st = LS_OK;
 cleanup:
     cJSON_Delete(b);
-    cJSON_Delete(deps);
+    cJSON_Delete(deps_o);
     cJSON_Delete(dt);
     return st;
 }

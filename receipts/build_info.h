@@ -4,7 +4,8 @@
  * libraries it loaded (by content), the state of the sources it was built
  * from, and the compiler, flags and dependency versions:
  *   {"git_commit", "compiler", "flags",
- *    "dependencies": {"cjson", "zstd", "openssl", "openblas", "mpi"},
+ *    "dependencies": {"cjson", "zstd", "openssl", "openblas", "mpi"}
+ *                    (registered names: ls_build_info_dependency_names),
  *    "dtype_builds": ["f32", "f64"],
  *    "kernel_isa": "portable" | "avx2" | "avx512"   (trainers: what ran),
  *    "executable": {"path", "sha256"},
@@ -48,11 +49,35 @@
 #include "common/status.h"
 #include "receipts/digest.h"
 
+/* The build record's "dependencies" are registered names, one table here
+ * (a name the table lacks is refused, as the schemas refuse it).  Each is
+ * contributed by the code that links it: cjson, zstd and openssl by this
+ * library (their versions read from the libraries: "own"), the others by
+ * the caller: openblas (the trainer's kernels) and mpi (the communicator's
+ * backend registry, trainer/dist/comm.h: ls_comm_build_dependencies, which
+ * gives every registered backend's dependency, "none" when not built).  A
+ * new dependency (nccl) is one entry in build_info.c's table and one
+ * property in the manifest and receipt schemas. */
+typedef struct {
+    const char *name;    /* a registered dependency name */
+    const char *version; /* NULL: recorded as "unknown" */
+} ls_build_dep;
+
+/* The registered dependency names in the record's order (static; *n their
+ * number); own[i] (may be NULL) set to 1 for the names this library
+ * contributes itself. */
+const char *const *ls_build_info_dependency_names(size_t *n, const int **own);
+
 /* Builds the object for this process, including build_digest, hashing the
- * executable and the project's loaded libraries.  openblas and mpi are
- * version strings the caller knows (the receipts library links neither);
- * NULL is recorded as "unknown".  LS_ERR_IO when a file cannot be read,
- * LS_ERR_NOMEM.  *out is the caller's (cJSON_Delete); NULL on failure. */
+ * executable and the project's loaded libraries.  deps: the caller's
+ * dependencies, every registered name that is not this library's own (a
+ * registered name the caller omits is recorded as "unknown").  LS_ERR_ARG
+ * (err naming it) for a name that is not registered, is given twice or is
+ * this library's own; LS_ERR_IO when a file cannot be read, LS_ERR_NOMEM.
+ * *out is the caller's (cJSON_Delete); NULL on failure. */
+ls_status ls_build_info_create_deps(const ls_build_dep *deps, size_t n_deps, cJSON **out, char *err,
+                                    size_t errlen);
+/* ls_build_info_create_deps with {openblas, mpi}. */
 ls_status ls_build_info_create(const char *openblas, const char *mpi, cJSON **out);
 
 /* Adds "kernel_isa" (the CPU kernels' ISA, kernels/isa.h: it changes the

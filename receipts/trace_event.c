@@ -35,6 +35,8 @@ _Static_assert(sizeof OP_NAMES_V2 / sizeof OP_NAMES_V2[0] == LS_TRACE_OP_COUNT_V
 _Static_assert(sizeof RED_NAMES_V2 / sizeof RED_NAMES_V2[0] == LS_TRACE_RED_COUNT_V2 + 1, "red names");
 _Static_assert(sizeof DTYPE_NAMES_V2 / sizeof DTYPE_NAMES_V2[0] == LS_TRACE_DTYPE_COUNT_V2 + 1, "dtype names");
 static const char *const OBJECTIVE_NAMES[] = {"grpo", "sft", NULL};
+static const char *const GROUP_KIND_NAMES[] = {"world", "dp", "cp", "tp", "pp", "ep", NULL};
+_Static_assert(sizeof GROUP_KIND_NAMES / sizeof GROUP_KIND_NAMES[0] == LS_TRACE_GROUP_KIND_COUNT + 1, "group kinds");
 /* gradient_probe: the gradient mode, the grouping of the directions, the verdicts */
 static const char *const GRAD_MODE_NAMES[] = {"detached", "full", NULL};
 static const char *const PROBE_GROUPING_NAMES[] = {"all", "layer", NULL};
@@ -65,6 +67,10 @@ const char *ls_trace_dtype_name(ls_trace_dtype d) {
 }
 const char *ls_trace_objective_name(ls_trace_objective o) {
     return name_at(OBJECTIVE_NAMES, LS_TRACE_OBJECTIVE_COUNT, (int)o);
+}
+
+const char *ls_trace_group_kind_name(ls_trace_group_kind k) {
+    return name_at(GROUP_KIND_NAMES, LS_TRACE_GROUP_KIND_COUNT, (int)k);
 }
 
 ls_trace_kind ls_trace_kind_from_name(const char *name) {
@@ -105,6 +111,7 @@ int ls_trace_enum_from_name(const char *table, const char *name) {
     case 'o': t = name_eq(table, "op") ? OP_NAMES : name_eq(table, "objective") ? OBJECTIVE_NAMES : NULL; break;
     case 'r': t = name_eq(table, "red") ? RED_NAMES : NULL; break;
     case 'p': t = name_eq(table, "phase") ? PHASE_NAMES : NULL; break;
+    case 'g': t = name_eq(table, "group_kind") ? GROUP_KIND_NAMES : NULL; break;
     default: break;
     }
     return t ? index_in(t, name) : -1;

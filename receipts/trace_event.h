@@ -30,8 +30,8 @@
 /* v2 (docs/contract.md §1): written by any trainer, read by the reader.  The
  * header names its vocabularies: "phases" and "layer_kinds", 1..
  * LS_TRACE_MAX_VOCAB distinct names matching ^[a-z][a-z0-9_.-]{0,31}$ (every
- * phase and layer kind of the trace is one of them), "groups"[].kind one of
- * world, dp, cp, tp, pp, ep, and "profile".  Events carry "v":2.  The
+ * phase and layer kind of the trace is one of them), "groups"[].kind a
+ * registered group kind (ls_trace_group_kind), and "profile".  Events carry "v":2.  The
  * enumerations below grow by the v2 values after their v1 _COUNT (v1 traces
  * still accept only the v1 names; the indices of v1 names are unchanged). */
 #define LS_TRACE_VERSION_V2 2
@@ -204,6 +204,21 @@ typedef struct {
     int64_t host_live, host_peak;             /* >= 0: the host tier's totals, written when a category is host */
 } ls_trace_memory;
 
+/* Group kinds: the registered names of a communicator group's role, the
+ * one table of them (trace headers' "groups"[].kind, v1 and v2; the
+ * communicator's groups, trainer/dist/comm.h; the audit profiles'
+ * "group_kind").  A new kind is one entry here, appended (the numbering
+ * is internal: files carry the names). */
+typedef enum {
+    LS_TRACE_GROUP_WORLD = 0, /* "world": every rank of the run */
+    LS_TRACE_GROUP_DP,        /* "dp": data-parallel replicas */
+    LS_TRACE_GROUP_CP,        /* "cp": context parallelism (one prompt's shards) */
+    LS_TRACE_GROUP_TP,        /* "tp": tensor parallelism */
+    LS_TRACE_GROUP_PP,        /* "pp": pipeline parallelism */
+    LS_TRACE_GROUP_EP,        /* "ep": expert parallelism */
+    LS_TRACE_GROUP_KIND_COUNT
+} ls_trace_group_kind;
+
 /* Names as written in files ("phase_begin", "replay", "gdn", "fwd",
  * "allreduce", "sum", "f32"); "unknown" for a value out of range. */
 const char *ls_trace_kind_name(ls_trace_kind kind);
@@ -214,6 +229,8 @@ const char *ls_trace_op_name(ls_trace_op op);
 const char *ls_trace_red_name(ls_trace_red red);
 const char *ls_trace_dtype_name(ls_trace_dtype dtype);
 const char *ls_trace_objective_name(ls_trace_objective objective);
+/* "world", "dp", "cp", "tp", "pp", "ep" (enumerate with k < LS_TRACE_GROUP_KIND_COUNT). */
+const char *ls_trace_group_kind_name(ls_trace_group_kind kind);
 
 /* "sha256", "xxh3_128"; "unknown" for a value out of range. */
 const char *ls_trace_digest_alg_name(ls_trace_digest_alg alg);
@@ -230,7 +247,8 @@ ls_trace_kind ls_trace_kind_from_name(const char *name);
 
 /* Enumerated value from its name: the value's index, or -1 when name is NULL
  * or not one of the names.  `table` is one of "layer_kind", "dir", "op",
- * "red", "dtype", "phase", "objective" (-1 for any other table). */
+ * "red", "dtype", "phase", "objective", "group_kind" (-1 for any other
+ * table). */
 int ls_trace_enum_from_name(const char *table, const char *name);
 
 /* ls_trace_enum_from_name over the v2 lists ("op", "red", "dtype" grown by

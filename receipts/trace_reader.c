@@ -302,12 +302,7 @@ static void take_vocab(ls_trace_reader *r, const cJSON *h, const loc *at, const 
     }
 }
 
-static bool is_group_kind(const char *s) {
-    static const char *const KINDS[] = {"world", "dp", "cp", "tp", "pp", "ep", NULL};
-    for (size_t i = 0; s && KINDS[i]; i++)
-        if (strcmp(s, KINDS[i]) == 0) return true;
-    return false;
-}
+static bool is_group_kind(const char *s) { return ls_trace_enum_from_name("group_kind", s) >= 0; }
 
 /* Checks the header object; keeps it in the report. */
 static void take_header(ls_trace_reader *r, cJSON *h, const loc *at) {

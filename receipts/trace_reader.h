@@ -137,7 +137,7 @@ typedef struct {
     size_t n_layer_kinds;
 } ls_trace_report;
 
-/* The "kind" of the header's group `name` (v2: world, dp, cp, tp, pp, ep),
+/* The "kind" of the header's group `name` (v2: a registered group kind, trace_event.h),
  * NULL when the report has no header, no such group or (v1) no kind.  The
  * string lives as long as the report. */
 const char *ls_trace_report_group_kind(const ls_trace_report *report, const char *name);

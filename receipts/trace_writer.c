@@ -278,9 +278,9 @@ static ls_status header_check(const char *path, const ls_trace_header *h, const 
             bad = tmp;
             break;
         }
-        if (gr->kind && strcmp(gr->kind, "world") && strcmp(gr->kind, "dp") && strcmp(gr->kind, "cp") &&
-            strcmp(gr->kind, "tp") && strcmp(gr->kind, "pp") && strcmp(gr->kind, "ep")) {
-            snprintf(tmp, sizeof tmp, "groups[%zu].kind must be world, dp, cp, tp, pp or ep", g);
+        if (gr->kind && ls_trace_enum_from_name("group_kind", gr->kind) < 0) {
+            snprintf(tmp, sizeof tmp, "groups[%zu].kind \"%.32s\" is not a registered group kind (ls_trace_group_kind)", g,
+                     gr->kind);
             bad = tmp;
             break;
         }

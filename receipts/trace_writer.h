@@ -71,7 +71,7 @@ typedef struct {
     const char *name;
     const int32_t *members;
     size_t n_members;
-    const char *kind; /* NULL: not written (v1); else world, dp, cp, tp, pp or ep */
+    const char *kind; /* NULL: not written (v1); else a registered group kind (ls_trace_group_kind_name) */
 } ls_trace_group;
 
 /* The header line.  All pointers are borrowed for the duration of

@@ -36,3 +36,7 @@ elseif(MPIEXEC_EXECUTABLE)
   set_tests_properties(test_comm_abort_np3 PROPERTIES TIMEOUT 60
     ENVIRONMENT "OMP_NUM_THREADS=1;ASAN_OPTIONS=detect_leaks=0")
 endif()
+# the communicator's registered names (backends, dependencies, group kinds) and its memory spaces: device
+# buffers (the guarded device space) through a run-time loopback backend and the single backend
+ls_add_criterion_test(test_comm_registry SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_comm_registry.c
+  LIBS ls_trainer_core ls_receipts TIMEOUT 120)

@@ -3,6 +3,11 @@ ls_add_criterion_test(test_mem_tracker
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_mem_tracker.c
   LIBS ls_trainer_base Threads::Threads
   TIMEOUT 120)
+# memory spaces (trainer/base/mem_space.h): the guarded device space, tracked blocks, arenas and tier copies in it
+ls_add_criterion_test(test_mem_space
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_mem_space.c
+  LIBS ls_trainer_core Threads::Threads
+  TIMEOUT 120)
 ls_add_criterion_test(test_safetensors
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_safetensors.c
   LIBS ls_trainer_base

@@ -7,12 +7,18 @@
  * The header sits immediately before the user pointer and records the raw
  * pointer to free, the requested size and the category.  calloc (rather than
  * aligned allocation + memset) keeps large blocks lazily zeroed by the OS, so
- * an allocation does not touch its pages until the caller does. */
+ * an allocation does not touch its pages until the caller does.
+ *
+ * A block of a space with a provider (mem_space.h) has no header: the host
+ * may not touch it.  Its base, size, category and space are kept in a table
+ * (provider_blocks, under a mutex), which ls_mem_free, ls_mem_size and
+ * ls_mem_space_of consult first while it is not empty. */
 #include "trainer/base/mem_tracker.h"
 
 #include "kernels/scratch.h"
 
 #include <assert.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +34,7 @@ typedef struct {
     void *raw;
     size_t size;
     uint32_t cat;
-    uint32_t pad_;
+    uint32_t space; /* host, or host_pinned without a provider */
 } block_header;
 
 /* Worst-case bytes a block needs beyond the caller's request. */
@@ -67,9 +73,44 @@ static struct {
     _Atomic size_t host_live, host_peak, host_run_peak, host_budget;
 } g;
 
+/* The blocks of spaces with a provider (header comment). */
+typedef struct {
+    void *p;
+    size_t size;
+    ls_mem_cat cat;
+    const ls_mem_space_ops *ops;
+} provider_block;
+static struct {
+    pthread_mutex_t mu;
+    provider_block *v;
+    size_t n, cap;
+    _Atomic size_t live; /* n, read without the lock */
+} pb = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* The tiers' spaces (mem_tracker.h). */
+static _Atomic int tier_space[2] = {LS_MEM_SPACE_HOST, LS_MEM_SPACE_HOST_PINNED};
+
 ls_mem_tier ls_mem_cat_tier(ls_mem_cat cat)
 {
     return cat == LS_MEM_PROMPT_STATE_HOST ? LS_TIER_HOST : LS_TIER_DEVICE;
+}
+
+ls_mem_space ls_mem_tier_space(ls_mem_tier tier)
+{
+    return tier == LS_TIER_HOST ? (ls_mem_space)atomic_load(&tier_space[1]) : (ls_mem_space)atomic_load(&tier_space[0]);
+}
+
+ls_status ls_mem_set_tier_space(ls_mem_tier tier, ls_mem_space space)
+{
+    if ((tier != LS_TIER_DEVICE && tier != LS_TIER_HOST) || (int)space < 0 || space >= LS_MEM_SPACE_COUNT)
+        return LS_ERR_ARG;
+    atomic_store(&tier_space[tier == LS_TIER_HOST], (int)space);
+    return LS_OK;
+}
+
+ls_mem_space ls_mem_cat_space(ls_mem_cat cat)
+{
+    return ls_mem_tier_space(ls_mem_cat_tier(cat));
 }
 
 const char *ls_mem_cat_name(ls_mem_cat cat)
@@ -132,7 +173,125 @@ static block_header *header_of(const void *p)
     return (block_header *)((uintptr_t)p - sizeof(block_header));
 }
 
+/* Index of the provider block based at p (under pb.mu), or pb.n. */
+static size_t pb_find(const void *p)
+{
+    size_t i = 0;
+    while (i < pb.n && pb.v[i].p != p)
+        i++;
+    return i;
+}
+
+static void *alloc_provider(ls_mem_cat cat, const ls_mem_space_ops *ops, size_t bytes)
+{
+    if (!reserve_total(cat, bytes)) {
+        atomic_fetch_add(&g.refused, 1);
+        return NULL;
+    }
+    void *p = ops->alloc(bytes ? bytes : 1); /* 0 bytes: a unique pointer, accounted 0 */
+    int ok = p != NULL;
+    if (ok) {
+        pthread_mutex_lock(&pb.mu);
+        if (pb.n == pb.cap) {
+            size_t cap = pb.cap ? 2 * pb.cap : 16;
+            provider_block *v = realloc(pb.v, cap * sizeof *v);
+            if (v) {
+                pb.v = v;
+                pb.cap = cap;
+            }
+        }
+        ok = pb.n < pb.cap;
+        if (ok) {
+            pb.v[pb.n++] = (provider_block){p, bytes, cat, ops};
+            atomic_store(&pb.live, pb.n);
+        }
+        pthread_mutex_unlock(&pb.mu);
+        if (!ok)
+            ops->free(p, bytes ? bytes : 1);
+    }
+    if (!ok) {
+        atomic_fetch_sub(tier_live(cat), bytes);
+        atomic_fetch_add(&g.refused, 1);
+        return NULL;
+    }
+    charge(cat, bytes);
+    return p;
+}
+
+static void *alloc_host(ls_mem_cat cat, ls_mem_space space, size_t bytes);
+
 void *ls_mem_alloc(ls_mem_cat cat, size_t bytes)
+{
+    return alloc_host(cat, LS_MEM_SPACE_HOST, bytes);
+}
+
+void *ls_mem_alloc_in(ls_mem_cat cat, ls_mem_space space, size_t bytes)
+{
+    const ls_mem_space_ops *ops = ls_mem_space_provider(space);
+    int ok_cat = (int)cat >= 0 && cat < LS_MEM_COUNT;
+    if (ok_cat && ops && bytes <= SIZE_MAX - BLOCK_OVERHEAD)
+        return alloc_provider(cat, ops, bytes);
+    if (space == LS_MEM_SPACE_HOST || space == LS_MEM_SPACE_HOST_PINNED)
+        return alloc_host(cat, space, bytes);
+    atomic_fetch_add(&g.refused, 1); /* device without a provider, or out of range */
+    return NULL;
+}
+
+ls_mem_space ls_mem_space_of(const void *p)
+{
+    if (p == NULL || atomic_load(&pb.live) == 0)
+        return LS_MEM_SPACE_HOST;
+    ls_mem_space s = LS_MEM_SPACE_HOST;
+    uintptr_t a = (uintptr_t)p;
+    pthread_mutex_lock(&pb.mu);
+    for (size_t i = 0; i < pb.n; i++) {
+        uintptr_t b = (uintptr_t)pb.v[i].p;
+        if (a >= b && a - b < (pb.v[i].size ? pb.v[i].size : 1)) {
+            s = pb.v[i].ops->space;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&pb.mu);
+    return s;
+}
+
+/* 1 when p was a provider block (now released). */
+static int free_provider(void *p)
+{
+    if (atomic_load(&pb.live) == 0)
+        return 0;
+    pthread_mutex_lock(&pb.mu);
+    size_t i = pb_find(p);
+    if (i == pb.n) {
+        pthread_mutex_unlock(&pb.mu);
+        return 0;
+    }
+    provider_block b = pb.v[i];
+    pb.v[i] = pb.v[--pb.n];
+    atomic_store(&pb.live, pb.n);
+    pthread_mutex_unlock(&pb.mu);
+    atomic_fetch_sub(&g.live[b.cat], b.size);
+    atomic_fetch_add(&g.frees[b.cat], 1);
+    atomic_fetch_sub(tier_live(b.cat), b.size);
+    b.ops->free(p, b.size ? b.size : 1);
+    return 1;
+}
+
+/* ls_mem_size of a provider block: 1 with *size when p is one. */
+static int size_provider(const void *p, size_t *size)
+{
+    if (atomic_load(&pb.live) == 0)
+        return 0;
+    pthread_mutex_lock(&pb.mu);
+    size_t i = pb_find(p);
+    int found = i < pb.n;
+    if (found)
+        *size = pb.v[i].size;
+    pthread_mutex_unlock(&pb.mu);
+    return found;
+}
+
+static void *alloc_host(ls_mem_cat cat, ls_mem_space space, size_t bytes)
 {
     if ((int)cat < 0 || cat >= LS_MEM_COUNT || bytes > SIZE_MAX - BLOCK_OVERHEAD) {
         atomic_fetch_add(&g.refused, 1);
@@ -155,13 +314,14 @@ void *ls_mem_alloc(ls_mem_cat cat, size_t bytes)
     h->raw = raw;
     h->size = bytes;
     h->cat = (uint32_t)cat;
+    h->space = (uint32_t)space;
     charge(cat, bytes);
     return (void *)user;
 }
 
 void ls_mem_free(void *p)
 {
-    if (p == NULL)
+    if (p == NULL || free_provider(p))
         return;
     block_header *h = header_of(p);
     assert(h->magic == BLOCK_MAGIC && "ls_mem_free: not a tracker block (or freed twice)");
@@ -180,8 +340,11 @@ void ls_mem_free(void *p)
 
 size_t ls_mem_size(const void *p)
 {
+    size_t size = 0;
     if (p == NULL)
         return 0;
+    if (size_provider(p, &size))
+        return size;
     const block_header *h = header_of(p);
     assert(h->magic == BLOCK_MAGIC);
     return h->magic == BLOCK_MAGIC ? h->size : 0;
@@ -189,11 +352,18 @@ size_t ls_mem_size(const void *p)
 
 void *ls_mem_realloc(ls_mem_cat cat, void *p, size_t bytes)
 {
-    void *q = ls_mem_alloc(cat, bytes);
+    ls_mem_space space = LS_MEM_SPACE_HOST;
+    size_t psize = 0;
+    if (p) /* a provider's block, else the header's: host or unprovided host_pinned */
+        space = size_provider(p, &psize) ? ls_mem_space_of(p) : (ls_mem_space)header_of(p)->space;
+    void *q = ls_mem_alloc_in(cat, space, bytes);
     if (q == NULL || p == NULL)
         return q;
     size_t old = ls_mem_size(p);
-    memcpy(q, p, old < bytes ? old : bytes);
+    if (ls_mem_copy(q, space, p, space, old < bytes ? old : bytes) != LS_OK) {
+        ls_mem_free(q);
+        return NULL;
+    }
     ls_mem_free(p);
     return q;
 }

@@ -29,6 +29,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/status.h"
+#include "trainer/base/mem_space.h"
+
 /* Fixed order: the numbering is part of the receipt format, append only. */
 typedef enum {
     LS_MEM_WEIGHTS = 0,      /* "fixed_weights": frozen model parameters */
@@ -57,6 +60,20 @@ typedef enum {
  * tier has its own (host_*). */
 typedef enum { LS_TIER_DEVICE = 0, LS_TIER_HOST = 1 } ls_mem_tier;
 ls_mem_tier ls_mem_cat_tier(ls_mem_cat cat);
+
+/* The space a tier's bulk data is allocated in (mem_space.h): the rows of
+ * a host-tier state and the staging buffers a device-tier reader gets them
+ * in (trainer/model/stage.h), copied between the two by trainer/base/tier.h.
+ * This CPU build's compute device is the host: device tier -> host; host
+ * tier -> host_pinned (plain host memory until a provider pins it).  A GPU
+ * backend sets the device tier to device once its kernels read there.
+ * ls_mem_alloc itself always allocates host memory (the objects host code
+ * reads: page tables, tapes of the CPU kernels). */
+ls_mem_space ls_mem_tier_space(ls_mem_tier tier);
+/* LS_ERR_ARG for a tier or space out of range. */
+ls_status ls_mem_set_tier_space(ls_mem_tier tier, ls_mem_space space);
+/* ls_mem_tier_space(ls_mem_cat_tier(cat)). */
+ls_mem_space ls_mem_cat_space(ls_mem_cat cat);
 
 /* Alignment of every pointer ls_mem_alloc returns. */
 #define LS_MEM_ALIGN 64
@@ -93,13 +110,30 @@ const char *ls_mem_cat_name(ls_mem_cat cat);
  * The caller owns the block and releases it with ls_mem_free (never free()). */
 void *ls_mem_alloc(ls_mem_cat cat, size_t bytes);
 
-/* Release a block from ls_mem_alloc/ls_mem_realloc; its size and category
- * come from the block's hidden header.  NULL is a no-op.  Passing any other
- * pointer is a programmer error (asserted; ignored in release builds). */
+/* ls_mem_alloc in a memory space (mem_space.h): host as ls_mem_alloc;
+ * host_pinned without a provider as ls_mem_alloc (host memory); a space with
+ * a provider through it (zeroed by it; the block's size and category kept
+ * in a table on the host side, never in the block, which the host may not
+ * touch); NULL (a refusal) for a space out of range or device without a
+ * provider.  Accounted like any block (its category, its tier's budget).
+ * Released with ls_mem_free. */
+void *ls_mem_alloc_in(ls_mem_cat cat, ls_mem_space space, size_t bytes);
+
+/* The space of the block p points into: the space of a provider's block
+ * (interior pointers too), host for every other pointer (a host_pinned
+ * block without a provider is host memory).  O(provider blocks live) under
+ * a lock; one atomic load while there are none. */
+ls_mem_space ls_mem_space_of(const void *p);
+
+/* Release a block from ls_mem_alloc/ls_mem_alloc_in/ls_mem_realloc; its
+ * size and category come from the block's hidden header (or the table of
+ * provider blocks).  NULL is a no-op.  Passing any other pointer is a
+ * programmer error (asserted; ignored in release builds). */
 void ls_mem_free(void *p);
 
 /* Resize a block, charging the new block to `cat` (which may differ from
- * p's category: the bytes move between categories).  p == NULL behaves as
+ * p's category: the bytes move between categories), in p's space (the
+ * bytes copied by ls_mem_copy).  p == NULL behaves as
  * ls_mem_alloc(cat, bytes).  Contents up to min(old, new) size are kept and
  * any growth is zeroed.  While copying, old and new blocks are both live and
  * both count against the budget.  On failure returns NULL and p is untouched

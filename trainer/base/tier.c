@@ -2,6 +2,8 @@
  * order begun; a handle is the copy's ticket. */
 #include "trainer/base/tier.h"
 
+#include "trainer/base/mem_tracker.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -12,7 +14,14 @@ typedef struct {
     void *dst;
     const void *src;
     size_t bytes;
+    ls_mem_space ds, ss; /* their spaces (ls_mem_space_of, taken at begin) */
 } job;
+
+/* The copy of one job: through the spaces' provider when either is not host-readable. */
+static void run_copy(const job *j) {
+    if (ls_mem_space_host_readable(j->ds) && ls_mem_space_host_readable(j->ss)) memcpy(j->dst, j->src, j->bytes);
+    else (void)ls_mem_copy(j->dst, j->ds, j->src, j->ss, j->bytes); /* spaces of live provider blocks: copyable */
+}
 
 #define QCAP 4096 /* jobs in flight before begin blocks */
 
@@ -42,7 +51,7 @@ static void *helper(void *arg) {
         job j = t.q[t.completed % QCAP];
         pthread_mutex_unlock(&t.mu);
         int64_t t0 = now_ns();
-        memcpy(j.dst, j.src, j.bytes);
+        run_copy(&j);
         atomic_fetch_add(&t.copy_ns, now_ns() - t0);
         pthread_mutex_lock(&t.mu);
         t.completed++;
@@ -71,6 +80,8 @@ static int ensure_helper(void) {
 }
 
 ls_tier_handle ls_tier_stage_begin(void *dst_device, const void *src_host, size_t bytes) {
+    job j = {dst_device, src_host, bytes, LS_MEM_SPACE_HOST, LS_MEM_SPACE_HOST};
+    if (bytes) j.ds = ls_mem_space_of(dst_device), j.ss = ls_mem_space_of(src_host);
     pthread_mutex_lock(&t.mu);
     if (bytes == 0) {
         ls_tier_handle h = t.issued;
@@ -81,14 +92,14 @@ ls_tier_handle ls_tier_stage_begin(void *dst_device, const void *src_host, size_
     atomic_fetch_add(&t.copies, 1);
     if (!ensure_helper()) { /* synchronous, behind the same calls */
         int64_t t0 = now_ns();
-        memcpy(dst_device, src_host, bytes);
+        run_copy(&j);
         atomic_fetch_add(&t.copy_ns, now_ns() - t0);
         ls_tier_handle h = t.issued;
         pthread_mutex_unlock(&t.mu);
         return h;
     }
     while (t.issued - t.completed >= QCAP) pthread_cond_wait(&t.done, &t.mu);
-    t.q[t.issued % QCAP] = (job){dst_device, src_host, bytes};
+    t.q[t.issued % QCAP] = j;
     ls_tier_handle h = ++t.issued;
     pthread_cond_signal(&t.more);
     pthread_mutex_unlock(&t.mu);

@@ -12,6 +12,13 @@
  * staging.  Copies bytes, computes nothing: what a reader sees after the
  * wait is bit for bit what the source held.
  *
+ * Spaces (mem_space.h): each side's space is the space of its block
+ * (ls_mem_space_of, taken at begin): the tiers' spaces
+ * (ls_mem_tier_space: a host tier in host_pinned memory, staging buffers in
+ * the device tier's space) are what stage.c allocates them in.  A copy whose
+ * side is in a space the host may not touch goes through that space's
+ * provider (ls_mem_copy); host-readable to host-readable is a memcpy.
+ *
  * Accounting (ls_tier_stats): bytes and copies begun, the helper's copy
  * time, and the time callers spent blocked in ls_tier_stage_wait (the part
  * of the staging the compute did not hide).  Thread-safe: any thread may

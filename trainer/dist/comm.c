@@ -18,7 +18,13 @@
  * Memory: the fixed-order sum and large allgathers use one scratch buffer of
  * group size x LS_COMM_SUM_CHUNK elements at most, kept until close (plain
  * malloc: the communicator has no memory tracker; its size is bounded by the
- * constant, not by n). */
+ * constant, not by n).  For buffers in a space the host may not read
+ * (trainer/base/mem_space.h) the scratch is a block of that space
+ * (ls_mem_alloc_in, LS_MEM_COMM, as bounded), and the front end moves and
+ * adds their bytes only through ls_mem_copy and ls_mem_sum_ordered.
+ *
+ * Backends are registered names (the table below and ls_comm_backend_register);
+ * group kinds are the receipts' registered ones (ls_trace_group_kind). */
 #include "trainer/dist/comm.h"
 
 #include <limits.h>
@@ -28,21 +34,47 @@
 #include <string.h>
 
 #include "trainer/base/coll_memo.h"
+#include "trainer/base/mem_tracker.h"
 #include "trainer/dist/comm_backend.h"
 
 #define MAX_PURPOSES 64
 #define PURPOSE_MAX 32 /* bytes, with the terminator */
 
-/* The backends this build has, in the order ls_comm_open asks them whether
- * they claim the process; the single-rank backend claims every process and
- * comes last. */
-static const ls_comm_ops *const backends[] = {
+/* The registered backends: every backend the project knows, built in this
+ * build or not (ops NULL: listed, contributing its dependency as "none",
+ * never opened), in the order ls_comm_open asks them whether they claim the
+ * process after the run-time ones; the single-rank backend claims every
+ * process and comes last.  An NCCL backend is one more entry (comm_backend.h). */
+typedef struct {
+    const char *name;
+    const char *dependency; /* the build record's dependency it contributes (receipts/build_info.h); NULL none */
+    const ls_comm_ops *ops;
+} backend_entry;
+static const backend_entry builtin[] = {
 #ifdef LS_HAVE_MPI
-    &ls_comm_ops_mpi,
+    {"mpi", "mpi", &ls_comm_ops_mpi},
+#else
+    {"mpi", "mpi", NULL},
 #endif
-    &ls_comm_ops_single,
+    {"single", NULL, &ls_comm_ops_single},
 };
-#define N_BACKENDS (sizeof backends / sizeof backends[0])
+#define N_BUILTIN (sizeof builtin / sizeof builtin[0])
+#define MAX_RUNTIME 8
+static backend_entry runtime[MAX_RUNTIME]; /* ls_comm_backend_register (one thread: before any open) */
+static size_t n_runtime;
+
+/* The i-th registered backend: the run-time ones first, then the built ones. */
+static const backend_entry *entry_at(size_t i) {
+    if (i < n_runtime) return &runtime[i];
+    return i - n_runtime < N_BUILTIN ? &builtin[i - n_runtime] : NULL;
+}
+
+static const backend_entry *entry_named(const char *name) {
+    const backend_entry *e;
+    for (size_t i = 0; name && (e = entry_at(i)) != NULL; i++)
+        if (strcmp(e->name, name) == 0) return e;
+    return NULL;
+}
 
 struct ls_comm {
     const ls_comm_ops *be;
@@ -59,6 +91,9 @@ struct ls_comm {
     uint64_t bytes_total;
     unsigned char *scratch;
     size_t scratch_cap;
+    unsigned char *dscratch; /* the scratch of buffers the host may not read: a block of dscratch_space */
+    size_t dscratch_cap;
+    ls_mem_space dscratch_space;
 };
 
 /* ---- helpers ---------------------------------------------------------------- */
@@ -165,41 +200,6 @@ static ls_status scratch_get(ls_comm_group *g, size_t bytes, const char *op, con
     return LS_OK;
 }
 
-/* dst[i] = s[0][i] + s[1][i] + ... + s[size-1][i], left to right, where
- * s[r] = src + r*k elements. */
-static void ordered_sum(void *dst, const unsigned char *src, size_t k, int size, ls_trace_dtype dt) {
-    switch (dt) {
-    case LS_TRACE_DTYPE_F32: {
-        float *d = dst;
-        const float *s = (const float *)(const void *)src;
-        memcpy(d, s, k * sizeof *d);
-        for (int r = 1; r < size; r++)
-            for (size_t i = 0; i < k; i++) d[i] += s[(size_t)r * k + i];
-        break;
-    }
-    case LS_TRACE_DTYPE_F64: {
-        double *d = dst;
-        const double *s = (const double *)(const void *)src;
-        memcpy(d, s, k * sizeof *d);
-        for (int r = 1; r < size; r++)
-            for (size_t i = 0; i < k; i++) d[i] += s[(size_t)r * k + i];
-        break;
-    }
-    default: { /* i64: wraps modulo 2^64 (unsigned arithmetic: defined) */
-        unsigned char *d = dst;
-        for (size_t i = 0; i < k; i++) {
-            uint64_t acc = 0, v;
-            for (int r = 0; r < size; r++) {
-                memcpy(&v, src + ((size_t)r * k + i) * 8, 8);
-                acc += v;
-            }
-            memcpy(d + i * 8, &acc, 8);
-        }
-        break;
-    }
-    }
-}
-
 static int ranges_overlap(const void *a, size_t an, const void *b, size_t bn) {
     const unsigned char *pa = a, *pb = b;
     if (an == 0 || bn == 0) return 0;
@@ -222,18 +222,99 @@ static void memo_keep(const char *op, const char *purpose, int layer, uint64_t d
     if (ls_coll_memo_active(LS_COLL_MEMO_RECORD)) ls_coll_memo_put(op, purpose, layer, dg, out, bytes);
 }
 
-/* Gathers k elements (k <= LS_COMM_SUM_CHUNK) from every rank into scratch
- * (rank r at r*k); g->size > 1. */
-static ls_status gather_piece(ls_comm_group *g, const void *src, size_t k, ls_trace_dtype dt,
-                              const ls_comm_call *call) {
-    ls_status st = scratch_get(g, k * ls_comm_dtype_size(dt) * (size_t)g->size, call->op, call->purpose);
+/* The scratch of a call whose buffers are in space sp: the host scratch for a host-readable space, else a
+ * block of sp (LS_MEM_COMM) of at least bytes, kept until close. */
+static ls_status scratch_in(ls_comm_group *g, ls_mem_space sp, size_t bytes, const char *op, const char *purpose,
+                            unsigned char **out) {
+    ls_comm *c = g->c;
+    if (ls_mem_space_host_readable(sp)) {
+        ls_status st = scratch_get(g, bytes, op, purpose);
+        *out = c->scratch;
+        return st;
+    }
+    if (!c->dscratch || c->dscratch_space != sp || c->dscratch_cap < bytes) {
+        ls_mem_free(c->dscratch);
+        c->dscratch_cap = 0;
+        c->dscratch = ls_mem_alloc_in(LS_MEM_COMM, sp, bytes);
+        if (!c->dscratch) {
+            ls_comm_fail(g, "comm: %s '%s': cannot allocate %zu bytes of %s scratch", op, purpose, bytes,
+                         ls_mem_space_name(sp));
+            return LS_ERR_NOMEM;
+        }
+        c->dscratch_cap = bytes;
+        c->dscratch_space = sp;
+    }
+    *out = c->dscratch;
+    return LS_OK;
+}
+
+/* Gathers k elements (k <= LS_COMM_SUM_CHUNK) from every rank into the scratch of space sp (rank r at
+ * r*k, *out); g->size > 1. */
+static ls_status gather_piece(ls_comm_group *g, ls_mem_space sp, const void *src, size_t k, ls_trace_dtype dt,
+                              const ls_comm_call *call, unsigned char **out) {
+    ls_status st = scratch_in(g, sp, k * ls_comm_dtype_size(dt) * (size_t)g->size, call->op, call->purpose, out);
     if (st != LS_OK) return st;
-    return g->c->be->allgather(g, src, g->c->scratch, k, dt, call);
+    return g->c->be->allgather(g, src, *out, k, dt, call);
+}
+
+static ls_mem_elem elem_of(ls_trace_dtype dt) {
+    return dt == LS_TRACE_DTYPE_F32 ? LS_MEM_ELEM_F32 : dt == LS_TRACE_DTYPE_F64 ? LS_MEM_ELEM_F64 : LS_MEM_ELEM_I64;
+}
+
+/* The memory space of a call's buffers a and b (either NULL: not given): LS_ERR_ARG (the reason set, nothing
+ * recorded) when they are in different spaces, in one the backend does not move, or in one the host may not
+ * read while the checkpointed replay's memo (which digests host bytes) is current. */
+static ls_status buf_space(ls_comm_group *g, const char *op, const char *purpose, const void *a, const char *an,
+                           const void *b, const char *bn, ls_mem_space *out) {
+    ls_mem_space sa = a ? ls_mem_space_of(a) : LS_MEM_SPACE_HOST, sb = b ? ls_mem_space_of(b) : sa;
+    if (!a) sa = sb;
+    *out = sa;
+    if (sa != sb) {
+        ls_comm_fail(g, "comm: %s '%s': %s is in %s memory and %s in %s memory (one call moves one space)", op,
+                     purpose, an, ls_mem_space_name(sa), bn, ls_mem_space_name(sb));
+        return LS_ERR_ARG;
+    }
+    if (!(g->c->be->spaces & LS_MEM_SPACE_BIT(sa))) {
+        char moves[64] = "";
+        for (int s = 0; s < LS_MEM_SPACE_COUNT; s++)
+            if (g->c->be->spaces & LS_MEM_SPACE_BIT(s))
+                snprintf(moves + strlen(moves), sizeof moves - strlen(moves), "%s%s", moves[0] ? ", " : "",
+                         ls_mem_space_name((ls_mem_space)s));
+        ls_comm_fail(g, "comm: %s '%s': %s is in %s memory, which the %s backend does not move (it moves: %s)", op,
+                     purpose, a ? an : bn, ls_mem_space_name(sa), g->c->be->name, moves);
+        return LS_ERR_ARG;
+    }
+    if (!ls_mem_space_host_readable(sa) && ls_coll_memo_current()) {
+        ls_comm_fail(g,
+                     "comm: %s '%s': %s is in %s memory, which the checkpointed replay's collective memo "
+                     "(trainer/base/coll_memo.h) cannot digest (it reads host bytes)",
+                     op, purpose, a ? an : bn, ls_mem_space_name(sa));
+        return LS_ERR_ARG;
+    }
+    return LS_OK;
 }
 
 /* ---- open / close ----------------------------------------------------------- */
 
+static ls_status open_backend(ls_comm **out, const char *name, int *argc, char ***argv, char *err,
+                              size_t err_len);
+
 ls_status ls_comm_open(ls_comm **out, int *argc, char ***argv, char *err, size_t err_len) {
+    return open_backend(out, NULL, argc, argv, err, err_len);
+}
+
+ls_status ls_comm_open_backend(ls_comm **out, const char *name, int *argc, char ***argv, char *err,
+                               size_t err_len) {
+    if (!name) {
+        if (err && err_len) snprintf(err, err_len, "ls_comm_open_backend: name is NULL");
+        return LS_ERR_ARG;
+    }
+    return open_backend(out, name, argc, argv, err, err_len);
+}
+
+/* name NULL: the first registered backend that claims the process. */
+static ls_status open_backend(ls_comm **out, const char *name, int *argc, char ***argv, char *err,
+                              size_t err_len) {
     char discard[8];
     if (!err || !err_len) {
         err = discard;
@@ -250,14 +331,25 @@ ls_status ls_comm_open(ls_comm **out, int *argc, char ***argv, char *err, size_t
         snprintf(err, err_len, "ls_comm_open: out of memory");
         return LS_ERR_NOMEM;
     }
-    c->world = (ls_comm_group){.c = c, .name = "cp", .kind = "cp", .rank = 0, .size = 1};
+    const char *cp_kind = ls_trace_group_kind_name(LS_TRACE_GROUP_CP);
+    c->world = (ls_comm_group){.c = c, .name = "cp", .kind = cp_kind, .rank = 0, .size = 1};
     c->ep_size = 1;
-    const ls_comm_ops *be = backends[N_BACKENDS - 1];
-    for (size_t i = 0; i < N_BACKENDS; i++)
-        if (backends[i]->claims()) {
-            be = backends[i];
-            break;
+    const ls_comm_ops *be = NULL;
+    if (name) {
+        const backend_entry *e = entry_named(name);
+        if (!e || !e->ops) {
+            snprintf(err, err_len, "ls_comm_open: backend \"%s\" is %s", name,
+                     e ? "not built in this build" : "not a registered backend (ls_comm_backend_info)");
+            free(c);
+            return LS_ERR_ARG;
         }
+        be = e->ops;
+    } else {
+        const backend_entry *e;
+        for (size_t i = 0; !be && (e = entry_at(i)) != NULL; i++)
+            if (e->ops && e->ops->claims()) be = e->ops;
+        if (!be) be = &ls_comm_ops_single;
+    }
     ls_status st = be->open(&c->state, &c->world, argc, argv, err, err_len);
     if (st != LS_OK) {
         free(c);
@@ -277,6 +369,7 @@ void ls_comm_close(ls_comm *c) {
     }
     c->be->close(c->state, &c->world);
     free(c->scratch);
+    ls_mem_free(c->dscratch);
     free(c);
 }
 
@@ -300,9 +393,10 @@ ls_status ls_comm_grid(ls_comm *c, int ep, char *err, size_t err_len) {
         return LS_ERR_ARG;
     }
     int r = c->world.rank, cp_idx = r / ep, ep_idx = r % ep;
-    c->world.name = c->world.kind = "world";
+    c->world.name = c->world.kind = ls_trace_group_kind_name(LS_TRACE_GROUP_WORLD);
     c->world.gseq = 0; /* nothing recorded before the grid: the trace opens after it */
-    ls_comm_group cp = {.c = c, .kind = "cp"}, epg = {.c = c, .kind = "ep"};
+    ls_comm_group cp = {.c = c, .kind = ls_trace_group_kind_name(LS_TRACE_GROUP_CP)},
+                  epg = {.c = c, .kind = ls_trace_group_kind_name(LS_TRACE_GROUP_EP)};
     snprintf(cp.name_buf, sizeof cp.name_buf, "cp-e%d", ep_idx);
     snprintf(epg.name_buf, sizeof epg.name_buf, "ep-c%d", cp_idx);
     ls_status st = c->be->split(&c->world, ep_idx, cp_idx, &cp);
@@ -341,10 +435,61 @@ size_t ls_group_members(const ls_comm_group *g, int32_t *out, size_t cap) {
 const char *ls_group_kind(const ls_comm_group *g) { return g ? g->kind : ""; }
 const char *ls_comm_backend(const ls_comm *c) { return c ? c->be->name : "single"; }
 
-const char *ls_comm_mpi_library(void) {
-    for (size_t i = 0; i < N_BACKENDS; i++)
-        if (!strcmp(backends[i]->name, "mpi") && backends[i]->library) return backends[i]->library();
-    return "none";
+/* ---- the registry ----------------------------------------------------------- */
+
+ls_status ls_comm_backend_register(const ls_comm_ops *ops, const char *dependency) {
+    if (!ops || !ops->name || !ops->claims || !ops->open || !ops->close || !ops->max_count ||
+        !ops->allreduce_max || !ops->broadcast || !ops->allgather || !ops->sendrecv || !ops->barrier ||
+        !ops->alltoallv || !(ops->spaces & LS_MEM_SPACE_BIT(LS_MEM_SPACE_HOST)) || (!ops->split != !ops->group_free) ||
+        entry_named(ops->name) || n_runtime == MAX_RUNTIME)
+        return LS_ERR_ARG;
+    runtime[n_runtime++] = (backend_entry){ops->name, dependency, ops};
+    return LS_OK;
+}
+
+static void info_of(const backend_entry *e, ls_comm_backend_info *out) {
+    const char *lib = e->ops ? (e->ops->library ? e->ops->library() : "unknown") : "none";
+    *out = (ls_comm_backend_info){.name = e->name,
+                                  .built = e->ops != NULL,
+                                  .dependency = e->dependency,
+                                  .library = e->dependency ? lib : NULL,
+                                  .spaces = e->ops ? e->ops->spaces : 0u};
+}
+
+size_t ls_comm_backend_count(void) { return n_runtime + N_BUILTIN; }
+
+int ls_comm_backend_info_at(size_t i, ls_comm_backend_info *out) {
+    const backend_entry *e = entry_at(i);
+    if (!e || !out) return 0;
+    info_of(e, out);
+    return 1;
+}
+
+int ls_comm_backend_find(const char *name, ls_comm_backend_info *out) {
+    const backend_entry *e = entry_named(name);
+    if (!e || !out) return 0;
+    info_of(e, out);
+    return 1;
+}
+
+const char *ls_comm_backend_library(const char *name) {
+    ls_comm_backend_info in;
+    return ls_comm_backend_find(name, &in) && in.library ? in.library : "none";
+}
+
+size_t ls_comm_build_dependencies(ls_build_dep *out, size_t cap) {
+    size_t n = 0;
+    ls_comm_backend_info in;
+    for (size_t i = 0; ls_comm_backend_info_at(i, &in); i++) {
+        if (!in.dependency) continue;
+        int seen = 0; /* two backends of one library give it once */
+        for (size_t j = 0; j < i; j++)
+            seen |= entry_at(j)->dependency && strcmp(entry_at(j)->dependency, in.dependency) == 0;
+        if (seen) continue;
+        if (out && n < cap) out[n] = (ls_build_dep){in.dependency, in.library};
+        n++;
+    }
+    return n;
 }
 
 _Noreturn void ls_comm_abort(ls_comm *c, int code) {
@@ -386,6 +531,8 @@ ls_status ls_group_allreduce_max(ls_comm_group *g, void *buf, size_t n, ls_trace
     static const char OP[] = "allreduce_max";
     size_t bytes = 0;
     ls_status st = check_reduce(g, OP, buf, n, dt, purpose, layer, &bytes);
+    ls_mem_space sp;
+    if (st == LS_OK) st = buf_space(g, OP, purpose, buf, "buf", NULL, NULL, &sp);
     if (st != LS_OK) return st;
     uint64_t dg;
     if (memo_take(OP, purpose, layer, buf, bytes, buf, bytes, &st, &dg)) return st;
@@ -404,6 +551,8 @@ ls_status ls_group_allreduce_sum(ls_comm_group *g, void *buf, size_t n, ls_trace
     static const char OP[] = "allreduce_sum";
     size_t bytes = 0;
     ls_status st = check_reduce(g, OP, buf, n, dt, purpose, layer, &bytes);
+    ls_mem_space sp;
+    if (st == LS_OK) st = buf_space(g, OP, purpose, buf, "buf", NULL, NULL, &sp);
     if (st != LS_OK) return st;
     uint64_t dg;
     if (memo_take(OP, purpose, layer, buf, bytes, buf, bytes, &st, &dg)) return st;
@@ -412,10 +561,15 @@ ls_status ls_group_allreduce_sum(ls_comm_group *g, void *buf, size_t n, ls_trace
     size_t es = ls_comm_dtype_size(dt);
     for (size_t off = 0; g->size > 1 && off < n; off += LS_COMM_SUM_CHUNK) { /* one rank: its own contribution */
         size_t k = piece(n, off, LS_COMM_SUM_CHUNK);
-        unsigned char *p = (unsigned char *)buf + off * es;
-        st = gather_piece(g, p, k, dt, &call);
+        unsigned char *p = (unsigned char *)buf + off * es, *gathered = NULL;
+        st = gather_piece(g, sp, p, k, dt, &call, &gathered);
         if (st != LS_OK) return st;
-        ordered_sum(p, g->c->scratch, k, g->size, dt);
+        /* rank order, in the buffer's space: on the host, or by its provider (mem_space.h) */
+        st = ls_mem_sum_ordered(p, gathered, k, g->size, elem_of(dt), sp);
+        if (st != LS_OK) {
+            ls_comm_fail(g, "comm: %s '%s': no fixed-order sum for %s memory", OP, purpose, ls_mem_space_name(sp));
+            return st;
+        }
     }
     memo_keep(OP, purpose, layer, dg, buf, bytes);
     return LS_OK;
@@ -433,6 +587,9 @@ ls_status ls_group_broadcast(ls_comm_group *g, void *buf, size_t n, ls_trace_dty
         return LS_ERR_ARG;
     }
     if (n && !buf) return null_buf(g, OP, purpose, "buf");
+    ls_mem_space sp;
+    st = buf_space(g, OP, purpose, buf, "buf", NULL, NULL, &sp);
+    if (st != LS_OK) return st;
     uint64_t dg;
     if (memo_take(OP, purpose, layer, buf, root == g->rank ? bytes : 0, buf, bytes, &st, &dg)) return st;
     ls_comm_call call;
@@ -459,13 +616,16 @@ ls_status ls_group_allgather(ls_comm_group *g, const void *send, void *recv, siz
         ls_comm_fail(g, "comm: %s '%s': send and recv overlap", OP, purpose);
         return LS_ERR_ARG;
     }
+    ls_mem_space sp;
+    st = buf_space(g, OP, purpose, send, "send", recv, "recv", &sp);
+    if (st != LS_OK) return st;
     uint64_t dg;
     if (memo_take(OP, purpose, layer, send, bytes, recv, bytes * (size_t)g->size, &st, &dg)) return st;
     ls_comm_call call;
     record(g, LS_TRACE_OP_ALLGATHER, LS_TRACE_RED_NONE, n, dt, bytes, OP, purpose, layer, &call);
     size_t es = ls_comm_dtype_size(dt);
     if (g->size == 1) {
-        if (n) memcpy(recv, send, bytes);
+        if (n) (void)ls_mem_copy(recv, sp, send, sp, bytes); /* sp is one the backend moves: copyable */
         memo_keep(OP, purpose, layer, dg, recv, bytes);
         return LS_OK;
     }
@@ -477,10 +637,12 @@ ls_status ls_group_allgather(ls_comm_group *g, const void *send, void *recv, siz
     /* very large n: in pieces through the scratch buffer */
     for (size_t off = 0; off < n; off += LS_COMM_SUM_CHUNK) {
         size_t k = piece(n, off, LS_COMM_SUM_CHUNK);
-        st = gather_piece(g, (const unsigned char *)send + off * es, k, dt, &call);
+        unsigned char *gathered = NULL;
+        st = gather_piece(g, sp, (const unsigned char *)send + off * es, k, dt, &call, &gathered);
         if (st != LS_OK) return st;
         for (int r = 0; r < g->size; r++)
-            memcpy((unsigned char *)recv + ((size_t)r * n + off) * es, g->c->scratch + (size_t)r * k * es, k * es);
+            (void)ls_mem_copy((unsigned char *)recv + ((size_t)r * n + off) * es, sp, gathered + (size_t)r * k * es,
+                              sp, k * es);
     }
     memo_keep(OP, purpose, layer, dg, recv, bytes * (size_t)g->size);
     return LS_OK;
@@ -511,6 +673,9 @@ ls_status ls_group_sendrecv(ls_comm_group *g, const void *send, int dst, void *r
         ls_comm_fail(g, "comm: %s '%s': send and recv overlap", OP, purpose);
         return LS_ERR_ARG;
     }
+    ls_mem_space sp;
+    st = buf_space(g, OP, purpose, dst >= 0 && n ? send : NULL, "send", src >= 0 && n ? recv : NULL, "recv", &sp);
+    if (st != LS_OK) return st;
     uint64_t dg;
     size_t in_b = dst >= 0 ? bytes : 0, out_b = src >= 0 ? bytes : 0;
     if (memo_take(OP, purpose, layer, send, in_b, recv, out_b, &st, &dg)) return st;
@@ -518,7 +683,7 @@ ls_status ls_group_sendrecv(ls_comm_group *g, const void *send, int dst, void *r
     record(g, LS_TRACE_OP_SENDRECV, LS_TRACE_RED_NONE, n, dt, dst >= 0 && dst != g->rank ? bytes : 0, OP, purpose,
            layer, &call);
     if (dst == g->rank) { /* to and from itself */
-        if (n) memcpy(recv, send, bytes);
+        if (n) (void)ls_mem_copy(recv, sp, send, sp, bytes);
         memo_keep(OP, purpose, layer, dg, recv, out_b);
         return LS_OK;
     }
@@ -584,6 +749,9 @@ ls_status ls_group_alltoallv(ls_comm_group *g, const void *send, const size_t *s
         ls_comm_fail(g, "comm: %s '%s': send and recv overlap", OP, purpose);
         return LS_ERR_ARG;
     }
+    ls_mem_space sp;
+    st = buf_space(g, OP, purpose, ssum ? send : NULL, "send", rsum ? recv : NULL, "recv", &sp);
+    if (st != LS_OK) return st;
     /* every rank's send and receive counts, so that the event's count (the group's total) is the same on
        every rank and a receive count that disagrees with its sender's is refused by every rank alike before
        anything moves */
@@ -620,8 +788,9 @@ ls_status ls_group_alltoallv(ls_comm_group *g, const void *send, const size_t *s
     record(g, LS_TRACE_OP_ALL_TO_ALL, LS_TRACE_RED_NONE, (size_t)total, dt, (uint64_t)(sout * es), OP, purpose,
            layer, &call);
     if (n == 1) {
-        if (scounts[0]) memcpy((unsigned char *)recv + rdispls[0] * es, (const unsigned char *)send + sdispls[0] * es,
-                               scounts[0] * es);
+        if (scounts[0])
+            (void)ls_mem_copy((unsigned char *)recv + rdispls[0] * es, sp,
+                              (const unsigned char *)send + sdispls[0] * es, sp, scounts[0] * es);
         return LS_OK;
     }
     return g->c->be->alltoallv(g, send, scounts, sdispls, recv, rcounts, rdispls, dt, &call);

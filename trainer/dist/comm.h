@@ -1,8 +1,8 @@
 /* comm.h - the communicator: ranks, process groups and the collectives that
  * context parallelism needs (docs/design.md §4), behind one interface with
- * backends (comm_backend.h, internal): single-rank (comm_single.c: world 1,
- * no library) and Open MPI (comm_mpi.c: a run started by mpirun; in builds
- * with MPI only).  comm.c, the front end, checks the arguments and writes the
+ * registered backends (comm_backend.h, internal; ls_comm_backend_info lists
+ * them): single-rank (comm_single.c: world 1, no library) and Open MPI
+ * (comm_mpi.c: a run started by mpirun; in builds with MPI only).  comm.c, the front end, checks the arguments and writes the
  * trace events below for every backend alike.  dtype-independent.
  *
  * Every collective is recorded, when a trace writer is attached, as one
@@ -21,6 +21,15 @@
  * Point-to-point chains (a state handed from rank r to r+1) are sendrecv
  * operations that every rank of the group calls, with -1 for "no peer", so
  * they match too.
+ *
+ * Memory spaces (trainer/base/mem_space.h): a buffer may be in any space
+ * the communicator's backend moves (ls_comm_backend_info.spaces; single:
+ * every space, mpi: host memory); the buffers of one call share one space.
+ * A call with a buffer elsewhere is refused (LS_ERR_ARG naming the buffer,
+ * its space and the backend; nothing sent, no event).  The front end never
+ * dereferences a buffer the host may not read: its copies and the
+ * fixed-order sum go through the space's provider (ls_mem_copy,
+ * ls_mem_sum_ordered), with a scratch block of that space (LS_MEM_COMM).
  *
  * Determinism: allreduce_sum adds the ranks' contributions in rank order
  * 0, 1, ..., N-1 on every rank (the contributions are gathered, then summed
@@ -42,8 +51,10 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "receipts/build_info.h"
 #include "receipts/trace_event.h"
 #include "receipts/trace_writer.h"
+#include "trainer/base/mem_space.h"
 
 typedef struct ls_comm ls_comm;
 typedef struct ls_comm_group ls_comm_group;
@@ -64,10 +75,39 @@ ls_status ls_comm_open(ls_comm **out, int *argc, char ***argv, char *err, size_t
 void ls_comm_close(ls_comm *c);
 int ls_comm_rank(const ls_comm *c);
 int ls_comm_world(const ls_comm *c);
-const char *ls_comm_backend(const ls_comm *c); /* the backend's name: "single" or "mpi" */
-/* The MPI library this build links ("Open MPI v4.1.4"), "none" without MPI
- * (the receipts' build.dependencies.mpi). */
-const char *ls_comm_mpi_library(void);
+/* Opens the registered backend named name (ls_comm_backend_info), whether
+ * or not it claims the process: LS_ERR_ARG (err naming it) for a name not
+ * registered or not built in this build; else as ls_comm_open. */
+ls_status ls_comm_open_backend(ls_comm **out, const char *name, int *argc, char ***argv, char *err,
+                               size_t err_len);
+const char *ls_comm_backend(const ls_comm *c); /* the backend's registered name: "single", "mpi", ... */
+
+/* The registered backends: every backend the project knows (built in this
+ * build or not: "single", "mpi"; a run-time one, comm_backend.h), in the
+ * order ls_comm_open asks them whether they claim the process.  The strings
+ * are static (or the registrant's). */
+typedef struct {
+    const char *name;       /* ls_comm_backend() of a communicator it opened */
+    int built;              /* 1: in this build (can be opened) */
+    const char *dependency; /* the build record's dependency it contributes ("mpi"); NULL: none */
+    const char *library;    /* that dependency's version ("Open MPI v4.1.4"; "none" when not built); NULL
+                               without a dependency */
+    unsigned spaces;        /* the memory spaces it moves (LS_MEM_SPACE_BIT, trainer/base/mem_space.h);
+                               0 when not built */
+} ls_comm_backend_info;
+size_t ls_comm_backend_count(void);
+/* The i-th registered backend into *out: 1, or 0 when i >= the count. */
+int ls_comm_backend_info_at(size_t i, ls_comm_backend_info *out);
+/* The backend named name into *out: 1, or 0 when none is. */
+int ls_comm_backend_find(const char *name, ls_comm_backend_info *out);
+/* The version of the library the backend named name links ("none" when it
+ * is not built, has no dependency or is not registered). */
+const char *ls_comm_backend_library(const char *name);
+/* The build record's dependencies the registered backends contribute (each
+ * dependency once, with its version: "none" when not built), for
+ * ls_build_info_create_deps: up to cap into out (may be NULL); returns how
+ * many there are.  The strings live as long as the registry. */
+size_t ls_comm_build_dependencies(ls_build_dep *out, size_t cap);
 /* Ends the job with exit status code: MPI_Abort on MPI (every rank), exit()
  * single-rank.  Does not return. */
 _Noreturn void ls_comm_abort(ls_comm *c, int code);
@@ -101,7 +141,9 @@ ls_comm_group *ls_comm_all(ls_comm *c);
 /* The world ranks of g's members in group-rank order into out (up to cap);
  * returns their number (the trace header's members). */
 size_t ls_group_members(const ls_comm_group *g, int32_t *out, size_t cap);
-const char *ls_group_kind(const ls_comm_group *g); /* "cp", "ep" or "world" */
+/* g's kind: a registered group kind (receipts/trace_event.h:
+ * ls_trace_group_kind_name): "cp", "ep" or "world". */
+const char *ls_group_kind(const ls_comm_group *g);
 
 /* The context-parallel group ("cp"): every rank of the world, in order
  * (with a grid of ep > 1: this rank's CP group, above).

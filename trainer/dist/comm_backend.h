@@ -10,10 +10,48 @@
  * the event is written, and never for a group of one when the front end can
  * answer alone (see each entry).
  *
- * The backends: ls_comm_ops_single (comm_single.c: one process, no
- * library) and ls_comm_ops_mpi (comm_mpi.c: Open MPI, compiled only in
- * builds with MPI).  Adding one (NCCL) is a new file defining an
- * ls_comm_ops and its entry in comm.c's table. */
+ * Memory spaces (trainer/base/mem_space.h): a backend declares the spaces
+ * it moves (spaces below; host always: the front end's own metadata, such
+ * as alltoallv's counts, is host memory).  The front end refuses a call
+ * whose buffers are in a space the backend does not move, before anything
+ * is recorded, and touches a buffer whose space the host may not read only
+ * through ls_mem_copy and ls_mem_sum_ordered (the space's provider): the
+ * fixed-order sum gathers into a scratch block of the buffer's space
+ * (LS_MEM_COMM) and lets the provider add the ranks in order.  So every
+ * buffer a backend entry below is handed is in one space it declared.
+ *
+ * The backends are registered by name (comm.c's table; comm.h lists them:
+ * ls_comm_backend_info): ls_comm_ops_single (comm_single.c: one process, no
+ * library, every space) and ls_comm_ops_mpi (comm_mpi.c: Open MPI, compiled
+ * only in builds with MPI, host memory).  A backend of this build is one
+ * entry there; one supplied at run time (a test's, a plug-in) is registered
+ * with ls_comm_backend_register.
+ *
+ * Where an NCCL backend plugs in (not written: a sketch, docs/design.md §4b):
+ *  - trainer/dist/comm_nccl.c defines ls_comm_ops_nccl: spaces = host |
+ *    device (host buffers staged through a device bounce buffer, since NCCL
+ *    moves device memory only); open bootstraps an ncclUniqueId over the
+ *    process's launcher (MPI when built with it) and ncclCommInitRank;
+ *    allreduce_max, broadcast, allgather map to ncclAllReduce(ncclMax),
+ *    ncclBroadcast, ncclAllGather on the communicator's stream, each call
+ *    synchronised before it returns (the front end's contract: done on
+ *    return); sendrecv and alltoallv to ncclSend/ncclRecv inside
+ *    ncclGroupStart/End; split to ncclCommSplit; library returns
+ *    "NCCL x.y.z" (ncclGetVersion); claims: an environment variable chosen
+ *    for it, or opened by name (ls_comm_open_backend).
+ *  - trainer/base: a CUDA provider of the device space (cudaMalloc,
+ *    cudaMemcpy, a kernel for the fixed-order sum adding the ranks in order:
+ *    the same association, so the sums stay bitwise equal across ranks) and
+ *    of host_pinned (cudaHostAlloc), registered at start-up, and
+ *    ls_mem_set_tier_space(LS_TIER_DEVICE, LS_MEM_SPACE_DEVICE).
+ *  - comm.c: its entry {"nccl", "nccl", &ls_comm_ops_nccl} in the table
+ *    under LS_HAVE_NCCL (CMake: found with the CUDA toolkit, LS_HAVE_CUDA);
+ *    receipts/build_info.c: "nccl" among the registered dependencies, and
+ *    the property in the manifest and receipt schemas, with "nccl" in the
+ *    receipt's communication.backend enum.
+ *  - the trainer's checkpointed replay memo (trainer/base/coll_memo.h)
+ *    digests host bytes: with device buffers the front end refuses it until
+ *    the memo digests on the device. */
 #ifndef LS_TRAINER_COMM_BACKEND_H
 #define LS_TRAINER_COMM_BACKEND_H
 #include <stddef.h>
@@ -21,6 +59,7 @@
 
 #include "common/status.h"
 #include "receipts/trace_event.h"
+#include "trainer/base/mem_space.h"
 
 typedef struct ls_comm ls_comm;
 typedef struct ls_comm_group ls_comm_group;
@@ -31,7 +70,7 @@ typedef struct ls_comm_group ls_comm_group;
 struct ls_comm_group {
     ls_comm *c;
     const char *name;  /* the trace's group name: "cp" (ep 1); with the grid "world", "cp-eE", "ep-cC" */
-    const char *kind;  /* "cp", "ep" or "world" (the trace header's group kind) */
+    const char *kind;  /* a registered group kind (ls_trace_group_kind_name: cp, ep, world) */
     char name_buf[24]; /* name's storage for the grid's groups */
     int rank, size;
     int64_t gseq;      /* the next operation's sequence number (the front end counts) */
@@ -64,6 +103,8 @@ typedef struct {
     void (*abort)(void *state, int code);
     /* The library this build links, for the receipts (NULL: none). */
     const char *(*library)(void);
+    /* The memory spaces it moves (LS_MEM_SPACE_BIT of each; host among them). */
+    unsigned spaces;
     /* The most elements one call below is given (the front end splits). */
     size_t max_count;
 
@@ -97,6 +138,15 @@ typedef struct {
 
 extern const ls_comm_ops ls_comm_ops_single;
 extern const ls_comm_ops ls_comm_ops_mpi; /* builds with MPI only */
+
+/* Registers a backend at run time (a test's, a plug-in): asked whether it
+ * claims the process before the built ones, listed by ls_comm_backend_info,
+ * opened by name.  dependency: the build record's dependency it contributes
+ * (a registered name of receipts/build_info.h; NULL: none).  LS_ERR_ARG for
+ * a missing entry, spaces without host, a name already registered, or a
+ * full table (8 run-time entries).  ops and dependency must outlive every
+ * communicator opened on them. */
+ls_status ls_comm_backend_register(const ls_comm_ops *ops, const char *dependency);
 
 /* Shared by the front end and the backends (comm.c). */
 size_t ls_comm_dtype_size(ls_trace_dtype dt);

@@ -221,6 +221,7 @@ const ls_comm_ops ls_comm_ops_mpi = {
     .close = mpi_close,
     .abort = mpi_abort,
     .library = mpi_library,
+    .spaces = LS_MEM_SPACES_HOST_READABLE, /* no CUDA-aware transport assumed */
     .max_count = (size_t)1 << 30, /* MPI counts are int */
     .allreduce_max = mpi_allreduce_max,
     .broadcast = mpi_broadcast,

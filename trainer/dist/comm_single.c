@@ -2,7 +2,9 @@
  * one process, world 1, no library.  Nothing leaves the rank, so every
  * collective is a no-op or a copy; it claims every process the backends
  * before it in comm.c's table did not, and refuses one that mpirun started
- * (a build without MPI would otherwise run N copies of rank 0). */
+ * (a build without MPI would otherwise run N copies of rank 0).  It moves
+ * every memory space: its entries never touch a buffer (the front end's
+ * copies within the rank go through the space's provider). */
 #include <stdio.h>
 #include <string.h>
 
@@ -79,6 +81,8 @@ const ls_comm_ops ls_comm_ops_single = {
     .close = single_close,
     .abort = NULL,
     .library = NULL,
+    /* every space: nothing leaves the rank; the front end copies within it through the space's provider */
+    .spaces = LS_MEM_SPACES_ALL,
     .max_count = SIZE_MAX,
     .allreduce_max = single_allreduce_max,
     .broadcast = single_broadcast,

@@ -47,7 +47,7 @@ static ls_status slot_begin(ls_stager *sg, ls_stage_slot *s, int l) {
     }
     if (sl->fixed0) bytes += (ls_mem_size(sl->fixed0) + 63) / 64 * 64;
     if (sl->fixed1) bytes += (ls_mem_size(sl->fixed1) + 63) / 64 * 64;
-    s->buf = ls_mem_alloc(LS_MEM_STAGING, bytes);
+    s->buf = ls_mem_alloc_in(LS_MEM_STAGING, ls_mem_tier_space(LS_TIER_DEVICE), bytes); /* where the layer reads */
     s->pages = sl->n_pages ? ls_mem_alloc(LS_MEM_SCRATCH, sl->n_pages * sizeof *s->pages) : NULL;
     if (!s->buf || (sl->n_pages && !s->pages)) {
         ls_mem_free(s->buf);

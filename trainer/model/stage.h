@@ -5,7 +5,10 @@
  * under LS_MEM_PROMPT_STATE_HOST, or a fork borrowing such a state's pages)
  * is never read in place: before layer l runs, the reader stages layer l's
  * share (every page's k, v and x rows and the fixed buffers) into one
- * LS_MEM_STAGING buffer through trainer/base/tier.h, and hands the layer a
+ * LS_MEM_STAGING buffer, allocated in the device tier's memory space
+ * (trainer/base/mem_tracker.h: ls_mem_tier_space; host on this CPU build, the
+ * device's memory once a GPU backend sets it, the page tables staying host
+ * memory), through trainer/base/tier.h, and hands the layer a
  * view (ls_stager_state) whose layer l points into that buffer.  Double
  * buffered: acquiring layer l waits for its copy and begins the copy of the
  * layer `next` the reader will use after it, so the next layer's copy runs

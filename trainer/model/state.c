@@ -9,6 +9,10 @@
 ls_status LS_K(ls_state_append_pages)(ls_state *s, int l, const ls_real *const src[3], const size_t rows[3],
                                       size_t T, int64_t pos0) {
     ls_layer_state *ly = &s->ly[l];
+    /* a host-tier state's rows in the host tier's space (mem_tracker.h: host_pinned, plain host memory
+       until a provider pins it), only ever read through the stager (stage.h); the device tier's here are
+       read in place by the CPU kernels: host memory */
+    ls_mem_space sp = ls_mem_cat_tier(s->cat) == LS_TIER_HOST ? ls_mem_tier_space(LS_TIER_HOST) : LS_MEM_SPACE_HOST;
     for (size_t t0 = 0; t0 < T; t0 += s->page_size) {
         size_t n = T - t0 < s->page_size ? T - t0 : s->page_size;
         if (ly->n_pages == ly->cap_pages) {
@@ -24,9 +28,9 @@ ls_status LS_K(ls_state_append_pages)(ls_state *s, int l, const ls_real *const s
         for (int j = 0; j < 3; j++) {
             *dst[j] = NULL;
             if (!src[j]) continue;
-            *dst[j] = ls_mem_alloc(s->cat, R(n * rows[j])); /* right-sized, never a view into a parent */
-            if (!*dst[j]) ok = 0;
-            else memcpy(*dst[j], src[j] + t0 * rows[j], R(n * rows[j]));
+            *dst[j] = ls_mem_alloc_in(s->cat, sp, R(n * rows[j])); /* right-sized, never a view into a parent */
+            if (!*dst[j] || ls_mem_copy(*dst[j], sp, src[j] + t0 * rows[j], LS_MEM_SPACE_HOST, R(n * rows[j])) != LS_OK)
+                ok = 0;
         }
         if (!ok) {
             for (int j = 0; j < 3; j++) ls_mem_free(*dst[j]);

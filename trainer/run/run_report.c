@@ -204,10 +204,15 @@ static cJSON *build_json(void) {
     char blas[128];
     snprintf(blas, sizeof blas, "%s", openblas_get_config());
     cJSON *build = NULL;
-    ls_status bst = ls_build_info_create(blas, ls_comm_mpi_library(), &build);
+    /* the dependencies: the kernels' openblas, then every registered comm backend's (mpi: "none" unbuilt) */
+    ls_build_dep deps[8] = {{"openblas", blas}};
+    size_t nd = 1 + ls_comm_build_dependencies(deps + 1, sizeof deps / sizeof deps[0] - 1);
+    char why[256] = "";
+    ls_status bst = nd <= sizeof deps / sizeof deps[0] ? ls_build_info_create_deps(deps, nd, &build, why, sizeof why)
+                                                       : LS_ERR_INTERNAL;
     if (bst != LS_OK) /* the receipt writer then refuses the NULL build object */
-        fprintf(stderr, "longstraw-train: build info: cannot describe this build (reading /proc/self/exe): %s\n",
-                ls_status_str(bst));
+        fprintf(stderr, "longstraw-train: build info: cannot describe this build: %s%s%s\n", ls_status_str(bst),
+                why[0] ? ": " : " (reading /proc/self/exe)", why);
     else if ((bst = ls_build_info_add_kernel_isa(build, ls_kernel_isa_name(ls_kernel_isa()))) != LS_OK) {
         fprintf(stderr, "longstraw-train: build info: cannot record the kernels' ISA: %s\n", ls_status_str(bst));
         cJSON_Delete(build);
