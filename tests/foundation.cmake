@@ -8,6 +8,11 @@ ls_add_criterion_test(test_mem_space
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_mem_space.c
   LIBS ls_trainer_core Threads::Threads
   TIMEOUT 120)
+# the state tier through memory spaces: a host-tier state staged into (guarded) device memory
+ls_add_criterion_test(test_stage_space
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_stage_space.c
+  LIBS ls_trainer_f64 DEFS LS_REAL_F64
+  TIMEOUT 120)
 ls_add_criterion_test(test_safetensors
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_safetensors.c
   LIBS ls_trainer_base
