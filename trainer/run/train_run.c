@@ -235,11 +235,11 @@ static int open_outputs(run *r) {
     int32_t cp_members[4096], ep_members[4096];
     if (r->ep.g) { /* the CP x EP grid: the world, this rank's CP group and its EP group, each with its kind */
         ls_comm_group *cpg = ls_comm_cp(r->comm);
-        grp[0].kind = "world";
-        grp[1] = (ls_trace_group){.name = ls_group_name(cpg), .kind = "cp", .members = cp_members,
+        grp[0].kind = ls_group_kind(ls_comm_all(r->comm)); /* the registered kinds the groups carry */
+        grp[1] = (ls_trace_group){.name = ls_group_name(cpg), .kind = ls_group_kind(cpg), .members = cp_members,
                                   .n_members = ls_group_members(cpg, cp_members, 4096)};
-        grp[2] = (ls_trace_group){.name = ls_group_name(r->ep.g), .kind = "ep", .members = ep_members,
-                                  .n_members = ls_group_members(r->ep.g, ep_members, 4096)};
+        grp[2] = (ls_trace_group){.name = ls_group_name(r->ep.g), .kind = ls_group_kind(r->ep.g),
+                                  .members = ep_members, .n_members = ls_group_members(r->ep.g, ep_members, 4096)};
         n_groups = 3;
     }
     ls_trace_header hdr = {.run_id = r->run_id, .rank = r->rank, .world = r->world, .groups = grp,
