@@ -12,7 +12,10 @@
  * A block of a space with a provider (mem_space.h) has no header: the host
  * may not touch it.  Its base, size, category and space are kept in a table
  * (provider_blocks, under a mutex), which ls_mem_free, ls_mem_size and
- * ls_mem_space_of consult first while it is not empty. */
+ * ls_mem_space_of consult first while it is not empty.  The table is
+ * searched linearly: right for the tests' and a GPU run's few large blocks;
+ * a port that keeps many (every state page on the device) makes it a hash
+ * (or asks its runtime, cudaPointerGetAttributes). */
 #include "trainer/base/mem_tracker.h"
 
 #include "kernels/scratch.h"
