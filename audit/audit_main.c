@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "audit/audit.h"
+#include "audit/audit_names.h"
 #include "receipts/json_util.h"
 #include "receipts/schema.h"
 
@@ -44,6 +45,8 @@ static void usage(FILE *f) {
           "  --metrics FILE     the trainer's metrics lines (longstraw-train --metrics): each step's\n"
           "                     objective and figures must be rank 0's trace's (sources.agree)\n"
           "  --quiet            no summary on stdout\n"
+          "  --list-names       print the audit's vocabulary as JSON (rule ids and levels, the trace's\n"
+          "                     names, record sizes; tests/check_vocab.py) and exit\n"
           "  --help             this text\n"
           "Exit: 0 the run proves the required level, 1 it does not, 2 unusable input or bad usage.\n",
           f);
@@ -69,6 +72,17 @@ int main(int argc, char **argv) {
         const char **slot = NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--list-names") == 0) {
+            cJSON *names = ls_audit_names_json();
+            char *txt = names ? cJSON_Print(names) : NULL;
+            cJSON_Delete(names);
+            if (!txt) {
+                fprintf(stderr, "longstraw-audit: --list-names: out of memory\n");
+                return 2;
+            }
+            printf("%s\n", txt);
+            free(txt);
             return 0;
         } else if (strcmp(a, "--quiet") == 0) {
             quiet = 1;
