@@ -269,6 +269,7 @@ static int apply(const ls_cli_parser *p, size_t i, const ls_cli_opt *o, void *ba
     void *f = (char *)base + o->off;
     size_t v;
     int c;
+    if ((o->kind == LS_CLI_STRING || o->kind == LS_CLI_STRINGS) && !val[0]) BAD("%s: needs a value (not empty)", o->name);
     switch (o->kind) {
     case LS_CLI_STRING: *(const char **)f = val; return 0;
     case LS_CLI_STRINGS: {
@@ -330,7 +331,7 @@ int ls_cli_parse(const ls_cli_parser *p, void *base, int argc, char **argv, int 
             }
         }
         if (i == p->table.n) {
-            if (k[0] == '-' && k[1] != 0) BAD("unknown option '%s' (see --help)", k);
+            if (k[0] == '-' && k[1] != 0) BAD("unknown option '%s'", k);
             if (!p->pos || !p->n_pos || *p->n_pos >= p->max_pos) BAD("unexpected argument '%s'", k);
             p->pos[(*p->n_pos)++] = k;
             continue;
