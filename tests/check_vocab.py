@@ -22,6 +22,9 @@ or number that differs.  What is checked (docs/testing.md, "One vocabulary"):
     every fault the trainer injects is in docs/train.md, and the docs'
     fault-level lists (docs/audit.md, docs/evidence.md) give each fault the
     level the trainer's profiles (profiles/hybrid.json, mla.json) give it;
+  - the demonstration's fault tables (README.md, examples/torch_cp/README.md)
+    against profiles/torch-cp.json: each fault the profile's, each level the
+    profile's (or, where the table gives the level a run still proves, one less);
   - record sizes: docs/audit.md's and docs/contract.md's byte counts of the
     audit's records against their sizeof.
 """
@@ -250,6 +253,48 @@ class Checker:
             if f"`{n}" not in train_md and f"--fault {n}" not in train_md:
                 self.err(f"docs/train.md: the trainer's fault '{n}' is not described")
 
+    def fault_tables(self):
+        """The fault tables of the demonstration's docs against its profile (profiles/torch-cp.json): each
+        row's fault is the profile's, and the level column says the level the profile gives it ("breaks
+        level") or the level a run with it still proves, one below ("level proven", README's "level")."""
+        try:
+            prof = json.loads(self.read("profiles/torch-cp.json"))
+        except (OSError, ValueError) as e:
+            self.err(f"profiles/torch-cp.json: unreadable ({e})")
+            return
+        levels = {k: v.get("level") for k, v in prof.get("faults", {}).items()}
+        for rel, header, column, offset in [
+                ("README.md", "| bug | reproduces | level | named by |", "level", -1),
+                ("examples/torch_cp/README.md", "| fault | what it does | breaks (measured) | caught by | breaks level |",
+                 "breaks level", 0),
+                ("examples/torch_cp/README.md", "| bug | level proven | the rules that name it | parity exit |",
+                 "level proven", -1)]:
+            lines = self.read(rel).splitlines()
+            try:
+                start = lines.index(header)
+            except ValueError:
+                self.err(f"{rel}: the fault table '{header}' is not found")
+                continue
+            col = [c.strip() for c in header.strip("|").split("|")].index(column)
+            rows = 0
+            for n, line in enumerate(lines[start + 2:], start + 3):
+                if not line.startswith("|"):
+                    break
+                cells = [c.strip() for c in line.strip().strip("|").split("|")]
+                m = re.match(r"`([a-z0-9-]+)`", cells[0])
+                if not m:
+                    continue
+                name, rows = m.group(1), rows + 1
+                if name not in levels:
+                    self.err(f"{rel}:{n}: '{name}' is not a fault of profiles/torch-cp.json")
+                    continue
+                want = levels[name] + offset
+                if col >= len(cells) or cells[col] != str(want):
+                    got = cells[col] if col < len(cells) else "(none)"
+                    self.err(f"{rel}:{n}: '{name}': {column} {got}, the profile's level {levels[name]} says {want}")
+            if not rows:
+                self.err(f"{rel}: the fault table '{header}' has no fault rows")
+
     def record_sizes(self):
         sz = self.audit["record_sizes"]
         for rel, pattern, key in [
@@ -273,6 +318,7 @@ class Checker:
         self.schemas()
         self.audit_levels()
         self.faults()
+        self.fault_tables()
         self.record_sizes()
         return self.errors
 
@@ -303,6 +349,10 @@ def selftest(src, train, audit):
         ("docs/evidence.md", "`cp-local-dsa` level 2", "`cp-local-dsa` level 3",
          "'cp-local-dsa' is at level 3, the profiles say 2"),
         ("docs/train.md", "`--fault nan-grad`", "`--fault nan-grads`", "--fault nan-grads: not a fault"),
+        ("README.md", "| QwenLM/FlashQLA PR #28 | 3 |", "| QwenLM/FlashQLA PR #28 | 4 |",
+         "'decay-grad': level 4, the profile's level 4 says 3"),
+        ("examples/torch_cp/README.md", "| parity `cp_grad` | 3 |", "| parity `cp_grad` | 2 |",
+         "'loss-cp-scale': breaks level 2"),
     ]
     fails = 0
     base = check(src, train, audit)
@@ -311,8 +361,9 @@ def selftest(src, train, audit):
         return 1
     for rel, old, new, expect in cases:
         with tempfile.TemporaryDirectory() as tmp:
-            for d in ("schemas", "docs", "profiles"):
-                shutil.copytree(os.path.join(src, d), os.path.join(tmp, d))
+            for d in ("schemas", "docs", "profiles", "examples/torch_cp"):
+                shutil.copytree(os.path.join(src, d), os.path.join(tmp, d), ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+            shutil.copy(os.path.join(src, "README.md"), os.path.join(tmp, "README.md"))
             path = os.path.join(tmp, rel)
             with open(path, encoding="utf-8") as f:
                 text = f.read()
