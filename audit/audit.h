@@ -726,6 +726,15 @@ ls_status ls_audit_rules_probe(ls_audit_run *run);
  * the run (the rules pass string literals). */
 ls_audit_rule *ls_audit_rule_add(ls_audit_run *run, const char *id, int level, const char *title,
                                  bool applicable);
+/* The rule ids (rule_ids.c): the one list every added rule is named from,
+ * each with the level of the docs/audit.md table.  _count: their number;
+ * _at: the i-th (static; NULL past the end), its level into *level (NULL
+ * accepted); _level: the level of id, 0 when id is not in the list.
+ * ls_audit_rule_add fails a rule whose id is not listed (a programmer's
+ * error made visible in every report). */
+size_t ls_audit_rule_id_count(void);
+const char *ls_audit_rule_id_at(size_t i, int *level);
+int ls_audit_rule_id_level(const char *id);
 /* Appends evidence and marks the rule failed; file may be NULL (""). */
 void ls_audit_rule_fail(ls_audit_rule *r, int64_t rank, const char *file, int64_t seq, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));

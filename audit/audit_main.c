@@ -2,11 +2,14 @@
  * evidence levels of docs/design.md §5 (exit 0 when it proves --require-level N,
  * 1 when it does not, 2 for unusable input or bad usage). */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "audit/audit.h"
+#include "audit/audit_names.h"
+#include "common/cli_opts.h"
 #include "receipts/json_util.h"
 #include "receipts/schema.h"
 
@@ -14,39 +17,63 @@
 #include "audit/html.h"
 #include "audit/timeline.h"
 
+/* The command line (one table, OPTS: parsing and --help). */
+typedef struct {
+    const char *json, *junit, *timeline, *html, *parity, *profiles, *metrics;
+    int require, quiet, help, list_names, require_signed, require_probe;
+    ls_audit_options opt; /* the keys */
+} cli;
+
+#define F(field) .off = offsetof(cli, field)
+static const ls_cli_opt OPTS[] = {
+    {.kind = LS_CLI_TEXT,
+     .help = "usage: longstraw-audit RUN [--require-level N] [--json FILE] [--junit FILE] [--timeline FILE]\n"
+             "                       [--html FILE] [--key PUB]... [--parity FILE] [--parity-key PUB]...\n"
+             "                       [--require-signed] [--require-probe] [--profiles DIR] [--metrics FILE]\n"
+             "                       [--quiet]\n"
+             "       longstraw-audit diff RUN_A RUN_B [--json FILE] [--key PUB]... [--require-signed]\n"
+             "Scores the run directory RUN against the evidence levels (docs/design.md section 5):\n"
+             "  1 execution capacity, 2 response-operator fidelity, 3 distributed-update consistency,\n"
+             "  4 full-gradient parity; a level holds only if the lower ones hold.  Levels 2-4 need a\n"
+             "  parity report from the same build whose coverage holds the run (RUN/parity.json or\n"
+             "  --parity FILE).  Every output states the assurance of the evidence too (docs/evidence.md):\n"
+             "  unsigned, run-signed, or run-and-parity-signed.\n"},
+    {.kind = LS_CLI_INT, .name = "--require-level", .arg = "N", F(require), .min = 0, .max = 4,
+     .help = "exit 0 when the run proves level >= N (0..4; default 1), else 1", .bad = "is not a level 0..4"},
+    {.like = "--json", .name = "--json", F(json)}, /* the audit report: schemas/audit-report.schema.json */
+    {.kind = LS_CLI_STRING, .name = "--junit", .arg = "FILE", .help = "JUnit XML, one testcase per rule", F(junit)},
+    {.kind = LS_CLI_STRING, .name = "--timeline", .arg = "FILE", .help = "Chrome trace-event JSON (Perfetto, chrome://tracing)",
+     F(timeline)},
+    {.kind = LS_CLI_STRING, .name = "--html", .arg = "FILE", .help = "one self-contained HTML report", F(html)},
+    {.like = "--key", .name = "--key", F(opt.keys), .off2 = offsetof(cli, opt.n_keys), .max = LS_AUDIT_MAX_KEYS},
+    {.kind = LS_CLI_STRING, .name = "--parity", .arg = "FILE", .help = "the parity report to use instead of RUN/parity.json",
+     F(parity)},
+    {.kind = LS_CLI_STRINGS, .name = "--parity-key", .arg = "PUB", F(opt.parity_keys),
+     .off2 = offsetof(cli, opt.n_parity_keys), .max = LS_AUDIT_MAX_KEYS,
+     .help = "a public key trusted to sign parity reports: the report's envelope\n"
+             "(FILE.json -> FILE.dsse.json) must verify with one (repeatable)"},
+    {.like = "--require-signed", .name = "--require-signed", F(require_signed)}, /* audit diff's: exit 1 here */
+    {.kind = LS_CLI_FLAG, .name = "--require-probe", F(require_probe),
+     .help = "a run that probed no step (longstraw-train --probe-every K) fails\nlevel 4 (run.probe)"},
+    {.kind = LS_CLI_STRING, .name = "--profiles", .arg = "DIR", F(profiles),
+     .help = "the profiles (what a run must show) to audit against [the source tree's\n"
+             "profiles/]: a v1 run's is DIR/FAMILY.json, a v2 run's the one it names"},
+    {.kind = LS_CLI_STRING, .name = "--metrics", .arg = "FILE", F(metrics),
+     .help = "the trainer's metrics lines (longstraw-train --metrics): each step's\n"
+             "objective and figures must be rank 0's trace's (sources.agree)"},
+    {.like = "--quiet", .name = "--quiet", F(quiet)},
+    {.like = "--list-names", .name = "--list-names", F(list_names)},
+    {.like = "--help", .name = "--help", F(help)},
+    {.kind = LS_CLI_TEXT,
+     .help = "Exit: 0 the run proves the required level, 1 it does not, 2 unusable input or bad usage.\n"},
+};
+#undef F
+
+static ls_cli_table table(void) { return (ls_cli_table){OPTS, sizeof OPTS / sizeof OPTS[0]}; }
+
 static void usage(FILE *f) {
-    fputs("usage: longstraw-audit RUN [--require-level N] [--json FILE] [--junit FILE] [--timeline FILE]\n"
-          "                       [--html FILE] [--key PUB]... [--parity FILE] [--parity-key PUB]...\n"
-          "                       [--require-signed] [--require-probe] [--profiles DIR] [--metrics FILE]\n"
-          "                       [--quiet]\n"
-          "       longstraw-audit diff RUN_A RUN_B [--json FILE] [--key PUB]... [--require-signed]\n"
-          "Scores the run directory RUN against the evidence levels (docs/design.md section 5):\n"
-          "  1 execution capacity, 2 response-operator fidelity, 3 distributed-update consistency,\n"
-          "  4 full-gradient parity; a level holds only if the lower ones hold.  Levels 2-4 need a\n"
-          "  parity report from the same build whose coverage holds the run (RUN/parity.json or\n"
-          "  --parity FILE).  Every output states the assurance of the evidence too (docs/evidence.md):\n"
-          "  unsigned, run-signed, or run-and-parity-signed.\n"
-          "  --require-level N  exit 0 when the run proves level >= N (0..4; default 1), else 1\n"
-          "  --json FILE        the audit report (schemas/audit-report.schema.json)\n"
-          "  --junit FILE       JUnit XML, one testcase per rule\n"
-          "  --timeline FILE    Chrome trace-event JSON (Perfetto, chrome://tracing)\n"
-          "  --html FILE        one self-contained HTML report\n"
-          "  --key PUB          a public key (Ed25519 PEM) trusted to sign runs: RUN/manifest.dsse.json\n"
-          "                     must verify with one of them (repeatable)\n"
-          "  --parity FILE      the parity report to use instead of RUN/parity.json\n"
-          "  --parity-key PUB   a public key trusted to sign parity reports: the report's envelope\n"
-          "                     (FILE.json -> FILE.dsse.json) must verify with one (repeatable)\n"
-          "  --require-signed   an unsigned or unverified run or parity report proves nothing: exit 1\n"
-          "  --require-probe    a run that probed no step (longstraw-train --probe-every K) fails\n"
-          "                     level 4 (run.probe)\n"
-          "  --profiles DIR     the profiles (what a run must show) to audit against [the source tree's\n"
-          "                     profiles/]: a v1 run's is DIR/FAMILY.json, a v2 run's the one it names\n"
-          "  --metrics FILE     the trainer's metrics lines (longstraw-train --metrics): each step's\n"
-          "                     objective and figures must be rank 0's trace's (sources.agree)\n"
-          "  --quiet            no summary on stdout\n"
-          "  --help             this text\n"
-          "Exit: 0 the run proves the required level, 1 it does not, 2 unusable input or bad usage.\n",
-          f);
+    const ls_cli_table diff = ls_audit_diff_cli_options();
+    ls_cli_usage(f, table(), &diff, 1, 21);
 }
 
 static int bad(const char *fmt, const char *arg) {
@@ -60,54 +87,36 @@ int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "diff") == 0) {
         return ls_audit_diff_main(argc - 1, argv + 1);
     }
-    const char *run_dir = NULL, *json = NULL, *junit = NULL, *timeline = NULL, *html = NULL, *parity = NULL;
-    const char *profiles = NULL, *metrics = NULL;
-    int require = 1, quiet = 0;
-    ls_audit_options opt = {0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char **slot = NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (strcmp(a, "--quiet") == 0) {
-            quiet = 1;
-            continue;
-        } else if (strcmp(a, "--require-signed") == 0) {
-            opt.require_signed = true;
-            continue;
-        } else if (strcmp(a, "--require-probe") == 0) {
-            opt.require_probe = true;
-            continue;
-        } else if (strcmp(a, "--key") == 0 || strcmp(a, "--parity-key") == 0) {
-            bool pk = a[2] == 'p';
-            size_t *n = pk ? &opt.n_parity_keys : &opt.n_keys;
-            if (i + 1 >= argc || argv[i + 1][0] == 0) return bad("%s needs a public key file", a);
-            if (*n == LS_AUDIT_MAX_KEYS) return bad("%s: at most 16 keys", a);
-            (pk ? opt.parity_keys : opt.keys)[(*n)++] = argv[++i];
-            continue;
-        } else if (strcmp(a, "--require-level") == 0) {
-            if (i + 1 >= argc) return bad("%s needs a level 0..4", a);
-            const char *v = argv[++i];
-            if (strlen(v) != 1 || v[0] < '0' || v[0] > '4') return bad("--require-level: '%s' is not a level 0..4", v);
-            require = v[0] - '0';
-            continue;
-        } else if (strcmp(a, "--json") == 0) slot = &json;
-        else if (strcmp(a, "--junit") == 0) slot = &junit;
-        else if (strcmp(a, "--timeline") == 0) slot = &timeline;
-        else if (strcmp(a, "--html") == 0) slot = &html;
-        else if (strcmp(a, "--parity") == 0) slot = &parity;
-        else if (strcmp(a, "--profiles") == 0) slot = &profiles;
-        else if (strcmp(a, "--metrics") == 0) slot = &metrics;
-        else if (a[0] == '-' && a[1] != 0) return bad("unknown option '%s'", a);
-        else if (run_dir == NULL) {
-            run_dir = a;
-            continue;
-        } else return bad("one run directory only; extra argument '%s'", a);
-        if (i + 1 >= argc || argv[i + 1][0] == 0) return bad(slot == &profiles ? "%s needs a directory" : "%s needs a file", a);
-        if (*slot != NULL) return bad("%s given twice", a);
-        *slot = argv[++i];
+    cli a = {.require = 1};
+    const char *pos[1];
+    size_t n_pos = 0;
+    char perr[512];
+    const ls_cli_table diff = ls_audit_diff_cli_options();
+    const ls_cli_parser p = {.table = table(), .shared = &diff, .n_shared = 1, .pos = pos, .max_pos = 1,
+                             .n_pos = &n_pos, .once = 1};
+    if (ls_cli_parse(&p, &a, argc, argv, 1, perr, sizeof perr) != 0) return bad("%s", perr);
+    if (a.help) {
+        usage(stdout);
+        return 0;
     }
+    if (a.list_names) {
+        cJSON *names = ls_audit_names_json();
+        char *txt = names ? cJSON_Print(names) : NULL;
+        cJSON_Delete(names);
+        if (!txt) {
+            fprintf(stderr, "longstraw-audit: --list-names: out of memory\n");
+            return 2;
+        }
+        printf("%s\n", txt);
+        free(txt);
+        return 0;
+    }
+    const char *run_dir = n_pos ? pos[0] : NULL, *json = a.json, *junit = a.junit, *timeline = a.timeline,
+               *html = a.html, *parity = a.parity, *profiles = a.profiles, *metrics = a.metrics;
+    int require = a.require, quiet = a.quiet;
+    ls_audit_options opt = a.opt;
+    opt.require_signed = a.require_signed;
+    opt.require_probe = a.require_probe;
     if (run_dir == NULL) return bad("%s", "no run directory given");
     char err[512] = "";
     opt.run_dir = run_dir;

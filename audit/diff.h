@@ -57,6 +57,7 @@
 #include <cjson/cJSON.h>
 
 #include "audit/run_files.h"
+#include "common/cli_opts.h"
 #include "common/status.h"
 
 #define LS_AUDIT_DIFF_SCHEMA "urn:longstraw:schema:audit-diff:v2"
@@ -104,5 +105,8 @@ void ls_audit_diff_print(FILE *out, const cJSON *doc);
  * bad usage or unusable input, 3 a run does not verify (named with the
  * file). */
 int ls_audit_diff_main(int argc, char **argv);
+/* The subcommand's option table (static; common/cli_opts.h): longstraw-audit's
+ * --require-signed is its row. */
+ls_cli_table ls_audit_diff_cli_options(void);
 
 #endif

@@ -1,11 +1,13 @@
 /* diff_cli.c - longstraw-audit diff: the human summary and the subcommand
  * (the comparison itself is diff.c's). */
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "audit/diff.h"
+#include "common/cli_opts.h"
 #include "receipts/atomic_file.h"
 
 /* ---- the human summary ------------------------------------------------- */
@@ -138,72 +140,66 @@ void ls_audit_diff_print(FILE *out, const cJSON *doc) {
 
 /* ---- the subcommand ---------------------------------------------------- */
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: longstraw-audit diff RUN_A RUN_B [--json FILE] [--key PUB]... [--require-signed]\n"
-               "  each run is verified first (its manifest's digests; with --key, its signature)\n"
-               "  --key PUB          a public key trusted to sign runs: each run's manifest.dsse.json must verify\n"
-               "                     with one of them (repeatable)\n"
-               "  --require-signed   an unsigned or unverified run does not verify\n"
-               "  exit 0: equivalent (both verified; configuration, build, world, parameter digests, event\n"
-               "          sequence, recorded values, receipt counts)\n"
-               "  exit 1: the runs differ (the first divergence is named)\n"
-               "  exit 2: bad usage or an unusable run directory\n"
-               "  exit 3: a run does not verify (the run and the file named): no equivalence is claimed\n");
-}
-
 #define DIFF_MAX_KEYS 16
 
-int ls_audit_diff_main(int argc, char **argv) {
-    const char *pos[2] = {NULL, NULL}, *json_path = NULL;
+typedef struct {
+    const char *json;
     const char *keys[DIFF_MAX_KEYS];
-    ls_audit_diff_options opt = {.keys = keys, .n_keys = 0, .require_signed = false};
-    int npos = 0;
+    size_t n_keys;
+    int require_signed, help;
+} diff_cli;
+
+#define F(field) .off = offsetof(diff_cli, field)
+static const ls_cli_opt OPTS[] = {
+    {.kind = LS_CLI_TEXT,
+     .help = "usage: longstraw-audit diff RUN_A RUN_B [--json FILE] [--key PUB]... [--require-signed]\n"
+             "  each run is verified first (its manifest's digests; with --key, its signature)\n"},
+    {.like = "--json", .name = "--json", F(json)}, /* the comparison: schemas/audit-diff.schema.json */
+    {.like = "--key", .name = "--key", F(keys), .off2 = offsetof(diff_cli, n_keys), .max = DIFF_MAX_KEYS},
+    {.kind = LS_CLI_FLAG, .name = "--require-signed", F(require_signed),
+     .help = "an unsigned or unverified run (or parity report) proves nothing"},
+    {.like = "--help", .name = "--help", F(help)},
+    {.kind = LS_CLI_TEXT,
+     .help = "  exit 0: equivalent (both verified; configuration, build, world, parameter digests, event\n"
+             "          sequence, recorded values, receipt counts)\n"
+             "  exit 1: the runs differ (the first divergence is named)\n"
+             "  exit 2: bad usage or an unusable run directory\n"
+             "  exit 3: a run does not verify (the run and the file named): no equivalence is claimed\n"},
+};
+#undef F
+
+ls_cli_table ls_audit_diff_cli_options(void) { return (ls_cli_table){OPTS, sizeof OPTS / sizeof OPTS[0]}; }
+
+static void usage(FILE *f) { ls_cli_usage(f, ls_audit_diff_cli_options(), NULL, 0, 21); }
+
+int ls_audit_diff_main(int argc, char **argv) {
+    diff_cli a;
+    memset(&a, 0, sizeof a);
+    const char *pos[2] = {NULL, NULL};
+    size_t npos = 0;
     if (argc < 1 || !argv[0] || strcmp(argv[0], "diff")) {
         fprintf(stderr, "longstraw-audit: the diff subcommand expects argv[0] \"diff\"\n");
         return 2;
     }
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--json")) {
-            if (i + 1 >= argc || !argv[i + 1][0]) {
-                fprintf(stderr, "longstraw-audit diff: --json needs a FILE\n");
-                return 2;
-            }
-            if (json_path) {
-                fprintf(stderr, "longstraw-audit diff: --json given twice\n");
-                return 2;
-            }
-            json_path = argv[++i];
-        } else if (!strcmp(argv[i], "--key")) {
-            if (i + 1 >= argc || !argv[i + 1][0]) {
-                fprintf(stderr, "longstraw-audit diff: --key needs a PUB file\n");
-                return 2;
-            }
-            if (opt.n_keys == DIFF_MAX_KEYS) {
-                fprintf(stderr, "longstraw-audit diff: more than %d --key files\n", DIFF_MAX_KEYS);
-                return 2;
-            }
-            keys[opt.n_keys++] = argv[++i];
-        } else if (!strcmp(argv[i], "--require-signed")) {
-            opt.require_signed = true;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "longstraw-audit diff: unknown option %.200s\n", argv[i]);
-            usage(stderr);
-            return 2;
-        } else if (npos == 2) {
-            fprintf(stderr, "longstraw-audit diff: unexpected argument %.200s (two run directories expected)\n", argv[i]);
-            return 2;
-        } else {
-            pos[npos++] = argv[i];
-        }
+    char perr[512];
+    const ls_cli_parser p = {.table = ls_audit_diff_cli_options(), .pos = pos, .max_pos = 2, .n_pos = &npos, .once = 1};
+    if (ls_cli_parse(&p, &a, argc, argv, 1, perr, sizeof perr) != 0) {
+        fprintf(stderr, "longstraw-audit diff: %s%s\n", perr,
+                strncmp(perr, "unexpected", 10) ? "" : " (two run directories expected)");
+        usage(stderr);
+        return 2;
+    }
+    if (a.help) {
+        usage(stdout);
+        return 0;
     }
     if (npos != 2) {
         fprintf(stderr, "longstraw-audit diff: %s missing\n", npos == 0 ? "RUN_A and RUN_B" : "RUN_B");
         usage(stderr);
         return 2;
     }
+    const char *json_path = a.json;
+    ls_audit_diff_options opt = {.keys = a.keys, .n_keys = a.n_keys, .require_signed = a.require_signed};
     char err[2048];
     cJSON *doc = NULL;
     int verdict = LS_AUDIT_DIFF_UNVERIFIED;

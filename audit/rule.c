@@ -31,6 +31,9 @@ ls_audit_rule *ls_audit_rule_add(ls_audit_run *run, const char *id, int level, c
     r->title = title;
     r->applicable = applicable;
     r->pass = true;
+    if (ls_audit_rule_id_level(id) == 0)
+        ls_audit_rule_fail(r, -1, ".", -1, "rule id '%s' is not in the audit's rule list (audit/rule_ids.c)",
+                           id ? id : "(null)");
     return r;
 }
 

@@ -8,11 +8,13 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "common/cli_opts.h"
 #include "parity/parity.h"
 #include "parity/parity_adapter.h"
 #include "receipts/dsse.h"
@@ -25,87 +27,123 @@
 #define LS_PARITY_SOURCE_DIR "."
 #endif
 
-static void usage(FILE *f) {
-    fputs("usage: longstraw-parity --family hybrid|mla --out DIR [--cp 1,2,4] [--eps 1,2] [--dtype f64,f32]\n"
-          "                        [--configs NAME,...] [--jobs N] [options]\n"
-          "       longstraw-parity --adapter FILE --out DIR [--cp LIST] [--dp LIST] [--dtype LIST] [--jobs N] [options]\n"
-          "       longstraw-parity --adapter FILE --like RUN --out DIR [--jobs N] [options]\n"
-          "Runs the trainer at reduced sizes against references and writes DIR/parity.json\n"
-          "(schemas/parity.schema.json), the evidence levels 2-4 of the audit need:\n"
-          "  fidelity      LongStraw CP-N response log-probs = the naive full-sequence run's, and the\n"
-          "                naive float64 log-probs and loss = the independent reference's\n"
-          "                (tests/reference/, Python written from docs/model.md)\n"
-          "  consistency   CP-N gradients and updated parameters = CP-1's (full and detached)\n"
-          "  full gradient LongStraw full-mode CP-N gradient = the naive gradient, and the float64\n"
-          "                gradient = directional finite differences of the loss, per tensor\n"
-          "and the negative controls, each of which must fail its comparison: cp-local-attention\n"
-          "(hybrid) or cp-local-dsa (mla: each rank's own DSA top-k) on the log-probs,\n"
-          "skip-dkv-reduce and skip-grad-finalize (CP-N gradients), detached (the\n"
-          "full-gradient comparison).  float64 is the proof (tolerance 1e-10 relative; finite\n"
-          "differences 1e-7); float32 uses, per tensor, 10x its measured float32-vs-float64 noise\n"
-          "floor (at least 4 float32 epsilons); updated parameters may differ by what AdamW's first\n"
-          "step makes of each run's own gradient, plus a rounding.  mla: no verdict across a near-tie\n"
-          "(every discrete decision's margin, measured by the reference, must clear the composition\n"
-          "noise 64 times over; the fixture's weights are drawn again, up to 4 times, until it does).\n"
-          "Runs go to DIR/runs/ (kept; the finite-difference runs are removed unless --keep-fd);\n"
-          "parity.json is replaced only when complete.\n"
-          "  --family F        hybrid or mla (the model config, reference and faults follow)\n"
-          "  --out DIR         output directory (created; an existing one is reused)\n"
-          "  --cp LIST         context-parallel sizes, 1 included [1,2,4]; N > 1 runs under mpirun\n"
-          "  --eps LIST        mla: expert-parallel sizes, 1 included [1]: each N > 1 also runs at every CP\n"
-          "                    size c with c x N <= 8 ranks (--ep N; its log-probs and gradients against\n"
-          "                    EP-1's and the references, ep-drop-dx its control); the report's coverage\n"
-          "                    then states the EP sizes (eps), without which no EP-N run is covered\n"
-          "  --dp LIST         --adapter: data-parallel sizes, 1 included, each in the adapter's 'dp' and\n"
-          "                    dividing its batch's group [1]: each D > 1 also runs at every CP size c with\n"
-          "                    c x D <= 8 processes ({dp} D: full mode, every dtype, the prompt-only path,\n"
-          "                    the adapter's dp_grad controls), compared as CP runs and, as dp_grad, against\n"
-          "                    DP-1 at the same CP size; the report's coverage then states the DP sizes\n"
-          "                    (dps), without which no DP-D run is covered\n"
-          "  --dtype LIST      f64 and optionally f32 [f64,f32] (f32's noise floor needs f64)\n"
-          "  --configs LIST    matrix entries to run [all]; --list prints them\n"
-          "  --jobs N          trainer runs at a time [online CPUs, at most 16]\n"
-          "  --timeout S       seconds per trainer run before it is killed [600]\n"
-          "  --fd-step H       the larger finite-difference step (the other is H/2) [1e-4]\n"
-          "  --fd-max N        finite differences for only N evenly spaced directions (tensors or\n"
-          "                    groups; a quick look: level 4 then does not hold) [all]\n"
-          "  --fd-groups G     what one finite-difference direction spans: tensor (every trainable\n"
-          "                    tensor its own: 4 runs each) or layer (one direction over each layer's\n"
-          "                    trainable tensors, one more over those outside the layers: 4 runs per\n"
-          "                    group; a wrong gradient in a tensor with a small share of its group's\n"
-          "                    derivative must be wrong by more to be seen; docs/parity.md) [tensor; layer\n"
-          "                    with --like]\n"
-          "  --seed N          weights, directions [1]\n"
-          "  --trainer PATH    longstraw-train [" LS_PARITY_TRAINER "]\n"
-          "  --mpirun PATH     [mpirun]\n"
-          "  --python PATH     [python3]\n"
-          "  --reference PATH  the independent reference [" LS_PARITY_SOURCE_DIR "/tests/reference/F_ref.py]\n"
-          "  --model-config F  [" LS_PARITY_SOURCE_DIR "/configs/F-tiny.json]\n"
-          "  --adapter FILE    the matrix for the trainer the adapter FILE describes\n"
-          "                    (schemas/parity-adapter.schema.json, docs/parity.md 'Adapters'): its\n"
-          "                    modes init, run, reference and loss, its controls; --cp and --dtype\n"
-          "                    default to the adapter's; the report's family is its profile; with\n"
-          "                    --like RUN (a run of the adapter's trainer) the CP sizes, dtypes, the\n"
-          "                    prompt's length and shard split and the run's path come from the run,\n"
-          "                    and its DP size (config dp_ranks D: DP 1 and D at its CP size world / D)\n"
-          "  --like RUN        cover the run in RUN: its model (written to DIR/like-model.json), trainable\n"
-          "                    set, objective, dtype (f32 adds f64) and CP sizes 1, 2, 4, .. up to its own\n"
-          "                    (an expert-parallel run's: world / ep_ranks, and EP sizes 1 and its own),\n"
-          "                    at parity's reduced lengths; the first matrix entry unless --configs; and\n"
-          "                    path runs that launch the trainer the way the run did (its recorded paths:\n"
-          "                    its own sampling and scoring, the keep-reference decision, prompts per\n"
-          "                    step, shards, pages and chunks split as the run's).  The CI recipe: train,\n"
-          "                    longstraw-parity --like RUN, longstraw-audit RUN --parity\n"
-          "  --key PRIV        sign DIR/parity.json (DSSE, Ed25519 PEM private key, as longstraw-sign\n"
-          "                    makes) into DIR/parity.dsse.json, for longstraw-audit --parity-key\n"
-          "  --keep-fd         keep the finite-difference runs\n"
-          "  --quiet           no progress on stderr, no table on stdout\n"
-          "  --list            print the matrix and exit\n"
-          "  --help            this text\n"
-          "Exit: 0 every level holds and every control was detected, 1 not (the report says why),\n"
-          "2 bad usage or a run that failed (nothing written).\n",
-          f);
-}
+/* The command line (one table, OPTS: parsing and --help); the values
+ * parse_cps & co. read are kept as given until the matrix is chosen. */
+typedef struct {
+    ls_parity_opts o;
+    const char *cps, *eps, *dps, *dtypes, *configs, *key, *fd_groups, *adapter;
+    int keep_fd, quiet, list, help, jobs, timeout_s;
+    size_t fd_max;
+    uint64_t seed;
+    double fd_step;
+} cli;
+
+#define F(field) .off = offsetof(cli, field)
+static const ls_cli_opt OPTS[] = {
+    {.kind = LS_CLI_TEXT,
+     .help =
+         "usage: longstraw-parity --family hybrid|mla --out DIR [--cp 1,2,4] [--eps 1,2] [--dtype f64,f32]\n"
+         "                        [--configs NAME,...] [--jobs N] [options]\n"
+         "       longstraw-parity --adapter FILE --out DIR [--cp LIST] [--dp LIST] [--dtype LIST] [--jobs N] [options]\n"
+         "       longstraw-parity --adapter FILE --like RUN --out DIR [--jobs N] [options]\n"
+         "Runs the trainer at reduced sizes against references and writes DIR/parity.json\n"
+         "(schemas/parity.schema.json), the evidence levels 2-4 of the audit need:\n"
+         "  fidelity      LongStraw CP-N response log-probs = the naive full-sequence run's, and the\n"
+         "                naive float64 log-probs and loss = the independent reference's\n"
+         "                (tests/reference/, Python written from docs/model.md)\n"
+         "  consistency   CP-N gradients and updated parameters = CP-1's (full and detached)\n"
+         "  full gradient LongStraw full-mode CP-N gradient = the naive gradient, and the float64\n"
+         "                gradient = directional finite differences of the loss, per tensor\n"
+         "and the negative controls, each of which must fail its comparison: cp-local-attention\n"
+         "(hybrid) or cp-local-dsa (mla: each rank's own DSA top-k) on the log-probs,\n"
+         "skip-dkv-reduce and skip-grad-finalize (CP-N gradients), detached (the\n"
+         "full-gradient comparison).  float64 is the proof (tolerance 1e-10 relative; finite\n"
+         "differences 1e-7); float32 uses, per tensor, 10x its measured float32-vs-float64 noise\n"
+         "floor (at least 4 float32 epsilons); updated parameters may differ by what AdamW's first\n"
+         "step makes of each run's own gradient, plus a rounding.  mla: no verdict across a near-tie\n"
+         "(every discrete decision's margin, measured by the reference, must clear the composition\n"
+         "noise 64 times over; the fixture's weights are drawn again, up to 4 times, until it does).\n"
+         "Runs go to DIR/runs/ (kept; the finite-difference runs are removed unless --keep-fd);\n"
+         "parity.json is replaced only when complete; with --key it is signed into DIR/parity.dsse.json\n"
+         "(for longstraw-audit --parity-key).\n"},
+    {.kind = LS_CLI_STRING, .name = "--family", .arg = "F", F(o.family),
+     .help = "hybrid or mla (the model config, reference and faults follow)"},
+    {.kind = LS_CLI_STRING, .name = "--out", .arg = "DIR", F(o.out),
+     .help = "output directory (created; an existing one is reused)"},
+    {.kind = LS_CLI_STRING, .name = "--cp", .arg = "LIST", F(cps),
+     .help = "context-parallel sizes, 1 included [1,2,4]; N > 1 runs under mpirun"},
+    {.kind = LS_CLI_STRING, .name = "--eps", .arg = "LIST", F(eps),
+     .help = "mla: expert-parallel sizes, 1 included [1]: each N > 1 also runs at every CP\n"
+             "size c with c x N <= 8 ranks (--ep N; its log-probs and gradients against\n"
+             "EP-1's and the references, ep-drop-dx its control); the report's coverage\n"
+             "then states the EP sizes (eps), without which no EP-N run is covered"},
+    {.kind = LS_CLI_STRING, .name = "--dp", .arg = "LIST", F(dps),
+     .help = "--adapter: data-parallel sizes, 1 included, each in the adapter's 'dp' and\n"
+             "dividing its batch's group [1]: each D > 1 also runs at every CP size c with\n"
+             "c x D <= 8 processes ({dp} D: full mode, every dtype, the prompt-only path,\n"
+             "the adapter's dp_grad controls), compared as CP runs and, as dp_grad, against\n"
+             "DP-1 at the same CP size; the report's coverage then states the DP sizes\n"
+             "(dps), without which no DP-D run is covered"},
+    {.kind = LS_CLI_STRING, .name = "--dtype", .arg = "LIST", F(dtypes),
+     .help = "f64 and optionally f32 [f64,f32] (f32's noise floor needs f64)"},
+    {.kind = LS_CLI_STRING, .name = "--configs", .arg = "LIST", F(configs), .help = "matrix entries to run [all]; --list prints them"},
+    {.kind = LS_CLI_INT, .name = "--jobs", .arg = "N", F(jobs), .min = 1, .max = 64,
+     .help = "trainer runs at a time [online CPUs, at most 16]", .bad = "is not an integer in 1..64"},
+    {.kind = LS_CLI_INT, .name = "--timeout", .arg = "S", F(timeout_s), .min = 1, .max = 86400,
+     .help = "seconds per trainer run before it is killed [600]", .bad = "is not a number of seconds in 1..86400"},
+    {.kind = LS_CLI_REAL, .name = "--fd-step", .arg = "H", F(fd_step), .lo = 1e-6, .hi = 1e-1,
+     .help = "the larger finite-difference step (the other is H/2) [1e-4]", .bad = "is not in 1e-6..0.1"},
+    {.kind = LS_CLI_SIZE, .name = "--fd-max", .arg = "N", F(fd_max), .min = 1, .max = 1 << 20,
+     .help = "finite differences for only N evenly spaced directions (tensors or\n"
+             "groups; a quick look: level 4 then does not hold) [all]",
+     .bad = "is not a positive integer"},
+    {.kind = LS_CLI_STRING, .name = "--fd-groups", .arg = "G", F(fd_groups),
+     .help = "what one finite-difference direction spans: tensor (every trainable\n"
+             "tensor its own: 4 runs each) or layer (one direction over each layer's\n"
+             "trainable tensors, one more over those outside the layers: 4 runs per\n"
+             "group; a wrong gradient in a tensor with a small share of its group's\n"
+             "derivative must be wrong by more to be seen; docs/parity.md) [tensor; layer\n"
+             "with --like]"},
+    {.kind = LS_CLI_U64, .name = "--seed", .arg = "N", F(seed), .min = 0, .max = 1 << 30,
+     .help = "weights, directions [1]", .bad = "is not an integer in 0..2^30"},
+    {.kind = LS_CLI_STRING, .name = "--trainer", .arg = "PATH", F(o.trainer), .help = "longstraw-train [" LS_PARITY_TRAINER "]"},
+    {.kind = LS_CLI_STRING, .name = "--mpirun", .arg = "PATH", F(o.mpirun), .help = "[mpirun]"},
+    {.kind = LS_CLI_STRING, .name = "--python", .arg = "PATH", F(o.python), .help = "[python3]"},
+    {.kind = LS_CLI_STRING, .name = "--reference", .arg = "PATH", F(o.reference),
+     .help = "the independent reference [" LS_PARITY_SOURCE_DIR "/tests/reference/F_ref.py]"},
+    {.kind = LS_CLI_STRING, .name = "--model-config", .arg = "F", F(o.model_config),
+     .help = "[" LS_PARITY_SOURCE_DIR "/configs/F-tiny.json]"},
+    {.kind = LS_CLI_STRING, .name = "--adapter", .arg = "FILE", F(adapter),
+     .help = "the matrix for the trainer the adapter FILE describes\n"
+             "(schemas/parity-adapter.schema.json, docs/parity.md 'Adapters'): its\n"
+             "modes init, run, reference and loss, its controls; --cp and --dtype\n"
+             "default to the adapter's; the report's family is its profile; with\n"
+             "--like RUN (a run of the adapter's trainer) the CP sizes, dtypes, the\n"
+             "prompt's length and shard split and the run's path come from the run,\n"
+             "and its DP size (config dp_ranks D: DP 1 and D at its CP size world / D)"},
+    {.kind = LS_CLI_STRING, .name = "--like", .arg = "RUN", F(o.like),
+     .help = "cover the run in RUN: its model (written to DIR/like-model.json), trainable\n"
+             "set, objective, dtype (f32 adds f64) and CP sizes 1, 2, 4, .. up to its own\n"
+             "(an expert-parallel run's: world / ep_ranks, and EP sizes 1 and its own),\n"
+             "at parity's reduced lengths; the first matrix entry unless --configs; and\n"
+             "path runs that launch the trainer the way the run did (its recorded paths:\n"
+             "its own sampling and scoring, the keep-reference decision, prompts per\n"
+             "step, shards, pages and chunks split as the run's).  The CI recipe: train,\n"
+             "longstraw-parity --like RUN, longstraw-audit RUN --parity"},
+    /* the private key every signing tool takes (longstraw-sign --key): DIR/parity.json signed into
+       DIR/parity.dsse.json, for longstraw-audit --parity-key */
+    {.like = "--sign-key", .name = "--key", F(key)},
+    {.kind = LS_CLI_FLAG, .name = "--keep-fd", F(keep_fd), .help = "keep the finite-difference runs"},
+    {.like = "--quiet", .name = "--quiet", F(quiet)},
+    {.kind = LS_CLI_FLAG, .name = "--list", F(list), .help = "print the matrix and exit"},
+    {.like = "--help", .name = "--help", F(help)},
+    {.kind = LS_CLI_TEXT,
+     .help = "Exit: 0 every level holds and every control was detected, 1 not (the report says why),\n"
+             "2 bad usage or a run that failed (nothing written).\n"},
+};
+#undef F
+
+static void usage(FILE *f) { ls_cli_usage(f, (ls_cli_table){OPTS, sizeof OPTS / sizeof OPTS[0]}, NULL, 0, 20); }
 
 static int bad(const char *fmt, const char *arg) {
     fprintf(stderr, "longstraw-parity: ");
@@ -280,71 +318,25 @@ static int main_body(int argc, char **argv, ls_parity_opts *o) {
     parse_eps("1", o);
     parse_dps("1", o);
     parse_dtypes("f64,f32", o);
-    const char *eps = NULL, *dps = NULL;
-    const char *cps = NULL, *dtypes = NULL, *configs = NULL, *key = NULL, *fd_groups = NULL, *adapter = NULL;
-    bool list = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        const char **slot = NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--keep-fd")) {
-            o->keep_fd = true;
-            continue;
-        } else if (!strcmp(a, "--quiet")) {
-            o->quiet = true;
-            continue;
-        } else if (!strcmp(a, "--list")) {
-            list = true;
-            continue;
-        } else if (!strcmp(a, "--family")) slot = &o->family;
-        else if (!strcmp(a, "--out")) slot = &o->out;
-        else if (!strcmp(a, "--cp")) slot = &cps;
-        else if (!strcmp(a, "--eps")) slot = &eps;
-        else if (!strcmp(a, "--dp")) slot = &dps;
-        else if (!strcmp(a, "--dtype")) slot = &dtypes;
-        else if (!strcmp(a, "--configs")) slot = &configs;
-        else if (!strcmp(a, "--trainer")) slot = &o->trainer;
-        else if (!strcmp(a, "--mpirun")) slot = &o->mpirun;
-        else if (!strcmp(a, "--python")) slot = &o->python;
-        else if (!strcmp(a, "--reference")) slot = &o->reference;
-        else if (!strcmp(a, "--model-config")) slot = &o->model_config;
-        else if (!strcmp(a, "--key")) slot = &key;
-        else if (!strcmp(a, "--like")) slot = &o->like;
-        else if (!strcmp(a, "--adapter")) slot = &adapter;
-        else if (!strcmp(a, "--fd-groups")) slot = &fd_groups;
-        else if (!strcmp(a, "--jobs") || !strcmp(a, "--timeout") || !strcmp(a, "--seed") || !strcmp(a, "--fd-step") ||
-                   !strcmp(a, "--fd-max")) {
-            if (v == NULL) return bad("%s needs a value", a);
-            long x;
-            if (!strcmp(a, "--jobs")) {
-                if (parse_long(v, 1, 64, &x)) return bad("--jobs: '%s' is not an integer in 1..64", v);
-                o->jobs = (int)x;
-            } else if (!strcmp(a, "--timeout")) {
-                if (parse_long(v, 1, 86400, &x)) return bad("--timeout: '%s' is not a number of seconds in 1..86400", v);
-                o->timeout_s = (int)x;
-            } else if (!strcmp(a, "--fd-max")) {
-                if (parse_long(v, 1, 1L << 20, &x)) return bad("--fd-max: '%s' is not a positive integer", v);
-                o->fd_max = (size_t)x;
-            } else if (!strcmp(a, "--seed")) {
-                if (parse_long(v, 0, 1L << 30, &x)) return bad("--seed: '%s' is not an integer in 0..2^30", v);
-                o->seed = (uint64_t)x;
-            } else {
-                char *end = NULL;
-                double h = strtod(v, &end);
-                if (end == v || *end || !(h >= 1e-6 && h <= 1e-1)) return bad("--fd-step: '%s' is not in 1e-6..0.1", v);
-                o->fd_step = h;
-            }
-            i++;
-            continue;
-        } else {
-            return bad("unknown argument '%s'", a);
-        }
-        if (v == NULL) return bad("%s needs a value", a);
-        *slot = v;
-        i++;
+    cli c = {.o = *o, .jobs = o->jobs, .timeout_s = o->timeout_s, .seed = o->seed, .fd_step = o->fd_step};
+    char perr[512];
+    const ls_cli_parser p = {.table = {OPTS, sizeof OPTS / sizeof OPTS[0]}, .once = 1};
+    if (ls_cli_parse(&p, &c, argc, argv, 1, perr, sizeof perr) != 0) return bad("%s", perr);
+    if (c.help) {
+        usage(stdout);
+        return 0;
     }
+    *o = c.o;
+    o->keep_fd = c.keep_fd;
+    o->quiet = c.quiet;
+    o->jobs = c.jobs;
+    o->timeout_s = c.timeout_s;
+    o->fd_max = c.fd_max;
+    o->seed = c.seed;
+    o->fd_step = c.fd_step;
+    const char *eps = c.eps, *dps = c.dps, *cps = c.cps, *dtypes = c.dtypes, *configs = c.configs, *key = c.key,
+               *fd_groups = c.fd_groups, *adapter = c.adapter;
+    bool list = c.list;
     /* --like: a run's whole model (hundreds of trainable tensors) in minutes; the matrices: per tensor */
     o->fd_groups = o->like ? LS_PARITY_FD_LAYER : LS_PARITY_FD_TENSOR;
     if (fd_groups) {

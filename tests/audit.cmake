@@ -23,4 +23,6 @@ endif()
 # The canonical description (audit/describe.h): every schema field a fact or a reason; the fold.
 if(TARGET ls_audit)
   ls_add_criterion_test(test_audit_describe SOURCES test_audit_describe.c LIBS ls_audit)
+  # the one list of rule ids (audit/rule_ids.c): an unlisted id fails its rule
+  ls_add_criterion_test(test_audit_rule_ids SOURCES test_audit_rule_ids.c LIBS ls_audit)
 endif()

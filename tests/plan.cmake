@@ -38,3 +38,7 @@ endif()
 # peak by at most the original's 0.208 GB.
 add_test(NAME plan_original COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/plan_original.py ${CMAKE_BINARY_DIR})
 set_tests_properties(plan_original PROPERTIES LABELS plan TIMEOUT 120)
+
+# common/cli_opts.h: the option tables every executable parses with (longstraw-plan's rows like
+# longstraw-train's); the faults a table can hold are caught.
+ls_add_criterion_test(test_cli_opts SOURCES test_cli_opts.c LIBS ls_trainer_f64 ls_common)

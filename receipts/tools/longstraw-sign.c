@@ -9,10 +9,12 @@
  * manifest), 1 invalid (verify: bad signature, changed manifest or files;
  * sign: the run does not match its manifest), 2 bad usage or an unreadable
  * input, with the reason on stderr. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/cli_opts.h"
 #include "receipts/dsse.h"
 #include "receipts/manifest.h"
 
@@ -53,25 +55,28 @@ typedef struct {
     const char *private_key;
     const char *public_key;
     const char *key;
+    int help;
 } args;
 
+/* The options (common/cli_opts.h); --key is the private key every signing tool takes (--sign-key's row). */
+#define F(field) .off = offsetof(args, field)
+static const ls_cli_opt OPTS[] = {
+    {.kind = LS_CLI_STRING, .name = "--private", .arg = "K.pem", .help = "keygen: the private key to write", F(private_key)},
+    {.kind = LS_CLI_STRING, .name = "--public", .arg = "P.pem", .help = "keygen: the public key to write; verify: the key",
+     F(public_key)},
+    {.like = "--sign-key", .name = "--key", F(key)},
+    {.like = "--help", .name = "--help", F(help)},
+};
+#undef F
+
 static int parse_args(int argc, char **argv, args *a) {
-    for (int i = 2; i < argc; i++) {
-        const char **slot = NULL;
-        if (strcmp(argv[i], "--private") == 0) slot = &a->private_key;
-        else if (strcmp(argv[i], "--public") == 0) slot = &a->public_key;
-        else if (strcmp(argv[i], "--key") == 0) slot = &a->key;
-        if (slot != NULL) {
-            if (i + 1 >= argc) return usage_error("%s needs a file argument", argv[i]);
-            *slot = argv[++i];
-        } else if (argv[i][0] == '-') {
-            return usage_error("unknown option %s", argv[i]);
-        } else if (a->positional == NULL) {
-            a->positional = argv[i];
-        } else {
-            return usage_error("unexpected argument %s", argv[i]);
-        }
-    }
+    const char *pos[1];
+    size_t n_pos = 0;
+    char err[512];
+    const ls_cli_parser p = {.table = {OPTS, sizeof OPTS / sizeof OPTS[0]}, .pos = pos, .max_pos = 1, .n_pos = &n_pos,
+                             .once = 1};
+    if (ls_cli_parse(&p, a, argc, argv, 2, err, sizeof err) != 0) return usage_error("%s", err);
+    a->positional = n_pos ? pos[0] : NULL;
     return 0;
 }
 
@@ -160,6 +165,8 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             fputs(USAGE, stdout);
+            fputs("options:\n", stdout);
+            ls_cli_usage(stdout, (ls_cli_table){OPTS, sizeof OPTS / sizeof OPTS[0]}, NULL, 0, 18);
             return 0;
         }
     }

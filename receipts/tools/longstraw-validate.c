@@ -22,12 +22,14 @@
  * printed with its JSON pointer and keyword), 2 bad usage, an unusable
  * schema or an unreadable document. */
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <sys/stat.h>
 
+#include "common/cli_opts.h"
 #include "receipts/json_util.h"
 #include "receipts/manifest.h"
 #include "receipts/receipt.h"
@@ -39,13 +41,8 @@ static const char USAGE[] =
     "       longstraw-validate --v2 PATH [PATH...]\n"
     "\n"
     "SCHEMA  a schema file (*.json), or a schema name from the schemas directory\n"
-    "        (e.g. receipt, manifest, dsse, parity, audit-report)\n"
-    "--jsonl each non-empty line of a DOC is one document\n"
-    "--v2    check v2 contract files with the C readers (docs/contract.md): a trace\n"
-    "        (events.jsonl[.zst]), a receipt, a manifest, or a run directory\n"
-    "        (manifest verified, every receipt and trace read)\n"
-    "\n"
-    "exit status: 0 all valid, 1 some invalid, 2 bad usage or unreadable input\n";
+    "        (e.g. receipt, manifest, dsse, parity, audit-report)\n";
+static const char USAGE_EXIT[] = "\nexit status: 0 all valid, 1 some invalid, 2 bad usage or unreadable input\n";
 
 /* 1 valid, 0 invalid (errors printed). */
 static int check_one(const ls_schema *schema, const char *bytes, size_t len, const char *what) {
@@ -197,37 +194,72 @@ static int v2_path(const char *path) {
     return ok;
 }
 
+typedef struct {
+    int jsonl, v2, help;
+} args;
+
+#define F(field) .off = offsetof(args, field)
+static const ls_cli_opt OPTS[] = {
+    {.kind = LS_CLI_FLAG, .name = "--jsonl", .help = "each non-empty line of a DOC is one document", F(jsonl)},
+    {.kind = LS_CLI_FLAG, .name = "--v2", F(v2),
+     .help = "check v2 contract files with the C readers (docs/contract.md): a trace\n"
+             "(events.jsonl[.zst]), a receipt, a manifest, or a run directory\n"
+             "(manifest verified, every receipt and trace read)"},
+    {.like = "--help", .name = "--help", F(help)},
+};
+#undef F
+
+static int validate(const args *a, int n_pos, const char **pos);
+
 int main(int argc, char **argv) {
-    int jsonl = 0, first = 1;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            fputs(USAGE, stdout);
-            return 0;
-        }
+    args a = {0};
+    char perr[256];
+    const char **pos = calloc((size_t)argc + 1, sizeof *pos);
+    size_t n_pos = 0;
+    if (!pos) {
+        fprintf(stderr, "longstraw-validate: out of memory\n");
+        return 2;
     }
-    if (first < argc && strcmp(argv[first], "--v2") == 0) {
-        if (argc - first < 2) {
+    const ls_cli_table t = {OPTS, sizeof OPTS / sizeof OPTS[0]};
+    const ls_cli_parser p = {.table = t, .pos = pos, .max_pos = (size_t)argc, .n_pos = &n_pos};
+    if (ls_cli_parse(&p, &a, argc, argv, 1, perr, sizeof perr) != 0) {
+        fprintf(stderr, "longstraw-validate: %s\n(try --help)\n", perr);
+        free(pos);
+        return 2;
+    }
+    if (a.help) {
+        fputs(USAGE, stdout);
+        ls_cli_usage(stdout, t, NULL, 0, 10);
+        fputs(USAGE_EXIT, stdout);
+        free(pos);
+        return 0;
+    }
+    int rc = validate(&a, (int)n_pos, pos);
+    free(pos);
+    return rc;
+}
+
+/* SCHEMA DOC... (or --v2 PATH...) of the command line, pos[0..n). */
+static int validate(const args *a, int n_pos, const char **pos) {
+    if (a->v2 && a->jsonl) {
+        fprintf(stderr, "longstraw-validate: --v2 and --jsonl: one or the other\n(try --help)\n");
+        return 2;
+    }
+    if (a->v2) {
+        if (n_pos < 1) {
             fprintf(stderr, "longstraw-validate: --v2 needs at least one PATH\n(try --help)\n");
             return 2;
         }
         int invalid = 0, unreadable = 0;
-        for (int i = first + 1; i < argc; i++) {
-            int r = v2_path(argv[i]);
+        for (int i = 0; i < n_pos; i++) {
+            int r = v2_path(pos[i]);
             invalid |= r == 0;
             unreadable |= r < 0;
         }
         return unreadable ? 2 : invalid ? 1 : 0;
     }
-    if (first < argc && strcmp(argv[first], "--jsonl") == 0) {
-        jsonl = 1;
-        first++;
-    }
-    for (int i = first; i < argc; i++) {
-        if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            fprintf(stderr, "longstraw-validate: unknown option %s\n(try --help)\n", argv[i]);
-            return 2;
-        }
-    }
+    int jsonl = a->jsonl, first = 0, argc = n_pos;
+    const char **argv = pos;
     if (argc - first < 2) {
         fprintf(stderr, "longstraw-validate: need a SCHEMA and at least one DOC\n(try --help)\n");
         return 2;

@@ -14,94 +14,127 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/cli_opts.h"
 #include "receipts/json_util.h"
 #include "trainer/model/config.h"
 #include "trainer/plan/plan.h"
 #include "trainer/plan/plan_hf.h"
+#include "trainer/run/train_args.h"
 
+/* The command line: the plan's own options, and in ls_plan_in (pin) those
+ * it shares with longstraw-train. */
 typedef struct {
     const char *config, *hf_config, *json_out;
     int moe_as_dense, json, max_prompt, help;
-    long index_sets; /* -1: from the config */
-    const char *dtype, *state_dtype;
+    size_t index_sets; /* 0: from the config */
+    int dtype, state_dtype; /* indices of DTYPES; state_dtype -1: --dtype's */
     size_t budget;
     const char *budget_arg; /* --device-memory as given */
-    int budget_unit;        /* its unit: an index of UNITS */
+    int budget_unit;        /* its unit (ls_cli_unit) */
     size_t host_budget;     /* --host-memory (0: none) */
-    const char *host_arg;   /* as given */
-    int host_unit;
+    int replay_checkpoint;  /* the trainer's choice index: 0 auto, 1 none, 2 layer, 3 chunk */
+    int replay_chunk;       /* 0: the trainer's */
+    ls_plan_in in;          /* the options shared with the trainer, in the plan's input */
 } cli;
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: longstraw-plan (--config FILE | --hf-config FILE) --prompt-len P [options]\n"
-            "The memory and compute plan of one GRPO step per rank (docs/plan.md).\n"
-            "  --config FILE          a LongStraw model config (docs/model.md section 6)\n"
-            "  --hf-config FILE       a Hugging Face config.json (Qwen3.5/Qwen3-Next, DeepSeek-V3.2/GLM-5)\n"
-            "  --moe-as-dense         plan a hybrid MoE FFN as a dense FFN of the active width (marked)\n"
-            "  --prompt-len P         prompt tokens (>= 2)\n"
-            "  --response-len R       longest response in tokens (default 1)\n"
-            "  --group G              responses per prompt (default 1)\n"
-            "  --cp N                 context-parallel ranks (default 1)\n"
-            "  --ep N                 mla: expert-parallel ranks (default 1): each holds 1/N of the\n"
-            "                         routed experts (the plan is one rank's of the CP x EP grid)\n"
-            "  --grad-mode M          detached (default) or full\n"
-            "  --train-mode M         lora (default) or full\n"
-            "  --lora-r N             adapter rank (default 4)\n"
-            "  --beta X               KL weight (default 0.04; 0: no reference policy)\n"
-            "  --rollout, --no-rollout  the step generates its responses (default) or they are supplied\n"
-            "  --page-size N          KV page tokens (default: the trainer's)\n"
-            "  --capture-chunk N      capture chunk tokens (default: the trainer's)\n"
-            "  --moe-chunk N|none     mla: tokens per MoE dispatch chunk (default: the trainer's 256); none:\n"
-            "                         a capture chunk's tokens dispatched at once (the original work's)\n"
-            "  --replay-checkpoint M  the response replay: none (every layer's tape), layer (each layer's input,\n"
-            "                         one layer's tape rebuilt at a time), chunk (the branch in chunks, only the\n"
-            "                         carried state kept, each chunk taped again) or auto (default: the first of\n"
-            "                         none, layer, chunk that fits --device-memory)\n"
-            "  --replay-chunk N       response tokens per chunk of a chunked replay (default 256)\n"
-            "  --state-tier T         where the prompt state lives: device (default) or host (the host tier\n"
-            "                         holds it, the device two layers' staged shares; both tiers printed)\n"
-            "  --host-memory B        host tier bytes per rank (units as --device-memory; with --state-tier host)\n"
-            "  --dtype D              compute dtype f32 (default), f64, bf16 or f16\n"
-            "  --state-dtype D        prompt-state dtype (default: --dtype)\n"
-            "  --device-memory B      bytes per rank: 1073741824, 48GiB or 512MiB (binary: 2^30, 2^20),\n"
-            "                         96GB or 500MB (decimal: 10^9, 10^6); the output says which\n"
-            "  --index-sets N         mla: layers holding their own index keys (default: from the config)\n"
-            "  --max-prompt           also the longest prompt that fits --device-memory\n"
-            "  --json                 print the plan as JSON (schemas/plan.schema.json)\n"
-            "  --json-out FILE        also write that JSON to FILE (atomically)\n"
-            "A plan fits when its peak plus 10%% (the margin its tests hold it to) is within\n"
-            "--device-memory.\n"
-            "Exit status: 0 printed (and fits --device-memory when given); 1 does not fit\n"
-            "--device-memory (the plan is printed with fits false); 2 bad argument or input.\n");
+/* The dtypes a plan may assume (the trainer computes in f32 or f64; a plan
+ * is also made for bf16 and f16) and their bytes. */
+#define DTYPES "f32|f64|bf16|f16"
+static const int DTYPE_BYTES[] = {4, 8, 2, 2};
+static const char *const DTYPE_NAMES[] = {"f32", "f64", "bf16", "f16"};
+
+/* --moe-chunk N|none */
+static int parse_moe_chunk(void *base, const ls_cli_opt *o, const char *v, char *err, size_t err_len) {
+    (void)o;
+    ls_plan_in *in = &((cli *)base)->in;
+    if (strcmp(v, "none") == 0) in->moe_chunk = SIZE_MAX;
+    else if (ls_cli_parse_size(v, 1, (size_t)1 << 32, &in->moe_chunk) != 0) {
+        snprintf(err, err_len, "--moe-chunk: '%s' is neither a token count in [1, 2^32] nor none", v);
+        return 2;
+    }
+    return 0;
 }
 
-/* The units of --device-memory: bytes, binary (KiB = 2^10 ...) and decimal (KB = 10^3 ...); `other` is
- * the index of the same scale in the other system (GB and GiB), -1 for bytes. */
-static const struct {
-    const char *suf;
-    double mul;
-    int other;
-} UNITS[] = {{"", 1, -1},          {"B", 1, -1},          {"KiB", 1024.0, 6},         {"MiB", 1048576.0, 7},
-             {"GiB", 1073741824.0, 8}, {"TiB", 1099511627776.0, 9}, {"KB", 1e3, 2}, {"MB", 1e6, 3},
-             {"GB", 1e9, 4},       {"TB", 1e12, 5}};
-#define UNIT_DECIMAL(i) ((i) >= 6)
+/* --device-memory B: the bytes, and the value as given with its unit (the output repeats them) */
+static int parse_device_memory(void *base, const ls_cli_opt *o, const char *v, char *err, size_t err_len) {
+    (void)o;
+    cli *a = base;
+    if (ls_cli_parse_bytes(v, 1, SIZE_MAX, &a->budget, &a->budget_unit) != 0) {
+        snprintf(err, err_len, "--device-memory: '%s' is not a byte count (e.g. 96GB, 48GiB, 1073741824)", v);
+        return 2;
+    }
+    a->budget_arg = v;
+    return 0;
+}
 
-/* "123", "48GiB", "96GB", "512MiB", "2TiB", "1.5GiB"; *unit: the index of its unit in UNITS. */
-static int parse_bytes(const char *s, size_t *out, int *unit) {
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || errno || !isfinite(v) || v <= 0) return -1;
-    for (size_t i = 0; i < sizeof UNITS / sizeof *UNITS; ++i)
-        if (strcmp(end, UNITS[i].suf) == 0) {
-            double b = v * UNITS[i].mul;
-            if (b != floor(b) || b >= 18446744073709551615.0) return -1;
-            *out = (size_t)b;
-            *unit = (int)i;
-            return 0;
-        }
-    return -1;
+#define C(field) .off = offsetof(cli, field)
+#define IN(field) .off = offsetof(cli, in) + offsetof(ls_plan_in, field)
+/* Rows .like a longstraw-train option take its range, value name and help
+ * (trainer/run/train_args.c); their defaults are the plan's. */
+static const ls_cli_opt OPTS[] = {
+    {.kind = LS_CLI_TEXT,
+     .help = "usage: longstraw-plan (--config FILE | --hf-config FILE) --prompt-len P [options]\n"
+             "The memory and compute plan of one GRPO step per rank (docs/plan.md).\n"},
+    {.like = "--config", .name = "--config", C(config)},
+    {.kind = LS_CLI_STRING, .name = "--hf-config", .arg = "FILE",
+     .help = "a Hugging Face config.json (Qwen3.5/Qwen3-Next, DeepSeek-V3.2/GLM-5)", C(hf_config)},
+    {.kind = LS_CLI_FLAG, .name = "--moe-as-dense",
+     .help = "plan a hybrid MoE FFN as a dense FFN of the active width (marked)", C(moe_as_dense)},
+    {.like = "--prompt-len", .name = "--prompt-len", .dflt = "required", IN(P)},
+    {.like = "--response-len", .name = "--response-len", .dflt = "1", IN(R)},
+    {.like = "--group", .name = "--group", .dflt = "1", IN(G)},
+    {.kind = LS_CLI_INT, .name = "--cp", .arg = "N", .help = "context-parallel ranks", .dflt = "1", IN(world),
+     .min = 1, .max = 1 << 20, .bad = "is not an integer in [1, 2^20]"},
+    {.like = "--ep", .name = "--ep", IN(ep)},
+    {.like = "--grad-mode", .name = "--grad-mode", IN(obj.grad_mode)},
+    {.like = "--train-mode", .name = "--train-mode", IN(obj.train_mode)},
+    {.like = "--lora-r", .name = "--lora-r", IN(obj.lora_r)},
+    {.like = "--lora-alpha", .name = "--lora-alpha", IN(obj.lora_alpha)},
+    {.like = "--epsilon", .name = "--epsilon", IN(obj.epsilon)},
+    {.like = "--beta", .name = "--beta", IN(obj.beta)},
+    {.kind = LS_CLI_FLAG, .name = "--rollout", .help = "the step generates its responses (default) or they are supplied",
+     IN(rollout)},
+    {.kind = LS_CLI_UNFLAG, .name = "--no-rollout", IN(rollout)},
+    {.like = "--page-size", .name = "--page-size", .dflt = "the trainer's", IN(page_size)},
+    {.like = "--capture-chunk", .name = "--capture-chunk", .dflt = "the trainer's", IN(capture_chunk)},
+    {.kind = LS_CLI_CUSTOM, .name = "--moe-chunk", .arg = "N|none", .parse = parse_moe_chunk,
+     .help = "mla: tokens per MoE dispatch chunk (default: the trainer's 256); none:\n"
+             "a capture chunk's tokens dispatched at once (the original work's)"},
+    {.like = "--replay-checkpoint", .name = "--replay-checkpoint", C(replay_checkpoint)},
+    {.like = "--replay-chunk", .name = "--replay-chunk", C(replay_chunk)},
+    {.like = "--state-tier", .name = "--state-tier", IN(state_tier)},
+    {.like = "--host-memory", .name = "--host-memory", C(host_budget)},
+    {.kind = LS_CLI_CHOICE, .name = "--dtype", .arg = DTYPES,
+     .help = "the compute dtype the plan assumes (longstraw-train computes in f32 or f64)", .dflt = "f32", C(dtype)},
+    {.kind = LS_CLI_CHOICE, .name = "--state-dtype", .arg = DTYPES, .help = "prompt-state dtype", .dflt = "--dtype",
+     C(state_dtype)},
+    {.kind = LS_CLI_CUSTOM, .name = "--device-memory", .arg = "B", .parse = parse_device_memory,
+     .help = "bytes per rank: 1073741824, 48GiB or 512MiB (binary: 2^30, 2^20),\n"
+             "96GB or 500MB (decimal: 10^9, 10^6); the output says which"},
+    {.kind = LS_CLI_SIZE, .name = "--index-sets", .arg = "N", C(index_sets), .min = 1, .max = 1 << 20,
+     .help = "mla: layers holding their own index keys", .dflt = "from the config",
+     .bad = "is not an integer in [1, 2^20]"},
+    {.kind = LS_CLI_FLAG, .name = "--max-prompt", .help = "also the longest prompt that fits --device-memory",
+     C(max_prompt)},
+    {.kind = LS_CLI_FLAG, .name = "--json", .help = "print the plan as JSON (schemas/plan.schema.json)", C(json)},
+    {.kind = LS_CLI_STRING, .name = "--json-out", .arg = "FILE", .help = "also write that JSON to FILE (atomically)",
+     C(json_out)},
+    {.like = "--help", .name = "--help", C(help)},
+    {.kind = LS_CLI_TEXT,
+     .help = "A plan fits when its peak plus 10% (the margin its tests hold it to) is within\n"
+             "--device-memory.\n"
+             "Exit status: 0 printed (and fits --device-memory when given); 1 does not fit\n"
+             "--device-memory (the plan is printed with fits false); 2 bad argument or input.\n"},
+};
+#undef C
+#undef IN
+#define N_OPTS (sizeof OPTS / sizeof OPTS[0])
+
+static ls_cli_table table(void) { return (ls_cli_table){OPTS, N_OPTS}; }
+
+static void usage(FILE *f) {
+    const ls_cli_table shared = ls_train_options();
+    ls_cli_usage(f, table(), &shared, 1, 24);
 }
 
 /* v with a comma every three digits ("96,000,000,000") into buf; returns buf. */
@@ -116,23 +149,6 @@ static const char *commas(size_t v, char *buf, size_t n) {
     return buf;
 }
 
-static int parse_size(const char *s, size_t lo, size_t hi, size_t *out) {
-    char *end = NULL;
-    errno = 0;
-    if (!s || *s == '-' || *s == '\0') return -1;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end || v < lo || v > hi) return -1;
-    *out = (size_t)v;
-    return 0;
-}
-
-static int dtype_bytes(const char *s) {
-    if (strcmp(s, "f32") == 0) return 4;
-    if (strcmp(s, "f64") == 0) return 8;
-    if (strcmp(s, "bf16") == 0 || strcmp(s, "f16") == 0) return 2;
-    return 0;
-}
-
 #define BAD(...)                                            \
     do {                                                    \
         fprintf(stderr, "longstraw-plan: " __VA_ARGS__);    \
@@ -140,135 +156,35 @@ static int dtype_bytes(const char *s) {
         return 2;                                           \
     } while (0)
 
-/* Parses argv into *a and the plan input *in (whose cfg the caller sets
- * later); 0 or 2 (message printed). */
-static int parse(int argc, char **argv, cli *a, ls_plan_in *in) {
-    memset(a, 0, sizeof *a);
-    a->index_sets = -1;
-    a->dtype = "f32";
-    int have_p = 0;
-    for (int i = 1; i < argc; ++i) {
-        const char *o = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEED() do { if (!v) BAD("%s: needs a value", o); ++i; } while (0)
-        if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) a->help = 1;
-        else if (strcmp(o, "--config") == 0) { NEED(); a->config = v; }
-        else if (strcmp(o, "--hf-config") == 0) { NEED(); a->hf_config = v; }
-        else if (strcmp(o, "--json-out") == 0) { NEED(); a->json_out = v; }
-        else if (strcmp(o, "--moe-as-dense") == 0) a->moe_as_dense = 1;
-        else if (strcmp(o, "--json") == 0) a->json = 1;
-        else if (strcmp(o, "--max-prompt") == 0) a->max_prompt = 1;
-        else if (strcmp(o, "--rollout") == 0) in->rollout = 1;
-        else if (strcmp(o, "--no-rollout") == 0) in->rollout = 0;
-        else if (strcmp(o, "--moe-chunk") == 0) {
-            NEED();
-            if (strcmp(v, "none") == 0) in->moe_chunk = SIZE_MAX;
-            else if (parse_size(v, 1, (size_t)1 << 32, &in->moe_chunk))
-                BAD("--moe-chunk: '%s' is neither a token count in [1, 2^32] nor none", v);
-        } else if (strcmp(o, "--replay-checkpoint") == 0) {
-            NEED();
-            if (strcmp(v, "auto") == 0) in->replay_checkpoint = -1;
-            else if (strcmp(v, "none") == 0) in->replay_checkpoint = 0;
-            else if (strcmp(v, "layer") == 0) in->replay_checkpoint = 1;
-            else if (strcmp(v, "chunk") == 0) in->replay_checkpoint = 2;
-            else BAD("--replay-checkpoint: '%s' is not auto, none, layer or chunk", v);
-        } else if (strcmp(o, "--replay-chunk") == 0) {
-            NEED();
-            if (parse_size(v, 1, (size_t)1 << 24, &in->replay_chunk))
-                BAD("--replay-chunk: '%s' is not a token count in [1, 2^24]", v);
-        }
-        else if (strcmp(o, "--state-tier") == 0) {
-            NEED();
-            if (strcmp(v, "device") == 0) in->state_tier = 0;
-            else if (strcmp(v, "host") == 0) in->state_tier = 1;
-            else BAD("--state-tier: '%s' is not device or host", v);
-        }
-        else if (strcmp(o, "--host-memory") == 0) {
-            NEED();
-            if (parse_bytes(v, &a->host_budget, &a->host_unit))
-                BAD("--host-memory: '%s' is not a byte count (e.g. 512GB, 256GiB, 1073741824)", v);
-            a->host_arg = v;
-        }
-        else if (strcmp(o, "--prompt-len") == 0) {
-            NEED();
-            if (parse_size(v, 2, (size_t)1 << 40, &in->P)) BAD("--prompt-len: '%s' is not an integer in [2, 2^40]", v);
-            have_p = 1;
-        } else if (strcmp(o, "--response-len") == 0) {
-            NEED();
-            if (parse_size(v, 1, (size_t)1 << 32, &in->R)) BAD("--response-len: '%s' is not an integer in [1, 2^32]", v);
-        } else if (strcmp(o, "--group") == 0) {
-            NEED();
-            if (parse_size(v, 1, 1 << 20, &in->G)) BAD("--group: '%s' is not an integer in [1, 2^20]", v);
-        } else if (strcmp(o, "--cp") == 0) {
-            NEED();
-            size_t w;
-            if (parse_size(v, 1, 1 << 20, &w)) BAD("--cp: '%s' is not an integer in [1, 2^20]", v);
-            in->world = (int)w;
-        } else if (strcmp(o, "--ep") == 0) {
-            NEED();
-            size_t e;
-            if (parse_size(v, 1, 4096, &e)) BAD("--ep: '%s' is not an integer in [1, 4096]", v);
-            in->ep = (int)e;
-        } else if (strcmp(o, "--grad-mode") == 0) {
-            NEED();
-            if (strcmp(v, "full") == 0) in->obj.grad_mode = LS_GRAD_FULL;
-            else if (strcmp(v, "detached") == 0) in->obj.grad_mode = LS_GRAD_DETACHED;
-            else BAD("--grad-mode: '%s' is neither full nor detached", v);
-        } else if (strcmp(o, "--train-mode") == 0) {
-            NEED();
-            if (strcmp(v, "lora") == 0) in->obj.train_mode = LS_TRAIN_LORA;
-            else if (strcmp(v, "full") == 0) in->obj.train_mode = LS_TRAIN_FULL;
-            else BAD("--train-mode: '%s' is neither lora nor full", v);
-        } else if (strcmp(o, "--lora-r") == 0) {
-            NEED();
-            size_t r;
-            if (parse_size(v, 1, 1024, &r)) BAD("--lora-r: '%s' is not an integer in [1, 1024]", v);
-            in->obj.lora_r = (int)r;
-        } else if (strcmp(o, "--beta") == 0) {
-            NEED();
-            char *end = NULL;
-            double b = strtod(v, &end);
-            if (end == v || *end || !isfinite(b) || b < 0 || b > 1e6) BAD("--beta: '%s' is not a number in [0, 1e6]", v);
-            in->obj.beta = b;
-        } else if (strcmp(o, "--page-size") == 0) {
-            NEED();
-            if (parse_size(v, 1, 1 << 24, &in->page_size)) BAD("--page-size: '%s' is not an integer in [1, 2^24]", v);
-        } else if (strcmp(o, "--capture-chunk") == 0) {
-            NEED();
-            if (parse_size(v, 1, (size_t)1 << 32, &in->capture_chunk))
-                BAD("--capture-chunk: '%s' is not an integer in [1, 2^32]", v);
-        } else if (strcmp(o, "--dtype") == 0) {
-            NEED();
-            if (!dtype_bytes(v)) BAD("--dtype: '%s' is not f32, f64, bf16 or f16", v);
-            a->dtype = v;
-        } else if (strcmp(o, "--state-dtype") == 0) {
-            NEED();
-            if (!dtype_bytes(v)) BAD("--state-dtype: '%s' is not f32, f64, bf16 or f16", v);
-            a->state_dtype = v;
-        } else if (strcmp(o, "--device-memory") == 0) {
-            NEED();
-            if (parse_bytes(v, &a->budget, &a->budget_unit))
-                BAD("--device-memory: '%s' is not a byte count (e.g. 96GB, 48GiB, 1073741824)", v);
-            a->budget_arg = v;
-        } else if (strcmp(o, "--index-sets") == 0) {
-            NEED();
-            size_t n;
-            if (parse_size(v, 1, 1 << 20, &n)) BAD("--index-sets: '%s' is not an integer in [1, 2^20]", v);
-            a->index_sets = (long)n;
-        } else BAD("%s: unknown argument (see --help)", o);
-#undef NEED
-    }
+/* The index of option name in OPTS. */
+static size_t opt_index(const char *name) {
+    for (size_t i = 0; i < N_OPTS; i++)
+        if (OPTS[i].name && !strcmp(OPTS[i].name, name)) return i;
+    return N_OPTS;
+}
+
+/* Parses argv into *a; its in holds the command line's part of the plan's
+ * input (the config's defaults come later).  given: which rows were given.
+ * 0 or 2 (message printed). */
+static int parse(int argc, char **argv, cli *a, unsigned char *given) {
+    char err[512];
+    const ls_cli_table shared = ls_train_options();
+    const ls_cli_parser p = {.table = table(), .shared = &shared, .n_shared = 1, .given = given, .once = 1};
+    if (ls_cli_parse(&p, a, argc, argv, 1, err, sizeof err) != 0) BAD("%s", err);
     if (a->help) return 0;
+    ls_plan_in *in = &a->in;
     if (!!a->config == !!a->hf_config) BAD("give exactly one of --config FILE and --hf-config FILE");
-    if (!have_p) BAD("--prompt-len: missing");
+    if (!given[opt_index("--prompt-len")]) BAD("--prompt-len: missing");
     if (a->moe_as_dense && !a->hf_config) BAD("--moe-as-dense: only with --hf-config");
     if (a->max_prompt && !a->budget) BAD("--max-prompt: needs --device-memory");
     if (a->host_budget && !in->state_tier) BAD("--host-memory: only with --state-tier host");
     in->host_budget = a->host_budget;
-    if (!a->state_dtype) a->state_dtype = a->dtype;
-    in->compute_bytes = (size_t)dtype_bytes(a->dtype);
-    in->state_bytes = (size_t)dtype_bytes(a->state_dtype);
+    if (a->state_dtype < 0) a->state_dtype = a->dtype;
+    in->compute_bytes = (size_t)DTYPE_BYTES[a->dtype];
+    in->state_bytes = (size_t)DTYPE_BYTES[a->state_dtype];
     in->budget = a->budget;
+    in->replay_checkpoint = a->replay_checkpoint - 1; /* the trainer's auto|none|layer|chunk: -1 auto, 0, 1, 2 */
+    in->replay_chunk = (size_t)a->replay_chunk;
     return 0;
 }
 
@@ -280,14 +196,17 @@ static double gb(size_t b) { return b == SIZE_MAX ? INFINITY : (double)b / 1e9; 
 static void print_budget(const cli *a) {
     char b[40];
     commas(a->budget, b, sizeof b);
-    int u = a->budget_unit, o = UNITS[u].other;
+    double mul = 1, omul = 1;
+    int o = -1, decimal = 0;
+    const char *suf = ls_cli_unit(a->budget_unit, &mul, &o, &decimal);
     if (o < 0) {
         printf("%s bytes (= %.2f GB = %.2f GiB)", b, gb(a->budget), gib(a->budget));
         return;
     }
-    int num = (int)(strlen(a->budget_arg) - strlen(UNITS[u].suf));
-    printf("%.*s %s (%s: %s bytes = %.2f %s)", num, a->budget_arg, UNITS[u].suf, UNIT_DECIMAL(u) ? "decimal" : "binary",
-           b, (double)a->budget / UNITS[o].mul, UNITS[o].suf);
+    const char *osuf = ls_cli_unit(o, &omul, NULL, NULL);
+    int num = (int)(strlen(a->budget_arg) - strlen(suf));
+    printf("%.*s %s (%s: %s bytes = %.2f %s)", num, a->budget_arg, suf, decimal ? "decimal" : "binary", b,
+           (double)a->budget / omul, osuf);
 }
 
 static void print_text(const cli *a, const ls_plan_in *in, const ls_plan *p, const ls_hf_model *hf, int fits,
@@ -298,7 +217,7 @@ static void print_text(const cli *a, const ls_plan_in *in, const ls_plan *p, con
     printf("step: P %zu, R %zu, G %zu, CP %d, %s/%s, lora_r %d, beta %g, %s, dtype %s, state %s\n", in->P, in->R,
            in->G, in->world, in->obj.train_mode == LS_TRAIN_FULL ? "full" : "lora",
            in->obj.grad_mode == LS_GRAD_FULL ? "full" : "detached", in->obj.lora_r, in->obj.beta,
-           in->rollout ? "rollout" : "no rollout", a->dtype, a->state_dtype);
+           in->rollout ? "rollout" : "no rollout", DTYPE_NAMES[a->dtype], DTYPE_NAMES[a->state_dtype]);
     if (in->ep > 1)
         printf("EP %d: each rank holds %d of the %d routed experts (weights, adapters, gradients, moments)\n", in->ep,
                c->n_experts / in->ep, c->n_experts);
@@ -389,8 +308,8 @@ static cJSON *to_json(const cli *a, const ls_plan_in *in, const ls_plan *p, cons
         bad |= !cJSON_AddStringToObject(s, "grad_mode", in->obj.grad_mode == LS_GRAD_FULL ? "full" : "detached");
         bad |= !cJSON_AddNumberToObject(s, "beta", in->obj.beta);
         bad |= !cJSON_AddBoolToObject(s, "rollout", in->rollout);
-        bad |= !cJSON_AddStringToObject(s, "dtype", a->dtype);
-        bad |= !cJSON_AddStringToObject(s, "state_dtype", a->state_dtype);
+        bad |= !cJSON_AddStringToObject(s, "dtype", DTYPE_NAMES[a->dtype]);
+        bad |= !cJSON_AddStringToObject(s, "state_dtype", DTYPE_NAMES[a->state_dtype]);
     }
     cJSON *st = cJSON_AddObjectToObject(d, "prompt_state");
     bad |= !st;
@@ -472,21 +391,22 @@ int main(int argc, char **argv) {
     cli a;
     ls_model_config cfg;
     ls_hf_model hf;
-    ls_plan_in in;
     char err[1024] = "";
     memset(&cfg, 0, sizeof cfg);
-    memset(&in, 0, sizeof in); /* the command line's values; the config's defaults come after loading it */
-    ls_objective_defaults(&in.obj);
-    in.R = in.G = 1;
-    in.world = 1;
-    in.ep = 1;
-    in.rollout = 1;
-    in.replay_checkpoint = -1;
-    if (parse(argc, argv, &a, &in) != 0) return 2;
+    memset(&a, 0, sizeof a); /* the command line's values; the config's defaults come after loading it */
+    a.state_dtype = -1;
+    ls_objective_defaults(&a.in.obj);
+    a.in.R = a.in.G = 1;
+    a.in.world = 1;
+    a.in.ep = 1;
+    a.in.rollout = 1;
+    unsigned char given[N_OPTS] = {0};
+    if (parse(argc, argv, &a, given) != 0) return 2;
     if (a.help) {
         usage(stdout);
         return 0;
     }
+    ls_plan_in in = a.in;
     /* the defaults the trainer's build would pick, then the command line's */
     ls_plan_in cl = in;
     if (a.config) {
@@ -507,8 +427,8 @@ int main(int argc, char **argv) {
         BAD("--ep %d: family '%s' has no routed experts (expert parallelism is mla's)", in.ep, ls_family_name(cfg.family));
     if (in.ep > 1 && cfg.n_experts % in.ep != 0)
         BAD("--ep %d: does not divide the model's %d routed experts", in.ep, cfg.n_experts);
-    if (cl.page_size) in.page_size = cl.page_size;
-    if (cl.capture_chunk) in.capture_chunk = cl.capture_chunk;
+    if (given[opt_index("--page-size")]) in.page_size = cl.page_size;
+    if (given[opt_index("--capture-chunk")]) in.capture_chunk = cl.capture_chunk; /* 0: the whole prompt at once */
     in.compute_bytes = cl.compute_bytes;
     in.state_bytes = cl.state_bytes;
     in.rollout = cl.rollout;
@@ -521,7 +441,7 @@ int main(int argc, char **argv) {
     in.index_sets = a.hf_config ? hf.index_sets : 0;
     if (a.index_sets > 0) {
         if (cfg.family != LS_FAMILY_MLA) BAD("--index-sets: only for the mla family");
-        if (a.index_sets > cfg.n_layers) BAD("--index-sets: %ld exceeds the model's %d layers", a.index_sets, cfg.n_layers);
+        if (a.index_sets > (size_t)cfg.n_layers) BAD("--index-sets: %zu exceeds the model's %d layers", a.index_sets, cfg.n_layers);
         in.index_sets = (size_t)a.index_sets;
     }
     ls_plan p;

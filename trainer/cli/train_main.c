@@ -2,10 +2,12 @@
  * dtype.  Everything else lives in the trainer library. */
 #include <locale.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "kernels/decisions.h"
 #include "kernels/isa.h"
 #include "trainer/dist/comm.h"
+#include "trainer/run/train_names.h"
 #include "trainer/run/train_run.h"
 
 int main(int argc, char **argv) {
@@ -28,6 +30,14 @@ int main(int argc, char **argv) {
     } else if (a.help) {
         if (rank == 0) ls_train_usage(stdout);
         rc = 0;
+    } else if (a.list_names) {
+        cJSON *names = ls_train_names_json();
+        char *txt = names ? cJSON_Print(names) : NULL;
+        cJSON_Delete(names);
+        rc = txt ? 0 : 2;
+        if (rank == 0 && txt) printf("%s\n", txt);
+        else if (rank == 0) fprintf(stderr, "longstraw-train: --list-names: out of memory\n");
+        free(txt);
     } else if (ls_kernel_isa_init(err, sizeof err) != 0) {
         /* the kernels' ISA is recorded in the run's build object: made once, here */
         if (rank == 0) fprintf(stderr, "longstraw-train: %s\n", err);

@@ -151,15 +151,12 @@ cJSON *ls_run_config_json(const ls_train_args *a, uint32_t world, int64_t first_
     cJSON *c = ls_config_to_json(&a->cfg, &a->obj);
     if (!c) return NULL;
     cJSON *f = cJSON_AddArrayToObject(c, "faults");
-    const ls_step_options *o = &a->step;
-    const char *names[] = {"nan-grad", "untracked-alloc", "skip-dkv-reduce", "skip-grad-finalize",
-                           "cp-local-attention", "cp-local-dsa", "kill-rank", "cp-stale-start", "ep-drop-dx",
-                           "stage-skip-page"};
-    int on[] = {o->fault_nan_grad, o->fault_untracked_alloc, o->cp_faults.skip_dkv_reduce,
-                o->cp_faults.skip_grad_finalize, o->cp_faults.local_attention, o->cp_faults.local_dsa,
-                a->fault_kill_rank, o->cp_faults.stale_start, o->cp_faults.ep_drop_dx, o->fault_stage_skip_page};
-    for (size_t i = 0; f && i < sizeof on / sizeof on[0]; i++)
-        if (on[i]) cJSON_AddItemToArray(f, cJSON_CreateString(names[i]));
+    /* the faults asked for, by the option table's names (train_args.c: the one list) */
+    for (size_t i = 0; f && i < ls_train_fault_count(); i++) {
+        int on = 0;
+        const char *name = ls_train_fault_at(i, a, &on);
+        if (on) cJSON_AddItemToArray(f, cJSON_CreateString(name));
+    }
     /* what the audit needs to know was asked for: the dtype, the group size (of the built-in
        task; -1: a rollouts file's lines set their own), the steps asked (-1: until the input ends) */
     cJSON_AddStringToObject(c, "dtype", a->f64 ? "f64" : "f32");

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include "common/cli_opts.h"
 #include "trainer/model/config.h"
 #include "trainer/step/step.h"
 
@@ -37,6 +38,7 @@ typedef struct {
     size_t recall_records;  /* --recall-records: records per recall prompt (0: the task's default) */
     int quiet;
     int help;
+    int list_names;         /* --list-names: print the trainer's vocabulary (train_names.h) and stop */
     /* --fault kill-rank=R@POINT: fault_kill_rank = R + 1 (0: none), the phase
      * (LS_PHASE_*) and, when kill_at_layer, the layer whose first layer_end in
      * that phase is the last thing the rank writes; otherwise it dies as the
@@ -49,6 +51,10 @@ typedef struct {
  * message naming the argument in err.  One table of options (train_args.c)
  * drives this and ls_train_usage. */
 int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size_t err_len);
+/* The option table (common/cli_opts.h; static): longstraw-plan's rows for
+ * the options it shares with the trainer are .like these, one definition
+ * with one range and one help text. */
+ls_cli_table ls_train_options(void);
 /* The --help text. */
 void ls_train_usage(FILE *f);
 /* The options of the table that drives parsing and --help, in --help order:
@@ -59,6 +65,16 @@ void ls_train_usage(FILE *f);
  * (an output of the run).  Static strings; any out-pointer may be NULL. */
 size_t ls_train_option_count(void);
 const char *ls_train_option_at(size_t i, const char **arg, const char **receipt, const char **why);
+/* The values option i takes when it takes one of a fixed list
+ * ("detached|full"), else NULL (static). */
+const char *ls_train_option_choices(size_t i);
+/* The faults the trainer injects (the table's --fault rows, in --help
+ * order): i < ls_train_fault_count().  Returns the fault's name
+ * ("kill-rank" without its "=R..."; static, NULL past the end) and, when a
+ * and on are not NULL, whether a asks for it.  The receipts' config.faults
+ * and longstraw-train --list-names read them here. */
+size_t ls_train_fault_count(void);
+const char *ls_train_fault_at(size_t i, const ls_train_args *a, int *on);
 /* 1 when option i of a holds the default --help shows for it (or --help
  * shows none); else 0 with why naming the option, the shown and the held
  * value.  a: the arguments as parsed without that option. */
