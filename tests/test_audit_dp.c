@@ -44,11 +44,7 @@ static void setup(void) {
     ls_v2_fixture o = {0};
     ls_v2_fixture_write(run_dir, &o);
 }
-static void teardown(void) {
-    ls_test_rmtree(tmp);
-    free(tmp);
-    tmp = NULL;
-}
+static void teardown(void) { ls_test_scratch_free(&tmp); }
 
 /* The run's configuration as the tests set it: the fixture's, DP dp (0: no dp_ranks) x CP world / dp, the
  * gradient mode gm, and a recorded path. */

@@ -10,14 +10,8 @@
  * cp-local-dsa for hybrid.  A CP-2 run (rollout included) gives the
  * single-rank run's loss.
  * The numerical checks (CP-N = CP-1 = naive) are test_mla_cp_train.c's. */
-#include <criterion/criterion.h>
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-
-#define AUDIT LS_BINARY_DIR "/audit/longstraw-audit"
 #define CFG LS_SOURCE_DIR "/configs/mla-tiny.json"
 
 #include "test_cli_util.h"

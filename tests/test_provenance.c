@@ -11,19 +11,13 @@
  * no run directory), a config file changed by one byte (another digest), a
  * v1 checkpoint (loads, with a warning).  Under mpirun -np 2 both ranks
  * record the same inputs as the manifest. */
-#include <criterion/criterion.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
 
-#include "receipts/json_util.h"
 #include "trainer/base/safetensors.h"
-
 
 #include "test_cli_util.h"
 
 LS_TEST_CLI_TMPDIR("prov")
+
 TestSuite(provenance, .init = setup, .fini = teardown, .timeout = 600);
 
 #define COMMON "--prompt-len 64 --response-len 4 --group 2 --page-size 16 --quiet"

@@ -22,13 +22,7 @@
 #include "receipts/receipt.h"
 #include "test_receipts_support.h"
 
-static char *tmp;
-static void setup(void) { tmp = ls_test_mkdtemp(); }
-static void teardown(void) {
-    ls_test_rmtree(tmp);
-    free(tmp);
-    tmp = NULL;
-}
+LS_TEST_SCRATCH
 
 static void path_in(char *buf, size_t cap, const char *rel) {
     snprintf(buf, cap, "%s/%s", tmp, rel);

@@ -7,19 +7,11 @@
  * inputs (issue 7): absurd or unknown config keys, an endless config stream,
  * weights beyond the budget (refused before allocating: the child's peak RSS
  * stays small) and signed or spaced numbers exit 2 naming what is wrong. */
-#include <criterion/criterion.h>
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "trainer/base/safetensors.h"
 #include "trainer/run/train_args.h"
-
 
 #include "test_cli_util.h"
 

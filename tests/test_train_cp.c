@@ -9,13 +9,7 @@
  * mid-replay ending the job in bounded time with every rank's trace
  * readable, and the step guard's verdict taken by every rank alike.  The
  * numerical CP checks are test_cp.c's. */
-#include <criterion/criterion.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <time.h>
-
-
 
 #include "test_cli_util.h"
 

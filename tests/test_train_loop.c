@@ -12,26 +12,19 @@
  * a directory) fails the run naming the file and leaves no partial line or
  * file. */
 #include <cjson/cJSON.h>
-#include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 
-#include "receipts/json_util.h"
-#include "receipts/schema.h"
 #include "receipts/trace_step_metrics.h"
 #include "trainer/run/run_metrics.h"
-
 
 #include "test_cli_util.h"
 
 LS_TEST_CLI_TMPDIR("loop")
+
 TestSuite(train_loop, .init = setup, .fini = teardown, .timeout = 300);
 
 /* What a trace says per step. */

@@ -28,13 +28,11 @@ usage: path_bugs.py BUILD_DIR OUT_DIR [--markdown FILE]
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PY = os.environ.get("LS_TORCH_PYTHON", "/usr/bin/python3")
+from example_table import PY, copy_sources, failed_rules, finish, run
 
 # (bug, DP replicas) -> (level proven, rules that must fail, the probe's verdict, what it is)
 TABLE = [
@@ -49,21 +47,6 @@ TABLE = [
     ("dp-no-scale", 2, 2, ["parity.dp_grad", "parity.grad", "run.probe"], "fail",
      "DDP around CP-2: the replicas' losses not scaled for DDP's average"),
 ]
-
-
-def run(cmd, env, log, timeout=900):
-    with open(log, "w") as f:
-        return subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=timeout).returncode
-
-
-def copy_sources(dst):
-    """examples/torch_cp, python/longstraw_emit and profiles/torch-cp.json, laid out as in the tree."""
-    ign = shutil.ignore_patterns("__pycache__", "*.pyc")
-    shutil.copytree(os.path.join(ROOT, "examples", "torch_cp"), os.path.join(dst, "examples", "torch_cp"), ignore=ign)
-    shutil.copytree(os.path.join(ROOT, "python", "longstraw_emit"), os.path.join(dst, "python", "longstraw_emit"),
-                    ignore=ign)
-    os.makedirs(os.path.join(dst, "profiles"))
-    shutil.copy(os.path.join(ROOT, "profiles", "torch-cp.json"), os.path.join(dst, "profiles"))
 
 
 def trace_events(path, kind):
@@ -128,11 +111,7 @@ def main(argv):
                 continue
             with open(rep) as f:
                 report = json.load(f)
-            failed = {}
-            for lv in report["levels"]:
-                for c in lv["checks"]:
-                    if c.get("verdict") == "fail":
-                        failed[c["id"]] = lv["level"]
+            failed = failed_rules(report)
             probes = trace_events(os.path.join(rdir, "run", "rank-0000", "events.jsonl.zst"), "gradient_probe")
             metrics = trace_events(os.path.join(rdir, "run", "rank-0000", "events.jsonl.zst"), "step_metrics")
             with open(os.path.join(par, "parity.json")) as f:
@@ -176,15 +155,7 @@ def main(argv):
                  "parity exit | seconds |", "|---|---|---|---|---|---|---|---|"]
         lines += [f"| `{b}` | {w} | {lv} | {r} | {p} | {ls:.3g} | {prc} | {s:.0f} |"
                   for b, w, lv, r, p, ls, prc, s in rows]
-        text = "\n".join(lines) + "\n"
-        print(text)
-        if md:
-            with open(md + ".tmp", "w") as f:
-                f.write(text)
-            os.replace(md + ".tmp", md)
-        for b in bad:
-            print("path_bugs: " + b, file=sys.stderr)
-        return 1 if bad else 0
+        return finish("path_bugs", lines, md, bad)
     finally:
         shutil.rmtree(src, ignore_errors=True)
 
