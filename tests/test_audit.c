@@ -13,6 +13,7 @@
 #define TRAIN_ARGS "--config " CFG " --prompt-len 64 --quiet"
 
 #include "test_cli_util.h"
+#include "test_parity_report.h"
 
 LS_TEST_CLI_TMPDIR("audit")
 
@@ -22,18 +23,9 @@ LS_TEST_FIXTURE_ROOT("/tmp/ls-audit-fix-%d")
  * --out) the first time it is asked for (under ls_test_fixture_lock); its
  * path into out.  want_rc < 0: any non-zero exit. */
 static void fixture(const char *name, const char *train, int want_rc, char *out, size_t cap) {
-    char root[128];
-    fixture_root(root, sizeof root, getppid());
-    mkdir(root, 0755);
-    snprintf(out, cap, "%s/%s", root, name);
-    struct stat sb;
-    if (stat(out, &sb) == 0) return;
+    int lfd = fixture_claim(name, out, cap);
+    if (lfd < 0) return;
     char cmd[4096], tmp[600];
-    int lfd = ls_test_fixture_lock(out);
-    if (stat(out, &sb) == 0) { /* made while this process waited */
-        close(lfd);
-        return;
-    }
     snprintf(tmp, sizeof tmp, "%s.tmp", out);
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && %s '%s' >'%s.log' 2>&1", tmp, train, tmp, out);
     int rc = sh(cmd);
@@ -449,20 +441,9 @@ static void write_parity_fixture(const char *path, const char *build, int world,
     bool mla = decides;
     const char *const(*faults)[2] = mla ? faults_mla : faults_hybrid;
     for (int k = 0; k < (mla ? 3 : 4); k++) {
-        cJSON *c = cJSON_CreateObject();
-        cJSON_AddStringToObject(c, "fault", faults[k][0]);
-        cJSON_AddStringToObject(c, "breaks", faults[k][1]);
-        cJSON_AddStringToObject(c, "dtype", "f32");
-        cJSON_AddNumberToObject(c, "world", 2);
-        cJSON_AddStringToObject(c, "configuration", "fixture");
-        cJSON_AddStringToObject(c, "check", "fixture");
-        cJSON_AddNumberToObject(c, "max_rel_err", 0.1);
-        cJSON_AddNumberToObject(c, "tolerance", 1e-10);
-        cJSON_AddBoolToObject(c, "detected", 1);
         cJSON *cmp = cJSON_Duplicate(cJSON_GetArrayItem(checks, 0), 1);
         cJSON_ReplaceItemInObject(cmp, "pass", cJSON_CreateFalse());
-        cJSON_AddItemToObject(c, "comparison", cmp);
-        cJSON_AddItemToArray(controls, c);
+        cJSON_AddItemToArray(controls, ls_test_parity_control(faults[k][0], faults[k][1], "f32", 2, 0, 0.1, cmp));
     }
     cJSON_AddArrayToObject(d, "links");
     cJSON_AddArrayToObject(d, "levels");

@@ -32,20 +32,16 @@ LS_TEST_FIXTURE_ROOT("/tmp/ls-audit-hostile-fix-%d")
 
 /* The clean run (made once per runner), copied to tmpdir/run; its path. */
 static void fresh_run(char *out, size_t cap) {
-    char root[128], fix[256], cmd[2048];
-    fixture_root(root, sizeof root, getppid());
-    mkdir(root, 0755);
-    snprintf(fix, sizeof fix, "%s/single", root);
-    struct stat sb;
-    int lfd = ls_test_fixture_lock(fix);
-    if (stat(fix, &sb) != 0) {
+    char fix[256], cmd[2048];
+    int lfd = fixture_claim("single", fix, sizeof fix);
+    if (lfd >= 0) {
         snprintf(cmd, sizeof cmd,
                  "rm -rf '%s.tmp' && " TRAIN " --config " CFG " --prompt-len 64 --steps 1 --group 2 --response-len 3"
                  " --quiet --out '%s.tmp' >'%s.log' 2>&1 && mv '%s.tmp' '%s'",
                  fix, fix, fix, fix, fix);
         cr_assert_eq(sh(cmd), 0, "%s", cmd);
+        close(lfd);
     }
-    close(lfd);
     snprintf(out, cap, "%s/run", tmpdir);
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -a '%s' '%s'", out, fix, out);
     cr_assert_eq(sh(cmd), 0);

@@ -35,17 +35,8 @@ LS_TEST_FIXTURE_ROOT("/tmp/ls-audit-inv-%d")
  * strategies), made the
  * first time it is asked for; the run's path into out. */
 static void fixture(const char *name, const char *train, char *out, size_t cap) {
-    char root[128];
-    fixture_root(root, sizeof root, getppid());
-    mkdir(root, 0755);
-    snprintf(out, cap, "%s/%s", root, name);
-    struct stat sb;
-    if (stat(out, &sb) == 0) return;
-    int lfd = ls_test_fixture_lock(out);
-    if (stat(out, &sb) == 0) {
-        close(lfd);
-        return;
-    }
+    int lfd = fixture_claim(name, out, cap);
+    if (lfd < 0) return;
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
              "rm -rf '%s.tmp' && OMP_NUM_THREADS=1 %s '%s.tmp' >'%s.log' 2>&1 && "

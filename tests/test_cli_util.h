@@ -63,10 +63,10 @@ static inline void ls_test_fixture_root_remove(const char *root) {
     if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", root);
 }
 
-/* fixture_root(buf, cap, pid): the directory that holds the fixtures made
- * once per test binary run, `pattern` (one %d) with the pid of the Criterion
- * runner (a test, running in a child of the runner, passes getppid()); a
- * POST_ALL hook removes it at the end of the run. */
+/* Fixtures made once per test binary run, in the directory `pattern` (one
+ * %d) with the pid of the Criterion runner, removed by a POST_ALL hook at
+ * the end of the run.  fixture_claim(name, out, cap): the path of the
+ * fixture `name` into out, and ls_test_fixture_claim's answer for it. */
 #define LS_TEST_FIXTURE_ROOT(pattern)                                                                               \
     static void fixture_root(char *buf, size_t cap, pid_t pid) { snprintf(buf, cap, pattern, (int)pid); }           \
     ReportHook(POST_ALL)(struct criterion_global_stats *stats) {                                                   \
@@ -74,6 +74,13 @@ static inline void ls_test_fixture_root_remove(const char *root) {
         char root[128];                                                                                             \
         fixture_root(root, sizeof root, getpid());                                                                  \
         ls_test_fixture_root_remove(root);                                                                          \
+    }                                                                                                               \
+    static int fixture_claim(const char *name, char *out, size_t cap) {                                            \
+        char root[128];                                                                                             \
+        fixture_root(root, sizeof root, getppid()); /* a test runs in a child of the runner */                      \
+        mkdir(root, 0755);                                                                                          \
+        snprintf(out, cap, "%s/%s", root, name);                                                                    \
+        return ls_test_fixture_claim(out);                                                                          \
     }
 
 #if defined(LS_MPIEXEC) && defined(LS_LSAN_SUPP)

@@ -223,6 +223,21 @@ static ls_mla_cp ctx(const problem *p, ls_mla_form form, int fault) {
                        .local_dsa = fault};
 }
 
+/* The response's CP selection and forward on this rank: its own shard [s0, s0 + n) of the prompt's
+ * rows, the response rows, the response queries into *own, *resp, *q; the selection (Tr x k) and
+ * o, lse into *sel, *o, *lse (malloc'd: the caller frees them). */
+static void response_forward(ls_mla_cp *c, const problem *p, int64_t s0, size_t n, int layer, ls_mla_cp_rows *own,
+                             ls_mla_cp_rows *resp, ls_mla_cp_queries *q, int64_t **sel, double **o, double **lse) {
+    size_t H = DIMS.H, Tp = p->Tp, Tr = p->Tr, rk = DIMS.r_kv, dr = DIMS.d_r;
+    *own = (ls_mla_cp_rows){p->c_kv + (size_t)s0 * rk, p->k_pe + (size_t)s0 * dr, p->k_I + (size_t)s0 * DI, s0, n};
+    *resp = (ls_mla_cp_rows){p->c_kv + Tp * rk, p->k_pe + Tp * dr, p->k_I + Tp * DI, (int64_t)Tp, Tr};
+    *q = (ls_mla_cp_queries){p->qn, p->qp, p->qI, p->w, (int64_t)Tp, Tr};
+    *sel = malloc(Tr * p->k * sizeof **sel);
+    *o = vec(Tr * H * DIMS.d_v), *lse = vec(Tr * H);
+    MUST(K(ls_mla_cp_response_select)(c, *sel, q, own, 1, resp, layer));
+    MUST(K(ls_mla_cp_response_forward)(c, *o, *lse, q, *sel, own, 1, resp, p->kv_b, layer));
+}
+
 /* ---- one configuration: response and prompt, checked ------------------------- */
 
 static void check_config(const char *name, const problem *p, ls_mla_form form, int layer) {
@@ -242,13 +257,11 @@ static void check_config(const char *name, const problem *p, ls_mla_form form, i
     brute_select(bsel, p->qI, p->w, p->k_I, Tr, (int64_t)Tp, k, &cut);
     CHECK(!memcmp(bsel, ref.sel, Tr * k * sizeof *bsel), "%s: ls_dsa_topk over all keys differs from brute force",
           what);
-    ls_mla_cp_rows own = {p->c_kv + (size_t)s0 * rk, p->k_pe + (size_t)s0 * dr, p->k_I + (size_t)s0 * DI, s0, n};
-    ls_mla_cp_rows resp = {p->c_kv + Tp * rk, p->k_pe + Tp * dr, p->k_I + Tp * DI, (int64_t)Tp, Tr};
-    ls_mla_cp_queries q = {p->qn, p->qp, p->qI, p->w, (int64_t)Tp, Tr};
-    int64_t *sel = malloc(Tr * k * sizeof *sel);
-    double *o = vec(Tr * H * DIMS.d_v), *lse = vec(Tr * H);
-    MUST(K(ls_mla_cp_response_select)(&c, sel, &q, &own, 1, &resp, layer));
-    MUST(K(ls_mla_cp_response_forward)(&c, o, lse, &q, sel, &own, 1, &resp, p->kv_b, layer));
+    ls_mla_cp_rows own, resp;
+    ls_mla_cp_queries q;
+    int64_t *sel;
+    double *o, *lse;
+    response_forward(&c, p, s0, n, layer, &own, &resp, &q, &sel, &o, &lse);
     size_t mism = 0;
     for (size_t i = 0; i < Tr * k; i++) mism += sel[i] != ref.sel[i];
     note(E_SEL, (double)mism, what);
@@ -346,20 +359,18 @@ static void check_config(const char *name, const problem *p, ls_mla_form form, i
 /* ---- the fault cp-local-dsa -------------------------------------------------- */
 
 static void check_fault(const problem *p, int layer) {
-    size_t H = DIMS.H, Tp = p->Tp, Tr = p->Tr, k = p->k, rk = DIMS.r_kv, dr = DIMS.d_r;
+    size_t H = DIMS.H, Tp = p->Tp, Tr = p->Tr, k = p->k;
     int64_t s0, s1;
     ls_cp_shard((int64_t)Tp, world_, rank_, &s0, &s1);
     size_t n = (size_t)(s1 - s0);
     ls_mla_cp c = ctx(p, LS_MLA_NAIVE, 1);
     result ref;
     ref_compose(&ref, p, p->qn, p->qp, p->qI, p->w, p->dout, Tr, (int64_t)Tp, Tp + Tr);
-    ls_mla_cp_rows own = {p->c_kv + (size_t)s0 * rk, p->k_pe + (size_t)s0 * dr, p->k_I + (size_t)s0 * DI, s0, n};
-    ls_mla_cp_rows resp = {p->c_kv + Tp * rk, p->k_pe + Tp * dr, p->k_I + Tp * DI, (int64_t)Tp, Tr};
-    ls_mla_cp_queries q = {p->qn, p->qp, p->qI, p->w, (int64_t)Tp, Tr};
-    int64_t *sel = malloc(Tr * k * sizeof *sel);
-    double *o = vec(Tr * H * DIMS.d_v), *lse = vec(Tr * H);
-    MUST(K(ls_mla_cp_response_select)(&c, sel, &q, &own, 1, &resp, layer));
-    MUST(K(ls_mla_cp_response_forward)(&c, o, lse, &q, sel, &own, 1, &resp, p->kv_b, layer));
+    ls_mla_cp_rows own, resp;
+    ls_mla_cp_queries q;
+    int64_t *sel;
+    double *o, *lse;
+    response_forward(&c, p, s0, n, layer, &own, &resp, &q, &sel, &o, &lse);
     double sel_diff = max_all(memcmp(sel, ref.sel, Tr * k * sizeof *sel) != 0);
     double eo = max_all(rel(o, ref.o, Tr * H * DIMS.d_v));
     CHECK(sel_diff > 0, "cp-local-dsa: the response selection equals the global one on every rank");

@@ -22,7 +22,7 @@ import shutil
 import sys
 import tempfile
 
-from example_table import PY, copy_sources, failed_rules, finish, run
+from example_table import PY, copy_sources, failed_rules, finish, init_weights, run, start
 
 # bug -> (level the audit proves, the rules that must fail (each at a level above the proven one),
 #         parity's exit status for the bug's build, what the bug is, the public report it reproduces)
@@ -47,15 +47,12 @@ TABLE = [
 
 
 def main(argv):
-    if len(argv) < 2:
-        print(__doc__.strip().splitlines()[-1], file=sys.stderr)
+    args = start(argv, __doc__)
+    if args is None:
         return 2
-    build, out = os.path.abspath(argv[0]), os.path.abspath(argv[1])
-    md = argv[argv.index("--markdown") + 1] if "--markdown" in argv else None
+    build, out, md = args
     parity = os.path.join(build, "parity", "longstraw-parity")
     audit = os.path.join(build, "audit", "longstraw-audit")
-    shutil.rmtree(out, ignore_errors=True)
-    os.makedirs(out)
     src = tempfile.mkdtemp(prefix="fault_table-src-")
     try:
         return table(build, out, md, parity, audit, src)
@@ -69,10 +66,8 @@ def table(build, out, md, parity, audit, src):
     base = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.join(src, "python"),
                 OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     base.pop("TORCH_CP_BUG", None)
-    weights = os.path.join(out, "init")
-    if run([PY, os.path.join(EXAMPLE, "train.py"), "--mode", "init", "--seed", "3", "--out", weights], base,
-           os.path.join(out, "init.log")) != 0:
-        print("fault_table: the example's init failed", file=sys.stderr)
+    weights = init_weights("fault_table", EXAMPLE, base, out)
+    if weights is None:
         return 1
     rows, bad = [], []
     for bug, want_level, want_rules, want_prc, what, public in TABLE:

@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 
-from example_table import PY, copy_sources, failed_rules, finish, run
+from example_table import PY, copy_sources, failed_rules, finish, init_weights, run, start
 
 # (bug, DP replicas) -> (level proven, rules that must fail, the probe's verdict, what it is)
 TABLE = [
@@ -57,17 +57,14 @@ def trace_events(path, kind):
 
 
 def main(argv):
-    if len(argv) < 2:
-        print(__doc__.strip().splitlines()[-1], file=sys.stderr)
+    args = start(argv, __doc__)
+    if args is None:
         return 2
-    build, out = os.path.abspath(argv[0]), os.path.abspath(argv[1])
-    md = argv[argv.index("--markdown") + 1] if "--markdown" in argv else None
+    build, out, md = args
     only = argv[argv.index("--only") + 1].split(",") if "--only" in argv else None
     parity = os.path.join(build, "parity", "longstraw-parity")
     audit = os.path.join(build, "audit", "longstraw-audit")
     sign = os.path.join(build, "receipts", "longstraw-sign")
-    shutil.rmtree(out, ignore_errors=True)
-    os.makedirs(out)
     src = tempfile.mkdtemp(prefix="path_bugs-src-")
     try:
         copy_sources(src)
@@ -78,10 +75,8 @@ def main(argv):
         if run([sign, "keygen", "--private", priv, "--public", pub], base, os.path.join(out, "keygen.log")) != 0:
             print("path_bugs: longstraw-sign keygen failed", file=sys.stderr)
             return 1
-        init = os.path.join(out, "init")
-        if run([PY, os.path.join(ex, "train.py"), "--mode", "init", "--seed", "3", "--out", init], base,
-               os.path.join(out, "init.log")) != 0:
-            print("path_bugs: the example's init failed", file=sys.stderr)
+        init = init_weights("path_bugs", ex, base, out)
+        if init is None:
             return 1
         rows, bad = [], []
         for bug, dp, want_level, want_rules, want_probe, what in TABLE:
