@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/bench_util.h"
 #include "trainer/base/mem_tracker.h"
 #include "trainer/step/step.h"
 #include "trainer/families/families.h"
@@ -26,12 +27,6 @@ typedef struct {
     double linear_flops_per_token;
     int ok;
 } cell;
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static double linear_flops_per_token(const ls_params *p);
 
@@ -60,9 +55,9 @@ static void run_cell(const char *cfg_path, size_t P, size_t G, ls_strategy s, ls
     so.R = 8;
     ls_step_result res;
     ls_mem_reset_peaks();
-    double t0 = now();
+    double t0 = now_s();
     ls_status st = ls_step_grads_f32(p, b, &t, &so, NULL, &res, err, sizeof err);
-    out->seconds = now() - t0;
+    out->seconds = now_s() - t0;
     if (st != LS_OK) {
         fprintf(stderr, "P=%zu: %s\n", P, err);
         return;
@@ -93,22 +88,22 @@ static double linear_flops_per_token(const ls_params *p) {
 }
 
 /* Run a cell in a child so its peak RSS is its own. */
+typedef struct {
+    const char *cfg;
+    size_t P, G;
+    ls_strategy s;
+    ls_grad_mode gm;
+} cell_in;
+
+static void run_cell_of(const void *arg, void *out) {
+    const cell_in *in = arg;
+    run_cell(in->cfg, in->P, in->G, in->s, in->gm, out);
+}
+
 static cell fork_cell(const char *cfg, size_t P, size_t G, ls_strategy s, ls_grad_mode gm) {
-    int fd[2];
+    cell_in in = {cfg, P, G, s, gm};
     cell c = {0};
-    if (pipe(fd) != 0) return c;
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fd[0]);
-        run_cell(cfg, P, G, s, gm, &c);
-        ssize_t w = write(fd[1], &c, sizeof c);
-        _exit(w == (ssize_t)sizeof c ? 0 : 1);
-    }
-    close(fd[1]);
-    ssize_t r = read(fd[0], &c, sizeof c);
-    close(fd[0]);
-    waitpid(pid, NULL, 0);
-    if (r != (ssize_t)sizeof c) c.ok = 0;
+    if (bench_in_child(run_cell_of, &in, &c, sizeof c) != 0) c.ok = 0;
     return c;
 }
 
@@ -118,12 +113,12 @@ static double sgemm_gflops(size_t T, size_t d) {
     for (size_t i = 0; i < T * d; i++) A[i] = (float)(i % 7) * 0.1f;
     for (size_t i = 0; i < n * d; i++) B[i] = (float)(i % 5) * 0.1f;
     int reps = 0;
-    double t0 = now(), dt;
+    double t0 = now_s(), dt;
     do {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)n, (int)d, 1.f, A, (int)d, B, (int)d,
                     0.f, C, (int)n);
         reps++;
-        dt = now() - t0;
+        dt = now_s() - t0;
     } while (dt < 0.3);
     free(A);
     free(B);

@@ -238,6 +238,20 @@ static void response_forward(ls_mla_cp *c, const problem *p, int64_t s0, size_t 
     MUST(K(ls_mla_cp_response_forward)(c, *o, *lse, q, *sel, own, 1, resp, p->kv_b, layer));
 }
 
+/* The prompt's CP selection and forward on this rank: the shard's queries (rows [s0, s0 + n)) into *pq
+ * against its own rows own; the selection (n x k) and o, lse into *sel, *o, *lse (malloc'd: the caller
+ * frees them). */
+static void prompt_forward(ls_mla_cp *c, const problem *p, int64_t s0, size_t n, const ls_mla_cp_rows *own, int layer,
+                           ls_mla_cp_queries *pq, int64_t **sel, double **o, double **lse) {
+    size_t H = DIMS.H, qo = (size_t)s0 * H;
+    *pq = (ls_mla_cp_queries){p->pqn + qo * DIMS.d_n, p->pqp + qo * DIMS.d_r, p->pqI + (size_t)s0 * HI * DI,
+                              p->pw + (size_t)s0 * HI, s0, n};
+    *sel = malloc(n * p->k * sizeof **sel);
+    *o = vec(n * H * DIMS.d_v), *lse = vec(n * H);
+    MUST(K(ls_mla_cp_prompt_select)(c, *sel, pq, own, layer));
+    MUST(K(ls_mla_cp_prompt_forward)(c, *o, *lse, pq, *sel, own, p->kv_b, 1, layer));
+}
+
 /* ---- one configuration: response and prompt, checked ------------------------- */
 
 static void check_config(const char *name, const problem *p, ls_mla_form form, int layer) {
@@ -299,12 +313,8 @@ static void check_config(const char *name, const problem *p, ls_mla_form form, i
                Tr, pcut, Tp);
     if (!strcmp(name, "ties")) CHECK(cut + pcut > 0, "%s: no tie straddles the k-th slot", what);
     size_t qo = (size_t)s0 * H;
-    ls_mla_cp_queries pq = {p->pqn + qo * DIMS.d_n, p->pqp + qo * DIMS.d_r, p->pqI + (size_t)s0 * HI * DI,
-                            p->pw + (size_t)s0 * HI, s0, n};
-    sel = malloc(n * k * sizeof *sel);
-    o = vec(n * H * DIMS.d_v), lse = vec(n * H);
-    MUST(K(ls_mla_cp_prompt_select)(&c, sel, &pq, &own, layer));
-    MUST(K(ls_mla_cp_prompt_forward)(&c, o, lse, &pq, sel, &own, p->kv_b, 1, layer));
+    ls_mla_cp_queries pq;
+    prompt_forward(&c, p, s0, n, &own, layer, &pq, &sel, &o, &lse);
     mism = 0;
     for (size_t i = 0; i < n * k; i++) mism += sel[i] != ref.sel[(size_t)s0 * k + i];
     note(E_SEL, (double)mism, what);
@@ -380,12 +390,8 @@ static void check_fault(const problem *p, int layer) {
     /* prompt: the own shard's keys only */
     ref_compose(&ref, p, p->pqn, p->pqp, p->pqI, p->pw, p->pdout, Tp, 0, Tp);
     size_t qo = (size_t)s0 * H;
-    ls_mla_cp_queries pq = {p->pqn + qo * DIMS.d_n, p->pqp + qo * DIMS.d_r, p->pqI + (size_t)s0 * HI * DI,
-                            p->pw + (size_t)s0 * HI, s0, n};
-    sel = malloc(n * k * sizeof *sel);
-    o = vec(n * H * DIMS.d_v), lse = vec(n * H);
-    MUST(K(ls_mla_cp_prompt_select)(&c, sel, &pq, &own, layer));
-    MUST(K(ls_mla_cp_prompt_forward)(&c, o, lse, &pq, sel, &own, p->kv_b, 1, layer));
+    ls_mla_cp_queries pq;
+    prompt_forward(&c, p, s0, n, &own, layer, &pq, &sel, &o, &lse);
     double psel = max_all(memcmp(sel, ref.sel + (size_t)s0 * k, n * k * sizeof *sel) != 0);
     double epo = max_all(rel(o, ref.o + qo * DIMS.d_v, n * H * DIMS.d_v));
     CHECK(psel > 0, "cp-local-dsa: the prompt selection equals the global one on every rank");
