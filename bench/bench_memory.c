@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/bench_step.h"
 #include "bench/bench_util.h"
 #include "trainer/base/mem_tracker.h"
 #include "trainer/step/step.h"
@@ -38,30 +39,9 @@ static void run_cell(const char *cfg_path, size_t P, size_t G, ls_strategy s, ls
         fprintf(stderr, "%s\n", err);
         return;
     }
-    ls_objective o;
-    ls_objective_defaults(&o);
-    o.grad_mode = gm;
-    ls_params *p = NULL;
-    if (ls_params_init_f32(&p, &c, &o, 1, err, sizeof err) != LS_OK) return;
-    ls_task t;
-    ls_batch *b = NULL;
-    if (ls_task_make(&t, P, 8, 1) != LS_OK || ls_batch_alloc(&b, G) != LS_OK ||
-        ls_batch_set_prompt(b, t.prompt, P) != LS_OK)
-        return;
-    ls_step_options so;
-    ls_step_options_defaults(&so);
-    so.strategy = s;
-    so.G = G;
-    so.R = 8;
     ls_step_result res;
-    ls_mem_reset_peaks();
-    double t0 = now_s();
-    ls_status st = ls_step_grads_f32(p, b, &t, &so, NULL, &res, err, sizeof err);
-    out->seconds = now_s() - t0;
-    if (st != LS_OK) {
-        fprintf(stderr, "P=%zu: %s\n", P, err);
-        return;
-    }
+    ls_params *p = NULL;
+    if (bench_step(&c, gm, s, P, G, 8, &res, &out->seconds, &p) != 0) return;
     ls_mem_stats ms;
     ls_mem_snapshot(&ms);
     out->ok = 1;

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/bench_step.h"
 #include "bench/bench_util.h"
 #include "trainer/base/mem_tracker.h"
 #include "trainer/mla/mla_layer.h"
@@ -55,33 +56,8 @@ static void run_cell(const cell_in *in, cell *out) {
     ls_mla_seg_opts so_mla = ls_mla_get_seg_opts_f32();
     so_mla.moe_chunk = in->chunk;
     ls_mla_set_seg_opts_f32(&so_mla);
-    ls_objective o;
-    ls_objective_defaults(&o);
-    o.grad_mode = in->gm;
-    ls_params *p = NULL;
-    if (ls_params_init_f32(&p, &c, &o, 1, err, sizeof err) != LS_OK) {
-        fprintf(stderr, "%s\n", err);
-        return;
-    }
-    ls_task t;
-    ls_batch *b = NULL;
-    if (ls_task_make(&t, in->P, 8, 1) != LS_OK || ls_batch_alloc(&b, in->G) != LS_OK ||
-        ls_batch_set_prompt(b, t.prompt, in->P) != LS_OK)
-        return;
-    ls_step_options so;
-    ls_step_options_defaults(&so);
-    so.strategy = in->s;
-    so.G = in->G;
-    so.R = in->R;
     ls_step_result res;
-    ls_mem_reset_peaks();
-    double t0 = now_s();
-    ls_status st = ls_step_grads_f32(p, b, &t, &so, NULL, &res, err, sizeof err);
-    out->seconds = now_s() - t0;
-    if (st != LS_OK) {
-        fprintf(stderr, "P=%zu: %s\n", in->P, err);
-        return;
-    }
+    if (bench_step(&c, in->gm, in->s, in->P, in->G, in->R, &res, &out->seconds, NULL) != 0) return;
     ls_mem_stats ms;
     ls_mem_snapshot(&ms);
     out->ok = 1;
