@@ -849,15 +849,7 @@ int ls_audit_html_write(const char *run_dir, const cJSON *report, const char *ou
 int ls_audit_html_write_read(const char *run_dir, const cJSON *report, const ls_audit_reads *reads,
                              const char *out_path, char *err, size_t err_len) {
     char dummy[8];
-    if (!err || !err_len) {
-        err = dummy;
-        err_len = sizeof dummy;
-    }
-    err[0] = 0;
-    if (!run_dir || !out_path) {
-        snprintf(err, err_len, "html: run directory and output path are required");
-        return 2;
-    }
+    if (ls_audit_drawing_args("html", run_dir, out_path, &err, &err_len, dummy, sizeof dummy) != 0) return 2;
     int rc = 2;
     sbuf page = {0}, body = {0};
     mem_series *m = NULL;

@@ -21,24 +21,7 @@
 /* ---- the digest walk: every subject digested, every extra file named ---- */
 
 static ls_status add_problem(ls_verify_report *rep, ls_verify_kind kind, const char *name, const char *detail) {
-    if (rep->count == rep->cap) {
-        size_t ncap = rep->cap ? rep->cap * 2 : 8;
-        ls_verify_problem *ni = realloc(rep->items, ncap * sizeof *ni);
-        if (ni == NULL) return LS_ERR_NOMEM;
-        rep->items = ni;
-        rep->cap = ncap;
-    }
-    ls_verify_problem *p = &rep->items[rep->count];
-    p->kind = kind;
-    p->name = strdup(name);
-    p->detail = strdup(detail);
-    if (p->name == NULL || p->detail == NULL) {
-        free(p->name);
-        free(p->detail);
-        return LS_ERR_NOMEM;
-    }
-    rep->count++;
-    return LS_OK;
+    return ls_verify_report_add(rep, kind, name, "%s", detail);
 }
 
 static bool is_subject(const ls_manifest *m, const char *rel) {

@@ -658,18 +658,24 @@ int ls_audit_timeline_write(const char *run_dir, const char *out_path, char *err
     return ls_audit_timeline_write_verdict(run_dir, out_path, NULL, NULL, err, err_len);
 }
 
+int ls_audit_drawing_args(const char *what, const char *run_dir, const char *out_path, char **err, size_t *err_len,
+                          char *scratch, size_t scratch_len) {
+    if (!*err || !*err_len) {
+        *err = scratch;
+        *err_len = scratch_len;
+    }
+    (*err)[0] = 0;
+    if (!run_dir || !out_path) {
+        snprintf(*err, *err_len, "%s: run directory and output path are required", what);
+        return 2;
+    }
+    return 0;
+}
+
 int ls_audit_timeline_write_verdict(const char *run_dir, const char *out_path, const char *verdict_json,
                                     const ls_audit_reads *reads, char *err, size_t err_len) {
     char dummy[8];
-    if (!err || !err_len) {
-        err = dummy;
-        err_len = sizeof dummy;
-    }
-    err[0] = 0;
-    if (!run_dir || !out_path) {
-        snprintf(err, err_len, "timeline: run directory and output path are required");
-        return 2;
-    }
+    if (ls_audit_drawing_args("timeline", run_dir, out_path, &err, &err_len, dummy, sizeof dummy) != 0) return 2;
     int rc = 2;
     int64_t world = 0;
     int64_t *starts = NULL;

@@ -98,4 +98,12 @@ ls_status ls_audit_timeline_world_read(const char *run_dir, const ls_audit_reads
 /* LS_OK when reads is NULL or the reader's whole file (ls_trace_reader_sha256,
  * the report's path relative to the run) is what the audit read. */
 ls_status ls_audit_trace_same(const ls_audit_reads *reads, ls_trace_reader *r, char *err, size_t err_len);
+
+/* The arguments every drawing of a run (the timeline, the HTML report)
+ * checks first: *err, when NULL or of no length, pointed at scratch
+ * (scratch_len bytes, the caller's) and emptied either way.  Returns 0, or
+ * 2 with the reason in *err, naming `what`, when run_dir or out_path is
+ * NULL. */
+int ls_audit_drawing_args(const char *what, const char *run_dir, const char *out_path, char **err, size_t *err_len,
+                          char *scratch, size_t scratch_len);
 #endif

@@ -197,14 +197,7 @@ int main(int argc, char **argv)
            "hd=%zu, chunk T=%zu against P prompt keys in %d-token pages + its own keys\n",
            omp_get_max_threads(), ls_kernel_isa_name(ls_kernel_isa()),
            HD == 256 ? "hybrid-wide" : "hybrid-tiny", H, HKV, HD, T, PAGE);
-    FILE *la = fopen("/proc/loadavg", "r"); /* other load makes the numbers noisy */
-    double l1;
-    if (la != NULL && fscanf(la, "%lf", &l1) == 1) {
-        printf("1-minute load average at start: %.2f\n", l1);
-    }
-    if (la != NULL) {
-        fclose(la);
-    }
+    bench_print_loadavg();
     printf("sgemm 1024^3 ceiling: %.1f GFLOP/s\n\n", sgemm_gflops());
     printf("%7s %6s %-9s %9s %9s %9s %9s\n", "P", "pages", "path", "fwd s", "fwd GF/s",
            "bwd s", "bwd GF/s");

@@ -16,6 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/bench_step.h"
+#include "bench/bench_util.h"
 #include "trainer/base/mem_tracker.h"
 #include "trainer/step/step.h"
 #include "trainer/families/families.h"
@@ -27,12 +29,6 @@ typedef struct {
     int ok;
 } cell;
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static double linear_flops_per_token(const ls_params *p);
 
 static void run_cell(const char *cfg_path, size_t P, size_t G, ls_strategy s, ls_grad_mode gm, cell *out) {
@@ -43,30 +39,9 @@ static void run_cell(const char *cfg_path, size_t P, size_t G, ls_strategy s, ls
         fprintf(stderr, "%s\n", err);
         return;
     }
-    ls_objective o;
-    ls_objective_defaults(&o);
-    o.grad_mode = gm;
-    ls_params *p = NULL;
-    if (ls_params_init_f32(&p, &c, &o, 1, err, sizeof err) != LS_OK) return;
-    ls_task t;
-    ls_batch *b = NULL;
-    if (ls_task_make(&t, P, 8, 1) != LS_OK || ls_batch_alloc(&b, G) != LS_OK ||
-        ls_batch_set_prompt(b, t.prompt, P) != LS_OK)
-        return;
-    ls_step_options so;
-    ls_step_options_defaults(&so);
-    so.strategy = s;
-    so.G = G;
-    so.R = 8;
     ls_step_result res;
-    ls_mem_reset_peaks();
-    double t0 = now();
-    ls_status st = ls_step_grads_f32(p, b, &t, &so, NULL, &res, err, sizeof err);
-    out->seconds = now() - t0;
-    if (st != LS_OK) {
-        fprintf(stderr, "P=%zu: %s\n", P, err);
-        return;
-    }
+    ls_params *p = NULL;
+    if (bench_step(&c, gm, s, P, G, 8, &res, &out->seconds, &p) != 0) return;
     ls_mem_stats ms;
     ls_mem_snapshot(&ms);
     out->ok = 1;
@@ -93,22 +68,22 @@ static double linear_flops_per_token(const ls_params *p) {
 }
 
 /* Run a cell in a child so its peak RSS is its own. */
+typedef struct {
+    const char *cfg;
+    size_t P, G;
+    ls_strategy s;
+    ls_grad_mode gm;
+} cell_in;
+
+static void run_cell_of(const void *arg, void *out) {
+    const cell_in *in = arg;
+    run_cell(in->cfg, in->P, in->G, in->s, in->gm, out);
+}
+
 static cell fork_cell(const char *cfg, size_t P, size_t G, ls_strategy s, ls_grad_mode gm) {
-    int fd[2];
+    cell_in in = {cfg, P, G, s, gm};
     cell c = {0};
-    if (pipe(fd) != 0) return c;
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fd[0]);
-        run_cell(cfg, P, G, s, gm, &c);
-        ssize_t w = write(fd[1], &c, sizeof c);
-        _exit(w == (ssize_t)sizeof c ? 0 : 1);
-    }
-    close(fd[1]);
-    ssize_t r = read(fd[0], &c, sizeof c);
-    close(fd[0]);
-    waitpid(pid, NULL, 0);
-    if (r != (ssize_t)sizeof c) c.ok = 0;
+    if (bench_in_child(run_cell_of, &in, &c, sizeof c) != 0) c.ok = 0;
     return c;
 }
 
@@ -118,12 +93,12 @@ static double sgemm_gflops(size_t T, size_t d) {
     for (size_t i = 0; i < T * d; i++) A[i] = (float)(i % 7) * 0.1f;
     for (size_t i = 0; i < n * d; i++) B[i] = (float)(i % 5) * 0.1f;
     int reps = 0;
-    double t0 = now(), dt;
+    double t0 = now_s(), dt;
     do {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)n, (int)d, 1.f, A, (int)d, B, (int)d,
                     0.f, C, (int)n);
         reps++;
-        dt = now() - t0;
+        dt = now_s() - t0;
     } while (dt < 0.3);
     free(A);
     free(B);

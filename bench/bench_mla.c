@@ -18,6 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/bench_step.h"
+#include "bench/bench_util.h"
 #include "trainer/base/mem_tracker.h"
 #include "trainer/mla/mla_layer.h"
 #include "trainer/step/step.h"
@@ -39,12 +41,6 @@ typedef struct {
     ls_grad_mode gm;
 } cell_in;
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void run_cell(const cell_in *in, cell *out) {
     memset(out, 0, sizeof *out);
     ls_model_config c;
@@ -60,33 +56,8 @@ static void run_cell(const cell_in *in, cell *out) {
     ls_mla_seg_opts so_mla = ls_mla_get_seg_opts_f32();
     so_mla.moe_chunk = in->chunk;
     ls_mla_set_seg_opts_f32(&so_mla);
-    ls_objective o;
-    ls_objective_defaults(&o);
-    o.grad_mode = in->gm;
-    ls_params *p = NULL;
-    if (ls_params_init_f32(&p, &c, &o, 1, err, sizeof err) != LS_OK) {
-        fprintf(stderr, "%s\n", err);
-        return;
-    }
-    ls_task t;
-    ls_batch *b = NULL;
-    if (ls_task_make(&t, in->P, 8, 1) != LS_OK || ls_batch_alloc(&b, in->G) != LS_OK ||
-        ls_batch_set_prompt(b, t.prompt, in->P) != LS_OK)
-        return;
-    ls_step_options so;
-    ls_step_options_defaults(&so);
-    so.strategy = in->s;
-    so.G = in->G;
-    so.R = in->R;
     ls_step_result res;
-    ls_mem_reset_peaks();
-    double t0 = now();
-    ls_status st = ls_step_grads_f32(p, b, &t, &so, NULL, &res, err, sizeof err);
-    out->seconds = now() - t0;
-    if (st != LS_OK) {
-        fprintf(stderr, "P=%zu: %s\n", in->P, err);
-        return;
-    }
+    if (bench_step(&c, in->gm, in->s, in->P, in->G, in->R, &res, &out->seconds, NULL) != 0) return;
     ls_mem_stats ms;
     ls_mem_snapshot(&ms);
     out->ok = 1;
@@ -100,23 +71,12 @@ static void run_cell(const cell_in *in, cell *out) {
     out->plan_dispatch = ls_mla_dispatch_bytes_f32(&c, in->chunk ? in->chunk : 256, 0, 1);
 }
 
+static void run_cell_of(const void *in, void *out) { run_cell(in, out); }
+
+/* Run a cell in a child so its peak RSS is its own. */
 static cell fork_cell(const cell_in *in) {
-    int fd[2];
     cell c = {0};
-    if (pipe(fd) != 0) return c;
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fd[0]);
-        run_cell(in, &c);
-        ssize_t w = write(fd[1], &c, sizeof c);
-        _exit(w == (ssize_t)sizeof c ? 0 : 1);
-    }
-    close(fd[1]);
-    ssize_t r = read(fd[0], &c, sizeof c);
-    close(fd[0]);
-    waitpid(pid, NULL, 0);
-    if (r != (ssize_t)sizeof c) c.ok = 0;
+    if (bench_in_child(run_cell_of, in, &c, sizeof c) != 0) c.ok = 0;
     return c;
 }
 

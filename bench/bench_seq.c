@@ -219,14 +219,7 @@ int main(int argc, char **argv)
     printf("bench_seq: float32 CPU kernels, %d OpenMP threads\n", omp_get_max_threads());
     printf("attention: causal, Tq = Tk = T, one block; GDN: ls_gdn_forward/backward (the "
            "form they choose; recurrent vs chunked in the GDN table)\n");
-    FILE *la = fopen("/proc/loadavg", "r"); /* other load makes the numbers noisy */
-    double l1;
-    if (la != NULL && fscanf(la, "%lf", &l1) == 1) {
-        printf("1-minute load average at start: %.2f\n", l1);
-    }
-    if (la != NULL) {
-        fclose(la);
-    }
+    bench_print_loadavg();
     printf("\n");
     printf("%-10s %-13s %-22s %7s %12s %12s %9s %9s\n", "op", "config", "dims", "T",
            "fwd tok/s", "bwd tok/s", "fwd s", "bwd s");

@@ -266,6 +266,16 @@ typedef struct ls_parity_report ls_parity_report;
 ls_status ls_parity_report_new(const ls_parity_opts *o, ls_parity_report **out);
 /* Frees the report and every check added to it; NULL is a no-op. */
 void ls_parity_report_free(ls_parity_report *r);
+/* A run's report begun: the directory o->out made (LS_ERR_IO naming it
+ * when it cannot be) and a new report for o in *out (the caller's, handed
+ * to ls_parity_report_end). */
+ls_status ls_parity_report_begin(const ls_parity_opts *o, ls_parity_report **out, char *err, size_t errlen);
+/* A run's report ended: when s (the run's status) is LS_OK, the total time
+ * since t0 (ls_parity_now) added and the report finished into
+ * o->out/parity.json (ls_parity_report_finish; said on stdout unless
+ * o->quiet); the report freed either way.  Returns s, or finish's status. */
+ls_status ls_parity_report_end(ls_parity_report *r, const ls_parity_opts *o, ls_status s, double t0, bool *all_pass,
+                               char *err, size_t errlen);
 /* The trainer build every run must share: the first call sets it (the
  * report's build_digest, and its "build": the run's build object, copied), a
  * later different one is an error naming both runs and what differs
@@ -375,6 +385,9 @@ typedef struct {
 void ls_parity_train_job(const ls_parity_opts *o, const ls_parity_config *c, const ls_parity_train *t,
                          ls_parity_job *j);
 void ls_parity_remove_tree(const char *path);
+/* path made afresh: whatever was there removed (ls_parity_remove_tree), then
+ * the directory and its parents made; LS_ERR_IO naming path when it cannot be. */
+ls_status ls_parity_fresh_dir(const char *path, char *err, size_t errlen);
 
 /* "tensor" / "layer" (NULL: not an LS_PARITY_FD_* value) */
 const char *ls_parity_fd_groups_name(int fd_groups);

@@ -22,6 +22,17 @@
 #include "parity/parity.h"
 
 #define LS_PARITY_ADAPTER_MAX_BYTES (64u << 10)
+
+/* The refusal of the adapter files' readers (parity_adapter_load.c,
+ * parity_adapter_like.c): in a function with `ls_status s`, `char *err`,
+ * `size_t errlen` and a `done:` label, the message into err, s = st, and
+ * out through done. */
+#define LS_PARITY_ADAPTER_FAIL(st, ...)      \
+    do {                                     \
+        snprintf(err, errlen, __VA_ARGS__);  \
+        s = (st);                            \
+        goto done;                           \
+    } while (0)
 /* the longest argument a template expands to */
 #define LS_PARITY_ADAPTER_ARG_MAX (LS_PARITY_PATH + 63)
 

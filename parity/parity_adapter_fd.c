@@ -140,11 +140,8 @@ static ls_status fd_before(void *ctx, size_t i, char *err, size_t errlen) {
     if (s == LS_OK) s = ls_atomic_write(list, txt, len, err, errlen);
     free(txt);
     if (s != LS_OK) return s;
-    ls_parity_remove_tree(out);
-    if (ls_parity_mkdirs(out) != 0) {
-        snprintf(err, errlen, "cannot create %s: %s", out, strerror(errno));
-        return LS_ERR_IO;
-    }
+    s = ls_parity_fresh_dir(out, err, errlen);
+    if (s != LS_OK) return s;
     snprintf(log, sizeof log, "%s.log", out);
     ls_parity_adapter_vars v = {.mode = "loss", .cp = 1, .dtype = "f64", .grad_mode = "full",
                                 .fault = x->a->fault_none, .weights = list, .batch = x->batch, .out = out,
@@ -255,12 +252,8 @@ ls_status ls_parity_adapter_fd(const ls_parity_opts *o, const ls_parity_adapter 
     x.nt = nt;
     x.idx = idx;
     snprintf(x.fdir, sizeof x.fdir, "%s/fd", dir);
-    ls_parity_remove_tree(x.fdir);
-    if (mkdir(x.fdir, 0777) != 0) {
-        snprintf(err, errlen, "cannot create %s: %s", x.fdir, strerror(errno));
-        s = LS_ERR_IO;
-        goto done;
-    }
+    s = ls_parity_fresh_dir(x.fdir, err, errlen);
+    if (s != LS_OK) goto done;
     s = ls_parity_jobs_run_hooked(x.jobs, x.ncalls, o->jobs, o->timeout_s, fd_before, fd_after, &x, err, errlen);
     if (s != LS_OK) goto done;
     *runs = (int)x.ncalls;

@@ -100,12 +100,7 @@ static void shards_text(int64_t T, int n, char *buf, size_t cap) {
                                 (long long)((r + 1) * T / n - r * T / n));
 }
 
-#define FAIL(st, ...)                       \
-    do {                                    \
-        snprintf(err, errlen, __VA_ARGS__); \
-        s = (st);                           \
-        goto done;                          \
-    } while (0)
+#define FAIL LS_PARITY_ADAPTER_FAIL
 
 ls_status ls_parity_adapter_like(const char *run_dir, ls_parity_opts *o, ls_parity_adapter *a, char *err,
                                  size_t errlen) {

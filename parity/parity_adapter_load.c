@@ -108,12 +108,7 @@ void ls_parity_adapter_free(ls_parity_adapter *a) {
     memset(a, 0, sizeof *a);
 }
 
-#define FAIL(st, ...)                        \
-    do {                                     \
-        snprintf(err, errlen, __VA_ARGS__);  \
-        s = (st);                            \
-        goto done;                           \
-    } while (0)
+#define FAIL LS_PARITY_ADAPTER_FAIL
 
 /* Everything past the schema: the fields' values into a. */
 static ls_status semantics(ls_parity_adapter *a, const char *path, char *err, size_t errlen) {

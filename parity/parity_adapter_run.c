@@ -113,11 +113,8 @@ static ls_status write_batch(arun *r, const char *path, const ls_parity_logprobs
 static ls_status make_job(arun *r, const spec *sp, ls_parity_job *j) {
     run_out *d = sp->dst;
     snprintf(d->out, sizeof d->out, "%s/%s", r->dir, d->label);
-    ls_parity_remove_tree(d->out);
-    if (ls_parity_mkdirs(d->out) != 0) {
-        snprintf(r->err, r->errlen, "cannot create %s: %s", d->out, strerror(errno));
-        return LS_ERR_IO;
-    }
+    ls_status s = ls_parity_fresh_dir(d->out, r->err, r->errlen);
+    if (s != LS_OK) return s;
     char log[LS_PARITY_PATH];
     snprintf(log, sizeof log, "%s.log", d->out);
     ls_parity_adapter_vars v = {.mode = sp->mode, .cp = sp->cp, .dp = sp->dp > 1 ? sp->dp : 1,
@@ -649,12 +646,8 @@ ls_status ls_parity_adapter_run(const ls_parity_opts *o, const ls_parity_adapter
             return LS_ERR_ARG;
         }
     }
-    if (ls_parity_mkdirs(o->out) != 0) {
-        snprintf(err, errlen, "--out %s: cannot create: %s", o->out, strerror(errno));
-        return LS_ERR_IO;
-    }
     ls_parity_report *rep = NULL;
-    ls_status s = ls_parity_report_new(o, &rep);
+    ls_status s = ls_parity_report_begin(o, &rep, err, errlen);
     if (s != LS_OK) return s;
     const char *faults[LS_PARITY_ADAPTER_CONTROLS], *kinds[LS_PARITY_ADAPTER_CONTROLS];
     for (size_t i = 0; i < a->n_controls; i++) faults[i] = a->controls[i].fault, kinds[i] = a->controls[i].kind;
@@ -669,13 +662,5 @@ ls_status ls_parity_adapter_run(const ls_parity_opts *o, const ls_parity_adapter
     s = matrix(r);
     free_all(r);
     free(r);
-    if (s == LS_OK) {
-        ls_parity_report_total(rep, ls_parity_now() - t0);
-        char path[LS_PARITY_PATH];
-        snprintf(path, sizeof path, "%s/parity.json", o->out);
-        s = ls_parity_report_finish(rep, path, !o->quiet, all_pass, err, errlen);
-        if (s == LS_OK && !o->quiet) printf("\nlongstraw-parity: wrote %s: %s\n", path, *all_pass ? "PASS" : "FAIL");
-    }
-    ls_parity_report_free(rep);
-    return s;
+    return ls_parity_report_end(rep, o, s, t0, all_pass, err, errlen);
 }

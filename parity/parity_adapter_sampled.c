@@ -128,11 +128,8 @@ static ls_status read_dump(const ls_parity_adapter *a, srun *x, const cJSON *pro
 static ls_status job_of(const ls_parity_opts *o, const ls_parity_adapter *a, const char *mode, int cp, int dp,
                         uint64_t seed, const char *weights, const char *batch, const char *out, ls_parity_job *j, char *err,
                         size_t errlen) {
-    ls_parity_remove_tree(out);
-    if (ls_parity_mkdirs(out) != 0) {
-        snprintf(err, errlen, "cannot create %s: %s", out, strerror(errno));
-        return LS_ERR_IO;
-    }
+    ls_status s = ls_parity_fresh_dir(out, err, errlen);
+    if (s != LS_OK) return s;
     char log[LS_PARITY_PATH];
     snprintf(log, sizeof log, "%s.log", out);
     ls_parity_adapter_vars v = {.mode = mode, .cp = cp, .dp = dp, .dtype = "f64", .grad_mode = "full",

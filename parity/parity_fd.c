@@ -352,11 +352,7 @@ static ls_status fd_retry(fd_ctx *x, int round, double *hs, int *extra, char *er
     y.nt = nf;
     y.h = s == LS_OK ? hs[which[0]] / FD_SHRINK : 0;
     snprintf(y.fdir, sizeof y.fdir, "%s-retry%d", x->fdir, round);
-    ls_parity_remove_tree(y.fdir);
-    if (s == LS_OK && mkdir(y.fdir, 0777) != 0) {
-        snprintf(err, errlen, "cannot create %s: %s", y.fdir, strerror(errno));
-        s = LS_ERR_IO;
-    }
+    if (s == LS_OK) s = ls_parity_fresh_dir(y.fdir, err, errlen);
     if (s == LS_OK && !x->o->quiet)
         fprintf(stderr, "longstraw-parity: %s finite differences: %zu direction(s) decided differently at +-h: "
                 "again at h = %g\n", x->c->name, nf, y.h);
@@ -441,12 +437,8 @@ ls_status ls_parity_fd_checks(const ls_parity_opts *o, const ls_parity_config *c
     const double h = o->fd_step;
     x.t0 = ls_parity_now();
     snprintf(x.fdir, sizeof x.fdir, "%s/fd", dir);
-    ls_parity_remove_tree(x.fdir);
-    if (mkdir(x.fdir, 0777) != 0) {
-        snprintf(err, errlen, "cannot create %s: %s", x.fdir, strerror(errno));
-        s = LS_ERR_IO;
-        goto done;
-    }
+    s = ls_parity_fresh_dir(x.fdir, err, errlen);
+    if (s != LS_OK) goto done;
     x.h = h;
     s = ls_parity_jobs_run_hooked(x.jobs, 4 * nt + 1, o->jobs, o->timeout_s, fd_before, fd_after, &x, err, errlen);
     if (!o->quiet) fprintf(stderr, "\n");

@@ -13,6 +13,7 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
+#include <errno.h>
 #include <float.h>
 #include <math.h>
 #include <stdarg.h>
@@ -745,4 +746,26 @@ ls_status ls_parity_report_finish(ls_parity_report *r, const char *path, bool pr
     if (s != LS_OK) return s;
     if (print) print_table(r);
     return ls_json_write_file(path, r->doc, err, errlen);
+}
+
+ls_status ls_parity_report_begin(const ls_parity_opts *o, ls_parity_report **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (ls_parity_mkdirs(o->out) != 0) {
+        snprintf(err, errlen, "--out %s: cannot create: %s", o->out, strerror(errno));
+        return LS_ERR_IO;
+    }
+    return ls_parity_report_new(o, out);
+}
+
+ls_status ls_parity_report_end(ls_parity_report *r, const ls_parity_opts *o, ls_status s, double t0, bool *all_pass,
+                               char *err, size_t errlen) {
+    if (s == LS_OK) {
+        ls_parity_report_total(r, ls_parity_now() - t0);
+        char path[LS_PARITY_PATH];
+        snprintf(path, sizeof path, "%s/parity.json", o->out);
+        s = ls_parity_report_finish(r, path, !o->quiet, all_pass, err, errlen);
+        if (s == LS_OK && !o->quiet) printf("\nlongstraw-parity: wrote %s: %s\n", path, *all_pass ? "PASS" : "FAIL");
+    }
+    ls_parity_report_free(r);
+    return s;
 }

@@ -934,12 +934,8 @@ static ls_status run_config(cfg_run *r) {
 
 ls_status ls_parity_run(const ls_parity_opts *o, bool *all_pass, char *err, size_t errlen) {
     *all_pass = false;
-    if (ls_parity_mkdirs(o->out) != 0) {
-        snprintf(err, errlen, "--out %s: cannot create: %s", o->out, strerror(errno));
-        return LS_ERR_IO;
-    }
     ls_parity_report *rep = NULL;
-    ls_status s = ls_parity_report_new(o, &rep);
+    ls_status s = ls_parity_report_begin(o, &rep, err, errlen);
     if (s != LS_OK) return s;
     size_t n = o->fam->n_configs;
     const ls_parity_config *cs = o->fam->configs;
@@ -952,13 +948,5 @@ ls_status ls_parity_run(const ls_parity_opts *o, bool *all_pass, char *err, size
     }
     /* --like: the trainer launched the way the run was (parity_path.c) */
     if (s == LS_OK && o->like_paths != NULL) s = ls_parity_paths_run(o, rep, err, errlen);
-    if (s == LS_OK) {
-        ls_parity_report_total(rep, ls_parity_now() - t0);
-        char path[LS_PARITY_PATH];
-        snprintf(path, sizeof path, "%s/parity.json", o->out);
-        s = ls_parity_report_finish(rep, path, !o->quiet, all_pass, err, errlen);
-        if (s == LS_OK && !o->quiet) printf("\nlongstraw-parity: wrote %s: %s\n", path, *all_pass ? "PASS" : "FAIL");
-    }
-    ls_parity_report_free(rep);
-    return s;
+    return ls_parity_report_end(rep, o, s, t0, all_pass, err, errlen);
 }

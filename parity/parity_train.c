@@ -4,6 +4,7 @@
  * and mpirun for a world > 1; and the
  * removal of a run directory. */
 #define _XOPEN_SOURCE 700 /* nftw */
+#include <errno.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <string.h>
@@ -20,6 +21,15 @@ static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ft
 }
 
 void ls_parity_remove_tree(const char *path) { nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+
+ls_status ls_parity_fresh_dir(const char *path, char *err, size_t errlen) {
+    ls_parity_remove_tree(path);
+    if (ls_parity_mkdirs(path) != 0) {
+        snprintf(err, errlen, "cannot create %s: %s", path, strerror(errno));
+        return LS_ERR_IO;
+    }
+    return LS_OK;
+}
 
 void ls_parity_train_job(const ls_parity_opts *o, const ls_parity_config *c, const ls_parity_train *t,
                          ls_parity_job *j) {

@@ -458,10 +458,7 @@ void ls_verify_report_free(ls_verify_report *report) {
     memset(report, 0, sizeof *report);
 }
 
-static ls_status add_problem(ls_verify_report *rep, ls_verify_kind kind, const char *name,
-                             const char *fmt, ...) LS_JSON_PRINTF(4, 5);
-static ls_status add_problem(ls_verify_report *rep, ls_verify_kind kind, const char *name,
-                             const char *fmt, ...) {
+ls_status ls_verify_report_add(ls_verify_report *rep, ls_verify_kind kind, const char *name, const char *fmt, ...) {
     if (rep->count == rep->cap) {
         size_t ncap = rep->cap == 0 ? 8 : rep->cap * 2;
         ls_verify_problem *ni = realloc(rep->items, ncap * sizeof *ni);
@@ -496,25 +493,25 @@ static ls_status check_files(const char *run_dir, const ls_manifest *m, const en
                 : j == files->count ? -1
                                     : strcmp(m->subjects[i].name, files->items[j].name);
         if (c < 0) {
-            st = add_problem(rep, LS_VERIFY_MISSING, m->subjects[i].name,
-                             "listed in the manifest, absent from the run directory");
+            st = ls_verify_report_add(rep, LS_VERIFY_MISSING, m->subjects[i].name,
+                                      "listed in the manifest, absent from the run directory");
             i++;
         } else if (c > 0) {
-            st = add_problem(rep, LS_VERIFY_EXTRA, files->items[j].name, "%s",
-                             files->items[j].regular ? "not listed in the manifest"
-                                                     : "not a regular file, not listed");
+            st = ls_verify_report_add(rep, LS_VERIFY_EXTRA, files->items[j].name, "%s",
+                                      files->items[j].regular ? "not listed in the manifest"
+                                                              : "not a regular file, not listed");
             j++;
         } else {
             const ls_manifest_subject *s = &m->subjects[i];
             char full[PATH_CAP], hex[LS_DIGEST_HEX_SIZE], why[512];
             snprintf(full, sizeof full, "%s/%s", run_dir, s->name);
             if (!files->items[j].regular) {
-                st = add_problem(rep, LS_VERIFY_MISMATCH, s->name, "not a regular file");
+                st = ls_verify_report_add(rep, LS_VERIFY_MISMATCH, s->name, "not a regular file");
             } else if (ls_digest_sha256_file_hex(full, hex, why, sizeof why) != LS_OK) {
-                st = add_problem(rep, LS_VERIFY_MISMATCH, s->name, "%s", why);
+                st = ls_verify_report_add(rep, LS_VERIFY_MISMATCH, s->name, "%s", why);
             } else if (strcmp(hex, s->sha256) != 0) {
-                st = add_problem(rep, LS_VERIFY_MISMATCH, s->name,
-                                 "sha256 is %s, the manifest says %s", hex, s->sha256);
+                st = ls_verify_report_add(rep, LS_VERIFY_MISMATCH, s->name,
+                                          "sha256 is %s, the manifest says %s", hex, s->sha256);
             }
             i++;
             j++;
@@ -535,7 +532,7 @@ static ls_status check_receipt(const char *run_dir, const ls_manifest *m,
     snprintf(path, sizeof path, "%s/%s", run_dir, mr->receipt);
     ls_receipt *r = NULL;
     if (ls_receipt_read(path, &r, why, sizeof why) != LS_OK)
-        return add_problem(rep, LS_VERIFY_RECEIPT, mr->receipt, "%s", why);
+        return ls_verify_report_add(rep, LS_VERIFY_RECEIPT, mr->receipt, "%s", why);
     ls_status st = LS_OK;
     const char *bd_m = cJSON_GetObjectItemCaseSensitive(m->build, "build_digest")->valuestring;
     const char *bd_r = cJSON_GetObjectItemCaseSensitive(r->build, "build_digest")->valuestring;
@@ -544,36 +541,38 @@ static ls_status check_receipt(const char *run_dir, const ls_manifest *m,
     const ls_manifest_subject *ev = find_subject(m, r->events_file);
     int mv = m->version == 2 ? 2 : 1; /* a caller-filled manifest (0) is v1 */
     if (r->version != mv)
-        st = add_problem(rep, LS_VERIFY_RECEIPT, mr->receipt, "a v%d receipt, the manifest is v%d",
-                         r->version, mv);
+        st = ls_verify_report_add(rep, LS_VERIFY_RECEIPT, mr->receipt, "a v%d receipt, the manifest is v%d",
+                                  r->version, mv);
     else if (!same_profile(r->profile_name, r->profile_sha256, m->profile_name, m->profile_sha256))
-        st = add_problem(rep, LS_VERIFY_RECEIPT, mr->receipt,
-                         "profile %s (%.12s...), the manifest says %s (%.12s...)",
-                         r->profile_name ? r->profile_name : "(none)", r->profile_sha256 ? r->profile_sha256 : "",
-                         m->profile_name ? m->profile_name : "(none)", m->profile_sha256 ? m->profile_sha256 : "");
+        st = ls_verify_report_add(rep, LS_VERIFY_RECEIPT, mr->receipt,
+                                  "profile %s (%.12s...), the manifest says %s (%.12s...)",
+                                  r->profile_name ? r->profile_name : "(none)",
+                                  r->profile_sha256 ? r->profile_sha256 : "",
+                                  m->profile_name ? m->profile_name : "(none)",
+                                  m->profile_sha256 ? m->profile_sha256 : "");
     else if (r->rank != mr->rank)
-        st = add_problem(rep, LS_VERIFY_RECEIPT, mr->receipt, "rank %u, the manifest says %u",
-                         (unsigned)r->rank, (unsigned)mr->rank);
+        st = ls_verify_report_add(rep, LS_VERIFY_RECEIPT, mr->receipt, "rank %u, the manifest says %u",
+                                  (unsigned)r->rank, (unsigned)mr->rank);
     else if (r->world != m->world)
-        st = add_problem(rep, LS_VERIFY_RECEIPT, mr->receipt, "world %u, the manifest says %u",
-                         (unsigned)r->world, (unsigned)m->world);
+        st = ls_verify_report_add(rep, LS_VERIFY_RECEIPT, mr->receipt, "world %u, the manifest says %u",
+                                  (unsigned)r->world, (unsigned)m->world);
     else if (strcmp(r->run_id, m->run_id) != 0)
-        st = add_problem(rep, LS_VERIFY_RECEIPT, mr->receipt,
-                         "run_id \"%s\", the manifest says \"%s\"", r->run_id, m->run_id);
+        st = ls_verify_report_add(rep, LS_VERIFY_RECEIPT, mr->receipt,
+                                  "run_id \"%s\", the manifest says \"%s\"", r->run_id, m->run_id);
     else if (strcmp(bd_r, bd_m) != 0)
-        st = add_problem(rep, LS_VERIFY_RECEIPT, mr->receipt,
-                         "build_digest %s, the manifest says %s", bd_r, bd_m);
+        st = ls_verify_report_add(rep, LS_VERIFY_RECEIPT, mr->receipt,
+                                  "build_digest %s, the manifest says %s", bd_r, bd_m);
     else if (rs != mr->status)
-        st = add_problem(rep, LS_VERIFY_RECEIPT, mr->receipt,
-                         "status \"%s\", the manifest says \"%s\"", RANK_STATUS[rs],
-                         RANK_STATUS[mr->status]);
+        st = ls_verify_report_add(rep, LS_VERIFY_RECEIPT, mr->receipt,
+                                  "status \"%s\", the manifest says \"%s\"", RANK_STATUS[rs],
+                                  RANK_STATUS[mr->status]);
     else if (ev == NULL)
-        st = add_problem(rep, LS_VERIFY_RECEIPT, mr->receipt,
-                         "its events file %s is not a subject of the manifest", r->events_file);
+        st = ls_verify_report_add(rep, LS_VERIFY_RECEIPT, mr->receipt,
+                                  "its events file %s is not a subject of the manifest", r->events_file);
     else if (strcmp(ev->sha256, r->events_sha256) != 0)
-        st = add_problem(rep, LS_VERIFY_RECEIPT, mr->receipt,
-                         "digest of %s is %s, the manifest says %s", r->events_file,
-                         r->events_sha256, ev->sha256);
+        st = ls_verify_report_add(rep, LS_VERIFY_RECEIPT, mr->receipt,
+                                  "digest of %s is %s, the manifest says %s", r->events_file,
+                                  r->events_sha256, ev->sha256);
     ls_receipt_free(r);
     return st;
 }

@@ -139,6 +139,15 @@ ls_status ls_manifest_verify(const char *run_dir, ls_verify_report *report, char
 ls_status ls_manifest_verify_parsed(const char *run_dir, const ls_manifest *m,
                                     ls_verify_report *report, char *err, size_t errlen);
 
+/* Appends a problem of kind `kind` about the run's file `name` (copied),
+ * its detail formatted printf-style (at most 767 bytes kept).  LS_OK, or
+ * LS_ERR_NOMEM with the report as it was. */
+ls_status ls_verify_report_add(ls_verify_report *report, ls_verify_kind kind, const char *name, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+
 /* Frees what the report holds (its items, their name and detail) and
  * zeroes it; the struct itself is the caller's. */
 void ls_verify_report_free(ls_verify_report *report);

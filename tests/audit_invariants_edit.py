@@ -43,12 +43,14 @@ def value(old, text):
     return json.loads(text)
 
 
-def edit_metrics(run, rank, step, kvs):
+def edit_first(run, rank, pick, kvs, what):
+    """The KEY=VALUE edits kvs applied to the first event of rank's trace that pick accepts (its seq
+    printed); exits naming what when there is none."""
     path = "%s/rank-%04d/events.jsonl.zst" % (run, rank)
     lines = read_trace(path)
     for i, line in enumerate(lines):
         ev = json.loads(line)
-        if ev.get("ev") == "step_metrics" and ev.get("step") == step:
+        if pick(ev):
             for kv in kvs:
                 k, v = kv.split("=", 1)
                 ev[k] = value(ev[k], v)
@@ -56,30 +58,24 @@ def edit_metrics(run, rank, step, kvs):
             print(ev["seq"])
             break
     else:
-        sys.exit("no step_metrics of step %d in %s" % (step, path))
+        sys.exit("no %s in %s" % (what, path))
     write_trace(path, lines)
+
+
+def edit_metrics(run, rank, step, kvs):
+    edit_first(run, rank, lambda ev: ev.get("ev") == "step_metrics" and ev.get("step") == step, kvs,
+               "step_metrics of step %d" % step)
 
 
 def edit_event(run, rank, kind, n, kvs):
-    path = "%s/rank-%04d/events.jsonl.zst" % (run, rank)
-    lines = read_trace(path)
-    seen = 0
-    for i, line in enumerate(lines):
-        ev = json.loads(line)
+    seen = [0]  # events of kind so far: the one after the first n is edited
+
+    def nth(ev):
         if ev.get("ev") != kind:
-            continue
-        if seen < n:
-            seen += 1
-            continue
-        for kv in kvs:
-            k, v = kv.split("=", 1)
-            ev[k] = value(ev[k], v)
-        lines[i] = dump(ev)
-        print(ev["seq"])
-        break
-    else:
-        sys.exit("no %s event number %d in %s" % (kind, n, path))
-    write_trace(path, lines)
+            return False
+        seen[0] += 1
+        return seen[0] > n
+    edit_first(run, rank, nth, kvs, "%s event number %d" % (kind, n))
 
 
 def drop_metrics(run):

@@ -7,65 +7,25 @@
  * Fixtures are made once per test binary run in /tmp/ls-audit-fix-PID (PID:
  * the Criterion runner's) and removed by a POST_ALL hook; every test copies
  * the fixture it damages into its own scratch directory. */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wformat-truncation"
-#endif
-#include <criterion/criterion.h>
-#include <criterion/hooks.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include "receipts/coverage.h"
-#include "receipts/json_util.h"
-#include "receipts/schema.h"
-#include "test_tmpdir.h"
 
-#define TRAIN LS_BINARY_DIR "/trainer/longstraw-train"
-#define AUDIT LS_BINARY_DIR "/audit/longstraw-audit"
 #define SIGN LS_BINARY_DIR "/receipts/longstraw-sign"
-#define CFG LS_SOURCE_DIR "/configs/hybrid-tiny.json"
 #define TRAIN_ARGS "--config " CFG " --prompt-len 64 --quiet"
 
-static char tmpdir[256];
-static void setup(void) { ls_test_tmpdir_make(tmpdir, "audit"); }
-static void teardown(void) { ls_test_tmpdir_remove(tmpdir); }
+#include "test_cli_util.h"
+#include "test_parity_report.h"
 
-static void fixture_root(char *buf, size_t cap, pid_t pid) { snprintf(buf, cap, "/tmp/ls-audit-fix-%d", (int)pid); }
+LS_TEST_CLI_TMPDIR("audit")
 
-ReportHook(POST_ALL)(struct criterion_global_stats *stats) {
-    (void)stats;
-    char root[128], cmd[256];
-    fixture_root(root, sizeof root, getpid());
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", root);
-}
-
-static int sh(const char *cmd) {
-    int st = system(cmd);
-    cr_assert(WIFEXITED(st), "%s did not exit normally", cmd);
-    return WEXITSTATUS(st);
-}
+LS_TEST_FIXTURE_ROOT("/tmp/ls-audit-fix-%d")
 
 /* The fixture `name`, made with `train` (a trainer command line ending in
  * --out) the first time it is asked for (under ls_test_fixture_lock); its
  * path into out.  want_rc < 0: any non-zero exit. */
 static void fixture(const char *name, const char *train, int want_rc, char *out, size_t cap) {
-    char root[128];
-    fixture_root(root, sizeof root, getppid());
-    mkdir(root, 0755);
-    snprintf(out, cap, "%s/%s", root, name);
-    struct stat sb;
-    if (stat(out, &sb) == 0) return;
+    int lfd = fixture_claim(name, out, cap);
+    if (lfd < 0) return;
     char cmd[4096], tmp[600];
-    int lfd = ls_test_fixture_lock(out);
-    if (stat(out, &sb) == 0) { /* made while this process waited */
-        close(lfd);
-        return;
-    }
     snprintf(tmp, sizeof tmp, "%s.tmp", out);
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && %s '%s' >'%s.log' 2>&1", tmp, train, tmp, out);
     int rc = sh(cmd);
@@ -107,33 +67,14 @@ static int audit(const char *run, const char *extra, cJSON **doc) {
     int rc = sh(cmd);
     if (doc == NULL) return rc;
     *doc = NULL;
-    char err[512];
     if (rc == 2) return rc;
-    cr_assert_eq(ls_json_read_file(json, doc, err, sizeof err), LS_OK, "%s", err);
-    const ls_schema *s = NULL;
-    cr_assert_eq(ls_schema_get("audit-report", &s, err, sizeof err), LS_OK, "%s", err);
-    ls_schema_errors errs = {0};
-    ls_status st = ls_schema_validate(s, *doc, &errs);
-    char first[512];
-    ls_schema_errors_first(&errs, first, sizeof first);
-    ls_schema_errors_free(&errs);
-    cr_assert_eq(st, LS_OK, "the audit report fails its schema: %s", first);
+    *doc = read_valid_json(json, "audit-report");
     return rc;
 }
 
-static const cJSON *rule(const cJSON *doc, const char *id) {
-    const cJSON *lv, *c;
-    cJSON_ArrayForEach(lv, cJSON_GetObjectItem(doc, "levels")) {
-        cJSON_ArrayForEach(c, cJSON_GetObjectItem(lv, "checks")) {
-            if (strcmp(cJSON_GetObjectItem(c, "id")->valuestring, id) == 0) return c;
-        }
-    }
-    cr_assert_fail("no rule %s in the report", id);
-    return NULL;
-}
 
 static bool passes(const cJSON *doc, const char *id) {
-    return cJSON_IsTrue(cJSON_GetObjectItem(rule(doc, id), "pass"));
+    return cJSON_IsTrue(cJSON_GetObjectItem(report_rule(doc, id), "pass"));
 }
 
 static int level(const cJSON *doc) { return cJSON_GetObjectItem(doc, "level")->valueint; }
@@ -143,7 +84,7 @@ static int level(const cJSON *doc) { return cJSON_GetObjectItem(doc, "level")->v
  * (NULL: any). */
 static void expect_fail(const cJSON *doc, const char *id, int rank, const char *file, long long seq,
                         const char *text) {
-    const cJSON *r = rule(doc, id);
+    const cJSON *r = report_rule(doc, id);
     cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(r, "pass")), "rule %s passes; expected it to fail", id);
     const cJSON *e;
     char seen[2048] = "";
@@ -229,7 +170,7 @@ Test(audit, single_rank_run_proves_level_1, .init = setup, .fini = teardown, .ti
     }
     cr_expect_geq(n1, 14);
     /* cross-rank rules do not apply to one rank */
-    cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(rule(doc, "collectives.match"), "applicable")));
+    cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(report_rule(doc, "collectives.match"), "applicable")));
     expect_fail(doc, "parity.build", -1, "parity.json", -2, "no parity report");
     cJSON_Delete(doc);
     cr_expect_eq(audit(run, "--require-level 2", NULL), 1);
@@ -408,7 +349,7 @@ Test(audit, signature_checked_with_key, .init = setup, .fini = teardown, .timeou
     snprintf(cmd, sizeof cmd, "--key %s/a.pub", tmpdir);
     cr_expect_eq(audit(run, cmd, &doc), 0);
     cr_expect(passes(doc, "manifest.signature"));
-    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(rule(doc, "manifest.signature"), "applicable")));
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(report_rule(doc, "manifest.signature"), "applicable")));
     cJSON_Delete(doc);
     snprintf(cmd, sizeof cmd, "--key %s/b.pub", tmpdir); /* the wrong key */
     cr_expect_eq(audit(run, cmd, &doc), 1);
@@ -500,20 +441,9 @@ static void write_parity_fixture(const char *path, const char *build, int world,
     bool mla = decides;
     const char *const(*faults)[2] = mla ? faults_mla : faults_hybrid;
     for (int k = 0; k < (mla ? 3 : 4); k++) {
-        cJSON *c = cJSON_CreateObject();
-        cJSON_AddStringToObject(c, "fault", faults[k][0]);
-        cJSON_AddStringToObject(c, "breaks", faults[k][1]);
-        cJSON_AddStringToObject(c, "dtype", "f32");
-        cJSON_AddNumberToObject(c, "world", 2);
-        cJSON_AddStringToObject(c, "configuration", "fixture");
-        cJSON_AddStringToObject(c, "check", "fixture");
-        cJSON_AddNumberToObject(c, "max_rel_err", 0.1);
-        cJSON_AddNumberToObject(c, "tolerance", 1e-10);
-        cJSON_AddBoolToObject(c, "detected", 1);
         cJSON *cmp = cJSON_Duplicate(cJSON_GetArrayItem(checks, 0), 1);
         cJSON_ReplaceItemInObject(cmp, "pass", cJSON_CreateFalse());
-        cJSON_AddItemToObject(c, "comparison", cmp);
-        cJSON_AddItemToArray(controls, c);
+        cJSON_AddItemToArray(controls, ls_test_parity_control(faults[k][0], faults[k][1], "f32", 2, 0, 0.1, cmp));
     }
     cJSON_AddArrayToObject(d, "links");
     cJSON_AddArrayToObject(d, "levels");
@@ -615,7 +545,7 @@ Test(audit, rollouts_groups_are_their_lines, .init = setup, .fini = teardown, .t
     cJSON *doc = NULL;
     cr_expect_eq(audit(run, "--require-level 1", &doc), 0, "a rollouts run with G = 2 must prove level 1");
     cr_expect_eq(level(doc), 1);
-    const cJSON *r = rule(doc, "rank.layers");
+    const cJSON *r = report_rule(doc, "rank.layers");
     cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(r, "pass")), "rank.layers: %s", cJSON_GetObjectItem(r, "message")->valuestring);
     cJSON_Delete(doc);
 }
@@ -642,7 +572,7 @@ Test(audit, recorded_group_names_a_missing_member, .init = setup, .fini = teardo
     cr_expect_eq(audit(run, NULL, &doc), 1); /* the edited receipt fails its digest */
     expect_fail(doc, "manifest.digests", 0, "rank-0000/receipt.json", -2, "sha256");
     cr_expect(passes(doc, "rank.layers"));
-    const char *msg = cJSON_GetObjectItem(rule(doc, "rank.layers"), "message")->valuestring;
+    const char *msg = cJSON_GetObjectItem(report_rule(doc, "rank.layers"), "message")->valuestring;
     cr_expect(strstr(msg, "inferred from the traces") && strstr(msg, "no \"group\""), "message: %s", msg);
     cJSON_Delete(doc);
 }
@@ -691,7 +621,7 @@ Test(audit, prompts_per_step_groups_are_audited, .init = setup, .fini = teardown
                  " '%s/rank-0000/receipt.json' '%s/manifest.json'", bad_b[k], run, run);
         cr_assert_eq(sh(cmd), 0, "%s", cmd);
         cr_expect_eq(audit(run, NULL, &doc), 1, "prompts_per_step %s", bad_b[k]);
-        const char *msg = cJSON_GetStringValue(cJSON_GetObjectItem(rule(doc, "rank.layers"), "message"));
+        const char *msg = cJSON_GetStringValue(cJSON_GetObjectItem(report_rule(doc, "rank.layers"), "message"));
         if (k == 0)
             cr_expect(msg && strstr(msg, "inferred from the traces") && strstr(msg, "options.prompts_per_step"),
                       "prompts_per_step 0: rank.layers: %s", msg ? msg : "(none)");
@@ -709,7 +639,7 @@ Test(audit, prompts_per_step_groups_are_audited, .init = setup, .fini = teardown
         edit_config(run, "first_step", "100000");
         audit(run, NULL, &doc);
         cr_assert_not_null(doc);
-        const char *msg = cJSON_GetStringValue(cJSON_GetObjectItem(rule(doc, "rank.optimizer"), "message"));
+        const char *msg = cJSON_GetStringValue(cJSON_GetObjectItem(report_rule(doc, "rank.optimizer"), "message"));
         cr_expect(msg && strstr(msg, "config \"first_step\" is not an integer"), "first_step 100000: rank.optimizer: %s",
                   msg ? msg : "(none)");
         cJSON_Delete(doc);
@@ -760,7 +690,7 @@ Test(audit, fewer_steps_than_requested, .init = setup, .fini = teardown, .timeou
     edit_config(run, "steps_requested", NULL);
     cr_expect_eq(audit(run, NULL, &doc), 1);
     cr_expect(passes(doc, "rank.optimizer"));
-    const char *msg = cJSON_GetObjectItem(rule(doc, "rank.optimizer"), "message")->valuestring;
+    const char *msg = cJSON_GetObjectItem(report_rule(doc, "rank.optimizer"), "message")->valuestring;
     cr_expect(strstr(msg, "no \"steps_requested\""), "message: %s", msg);
     cJSON_Delete(doc);
     /* a run the trainer stopped itself (a refused step: --fault nan-grad) */
@@ -815,7 +745,7 @@ Test(audit, layer_end_after_its_step_was_checked, .init = setup, .fini = teardow
     rewrite_trace(p, move_late, &state, true);
     cr_assert_eq(state, 2);
     cr_expect_eq(audit(run, NULL, &doc), 1); /* the trace's digest changed */
-    cr_expect(passes(doc, "rank.layers"), "%s", cJSON_GetObjectItem(rule(doc, "rank.layers"), "message")->valuestring);
+    cr_expect(passes(doc, "rank.layers"), "%s", cJSON_GetObjectItem(report_rule(doc, "rank.layers"), "message")->valuestring);
     cJSON_Delete(doc);
 }
 
@@ -831,7 +761,7 @@ Test(audit, cp2_full_run_proves_level_1_with_every_cross_rank_rule, .init = setu
     static const char *cross[] = {"collectives.match", "collectives.composition", "collectives.dkv",
                                   "collectives.finalize", "digests.replicated"};
     for (size_t i = 0; i < sizeof cross / sizeof *cross; i++) {
-        const cJSON *r = rule(doc, cross[i]);
+        const cJSON *r = report_rule(doc, cross[i]);
         cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(r, "applicable")), "%s does not apply", cross[i]);
         cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(r, "pass")), "%s fails: %s", cross[i],
                   cJSON_GetObjectItem(r, "message")->valuestring);

@@ -44,13 +44,7 @@ static const char REPORT_ARTIFACTS[] =
     "{\"role\":\"source\",\"name\":\"longstraw_emit\",\"sha256\":\"" HA "\",\"files\":{\"build.py\":\"" HE
     "\",\"run.py\":\"" HA "\"}}]";
 
-static char *tmp;
-static void setup(void) { tmp = ls_test_mkdtemp(); }
-static void teardown(void) {
-    ls_test_rmtree(tmp);
-    free(tmp);
-    tmp = NULL;
-}
+LS_TEST_SCRATCH
 
 /* {"artifacts": artifacts, "build_digest": its digest} */
 static cJSON *build_of(const char *artifacts, char hex[LS_DIGEST_HEX_SIZE]) {

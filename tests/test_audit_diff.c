@@ -227,6 +227,20 @@ static int same_config_of(const char *a, const char *b) {
 
 static const char *first_what(const cJSON *doc) { return sget(cJSON_GetObjectItem(doc, "first_divergence"), "what"); }
 
+/* The audit-diff schema (the caller frees it); expects j, a --json
+ * document, valid against it. */
+static ls_schema *expect_diff_schema_valid(const cJSON *j) {
+    char e[512], why[512];
+    ls_schema *s = NULL;
+    cr_assert_eq(ls_schema_load_file(LS_SOURCE_DIR "/schemas/audit-diff.schema.json", &s, e, sizeof e), LS_OK, "%s", e);
+    ls_schema_errors se = {0};
+    ls_status vs = ls_schema_validate(s, j, &se);
+    ls_schema_errors_first(&se, why, sizeof why);
+    ls_schema_errors_free(&se);
+    cr_expect_eq(vs, LS_OK, "--json fails its schema: %s", why);
+    return s;
+}
+
 Test(audit_diff, single_rank_seed_lr_and_identical, .init = setup, .fini = teardown, .timeout = 300) {
     train("a", "--seed 1");
     train("a2", "--seed 1");
@@ -264,7 +278,6 @@ Test(audit_diff, single_rank_seed_lr_and_identical, .init = setup, .fini = teard
     /* another seed: the receipts record every option, so the input
      * difference comes first (the configuration's options.seed), then the
      * parameter digests of step 0 */
-    char e[512];
     cr_expect_eq(same_config_of("a", "s2"), 0, "the seed is in the recorded configuration");
     cr_expect_eq(diff2("a", "s2"), 1, "%s%s", out, errt);
     cr_expect(strstr(out, "FIRST DIVERGENCE (config): configuration key options") != NULL &&
@@ -306,15 +319,8 @@ Test(audit_diff, single_rank_seed_lr_and_identical, .init = setup, .fini = teard
     (void)text;
     cJSON *j = cJSON_Parse(buf);
     cr_assert_not_null(j, "--json is not JSON");
-    ls_schema *s = NULL;
-    cr_assert_eq(ls_schema_load_file(LS_SOURCE_DIR "/schemas/audit-diff.schema.json", &s, e, sizeof e), LS_OK, "%s", e);
-    ls_schema_errors se = {0};
-    char why[512];
-    ls_status vs = ls_schema_validate(s, j, &se);
-    ls_schema_errors_first(&se, why, sizeof why);
-    cr_expect_eq(vs, LS_OK, "--json fails its schema: %s", why);
+    ls_schema *s = expect_diff_schema_valid(j);
     cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(j, "equivalent")));
-    ls_schema_errors_free(&se);
     /* and a mutated copy fails it (the check can fail) */
     cJSON_ReplaceItemInObject(j, "equivalent", cJSON_CreateString("no"));
     cr_expect_eq(ls_schema_validate(s, j, NULL), LS_ERR_SCHEMA);
@@ -457,16 +463,8 @@ Test(audit_diff, edited_copy_is_never_equivalent, .init = setup, .fini = teardow
     cJSON *j = NULL;
     char e[512];
     cr_assert_eq(ls_json_read_file(path_of("u.json"), &j, e, sizeof e), LS_OK, "%s", e);
-    ls_schema *s = NULL;
-    cr_assert_eq(ls_schema_load_file(LS_SOURCE_DIR "/schemas/audit-diff.schema.json", &s, e, sizeof e), LS_OK, "%s", e);
-    ls_schema_errors se = {0};
-    char why[512];
-    ls_status vs = ls_schema_validate(s, j, &se);
-    ls_schema_errors_first(&se, why, sizeof why);
-    cr_expect_eq(vs, LS_OK, "--json fails its schema: %s", why);
+    ls_schema_free(expect_diff_schema_valid(j));
     cr_expect_str_eq(sget(j, "verdict"), "unverified");
-    ls_schema_errors_free(&se);
-    ls_schema_free(s);
     cJSON_Delete(j);
 }
 

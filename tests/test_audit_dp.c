@@ -28,6 +28,7 @@
 #include "test_receipts_support.h"
 #include "test_v2_fixture.h"
 #include "test_audit_support.h"
+#include "test_parity_report.h"
 
 /* the shared rule look-ups (test_audit_support.c) under the names this file uses */
 #define dump ls_test_audit_dump
@@ -44,11 +45,7 @@ static void setup(void) {
     ls_v2_fixture o = {0};
     ls_v2_fixture_write(run_dir, &o);
 }
-static void teardown(void) {
-    ls_test_rmtree(tmp);
-    free(tmp);
-    tmp = NULL;
-}
+static void teardown(void) { ls_test_scratch_free(&tmp); }
 
 /* The run's configuration as the tests set it: the fixture's, DP dp (0: no dp_ranks) x CP world / dp, the
  * gradient mode gm, and a recorded path. */
@@ -147,35 +144,13 @@ static void write_report(const cJSON *cfg, const report_opt *o) {
     static const char *const ctl[][2] = {{"zero-state", "logprob"},  {"skip-dkv-reduce", "cp_grad"},
                                          {"loss-cp-scale", "cp_grad"}, {"fake-reduce", "cp_grad"},
                                          {"decay-grad", "grad"},       {"detached", "grad"}};
-    for (size_t k = 0; k < sizeof ctl / sizeof ctl[0]; k++) {
-        cJSON *c = cJSON_CreateObject();
-        cJSON_AddStringToObject(c, "fault", ctl[k][0]);
-        cJSON_AddStringToObject(c, "breaks", ctl[k][1]);
-        cJSON_AddStringToObject(c, "dtype", "f64");
-        cJSON_AddNumberToObject(c, "world", 2);
-        cJSON_AddStringToObject(c, "configuration", "fixture");
-        cJSON_AddStringToObject(c, "check", "fixture");
-        cJSON_AddNumberToObject(c, "max_rel_err", 0.5);
-        cJSON_AddNumberToObject(c, "tolerance", 1e-10);
-        cJSON_AddBoolToObject(c, "detected", 1);
-        cJSON_AddItemToObject(c, "comparison", check(ctl[k][1], 2, 1, NULL, false));
-        cJSON_AddItemToArray(controls, c);
-    }
-    if (o->dps > 1 && !o->no_dp_control) { /* the profile's DP control, run at DP dps */
-        cJSON *c = cJSON_CreateObject();
-        cJSON_AddStringToObject(c, "fault", "dp-no-scale");
-        cJSON_AddStringToObject(c, "breaks", "dp_grad");
-        cJSON_AddStringToObject(c, "dtype", "f64");
-        cJSON_AddNumberToObject(c, "world", 2);
-        cJSON_AddNumberToObject(c, "dp", o->dps);
-        cJSON_AddStringToObject(c, "configuration", "fixture");
-        cJSON_AddStringToObject(c, "check", "fixture");
-        cJSON_AddNumberToObject(c, "max_rel_err", 0.5);
-        cJSON_AddNumberToObject(c, "tolerance", 1e-10);
-        cJSON_AddBoolToObject(c, "detected", 1);
-        cJSON_AddItemToObject(c, "comparison", check("dp_grad", 2, o->dps, "full", false));
-        cJSON_AddItemToArray(controls, c);
-    }
+    for (size_t k = 0; k < sizeof ctl / sizeof ctl[0]; k++)
+        cJSON_AddItemToArray(controls,
+                             ls_test_parity_control(ctl[k][0], ctl[k][1], "f64", 2, 0, 0.5,
+                                                    check(ctl[k][1], 2, 1, NULL, false)));
+    if (o->dps > 1 && !o->no_dp_control) /* the profile's DP control, run at DP dps */
+        cJSON_AddItemToArray(controls, ls_test_parity_control("dp-no-scale", "dp_grad", "f64", 2, o->dps, 0.5,
+                                                              check("dp_grad", 2, o->dps, "full", false)));
     cJSON_AddArrayToObject(d, "links");
     cJSON_AddArrayToObject(d, "levels");
     cJSON_AddArrayToObject(d, "timings");

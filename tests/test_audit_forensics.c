@@ -9,36 +9,14 @@
  * by (group, gseq), its "trainable" digest per step.  The audit's JSON
  * report (valid against its schema) must name exactly what they show, and
  * the killed rank must be where the fault put it. */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wformat-truncation"
-#endif
-#include <criterion/criterion.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/wait.h>
-
-#include "receipts/json_util.h"
-#include "receipts/schema.h"
-#include "test_tmpdir.h"
-
-#define TRAIN LS_BINARY_DIR "/trainer/longstraw-train"
-#define AUDIT LS_BINARY_DIR "/audit/longstraw-audit"
-#define CFG LS_SOURCE_DIR "/configs/hybrid-tiny.json"
 #define MPI_PREFIX                                                                                                    \
     "OMP_NUM_THREADS=1 timeout 120 " LS_MPIEXEC " " LS_MPIRUN_FLAGS " -np 2 " TRAIN " --config " CFG                \
     " --prompt-len 64 --quiet --steps 2 --grad-mode full"
 #define MAX_COLL 8192
 
-static char tmpdir[256];
-static void setup(void) { ls_test_tmpdir_make(tmpdir, "audit-forensics"); }
-static void teardown(void) { ls_test_tmpdir_remove(tmpdir); }
+#include "test_cli_util.h"
 
-static int sh(const char *cmd) {
-    int st = system(cmd);
-    cr_assert(WIFEXITED(st), "%s did not exit normally", cmd);
-    return WEXITSTATUS(st);
-}
+LS_TEST_CLI_TMPDIR("audit-forensics")
 
 typedef struct {
     long long gseq, count;
@@ -122,18 +100,7 @@ static cJSON *audit_json(const char *run, int *rc, const char *name) {
     snprintf(json, sizeof json, "%s/%s.json", tmpdir, name);
     snprintf(cmd, sizeof cmd, AUDIT " '%s' --json '%s' >'%s/%s.txt' 2>&1", run, json, tmpdir, name);
     *rc = sh(cmd);
-    cJSON *doc = NULL;
-    char err[512];
-    cr_assert_eq(ls_json_read_file(json, &doc, err, sizeof err), LS_OK, "%s: %s", cmd, err);
-    const ls_schema *s = NULL;
-    cr_assert_eq(ls_schema_get("audit-report", &s, err, sizeof err), LS_OK, "%s", err);
-    ls_schema_errors errs = {0};
-    ls_status st = ls_schema_validate(s, doc, &errs);
-    char first[512];
-    ls_schema_errors_first(&errs, first, sizeof first);
-    ls_schema_errors_free(&errs);
-    cr_assert_eq(st, LS_OK, "%s: the audit report fails its schema: %s", json, first);
-    return doc;
+    return read_valid_json(json, "audit-report");
 }
 
 static bool text_has(const char *name, const char *needle) {

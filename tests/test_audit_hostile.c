@@ -10,74 +10,38 @@
  * links point at a FIFO outside the run (opening it would block: the alarm /
  * timeout catches that) or at a file holding MARKER, which must appear in no
  * output. */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wformat-truncation"
-#endif
-#include <criterion/criterion.h>
-#include <criterion/hooks.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
-#include <unistd.h>
 #include <zstd.h>
 
 #include "audit/audit.h"
-#include "receipts/json_util.h"
-#include "test_tmpdir.h"
 
-#define TRAIN LS_BINARY_DIR "/trainer/longstraw-train"
-#define AUDIT LS_BINARY_DIR "/audit/longstraw-audit"
-#define CFG LS_SOURCE_DIR "/configs/hybrid-tiny.json"
 #define MARKER "OUTSIDE-THE-RUN-7f3a9c"
 #define HWM_CAP_KB (256L * 1024)
 #define TRACE "rank-0000/events.jsonl.zst"
 #define RECEIPT "rank-0000/receipt.json"
 
-static char tmpdir[256];
-static void setup(void) { ls_test_tmpdir_make(tmpdir, "audit-hostile"); }
-static void teardown(void) { ls_test_tmpdir_remove(tmpdir); }
+#include "test_cli_util.h"
+
+LS_TEST_CLI_TMPDIR("audit-hostile")
+
 TestSuite(audit_hostile, .init = setup, .fini = teardown, .timeout = 120);
-
-static void fixture_root(char *buf, size_t cap, pid_t pid) {
-    snprintf(buf, cap, "/tmp/ls-audit-hostile-fix-%d", (int)pid);
-}
-
-ReportHook(POST_ALL)(struct criterion_global_stats *stats) {
-    (void)stats;
-    char root[128], cmd[256];
-    fixture_root(root, sizeof root, getpid());
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", root);
-}
-
-static int sh(const char *cmd) {
-    int st = system(cmd);
-    cr_assert(WIFEXITED(st), "%s did not exit normally", cmd);
-    return WEXITSTATUS(st);
-}
+LS_TEST_FIXTURE_ROOT("/tmp/ls-audit-hostile-fix-%d")
 
 /* The clean run (made once per runner), copied to tmpdir/run; its path. */
 static void fresh_run(char *out, size_t cap) {
-    char root[128], fix[256], cmd[2048];
-    fixture_root(root, sizeof root, getppid());
-    mkdir(root, 0755);
-    snprintf(fix, sizeof fix, "%s/single", root);
-    struct stat sb;
-    int lfd = ls_test_fixture_lock(fix);
-    if (stat(fix, &sb) != 0) {
+    char fix[256], cmd[2048];
+    int lfd = fixture_claim("single", fix, sizeof fix);
+    if (lfd >= 0) {
         snprintf(cmd, sizeof cmd,
                  "rm -rf '%s.tmp' && " TRAIN " --config " CFG " --prompt-len 64 --steps 1 --group 2 --response-len 3"
                  " --quiet --out '%s.tmp' >'%s.log' 2>&1 && mv '%s.tmp' '%s'",
                  fix, fix, fix, fix, fix);
         cr_assert_eq(sh(cmd), 0, "%s", cmd);
+        close(lfd);
     }
-    close(lfd);
     snprintf(out, cap, "%s/run", tmpdir);
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -a '%s' '%s'", out, fix, out);
     cr_assert_eq(sh(cmd), 0);
@@ -218,22 +182,11 @@ static void audit_child(const char *run, child_result *res) {
     }
 }
 
-static const cJSON *find_rule(const cJSON *doc, const char *id) {
-    const cJSON *lv, *c;
-    cJSON_ArrayForEach(lv, cJSON_GetObjectItem(doc, "levels")) {
-        cJSON_ArrayForEach(c, cJSON_GetObjectItem(lv, "checks")) {
-            const cJSON *i = cJSON_GetObjectItem(c, "id");
-            if (cJSON_IsString(i) && strcmp(i->valuestring, id) == 0) return c;
-        }
-    }
-    return NULL;
-}
-
 /* The rule id failed, with an evidence item whose file is `file` and whose
  * detail contains `detail` (NULL: any). */
 static void expect_fail(const child_result *res, const char *id, const char *file, const char *detail) {
     cr_assert(res->report != NULL, "no report (load: %s)", res->load_err);
-    const cJSON *r = find_rule(res->report, id);
+    const cJSON *r = report_find_rule(res->report, id);
     cr_assert(r != NULL, "rule %s absent", id);
     cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(r, "pass")), "rule %s passed, expected a failure", id);
     const cJSON *e;

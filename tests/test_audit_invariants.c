@@ -18,48 +18,16 @@
  *
  * Fixtures are made once per test binary run in /tmp/ls-audit-inv-PID (PID:
  * the Criterion runner's) and removed by a POST_ALL hook. */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wformat-truncation"
-#endif
-#include <criterion/criterion.h>
-#include <criterion/hooks.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include "receipts/json_util.h"
-#include "receipts/schema.h"
-#include "test_tmpdir.h"
-
-#define TRAIN LS_BINARY_DIR "/trainer/longstraw-train"
-#define AUDIT LS_BINARY_DIR "/audit/longstraw-audit"
 #define EDIT "python3 " LS_SOURCE_DIR "/tests/audit_invariants_edit.py"
 #define REPORT "python3 " LS_SOURCE_DIR "/tests/evidence/make_report.py"
 #define HYB "--config " LS_SOURCE_DIR "/configs/hybrid-tiny.json --prompt-len 64 --quiet"
 #define MLA "--config " LS_SOURCE_DIR "/configs/mla-tiny.json --prompt-len 64 --quiet"
 
-static char tmpdir[256];
-static void setup(void) { ls_test_tmpdir_make(tmpdir, "audit-inv"); }
-static void teardown(void) { ls_test_tmpdir_remove(tmpdir); }
+#include "test_cli_util.h"
 
-static void fixture_root(char *buf, size_t cap, pid_t pid) { snprintf(buf, cap, "/tmp/ls-audit-inv-%d", (int)pid); }
+LS_TEST_CLI_TMPDIR("audit-inv")
 
-ReportHook(POST_ALL)(struct criterion_global_stats *stats) {
-    (void)stats;
-    char root[128], cmd[256];
-    fixture_root(root, sizeof root, getpid());
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", root);
-}
-
-static int sh(const char *cmd) {
-    int st = system(cmd);
-    cr_assert(WIFEXITED(st), "%s did not exit normally", cmd);
-    return WEXITSTATUS(st);
-}
+LS_TEST_FIXTURE_ROOT("/tmp/ls-audit-inv-%d")
 
 /* The fixture `name`: a run made by `train` (a command line ending in --out)
  * and beside it NAME.parity.json, a hand-written parity report covering it
@@ -67,17 +35,8 @@ static int sh(const char *cmd) {
  * strategies), made the
  * first time it is asked for; the run's path into out. */
 static void fixture(const char *name, const char *train, char *out, size_t cap) {
-    char root[128];
-    fixture_root(root, sizeof root, getppid());
-    mkdir(root, 0755);
-    snprintf(out, cap, "%s/%s", root, name);
-    struct stat sb;
-    if (stat(out, &sb) == 0) return;
-    int lfd = ls_test_fixture_lock(out);
-    if (stat(out, &sb) == 0) {
-        close(lfd);
-        return;
-    }
+    int lfd = fixture_claim(name, out, cap);
+    if (lfd < 0) return;
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
              "rm -rf '%s.tmp' && OMP_NUM_THREADS=1 %s '%s.tmp' >'%s.log' 2>&1 && "
@@ -121,35 +80,15 @@ static int audit(const char *run, const char *src, const char *extra, cJSON **do
     snprintf(cmd, sizeof cmd, "%s '%s' %s --json '%s' %s >'%s/audit.out' 2>'%s/audit.err'", AUDIT, run, par, json,
              extra ? extra : "", tmpdir, tmpdir);
     int rc = sh(cmd);
-    char err[512];
-    cr_assert_eq(ls_json_read_file(json, doc, err, sizeof err), LS_OK, "%s", err);
-    const ls_schema *s = NULL;
-    cr_assert_eq(ls_schema_get("audit-report", &s, err, sizeof err), LS_OK, "%s", err);
-    ls_schema_errors errs = {0};
-    ls_status st = ls_schema_validate(s, *doc, &errs);
-    char first[512];
-    ls_schema_errors_first(&errs, first, sizeof first);
-    ls_schema_errors_free(&errs);
-    cr_assert_eq(st, LS_OK, "the audit report fails its schema: %s", first);
+    *doc = read_valid_json(json, "audit-report");
     return rc;
 }
 
-static const cJSON *rule(const cJSON *doc, const char *id) {
-    const cJSON *lv, *c;
-    cJSON_ArrayForEach(lv, cJSON_GetObjectItem(doc, "levels")) {
-        cJSON_ArrayForEach(c, cJSON_GetObjectItem(lv, "checks")) {
-            if (strcmp(cJSON_GetObjectItem(c, "id")->valuestring, id) == 0) return c;
-        }
-    }
-    cr_assert_fail("no rule %s in the report", id);
-    return NULL;
-}
-
 static const char *verdict(const cJSON *doc, const char *id) {
-    return cJSON_GetObjectItem(rule(doc, id), "verdict")->valuestring;
+    return cJSON_GetObjectItem(report_rule(doc, id), "verdict")->valuestring;
 }
 static const char *message(const cJSON *doc, const char *id) {
-    return cJSON_GetObjectItem(rule(doc, id), "message")->valuestring;
+    return cJSON_GetObjectItem(report_rule(doc, id), "message")->valuestring;
 }
 static int level(const cJSON *doc) { return cJSON_GetObjectItem(doc, "level")->valueint; }
 
@@ -168,7 +107,7 @@ static void only_failure(const cJSON *doc, const char *except) {
 
 /* run.invariants fails with evidence of rank, file ending `file`, seq and text. */
 static void expect_evidence(const cJSON *doc, int rank, const char *file, long seq, const char *text) {
-    const cJSON *r = rule(doc, "run.invariants"), *e;
+    const cJSON *r = report_rule(doc, "run.invariants"), *e;
     cr_assert_str_eq(cJSON_GetObjectItem(r, "verdict")->valuestring, "fail", "run.invariants: %s",
                      cJSON_GetObjectItem(r, "message")->valuestring);
     char seen[4096] = "";
@@ -326,7 +265,7 @@ Test(invariants, beta_zero_means_no_kl, .init = setup, .fini = teardown, .timeou
 /* Some evidence of rule id names text. */
 static bool evidence_names(const cJSON *doc, const char *id, const char *text) {
     const cJSON *e;
-    cJSON_ArrayForEach(e, cJSON_GetObjectItem(rule(doc, id), "evidence")) {
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(report_rule(doc, id), "evidence")) {
         if (strstr(cJSON_GetObjectItem(e, "detail")->valuestring, text)) return true;
     }
     return false;

@@ -37,17 +37,7 @@
 #define S1 "sha256:" H1
 #define FIRST 5 /* the seq of the first extra event (the fixture's: phase_begin, layer_end, 3 collectives) */
 
-static char *tmp;
-static char run_dir[4096];
-static void setup(void) {
-    tmp = ls_test_mkdtemp();
-    snprintf(run_dir, sizeof run_dir, "%s/run", tmp);
-}
-static void teardown(void) {
-    ls_test_rmtree(tmp);
-    free(tmp);
-    tmp = NULL;
-}
+LS_TEST_AUDIT_SCRATCH
 
 /* The extra collective events of both ranks. */
 typedef struct {
@@ -94,21 +84,10 @@ static void recv_(frags *f, int at, int from, int gseq, const char *purpose, int
 
 /* The fixture with the extra events of f (NULL: none) audited. */
 static ls_audit_run *audit_with(ls_v2_fixture *o, const frags *f) {
-    char cmd[4300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", run_dir);
-    cr_assert_eq(system(cmd), 0);
     if (f != NULL)
         for (int r = 0; r < 2; r++) o->extra[r] = f->n[r] ? f->ptr[r] : NULL;
-    ls_v2_fixture_write(run_dir, o);
-    ls_audit_options opt = {.run_dir = run_dir};
-    ls_audit_run *run = NULL;
-    char err[400] = "";
-    cr_assert_eq(ls_audit_load(&opt, &run, err, sizeof err), LS_OK, "%s", err);
-    cr_assert_eq(ls_audit_evaluate(run), LS_OK);
-    return run;
+    return ls_test_audit_fixture(run_dir, o, NULL);
 }
-
-
 
 /* The rule fails, and some evidence is about rank (its trace file) and seq
  * (-2: any) with every needle (NULL-terminated) in its detail. */

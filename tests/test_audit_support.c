@@ -1,10 +1,28 @@
-/* test_audit_support.c - the rule look-ups of test_audit_support.h. */
+/* test_audit_support.c - the runs audited and the rule look-ups of
+ * test_audit_support.h. */
 #include "test_audit_support.h"
 
 #include <stdio.h>
 #include <string.h>
 
 #include <criterion/criterion.h>
+
+ls_audit_run *ls_test_audit_load(const char *run_dir, const char *profiles_dir) {
+    ls_audit_options opt = {.run_dir = run_dir, .profiles_dir = profiles_dir};
+    ls_audit_run *run = NULL;
+    char err[400] = "";
+    cr_assert_eq(ls_audit_load(&opt, &run, err, sizeof err), LS_OK, "%s", err);
+    cr_assert_eq(ls_audit_evaluate(run), LS_OK);
+    return run;
+}
+
+ls_audit_run *ls_test_audit_fixture(const char *run_dir, const ls_v2_fixture *o, const char *profiles_dir) {
+    char cmd[4300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", run_dir); /* a fresh run: the fixture writes a new directory */
+    cr_assert_eq(system(cmd), 0);
+    ls_v2_fixture_write(run_dir, o);
+    return ls_test_audit_load(run_dir, profiles_dir);
+}
 
 void ls_test_audit_dump(const ls_audit_run *run) {
     for (size_t i = 0; i < run->n_rules; i++) {

@@ -29,31 +29,10 @@
 #define rule ls_test_audit_rule
 #define expect_pass ls_test_audit_expect_pass
 
-static char *tmp;
-static char run_dir[4096];
-static void setup(void) {
-    tmp = ls_test_mkdtemp();
-    snprintf(run_dir, sizeof run_dir, "%s/run", tmp);
-}
-static void teardown(void) {
-    ls_test_rmtree(tmp);
-    free(tmp);
-    tmp = NULL;
-}
+LS_TEST_AUDIT_SCRATCH
 
 /* The fixture audited against the profiles of dir (NULL: the shipped ones). */
-static ls_audit_run *audit_in(const ls_v2_fixture *o, const char *dir) {
-    char cmd[4300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", run_dir); /* a fresh run: the fixture writes a new directory */
-    cr_assert_eq(system(cmd), 0);
-    ls_v2_fixture_write(run_dir, o);
-    ls_audit_options opt = {.run_dir = run_dir, .profiles_dir = dir};
-    ls_audit_run *run = NULL;
-    char err[400] = "";
-    cr_assert_eq(ls_audit_load(&opt, &run, err, sizeof err), LS_OK, "%s", err);
-    cr_assert_eq(ls_audit_evaluate(run), LS_OK);
-    return run;
-}
+static ls_audit_run *audit_in(const ls_v2_fixture *o, const char *dir) { return ls_test_audit_fixture(run_dir, o, dir); }
 
 /* tmp/profiles/ holding the shipped profiles, torch-cp.json's "records" replaced by the n kinds given (n 0:
  * none, the field left out); returns its path. */
@@ -73,18 +52,7 @@ static const char *profiles_recording(const char *const *kinds, int n) {
     return dir;
 }
 
-static ls_audit_run *audit(const ls_v2_fixture *o) {
-    ls_v2_fixture_write(run_dir, o);
-    ls_audit_options opt = {.run_dir = run_dir};
-    ls_audit_run *run = NULL;
-    char err[400] = "";
-    cr_assert_eq(ls_audit_load(&opt, &run, err, sizeof err), LS_OK, "%s", err);
-    cr_assert_eq(ls_audit_evaluate(run), LS_OK);
-    return run;
-}
-
-
-
+static ls_audit_run *audit(const ls_v2_fixture *o) { return audit_in(o, NULL); }
 
 Test(audit_v2, correct_run_loads_and_passes_reader_rules, .init = setup, .fini = teardown) {
     ls_v2_fixture o = {0};
@@ -203,10 +171,7 @@ Test(audit_v2, without_digests_the_rule_fails_unless_the_profile_leaves_them_out
                  "x.get('op')=='allreduce'][0]; e[i].pop('out_sha256'); "
                  "open(p,'w').write(''.join(json.dumps(x,separators=(',',':'))+chr(10) for x in e))\" '%s'", path);
         cr_assert_eq(system(cmd), 0);
-        ls_audit_options opt = {.run_dir = run_dir, .profiles_dir = k ? profiles_recording(NULL, 0) : NULL};
-        char err[400] = "";
-        cr_assert_eq(ls_audit_load(&opt, &run, err, sizeof err), LS_OK, "%s", err);
-        cr_assert_eq(ls_audit_evaluate(run), LS_OK);
+        run = ls_test_audit_load(run_dir, k ? profiles_recording(NULL, 0) : NULL);
         p = rule(run, "collectives.performed");
         bool named = false;
         for (size_t i = 0; i < p->n_ev; i++)
@@ -278,11 +243,7 @@ Test(audit_v2, v1_run_does_not_list_collectives_performed, .init = setup, .fini 
           "{\"v\":1,\"rank\":0,\"seq\":0,\"ts_ns\":3,\"ev\":\"rank_complete\",\"steps\":0,\"events\":0}\n",
           f);
     fclose(f);
-    ls_audit_options opt = {.run_dir = run_dir};
-    ls_audit_run *run = NULL;
-    char err[400] = "";
-    cr_assert_eq(ls_audit_load(&opt, &run, err, sizeof err), LS_OK, "%s", err);
-    cr_assert_eq(ls_audit_evaluate(run), LS_OK);
+    ls_audit_run *run = ls_test_audit_load(run_dir, NULL);
     cr_assert_eq(run->evidence_version, 1);
     cr_assert_null(run->profile_name);
     cr_assert_not_null(ls_audit_find_rule(run, "trace.valid"));
@@ -358,11 +319,7 @@ Test(audit_v2, traces_only_run_is_read_as_v2, .init = setup, .fini = teardown) {
         snprintf(p, sizeof p, "%s/%s", run_dir, GONE[i]);
         cr_assert_eq(unlink(p), 0);
     }
-    ls_audit_options opt = {.run_dir = run_dir};
-    ls_audit_run *run = NULL;
-    char err[400] = "";
-    cr_assert_eq(ls_audit_load(&opt, &run, err, sizeof err), LS_OK, "%s", err);
-    cr_assert_eq(ls_audit_evaluate(run), LS_OK);
+    ls_audit_run *run = ls_test_audit_load(run_dir, NULL);
     cr_assert_eq(run->evidence_version, 2);
     cr_assert_str_eq(run->ranks[0].trace_file, "rank-0000/events.jsonl");
     expect_pass(run, "trace.valid");
@@ -400,11 +357,7 @@ static ls_audit_run *audit_edited(void (*fn)(cJSON *pred)) {
     ls_v2_fixture o = {0};
     ls_v2_fixture_write(run_dir, &o);
     edit_rank1(fn);
-    ls_audit_options opt = {.run_dir = run_dir};
-    ls_audit_run *run = NULL;
-    char err[400] = "";
-    cr_assert_eq(ls_audit_load(&opt, &run, err, sizeof err), LS_OK, "%s", err);
-    cr_assert_eq(ls_audit_evaluate(run), LS_OK);
+    ls_audit_run *run = ls_test_audit_load(run_dir, NULL);
     return run;
 }
 

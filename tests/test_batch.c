@@ -400,15 +400,23 @@ static void expect_group(const ls_batch *b, const want_group *w, const ls_rollou
     cr_expect_eq(b->ref_lp[0][0], w->ref_first, "line %zu: first ref log-prob", w->line);
 }
 
-/* Every group of the reader against want[0..n), then the end (twice). */
-static void expect_groups(ls_rollouts_reader *r, const want_group *want, size_t n) {
+/* Reads n groups from r, each against want[k]; with ack >= 0, in lockstep
+ * with a writer (one byte written to ack after each). */
+static void read_groups(ls_rollouts_reader *r, int ack, const want_group *want, size_t n) {
     char err[512];
     for (size_t k = 0; k < n; k++) {
         ls_batch *b = NULL;
         cr_assert_eq(ls_rollouts_next(r, &b, err, sizeof err), LS_OK, "group %zu: %s", k, err);
         expect_group(b, &want[k], r);
         ls_batch_free(b);
+        if (ack >= 0) cr_assert_eq(write(ack, "k", 1), 1);
     }
+}
+
+/* Every group of the reader against want[0..n), then the end (twice). */
+static void expect_groups(ls_rollouts_reader *r, const want_group *want, size_t n) {
+    char err[512];
+    read_groups(r, -1, want, n);
     for (int again = 0; again < 2; again++) {
         ls_batch *b = (ls_batch *)1;
         cr_assert_eq(ls_rollouts_next(r, &b, err, sizeof err), LS_OK, "%s", err);
@@ -615,18 +623,6 @@ static pid_t lockstep_writer(int out, int ack, int in, int ack_out, const char *
     return pid;
 }
 
-/* Reads groups from r in lockstep with the writer (acking each). */
-static void read_lockstep(ls_rollouts_reader *r, int ack, const want_group *want, size_t n) {
-    char err[512];
-    for (size_t k = 0; k < n; k++) {
-        ls_batch *b = NULL;
-        cr_assert_eq(ls_rollouts_next(r, &b, err, sizeof err), LS_OK, "group %zu: %s", k, err);
-        expect_group(b, &want[k], r);
-        ls_batch_free(b);
-        cr_assert_eq(write(ack, "k", 1), 1);
-    }
-}
-
 static const char *const SLOW_LINES[] = {
     "{\"prompt\":[10,20,30,40],\"responses\":[[1,2,3],[4,5]],\"rewards\":[1,0]}\n",
     "\r\n",
@@ -654,7 +650,7 @@ Test(batch, rollouts_stream_line_by_line_from_a_slow_pipe, .timeout = 30) {
     close(ack[0]);
     ls_rollouts_reader *r = NULL;
     cr_assert_eq(ls_rollouts_open_fd(&r, data[0], "engine", 256, 0, err, sizeof err), LS_OK, "%s", err);
-    read_lockstep(r, ack[1], want, 3);
+    read_groups(r, ack[1], want, 3);
     ls_batch *b = (ls_batch *)1;
     cr_assert_eq(ls_rollouts_next(r, &b, err, sizeof err), LS_OK, "%s", err);
     cr_expect_null(b);
@@ -684,7 +680,7 @@ Test(batch, rollouts_from_standard_input, .timeout = 30) {
     cr_expect(!known && n == 0, "a count for standard input");
     ls_rollouts_reader *r = NULL;
     cr_assert_eq(ls_rollouts_open(&r, "-", 256, 0, err, sizeof err), LS_OK, "%s", err);
-    read_lockstep(r, ack[1], THREE, 1);
+    read_groups(r, ack[1], THREE, 1);
     ls_batch *b = (ls_batch *)1;
     cr_expect_eq(ls_rollouts_next(r, &b, err, sizeof err), LS_ERR_FORMAT);
     cr_expect_null(b);

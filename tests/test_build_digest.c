@@ -36,14 +36,7 @@
 
 int ls_digest_probe_value(void); /* tests/build_digest_probe.c, a shared library */
 
-static char *tmp;
-
-static void setup(void) { tmp = ls_test_mkdtemp(); }
-
-static void teardown(void) {
-    ls_test_rmtree(tmp);
-    free(tmp);
-}
+LS_TEST_SCRATCH
 
 static int sh(const char *cmd) {
     int st = system(cmd);

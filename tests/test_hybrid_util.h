@@ -15,15 +15,11 @@
 #include "trainer/step/step.h"
 #include "trainer/families/families.h"
 #include "trainer/hybrid/hybrid_family.h"
+#include "test_model_config.h"
 
 #define K(x) LS_K(x)
 
-static inline ls_model_config tiny_cfg(void) {
-    ls_model_config c;
-    char err[256];
-    cr_assert_eq(ls_config_load(&c, LS_SOURCE_DIR "/configs/hybrid-tiny.json", err, sizeof err), LS_OK, "%s", err);
-    return c;
-}
+static inline ls_model_config tiny_cfg(void) { return ls_test_model_config("hybrid-tiny.json"); }
 
 /* A batch with random prompt/responses (lengths given) and rewards. */
 static inline ls_batch *make_batch(size_t P, size_t G, const size_t *R, uint64_t seed) {

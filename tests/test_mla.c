@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "test_model_config.h"
 #include "test_tmpdir.h"
 #include "trainer/mla/mla_family.h"
 #include "trainer/mla/mla_layer.h"
@@ -32,14 +33,6 @@
 /* agreement with the reference: float64 to rounding; float32 (test_mla_f32) its own rounding */
 #define TOL (LS_REAL_IS_F64 ? 1e-10 : 1e-4)
 #define CONTROL_MIN (LS_REAL_IS_F64 ? 1e-6 : 1e-2)
-
-static ls_model_config load(const char *name) {
-    ls_model_config c;
-    char path[512], err[512];
-    snprintf(path, sizeof path, "%s/configs/%s", LS_SOURCE_DIR, name);
-    cr_assert_eq(ls_config_load(&c, path, err, sizeof err), LS_OK, "%s", err);
-    return c;
-}
 
 /* ---- the table ---------------------------------------------------------------- */
 
@@ -86,7 +79,7 @@ static void hand_scalars(const ls_model_config *c, size_t r, int lora_experts, s
 }
 
 static void check_table(const char *cfg, ls_train_mode mode, int lora_experts) {
-    ls_model_config c = load(cfg);
+    ls_model_config c = ls_test_model_config(cfg);
     ls_objective o;
     ls_objective_defaults(&o);
     o.train_mode = mode;
@@ -151,7 +144,7 @@ static void ref_weights(const char *path, const char *extra) {
 }
 
 static ls_params *params_for(ls_train_mode mode, int lora_experts) {
-    ls_model_config c = load("mla-tiny.json");
+    ls_model_config c = ls_test_model_config("mla-tiny.json");
     ls_objective o;
     ls_objective_defaults(&o);
     o.train_mode = mode;

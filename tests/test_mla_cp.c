@@ -223,6 +223,35 @@ static ls_mla_cp ctx(const problem *p, ls_mla_form form, int fault) {
                        .local_dsa = fault};
 }
 
+/* The response's CP selection and forward on this rank: its own shard [s0, s0 + n) of the prompt's
+ * rows, the response rows, the response queries into *own, *resp, *q; the selection (Tr x k) and
+ * o, lse into *sel, *o, *lse (malloc'd: the caller frees them). */
+static void response_forward(ls_mla_cp *c, const problem *p, int64_t s0, size_t n, int layer, ls_mla_cp_rows *own,
+                             ls_mla_cp_rows *resp, ls_mla_cp_queries *q, int64_t **sel, double **o, double **lse) {
+    size_t H = DIMS.H, Tp = p->Tp, Tr = p->Tr, rk = DIMS.r_kv, dr = DIMS.d_r;
+    *own = (ls_mla_cp_rows){p->c_kv + (size_t)s0 * rk, p->k_pe + (size_t)s0 * dr, p->k_I + (size_t)s0 * DI, s0, n};
+    *resp = (ls_mla_cp_rows){p->c_kv + Tp * rk, p->k_pe + Tp * dr, p->k_I + Tp * DI, (int64_t)Tp, Tr};
+    *q = (ls_mla_cp_queries){p->qn, p->qp, p->qI, p->w, (int64_t)Tp, Tr};
+    *sel = malloc(Tr * p->k * sizeof **sel);
+    *o = vec(Tr * H * DIMS.d_v), *lse = vec(Tr * H);
+    MUST(K(ls_mla_cp_response_select)(c, *sel, q, own, 1, resp, layer));
+    MUST(K(ls_mla_cp_response_forward)(c, *o, *lse, q, *sel, own, 1, resp, p->kv_b, layer));
+}
+
+/* The prompt's CP selection and forward on this rank: the shard's queries (rows [s0, s0 + n)) into *pq
+ * against its own rows own; the selection (n x k) and o, lse into *sel, *o, *lse (malloc'd: the caller
+ * frees them). */
+static void prompt_forward(ls_mla_cp *c, const problem *p, int64_t s0, size_t n, const ls_mla_cp_rows *own, int layer,
+                           ls_mla_cp_queries *pq, int64_t **sel, double **o, double **lse) {
+    size_t H = DIMS.H, qo = (size_t)s0 * H;
+    *pq = (ls_mla_cp_queries){p->pqn + qo * DIMS.d_n, p->pqp + qo * DIMS.d_r, p->pqI + (size_t)s0 * HI * DI,
+                              p->pw + (size_t)s0 * HI, s0, n};
+    *sel = malloc(n * p->k * sizeof **sel);
+    *o = vec(n * H * DIMS.d_v), *lse = vec(n * H);
+    MUST(K(ls_mla_cp_prompt_select)(c, *sel, pq, own, layer));
+    MUST(K(ls_mla_cp_prompt_forward)(c, *o, *lse, pq, *sel, own, p->kv_b, 1, layer));
+}
+
 /* ---- one configuration: response and prompt, checked ------------------------- */
 
 static void check_config(const char *name, const problem *p, ls_mla_form form, int layer) {
@@ -242,13 +271,11 @@ static void check_config(const char *name, const problem *p, ls_mla_form form, i
     brute_select(bsel, p->qI, p->w, p->k_I, Tr, (int64_t)Tp, k, &cut);
     CHECK(!memcmp(bsel, ref.sel, Tr * k * sizeof *bsel), "%s: ls_dsa_topk over all keys differs from brute force",
           what);
-    ls_mla_cp_rows own = {p->c_kv + (size_t)s0 * rk, p->k_pe + (size_t)s0 * dr, p->k_I + (size_t)s0 * DI, s0, n};
-    ls_mla_cp_rows resp = {p->c_kv + Tp * rk, p->k_pe + Tp * dr, p->k_I + Tp * DI, (int64_t)Tp, Tr};
-    ls_mla_cp_queries q = {p->qn, p->qp, p->qI, p->w, (int64_t)Tp, Tr};
-    int64_t *sel = malloc(Tr * k * sizeof *sel);
-    double *o = vec(Tr * H * DIMS.d_v), *lse = vec(Tr * H);
-    MUST(K(ls_mla_cp_response_select)(&c, sel, &q, &own, 1, &resp, layer));
-    MUST(K(ls_mla_cp_response_forward)(&c, o, lse, &q, sel, &own, 1, &resp, p->kv_b, layer));
+    ls_mla_cp_rows own, resp;
+    ls_mla_cp_queries q;
+    int64_t *sel;
+    double *o, *lse;
+    response_forward(&c, p, s0, n, layer, &own, &resp, &q, &sel, &o, &lse);
     size_t mism = 0;
     for (size_t i = 0; i < Tr * k; i++) mism += sel[i] != ref.sel[i];
     note(E_SEL, (double)mism, what);
@@ -286,12 +313,8 @@ static void check_config(const char *name, const problem *p, ls_mla_form form, i
                Tr, pcut, Tp);
     if (!strcmp(name, "ties")) CHECK(cut + pcut > 0, "%s: no tie straddles the k-th slot", what);
     size_t qo = (size_t)s0 * H;
-    ls_mla_cp_queries pq = {p->pqn + qo * DIMS.d_n, p->pqp + qo * DIMS.d_r, p->pqI + (size_t)s0 * HI * DI,
-                            p->pw + (size_t)s0 * HI, s0, n};
-    sel = malloc(n * k * sizeof *sel);
-    o = vec(n * H * DIMS.d_v), lse = vec(n * H);
-    MUST(K(ls_mla_cp_prompt_select)(&c, sel, &pq, &own, layer));
-    MUST(K(ls_mla_cp_prompt_forward)(&c, o, lse, &pq, sel, &own, p->kv_b, 1, layer));
+    ls_mla_cp_queries pq;
+    prompt_forward(&c, p, s0, n, &own, layer, &pq, &sel, &o, &lse);
     mism = 0;
     for (size_t i = 0; i < n * k; i++) mism += sel[i] != ref.sel[(size_t)s0 * k + i];
     note(E_SEL, (double)mism, what);
@@ -346,20 +369,18 @@ static void check_config(const char *name, const problem *p, ls_mla_form form, i
 /* ---- the fault cp-local-dsa -------------------------------------------------- */
 
 static void check_fault(const problem *p, int layer) {
-    size_t H = DIMS.H, Tp = p->Tp, Tr = p->Tr, k = p->k, rk = DIMS.r_kv, dr = DIMS.d_r;
+    size_t H = DIMS.H, Tp = p->Tp, Tr = p->Tr, k = p->k;
     int64_t s0, s1;
     ls_cp_shard((int64_t)Tp, world_, rank_, &s0, &s1);
     size_t n = (size_t)(s1 - s0);
     ls_mla_cp c = ctx(p, LS_MLA_NAIVE, 1);
     result ref;
     ref_compose(&ref, p, p->qn, p->qp, p->qI, p->w, p->dout, Tr, (int64_t)Tp, Tp + Tr);
-    ls_mla_cp_rows own = {p->c_kv + (size_t)s0 * rk, p->k_pe + (size_t)s0 * dr, p->k_I + (size_t)s0 * DI, s0, n};
-    ls_mla_cp_rows resp = {p->c_kv + Tp * rk, p->k_pe + Tp * dr, p->k_I + Tp * DI, (int64_t)Tp, Tr};
-    ls_mla_cp_queries q = {p->qn, p->qp, p->qI, p->w, (int64_t)Tp, Tr};
-    int64_t *sel = malloc(Tr * k * sizeof *sel);
-    double *o = vec(Tr * H * DIMS.d_v), *lse = vec(Tr * H);
-    MUST(K(ls_mla_cp_response_select)(&c, sel, &q, &own, 1, &resp, layer));
-    MUST(K(ls_mla_cp_response_forward)(&c, o, lse, &q, sel, &own, 1, &resp, p->kv_b, layer));
+    ls_mla_cp_rows own, resp;
+    ls_mla_cp_queries q;
+    int64_t *sel;
+    double *o, *lse;
+    response_forward(&c, p, s0, n, layer, &own, &resp, &q, &sel, &o, &lse);
     double sel_diff = max_all(memcmp(sel, ref.sel, Tr * k * sizeof *sel) != 0);
     double eo = max_all(rel(o, ref.o, Tr * H * DIMS.d_v));
     CHECK(sel_diff > 0, "cp-local-dsa: the response selection equals the global one on every rank");
@@ -369,12 +390,8 @@ static void check_fault(const problem *p, int layer) {
     /* prompt: the own shard's keys only */
     ref_compose(&ref, p, p->pqn, p->pqp, p->pqI, p->pw, p->pdout, Tp, 0, Tp);
     size_t qo = (size_t)s0 * H;
-    ls_mla_cp_queries pq = {p->pqn + qo * DIMS.d_n, p->pqp + qo * DIMS.d_r, p->pqI + (size_t)s0 * HI * DI,
-                            p->pw + (size_t)s0 * HI, s0, n};
-    sel = malloc(n * k * sizeof *sel);
-    o = vec(n * H * DIMS.d_v), lse = vec(n * H);
-    MUST(K(ls_mla_cp_prompt_select)(&c, sel, &pq, &own, layer));
-    MUST(K(ls_mla_cp_prompt_forward)(&c, o, lse, &pq, sel, &own, p->kv_b, 1, layer));
+    ls_mla_cp_queries pq;
+    prompt_forward(&c, p, s0, n, &own, layer, &pq, &sel, &o, &lse);
     double psel = max_all(memcmp(sel, ref.sel + (size_t)s0 * k, n * k * sizeof *sel) != 0);
     double epo = max_all(rel(o, ref.o + qo * DIMS.d_v, n * H * DIMS.d_v));
     CHECK(psel > 0, "cp-local-dsa: the prompt selection equals the global one on every rank");

@@ -10,42 +10,21 @@
  * cp-local-dsa for hybrid.  A CP-2 run (rollout included) gives the
  * single-rank run's loss.
  * The numerical checks (CP-N = CP-1 = naive) are test_mla_cp_train.c's. */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wformat-truncation"
-#endif
-#include <criterion/criterion.h>
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-#include "test_tmpdir.h"
-
-#define TRAIN LS_BINARY_DIR "/trainer/longstraw-train"
-#define AUDIT LS_BINARY_DIR "/audit/longstraw-audit"
 #define CFG LS_SOURCE_DIR "/configs/mla-tiny.json"
 
-static char tmpdir[256];
 #include "test_cli_util.h"
 
-static void setup(void) { ls_test_tmpdir_make(tmpdir, "mlacpcli"); }
-static void teardown(void) { ls_test_tmpdir_remove(tmpdir); }
-
-static int sh(const char *cmd) {
-    int st = system(cmd);
-    cr_assert(WIFEXITED(st), "%s did not exit normally", cmd);
-    return WEXITSTATUS(st);
-}
+LS_TEST_CLI_TMPDIR("mlacpcli")
 
 /* longstraw-train under mpirun -np np into tmpdir/run; returns the exit status. */
 static int run_np(int np, const char *run, const char *args) {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd,
-             "OMP_NUM_THREADS=1 ASAN_OPTIONS=fast_unwind_on_malloc=0 LSAN_OPTIONS=suppressions=" LS_LSAN_SUPP
-             ":print_suppressions=0 timeout 200 " LS_MPIEXEC " " LS_MPIRUN_FLAGS
-             " -np %d %s --config %s --out %s/%s %s >%s/%s.out 2>%s/%s.err",
-             np, TRAIN, CFG, tmpdir, run, args, tmpdir, run, tmpdir, run);
-    return sh(cmd);
+    char a[3072], out[64], err[64];
+    snprintf(a, sizeof a, "--config %s --out %s/%s %s", CFG, tmpdir, run, args);
+    snprintf(out, sizeof out, "%s.out", run);
+    snprintf(err, sizeof err, "%s.err", run);
+    return run_np_to(np, out, err, 200, a);
 }
 
 /* The audit of tmpdir/run at --require-level 1: its exit status, its report in *out (freed by the caller). */

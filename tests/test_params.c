@@ -14,16 +14,9 @@
 #include "trainer/hybrid/hybrid_family.h"
 #include "trainer/base/mem_tracker.h"
 #include "trainer/families/families.h"
+#include "test_model_config.h"
 
 #define K(x) LS_K(x)
-
-static ls_model_config load(const char *name) {
-    ls_model_config c;
-    char path[512], err[512];
-    snprintf(path, sizeof path, "%s/configs/%s", LS_SOURCE_DIR, name);
-    cr_assert_eq(ls_config_load(&c, path, err, sizeof err), LS_OK, "%s", err);
-    return c;
-}
 
 /* docs/model.md §5 by hand: embed, final norm, lm_head; an attention layer has
  * norm1, norm2, q_norm, k_norm and 7 linears (q, k, v, o, gate, up, down),
@@ -38,7 +31,7 @@ static size_t hand_count(const ls_model_config *c, int lora) {
 }
 
 static void check_counted(const char *cfg_name, ls_train_mode mode, int r, int init_random) {
-    ls_model_config c = load(cfg_name);
+    ls_model_config c = ls_test_model_config(cfg_name);
     ls_objective o;
     ls_objective_defaults(&o);
     o.train_mode = mode;
@@ -86,7 +79,7 @@ Test(params, counted_table_equals_the_built_table) {
  * table filled past its end.  add() must fail loudly, never hand back a
  * silent NULL that later code dereferences. */
 Test(params, adding_beyond_the_counted_capacity_fails_loudly) {
-    ls_model_config c = load("hybrid-tiny.json");
+    ls_model_config c = ls_test_model_config("hybrid-tiny.json");
     ls_objective o;
     ls_objective_defaults(&o);
     size_t n = 0;
@@ -125,7 +118,7 @@ Test(params, adding_beyond_the_counted_capacity_fails_loudly) {
 Test(params, a_family_without_a_transaction_has_a_table_but_no_cli) {
     /* both families have a tensor list (test_mla checks mla's) and the
      * one-rank transaction (test_mla_train): the CLI accepts both */
-    ls_model_config c = load("mla-tiny.json");
+    ls_model_config c = ls_test_model_config("mla-tiny.json");
     ls_objective o;
     ls_objective_defaults(&o);
     char err[512] = "";

@@ -14,36 +14,15 @@
  *    code it checks: the log-probs against tests/reference/hybrid_ref.py
  *    (Python from docs/model.md), the gradients against finite differences of
  *    the loss, which depend on the forward only. */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wformat-truncation"
-#endif
-#include <criterion/criterion.h>
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-
-#include "receipts/json_util.h"
-#include "receipts/schema.h"
-#include "test_tmpdir.h"
 
 #define PARITY LS_BINARY_DIR "/parity/longstraw-parity"
-#define TRAIN LS_BINARY_DIR "/trainer/longstraw-train"
 #define FIXTURE LS_BINARY_DIR "/tests/parity-fixture"
 #define FIXTURE_MLA LS_BINARY_DIR "/tests/parity-fixture-mla"
 
-static char tmpdir[256];
+#include "test_cli_util.h"
 
-static void setup(void) { ls_test_tmpdir_make(tmpdir, "parity"); }
-static void teardown(void) { ls_test_tmpdir_remove(tmpdir); }
-
-static int sh(const char *cmd) {
-    int st = system(cmd);
-    cr_assert(WIFEXITED(st), "%s did not exit normally", cmd);
-    return WEXITSTATUS(st);
-}
+LS_TEST_CLI_TMPDIR("parity")
 
 static int parity(const char *args) {
     char cmd[4096];
@@ -53,25 +32,7 @@ static int parity(const char *args) {
     return sh(cmd);
 }
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return strdup("");
-    static char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    return strdup(buf);
-}
-
-static void expect_usage(const char *args, const char *names) {
-    int rc = parity(args);
-    char p[512];
-    snprintf(p, sizeof p, "%s/err.txt", tmpdir);
-    char *e = slurp(p);
-    cr_expect_eq(rc, 2, "'%s': exit %d, want 2", args, rc);
-    cr_expect(strstr(e, names) != NULL, "'%s': stderr does not name %s: %s", args, names, e);
-    free(e);
-}
+static void expect_usage(const char *args, const char *names) { expect_exit_2(parity(args), args, names); }
 
 Test(parity, usage_errors, .init = setup, .fini = teardown, .timeout = 60) {
     char out[400], a[600];
@@ -112,20 +73,7 @@ Test(parity, usage_errors, .init = setup, .fini = teardown, .timeout = 60) {
     expect_usage(a, "p30-g2-lora"); /* a hybrid entry is no mla entry */
 }
 
-static cJSON *read_report(const char *path) {
-    cJSON *doc = NULL;
-    char err[512];
-    cr_assert_eq(ls_json_read_file(path, &doc, err, sizeof err), LS_OK, "%s", err);
-    const ls_schema *s = NULL;
-    cr_assert_eq(ls_schema_get("parity", &s, err, sizeof err), LS_OK, "%s", err);
-    ls_schema_errors errs = {0};
-    ls_status st = ls_schema_validate(s, doc, &errs);
-    char first[512];
-    ls_schema_errors_first(&errs, first, sizeof first);
-    cr_assert_eq(st, LS_OK, "%s: %s", path, first);
-    ls_schema_errors_free(&errs);
-    return doc;
-}
+static cJSON *read_report(const char *path) { return read_valid_json(path, "parity"); }
 
 /* longstraw-parity ARGS --out FIXTURE into a fresh FIXTURE, which must exit 0;
  * its report. */
@@ -136,7 +84,7 @@ static cJSON *fresh_matrix(const char *args, const char *fixture) {
     snprintf(a, sizeof a, "%s --out %s", args, fixture);
     int rc = parity(a);
     snprintf(p, sizeof p, "%s/err.txt", tmpdir);
-    char *e = slurp(p);
+    char *e = slurp_path(p);
     cr_assert_eq(rc, 0, "longstraw-parity %s: exit %d: %s", a, rc, e);
     free(e);
     snprintf(p, sizeof p, "%s/parity.json", fixture);
@@ -171,7 +119,7 @@ static int count_trainable(void) {
     cr_assert_eq(sh(cmd), 0);
     char p[512];
     snprintf(p, sizeof p, "%s/n.txt", tmpdir);
-    char *s = slurp(p);
+    char *s = slurp_path(p);
     int n = atoi(s);
     free(s);
     return n;
@@ -184,7 +132,7 @@ Test(parity, matrix_proves_levels_2_to_4, .init = setup, .fini = teardown, .time
     cJSON *doc = fresh_matrix(a, FIXTURE);
     const cJSON *c;
     /* one build: the trainer's (its runs' manifests) */
-    char *m = slurp(FIXTURE "/runs/p30-g2-lora/f64/grad-cp2-full/run/manifest.json");
+    char *m = slurp_path(FIXTURE "/runs/p30-g2-lora/f64/grad-cp2-full/run/manifest.json");
     cr_expect(strstr(m, jstr(doc, "build_digest")) != NULL, "the report's build is not the runs' build");
     free(m);
     /* the report records that build: the runs' build object, as their manifests have it (kernel_isa included) */
@@ -349,7 +297,7 @@ Test(parity, a_near_tie_is_redrawn_or_refused, .init = setup, .fini = teardown, 
              ref, tmpdir);
     cr_expect_eq(parity(a), 1, "--fd-max 1 cannot prove level 4");
     snprintf(p, sizeof p, "%s/err.txt", tmpdir);
-    char *e = slurp(p);
+    char *e = slurp_path(p);
     cr_expect(strstr(e, "draw 1 (seed 1): decisions m30-g2-lora f64 fails (worst dsa_topk") != NULL &&
               strstr(e, "drawing other weights") != NULL, "no redraw on stderr: %s", e);
     free(e);
@@ -411,7 +359,7 @@ Test(parity, a_near_tie_is_redrawn_or_refused, .init = setup, .fini = teardown, 
              ref, tmpdir);
     cr_expect_eq(parity(a), 2, "a reference whose decisions do not add up is not evidence");
     snprintf(p, sizeof p, "%s/err.txt", tmpdir);
-    e = slurp(p);
+    e = slurp_path(p);
     cr_expect(strstr(e, "reference-score.json: field 'decisions.count'") != NULL, "stderr: %s", e);
     free(e);
 }
@@ -519,7 +467,7 @@ Test(parity, grouped_fd_finds_a_wrong_gradient, .init = setup, .fini = teardown,
     int rc = parity(a);
     char p[512];
     snprintf(p, sizeof p, "%s/err.txt", tmpdir);
-    char *e = slurp(p);
+    char *e = slurp_path(p);
     cr_assert_eq(rc, 1, "a wrong naive gradient must fail parity: exit %d: %s", rc, e);
     free(e);
     snprintf(p, sizeof p, "%s/out/parity.json", tmpdir);

@@ -39,42 +39,12 @@
 
 #define PARITY LS_BINARY_DIR "/parity/longstraw-parity"
 #define FIXTURE LS_SOURCE_DIR "/tests/data/parity_adapter_fake.json"
-#define FAKE LS_SOURCE_DIR "/tests/parity_adapter_fake_train.py"
 
 static char tmpdir[256];
 static void setup(void) { ls_test_tmpdir_make(tmpdir, "parity-adapter"); }
 static void teardown(void) { ls_test_tmpdir_remove(tmpdir); }
 
-static cJSON *fixture(void) {
-    cJSON *d = NULL;
-    char err[512];
-    cr_assert_eq(ls_json_read_file(FIXTURE, &d, err, sizeof err), LS_OK, "%s", err);
-    /* the launch made absolute: a variant is written in tmpdir, where {dir} is tmpdir */
-    const char *which[] = {"1", "n"};
-    for (int k = 0; k < 2; k++) {
-        cJSON *argv = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(d, "launch"), which[k]);
-        cJSON_ReplaceItemInArray(argv, 1, cJSON_CreateString(FAKE));
-    }
-    return d;
-}
-
-/* doc written to tmpdir/name (doc deleted); its path into path. */
-static void write_adapter(cJSON *doc, const char *name, char path[512]) {
-    snprintf(path, 512, "%s/%s", tmpdir, name);
-    char err[512];
-    cr_assert_eq(ls_json_write_file(path, doc, err, sizeof err), LS_OK, "%s", err);
-    cJSON_Delete(doc);
-}
-
-/* Loading doc fails and err contains want. */
-static void refused(cJSON *doc, const char *want) {
-    char path[512], err[1024] = "";
-    write_adapter(doc, "bad.json", path);
-    ls_parity_adapter a;
-    ls_status s = ls_parity_adapter_load(path, &a, err, sizeof err);
-    cr_expect_neq(s, LS_OK, "an adapter that should be refused (%s) loaded", want);
-    cr_expect(strstr(err, want) != NULL, "the error does not name %s: %s", want, err);
-}
+static cJSON *fixture(void) { return ls_pa_fixture(FIXTURE); }
 
 Test(parity_adapter, the_fixture_and_longstraw_train_load) {
     ls_parity_adapter a;
@@ -109,7 +79,7 @@ Test(parity_adapter, each_required_field_missing_is_named, .init = setup, .fini 
         char want[64];
         snprintf(want, sizeof want, "\"%s\"", req[i]);
         char path[512], err[1024] = "";
-        write_adapter(d, "bad.json", path);
+        ls_pa_write_adapter(tmpdir, d, "bad.json", path);
         ls_parity_adapter a;
         cr_expect_neq(ls_parity_adapter_load(path, &a, err, sizeof err), LS_OK, "%s missing: loaded", req[i]);
         cr_expect(strstr(err, req[i]) != NULL && strstr(err, "required") != NULL, "%s missing: %s", req[i], err);
@@ -117,50 +87,50 @@ Test(parity_adapter, each_required_field_missing_is_named, .init = setup, .fini 
     /* nested: a mode, the launch for N processes, the batch's vocab */
     cJSON *d = fixture();
     cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(d, "modes"), "loss");
-    refused(d, "loss");
+    ls_pa_refused(tmpdir, d, "loss");
     d = fixture();
     cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(d, "launch"), "n");
-    refused(d, "/launch");
+    ls_pa_refused(tmpdir, d, "/launch");
     d = fixture();
     cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(d, "batch"), "vocab");
-    refused(d, "vocab");
+    ls_pa_refused(tmpdir, d, "vocab");
 }
 
 Test(parity_adapter, what_a_schema_cannot_say_is_refused_by_name, .init = setup, .fini = teardown) {
     cJSON *d = fixture();
     cJSON_ReplaceItemInArray(cJSON_GetObjectItemCaseSensitive(d, "args"), 3, cJSON_CreateString("--x={cpu}"));
-    refused(d, "field 'args[3]': unknown placeholder '{cpu}'");
+    ls_pa_refused(tmpdir, d, "field 'args[3]': unknown placeholder '{cpu}'");
     d = fixture();
     cJSON_ReplaceItemInArray(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(d, "launch"), "n"), 0,
                              cJSON_CreateString("{dir"));
-    refused(d, "field 'launch.n[0]': unknown placeholder '{'");
+    ls_pa_refused(tmpdir, d, "field 'launch.n[0]': unknown placeholder '{'");
     d = fixture();
     cJSON_ReplaceItemInObjectCaseSensitive(d, "dtypes", cJSON_CreateStringArray((const char *[]){"f32"}, 1));
-    refused(d, "field 'dtypes': f64 must be one");
+    ls_pa_refused(tmpdir, d, "field 'dtypes': f64 must be one");
     d = fixture();
     cJSON_ReplaceItemInObjectCaseSensitive(d, "cp", cJSON_CreateIntArray((const int[]){2, 4}, 2));
-    refused(d, "field 'cp': 1 must be one");
+    ls_pa_refused(tmpdir, d, "field 'cp': 1 must be one");
     d = fixture();
     cJSON *ctl = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(d, "faults"), "controls");
     cJSON_AddStringToObject(ctl, "detached", "grad");
-    refused(d, "control 'detached'");
+    ls_pa_refused(tmpdir, d, "control 'detached'");
     d = fixture();
     ctl = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(d, "faults"), "controls");
     cJSON *o = cJSON_AddObjectToObject(ctl, "eight");
     cJSON_AddStringToObject(o, "breaks", "cp_grad");
     cJSON_AddNumberToObject(o, "cp", 8);
-    refused(d, "field 'faults.controls.eight.cp'");
+    ls_pa_refused(tmpdir, d, "field 'faults.controls.eight.cp'");
     d = fixture();
     ctl = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(d, "faults"), "controls");
     cJSON_AddStringToObject(ctl, "bad-kind", "fd_grad");
-    refused(d, "/faults/controls/bad-kind");
+    ls_pa_refused(tmpdir, d, "/faults/controls/bad-kind");
     d = fixture();
     cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(d, "batch"), "rewards",
                                            cJSON_CreateIntArray((const int[]){1, 0}, 2));
-    refused(d, "field 'batch.rewards': 2 rewards for 3 responses");
+    ls_pa_refused(tmpdir, d, "field 'batch.rewards': 2 rewards for 3 responses");
     d = fixture();
     cJSON_AddStringToObject(d, "shell", "rm -rf /");
-    refused(d, "shell");
+    ls_pa_refused(tmpdir, d, "shell");
     /* not JSON; over the size cap */
     char path[512], err[1024] = "";
     snprintf(path, sizeof path, "%s/notjson.json", tmpdir);
@@ -209,20 +179,12 @@ Test(parity_adapter, templates_expand_every_placeholder_and_no_more) {
 
 /* ---- the matrix on the stand-in ------------------------------------------------- */
 
-/* longstraw-parity in tmpdir and its outputs (test_parity_adapter_support.c) */
-static int parity(const char *adapter, const char *env, const char *extra, const char *out) {
-    return ls_pa_parity(tmpdir, adapter, env, extra, out);
-}
-static char *text_of(const char *out) { return ls_pa_text(tmpdir, out); }
-static cJSON *report_of(const char *out) { return ls_pa_report(tmpdir, out); }
-#define level_holds ls_pa_level_holds
-
 Test(parity_adapter, the_stand_in_passes_every_level_and_its_controls_fail, .init = setup, .fini = teardown,
      .timeout = 300) {
     char env[600];
     snprintf(env, sizeof env, "FAKE_LAUNCHES=%s/launches.txt", tmpdir);
-    cr_assert_eq(parity(FIXTURE, env, NULL, "ok"), 0, "exit (%s/ok.txt)", tmpdir);
-    cJSON *r = report_of("ok");
+    cr_assert_eq(ls_pa_parity(tmpdir, FIXTURE, env, NULL, "ok"), 0, "exit (%s/ok.txt)", tmpdir);
+    cJSON *r = ls_pa_report(tmpdir, "ok");
     /* the timings' total counts every launch of the trainer (the stand-in counted its own), and is the rows' sum */
     char lp[600];
     snprintf(lp, sizeof lp, "%s/launches.txt", tmpdir);
@@ -249,7 +211,7 @@ Test(parity_adapter, the_stand_in_passes_every_level_and_its_controls_fail, .ini
     cr_expect_eq(cJSON_GetArraySize(build), 1, "the stand-in's build object is its digest alone");
     cr_expect_str_eq(cJSON_GetObjectItemCaseSensitive(build, "build_digest")->valuestring, want_digest);
     cr_expect_str_eq(cJSON_GetObjectItemCaseSensitive(r, "build_digest")->valuestring, want_digest);
-    cr_expect(level_holds(r, 2) && level_holds(r, 3) && level_holds(r, 4));
+    cr_expect(ls_pa_level_holds(r, 2) && ls_pa_level_holds(r, 3) && ls_pa_level_holds(r, 4));
     cr_expect_str_eq(cJSON_GetObjectItemCaseSensitive(r, "family")->valuestring, "fake");
     const cJSON *ad = cJSON_GetObjectItemCaseSensitive(r, "adapter");
     cr_expect_str_eq(cJSON_GetObjectItemCaseSensitive(ad, "name")->valuestring, "fake");
@@ -298,9 +260,11 @@ Test(parity_adapter, the_stand_in_passes_every_level_and_its_controls_fail, .ini
 
 Test(parity_adapter, the_flat_forms_are_read_alike, .init = setup, .fini = teardown, .timeout = 300) {
     /* one tensor "logprobs" in member order; losses as {"weights", "loss"} */
-    cr_assert_eq(parity(FIXTURE, "FAKE_FORMAT=flat", "--dtype f64 --cp 1,2", "flat"), 0, "exit (%s/flat.txt)", tmpdir);
-    cr_assert_eq(parity(FIXTURE, NULL, "--dtype f64 --cp 1,2", "members"), 0, "exit (%s/members.txt)", tmpdir);
-    cJSON *a = report_of("flat"), *b = report_of("members");
+    cr_assert_eq(ls_pa_parity(tmpdir, FIXTURE, "FAKE_FORMAT=flat", "--dtype f64 --cp 1,2", "flat"), 0,
+                 "exit (%s/flat.txt)", tmpdir);
+    cr_assert_eq(ls_pa_parity(tmpdir, FIXTURE, NULL, "--dtype f64 --cp 1,2", "members"), 0, "exit (%s/members.txt)",
+                 tmpdir);
+    cJSON *a = ls_pa_report(tmpdir, "flat"), *b = ls_pa_report(tmpdir, "members");
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(a, "checks"), *y = cJSON_GetObjectItemCaseSensitive(b, "checks");
     cr_assert_eq(cJSON_GetArraySize(x), cJSON_GetArraySize(y));
     for (int i = 0; i < cJSON_GetArraySize(x); i++) {
@@ -319,8 +283,9 @@ static void on_outside(void *user, const char *field, const char *detail) {
 }
 
 Test(parity_adapter, v2_runs_give_a_v2_coverage_their_runs_lie_inside, .init = setup, .fini = teardown, .timeout = 300) {
-    cr_assert_eq(parity(FIXTURE, "FAKE_MANIFEST=v2", "--dtype f64 --cp 1,2", "v2"), 0, "exit (%s/v2.txt)", tmpdir);
-    cJSON *r = report_of("v2");
+    cr_assert_eq(ls_pa_parity(tmpdir, FIXTURE, "FAKE_MANIFEST=v2", "--dtype f64 --cp 1,2", "v2"), 0,
+                 "exit (%s/v2.txt)", tmpdir);
+    cJSON *r = ls_pa_report(tmpdir, "v2");
     const cJSON *cov = cJSON_GetObjectItemCaseSensitive(r, "coverage");
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(cov, "model");
     cr_expect_str_eq(cJSON_GetObjectItemCaseSensitive(model, "init")->valuestring, "gauss(0, 1)", "the free model key");
@@ -344,13 +309,13 @@ Test(parity_adapter, a_control_that_changes_nothing_fails_the_report, .init = se
     cJSON_AddStringToObject(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(d, "faults"), "controls"),
                             "undetected", "cp_params");
     char path[512];
-    write_adapter(d, "undetected.json", path);
-    cr_assert_eq(parity(path, NULL, "--dtype f64 --cp 1,2", "und"), 1, "exit (%s/und.txt)", tmpdir);
-    cJSON *r = report_of("und");
-    cr_expect(level_holds(r, 2), "level 2 needs no cp_params control");
-    cr_expect(!level_holds(r, 3) && !level_holds(r, 4));
+    ls_pa_write_adapter(tmpdir, d, "undetected.json", path);
+    cr_assert_eq(ls_pa_parity(tmpdir, path, NULL, "--dtype f64 --cp 1,2", "und"), 1, "exit (%s/und.txt)", tmpdir);
+    cJSON *r = ls_pa_report(tmpdir, "und");
+    cr_expect(ls_pa_level_holds(r, 2), "level 2 needs no cp_params control");
+    cr_expect(!ls_pa_level_holds(r, 3) && !ls_pa_level_holds(r, 4));
     cr_expect(!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "pass")));
-    char *t = text_of("und");
+    char *t = ls_pa_text(tmpdir, "und");
     cr_expect(strstr(t, "control undetected (f64, world 2, p9-g3) was not detected") != NULL, "%s", t);
     free(t);
     cJSON_Delete(r);
@@ -378,8 +343,9 @@ Test(parity_adapter, hostile_trainers_are_named_and_write_no_report, .init = set
         snprintf(env, sizeof env, "FAKE_BREAK=%s", cases[i].brk);
         snprintf(out, sizeof out, "hostile-%s", cases[i].brk);
         snprintf(extra, sizeof extra, "--dtype f64 --cp 1,2 %s", cases[i].extra ? cases[i].extra : "");
-        cr_expect_eq(parity(FIXTURE, env, extra, out), cases[i].rc, "%s: exit (%s/%s.txt)", cases[i].brk, tmpdir, out);
-        char *t = text_of(out);
+        cr_expect_eq(ls_pa_parity(tmpdir, FIXTURE, env, extra, out), cases[i].rc, "%s: exit (%s/%s.txt)",
+                     cases[i].brk, tmpdir, out);
+        char *t = ls_pa_text(tmpdir, out);
         cr_expect(strstr(t, cases[i].want) != NULL && strstr(t, "no report written") != NULL, "%s: %s", cases[i].brk, t);
         free(t);
         char p[512];
@@ -387,9 +353,10 @@ Test(parity_adapter, hostile_trainers_are_named_and_write_no_report, .init = set
         cr_expect_neq(access(p, F_OK), 0, "%s: a report was written", cases[i].brk);
     }
     /* a NaN gradient is a failing check, not a crash */
-    cr_expect_eq(parity(FIXTURE, "FAKE_BREAK=nan", "--dtype f64 --cp 1,2", "nan"), 1, "nan: exit (%s/nan.txt)", tmpdir);
-    cJSON *r = report_of("nan");
-    cr_expect(!level_holds(r, 2) || !level_holds(r, 3) || !level_holds(r, 4));
+    cr_expect_eq(ls_pa_parity(tmpdir, FIXTURE, "FAKE_BREAK=nan", "--dtype f64 --cp 1,2", "nan"), 1,
+                 "nan: exit (%s/nan.txt)", tmpdir);
+    cJSON *r = ls_pa_report(tmpdir, "nan");
+    cr_expect(!ls_pa_level_holds(r, 2) || !ls_pa_level_holds(r, 3) || !ls_pa_level_holds(r, 4));
     cJSON_Delete(r);
 }
 
@@ -400,23 +367,23 @@ Test(parity_adapter, key_signs_the_report, .init = setup, .fini = teardown, .tim
              key, tmpdir);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     snprintf(env, sizeof env, "--dtype f64 --cp 1,2 --key %s", key);
-    cr_assert_eq(parity(FIXTURE, NULL, env, "signed"), 0, "exit (%s/signed.txt)", tmpdir);
+    cr_assert_eq(ls_pa_parity(tmpdir, FIXTURE, NULL, env, "signed"), 0, "exit (%s/signed.txt)", tmpdir);
     char p[512];
     snprintf(p, sizeof p, "%s/signed/parity.dsse.json", tmpdir);
     cr_expect_eq(access(p, F_OK), 0, "no envelope %s", p);
 }
 
 Test(parity_adapter, usage, .init = setup, .fini = teardown) {
-    cr_expect_eq(parity(FIXTURE, NULL, "--cp 1,8", "u1"), 2);
-    char *t = text_of("u1");
+    cr_expect_eq(ls_pa_parity(tmpdir, FIXTURE, NULL, "--cp 1,8", "u1"), 2);
+    char *t = ls_pa_text(tmpdir, "u1");
     cr_expect(strstr(t, "--cp: 8 is not one of the CP sizes") != NULL, "%s", t);
     free(t);
-    cr_expect_eq(parity(FIXTURE, NULL, "--family hybrid", "u2"), 2);
-    t = text_of("u2");
+    cr_expect_eq(ls_pa_parity(tmpdir, FIXTURE, NULL, "--family hybrid", "u2"), 2);
+    t = ls_pa_text(tmpdir, "u2");
     cr_expect(strstr(t, "drop --family") != NULL, "%s", t);
     free(t);
-    cr_expect_eq(parity(LS_SOURCE_DIR "/tests/data/no-such-adapter.json", NULL, NULL, "u3"), 2);
-    t = text_of("u3");
+    cr_expect_eq(ls_pa_parity(tmpdir, LS_SOURCE_DIR "/tests/data/no-such-adapter.json", NULL, NULL, "u3"), 2);
+    t = ls_pa_text(tmpdir, "u3");
     cr_expect(strstr(t, "no-such-adapter.json") != NULL, "%s", t);
     free(t);
 }
@@ -427,13 +394,13 @@ Test(parity_adapter, like_refuses_what_it_cannot_cover, .init = setup, .fini = t
     char run[512], opt[1024];
     snprintf(run, sizeof run, "%s/run", tmpdir);
     snprintf(opt, sizeof opt, "--like %s --cp 1,2", run);
-    cr_expect_eq(parity(FIXTURE, NULL, opt, "l1"), 2);
-    char *t = text_of("l1");
+    cr_expect_eq(ls_pa_parity(tmpdir, FIXTURE, NULL, opt, "l1"), 2);
+    char *t = ls_pa_text(tmpdir, "l1");
     cr_expect(strstr(t, "--like sets the CP sizes") != NULL, "%s", t);
     free(t);
     snprintf(opt, sizeof opt, "--like %s", run);
-    cr_expect_eq(parity(FIXTURE, NULL, opt, "l2"), 2); /* no manifest */
-    t = text_of("l2");
+    cr_expect_eq(ls_pa_parity(tmpdir, FIXTURE, NULL, opt, "l2"), 2); /* no manifest */
+    t = ls_pa_text(tmpdir, "l2");
     cr_expect(strstr(t, "--like") != NULL && strstr(t, "manifest.json") != NULL, "%s", t);
     free(t);
     /* a v2 run (longstraw_emit) of the torch-cp profile: not a run of the adapter's ("fake") */
@@ -453,8 +420,8 @@ Test(parity_adapter, like_refuses_what_it_cannot_cover, .init = setup, .fini = t
     fclose(f);
     snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s %s > %s/mkrun.txt 2>&1", py, run, tmpdir);
     if (system(cmd) != 0) cr_skip_test("no python3 with zstandard to write a v2 run (%s/mkrun.txt)", tmpdir);
-    cr_expect_eq(parity(FIXTURE, NULL, opt, "l3"), 2);
-    t = text_of("l3");
+    cr_expect_eq(ls_pa_parity(tmpdir, FIXTURE, NULL, opt, "l3"), 2);
+    t = ls_pa_text(tmpdir, "l3");
     cr_expect(strstr(t, "names the profile torch-cp") != NULL, "%s", t);
     free(t);
     snprintf(cmd, sizeof cmd, "%s/l3/parity.json", tmpdir);

@@ -44,47 +44,8 @@ static char tmpdir[256];
 static void setup(void) { ls_test_tmpdir_make(tmpdir, "parity-adapter-dp"); }
 static void teardown(void) { ls_test_tmpdir_remove(tmpdir); }
 
-/* The adapter at path, its launch made absolute (a variant is written in tmpdir, where {dir} is tmpdir). */
-static cJSON *fixture_of(const char *path) {
-    cJSON *d = NULL;
-    char err[512];
-    cr_assert_eq(ls_json_read_file(path, &d, err, sizeof err), LS_OK, "%s", err);
-    const char *which[] = {"1", "n"};
-    for (int k = 0; k < 2; k++) {
-        cJSON *argv = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(d, "launch"), which[k]);
-        cJSON_ReplaceItemInArray(argv, 1, cJSON_CreateString(FAKE));
-    }
-    return d;
-}
-
-static cJSON *fixture(void) { return fixture_of(FIXTURE); }
-
-/* doc written to tmpdir/name (doc deleted); its path into path. */
-static void write_adapter(cJSON *doc, const char *name, char path[512]) {
-    snprintf(path, 512, "%s/%s", tmpdir, name);
-    char err[512];
-    cr_assert_eq(ls_json_write_file(path, doc, err, sizeof err), LS_OK, "%s", err);
-    cJSON_Delete(doc);
-}
-
-/* Loading doc fails and err contains want. */
-static void refused(cJSON *doc, const char *want) {
-    char path[512], err[1024] = "";
-    write_adapter(doc, "bad.json", path);
-    ls_parity_adapter a;
-    ls_status s = ls_parity_adapter_load(path, &a, err, sizeof err);
-    cr_expect_neq(s, LS_OK, "an adapter that should be refused (%s) loaded", want);
-    cr_expect(strstr(err, want) != NULL, "the error does not name %s: %s", want, err);
-}
-
-/* longstraw-parity in tmpdir and its outputs (test_parity_adapter_support.c) */
-static int parity(const char *adapter, const char *env, const char *extra, const char *out) {
-    return ls_pa_parity(tmpdir, adapter, env, extra, out);
-}
-static char *text_of(const char *out) { return ls_pa_text(tmpdir, out); }
-static cJSON *report_of(const char *out) { return ls_pa_report(tmpdir, out); }
-#define level_holds ls_pa_level_holds
-
+static cJSON *fixture_of(const char *path) { return ls_pa_fixture(path); }
+static cJSON *fixture(void) { return ls_pa_fixture(FIXTURE); }
 
 static cJSON *controls_of(cJSON *d) {
     return cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(d, "faults"), "controls");
@@ -104,33 +65,34 @@ Test(parity_adapter, the_dp_fields_load_and_are_refused_by_name, .init = setup, 
     ls_parity_adapter_free(&a);
     cJSON *d = fixture_of(FIXTURE_DP);
     cJSON_ReplaceItemInObjectCaseSensitive(d, "dp", cJSON_CreateIntArray((const int[]){2}, 1));
-    refused(d, "field 'dp': 1 must be one");
+    ls_pa_refused(tmpdir, d, "field 'dp': 1 must be one");
     d = fixture_of(FIXTURE_DP); /* a DP size > 1 the trainer is never told of */
     cJSON *args = cJSON_GetObjectItemCaseSensitive(d, "args");
     for (int i = 0; i < cJSON_GetArraySize(args); i++)
         if (strcmp(cJSON_GetArrayItem(args, i)->valuestring, "{dp}") == 0)
             cJSON_ReplaceItemInArray(args, i, cJSON_CreateString("1"));
-    refused(d, "field 'dp': a DP size > 1 needs the placeholder {dp}");
+    ls_pa_refused(tmpdir, d, "field 'dp': a DP size > 1 needs the placeholder {dp}");
     d = fixture_of(FIXTURE_DP); /* {dp} in a literal {{dp}} is no placeholder */
     args = cJSON_GetObjectItemCaseSensitive(d, "args");
     for (int i = 0; i < cJSON_GetArraySize(args); i++)
         if (strcmp(cJSON_GetArrayItem(args, i)->valuestring, "{dp}") == 0)
             cJSON_ReplaceItemInArray(args, i, cJSON_CreateString("{{dp}}"));
-    refused(d, "field 'dp': a DP size > 1 needs the placeholder {dp}");
+    ls_pa_refused(tmpdir, d, "field 'dp': a DP size > 1 needs the placeholder {dp}");
     d = fixture(); /* a dp_grad control with no DP size to run at */
     cJSON_AddStringToObject(controls_of(d), "dp-no-scale", "dp_grad");
-    refused(d, "field 'faults.controls.dp-no-scale': it breaks dp_grad, but field 'dp' lists no DP size > 1");
+    ls_pa_refused(tmpdir, d,
+                  "field 'faults.controls.dp-no-scale': it breaks dp_grad, but field 'dp' lists no DP size > 1");
     d = fixture_of(FIXTURE_DP);
     cJSON_ReplaceItemInObjectCaseSensitive(d, "dp", cJSON_CreateIntArray((const int[]){1, 9}, 2));
-    refused(d, "/dp");
+    ls_pa_refused(tmpdir, d, "/dp");
     d = fixture_of(FIXTURE_DP);
     cJSON_ReplaceItemInObjectCaseSensitive(d, "dp", cJSON_CreateIntArray((const int[]){1, 2, 2}, 3));
-    refused(d, "/dp");
+    ls_pa_refused(tmpdir, d, "/dp");
     /* {dp} is known: no "unknown placeholder" */
     d = fixture();
     cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(d, "args"), cJSON_CreateString("--dp={dp}"));
     char path[512];
-    write_adapter(d, "dp-arg.json", path);
+    ls_pa_write_adapter(tmpdir, d, "dp-arg.json", path);
     cr_expect_eq(ls_parity_adapter_load(path, &a, err, sizeof err), LS_OK, "%s", err);
     ls_parity_adapter_free(&a);
 }
@@ -141,7 +103,7 @@ Test(parity_adapter, dp_expands_and_picks_the_launch_by_process_count, .init = s
     cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(d, "launch"), "n",
                                            cJSON_CreateStringArray((const char *[]){"/usr/bin/env", "python3", FAKE}, 3));
     char path[512], err[1024] = "", out[LS_PARITY_ADAPTER_ARG_MAX + 1];
-    write_adapter(d, "launch.json", path);
+    ls_pa_write_adapter(tmpdir, d, "launch.json", path);
     ls_parity_adapter a;
     cr_assert_eq(ls_parity_adapter_load(path, &a, err, sizeof err), LS_OK, "%s", err);
     ls_parity_adapter_vars v = {.mode = "run", .cp = 1, .dp = 2, .dtype = "f64", .grad_mode = "full", .fault = "",
@@ -205,9 +167,9 @@ static void note_outside(void *user, const char *field, const char *detail) {
 
 Test(parity_adapter, dp_runs_every_cp_size_at_dp_2_and_its_control_fails, .init = setup, .fini = teardown,
      .timeout = 300) {
-    cr_assert_eq(parity(FIXTURE_DP, NULL, "--dp 1,2 --cp 1,2,4", "dp"), 0, "exit (%s/dp.txt)", tmpdir);
-    cJSON *r = report_of("dp");
-    cr_expect(level_holds(r, 2) && level_holds(r, 3) && level_holds(r, 4));
+    cr_assert_eq(ls_pa_parity(tmpdir, FIXTURE_DP, NULL, "--dp 1,2 --cp 1,2,4", "dp"), 0, "exit (%s/dp.txt)", tmpdir);
+    cJSON *r = ls_pa_report(tmpdir, "dp");
+    cr_expect(ls_pa_level_holds(r, 2) && ls_pa_level_holds(r, 3) && ls_pa_level_holds(r, 4));
     cr_expect(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "pass")));
     char *dps = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(r, "dps"));
     const cJSON *cov_r = cJSON_GetObjectItemCaseSensitive(r, "coverage");
@@ -264,8 +226,8 @@ Test(parity_adapter, dp_runs_every_cp_size_at_dp_2_and_its_control_fails, .init 
     const cJSON *cov = cJSON_GetObjectItemCaseSensitive(r, "coverage");
     cr_expect_eq(ls_coverage_check(cov, cfg, 4, note_outside, notes), 0, "%s", notes);
     /* a report of DP 1 only does not cover it: the coverage names dp */
-    cr_assert_eq(parity(FIXTURE_DP, NULL, "--cp 1,2 --dtype f64", "dp1"), 0, "exit (%s/dp1.txt)", tmpdir);
-    cJSON *r1 = report_of("dp1");
+    cr_assert_eq(ls_pa_parity(tmpdir, FIXTURE_DP, NULL, "--cp 1,2 --dtype f64", "dp1"), 0, "exit (%s/dp1.txt)", tmpdir);
+    cJSON *r1 = ls_pa_report(tmpdir, "dp1");
     const cJSON *cov1 = cJSON_GetObjectItemCaseSensitive(r1, "coverage");
     cr_expect_null(cJSON_GetObjectItemCaseSensitive(cov1, "dps"), "a DP-1 report states no dps");
     cr_expect_null(cJSON_GetObjectItemCaseSensitive(r1, "dps"));
@@ -277,7 +239,7 @@ Test(parity_adapter, dp_runs_every_cp_size_at_dp_2_and_its_control_fails, .init 
     cr_expect_eq(n_checks(r1, "dp_grad", 2, NULL), 0);
     cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(r1, "controls"))
         cr_expect_str_neq(cJSON_GetObjectItemCaseSensitive(c, "fault")->valuestring, "dp-no-scale");
-    cr_expect(level_holds(r1, 3) && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r1, "pass")));
+    cr_expect(ls_pa_level_holds(r1, 3) && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r1, "pass")));
     /* a run whose dp_ranks does not divide its world, or is not a number, lies outside every coverage */
     cJSON_ReplaceItemInObjectCaseSensitive(cfg, "dp_ranks", cJSON_CreateNumber(3));
     notes[0] = 0;
@@ -304,22 +266,23 @@ Test(parity_adapter, an_undetected_dp_control_or_the_dp_bug_fails_the_report, .i
     cJSON *d = fixture_of(FIXTURE_DP);
     cJSON_AddStringToObject(controls_of(d), "undetected", "dp_grad");
     char path[512];
-    write_adapter(d, "undetected-dp.json", path);
-    cr_assert_eq(parity(path, NULL, "--dp 1,2 --cp 1,2 --dtype f64", "und"), 1, "exit (%s/und.txt)", tmpdir);
-    cJSON *r = report_of("und");
-    cr_expect(level_holds(r, 2), "level 2 needs no DP control");
-    cr_expect(!level_holds(r, 3) && !level_holds(r, 4));
+    ls_pa_write_adapter(tmpdir, d, "undetected-dp.json", path);
+    cr_assert_eq(ls_pa_parity(tmpdir, path, NULL, "--dp 1,2 --cp 1,2 --dtype f64", "und"), 1, "exit (%s/und.txt)",
+                 tmpdir);
+    cJSON *r = ls_pa_report(tmpdir, "und");
+    cr_expect(ls_pa_level_holds(r, 2), "level 2 needs no DP control");
+    cr_expect(!ls_pa_level_holds(r, 3) && !ls_pa_level_holds(r, 4));
     cr_expect(!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "pass")));
-    char *t = text_of("und");
+    char *t = ls_pa_text(tmpdir, "und");
     cr_expect(strstr(t, "control undetected (f64, world 2, p9-g4) was not detected") != NULL, "%s", t);
     free(t);
     cJSON_Delete(r);
     /* the bug in the trainer (DDP's average of unscaled losses) at every fault-free DP run: dp_grad fails at
        half the gradient, and with it cp_grad and grad at DP 2; the DP-1 runs stay correct */
-    cr_assert_eq(parity(FIXTURE_DP, "FAKE_BREAK=dp-no-scale", "--dp 1,2 --cp 1,2 --dtype f64", "bug"), 1,
+    cr_assert_eq(ls_pa_parity(tmpdir, FIXTURE_DP, "FAKE_BREAK=dp-no-scale", "--dp 1,2 --cp 1,2 --dtype f64", "bug"), 1,
                  "exit (%s/bug.txt)", tmpdir);
-    r = report_of("bug");
-    cr_expect(level_holds(r, 2) && !level_holds(r, 3) && !level_holds(r, 4));
+    r = ls_pa_report(tmpdir, "bug");
+    cr_expect(ls_pa_level_holds(r, 2) && !ls_pa_level_holds(r, 3) && !ls_pa_level_holds(r, 4));
     const cJSON *c;
     int failing = 0;
     cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(r, "checks")) {
@@ -338,9 +301,10 @@ Test(parity_adapter, an_undetected_dp_control_or_the_dp_bug_fails_the_report, .i
 }
 
 Test(parity_adapter, a_trainer_that_ignores_dp_is_named, .init = setup, .fini = teardown, .timeout = 300) {
-    cr_expect_eq(parity(FIXTURE_DP, "FAKE_BREAK=nodp", "--dp 1,2 --cp 1,2 --dtype f64", "nodp"), 2, "exit (%s/nodp.txt)",
+    cr_expect_eq(ls_pa_parity(tmpdir, FIXTURE_DP, "FAKE_BREAK=nodp", "--dp 1,2 --cp 1,2 --dtype f64", "nodp"), 2,
+                 "exit (%s/nodp.txt)",
                  tmpdir);
-    char *t = text_of("nodp");
+    char *t = ls_pa_text(tmpdir, "nodp");
     cr_expect(strstr(t, "the run was launched at DP 2 ({dp}) and its configuration records dp_ranks (absent) 1") != NULL &&
                   strstr(t, "no report written") != NULL,
               "%s", t);
@@ -362,12 +326,12 @@ Test(parity_adapter, bad_dp_values_exit_2_naming_the_option, .init = setup, .fin
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char out[32];
         snprintf(out, sizeof out, "bad-dp-%zu", i);
-        cr_expect_eq(parity(cases[i].adapter, NULL, cases[i].extra, out), 2, "%s: exit", cases[i].extra);
-        char *t = text_of(out);
+        cr_expect_eq(ls_pa_parity(tmpdir, cases[i].adapter, NULL, cases[i].extra, out), 2, "%s: exit", cases[i].extra);
+        char *t = ls_pa_text(tmpdir, out);
         cr_expect(strstr(t, cases[i].want) != NULL, "%s: %s", cases[i].extra, t);
         free(t);
     }
-    char *t = text_of("bad-dp-5");
+    char *t = ls_pa_text(tmpdir, "bad-dp-5");
     cr_expect(strstr(t, "field 'dp' absent: DP 1 only") != NULL, "%s", t);
     free(t);
     /* a DP size that does not divide the batch's group: a replica takes G / D members */
@@ -376,9 +340,9 @@ Test(parity_adapter, bad_dp_values_exit_2_naming_the_option, .init = setup, .fin
     cJSON_ReplaceItemInObjectCaseSensitive(b, "response_lens", cJSON_CreateIntArray((const int[]){3, 5, 4}, 3));
     cJSON_ReplaceItemInObjectCaseSensitive(b, "rewards", cJSON_CreateIntArray((const int[]){1, 0, 0}, 3));
     char path[512];
-    write_adapter(d, "g3.json", path);
-    cr_expect_eq(parity(path, NULL, "--dp 1,2", "g3"), 2);
-    t = text_of("g3");
+    ls_pa_write_adapter(tmpdir, d, "g3.json", path);
+    cr_expect_eq(ls_pa_parity(tmpdir, path, NULL, "--dp 1,2", "g3"), 2);
+    t = ls_pa_text(tmpdir, "g3");
     cr_expect(strstr(t, "--dp: 2 does not divide the 3 responses") != NULL && strstr(t, "batch.response_lens") != NULL,
               "%s", t);
     free(t);
@@ -387,7 +351,7 @@ Test(parity_adapter, bad_dp_values_exit_2_naming_the_option, .init = setup, .fin
     snprintf(cmd, sizeof cmd, PARITY " --family hybrid --dp 1,2 --out %s/fam > %s/fam.txt 2>&1", tmpdir, tmpdir);
     int st = system(cmd);
     cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 2);
-    t = text_of("fam");
+    t = ls_pa_text(tmpdir, "fam");
     cr_expect(strstr(t, "--dp: data parallelism is an adapter's trainer's") != NULL, "%s", t);
     free(t);
 }
@@ -434,8 +398,8 @@ Test(parity_adapter, like_takes_the_runs_dp_size, .init = setup, .fini = teardow
     if (!write_dp_run(run, 4, 2, 2, 21)) cr_skip_test("no python3 with zstandard to write a v2 run (%s.mk.txt)", run);
     snprintf(opt, sizeof opt, "--like %s", run);
     /* the stand-in's runs record a v2 configuration (its model under config.model), as the run's */
-    cr_assert_eq(parity(FIXTURE_DP, "FAKE_MANIFEST=v2", opt, "like"), 0, "exit (%s/like.txt)", tmpdir);
-    cJSON *r = report_of("like");
+    cr_assert_eq(ls_pa_parity(tmpdir, FIXTURE_DP, "FAKE_MANIFEST=v2", opt, "like"), 0, "exit (%s/like.txt)", tmpdir);
+    cJSON *r = ls_pa_report(tmpdir, "like");
     char *dps = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(r, "dps"));
     const cJSON *cov_r = cJSON_GetObjectItemCaseSensitive(r, "coverage");
     char *cdps = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(cov_r, "dps"));
@@ -478,13 +442,13 @@ Test(parity_adapter, like_takes_the_runs_dp_size, .init = setup, .fini = teardow
     cJSON_Delete(r);
     /* refused: a dp_ranks that does not divide the world; one the adapter does not support */
     if (!write_dp_run(run, 4, 3, 2, 21)) cr_skip_test("mkdprun");
-    cr_expect_eq(parity(FIXTURE_DP, NULL, opt, "like-3"), 2);
-    char *t = text_of("like-3");
+    cr_expect_eq(ls_pa_parity(tmpdir, FIXTURE_DP, NULL, opt, "like-3"), 2);
+    char *t = ls_pa_text(tmpdir, "like-3");
     cr_expect(strstr(t, "config \"dp_ranks\" is not an integer >= 1 that divides the run's 4 ranks") != NULL, "%s", t);
     free(t);
     if (!write_dp_run(run, 4, 2, 2, 21)) cr_skip_test("mkdprun");
-    cr_expect_eq(parity(FIXTURE, NULL, opt, "like-nodp"), 2);
-    t = text_of("like-nodp");
+    cr_expect_eq(ls_pa_parity(tmpdir, FIXTURE, NULL, opt, "like-nodp"), 2);
+    t = ls_pa_text(tmpdir, "like-nodp");
     cr_expect(strstr(t, "config \"dp_ranks\" 2 is not one of the DP sizes the adapter") != NULL &&
                   strstr(t, "field 'dp' absent: DP 1 only") != NULL,
               "%s", t);

@@ -3,14 +3,45 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 
 #include <criterion/criterion.h>
 
+#include "parity/parity_adapter.h"
 #include "receipts/json_util.h"
 #include "receipts/schema.h"
 
 #define PARITY LS_BINARY_DIR "/parity/longstraw-parity"
+#define FAKE LS_SOURCE_DIR "/tests/parity_adapter_fake_train.py"
+
+cJSON *ls_pa_fixture(const char *path) {
+    cJSON *d = NULL;
+    char err[512];
+    cr_assert_eq(ls_json_read_file(path, &d, err, sizeof err), LS_OK, "%s", err);
+    const char *which[] = {"1", "n"};
+    for (int k = 0; k < 2; k++) {
+        cJSON *argv = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(d, "launch"), which[k]);
+        cJSON_ReplaceItemInArray(argv, 1, cJSON_CreateString(FAKE));
+    }
+    return d;
+}
+
+void ls_pa_write_adapter(const char *dir, cJSON *doc, const char *name, char path[512]) {
+    snprintf(path, 512, "%s/%s", dir, name);
+    char err[512];
+    cr_assert_eq(ls_json_write_file(path, doc, err, sizeof err), LS_OK, "%s", err);
+    cJSON_Delete(doc);
+}
+
+void ls_pa_refused(const char *dir, cJSON *doc, const char *want) {
+    char path[512], err[1024] = "";
+    ls_pa_write_adapter(dir, doc, "bad.json", path);
+    ls_parity_adapter a;
+    ls_status s = ls_parity_adapter_load(path, &a, err, sizeof err);
+    cr_expect_neq(s, LS_OK, "an adapter that should be refused (%s) loaded", want);
+    cr_expect(strstr(err, want) != NULL, "the error does not name %s: %s", want, err);
+}
 
 int ls_pa_parity(const char *dir, const char *adapter, const char *env, const char *extra, const char *out) {
     char cmd[2048];

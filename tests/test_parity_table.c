@@ -11,39 +11,17 @@
  *  - the audit refuses the report as evidence when one of its controls was
  *    not detected, when a control is missing, when it is another build's,
  *    and when it holds no check of the run's dtype. */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wformat-truncation"
-#endif
-#include <criterion/criterion.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/wait.h>
-
-#include "receipts/json_util.h"
-#include "test_tmpdir.h"
-
-#define TRAIN LS_BINARY_DIR "/trainer/longstraw-train"
-#define AUDIT LS_BINARY_DIR "/audit/longstraw-audit"
 #define SIGN LS_BINARY_DIR "/receipts/longstraw-sign"
 #define PARITY LS_BINARY_DIR "/parity/longstraw-parity"
-#define CFG LS_SOURCE_DIR "/configs/hybrid-tiny.json"
 /* test_parity's --like reports of runs made as these tests make theirs (their path: responses sampled,
    the reference kept, uneven shards cutting pages and chunks): a plain matrix report covers no such run */
 #define REPORT LS_BINARY_DIR "/tests/parity-like-fixture/parity.json"
 #define REPORT_MLA LS_BINARY_DIR "/tests/parity-like-fixture-mla/parity.json"
 #define MLA_CFG LS_SOURCE_DIR "/configs/mla-tiny.json"
 
-static char tmpdir[256];
+#include "test_cli_util.h"
 
-static void setup(void) { ls_test_tmpdir_make(tmpdir, "paritytable"); }
-static void teardown(void) { ls_test_tmpdir_remove(tmpdir); }
-
-static int sh(const char *cmd) {
-    int st = system(cmd);
-    cr_assert(WIFEXITED(st), "%s did not exit normally", cmd);
-    return WEXITSTATUS(st);
-}
+LS_TEST_CLI_TMPDIR("paritytable")
 
 /* A CP-2 run of config cfg (f32, the trainer's default dtype) with extra args. */
 static void train_cp2_cfg(const char *cfg, const char *name, const char *args) {

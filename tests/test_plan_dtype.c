@@ -11,6 +11,7 @@
 
 #include "trainer/model/config.h"
 #include "trainer/plan/plan.h"
+#include "test_model_config.h"
 
 #ifndef LS_REAL_F64
 #error "test_plan_dtype is compiled as float64 and calls the float32 library by name"
@@ -18,12 +19,6 @@
 /* The float32 library's names (plan.h declares this build's only). */
 void ls_plan_in_defaults_f32(ls_plan_in *in, const ls_model_config *cfg);
 ls_status ls_plan_compute_f32(const ls_plan_in *in, ls_plan *out, char *err, size_t err_len);
-
-static void load(ls_model_config *c, const char *name) {
-    char path[512], err[512];
-    snprintf(path, sizeof path, "%s/configs/%s", LS_SOURCE_DIR, name);
-    cr_assert_eq(ls_config_load(c, path, err, sizeof err), LS_OK, "%s", err);
-}
 
 /* Every byte figure of two plans, with the name of the first that differs. */
 static void same_plan(const ls_plan *a, const ls_plan *b, const char *what) {
@@ -51,8 +46,7 @@ Test(plan_dtype, f64_build_at_4_bytes_is_the_f32_build) {
     char err[512];
     int n = 0;
     for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; ++i) {
-        ls_model_config c;
-        load(&c, cfgs[i]);
+        ls_model_config c = ls_test_model_config(cfgs[i]);
         for (size_t s = 0; s < sizeof shapes / sizeof *shapes; ++s) {
             ls_plan_in a, b;
             ls_plan_in_defaults_f64(&a, &c);
@@ -94,8 +88,7 @@ static size_t hand_dispatch(const ls_model_config *c, size_t R, size_t r, size_t
 }
 
 Test(plan_dtype, mla_dispatch_follows_dtype) {
-    ls_model_config c;
-    load(&c, "mla-tiny.json");
+    ls_model_config c = ls_test_model_config("mla-tiny.json");
     char err[512];
     for (int experts = 0; experts < 2; ++experts) {
         size_t got[9] = {0};

@@ -11,29 +11,13 @@
  * no run directory), a config file changed by one byte (another digest), a
  * v1 checkpoint (loads, with a warning).  Under mpirun -np 2 both ranks
  * record the same inputs as the manifest. */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wformat-truncation"
-#endif
-#include <criterion/criterion.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
 
-#include "receipts/json_util.h"
-#include "receipts/manifest.h"
-#include "receipts/receipt.h"
-#include "test_tmpdir.h"
 #include "trainer/base/safetensors.h"
 
-#define TRAIN LS_BINARY_DIR "/trainer/longstraw-train"
-#define CFG LS_SOURCE_DIR "/configs/hybrid-tiny.json"
-
-static char tmpdir[256];
 #include "test_cli_util.h"
 
-static void setup(void) { ls_test_tmpdir_make(tmpdir, "prov"); }
-static void teardown(void) { ls_test_tmpdir_remove(tmpdir); }
+LS_TEST_CLI_TMPDIR("prov")
+
 TestSuite(provenance, .init = setup, .fini = teardown, .timeout = 600);
 
 #define COMMON "--prompt-len 64 --response-len 4 --group 2 --page-size 16 --quiet"

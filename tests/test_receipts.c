@@ -22,13 +22,7 @@
 #include "receipts/receipt.h"
 #include "test_receipts_support.h"
 
-static char *tmp;
-static void setup(void) { tmp = ls_test_mkdtemp(); }
-static void teardown(void) {
-    ls_test_rmtree(tmp);
-    free(tmp);
-    tmp = NULL;
-}
+LS_TEST_SCRATCH
 
 static void path_in(char *buf, size_t cap, const char *rel) {
     snprintf(buf, cap, "%s/%s", tmp, rel);
@@ -227,6 +221,21 @@ static void make_events(uint32_t rank, const char *content) {
     ls_test_write_file(p, content, strlen(content));
 }
 
+/* The inputs most receipt and manifest tests share: the scratch directory,
+ * a build identity (version 0.3.21, MPI "x") and the sample config, made per
+ * test (a test may change them) and freed after it. */
+static cJSON *build, *config;
+static void setup_inputs(void) {
+    setup();
+    config = ls_test_config();
+    cr_assert_eq(ls_build_info_create("0.3.21", "x", &build), LS_OK);
+}
+static void teardown_inputs(void) {
+    cJSON_Delete(build);
+    cJSON_Delete(config);
+    teardown();
+}
+
 Test(receipts_receipt, round_trip, .init = setup, .fini = teardown) {
     cJSON *build = NULL, *config = ls_test_config();
     cr_assert_eq(ls_build_info_create("0.3.21", "Open MPI 4.1.4", &build), LS_OK);
@@ -292,9 +301,7 @@ Test(receipts_receipt, round_trip, .init = setup, .fini = teardown) {
 
 /* Writing a receipt with a non-finite value anywhere fails and leaves an
  * existing receipt as it was. */
-Test(receipts_receipt, nonfinite_refused_without_writing, .init = setup, .fini = teardown) {
-    cJSON *build = NULL, *config = ls_test_config();
-    cr_assert_eq(ls_build_info_create("0.3.21", "x", &build), LS_OK);
+Test(receipts_receipt, nonfinite_refused_without_writing, .init = setup_inputs, .fini = teardown_inputs) {
     make_events(0, "events\n");
     ls_receipt w = ls_test_receipt(0, 1, build, config);
     char err[1024], p[4096];
@@ -318,13 +325,9 @@ Test(receipts_receipt, nonfinite_refused_without_writing, .init = setup, .fini =
     free(before);
     free(after);
     assert_no_temp("rank-0000/receipt.json");
-    cJSON_Delete(build);
-    cJSON_Delete(config);
 }
 
-Test(receipts_receipt, schema_violations_refused, .init = setup, .fini = teardown) {
-    cJSON *build = NULL, *config = ls_test_config();
-    cr_assert_eq(ls_build_info_create("0.3.21", "x", &build), LS_OK);
+Test(receipts_receipt, schema_violations_refused, .init = setup_inputs, .fini = teardown_inputs) {
     make_events(0, "events\n");
     char err[1024], p[4096];
     ls_receipt_path(tmp, 0, p, sizeof p);
@@ -359,16 +362,12 @@ Test(receipts_receipt, schema_violations_refused, .init = setup, .fini = teardow
     w = ls_test_receipt(0, 1, build, config);
     cr_assert_eq(ls_receipt_write(tmp, &w, err, sizeof err), LS_ERR_SCHEMA, "%s", err);
     cr_assert(!ls_test_exists(p), "a refused receipt was written");
-    cJSON_Delete(build);
-    cJSON_Delete(config);
 }
 
 /* The two memory scopes are checked against each other: each injected
  * inconsistency is refused by the writer (which runs the reader's checks)
  * with a message naming the figure, and no file is written. */
-Test(receipts_receipt, memory_scopes_consistent, .init = setup, .fini = teardown) {
-    cJSON *build = NULL, *config = ls_test_config();
-    cr_assert_eq(ls_build_info_create("0.3.21", "x", &build), LS_OK);
+Test(receipts_receipt, memory_scopes_consistent, .init = setup_inputs, .fini = teardown_inputs) {
     make_events(0, "events\n");
     char err[1024], p[4096];
     ls_receipt_path(tmp, 0, p, sizeof p);
@@ -432,15 +431,11 @@ Test(receipts_receipt, memory_scopes_consistent, .init = setup, .fini = teardown
     ls_receipt_free(r);
     free(text);
     cJSON_Delete(doc);
-    cJSON_Delete(build);
-    cJSON_Delete(config);
 }
 
 /* Every prefix of a valid receipt, and every single-byte corruption at a
  * stride, is rejected or parsed without crashing (ASan watches). */
-Test(receipts_receipt, truncation_and_corruption, .init = setup, .fini = teardown) {
-    cJSON *build = NULL, *config = ls_test_config();
-    cr_assert_eq(ls_build_info_create("0.3.21", "x", &build), LS_OK);
+Test(receipts_receipt, truncation_and_corruption, .init = setup_inputs, .fini = teardown_inputs) {
     make_events(0, "events\n");
     ls_receipt w = ls_test_receipt(0, 1, build, config);
     char err[1024], p[4096];
@@ -464,8 +459,6 @@ Test(receipts_receipt, truncation_and_corruption, .init = setup, .fini = teardow
         text[i] = saved;
     }
     free(text);
-    cJSON_Delete(build);
-    cJSON_Delete(config);
 }
 
 /* ---- manifests ------------------------------------------------------------ */
@@ -651,13 +644,11 @@ Test(receipts_manifest, profile_pinned_in_manifest_and_receipts, .init = setup, 
     cJSON_Delete(config);
 }
 
-Test(receipts_manifest, writer_refusals, .init = setup, .fini = teardown) {
+Test(receipts_manifest, writer_refusals, .init = setup_inputs, .fini = teardown_inputs) {
     ls_test_make_run(tmp, 1);
     char p[4096], err[1024];
     path_in(p, sizeof p, "manifest.json");
     char *before = ls_test_read_file(p, NULL);
-    cJSON *build = NULL, *config = ls_test_config();
-    cr_assert_eq(ls_build_info_create("0.3.21", "x", &build), LS_OK);
     ls_manifest m = {.run_id = "run-test-0001", .world = 1, .build = build, .config = config};
 
     cJSON_ReplaceItemInObject(config, "beta", cJSON_CreateNumber(NAN));
@@ -682,8 +673,6 @@ Test(receipts_manifest, writer_refusals, .init = setup, .fini = teardown) {
     cr_assert_str_eq(before, after, "a refused manifest replaced the old one");
     free(before);
     free(after);
-    cJSON_Delete(build);
-    cJSON_Delete(config);
 }
 
 /* Manifests that the schema accepts but that are inconsistent, and paths

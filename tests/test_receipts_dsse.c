@@ -22,13 +22,7 @@
 #include "receipts/manifest.h"
 #include "test_receipts_support.h"
 
-static char *tmp;
-static void setup(void) { tmp = ls_test_mkdtemp(); }
-static void teardown(void) {
-    ls_test_rmtree(tmp);
-    free(tmp);
-    tmp = NULL;
-}
+LS_TEST_SCRATCH
 
 /* RFC 8032 section 7.1, TEST 1. */
 static const uint8_t RFC_SEED[32] = {

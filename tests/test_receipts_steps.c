@@ -32,8 +32,7 @@ static void setup(void) {
 static void teardown(void) {
     cJSON_Delete(build);
     cJSON_Delete(config);
-    ls_test_rmtree(tmp);
-    free(tmp);
+    ls_test_scratch_free(&tmp);
 }
 
 /* Writes w and reads it back (the caller frees the result). */

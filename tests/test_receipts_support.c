@@ -34,6 +34,12 @@ void ls_test_rmtree(const char *dir) {
     if (dir != NULL) nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+void ls_test_scratch_free(char **dir) {
+    ls_test_rmtree(*dir);
+    free(*dir);
+    *dir = NULL;
+}
+
 void ls_test_write_file(const char *path, const void *bytes, size_t len) {
     FILE *f = fopen(path, "wb");
     cr_assert_not_null(f, "cannot create %s: %s", path, strerror(errno));

@@ -19,6 +19,17 @@
 char *ls_test_mkdtemp(void);
 void ls_test_rmtree(const char *dir);
 
+/* Removes *dir (from ls_test_mkdtemp) with everything in it and frees the
+ * string; *dir becomes NULL (NULL: nothing to do). */
+void ls_test_scratch_free(char **dir);
+
+/* setup() and teardown() (Criterion .init/.fini): `tmp`, a fresh scratch
+ * directory per test, removed with everything in it. */
+#define LS_TEST_SCRATCH                                                                                             \
+    static char *tmp;                                                                                               \
+    static void setup(void) { tmp = ls_test_mkdtemp(); }                                                            \
+    static void teardown(void) { ls_test_scratch_free(&tmp); }
+
 /* Whole-file helpers that assert on failure; read returns a NUL-terminated
  * heap buffer. */
 void ls_test_write_file(const char *path, const void *bytes, size_t len);

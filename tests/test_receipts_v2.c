@@ -25,11 +25,7 @@ static void setup(void) {
     tmp = ls_test_mkdtemp();
     snprintf(run, sizeof run, "%s/run", tmp);
 }
-static void teardown(void) {
-    ls_test_rmtree(tmp);
-    free(tmp);
-    tmp = NULL;
-}
+static void teardown(void) { ls_test_scratch_free(&tmp); }
 
 static void path_of(char *buf, size_t cap, const char *rel) { snprintf(buf, cap, "%s/%s", run, rel); }
 

@@ -338,17 +338,26 @@ Test(safetensors, metadata_round_trip, .init = make_tmpdir, .fini = remove_tmpdi
     expect_tracker_empty();
 }
 
-/* The writer's bytes for a tiny file, written out by hand. */
-Test(safetensors, writer_exact_bytes, .init = make_tmpdir, .fini = remove_tmpdir)
+/* A writer holding the tiny file: "w" F32 [2] {1, -2}, "b" a BF16 scalar
+ * (0x3F81, from a double that rounds to it), metadata k = v (the caller
+ * frees it; the data it borrows is static). */
+static ls_safetensors_writer *tiny_writer(void)
 {
     ls_safetensors_writer *w = NULL;
     cr_assert_eq(ls_safetensors_writer_init(&w), LS_OK);
-    float two[2] = {1.0f, -2.0f};
-    double one = 1.0 + 0x1p-8 + 0x1p-30; /* BF16 0x3F81 */
-    uint64_t s2[1] = {2};
+    static const float two[2] = {1.0f, -2.0f}; /* borrowed by the writer: static */
+    static const double one = 1.0 + 0x1p-8 + 0x1p-30; /* BF16 0x3F81 */
+    const uint64_t s2[1] = {2};
     cr_assert_eq(ls_safetensors_writer_add_f32(w, "w", LS_SAFETENSORS_F32, s2, 1, two), LS_OK);
     cr_assert_eq(ls_safetensors_writer_add_f64(w, "b", LS_SAFETENSORS_BF16, NULL, 0, &one), LS_OK);
     cr_assert_eq(ls_safetensors_writer_set_metadata(w, "k", "v"), LS_OK);
+    return w;
+}
+
+/* The writer's bytes for a tiny file, written out by hand. */
+Test(safetensors, writer_exact_bytes, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+    ls_safetensors_writer *w = tiny_writer();
     char path[8192], err[256];
     tmp_path(path, sizeof path, "tiny.safetensors");
     cr_assert_eq(ls_safetensors_writer_write(w, path, err, sizeof err), LS_OK, "%s", err);
@@ -399,14 +408,7 @@ static void verify_bytes(const unsigned char *b, size_t len, ls_status want, int
 
 Test(safetensors, digests_hand_computed, .init = make_tmpdir, .fini = remove_tmpdir)
 {
-    ls_safetensors_writer *w = NULL;
-    cr_assert_eq(ls_safetensors_writer_init(&w), LS_OK);
-    float two[2] = {1.0f, -2.0f};
-    double one = 1.0 + 0x1p-8 + 0x1p-30; /* BF16 0x3F81 */
-    uint64_t s2[1] = {2};
-    cr_assert_eq(ls_safetensors_writer_add_f32(w, "w", LS_SAFETENSORS_F32, s2, 1, two), LS_OK);
-    cr_assert_eq(ls_safetensors_writer_add_f64(w, "b", LS_SAFETENSORS_BF16, NULL, 0, &one), LS_OK);
-    cr_assert_eq(ls_safetensors_writer_set_metadata(w, "k", "v"), LS_OK);
+    ls_safetensors_writer *w = tiny_writer();
     char path[8192], err[256], hex[65], want[65];
     tmp_path(path, sizeof path, "plain.safetensors");
     cr_assert_eq(ls_safetensors_writer_write(w, path, err, sizeof err), LS_OK, "%s", err);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
@@ -35,5 +36,20 @@ static inline int ls_test_fixture_lock(const char *path) {
     cr_assert_geq(fd, 0, "open %s", lock);
     cr_assert_eq(flock(fd, LOCK_EX), 0, "lock %s", lock);
     return fd;
+}
+
+/* A fixture directory `path` shared by the tests of one binary run: -1 when
+ * it is there already (made by another test), otherwise the descriptor of
+ * the lock held on it (ls_test_fixture_lock): the caller makes it, then
+ * closes the descriptor. */
+static inline int ls_test_fixture_claim(const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) == 0) return -1;
+    int lfd = ls_test_fixture_lock(path);
+    if (stat(path, &sb) == 0) { /* made while this process waited */
+        close(lfd);
+        return -1;
+    }
+    return lfd;
 }
 #endif

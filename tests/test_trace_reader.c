@@ -11,6 +11,7 @@
 #include <zstd.h>
 
 #include "receipts/digest.h"
+#include "test_text.h"
 #include "test_trace_util.h"
 
 /* ---- helpers ---------------------------------------------------------------- */
@@ -20,26 +21,9 @@ static const char HDR[] =
     "\"run_id\":\"r\",\"rank\":0,\"world\":2,\"host\":\"h\",\"pid\":1,\"start_unix_ns\":5,"
     "\"groups\":[{\"name\":\"world\",\"members\":[0,1]}],\"tool\":\"t\"}\n";
 
-/* A growable text buffer. */
-typedef struct {
-    char *p;
-    size_t n, cap;
-} buf;
-
-static void add(buf *b, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (b->n + (size_t)k + 1 > b->cap) {
-        b->cap = (b->n + (size_t)k + 1) * 2;
-        b->p = realloc(b->p, b->cap);
-    }
-    va_start(ap, fmt);
-    vsnprintf(b->p + b->n, (size_t)k + 1, fmt, ap);
-    va_end(ap);
-    b->n += (size_t)k;
-}
+/* the text buffer of test_text.h under the names this file uses */
+typedef ls_test_text buf;
+#define add ls_test_text_add
 
 /* A phase_begin event line for rank 0. */
 static void ev(buf *b, long seq, long ts) {

@@ -7,36 +7,15 @@
  * inputs (issue 7): absurd or unknown config keys, an endless config stream,
  * weights beyond the budget (refused before allocating: the child's peak RSS
  * stays small) and signed or spaced numbers exit 2 naming what is wrong. */
-/* paths here are short temporary names: truncation cannot happen */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wformat-truncation"
-#endif
-#include <criterion/criterion.h>
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include "receipts/manifest.h"
-#include "receipts/receipt.h"
-#include "receipts/trace_reader.h"
 #include "trainer/base/safetensors.h"
 #include "trainer/run/train_args.h"
-#include "test_tmpdir.h"
 
-#define TRAIN LS_BINARY_DIR "/trainer/longstraw-train"
-#define CFG LS_SOURCE_DIR "/configs/hybrid-tiny.json"
-
-static char tmpdir[256];
 #include "test_cli_util.h"
 
-static void setup(void) { ls_test_tmpdir_make(tmpdir, "cli"); }
-
-static void teardown(void) { ls_test_tmpdir_remove(tmpdir); }
+LS_TEST_CLI_TMPDIR("cli")
 
 TestSuite(train_cli, .init = setup, .fini = teardown, .timeout = 300);
 

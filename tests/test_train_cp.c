@@ -9,41 +9,14 @@
  * mid-replay ending the job in bounded time with every rank's trace
  * readable, and the step guard's verdict taken by every rank alike.  The
  * numerical CP checks are test_cp.c's. */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wformat-truncation"
-#endif
-#include <criterion/criterion.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
-#include "receipts/manifest.h"
-#include "receipts/receipt.h"
-#include "receipts/trace_reader.h"
-#include "test_tmpdir.h"
-
-#define TRAIN LS_BINARY_DIR "/trainer/longstraw-train"
-#define CFG LS_SOURCE_DIR "/configs/hybrid-tiny.json"
-
-static char tmpdir[256];
 #include "test_cli_util.h"
 
-static void setup(void) { ls_test_tmpdir_make(tmpdir, "traincp"); }
-static void teardown(void) { ls_test_tmpdir_remove(tmpdir); }
+LS_TEST_CLI_TMPDIR("traincp")
 
 /* longstraw-train under mpirun -np np; returns the exit status. */
-static int run_np(int np, const char *args) {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd,
-             "OMP_NUM_THREADS=1 ASAN_OPTIONS=fast_unwind_on_malloc=0 LSAN_OPTIONS=suppressions=" LS_LSAN_SUPP
-             ":print_suppressions=0 timeout 120 " LS_MPIEXEC " " LS_MPIRUN_FLAGS
-             " -np %d %s %s >%s/out.txt 2>%s/err.txt",
-             np, TRAIN, args, tmpdir, tmpdir);
-    int st = system(cmd);
-    cr_assert(WIFEXITED(st), "%s did not exit normally", cmd);
-    return WEXITSTATUS(st);
-}
+static int run_np(int np, const char *args) { return run_np_to(np, "out.txt", "err.txt", 120, args); }
 
 #define MAXC 4096
 typedef struct {

@@ -11,38 +11,20 @@
  * an output that cannot be written whole (a file-size limit, a path that is
  * a directory) fails the run naming the file and leaves no partial line or
  * file. */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wformat-truncation"
-#endif
 #include <cjson/cJSON.h>
-#include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 
-#include "receipts/json_util.h"
-#include "receipts/manifest.h"
-#include "receipts/receipt.h"
-#include "receipts/schema.h"
-#include "receipts/trace_reader.h"
 #include "receipts/trace_step_metrics.h"
-#include "test_tmpdir.h"
 #include "trainer/run/run_metrics.h"
 
-#define TRAIN LS_BINARY_DIR "/trainer/longstraw-train"
-#define CFG LS_SOURCE_DIR "/configs/hybrid-tiny.json"
-
-static char tmpdir[256];
 #include "test_cli_util.h"
 
-static void setup(void) { ls_test_tmpdir_make(tmpdir, "loop"); }
-static void teardown(void) { ls_test_tmpdir_remove(tmpdir); }
+LS_TEST_CLI_TMPDIR("loop")
+
 TestSuite(train_loop, .init = setup, .fini = teardown, .timeout = 300);
 
 /* What a trace says per step. */

@@ -1,7 +1,6 @@
 /* test_v2_fixture.c - the hand-written v2 run of test_v2_fixture.h. */
 #include "test_v2_fixture.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,44 +10,29 @@
 
 #include "receipts/digest.h"
 #include "receipts/json_util.h"
+#include "test_text.h"
 
 #define HASH_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 #define HASH_B "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
 #define HASH_C "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc"
 #define PROFILE_SHA "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
+/* An event trace's text and the seq of its next event. */
 typedef struct {
-    char *p;
-    size_t n, cap;
+    ls_test_text t;
     long seq;
 } text;
 
-static void add(text *b, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (b->n + (size_t)k + 1 > b->cap) {
-        b->cap = (b->n + (size_t)k + 1) * 2;
-        b->p = realloc(b->p, b->cap);
-        cr_assert_not_null(b->p);
-    }
-    va_start(ap, fmt);
-    vsnprintf(b->p + b->n, (size_t)k + 1, fmt, ap);
-    va_end(ap);
-    b->n += (size_t)k;
-}
-
 /* One event line: the v2 envelope, then the fields (a JSON fragment). */
 static void ev(text *b, int rank, int v, const char *kind, const char *fields) {
-    add(b, "{\"v\":%d,\"rank\":%d,\"seq\":%ld,\"ts_ns\":%ld,\"ev\":\"%s\"%s%s}\n", v, rank, b->seq, 1000 * b->seq,
-        kind, fields[0] ? "," : "", fields);
+    ls_test_text_add(&b->t, "{\"v\":%d,\"rank\":%d,\"seq\":%ld,\"ts_ns\":%ld,\"ev\":\"%s\"%s%s}\n", v, rank, b->seq,
+                     1000 * b->seq, kind, fields[0] ? "," : "", fields);
     b->seq++;
 }
 
 char *ls_v2_fixture_trace(int rank, const ls_v2_fixture *o) {
     text b = {0};
-    add(&b,
+    ls_test_text_add(&b.t,
         "{\"v\":2,\"kind\":\"longstraw.trace.header\",\"schema\":\"urn:longstraw:schema:event-header:v2\","
         "\"run_id\":\"run-v2\",\"rank\":%d,\"world\":2,\"host\":\"h\",\"pid\":7,\"start_unix_ns\":1796309229355295996,"
         "\"groups\":[{\"name\":\"world\",\"kind\":\"world\",\"members\":[0,1]},"
@@ -103,7 +87,7 @@ char *ls_v2_fixture_trace(int rank, const ls_v2_fixture *o) {
     ev(&b, rank, 2, "step_metrics", "\"step\":0,\"objective\":\"grpo\",\"loss\":0.25,\"ppl\":null,\"reward.mean\":1");
     snprintf(f, sizeof f, "\"steps\":1,\"events\":%ld", b.seq);
     ev(&b, rank, 2, "rank_complete", f);
-    return b.p;
+    return b.t.p;
 }
 
 static const char ARTIFACTS[] =

@@ -19,12 +19,10 @@ usage: fault_table.py BUILD_DIR OUT_DIR [--markdown FILE]
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PY = os.environ.get("LS_TORCH_PYTHON", "/usr/bin/python3")
+from example_table import PY, copy_sources, failed_rules, finish, init_weights, run, start
 
 # bug -> (level the audit proves, the rules that must fail (each at a level above the proven one),
 #         parity's exit status for the bug's build, what the bug is, the public report it reproduces)
@@ -48,21 +46,13 @@ TABLE = [
 ]
 
 
-def run(cmd, env, log):
-    with open(log, "w") as f:
-        return subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=900).returncode
-
-
 def main(argv):
-    if len(argv) < 2:
-        print(__doc__.strip().splitlines()[-1], file=sys.stderr)
+    args = start(argv, __doc__)
+    if args is None:
         return 2
-    build, out = os.path.abspath(argv[0]), os.path.abspath(argv[1])
-    md = argv[argv.index("--markdown") + 1] if "--markdown" in argv else None
+    build, out, md = args
     parity = os.path.join(build, "parity", "longstraw-parity")
     audit = os.path.join(build, "audit", "longstraw-audit")
-    shutil.rmtree(out, ignore_errors=True)
-    os.makedirs(out)
     src = tempfile.mkdtemp(prefix="fault_table-src-")
     try:
         return table(build, out, md, parity, audit, src)
@@ -71,19 +61,13 @@ def main(argv):
 
 
 def table(build, out, md, parity, audit, src):
-    ign = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for part in (("examples", "torch_cp"), ("python", "longstraw_emit")):
-        shutil.copytree(os.path.join(ROOT, *part), os.path.join(src, *part), ignore=ign)
-    os.makedirs(os.path.join(src, "profiles"))
-    shutil.copy(os.path.join(ROOT, "profiles", "torch-cp.json"), os.path.join(src, "profiles"))
+    copy_sources(src)
     EXAMPLE = os.path.join(src, "examples", "torch_cp")
     base = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.join(src, "python"),
                 OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     base.pop("TORCH_CP_BUG", None)
-    weights = os.path.join(out, "init")
-    if run([PY, os.path.join(EXAMPLE, "train.py"), "--mode", "init", "--seed", "3", "--out", weights], base,
-           os.path.join(out, "init.log")) != 0:
-        print("fault_table: the example's init failed", file=sys.stderr)
+    weights = init_weights("fault_table", EXAMPLE, base, out)
+    if weights is None:
         return 1
     rows, bad = [], []
     for bug, want_level, want_rules, want_prc, what, public in TABLE:
@@ -105,11 +89,7 @@ def table(build, out, md, parity, audit, src):
         with open(rep) as f:
             report = json.load(f)
         level = report["level"]
-        failed = {}
-        for lv in report["levels"]:
-            for c in lv["checks"]:
-                if c.get("verdict") == "fail":
-                    failed[c["id"]] = lv["level"]
+        failed = failed_rules(report)
         named = [r for r in want_rules if r in failed]
         rows.append((bug, what, public, level, ", ".join(f"`{r}` (L{failed[r]})" for r in want_rules if r in failed)
                      or "-", prc))
@@ -127,15 +107,7 @@ def table(build, out, md, parity, audit, src):
     lines = ["| bug (TORCH_CP_BUG) | what | reproduces | audit level | rules that name it | parity exit |",
              "|---|---|---|---|---|---|"]
     lines += [f"| `{b}` | {w} | {p} | {lv} | {r} | {prc} |" for b, w, p, lv, r, prc in rows]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if md:
-        with open(md + ".tmp", "w") as f:
-            f.write(text)
-        os.replace(md + ".tmp", md)
-    for b in bad:
-        print("fault_table: " + b, file=sys.stderr)
-    return 1 if bad else 0
+    return finish("fault_table", lines, md, bad)
 
 
 if __name__ == "__main__":

@@ -28,13 +28,11 @@ usage: path_bugs.py BUILD_DIR OUT_DIR [--markdown FILE]
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PY = os.environ.get("LS_TORCH_PYTHON", "/usr/bin/python3")
+from example_table import PY, copy_sources, failed_rules, finish, init_weights, run, start
 
 # (bug, DP replicas) -> (level proven, rules that must fail, the probe's verdict, what it is)
 TABLE = [
@@ -51,21 +49,6 @@ TABLE = [
 ]
 
 
-def run(cmd, env, log, timeout=900):
-    with open(log, "w") as f:
-        return subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=timeout).returncode
-
-
-def copy_sources(dst):
-    """examples/torch_cp, python/longstraw_emit and profiles/torch-cp.json, laid out as in the tree."""
-    ign = shutil.ignore_patterns("__pycache__", "*.pyc")
-    shutil.copytree(os.path.join(ROOT, "examples", "torch_cp"), os.path.join(dst, "examples", "torch_cp"), ignore=ign)
-    shutil.copytree(os.path.join(ROOT, "python", "longstraw_emit"), os.path.join(dst, "python", "longstraw_emit"),
-                    ignore=ign)
-    os.makedirs(os.path.join(dst, "profiles"))
-    shutil.copy(os.path.join(ROOT, "profiles", "torch-cp.json"), os.path.join(dst, "profiles"))
-
-
 def trace_events(path, kind):
     import zstandard
     with open(path, "rb") as f:
@@ -74,17 +57,14 @@ def trace_events(path, kind):
 
 
 def main(argv):
-    if len(argv) < 2:
-        print(__doc__.strip().splitlines()[-1], file=sys.stderr)
+    args = start(argv, __doc__)
+    if args is None:
         return 2
-    build, out = os.path.abspath(argv[0]), os.path.abspath(argv[1])
-    md = argv[argv.index("--markdown") + 1] if "--markdown" in argv else None
+    build, out, md = args
     only = argv[argv.index("--only") + 1].split(",") if "--only" in argv else None
     parity = os.path.join(build, "parity", "longstraw-parity")
     audit = os.path.join(build, "audit", "longstraw-audit")
     sign = os.path.join(build, "receipts", "longstraw-sign")
-    shutil.rmtree(out, ignore_errors=True)
-    os.makedirs(out)
     src = tempfile.mkdtemp(prefix="path_bugs-src-")
     try:
         copy_sources(src)
@@ -95,10 +75,8 @@ def main(argv):
         if run([sign, "keygen", "--private", priv, "--public", pub], base, os.path.join(out, "keygen.log")) != 0:
             print("path_bugs: longstraw-sign keygen failed", file=sys.stderr)
             return 1
-        init = os.path.join(out, "init")
-        if run([PY, os.path.join(ex, "train.py"), "--mode", "init", "--seed", "3", "--out", init], base,
-               os.path.join(out, "init.log")) != 0:
-            print("path_bugs: the example's init failed", file=sys.stderr)
+        init = init_weights("path_bugs", ex, base, out)
+        if init is None:
             return 1
         rows, bad = [], []
         for bug, dp, want_level, want_rules, want_probe, what in TABLE:
@@ -128,11 +106,7 @@ def main(argv):
                 continue
             with open(rep) as f:
                 report = json.load(f)
-            failed = {}
-            for lv in report["levels"]:
-                for c in lv["checks"]:
-                    if c.get("verdict") == "fail":
-                        failed[c["id"]] = lv["level"]
+            failed = failed_rules(report)
             probes = trace_events(os.path.join(rdir, "run", "rank-0000", "events.jsonl.zst"), "gradient_probe")
             metrics = trace_events(os.path.join(rdir, "run", "rank-0000", "events.jsonl.zst"), "step_metrics")
             with open(os.path.join(par, "parity.json")) as f:
@@ -176,15 +150,7 @@ def main(argv):
                  "parity exit | seconds |", "|---|---|---|---|---|---|---|---|"]
         lines += [f"| `{b}` | {w} | {lv} | {r} | {p} | {ls:.3g} | {prc} | {s:.0f} |"
                   for b, w, lv, r, p, ls, prc, s in rows]
-        text = "\n".join(lines) + "\n"
-        print(text)
-        if md:
-            with open(md + ".tmp", "w") as f:
-                f.write(text)
-            os.replace(md + ".tmp", md)
-        for b in bad:
-            print("path_bugs: " + b, file=sys.stderr)
-        return 1 if bad else 0
+        return finish("path_bugs", lines, md, bad)
     finally:
         shutil.rmtree(src, ignore_errors=True)
 

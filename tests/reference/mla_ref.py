@@ -4,7 +4,8 @@
 Written from docs/model.md (sections 0, 2, 3, 4, 5, 6) only, not from the
 trainer's or the kernels' code. Standard library only, so that Debian's /usr/bin/python3
 runs it on a fresh machine. It shares no model code with hybrid_ref.py; it imports from it
-only the safetensors reader/writer, the advantages and the section 4 loss (hr.*).
+only the safetensors reader/writer, the advantages, the section 4 loss and the generic
+primitives (rows, matvec, sigmoid, silu, rmsnorm: hr.*).
 Token by token: every layer keeps what a prompt carries (c_kv after its norm, k_pe after
 RoPE, the indexer key k_I), the prompt runs once and every member continues from its own
 copy of that state; no pages, chunks or attention merge.
@@ -69,9 +70,10 @@ from operator import mul
 
 sys.dont_write_bytecode = True  # run from the source tree by ctest: leave no __pycache__ there
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import hybrid_ref as hr  # noqa: E402  (safetensors I/O, advantages, GRPO loss only)
+import hybrid_ref as hr  # noqa: E402  (safetensors I/O, advantages, GRPO loss, primitives only)
 
 Usage, Mismatch = hr.Usage, hr.Mismatch
+rows, matvec, sigmoid, silu, rmsnorm = hr.rows, hr.matvec, hr.sigmoid, hr.silu, hr.rmsnorm
 
 MLA_KEYS = ("first_dense", "heads", "q_rank", "kv_rank", "d_nope", "d_rope", "d_v",
             "index_heads", "index_dim", "index_topk", "n_experts", "n_group", "topk_group",
@@ -86,34 +88,8 @@ NEG_INF = float("-inf")
 
 # ----------------------------------------------------------------------------- primitives
 
-def rows(shape, vals):
-    o, i = shape
-    return [vals[r * i:(r + 1) * i] for r in range(o)]
-
-
-def matvec(W, x):
-    return [sum(map(mul, row, x)) for row in W]
-
-
 def dot(a, b):
     return sum(map(mul, a, b))
-
-
-def sigmoid(x):
-    if x >= 0:
-        return 1.0 / (1.0 + math.exp(-x))
-    e = math.exp(x)
-    return e / (1.0 + e)
-
-
-def silu(x):
-    return x * sigmoid(x)
-
-
-def rmsnorm(x, gamma, eps):
-    """Standard form (gamma = w): y = gamma * x * (mean x^2 + eps)^-1/2."""
-    r = (sum(v * v for v in x) / len(x) + eps) ** -0.5
-    return [g * v * r for g, v in zip(gamma, x)]
 
 
 def layernorm(x, gamma, beta, eps):
@@ -629,6 +605,28 @@ def write_json(weights_path, batch_path, out_path, absorbed=False):
 
 # ----------------------------------------------------------------------------- CLI
 
+def parse_args(args, opt, flags):
+    """The positional arguments of args; opt[o] set to the value after each option o of opt, flags[f]
+    to True for each flag f of flags; Usage for an option without its value or one of neither."""
+    pos, i = [], 0
+    while i < len(args):
+        a = args[i]
+        if a in opt:
+            if i + 1 >= len(args):
+                raise Usage("%s needs a value" % a)
+            opt[a] = args[i + 1]
+            i += 2
+        elif a in flags:
+            flags[a] = True
+            i += 1
+        elif a.startswith("--"):
+            raise Usage("unknown option %s" % a)
+        else:
+            pos.append(a)
+            i += 1
+    return pos
+
+
 def main(argv):
     args = argv[1:]
     try:
@@ -642,25 +640,9 @@ def main(argv):
             mla_selftest.self_test()
             return 0
         if args and args[0] == "--random-weights":
-            rest, opt = args[1:], {"--seed": "1", "--lora-r": None}
+            opt = {"--seed": "1", "--lora-r": None}
             flags = {"--lora-experts": False, "--lora-b-zero": False}
-            pos = []
-            i = 0
-            while i < len(rest):
-                a = rest[i]
-                if a in opt:
-                    if i + 1 >= len(rest):
-                        raise Usage("%s needs a value" % a)
-                    opt[a] = rest[i + 1]
-                    i += 2
-                elif a in flags:
-                    flags[a] = True
-                    i += 1
-                elif a.startswith("--"):
-                    raise Usage("unknown option %s" % a)
-                else:
-                    pos.append(a)
-                    i += 1
+            pos = parse_args(args[1:], opt, flags)
             if len(pos) != 2:
                 raise Usage("--random-weights CONFIG.json OUT.safetensors [--seed N] [--lora-r R]")
             try:
@@ -675,23 +657,9 @@ def main(argv):
             T = write_random_weights(pos[0], pos[1], seed, r, flags["--lora-experts"], flags["--lora-b-zero"])
             print("mla_ref: %d tensors -> %s" % (len(T), pos[1]))
             return 0
-        pos, out, absorbed = [], None, False
-        i = 0
-        while i < len(args):
-            a = args[i]
-            if a == "--json":
-                if i + 1 >= len(args):
-                    raise Usage("--json needs a file")
-                out = args[i + 1]
-                i += 2
-            elif a == "--absorbed":
-                absorbed = True
-                i += 1
-            elif a.startswith("--"):
-                raise Usage("unknown option %s" % a)
-            else:
-                pos.append(a)
-                i += 1
+        opt, flags = {"--json": None}, {"--absorbed": False}
+        pos = parse_args(args, opt, flags)
+        out, absorbed = opt["--json"], flags["--absorbed"]
         if len(pos) != 2:
             raise Usage("expected WEIGHTS.safetensors BATCH.json --json OUT.json")
         if out is None:
