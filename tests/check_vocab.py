@@ -19,7 +19,8 @@ or number that differs.  What is checked (docs/testing.md, "One vocabulary"):
     phase names, group kinds of the trace headers and profiles, the
     communicator's backends (receipt schema), the receipt's option enums
     (grad_mode, strategy, ...) against the trainer's option values;
-  - longstraw-parity's families and control faults are the trainer's;
+  - longstraw-parity's families and control faults, and the faults the
+    audit reads a run's config for, are the trainer's;
   - faults: every `--fault NAME` in docs/*.md is one the trainer injects,
     every fault the trainer injects is in docs/train.md, and the docs'
     fault-level lists (docs/audit.md, docs/evidence.md) give each fault the
@@ -316,6 +317,12 @@ class Checker:
                     self.err(f"{rel}:{line}: the {key} record is {m.group(1)} bytes there, "
                              f"sizeof says {sz[key]} (longstraw-audit --list-names)")
 
+    def audit_faults(self):
+        """The trainer faults the audit reads a run's config for are the trainer's."""
+        for n in self.audit.get("faults_read", []):
+            if n not in self.train["faults"]:
+                self.err(f"longstraw-audit --list-names: faults_read: '{n}' is not a fault longstraw-train injects")
+
     def parity_names(self):
         """longstraw-parity's families and the faults its controls inject are the trainer's."""
         if self.parity is None:
@@ -329,6 +336,7 @@ class Checker:
 
     def run(self):
         self.parity_names()
+        self.audit_faults()
         self.schemas()
         self.audit_levels()
         self.faults()
@@ -403,7 +411,15 @@ def selftest(src, train, audit, parity=None):
     else:
         print(f"FAIL: a new backend was not reported (got: {errs})")
         fails += 1
-    n_cases = len(cases) + 1
+    n_cases = len(cases) + 2
+    a2 = json.loads(json.dumps(audit))
+    a2["faults_read"].append("skip-dkv-reduced")
+    errs = Checker(src, train, a2, parity).run()
+    if any("'skip-dkv-reduced' is not a fault longstraw-train injects" in e for e in errs):
+        print("ok: a fault the audit reads that the trainer lacks is reported")
+    else:
+        print(f"FAIL: a fault the audit reads that the trainer lacks was not reported (got: {errs})")
+        fails += 1
     if parity is not None:  # a control fault the trainer does not inject
         n_cases += 1
         p2 = json.loads(json.dumps(parity))
