@@ -733,6 +733,12 @@ ls_audit_rule *ls_audit_rule_add(ls_audit_run *run, const char *id, int level, c
  * ls_audit_rule_add fails a rule whose id is not listed (a programmer's
  * error made visible in every report). */
 size_t ls_audit_rule_id_count(void);
+/* The trainer's fault names the audit reads a run's config for (load.c:
+ * each sets its flag of ls_audit_run); tests/check_vocab.py holds them to
+ * longstraw-train's (--list-names). */
+#define LS_AUDIT_FAULT_LOCAL_ATTENTION "cp-local-attention"
+#define LS_AUDIT_FAULT_SKIP_DKV "skip-dkv-reduce"
+#define LS_AUDIT_FAULT_SKIP_FINALIZE "skip-grad-finalize"
 const char *ls_audit_rule_id_at(size_t i, int *level);
 int ls_audit_rule_id_level(const char *id);
 /* Appends evidence and marks the rule failed; file may be NULL (""). */

@@ -47,6 +47,12 @@ cJSON *ls_audit_names_json(void) {
         ok = r && cJSON_AddItemToArray(rules, r) && cJSON_AddStringToObject(r, "id", id) &&
              cJSON_AddNumberToObject(r, "level", level);
     }
+    static const char *const FAULTS_READ[] = {LS_AUDIT_FAULT_LOCAL_ATTENTION, LS_AUDIT_FAULT_SKIP_DKV,
+                                               LS_AUDIT_FAULT_SKIP_FINALIZE};
+    cJSON *fr = cJSON_CreateArray();
+    ok = add(d, "faults_read", fr) && ok;
+    for (size_t i = 0; ok && i < sizeof FAULTS_READ / sizeof FAULTS_READ[0]; i++)
+        ok = cJSON_AddItemToArray(fr, cJSON_CreateString(FAULTS_READ[i]));
     ok = add(d, "trace", tr) && ok;
     if (ok) {
         /* event kinds are not an enumerated table of the reader's: every name up to the count */

@@ -1,11 +1,11 @@
 /* audit_names.h - the audit's vocabulary as one JSON document
  * (longstraw-audit --list-names): its rule ids with their levels
- * (rule_ids.c), the trace vocabulary it reads (receipts/trace_event.h: event
- * kinds, phases, layer kinds, directions, collective ops, reductions and
- * dtypes of v1 and v2 traces, objectives) and the sizes of the records it
- * keeps per collective, message, layer key and step (the numbers
- * docs/audit.md states).  tests/check_vocab.py holds it against the schemas
- * and the docs. */
+ * (rule_ids.c), the trainer faults it reads a run's config for, the trace
+ * vocabulary it reads (receipts/trace_event.h: event kinds, phases, layer
+ * kinds, directions, collective ops, reductions and dtypes of v1 and v2
+ * traces, objectives) and the sizes of the records it keeps per
+ * collective, message, layer key and step (the numbers docs/audit.md
+ * states).  tests/check_vocab.py holds it against the schemas and the docs. */
 #ifndef LS_AUDIT_NAMES_H
 #define LS_AUDIT_NAMES_H
 

@@ -155,9 +155,9 @@ static void derive_config(ls_audit_run *run) {
     cJSON_ArrayForEach(f, cJSON_GetObjectItemCaseSensitive(run->config, "faults")) {
         if (!ls_json_is_string(f)) continue;
         run->any_fault = true;
-        if (strcmp(f->valuestring, "cp-local-attention") == 0) run->fault_local_attention = true;
-        if (strcmp(f->valuestring, "skip-dkv-reduce") == 0) run->fault_skip_dkv = true;
-        if (strcmp(f->valuestring, "skip-grad-finalize") == 0) run->fault_skip_finalize = true;
+        if (strcmp(f->valuestring, LS_AUDIT_FAULT_LOCAL_ATTENTION) == 0) run->fault_local_attention = true;
+        if (strcmp(f->valuestring, LS_AUDIT_FAULT_SKIP_DKV) == 0) run->fault_skip_dkv = true;
+        if (strcmp(f->valuestring, LS_AUDIT_FAULT_SKIP_FINALIZE) == 0) run->fault_skip_finalize = true;
     }
 }
 

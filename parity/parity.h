@@ -73,6 +73,15 @@ typedef struct {
 /* The family named name (NULL: none), and every name ("hybrid, mla"). */
 const ls_parity_family *ls_parity_family_of(const char *name);
 const char *ls_parity_family_names(void);
+/* The trainer's fault the EP control injects (longstraw-train --fault). */
+#define LS_PARITY_EP_FAULT "ep-drop-dx"
+/* The families (i < their number: the name; NULL past the end) and the
+ * trainer faults the matrices inject as controls (the families' score and
+ * gradient faults and LS_PARITY_EP_FAULT, each once; NULL past the end):
+ * longstraw-parity --list-names prints them, and tests/check_vocab.py holds
+ * them to longstraw-train's.  Static strings. */
+const char *ls_parity_family_at(size_t i);
+const char *ls_parity_fault_at(size_t i);
 
 typedef struct {
     const char *family;

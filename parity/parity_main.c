@@ -32,7 +32,7 @@
 typedef struct {
     ls_parity_opts o;
     const char *cps, *eps, *dps, *dtypes, *configs, *key, *fd_groups, *adapter;
-    int keep_fd, quiet, list, help, jobs, timeout_s;
+    int keep_fd, quiet, list, help, list_names, jobs, timeout_s;
     size_t fd_max;
     uint64_t seed;
     double fd_step;
@@ -136,6 +136,7 @@ static const ls_cli_opt OPTS[] = {
     {.kind = LS_CLI_FLAG, .name = "--keep-fd", F(keep_fd), .help = "keep the finite-difference runs"},
     {.like = "--quiet", .name = "--quiet", F(quiet)},
     {.kind = LS_CLI_FLAG, .name = "--list", F(list), .help = "print the matrix and exit"},
+    {.like = "--list-names", .name = "--list-names", F(list_names)},
     {.like = "--help", .name = "--help", F(help)},
     {.kind = LS_CLI_TEXT,
      .help = "Exit: 0 every level holds and every control was detected, 1 not (the report says why),\n"
@@ -305,6 +306,26 @@ static int adapter_main(ls_parity_opts *o, const char *file, const char *cps, co
     return rc;
 }
 
+/* --list-names: the families and the trainer faults the matrices inject, as JSON on stdout. */
+static int list_names(void) {
+    cJSON *d = cJSON_CreateObject(), *fam = cJSON_AddArrayToObject(d, "families"),
+          *faults = cJSON_AddArrayToObject(d, "faults");
+    bool ok = d && fam && faults && cJSON_AddStringToObject(d, "tool", "longstraw-parity");
+    for (size_t i = 0; ok && ls_parity_family_at(i); i++)
+        ok = cJSON_AddItemToArray(fam, cJSON_CreateString(ls_parity_family_at(i)));
+    for (size_t i = 0; ok && ls_parity_fault_at(i); i++)
+        ok = cJSON_AddItemToArray(faults, cJSON_CreateString(ls_parity_fault_at(i)));
+    char *txt = ok ? cJSON_Print(d) : NULL;
+    cJSON_Delete(d);
+    if (!txt) {
+        fprintf(stderr, "longstraw-parity: --list-names: out of memory\n");
+        return 2;
+    }
+    printf("%s\n", txt);
+    free(txt);
+    return 0;
+}
+
 static int main_body(int argc, char **argv, ls_parity_opts *o) {
     static char reference[LS_PARITY_PATH], model[LS_PARITY_PATH];
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -326,6 +347,7 @@ static int main_body(int argc, char **argv, ls_parity_opts *o) {
         usage(stdout);
         return 0;
     }
+    if (c.list_names) return list_names();
     *o = c.o;
     o->keep_fd = c.keep_fd;
     o->quiet = c.quiet;

@@ -86,3 +86,24 @@ const ls_parity_family *ls_parity_family_of(const char *name) {
 }
 
 const char *ls_parity_family_names(void) { return "hybrid, mla"; }
+
+const char *ls_parity_family_at(size_t i) {
+    return i < sizeof FAMILIES / sizeof FAMILIES[0] ? FAMILIES[i].name : NULL;
+}
+
+const char *ls_parity_fault_at(size_t i) {
+    /* every family's score fault and gradient faults, then the EP control's, a name seen before skipped */
+    const char *all[sizeof FAMILIES / sizeof FAMILIES[0] * 3 + 1];
+    size_t n = 0;
+    for (size_t f = 0; f < sizeof FAMILIES / sizeof FAMILIES[0]; f++) {
+        all[n++] = FAMILIES[f].score_fault;
+        for (size_t g = 0; g < FAMILIES[f].n_grad_faults; g++) all[n++] = FAMILIES[f].grad_faults[g];
+    }
+    all[n++] = LS_PARITY_EP_FAULT;
+    for (size_t k = 0; k < n; k++) {
+        int seen = 0;
+        for (size_t j = 0; j < k && !seen; j++) seen = strcmp(all[j], all[k]) == 0;
+        if (!seen && i-- == 0) return all[k];
+    }
+    return NULL;
+}

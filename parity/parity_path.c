@@ -551,7 +551,7 @@ static ls_status read_outputs(path_run *x) {
             if (s == LS_OK) s = ls_parity_tensors_read(p, &x->ep_prm[e][k], x->err, x->errlen);
             label_path(x, label, "log", p);
             if (s == LS_OK) s = ls_parity_log_loss(p, &x->ep_loss[e][k], x->err, x->errlen);
-            ep_label(label, sizeof label, o, e, k, "ep-drop-dx");
+            ep_label(label, sizeof label, o, e, k, LS_PARITY_EP_FAULT);
             label_path(x, label, "grads.safetensors", p);
             if (s == LS_OK) s = ls_parity_tensors_read(p, &x->ep_gdrop[e][k], x->err, x->errlen);
         }
@@ -644,11 +644,11 @@ static void path_ep_checks(path_run *x, const ls_parity_logprobs *rpol, const ls
                                                                                  p->name, gm, refn, cand,
                                                                                  ls_parity_params_entries(want, &x->ep_prm[e][k], &x->prm[k], &x->ep_g[e][k], &x->g[k], &x->adamw, LS_PARITY_F64),
                                                                                  "tensors"), N));
-            snprintf(tag, sizeof tag, "ep%d ep-drop-dx", N);
+            snprintf(tag, sizeof tag, "ep%d %s", N, LS_PARITY_EP_FAULT);
             check_name(name, sizeof name, "cp_grad", x, c, tag);
             char cdrop[160];
-            snprintf(cdrop, sizeof cdrop, "longstraw cp%d ep%d %s --fault ep-drop-dx on the run's path", c, N, gm);
-            ls_parity_report_control(x->rep, "ep-drop-dx",
+            snprintf(cdrop, sizeof cdrop, "longstraw cp%d ep%d %s --fault %s on the run's path", c, N, gm, LS_PARITY_EP_FAULT);
+            ls_parity_report_control(x->rep, LS_PARITY_EP_FAULT,
                                      ls_parity_check_ep(ls_parity_check_new("cp_grad", name, LS_PARITY_F64, w, p->name, gm,
                                                                             refn, cdrop,
                                                                             ls_parity_tensor_entries(want, &x->ep_gdrop[e][k], &x->g[k], NULL, NULL, NULL, NULL),
@@ -878,8 +878,8 @@ static ls_status path_one(path_run *x) {
             sp[n] = (path_spec_run){.world = o->cps[k] * o->eps[e], .ep = o->eps[e]};
             ep_label(sp[n].label, sizeof sp[0].label, o, e, k, NULL);
             n++;
-            sp[n] = (path_spec_run){.world = o->cps[k] * o->eps[e], .ep = o->eps[e], .fault = "ep-drop-dx"};
-            ep_label(sp[n].label, sizeof sp[0].label, o, e, k, "ep-drop-dx");
+            sp[n] = (path_spec_run){.world = o->cps[k] * o->eps[e], .ep = o->eps[e], .fault = LS_PARITY_EP_FAULT};
+            ep_label(sp[n].label, sizeof sp[0].label, o, e, k, LS_PARITY_EP_FAULT);
             n++;
         }
     if (x->naive) {
@@ -893,7 +893,7 @@ static ls_status path_one(path_run *x) {
             LS_OK)
         return s;
     if (x->stale) ls_parity_report_require_control(x->rep, "cp-stale-start", 3);
-    if (any_ep) ls_parity_report_require_control(x->rep, "ep-drop-dx", 3);
+    if (any_ep) ls_parity_report_require_control(x->rep, LS_PARITY_EP_FAULT, 3);
     if (!x->naive)
         ls_parity_report_note(x->rep, "%s: %d prompts per step: --dump-batch holds the first group only, so the "
                               "path has no naive, finite-difference or loss comparison (levels 2 and 3 only; the first "

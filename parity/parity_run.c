@@ -542,8 +542,8 @@ static void ep_grad_checks(cfg_run *r, int dt) {
                                                               "tensors"), N),
                     m == DETACHED ? "detached" : NULL);
             }
-            snprintf(tag, sizeof tag, "ep%d ep-drop-dx", N);
-            snprintf(cand, sizeof cand, "longstraw cp%d ep%d full --fault ep-drop-dx", c, N);
+            snprintf(tag, sizeof tag, "ep%d %s", N, LS_PARITY_EP_FAULT);
+            snprintf(cand, sizeof cand, "longstraw cp%d ep%d full --fault %s", c, N, LS_PARITY_EP_FAULT);
             snprintf(refn, sizeof refn, "longstraw cp%d (ep1) full", c);
             check_name(name, sizeof name, "cp_grad", r, dt, c, tag);
             add(r, ls_parity_check_ep(ls_parity_check_new("cp_grad", name, dt, w, r->c->name, "full", refn, cand,
@@ -551,8 +551,8 @@ static void ep_grad_checks(cfg_run *r, int dt) {
                                                                          f32 ? &d->gls[FULL][k1] : NULL,
                                                                          f32 ? &d64->gls[FULL][k1] : NULL),
                                                           "tensors"), N),
-                "ep-drop-dx");
-            ls_parity_report_require_control(r->rep, "ep-drop-dx", 3);
+                LS_PARITY_EP_FAULT);
+            ls_parity_report_require_control(r->rep, LS_PARITY_EP_FAULT, 3);
         }
 }
 
@@ -717,7 +717,7 @@ static ls_status read_grads(cfg_run *r, int dt) {
                 run_path(r, dt, label, "final.safetensors", p);
                 if ((s = ls_parity_tensors_read(p, &d->ep_pls[e][m][k], r->err, r->errlen)) != LS_OK) return s;
             }
-            snprintf(label, sizeof label, "grad-cp%d-ep%d-ep-drop-dx", o->cps[k], o->eps[e]);
+            snprintf(label, sizeof label, "grad-cp%d-ep%d-%s", o->cps[k], o->eps[e], LS_PARITY_EP_FAULT);
             run_path(r, dt, label, "grads.safetensors", p);
             if ((s = ls_parity_tensors_read(p, &d->ep_gdrop[e][k], r->err, r->errlen)) != LS_OK) return s;
         }
@@ -783,9 +783,9 @@ static size_t grad_specs(cfg_run *r, run_spec *sp, char labels[][64]) {
                                        .grad = true};
                     n++;
                 }
-                snprintf(labels[n], 64, "grad-cp%d-ep%d-ep-drop-dx", w, N);
+                snprintf(labels[n], 64, "grad-cp%d-ep%d-%s", w, N, LS_PARITY_EP_FAULT);
                 sp[n] = (run_spec){.dt = dt, .world = w * N, .ep = N, .label = labels[n], .grad_mode = "full",
-                                   .fault = "ep-drop-dx", .grad = true};
+                                   .fault = LS_PARITY_EP_FAULT, .grad = true};
                 n++;
             }
         }

@@ -3,8 +3,9 @@
 (longstraw-train --list-names, longstraw-audit --list-names) against every
 schema enum that spells them and the docs' tables that state them.
 
-  check_vocab.py SRC_DIR TRAIN_EXE AUDIT_EXE   check the tree (exit 1 on a difference)
-  check_vocab.py --selftest SRC_DIR TRAIN_EXE AUDIT_EXE
+  check_vocab.py SRC_DIR TRAIN_EXE AUDIT_EXE [PARITY_EXE]
+                                               check the tree (exit 1 on a difference)
+  check_vocab.py --selftest SRC_DIR TRAIN_EXE AUDIT_EXE [PARITY_EXE]
                                                inject a difference into a copy of each
                                                source it reads and see it reported
 
@@ -18,6 +19,8 @@ or number that differs.  What is checked (docs/testing.md, "One vocabulary"):
     phase names, group kinds of the trace headers and profiles, the
     communicator's backends (receipt schema), the receipt's option enums
     (grad_mode, strategy, ...) against the trainer's option values;
+  - longstraw-parity's families and control faults, and the faults the
+    audit reads a run's config for, are the trainer's;
   - faults: every `--fault NAME` in docs/*.md is one the trainer injects,
     every fault the trainer injects is in docs/train.md, and the docs'
     fault-level lists (docs/audit.md, docs/evidence.md) give each fault the
@@ -57,8 +60,8 @@ def at(doc, path):
 
 
 class Checker:
-    def __init__(self, src, train, audit):
-        self.src, self.train, self.audit, self.errors = src, train, audit, []
+    def __init__(self, src, train, audit, parity=None):
+        self.src, self.train, self.audit, self.parity, self.errors = src, train, audit, parity, []
 
     def err(self, msg):
         self.errors.append(msg)
@@ -314,7 +317,26 @@ class Checker:
                     self.err(f"{rel}:{line}: the {key} record is {m.group(1)} bytes there, "
                              f"sizeof says {sz[key]} (longstraw-audit --list-names)")
 
+    def audit_faults(self):
+        """The trainer faults the audit reads a run's config for are the trainer's."""
+        for n in self.audit.get("faults_read", []):
+            if n not in self.train["faults"]:
+                self.err(f"longstraw-audit --list-names: faults_read: '{n}' is not a fault longstraw-train injects")
+
+    def parity_names(self):
+        """longstraw-parity's families and the faults its controls inject are the trainer's."""
+        if self.parity is None:
+            return
+        if self.parity["families"] != self.train["families"]:
+            self.err(f"longstraw-parity --list-names: families {self.parity['families']}, "
+                     f"longstraw-train's {self.train['families']}")
+        for n in self.parity["faults"]:
+            if n not in self.train["faults"]:
+                self.err(f"longstraw-parity --list-names: the control fault '{n}' is not a fault longstraw-train injects")
+
     def run(self):
+        self.parity_names()
+        self.audit_faults()
         self.schemas()
         self.audit_levels()
         self.faults()
@@ -323,14 +345,14 @@ class Checker:
         return self.errors
 
 
-def check(src, train, audit):
-    errs = Checker(src, train, audit).run()
+def check(src, train, audit, parity=None):
+    errs = Checker(src, train, audit, parity).run()
     for e in errs:
         print(f"check_vocab: {e}")
     return errs
 
 
-def selftest(src, train, audit):
+def selftest(src, train, audit, parity=None):
     """Copies the sources check_vocab reads, injects one difference at a time and sees it reported."""
     cases = [
         ("schemas/audit-report.schema.json", '"parity.loss"', '"parity.loss", "parity.injected"',
@@ -355,7 +377,7 @@ def selftest(src, train, audit):
          "'loss-cp-scale': breaks level 2"),
     ]
     fails = 0
-    base = check(src, train, audit)
+    base = check(src, train, audit, parity)
     if base:
         print("check_vocab --selftest: the tree itself differs (above); the self-test needs a clean tree")
         return 1
@@ -389,23 +411,46 @@ def selftest(src, train, audit):
     else:
         print(f"FAIL: a new backend was not reported (got: {errs})")
         fails += 1
-    print(f"check_vocab --selftest: {len(cases) + 1 - fails} of {len(cases) + 1} injected differences reported")
+    n_cases = len(cases) + 2
+    a2 = json.loads(json.dumps(audit))
+    a2["faults_read"].append("skip-dkv-reduced")
+    errs = Checker(src, train, a2, parity).run()
+    if any("'skip-dkv-reduced' is not a fault longstraw-train injects" in e for e in errs):
+        print("ok: a fault the audit reads that the trainer lacks is reported")
+    else:
+        print(f"FAIL: a fault the audit reads that the trainer lacks was not reported (got: {errs})")
+        fails += 1
+    if parity is not None:  # a control fault the trainer does not inject
+        n_cases += 1
+        p2 = json.loads(json.dumps(parity))
+        p2["faults"].append("skip-the-reduce")
+        errs = Checker(src, train, audit, p2).run()
+        if any("'skip-the-reduce' is not a fault longstraw-train injects" in e for e in errs):
+            print("ok: a parity control fault the trainer lacks is reported")
+        else:
+            print(f"FAIL: a parity control fault the trainer lacks was not reported (got: {errs})")
+            fails += 1
+    print(f"check_vocab --selftest: {n_cases - fails} of {n_cases} injected differences reported")
     return 1 if fails else 0
 
 
 def main(argv):
-    if len(argv) == 5 and argv[1] == "--selftest":
-        src, train, audit = argv[2], dump(argv[3]), dump(argv[4])
-        return selftest(src, train, audit)
-    if len(argv) != 4:
+    args = argv[1:]
+    self_test = bool(args) and args[0] == "--selftest"
+    if self_test:
+        args = args[1:]
+    if len(args) not in (3, 4):
         print(__doc__, file=sys.stderr)
         return 2
-    src, train, audit = argv[1], dump(argv[2]), dump(argv[3])
-    errs = check(src, train, audit)
+    src, train, audit = args[0], dump(args[1]), dump(args[2])
+    parity = dump(args[3]) if len(args) == 4 else None
+    if self_test:
+        return selftest(src, train, audit, parity)
+    errs = check(src, train, audit, parity)
     if not errs:
         print(f"check_vocab: {len(train['faults'])} faults, {len(audit['rule_ids'])} rule ids, "
-              f"{len(train['families'])} families, record sizes {audit['record_sizes']}: "
-              "the schemas and docs agree with the code")
+              f"{len(train['families'])} families, record sizes {audit['record_sizes']}"
+              f"{', the parity controls' if parity else ''}: the schemas and docs agree with the code")
     return 1 if errs else 0
 
 

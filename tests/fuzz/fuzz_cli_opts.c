@@ -39,7 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (rc == 2) {
         CHECK(memchr(err, 0, sizeof err) != NULL && err[0] != 0);
         int named = 0; /* the message names a word of the command line */
-        for (int i = 1; i < argc && !named; i++) named = argv[i][0] && strstr(err, argv[i]) != NULL;
+        for (int i = 1; i < argc && !named; i++) named = strstr(err, argv[i][0] ? argv[i] : "''") != NULL;
         CHECK(named || strstr(err, "needs a value") || strstr(err, "--fault kill-rank"));
     }
     return 0;

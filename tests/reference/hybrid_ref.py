@@ -742,6 +742,28 @@ def perturb_norms(src, dst, seed):
     print("hybrid_ref: perturbed %d norm tensors -> %s" % (n, dst))
 
 
+def parse_args(args, opt, flags):
+    """The positional arguments of args; opt[o] set to the value after each option o of opt, flags[f]
+    to True for each flag f of flags; Usage for an option without its value or one of neither."""
+    pos, i = [], 0
+    while i < len(args):
+        a = args[i]
+        if a in opt:
+            if i + 1 >= len(args):
+                raise Usage("%s needs a value" % a)
+            opt[a] = args[i + 1]
+            i += 2
+        elif a in flags:
+            flags[a] = True
+            i += 1
+        elif a.startswith("--"):
+            raise Usage("unknown option %s" % a)
+        else:
+            pos.append(a)
+            i += 1
+    return pos
+
+
 def main(argv):
     args = argv[1:]
     try:
@@ -750,26 +772,12 @@ def main(argv):
                 raise Usage("--perturb-norms IN OUT [SEED]")
             perturb_norms(args[1], args[2], int(args[3]) if len(args) == 4 else 1)
             return 0
-        pos, opt, req = [], {"--loss-from": None, "--old-from": None, "--json": None}, False
-        i = 0
-        while i < len(args):
-            a = args[i]
-            if a in opt:
-                if i + 1 >= len(args):
-                    raise Usage("%s needs a file" % a)
-                opt[a] = args[i + 1]
-                i += 2
-            elif a == "--require-perturbed-norms":
-                req = True
-                i += 1
-            elif a in ("-h", "--help"):
-                print(__doc__)
-                return 0
-            elif a.startswith("--"):
-                raise Usage("unknown option %s" % a)
-            else:
-                pos.append(a)
-                i += 1
+        if any(a in ("-h", "--help") for a in args):
+            print(__doc__)
+            return 0
+        opt, flags = {"--loss-from": None, "--old-from": None, "--json": None}, {"--require-perturbed-norms": False}
+        pos = parse_args(args, opt, flags)
+        req = flags["--require-perturbed-norms"]
         if len(pos) != 2:
             raise Usage("expected WEIGHTS.safetensors BATCH.json")
         if opt["--json"] is not None:

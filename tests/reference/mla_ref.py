@@ -5,7 +5,7 @@ Written from docs/model.md (sections 0, 2, 3, 4, 5, 6) only, not from the
 trainer's or the kernels' code. Standard library only, so that Debian's /usr/bin/python3
 runs it on a fresh machine. It shares no model code with hybrid_ref.py; it imports from it
 only the safetensors reader/writer, the advantages, the section 4 loss and the generic
-primitives (rows, matvec, sigmoid, silu, rmsnorm: hr.*).
+primitives (rows, matvec, sigmoid, silu, rmsnorm) and the option parser: hr.*.
 Token by token: every layer keeps what a prompt carries (c_kv after its norm, k_pe after
 RoPE, the indexer key k_I), the prompt runs once and every member continues from its own
 copy of that state; no pages, chunks or attention merge.
@@ -70,7 +70,7 @@ from operator import mul
 
 sys.dont_write_bytecode = True  # run from the source tree by ctest: leave no __pycache__ there
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import hybrid_ref as hr  # noqa: E402  (safetensors I/O, advantages, GRPO loss, primitives only)
+import hybrid_ref as hr  # noqa: E402  (safetensors I/O, advantages, GRPO loss, primitives, options only)
 
 Usage, Mismatch = hr.Usage, hr.Mismatch
 rows, matvec, sigmoid, silu, rmsnorm = hr.rows, hr.matvec, hr.sigmoid, hr.silu, hr.rmsnorm
@@ -605,28 +605,6 @@ def write_json(weights_path, batch_path, out_path, absorbed=False):
 
 # ----------------------------------------------------------------------------- CLI
 
-def parse_args(args, opt, flags):
-    """The positional arguments of args; opt[o] set to the value after each option o of opt, flags[f]
-    to True for each flag f of flags; Usage for an option without its value or one of neither."""
-    pos, i = [], 0
-    while i < len(args):
-        a = args[i]
-        if a in opt:
-            if i + 1 >= len(args):
-                raise Usage("%s needs a value" % a)
-            opt[a] = args[i + 1]
-            i += 2
-        elif a in flags:
-            flags[a] = True
-            i += 1
-        elif a.startswith("--"):
-            raise Usage("unknown option %s" % a)
-        else:
-            pos.append(a)
-            i += 1
-    return pos
-
-
 def main(argv):
     args = argv[1:]
     try:
@@ -642,7 +620,7 @@ def main(argv):
         if args and args[0] == "--random-weights":
             opt = {"--seed": "1", "--lora-r": None}
             flags = {"--lora-experts": False, "--lora-b-zero": False}
-            pos = parse_args(args[1:], opt, flags)
+            pos = hr.parse_args(args[1:], opt, flags)
             if len(pos) != 2:
                 raise Usage("--random-weights CONFIG.json OUT.safetensors [--seed N] [--lora-r R]")
             try:
@@ -658,7 +636,7 @@ def main(argv):
             print("mla_ref: %d tensors -> %s" % (len(T), pos[1]))
             return 0
         opt, flags = {"--json": None}, {"--absorbed": False}
-        pos = parse_args(args, opt, flags)
+        pos = hr.parse_args(args, opt, flags)
         out, absorbed = opt["--json"], flags["--absorbed"]
         if len(pos) != 2:
             raise Usage("expected WEIGHTS.safetensors BATCH.json --json OUT.json")

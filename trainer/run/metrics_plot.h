@@ -110,6 +110,7 @@ typedef struct {
     ls_plot_hline hlines[LS_PLOT_MAX_HLINES];
     int has_ymin, has_ymax;
     double ymin, ymax;
+    const char *right_list; /* --right as given (read once --series is known) */
     int help;
 } ls_plot_args;
 

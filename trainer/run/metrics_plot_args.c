@@ -4,52 +4,15 @@
 #include "trainer/run/metrics_plot.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/cli_opts.h"
 #include "receipts/atomic_file.h"
 #include "receipts/json_util.h"
 #include "trainer/base/mem_tracker.h"
-
-void ls_plot_usage(FILE *f) {
-    fputs("usage: longstraw-plot --metrics FILE [--label L] [--group G] [--dash D] [--metrics FILE ...]\n"
-          "                      --out FILE.svg --series NAME[,NAME...] [options]\n"
-          "\n"
-          "Draws the named numeric fields of metrics JSONL files (one JSON object per line\n"
-          "with an integer \"step\", as longstraw-train --metrics writes) against the step, as\n"
-          "one self-contained SVG line chart with axes, tick labels and a legend.\n"
-          "\n"
-          "  --metrics FILE       a metrics JSONL file (at most 64 MiB, 100000 lines); up to 16\n"
-          "                       files, each drawing every series; the options below up to\n"
-          "                       --dash apply to the --metrics before them:\n"
-          "    --label L          its name in the legend (\"L: series\", or \"L\" with one\n"
-          "                       series); default: the file's base name (none with one file)\n"
-          "    --group G          files of one group share a colour per series and take\n"
-          "                       dashes in turn (e.g. three seeds of one mode); default: the label\n"
-          "    --dash D           solid, dashed, dotted, dashdot or long; default: the file's\n"
-          "                       rank in its group (solid, dashed, dotted, dashdot, long, ...)\n"
-          "  --out FILE.svg       the chart (written atomically)\n"
-          "  --series A,B,...     fields to draw (at most 16; files x series at most 64)\n"
-          "  --right A,...        of those, the ones drawn against a right-hand axis\n"
-          "  --smooth W|auto      raw points as faint dots (at most 2000 a line) under their\n"
-          "                       trailing moving average over W points (mean of the point and\n"
-          "                       the W-1 before it; fewer at the start); auto: W = points/100\n"
-          "                       of the longest file, none below 500 points; default: raw lines\n"
-          "  --hline V[:LABEL]    a dashed reference line at V on the left axis (at most 8),\n"
-          "                       e.g. --hline 0.1:chance\n"
-          "  --ymin V, --ymax V   bounds of the left axis (default: the data and reference\n"
-          "                       lines, 5% margin)\n"
-          "  --title T            a title above the chart\n"
-          "  --help               this text\n"
-          "\n"
-          "The step axis spans exactly the first to the last step of the files.  Numbers\n"
-          "are JSON numbers.\n"
-          "\n"
-          "Exit status: 0 written; 2 bad arguments or a bad metrics file (the message\n"
-          "names the file, line and field); 1 the chart could not be written.\n",
-          f);
-}
 
 /* 1 when s is valid UTF-8 without control characters (C0, DEL). */
 static int text_ok(const char *s) {
@@ -211,62 +174,121 @@ static int parse_hline(ls_plot_args *a, const char *v, char *err, size_t errlen)
     return 0;
 }
 
+/* ---- the option table ------------------------------------------------------ */
+
+/* Each option's value applied in command-line order (the per-file options
+ * apply to the --metrics before them): 0, or 2 with err naming it. */
+static int opt_metrics(void *base, const ls_cli_opt *o, const char *v, char *err, size_t errlen) {
+    (void)o;
+    ls_plot_args *a = base;
+    if (v[0] == '\0') {
+        ls_json_errf(err, errlen, "--metrics: empty file name");
+        return 2;
+    }
+    if (a->n_files == LS_PLOT_MAX_FILES) {
+        ls_json_errf(err, errlen, "--metrics: more than %d files", LS_PLOT_MAX_FILES);
+        return 2;
+    }
+    a->files[a->n_files++] = (ls_plot_file_arg){.path = v, .dash = LS_PLOT_DASH_AUTO};
+    return 0;
+}
+static int opt_file(void *base, const ls_cli_opt *o, const char *v, char *err, size_t errlen) {
+    return parse_file_option(base, o->name, v, err, errlen) ? 2 : 0;
+}
+static int opt_series(void *base, const ls_cli_opt *o, const char *v, char *err, size_t errlen) {
+    (void)o;
+    return parse_list(base, "--series", v, 0, err, errlen) ? 2 : 0;
+}
+static int opt_smooth(void *base, const ls_cli_opt *o, const char *v, char *err, size_t errlen) {
+    (void)o;
+    return parse_smooth(base, v, err, errlen) ? 2 : 0;
+}
+static int opt_hline(void *base, const ls_cli_opt *o, const char *v, char *err, size_t errlen) {
+    (void)o;
+    return parse_hline(base, v, err, errlen) ? 2 : 0;
+}
+static int opt_ybound(void *base, const ls_cli_opt *o, const char *v, char *err, size_t errlen) {
+    ls_plot_args *a = base;
+    int lo = !strcmp(o->name, "--ymin");
+    if (json_number(v, strlen(v), lo ? &a->ymin : &a->ymax) != 0) {
+        ls_json_errf(err, errlen, "%s: '%s' is not a finite number", o->name, v);
+        return 2;
+    }
+    *(lo ? &a->has_ymin : &a->has_ymax) = 1;
+    return 0;
+}
+static int opt_title(void *base, const ls_cli_opt *o, const char *v, char *err, size_t errlen) {
+    (void)o;
+    if (strlen(v) > LS_PLOT_MAX_TITLE || !text_ok(v)) {
+        ls_json_errf(err, errlen, "--title: longer than %d bytes, or not UTF-8 text without control characters",
+                     LS_PLOT_MAX_TITLE);
+        return 2;
+    }
+    ((ls_plot_args *)base)->title = v;
+    return 0;
+}
+
+#define F(field) .off = offsetof(ls_plot_args, field)
+#define FN(fn) .kind = LS_CLI_CUSTOM, .parse = (fn)
+static const ls_cli_opt OPTS[] = {
+    {.kind = LS_CLI_TEXT,
+     .help = "usage: longstraw-plot --metrics FILE [--label L] [--group G] [--dash D] [--metrics FILE ...]\n"
+             "                      --out FILE.svg --series NAME[,NAME...] [options]\n"
+             "\n"
+             "Draws the named numeric fields of metrics JSONL files (one JSON object per line\n"
+             "with an integer \"step\", as longstraw-train --metrics writes) against the step, as\n"
+             "one self-contained SVG line chart with axes, tick labels and a legend.\n"
+             "\n"},
+    {FN(opt_metrics), .name = "--metrics", .arg = "FILE",
+     .help = "a metrics JSONL file (at most 64 MiB, 100000 lines); up to 16\n"
+             "files, each drawing every series; --label, --group and --dash\n"
+             "apply to the --metrics before them:"},
+    {FN(opt_file), .name = "--label", .arg = "L",
+     .help = "its name in the legend (\"L: series\", or \"L\" with one\n"
+             "series); default: the file's base name (none with one file)"},
+    {FN(opt_file), .name = "--group", .arg = "G",
+     .help = "files of one group share a colour per series and take\n"
+             "dashes in turn (e.g. three seeds of one mode); default: the label"},
+    {FN(opt_file), .name = "--dash", .arg = "D",
+     .help = "solid, dashed, dotted, dashdot or long; default: the file's\n"
+             "rank in its group (solid, dashed, dotted, dashdot, long, ...)"},
+    {.kind = LS_CLI_STRING, .name = "--out", .arg = "FILE.svg", .help = "the chart (written atomically)", F(out)},
+    {FN(opt_series), .name = "--series", .arg = "A,B,...", .help = "fields to draw (at most 16; files x series at most 64)"},
+    {.kind = LS_CLI_STRING, .name = "--right", .arg = "A,...", .help = "of those, the ones drawn against a right-hand axis",
+     F(right_list)},
+    {FN(opt_smooth), .name = "--smooth", .arg = "W|auto",
+     .help = "raw points as faint dots (at most 2000 a line) under their\n"
+             "trailing moving average over W points (mean of the point and\n"
+             "the W-1 before it; fewer at the start); auto: W = points/100\n"
+             "of the longest file, none below 500 points; default: raw lines"},
+    {FN(opt_hline), .name = "--hline", .arg = "V[:LABEL]",
+     .help = "a dashed reference line at V on the left axis (at most 8),\n"
+             "e.g. --hline 0.1:chance"},
+    {FN(opt_ybound), .name = "--ymin", .arg = "V",
+     .help = "bounds of the left axis (default: the data and reference\n"
+             "lines, 5% margin)"},
+    {FN(opt_ybound), .name = "--ymax", .arg = "V"},
+    {FN(opt_title), .name = "--title", .arg = "T", .help = "a title above the chart"},
+    {.like = "--help", .name = "--help", F(help)},
+    {.kind = LS_CLI_TEXT,
+     .help = "\n"
+             "The step axis spans exactly the first to the last step of the files.  Numbers\n"
+             "are JSON numbers.\n"
+             "\n"
+             "Exit status: 0 written; 2 bad arguments or a bad metrics file (the message\n"
+             "names the file, line and field); 1 the chart could not be written.\n"},
+};
+#undef F
+#undef FN
+
+void ls_plot_usage(FILE *f) { ls_cli_usage(f, (ls_cli_table){OPTS, sizeof OPTS / sizeof OPTS[0]}, NULL, 0, 23); }
+
 int ls_plot_args_parse(ls_plot_args *a, int argc, char **argv, char *err, size_t errlen) {
     memset(a, 0, sizeof *a);
-    const char *right = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i];
-        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
-            a->help = 1;
-            return 0;
-        }
-        static const char *const known[] = {"--metrics", "--out",   "--series", "--right", "--title", "--label",
-                                            "--group",   "--dash",  "--smooth", "--hline", "--ymin",  "--ymax"};
-        size_t k = 0;
-        while (k < sizeof known / sizeof known[0] && strcmp(o, known[k]) != 0) k++;
-        if (k == sizeof known / sizeof known[0]) {
-            ls_json_errf(err, errlen, "unknown argument '%s'", o);
-            return -1;
-        }
-        if (i + 1 >= argc) {
-            ls_json_errf(err, errlen, "%s: missing value", o);
-            return -1;
-        }
-        const char *v = argv[++i];
-        int rc = 0;
-        if (!strcmp(o, "--metrics")) {
-            if (v[0] == '\0') {
-                ls_json_errf(err, errlen, "--metrics: empty file name");
-                return -1;
-            }
-            if (a->n_files == LS_PLOT_MAX_FILES) {
-                ls_json_errf(err, errlen, "--metrics: more than %d files", LS_PLOT_MAX_FILES);
-                return -1;
-            }
-            a->files[a->n_files++] = (ls_plot_file_arg){.path = v, .dash = LS_PLOT_DASH_AUTO};
-        } else if (!strcmp(o, "--label") || !strcmp(o, "--group") || !strcmp(o, "--dash"))
-            rc = parse_file_option(a, o, v, err, errlen);
-        else if (!strcmp(o, "--out")) a->out = v;
-        else if (!strcmp(o, "--right")) right = v;
-        else if (!strcmp(o, "--smooth")) rc = parse_smooth(a, v, err, errlen);
-        else if (!strcmp(o, "--hline")) rc = parse_hline(a, v, err, errlen);
-        else if (!strcmp(o, "--ymin") || !strcmp(o, "--ymax")) {
-            int lo = !strcmp(o, "--ymin");
-            if (json_number(v, strlen(v), lo ? &a->ymin : &a->ymax) != 0) {
-                ls_json_errf(err, errlen, "%s: '%s' is not a finite number", o, v);
-                return -1;
-            }
-            *(lo ? &a->has_ymin : &a->has_ymax) = 1;
-        } else if (!strcmp(o, "--title")) {
-            if (strlen(v) > LS_PLOT_MAX_TITLE || !text_ok(v)) {
-                ls_json_errf(err, errlen, "--title: longer than %d bytes, or not UTF-8 text without control characters",
-                             LS_PLOT_MAX_TITLE);
-                return -1;
-            }
-            a->title = v;
-        } else rc = parse_list(a, "--series", v, 0, err, errlen);
-        if (rc != 0) return -1;
-    }
+    const ls_cli_parser p = {.table = {OPTS, sizeof OPTS / sizeof OPTS[0]}};
+    if (ls_cli_parse(&p, a, argc, argv, 1, err, errlen) != 0) return -1;
+    if (a->help) return 0;
+    const char *right = a->right_list;
     const char *missing = !a->n_files ? "--metrics" : !a->out ? "--out" : !a->n_series ? "--series" : NULL;
     if (missing) {
         ls_json_errf(err, errlen, "%s is required", missing);
