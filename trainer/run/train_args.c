@@ -224,6 +224,9 @@ static const opt OPTS[] = {
      .like = "--list-names", .name = "--list-names", .off = offsetof(ls_train_args, list_names)},
     {.rec = "-prints this text; no run", .like = "--help", .name = "--help", .alias = "-h",
      .off = offsetof(ls_train_args, help)},
+    {.rec = "-prints the registry; no run", ROW(LS_CLI_HELP, "--families", NULL,
+     "print the registry of model families as JSON (their keys,\n"
+     "layer kinds, CP faults and data files); no run", NULL, 0, families)},
     {.kind = LS_CLI_TEXT, .help = "Exit: 0 success, 1 the step failed (error event written), 2 bad usage or input.\n"},
 };
 #define N_OPTS (sizeof OPTS / sizeof OPTS[0])
@@ -432,7 +435,7 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
     unsigned char given[N_OPTS] = {0};
     const ls_cli_parser p = {.table = ls_train_options(), .given = given};
     if (ls_cli_parse(&p, a, argc, argv, 1, err, err_len) != 0) return 2;
-    if (a->help || a->list_names) return 0;
+    if (a->help || a->list_names || a->families) return 0;
     a->have_steps = given_opt(given, "--steps");
     a->have_seed = given_opt(given, "--seed");
     int have_P = given_opt(given, "--prompt-len");
@@ -463,15 +466,15 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
     char cerr[512];
     ls_status st = ls_config_load_digest(&a->cfg, a->config_path, a->config_sha256, cerr, sizeof cerr);
     if (st != LS_OK) BAD("--config: %s", cerr);
-    if (a->obj.lora_experts && a->cfg.family != LS_FAMILY_MLA)
+    int routed = a->cfg.family->routed_experts ? a->cfg.family->routed_experts(&a->cfg) : 0;
+    if (a->obj.lora_experts && routed < 1)
         BAD("--lora-experts: --config %s: family '%s' has no routed experts", a->config_path,
             ls_family_name(a->cfg.family));
-    if (a->ep > 1 && a->cfg.family != LS_FAMILY_MLA)
-        BAD("--ep: --config %s: family '%s' has no routed experts (expert parallelism is mla's)", a->config_path,
+    if (a->ep > 1 && routed < 1)
+        BAD("--ep: --config %s: family '%s' has no routed experts (expert parallelism needs them)", a->config_path,
             ls_family_name(a->cfg.family));
-    if (a->ep > 1 && a->cfg.n_experts % a->ep != 0)
-        BAD("--ep %d: does not divide the %d routed experts of --config %s", a->ep, (int)a->cfg.n_experts,
-            a->config_path);
+    if (a->ep > 1 && routed % a->ep != 0)
+        BAD("--ep %d: does not divide the %d routed experts of --config %s", a->ep, routed, a->config_path);
     if (a->step.cp_faults.ep_drop_dx && a->ep < 2) BAD("--fault ep-drop-dx: needs --ep N with N >= 2");
     if (a->step.fault_stage_skip_page && !a->step.state_tier) BAD("--fault stage-skip-page: needs --state-tier host");
     if (a->replay_checkpoint == 3 && a->step.strategy == LS_STRATEGY_NAIVE)

@@ -39,6 +39,7 @@ typedef struct {
     int quiet;
     int help;
     int list_names;         /* --list-names: print the trainer's vocabulary (train_names.h) and stop */
+    int families;           /* --families: print the registry of model families (JSON) and exit */
     /* --fault kill-rank=R@POINT: fault_kill_rank = R + 1 (0: none), the phase
      * (LS_PHASE_*) and, when kill_at_layer, the layer whose first layer_end in
      * that phase is the last thing the rank writes; otherwise it dies as the

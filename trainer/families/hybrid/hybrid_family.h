@@ -17,6 +17,7 @@
 #ifndef LS_TRAINER_HYBRID_H
 #define LS_TRAINER_HYBRID_H
 #include "trainer/base/arena.h"
+#include "trainer/families/hybrid/hybrid_config.h"
 #include "trainer/model/family.h"
 #include "trainer/model/params.h"
 
