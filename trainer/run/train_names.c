@@ -1,7 +1,8 @@
 /* train_names.c - the trainer's vocabulary as JSON (train_names.h).  Each
  * list is read from where the trainer defines it, in one place below: the
- * families and layer kinds through trainer/model/config.h, the backends and
- * group kinds through trainer/dist/comm.h, the faults and option values
+ * families and layer kinds from the family registry (family_desc.h), the
+ * backends from the communicator's registry (comm.h), the group kinds from
+ * the trace's table (receipts/trace_event.h), the faults and option values
  * from the option table (train_args.c). */
 #include "trainer/run/train_names.h"
 
@@ -10,56 +11,70 @@
 
 #include "receipts/trace_event.h"
 #include "trainer/dist/comm.h"
-#include "trainer/model/config.h"
+#include "trainer/model/family_desc.h"
 #include "trainer/run/train_args.h"
 
 static int add_str(cJSON *a, const char *s) { return a && cJSON_AddItemToArray(a, cJSON_CreateString(s)); }
 
-/* The families (config.h: ls_family, ls_family_name).  When the families
- * become a registry, this is the one place that reads it. */
+/* The families: the registry (trainer/model/family_desc.h), in the order
+ * of trainer/families/families.list. */
 static cJSON *families(void) {
-    static const ls_family ALL[] = {LS_FAMILY_HYBRID, LS_FAMILY_MLA};
     cJSON *a = cJSON_CreateArray();
-    for (size_t i = 0; a && i < sizeof ALL / sizeof ALL[0]; i++)
-        if (!add_str(a, ls_family_name(ALL[i]))) {
+    for (size_t i = 0; a && i < ls_family_count(); i++)
+        if (!add_str(a, ls_family_at(i)->name)) {
             cJSON_Delete(a);
             return NULL;
         }
     return a;
 }
 
-/* The mixer layer kinds (config.h: ls_layer_kind), by the name their
- * layer_end events carry: ls_layer_kind's values are the trace's. */
-_Static_assert((int)LS_LAYER_GDN == (int)LS_TRACE_LAYER_GDN && (int)LS_LAYER_ATTN == (int)LS_TRACE_LAYER_ATTN &&
-                   (int)LS_LAYER_MLA == (int)LS_TRACE_LAYER_MLA,
-               "a layer kind is its trace layer_end kind");
+/* The mixer layer kinds every registered family uses (its descriptor's
+ * layer_kinds, the names its layer_end events carry), each once, in the
+ * trace's order (receipts/trace_event.h); a family's kind the trace does not
+ * know is listed after them, for tests/check_vocab.py to name. */
+static int has_kind(const char *k) {
+    for (size_t i = 0; i < ls_family_count(); i++)
+        for (const char *const *p = ls_family_at(i)->layer_kinds; p && *p; p++)
+            if (strcmp(*p, k) == 0) return 1;
+    return 0;
+}
 static cJSON *layer_kinds(void) {
-    static const ls_layer_kind ALL[] = {LS_LAYER_GDN, LS_LAYER_ATTN, LS_LAYER_MLA};
     cJSON *a = cJSON_CreateArray();
-    for (size_t i = 0; a && i < sizeof ALL / sizeof ALL[0]; i++)
-        if (!add_str(a, ls_trace_layer_kind_name((ls_trace_layer_kind)ALL[i]))) {
-            cJSON_Delete(a);
-            return NULL;
+    int ok = a != NULL;
+    for (int k = 0; ok && k < LS_TRACE_LAYER_KIND_COUNT; k++) {
+        const char *n = ls_trace_layer_kind_name((ls_trace_layer_kind)k);
+        if (n && has_kind(n)) ok = add_str(a, n);
+    }
+    for (size_t i = 0; ok && i < ls_family_count(); i++)
+        for (const char *const *p = ls_family_at(i)->layer_kinds; ok && p && *p; p++) {
+            int known = 0;
+            for (int k = 0; k < LS_TRACE_LAYER_KIND_COUNT; k++) {
+                const char *n = ls_trace_layer_kind_name((ls_trace_layer_kind)k);
+                if (n && strcmp(n, *p) == 0) known = 1;
+            }
+            if (!known) ok = add_str(a, *p);
         }
+    if (!ok) {
+        cJSON_Delete(a);
+        return NULL;
+    }
     return a;
 }
 
-/* The communicator's backends and group kinds, as trainer/dist/comm.h
- * names them (ls_comm_backend: "single" or "mpi"; ls_group_kind: "cp",
- * "ep" or "world").  comm.h has no list of them yet: when the backends and
- * group kinds become registered names, this is the one place that reads
- * the registry instead. */
+/* The communicator's registered backends (ls_comm_backend_info_at) and the
+ * registered group kinds (receipts/trace_event.h's table). */
 static cJSON *comm_names(int groups) {
-    const char *const backends[] = {ls_comm_backend(NULL) /* one process's: "single" */, "mpi"};
-    static const char *const GROUP_KINDS[] = {"cp", "ep", "world"};
-    const char *const *t = groups ? GROUP_KINDS : backends;
-    size_t n = groups ? sizeof GROUP_KINDS / sizeof *GROUP_KINDS : sizeof backends / sizeof *backends;
     cJSON *a = cJSON_CreateArray();
-    for (size_t i = 0; a && i < n; i++)
-        if (!add_str(a, t[i])) {
+    size_t n = groups ? (size_t)LS_TRACE_GROUP_KIND_COUNT : ls_comm_backend_count();
+    for (size_t i = 0; a && i < n; i++) {
+        ls_comm_backend_info b;
+        const char *name = groups ? ls_trace_group_kind_name((ls_trace_group_kind)i)
+                                  : (ls_comm_backend_info_at(i, &b) ? b.name : NULL);
+        if (!name || !add_str(a, name)) {
             cJSON_Delete(a);
             return NULL;
         }
+    }
     return a;
 }
 
