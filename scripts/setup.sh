@@ -17,11 +17,13 @@ cd "$(dirname "$0")/.."
 # the emitter's fast buffer digest (XXH3-128); pip and venv: `pip install ./python`
 # and `pip install -e` are tested in fresh venvs (the package builds with its own
 # standard-library backend, python/_backend/: nothing fetched).  iproute2 (`ip`, not in a minbase
-# root): the two-host CP test's network namespaces (scripts/netns-cluster.sh).
+# root): the two-host CP test's network namespaces (scripts/netns-cluster.sh).  universal-ctags and
+# cscope: the code-search indexes with LS_K expanded (scripts/code_index.sh; the code_search test).
 PACKAGES=(build-essential cmake pkg-config git libcjson-dev libzstd-dev zstd
           libcriterion-dev libopenblas-dev libopenmpi-dev openmpi-bin libssl-dev
           clang libomp-dev libclang-rt-14-dev python3 python3-jsonschema
-          python3-torch python3-zstandard python3-xxhash python3-pip python3-venv iproute2)
+          python3-torch python3-zstandard python3-xxhash python3-pip python3-venv iproute2
+          universal-ctags cscope)
 # extra packages a caller needs (scripts/test.sh: chromium, for the audit's HTML render check)
 # shellcheck disable=SC2206
 PACKAGES+=(${LS_EXTRA_PACKAGES:-})

@@ -7,16 +7,25 @@ folders' READMEs state.
   tests/check_layers.py --selftest      each violation injected into a small
                                         tree of its own, and seen
 
-A library folder (common, kernels, receipts, audit, parity, each folder
-under trainer/ and each family folder under trainer/families/) has a README.md with one line
+A folder is a directory of a library top (common, kernels, receipts, audit,
+parity, trainer) at any depth that holds sources itself (receipts/format,
+trainer/base, kernels/cpu), or a directory under tests/ at any depth that
+holds code (tests/audit, tests/fuzz; the files at the top of tests/ may
+include anything).  A directory above folders that holds no source itself is
+a group (trainer/, receipts/ split into layers).  Every folder has a
+README.md with one line
 
     May include: trainer/model, trainer/base, kernels, receipts, common
 
-naming the folders its sources may include from ("nothing" for none).  The
+naming the folders or groups its sources may include from ("nothing" for
+none; a group named allows every folder under it).  A group's README may
+state the line too: it then bounds what its folders include from outside the
+group.  The
 check fails on:
-  - a library folder without that line, or naming a folder that is not one;
+  - a folder without that line, or a line naming a folder that is not one;
   - an `#include "DIR/..."` of a folder the including folder's line does not
-    name (tests/, bench/ and tools may include anything);
+    name, or that leaves a group whose line does not name it (bench/ and the
+    top of tests/ may include anything);
   - a circle between folders, or between the units of one folder (a unit is
     x.c with x.h and x_internal.h; unit a -> unit b when a's files include b.h);
   - two headers with one basename anywhere in the tree;
@@ -26,25 +35,57 @@ import os
 import re
 import sys
 
-LIBS_TOP = ["common", "kernels", "receipts", "audit", "parity"]
+LIBS_TOP = ["common", "kernels", "receipts", "audit", "parity", "trainer"]
+TESTS_TOP = "tests"
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
-SKIP_DIRS = {"build", ".git", "fixtures", "corpus"}
+SKIP_DIRS = {"build", ".git", "fixtures", "corpus", "data", "__pycache__"}
+SOURCE_EXT = (".c", ".h", ".cu", ".cuh")
+# a tests/ folder is code when it holds any of these (its C includes are checked; a Python or shell
+# folder states "May include: nothing" for C)
+TEST_CODE_EXT = SOURCE_EXT + (".py", ".sh", ".cmake")
+
+
+def subdirs(root, rel):
+    path = os.path.join(root, rel)
+    return sorted(d for d in os.listdir(path)
+                  if os.path.isdir(os.path.join(path, d)) and d not in SKIP_DIRS and not d.startswith(".")
+                  and not is_build_tree(os.path.join(path, d)))
+
+
+def holds(root, rel, exts):
+    path = os.path.join(root, rel)
+    return any(f.endswith(exts) and os.path.isfile(os.path.join(path, f)) for f in os.listdir(path))
 
 
 def library_folders(root):
-    libs = [d for d in LIBS_TOP if os.path.isdir(os.path.join(root, d))]
-    tr = os.path.join(root, "trainer")
-    libs += sorted("trainer/" + d for d in os.listdir(tr) if os.path.isdir(os.path.join(tr, d)))
-    # a model family is a folder of its own under trainer/families/ (docs/design.md §2), a library folder
-    # with its own line; the longest prefix decides which folder a file belongs to
-    fam = os.path.join(tr, "families")
-    if os.path.isdir(fam):
-        libs += sorted("trainer/families/" + d for d in os.listdir(fam) if os.path.isdir(os.path.join(fam, d)))
-    return libs
+    """(folders, groups): a folder is a directory of a library top (common, kernels, receipts, audit,
+    parity, trainer, at any depth) that holds sources itself, or a directory under tests/ (at any
+    depth) that holds code; a group is a directory above folders that holds none itself (trainer/,
+    receipts/ once it is split into layers).  tests/ itself is neither: its top may include anything."""
+    folders, groups = [], []
+
+    def walk(rel, exts, top_is_test):
+        if is_build_tree(os.path.join(root, rel)):
+            return
+        kids = subdirs(root, rel)
+        if not top_is_test:
+            if holds(root, rel, exts):
+                folders.append(rel)
+            elif kids:
+                groups.append(rel)
+        for k in kids:
+            walk(rel + "/" + k, exts, False)
+
+    for top in LIBS_TOP:
+        if os.path.isdir(os.path.join(root, top)):
+            walk(top, SOURCE_EXT, False)
+    if os.path.isdir(os.path.join(root, TESTS_TOP)):
+        walk(TESTS_TOP, TEST_CODE_EXT, True)
+    return folders, groups
 
 
 def folder_of(path, libs):
-    """The library folder a repository path belongs to (longest prefix), or None."""
+    """The folder a repository path belongs to (longest prefix), or None."""
     best = None
     for lib in libs:
         if path == lib or path.startswith(lib + "/"):
@@ -53,20 +94,31 @@ def folder_of(path, libs):
     return best
 
 
-def allowed_of(root, lib, libs, errors):
+def covers(names, target):
+    """A May include line naming X allows X and every folder under X (a group names its folders)."""
+    return any(target == n or target.startswith(n + "/") for n in names)
+
+
+def may_include(root, lib, known, errors, required=True):
+    """The names of lib's May include line; None when lib has no README line (and need not)."""
     readme = os.path.join(root, lib, "README.md")
     if not os.path.isfile(readme):
-        errors.append(f"{lib}/README.md: missing (every library folder states what it may include)")
-        return set()
+        if required:
+            errors.append(f"{lib}/README.md: missing (every folder states what it may include)")
+            return set()
+        return None
     m = re.search(r"^May include:\s*(.*)$", open(readme, encoding="utf-8").read(), re.M)
     if not m:
-        errors.append(f"{lib}/README.md: no 'May include:' line")
-        return set()
-    names = [n.strip().strip("`") for n in m.group(1).split(",") if n.strip()]
+        if required:
+            errors.append(f"{lib}/README.md: no 'May include:' line")
+            return set()
+        return None
+    line = re.sub(r"\s*\(.*\)\s*$", "", m.group(1))  # a trailing remark in parentheses
+    names = [n.strip().strip("`") for n in line.split(",") if n.strip()]
     if names == ["nothing"]:
         return set()
     for n in names:
-        if n not in libs:
+        if n not in known:
             errors.append(f"{lib}/README.md: 'May include:' names '{n}', which is not a library folder")
     return set(names)
 
@@ -145,8 +197,10 @@ def topo_order(graph):
 
 def check(root):
     errors = []
-    libs = library_folders(root)
-    allowed = {lib: allowed_of(root, lib, libs, errors) for lib in libs}
+    libs, groups = library_folders(root)
+    known = set(libs) | set(groups)
+    allowed = {lib: may_include(root, lib, known, errors) for lib in libs}
+    group_allowed = {g: may_include(root, g, known, errors, required=False) for g in groups}
     folder_graph = {lib: set() for lib in libs}
     unit_graph = {}
     headers = {}
@@ -170,9 +224,16 @@ def check(root):
             line = text.count("\n", 0, m.start()) + 1
             if lib and target and target != lib:
                 folder_graph[lib].add(target)
-                if target not in allowed[lib]:
+                if not covers(allowed[lib], target):
                     errors.append(f"{path}:{line}: includes {inc} ({target}), which {lib}/README.md "
                                   f"does not allow (May include: {', '.join(sorted(allowed[lib])) or 'nothing'})")
+                for g in groups:
+                    # a group's line bounds what its folders include from outside it
+                    if group_allowed[g] is not None and lib.startswith(g + "/") and not target.startswith(g + "/") \
+                            and not covers(group_allowed[g], target):
+                        errors.append(f"{path}:{line}: includes {inc} ({target}), outside what the group "
+                                      f"{g}/README.md allows (May include: "
+                                      f"{', '.join(sorted(group_allowed[g])) or 'nothing'})")
             if lib and target == lib:
                 tunit = unit_of(inc)
                 if tunit != unit:
@@ -236,13 +297,28 @@ def selftest():
          "not a library folder"),
         ("build trees are not sources", {"build-x/CMakeCache.txt": "", "build-x/gen/a.h": "",
                                          "out/m/CMakeFiles/x": "", "out/m/gen/b.h": ""}, None),
-        ("a family folder is a library folder", {"trainer/families/README.md": "May include: trainer/families/f, trainer/low\n",
-                                                 "trainer/families/reg.c": '#include "trainer/families/f/f.h"\n',
-                                                 "trainer/families/f/README.md": "May include: trainer/low\n",
-                                                 "trainer/families/f/f.h": '#include "kernels/k.h"\n'},
-         "trainer/families/f/f.h:1: includes kernels/k.h"),
-        ("a family folder without its line", {"trainer/families/README.md": "May include: trainer/low\n",
-                                              "trainer/families/f/f.c": ""}, "trainer/families/f/README.md: missing"),
+        ("nested folders: a circle between two layers of one library",
+         {"receipts/README.md": "May include: common\n",
+          "receipts/low/README.md": "May include: receipts/high, common\n", "receipts/low/x.h": "",
+          "receipts/low/x.c": '#include "receipts/high/y.h"\n',
+          "receipts/high/README.md": "May include: receipts/low, common\n", "receipts/high/y.h": "",
+          "receipts/high/y.c": '#include "receipts/low/x.h"\n'}, "circle between folders"),
+        ("nested folders: a layer without its README",
+         {"receipts/low/x.h": '#include "common/status.h"\n'}, "receipts/low/README.md: missing"),
+        ("nested folders: a group's line bounds its layers",
+         {"receipts/README.md": "May include: common\n",
+          "receipts/low/README.md": "May include: kernels, common\n",
+          "receipts/low/x.c": '#include "kernels/k.h"\n'}, "outside what the group receipts/README.md allows"),
+        ("nested folders: a group named in a line allows its layers",
+         {"receipts/README.md": "May include: common\n",
+          "receipts/low/README.md": "May include: common\n", "receipts/low/x.h": "",
+          "trainer/high/README.md": "May include: trainer/low, receipts, common\n",
+          "trainer/high/c.c": '#include "receipts/low/x.h"\n'}, None),
+        ("a tests/ folder includes what its line allows",
+         {"tests/top.c": '#include "trainer/high/d.h"\n', "trainer/high/d.h": "",
+          "tests/area/README.md": "May include: kernels\n",
+          "tests/area/t.c": '#include "trainer/low/a.h"\n'}, "tests/area/README.md does not allow"),
+        ("a tests/ folder without its README", {"tests/area/t.py": ""}, "tests/area/README.md: missing"),
         ("a reference outside the repository", {"trainer/low/a.c": "/* see ../shared/DESIGN.md */\n"},
          "design documents"),
     ]
@@ -259,12 +335,20 @@ def selftest():
     return 1 if failed else 0
 
 
+def default_root():
+    """The repository this script lies in (the nearest folder above it with docs/design.md)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    while not os.path.isfile(os.path.join(here, "docs", "design.md")) and os.path.dirname(here) != here:
+        here = os.path.dirname(here)
+    return here
+
+
 def main(argv):
     if "--selftest" in argv:
         return selftest()
     order = "--order" in argv
     args = [a for a in argv if a != "--order"]
-    root = os.path.abspath(args[0] if args else os.path.join(os.path.dirname(__file__), ".."))
+    root = os.path.abspath(args[0]) if args else default_root()
     errors, graph = check(root)
     if order:
         for lib in topo_order(graph):
