@@ -102,7 +102,7 @@ LAYOUT = {
             "audit/model, receipts, common",
             ["rule.c", "rules.c", "rules_cross.c", "rules_invariants.c", "rules_p2p.c",
              "rules_performed.c", "rules_probe.c", "rules_profile.c", "rules_rank.c", "rules_scope.c",
-             "rank_seq.c", "rank_steps.c", "levels.c"]),
+             "rank_seq.c", "rank_steps.c", "levels.c", "rule_ids.c"]),
         "report": (
             "What the audit says: text, JSON and JUnit reports, what each level rests on "
             "(`basis.h`), the HTML page, and `diff` (two runs compared, each verified first).",
@@ -112,7 +112,7 @@ LAYOUT = {
         "cli": (
             "`longstraw-audit`'s `main`: the command line, exit status and which report it writes.",
             "audit/report, audit/load, audit/model, receipts, common",
-            ["audit_main.c"]),
+            ["audit_main.c", "audit_names.c", "audit_names.h"]),
     },
     "parity": {
         "plan": (
@@ -158,7 +158,7 @@ LAYOUT = {
              "test_audit_build.c", "test_audit_describe.c", "test_audit_diff.c", "test_audit_dp.c",
              "test_audit_forensics.c", "test_audit_hostile.c", "test_audit_invariants.c",
              "test_audit_p2p.c", "test_audit_profile.c", "test_audit_support.c", "test_audit_support.h",
-             "test_audit_v2.c", "test_audit_viz.c"]),
+             "test_audit_v2.c", "test_audit_viz.c", "test_audit_rule_ids.c"]),
         "parity": (
             "Tests of longstraw-parity (parity/): the matrix, the table of the original work's "
             "reports, finite differences, the run's path, adapters (with stand-in trainers) and DP.",
@@ -212,7 +212,8 @@ LAYOUT = {
              "test_mla_train.c", "test_mpi_harness.h", "test_params.c", "test_plan_cli.c",
              "test_plan_dtype.c", "test_plan_flops.c", "test_plan_hf.c", "test_plot.c",
              "test_replay_chunk.c", "test_safetensors.c", "test_sampler.c", "test_step_features.c",
-             "test_task_recall.c", "test_train_cli.c", "test_train_cp.c", "test_train_loop.c"]),
+             "test_task_recall.c", "test_train_cli.c", "test_train_cp.c", "test_train_loop.c",
+             "test_cli_opts.c", "test_comm_registry.c", "test_mem_space.c", "test_stage_space.c", "test_family.c"]),
         "support": (
             "What tests of several areas share: temporary directories (`test_tmpdir.h`), numeric "
             "helpers (`test_util.h`), the trainer's command line (`test_cli_util.h`), the receipts "
@@ -221,13 +222,13 @@ LAYOUT = {
             "receipts, common",
             ["case_lib.sh", "comm_lsan.supp", "test_cli_util.h", "test_tmpdir.h", "test_util.h",
              "test_receipts_support.c", "test_receipts_support.h", "test_v2_fixture.c",
-             "test_v2_fixture.h"]),
+             "test_v2_fixture.h", "test_model_config.h", "test_parity_report.h", "test_text.h"]),
         "tools": (
             "Checks of the repository itself: the layering (`check_layers.py`), the documentation's "
             "examples script, code search with LS_K expanded (`code_search.sh`).",
             "nothing",
             ["layers.cmake", "check_layers.py", "doc_examples_check.py", "code_search.cmake",
-             "code_search.sh"]),
+             "code_search.sh", "vocab.cmake", "check_vocab.py"]),
         "reference": (None, None, ["reference.cmake"]),
     },
 }
