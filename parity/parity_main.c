@@ -373,6 +373,9 @@ static int main_body(int argc, char **argv, ls_parity_opts *o) {
     if (dps)
         return bad("%s", "--dp: data parallelism is an adapter's trainer's ({dp} replicas of a CP group; "
                          "longstraw-train has none): use it with --adapter");
+    /* the families and their parity facts: the registry of the trainer parity drives (--families) */
+    ls_parity_families_trainer(o->trainer);
+    if (access(o->trainer, X_OK) != 0) return bad("--trainer: %s is not an executable (build longstraw-train)", o->trainer);
     if (o->like) {
         if (o->out == NULL) return bad("%s", "--out DIR is required");
         if (strlen(o->out) > LS_PARITY_OUT_MAX) return bad("--out: '%.40s...' is longer than 512 characters", o->out);
@@ -387,6 +390,7 @@ static int main_body(int argc, char **argv, ls_parity_opts *o) {
     }
     if (o->family == NULL) return bad("--family is required (%s)", ls_parity_family_names());
     o->fam = ls_parity_family_of(o->family);
+    if (o->fam == NULL && *ls_parity_families_error()) return bad("--trainer: %s", ls_parity_families_error());
     if (o->fam == NULL) {
         char what[160];
         snprintf(what, sizeof what, "'%.40s' is not a family (%s)", o->family, ls_parity_family_names());
@@ -412,8 +416,8 @@ static int main_body(int argc, char **argv, ls_parity_opts *o) {
         return bad("--cp: '%s' is not a list of distinct sizes in 1..8 that includes 1", cps);
     if (!o->like && eps && parse_eps(eps, o) != 0)
         return bad("--eps: '%s' is not a list of distinct sizes in 1..8 that includes 1", eps);
-    if (o->n_eps > 1 && strcmp(o->family, "mla") != 0)
-        return bad("--eps: family %s has no routed experts (expert parallelism is mla's)", o->family);
+    if (o->n_eps > 1 && !o->fam->routed_experts)
+        return bad("--eps: family %s has no routed experts (expert parallelism needs them)", o->family);
     if (!o->like && dtypes && parse_dtypes(dtypes, o) != 0)
         return bad("--dtype: '%s' is not f64 or f64,f32 (float32's tolerance is measured against float64)", dtypes);
     if (o->out == NULL) return bad("%s", "--out DIR is required");
@@ -428,7 +432,8 @@ static int main_body(int argc, char **argv, ls_parity_opts *o) {
         char why[512];
         if (ls_json_read_file_capped(o->model_config, 1u << 20, &mc, why, sizeof why) != LS_OK)
             return bad("--model-config: %s", why);
-        const cJSON *ne = cJSON_GetObjectItemCaseSensitive(mc, "n_experts");
+        /* the key holding them: the family's parity facts (decisions.experts) */
+        const cJSON *ne = o->fam->decisions ? cJSON_GetObjectItemCaseSensitive(mc, o->fam->dkeys.experts) : NULL;
         int n_experts = cJSON_IsNumber(ne) && ne->valuedouble >= 1 && ne->valuedouble <= (1 << 20) ? (int)ne->valuedouble : 0;
         cJSON_Delete(mc);
         for (size_t i = 1; i < o->n_eps; i++)

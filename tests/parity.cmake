@@ -29,10 +29,11 @@ if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
     # (LONGSTRAW_PARITY_TEST_PATH_FAULT) the report fails; mla alike.  About a minute on 2 cores.
     ls_add_criterion_test(test_parity_path SOURCES test_parity_path.c LIBS ls_parity TIMEOUT 1800)
     list(APPEND LS_PARITY_TESTS test_parity_path)
-    # Both families' default matrices (every entry, CP 1, 2 and 4) in float64 must pass: the verdicts
-    # must not depend on the machine (comparisons well-posed where a reference is zero: abs_floor;
-    # single-threaded runs).  About 1-2 minutes each on 2 cores.
-    foreach(fam hybrid mla)
+    # Every registered family's default matrix (every entry, CP 1, 2 and 4; LS_FAMILIES, from
+    # trainer/families/families.list) in float64 must pass: the verdicts must not depend on the machine
+    # (comparisons well-posed where a reference is zero: abs_floor; single-threaded runs).  About 1-2
+    # minutes each on 2 cores.
+    foreach(fam ${LS_FAMILIES})
       add_test(NAME parity_matrix_${fam}
                COMMAND longstraw-parity --family ${fam} --dtype f64 --jobs 2 --quiet
                        --out ${CMAKE_CURRENT_BINARY_DIR}/parity-matrix-${fam})

@@ -444,20 +444,22 @@ Test(config, the_wide_configs_have_the_original_models_head_shapes) {
     cr_assert_eq(ls_config_load(&w, LS_SOURCE_DIR "/configs/hybrid-wide.json", err, sizeof err), LS_OK, "%s", err);
     cr_assert_eq(ls_config_load(&o, LS_SOURCE_DIR "/configs/original/qwen3.6-27b.json", err, sizeof err), LS_OK, "%s",
                  err);
-    cr_expect_eq(ls_hybrid_keys_of(&w)->head_dim, ls_hybrid_keys_of(&o)->head_dim);
-    cr_expect_eq(ls_hybrid_keys_of(&w)->rope_dim, ls_hybrid_keys_of(&o)->rope_dim);
-    cr_expect_eq(ls_hybrid_keys_of(&w)->gdn_dk, ls_hybrid_keys_of(&o)->gdn_dk);
-    cr_expect_eq(ls_hybrid_keys_of(&w)->gdn_dv, ls_hybrid_keys_of(&o)->gdn_dv);
-    cr_expect_eq(ls_hybrid_keys_of(&w)->conv_kernel, ls_hybrid_keys_of(&o)->conv_kernel);
-    cr_expect_eq(ls_hybrid_keys_of(&w)->attn_heads * ls_hybrid_keys_of(&o)->attn_kv_heads, ls_hybrid_keys_of(&o)->attn_heads * ls_hybrid_keys_of(&w)->attn_kv_heads, "query heads per KV head");
-    cr_expect_eq(ls_hybrid_keys_of(&w)->gdn_hv * ls_hybrid_keys_of(&o)->gdn_hk, ls_hybrid_keys_of(&o)->gdn_hv * ls_hybrid_keys_of(&w)->gdn_hk, "GDN value heads per key head");
+    const ls_hybrid_keys *hw = ls_hybrid_keys_of(&w), *ho = ls_hybrid_keys_of(&o);
+    cr_expect_eq(hw->head_dim, ho->head_dim);
+    cr_expect_eq(hw->rope_dim, ho->rope_dim);
+    cr_expect_eq(hw->gdn_dk, ho->gdn_dk);
+    cr_expect_eq(hw->gdn_dv, ho->gdn_dv);
+    cr_expect_eq(hw->conv_kernel, ho->conv_kernel);
+    cr_expect_eq(hw->attn_heads * ho->attn_kv_heads, ho->attn_heads * hw->attn_kv_heads, "query heads per KV head");
+    cr_expect_eq(hw->gdn_hv * ho->gdn_hk, ho->gdn_hv * hw->gdn_hk, "GDN value heads per key head");
     cr_expect(w.n_layers >= 4 && ls_hybrid_layer_is_attn(3) && !ls_hybrid_layer_is_attn(0));
     cr_assert_eq(ls_config_load(&w, LS_SOURCE_DIR "/configs/mla-wide.json", err, sizeof err), LS_OK, "%s", err);
     cr_assert_eq(ls_config_load(&o, LS_SOURCE_DIR "/configs/original/glm-5.2.json", err, sizeof err), LS_OK, "%s", err);
-    cr_expect_eq(ls_mla_keys_of(&w)->kv_rank, ls_mla_keys_of(&o)->kv_rank);
-    cr_expect_eq(ls_mla_keys_of(&w)->d_nope, ls_mla_keys_of(&o)->d_nope);
-    cr_expect_eq(ls_mla_keys_of(&w)->d_rope, ls_mla_keys_of(&o)->d_rope);
-    cr_expect_eq(ls_mla_keys_of(&w)->d_v, ls_mla_keys_of(&o)->d_v);
-    cr_expect_eq(ls_mla_keys_of(&w)->index_dim, ls_mla_keys_of(&o)->index_dim);
-    cr_expect_eq(ls_mla_keys_of(&w)->index_topk, ls_mla_keys_of(&o)->index_topk);
+    const ls_mla_keys *mw = ls_mla_keys_of(&w), *mo = ls_mla_keys_of(&o);
+    cr_expect_eq(mw->kv_rank, mo->kv_rank);
+    cr_expect_eq(mw->d_nope, mo->d_nope);
+    cr_expect_eq(mw->d_rope, mo->d_rope);
+    cr_expect_eq(mw->d_v, mo->d_v);
+    cr_expect_eq(mw->index_dim, mo->index_dim);
+    cr_expect_eq(mw->index_topk, mo->index_topk);
 }

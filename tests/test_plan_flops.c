@@ -30,8 +30,9 @@ static ls_model_config tiny_hybrid(void) {
     ls_model_config c = {0};
     c.family = &ls_family_desc_hybrid;
     c.vocab = 10, c.d_model = 4, c.n_layers = 4, c.ffn_dim = 6, c.rms_eps = 1e-6, c.rope_theta = 10000;
-    ls_hybrid_keys_mut(&c)->gdn_hk = 1, ls_hybrid_keys_mut(&c)->gdn_hv = 2, ls_hybrid_keys_mut(&c)->gdn_dk = 2, ls_hybrid_keys_mut(&c)->gdn_dv = 3, ls_hybrid_keys_mut(&c)->conv_kernel = 4;
-    ls_hybrid_keys_mut(&c)->attn_heads = 2, ls_hybrid_keys_mut(&c)->attn_kv_heads = 1, ls_hybrid_keys_mut(&c)->head_dim = 4, ls_hybrid_keys_mut(&c)->rope_dim = 2;
+    ls_hybrid_keys *k = ls_hybrid_keys_mut(&c);
+    k->gdn_hk = 1, k->gdn_hv = 2, k->gdn_dk = 2, k->gdn_dv = 3, k->conv_kernel = 4;
+    k->attn_heads = 2, k->attn_kv_heads = 1, k->head_dim = 4, k->rope_dim = 2;
     return c;
 }
 
@@ -71,10 +72,11 @@ static ls_model_config tiny_mla(void) {
     ls_model_config c = {0};
     c.family = &ls_family_desc_mla;
     c.vocab = 10, c.d_model = 4, c.n_layers = 2, c.ffn_dim = 5, c.rms_eps = 1e-6, c.rope_theta = 10000;
-    ls_mla_keys_mut(&c)->first_dense = 1, ls_mla_keys_mut(&c)->heads = 2, ls_mla_keys_mut(&c)->q_rank = 3, ls_mla_keys_mut(&c)->kv_rank = 2, ls_mla_keys_mut(&c)->d_nope = 2, ls_mla_keys_mut(&c)->d_rope = 2, ls_mla_keys_mut(&c)->d_v = 3;
-    ls_mla_keys_mut(&c)->index_heads = 1, ls_mla_keys_mut(&c)->index_dim = 2, ls_mla_keys_mut(&c)->index_topk = 2;
-    ls_mla_keys_mut(&c)->n_experts = 4, ls_mla_keys_mut(&c)->n_group = 1, ls_mla_keys_mut(&c)->topk_group = 1, ls_mla_keys_mut(&c)->experts_per_token = 2, ls_mla_keys_mut(&c)->expert_dim = 3;
-    ls_mla_keys_mut(&c)->routed_scale = 2.5;
+    ls_mla_keys *km = ls_mla_keys_mut(&c);
+    km->first_dense = 1, km->heads = 2, km->q_rank = 3, km->kv_rank = 2, km->d_nope = 2, km->d_rope = 2, km->d_v = 3;
+    km->index_heads = 1, km->index_dim = 2, km->index_topk = 2;
+    km->n_experts = 4, km->n_group = 1, km->topk_group = 1, km->experts_per_token = 2, km->expert_dim = 3;
+    km->routed_scale = 2.5;
     return c;
 }
 
