@@ -26,7 +26,7 @@
 #endif
 
 static void usage(FILE *f) {
-    fputs("usage: longstraw-parity --family hybrid|mla --out DIR [--cp 1,2,4] [--eps 1,2] [--dtype f64,f32]\n"
+    fputs("usage: longstraw-parity --family hybrid|mla|dense --out DIR [--cp 1,2,4] [--eps 1,2] [--dtype f64,f32]\n"
           "                        [--configs NAME,...] [--jobs N] [options]\n"
           "       longstraw-parity --adapter FILE --out DIR [--cp LIST] [--dp LIST] [--dtype LIST] [--jobs N] [options]\n"
           "       longstraw-parity --adapter FILE --like RUN --out DIR [--jobs N] [options]\n"
@@ -49,7 +49,7 @@ static void usage(FILE *f) {
           "noise 64 times over; the fixture's weights are drawn again, up to 4 times, until it does).\n"
           "Runs go to DIR/runs/ (kept; the finite-difference runs are removed unless --keep-fd);\n"
           "parity.json is replaced only when complete.\n"
-          "  --family F        hybrid or mla (the model config, reference and faults follow)\n"
+          "  --family F        hybrid, mla or dense (the model config, reference and faults follow)\n"
           "  --out DIR         output directory (created; an existing one is reused)\n"
           "  --cp LIST         context-parallel sizes, 1 included [1,2,4]; N > 1 runs under mpirun\n"
           "  --eps LIST        mla: expert-parallel sizes, 1 included [1]: each N > 1 also runs at every CP\n"

@@ -60,6 +60,31 @@ static const ls_parity_config MLA[] = {
      .token_seed = 11},
 };
 
+/* TEMP(dense): the dense family's matrix (trainer/families/dense/dense-tiny.json: 4 attention layers), the
+ * hybrid matrix's two configurations: its data moves to the family's folder with the registry. */
+static const ls_parity_config DENSE[] = {
+    {.name = "d30-g2-lora",
+     .what = "P-1=29 (14|15 over 2, 7|7|7|8 over 4), pages of 8, chunks of 12, G=2, R=3,5, lora",
+     .prompt_len = 30,
+     .group = 2,
+     .response_lens = {3, 5},
+     .rewards = {1.0, 0.0},
+     .train_mode = "lora",
+     .page_size = 8,
+     .capture_chunk = 12,
+     .token_seed = 7},
+    {.name = "d23-g3-full",
+     .what = "P-1=22 (11|11 over 2, 5|6|5|6 over 4), pages of 4, chunks of 5, G=3, R=4,2,6, full",
+     .prompt_len = 23,
+     .group = 3,
+     .response_lens = {4, 2, 6},
+     .rewards = {1.0, 0.0, 0.25},
+     .train_mode = "full",
+     .page_size = 4,
+     .capture_chunk = 5,
+     .token_seed = 11},
+};
+
 static const ls_parity_family FAMILIES[] = {
     {.name = "hybrid",
      .model_config = "configs/hybrid-tiny.json",
@@ -77,6 +102,14 @@ static const ls_parity_family FAMILIES[] = {
      .n_grad_faults = 2,
      .configs = MLA,
      .n_configs = sizeof MLA / sizeof MLA[0]},
+    {.name = "dense", /* TEMP(dense) */
+     .model_config = "trainer/families/dense/dense-tiny.json",
+     .reference = "trainer/families/dense/dense_ref.py",
+     .score_fault = "cp-local-attention",
+     .grad_faults = {"skip-dkv-reduce", "skip-grad-finalize"},
+     .n_grad_faults = 2,
+     .configs = DENSE,
+     .n_configs = sizeof DENSE / sizeof DENSE[0]},
 };
 
 const ls_parity_family *ls_parity_family_of(const char *name) {
@@ -85,4 +118,4 @@ const ls_parity_family *ls_parity_family_of(const char *name) {
     return NULL;
 }
 
-const char *ls_parity_family_names(void) { return "hybrid, mla"; }
+const char *ls_parity_family_names(void) { return "hybrid, mla, dense"; /* TEMP(dense) */ }

@@ -35,6 +35,10 @@ def library_folders(root):
     libs = [d for d in LIBS_TOP if os.path.isdir(os.path.join(root, d))]
     tr = os.path.join(root, "trainer")
     libs += sorted("trainer/" + d for d in os.listdir(tr) if os.path.isdir(os.path.join(tr, d)))
+    # TEMP(dense): a family's own folder under trainer/families is a library folder of its own
+    fam = os.path.join(tr, "families")
+    if os.path.isdir(fam):
+        libs += sorted("trainer/families/" + d for d in os.listdir(fam) if os.path.isdir(os.path.join(fam, d)))
     return libs
 
 

@@ -306,7 +306,7 @@ static void print_text(const cli *a, const ls_plan_in *in, const ls_plan *p, con
     if (hf && hf->mtp_layers) printf("NOTE: %d multi-token-prediction layer(s) in the file are not planned\n", hf->mtp_layers);
     const ls_plan_state *s = &p->state;
     printf("\nprompt state per rank (%zu positions, %zu pages per layer):\n", p->shard, s->pages);
-    if (c->family == LS_FAMILY_HYBRID) {
+    if (c->family != LS_FAMILY_MLA) { /* TEMP(dense): the dense family prints the hybrid's lines (0 GDN layers) */
         printf("  attention KV      %2d layers  %20zu bytes  %10.4f GiB\n", s->attn_layers, s->attn_kv, gib(s->attn_kv));
         printf("  GDN recurrent     %2d layers  %20zu bytes  %10.4f GiB\n", s->recurrent_layers, s->recurrent, gib(s->recurrent));
     } else {

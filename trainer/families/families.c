@@ -3,12 +3,14 @@
 
 #include <stdio.h>
 
+#include "trainer/families/dense/dense_family.h" /* TEMP(dense): one registration line once the registry lands */
 #include "trainer/hybrid/hybrid_family.h"
 #include "trainer/mla/mla_family.h"
 
 const ls_family_ops *LS_K(ls_family_ops_of)(ls_family f, char *err, size_t err_len) {
     if (f == LS_FAMILY_HYBRID) return &LS_K(ls_family_hybrid);
     if (f == LS_FAMILY_MLA) return &LS_K(ls_family_mla);
+    if (f == LS_FAMILY_DENSE) return &LS_K(ls_family_dense); /* TEMP(dense) */
     if (err && err_len)
         snprintf(err, err_len, "key 'family': '%s' is not implemented by this trainer",
                  ls_family_name(f));

@@ -11,7 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *ls_family_name(ls_family f) { return f == LS_FAMILY_MLA ? "mla" : "hybrid"; }
+const char *ls_family_name(ls_family f) {
+    if (f == LS_FAMILY_DENSE) return "dense"; /* TEMP(dense) */
+    return f == LS_FAMILY_MLA ? "mla" : "hybrid";
+}
 
 
 void ls_objective_defaults(ls_objective *o) {
@@ -46,6 +49,10 @@ static const int_key HYBRID_INT[] = {
     IK(gdn_hk, 1, HEADS, "4096"), IK(gdn_hv, 1, HEADS, "4096"), IK(gdn_dk, 1, HEADDIM, "2^16"),
     IK(gdn_dv, 1, HEADDIM, "2^16"), IK(conv_kernel, 1, 256, "256"), IK(attn_heads, 1, HEADS, "4096"),
     IK(attn_kv_heads, 1, HEADS, "4096"), IK(head_dim, 2, HEADDIM, "2^16"), IK(rope_dim, 0, HEADDIM, "2^16") };
+/* TEMP(dense): the dense family's keys, the hybrid attention layer's (trainer/families/dense/README.md) */
+static const int_key DENSE_INT[] = {
+    IK(attn_heads, 1, HEADS, "4096"), IK(attn_kv_heads, 1, HEADS, "4096"), IK(head_dim, 2, HEADDIM, "2^16"),
+    IK(rope_dim, 0, HEADDIM, "2^16") };
 static const int_key MLA_INT[] = {
     IK(first_dense, 0, HEADS, "4096"), IK(heads, 1, HEADS, "4096"), IK(q_rank, 1, DIM, "2^20"),
     IK(kv_rank, 1, DIM, "2^20"), IK(d_nope, 0, HEADDIM, "2^16"), IK(d_rope, 0, HEADDIM, "2^16"),
@@ -62,7 +69,7 @@ static const char *const OBJECTIVE_KEYS[] = {"train_mode", "lora_r",   "lora_alp
                                              "grad_mode",  "epsilon", "beta",       "temperature"};
 
 int ls_config_layer_is_attn(const ls_model_config *c, int layer) {
-    (void)c;
+    if (c->family == LS_FAMILY_DENSE) return 1; /* TEMP(dense) */
     return (layer + 1) % 4 == 0;
 }
 
@@ -101,10 +108,11 @@ static void lin(count *base, count *adapt, size_t out, size_t in, size_t m, size
 
 /* Base and adapter scalars of the hybrid table, in params.c's build order
  * (docs/model.md §5); r = 0 when there are no adapters.  Layer i is attention
- * iff (i+1) % 4 == 0 (ls_config_layer_is_attn), so L/4 of them are. */
+ * iff (i+1) % 4 == 0 (ls_config_layer_is_attn), so L/4 of them are; every
+ * layer of a dense model (TEMP(dense): its GDN keys are 0). */
 static void hybrid_counts(const ls_model_config *c, size_t r, count *base, count *adapt) {
     size_t d = (size_t)c->d_model, V = (size_t)c->vocab, I = (size_t)c->ffn_dim, L = (size_t)c->n_layers;
-    size_t n_attn = L / 4, n_gdn = L - n_attn;
+    size_t n_attn = c->family == LS_FAMILY_DENSE ? L : L / 4, n_gdn = L - n_attn;
     size_t H = (size_t)c->attn_heads, Hkv = (size_t)c->attn_kv_heads, hd = (size_t)c->head_dim;
     size_t Hk = (size_t)c->gdn_hk, Hv = (size_t)c->gdn_hv, dk = (size_t)c->gdn_dk, dv = (size_t)c->gdn_dv;
     size_t K = (size_t)c->conv_kernel;
@@ -321,6 +329,8 @@ static const char *closest(ls_family f, int objective, const char *k) {
     for (size_t i = 0; i < N_OF(COMMON_REAL); i++) TRY(COMMON_REAL[i]);
     if (f == LS_FAMILY_HYBRID)
         for (size_t i = 0; i < N_OF(HYBRID_INT); i++) TRY(HYBRID_INT[i].key);
+    else if (f == LS_FAMILY_DENSE) /* TEMP(dense) */
+        for (size_t i = 0; i < N_OF(DENSE_INT); i++) TRY(DENSE_INT[i].key);
     else {
         for (size_t i = 0; i < N_OF(MLA_INT); i++) TRY(MLA_INT[i].key);
         TRY(MLA_REAL[0]);
@@ -342,7 +352,12 @@ static ls_status check_keys(const cJSON *obj, ls_family f, int objective, const 
         int hyb = in_ints(HYBRID_INT, N_OF(HYBRID_INT), k);
         int mla = in_ints(MLA_INT, N_OF(MLA_INT), k) || in_names(MLA_REAL, N_OF(MLA_REAL), k);
         int objk = in_names(OBJECTIVE_KEYS, N_OF(OBJECTIVE_KEYS), k);
-        if (mine || (f == LS_FAMILY_HYBRID ? hyb : mla) || (objective && objk)) continue;
+        if (f == LS_FAMILY_DENSE) { /* TEMP(dense): a hybrid key that is not an attention key is the hybrid's */
+            mine = mine || in_ints(DENSE_INT, N_OF(DENSE_INT), k);
+            if (hyb && !mine) other = ls_family_name(LS_FAMILY_HYBRID);
+            else if (mla) other = ls_family_name(LS_FAMILY_MLA);
+        }
+        if (mine || (f == LS_FAMILY_HYBRID ? hyb : f == LS_FAMILY_MLA ? mla : 0) || (objective && objk)) continue;
         if (hyb || mla) {
             snprintf(err, err_len, "%s: key '%.64s': belongs to the %s family, not to this %s config", where, k,
                      other, fam);
@@ -377,8 +392,9 @@ static ls_status parse_model(ls_model_config *c, const cJSON *obj, int objective
     }
     if (strcmp(fam->valuestring, "hybrid") == 0) c->family = LS_FAMILY_HYBRID;
     else if (strcmp(fam->valuestring, "mla") == 0) c->family = LS_FAMILY_MLA;
+    else if (strcmp(fam->valuestring, "dense") == 0) c->family = LS_FAMILY_DENSE; /* TEMP(dense) */
     else {
-        snprintf(err, err_len, "%s: key 'family': '%.64s' is not \"hybrid\" or \"mla\"", where,
+        snprintf(err, err_len, "%s: key 'family': '%.64s' is not \"hybrid\", \"mla\" or \"dense\"", where,
                  fam->valuestring);
         return LS_ERR_FORMAT;
     }
@@ -389,6 +405,8 @@ static ls_status parse_model(ls_model_config *c, const cJSON *obj, int objective
     if (st != LS_OK) return st;
     if (c->family == LS_FAMILY_HYBRID)
         st = get_ints(obj, HYBRID_INT, N_OF(HYBRID_INT), c, where, err, err_len);
+    else if (c->family == LS_FAMILY_DENSE) /* TEMP(dense) */
+        st = get_ints(obj, DENSE_INT, N_OF(DENSE_INT), c, where, err, err_len);
     else {
         st = get_ints(obj, MLA_INT, N_OF(MLA_INT), c, where, err, err_len);
         if (st == LS_OK) st = get_real(obj, "routed_scale", 1e6, &c->routed_scale, where, err, err_len);
@@ -471,7 +489,7 @@ static ls_status check_ranges(const ls_model_config *c, const int_key *keys, siz
         int v = *(const int *)((const char *)c + keys[i].off);
         REQUIRE(v >= keys[i].lo, "key '%s': %d is below the minimum %d", keys[i].key, v, keys[i].lo);
         if (v > keys[i].hi) {
-            if (c->family == LS_FAMILY_HYBRID) {
+            if (c->family == LS_FAMILY_HYBRID || c->family == LS_FAMILY_DENSE) { /* TEMP(dense) */
                 count b, a;
                 hybrid_counts(c, 0, &b, &a);
                 REQUIRE(0, "key '%s': %d is above the limit %d (%s); this config implies %.3g parameters, "
@@ -487,7 +505,14 @@ static ls_status check_ranges(const ls_model_config *c, const int_key *keys, siz
 static ls_status check_where(const ls_model_config *c, const char *where, char *err, size_t err_len) {
     ls_status st = check_ranges(c, COMMON_INT, N_OF(COMMON_INT), where, err, err_len);
     if (st != LS_OK) return st;
-    if (c->family == LS_FAMILY_HYBRID) {
+    if (c->family == LS_FAMILY_DENSE) { /* TEMP(dense): the hybrid attention keys' checks */
+        if ((st = check_ranges(c, DENSE_INT, N_OF(DENSE_INT), where, err, err_len)) != LS_OK) return st;
+        REQUIRE(c->attn_heads % c->attn_kv_heads == 0,
+                "key 'attn_heads': must be a positive multiple of 'attn_kv_heads'");
+        REQUIRE(c->rope_dim % 2 == 0 && c->rope_dim <= c->head_dim, "key 'rope_dim': must be even and <= 'head_dim'");
+        ls_param_counts pc;
+        if ((st = counts_where(c, NULL, &pc, where, err, err_len)) != LS_OK) return st;
+    } else if (c->family == LS_FAMILY_HYBRID) {
         if ((st = check_ranges(c, HYBRID_INT, N_OF(HYBRID_INT), where, err, err_len)) != LS_OK) return st;
         REQUIRE(c->gdn_hv % c->gdn_hk == 0, "key 'gdn_hv': must be a positive multiple of 'gdn_hk'");
         REQUIRE(c->attn_heads % c->attn_kv_heads == 0,
@@ -549,6 +574,8 @@ cJSON *ls_config_to_json(const ls_model_config *c, const ls_objective *ob) {
     cJSON_AddNumberToObject(o, "rope_theta", c->rope_theta);
     if (c->family == LS_FAMILY_HYBRID) {
         add_ints(o, c, HYBRID_INT, N_OF(HYBRID_INT));
+    } else if (c->family == LS_FAMILY_DENSE) { /* TEMP(dense) */
+        add_ints(o, c, DENSE_INT, N_OF(DENSE_INT));
     } else {
         add_ints(o, c, MLA_INT, N_OF(MLA_INT));
         cJSON_AddNumberToObject(o, "routed_scale", c->routed_scale);

@@ -8,13 +8,14 @@
 #include <cjson/cJSON.h>
 #include "common/status.h"
 
-typedef enum { LS_FAMILY_HYBRID = 0, LS_FAMILY_MLA = 1 } ls_family;
+/* TEMP(dense): LS_FAMILY_DENSE until the family registry (trainer/families) names families itself */
+typedef enum { LS_FAMILY_HYBRID = 0, LS_FAMILY_MLA = 1, LS_FAMILY_DENSE = 2 } ls_family;
 
 typedef struct {
     ls_family family;
     int vocab, d_model, n_layers, ffn_dim;
     double rms_eps, rope_theta;
-    /* hybrid */
+    /* hybrid (dense, TEMP(dense): the attention keys attn_heads .. rope_dim only) */
     int gdn_hk, gdn_hv, gdn_dk, gdn_dv, conv_kernel;
     int attn_heads, attn_kv_heads, head_dim, rope_dim;
     /* mla */
@@ -99,7 +100,8 @@ ls_status ls_config_param_counts(const ls_model_config *c, const ls_objective *o
 ls_status ls_config_param_counts_ep(const ls_model_config *c, const ls_objective *obj, int ep,
                                     ls_param_counts *out, char *err, size_t err_len);
 /* 1 when layer `layer` of a hybrid model is a gated full-attention layer
- * (every fourth: docs/model.md §1), 0 for GDN. */
+ * (every fourth: docs/model.md §1), 0 for GDN; every layer of a dense model
+ * (TEMP(dense)). */
 int ls_config_layer_is_attn(const ls_model_config *c, int layer);
 /* The kind of mixer layer `layer` has in its family (the trace's
  * layer_end kind): hybrid GDN or gated attention (ls_config_layer_is_attn),
