@@ -81,6 +81,7 @@ static void usage(FILE *f) {
           "  --python PATH     [python3]\n"
           "  --reference PATH  the independent reference [" LS_PARITY_SOURCE_DIR "/tests/reference/F_ref.py]\n"
           "  --model-config F  [" LS_PARITY_SOURCE_DIR "/configs/F-tiny.json]\n"
+          "                    (dense, TEMP(dense): trainer/families/dense/dense_ref.py, dense-tiny.json)\n"
           "  --adapter FILE    the matrix for the trainer the adapter FILE describes\n"
           "                    (schemas/parity-adapter.schema.json, docs/parity.md 'Adapters'): its\n"
           "                    modes init, run, reference and loss, its controls; --cp and --dtype\n"
