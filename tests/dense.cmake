@@ -2,7 +2,7 @@
 # rank and under CP-2 in both train and gradient modes, each audited against the family's pinned profile;
 # longstraw-parity --family dense (its two configurations, CP 1 and 2, both dtypes, finite differences, the
 # controls) passes; a CP-2 full-mode run certified at level 4 with a report --like it; the faults seen (skip-dkv-
-# reduce, an edited profile, a reference without RoPE, a hybrid batch, a missing tensor).  About 80 s on 2 cores.
+# reduce, an edited profile, a reference without RoPE, a hybrid batch, a missing tensor).  About 90 s on 2 cores.
 # TEMP(dense): moves to the family's folder once the family registry (trainer/families) adds its tests.
 if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
   add_test(NAME dense_family COMMAND bash ${CMAKE_SOURCE_DIR}/trainer/families/dense/dense_train.sh ${CMAKE_BINARY_DIR}

@@ -8,8 +8,8 @@
 # (parity --like) and the audit certify a CP-2 full-mode run at level 4; and the faults are seen: a CP-2 run with
 # skip-dkv-reduce stays below level 3, a reference that drops RoPE fails parity (exit 1), a profile edited after
 # the build fails profile.match, the reference refuses a hybrid batch (exit 2) and a weights file short of a
-# tensor (exit 1).  Each case prints "ok CASE" or "FAIL CASE: why"; exit 1 when any failed.  About 80 s on 2
-# cores.
+# tensor (exit 1); the memory plan is within 10% of the measured peak (bench/plan_sweep.py).  Each case prints
+# "ok CASE" or "FAIL CASE: why"; exit 1 when any failed.  About 90 s on 2 cores.
 set -uo pipefail
 B=$(cd "${1:?usage: dense_train.sh BUILD_DIR [SCRATCH]}" && pwd)
 SRC=$(cd "$(dirname "$0")/../../.." && pwd)
@@ -81,6 +81,13 @@ if [ ${#MPI[@]} -gt 0 ]; then
     ok "fault skip-dkv-reduce: level $l, collectives.dkv fails"
   else bad "fault skip-dkv-reduce" "level $l: $(grep -m3 FAIL "$T/cp2-skip.audit.txt")"; fi
 fi
+
+# ---- the memory plan (the hybrid family's terms, no recurrent layer) against the tracker's peak, within 10%
+cells="dense:1024:8:32:detached:1 dense:1024:8:32:full:1 dense:1024:2:128:full:1:chunk32"
+[ ${#MPI[@]} -gt 0 ] && cells="$cells dense:1024:1:8:full:2 dense:2048:2:64:detached:2"
+if "$PY" "$SRC/bench/plan_sweep.py" --build "$B" --cells "$cells" >"$T/plan.log" 2>&1; then
+  ok "plan vs measured: $(tail -n 1 "$T/plan.log")"
+else bad "plan vs measured" "$(tail -c 600 "$T/plan.log")"; fi
 
 # ---- the profile is pinned: the same file edited after the build fails profile.match
 mkdir -p "$T/edited"
