@@ -597,6 +597,8 @@ static int cp_usage(run *r) {
         why = "--fault cp-local-dsa: applies to family 'mla' only (the hybrid family has cp-local-attention)";
     else if (a->cfg.family == LS_FAMILY_MLA && a->step.cp_faults.stale_start)
         why = "--fault cp-stale-start: applies to family 'hybrid' only (mla carries no state between shards)";
+    else if (a->cfg.family == LS_FAMILY_DENSE && a->step.cp_faults.stale_start) /* TEMP(dense) */
+        why = "--fault cp-stale-start: applies to family 'hybrid' only (dense carries no state between shards)";
     else if (a->rollouts && !strcmp(a->rollouts, "-")) why = "--rollouts -: under mpirun only rank 0 has standard input; give a file";
     if (!why) return 0;
     return r->rank == 0 ? fail(r, 2, LS_ERR_ARG, "", why) : 2;

@@ -82,12 +82,31 @@ if [ ${#MPI[@]} -gt 0 ]; then
   else bad "fault skip-dkv-reduce" "level $l: $(grep -m3 FAIL "$T/cp2-skip.audit.txt")"; fi
 fi
 
+if [ ${#MPI[@]} -gt 0 ]; then # a fault with no subject here is refused, not run as a no-op
+  rm -rf "${T:?}/stale"
+  "${MPI[@]}" "$TRAIN" --config "$CFG" --prompt-len 64 --steps 1 --quiet --fault cp-stale-start --out "$T/stale" \
+    >"$T/stale.log" 2>&1
+  rc=$?
+  [ $rc != 0 ] && grep -q "cp-stale-start: applies to family 'hybrid' only (dense" "$T/stale.log" &&
+    ok "fault cp-stale-start refused (no state between shards)" || bad "cp-stale-start" "exit $rc: $(head -c 300 "$T/stale.log")"
+fi
+
 # ---- the memory plan (the hybrid family's terms, no recurrent layer) against the tracker's peak, within 10%
 cells="dense:1024:8:32:detached:1 dense:1024:8:32:full:1 dense:1024:2:128:full:1:chunk32"
 [ ${#MPI[@]} -gt 0 ] && cells="$cells dense:1024:1:8:full:2 dense:2048:2:64:detached:2"
 if "$PY" "$SRC/bench/plan_sweep.py" --build "$B" --cells "$cells" >"$T/plan.log" 2>&1; then
   ok "plan vs measured: $(tail -n 1 "$T/plan.log")"
 else bad "plan vs measured" "$(tail -c 600 "$T/plan.log")"; fi
+
+# ---- the schemas know the family: a dense run's manifest and receipts are valid, and one without a dense key not
+VALIDATE=$B/receipts/longstraw-validate
+if "$VALIDATE" manifest "$T/cp1-full-full/manifest.json" >"$T/valid.log" 2>&1 &&
+   "$VALIDATE" receipt "$T/cp1-full-full/rank-0000/receipt.json" >>"$T/valid.log" 2>&1; then ok "schemas: the run is valid"
+else bad "schemas" "$(tail -c 300 "$T/valid.log")"; fi
+"$PY" -c "import json,sys; m=json.load(open(sys.argv[1])); del m['predicate']['config']['rope_dim']; json.dump(m, open(sys.argv[2], 'w'))" \
+  "$T/cp1-full-full/manifest.json" "$T/no-rope-dim.json"
+"$VALIDATE" manifest "$T/no-rope-dim.json" >"$T/invalid.log" 2>&1 && bad "schemas" "a dense manifest without rope_dim is valid" ||
+  ok "schemas: a dense manifest without rope_dim is invalid"
 
 # ---- the profile is pinned: the same file edited after the build fails profile.match
 mkdir -p "$T/edited"
@@ -97,6 +116,7 @@ if grep -q "FAIL.*profile.match" "$T/edited.txt"; then ok "an edited profile fai
 else bad "edited profile" "$(grep -m3 -i profile "$T/edited.txt")"; fi
 
 # ---- the independent reference refuses what is not a dense batch or model
+rm -rf "${T:?}/dump"
 "$TRAIN" --config "$CFG" --prompt-len 64 --group 2 --response-len 3 --steps 1 --dtype f64 --quiet \
   --save-init "$T/init.safetensors" --dump-batch "$T/batch.json" --out "$T/dump" >"$T/dump.log" 2>&1 ||
   bad "dump" "$(tail -c 300 "$T/dump.log")"
@@ -123,6 +143,7 @@ rc=$?
   bad "reference missing tensor" "exit $rc: $(tail -c 200 "$T/x.log")"
 
 [ ${#MPI[@]} -gt 0 ] || { echo "skip parity: no mpirun"; exit $failed; }
+rm -rf "${T:?}/par" "${T:?}/par-like" "${T:?}/par-norope"
 # ---- parity: the family's matrix (CP 1 and 2, both dtypes): every check and control, finite differences included
 t0=$(date +%s)
 "$PARITY" --family dense --cp 1,2 --jobs 2 --quiet --out "$T/par" >"$T/par.log" 2>&1
