@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "trainer/base/mem_tracker.h"
-#include "trainer/mla/mla_layer.h"
+#include "trainer/families/mla/mla_layer.h"
 #include "trainer/step/step.h"
 #include "trainer/families/families.h"
 
@@ -53,7 +53,7 @@ static void run_cell(const cell_in *in, cell *out) {
         fprintf(stderr, "%s\n", err);
         return;
     }
-    if (c.family != LS_FAMILY_MLA) {
+    if (c.family != &ls_family_desc_mla) {
         fprintf(stderr, "%s: family '%s', not mla\n", in->cfg, ls_family_name(c.family));
         return;
     }

@@ -30,7 +30,7 @@
 #include "trainer/base/mem_tracker.h"
 #include "trainer/step/sampler.h"
 #include "trainer/step/step.h"
-#include "trainer/hybrid/hybrid_family.h"
+#include "trainer/families/hybrid/hybrid_family.h"
 #include "trainer/families/families.h"
 
 static double now(void) {

@@ -61,7 +61,8 @@ static const ls_parity_config MLA[] = {
 };
 
 /* TEMP(dense): the dense family's matrix (trainer/families/dense/dense-tiny.json: 4 attention layers), the
- * hybrid matrix's two configurations: its data moves to the family's folder with the registry. */
+ * hybrid matrix's two configurations, as in trainer/families/dense/parity.json: this entry goes when parity
+ * reads the families' parity facts from the registry. */
 static const ls_parity_config DENSE[] = {
     {.name = "d30-g2-lora",
      .what = "P-1=29 (14|15 over 2, 7|7|7|8 over 4), pages of 8, chunks of 12, G=2, R=3,5, lora",

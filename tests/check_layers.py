@@ -7,8 +7,8 @@ folders' READMEs state.
   tests/check_layers.py --selftest      each violation injected into a small
                                         tree of its own, and seen
 
-A library folder (common, kernels, receipts, audit, parity and each folder
-under trainer/) has a README.md with one line
+A library folder (common, kernels, receipts, audit, parity, each folder
+under trainer/ and each family folder under trainer/families/) has a README.md with one line
 
     May include: trainer/model, trainer/base, kernels, receipts, common
 
@@ -35,7 +35,8 @@ def library_folders(root):
     libs = [d for d in LIBS_TOP if os.path.isdir(os.path.join(root, d))]
     tr = os.path.join(root, "trainer")
     libs += sorted("trainer/" + d for d in os.listdir(tr) if os.path.isdir(os.path.join(tr, d)))
-    # TEMP(dense): a family's own folder under trainer/families is a library folder of its own
+    # a model family is a folder of its own under trainer/families/ (docs/design.md §2), a library folder
+    # with its own line; the longest prefix decides which folder a file belongs to
     fam = os.path.join(tr, "families")
     if os.path.isdir(fam):
         libs += sorted("trainer/families/" + d for d in os.listdir(fam) if os.path.isdir(os.path.join(fam, d)))
@@ -235,6 +236,13 @@ def selftest():
          "not a library folder"),
         ("build trees are not sources", {"build-x/CMakeCache.txt": "", "build-x/gen/a.h": "",
                                          "out/m/CMakeFiles/x": "", "out/m/gen/b.h": ""}, None),
+        ("a family folder is a library folder", {"trainer/families/README.md": "May include: trainer/families/f, trainer/low\n",
+                                                 "trainer/families/reg.c": '#include "trainer/families/f/f.h"\n',
+                                                 "trainer/families/f/README.md": "May include: trainer/low\n",
+                                                 "trainer/families/f/f.h": '#include "kernels/k.h"\n'},
+         "trainer/families/f/f.h:1: includes kernels/k.h"),
+        ("a family folder without its line", {"trainer/families/README.md": "May include: trainer/low\n",
+                                              "trainer/families/f/f.c": ""}, "trainer/families/f/README.md: missing"),
         ("a reference outside the repository", {"trainer/low/a.c": "/* see ../shared/DESIGN.md */\n"},
          "design documents"),
     ]

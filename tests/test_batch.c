@@ -37,6 +37,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "trainer/families/mla/mla_config.h"
 #include "trainer/io/batch.h"
 #include "trainer/model/config.h"
 #include "test_util.h"
@@ -111,7 +112,7 @@ static void expect_same_config(const ls_model_config *a, const ls_model_config *
     char *ta = cJSON_PrintUnformatted(ja), *tb = cJSON_PrintUnformatted(jb);
     cr_expect_str_eq(ta, tb);
     cr_expect_eq(a->rms_eps, b->rms_eps);
-    cr_expect_eq(a->routed_scale, b->routed_scale);
+    cr_expect_eq(ls_mla_keys_of(a)->routed_scale, ls_mla_keys_of(b)->routed_scale);
     free(ta);
     free(tb);
     cJSON_Delete(ja);

@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include "receipts/json_util.h"
+#include "trainer/families/mla/mla_config.h"
+#include "trainer/families/hybrid/hybrid_config.h"
 #include "trainer/model/config.h"
 #include "trainer/base/mem_tracker.h"
 #include "trainer/model/params.h"
@@ -442,20 +444,20 @@ Test(config, the_wide_configs_have_the_original_models_head_shapes) {
     cr_assert_eq(ls_config_load(&w, LS_SOURCE_DIR "/configs/hybrid-wide.json", err, sizeof err), LS_OK, "%s", err);
     cr_assert_eq(ls_config_load(&o, LS_SOURCE_DIR "/configs/original/qwen3.6-27b.json", err, sizeof err), LS_OK, "%s",
                  err);
-    cr_expect_eq(w.head_dim, o.head_dim);
-    cr_expect_eq(w.rope_dim, o.rope_dim);
-    cr_expect_eq(w.gdn_dk, o.gdn_dk);
-    cr_expect_eq(w.gdn_dv, o.gdn_dv);
-    cr_expect_eq(w.conv_kernel, o.conv_kernel);
-    cr_expect_eq(w.attn_heads * o.attn_kv_heads, o.attn_heads * w.attn_kv_heads, "query heads per KV head");
-    cr_expect_eq(w.gdn_hv * o.gdn_hk, o.gdn_hv * w.gdn_hk, "GDN value heads per key head");
-    cr_expect(w.n_layers >= 4 && ls_config_layer_is_attn(&w, 3) && !ls_config_layer_is_attn(&w, 0));
+    cr_expect_eq(ls_hybrid_keys_of(&w)->head_dim, ls_hybrid_keys_of(&o)->head_dim);
+    cr_expect_eq(ls_hybrid_keys_of(&w)->rope_dim, ls_hybrid_keys_of(&o)->rope_dim);
+    cr_expect_eq(ls_hybrid_keys_of(&w)->gdn_dk, ls_hybrid_keys_of(&o)->gdn_dk);
+    cr_expect_eq(ls_hybrid_keys_of(&w)->gdn_dv, ls_hybrid_keys_of(&o)->gdn_dv);
+    cr_expect_eq(ls_hybrid_keys_of(&w)->conv_kernel, ls_hybrid_keys_of(&o)->conv_kernel);
+    cr_expect_eq(ls_hybrid_keys_of(&w)->attn_heads * ls_hybrid_keys_of(&o)->attn_kv_heads, ls_hybrid_keys_of(&o)->attn_heads * ls_hybrid_keys_of(&w)->attn_kv_heads, "query heads per KV head");
+    cr_expect_eq(ls_hybrid_keys_of(&w)->gdn_hv * ls_hybrid_keys_of(&o)->gdn_hk, ls_hybrid_keys_of(&o)->gdn_hv * ls_hybrid_keys_of(&w)->gdn_hk, "GDN value heads per key head");
+    cr_expect(w.n_layers >= 4 && ls_hybrid_layer_is_attn(3) && !ls_hybrid_layer_is_attn(0));
     cr_assert_eq(ls_config_load(&w, LS_SOURCE_DIR "/configs/mla-wide.json", err, sizeof err), LS_OK, "%s", err);
     cr_assert_eq(ls_config_load(&o, LS_SOURCE_DIR "/configs/original/glm-5.2.json", err, sizeof err), LS_OK, "%s", err);
-    cr_expect_eq(w.kv_rank, o.kv_rank);
-    cr_expect_eq(w.d_nope, o.d_nope);
-    cr_expect_eq(w.d_rope, o.d_rope);
-    cr_expect_eq(w.d_v, o.d_v);
-    cr_expect_eq(w.index_dim, o.index_dim);
-    cr_expect_eq(w.index_topk, o.index_topk);
+    cr_expect_eq(ls_mla_keys_of(&w)->kv_rank, ls_mla_keys_of(&o)->kv_rank);
+    cr_expect_eq(ls_mla_keys_of(&w)->d_nope, ls_mla_keys_of(&o)->d_nope);
+    cr_expect_eq(ls_mla_keys_of(&w)->d_rope, ls_mla_keys_of(&o)->d_rope);
+    cr_expect_eq(ls_mla_keys_of(&w)->d_v, ls_mla_keys_of(&o)->d_v);
+    cr_expect_eq(ls_mla_keys_of(&w)->index_dim, ls_mla_keys_of(&o)->index_dim);
+    cr_expect_eq(ls_mla_keys_of(&w)->index_topk, ls_mla_keys_of(&o)->index_topk);
 }

@@ -25,7 +25,7 @@
 #include "trainer/dist/comm.h"
 #include "trainer/base/rng.h"
 #include "trainer/step/step.h"
-#include "trainer/hybrid/hybrid_family.h"
+#include "trainer/families/hybrid/hybrid_family.h"
 
 #include "test_mpi_harness.h"
 

@@ -11,9 +11,10 @@
 #include <unistd.h>
 
 #include "test_hybrid_util.h"
+#include "trainer/families/mla/mla_config.h"
 #include "trainer/io/params_io.h"
 #include "trainer/families/families.h"
-#include "trainer/hybrid/hybrid_family.h"
+#include "trainer/families/hybrid/hybrid_family.h"
 
 static void check_full_vs_naive(ls_train_mode mode, size_t P, size_t G, const size_t *R) {
     ls_params *p = make_params(mode, LS_GRAD_FULL, 7 + P);
@@ -363,7 +364,7 @@ Test(hybrid_step, shipped_configs_load_and_name_their_tensors) {
         o.train_mode = LS_TRAIN_FULL;
         ls_params *p = NULL;
         ls_status st = K(ls_params_init)(&p, &c, &o, 1, err, sizeof err);
-        if (c.family == LS_FAMILY_MLA) { /* its table: test_mla */
+        if (c.family == &ls_family_desc_mla) { /* its table: test_mla */
             cr_expect_eq(st, LS_OK, "mla family: %s", err);
             K(ls_params_free)(p);
             continue;
@@ -377,7 +378,7 @@ Test(hybrid_step, shipped_configs_load_and_name_their_tensors) {
         cr_expect_not_null(K(ls_params_find)(p, "layers.0.gdn.dt_bias"));
         cr_expect_null(K(ls_params_find)(p, "layers.3.gdn.dt_bias"), "layer 3 is attention");
         ls_tensor *q = K(ls_params_find)(p, "layers.3.attn.q.weight");
-        cr_expect_eq(q->shape[0], (size_t)(c.attn_heads * 2 * c.head_dim));
+        cr_expect_eq(q->shape[0], (size_t)(ls_hybrid_keys_of(&c)->attn_heads * 2 * ls_hybrid_keys_of(&c)->head_dim));
         cr_expect_eq(q->shape[1], (size_t)c.d_model);
         K(ls_params_free)(p);
     }

@@ -14,7 +14,7 @@
 #include "trainer/base/rng.h"
 #include "trainer/step/step.h"
 #include "trainer/families/families.h"
-#include "trainer/hybrid/hybrid_family.h"
+#include "trainer/families/hybrid/hybrid_family.h"
 
 #define K(x) LS_K(x)
 

@@ -21,11 +21,11 @@
 #include <string.h>
 
 #include "test_tmpdir.h"
-#include "trainer/mla/mla_family.h"
-#include "trainer/mla/mla_layer.h"
+#include "trainer/families/mla/mla_family.h"
+#include "trainer/families/mla/mla_layer.h"
 #include "trainer/io/params_io.h"
 #include "trainer/families/families.h"
-#include "trainer/hybrid/hybrid_family.h"
+#include "trainer/families/hybrid/hybrid_family.h"
 
 #define K(x) LS_K(x)
 #define REF LS_SOURCE_DIR "/tests/reference/mla_ref.py"
@@ -53,7 +53,7 @@ static size_t hand_tensors(const ls_model_config *c, int lora, int lora_experts)
     size_t a = lora ? 3 : 1, ae = lora && lora_experts ? 3 : 1, n = 3;
     for (int l = 0; l < c->n_layers; l++) {
         n += 6 + 5 * a + 3;
-        n += l < c->first_dense ? 3 * a : 2 + 3 * a + 3 * ae * (size_t)c->n_experts;
+        n += l < ls_mla_keys_of(c)->first_dense ? 3 * a : 2 + 3 * a + 3 * ae * (size_t)ls_mla_keys_of(c)->n_experts;
     }
     return n;
 }
@@ -62,9 +62,9 @@ static size_t hand_tensors(const ls_model_config *c, int lora, int lora_experts)
  * linear) and the frozen ones (indexer, router_bias). */
 static void hand_scalars(const ls_model_config *c, size_t r, int lora_experts, size_t *base, size_t *adapt,
                          size_t *frozen) {
-    size_t d = c->d_model, V = c->vocab, H = c->heads, rq = c->q_rank, rkv = c->kv_rank, dn = c->d_nope;
-    size_t dr = c->d_rope, dv = c->d_v, HI = c->index_heads, dI = c->index_dim, E = c->n_experts;
-    size_t Ie = c->expert_dim, I = c->ffn_dim;
+    size_t d = c->d_model, V = c->vocab, H = ls_mla_keys_of(c)->heads, rq = ls_mla_keys_of(c)->q_rank, rkv = ls_mla_keys_of(c)->kv_rank, dn = ls_mla_keys_of(c)->d_nope;
+    size_t dr = ls_mla_keys_of(c)->d_rope, dv = ls_mla_keys_of(c)->d_v, HI = ls_mla_keys_of(c)->index_heads, dI = ls_mla_keys_of(c)->index_dim, E = ls_mla_keys_of(c)->n_experts;
+    size_t Ie = ls_mla_keys_of(c)->expert_dim, I = c->ffn_dim;
     *base = 2 * V * d + d;
     *adapt = *frozen = 0;
     size_t lins[][2] = {{rq, d}, {H * (dn + dr), rq}, {rkv + dr, d}, {H * (dn + dv), rkv}, {d, H * dv}};
@@ -74,7 +74,7 @@ static void hand_scalars(const ls_model_config *c, size_t r, int lora_experts, s
         size_t idx = HI * dI * rq + dI * d + HI * d + 2 * dI;
         *base += idx;
         *frozen += idx;
-        if (l < c->first_dense) {
+        if (l < ls_mla_keys_of(c)->first_dense) {
             *base += 3 * I * d;
             *adapt += r * 3 * (I + d);
         } else {
@@ -118,9 +118,9 @@ static void check_table(const char *cfg, ls_train_mode mode, int lora_experts) {
     cr_expect_eq(p->n_trainable, lora ? adapt : base - frozen, "%s: %zu trainable", cfg, p->n_trainable);
     /* the views reach the table */
     const ls_mla_layer *ly = &K(ls_mla_layers)(p)[c.n_layers - 1];
-    ls_mla_mlp m = K(ls_mla_expert)(p, ly, (size_t)c.n_experts - 1);
+    ls_mla_mlp m = K(ls_mla_expert)(p, ly, (size_t)ls_mla_keys_of(&c)->n_experts - 1);
     char nm[96];
-    snprintf(nm, sizeof nm, "layers.%d.moe.experts.%d.down.weight", c.n_layers - 1, c.n_experts - 1);
+    snprintf(nm, sizeof nm, "layers.%d.moe.experts.%d.down.weight", c.n_layers - 1, ls_mla_keys_of(&c)->n_experts - 1);
     cr_expect_str_eq(m.down.W->name, nm);
     cr_expect_eq(m.down.A != NULL, lora && lora_experts);
     cr_expect_str_eq(K(ls_mla_layers)(p)[0].mlp.up.W->name, "layers.0.mlp.up.weight");
@@ -316,7 +316,7 @@ Test(mla, forward_equals_the_reference, .init = mk, .fini = rm_tmp) {
     ref_weights(path, "--lora-r 4"); /* lora_B random: the adapters change the policy */
     ls_params *p = params_for(LS_TRAIN_LORA, 0);
     cr_assert_eq(K(ls_params_load)(p, path, err, sizeof err), LS_OK, "%s", err);
-    cr_assert_lt(p->cfg.index_topk, P_LEN - 1, "the top-k must be active");
+    cr_assert_lt(ls_mla_keys_of(&p->cfg)->index_topk, P_LEN - 1, "the top-k must be active");
     fixture f;
     build_fixture(&f, p);
     double dn = max_diff(p, &f, f.policy, LS_MLA_NAIVE), da = max_diff(p, &f, f.policy, LS_MLA_ABSORBED);
@@ -342,10 +342,10 @@ Test(mla, forward_equals_the_reference, .init = mk, .fini = rm_tmp) {
     cr_expect_leq(sr, TOL, "segments, reference policy: %.3g", sr);
     cr_expect_gt(pol_ref, CONTROL_MIN, "the adapters must matter (%.3g)", pol_ref);
     /* negative control 1: the top-k forced dense */
-    int k0 = p->cfg.index_topk;
-    p->cfg.index_topk = 1 << 20;
+    int k0 = ls_mla_keys_of(&p->cfg)->index_topk;
+    ls_mla_keys_mut(&p->cfg)->index_topk = 1 << 20;
     double dd = max_diff(p, &f, f.policy, LS_MLA_NAIVE);
-    p->cfg.index_topk = k0;
+    ls_mla_keys_mut(&p->cfg)->index_topk = k0;
     /* negative control 2: one expert's router bias raised (routing changes, weights do not) */
     ls_tensor *rb = K(ls_params_find)(p, "layers.2.moe.router_bias");
     cr_assert_not_null(rb);

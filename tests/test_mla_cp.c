@@ -1,4 +1,4 @@
-/* test_mla_cp.c - the mla family's cross-rank attention (trainer/mla/mla_cp_attn.h),
+/* test_mla_cp.c - the mla family's cross-rank attention (trainer/families/mla/mla_cp_attn.h),
  * float64, run under `mpirun -np N` (N = 2, 3, 4) and once without mpirun
  * (N = 1).  A plain program (not Criterion: its forks do not mix with MPI);
  * every rank checks, exit 0 only when every rank passed.
@@ -36,7 +36,7 @@
 #include "receipts/trace_writer.h"
 #include "trainer/dist/comm.h"
 #include "trainer/dist/cp.h"
-#include "trainer/mla/mla_cp_attn.h"
+#include "trainer/families/mla/mla_cp_attn.h"
 #include "trainer/base/rng.h"
 
 #include "test_mpi_harness.h"

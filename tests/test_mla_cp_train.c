@@ -28,7 +28,7 @@
 #include "receipts/digest.h"
 #include "trainer/dist/comm.h"
 #include "trainer/base/rng.h"
-#include "trainer/mla/mla_family.h"
+#include "trainer/families/mla/mla_family.h"
 #include "trainer/step/step.h"
 
 #include "test_mpi_harness.h"

@@ -32,10 +32,10 @@
 #include <time.h>
 
 #include "test_tmpdir.h"
-#include "trainer/mla/mla_family.h"
-#include "trainer/mla/mla_layer.h"
+#include "trainer/families/mla/mla_family.h"
+#include "trainer/families/mla/mla_layer.h"
 #include "trainer/families/families.h"
-#include "trainer/hybrid/hybrid_family.h"
+#include "trainer/families/hybrid/hybrid_family.h"
 
 #define K(x) LS_K(x)
 #define GTOL (LS_REAL_IS_F64 ? 1e-10 : 2e-4)
@@ -85,7 +85,7 @@ static ls_params *make_params(ls_train_mode mode, int lora_experts) {
         if (strstr(t->name, "router_bias")) /* a non-trivial routing buffer */
             for (size_t j = 0; j < t->numel; j++) t->w[j] = (ls_real)(0.05 * unif(&s));
     }
-    cr_assert_lt(p->cfg.index_topk, P - 1, "the top-k must be active");
+    cr_assert_lt(ls_mla_keys_of(&p->cfg)->index_topk, P - 1, "the top-k must be active");
     return p;
 }
 
@@ -254,8 +254,8 @@ static void modes_case(ls_train_mode mode, int lora_experts) {
     if (lora_experts) {
         int used = 0;
         char nm[96];
-        for (int l = p->cfg.first_dense; l < p->cfg.n_layers; l++)
-            for (int e = 0; e < p->cfg.n_experts; e++) {
+        for (int l = ls_mla_keys_of(&p->cfg)->first_dense; l < p->cfg.n_layers; l++)
+            for (int e = 0; e < ls_mla_keys_of(&p->cfg)->n_experts; e++) {
                 snprintf(nm, sizeof nm, "layers.%d.moe.experts.%d.down.lora_A", l, e);
                 ls_tensor *t = K(ls_params_find)(p, nm);
                 cr_assert_not_null(t, "%s", nm);
@@ -264,7 +264,7 @@ static void modes_case(ls_train_mode mode, int lora_experts) {
                 used += s > 0;
             }
         fprintf(stderr, "  routed experts with a gradient: %d of %d\n", used,
-                p->cfg.n_experts * (p->cfg.n_layers - p->cfg.first_dense));
+                ls_mla_keys_of(&p->cfg)->n_experts * (p->cfg.n_layers - ls_mla_keys_of(&p->cfg)->first_dense));
         cr_expect_geq(used, 6, "several experts must be used (%d)", used);
     }
     free(gn), free(gf), free(gd), free(gc);
@@ -365,7 +365,7 @@ Test(mla_train, carried_state_bytes_are_the_analytical_rows) {
     double l;
     free(grad_longstraw(p, &f, 0, &l, &bytes));
     const ls_model_config *c = &p->cfg;
-    size_t row = ((size_t)c->kv_rank + (size_t)c->d_rope + (size_t)c->index_dim) * sizeof(ls_real);
+    size_t row = ((size_t)ls_mla_keys_of(c)->kv_rank + (size_t)ls_mla_keys_of(c)->d_rope + (size_t)ls_mla_keys_of(c)->index_dim) * sizeof(ls_real);
     double per = (double)bytes / (double)(P - 1) / (double)c->n_layers;
     fprintf(stderr, "mla carried state (" LS_REAL_NAME "): %zu bytes for %d positions x %d layers = %.1f bytes per "
                     "token per layer; analytical (kv_rank + d_rope + index_dim) * %zu = %zu\n",
@@ -382,7 +382,7 @@ Test(mla_train, carried_state_bytes_are_the_analytical_rows) {
     cr_expect_eq(p->fam->state_bytes(&ps), bytes);
     cr_expect_eq(p->fam->state_bytes(&fk), 0);
     cr_expect_eq(p->fam->state_bytes(&gl),
-                 ((size_t)c->kv_rank + (size_t)c->d_rope) * sizeof(ls_real) * (size_t)(P - 1) * (size_t)c->n_layers);
+                 ((size_t)ls_mla_keys_of(c)->kv_rank + (size_t)ls_mla_keys_of(c)->d_rope) * sizeof(ls_real) * (size_t)(P - 1) * (size_t)c->n_layers);
     p->fam->state_free(&gl);
     p->fam->state_free(&fk);
     p->fam->state_free(&ps);
@@ -623,10 +623,10 @@ Test(mla_train, selection_is_global_ties_included) {
                 tie ? "every key tied" : "random keys", da, db, dc);
         cr_expect_leq(fmax(da, fmax(db, dc)), GTOL, "%s", tie ? "ties" : "random");
     }
-    int k0 = p->cfg.index_topk; /* control: the tied selection is not the dense one */
-    p->cfg.index_topk = 1 << 20;
+    int k0 = ls_mla_keys_of(&p->cfg)->index_topk; /* control: the tied selection is not the dense one */
+    ls_mla_keys_mut(&p->cfg)->index_topk = 1 << 20;
     seg_logp(p, &f, 5, 1, b);
-    p->cfg.index_topk = k0;
+    ls_mla_keys_mut(&p->cfg)->index_topk = k0;
     double dd = logp_diff(b, ref);
     fprintf(stderr, "  control: dense top-k differs by %.3g\n", dd);
     cr_expect_gt(dd, 1e-3);
@@ -643,7 +643,7 @@ Test(mla_train, a_recompute_that_decides_differently_fails) {
     ls_params *p = make_params(LS_TRAIN_LORA, 1);
     set_opts(LS_MLA_NAIVE, 5);
     size_t d = (size_t)p->cfg.d_model, T = 12;
-    int l = p->cfg.first_dense; /* an MoE layer */
+    int l = ls_mla_keys_of(&p->cfg)->first_dense; /* an MoE layer */
     uint64_t s = 5;
     for (int corrupt = 0; corrupt < 2; corrupt++) {
         ls_real *h = malloc(T * d * sizeof *h), *dh = malloc(T * d * sizeof *dh);

@@ -10,8 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trainer/families/mla/mla_config.h"
 #include "trainer/model/family.h"
-#include "trainer/hybrid/hybrid_family.h"
+#include "trainer/families/hybrid/hybrid_family.h"
 #include "trainer/base/mem_tracker.h"
 #include "trainer/families/families.h"
 
@@ -132,9 +133,10 @@ Test(params, a_family_without_a_transaction_has_a_table_but_no_cli) {
     size_t n = 0;
     cr_expect_eq(K(ls_params_tensor_count)(&c, &o, &n, err, sizeof err), LS_OK, "%s", err);
     cr_expect_gt(n, 0);
-    cr_expect_not_null(K(ls_family_ops_of)(LS_FAMILY_HYBRID, err, sizeof err));
-    cr_expect_not_null(K(ls_family_ops_of)(LS_FAMILY_MLA, err, sizeof err));
-    /* a family value this trainer has no table for is refused naming the key */
-    cr_expect_null(K(ls_family_ops_of)((ls_family)7, err, sizeof err));
+    cr_expect_not_null(K(ls_family_ops_of)(&ls_family_desc_hybrid, err, sizeof err));
+    cr_expect_not_null(K(ls_family_ops_of)(&ls_family_desc_mla, err, sizeof err));
+    /* a family this trainer has no table for is refused naming the key */
+    static const ls_family_desc unregistered = {.name = "unregistered"};
+    cr_expect_null(K(ls_family_ops_of)(&unregistered, err, sizeof err));
     cr_expect(strstr(err, "'family'"), "%s", err);
 }

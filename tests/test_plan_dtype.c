@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "trainer/families/mla/mla_config.h"
 #include "trainer/model/config.h"
 #include "trainer/plan/plan.h"
 
@@ -87,8 +88,8 @@ Test(plan_dtype, f64_build_at_4_bytes_is_the_f32_build) {
  * the backward's dx, dy (2d) and three intermediate gradients (3 Ie); and
  * the slot tables (int32 + two size_t per routed row). */
 static size_t hand_dispatch(const ls_model_config *c, size_t R, size_t r, size_t esz) {
-    size_t C = R < 256 ? R : 256, Ck = C * (size_t)c->experts_per_token;
-    size_t d = (size_t)c->d_model, Ie = (size_t)c->expert_dim;
+    size_t C = R < 256 ? R : 256, Ck = C * (size_t)ls_mla_keys_of(c)->experts_per_token;
+    size_t d = (size_t)c->d_model, Ie = (size_t)ls_mla_keys_of(c)->expert_dim;
     size_t reals = Ck * (2 * d + 3 * Ie + 3 * r) + Ck * (2 * d + 3 * Ie);
     return reals * esz + Ck * (sizeof(int32_t) + 2 * sizeof(size_t));
 }

@@ -10,6 +10,8 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "trainer/families/mla/mla_config.h"
+#include "trainer/families/hybrid/hybrid_config.h"
 #include "trainer/model/config.h"
 #include "trainer/plan/plan.h"
 
@@ -26,10 +28,10 @@ static void close_to(double got, double want, const char *what) {
  * attention H 2 Hkv 1 hd 4, I 6. */
 static ls_model_config tiny_hybrid(void) {
     ls_model_config c = {0};
-    c.family = LS_FAMILY_HYBRID;
+    c.family = &ls_family_desc_hybrid;
     c.vocab = 10, c.d_model = 4, c.n_layers = 4, c.ffn_dim = 6, c.rms_eps = 1e-6, c.rope_theta = 10000;
-    c.gdn_hk = 1, c.gdn_hv = 2, c.gdn_dk = 2, c.gdn_dv = 3, c.conv_kernel = 4;
-    c.attn_heads = 2, c.attn_kv_heads = 1, c.head_dim = 4, c.rope_dim = 2;
+    ls_hybrid_keys_mut(&c)->gdn_hk = 1, ls_hybrid_keys_mut(&c)->gdn_hv = 2, ls_hybrid_keys_mut(&c)->gdn_dk = 2, ls_hybrid_keys_mut(&c)->gdn_dv = 3, ls_hybrid_keys_mut(&c)->conv_kernel = 4;
+    ls_hybrid_keys_mut(&c)->attn_heads = 2, ls_hybrid_keys_mut(&c)->attn_kv_heads = 1, ls_hybrid_keys_mut(&c)->head_dim = 4, ls_hybrid_keys_mut(&c)->rope_dim = 2;
     return c;
 }
 
@@ -67,12 +69,12 @@ Test(plan_flops, hybrid_hand_count) {
  * indexer H_I 1 d_I 2 top-k 2, E 4 groups 1/1 k 2 I_e 3, dense I 5. */
 static ls_model_config tiny_mla(void) {
     ls_model_config c = {0};
-    c.family = LS_FAMILY_MLA;
+    c.family = &ls_family_desc_mla;
     c.vocab = 10, c.d_model = 4, c.n_layers = 2, c.ffn_dim = 5, c.rms_eps = 1e-6, c.rope_theta = 10000;
-    c.first_dense = 1, c.heads = 2, c.q_rank = 3, c.kv_rank = 2, c.d_nope = 2, c.d_rope = 2, c.d_v = 3;
-    c.index_heads = 1, c.index_dim = 2, c.index_topk = 2;
-    c.n_experts = 4, c.n_group = 1, c.topk_group = 1, c.experts_per_token = 2, c.expert_dim = 3;
-    c.routed_scale = 2.5;
+    ls_mla_keys_mut(&c)->first_dense = 1, ls_mla_keys_mut(&c)->heads = 2, ls_mla_keys_mut(&c)->q_rank = 3, ls_mla_keys_mut(&c)->kv_rank = 2, ls_mla_keys_mut(&c)->d_nope = 2, ls_mla_keys_mut(&c)->d_rope = 2, ls_mla_keys_mut(&c)->d_v = 3;
+    ls_mla_keys_mut(&c)->index_heads = 1, ls_mla_keys_mut(&c)->index_dim = 2, ls_mla_keys_mut(&c)->index_topk = 2;
+    ls_mla_keys_mut(&c)->n_experts = 4, ls_mla_keys_mut(&c)->n_group = 1, ls_mla_keys_mut(&c)->topk_group = 1, ls_mla_keys_mut(&c)->experts_per_token = 2, ls_mla_keys_mut(&c)->expert_dim = 3;
+    ls_mla_keys_mut(&c)->routed_scale = 2.5;
     return c;
 }
 
@@ -112,31 +114,31 @@ static double matmul_weights(const ls_model_config *c) {
     double d = c->d_model, L = c->n_layers;
     w -= (double)c->vocab * d;   /* embedding: a lookup */
     w -= (2.0 * L + 1.0) * d;    /* norm1, norm2, final norm */
-    if (c->family == LS_FAMILY_HYBRID) {
-        double C = 2.0 * c->gdn_hk * c->gdn_dk + (double)c->gdn_hv * c->gdn_dv;
+    if (c->family == &ls_family_desc_hybrid) {
+        double C = 2.0 * ls_hybrid_keys_of(c)->gdn_hk * ls_hybrid_keys_of(c)->gdn_dk + (double)ls_hybrid_keys_of(c)->gdn_hv * ls_hybrid_keys_of(c)->gdn_dv;
         for (int l = 0; l < c->n_layers; ++l) {
-            if (ls_config_layer_is_attn(c, l)) w -= 2.0 * c->head_dim; /* q_norm, k_norm */
-            else w -= C * c->conv_kernel + 2.0 * c->gdn_hv + c->gdn_dv; /* conv, A_log, dt_bias, norm */
+            if (ls_hybrid_layer_is_attn(l)) w -= 2.0 * ls_hybrid_keys_of(c)->head_dim; /* q_norm, k_norm */
+            else w -= C * ls_hybrid_keys_of(c)->conv_kernel + 2.0 * ls_hybrid_keys_of(c)->gdn_hv + ls_hybrid_keys_of(c)->gdn_dv; /* conv, A_log, dt_bias, norm */
         }
     } else {
-        w -= L * ((double)c->q_rank + c->kv_rank + 2.0 * c->index_dim); /* q_a_norm, kv_a_norm, k_norm w+b */
-        double moe = L - c->first_dense;
-        w -= moe * c->n_experts;                                           /* router_bias */
-        w -= moe * (double)(c->n_experts - c->experts_per_token) * 3.0 * c->expert_dim * d; /* unused experts */
+        w -= L * ((double)ls_mla_keys_of(c)->q_rank + ls_mla_keys_of(c)->kv_rank + 2.0 * ls_mla_keys_of(c)->index_dim); /* q_a_norm, kv_a_norm, k_norm w+b */
+        double moe = L - ls_mla_keys_of(c)->first_dense;
+        w -= moe * ls_mla_keys_of(c)->n_experts;                                           /* router_bias */
+        w -= moe * (double)(ls_mla_keys_of(c)->n_experts - ls_mla_keys_of(c)->experts_per_token) * 3.0 * ls_mla_keys_of(c)->expert_dim * d; /* unused experts */
     }
     return 2.0 * w;
 }
 
 static double seq_terms(const ls_model_config *c) { /* n = 1, pos0 = 0: one visible key */
     double f = 3.0 * c->vocab;
-    if (c->family == LS_FAMILY_HYBRID) {
-        double C = 2.0 * c->gdn_hk * c->gdn_dk + (double)c->gdn_hv * c->gdn_dv;
+    if (c->family == &ls_family_desc_hybrid) {
+        double C = 2.0 * ls_hybrid_keys_of(c)->gdn_hk * ls_hybrid_keys_of(c)->gdn_dk + (double)ls_hybrid_keys_of(c)->gdn_hv * ls_hybrid_keys_of(c)->gdn_dv;
         for (int l = 0; l < c->n_layers; ++l)
-            if (ls_config_layer_is_attn(c, l)) f += 4.0 * c->attn_heads * c->head_dim;
-            else f += 2.0 * C * c->conv_kernel + 7.0 * c->gdn_hv * c->gdn_dk * c->gdn_dv;
+            if (ls_hybrid_layer_is_attn(l)) f += 4.0 * ls_hybrid_keys_of(c)->attn_heads * ls_hybrid_keys_of(c)->head_dim;
+            else f += 2.0 * C * ls_hybrid_keys_of(c)->conv_kernel + 7.0 * ls_hybrid_keys_of(c)->gdn_hv * ls_hybrid_keys_of(c)->gdn_dk * ls_hybrid_keys_of(c)->gdn_dv;
     } else {
-        f += c->n_layers * (2.0 * c->heads * ((double)c->d_nope + c->d_rope + c->d_v) +
-                            (2.0 * c->index_dim + 2.0) * c->index_heads);
+        f += c->n_layers * (2.0 * ls_mla_keys_of(c)->heads * ((double)ls_mla_keys_of(c)->d_nope + ls_mla_keys_of(c)->d_rope + ls_mla_keys_of(c)->d_v) +
+                            (2.0 * ls_mla_keys_of(c)->index_dim + 2.0) * ls_mla_keys_of(c)->index_heads);
     }
     return f;
 }
@@ -177,7 +179,7 @@ Test(plan_flops, long_prompt_quadratic) {
     char err[512];
     cr_assert_eq(ls_config_load(&c, LS_SOURCE_DIR "/configs/original/qwen3.6-27b.json", err, sizeof err), LS_OK, "%s", err);
     double P = 2088960.0;
-    double lin = FWD(&c, 0, 1, 0) - 16.0 * 4.0 * c.attn_heads * c.head_dim; /* per token without attention */
-    double want = P * lin + 16.0 * 4.0 * c.attn_heads * c.head_dim * P * (P + 1.0) / 2.0;
+    double lin = FWD(&c, 0, 1, 0) - 16.0 * 4.0 * ls_hybrid_keys_of(&c)->attn_heads * ls_hybrid_keys_of(&c)->head_dim; /* per token without attention */
+    double want = P * lin + 16.0 * 4.0 * ls_hybrid_keys_of(&c)->attn_heads * ls_hybrid_keys_of(&c)->head_dim * P * (P + 1.0) / 2.0;
     close_to(FWD(&c, 0, (size_t)P, 0), want, "qwen P=2088960");
 }

@@ -11,6 +11,8 @@
 #include <string.h>
 
 #include "receipts/json_util.h"
+#include "trainer/families/mla/mla_config.h"
+#include "trainer/families/hybrid/hybrid_config.h"
 #include "trainer/model/config.h"
 #include "trainer/plan/plan.h"
 #include "trainer/plan/plan_hf.h"
@@ -55,17 +57,17 @@ Test(plan_hf, qwen35_27b) {
     char err[1024];
     cr_assert_eq(ls_plan_hf_load(&m, HF("qwen3.5-27b.json"), 0, err, sizeof err), LS_OK, "%s", err);
     const ls_model_config *c = &m.cfg;
-    cr_assert_eq(c->family, LS_FAMILY_HYBRID);
+    cr_assert_eq(c->family, &ls_family_desc_hybrid);
     cr_assert_str_eq(m.model_type, "qwen3_5_text");
     cr_assert_eq(c->n_layers, 64);
     int attn = 0;
-    for (int l = 0; l < c->n_layers; ++l) attn += ls_config_layer_is_attn(c, l);
+    for (int l = 0; l < c->n_layers; ++l) attn += ls_hybrid_layer_is_attn(l);
     cr_assert_eq(attn, 16, "16 attention + 48 GDN layers");
-    cr_assert_eq(c->attn_kv_heads, 4);
-    cr_assert_eq(c->head_dim, 256);
-    cr_assert_eq(c->rope_dim, 64, "partial_rotary_factor 0.25 x 256");
-    cr_assert_eq(c->gdn_hk, 16);
-    cr_assert_eq(c->gdn_hv, 48);
+    cr_assert_eq(ls_hybrid_keys_of(c)->attn_kv_heads, 4);
+    cr_assert_eq(ls_hybrid_keys_of(c)->head_dim, 256);
+    cr_assert_eq(ls_hybrid_keys_of(c)->rope_dim, 64, "partial_rotary_factor 0.25 x 256");
+    cr_assert_eq(ls_hybrid_keys_of(c)->gdn_hk, 16);
+    cr_assert_eq(ls_hybrid_keys_of(c)->gdn_hv, 48);
     cr_assert_eq(c->ffn_dim, 17408);
     cr_assert_eq(m.mtp_layers, 1);
     cr_assert_eq(m.index_sets, 0);
@@ -94,10 +96,10 @@ Test(plan_hf, glm52_index_sets) {
     ls_hf_model m;
     char err[1024];
     cr_assert_eq(ls_plan_hf_load(&m, HF("glm-5.2.json"), 0, err, sizeof err), LS_OK, "%s", err);
-    cr_assert_eq(m.cfg.family, LS_FAMILY_MLA);
+    cr_assert_eq(m.cfg.family, &ls_family_desc_mla);
     cr_assert_eq(m.index_sets, 21, "indexer_types holds 21 \"full\" layers, got %zu", m.index_sets);
-    cr_assert_eq(m.cfg.first_dense, 3);
-    cr_assert_eq(m.cfg.kv_rank + m.cfg.d_rope, 576);
+    cr_assert_eq(ls_mla_keys_of(&m.cfg)->first_dense, 3);
+    cr_assert_eq(ls_mla_keys_of(&m.cfg)->kv_rank + ls_mla_keys_of(&m.cfg)->d_rope, 576);
     cr_assert_eq(m.mtp_layers, 1);
     same_config(&m.cfg, ORIG("glm-5.2.json"));
     /* the same 21 from index_topk_freq 4 / index_skip_topk_offset 3 alone */
@@ -119,10 +121,10 @@ Test(plan_hf, deepseek_v32_every_layer_indexed) {
     char err[1024];
     cr_assert_eq(ls_plan_hf_load(&m, HF("deepseek-v3.2.json"), 0, err, sizeof err), LS_OK, "%s", err);
     cr_assert_eq(m.index_sets, 61);
-    cr_assert_eq(m.cfg.n_group, 8);
-    cr_assert_eq(m.cfg.topk_group, 4);
-    cr_assert_eq(m.cfg.heads, 128);
-    cr_assert_eq(m.cfg.q_rank, 1536);
+    cr_assert_eq(ls_mla_keys_of(&m.cfg)->n_group, 8);
+    cr_assert_eq(ls_mla_keys_of(&m.cfg)->topk_group, 4);
+    cr_assert_eq(ls_mla_keys_of(&m.cfg)->heads, 128);
+    cr_assert_eq(ls_mla_keys_of(&m.cfg)->q_rank, 1536);
 }
 
 Test(plan_hf, qwen3_next_moe_refused_or_dense) {
@@ -133,7 +135,7 @@ Test(plan_hf, qwen3_next_moe_refused_or_dense) {
     cr_assert_eq(ls_plan_hf_from_json(&m, d, "cfg.json", 1, err, sizeof err), LS_OK, "%s", err);
     cr_assert_eq(m.moe_as_dense, 1);
     cr_assert_eq(m.cfg.ffn_dim, 10 * 512 + 512, "active width");
-    cr_assert_eq(m.cfg.gdn_hv, 32);
+    cr_assert_eq(ls_hybrid_keys_of(&m.cfg)->gdn_hv, 32);
     cJSON_Delete(d);
 }
 

@@ -6,28 +6,29 @@
 #define LS_TESTS_FUZZ_CHECKPOINT_MICRO_H
 #include <string.h>
 
+#include "trainer/families/hybrid/hybrid_config.h"
 #include "trainer/model/params.h"
 #include "trainer/families/families.h"
 
 static inline ls_model_config ls_micro_config(void) {
     ls_model_config c;
     memset(&c, 0, sizeof c);
-    c.family = LS_FAMILY_HYBRID;
+    c.family = &ls_family_desc_hybrid;
     c.vocab = 4;
     c.d_model = 4;
     c.n_layers = 1;
     c.ffn_dim = 4;
     c.rms_eps = 1e-6;
     c.rope_theta = 10000;
-    c.gdn_hk = 1;
-    c.gdn_hv = 1;
-    c.gdn_dk = 2;
-    c.gdn_dv = 2;
-    c.conv_kernel = 2;
-    c.attn_heads = 1;
-    c.attn_kv_heads = 1;
-    c.head_dim = 2;
-    c.rope_dim = 2;
+    ls_hybrid_keys_mut(&c)->gdn_hk = 1;
+    ls_hybrid_keys_mut(&c)->gdn_hv = 1;
+    ls_hybrid_keys_mut(&c)->gdn_dk = 2;
+    ls_hybrid_keys_mut(&c)->gdn_dv = 2;
+    ls_hybrid_keys_mut(&c)->conv_kernel = 2;
+    ls_hybrid_keys_mut(&c)->attn_heads = 1;
+    ls_hybrid_keys_mut(&c)->attn_kv_heads = 1;
+    ls_hybrid_keys_mut(&c)->head_dim = 2;
+    ls_hybrid_keys_mut(&c)->rope_dim = 2;
     return c;
 }
 

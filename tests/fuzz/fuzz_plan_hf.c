@@ -10,6 +10,7 @@
 
 #include "receipts/json_util.h"
 #include "tests/fuzz/fuzz_util.h"
+#include "trainer/families/mla/mla_config.h"
 #include "trainer/plan/plan_hf.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -29,7 +30,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             continue;
         }
         CHECK(ls_config_check(&m.cfg, err, sizeof err) == LS_OK);
-        if (m.cfg.family == LS_FAMILY_MLA) CHECK(m.index_sets >= 1 && m.index_sets <= (size_t)m.cfg.n_layers);
+        if (m.cfg.family == &ls_family_desc_mla) CHECK(m.index_sets >= 1 && m.index_sets <= (size_t)m.cfg.n_layers);
         else CHECK(m.index_sets == 0);
         CHECK(!m.moe_as_dense || dense);
     }

@@ -299,17 +299,21 @@ static void print_text(const cli *a, const ls_plan_in *in, const ls_plan *p, con
            in->G, in->world, in->obj.train_mode == LS_TRAIN_FULL ? "full" : "lora",
            in->obj.grad_mode == LS_GRAD_FULL ? "full" : "detached", in->obj.lora_r, in->obj.beta,
            in->rollout ? "rollout" : "no rollout", a->dtype, a->state_dtype);
-    if (in->ep > 1)
+    if (in->ep > 1) {
+        int E = c->family->routed_experts ? c->family->routed_experts(c) : 0;
         printf("EP %d: each rank holds %d of the %d routed experts (weights, adapters, gradients, moments)\n", in->ep,
-               c->n_experts / in->ep, c->n_experts);
+               E / in->ep, E);
+    }
     if (hf && hf->moe_as_dense) printf("NOTE: the MoE FFN is planned as a dense FFN of width %d (--moe-as-dense)\n", c->ffn_dim);
     if (hf && hf->mtp_layers) printf("NOTE: %d multi-token-prediction layer(s) in the file are not planned\n", hf->mtp_layers);
     const ls_plan_state *s = &p->state;
     printf("\nprompt state per rank (%zu positions, %zu pages per layer):\n", p->shard, s->pages);
-    if (c->family != LS_FAMILY_MLA) { /* TEMP(dense): the dense family prints the hybrid's lines (0 GDN layers) */
+    /* the parts the family's state has (its plan's layer counts) */
+    if (s->attn_layers > 0)
         printf("  attention KV      %2d layers  %20zu bytes  %10.4f GiB\n", s->attn_layers, s->attn_kv, gib(s->attn_kv));
+    if (s->recurrent_layers > 0)
         printf("  GDN recurrent     %2d layers  %20zu bytes  %10.4f GiB\n", s->recurrent_layers, s->recurrent, gib(s->recurrent));
-    } else {
+    if (s->latent_layers > 0) {
         printf("  MLA latents       %2d layers  %20zu bytes  %10.4f GiB\n", s->latent_layers, s->latent, gib(s->latent));
         printf("  index keys        %2d sets    %20zu bytes  %10.4f GiB\n", s->index_sets, s->index_keys, gib(s->index_keys));
     }
@@ -503,10 +507,11 @@ int main(int argc, char **argv) {
     in.G = cl.G;
     in.world = cl.world;
     in.ep = cl.ep > 1 ? cl.ep : 1;
-    if (in.ep > 1 && cfg.family != LS_FAMILY_MLA)
-        BAD("--ep %d: family '%s' has no routed experts (expert parallelism is mla's)", in.ep, ls_family_name(cfg.family));
-    if (in.ep > 1 && cfg.n_experts % in.ep != 0)
-        BAD("--ep %d: does not divide the model's %d routed experts", in.ep, cfg.n_experts);
+    int routed = cfg.family->routed_experts ? cfg.family->routed_experts(&cfg) : 0;
+    if (in.ep > 1 && routed < 1)
+        BAD("--ep %d: family '%s' has no routed experts (expert parallelism needs them)", in.ep,
+            ls_family_name(cfg.family));
+    if (in.ep > 1 && routed % in.ep != 0) BAD("--ep %d: does not divide the model's %d routed experts", in.ep, routed);
     if (cl.page_size) in.page_size = cl.page_size;
     if (cl.capture_chunk) in.capture_chunk = cl.capture_chunk;
     in.compute_bytes = cl.compute_bytes;
@@ -520,7 +525,8 @@ int main(int argc, char **argv) {
     in.host_budget = cl.host_budget;
     in.index_sets = a.hf_config ? hf.index_sets : 0;
     if (a.index_sets > 0) {
-        if (cfg.family != LS_FAMILY_MLA) BAD("--index-sets: only for the mla family");
+        if (!cfg.family->index_sets)
+            BAD("--index-sets: family '%s' holds no sparse-attention index keys", ls_family_name(cfg.family));
         if (a.index_sets > cfg.n_layers) BAD("--index-sets: %ld exceeds the model's %d layers", a.index_sets, cfg.n_layers);
         in.index_sets = (size_t)a.index_sets;
     }

@@ -6,6 +6,7 @@
 #include "kernels/decisions.h"
 #include "kernels/isa.h"
 #include "trainer/dist/comm.h"
+#include "trainer/model/family_desc.h"
 #include "trainer/run/train_run.h"
 
 int main(int argc, char **argv) {
@@ -25,6 +26,15 @@ int main(int argc, char **argv) {
             fprintf(stderr, "usage: longstraw-train --config FILE --out RUN [options]; see --help\n");
         }
         rc = 2;
+    } else if (a.families) {
+        /* the registry (trainer/model/family_desc.h), for parity, coverage, schema checks and docs */
+        cJSON *reg = ls_family_registry_json();
+        char *txt = reg ? cJSON_Print(reg) : NULL;
+        if (txt && rank == 0) printf("%s\n", txt);
+        rc = txt ? 0 : 1;
+        if (!txt && rank == 0) fprintf(stderr, "longstraw-train: --families: out of memory\n");
+        cJSON_free(txt);
+        cJSON_Delete(reg);
     } else if (a.help) {
         if (rank == 0) ls_train_usage(stdout);
         rc = 0;

@@ -29,7 +29,7 @@ static int ep_on(const ls_ep *ep, const ls_params *p) { return ep && ep->g && ep
 /* The owner of tensor t (an EP rank), -1 for a tensor that is not a routed expert's. */
 static int owner_of(const ls_params *p, const ls_tensor *t) {
     int e = ls_param_expert_of(t->name, NULL);
-    return e < 0 ? -1 : ls_ep_owner(e, p->cfg.n_experts, p->ep_size);
+    return e < 0 || !p->cfg.family->routed_experts ? -1 : ls_ep_owner(e, p->cfg.family->routed_experts(&p->cfg), p->ep_size);
 }
 
 ls_status LS_K(ls_ep_grad_sumsq)(const ls_ep *ep, const ls_params *p, double *out) {

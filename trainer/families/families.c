@@ -3,14 +3,22 @@
 
 #include <stdio.h>
 
-#include "trainer/families/dense/dense_family.h" /* TEMP(dense): one registration line once the registry lands */
-#include "trainer/hybrid/hybrid_family.h"
-#include "trainer/mla/mla_family.h"
+/* Every registered family's table (ls_family_list.h, generated from
+ * trainer/families/families.list: each family's folder defines
+ * ls_family_<name> per real type). */
+#define LS_FAMILY_ENTRY(n) extern const ls_family_ops LS_K(ls_family_##n);
+#include "ls_family_list.h"
+#undef LS_FAMILY_ENTRY
 
-const ls_family_ops *LS_K(ls_family_ops_of)(ls_family f, char *err, size_t err_len) {
-    if (f == LS_FAMILY_HYBRID) return &LS_K(ls_family_hybrid);
-    if (f == LS_FAMILY_MLA) return &LS_K(ls_family_mla);
-    if (f == LS_FAMILY_DENSE) return &LS_K(ls_family_dense); /* TEMP(dense) */
+static const ls_family_ops *const TABLES[] = {
+#define LS_FAMILY_ENTRY(n) &LS_K(ls_family_##n),
+#include "ls_family_list.h"
+#undef LS_FAMILY_ENTRY
+};
+
+const ls_family_ops *LS_K(ls_family_ops_of)(const ls_family_desc *f, char *err, size_t err_len) {
+    for (size_t i = 0; f && i < sizeof TABLES / sizeof *TABLES; i++)
+        if (TABLES[i]->desc == f) return TABLES[i];
     if (err && err_len)
         snprintf(err, err_len, "key 'family': '%s' is not implemented by this trainer",
                  ls_family_name(f));

@@ -1,16 +1,16 @@
-/* families.h - the one list of the families this trainer implements, and
- * what needs it: a family's table chosen by the config's "family" key, and
- * the parameter table of a config (params.h's *_of functions with the
- * family chosen here).  The only layer that knows every family; the shared
- * trainer below it reaches a model through p->fam (family.h).  Numeric
- * (LS_K names). */
+/* families.h - the numeric side of the registry of families: a family's
+ * table chosen by the config's family (the registry table is generated from
+ * trainer/families/families.list; family_desc.h is its dtype-independent
+ * side), and the parameter table of a config (params.h's *_of functions with
+ * the family chosen here).  Names no family; the shared trainer below it
+ * reaches a model through p->fam (family.h).  Numeric (LS_K names). */
 #ifndef LS_TRAINER_FAMILIES_H
 #define LS_TRAINER_FAMILIES_H
 #include "trainer/model/family.h"
 
 /* The table of family f (static storage, never freed); NULL when this
  * trainer does not implement it (err: names the config key 'family'). */
-const ls_family_ops *LS_K(ls_family_ops_of)(ls_family f, char *err, size_t err_len);
+const ls_family_ops *LS_K(ls_family_ops_of)(const ls_family_desc *f, char *err, size_t err_len);
 
 /* The number of tensors cfg/obj's table has.  LS_ERR_UNSUPPORTED naming the
  * key 'family' for a family without a table. */

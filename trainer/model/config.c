@@ -11,12 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *ls_family_name(ls_family f) {
-    if (f == LS_FAMILY_DENSE) return "dense"; /* TEMP(dense) */
-    return f == LS_FAMILY_MLA ? "mla" : "hybrid";
-}
-
-
 void ls_objective_defaults(ls_objective *o) {
     memset(o, 0, sizeof *o);
     o->train_mode = LS_TRAIN_LORA;
@@ -45,138 +39,78 @@ typedef struct {
 static const int_key COMMON_INT[] = {
     IK(vocab, 2, 1 << 24, "2^24"), IK(d_model, 1, DIM, "2^20"), IK(n_layers, 1, HEADS, "4096"),
     IK(ffn_dim, 1, DIM, "2^20") };
-static const int_key HYBRID_INT[] = {
-    IK(gdn_hk, 1, HEADS, "4096"), IK(gdn_hv, 1, HEADS, "4096"), IK(gdn_dk, 1, HEADDIM, "2^16"),
-    IK(gdn_dv, 1, HEADDIM, "2^16"), IK(conv_kernel, 1, 256, "256"), IK(attn_heads, 1, HEADS, "4096"),
-    IK(attn_kv_heads, 1, HEADS, "4096"), IK(head_dim, 2, HEADDIM, "2^16"), IK(rope_dim, 0, HEADDIM, "2^16") };
-/* TEMP(dense): the dense family's keys, the hybrid attention layer's (trainer/families/dense/README.md) */
-static const int_key DENSE_INT[] = {
-    IK(attn_heads, 1, HEADS, "4096"), IK(attn_kv_heads, 1, HEADS, "4096"), IK(head_dim, 2, HEADDIM, "2^16"),
-    IK(rope_dim, 0, HEADDIM, "2^16") };
-static const int_key MLA_INT[] = {
-    IK(first_dense, 0, HEADS, "4096"), IK(heads, 1, HEADS, "4096"), IK(q_rank, 1, DIM, "2^20"),
-    IK(kv_rank, 1, DIM, "2^20"), IK(d_nope, 0, HEADDIM, "2^16"), IK(d_rope, 0, HEADDIM, "2^16"),
-    IK(d_v, 1, HEADDIM, "2^16"), IK(index_heads, 1, HEADS, "4096"), IK(index_dim, 1, HEADDIM, "2^16"),
-    IK(index_topk, 1, 1 << 30, "2^30"), IK(n_experts, 1, 1 << 16, "2^16"), IK(n_group, 1, 1 << 16, "2^16"),
-    IK(topk_group, 1, 1 << 16, "2^16"), IK(experts_per_token, 1, 1 << 16, "2^16"),
-    IK(expert_dim, 1, DIM, "2^20") };
 #undef IK
 #define N_OF(a) (sizeof(a) / sizeof *(a))
 
 static const char *const COMMON_REAL[] = {"family", "rms_eps", "rope_theta"};
-static const char *const MLA_REAL[] = {"routed_scale"};
 static const char *const OBJECTIVE_KEYS[] = {"train_mode", "lora_r",   "lora_alpha", "lora_experts",
                                              "grad_mode",  "epsilon", "beta",       "temperature"};
 
-int ls_config_layer_is_attn(const ls_model_config *c, int layer) {
-    if (c->family == LS_FAMILY_DENSE) return 1; /* TEMP(dense) */
-    return (layer + 1) % 4 == 0;
+const char *ls_config_layer_kind(const ls_model_config *c, int layer) { return c->family->layer_kind(c, layer); }
+
+static const ls_family_key *family_key(const ls_family_desc *f, const char *key) {
+    for (size_t i = 0; f && i < f->n_keys; i++)
+        if (!strcmp(f->keys[i].key, key)) return &f->keys[i];
+    return NULL;
 }
 
-ls_layer_kind ls_config_layer_kind(const ls_model_config *c, int layer) {
-    if (c->family == LS_FAMILY_MLA) return LS_LAYER_MLA;
-    return ls_config_layer_is_attn(c, layer) ? LS_LAYER_ATTN : LS_LAYER_GDN;
+ls_status ls_config_key_get(const ls_model_config *c, const char *key, double *out) {
+    const ls_family_key *k = family_key(c->family, key);
+    if (!k) return LS_ERR_ARG;
+    const unsigned char *at = c->fam_keys.bytes + k->off;
+    if (k->type == LS_FKEY_INT) {
+        int v;
+        memcpy(&v, at, sizeof v);
+        *out = v;
+    } else {
+        memcpy(out, at, sizeof *out);
+    }
+    return LS_OK;
+}
+
+ls_status ls_config_key_set(ls_model_config *c, const char *key, double v) {
+    const ls_family_key *k = family_key(c->family, key);
+    if (!k) return LS_ERR_ARG;
+    unsigned char *at = c->fam_keys.bytes + k->off;
+    if (k->type == LS_FKEY_INT) {
+        int iv = (int)v;
+        memcpy(at, &iv, sizeof iv);
+    } else {
+        memcpy(at, &v, sizeof v);
+    }
+    return LS_OK;
+}
+
+void ls_config_init(ls_model_config *c, const ls_family_desc *f) {
+    memset(c, 0, sizeof *c);
+    c->family = f;
 }
 
 /* ---- the parameter count in closed form ------------------------------------ */
 
-/* Accumulates a count exactly (saturating at SIZE_MAX) and approximately
- * (double, for messages about configs whose counts do not fit), and
- * remembers its largest term for those messages. */
-typedef struct {
-    size_t n;
-    double approx, big;
-    const char *big_name;
-} count;
-
-static void term(count *c, size_t a, size_t b, size_t m, const char *name) {
+void ls_count_term(ls_count *c, size_t a, size_t b, size_t m, const char *name) {
     double x = (double)a * (double)b * (double)m;
     c->n = ls_sat_add(c->n, ls_sat_mul3(a, b, m));
     c->approx += x;
     if (x > c->big) c->big = x, c->big_name = name;
 }
 
-/* A linear [out, in] repeated m times, with its LoRA pair (A [r, in],
- * B [out, r]) when r > 0. */
-static void lin(count *base, count *adapt, size_t out, size_t in, size_t m, size_t r, const char *name) {
-    term(base, out, in, m, name);
+void ls_count_lin(ls_count *base, ls_count *adapt, size_t out, size_t in, size_t m, size_t r, const char *name) {
+    ls_count_term(base, out, in, m, name);
     if (r) {
-        term(adapt, r, in, m, "'lora_r' x the adapted dims x 'n_layers'");
-        term(adapt, out, r, m, "'lora_r' x the adapted dims x 'n_layers'");
+        ls_count_term(adapt, r, in, m, "'lora_r' x the adapted dims x 'n_layers'");
+        ls_count_term(adapt, out, r, m, "'lora_r' x the adapted dims x 'n_layers'");
     }
 }
 
-/* Base and adapter scalars of the hybrid table, in params.c's build order
- * (docs/model.md §5); r = 0 when there are no adapters.  Layer i is attention
- * iff (i+1) % 4 == 0 (ls_config_layer_is_attn), so L/4 of them are; every
- * layer of a dense model (TEMP(dense): its GDN keys are 0). */
-static void hybrid_counts(const ls_model_config *c, size_t r, count *base, count *adapt) {
-    size_t d = (size_t)c->d_model, V = (size_t)c->vocab, I = (size_t)c->ffn_dim, L = (size_t)c->n_layers;
-    size_t n_attn = c->family == LS_FAMILY_DENSE ? L : L / 4, n_gdn = L - n_attn;
-    size_t H = (size_t)c->attn_heads, Hkv = (size_t)c->attn_kv_heads, hd = (size_t)c->head_dim;
-    size_t Hk = (size_t)c->gdn_hk, Hv = (size_t)c->gdn_hv, dk = (size_t)c->gdn_dk, dv = (size_t)c->gdn_dv;
-    size_t K = (size_t)c->conv_kernel;
-    size_t C = ls_sat_add(ls_sat_mul3(2, Hk, dk), ls_sat_mul(Hv, dv));
+/* Base and adapter scalars of the family's table; r = 0 when there are no
+ * adapters. */
+static void family_counts(const ls_model_config *c, size_t r, int lora_experts, ls_count *base, ls_count *adapt,
+                          size_t *frozen) {
     memset(base, 0, sizeof *base);
     memset(adapt, 0, sizeof *adapt);
-    term(base, V, d, 2, "'vocab' x 'd_model' (embed, lm_head)");
-    term(base, d, 1, 1, "'d_model' (final norm)");
-    term(base, d, 2, L, "'d_model' x 'n_layers' (norms)");
-    lin(base, adapt, I, d, 2 * L, r, "'ffn_dim' x 'd_model' x 'n_layers' (MLP)"); /* gate, up */
-    lin(base, adapt, d, I, L, r, "'ffn_dim' x 'd_model' x 'n_layers' (MLP)");     /* down */
-    lin(base, adapt, ls_sat_mul3(2, H, hd), d, n_attn, r,
-        "'attn_heads' x 'head_dim' x 'd_model' x 'n_layers' (attention q)");
-    lin(base, adapt, ls_sat_mul(Hkv, hd), d, 2 * n_attn, r,
-        "'attn_kv_heads' x 'head_dim' x 'd_model' x 'n_layers' (attention k, v)");
-    lin(base, adapt, d, ls_sat_mul(H, hd), n_attn, r, "'attn_heads' x 'head_dim' x 'd_model' x 'n_layers' (attention o)");
-    term(base, hd, 2, n_attn, "'head_dim' x 'n_layers' (q/k norms)");
-    lin(base, adapt, C, d, n_gdn, r, "'gdn_hk'/'gdn_hv' x 'gdn_dk'/'gdn_dv' x 'd_model' x 'n_layers' (GDN in_qkv)");
-    lin(base, adapt, ls_sat_mul(Hv, dv), d, n_gdn, r, "'gdn_hv' x 'gdn_dv' x 'd_model' x 'n_layers' (GDN in_z)");
-    lin(base, adapt, Hv, d, 2 * n_gdn, 0, "'gdn_hv' x 'd_model' x 'n_layers' (GDN in_b, in_a)");
-    term(base, C, K, n_gdn, "'conv_kernel' x the GDN channels x 'n_layers' (conv)");
-    term(base, ls_sat_add(ls_sat_mul(2, Hv), dv), 1, n_gdn, "'gdn_hv' x 'n_layers' (A_log, dt_bias, norm)");
-    lin(base, adapt, d, ls_sat_mul(Hv, dv), n_gdn, r, "'gdn_hv' x 'gdn_dv' x 'd_model' x 'n_layers' (GDN out)");
-}
-
-/* Base and adapter scalars of the mla table (mla_table.c's build order,
- * docs/model.md §3, §5); r = 0 when there are no adapters; the routed experts
- * are adapted only with lora_experts. */
-static void mla_counts(const ls_model_config *c, size_t r, int lora_experts, count *base, count *adapt,
-                       size_t *frozen) {
-    size_t d = (size_t)c->d_model, V = (size_t)c->vocab, I = (size_t)c->ffn_dim, L = (size_t)c->n_layers;
-    size_t nd = (size_t)c->first_dense <= L ? (size_t)c->first_dense : L, nm = L - nd;
-    size_t H = (size_t)c->heads, rq = (size_t)c->q_rank, rkv = (size_t)c->kv_rank, dn = (size_t)c->d_nope;
-    size_t dr = (size_t)c->d_rope, dv = (size_t)c->d_v, HI = (size_t)c->index_heads, dI = (size_t)c->index_dim;
-    size_t E = (size_t)c->n_experts, Ie = (size_t)c->expert_dim;
-    memset(base, 0, sizeof *base);
-    memset(adapt, 0, sizeof *adapt);
-    term(base, V, d, 2, "'vocab' x 'd_model' (embed, lm_head)");
-    term(base, d, 1, 1, "'d_model' (final norm)");
-    term(base, d, 2, L, "'d_model' x 'n_layers' (norms)");
-    lin(base, adapt, rq, d, L, r, "'q_rank' x 'd_model' x 'n_layers' (attention q_a)");
-    term(base, ls_sat_add(rq, rkv), 1, L, "'q_rank' + 'kv_rank' x 'n_layers' (q_a_norm, kv_a_norm)");
-    lin(base, adapt, ls_sat_mul(H, ls_sat_add(dn, dr)), rq, L, r,
-        "'heads' x ('d_nope' + 'd_rope') x 'q_rank' x 'n_layers' (attention q_b)");
-    lin(base, adapt, ls_sat_add(rkv, dr), d, L, r, "('kv_rank' + 'd_rope') x 'd_model' x 'n_layers' (attention kv_a)");
-    lin(base, adapt, ls_sat_mul(H, ls_sat_add(dn, dv)), rkv, L, r,
-        "'heads' x ('d_nope' + 'd_v') x 'kv_rank' x 'n_layers' (attention kv_b)");
-    lin(base, adapt, d, ls_sat_mul(H, dv), L, r, "'heads' x 'd_v' x 'd_model' x 'n_layers' (attention o)");
-    term(base, ls_sat_mul(HI, dI), rq, L, "'index_heads' x 'index_dim' x 'q_rank' x 'n_layers' (indexer q)");
-    term(base, ls_sat_add(ls_sat_mul(dI, d), ls_sat_mul(HI, d)), 1, L,
-         "'index_dim' + 'index_heads' x 'd_model' x 'n_layers' (indexer k, w)");
-    term(base, dI, 2, L, "'index_dim' x 'n_layers' (indexer k_norm)");
-    lin(base, adapt, I, d, 2 * nd, r, "'ffn_dim' x 'd_model' x 'first_dense' (dense MLP)"); /* gate, up */
-    lin(base, adapt, d, I, nd, r, "'ffn_dim' x 'd_model' x 'first_dense' (dense MLP)");     /* down */
-    term(base, ls_sat_add(ls_sat_mul(E, d), E), 1, nm, "'n_experts' x 'd_model' x 'n_layers' (router)");
-    lin(base, adapt, Ie, d, 2 * nm, r, "'expert_dim' x 'd_model' x 'n_layers' (shared expert)");
-    lin(base, adapt, d, Ie, nm, r, "'expert_dim' x 'd_model' x 'n_layers' (shared expert)");
-    size_t re = lora_experts ? r : 0, mE = ls_sat_mul(E, nm);
-    lin(base, adapt, Ie, d, ls_sat_mul(2, mE), re, "'n_experts' x 'expert_dim' x 'd_model' x 'n_layers' (experts)");
-    lin(base, adapt, d, Ie, mE, re, "'n_experts' x 'expert_dim' x 'd_model' x 'n_layers' (experts)");
-    /* never trained (docs/model.md §3): the indexer and router_bias */
-    size_t idx = ls_sat_add(ls_sat_add(ls_sat_mul3(HI, dI, rq), ls_sat_mul(dI, d)),
-                            ls_sat_add(ls_sat_mul(HI, d), ls_sat_mul(2, dI)));
-    *frozen = ls_sat_add(ls_sat_mul(idx, L), ls_sat_mul(E, nm));
+    *frozen = 0;
+    c->family->counts(c, r, lora_experts, base, adapt, frozen);
 }
 
 static ls_status counts_where(const ls_model_config *c, const ls_objective *obj, ls_param_counts *out,
@@ -187,15 +121,12 @@ static ls_status counts_where(const ls_model_config *c, const ls_objective *obj,
         snprintf(err, err_len, "lora_r: must be >= 1");
         return LS_ERR_ARG;
     }
-    count base, adapt;
+    ls_count base, adapt;
     size_t frozen = 0;
-    if (c->family == LS_FAMILY_MLA)
-        mla_counts(c, lora ? (size_t)obj->lora_r : 0, obj && obj->lora_experts, &base, &adapt, &frozen);
-    else
-        hybrid_counts(c, lora ? (size_t)obj->lora_r : 0, &base, &adapt);
+    family_counts(c, lora ? (size_t)obj->lora_r : 0, obj && obj->lora_experts, &base, &adapt, &frozen);
     /* the byte count of every block must fit too: 8-byte reals, and the
      * weights block holds the reference copy as well in full mode */
-    const count *bad = base.n > SIZE_MAX / 16 ? &base : adapt.n > SIZE_MAX / 16 ? &adapt : NULL;
+    const ls_count *bad = base.n > SIZE_MAX / 16 ? &base : adapt.n > SIZE_MAX / 16 ? &adapt : NULL;
     if (bad) {
         snprintf(err, err_len,
                  "%s: %s implies %.3g parameters, %.3g bytes of float64 weights: more than size_t can count",
@@ -218,19 +149,16 @@ ls_status ls_config_param_counts_ep(const ls_model_config *c, const ls_objective
                                     ls_param_counts *out, char *err, size_t err_len) {
     ls_status st = counts_where(c, obj, out, "config", err, err_len);
     if (st != LS_OK || ep <= 1) return st;
-    if (c->family != LS_FAMILY_MLA || c->n_experts < 1 || c->n_experts % ep != 0) {
+    int E = c->family->routed_experts ? c->family->routed_experts(c) : 0;
+    if (E < 1 || E % ep != 0 || !c->family->ep_others) {
         memset(out, 0, sizeof *out);
-        snprintf(err, err_len, "ep %d: does not divide the %d routed experts of the config", ep,
-                 c->family == LS_FAMILY_MLA ? c->n_experts : 0);
+        snprintf(err, err_len, "ep %d: does not divide the %d routed experts of the config", ep, E);
         return LS_ERR_ARG;
     }
-    /* the routed experts another EP rank holds: E - E/ep of them in each MoE layer */
-    size_t L = (size_t)c->n_layers, nd = (size_t)c->first_dense <= L ? (size_t)c->first_dense : L;
-    size_t d = (size_t)c->d_model, Ie = (size_t)c->expert_dim, E = (size_t)c->n_experts;
-    size_t others = ls_sat_mul(E - E / (size_t)ep, L - nd);
+    /* the routed experts another EP rank holds (E - E/ep of them in each MoE layer) */
     int lora = obj && obj->train_mode == LS_TRAIN_LORA;
-    size_t base = ls_sat_mul3(others, 3, ls_sat_mul(Ie, d));
-    size_t adapt = lora && obj->lora_experts ? ls_sat_mul3(others, 3, ls_sat_mul((size_t)obj->lora_r, d + Ie)) : 0;
+    size_t base = 0, adapt = 0;
+    c->family->ep_others(c, ep, lora ? (size_t)obj->lora_r : 0, lora && obj->lora_experts, &base, &adapt);
     out->base -= base;
     out->adapters -= adapt;
     out->trainable -= lora ? adapt : base;
@@ -282,6 +210,42 @@ static ls_status get_ints(const cJSON *obj, const int_key *keys, size_t n, ls_mo
     return LS_OK;
 }
 
+/* The family's keys, in its table's order, into its block of c: an int as
+ * get_int reads it (its range is checked by check_where), a real in
+ * (lo, hi]; a missing key with a default takes it. */
+static ls_status get_family_keys(const cJSON *obj, ls_model_config *c, const char *where, char *err,
+                                 size_t err_len) {
+    const ls_family_desc *f = c->family;
+    for (size_t i = 0; i < f->n_keys; i++) {
+        const ls_family_key *k = &f->keys[i];
+        const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, k->key);
+        double v;
+        if (!it && k->has_default) {
+            v = k->dflt;
+        } else if (!it) {
+            snprintf(err, err_len, "%s: key '%s': missing", where, k->key);
+            return LS_ERR_FORMAT;
+        } else if (k->type == LS_FKEY_INT) {
+            if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) || it->valuedouble < 0 ||
+                it->valuedouble > 2147483647.0) {
+                snprintf(err, err_len, "%s: key '%s': must be an integer in [%d, %s]", where, k->key, (int)k->lo,
+                         k->hi_name);
+                return LS_ERR_FORMAT;
+            }
+            v = it->valuedouble;
+        } else {
+            if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || !(it->valuedouble > k->lo) ||
+                it->valuedouble > k->hi) {
+                snprintf(err, err_len, "%s: key '%s': must be a number in (%g, %g]", where, k->key, k->lo, k->hi);
+                return LS_ERR_FORMAT;
+            }
+            v = it->valuedouble;
+        }
+        ls_config_key_set(c, k->key, v);
+    }
+    return LS_OK;
+}
+
 static int in_ints(const int_key *keys, size_t n, const char *k) {
     for (size_t i = 0; i < n; i++)
         if (!strcmp(keys[i].key, k)) return 1;
@@ -317,7 +281,7 @@ static int distance(const char *a, const char *b) {
 
 /* The closest key of the family (and the objective keys when allowed)
  * within edit distance 2, or NULL. */
-static const char *closest(ls_family f, int objective, const char *k) {
+static const char *closest(const ls_family_desc *f, int objective, const char *k) {
     const char *best = NULL;
     int bd = 3;
 #define TRY(name)                              \
@@ -327,14 +291,7 @@ static const char *closest(ls_family f, int objective, const char *k) {
     } while (0)
     for (size_t i = 0; i < N_OF(COMMON_INT); i++) TRY(COMMON_INT[i].key);
     for (size_t i = 0; i < N_OF(COMMON_REAL); i++) TRY(COMMON_REAL[i]);
-    if (f == LS_FAMILY_HYBRID)
-        for (size_t i = 0; i < N_OF(HYBRID_INT); i++) TRY(HYBRID_INT[i].key);
-    else if (f == LS_FAMILY_DENSE) /* TEMP(dense) */
-        for (size_t i = 0; i < N_OF(DENSE_INT); i++) TRY(DENSE_INT[i].key);
-    else {
-        for (size_t i = 0; i < N_OF(MLA_INT); i++) TRY(MLA_INT[i].key);
-        TRY(MLA_REAL[0]);
-    }
+    for (size_t i = 0; i < f->n_keys; i++) TRY(f->keys[i].key);
     if (objective)
         for (size_t i = 0; i < N_OF(OBJECTIVE_KEYS); i++) TRY(OBJECTIVE_KEYS[i]);
 #undef TRY
@@ -342,25 +299,18 @@ static const char *closest(ls_family f, int objective, const char *k) {
 }
 
 /* Every key of obj must be one of the family's (docs/model.md §6). */
-static ls_status check_keys(const cJSON *obj, ls_family f, int objective, const char *where, char *err,
+static ls_status check_keys(const cJSON *obj, const ls_family_desc *f, int objective, const char *where, char *err,
                             size_t err_len) {
-    const char *fam = ls_family_name(f), *other = ls_family_name(f == LS_FAMILY_HYBRID ? LS_FAMILY_MLA
-                                                                                         : LS_FAMILY_HYBRID);
     for (const cJSON *it = obj->child; it; it = it->next) {
         const char *k = it->string ? it->string : "";
-        int mine = in_ints(COMMON_INT, N_OF(COMMON_INT), k) || in_names(COMMON_REAL, N_OF(COMMON_REAL), k);
-        int hyb = in_ints(HYBRID_INT, N_OF(HYBRID_INT), k);
-        int mla = in_ints(MLA_INT, N_OF(MLA_INT), k) || in_names(MLA_REAL, N_OF(MLA_REAL), k);
+        int mine = in_ints(COMMON_INT, N_OF(COMMON_INT), k) || in_names(COMMON_REAL, N_OF(COMMON_REAL), k) ||
+                   family_key(f, k) != NULL; /* its own (a key two families share is each one's) */
         int objk = in_names(OBJECTIVE_KEYS, N_OF(OBJECTIVE_KEYS), k);
-        if (f == LS_FAMILY_DENSE) { /* TEMP(dense): a hybrid key that is not an attention key is the hybrid's */
-            mine = mine || in_ints(DENSE_INT, N_OF(DENSE_INT), k);
-            if (hyb && !mine) other = ls_family_name(LS_FAMILY_HYBRID);
-            else if (mla) other = ls_family_name(LS_FAMILY_MLA);
-        }
-        if (mine || (f == LS_FAMILY_HYBRID ? hyb : f == LS_FAMILY_MLA ? mla : 0) || (objective && objk)) continue;
-        if (hyb || mla) {
+        const ls_family_desc *other = mine ? NULL : ls_family_owning_key(k, f);
+        if (mine || (objective && objk)) continue;
+        if (other) {
             snprintf(err, err_len, "%s: key '%.64s': belongs to the %s family, not to this %s config", where, k,
-                     other, fam);
+                     other->name, f->name);
         } else if (objk) {
             snprintf(err, err_len,
                      "%s: key '%.64s': an objective setting, not a model config key (give it on the command line)",
@@ -371,7 +321,7 @@ static ls_status check_keys(const cJSON *obj, ls_family f, int objective, const 
                 snprintf(err, err_len, "%s: key '%.64s': unknown (did you mean '%s'?)", where, k, near);
             else
                 snprintf(err, err_len, "%s: key '%.64s': unknown; a %s config has only the keys of docs/model.md section 6",
-                         where, k, fam);
+                         where, k, f->name);
         }
         return LS_ERR_FORMAT;
     }
@@ -390,12 +340,12 @@ static ls_status parse_model(ls_model_config *c, const cJSON *obj, int objective
         snprintf(err, err_len, "%s: key 'family': missing or not a string", where);
         return LS_ERR_FORMAT;
     }
-    if (strcmp(fam->valuestring, "hybrid") == 0) c->family = LS_FAMILY_HYBRID;
-    else if (strcmp(fam->valuestring, "mla") == 0) c->family = LS_FAMILY_MLA;
-    else if (strcmp(fam->valuestring, "dense") == 0) c->family = LS_FAMILY_DENSE; /* TEMP(dense) */
-    else {
-        snprintf(err, err_len, "%s: key 'family': '%.64s' is not \"hybrid\", \"mla\" or \"dense\"", where,
-                 fam->valuestring);
+    c->family = ls_family_find(fam->valuestring);
+    if (!c->family) {
+        char names[256];
+        ls_family_list_names(names, sizeof names);
+        snprintf(err, err_len, "%s: key 'family': '%.64s' is not one of this build's families (%s)", where,
+                 fam->valuestring, names);
         return LS_ERR_FORMAT;
     }
     ls_status st = check_keys(obj, c->family, objective, where, err, err_len);
@@ -403,15 +353,7 @@ static ls_status parse_model(ls_model_config *c, const cJSON *obj, int objective
     if (st == LS_OK) st = get_real(obj, "rms_eps", 1.0, &c->rms_eps, where, err, err_len);
     if (st == LS_OK) st = get_real(obj, "rope_theta", 1e12, &c->rope_theta, where, err, err_len);
     if (st != LS_OK) return st;
-    if (c->family == LS_FAMILY_HYBRID)
-        st = get_ints(obj, HYBRID_INT, N_OF(HYBRID_INT), c, where, err, err_len);
-    else if (c->family == LS_FAMILY_DENSE) /* TEMP(dense) */
-        st = get_ints(obj, DENSE_INT, N_OF(DENSE_INT), c, where, err, err_len);
-    else {
-        st = get_ints(obj, MLA_INT, N_OF(MLA_INT), c, where, err, err_len);
-        if (st == LS_OK) st = get_real(obj, "routed_scale", 1e6, &c->routed_scale, where, err, err_len);
-    }
-    if (st != LS_OK) return st;
+    if ((st = get_family_keys(obj, c, where, err, err_len)) != LS_OK) return st;
     return check_where(c, where, err, err_len);
 }
 
@@ -481,58 +423,54 @@ ls_status ls_config_from_json_with_objective(ls_model_config *c, ls_objective *o
         }                                                      \
     } while (0)
 
-/* Each key within its range; for a value above its bound, the size the
- * config implies (so "d_model 1e9" reads as the absurd model it is). */
+/* A key above its bound, named with the size the config implies (so
+ * "d_model 1e9" reads as the absurd model it is). */
+static ls_status above(const ls_model_config *c, const char *key, double v, double hi, const char *hi_name,
+                       const char *where, char *err, size_t err_len) {
+    ls_count b, a;
+    size_t frozen;
+    family_counts(c, 0, 0, &b, &a, &frozen);
+    REQUIRE(0, "key '%s': %.17g is above the limit %.17g (%s); this config implies %.3g parameters, "
+               "%.3g bytes of weights as float32 (largest term %s: %.3g)",
+            key, v, hi, hi_name, b.approx, 4 * b.approx, b.big_name ? b.big_name : "-", b.big);
+}
+
+/* Each shared int key within its range. */
 static ls_status check_ranges(const ls_model_config *c, const int_key *keys, size_t n, const char *where,
                               char *err, size_t err_len) {
     for (size_t i = 0; i < n; i++) {
         int v = *(const int *)((const char *)c + keys[i].off);
         REQUIRE(v >= keys[i].lo, "key '%s': %d is below the minimum %d", keys[i].key, v, keys[i].lo);
-        if (v > keys[i].hi) {
-            if (c->family == LS_FAMILY_HYBRID || c->family == LS_FAMILY_DENSE) { /* TEMP(dense) */
-                count b, a;
-                hybrid_counts(c, 0, &b, &a);
-                REQUIRE(0, "key '%s': %d is above the limit %d (%s); this config implies %.3g parameters, "
-                           "%.3g bytes of weights as float32 (largest term %s: %.3g)",
-                        keys[i].key, v, keys[i].hi, keys[i].hi_name, b.approx, 4 * b.approx, b.big_name, b.big);
-            }
-            REQUIRE(0, "key '%s': %d is above the limit %d (%s)", keys[i].key, v, keys[i].hi, keys[i].hi_name);
+        if (v > keys[i].hi) return above(c, keys[i].key, v, keys[i].hi, keys[i].hi_name, where, err, err_len);
+    }
+    return LS_OK;
+}
+
+/* Each of the family's keys within its range (an int in [lo, hi], a real in (lo, hi]). */
+static ls_status check_family_ranges(const ls_model_config *c, const char *where, char *err, size_t err_len) {
+    const ls_family_desc *f = c->family;
+    for (size_t i = 0; i < f->n_keys; i++) {
+        const ls_family_key *k = &f->keys[i];
+        double v = 0;
+        ls_config_key_get(c, k->key, &v);
+        if (k->type == LS_FKEY_INT) {
+            REQUIRE(v >= k->lo, "key '%s': %d is below the minimum %d", k->key, (int)v, (int)k->lo);
+        } else {
+            REQUIRE(isfinite(v) && v > k->lo, "key '%s': %g must be above %g", k->key, v, k->lo);
         }
+        if (v > k->hi) return above(c, k->key, v, k->hi, k->hi_name, where, err, err_len);
     }
     return LS_OK;
 }
 
 static ls_status check_where(const ls_model_config *c, const char *where, char *err, size_t err_len) {
+    REQUIRE(c->family, "key 'family': not set");
     ls_status st = check_ranges(c, COMMON_INT, N_OF(COMMON_INT), where, err, err_len);
     if (st != LS_OK) return st;
-    if (c->family == LS_FAMILY_DENSE) { /* TEMP(dense): the hybrid attention keys' checks */
-        if ((st = check_ranges(c, DENSE_INT, N_OF(DENSE_INT), where, err, err_len)) != LS_OK) return st;
-        REQUIRE(c->attn_heads % c->attn_kv_heads == 0,
-                "key 'attn_heads': must be a positive multiple of 'attn_kv_heads'");
-        REQUIRE(c->rope_dim % 2 == 0 && c->rope_dim <= c->head_dim, "key 'rope_dim': must be even and <= 'head_dim'");
-        ls_param_counts pc;
-        if ((st = counts_where(c, NULL, &pc, where, err, err_len)) != LS_OK) return st;
-    } else if (c->family == LS_FAMILY_HYBRID) {
-        if ((st = check_ranges(c, HYBRID_INT, N_OF(HYBRID_INT), where, err, err_len)) != LS_OK) return st;
-        REQUIRE(c->gdn_hv % c->gdn_hk == 0, "key 'gdn_hv': must be a positive multiple of 'gdn_hk'");
-        REQUIRE(c->attn_heads % c->attn_kv_heads == 0,
-                "key 'attn_heads': must be a positive multiple of 'attn_kv_heads'");
-        REQUIRE(c->rope_dim % 2 == 0 && c->rope_dim <= c->head_dim, "key 'rope_dim': must be even and <= 'head_dim'");
-        ls_param_counts pc;
-        if ((st = counts_where(c, NULL, &pc, where, err, err_len)) != LS_OK) return st;
-    } else {
-        if ((st = check_ranges(c, MLA_INT, N_OF(MLA_INT), where, err, err_len)) != LS_OK) return st;
-        REQUIRE(c->first_dense <= c->n_layers, "key 'first_dense': exceeds 'n_layers'");
-        REQUIRE(c->d_rope % 2 == 0 && c->d_rope <= c->index_dim, "key 'd_rope': must be even and <= 'index_dim'");
-        REQUIRE(c->n_experts % c->n_group == 0 && c->topk_group <= c->n_group,
-                "keys 'n_experts', 'n_group', 'topk_group' inconsistent");
-        REQUIRE(c->experts_per_token <= c->n_experts, "key 'experts_per_token': must be in [1, n_experts]");
-        REQUIRE(c->experts_per_token <= c->topk_group * (c->n_experts / c->n_group),
-                "key 'experts_per_token': must be <= 'topk_group' x 'n_experts' / 'n_group' (the kept groups' experts)");
-        ls_param_counts pc;
-        if ((st = counts_where(c, NULL, &pc, where, err, err_len)) != LS_OK) return st;
-    }
-    return LS_OK;
+    if ((st = check_family_ranges(c, where, err, err_len)) != LS_OK) return st;
+    if ((st = c->family->check(c, where, err, err_len)) != LS_OK) return st;
+    ls_param_counts pc;
+    return counts_where(c, NULL, &pc, where, err, err_len);
 }
 #undef REQUIRE
 
@@ -572,13 +510,10 @@ cJSON *ls_config_to_json(const ls_model_config *c, const ls_objective *ob) {
     add_ints(o, c, COMMON_INT, N_OF(COMMON_INT));
     cJSON_AddNumberToObject(o, "rms_eps", c->rms_eps);
     cJSON_AddNumberToObject(o, "rope_theta", c->rope_theta);
-    if (c->family == LS_FAMILY_HYBRID) {
-        add_ints(o, c, HYBRID_INT, N_OF(HYBRID_INT));
-    } else if (c->family == LS_FAMILY_DENSE) { /* TEMP(dense) */
-        add_ints(o, c, DENSE_INT, N_OF(DENSE_INT));
-    } else {
-        add_ints(o, c, MLA_INT, N_OF(MLA_INT));
-        cJSON_AddNumberToObject(o, "routed_scale", c->routed_scale);
+    for (size_t i = 0; c->family && i < c->family->n_keys; i++) {
+        double v = 0;
+        ls_config_key_get(c, c->family->keys[i].key, &v);
+        cJSON_AddNumberToObject(o, c->family->keys[i].key, v);
     }
     if (ob) {
         cJSON_AddStringToObject(o, "train_mode", ob->train_mode == LS_TRAIN_FULL ? "full" : "lora");

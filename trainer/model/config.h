@@ -7,30 +7,35 @@
 #include <stdint.h>
 #include <cjson/cJSON.h>
 #include "common/status.h"
+#include "trainer/model/family_desc.h"
 
-/* TEMP(dense): LS_FAMILY_DENSE until the family registry (trainer/families) names families itself */
-typedef enum { LS_FAMILY_HYBRID = 0, LS_FAMILY_MLA = 1, LS_FAMILY_DENSE = 2 } ls_family;
+/* Bytes of a family's own keys in a config (its key struct must fit: 26
+ * int keys; a family's header asserts it).  This size keeps ls_model_config
+ * (and ls_params, whose bytes the memory plan counts) the size it had. */
+#define LS_FAMILY_KEYS_BYTES 104
 
-typedef struct {
-    ls_family family;
+/* A model config: the keys every family shares, the family (its descriptor,
+ * family_desc.h) and the family's own keys in a block the family owns: its
+ * key table's offsets index it, and its folder's accessor casts it to its
+ * key struct (ls_hybrid_keys_of, ...).  Shared code reaches them only
+ * through the descriptor.  Plain data: copy by assignment. */
+struct ls_model_config_s {
+    const ls_family_desc *family;
     int vocab, d_model, n_layers, ffn_dim;
     double rms_eps, rope_theta;
-    /* hybrid (dense, TEMP(dense): the attention keys attn_heads .. rope_dim only) */
-    int gdn_hk, gdn_hv, gdn_dk, gdn_dv, conv_kernel;
-    int attn_heads, attn_kv_heads, head_dim, rope_dim;
-    /* mla */
-    int first_dense, heads, q_rank, kv_rank, d_nope, d_rope, d_v;
-    int index_heads, index_dim, index_topk;
-    int n_experts, n_group, topk_group, experts_per_token, expert_dim;
-    double routed_scale;
-} ls_model_config;
+    union {
+        unsigned char bytes[LS_FAMILY_KEYS_BYTES];
+        double align_d;
+        int64_t align_i;
+    } fam_keys;
+};
 
 typedef enum { LS_TRAIN_LORA = 0, LS_TRAIN_FULL = 1 } ls_train_mode;
 typedef enum { LS_GRAD_DETACHED = 0, LS_GRAD_FULL = 1 } ls_grad_mode;
 typedef enum { LS_STRATEGY_LONGSTRAW = 0, LS_STRATEGY_NAIVE = 1 } ls_strategy;
 
 /* Objective and adapter settings (the rest of docs/model.md §6). */
-typedef struct {
+struct ls_objective_s {
     ls_train_mode train_mode;
     int lora_r;
     double lora_alpha;
@@ -38,7 +43,7 @@ typedef struct {
     int lora_init_random; /* lora_B random instead of zero (parity checks) */
     ls_grad_mode grad_mode;
     double epsilon, beta, temperature;
-} ls_objective;
+};
 
 /* Largest model config file ls_config_load reads (a config is < 1 KiB);
  * a larger file, or a stream that does not end (/dev/zero), is refused. */
@@ -78,8 +83,8 @@ cJSON *ls_config_to_json(const ls_model_config *c, const ls_objective *obj);
 /* Scalars of each storage block of the family's parameter table
  * (docs/model.md §3, §5), in closed form from the config: base weights,
  * adapters (lora mode), trainable scalars (adapters in lora mode, the base
- * weights less the frozen ones in full mode (mla: the indexer and
- * router_bias); each has a gradient and two AdamW moments) and the
+ * weights less the frozen ones in full mode (the family's counts hook
+ * names them); each has a gradient and two AdamW moments) and the
  * frozen reference copy (full mode: = base, else 0). */
 typedef struct {
     size_t base, adapters, trainable, reference;
@@ -88,10 +93,10 @@ typedef struct {
 /* The closed form above, overflow-checked.  LS_ERR_FORMAT naming the
  * product when a count overflows size_t, LS_ERR_ARG when obj->lora_r < 1 in
  * lora mode.  obj NULL: base weights only (adapters 0, trainable = base).
- * mla: the routed experts' adapters only with obj->lora_experts. */
+ * Routed experts' adapters only with obj->lora_experts. */
 ls_status ls_config_param_counts(const ls_model_config *c, const ls_objective *obj,
                                  ls_param_counts *out, char *err, size_t err_len);
-/* The same for one rank of expert parallelism over ep ranks (mla, --ep):
+/* The same for one rank of expert parallelism over ep ranks (--ep):
  * the routed experts of the other EP ranks (E - E/ep in each MoE layer:
  * their weights, expert adapters, gradients, moments and reference copy)
  * left out, as ls_params_init_ep allocates.  ep <= 1: ls_config_param_counts.
@@ -99,16 +104,19 @@ ls_status ls_config_param_counts(const ls_model_config *c, const ls_objective *o
  * family has none). */
 ls_status ls_config_param_counts_ep(const ls_model_config *c, const ls_objective *obj, int ep,
                                     ls_param_counts *out, char *err, size_t err_len);
-/* 1 when layer `layer` of a hybrid model is a gated full-attention layer
- * (every fourth: docs/model.md §1), 0 for GDN; every layer of a dense model
- * (TEMP(dense)). */
-int ls_config_layer_is_attn(const ls_model_config *c, int layer);
-/* The kind of mixer layer `layer` has in its family (the trace's
- * layer_end kind): hybrid GDN or gated attention (ls_config_layer_is_attn),
- * mla MLA. */
-typedef enum { LS_LAYER_GDN = 0, LS_LAYER_ATTN, LS_LAYER_MLA } ls_layer_kind;
-ls_layer_kind ls_config_layer_kind(const ls_model_config *c, int layer);
+/* The kind of mixer layer `layer` has (the trace's layer_end kind): a name
+ * the family registers (its descriptor's layer_kinds), static storage. */
+const char *ls_config_layer_kind(const ls_model_config *c, int layer);
+
+/* The value of the family key `key` of c as a double (an int key converted),
+ * through c's descriptor; LS_ERR_ARG when c's family has no such key. */
+ls_status ls_config_key_get(const ls_model_config *c, const char *key, double *out);
+/* Set it (an int key takes (int)v): for tools and tests that build a config
+ * by hand; LS_ERR_ARG when c's family has no such key.  No range check
+ * (ls_config_check does it). */
+ls_status ls_config_key_set(ls_model_config *c, const char *key, double v);
+/* A config of family f with every key zero (ls_config_check refuses it until set). */
+void ls_config_init(ls_model_config *c, const ls_family_desc *f);
 
 void ls_objective_defaults(ls_objective *o);
-const char *ls_family_name(ls_family f);
 #endif

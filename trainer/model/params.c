@@ -193,7 +193,7 @@ ls_status LS_K(ls_params_init_ep_of)(const ls_param_layout *layout, ls_params **
     }
 
     size_t nb[6] = {0};
-    int E = cfg->n_experts;
+    int E = cfg->family->routed_experts ? cfg->family->routed_experts(cfg) : 0;
     for (size_t i = 0; i < p->n; i++) {
         ls_tensor *t = &p->t[i];
         t->trainable = obj->train_mode == LS_TRAIN_LORA ? t->is_adapter : !t->frozen;

@@ -24,6 +24,8 @@
  * 2·V; the indexer nothing (it gets no gradient). */
 #include "trainer/plan/plan.h"
 
+#include "trainer/model/family_desc.h"
+
 /* Sum over the n tokens at positions pos0 .. pos0 + n - 1 of the keys each
  * sees: every earlier position and itself (p + 1), capped at cap (0: none). */
 static double visible_keys(size_t n, size_t pos0, size_t cap) {
@@ -35,120 +37,37 @@ static double visible_keys(size_t n, size_t pos0, size_t cap) {
     return m * p0 + m * (m + 1.0) / 2.0 + (nn - m) * (double)cap;
 }
 
-/* What one family's layers and head cost per token, split by kind of work. */
-typedef struct {
-    double base;      /* 2·out·in of every linear (forward) */
-    double base_tr;   /* of those, the trained ones (full mode's weight gradients) */
-    double lora;      /* 2·r·(in + out) of the adapters */
-    double conv;      /* GDN conv, forward */
-    double rec;       /* GDN recurrence dk·dv per value head, summed over layers (x7 fwd, x15 bwd) */
-    double attn_hd;   /* sum over attention layers of H·hd (x4 per visible key fwd) */
-    double mla_hd;    /* sum over MLA layers of H·(d_qk + d_v) (x2 per attended key fwd) */
-    double idx_per_key; /* sum over MLA layers of (2·d_I + 2)·H_I */
-    double vocab;     /* V (log-softmax) */
-} per_token;
-
-static void lin(per_token *t, double out, double in, int lora_target, int trained, int r) {
-    t->base += 2.0 * out * in;
-    if (trained) t->base_tr += 2.0 * out * in;
-    if (lora_target && r > 0) t->lora += 2.0 * (double)r * (in + out);
-}
-
-static void hybrid_counts(const ls_model_config *c, int r, per_token *t) {
-    double d = c->d_model, C = 2.0 * c->gdn_hk * c->gdn_dk + (double)c->gdn_hv * c->gdn_dv;
-    double Hvdv = (double)c->gdn_hv * c->gdn_dv, H = c->attn_heads, hd = c->head_dim;
-    for (int l = 0; l < c->n_layers; ++l) {
-        if (ls_config_layer_is_attn(c, l)) {
-            lin(t, H * 2.0 * hd, d, 1, 1, r);                     /* q (query and gate) */
-            lin(t, (double)c->attn_kv_heads * hd, d, 1, 1, r);    /* k */
-            lin(t, (double)c->attn_kv_heads * hd, d, 1, 1, r);    /* v */
-            lin(t, d, H * hd, 1, 1, r);                           /* o */
-            t->attn_hd += H * hd;
-        } else {
-            lin(t, C, d, 1, 1, r);                                /* in_qkv */
-            lin(t, Hvdv, d, 1, 1, r);                             /* in_z */
-            lin(t, c->gdn_hv, d, 0, 1, r);                        /* in_b */
-            lin(t, c->gdn_hv, d, 0, 1, r);                        /* in_a */
-            lin(t, d, Hvdv, 1, 1, r);                             /* out */
-            t->conv += 2.0 * C * c->conv_kernel;
-            t->rec += (double)c->gdn_hv * c->gdn_dk * c->gdn_dv;
-        }
-        lin(t, c->ffn_dim, d, 1, 1, r);                           /* mlp gate */
-        lin(t, c->ffn_dim, d, 1, 1, r);                           /* mlp up */
-        lin(t, d, c->ffn_dim, 1, 1, r);                           /* mlp down */
-    }
-}
-
-static void mla_counts(const ls_model_config *c, int r, per_token *t) {
-    double d = c->d_model, H = c->heads, dqk = (double)c->d_nope + c->d_rope;
-    for (int l = 0; l < c->n_layers; ++l) {
-        lin(t, c->q_rank, d, 1, 1, r);                                     /* q_a */
-        lin(t, H * dqk, c->q_rank, 1, 1, r);                               /* q_b */
-        lin(t, (double)c->kv_rank + c->d_rope, d, 1, 1, r);                /* kv_a */
-        lin(t, H * ((double)c->d_nope + c->d_v), c->kv_rank, 1, 1, r);     /* kv_b */
-        lin(t, d, H * c->d_v, 1, 1, r);                                    /* o */
-        t->mla_hd += H * (dqk + c->d_v);
-        lin(t, (double)c->index_heads * c->index_dim, c->q_rank, 0, 0, r); /* indexer q (frozen) */
-        lin(t, c->index_dim, d, 0, 0, r);                                  /* indexer k */
-        lin(t, c->index_heads, d, 0, 0, r);                                /* indexer w */
-        t->idx_per_key += (2.0 * c->index_dim + 2.0) * c->index_heads;
-        if (l < c->first_dense) {
-            lin(t, c->ffn_dim, d, 1, 1, r);
-            lin(t, c->ffn_dim, d, 1, 1, r);
-            lin(t, d, c->ffn_dim, 1, 1, r);
-        } else {
-            lin(t, c->n_experts, d, 0, 1, r);                              /* router */
-            for (int e = 0; e < c->experts_per_token; ++e) {               /* routed, no adapters */
-                lin(t, c->expert_dim, d, 0, 1, r);
-                lin(t, c->expert_dim, d, 0, 1, r);
-                lin(t, d, c->expert_dim, 0, 1, r);
-            }
-            lin(t, c->expert_dim, d, 1, 1, r);                             /* shared expert */
-            lin(t, c->expert_dim, d, 1, 1, r);
-            lin(t, d, c->expert_dim, 1, 1, r);
-        }
-    }
-}
-
-static void counts(const ls_model_config *c, int lora_r, per_token *t) {
-    *t = (per_token){0};
-    if (c->family == LS_FAMILY_MLA) mla_counts(c, lora_r, t);
-    else hybrid_counts(c, lora_r, t);
-    lin(t, c->vocab, c->d_model, 0, 1, lora_r); /* lm_head: not an adapter target */
-    t->vocab = c->vocab;
+/* The model's per-token terms: the family's layers (its flop_terms hook),
+ * then the LM head (not an adapter target) and the log-softmax. */
+static void counts(const ls_model_config *c, int lora_r, ls_flop_terms *t) {
+    *t = (ls_flop_terms){0};
+    c->family->flop_terms(c, lora_r, t);
+    ls_flop_lin(t, c->vocab, c->d_model, 0, 1, lora_r); /* lm_head */
 }
 
 double LS_K(ls_plan_forward_flops)(const ls_model_config *c, int lora_r, size_t n, size_t pos0) {
     if (!c || n == 0) return 0.0;
-    per_token t;
+    ls_flop_terms t;
     counts(c, lora_r, &t);
-    double nn = (double)n;
-    double f = nn * (t.base + t.lora + t.conv + 7.0 * t.rec + 3.0 * t.vocab);
-    if (c->family == LS_FAMILY_MLA) {
-        f += 2.0 * t.mla_hd * visible_keys(n, pos0, (size_t)c->index_topk);
-        f += t.idx_per_key * visible_keys(n, pos0, 0);
-    } else {
-        f += 4.0 * t.attn_hd * visible_keys(n, pos0, 0);
-    }
+    double nn = (double)n, V = c->vocab;
+    double f = nn * (t.base + t.lora + t.conv + 7.0 * t.rec + 3.0 * V);
+    if (t.sparse_hd > 0) f += 2.0 * t.sparse_hd * visible_keys(n, pos0, t.key_cap);
+    if (t.fwd_per_key > 0) f += t.fwd_per_key * visible_keys(n, pos0, 0);
+    if (t.attn_hd > 0) f += 4.0 * t.attn_hd * visible_keys(n, pos0, 0);
     return f;
 }
 
 double LS_K(ls_plan_backward_flops)(const ls_model_config *c, int lora_r, size_t n, size_t pos0,
                                     int with_weight_grads) {
     if (!c || n == 0) return 0.0;
-    per_token t;
+    ls_flop_terms t;
     counts(c, lora_r, &t);
-    double nn = (double)n;
-    /* activation gradients: the linears (the frozen indexer's excluded: no
-     * gradient reaches it), adapters, conv, recurrence, log-softmax */
-    double idx_lin = 0.0;
-    if (c->family == LS_FAMILY_MLA)
-        idx_lin = (double)c->n_layers * 2.0 *
-                  ((double)c->index_heads * c->index_dim * c->q_rank + (double)c->index_dim * c->d_model +
-                   (double)c->index_heads * c->d_model);
-    double f = nn * (t.base - idx_lin + t.lora + t.conv + 15.0 * t.rec + 2.0 * t.vocab);
-    if (with_weight_grads) f += nn * (lora_r > 0 ? t.lora : t.base_tr + (c->family == LS_FAMILY_HYBRID ? t.conv : 0.0));
-    if (c->family == LS_FAMILY_MLA) f += 4.0 * t.mla_hd * visible_keys(n, pos0, (size_t)c->index_topk);
-    else f += 8.0 * t.attn_hd * visible_keys(n, pos0, 0);
+    double nn = (double)n, V = c->vocab;
+    /* activation gradients: the linears (those no gradient reaches excluded), adapters, conv, recurrence,
+     * log-softmax */
+    double f = nn * (t.base - t.no_grad_lin + t.lora + t.conv + 15.0 * t.rec + 2.0 * V);
+    if (with_weight_grads) f += nn * (lora_r > 0 ? t.lora : t.base_tr + t.conv);
+    if (t.sparse_hd > 0) f += 4.0 * t.sparse_hd * visible_keys(n, pos0, t.key_cap);
+    if (t.attn_hd > 0) f += 8.0 * t.attn_hd * visible_keys(n, pos0, 0);
     return f;
 }

@@ -2,6 +2,7 @@
 #include "trainer/run/run_obs.h"
 
 #include <limits.h>
+#include <assert.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -130,18 +131,24 @@ static void on_begin(void *u, const char *phase) { ls_run_obs_begin(u, phase); }
 
 static void on_end(void *u, const char *phase, int64_t wall_ns, int ok) { ls_run_obs_end(u, phase, wall_ns, ok); }
 
+/* The trace's layer kind named by the family's layer kind name (ls_trace_layer_kind_name); a name the trace
+ * vocabulary lacks is a family's programming error (tests/test_family.c checks every registered one). */
+static ls_trace_layer_kind trace_kind(const char *name) {
+    for (int k = 0; k < LS_TRACE_LAYER_KIND_COUNT; k++)
+        if (!strcmp(ls_trace_layer_kind_name((ls_trace_layer_kind)k), name)) return (ls_trace_layer_kind)k;
+    assert(!"a family's layer kind is not a trace layer kind");
+    return LS_TRACE_LAYER_HEAD;
+}
+
 static void on_layer(void *u, const char *phase, int member, int layer, int dir, size_t tokens, int64_t wall_ns,
                      double norm) {
     ls_run_obs *o = u;
     int L = o->cfg->n_layers;
     ls_mem_stats s;
     ls_mem_snapshot(&s);
-    static const ls_trace_layer_kind by_kind[] = {[LS_LAYER_GDN] = LS_TRACE_LAYER_GDN,
-                                                  [LS_LAYER_ATTN] = LS_TRACE_LAYER_ATTN,
-                                                  [LS_LAYER_MLA] = LS_TRACE_LAYER_MLA};
     ls_trace_layer_kind kind = layer < 0    ? LS_TRACE_LAYER_EMBED
                                : layer >= L ? LS_TRACE_LAYER_HEAD
-                                            : by_kind[ls_config_layer_kind(o->cfg, layer)];
+                                            : trace_kind(ls_config_layer_kind(o->cfg, layer));
     ls_trace_layer_end e = {.phase = phase, .step = o->step, .member = member, .layer = layer, .kind = kind,
                             .dir = dir ? LS_TRACE_DIR_BWD : LS_TRACE_DIR_FWD, .tokens = (int64_t)tokens,
                             .live_bytes = (int64_t)s.live_total, .peak_bytes = (int64_t)s.peak_total,

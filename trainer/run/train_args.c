@@ -237,6 +237,9 @@ static const opt OPTS[] = {
              "(docs/design.md §4); each rank writes RUN/rank-NNNN/, rank 0 the manifest and the outputs.\n"},
     {.rec = "-progress on stderr only", ROW(OPT_FLAG, "--quiet", NULL, "no progress on stderr", NULL, 0, quiet)},
     {.rec = "-prints this text; no run", ROW(OPT_HELP, "--help", NULL, "this text", NULL, 0, help), .alias = "-h"},
+    {.rec = "-prints the registry; no run",
+     ROW(OPT_HELP, "--families", NULL, "print the registry of model families as JSON (their\n"
+         "keys, layer kinds, CP faults and data files); no run", NULL, 0, families)},
     {.kind = OPT_TEXT, .help = "Exit: 0 success, 1 the step failed (error event written), 2 bad usage or input.\n"},
 };
 #define N_OPTS (sizeof OPTS / sizeof OPTS[0])
@@ -602,15 +605,15 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
     char cerr[512];
     ls_status st = ls_config_load_digest(&a->cfg, a->config_path, a->config_sha256, cerr, sizeof cerr);
     if (st != LS_OK) BAD("--config: %s", cerr);
-    if (a->obj.lora_experts && a->cfg.family != LS_FAMILY_MLA)
+    int routed = a->cfg.family->routed_experts ? a->cfg.family->routed_experts(&a->cfg) : 0;
+    if (a->obj.lora_experts && routed < 1)
         BAD("--lora-experts: --config %s: family '%s' has no routed experts", a->config_path,
             ls_family_name(a->cfg.family));
-    if (a->ep > 1 && a->cfg.family != LS_FAMILY_MLA)
-        BAD("--ep: --config %s: family '%s' has no routed experts (expert parallelism is mla's)", a->config_path,
+    if (a->ep > 1 && routed < 1)
+        BAD("--ep: --config %s: family '%s' has no routed experts (expert parallelism needs them)", a->config_path,
             ls_family_name(a->cfg.family));
-    if (a->ep > 1 && a->cfg.n_experts % a->ep != 0)
-        BAD("--ep %d: does not divide the %d routed experts of --config %s", a->ep, (int)a->cfg.n_experts,
-            a->config_path);
+    if (a->ep > 1 && routed % a->ep != 0)
+        BAD("--ep %d: does not divide the %d routed experts of --config %s", a->ep, routed, a->config_path);
     if (a->step.cp_faults.ep_drop_dx && a->ep < 2) BAD("--fault ep-drop-dx: needs --ep N with N >= 2");
     if (a->step.fault_stage_skip_page && !a->step.state_tier) BAD("--fault stage-skip-page: needs --state-tier host");
     if (a->replay_checkpoint == 3 && a->step.strategy == LS_STRATEGY_NAIVE)

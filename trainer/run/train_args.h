@@ -37,6 +37,7 @@ typedef struct {
     size_t recall_records;  /* --recall-records: records per recall prompt (0: the task's default) */
     int quiet;
     int help;
+    int families;           /* --families: print the registry of model families (JSON) and exit */
     /* --fault kill-rank=R@POINT: fault_kill_rank = R + 1 (0: none), the phase
      * (LS_PHASE_*) and, when kill_at_layer, the layer whose first layer_end in
      * that phase is the last thing the rank writes; otherwise it dies as the

@@ -584,21 +584,42 @@ static int close_run(run *r, int rc, uint64_t start_unix) {
     return rc;
 }
 
+/* A CP fault given that the config's family does not list among its cp_faults (family_desc.h), in buf;
+ * NULL when none. */
+static const char *cp_fault_family(const ls_train_args *a, char *buf, size_t len) {
+    const struct {
+        int on;
+        const char *name;
+    } given[] = {{a->step.cp_faults.local_attention, "cp-local-attention"},
+                 {a->step.cp_faults.local_dsa, "cp-local-dsa"},
+                 {a->step.cp_faults.stale_start, "cp-stale-start"}};
+    const ls_family_desc *f = a->cfg.family;
+    for (size_t i = 0; i < sizeof given / sizeof *given; i++) {
+        if (!given[i].on || ls_family_has_cp_fault(f, given[i].name)) continue;
+        size_t at = (size_t)snprintf(buf, len, "--fault %s: does not apply to family '%s' (its CP faults:", given[i].name,
+                                     f->name);
+        for (const char *const *p = f->cp_faults; p && *p && at < len; p++)
+            at += (size_t)snprintf(buf + at, len - at, " %s", *p);
+        if (at < len) at += (size_t)snprintf(buf + at, len - at, "%s", f->cp_faults && *f->cp_faults ? "" : " none");
+        for (size_t k = 0; k < ls_family_count() && at < len; k++)
+            if (ls_family_has_cp_fault(ls_family_at(k), given[i].name))
+                at += (size_t)snprintf(buf + at, len - at, "; family '%s' has it", ls_family_at(k)->name);
+        if (at < len) snprintf(buf + at, len - at, ")");
+        return buf;
+    }
+    return NULL;
+}
+
 /* What a multi-rank run cannot do (the same verdict on every rank). */
 static int cp_usage(run *r) {
     const ls_train_args *a = r->a;
     const char *why = NULL;
+    char why_buf[256];
     if (r->world < 2) return 0;
     if (a->step.strategy == LS_STRATEGY_NAIVE) why = "--strategy naive is the single-rank reference: run it without mpirun";
     else if (a->prefix_frozen > 1) why = "--prefix-frozen runs on one rank: run it without mpirun";
-    else if (a->cfg.family == LS_FAMILY_MLA && a->step.cp_faults.local_attention)
-        why = "--fault cp-local-attention: the hybrid family's fault; for family 'mla' use --fault cp-local-dsa";
-    else if (a->cfg.family != LS_FAMILY_MLA && a->step.cp_faults.local_dsa)
-        why = "--fault cp-local-dsa: applies to family 'mla' only (the hybrid family has cp-local-attention)";
-    else if (a->cfg.family == LS_FAMILY_MLA && a->step.cp_faults.stale_start)
-        why = "--fault cp-stale-start: applies to family 'hybrid' only (mla carries no state between shards)";
-    else if (a->cfg.family == LS_FAMILY_DENSE && a->step.cp_faults.stale_start) /* TEMP(dense) */
-        why = "--fault cp-stale-start: applies to family 'hybrid' only (dense carries no state between shards)";
+    else if ((why = cp_fault_family(a, why_buf, sizeof why_buf)) != NULL) {
+    }
     else if (a->rollouts && !strcmp(a->rollouts, "-")) why = "--rollouts -: under mpirun only rank 0 has standard input; give a file";
     if (!why) return 0;
     return r->rank == 0 ? fail(r, 2, LS_ERR_ARG, "", why) : 2;

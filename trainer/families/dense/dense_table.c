@@ -1,7 +1,7 @@
 /* dense_table.c - the dense family's table of the trainer's family interface
  * (family.h).  Every layer is the hybrid family's gated attention block: the
- * hybrid code decides a layer's kind by ls_config_layer_is_attn, which is 1 for
- * every layer of a dense config, so its tensor list (docs/model.md §5: the
+ * hybrid code decides a layer's kind by the config's descriptor (layer_kind:
+ * "attn" for every layer of a dense config: dense_desc.c), so its tensor list (docs/model.md §5: the
  * attention and MLP tensors of each layer, no gdn.*), layer views, segments and
  * their backward, full-mode prompt backward, context parallelism (the KV ring
  * of the capture and the prompt backward, the global composition of the
@@ -12,8 +12,9 @@
  * this table. */
 #include "trainer/families/dense/dense_family.h"
 
-#include "trainer/hybrid/hybrid_cp.h"
-#include "trainer/hybrid/hybrid_family.h"
+#include "trainer/families/dense/dense_config.h"
+#include "trainer/families/hybrid/hybrid_cp.h"
+#include "trainer/families/hybrid/hybrid_family.h"
 
 static ls_status dense_state_init(ls_state *s, const ls_params *p, size_t page_size, ls_mem_cat cat) {
     ls_status st = LS_K(ls_hybrid_state_init)(s, p, page_size, cat);
@@ -32,7 +33,7 @@ static ls_status dense_cp_capture(ls_cp *c, const ls_params *q, const int32_t *p
 const ls_family_ops LS_K(ls_family_dense) = {
     .layout = {.layer_view_size = sizeof(ls_hybrid_layer), .build = LS_K(ls_hybrid_build),
                .ref_view = LS_K(ls_hybrid_ref_view)},
-    .id = LS_FAMILY_DENSE,
+    .desc = &ls_family_desc_dense,
     .name = "dense",
     .state_init = dense_state_init,
     .state_fork = LS_K(ls_hybrid_state_fork), /* a fork and a gradient keep their source's label */

@@ -87,7 +87,7 @@ if [ ${#MPI[@]} -gt 0 ]; then # a fault with no subject here is refused, not run
   "${MPI[@]}" "$TRAIN" --config "$CFG" --prompt-len 64 --steps 1 --quiet --fault cp-stale-start --out "$T/stale" \
     >"$T/stale.log" 2>&1
   rc=$?
-  [ $rc != 0 ] && grep -q "cp-stale-start: applies to family 'hybrid' only (dense" "$T/stale.log" &&
+  [ $rc != 0 ] && grep -q "cp-stale-start: does not apply to family 'dense'" "$T/stale.log" &&
     ok "fault cp-stale-start refused (no state between shards)" || bad "cp-stale-start" "exit $rc: $(head -c 300 "$T/stale.log")"
 fi
 

@@ -2,12 +2,12 @@
  * state in and out between the embedding and the log-prob head (their
  * frame and tape are seg_frame.c's), its taped backward, and the
  * `full`-mode backward through the prompt computation. */
-#include "trainer/hybrid/hybrid_family.h"
+#include "trainer/families/hybrid/hybrid_family.h"
 
 #include <string.h>
 
 #include "kernels/embedding.h"
-#include "trainer/hybrid/hybrid_layer.h"
+#include "trainer/families/hybrid/hybrid_layer.h"
 #include "trainer/model/seg_frame.h"
 #include "trainer/model/stage.h"
 
@@ -28,10 +28,10 @@ static ls_status layer_forward(const ls_params *p, const ls_seg_io *io, int l, l
     ls_layer_tape *ly = tape;
     const ls_model_config *c = &p->cfg;
     size_t T = io->T;
-    size_t row = (size_t)c->attn_kv_heads * (size_t)c->head_dim;
-    size_t C = 2 * (size_t)c->gdn_hk * (size_t)c->gdn_dk + (size_t)c->gdn_hv * (size_t)c->gdn_dv;
-    size_t tail_n = (size_t)(c->conv_kernel - 1) * C;
-    size_t S_n = (size_t)c->gdn_hv * (size_t)c->gdn_dk * (size_t)c->gdn_dv;
+    size_t row = (size_t)ls_hybrid_keys_of(c)->attn_kv_heads * (size_t)ls_hybrid_keys_of(c)->head_dim;
+    size_t C = 2 * (size_t)ls_hybrid_keys_of(c)->gdn_hk * (size_t)ls_hybrid_keys_of(c)->gdn_dk + (size_t)ls_hybrid_keys_of(c)->gdn_hv * (size_t)ls_hybrid_keys_of(c)->gdn_dv;
+    size_t tail_n = (size_t)(ls_hybrid_keys_of(c)->conv_kernel - 1) * C;
+    size_t S_n = (size_t)ls_hybrid_keys_of(c)->gdn_hv * (size_t)ls_hybrid_keys_of(c)->gdn_dk * (size_t)ls_hybrid_keys_of(c)->gdn_dv;
     ls_status st = LS_OK;
     ls_arena scr;
     ls_arena_init(&scr, LS_MEM_SCRATCH, 0);
@@ -74,7 +74,7 @@ static ls_status layer_backward(const ls_params *p, int l, ls_seg_frame *fr, ls_
                                 const ls_state *dout, ls_arena *scr) {
     ls_layer_tape *ly = fr->ly;
     const ls_layer_state *go = dout ? &dout->ly[l] : NULL;
-    size_t row = (size_t)p->cfg.attn_kv_heads * (size_t)p->cfg.head_dim;
+    size_t row = (size_t)ls_hybrid_keys_of(&p->cfg)->attn_kv_heads * (size_t)ls_hybrid_keys_of(&p->cfg)->head_dim;
     ls_status st = LS_OK;
     ls_real *dk = NULL, *dv = NULL;
     if (go && ls_hybrid_layers(p)[l].is_attn) {
@@ -120,7 +120,7 @@ static ls_status attn_prompt_backward(const ls_params *p, int l, size_t T, size_
                                       const ls_cp_remote *rem, const ls_real *ckpt, const ls_state *ps,
                                       ls_state *dstate, ls_real *dh, ls_mem_cat cat) {
     if (rem) return attn_prompt_backward_cp(p, l, T, chunk, pos0, rem, ckpt, ps, dstate, dh, cat);
-    size_t d = (size_t)p->cfg.d_model, row = (size_t)p->cfg.attn_kv_heads * (size_t)p->cfg.head_dim;
+    size_t d = (size_t)p->cfg.d_model, row = (size_t)ls_hybrid_keys_of(&p->cfg)->attn_kv_heads * (size_t)ls_hybrid_keys_of(&p->cfg)->head_dim;
     const ls_layer_state *sl = &ps->ly[l];
     ls_layer_state *dl = &dstate->ly[l];
     ls_status st = LS_OK;
@@ -178,8 +178,8 @@ static ls_status attn_prompt_backward_cp(const ls_params *p, int l, size_t T, si
                                          const ls_cp_remote *rem, const ls_real *ckpt, const ls_state *ps,
                                          ls_state *dstate, ls_real *dh, ls_mem_cat cat) {
     const ls_model_config *c = &p->cfg;
-    size_t d = (size_t)c->d_model, row = (size_t)c->attn_kv_heads * (size_t)c->head_dim;
-    size_t H = (size_t)c->attn_heads, qrow = H * (size_t)c->head_dim;
+    size_t d = (size_t)c->d_model, row = (size_t)ls_hybrid_keys_of(c)->attn_kv_heads * (size_t)ls_hybrid_keys_of(c)->head_dim;
+    size_t H = (size_t)ls_hybrid_keys_of(c)->attn_heads, qrow = H * (size_t)ls_hybrid_keys_of(c)->head_dim;
     const ls_layer_state *sl = &ps->ly[l];
     ls_layer_state *dl = &dstate->ly[l];
     if (dl->n_pages != sl->n_pages) return LS_ERR_INTERNAL;
@@ -259,8 +259,8 @@ static ls_status gdn_prompt_backward(const ls_params *p, int l, size_t T, size_t
                                      ls_real *dh, ls_mem_cat cat) {
     const ls_model_config *c = &p->cfg;
     size_t d = (size_t)c->d_model;
-    size_t C = 2 * (size_t)c->gdn_hk * (size_t)c->gdn_dk + (size_t)c->gdn_hv * (size_t)c->gdn_dv;
-    size_t tail_n = (size_t)(c->conv_kernel - 1) * C, S_n = (size_t)c->gdn_hv * (size_t)c->gdn_dk * (size_t)c->gdn_dv;
+    size_t C = 2 * (size_t)ls_hybrid_keys_of(c)->gdn_hk * (size_t)ls_hybrid_keys_of(c)->gdn_dk + (size_t)ls_hybrid_keys_of(c)->gdn_hv * (size_t)ls_hybrid_keys_of(c)->gdn_dv;
+    size_t tail_n = (size_t)(ls_hybrid_keys_of(c)->conv_kernel - 1) * C, S_n = (size_t)ls_hybrid_keys_of(c)->gdn_hv * (size_t)ls_hybrid_keys_of(c)->gdn_dk * (size_t)ls_hybrid_keys_of(c)->gdn_dv;
     size_t n_chunks = (T + chunk - 1) / chunk;
     ls_arena keep;
     ls_arena_init(&keep, cat, 0);
@@ -378,8 +378,8 @@ cleanup:
 static ls_status attn_shard_forward(const ls_params *p, int l, ls_real *h, ls_real *q_all, size_t T, int64_t pos0,
                                     size_t chunk, ls_state *ps, const ls_cp_remote *rem) {
     const ls_model_config *c = &p->cfg;
-    size_t d = (size_t)c->d_model, row = (size_t)c->attn_kv_heads * (size_t)c->head_dim;
-    size_t qrow = (size_t)c->attn_heads * (size_t)c->head_dim;
+    size_t d = (size_t)c->d_model, row = (size_t)ls_hybrid_keys_of(c)->attn_kv_heads * (size_t)ls_hybrid_keys_of(c)->head_dim;
+    size_t qrow = (size_t)ls_hybrid_keys_of(c)->attn_heads * (size_t)ls_hybrid_keys_of(c)->head_dim;
     ls_status st = LS_OK;
     for (size_t t0 = 0; st == LS_OK && t0 < T; t0 += chunk) {
         size_t n = T - t0 < chunk ? T - t0 : chunk;
@@ -420,8 +420,8 @@ static ls_status gdn_shard_forward(const ls_params *p, int l, ls_real *h, size_t
                                    const ls_state *start, ls_state *ps) {
     const ls_model_config *c = &p->cfg;
     size_t d = (size_t)c->d_model;
-    size_t C = 2 * (size_t)c->gdn_hk * (size_t)c->gdn_dk + (size_t)c->gdn_hv * (size_t)c->gdn_dv;
-    size_t tail_n = (size_t)(c->conv_kernel - 1) * C, S_n = (size_t)c->gdn_hv * (size_t)c->gdn_dk * (size_t)c->gdn_dv;
+    size_t C = 2 * (size_t)ls_hybrid_keys_of(c)->gdn_hk * (size_t)ls_hybrid_keys_of(c)->gdn_dk + (size_t)ls_hybrid_keys_of(c)->gdn_hv * (size_t)ls_hybrid_keys_of(c)->gdn_dv;
+    size_t tail_n = (size_t)(ls_hybrid_keys_of(c)->conv_kernel - 1) * C, S_n = (size_t)ls_hybrid_keys_of(c)->gdn_hv * (size_t)ls_hybrid_keys_of(c)->gdn_dk * (size_t)ls_hybrid_keys_of(c)->gdn_dv;
     ls_real *base = ls_mem_alloc(LS_MEM_SCRATCH, R(2 * (tail_n + S_n)));
     if (!base) return LS_ERR_NOMEM;
     ls_real *cur = base, *next = base + tail_n + S_n;
@@ -452,7 +452,7 @@ ls_status LS_K(ls_shard_forward)(const ls_params *p, const int32_t *tokens, size
                                  ls_state *start, ls_state *ps, ls_real **checkpoints, const ls_cp_remote *remote,
                                  const ls_cp_hooks *hooks, ls_layer_hook hook, void *hook_user) {
     const ls_model_config *c = &p->cfg;
-    size_t d = (size_t)c->d_model, V = (size_t)c->vocab, qrow = (size_t)c->attn_heads * (size_t)c->head_dim;
+    size_t d = (size_t)c->d_model, V = (size_t)c->vocab, qrow = (size_t)ls_hybrid_keys_of(c)->attn_heads * (size_t)ls_hybrid_keys_of(c)->head_dim;
     if (T == 0) return LS_ERR_ARG;
     for (size_t t = 0; t < T; t++)
         if (tokens[t] < 0 || (size_t)tokens[t] >= V) return LS_ERR_ARG;

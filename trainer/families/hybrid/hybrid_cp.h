@@ -3,7 +3,7 @@
 #ifndef LS_TRAINER_HYBRID_CP_H
 #define LS_TRAINER_HYBRID_CP_H
 #include "trainer/dist/cp.h"
-#include "trainer/hybrid/hybrid_family.h"
+#include "trainer/families/hybrid/hybrid_family.h"
 
 ls_status LS_K(ls_hybrid_cp_init)(ls_cp *c, const ls_params *p);
 void LS_K(ls_hybrid_cp_free)(ls_cp *c);

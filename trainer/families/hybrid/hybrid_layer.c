@@ -1,7 +1,7 @@
 /* hybrid_layer.c - forward/backward of one hybrid block: zero-centred
  * RMSNorm, the mixer (Gated DeltaNet or gated full attention), zero-centred
  * RMSNorm, SwiGLU MLP, with residuals (docs/model.md §1). */
-#include "trainer/hybrid/hybrid_layer.h"
+#include "trainer/families/hybrid/hybrid_layer.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -58,7 +58,7 @@ static void attn_project(const ls_params *p, const ls_hybrid_layer *ly, const ls
                          ls_real *qg, ls_real *xa_q, ls_real *xa_k, ls_real *xa_v, ls_real *q_pre, ls_real *gate,
                          ls_real *q_r, ls_real *rstd_q, ls_real *k_pre, ls_real *k_r, ls_real *rstd_k, ls_real *v) {
     const ls_model_config *c = &p->cfg;
-    size_t H = (size_t)c->attn_heads, Hkv = (size_t)c->attn_kv_heads, hd = (size_t)c->head_dim;
+    size_t H = (size_t)ls_hybrid_keys_of(c)->attn_heads, Hkv = (size_t)ls_hybrid_keys_of(c)->attn_kv_heads, hd = (size_t)ls_hybrid_keys_of(c)->head_dim;
     ls_real eps = (ls_real)c->rms_eps;
     lin_f(p, &ly->q, qg, xa_q, xn, T);
     for (size_t t = 0; t < T; t++)
@@ -70,8 +70,8 @@ static void attn_project(const ls_params *p, const ls_hybrid_layer *ly, const ls
     lin_f(p, &ly->v, v, xa_v, xn, T);
     LS_K(ls_rmsnorm_forward)(q_r, rstd_q, q_pre, ly->q_norm->w, 1, eps, T * H, hd);
     LS_K(ls_rmsnorm_forward)(k_r, rstd_k, k_pre, ly->k_norm->w, 1, eps, T * Hkv, hd);
-    LS_K(ls_rope_apply)(q_r, LS_ROPE_NEOX, T, H, hd, (size_t)c->rope_dim, pos0, c->rope_theta, 0);
-    LS_K(ls_rope_apply)(k_r, LS_ROPE_NEOX, T, Hkv, hd, (size_t)c->rope_dim, pos0, c->rope_theta, 0);
+    LS_K(ls_rope_apply)(q_r, LS_ROPE_NEOX, T, H, hd, (size_t)ls_hybrid_keys_of(c)->rope_dim, pos0, c->rope_theta, 0);
+    LS_K(ls_rope_apply)(k_r, LS_ROPE_NEOX, T, Hkv, hd, (size_t)ls_hybrid_keys_of(c)->rope_dim, pos0, c->rope_theta, 0);
 }
 
 static ls_status attn_forward(const ls_params *p, int l, const ls_hybrid_layer *ly, ls_real *mix_out,
@@ -79,7 +79,7 @@ static ls_status attn_forward(const ls_params *p, int l, const ls_hybrid_layer *
                               ls_real *own_k, ls_real *own_v, ls_layer_tape *tp, ls_arena *ta,
                               ls_arena *scr) {
     const ls_model_config *c = &p->cfg;
-    size_t H = (size_t)c->attn_heads, Hkv = (size_t)c->attn_kv_heads, hd = (size_t)c->head_dim;
+    size_t H = (size_t)ls_hybrid_keys_of(c)->attn_heads, Hkv = (size_t)ls_hybrid_keys_of(c)->attn_kv_heads, hd = (size_t)ls_hybrid_keys_of(c)->head_dim;
     ls_real tau = (ls_real)(1.0 / sqrt((double)hd));
     ls_real *xa_q = lora_save(ta, scr, &ly->q, T), *xa_k = lora_save(ta, scr, &ly->k, T);
     ls_real *xa_v = lora_save(ta, scr, &ly->v, T), *xa_o = lora_save(ta, scr, &ly->o, T);
@@ -130,7 +130,7 @@ static ls_status attn_forward(const ls_params *p, int l, const ls_hybrid_layer *
 static ls_status attn_backward_out(const ls_params *p, const ls_hybrid_layer *ly, const ls_layer_tape *tp,
                                    const ls_real *dmix, ls_real *dout, ls_real *dgate, ls_arena *scr) {
     const ls_model_config *c = &p->cfg;
-    size_t T = tp->T, H = (size_t)c->attn_heads, hd = (size_t)c->head_dim;
+    size_t T = tp->T, H = (size_t)ls_hybrid_keys_of(c)->attn_heads, hd = (size_t)ls_hybrid_keys_of(c)->head_dim;
     ls_real *dy = ls_arena_alloc(scr, R(T * H * hd));
     if (!dy) return LS_ERR_NOMEM;
     ls_status st = lin_b(p, &ly->o, dy, 0, dmix, tp->y, tp->xa_o, T, scr);
@@ -147,7 +147,7 @@ static ls_status attn_backward_in(const ls_params *p, int l, const ls_hybrid_lay
                                   const ls_layer_state *ctx, ls_layer_state *dctx, const ls_real *d_own_k,
                                   const ls_real *d_own_v, ls_arena *scr) {
     const ls_model_config *c = &p->cfg;
-    size_t T = tp->T, H = (size_t)c->attn_heads, Hkv = (size_t)c->attn_kv_heads, hd = (size_t)c->head_dim;
+    size_t T = tp->T, H = (size_t)ls_hybrid_keys_of(c)->attn_heads, Hkv = (size_t)ls_hybrid_keys_of(c)->attn_kv_heads, hd = (size_t)ls_hybrid_keys_of(c)->head_dim;
     ls_real tau = (ls_real)(1.0 / sqrt((double)hd));
     ls_real *dq = ls_arena_alloc(scr, R(T * H * hd));
     ls_real *dk = ls_arena_alloc(scr, R(T * Hkv * hd)), *dv = ls_arena_alloc(scr, R(T * Hkv * hd));
@@ -193,8 +193,8 @@ static ls_status attn_backward_in(const ls_params *p, int l, const ls_hybrid_lay
     if (cp && cp->bwd &&
         (st = cp->bwd(cp->user, l, tp->q_r, tp->k_r, tp->v, tp->o, tp->lse, dout, T, tp->pos0, dq, dk, dv)) != LS_OK)
         return st;
-    LS_K(ls_rope_apply)(dq, LS_ROPE_NEOX, T, H, hd, (size_t)c->rope_dim, tp->pos0, c->rope_theta, 1);
-    LS_K(ls_rope_apply)(dk, LS_ROPE_NEOX, T, Hkv, hd, (size_t)c->rope_dim, tp->pos0, c->rope_theta, 1);
+    LS_K(ls_rope_apply)(dq, LS_ROPE_NEOX, T, H, hd, (size_t)ls_hybrid_keys_of(c)->rope_dim, tp->pos0, c->rope_theta, 1);
+    LS_K(ls_rope_apply)(dk, LS_ROPE_NEOX, T, Hkv, hd, (size_t)ls_hybrid_keys_of(c)->rope_dim, tp->pos0, c->rope_theta, 1);
     LS_K(ls_rmsnorm_backward)(dq_pre, ly->q_norm->g, dq, tp->q_pre, tp->rstd_q, ly->q_norm->w, 1, T * H, hd);
     LS_K(ls_rmsnorm_backward)(dk_pre, ly->k_norm->g, dk, tp->k_pre, tp->rstd_k, ly->k_norm->w, 1, T * Hkv, hd);
     for (size_t t = 0; t < T; t++)
@@ -214,8 +214,8 @@ static ls_status gdn_forward(const ls_params *p, const ls_hybrid_layer *ly, ls_r
                              const ls_real *xn, size_t T, const ls_layer_state *ctx, ls_real *tail_out,
                              ls_real *S_out, ls_layer_tape *tp, ls_arena *ta, ls_arena *scr) {
     const ls_model_config *c = &p->cfg;
-    size_t Hk = (size_t)c->gdn_hk, Hv = (size_t)c->gdn_hv, dk = (size_t)c->gdn_dk, dv = (size_t)c->gdn_dv;
-    size_t K = (size_t)c->conv_kernel, C = 2 * Hk * dk + Hv * dv, QK = Hk * dk;
+    size_t Hk = (size_t)ls_hybrid_keys_of(c)->gdn_hk, Hv = (size_t)ls_hybrid_keys_of(c)->gdn_hv, dk = (size_t)ls_hybrid_keys_of(c)->gdn_dk, dv = (size_t)ls_hybrid_keys_of(c)->gdn_dv;
+    size_t K = (size_t)ls_hybrid_keys_of(c)->conv_kernel, C = 2 * Hk * dk + Hv * dv, QK = Hk * dk;
     ls_real eps = (ls_real)c->rms_eps;
     ls_real *xa_qkv = lora_save(ta, scr, &ly->in_qkv, T), *xa_z = lora_save(ta, scr, &ly->in_z, T);
     ls_real *xa_out = lora_save(ta, scr, &ly->out, T);
@@ -281,7 +281,7 @@ static ls_status gdn_cut_backward(const ls_params *p, const ls_layer_tape *tp, l
                                   ls_real *dvv, ls_real *dg, ls_real *dbeta, const ls_real *dgo,
                                   const ls_real *dS_out, ls_real *ws, ls_arena *scr) {
     const ls_model_config *c = &p->cfg;
-    size_t Hk = (size_t)c->gdn_hk, Hv = (size_t)c->gdn_hv, dk = (size_t)c->gdn_dk, dv = (size_t)c->gdn_dv;
+    size_t Hk = (size_t)ls_hybrid_keys_of(c)->gdn_hk, Hv = (size_t)ls_hybrid_keys_of(c)->gdn_hv, dk = (size_t)ls_hybrid_keys_of(c)->gdn_dk, dv = (size_t)ls_hybrid_keys_of(c)->gdn_dv;
     size_t QK = Hk * dk, VD = Hv * dv, cut = tp->cut, n = tp->T - cut;
     ls_real *S_cut = ls_arena_alloc(scr, R(Hv * dk * dv)), *o_tmp = ls_arena_alloc(scr, R(cut * VD));
     if (scr->failed) return LS_ERR_NOMEM;
@@ -301,7 +301,7 @@ static ls_status gdn_cut_backward(const ls_params *p, const ls_layer_tape *tp, l
 static ls_status conv_cut_backward(const ls_params *p, const ls_hybrid_layer *ly, const ls_layer_tape *tp,
                                    ls_real *dm, const ls_real *dc, const ls_real *dtail_out, ls_arena *scr) {
     const ls_model_config *c = &p->cfg;
-    size_t K = (size_t)c->conv_kernel, C = 2 * (size_t)c->gdn_hk * (size_t)c->gdn_dk + (size_t)c->gdn_hv * (size_t)c->gdn_dv;
+    size_t K = (size_t)ls_hybrid_keys_of(c)->conv_kernel, C = 2 * (size_t)ls_hybrid_keys_of(c)->gdn_hk * (size_t)ls_hybrid_keys_of(c)->gdn_dk + (size_t)ls_hybrid_keys_of(c)->gdn_hv * (size_t)ls_hybrid_keys_of(c)->gdn_dv;
     size_t cut = tp->cut, n = tp->T - cut;
     const ls_real *tail_c = cut >= K - 1 ? tp->m + (cut - (K - 1)) * C : NULL;
     if (!tail_c) { /* the tail before the cut reaches into the context's tail */
@@ -324,8 +324,8 @@ static ls_status gdn_backward(const ls_params *p, const ls_hybrid_layer *ly, con
                               ls_real *dxn, const ls_real *dmix, ls_layer_state *dctx,
                               const ls_real *dtail_out, const ls_real *dS_out, ls_arena *scr) {
     const ls_model_config *c = &p->cfg;
-    size_t T = tp->T, Hk = (size_t)c->gdn_hk, Hv = (size_t)c->gdn_hv, dk = (size_t)c->gdn_dk;
-    size_t dv = (size_t)c->gdn_dv, K = (size_t)c->conv_kernel, C = 2 * Hk * dk + Hv * dv, QK = Hk * dk;
+    size_t T = tp->T, Hk = (size_t)ls_hybrid_keys_of(c)->gdn_hk, Hv = (size_t)ls_hybrid_keys_of(c)->gdn_hv, dk = (size_t)ls_hybrid_keys_of(c)->gdn_dk;
+    size_t dv = (size_t)ls_hybrid_keys_of(c)->gdn_dv, K = (size_t)ls_hybrid_keys_of(c)->conv_kernel, C = 2 * Hk * dk + Hv * dv, QK = Hk * dk;
     ls_real *dygn = ls_arena_alloc(scr, R(T * Hv * dv)), *dgo = ls_arena_alloc(scr, R(T * Hv * dv));
     ls_real *dz = ls_arena_alloc(scr, R(T * Hv * dv));
     ls_real *dqn = ls_arena_alloc(scr, R(T * QK)), *dkn = ls_arena_alloc(scr, R(T * QK));
@@ -468,7 +468,7 @@ ls_status LS_K(ls_layer_backward)(const ls_params *p, int l, const ls_layer_tape
                                   const ls_real *dtail_out, const ls_real *dS_out, ls_arena *scr) {
     const ls_hybrid_layer *ly = &ls_hybrid_layers(p)[l];
     if (tp->is_attn) {
-        size_t n = tp->T * (size_t)p->cfg.attn_heads * (size_t)p->cfg.head_dim;
+        size_t n = tp->T * (size_t)ls_hybrid_keys_of(&p->cfg)->attn_heads * (size_t)ls_hybrid_keys_of(&p->cfg)->head_dim;
         ls_real *dout = ls_arena_alloc(scr, R(n)), *dgate = ls_arena_alloc(scr, R(n));
         if (!dout || !dgate) return LS_ERR_NOMEM;
         ls_status st = LS_K(ls_layer_backward_out)(p, l, tp, dh, dout, dgate, scr);
@@ -508,8 +508,8 @@ ls_status LS_K(ls_layer_attn_qkv)(const ls_params *p, int l, const ls_real *h, s
     const ls_model_config *c = &p->cfg;
     const ls_hybrid_layer *ly = &ls_hybrid_layers(p)[l];
     if (!ly->is_attn) return LS_ERR_ARG;
-    size_t d = (size_t)c->d_model, H = (size_t)c->attn_heads, Hkv = (size_t)c->attn_kv_heads;
-    size_t hd = (size_t)c->head_dim;
+    size_t d = (size_t)c->d_model, H = (size_t)ls_hybrid_keys_of(c)->attn_heads, Hkv = (size_t)ls_hybrid_keys_of(c)->attn_kv_heads;
+    size_t hd = (size_t)ls_hybrid_keys_of(c)->head_dim;
     ls_real *xn = ls_arena_alloc(scr, R(T * d)), *rstd = ls_arena_alloc(scr, R(T));
     ls_real *qg = ls_arena_alloc(scr, R(T * H * 2 * hd)), *q_pre = ls_arena_alloc(scr, R(T * H * hd));
     ls_real *gate = ls_arena_alloc(scr, R(T * H * hd)), *rstd_q = ls_arena_alloc(scr, R(T * H));

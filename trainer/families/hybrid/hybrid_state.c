@@ -4,20 +4,20 @@
 #include <string.h>
 
 #include "common/checked.h"
-#include "trainer/hybrid/hybrid_family.h"
+#include "trainer/families/hybrid/hybrid_family.h"
 
 /* Sizes saturate at SIZE_MAX (common/checked.h): a config whose state does
  * not fit size_t plans SIZE_MAX bytes, which no budget admits, and the
  * allocation of SIZE_MAX bytes is refused by the tracker. */
 static size_t gdn_C(const ls_model_config *c) {
-    return ls_sat_add(ls_sat_mul3(2, (size_t)c->gdn_hk, (size_t)c->gdn_dk),
-                      ls_sat_mul((size_t)c->gdn_hv, (size_t)c->gdn_dv));
+    return ls_sat_add(ls_sat_mul3(2, (size_t)ls_hybrid_keys_of(c)->gdn_hk, (size_t)ls_hybrid_keys_of(c)->gdn_dk),
+                      ls_sat_mul((size_t)ls_hybrid_keys_of(c)->gdn_hv, (size_t)ls_hybrid_keys_of(c)->gdn_dv));
 }
 static size_t tail_len(const ls_model_config *c) {
-    return ls_sat_mul((size_t)(c->conv_kernel > 0 ? c->conv_kernel - 1 : 0), gdn_C(c));
+    return ls_sat_mul((size_t)(ls_hybrid_keys_of(c)->conv_kernel > 0 ? ls_hybrid_keys_of(c)->conv_kernel - 1 : 0), gdn_C(c));
 }
 static size_t S_len(const ls_model_config *c) {
-    return ls_sat_mul3((size_t)c->gdn_hv, (size_t)c->gdn_dk, (size_t)c->gdn_dv);
+    return ls_sat_mul3((size_t)ls_hybrid_keys_of(c)->gdn_hv, (size_t)ls_hybrid_keys_of(c)->gdn_dk, (size_t)ls_hybrid_keys_of(c)->gdn_dv);
 }
 
 ls_status LS_K(ls_hybrid_state_init)(ls_state *s, const ls_params *p, size_t page_size, ls_mem_cat cat) {
@@ -105,10 +105,10 @@ size_t LS_K(ls_hybrid_state_bytes)(const ls_state *s) {
 
 size_t LS_K(ls_hybrid_state_plan_bytes)(const ls_model_config *c, int64_t n_pos) {
     size_t b = 0, pos = n_pos > 0 ? (size_t)n_pos : 0;
-    size_t kv = ls_sat_mul3(2, pos, ls_sat_mul((size_t)c->attn_kv_heads, (size_t)c->head_dim));
+    size_t kv = ls_sat_mul3(2, pos, ls_sat_mul((size_t)ls_hybrid_keys_of(c)->attn_kv_heads, (size_t)ls_hybrid_keys_of(c)->head_dim));
     size_t gdn = ls_sat_add(tail_len(c), S_len(c));
     for (int l = 0; l < c->n_layers; l++)
-        b = ls_sat_add(b, ls_config_layer_is_attn(c, l) ? kv : gdn);
+        b = ls_sat_add(b, ls_hybrid_cfg_is_attn(c, l) ? kv : gdn);
     return ls_sat_mul(b, sizeof(ls_real));
 }
 

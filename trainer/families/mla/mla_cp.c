@@ -25,7 +25,7 @@
 
 #include "kernels/embedding.h"
 #include "trainer/dist/cp.h"
-#include "trainer/mla/mla_layer.h"
+#include "trainer/families/mla/mla_layer.h"
 
 #include "trainer/model/real_bytes.h"
 
@@ -41,19 +41,19 @@ typedef struct {
 ls_status LS_K(ls_mla_cp_init)(struct ls_cp_s *base, const ls_params *p) {
     const ls_model_config *m = &p->cfg;
     if (base->faults.local_attention) return LS_ERR_UNSUPPORTED; /* the CLI names it; see cp_usage */
-    if (m->index_topk < 1) return LS_ERR_ARG;
+    if (ls_mla_keys_of(m)->index_topk < 1) return LS_ERR_ARG;
     mcp *c = ls_mem_alloc(LS_MEM_SCRATCH, sizeof *c); /* metadata */
     if (!c) return LS_ERR_NOMEM;
     memset(c, 0, sizeof *c);
     base->fam_ctx = c;
     c->L = m->n_layers;
-    c->kvb_n = (size_t)m->heads * (size_t)(m->d_nope + m->d_v) * (size_t)m->kv_rank;
+    c->kvb_n = (size_t)ls_mla_keys_of(m)->heads * (size_t)(ls_mla_keys_of(m)->d_nope + ls_mla_keys_of(m)->d_v) * (size_t)ls_mla_keys_of(m)->kv_rank;
     c->cp = (ls_mla_cp){.g = base->g,
-                        .dims = {.H = (size_t)m->heads, .d_n = (size_t)m->d_nope, .d_r = (size_t)m->d_rope,
-                                 .d_v = (size_t)m->d_v, .r_kv = (size_t)m->kv_rank},
-                        .H_I = (size_t)m->index_heads, .d_I = (size_t)m->index_dim,
-                        .k_top = (size_t)m->index_topk < (size_t)base->T ? (size_t)m->index_topk : (size_t)base->T,
-                        .tau = (ls_real)(1.0 / sqrt((double)(m->d_nope + m->d_rope))), .form = LS_MLA_NAIVE,
+                        .dims = {.H = (size_t)ls_mla_keys_of(m)->heads, .d_n = (size_t)ls_mla_keys_of(m)->d_nope, .d_r = (size_t)ls_mla_keys_of(m)->d_rope,
+                                 .d_v = (size_t)ls_mla_keys_of(m)->d_v, .r_kv = (size_t)ls_mla_keys_of(m)->kv_rank},
+                        .H_I = (size_t)ls_mla_keys_of(m)->index_heads, .d_I = (size_t)ls_mla_keys_of(m)->index_dim,
+                        .k_top = (size_t)ls_mla_keys_of(m)->index_topk < (size_t)base->T ? (size_t)ls_mla_keys_of(m)->index_topk : (size_t)base->T,
+                        .tau = (ls_real)(1.0 / sqrt((double)(ls_mla_keys_of(m)->d_nope + ls_mla_keys_of(m)->d_rope))), .form = LS_MLA_NAIVE,
                         .T = base->T, .local_dsa = base->faults.local_dsa,
                         .skip_dkv_reduce = base->faults.skip_dkv_reduce};
     c->prompt_l = (ls_mla_cp_layer){.cp = &c->cp, .prompt = 1};
@@ -100,8 +100,8 @@ ls_status LS_K(ls_mla_cp_capture)(struct ls_cp_s *base, const ls_params *q, cons
     ls_arena work;
     ls_arena_init(&work, LS_MEM_SCRATCH, 0);
     ls_real *h = ls_arena_alloc(&work, R(n * d));
-    ls_real *ckv = ls_arena_alloc(&work, R(n * (size_t)m->kv_rank)), *kpe = ls_arena_alloc(&work, R(n * (size_t)m->d_rope));
-    ls_real *kI = ls_arena_alloc(&work, R(n * (size_t)m->index_dim));
+    ls_real *ckv = ls_arena_alloc(&work, R(n * (size_t)ls_mla_keys_of(m)->kv_rank)), *kpe = ls_arena_alloc(&work, R(n * (size_t)ls_mla_keys_of(m)->d_rope));
+    ls_real *kI = ls_arena_alloc(&work, R(n * (size_t)ls_mla_keys_of(m)->index_dim));
     if (work.failed) st = LS_ERR_NOMEM;
     if (st == LS_OK) {
         int64_t t0 = ls_hook_now_ns();
@@ -145,7 +145,7 @@ ls_status LS_K(ls_mla_cp_prompt_bwd)(struct ls_cp_s *base, const ls_params *p, c
     mcp *c = base->fam_ctx;
     const ls_model_config *m = &p->cfg;
     size_t n = (size_t)(base->s1 - base->s0), d = (size_t)m->d_model;
-    size_t rkv = (size_t)m->kv_rank, dr = (size_t)m->d_rope;
+    size_t rkv = (size_t)ls_mla_keys_of(m)->kv_rank, dr = (size_t)ls_mla_keys_of(m)->d_rope;
     if (!checkpoints || !dps || dps->n_layers != m->n_layers) return LS_ERR_ARG;
     ls_arena keep;
     ls_arena_init(&keep, LS_MEM_SCRATCH, 0);

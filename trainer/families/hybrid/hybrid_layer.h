@@ -3,7 +3,7 @@
  * Internal to the trainer: segments (hybrid_segment.c) drive it.  Numeric. */
 #ifndef LS_TRAINER_HYBRID_LAYER_H
 #define LS_TRAINER_HYBRID_LAYER_H
-#include "trainer/hybrid/hybrid_family.h"
+#include "trainer/families/hybrid/hybrid_family.h"
 
 /* Saved values of one layer's forward (all in the tape's arena). */
 typedef struct {

@@ -8,6 +8,7 @@
 #ifndef LS_TRAINER_MLA_H
 #define LS_TRAINER_MLA_H
 #include "kernels/mla.h"
+#include "trainer/families/mla/mla_config.h"
 #include "trainer/model/family.h"
 
 /* A SwiGLU MLP (dense FFN, a routed expert or the shared expert). */

@@ -10,8 +10,8 @@
 #include "kernels/attention.h"
 #include "kernels/gdn.h"
 #include "kernels/logprob.h"
-#include "trainer/hybrid/hybrid_family.h"
-#include "trainer/hybrid/hybrid_cp.h"
+#include "trainer/families/hybrid/hybrid_family.h"
+#include "trainer/families/hybrid/hybrid_cp.h"
 #include "trainer/model/seg_frame.h"
 
 void LS_K(ls_hybrid_build)(ls_param_builder *b, ls_params *p) {
@@ -25,11 +25,11 @@ void LS_K(ls_hybrid_build)(ls_param_builder *b, ls_params *p) {
     *(p ? &p->embed : &sink[0]) = LS_K(ls_params_add)(b, "embed.weight", V, d, LS_INIT_NORMAL, 1.0, 0);
     for (size_t i = 0; i < L; i++) {
         ls_hybrid_layer *ly = layers ? &layers[i] : &scratch_layer;
-        ly->is_attn = ls_config_layer_is_attn(c, (int)i);
+        ly->is_attn = ls_hybrid_cfg_is_attn(c, (int)i);
         snprintf(nm, sizeof nm, "layers.%zu.norm1.weight", i);
         ly->norm1 = LS_K(ls_params_add)(b, nm, d, 0, LS_INIT_ZERO, 0, 0);
         if (ly->is_attn) {
-            size_t H = (size_t)c->attn_heads, Hkv = (size_t)c->attn_kv_heads, hd = (size_t)c->head_dim;
+            size_t H = (size_t)ls_hybrid_keys_of(c)->attn_heads, Hkv = (size_t)ls_hybrid_keys_of(c)->attn_kv_heads, hd = (size_t)ls_hybrid_keys_of(c)->head_dim;
             char pre[80];
             snprintf(pre, sizeof pre, "layers.%zu.attn.q", i);
             ly->q = LS_K(ls_params_add_lin)(b, pre, H * 2 * hd, d, sd, 1);
@@ -44,8 +44,8 @@ void LS_K(ls_hybrid_build)(ls_param_builder *b, ls_params *p) {
             snprintf(nm, sizeof nm, "layers.%zu.attn.k_norm.weight", i);
             ly->k_norm = LS_K(ls_params_add)(b, nm, hd, 0, LS_INIT_ZERO, 0, 0);
         } else {
-            size_t Hk = (size_t)c->gdn_hk, Hv = (size_t)c->gdn_hv, dk = (size_t)c->gdn_dk,
-                   dv = (size_t)c->gdn_dv, K = (size_t)c->conv_kernel;
+            size_t Hk = (size_t)ls_hybrid_keys_of(c)->gdn_hk, Hv = (size_t)ls_hybrid_keys_of(c)->gdn_hv, dk = (size_t)ls_hybrid_keys_of(c)->gdn_dk,
+                   dv = (size_t)ls_hybrid_keys_of(c)->gdn_dv, K = (size_t)ls_hybrid_keys_of(c)->conv_kernel;
             size_t C = 2 * Hk * dk + Hv * dv;
             char pre[80];
             snprintf(pre, sizeof pre, "layers.%zu.gdn.in_qkv", i);
@@ -128,10 +128,10 @@ typedef struct {
     size_t d, I, H, Hkv, hd, Hk, Hv, dk, dv, K, C, QK, VD, r;
 } dims;
 static dims dims_of(const ls_model_config *c, int lora_r) {
-    dims m = {.d = (size_t)c->d_model, .I = (size_t)c->ffn_dim, .H = (size_t)c->attn_heads,
-              .Hkv = (size_t)c->attn_kv_heads, .hd = (size_t)c->head_dim, .Hk = (size_t)c->gdn_hk,
-              .Hv = (size_t)c->gdn_hv, .dk = (size_t)c->gdn_dk, .dv = (size_t)c->gdn_dv,
-              .K = (size_t)c->conv_kernel, .r = lora_r > 0 ? (size_t)lora_r : 0};
+    dims m = {.d = (size_t)c->d_model, .I = (size_t)c->ffn_dim, .H = (size_t)ls_hybrid_keys_of(c)->attn_heads,
+              .Hkv = (size_t)ls_hybrid_keys_of(c)->attn_kv_heads, .hd = (size_t)ls_hybrid_keys_of(c)->head_dim, .Hk = (size_t)ls_hybrid_keys_of(c)->gdn_hk,
+              .Hv = (size_t)ls_hybrid_keys_of(c)->gdn_hv, .dk = (size_t)ls_hybrid_keys_of(c)->gdn_dk, .dv = (size_t)ls_hybrid_keys_of(c)->gdn_dv,
+              .K = (size_t)ls_hybrid_keys_of(c)->conv_kernel, .r = lora_r > 0 ? (size_t)lora_r : 0};
     m.QK = m.Hk * m.dk;
     m.VD = m.Hv * m.dv;
     m.C = 2 * m.QK + m.VD;
@@ -231,7 +231,7 @@ void LS_K(ls_hybrid_plan)(const ls_model_config *c, const ls_family_plan_in *in,
     size_t pg = in->page_size ? in->page_size : 64;
     out->pages = (n + pg - 1) / pg;
     for (size_t l = 0; l < L; l++) {
-        if (ls_config_layer_is_attn(c, (int)l)) {
+        if (ls_hybrid_cfg_is_attn(c, (int)l)) {
             out->attn_layers++;
             out->attn_kv = ls_sat_add(out->attn_kv, ls_sat_mul3(2, n, ls_sat_mul(row, in->ssz)));
         } else {
@@ -287,7 +287,7 @@ void LS_K(ls_hybrid_plan)(const ls_model_config *c, const ls_family_plan_in *in,
     ADD(LS_FPLAN_ROLLOUT, LS_MEM_SCORE, ls_sat_add(ls_sat_mul((size_t)c->vocab, es + 2 * 16 + 8), 4096));
     /* replay one member: every layer's tape over R tokens plus its frame, then the largest layer's backward */
     acc t = {.esz = es};
-    for (size_t l = 0; l < L; l++) layer_fwd(&t, &m, ls_config_layer_is_attn(c, (int)l), R, 1, 1);
+    for (size_t l = 0; l < L; l++) layer_fwd(&t, &m, ls_hybrid_cfg_is_attn(c, (int)l), R, 1, 1);
     size_t fwd_scr = 0, bwd = 0;
     for (int attn = 0; attn < 2; attn++) {
         acc a = {.esz = es};
@@ -311,7 +311,7 @@ void LS_K(ls_hybrid_plan)(const ls_model_config *c, const ls_family_plan_in *in,
         if (in->world > 1) /* each chunk's, every attention layer's */
             kept = ls_sat_add(kept, ls_sat_mul3(K, (size_t)out->attn_layers, memo_layer_bytes(&m, es, C)));
         acc tc = {.esz = es};
-        for (size_t l = 0; l < L; l++) layer_fwd(&tc, &m, ls_config_layer_is_attn(c, (int)l), C, 1, 1);
+        for (size_t l = 0; l < L; l++) layer_fwd(&tc, &m, ls_hybrid_cfg_is_attn(c, (int)l), C, 1, 1);
         fwd_scr = bwd = 0;
         for (int attn = 0; attn < 2; attn++) {
             acc a = {.esz = es};
@@ -402,10 +402,10 @@ void LS_K(ls_hybrid_plan)(const ls_model_config *c, const ls_family_plan_in *in,
     for (int k = 0; k < 3; k++) {
         size_t best = 0, best_attn = 0, prev_attn = 0;
         for (size_t l = 0; l < L; l++) {
-            int a = ls_config_layer_is_attn(c, (int)l);
+            int a = ls_hybrid_cfg_is_attn(c, (int)l);
             size_t cur = a ? at[k] : gdn;
             if (l + 1 < L) {
-                size_t nx = ls_config_layer_is_attn(c, (int)l + 1) ? at[k] : gdn;
+                size_t nx = ls_hybrid_cfg_is_attn(c, (int)l + 1) ? at[k] : gdn;
                 if (ls_sat_add(cur, nx) > best) best = ls_sat_add(cur, nx);
             } else if (cur > best) {
                 best = cur;
@@ -436,7 +436,7 @@ ls_status LS_K(ls_hybrid_prompt_backward)(const ls_params *p, const int32_t *tok
 const ls_family_ops LS_K(ls_family_hybrid) = {
     .layout = {.layer_view_size = sizeof(ls_hybrid_layer), .build = LS_K(ls_hybrid_build),
                .ref_view = LS_K(ls_hybrid_ref_view)},
-    .id = LS_FAMILY_HYBRID,
+    .desc = &ls_family_desc_hybrid,
     .name = "hybrid",
     .state_init = LS_K(ls_hybrid_state_init),
     .state_fork = LS_K(ls_hybrid_state_fork),

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "common/checked.h"
-#include "trainer/mla/mla_layer.h"
+#include "trainer/families/mla/mla_layer.h"
 
 static ls_mla_mlp add_mlp(ls_param_builder *b, const char *pre, size_t I, size_t d, int lora) {
     char nm[88];
@@ -32,9 +32,9 @@ static void mla_build(ls_param_builder *b, ls_params *p) {
     ls_mla_layer scratch_layer, *layers = p ? LS_K(ls_mla_layers)(p) : NULL;
     ls_tensor *sink[3];
     size_t d = (size_t)c->d_model, V = (size_t)c->vocab, I = (size_t)c->ffn_dim, L = (size_t)c->n_layers;
-    size_t H = (size_t)c->heads, rq = (size_t)c->q_rank, rkv = (size_t)c->kv_rank, dn = (size_t)c->d_nope;
-    size_t dr = (size_t)c->d_rope, dv = (size_t)c->d_v, HI = (size_t)c->index_heads, dI = (size_t)c->index_dim;
-    size_t E = (size_t)c->n_experts, Ie = (size_t)c->expert_dim;
+    size_t H = (size_t)ls_mla_keys_of(c)->heads, rq = (size_t)ls_mla_keys_of(c)->q_rank, rkv = (size_t)ls_mla_keys_of(c)->kv_rank, dn = (size_t)ls_mla_keys_of(c)->d_nope;
+    size_t dr = (size_t)ls_mla_keys_of(c)->d_rope, dv = (size_t)ls_mla_keys_of(c)->d_v, HI = (size_t)ls_mla_keys_of(c)->index_heads, dI = (size_t)ls_mla_keys_of(c)->index_dim;
+    size_t E = (size_t)ls_mla_keys_of(c)->n_experts, Ie = (size_t)ls_mla_keys_of(c)->expert_dim;
     int lora_experts = b->obj->lora_experts;
     double sd = 1.0 / sqrt((double)d);
     char nm[96], pre[80];
@@ -42,7 +42,7 @@ static void mla_build(ls_param_builder *b, ls_params *p) {
     for (size_t i = 0; i < L; i++) {
         ls_mla_layer *ly = layers ? &layers[i] : &scratch_layer;
         memset(ly, 0, sizeof *ly);
-        ly->is_moe = i >= (size_t)c->first_dense;
+        ly->is_moe = i >= (size_t)ls_mla_keys_of(c)->first_dense;
         snprintf(nm, sizeof nm, "layers.%zu.norm1.weight", i);
         ly->norm1 = LS_K(ls_params_add)(b, nm, d, 0, LS_INIT_ONE, 0, 0);
         snprintf(pre, sizeof pre, "layers.%zu.attn.q_a", i);
@@ -161,7 +161,7 @@ static void mla_plan(const ls_model_config *c, const ls_family_plan_in *in, ls_f
     memset(out, 0, sizeof *out);
     size_t n = in->shard, L = (size_t)c->n_layers, pg = in->page_size ? in->page_size : 64;
     size_t sets = in->index_sets && in->index_sets < L ? in->index_sets : L;
-    size_t lat = ls_sat_add((size_t)c->kv_rank, (size_t)c->d_rope), dI = (size_t)c->index_dim;
+    size_t lat = ls_sat_add((size_t)ls_mla_keys_of(c)->kv_rank, (size_t)ls_mla_keys_of(c)->d_rope), dI = (size_t)ls_mla_keys_of(c)->index_dim;
     out->latent_layers = (int)L;
     out->index_sets = (int)sets;
     out->pages = (n + pg - 1) / pg;
@@ -179,8 +179,8 @@ static void mla_plan(const ls_model_config *c, const ls_family_plan_in *in, ls_f
     size_t R = in->R, last = n ? (n - 1) / ch * ch : 0;
     size_t pos[3] = {n, n, last}, single[3] = {0, R ? R - 1 : 0, 0}, share[3];
     for (int k = 0; k < 3; k++) {
-        size_t s = ls_sat_add(ls_stage_field_bytes(pos[k], pg, ls_sat_mul((size_t)c->kv_rank, in->ssz), single[k]),
-                              ls_stage_field_bytes(pos[k], pg, ls_sat_mul((size_t)c->d_rope, in->ssz), single[k]));
+        size_t s = ls_sat_add(ls_stage_field_bytes(pos[k], pg, ls_sat_mul((size_t)ls_mla_keys_of(c)->kv_rank, in->ssz), single[k]),
+                              ls_stage_field_bytes(pos[k], pg, ls_sat_mul((size_t)ls_mla_keys_of(c)->d_rope, in->ssz), single[k]));
         if (sets) s = ls_sat_add(s, ls_stage_field_bytes(pos[k], pg, ls_sat_mul(dI, in->ssz), single[k]));
         share[k] = L > 1 ? ls_sat_mul(2, s) : s;
     }
@@ -192,7 +192,7 @@ static void mla_plan(const ls_model_config *c, const ls_family_plan_in *in, ls_f
 
 const ls_family_ops LS_K(ls_family_mla) = {
     .layout = {.layer_view_size = sizeof(ls_mla_layer), .build = mla_build, .ref_view = mla_ref_view},
-    .id = LS_FAMILY_MLA,
+    .desc = &ls_family_desc_mla,
     .name = "mla",
     .state_init = LS_K(ls_mla_state_init),
     .state_fork = LS_K(ls_mla_state_fork),

@@ -18,8 +18,8 @@
  * responses, the rings for the prompt shard). */
 #ifndef LS_TRAINER_MLA_LAYER_H
 #define LS_TRAINER_MLA_LAYER_H
-#include "trainer/mla/mla_family.h"
-#include "trainer/mla/mla_cp_attn.h"
+#include "trainer/families/mla/mla_family.h"
+#include "trainer/families/mla/mla_cp_attn.h"
 
 /* The CP context of one layer's attention (ls_layer_state.cp of an mla
  * state under context parallelism; mla_cp.c owns it).  prompt 1: the

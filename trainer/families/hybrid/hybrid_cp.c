@@ -3,7 +3,7 @@
  * GDN state chains, the sharded capture and prompt backward.  The shared
  * driver (cp.c) owns the shards and finalize; this file is the family's
  * part of the context (ls_cp.fam_ctx). */
-#include "trainer/hybrid/hybrid_cp.h"
+#include "trainer/families/hybrid/hybrid_cp.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -252,9 +252,9 @@ ls_status LS_K(ls_hybrid_cp_init)(ls_cp *base, const ls_params *p) {
     if (!c) return LS_ERR_NOMEM;
     memset(c, 0, sizeof *c);
     base->fam_ctx = c;
-    const ls_model_config *m = &p->cfg;
-    if (!(c->gdn = ls_mem_alloc(LS_MEM_SCRATCH, (size_t)(m->n_layers > 0 ? m->n_layers : 1)))) return LS_ERR_NOMEM;
-    for (int l = 0; l < m->n_layers; l++) c->gdn[l] = !ls_hybrid_layers(p)[l].is_attn;
+    const ls_hybrid_keys *m = ls_hybrid_keys_of(&p->cfg);
+    if (!(c->gdn = ls_mem_alloc(LS_MEM_SCRATCH, (size_t)(p->cfg.n_layers > 0 ? p->cfg.n_layers : 1)))) return LS_ERR_NOMEM;
+    for (int l = 0; l < p->cfg.n_layers; l++) c->gdn[l] = !ls_hybrid_layers(p)[l].is_attn;
     c->g = base->g;
     c->rank = base->rank;
     c->world = base->world;

@@ -3,8 +3,9 @@
  * q_norm, k_norm and the 7 adapted linears q, k, v, o, gate, up, down), no gdn.* tensor; the closed-form
  * parameter count of config.c equals the scalars the built table holds; the carried state is attention KV
  * pages only (2 x positions x attn_kv_heads x head_dim per layer), labelled with the dense table, and a
- * segment's state holds exactly what the plan says; the config's keys are the hybrid attention keys (a GDN
- * key refused naming the hybrid family; the JSON round trip).  The fault: a table one tensor short of the
+ * segment's state holds exactly what the plan says; the config's keys are the hybrid attention keys, the same
+ * entries as the hybrid's (a GDN key refused naming the hybrid family; the JSON round trip; the GDN keys of
+ * the block 0).  The fault: a table one tensor short of the
  * count fails naming the tensor.  Built per real type. */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -12,12 +13,22 @@
 #include <string.h>
 
 #include "trainer/base/mem_tracker.h"
+#include "trainer/families/dense/dense_config.h"
 #include "trainer/families/dense/dense_family.h"
-#include "trainer/families/families.h"
-#include "trainer/hybrid/hybrid_family.h"
+#include "trainer/families/hybrid/hybrid_family.h"
 
 #define K(x) LS_K(x)
 #define CFG LS_SOURCE_DIR "/trainer/families/dense/dense-tiny.json"
+
+/* The dense table's parameters (the registry's ls_params_init does the same through cfg->family; tests/
+ * test_family.c holds every family's table to its descriptor). */
+static ls_params *init(const ls_model_config *c, const ls_objective *o) {
+    char err[512] = "";
+    ls_params *p = NULL;
+    cr_assert_eq(K(ls_params_init_of)(&K(ls_family_dense).layout, &p, c, o, 5, err, sizeof err), LS_OK, "%s", err);
+    p->fam = &K(ls_family_dense);
+    return p;
+}
 
 static ls_model_config load(void) {
     ls_model_config c;
@@ -30,7 +41,7 @@ TestSuite(dense, .timeout = 120);
 
 Test(dense, the_table_is_attention_layers_only_as_counted_by_hand) {
     ls_model_config c = load();
-    cr_assert_eq(c.family, LS_FAMILY_DENSE);
+    cr_assert_eq(c.family, &ls_family_desc_dense);
     cr_expect_str_eq(ls_family_name(c.family), "dense");
     for (int mode = 0; mode < 2; mode++) {
         ls_objective o;
@@ -39,14 +50,13 @@ Test(dense, the_table_is_attention_layers_only_as_counted_by_hand) {
         o.lora_r = 3;
         char err[512];
         size_t counted = 0;
-        cr_assert_eq(K(ls_params_tensor_count)(&c, &o, &counted, err, sizeof err), LS_OK, "%s", err);
+        K(ls_params_tensor_count_of)(&K(ls_family_dense).layout, &c, &o, &counted);
         size_t hand = 3 + (size_t)c.n_layers * (4 + 7 * (mode ? 1 : 3));
         cr_expect_eq(counted, hand, "mode %d: counted %zu, docs/model.md by hand %zu", mode, counted, hand);
-        ls_params *p = NULL;
-        cr_assert_eq(K(ls_params_init)(&p, &c, &o, 5, err, sizeof err), LS_OK, "%s", err);
+        ls_params *p = init(&c, &o);
         cr_expect_eq(p->n, counted);
         cr_expect_eq(p->fam, &K(ls_family_dense));
-        cr_expect_eq(p->fam->id, LS_FAMILY_DENSE);
+        cr_expect_eq(p->fam->desc, &ls_family_desc_dense);
         size_t base = 0, adapters = 0;
         for (size_t i = 0; i < p->n; i++) {
             cr_expect(strstr(p->t[i].name, ".gdn.") == NULL, "a GDN tensor in a dense model: %s", p->t[i].name);
@@ -57,14 +67,15 @@ Test(dense, the_table_is_attention_layers_only_as_counted_by_hand) {
             cr_expect(ly->is_attn, "layer %d is not attention", l);
             cr_expect(ly->q.W && ly->k.W && ly->v.W && ly->o.W && ly->q_norm && ly->k_norm, "layer %d's views", l);
             cr_expect(!ly->in_qkv.W && !ly->conv, "layer %d has GDN views", l);
-            cr_expect_eq(ls_config_layer_kind(&c, l), LS_LAYER_ATTN);
+            cr_expect_str_eq(ls_config_layer_kind(&c, l), "attn");
         }
         ls_param_counts pc;
         cr_assert_eq(ls_config_param_counts(&c, &o, &pc, err, sizeof err), LS_OK, "%s", err);
         cr_expect_eq(pc.base, base, "closed form %zu base scalars, table %zu", pc.base, base);
         cr_expect_eq(pc.adapters, adapters, "closed form %zu adapter scalars, table %zu", pc.adapters, adapters);
         /* by hand: embed + lm_head, final norm, per layer two norms, q (2 H hd x d), k, v, o, q/k norms, MLP */
-        size_t d = (size_t)c.d_model, H = (size_t)c.attn_heads, Hkv = (size_t)c.attn_kv_heads, hd = (size_t)c.head_dim;
+        const ls_hybrid_keys *k = ls_hybrid_keys_of(&c);
+        size_t d = (size_t)c.d_model, H = (size_t)k->attn_heads, Hkv = (size_t)k->attn_kv_heads, hd = (size_t)k->head_dim;
         size_t I = (size_t)c.ffn_dim, L = (size_t)c.n_layers;
         size_t by_hand = 2 * (size_t)c.vocab * d + d +
                          L * (2 * d + 2 * H * hd * d + 2 * Hkv * hd * d + d * H * hd + 2 * hd + 3 * I * d);
@@ -77,11 +88,9 @@ Test(dense, the_state_is_kv_pages_labelled_dense_and_as_planned) {
     ls_model_config c = load();
     ls_objective o;
     ls_objective_defaults(&o);
-    char err[512];
-    ls_params *p = NULL;
-    cr_assert_eq(K(ls_params_init)(&p, &c, &o, 5, err, sizeof err), LS_OK, "%s", err);
+    ls_params *p = init(&c, &o);
     const ls_family_ops *f = p->fam;
-    size_t T = 21, row = (size_t)c.attn_kv_heads * (size_t)c.head_dim;
+    size_t T = 21, row = (size_t)ls_hybrid_keys_of(&c)->attn_kv_heads * (size_t)ls_hybrid_keys_of(&c)->head_dim;
     size_t want = 2 * T * row * (size_t)c.n_layers * sizeof(ls_real);
     cr_expect_eq(f->state_plan_bytes(&c, (int64_t)T), want, "planned %zu, by hand %zu", f->state_plan_bytes(&c, (int64_t)T),
                  want);
@@ -105,6 +114,15 @@ Test(dense, the_state_is_kv_pages_labelled_dense_and_as_planned) {
 
 Test(dense, config_keys_are_the_hybrid_attention_keys) {
     ls_model_config c = load();
+    const ls_hybrid_keys *k = ls_hybrid_keys_of(&c);
+    cr_expect(k->gdn_hk == 0 && k->gdn_hv == 0 && k->conv_kernel == 0, "GDN keys set in a dense config");
+    cr_expect_eq(ls_family_desc_dense.n_keys, 4);
+    for (size_t i = 0; i < ls_family_desc_dense.n_keys; i++) { /* one definition: the hybrid's entry */
+        const ls_family_key *d = &ls_family_desc_dense.keys[i], *h = NULL;
+        for (size_t j = 0; j < ls_family_desc_hybrid.n_keys; j++)
+            if (!strcmp(ls_family_desc_hybrid.keys[j].key, d->key)) h = &ls_family_desc_hybrid.keys[j];
+        cr_expect_eq(d, h, "dense key '%s' is not the hybrid's entry", d->key);
+    }
     cJSON *j = ls_config_to_json(&c, NULL);
     cr_assert_not_null(j);
     cr_expect_null(cJSON_GetObjectItemCaseSensitive(j, "gdn_hk"), "a GDN key written for a dense config");
@@ -129,8 +147,7 @@ Test(dense, a_table_one_short_fails_naming_the_tensor) {
     ls_objective o;
     ls_objective_defaults(&o);
     size_t n = 0;
-    char err[512];
-    cr_assert_eq(K(ls_params_tensor_count)(&c, &o, &n, err, sizeof err), LS_OK, "%s", err);
+    K(ls_params_tensor_count_of)(&K(ls_family_dense).layout, &c, &o, &n);
     ls_tensor *t = calloc(n, sizeof *t);
     ls_init_kind *kinds = calloc(n, sizeof *kinds);
     double *stds = calloc(n, sizeof *stds);

@@ -6,7 +6,7 @@
  * selection and routing is noted in the caller's decision ledger
  * (kernels/decisions.h); the MoE backward's recomputed routing must equal the
  * forward's (LS_ERR_INTERNAL otherwise). */
-#include "trainer/mla/mla_layer.h"
+#include "trainer/families/mla/mla_layer.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -41,11 +41,11 @@ static ls_mla_form form_for(size_t T, size_t Tk) {
 ls_mla_seg_opts LS_K(ls_mla_get_seg_opts)(void) { return g_opts; }
 
 static ls_mla_dims dims_of(const ls_model_config *c) {
-    ls_mla_dims d = {.H = (size_t)c->heads, .d_n = (size_t)c->d_nope, .d_r = (size_t)c->d_rope,
-                     .d_v = (size_t)c->d_v, .r_kv = (size_t)c->kv_rank};
+    ls_mla_dims d = {.H = (size_t)ls_mla_keys_of(c)->heads, .d_n = (size_t)ls_mla_keys_of(c)->d_nope, .d_r = (size_t)ls_mla_keys_of(c)->d_rope,
+                     .d_v = (size_t)ls_mla_keys_of(c)->d_v, .r_kv = (size_t)ls_mla_keys_of(c)->kv_rank};
     return d;
 }
-static ls_real tau_of(const ls_model_config *c) { return (ls_real)(1.0 / sqrt((double)(c->d_nope + c->d_rope))); }
+static ls_real tau_of(const ls_model_config *c) { return (ls_real)(1.0 / sqrt((double)(ls_mla_keys_of(c)->d_nope + ls_mla_keys_of(c)->d_rope))); }
 
 /* ---- linears and SwiGLU with their saves ------------------------------------ */
 static ls_real *buf(ls_arena *ta, ls_arena *scr, size_t n) { return ls_arena_alloc(ta ? ta : scr, R(n ? n : 1)); }
@@ -137,7 +137,7 @@ ls_status LS_K(ls_mla_attn_forward)(const ls_params *p, const ls_mla_attn_q *q, 
     const ls_model_config *c = &p->cfg;
     ls_mla_dims dm = dims_of(c);
     ls_mla_form form = form_for(q->T, (size_t)q->pos0 + q->T);
-    size_t T = q->T, k = q->k_sel, H = dm.H, dv = dm.d_v, HI = (size_t)c->index_heads, dI = (size_t)c->index_dim;
+    size_t T = q->T, k = q->k_sel, H = dm.H, dv = dm.d_v, HI = (size_t)ls_mla_keys_of(c)->index_heads, dI = (size_t)ls_mla_keys_of(c)->index_dim;
     size_t maxn = 1;
     for (size_t b = 0; b < nb; b++)
         if (blk[b].n > maxn) maxn = blk[b].n;
@@ -248,7 +248,7 @@ static size_t cp_shard_pages(const ls_layer_state *ctx, const ls_mla_cp *cp) {
 static ls_status cp_resp_rows(cp_resp *r, const ls_model_config *c, const ls_layer_state *ctx, size_t ns,
                               const ls_real *ckv, const ls_real *kpe, const ls_real *kI, size_t T, int64_t pos0,
                               ls_arena *scr) {
-    size_t rkv = (size_t)c->kv_rank, dr = (size_t)c->d_rope, dI = (size_t)c->index_dim, np = ctx ? ctx->n_pages : 0;
+    size_t rkv = (size_t)ls_mla_keys_of(c)->kv_rank, dr = (size_t)ls_mla_keys_of(c)->d_rope, dI = (size_t)ls_mla_keys_of(c)->index_dim, np = ctx ? ctx->n_pages : 0;
     memset(r, 0, sizeof *r);
     for (size_t i = ns; i < np; i++) r->n_ctx += ctx->pages[i].n;
     r->rows = (ls_mla_cp_rows){.c_kv = ckv, .k_pe = kpe, .k_I = kI, .pos0 = pos0, .n = T};
@@ -312,7 +312,7 @@ static ls_status cp_attn_backward(const ls_mla_cp_layer *L, int l, const ls_mode
                                   const ls_real *kpe, const int64_t *sel, const ls_real *o, const ls_real *lse,
                                   const ls_real *dout, ls_real *dqn, ls_real *dqpe, ls_real *dckv, ls_real *dkpe,
                                   ls_real *dkvb, ls_arena *scr) {
-    size_t T = q->T, rkv = (size_t)c->kv_rank, dr = (size_t)c->d_rope;
+    size_t T = q->T, rkv = (size_t)ls_mla_keys_of(c)->kv_rank, dr = (size_t)ls_mla_keys_of(c)->d_rope;
     ls_mla_cp cp = *L->cp;
     cp.k_top = q->k_sel;
     cp.form = form_for(T, (size_t)q->pos0 + T);
@@ -320,8 +320,8 @@ static ls_status cp_attn_backward(const ls_mla_cp_layer *L, int l, const ls_mode
     ls_mla_cp_rows own = {.c_kv = ckv, .k_pe = kpe, .pos0 = q->pos0, .n = T};
     if (L->prompt) {
         ls_mla_cp_drows down = {dckv, dkpe};
-        memset(dqn, 0, R(T * (size_t)c->heads * (size_t)c->d_nope));
-        memset(dqpe, 0, R(T * (size_t)c->heads * dr));
+        memset(dqn, 0, R(T * (size_t)ls_mla_keys_of(c)->heads * (size_t)ls_mla_keys_of(c)->d_nope));
+        memset(dqpe, 0, R(T * (size_t)ls_mla_keys_of(c)->heads * dr));
         return LS_K(ls_mla_cp_prompt_backward)(&cp, dqn, dqpe, &down, dkvb, o, lse, dout, &cq, sel, &own, q->kvb, 1,
                                                l);
     }
@@ -373,7 +373,7 @@ static size_t expert_r(const ls_params *p) {
 
 /* Reals and index bytes of one chunk's routed buffers (forward; with bwd the backward's too). */
 static void dispatch_sizes(const ls_model_config *c, size_t C, size_t r, int bwd, size_t *reals, size_t *ibytes) {
-    size_t Ck = C * (size_t)c->experts_per_token, d = (size_t)c->d_model, Ie = (size_t)c->expert_dim;
+    size_t Ck = C * (size_t)ls_mla_keys_of(c)->experts_per_token, d = (size_t)c->d_model, Ie = (size_t)ls_mla_keys_of(c)->expert_dim;
     *reals = Ck * (2 * d + 3 * Ie + 3 * r) + (bwd ? Ck * (2 * d + 3 * Ie) : 0);
     *ibytes = Ck * (sizeof(int32_t) + 2 * sizeof(size_t));
 }
@@ -383,7 +383,7 @@ static void dispatch_sizes(const ls_model_config *c, size_t C, size_t r, int bwd
  * each) and the four count arrays; 0 without EP. */
 static size_t ep_exchange_bytes(const ls_model_config *c, size_t C, int ep, size_t esz) {
     if (ep <= 1) return 0;
-    size_t rows = ls_sat_mul(C, (size_t)c->experts_per_token);
+    size_t rows = ls_sat_mul(C, (size_t)ls_mla_keys_of(c)->experts_per_token);
     return ls_sat_add(ls_sat_mul3(rows, (size_t)c->d_model, esz), ls_sat_mul3(4, (size_t)ep, sizeof(size_t)));
 }
 
@@ -400,7 +400,7 @@ size_t LS_K(ls_mla_dispatch_bytes)(const ls_model_config *c, size_t C, int lora_
 
 static ls_status dispatch_alloc(dispatch_bufs *b, const ls_params *p, size_t C, int bwd) {
     const ls_model_config *c = &p->cfg;
-    size_t Ck = C * (size_t)c->experts_per_token, d = (size_t)c->d_model, Ie = (size_t)c->expert_dim;
+    size_t Ck = C * (size_t)ls_mla_keys_of(c)->experts_per_token, d = (size_t)c->d_model, Ie = (size_t)ls_mla_keys_of(c)->expert_dim;
     size_t r = expert_r(p), reals, ib;
     memset(b, 0, sizeof *b);
     dispatch_sizes(c, C, r, bwd, &reals, &ib);
@@ -470,11 +470,11 @@ static ls_status ep_exchange(const ls_ep *ep, ls_real *buf, const size_t *offset
 static ls_status moe_run(const ls_params *p, const ls_mla_layer *ly, int layer, const ls_real *x, size_t T,
                          ls_real *y, const ls_real *dy, ls_real *dx) {
     const ls_model_config *c = &p->cfg;
-    size_t d = (size_t)c->d_model, E = (size_t)c->n_experts, k = (size_t)c->experts_per_token;
+    size_t d = (size_t)c->d_model, E = (size_t)ls_mla_keys_of(c)->n_experts, k = (size_t)ls_mla_keys_of(c)->experts_per_token;
     /* EP: this rank runs its own experts [e0, e1) only; ep_exchange brings the others' rows */
     const ls_ep *ep = LS_K(ls_ep_get)();
     size_t e0 = ep ? (size_t)ep->rank * (E / (size_t)ep->size) : 0, e1 = ep ? e0 + E / (size_t)ep->size : E;
-    size_t Ie = (size_t)c->expert_dim, C = moe_chunk() < T ? moe_chunk() : T, rs = lora_r(&ly->shared.gate);
+    size_t Ie = (size_t)ls_mla_keys_of(c)->expert_dim, C = moe_chunk() < T ? moe_chunk() : T, rs = lora_r(&ly->shared.gate);
     size_t r = expert_r(p);
     int bwd = dy != NULL;
     dispatch_bufs D;
@@ -482,7 +482,7 @@ static ls_status moe_run(const ls_params *p, const ls_mla_layer *ly, int layer, 
     ls_arena_init(&a, LS_MEM_SCRATCH, 0);
     ls_status st = dispatch_alloc(&D, p, C, bwd);
     ls_real *logits = buf(NULL, &a, C * E), *s = buf(NULL, &a, C * E), *w = buf(NULL, &a, C * k);
-    ls_real *rws = buf(NULL, &a, LS_K(ls_moe_route_workspace)(E, (size_t)c->n_group));
+    ls_real *rws = buf(NULL, &a, LS_K(ls_moe_route_workspace)(E, (size_t)ls_mla_keys_of(c)->n_group));
     ls_real *sg = buf(NULL, &a, C * Ie), *su = buf(NULL, &a, C * Ie), *sa = buf(NULL, &a, C * Ie);
     ls_real *sxa = buf(NULL, &a, 3 * C * (rs ? rs : 1)), *sh = buf(NULL, &a, C * d);
     ls_real *dw = buf(NULL, &a, C * k), *dlog = buf(NULL, &a, C * E);
@@ -494,8 +494,8 @@ static ls_status moe_run(const ls_params *p, const ls_mla_layer *ly, int layer, 
         size_t n = T - t0 < C ? T - t0 : C;
         const ls_real *xc = x + t0 * d;
         lin_f(p, &ly->router, logits, NULL, xc, n);
-        LS_K(ls_moe_route_forward)(D.idx, w, s, logits, ly->router_bias->w, n, E, (size_t)c->n_group,
-                                   (size_t)c->topk_group, k, (ls_real)c->routed_scale, rws);
+        LS_K(ls_moe_route_forward)(D.idx, w, s, logits, ly->router_bias->w, n, E, (size_t)ls_mla_keys_of(c)->n_group,
+                                   (size_t)ls_mla_keys_of(c)->topk_group, k, (ls_real)ls_mla_keys_of(c)->routed_scale, rws);
         LS_K(ls_moe_dispatch)(offsets, D.slot_of_row, D.row_of_slot, D.idx, n, E, k);
         LS_K(ls_moe_gather)(D.xg, xc, D.slot_of_row, n, k, d);
         for (size_t e = e0; e < e1; e++) {
@@ -531,7 +531,7 @@ static ls_status moe_run(const ls_params *p, const ls_mla_layer *ly, int layer, 
         if (st == LS_OK && ep) st = ep_exchange(ep, D.dxg, offsets, E, d, ep->drop_dx, "moe_dx", layer);
         if (st == LS_OK) {
             LS_K(ls_moe_scatter_add)(dxc, D.dxg, D.slot_of_row, n, k, d);
-            LS_K(ls_moe_route_backward)(dlog, NULL, dw, s, D.idx, n, E, k, (ls_real)c->routed_scale);
+            LS_K(ls_moe_route_backward)(dlog, NULL, dw, s, D.idx, n, E, k, (ls_real)ls_mla_keys_of(c)->routed_scale);
             st = lin_b(p, &ly->router, dxc, 1, dlog, xc, NULL, n, &ca);
         }
         ls_arena_free(&ca);
@@ -559,15 +559,15 @@ ls_status LS_K(ls_mla_layer_forward)(const ls_params *p, int l, ls_real *h, size
                                      ls_real *own_kI, ls_mla_layer_tape *tp, ls_arena *ta, ls_arena *scr) {
     const ls_model_config *c = &p->cfg;
     const ls_mla_layer *ly = &LS_K(ls_mla_layers)(p)[l];
-    size_t d = (size_t)c->d_model, H = (size_t)c->heads, rq = (size_t)c->q_rank, rkv = (size_t)c->kv_rank;
-    size_t dn = (size_t)c->d_nope, dr = (size_t)c->d_rope, dv = (size_t)c->d_v, dqk = dn + dr;
-    size_t HI = (size_t)c->index_heads, dI = (size_t)c->index_dim, I = (size_t)c->ffn_dim;
+    size_t d = (size_t)c->d_model, H = (size_t)ls_mla_keys_of(c)->heads, rq = (size_t)ls_mla_keys_of(c)->q_rank, rkv = (size_t)ls_mla_keys_of(c)->kv_rank;
+    size_t dn = (size_t)ls_mla_keys_of(c)->d_nope, dr = (size_t)ls_mla_keys_of(c)->d_rope, dv = (size_t)ls_mla_keys_of(c)->d_v, dqk = dn + dr;
+    size_t HI = (size_t)ls_mla_keys_of(c)->index_heads, dI = (size_t)ls_mla_keys_of(c)->index_dim, I = (size_t)c->ffn_dim;
     ls_real eps = (ls_real)c->rms_eps;
     double theta = c->rope_theta;
     size_t np = ctx ? ctx->n_pages : 0;
     const ls_mla_cp_layer *cpl = ctx ? ctx->cp : NULL;
     size_t Tk = cpl && cpl->prompt ? (size_t)cpl->cp->T : (size_t)pos0 + T; /* the same k on every rank */
-    size_t k_sel = (size_t)c->index_topk < Tk ? (size_t)c->index_topk : Tk;
+    size_t k_sel = (size_t)ls_mla_keys_of(c)->index_topk < Tk ? (size_t)ls_mla_keys_of(c)->index_topk : Tk;
     ls_real *x = tp ? buf(ta, scr, T * d) : h, *rstd1 = buf(ta, scr, T), *xn1 = buf(ta, scr, T * d);
     ls_real *xa_qa = lora_save(ta, scr, &ly->q_a, T), *cq = buf(ta, scr, T * rq), *rstd_q = buf(ta, scr, T);
     ls_real *cqn = buf(ta, scr, T * rq), *xa_qb = lora_save(ta, scr, &ly->q_b, T);
@@ -661,8 +661,8 @@ ls_status LS_K(ls_mla_layer_backward)(const ls_params *p, int l, const ls_mla_la
                                       const ls_real *d_own_kpe, ls_arena *scr) {
     const ls_model_config *c = &p->cfg;
     const ls_mla_layer *ly = &LS_K(ls_mla_layers)(p)[l];
-    size_t T = tp->T, d = (size_t)c->d_model, H = (size_t)c->heads, rq = (size_t)c->q_rank;
-    size_t rkv = (size_t)c->kv_rank, dn = (size_t)c->d_nope, dr = (size_t)c->d_rope, dv = (size_t)c->d_v;
+    size_t T = tp->T, d = (size_t)c->d_model, H = (size_t)ls_mla_keys_of(c)->heads, rq = (size_t)ls_mla_keys_of(c)->q_rank;
+    size_t rkv = (size_t)ls_mla_keys_of(c)->kv_rank, dn = (size_t)ls_mla_keys_of(c)->d_nope, dr = (size_t)ls_mla_keys_of(c)->d_rope, dv = (size_t)ls_mla_keys_of(c)->d_v;
     size_t dqk = dn + dr, I = (size_t)c->ffn_dim, cut = tp->cut;
     size_t np = ctx ? ctx->n_pages : 0;
     const ls_mla_cp_layer *cpl = ctx ? ctx->cp : NULL;
@@ -776,10 +776,10 @@ typedef struct {
 static plan_layer plan_layer_fwd(const ls_model_config *c, const ls_family_plan_in *in, int moe, size_t T, size_t Tk,
                                  size_t maxn, int taped) {
     plan_acc a = {.esz = in->esz};
-    size_t d = (size_t)c->d_model, H = (size_t)c->heads, rq = (size_t)c->q_rank, rkv = (size_t)c->kv_rank;
-    size_t dn = (size_t)c->d_nope, dr = (size_t)c->d_rope, dv = (size_t)c->d_v, dqk = dn + dr;
-    size_t HI = (size_t)c->index_heads, dI = (size_t)c->index_dim, I = (size_t)c->ffn_dim;
-    size_t r = in->lora_r > 0 ? (size_t)in->lora_r : 0, k = (size_t)c->index_topk < Tk ? (size_t)c->index_topk : Tk;
+    size_t d = (size_t)c->d_model, H = (size_t)ls_mla_keys_of(c)->heads, rq = (size_t)ls_mla_keys_of(c)->q_rank, rkv = (size_t)ls_mla_keys_of(c)->kv_rank;
+    size_t dn = (size_t)ls_mla_keys_of(c)->d_nope, dr = (size_t)ls_mla_keys_of(c)->d_rope, dv = (size_t)ls_mla_keys_of(c)->d_v, dqk = dn + dr;
+    size_t HI = (size_t)ls_mla_keys_of(c)->index_heads, dI = (size_t)ls_mla_keys_of(c)->index_dim, I = (size_t)c->ffn_dim;
+    size_t r = in->lora_r > 0 ? (size_t)in->lora_r : 0, k = (size_t)ls_mla_keys_of(c)->index_topk < Tk ? (size_t)ls_mla_keys_of(c)->index_topk : Tk;
     int t = taped;
     if (t) RQR(&a, 1, T * d);
     RQR(&a, t, T), RQR(&a, t, T * d);
@@ -812,11 +812,11 @@ static plan_layer plan_layer_fwd(const ls_model_config *c, const ls_family_plan_
     RQR(&k_, 0, T * H * dv), RQR(&k_, 0, T * H);
     out.attn = k_.scr;
     if (moe) { /* moe_run's arena and the dispatch buffers of one chunk */
-        size_t E = (size_t)c->n_experts, kk = (size_t)c->experts_per_token, Ie = (size_t)c->expert_dim;
+        size_t E = (size_t)ls_mla_keys_of(c)->n_experts, kk = (size_t)ls_mla_keys_of(c)->experts_per_token, Ie = (size_t)ls_mla_keys_of(c)->expert_dim;
         size_t mc = in->moe_chunk ? in->moe_chunk : moe_chunk(), C = mc < T ? mc : T, rs = r;
         plan_acc m = {.esz = in->esz};
         RQR(&m, 0, C * E), RQR(&m, 0, C * E), RQR(&m, 0, C * kk);
-        RQR(&m, 0, LS_K(ls_moe_route_workspace)(E, (size_t)c->n_group));
+        RQR(&m, 0, LS_K(ls_moe_route_workspace)(E, (size_t)ls_mla_keys_of(c)->n_group));
         RQR(&m, 0, C * Ie), RQR(&m, 0, C * Ie), RQR(&m, 0, C * Ie), RQR(&m, 0, 3 * C * (rs ? rs : 1)), RQR(&m, 0, C * d);
         RQR(&m, 0, C * kk), RQR(&m, 0, C * E), RQR(&m, 0, C * Ie), RQR(&m, 0, C * Ie), RQR(&m, 0, C * Ie);
         RQ(&m, 0, (E + 1) * sizeof(size_t));
@@ -834,9 +834,9 @@ static plan_layer plan_layer_fwd(const ls_model_config *c, const ls_family_plan_
 static plan_layer plan_layer_bwd(const ls_model_config *c, const ls_family_plan_in *in, int moe, size_t T, size_t Tk,
                                  size_t maxn) {
     plan_acc a = {.esz = in->esz};
-    size_t d = (size_t)c->d_model, H = (size_t)c->heads, rq = (size_t)c->q_rank, rkv = (size_t)c->kv_rank;
-    size_t dn = (size_t)c->d_nope, dr = (size_t)c->d_rope, dv = (size_t)c->d_v, dqk = dn + dr, I = (size_t)c->ffn_dim;
-    size_t r = in->lora_r > 0 ? (size_t)in->lora_r : 0, k = (size_t)c->index_topk < Tk ? (size_t)c->index_topk : Tk;
+    size_t d = (size_t)c->d_model, H = (size_t)ls_mla_keys_of(c)->heads, rq = (size_t)ls_mla_keys_of(c)->q_rank, rkv = (size_t)ls_mla_keys_of(c)->kv_rank;
+    size_t dn = (size_t)ls_mla_keys_of(c)->d_nope, dr = (size_t)ls_mla_keys_of(c)->d_rope, dv = (size_t)ls_mla_keys_of(c)->d_v, dqk = dn + dr, I = (size_t)c->ffn_dim;
+    size_t r = in->lora_r > 0 ? (size_t)in->lora_r : 0, k = (size_t)ls_mla_keys_of(c)->index_topk < Tk ? (size_t)ls_mla_keys_of(c)->index_topk : Tk;
     RQR(&a, 0, T * d), RQR(&a, 0, T * d), RQR(&a, 0, T * H * dv), RQR(&a, 0, T * H * dn), RQR(&a, 0, T * H * dr);
     RQR(&a, 0, T * rkv), RQR(&a, 0, T * dr), RQR(&a, 0, T * H * dqk), RQR(&a, 0, T * rq), RQR(&a, 0, T * rq);
     RQR(&a, 0, T * rkv), RQR(&a, 0, T * (rkv + dr));
@@ -873,35 +873,35 @@ static void instant(size_t cat[LS_MEM_COUNT], size_t layer, plan_layer f) {
  * coll_memo.h: a replay that recomputes a forward takes them again): dsa_topk_gather's positions and scores
  * from every rank, lse_max, lse_sum, out_sum. */
 static size_t memo_layer_bytes(const ls_model_config *c, const ls_family_plan_in *in, size_t T, size_t Tk) {
-    size_t es = in->esz, kk = (size_t)c->index_topk < Tk ? (size_t)c->index_topk : Tk, H = (size_t)c->heads;
+    size_t es = in->esz, kk = (size_t)ls_mla_keys_of(c)->index_topk < Tk ? (size_t)ls_mla_keys_of(c)->index_topk : Tk, H = (size_t)ls_mla_keys_of(c)->heads;
     size_t W = (size_t)in->world, lse = ls_coll_memo_plan_bytes(ls_sat_mul3(T, H, es));
     size_t b = ls_sat_add(ls_coll_memo_plan_bytes(ls_sat_mul3(W, ls_sat_mul(T, kk), sizeof(int64_t))),
                           ls_coll_memo_plan_bytes(ls_sat_mul3(W, ls_sat_mul(T, kk), es)));
-    return ls_sat_add(b, ls_sat_add(ls_sat_mul(2, lse), ls_coll_memo_plan_bytes(ls_sat_mul3(T, H * (size_t)c->d_v, es))));
+    return ls_sat_add(b, ls_sat_add(ls_sat_mul(2, lse), ls_coll_memo_plan_bytes(ls_sat_mul3(T, H * (size_t)ls_mla_keys_of(c)->d_v, es))));
 }
 
 void LS_K(ls_mla_plan_transients)(const ls_model_config *c, const ls_family_plan_in *in, ls_family_plan *out) {
     size_t n = in->shard, ch = in->chunk ? in->chunk : n, R = in->R, L = (size_t)c->n_layers;
     size_t pg = in->page_size ? in->page_size : 64, es = in->esz, d = (size_t)c->d_model;
-    size_t rkv = (size_t)c->kv_rank, dr = (size_t)c->d_rope, dI = (size_t)c->index_dim;
+    size_t rkv = (size_t)ls_mla_keys_of(c)->kv_rank, dr = (size_t)ls_mla_keys_of(c)->d_rope, dI = (size_t)ls_mla_keys_of(c)->index_dim;
     size_t Ptot = in->world > 1 ? ls_sat_mul(n, (size_t)in->world) : n; /* keys the last chunk sees */
     /* the replay's segment: the response, or one chunk of it (--replay-checkpoint chunk: replay_chunk.c) */
     int chunked = in->replay_ckpt == 2;
     size_t RC = chunked && in->replay_chunk && in->replay_chunk < R ? in->replay_chunk : R, K = (R + RC - 1) / RC;
     size_t (*ph)[LS_MEM_COUNT] = out->phase;
 #define ADD(p, cat, x) (ph[p][cat] = ls_sat_add(ph[p][cat], (x)))
-    int kinds = (size_t)c->first_dense < L ? 2 : 1;
+    int kinds = (size_t)ls_mla_keys_of(c)->first_dense < L ? 2 : 1;
     size_t cap_pend = 0;
     size_t win_attn = 0, win_moe = 0, win_disp = 0, win_ring = 0; /* the prompt backward's instants (below) */
     for (int mi = 0; mi < kinds; mi++) {
-        int moe = (size_t)c->first_dense < L ? mi : 0;
-        if (!moe && c->first_dense == 0) continue;
+        int moe = (size_t)ls_mla_keys_of(c)->first_dense < L ? mi : 0;
+        if (!moe && ls_mla_keys_of(c)->first_dense == 0) continue;
         /* capture: the last chunk (the most keys) */
         size_t maxc = ch > pg ? ch : pg;
         plan_layer f = plan_layer_fwd(c, in, moe, ch, Ptot, maxc, 0);
         if (in->world > 1) { /* the ring kernels' workspaces instead of the local kernel's arena (mla_cp_attn.c) */
             ls_mla_dims dm = dims_of(c);
-            size_t k = (size_t)c->index_topk < Ptot ? (size_t)c->index_topk : Ptot;
+            size_t k = (size_t)ls_mla_keys_of(c)->index_topk < Ptot ? (size_t)ls_mla_keys_of(c)->index_topk : Ptot;
             plan_acc w = {.esz = in->esz};
             RQR(&w, 0, LS_K(ls_dsa_topk_workspace)(n));
             RQR(&w, 0, LS_K(ls_mla_forward_workspace)(form_for(ch, Ptot), n, k, &dm));
@@ -962,15 +962,15 @@ void LS_K(ls_mla_plan_transients)(const ls_model_config *c, const ls_family_plan
         }
     }
     out->capture_pending = cap_pend;
-    if ((size_t)c->first_dense < L) { /* one routed hidden buffer [C k, d] of a capture chunk */
+    if ((size_t)ls_mla_keys_of(c)->first_dense < L) { /* one routed hidden buffer [C k, d] of a capture chunk */
         size_t mc = in->moe_chunk ? in->moe_chunk : moe_chunk(), C = mc < ch ? mc : ch;
-        out->routed_buffer = ls_sat_mul3(ls_sat_mul(C, (size_t)c->experts_per_token), d, es);
+        out->routed_buffer = ls_sat_mul3(ls_sat_mul(C, (size_t)ls_mla_keys_of(c)->experts_per_token), d, es);
     }
     /* the replay's tape: every layer's, and the frame's head rows; checkpointed (seg_frame.c): each layer's
        input, its collectives' results under CP, and one layer's tape rebuilt at a time */
     size_t tape = 0, one = 0;
     for (size_t l = 0; l < L; l++) {
-        plan_layer t = plan_layer_fwd(c, in, l >= (size_t)c->first_dense, RC, Ptot + R, pg > RC ? pg : RC, 1);
+        plan_layer t = plan_layer_fwd(c, in, l >= (size_t)ls_mla_keys_of(c)->first_dense, RC, Ptot + R, pg > RC ? pg : RC, 1);
         tape = ls_sat_add(tape, t.tape);
         if (t.tape > one) one = t.tape;
     }
@@ -1007,9 +1007,9 @@ void LS_K(ls_mla_plan_transients)(const ls_model_config *c, const ls_family_plan
     if (in->world > 1) {
         /* context parallelism (mla_cp_attn.c): a capture chunk's selection (the top-k accumulators beside the
            index-key ring) and its attention (the partial beside the latent ring) are separate instants */
-        size_t k = (size_t)c->index_topk, ms = n;
+        size_t k = (size_t)ls_mla_keys_of(c)->index_topk, ms = n;
         size_t sel = ls_sat_add(ls_sat_mul3(ch, k, 3 * sizeof(int64_t) + 3 * es), ls_sat_mul3(2, ms, dI * es));
-        size_t att = ls_sat_add(ls_sat_mul3(ch, (size_t)c->heads, ((size_t)c->d_v + 1) * es),
+        size_t att = ls_sat_add(ls_sat_mul3(ch, (size_t)ls_mla_keys_of(c)->heads, ((size_t)ls_mla_keys_of(c)->d_v + 1) * es),
                                 ls_sat_mul3(2, ms, (rkv + dr) * es));
         ADD(LS_FPLAN_CAPTURE, LS_MEM_COMM, sel > att ? sel : att);
         /* the shard capture's work rows (mla_cp.c: h, c_kv, k_pe, k_I over the shard; the ring kernels'
@@ -1018,7 +1018,7 @@ void LS_K(ls_mla_plan_transients)(const ls_model_config *c, const ls_family_plan
         plan_acc w = {.esz = es};
         RQR(&w, 0, n * (d + rkv + dr + dI));
         ADD(LS_FPLAN_CAPTURE, LS_MEM_SCRATCH, w.scr);
-        size_t acc = ls_sat_mul(ls_sat_mul3(L, (size_t)c->heads, ((size_t)c->d_nope + (size_t)c->d_v) * rkv), es);
+        size_t acc = ls_sat_mul(ls_sat_mul3(L, (size_t)ls_mla_keys_of(c)->heads, ((size_t)ls_mla_keys_of(c)->d_nope + (size_t)ls_mla_keys_of(c)->d_v) * rkv), es);
         ADD(LS_FPLAN_REPLAY, LS_MEM_GRADS, acc); /* through the replay only (mla_cp.c ls_mla_cp_acc) */
         /* the prompt backward's window, one instant at a time: a chunk's selection and attention again (as the
            capture's), then its backward (the reverse ring: the rows and their gradient, sent and received) */

@@ -9,7 +9,7 @@
 
 #include "common/checked.h"
 #include "kernels/embedding.h"
-#include "trainer/mla/mla_layer.h"
+#include "trainer/families/mla/mla_layer.h"
 #include "trainer/model/seg_frame.h"
 #include "trainer/model/stage.h"
 
@@ -68,14 +68,14 @@ size_t LS_K(ls_mla_state_bytes)(const ls_state *s) {
 
 /* docs/model.md §2: (kv_rank + d_rope + index_dim) reals per token and layer (saturating). */
 size_t LS_K(ls_mla_state_plan_bytes)(const ls_model_config *c, int64_t n_pos) {
-    size_t row = ls_sat_add(ls_sat_add((size_t)c->kv_rank, (size_t)c->d_rope), (size_t)c->index_dim);
+    size_t row = ls_sat_add(ls_sat_add((size_t)ls_mla_keys_of(c)->kv_rank, (size_t)ls_mla_keys_of(c)->d_rope), (size_t)ls_mla_keys_of(c)->index_dim);
     size_t n = n_pos > 0 ? (size_t)n_pos : 0;
     return ls_sat_mul(ls_sat_mul3(row, sizeof(ls_real), (size_t)c->n_layers), n);
 }
 
 ls_status LS_K(ls_mla_state_append)(ls_state *s, int l, const ls_real *ckv, const ls_real *kpe, const ls_real *kI,
                                     size_t T, int64_t pos0, const ls_model_config *c) {
-    const size_t rows[3] = {(size_t)c->kv_rank, (size_t)c->d_rope, (size_t)c->index_dim};
+    const size_t rows[3] = {(size_t)ls_mla_keys_of(c)->kv_rank, (size_t)ls_mla_keys_of(c)->d_rope, (size_t)ls_mla_keys_of(c)->index_dim};
     const ls_real *src[3] = {ckv, kpe, kI};
     return LS_K(ls_state_append_pages)(s, l, src, rows, T, pos0);
 }
@@ -95,9 +95,9 @@ static ls_status layer_forward(const ls_params *p, const ls_seg_io *io, int l, l
     const ls_layer_state *ctx = io->ctx ? &io->ctx->ly[l] : NULL;
     ls_real *ckv = NULL, *kpe = NULL, *kI = NULL;
     if (io->state_out) {
-        ckv = ls_arena_alloc(&scr, R(T * (size_t)c->kv_rank + 1));
-        kpe = ls_arena_alloc(&scr, R(T * (size_t)c->d_rope + 1));
-        kI = ls_arena_alloc(&scr, R(T * (size_t)c->index_dim + 1));
+        ckv = ls_arena_alloc(&scr, R(T * (size_t)ls_mla_keys_of(c)->kv_rank + 1));
+        kpe = ls_arena_alloc(&scr, R(T * (size_t)ls_mla_keys_of(c)->d_rope + 1));
+        kI = ls_arena_alloc(&scr, R(T * (size_t)ls_mla_keys_of(c)->index_dim + 1));
         if (scr.failed) st = LS_ERR_NOMEM;
     }
     ls_decisions dec, *outer = ls_decisions_begin(&dec);
@@ -112,7 +112,7 @@ static ls_status layer_forward(const ls_params *p, const ls_seg_io *io, int l, l
 }
 
 ls_status LS_K(ls_mla_segment_forward)(const ls_params *p, ls_seg_io *io) {
-    if (p->cfg.index_topk < 1) return LS_ERR_ARG;
+    if (ls_mla_keys_of(&p->cfg)->index_topk < 1) return LS_ERR_ARG;
     if (io->ctx && io->ctx->n_pos != io->pos0) return LS_ERR_ARG; /* the context must end where the segment starts */
     return LS_K(ls_seg_forward)(p, io, sizeof(ls_mla_layer_tape), 0, layer_forward);
 }
@@ -124,8 +124,8 @@ static ls_status layer_backward(const ls_params *p, int l, ls_seg_frame *fr, ls_
     ls_mla_layer_tape *ly = fr->ly;
     const ls_layer_state *go = dout ? &dout->ly[l] : NULL;
     ls_status st = LS_OK;
-    ls_real *dckv = LS_K(ls_seg_dout_rows)(go, fr->pos0, fr->T, (size_t)p->cfg.kv_rank, 0, scr, &st);
-    ls_real *dkpe = LS_K(ls_seg_dout_rows)(go, fr->pos0, fr->T, (size_t)p->cfg.d_rope, 1, scr, &st);
+    ls_real *dckv = LS_K(ls_seg_dout_rows)(go, fr->pos0, fr->T, (size_t)ls_mla_keys_of(&p->cfg)->kv_rank, 0, scr, &st);
+    ls_real *dkpe = LS_K(ls_seg_dout_rows)(go, fr->pos0, fr->T, (size_t)ls_mla_keys_of(&p->cfg)->d_rope, 1, scr, &st);
     if (st != LS_OK) return st;
     return LS_K(ls_mla_layer_backward)(p, l, &ly[l], dh, fr->ctx ? &fr->ctx->ly[l] : NULL,
                                        dctx ? &dctx->ly[l] : NULL, dckv, dkpe, scr);
@@ -162,7 +162,7 @@ static void gather_pages(ls_real *dst, const ls_layer_state *s, size_t i0, size_
 static ls_status layer_prompt_backward(const ls_params *p, int l, size_t T, size_t chunk, const ls_real *ckpt,
                                        const ls_state *ps, ls_state *dstate, ls_real *dh, ls_mem_cat cat) {
     const ls_model_config *c = &p->cfg;
-    size_t d = (size_t)c->d_model, rkv = (size_t)c->kv_rank, dr = (size_t)c->d_rope;
+    size_t d = (size_t)c->d_model, rkv = (size_t)ls_mla_keys_of(c)->kv_rank, dr = (size_t)ls_mla_keys_of(c)->d_rope;
     const ls_layer_state *sl = &ps->ly[l];
     ls_layer_state *dl = &dstate->ly[l];
     if (dl->n_pages != sl->n_pages) return LS_ERR_INTERNAL;

@@ -23,7 +23,7 @@
 #include "kernels/moe.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
-#include "trainer/mla/mla_family.h"
+#include "trainer/families/mla/mla_family.h"
 
 enum { VOCAB_CHUNK = 4096 };
 #define INDEXER_LN_EPS 1e-6 /* docs/model.md §2.2 */
@@ -80,15 +80,15 @@ static const ls_real *kv_b_effective(ls_lin l, ls_real s, ls_real *buf) {
 static void moe_forward(ls_real *y, const ls_real *x, const ls_params *p, const ls_mla_layer *ly, size_t T,
                         size_t C, mla_bufs *b) {
     const ls_model_config *c = &p->cfg;
-    size_t d = (size_t)c->d_model, E = (size_t)c->n_experts, k = (size_t)c->experts_per_token;
+    size_t d = (size_t)c->d_model, E = (size_t)ls_mla_keys_of(c)->n_experts, k = (size_t)ls_mla_keys_of(c)->experts_per_token;
     ls_real s = p->lora_scale;
     for (size_t t0 = 0; t0 < T; t0 += C) {
         size_t n = T - t0 < C ? T - t0 : C;
         const ls_real *xc = x + t0 * d;
         ls_real *yc = y + t0 * d;
         apply_lin(b->logits, xc, ly->router, n, s, b->xa);
-        LS_K(ls_moe_route_forward)(b->idx, b->rw, b->s, b->logits, ly->router_bias->w, n, E, (size_t)c->n_group,
-                                   (size_t)c->topk_group, k, (ls_real)c->routed_scale, b->route_ws);
+        LS_K(ls_moe_route_forward)(b->idx, b->rw, b->s, b->logits, ly->router_bias->w, n, E, (size_t)ls_mla_keys_of(c)->n_group,
+                                   (size_t)ls_mla_keys_of(c)->topk_group, k, (ls_real)ls_mla_keys_of(c)->routed_scale, b->route_ws);
         LS_K(ls_moe_dispatch)(b->offsets, b->slot_of_row, b->row_of_slot, b->idx, n, E, k);
         LS_K(ls_moe_gather)(b->xg, xc, b->slot_of_row, n, k, d);
         for (size_t e = 0; e < E; e++) {
@@ -108,9 +108,9 @@ static void run_segment(const ls_params *p, mla_cache *cache, const int32_t *tok
                         const int32_t *targets, ls_real temp, ls_real *logp, size_t k_sel, size_t C,
                         ls_mla_form form, mla_bufs *b) {
     const ls_model_config *c = &p->cfg;
-    size_t d = (size_t)c->d_model, H = (size_t)c->heads, rq = (size_t)c->q_rank, rkv = (size_t)c->kv_rank;
-    size_t dn = (size_t)c->d_nope, dr = (size_t)c->d_rope, dv = (size_t)c->d_v, dqk = dn + dr;
-    size_t HI = (size_t)c->index_heads, dI = (size_t)c->index_dim;
+    size_t d = (size_t)c->d_model, H = (size_t)ls_mla_keys_of(c)->heads, rq = (size_t)ls_mla_keys_of(c)->q_rank, rkv = (size_t)ls_mla_keys_of(c)->kv_rank;
+    size_t dn = (size_t)ls_mla_keys_of(c)->d_nope, dr = (size_t)ls_mla_keys_of(c)->d_rope, dv = (size_t)ls_mla_keys_of(c)->d_v, dqk = dn + dr;
+    size_t HI = (size_t)ls_mla_keys_of(c)->index_heads, dI = (size_t)ls_mla_keys_of(c)->index_dim;
     size_t Tk = (size_t)pos0 + T, P0 = (size_t)pos0;
     ls_real eps = (ls_real)c->rms_eps, s = p->lora_scale;
     double theta = c->rope_theta;
@@ -187,7 +187,7 @@ ls_status LS_K(ls_mla_logprobs)(const ls_params *p, const int32_t *prompt, size_
     int32_t *branch = NULL;
     ls_mla_fwd_opts o = {0};
     if (opts) o = *opts;
-    if (c->family != LS_FAMILY_MLA || !p->fam || p->fam->id != LS_FAMILY_MLA) {
+    if (c->family != &ls_family_desc_mla || !p->fam || p->fam->desc != &ls_family_desc_mla) {
         snprintf(err, err_len, "params: family '%s', not 'mla'", ls_family_name(c->family));
         return LS_ERR_ARG;
     }
@@ -203,7 +203,7 @@ ls_status LS_K(ls_mla_logprobs)(const ls_params *p, const int32_t *prompt, size_
         snprintf(err, err_len, "temperature: %g must be positive and finite", temperature);
         return LS_ERR_ARG;
     }
-    if (c->index_topk < 1) {
+    if (ls_mla_keys_of(c)->index_topk < 1) {
         snprintf(err, err_len, "config: key 'index_topk': must be >= 1 for the forward");
         return LS_ERR_ARG;
     }
@@ -234,12 +234,12 @@ ls_status LS_K(ls_mla_logprobs)(const ls_params *p, const int32_t *prompt, size_
         snprintf(err, err_len, "prompt: %zu tokens and a %zu-token response overflow the position count", P, Rmax);
         return LS_ERR_ARG;
     }
-    size_t L = (size_t)c->n_layers, d = (size_t)c->d_model, H = (size_t)c->heads, rq = (size_t)c->q_rank;
-    size_t rkv = (size_t)c->kv_rank, dn = (size_t)c->d_nope, dr = (size_t)c->d_rope, dv = (size_t)c->d_v;
-    size_t HI = (size_t)c->index_heads, dI = (size_t)c->index_dim, E = (size_t)c->n_experts;
-    size_t kx = (size_t)c->experts_per_token, Ie = (size_t)c->expert_dim, I = (size_t)c->ffn_dim;
+    size_t L = (size_t)c->n_layers, d = (size_t)c->d_model, H = (size_t)ls_mla_keys_of(c)->heads, rq = (size_t)ls_mla_keys_of(c)->q_rank;
+    size_t rkv = (size_t)ls_mla_keys_of(c)->kv_rank, dn = (size_t)ls_mla_keys_of(c)->d_nope, dr = (size_t)ls_mla_keys_of(c)->d_rope, dv = (size_t)ls_mla_keys_of(c)->d_v;
+    size_t HI = (size_t)ls_mla_keys_of(c)->index_heads, dI = (size_t)ls_mla_keys_of(c)->index_dim, E = (size_t)ls_mla_keys_of(c)->n_experts;
+    size_t kx = (size_t)ls_mla_keys_of(c)->experts_per_token, Ie = (size_t)ls_mla_keys_of(c)->expert_dim, I = (size_t)c->ffn_dim;
     size_t cap = P - 1 + Rmax, Tm = P - 1 > Rmax ? P - 1 : Rmax;
-    size_t k_sel = (size_t)c->index_topk < cap ? (size_t)c->index_topk : cap;
+    size_t k_sel = (size_t)ls_mla_keys_of(c)->index_topk < cap ? (size_t)ls_mla_keys_of(c)->index_topk : cap;
     size_t C = o.moe_chunk ? o.moe_chunk : 256;
     if (C > Tm) C = Tm;
     size_t r = (size_t)p->obj.lora_r, Ck = C * kx;
@@ -274,7 +274,7 @@ ls_status LS_K(ls_mla_logprobs)(const ls_params *p, const int32_t *prompt, size_
                                                         &(ls_mla_dims){H, dn, dr, dv, rkv}), 1)},
         {&b.dsa_ws, LS_K(ls_dsa_topk_workspace)(cap)}, {&b.lp_ws, LS_K(ls_logprob_workspace)(Tm, VOCAB_CHUNK)},
         {&b.kvb_eff, H * (dn + dv) * rkv}, {&b.logits, C * E}, {&b.s, C * E}, {&b.rw, C * kx},
-        {&b.route_ws, LS_K(ls_moe_route_workspace)(E, (size_t)c->n_group)}, {&b.xg, Ck * d},
+        {&b.route_ws, LS_K(ls_moe_route_workspace)(E, (size_t)ls_mla_keys_of(c)->n_group)}, {&b.xg, Ck * d},
         {&b.eg, (Ck > C ? Ck : C) * Ie}, {&b.eu, (Ck > C ? Ck : C) * Ie}, {&b.eo, Ck * d}, {&b.sh, C * d},
     };
     for (size_t i = 0; i < sizeof rb / sizeof *rb; i++) {

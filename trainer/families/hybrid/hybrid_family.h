@@ -17,6 +17,7 @@
 #ifndef LS_TRAINER_HYBRID_H
 #define LS_TRAINER_HYBRID_H
 #include "trainer/base/arena.h"
+#include "trainer/families/hybrid/hybrid_config.h"
 #include "trainer/model/family.h"
 #include "trainer/model/params.h"
 
@@ -161,7 +162,7 @@ ls_status LS_K(ls_prompt_backward)(const ls_params *p, const int32_t *tokens, si
                                    const ls_prompt_cp *cp);
 
 /* The family table's layout (params.h's ls_param_layout): build lists the tensors of docs/model.md §5 in
- * table order (p NULL: count only), each layer's as ls_config_layer_is_attn says (a family of attention
+ * table order (p NULL: count only), each layer's as the config's descriptor says (ls_hybrid_cfg_is_attn: a family of attention
  * layers only, dense, lists its tensors with it too); ref_view remaps the layer views onto the reference. */
 void LS_K(ls_hybrid_build)(ls_param_builder *b, ls_params *p);
 void LS_K(ls_hybrid_ref_view)(ls_params *v, const ls_params *p);
@@ -170,7 +171,7 @@ ls_status LS_K(ls_hybrid_prompt_backward)(const ls_params *p, const int32_t *tok
                                           ls_real *const *checkpoints, const ls_state *ps, ls_state *dstate,
                                           ls_mem_cat win_cat, ls_layer_hook hook, void *hook_user);
 /* The family table's memory-plan terms (family.h), from the config alone: per layer as
- * ls_config_layer_is_attn says, so that a family of attention layers only (dense) plans with it too. */
+ * ls_hybrid_cfg_is_attn says, so that a family of attention layers only (dense) plans with it too. */
 void LS_K(ls_hybrid_plan)(const ls_model_config *c, const ls_family_plan_in *in, ls_family_plan *out);
 
 /* The hybrid family's table (hybrid_table.c; static storage). */

@@ -3,7 +3,7 @@
  * responses, a ring for the prompt), the MAX/SUM composition of the
  * response attention and its backward, the prompt's latent ring and its
  * reverse ring. */
-#include "trainer/mla/mla_cp_attn.h"
+#include "trainer/families/mla/mla_cp_attn.h"
 
 #include <math.h>
 #include <stdarg.h>

@@ -1,0 +1,6 @@
+# The hybrid family's sources (registered by its line in trainer/families/families.list):
+# LS_FAMILY_CORE_SRC the dtype-independent ones (its descriptor), LS_FAMILY_NUMERIC_SRC those
+# compiled once per real type.  Paths relative to trainer/.
+list(APPEND LS_FAMILY_CORE_SRC families/hybrid/hybrid_desc.c)
+list(APPEND LS_FAMILY_NUMERIC_SRC families/hybrid/hybrid_table.c families/hybrid/hybrid_state.c
+  families/hybrid/hybrid_layer.c families/hybrid/hybrid_segment.c families/hybrid/hybrid_cp.c)
