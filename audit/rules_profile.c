@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "audit/profile.h"
+#include "receipts/registry_file.h"
 #include "receipts/trace_event.h"
 
 static const cJSON *member(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
@@ -106,16 +107,25 @@ static unsigned kinds_open(const ls_audit_run *run) {
 }
 
 /* A v1 run whose configuration names no family (no readable receipt or
- * manifest: a crashed run): the first of longstraw-train's profiles whose
+ * manifest: a crashed run): the first of longstraw-train's profiles (one per
+ * family of the registry, receipts/registry_file.h, in its order) whose
  * layer kinds hold every kind its traces show so far (at the first step a
- * trace closes), hybrid when none does.  Its decisions are not taken from
- * the profile (profile_inferred: parity.decisions applies). */
+ * trace closes), the first family's when none does.  Its decisions are not
+ * taken from the profile (profile_inferred: parity.decisions applies). */
 static ls_status attach_inferred(ls_audit_run *run, const char *dir) {
-    static const char *const V1[] = {"hybrid", "mla"};
+    const char *V1[32];
+    size_t n_v1 = 0;
+    while (n_v1 < sizeof V1 / sizeof V1[0] && (V1[n_v1] = ls_registry_file_family(n_v1)) != NULL) n_v1++;
     unsigned kinds = kinds_open(run);
     char err[400];
     run->profile_inferred = true;
-    for (size_t c = 0; c < sizeof V1 / sizeof V1[0]; c++) {
+    if (n_v1 == 0) {
+        const char *why = NULL;
+        ls_registry_file_get(&why);
+        snprintf(run->profile_err, sizeof run->profile_err, "no family's profile to infer: %s", why ? why : "");
+        return LS_ERR_FORMAT;
+    }
+    for (size_t c = 0; c < n_v1; c++) {
         if (ls_audit_profile_load(dir, V1[c], &run->profile, err, sizeof err) != LS_OK) {
             snprintf(run->profile_err, sizeof run->profile_err, "%s", err);
             return LS_ERR_FORMAT;
@@ -126,7 +136,7 @@ static ls_status attach_inferred(ls_audit_run *run, const char *dir) {
             if (ix >= 0 && ix < 32) covered |= 1u << ix;
         }
         if ((kinds & ~covered) == 0) break;
-        if (c + 1 == sizeof V1 / sizeof V1[0] && ls_audit_profile_load(dir, V1[0], &run->profile, err, sizeof err) != LS_OK) {
+        if (c + 1 == n_v1 && ls_audit_profile_load(dir, V1[0], &run->profile, err, sizeof err) != LS_OK) {
             snprintf(run->profile_err, sizeof run->profile_err, "%s", err);
             return LS_ERR_FORMAT;
         }

@@ -56,23 +56,43 @@ typedef struct {
     uint32_t token_seed;
 } ls_parity_config;
 
-/* What longstraw-parity needs to know of a family: its default model
- * config and independent reference (paths under the source tree), the
- * fault that breaks the CP-N log-probs (the score control), the faults
- * that break the CP-N gradients, and its matrix. */
+/* The model config keys that hold a family's discrete decisions (parity_decisions.c): the sparse
+ * attention's top-k, the routed experts, their groups, the groups a token keeps, the experts per token,
+ * and the dense (expert-free) leading layers. */
+typedef struct {
+    const char *topk, *experts, *groups, *kept_groups, *per_token, *dense_layers;
+} ls_parity_decision_keys;
+
+/* What longstraw-parity needs to know of a family, read as data (parity_matrix.c): from the trainer's
+ * registry (longstraw-train --families) its default model config and independent reference (paths under
+ * the source tree), whether it has routed experts (--eps) and carries state between shards
+ * (cp-stale-start among its CP faults: the path's stale run); from its parity facts
+ * (trainer/families/<name>/parity.json) the fault that breaks the CP-N log-probs (the score control), the
+ * faults that break the CP-N gradients, the config keys of its discrete decisions and its matrix.
+ * Static storage for the life of the process. */
 typedef struct {
     const char *name;
     const char *model_config, *reference; /* relative to LS_PARITY_SOURCE_DIR */
-    const char *score_fault;              /* cp-local-attention | cp-local-dsa */
+    const char *score_fault;
     const char *grad_faults[2];
     size_t n_grad_faults;
     const ls_parity_config *configs;
     size_t n_configs;
+    bool routed_experts;
+    bool carried_state;
+    bool decisions; /* its forward makes discrete decisions (dkeys holds their keys) */
+    ls_parity_decision_keys dkeys;
 } ls_parity_family;
 
-/* The family named name (NULL: none), and every name ("hybrid, mla"). */
+/* The registry is read from this trainer (--trainer; default the build's longstraw-train) on the first
+ * look-up; set it before.  trainer is borrowed (it must outlive the process's look-ups). */
+void ls_parity_families_trainer(const char *trainer);
+/* The family named name (NULL: none, or the registry could not be read: ls_parity_families_error says
+ * why), and every name ("hybrid, mla"). */
 const ls_parity_family *ls_parity_family_of(const char *name);
 const char *ls_parity_family_names(void);
+/* Why the registry or a family's parity facts could not be read ("" when they were). */
+const char *ls_parity_families_error(void);
 
 typedef struct {
     const char *family;

@@ -134,10 +134,12 @@ static int model_int(const cJSON *mc, const char *k) {
 void ls_parity_decisions_expect(const cJSON *mc, int T, bool expect[3]) {
     expect[0] = expect[1] = expect[2] = false;
     const cJSON *fam = cJSON_GetObjectItemCaseSensitive(mc, "family");
-    if (!cJSON_IsString(fam) || strcmp(fam->valuestring, "mla") != 0) return;
-    int topk = model_int(mc, "index_topk"), E = model_int(mc, "n_experts"), ng = model_int(mc, "n_group");
-    int kg = model_int(mc, "topk_group"), k = model_int(mc, "experts_per_token");
-    bool moe = model_int(mc, "n_layers") > model_int(mc, "first_dense");
+    const ls_parity_family *f = cJSON_IsString(fam) ? ls_parity_family_of(fam->valuestring) : NULL;
+    if (!f || !f->decisions) return; /* its forward makes no discrete decision (its parity facts) */
+    const ls_parity_decision_keys *d = &f->dkeys;
+    int topk = model_int(mc, d->topk), E = model_int(mc, d->experts), ng = model_int(mc, d->groups);
+    int kg = model_int(mc, d->kept_groups), k = model_int(mc, d->per_token);
+    bool moe = model_int(mc, "n_layers") > model_int(mc, d->dense_layers);
     expect[0] = topk > 0 && T > topk;
     expect[1] = moe && kg < ng;
     expect[2] = moe && ng > 0 && E % ng == 0 && k < kg * (E / ng);

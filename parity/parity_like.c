@@ -151,7 +151,8 @@ int ls_parity_like(const char *run_dir, ls_parity_opts *o, char *model_path, siz
     /* the family and the model */
     const cJSON *fam = cJSON_GetObjectItemCaseSensitive(cfg, "family");
     if (!cJSON_IsString(fam) || ls_parity_family_of(fam->valuestring) == NULL)
-        FAIL("--like %s: config \"family\" is not one of %s", run_dir, ls_parity_family_names());
+        FAIL("--like %s: config \"family\" is not one of %s%s%s", run_dir, ls_parity_family_names(),
+             *ls_parity_families_error() ? ": " : "", ls_parity_families_error());
     if (o->family != NULL && strcmp(o->family, fam->valuestring) != 0)
         FAIL("--like %s: the run's family is %s, --family says %s", run_dir, fam->valuestring, o->family);
     o->family = fam->valuestring; /* kept: m lives until main returns (o->like_manifest) */
@@ -209,8 +210,8 @@ int ls_parity_like(const char *run_dir, ls_parity_opts *o, char *model_path, siz
                  (unsigned)w);
         ep = (uint32_t)epr->valuedouble;
     }
-    if (ep > 1 && strcmp(o->family, "mla") != 0)
-        FAIL("--like %s: the run's ep_ranks %u: family %s has no routed experts (expert parallelism is mla's)",
+    if (ep > 1 && !o->fam->routed_experts)
+        FAIL("--like %s: the run's ep_ranks %u: family %s has no routed experts (expert parallelism needs them)",
              run_dir, (unsigned)ep, o->family);
     o->n_eps = 0;
     o->eps[o->n_eps++] = 1;

@@ -26,7 +26,7 @@
 #endif
 
 static void usage(FILE *f) {
-    fputs("usage: longstraw-parity --family hybrid|mla|dense --out DIR [--cp 1,2,4] [--eps 1,2] [--dtype f64,f32]\n"
+    fputs("usage: longstraw-parity --family F --out DIR [--cp 1,2,4] [--eps 1,2] [--dtype f64,f32]\n"
           "                        [--configs NAME,...] [--jobs N] [options]\n"
           "       longstraw-parity --adapter FILE --out DIR [--cp LIST] [--dp LIST] [--dtype LIST] [--jobs N] [options]\n"
           "       longstraw-parity --adapter FILE --like RUN --out DIR [--jobs N] [options]\n"
@@ -49,7 +49,8 @@ static void usage(FILE *f) {
           "noise 64 times over; the fixture's weights are drawn again, up to 4 times, until it does).\n"
           "Runs go to DIR/runs/ (kept; the finite-difference runs are removed unless --keep-fd);\n"
           "parity.json is replaced only when complete.\n"
-          "  --family F        hybrid, mla or dense (the model config, reference and faults follow)\n"
+          "  --family F        a family of the trainer's registry (longstraw-train --families: hybrid, mla,\n"
+          "                    dense): its tiny config, reference and parity facts follow\n"
           "  --out DIR         output directory (created; an existing one is reused)\n"
           "  --cp LIST         context-parallel sizes, 1 included [1,2,4]; N > 1 runs under mpirun\n"
           "  --eps LIST        mla: expert-parallel sizes, 1 included [1]: each N > 1 also runs at every CP\n"
@@ -79,9 +80,8 @@ static void usage(FILE *f) {
           "  --trainer PATH    longstraw-train [" LS_PARITY_TRAINER "]\n"
           "  --mpirun PATH     [mpirun]\n"
           "  --python PATH     [python3]\n"
-          "  --reference PATH  the independent reference [" LS_PARITY_SOURCE_DIR "/tests/reference/F_ref.py]\n"
-          "  --model-config F  [" LS_PARITY_SOURCE_DIR "/configs/F-tiny.json]\n"
-          "                    (dense, TEMP(dense): trainer/families/dense/dense_ref.py, dense-tiny.json)\n"
+          "  --reference PATH  the independent reference [the registry's: " LS_PARITY_SOURCE_DIR "/<its reference>]\n"
+          "  --model-config F  [the registry's: " LS_PARITY_SOURCE_DIR "/<its tiny_config>]\n"
           "  --adapter FILE    the matrix for the trainer the adapter FILE describes\n"
           "                    (schemas/parity-adapter.schema.json, docs/parity.md 'Adapters'): its\n"
           "                    modes init, run, reference and loss, its controls; --cp and --dtype\n"
@@ -360,6 +360,9 @@ static int main_body(int argc, char **argv, ls_parity_opts *o) {
     if (dps)
         return bad("%s", "--dp: data parallelism is an adapter's trainer's ({dp} replicas of a CP group; "
                          "longstraw-train has none): use it with --adapter");
+    /* the families and their parity facts: the registry of the trainer parity drives (--families) */
+    ls_parity_families_trainer(o->trainer);
+    if (access(o->trainer, X_OK) != 0) return bad("--trainer: %s is not an executable (build longstraw-train)", o->trainer);
     if (o->like) {
         if (o->out == NULL) return bad("%s", "--out DIR is required");
         if (strlen(o->out) > LS_PARITY_OUT_MAX) return bad("--out: '%.40s...' is longer than 512 characters", o->out);
@@ -374,6 +377,7 @@ static int main_body(int argc, char **argv, ls_parity_opts *o) {
     }
     if (o->family == NULL) return bad("--family is required (%s)", ls_parity_family_names());
     o->fam = ls_parity_family_of(o->family);
+    if (o->fam == NULL && *ls_parity_families_error()) return bad("--trainer: %s", ls_parity_families_error());
     if (o->fam == NULL) {
         char what[160];
         snprintf(what, sizeof what, "'%.40s' is not a family (%s)", o->family, ls_parity_family_names());
@@ -399,8 +403,8 @@ static int main_body(int argc, char **argv, ls_parity_opts *o) {
         return bad("--cp: '%s' is not a list of distinct sizes in 1..8 that includes 1", cps);
     if (!o->like && eps && parse_eps(eps, o) != 0)
         return bad("--eps: '%s' is not a list of distinct sizes in 1..8 that includes 1", eps);
-    if (o->n_eps > 1 && strcmp(o->family, "mla") != 0)
-        return bad("--eps: family %s has no routed experts (expert parallelism is mla's)", o->family);
+    if (o->n_eps > 1 && !o->fam->routed_experts)
+        return bad("--eps: family %s has no routed experts (expert parallelism needs them)", o->family);
     if (!o->like && dtypes && parse_dtypes(dtypes, o) != 0)
         return bad("--dtype: '%s' is not f64 or f64,f32 (float32's tolerance is measured against float64)", dtypes);
     if (o->out == NULL) return bad("%s", "--out DIR is required");
@@ -415,7 +419,8 @@ static int main_body(int argc, char **argv, ls_parity_opts *o) {
         char why[512];
         if (ls_json_read_file_capped(o->model_config, 1u << 20, &mc, why, sizeof why) != LS_OK)
             return bad("--model-config: %s", why);
-        const cJSON *ne = cJSON_GetObjectItemCaseSensitive(mc, "n_experts");
+        /* the key holding them: the family's parity facts (decisions.experts) */
+        const cJSON *ne = o->fam->decisions ? cJSON_GetObjectItemCaseSensitive(mc, o->fam->dkeys.experts) : NULL;
         int n_experts = cJSON_IsNumber(ne) && ne->valuedouble >= 1 && ne->valuedouble <= (1 << 20) ? (int)ne->valuedouble : 0;
         cJSON_Delete(mc);
         for (size_t i = 1; i < o->n_eps; i++)

@@ -202,8 +202,9 @@ static ls_status plan(const ls_parity_opts *o, const cJSON *mc, path_spec *ps, s
         cJSON_AddItemToArray(notes, cJSON_CreateString(note));
     }
     int G = PATH_G;
-    /* a prompt of the built-in task has at least 64 tokens; mla: every query beyond the top-k selects */
-    int64_t Tmin = 63, topk = model_int(mc, "index_topk");
+    /* a prompt of the built-in task has at least 64 tokens; a family with a sparse-attention top-k (its parity
+     * facts' decisions.topk): every query beyond the top-k selects */
+    int64_t Tmin = 63, topk = o->fam && o->fam->decisions ? model_int(mc, o->fam->dkeys.topk) : 0;
     if (topk + 9 > Tmin) Tmin = topk + 9;
     for (size_t i = 0; i < *n; i++) {
         path_spec *p = &ps[i];
@@ -836,7 +837,7 @@ static ls_status path_one(path_run *x) {
     for (int i = 0; i < p->G && i < LS_PARITY_MAX_G; i++) x->c.response_lens[i] = p->lens[i];
     x->full = strcmp(o->like_grad_mode, "full") == 0;
     x->naive = p->B == 1;
-    x->stale = x->full && strcmp(o->family, "hybrid") == 0 && strcmp(p->reference, "kept") == 0;
+    x->stale = x->full && o->fam->carried_state && strcmp(p->reference, "kept") == 0;
     if (strcmp(p->responses, "given") == 0 && (s = write_given(x)) != LS_OK) return s;
     /* the CP-1 run first: its draw (weights, prompt, rollout) must give the group differing rewards */
     path_spec_run one = {.label = "cp1", .world = 1};

@@ -501,14 +501,18 @@ void ls_parity_report_note(ls_parity_report *r, const char *fmt, ...) {
 static bool kind_applies(const ls_parity_report *r, const char *kind) {
     if (strcmp(kind, "dp_grad") == 0) return r->dp_asked;
     if (r->adapter) return strcmp(kind, "decisions") != 0; /* an adapter states no decision margins */
-    return strcmp(kind, "decisions") != 0 || strcmp(str(r->doc, "family"), "mla") == 0;
+    if (strcmp(kind, "decisions") != 0) return true;
+    const ls_parity_family *f = ls_parity_family_of(str(r->doc, "family"));
+    return f && f->decisions;
 }
 
-/* Control k of level li for the report's family: level 2's operator control is
- * cp-local-attention for hybrid, cp-local-dsa (each rank's own DSA top-k) for mla. */
+/* Control k of level li for the report's family: level 2's operator control (LEVELS names
+ * cp-local-attention) is the family's score fault (its parity facts: cp-local-dsa, each rank's own DSA
+ * top-k, for a sparse-attention family). */
 static const char *level_control(const ls_parity_report *r, size_t li, int k) {
     const char *c = LEVELS[li].controls[k];
-    if (c && strcmp(c, "cp-local-attention") == 0 && strcmp(str(r->doc, "family"), "mla") == 0) return "cp-local-dsa";
+    const ls_parity_family *f = ls_parity_family_of(str(r->doc, "family"));
+    if (c && strcmp(c, "cp-local-attention") == 0 && f) return f->score_fault;
     return c;
 }
 

@@ -639,8 +639,9 @@ static void fixture_decisions(cfg_run *r, const cJSON *mc) {
     r->own = *r->c;
     r->c = &r->own;
     const cJSON *fam = cJSON_GetObjectItemCaseSensitive(mc, "family");
-    if (!cJSON_IsString(fam) || strcmp(fam->valuestring, "mla") != 0) return;
-    int topk = model_int(mc, "index_topk");
+    const ls_parity_family *f = cJSON_IsString(fam) ? ls_parity_family_of(fam->valuestring) : NULL;
+    if (!f || !f->decisions) return;
+    int topk = model_int(mc, f->dkeys.topk);
     if (r->own.prompt_len - 1 <= topk) {
         int add = 8 * ((topk + 1 - (r->own.prompt_len - 1)) / 8 + 1);
         snprintf(r->own_what, sizeof r->own_what, "%s; the prompt lengthened by %d to %d positions, past index_topk %d",

@@ -6,6 +6,7 @@
 #include "receipts/coverage.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,14 +14,49 @@
 
 #include "receipts/jcs.h"
 #include "receipts/json_util.h"
+#include "receipts/registry_file.h"
 
-const char *const LS_COVERAGE_MODEL_KEYS[] = {
-    "family", "vocab", "d_model", "n_layers", "ffn_dim", "rms_eps", "rope_theta",
-    /* hybrid */
-    "gdn_hk", "gdn_hv", "gdn_dk", "gdn_dv", "conv_kernel", "attn_heads", "attn_kv_heads", "head_dim", "rope_dim",
-    /* mla */
-    "first_dense", "heads", "q_rank", "kv_rank", "d_nope", "d_rope", "d_v", "index_heads", "index_dim",
-    "index_topk", "n_experts", "n_group", "topk_group", "experts_per_token", "expert_dim", "routed_scale", NULL};
+/* The model keys, from the registry of model families (registry_file.h): its shared keys, then every
+ * family's keys, each once. */
+#define MAX_MODEL_KEYS 256
+static struct {
+    pthread_once_t once;
+    const char *keys[MAX_MODEL_KEYS + 1];
+    char err[600];
+} g_keys = {.once = PTHREAD_ONCE_INIT};
+
+static void add_keys(const cJSON *arr, size_t *n) {
+    const cJSON *k;
+    cJSON_ArrayForEach(k, arr) {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(k, "key");
+        const char *name = cJSON_IsString(nm) ? nm->valuestring : NULL;
+        bool dup = false;
+        for (size_t i = 0; name && i < *n; i++) dup |= strcmp(g_keys.keys[i], name) == 0;
+        if (name && !dup && *n < MAX_MODEL_KEYS) g_keys.keys[(*n)++] = name;
+    }
+}
+
+static void load_keys(void) {
+    const char *why = NULL;
+    const cJSON *doc = ls_registry_file_get(&why);
+    if (!doc) {
+        snprintf(g_keys.err, sizeof g_keys.err, "%s", why ? why : "no registry of model families");
+        return;
+    }
+    size_t n = 0;
+    add_keys(cJSON_GetObjectItemCaseSensitive(doc, "shared_keys"), &n);
+    const cJSON *f;
+    cJSON_ArrayForEach(f, cJSON_GetObjectItemCaseSensitive(doc, "families"))
+        add_keys(cJSON_GetObjectItemCaseSensitive(f, "keys"), &n);
+    if (n == 0) snprintf(g_keys.err, sizeof g_keys.err, "the registry of model families holds no model keys");
+    g_keys.keys[n] = NULL;
+}
+
+const char *const *ls_coverage_model_keys(const char **err) {
+    pthread_once(&g_keys.once, load_keys);
+    if (err) *err = g_keys.err;
+    return g_keys.keys[0] ? g_keys.keys : NULL;
+}
 
 #define V(...) (const char *const[]){__VA_ARGS__, NULL}
 const ls_coverage_path_decision LS_COVERAGE_PATHS[] = {
@@ -130,12 +166,14 @@ cJSON *ls_coverage_model(const cJSON *config) {
     if (!cJSON_IsObject(config)) return NULL;
     if (ls_coverage_config_is_v2(config))
         return cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(config, "model"), true);
+    const char *const *keys = ls_coverage_model_keys(NULL);
+    if (keys == NULL) return NULL;
     cJSON *m = cJSON_CreateObject();
-    for (size_t i = 0; m != NULL && LS_COVERAGE_MODEL_KEYS[i] != NULL; i++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(config, LS_COVERAGE_MODEL_KEYS[i]);
+    for (size_t i = 0; m != NULL && keys[i] != NULL; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(config, keys[i]);
         if (v == NULL) continue;
         cJSON *c = cJSON_Duplicate(v, true);
-        if (c == NULL || !cJSON_AddItemToObject(m, LS_COVERAGE_MODEL_KEYS[i], c)) {
+        if (c == NULL || !cJSON_AddItemToObject(m, keys[i], c)) {
             cJSON_Delete(c);
             cJSON_Delete(m);
             return NULL;
@@ -332,6 +370,7 @@ size_t ls_coverage_check(const cJSON *coverage, const cJSON *config, unsigned wo
                          void (*outside)(void *user, const char *field, const char *detail), void *user) {
     sink s = {.outside = outside, .user = user};
     char a[160], b[160], err[200];
+    const char *kerr = NULL;
     if (!cJSON_IsObject(coverage)) {
         out(&s, "coverage", "the parity report states no coverage (a report made before coverage was recorded)");
         return s.n;
@@ -354,9 +393,12 @@ size_t ls_coverage_check(const cJSON *coverage, const cJSON *config, unsigned wo
         out(&s, "model_sha256", "the report's model_sha256 is not the digest of its model");
     } else if (v2) {
         check_model_v2(&s, cJSON_GetObjectItemCaseSensitive(config, "model"), model, msha->valuestring);
+    } else if (ls_coverage_model_keys(&kerr) == NULL) {
+        out(&s, "model", "the model keys are unknown: %s", kerr);
     } else {
-        for (size_t i = 0; LS_COVERAGE_MODEL_KEYS[i] != NULL; i++) {
-            const char *k = LS_COVERAGE_MODEL_KEYS[i];
+        const char *const *keys = ls_coverage_model_keys(NULL);
+        for (size_t i = 0; keys[i] != NULL; i++) {
+            const char *k = keys[i];
             const cJSON *rv = cJSON_GetObjectItemCaseSensitive(config, k), *pv = cJSON_GetObjectItemCaseSensitive(model, k);
             if (rv == NULL && pv == NULL) continue;
             if (rv != NULL && pv != NULL && cJSON_Compare(rv, pv, true)) continue;

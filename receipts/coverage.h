@@ -47,16 +47,20 @@
 #include "common/status.h"
 #include "receipts/digest.h"
 
-/* The model keys of docs/model.md section 6, both families (NULL-terminated). */
-extern const char *const LS_COVERAGE_MODEL_KEYS[];
+/* The model keys of docs/model.md section 6, every family's (NULL-terminated, static storage): not a
+ * list in this library, but read once from the registry of model families the build's trainer prints
+ * (longstraw-train --families, written at build time to the file the environment variable
+ * LS_FAMILIES_JSON names, else the build's generated/families.json): its shared keys, then each family's
+ * keys.  NULL when the registry cannot be read (*err, when err is not NULL, says why). */
+const char *const *ls_coverage_model_keys(const char **err);
 
 /* true when config is a v2 configuration: it holds a "model" object. */
 bool ls_coverage_config_is_v2(const cJSON *config);
 
 /* The model part of a recorded configuration: the model keys config has,
- * in LS_COVERAGE_MODEL_KEYS order (v2: a copy of its "model" object), as a
+ * in ls_coverage_model_keys order (v2: a copy of its "model" object), as a
  * new object (the caller's, cJSON_Delete).  NULL when config is not an
- * object or out of memory. */
+ * object, the model keys are unknown, or out of memory. */
 cJSON *ls_coverage_model(const cJSON *config);
 
 /* SHA-256 (hex) of the canonical JSON of a model object (v1). */

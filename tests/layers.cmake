@@ -9,3 +9,9 @@ if(NOT LS_PYTHON3_LAYERS)
 endif()
 add_test(NAME check_layers COMMAND ${LS_PYTHON3_LAYERS} ${CMAKE_SOURCE_DIR}/tests/check_layers.py ${CMAKE_SOURCE_DIR})
 add_test(NAME check_layers_selftest COMMAND ${LS_PYTHON3_LAYERS} ${CMAKE_SOURCE_DIR}/tests/check_layers.py --selftest)
+# The schemas' family parts (the config's "family" enum, each family's oneOf branch with its keys)
+# against the registry of model families the build's trainer wrote (generated/families.json).
+add_test(NAME family_schemas COMMAND ${LS_PYTHON3_LAYERS} ${CMAKE_SOURCE_DIR}/tests/family_schemas_check.py
+         ${CMAKE_BINARY_DIR}/generated/families.json ${CMAKE_SOURCE_DIR}/schemas)
+add_test(NAME family_schemas_selftest COMMAND ${LS_PYTHON3_LAYERS} ${CMAKE_SOURCE_DIR}/tests/family_schemas_check.py
+         --selftest ${CMAKE_BINARY_DIR}/generated/families.json ${CMAKE_SOURCE_DIR}/schemas)

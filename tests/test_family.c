@@ -11,8 +11,12 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "receipts/coverage.h"
+#include "receipts/json_util.h"
 #include "receipts/trace_event.h"
 #include "trainer/families/families.h"
 #include "trainer/model/config.h"
@@ -170,4 +174,68 @@ Test(family, the_registry_json_lists_every_family) {
         cr_expect_eq((size_t)cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(f, "keys")), d->n_keys);
     }
     cJSON_Delete(r);
+}
+
+/* receipts' coverage lists no family's keys: it reads the model keys from the registry file the build's
+ * trainer wrote (LS_FAMILIES_JSON).  A family's key there is a model key; a key no family declares is not;
+ * and without a readable registry there is no model and the audit says why. */
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+Test(family, coverage_takes_its_model_keys_from_the_registry) {
+    char path[] = "/tmp/ls-family-reg-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    write_file(path, "{\"shared_keys\": [{\"key\": \"family\"}, {\"key\": \"vocab\"}],"
+                     " \"families\": [{\"name\": \"third\", \"keys\": [{\"key\": \"zz_width\"}]}]}");
+    setenv("LS_FAMILIES_JSON", path, 1);
+    cJSON *cfg = cJSON_Parse("{\"family\": \"third\", \"vocab\": 8, \"zz_width\": 3, \"epsilon\": 0.2, \"gdn_hk\": 2}");
+    cJSON *m = ls_coverage_model(cfg);
+    cr_assert_not_null(m);
+    cr_expect_not_null(cJSON_GetObjectItemCaseSensitive(m, "zz_width"), "the third family's key is a model key");
+    cr_expect_null(cJSON_GetObjectItemCaseSensitive(m, "epsilon"), "an objective key is not");
+    cr_expect_null(cJSON_GetObjectItemCaseSensitive(m, "gdn_hk"), "nor a key this registry's families lack");
+    cr_expect_eq(cJSON_GetArraySize(m), 3);
+    cJSON_Delete(m);
+    cJSON_Delete(cfg);
+    unlink(path);
+}
+
+Test(family, coverage_without_a_registry_has_no_model) {
+    setenv("LS_FAMILIES_JSON", "/nonexistent/families.json", 1);
+    cJSON *cfg = cJSON_Parse("{\"family\": \"hybrid\", \"vocab\": 8}");
+    cr_expect_null(ls_coverage_model(cfg));
+    const char *why = NULL;
+    cr_expect_null(ls_coverage_model_keys(&why));
+    cr_expect(why && strstr(why, "/nonexistent/families.json"), "%s", why ? why : "(null)");
+    cJSON_Delete(cfg);
+}
+
+Test(family, the_build_registry_file_is_the_trainers) {
+    /* the file receipts read is what the registry says now (regenerated with longstraw-train) */
+    cJSON *r = ls_family_registry_json(), *f = NULL;
+    char err[512];
+    cr_assert_eq(ls_json_read_file(LS_BINARY_DIR "/generated/families.json", &f, err, sizeof err), LS_OK, "%s", err);
+    cr_expect(cJSON_Compare(r, f, true), "generated/families.json differs from the registry");
+    const char *const *keys = ls_coverage_model_keys(NULL);
+    cr_assert_not_null(keys);
+    size_t n = 0;
+    while (keys[n]) n++;
+    size_t want = 7; /* the shared keys, then each family key name once (dense's are the hybrid's entries) */
+    for (size_t i = 0; i < ls_family_count(); i++)
+        for (size_t k = 0; k < ls_family_at(i)->n_keys; k++) {
+            int seen = 0;
+            for (size_t j = 0; j < i && !seen; j++)
+                for (size_t m = 0; m < ls_family_at(j)->n_keys; m++)
+                    seen |= !strcmp(ls_family_at(j)->keys[m].key, ls_family_at(i)->keys[k].key);
+            want += !seen;
+        }
+    cr_expect_eq(n, want, "every shared and family key once");
+    cJSON_Delete(r);
+    cJSON_Delete(f);
 }

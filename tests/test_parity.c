@@ -112,6 +112,42 @@ Test(parity, usage_errors, .init = setup, .fini = teardown, .timeout = 60) {
     expect_usage(a, "p30-g2-lora"); /* a hybrid entry is no mla entry */
 }
 
+/* The families are the trainer's registry (--families) and each one's parity facts: a trainer that
+ * prints no registry, and a registry naming a parity file that is missing or broken, are refused naming
+ * the trainer and the file. */
+static void fake_trainer(const char *name, const char *registry) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", tmpdir, name);
+    FILE *f = fopen(p, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "#!/bin/sh\ncat <<'EOF'\n%s\nEOF\n", registry);
+    fclose(f);
+    cr_assert_eq(chmod(p, 0755), 0);
+}
+
+Test(parity, the_registry_and_parity_facts_are_checked, .init = setup, .fini = teardown, .timeout = 60) {
+    char a[1400];
+    fake_trainer("noreg", "not json");
+    snprintf(a, sizeof a, "--family hybrid --out %s/x --trainer %s/noreg", tmpdir, tmpdir);
+    expect_usage(a, "--families");
+    const char *fam = "{\"families\": [{\"name\": \"hybrid\", \"files\": {\"tiny_config\": "
+                      "\"configs/hybrid-tiny.json\", \"reference\": \"tests/reference/hybrid_ref.py\", "
+                      "\"parity\": \"%s\"}}]}";
+    char reg[600];
+    snprintf(reg, sizeof reg, fam, "tests/no-such-parity.json");
+    fake_trainer("missing", reg);
+    snprintf(a, sizeof a, "--family hybrid --out %s/x --trainer %s/missing", tmpdir, tmpdir);
+    expect_usage(a, "tests/no-such-parity.json");
+    snprintf(reg, sizeof reg, fam, "trainer/families/mla/parity.json"); /* another family's facts */
+    fake_trainer("other", reg);
+    snprintf(a, sizeof a, "--family hybrid --out %s/x --trainer %s/other", tmpdir, tmpdir);
+    expect_usage(a, "not the registry's family 'hybrid'");
+    snprintf(reg, sizeof reg, fam, "trainer/families/hybrid/parity.json"); /* control: the real facts */
+    fake_trainer("good", reg);
+    snprintf(a, sizeof a, "--family hybrid --list --trainer %s/good", tmpdir);
+    cr_expect_eq(parity(a), 0, "%s", a);
+}
+
 static cJSON *read_report(const char *path) {
     cJSON *doc = NULL;
     char err[512];

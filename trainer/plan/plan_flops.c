@@ -1,12 +1,16 @@
 /* plan_flops.c - floating-point operations of the model's math (docs/model.md),
  * counted from the config alone (plan.h: ls_plan_forward_flops,
- * ls_plan_backward_flops).  The counting rules, which docs/plan.md states too:
+ * ls_plan_backward_flops).  Each family states its layers' terms
+ * (ls_family_desc.flop_terms, ls_flop_terms: family_desc.h); this file adds
+ * the LM head and applies the factors.  The counting rules, which
+ * docs/plan.md states too (the families' terms follow them):
  *
  *  - a linear [out, in] costs 2·out·in per token; its LoRA adapter (lora_r > 0,
  *    the family's targets, docs/model.md §3; routed experts excluded, their
  *    adapters are an option) 2·r·(in + out);
  *  - attention: 4·hd per (query head, visible key) forward (scores, then P·V);
- *    hybrid keys are every earlier position, mla keys min(index_topk, p + 1);
+ *    dense attention sees every earlier position, top-k attention min(k, p + 1)
+ *    (attn_hd, sparse_hd with key_cap);
  *  - GDN: the depthwise conv 2·C·K per token, the recurrence 7·dk·dv per value
  *    head and token (decay, Sᵀk, the rank-one update, Sᵀq);
  *  - the DSA indexer: its three projections and (2·d_I + 2)·H_I per visible key
@@ -17,11 +21,11 @@
  *
  * Backward: the activation gradient of every linear costs what its forward
  * costs; a weight gradient another 2·out·in (with_weight_grads: the adapters
- * with lora_r > 0, else every trained weight: the mla indexer and router_bias
- * are frozen); attention and the top-k attention 2x their forward (dP, dQ, dK,
+ * with lora_r > 0, else every trained weight: a family's frozen ones, such
+ * as the DSA indexer and router_bias, excluded); attention and the top-k attention 2x their forward (dP, dQ, dK,
  * dV); the GDN recurrence 15·dk·dv per value head and token (docs/model.md
  * §1.1's reverse sweep); the conv 2·C·K (+ 2·C·K for its weight); the log-softmax
- * 2·V; the indexer nothing (it gets no gradient). */
+ * 2·V; linears no gradient reaches (no_grad_lin: the indexer) nothing. */
 #include "trainer/plan/plan.h"
 
 #include "trainer/model/family_desc.h"

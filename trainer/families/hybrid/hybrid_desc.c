@@ -238,4 +238,5 @@ const ls_family_desc ls_family_desc_hybrid = {
     .tiny_config = "configs/hybrid-tiny.json",
     .reference = "tests/reference/hybrid_ref.py",
     .profile = "profiles/hybrid.json",
+    .parity = "trainer/families/hybrid/parity.json",
 };

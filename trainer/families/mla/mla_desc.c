@@ -350,4 +350,5 @@ const ls_family_desc ls_family_desc_mla = {
     .tiny_config = "configs/mla-tiny.json",
     .reference = "tests/reference/mla_ref.py",
     .profile = "profiles/mla.json",
+    .parity = "trainer/families/mla/parity.json",
 };
