@@ -61,7 +61,7 @@ def parse_cells(text):
         parts = tok.split(":")
         if len(parts) == 6:
             parts.append("auto")
-        if (len(parts) != 7 or parts[0] not in ("hybrid", "mla") or parts[4] not in ("detached", "full") or
+        if (len(parts) != 7 or not parts[0].isidentifier() or parts[4] not in ("detached", "full") or
                 not (parts[6] in ("auto", "none", "layer") or
                      (parts[6].startswith("chunk") and parts[6][5:].isdigit() and int(parts[6][5:]) > 0))):
             raise ValueError("--cells: '%s' is not family:P:G:R:mode:N[:replay]" % tok)
@@ -69,11 +69,26 @@ def parse_cells(text):
     return out
 
 
+_FAMILIES = {}
+
+
+def tiny_config(train, fam):
+    """The family's tiny config, from the registry (longstraw-train --families), relative to the source tree."""
+    if not _FAMILIES:
+        out = subprocess.run([train, "--families"], check=True, capture_output=True, text=True).stdout
+        for f in json.loads(out)["families"]:
+            _FAMILIES[f["name"]] = f["files"].get("tiny_config")
+    if not _FAMILIES.get(fam):
+        raise ValueError("family %r: no tiny config in the registry (%s)" % (fam, ", ".join(sorted(_FAMILIES))))
+    return _FAMILIES[fam]
+
+
 def run_cell(build, work, cell):
     fam, P, G, R, mode, N, rc = cell
     rd = os.path.join(work, "%s-P%d-G%d-R%d-%s-N%d-%s" % cell)
     train = os.path.join(build, "trainer", "longstraw-train")
-    args = [train, "--config", os.path.join(ROOT, "configs", fam + "-tiny.json"), "--prompt-len", str(P),
+    cfg = os.path.join(ROOT, tiny_config(train, fam))
+    args = [train, "--config", cfg, "--prompt-len", str(P),
             "--response-len", str(R), "--group", str(G), "--grad-mode", mode, "--steps", "1", "--quiet",
             "--out", rd]
     if rc.startswith("chunk"):

@@ -42,7 +42,7 @@ typedef struct {
 static const ls_cli_opt OPTS[] = {
     {.kind = LS_CLI_TEXT,
      .help =
-         "usage: longstraw-parity --family hybrid|mla --out DIR [--cp 1,2,4] [--eps 1,2] [--dtype f64,f32]\n"
+         "usage: longstraw-parity --family F --out DIR [--cp 1,2,4] [--eps 1,2] [--dtype f64,f32]\n"
          "                        [--configs NAME,...] [--jobs N] [options]\n"
          "       longstraw-parity --adapter FILE --out DIR [--cp LIST] [--dp LIST] [--dtype LIST] [--jobs N] [options]\n"
          "       longstraw-parity --adapter FILE --like RUN --out DIR [--jobs N] [options]\n"
@@ -67,7 +67,8 @@ static const ls_cli_opt OPTS[] = {
          "parity.json is replaced only when complete; with --key it is signed into DIR/parity.dsse.json\n"
          "(for longstraw-audit --parity-key).\n"},
     {.kind = LS_CLI_STRING, .name = "--family", .arg = "F", F(o.family),
-     .help = "hybrid or mla (the model config, reference and faults follow)"},
+     .help = "a family of the trainer's registry (longstraw-train --families: hybrid, mla,\n"
+             "dense): its tiny config, reference and parity facts follow"},
     {.kind = LS_CLI_STRING, .name = "--out", .arg = "DIR", F(o.out),
      .help = "output directory (created; an existing one is reused)"},
     {.kind = LS_CLI_STRING, .name = "--cp", .arg = "LIST", F(cps),
@@ -110,9 +111,9 @@ static const ls_cli_opt OPTS[] = {
     {.kind = LS_CLI_STRING, .name = "--mpirun", .arg = "PATH", F(o.mpirun), .help = "[mpirun]"},
     {.kind = LS_CLI_STRING, .name = "--python", .arg = "PATH", F(o.python), .help = "[python3]"},
     {.kind = LS_CLI_STRING, .name = "--reference", .arg = "PATH", F(o.reference),
-     .help = "the independent reference [" LS_PARITY_SOURCE_DIR "/tests/reference/F_ref.py]"},
+     .help = "the independent reference [the registry's: " LS_PARITY_SOURCE_DIR "/<its reference>]"},
     {.kind = LS_CLI_STRING, .name = "--model-config", .arg = "F", F(o.model_config),
-     .help = "[" LS_PARITY_SOURCE_DIR "/configs/F-tiny.json]"},
+     .help = "[the registry's: " LS_PARITY_SOURCE_DIR "/<its tiny_config>]"},
     {.kind = LS_CLI_STRING, .name = "--adapter", .arg = "FILE", F(adapter),
      .help = "the matrix for the trainer the adapter FILE describes\n"
              "(schemas/parity-adapter.schema.json, docs/parity.md 'Adapters'): its\n"

@@ -24,7 +24,8 @@
  * mla_table.c (the tensor list, layer views, the table), mla_segment.c
  * (carried state, segments, prompt backward), mla_layer.c (one block),
  * mla_cp.c (its context parallelism, over mla_cp_attn.c);
- * mla_forward.c (a second, tape-free forward: ls_mla_logprobs). */
+ * mla_forward.c (a second, tape-free forward: ls_mla_logprobs).  Dense:
+ * trainer/families/dense/dense_table.c (the table; the math is the hybrid's). */
 #ifndef LS_TRAINER_FAMILY_H
 #define LS_TRAINER_FAMILY_H
 #include <math.h>

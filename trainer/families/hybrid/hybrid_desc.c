@@ -21,7 +21,7 @@
 /* ---- keys ------------------------------------------------------------------------ */
 #define IK(f, lo, hi, hn, hfk, doc) \
     { #f, LS_FKEY_INT, offsetof(ls_hybrid_keys, f), lo, hi, hn, 0, 0, hfk, doc }
-static const ls_family_key KEYS[] = {
+const ls_family_key ls_hybrid_key_table[LS_HYBRID_ATTN_KEY0 + LS_HYBRID_ATTN_KEYS] = {
     IK(gdn_hk, 1, 4096, "4096", "linear_num_key_heads", "GDN key heads"),
     IK(gdn_hv, 1, 4096, "4096", "linear_num_value_heads", "GDN value heads (a multiple of gdn_hk)"),
     IK(gdn_dk, 1, 1 << 16, "2^16", "linear_key_head_dim", "GDN key head dim"),
@@ -32,6 +32,8 @@ static const ls_family_key KEYS[] = {
     IK(head_dim, 2, 1 << 16, "2^16", "head_dim", "attention head dim"),
     IK(rope_dim, 0, 1 << 16, "2^16", "partial_rotary_factor", "rotary dims of a head (even, <= head_dim)")};
 #undef IK
+_Static_assert(offsetof(ls_hybrid_keys, attn_heads) == LS_HYBRID_ATTN_KEY0 * sizeof(int),
+               "the attention keys follow the GDN keys in ls_hybrid_keys as in the table");
 
 #define REQUIRE(cond, ...)                                     \
     do {                                                       \
@@ -49,14 +51,17 @@ static ls_status check(const ls_model_config *c, const char *where, char *err, s
 /* ---- parameter counts -------------------------------------------------------------- */
 /* Base and adapter scalars of the hybrid table, in params.c's build order
  * (docs/model.md §5); r = 0 when there are no adapters.  Layer i is attention
- * iff (i+1) % 4 == 0 (ls_hybrid_layer_is_attn), so L/4 of them are. */
-static void counts(const ls_model_config *c, size_t r, int lora_experts, ls_count *base, ls_count *adapt,
-                   size_t *frozen) {
+ * as c's layer_kind says (the hybrid: iff (i+1) % 4 == 0, so L/4 of them are;
+ * dense: every one). */
+void ls_hybrid_counts(const ls_model_config *c, size_t r, int lora_experts, ls_count *base, ls_count *adapt,
+                      size_t *frozen) {
     (void)lora_experts;
     (void)frozen;
     const ls_hybrid_keys *k = ls_hybrid_keys_of(c);
     size_t d = (size_t)c->d_model, V = (size_t)c->vocab, I = (size_t)c->ffn_dim, L = (size_t)c->n_layers;
-    size_t n_attn = L / 4, n_gdn = L - n_attn;
+    size_t n_attn = 0;
+    for (int l = 0; l < c->n_layers; l++) n_attn += (size_t)ls_hybrid_cfg_is_attn(c, l);
+    size_t n_gdn = L - n_attn;
     size_t H = (size_t)k->attn_heads, Hkv = (size_t)k->attn_kv_heads, hd = (size_t)k->head_dim;
     size_t Hk = (size_t)k->gdn_hk, Hv = (size_t)k->gdn_hv, dk = (size_t)k->gdn_dk, dv = (size_t)k->gdn_dv;
     size_t K = (size_t)k->conv_kernel;
@@ -90,12 +95,12 @@ static const char *layer_kind(const ls_model_config *c, int layer) {
 }
 
 /* ---- FLOPs ------------------------------------------------------------------------- */
-static void flop_terms(const ls_model_config *c, int r, ls_flop_terms *t) {
+void ls_hybrid_flop_terms(const ls_model_config *c, int r, ls_flop_terms *t) {
     const ls_hybrid_keys *k = ls_hybrid_keys_of(c);
     double d = c->d_model, C = 2.0 * k->gdn_hk * k->gdn_dk + (double)k->gdn_hv * k->gdn_dv;
     double Hvdv = (double)k->gdn_hv * k->gdn_dv, H = k->attn_heads, hd = k->head_dim;
     for (int l = 0; l < c->n_layers; ++l) {
-        if (ls_hybrid_layer_is_attn(l)) {
+        if (ls_hybrid_cfg_is_attn(c, l)) {
             ls_flop_lin(t, H * 2.0 * hd, d, 1, 1, r);                     /* q (query and gate) */
             ls_flop_lin(t, (double)k->attn_kv_heads * hd, d, 1, 1, r);    /* k */
             ls_flop_lin(t, (double)k->attn_kv_heads * hd, d, 1, 1, r);    /* v */
@@ -215,16 +220,16 @@ static const char *const CP_FAULTS[] = {"cp-local-attention", "cp-stale-start", 
 const ls_family_desc ls_family_desc_hybrid = {
     .name = "hybrid",
     .summary = "Gated DeltaNet and gated attention (every fourth layer), SwiGLU MLP (docs/model.md §1)",
-    .keys = KEYS,
-    .n_keys = N_OF(KEYS),
+    .keys = ls_hybrid_key_table,
+    .n_keys = N_OF(ls_hybrid_key_table),
     .keys_bytes = sizeof(ls_hybrid_keys),
     .check = check,
-    .counts = counts,
+    .counts = ls_hybrid_counts,
     .routed_experts = NULL,
     .ep_others = NULL,
     .layer_kinds = LAYER_KINDS,
     .layer_kind = layer_kind,
-    .flop_terms = flop_terms,
+    .flop_terms = ls_hybrid_flop_terms,
     .hf_model_types = HF_TYPES,
     .hf_keys = HF_KEYS,
     .hf_outer = HF_OUTER,

@@ -161,6 +161,19 @@ ls_status LS_K(ls_prompt_backward)(const ls_params *p, const int32_t *tokens, si
                                    ls_mem_cat win_cat, ls_layer_hook hook, void *hook_user,
                                    const ls_prompt_cp *cp);
 
+/* The family table's layout (params.h's ls_param_layout): build lists the tensors of docs/model.md §5 in
+ * table order (p NULL: count only), each layer's as the config's descriptor says (ls_hybrid_cfg_is_attn: a family of attention
+ * layers only, dense, lists its tensors with it too); ref_view remaps the layer views onto the reference. */
+void LS_K(ls_hybrid_build)(ls_param_builder *b, ls_params *p);
+void LS_K(ls_hybrid_ref_view)(ls_params *v, const ls_params *p);
+/* The family table's prompt_backward (one rank: ls_prompt_backward without a CP shard). */
+ls_status LS_K(ls_hybrid_prompt_backward)(const ls_params *p, const int32_t *tokens, size_t T, size_t chunk,
+                                          ls_real *const *checkpoints, const ls_state *ps, ls_state *dstate,
+                                          ls_mem_cat win_cat, ls_layer_hook hook, void *hook_user);
+/* The family table's memory-plan terms (family.h), from the config alone: per layer as
+ * ls_hybrid_cfg_is_attn says, so that a family of attention layers only (dense) plans with it too. */
+void LS_K(ls_hybrid_plan)(const ls_model_config *c, const ls_family_plan_in *in, ls_family_plan *out);
+
 /* The hybrid family's table (hybrid_table.c; static storage). */
 extern const ls_family_ops LS_K(ls_family_hybrid);
 #endif

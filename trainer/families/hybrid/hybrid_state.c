@@ -108,7 +108,7 @@ size_t LS_K(ls_hybrid_state_plan_bytes)(const ls_model_config *c, int64_t n_pos)
     size_t kv = ls_sat_mul3(2, pos, ls_sat_mul((size_t)ls_hybrid_keys_of(c)->attn_kv_heads, (size_t)ls_hybrid_keys_of(c)->head_dim));
     size_t gdn = ls_sat_add(tail_len(c), S_len(c));
     for (int l = 0; l < c->n_layers; l++)
-        b = ls_sat_add(b, ls_hybrid_layer_is_attn(l) ? kv : gdn);
+        b = ls_sat_add(b, ls_hybrid_cfg_is_attn(c, l) ? kv : gdn);
     return ls_sat_mul(b, sizeof(ls_real));
 }
 

@@ -14,8 +14,7 @@
 #include "trainer/families/hybrid/hybrid_cp.h"
 #include "trainer/model/seg_frame.h"
 
-/* The tensor list of docs/model.md §5 in table order; p NULL: count only. */
-static void hybrid_build(ls_param_builder *b, ls_params *p) {
+void LS_K(ls_hybrid_build)(ls_param_builder *b, ls_params *p) {
     const ls_model_config *c = b->cfg;
     ls_hybrid_layer scratch_layer, *layers = p ? ls_hybrid_layers(p) : NULL;
     ls_tensor *sink[3];
@@ -26,7 +25,7 @@ static void hybrid_build(ls_param_builder *b, ls_params *p) {
     *(p ? &p->embed : &sink[0]) = LS_K(ls_params_add)(b, "embed.weight", V, d, LS_INIT_NORMAL, 1.0, 0);
     for (size_t i = 0; i < L; i++) {
         ls_hybrid_layer *ly = layers ? &layers[i] : &scratch_layer;
-        ly->is_attn = ls_hybrid_layer_is_attn((int)i);
+        ly->is_attn = ls_hybrid_cfg_is_attn(c, (int)i);
         snprintf(nm, sizeof nm, "layers.%zu.norm1.weight", i);
         ly->norm1 = LS_K(ls_params_add)(b, nm, d, 0, LS_INIT_ZERO, 0, 0);
         if (ly->is_attn) {
@@ -82,7 +81,7 @@ static void hybrid_build(ls_param_builder *b, ls_params *p) {
     *(p ? &p->lm_head : &sink[2]) = LS_K(ls_params_add)(b, "lm_head.weight", V, d, LS_INIT_NORMAL, so, 0);
 }
 
-static void hybrid_ref_view(ls_params *v, const ls_params *p) {
+void LS_K(ls_hybrid_ref_view)(ls_params *v, const ls_params *p) {
     for (int i = 0; i < p->cfg.n_layers; i++) {
         const ls_hybrid_layer *s = &ls_hybrid_layers(p)[i];
         ls_hybrid_layer *d = &ls_hybrid_layers(v)[i];
@@ -224,7 +223,7 @@ static size_t memo_layer_bytes(const dims *m, size_t es, size_t T) {
     return ls_sat_add(ls_sat_mul(2, lse), ls_coll_memo_plan_bytes(ls_sat_mul3(T, m->H * m->hd, es)));
 }
 
-static void hybrid_plan(const ls_model_config *c, const ls_family_plan_in *in, ls_family_plan *out) {
+void LS_K(ls_hybrid_plan)(const ls_model_config *c, const ls_family_plan_in *in, ls_family_plan *out) {
     memset(out, 0, sizeof *out);
     dims m = dims_of(c, in->lora_r);
     size_t es = in->esz, n = in->shard, ch = in->chunk ? in->chunk : n, R = in->R, L = (size_t)c->n_layers;
@@ -232,7 +231,7 @@ static void hybrid_plan(const ls_model_config *c, const ls_family_plan_in *in, l
     size_t pg = in->page_size ? in->page_size : 64;
     out->pages = (n + pg - 1) / pg;
     for (size_t l = 0; l < L; l++) {
-        if (ls_hybrid_layer_is_attn((int)l)) {
+        if (ls_hybrid_cfg_is_attn(c, (int)l)) {
             out->attn_layers++;
             out->attn_kv = ls_sat_add(out->attn_kv, ls_sat_mul3(2, n, ls_sat_mul(row, in->ssz)));
         } else {
@@ -288,7 +287,7 @@ static void hybrid_plan(const ls_model_config *c, const ls_family_plan_in *in, l
     ADD(LS_FPLAN_ROLLOUT, LS_MEM_SCORE, ls_sat_add(ls_sat_mul((size_t)c->vocab, es + 2 * 16 + 8), 4096));
     /* replay one member: every layer's tape over R tokens plus its frame, then the largest layer's backward */
     acc t = {.esz = es};
-    for (size_t l = 0; l < L; l++) layer_fwd(&t, &m, ls_hybrid_layer_is_attn((int)l), R, 1, 1);
+    for (size_t l = 0; l < L; l++) layer_fwd(&t, &m, ls_hybrid_cfg_is_attn(c, (int)l), R, 1, 1);
     size_t fwd_scr = 0, bwd = 0;
     for (int attn = 0; attn < 2; attn++) {
         acc a = {.esz = es};
@@ -312,7 +311,7 @@ static void hybrid_plan(const ls_model_config *c, const ls_family_plan_in *in, l
         if (in->world > 1) /* each chunk's, every attention layer's */
             kept = ls_sat_add(kept, ls_sat_mul3(K, (size_t)out->attn_layers, memo_layer_bytes(&m, es, C)));
         acc tc = {.esz = es};
-        for (size_t l = 0; l < L; l++) layer_fwd(&tc, &m, ls_hybrid_layer_is_attn((int)l), C, 1, 1);
+        for (size_t l = 0; l < L; l++) layer_fwd(&tc, &m, ls_hybrid_cfg_is_attn(c, (int)l), C, 1, 1);
         fwd_scr = bwd = 0;
         for (int attn = 0; attn < 2; attn++) {
             acc a = {.esz = es};
@@ -403,10 +402,10 @@ static void hybrid_plan(const ls_model_config *c, const ls_family_plan_in *in, l
     for (int k = 0; k < 3; k++) {
         size_t best = 0, best_attn = 0, prev_attn = 0;
         for (size_t l = 0; l < L; l++) {
-            int a = ls_hybrid_layer_is_attn((int)l);
+            int a = ls_hybrid_cfg_is_attn(c, (int)l);
             size_t cur = a ? at[k] : gdn;
             if (l + 1 < L) {
-                size_t nx = ls_hybrid_layer_is_attn((int)l + 1) ? at[k] : gdn;
+                size_t nx = ls_hybrid_cfg_is_attn(c, (int)l + 1) ? at[k] : gdn;
                 if (ls_sat_add(cur, nx) > best) best = ls_sat_add(cur, nx);
             } else if (cur > best) {
                 best = cur;
@@ -428,14 +427,15 @@ static void hybrid_plan(const ls_model_config *c, const ls_family_plan_in *in, l
     }
 }
 
-static ls_status hybrid_prompt_backward(const ls_params *p, const int32_t *tokens, size_t T, size_t chunk,
-                                        ls_real *const *checkpoints, const ls_state *ps, ls_state *dstate,
-                                        ls_mem_cat win_cat, ls_layer_hook hook, void *hook_user) {
+ls_status LS_K(ls_hybrid_prompt_backward)(const ls_params *p, const int32_t *tokens, size_t T, size_t chunk,
+                                          ls_real *const *checkpoints, const ls_state *ps, ls_state *dstate,
+                                          ls_mem_cat win_cat, ls_layer_hook hook, void *hook_user) {
     return LS_K(ls_prompt_backward)(p, tokens, T, chunk, checkpoints, ps, dstate, win_cat, hook, hook_user, NULL);
 }
 
 const ls_family_ops LS_K(ls_family_hybrid) = {
-    .layout = {.layer_view_size = sizeof(ls_hybrid_layer), .build = hybrid_build, .ref_view = hybrid_ref_view},
+    .layout = {.layer_view_size = sizeof(ls_hybrid_layer), .build = LS_K(ls_hybrid_build),
+               .ref_view = LS_K(ls_hybrid_ref_view)},
     .desc = &ls_family_desc_hybrid,
     .name = "hybrid",
     .state_init = LS_K(ls_hybrid_state_init),
@@ -448,10 +448,10 @@ const ls_family_ops LS_K(ls_family_hybrid) = {
     .segment_backward = LS_K(ls_segment_backward),
     .tape_free = LS_K(ls_seg_tape_free),
     .tape_bytes = LS_K(ls_seg_tape_bytes),
-    .prompt_backward = hybrid_prompt_backward,
+    .prompt_backward = LS_K(ls_hybrid_prompt_backward),
     .cp_init = LS_K(ls_hybrid_cp_init),
     .cp_free = LS_K(ls_hybrid_cp_free),
     .cp_capture = LS_K(ls_hybrid_cp_capture),
     .cp_prompt_backward = LS_K(ls_hybrid_cp_prompt_backward),
-    .plan = hybrid_plan,
+    .plan = LS_K(ls_hybrid_plan),
 };
