@@ -16,6 +16,7 @@
 #include "receipts/coverage.h"
 #include "receipts/digest.h"
 #include "receipts/json_util.h"
+#include "receipts/registry_file.h"
 #include "receipts/schema.h"
 #include "receipts/trace_event.h"
 
@@ -25,9 +26,53 @@
 
 const char *ls_audit_profile_default_dir(void) { return LS_PROFILE_DIR; }
 
+/* A profile of the default directory that profiles/ lacks: the registry's (receipts/registry_file.h) family whose
+ * files.profile is NAME.json in a folder of the source tree (a family that keeps its profile in its own folder,
+ * trainer/families/<f>/NAME.json), its folder relative to the tree into rel; 0 when none is. */
+static int registered_profile_dir(const char *name, char *rel, size_t cap) {
+    char want[64], path[1024];
+    if (name == NULL || !ls_audit_profile_name_ok(name)) return 0;
+    snprintf(want, sizeof want, "%s.json", name);
+    snprintf(path, sizeof path, "%s/%s", LS_PROFILE_DIR, want);
+    FILE *f = fopen(path, "rb");
+    if (f != NULL) { /* profiles/ has it: the default directory's own */
+        fclose(f);
+        return 0;
+    }
+    const cJSON *reg = ls_registry_file_get(NULL), *fam;
+    const cJSON *fams = reg ? cJSON_GetObjectItemCaseSensitive(reg, "families") : NULL;
+    cJSON_ArrayForEach(fam, fams) {
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(fam, "files"), "profile");
+        if (!cJSON_IsString(p)) continue;
+        const char *slash = strrchr(p->valuestring, '/');
+        size_t n = slash ? (size_t)(slash - p->valuestring) : 0;
+        /* a relative folder of the tree, no "..", its file NAME.json */
+        if (!slash || n == 0 || n >= cap || p->valuestring[0] == '/' || strstr(p->valuestring, "..") ||
+            strcmp(slash + 1, want) != 0)
+            continue;
+        memcpy(rel, p->valuestring, n);
+        rel[n] = 0;
+        return 1;
+    }
+    return 0;
+}
+
+/* The directory the default profile NAME is read from: profiles/, or its family's folder (above). */
+static const char *default_dir_for(const char *name, char *buf, size_t cap) {
+    char rel[512];
+    if (!registered_profile_dir(name, rel, sizeof rel)) return LS_PROFILE_DIR;
+    const char *top = strrchr(LS_PROFILE_DIR, '/'); /* LS_PROFILE_DIR is SOURCE/profiles */
+    snprintf(buf, cap, "%.*s/%s", top ? (int)(top - LS_PROFILE_DIR) : 1, top ? LS_PROFILE_DIR : ".", rel);
+    return buf;
+}
+
 void ls_audit_profile_file_label(const char *dir, const char *name, char *buf, size_t cap) {
     bool dflt = dir == NULL || strcmp(dir, LS_PROFILE_DIR) == 0;
-    snprintf(buf, cap, "%s/%s.json", dflt ? "profiles" : dir, name ? name : "?");
+    char rel[512];
+    if (dflt && registered_profile_dir(name, rel, sizeof rel))
+        snprintf(buf, cap, "%s/%s.json", rel, name);
+    else
+        snprintf(buf, cap, "%s/%s.json", dflt ? "profiles" : dir, name ? name : "?");
 }
 
 /* the group kinds are the receipts' registered ones (receipts/trace_event.h), in their order */
@@ -542,7 +587,8 @@ done:
 
 ls_status ls_audit_profile_load(const char *dir, const char *name, ls_audit_profile *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
-    if (dir == NULL) dir = ls_audit_profile_default_dir();
+    char fam_dir[1024];
+    if (dir == NULL || strcmp(dir, LS_PROFILE_DIR) == 0) dir = default_dir_for(name, fam_dir, sizeof fam_dir);
     if (!ls_audit_profile_name_ok(name)) {
         ls_json_errf(err, errlen, "\"%.60s\" is not a profile name (^[a-z][a-z0-9_.-]{0,31}$)", name ? name : "");
         return LS_ERR_ARG;

@@ -244,14 +244,17 @@ const char *ls_audit_profile_default_dir(void);
 /* The file profile NAME is read from in dir (NULL: the default), as the
  * reports name it, into buf: "profiles/NAME.json" for the default directory
  * (the source tree's, compiled in: so that a report does not depend on where
- * the tree lies), else DIR/NAME.json. */
+ * the tree lies), or, for a profile profiles/ lacks, the folder the family
+ * registry names for it (a family keeping its profile in its own folder:
+ * "trainer/families/dense/dense.json"), else DIR/NAME.json. */
 void ls_audit_profile_file_label(const char *dir, const char *name, char *buf, size_t cap);
 
 /* Whether name is a profile name (^[a-z][a-z0-9_.-]{0,31}$, not "." or ".."
  * leading: it starts with a letter), so that DIR/NAME.json is a file of DIR. */
 bool ls_audit_profile_name_ok(const char *name);
 
-/* Loads dir/NAME.json (dir NULL: ls_audit_profile_default_dir()) into *out
+/* Loads dir/NAME.json (dir NULL or the default: profiles/NAME.json, or the
+ * registered family's folder when profiles/ lacks it) into *out
  * (the caller's storage; zeroed first, indices unbound: -1).  LS_OK;
  * LS_ERR_ARG (a name that is no profile name); LS_ERR_IO (missing or
  * unreadable); LS_ERR_FORMAT (a link or not a regular file, above the cap,

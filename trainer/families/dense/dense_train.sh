@@ -40,11 +40,12 @@ refused "a typo" "$T/typo.json" "key 'attn_head': unknown (did you mean 'attn_he
 edit_cfg "$T/mla.json" "c['heads'] = 4"
 refused "an mla key" "$T/mla.json" "key 'heads': belongs to the mla family"
 
-# ---- training: NAME NP ARGS...: one f64 step into $T/NAME, audited to level 1 against the pinned profile
+# ---- training: NAME NP ARGS...: one f64 step into $T/NAME, audited to level 1 against the pinned profile (found
+# by the audit itself: profiles/ lacks it, the registry names the family folder's dense.json)
 level() { # RUN [PARITY.json]: the audit's level ("none": no report)
   local par=()
   [ $# -gt 1 ] && par=(--parity "$2")
-  "$AUDIT" "$1" --profiles "$D" "${par[@]}" --json "$1.audit.json" >"$1.audit.txt" 2>&1
+  "$AUDIT" "$1" "${par[@]}" --json "$1.audit.json" >"$1.audit.txt" 2>&1
   "$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['level'])" "$1.audit.json" 2>/dev/null || echo none
 }
 run() {
