@@ -48,7 +48,7 @@ LAYOUT = {
             "metrics, the build identity and what two builds differ in, a parity report's coverage.",
             "common",
             ["atomic_file.c", "atomic_file.h", "build_diff.c", "build_diff.h", "build_info.c",
-             "build_info.h", "coverage.c", "coverage.h", "digest.c", "digest.h", "jcs.c", "jcs.h",
+             "build_info.h", "coverage.c", "coverage.h", "registry_file.c", "registry_file.h", "digest.c", "digest.h", "jcs.c", "jcs.h",
              "json_util.c", "json_util.h", "trace_event.c", "trace_event.h", "trace_step_metrics.c",
              "trace_step_metrics.h"]),
         "schema": (
@@ -228,7 +228,7 @@ LAYOUT = {
             "examples script, code search with LS_K expanded (`code_search.sh`).",
             "nothing",
             ["layers.cmake", "check_layers.py", "doc_examples_check.py", "code_search.cmake",
-             "code_search.sh", "vocab.cmake", "check_vocab.py"]),
+             "code_search.sh", "vocab.cmake", "check_vocab.py", "family_schemas_check.py"]),
         "reference": (None, None, ["reference.cmake"]),
     },
 }
