@@ -19,8 +19,8 @@
 #include <sys/resource.h>
 #include <time.h>
 
-#include "receipts/trace_reader.h"
-#include "receipts/trace_writer.h"
+#include "receipts/reading/trace_reader.h"
+#include "receipts/writing/trace_writer.h"
 
 #define MAX_PATTERN 100000
 #define MAX_GROUPS 16

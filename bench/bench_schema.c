@@ -1,10 +1,10 @@
-/* bench_schema.c - JSON Schema validation throughput (receipts/schema.h).
+/* bench_schema.c - JSON Schema validation throughput (receipts/schema/schema.h).
  *
  *   bench_schema SCHEMA DOC [N]
  *     SCHEMA a name in schemas/ ("receipt") or a path; DOC a JSON file (a
  *     receipt the trainer wrote, say).  Validates DOC N times (default
  *     20000) with ls_schema_validate, then with the reference validator the
- *     compiled one replaced (tests/schema_ref.c: every keyword looked up on
+ *     compiled one replaced (tests/receipts/schema_ref.c: every keyword looked up on
  *     every node), and prints per validation: microseconds of each, the
  *     ratio, and the verdicts (they must agree).  CPU time (clock()), the
  *     median of 5 rounds.
@@ -16,9 +16,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "receipts/json_util.h"
-#include "receipts/schema.h"
-#include "schema_ref.h"
+#include "receipts/format/json_util.h"
+#include "receipts/schema/schema.h"
+#include "tests/receipts/schema_ref.h"
 
 #define ROUNDS 5
 

@@ -12,8 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "receipts/trace_reader.h"
-#include "receipts/trace_writer.h"
+#include "receipts/reading/trace_reader.h"
+#include "receipts/writing/trace_writer.h"
 
 static double now_s(void) {
     struct timespec ts;

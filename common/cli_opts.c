@@ -14,7 +14,7 @@ static const ls_cli_opt COMMON[] = {
     {.kind = LS_CLI_HELP, .name = "--help", .alias = "-h", .help = "this text"},
     {.kind = LS_CLI_HELP, .name = "--list-names",
      .help = "print this tool's vocabulary as JSON and exit (the names and sizes\n"
-             "tests/check_vocab.py holds the schemas and docs to)"},
+             "tests/tools/check_vocab.py holds the schemas and docs to)"},
     {.kind = LS_CLI_FLAG, .name = "--quiet", .help = "errors only: no progress on stderr, no summary on stdout"},
     {.kind = LS_CLI_STRINGS, .name = "--key", .arg = "PUB",
      .help = "a public key (Ed25519 PEM) trusted to sign runs: RUN/manifest.dsse.json\n"

@@ -79,7 +79,7 @@ typedef struct {
 /* The options several executables share, one row each, their offsets 0
  * (a row .like one of these gives its own):
  *   --help (-h)      LS_CLI_HELP  "this text"
- *   --list-names     LS_CLI_HELP  the executable's vocabulary as JSON (tests/check_vocab.py)
+ *   --list-names     LS_CLI_HELP  the executable's vocabulary as JSON (tests/tools/check_vocab.py)
  *   --quiet          LS_CLI_FLAG  errors only: no progress on stderr, no summary on stdout
  *   --key PUB        LS_CLI_STRINGS a public key trusted to sign runs (repeatable; audit, audit diff)
  *   --sign-key PRIV  LS_CLI_STRING the private key to sign with (spelled --key by longstraw-sign and

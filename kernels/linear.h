@@ -11,7 +11,7 @@
  * into row blocks of C fixed by its shape, shared by OpenMP threads (none
  * when called inside a parallel region).  Every element of C is one
  * thread's whole dot product: the results are the same bits for any
- * OMP_NUM_THREADS (tests/determinism.sh checks a whole run). */
+ * OMP_NUM_THREADS (tests/trainer/determinism.sh checks a whole run). */
 #ifndef LS_KERNELS_LINEAR_H
 #define LS_KERNELS_LINEAR_H
 #include "kernels/real.h"

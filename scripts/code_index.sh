@@ -12,7 +12,7 @@
 # Then: `readtags -t ROOT/tags ls_attn_block_forward`, `cscope -d -L -1 ls_attn_block_forward_f64`
 # (run at ROOT), or an editor's tag jump.  Without .ctags.d/longstraw.ctags the indexes are built
 # unexpanded (and say so): the LS_K definitions are then found by neither name
-# (tests/code_search.sh checks both).  Exit 2: no such root, or ctags/cscope missing.
+# (tests/tools/code_search.sh checks both).  Exit 2: no such root, or ctags/cscope missing.
 set -euo pipefail
 ROOT=${1:-$(dirname "$0")/..}
 [ -d "$ROOT" ] || { echo "code_index: $ROOT: no such directory" >&2; exit 2; }

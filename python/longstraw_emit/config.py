@@ -21,7 +21,7 @@ NONNEG = ("epsilon", "beta")
 
 # The run's path (docs/contract.md section 2, "paths"): each key a decision that selects code, each value
 # the sorted array of the values the run took. PATHS is the vocabulary the audit knows
-# (receipts/coverage.c LS_COVERAGE_PATHS): the coverage check holds a run outside every parity report
+# (receipts/format/coverage.c LS_COVERAGE_PATHS): the coverage check holds a run outside every parity report
 # when it lacks one of these decisions, or records a decision or value not listed here. The writer
 # refuses only malformed names: a value outside the vocabulary is written as the trainer says (and the
 # audit then refuses to bind a level to it), never replaced by one that would pass.

@@ -3,7 +3,7 @@
 docs/contract.md section 2: strings, booleans, null, integers of magnitude
 below 2^53, arrays and objects. Anything else (a float, a larger integer, a
 non-string key, a lone surrogate) raises JcsError naming where it lies, so the
-canonical text is exact in every language. receipts/jcs.c implements the same
+canonical text is exact in every language. receipts/format/jcs.c implements the same
 subset; both are tested on tests/data/jcs_vectors.json.
 """
 

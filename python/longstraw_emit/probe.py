@@ -21,7 +21,7 @@ import time
 
 from . import check
 
-LOSS_ULPS = 4.0        # the rounding assumed of each loss (parity/parity_fd.c FD_LOSS_ULPS)
+LOSS_ULPS = 4.0        # the rounding assumed of each loss (parity/compare/parity_fd.c FD_LOSS_ULPS)
 _EPS = {"f64": 2.0 ** -52, "f32": 2.0 ** -23, "bf16": 2.0 ** -7, "f16": 2.0 ** -10}
 # the step and the relative tolerance of the parameters' dtype (the event's h and tol): longstraw-train's
 # (trainer/step/probe_result.c); a group passes within max(tol, (2 rounding_floor + error_estimate) / |D|)

@@ -37,7 +37,7 @@ STATUS_NAMES = {1: "bad argument", 2: "out of memory", 3: "I/O error", 4: "malfo
                 8: "non-finite value", 9: "signature verification failed", 10: "unsupported",
                 11: "collective failed", 12: "internal error"}
 OPTIMIZER_FIELDS = ("n_params", "lr", "grad_norm")
-MAX_MEM_CATEGORIES = 64  # the reader's limits (receipts/trace_event.h)
+MAX_MEM_CATEGORIES = 64  # the reader's limits (receipts/format/trace_event.h)
 MAX_METRICS = 62         # 64 members of a step_metrics event, step and objective included
 
 

@@ -15,8 +15,8 @@
 #include <string.h>
 
 #include "common/cli_opts.h"
-#include "receipts/dsse.h"
-#include "receipts/manifest.h"
+#include "receipts/signing/dsse.h"
+#include "receipts/signing/manifest.h"
 
 static const char USAGE[] =
     "usage: longstraw-sign keygen --private K.pem --public P.pem\n"

@@ -5,7 +5,7 @@
  *
  * SCHEMA is a schema file, or the name of one in the schemas directory
  * (receipt, manifest, dsse, ...).  With --jsonl every non-empty line of each
- * DOC is one document.  Uses the C validator of receipts/schema.h (the
+ * DOC is one document.  Uses the C validator of receipts/schema/schema.h (the
  * keyword subset documented there).
  *
  * --v2 checks files of the v2 evidence contract (docs/contract.md §1-2) with
@@ -30,11 +30,11 @@
 #include <sys/stat.h>
 
 #include "common/cli_opts.h"
-#include "receipts/json_util.h"
-#include "receipts/manifest.h"
-#include "receipts/receipt.h"
-#include "receipts/schema.h"
-#include "receipts/trace_reader.h"
+#include "receipts/format/json_util.h"
+#include "receipts/signing/manifest.h"
+#include "receipts/writing/receipt.h"
+#include "receipts/schema/schema.h"
+#include "receipts/reading/trace_reader.h"
 
 static const char USAGE[] =
     "usage: longstraw-validate [--jsonl] SCHEMA DOC [DOC...]\n"

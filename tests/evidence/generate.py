@@ -532,10 +532,10 @@ def gen_groups(ctx, run):
 def gen_sequence(ctx, run):
     """Every phase of every step of every rank moved, dropped and duplicated, phases swapped and nested, the
     optimizer moved before the backward, a layer event duplicated or moved out of its phase: each edit made
-    by tests/audit_sequence_edit.py (seq, counts, the receipts' totals and every digest fixed after it), the
+    by tests/audit/audit_sequence_edit.py (seq, counts, the receipts' totals and every digest fixed after it), the
     run signed again.  Refused by steps.sequence, or by rank.phases / rank.layers where a phase or layer
     event is missing."""
-    edit = os.path.join(SRC, "tests", "audit_sequence_edit.py")
+    edit = os.path.join(SRC, "tests", "audit", "audit_sequence_edit.py")
     world = json.load(open(os.path.join(run, "manifest.json")))["predicate"]["world"]
     rules = ["steps.sequence", "rank.phases", "rank.layers"]
     for rank in range(world):

@@ -1,6 +1,6 @@
 """run_edit.py: what the audit's adversarial tests do to a copy of a real run
-(tests/evidence/generate.py, tests/audit_sequence_edit.py,
-tests/audit_invariants_edit.py, redigest.py): read and write a trace's
+(tests/evidence/generate.py, tests/audit/audit_sequence_edit.py,
+tests/audit/audit_invariants_edit.py, redigest.py): read and write a trace's
 events, and recompute the digests an adversary with write access recomputes
 after an edit."""
 import glob

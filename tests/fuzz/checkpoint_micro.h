@@ -1,5 +1,5 @@
 /* checkpoint_micro.h - the micro hybrid model of the checkpoint fuzz target
- * and its seed corpus (tests/test_checkpoint.c writes and checks the seeds):
+ * and its seed corpus (tests/trainer/test_checkpoint.c writes and checks the seeds):
  * one GDN layer, d_model 4, vocab 4, so a checkpoint is a few KiB.
  * Header-only; numeric (LS_K names of the including file's dtype). */
 #ifndef LS_TESTS_FUZZ_CHECKPOINT_MICRO_H

@@ -16,8 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "audit/audit.h"
-#include "receipts/schema.h"
+#include "audit/model/audit.h"
+#include "receipts/schema/schema.h"
 #include "fuzz_run_pack.h"
 
 static char scratch[256];

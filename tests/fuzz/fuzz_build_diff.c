@@ -1,5 +1,5 @@
 /* fuzz_build_diff.c - libFuzzer target for the differences of two build
- * objects (receipts/build_diff.c): the input is two JSON documents
+ * objects (receipts/format/build_diff.c): the input is two JSON documents
  * separated by a NUL byte (without one, the document against an empty
  * object), each parsed strictly.  Whatever they hold: at most
  * LS_BUILD_DIFF_MAX_ITEMS differences kept and no more than counted, every
@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "receipts/build_diff.h"
-#include "receipts/json_util.h"
+#include "receipts/format/build_diff.h"
+#include "receipts/format/json_util.h"
 
 #define CHECK(c)                    \
     do {                            \

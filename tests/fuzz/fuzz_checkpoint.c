@@ -7,14 +7,14 @@
  * weight, moment and reference value loaded equals the bytes of the file's
  * tensor of that name (read through the plain safetensors reader).  Nothing leaks through
  * the memory tracker.  Traps otherwise.
- * Seeds: tests/fuzz/corpus/fuzz_checkpoint/seed-* (tests/test_checkpoint.c
+ * Seeds: tests/fuzz/corpus/fuzz_checkpoint/seed-* (tests/trainer/test_checkpoint.c
  * writes them with LS_WRITE_CHECKPOINT_SEEDS=1). */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "receipts/digest.h"
+#include "receipts/format/digest.h"
 #include "tests/fuzz/checkpoint_micro.h"
 #include "trainer/io/checkpoint.h"
 #include "trainer/base/mem_tracker.h"

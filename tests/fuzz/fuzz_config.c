@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "receipts/json_util.h"
+#include "receipts/format/json_util.h"
 #include "tests/fuzz/fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -1,5 +1,5 @@
 /* fuzz_describe.c - libFuzzer target for the canonical description's
- * builders and fold (audit/describe.h): arbitrary bytes, parsed as strict
+ * builders and fold (audit/model/describe.h): arbitrary bytes, parsed as strict
  * JSON, described as a manifest, a receipt (of rank size % 5), a trace
  * header and a configuration, then folded twice over: every source's
  * description followed by the same descriptions again.  Traps when the fold
@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "audit/describe.h"
-#include "receipts/json_util.h"
+#include "audit/model/describe.h"
+#include "receipts/format/json_util.h"
 
 static void on_dis(void *user, const char *path, const char *first, const cJSON *va, const char *other,
                    const cJSON *vb) {

@@ -10,7 +10,7 @@
 
 #include <openssl/evp.h>
 
-#include "receipts/dsse.h"
+#include "receipts/signing/dsse.h"
 
 static EVP_PKEY *fixed_key(void) {
     static EVP_PKEY *key;

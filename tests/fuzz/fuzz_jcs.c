@@ -1,5 +1,5 @@
 /* fuzz_jcs.c - libFuzzer target for RFC 8785 canonical JSON
- * (receipts/jcs.c): arbitrary bytes through ls_jcs_canonical_text (the
+ * (receipts/format/jcs.c): arbitrary bytes through ls_jcs_canonical_text (the
  * build identity's subset).  Accepted text must parse strictly, be its own
  * canonical form (a fixed point) and digest the same through ls_jcs_sha256;
  * a refusal is LS_ERR_FORMAT (or NOMEM) with a message.  Any document the
@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "receipts/digest.h"
-#include "receipts/jcs.h"
-#include "receipts/json_util.h"
+#include "receipts/format/digest.h"
+#include "receipts/format/jcs.h"
+#include "receipts/format/json_util.h"
 #include "tests/fuzz/fuzz_same_numbers.h"
 
 #define CHECK(c)                    \

@@ -1,5 +1,5 @@
 /* fuzz_json.c - libFuzzer target for the shared JSON reader
- * (receipts/json_util.c): arbitrary bytes through ls_json_parse.  An
+ * (receipts/format/json_util.c): arbitrary bytes through ls_json_parse.  An
  * accepted document must be finite, print canonically (keys sorted, no
  * duplicates to refuse) and formatted, and both texts must parse back to an
  * equal document; the canonical print of the re-parsed document is
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "receipts/json_util.h"
+#include "receipts/format/json_util.h"
 #include "tests/fuzz/fuzz_same_numbers.h"
 
 #define CHECK(c)                    \

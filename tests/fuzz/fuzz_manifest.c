@@ -11,10 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "receipts/json_util.h"
-#include "receipts/manifest.h"
-#include "receipts/receipt.h"
-#include "receipts/schema.h"
+#include "receipts/format/json_util.h"
+#include "receipts/signing/manifest.h"
+#include "receipts/writing/receipt.h"
+#include "receipts/schema/schema.h"
 
 static void check_manifest(const ls_manifest *m) {
     if (m->n_ranks != m->world) __builtin_trap();

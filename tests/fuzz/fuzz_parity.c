@@ -1,5 +1,5 @@
 /* fuzz_parity.c - libFuzzer target for the parity report and coverage
- * readers the audit runs on an untrusted report (receipts/coverage.h): the
+ * readers the audit runs on an untrusted report (receipts/format/coverage.h): the
  * input, split at its first NUL byte (or whole), is a parity report and a
  * run configuration.  The report is parsed strictly and checked against
  * schemas/parity.schema.json; whatever it holds, its "coverage" is checked
@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "receipts/coverage.h"
-#include "receipts/json_util.h"
-#include "receipts/schema.h"
+#include "receipts/format/coverage.h"
+#include "receipts/format/json_util.h"
+#include "receipts/schema/schema.h"
 
 static size_t calls;
 

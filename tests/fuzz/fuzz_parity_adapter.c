@@ -1,5 +1,5 @@
 /* fuzz_parity_adapter.c - libFuzzer target for longstraw-parity's adapter
- * loader (parity/parity_adapter.h): the input is an adapter file, written to
+ * loader (parity/plan/parity_adapter.h): the input is an adapter file, written to
  * a scratch file and loaded (size cap, placeholders, schema, semantics);
  * when it loads, every template of both launches and the args is expanded
  * with hostile values and a job built for CP 1 and CP N.  Traps when an
@@ -20,7 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "parity/parity_adapter.h"
+#include "parity/plan/parity_adapter.h"
 
 static char path[256];
 

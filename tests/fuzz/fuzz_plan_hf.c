@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "receipts/json_util.h"
+#include "receipts/format/json_util.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "trainer/families/mla/mla_config.h"
 #include "trainer/plan/plan_hf.h"

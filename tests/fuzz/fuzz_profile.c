@@ -1,5 +1,5 @@
 /* fuzz_profile.c - libFuzzer target for the profile loader the audit runs
- * on every profile it reads (audit/profile.h): arbitrary bytes through
+ * on every profile it reads (audit/model/profile.h): arbitrary bytes through
  * ls_audit_profile_parse (strict JSON, schemas/profile.schema.json, the
  * loader's own checks).  An accepted profile must keep every cap and every
  * promise of profile.h: its strings NUL-terminated inside their fields, the
@@ -13,8 +13,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "audit/profile.h"
-#include "receipts/digest.h"
+#include "audit/model/profile.h"
+#include "receipts/format/digest.h"
 
 #define CHECK(c)                    \
     do {                            \

@@ -26,7 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "receipts/json_util.h"
+#include "receipts/format/json_util.h"
 #include "tests/fuzz/fuzz_util.h"
 
 #define VOCAB 256

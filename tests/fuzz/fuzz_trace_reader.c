@@ -17,7 +17,7 @@
 
 #include <zstd.h>
 
-#include "receipts/trace_reader.h"
+#include "receipts/reading/trace_reader.h"
 
 #define CHECK(c)                     \
     do {                             \

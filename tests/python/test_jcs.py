@@ -1,4 +1,4 @@
-"""JCS and the build digest, on tests/data/jcs_vectors.json (shared with receipts/jcs.c)."""
+"""JCS and the build digest, on tests/data/jcs_vectors.json (shared with receipts/format/jcs.c)."""
 
 import hashlib
 import json

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "receipts/digest.h"
-#include "receipts/json_util.h"
+#include "receipts/format/digest.h"
+#include "receipts/format/json_util.h"
 #include "trainer/base/safetensors_internal.h"
 
 /* 64 lowercase hex digits. */

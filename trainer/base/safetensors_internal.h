@@ -16,8 +16,8 @@
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 
-#include "receipts/digest.h"
-#include "receipts/json_util.h"
+#include "receipts/format/digest.h"
+#include "receipts/format/json_util.h"
 #include "trainer/base/mem_tracker.h"
 #include "trainer/base/safetensors.h"
 

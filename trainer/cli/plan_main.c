@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "common/cli_opts.h"
-#include "receipts/json_util.h"
+#include "receipts/format/json_util.h"
 #include "trainer/model/config.h"
 #include "trainer/plan/plan.h"
 #include "trainer/plan/plan_hf.h"

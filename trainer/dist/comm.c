@@ -47,7 +47,7 @@
  * process and comes last.  An NCCL backend is one more entry (comm_backend.h). */
 typedef struct {
     const char *name;
-    const char *dependency; /* the build record's dependency it contributes (receipts/build_info.h); NULL none */
+    const char *dependency; /* the build record's dependency it contributes (receipts/format/build_info.h); NULL none */
     const ls_comm_ops *ops;
 } backend_entry;
 static const backend_entry builtin[] = {

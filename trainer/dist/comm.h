@@ -51,9 +51,9 @@
 #include <stdint.h>
 
 #include "common/status.h"
-#include "receipts/build_info.h"
-#include "receipts/trace_event.h"
-#include "receipts/trace_writer.h"
+#include "receipts/format/build_info.h"
+#include "receipts/format/trace_event.h"
+#include "receipts/writing/trace_writer.h"
 #include "trainer/base/mem_space.h"
 
 typedef struct ls_comm ls_comm;
@@ -141,7 +141,7 @@ ls_comm_group *ls_comm_all(ls_comm *c);
 /* The world ranks of g's members in group-rank order into out (up to cap);
  * returns their number (the trace header's members). */
 size_t ls_group_members(const ls_comm_group *g, int32_t *out, size_t cap);
-/* g's kind: a registered group kind (receipts/trace_event.h:
+/* g's kind: a registered group kind (receipts/format/trace_event.h:
  * ls_trace_group_kind_name): "cp", "ep" or "world". */
 const char *ls_group_kind(const ls_comm_group *g);
 

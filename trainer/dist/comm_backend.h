@@ -46,7 +46,7 @@
  *    ls_mem_set_tier_space(LS_TIER_DEVICE, LS_MEM_SPACE_DEVICE).
  *  - comm.c: its entry {"nccl", "nccl", &ls_comm_ops_nccl} in the table
  *    under LS_HAVE_NCCL (CMake: found with the CUDA toolkit, LS_HAVE_CUDA);
- *    receipts/build_info.c: "nccl" among the registered dependencies, and
+ *    receipts/format/build_info.c: "nccl" among the registered dependencies, and
  *    the property in the manifest and receipt schemas, with "nccl" in the
  *    receipt's communication.backend enum.
  *  - the trainer's checkpointed replay memo (trainer/base/coll_memo.h)
@@ -58,7 +58,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
-#include "receipts/trace_event.h"
+#include "receipts/format/trace_event.h"
 #include "trainer/base/mem_space.h"
 
 typedef struct ls_comm ls_comm;
@@ -142,7 +142,7 @@ extern const ls_comm_ops ls_comm_ops_mpi; /* builds with MPI only */
 /* Registers a backend at run time (a test's, a plug-in): asked whether it
  * claims the process before the built ones, listed by ls_comm_backend_info,
  * opened by name.  dependency: the build record's dependency it contributes
- * (a registered name of receipts/build_info.h; NULL: none).  LS_ERR_ARG for
+ * (a registered name of receipts/format/build_info.h; NULL: none).  LS_ERR_ARG for
  * a missing entry, spaces without host, a name already registered, or a
  * full table (8 run-time entries).  ops and dependency must outlive every
  * communicator opened on them. */

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "receipts/digest.h"
+#include "receipts/format/digest.h"
 #include "trainer/base/mem_tracker.h"
 
 #include "trainer/model/real_bytes.h"

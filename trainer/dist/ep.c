@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-#include "receipts/digest.h"
+#include "receipts/format/digest.h"
 #include "trainer/base/mem_tracker.h"
 
 #ifdef LS_REAL_F64

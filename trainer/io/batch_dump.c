@@ -5,11 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "receipts/atomic_file.h"
-#include "receipts/json_util.h"
+#include "receipts/format/atomic_file.h"
+#include "receipts/format/json_util.h"
 #include "trainer/io/batch_json.h"
 
-/* Numbers read back bit-exact (receipts/json_util.h): cJSON's own printer
+/* Numbers read back bit-exact (receipts/format/json_util.h): cJSON's own printer
  * can lose an ulp. */
 static cJSON *num_array(const double *x, size_t n, int *nonfinite) {
     cJSON *a = cJSON_CreateArray();

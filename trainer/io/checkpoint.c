@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include "common/checked.h"
-#include "receipts/digest.h"
-#include "receipts/json_util.h"
+#include "receipts/format/digest.h"
+#include "receipts/format/json_util.h"
 #include "trainer/base/mem_tracker.h"
 #include "trainer/base/safetensors.h"
 

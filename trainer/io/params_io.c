@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "common/checked.h"
-#include "receipts/digest.h"
+#include "receipts/format/digest.h"
 #include "trainer/io/checkpoint.h"
 #include "trainer/base/mem_tracker.h"
 #include "trainer/base/safetensors.h"

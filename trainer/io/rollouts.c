@@ -13,8 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "receipts/digest.h"
-#include "receipts/json_util.h"
+#include "receipts/format/digest.h"
+#include "receipts/format/json_util.h"
 #include "trainer/base/mem_tracker.h"
 #include "trainer/io/batch_json.h"
 

@@ -2,8 +2,8 @@
 #include "trainer/model/config.h"
 
 #include "common/checked.h"
-#include "receipts/digest.h"
-#include "receipts/json_util.h"
+#include "receipts/format/digest.h"
+#include "receipts/format/json_util.h"
 
 #include <errno.h>
 #include <math.h>

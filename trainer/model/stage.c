@@ -21,7 +21,7 @@ ls_status LS_K(ls_stager_init)(ls_stager *sg, const ls_state *s) {
     return LS_OK;
 }
 
-/* The fault stage-skip-page (--fault, recorded in the run's config; tests/state_tier.sh): a staging that
+/* The fault stage-skip-page (--fault, recorded in the run's config; tests/trainer/state_tier.sh): a staging that
  * leaves each layer's last page unstaged (zeros), which the bitwise comparison of the tiers must detect. */
 static int skip_page;
 void LS_K(ls_stage_set_fault_skip_page)(int on) { skip_page = on; }

@@ -2,7 +2,7 @@
  * facts (plan_hf.h; the mapping table is docs/plan.md's). */
 #include "trainer/plan/plan_hf.h"
 
-#include "receipts/json_util.h"
+#include "receipts/format/json_util.h"
 #include "trainer/model/hf_json.h"
 
 #include <math.h>

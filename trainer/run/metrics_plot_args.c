@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "common/cli_opts.h"
-#include "receipts/atomic_file.h"
-#include "receipts/json_util.h"
+#include "receipts/format/atomic_file.h"
+#include "receipts/format/json_util.h"
 #include "trainer/base/mem_tracker.h"
 
 /* 1 when s is valid UTF-8 without control characters (C0, DEL). */

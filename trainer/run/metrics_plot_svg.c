@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "receipts/json_util.h"
+#include "receipts/format/json_util.h"
 #include "trainer/base/mem_tracker.h"
 
 /* ---- number text (integer arithmetic only: no locale) --------------------- */

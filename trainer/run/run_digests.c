@@ -3,7 +3,7 @@
 
 #include <stdio.h>
 
-#include "receipts/digest.h"
+#include "receipts/format/digest.h"
 #include "trainer/base/mem_tracker.h"
 
 ls_status LS_K(ls_run_emit_digests)(ls_run_obs *o, const ls_params *p, const ls_ep *ep) {

@@ -8,9 +8,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "receipts/atomic_file.h"
-#include "receipts/json_util.h"
-#include "receipts/trace_writer.h"
+#include "receipts/format/atomic_file.h"
+#include "receipts/format/json_util.h"
+#include "receipts/writing/trace_writer.h"
 #include "trainer/base/mem_tracker.h"
 #include "trainer/run/metrics_plot.h"
 

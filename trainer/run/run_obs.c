@@ -132,7 +132,7 @@ static void on_begin(void *u, const char *phase) { ls_run_obs_begin(u, phase); }
 static void on_end(void *u, const char *phase, int64_t wall_ns, int ok) { ls_run_obs_end(u, phase, wall_ns, ok); }
 
 /* The trace's layer kind named by the family's layer kind name (ls_trace_layer_kind_name); a name the trace
- * vocabulary lacks is a family's programming error (tests/test_family.c checks every registered one). */
+ * vocabulary lacks is a family's programming error (tests/trainer/test_family.c checks every registered one). */
 static ls_trace_layer_kind trace_kind(const char *name) {
     for (int k = 0; k < LS_TRACE_LAYER_KIND_COUNT; k++)
         if (!strcmp(ls_trace_layer_kind_name((ls_trace_layer_kind)k), name)) return (ls_trace_layer_kind)k;

@@ -6,7 +6,7 @@
 #ifndef LS_TRAINER_RUN_OBS_H
 #define LS_TRAINER_RUN_OBS_H
 #include <stdint.h>
-#include "receipts/trace_writer.h"
+#include "receipts/writing/trace_writer.h"
 #include "trainer/model/config.h"
 #include "trainer/step/step.h"
 

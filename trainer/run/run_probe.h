@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "receipts/trace_writer.h"
+#include "receipts/writing/trace_writer.h"
 #include "trainer/step/probe.h"
 
 /* What the run's probes found (ls_run_probe_note). */

@@ -10,12 +10,12 @@
 
 #include "kernels/decisions.h"
 #include "kernels/isa.h"
-#include "receipts/build_info.h"
-#include "receipts/coverage.h"
-#include "receipts/json_util.h"
+#include "receipts/format/build_info.h"
+#include "receipts/format/coverage.h"
+#include "receipts/format/json_util.h"
 #include "trainer/base/tier.h"
-#include "receipts/manifest.h"
-#include "receipts/receipt.h"
+#include "receipts/signing/manifest.h"
+#include "receipts/writing/receipt.h"
 #include "trainer/dist/comm.h"
 
 #include "ls_profile_pins.h" /* generated at build time by cmake/profile_pins.cmake */

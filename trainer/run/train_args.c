@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "common/cli_opts.h"
-#include "receipts/trace_event.h"
+#include "receipts/format/trace_event.h"
 #include "trainer/step/probe.h"
 
 /* A row of OPTS: common/cli_opts.h's ls_cli_opt (kind, name, value, help,

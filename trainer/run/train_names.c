@@ -2,14 +2,14 @@
  * list is read from where the trainer defines it, in one place below: the
  * families and layer kinds from the family registry (family_desc.h), the
  * backends from the communicator's registry (comm.h), the group kinds from
- * the trace's table (receipts/trace_event.h), the faults and option values
+ * the trace's table (receipts/format/trace_event.h), the faults and option values
  * from the option table (train_args.c). */
 #include "trainer/run/train_names.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#include "receipts/trace_event.h"
+#include "receipts/format/trace_event.h"
 #include "trainer/dist/comm.h"
 #include "trainer/model/family_desc.h"
 #include "trainer/run/train_args.h"
@@ -30,8 +30,8 @@ static cJSON *families(void) {
 
 /* The mixer layer kinds every registered family uses (its descriptor's
  * layer_kinds, the names its layer_end events carry), each once, in the
- * trace's order (receipts/trace_event.h); a family's kind the trace does not
- * know is listed after them, for tests/check_vocab.py to name. */
+ * trace's order (receipts/format/trace_event.h); a family's kind the trace does not
+ * know is listed after them, for tests/tools/check_vocab.py to name. */
 static int has_kind(const char *k) {
     for (size_t i = 0; i < ls_family_count(); i++)
         for (const char *const *p = ls_family_at(i)->layer_kinds; p && *p; p++)
@@ -62,7 +62,7 @@ static cJSON *layer_kinds(void) {
 }
 
 /* The communicator's registered backends (ls_comm_backend_info_at) and the
- * registered group kinds (receipts/trace_event.h's table). */
+ * registered group kinds (receipts/format/trace_event.h's table). */
 static cJSON *comm_names(int groups) {
     cJSON *a = cJSON_CreateArray();
     size_t n = groups ? (size_t)LS_TRACE_GROUP_KIND_COUNT : ls_comm_backend_count();

@@ -2,7 +2,7 @@
  * (longstraw-train --list-names): the model families, the layer kinds of
  * the trace's layer_end events, the communicator's backends and group
  * kinds, the faults it injects and the values of its fixed-choice options.
- * tests/check_vocab.py holds it against the schemas and the docs. */
+ * tests/tools/check_vocab.py holds it against the schemas and the docs. */
 #ifndef LS_TRAIN_NAMES_H
 #define LS_TRAIN_NAMES_H
 

@@ -15,8 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "receipts/json_util.h"
-#include "receipts/trace_writer.h"
+#include "receipts/format/json_util.h"
+#include "receipts/writing/trace_writer.h"
 #include "trainer/io/checkpoint.h"
 #include "trainer/dist/comm.h"
 #include "trainer/dist/ep.h"

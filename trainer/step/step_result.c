@@ -15,7 +15,7 @@ typedef struct {
 #define F(f) {#f, offsetof(ls_step_result, f), 0}
 #define P(f) {#f, offsetof(ls_step_result, f), 1}
 /* The step_metrics event's doubles that the step computes, in the event's
- * order (receipts/trace_step_metrics.h); lr and the timings are not the
+ * order (receipts/format/trace_step_metrics.h); lr and the timings are not the
  * step's. */
 static const figure FIGURES[] = {
     F(reward_mean), F(reward_std), F(reward_min), F(reward_max), P(reward_retrieval), P(reward_format),

@@ -11,14 +11,14 @@
 #include <time.h>
 
 #include "kernels/grpo.h"
-#include "receipts/trace_event.h"
+#include "receipts/format/trace_event.h"
 #include "trainer/step/grpo_stats.h"
 #include "trainer/base/rng.h"
 #include "trainer/dist/ep.h"
 #include "trainer/step/replay_chunk.h"
 
 #define R_(n) ((n) * sizeof(ls_real))
-/* phase indices are the trace vocabulary's (receipts/trace_event.h) */
+/* phase indices are the trace vocabulary's (receipts/format/trace_event.h) */
 enum {
     PH_CAPTURE = LS_PHASE_CAPTURE, PH_ROLLOUT = LS_PHASE_ROLLOUT, PH_SCORE = LS_PHASE_SCORE,
     PH_REPLAY = LS_PHASE_REPLAY, PH_PROMPT_BWD = LS_PHASE_PROMPT_BWD, PH_FINALIZE = LS_PHASE_FINALIZE

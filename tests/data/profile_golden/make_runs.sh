@@ -9,7 +9,7 @@
 # and 2, float64, its path: responses sampled, the reference kept), which
 # covers it.  Regenerating them gives new
 # run ids and times: then regenerate the expected reports with
-#   tests/audit_profile_golden.sh BUILD_DIR --update
+#   tests/audit/audit_profile_golden.sh BUILD_DIR --update
 # (with the audit of the commit BEFORE any change to the rules).
 #
 # usage: make_runs.sh BUILD_DIR   (run from tests/data/profile_golden/)

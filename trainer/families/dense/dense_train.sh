@@ -17,8 +17,8 @@ D=$SRC/trainer/families/dense
 T=${2:-$(mktemp -d /tmp/ls-dense.XXXXXX)}
 mkdir -p "$T"
 export OMP_NUM_THREADS=1
-# shellcheck source=tests/case_lib.sh
-. "$SRC/tests/case_lib.sh" # ok, bad, failed, MPI
+# shellcheck source=tests/support/case_lib.sh
+. "$SRC/tests/support/case_lib.sh" # ok, bad, failed, MPI
 TRAIN=$B/trainer/longstraw-train PARITY=$B/parity/longstraw-parity AUDIT=$B/audit/longstraw-audit
 CFG=$D/dense-tiny.json
 PY=${PYTHON:-python3}

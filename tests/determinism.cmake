@@ -1,7 +1,0 @@
-# Determinism of a whole run (tests/determinism.sh): reruns and thread counts give byte-identical
-# checkpoints, both families, full gradient mode, a chunked capture.
-foreach(fam hybrid mla)
-  add_test(NAME determinism_${fam}
-           COMMAND ${CMAKE_SOURCE_DIR}/tests/determinism.sh ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR}/configs/${fam}-tiny.json)
-  set_tests_properties(determinism_${fam} PROPERTIES LABELS determinism TIMEOUT 300)
-endforeach()

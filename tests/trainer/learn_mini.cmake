@@ -1,0 +1,12 @@
+# The learning experiment in miniature (tests/trainer/learn_mini.sh, docs/learning.md): hybrid-recall from random
+# weights, fixed seed, learns recall above chance with a margin in the sft warm start and keeps it under
+# GRPO at a longer prompt.  About a minute on one core in Release; labelled slow: the sanitizer build
+# (Debug, ASan+UBSan) would take half an hour for the same steps and learn nothing new about memory.
+add_test(NAME learn_mini
+         COMMAND ${CMAKE_SOURCE_DIR}/tests/trainer/learn_mini.sh ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR}/configs/hybrid-recall.json)
+set_tests_properties(learn_mini PROPERTIES TIMEOUT 600 LABELS "slow;learn")
+# The fault: the same run with the warm start's learning rate 0 must fail, saying that it did not learn.
+add_test(NAME learn_mini_detects_no_learning
+         COMMAND bash -c "LS_LEARN_MINI_LR=0 \"$0\" \"$1\" \"$2\" 2>&1 | grep -q 'FAIL: the sft run did not learn'"
+                 ${CMAKE_SOURCE_DIR}/tests/trainer/learn_mini.sh ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR}/configs/hybrid-recall.json)
+set_tests_properties(learn_mini_detects_no_learning PROPERTIES TIMEOUT 600 LABELS "slow;learn")
