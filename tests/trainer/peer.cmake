@@ -3,7 +3,7 @@
 # engage the clip) its log-probs, reference log-probs, advantages, loss and every LoRA gradient, in
 # --mode eager and ckpt, equal longstraw-train's --dump-batch / --dump-grads / loss line to 1e-9, and
 # its chunked GDN equals the token recurrence (bench/peer/check_peer.py); hybrid-tiny and hybrid-wide. Needs a Python with torch;
-# this file is picked up by the tests/*.cmake glob, so it probes for one itself.
+# this file is picked up by the tests/*/*.cmake glob, so it probes for one itself.
 if(DEFINED LS_TORCH_PYTHON)
   set(ls_peer_python ${LS_TORCH_PYTHON})
 else()
