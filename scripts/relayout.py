@@ -213,7 +213,7 @@ LAYOUT = {
              "test_plan_dtype.c", "test_plan_flops.c", "test_plan_hf.c", "test_plot.c",
              "test_replay_chunk.c", "test_safetensors.c", "test_sampler.c", "test_step_features.c",
              "test_task_recall.c", "test_train_cli.c", "test_train_cp.c", "test_train_loop.c",
-             "test_cli_opts.c", "test_comm_registry.c", "test_mem_space.c", "test_stage_space.c", "test_family.c"]),
+             "test_cli_opts.c", "test_comm_registry.c", "test_model_config.h", "test_mem_space.c", "test_stage_space.c", "test_family.c"]),
         "support": (
             "What tests of several areas share: temporary directories (`test_tmpdir.h`), numeric "
             "helpers (`test_util.h`), the trainer's command line (`test_cli_util.h`), the receipts "
@@ -222,7 +222,7 @@ LAYOUT = {
             "receipts, common",
             ["case_lib.sh", "comm_lsan.supp", "test_cli_util.h", "test_tmpdir.h", "test_util.h",
              "test_receipts_support.c", "test_receipts_support.h", "test_v2_fixture.c",
-             "test_v2_fixture.h", "test_model_config.h", "test_parity_report.h", "test_text.h"]),
+             "test_v2_fixture.h", "test_parity_report.h", "test_text.h"]),
         "tools": (
             "Checks of the repository itself: the layering (`check_layers.py`), the documentation's "
             "examples script, code search with LS_K expanded (`code_search.sh`).",

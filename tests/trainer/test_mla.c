@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tests/support/test_model_config.h"
+#include "tests/trainer/test_model_config.h"
 #include "tests/support/test_tmpdir.h"
 #include "trainer/families/mla/mla_family.h"
 #include "trainer/families/mla/mla_layer.h"

@@ -15,7 +15,7 @@
 #include "trainer/families/hybrid/hybrid_family.h"
 #include "trainer/base/mem_tracker.h"
 #include "trainer/families/families.h"
-#include "tests/support/test_model_config.h"
+#include "tests/trainer/test_model_config.h"
 
 #define K(x) LS_K(x)
 

@@ -12,7 +12,7 @@
 #include "trainer/families/mla/mla_config.h"
 #include "trainer/model/config.h"
 #include "trainer/plan/plan.h"
-#include "tests/support/test_model_config.h"
+#include "tests/trainer/test_model_config.h"
 
 #ifndef LS_REAL_F64
 #error "test_plan_dtype is compiled as float64 and calls the float32 library by name"
