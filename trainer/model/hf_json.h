@@ -5,8 +5,20 @@
 #ifndef LS_TRAINER_HF_JSON_H
 #define LS_TRAINER_HF_JSON_H
 #include <stddef.h>
+#include <stdio.h>
 #include <cjson/cJSON.h>
 #include "common/status.h"
+
+/* The entries of array a. */
+#define LS_HF_N_OF(a) (sizeof(a) / sizeof *(a))
+/* Returns code with "WHERE: " and the message in err: the readers' error form, for a function whose
+ * parameters are named where, err and err_len (the mappings, the descriptors' checks, plan_hf.c). */
+#define LS_HF_FAIL(code, ...)                                                                      \
+    do {                                                                                           \
+        int n_ = snprintf(err, err_len, "%s: ", where);                                           \
+        if (n_ >= 0 && (size_t)n_ < err_len) snprintf(err + n_, err_len - (size_t)n_, __VA_ARGS__); \
+        return code;                                                                               \
+    } while (0)
 
 /* Every key of obj on `known` or `ign` (lists of n_known / n_ign names); the first that is not, by name
  * (LS_ERR_FORMAT). */

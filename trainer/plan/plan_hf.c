@@ -10,13 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define N_OF(a) (sizeof(a) / sizeof *(a))
-#define FAIL(code, ...)                                                                            \
-    do {                                                                                           \
-        int n_ = snprintf(err, err_len, "%s: ", where);                                           \
-        if (n_ >= 0 && (size_t)n_ < err_len) snprintf(err + n_, err_len - (size_t)n_, __VA_ARGS__); \
-        return code;                                                                               \
-    } while (0)
+#define N_OF LS_HF_N_OF
+#define FAIL LS_HF_FAIL
 
 /* ---- keys ------------------------------------------------------------------------ */
 
