@@ -425,7 +425,6 @@ static int main_body(int argc, char **argv, ls_parity_opts *o) {
     if (strlen(o->out) > LS_PARITY_OUT_MAX) return bad("--out: '%.40s...' is longer than 512 characters", o->out);
     for (const char **p = (const char *[]){o->trainer, o->mpirun, o->python, o->reference, o->model_config, NULL}; *p; p++)
         if (strlen(*p) > LS_PARITY_OUT_MAX) return bad("a path is longer than 512 characters: '%.40s...'", *p);
-    if (access(o->trainer, X_OK) != 0) return bad("--trainer: %s is not an executable (build longstraw-train)", o->trainer);
     if (access(o->reference, R_OK) != 0) return bad("--reference: cannot read %s", o->reference);
     if (access(o->model_config, R_OK) != 0) return bad("--model-config: cannot read %s", o->model_config);
     if (o->n_eps > 1) { /* every EP size must divide the model's routed experts (the trainer's --ep refuses it) */

@@ -4,6 +4,7 @@
 #include "common/checked.h"
 #include "receipts/format/digest.h"
 #include "receipts/format/json_util.h"
+#include "trainer/model/hf_json.h"
 
 #include <errno.h>
 #include <math.h>
@@ -413,15 +414,7 @@ ls_status ls_config_from_json_with_objective(ls_model_config *c, ls_objective *o
     return LS_OK;
 }
 
-#define REQUIRE(cond, ...)                                     \
-    do {                                                       \
-        if (!(cond)) {                                         \
-            int n_ = snprintf(err, err_len, "%s: ", where);    \
-            if (n_ >= 0 && (size_t)n_ < err_len)               \
-                snprintf(err + n_, err_len - (size_t)n_, __VA_ARGS__); \
-            return LS_ERR_FORMAT;                              \
-        }                                                      \
-    } while (0)
+#define REQUIRE LS_HF_REQUIRE
 
 /* A key above its bound, named with the size the config implies (so
  * "d_model 1e9" reads as the absurd model it is). */

@@ -164,8 +164,7 @@ typedef struct ls_family_ops {
     /* tensors and layer views (params.h): the first member, so that the parameter table reaches it
        through p->fam without knowing this table (asserted below) */
     ls_param_layout layout;
-    const ls_family_desc *desc; /* its dtype-independent descriptor (family_desc.h) */
-    const char *name;
+    const ls_family_desc *desc; /* its dtype-independent descriptor (family_desc.h): its name and keys */
     /* carried state (state.h): init, fork and grad_like fill a state the caller owns, released with
        state_free (on their failure nothing is left to free); a fork borrows src's pages, so src must
        outlive it */

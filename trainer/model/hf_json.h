@@ -19,6 +19,11 @@
         if (n_ >= 0 && (size_t)n_ < err_len) snprintf(err + n_, err_len - (size_t)n_, __VA_ARGS__); \
         return code;                                                                               \
     } while (0)
+/* LS_HF_FAIL(LS_ERR_FORMAT, ...) unless cond: the descriptors' consistency checks and the config loader. */
+#define LS_HF_REQUIRE(cond, ...)                                                                   \
+    do {                                                                                           \
+        if (!(cond)) LS_HF_FAIL(LS_ERR_FORMAT, __VA_ARGS__);                                       \
+    } while (0)
 
 /* Every key of obj on `known` or `ign` (lists of n_known / n_ign names); the first that is not, by name
  * (LS_ERR_FORMAT). */

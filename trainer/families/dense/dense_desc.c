@@ -3,24 +3,6 @@
  * "attn"), its one layer kind, its CP faults and data files.  No Hugging Face mapping.  dtype-independent. */
 #include "trainer/families/dense/dense_config.h"
 
-#include <stdio.h>
-
-#define REQUIRE(cond, ...)                                                                               \
-    do {                                                                                                 \
-        if (!(cond)) {                                                                                   \
-            int n_ = snprintf(err, err_len, "%s: ", where);                                             \
-            if (n_ >= 0 && (size_t)n_ < err_len) snprintf(err + n_, err_len - (size_t)n_, __VA_ARGS__); \
-            return LS_ERR_FORMAT;                                                                        \
-        }                                                                                                \
-    } while (0)
-
-static ls_status check(const ls_model_config *c, const char *where, char *err, size_t err_len) {
-    const ls_hybrid_keys *k = ls_hybrid_keys_of(c);
-    REQUIRE(k->attn_heads % k->attn_kv_heads == 0, "key 'attn_heads': must be a positive multiple of 'attn_kv_heads'");
-    REQUIRE(k->rope_dim % 2 == 0 && k->rope_dim <= k->head_dim, "key 'rope_dim': must be even and <= 'head_dim'");
-    return LS_OK;
-}
-
 static const char *const LAYER_KINDS[] = {"attn", NULL};
 
 static const char *layer_kind(const ls_model_config *c, int layer) {
@@ -38,18 +20,12 @@ const ls_family_desc ls_family_desc_dense = {
     .keys = ls_hybrid_key_table + LS_HYBRID_ATTN_KEY0,
     .n_keys = LS_HYBRID_ATTN_KEYS,
     .keys_bytes = sizeof(ls_hybrid_keys),
-    .check = check,
+    .check = ls_hybrid_check_attn,
     .counts = ls_hybrid_counts,
-    .routed_experts = NULL,
-    .ep_others = NULL,
     .layer_kinds = LAYER_KINDS,
     .layer_kind = layer_kind,
     .flop_terms = ls_hybrid_flop_terms,
-    .hf_model_types = NULL,
-    .hf_keys = NULL,
-    .hf_outer = NULL,
-    .hf_map = NULL,
-    .cp_faults = CP_FAULTS,
+    .cp_faults = CP_FAULTS, /* no routed experts, no Hugging Face mapping: those members are NULL */
     .tiny_config = "trainer/families/dense/dense-tiny.json",
     .reference = "trainer/families/dense/dense_ref.py",
     .profile = "trainer/families/dense/dense.json",

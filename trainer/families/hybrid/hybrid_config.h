@@ -51,5 +51,8 @@ extern const ls_family_key ls_hybrid_key_table[LS_HYBRID_ATTN_KEY0 + LS_HYBRID_A
 /* The descriptor's counts and flop_terms (family_desc.h), per layer as c's layer_kind says. */
 void ls_hybrid_counts(const ls_model_config *c, size_t r, int lora_experts, ls_count *base, ls_count *adapt,
                       size_t *frozen);
+/* The attention keys' consistency (attn_heads a multiple of attn_kv_heads, rope_dim even and <= head_dim):
+ * ls_family_desc.check's contract; the dense family's whole check. */
+ls_status ls_hybrid_check_attn(const ls_model_config *c, const char *where, char *err, size_t err_len);
 void ls_hybrid_flop_terms(const ls_model_config *c, int r, ls_flop_terms *t);
 #endif

@@ -30,17 +30,19 @@ const ls_family_key ls_hybrid_key_table[LS_HYBRID_ATTN_KEY0 + LS_HYBRID_ATTN_KEY
 _Static_assert(offsetof(ls_hybrid_keys, attn_heads) == LS_HYBRID_ATTN_KEY0 * sizeof(int),
                "the attention keys follow the GDN keys in ls_hybrid_keys as in the table");
 
-#define REQUIRE(cond, ...)                                     \
-    do {                                                       \
-        if (!(cond)) FAIL(LS_ERR_FORMAT, __VA_ARGS__);         \
-    } while (0)
+#define REQUIRE LS_HF_REQUIRE
+
+ls_status ls_hybrid_check_attn(const ls_model_config *c, const char *where, char *err, size_t err_len) {
+    const ls_hybrid_keys *k = ls_hybrid_keys_of(c);
+    REQUIRE(k->attn_heads % k->attn_kv_heads == 0, "key 'attn_heads': must be a positive multiple of 'attn_kv_heads'");
+    REQUIRE(k->rope_dim % 2 == 0 && k->rope_dim <= k->head_dim, "key 'rope_dim': must be even and <= 'head_dim'");
+    return LS_OK;
+}
 
 static ls_status check(const ls_model_config *c, const char *where, char *err, size_t err_len) {
     const ls_hybrid_keys *k = ls_hybrid_keys_of(c);
     REQUIRE(k->gdn_hv % k->gdn_hk == 0, "key 'gdn_hv': must be a positive multiple of 'gdn_hk'");
-    REQUIRE(k->attn_heads % k->attn_kv_heads == 0, "key 'attn_heads': must be a positive multiple of 'attn_kv_heads'");
-    REQUIRE(k->rope_dim % 2 == 0 && k->rope_dim <= k->head_dim, "key 'rope_dim': must be even and <= 'head_dim'");
-    return LS_OK;
+    return ls_hybrid_check_attn(c, where, err, err_len);
 }
 
 /* ---- parameter counts -------------------------------------------------------------- */

@@ -437,7 +437,6 @@ const ls_family_ops LS_K(ls_family_hybrid) = {
     .layout = {.layer_view_size = sizeof(ls_hybrid_layer), .build = LS_K(ls_hybrid_build),
                .ref_view = LS_K(ls_hybrid_ref_view)},
     .desc = &ls_family_desc_hybrid,
-    .name = "hybrid",
     .state_init = LS_K(ls_hybrid_state_init),
     .state_fork = LS_K(ls_hybrid_state_fork),
     .state_grad_like = LS_K(ls_hybrid_state_grad_like),

@@ -37,10 +37,7 @@ static const ls_family_key KEYS[] = {
      "scale of the routed experts' sum"}};
 #undef IK
 
-#define REQUIRE(cond, ...)                                     \
-    do {                                                       \
-        if (!(cond)) FAIL(LS_ERR_FORMAT, __VA_ARGS__);         \
-    } while (0)
+#define REQUIRE LS_HF_REQUIRE
 
 static ls_status check(const ls_model_config *c, const char *where, char *err, size_t err_len) {
     const ls_mla_keys *k = ls_mla_keys_of(c);

@@ -193,7 +193,6 @@ static void mla_plan(const ls_model_config *c, const ls_family_plan_in *in, ls_f
 const ls_family_ops LS_K(ls_family_mla) = {
     .layout = {.layer_view_size = sizeof(ls_mla_layer), .build = mla_build, .ref_view = mla_ref_view},
     .desc = &ls_family_desc_mla,
-    .name = "mla",
     .state_init = LS_K(ls_mla_state_init),
     .state_fork = LS_K(ls_mla_state_fork),
     .state_grad_like = LS_K(ls_mla_state_grad_like),
