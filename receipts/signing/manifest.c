@@ -13,6 +13,7 @@
 #include "receipts/format/atomic_file.h"
 #include "receipts/format/build_info.h"
 #include "receipts/format/json_util.h"
+#include "receipts/format/registry_file.h"
 #include "receipts/writing/receipt.h"
 #include "receipts/schema/schema.h"
 
@@ -244,6 +245,12 @@ ls_status ls_manifest_parse(const char *bytes, size_t len, const char *what,
         ls_schema_errors_first(&errs, first, sizeof first);
         ls_json_errf(err, errlen, "%s: not a valid manifest: %s", what, first);
         goto cleanup;
+    }
+    /* v1: the family's keys by the registry (the schema names no family) */
+    if (version == 1) {
+        const cJSON *pred = cJSON_GetObjectItemCaseSensitive(doc, "predicate");
+        st = ls_registry_check_config(cJSON_GetObjectItemCaseSensitive(pred, "config"), what, err, errlen);
+        if (st != LS_OK) goto cleanup;
     }
     m = calloc(1, sizeof *m);
     if (m == NULL) {

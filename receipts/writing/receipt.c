@@ -12,6 +12,7 @@
 #include "receipts/format/atomic_file.h"
 #include "receipts/format/build_info.h"
 #include "receipts/format/json_util.h"
+#include "receipts/format/registry_file.h"
 #include "receipts/schema/schema.h"
 #include "receipts/format/trace_event.h"
 
@@ -522,6 +523,12 @@ ls_status ls_receipt_parse(const char *bytes, size_t len, const char *what, ls_r
         ls_schema_errors_first(&errs, first, sizeof first);
         ls_json_errf(err, errlen, "%s: not a valid receipt: %s", what, first);
         goto cleanup;
+    }
+    /* v1: the family's keys by the registry (the schema names no family) */
+    if (version == 1) {
+        const cJSON *pred = cJSON_GetObjectItemCaseSensitive(doc, "predicate");
+        st = ls_registry_check_config(cJSON_GetObjectItemCaseSensitive(pred, "config"), what, err, errlen);
+        if (st != LS_OK) goto cleanup;
     }
     r = calloc(1, sizeof *r);
     if (r == NULL) {

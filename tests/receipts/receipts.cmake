@@ -8,6 +8,13 @@ ls_add_criterion_test(test_receipts
   LIBS ls_receipts
   TIMEOUT 120)
 
+# a run's config against the registry of model families (the build's generated/families.json)
+ls_add_criterion_test(test_registry_config
+  SOURCES receipts/test_registry_config.c ${LS_RECEIPTS_TEST_SUPPORT}
+  LIBS ls_receipts
+  TIMEOUT 60)
+add_dependencies(test_registry_config longstraw-train)
+
 ls_add_criterion_test(test_receipts_steps
   SOURCES receipts/test_receipts_steps.c ${LS_RECEIPTS_TEST_SUPPORT}
   LIBS ls_receipts

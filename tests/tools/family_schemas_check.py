@@ -1,90 +1,90 @@
 #!/usr/bin/env python3
-"""family_schemas_check.py - the schemas' family parts against the registry of
-model families (longstraw-train --families, the build's generated/families.json).
+"""family_schemas_check.py - the schemas name no model family: a family is its
+folder and its line in trainer/families/families.list, and nothing in schemas/
+changes when one is added.
 
   tests/tools/family_schemas_check.py REGISTRY SCHEMA_DIR   check; exit 1 naming every difference
-  tests/tools/family_schemas_check.py --selftest            each difference injected, and seen
+  tests/tools/family_schemas_check.py --selftest REGISTRY SCHEMA_DIR
+                                                            each difference injected, and seen
 
-The manifest and receipt schemas validate a run's config per family (a oneOf
-branch per family, requiring exactly that family's keys), and the manifest,
-receipt and plan schemas name the families in the config's "family" enum.  A
-family added to trainer/families/families.list must be added there too; this
-check says what to add, and refuses a branch or enum entry no registered
-family has.
+A run's "family" is an identifier in every schema; its keys (names, types,
+ranges) are the registry's (longstraw-train --families, the build's
+generated/families.json), and the receipt and manifest readers check a run's
+config against it (receipts/format/registry_file.h: ls_registry_check_config,
+tested by test_registry_config).  This check refuses, in any schema: a
+"family" with an enum or a const (a list of families, or a branch per
+family), and a property named after a key that
+only families declare (outside a property named for a family key, a shared
+name such as "heads" in another object is not one: the check looks at the
+config objects, those that have a "family" property).  It also checks that
+the registry gives every key a type and a range, which the readers need.
 """
 import copy
 import json
 import os
 import sys
 
-CONFIG_SCHEMAS = ["manifest.schema.json", "receipt.schema.json"]
-ENUM_SCHEMAS = CONFIG_SCHEMAS + ["plan.schema.json"]
 
-
-def family_enums(doc, path="$"):
-    """Every {"family": {"enum": [...]}} properties entry, with its path."""
+def walk(doc, path="$"):
+    """Every (path, object) in doc."""
     if isinstance(doc, dict):
-        props = doc.get("properties")
-        if isinstance(props, dict) and isinstance(props.get("family"), dict) and "enum" in props["family"]:
-            yield path, props["family"]["enum"]
+        yield path, doc
         for k, v in doc.items():
-            yield from family_enums(v, f"{path}/{k}")
+            yield from walk(v, f"{path}/{k}")
     elif isinstance(doc, list):
         for i, v in enumerate(doc):
-            yield from family_enums(v, f"{path}/{i}")
+            yield from walk(v, f"{path}/{i}")
 
 
 def check(registry, schemas):
     errors = []
-    fams = {f["name"]: [k["key"] for k in f["keys"]] for f in registry["families"]}
-    names = sorted(fams)
-    for name in ENUM_SCHEMAS:
-        found = list(family_enums(schemas[name]))
-        if not found:
-            errors.append(f"schemas/{name}: no \"family\" enum")
-        for path, enum in found:
-            if sorted(enum) != names:
-                errors.append(f"schemas/{name} {path}: family enum {sorted(enum)}, the registry has {names}")
-    for name in CONFIG_SCHEMAS:
-        cfg = schemas[name].get("$defs", {}).get("config", {})
-        branches = {}
-        for b in cfg.get("oneOf", []):
-            const = b.get("properties", {}).get("family", {}).get("const")
-            branches[const] = b.get("required", [])
-        for fam, keys in fams.items():
-            if fam not in branches:
-                errors.append(f"schemas/{name} $defs/config: no oneOf branch for family '{fam}' "
-                              f"(one requiring {keys})")
-            elif sorted(branches[fam]) != sorted(keys):
-                errors.append(f"schemas/{name} $defs/config: family '{fam}' requires {sorted(branches[fam])}, "
-                              f"its keys are {sorted(keys)}")
-            for k in keys:
-                if k not in cfg.get("properties", {}):
-                    errors.append(f"schemas/{name} $defs/config: no property for family '{fam}' key '{k}'")
-        for fam in branches:
-            if fam not in fams:
-                errors.append(f"schemas/{name} $defs/config: a oneOf branch for '{fam}', which no registered family is")
+    fams = registry.get("families", [])
+    names = {f.get("name") for f in fams}
+    shared = {k.get("key") for k in registry.get("shared_keys", [])}
+    fam_keys = {k.get("key") for f in fams for k in f.get("keys", [])} - shared
+    for f in fams:
+        for k in f.get("keys", []):
+            missing = [x for x in ("key", "type", "min", "max") if x not in k]
+            if missing or k.get("type") not in ("int", "real"):
+                errors.append(f"registry: family '{f.get('name')}' key {k.get('key')!r}: "
+                              f"no {', '.join(missing) or 'type int or real'} (the readers check a config by it)")
+    for name in sorted(schemas):
+        for path, obj in walk(schemas[name]):
+            props = obj.get("properties")
+            if not isinstance(props, dict) or not isinstance(props.get("family"), dict):
+                continue
+            fam = props["family"]
+            for kw in ("enum", "const"):
+                if kw in fam:
+                    errors.append(f"schemas/{name} {path}/properties/family: \"{kw}\" names families "
+                                  f"({fam[kw]}); a family is an identifier, its keys the registry's")
+            if "family" in obj.get("required", []) or path.endswith("/config") or "vocab" in props:
+                for k in sorted(set(props) & fam_keys):
+                    errors.append(f"schemas/{name} {path}/properties/{k}: a family's key; the registry types "
+                                  f"and ranges it (the family's descriptor), the readers check it")
     return errors
 
 
 def selftest(registry, schemas):
     cases = []
-    r = copy.deepcopy(registry)
-    r["families"].append({"name": "third", "keys": [{"key": "zz"}]})
-    cases.append(("a registered family the schemas lack", r, schemas, "no oneOf branch for family 'third'"))
-    r = copy.deepcopy(registry)
-    r["families"][0]["keys"].append({"key": "zz"})
-    cases.append(("a family key the schemas lack", r, schemas, "its keys are"))
     s = copy.deepcopy(schemas)
-    for _, enum in family_enums(s["plan.schema.json"]):
-        enum.append("gone")
-    cases.append(("an enum entry of no family", registry, s, "plan.schema.json"))
+    s["plan.schema.json"]["properties"]["model"]["properties"]["family"] = {"enum": ["hybrid", "mla"]}
+    cases.append(("a family enum", registry, s, "plan.schema.json $/properties/model/properties/family: \"enum\""))
     s = copy.deepcopy(schemas)
-    s["manifest.schema.json"]["$defs"]["config"]["oneOf"][0]["required"].pop()
-    cases.append(("a branch missing a key", registry, s, "requires"))
+    cfg = s["receipt.schema.json"]["$defs"]["config"]
+    cfg["oneOf"] = [{"properties": {"family": {"const": "hybrid"}}, "required": ["gdn_hk"]}]
+    cases.append(("a branch per family", registry, s, "\"const\" names families"))
+    s = copy.deepcopy(schemas)
+    key = registry["families"][0]["keys"][0]["key"]
+    s["manifest.schema.json"]["$defs"]["config"]["properties"][key] = {"type": "integer"}
+    cases.append(("a family key as a property", registry, s, f"/properties/{key}: a family's key"))
+    r = copy.deepcopy(registry)
+    del r["families"][0]["keys"][0]["max"]
+    cases.append(("a registry key without a range", r, schemas, "no max"))
     failed = 0
-    if check(registry, schemas):
-        print("family_schemas_check --selftest: the clean tree is not clean", file=sys.stderr)
+    clean = check(registry, schemas)
+    if clean:
+        print("family_schemas_check --selftest: the clean tree is not clean: " + "; ".join(clean), file=sys.stderr)
         failed += 1
     for what, r, s, want in cases:
         if not any(want in e for e in check(r, s)):
@@ -101,7 +101,8 @@ def main(argv):
         print(__doc__, file=sys.stderr)
         return 2
     registry = json.load(open(args[0], encoding="utf-8"))
-    schemas = {n: json.load(open(os.path.join(args[1], n), encoding="utf-8")) for n in ENUM_SCHEMAS}
+    schemas = {n: json.load(open(os.path.join(args[1], n), encoding="utf-8"))
+               for n in sorted(os.listdir(args[1])) if n.endswith(".schema.json")}
     if selftest_mode:
         return selftest(registry, schemas)
     errors = check(registry, schemas)
@@ -109,7 +110,8 @@ def main(argv):
         print("family_schemas_check: " + e, file=sys.stderr)
     if errors:
         return 1
-    print(f"family_schemas_check: {len(registry['families'])} families, the schemas agree")
+    print(f"family_schemas_check: {len(schemas)} schemas name none of the {len(registry['families'])} "
+          f"registered families or their keys")
     return 0
 
 

@@ -8,24 +8,28 @@
 #     that the shard boundary at 33 cuts; the receipt must say the reference was kept / recaptured;
 #  2. 4 steps from zero LoRA B at lr 0.05 with the default --keep-reference auto (kept): the checkpoints equal
 #     (1e-8 relative: AdamW amplifies rounding near eps);
-#  3. the negative control (hybrid only): --fault cp-stale-start re-introduces the bug this test was written
-#     for (the prompt backward started from the reference's shard start state when the reference was kept:
-#     every tensor 0.2-1.1 off), and check 1 must see it.
+#  3. the negative controls: each CP fault the family's registry entry declares (cp_faults: cp-stale-start, the
+#     bug this test was written for: the prompt backward started from the reference's shard start state when
+#     the reference was kept, every tensor 0.2-1.1 off; cp-local-attention, cp-local-dsa), injected at CP-2
+#     on the kept path, must make check 1 fail.
+# Every registered family runs it (tests/trainer/train_cp.cmake loops over the registry; the family's tiny
+# config and CP faults are read from it by family_info.py).
 # The comparison is CP-N against one rank of the same trainer: a different composition of the same math
 # (sharded capture with ring attention and GDN state chains, vs one sequential pass), not an independent
 # implementation; parity --like adds the independent reference on these paths.
-#   cp_paths.sh BUILD_DIR CONFIG      (MPIEXEC and MPIRUN_FLAGS from the environment)
+#   cp_paths.sh BUILD_DIR FAMILY      (MPIEXEC and MPIRUN_FLAGS from the environment)
 set -euo pipefail
-[ $# -eq 2 ] || { echo "usage: cp_paths.sh BUILD_DIR CONFIG" >&2; exit 2; }
-TRAIN=$1/trainer/longstraw-train CONFIG=$2
+[ $# -eq 2 ] || { echo "usage: cp_paths.sh BUILD_DIR FAMILY" >&2; exit 2; }
+TRAIN=$1/trainer/longstraw-train fam=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
+CONFIG=$(python3 "$HERE/family_info.py" "$1" "$HERE/../.." "$fam" config)
+mapfile -t FAULTS < <(python3 "$HERE/family_info.py" "$1" "$HERE/../.." "$fam" cp-faults)
 PY="/usr/bin/python3 $HERE/cp_paths_check.py"
 [ -x "$TRAIN" ] || { echo "cp_paths: $TRAIN: not built" >&2; exit 2; }
 [ -n "${MPIEXEC:-}" ] || { echo "cp_paths: MPIEXEC not set" >&2; exit 2; }
 W=$(mktemp -d /tmp/ls-cpp.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1
-fam=$(basename "$CONFIG" .json)
 rc=0
 bad() { echo "cp_paths: $fam: $*" >&2; rc=1; }
 COMMON=(--config "$CONFIG" --prompt-len 68 --response-len 5 --group 3 --seed 5 --dtype f64 --train-mode lora
@@ -62,14 +66,16 @@ if [ -f "$W/steps4-np2.st" ] && [ -f "$W/steps4-np1.st" ]; then
   $PY grads "$W/steps4-np2.st" "$W/steps4-np1.st" 1e-8 || bad "4 steps: the CP-2 checkpoint differs from one rank's"
 fi
 
-# 3. the negative control: the bug re-introduced must be seen
-if [ "$fam" != "${fam#hybrid}" ]; then
-  run stale 2 --steps 1 --grad-mode full --lora-init random --keep-reference on --fault cp-stale-start || true
-  if [ -f "$W/stale-np2.st" ] && [ -f "$W/kept-np1.st" ]; then
-    echo -n "cp_paths: $fam cp-stale-start (must differ): "
-    if $PY grads "$W/stale-np2.st" "$W/kept-np1.st" 1e-10; then bad "cp-stale-start was not seen"; fi
+# 3. the negative controls: each CP fault the family declares (its registry entry's cp_faults), the bug
+# re-introduced, must be seen
+for fault in "${FAULTS[@]}"; do
+  run "$fault" 2 --steps 1 --grad-mode full --lora-init random --keep-reference on --fault "$fault" || true
+  if [ -f "$W/$fault-np2.st" ] && [ -f "$W/kept-np1.st" ]; then
+    echo -n "cp_paths: $fam $fault (must differ): "
+    if $PY grads "$W/$fault-np2.st" "$W/kept-np1.st" 1e-10; then bad "$fault was not seen"; fi
   else
-    bad "cp-stale-start: no gradients to compare"
+    bad "$fault: no gradients to compare"
   fi
-fi
+done
+[ ${#FAULTS[@]} -gt 0 ] || bad "the registry lists no CP fault for the family: no negative control"
 exit $rc

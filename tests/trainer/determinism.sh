@@ -6,10 +6,12 @@
 # AdamW moments, step, RNG) must be byte-identical.  A kernel whose
 # reduction order followed the thread count, or a run reading uninitialised
 # memory, fails it.
-#   determinism.sh BUILD_DIR CONFIG
+#   determinism.sh BUILD_DIR CONFIG|FAMILY    (a family: its tiny config, from the registry)
 set -euo pipefail
-[ $# -eq 2 ] || { echo "usage: determinism.sh BUILD_DIR CONFIG" >&2; exit 2; }
+[ $# -eq 2 ] || { echo "usage: determinism.sh BUILD_DIR CONFIG|FAMILY" >&2; exit 2; }
 TRAIN=$1/trainer/longstraw-train CONFIG=$2
+HERE=$(cd "$(dirname "$0")" && pwd)
+[ -f "$CONFIG" ] || CONFIG=$(python3 "$HERE/family_info.py" "$1" "$HERE/../.." "$2" config)
 [ -x "$TRAIN" ] || { echo "determinism: $TRAIN: not built" >&2; exit 2; }
 W=$(mktemp -d /tmp/ls-determinism.XXXXXX)
 trap 'rm -rf "$W"' EXIT

@@ -17,12 +17,12 @@ endif()
 
 # CP-2 against one rank on the trainer's own paths (tests/trainer/cp_paths.sh): sampled responses, the reference kept
 # or recaptured, two prompt groups a step, detached; uneven shards cutting pages and chunks; 4 steps' checkpoints;
-# the negative control --fault cp-stale-start (hybrid) must be seen.  Both families.
+# each CP fault the family declares must be seen.  Every registered family (LS_FAMILIES).
 if(MPIEXEC_EXECUTABLE)
-  foreach(fam hybrid mla)
+  foreach(fam ${LS_FAMILIES})
     add_test(NAME cp_paths_${fam}
              COMMAND ${CMAKE_COMMAND} -E env "MPIEXEC=${MPIEXEC_EXECUTABLE}" "MPIRUN_FLAGS=${LS_MPIRUN_FLAGS_STR}"
-                     ${CMAKE_SOURCE_DIR}/tests/trainer/cp_paths.sh ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR}/configs/${fam}-tiny.json)
+                     ${CMAKE_SOURCE_DIR}/tests/trainer/cp_paths.sh ${CMAKE_BINARY_DIR} ${fam})
     set_tests_properties(cp_paths_${fam} PROPERTIES TIMEOUT 300 ENVIRONMENT "${LS_MPI_TEST_ENV}")
   endforeach()
 endif()
