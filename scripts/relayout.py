@@ -80,38 +80,39 @@ LAYOUT = {
     },
     "audit": {
         "model": (
-            "The run model the audit builds and every rule reads (`audit.h`: runs, ranks, steps, "
-            "rules, levels), the untrusted run directory's files read safely (`run_files.h`), the "
+            "The run model the audit builds and every rule reads (`audit.h`: the types of runs, "
+            "ranks, steps, rules and levels, and the vocabularies of phases, layer kinds and step "
+            "figures, `vocab.c`), the untrusted run directory's files read safely (`run_files.h`), the "
             "profiles a run is held to (`profile.h`) and the canonical description of a run from "
             "every source (`describe.h`).",
             "receipts, common",
-            ["audit.h", "run_files.c", "run_files.h", "profile.c", "profile.h", "describe.c",
+            ["audit.h", "vocab.c", "run_files.c", "run_files.h", "profile.c", "profile.h", "describe.c",
              "describe.h", "describe_fields.c"]),
-        "load": (
-            "Loading a run into the model: the manifest and its signature, receipts, each rank's "
-            "trace streamed (the step checks of rules/ fed as it streams), the parity report; and "
-            "the trace paths and timeline (`timeline.h`; the Chrome trace writer belongs in "
-            "report/).",
-            "audit/model, receipts, common",
-            ["load.c", "load_manifest.c", "load_parity.c", "load_trace.c", "timeline.c", "timeline.h"]),
         "rules": (
             "The rules as a registry (`rule.c`: added, failed with bounded evidence, closed, found "
             "by id) and the rule modules: files, ranks, cross-rank, point-to-point, invariants, "
             "probes, the profile's, scope, what was performed, the step sequence and layers "
             "(`rank_seq.c`, `rank_steps.c`), the parity rules and the levels (`levels.c`).",
             "audit/model, receipts, common",
-            ["rule.c", "rules.c", "rules_cross.c", "rules_invariants.c", "rules_p2p.c",
+            ["rules.h", "rule.c", "rules.c", "rules_cross.c", "rules_invariants.c", "rules_p2p.c",
              "rules_performed.c", "rules_probe.c", "rules_profile.c", "rules_rank.c", "rules_scope.c",
              "rank_seq.c", "rank_steps.c", "levels.c", "rule_ids.c"]),
+        "load": (
+            "Loading a run into the model: the manifest and its signature, receipts, each rank's "
+            "trace streamed (the step checks of rules/ fed as it streams), the parity report; and "
+            "the trace paths and timeline (`timeline.h`; the Chrome trace writer belongs in "
+            "report/).",
+            "audit/rules, audit/model, receipts, common",
+            ["load.h", "load.c", "load_manifest.c", "load_parity.c", "load_trace.c", "timeline.c", "timeline.h"]),
         "report": (
             "What the audit says: text, JSON and JUnit reports, what each level rests on "
             "(`basis.h`), the HTML page, and `diff` (two runs compared, each verified first).",
-            "audit/load, audit/model, receipts, common",
-            ["report_json.c", "report_junit.c", "report_text.c", "basis.c", "basis.h", "html.c",
+            "audit/load, audit/rules, audit/model, receipts, common",
+            ["report.h", "report_json.c", "report_junit.c", "report_text.c", "basis.c", "basis.h", "html.c",
              "html.h", "diff.c", "diff.h", "diff_cli.c"]),
         "cli": (
             "`longstraw-audit`'s `main`: the command line, exit status and which report it writes.",
-            "audit/report, audit/load, audit/model, receipts, common",
+            "audit/report, audit/load, audit/rules, audit/model, receipts, common",
             ["audit_main.c", "audit_names.c", "audit_names.h"]),
     },
     "parity": {

@@ -8,6 +8,9 @@
 #include <string.h>
 
 #include "audit/model/audit.h"
+#include "audit/load/load.h"
+#include "audit/rules/rules.h"
+#include "audit/report/report.h"
 #include "audit/cli/audit_names.h"
 #include "common/cli_opts.h"
 #include "receipts/format/json_util.h"

@@ -2,6 +2,7 @@
 #include "audit/cli/audit_names.h"
 
 #include "audit/model/audit.h"
+#include "audit/rules/rules.h"
 #include "receipts/format/trace_event.h"
 
 /* The names a reader accepts: name_of(i) for i = 0, 1, ... while

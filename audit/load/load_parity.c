@@ -6,6 +6,7 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
 #include "audit/model/audit.h"
+#include "audit/load/load.h"
 
 #include <stdlib.h>
 #include <string.h>

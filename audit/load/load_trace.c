@@ -6,6 +6,8 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
 #include "audit/model/audit.h"
+#include "audit/load/load.h"
+#include "audit/rules/rules.h"
 
 #include <math.h>
 #include <stdlib.h>

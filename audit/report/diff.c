@@ -9,7 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "audit/model/audit.h" /* ls_audit_load: each run verified before it is compared */
+#include "audit/load/load.h" /* ls_audit_load: each run verified before it is compared */
+#include "audit/model/audit.h"
 #include "audit/model/run_files.h"
 #include "audit/load/timeline.h" /* ls_audit_trace_rel */
 #include "receipts/format/build_diff.h"

@@ -5,6 +5,8 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
 #include "audit/model/audit.h"
+#include "audit/rules/rules.h"
+#include "audit/report/report.h"
 #include "audit/report/basis.h"
 
 #include <string.h>

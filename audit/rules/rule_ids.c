@@ -5,6 +5,7 @@
  * prints the list, and tests/tools/check_vocab.py holds it against
  * schemas/audit-report.schema.json and docs/audit.md. */
 #include "audit/model/audit.h"
+#include "audit/rules/rules.h"
 
 #include <string.h>
 

@@ -19,19 +19,13 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
 #include "audit/model/audit.h"
+#include "audit/rules/rules.h"
 
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-static const char *const SM_NAMES[LS_AUDIT_SM_COUNT] = {
-    "reward_mean", "reward_std", "reward_min", "reward_max", "adv_mean", "adv_std", "loss", "loss_policy",
-    "loss_kl", "kl_mean", "clip_fraction", "ratio_min", "ratio_mean", "ratio_max", "response_len_mean", "tokens"};
-
-const char *ls_audit_sm_name(ls_audit_sm_field f) {
-    return (int)f >= 0 && f < LS_AUDIT_SM_COUNT ? SM_NAMES[f] : NULL;
-}
 
 #define U 0x1p-53 /* the unit roundoff of double, in which the statistics are computed */
 #define ADV_EPS 1e-4 /* the advantages' std + 1e-4 (docs/model.md §4) */

@@ -24,6 +24,7 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
 #include "audit/model/audit.h"
+#include "audit/rules/rules.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -23,6 +23,7 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
 #include "audit/model/audit.h"
+#include "audit/rules/rules.h"
 
 #include <math.h>
 #include <stdlib.h>

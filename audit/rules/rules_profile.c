@@ -8,6 +8,7 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
 #include "audit/model/audit.h"
+#include "audit/rules/rules.h"
 
 #include <stdio.h>
 #include <string.h>

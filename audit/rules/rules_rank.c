@@ -21,6 +21,7 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
 #include "audit/model/audit.h"
+#include "audit/rules/rules.h"
 
 #include <stdlib.h>
 #include <string.h>

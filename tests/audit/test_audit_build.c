@@ -19,6 +19,8 @@
 #include <criterion/criterion.h>
 
 #include "audit/model/audit.h"
+#include "audit/load/load.h"
+#include "audit/rules/rules.h"
 #include "audit/report/diff.h"
 #include "receipts/format/build_info.h"
 #include "receipts/format/digest.h"

@@ -23,6 +23,8 @@
 #include <criterion/criterion.h>
 
 #include "audit/model/audit.h"
+#include "audit/load/load.h"
+#include "audit/rules/rules.h"
 #include "receipts/format/coverage.h"
 #include "receipts/format/json_util.h"
 #include "tests/support/test_receipts_support.h"

@@ -17,6 +17,9 @@
 #include <zstd.h>
 
 #include "audit/model/audit.h"
+#include "audit/load/load.h"
+#include "audit/rules/rules.h"
+#include "audit/report/report.h"
 
 #define MARKER "OUTSIDE-THE-RUN-7f3a9c"
 #define HWM_CAP_KB (256L * 1024)

@@ -19,6 +19,7 @@
 #include <criterion/criterion.h>
 
 #include "audit/model/audit.h"
+#include "audit/load/load.h"
 #include "audit/load/timeline.h"
 #include "receipts/format/json_util.h"
 #include "tests/support/test_receipts_support.h"

@@ -23,6 +23,9 @@
 #include <criterion/criterion.h>
 
 #include "audit/model/audit.h"
+#include "audit/load/load.h"
+#include "audit/rules/rules.h"
+#include "audit/report/report.h"
 #include "audit/model/profile.h"
 #include "receipts/format/digest.h"
 #include "receipts/format/json_util.h"

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "audit/model/audit.h"
+#include "audit/rules/rules.h"
 
 Test(rule_ids, unique_with_levels_1_to_4) {
     size_t n = ls_audit_rule_id_count();

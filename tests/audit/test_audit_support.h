@@ -9,6 +9,8 @@
 #include <stdio.h>
 
 #include "audit/model/audit.h"
+#include "audit/load/load.h"
+#include "audit/rules/rules.h"
 #include "tests/support/test_receipts_support.h"
 #include "tests/support/test_v2_fixture.h"
 

@@ -17,6 +17,9 @@
 #include <criterion/criterion.h>
 
 #include "audit/model/audit.h"
+#include "audit/load/load.h"
+#include "audit/rules/rules.h"
+#include "audit/report/report.h"
 #include "receipts/format/build_info.h"
 #include "receipts/format/json_util.h"
 #include "receipts/schema/schema.h"

@@ -17,6 +17,9 @@
 #include <unistd.h>
 
 #include "audit/model/audit.h"
+#include "audit/load/load.h"
+#include "audit/rules/rules.h"
+#include "audit/report/report.h"
 #include "receipts/schema/schema.h"
 #include "fuzz_run_pack.h"
 
