@@ -9,6 +9,10 @@
 # extras, `pip uninstall` removes it. Two `pip wheel` builds are byte-identical. SRC is
 # compared before and after each pip call (git status --ignored, or without git a listing
 # with checksums); an edit of SRC by someone else during a pip call fails it too.
+# The example (examples/torch_cp beside SRC), run from outside the repository by the regular
+# venv's interpreter, makes a CP-2 run with the installed emitter whose build identity equals the
+# same run's with SRC on PYTHONPATH (code digested by content); the installed copy edited by one
+# comment line gives another identity (the control).
 # Exit 77 (ctest: skipped) where PYTHON has no venv/ensurepip (Debian: python3-venv).
 set -eu
 py=$1 src=$(cd "$2" && pwd -P) work=$3
@@ -100,6 +104,45 @@ untouched "pip install" "$work/regular/bin/pip" install --no-index "$src"
 site=$("$work/regular/bin/python" -I -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 untouched "import" check "$work/regular" "$site" > "$work/regular.out"
 cat "$work/regular.out"
+# the example (examples/torch_cp, next to SRC) run by the venv's interpreter from outside the
+# repository imports the installed emitter, and its run has the build identity of the same run made
+# with the emitter on PYTHONPATH: the code by content, wherever it was loaded from
+example="$(cd "$src/.." && pwd)/examples/torch_cp/train.py"
+if [ -f "$example" ] && "$py" -c "import torch" 2>/dev/null; then
+    # WEIGHTS and a batch once; then a CP-2 step under each interpreter, its receipt's build digest to OUT.digest
+    (cd "$outside" && OMP_NUM_THREADS=1 PYTHONPATH="$src" "$py" -B "$example" --mode init --seed 3 \
+        --out "$work/ex-init" > "$work/ex-init.log" 2>&1) || { echo "FAIL: the example's init: $(tail -3 "$work/ex-init.log")"; exit 1; }
+    run_example() { # OUT PYTHON [ENV...]
+        out=$1 p=$2
+        shift 2
+        (cd "$outside" && env OMP_NUM_THREADS=1 "$@" "$p" -B "$example" --mode run --cp 2 --probe-every 0 \
+            --weights "$work/ex-init/weights.safetensors" --batch "$work/ex-init/batch.json" \
+            --out "$out" > "$out.log" 2>&1) || { echo "FAIL: the example under $p: $(tail -3 "$out.log")"; exit 1; }
+        "$py" - "$out" > "$out.digest" <<'PY' || { echo "FAIL: $out: no receipt with a build digest"; exit 1; }
+import glob, json, sys
+receipts = sorted(glob.glob(sys.argv[1] + "/run/**/receipt*.json", recursive=True))
+assert receipts, "no receipt"
+digests = {json.load(open(r))["predicate"]["build"]["build_digest"] for r in receipts}
+assert len(digests) == 1, digests
+print(digests.pop())
+PY
+    }
+    run_example "$work/ex-installed" "$work/regular/bin/python"
+    run_example "$work/ex-pythonpath" "$py" PYTHONPATH="$src"
+    installed=$(cat "$work/ex-installed.digest") onpath=$(cat "$work/ex-pythonpath.digest")
+    if [ -z "$installed" ] || [ "$installed" != "$onpath" ]; then
+        echo "FAIL: the example's build identity with the installed emitter ($installed) is not the one with PYTHONPATH ($onpath)"
+        exit 1
+    fi
+    # the control: the installed copy edited (one comment line) is another identity
+    echo "# edited" >> "$site/longstraw_emit/__init__.py"
+    run_example "$work/ex-edited" "$work/regular/bin/python"
+    if [ "$(cat "$work/ex-edited.digest")" = "$installed" ]; then
+        echo "FAIL: an edited installed emitter kept the build identity $installed (not digested by content)"
+        exit 1
+    fi
+    echo "example: run with the installed emitter and with PYTHONPATH: one build identity ($installed); edited: another"
+fi
 uninstall "$work/regular"
 want=$(identity)
 got=$(grep '^identity:' "$work/regular.out")
