@@ -36,15 +36,16 @@
 #            5e-4; no stage 3) in both modes from those same weights.
 #   rl       GRPO is the learner: per seed one short full-gradient warm start
 #            (LS_LEARN_SFT [300] steps at P=64: the answer format and recall at
-#            64 tokens, chance at 4,096), then GRPO at P=4096 (LS_LEARN_GRPO
-#            [GRPO_RL_STEPS] steps, lr LS_LEARN_RL_LR [0.001]; no stage 3) in
-#            both modes from those same weights.
+#            64 tokens, about chance at 4,096), then in both modes from those
+#            same weights GRPO at P=1024 (LS_LEARN_GRPO [60] steps) and at
+#            P2=4096 (LS_LEARN_GRPO2 [30] steps), lr LS_LEARN_RL_LR [0.001];
+#            the warm start and the end evaluated at 4,096.
 # With a shared warm start (control, rl; or LS_LEARN_SHARED_WARM=MODE) it is
-# OUT/seed-S/warm*, made once with --grad-mode MODE. LS_LEARN_EVAL [0; rl: 16]
+# OUT/seed-S/warm*, made once with --grad-mode MODE. LS_LEARN_EVAL [0; rl: 12]
 # steps of evaluation (the detached step at lr 0: rollouts of the weights, no
 # change; B_RL x G rollouts a step, the same prompts and seeds for every
 # checkpoint) at LS_LEARN_EVAL_P [the last GRPO stage's P] of the warm start and of
-# every run's final weights. LS_LEARN_COSINE [0; rl: 25]: --grad-cosine-every
+# every run's final weights. LS_LEARN_COSINE [0; rl: 15]: --grad-cosine-every
 # for the GRPO stages (the cosine between the detached and the full gradient of
 # the step, docs/train.md).
 set -euo pipefail
@@ -57,7 +58,7 @@ EXP=${LS_LEARN_EXPERIMENT:-sft}
 case $EXP in
   sft) d=("" 800 1024 250 0.0005 40 0 0) ;;
   control) d=(full 800 1024 250 0.0005 0 0 0) ;;
-  rl) d=(full 300 4096 GRPO_RL_STEPS 0.001 0 16 25) ;;
+  rl) d=(full 300 1024 60 0.001 30 12 15) ;;
   *) echo "learn: LS_LEARN_EXPERIMENT=$EXP: not sft, control or rl" >&2; exit 2 ;;
 esac
 SHARED=${LS_LEARN_SHARED_WARM-${d[0]}}
