@@ -9,7 +9,7 @@
 #     equal those computed in numpy from the --dump-grads files of a detached and a full run of the same
 #     step (1e-6 relative); the two gradients differ there (cosine < 0.9999, norms apart), so that a cosine
 #     of one gradient with itself fails;
-#  3. the measured runs' metrics lines, receipts and manifests pass their schemas, and the audit gives every
+#  3. the measured runs' metrics lines, trace step_metrics events, receipts and manifests pass their schemas, and the audit gives every
 #     rule the verdict it gives the run without the option;
 #  4. bad values exit 2 naming --grad-cosine-every, and so do --strategy naive and --prefix-frozen with it;
 #     with MPIEXEC set, mpirun -np 2 with it exits 2 naming it.
@@ -49,6 +49,15 @@ schemas() {
     "$VALIDATE" "$SRC/schemas/metrics-line.schema.json" "$W/line.json" >/dev/null 2>"$W/v.err" ||
       bad "$2 line $n against metrics-line.schema.json: $(head -3 "$W/v.err")"
   done <"$2"
+  if command -v zstd >/dev/null; then # the trace's step_metrics events, measured or not, against their schema
+    zstd -dcq "$1/rank-0000/events.jsonl.zst" | grep '"ev":"step_metrics"' >"$W/sm.jsonl"
+    [ "$(grep -c grad_norm_full "$W/sm.jsonl")" = 2 ] || bad "$1: not 2 measured step_metrics events in the trace"
+    while IFS= read -r line; do
+      printf '%s\n' "$line" >"$W/ev.json"
+      "$VALIDATE" "$SRC/schemas/event-step_metrics.schema.json" "$W/ev.json" >/dev/null 2>"$W/v.err" ||
+        bad "$1: a step_metrics event against its schema: $(head -3 "$W/v.err")"
+    done <"$W/sm.jsonl"
+  fi
   "$VALIDATE" "$SRC/schemas/receipt.schema.json" "$1/rank-0000/receipt.json" >/dev/null 2>"$W/v.err" ||
     bad "$1: receipt against its schema: $(head -3 "$W/v.err")"
   "$VALIDATE" "$SRC/schemas/manifest.schema.json" "$1/manifest.json" >/dev/null 2>"$W/v.err" ||
