@@ -4,7 +4,8 @@
 #  1. a measurement, not a change: in both grad modes (f64 and f32) a 3-step run with --grad-cosine-every 2
 #     saves the checkpoint of the run without it byte for byte, dumps the same step-1 gradients, and writes
 #     the same metrics (every figure but the timings); steps 1 and 3 (run-local 0 and 2) are measured, step
-#     2 is not; the same for an sft warm-start step and for two prompts per step;
+#     2 is not; the same for an sft warm-start step, two prompts per step, a capture in chunks with the
+#     replay's layer checkpoints, and a replay in chunks;
 #  2. independent: the recorded step-1 cosine and norms (both grad modes; one and two prompts per step)
 #     equal those computed in numpy from the --dump-grads files of a detached and a full run of the same
 #     step (1e-6 relative); the two gradients differ there (cosine < 0.9999, norms apart), so that a cosine
@@ -85,7 +86,8 @@ for mode in detached full; do
   verdicts "$W/a-$mode-0.json" "$W/a-$mode-2.json" || bad "$mode: the option changed an audit verdict"
 done
 # an sft warm-start step and two prompts per step, bit for bit
-for extra in "--sft-steps 1 --steps 2" "--prompts-per-step 2 --steps 2"; do
+for extra in "--sft-steps 1 --steps 2" "--prompts-per-step 2 --steps 2" \
+  "--capture-chunk 24 --replay-checkpoint layer --steps 2" "--replay-checkpoint chunk --replay-chunk 2 --steps 2"; do
   for mode in detached full; do
     tag=$(echo "$extra" | tr -dc 'a-z0-9')-$mode
     for n in 0 1; do
