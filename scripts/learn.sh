@@ -35,7 +35,7 @@
 #            gradient (stage 1 as above), then GRPO at P=1024 (250 steps, lr
 #            5e-4; no stage 3) in both modes from those same weights.
 #   rl       GRPO is the learner: per seed one short full-gradient warm start
-#            (LS_LEARN_SFT [300] steps at P=64: the answer format and recall at
+#            (LS_LEARN_SFT [200] steps at P=64: the answer format and recall at
 #            64 tokens, about chance at 4,096), then in both modes from those
 #            same weights GRPO at P=1024 (LS_LEARN_GRPO [60] steps) and at
 #            P2=4096 (LS_LEARN_GRPO2 [30] steps), lr LS_LEARN_RL_LR [0.001];
@@ -58,7 +58,7 @@ EXP=${LS_LEARN_EXPERIMENT:-sft}
 case $EXP in
   sft) d=("" 800 1024 250 0.0005 40 0 0) ;;
   control) d=(full 800 1024 250 0.0005 0 0 0) ;;
-  rl) d=(full 300 1024 60 0.001 30 12 15) ;;
+  rl) d=(full 200 1024 60 0.001 30 12 15) ;;
   *) echo "learn: LS_LEARN_EXPERIMENT=$EXP: not sft, control or rl" >&2; exit 2 ;;
 esac
 SHARED=${LS_LEARN_SHARED_WARM-${d[0]}}
