@@ -246,6 +246,7 @@ typedef enum {
     FT_NUM,     /* finite number */
     FT_POS,     /* finite number > 0 */
     FT_UNIT,    /* finite number in [0, 1] */
+    FT_COS,     /* finite number in [-1, 1] (a cosine) */
     FT_TRUE,    /* the literal true (prefix_frozen) */
     FT_RATES,   /* {phase: finite >= 0} for phases capture..prompt_bwd (tokens_per_s) */
     FT_BOOL,
@@ -321,6 +322,9 @@ static const field_spec STEP_METRICS_F[] = {
     F("response_len_mean", FT_NUM0),
     F("tokens", FT_UINT),
     F("grad_norm", FT_NUM0),
+    FO("grad_cosine", FT_COS), /* --grad-cosine-every steps only; with both norms (checked below) */
+    FO("grad_norm_detached", FT_NUM0),
+    FO("grad_norm_full", FT_NUM0),
     F("lr", FT_NUM0),
     F("tokens_per_s", FT_RATES),
     F("step_wall_s", FT_NUM0),
@@ -527,6 +531,10 @@ static const char *check_value(const field_spec *spec, const cJSON *it) {
         return finite_num(it) && it->valuedouble >= 0 && it->valuedouble <= 1
                    ? NULL
                    : "must be a finite number in [0, 1]";
+    case FT_COS:
+        return finite_num(it) && it->valuedouble >= -1 && it->valuedouble <= 1
+                   ? NULL
+                   : "must be a finite number in [-1, 1]";
     case FT_TRUE:
         return ls_json_is_true(it) ? NULL : "must be true (absent when false)";
     case FT_RATES:
@@ -824,6 +832,12 @@ ls_status ls_trace_event_check_ex(ls_trace_kind kind, const cJSON *event, size_t
         if (r != f)
             return fail(why, why_len, kname, r ? "reward_format" : "reward_retrieval",
                         "missing (the reward parts come together)");
+        bool nd = cJSON_GetObjectItemCaseSensitive(event, "grad_norm_detached") != NULL;
+        bool nf = cJSON_GetObjectItemCaseSensitive(event, "grad_norm_full") != NULL;
+        bool c = cJSON_GetObjectItemCaseSensitive(event, "grad_cosine") != NULL;
+        if (nd != nf || (c && !nd))
+            return fail(why, why_len, kname, nd ? "grad_norm_full" : "grad_norm_detached",
+                        "missing (the gradient comparison's norms come together, and with grad_cosine)");
     }
     return LS_OK;
 }

@@ -8,17 +8,19 @@
 #include <stdio.h>
 #include <string.h>
 
-typedef enum { R_ANY, R_NONNEG, R_POS, R_UNIT } range;
+typedef enum { R_ANY, R_NONNEG, R_POS, R_UNIT, R_COS } range;
 
 typedef struct {
     const char *name;
     size_t off;  /* offset of the double in ls_trace_step_metrics */
     range r;
-    bool part;   /* a reward part: written only with has_reward_parts */
+    int part;    /* 1 a reward part: written only with has_reward_parts; 2 only with has_grad_compare; 3 only
+                    with has_grad_cosine */
 } num_field;
 
-#define N(f, r) {#f, offsetof(ls_trace_step_metrics, f), r, false}
-#define P(f) {#f, offsetof(ls_trace_step_metrics, f), R_ANY, true}
+#define N(f, r) {#f, offsetof(ls_trace_step_metrics, f), r, 0}
+#define P(f) {#f, offsetof(ls_trace_step_metrics, f), R_ANY, 1}
+#define G(f, r, k) {#f, offsetof(ls_trace_step_metrics, f), r, k}
 /* The doubles between "objective" and "tokens", in writing order. */
 static const num_field NUMS_A[] = {
     N(reward_mean, R_ANY),   N(reward_std, R_NONNEG), N(reward_min, R_ANY),
@@ -29,11 +31,14 @@ static const num_field NUMS_A[] = {
     N(ratio_max, R_POS),     N(response_len_mean, R_NONNEG),
 };
 /* Between "tokens" and "tokens_per_s". */
-static const num_field NUMS_B[] = {N(grad_norm, R_NONNEG), N(lr, R_NONNEG)};
+static const num_field NUMS_B[] = {N(grad_norm, R_NONNEG), G(grad_cosine, R_COS, 3),
+                                   G(grad_norm_detached, R_NONNEG, 2), G(grad_norm_full, R_NONNEG, 2),
+                                   N(lr, R_NONNEG)};
 /* After "tokens_per_s". */
 static const num_field NUMS_C[] = {N(step_wall_s, R_NONNEG)};
 #undef N
 #undef P
+#undef G
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
 static const struct {
@@ -52,7 +57,12 @@ static void set(ls_trace_step_metrics *m, const num_field *f, double v) {
 }
 
 static bool written(const ls_trace_step_metrics *m, const num_field *f) {
-    return !f->part || m->has_reward_parts;
+    switch (f->part) {
+    case 1: return m->has_reward_parts;
+    case 2: return m->has_grad_compare;
+    case 3: return m->has_grad_cosine;
+    default: return true;
+    }
 }
 
 static const char *range_error(range r, double v) {
@@ -61,6 +71,7 @@ static const char *range_error(range r, double v) {
     case R_NONNEG: return v >= 0 ? NULL : "is negative";
     case R_POS: return v > 0 ? NULL : "must be > 0";
     case R_UNIT: return v >= 0 && v <= 1 ? NULL : "is outside [0, 1]";
+    case R_COS: return v >= -1 && v <= 1 ? NULL : "is outside [-1, 1]";
     }
     return "has an unknown range";
 }
@@ -177,6 +188,8 @@ ls_status ls_trace_decode_step_metrics(const cJSON *ev, ls_trace_step_metrics *o
     out->objective = (ls_trace_objective)ls_trace_enum_from_name(
         "objective", cJSON_GetObjectItemCaseSensitive(ev, "objective")->valuestring);
     out->has_reward_parts = cJSON_GetObjectItemCaseSensitive(ev, "reward_retrieval") != NULL;
+    out->has_grad_compare = cJSON_GetObjectItemCaseSensitive(ev, "grad_norm_full") != NULL;
+    out->has_grad_cosine = cJSON_GetObjectItemCaseSensitive(ev, "grad_cosine") != NULL;
     for (size_t g = 0; g < COUNT(GROUPS); g++)
         for (size_t i = 0; i < GROUPS[g].n; i++) {
             const cJSON *it = cJSON_GetObjectItemCaseSensitive(ev, GROUPS[g].f[i].name);

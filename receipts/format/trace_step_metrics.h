@@ -18,7 +18,13 @@
  *   ratio_min, ratio_mean, ratio_max  importance ratios, > 0
  *   response_len_mean  >= 0, tokens per response
  *   tokens             integer >= 0, response tokens trained
- *   grad_norm, lr      >= 0
+ *   grad_norm          >= 0
+ *   grad_cosine        in [-1, 1], present only with has_grad_cosine: the
+ *                      cosine of the step's detached and full gradients
+ *                      (longstraw-train --grad-cosine-every)
+ *   grad_norm_detached, grad_norm_full   >= 0, both present (with
+ *                      has_grad_compare) or both absent: their norms
+ *   lr                 >= 0
  *   tokens_per_s       {phase: rate >= 0} for the phases of capture,
  *                      rollout, score, replay, prompt_bwd that ran
  *   step_wall_s        >= 0
@@ -54,6 +60,10 @@ typedef struct {
     double response_len_mean;  /* >= 0 */
     int64_t tokens;            /* >= 0 */
     double grad_norm, lr;      /* >= 0 */
+    bool has_grad_compare;     /* write grad_norm_detached and grad_norm_full */
+    bool has_grad_cosine;      /* write grad_cosine (only with has_grad_compare) */
+    double grad_cosine;        /* [-1, 1] */
+    double grad_norm_detached, grad_norm_full; /* >= 0 */
     double tokens_per_s[LS_PHASE_COUNT]; /* indexed by ls_trace_phase, >= 0 */
     unsigned tokens_per_s_mask; /* bit (1u << phase): that rate is present; only
                                    bits of LS_TRACE_RATE_PHASE_MASK */

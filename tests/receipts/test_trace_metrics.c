@@ -8,7 +8,9 @@
  *    and no seq gap;
  *  - in prefix-frozen mode every event with a step, and only those, carries
  *    "prefix_frozen":true, seen in the raw file text (parsed with cJSON, not
- *    the reader) and through the reader's ls_trace_event.prefix_frozen. */
+ *    the reader) and through the reader's ls_trace_event.prefix_frozen;
+ *  - the gradient comparison's members (grad_cosine, grad_norm_detached,
+ *    grad_norm_full) come together, the cosine in [-1, 1]. */
 #include <math.h>
 #include <stddef.h>
 
@@ -55,6 +57,8 @@ static void expect_same(const ls_trace_step_metrics *a, const ls_trace_step_metr
     cr_assert_eq(a->prefix_frozen, b->prefix_frozen, "event %zu: prefix_frozen", i);
     cr_assert_eq(a->objective, b->objective, "event %zu: objective", i);
     cr_assert_eq(a->has_reward_parts, b->has_reward_parts, "event %zu: has_reward_parts", i);
+    cr_assert_eq(a->has_grad_compare, b->has_grad_compare, "event %zu: has_grad_compare", i);
+    cr_assert_eq(a->has_grad_cosine, b->has_grad_cosine, "event %zu: has_grad_cosine", i);
     cr_assert_eq(a->tokens, b->tokens, "event %zu: tokens", i);
     cr_assert_eq(a->tokens_per_s_mask, b->tokens_per_s_mask, "event %zu: mask", i);
     SAME_D(reward_mean);
@@ -77,6 +81,11 @@ static void expect_same(const ls_trace_step_metrics *a, const ls_trace_step_metr
     SAME_D(ratio_max);
     SAME_D(response_len_mean);
     SAME_D(grad_norm);
+    if (a->has_grad_compare) {
+        SAME_D(grad_norm_detached);
+        SAME_D(grad_norm_full);
+    }
+    if (a->has_grad_cosine) SAME_D(grad_cosine);
     SAME_D(lr);
     SAME_D(step_wall_s);
     for (int p = 0; p < LS_PHASE_COUNT; p++)
@@ -115,6 +124,11 @@ static ls_trace_step_metrics random_metrics(int64_t step) {
     m.response_len_mean = rnd(4096);
     m.tokens = (int64_t)(next_u64() >> 11);
     m.grad_norm = rnd(1e3);
+    m.has_grad_compare = step % 4 != 3; /* --grad-cosine-every: the norms, the cosine unless undefined */
+    m.has_grad_cosine = m.has_grad_compare && step % 8 != 2;
+    m.grad_cosine = step % 16 == 5 ? -1.0 : step % 16 == 6 ? 1.0 : rnd(2) - 1;
+    m.grad_norm_detached = rnd(1e3);
+    m.grad_norm_full = step % 8 == 2 ? 0 : rnd(1e3);
     m.lr = rnd(1e-3);
     m.tokens_per_s_mask = (unsigned)(next_u64() & LS_TRACE_RATE_PHASE_MASK);
     for (int p = 0; p < LS_PHASE_COUNT; p++) m.tokens_per_s[p] = rnd(1e7);
@@ -157,6 +171,9 @@ Test(trace_metrics, every_field_round_trips_bit_for_bit) {
         cr_assert_eq(cJSON_HasObjectItem(line, "reward_retrieval"), sent[i].has_reward_parts);
         cr_assert_eq(cJSON_HasObjectItem(line, "reward_format"), sent[i].has_reward_parts);
         cr_assert_eq(cJSON_HasObjectItem(line, "prefix_frozen"), sent[i].prefix_frozen);
+        cr_assert_eq(cJSON_HasObjectItem(line, "grad_norm_detached"), sent[i].has_grad_compare);
+        cr_assert_eq(cJSON_HasObjectItem(line, "grad_norm_full"), sent[i].has_grad_compare);
+        cr_assert_eq(cJSON_HasObjectItem(line, "grad_cosine"), sent[i].has_grad_cosine);
         cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(line, "tokens_per_s")),
                      __builtin_popcount(sent[i].tokens_per_s_mask));
         /* the decoder reads the bare line too */
@@ -186,7 +203,8 @@ static const struct {
     D(reward_mean), D(reward_std), D(reward_min), D(reward_max), D(reward_retrieval),
     D(reward_format), D(adv_mean), D(adv_std), D(loss), D(loss_policy), D(loss_kl),
     D(kl_mean), D(clip_fraction), D(ratio_min), D(ratio_mean), D(ratio_max),
-    D(response_len_mean), D(grad_norm), D(lr), D(step_wall_s),
+    D(response_len_mean), D(grad_norm), D(grad_cosine), D(grad_norm_detached), D(grad_norm_full), D(lr),
+    D(step_wall_s),
     {"tokens_per_s.capture", offsetof(ls_trace_step_metrics, tokens_per_s) + 0 * sizeof(double)},
     {"tokens_per_s.score", offsetof(ls_trace_step_metrics, tokens_per_s) + 2 * sizeof(double)},
     {"tokens_per_s.prompt_bwd", offsetof(ls_trace_step_metrics, tokens_per_s) + 4 * sizeof(double)},
@@ -204,6 +222,7 @@ Test(trace_metrics, nonfinite_refused_naming_the_field) {
         for (size_t b = 0; b < 3; b++) {
             ls_trace_step_metrics m = tt_step_metrics(1, LS_TRACE_OBJECTIVE_GRPO, true);
             m.clip_fraction = 7; /* out of range too: non-finite must be what is reported */
+            m.has_grad_compare = m.has_grad_cosine = true;
             poke(&m, DOUBLES[d].off, bad[b]);
             if (strcmp(DOUBLES[d].name, "clip_fraction") == 0) m.clip_fraction = bad[b];
             int64_t seq = ls_trace_writer_seq(w);
@@ -244,8 +263,11 @@ Test(trace_metrics, ranges_refused_naming_the_field) {
     char dir[64], path[128];
     ls_trace_writer *w = open_writer(dir, path);
     /* each mutation is applied to a fresh good sample */
-    for (int k = 0; k < 13; k++) {
+    for (int k = 0; k < 16; k++) {
         ls_trace_step_metrics m = tt_step_metrics(3, LS_TRACE_OBJECTIVE_SFT, true);
+        m.has_grad_compare = m.has_grad_cosine = true;
+        m.grad_cosine = 0.5;
+        m.grad_norm_detached = m.grad_norm_full = 1;
         const char *field;
         switch (k) {
         case 0: m.clip_fraction = 1.0000000000000002; field = "clip_fraction"; break;
@@ -260,6 +282,9 @@ Test(trace_metrics, ranges_refused_naming_the_field) {
         case 9: m.tokens_per_s_mask |= 1u << LS_PHASE_FINALIZE; field = "tokens_per_s"; break;
         case 10: m.tokens_per_s[LS_PHASE_ROLLOUT] = -2; field = "tokens_per_s.rollout"; break;
         case 11: m.lr = -3e-4; field = "lr"; break;
+        case 12: m.grad_cosine = 1.0000000000000002; field = "grad_cosine"; break;
+        case 13: m.grad_cosine = -1.0000000000000002; field = "grad_cosine"; break;
+        case 14: m.grad_norm_full = -1e-300; field = "grad_norm_full"; break;
         default: m.step_wall_s = -1; field = "step_wall_s"; break;
         }
         int64_t seq = ls_trace_writer_seq(w);
@@ -287,6 +312,37 @@ Test(trace_metrics, ranges_refused_naming_the_field) {
     cr_assert_eq(ls_trace_writer_seq(w), 2);
     cr_assert_eq(ls_trace_writer_close(w), LS_OK);
     tt_rmdir(dir);
+}
+
+/* The gradient comparison's members (--grad-cosine-every) come together: both norms or neither, the cosine
+ * only beside them; the check names the missing one. */
+Test(trace_metrics, grad_compare_members_come_together) {
+    ls_trace_step_metrics m = tt_step_metrics(4, LS_TRACE_OBJECTIVE_GRPO, false);
+    m.has_grad_compare = m.has_grad_cosine = true;
+    m.grad_cosine = -0.25;
+    m.grad_norm_detached = 2;
+    m.grad_norm_full = 3;
+    cJSON *o = NULL;
+    cr_assert_eq(ls_trace_step_metrics_to_json(&m, &o), LS_OK);
+    cr_assert_eq(ls_trace_event_check(LS_TRACE_STEP_METRICS, o, NULL, 0), LS_OK);
+    const char *drop[] = {"grad_norm_full", "grad_norm_detached"};
+    for (int k = 0; k < 2; k++) {
+        cJSON *c = cJSON_Duplicate(o, 1);
+        cJSON_DeleteItemFromObjectCaseSensitive(c, drop[k]);
+        char why[200];
+        cr_expect_eq(ls_trace_event_check(LS_TRACE_STEP_METRICS, c, why, sizeof why), LS_ERR_SCHEMA, "%s dropped",
+                     drop[k]);
+        cr_expect_not_null(strstr(why, drop[k]), "%s dropped: %s", drop[k], why);
+        cJSON_DeleteItemFromObjectCaseSensitive(c, drop[1 - k]); /* the cosine alone */
+        cr_expect_eq(ls_trace_event_check(LS_TRACE_STEP_METRICS, c, why, sizeof why), LS_ERR_SCHEMA,
+                     "the cosine without its norms");
+        cJSON_DeleteItemFromObjectCaseSensitive(c, "grad_cosine"); /* none: an unmeasured step */
+        cr_expect_eq(ls_trace_event_check(LS_TRACE_STEP_METRICS, c, why, sizeof why), LS_OK, "%s", why);
+        cJSON_Delete(c);
+    }
+    cJSON_ReplaceItemInObjectCaseSensitive(o, "grad_cosine", cJSON_CreateNumber(1.5));
+    cr_expect_eq(ls_trace_event_check(LS_TRACE_STEP_METRICS, o, NULL, 0), LS_ERR_SCHEMA, "a cosine above 1");
+    cJSON_Delete(o);
 }
 
 /* Emits one event of every kind (and two generic ones) at step s. */

@@ -84,7 +84,9 @@ static void fill(ls_trace_step_metrics *t, const ls_train_args *a, int64_t s, ls
         .loss_kl = r->loss_kl + 0.0, .kl_mean = r->kl_mean, .clip_fraction = r->clip_fraction,
         .ratio_min = r->ratio_min, .ratio_mean = r->ratio_mean, .ratio_max = r->ratio_max,
         .response_len_mean = r->response_len_mean, .tokens = r->tokens, .grad_norm = r->grad_norm,
-        .lr = a->step.lr, .step_wall_s = (double)wall_ns * 1e-9};
+        .lr = a->step.lr, .step_wall_s = (double)wall_ns * 1e-9, .has_grad_compare = r->has_grad_compare != 0,
+        .has_grad_cosine = r->has_grad_cosine != 0, .grad_cosine = r->grad_cosine,
+        .grad_norm_detached = r->grad_norm_detached, .grad_norm_full = r->grad_norm_full};
     for (int ph = LS_PHASE_CAPTURE; ph <= LS_PHASE_PROMPT_BWD; ph++)
         if (r->phase_ns[ph] > 0 && r->phase_tokens[ph] > 0) {
             t->tokens_per_s[ph] = (double)r->phase_tokens[ph] / ((double)r->phase_ns[ph] * 1e-9);
@@ -106,6 +108,15 @@ static void stderr_line(ls_run_obs *ob, const ls_trace_step_metrics *t, int64_t 
         snprintf(line + n, sizeof line - (size_t)n,
                  "  loss %.5f  kl %.3g  clip %.3f  ratio %.3f..%.3f  grad-norm %.3e  lr %.3g  %.2f s", t->loss,
                  t->kl_mean, t->clip_fraction, t->ratio_min, t->ratio_max, t->grad_norm, t->lr, t->step_wall_s);
+    n = (int)strlen(line);
+    if (t->has_grad_compare && (size_t)n < sizeof line) { /* --grad-cosine-every */
+        if (t->has_grad_cosine)
+            snprintf(line + n, sizeof line - (size_t)n, "  cos(detached, full) %.6f (norms %.3e, %.3e)",
+                     t->grad_cosine, t->grad_norm_detached, t->grad_norm_full);
+        else
+            snprintf(line + n, sizeof line - (size_t)n, "  cos(detached, full) undefined (norms %.3e, %.3e)",
+                     t->grad_norm_detached, t->grad_norm_full);
+    }
     ls_run_obs_print(ob, line);
 }
 

@@ -60,6 +60,7 @@ static cJSON *options_json(const ls_train_args *a) {
     ls_json_add_u64(j, "prompts_per_step", a->prompts_per_step ? a->prompts_per_step : 1);
     ls_json_add_u64(j, "save_every", (uint64_t)a->save_every);
     ls_json_add_u64(j, "probe_every", (uint64_t)a->probe_every); /* the audit's run.probe: which steps were probed */
+    ls_json_add_u64(j, "grad_cosine_every", (uint64_t)a->grad_cosine_every); /* measured steps (step_metrics) */
     ls_json_add_u64(j, "memory_budget", a->memory_budget);
     cJSON_AddStringToObject(j, "state_tier", o->state_tier ? "host" : "device");
     ls_json_add_u64(j, "host_memory", a->host_memory);

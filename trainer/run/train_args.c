@@ -153,6 +153,12 @@ static const opt OPTS[] = {
      ROW(LS_CLI_CHOICE, "--probe-groups", "all|layer",
      "the probe's directions: one over every trainable tensor, or\n"
      "one per layer (and one for the tensors outside the layers)", "all", 0, probe_groups)},
+    {.rec = "config.options.grad_cosine_every", ROW(LS_CLI_INT, "--grad-cosine-every", "N",
+     "every N-th step (the first included; 0: off) the detached and\n"
+     "the full gradient of the step's batch side by side: their cosine\n"
+     "and norms in step_metrics (the update is the run's own mode's,\n"
+     "unchanged; one rank, --strategy longstraw)",
+     "0", 0, grad_cosine_every), .min = 0, .max = 1000000, .bad = "is not an integer in [0, 1000000]"},
     {.rec = "-an output (the checkpoint the run writes)", ROW(LS_CLI_STRING, "--save", "FILE", "checkpoint at the end (weights, AdamW moments, step, RNG)", NULL, 0,
      save)},
     {.rec = "config.options.save_every", ROW(LS_CLI_INT, "--save-every", "N", "also checkpoint every N steps to --save's file (atomic)", NULL, 0,
@@ -461,6 +467,11 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
         if (a->obj.grad_mode == LS_GRAD_FULL)
             BAD("--prefix-frozen: needs --grad-mode detached (a stale state has no exact prompt gradient)");
     }
+    if (a->grad_cosine_every > 0 && a->step.strategy != LS_STRATEGY_LONGSTRAW)
+        BAD("--grad-cosine-every: needs --strategy longstraw (the naive strategy has no prompt backward to set "
+            "apart)");
+    if (a->grad_cosine_every > 0 && a->prefix_frozen > 1)
+        BAD("--grad-cosine-every: not with --prefix-frozen (a stale prompt state has no full gradient)");
     if (a->prompts_per_step > 1 && a->prefix_frozen > 1)
         BAD("--prompts-per-step: not with --prefix-frozen (a frozen prefix is one prompt reused across steps)");
     char cerr[512];

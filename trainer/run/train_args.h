@@ -28,6 +28,8 @@ typedef struct {
     int sft_steps;          /* the first N steps use the sft objective (a warm start) */
     int probe_every;        /* K: the gradient probe on run-local steps i with i % K == 0 (0: off; trainer/step/probe.h) */
     int probe_groups;       /* --probe-groups: ls_probe_grouping (all, layer) */
+    int grad_cosine_every;  /* N: the detached and full gradients compared on run-local steps i with i % N == 0
+                               (0: off; trainer/step/grad_cosine.h, ls_run_grad_cosine_due) */
     int have_steps, have_seed;
     size_t memory_budget;   /* bytes; 0 = 90% of MemAvailable */
     size_t host_memory;     /* --host-memory: the host tier's budget in bytes (--state-tier host); 0 = none */
@@ -56,6 +58,9 @@ int ls_train_args_parse(ls_train_args *a, int argc, char **argv, char *err, size
  * the options it shares with the trainer are .like these, one definition
  * with one range and one help text. */
 ls_cli_table ls_train_options(void);
+/* --grad-cosine-every N: whether run-local step i (0-based: the first step
+ * is i = 0, always measured) compares its gradients: N >= 1 and i % N == 0. */
+static inline int ls_run_grad_cosine_due(int N, int64_t i) { return N > 0 && i >= 0 && i % N == 0; }
 /* The --help text. */
 void ls_train_usage(FILE *f);
 /* The options of the table that drives parsing and --help, in --help order:

@@ -432,6 +432,7 @@ static int one_step(run *r, int64_t s, int first) {
     so.cp_group = r->cp_world > 1 ? ls_comm_cp(r->comm) : NULL;
     so.keep_reference = r->plan.keep_reference; /* the plan's decision (or the option it was given) */
     so.replay_checkpoint = r->plan.replay_checkpoint;
+    so.grad_cosine = ls_run_grad_cosine_due(a->grad_cosine_every, s - r->step0);
     if (s - r->step0 < a->sft_steps) so.objective = LS_OBJECTIVE_SFT;
     if (r->steps_begun > 0) ls_run_peaks_fold(&r->sp, s - 1 - r->step0); /* run-local: the receipt's index */
     ls_mem_reset_peaks(); /* the window peaks are this step's from here */
@@ -618,6 +619,9 @@ static int cp_usage(run *r) {
     if (r->world < 2) return 0;
     if (a->step.strategy == LS_STRATEGY_NAIVE) why = "--strategy naive is the single-rank reference: run it without mpirun";
     else if (a->prefix_frozen > 1) why = "--prefix-frozen runs on one rank: run it without mpirun";
+    else if (a->grad_cosine_every > 0)
+        why = "--grad-cosine-every runs on one rank (the measurement does not reduce its second gradient across "
+              "ranks): run it without mpirun";
     else if ((why = cp_fault_family(a, why_buf, sizeof why_buf)) != NULL) {
     }
     else if (a->rollouts && !strcmp(a->rollouts, "-")) why = "--rollouts -: under mpirun only rank 0 has standard input; give a file";

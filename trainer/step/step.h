@@ -60,6 +60,10 @@ typedef struct {
     int state_tier;            /* --state-tier: 0 device (the prompt state in prompt_state), 1 host (in
                                   prompt_state_host, each layer's share staged into the device tier before the
                                   layer reads it: trainer/model/stage.h); the same results bit for bit */
+    int grad_cosine;           /* --grad-cosine-every: measure this step's detached and full gradients side by side
+                                  (trainer/step/grad_cosine.h; res->grad_cosine ...); the update, the loss and every
+                                  other figure are those of the step without it, bit for bit.  One rank, the
+                                  longstraw strategy, no prefix (LS_ERR_ARG otherwise) */
 } ls_step_options;
 
 typedef struct {
@@ -90,6 +94,11 @@ typedef struct {
     int cp_world;
     int64_t shard_begin, shard_end;
     int grads_agree;
+    /* o->grad_cosine: the detached and the full gradient of the step's batch, flattened over the trainable
+       tensors (after finalize), in double: their norms (has_grad_compare) and their cosine (has_grad_cosine:
+       both norms > 0) */
+    int has_grad_compare, has_grad_cosine;
+    double grad_norm_detached, grad_norm_full, grad_cosine;
 } ls_step_result;
 
 /* The decisions a step's groups took that select code (the run records
@@ -169,7 +178,8 @@ ls_status LS_K(ls_step_grads_groups)(ls_params *p, ls_batch *const *bs, const ls
  * the step_metrics event and is not finite, in the event's order (reward
  * mean/std/min/max, the reward parts only with has_reward_parts, advantage
  * mean/std, loss, loss_policy, loss_kl, kl_mean, clip_fraction, ratio
- * min/mean/max, response_len_mean, grad_norm).  Returns its name (a static
+ * min/mean/max, response_len_mean, grad_norm; grad_norm_detached, grad_norm_full
+ * with has_grad_compare, grad_cosine with has_grad_cosine).  Returns its name (a static
  * string, "reward_std") with its value in *value (value may be NULL), or
  * NULL when all are finite.  A step with such a figure takes no optimizer
  * step: its record could not be written. */

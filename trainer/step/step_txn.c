@@ -15,6 +15,7 @@
 #include "trainer/step/grpo_stats.h"
 #include "trainer/base/rng.h"
 #include "trainer/dist/ep.h"
+#include "trainer/step/grad_cosine.h"
 #include "trainer/step/replay_chunk.h"
 
 #define R_(n) ((n) * sizeof(ls_real))
@@ -61,6 +62,8 @@ typedef struct {
     const ls_step_observer *obs;
     ls_step_result *res;
     int full, naive, sft, need_rollout, use_ref;
+    int pb;                 /* the prompt backward runs: full mode, or a --grad-cosine-every step (grad_cosine.h) */
+    ls_grad_cosine *gc;     /* that measurement (NULL: none) */
     void **untracked;       /* the untracked-alloc fault's buffer (the step's: one, freed after finalize) */
     ls_state own_ps, dps;  /* the policy prompt state (unless a prefix holds it) and its gradient */
     ls_state *ps;          /* &own_ps or &prefix->ps; NULL while none is captured */
@@ -288,10 +291,10 @@ static ls_status replay_member(txn *x, const ls_batch *b, size_t i, const double
     if (x->B > 1) /* the step's loss is the mean over its groups (docs/model.md §4) */
         for (size_t t = 0; t < R; t++) dlp[t] *= (ls_real)(1.0 / (double)x->B);
     if (chunked) {
-        st = LS_K(ls_replay_chunks_backward)(chunks, dlp, x->full ? &x->dps : NULL);
+        st = LS_K(ls_replay_chunks_backward)(chunks, dlp, x->pb ? &x->dps : NULL);
         if (tape_bytes) *tape_bytes = LS_K(ls_replay_chunks_bytes)(chunks);
     } else {
-        st = p->fam->segment_backward(p, tape, dlp, x->full && !naive ? &x->dps : NULL, NULL, hook_fn, &hk);
+        st = p->fam->segment_backward(p, tape, dlp, x->pb && !naive ? &x->dps : NULL, NULL, hook_fn, &hk);
         if (tape_bytes) *tape_bytes = p->fam->tape_bytes(tape);
     }
     x->res->phase_tokens[PH_REPLAY] += (int64_t)R;
@@ -393,7 +396,7 @@ static ls_status phase_capture_rollout(txn *x, ls_step_prefix *pf, const char **
         x->res->prompt_state_bytes = x->p->fam->state_bytes(x->ps);
         x->res->prompt_state_analytical = x->p->fam->state_plan_bytes(&x->p->cfg, (int64_t)b->P - 1);
     } else if (!x->naive || x->need_rollout) {
-        if ((st = capture_policy(x, x->full && !x->naive && !recapture)) != LS_OK) return st;
+        if ((st = capture_policy(x, x->pb && !x->naive && !recapture)) != LS_OK) return st;
         if (pf) { /* the prefix owns it from here */
             pf->ps = x->own_ps;
             pf->have_ps = 1;
@@ -438,7 +441,7 @@ static ls_status phase_score(txn *x, ls_step_prefix *pf) {
         } else { /* one prompt state at a time: policy off, reference, policy again */
             release_policy(x);
             st = score_reference(x, NULL, NULL);
-            if (st == LS_OK) st = capture_policy(x, x->full);
+            if (st == LS_OK) st = capture_policy(x, x->pb);
         }
     }
     if (st == LS_OK) st = advantages(x);
@@ -455,7 +458,7 @@ static ls_status phase_replay_group(txn *x, const char **what) {
     int64_t t0;
     *what = "replay";
     begin(x->obs, PH_REPLAY, &t0);
-    if (x->full && !x->naive) st = x->p->fam->state_grad_like(&x->dps, x->ps, LS_MEM_PROMPT_GRAD);
+    if (x->pb && !x->naive) st = x->p->fam->state_grad_like(&x->dps, x->ps, LS_MEM_PROMPT_GRAD);
     if (x->sft && st == LS_OK) {
         st = replay_sft(x, &res->max_branch_bytes);
     } else {
@@ -491,8 +494,16 @@ static ls_status phase_replay_group(txn *x, const char **what) {
         }
         if (st == LS_OK && fam->cp_shard_grads) st = fam->cp_shard_grads(x->cp, p);
     }
-    if (st != LS_OK || !x->full || x->naive) return st;
+    if (st != LS_OK || !x->pb || x->naive) return st;
     *what = "prompt backward";
+    if (!x->full) { /* a detached step's measurement (grad_cosine.h): no phase, no layer events, no figure */
+        LS_K(ls_grad_cosine_before_prompt)(x->gc, x->p);
+        st = x->p->fam->prompt_backward(x->p, b->prompt, b->P - 1, x->o->capture_chunk, x->ckpt, x->ps, &x->dps,
+                                        LS_MEM_SCRATCH, NULL, NULL);
+        LS_K(ls_grad_cosine_after_prompt)(x->gc, x->p);
+        return st;
+    }
+    if (x->gc) LS_K(ls_grad_cosine_before_prompt)(x->gc, x->p);
     begin(x->obs, PH_PROMPT_BWD, &t0);
     hook_ctx hk = {x->obs, "prompt_bwd", -1};
     if (x->use_cp) {
@@ -506,6 +517,7 @@ static ls_status phase_replay_group(txn *x, const char **what) {
         res->phase_tokens[PH_PROMPT_BWD] += (int64_t)(b->P - 1);
     }
     end(x->obs, PH_PROMPT_BWD, t0, st == LS_OK, res);
+    if (x->gc) LS_K(ls_grad_cosine_after_prompt)(x->gc, x->p);
     return st;
 }
 
@@ -718,6 +730,11 @@ ls_status LS_K(ls_step_grads_groups)(ls_params *p, ls_batch *const *bs, const ls
         snprintf(err, err_len, "a prefix-frozen step holds one group (prompts per step 1)");
         return LS_ERR_ARG;
     }
+    if (o->grad_cosine && (use_cp || naive || pf || LS_K(ls_ep_get)() != NULL)) {
+        snprintf(err, err_len, "the gradient cosine (--grad-cosine-every) needs one rank, the longstraw strategy and "
+                 "no frozen prefix");
+        return LS_ERR_ARG;
+    }
     size_t members = 0;
     for (size_t b = 0; b < B; b++) {
         const ls_task *t = tasks ? tasks[b] : NULL;
@@ -759,6 +776,9 @@ ls_status LS_K(ls_step_grads_groups)(ls_params *p, ls_batch *const *bs, const ls
     }
     ls_mem_track_kernel_scratch(); /* kernel tile scratch shows under "scratch" */
     LS_K(ls_params_zero_grads)(p);
+    ls_grad_cosine gc = {0};
+    if (st == LS_OK && o->grad_cosine && (st = LS_K(ls_grad_cosine_init)(&gc, p, full)) != LS_OK)
+        snprintf(err, err_len, "the gradient cosine's buffers: %s", ls_status_str(st));
     ls_real *stash = NULL;
     void *untracked = NULL;
     int m0 = 0;
@@ -769,6 +789,7 @@ ls_status LS_K(ls_step_grads_groups)(ls_params *p, ls_batch *const *bs, const ls
         memset(g, 0, sizeof *g);
         txn x = {.p = p, .b = bs[b], .task = tasks ? tasks[b] : NULL, .o = &og, .obs = obs, .res = g, .full = full,
                  .naive = naive, .sft = sft, .need_rollout = bs[b]->resp[0] == NULL, .use_cp = use_cp,
+                 .pb = full || o->grad_cosine, .gc = o->grad_cosine ? &gc : NULL,
                  .cp = use_cp ? &cp : NULL, .stash = &stash, .untracked = &untracked, .B = B,
                  .m0 = sft ? (int)b : m0}; /* SFT: one traced member per group (its answer branches share it) */
         x.use_ref = !sft && p->obj.beta > 0 && !bs[b]->ref_supplied;
@@ -793,7 +814,9 @@ ls_status LS_K(ls_step_grads_groups)(ls_params *p, ls_batch *const *bs, const ls
             res->shard_end = cp.s1;
         }
         st = phase_finalize(p, o, obs, use_cp ? &cp : NULL, stash, res, err, err_len);
+        if (st == LS_OK && o->grad_cosine) LS_K(ls_grad_cosine_finish)(&gc, p, res);
     }
+    LS_K(ls_grad_cosine_free)(&gc);
     free(untracked);
     ls_mem_free(stash);
     ls_mem_free(sums.rew);
