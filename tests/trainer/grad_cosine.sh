@@ -14,12 +14,13 @@
 #     rule the verdict it gives the run without the option;
 #  4. bad values exit 2 naming --grad-cosine-every, and so do --strategy naive and --prefix-frozen with it;
 #     with MPIEXEC set, mpirun -np 2 with it exits 2 naming it.
-#   grad_cosine.sh BUILD_DIR CONFIG
+#   grad_cosine.sh BUILD_DIR CONFIG|FAMILY    (a family: its tiny config, from the registry)
 set -uo pipefail
-[ $# -eq 2 ] || { echo "usage: grad_cosine.sh BUILD_DIR CONFIG" >&2; exit 2; }
+[ $# -eq 2 ] || { echo "usage: grad_cosine.sh BUILD_DIR CONFIG|FAMILY" >&2; exit 2; }
 B=$(cd "$1" && pwd) CONFIG=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
 SRC=$(dirname "$(dirname "$HERE")")
+[ -f "$CONFIG" ] || CONFIG=$(python3 "$HERE/family_info.py" "$B" "$SRC" "$2" config) || exit 2
 TRAIN=$B/trainer/longstraw-train AUDIT=$B/audit/longstraw-audit VALIDATE=$B/receipts/longstraw-validate
 PY="/usr/bin/python3 $HERE/grad_cosine_check.py"
 for x in "$TRAIN" "$AUDIT" "$VALIDATE"; do [ -x "$x" ] || { echo "grad_cosine: $x: not built" >&2; exit 2; }; done
