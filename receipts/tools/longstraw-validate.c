@@ -6,7 +6,10 @@
  * SCHEMA is a schema file, or the name of one in the schemas directory
  * (receipt, manifest, dsse, ...).  With --jsonl every non-empty line of each
  * DOC is one document.  Uses the C validator of receipts/schema/schema.h (the
- * keyword subset documented there).
+ * keyword subset documented there).  With the receipt or manifest schema (v1)
+ * a document's predicate.config is then checked against the registry of
+ * model families as the readers check it (ls_registry_check_config: the
+ * schemas name no family).
  *
  * --v2 checks files of the v2 evidence contract (docs/contract.md §1-2) with
  * the C readers themselves, so any trainer's emitter can test its output:
@@ -31,6 +34,7 @@
 
 #include "common/cli_opts.h"
 #include "receipts/format/json_util.h"
+#include "receipts/format/registry_file.h"
 #include "receipts/signing/manifest.h"
 #include "receipts/writing/receipt.h"
 #include "receipts/schema/schema.h"
@@ -44,6 +48,18 @@ static const char USAGE[] =
     "        (e.g. receipt, manifest, dsse, parity, audit-report)\n";
 static const char USAGE_EXIT[] = "\nexit status: 0 all valid, 1 some invalid, 2 bad usage or unreadable input\n";
 
+/* Whether the documents' config is checked against the registry of model families after the schema:
+ * the v1 receipt and manifest schemas name no family, their readers check a run's family keys
+ * (ls_registry_check_config), and so does this tool when SCHEMA is one of them (by name or file). */
+static bool g_config_check;
+
+static bool is_v1_run_schema(const char *arg) {
+    const char *base = strrchr(arg, '/');
+    base = base ? base + 1 : arg;
+    return strcmp(base, "receipt") == 0 || strcmp(base, "manifest") == 0 ||
+           strcmp(base, "receipt.schema.json") == 0 || strcmp(base, "manifest.schema.json") == 0;
+}
+
 /* 1 valid, 0 invalid (errors printed). */
 static int check_one(const ls_schema *schema, const char *bytes, size_t len, const char *what) {
     cJSON *doc = NULL;
@@ -54,6 +70,17 @@ static int check_one(const ls_schema *schema, const char *bytes, size_t len, con
     }
     ls_schema_errors errs = {0};
     ls_status st = ls_schema_validate(schema, doc, &errs);
+    if (st == LS_OK && g_config_check) {
+        const cJSON *pred = cJSON_GetObjectItemCaseSensitive(doc, "predicate");
+        st = ls_registry_check_config(cJSON_GetObjectItemCaseSensitive(pred, "config"), what, err, sizeof err);
+        cJSON_Delete(doc);
+        if (st == LS_OK) {
+            printf("%s: valid\n", what);
+            return 1;
+        }
+        printf("%s: invalid\n  %s\n", what, err);
+        return 0;
+    }
     cJSON_Delete(doc);
     if (st == LS_OK) {
         printf("%s: valid\n", what);
@@ -275,6 +302,7 @@ static int validate(const args *a, int n_pos, const char **pos) {
         fprintf(stderr, "longstraw-validate: SCHEMA %s\n", err);
         return 2;
     }
+    g_config_check = is_v1_run_schema(schema_arg);
     int invalid = 0, unreadable = 0;
     for (int i = first + 1; i < argc; i++) {
         char *bytes = NULL;
