@@ -231,6 +231,30 @@ Test(config, absurd_dims_name_the_key_and_the_size_they_imply) {
     cJSON_Delete(j);
 }
 
+/* The parameters an over-limit n_layers implies, read off its refusal. */
+static double implied_params(const char *cfg_path, double n_layers) {
+    cJSON *j = load_json(cfg_path);
+    set_num(j, "n_layers", n_layers);
+    ls_model_config c;
+    char err[1024] = "";
+    cr_assert_neq(ls_config_from_json(&c, j, "cfg.json", err, sizeof err), LS_OK);
+    cJSON_Delete(j);
+    cr_assert(strstr(err, "key 'n_layers'"), "%s", err);
+    const char *p = strstr(err, "this config implies ");
+    cr_assert_not_null(p, "%s", err);
+    return strtod(p + strlen("this config implies "), NULL);
+}
+
+Test(config, an_over_limit_layer_count_is_described_without_walking_its_layers, .timeout = 30) {
+    /* the hybrid's attention layers are counted from the first 4096 layers' kinds and extrapolated: n_layers
+     * 2^31 - 1 is refused as fast as 4097 (it walked every layer, seconds per config: the fuzz corpus) and
+     * implies the parameters in proportion (per-layer terms dominate the tiny config's) */
+    double p8k = implied_params(TINY, 8192), big = implied_params(TINY, 2147483647.0);
+    cr_assert_gt(p8k, 0);
+    double want = p8k * (2147483647.0 / 8192.0);
+    cr_expect(big > 0.9 * want && big < 1.1 * want, "n_layers 2^31-1 implies %g, 8192 implies %g", big, p8k);
+}
+
 Test(config, products_that_overflow_are_refused_naming_them) {
     /* every key within its bound, the product not: q = 2 H hd x d per
      * attention layer = 2^1+12+16+20 x 1024 layers = 2^59 parameters,

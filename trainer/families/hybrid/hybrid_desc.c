@@ -46,6 +46,18 @@ static ls_status check(const ls_model_config *c, const char *where, char *err, s
 }
 
 /* ---- parameter counts -------------------------------------------------------------- */
+/* The attention layers among c's n_layers, as c's layer_kind says.  Only the first LS_HYBRID_KIND_SCAN
+ * layers' kinds are read: a config within n_layers' limit (4096) is counted exactly; one above it is only
+ * ever described in its refusal (the parameters it implies), and there the count is extrapolated from those
+ * layers, so that a hostile n_layers (up to 2^31) costs no more than a valid one. */
+#define LS_HYBRID_KIND_SCAN 4096
+static size_t hybrid_attn_layers(const ls_model_config *c) {
+    size_t L = c->n_layers > 0 ? (size_t)c->n_layers : 0, scan = L < LS_HYBRID_KIND_SCAN ? L : LS_HYBRID_KIND_SCAN;
+    size_t n = 0;
+    for (size_t l = 0; l < scan; l++) n += (size_t)ls_hybrid_cfg_is_attn(c, (int)l);
+    return scan == L ? n : (size_t)((double)n / (double)scan * (double)L);
+}
+
 /* Base and adapter scalars of the hybrid table, in params.c's build order
  * (docs/model.md §5); r = 0 when there are no adapters.  Layer i is attention
  * as c's layer_kind says (the hybrid: iff (i+1) % 4 == 0, so L/4 of them are;
@@ -56,8 +68,7 @@ void ls_hybrid_counts(const ls_model_config *c, size_t r, int lora_experts, ls_c
     (void)frozen;
     const ls_hybrid_keys *k = ls_hybrid_keys_of(c);
     size_t d = (size_t)c->d_model, V = (size_t)c->vocab, I = (size_t)c->ffn_dim, L = (size_t)c->n_layers;
-    size_t n_attn = 0;
-    for (int l = 0; l < c->n_layers; l++) n_attn += (size_t)ls_hybrid_cfg_is_attn(c, l);
+    size_t n_attn = hybrid_attn_layers(c);
     size_t n_gdn = L - n_attn;
     size_t H = (size_t)k->attn_heads, Hkv = (size_t)k->attn_kv_heads, hd = (size_t)k->head_dim;
     size_t Hk = (size_t)k->gdn_hk, Hv = (size_t)k->gdn_hv, dk = (size_t)k->gdn_dk, dv = (size_t)k->gdn_dv;
