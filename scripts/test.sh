@@ -21,5 +21,5 @@ if [ "${LS_SKIP_BUILD_MATRIX:-0}" != 1 ]; then
 fi
 if [ "${LS_SKIP_SANITIZE:-0}" != 1 ]; then
   LS_BUILD_DIR=build-asan LS_CMAKE_ARGS="-DLS_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug" ./scripts/setup.sh
-  (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$(nproc)" -LE slow)
+  (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$(nproc)" -LE "slow|buildless")
 fi

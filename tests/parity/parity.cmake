@@ -6,8 +6,9 @@
 # Under the sanitizers every trainer run is several times slower (the
 # matrix alone took 500 s): that build runs the usage test and the faulty
 # trainer (the parity code's whole path: runs, reference, finite
-# differences, checks, controls, report) and leaves the matrix and the
-# table to the Release suite.
+# differences, checks, controls, report) and the update check, and leaves
+# the matrix, the table and the near-tie redraw (340 s under ASan, 48 s in
+# Release) to the Release suite.
 # Finite differences per tensor and per layer group (parity_fd.c) on a loss known in closed form: the
 # trainer is a stand-in (parity/parity_fd_fake_train.py, python3), no MPI; seconds, so every build runs it.
 ls_add_criterion_test(test_parity_fd SOURCES parity/test_parity_fd.c LIBS ls_parity TIMEOUT 600)
@@ -18,7 +19,7 @@ if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
     target_include_directories(test_parity PRIVATE ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_SOURCE_DIR})
     target_link_libraries(test_parity PRIVATE ls_receipts PkgConfig::CRITERION ${LIBM})
     target_compile_definitions(test_parity PRIVATE LS_SOURCE_DIR="${CMAKE_SOURCE_DIR}" LS_BINARY_DIR="${CMAKE_BINARY_DIR}")
-    add_test(NAME test_parity_sanitized COMMAND test_parity --jobs 1 --filter "parity/[ua]*")
+    add_test(NAME test_parity_sanitized COMMAND test_parity --jobs 1 --filter "parity/[ua][sn_][!n]*")
     set_tests_properties(test_parity_sanitized PROPERTIES TIMEOUT 900 ENVIRONMENT "OMP_NUM_THREADS=1")
   else()
     ls_add_criterion_test(test_parity SOURCES parity/test_parity.c LIBS ls_receipts TIMEOUT 1800)

@@ -28,6 +28,20 @@ E() { T --grad-mode detached --prompt-len $PL --group 8 --prompts-per-step 4 --s
         --load "$1" --out "$W/$2" --metrics "$W/$2.jsonl"; }
 T --grad-mode full --objective sft --prompt-len 64 --group 1 --prompts-per-step 8 --steps $SFT \
   --lr "${LS_LEARN_MINI_LR:-0.003}" --seed 1 --out "$W/warm" --metrics "$W/warm.jsonl" --save "$W/warm.safetensors"
+# the warm start's own checks first: a warm start that did not learn (or leaks the answer) fails here, before
+# the GRPO stage that could only inherit the fault
+/usr/bin/python3 - "$W/warm.jsonl" $SFT <<'PY'
+import json, sys
+with open(sys.argv[1]) as f:
+    warm = [json.loads(line)["reward_mean"] for line in f if line.strip()]
+sft, chance, bad = int(sys.argv[2]), 0.1, []
+first, last = (sum(x) / len(x) for x in (warm[:50], warm[-50:])) if len(warm) >= 50 else (0.0, 0.0)
+if len(warm) != sft: bad.append(f"steps: {len(warm)} sft (expected {sft})")
+if first >= chance + 0.15: bad.append(f"the sft run starts above chance ({first:.3f}): the answer leaks")
+if last <= chance + 0.1: bad.append(f"the sft run did not learn: last 50 steps {last:.3f} <= {chance + 0.1}")
+for b in bad: print("learn_mini: FAIL: " + b, file=sys.stderr)
+sys.exit(1 if bad else 0)
+PY
 E "$W/warm.safetensors" warm-eval
 T --grad-mode full --prompt-len $PL --group 8 --prompts-per-step 4 --steps $RL --lr "${LS_LEARN_MINI_RL_LR:-0.001}" \
   --seed 1001 --load "$W/warm.safetensors" --out "$W/grpo" --metrics "$W/grpo.jsonl" --save "$W/grpo.safetensors"
