@@ -63,7 +63,10 @@ build_cell() {
     echo "check_builds: $cc $t -> $dir (reused: the same configuration)" | tee "$log" >&2
   else
     echo "check_builds: $cc $t -> $dir" >&2
-    cmake -S "$ROOT" -B "$dir" -DCMAKE_C_COMPILER="$cc" -DCMAKE_BUILD_TYPE="$t" -DLS_WERROR=ON >"$log" 2>&1 ||
+    # a new cell is Ninja's where ninja is installed (setup.sh installs it); one configured before keeps its generator
+    local gen=()
+    if [ ! -f "$dir/CMakeCache.txt" ] && command -v ninja >/dev/null 2>&1; then gen=(-G Ninja); fi
+    cmake -S "$ROOT" -B "$dir" "${gen[@]}" -DCMAKE_C_COMPILER="$cc" -DCMAKE_BUILD_TYPE="$t" -DLS_WERROR=ON >"$log" 2>&1 ||
       { fail_cell "$cc-$t" "$log"; return; }
   fi
   if cmake --build "$dir" -j "$JOBS" >>"$log" 2>&1; then
