@@ -156,6 +156,15 @@ static void check_kill(const kill_point *k) {
     read_trace(run, 0, &t[0]);
     read_trace(run, 1, &t[1]);
     const trace_facts *kt = &t[k->rank];
+    if (kt->last_phase[0] == '\0') { /* the rank left no phase: say what the trainer said (its log), not just that */
+        char logp[600];
+        snprintf(logp, sizeof logp, "%s.log", run);
+        char *log = slurp_path(logp);
+        size_t n = log ? strlen(log) : 0;
+        cr_log_error("%s: the killed rank's trace has no phase; the trainer's log (exit %d), its last 2000 bytes:\n%s",
+                     spec, trc, log ? log + (n > 2000 ? n - 2000 : 0) : "(none)");
+        free(log);
+    }
     /* the fault put the rank where it asked (the trace shows it) */
     cr_expect(!kt->complete, "%s: the killed rank completed", spec);
     cr_expect_str_eq(kt->last_phase, k->phase, "%s: the trace's last phase", spec);
